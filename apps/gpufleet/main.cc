@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+// The one gpufleet binary: maps the first argument to a subcommand.
+#include <fmt/core.h>
+
+#include "subcommands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"gpufleet: a GPU cluster manager (scheduler, simulator)", "gpufleet"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", fmt::format("gpufleet {} ({})", gpufleet::app::BuildVersion(),
+                                                gpufleet::app::BuildCommit()));
+
+  CLI::App* version = app.add_subcommand("version", "print the version and the git commit");
+  version->callback([] {
+    fmt::print("gpufleet {}\ncommit {}\n", gpufleet::app::BuildVersion(),
+               gpufleet::app::BuildCommit());
+  });
+  gpufleet::app::Action sim = gpufleet::app::AddSimCommand(app);
+
+  CLI11_PARSE(app, argc, argv);
+  if (sim && app.got_subcommand("sim")) {
+    return sim();
+  }
+  return 0;
+}

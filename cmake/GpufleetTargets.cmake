@@ -1,0 +1,53 @@
+# Helpers that give every gpufleet target the same include root, warnings and naming:
+# gpufleet_cc_library -> static library gpufleet_<name>, alias gpufleet::<name>.
+
+# Aggregates with default member values are initialised partially on purpose.
+set(GPUFLEET_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wold-style-cast
+    -Wno-missing-field-initializers)
+if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+  list(APPEND GPUFLEET_WARNINGS -Wthread-safety)
+endif()
+if(GPUFLEET_WERROR)
+  list(APPEND GPUFLEET_WARNINGS -Werror)
+endif()
+
+function(gpufleet_cc_library)
+  cmake_parse_arguments(ARG "" "NAME" "HDRS;SRCS;DEPS" ${ARGN})
+  add_library(gpufleet_${ARG_NAME} STATIC ${ARG_SRCS} ${ARG_HDRS})
+  add_library(gpufleet::${ARG_NAME} ALIAS gpufleet_${ARG_NAME})
+  target_include_directories(gpufleet_${ARG_NAME} PUBLIC ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(gpufleet_${ARG_NAME} PRIVATE ${GPUFLEET_WARNINGS})
+  target_link_libraries(gpufleet_${ARG_NAME} PUBLIC ${ARG_DEPS})
+endfunction()
+
+# One test binary per module; every GoogleTest case becomes a CTest test carrying LABELS.
+function(gpufleet_cc_test)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  if(NOT GPUFLEET_BUILD_TESTS)
+    return()
+  endif()
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_compile_options(${ARG_NAME} PRIVATE ${GPUFLEET_WARNINGS})
+  target_compile_definitions(${ARG_NAME} PRIVATE
+    GPUFLEET_TEST_DATA_DIR="${GPUFLEET_DATA_DIR}")
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
+  gtest_discover_tests(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+endfunction()
+
+# Benchmarks build with the tests and run as a smoke test (label bench) with a tiny min time.
+function(gpufleet_cc_benchmark)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
+  if(NOT GPUFLEET_BUILD_BENCHMARKS)
+    return()
+  endif()
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  target_compile_options(${ARG_NAME} PRIVATE ${GPUFLEET_WARNINGS})
+  target_compile_definitions(${ARG_NAME} PRIVATE
+    GPUFLEET_TEST_DATA_DIR="${GPUFLEET_DATA_DIR}")
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} benchmark::benchmark)
+  if(GPUFLEET_BUILD_TESTS)
+    add_test(NAME ${ARG_NAME}_smoke
+      COMMAND ${ARG_NAME} --benchmark_min_time=0.001 --benchmark_repetitions=1)
+    set_tests_properties(${ARG_NAME}_smoke PROPERTIES LABELS bench)
+  endif()
+endfunction()

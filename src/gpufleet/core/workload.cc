@@ -1,0 +1,169 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/core/workload.h"
+
+#include <fmt/format.h>
+
+namespace gpufleet {
+namespace {
+
+template <class... Ts>
+struct Overloaded : Ts... {
+  using Ts::operator()...;
+};
+
+Status ValidateGpuRequest(const GpuRequest& request, const std::string& path, const Job& job,
+                          const GpuCatalog& catalog) {
+  if (const auto* whole = std::get_if<WholeGpus>(&request)) {
+    if (whole->count < 1) {
+      return InvalidArgumentError(fmt::format("{}.count: {} (must be at least 1)", path,
+                                              whole->count));
+    }
+  } else if (const auto* share = std::get_if<FractionalGpu>(&request)) {
+    if (share->gpu_milli < 1 || share->gpu_milli >= kMilliPerUnit) {
+      return InvalidArgumentError(fmt::format(
+          "{}.gpu_milli: {} (a fractional share is 1..999; ask for whole GPUs otherwise)", path,
+          share->gpu_milli));
+    }
+    if (share->gpu_memory_mib < 0) {
+      return InvalidArgumentError(
+          fmt::format("{}.gpu_memory_mib: negative value {}", path, share->gpu_memory_mib));
+    }
+  } else if (const auto* mig = std::get_if<MigGpus>(&request)) {
+    if (mig->count < 1) {
+      return InvalidArgumentError(
+          fmt::format("{}.count: {} (must be at least 1)", path, mig->count));
+    }
+    // The profile must exist on every allowed model, or on some MIG model when any is allowed.
+    if (!job.allowed_gpu_models.empty()) {
+      for (const std::string& model_name : job.allowed_gpu_models) {
+        auto model = catalog.Find(model_name);
+        if (!model.ok()) {
+          continue;  // reported for allowed_gpu_models
+        }
+        if ((*model)->FindMigProfile(mig->profile) == nullptr) {
+          return InvalidArgumentError(fmt::format(
+              "{}.mig_profile: unknown profile \"{}\" for {} (valid: {})", path, mig->profile,
+              (*model)->name,
+              (*model)->SupportsMig() ? (*model)->MigProfileNames() : "none, no MIG"));
+        }
+      }
+    } else {
+      bool found = false;
+      for (const auto& [name, model] : catalog.models()) {
+        found = found || model.FindMigProfile(mig->profile) != nullptr;
+      }
+      if (!found) {
+        return InvalidArgumentError(fmt::format(
+            "{}.mig_profile: unknown profile \"{}\" on every known GPU model", path,
+            mig->profile));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+const char* JobKindName(JobKind kind) {
+  switch (kind) {
+    case JobKind::kBatch: return "batch";
+    case JobKind::kInteractive: return "interactive";
+    case JobKind::kInference: return "inference";
+  }
+  return "unknown";
+}
+
+int64_t RequestedGpuMilli(const GpuRequest& request) {
+  return std::visit(
+      Overloaded{
+          [](const NoGpu&) -> int64_t { return 0; },
+          [](const WholeGpus& whole) -> int64_t { return whole.count * kMilliPerUnit; },
+          [](const FractionalGpu& share) -> int64_t { return share.gpu_milli; },
+          [](const MigGpus& mig) -> int64_t {
+            // A MIG instance of "Ng.*" holds N of the 7 compute slices.
+            const int compute = mig.profile.empty() ? 0 : mig.profile[0] - '0';
+            return mig.count * compute * kMilliPerUnit / kMigComputeSlices;
+          },
+      },
+      request);
+}
+
+std::string GpuRequestToString(const GpuRequest& request) {
+  return std::visit(
+      Overloaded{
+          [](const NoGpu&) { return std::string("no GPU"); },
+          [](const WholeGpus& whole) { return fmt::format("{} whole GPU(s)", whole.count); },
+          [](const FractionalGpu& share) {
+            return share.gpu_memory_mib > 0
+                       ? fmt::format("{} milli-GPU with {} MiB", share.gpu_milli,
+                                     share.gpu_memory_mib)
+                       : fmt::format("{} milli-GPU", share.gpu_milli);
+          },
+          [](const MigGpus& mig) { return fmt::format("{} x MIG {}", mig.count, mig.profile); },
+      },
+      request);
+}
+
+int Job::TaskCount() const {
+  int count = 0;
+  for (const TaskGroup& group : groups) {
+    count += group.replicas;
+  }
+  return count;
+}
+
+int64_t Job::RequestedGpuMilliTotal() const {
+  int64_t total = 0;
+  for (const TaskGroup& group : groups) {
+    total += group.replicas * RequestedGpuMilli(group.request.gpus);
+  }
+  return total;
+}
+
+Status Job::Validate(const GpuCatalog& catalog) const {
+  if (id.empty()) {
+    return InvalidArgumentError("id: empty");
+  }
+  if (groups.empty()) {
+    return InvalidArgumentError("groups: a job needs at least one task group");
+  }
+  for (size_t i = 0; i < allowed_gpu_models.size(); ++i) {
+    auto model = catalog.Find(allowed_gpu_models[i]);
+    if (!model.ok()) {
+      return InvalidArgumentError(
+          fmt::format("allowed_gpu_models[{}]: {}", i, model.status().message()));
+    }
+  }
+  if (min_gpu_memory_mib < 0) {
+    return InvalidArgumentError(
+        fmt::format("min_gpu_memory_mib: negative value {}", min_gpu_memory_mib));
+  }
+  if (!spread.fault_domain.empty() && spread.max_skew < 1) {
+    return InvalidArgumentError(
+        fmt::format("spread.max_skew: {} (must be at least 1)", spread.max_skew));
+  }
+  if (runtime_estimate.count() < 0) {
+    return InvalidArgumentError("runtime_estimate: negative duration");
+  }
+  for (size_t i = 0; i < groups.size(); ++i) {
+    const TaskGroup& group = groups[i];
+    const std::string path = fmt::format("groups[{}]", i);
+    if (group.replicas < 1) {
+      return InvalidArgumentError(
+          fmt::format("{}.replicas: {} (must be at least 1)", path, group.replicas));
+    }
+    if (group.request.host.cpu_milli < 0) {
+      return InvalidArgumentError(fmt::format("{}.request.cpu_milli: negative value {}", path,
+                                              group.request.host.cpu_milli));
+    }
+    if (group.request.host.memory_mib < 0) {
+      return InvalidArgumentError(fmt::format("{}.request.memory_mib: negative value {}", path,
+                                              group.request.host.memory_mib));
+    }
+    GPUFLEET_RETURN_IF_ERROR(
+        ValidateGpuRequest(group.request.gpus, path + ".request.gpus", *this, catalog));
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpufleet

@@ -1,0 +1,100 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/ids.h"
+#include "gpufleet/core/resources.h"
+#include "gpufleet/core/status.h"
+
+namespace gpufleet {
+
+// A task asks for GPUs in exactly one of these forms (or none: a CPU-only task).
+struct NoGpu {
+  friend bool operator==(const NoGpu&, const NoGpu&) = default;
+};
+// `count` whole GPUs, exclusively.
+struct WholeGpus {
+  int count = 1;
+  friend bool operator==(const WholeGpus&, const WholeGpus&) = default;
+};
+// A share of one GPU: compute in milli-GPU (1..999) and, optionally, GPU memory in MiB.
+struct FractionalGpu {
+  int64_t gpu_milli = 0;
+  int64_t gpu_memory_mib = 0;
+  friend bool operator==(const FractionalGpu&, const FractionalGpu&) = default;
+};
+// `count` MIG instances of one profile, e.g. {"3g.40gb", 2}.
+struct MigGpus {
+  std::string profile;
+  int count = 1;
+  friend bool operator==(const MigGpus&, const MigGpus&) = default;
+};
+using GpuRequest = std::variant<NoGpu, WholeGpus, FractionalGpu, MigGpus>;
+
+// Milli-GPU a request holds: whole GPUs count 1000 each, a MIG instance its compute share.
+int64_t RequestedGpuMilli(const GpuRequest& request);
+std::string GpuRequestToString(const GpuRequest& request);
+
+struct TaskRequest {
+  HostResources host;
+  GpuRequest gpus;
+};
+
+// `replicas` identical tasks.
+struct TaskGroup {
+  std::string name;
+  int replicas = 1;
+  TaskRequest request;
+};
+
+// "All tasks inside one leaf, prefer one NVLink domain": required_level = "leaf",
+// preferred_level = "nvlink-domain". Empty strings mean no constraint.
+struct TopologyConstraint {
+  std::string required_level;
+  std::string preferred_level;
+};
+
+// Spread the tasks across the values of a fault-domain kind (e.g. "rack"): the task counts of any
+// two eligible domains differ by at most `max_skew`.
+struct SpreadConstraint {
+  std::string fault_domain;
+  int max_skew = 1;
+};
+
+enum class JobKind { kBatch, kInteractive, kInference };
+const char* JobKindName(JobKind kind);
+
+// A gang: every task of every group is placed, or none is. Thread-compatible value type.
+struct Job {
+  JobId id;
+  std::vector<TaskGroup> groups;
+  std::vector<std::string> allowed_gpu_models;  // empty: any model
+  int64_t min_gpu_memory_mib = 0;
+  std::map<std::string, std::string> node_selector;
+  TopologyConstraint topology;
+  SpreadConstraint spread;
+  // Label keys (e.g. driver and CUDA versions) whose values must be equal on every node of the gang.
+  std::vector<std::string> identical_stack_labels;
+  int priority = 0;
+  QueueId queue;
+  bool preemptible = true;
+  JobKind kind = JobKind::kBatch;
+  Duration runtime_estimate{0};
+
+  int TaskCount() const;
+  int64_t RequestedGpuMilliTotal() const;
+
+  // Checks the spec on its own: counts, ranges, known GPU models and MIG profiles. The error
+  // names the field path and the bad value, e.g.
+  // `groups[1].request.gpus.mig_profile: unknown profile "3g.45gb" for H100-80GB (valid: ...)`.
+  Status Validate(const GpuCatalog& catalog) const;
+};
+
+}  // namespace gpufleet

@@ -1,0 +1,518 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/scheduler/scheduler.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "gpufleet/scheduler/devices.h"
+
+namespace gpufleet::scheduler {
+namespace {
+
+constexpr GpuMask kAllGpus = ~GpuMask{0};
+
+// A set of nodes that may hold a whole gang: one domain of the required topology level (and one
+// software stack when the job asks for identical stacks).
+struct Domain {
+  std::string name;
+  std::vector<int> nodes;
+  GpuMask restriction = kAllGpus;   // GPUs usable on every node; narrower for an NVLink domain
+  int64_t free_gpu_milli = 0;
+  double coverage = 0;              // the lowest share of a group's replicas the domain can hold
+  int short_group = -1;             // the group behind `coverage`
+  int short_capacity = 0;
+};
+
+std::vector<const std::string*> StackValues(const Job& job, const NodeInfo& node) {
+  std::vector<const std::string*> values;
+  for (const std::string& key : job.identical_stack_labels) {
+    auto it = node.node->labels.find(key);
+    values.push_back(it == node.node->labels.end() ? nullptr : &it->second);
+  }
+  return values;
+}
+
+// Splits `nodes` into domains of `level` (empty: one domain) and, when the job asks for identical
+// stacks, by their values. Domains keep the order of their first node.
+std::vector<Domain> SplitIntoDomains(const Job& job, const ClusterSnapshot& snapshot,
+                                     const std::vector<int>& nodes, const std::string& level,
+                                     GpuMask restriction) {
+  const int declared = level.empty() ? -1 : snapshot.topology().LevelIndex(level);
+  std::vector<Domain> domains;
+  std::map<std::string, size_t> index;
+  auto add = [&](std::string name, int node, GpuMask mask) {
+    if (!job.identical_stack_labels.empty()) {
+      std::vector<std::string> parts;
+      for (const std::string* value : StackValues(job, snapshot.nodes()[node])) {
+        parts.push_back(value == nullptr ? "-" : *value);
+      }
+      name += fmt::format(" [{}]", fmt::join(parts, ", "));
+    }
+    auto [it, inserted] = index.emplace(name, domains.size());
+    if (inserted) {
+      domains.push_back(Domain{std::move(name), {}, mask});
+    }
+    domains[it->second].nodes.push_back(node);
+  };
+  for (int n : nodes) {
+    const NodeInfo& node = snapshot.nodes()[n];
+    if (level.empty()) {
+      add("cluster", n, restriction);
+    } else if (declared >= 0) {
+      add(snapshot.DomainName(declared, node.domains[declared]), n, restriction);
+    } else if (level == kNodeLevel) {
+      add(node.node->id.value(), n, restriction);
+    } else {
+      // An NVLink domain inside a node: one domain per (node, NVLink id), restricted to its GPUs.
+      std::map<int, GpuMask> by_nvlink;
+      for (size_t g = 0; g < node.gpus.size(); ++g) {
+        by_nvlink[node.gpus[g].nvlink_domain] |= GpuMask{1} << g;
+      }
+      for (const auto& [nvlink, mask] : by_nvlink) {
+        add(fmt::format("{}/nvlink-{}", node.node->id.value(), nvlink), n, mask & restriction);
+      }
+    }
+  }
+  return domains;
+}
+
+std::string GroupLabel(const Job& job, int group) {
+  const TaskGroup& task_group = job.groups[group];
+  return fmt::format("group \"{}\" ({} x {})", task_group.name.empty() ? std::to_string(group)
+                                                                         : task_group.name,
+                     task_group.replicas, GpuRequestToString(task_group.request.gpus));
+}
+
+}  // namespace
+
+struct Scheduler::Impl {
+  std::vector<std::unique_ptr<Plugin>> owned;
+  std::vector<PreFilterPlugin*> pre_filters;
+  std::vector<GpuFilterPlugin*> gpu_filters;
+  std::vector<FilterPlugin*> filters;
+  std::vector<std::pair<ScorePlugin*, int64_t>> scorers;
+  ScorePlugin* policy = nullptr;
+  std::vector<ReservePlugin*> reservers;
+
+  // Scratch reused across calls so a decision does not allocate.
+  std::vector<const NodeInfo*> candidates;
+  std::vector<GpuMask> candidate_masks;
+  std::vector<int64_t> raw_scores;
+  std::vector<int64_t> totals;
+
+  void Add(std::unique_ptr<Plugin> plugin, int64_t score_weight) {
+    if (auto* p = dynamic_cast<PreFilterPlugin*>(plugin.get())) {
+      pre_filters.push_back(p);
+    }
+    if (auto* p = dynamic_cast<GpuFilterPlugin*>(plugin.get())) {
+      gpu_filters.push_back(p);
+    }
+    if (auto* p = dynamic_cast<FilterPlugin*>(plugin.get())) {
+      filters.push_back(p);
+    }
+    if (auto* p = dynamic_cast<ScorePlugin*>(plugin.get())) {
+      scorers.emplace_back(p, score_weight);
+    }
+    if (auto* p = dynamic_cast<ReservePlugin*>(plugin.get())) {
+      reservers.push_back(p);
+    }
+    owned.push_back(std::move(plugin));
+  }
+
+  GpuMask AdmittedGpus(const TaskContext& task, const NodeInfo& node, GpuMask restriction) const {
+    GpuMask mask = 0;
+    for (size_t g = 0; g < node.gpus.size(); ++g) {
+      if (!MaskHas(restriction, static_cast<int>(g))) {
+        continue;
+      }
+      bool admitted = true;
+      for (const GpuFilterPlugin* filter : gpu_filters) {
+        if (!filter->Admits(task, node.gpus[g])) {
+          admitted = false;
+          break;
+        }
+      }
+      mask |= admitted ? GpuMask{1} << g : 0;
+    }
+    return mask;
+  }
+
+  // Runs every filter; on success `mask` holds the GPUs the task may use on the node.
+  PluginResult Evaluate(const CycleState& state, const TaskContext& task, const NodeInfo& node,
+                        GpuMask restriction, GpuMask* mask) const {
+    *mask = AdmittedGpus(task, node, restriction);
+    for (const FilterPlugin* filter : filters) {
+      const PluginResult result = filter->Filter(state, task, node, *mask);
+      if (!result.ok()) {
+        return result;
+      }
+    }
+    return PluginResult::Success();
+  }
+
+  // Chooses among `candidates` by weighted, normalised scores; ties uniformly at random.
+  size_t SelectNode(const CycleState& state, const TaskContext& task, Random& random) {
+    if (candidates.size() == 1) {
+      return 0;
+    }
+    totals.assign(candidates.size(), 0);
+    for (const auto& [scorer, weight] : scorers) {
+      scorer->PreScore(state, task, candidates, random);
+      raw_scores.resize(candidates.size());
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        raw_scores[i] = scorer->Score(state, task, *candidates[i], candidate_masks[i]);
+      }
+      scorer->NormalizeScores(raw_scores);
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        totals[i] += weight * raw_scores[i];
+      }
+    }
+    size_t selected = 0;
+    uint64_t ties = 1;
+    for (size_t i = 1; i < totals.size(); ++i) {
+      if (totals[i] > totals[selected]) {
+        selected = i;
+        ties = 1;
+      } else if (totals[i] == totals[selected]) {
+        ++ties;
+        if (random.Uniform(ties) == 0) {
+          selected = i;
+        }
+      }
+    }
+    return selected;
+  }
+
+  void Rollback(CycleState& state, ClusterSnapshot& snapshot, size_t keep) {
+    while (state.reserved().size() > keep) {
+      const TaskPlacement placement = state.reserved().back();
+      for (auto it = reservers.rbegin(); it != reservers.rend(); ++it) {
+        (*it)->Unreserve(state, placement, snapshot);
+      }
+      snapshot.Revert(placement);
+      state.PopReserved();
+    }
+  }
+
+  // Places every task of the job on `nodes`, or none. On failure, `failed_group` names the group
+  // that ran out of room.
+  Status PlaceTasks(CycleState& state, const std::vector<TaskContext>& contexts,
+                    ClusterSnapshot& snapshot, const std::vector<int>& nodes, GpuMask restriction,
+                    Random& random, bool* placed, int* failed_group) {
+    const Job& job = state.job();
+    const size_t keep = state.reserved().size();
+    // Larger tasks first: they have the fewest places to go.
+    std::vector<int> order(job.groups.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return RequestedGpuMilli(job.groups[a].request.gpus) >
+             RequestedGpuMilli(job.groups[b].request.gpus);
+    });
+    *placed = false;
+    for (int group : order) {
+      const TaskContext& task = contexts[group];
+      for (int replica = 0; replica < job.groups[group].replicas; ++replica) {
+        candidates.clear();
+        candidate_masks.clear();
+        for (int n : nodes) {
+          GpuMask mask = 0;
+          if (Evaluate(state, task, snapshot.nodes()[n], restriction, &mask).ok()) {
+            candidates.push_back(&snapshot.nodes()[n]);
+            candidate_masks.push_back(mask);
+          }
+        }
+        if (candidates.empty()) {
+          Rollback(state, snapshot, keep);
+          *failed_group = group;
+          return Status::Ok();
+        }
+        const size_t chosen = SelectNode(state, task, random);
+        const NodeInfo& node = *candidates[chosen];
+        std::optional<std::vector<GpuAssignment>> gpus;
+        if (policy != nullptr) {
+          gpus = policy->PickGpus(task, node, candidate_masks[chosen], random);
+        }
+        if (!gpus) {
+          gpus = DefaultGpuPick(task, node, candidate_masks[chosen]);
+        }
+        if (!gpus) {
+          Rollback(state, snapshot, keep);
+          return InternalError(fmt::format("node {} passed the filters but no GPUs could be "
+                                           "picked for {}", node.node->id.value(),
+                                           GroupLabel(job, group)));
+        }
+        TaskPlacement placement{group, replica, node.index, task.request->host, std::move(*gpus)};
+        if (Status applied = snapshot.Apply(placement); !applied.ok()) {
+          Rollback(state, snapshot, keep);
+          return InternalError("placement rejected by the snapshot: " + applied.ToString());
+        }
+        state.AddReserved(placement);
+        for (ReservePlugin* reserver : reservers) {
+          reserver->Reserve(state, placement, snapshot);
+        }
+      }
+    }
+    *placed = true;
+    return Status::Ok();
+  }
+
+  // Fills each domain's capacity figures; true when it could hold every group.
+  bool MeasureDomain(const CycleState& state, const std::vector<TaskContext>& contexts,
+                     const ClusterSnapshot& snapshot, Domain& domain) const {
+    const Job& job = state.job();
+    domain.coverage = 1.0;
+    domain.free_gpu_milli = 0;
+    for (int n : domain.nodes) {
+      const NodeInfo& node = snapshot.nodes()[n];
+      for (size_t g = 0; g < node.gpus.size(); ++g) {
+        if (MaskHas(domain.restriction, static_cast<int>(g))) {
+          domain.free_gpu_milli += node.gpus[g].free_milli;
+        }
+      }
+    }
+    for (size_t group = 0; group < job.groups.size(); ++group) {
+      const int replicas = job.groups[group].replicas;
+      int capacity = 0;
+      for (int n : domain.nodes) {
+        const NodeInfo& node = snapshot.nodes()[n];
+        GpuMask mask = 0;
+        if (Evaluate(state, contexts[group], node, domain.restriction, &mask).ok()) {
+          capacity += MaxTasksOnNode(contexts[group], node, mask, replicas - capacity);
+        }
+        if (capacity >= replicas) {
+          break;
+        }
+      }
+      const double coverage = static_cast<double>(capacity) / replicas;
+      if (coverage < domain.coverage || domain.short_group < 0) {
+        if (coverage < domain.coverage) {
+          domain.coverage = coverage;
+        }
+        domain.short_group = static_cast<int>(group);
+        domain.short_capacity = capacity;
+      }
+    }
+    return domain.coverage >= 1.0;
+  }
+
+  // Orders viable domains smallest first (best fit); `best_short` gets the best non-viable one.
+  std::vector<Domain*> RankDomains(const CycleState& state, const std::vector<TaskContext>& contexts,
+                                   const ClusterSnapshot& snapshot, std::vector<Domain>& domains,
+                                   const Domain** best_short) const {
+    std::vector<Domain*> viable;
+    *best_short = nullptr;
+    for (Domain& domain : domains) {
+      if (MeasureDomain(state, contexts, snapshot, domain)) {
+        viable.push_back(&domain);
+      } else if (*best_short == nullptr || domain.coverage > (*best_short)->coverage) {
+        *best_short = &domain;
+      }
+    }
+    std::stable_sort(viable.begin(), viable.end(), [](const Domain* a, const Domain* b) {
+      return a->free_gpu_milli < b->free_gpu_milli;
+    });
+    return viable;
+  }
+
+  // Why no node of `nodes` takes a task of `group`, counted per reason.
+  std::vector<std::string> Diagnose(const CycleState& state, const TaskContext& task,
+                                    const ClusterSnapshot& snapshot, int* fitting) const {
+    std::map<std::string_view, int> reasons;
+    *fitting = 0;
+    for (const NodeInfo& node : snapshot.nodes()) {
+      GpuMask mask = 0;
+      const PluginResult result = Evaluate(state, task, node, kAllGpus, &mask);
+      if (result.ok()) {
+        ++*fitting;
+      } else {
+        ++reasons[result.reason];
+      }
+    }
+    std::vector<std::pair<std::string_view, int>> sorted(reasons.begin(), reasons.end());
+    std::stable_sort(sorted.begin(), sorted.end(),
+                     [](const auto& a, const auto& b) { return a.second > b.second; });
+    std::vector<std::string> details;
+    for (const auto& [reason, count] : sorted) {
+      details.push_back(fmt::format("{} {}", count, reason));
+    }
+    return details;
+  }
+};
+
+Scheduler::Scheduler(SchedulerOptions options)
+    : options_(std::move(options)), impl_(std::make_unique<Impl>()) {}
+
+Scheduler::~Scheduler() = default;
+
+Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& options,
+                                                     const PluginRegistry& registry) {
+  const auto& policies = PlacementPolicyNames();
+  if (std::find(policies.begin(), policies.end(), options.policy) == policies.end()) {
+    return InvalidArgumentError(fmt::format("policy: unknown policy \"{}\" (known: {})",
+                                            options.policy, fmt::join(policies, ", ")));
+  }
+  std::unique_ptr<Scheduler> scheduler(new Scheduler(options));
+  Impl& impl = *scheduler->impl_;
+  const std::vector<std::string> built_in = {
+      "topology-levels", "fault-domain-spread", "gpu-model",      "gpu-health",
+      "thermal-headroom", "node-ready",         "node-selector",  "identical-stack",
+      "host-resources",   "gpu-resources"};
+  for (const std::string& name : built_in) {
+    GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin,
+                              registry.Create(name, options.plugin_args));
+    impl.Add(std::move(plugin), 0);
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> policy,
+                            registry.Create(options.policy, options.plugin_args));
+  impl.policy = dynamic_cast<ScorePlugin*>(policy.get());
+  impl.Add(std::move(policy), options.policy_weight);
+  GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> preference,
+                            registry.Create("topology-preference", options.plugin_args));
+  impl.Add(std::move(preference), options.topology_preference_weight);
+  for (const std::string& name : options.extra_plugins) {
+    GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin,
+                              registry.Create(name, options.plugin_args));
+    impl.Add(std::move(plugin), 1);
+  }
+  return scheduler;
+}
+
+ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Random& random,
+                                   Binder* binder) {
+  ScheduleResult result;
+  if (Status valid = job.Validate(snapshot.catalog()); !valid.ok()) {
+    result.outcome = ScheduleOutcome::kError;
+    result.error = valid;
+    result.reason = valid.message();
+    return result;
+  }
+  Impl& impl = *impl_;
+  CycleState state(job);
+  for (PreFilterPlugin* plugin : impl.pre_filters) {
+    const PluginResult pre = plugin->PreFilter(state, snapshot);
+    if (!pre.ok()) {
+      result.reason = fmt::format("{}: {}", plugin->Name(), pre.reason);
+      if (plugin->Name() == "topology-levels") {
+        result.reason += fmt::format(" (job asks for \"{}\"/\"{}\"; known: {})",
+                                     job.topology.required_level, job.topology.preferred_level,
+                                     snapshot.topology().KnownLevelNames());
+      }
+      return result;
+    }
+  }
+
+  std::vector<TaskContext> contexts(job.groups.size());
+  for (size_t g = 0; g < job.groups.size(); ++g) {
+    TaskContext& task = contexts[g];
+    task.snapshot = &snapshot;
+    task.job = &job;
+    task.group = static_cast<int>(g);
+    task.request = &job.groups[g].request;
+    task.model_allowed.assign(snapshot.ModelCount(), job.allowed_gpu_models.empty());
+    for (const std::string& name : job.allowed_gpu_models) {
+      if (const int id = snapshot.ModelId(name); id >= 0) {
+        task.model_allowed[id] = true;
+      }
+    }
+    task.mig_profile.assign(snapshot.ModelCount(), nullptr);
+    if (const auto* mig = std::get_if<MigGpus>(&task.request->gpus)) {
+      for (int m = 0; m < snapshot.ModelCount(); ++m) {
+        task.mig_profile[m] = snapshot.Model(m).FindMigProfile(mig->profile);
+      }
+    }
+  }
+
+  std::vector<int> all_nodes(snapshot.nodes().size());
+  std::iota(all_nodes.begin(), all_nodes.end(), 0);
+  const std::string& required = job.topology.required_level;
+  const std::string& preferred = job.topology.preferred_level;
+  std::vector<Domain> domains =
+      SplitIntoDomains(job, snapshot, all_nodes, required, kAllGpus);
+
+  std::vector<Domain*> order;
+  const Domain* best_short = nullptr;
+  if (domains.size() == 1 && preferred.empty()) {
+    order.push_back(&domains[0]);  // one domain: no need to measure it first
+  } else {
+    order = impl.RankDomains(state, contexts, snapshot, domains, &best_short);
+  }
+
+  int failed_group = 0;
+  for (Domain* domain : order) {
+    bool placed = false;
+    // Inside the required domain, first try to keep the gang in one preferred-level domain.
+    if (!preferred.empty() && preferred != required) {
+      std::vector<Domain> inner =
+          SplitIntoDomains(job, snapshot, domain->nodes, preferred, domain->restriction);
+      if (inner.size() > 1) {
+        const Domain* unused = nullptr;
+        std::vector<Domain*> inner_order =
+            impl.RankDomains(state, contexts, snapshot, inner, &unused);
+        if (!inner_order.empty()) {
+          if (Status status = impl.PlaceTasks(state, contexts, snapshot, inner_order[0]->nodes,
+                                              inner_order[0]->restriction, random, &placed,
+                                              &failed_group);
+              !status.ok()) {
+            result.outcome = ScheduleOutcome::kError;
+            result.error = status;
+            result.reason = status.message();
+            return result;
+          }
+        }
+      }
+    }
+    if (!placed) {
+      if (Status status = impl.PlaceTasks(state, contexts, snapshot, domain->nodes,
+                                          domain->restriction, random, &placed, &failed_group);
+          !status.ok()) {
+        result.outcome = ScheduleOutcome::kError;
+        result.error = status;
+        result.reason = status.message();
+        return result;
+      }
+    }
+    if (!placed) {
+      continue;
+    }
+    if (binder != nullptr) {
+      if (Status bound = binder->Bind(job, state.reserved(), snapshot); !bound.ok()) {
+        impl.Rollback(state, snapshot, 0);
+        result.outcome = ScheduleOutcome::kError;
+        result.error = bound;
+        result.reason = "bind failed: " + bound.ToString();
+        return result;
+      }
+    }
+    result.outcome = ScheduleOutcome::kScheduled;
+    result.placements = state.reserved();
+    return result;
+  }
+
+  // Not placed: say why in terms a person can act on.
+  if (!required.empty()) {
+    if (best_short != nullptr) {
+      result.reason = fmt::format(
+          "no {} can hold all tasks of {}; the best, {}, can hold {}", required,
+          GroupLabel(job, best_short->short_group), best_short->name, best_short->short_capacity);
+    } else {
+      result.reason = fmt::format("no {} has room for the whole gang", required);
+    }
+    failed_group = best_short != nullptr ? best_short->short_group : failed_group;
+  }
+  int fitting = 0;
+  result.details = impl.Diagnose(state, contexts[failed_group], snapshot, &fitting);
+  if (result.reason.empty()) {
+    result.reason = fitting == 0
+                        ? fmt::format("{}: 0/{} nodes can take a task: {}",
+                                      GroupLabel(job, failed_group), snapshot.nodes().size(),
+                                      fmt::join(result.details, ", "))
+                        : fmt::format("{}: only part of the gang fits ({} nodes can take a task)",
+                                      GroupLabel(job, failed_group), fitting);
+  }
+  return result;
+}
+
+}  // namespace gpufleet::scheduler

@@ -1,0 +1,70 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpufleet/core/random.h"
+#include "gpufleet/core/status.h"
+#include "gpufleet/core/workload.h"
+#include "gpufleet/scheduler/framework.h"
+#include "gpufleet/scheduler/registry.h"
+#include "gpufleet/scheduler/snapshot.h"
+
+namespace gpufleet::scheduler {
+
+struct SchedulerOptions {
+  // The placement policy (a score plugin): random, dot-prod, gpu-clustering, gpu-packing,
+  // best-fit or fgd.
+  std::string policy = "best-fit";
+  int64_t policy_weight = 1;
+  // Weight of the preferred-topology score against the policy's; both are scaled to [0, 100].
+  int64_t topology_preference_weight = 2;
+  // Extra plugins by registry name, added to every extension point they implement.
+  std::vector<std::string> extra_plugins;
+  PluginArgs plugin_args;
+};
+
+enum class ScheduleOutcome { kScheduled, kUnschedulable, kError };
+
+// What happened to one job. "Does not fit" is kUnschedulable with a reason a person can act on;
+// kError is for a job that is invalid or a Bind that failed.
+struct ScheduleResult {
+  ScheduleOutcome outcome = ScheduleOutcome::kUnschedulable;
+  std::vector<TaskPlacement> placements;
+  std::string reason;                // one line, e.g. "no leaf can hold all 128 tasks ..."
+  std::vector<std::string> details;  // per-constraint node counts
+  Status error;                      // set for kError
+
+  bool scheduled() const { return outcome == ScheduleOutcome::kScheduled; }
+};
+
+// The scheduler: a pure function of a snapshot, a job and a random source. It places gangs all
+// or nothing: it picks the smallest domain at the job's required topology level that can hold the
+// whole gang, prefers one domain of the preferred level inside it, then places task by task with
+// the filters and the scoring policy, rolling back everything if any task fails. No IO, no threads,
+// no clock. Thread-compatible: one Scheduler per thread.
+class Scheduler {
+ public:
+  // kNotFound / kInvalidArgument when a plugin is unknown or cannot be built.
+  static Result<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options,
+                                                   const PluginRegistry& registry);
+  ~Scheduler();
+
+  // Places `job` in `snapshot`. On kScheduled the snapshot holds the placements (applied) and
+  // `binder`, when given, has accepted them; otherwise the snapshot is as it was.
+  ScheduleResult Schedule(const Job& job, ClusterSnapshot& snapshot, Random& random,
+                          Binder* binder = nullptr);
+
+  const SchedulerOptions& options() const { return options_; }
+
+ private:
+  struct Impl;
+  explicit Scheduler(SchedulerOptions options);
+
+  SchedulerOptions options_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace gpufleet::scheduler

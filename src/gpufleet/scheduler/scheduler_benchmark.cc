@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+// Placement latency: (a) one task on the openb cluster per policy, (b) a 1,024-GPU gang under a
+// required block constraint on a synthetic 16,384-GPU cluster at 50% occupancy.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <memory>
+#include <numeric>
+
+#include "gpufleet/core/random.h"
+#include "gpufleet/core/synthetic_cluster.h"
+#include "gpufleet/scheduler/scheduler.h"
+#include "gpufleet/sim/fill.h"
+#include "gpufleet/sim/openb.h"
+
+namespace gpufleet::scheduler {
+namespace {
+
+const std::string kDataDir = GPUFLEET_TEST_DATA_DIR;
+
+struct OpenbSetup {
+  GpuCatalog catalog = GpuCatalog::Default();
+  Cluster cluster;
+  std::vector<Job> pods;
+  TargetWorkload workload;
+};
+
+const OpenbSetup& Openb() {
+  static const OpenbSetup* setup = [] {
+    auto* loaded = new OpenbSetup;
+    loaded->cluster =
+        sim::LoadOpenbNodes(kDataDir + "/openb/openb_node_list_gpu_node.csv", loaded->catalog)
+            .value();
+    loaded->pods =
+        sim::LoadOpenbPods(kDataDir + "/openb/openb_pod_list_default.csv", loaded->catalog)
+            .value();
+    std::vector<TaskShape> shapes;
+    for (const Job& pod : loaded->pods) {
+      shapes.push_back(ShapeOf(pod.groups[0].request, pod.allowed_gpu_models));
+    }
+    loaded->workload = TargetWorkload::FromShapes(shapes);
+    return loaded;
+  }();
+  return *setup;
+}
+
+// (a) The cluster is first filled to 70% of its GPUs (arrival order of seed 42) by the policy
+// itself; each iteration then places one trace task and releases it again.
+void BM_PlaceOneTaskOnOpenb(benchmark::State& state) {
+  const OpenbSetup& setup = Openb();
+  const std::string policy = PlacementPolicyNames()[state.range(0)];
+  state.SetLabel(policy);
+  ClusterSnapshot snapshot = ClusterSnapshot::Build(setup.cluster, setup.catalog).value();
+  SchedulerOptions options;
+  options.policy = policy;
+  options.plugin_args.target_workload = setup.workload;
+  std::unique_ptr<Scheduler> scheduler =
+      Scheduler::Create(options, PluginRegistry::Default()).value();
+  Random random(42);
+  const std::vector<Job> order =
+      sim::FillArrivalOrder(setup.pods, snapshot.TotalGpuMilli(), 1.3, 42);
+  size_t next = 0;
+  int64_t arrived = 0;
+  while (next < order.size() && arrived < snapshot.TotalGpuMilli() * 7 / 10) {
+    arrived += order[next].RequestedGpuMilliTotal();
+    (void)scheduler->Schedule(order[next++], snapshot, random);
+  }
+  int64_t placed = 0;
+  for (auto _ : state) {
+    const Job& job = order[next + (placed % 256)];
+    ScheduleResult result = scheduler->Schedule(job, snapshot, random);
+    for (const TaskPlacement& placement : result.placements) {
+      snapshot.Release(placement);
+    }
+    benchmark::DoNotOptimize(result);
+    ++placed;
+  }
+  state.counters["nodes"] = static_cast<double>(snapshot.nodes().size());
+  state.counters["gpus"] = snapshot.TotalGpus();
+}
+BENCHMARK(BM_PlaceOneTaskOnOpenb)
+    ->DenseRange(0, 5)
+    ->Unit(benchmark::kMicrosecond);
+
+// (b) 8 blocks x 8 leaves x 32 nodes x 8 H100 = 16,384 GPUs; half the nodes (chosen at random,
+// seed 7) are taken whole, so a block holds ~128 free nodes and only some blocks fit the gang.
+void BM_PlaceGangUnderRequiredBlock(benchmark::State& state) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  Cluster cluster = MakeSyntheticCluster({8, 8, 32, 8, "H100-80GB"}, catalog).value();
+  ClusterSnapshot snapshot = ClusterSnapshot::Build(std::move(cluster), catalog).value();
+  std::vector<int> nodes(snapshot.nodes().size());
+  std::iota(nodes.begin(), nodes.end(), 0);
+  Random occupancy(7);
+  occupancy.Shuffle(nodes);
+  for (size_t i = 0; i < nodes.size() / 2; ++i) {
+    TaskPlacement busy{0, 0, nodes[i], {}, {}};
+    for (int g = 0; g < 8; ++g) {
+      busy.gpus.push_back({g, kMilliPerUnit, 0});
+    }
+    (void)snapshot.Apply(busy);
+  }
+  SchedulerOptions options;
+  options.policy = "best-fit";
+  std::unique_ptr<Scheduler> scheduler =
+      Scheduler::Create(options, PluginRegistry::Default()).value();
+  Job gang;
+  gang.id = JobId("gang-1024");
+  gang.groups.push_back({"workers", 128, {{16000, 65536}, WholeGpus{8}}});
+  gang.topology.required_level = "block";
+  gang.topology.preferred_level = "leaf";
+  Random random(1);
+  for (auto _ : state) {
+    ScheduleResult result = scheduler->Schedule(gang, snapshot, random);
+    if (!result.scheduled()) {
+      state.SkipWithError(result.reason.c_str());
+      break;
+    }
+    for (const TaskPlacement& placement : result.placements) {
+      snapshot.Release(placement);
+    }
+    benchmark::DoNotOptimize(result);
+  }
+  state.counters["gpus"] = snapshot.TotalGpus();
+}
+BENCHMARK(BM_PlaceGangUnderRequiredBlock)
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace gpufleet::scheduler
+
+BENCHMARK_MAIN();

@@ -1,0 +1,405 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/scheduler/scheduler.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "gpufleet/core/synthetic_cluster.h"
+#include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/scheduler/testing/cluster_builder.h"
+
+namespace gpufleet::scheduler {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::MakeJob;
+using testing::MakeNode;
+
+class SchedulerTest : public ::testing::Test {
+ protected:
+  void Use(Cluster cluster, const std::string& policy = "best-fit") {
+    auto snapshot = ClusterSnapshot::Build(std::move(cluster), catalog_);
+    ASSERT_OK(snapshot);
+    snapshot_.emplace(std::move(snapshot).value());
+    SchedulerOptions options;
+    options.policy = policy;
+    auto scheduler = Scheduler::Create(options, PluginRegistry::Default());
+    ASSERT_OK(scheduler);
+    scheduler_ = std::move(scheduler).value();
+  }
+
+  // Two leaves in one block: leaf-a has 3 nodes, leaf-b has 2; 8 H100 each.
+  Cluster TwoLeaves() {
+    Cluster cluster;
+    cluster.topology = Topology({"block", "leaf"});
+    for (int i = 0; i < 3; ++i) {
+      cluster.nodes.push_back(MakeNode("a" + std::to_string(i), 8, "H100-80GB", {"b0", "leaf-a"}));
+    }
+    for (int i = 0; i < 2; ++i) {
+      cluster.nodes.push_back(MakeNode("b" + std::to_string(i), 8, "H100-80GB", {"b0", "leaf-b"}));
+    }
+    return cluster;
+  }
+
+  ScheduleResult Schedule(const Job& job, uint64_t seed = 1) {
+    Random random(seed);
+    return scheduler_->Schedule(job, *snapshot_, random);
+  }
+
+  std::set<std::string> LeavesOf(const ScheduleResult& result) {
+    std::set<std::string> leaves;
+    for (const TaskPlacement& placement : result.placements) {
+      const NodeInfo& node = snapshot_->nodes()[placement.node];
+      leaves.insert(snapshot_->DomainName(1, node.domains[1]));
+    }
+    return leaves;
+  }
+
+  GpuCatalog catalog_ = GpuCatalog::Default();
+  std::optional<ClusterSnapshot> snapshot_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+TEST_F(SchedulerTest, PlacesASingleTask) {
+  Use(TwoLeaves());
+  const ScheduleResult result = Schedule(MakeJob("j", 1, WholeGpus{2}));
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  ASSERT_EQ(result.placements.size(), 1U);
+  EXPECT_EQ(result.placements[0].gpus.size(), 2U);
+  EXPECT_EQ(snapshot_->AllocatedGpuMilli(), 2000);
+}
+
+// 4 nodes x 8 GPUs fit in the cluster (5 nodes) but in no single leaf (3 and 2 nodes).
+TEST_F(SchedulerTest, GangThatFitsTheClusterButNoLeafIsNotPlacedUnderRequiredLeaf) {
+  Use(TwoLeaves());
+  Job job = MakeJob("gang", 4, WholeGpus{8});
+  job.topology.required_level = "leaf";
+  const ScheduleResult result = Schedule(job);
+  EXPECT_FALSE(result.scheduled());
+  EXPECT_THAT(result.reason, HasSubstr("no leaf can hold all tasks"));
+  EXPECT_THAT(result.reason, HasSubstr("the best, leaf-a, can hold 3"));
+  EXPECT_EQ(snapshot_->AllocatedGpuMilli(), 0);
+  job.topology.required_level.clear();
+  const ScheduleResult unconstrained = Schedule(job);
+  ASSERT_TRUE(unconstrained.scheduled()) << unconstrained.reason;
+  EXPECT_EQ(LeavesOf(unconstrained).size(), 2U);
+}
+
+TEST_F(SchedulerTest, RequiredLeafChoosesTheSmallestLeafThatHoldsTheGang) {
+  Use(TwoLeaves());
+  Job job = MakeJob("gang", 2, WholeGpus{8});
+  job.topology.required_level = "leaf";
+  const ScheduleResult result = Schedule(job);
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  EXPECT_EQ(LeavesOf(result), (std::set<std::string>{"leaf-b"}));
+}
+
+TEST_F(SchedulerTest, PreferredNodeKeepsAGangOnOneNodeWhenItCan) {
+  Use(TwoLeaves());
+  // Occupy half of every node except b1, so only b1 can take both tasks together.
+  for (int n = 0; n < 4; ++n) {
+    ASSERT_OK(snapshot_->Apply({0, 0, n, {}, {{0, 1000, 0}, {1, 1000, 0}, {2, 1000, 0},
+                                              {3, 1000, 0}}}));
+  }
+  Job job = MakeJob("pair", 2, WholeGpus{4});
+  job.topology.preferred_level = "node";
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    SCOPED_TRACE(seed);
+    const ScheduleResult result = Schedule(job, seed);
+    ASSERT_TRUE(result.scheduled()) << result.reason;
+    EXPECT_EQ(result.placements[0].node, 4);
+    EXPECT_EQ(result.placements[1].node, 4);
+    for (const TaskPlacement& placement : result.placements) {
+      snapshot_->Release(placement);
+    }
+  }
+}
+
+TEST_F(SchedulerTest, RequiredNvlinkDomainKeepsEachTaskInOneDomain) {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("n", 8));
+  for (int g = 4; g < 8; ++g) {
+    cluster.nodes[0].gpus[g].nvlink_domain = 1;
+  }
+  Use(cluster);
+  // GPUs 0 and 5 are busy: 3 free in each domain, 6 in all.
+  ASSERT_OK(snapshot_->Apply({0, 0, 0, {}, {{0, 1000, 0}, {5, 1000, 0}}}));
+  Job job = MakeJob("j", 1, WholeGpus{4});
+  job.topology.required_level = "nvlink-domain";
+  EXPECT_FALSE(Schedule(job).scheduled());
+  job.topology.required_level.clear();
+  EXPECT_TRUE(Schedule(job).scheduled());
+}
+
+TEST_F(SchedulerTest, MigRequestThatFitsFreeSlicesButNoValidStartIsNotPlaced) {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("n", 1, "A100-80GB"));
+  cluster.nodes[0].gpus[0].mig_enabled = true;
+  // 1g instances at 0, 2, 4, 6: slices 1, 3, 5, 7 are free, four in all.
+  for (int start : {0, 2, 4, 6}) {
+    cluster.nodes[0].gpus[0].mig_instances.push_back({"1g.10gb", start, true});
+  }
+  Use(cluster);
+  const ScheduleResult result = Schedule(MakeJob("j", 1, MigGpus{"2g.20gb", 1}));
+  EXPECT_FALSE(result.scheduled());
+  EXPECT_THAT(result.reason, HasSubstr("no free MIG instance or valid MIG start slot"));
+  const ScheduleResult small = Schedule(MakeJob("k", 1, MigGpus{"1g.10gb", 1}));
+  ASSERT_TRUE(small.scheduled()) << small.reason;
+  EXPECT_EQ(small.placements[0].gpus[0].mig_start, 1);
+  EXPECT_TRUE(small.placements[0].gpus[0].mig_created);
+}
+
+TEST_F(SchedulerTest, MigRequestClaimsAFreeExistingInstanceFirst) {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("n", 1, "H100-80GB"));
+  cluster.nodes[0].gpus[0].mig_enabled = true;
+  cluster.nodes[0].gpus[0].mig_instances.push_back({"3g.40gb", 4, false});
+  Use(cluster);
+  const ScheduleResult result = Schedule(MakeJob("j", 1, MigGpus{"3g.40gb", 1}));
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  EXPECT_EQ(result.placements[0].gpus[0].mig_start, 4);
+  EXPECT_FALSE(result.placements[0].gpus[0].mig_created);
+}
+
+TEST_F(SchedulerTest, UnhealthyAndQuarantinedGpusAreNeverChosen) {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("n", 8));
+  cluster.nodes[0].gpus[2].health = GpuHealth::kUnhealthy;
+  cluster.nodes[0].gpus[5].health = GpuHealth::kQuarantined;
+  cluster.nodes[0].gpus[6].health = GpuHealth::kDegraded;
+  Use(cluster);
+  EXPECT_FALSE(Schedule(MakeJob("all", 1, WholeGpus{8})).scheduled());
+  EXPECT_FALSE(Schedule(MakeJob("seven", 1, WholeGpus{7})).scheduled());
+  const ScheduleResult six = Schedule(MakeJob("six", 1, WholeGpus{6}));
+  ASSERT_TRUE(six.scheduled()) << six.reason;
+  for (const GpuAssignment& gpu : six.placements[0].gpus) {
+    EXPECT_NE(gpu.gpu, 2);
+    EXPECT_NE(gpu.gpu, 5);
+  }
+  snapshot_->Release(six.placements[0]);
+  // Six usable GPUs take twelve half shares, and not one more.
+  for (int share = 0; share < 12; ++share) {
+    const ScheduleResult result = Schedule(MakeJob("s", 1, FractionalGpu{500, 0}), share);
+    ASSERT_TRUE(result.scheduled());
+    EXPECT_NE(result.placements[0].gpus[0].gpu, 2);
+    EXPECT_NE(result.placements[0].gpus[0].gpu, 5);
+  }
+  EXPECT_FALSE(Schedule(MakeJob("s", 1, FractionalGpu{500, 0})).scheduled());
+}
+
+TEST_F(SchedulerTest, GangIsNeverHalfPlaced) {
+  Use(TwoLeaves());
+  // 5 nodes can take 5 of the 6 tasks: nothing may be placed.
+  const ScheduleResult result = Schedule(MakeJob("gang", 6, WholeGpus{8}));
+  EXPECT_FALSE(result.scheduled());
+  EXPECT_TRUE(result.placements.empty());
+  EXPECT_EQ(snapshot_->AllocatedGpuMilli(), 0);
+  for (const NodeInfo& node : snapshot_->nodes()) {
+    EXPECT_EQ(node.IdleGpuCount(), 8);
+    EXPECT_EQ(node.free, node.capacity);
+  }
+  EXPECT_THAT(result.reason, HasSubstr("only part of the gang fits"));
+}
+
+TEST_F(SchedulerTest, MultiGroupGangIsAllOrNothing) {
+  Use(TwoLeaves());
+  Job job = MakeJob("mixed", 5, WholeGpus{8});
+  job.groups.push_back({"eval", 1, {{1000, 1024}, FractionalGpu{100, 0}}});
+  EXPECT_FALSE(Schedule(job).scheduled());
+  EXPECT_EQ(snapshot_->AllocatedGpuMilli(), 0);
+  job.groups[0].replicas = 4;
+  const ScheduleResult result = Schedule(job);
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  EXPECT_EQ(result.placements.size(), 5U);
+}
+
+TEST_F(SchedulerTest, SameSeedGivesTheSamePlacement) {
+  for (const std::string& policy : PlacementPolicyNames()) {
+    SCOPED_TRACE(policy);
+    if (policy == "fgd") {
+      continue;  // needs a target workload; covered in policies_test
+    }
+    std::vector<std::vector<TaskPlacement>> runs;
+    for (int run = 0; run < 2; ++run) {
+      Use(TwoLeaves(), policy);
+      Random random(42);
+      std::vector<TaskPlacement> placements;
+      for (int i = 0; i < 20; ++i) {
+        const ScheduleResult result = scheduler_->Schedule(
+            MakeJob("j" + std::to_string(i), 1, FractionalGpu{300 + 10 * i, 0}), *snapshot_,
+            random);
+        ASSERT_TRUE(result.scheduled());
+        placements.push_back(result.placements[0]);
+      }
+      runs.push_back(placements);
+    }
+    EXPECT_EQ(runs[0], runs[1]);
+  }
+}
+
+TEST_F(SchedulerTest, CordonedDrainingAndNotReadyNodesTakeNoTask) {
+  Cluster cluster = TwoLeaves();
+  cluster.nodes[0].state = NodeState::kCordoned;
+  cluster.nodes[1].state = NodeState::kDraining;
+  cluster.nodes[2].state = NodeState::kNotReady;
+  Use(cluster);
+  const ScheduleResult result = Schedule(MakeJob("gang", 3, WholeGpus{8}));
+  EXPECT_FALSE(result.scheduled());
+  EXPECT_THAT(result.details, ::testing::Contains(HasSubstr("node is cordoned")));
+  const ScheduleResult two = Schedule(MakeJob("gang", 2, WholeGpus{8}));
+  ASSERT_TRUE(two.scheduled());
+  EXPECT_EQ(LeavesOf(two), (std::set<std::string>{"leaf-b"}));
+}
+
+TEST_F(SchedulerTest, AllowedModelsMinimumMemoryAndSelectors) {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("t4", 4, "T4"));
+  cluster.nodes.push_back(MakeNode("h100", 4, "H100-80GB"));
+  cluster.nodes[1].labels["zone"] = "east";
+  Use(cluster);
+  Job job = MakeJob("j", 1, WholeGpus{1});
+  job.allowed_gpu_models = {"T4"};
+  ScheduleResult result = Schedule(job);
+  ASSERT_TRUE(result.scheduled());
+  EXPECT_EQ(result.placements[0].node, 0);
+  job.allowed_gpu_models.clear();
+  job.min_gpu_memory_mib = 40 * 1024;
+  result = Schedule(job);
+  ASSERT_TRUE(result.scheduled());
+  EXPECT_EQ(result.placements[0].node, 1);
+  job.min_gpu_memory_mib = 0;
+  job.node_selector["zone"] = "west";
+  result = Schedule(job);
+  EXPECT_FALSE(result.scheduled());
+  EXPECT_THAT(result.reason, HasSubstr("2 node labels do not match the node selector"));
+}
+
+TEST_F(SchedulerTest, ThermalHeadroomKeepsHotGpusFree) {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("n", 2));
+  cluster.nodes[0].gpus[0].thermal_headroom_c = 2;
+  Use(cluster);
+  ScheduleResult result = Schedule(MakeJob("j", 1, WholeGpus{1}));
+  ASSERT_TRUE(result.scheduled());
+  EXPECT_EQ(result.placements[0].gpus[0].gpu, 1);
+  EXPECT_FALSE(Schedule(MakeJob("k", 1, WholeGpus{1})).scheduled());
+}
+
+TEST_F(SchedulerTest, IdenticalStackKeepsTheGangOnOneDriverAndCuda) {
+  Cluster cluster;
+  for (int i = 0; i < 5; ++i) {
+    cluster.nodes.push_back(MakeNode("n" + std::to_string(i), 8));
+    cluster.nodes[i].labels[std::string(kDriverVersionLabel)] = i < 3 ? "550.54" : "560.28";
+    cluster.nodes[i].labels[std::string(kCudaVersionLabel)] = "12.4";
+  }
+  Use(cluster);
+  Job job = MakeJob("gang", 4, WholeGpus{8});
+  job.identical_stack_labels = {std::string(kDriverVersionLabel),
+                                std::string(kCudaVersionLabel)};
+  EXPECT_FALSE(Schedule(job).scheduled());
+  job.groups[0].replicas = 3;
+  const ScheduleResult result = Schedule(job);
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  for (const TaskPlacement& placement : result.placements) {
+    EXPECT_LT(placement.node, 3);
+  }
+  // A node without the labels is never part of such a gang.
+  snapshot_.reset();
+  cluster.nodes[0].labels.clear();
+  Use(cluster);
+  const ScheduleResult without = Schedule(job);
+  EXPECT_FALSE(without.scheduled());
+}
+
+TEST_F(SchedulerTest, SpreadAcrossFaultDomainsHonoursMaxSkew) {
+  Cluster cluster;
+  for (int i = 0; i < 4; ++i) {
+    cluster.nodes.push_back(MakeNode("n" + std::to_string(i), 8));
+    cluster.nodes[i].fault_domains["rack"] = i < 2 ? "r1" : "r2";
+  }
+  Use(cluster, "gpu-packing");
+  Job job = MakeJob("spread", 4, WholeGpus{1});
+  job.spread = {"rack", 1};
+  const ScheduleResult result = Schedule(job);
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  int in_r1 = 0;
+  for (const TaskPlacement& placement : result.placements) {
+    in_r1 += placement.node < 2 ? 1 : 0;
+  }
+  EXPECT_EQ(in_r1, 2);
+  job.spread.fault_domain = "power-feed";
+  const ScheduleResult missing = Schedule(job);
+  EXPECT_FALSE(missing.scheduled());
+  EXPECT_THAT(missing.reason, HasSubstr("fault-domain label"));
+}
+
+TEST_F(SchedulerTest, UnknownTopologyLevelIsReported) {
+  Use(TwoLeaves());
+  Job job = MakeJob("j", 1, WholeGpus{1});
+  job.topology.required_level = "rack";
+  const ScheduleResult result = Schedule(job);
+  EXPECT_FALSE(result.scheduled());
+  EXPECT_THAT(result.reason, HasSubstr("known: block, leaf, node, nvlink-domain"));
+}
+
+TEST_F(SchedulerTest, InvalidJobIsAnError) {
+  Use(TwoLeaves());
+  const ScheduleResult result = Schedule(MakeJob("j", 0, WholeGpus{1}));
+  EXPECT_EQ(result.outcome, ScheduleOutcome::kError);
+  EXPECT_THAT(result.error.message(), HasSubstr("groups[0].replicas: 0"));
+}
+
+class FailingBinder final : public Binder {
+ public:
+  Status Bind(const Job&, const std::vector<TaskPlacement>& placements,
+              const ClusterSnapshot&) override {
+    seen = placements.size();
+    return Status(StatusCode::kAborted, "version conflict");
+  }
+  size_t seen = 0;
+};
+
+TEST_F(SchedulerTest, FailedBindRollsTheJobBack) {
+  Use(TwoLeaves());
+  FailingBinder binder;
+  Random random(1);
+  const ScheduleResult result =
+      scheduler_->Schedule(MakeJob("gang", 3, WholeGpus{8}), *snapshot_, random, &binder);
+  EXPECT_EQ(result.outcome, ScheduleOutcome::kError);
+  EXPECT_EQ(binder.seen, 3U);
+  EXPECT_EQ(result.error.code(), StatusCode::kAborted);
+  EXPECT_EQ(snapshot_->AllocatedGpuMilli(), 0);
+}
+
+TEST_F(SchedulerTest, UnknownPolicyIsRejected) {
+  SchedulerOptions options;
+  options.policy = "magic";
+  EXPECT_THAT(Scheduler::Create(options, PluginRegistry::Default()),
+              gpufleet::testing::StatusIs(StatusCode::kInvalidArgument,
+                                          HasSubstr("unknown policy \"magic\"")));
+  options.policy = "fgd";
+  EXPECT_THAT(Scheduler::Create(options, PluginRegistry::Default()),
+              gpufleet::testing::StatusIs(StatusCode::kInvalidArgument,
+                                          HasSubstr("needs a target workload")));
+}
+
+TEST_F(SchedulerTest, LargeGangUnderRequiredBlockStaysInOneBlock) {
+  auto cluster = MakeSyntheticCluster({4, 4, 4, 8, "H100-80GB"}, catalog_);
+  ASSERT_OK(cluster);
+  Use(*cluster);
+  Job job = MakeJob("big", 16, WholeGpus{8});
+  job.topology = {"block", "leaf"};
+  const ScheduleResult result = Schedule(job);
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  std::set<int> blocks;
+  for (const TaskPlacement& placement : result.placements) {
+    blocks.insert(snapshot_->nodes()[placement.node].domains[0]);
+  }
+  EXPECT_EQ(blocks.size(), 1U);
+  EXPECT_EQ(result.placements.size(), 16U);
+}
+
+}  // namespace
+}  // namespace gpufleet::scheduler

@@ -1,0 +1,289 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/scheduler/snapshot.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+namespace gpufleet::scheduler {
+namespace {
+
+int64_t MigInstanceMilli(const MigProfile& profile) {
+  return profile.compute_slices * kMilliPerUnit / kMigComputeSlices;
+}
+
+}  // namespace
+
+int64_t NodeInfo::FreeGpuMilli() const {
+  int64_t total = 0;
+  for (const GpuSlot& gpu : gpus) {
+    total += gpu.free_milli;
+  }
+  return total;
+}
+
+int NodeInfo::IdleGpuCount() const {
+  int count = 0;
+  for (const GpuSlot& gpu : gpus) {
+    count += gpu.IsIdle() ? 1 : 0;
+  }
+  return count;
+}
+
+int NodeInfo::TaskCountOfKind(int kind) const {
+  for (const auto& [key, count] : gpu_task_kinds) {
+    if (key == kind) {
+      return count;
+    }
+  }
+  return 0;
+}
+
+std::optional<int> GpuTaskKind(const std::vector<GpuAssignment>& gpus) {
+  if (gpus.empty()) {
+    return std::nullopt;
+  }
+  if (!gpus[0].mig_profile.empty()) {
+    return -1;
+  }
+  if (gpus.size() == 1 && gpus[0].milli < kMilliPerUnit) {
+    return 0;
+  }
+  return static_cast<int>(gpus.size());
+}
+
+namespace {
+
+void CountTaskKind(NodeInfo& node, const std::vector<GpuAssignment>& gpus, int delta) {
+  const std::optional<int> kind = GpuTaskKind(gpus);
+  if (!kind) {
+    return;
+  }
+  auto entry = std::find_if(node.gpu_task_kinds.begin(), node.gpu_task_kinds.end(),
+                            [&](const auto& candidate) { return candidate.first == *kind; });
+  if (entry == node.gpu_task_kinds.end()) {
+    node.gpu_task_kinds.emplace_back(*kind, delta);
+    return;
+  }
+  entry->second += delta;
+  if (entry->second == 0) {
+    node.gpu_task_kinds.erase(entry);
+  }
+}
+
+}  // namespace
+
+Result<ClusterSnapshot> ClusterSnapshot::Build(Cluster cluster, const GpuCatalog& catalog) {
+  GPUFLEET_RETURN_IF_ERROR(cluster.Validate(catalog));
+  ClusterSnapshot snapshot;
+  snapshot.cluster_ = std::move(cluster);
+  snapshot.catalog_ = &catalog;
+  const size_t levels = snapshot.cluster_.topology.levels().size();
+  snapshot.domain_names_.resize(levels);
+  std::vector<std::map<std::string, int>> domain_ids(levels);
+  std::map<std::string, int> model_ids;
+
+  snapshot.nodes_.reserve(snapshot.cluster_.nodes.size());
+  for (size_t n = 0; n < snapshot.cluster_.nodes.size(); ++n) {
+    const Node& node = snapshot.cluster_.nodes[n];
+    if (node.gpus.size() > static_cast<size_t>(kMaxGpusPerNode)) {
+      return InvalidArgumentError(fmt::format("nodes[{}] (\"{}\").gpus: {} GPUs, at most {}", n,
+                                              node.id.value(), node.gpus.size(),
+                                              kMaxGpusPerNode));
+    }
+    NodeInfo info;
+    info.index = static_cast<int>(n);
+    info.node = &node;
+    info.capacity = node.capacity;
+    info.free = node.capacity;
+    for (size_t level = 0; level < levels; ++level) {
+      auto [it, inserted] = domain_ids[level].emplace(
+          node.topology[level], static_cast<int>(snapshot.domain_names_[level].size()));
+      if (inserted) {
+        snapshot.domain_names_[level].push_back(node.topology[level]);
+      }
+      info.domains.push_back(it->second);
+    }
+    for (const Gpu& gpu : node.gpus) {
+      const GpuModelInfo* model = catalog.Find(gpu.model).value();
+      auto [it, inserted] = model_ids.emplace(model->name, static_cast<int>(snapshot.models_.size()));
+      if (inserted) {
+        snapshot.models_.push_back(model);
+      }
+      GpuSlot slot;
+      slot.index = gpu.index;
+      slot.model_id = it->second;
+      slot.memory_mib = gpu.memory_mib > 0 ? gpu.memory_mib : model->memory_mib;
+      slot.free_memory_mib = slot.memory_mib;
+      slot.health = gpu.health;
+      slot.thermal_headroom_c = gpu.thermal_headroom_c;
+      slot.nvlink_domain = gpu.nvlink_domain;
+      slot.mig_enabled = gpu.mig_enabled;
+      if (gpu.mig_enabled) {
+        slot.mig = MigLayout::FromInstances(*model, gpu.mig_instances).value();
+        slot.mig_instances = gpu.mig_instances;
+        for (const MigInstance& instance : gpu.mig_instances) {
+          if (instance.in_use) {
+            const int64_t milli = MigInstanceMilli(*model->FindMigProfile(instance.profile));
+            slot.free_milli -= milli;
+            snapshot.allocated_gpu_milli_ += milli;
+          }
+        }
+      }
+      snapshot.total_gpu_milli_ += kMilliPerUnit;
+      ++snapshot.total_gpus_;
+      info.gpus.push_back(std::move(slot));
+    }
+    snapshot.nodes_.push_back(std::move(info));
+  }
+  return snapshot;
+}
+
+int ClusterSnapshot::ModelId(std::string_view name) const {
+  const std::string canonical = catalog_->Canonical(name);
+  for (size_t i = 0; i < models_.size(); ++i) {
+    if (models_[i]->name == canonical) {
+      return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
+Status ClusterSnapshot::CheckFits(const TaskPlacement& placement) const {
+  if (placement.node < 0 || placement.node >= static_cast<int>(nodes_.size())) {
+    return InvalidArgumentError(fmt::format("placement.node: index {} out of range", placement.node));
+  }
+  const NodeInfo& node = nodes_[placement.node];
+  if (!node.free.Covers(placement.host)) {
+    return FailedPreconditionError(fmt::format("node {}: host resources not free (need {}, free {})",
+                                               node.node->id.value(), placement.host.ToString(),
+                                               node.free.ToString()));
+  }
+  // Several assignments may share one GPU (none do today, but a MIG task may take two instances
+  // of one GPU), so check against a scratch copy.
+  std::vector<GpuSlot> gpus;
+  for (const GpuAssignment& assignment : placement.gpus) {
+    if (assignment.gpu < 0 || assignment.gpu >= static_cast<int>(node.gpus.size())) {
+      return InvalidArgumentError(
+          fmt::format("placement.gpus: index {} out of range on node {}", assignment.gpu,
+                      node.node->id.value()));
+    }
+    if (gpus.empty()) {
+      gpus = node.gpus;
+    }
+    GpuSlot& gpu = gpus[assignment.gpu];
+    if (!assignment.mig_profile.empty()) {
+      const MigProfile* profile = Model(gpu.model_id).FindMigProfile(assignment.mig_profile);
+      if (!gpu.mig_enabled || profile == nullptr) {
+        return FailedPreconditionError(fmt::format("node {} gpu {}: no MIG profile {}",
+                                                   node.node->id.value(), assignment.gpu,
+                                                   assignment.mig_profile));
+      }
+      if (assignment.mig_created) {
+        if (!gpu.mig.CanAddAt(*profile, assignment.mig_start)) {
+          return FailedPreconditionError(fmt::format("node {} gpu {}: MIG {} does not fit at slot {}",
+                                                     node.node->id.value(), assignment.gpu,
+                                                     assignment.mig_profile, assignment.mig_start));
+        }
+        gpu.mig.Add(*profile, assignment.mig_start);
+      } else {
+        auto instance = std::find_if(gpu.mig_instances.begin(), gpu.mig_instances.end(),
+                                     [&](const MigInstance& candidate) {
+                                       return candidate.profile == assignment.mig_profile &&
+                                              candidate.start == assignment.mig_start &&
+                                              !candidate.in_use;
+                                     });
+        if (instance == gpu.mig_instances.end()) {
+          return FailedPreconditionError(
+              fmt::format("node {} gpu {}: no free {} instance at slot {}", node.node->id.value(),
+                          assignment.gpu, assignment.mig_profile, assignment.mig_start));
+        }
+        instance->in_use = true;
+      }
+      continue;
+    }
+    if (gpu.mig_enabled || gpu.free_milli < assignment.milli ||
+        gpu.free_memory_mib < assignment.memory_mib) {
+      return FailedPreconditionError(fmt::format(
+          "node {} gpu {}: {} milli-GPU / {} MiB not free (free {} / {})", node.node->id.value(),
+          assignment.gpu, assignment.milli, assignment.memory_mib, gpu.free_milli,
+          gpu.free_memory_mib));
+    }
+    gpu.free_milli -= assignment.milli;
+    gpu.free_memory_mib -= assignment.memory_mib;
+  }
+  return Status::Ok();
+}
+
+Status ClusterSnapshot::Apply(const TaskPlacement& placement) {
+  GPUFLEET_RETURN_IF_ERROR(CheckFits(placement));
+  NodeInfo& node = nodes_[placement.node];
+  node.free -= placement.host;
+  for (const GpuAssignment& assignment : placement.gpus) {
+    GpuSlot& gpu = node.gpus[assignment.gpu];
+    if (assignment.mig_profile.empty()) {
+      gpu.free_milli -= assignment.milli;
+      gpu.free_memory_mib -= assignment.memory_mib;
+      allocated_gpu_milli_ += assignment.milli;
+      continue;
+    }
+    const MigProfile& profile = *Model(gpu.model_id).FindMigProfile(assignment.mig_profile);
+    if (assignment.mig_created) {
+      gpu.mig.Add(profile, assignment.mig_start);
+      gpu.mig_instances.push_back({assignment.mig_profile, assignment.mig_start, true});
+    } else {
+      for (MigInstance& instance : gpu.mig_instances) {
+        if (instance.profile == assignment.mig_profile && instance.start == assignment.mig_start) {
+          instance.in_use = true;
+          break;
+        }
+      }
+    }
+    gpu.free_milli -= MigInstanceMilli(profile);
+    allocated_gpu_milli_ += MigInstanceMilli(profile);
+  }
+  CountTaskKind(node, placement.gpus, +1);
+  ++node.version;
+  return Status::Ok();
+}
+
+void ClusterSnapshot::Release(const TaskPlacement& placement) { GiveBack(placement, false); }
+
+void ClusterSnapshot::Revert(const TaskPlacement& placement) { GiveBack(placement, true); }
+
+void ClusterSnapshot::GiveBack(const TaskPlacement& placement, bool remove_created_instances) {
+  NodeInfo& node = nodes_[placement.node];
+  node.free += placement.host;
+  for (const GpuAssignment& assignment : placement.gpus) {
+    GpuSlot& gpu = node.gpus[assignment.gpu];
+    if (assignment.mig_profile.empty()) {
+      gpu.free_milli += assignment.milli;
+      gpu.free_memory_mib += assignment.memory_mib;
+      allocated_gpu_milli_ -= assignment.milli;
+      continue;
+    }
+    const MigProfile& profile = *Model(gpu.model_id).FindMigProfile(assignment.mig_profile);
+    auto instance = std::find_if(gpu.mig_instances.begin(), gpu.mig_instances.end(),
+                                 [&](const MigInstance& candidate) {
+                                   return candidate.profile == assignment.mig_profile &&
+                                          candidate.start == assignment.mig_start &&
+                                          candidate.in_use;
+                                 });
+    if (instance != gpu.mig_instances.end()) {
+      if (remove_created_instances && assignment.mig_created) {
+        gpu.mig_instances.erase(instance);
+        gpu.mig.Remove(profile, assignment.mig_start);
+      } else {
+        // A finished task leaves its instance on the GPU, free for the next task.
+        instance->in_use = false;
+      }
+    }
+    gpu.free_milli += MigInstanceMilli(profile);
+    allocated_gpu_milli_ -= MigInstanceMilli(profile);
+  }
+  CountTaskKind(node, placement.gpus, -1);
+  ++node.version;
+}
+
+}  // namespace gpufleet::scheduler

@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <array>
+#include <optional>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpufleet/core/cluster.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/mig.h"
+#include "gpufleet/core/resources.h"
+#include "gpufleet/core/status.h"
+
+namespace gpufleet::scheduler {
+
+// Most GPUs one node may carry: eligibility masks are 64-bit.
+inline constexpr int kMaxGpusPerNode = 64;
+
+// The free state of one GPU during scheduling.
+struct GpuSlot {
+  int index = 0;
+  int model_id = -1;
+  int64_t memory_mib = 0;
+  int64_t free_milli = kMilliPerUnit;
+  int64_t free_memory_mib = 0;
+  GpuHealth health = GpuHealth::kHealthy;
+  int thermal_headroom_c = 100;
+  int nvlink_domain = 0;
+  bool mig_enabled = false;
+  MigLayout mig;
+  std::vector<MigInstance> mig_instances;
+
+  bool IsIdle() const { return free_milli == kMilliPerUnit && (!mig_enabled || mig.empty()); }
+};
+
+// A node as the scheduler sees it: what is free now and where it sits in the topology.
+struct NodeInfo {
+  int index = 0;
+  const Node* node = nullptr;       // labels, fault domains; owned by the snapshot
+  HostResources capacity;
+  HostResources free;
+  std::vector<int> domains;         // interned domain id per declared topology level
+  std::vector<GpuSlot> gpus;
+  // Tasks on the node by the kind of their GPU request: key 0 for fractional shares, n for tasks
+  // of n whole GPUs, -1 for MIG tasks; value the task count. GPU-clustering policies read it.
+  std::vector<std::pair<int, int>> gpu_task_kinds;
+  // Bumped on every change, so plugins can cache what they derive from the node's state.
+  uint64_t version = 0;
+
+  int64_t FreeGpuMilli() const;
+  int IdleGpuCount() const;
+  int TaskCountOfKind(int kind) const;
+};
+
+
+// One GPU (or part of one) handed to a task.
+struct GpuAssignment {
+  int gpu = 0;                      // index into NodeInfo::gpus
+  int64_t milli = 0;                // compute share taken: 1000 for a whole GPU
+  int64_t memory_mib = 0;           // GPU memory taken
+  std::string mig_profile;          // set for a MIG instance
+  int mig_start = -1;
+  bool mig_created = false;         // a new instance, rather than a free existing one
+
+  friend bool operator==(const GpuAssignment&, const GpuAssignment&) = default;
+};
+
+// Where one task of a job goes.
+struct TaskPlacement {
+  int group = 0;
+  int replica = 0;
+  int node = 0;                     // index into ClusterSnapshot::nodes()
+  HostResources host;
+  std::vector<GpuAssignment> gpus;
+
+  friend bool operator==(const TaskPlacement&, const TaskPlacement&) = default;
+};
+
+// The gpu_task_kinds key of a placement; nullopt for a task without GPUs.
+std::optional<int> GpuTaskKind(const std::vector<GpuAssignment>& gpus);
+
+// The mutable view of a cluster the scheduler places work in: free resources per node and GPU,
+// interned topology domains, and the GPU catalog's models by dense id. Apply/Release keep every
+// counter consistent; nothing else writes. Thread-compatible.
+class ClusterSnapshot {
+ public:
+  // kInvalidArgument when the cluster does not validate against `catalog`.
+  // REQUIRES: `catalog` outlives the snapshot.
+  static Result<ClusterSnapshot> Build(Cluster cluster, const GpuCatalog& catalog);
+
+  ClusterSnapshot(ClusterSnapshot&&) = default;
+  ClusterSnapshot& operator=(ClusterSnapshot&&) = default;
+
+  const std::vector<NodeInfo>& nodes() const { return nodes_; }
+  const Cluster& cluster() const { return cluster_; }
+  const Topology& topology() const { return cluster_.topology; }
+  const GpuCatalog& catalog() const { return *catalog_; }
+
+  int DomainCount(int level) const { return static_cast<int>(domain_names_[level].size()); }
+  const std::string& DomainName(int level, int domain) const {
+    return domain_names_[level][domain];
+  }
+
+  int ModelCount() const { return static_cast<int>(models_.size()); }
+  const GpuModelInfo& Model(int model_id) const { return *models_[model_id]; }
+  // Dense id of a model (name or alias), or -1 when no GPU of the cluster has that model.
+  int ModelId(std::string_view name) const;
+
+  // Takes the resources of `placement`. kFailedPrecondition, with nothing changed, when they are
+  // not free (a stale placement); kInvalidArgument for indices out of range.
+  Status Apply(const TaskPlacement& placement);
+  // Gives back what Apply took when the task ends; MIG instances it created stay on the GPU, free.
+  // REQUIRES: `placement` was applied and not released since.
+  void Release(const TaskPlacement& placement);
+  // Undoes Apply exactly, removing MIG instances it created (a reservation that is rolled back).
+  // REQUIRES: `placement` was applied and not released since.
+  void Revert(const TaskPlacement& placement);
+
+  int64_t TotalGpuMilli() const { return total_gpu_milli_; }
+  int64_t AllocatedGpuMilli() const { return allocated_gpu_milli_; }
+  int TotalGpus() const { return total_gpus_; }
+
+ private:
+  ClusterSnapshot() = default;
+  Status CheckFits(const TaskPlacement& placement) const;
+  void GiveBack(const TaskPlacement& placement, bool remove_created_instances);
+
+  Cluster cluster_;
+  const GpuCatalog* catalog_ = nullptr;
+  std::vector<NodeInfo> nodes_;
+  std::vector<std::vector<std::string>> domain_names_;  // [level][domain id]
+  std::vector<const GpuModelInfo*> models_;             // by model id
+  int64_t total_gpu_milli_ = 0;
+  int64_t allocated_gpu_milli_ = 0;
+  int total_gpus_ = 0;
+};
+
+}  // namespace gpufleet::scheduler

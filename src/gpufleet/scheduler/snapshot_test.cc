@@ -1,0 +1,120 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/scheduler/snapshot.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/scheduler/testing/cluster_builder.h"
+
+namespace gpufleet::scheduler {
+namespace {
+
+using ::gpufleet::testing::StatusIs;
+using ::testing::HasSubstr;
+using testing::MakeNode;
+
+class SnapshotTest : public ::testing::Test {
+ protected:
+  ClusterSnapshot Build(Cluster cluster) {
+    auto snapshot = ClusterSnapshot::Build(std::move(cluster), catalog_);
+    EXPECT_OK(snapshot);
+    return std::move(snapshot).value();
+  }
+  Cluster TwoNodes() {
+    Cluster cluster;
+    cluster.topology = Topology({"leaf"});
+    cluster.nodes.push_back(MakeNode("a", 2, "H100-80GB", {"leaf-1"}));
+    cluster.nodes.push_back(MakeNode("b", 2, "T4", {"leaf-2"}));
+    return cluster;
+  }
+
+  GpuCatalog catalog_ = GpuCatalog::Default();
+};
+
+TEST_F(SnapshotTest, InternsDomainsAndModels) {
+  ClusterSnapshot snapshot = Build(TwoNodes());
+  EXPECT_EQ(snapshot.DomainCount(0), 2);
+  EXPECT_EQ(snapshot.DomainName(0, snapshot.nodes()[1].domains[0]), "leaf-2");
+  EXPECT_EQ(snapshot.ModelCount(), 2);
+  EXPECT_EQ(snapshot.ModelId("Tesla T4"), snapshot.nodes()[1].gpus[0].model_id);
+  EXPECT_EQ(snapshot.ModelId("A10"), -1);
+  EXPECT_EQ(snapshot.nodes()[0].gpus[0].memory_mib, 80 * 1024);
+  EXPECT_EQ(snapshot.TotalGpuMilli(), 4000);
+}
+
+TEST_F(SnapshotTest, RejectsAnInvalidCluster) {
+  Cluster cluster = TwoNodes();
+  cluster.nodes[1].gpus[0].model = "Z9";
+  EXPECT_THAT(ClusterSnapshot::Build(cluster, catalog_),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("Z9")));
+}
+
+TEST_F(SnapshotTest, ApplyAndReleaseKeepCountersConsistent) {
+  ClusterSnapshot snapshot = Build(TwoNodes());
+  const TaskPlacement placement{0, 0, 0, {4000, 2048}, {{0, 500, 1024}, {1, 1000, 0}}};
+  ASSERT_OK(snapshot.Apply(placement));
+  EXPECT_EQ(snapshot.AllocatedGpuMilli(), 1500);
+  EXPECT_EQ(snapshot.nodes()[0].free.cpu_milli, 92000);
+  EXPECT_EQ(snapshot.nodes()[0].gpus[0].free_milli, 500);
+  EXPECT_EQ(snapshot.nodes()[0].gpus[0].free_memory_mib, 80 * 1024 - 1024);
+  const uint64_t version = snapshot.nodes()[0].version;
+  snapshot.Release(placement);
+  EXPECT_EQ(snapshot.AllocatedGpuMilli(), 0);
+  EXPECT_EQ(snapshot.nodes()[0].free, (HostResources{96000, 1048576}));
+  EXPECT_EQ(snapshot.nodes()[0].IdleGpuCount(), 2);
+  EXPECT_GT(snapshot.nodes()[0].version, version);
+}
+
+TEST_F(SnapshotTest, ApplyOfStalePlacementChangesNothing) {
+  ClusterSnapshot snapshot = Build(TwoNodes());
+  ASSERT_OK(snapshot.Apply({0, 0, 0, {1000, 0}, {{0, 700, 0}}}));
+  // GPU 1 is free, GPU 0 has only 300 left: the whole placement must be refused.
+  EXPECT_THAT(snapshot.Apply({0, 1, 0, {1000, 0}, {{1, 500, 0}, {0, 500, 0}}}),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("not free")));
+  EXPECT_EQ(snapshot.nodes()[0].gpus[1].free_milli, 1000);
+  EXPECT_EQ(snapshot.AllocatedGpuMilli(), 700);
+  EXPECT_THAT(snapshot.Apply({0, 0, 5, {}, {}}), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(snapshot.Apply({0, 0, 1, {200000, 0}, {}}),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("host resources")));
+}
+
+TEST_F(SnapshotTest, MigInstancesStayAfterReleaseButNotAfterRevert) {
+  Cluster cluster = TwoNodes();
+  cluster.nodes[0].gpus[0].mig_enabled = true;
+  ClusterSnapshot snapshot = Build(cluster);
+  const TaskPlacement placement{0, 0, 0, {}, {{0, 0, 0, "3g.40gb", 4, true}}};
+  ASSERT_OK(snapshot.Apply(placement));
+  EXPECT_EQ(snapshot.nodes()[0].gpus[0].mig_instances.size(), 1U);
+  EXPECT_EQ(snapshot.AllocatedGpuMilli(), 428);
+  snapshot.Release(placement);
+  ASSERT_EQ(snapshot.nodes()[0].gpus[0].mig_instances.size(), 1U);
+  EXPECT_FALSE(snapshot.nodes()[0].gpus[0].mig_instances[0].in_use);
+  // Claiming the free instance again, then undoing the claim, keeps it.
+  const TaskPlacement claim{0, 0, 0, {}, {{0, 0, 0, "3g.40gb", 4, false}}};
+  ASSERT_OK(snapshot.Apply(claim));
+  snapshot.Revert(claim);
+  EXPECT_EQ(snapshot.nodes()[0].gpus[0].mig_instances.size(), 1U);
+  // A created instance that is reverted disappears with its slices.
+  const TaskPlacement create{0, 0, 0, {}, {{0, 0, 0, "3g.40gb", 0, true}}};
+  ASSERT_OK(snapshot.Apply(create));
+  snapshot.Revert(create);
+  EXPECT_EQ(snapshot.nodes()[0].gpus[0].mig_instances.size(), 1U);
+  EXPECT_EQ(snapshot.nodes()[0].gpus[0].mig.used_slices(), 0xF0);
+  EXPECT_THAT(snapshot.Apply({0, 0, 0, {}, {{0, 0, 0, "3g.40gb", 2, true}}}),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("does not fit at slot 2")));
+}
+
+TEST_F(SnapshotTest, TracksTaskKindsPerNode) {
+  ClusterSnapshot snapshot = Build(TwoNodes());
+  ASSERT_OK(snapshot.Apply({0, 0, 0, {}, {{0, 300, 0}}}));
+  ASSERT_OK(snapshot.Apply({0, 1, 0, {}, {{1, 1000, 0}}}));
+  EXPECT_EQ(snapshot.nodes()[0].TaskCountOfKind(0), 1);
+  EXPECT_EQ(snapshot.nodes()[0].TaskCountOfKind(1), 1);
+  snapshot.Release({0, 0, 0, {}, {{0, 300, 0}}});
+  EXPECT_EQ(snapshot.nodes()[0].TaskCountOfKind(0), 0);
+  EXPECT_EQ(snapshot.nodes()[0].gpu_task_kinds.size(), 1U);
+}
+
+}  // namespace
+}  // namespace gpufleet::scheduler

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gpufleet/core/cluster.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/status.h"
+#include "gpufleet/core/workload.h"
+
+// "Fill" mode: the experiment of the FGD paper (USENIX ATC'23) as its reference simulator runs
+// it. Pods arrive one by one in a seeded shuffled order, followed by copies drawn with replacement
+// until the summed GPU request would pass `load_target` x capacity; they never leave. At each
+// arrived-load percent the GPU allocation ratio and the fragmentation are recorded.
+namespace gpufleet::sim {
+
+struct FillOptions {
+  std::string policy = "fgd";
+  uint64_t seed = 42;
+  double load_target = 1.3;
+  double workload_coverage = 0.95;  // share of pods whose shapes form FGD's target workload
+};
+
+// Means over the events whose arrived load rounds to `arrived_percent`.
+struct FillPoint {
+  int arrived_percent = 0;
+  double allocation_percent = 0;      // allocated milli-GPU / capacity
+  double fragmentation_percent = 0;   // fragmented milli-GPU / capacity
+  double fragmentation_rate = 0;      // fragmented / idle milli-GPU, in percent
+};
+
+struct FillResult {
+  std::string policy;
+  uint64_t seed = 0;
+  int total_gpus = 0;
+  int pods_arrived = 0;
+  int pods_failed = 0;
+  std::vector<FillPoint> points;  // ascending arrived_percent, 0 .. 100 x load_target
+
+  // The point at `percent`, or nullptr when none was recorded.
+  const FillPoint* At(int percent) const;
+  // (100 - allocation) % of the GPUs at `percent`; -1 when not recorded.
+  double UnallocatedGpusAt(int percent) const;
+};
+
+// The arrival order for `seed`: `pods` sorted by name and shuffled, then copies (named
+// "<pod>-copy-<i>") drawn with replacement from the sorted list while the summed GPU request
+// stays within `load_target` x `capacity_milli`.
+std::vector<Job> FillArrivalOrder(const std::vector<Job>& pods, int64_t capacity_milli,
+                                  double load_target, uint64_t seed);
+
+// kInvalidArgument for an unknown policy or an invalid cluster.
+Result<FillResult> RunFill(const Cluster& cluster, const std::vector<Job>& pods,
+                           const GpuCatalog& catalog, const FillOptions& options);
+
+// Every policy x seed, on up to `threads` threads; the results are in (policy, seed) order and
+// identical to running them one after another.
+Result<std::vector<FillResult>> RunFillMatrix(const Cluster& cluster, const std::vector<Job>& pods,
+                                              const GpuCatalog& catalog,
+                                              const std::vector<std::string>& policies,
+                                              const std::vector<uint64_t>& seeds,
+                                              const FillOptions& options, int threads);
+
+}  // namespace gpufleet::sim
