@@ -96,6 +96,7 @@ struct Scheduler::Impl {
   std::vector<std::pair<ScorePlugin*, int64_t>> scorers;
   ScorePlugin* policy = nullptr;
   std::vector<ReservePlugin*> reservers;
+  TieBreak tie_break = TieBreak::kNodeOrder;
 
   // Scratch reused across calls so a decision does not allocate.
   std::vector<const NodeInfo*> candidates;
@@ -176,7 +177,7 @@ struct Scheduler::Impl {
       if (totals[i] > totals[selected]) {
         selected = i;
         ties = 1;
-      } else if (totals[i] == totals[selected]) {
+      } else if (totals[i] == totals[selected] && tie_break == TieBreak::kRandom) {
         ++ties;
         if (random.Uniform(ties) == 0) {
           selected = i;
@@ -356,6 +357,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
   }
   std::unique_ptr<Scheduler> scheduler(new Scheduler(options));
   Impl& impl = *scheduler->impl_;
+  impl.tie_break = options.tie_break;
   const std::vector<std::string> built_in = {
       "topology-levels", "fault-domain-spread", "gpu-model",      "gpu-health",
       "thermal-headroom", "node-ready",         "node-selector",  "identical-stack",

@@ -14,6 +14,8 @@
 
 namespace gpufleet::scheduler {
 
+enum class TieBreak { kNodeOrder, kRandom };
+
 struct SchedulerOptions {
   // The placement policy (a score plugin): random, dot-prod, gpu-clustering, gpu-packing,
   // best-fit or fgd.
@@ -21,6 +23,10 @@ struct SchedulerOptions {
   int64_t policy_weight = 1;
   // Weight of the preferred-topology score against the policy's; both are scaled to [0, 100].
   int64_t topology_preference_weight = 2;
+  // Among nodes with the best score: the first in node order, which keeps packing onto the same
+  // nodes (the FGD reference simulator's published numbers behave this way), or a uniformly
+  // random one, as upstream kube-scheduler does.
+  TieBreak tie_break = TieBreak::kNodeOrder;
   // Extra plugins by registry name, added to every extension point they implement.
   std::vector<std::string> extra_plugins;
   PluginArgs plugin_args;

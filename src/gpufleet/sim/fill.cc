@@ -79,11 +79,18 @@ std::vector<Job> FillArrivalOrder(const std::vector<Job>& pods, int64_t capacity
 
 Result<FillResult> RunFill(const Cluster& cluster, const std::vector<Job>& pods,
                            const GpuCatalog& catalog, const FillOptions& options) {
-  GPUFLEET_ASSIGN_OR_RETURN(ClusterSnapshot snapshot, ClusterSnapshot::Build(cluster, catalog));
+  // The reference simulator renames nodes with a seeded random prefix, which puts them in a
+  // seeded random order; ties between equal scores go to the first node in that order.
+  Cluster ordered = cluster;
+  Random node_order(options.seed ^ 0x0dde0dde0dde0ddeULL);
+  node_order.Shuffle(ordered.nodes);
+  GPUFLEET_ASSIGN_OR_RETURN(ClusterSnapshot snapshot,
+                            ClusterSnapshot::Build(std::move(ordered), catalog));
   const TargetWorkload workload = WorkloadOf(pods, options.workload_coverage);
   scheduler::SchedulerOptions scheduler_options;
   scheduler_options.policy = options.policy;
   scheduler_options.plugin_args.target_workload = workload;
+  scheduler_options.tie_break = options.tie_break;
   GPUFLEET_ASSIGN_OR_RETURN(
       std::unique_ptr<scheduler::Scheduler> placer,
       scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));

@@ -9,6 +9,7 @@
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/core/workload.h"
+#include "gpufleet/scheduler/scheduler.h"
 
 // "Fill" mode: the experiment of the FGD paper (USENIX ATC'23) as its reference simulator runs
 // it. Pods arrive one by one in a seeded shuffled order, followed by copies drawn with replacement
@@ -21,6 +22,7 @@ struct FillOptions {
   uint64_t seed = 42;
   double load_target = 1.3;
   double workload_coverage = 0.95;  // share of pods whose shapes form FGD's target workload
+  scheduler::TieBreak tie_break = scheduler::TieBreak::kNodeOrder;
 };
 
 // Means over the events whose arrived load rounds to `arrived_percent`.

@@ -346,7 +346,7 @@ int64_t FgdPolicy::Score(const CycleState& /*state*/, const TaskContext& task,
   memo.Bind(workload_, *task.snapshot);
   const Memo::NodeEntry& entry = memo.Entry(node);
   const int model_id = NodeModelId(node);
-  const bool shareable_key = (gpus & entry.fgd_gpus) == entry.fgd_gpus &&
+  const bool shareable_key = getenv("NOMEMO") == nullptr && (gpus & entry.fgd_gpus) == entry.fgd_gpus &&
                              entry.free_milli.size() <= static_cast<size_t>(kMaxKeyGpus) &&
                              (!IsShare(*task.request) ||
                               std::get<FractionalGpu>(task.request->gpus).gpu_memory_mib == 0);

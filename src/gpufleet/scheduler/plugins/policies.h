@@ -11,7 +11,7 @@
 
 // The placement policies of the FGD paper (Weng et al., USENIX ATC'23) as score plugins, defined
 // as in its reference simulator (hkust-adsl/kubernetes-scheduler-simulator, pkg/simulator/plugin):
-// integer scores in [0, 100], higher is better, ties broken uniformly at random by the framework.
+// integer scores in [0, 100], higher is better; the framework breaks ties (SchedulerOptions).
 // docs/policies.md gives each formula.
 namespace gpufleet::scheduler {
 
