@@ -35,6 +35,15 @@ std::optional<std::vector<GpuAssignment>> DefaultGpuPick(const TaskContext& task
 // A fractional or whole-GPU assignment of GPU `gpu` for `task`.
 GpuAssignment ShareOf(const TaskContext& task, int gpu);
 
+// Why a node cannot take a task's GPUs now.
+inline constexpr std::string_view kNoFreeGpusReason = "insufficient free GPUs";
+inline constexpr std::string_view kNoMigSlotReason =
+    "no free MIG instance or valid MIG start slot";
+inline std::string_view NoFreeGpusReason(const TaskContext& task) {
+  return std::holds_alternative<MigGpus>(task.request->gpus) ? kNoMigSlotReason
+                                                             : kNoFreeGpusReason;
+}
+
 inline bool MaskHas(GpuMask mask, int gpu) { return (mask >> gpu) & 1U; }
 
 }  // namespace gpufleet::scheduler

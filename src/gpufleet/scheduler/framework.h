@@ -114,6 +114,9 @@ class FilterPlugin : public virtual Plugin {
  public:
   virtual PluginResult Filter(const CycleState& state, const TaskContext& task,
                               const NodeInfo& node, GpuMask gpus) const = 0;
+  // Filters that look at `gpus` run after the GPU filters; the others run first, so a node they
+  // reject costs no per-GPU work.
+  virtual bool UsesGpuMask() const { return false; }
 };
 
 // Scores a feasible node for a task; higher is better. A placement policy also chooses the GPUs on

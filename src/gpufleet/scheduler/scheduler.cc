@@ -92,7 +92,8 @@ struct Scheduler::Impl {
   std::vector<std::unique_ptr<Plugin>> owned;
   std::vector<PreFilterPlugin*> pre_filters;
   std::vector<GpuFilterPlugin*> gpu_filters;
-  std::vector<FilterPlugin*> filters;
+  std::vector<FilterPlugin*> node_filters;  // run before the GPU filters
+  std::vector<FilterPlugin*> mask_filters;  // run after them, on the admitted GPUs
   std::vector<std::pair<ScorePlugin*, int64_t>> scorers;
   ScorePlugin* policy = nullptr;
   std::vector<ReservePlugin*> reservers;
@@ -112,7 +113,7 @@ struct Scheduler::Impl {
       gpu_filters.push_back(p);
     }
     if (auto* p = dynamic_cast<FilterPlugin*>(plugin.get())) {
-      filters.push_back(p);
+      (p->UsesGpuMask() ? mask_filters : node_filters).push_back(p);
     }
     if (auto* p = dynamic_cast<ScorePlugin*>(plugin.get())) {
       scorers.emplace_back(p, score_weight);
@@ -144,8 +145,22 @@ struct Scheduler::Impl {
   // Runs every filter; on success `mask` holds the GPUs the task may use on the node.
   PluginResult Evaluate(const CycleState& state, const TaskContext& task, const NodeInfo& node,
                         GpuMask restriction, GpuMask* mask) const {
+    *mask = 0;
+    for (const FilterPlugin* filter : node_filters) {
+      const PluginResult result = filter->Filter(state, task, node, 0);
+      if (!result.ok()) {
+        return result;
+      }
+    }
+    if (std::holds_alternative<NoGpu>(task.request->gpus)) {
+      return PluginResult::Success();
+    }
+    // Most nodes of a busy cluster lack the free GPUs outright: say so before any per-GPU filter.
+    if (!GpusFit(task, node, restriction)) {
+      return PluginResult::Unschedulable(NoFreeGpusReason(task));
+    }
     *mask = AdmittedGpus(task, node, restriction);
-    for (const FilterPlugin* filter : filters) {
+    for (const FilterPlugin* filter : mask_filters) {
       const PluginResult result = filter->Filter(state, task, node, *mask);
       if (!result.ok()) {
         return result;
@@ -427,12 +442,15 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
     }
   }
 
-  std::vector<int> all_nodes(snapshot.nodes().size());
-  std::iota(all_nodes.begin(), all_nodes.end(), 0);
   const std::string& required = job.topology.required_level;
   const std::string& preferred = job.topology.preferred_level;
-  std::vector<Domain> domains =
-      SplitIntoDomains(job, snapshot, all_nodes, required, kAllGpus);
+  std::vector<Domain> domains(1);
+  domains[0].name = "cluster";
+  domains[0].nodes.resize(snapshot.nodes().size());
+  std::iota(domains[0].nodes.begin(), domains[0].nodes.end(), 0);
+  if (!required.empty() || !job.identical_stack_labels.empty()) {
+    domains = SplitIntoDomains(job, snapshot, domains[0].nodes, required, kAllGpus);
+  }
 
   std::vector<Domain*> order;
   const Domain* best_short = nullptr;

@@ -100,9 +100,7 @@ PluginResult GpuResourcesFit::Filter(const CycleState& /*state*/, const TaskCont
     return PluginResult::Unresolvable("no admitted GPU (model, memory, health or temperature)");
   }
   if (!GpusFit(task, node, gpus)) {
-    return PluginResult::Unschedulable(std::holds_alternative<MigGpus>(task.request->gpus)
-                                           ? "no free MIG instance or valid MIG start slot"
-                                           : "insufficient free GPUs");
+    return PluginResult::Unschedulable(NoFreeGpusReason(task));
   }
   return PluginResult::Success();
 }
@@ -129,6 +127,9 @@ PluginResult FaultDomainSpread::PreFilter(CycleState& state, const ClusterSnapsh
 
 PluginResult FaultDomainSpread::Filter(const CycleState& state, const TaskContext& /*task*/,
                                        const NodeInfo& node, GpuMask /*gpus*/) const {
+  if (state.job().spread.fault_domain.empty()) {
+    return PluginResult::Success();
+  }
   const SpreadData* data = state.Get<SpreadData>(kSpreadKey);
   if (data == nullptr) {
     return PluginResult::Success();

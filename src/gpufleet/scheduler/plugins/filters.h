@@ -80,6 +80,7 @@ class GpuResourcesFit final : public FilterPlugin {
   std::string_view Name() const override { return "gpu-resources"; }
   PluginResult Filter(const CycleState& state, const TaskContext& task, const NodeInfo& node,
                       GpuMask gpus) const override;
+  bool UsesGpuMask() const override { return true; }
 };
 
 // Spreads a job's tasks across the values of a fault-domain kind with a maximum skew, counting

@@ -190,20 +190,13 @@ struct StateKey {
   int32_t model = -1;
   int32_t gpu_count = 0;
   std::array<int16_t, kMaxKeyGpus> free_milli{};
+  uint64_t hash = 0;  // of the fields above, computed once by MakeKey
 
   friend bool operator==(const StateKey&, const StateKey&) = default;
 };
 
 struct StateKeyHash {
-  size_t operator()(const StateKey& key) const {
-    uint64_t h = static_cast<uint64_t>(key.cpu_free) * 0x9e3779b97f4a7c15ULL;
-    h ^= (static_cast<uint64_t>(key.model) << 32 | static_cast<uint32_t>(key.gpu_count)) +
-         0x632be59bd9b4e019ULL + (h << 6) + (h >> 2);
-    for (int i = 0; i < key.gpu_count; ++i) {
-      h ^= static_cast<uint64_t>(key.free_milli[i]) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
-    }
-    return static_cast<size_t>(h);
-  }
+  size_t operator()(const StateKey& key) const { return static_cast<size_t>(key.hash); }
 };
 
 StateKey MakeKey(int64_t cpu_free, int model, std::span<const int64_t> free_milli) {
@@ -215,6 +208,13 @@ StateKey MakeKey(int64_t cpu_free, int model, std::span<const int64_t> free_mill
     key.free_milli[i] = static_cast<int16_t>(free_milli[i]);
   }
   std::sort(key.free_milli.begin(), key.free_milli.begin() + key.gpu_count, std::greater<>());
+  uint64_t h = static_cast<uint64_t>(key.cpu_free) * 0x9e3779b97f4a7c15ULL;
+  h ^= (static_cast<uint64_t>(key.model) << 32 | static_cast<uint32_t>(key.gpu_count)) +
+       0x632be59bd9b4e019ULL + (h << 6) + (h >> 2);
+  for (int i = 0; i < key.gpu_count; ++i) {
+    h ^= static_cast<uint64_t>(key.free_milli[i]) + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+  }
+  key.hash = h;
   return key;
 }
 
@@ -226,6 +226,7 @@ struct FgdPolicy::Memo {
     GpuMask fgd_gpus = 0;           // the GPUs fragmentation counts
     std::vector<int> gpu_index;     // for each counted GPU, its index on the node
     std::vector<int64_t> free_milli;
+    StateKey key;                   // valid when free_milli fits a key
   };
 
   const ClusterSnapshot* snapshot = nullptr;
@@ -262,6 +263,9 @@ struct FgdPolicy::Memo {
           entry.gpu_index.push_back(static_cast<int>(g));
           entry.free_milli.push_back(gpu.free_milli);
         }
+      }
+      if (entry.free_milli.size() <= static_cast<size_t>(kMaxKeyGpus)) {
+        entry.key = MakeKey(node.free.cpu_milli, NodeModelId(node), entry.free_milli);
       }
     }
     return entry;
@@ -346,7 +350,7 @@ int64_t FgdPolicy::Score(const CycleState& /*state*/, const TaskContext& task,
   memo.Bind(workload_, *task.snapshot);
   const Memo::NodeEntry& entry = memo.Entry(node);
   const int model_id = NodeModelId(node);
-  const bool shareable_key = getenv("NOMEMO") == nullptr && (gpus & entry.fgd_gpus) == entry.fgd_gpus &&
+  const bool shareable_key = (gpus & entry.fgd_gpus) == entry.fgd_gpus &&
                              entry.free_milli.size() <= static_cast<size_t>(kMaxKeyGpus) &&
                              (!IsShare(*task.request) ||
                               std::get<FractionalGpu>(task.request->gpus).gpu_memory_mib == 0);
@@ -356,7 +360,7 @@ int64_t FgdPolicy::Score(const CycleState& /*state*/, const TaskContext& task,
     memo.FillPickable(task, node, entry, gpus);
     return memo.Evaluate(task, node.free.cpu_milli, model_id, memo.scratch, memo.pickable, &pick);
   }
-  const StateKey key = MakeKey(node.free.cpu_milli, model_id, entry.free_milli);
+  const StateKey& key = entry.key;
   auto [it, inserted] = memo.scores.try_emplace(key, 0);
   if (inserted) {
     memo.scratch.assign(key.free_milli.begin(), key.free_milli.begin() + key.gpu_count);
