@@ -10,6 +10,8 @@ template <class... Ts>
 struct Overloaded : Ts... {
   using Ts::operator()...;
 };
+template <class... Ts>
+Overloaded(Ts...) -> Overloaded<Ts...>;  // clang 14 does not deduce aggregates yet
 
 Status ValidateGpuRequest(const GpuRequest& request, const std::string& path, const Job& job,
                           const GpuCatalog& catalog) {
