@@ -1,8 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 // `gpufleet sim`: replays traces against placement policies.
-#include <fmt/core.h>
-#include <fmt/ostream.h>
-
 #include <charconv>
 #include <filesystem>
 #include <fstream>
@@ -10,10 +7,14 @@
 #include <memory>
 #include <thread>
 
+#include <fmt/core.h>
+#include <fmt/ostream.h>
+
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/sim/fill.h"
 #include "gpufleet/sim/fill_report.h"
 #include "gpufleet/sim/openb.h"
+
 #include "subcommands.h"
 
 namespace gpufleet::app {
@@ -74,8 +75,8 @@ Result<std::vector<std::string>> ParsePolicies(const std::string& text) {
     const size_t comma = std::min(text.find(',', begin), text.size());
     std::string name = text.substr(begin, comma - begin);
     if (std::find(known.begin(), known.end(), name) == known.end()) {
-      return InvalidArgumentError(fmt::format("--policies: unknown policy \"{}\" (known: {})",
-                                              name, fmt::join(known, ", ")));
+      return InvalidArgumentError(fmt::format("--policies: unknown policy \"{}\" (known: {})", name,
+                                              fmt::join(known, ", ")));
     }
     policies.push_back(std::move(name));
     begin = comma + 1;
@@ -110,9 +111,10 @@ int RunFillCommand(const FillFlags& flags) {
   if (!pods.ok()) {
     return Fail(pods.status());
   }
-  fmt::print("fill: {} nodes, {} pods from {}; policies {}; seeds {}; load target {}x; {} threads\n",
-             cluster->nodes.size(), pods->size(), pods_path, fmt::join(*policies, ","),
-             flags.seeds, flags.load, flags.threads);
+  fmt::print(
+      "fill: {} nodes, {} pods from {}; policies {}; seeds {}; load target {}x; {} threads\n",
+      cluster->nodes.size(), pods->size(), pods_path, fmt::join(*policies, ","), flags.seeds,
+      flags.load, flags.threads);
   sim::FillOptions options;
   options.load_target = flags.load;
   auto results =

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <CLI/CLI.hpp>
-
 #include <functional>
+
+#include <CLI/CLI.hpp>
 
 // Each subcommand registers its flags on `app` and returns the action to run when chosen.
 namespace gpufleet::app {

@@ -1,28 +1,36 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/core/cluster.h"
 
-#include <fmt/format.h>
-
 #include <set>
+
+#include <fmt/format.h>
 
 namespace gpufleet {
 
 const char* NodeStateName(NodeState state) {
   switch (state) {
-    case NodeState::kReady: return "Ready";
-    case NodeState::kNotReady: return "NotReady";
-    case NodeState::kCordoned: return "Cordoned";
-    case NodeState::kDraining: return "Draining";
+    case NodeState::kReady:
+      return "Ready";
+    case NodeState::kNotReady:
+      return "NotReady";
+    case NodeState::kCordoned:
+      return "Cordoned";
+    case NodeState::kDraining:
+      return "Draining";
   }
   return "Unknown";
 }
 
 const char* GpuHealthName(GpuHealth health) {
   switch (health) {
-    case GpuHealth::kHealthy: return "Healthy";
-    case GpuHealth::kDegraded: return "Degraded";
-    case GpuHealth::kUnhealthy: return "Unhealthy";
-    case GpuHealth::kQuarantined: return "Quarantined";
+    case GpuHealth::kHealthy:
+      return "Healthy";
+    case GpuHealth::kDegraded:
+      return "Degraded";
+    case GpuHealth::kUnhealthy:
+      return "Unhealthy";
+    case GpuHealth::kQuarantined:
+      return "Quarantined";
   }
   return "Unknown";
 }
@@ -68,9 +76,9 @@ Status Cluster::Validate(const GpuCatalog& catalog) const {
           fmt::format("{}.capacity: negative value ({})", where, node.capacity.ToString()));
     }
     if (node.topology.size() != topology.levels().size()) {
-      return InvalidArgumentError(fmt::format(
-          "{}.topology: {} domains given, the topology declares {} levels", where,
-          node.topology.size(), topology.levels().size()));
+      return InvalidArgumentError(
+          fmt::format("{}.topology: {} domains given, the topology declares {} levels", where,
+                      node.topology.size(), topology.levels().size()));
     }
     for (size_t g = 0; g < node.gpus.size(); ++g) {
       const Gpu& gpu = node.gpus[g];
@@ -85,8 +93,8 @@ Status Cluster::Validate(const GpuCatalog& catalog) const {
       }
       if (gpu.mig_enabled) {
         if (!(*model)->SupportsMig()) {
-          return InvalidArgumentError(fmt::format(
-              "{}.gpus[{}].mig_enabled: model {} has no MIG", where, g, (*model)->name));
+          return InvalidArgumentError(fmt::format("{}.gpus[{}].mig_enabled: model {} has no MIG",
+                                                  where, g, (*model)->name));
         }
         auto layout = MigLayout::FromInstances(**model, gpu.mig_instances);
         if (!layout.ok()) {

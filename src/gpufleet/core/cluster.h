@@ -34,10 +34,10 @@ inline constexpr std::string_view kCudaVersionLabel = "gpufleet.io/cuda-version"
 // One GPU of a node. Thread-compatible value type.
 struct Gpu {
   GpuUuid uuid;
-  int index = 0;                 // NVML index on the node
-  std::string model;             // canonical catalog name
+  int index = 0;      // NVML index on the node
+  std::string model;  // canonical catalog name
   int64_t memory_mib = 0;
-  int nvlink_domain = 0;         // GPUs of one node with the same value share NVLink
+  int nvlink_domain = 0;  // GPUs of one node with the same value share NVLink
   GpuHealth health = GpuHealth::kHealthy;
   int thermal_headroom_c = 100;  // slowdown threshold minus current temperature
   bool mig_enabled = false;

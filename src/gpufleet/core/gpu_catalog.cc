@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/core/gpu_catalog.h"
 
-#include <fmt/format.h>
-
 #include <array>
+
+#include <fmt/format.h>
 
 namespace gpufleet {
 namespace {
@@ -21,7 +21,9 @@ struct MigSizes {
 };
 
 std::vector<MigProfile> MigProfilesFor(const MigSizes& gb) {
-  auto name = [](int compute, int memory_gb) { return fmt::format("{}g.{}gb", compute, memory_gb); };
+  auto name = [](int compute, int memory_gb) {
+    return fmt::format("{}g.{}gb", compute, memory_gb);
+  };
   return {
       {name(1, gb.one_g), 19, 1, 1, 7, gb.one_g * kGiB, {0, 1, 2, 3, 4, 5, 6}, false},
       {name(1, gb.one_g) + "+me", 20, 1, 1, 1, gb.one_g * kGiB, {0, 1, 2, 3, 4, 5, 6}, true},
@@ -93,7 +95,9 @@ std::string GpuCatalog::Canonical(std::string_view name) const {
   return alias == aliases_.end() ? std::string() : alias->second;
 }
 
-bool GpuCatalog::Contains(std::string_view name) const { return !Canonical(name).empty(); }
+bool GpuCatalog::Contains(std::string_view name) const {
+  return !Canonical(name).empty();
+}
 
 Result<const GpuModelInfo*> GpuCatalog::Find(std::string_view name) const {
   const std::string canonical = Canonical(name);

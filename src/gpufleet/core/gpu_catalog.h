@@ -15,24 +15,25 @@ namespace gpufleet {
 inline constexpr int kMigMemorySlices = 8;
 inline constexpr int kMigComputeSlices = 7;
 
-// One GPU-instance profile of a model, from NVIDIA's MIG user guide (`nvidia-smi mig -lgip/-lgipp`).
+// One GPU-instance profile of a model, from NVIDIA's MIG user guide (`nvidia-smi mig
+// -lgip/-lgipp`).
 struct MigProfile {
-  std::string name;          // "3g.40gb", without the "MIG " prefix
-  int profile_id = 0;        // NVML GPU-instance profile id (19, 20, 15, 14, 9, 5, 0)
-  int memory_slices = 0;     // contiguous memory slices the instance occupies
-  int compute_slices = 0;    // SM slices out of kMigComputeSlices
-  int max_instances = 0;     // most instances of this profile on one GPU
-  int64_t memory_mib = 0;    // nominal memory of one instance
-  std::vector<int> starts;   // valid first memory slice of a placement
+  std::string name;               // "3g.40gb", without the "MIG " prefix
+  int profile_id = 0;             // NVML GPU-instance profile id (19, 20, 15, 14, 9, 5, 0)
+  int memory_slices = 0;          // contiguous memory slices the instance occupies
+  int compute_slices = 0;         // SM slices out of kMigComputeSlices
+  int max_instances = 0;          // most instances of this profile on one GPU
+  int64_t memory_mib = 0;         // nominal memory of one instance
+  std::vector<int> starts;        // valid first memory slice of a placement
   bool media_extensions = false;  // "+me": at most one per GPU
 };
 
 // What the scheduler knows of a GPU model. Thread-compatible value type.
 struct GpuModelInfo {
-  std::string name;          // canonical, e.g. "H100-80GB"
+  std::string name;  // canonical, e.g. "H100-80GB"
   int64_t memory_mib = 0;
   std::vector<MigProfile> mig_profiles;  // empty: the model has no MIG
-  bool from_trace = false;   // first seen in a trace, not a known product
+  bool from_trace = false;               // first seen in a trace, not a known product
 
   bool SupportsMig() const { return !mig_profiles.empty(); }
   // nullptr when the model has no such profile.

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/core/mig.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <bit>
+
+#include <fmt/format.h>
 
 namespace gpufleet {
 
@@ -91,21 +91,21 @@ Result<MigLayout> MigLayout::FromInstances(const GpuModelInfo& model,
     const bool start_allowed = std::find(profile->starts.begin(), profile->starts.end(),
                                          instance.start) != profile->starts.end();
     if (!start_allowed) {
-      return InvalidArgumentError(fmt::format(
-          "mig_instances[{}].start: {} is not a valid start slot for {} on {}", i, instance.start,
-          instance.profile, model.name));
+      return InvalidArgumentError(
+          fmt::format("mig_instances[{}].start: {} is not a valid start slot for {} on {}", i,
+                      instance.start, instance.profile, model.name));
     }
     if ((layout.used_slices_ & SliceMask(instance.start, profile->memory_slices)) != 0) {
-      return InvalidArgumentError(fmt::format(
-          "mig_instances[{}]: {} at slot {} overlaps another instance", i, instance.profile,
-          instance.start));
+      return InvalidArgumentError(
+          fmt::format("mig_instances[{}]: {} at slot {} overlaps another instance", i,
+                      instance.profile, instance.start));
     }
     if (layout.CountOf(profile->profile_id) >= profile->max_instances ||
         layout.used_compute_slices_ + profile->compute_slices > kMigComputeSlices ||
         (profile->media_extensions && layout.media_extensions_used_)) {
-      return InvalidArgumentError(fmt::format(
-          "mig_instances[{}]: {} exceeds the instance or compute-slice limit of {}", i,
-          instance.profile, model.name));
+      return InvalidArgumentError(
+          fmt::format("mig_instances[{}]: {} exceeds the instance or compute-slice limit of {}", i,
+                      instance.profile, model.name));
     }
     layout.Add(*profile, instance.start);
   }

@@ -11,7 +11,9 @@ uint64_t SplitMix64(uint64_t& x) {
   return z ^ (z >> 31);
 }
 
-uint64_t RotateLeft(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
+uint64_t RotateLeft(uint64_t x, int k) {
+  return (x << k) | (x >> (64 - k));
+}
 
 }  // namespace
 
@@ -43,6 +45,8 @@ uint64_t Random::Uniform(uint64_t bound) {
   return draw % bound;
 }
 
-double Random::UniformDouble() { return static_cast<double>(Next() >> 11) * 0x1.0p-53; }
+double Random::UniformDouble() {
+  return static_cast<double>(Next() >> 11) * 0x1.0p-53;
+}
 
 }  // namespace gpufleet

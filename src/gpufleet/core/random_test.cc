@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/core/random.h"
 
-#include <gtest/gtest.h>
-
 #include <numeric>
 #include <vector>
+
+#include <gtest/gtest.h>
 
 namespace gpufleet {
 namespace {

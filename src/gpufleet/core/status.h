@@ -89,10 +89,11 @@ class [[nodiscard]] Result {
 #define GPUFLEET_STATUS_CONCAT_INNER(a, b) a##b
 #define GPUFLEET_STATUS_CONCAT(a, b) GPUFLEET_STATUS_CONCAT_INNER(a, b)
 
-#define GPUFLEET_RETURN_IF_ERROR(expr)                         \
-  do {                                                         \
-    ::gpufleet::Status gpufleet_status_tmp = (expr);           \
-    if (!gpufleet_status_tmp.ok()) return gpufleet_status_tmp; \
+#define GPUFLEET_RETURN_IF_ERROR(expr)               \
+  do {                                               \
+    ::gpufleet::Status gpufleet_status_tmp = (expr); \
+    if (!gpufleet_status_tmp.ok())                   \
+      return gpufleet_status_tmp;                    \
   } while (false)
 
 #define GPUFLEET_ASSIGN_OR_RETURN(lhs, expr) \
@@ -100,5 +101,6 @@ class [[nodiscard]] Result {
 
 #define GPUFLEET_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
   auto tmp = (expr);                                   \
-  if (!tmp.ok()) return tmp.status();                  \
+  if (!tmp.ok())                                       \
+    return tmp.status();                               \
   lhs = std::move(tmp).value()

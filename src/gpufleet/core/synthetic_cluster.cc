@@ -15,8 +15,8 @@ Result<Cluster> MakeSyntheticCluster(const SyntheticClusterSpec& spec, const Gpu
     }
   }
   if (spec.gpus_per_node < 0) {
-    return InvalidArgumentError(fmt::format("gpus_per_node: negative value {}",
-                                            spec.gpus_per_node));
+    return InvalidArgumentError(
+        fmt::format("gpus_per_node: negative value {}", spec.gpus_per_node));
   }
   auto model = catalog.Find(spec.gpu_model);
   if (!model.ok()) {

@@ -17,8 +17,8 @@ Status ValidateGpuRequest(const GpuRequest& request, const std::string& path, co
                           const GpuCatalog& catalog) {
   if (const auto* whole = std::get_if<WholeGpus>(&request)) {
     if (whole->count < 1) {
-      return InvalidArgumentError(fmt::format("{}.count: {} (must be at least 1)", path,
-                                              whole->count));
+      return InvalidArgumentError(
+          fmt::format("{}.count: {} (must be at least 1)", path, whole->count));
     }
   } else if (const auto* share = std::get_if<FractionalGpu>(&request)) {
     if (share->gpu_milli < 1 || share->gpu_milli >= kMilliPerUnit) {
@@ -43,10 +43,10 @@ Status ValidateGpuRequest(const GpuRequest& request, const std::string& path, co
           continue;  // reported for allowed_gpu_models
         }
         if ((*model)->FindMigProfile(mig->profile) == nullptr) {
-          return InvalidArgumentError(fmt::format(
-              "{}.mig_profile: unknown profile \"{}\" for {} (valid: {})", path, mig->profile,
-              (*model)->name,
-              (*model)->SupportsMig() ? (*model)->MigProfileNames() : "none, no MIG"));
+          return InvalidArgumentError(
+              fmt::format("{}.mig_profile: unknown profile \"{}\" for {} (valid: {})", path,
+                          mig->profile, (*model)->name,
+                          (*model)->SupportsMig() ? (*model)->MigProfileNames() : "none, no MIG"));
         }
       }
     } else {
@@ -56,8 +56,7 @@ Status ValidateGpuRequest(const GpuRequest& request, const std::string& path, co
       }
       if (!found) {
         return InvalidArgumentError(fmt::format(
-            "{}.mig_profile: unknown profile \"{}\" on every known GPU model", path,
-            mig->profile));
+            "{}.mig_profile: unknown profile \"{}\" on every known GPU model", path, mig->profile));
       }
     }
   }
@@ -68,9 +67,12 @@ Status ValidateGpuRequest(const GpuRequest& request, const std::string& path, co
 
 const char* JobKindName(JobKind kind) {
   switch (kind) {
-    case JobKind::kBatch: return "batch";
-    case JobKind::kInteractive: return "interactive";
-    case JobKind::kInference: return "inference";
+    case JobKind::kBatch:
+      return "batch";
+    case JobKind::kInteractive:
+      return "interactive";
+    case JobKind::kInference:
+      return "inference";
   }
   return "unknown";
 }
@@ -96,10 +98,9 @@ std::string GpuRequestToString(const GpuRequest& request) {
           [](const NoGpu&) { return std::string("no GPU"); },
           [](const WholeGpus& whole) { return fmt::format("{} whole GPU(s)", whole.count); },
           [](const FractionalGpu& share) {
-            return share.gpu_memory_mib > 0
-                       ? fmt::format("{} milli-GPU with {} MiB", share.gpu_milli,
-                                     share.gpu_memory_mib)
-                       : fmt::format("{} milli-GPU", share.gpu_milli);
+            return share.gpu_memory_mib > 0 ? fmt::format("{} milli-GPU with {} MiB",
+                                                          share.gpu_milli, share.gpu_memory_mib)
+                                            : fmt::format("{} milli-GPU", share.gpu_milli);
           },
           [](const MigGpus& mig) { return fmt::format("{} x MIG {}", mig.count, mig.profile); },
       },

@@ -80,7 +80,8 @@ struct Job {
   std::map<std::string, std::string> node_selector;
   TopologyConstraint topology;
   SpreadConstraint spread;
-  // Label keys (e.g. driver and CUDA versions) whose values must be equal on every node of the gang.
+  // Label keys (e.g. driver and CUDA versions) whose values must be equal on every node of the
+  // gang.
   std::vector<std::string> identical_stack_labels;
   int priority = 0;
   QueueId queue;

@@ -28,7 +28,9 @@ TEST(Job, CountsTasksAndGpuMilli) {
   EXPECT_EQ(RequestedGpuMilli(NoGpu{}), 0);
 }
 
-TEST(Job, ValidJobPasses) { EXPECT_OK(TwoGroupJob().Validate(GpuCatalog::Default())); }
+TEST(Job, ValidJobPasses) {
+  EXPECT_OK(TwoGroupJob().Validate(GpuCatalog::Default()));
+}
 
 TEST(Job, RejectsUnknownMigProfileListingValidOnes) {
   Job job = TwoGroupJob();
@@ -58,11 +60,17 @@ TEST(Job, RejectsBadCountsAndShares) {
       {"zero replicas", [](Job& j) { j.groups[0].replicas = 0; }, "groups[0].replicas: 0"},
       {"zero gpus", [](Job& j) { j.groups[0].request.gpus = WholeGpus{0}; },
        "groups[0].request.gpus.count: 0"},
-      {"share of 1000", [](Job& j) { j.groups[1].request.gpus = FractionalGpu{1000, 0}; },
+      {"share of 1000",
+       [](Job& j) {
+         j.groups[1].request.gpus = FractionalGpu{1000, 0};
+       },
        "groups[1].request.gpus.gpu_milli: 1000"},
       {"negative cpu", [](Job& j) { j.groups[1].request.host.cpu_milli = -1; },
        "groups[1].request.cpu_milli: negative value -1"},
-      {"unknown model", [](Job& j) { j.allowed_gpu_models = {"H100-80GB", "Z1"}; },
+      {"unknown model",
+       [](Job& j) {
+         j.allowed_gpu_models = {"H100-80GB", "Z1"};
+       },
        "allowed_gpu_models[1]: unknown GPU model \"Z1\""},
       {"no groups", [](Job& j) { j.groups.clear(); }, "groups: a job needs"},
       {"no id", [](Job& j) { j.id = JobId(); }, "id: empty"},

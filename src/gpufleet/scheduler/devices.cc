@@ -76,8 +76,7 @@ std::optional<std::vector<GpuAssignment>> PickMig(const TaskContext& task, const
                                                   GpuMask gpus, const MigGpus& request) {
   std::vector<GpuAssignment> picked;
   // Free existing instances first: no reconfiguration needed.
-  for (size_t g = 0; g < node.gpus.size() && static_cast<int>(picked.size()) < request.count;
-       ++g) {
+  for (size_t g = 0; g < node.gpus.size() && static_cast<int>(picked.size()) < request.count; ++g) {
     const GpuSlot& gpu = node.gpus[g];
     if (!MaskHas(gpus, static_cast<int>(g)) || !gpu.mig_enabled) {
       continue;
@@ -104,8 +103,8 @@ std::optional<std::vector<GpuAssignment>> PickMig(const TaskContext& task, const
         continue;
       }
       auto start = layouts[g].FindStart(*profile);
-      if (start && (best < 0 || layouts[g].free_memory_slices() <
-                                    layouts[best].free_memory_slices())) {
+      if (start &&
+          (best < 0 || layouts[g].free_memory_slices() < layouts[best].free_memory_slices())) {
         best = static_cast<int>(g);
         best_start = *start;
       }

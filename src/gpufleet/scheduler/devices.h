@@ -37,13 +37,13 @@ GpuAssignment ShareOf(const TaskContext& task, int gpu);
 
 // Why a node cannot take a task's GPUs now.
 inline constexpr std::string_view kNoFreeGpusReason = "insufficient free GPUs";
-inline constexpr std::string_view kNoMigSlotReason =
-    "no free MIG instance or valid MIG start slot";
+inline constexpr std::string_view kNoMigSlotReason = "no free MIG instance or valid MIG start slot";
 inline std::string_view NoFreeGpusReason(const TaskContext& task) {
-  return std::holds_alternative<MigGpus>(task.request->gpus) ? kNoMigSlotReason
-                                                             : kNoFreeGpusReason;
+  return std::holds_alternative<MigGpus>(task.request->gpus) ? kNoMigSlotReason : kNoFreeGpusReason;
 }
 
-inline bool MaskHas(GpuMask mask, int gpu) { return (mask >> gpu) & 1U; }
+inline bool MaskHas(GpuMask mask, int gpu) {
+  return (mask >> gpu) & 1U;
+}
 
 }  // namespace gpufleet::scheduler

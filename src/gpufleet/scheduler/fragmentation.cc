@@ -115,7 +115,9 @@ void CollectFreeMilli(const NodeInfo& node, std::vector<int64_t>& out) {
   }
 }
 
-int NodeModelId(const NodeInfo& node) { return node.gpus.empty() ? -1 : node.gpus[0].model_id; }
+int NodeModelId(const NodeInfo& node) {
+  return node.gpus.empty() ? -1 : node.gpus[0].model_id;
+}
 
 double FragmentationModel::NodeFragmentation(const NodeInfo& node) const {
   std::vector<int64_t> free_milli;

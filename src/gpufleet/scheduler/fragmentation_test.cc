@@ -8,7 +8,9 @@
 namespace gpufleet::scheduler {
 namespace {
 
-TaskShape Shape(int64_t cpu, int64_t milli, int gpus) { return {cpu, milli, gpus, {}}; }
+TaskShape Shape(int64_t cpu, int64_t milli, int gpus) {
+  return {cpu, milli, gpus, {}};
+}
 
 TEST(TargetWorkload, KeepsTheMostFrequentShapesUpToCoverage) {
   std::vector<TaskShape> shapes;

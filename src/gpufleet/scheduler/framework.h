@@ -25,7 +25,7 @@ enum class Code {
   kUnschedulable,                 // may fit after the cluster changes (resources free up)
   kUnschedulableAndUnresolvable,  // will not fit until the job or the nodes' attributes change
   kError,
-  kSkip,                          // the plugin has nothing to say for this job
+  kSkip,  // the plugin has nothing to say for this job
 };
 
 // The outcome of one plugin call. `reason` is short and static ("node is cordoned") so that the
@@ -51,7 +51,7 @@ struct TaskContext {
   const Job* job = nullptr;
   int group = 0;
   const TaskRequest* request = nullptr;
-  std::vector<bool> model_allowed;            // by snapshot model id
+  std::vector<bool> model_allowed;             // by snapshot model id
   std::vector<const MigProfile*> mig_profile;  // by snapshot model id; set for MIG requests
 };
 
@@ -133,8 +133,7 @@ class ScorePlugin : public virtual Plugin {
   // The GPUs the task gets on `node`; nullopt: use the default choice.
   virtual std::optional<std::vector<GpuAssignment>> PickGpus(const TaskContext& /*task*/,
                                                              const NodeInfo& /*node*/,
-                                                             GpuMask /*gpus*/,
-                                                             Random& /*random*/) {
+                                                             GpuMask /*gpus*/, Random& /*random*/) {
     return std::nullopt;
   }
 };

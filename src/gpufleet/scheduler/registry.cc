@@ -71,8 +71,8 @@ Result<std::unique_ptr<Plugin>> PluginRegistry::Create(std::string_view name,
                                                        const PluginArgs& args) const {
   auto it = factories_.find(name);
   if (it == factories_.end()) {
-    return NotFoundError(fmt::format("unknown plugin \"{}\" (known: {})", name,
-                                     fmt::join(Names(), ", ")));
+    return NotFoundError(
+        fmt::format("unknown plugin \"{}\" (known: {})", name, fmt::join(Names(), ", ")));
   }
   return it->second(args);
 }

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/scheduler/scheduler.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <map>
 #include <numeric>
+
+#include <fmt/format.h>
 
 #include "gpufleet/scheduler/devices.h"
 
@@ -19,10 +19,10 @@ constexpr GpuMask kAllGpus = ~GpuMask{0};
 struct Domain {
   std::string name;
   std::vector<int> nodes;
-  GpuMask restriction = kAllGpus;   // GPUs usable on every node; narrower for an NVLink domain
+  GpuMask restriction = kAllGpus;  // GPUs usable on every node; narrower for an NVLink domain
   int64_t free_gpu_milli = 0;
-  double coverage = 0;              // the lowest share of a group's replicas the domain can hold
-  int short_group = -1;             // the group behind `coverage`
+  double coverage = 0;   // the lowest share of a group's replicas the domain can hold
+  int short_group = -1;  // the group behind `coverage`
   int short_capacity = 0;
 };
 
@@ -81,8 +81,8 @@ std::vector<Domain> SplitIntoDomains(const Job& job, const ClusterSnapshot& snap
 
 std::string GroupLabel(const Job& job, int group) {
   const TaskGroup& task_group = job.groups[group];
-  return fmt::format("group \"{}\" ({} x {})", task_group.name.empty() ? std::to_string(group)
-                                                                         : task_group.name,
+  return fmt::format("group \"{}\" ({} x {})",
+                     task_group.name.empty() ? std::to_string(group) : task_group.name,
                      task_group.replicas, GpuRequestToString(task_group.request.gpus));
 }
 
@@ -256,9 +256,10 @@ struct Scheduler::Impl {
         }
         if (!gpus) {
           Rollback(state, snapshot, keep);
-          return InternalError(fmt::format("node {} passed the filters but no GPUs could be "
-                                           "picked for {}", node.node->id.value(),
-                                           GroupLabel(job, group)));
+          return InternalError(
+              fmt::format("node {} passed the filters but no GPUs could be "
+                          "picked for {}",
+                          node.node->id.value(), GroupLabel(job, group)));
         }
         TaskPlacement placement{group, replica, node.index, task.request->host, std::move(*gpus)};
         if (Status applied = snapshot.Apply(placement); !applied.ok()) {
@@ -315,7 +316,8 @@ struct Scheduler::Impl {
   }
 
   // Orders viable domains smallest first (best fit); `best_short` gets the best non-viable one.
-  std::vector<Domain*> RankDomains(const CycleState& state, const std::vector<TaskContext>& contexts,
+  std::vector<Domain*> RankDomains(const CycleState& state,
+                                   const std::vector<TaskContext>& contexts,
                                    const ClusterSnapshot& snapshot, std::vector<Domain>& domains,
                                    const Domain** best_short) const {
     std::vector<Domain*> viable;
@@ -374,8 +376,8 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
   Impl& impl = *scheduler->impl_;
   impl.tie_break = options.tie_break;
   const std::vector<std::string> built_in = {
-      "topology-levels", "fault-domain-spread", "gpu-model",      "gpu-health",
-      "thermal-headroom", "node-ready",         "node-selector",  "identical-stack",
+      "topology-levels",  "fault-domain-spread", "gpu-model",     "gpu-health",
+      "thermal-headroom", "node-ready",          "node-selector", "identical-stack",
       "host-resources",   "gpu-resources"};
   for (const std::string& name : built_in) {
     GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin,
@@ -413,9 +415,9 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
     if (!pre.ok()) {
       result.reason = fmt::format("{}: {}", plugin->Name(), pre.reason);
       if (plugin->Name() == "topology-levels") {
-        result.reason += fmt::format(" (job asks for \"{}\"/\"{}\"; known: {})",
-                                     job.topology.required_level, job.topology.preferred_level,
-                                     snapshot.topology().KnownLevelNames());
+        result.reason +=
+            fmt::format(" (job asks for \"{}\"/\"{}\"; known: {})", job.topology.required_level,
+                        job.topology.preferred_level, snapshot.topology().KnownLevelNames());
       }
       return result;
     }
@@ -472,9 +474,9 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
         std::vector<Domain*> inner_order =
             impl.RankDomains(state, contexts, snapshot, inner, &unused);
         if (!inner_order.empty()) {
-          if (Status status = impl.PlaceTasks(state, contexts, snapshot, inner_order[0]->nodes,
-                                              inner_order[0]->restriction, random, &placed,
-                                              &failed_group);
+          if (Status status =
+                  impl.PlaceTasks(state, contexts, snapshot, inner_order[0]->nodes,
+                                  inner_order[0]->restriction, random, &placed, &failed_group);
               !status.ok()) {
             result.outcome = ScheduleOutcome::kError;
             result.error = status;
@@ -514,9 +516,9 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
   // Not placed: say why in terms a person can act on.
   if (!required.empty()) {
     if (best_short != nullptr) {
-      result.reason = fmt::format(
-          "no {} can hold all tasks of {}; the best, {}, can hold {}", required,
-          GroupLabel(job, best_short->short_group), best_short->name, best_short->short_capacity);
+      result.reason = fmt::format("no {} can hold all tasks of {}; the best, {}, can hold {}",
+                                  required, GroupLabel(job, best_short->short_group),
+                                  best_short->name, best_short->short_capacity);
     } else {
       result.reason = fmt::format("no {} has room for the whole gang", required);
     }
@@ -525,12 +527,12 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
   int fitting = 0;
   result.details = impl.Diagnose(state, contexts[failed_group], snapshot, &fitting);
   if (result.reason.empty()) {
-    result.reason = fitting == 0
-                        ? fmt::format("{}: 0/{} nodes can take a task: {}",
-                                      GroupLabel(job, failed_group), snapshot.nodes().size(),
-                                      fmt::join(result.details, ", "))
-                        : fmt::format("{}: only part of the gang fits ({} nodes can take a task)",
-                                      GroupLabel(job, failed_group), fitting);
+    result.reason =
+        fitting == 0
+            ? fmt::format("{}: 0/{} nodes can take a task: {}", GroupLabel(job, failed_group),
+                          snapshot.nodes().size(), fmt::join(result.details, ", "))
+            : fmt::format("{}: only part of the gang fits ({} nodes can take a task)",
+                          GroupLabel(job, failed_group), fitting);
   }
   return result;
 }

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Placement latency: (a) one task on the openb cluster per policy, (b) a 1,024-GPU gang under a
 // required block constraint on a synthetic 16,384-GPU cluster at 50% occupancy.
-#include <benchmark/benchmark.h>
-
 #include <algorithm>
 #include <memory>
 #include <numeric>
+
+#include <benchmark/benchmark.h>
 
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/random.h"
@@ -33,8 +33,7 @@ const OpenbSetup& Openb() {
         sim::LoadOpenbNodes(kDataDir + "/openb/openb_node_list_gpu_node.csv", loaded->catalog)
             .value();
     loaded->pods =
-        sim::LoadOpenbPods(kDataDir + "/openb/openb_pod_list_default.csv", loaded->catalog)
-            .value();
+        sim::LoadOpenbPods(kDataDir + "/openb/openb_pod_list_default.csv", loaded->catalog).value();
     std::vector<TaskShape> shapes;
     for (const Job& pod : loaded->pods) {
       shapes.push_back(ShapeOf(pod.groups[0].request, pod.allowed_gpu_models));
@@ -86,9 +85,7 @@ void BM_PlaceOneTaskOnOpenb(benchmark::State& state) {
   state.counters["p99_us"] = decision_nanos[decision_nanos.size() * 99 / 100] / 1000.0;
   state.counters["nodes"] = static_cast<double>(snapshot.nodes().size());
 }
-BENCHMARK(BM_PlaceOneTaskOnOpenb)
-    ->DenseRange(0, 5)
-    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_PlaceOneTaskOnOpenb)->DenseRange(0, 5)->Unit(benchmark::kMicrosecond);
 
 // (b) 8 blocks x 8 leaves x 32 nodes x 8 H100 = 16,384 GPUs; half the nodes (chosen at random,
 // seed 7) are taken whole, so a block holds ~128 free nodes and only some blocks fit the gang.
@@ -130,8 +127,7 @@ void BM_PlaceGangUnderRequiredBlock(benchmark::State& state) {
   }
   state.counters["gpus"] = snapshot.TotalGpus();
 }
-BENCHMARK(BM_PlaceGangUnderRequiredBlock)
-    ->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_PlaceGangUnderRequiredBlock)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace gpufleet::scheduler

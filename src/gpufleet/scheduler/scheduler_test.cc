@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/scheduler/scheduler.h"
 
+#include <set>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <set>
 
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
@@ -100,8 +100,8 @@ TEST_F(SchedulerTest, PreferredNodeKeepsAGangOnOneNodeWhenItCan) {
   Use(TwoLeaves());
   // Occupy half of every node except b1, so only b1 can take both tasks together.
   for (int n = 0; n < 4; ++n) {
-    ASSERT_OK(snapshot_->Apply({0, 0, n, {}, {{0, 1000, 0}, {1, 1000, 0}, {2, 1000, 0},
-                                              {3, 1000, 0}}}));
+    ASSERT_OK(
+        snapshot_->Apply({0, 0, n, {}, {{0, 1000, 0}, {1, 1000, 0}, {2, 1000, 0}, {3, 1000, 0}}}));
   }
   Job job = MakeJob("pair", 2, WholeGpus{4});
   job.topology.preferred_level = "node";
@@ -296,8 +296,7 @@ TEST_F(SchedulerTest, IdenticalStackKeepsTheGangOnOneDriverAndCuda) {
   }
   Use(cluster);
   Job job = MakeJob("gang", 4, WholeGpus{8});
-  job.identical_stack_labels = {std::string(kDriverVersionLabel),
-                                std::string(kCudaVersionLabel)};
+  job.identical_stack_labels = {std::string(kDriverVersionLabel), std::string(kCudaVersionLabel)};
   EXPECT_FALSE(Schedule(job).scheduled());
   job.groups[0].replicas = 3;
   const ScheduleResult result = Schedule(job);

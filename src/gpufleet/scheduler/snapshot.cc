@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/scheduler/snapshot.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <map>
+
+#include <fmt/format.h>
 
 namespace gpufleet::scheduler {
 namespace {
@@ -89,8 +89,7 @@ Result<ClusterSnapshot> ClusterSnapshot::Build(Cluster cluster, const GpuCatalog
     const Node& node = snapshot.cluster_.nodes[n];
     if (node.gpus.size() > static_cast<size_t>(kMaxGpusPerNode)) {
       return InvalidArgumentError(fmt::format("nodes[{}] (\"{}\").gpus: {} GPUs, at most {}", n,
-                                              node.id.value(), node.gpus.size(),
-                                              kMaxGpusPerNode));
+                                              node.id.value(), node.gpus.size(), kMaxGpusPerNode));
     }
     NodeInfo info;
     info.index = static_cast<int>(n);
@@ -107,7 +106,8 @@ Result<ClusterSnapshot> ClusterSnapshot::Build(Cluster cluster, const GpuCatalog
     }
     for (const Gpu& gpu : node.gpus) {
       const GpuModelInfo* model = catalog.Find(gpu.model).value();
-      auto [it, inserted] = model_ids.emplace(model->name, static_cast<int>(snapshot.models_.size()));
+      auto [it, inserted] =
+          model_ids.emplace(model->name, static_cast<int>(snapshot.models_.size()));
       if (inserted) {
         snapshot.models_.push_back(model);
       }
@@ -152,22 +152,22 @@ int ClusterSnapshot::ModelId(std::string_view name) const {
 
 Status ClusterSnapshot::CheckFits(const TaskPlacement& placement) const {
   if (placement.node < 0 || placement.node >= static_cast<int>(nodes_.size())) {
-    return InvalidArgumentError(fmt::format("placement.node: index {} out of range", placement.node));
+    return InvalidArgumentError(
+        fmt::format("placement.node: index {} out of range", placement.node));
   }
   const NodeInfo& node = nodes_[placement.node];
   if (!node.free.Covers(placement.host)) {
-    return FailedPreconditionError(fmt::format("node {}: host resources not free (need {}, free {})",
-                                               node.node->id.value(), placement.host.ToString(),
-                                               node.free.ToString()));
+    return FailedPreconditionError(
+        fmt::format("node {}: host resources not free (need {}, free {})", node.node->id.value(),
+                    placement.host.ToString(), node.free.ToString()));
   }
   // Several assignments may share one GPU (none do today, but a MIG task may take two instances
   // of one GPU), so check against a scratch copy.
   std::vector<GpuSlot> gpus;
   for (const GpuAssignment& assignment : placement.gpus) {
     if (assignment.gpu < 0 || assignment.gpu >= static_cast<int>(node.gpus.size())) {
-      return InvalidArgumentError(
-          fmt::format("placement.gpus: index {} out of range on node {}", assignment.gpu,
-                      node.node->id.value()));
+      return InvalidArgumentError(fmt::format("placement.gpus: index {} out of range on node {}",
+                                              assignment.gpu, node.node->id.value()));
     }
     if (gpus.empty()) {
       gpus = node.gpus;
@@ -182,18 +182,17 @@ Status ClusterSnapshot::CheckFits(const TaskPlacement& placement) const {
       }
       if (assignment.mig_created) {
         if (!gpu.mig.CanAddAt(*profile, assignment.mig_start)) {
-          return FailedPreconditionError(fmt::format("node {} gpu {}: MIG {} does not fit at slot {}",
-                                                     node.node->id.value(), assignment.gpu,
-                                                     assignment.mig_profile, assignment.mig_start));
+          return FailedPreconditionError(
+              fmt::format("node {} gpu {}: MIG {} does not fit at slot {}", node.node->id.value(),
+                          assignment.gpu, assignment.mig_profile, assignment.mig_start));
         }
         gpu.mig.Add(*profile, assignment.mig_start);
       } else {
-        auto instance = std::find_if(gpu.mig_instances.begin(), gpu.mig_instances.end(),
-                                     [&](const MigInstance& candidate) {
-                                       return candidate.profile == assignment.mig_profile &&
-                                              candidate.start == assignment.mig_start &&
-                                              !candidate.in_use;
-                                     });
+        auto instance = std::find_if(
+            gpu.mig_instances.begin(), gpu.mig_instances.end(), [&](const MigInstance& candidate) {
+              return candidate.profile == assignment.mig_profile &&
+                     candidate.start == assignment.mig_start && !candidate.in_use;
+            });
         if (instance == gpu.mig_instances.end()) {
           return FailedPreconditionError(
               fmt::format("node {} gpu {}: no free {} instance at slot {}", node.node->id.value(),
@@ -205,10 +204,10 @@ Status ClusterSnapshot::CheckFits(const TaskPlacement& placement) const {
     }
     if (gpu.mig_enabled || gpu.free_milli < assignment.milli ||
         gpu.free_memory_mib < assignment.memory_mib) {
-      return FailedPreconditionError(fmt::format(
-          "node {} gpu {}: {} milli-GPU / {} MiB not free (free {} / {})", node.node->id.value(),
-          assignment.gpu, assignment.milli, assignment.memory_mib, gpu.free_milli,
-          gpu.free_memory_mib));
+      return FailedPreconditionError(
+          fmt::format("node {} gpu {}: {} milli-GPU / {} MiB not free (free {} / {})",
+                      node.node->id.value(), assignment.gpu, assignment.milli,
+                      assignment.memory_mib, gpu.free_milli, gpu.free_memory_mib));
     }
     gpu.free_milli -= assignment.milli;
     gpu.free_memory_mib -= assignment.memory_mib;
@@ -248,9 +247,13 @@ Status ClusterSnapshot::Apply(const TaskPlacement& placement) {
   return Status::Ok();
 }
 
-void ClusterSnapshot::Release(const TaskPlacement& placement) { GiveBack(placement, false); }
+void ClusterSnapshot::Release(const TaskPlacement& placement) {
+  GiveBack(placement, false);
+}
 
-void ClusterSnapshot::Revert(const TaskPlacement& placement) { GiveBack(placement, true); }
+void ClusterSnapshot::Revert(const TaskPlacement& placement) {
+  GiveBack(placement, true);
+}
 
 void ClusterSnapshot::GiveBack(const TaskPlacement& placement, bool remove_created_instances) {
   NodeInfo& node = nodes_[placement.node];
@@ -264,12 +267,11 @@ void ClusterSnapshot::GiveBack(const TaskPlacement& placement, bool remove_creat
       continue;
     }
     const MigProfile& profile = *Model(gpu.model_id).FindMigProfile(assignment.mig_profile);
-    auto instance = std::find_if(gpu.mig_instances.begin(), gpu.mig_instances.end(),
-                                 [&](const MigInstance& candidate) {
-                                   return candidate.profile == assignment.mig_profile &&
-                                          candidate.start == assignment.mig_start &&
-                                          candidate.in_use;
-                                 });
+    auto instance = std::find_if(
+        gpu.mig_instances.begin(), gpu.mig_instances.end(), [&](const MigInstance& candidate) {
+          return candidate.profile == assignment.mig_profile &&
+                 candidate.start == assignment.mig_start && candidate.in_use;
+        });
     if (instance != gpu.mig_instances.end()) {
       if (remove_created_instances && assignment.mig_created) {
         gpu.mig_instances.erase(instance);

@@ -2,8 +2,8 @@
 #pragma once
 
 #include <array>
-#include <optional>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,10 +39,10 @@ struct GpuSlot {
 // A node as the scheduler sees it: what is free now and where it sits in the topology.
 struct NodeInfo {
   int index = 0;
-  const Node* node = nullptr;       // labels, fault domains; owned by the snapshot
+  const Node* node = nullptr;  // labels, fault domains; owned by the snapshot
   HostResources capacity;
   HostResources free;
-  std::vector<int> domains;         // interned domain id per declared topology level
+  std::vector<int> domains;  // interned domain id per declared topology level
   std::vector<GpuSlot> gpus;
   // Tasks on the node by the kind of their GPU request: key 0 for fractional shares, n for tasks
   // of n whole GPUs, -1 for MIG tasks; value the task count. GPU-clustering policies read it.
@@ -55,15 +55,14 @@ struct NodeInfo {
   int TaskCountOfKind(int kind) const;
 };
 
-
 // One GPU (or part of one) handed to a task.
 struct GpuAssignment {
-  int gpu = 0;                      // index into NodeInfo::gpus
-  int64_t milli = 0;                // compute share taken: 1000 for a whole GPU
-  int64_t memory_mib = 0;           // GPU memory taken
-  std::string mig_profile;          // set for a MIG instance
+  int gpu = 0;              // index into NodeInfo::gpus
+  int64_t milli = 0;        // compute share taken: 1000 for a whole GPU
+  int64_t memory_mib = 0;   // GPU memory taken
+  std::string mig_profile;  // set for a MIG instance
   int mig_start = -1;
-  bool mig_created = false;         // a new instance, rather than a free existing one
+  bool mig_created = false;  // a new instance, rather than a free existing one
 
   friend bool operator==(const GpuAssignment&, const GpuAssignment&) = default;
 };
@@ -72,7 +71,7 @@ struct GpuAssignment {
 struct TaskPlacement {
   int group = 0;
   int replica = 0;
-  int node = 0;                     // index into ClusterSnapshot::nodes()
+  int node = 0;  // index into ClusterSnapshot::nodes()
   HostResources host;
   std::vector<GpuAssignment> gpus;
 

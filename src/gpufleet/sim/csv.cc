@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/sim/csv.h"
 
-#include <fmt/format.h>
-
 #include <charconv>
+
+#include <fmt/format.h>
 
 namespace gpufleet::sim {
 

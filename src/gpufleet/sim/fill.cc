@@ -1,13 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/sim/fill.h"
 
-#include <fmt/format.h>
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <map>
 #include <thread>
+
+#include <fmt/format.h>
 
 #include "gpufleet/core/random.h"
 #include "gpufleet/scheduler/fragmentation.h"
@@ -163,8 +163,8 @@ Result<FillResult> RunFill(const Cluster& cluster, const std::vector<Job>& pods,
     if (sum.events == 0) {
       continue;
     }
-    result.points.push_back({percent, sum.allocation / sum.events,
-                             sum.fragmentation / sum.events, sum.rate / sum.events});
+    result.points.push_back({percent, sum.allocation / sum.events, sum.fragmentation / sum.events,
+                             sum.rate / sum.events});
   }
   return result;
 }

@@ -28,9 +28,9 @@ struct FillOptions {
 // Means over the events whose arrived load rounds to `arrived_percent`.
 struct FillPoint {
   int arrived_percent = 0;
-  double allocation_percent = 0;      // allocated milli-GPU / capacity
-  double fragmentation_percent = 0;   // fragmented milli-GPU / capacity
-  double fragmentation_rate = 0;      // fragmented / idle milli-GPU, in percent
+  double allocation_percent = 0;     // allocated milli-GPU / capacity
+  double fragmentation_percent = 0;  // fragmented milli-GPU / capacity
+  double fragmentation_rate = 0;     // fragmented / idle milli-GPU, in percent
 };
 
 struct FillResult {

@@ -1,11 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/sim/fill_report.h"
 
-#include <fmt/format.h>
-#include <fmt/ostream.h>
-
 #include <algorithm>
 #include <map>
+
+#include <fmt/format.h>
+#include <fmt/ostream.h>
 
 namespace gpufleet::sim {
 namespace {

@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/sim/fill_report.h"
 
+#include <sstream>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-
-#include <sstream>
 
 namespace gpufleet::sim {
 namespace {

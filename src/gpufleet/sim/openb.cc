@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/sim/openb.h"
 
-#include <fmt/format.h>
-
 #include <fstream>
+
+#include <fmt/format.h>
 
 #include "gpufleet/sim/csv.h"
 
@@ -116,14 +116,13 @@ Result<std::vector<Job>> ReadOpenbPods(std::istream& in, const std::string& sour
     GPUFLEET_ASSIGN_OR_RETURN(const int64_t milli, csv.Int(gpu_milli));
     if (gpus > 0) {
       if (milli == 0 || milli > kMilliPerUnit) {
-        return InvalidArgumentError(
-            fmt::format("{}: {} (must be 1..1000 when num_gpu is {})", csv.Where(gpu_milli),
-                        milli, gpus));
+        return InvalidArgumentError(fmt::format("{}: {} (must be 1..1000 when num_gpu is {})",
+                                                csv.Where(gpu_milli), milli, gpus));
       }
       if (milli < kMilliPerUnit && gpus > 1) {
-        return InvalidArgumentError(fmt::format(
-            "{}: {} milli-GPU on each of {} GPUs (a share is for one GPU only)",
-            csv.Where(gpu_milli), milli, gpus));
+        return InvalidArgumentError(
+            fmt::format("{}: {} milli-GPU on each of {} GPUs (a share is for one GPU only)",
+                        csv.Where(gpu_milli), milli, gpus));
       }
       if (milli < kMilliPerUnit) {
         group.request.gpus = FractionalGpu{milli, 0};

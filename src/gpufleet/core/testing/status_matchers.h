@@ -8,7 +8,9 @@
 
 namespace gpufleet::testing {
 
-inline const Status& GetStatus(const Status& status) { return status; }
+inline const Status& GetStatus(const Status& status) {
+  return status;
+}
 template <typename T>
 Status GetStatus(const Result<T>& result) {
   return result.status();
@@ -29,15 +31,13 @@ MATCHER_P2(StatusIs, code, message_matcher, "") {
 
 }  // namespace gpufleet::testing
 
-#define EXPECT_OK(expr)                                          \
-  do {                                                           \
-    const ::gpufleet::Status gpufleet_expect_status =            \
-        ::gpufleet::testing::GetStatus(expr);                    \
-    EXPECT_TRUE(gpufleet_expect_status.ok()) << gpufleet_expect_status.ToString(); \
+#define EXPECT_OK(expr)                                                                     \
+  do {                                                                                      \
+    const ::gpufleet::Status gpufleet_expect_status = ::gpufleet::testing::GetStatus(expr); \
+    EXPECT_TRUE(gpufleet_expect_status.ok()) << gpufleet_expect_status.ToString();          \
   } while (false)
-#define ASSERT_OK(expr)                                          \
-  do {                                                           \
-    const ::gpufleet::Status gpufleet_assert_status =            \
-        ::gpufleet::testing::GetStatus(expr);                    \
-    ASSERT_TRUE(gpufleet_assert_status.ok()) << gpufleet_assert_status.ToString(); \
+#define ASSERT_OK(expr)                                                                     \
+  do {                                                                                      \
+    const ::gpufleet::Status gpufleet_assert_status = ::gpufleet::testing::GetStatus(expr); \
+    ASSERT_TRUE(gpufleet_assert_status.ok()) << gpufleet_assert_status.ToString();          \
   } while (false)

@@ -35,7 +35,9 @@ class ThermalHeadroomFilter final : public GpuFilterPlugin {
   explicit ThermalHeadroomFilter(int min_headroom_c) : min_headroom_c_(min_headroom_c) {}
   std::string_view Name() const override { return "thermal-headroom"; }
   bool Admits(const TaskContext& task, const GpuSlot& gpu) const override;
-  std::string_view RejectReason() const override { return "GPU too close to its slowdown temperature"; }
+  std::string_view RejectReason() const override {
+    return "GPU too close to its slowdown temperature";
+  }
 
  private:
   int min_headroom_c_;

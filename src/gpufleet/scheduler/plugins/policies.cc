@@ -48,8 +48,8 @@ int64_t RandomPolicy::Score(const CycleState& /*state*/, const TaskContext& /*ta
 }
 
 std::optional<std::vector<GpuAssignment>> RandomPolicy::PickGpus(const TaskContext& task,
-                                                                 const NodeInfo& node,
-                                                                 GpuMask gpus, Random& random) {
+                                                                 const NodeInfo& node, GpuMask gpus,
+                                                                 Random& random) {
   if (!IsShare(*task.request)) {
     return std::nullopt;
   }
@@ -120,9 +120,8 @@ int64_t GpuPackingPolicy::Score(const CycleState& /*state*/, const TaskContext& 
   }
   std::vector<int> order(node.gpus.size());
   std::iota(order.begin(), order.end(), 0);
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-    return node.gpus[a].free_milli < node.gpus[b].free_milli;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int a, int b) { return node.gpus[a].free_milli < node.gpus[b].free_milli; });
   int needed = demand.count;
   int idle_used = 0;
   int64_t percent_left = 0;
@@ -150,8 +149,7 @@ int64_t GpuPackingPolicy::Score(const CycleState& /*state*/, const TaskContext& 
 
 int64_t BestFitPolicy::Score(const CycleState& /*state*/, const TaskContext& task,
                              const NodeInfo& node, GpuMask /*gpus*/) {
-  const double cpu_left =
-      static_cast<double>(node.free.cpu_milli - task.request->host.cpu_milli);
+  const double cpu_left = static_cast<double>(node.free.cpu_milli - task.request->host.cpu_milli);
   const double gpu_left =
       static_cast<double>(node.FreeGpuMilli() - DemandOf(*task.request).Total());
   const double leftover = 0.5 * cpu_left / static_cast<double>(kPolicyMaxCpuMilli) +
@@ -226,7 +224,7 @@ struct FgdPolicy::Memo {
     GpuMask fgd_gpus = 0;           // the GPUs fragmentation counts
     std::vector<int> gpu_index;     // for each counted GPU, its index on the node
     std::vector<int64_t> free_milli;
-    StateKey key;                   // valid when free_milli fits a key
+    StateKey key;  // valid when free_milli fits a key
   };
 
   const ClusterSnapshot* snapshot = nullptr;
@@ -285,8 +283,7 @@ struct FgdPolicy::Memo {
   // The best FGD score of placing `task` on a node in state (cpu_free, model_id, free_milli),
   // trying each entry that `pickable` allows for a share; `pick` gets the first entry reaching it.
   int64_t Evaluate(const TaskContext& task, int64_t cpu_free, int model_id,
-                   std::vector<int64_t>& free_milli, const std::vector<char>& can_pick,
-                   int* pick) {
+                   std::vector<int64_t>& free_milli, const std::vector<char>& can_pick, int* pick) {
     const double before = Fragment(cpu_free, model_id, free_milli);
     const int64_t cpu_after = cpu_free - task.request->host.cpu_milli;
     const GpuDemand demand = DemandOf(*task.request);
@@ -344,16 +341,16 @@ void FgdPolicy::PreScore(const CycleState& /*state*/, const TaskContext& task,
   memo_->scores.clear();
 }
 
-int64_t FgdPolicy::Score(const CycleState& /*state*/, const TaskContext& task,
-                         const NodeInfo& node, GpuMask gpus) {
+int64_t FgdPolicy::Score(const CycleState& /*state*/, const TaskContext& task, const NodeInfo& node,
+                         GpuMask gpus) {
   Memo& memo = *memo_;
   memo.Bind(workload_, *task.snapshot);
   const Memo::NodeEntry& entry = memo.Entry(node);
   const int model_id = NodeModelId(node);
-  const bool shareable_key = (gpus & entry.fgd_gpus) == entry.fgd_gpus &&
-                             entry.free_milli.size() <= static_cast<size_t>(kMaxKeyGpus) &&
-                             (!IsShare(*task.request) ||
-                              std::get<FractionalGpu>(task.request->gpus).gpu_memory_mib == 0);
+  const bool shareable_key =
+      (gpus & entry.fgd_gpus) == entry.fgd_gpus &&
+      entry.free_milli.size() <= static_cast<size_t>(kMaxKeyGpus) &&
+      (!IsShare(*task.request) || std::get<FractionalGpu>(task.request->gpus).gpu_memory_mib == 0);
   int pick = -1;
   if (!shareable_key) {
     memo.scratch = entry.free_milli;

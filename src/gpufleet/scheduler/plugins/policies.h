@@ -27,9 +27,8 @@ class RandomPolicy final : public ScorePlugin {
                 const std::vector<const NodeInfo*>& feasible, Random& random) override;
   int64_t Score(const CycleState& state, const TaskContext& task, const NodeInfo& node,
                 GpuMask gpus) override;
-  std::optional<std::vector<GpuAssignment>> PickGpus(const TaskContext& task,
-                                                     const NodeInfo& node, GpuMask gpus,
-                                                     Random& random) override;
+  std::optional<std::vector<GpuAssignment>> PickGpus(const TaskContext& task, const NodeInfo& node,
+                                                     GpuMask gpus, Random& random) override;
 
  private:
   int chosen_node_ = -1;
@@ -82,9 +81,8 @@ class FgdPolicy final : public ScorePlugin {
                 const std::vector<const NodeInfo*>& feasible, Random& random) override;
   int64_t Score(const CycleState& state, const TaskContext& task, const NodeInfo& node,
                 GpuMask gpus) override;
-  std::optional<std::vector<GpuAssignment>> PickGpus(const TaskContext& task,
-                                                     const NodeInfo& node, GpuMask gpus,
-                                                     Random& random) override;
+  std::optional<std::vector<GpuAssignment>> PickGpus(const TaskContext& task, const NodeInfo& node,
+                                                     GpuMask gpus, Random& random) override;
 
  private:
   struct Memo;

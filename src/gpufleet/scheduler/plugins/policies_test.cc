@@ -157,8 +157,9 @@ TEST_F(PolicyTest, FgdThroughTheSchedulerIsDeterministicPerSeed) {
     Random random(7);
     std::vector<TaskPlacement> placements;
     for (int i = 0; i < 12; ++i) {
-      const ScheduleResult result = (*scheduler)->Schedule(
-          MakeJob("j", 1, FractionalGpu{100 + 50 * (i % 5), 0}), *snapshot_, random);
+      const ScheduleResult result =
+          (*scheduler)
+              ->Schedule(MakeJob("j", 1, FractionalGpu{100 + 50 * (i % 5), 0}), *snapshot_, random);
       ASSERT_TRUE(result.scheduled()) << result.reason;
       placements.push_back(result.placements[0]);
     }
