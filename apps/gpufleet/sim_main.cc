@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// `gpufleet sim`: replays traces against placement policies.
+// `gpufleet sim`: replays traces against placement and queue policies.
+#include <unistd.h>
+
 #include <charconv>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -10,41 +11,74 @@
 #include <fmt/core.h>
 #include <fmt/ostream.h>
 
+#include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/sim/fill.h"
 #include "gpufleet/sim/fill_report.h"
 #include "gpufleet/sim/openb.h"
+#include "gpufleet/sim/replay.h"
+#include "gpufleet/sim/sim_report.h"
+#include "gpufleet/sim/trace_loaders.h"
 
 #include "subcommands.h"
 
 namespace gpufleet::app {
 namespace {
 
-struct FillFlags {
+struct CommonFlags {
+  std::string policy = "all";
+  std::string json;
+  std::string report;
+  int threads = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+};
+
+struct FillFlags : CommonFlags {
   std::string data_dir = GPUFLEET_DEFAULT_DATA_DIR;
   std::string nodes;
   std::string pods;
-  std::string policies = "all";
   std::string seeds = "42-51";
   double load = 1.3;
-  int threads = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
-  std::string out;
 };
+
+struct ReplayFlags : CommonFlags {
+  std::string trace;
+  std::string format;
+  std::string cluster = "250x8";
+  std::string nodes;
+  std::string gpu_model = "V100-32GB";
+  std::string placement = "best-fit";
+  uint64_t seed = 42;
+  int64_t sample_seconds = 600;
+};
+
+Result<uint64_t> ParseNumber(std::string_view text, std::string_view flag) {
+  uint64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+    return InvalidArgumentError(fmt::format("{}: \"{}\" is not a number", flag, text));
+  }
+  return value;
+}
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> parts;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t comma = std::min(text.find(',', begin), text.size());
+    parts.push_back(text.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
+  return parts;
+}
 
 // "42-51" or "1,2,7".
 Result<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
   std::vector<uint64_t> seeds;
-  auto number = [&](std::string_view part) -> Result<uint64_t> {
-    uint64_t value = 0;
-    const auto [end, error] = std::from_chars(part.data(), part.data() + part.size(), value);
-    if (part.empty() || error != std::errc() || end != part.data() + part.size()) {
-      return InvalidArgumentError(fmt::format("--seeds: \"{}\" is not a number", part));
-    }
-    return value;
-  };
   if (const size_t dash = text.find('-'); dash != std::string::npos) {
-    GPUFLEET_ASSIGN_OR_RETURN(const uint64_t first, number(std::string_view(text).substr(0, dash)));
-    GPUFLEET_ASSIGN_OR_RETURN(const uint64_t last, number(std::string_view(text).substr(dash + 1)));
+    GPUFLEET_ASSIGN_OR_RETURN(const uint64_t first,
+                              ParseNumber(std::string_view(text).substr(0, dash), "--seeds"));
+    GPUFLEET_ASSIGN_OR_RETURN(const uint64_t last,
+                              ParseNumber(std::string_view(text).substr(dash + 1), "--seeds"));
     if (last < first || last - first > 1000) {
       return InvalidArgumentError(fmt::format("--seeds: bad range \"{}\"", text));
     }
@@ -53,35 +87,51 @@ Result<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
     }
     return seeds;
   }
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t comma = std::min(text.find(',', begin), text.size());
-    GPUFLEET_ASSIGN_OR_RETURN(const uint64_t seed,
-                              number(std::string_view(text).substr(begin, comma - begin)));
+  for (const std::string& part : SplitList(text)) {
+    GPUFLEET_ASSIGN_OR_RETURN(const uint64_t seed, ParseNumber(part, "--seeds"));
     seeds.push_back(seed);
-    begin = comma + 1;
   }
   return seeds;
 }
 
-Result<std::vector<std::string>> ParsePolicies(const std::string& text) {
-  const std::vector<std::string>& known = scheduler::PlacementPolicyNames();
+// "all" or a comma-separated subset of `known`.
+Result<std::vector<std::string>> ParsePolicies(const std::string& text,
+                                               const std::vector<std::string>& known) {
   if (text == "all") {
     return known;
   }
-  std::vector<std::string> policies;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t comma = std::min(text.find(',', begin), text.size());
-    std::string name = text.substr(begin, comma - begin);
+  std::vector<std::string> policies = SplitList(text);
+  for (const std::string& name : policies) {
     if (std::find(known.begin(), known.end(), name) == known.end()) {
-      return InvalidArgumentError(fmt::format("--policies: unknown policy \"{}\" (known: {})", name,
-                                              fmt::join(known, ", ")));
+      return InvalidArgumentError(
+          fmt::format("--policy: unknown policy \"{}\" (known: {})", name, fmt::join(known, ", ")));
     }
-    policies.push_back(std::move(name));
-    begin = comma + 1;
   }
   return policies;
+}
+
+// "250x8": nodes x GPUs per node, 32 nodes per leaf.
+Result<Cluster> ParseSyntheticCluster(const std::string& text, const std::string& model,
+                                      const GpuCatalog& catalog) {
+  const size_t x = text.find('x');
+  if (x == std::string::npos) {
+    return InvalidArgumentError(
+        fmt::format("--cluster: \"{}\" is not NODESxGPUS (e.g. 250x8)", text));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const uint64_t nodes,
+                            ParseNumber(std::string_view(text).substr(0, x), "--cluster"));
+  GPUFLEET_ASSIGN_OR_RETURN(const uint64_t gpus,
+                            ParseNumber(std::string_view(text).substr(x + 1), "--cluster"));
+  if (nodes < 1 || nodes > 100000 || gpus < 1 || gpus > 64) {
+    return InvalidArgumentError(fmt::format("--cluster: \"{}\" out of range", text));
+  }
+  SyntheticClusterSpec spec;
+  spec.nodes_per_leaf = 32;
+  spec.leaves_per_block = static_cast<int>((nodes + 31) / 32);
+  spec.total_nodes = static_cast<int>(nodes);
+  spec.gpus_per_node = static_cast<int>(gpus);
+  spec.gpu_model = model;
+  return MakeSyntheticCluster(spec, catalog);
 }
 
 int Fail(const Status& status) {
@@ -89,12 +139,34 @@ int Fail(const Status& status) {
   return 1;
 }
 
+// Writes `write(stream)` to `path`; a failure to open or write is an error naming the path.
+template <typename Writer>
+Status WriteFile(const std::string& path, Writer write) {
+  std::ofstream out(path);
+  if (!out) {
+    return UnavailableError(fmt::format("{}: cannot open for writing", path));
+  }
+  GPUFLEET_RETURN_IF_ERROR(write(out));
+  out.flush();
+  if (!out) {
+    return UnavailableError(fmt::format("{}: write failed", path));
+  }
+  fmt::print("wrote {}\n", path);
+  return Status::Ok();
+}
+
+std::unique_ptr<sim::ProgressBar> MakeProgress(const std::string& label, int runs) {
+  // Only a person at a terminal wants it, and only for runs that take a while.
+  const bool enabled = isatty(STDERR_FILENO) == 1 && runs > 1;
+  return std::make_unique<sim::ProgressBar>(std::cerr, enabled, label, runs);
+}
+
 int RunFillCommand(const FillFlags& flags) {
   auto seeds = ParseSeeds(flags.seeds);
   if (!seeds.ok()) {
     return Fail(seeds.status());
   }
-  auto policies = ParsePolicies(flags.policies);
+  auto policies = ParsePolicies(flags.policy, scheduler::PlacementPolicyNames());
   if (!policies.ok()) {
     return Fail(policies.status());
   }
@@ -111,56 +183,163 @@ int RunFillCommand(const FillFlags& flags) {
   if (!pods.ok()) {
     return Fail(pods.status());
   }
-  fmt::print(
-      "fill: {} nodes, {} pods from {}; policies {}; seeds {}; load target {}x; {} threads\n",
-      cluster->nodes.size(), pods->size(), pods_path, fmt::join(*policies, ","), flags.seeds,
-      flags.load, flags.threads);
+  fmt::print("fill: {} nodes, {} pods from {}; policies {}; seeds {}; load target {}x\n",
+             cluster->nodes.size(), pods->size(), pods_path, fmt::join(*policies, ","), flags.seeds,
+             flags.load);
   sim::FillOptions options;
   options.load_target = flags.load;
-  auto results =
-      sim::RunFillMatrix(*cluster, *pods, catalog, *policies, *seeds, options, flags.threads);
+  auto progress = MakeProgress("fill runs", static_cast<int>(policies->size() * seeds->size()));
+  auto results = sim::RunFillMatrix(*cluster, *pods, catalog, *policies, *seeds, options,
+                                    flags.threads, [&] { progress->Advance(); });
+  progress->Finish();
   if (!results.ok()) {
     return Fail(results.status());
   }
-  const std::vector<sim::FillPolicySummary> summaries = sim::SummarizeFill(*results);
-  sim::PrintFillSummary(summaries, std::cout);
-  if (!flags.out.empty()) {
-    std::error_code error;
-    std::filesystem::create_directories(flags.out, error);
-    std::ofstream series(flags.out + "/fill_series.csv");
-    std::ofstream summary(flags.out + "/fill_summary.txt");
-    if (error || !series || !summary) {
-      return Fail(UnavailableError(fmt::format("--out: cannot write to {}", flags.out)));
+  sim::PrintFillSummary(sim::SummarizeFill(*results), std::cout);
+  if (!flags.json.empty()) {
+    const Status written = WriteFile(flags.json, [&](std::ostream& out) {
+      sim::WriteFillJson(*results, out);
+      return Status::Ok();
+    });
+    if (!written.ok()) {
+      return Fail(written);
     }
-    sim::WriteFillSeries(*results, series);
-    sim::PrintFillSummary(summaries, summary);
-    fmt::print("wrote {}/fill_series.csv and {}/fill_summary.txt\n", flags.out, flags.out);
+  }
+  if (!flags.report.empty()) {
+    const Status written = WriteFile(flags.report, [&](std::ostream& out) {
+      return sim::WriteFillReport(*results, "gpufleet fill: " + pods_path, out);
+    });
+    if (!written.ok()) {
+      return Fail(written);
+    }
   }
   return 0;
+}
+
+void PrintReplaySummary(const std::vector<sim::ReplayResult>& results) {
+  fmt::print("{:<10} {:<10} {:>7} {:>7} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "queue",
+             "placement", "jobs", "done", "makespan", "wait mean", "wait p99", "JCT mean",
+             "JCT p50", "JCT p99", "GPUs busy");
+  for (const sim::ReplayResult& r : results) {
+    fmt::print(
+        "{:<10} {:<10} {:>7} {:>7} {:>8.1f}h {:>9.0f}s {:>9.0f}s {:>9.0f}s {:>9.0f}s {:>9.0f}s "
+        "{:>8.1f}%\n",
+        r.queue_policy, r.placement_policy, r.jobs_total, r.jobs_finished,
+        r.makespan_seconds / 3600.0, r.queueing_delay.mean, r.queueing_delay.p99,
+        r.completion_time.mean, r.completion_time.p50, r.completion_time.p99,
+        r.total_gpus > 0 ? 100.0 * r.mean_gpus_allocated / r.total_gpus : 0.0);
+  }
+}
+
+int RunReplayCommand(const ReplayFlags& flags) {
+  auto policies = ParsePolicies(flags.policy, sim::QueuePolicyNames());
+  if (!policies.ok()) {
+    return Fail(policies.status());
+  }
+  const std::vector<std::string>& placements = scheduler::PlacementPolicyNames();
+  if (std::find(placements.begin(), placements.end(), flags.placement) == placements.end()) {
+    return Fail(InvalidArgumentError(fmt::format("--placement: unknown policy \"{}\" (known: {})",
+                                                 flags.placement, fmt::join(placements, ", "))));
+  }
+  GpuCatalog catalog = GpuCatalog::Default();
+  Result<Cluster> cluster = flags.nodes.empty()
+                                ? ParseSyntheticCluster(flags.cluster, flags.gpu_model, catalog)
+                                : sim::LoadOpenbNodes(flags.nodes, catalog);
+  if (!cluster.ok()) {
+    return Fail(cluster.status());
+  }
+  auto trace = sim::LoadTrace(flags.trace, flags.format, catalog);
+  if (!trace.ok()) {
+    return Fail(trace.status());
+  }
+  int gpus = 0;
+  for (const Node& node : cluster->nodes) {
+    gpus += static_cast<int>(node.gpus.size());
+  }
+  fmt::print("replay: {} jobs from {} ({}); {} nodes, {} GPUs; queue policies {}; placement {}\n",
+             trace->jobs.size(), flags.trace, flags.format, cluster->nodes.size(), gpus,
+             fmt::join(*policies, ","), flags.placement);
+  sim::ReplayOptions options;
+  options.placement_policy = flags.placement;
+  options.seed = flags.seed;
+  options.sample_seconds = flags.sample_seconds;
+  auto progress = MakeProgress("replays", static_cast<int>(policies->size()));
+  auto results = sim::RunReplayMatrix(*cluster, *trace, catalog, *policies, options, flags.threads,
+                                      [&] { progress->Advance(); });
+  progress->Finish();
+  if (!results.ok()) {
+    return Fail(results.status());
+  }
+  PrintReplaySummary(*results);
+  if (!flags.json.empty()) {
+    const Status written = WriteFile(flags.json, [&](std::ostream& out) {
+      sim::WriteReplayJson(*results, out);
+      return Status::Ok();
+    });
+    if (!written.ok()) {
+      return Fail(written);
+    }
+  }
+  if (!flags.report.empty()) {
+    const Status written = WriteFile(flags.report, [&](std::ostream& out) {
+      return sim::WriteReplayReport(*results, "gpufleet replay: " + flags.trace, out);
+    });
+    if (!written.ok()) {
+      return Fail(written);
+    }
+  }
+  return 0;
+}
+
+void AddCommonFlags(CLI::App* command, CommonFlags& flags, const std::string& policy_help) {
+  command->add_option("--policy", flags.policy, policy_help);
+  command->add_option("--json", flags.json, "write every series to this JSON file");
+  command->add_option("--report", flags.report, "write a self-contained HTML report with charts");
+  command->add_option("--threads", flags.threads, "runs in parallel")->check(CLI::Range(1, 256));
 }
 
 }  // namespace
 
 Action AddSimCommand(CLI::App& app) {
-  CLI::App* sim = app.add_subcommand("sim", "replay traces against placement policies");
+  CLI::App* sim = app.add_subcommand("sim", "replay traces against scheduling policies");
   sim->require_subcommand(1);
-  auto flags = std::make_shared<FillFlags>();
+
+  auto fill_flags = std::make_shared<FillFlags>();
   CLI::App* fill = sim->add_subcommand(
       "fill", "the FGD (ATC'23) experiment: fill the openb cluster to 130% of its GPUs");
-  fill->add_option("--data-dir", flags->data_dir, "directory of the bundled traces");
-  fill->add_option("--nodes", flags->nodes, "openb node list (default: the bundled one)");
-  fill->add_option("--pods", flags->pods, "openb pod list (default: the bundled default trace)");
-  fill->add_option("--policies", flags->policies,
-                   "comma-separated policies or \"all\": random, dot-prod, gpu-clustering, "
-                   "gpu-packing, best-fit, fgd");
-  fill->add_option("--seeds", flags->seeds, "seeds: a range \"42-51\" or a list \"1,2\"");
-  fill->add_option("--load", flags->load, "arrived load to stop at, times GPU capacity")
+  AddCommonFlags(fill, *fill_flags,
+                 "\"all\" or placement policies, comma-separated: random, dot-prod, "
+                 "gpu-clustering, gpu-packing, best-fit, fgd, gpufleet");
+  fill->add_option("--data-dir", fill_flags->data_dir, "directory of the bundled traces");
+  fill->add_option("--nodes", fill_flags->nodes, "openb node list (default: the bundled one)");
+  fill->add_option("--pods", fill_flags->pods, "openb pod list (default: the bundled default)");
+  fill->add_option("--seeds", fill_flags->seeds, "a range \"42-51\" or a list \"1,2\"");
+  fill->add_option("--load", fill_flags->load, "arrived load to stop at, times GPU capacity")
       ->check(CLI::Range(0.01, 10.0));
-  fill->add_option("--threads", flags->threads, "runs in parallel")->check(CLI::Range(1, 256));
-  fill->add_option("--out", flags->out, "directory for fill_series.csv and fill_summary.txt");
-  return [flags, fill] {
+
+  auto replay_flags = std::make_shared<ReplayFlags>();
+  CLI::App* replay =
+      sim->add_subcommand("replay", "replay a job trace over time: arrivals, queueing, departures");
+  AddCommonFlags(replay, *replay_flags,
+                 "\"all\" or queue policies, comma-separated: fifo, sjf, tiresias, gpufleet");
+  replay->add_option("--trace", replay_flags->trace, "the trace file")->required();
+  replay->add_option("--format", replay_flags->format, "philly|openb|native|sacct|gavel|pollux")
+      ->required();
+  replay->add_option("--cluster", replay_flags->cluster,
+                     "synthetic cluster NODESxGPUS on a leaf/spine tree (default 250x8)");
+  replay->add_option("--gpu-model", replay_flags->gpu_model, "GPU model of the synthetic cluster");
+  replay->add_option("--nodes", replay_flags->nodes, "an openb node list instead of --cluster");
+  replay->add_option("--placement", replay_flags->placement, "placement policy (default best-fit)");
+  replay->add_option("--seed", replay_flags->seed, "seed for tie-breaks");
+  replay->add_option("--sample-seconds", replay_flags->sample_seconds, "spacing of the time series")
+      ->check(CLI::Range(1, 86400 * 30));
+
+  return [fill, fill_flags, replay, replay_flags] {
     if (fill->parsed()) {
-      return RunFillCommand(*flags);
+      return RunFillCommand(*fill_flags);
+    }
+    if (replay->parsed()) {
+      return RunReplayCommand(*replay_flags);
     }
     return 2;
   };

@@ -29,6 +29,9 @@ Result<Cluster> MakeSyntheticCluster(const SyntheticClusterSpec& spec, const Gpu
     for (int l = 0; l < spec.leaves_per_block; ++l) {
       const int leaf = b * spec.leaves_per_block + l;
       for (int n = 0; n < spec.nodes_per_leaf; ++n) {
+        if (spec.total_nodes > 0 && node_number >= spec.total_nodes) {
+          break;
+        }
         Node node;
         node.id = NodeId(fmt::format("node-{:04d}", node_number++));
         node.capacity = {spec.cpu_milli_per_node, spec.memory_mib_per_node};

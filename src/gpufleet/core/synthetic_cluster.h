@@ -20,6 +20,7 @@ struct SyntheticClusterSpec {
   std::string gpu_model = "H100-80GB";
   int64_t cpu_milli_per_node = 192000;
   int64_t memory_mib_per_node = 2048 * 1024;
+  int total_nodes = 0;  // > 0: stop after this many nodes (the last leaf is partial)
 };
 
 // kInvalidArgument naming the field for a non-positive count or an unknown model.

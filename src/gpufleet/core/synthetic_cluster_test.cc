@@ -23,6 +23,16 @@ TEST(SyntheticCluster, BuildsTheRequestedTree) {
   EXPECT_OK(cluster->Validate(catalog));
 }
 
+TEST(SyntheticCluster, TotalNodesLeavesTheLastLeafPartial) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  SyntheticClusterSpec spec{1, 8, 32, 8, "V100-32GB"};
+  spec.total_nodes = 250;
+  auto cluster = MakeSyntheticCluster(spec, catalog);
+  ASSERT_OK(cluster);
+  EXPECT_EQ(cluster->nodes.size(), 250U);
+  EXPECT_EQ(cluster->nodes.back().topology[1], "leaf-7");
+}
+
 TEST(SyntheticCluster, RejectsBadSpecs) {
   const GpuCatalog catalog = GpuCatalog::Default();
   EXPECT_THAT(MakeSyntheticCluster({0, 1, 1, 8, "H100-80GB"}, catalog),

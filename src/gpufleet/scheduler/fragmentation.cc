@@ -56,8 +56,8 @@ TargetWorkload TargetWorkload::FromShapes(const std::vector<TaskShape>& shapes, 
 }
 
 FragmentationModel::FragmentationModel(const TargetWorkload& workload,
-                                       const ClusterSnapshot& snapshot)
-    : workload_(&workload) {
+                                       const ClusterSnapshot& snapshot, Kind kind)
+    : workload_(&workload), kind_(kind) {
   for (const TaskClass& task_class : workload.classes()) {
     std::vector<bool> models(snapshot.ModelCount(), task_class.shape.gpu_models.empty());
     for (const std::string& name : task_class.shape.gpu_models) {
@@ -86,7 +86,17 @@ double FragmentationModel::NodeFragmentation(int64_t cpu_free, int model_id,
     int64_t unusable = idle;
     const bool can_run = shape.num_gpus > 0 && model_id >= 0 && accessible_[c][model_id] &&
                          cpu_free >= shape.cpu_milli;
-    if (can_run) {
+    const bool share_class = shape.num_gpus == 1 && shape.gpu_milli < kMilliPerUnit;
+    if (can_run && share_class && kind_ == Kind::kPackedShares) {
+      int64_t shares = 0;
+      for (int64_t free : free_milli) {
+        shares += free / shape.gpu_milli;
+      }
+      if (shape.cpu_milli > 0) {
+        shares = std::min(shares, cpu_free / shape.cpu_milli);
+      }
+      unusable = idle - shares * shape.gpu_milli;
+    } else if (can_run) {
       int fitting = 0;
       int64_t too_small = 0;
       for (int64_t free : free_milli) {

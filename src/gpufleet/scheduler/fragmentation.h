@@ -50,7 +50,13 @@ class TargetWorkload {
 // Evaluates fragmentation against one snapshot's model ids. Thread-compatible.
 class FragmentationModel {
  public:
-  FragmentationModel(const TargetWorkload& workload, const ClusterSnapshot& snapshot);
+  // kFgd: the paper's measure. kPackedShares: the same, except that for a fractional-share class
+  // the unusable GPU is what is left once as many of its shares as the free CPU and GPUs allow
+  // are packed onto the node: the remainder on each GPU and the GPUs stranded for lack of CPU.
+  enum class Kind { kFgd, kPackedShares };
+
+  FragmentationModel(const TargetWorkload& workload, const ClusterSnapshot& snapshot,
+                     Kind kind = Kind::kFgd);
 
   // F_n(M) in milli-GPU for a node with `cpu_free` milli-CPU whose GPUs are of `model_id` (-1: no
   // GPUs) with free milli-GPU `free_milli`: for each task class, all idle GPU if the class cannot
@@ -65,6 +71,7 @@ class FragmentationModel {
 
  private:
   const TargetWorkload* workload_;
+  Kind kind_;
   // Per class: bit m set when the class may run on model id m; all bits for any model.
   std::vector<std::vector<bool>> accessible_;
 };

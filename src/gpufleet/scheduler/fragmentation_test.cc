@@ -56,6 +56,21 @@ TEST_F(NodeFragmentationTest, MatchesTheDefinition) {
   EXPECT_DOUBLE_EQ(model.NodeFragmentation(8000, -1, std::vector<int64_t>{}), 0);
 }
 
+// Shares of 300 on free GPUs {1000, 1000, 600, 200}: FGD counts only the 200 GPU; packed, three
+// shares fit each idle GPU (100 left on each), two the 600 one (0 left), none the 200 one.
+TEST_F(NodeFragmentationTest, PackedSharesCountRemaindersAndCpuLimits) {
+  const TargetWorkload workload = TargetWorkload::FromShapes({Shape(1000, 300, 1)}, 1.0);
+  const FragmentationModel fgd(workload, *snapshot_);
+  const FragmentationModel packed(workload, *snapshot_, FragmentationModel::Kind::kPackedShares);
+  const int t4 = snapshot_->ModelId("T4");
+  const std::vector<int64_t> free = {1000, 1000, 600, 200};
+  EXPECT_DOUBLE_EQ(fgd.NodeFragmentation(8000, t4, free), 200);
+  EXPECT_DOUBLE_EQ(packed.NodeFragmentation(8000, t4, free), 100 + 100 + 0 + 200);
+  // CPU for only two shares: 2800 idle, 600 usable.
+  EXPECT_DOUBLE_EQ(packed.NodeFragmentation(2000, t4, free), 2800 - 600);
+  EXPECT_DOUBLE_EQ(fgd.NodeFragmentation(2000, t4, free), 200);
+}
+
 TEST_F(NodeFragmentationTest, ModelRestrictedClassesCannotUseOtherModels) {
   TaskShape v100_only = Shape(1000, 500, 1);
   v100_only.gpu_models = {"V100-16GB"};

@@ -9,6 +9,11 @@
 namespace gpufleet::scheduler {
 namespace {
 
+// Fragmentation increases closer than this (milli-GPU) score the same, and the tie goes to the
+// first node in order: consolidating onto the same nodes beats chasing tiny differences
+// (measured on the openb pod lists, docs/policies.md).
+constexpr double kGpufleetScoreQuantumMilli = 150;
+
 template <typename T>
 PluginFactory Simple() {
   return [](const PluginArgs&) -> Result<std::unique_ptr<Plugin>> {
@@ -19,8 +24,8 @@ PluginFactory Simple() {
 }  // namespace
 
 const std::vector<std::string>& PlacementPolicyNames() {
-  static const std::vector<std::string> kNames = {"random",      "dot-prod", "gpu-clustering",
-                                                  "gpu-packing", "best-fit", "fgd"};
+  static const std::vector<std::string> kNames = {
+      "random", "dot-prod", "gpu-clustering", "gpu-packing", "best-fit", "fgd", "gpufleet"};
   return kNames;
 }
 
@@ -54,7 +59,18 @@ PluginRegistry PluginRegistry::Default() {
       return InvalidArgumentError(
           "policy fgd: needs a target workload (the task mix to keep the cluster open for)");
     }
-    return std::unique_ptr<Plugin>(std::make_unique<FgdPolicy>(args.target_workload));
+    return std::unique_ptr<Plugin>(std::make_unique<FgdPolicy>("fgd", args.target_workload));
+  });
+  add("gpufleet", [](const PluginArgs& args) -> Result<std::unique_ptr<Plugin>> {
+    if (args.target_workload.empty()) {
+      return InvalidArgumentError(
+          "policy gpufleet: needs a target workload (the task mix to keep the cluster open for)");
+    }
+    FgdScoring scoring;
+    scoring.fragmentation = FragmentationModel::Kind::kPackedShares;
+    scoring.quantum_milli = kGpufleetScoreQuantumMilli;
+    return std::unique_ptr<Plugin>(
+        std::make_unique<FgdPolicy>("gpufleet", args.target_workload, scoring));
   });
   return registry;
 }

@@ -25,6 +25,8 @@ class SchedulerTest : public ::testing::Test {
     snapshot_.emplace(std::move(snapshot).value());
     SchedulerOptions options;
     options.policy = policy;
+    options.plugin_args.target_workload =
+        TargetWorkload::FromShapes({{1000, 300, 1, {}}, {1000, 1000, 1, {}}}, 1.0);
     auto scheduler = Scheduler::Create(options, PluginRegistry::Default());
     ASSERT_OK(scheduler);
     scheduler_ = std::move(scheduler).value();
@@ -218,9 +220,6 @@ TEST_F(SchedulerTest, MultiGroupGangIsAllOrNothing) {
 TEST_F(SchedulerTest, SameSeedGivesTheSamePlacement) {
   for (const std::string& policy : PlacementPolicyNames()) {
     SCOPED_TRACE(policy);
-    if (policy == "fgd") {
-      continue;  // needs a target workload; covered in policies_test
-    }
     std::vector<std::vector<TaskPlacement>> runs;
     for (int run = 0; run < 2; ++run) {
       Use(TwoLeaves(), policy);
@@ -378,10 +377,12 @@ TEST_F(SchedulerTest, UnknownPolicyIsRejected) {
   EXPECT_THAT(Scheduler::Create(options, PluginRegistry::Default()),
               gpufleet::testing::StatusIs(StatusCode::kInvalidArgument,
                                           HasSubstr("unknown policy \"magic\"")));
-  options.policy = "fgd";
-  EXPECT_THAT(Scheduler::Create(options, PluginRegistry::Default()),
-              gpufleet::testing::StatusIs(StatusCode::kInvalidArgument,
-                                          HasSubstr("needs a target workload")));
+  for (const char* policy : {"fgd", "gpufleet"}) {
+    options.policy = policy;
+    EXPECT_THAT(Scheduler::Create(options, PluginRegistry::Default()),
+                gpufleet::testing::StatusIs(StatusCode::kInvalidArgument,
+                                            HasSubstr("needs a target workload")));
+  }
 }
 
 TEST_F(SchedulerTest, LargeGangUnderRequiredBlockStaysInOneBlock) {

@@ -2,16 +2,15 @@
 #include "gpufleet/sim/fill.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <map>
-#include <thread>
 
 #include <fmt/format.h>
 
 #include "gpufleet/core/random.h"
 #include "gpufleet/scheduler/fragmentation.h"
 #include "gpufleet/scheduler/scheduler.h"
+#include "gpufleet/sim/parallel.h"
 
 namespace gpufleet::sim {
 namespace {
@@ -173,43 +172,32 @@ Result<std::vector<FillResult>> RunFillMatrix(const Cluster& cluster, const std:
                                               const GpuCatalog& catalog,
                                               const std::vector<std::string>& policies,
                                               const std::vector<uint64_t>& seeds,
-                                              const FillOptions& options, int threads) {
-  struct Run {
-    FillOptions options;
-    Result<FillResult> result = InternalError("not run");
-  };
-  std::vector<Run> runs;
+                                              const FillOptions& options, int threads,
+                                              const std::function<void()>& on_run_done) {
+  std::vector<FillOptions> runs;
   for (const std::string& policy : policies) {
     for (uint64_t seed : seeds) {
-      Run run;
-      run.options = options;
-      run.options.policy = policy;
-      run.options.seed = seed;
+      FillOptions run = options;
+      run.policy = policy;
+      run.seed = seed;
       runs.push_back(std::move(run));
     }
   }
-  std::atomic<size_t> next{0};
-  auto worker = [&] {
-    for (size_t i = next++; i < runs.size(); i = next++) {
-      runs[i].result = RunFill(cluster, pods, catalog, runs[i].options);
+  std::vector<Result<FillResult>> results(runs.size(), InternalError("not run"));
+  ParallelFor(runs.size(), threads, [&](size_t i) {
+    results[i] = RunFill(cluster, pods, catalog, runs[i]);
+    if (on_run_done) {
+      on_run_done();
     }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 1; t < std::max(1, threads); ++t) {
-    pool.emplace_back(worker);
-  }
-  worker();
-  for (std::thread& thread : pool) {
-    thread.join();
-  }
-  std::vector<FillResult> results;
-  for (Run& run : runs) {
-    if (!run.result.ok()) {
-      return run.result.status();
+  });
+  std::vector<FillResult> out;
+  for (Result<FillResult>& result : results) {
+    if (!result.ok()) {
+      return result.status();
     }
-    results.push_back(std::move(run.result).value());
+    out.push_back(std::move(result).value());
   }
-  return results;
+  return out;
 }
 
 }  // namespace gpufleet::sim

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -58,11 +59,12 @@ Result<FillResult> RunFill(const Cluster& cluster, const std::vector<Job>& pods,
                            const GpuCatalog& catalog, const FillOptions& options);
 
 // Every policy x seed, on up to `threads` threads; the results are in (policy, seed) order and
-// identical to running them one after another.
+// identical to running them one after another. `on_run_done` (thread-safe) follows progress.
 Result<std::vector<FillResult>> RunFillMatrix(const Cluster& cluster, const std::vector<Job>& pods,
                                               const GpuCatalog& catalog,
                                               const std::vector<std::string>& policies,
                                               const std::vector<uint64_t>& seeds,
-                                              const FillOptions& options, int threads);
+                                              const FillOptions& options, int threads,
+                                              const std::function<void()>& on_run_done = {});
 
 }  // namespace gpufleet::sim

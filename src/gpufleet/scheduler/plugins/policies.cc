@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <unordered_map>
 
@@ -235,12 +236,13 @@ struct FgdPolicy::Memo {
   std::vector<int64_t> scratch;
   std::vector<char> pickable;
 
-  void Bind(const TargetWorkload& workload, const ClusterSnapshot& target) {
+  void Bind(const TargetWorkload& workload, const ClusterSnapshot& target,
+            FragmentationModel::Kind kind) {
     if (snapshot == &target && model != nullptr) {
       return;
     }
     snapshot = &target;
-    model = std::make_unique<FragmentationModel>(workload, target);
+    model = std::make_unique<FragmentationModel>(workload, target, kind);
     fragmentation.clear();
     scores.clear();
     nodes.assign(target.nodes().size(), NodeEntry{});
@@ -282,27 +284,29 @@ struct FgdPolicy::Memo {
 
   // The best FGD score of placing `task` on a node in state (cpu_free, model_id, free_milli),
   // trying each entry that `pickable` allows for a share; `pick` gets the first entry reaching it.
-  int64_t Evaluate(const TaskContext& task, int64_t cpu_free, int model_id,
-                   std::vector<int64_t>& free_milli, const std::vector<char>& can_pick, int* pick) {
+  int64_t Evaluate(const TaskContext& task, const FgdScoring& scoring, int64_t cpu_free,
+                   int model_id, std::vector<int64_t>& free_milli,
+                   const std::vector<char>& can_pick, int* pick) {
     const double before = Fragment(cpu_free, model_id, free_milli);
     const int64_t cpu_after = cpu_free - task.request->host.cpu_milli;
     const GpuDemand demand = DemandOf(*task.request);
+    auto score_of = [&](double after) { return scoring.Score(after - before); };
     *pick = -1;
     if (IsShare(*task.request)) {
-      int64_t best = -1;
+      int64_t best = std::numeric_limits<int64_t>::min();
       for (size_t i = 0; i < free_milli.size(); ++i) {
         if (!can_pick[i] || free_milli[i] < demand.milli_per_gpu) {
           continue;
         }
         free_milli[i] -= demand.milli_per_gpu;
-        const int64_t score = FgdScore(Fragment(cpu_after, model_id, free_milli) - before);
+        const int64_t score = score_of(Fragment(cpu_after, model_id, free_milli));
         free_milli[i] += demand.milli_per_gpu;
         if (score > best) {
           best = score;
           *pick = static_cast<int>(i);
         }
       }
-      return std::max<int64_t>(best, 0);
+      return best;
     }
     std::vector<size_t> taken;
     for (size_t i = 0; i < free_milli.size() && static_cast<int>(taken.size()) < demand.count;
@@ -312,7 +316,7 @@ struct FgdPolicy::Memo {
         free_milli[i] = 0;
       }
     }
-    const int64_t score = FgdScore(Fragment(cpu_after, model_id, free_milli) - before);
+    const int64_t score = score_of(Fragment(cpu_after, model_id, free_milli));
     for (size_t i : taken) {
       free_milli[i] = kMilliPerUnit;
     }
@@ -330,21 +334,31 @@ struct FgdPolicy::Memo {
   }
 };
 
-FgdPolicy::FgdPolicy(TargetWorkload workload)
-    : workload_(std::move(workload)), memo_(std::make_unique<Memo>()) {}
+int64_t FgdScoring::Score(double increase) const {
+  if (quantum_milli <= 0) {
+    return FgdScore(increase);
+  }
+  return static_cast<int64_t>(std::floor(-increase / quantum_milli));
+}
+
+FgdPolicy::FgdPolicy(std::string name, TargetWorkload workload, FgdScoring scoring)
+    : name_(std::move(name)),
+      workload_(std::move(workload)),
+      scoring_(scoring),
+      memo_(std::make_unique<Memo>()) {}
 
 FgdPolicy::~FgdPolicy() = default;
 
 void FgdPolicy::PreScore(const CycleState& /*state*/, const TaskContext& task,
                          const std::vector<const NodeInfo*>& /*feasible*/, Random& /*random*/) {
-  memo_->Bind(workload_, *task.snapshot);
+  memo_->Bind(workload_, *task.snapshot, scoring_.fragmentation);
   memo_->scores.clear();
 }
 
 int64_t FgdPolicy::Score(const CycleState& /*state*/, const TaskContext& task, const NodeInfo& node,
                          GpuMask gpus) {
   Memo& memo = *memo_;
-  memo.Bind(workload_, *task.snapshot);
+  memo.Bind(workload_, *task.snapshot, scoring_.fragmentation);
   const Memo::NodeEntry& entry = memo.Entry(node);
   const int model_id = NodeModelId(node);
   const bool shareable_key =
@@ -355,15 +369,16 @@ int64_t FgdPolicy::Score(const CycleState& /*state*/, const TaskContext& task, c
   if (!shareable_key) {
     memo.scratch = entry.free_milli;
     memo.FillPickable(task, node, entry, gpus);
-    return memo.Evaluate(task, node.free.cpu_milli, model_id, memo.scratch, memo.pickable, &pick);
+    return memo.Evaluate(task, scoring_, node.free.cpu_milli, model_id, memo.scratch, memo.pickable,
+                         &pick);
   }
   const StateKey& key = entry.key;
   auto [it, inserted] = memo.scores.try_emplace(key, 0);
   if (inserted) {
     memo.scratch.assign(key.free_milli.begin(), key.free_milli.begin() + key.gpu_count);
     memo.pickable.assign(memo.scratch.size(), 1);
-    it->second =
-        memo.Evaluate(task, node.free.cpu_milli, model_id, memo.scratch, memo.pickable, &pick);
+    it->second = memo.Evaluate(task, scoring_, node.free.cpu_milli, model_id, memo.scratch,
+                               memo.pickable, &pick);
   }
   return it->second;
 }
@@ -375,12 +390,13 @@ std::optional<std::vector<GpuAssignment>> FgdPolicy::PickGpus(const TaskContext&
     return std::nullopt;
   }
   Memo& memo = *memo_;
-  memo.Bind(workload_, *task.snapshot);
+  memo.Bind(workload_, *task.snapshot, scoring_.fragmentation);
   const Memo::NodeEntry& entry = memo.Entry(node);
   memo.scratch = entry.free_milli;
   memo.FillPickable(task, node, entry, gpus);
   int pick = -1;
-  memo.Evaluate(task, node.free.cpu_milli, NodeModelId(node), memo.scratch, memo.pickable, &pick);
+  memo.Evaluate(task, scoring_, node.free.cpu_milli, NodeModelId(node), memo.scratch, memo.pickable,
+                &pick);
   if (pick < 0) {
     return std::nullopt;
   }

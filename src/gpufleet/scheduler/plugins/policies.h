@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -69,14 +70,26 @@ class BestFitPolicy final : public ScorePlugin {
 };
 
 // Fragmentation gradient descent: the node and GPU whose fragmentation (for the target workload)
-// grows least, scored trunc(100 * sigmoid(-increase / 1000)). Fragmentation values are memoised
-// by node state, which makes a decision over thousands of nodes cheap.
+// grows least. "fgd" is the paper's policy; "gpufleet", ours, measures fragmentation with packed
+// shares and scores it on a linear scale (docs/policies.md). Fragmentation values are memoised by
+// node state, which makes a decision over thousands of nodes cheap.
+// How a policy of the FGD family measures and scores a placement.
+struct FgdScoring {
+  // kFgd for the paper's policy; kPackedShares for gpufleet's (see FragmentationModel).
+  FragmentationModel::Kind fragmentation = FragmentationModel::Kind::kFgd;
+  // <= 0: FGD's score, trunc(100 * sigmoid(-increase / 1000)). > 0: floor(-increase / quantum),
+  // a linear scale whose steps are `quantum_milli` milli-GPU wide.
+  double quantum_milli = 0;
+
+  int64_t Score(double increase) const;
+};
+
 class FgdPolicy final : public ScorePlugin {
  public:
-  explicit FgdPolicy(TargetWorkload workload);
+  FgdPolicy(std::string name, TargetWorkload workload, FgdScoring scoring = {});
   ~FgdPolicy() override;
 
-  std::string_view Name() const override { return "fgd"; }
+  std::string_view Name() const override { return name_; }
   void PreScore(const CycleState& state, const TaskContext& task,
                 const std::vector<const NodeInfo*>& feasible, Random& random) override;
   int64_t Score(const CycleState& state, const TaskContext& task, const NodeInfo& node,
@@ -87,7 +100,9 @@ class FgdPolicy final : public ScorePlugin {
  private:
   struct Memo;
 
+  std::string name_;
   TargetWorkload workload_;
+  FgdScoring scoring_;
   std::unique_ptr<Memo> memo_;
 };
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/scheduler/testing/cluster_builder.h"
 
@@ -108,12 +109,46 @@ TEST(FgdScore, IsTheTruncatedSigmoidOfTheNegativeIncrease) {
   EXPECT_EQ(FgdScore(1000), 26);
 }
 
+TEST(FgdScoring, LinearScaleGroupsIncreasesByQuantum) {
+  const FgdScoring fgd;
+  EXPECT_EQ(fgd.Score(0), 50);
+  FgdScoring linear;
+  linear.quantum_milli = 120;
+  EXPECT_EQ(linear.Score(0), 0);
+  EXPECT_EQ(linear.Score(-119), 0);
+  EXPECT_EQ(linear.Score(-120), 1);
+  EXPECT_EQ(linear.Score(1), -1);
+  EXPECT_GT(linear.Score(-500), linear.Score(-100));
+}
+
+TEST_F(PolicyTest, GpufleetPrefersClosingAShareRemainder) {
+  // The workload runs 400-shares. On "used", GPU 0 has 300 free, useless to them: a 300 share
+  // there removes that fragment (-300). On an idle GPU it turns a remainder of 200 (two shares)
+  // into 300 (one share): +100.
+  const TargetWorkload workload = TargetWorkload::FromShapes({{1000, 400, 1, {}}}, 1.0);
+  PluginArgs args;
+  args.target_workload = workload;
+  auto plugin = PluginRegistry::Default().Create("gpufleet", args);
+  ASSERT_OK(plugin);
+  auto* policy = dynamic_cast<ScorePlugin*>(plugin->get());
+  ASSERT_NE(policy, nullptr);
+  EXPECT_EQ(policy->Name(), "gpufleet");
+  const Job job = MakeJob("s", 1, FractionalGpu{300, 0});
+  const std::vector<int64_t> scores = Scores(*policy, job);
+  EXPECT_GT(scores[2], scores[0]);
+  EXPECT_GT(scores[2], scores[1]);
+  Random random(1);
+  auto picked = policy->PickGpus(Context(job), snapshot_->nodes()[2], ~GpuMask{0}, random);
+  ASSERT_TRUE(picked.has_value());
+  EXPECT_EQ((*picked)[0].gpu, 0);
+}
+
 TEST_F(PolicyTest, FgdPicksTheGpuThatGrowsFragmentationLeast) {
   // Target workload: shares of 300 milli-GPU. On "used", GPU 0 has exactly 300 free: putting a
   // 300 share there closes that fragment; any idle GPU would be left with 700 (still usable).
   const TargetWorkload workload =
       TargetWorkload::FromShapes({{1000, 300, 1, {}}, {1000, 1000, 1, {}}}, 1.0);
-  FgdPolicy policy(workload);
+  FgdPolicy policy("fgd", workload);
   const Job job = MakeJob("s", 1, FractionalGpu{300, 0});
   const std::vector<int64_t> scores = Scores(policy, job);
   EXPECT_GT(scores[2], scores[0]);
@@ -128,7 +163,7 @@ TEST_F(PolicyTest, FgdPicksTheGpuThatGrowsFragmentationLeast) {
 TEST_F(PolicyTest, FgdMemoisedAndDirectScoresAgree) {
   const TargetWorkload workload = TargetWorkload::FromShapes(
       {{1000, 300, 1, {}}, {1000, 1000, 2, {}}, {2000, 500, 1, {}}}, 1.0);
-  FgdPolicy policy(workload);
+  FgdPolicy policy("fgd", workload);
   // A share with GPU memory is scored without the state memo; 1 MiB changes no fit here.
   const Job memoised_job = MakeJob("s", 1, FractionalGpu{500, 0});
   const Job direct_job = MakeJob("s", 1, FractionalGpu{500, 1});

@@ -1,0 +1,483 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/sim/replay.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "gpufleet/core/random.h"
+#include "gpufleet/scheduler/fragmentation.h"
+#include "gpufleet/scheduler/scheduler.h"
+#include "gpufleet/sim/event_queue.h"
+#include "gpufleet/sim/parallel.h"
+
+namespace gpufleet::sim {
+namespace {
+
+using scheduler::ClusterSnapshot;
+using scheduler::TaskPlacement;
+
+enum class QueuePolicy { kFifo, kSjf, kTiresias, kGpufleet };
+
+// Jobs waiting longer than this go first under the gpufleet queue policy, so a large job is
+// never starved by a stream of small ones.
+constexpr int64_t kStarvationSeconds = 24 * 3600;
+
+struct JobState {
+  const TraceJob* trace = nullptr;
+  int64_t gpu_milli = 0;  // whole job
+  int64_t remaining_seconds = 0;
+  int64_t executed_seconds = 0;  // attained service / GPUs
+  int64_t started_at = -1;       // of the current run
+  int64_t first_start = -1;
+  int64_t end = -1;
+  uint64_t epoch = 0;  // bumped on preemption; stale completions are ignored
+  int preemptions = 0;
+  bool running = false;
+  bool done = false;
+  std::vector<TaskPlacement> placements;
+};
+
+Distribution Summarize(std::vector<double> values) {
+  Distribution out;
+  if (values.empty()) {
+    return out;
+  }
+  std::sort(values.begin(), values.end());
+  out.mean = std::accumulate(values.begin(), values.end(), 0.0) / values.size();
+  auto at = [&](double q) {
+    const size_t index = static_cast<size_t>(std::ceil(q * values.size())) - 1;
+    return values[std::min(index, values.size() - 1)];
+  };
+  out.p50 = at(0.50);
+  out.p90 = at(0.90);
+  out.p99 = at(0.99);
+  return out;
+}
+
+// The replay itself; one object per run. Not thread-safe.
+class Replay {
+ public:
+  Replay(const Trace& trace, const ReplayOptions& options, QueuePolicy policy,
+         ClusterSnapshot snapshot, std::unique_ptr<scheduler::Scheduler> placer,
+         scheduler::TargetWorkload workload)
+      : trace_(trace),
+        options_(options),
+        policy_(policy),
+        snapshot_(std::move(snapshot)),
+        placer_(std::move(placer)),
+        workload_(std::move(workload)),
+        fragmentation_(workload_, snapshot_),
+        random_(options.seed) {}
+
+  ReplayResult Run();
+
+ private:
+  void Arrive(size_t job);
+  void Complete(size_t job, uint64_t epoch);
+  void Sample();
+  void ScheduleRound();
+  bool TryStart(size_t job);
+  void Stop(size_t job, bool preempted);
+  // Smaller is served first.
+  std::pair<double, int64_t> PriorityKey(size_t job) const;
+  void WatchLevel(size_t job);
+  void Touch(const std::vector<TaskPlacement>& placements);
+
+  const Trace& trace_;
+  const ReplayOptions& options_;
+  QueuePolicy policy_;
+  ClusterSnapshot snapshot_;
+  std::unique_ptr<scheduler::Scheduler> placer_;
+  scheduler::TargetWorkload workload_;
+  scheduler::FragmentationModel fragmentation_;
+  Random random_;
+  EventQueue events_;
+  std::vector<JobState> jobs_;
+  std::vector<size_t> waiting_;  // arrived, not running, not done
+  std::vector<size_t> running_jobs_;
+  std::vector<size_t> preempted_;  // in the current round, to wait again after it
+  std::vector<double> node_fragmentation_;
+  double total_fragmentation_ = 0;
+  int running_ = 0;
+  int unplaceable_ = 0;
+  size_t finished_ = 0;
+  size_t arrived_ = 0;
+  bool round_pending_ = false;
+  std::vector<ReplaySample> series_;
+  double allocated_gpu_seconds_ = 0;
+  int64_t last_change_ = 0;
+};
+
+std::pair<double, int64_t> Replay::PriorityKey(size_t job) const {
+  const JobState& state = jobs_[job];
+  const int64_t submit = state.trace->submit_seconds;
+  switch (policy_) {
+    case QueuePolicy::kFifo:
+      return {0.0, submit};
+    case QueuePolicy::kSjf:
+      return {static_cast<double>(state.trace->job.runtime_estimate.count()) / 1e9, submit};
+    case QueuePolicy::kTiresias: {
+      // Discretized 2D-LAS: the queue level grows with attained GPU-seconds; FIFO inside a level.
+      const double attained =
+          static_cast<double>(state.executed_seconds) * state.gpu_milli / kMilliPerUnit;
+      int level = 0;
+      for (double threshold : options_.tiresias_thresholds) {
+        level += attained >= threshold ? 1 : 0;
+      }
+      return {static_cast<double>(level), submit};
+    }
+    case QueuePolicy::kGpufleet: {
+      // Least remaining GPU-time first; long waiters first of all.
+      const int64_t waited = events_.now() - submit;
+      if (!state.running && state.first_start < 0 && waited >= kStarvationSeconds) {
+        return {-1.0, submit};
+      }
+      return {static_cast<double>(state.remaining_seconds) * state.gpu_milli / kMilliPerUnit,
+              submit};
+    }
+  }
+  return {0.0, submit};
+}
+
+void Replay::Touch(const std::vector<TaskPlacement>& placements) {
+  allocated_gpu_seconds_ += static_cast<double>(snapshot_.AllocatedGpuMilli()) / kMilliPerUnit *
+                            static_cast<double>(events_.now() - last_change_);
+  last_change_ = events_.now();
+  for (const TaskPlacement& placement : placements) {
+    const double now = fragmentation_.NodeFragmentation(snapshot_.nodes()[placement.node]);
+    total_fragmentation_ += now - node_fragmentation_[placement.node];
+    node_fragmentation_[placement.node] = now;
+  }
+}
+
+bool Replay::TryStart(size_t job) {
+  JobState& state = jobs_[job];
+  const scheduler::ScheduleResult result = placer_->Schedule(state.trace->job, snapshot_, random_);
+  if (!result.scheduled()) {
+    return false;
+  }
+  Touch({});
+  state.placements = result.placements;
+  Touch(state.placements);
+  state.running = true;
+  state.started_at = events_.now();
+  if (state.first_start < 0) {
+    state.first_start = events_.now();
+  }
+  ++running_;
+  running_jobs_.push_back(job);
+  const uint64_t epoch = state.epoch;
+  events_.ScheduleAt(events_.now() + state.remaining_seconds,
+                     [this, job, epoch] { Complete(job, epoch); });
+  WatchLevel(job);
+  return true;
+}
+
+// Under Tiresias a running job may drop a level while it runs; look again at that moment.
+void Replay::WatchLevel(size_t job) {
+  if (policy_ != QueuePolicy::kTiresias) {
+    return;
+  }
+  const JobState& state = jobs_[job];
+  const double gpus = static_cast<double>(state.gpu_milli) / kMilliPerUnit;
+  const double attained = static_cast<double>(state.executed_seconds) * gpus;
+  for (double threshold : options_.tiresias_thresholds) {
+    if (attained < threshold && gpus > 0) {
+      const int64_t delay = static_cast<int64_t>(std::ceil((threshold - attained) / gpus));
+      if (delay < state.remaining_seconds) {
+        const uint64_t epoch = state.epoch;
+        events_.ScheduleAt(events_.now() + delay, [this, job, epoch] {
+          if (jobs_[job].running && jobs_[job].epoch == epoch) {
+            // Account the service so far, then let the round reconsider the order.
+            JobState& crossing = jobs_[job];
+            crossing.executed_seconds += events_.now() - crossing.started_at;
+            crossing.remaining_seconds -= events_.now() - crossing.started_at;
+            crossing.started_at = events_.now();
+            ++crossing.epoch;
+            const uint64_t next = crossing.epoch;
+            events_.ScheduleAt(events_.now() + crossing.remaining_seconds,
+                               [this, job, next] { Complete(job, next); });
+            WatchLevel(job);
+            ScheduleRound();
+          }
+        });
+      }
+      return;
+    }
+  }
+}
+
+void Replay::Stop(size_t job, bool preempted) {
+  JobState& state = jobs_[job];
+  Touch({});
+  for (const TaskPlacement& placement : state.placements) {
+    snapshot_.Release(placement);
+  }
+  Touch(state.placements);
+  state.placements.clear();
+  const int64_t ran = events_.now() - state.started_at;
+  state.executed_seconds += ran;
+  state.remaining_seconds -= ran;
+  state.running = false;
+  ++state.epoch;
+  --running_;
+  running_jobs_.erase(std::find(running_jobs_.begin(), running_jobs_.end(), job));
+  if (preempted) {
+    ++state.preemptions;
+    preempted_.push_back(job);
+  }
+}
+
+void Replay::Arrive(size_t job) {
+  ++arrived_;
+  JobState& state = jobs_[job];
+  if (state.gpu_milli > snapshot_.TotalGpuMilli()) {
+    state.done = true;
+    ++unplaceable_;
+    return;
+  }
+  waiting_.push_back(job);
+  ScheduleRound();
+}
+
+void Replay::Complete(size_t job, uint64_t epoch) {
+  JobState& state = jobs_[job];
+  if (!state.running || state.epoch != epoch) {
+    return;
+  }
+  Stop(job, false);
+  state.done = true;
+  state.remaining_seconds = 0;
+  state.end = events_.now();
+  ++finished_;
+  ScheduleRound();
+}
+
+// Offers the waiting jobs to the scheduler in policy order. Preemptive policies first make room
+// for a better-ranked waiting job by stopping the worst-ranked running ones.
+void Replay::ScheduleRound() {
+  if (round_pending_) {
+    return;
+  }
+  // Several arrivals at one instant share one round, run after them.
+  round_pending_ = true;
+  events_.ScheduleAfter(0, [this] {
+    round_pending_ = false;
+    std::stable_sort(waiting_.begin(), waiting_.end(),
+                     [this](size_t a, size_t b) { return PriorityKey(a) < PriorityKey(b); });
+    const bool preemptive = policy_ == QueuePolicy::kTiresias || policy_ == QueuePolicy::kGpufleet;
+    std::vector<size_t> still_waiting;
+    // A job no smaller than one that just failed fails too (same constraints): skip it.
+    std::vector<const TraceJob*> failed;
+    auto dominated = [&](const TraceJob& job) {
+      for (const TraceJob* small : failed) {
+        const Job& a = small->job;
+        const Job& b = job.job;
+        if (a.groups.size() == 1 && b.groups.size() == 1 && a.allowed_gpu_models.empty() &&
+            b.allowed_gpu_models.empty() && a.node_selector.empty() && b.node_selector.empty() &&
+            a.topology.required_level == b.topology.required_level &&
+            b.groups[0].replicas >= a.groups[0].replicas &&
+            b.groups[0].request.host.cpu_milli >= a.groups[0].request.host.cpu_milli &&
+            b.groups[0].request.host.memory_mib >= a.groups[0].request.host.memory_mib &&
+            std::holds_alternative<WholeGpus>(a.groups[0].request.gpus) &&
+            std::holds_alternative<WholeGpus>(b.groups[0].request.gpus) &&
+            std::get<WholeGpus>(b.groups[0].request.gpus).count >=
+                std::get<WholeGpus>(a.groups[0].request.gpus).count) {
+          return true;
+        }
+      }
+      return false;
+    };
+    for (size_t job : waiting_) {
+      const JobState& state = jobs_[job];
+      const int64_t free = snapshot_.TotalGpuMilli() - snapshot_.AllocatedGpuMilli();
+      bool started = false;
+      if (state.gpu_milli <= free && !dominated(*state.trace)) {
+        started = TryStart(job);
+      }
+      if (!started && preemptive) {
+        // Stop running jobs ranked after this one, worst first, until it fits.
+        std::vector<size_t> victims;
+        for (size_t other : running_jobs_) {
+          if (PriorityKey(job) < PriorityKey(other)) {
+            victims.push_back(other);
+          }
+        }
+        std::stable_sort(victims.begin(), victims.end(),
+                         [this](size_t a, size_t b) { return PriorityKey(a) > PriorityKey(b); });
+        int64_t freeable = free;
+        for (size_t victim : victims) {
+          freeable += jobs_[victim].gpu_milli;
+        }
+        if (freeable >= state.gpu_milli) {
+          for (size_t victim : victims) {
+            Stop(victim, true);
+            if (TryStart(job)) {
+              started = true;
+              break;
+            }
+          }
+        }
+      }
+      if (!started) {
+        still_waiting.push_back(job);
+        failed.push_back(state.trace);
+      }
+    }
+    for (size_t job : preempted_) {
+      if (!jobs_[job].running) {
+        still_waiting.push_back(job);
+      }
+    }
+    preempted_.clear();
+    waiting_ = std::move(still_waiting);
+  });
+}
+
+void Replay::Sample() {
+  ReplaySample sample;
+  sample.time_seconds = events_.now();
+  sample.gpus_allocated = static_cast<double>(snapshot_.AllocatedGpuMilli()) / kMilliPerUnit;
+  sample.fragmentation_gpus = total_fragmentation_ / kMilliPerUnit;
+  sample.queue_length = static_cast<int>(waiting_.size());
+  sample.running = running_;
+  series_.push_back(sample);
+  if (arrived_ < jobs_.size() || running_ > 0 || !waiting_.empty()) {
+    events_.ScheduleAfter(options_.sample_seconds, [this] { Sample(); });
+  }
+}
+
+ReplayResult Replay::Run() {
+  jobs_.resize(trace_.jobs.size());
+  for (size_t i = 0; i < trace_.jobs.size(); ++i) {
+    JobState& state = jobs_[i];
+    state.trace = &trace_.jobs[i];
+    state.gpu_milli = state.trace->job.RequestedGpuMilliTotal();
+    state.remaining_seconds = state.trace->duration_seconds;
+    events_.ScheduleAt(state.trace->submit_seconds, [this, i] { Arrive(i); });
+  }
+  node_fragmentation_.resize(snapshot_.nodes().size());
+  for (const scheduler::NodeInfo& node : snapshot_.nodes()) {
+    node_fragmentation_[node.index] = fragmentation_.NodeFragmentation(node);
+    total_fragmentation_ += node_fragmentation_[node.index];
+  }
+  events_.ScheduleAt(0, [this] { Sample(); });
+  while (events_.RunNext()) {
+    // A queue that can never drain (nothing running, nothing arriving) ends the run.
+    if (running_ == 0 && arrived_ == jobs_.size() && !waiting_.empty() && !round_pending_ &&
+        (events_.empty() || events_.next_time() > events_.now())) {
+      break;
+    }
+  }
+  Touch({});
+
+  ReplayResult result;
+  result.queue_policy = options_.queue_policy;
+  result.placement_policy = options_.placement_policy;
+  result.seed = options_.seed;
+  result.total_gpus = snapshot_.TotalGpus();
+  result.jobs_total = static_cast<int>(jobs_.size());
+  result.jobs_finished = static_cast<int>(finished_);
+  result.jobs_unplaceable = unplaceable_;
+  std::vector<double> delays;
+  std::vector<double> completions;
+  int64_t first_submit = trace_.jobs.empty() ? 0 : trace_.jobs.front().submit_seconds;
+  int64_t last_end = first_submit;
+  for (const JobState& state : jobs_) {
+    ReplayJobOutcome outcome;
+    outcome.id = state.trace->job.id.value();
+    outcome.submit_seconds = state.trace->submit_seconds;
+    outcome.first_start_seconds = state.first_start;
+    outcome.end_seconds = state.end;
+    outcome.gpus = static_cast<int>(state.gpu_milli / kMilliPerUnit);
+    outcome.preemptions = state.preemptions;
+    if (state.first_start >= 0) {
+      delays.push_back(static_cast<double>(outcome.QueueingDelay()));
+    }
+    if (state.end >= 0) {
+      completions.push_back(static_cast<double>(outcome.CompletionTime()));
+      last_end = std::max(last_end, state.end);
+    }
+    result.jobs.push_back(std::move(outcome));
+  }
+  result.makespan_seconds = last_end - first_submit;
+  result.mean_gpus_allocated =
+      last_change_ > 0 ? allocated_gpu_seconds_ / static_cast<double>(last_change_) : 0;
+  result.queueing_delay = Summarize(std::move(delays));
+  result.completion_time = Summarize(std::move(completions));
+  result.series = std::move(series_);
+  return result;
+}
+
+}  // namespace
+
+const std::vector<std::string>& QueuePolicyNames() {
+  static const std::vector<std::string> kNames = {"fifo", "sjf", "tiresias", "gpufleet"};
+  return kNames;
+}
+
+Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,
+                               const GpuCatalog& catalog, const ReplayOptions& options) {
+  const std::vector<std::string>& names = QueuePolicyNames();
+  const auto found = std::find(names.begin(), names.end(), options.queue_policy);
+  if (found == names.end()) {
+    return InvalidArgumentError(fmt::format("queue policy: unknown \"{}\" (known: {})",
+                                            options.queue_policy, fmt::join(names, ", ")));
+  }
+  if (options.sample_seconds <= 0) {
+    return InvalidArgumentError(
+        fmt::format("sample_seconds: {} (must be positive)", options.sample_seconds));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(ClusterSnapshot snapshot, ClusterSnapshot::Build(cluster, catalog));
+  std::vector<scheduler::TaskShape> shapes;
+  for (const TraceJob& job : trace.jobs) {
+    for (const TaskGroup& group : job.job.groups) {
+      shapes.push_back(scheduler::ShapeOf(group.request, job.job.allowed_gpu_models));
+    }
+  }
+  scheduler::TargetWorkload workload = scheduler::TargetWorkload::FromShapes(shapes);
+  scheduler::SchedulerOptions scheduler_options;
+  scheduler_options.policy = options.placement_policy;
+  scheduler_options.plugin_args.target_workload = workload;
+  GPUFLEET_ASSIGN_OR_RETURN(
+      std::unique_ptr<scheduler::Scheduler> placer,
+      scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));
+  Replay replay(trace, options, static_cast<QueuePolicy>(found - names.begin()),
+                std::move(snapshot), std::move(placer), std::move(workload));
+  return replay.Run();
+}
+
+}  // namespace gpufleet::sim
+
+namespace gpufleet::sim {
+
+Result<std::vector<ReplayResult>> RunReplayMatrix(const Cluster& cluster, const Trace& trace,
+                                                  const GpuCatalog& catalog,
+                                                  const std::vector<std::string>& queue_policies,
+                                                  const ReplayOptions& options, int threads,
+                                                  const std::function<void()>& on_run_done) {
+  std::vector<Result<ReplayResult>> results(queue_policies.size(), InternalError("not run"));
+  ParallelFor(queue_policies.size(), threads, [&](size_t i) {
+    ReplayOptions run = options;
+    run.queue_policy = queue_policies[i];
+    results[i] = RunReplay(cluster, trace, catalog, run);
+    if (on_run_done) {
+      on_run_done();
+    }
+  });
+  std::vector<ReplayResult> out;
+  for (Result<ReplayResult>& result : results) {
+    if (!result.ok()) {
+      return result.status();
+    }
+    out.push_back(std::move(result).value());
+  }
+  return out;
+}
+
+}  // namespace gpufleet::sim

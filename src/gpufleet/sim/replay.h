@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "gpufleet/core/cluster.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/status.h"
+#include "gpufleet/sim/trace.h"
+
+// "Replay" mode: jobs arrive at their submit times, run for their durations once placed, and
+// leave; a queue policy orders the waiting jobs and the production scheduler places them.
+namespace gpufleet::sim {
+
+// The order in which waiting jobs are offered to the scheduler.
+//   fifo      arrival order; a job that does not fit is skipped, later ones may start
+//   sjf       shortest runtime estimate first, not preemptive
+//   tiresias  discretized two-dimensional least-attained-service (GPUs x seconds) with
+//             preemption, as in Tiresias (NSDI'19)
+//   gpufleet  ours: least remaining GPU-time first with preemption and an ageing guard
+const std::vector<std::string>& QueuePolicyNames();
+
+struct ReplayOptions {
+  std::string queue_policy = "fifo";
+  std::string placement_policy = "best-fit";
+  uint64_t seed = 42;
+  int64_t sample_seconds = 600;                        // spacing of the time series
+  int64_t tiresias_quantum_seconds = 60;               // how often service is re-evaluated
+  std::vector<double> tiresias_thresholds = {3600.0};  // GPU-seconds between queue levels
+};
+
+// One point of the time series.
+struct ReplaySample {
+  int64_t time_seconds = 0;
+  double gpus_allocated = 0;      // whole GPUs (allocated milli-GPU / 1000)
+  double fragmentation_gpus = 0;  // idle GPUs the waiting jobs' shapes cannot use
+  int queue_length = 0;           // jobs waiting
+  int running = 0;
+};
+
+struct ReplayJobOutcome {
+  std::string id;
+  int64_t submit_seconds = 0;
+  int64_t first_start_seconds = -1;  // -1: never started
+  int64_t end_seconds = -1;          // -1: did not finish
+  int gpus = 0;                      // whole GPUs the job asks for (milli-GPU / 1000)
+  int preemptions = 0;
+  int64_t QueueingDelay() const { return first_start_seconds - submit_seconds; }
+  int64_t CompletionTime() const { return end_seconds - submit_seconds; }
+};
+
+// Mean and percentiles of a distribution, in seconds.
+struct Distribution {
+  double mean = 0;
+  double p50 = 0;
+  double p90 = 0;
+  double p99 = 0;
+};
+
+struct ReplayResult {
+  std::string queue_policy;
+  std::string placement_policy;
+  uint64_t seed = 0;
+  int total_gpus = 0;
+  int jobs_total = 0;
+  int jobs_finished = 0;
+  int jobs_unplaceable = 0;  // larger than the cluster could ever hold
+  int64_t makespan_seconds = 0;
+  double mean_gpus_allocated = 0;
+  Distribution queueing_delay;
+  Distribution completion_time;
+  std::vector<ReplaySample> series;
+  std::vector<ReplayJobOutcome> jobs;
+};
+
+// kInvalidArgument for an unknown policy or an invalid cluster.
+Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,
+                               const GpuCatalog& catalog, const ReplayOptions& options);
+
+// One replay per queue policy, on up to `threads` threads, results in `queue_policies` order.
+// `on_run_done` (thread-safe) follows progress.
+Result<std::vector<ReplayResult>> RunReplayMatrix(const Cluster& cluster, const Trace& trace,
+                                                  const GpuCatalog& catalog,
+                                                  const std::vector<std::string>& queue_policies,
+                                                  const ReplayOptions& options, int threads,
+                                                  const std::function<void()>& on_run_done = {});
+
+}  // namespace gpufleet::sim

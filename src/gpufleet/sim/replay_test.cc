@@ -1,0 +1,135 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/sim/replay.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/core/synthetic_cluster.h"
+#include "gpufleet/core/testing/status_matchers.h"
+
+namespace gpufleet::sim {
+namespace {
+
+using ::gpufleet::testing::StatusIs;
+
+TraceJob MakeTraceJob(const std::string& id, int64_t submit, int64_t duration, int gpus) {
+  TraceJob job;
+  job.job.id = JobId(id);
+  const int tasks = gpus > 8 ? gpus / 8 : 1;
+  job.job.groups.push_back({"task", tasks, {{1000, 1024}, WholeGpus{gpus / tasks}}});
+  job.job.runtime_estimate = std::chrono::seconds(duration);
+  job.submit_seconds = submit;
+  job.duration_seconds = duration;
+  return job;
+}
+
+// 2 nodes x 8 GPUs.
+Cluster SixteenGpus(const GpuCatalog& catalog) {
+  return MakeSyntheticCluster({1, 1, 2, 8, "V100-32GB"}, catalog).value();
+}
+
+ReplayResult RunWith(const Trace& trace, const std::string& queue_policy) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  ReplayOptions options;
+  options.queue_policy = queue_policy;
+  options.sample_seconds = 50;
+  auto result = RunReplay(SixteenGpus(catalog), trace, catalog, options);
+  EXPECT_OK(result);
+  return std::move(result).value();
+}
+
+const ReplayJobOutcome& Outcome(const ReplayResult& result, const std::string& id) {
+  for (const ReplayJobOutcome& job : result.jobs) {
+    if (job.id == id) {
+      return job;
+    }
+  }
+  ADD_FAILURE() << "no job " << id;
+  return result.jobs.front();
+}
+
+TEST(Replay, JobsRunForTheirDurationAndLeave) {
+  Trace trace;
+  trace.jobs = {MakeTraceJob("a", 0, 100, 8), MakeTraceJob("b", 10, 100, 8),
+                MakeTraceJob("c", 20, 50, 8)};
+  const ReplayResult result = RunWith(trace, "fifo");
+  EXPECT_EQ(result.jobs_finished, 3);
+  EXPECT_EQ(Outcome(result, "a").end_seconds, 100);
+  EXPECT_EQ(Outcome(result, "b").end_seconds, 110);
+  // c waits for a to leave.
+  EXPECT_EQ(Outcome(result, "c").first_start_seconds, 100);
+  EXPECT_EQ(Outcome(result, "c").end_seconds, 150);
+  EXPECT_EQ(result.makespan_seconds, 150);
+  EXPECT_EQ(result.total_gpus, 16);
+  ASSERT_FALSE(result.series.empty());
+  EXPECT_EQ(result.series[1].gpus_allocated, 16);  // t = 50: a and b run
+  EXPECT_EQ(result.series[1].queue_length, 1);
+}
+
+TEST(Replay, SjfRunsTheShortWaitingJobFirst) {
+  Trace trace;
+  trace.jobs = {MakeTraceJob("big", 0, 100, 16), MakeTraceJob("long", 1, 500, 16),
+                MakeTraceJob("short", 2, 10, 16)};
+  const ReplayResult fifo = RunWith(trace, "fifo");
+  const ReplayResult sjf = RunWith(trace, "sjf");
+  EXPECT_EQ(Outcome(fifo, "short").first_start_seconds, 600);
+  EXPECT_EQ(Outcome(sjf, "short").first_start_seconds, 100);
+  EXPECT_LT(sjf.completion_time.mean, fifo.completion_time.mean);
+}
+
+TEST(Replay, TiresiasPreemptsJobsWithMoreAttainedService) {
+  Trace trace;
+  // "old" runs alone and crosses the 3600 GPU-second threshold after 225 s on 16 GPUs.
+  trace.jobs = {MakeTraceJob("old", 0, 1000, 16), MakeTraceJob("new", 300, 100, 16)};
+  const ReplayResult result = RunWith(trace, "tiresias");
+  EXPECT_EQ(Outcome(result, "new").first_start_seconds, 300);
+  EXPECT_EQ(Outcome(result, "new").end_seconds, 400);
+  EXPECT_EQ(Outcome(result, "old").preemptions, 1);
+  EXPECT_EQ(Outcome(result, "old").end_seconds, 1100);
+}
+
+TEST(Replay, GpufleetServesLeastRemainingGpuTimeFirst) {
+  Trace trace;
+  trace.jobs = {MakeTraceJob("long", 0, 1000, 16), MakeTraceJob("quick", 100, 10, 8)};
+  const ReplayResult result = RunWith(trace, "gpufleet");
+  EXPECT_EQ(Outcome(result, "quick").first_start_seconds, 100);
+  EXPECT_EQ(Outcome(result, "long").preemptions, 1);
+  EXPECT_EQ(result.jobs_finished, 2);
+}
+
+TEST(Replay, JobsLargerThanTheClusterAreCountedNotQueuedForever) {
+  Trace trace;
+  trace.jobs = {MakeTraceJob("huge", 0, 10, 32), MakeTraceJob("ok", 1, 10, 8)};
+  const ReplayResult result = RunWith(trace, "fifo");
+  EXPECT_EQ(result.jobs_unplaceable, 1);
+  EXPECT_EQ(result.jobs_finished, 1);
+}
+
+TEST(Replay, SameSeedSameResult) {
+  Trace trace;
+  for (int i = 0; i < 40; ++i) {
+    trace.jobs.push_back(
+        MakeTraceJob("j" + std::to_string(i), i * 7, 30 + (i * 37) % 200, 1 << (i % 4)));
+  }
+  for (const std::string& policy : QueuePolicyNames()) {
+    SCOPED_TRACE(policy);
+    const ReplayResult a = RunWith(trace, policy);
+    const ReplayResult b = RunWith(trace, policy);
+    EXPECT_EQ(a.jobs_finished, 40);
+    ASSERT_EQ(a.jobs.size(), b.jobs.size());
+    for (size_t i = 0; i < a.jobs.size(); ++i) {
+      EXPECT_EQ(a.jobs[i].end_seconds, b.jobs[i].end_seconds);
+    }
+  }
+}
+
+TEST(Replay, UnknownQueuePolicyIsAnError) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  ReplayOptions options;
+  options.queue_policy = "lottery";
+  EXPECT_THAT(RunReplay(SixteenGpus(catalog), Trace{}, catalog, options),
+              StatusIs(StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace gpufleet::sim
