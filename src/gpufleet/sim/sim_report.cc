@@ -18,6 +18,8 @@
 namespace gpufleet::sim {
 namespace {
 
+constexpr size_t kMaxChartPoints = 1000;
+
 // Keys keep their insertion order, so the bytes follow the code, not a hash.
 using Json = nlohmann::ordered_json;
 
@@ -374,12 +376,23 @@ Status WriteReplayReport(const std::vector<ReplayResult>& results, const std::st
     const ReplayResult& r = results[i];
     Series gpus{.name = labels[i]};
     Series waiting{.name = labels[i]};
-    for (const ReplaySample& sample : r.series) {
-      const double hours = static_cast<double>(sample.time_seconds) / kSecondsPerHour;
+    // A chart needs no more than kMaxChartPoints points: average consecutive samples (the JSON
+    // keeps every one).
+    const size_t stride = (r.series.size() + kMaxChartPoints - 1) / kMaxChartPoints;
+    for (size_t begin = 0; begin < r.series.size(); begin += std::max<size_t>(stride, 1)) {
+      const size_t end = std::min(r.series.size(), begin + std::max<size_t>(stride, 1));
+      double allocated_sum = 0;
+      double queue_sum = 0;
+      for (size_t k = begin; k < end; ++k) {
+        allocated_sum += r.series[k].gpus_allocated;
+        queue_sum += r.series[k].queue_length;
+      }
+      const double hours = static_cast<double>(r.series[begin].time_seconds) / kSecondsPerHour;
+      const double count = static_cast<double>(end - begin);
       gpus.x.push_back(hours);
-      gpus.y.push_back(sample.gpus_allocated);
+      gpus.y.push_back(allocated_sum / count);
       waiting.x.push_back(hours);
-      waiting.y.push_back(sample.queue_length);
+      waiting.y.push_back(queue_sum / count);
     }
     allocated.series.push_back(std::move(gpus));
     queue.series.push_back(std::move(waiting));

@@ -1,0 +1,473 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/store/sqlite_store.h"
+
+#include <sqlite3.h>
+
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace gpufleet::store {
+namespace {
+
+// How long a statement waits for another connection's lock before failing with SQLITE_BUSY.
+constexpr int kBusyTimeoutMillis = 5000;
+
+// One schema change. Migrations run in order, each once, in its own transaction; a version is
+// never reused or edited once released: change the schema by appending a migration.
+struct Migration {
+  int64_t version;
+  const char* name;
+  const char* sql;
+};
+
+constexpr Migration kMigrations[] = {
+    {1, "objects, event logs and the store revision", R"sql(
+CREATE TABLE objects (
+  kind TEXT NOT NULL,
+  name TEXT NOT NULL,
+  data BLOB NOT NULL,
+  version INTEGER NOT NULL,
+  revision INTEGER NOT NULL,
+  PRIMARY KEY (kind, name)
+) WITHOUT ROWID;
+CREATE TABLE events (
+  seq INTEGER PRIMARY KEY,
+  kind TEXT NOT NULL,
+  name TEXT NOT NULL,
+  revision INTEGER NOT NULL,
+  text BLOB NOT NULL
+);
+CREATE INDEX events_by_object ON events (kind, name, seq);
+CREATE TABLE store_meta (
+  key TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+) WITHOUT ROWID;
+INSERT INTO store_meta (key, value) VALUES ('revision', 0);
+)sql"},
+};
+
+// Indexed by SqliteStateStore::StatementId.
+constexpr const char* kStatementSql[] = {
+    "BEGIN IMMEDIATE",
+    "COMMIT",
+    "ROLLBACK",
+    "SELECT data, version, revision FROM objects WHERE kind = ?1 AND name = ?2",
+    "SELECT name, data, version, revision FROM objects WHERE kind = ?1 ORDER BY name",
+    // ?3 is the prefix followed by byte 0xFF, which valid UTF-8 never contains: every name that
+    // starts with the prefix sorts below it, and no other name between ?2 and it.
+    ("SELECT name, data, version, revision FROM objects"
+     " WHERE kind = ?1 AND name >= ?2 AND name < ?3 ORDER BY name"),
+    "INSERT INTO objects (kind, name, data, version, revision) VALUES (?1, ?2, ?3, ?4, ?5)",
+    "UPDATE objects SET data = ?3, version = ?4, revision = ?5 WHERE kind = ?1 AND name = ?2",
+    "DELETE FROM objects WHERE kind = ?1 AND name = ?2",
+    "INSERT INTO events (kind, name, revision, text) VALUES (?1, ?2, ?3, ?4)",
+    "SELECT revision, text FROM events WHERE kind = ?1 AND name = ?2 ORDER BY seq",
+    "SELECT value FROM store_meta WHERE key = 'revision'",
+    "UPDATE store_meta SET value = ?1 WHERE key = 'revision'",
+};
+
+// Resets a statement and clears its bindings when the scope ends, so that no statement stays
+// active (holding a read snapshot) and no binding outlives the string it points into.
+class ResetOnExit {
+ public:
+  explicit ResetOnExit(sqlite3_stmt* statement) : statement_(statement) {}
+  ~ResetOnExit() {
+    sqlite3_reset(statement_);
+    sqlite3_clear_bindings(statement_);
+  }
+  ResetOnExit(const ResetOnExit&) = delete;
+  ResetOnExit& operator=(const ResetOnExit&) = delete;
+
+ private:
+  sqlite3_stmt* statement_;
+};
+
+// Bindings point into the caller's strings (no copy; see ResetOnExit). A non-empty string_view
+// has a non-null data(), and an empty one is bound as an empty value through "", never as NULL.
+int BindText(sqlite3_stmt* statement, int index, std::string_view text) {
+  return sqlite3_bind_text(statement, index, text.empty() ? "" : text.data(),
+                           static_cast<int>(text.size()), nullptr);
+}
+
+int BindBlob(sqlite3_stmt* statement, int index, std::string_view blob) {
+  if (blob.empty()) {
+    return sqlite3_bind_zeroblob(statement, index, 0);
+  }
+  return sqlite3_bind_blob(statement, index, blob.data(), static_cast<int>(blob.size()), nullptr);
+}
+
+std::string ColumnText(sqlite3_stmt* statement, int column) {
+  const auto* text = reinterpret_cast<const char*>(sqlite3_column_text(statement, column));
+  const int size = sqlite3_column_bytes(statement, column);
+  return text == nullptr ? std::string() : std::string(text, static_cast<size_t>(size));
+}
+
+std::string ColumnBlob(sqlite3_stmt* statement, int column) {
+  const auto* blob = static_cast<const char*>(sqlite3_column_blob(statement, column));
+  const int size = sqlite3_column_bytes(statement, column);
+  return blob == nullptr ? std::string() : std::string(blob, static_cast<size_t>(size));
+}
+
+// Rows of (name, data, version, revision) of `kind`.
+StoredObject ObjectFromListRow(sqlite3_stmt* statement, std::string_view kind) {
+  return StoredObject{std::string(kind), ColumnText(statement, 0), ColumnBlob(statement, 1),
+                      sqlite3_column_int64(statement, 2), sqlite3_column_int64(statement, 3)};
+}
+
+}  // namespace
+
+void SqliteStateStore::Closer::operator()(sqlite3* db) const {
+  sqlite3_close_v2(db);
+}
+
+void SqliteStateStore::Finalizer::operator()(sqlite3_stmt* statement) const {
+  sqlite3_finalize(statement);
+}
+
+SqliteStateStore::SqliteStateStore(std::string path, sqlite3* db)
+    : path_(std::move(path)), db_(db) {}
+
+SqliteStateStore::~SqliteStateStore() = default;
+
+int64_t SqliteStateStore::LatestSchemaVersion() {
+  return std::end(kMigrations)[-1].version;
+}
+
+Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::string& path) {
+  static_assert(std::size(kStatementSql) == kStatementCount);
+  sqlite3* db = nullptr;
+  const int rc = sqlite3_open_v2(
+      path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  // The constructor is private, hence `new`; the handle is owned from here on, even on error.
+  auto store = std::unique_ptr<SqliteStateStore>(new SqliteStateStore(path, db));
+  if (db == nullptr) {
+    return UnavailableError(fmt::format("{}: opening the database: out of memory", path));
+  }
+  if (rc != SQLITE_OK) {
+    return store->Error(rc, "opening the database");
+  }
+  sqlite3_extended_result_codes(db, 1);
+  GPUFLEET_RETURN_IF_ERROR(store->Configure());
+  GPUFLEET_RETURN_IF_ERROR(store->ApplyMigrations());
+  GPUFLEET_RETURN_IF_ERROR(store->PrepareStatements());
+  return store;
+}
+
+Status SqliteStateStore::Configure() {
+  const int rc = sqlite3_busy_timeout(db_.get(), kBusyTimeoutMillis);
+  if (rc != SQLITE_OK) {
+    return Error(rc, "setting the busy timeout");
+  }
+  // The first statement that reads the file: a file that is not a database fails here.
+  GPUFLEET_ASSIGN_OR_RETURN(StatementPtr wal,
+                            Prepare("PRAGMA journal_mode=WAL", "setting the WAL journal mode"));
+  const int step = sqlite3_step(wal.get());
+  if (step != SQLITE_ROW) {
+    return Error(step, "setting the WAL journal mode");
+  }
+  const std::string mode = ColumnText(wal.get(), 0);
+  if (mode != "wal") {
+    return FailedPreconditionError(fmt::format(
+        "{}: the database cannot use WAL journal mode (it is in mode \"{}\")", path_, mode));
+  }
+  return Exec("PRAGMA synchronous=FULL", "setting synchronous=FULL");
+}
+
+Status SqliteStateStore::ApplyMigrations() {
+  GPUFLEET_RETURN_IF_ERROR(Exec(
+      "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT "
+      "NULL)",
+      "creating the schema_migrations table"));
+  GPUFLEET_ASSIGN_OR_RETURN(
+      StatementPtr newest,
+      Prepare("SELECT COALESCE(MAX(version), 0) FROM schema_migrations", "reading the schema"));
+  const int step = sqlite3_step(newest.get());
+  if (step != SQLITE_ROW) {
+    return Error(step, "reading the schema version");
+  }
+  const int64_t newest_version = sqlite3_column_int64(newest.get(), 0);
+  newest.reset();
+  if (newest_version > LatestSchemaVersion()) {
+    return FailedPreconditionError(fmt::format(
+        "{}: the database has schema version {}, newer than the {} this gpufleet knows; open it "
+        "with a newer gpufleet",
+        path_, newest_version, LatestSchemaVersion()));
+  }
+
+  GPUFLEET_ASSIGN_OR_RETURN(
+      StatementPtr applied,
+      Prepare("SELECT COUNT(*) FROM schema_migrations WHERE version = ?1", "reading migrations"));
+  GPUFLEET_ASSIGN_OR_RETURN(StatementPtr record,
+                            Prepare("INSERT INTO schema_migrations (version, name) VALUES (?1, ?2)",
+                                    "recording migrations"));
+  for (const Migration& migration : kMigrations) {
+    const std::string what =
+        fmt::format("applying migration {} ({})", migration.version, migration.name);
+    // BEGIN IMMEDIATE, then check: another process opening the same file at the same time waits
+    // for this transaction and then finds the migration applied.
+    GPUFLEET_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", what));
+    Status status = [&]() -> Status {
+      ResetOnExit reset_applied(applied.get());
+      sqlite3_bind_int64(applied.get(), 1, migration.version);
+      const int rc = sqlite3_step(applied.get());
+      if (rc != SQLITE_ROW) {
+        return Error(rc, what);
+      }
+      if (sqlite3_column_int64(applied.get(), 0) > 0) {
+        return Status::Ok();
+      }
+      GPUFLEET_RETURN_IF_ERROR(Exec(migration.sql, what));
+      ResetOnExit reset_record(record.get());
+      sqlite3_bind_int64(record.get(), 1, migration.version);
+      BindText(record.get(), 2, migration.name);
+      const int inserted = sqlite3_step(record.get());
+      return inserted == SQLITE_DONE ? Status::Ok() : Error(inserted, what);
+    }();
+    if (status.ok()) {
+      status = Exec("COMMIT", what);
+    }
+    if (!status.ok()) {
+      if (sqlite3_get_autocommit(db_.get()) == 0) {
+        (void)Exec("ROLLBACK", what);
+      }
+      return status;
+    }
+  }
+  return Status::Ok();
+}
+
+Status SqliteStateStore::PrepareStatements() {
+  for (size_t i = 0; i < kStatementCount; ++i) {
+    sqlite3_stmt* prepared = nullptr;
+    const int rc = sqlite3_prepare_v3(db_.get(), kStatementSql[i], -1, SQLITE_PREPARE_PERSISTENT,
+                                      &prepared, nullptr);
+    statements_[i].reset(prepared);
+    if (rc != SQLITE_OK) {
+      return Error(rc, fmt::format("preparing \"{}\"", kStatementSql[i]));
+    }
+  }
+  return Status::Ok();
+}
+
+Result<SqliteStateStore::StatementPtr> SqliteStateStore::Prepare(const char* sql,
+                                                                 std::string_view what) {
+  sqlite3_stmt* prepared = nullptr;
+  const int rc = sqlite3_prepare_v2(db_.get(), sql, -1, &prepared, nullptr);
+  StatementPtr statement(prepared);
+  if (rc != SQLITE_OK) {
+    return Error(rc, what);
+  }
+  return statement;
+}
+
+Status SqliteStateStore::Exec(const char* sql, std::string_view what) {
+  const int rc = sqlite3_exec(db_.get(), sql, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) {
+    return Error(rc, what);
+  }
+  return Status::Ok();
+}
+
+Status SqliteStateStore::Error(int rc, std::string_view what) const {
+  const char* detail = db_ != nullptr ? sqlite3_errmsg(db_.get()) : sqlite3_errstr(rc);
+  std::string message = fmt::format("{}: {}: {}", path_, what, detail);
+  switch (rc & 0xff) {
+    case SQLITE_NOTADB:
+      return FailedPreconditionError(std::move(message));
+    case SQLITE_CORRUPT:
+      return Status(StatusCode::kDataLoss, std::move(message));
+    case SQLITE_ERROR:
+    case SQLITE_MISUSE:
+    case SQLITE_RANGE:
+    case SQLITE_MISMATCH:
+    case SQLITE_CONSTRAINT:
+      // A statement of ours is wrong, or the file holds a schema that is not ours.
+      return InternalError(std::move(message));
+    default:
+      // IO errors, a full disk, a lock held for longer than the busy timeout, a read-only file.
+      return UnavailableError(std::move(message));
+  }
+}
+
+sqlite3_stmt* SqliteStateStore::statement(StatementId id) const {
+  return statements_[static_cast<size_t>(id)].get();
+}
+
+Status SqliteStateStore::Step(StatementId id, std::string_view what) {
+  sqlite3_stmt* prepared = statement(id);
+  ResetOnExit reset(prepared);
+  const int rc = sqlite3_step(prepared);
+  if (rc != SQLITE_DONE) {
+    return Error(rc, what);
+  }
+  return Status::Ok();
+}
+
+Result<std::optional<StoredObject>> SqliteStateStore::ReadObject(std::string_view kind,
+                                                                 std::string_view name) {
+  sqlite3_stmt* get = statement(StatementId::kGetObject);
+  ResetOnExit reset(get);
+  BindText(get, 1, kind);
+  BindText(get, 2, name);
+  const int rc = sqlite3_step(get);
+  if (rc == SQLITE_DONE) {
+    return std::optional<StoredObject>();
+  }
+  if (rc != SQLITE_ROW) {
+    return Error(rc, fmt::format("reading {}/{}", kind, name));
+  }
+  return std::optional<StoredObject>(StoredObject{std::string(kind), std::string(name),
+                                                  ColumnBlob(get, 0), sqlite3_column_int64(get, 1),
+                                                  sqlite3_column_int64(get, 2)});
+}
+
+Result<int64_t> SqliteStateStore::ReadRevision() {
+  sqlite3_stmt* get = statement(StatementId::kGetRevision);
+  ResetOnExit reset(get);
+  const int rc = sqlite3_step(get);
+  if (rc != SQLITE_ROW) {
+    return rc == SQLITE_DONE ? Status(StatusCode::kDataLoss,
+                                      fmt::format("{}: the store revision is missing", path_))
+                             : Error(rc, "reading the store revision");
+  }
+  return sqlite3_column_int64(get, 0);
+}
+
+Result<StoredObject> SqliteStateStore::DoGet(std::string_view kind, std::string_view name) {
+  std::lock_guard lock(mu_);
+  GPUFLEET_ASSIGN_OR_RETURN(std::optional<StoredObject> object, ReadObject(kind, name));
+  if (!object) {
+    return ObjectNotFoundError(kind, name);
+  }
+  return std::move(*object);
+}
+
+Result<std::vector<StoredObject>> SqliteStateStore::DoList(std::string_view kind,
+                                                           std::string_view name_prefix) {
+  std::lock_guard lock(mu_);
+  const bool with_prefix = !name_prefix.empty();
+  sqlite3_stmt* list =
+      statement(with_prefix ? StatementId::kListObjectsWithPrefix : StatementId::kListObjects);
+  ResetOnExit reset(list);
+  const std::string upper = std::string(name_prefix) + '\xff';
+  BindText(list, 1, kind);
+  if (with_prefix) {
+    BindText(list, 2, name_prefix);
+    BindText(list, 3, upper);
+  }
+  std::vector<StoredObject> objects;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(list)) == SQLITE_ROW) {
+    StoredObject object = ObjectFromListRow(list, kind);
+    if (object.name.starts_with(name_prefix)) {
+      objects.push_back(std::move(object));
+    }
+  }
+  if (rc != SQLITE_DONE) {
+    return Error(rc, fmt::format("listing {}", kind));
+  }
+  return objects;
+}
+
+Status SqliteStateStore::DoCommit(const WriteBatch& batch) {
+  std::lock_guard lock(mu_);
+  GPUFLEET_RETURN_IF_ERROR(Step(StatementId::kBegin, "beginning a transaction"));
+  Status status = CommitInTransaction(batch);
+  // A failed operation, or a failed COMMIT (which may leave the transaction open): roll back.
+  if (!status.ok() && sqlite3_get_autocommit(db_.get()) == 0) {
+    const Status rollback = Step(StatementId::kRollback, "rolling back");
+    if (!rollback.ok()) {
+      status = Status(status.code(), status.message() + "; then " + rollback.message());
+    }
+  }
+  return status;
+}
+
+Status SqliteStateStore::CommitInTransaction(const WriteBatch& batch) {
+  GPUFLEET_ASSIGN_OR_RETURN(const int64_t previous, ReadRevision());
+  const int64_t revision = previous + 1;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Status status = ApplyOp(batch.ops()[i], revision);
+    if (!status.ok()) {
+      return AnnotateOpError(status, i, batch.size(), batch.ops()[i]);
+    }
+  }
+  sqlite3_stmt* set = statement(StatementId::kSetRevision);
+  sqlite3_bind_int64(set, 1, revision);
+  GPUFLEET_RETURN_IF_ERROR(Step(StatementId::kSetRevision, "writing the store revision"));
+  return Step(StatementId::kCommit, "committing");
+}
+
+Status SqliteStateStore::ApplyOp(const WriteOp& op, int64_t revision) {
+  const std::string what = fmt::format("{} {}/{}", WriteOpTypeName(op.type), op.kind, op.name);
+  if (op.type == WriteOpType::kAppendEvent) {
+    sqlite3_stmt* insert = statement(StatementId::kInsertEvent);
+    BindText(insert, 1, op.kind);
+    BindText(insert, 2, op.name);
+    sqlite3_bind_int64(insert, 3, revision);
+    BindBlob(insert, 4, op.data);
+    return Step(StatementId::kInsertEvent, what);
+  }
+
+  GPUFLEET_ASSIGN_OR_RETURN(const std::optional<StoredObject> existing,
+                            ReadObject(op.kind, op.name));
+  if (op.type == WriteOpType::kCreate) {
+    if (existing) {
+      return ObjectExistsError(op.kind, op.name);
+    }
+    sqlite3_stmt* insert = statement(StatementId::kInsertObject);
+    BindText(insert, 1, op.kind);
+    BindText(insert, 2, op.name);
+    BindBlob(insert, 3, op.data);
+    sqlite3_bind_int64(insert, 4, 1);
+    sqlite3_bind_int64(insert, 5, revision);
+    return Step(StatementId::kInsertObject, what);
+  }
+
+  if (!existing) {
+    return ObjectNotFoundError(op.kind, op.name);
+  }
+  const bool unconditional = op.type == WriteOpType::kDelete && op.expected_version == 0;
+  if (!unconditional && existing->version != op.expected_version) {
+    return VersionConflictError(op.kind, op.name, existing->version, op.expected_version);
+  }
+  if (op.type == WriteOpType::kDelete) {
+    sqlite3_stmt* erase = statement(StatementId::kDeleteObject);
+    BindText(erase, 1, op.kind);
+    BindText(erase, 2, op.name);
+    return Step(StatementId::kDeleteObject, what);
+  }
+  sqlite3_stmt* update = statement(StatementId::kUpdateObject);
+  BindText(update, 1, op.kind);
+  BindText(update, 2, op.name);
+  BindBlob(update, 3, op.data);
+  sqlite3_bind_int64(update, 4, existing->version + 1);
+  sqlite3_bind_int64(update, 5, revision);
+  return Step(StatementId::kUpdateObject, what);
+}
+
+Result<int64_t> SqliteStateStore::DoRevision() {
+  std::lock_guard lock(mu_);
+  return ReadRevision();
+}
+
+Result<std::vector<StoredEvent>> SqliteStateStore::DoEvents(std::string_view kind,
+                                                            std::string_view name) {
+  std::lock_guard lock(mu_);
+  sqlite3_stmt* list = statement(StatementId::kListEvents);
+  ResetOnExit reset(list);
+  BindText(list, 1, kind);
+  BindText(list, 2, name);
+  std::vector<StoredEvent> events;
+  int rc = SQLITE_ROW;
+  while ((rc = sqlite3_step(list)) == SQLITE_ROW) {
+    events.push_back(StoredEvent{sqlite3_column_int64(list, 0), ColumnBlob(list, 1)});
+  }
+  if (rc != SQLITE_DONE) {
+    return Error(rc, fmt::format("reading the events of {}/{}", kind, name));
+  }
+  return events;
+}
+
+}  // namespace gpufleet::store

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpufleet/store/state_store.h"
+
+struct sqlite3;
+struct sqlite3_stmt;
+
+namespace gpufleet::store {
+
+// A StateStore in one SQLite database file.
+//
+// Durability: WAL journal mode with synchronous=FULL, so a Commit that returned OK survives a
+// crash or power loss. Each Commit is one BEGIN IMMEDIATE transaction (the write lock is taken at
+// the start, so a second process writing the same file waits up to the busy timeout instead of
+// failing half-way).
+//
+// Schema: an ordered list of migrations compiled into the code, each applied once in its own
+// transaction and recorded in the table schema_migrations(version, name). Opening a database
+// whose schema is newer than this code knows is kFailedPrecondition.
+//
+// Thread-safe: there is one connection, and a std::mutex serialises every call on it (SQLite is
+// used in multi-thread mode, which needs exactly that). Reads therefore wait for a commit in
+// progress, which is acceptable for a control plane that reads mostly from its caches.
+//
+// Errors: SQLite IO errors are kUnavailable, naming the path and SQLite's message; a file that is
+// not a SQLite database is kFailedPrecondition and a corrupt one kDataLoss, both naming the path.
+class SqliteStateStore final : public StateStore {
+ public:
+  // Opens the database at `path`, creating the file if it does not exist (its directory must),
+  // and brings its schema up to date.
+  static Result<std::unique_ptr<SqliteStateStore>> Open(const std::string& path);
+
+  // The schema version this code writes (the version of its last migration).
+  static int64_t LatestSchemaVersion();
+
+  ~SqliteStateStore() override;
+  SqliteStateStore(const SqliteStateStore&) = delete;
+  SqliteStateStore& operator=(const SqliteStateStore&) = delete;
+
+  const std::string& path() const { return path_; }
+
+ protected:
+  Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
+  Result<std::vector<StoredObject>> DoList(std::string_view kind,
+                                           std::string_view name_prefix) override;
+  Status DoCommit(const WriteBatch& batch) override;
+  Result<int64_t> DoRevision() override;
+  Result<std::vector<StoredEvent>> DoEvents(std::string_view kind, std::string_view name) override;
+
+ private:
+  // The prepared statements, by purpose (sqlite_store.cc holds their SQL).
+  enum class StatementId {
+    kBegin,
+    kCommit,
+    kRollback,
+    kGetObject,
+    kListObjects,
+    kListObjectsWithPrefix,
+    kInsertObject,
+    kUpdateObject,
+    kDeleteObject,
+    kInsertEvent,
+    kListEvents,
+    kGetRevision,
+    kSetRevision,
+  };
+  static constexpr size_t kStatementCount = 13;
+
+  struct Closer {
+    void operator()(sqlite3* db) const;
+  };
+  struct Finalizer {
+    void operator()(sqlite3_stmt* statement) const;
+  };
+  using StatementPtr = std::unique_ptr<sqlite3_stmt, Finalizer>;
+
+  SqliteStateStore(std::string path, sqlite3* db);
+
+  // Sets the journal mode, synchronous level and busy timeout.
+  Status Configure();
+  Status ApplyMigrations();
+  Status PrepareStatements();
+  // Prepares a statement for one use (Open only; the hot paths use statements_).
+  Result<StatementPtr> Prepare(const char* sql, std::string_view what);
+  // Runs `sql` (statements without results).
+  Status Exec(const char* sql, std::string_view what);
+  // The status of SQLite error `rc` on this connection while doing `what`.
+  Status Error(int rc, std::string_view what) const;
+
+  sqlite3_stmt* statement(StatementId id) const;
+  // Runs `id`, which returns no rows, with the parameters bound to it, and resets it.
+  Status Step(StatementId id, std::string_view what);
+  // The object kind/name, or nullopt if absent. REQUIRES: mu_ held.
+  Result<std::optional<StoredObject>> ReadObject(std::string_view kind, std::string_view name);
+  // REQUIRES: mu_ held.
+  Result<int64_t> ReadRevision();
+  // Applies one operation inside the open transaction. REQUIRES: mu_ held.
+  Status ApplyOp(const WriteOp& op, int64_t revision);
+  // Everything of a commit between BEGIN and COMMIT. REQUIRES: mu_ held.
+  Status CommitInTransaction(const WriteBatch& batch);
+
+  const std::string path_;
+  std::mutex mu_;
+  // The connection and its statements; after Open, used only under mu_. Declared in this order
+  // so that the statements are finalized before the connection closes.
+  std::unique_ptr<sqlite3, Closer> db_;
+  std::array<StatementPtr, kStatementCount> statements_;
+};
+
+}  // namespace gpufleet::store

@@ -1,0 +1,211 @@
+// SPDX-License-Identifier: Apache-2.0
+// What only the SQLite backend promises: durability across reopen, migrations, refusing files it
+// cannot use. Its StateStore behaviour is in state_store_conformance_test.cc.
+#include "gpufleet/store/sqlite_store.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/store/testing/fault_injecting_store.h"
+
+namespace gpufleet::store {
+namespace {
+
+using ::gpufleet::testing::StatusIs;
+using ::testing::AllOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using FaultMode = testing::FaultInjectingStateStore::FaultMode;
+
+class SqliteStateStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = ::testing::TempDir() + "/gpufleet_sqlite_XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr) << pattern;
+    dir_ = pattern;
+    path_ = dir_ + "/state.db";
+  }
+
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  std::unique_ptr<SqliteStateStore> OpenOrDie() {
+    Result<std::unique_ptr<SqliteStateStore>> store = SqliteStateStore::Open(path_);
+    EXPECT_OK(store);
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+
+  // Runs `sql` on the file through a connection of its own; the integer results, row by row.
+  std::vector<int64_t> RawQuery(const std::string& sql) {
+    sqlite3* db = nullptr;
+    EXPECT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+    std::vector<int64_t> values;
+    sqlite3_stmt* statement = nullptr;
+    EXPECT_EQ(sqlite3_prepare_v2(db, sql.c_str(), -1, &statement, nullptr), SQLITE_OK)
+        << sqlite3_errmsg(db);
+    int rc = SQLITE_ROW;
+    while (statement != nullptr && (rc = sqlite3_step(statement)) == SQLITE_ROW) {
+      values.push_back(sqlite3_column_int64(statement, 0));
+    }
+    EXPECT_EQ(rc, SQLITE_DONE) << sqlite3_errmsg(db);
+    sqlite3_finalize(statement);
+    sqlite3_close(db);
+    return values;
+  }
+
+  std::string dir_;
+  std::string path_;
+};
+
+TEST_F(SqliteStateStoreTest, CommittedStateSurvivesClosingAndReopening) {
+  {
+    std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->path(), path_);
+    ASSERT_OK(store->Commit(WriteBatch().Create("node", "n1", "{}").Create("node", "n2", "{}")));
+    ASSERT_OK(store->Commit(
+        WriteBatch().Update("node", "n1", "v2", 1).AppendEvent("node", "n1", "updated")));
+    ASSERT_OK(store->Commit(WriteBatch().Delete("node", "n2")));
+  }
+  std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  Result<int64_t> revision = store->Revision();
+  ASSERT_OK(revision);
+  EXPECT_EQ(*revision, 3);
+  Result<StoredObject> n1 = store->Get("node", "n1");
+  ASSERT_OK(n1);
+  EXPECT_EQ(*n1, (StoredObject{"node", "n1", "v2", 2, 2}));
+  EXPECT_THAT(store->Get("node", "n2"), StatusIs(StatusCode::kNotFound));
+  Result<std::vector<StoredEvent>> events = store->Events("node", "n1");
+  ASSERT_OK(events);
+  EXPECT_THAT(*events, ElementsAre(StoredEvent{2, "updated"}));
+
+  // The revision carries on from where it was.
+  ASSERT_OK(store->Commit(WriteBatch().Create("node", "n3", "{}")));
+  revision = store->Revision();
+  ASSERT_OK(revision);
+  EXPECT_EQ(*revision, 4);
+}
+
+TEST_F(SqliteStateStoreTest, UsesWriteAheadLogging) {
+  ASSERT_NE(OpenOrDie(), nullptr);
+  // journal_mode=WAL is stored in the file; a fresh connection reports it.
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &db), SQLITE_OK);
+  sqlite3_stmt* statement = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "PRAGMA journal_mode", -1, &statement, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(statement), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(statement, 0)), "wal");
+  sqlite3_finalize(statement);
+  sqlite3_close(db);
+}
+
+TEST_F(SqliteStateStoreTest, MigrationsAreAppliedOnce) {
+  std::vector<int64_t> expected;
+  for (int64_t version = 1; version <= SqliteStateStore::LatestSchemaVersion(); ++version) {
+    expected.push_back(version);
+  }
+  {
+    std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK(store->Commit(WriteBatch().Create("node", "n1", "{}")));
+  }
+  EXPECT_EQ(RawQuery("SELECT version FROM schema_migrations ORDER BY version"), expected);
+  // Re-applying migration 1 would fail (CREATE TABLE objects) or reset the revision.
+  for (int reopen = 0; reopen < 2; ++reopen) {
+    std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+    ASSERT_NE(store, nullptr);
+    Result<int64_t> revision = store->Revision();
+    ASSERT_OK(revision);
+    EXPECT_EQ(*revision, 1);
+    EXPECT_OK(store->Get("node", "n1"));
+  }
+  EXPECT_EQ(RawQuery("SELECT version FROM schema_migrations ORDER BY version"), expected);
+}
+
+TEST_F(SqliteStateStoreTest, RefusesADatabaseWithANewerSchema) {
+  ASSERT_NE(OpenOrDie(), nullptr);
+  const int64_t newer = SqliteStateStore::LatestSchemaVersion() + 1;
+  RawQuery("INSERT INTO schema_migrations (version, name) VALUES (" + std::to_string(newer) +
+           ", 'from the future')");
+  EXPECT_THAT(SqliteStateStore::Open(path_),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr(path_), HasSubstr("schema version " + std::to_string(newer)),
+                             HasSubstr("newer"))));
+}
+
+TEST_F(SqliteStateStoreTest, RefusesAFileThatIsNotADatabase) {
+  {
+    std::ofstream garbage(path_);
+    garbage << "this is not a SQLite database, just some text that is long enough to have a "
+               "header of a hundred bytes, which SQLite reads before anything else it does\n";
+  }
+  EXPECT_THAT(SqliteStateStore::Open(path_),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       AllOf(HasSubstr(path_), HasSubstr("not a database"))));
+}
+
+TEST_F(SqliteStateStoreTest, RefusesAPathInAMissingDirectory) {
+  const std::string path = dir_ + "/missing/state.db";
+  EXPECT_THAT(
+      SqliteStateStore::Open(path),
+      StatusIs(StatusCode::kUnavailable, AllOf(HasSubstr(path), HasSubstr("unable to open"))));
+}
+
+TEST_F(SqliteStateStoreTest, FaultInjectorFailsExactlyTheNthCommitAndWritesNothingOfIt) {
+  std::unique_ptr<SqliteStateStore> inner = OpenOrDie();
+  ASSERT_NE(inner, nullptr);
+  testing::FaultInjectingStateStore store(*inner);
+  store.FailNthCommit(3);
+  ASSERT_OK(store.Commit(WriteBatch().Create("pod", "p1", "{}")));
+  ASSERT_OK(store.Commit(WriteBatch().Create("pod", "p2", "{}")));
+  EXPECT_OK(store.Commit(WriteBatch()));  // answered before the backend: not counted
+  EXPECT_THAT(store.Commit(WriteBatch().Create("pod", "p3", "{}").AppendEvent("pod", "p1", "x")),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("injected fault: commit 3")));
+  ASSERT_OK(store.Commit(WriteBatch().Create("pod", "p4", "{}")));
+  EXPECT_EQ(store.commit_count(), 4);
+  EXPECT_EQ(store.injected_faults(), 1);
+
+  EXPECT_THAT(inner->Get("pod", "p3"), StatusIs(StatusCode::kNotFound));
+  Result<std::vector<StoredEvent>> events = inner->Events("pod", "p1");
+  ASSERT_OK(events);
+  EXPECT_THAT(*events, IsEmpty());
+  Result<std::vector<StoredObject>> pods = store.List("pod");
+  ASSERT_OK(pods);
+  ASSERT_EQ(pods->size(), 3u);
+  EXPECT_EQ((*pods)[2], (StoredObject{"pod", "p4", "{}", 1, 3}));
+  Result<int64_t> revision = store.Revision();
+  ASSERT_OK(revision);
+  EXPECT_EQ(*revision, 3);
+}
+
+TEST_F(SqliteStateStoreTest, FaultInjectorCanFailACommitAfterWritingIt) {
+  std::unique_ptr<SqliteStateStore> inner = OpenOrDie();
+  ASSERT_NE(inner, nullptr);
+  testing::FaultInjectingStateStore store(*inner);
+  store.FailNthCommit(1, FaultMode::kAfterCommit);
+  EXPECT_THAT(store.Commit(WriteBatch().Create("pod", "p1", "{}")),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("after it was written")));
+  EXPECT_OK(store.Get("pod", "p1"));
+
+  store.FailNthCommit(1);
+  store.ClearFault();
+  EXPECT_OK(store.Commit(WriteBatch().Create("pod", "p2", "{}")));
+  EXPECT_EQ(store.injected_faults(), 1);
+}
+
+}  // namespace
+}  // namespace gpufleet::store

@@ -1,0 +1,247 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/store/state_store.h"
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace gpufleet::store {
+namespace {
+
+// At most this many bytes of an offending value are quoted in an error message.
+constexpr size_t kMaxQuotedBytes = 64;
+
+// `value` in double quotes with non-printable and non-ASCII bytes as \xNN, cut after
+// kMaxQuotedBytes bytes.
+std::string Quote(std::string_view value) {
+  std::string out = "\"";
+  const size_t shown = std::min(value.size(), kMaxQuotedBytes);
+  for (size_t i = 0; i < shown; ++i) {
+    const auto byte = static_cast<unsigned char>(value[i]);
+    if (byte == '"' || byte == '\\') {
+      out += '\\';
+      out += static_cast<char>(byte);
+    } else if (byte >= 0x20 && byte < 0x7f) {
+      out += static_cast<char>(byte);
+    } else {
+      out += fmt::format("\\x{:02x}", byte);
+    }
+  }
+  out += '"';
+  if (shown < value.size()) {
+    out += fmt::format("... ({} bytes)", value.size());
+  }
+  return out;
+}
+
+// Decodes the UTF-8 sequence at value[pos] into code_point and advances pos past it; false if it is
+// malformed (bad lead or continuation byte, truncated, overlong, surrogate, above U+10FFFF).
+bool DecodeUtf8(std::string_view value, size_t& pos, char32_t& code_point) {
+  const auto lead = static_cast<unsigned char>(value[pos]);
+  size_t length = 0;
+  char32_t min = 0;
+  if (lead < 0x80) {
+    code_point = lead;
+    ++pos;
+    return true;
+  } else if ((lead & 0xe0) == 0xc0) {
+    length = 2;
+    min = 0x80;
+    code_point = lead & 0x1f;
+  } else if ((lead & 0xf0) == 0xe0) {
+    length = 3;
+    min = 0x800;
+    code_point = lead & 0x0f;
+  } else if ((lead & 0xf8) == 0xf0) {
+    length = 4;
+    min = 0x10000;
+    code_point = lead & 0x07;
+  } else {
+    return false;
+  }
+  if (value.size() - pos < length) {
+    return false;
+  }
+  for (size_t i = 1; i < length; ++i) {
+    const auto byte = static_cast<unsigned char>(value[pos + i]);
+    if ((byte & 0xc0) != 0x80) {
+      return false;
+    }
+    code_point = (code_point << 6) | (byte & 0x3f);
+  }
+  if (code_point < min || code_point > 0x10ffff || (code_point >= 0xd800 && code_point <= 0xdfff)) {
+    return false;
+  }
+  pos += length;
+  return true;
+}
+
+// C0 controls, DEL and C1 controls (Unicode category Cc).
+bool IsControl(char32_t code_point) {
+  return code_point < 0x20 || (code_point >= 0x7f && code_point <= 0x9f);
+}
+
+Status ValidateDataSize(std::string_view field, std::string_view data) {
+  if (data.size() > kMaxDataBytes) {
+    return InvalidArgumentError(
+        fmt::format("{} is {} bytes, more than the limit of {} bytes (1 MiB)", field, data.size(),
+                    kMaxDataBytes));
+  }
+  return Status::Ok();
+}
+
+Status ValidateOp(const WriteOp& op) {
+  GPUFLEET_RETURN_IF_ERROR(ValidateKey("kind", op.kind));
+  GPUFLEET_RETURN_IF_ERROR(ValidateKey("name", op.name));
+  switch (op.type) {
+    case WriteOpType::kCreate:
+      return ValidateDataSize("data", op.data);
+    case WriteOpType::kUpdate:
+      if (op.expected_version <= 0) {
+        return InvalidArgumentError(
+            fmt::format("expected_version {} of an update must be > 0", op.expected_version));
+      }
+      return ValidateDataSize("data", op.data);
+    case WriteOpType::kDelete:
+      if (op.expected_version < 0) {
+        return InvalidArgumentError(
+            fmt::format("expected_version {} of a delete must be >= 0 (0: unconditional)",
+                        op.expected_version));
+      }
+      return Status::Ok();
+    case WriteOpType::kAppendEvent:
+      return ValidateDataSize("event text", op.data);
+  }
+  return InvalidArgumentError("unknown operation type");
+}
+
+}  // namespace
+
+const char* WriteOpTypeName(WriteOpType type) {
+  switch (type) {
+    case WriteOpType::kCreate:
+      return "create";
+    case WriteOpType::kUpdate:
+      return "update";
+    case WriteOpType::kDelete:
+      return "delete";
+    case WriteOpType::kAppendEvent:
+      return "append-event";
+  }
+  return "unknown";
+}
+
+WriteBatch& WriteBatch::Create(std::string kind, std::string name, std::string data) {
+  ops_.push_back(WriteOp{WriteOpType::kCreate, std::move(kind), std::move(name), std::move(data)});
+  return *this;
+}
+
+WriteBatch& WriteBatch::Update(std::string kind, std::string name, std::string data,
+                               int64_t expected_version) {
+  ops_.push_back(WriteOp{WriteOpType::kUpdate, std::move(kind), std::move(name), std::move(data),
+                         expected_version});
+  return *this;
+}
+
+WriteBatch& WriteBatch::Delete(std::string kind, std::string name, int64_t expected_version) {
+  ops_.push_back(
+      WriteOp{WriteOpType::kDelete, std::move(kind), std::move(name), {}, expected_version});
+  return *this;
+}
+
+WriteBatch& WriteBatch::AppendEvent(std::string kind, std::string name, std::string text) {
+  ops_.push_back(
+      WriteOp{WriteOpType::kAppendEvent, std::move(kind), std::move(name), std::move(text)});
+  return *this;
+}
+
+Result<StoredObject> StateStore::Get(std::string_view kind, std::string_view name) {
+  GPUFLEET_RETURN_IF_ERROR(ValidateKey("kind", kind));
+  GPUFLEET_RETURN_IF_ERROR(ValidateKey("name", name));
+  return DoGet(kind, name);
+}
+
+Result<std::vector<StoredObject>> StateStore::List(std::string_view kind,
+                                                   std::string_view name_prefix) {
+  GPUFLEET_RETURN_IF_ERROR(ValidateKey("kind", kind));
+  if (!name_prefix.empty()) {
+    GPUFLEET_RETURN_IF_ERROR(ValidateKey("name prefix", name_prefix));
+  }
+  return DoList(kind, name_prefix);
+}
+
+Status StateStore::Commit(const WriteBatch& batch) {
+  GPUFLEET_RETURN_IF_ERROR(ValidateBatch(batch));
+  if (batch.empty()) {
+    return Status::Ok();
+  }
+  return DoCommit(batch);
+}
+
+Result<int64_t> StateStore::Revision() {
+  return DoRevision();
+}
+
+Result<std::vector<StoredEvent>> StateStore::Events(std::string_view kind, std::string_view name) {
+  GPUFLEET_RETURN_IF_ERROR(ValidateKey("kind", kind));
+  GPUFLEET_RETURN_IF_ERROR(ValidateKey("name", name));
+  return DoEvents(kind, name);
+}
+
+Status ValidateKey(std::string_view field, std::string_view value) {
+  if (value.empty()) {
+    return InvalidArgumentError(fmt::format("{} must not be empty", field));
+  }
+  if (value.size() > kMaxKeyBytes) {
+    return InvalidArgumentError(fmt::format("{} {} is {} bytes, more than the limit of {}", field,
+                                            Quote(value), value.size(), kMaxKeyBytes));
+  }
+  size_t pos = 0;
+  while (pos < value.size()) {
+    const size_t start = pos;
+    char32_t code_point = 0;
+    if (!DecodeUtf8(value, pos, code_point)) {
+      return InvalidArgumentError(
+          fmt::format("{} {} is not valid UTF-8 (at byte {})", field, Quote(value), start));
+    }
+    if (IsControl(code_point)) {
+      return InvalidArgumentError(fmt::format("{} {} contains control character U+{:04X}", field,
+                                              Quote(value), static_cast<uint32_t>(code_point)));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ValidateBatch(const WriteBatch& batch) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Status status = ValidateOp(batch.ops()[i]);
+    if (!status.ok()) {
+      return AnnotateOpError(status, i, batch.size(), batch.ops()[i]);
+    }
+  }
+  return Status::Ok();
+}
+
+Status AnnotateOpError(const Status& status, size_t index, size_t size, const WriteOp& op) {
+  return Status(status.code(), fmt::format("{} (batch op {} of {}: {})", status.message(),
+                                           index + 1, size, WriteOpTypeName(op.type)));
+}
+
+Status VersionConflictError(std::string_view kind, std::string_view name, int64_t actual,
+                            int64_t expected) {
+  return Status(StatusCode::kAborted, fmt::format("version conflict: {}/{} is at version {}, "
+                                                  "expected {}",
+                                                  kind, name, actual, expected));
+}
+
+Status ObjectNotFoundError(std::string_view kind, std::string_view name) {
+  return NotFoundError(fmt::format("{}/{} not found", kind, name));
+}
+
+Status ObjectExistsError(std::string_view kind, std::string_view name) {
+  return AlreadyExistsError(fmt::format("{}/{} already exists", kind, name));
+}
+
+}  // namespace gpufleet::store

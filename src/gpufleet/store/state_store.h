@@ -1,0 +1,140 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpufleet/core/status.h"
+
+// The durable state of the control plane: a versioned document store in the spirit of etcd and
+// the Kubernetes API server. Writers use optimistic concurrency (compare-and-set on a per-object
+// version, conflicts are kAborted and retried), as Omega argued.
+namespace gpufleet::store {
+
+// Kinds and names: non-empty, valid UTF-8 without control characters, at most this many bytes.
+inline constexpr size_t kMaxKeyBytes = 253;
+// Object data and event text: at most 1 MiB.
+inline constexpr size_t kMaxDataBytes = size_t{1} << 20;
+
+// One document. `data` is JSON text to callers and opaque bytes to the store.
+struct StoredObject {
+  std::string kind;
+  std::string name;
+  std::string data;
+  // Per object, 1 on create and bumped by each update; a deleted and re-created object starts
+  // again at 1 (its `revision` tells the incarnations apart).
+  int64_t version = 0;
+  // Store-wide revision of the commit that last wrote this object.
+  int64_t revision = 0;
+
+  friend bool operator==(const StoredObject&, const StoredObject&) = default;
+};
+
+// One entry of an object's append-only event log.
+struct StoredEvent {
+  // Revision of the commit that appended it (events of one commit share it).
+  int64_t revision = 0;
+  std::string text;
+
+  friend bool operator==(const StoredEvent&, const StoredEvent&) = default;
+};
+
+enum class WriteOpType { kCreate, kUpdate, kDelete, kAppendEvent };
+
+// "create", "update", "delete", "append-event".
+const char* WriteOpTypeName(WriteOpType type);
+
+struct WriteOp {
+  WriteOpType type = WriteOpType::kCreate;
+  std::string kind;
+  std::string name;
+  // Object data (create, update) or event text (append-event).
+  std::string data;
+  // Update: the version the object must be at (> 0). Delete: the same, or 0 for unconditional.
+  int64_t expected_version = 0;
+};
+
+// An ordered list of operations that StateStore::Commit applies all or nothing. Operations see
+// the effects of the earlier ones of the same batch (create then update in one batch works).
+// Thread-compatible.
+class WriteBatch {
+ public:
+  // Fails with kAlreadyExists if the object exists.
+  WriteBatch& Create(std::string kind, std::string name, std::string data);
+  // Fails with kNotFound if the object is absent, kAborted if it is not at `expected_version`.
+  WriteBatch& Update(std::string kind, std::string name, std::string data,
+                     int64_t expected_version);
+  // Fails with kNotFound if the object is absent, kAborted if `expected_version` is not 0 and
+  // the object is not at it. The object's event log is kept.
+  WriteBatch& Delete(std::string kind, std::string name, int64_t expected_version = 0);
+  // Appends `text` to the event log of kind/name. The object need not exist: a log outlives the
+  // object it describes (and is continued if the object is created again).
+  WriteBatch& AppendEvent(std::string kind, std::string name, std::string text);
+
+  const std::vector<WriteOp>& ops() const { return ops_; }
+  bool empty() const { return ops_.empty(); }
+  size_t size() const { return ops_.size(); }
+
+ private:
+  std::vector<WriteOp> ops_;
+};
+
+// The store interface. Implementations are thread-safe: any method may be called from any
+// thread at any time; each call is atomic and sees every commit that returned before it began.
+//
+// Revisions: a store-wide counter, 0 when empty, bumped by one per non-empty successful commit;
+// every object and event written by that commit carries the new value. An empty batch commits
+// trivially without a new revision.
+//
+// The public methods validate their arguments (kInvalidArgument naming the field and the value:
+// kinds and names non-empty, at most kMaxKeyBytes, valid UTF-8, no control characters; data and
+// event text at most kMaxDataBytes) and then call the Do* methods that backends implement.
+class StateStore {
+ public:
+  virtual ~StateStore() = default;
+
+  // kNotFound if kind/name does not exist.
+  Result<StoredObject> Get(std::string_view kind, std::string_view name);
+  // Objects of `kind` whose name starts with `name_prefix` (bytewise), sorted by name.
+  Result<std::vector<StoredObject>> List(std::string_view kind, std::string_view name_prefix = "");
+  // Applies `batch` atomically: either every operation takes effect or none does, and the error
+  // names the failing operation ("... (batch op 2 of 3: update)"). Once OK is returned the batch
+  // is durable as far as the backend is (SqliteStateStore: fsynced).
+  Status Commit(const WriteBatch& batch);
+  // The revision of the last successful commit (0 for an empty store).
+  Result<int64_t> Revision();
+  // The event log of kind/name, oldest first; empty if none was ever appended.
+  Result<std::vector<StoredEvent>> Events(std::string_view kind, std::string_view name);
+
+ protected:
+  // Called with validated arguments only.
+  virtual Result<StoredObject> DoGet(std::string_view kind, std::string_view name) = 0;
+  virtual Result<std::vector<StoredObject>> DoList(std::string_view kind,
+                                                   std::string_view name_prefix) = 0;
+  // Called with a validated, non-empty batch.
+  virtual Status DoCommit(const WriteBatch& batch) = 0;
+  virtual Result<int64_t> DoRevision() = 0;
+  virtual Result<std::vector<StoredEvent>> DoEvents(std::string_view kind,
+                                                    std::string_view name) = 0;
+};
+
+// Validation and messages shared by the backends.
+
+// OK if `value` is a valid kind or name; otherwise kInvalidArgument naming `field` and `value`.
+Status ValidateKey(std::string_view field, std::string_view value);
+// Validates every operation of `batch`; the error names the operation.
+Status ValidateBatch(const WriteBatch& batch);
+// Appends " (batch op <index+1> of <size>: <type>)" to the message of a failed operation.
+Status AnnotateOpError(const Status& status, size_t index, size_t size, const WriteOp& op);
+// kAborted "version conflict: kind/name is at version N, expected M".
+Status VersionConflictError(std::string_view kind, std::string_view name, int64_t actual,
+                            int64_t expected);
+// kNotFound "kind/name not found".
+Status ObjectNotFoundError(std::string_view kind, std::string_view name);
+// kAlreadyExists "kind/name already exists".
+Status ObjectExistsError(std::string_view kind, std::string_view name);
+
+}  // namespace gpufleet::store

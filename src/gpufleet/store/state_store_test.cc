@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/store/state_store.h"
+
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/core/testing/status_matchers.h"
+
+namespace gpufleet::store {
+namespace {
+
+using ::gpufleet::testing::StatusIs;
+using ::testing::HasSubstr;
+
+TEST(WriteBatch, KeepsTheOperationsInOrder) {
+  WriteBatch batch;
+  EXPECT_TRUE(batch.empty());
+  batch.Create("pod", "a", "1").Update("pod", "a", "2", 1).AppendEvent("pod", "a", "e");
+  batch.Delete("pod", "a");
+  ASSERT_EQ(batch.size(), 4u);
+  EXPECT_EQ(batch.ops()[0].type, WriteOpType::kCreate);
+  EXPECT_EQ(batch.ops()[1].type, WriteOpType::kUpdate);
+  EXPECT_EQ(batch.ops()[1].expected_version, 1);
+  EXPECT_EQ(batch.ops()[2].data, "e");
+  EXPECT_EQ(batch.ops()[3].type, WriteOpType::kDelete);
+  EXPECT_EQ(batch.ops()[3].expected_version, 0);
+  EXPECT_STREQ(WriteOpTypeName(WriteOpType::kAppendEvent), "append-event");
+}
+
+TEST(ValidateKey, AcceptsPrintableUtf8UpToTheLimit) {
+  EXPECT_OK(ValidateKey("name", "a"));
+  EXPECT_OK(ValidateKey("name", "gpu-node-01.rack/7:a_b"));
+  EXPECT_OK(ValidateKey("name", "\xc2\xa0\xe2\x82\xac\xf0\x9f\x9a\x80"));  // U+00A0 € 🚀
+  EXPECT_OK(ValidateKey("name", "\xf4\x8f\xbf\xbf"));                      // U+10FFFF
+  EXPECT_OK(ValidateKey("name", std::string(kMaxKeyBytes, 'x')));
+}
+
+TEST(ValidateKey, RefusesMalformedUtf8) {
+  for (const char* bad : {"\x80", "\xff", "\xc1\xbf", "\xe0\x80\x80", "\xf4\x90\x80\x80",
+                          "\xf8\x88\x80\x80\x80", "\xc3"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(ValidateKey("kind", bad),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr("is not valid UTF-8")));
+  }
+}
+
+TEST(ValidateKey, QuotesLongValuesShortened) {
+  const Status status = ValidateKey("name", std::string(300, 'y'));
+  EXPECT_THAT(status, StatusIs(StatusCode::kInvalidArgument,
+                               HasSubstr("name \"" + std::string(64, 'y') + "\"... (300 bytes)")));
+}
+
+TEST(AnnotateOpError, NamesTheOperation) {
+  WriteBatch batch;
+  batch.Create("a", "b", "").Update("pod", "p", "", 3);
+  const Status status =
+      AnnotateOpError(VersionConflictError("pod", "p", 4, 3), 1, batch.size(), batch.ops()[1]);
+  EXPECT_THAT(status, StatusIs(StatusCode::kAborted,
+                               "version conflict: pod/p is at version 4, expected 3 "
+                               "(batch op 2 of 2: update)"));
+}
+
+}  // namespace
+}  // namespace gpufleet::store

@@ -1,0 +1,72 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/store/testing/fault_injecting_store.h"
+
+#include <fmt/format.h>
+
+namespace gpufleet::store::testing {
+
+void FaultInjectingStateStore::FailNthCommit(int64_t n, FaultMode mode) {
+  std::lock_guard lock(mu_);
+  fail_at_commit_ = n >= 1 ? commit_count_ + n : 0;
+  mode_ = mode;
+}
+
+void FaultInjectingStateStore::ClearFault() {
+  std::lock_guard lock(mu_);
+  fail_at_commit_ = 0;
+}
+
+int64_t FaultInjectingStateStore::commit_count() const {
+  std::lock_guard lock(mu_);
+  return commit_count_;
+}
+
+int64_t FaultInjectingStateStore::injected_faults() const {
+  std::lock_guard lock(mu_);
+  return injected_faults_;
+}
+
+Result<StoredObject> FaultInjectingStateStore::DoGet(std::string_view kind, std::string_view name) {
+  return inner_.Get(kind, name);
+}
+
+Result<std::vector<StoredObject>> FaultInjectingStateStore::DoList(std::string_view kind,
+                                                                   std::string_view name_prefix) {
+  return inner_.List(kind, name_prefix);
+}
+
+Status FaultInjectingStateStore::DoCommit(const WriteBatch& batch) {
+  int64_t commit = 0;
+  bool fail = false;
+  FaultMode mode = FaultMode::kBeforeCommit;
+  {
+    std::lock_guard lock(mu_);
+    commit = ++commit_count_;
+    fail = commit == fail_at_commit_;
+    if (fail) {
+      fail_at_commit_ = 0;
+      mode = mode_;
+      ++injected_faults_;
+    }
+  }
+  if (!fail) {
+    return inner_.Commit(batch);
+  }
+  if (mode == FaultMode::kAfterCommit) {
+    GPUFLEET_RETURN_IF_ERROR(inner_.Commit(batch));
+  }
+  return UnavailableError(fmt::format(
+      "injected fault: commit {} ({} operations) failed {}", commit, batch.size(),
+      mode == FaultMode::kAfterCommit ? "after it was written" : "before it was written"));
+}
+
+Result<int64_t> FaultInjectingStateStore::DoRevision() {
+  return inner_.Revision();
+}
+
+Result<std::vector<StoredEvent>> FaultInjectingStateStore::DoEvents(std::string_view kind,
+                                                                    std::string_view name) {
+  return inner_.Events(kind, name);
+}
+
+}  // namespace gpufleet::store::testing

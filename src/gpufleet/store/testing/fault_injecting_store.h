@@ -1,0 +1,62 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "gpufleet/store/state_store.h"
+
+namespace gpufleet::store::testing {
+
+// A StateStore that forwards every call to `inner` but fails chosen commits with kUnavailable,
+// as leveldb's fault-injection Env does, for crash-safety tests of the store's callers.
+//
+//   FaultInjectingStateStore faulty(inner);
+//   faulty.FailNthCommit(2);  // the second Commit from now fails; nothing of it is written
+//
+// Only commits that reach the backend count (empty and invalid batches are answered before).
+// Thread-safe if `inner` is; `inner` must outlive this object.
+class FaultInjectingStateStore final : public StateStore {
+ public:
+  enum class FaultMode {
+    // The batch is not passed on: nothing of it is written (a crash before the commit).
+    kBeforeCommit,
+    // The batch is committed, then the caller is told it failed (a crash after the commit,
+    // before the reply): the caller cannot tell the two apart.
+    kAfterCommit,
+  };
+
+  explicit FaultInjectingStateStore(StateStore& inner) : inner_(inner) {}
+  FaultInjectingStateStore(const FaultInjectingStateStore&) = delete;
+  FaultInjectingStateStore& operator=(const FaultInjectingStateStore&) = delete;
+
+  // Makes the `n`-th commit from now (1: the next one) fail in `mode`; one fault is pending at a
+  // time, a later call replaces it. REQUIRES: n >= 1.
+  void FailNthCommit(int64_t n, FaultMode mode = FaultMode::kBeforeCommit);
+  // Cancels the pending fault, if any.
+  void ClearFault();
+  // Commits seen so far, failed ones included.
+  int64_t commit_count() const;
+  // Commits failed so far.
+  int64_t injected_faults() const;
+
+ protected:
+  Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
+  Result<std::vector<StoredObject>> DoList(std::string_view kind,
+                                           std::string_view name_prefix) override;
+  Status DoCommit(const WriteBatch& batch) override;
+  Result<int64_t> DoRevision() override;
+  Result<std::vector<StoredEvent>> DoEvents(std::string_view kind, std::string_view name) override;
+
+ private:
+  StateStore& inner_;
+  mutable std::mutex mu_;
+  int64_t commit_count_ = 0;                   // guarded by mu_
+  int64_t fail_at_commit_ = 0;                 // guarded by mu_; 0: no fault pending
+  FaultMode mode_ = FaultMode::kBeforeCommit;  // guarded by mu_
+  int64_t injected_faults_ = 0;                // guarded by mu_
+};
+
+}  // namespace gpufleet::store::testing
