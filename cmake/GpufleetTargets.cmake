@@ -20,9 +20,10 @@ function(gpufleet_cc_library)
   target_link_libraries(gpufleet_${ARG_NAME} PUBLIC ${ARG_DEPS})
 endfunction()
 
-# One test binary per module; every GoogleTest case becomes a CTest test carrying LABELS.
+# One test binary per module; every GoogleTest case becomes a CTest test carrying LABELS. FILTER
+# (a gtest filter such as "-Slow*") limits which cases are discovered under those labels.
 function(gpufleet_cc_test)
-  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;LABELS" ${ARGN})
+  cmake_parse_arguments(ARG "" "NAME;FILTER" "SRCS;DEPS;LABELS" ${ARGN})
   if(NOT GPUFLEET_BUILD_TESTS)
     return()
   endif()
@@ -31,7 +32,12 @@ function(gpufleet_cc_test)
   target_compile_definitions(${ARG_NAME} PRIVATE
     GPUFLEET_TEST_DATA_DIR="${GPUFLEET_DATA_DIR}")
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
-  gtest_discover_tests(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+  if(ARG_FILTER)
+    gtest_discover_tests(${ARG_NAME} TEST_FILTER "${ARG_FILTER}"
+      PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+  else()
+    gtest_discover_tests(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}" DISCOVERY_TIMEOUT 60)
+  endif()
 endfunction()
 
 # Benchmarks build with the tests and run as a smoke test (label bench) with a tiny min time.

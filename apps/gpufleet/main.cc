@@ -16,10 +16,19 @@ int main(int argc, char** argv) {
                gpufleet::app::BuildCommit());
   });
   gpufleet::app::Action sim = gpufleet::app::AddSimCommand(app);
+  gpufleet::app::Action server = gpufleet::app::AddServerCommand(app);
+  gpufleet::app::Action cli = gpufleet::app::AddCliCommands(app);
 
   CLI11_PARSE(app, argc, argv);
   if (sim && app.got_subcommand("sim")) {
     return sim();
+  }
+  if (server && app.got_subcommand("server")) {
+    return server();
+  }
+  if (cli && !app.get_subcommands().empty() &&
+      app.get_subcommands().front()->get_group() == gpufleet::app::kCliGroup) {
+    return cli();
   }
   return 0;
 }

@@ -155,6 +155,27 @@ Status WriteFile(const std::string& path, Writer write) {
   return Status::Ok();
 }
 
+// The --json and --report files of a run, when asked for; 0 or 1 as the command's exit code.
+template <typename JsonWriter, typename ReportWriter>
+int WriteOutputs(const CommonFlags& flags, JsonWriter write_json, ReportWriter write_report) {
+  if (!flags.json.empty()) {
+    const Status written = WriteFile(flags.json, [&](std::ostream& out) {
+      write_json(out);
+      return Status::Ok();
+    });
+    if (!written.ok()) {
+      return Fail(written);
+    }
+  }
+  if (!flags.report.empty()) {
+    const Status written = WriteFile(flags.report, write_report);
+    if (!written.ok()) {
+      return Fail(written);
+    }
+  }
+  return 0;
+}
+
 std::unique_ptr<sim::ProgressBar> MakeProgress(const std::string& label, int runs) {
   // Only a person at a terminal wants it, and only for runs that take a while.
   const bool enabled = isatty(STDERR_FILENO) == 1 && runs > 1;
@@ -196,24 +217,11 @@ int RunFillCommand(const FillFlags& flags) {
     return Fail(results.status());
   }
   sim::PrintFillSummary(sim::SummarizeFill(*results), std::cout);
-  if (!flags.json.empty()) {
-    const Status written = WriteFile(flags.json, [&](std::ostream& out) {
-      sim::WriteFillJson(*results, out);
-      return Status::Ok();
-    });
-    if (!written.ok()) {
-      return Fail(written);
-    }
-  }
-  if (!flags.report.empty()) {
-    const Status written = WriteFile(flags.report, [&](std::ostream& out) {
-      return sim::WriteFillReport(*results, "gpufleet fill: " + pods_path, out);
-    });
-    if (!written.ok()) {
-      return Fail(written);
-    }
-  }
-  return 0;
+  return WriteOutputs(
+      flags, [&](std::ostream& out) { sim::WriteFillJson(*results, out); },
+      [&](std::ostream& out) {
+        return sim::WriteFillReport(*results, "gpufleet fill: " + pods_path, out);
+      });
 }
 
 void PrintReplaySummary(const std::vector<sim::ReplayResult>& results) {
@@ -271,24 +279,11 @@ int RunReplayCommand(const ReplayFlags& flags) {
     return Fail(results.status());
   }
   PrintReplaySummary(*results);
-  if (!flags.json.empty()) {
-    const Status written = WriteFile(flags.json, [&](std::ostream& out) {
-      sim::WriteReplayJson(*results, out);
-      return Status::Ok();
-    });
-    if (!written.ok()) {
-      return Fail(written);
-    }
-  }
-  if (!flags.report.empty()) {
-    const Status written = WriteFile(flags.report, [&](std::ostream& out) {
-      return sim::WriteReplayReport(*results, "gpufleet replay: " + flags.trace, out);
-    });
-    if (!written.ok()) {
-      return Fail(written);
-    }
-  }
-  return 0;
+  return WriteOutputs(
+      flags, [&](std::ostream& out) { sim::WriteReplayJson(*results, out); },
+      [&](std::ostream& out) {
+        return sim::WriteReplayReport(*results, "gpufleet replay: " + flags.trace, out);
+      });
 }
 
 void AddCommonFlags(CLI::App* command, CommonFlags& flags, const std::string& policy_help) {

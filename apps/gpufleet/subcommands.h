@@ -15,4 +15,12 @@ const char* BuildCommit();
 
 Action AddSimCommand(CLI::App& app);
 
+// `gpufleet server`: the REST API and the scheduling loop (server_main.cc).
+Action AddServerCommand(CLI::App& app);
+
+// The client verbs (`submit`, `get`, `describe`, `cancel`, node operations), all in the help
+// group kCliGroup; the action runs whichever of them was chosen.
+inline constexpr char kCliGroup[] = "Client commands";
+Action AddCliCommands(CLI::App& app);
+
 }  // namespace gpufleet::app

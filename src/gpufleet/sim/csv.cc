@@ -7,6 +7,14 @@
 
 namespace gpufleet::sim {
 
+Result<std::ifstream> OpenInputFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) {
+    return NotFoundError(fmt::format("{}: cannot open file", path));
+  }
+  return in;
+}
+
 CsvReader::CsvReader(std::istream& in, std::string source, std::vector<std::string> header)
     : in_(in), source_(std::move(source)), header_(std::move(header)) {}
 

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
 #include <istream>
 #include <map>
 #include <string>
@@ -11,6 +12,9 @@
 #include "gpufleet/core/status.h"
 
 namespace gpufleet::sim {
+
+// Opens a trace file for reading; kNotFound naming the path when it cannot.
+Result<std::ifstream> OpenInputFile(const std::string& path);
 
 // Reads a CSV file with a header row, one record at a time (streaming). Fields may be quoted with
 // '"' ("" inside quotes is a quote). Errors name the file, the line and the column.

@@ -183,21 +183,9 @@ Result<std::vector<FillResult>> RunFillMatrix(const Cluster& cluster, const std:
       runs.push_back(std::move(run));
     }
   }
-  std::vector<Result<FillResult>> results(runs.size(), InternalError("not run"));
-  ParallelFor(runs.size(), threads, [&](size_t i) {
-    results[i] = RunFill(cluster, pods, catalog, runs[i]);
-    if (on_run_done) {
-      on_run_done();
-    }
-  });
-  std::vector<FillResult> out;
-  for (Result<FillResult>& result : results) {
-    if (!result.ok()) {
-      return result.status();
-    }
-    out.push_back(std::move(result).value());
-  }
-  return out;
+  return ParallelMap<FillResult>(
+      runs.size(), threads, [&](size_t i) { return RunFill(cluster, pods, catalog, runs[i]); },
+      on_run_done);
 }
 
 }  // namespace gpufleet::sim

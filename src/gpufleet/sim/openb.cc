@@ -10,14 +10,6 @@
 namespace gpufleet::sim {
 namespace {
 
-Result<std::ifstream> OpenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return NotFoundError(fmt::format("{}: cannot open file", path));
-  }
-  return in;
-}
-
 Result<std::vector<std::string>> ParseGpuSpec(const CsvReader& csv, int column,
                                               GpuCatalog& catalog) {
   std::vector<std::string> models;
@@ -83,7 +75,7 @@ Result<Cluster> ReadOpenbNodes(std::istream& in, const std::string& source, GpuC
 }
 
 Result<Cluster> LoadOpenbNodes(const std::string& path, GpuCatalog& catalog) {
-  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, OpenFile(path));
+  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, OpenInputFile(path));
   return ReadOpenbNodes(in, path, catalog);
 }
 
@@ -140,7 +132,7 @@ Result<std::vector<Job>> ReadOpenbPods(std::istream& in, const std::string& sour
 }
 
 Result<std::vector<Job>> LoadOpenbPods(const std::string& path, GpuCatalog& catalog) {
-  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, OpenFile(path));
+  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, OpenInputFile(path));
   return ReadOpenbPods(in, path, catalog);
 }
 

@@ -8,6 +8,8 @@
 #include <thread>
 #include <vector>
 
+#include "gpufleet/core/status.h"
+
 namespace gpufleet::sim {
 
 // Runs body(i) for i in [0, count) on up to `threads` threads (the caller's among them). Each
@@ -28,6 +30,31 @@ inline void ParallelFor(size_t count, int threads, const std::function<void(size
   for (std::thread& thread : pool) {
     thread.join();
   }
+}
+
+// run(i) for i in [0, count) on up to `threads` threads, results in index order; the first
+// error (by index) is returned instead. `on_done` (called from the worker threads, so it must
+// be thread-safe) follows progress.
+template <typename T>
+Result<std::vector<T>> ParallelMap(size_t count, int threads,
+                                   const std::function<Result<T>(size_t)>& run,
+                                   const std::function<void()>& on_done) {
+  std::vector<Result<T>> results(count, InternalError("not run"));
+  ParallelFor(count, threads, [&](size_t i) {
+    results[i] = run(i);
+    if (on_done) {
+      on_done();
+    }
+  });
+  std::vector<T> out;
+  out.reserve(count);
+  for (Result<T>& result : results) {
+    if (!result.ok()) {
+      return result.status();
+    }
+    out.push_back(std::move(result).value());
+  }
+  return out;
 }
 
 }  // namespace gpufleet::sim

@@ -461,23 +461,14 @@ Result<std::vector<ReplayResult>> RunReplayMatrix(const Cluster& cluster, const 
                                                   const std::vector<std::string>& queue_policies,
                                                   const ReplayOptions& options, int threads,
                                                   const std::function<void()>& on_run_done) {
-  std::vector<Result<ReplayResult>> results(queue_policies.size(), InternalError("not run"));
-  ParallelFor(queue_policies.size(), threads, [&](size_t i) {
-    ReplayOptions run = options;
-    run.queue_policy = queue_policies[i];
-    results[i] = RunReplay(cluster, trace, catalog, run);
-    if (on_run_done) {
-      on_run_done();
-    }
-  });
-  std::vector<ReplayResult> out;
-  for (Result<ReplayResult>& result : results) {
-    if (!result.ok()) {
-      return result.status();
-    }
-    out.push_back(std::move(result).value());
-  }
-  return out;
+  return ParallelMap<ReplayResult>(
+      queue_policies.size(), threads,
+      [&](size_t i) {
+        ReplayOptions run = options;
+        run.queue_policy = queue_policies[i];
+        return RunReplay(cluster, trace, catalog, run);
+      },
+      on_run_done);
 }
 
 }  // namespace gpufleet::sim

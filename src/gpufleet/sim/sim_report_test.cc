@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/sim/testing/text.h"
 
 namespace gpufleet::sim {
 namespace {
@@ -24,14 +25,7 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
-int CountOf(const std::string& text, const std::string& needle) {
-  int count = 0;
-  for (size_t pos = text.find(needle); pos != std::string::npos;
-       pos = text.find(needle, pos + needle.size())) {
-    ++count;
-  }
-  return count;
-}
+using ::gpufleet::sim::testing::CountOf;
 
 // Empty when every html, head, body, table, tr, td, th, svg, g, polyline, path, text and title
 // element opened in `html` is closed, in order; otherwise what went wrong.

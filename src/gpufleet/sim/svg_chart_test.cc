@@ -9,6 +9,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "gpufleet/sim/testing/text.h"
+
 namespace gpufleet::sim {
 namespace {
 
@@ -17,14 +19,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-int CountOf(const std::string& text, const std::string& needle) {
-  int count = 0;
-  for (size_t pos = text.find(needle); pos != std::string::npos;
-       pos = text.find(needle, pos + needle.size())) {
-    ++count;
-  }
-  return count;
-}
+using ::gpufleet::sim::testing::CountOf;
 
 // The vertices of the polyline whose data-series is `escaped_name`; -1 when there is none.
 int PolylineVertices(const std::string& svg, const std::string& escaped_name) {

@@ -191,12 +191,12 @@ class SplitReader {
   int line_ = 0;
 };
 
-Result<std::ifstream> OpenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return NotFoundError(fmt::format("{}: cannot open file", path));
-  }
-  return in;
+// Opens `path` and reads it with `read`, naming the file in every error.
+Result<Trace> LoadWith(const std::string& path, const GpuCatalog& catalog,
+                       Result<Trace> (*read)(std::istream&, const std::string&,
+                                             const GpuCatalog&)) {
+  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, OpenInputFile(path));
+  return read(in, path, catalog);
 }
 
 // CsvReader reports an empty file without a line number; this one names line 1.
@@ -595,8 +595,7 @@ Result<Trace> ReadPhilly(std::istream& in, const std::string& source, const GpuC
 }
 
 Result<Trace> LoadPhilly(const std::string& path, const GpuCatalog& catalog) {
-  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, OpenFile(path));
-  return ReadPhilly(in, path, catalog);
+  return LoadWith(path, catalog, ReadPhilly);
 }
 
 Result<Trace> ReadGavel(std::istream& in, const std::string& source, const GpuCatalog& catalog) {
@@ -642,8 +641,7 @@ Result<Trace> ReadGavel(std::istream& in, const std::string& source, const GpuCa
 }
 
 Result<Trace> LoadGavel(const std::string& path, const GpuCatalog& catalog) {
-  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, OpenFile(path));
-  return ReadGavel(in, path, catalog);
+  return LoadWith(path, catalog, ReadGavel);
 }
 
 Result<Trace> ReadPollux(std::istream& in, const std::string& source, const GpuCatalog& catalog) {
@@ -690,8 +688,7 @@ Result<Trace> ReadPollux(std::istream& in, const std::string& source, const GpuC
 }
 
 Result<Trace> LoadPollux(const std::string& path, const GpuCatalog& catalog) {
-  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, OpenFile(path));
-  return ReadPollux(in, path, catalog);
+  return LoadWith(path, catalog, ReadPollux);
 }
 
 Result<Trace> ReadNative(std::istream& in, const std::string& source, const GpuCatalog& catalog) {
@@ -795,8 +792,7 @@ Result<Trace> ReadNative(std::istream& in, const std::string& source, const GpuC
 }
 
 Result<Trace> LoadNative(const std::string& path, const GpuCatalog& catalog) {
-  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, OpenFile(path));
-  return ReadNative(in, path, catalog);
+  return LoadWith(path, catalog, ReadNative);
 }
 
 Result<Trace> ReadSacct(std::istream& in, const std::string& source, const GpuCatalog& catalog) {
@@ -881,8 +877,7 @@ Result<Trace> ReadSacct(std::istream& in, const std::string& source, const GpuCa
 }
 
 Result<Trace> LoadSacct(const std::string& path, const GpuCatalog& catalog) {
-  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, OpenFile(path));
-  return ReadSacct(in, path, catalog);
+  return LoadWith(path, catalog, ReadSacct);
 }
 
 const std::vector<std::string>& TraceFormatNames() {

@@ -1,0 +1,126 @@
+// SPDX-License-Identifier: Apache-2.0
+// The client verbs of `gpufleet` (`submit`, `get`, `describe`, `cancel`, `cordon`, `uncordon`,
+// `drain`, `quarantine`, `release`): flags here, the work in `gpufleet/cli/commands.h`.
+#include <functional>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpufleet/cli/commands.h"
+#include "gpufleet/cli/config.h"
+#include "gpufleet/cli/http_client.h"
+
+#include "subcommands.h"
+
+namespace gpufleet::app {
+namespace {
+
+// Every flag of every verb; CLI11 writes into it while parsing, so it outlives the parse.
+struct CliState {
+  std::string server;
+  std::string token;
+  cli::SubmitArgs submit;
+  cli::GetArgs get;
+  cli::DescribeArgs describe;
+  std::string cancel;
+  cli::NodeArgs node;
+  int gpu = 0;
+  std::vector<std::pair<CLI::App*, std::function<int(cli::ApiClient&)>>> verbs;
+};
+
+// A verb with the global flags; `run` is what it does once parsed.
+void AddVerb(CliState& state, CLI::App* verb, std::function<int(cli::ApiClient&)> run) {
+  verb->group(kCliGroup);
+  verb->add_option("--server", state.server,
+                   "server address, http(s)://host:port (else $GPUFLEET_ADDR, "
+                   "~/.config/gpufleet/config, http://127.0.0.1:8080)");
+  verb->add_option("--token", state.token,
+                   "bearer token (else $GPUFLEET_TOKEN, ~/.config/gpufleet/config)");
+  state.verbs.emplace_back(verb, std::move(run));
+}
+
+void AddNodeVerb(CLI::App& app, CliState& state, const std::string& name,
+                 const std::string& description, cli::NodeAction action, bool takes_gpu) {
+  CLI::App* verb = app.add_subcommand(name, description);
+  verb->add_option("NODE", state.node.node, "node name")->required();
+  CLI::Option* gpu =
+      takes_gpu ? verb->add_option("--gpu", state.gpu, "one GPU index (default: every GPU)")
+                : nullptr;
+  AddVerb(state, verb, [&state, action, gpu](cli::ApiClient& client) {
+    if (gpu != nullptr && gpu->count() > 0) {
+      state.node.gpu = state.gpu;
+    }
+    return cli::RunNodeAction(client, action, state.node, std::cout, std::cerr);
+  });
+}
+
+}  // namespace
+
+Action AddCliCommands(CLI::App& app) {
+  auto state = std::make_shared<CliState>();
+  CliState& s = *state;
+
+  CLI::App* submit = app.add_subcommand("submit", "submit a job spec (YAML or JSON)");
+  submit->add_option("-f,--filename", s.submit.file, "the job spec file")->required();
+  AddVerb(s, submit, [&s](cli::ApiClient& client) {
+    return cli::RunSubmit(client, s.submit, std::cout, std::cerr);
+  });
+
+  CLI::App* get = app.add_subcommand("get", "list jobs, nodes or queues, or show one");
+  get->add_option("TYPE", s.get.kind, "jobs, nodes or queues (or job, node, queue)")->required();
+  get->add_option("NAME", s.get.name, "one object's name");
+  get->add_option("-o,--output", s.get.output, "table (default), wide, json or yaml");
+  get->add_option("--state", s.get.state, "jobs in this state only (Pending, Running, ...)");
+  get->add_option("--queue", s.get.queue, "jobs of this queue only");
+  AddVerb(s, get, [&s](cli::ApiClient& client) {
+    return cli::RunGet(client, s.get, std::cout, std::cerr);
+  });
+
+  CLI::App* describe = app.add_subcommand("describe", "show a job or a node in detail");
+  describe->add_option("TYPE", s.describe.kind, "job or node")->required();
+  describe->add_option("NAME", s.describe.name, "its name")->required();
+  AddVerb(s, describe, [&s](cli::ApiClient& client) {
+    return cli::RunDescribe(client, s.describe, std::cout, std::cerr);
+  });
+
+  CLI::App* cancel = app.add_subcommand("cancel", "cancel a job");
+  cancel->add_option("NAME", s.cancel, "job name")->required();
+  AddVerb(s, cancel, [&s](cli::ApiClient& client) {
+    return cli::RunCancel(client, s.cancel, std::cout, std::cerr);
+  });
+
+  AddNodeVerb(app, s, "cordon", "mark a node unschedulable", cli::NodeAction::kCordon, false);
+  AddNodeVerb(app, s, "uncordon", "mark a node schedulable again", cli::NodeAction::kUncordon,
+              false);
+  AddNodeVerb(app, s, "drain", "cordon a node and move its work away", cli::NodeAction::kDrain,
+              false);
+  AddNodeVerb(app, s, "quarantine", "take a node's GPUs (or one) out of service",
+              cli::NodeAction::kQuarantine, true);
+  AddNodeVerb(app, s, "release", "return quarantined GPUs to service", cli::NodeAction::kRelease,
+              true);
+
+  return [state] {
+    for (const auto& [verb, run] : state->verbs) {
+      if (!verb->parsed()) {
+        continue;
+      }
+      const std::optional<std::string> server =
+          state->server.empty() ? std::nullopt : std::optional<std::string>(state->server);
+      const std::optional<std::string> token =
+          state->token.empty() ? std::nullopt : std::optional<std::string>(state->token);
+      Result<cli::CliConfig> config = cli::LoadConfig(server, token, cli::ReadConfigEnvironment());
+      if (!config.ok()) {
+        std::cerr << "error: " << config.status().message() << "\n";
+        return 1;
+      }
+      cli::ApiClient client(config->address, config->token);
+      return run(client);
+    }
+    return 0;
+  };
+}
+
+}  // namespace gpufleet::app

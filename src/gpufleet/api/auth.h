@@ -1,0 +1,71 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gpufleet/core/status.h"
+#include "gpufleet/store/state_store.h"
+
+// Bearer tokens of the REST API. A token is 32 random bytes written as 64 hex digits; the store
+// keeps only its SHA-256 (object kind "tokens", name = the hex digest, data =
+// {"role": "admin"|"member", "team": ..., "name": ...}), so a copy of the database gives no
+// usable credential.
+namespace gpufleet::api {
+
+inline constexpr std::string_view kTokensKind = "tokens";
+
+enum class Role { kAdmin, kMember };
+
+// "admin", "member".
+const char* RoleName(Role role);
+// kInvalidArgument for anything but "admin" and "member".
+Result<Role> ParseRole(std::string_view text);
+
+// Who made a request.
+struct Principal {
+  Role role = Role::kMember;
+  std::string team;  // members: the team whose jobs they see; may be empty for admins
+  std::string name;  // for events and logs
+
+  bool is_admin() const { return role == Role::kAdmin; }
+};
+
+// The SHA-256 of `text` as 64 lower-case hex digits (OpenSSL EVP).
+std::string Sha256Hex(std::string_view text);
+
+// Issues, checks and revokes tokens in a StateStore. Thread-safe: it holds no state of its own
+// beyond the (thread-safe) store, which must outlive it.
+class TokenAuthenticator {
+ public:
+  explicit TokenAuthenticator(store::StateStore& store) : store_(store) {}
+
+  // Checks an `Authorization` header value, "Bearer TOKEN" (the scheme is case-insensitive).
+  // kUnauthenticated when the header is missing, malformed or names an unknown token;
+  // kUnavailable when the store fails.
+  Result<Principal> Authenticate(std::string_view authorization_header) const;
+
+  // Makes a fresh random token and stores its hash. kInvalidArgument for a member without a
+  // team or an empty name. Returns the token: it is never shown again.
+  Result<std::string> CreateToken(Role role, std::string_view team, std::string_view name);
+  // Stores the hash of a token chosen by the operator (at least 16 characters, printable ASCII,
+  // no spaces). kAlreadyExists if it is already installed.
+  Status InstallToken(std::string_view token, Role role, std::string_view team,
+                      std::string_view name);
+  // Deletes a token. kNotFound if unknown.
+  Status RevokeToken(std::string_view token);
+
+  // First start: when no token exists, installs `admin_token` (read from --admin-token-file) or,
+  // when it is nullopt, creates a random admin token. Returns the token created this way (to be
+  // printed once), or nullopt when tokens already existed or `admin_token` was installed.
+  Result<std::optional<std::string>> Bootstrap(const std::optional<std::string>& admin_token);
+
+ private:
+  Status StoreToken(std::string_view token, Role role, std::string_view team,
+                    std::string_view name);
+
+  store::StateStore& store_;
+};
+
+}  // namespace gpufleet::api

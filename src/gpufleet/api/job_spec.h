@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/status.h"
+#include "gpufleet/core/workload.h"
+
+// The job specification format (`apiVersion: gpufleet.io/v1`, `kind: Job`), in YAML or JSON, and
+// its conversion to and from `gpufleet::Job`. The schema, field by field, is in docs/job-spec.md.
+// Every function here is thread-safe (no shared state) and never throws.
+namespace gpufleet::api {
+
+inline constexpr std::string_view kJobSpecApiVersion = "gpufleet.io/v1";
+// Specs larger than this are refused before parsing.
+inline constexpr size_t kMaxJobSpecBytes = size_t{1} << 20;
+
+// Parses a job spec in YAML or, when the first non-blank character is '{', JSON; converts it to a
+// Job (`Job::id` is `metadata.name`) and checks it with `Job::Validate(catalog)`.
+// kInvalidArgument for everything wrong with the text, always naming the field path and the bad
+// value, e.g. `spec.tasks[1].resources.gpus.migProfile: unknown profile "3g.45gb" for H100-80GB
+// (valid: ...)`, most with a "(line L, column C)" suffix; JSON syntax errors come in JSON's own
+// terms ("invalid JSON: parse error at line 2, column 10: ..."). Unknown fields, duplicate keys,
+// more than one YAML document, more than 32 levels of nesting and more than 100,000 values after
+// expanding YAML aliases are errors too. `metadata.labels` is checked but not kept: Job has no
+// labels yet.
+Result<Job> ParseJobSpec(std::string_view text, const GpuCatalog& catalog);
+
+// The same schema back: ParseJobSpec(JobSpecToYaml(job)) gives `job` again for every Job field of
+// a valid job whose queue is set (an empty queue parses back as "default"). Fields at their
+// default value are left out, except `kind`, `priority` and `preemptible`.
+std::string JobSpecToYaml(const Job& job);
+nlohmann::json JobSpecToJson(const Job& job);
+
+// The scalar formats of the schema, exposed for tests and for other front ends (CLI flags).
+// Errors are kInvalidArgument with a message that quotes `text` but names no field.
+//
+// CPU in milli-CPU: "2" -> 2000, "0.5" -> 500, "500m" -> 500. Must be positive; at most three
+// decimal places ("0.0001" is too precise).
+Result<int64_t> ParseCpuQuantity(std::string_view text);
+// Memory in MiB, rounded up: plain bytes, binary suffixes Ki Mi Gi Ti Pi and decimal suffixes
+// k/K M G T P, with up to nine decimal places: "1Gi" -> 1024, "1G" -> 954, "100Ki" -> 1. Must be
+// positive.
+Result<int64_t> ParseMemoryQuantity(std::string_view text);
+// A duration: integer seconds ("90") or integer amounts of h, m, s, ms, us, ns in any order
+// ("2h", "1h30m", "1500ms"). Must not be negative.
+Result<Duration> ParseSpecDuration(std::string_view text);
+
+// Canonical forms: "2" or "500m"; "256Gi", "2Ti" or "100Mi"; "1h30m", "90s" -> "1m30s", "0s".
+std::string FormatCpuQuantity(int64_t cpu_milli);
+std::string FormatMemoryQuantity(int64_t memory_mib);
+std::string FormatSpecDuration(Duration duration);
+
+}  // namespace gpufleet::api

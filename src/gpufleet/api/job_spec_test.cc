@@ -1,0 +1,523 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/api/job_spec.h"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/core/testing/status_matchers.h"
+
+namespace gpufleet {
+// Shows a failed result as its status rather than as bytes.
+static void PrintTo(const Result<Job>& result, std::ostream* os) {
+  *os << (result.ok() ? "a job" : result.status().ToString());
+}
+}  // namespace gpufleet
+
+namespace gpufleet::api {
+namespace {
+
+using ::gpufleet::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+std::string ReadExample(const std::string& name) {
+  std::ifstream in(std::filesystem::path(GPUFLEET_EXAMPLES_DIR) / name);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Every field of Job, one by one (Job has no operator==).
+void ExpectSameJob(const Job& actual, const Job& expected) {
+  EXPECT_EQ(actual.id, expected.id);
+  ASSERT_EQ(actual.groups.size(), expected.groups.size());
+  for (size_t i = 0; i < expected.groups.size(); ++i) {
+    SCOPED_TRACE(expected.groups[i].name);
+    EXPECT_EQ(actual.groups[i].name, expected.groups[i].name);
+    EXPECT_EQ(actual.groups[i].replicas, expected.groups[i].replicas);
+    EXPECT_EQ(actual.groups[i].request.host, expected.groups[i].request.host);
+    EXPECT_TRUE(actual.groups[i].request.gpus == expected.groups[i].request.gpus)
+        << GpuRequestToString(actual.groups[i].request.gpus) << " vs "
+        << GpuRequestToString(expected.groups[i].request.gpus);
+  }
+  EXPECT_EQ(actual.allowed_gpu_models, expected.allowed_gpu_models);
+  EXPECT_EQ(actual.min_gpu_memory_mib, expected.min_gpu_memory_mib);
+  EXPECT_EQ(actual.node_selector, expected.node_selector);
+  EXPECT_EQ(actual.topology.required_level, expected.topology.required_level);
+  EXPECT_EQ(actual.topology.preferred_level, expected.topology.preferred_level);
+  EXPECT_EQ(actual.spread.fault_domain, expected.spread.fault_domain);
+  EXPECT_EQ(actual.spread.max_skew, expected.spread.max_skew);
+  EXPECT_EQ(actual.identical_stack_labels, expected.identical_stack_labels);
+  EXPECT_EQ(actual.priority, expected.priority);
+  EXPECT_EQ(actual.queue, expected.queue);
+  EXPECT_EQ(actual.preemptible, expected.preemptible);
+  EXPECT_EQ(actual.kind, expected.kind);
+  EXPECT_EQ(actual.runtime_estimate, expected.runtime_estimate);
+}
+
+class JobSpecTest : public ::testing::Test {
+ protected:
+  const GpuCatalog catalog_ = GpuCatalog::Default();
+};
+
+TEST_F(JobSpecTest, EveryExampleParsesAndRoundTrips) {
+  int count = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(GPUFLEET_EXAMPLES_DIR)) {
+    if (entry.path().extension() != ".yaml") {
+      continue;
+    }
+    SCOPED_TRACE(entry.path().filename().string());
+    ++count;
+    const Result<Job> job = ParseJobSpec(ReadExample(entry.path().filename()), catalog_);
+    ASSERT_OK(job);
+    const Result<Job> from_yaml = ParseJobSpec(JobSpecToYaml(*job), catalog_);
+    ASSERT_OK(from_yaml);
+    ExpectSameJob(*from_yaml, *job);
+    const Result<Job> from_json = ParseJobSpec(JobSpecToJson(*job).dump(2), catalog_);
+    ASSERT_OK(from_json);
+    ExpectSameJob(*from_json, *job);
+  }
+  EXPECT_GE(count, 6);
+}
+
+TEST_F(JobSpecTest, SingleGpuExample) {
+  const Result<Job> job = ParseJobSpec(ReadExample("single-gpu.yaml"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->id, JobId("single-gpu"));
+  EXPECT_EQ(job->queue, QueueId("default"));
+  EXPECT_EQ(job->kind, JobKind::kBatch);
+  EXPECT_TRUE(job->preemptible);
+  EXPECT_EQ(job->runtime_estimate, std::chrono::minutes(30));
+  ASSERT_EQ(job->groups.size(), 1u);
+  EXPECT_EQ(job->groups[0].replicas, 1);
+  EXPECT_EQ(job->groups[0].request.host, (HostResources{8000, 64 * 1024}));
+  EXPECT_TRUE(job->groups[0].request.gpus == GpuRequest(WholeGpus{1}));
+  EXPECT_EQ(job->allowed_gpu_models, std::vector<std::string>{"H100-80GB"});
+}
+
+TEST_F(JobSpecTest, FractionalExample) {
+  const Result<Job> job = ParseJobSpec(ReadExample("fractional.yaml"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->queue, QueueId("research/cv"));
+  EXPECT_EQ(job->priority, 10);
+  EXPECT_EQ(job->groups[0].request.host, (HostResources{500, 4096}));
+  EXPECT_TRUE(job->groups[0].request.gpus == GpuRequest(FractionalGpu{250, 10 * 1024}));
+}
+
+TEST_F(JobSpecTest, MigExample) {
+  const Result<Job> job = ParseJobSpec(ReadExample("mig.yaml"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_TRUE(job->groups[0].request.gpus == GpuRequest(MigGpus{"3g.40gb", 2}));
+  EXPECT_EQ(job->runtime_estimate, std::chrono::minutes(90));
+}
+
+TEST_F(JobSpecTest, GangExample) {
+  const Result<Job> job = ParseJobSpec(ReadExample("gang-128-leaf.yaml"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->id, JobId("bert-pretrain"));
+  EXPECT_EQ(job->TaskCount(), 128);
+  EXPECT_EQ(job->RequestedGpuMilliTotal(), 1024 * 1000);
+  EXPECT_TRUE(job->groups[0].request.gpus == GpuRequest(WholeGpus{8}));
+  EXPECT_EQ(job->groups[0].request.host.memory_mib, 1024 * 1024);
+  EXPECT_EQ(job->topology.required_level, "leaf");
+  EXPECT_EQ(job->topology.preferred_level, "nvlink-domain");
+  EXPECT_EQ(job->identical_stack_labels,
+            (std::vector<std::string>{"gpufleet.io/driver-version", "gpufleet.io/cuda-version"}));
+  EXPECT_EQ(job->min_gpu_memory_mib, 80 * 1024);
+  EXPECT_FALSE(job->preemptible);
+  EXPECT_EQ(job->priority, 100);
+}
+
+TEST_F(JobSpecTest, NotebookExample) {
+  const Result<Job> job = ParseJobSpec(ReadExample("notebook.yaml"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->kind, JobKind::kInteractive);
+  EXPECT_TRUE(job->groups[0].request.gpus == GpuRequest(FractionalGpu{500, 0}));
+  EXPECT_EQ(job->node_selector, (std::map<std::string, std::string>{{"zone", "east"}}));
+}
+
+TEST_F(JobSpecTest, InferenceExample) {
+  const Result<Job> job = ParseJobSpec(ReadExample("inference.yaml"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->kind, JobKind::kInference);
+  EXPECT_EQ(job->groups[0].replicas, 4);
+  EXPECT_EQ(job->groups[0].request.host.cpu_milli, 1500);
+  EXPECT_TRUE(job->groups[0].request.gpus == GpuRequest(MigGpus{"1g.10gb", 1}));
+  EXPECT_EQ(job->spread.fault_domain, "rack");
+  EXPECT_EQ(job->spread.max_skew, 1);
+}
+
+// A job with every field away from its default, and every form of GPU request.
+Job FullJob() {
+  Job job;
+  job.id = JobId("full");
+  job.queue = QueueId("team-a/sub");
+  job.kind = JobKind::kInference;
+  job.priority = -7;
+  job.preemptible = false;
+  job.runtime_estimate = std::chrono::hours(1) + std::chrono::seconds(61);
+  job.groups.push_back({"whole", 3, {{32000, 256 * 1024}, WholeGpus{8}}});
+  job.groups.push_back({"share", 1, {{500, 1500}, FractionalGpu{333, 10 * 1024 + 1}}});
+  job.groups.push_back({"share-no-memory", 2, {{1, 1}, FractionalGpu{1, 0}}});
+  job.groups.push_back({"mig", 2, {{1234, 3 * 1024 * 1024}, MigGpus{"3g.40gb", 2}}});
+  job.groups.push_back({"cpu-only", 1, {{2000, 0}, NoGpu{}}});
+  job.groups.push_back({"nothing", 1, {}});
+  job.allowed_gpu_models = {"H100-80GB", "A100-SXM4-80GB"};
+  job.min_gpu_memory_mib = 40 * 1024;
+  job.node_selector = {{"zone", "east"}, {"gpufleet.io/pool", "1.10"}, {"empty", ""}};
+  job.topology = {"leaf", "nvlink-domain"};
+  job.spread = {"rack", 2};
+  job.identical_stack_labels = {"gpufleet.io/driver-version", "true"};
+  return job;
+}
+
+TEST_F(JobSpecTest, RoundTripKeepsEveryField) {
+  const Job job = FullJob();
+  ASSERT_OK(job.Validate(catalog_));
+  const std::string yaml = JobSpecToYaml(job);
+  const Result<Job> from_yaml = ParseJobSpec(yaml, catalog_);
+  ASSERT_TRUE(from_yaml.ok()) << from_yaml.status().ToString() << "\n" << yaml;
+  ExpectSameJob(*from_yaml, job);
+  const std::string json = JobSpecToJson(job).dump();
+  const Result<Job> from_json = ParseJobSpec(json, catalog_);
+  ASSERT_TRUE(from_json.ok()) << from_json.status().ToString() << "\n" << json;
+  ExpectSameJob(*from_json, job);
+  // Strings that YAML would read as numbers or booleans are quoted.
+  EXPECT_THAT(yaml, HasSubstr("\"1.10\""));
+  EXPECT_THAT(yaml, HasSubstr("\"true\""));
+}
+
+TEST_F(JobSpecTest, WritesTheDocumentedSchema) {
+  const Result<Job> job = ParseJobSpec(ReadExample("gang-128-leaf.yaml"), catalog_);
+  ASSERT_OK(job);
+  const nlohmann::json json = JobSpecToJson(*job);
+  EXPECT_EQ(json["apiVersion"], "gpufleet.io/v1");
+  EXPECT_EQ(json["kind"], "Job");
+  EXPECT_EQ(json["metadata"]["name"], "bert-pretrain");
+  EXPECT_EQ(json["spec"]["runtimeEstimate"], "48h");
+  EXPECT_EQ(json["spec"]["tasks"][0]["resources"]["cpu"], "96");
+  EXPECT_EQ(json["spec"]["tasks"][0]["resources"]["memory"], "1Ti");
+  EXPECT_EQ(json["spec"]["tasks"][0]["resources"]["gpus"]["count"], 8);
+  EXPECT_EQ(json["spec"]["topology"]["required"], "leaf");
+  const std::string yaml = JobSpecToYaml(*job);
+  EXPECT_THAT(yaml, StartsWith("apiVersion: gpufleet.io/v1\nkind: Job\n"));
+  EXPECT_THAT(yaml, HasSubstr("cpu: \"96\""));
+  EXPECT_THAT(yaml, HasSubstr("gpus: {count: 8}"));
+}
+
+TEST_F(JobSpecTest, AcceptsJson) {
+  const Result<Job> job = ParseJobSpec(R"( {"apiVersion": "gpufleet.io/v1", "kind": "Job",
+      "metadata": {"name": "j"},
+      "spec": {"priority": 3, "tasks": [{"name": "t", "replicas": 2,
+               "resources": {"cpu": 0.5, "memory": "1Gi", "gpus": {"fraction": 0.5}}}]}})",
+                                       catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->priority, 3);
+  EXPECT_EQ(job->groups[0].replicas, 2);
+  EXPECT_EQ(job->groups[0].request.host, (HostResources{500, 1024}));
+  EXPECT_TRUE(job->groups[0].request.gpus == GpuRequest(FractionalGpu{500, 0}));
+}
+
+TEST_F(JobSpecTest, YamlAnchorsAndAliasesAreExpanded) {
+  const Result<Job> job = ParseJobSpec(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: j}
+spec:
+  tasks:
+    - name: a
+      resources: &res {cpu: "1", gpus: {count: 1}}
+    - name: b
+      resources: *res
+)",
+                                       catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->groups[1].request.host.cpu_milli, 1000);
+  EXPECT_TRUE(job->groups[1].request.gpus == GpuRequest(WholeGpus{1}));
+}
+
+TEST_F(JobSpecTest, RefusesOversizedSpec) {
+  const std::string text = "# " + std::string(kMaxJobSpecBytes, 'x');
+  EXPECT_THAT(ParseJobSpec(text, catalog_),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("spec too large: 1048578 bytes, limit 1048576")));
+}
+
+TEST_F(JobSpecTest, RefusesInvalidUtf8) {
+  EXPECT_THAT(ParseJobSpec("apiVersion: gpufleet.io/v1\nkind: \xC3\x28", catalog_),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("byte offset 33")));
+  EXPECT_THAT(ParseJobSpec("a: \xED\xA0\x80", catalog_),  // a UTF-16 surrogate
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("byte offset 3")));
+  EXPECT_THAT(ParseJobSpec("a: \xC0\xAF", catalog_),  // overlong '/'
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("byte offset 3")));
+  EXPECT_THAT(ParseJobSpec("a: \xF0\x9F\x98", catalog_),  // cut short
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("byte offset 3")));
+}
+
+TEST_F(JobSpecTest, RefusesAliasBombs) {
+  std::string text = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'k'; ++c) {
+    text += fmt::format("{}: &{} [*{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}, *{p}]\n", c,
+                        c, fmt::arg("p", static_cast<char>(c - 1)));
+  }
+  EXPECT_THAT(ParseJobSpec(text, catalog_),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("spec too complex")));
+}
+
+TEST_F(JobSpecTest, RefusesDeepNesting) {
+  // Deeper than yaml-cpp's own guard (500 levels) too, in YAML and JSON.
+  for (const std::string prefix : {"", "{\"a\":"}) {
+    const std::string text =
+        prefix + std::string(100000, '[') + std::string(100000, ']') + (prefix.empty() ? "" : "}");
+    EXPECT_THAT(ParseJobSpec(text, catalog_),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr("nesting deeper than 32 levels")));
+  }
+  EXPECT_THAT(ParseJobSpec(std::string(100, '[') + std::string(100, ']'), catalog_),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("nesting deeper than 32 levels")));
+  EXPECT_THAT(
+      ParseJobSpec("{\"a\":" + std::string(100, '[') + std::string(100, ']') + "}", catalog_),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("nesting deeper than 32 levels")));
+  // Each part is 20 deep: fine alone, too deep together.
+  const std::string aliases = "a: &a " + std::string(20, '[') + "x" + std::string(20, ']') +
+                              "\nb: " + std::string(20, '[') + "*a" + std::string(20, ']') + "\n";
+  EXPECT_THAT(ParseJobSpec(aliases, catalog_),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("nesting deeper than 32 levels")));
+}
+
+TEST_F(JobSpecTest, QuantitiesAndDurations) {
+  EXPECT_EQ(*ParseCpuQuantity("500m"), 500);
+  EXPECT_EQ(*ParseCpuQuantity("2"), 2000);
+  EXPECT_EQ(*ParseCpuQuantity("0.5"), 500);
+  EXPECT_EQ(*ParseCpuQuantity("1.25"), 1250);
+  EXPECT_EQ(*ParseCpuQuantity("0.1000"), 100);
+  EXPECT_EQ(*ParseCpuQuantity("32"), 32000);
+  EXPECT_THAT(ParseCpuQuantity("0.0001"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("\"0.0001\" is too precise")));
+  EXPECT_THAT(ParseCpuQuantity("0.5m"), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseCpuQuantity("0"), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseCpuQuantity("-1"), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseCpuQuantity("2 cores"), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseCpuQuantity("99999999999999999999"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("too large")));
+
+  EXPECT_EQ(*ParseMemoryQuantity("1Gi"), 1024);
+  EXPECT_EQ(*ParseMemoryQuantity("1G"), 954);  // 10^9 bytes = 953.67 MiB, rounded up
+  EXPECT_EQ(*ParseMemoryQuantity("100Ki"), 1);
+  EXPECT_EQ(*ParseMemoryQuantity("256Gi"), 256 * 1024);
+  EXPECT_EQ(*ParseMemoryQuantity("1.5Gi"), 1536);
+  EXPECT_EQ(*ParseMemoryQuantity("2Ti"), 2 * 1024 * 1024);
+  EXPECT_EQ(*ParseMemoryQuantity("512Mi"), 512);
+  EXPECT_EQ(*ParseMemoryQuantity("1048576"), 1);
+  EXPECT_EQ(*ParseMemoryQuantity("1048577"), 2);
+  EXPECT_EQ(*ParseMemoryQuantity("1M"), 1);
+  EXPECT_EQ(*ParseMemoryQuantity("8Pi"), int64_t{8} << 30);
+  EXPECT_THAT(ParseMemoryQuantity("12GB"), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseMemoryQuantity("0Gi"), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseMemoryQuantity("99999999999999999999Pi"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("too large")));
+  EXPECT_THAT(ParseMemoryQuantity("9000000000000000000Ti"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("too large")));
+
+  EXPECT_EQ(*ParseSpecDuration("90s"), std::chrono::seconds(90));
+  EXPECT_EQ(*ParseSpecDuration("30m"), std::chrono::minutes(30));
+  EXPECT_EQ(*ParseSpecDuration("2h"), std::chrono::hours(2));
+  EXPECT_EQ(*ParseSpecDuration("1h30m"), std::chrono::minutes(90));
+  EXPECT_EQ(*ParseSpecDuration("3600"), std::chrono::hours(1));
+  EXPECT_EQ(*ParseSpecDuration("0"), Duration(0));
+  EXPECT_EQ(*ParseSpecDuration("1500ms"), std::chrono::milliseconds(1500));
+  EXPECT_THAT(ParseSpecDuration("1.5h"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("\"1.5h\" is not a duration")));
+  EXPECT_THAT(ParseSpecDuration("-5m"), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseSpecDuration("2d"), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseSpecDuration(""), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseSpecDuration("3000000h"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("too long")));
+
+  EXPECT_EQ(FormatCpuQuantity(2000), "2");
+  EXPECT_EQ(FormatCpuQuantity(1500), "1500m");
+  EXPECT_EQ(FormatMemoryQuantity(1024), "1Gi");
+  EXPECT_EQ(FormatMemoryQuantity(1024 * 1024), "1Ti");
+  EXPECT_EQ(FormatMemoryQuantity(1500), "1500Mi");
+  EXPECT_EQ(FormatSpecDuration(std::chrono::minutes(90)), "1h30m");
+  EXPECT_EQ(FormatSpecDuration(std::chrono::seconds(90)), "1m30s");
+  EXPECT_EQ(FormatSpecDuration(Duration(0)), "0s");
+  EXPECT_EQ(FormatSpecDuration(std::chrono::milliseconds(1500)), "1s500ms");
+}
+
+// A bad spec and a substring its error must contain.
+struct BadSpec {
+  const char* name;
+  std::string text;
+  std::string error;
+};
+
+std::string Header() {
+  return "apiVersion: gpufleet.io/v1\nkind: Job\nmetadata: {name: j}\n";
+}
+// A spec whose only task group has `resources`.
+std::string WithResources(const std::string& resources) {
+  return Header() + "spec:\n  tasks:\n    - name: t\n      resources: " + resources + "\n";
+}
+// A spec with one plain task group plus `extra` lines under spec.
+std::string WithSpec(const std::string& extra) {
+  std::string out = Header() + "spec:\n  tasks: [{name: t}]\n";
+  std::istringstream lines(extra);
+  for (std::string line; std::getline(lines, line);) {
+    out += "  " + line + "\n";
+  }
+  return out;
+}
+
+std::vector<BadSpec> BadSpecs() {
+  return {
+      {"UnknownFieldSuggests", WithResources("{gpu: {count: 1}}"),
+       "spec.tasks[0].resources.gpu: unknown field (did you mean \"gpus\"?) (line 7, column 19)"},
+      {"UnknownFieldListsKnown", WithSpec("flavour: x\n"),
+       "spec.flavour: unknown field (known: kind, priority, preemptible"},
+      {"UnknownTopLevelField", Header() + "specs: {}\n",
+       "specs: unknown field (did you mean \"spec\"?)"},
+      {"ReplicasNotInteger", Header() + "spec:\n  tasks:\n    - {name: t, replicas: \"two\"}\n",
+       "spec.tasks[0].replicas: expected an integer, got string \"two\""},
+      {"ReplicasQuotedNumber", Header() + "spec: {tasks: [{name: t, replicas: \"2\"}]}\n",
+       "spec.tasks[0].replicas: expected an integer, got string \"2\""},
+      {"ReplicasNegative", Header() + "spec: {tasks: [{name: t, replicas: -3}]}\n",
+       "spec.tasks[0].replicas: -3 (must be at least 1)"},
+      {"CountOverflows", WithResources("{gpus: {count: 99999999999999999999}}"),
+       "spec.tasks[0].resources.gpus.count: 99999999999999999999 is too large (at most 1024)"},
+      {"CountZero", WithResources("{gpus: {count: 0}}"),
+       "spec.tasks[0].resources.gpus.count: 0 (must be at least 1)"},
+      {"CpuZero", WithResources("{cpu: \"0\"}"),
+       "spec.tasks[0].resources.cpu: \"0\" must be positive"},
+      {"CpuNegative", WithResources("{cpu: -2}"),
+       "spec.tasks[0].resources.cpu: \"-2\" must be positive"},
+      {"CpuTooPrecise", WithResources("{cpu: \"0.0001\"}"),
+       "spec.tasks[0].resources.cpu: \"0.0001\" is too precise"},
+      {"CpuOverflows", WithResources("{cpu: 99999999999999999999}"),
+       "spec.tasks[0].resources.cpu: \"99999999999999999999\" is too large"},
+      {"MemoryUnknownUnit", WithResources("{memory: 12GB}"),
+       "spec.tasks[0].resources.memory: \"12GB\" is not a memory quantity"},
+      {"MemoryAsList", WithResources("{memory: [1]}"),
+       "spec.tasks[0].resources.memory: expected a string or a number, got a list"},
+      {"GpusEmpty", WithResources("{gpus: {}}"),
+       "spec.tasks[0].resources.gpus: one of count, fraction, milli or migProfile is required"},
+      {"FractionIsWhole", WithResources("{gpus: {fraction: 1.5}}"),
+       "spec.tasks[0].resources.gpus.fraction: 1.5 (a share is 0.001..0.999"},
+      {"FractionAndMilli", WithResources("{gpus: {fraction: 0.5, milli: 500}}"),
+       "spec.tasks[0].resources.gpus: give fraction or milli, not both"},
+      {"MilliTooLarge", WithResources("{gpus: {milli: 1000}}"),
+       "spec.tasks[0].resources.gpus.milli: 1000 is too large (at most 999)"},
+      {"FractionWithCount", WithResources("{gpus: {fraction: 0.5, count: 2}}"),
+       "spec.tasks[0].resources.gpus.count: a fractional GPU is a share of one GPU"},
+      {"MigWithMilli", WithResources("{gpus: {migProfile: 1g.10gb, milli: 5}}"),
+       "spec.tasks[0].resources.gpus: migProfile cannot be combined with fraction or milli"},
+      {"WholeGpusWithMemory", WithResources("{gpus: {count: 1, memory: 10Gi}}"),
+       "spec.tasks[0].resources.gpus.memory: only a fractional GPU (fraction or milli) takes "
+       "memory"},
+      {"UnknownMigProfile",
+       Header() + "spec:\n  gpuModels: [H100-80GB]\n  tasks:\n    - name: a\n    - name: b\n"
+                  "      resources: {gpus: {migProfile: 3g.45gb}}\n",
+       "spec.tasks[1].resources.gpus.migProfile: unknown profile \"3g.45gb\" for H100-80GB "
+       "(valid: 1g.10gb, 1g.10gb+me, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb)"},
+      {"UnknownGpuModel", WithSpec("gpuModels: [H100-80GB, H300]\n"),
+       "spec.gpuModels[1]: unknown GPU model \"H300\" (known: "},
+      {"DuplicateGpuModel", WithSpec("gpuModels: [T4, T4]\n"),
+       "spec.gpuModels[1]: duplicate \"T4\""},
+      {"MissingName", "apiVersion: gpufleet.io/v1\nkind: Job\nmetadata: {queue: q}\nspec: {}\n",
+       "metadata.name: required field missing (line 3, column 11)"},
+      {"BadName", "apiVersion: gpufleet.io/v1\nkind: Job\nmetadata: {name: Bert_Pretrain}\n",
+       "metadata.name: \"Bert_Pretrain\" is not valid (lower-case letters, digits and '-'"},
+      {"NameTooLong",
+       "apiVersion: gpufleet.io/v1\nkind: Job\nmetadata: {name: " + std::string(64, 'a') + "}\n",
+       "metadata.name: \"aaaa"},
+      {"BadQueue", "apiVersion: gpufleet.io/v1\nkind: Job\nmetadata: {name: j, queue: a//b}\n",
+       "metadata.queue: \"a//b\" is not valid"},
+      {"BadLabelKey",
+       "apiVersion: gpufleet.io/v1\nkind: Job\nmetadata: {name: j, labels: {\"bad key\": x}}\n",
+       "metadata.labels.\"bad key\": invalid key"},
+      {"MissingTasks", Header() + "spec: {priority: 1}\n", "spec.tasks: required field missing"},
+      {"EmptyTasks", Header() + "spec: {tasks: []}\n",
+       "spec.tasks: at least one task group is required"},
+      {"TasksAsMap", Header() + "spec: {tasks: {name: t}}\n",
+       "spec.tasks: expected a list, got a map"},
+      {"DuplicateTaskName", Header() + "spec: {tasks: [{name: t}, {name: t}]}\n",
+       "spec.tasks[1].name: duplicate task group name \"t\""},
+      {"WrongApiVersion", "apiVersion: gpufleet.io/v2\nkind: Job\n",
+       "apiVersion: \"gpufleet.io/v2\" is not supported (expected \"gpufleet.io/v1\")"},
+      {"WrongKind", "apiVersion: gpufleet.io/v1\nkind: Pod\n",
+       "kind: \"Pod\" is not supported (expected \"Job\")"},
+      {"MissingApiVersion", "kind: Job\n", "apiVersion: required field missing"},
+      {"DuplicateKey", WithSpec("priority: 1\npriority: 2\n"),
+       "spec.priority: duplicate key (line 7, column 3)"},
+      {"BadJobKind", WithSpec("kind: training\n"),
+       "spec.kind: \"training\" is not one of batch, interactive, inference"},
+      {"PriorityOverflows", WithSpec("priority: 3000000000\n"),
+       "spec.priority: 3000000000 is too large (at most 2147483647)"},
+      {"PreemptibleNotBool", WithSpec("preemptible: yes\n"),
+       "spec.preemptible: expected true or false, got \"yes\""},
+      {"BadDuration", WithSpec("runtimeEstimate: 1.5h\n"),
+       "spec.runtimeEstimate: \"1.5h\" is not a duration"},
+      {"NegativeDuration", WithSpec("runtimeEstimate: -5m\n"),
+       "spec.runtimeEstimate: \"-5m\" must be zero or positive"},
+      {"NegativeMinGpuMemory", WithSpec("minGpuMemory: -1Gi\n"),
+       "spec.minGpuMemory: \"-1Gi\" must be positive"},
+      {"NodeSelectorValueList", WithSpec("nodeSelector: {zone: [a]}\n"),
+       "spec.nodeSelector.zone: expected a string, got a list"},
+      {"SpreadWithoutDomain", WithSpec("spread: {maxSkew: 2}\n"),
+       "spec.spread.faultDomain: required field missing"},
+      {"SpreadSkewZero", WithSpec("spread: {faultDomain: rack, maxSkew: 0}\n"),
+       "spec.spread.maxSkew: 0 (must be at least 1)"},
+      {"TopologyUnknownField", WithSpec("topology: {require: leaf}\n"),
+       "spec.topology.require: unknown field (did you mean \"required\"?)"},
+      {"IdenticalStackDuplicate", WithSpec("identicalStack: [a/b, a/b]\n"),
+       "spec.identicalStack[1]: duplicate \"a/b\""},
+      {"DocumentIsList", "- a\n- b\n", "document: expected a map, got a list"},
+      {"EmptyDocument", "# nothing\n", "spec is empty"},
+      {"YamlSyntax", "apiVersion: gpufleet.io/v1\nkind: [Job\n",
+       "invalid YAML at line 3, column 1"},
+      {"TwoDocuments", Header() + "---\napiVersion: gpufleet.io/v1\n",
+       "more than one YAML document"},
+      // yaml-cpp 0.7 loops on these unless the caller stops asking for documents.
+      {"LoneComma", ",\n", "spec is empty"},
+      {"CommaInSecondDocument", "a: 1\n---\n,\n", "more than one YAML document"},
+      {"NonStringKey", "? [a]\n: b\n", "a map key must be a string"},
+      {"JsonSyntax", "{\"apiVersion\": \"gpufleet.io/v1\",\n \"kind\": }",
+       "invalid JSON: parse error at line 2, column 10"},
+      {"JsonWrongType",
+       R"({"apiVersion": "gpufleet.io/v1", "kind": "Job", "metadata": {"name": "j"},
+           "spec": {"tasks": [{"name": "t", "replicas": "two"}]}})",
+       "spec.tasks[0].replicas: expected an integer, got string \"two\""},
+      {"JsonCountOverflows",
+       R"({"apiVersion": "gpufleet.io/v1", "kind": "Job", "metadata": {"name": "j"},
+           "spec": {"tasks": [{"name": "t", "resources": {"gpus": {"count": 99999999999999999999}}}]}})",
+       "spec.tasks[0].resources.gpus.count: 99999999999999999999 is too large"},
+      {"JsonDuplicateKey", R"({"apiVersion": "gpufleet.io/v1", "apiVersion": "gpufleet.io/v1"})",
+       "apiVersion: duplicate key"},
+  };
+}
+
+void PrintTo(const BadSpec& spec, std::ostream* os) {
+  *os << spec.name;
+}
+
+class BadSpecTest : public ::testing::TestWithParam<BadSpec> {};
+
+TEST_P(BadSpecTest, FailsNamingFieldAndValue) {
+  const Result<Job> job = ParseJobSpec(GetParam().text, GpuCatalog::Default());
+  EXPECT_THAT(job, StatusIs(StatusCode::kInvalidArgument, HasSubstr(GetParam().error)))
+      << GetParam().text;
+}
+
+INSTANTIATE_TEST_SUITE_P(JobSpec, BadSpecTest, ::testing::ValuesIn(BadSpecs()),
+                         [](const ::testing::TestParamInfo<BadSpec>& param_info) {
+                           return std::string(param_info.param.name);
+                         });
+
+}  // namespace
+}  // namespace gpufleet::api

@@ -1,0 +1,502 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/api/server.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+#include <fmt/core.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/api/auth.h"
+#include "gpufleet/api/http.h"
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/synthetic_cluster.h"
+#include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/store/memory_store.h"
+#include "gpufleet/store/sqlite_store.h"
+
+namespace gpufleet::api {
+namespace {
+
+using Json = nlohmann::json;
+using ::testing::HasSubstr;
+
+// A gang of `replicas` tasks of `gpus` whole GPUs; `required` is a required topology level.
+std::string JobYaml(const std::string& name, int replicas, int gpus,
+                    const std::string& required = "", int priority = 0) {
+  std::string yaml = fmt::format(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata:
+  name: {}
+spec:
+  priority: {}
+  tasks:
+    - name: workers
+      replicas: {}
+      resources:
+        cpu: "8"
+        memory: 64Gi
+        gpus:
+          count: {}
+)",
+                                 name, priority, replicas, gpus);
+  if (!required.empty()) {
+    yaml += fmt::format("  topology:\n    required: {}\n", required);
+  }
+  return yaml;
+}
+
+std::string JobJson(const std::string& name, int replicas, int gpus) {
+  const Json spec = {
+      {"apiVersion", "gpufleet.io/v1"},
+      {"kind", "Job"},
+      {"metadata", {{"name", name}}},
+      {"spec",
+       {{"tasks",
+         {{{"name", "main"},
+           {"replicas", replicas},
+           {"resources", {{"cpu", "4"}, {"memory", "16Gi"}, {"gpus", {{"count", gpus}}}}}}}}}}};
+  return spec.dump();
+}
+
+// Two leaves of `nodes_per_leaf` nodes with 8 H100s each: node-0000.. in leaf-0, then leaf-1.
+Cluster TwoLeaves(const GpuCatalog& catalog, int nodes_per_leaf) {
+  SyntheticClusterSpec spec;
+  spec.blocks = 1;
+  spec.leaves_per_block = 2;
+  spec.nodes_per_leaf = nodes_per_leaf;
+  Result<Cluster> cluster = MakeSyntheticCluster(spec, catalog);
+  EXPECT_OK(cluster);
+  return *cluster;
+}
+
+std::set<std::string> PlacedNodes(const Json& job) {
+  std::set<std::string> nodes;
+  for (const Json& placement : job["placements"]) {
+    nodes.insert(placement["node"].get<std::string>());
+  }
+  return nodes;
+}
+
+class ApiServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { Init(store_); }
+
+  void Init(store::StateStore& store) {
+    Result<std::unique_ptr<ApiServer>> server = ApiServer::Create(
+        {.store = store, .catalog = catalog_, .clock = clock_, .policy = "best-fit"});
+    ASSERT_OK(server);
+    server_ = std::move(server).value();
+    ASSERT_OK(server_->RegisterNodes(TwoLeaves(catalog_, 2)));
+    Result<std::string> admin = server_->authenticator().CreateToken(Role::kAdmin, "", "root");
+    ASSERT_OK(admin);
+    admin_ = *admin;
+    Result<std::string> a = server_->authenticator().CreateToken(Role::kMember, "team-a", "alice");
+    ASSERT_OK(a);
+    alice_ = *a;
+    Result<std::string> b = server_->authenticator().CreateToken(Role::kMember, "team-b", "bob");
+    ASSERT_OK(b);
+    bob_ = *b;
+  }
+
+  ApiResponse Call(const std::string& method, const std::string& path, const std::string& token,
+                   const std::string& body = "") {
+    ApiRequest request;
+    request.method = method;
+    const size_t question = path.find('?');
+    request.path = path.substr(0, question);
+    if (question != std::string::npos) {
+      std::string query = path.substr(question + 1);
+      const size_t equals = query.find('=');
+      request.query.emplace(query.substr(0, equals), query.substr(equals + 1));
+    }
+    if (!token.empty()) {
+      request.authorization = "Bearer " + token;
+    }
+    request.body = body;
+    return server_->Handle(request);
+  }
+
+  Json CallJson(const std::string& method, const std::string& path, const std::string& token,
+                const std::string& body = "", int want_status = 200) {
+    const ApiResponse response = Call(method, path, token, body);
+    EXPECT_EQ(response.status, want_status) << method << " " << path << ": " << response.body;
+    return Json::parse(response.body, nullptr, false);
+  }
+
+  int Cycle() {
+    Result<int> scheduled = server_->RunSchedulingCycle();
+    EXPECT_OK(scheduled);
+    return scheduled.ok() ? *scheduled : -1;
+  }
+
+  GpuCatalog catalog_ = GpuCatalog::Default();
+  FakeClock clock_;
+  store::InMemoryStateStore store_;
+  std::unique_ptr<ApiServer> server_;
+  std::string admin_;
+  std::string alice_;
+  std::string bob_;
+};
+
+TEST_F(ApiServerTest, SubmitYamlAndJsonThenScheduledWithPlacements) {
+  Json yaml = CallJson("POST", "/v1/jobs", alice_, JobYaml("train", 2, 8), 201);
+  EXPECT_EQ(yaml["state"], "Pending");
+  EXPECT_EQ(yaml["team"], "team-a");
+  EXPECT_EQ(yaml["queue"], "default");
+  EXPECT_EQ(yaml["version"], 1);
+  Json json = CallJson("POST", "/v1/jobs", alice_, JobJson("notebook", 1, 1), 201);
+  EXPECT_EQ(json["state"], "Pending");
+  EXPECT_EQ(CallJson("GET", "/v1/jobs?state=Pending", alice_)["items"].size(), 2u);
+
+  EXPECT_EQ(Cycle(), 2);
+
+  Json train = CallJson("GET", "/v1/jobs/train", alice_);
+  EXPECT_EQ(train["state"], "Scheduled");
+  ASSERT_EQ(train["placements"].size(), 2u);
+  EXPECT_EQ(train["placements"][0]["task"], "workers-0");
+  EXPECT_EQ(train["placements"][0]["gpus"].size(), 8u);
+  EXPECT_EQ(PlacedNodes(train).size(), 2u);
+  Json events = CallJson("GET", "/v1/jobs/train/events", alice_);
+  ASSERT_EQ(events["items"].size(), 2u);
+  EXPECT_THAT(events["items"][0]["message"].get<std::string>(), HasSubstr("submitted by alice"));
+  EXPECT_THAT(events["items"][1]["message"].get<std::string>(), HasSubstr("scheduled on node-"));
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/notebook", alice_)["state"], "Scheduled");
+  EXPECT_EQ(CallJson("GET", "/v1/jobs?state=Pending", alice_)["items"].size(), 0u);
+
+  Json queues = CallJson("GET", "/v1/queues", alice_);
+  ASSERT_EQ(queues["items"].size(), 1u);
+  EXPECT_EQ(queues["items"][0]["name"], "default");
+  EXPECT_EQ(queues["items"][0]["running"], 2);
+  EXPECT_EQ(queues["items"][0]["gpus_allocated"], 17);
+
+  Json node = CallJson(
+      "GET", fmt::format("/v1/nodes/{}", train["placements"][0]["node"].get<std::string>()),
+      alice_);
+  EXPECT_EQ(node["gpus"][0]["allocated_milli"], 1000);
+}
+
+TEST_F(ApiServerTest, GangThatCannotFitStaysPendingWithReasonNamingBestLeaf) {
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("big", 3, 8, "leaf"), 201);
+  EXPECT_EQ(Cycle(), 0);
+  Json job = CallJson("GET", "/v1/jobs/big", alice_);
+  EXPECT_EQ(job["state"], "Pending");
+  EXPECT_THAT(job["reason"].get<std::string>(), HasSubstr("the best, leaf-"));
+  const int64_t version = job["version"];
+  EXPECT_EQ(Cycle(), 0);  // the same reason is not written again
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/big", alice_)["version"], version);
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/big/events", alice_)["items"].size(), 2u);
+}
+
+TEST_F(ApiServerTest, CancelFreesGpusForTheNextJob) {
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("all", 4, 8), 201);
+  EXPECT_EQ(Cycle(), 1);
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("next", 1, 8), 201);
+  EXPECT_EQ(Cycle(), 0);
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/next", alice_)["state"], "Pending");
+
+  Json cancelled = CallJson("POST", "/v1/jobs/all/cancel", alice_);
+  EXPECT_EQ(cancelled["state"], "Cancelled");
+  EXPECT_EQ(Cycle(), 1);
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/next", alice_)["state"], "Scheduled");
+  // Cancelling again is a no-op.
+  EXPECT_EQ(CallJson("POST", "/v1/jobs/all/cancel", alice_)["state"], "Cancelled");
+}
+
+TEST_F(ApiServerTest, PriorityGoesFirst) {
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("low", 3, 8, "", 0), 201);
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("high", 3, 8, "", 10), 201);
+  EXPECT_EQ(Cycle(), 1);
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/high", alice_)["state"], "Scheduled");
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/low", alice_)["state"], "Pending");
+}
+
+TEST_F(ApiServerTest, AuthenticationAndTeams) {
+  EXPECT_EQ(Call("GET", "/v1/jobs", "").status, 401);
+  EXPECT_EQ(Call("GET", "/v1/jobs", "not-a-real-token-at-all").status, 401);
+  ApiRequest basic{.method = "GET", .path = "/v1/jobs", .authorization = "Basic abc"};
+  EXPECT_EQ(server_->Handle(basic).status, 401);
+  Json error = CallJson("GET", "/v1/jobs", "", "", 401);
+  EXPECT_EQ(error["error"]["code"], "UNAUTHENTICATED");
+
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("secret", 1, 1), 201);
+  // Another team's job is hidden: 404, not listed, not cancellable.
+  CallJson("GET", "/v1/jobs/secret", bob_, "", 404);
+  CallJson("GET", "/v1/jobs/secret/events", bob_, "", 404);
+  CallJson("POST", "/v1/jobs/secret/cancel", bob_, "", 404);
+  EXPECT_EQ(CallJson("GET", "/v1/jobs", bob_)["items"].size(), 0u);
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/secret", admin_)["state"], "Pending");
+  EXPECT_EQ(CallJson("GET", "/v1/jobs", admin_)["items"].size(), 1u);
+
+  // Node operations are admin-only; reads are open to members.
+  Json denied = CallJson("POST", "/v1/nodes/node-0000/cordon", alice_, "", 403);
+  EXPECT_EQ(denied["error"]["code"], "PERMISSION_DENIED");
+  EXPECT_EQ(CallJson("GET", "/v1/nodes/node-0000", alice_)["state"], "Ready");
+  EXPECT_EQ(CallJson("GET", "/v1/nodes", alice_)["items"].size(), 4u);
+
+  ASSERT_OK(server_->authenticator().RevokeToken(bob_));
+  EXPECT_EQ(Call("GET", "/v1/jobs", bob_).status, 401);
+}
+
+TEST_F(ApiServerTest, BadSpecIs400NamingTheFieldAndStoresNothing) {
+  std::string bad = JobYaml("bad", 1, 1);
+  bad.replace(bad.find("replicas: 1"), 11, "replicas: 0");
+  Json error = CallJson("POST", "/v1/jobs", alice_, bad, 400);
+  EXPECT_EQ(error["error"]["code"], "INVALID_ARGUMENT");
+  EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr("replicas"));
+  CallJson("POST", "/v1/jobs", alice_, "{not json", 400);
+  CallJson("POST", "/v1/jobs", alice_, "", 400);
+  EXPECT_EQ(CallJson("GET", "/v1/jobs", admin_)["items"].size(), 0u);
+  CallJson("GET", "/v1/jobs?state=Sleeping", admin_, "", 400);
+}
+
+TEST_F(ApiServerTest, OversizedBodyIs413) {
+  const ApiResponse response = Call("POST", "/v1/jobs", alice_, std::string(2 << 20, 'x'));
+  EXPECT_EQ(response.status, 413);
+  EXPECT_THAT(response.body, HasSubstr("RESOURCE_EXHAUSTED"));
+}
+
+TEST_F(ApiServerTest, DuplicateNameIs409) {
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("once", 1, 1), 201);
+  Json error = CallJson("POST", "/v1/jobs", bob_, JobYaml("once", 1, 1), 409);
+  EXPECT_EQ(error["error"]["code"], "ALREADY_EXISTS");
+}
+
+TEST_F(ApiServerTest, CordonedNodeGetsNoNewJob) {
+  for (const char* node : {"node-0000", "node-0001", "node-0002"}) {
+    EXPECT_EQ(CallJson("POST", fmt::format("/v1/nodes/{}/cordon", node), admin_)["state"],
+              "Cordoned");
+  }
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("first", 1, 8), 201);
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("second", 1, 8), 201);
+  EXPECT_EQ(Cycle(), 1);
+  EXPECT_EQ(PlacedNodes(CallJson("GET", "/v1/jobs/first", alice_)),
+            std::set<std::string>{"node-0003"});
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/second", alice_)["state"], "Pending");
+
+  EXPECT_EQ(CallJson("POST", "/v1/nodes/node-0000/uncordon", admin_)["state"], "Ready");
+  EXPECT_EQ(Cycle(), 1);
+  EXPECT_EQ(PlacedNodes(CallJson("GET", "/v1/jobs/second", alice_)),
+            std::set<std::string>{"node-0000"});
+}
+
+TEST_F(ApiServerTest, QuarantineAndReleaseGpus) {
+  Json node = CallJson("POST", "/v1/nodes/node-0001/quarantine", admin_, R"({"gpu": 3})");
+  EXPECT_EQ(node["gpus"][3]["health"], "Quarantined");
+  EXPECT_EQ(node["gpus"][2]["health"], "Healthy");
+  CallJson("POST", "/v1/nodes/node-0001/quarantine", admin_, R"({"gpu": 99})", 400);
+  CallJson("POST", "/v1/nodes/node-0001/quarantine", admin_, R"({"gpu": "x"})", 400);
+  CallJson("POST", "/v1/nodes/node-9999/drain", admin_, "", 404);
+  node = CallJson("POST", "/v1/nodes/node-0001/release", admin_);
+  EXPECT_EQ(node["gpus"][3]["health"], "Healthy");
+  EXPECT_EQ(CallJson("POST", "/v1/nodes/node-0001/drain", admin_)["state"], "Draining");
+}
+
+TEST_F(ApiServerTest, ServiceRoutesAndMetrics) {
+  EXPECT_EQ(Call("GET", "/healthz", "").status, 200);
+  EXPECT_EQ(Call("GET", "/readyz", "").status, 503);
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("m", 1, 8), 201);
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("wait", 1, 8, "", -1), 201);
+  CallJson("POST", "/v1/nodes/node-0000/cordon", admin_);
+  CallJson("POST", "/v1/nodes/node-0001/cordon", admin_);
+  CallJson("POST", "/v1/nodes/node-0002/cordon", admin_);
+  Cycle();
+  EXPECT_EQ(Call("GET", "/readyz", "").status, 200);
+  const ApiResponse metrics = Call("GET", "/metrics", "");
+  EXPECT_EQ(metrics.status, 200);
+  for (const char* text :
+       {"# TYPE gpufleet_jobs_pending gauge", "gpufleet_jobs_pending{queue=\"default\"} 1",
+        "# TYPE gpufleet_gpus_allocated gauge", "gpufleet_gpus_allocated{model=\"H100-80GB\"} 8",
+        "gpufleet_gpus_total{model=\"H100-80GB\"} 32",
+        "# TYPE gpufleet_scheduling_cycle_seconds histogram",
+        "gpufleet_scheduling_cycle_seconds_count 1",
+        "gpufleet_scheduling_cycle_seconds_bucket{le=\"+Inf\"} 1",
+        "# TYPE gpufleet_api_requests_total counter",
+        "gpufleet_api_requests_total{route=\"/v1/jobs\",code=\"201\"} 2"}) {
+    EXPECT_THAT(metrics.body, HasSubstr(text));
+  }
+  EXPECT_EQ(Call("GET", "/v2/nothing", admin_).status, 404);
+  EXPECT_EQ(Call("DELETE", "/v1/jobs/m", admin_).status, 404);
+}
+
+TEST(TokenAuthenticatorTest, BootstrapCreatesOneAdminTokenOnce) {
+  store::InMemoryStateStore store;
+  TokenAuthenticator auth(store);
+  Result<std::optional<std::string>> first = auth.Bootstrap(std::nullopt);
+  ASSERT_OK(first);
+  ASSERT_TRUE(first->has_value());
+  EXPECT_EQ((*first)->size(), 64u);
+  Result<Principal> who = auth.Authenticate("Bearer " + **first);
+  ASSERT_OK(who);
+  EXPECT_TRUE(who->is_admin());
+  // The store holds the hash only.
+  Result<std::vector<store::StoredObject>> tokens = store.List(kTokensKind);
+  ASSERT_OK(tokens);
+  ASSERT_EQ(tokens->size(), 1u);
+  EXPECT_EQ((*tokens)[0].name, Sha256Hex(**first));
+  EXPECT_EQ((*tokens)[0].data.find(**first), std::string::npos);
+
+  Result<std::optional<std::string>> second = auth.Bootstrap(std::nullopt);
+  ASSERT_OK(second);
+  EXPECT_FALSE(second->has_value());
+  EXPECT_THAT(auth.Authenticate("Bearer nope-nope-nope-nope"),
+              gpufleet::testing::StatusIs(StatusCode::kUnauthenticated));
+  EXPECT_THAT(auth.Authenticate(""), gpufleet::testing::StatusIs(StatusCode::kUnauthenticated));
+}
+
+TEST(TokenAuthenticatorTest, BootstrapInstallsTheGivenToken) {
+  store::InMemoryStateStore store;
+  TokenAuthenticator auth(store);
+  Result<std::optional<std::string>> result = auth.Bootstrap("operator-chosen-token-1234");
+  ASSERT_OK(result);
+  EXPECT_FALSE(result->has_value());
+  Result<Principal> who = auth.Authenticate("bearer operator-chosen-token-1234");
+  ASSERT_OK(who);
+  EXPECT_TRUE(who->is_admin());
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+// The real thing: SQLite in a temporary directory, HTTP on loopback, the loop thread; then a
+// restart on the same file.
+class ApiServerIntegrationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "gpufleet-server-test-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  std::filesystem::path dir_;
+  GpuCatalog catalog_ = GpuCatalog::Default();
+  SystemClock clock_;
+};
+
+// Polls GET path until `done` holds for the body or the deadline passes.
+template <typename Predicate>
+Json PollJson(httplib::Client& client, const std::string& path, Predicate done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  Json last;
+  while (std::chrono::steady_clock::now() < deadline) {
+    httplib::Result response = client.Get(path.c_str());
+    if (response && response->status == 200) {
+      last = Json::parse(response->body, nullptr, false);
+      if (done(last)) {
+        return last;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  return last;
+}
+
+TEST_F(ApiServerIntegrationTest, ServesHttpAndSurvivesRestart) {
+  const std::string db = (dir_ / "gpufleet.db").string();
+  std::string admin;
+  std::set<std::string> first_nodes;
+  {
+    Result<std::unique_ptr<store::SqliteStateStore>> store = store::SqliteStateStore::Open(db);
+    ASSERT_OK(store);
+    Result<std::unique_ptr<ApiServer>> server =
+        ApiServer::Create({.store = **store,
+                           .catalog = catalog_,
+                           .clock = clock_,
+                           .cycle_interval = std::chrono::milliseconds(10)});
+    ASSERT_OK(server);
+    ASSERT_OK((*server)->RegisterNodes(TwoLeaves(catalog_, 2)));
+    Result<std::optional<std::string>> token = (*server)->authenticator().Bootstrap(std::nullopt);
+    ASSERT_OK(token);
+    ASSERT_TRUE(token->has_value());
+    admin = **token;
+    Result<int> port = (*server)->Start("127.0.0.1", 0);
+    ASSERT_OK(port);
+    ASSERT_GT(*port, 0);
+
+    httplib::Client client("127.0.0.1", *port);
+    client.set_connection_timeout(std::chrono::seconds(5));
+    client.set_read_timeout(std::chrono::seconds(10));
+    httplib::Result health = client.Get("/healthz");
+    ASSERT_TRUE(health);
+    EXPECT_EQ(health->status, 200);
+    httplib::Result anonymous = client.Get("/v1/jobs");
+    ASSERT_TRUE(anonymous);
+    EXPECT_EQ(anonymous->status, 401);
+
+    client.set_bearer_token_auth(admin.c_str());
+    httplib::Result created = client.Post("/v1/jobs", JobYaml("persist", 2, 8), "application/yaml");
+    ASSERT_TRUE(created);
+    EXPECT_EQ(created->status, 201) << created->body;
+    Json job = PollJson(client, "/v1/jobs/persist",
+                        [](const Json& j) { return j.value("state", "") == "Scheduled"; });
+    ASSERT_EQ(job.value("state", ""), "Scheduled") << job.dump();
+    first_nodes = PlacedNodes(job);
+    EXPECT_EQ(first_nodes.size(), 2u);
+
+    httplib::Result large = client.Post("/v1/jobs", std::string(2 << 20, 'x'), "application/yaml");
+    ASSERT_TRUE(large);
+    EXPECT_EQ(large->status, 413);
+    EXPECT_THAT(large->body, HasSubstr("RESOURCE_EXHAUSTED"));
+    httplib::Result ready = client.Get("/readyz");
+    ASSERT_TRUE(ready);
+    EXPECT_EQ(ready->status, 200);
+    httplib::Result metrics = client.Get("/metrics");
+    ASSERT_TRUE(metrics);
+    EXPECT_THAT(metrics->body,
+                HasSubstr("gpufleet_api_requests_total{route=\"/v1/jobs\",code=\"201\"} 1"));
+    (*server)->Stop();
+  }
+  // Restart on the same file: the job and the token are still there, and its GPUs stay taken.
+  Result<std::unique_ptr<store::SqliteStateStore>> store = store::SqliteStateStore::Open(db);
+  ASSERT_OK(store);
+  Result<std::unique_ptr<ApiServer>> server =
+      ApiServer::Create({.store = **store,
+                         .catalog = catalog_,
+                         .clock = clock_,
+                         .cycle_interval = std::chrono::milliseconds(10)});
+  ASSERT_OK(server);
+  Result<int> added = (*server)->RegisterNodes(TwoLeaves(catalog_, 2));
+  ASSERT_OK(added);
+  EXPECT_EQ(*added, 0);
+  Result<std::optional<std::string>> again = (*server)->authenticator().Bootstrap(std::nullopt);
+  ASSERT_OK(again);
+  EXPECT_FALSE(again->has_value());
+  Result<int> port = (*server)->Start("127.0.0.1", 0);
+  ASSERT_OK(port);
+  httplib::Client client("127.0.0.1", *port);
+  client.set_read_timeout(std::chrono::seconds(10));
+  client.set_bearer_token_auth(admin.c_str());
+  Json job = PollJson(client, "/v1/jobs/persist", [](const Json&) { return true; });
+  EXPECT_EQ(job.value("state", ""), "Scheduled");
+  EXPECT_EQ(PlacedNodes(job), first_nodes);
+
+  // 16 GPUs are free: a 3 x 8 gang waits, a 2 x 8 one lands on the other two nodes.
+  ASSERT_TRUE(client.Post("/v1/jobs", JobYaml("too-big", 3, 8), "application/yaml"));
+  ASSERT_TRUE(client.Post("/v1/jobs", JobYaml("fits", 2, 8, "", -1), "application/yaml"));
+  Json fits = PollJson(client, "/v1/jobs/fits",
+                       [](const Json& j) { return j.value("state", "") == "Scheduled"; });
+  ASSERT_EQ(fits.value("state", ""), "Scheduled") << fits.dump();
+  for (const std::string& node : PlacedNodes(fits)) {
+    EXPECT_EQ(first_nodes.count(node), 0u) << node << " is held twice";
+  }
+  Json too_big = PollJson(client, "/v1/jobs/too-big",
+                          [](const Json& j) { return !j.value("reason", "").empty(); });
+  EXPECT_EQ(too_big.value("state", ""), "Pending");
+  (*server)->Stop();
+}
+
+}  // namespace
+}  // namespace gpufleet::api

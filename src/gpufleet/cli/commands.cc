@@ -1,0 +1,305 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/cli/commands.h"
+
+#include <cctype>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string_view>
+#include <vector>
+
+#include <fmt/core.h>
+
+#include "gpufleet/cli/format.h"
+
+namespace gpufleet::cli {
+namespace {
+
+using nlohmann::json;
+
+// Only the client's own checks come here (never a server answer), so kubectl's "error:" form.
+int PrintUsageError(std::string_view message, std::ostream& err) {
+  err << "error: " << message << "\n";
+  return 1;
+}
+
+std::string NameOf(const json& object, std::string_view fallback) {
+  if (object.is_object()) {
+    const auto it = object.find("name");
+    if (it != object.end() && it->is_string() && !it->get_ref<const std::string&>().empty()) {
+      return it->get<std::string>();
+    }
+  }
+  return std::string(fallback);
+}
+
+std::string Lower(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower) {
+    c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return lower;
+}
+
+std::string ContentTypeFor(const std::string& path, const std::string& text) {
+  const std::string extension = Lower(std::filesystem::path(path).extension().string());
+  if (extension == ".yaml" || extension == ".yml") {
+    return "application/yaml";
+  }
+  if (extension == ".json") {
+    return "application/json";
+  }
+  const size_t first = text.find_first_not_of(" \t\r\n");
+  return first != std::string::npos && text[first] == '{' ? "application/json" : "application/yaml";
+}
+
+Result<std::string> ReadSpecFile(const std::string& path) {
+  if (path.empty()) {
+    return InvalidArgumentError("submit needs a job spec file: -f FILE");
+  }
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    return InvalidArgumentError(fmt::format("cannot read job spec \"{}\": is a directory", path));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return NotFoundError(fmt::format("cannot read job spec \"{}\": {}", path,
+                                     std::strerror(errno)));  // NOLINT(concurrency-mt-unsafe)
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+const char* NodeActionPath(NodeAction action) {
+  switch (action) {
+    case NodeAction::kCordon:
+      return "cordon";
+    case NodeAction::kUncordon:
+      return "uncordon";
+    case NodeAction::kDrain:
+      return "drain";
+    case NodeAction::kQuarantine:
+      return "quarantine";
+    case NodeAction::kRelease:
+      return "release";
+  }
+  return "";
+}
+
+const char* NodeActionDone(NodeAction action) {
+  switch (action) {
+    case NodeAction::kCordon:
+      return "cordoned";
+    case NodeAction::kUncordon:
+      return "uncordoned";
+    case NodeAction::kDrain:
+      return "drained";
+    case NodeAction::kQuarantine:
+      return "quarantined";
+    case NodeAction::kRelease:
+      return "released";
+  }
+  return "";
+}
+
+// A queue has no route of its own: it is found in the list.
+Result<json> FindQueue(ApiClient& client, const std::string& name) {
+  GPUFLEET_ASSIGN_OR_RETURN(const json answer, client.Get("/v1/queues"));
+  if (answer.is_object() && answer.contains("items") && answer["items"].is_array()) {
+    for (const json& queue : answer["items"]) {
+      if (NameOf(queue, "") == name) {
+        return queue;
+      }
+    }
+  }
+  return NotFoundError(fmt::format("queue \"{}\" not found", name));
+}
+
+}  // namespace
+
+std::string ReasonName(StatusCode code) {
+  std::string reason;
+  bool upper = true;
+  for (const char c : std::string_view(StatusCodeName(code))) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    reason += upper ? c : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    upper = false;
+  }
+  return reason;
+}
+
+int PrintError(const ApiClient& client, const Status& status, std::ostream& err) {
+  if (client.last_error_from_server()) {
+    err << "Error from server (" << ReasonName(status.code()) << "): " << status.message() << "\n";
+  } else {
+    err << "error: " << status.message() << "\n";
+  }
+  return 1;
+}
+
+int RunSubmit(ApiClient& client, const SubmitArgs& args, std::ostream& out, std::ostream& err) {
+  Result<std::string> text = ReadSpecFile(args.file);
+  if (!text.ok()) {
+    return PrintUsageError(text.status().message(), err);
+  }
+  Result<json> job = client.Post("/v1/jobs", *text, ContentTypeFor(args.file, *text));
+  if (!job.ok()) {
+    return PrintError(client, job.status(), err);
+  }
+  out << "job/" << NameOf(*job, "<unknown>") << " created\n";
+  return 0;
+}
+
+int RunGet(ApiClient& client, const GetArgs& args, std::ostream& out, std::ostream& err) {
+  Result<ResourceKind> kind = ParseResourceKind(args.kind);
+  if (!kind.ok()) {
+    return PrintUsageError(kind.status().message(), err);
+  }
+  Result<OutputFormat> format = ParseOutputFormat(args.output);
+  if (!format.ok()) {
+    return PrintUsageError(format.status().message(), err);
+  }
+  if (*kind != ResourceKind::kJob && (!args.state.empty() || !args.queue.empty())) {
+    return PrintUsageError("--state and --queue filter jobs only", err);
+  }
+  if (!args.name.empty()) {
+    Result<json> object = Status(StatusCode::kInternal, "unset");
+    switch (*kind) {
+      case ResourceKind::kJob:
+        object = client.Get("/v1/jobs/" + UrlEncode(args.name));
+        break;
+      case ResourceKind::kNode:
+        object = client.Get("/v1/nodes/" + UrlEncode(args.name));
+        break;
+      case ResourceKind::kQueue:
+        object = FindQueue(client, args.name);
+        break;
+    }
+    if (!object.ok()) {
+      return PrintError(client, object.status(), err);
+    }
+    out << RenderObject(*kind, *object, *format);
+    return 0;
+  }
+  std::string path;
+  switch (*kind) {
+    case ResourceKind::kJob: {
+      path = "/v1/jobs";
+      std::vector<std::string> query;
+      if (!args.state.empty()) {
+        query.push_back("state=" + UrlEncode(args.state));
+      }
+      if (!args.queue.empty()) {
+        query.push_back("queue=" + UrlEncode(args.queue));
+      }
+      for (size_t i = 0; i < query.size(); ++i) {
+        path += (i == 0 ? "?" : "&") + query[i];
+      }
+      break;
+    }
+    case ResourceKind::kNode:
+      path = "/v1/nodes";
+      break;
+    case ResourceKind::kQueue:
+      path = "/v1/queues";
+      break;
+  }
+  Result<json> answer = client.Get(path);
+  if (!answer.ok()) {
+    return PrintError(client, answer.status(), err);
+  }
+  const std::string text = RenderList(*kind, *answer, *format);
+  if (text.empty()) {
+    err << "No resources found.\n";
+    return 0;
+  }
+  out << text;
+  return 0;
+}
+
+int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, std::ostream& err) {
+  Result<ResourceKind> kind = ParseResourceKind(args.kind);
+  if (!kind.ok()) {
+    return PrintUsageError(kind.status().message(), err);
+  }
+  if (args.name.empty()) {
+    return PrintUsageError(fmt::format("describe {} needs a NAME", args.kind), err);
+  }
+  const std::string name = UrlEncode(args.name);
+  switch (*kind) {
+    case ResourceKind::kJob: {
+      Result<json> job = client.Get("/v1/jobs/" + name);
+      if (!job.ok()) {
+        return PrintError(client, job.status(), err);
+      }
+      Result<json> events = client.Get("/v1/jobs/" + name + "/events");
+      if (!events.ok()) {
+        return PrintError(client, events.status(), err);
+      }
+      out << DescribeJob(*job, *events);
+      return 0;
+    }
+    case ResourceKind::kNode: {
+      Result<json> node = client.Get("/v1/nodes/" + name);
+      if (!node.ok()) {
+        return PrintError(client, node.status(), err);
+      }
+      out << DescribeNode(*node);
+      return 0;
+    }
+    case ResourceKind::kQueue:
+      break;
+  }
+  return PrintUsageError("describe takes job or node", err);
+}
+
+int RunCancel(ApiClient& client, const std::string& job, std::ostream& out, std::ostream& err) {
+  if (job.empty()) {
+    return PrintUsageError("cancel needs a job NAME", err);
+  }
+  Result<json> answer = client.Post("/v1/jobs/" + UrlEncode(job) + "/cancel", "", "");
+  if (!answer.ok()) {
+    return PrintError(client, answer.status(), err);
+  }
+  out << "job/" << NameOf(*answer, job) << " cancelled\n";
+  return 0;
+}
+
+int RunNodeAction(ApiClient& client, NodeAction action, const NodeArgs& args, std::ostream& out,
+                  std::ostream& err) {
+  if (args.node.empty()) {
+    return PrintUsageError(fmt::format("{} needs a NODE", NodeActionPath(action)), err);
+  }
+  const bool takes_gpu = action == NodeAction::kQuarantine || action == NodeAction::kRelease;
+  if (args.gpu.has_value() && (!takes_gpu || *args.gpu < 0)) {
+    return PrintUsageError(takes_gpu ? fmt::format("--gpu {} is not a GPU index", *args.gpu)
+                                     : fmt::format("{} takes no --gpu", NodeActionPath(action)),
+                           err);
+  }
+  const std::string path =
+      fmt::format("/v1/nodes/{}/{}", UrlEncode(args.node), NodeActionPath(action));
+  std::string body;
+  std::string content_type;
+  if (args.gpu.has_value()) {
+    body = json{{"gpu", *args.gpu}}.dump();
+    content_type = "application/json";
+  }
+  Result<json> answer = client.Post(path, body, content_type);
+  if (!answer.ok()) {
+    return PrintError(client, answer.status(), err);
+  }
+  out << "node/" << NameOf(*answer, args.node);
+  if (args.gpu.has_value()) {
+    out << " gpu " << *args.gpu;
+  }
+  out << " " << NodeActionDone(action) << "\n";
+  return 0;
+}
+
+}  // namespace gpufleet::cli

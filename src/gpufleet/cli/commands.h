@@ -1,0 +1,63 @@
+// SPDX-License-Identifier: Apache-2.0
+// The client verbs of the `gpufleet` binary (`submit`, `get`, `describe`, `cancel` and the node
+// operations) as functions of an ApiClient, their arguments and two streams, so that tests run
+// them against a fake Transport. Each returns the process exit code: 0, or 1 after printing the
+// error to `err` (`Error from server (NotFound): <message>` for an error the server answered,
+// `error: <message>` for any other).
+#pragma once
+
+#include <optional>
+#include <ostream>
+#include <string>
+
+#include "gpufleet/cli/http_client.h"
+#include "gpufleet/core/status.h"
+
+namespace gpufleet::cli {
+
+// `submit -f FILE`: POSTs the file to /v1/jobs as application/yaml (.yaml, .yml) or
+// application/json (.json; other names are sniffed: "{" first means JSON); prints
+// "job/NAME created".
+struct SubmitArgs {
+  std::string file;
+};
+int RunSubmit(ApiClient& client, const SubmitArgs& args, std::ostream& out, std::ostream& err);
+
+// `get jobs|nodes|queues [NAME] [-o table|wide|json|yaml] [--state S] [--queue Q]`; `get job
+// NAME` (the singular and plural spellings are the same). --state and --queue filter jobs only.
+struct GetArgs {
+  std::string kind;
+  std::string name;    // empty: list
+  std::string output;  // empty: table
+  std::string state;
+  std::string queue;
+};
+int RunGet(ApiClient& client, const GetArgs& args, std::ostream& out, std::ostream& err);
+
+// `describe job NAME` (fields, reason, placements, events) or `describe node NAME`.
+struct DescribeArgs {
+  std::string kind;
+  std::string name;
+};
+int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, std::ostream& err);
+
+// `cancel NAME`: prints "job/NAME cancelled".
+int RunCancel(ApiClient& client, const std::string& job, std::ostream& out, std::ostream& err);
+
+// `cordon|uncordon|drain NODE`: prints "node/NODE cordoned" (uncordoned, drained).
+enum class NodeAction { kCordon, kUncordon, kDrain, kQuarantine, kRelease };
+// `quarantine|release NODE [--gpu N]`: without --gpu, every GPU of the node.
+struct NodeArgs {
+  std::string node;
+  std::optional<int> gpu;  // quarantine and release only
+};
+int RunNodeAction(ApiClient& client, NodeAction action, const NodeArgs& args, std::ostream& out,
+                  std::ostream& err);
+
+// Prints `status` as kubectl does; returns 1.
+int PrintError(const ApiClient& client, const Status& status, std::ostream& err);
+
+// "NOT_FOUND" -> "NotFound", as in `Error from server (NotFound): ...`.
+std::string ReasonName(StatusCode code);
+
+}  // namespace gpufleet::cli

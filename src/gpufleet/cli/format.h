@@ -1,0 +1,55 @@
+// SPDX-License-Identifier: Apache-2.0
+// Renders the REST API's answers (`docs/api.md`) for people: kubectl-like tables, `describe`
+// pages, pretty JSON and YAML. Pure functions of the JSON; unknown or missing fields render as
+// "<none>", never as an error.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/core/status.h"
+
+namespace gpufleet::cli {
+
+// `-o table|wide|json|yaml`.
+enum class OutputFormat { kTable, kWide, kJson, kYaml };
+
+// kInvalidArgument naming the value and the choices for anything else; "" is kTable.
+Result<OutputFormat> ParseOutputFormat(std::string_view text);
+
+enum class ResourceKind { kJob, kNode, kQueue };
+
+// "job", "jobs", "node", "nodes", "queue", "queues" (kInvalidArgument otherwise).
+Result<ResourceKind> ParseResourceKind(std::string_view text);
+
+// Longest REASON shown by `-o table` (`-o wide` shows it whole).
+inline constexpr size_t kReasonWidth = 60;
+
+// A list answer (`{"items": [...]}`): a table with a header (table and wide; "" when there are
+// no items), or the whole answer as JSON or YAML.
+std::string RenderList(ResourceKind kind, const nlohmann::json& answer, OutputFormat format);
+
+// One object (`GET /v1/jobs/NAME`): a one-row table, or the object as JSON or YAML.
+std::string RenderObject(ResourceKind kind, const nlohmann::json& object, OutputFormat format);
+
+// `describe job`: the job's fields, its pending reason, placements and events (the answer of
+// `/v1/jobs/NAME/events`).
+std::string DescribeJob(const nlohmann::json& job, const nlohmann::json& events);
+
+// `describe node`: the node's fields, labels, topology and its GPUs with their health.
+std::string DescribeNode(const nlohmann::json& node);
+
+// Left-aligned columns three spaces apart; the first row is the header. Every line ends in "\n".
+std::string RenderTable(const std::vector<std::vector<std::string>>& rows);
+
+// A block-style YAML document: mappings, sequences and scalars, strings quoted when a plain
+// scalar would read as something else. Ends in "\n".
+std::string ToYaml(const nlohmann::json& value);
+
+// Milli-units as a decimal: 1000 -> "1", 250 -> "0.25", 1500 -> "1.5".
+std::string FormatMilli(int64_t milli);
+
+}  // namespace gpufleet::cli

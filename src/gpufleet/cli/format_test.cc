@@ -1,0 +1,254 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/cli/format.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/core/testing/status_matchers.h"
+
+namespace gpufleet::cli {
+namespace {
+
+using ::gpufleet::testing::StatusIs;
+using nlohmann::json;
+
+json Parse(const char* text) {
+  json value = json::parse(text, nullptr, false);
+  EXPECT_FALSE(value.is_discarded()) << text;
+  return value;
+}
+
+json Jobs() {
+  return Parse(R"({"items": [
+    {"name": "bert-pretrain", "team": "nlp", "queue": "default", "state": "Pending",
+     "reason": "group \"workers\" (16 x 8 whole GPU(s)): no leaf can hold all tasks; the best, leaf-3, can hold 6",
+     "spec": {"apiVersion": "gpufleet.io/v1", "kind": "Job", "metadata": {"name": "bert-pretrain"},
+              "spec": {"tasks": [{"name": "workers", "replicas": 16,
+                                  "resources": {"gpus": {"count": 8}}}]}},
+     "placements": [], "version": 3},
+    {"name": "nb", "team": "cv", "queue": "research/cv", "state": "Running", "reason": "",
+     "spec": {"spec": {"tasks": [{"name": "w", "resources": {"gpus": {"milli": 250}}},
+                                 {"name": "m", "replicas": 2,
+                                  "resources": {"gpus": {"migProfile": "3g.40gb", "count": 1}}}]}},
+     "placements": [{"task": "w-0", "node": "node-0001", "gpus": [0]},
+                    {"task": "m-0", "node": "node-0002", "gpus": [1]},
+                    {"task": "m-1", "node": "node-0002", "gpus": [2]}],
+     "version": 12}
+  ]})");
+}
+
+json Nodes() {
+  return Parse(R"({"items": [
+    {"name": "node-0001", "state": "Ready", "labels": {"gpufleet.io/driver-version": "550.54"},
+     "topology": {"block": "block-0", "leaf": "leaf-0"}, "cpu_milli": 192000,
+     "memory_mib": 2097152,
+     "gpus": [{"index": 0, "model": "H100-80GB", "health": "Healthy", "allocated_milli": 1000},
+              {"index": 1, "model": "H100-80GB", "health": "Healthy", "allocated_milli": 0},
+              {"index": 2, "model": "H100-80GB", "health": "Quarantined", "allocated_milli": 0}],
+     "version": 1},
+    {"name": "node-0002", "state": "Cordoned", "cpu_milli": 500, "memory_mib": 1000,
+     "gpus": [], "version": 7}
+  ]})");
+}
+
+TEST(ParseOutputFormat, KnowsTheFourFormats) {
+  EXPECT_EQ(*ParseOutputFormat(""), OutputFormat::kTable);
+  EXPECT_EQ(*ParseOutputFormat("table"), OutputFormat::kTable);
+  EXPECT_EQ(*ParseOutputFormat("wide"), OutputFormat::kWide);
+  EXPECT_EQ(*ParseOutputFormat("json"), OutputFormat::kJson);
+  EXPECT_EQ(*ParseOutputFormat("yaml"), OutputFormat::kYaml);
+  EXPECT_THAT(ParseOutputFormat("xml"), StatusIs(StatusCode::kInvalidArgument));
+}
+
+TEST(RenderList, JobsTable) {
+  EXPECT_EQ(RenderList(ResourceKind::kJob, Jobs(), OutputFormat::kTable),
+            "NAME            TEAM   QUEUE         STATE     GPUS             VERSION   REASON\n"
+            "bert-pretrain   nlp    default       Pending   128              3         "
+            "group \"workers\" (16 x 8 whole GPU(s)): no leaf can hold a...\n"
+            "nb              cv     research/cv   Running   0.25+2x3g.40gb   12        <none>\n");
+}
+
+TEST(RenderList, JobsWide) {
+  EXPECT_EQ(RenderList(ResourceKind::kJob, Jobs(), OutputFormat::kWide),
+            "NAME            TEAM   QUEUE         STATE     GPUS             VERSION   NODES"
+            "                 REASON\n"
+            "bert-pretrain   nlp    default       Pending   128              3         <none>"
+            "                group \"workers\" (16 x 8 whole GPU(s)): no leaf can hold all "
+            "tasks; the best, leaf-3, can hold 6\n"
+            "nb              cv     research/cv   Running   0.25+2x3g.40gb   12        "
+            "node-0001,node-0002   <none>\n");
+}
+
+TEST(RenderList, NodesTableAndWide) {
+  EXPECT_EQ(RenderList(ResourceKind::kNode, Nodes(), OutputFormat::kTable),
+            "NAME        STATE      GPUS   FREE   MODEL       LEAF\n"
+            "node-0001   Ready      3      1      H100-80GB   leaf-0\n"
+            "node-0002   Cordoned   0      0      <none>      <none>\n");
+  EXPECT_EQ(RenderList(ResourceKind::kNode, Nodes(), OutputFormat::kWide),
+            "NAME        STATE      GPUS   FREE   ALLOCATED   UNHEALTHY   MODEL       CPU   "
+            "MEMORY   LEAF     TOPOLOGY                    VERSION\n"
+            "node-0001   Ready      3      1      1           1           H100-80GB   192   "
+            "2048Gi   leaf-0   block=block-0,leaf=leaf-0   1\n"
+            "node-0002   Cordoned   0      0      0           0           <none>      0.5   "
+            "1000Mi   <none>   <none>                      7\n");
+}
+
+TEST(RenderList, QueuesTable) {
+  const json queues = Parse(R"({"items": [
+      {"name": "default", "pending": 3, "running": 5, "gpus_allocated": 40},
+      {"name": "research/nlp", "pending": 0, "running": 12, "gpus_allocated": 1024}]})");
+  EXPECT_EQ(RenderList(ResourceKind::kQueue, queues, OutputFormat::kTable),
+            "NAME           PENDING   RUNNING   GPUS\n"
+            "default        3         5         40\n"
+            "research/nlp   0         12        1024\n");
+}
+
+TEST(RenderList, EmptyTableIsEmptyAndJsonKeepsTheAnswer) {
+  const json empty = Parse(R"({"items": []})");
+  EXPECT_EQ(RenderList(ResourceKind::kJob, empty, OutputFormat::kTable), "");
+  EXPECT_EQ(RenderList(ResourceKind::kJob, empty, OutputFormat::kJson), "{\n  \"items\": []\n}\n");
+  EXPECT_EQ(RenderList(ResourceKind::kJob, empty, OutputFormat::kYaml), "items: []\n");
+}
+
+TEST(RenderList, QueuesJson) {
+  const json queues = Parse(R"({"items": [{"name": "default", "pending": 3}]})");
+  EXPECT_EQ(RenderList(ResourceKind::kQueue, queues, OutputFormat::kJson),
+            "{\n"
+            "  \"items\": [\n"
+            "    {\n"
+            "      \"name\": \"default\",\n"
+            "      \"pending\": 3\n"
+            "    }\n"
+            "  ]\n"
+            "}\n");
+}
+
+TEST(ToYaml, MappingsSequencesAndQuotedScalars) {
+  const json node = Nodes()["items"][0];
+  EXPECT_EQ(ToYaml(node),
+            "cpu_milli: 192000\n"
+            "gpus:\n"
+            "  - allocated_milli: 1000\n"
+            "    health: Healthy\n"
+            "    index: 0\n"
+            "    model: H100-80GB\n"
+            "  - allocated_milli: 0\n"
+            "    health: Healthy\n"
+            "    index: 1\n"
+            "    model: H100-80GB\n"
+            "  - allocated_milli: 0\n"
+            "    health: Quarantined\n"
+            "    index: 2\n"
+            "    model: H100-80GB\n"
+            "labels:\n"
+            "  gpufleet.io/driver-version: \"550.54\"\n"
+            "memory_mib: 2097152\n"
+            "name: node-0001\n"
+            "state: Ready\n"
+            "topology:\n"
+            "  block: block-0\n"
+            "  leaf: leaf-0\n"
+            "version: 1\n");
+}
+
+TEST(ToYaml, QuotesWhatWouldReadAsSomethingElse) {
+  const json value = Parse(R"({
+      "empty": "", "bool": "true", "no": "No", "number": "42", "colon": "a: b",
+      "hash": "x #y", "dash": "-x", "newline": "a\nb", "space": " x", "null": null,
+      "nested": [[1, 2], {}, [], "plain text"], "t": true, "f": 1.5})");
+  EXPECT_EQ(ToYaml(value),
+            "bool: \"true\"\n"
+            "colon: \"a: b\"\n"
+            "dash: \"-x\"\n"
+            "empty: \"\"\n"
+            "f: 1.5\n"
+            "hash: \"x #y\"\n"
+            "nested:\n"
+            "  - - 1\n"
+            "    - 2\n"
+            "  - {}\n"
+            "  - []\n"
+            "  - plain text\n"
+            "newline: \"a\\nb\"\n"
+            "\"no\": \"No\"\n"
+            "\"null\": null\n"
+            "number: \"42\"\n"
+            "space: \" x\"\n"
+            "t: true\n");
+  EXPECT_EQ(ToYaml(json("x")), "x\n");
+  EXPECT_EQ(ToYaml(json::array()), "[]\n");
+}
+
+TEST(DescribeJob, FieldsReasonPlacementsAndEvents) {
+  const json job = Jobs()["items"][1];
+  const json events = Parse(R"({"items": [{"revision": 11, "message": "submitted"},
+                                           {"revision": 12, "message": "scheduled on node-0001"}]})");
+  EXPECT_EQ(DescribeJob(job, events),
+            "Name:        nb\n"
+            "Team:        cv\n"
+            "Queue:       research/cv\n"
+            "State:       Running\n"
+            "GPUs:        0.25+2x3g.40gb\n"
+            "Version:     12\n"
+            "Reason:      <none>\n"
+            "Placements:\n"
+            "  TASK   NODE        GPUS\n"
+            "  w-0    node-0001   0\n"
+            "  m-0    node-0002   1\n"
+            "  m-1    node-0002   2\n"
+            "Events:\n"
+            "  REVISION   MESSAGE\n"
+            "  11         submitted\n"
+            "  12         scheduled on node-0001\n");
+}
+
+TEST(DescribeJob, PendingJobShowsItsReason) {
+  const json job = Jobs()["items"][0];
+  EXPECT_EQ(DescribeJob(job, Parse(R"({"items": []})")),
+            "Name:        bert-pretrain\n"
+            "Team:        nlp\n"
+            "Queue:       default\n"
+            "State:       Pending\n"
+            "GPUs:        128\n"
+            "Version:     3\n"
+            "Reason:      group \"workers\" (16 x 8 whole GPU(s)): no leaf can hold all tasks; "
+            "the best, leaf-3, can hold 6\n"
+            "Placements:  <none>\n"
+            "Events:      <none>\n");
+}
+
+TEST(DescribeNode, FieldsAndGpuHealth) {
+  EXPECT_EQ(DescribeNode(Nodes()["items"][0]),
+            "Name:        node-0001\n"
+            "State:       Ready\n"
+            "Labels:      gpufleet.io/driver-version=550.54\n"
+            "Topology:    block=block-0\n"
+            "             leaf=leaf-0\n"
+            "CPU:         192\n"
+            "Memory:      2048Gi\n"
+            "Version:     1\n"
+            "GPUs:        3 (1 free, 1 not healthy)\n"
+            "  INDEX   MODEL       HEALTH        ALLOCATED\n"
+            "  0       H100-80GB   Healthy       1\n"
+            "  1       H100-80GB   Healthy       0\n"
+            "  2       H100-80GB   Quarantined   0\n");
+}
+
+TEST(Format, ToleratesMissingAndMistypedFields) {
+  const json odd = Parse(R"({"items": [{"name": 7, "gpus": "many", "topology": []}, 5]})");
+  EXPECT_NO_FATAL_FAILURE(RenderList(ResourceKind::kNode, odd, OutputFormat::kWide));
+  EXPECT_NO_FATAL_FAILURE(RenderList(ResourceKind::kJob, odd, OutputFormat::kWide));
+  EXPECT_NO_FATAL_FAILURE(DescribeJob(json(), json()));
+  EXPECT_EQ(DescribeNode(json::object()).substr(0, 19), "Name:        <none>");
+}
+
+TEST(FormatMilli, Decimals) {
+  EXPECT_EQ(FormatMilli(0), "0");
+  EXPECT_EQ(FormatMilli(1000), "1");
+  EXPECT_EQ(FormatMilli(250), "0.25");
+  EXPECT_EQ(FormatMilli(1500), "1.5");
+  EXPECT_EQ(FormatMilli(-1001), "-1.001");
+}
+
+}  // namespace
+}  // namespace gpufleet::cli

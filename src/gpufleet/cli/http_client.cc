@@ -1,0 +1,241 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/cli/http_client.h"
+
+#include <exception>
+#include <utility>
+
+#include <fmt/core.h>
+
+// Debian 12's libcpp-httplib.so is built with these; the header's class layouts depend on them,
+// so they must match the library's. This is the one file of the cli module that includes it.
+#define CPPHTTPLIB_OPENSSL_SUPPORT
+#define CPPHTTPLIB_ZLIB_SUPPORT
+#define CPPHTTPLIB_BROTLI_SUPPORT
+#include <httplib.h>
+
+namespace gpufleet::cli {
+namespace {
+
+constexpr int kTimeoutSeconds = 10;
+
+std::string Describe(httplib::Error error) {
+  switch (error) {
+    case httplib::Error::Connection:
+      return "connection refused or host unreachable";
+    case httplib::Error::ConnectionTimeout:
+      return "connection timed out";
+    case httplib::Error::Read:
+      return "connection lost while reading the answer";
+    case httplib::Error::Write:
+      return "connection lost while sending the request";
+    case httplib::Error::SSLConnection:
+      return "TLS handshake failed";
+    case httplib::Error::SSLServerVerification:
+      return "server certificate verification failed";
+    default:
+      return httplib::to_string(error);
+  }
+}
+
+class HttpTransport final : public Transport {
+ public:
+  HttpTransport(std::string address, std::unique_ptr<httplib::Client> client)
+      : address_(std::move(address)), client_(std::move(client)) {}
+
+  Result<HttpResponse> Send(std::string_view method, std::string_view path, std::string_view body,
+                            std::string_view content_type, std::string_view token) override {
+    httplib::Headers headers;
+    if (!token.empty()) {
+      headers.emplace("Authorization", fmt::format("Bearer {}", token));
+    }
+    const std::string path_string(path);
+    httplib::Result result{nullptr, httplib::Error::Unknown};
+    try {
+      if (method == "GET") {
+        result = client_->Get(path_string, headers);
+      } else if (method == "POST") {
+        result = client_->Post(path_string, headers, body.data(), body.size(),
+                               std::string(content_type));
+      } else {
+        return InvalidArgumentError(fmt::format("unsupported HTTP method {}", method));
+      }
+    } catch (const std::exception& e) {
+      return UnavailableError(fmt::format("cannot reach {}: {}", address_, e.what()));
+    }
+    if (!result) {
+      return UnavailableError(
+          fmt::format("cannot reach {}: {}", address_, Describe(result.error())));
+    }
+    HttpResponse response;
+    response.status = result->status;
+    response.body = result->body;
+    response.content_type = result->get_header_value("Content-Type");
+    return response;
+  }
+
+ private:
+  std::string address_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+// "http://host:port" or "https://host[:port]", optionally with a trailing "/".
+Status ValidateAddress(std::string_view address) {
+  std::string_view rest;
+  if (address.starts_with("http://")) {
+    rest = address.substr(7);
+  } else if (address.starts_with("https://")) {
+    rest = address.substr(8);
+  } else {
+    return InvalidArgumentError(
+        fmt::format("server address \"{}\" must start with http:// or https://", address));
+  }
+  if (rest.ends_with('/')) {
+    rest.remove_suffix(1);
+  }
+  if (rest.empty() || rest.find('/') != std::string_view::npos) {
+    return InvalidArgumentError(
+        fmt::format("server address \"{}\" must be scheme://host[:port]", address));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address) {
+  GPUFLEET_RETURN_IF_ERROR(ValidateAddress(address));
+  std::string base = address;
+  if (base.ends_with('/')) {
+    base.pop_back();
+  }
+  std::unique_ptr<httplib::Client> client;
+  try {
+    client = std::make_unique<httplib::Client>(base);
+  } catch (const std::exception& e) {
+    return InvalidArgumentError(fmt::format("server address \"{}\": {}", address, e.what()));
+  }
+  if (!client->is_valid()) {
+    return InvalidArgumentError(fmt::format("server address \"{}\" is not usable", address));
+  }
+  client->set_connection_timeout(kTimeoutSeconds, 0);
+  client->set_read_timeout(kTimeoutSeconds, 0);
+  client->set_write_timeout(kTimeoutSeconds, 0);
+  return std::unique_ptr<Transport>(std::make_unique<HttpTransport>(address, std::move(client)));
+}
+
+ApiClient::ApiClient(std::string address, std::string token)
+    : address_(std::move(address)), token_(std::move(token)) {
+  Result<std::unique_ptr<Transport>> transport = NewHttpTransport(address_);
+  if (transport.ok()) {
+    transport_ = std::move(transport).value();
+  } else {
+    transport_error_ = transport.status();
+  }
+}
+
+ApiClient::ApiClient(std::unique_ptr<Transport> transport, std::string address, std::string token)
+    : transport_(std::move(transport)), address_(std::move(address)), token_(std::move(token)) {}
+
+Result<nlohmann::json> ApiClient::Get(std::string_view path) {
+  return Call("GET", path, "", "");
+}
+
+Result<nlohmann::json> ApiClient::Post(std::string_view path, std::string_view body,
+                                       std::string_view content_type) {
+  return Call("POST", path, body, content_type);
+}
+
+Result<nlohmann::json> ApiClient::Call(std::string_view method, std::string_view path,
+                                       std::string_view body, std::string_view content_type) {
+  last_error_from_server_ = false;
+  if (transport_ == nullptr) {
+    return transport_error_;
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const HttpResponse response,
+                            transport_->Send(method, path, body, content_type, token_));
+  const nlohmann::json json = nlohmann::json::parse(response.body, nullptr, false);
+  if (response.status >= 200 && response.status < 300) {
+    if (response.body.empty()) {
+      return nlohmann::json();
+    }
+    if (json.is_discarded()) {
+      return InternalError(fmt::format("{} {} answered HTTP {} with a body that is not JSON",
+                                       method, path, response.status));
+    }
+    return json;
+  }
+  last_error_from_server_ = true;
+  if (!json.is_discarded() && json.is_object() && json.contains("error") &&
+      json["error"].is_object()) {
+    const nlohmann::json& error = json["error"];
+    const auto text_of = [&error](const char* key) {
+      const auto it = error.find(key);
+      return it != error.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    const std::string code = text_of("code");
+    const std::string message = text_of("message");
+    StatusCode status_code = StatusCodeFromName(code);
+    if (status_code == StatusCode::kOk || (status_code == StatusCode::kUnknown && code.empty())) {
+      status_code = StatusCodeFromHttp(response.status);
+    }
+    return Status(status_code, message);
+  }
+  std::string text = response.body;
+  while (!text.empty() && (text.back() == '\n' || text.back() == '\r')) {
+    text.pop_back();
+  }
+  return Status(StatusCodeFromHttp(response.status),
+                text.empty() ? fmt::format("HTTP {}", response.status)
+                             : fmt::format("HTTP {}: {}", response.status, text));
+}
+
+StatusCode StatusCodeFromName(std::string_view name) {
+  for (int i = 0; i <= static_cast<int>(StatusCode::kUnauthenticated); ++i) {
+    const auto code = static_cast<StatusCode>(i);
+    if (name == StatusCodeName(code)) {
+      return code;
+    }
+  }
+  return StatusCode::kUnknown;
+}
+
+StatusCode StatusCodeFromHttp(int http_status) {
+  switch (http_status) {
+    case 400:
+      return StatusCode::kInvalidArgument;
+    case 401:
+      return StatusCode::kUnauthenticated;
+    case 403:
+      return StatusCode::kPermissionDenied;
+    case 404:
+      return StatusCode::kNotFound;
+    case 409:
+      return StatusCode::kAborted;
+    case 413:
+    case 429:
+      return StatusCode::kResourceExhausted;
+    case 501:
+      return StatusCode::kUnimplemented;
+    case 503:
+      return StatusCode::kUnavailable;
+    case 504:
+      return StatusCode::kDeadlineExceeded;
+    default:
+      return http_status >= 500 ? StatusCode::kInternal : StatusCode::kUnknown;
+  }
+}
+
+std::string UrlEncode(std::string_view text) {
+  std::string encoded;
+  for (const char c : text) {
+    const auto byte = static_cast<unsigned char>(c);
+    if ((byte >= 'A' && byte <= 'Z') || (byte >= 'a' && byte <= 'z') ||
+        (byte >= '0' && byte <= '9') || c == '-' || c == '.' || c == '_' || c == '~') {
+      encoded += c;
+    } else {
+      encoded += fmt::format("%{:02X}", byte);
+    }
+  }
+  return encoded;
+}
+
+}  // namespace gpufleet::cli

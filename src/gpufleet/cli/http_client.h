@@ -1,0 +1,79 @@
+// SPDX-License-Identifier: Apache-2.0
+// The client side of the REST API (`docs/api.md`): a transport seam and the JSON client on it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/core/status.h"
+
+namespace gpufleet::cli {
+
+// One HTTP answer, whatever its status.
+struct HttpResponse {
+  int status = 0;
+  std::string body;
+  std::string content_type;
+};
+
+// Sends one request. A non-2xx answer is a response, not an error; errors are failures to get
+// any answer (connection refused, TLS failure, timeout), as kUnavailable naming the address.
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  // `method` is "GET" or "POST"; `path` starts with "/" and may carry a query string; an empty
+  // `content_type` sends no Content-Type header; an empty `token` sends no Authorization header.
+  virtual Result<HttpResponse> Send(std::string_view method, std::string_view path,
+                                    std::string_view body, std::string_view content_type,
+                                    std::string_view token) = 0;
+};
+
+// The cpp-httplib transport for "http://host:port" or "https://host:port" (10 s timeouts).
+// Returns kInvalidArgument for an address with another scheme.
+Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address);
+
+// A JSON client of `gpufleet server`. Thread-compatible.
+class ApiClient {
+ public:
+  // Talks to `address` over cpp-httplib; a malformed address makes every call fail with
+  // kInvalidArgument.
+  ApiClient(std::string address, std::string token);
+  // For tests: any transport.
+  ApiClient(std::unique_ptr<Transport> transport, std::string address, std::string token);
+
+  // A 2xx answer's JSON body (null for an empty body). A non-2xx answer becomes a Status with
+  // the code named by the server's `error.code` and its `error.message` verbatim (or, without
+  // that shape, the code of the HTTP status and the body); no answer at all is kUnavailable.
+  Result<nlohmann::json> Get(std::string_view path);
+  Result<nlohmann::json> Post(std::string_view path, std::string_view body,
+                              std::string_view content_type);
+
+  // Whether the last failed call failed because the server answered with an error (as opposed
+  // to no answer or an unreadable one).
+  bool last_error_from_server() const { return last_error_from_server_; }
+  const std::string& address() const { return address_; }
+
+ private:
+  Result<nlohmann::json> Call(std::string_view method, std::string_view path, std::string_view body,
+                              std::string_view content_type);
+
+  std::unique_ptr<Transport> transport_;
+  Status transport_error_;
+  std::string address_;
+  std::string token_;
+  bool last_error_from_server_ = false;
+};
+
+// "NOT_FOUND" -> kNotFound; kUnknown for a name that is none of the canonical codes.
+StatusCode StatusCodeFromName(std::string_view name);
+
+// The canonical code an HTTP status stands for, as `docs/api.md` maps them.
+StatusCode StatusCodeFromHttp(int http_status);
+
+// Percent-encodes one path segment or query value (RFC 3986 unreserved characters stay).
+std::string UrlEncode(std::string_view text);
+
+}  // namespace gpufleet::cli
