@@ -225,14 +225,14 @@ int RunFillCommand(const FillFlags& flags) {
 }
 
 void PrintReplaySummary(const std::vector<sim::ReplayResult>& results) {
-  fmt::print("{:<10} {:<10} {:>7} {:>7} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}\n", "queue",
-             "placement", "jobs", "done", "makespan", "wait mean", "wait p99", "JCT mean",
-             "JCT p50", "JCT p99", "GPUs busy");
+  fmt::print("{:<10} {:<10} {:>7} {:>7} {:>7} {:>9} {:>10} {:>10} {:>10} {:>10} {:>10} {:>9}\n",
+             "queue", "placement", "jobs", "done", "never", "makespan", "wait mean", "wait p99",
+             "JCT mean", "JCT p50", "JCT p99", "GPUs busy");
   for (const sim::ReplayResult& r : results) {
     fmt::print(
-        "{:<10} {:<10} {:>7} {:>7} {:>8.1f}h {:>9.0f}s {:>9.0f}s {:>9.0f}s {:>9.0f}s {:>9.0f}s "
-        "{:>8.1f}%\n",
-        r.queue_policy, r.placement_policy, r.jobs_total, r.jobs_finished,
+        "{:<10} {:<10} {:>7} {:>7} {:>7} {:>8.1f}h {:>9.0f}s {:>9.0f}s {:>9.0f}s {:>9.0f}s "
+        "{:>9.0f}s {:>8.1f}%\n",
+        r.queue_policy, r.placement_policy, r.jobs_total, r.jobs_finished, r.jobs_unplaceable,
         r.makespan_seconds / 3600.0, r.queueing_delay.mean, r.queueing_delay.p99,
         r.completion_time.mean, r.completion_time.p50, r.completion_time.p99,
         r.total_gpus > 0 ? 100.0 * r.mean_gpus_allocated / r.total_gpus : 0.0);

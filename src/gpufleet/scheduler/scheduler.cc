@@ -526,6 +526,11 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
   }
   int fitting = 0;
   result.details = impl.Diagnose(state, contexts[failed_group], snapshot, &fitting);
+  if (!result.reason.empty() && fitting == 0 && !result.details.empty()) {
+    // No node takes even one task: the domain figures alone would not say why.
+    result.reason += fmt::format(" (0/{} nodes can take a task: {})", snapshot.nodes().size(),
+                                 fmt::join(result.details, ", "));
+  }
   if (result.reason.empty()) {
     result.reason =
         fitting == 0

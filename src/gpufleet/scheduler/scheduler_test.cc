@@ -309,6 +309,14 @@ TEST_F(SchedulerTest, IdenticalStackKeepsTheGangOnOneDriverAndCuda) {
   Use(cluster);
   const ScheduleResult without = Schedule(job);
   EXPECT_FALSE(without.scheduled());
+  // With a required level and no node able to take a task, the reason says why.
+  for (Node& node : cluster.nodes) {
+    node.labels.clear();
+  }
+  Use(cluster);
+  job.topology.required_level = "node";
+  EXPECT_THAT(Schedule(job).reason,
+              HasSubstr("(0/5 nodes can take a task: 5 node lacks a software-stack label)"));
 }
 
 TEST_F(SchedulerTest, SpreadAcrossFaultDomainsHonoursMaxSkew) {

@@ -86,6 +86,7 @@ class Replay {
   // Smaller is served first.
   std::pair<double, int64_t> PriorityKey(size_t job) const;
   void WatchLevel(size_t job);
+  bool NeverFits(const JobState& state) const;
   void Touch(const std::vector<TaskPlacement>& placements);
 
   const Trace& trace_;
@@ -105,6 +106,7 @@ class Replay {
   double total_fragmentation_ = 0;
   int running_ = 0;
   int unplaceable_ = 0;
+  int max_gpus_per_node_ = 0;
   size_t finished_ = 0;
   size_t arrived_ = 0;
   bool round_pending_ = false;
@@ -233,10 +235,25 @@ void Replay::Stop(size_t job, bool preempted) {
   }
 }
 
+// True when no node of the cluster, even empty, has as many GPUs as one task of the job asks for,
+// or when the whole job asks for more GPUs than the cluster has.
+bool Replay::NeverFits(const JobState& state) const {
+  if (state.gpu_milli > snapshot_.TotalGpuMilli()) {
+    return true;
+  }
+  for (const TaskGroup& group : state.trace->job.groups) {
+    if (const auto* whole = std::get_if<WholeGpus>(&group.request.gpus);
+        whole != nullptr && whole->count > max_gpus_per_node_) {
+      return true;
+    }
+  }
+  return false;
+}
+
 void Replay::Arrive(size_t job) {
   ++arrived_;
   JobState& state = jobs_[job];
-  if (state.gpu_milli > snapshot_.TotalGpuMilli()) {
+  if (NeverFits(state)) {
     state.done = true;
     ++unplaceable_;
     return;
@@ -361,6 +378,9 @@ ReplayResult Replay::Run() {
     state.remaining_seconds = state.trace->duration_seconds;
     events_.ScheduleAt(state.trace->submit_seconds, [this, i] { Arrive(i); });
   }
+  for (const scheduler::NodeInfo& node : snapshot_.nodes()) {
+    max_gpus_per_node_ = std::max(max_gpus_per_node_, static_cast<int>(node.gpus.size()));
+  }
   node_fragmentation_.resize(snapshot_.nodes().size());
   for (const scheduler::NodeInfo& node : snapshot_.nodes()) {
     node_fragmentation_[node.index] = fragmentation_.NodeFragmentation(node);
@@ -416,6 +436,32 @@ ReplayResult Replay::Run() {
 
 }  // namespace
 
+Trace FitTasksToNodes(const Trace& trace, int max_gpus_per_node) {
+  Trace fitted = trace;
+  if (max_gpus_per_node <= 0) {
+    return fitted;
+  }
+  for (TraceJob& job : fitted.jobs) {
+    for (TaskGroup& group : job.job.groups) {
+      auto* whole = std::get_if<WholeGpus>(&group.request.gpus);
+      if (whole == nullptr || whole->count <= max_gpus_per_node) {
+        continue;
+      }
+      const int64_t gpus = static_cast<int64_t>(whole->count) * group.replicas;
+      int width = max_gpus_per_node;
+      while (gpus % width != 0) {
+        --width;
+      }
+      // Host resources follow the GPUs: a task half as wide asks for half as much.
+      group.request.host.cpu_milli = group.request.host.cpu_milli * width / whole->count;
+      group.request.host.memory_mib = group.request.host.memory_mib * width / whole->count;
+      group.replicas = static_cast<int>(gpus / width);
+      whole->count = width;
+    }
+  }
+  return fitted;
+}
+
 const std::vector<std::string>& QueuePolicyNames() {
   static const std::vector<std::string> kNames = {"fifo", "sjf", "tiresias", "gpufleet"};
   return kNames;
@@ -434,8 +480,13 @@ Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,
         fmt::format("sample_seconds: {} (must be positive)", options.sample_seconds));
   }
   GPUFLEET_ASSIGN_OR_RETURN(ClusterSnapshot snapshot, ClusterSnapshot::Build(cluster, catalog));
+  int max_gpus_per_node = 0;
+  for (const scheduler::NodeInfo& node : snapshot.nodes()) {
+    max_gpus_per_node = std::max(max_gpus_per_node, static_cast<int>(node.gpus.size()));
+  }
+  const Trace adapted = FitTasksToNodes(trace, max_gpus_per_node);
   std::vector<scheduler::TaskShape> shapes;
-  for (const TraceJob& job : trace.jobs) {
+  for (const TraceJob& job : adapted.jobs) {
     for (const TaskGroup& group : job.job.groups) {
       shapes.push_back(scheduler::ShapeOf(group.request, job.job.allowed_gpu_models));
     }
@@ -447,7 +498,7 @@ Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,
   GPUFLEET_ASSIGN_OR_RETURN(
       std::unique_ptr<scheduler::Scheduler> placer,
       scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));
-  Replay replay(trace, options, static_cast<QueuePolicy>(found - names.begin()),
+  Replay replay(adapted, options, static_cast<QueuePolicy>(found - names.begin()),
                 std::move(snapshot), std::move(placer), std::move(workload));
   return replay.Run();
 }

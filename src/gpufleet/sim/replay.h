@@ -67,7 +67,7 @@ struct ReplayResult {
   int total_gpus = 0;
   int jobs_total = 0;
   int jobs_finished = 0;
-  int jobs_unplaceable = 0;  // larger than the cluster could ever hold
+  int jobs_unplaceable = 0;  // larger than the cluster, or a task larger than any node
   int64_t makespan_seconds = 0;
   double mean_gpus_allocated = 0;
   Distribution queueing_delay;
@@ -75,6 +75,11 @@ struct ReplayResult {
   std::vector<ReplaySample> series;
   std::vector<ReplayJobOutcome> jobs;
 };
+
+// `trace` with every task of whole GPUs wider than `max_gpus_per_node` split into narrower tasks
+// (the largest divisor of the group's GPUs that fits a node, host resources in proportion): a
+// trace made for 8-GPU nodes replayed on 4-GPU nodes. RunReplay applies it.
+Trace FitTasksToNodes(const Trace& trace, int max_gpus_per_node);
 
 // kInvalidArgument for an unknown policy or an invalid cluster.
 Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,

@@ -100,9 +100,25 @@ TEST(Replay, GpufleetServesLeastRemainingGpuTimeFirst) {
 TEST(Replay, JobsLargerThanTheClusterAreCountedNotQueuedForever) {
   Trace trace;
   trace.jobs = {MakeTraceJob("huge", 0, 10, 32), MakeTraceJob("ok", 1, 10, 8)};
+  // A task of 16 GPUs fits none of the 8-GPU nodes: it runs as two tasks of 8.
+  trace.jobs.push_back(MakeTraceJob("wide", 2, 10, 8));
+  trace.jobs.back().job.groups[0].request.gpus = WholeGpus{16};
   const ReplayResult result = RunWith(trace, "fifo");
   EXPECT_EQ(result.jobs_unplaceable, 1);
-  EXPECT_EQ(result.jobs_finished, 1);
+  EXPECT_EQ(result.jobs_finished, 2);
+}
+
+TEST(Replay, WideTasksAreSplitToFitTheNodes) {
+  Trace trace;
+  trace.jobs = {MakeTraceJob("eight", 0, 10, 8)};
+  trace.jobs[0].job.groups[0].request.host = {8000, 8192};
+  const Trace fitted = FitTasksToNodes(trace, 4);
+  const TaskGroup& group = fitted.jobs[0].job.groups[0];
+  EXPECT_EQ(group.replicas, 2);
+  EXPECT_EQ(std::get<WholeGpus>(group.request.gpus).count, 4);
+  EXPECT_EQ(group.request.host.cpu_milli, 4000);
+  EXPECT_EQ(FitTasksToNodes(trace, 3).jobs[0].job.groups[0].replicas, 4);  // 4 x 2 GPUs
+  EXPECT_EQ(FitTasksToNodes(trace, 8).jobs[0].job.groups[0].replicas, 1);
 }
 
 TEST(Replay, SameSeedSameResult) {
