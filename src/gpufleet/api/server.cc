@@ -485,13 +485,16 @@ Result<int> ApiServer::Start(const std::string& host, int port) {
   http_ = std::move(http);
   stopping_ = false;
   started_ = true;
-  http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  http_done_ = false;
+  http_thread_ = std::thread([this] {
+    http_->listen_after_bind();
+    {
+      std::lock_guard<std::mutex> lock(loop_mu_);
+      http_done_ = true;
+    }
+    loop_cv_.notify_all();
+  });
   loop_thread_ = std::thread([this] { LoopMain(); });
-  // Stop() must not race the accept loop's start (stop() before it would be lost): wait until it
-  // runs, bounded.
-  for (int i = 0; i < 5000 && !http_->is_running(); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
   return bound;
 }
 
@@ -505,7 +508,17 @@ void ApiServer::Stop() {
     started_ = false;
   }
   loop_cv_.notify_all();
-  http_->stop();
+  {
+    // httplib drops a stop() that comes before its accept loop has started, so ask again until
+    // the loop has returned; each wait ends as soon as it does.
+    std::unique_lock<std::mutex> lock(loop_mu_);
+    while (!http_done_) {
+      lock.unlock();
+      http_->stop();
+      lock.lock();
+      loop_cv_.wait_for(lock, std::chrono::milliseconds(10), [this] { return http_done_; });
+    }
+  }
   if (http_thread_.joinable()) {
     http_thread_.join();
   }

@@ -142,8 +142,9 @@ class ApiServer {
 
   std::mutex loop_mu_;
   std::condition_variable loop_cv_;
-  bool stopping_ = false;  // guarded by loop_mu_
-  bool started_ = false;   // guarded by loop_mu_
+  bool stopping_ = false;   // guarded by loop_mu_
+  bool started_ = false;    // guarded by loop_mu_
+  bool http_done_ = false;  // guarded by loop_mu_; the accept loop has returned
   std::unique_ptr<httplib::Server> http_;
   std::thread http_thread_;
   std::thread loop_thread_;
