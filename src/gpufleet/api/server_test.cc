@@ -382,6 +382,14 @@ class ApiServerIntegrationTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
+  // A server on `store` with a short cycle, as every run of this fixture wants.
+  Result<std::unique_ptr<ApiServer>> MakeServer(store::StateStore& store) {
+    return ApiServer::Create({.store = store,
+                              .catalog = catalog_,
+                              .clock = clock_,
+                              .cycle_interval = std::chrono::milliseconds(10)});
+  }
+
   GpuCatalog catalog_ = GpuCatalog::Default();
   SystemClock clock_;
 };
@@ -411,11 +419,7 @@ TEST_F(ApiServerIntegrationTest, ServesHttpAndSurvivesRestart) {
   {
     Result<std::unique_ptr<store::SqliteStateStore>> store = store::SqliteStateStore::Open(db);
     ASSERT_OK(store);
-    Result<std::unique_ptr<ApiServer>> server =
-        ApiServer::Create({.store = **store,
-                           .catalog = catalog_,
-                           .clock = clock_,
-                           .cycle_interval = std::chrono::milliseconds(10)});
+    Result<std::unique_ptr<ApiServer>> server = MakeServer(**store);
     ASSERT_OK(server);
     ASSERT_OK((*server)->RegisterNodes(TwoLeaves(catalog_, 2)));
     Result<std::optional<std::string>> token = (*server)->authenticator().Bootstrap(std::nullopt);
@@ -462,11 +466,7 @@ TEST_F(ApiServerIntegrationTest, ServesHttpAndSurvivesRestart) {
   // Restart on the same file: the job and the token are still there, and its GPUs stay taken.
   Result<std::unique_ptr<store::SqliteStateStore>> store = store::SqliteStateStore::Open(db);
   ASSERT_OK(store);
-  Result<std::unique_ptr<ApiServer>> server =
-      ApiServer::Create({.store = **store,
-                         .catalog = catalog_,
-                         .clock = clock_,
-                         .cycle_interval = std::chrono::milliseconds(10)});
+  Result<std::unique_ptr<ApiServer>> server = MakeServer(**store);
   ASSERT_OK(server);
   Result<int> added = (*server)->RegisterNodes(TwoLeaves(catalog_, 2));
   ASSERT_OK(added);
