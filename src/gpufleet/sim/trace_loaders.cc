@@ -12,6 +12,7 @@
 #include <limits>
 #include <optional>
 #include <set>
+#include <sstream>
 #include <string_view>
 #include <utility>
 
@@ -20,6 +21,7 @@
 #include "gpufleet/core/resources.h"
 #include "gpufleet/core/workload.h"
 #include "gpufleet/sim/csv.h"
+#include "gpufleet/sim/openb.h"
 
 namespace gpufleet::sim {
 namespace {
@@ -880,13 +882,56 @@ Result<Trace> LoadSacct(const std::string& path, const GpuCatalog& catalog) {
   return LoadWith(path, catalog, ReadSacct);
 }
 
+Result<Trace> ReadOpenbTrace(std::istream& in, const std::string& source, GpuCatalog& catalog) {
+  // Two passes over the text: the pod loader makes the jobs, this one reads their times.
+  std::ostringstream text;
+  text << in.rdbuf();
+  std::istringstream pods_in(text.str());
+  GPUFLEET_ASSIGN_OR_RETURN(std::vector<Job> pods, ReadOpenbPods(pods_in, source, catalog));
+  std::istringstream times_in(text.str());
+  CsvReader csv(times_in, source);
+  GPUFLEET_RETURN_IF_ERROR(csv.Open());
+  GPUFLEET_ASSIGN_OR_RETURN(const int creation, csv.Column("creation_time"));
+  GPUFLEET_ASSIGN_OR_RETURN(const int deletion, csv.Column("deletion_time"));
+  GPUFLEET_ASSIGN_OR_RETURN(const int scheduled, csv.Column("scheduled_time"));
+  std::vector<TraceJob> jobs;
+  for (Job& pod : pods) {
+    GPUFLEET_ASSIGN_OR_RETURN(const bool more, csv.Next());
+    if (!more) {
+      return InternalError(fmt::format("{}: fewer rows on the second pass", source));
+    }
+    if (csv.Field(scheduled).empty()) {
+      continue;  // never started in the trace: there is no run time to replay
+    }
+    GPUFLEET_ASSIGN_OR_RETURN(const int64_t created, csv.Int(creation));
+    GPUFLEET_ASSIGN_OR_RETURN(const int64_t started, csv.Int(scheduled));
+    GPUFLEET_ASSIGN_OR_RETURN(const int64_t deleted, csv.Int(deletion));
+    if (deleted <= started) {
+      return InvalidArgumentError(fmt::format("{}: {} is not after scheduled_time {}",
+                                              csv.Where(deletion), deleted, started));
+    }
+    TraceJob job;
+    job.job = std::move(pod);
+    job.job.runtime_estimate = std::chrono::seconds(deleted - started);
+    job.submit_seconds = created;
+    job.duration_seconds = deleted - started;
+    jobs.push_back(std::move(job));
+  }
+  return FinishTrace(source, std::move(jobs), csv.line(), " that ever started (scheduled_time)");
+}
+
+Result<Trace> LoadOpenbTrace(const std::string& path, GpuCatalog& catalog) {
+  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, OpenInputFile(path));
+  return ReadOpenbTrace(in, path, catalog);
+}
+
 const std::vector<std::string>& TraceFormatNames() {
-  static const std::vector<std::string> kNames = {"philly", "native", "sacct", "gavel", "pollux"};
+  static const std::vector<std::string> kNames = {"philly", "openb", "native",
+                                                  "sacct",  "gavel", "pollux"};
   return kNames;
 }
 
-Result<Trace> LoadTrace(const std::string& path, std::string_view format,
-                        const GpuCatalog& catalog) {
+Result<Trace> LoadTrace(const std::string& path, std::string_view format, GpuCatalog& catalog) {
   if (format == "philly") {
     return LoadPhilly(path, catalog);
   }
@@ -903,10 +948,7 @@ Result<Trace> LoadTrace(const std::string& path, std::string_view format,
     return LoadPollux(path, catalog);
   }
   if (format == "openb") {
-    return InvalidArgumentError(
-        fmt::format("{}: openb pod lists have no arrival times to replay; use `gpufleet sim "
-                    "fill` (formats: {})",
-                    path, fmt::join(TraceFormatNames(), ", ")));
+    return LoadOpenbTrace(path, catalog);
   }
   return InvalidArgumentError(fmt::format("{}: unknown trace format \"{}\" (formats: {})", path,
                                           format, fmt::join(TraceFormatNames(), ", ")));

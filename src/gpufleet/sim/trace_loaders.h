@@ -73,13 +73,17 @@ Result<Trace> LoadNative(const std::string& path, const GpuCatalog& catalog);
 Result<Trace> ReadSacct(std::istream& in, const std::string& source, const GpuCatalog& catalog);
 Result<Trace> LoadSacct(const std::string& path, const GpuCatalog& catalog);
 
-// "philly", "native", "sacct", "gavel", "pollux".
+// An openb pod list replayed over time: each pod that ever started arrives at its creation_time
+// and runs for deletion_time - scheduled_time; pods without a scheduled_time are left out. GPU
+// models first seen in the file join the catalog.
+Result<Trace> ReadOpenbTrace(std::istream& in, const std::string& source, GpuCatalog& catalog);
+Result<Trace> LoadOpenbTrace(const std::string& path, GpuCatalog& catalog);
+
+// "philly", "openb", "native", "sacct", "gavel", "pollux".
 const std::vector<std::string>& TraceFormatNames();
 
-// Loads `path` as `format` (one of TraceFormatNames()). "openb" is kInvalidArgument: its pod
-// lists have no arrival times, `gpufleet sim fill` replays them. Any other name is
-// kInvalidArgument listing the formats.
-Result<Trace> LoadTrace(const std::string& path, std::string_view format,
-                        const GpuCatalog& catalog);
+// Loads `path` as `format` (one of TraceFormatNames()); any other name is kInvalidArgument
+// listing the formats. `catalog` gains the GPU models an openb file names first.
+Result<Trace> LoadTrace(const std::string& path, std::string_view format, GpuCatalog& catalog);
 
 }  // namespace gpufleet::sim

@@ -397,8 +397,26 @@ TEST(TraceLoaders, BadRowsFailTheWholeLoadNamingFileLineAndColumn) {
   }
 }
 
+TEST(TraceLoaders, OpenbTraceRejectsBadTimes) {
+  GpuCatalog catalog = GpuCatalog::Default();
+  const std::string header =
+      "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+      "deletion_time,scheduled_time\n";
+  std::istringstream backwards(header + "p1,1000,10,1,500,,LS,Running,5,20,30\n");
+  EXPECT_THAT(ReadOpenbTrace(backwards, "pods.csv", catalog),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("pods.csv:2: column \"deletion_time\": 20 is not after")));
+  std::istringstream no_times("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1,1,0,0\n");
+  EXPECT_THAT(
+      ReadOpenbTrace(no_times, "pods.csv", catalog),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("missing column \"creation_time\"")));
+  std::istringstream bad(header + "p1,1000,10,1,500,,LS,Running,x,20,10\n");
+  EXPECT_THAT(ReadOpenbTrace(bad, "pods.csv", catalog),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("column \"creation_time\": \"x\"")));
+}
+
 TEST(TraceLoaders, LoadTraceDispatchesOnTheFormat) {
-  const GpuCatalog catalog = GpuCatalog::Default();
+  GpuCatalog catalog = GpuCatalog::Default();
   auto native = LoadTrace(kDataDir + "/examples/native_example.csv", "native", catalog);
   ASSERT_OK(native);
   EXPECT_EQ(native->jobs.size(), 6U);
@@ -412,19 +430,22 @@ TEST(TraceLoaders, LoadTraceDispatchesOnTheFormat) {
   auto pollux = LoadTrace(kDataDir + "/pollux/workload-1.csv", "pollux", catalog);
   ASSERT_OK(pollux);
   EXPECT_EQ(pollux->jobs.size(), 160U);
-  EXPECT_THAT(LoadTrace("trace.csv", "openb", catalog),
-              StatusIs(StatusCode::kInvalidArgument, HasSubstr("gpufleet sim fill")));
+  auto openb = LoadTrace(kDataDir + "/openb/openb_pod_list_default.csv", "openb", catalog);
+  ASSERT_OK(openb);
+  EXPECT_EQ(openb->jobs.size(), 8152U - 897U);  // 897 pods never started
+  EXPECT_EQ(openb->jobs.front().submit_seconds, 0);
   EXPECT_THAT(LoadTrace("trace.csv", "csv", catalog),
               StatusIs(StatusCode::kInvalidArgument,
-                       HasSubstr("unknown trace format \"csv\" (formats: philly, native, sacct, "
-                                 "gavel, pollux)")));
+                       HasSubstr("unknown trace format \"csv\" (formats: philly, openb, native, "
+                                 "sacct, gavel, pollux)")));
   EXPECT_THAT(LoadTrace(kDataDir + "/does-not-exist.csv", "philly", catalog),
               StatusIs(StatusCode::kNotFound, HasSubstr("cannot open file")));
-  EXPECT_THAT(TraceFormatNames(), ElementsAre("philly", "native", "sacct", "gavel", "pollux"));
+  EXPECT_THAT(TraceFormatNames(),
+              ElementsAre("philly", "openb", "native", "sacct", "gavel", "pollux"));
 }
 
 TEST(TraceLoaders, EveryJobValidatesAgainstTheCatalog) {
-  const GpuCatalog catalog = GpuCatalog::Default();
+  GpuCatalog catalog = GpuCatalog::Default();
   for (const auto& [path, format] :
        std::vector<std::pair<std::string, std::string>>{{"/examples/native_example.csv", "native"},
                                                         {"/examples/sacct_example.txt", "sacct"},
