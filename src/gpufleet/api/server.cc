@@ -489,7 +489,7 @@ Result<int> ApiServer::Start(const std::string& host, int port) {
   http_thread_ = std::thread([this] {
     http_->listen_after_bind();
     {
-      std::lock_guard<std::mutex> lock(loop_mu_);
+      std::lock_guard<std::mutex> done_lock(loop_mu_);
       http_done_ = true;
     }
     loop_cv_.notify_all();
