@@ -717,12 +717,64 @@ Result<GpuRequest> ReadGpus(const Node& node, const std::string& path) {
   return GpuRequest(whole);
 }
 
+// A command line: a list of strings, repeats allowed, the first one not empty.
+Result<std::vector<std::string>> ReadCommand(const Node& node, const std::string& path) {
+  if (node.kind != Node::Kind::kSequence) {
+    return FieldError(path, node, "expected a list of strings, got " + Describe(node));
+  }
+  std::vector<std::string> out;
+  for (size_t i = 0; i < node.items.size(); ++i) {
+    GPUFLEET_ASSIGN_OR_RETURN(std::string arg, ReadString(node.items[i], Index(path, i)));
+    if (arg.find('\0') != std::string::npos) {
+      return FieldError(Index(path, i), node.items[i], "contains a NUL character");
+    }
+    out.push_back(std::move(arg));
+  }
+  if (!out.empty() && out.front().empty()) {
+    return FieldError(Index(path, 0), node.items[0], "the program name is empty");
+  }
+  return out;
+}
+
+// POSIX portable environment variable name: [A-Za-z_][A-Za-z0-9_]*.
+bool IsEnvName(std::string_view s) {
+  return !s.empty() && !(s.front() >= '0' && s.front() <= '9') &&
+         std::all_of(s.begin(), s.end(), [](char c) { return IsAlnum(c) || c == '_'; });
+}
+
+// Environment variables of a task: names as POSIX shells accept, any string values.
+Result<std::map<std::string, std::string>> ReadEnv(const Node& node, const std::string& path) {
+  if (node.kind != Node::Kind::kMap) {
+    return FieldError(path, node, "expected a map, got " + Describe(node));
+  }
+  std::map<std::string, std::string> out;
+  for (const Node::Entry& entry : node.entries) {
+    const std::string key_path = Child(path, entry.key.text);
+    if (!IsEnvName(entry.key.text)) {
+      return FieldError(key_path, entry.key,
+                        "invalid name (letters, digits and '_', not starting with a digit)");
+    }
+    if (out.count(entry.key.text) > 0) {
+      return FieldError(key_path, entry.key, "duplicate key");
+    }
+    GPUFLEET_ASSIGN_OR_RETURN(std::string value, ReadString(entry.value, key_path));
+    if (value.find('\0') != std::string::npos) {
+      return FieldError(key_path, entry.value, "contains a NUL character");
+    }
+    out[entry.key.text] = std::move(value);
+  }
+  return out;
+}
+
 Result<TaskGroup> ReadTask(const Node& node, const std::string& path) {
-  GPUFLEET_ASSIGN_OR_RETURN(const Fields f,
-                            Fields::Read(node, path, {"name", "replicas", "resources"}));
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const Fields f,
+      Fields::Read(node, path, {"name", "replicas", "resources", "command", "env"}));
   TaskGroup group;
   GPUFLEET_RETURN_IF_ERROR(f.Need("name", &group.name, Named(kDnsLabelRule)));
   GPUFLEET_RETURN_IF_ERROR(f.Get("replicas", &group.replicas, Int(1, kMaxReplicas)));
+  GPUFLEET_RETURN_IF_ERROR(f.Get("command", &group.command, ReadCommand));
+  GPUFLEET_RETURN_IF_ERROR(f.Get("env", &group.env, ReadEnv));
   const Node* resources = f.Find("resources");
   if (resources == nullptr) {
     return group;
@@ -768,6 +820,16 @@ Result<JobKind> ReadJobKind(const Node& node, const std::string& path) {
   return FieldError(path, node, Quote(name) + " is not one of batch, interactive, inference");
 }
 
+Result<NodeFailurePolicy> ReadNodeFailurePolicy(const Node& node, const std::string& path) {
+  GPUFLEET_ASSIGN_OR_RETURN(const std::string name, ReadString(node, path));
+  for (const NodeFailurePolicy policy : {NodeFailurePolicy::kRequeue, NodeFailurePolicy::kFail}) {
+    if (name == NodeFailurePolicyName(policy)) {
+      return policy;
+    }
+  }
+  return FieldError(path, node, Quote(name) + " is not one of requeue, fail");
+}
+
 Result<TopologyConstraint> ReadTopology(const Node& node, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(const Fields f, Fields::Read(node, path, {"required", "preferred"}));
   TopologyConstraint topology;
@@ -786,10 +848,10 @@ Result<SpreadConstraint> ReadSpread(const Node& node, const std::string& path) {
 
 Result<Job> ReadSpec(const Node& node) {
   GPUFLEET_ASSIGN_OR_RETURN(
-      const Fields f,
-      Fields::Read(node, "spec",
-                   {"kind", "priority", "preemptible", "runtimeEstimate", "tasks", "gpuModels",
-                    "minGpuMemory", "nodeSelector", "topology", "spread", "identicalStack"}));
+      const Fields f, Fields::Read(node, "spec",
+                                   {"kind", "priority", "preemptible", "runtimeEstimate", "tasks",
+                                    "gpuModels", "minGpuMemory", "nodeSelector", "topology",
+                                    "spread", "identicalStack", "onNodeFailure"}));
   Job job;
   GPUFLEET_RETURN_IF_ERROR(f.Get("kind", &job.kind, ReadJobKind));
   GPUFLEET_RETURN_IF_ERROR(f.Get("priority", &job.priority, Int(-kMaxInt - 1, kMaxInt)));
@@ -797,6 +859,7 @@ Result<Job> ReadSpec(const Node& node) {
   GPUFLEET_RETURN_IF_ERROR(
       f.Get("runtimeEstimate", &job.runtime_estimate, Formatted(&ParseSpecDuration)));
   GPUFLEET_RETURN_IF_ERROR(f.Need("tasks", &job.groups, ReadTasks));
+  GPUFLEET_RETURN_IF_ERROR(f.Get("onNodeFailure", &job.on_node_failure, ReadNodeFailurePolicy));
   GPUFLEET_RETURN_IF_ERROR(f.Get("gpuModels", &job.allowed_gpu_models, StringList(kAnyString)));
   GPUFLEET_RETURN_IF_ERROR(
       f.Get("minGpuMemory", &job.min_gpu_memory_mib, Formatted(&ParseMemoryQuantity)));
@@ -889,6 +952,8 @@ Json SpecToJson(const Job& job) {
   spec["preemptible"] = job.preemptible;
   put(spec, "runtimeEstimate", FormatSpecDuration(job.runtime_estimate),
       job.runtime_estimate.count() != 0);
+  put(spec, "onNodeFailure", std::string(NodeFailurePolicyName(job.on_node_failure)),
+      job.on_node_failure != NodeFailurePolicy::kRequeue);
   spec["tasks"] = Json::array();
   for (const TaskGroup& group : job.groups) {
     const HostResources& host = group.request.host;
@@ -909,6 +974,8 @@ Json SpecToJson(const Job& job) {
     task["name"] = group.name;
     task["replicas"] = group.replicas;
     put(task, "resources", resources, !resources.empty());
+    put(task, "command", group.command, !group.command.empty());
+    put(task, "env", group.env, !group.env.empty());
     spec["tasks"].push_back(std::move(task));
   }
   put(spec, "gpuModels", job.allowed_gpu_models, !job.allowed_gpu_models.empty());

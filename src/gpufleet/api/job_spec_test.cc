@@ -47,6 +47,8 @@ void ExpectSameJob(const Job& actual, const Job& expected) {
     EXPECT_TRUE(actual.groups[i].request.gpus == expected.groups[i].request.gpus)
         << GpuRequestToString(actual.groups[i].request.gpus) << " vs "
         << GpuRequestToString(expected.groups[i].request.gpus);
+    EXPECT_EQ(actual.groups[i].command, expected.groups[i].command);
+    EXPECT_EQ(actual.groups[i].env, expected.groups[i].env);
   }
   EXPECT_EQ(actual.allowed_gpu_models, expected.allowed_gpu_models);
   EXPECT_EQ(actual.min_gpu_memory_mib, expected.min_gpu_memory_mib);
@@ -61,6 +63,7 @@ void ExpectSameJob(const Job& actual, const Job& expected) {
   EXPECT_EQ(actual.preemptible, expected.preemptible);
   EXPECT_EQ(actual.kind, expected.kind);
   EXPECT_EQ(actual.runtime_estimate, expected.runtime_estimate);
+  EXPECT_EQ(actual.on_node_failure, expected.on_node_failure);
 }
 
 class JobSpecTest : public ::testing::Test {
@@ -170,6 +173,9 @@ Job FullJob() {
   job.groups.push_back({"mig", 2, {{1234, 3 * 1024 * 1024}, MigGpus{"3g.40gb", 2}}});
   job.groups.push_back({"cpu-only", 1, {{2000, 0}, NoGpu{}}});
   job.groups.push_back({"nothing", 1, {}});
+  job.groups[0].command = {"python", "train.py", "--lr", "1e-4", "--lr", "", "yes", "a: b # c"};
+  job.groups[0].env = {{"NCCL_DEBUG", "INFO"}, {"EMPTY", ""}, {"_X1", "true"}, {"N", "007"}};
+  job.on_node_failure = NodeFailurePolicy::kFail;
   job.allowed_gpu_models = {"H100-80GB", "A100-SXM4-80GB"};
   job.min_gpu_memory_mib = 40 * 1024;
   job.node_selector = {{"zone", "east"}, {"gpufleet.io/pool", "1.10"}, {"empty", ""}};
@@ -497,6 +503,18 @@ std::vector<BadSpec> BadSpecs() {
        R"({"apiVersion": "gpufleet.io/v1", "kind": "Job", "metadata": {"name": "j"},
            "spec": {"tasks": [{"name": "t", "resources": {"gpus": {"count": 99999999999999999999}}}]}})",
        "spec.tasks[0].resources.gpus.count: 99999999999999999999 is too large"},
+      {"CommandNotAList", Header() + "spec:\n  tasks: [{name: t, command: python}]\n",
+       "spec.tasks[0].command: expected a list of strings, got \"python\""},
+      {"CommandEmptyProgram", Header() + "spec:\n  tasks: [{name: t, command: ['', x]}]\n",
+       "spec.tasks[0].command[0]: the program name is empty"},
+      {"CommandNestedList", Header() + "spec:\n  tasks: [{name: t, command: [[a]]}]\n",
+       "spec.tasks[0].command[0]: expected a string"},
+      {"EnvBadName", Header() + "spec:\n  tasks: [{name: t, env: {9LIVES: x}}]\n",
+       "spec.tasks[0].env.9LIVES: invalid name"},
+      {"EnvNotAMap", Header() + "spec:\n  tasks: [{name: t, env: [A]}]\n",
+       "spec.tasks[0].env: expected a map"},
+      {"OnNodeFailureUnknown", WithSpec("onNodeFailure: retry"),
+       "spec.onNodeFailure: \"retry\" is not one of requeue, fail"},
       {"JsonDuplicateKey", R"({"apiVersion": "gpufleet.io/v1", "apiVersion": "gpufleet.io/v1"})",
        "apiVersion: duplicate key"},
   };

@@ -77,6 +77,16 @@ const char* JobKindName(JobKind kind) {
   return "unknown";
 }
 
+const char* NodeFailurePolicyName(NodeFailurePolicy policy) {
+  switch (policy) {
+    case NodeFailurePolicy::kRequeue:
+      return "requeue";
+    case NodeFailurePolicy::kFail:
+      return "fail";
+  }
+  return "unknown";
+}
+
 int64_t RequestedGpuMilli(const GpuRequest& request) {
   return std::visit(
       Overloaded{

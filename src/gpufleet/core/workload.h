@@ -47,11 +47,14 @@ struct TaskRequest {
   GpuRequest gpus;
 };
 
-// `replicas` identical tasks.
+// `replicas` identical tasks. `command` and `env` are what the agent runs for each task; the
+// scheduler ignores them. An empty command is allowed (the simulated fleet runs such tasks).
 struct TaskGroup {
   std::string name;
   int replicas = 1;
   TaskRequest request;
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
 };
 
 // "All tasks inside one leaf, prefer one NVLink domain": required_level = "leaf",
@@ -71,6 +74,11 @@ struct SpreadConstraint {
 enum class JobKind { kBatch, kInteractive, kInference };
 const char* JobKindName(JobKind kind);
 
+// What happens to a job when a node holding one of its tasks fails (NotReady, GPU lost): the
+// whole gang goes back to Pending, or the job ends as Failed.
+enum class NodeFailurePolicy { kRequeue, kFail };
+const char* NodeFailurePolicyName(NodeFailurePolicy policy);  // "requeue", "fail"
+
 // A gang: every task of every group is placed, or none is. Thread-compatible value type.
 struct Job {
   JobId id;
@@ -88,6 +96,7 @@ struct Job {
   bool preemptible = true;
   JobKind kind = JobKind::kBatch;
   Duration runtime_estimate{0};
+  NodeFailurePolicy on_node_failure = NodeFailurePolicy::kRequeue;
 
   int TaskCount() const;
   int64_t RequestedGpuMilliTotal() const;
