@@ -13,6 +13,8 @@
 
 #include "gpufleet/api/http.h"
 #include "gpufleet/api/job_spec.h"
+#include "gpufleet/api/json_fields.h"
+#include "gpufleet/api/node_json.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/snapshot.h"
@@ -20,63 +22,12 @@
 namespace gpufleet::api {
 namespace {
 
-using Json = nlohmann::json;
-
 constexpr std::string_view kTopologyName = "topology";
 // Compare-and-set retries of one request before it answers 409.
 constexpr int kCasAttempts = 5;
 
 constexpr std::array<std::string_view, 7> kJobStates = {
     "Pending", "Scheduled", "Running", "Succeeded", "Failed", "Cancelled", "Preempted"};
-
-// ---- JSON helpers (never throw: every access checks the type first) -----------------------
-
-int64_t IntOr(const Json& j, std::string_view key, int64_t fallback) {
-  if (!j.is_object()) {
-    return fallback;
-  }
-  const auto it = j.find(key);
-  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
-}
-
-std::string StrOr(const Json& j, std::string_view key, std::string fallback = "") {
-  if (!j.is_object()) {
-    return fallback;
-  }
-  const auto it = j.find(key);
-  return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
-}
-
-const Json& ArrayOr(const Json& j, std::string_view key) {
-  static const Json kEmpty = Json::array();
-  if (!j.is_object()) {
-    return kEmpty;
-  }
-  const auto it = j.find(key);
-  return it != j.end() && it->is_array() ? *it : kEmpty;
-}
-
-std::map<std::string, std::string> StringMapOr(const Json& j, std::string_view key) {
-  std::map<std::string, std::string> out;
-  if (!j.is_object()) {
-    return out;
-  }
-  const auto it = j.find(key);
-  if (it == j.end() || !it->is_object()) {
-    return out;
-  }
-  for (const auto& [k, v] : it->items()) {
-    if (v.is_string()) {
-      out[k] = v.get<std::string>();
-    }
-  }
-  return out;
-}
-
-Json ParseDocument(const std::string& text) {
-  Json j = Json::parse(text, nullptr, false);
-  return j.is_object() ? j : Json::object();
-}
 
 // ---- responses --------------------------------------------------------------------------
 
@@ -96,92 +47,6 @@ ApiResponse ErrorResponse(const Status& status) {
 
 Status PermissionDenied(std::string message) {
   return Status(StatusCode::kPermissionDenied, std::move(message));
-}
-
-// ---- nodes ------------------------------------------------------------------------------
-
-std::optional<NodeState> ParseNodeState(std::string_view text) {
-  for (const NodeState state :
-       {NodeState::kReady, NodeState::kNotReady, NodeState::kCordoned, NodeState::kDraining}) {
-    if (text == NodeStateName(state)) {
-      return state;
-    }
-  }
-  return std::nullopt;
-}
-
-std::optional<GpuHealth> ParseGpuHealth(std::string_view text) {
-  for (const GpuHealth health : {GpuHealth::kHealthy, GpuHealth::kDegraded, GpuHealth::kUnhealthy,
-                                 GpuHealth::kQuarantined}) {
-    if (text == GpuHealthName(health)) {
-      return health;
-    }
-  }
-  return std::nullopt;
-}
-
-Json NodeToJson(const Node& node, const std::vector<std::string>& levels) {
-  Json topology = Json::object();
-  for (size_t i = 0; i < levels.size() && i < node.topology.size(); ++i) {
-    topology[levels[i]] = node.topology[i];
-  }
-  Json gpus = Json::array();
-  for (const Gpu& gpu : node.gpus) {
-    gpus.push_back({{"index", gpu.index},
-                    {"uuid", gpu.uuid.value()},
-                    {"model", gpu.model},
-                    {"memory_mib", gpu.memory_mib},
-                    {"nvlink_domain", gpu.nvlink_domain},
-                    {"health", GpuHealthName(gpu.health)},
-                    {"thermal_headroom_c", gpu.thermal_headroom_c}});
-  }
-  return {{"name", node.id.value()},
-          {"state", NodeStateName(node.state)},
-          {"labels", node.labels},
-          {"fault_domains", node.fault_domains},
-          {"topology", std::move(topology)},
-          {"cpu_milli", node.capacity.cpu_milli},
-          {"memory_mib", node.capacity.memory_mib},
-          {"gpus", std::move(gpus)}};
-}
-
-Result<Node> NodeFromJson(const Json& j, const std::vector<std::string>& levels) {
-  Node node;
-  node.id = NodeId(StrOr(j, "name"));
-  const std::string state = StrOr(j, "state", "Ready");
-  const std::optional<NodeState> parsed_state = ParseNodeState(state);
-  if (!parsed_state) {
-    return InvalidArgumentError(
-        fmt::format("nodes/{}: state: unknown \"{}\"", node.id.value(), state));
-  }
-  node.state = *parsed_state;
-  node.labels = StringMapOr(j, "labels");
-  node.fault_domains = StringMapOr(j, "fault_domains");
-  const std::map<std::string, std::string> topology = StringMapOr(j, "topology");
-  for (const std::string& level : levels) {
-    const auto it = topology.find(level);
-    node.topology.push_back(it == topology.end() ? "" : it->second);
-  }
-  node.capacity.cpu_milli = IntOr(j, "cpu_milli", 0);
-  node.capacity.memory_mib = IntOr(j, "memory_mib", 0);
-  for (const Json& g : ArrayOr(j, "gpus")) {
-    Gpu gpu;
-    gpu.index = static_cast<int>(IntOr(g, "index", 0));
-    gpu.uuid = GpuUuid(StrOr(g, "uuid"));
-    gpu.model = StrOr(g, "model");
-    gpu.memory_mib = IntOr(g, "memory_mib", 0);
-    gpu.nvlink_domain = static_cast<int>(IntOr(g, "nvlink_domain", 0));
-    const std::string health = StrOr(g, "health", "Healthy");
-    const std::optional<GpuHealth> parsed_health = ParseGpuHealth(health);
-    if (!parsed_health) {
-      return InvalidArgumentError(fmt::format("nodes/{}: gpus[{}].health: unknown \"{}\"",
-                                              node.id.value(), gpu.index, health));
-    }
-    gpu.health = *parsed_health;
-    gpu.thermal_headroom_c = static_cast<int>(IntOr(g, "thermal_headroom_c", 100));
-    node.gpus.push_back(std::move(gpu));
-  }
-  return node;
 }
 
 // ---- jobs -------------------------------------------------------------------------------

@@ -1,0 +1,64 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+// Lenient readers of the server's own stored JSON documents: a missing or mistyped field reads as
+// the fallback. They never throw. (Documents from clients are checked strictly instead.)
+namespace gpufleet::api {
+
+using Json = nlohmann::json;
+
+inline int64_t IntOr(const Json& j, std::string_view key, int64_t fallback) {
+  if (!j.is_object()) {
+    return fallback;
+  }
+  const auto it = j.find(key);
+  return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
+}
+
+inline std::string StrOr(const Json& j, std::string_view key, std::string fallback = "") {
+  if (!j.is_object()) {
+    return fallback;
+  }
+  const auto it = j.find(key);
+  return it != j.end() && it->is_string() ? it->get<std::string>() : fallback;
+}
+
+inline const Json& ArrayOr(const Json& j, std::string_view key) {
+  static const Json kEmpty = Json::array();
+  if (!j.is_object()) {
+    return kEmpty;
+  }
+  const auto it = j.find(key);
+  return it != j.end() && it->is_array() ? *it : kEmpty;
+}
+
+inline std::map<std::string, std::string> StringMapOr(const Json& j, std::string_view key) {
+  std::map<std::string, std::string> out;
+  if (!j.is_object()) {
+    return out;
+  }
+  const auto it = j.find(key);
+  if (it == j.end() || !it->is_object()) {
+    return out;
+  }
+  for (const auto& [k, v] : it->items()) {
+    if (v.is_string()) {
+      out[k] = v.get<std::string>();
+    }
+  }
+  return out;
+}
+
+inline Json ParseDocument(const std::string& text) {
+  Json j = Json::parse(text, nullptr, false);
+  return j.is_object() ? j : Json::object();
+}
+
+}  // namespace gpufleet::api

@@ -1,0 +1,24 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpufleet/api/json_fields.h"
+#include "gpufleet/core/cluster.h"
+#include "gpufleet/core/status.h"
+
+// The JSON form of a node, as the store keeps it and the REST API shows it (docs/api.md).
+namespace gpufleet::api {
+
+std::optional<NodeState> ParseNodeState(std::string_view text);
+std::optional<GpuHealth> ParseGpuHealth(std::string_view text);
+
+// `levels` are the cluster's topology levels: node.topology[i] is written under levels[i].
+Json NodeToJson(const Node& node, const std::vector<std::string>& levels);
+// kInvalidArgument naming the node and field for an unknown state or health.
+Result<Node> NodeFromJson(const Json& j, const std::vector<std::string>& levels);
+
+}  // namespace gpufleet::api
