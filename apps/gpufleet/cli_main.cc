@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The client verbs of `gpufleet` (`submit`, `get`, `describe`, `cancel`, `cordon`, `uncordon`,
-// `drain`, `quarantine`, `release`): flags here, the work in `gpufleet/cli/commands.h`.
+// The client verbs of `gpufleet` (`submit`, `get`, `describe`, `cancel`, `create`, `revoke`,
+// `cordon`, `uncordon`, `drain`, `quarantine`, `release`): flags here, the work in
+// `gpufleet/cli/commands.h`.
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "gpufleet/cli/commands.h"
 #include "gpufleet/cli/config.h"
 #include "gpufleet/cli/http_client.h"
+#include "gpufleet/core/clock.h"
 
 #include "subcommands.h"
 
@@ -22,10 +24,13 @@ namespace {
 struct CliState {
   std::string server;
   std::string token;
+  std::string ca_cert;
   cli::SubmitArgs submit;
   cli::GetArgs get;
   cli::DescribeArgs describe;
   std::string cancel;
+  cli::CreateArgs create;
+  cli::RevokeArgs revoke;
   cli::NodeArgs node;
   int gpu = 0;
   std::vector<std::pair<CLI::App*, std::function<int(cli::ApiClient&)>>> verbs;
@@ -39,6 +44,9 @@ void AddVerb(CliState& state, CLI::App* verb, std::function<int(cli::ApiClient&)
                    "~/.config/gpufleet/config, http://127.0.0.1:8080)");
   verb->add_option("--token", state.token,
                    "bearer token (else $GPUFLEET_TOKEN, ~/.config/gpufleet/config)");
+  verb->add_option("--ca-cert", state.ca_cert,
+                   "PEM CA certificate that signed an https:// server's certificate (else "
+                   "$GPUFLEET_CA_CERT, ~/.config/gpufleet/config, the system's)");
   state.verbs.emplace_back(verb, std::move(run));
 }
 
@@ -69,14 +77,17 @@ Action AddCliCommands(CLI::App& app) {
     return cli::RunSubmit(client, s.submit, std::cout, std::cerr);
   });
 
-  CLI::App* get = app.add_subcommand("get", "list jobs, nodes or queues, or show one");
-  get->add_option("TYPE", s.get.kind, "jobs, nodes or queues (or job, node, queue)")->required();
+  CLI::App* get =
+      app.add_subcommand("get", "list jobs, nodes, queues, teams or tokens, or show one");
+  get->add_option("TYPE", s.get.kind, "jobs, nodes, queues, teams or tokens (or job, node, ...)")
+      ->required();
   get->add_option("NAME", s.get.name, "one object's name");
   get->add_option("-o,--output", s.get.output, "table (default), wide, json or yaml");
   get->add_option("--state", s.get.state, "jobs in this state only (Pending, Running, ...)");
   get->add_option("--queue", s.get.queue, "jobs of this queue only");
   AddVerb(s, get, [&s](cli::ApiClient& client) {
-    return cli::RunGet(client, s.get, std::cout, std::cerr);
+    const SystemClock clock;
+    return cli::RunGet(client, s.get, clock, std::cout, std::cerr);
   });
 
   CLI::App* describe = app.add_subcommand("describe", "show a job or a node in detail");
@@ -90,6 +101,23 @@ Action AddCliCommands(CLI::App& app) {
   cancel->add_option("NAME", s.cancel, "job name")->required();
   AddVerb(s, cancel, [&s](cli::ApiClient& client) {
     return cli::RunCancel(client, s.cancel, std::cout, std::cerr);
+  });
+
+  CLI::App* create = app.add_subcommand("create", "create a team, a queue or a token (admin)");
+  create->add_option("TYPE", s.create.kind, "team, queue or token")->required();
+  create->add_option("NAME", s.create.name, "the team's or queue's name");
+  create->add_option("--team", s.create.team, "queue: the team that may use it; token: its team");
+  create->add_option("--role", s.create.role, "token: admin or member");
+  create->add_option("--name", s.create.token_name, "token: who or what holds it, e.g. ci-bot");
+  AddVerb(s, create, [&s](cli::ApiClient& client) {
+    return cli::RunCreate(client, s.create, std::cout, std::cerr);
+  });
+
+  CLI::App* revoke = app.add_subcommand("revoke", "revoke a token (admin)");
+  revoke->add_option("TYPE", s.revoke.kind, "token")->required();
+  revoke->add_option("ID", s.revoke.id, "the token's id (`gpufleet get tokens`)")->required();
+  AddVerb(s, revoke, [&s](cli::ApiClient& client) {
+    return cli::RunRevoke(client, s.revoke, std::cout, std::cerr);
   });
 
   AddNodeVerb(app, s, "cordon", "mark a node unschedulable", cli::NodeAction::kCordon, false);
@@ -111,12 +139,15 @@ Action AddCliCommands(CLI::App& app) {
           state->server.empty() ? std::nullopt : std::optional<std::string>(state->server);
       const std::optional<std::string> token =
           state->token.empty() ? std::nullopt : std::optional<std::string>(state->token);
-      Result<cli::CliConfig> config = cli::LoadConfig(server, token, cli::ReadConfigEnvironment());
+      const std::optional<std::string> ca_cert =
+          state->ca_cert.empty() ? std::nullopt : std::optional<std::string>(state->ca_cert);
+      Result<cli::CliConfig> config =
+          cli::LoadConfig(server, token, cli::ReadConfigEnvironment(), ca_cert);
       if (!config.ok()) {
         std::cerr << "error: " << config.status().message() << "\n";
         return 1;
       }
-      cli::ApiClient client(config->address, config->token);
+      cli::ApiClient client(config->address, config->token, config->ca_cert);
       return run(client);
     }
     return 0;

@@ -17,6 +17,10 @@ int main(int argc, char** argv) {
   });
   gpufleet::app::Action sim = gpufleet::app::AddSimCommand(app);
   gpufleet::app::Action server = gpufleet::app::AddServerCommand(app);
+  gpufleet::app::Action agent = gpufleet::app::AddAgentCommand(app);
+  gpufleet::app::Action dev = gpufleet::app::AddDevCommand(app);
+  gpufleet::app::Action probe = gpufleet::app::AddProbeCommand(app);
+  gpufleet::app::Action fabric = gpufleet::app::AddFabricCommand(app);
   gpufleet::app::Action cli = gpufleet::app::AddCliCommands(app);
 
   CLI11_PARSE(app, argc, argv);
@@ -25,6 +29,18 @@ int main(int argc, char** argv) {
   }
   if (server && app.got_subcommand("server")) {
     return server();
+  }
+  if (agent && app.got_subcommand("agent")) {
+    return agent();
+  }
+  if (dev && app.got_subcommand("dev")) {
+    return dev();
+  }
+  if (probe && app.got_subcommand("probe")) {
+    return probe();
+  }
+  if (fabric && app.got_subcommand("fabric")) {
+    return fabric();
   }
   if (cli && !app.get_subcommands().empty() &&
       app.get_subcommands().front()->get_group() == gpufleet::app::kCliGroup) {

@@ -1,8 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
 // `gpufleet server`: the REST API and the scheduling loop over a SQLite state store.
-#include <pthread.h>
-#include <signal.h>
-
 #include <charconv>
 #include <chrono>
 #include <filesystem>
@@ -15,11 +12,13 @@
 #include <fmt/core.h>
 
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/tls.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/store/sqlite_store.h"
 
+#include "flags.h"
 #include "subcommands.h"
 
 namespace gpufleet::app {
@@ -33,29 +32,9 @@ struct ServerFlags {
   std::string admin_token_file;
   std::string policy = "best-fit";
   int64_t cycle_interval_ms = 1000;
+  std::string tls_cert;
+  std::string tls_key;
 };
-
-Result<int> ParseInt(std::string_view text, std::string_view what) {
-  int value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    return InvalidArgumentError(fmt::format("{}: \"{}\" is not a number", what, text));
-  }
-  return value;
-}
-
-// "HOST:PORT".
-Result<std::pair<std::string, int>> ParseListen(const std::string& text) {
-  const size_t colon = text.rfind(':');
-  if (colon == std::string::npos || colon == 0) {
-    return InvalidArgumentError(fmt::format("--listen: \"{}\" (want HOST:PORT)", text));
-  }
-  GPUFLEET_ASSIGN_OR_RETURN(const int port, ParseInt(text.substr(colon + 1), "--listen port"));
-  if (port < 0 || port > 65535) {
-    return InvalidArgumentError(fmt::format("--listen: port {} out of range", port));
-  }
-  return std::make_pair(text.substr(0, colon), port);
-}
 
 // "NODESxGPUS", e.g. "16x8": leaves of up to four nodes under one block.
 Result<Cluster> SimulatedCluster(const std::string& text, const std::string& model,
@@ -81,31 +60,27 @@ Result<Cluster> SimulatedCluster(const std::string& text, const std::string& mod
   return MakeSyntheticCluster(spec, catalog);
 }
 
-Result<std::string> ReadTokenFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return InvalidArgumentError(fmt::format("--admin-token-file: cannot read \"{}\"", path));
-  }
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  std::string token = buffer.str();
-  const size_t begin = token.find_first_not_of(" \t\r\n");
-  const size_t end = token.find_last_not_of(" \t\r\n");
-  if (begin == std::string::npos) {
-    return InvalidArgumentError(fmt::format("--admin-token-file: \"{}\" is empty", path));
-  }
-  return token.substr(begin, end - begin + 1);
-}
-
 int Fail(const Status& status) {
   fmt::print(stderr, "gpufleet server: {}\n", status.ToString());
   return 1;
 }
 
 int RunServer(const ServerFlags& flags) {
-  Result<std::pair<std::string, int>> listen = ParseListen(flags.listen);
+  Result<std::pair<std::string, int>> listen = ParseHostPort(flags.listen);
   if (!listen.ok()) {
     return Fail(listen.status());
+  }
+  std::optional<api::ApiServer::TlsFiles> tls;
+  if (!flags.tls_cert.empty() || !flags.tls_key.empty()) {
+    if (flags.tls_cert.empty() || flags.tls_key.empty()) {
+      return Fail(InvalidArgumentError("--tls-cert and --tls-key go together"));
+    }
+    // Checked before anything is written, so that a first start does not spend its one-time
+    // admin token on a server that then refuses to start.
+    if (Status status = api::CheckTlsFiles(flags.tls_cert, flags.tls_key); !status.ok()) {
+      return Fail(status);
+    }
+    tls = api::ApiServer::TlsFiles{flags.tls_cert, flags.tls_key};
   }
   const GpuCatalog catalog = GpuCatalog::Default();
   std::error_code error;
@@ -124,6 +99,7 @@ int RunServer(const ServerFlags& flags) {
       {.store = **store,
        .catalog = catalog,
        .clock = clock,
+       .wall_clock = &clock,
        .policy = flags.policy,
        .cycle_interval = std::chrono::milliseconds(flags.cycle_interval_ms)});
   if (!server.ok()) {
@@ -143,7 +119,7 @@ int RunServer(const ServerFlags& flags) {
   }
   std::optional<std::string> given_token;
   if (!flags.admin_token_file.empty()) {
-    Result<std::string> token = ReadTokenFile(flags.admin_token_file);
+    Result<std::string> token = ReadSecretFile(flags.admin_token_file, "--admin-token-file");
     if (!token.ok()) {
       return Fail(token.status());
     }
@@ -157,23 +133,16 @@ int RunServer(const ServerFlags& flags) {
     fmt::print("admin token (shown once, keep it): {}\n", **created);
   }
 
-  // SIGINT and SIGTERM are taken by sigwait below: block them before any thread starts so that
-  // every thread inherits the mask.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  BlockStopSignals();
 
-  Result<int> port = (*server)->Start(listen->first, listen->second);
+  Result<int> port = (*server)->Start(listen->first, listen->second, tls);
   if (!port.ok()) {
     return Fail(port.status());
   }
-  fmt::print("gpufleet server listening on {}:{} (store {}, policy {})\n", listen->first, *port,
-             db_path, flags.policy);
+  fmt::print("gpufleet server listening on {}://{}:{} (store {}, policy {})\n",
+             tls ? "https" : "http", listen->first, *port, db_path, flags.policy);
   std::fflush(stdout);
-  int signal_number = 0;
-  sigwait(&signals, &signal_number);
+  const int signal_number = WaitForStopSignal();
   fmt::print("gpufleet server: signal {}, stopping\n", signal_number);
   (*server)->Stop();
   return 0;
@@ -195,6 +164,9 @@ Action AddServerCommand(CLI::App& app) {
   server->add_option("--admin-token-file", flags->admin_token_file,
                      "on first start, install the admin token read from this file");
   server->add_option("--policy", flags->policy, "placement policy")->capture_default_str();
+  server->add_option("--tls-cert", flags->tls_cert,
+                     "serve HTTPS with this PEM certificate (chain); needs --tls-key");
+  server->add_option("--tls-key", flags->tls_key, "the PEM private key of --tls-cert");
   server
       ->add_option("--cycle-interval-ms", flags->cycle_interval_ms,
                    "milliseconds between scheduling cycles")

@@ -2,16 +2,19 @@
 // `gpufleet sim`: replays traces against placement and queue policies.
 #include <unistd.h>
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <numeric>
 #include <thread>
 
 #include <fmt/core.h>
 #include <fmt/ostream.h>
 
 #include "gpufleet/core/synthetic_cluster.h"
+#include "gpufleet/fabric/fabric.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/sim/fill.h"
 #include "gpufleet/sim/fill_report.h"
@@ -49,6 +52,9 @@ struct ReplayFlags : CommonFlags {
   std::string placement = "best-fit";
   uint64_t seed = 42;
   int64_t sample_seconds = 600;
+  std::string fabric;  // a fabric file: the cluster is its nodes and jobs pay for communication
+  bool topology_aware = false;
+  double communication_fraction = 0.3;
 };
 
 Result<uint64_t> ParseNumber(std::string_view text, std::string_view flag) {
@@ -239,6 +245,32 @@ void PrintReplaySummary(const std::vector<sim::ReplayResult>& results) {
   }
 }
 
+// Jobs that ran on more than one node, where the fabric model stretches run times.
+void PrintMultiNodeSummary(const std::vector<sim::ReplayResult>& results, bool topology_aware) {
+  fmt::print("\nmulti-node jobs on the fabric (placement {}):\n",
+             topology_aware ? "topology-aware" : "topology-blind");
+  fmt::print("{:<10} {:>7} {:>10} {:>10} {:>12} {:>12}\n", "queue", "jobs", "JCT mean", "JCT p50",
+             "stretch mean", "stretched");
+  for (const sim::ReplayResult& r : results) {
+    std::vector<double> jct;
+    double stretch = 0;
+    int stretched = 0;
+    for (const sim::ReplayJobOutcome& job : r.jobs) {
+      if (job.nodes < 2 || job.end_seconds < 0) {
+        continue;
+      }
+      jct.push_back(static_cast<double>(job.CompletionTime()));
+      stretch += job.stretch;
+      stretched += job.stretch > 1.0 + 1e-9 ? 1 : 0;
+    }
+    std::sort(jct.begin(), jct.end());
+    const double mean = jct.empty() ? 0 : std::accumulate(jct.begin(), jct.end(), 0.0) / jct.size();
+    fmt::print("{:<10} {:>7} {:>9.0f}s {:>9.0f}s {:>12.3f} {:>12}\n", r.queue_policy, jct.size(),
+               mean, jct.empty() ? 0.0 : jct[jct.size() / 2],
+               jct.empty() ? 1.0 : stretch / static_cast<double>(jct.size()), stretched);
+  }
+}
+
 int RunReplayCommand(const ReplayFlags& flags) {
   auto policies = ParsePolicies(flags.policy, sim::QueuePolicyNames());
   if (!policies.ok()) {
@@ -250,7 +282,16 @@ int RunReplayCommand(const ReplayFlags& flags) {
                                                  flags.placement, fmt::join(placements, ", "))));
   }
   GpuCatalog catalog = GpuCatalog::Default();
-  Result<Cluster> cluster = flags.nodes.empty()
+  std::shared_ptr<const fabric::Fabric> network;
+  if (!flags.fabric.empty()) {
+    auto loaded = LoadFabricFile(flags.fabric);
+    if (!loaded.ok()) {
+      return Fail(loaded.status());
+    }
+    network = *loaded;
+  }
+  Result<Cluster> cluster = network != nullptr ? fabric::BuildCluster(*network, catalog)
+                            : flags.nodes.empty()
                                 ? ParseSyntheticCluster(flags.cluster, flags.gpu_model, catalog)
                                 : sim::LoadOpenbNodes(flags.nodes, catalog);
   if (!cluster.ok()) {
@@ -271,6 +312,9 @@ int RunReplayCommand(const ReplayFlags& flags) {
   options.placement_policy = flags.placement;
   options.seed = flags.seed;
   options.sample_seconds = flags.sample_seconds;
+  options.fabric = network;
+  options.topology_aware = flags.topology_aware;
+  options.communication_fraction = flags.communication_fraction;
   auto progress = MakeProgress("replays", static_cast<int>(policies->size()));
   auto results = sim::RunReplayMatrix(*cluster, *trace, catalog, *policies, options, flags.threads,
                                       [&] { progress->Advance(); });
@@ -279,6 +323,9 @@ int RunReplayCommand(const ReplayFlags& flags) {
     return Fail(results.status());
   }
   PrintReplaySummary(*results);
+  if (network != nullptr) {
+    PrintMultiNodeSummary(*results, flags.topology_aware);
+  }
   return WriteOutputs(
       flags, [&](std::ostream& out) { sim::WriteReplayJson(*results, out); },
       [&](std::ostream& out) {
@@ -326,6 +373,15 @@ Action AddSimCommand(CLI::App& app) {
   replay->add_option("--nodes", replay_flags->nodes, "an openb node list instead of --cluster");
   replay->add_option("--placement", replay_flags->placement, "placement policy (default best-fit)");
   replay->add_option("--seed", replay_flags->seed, "seed for tie-breaks");
+  replay->add_option("--fabric", replay_flags->fabric,
+                     "a fabric (YAML or topology.conf): its nodes are the cluster, and multi-node "
+                     "jobs run longer on slow placements (docs/fabric.md)");
+  replay->add_flag("--topology-aware", replay_flags->topology_aware,
+                   "add the collective-cost score plugin (needs --fabric)");
+  replay
+      ->add_option("--comm-fraction", replay_flags->communication_fraction,
+                   "share of a job's run time in collectives on its best placement (0.3)")
+      ->check(CLI::Range(0.0, 1.0));
   replay->add_option("--sample-seconds", replay_flags->sample_seconds, "spacing of the time series")
       ->check(CLI::Range(1, 86400 * 30));
 

@@ -2,8 +2,16 @@
 #pragma once
 
 #include <functional>
+#include <memory>
+#include <string>
 
 #include <CLI/CLI.hpp>
+
+#include "gpufleet/core/status.h"
+
+namespace gpufleet::fabric {
+class Fabric;
+}  // namespace gpufleet::fabric
 
 // Each subcommand registers its flags on `app` and returns the action to run when chosen.
 namespace gpufleet::app {
@@ -18,8 +26,22 @@ Action AddSimCommand(CLI::App& app);
 // `gpufleet server`: the REST API and the scheduling loop (server_main.cc).
 Action AddServerCommand(CLI::App& app);
 
-// The client verbs (`submit`, `get`, `describe`, `cancel`, node operations), all in the help
-// group kCliGroup; the action runs whichever of them was chosen.
+// `gpufleet agent`: the node agent (agent_main.cc); `gpufleet dev`: a simulated fleet on this
+// machine (dev_main.cc).
+Action AddAgentCommand(CLI::App& app);
+Action AddDevCommand(CLI::App& app);
+
+// `gpufleet probe`: one reading of the GPUs, NVML or simulated (probe_main.cc).
+Action AddProbeCommand(CLI::App& app);
+
+// `gpufleet fabric`: check, generate, import/export Slurm, ecmp, cost (fabric_main.cc).
+Action AddFabricCommand(CLI::App& app);
+// A fabric from a YAML description, or from a Slurm topology.conf when the name ends in ".conf";
+// errors name the file and line.
+Result<std::shared_ptr<const fabric::Fabric>> LoadFabricFile(const std::string& path);
+
+// The client verbs (`submit`, `get`, `describe`, `cancel`, `create`, `revoke`, node operations),
+// all in the help group kCliGroup; the action runs whichever of them was chosen.
 inline constexpr char kCliGroup[] = "Client commands";
 Action AddCliCommands(CLI::App& app);
 

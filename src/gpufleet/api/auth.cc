@@ -47,10 +47,47 @@ Status Unauthenticated(std::string message) {
   return Status(StatusCode::kUnauthenticated, std::move(message));
 }
 
+bool IsLowerHex(std::string_view text) {
+  for (const char c : text) {
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// A token record; kInternal when it is not one of ours.
+Result<TokenInfo> TokenInfoOf(const store::StoredObject& object) {
+  const Json data = Json::parse(object.data, nullptr, false);
+  const std::string id = object.name.substr(0, kTokenIdChars);
+  if (!data.is_object() || !data.contains("role") || !data["role"].is_string()) {
+    return InternalError(fmt::format("tokens/{}: malformed record", id));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const Role role, ParseRole(data["role"].get<std::string>()));
+  TokenInfo info;
+  info.id = id;
+  info.role = role;
+  if (data.contains("team") && data["team"].is_string()) {
+    info.team = data["team"].get<std::string>();
+  }
+  if (data.contains("name") && data["name"].is_string()) {
+    info.name = data["name"].get<std::string>();
+  }
+  return info;
+}
+
 }  // namespace
 
 const char* RoleName(Role role) {
-  return role == Role::kAdmin ? "admin" : "member";
+  switch (role) {
+    case Role::kAdmin:
+      return "admin";
+    case Role::kMember:
+      return "member";
+    case Role::kAgent:
+      return "agent";
+  }
+  return "unknown";
 }
 
 Result<Role> ParseRole(std::string_view text) {
@@ -60,7 +97,10 @@ Result<Role> ParseRole(std::string_view text) {
   if (text == "member") {
     return Role::kMember;
   }
-  return InvalidArgumentError(fmt::format("role: \"{}\" (must be admin or member)", text));
+  if (text == "agent") {
+    return Role::kAgent;
+  }
+  return InvalidArgumentError(fmt::format("role: \"{}\" (must be admin, member or agent)", text));
 }
 
 std::string Sha256Hex(std::string_view text) {
@@ -71,6 +111,10 @@ std::string Sha256Hex(std::string_view text) {
     return "";
   }
   return Hex(digest.data(), length);
+}
+
+std::string TokenId(std::string_view token) {
+  return Sha256Hex(token).substr(0, kTokenIdChars);
 }
 
 Result<Principal> TokenAuthenticator::Authenticate(std::string_view authorization_header) const {
@@ -106,19 +150,11 @@ Result<Principal> TokenAuthenticator::Authenticate(std::string_view authorizatio
     }
     return UnavailableError(fmt::format("token lookup: {}", object.status().message()));
   }
-  const Json data = Json::parse(object->data, nullptr, false);
-  if (!data.is_object() || !data.contains("role") || !data["role"].is_string()) {
-    return InternalError(fmt::format("tokens/{}: malformed record", hash.substr(0, 12)));
-  }
-  GPUFLEET_ASSIGN_OR_RETURN(const Role role, ParseRole(data["role"].get<std::string>()));
+  GPUFLEET_ASSIGN_OR_RETURN(TokenInfo info, TokenInfoOf(*object));
   Principal principal;
-  principal.role = role;
-  if (data.contains("team") && data["team"].is_string()) {
-    principal.team = data["team"].get<std::string>();
-  }
-  if (data.contains("name") && data["name"].is_string()) {
-    principal.name = data["name"].get<std::string>();
-  }
+  principal.role = info.role;
+  principal.team = std::move(info.team);
+  principal.name = std::move(info.name);
   return principal;
 }
 
@@ -164,15 +200,62 @@ Status TokenAuthenticator::InstallToken(std::string_view token, Role role, std::
 }
 
 Status TokenAuthenticator::RevokeToken(std::string_view token) {
-  const std::string hash = Sha256Hex(token);
-  store::WriteBatch batch;
-  batch.Delete(std::string(kTokensKind), hash);
-  batch.AppendEvent(std::string(kTokensKind), hash, "revoked");
-  Status status = store_.Commit(batch);
-  if (status.code() == StatusCode::kNotFound) {
-    return NotFoundError("unknown token");
+  return Revoke(Sha256Hex(token)).status();
+}
+
+Result<TokenInfo> TokenAuthenticator::RevokeTokenById(std::string_view id) {
+  if (id.size() < kTokenIdChars || id.size() > 64 || !IsLowerHex(id)) {
+    return InvalidArgumentError(fmt::format(
+        "token id: \"{}\" (want the {} hex digits that `get tokens` shows)", id, kTokenIdChars));
   }
-  return status;
+  return Revoke(id);
+}
+
+Result<TokenInfo> TokenAuthenticator::Revoke(std::string_view hash_prefix) {
+  std::lock_guard<std::mutex> lock(revoke_mu_);
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> tokens,
+                            store_.List(kTokensKind));
+  const store::StoredObject* found = nullptr;
+  int admins = 0;
+  for (const store::StoredObject& object : tokens) {
+    GPUFLEET_ASSIGN_OR_RETURN(const TokenInfo info, TokenInfoOf(object));
+    admins += info.role == Role::kAdmin ? 1 : 0;
+    if (!object.name.starts_with(hash_prefix)) {
+      continue;
+    }
+    if (found != nullptr) {
+      return InvalidArgumentError(fmt::format(
+          "token id: \"{}\" matches more than one token; give more digits", hash_prefix));
+    }
+    found = &object;
+  }
+  if (found == nullptr) {
+    return NotFoundError(
+        fmt::format("token \"{}\" not found", hash_prefix.substr(0, kTokenIdChars)));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(TokenInfo info, TokenInfoOf(*found));
+  if (info.role == Role::kAdmin && admins == 1) {
+    return FailedPreconditionError(fmt::format(
+        "token {} is the last admin token; create another admin token before revoking it",
+        info.id));
+  }
+  store::WriteBatch batch;
+  batch.Delete(std::string(kTokensKind), found->name, found->version);
+  batch.AppendEvent(std::string(kTokensKind), found->name, "revoked");
+  GPUFLEET_RETURN_IF_ERROR(store_.Commit(batch));
+  return info;
+}
+
+Result<std::vector<TokenInfo>> TokenAuthenticator::ListTokens() const {
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> tokens,
+                            store_.List(kTokensKind));
+  std::vector<TokenInfo> out;
+  out.reserve(tokens.size());
+  for (const store::StoredObject& object : tokens) {
+    GPUFLEET_ASSIGN_OR_RETURN(TokenInfo info, TokenInfoOf(object));
+    out.push_back(std::move(info));
+  }
+  return out;
 }
 
 Result<std::optional<std::string>> TokenAuthenticator::Bootstrap(

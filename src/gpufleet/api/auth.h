@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <mutex>
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "gpufleet/core/status.h"
 #include "gpufleet/store/state_store.h"
@@ -16,9 +18,10 @@ namespace gpufleet::api {
 
 inline constexpr std::string_view kTokensKind = "tokens";
 
-enum class Role { kAdmin, kMember };
+// kAgent: a node agent; it may only register and heartbeat (docs/agent.md).
+enum class Role { kAdmin, kMember, kAgent };
 
-// "admin", "member".
+// "admin", "member", "agent".
 const char* RoleName(Role role);
 // kInvalidArgument for anything but "admin" and "member".
 Result<Role> ParseRole(std::string_view text);
@@ -35,8 +38,22 @@ struct Principal {
 // The SHA-256 of `text` as 64 lower-case hex digits (OpenSSL EVP).
 std::string Sha256Hex(std::string_view text);
 
-// Issues, checks and revokes tokens in a StateStore. Thread-safe: it holds no state of its own
-// beyond the (thread-safe) store, which must outlive it.
+// A token's public id: the first kTokenIdChars hex digits of its SHA-256, so that it names the
+// token in listings and revocations without revealing it.
+inline constexpr size_t kTokenIdChars = 12;
+std::string TokenId(std::string_view token);
+
+// What a listing shows of a token: never the secret.
+struct TokenInfo {
+  std::string id;
+  Role role = Role::kMember;
+  std::string team;
+  std::string name;
+};
+
+// Issues, checks and revokes tokens in a StateStore. Thread-safe: the store (which must outlive
+// it) is thread-safe, and a mutex serialises revocations so that two of them cannot remove the
+// last two admin tokens together.
 class TokenAuthenticator {
  public:
   explicit TokenAuthenticator(store::StateStore& store) : store_(store) {}
@@ -53,8 +70,15 @@ class TokenAuthenticator {
   // no spaces). kAlreadyExists if it is already installed.
   Status InstallToken(std::string_view token, Role role, std::string_view team,
                       std::string_view name);
-  // Deletes a token. kNotFound if unknown.
+  // Deletes a token. kNotFound if unknown; kFailedPrecondition if it is the last admin token.
   Status RevokeToken(std::string_view token);
+  // Deletes the token whose id (TokenId; a longer prefix of the hash works too) is `id` and
+  // returns what it was. kInvalidArgument unless `id` is kTokenIdChars to 64 lower-case hex
+  // digits or when it matches more than one token; kNotFound if it matches none;
+  // kFailedPrecondition if it is the last admin token (the API would be locked for good).
+  Result<TokenInfo> RevokeTokenById(std::string_view id);
+  // Every token, ordered by id.
+  Result<std::vector<TokenInfo>> ListTokens() const;
 
   // First start: when no token exists, installs `admin_token` (read from --admin-token-file) or,
   // when it is nullopt, creates a random admin token. Returns the token created this way (to be
@@ -64,8 +88,11 @@ class TokenAuthenticator {
  private:
   Status StoreToken(std::string_view token, Role role, std::string_view team,
                     std::string_view name);
+  // Revokes the token stored under `hash_prefix` (a whole hash or an id).
+  Result<TokenInfo> Revoke(std::string_view hash_prefix);
 
   store::StateStore& store_;
+  std::mutex revoke_mu_;
 };
 
 }  // namespace gpufleet::api

@@ -885,7 +885,7 @@ Result<Job> ReadJob(const Node& root) {
                             Fields::Read(*metadata, "metadata", {"name", "queue", "labels"}));
   std::string name;
   std::string queue = "default";
-  std::map<std::string, std::string> labels;  // TODO(gpufleet): keep them once Job has labels
+  std::map<std::string, std::string> labels;
   GPUFLEET_RETURN_IF_ERROR(m.Need("name", &name, Named(kDnsLabelRule)));
   GPUFLEET_RETURN_IF_ERROR(m.Get("queue", &queue, Named(kQueueRule)));
   GPUFLEET_RETURN_IF_ERROR(m.Get("labels", &labels, ReadLabels));
@@ -896,6 +896,7 @@ Result<Job> ReadJob(const Node& root) {
   GPUFLEET_ASSIGN_OR_RETURN(Job job, ReadSpec(*spec));
   job.id = JobId(name);
   job.queue = QueueId(queue);
+  job.labels = std::move(labels);
   return job;
 }
 
@@ -946,6 +947,7 @@ Json SpecToJson(const Job& job) {
   out["kind"] = "Job";
   out["metadata"]["name"] = job.id.value();
   put(out["metadata"], "queue", job.queue.value(), !job.queue.empty());
+  put(out["metadata"], "labels", job.labels, !job.labels.empty());
   Json& spec = out["spec"];
   spec["kind"] = JobKindName(job.kind);
   spec["priority"] = job.priority;
@@ -1054,6 +1056,26 @@ void EmitYaml(YAML::Emitter& out, const ordered_json& value, std::string_view ke
 }
 
 }  // namespace
+
+namespace {
+
+Status ValidateName(std::string_view field, std::string_view text, const Rule& rule) {
+  if (!rule.valid(text)) {
+    return InvalidArgumentError(
+        fmt::format("{}: {} is not valid ({})", field, Quote(text), rule.text));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Status ValidateTeamName(std::string_view field, std::string_view text) {
+  return ValidateName(field, text, kDnsLabelRule);
+}
+
+Status ValidateQueueName(std::string_view field, std::string_view text) {
+  return ValidateName(field, text, kQueueRule);
+}
 
 Result<int64_t> ParseCpuQuantity(std::string_view text) {
   const std::optional<DecimalText> d = SplitDecimal(text);

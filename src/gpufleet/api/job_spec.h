@@ -29,8 +29,7 @@ inline constexpr size_t kMaxJobSpecBytes = size_t{1} << 20;
 // (valid: ...)`, most with a "(line L, column C)" suffix; JSON syntax errors come in JSON's own
 // terms ("invalid JSON: parse error at line 2, column 10: ..."). Unknown fields, duplicate keys,
 // more than one YAML document, more than 32 levels of nesting and more than 100,000 values after
-// expanding YAML aliases are errors too. `metadata.labels` is checked but not kept: Job has no
-// labels yet.
+// expanding YAML aliases are errors too. `metadata.labels` becomes `Job::labels`.
 Result<Job> ParseJobSpec(std::string_view text, const GpuCatalog& catalog);
 
 // The same schema back: ParseJobSpec(JobSpecToYaml(job)) gives `job` again for every Job field of
@@ -52,6 +51,12 @@ Result<int64_t> ParseMemoryQuantity(std::string_view text);
 // A duration: integer seconds ("90") or integer amounts of h, m, s, ms, us, ns in any order
 // ("2h", "1h30m", "1500ms"). Must not be negative.
 Result<Duration> ParseSpecDuration(std::string_view text);
+
+// Names of the objects a spec refers to, checked by the same rules as the spec's fields:
+// kInvalidArgument naming `field` and `text` otherwise. A team is a DNS label ("nlp"); a queue is
+// DNS labels joined by '/' ("research/nlp"), like `metadata.queue`.
+Status ValidateTeamName(std::string_view field, std::string_view text);
+Status ValidateQueueName(std::string_view field, std::string_view text);
 
 // Canonical forms: "2" or "500m"; "256Gi", "2Ti" or "100Mi"; "1h30m", "90s" -> "1m30s", "0s".
 std::string FormatCpuQuantity(int64_t cpu_milli);

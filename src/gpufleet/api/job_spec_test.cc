@@ -58,6 +58,7 @@ void ExpectSameJob(const Job& actual, const Job& expected) {
   EXPECT_EQ(actual.spread.fault_domain, expected.spread.fault_domain);
   EXPECT_EQ(actual.spread.max_skew, expected.spread.max_skew);
   EXPECT_EQ(actual.identical_stack_labels, expected.identical_stack_labels);
+  EXPECT_EQ(actual.labels, expected.labels);
   EXPECT_EQ(actual.priority, expected.priority);
   EXPECT_EQ(actual.queue, expected.queue);
   EXPECT_EQ(actual.preemptible, expected.preemptible);
@@ -182,6 +183,7 @@ Job FullJob() {
   job.topology = {"leaf", "nvlink-domain"};
   job.spread = {"rack", 2};
   job.identical_stack_labels = {"gpufleet.io/driver-version", "true"};
+  job.labels = {{"team", "nlp"}, {"gpufleet.io/experiment", "lr-sweep.3"}, {"stage", ""}};
   return job;
 }
 
@@ -208,6 +210,8 @@ TEST_F(JobSpecTest, WritesTheDocumentedSchema) {
   EXPECT_EQ(json["apiVersion"], "gpufleet.io/v1");
   EXPECT_EQ(json["kind"], "Job");
   EXPECT_EQ(json["metadata"]["name"], "bert-pretrain");
+  EXPECT_EQ(json["metadata"]["labels"]["gpufleet.io/project"], "bert");
+  EXPECT_EQ(job->labels.at("team"), "nlp");
   EXPECT_EQ(json["spec"]["runtimeEstimate"], "48h");
   EXPECT_EQ(json["spec"]["tasks"][0]["resources"]["cpu"], "96");
   EXPECT_EQ(json["spec"]["tasks"][0]["resources"]["memory"], "1Ti");

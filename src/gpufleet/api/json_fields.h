@@ -22,6 +22,14 @@ inline int64_t IntOr(const Json& j, std::string_view key, int64_t fallback) {
   return it != j.end() && it->is_number_integer() ? it->get<int64_t>() : fallback;
 }
 
+inline bool BoolOr(const Json& j, std::string_view key, bool fallback) {
+  if (!j.is_object()) {
+    return fallback;
+  }
+  const auto it = j.find(key);
+  return it != j.end() && it->is_boolean() ? it->get<bool>() : fallback;
+}
+
 inline std::string StrOr(const Json& j, std::string_view key, std::string fallback = "") {
   if (!j.is_object()) {
     return fallback;

@@ -38,7 +38,8 @@ Json NodeToJson(const Node& node, const std::vector<std::string>& levels) {
                     {"memory_mib", gpu.memory_mib},
                     {"nvlink_domain", gpu.nvlink_domain},
                     {"health", GpuHealthName(gpu.health)},
-                    {"thermal_headroom_c", gpu.thermal_headroom_c}});
+                    {"thermal_headroom_c", gpu.thermal_headroom_c},
+                    {"mig_enabled", gpu.mig_enabled}});
   }
   return {{"name", node.id.value()},
           {"state", NodeStateName(node.state)},
@@ -84,6 +85,7 @@ Result<Node> NodeFromJson(const Json& j, const std::vector<std::string>& levels)
     }
     gpu.health = *parsed_health;
     gpu.thermal_headroom_c = static_cast<int>(IntOr(g, "thermal_headroom_c", 100));
+    gpu.mig_enabled = BoolOr(g, "mig_enabled", false);
     node.gpus.push_back(std::move(gpu));
   }
   return node;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <optional>
 #include <set>
@@ -14,7 +15,9 @@
 #include "gpufleet/api/http.h"
 #include "gpufleet/api/job_spec.h"
 #include "gpufleet/api/json_fields.h"
+#include "gpufleet/api/json_scan.h"
 #include "gpufleet/api/node_json.h"
+#include "gpufleet/api/tls.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/snapshot.h"
@@ -23,8 +26,6 @@ namespace gpufleet::api {
 namespace {
 
 constexpr std::string_view kTopologyName = "topology";
-// Compare-and-set retries of one request before it answers 409.
-constexpr int kCasAttempts = 5;
 
 constexpr std::array<std::string_view, 7> kJobStates = {
     "Pending", "Scheduled", "Running", "Succeeded", "Failed", "Cancelled", "Preempted"};
@@ -137,6 +138,19 @@ std::string Who(const Principal& who) {
   return who.name.empty() ? RoleName(who.role) : who.name;
 }
 
+// Unix nanoseconds as RFC 3339 in UTC to the second, e.g. "2026-11-29T20:39:00Z".
+std::string FormatRfc3339(int64_t unix_nanos) {
+  const auto time = std::chrono::floor<std::chrono::seconds>(
+      std::chrono::sys_time<std::chrono::nanoseconds>(std::chrono::nanoseconds(unix_nanos)));
+  const auto day = std::chrono::floor<std::chrono::days>(time);
+  const std::chrono::year_month_day date(day);
+  const std::chrono::hh_mm_ss clock_time(time - day);
+  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", static_cast<int>(date.year()),
+                     static_cast<unsigned>(date.month()), static_cast<unsigned>(date.day()),
+                     clock_time.hours().count(), clock_time.minutes().count(),
+                     clock_time.seconds().count());
+}
+
 Status JobNotFound(std::string_view name) {
   return NotFoundError(fmt::format("job \"{}\" not found", name));
 }
@@ -157,14 +171,6 @@ std::map<std::string, std::map<int64_t, int64_t>> AllocationByNode(
     }
   }
   return out;
-}
-
-// Milli-GPU as a JSON number of GPUs: an integer when whole.
-Json GpusFromMilli(int64_t milli) {
-  if (milli % kMilliPerUnit == 0) {
-    return milli / kMilliPerUnit;
-  }
-  return static_cast<double>(milli) / static_cast<double>(kMilliPerUnit);
 }
 
 std::string Gauge(double value) {
@@ -283,12 +289,15 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
   GPUFLEET_ASSIGN_OR_RETURN(
       std::unique_ptr<scheduler::Scheduler> sched,
       scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));
-  return std::unique_ptr<ApiServer>(new ApiServer(std::move(options), std::move(sched)));
+  auto server = std::unique_ptr<ApiServer>(new ApiServer(std::move(options), std::move(sched)));
+  GPUFLEET_RETURN_IF_ERROR(server->EnsureDefaultQueue());
+  return server;
 }
 
 ApiServer::ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> sched)
     : options_(std::move(options)),
       authenticator_(options_.store),
+      started_at_(options_.clock.Now()),
       scheduler_(std::move(sched)),
       metrics_(std::make_unique<Metrics>()) {}
 
@@ -296,12 +305,25 @@ ApiServer::~ApiServer() {
   Stop();
 }
 
-Result<int> ApiServer::Start(const std::string& host, int port) {
+Result<int> ApiServer::Start(const std::string& host, int port,
+                             const std::optional<TlsFiles>& tls) {
   std::lock_guard<std::mutex> lock(loop_mu_);
   if (started_) {
     return FailedPreconditionError("server already started");
   }
-  auto http = std::make_unique<httplib::Server>();
+  std::unique_ptr<httplib::Server> http;
+  if (tls.has_value()) {
+    GPUFLEET_RETURN_IF_ERROR(CheckTlsFiles(tls->cert_file, tls->key_file));
+    auto https =
+        std::make_unique<httplib::SSLServer>(tls->cert_file.c_str(), tls->key_file.c_str());
+    if (!https->is_valid()) {
+      return InvalidArgumentError(fmt::format("TLS certificate \"{}\" or key \"{}\" not usable",
+                                              tls->cert_file, tls->key_file));
+    }
+    http = std::move(https);
+  } else {
+    http = std::make_unique<httplib::Server>();
+  }
   http->set_payload_max_length(kMaxRequestBodyBytes);
   const auto handler = [this](const httplib::Request& req, httplib::Response& res) {
     ApiRequest request;
@@ -491,7 +513,14 @@ Result<int> ApiServer::RunSchedulingCycle() {
 }
 
 Result<int> ApiServer::RunCycleLocked() {
+  GPUFLEET_RETURN_IF_ERROR(MarkSilentNodesNotReady());
   GPUFLEET_ASSIGN_OR_RETURN(Cluster cluster, LoadCluster());
+  std::set<std::string> not_ready;
+  for (const Node& node : cluster.nodes) {
+    if (node.state == NodeState::kNotReady) {
+      not_ready.insert(node.id.value());
+    }
+  }
   GPUFLEET_ASSIGN_OR_RETURN(
       scheduler::ClusterSnapshot snapshot,
       scheduler::ClusterSnapshot::Build(std::move(cluster), options_.catalog));
@@ -499,8 +528,13 @@ Result<int> ApiServer::RunCycleLocked() {
   for (const scheduler::NodeInfo& info : snapshot.nodes()) {
     node_index[info.node->id.value()] = info.index;
   }
-  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs,
-                            options_.store.List(kJobsKind));
+  GPUFLEET_ASSIGN_OR_RETURN(std::vector<store::StoredObject> jobs, options_.store.List(kJobsKind));
+  // Finished jobs are most of the store and matter to no cycle: drop them before any parsing.
+  std::erase_if(jobs, [](const store::StoredObject& object) {
+    const std::optional<std::string> state = TopLevelString(object.data, "state");
+    return state == "Succeeded" || state == "Failed" || state == "Cancelled";
+  });
+  IndexActiveJobs(jobs);
 
   struct PendingJob {
     const store::StoredObject* object;
@@ -512,6 +546,19 @@ Result<int> ApiServer::RunCycleLocked() {
   for (const store::StoredObject& object : jobs) {
     Json doc = ParseDocument(object.data);
     const std::string state = StrOr(doc, "state");
+    if (HoldsResources(state) && !not_ready.empty()) {
+      if (const std::optional<std::string> event = EndRunOnNotReadyNodes(doc, not_ready)) {
+        // Its GPUs are free from now on; a requeued job is placed from the next cycle.
+        store::WriteBatch batch;
+        batch.Update(std::string(kJobsKind), object.name, doc.dump(), object.version);
+        batch.AppendEvent(std::string(kJobsKind), object.name, *event);
+        if (Status status = options_.store.Commit(batch);
+            !status.ok() && status.code() != StatusCode::kAborted) {
+          return status;
+        }
+        continue;
+      }
+    }
     if (HoldsResources(state)) {
       const std::optional<std::vector<scheduler::TaskPlacement>> placements =
           PlacementsFromJson(doc["placements"], node_index);
@@ -546,6 +593,7 @@ Result<int> ApiServer::RunCycleLocked() {
     std::string reason;
     store::WriteBatch batch;
     std::vector<scheduler::TaskPlacement> placed;
+    std::set<std::string> node_names;
     if (!job.ok()) {
       reason = fmt::format("stored spec is invalid: {}", job.status().message());
     } else {
@@ -553,9 +601,9 @@ Result<int> ApiServer::RunCycleLocked() {
       if (result.scheduled()) {
         placed = std::move(result.placements);
         doc["state"] = "Scheduled";
+        doc["attempt"] = IntOr(doc, "attempt", 0) + 1;
         doc["reason"] = "";
         doc["placements"] = PlacementsToJson(placed, *job, snapshot);
-        std::set<std::string> node_names;
         for (const scheduler::TaskPlacement& placement : placed) {
           node_names.insert(snapshot.nodes()[placement.node].node->id.value());
         }
@@ -589,6 +637,7 @@ Result<int> ApiServer::RunCycleLocked() {
       return status;
     }
     if (!placed.empty()) {
+      IndexScheduledJob(object.name, node_names);
       ++scheduled;
     }
   }
@@ -663,6 +712,11 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
   if (!who.ok()) {
     return routed(ErrorResponse(who.status()), route);
   }
+  if (who->role == Role::kAgent && collection != "agents") {
+    return routed(
+        ErrorResponse(PermissionDenied("an agent token may only register and send heartbeats")),
+        route);
+  }
   if (collection == "jobs") {
     if (n == 2 && post) {
       return routed(SubmitJob(*who, request), route);
@@ -679,6 +733,23 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     if (n == 4 && get && segments[3] == "events") {
       return routed(JobEvents(*who, segments[2]), route);
     }
+  } else if (collection == "agents") {
+    // The agent protocol (docs/agent.md): POST /v1/agents/register, /v1/agents/NODE/heartbeat.
+    Result<AgentReply> reply = Status(StatusCode::kNotFound, "");
+    if (n == 3 && post && segments[2] == "register") {
+      route = "/v1/agents/register";
+      reply = RegisterAgent(*who, request.body);
+    } else if (n == 4 && post && segments[3] == "heartbeat") {
+      reply = AgentHeartbeat(*who, segments[2], request.body);
+    } else {
+      return no_route();
+    }
+    if (!reply.ok()) {
+      return routed(ErrorResponse(reply.status()), route);
+    }
+    ApiResponse response;
+    response.body = AgentReplyToJson(*reply) + "\n";
+    return routed(std::move(response), route);
   } else if (collection == "nodes") {
     if (n == 2 && get) {
       return routed(ListNodes(), route);
@@ -686,13 +757,17 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     if (n == 3 && get) {
       return routed(GetNode(segments[2]), route);
     }
+    if (n == 4 && get && segments[3] == "events") {
+      ApiResponse node = GetNode(segments[2]);
+      return routed(node.status == 200 ? ObjectEvents(kNodesKind, segments[2]) : node, route);
+    }
     static const std::set<std::string_view> kActions = {"cordon", "uncordon", "drain", "quarantine",
                                                         "release"};
     if (n == 4 && post && kActions.count(segments[3]) > 0) {
       return routed(NodeAction(*who, segments[2], segments[3], request.body), route);
     }
-  } else if (collection == "queues" && n == 2 && get) {
-    return routed(ListQueues(*who), route);
+  } else if (std::optional<ApiResponse> response = RouteTenancy(*who, request, segments)) {
+    return routed(std::move(*response), route);
   }
   return no_route();
 }
@@ -715,9 +790,13 @@ ApiResponse ApiServer::SubmitJob(const Principal& who, const ApiRequest& request
     return ErrorResponse(revision.status());
   }
   const std::string queue = job->queue.empty() ? "default" : job->queue.value();
+  if (Status status = CheckSubmission(who, queue); !status.ok()) {
+    return ErrorResponse(status);
+  }
   Json doc = {{"name", name},
               {"team", who.team},
               {"queue", queue},
+              {"labels", job->labels},
               {"state", "Pending"},
               {"reason", ""},
               {"spec", JobSpecToJson(*job)},
@@ -725,6 +804,9 @@ ApiResponse ApiServer::SubmitJob(const Principal& who, const ApiRequest& request
               {"priority", job->priority},
               {"submit_seq", *revision + 1},
               {"submitted_by", Who(who)}};
+  if (options_.wall_clock != nullptr) {
+    doc["created_at"] = FormatRfc3339(options_.wall_clock->UnixNanos());
+  }
   store::WriteBatch batch;
   batch.Create(std::string(kJobsKind), name, doc.dump());
   batch.AppendEvent(std::string(kJobsKind), name,
@@ -830,52 +912,17 @@ ApiResponse ApiServer::JobEvents(const Principal& who, std::string_view name) {
   if (visible.status != 200) {
     return visible;
   }
-  const Result<std::vector<store::StoredEvent>> events = options_.store.Events(kJobsKind, name);
+  return ObjectEvents(kJobsKind, name);
+}
+
+ApiResponse ApiServer::ObjectEvents(std::string_view kind, std::string_view name) {
+  const Result<std::vector<store::StoredEvent>> events = options_.store.Events(kind, name);
   if (!events.ok()) {
     return ErrorResponse(events.status());
   }
   Json items = Json::array();
   for (const store::StoredEvent& event : *events) {
     items.push_back({{"revision", event.revision}, {"message", event.text}});
-  }
-  return JsonResponse(200, {{"items", std::move(items)}});
-}
-
-ApiResponse ApiServer::ListQueues(const Principal& who) {
-  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(kJobsKind);
-  if (!jobs.ok()) {
-    return ErrorResponse(jobs.status());
-  }
-  struct QueueCounts {
-    int64_t pending = 0;
-    int64_t running = 0;
-    int64_t gpu_milli = 0;
-  };
-  std::map<std::string, QueueCounts> queues;
-  for (const store::StoredObject& object : *jobs) {
-    const Json job = ParseDocument(object.data);
-    if (!CanSee(who, job)) {
-      continue;
-    }
-    QueueCounts& counts = queues[StrOr(job, "queue", "default")];
-    const std::string state = StrOr(job, "state");
-    if (state == "Pending") {
-      ++counts.pending;
-    } else if (HoldsResources(state)) {
-      ++counts.running;
-      for (const Json& p : ArrayOr(job, "placements")) {
-        for (const Json& a : ArrayOr(p, "assignments")) {
-          counts.gpu_milli += IntOr(a, "milli", 0);
-        }
-      }
-    }
-  }
-  Json items = Json::array();
-  for (const auto& [name, counts] : queues) {
-    items.push_back({{"name", name},
-                     {"pending", counts.pending},
-                     {"running", counts.running},
-                     {"gpus_allocated", GpusFromMilli(counts.gpu_milli)}});
   }
   return JsonResponse(200, {{"items", std::move(items)}});
 }

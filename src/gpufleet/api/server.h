@@ -8,13 +8,17 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include "gpufleet/api/agent_protocol.h"
 #include "gpufleet/api/auth.h"
+#include "gpufleet/api/json_fields.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/core/gpu_catalog.h"
@@ -36,6 +40,8 @@ inline constexpr std::string_view kJobsKind = "jobs";
 inline constexpr std::string_view kNodesKind = "nodes";
 // One object, name "topology": {"levels": ["block", "leaf"]}, the cluster's declared levels.
 inline constexpr std::string_view kClusterKind = "cluster";
+// Compare-and-set retries of one request before it answers 409.
+inline constexpr int kCasAttempts = 5;
 // Request bodies above this are refused with 413.
 inline constexpr size_t kMaxRequestBodyBytes = size_t{1} << 20;
 
@@ -65,7 +71,8 @@ std::string ErrorBody(const Status& status);
 // scheduling loop on its own thread, and every public method may be called from any thread.
 // Authorization: members see and cancel only their own team's jobs; another team's job is
 // answered 404, as Kubernetes answers for objects RBAC hides, so names do not leak. Node POST
-// routes need an admin (403 for members).
+// routes, creating teams, queues and tokens, and listing or revoking tokens need an admin (403
+// for members).
 class ApiServer {
  public:
   struct Options {
@@ -73,13 +80,20 @@ class ApiServer {
     store::StateStore& store;
     const GpuCatalog& catalog;
     const Clock& clock;
+    // Stamps `created_at` on jobs (RFC 3339, UTC); null: jobs carry no creation time.
+    const WallClock* wall_clock = nullptr;
     std::string policy = "best-fit";
     std::chrono::milliseconds cycle_interval{1000};
     // Cycle n uses Random(seed + n).
     uint64_t seed = 42;
+    // Agents are told to heartbeat this often; a node registered by an agent that has not sent
+    // one for node_timeout becomes NotReady and its jobs are requeued or failed (docs/agent.md).
+    std::chrono::milliseconds heartbeat_interval{10000};
+    std::chrono::milliseconds node_timeout{40000};
   };
 
-  // kNotFound / kInvalidArgument for an unknown policy.
+  // Creates the queue "default" in the store if it is missing. kNotFound / kInvalidArgument for
+  // an unknown policy; the store's error if it cannot be written.
   static Result<std::unique_ptr<ApiServer>> Create(Options options);
   ~ApiServer();
   ApiServer(const ApiServer&) = delete;
@@ -92,10 +106,18 @@ class ApiServer {
   // its levels differ from the recorded ones. Returns how many nodes were added.
   Result<int> RegisterNodes(const Cluster& cluster);
 
+  // Serving HTTPS: PEM files of the certificate (chain) and of its private key.
+  struct TlsFiles {
+    std::string cert_file;
+    std::string key_file;
+  };
+
   // Binds host:port (port 0: an ephemeral port) and starts the HTTP threads and the scheduling
-  // loop thread. Returns the bound port. kUnavailable when binding fails; kFailedPrecondition if
-  // already started.
-  Result<int> Start(const std::string& host, int port);
+  // loop thread; with `tls`, serves HTTPS only. Returns the bound port. kUnavailable when binding
+  // fails; kInvalidArgument naming the file when the certificate or key cannot be read or do not
+  // match; kFailedPrecondition if already started.
+  Result<int> Start(const std::string& host, int port,
+                    const std::optional<TlsFiles>& tls = std::nullopt);
   // Stops the HTTP server and the loop and joins their threads. Idempotent. Start and Stop are
   // meant for the owning thread (they may not race each other); every other method is free.
   void Stop();
@@ -124,14 +146,46 @@ class ApiServer {
   ApiResponse GetJob(const Principal& who, std::string_view name);
   ApiResponse CancelJob(const Principal& who, std::string_view name);
   ApiResponse JobEvents(const Principal& who, std::string_view name);
+  // {"items": [{"revision": ..., "message": ...}]} of a job or node.
+  ApiResponse ObjectEvents(std::string_view kind, std::string_view name);
   ApiResponse ListNodes();
   ApiResponse GetNode(std::string_view name);
   ApiResponse NodeAction(const Principal& who, std::string_view name, std::string_view action,
                          const std::string& body);
-  ApiResponse ListQueues(const Principal& who);
+
+  // Tenancy (server_tenancy.cc): the /v1/tokens, /v1/teams and /v1/queues routes (nullopt for a
+  // path or method they do not serve), the default queue, and the checks of a submission: the
+  // token's team and the queue exist (kInvalidArgument) and a member may use the queue
+  // (kPermissionDenied).
+  std::optional<ApiResponse> RouteTenancy(const Principal& who, const ApiRequest& request,
+                                          const std::vector<std::string_view>& segments);
+  Status EnsureDefaultQueue();
+  Status CheckSubmission(const Principal& who, std::string_view queue_name);
+
+  // Agents (server_agents.cc). Register and heartbeat answer the node's desired tasks.
+  Result<AgentReply> RegisterAgent(const Principal& who, std::string_view body);
+  Result<AgentReply> AgentHeartbeat(const Principal& who, std::string_view node,
+                                    std::string_view body);
+  Result<AgentReply> ProcessHeartbeat(const std::string& node, const HeartbeatRequest& request,
+                                      bool gpus_applied);
+  void AddDesiredTasks(const Json& job, const std::string& node, AgentReply* reply);
+  // The scheduling cycle's part: nodes silent for node_timeout become NotReady; jobs on NotReady
+  // nodes end their run (returns the event, or nullopt when the job uses none of them).
+  Status MarkSilentNodesNotReady();
+  static std::optional<std::string> EndRunOnNotReadyNodes(Json& job,
+                                                          const std::set<std::string>& not_ready);
+  void IndexActiveJobs(const std::vector<store::StoredObject>& jobs);
+  void IndexScheduledJob(const std::string& job, const std::set<std::string>& nodes);
 
   Options options_;
   TokenAuthenticator authenticator_;
+  MonoTime started_at_;  // when this server object was made (NotReady grace after a restart)
+
+  std::mutex agents_mu_;
+  std::map<std::string, MonoTime> last_heartbeat_;                    // guarded by agents_mu_
+  std::map<std::pair<std::string, int>, int> gpu_utilization_;        // guarded by agents_mu_
+  std::map<std::string, std::set<std::string>> active_jobs_by_node_;  // guarded by agents_mu_
+  bool active_index_built_ = false;                                   // guarded by agents_mu_
 
   std::mutex cycle_mu_;                              // serialises scheduling cycles
   std::unique_ptr<scheduler::Scheduler> scheduler_;  // guarded by cycle_mu_

@@ -6,10 +6,14 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <set>
 #include <string>
 #include <thread>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include <fmt/core.h>
 #include <gmock/gmock.h>
@@ -18,6 +22,8 @@
 
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/http.h"
+#include "gpufleet/api/tenancy.h"
+#include "gpufleet/api/testing/self_signed_cert.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/synthetic_cluster.h"
@@ -93,11 +99,19 @@ class ApiServerTest : public ::testing::Test {
   void SetUp() override { Init(store_); }
 
   void Init(store::StateStore& store) {
-    Result<std::unique_ptr<ApiServer>> server = ApiServer::Create(
-        {.store = store, .catalog = catalog_, .clock = clock_, .policy = "best-fit"});
+    Result<std::unique_ptr<ApiServer>> server = ApiServer::Create({.store = store,
+                                                                   .catalog = catalog_,
+                                                                   .clock = clock_,
+                                                                   .wall_clock = &clock_,
+                                                                   .policy = "best-fit"});
     ASSERT_OK(server);
     server_ = std::move(server).value();
     ASSERT_OK(server_->RegisterNodes(TwoLeaves(catalog_, 2)));
+    for (const char* team : {"team-a", "team-b"}) {
+      store::WriteBatch batch;
+      batch.Create(std::string(kTeamsKind), team, TeamToJson({.name = team}).dump());
+      ASSERT_OK(store.Commit(batch));
+    }
     Result<std::string> admin = server_->authenticator().CreateToken(Role::kAdmin, "", "root");
     ASSERT_OK(admin);
     admin_ = *admin;
@@ -270,6 +284,181 @@ TEST_F(ApiServerTest, DuplicateNameIs409) {
   CallJson("POST", "/v1/jobs", alice_, JobYaml("once", 1, 1), 201);
   Json error = CallJson("POST", "/v1/jobs", bob_, JobYaml("once", 1, 1), 409);
   EXPECT_EQ(error["error"]["code"], "ALREADY_EXISTS");
+}
+
+TEST_F(ApiServerTest, TokensAreCreatedListedAndRevokedByAdmins) {
+  Json created = CallJson("POST", "/v1/tokens", admin_,
+                          R"({"role": "member", "team": "team-a", "name": "ci-bot"})", 201);
+  const std::string token = created["token"];
+  const std::string id = created["id"];
+  EXPECT_EQ(token.size(), 64u);
+  EXPECT_EQ(id, TokenId(token));
+  EXPECT_EQ(created["role"], "member");
+  EXPECT_EQ(created["team"], "team-a");
+  EXPECT_EQ(created["name"], "ci-bot");
+  EXPECT_EQ(CallJson("GET", "/v1/jobs", token)["items"].size(), 0u);
+
+  // The listing names every token by id, never by its secret.
+  const ApiResponse listed = Call("GET", "/v1/tokens", admin_);
+  ASSERT_EQ(listed.status, 200);
+  EXPECT_EQ(listed.body.find(token), std::string::npos);
+  EXPECT_EQ(listed.body.find(Sha256Hex(token)), std::string::npos);
+  const Json items = Json::parse(listed.body)["items"];
+  ASSERT_EQ(items.size(), 4u);
+  bool found = false;
+  for (const Json& item : items) {
+    EXPECT_FALSE(item.contains("token"));
+    found = found || (item["id"] == id && item["name"] == "ci-bot" && item["team"] == "team-a");
+  }
+  EXPECT_TRUE(found);
+
+  Json revoked = CallJson("POST", fmt::format("/v1/tokens/{}/revoke", id), admin_);
+  EXPECT_EQ(revoked["id"], id);
+  EXPECT_EQ(revoked["revoked"], true);
+  // At once: the next request with it is unauthenticated.
+  EXPECT_EQ(CallJson("GET", "/v1/jobs", token, "", 401)["error"]["code"], "UNAUTHENTICATED");
+  CallJson("POST", fmt::format("/v1/tokens/{}/revoke", id), admin_, "", 404);
+  EXPECT_EQ(CallJson("GET", "/v1/tokens", admin_)["items"].size(), 3u);
+}
+
+TEST_F(ApiServerTest, MembersCannotCreateListOrRevokeTokens) {
+  const std::string bob_id = TokenId(bob_);
+  for (const auto& [method, path, body] :
+       {std::tuple<std::string, std::string, std::string>{"POST", "/v1/tokens",
+                                                          R"({"role": "admin", "name": "me-too"})"},
+        {"GET", "/v1/tokens", ""},
+        {"POST", fmt::format("/v1/tokens/{}/revoke", bob_id), ""}}) {
+    SCOPED_TRACE(method + " " + path);
+    EXPECT_EQ(CallJson(method, path, alice_, body, 403)["error"]["code"], "PERMISSION_DENIED");
+  }
+  // Nothing changed: bob's token still works and no token was added.
+  EXPECT_EQ(Call("GET", "/v1/jobs", bob_).status, 200);
+  EXPECT_EQ(CallJson("GET", "/v1/tokens", admin_)["items"].size(), 3u);
+}
+
+TEST_F(ApiServerTest, BadTokenRequestsNameTheField) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {R"({"role": "member", "team": "nope", "name": "x"})", "team: team \"nope\" does not exist"},
+      {R"({"role": "member", "name": "x"})", "team: required for a member token"},
+      {R"({"role": "root", "name": "x"})", "role: \"root\""},
+      {R"({"role": "admin"})", "name: required field missing"},
+      {R"({"role": "admin", "name": "x", "ttl": 5})", "\"ttl\": unknown field"},
+      {R"({"role": 1, "name": "x"})", "role: expected a string"},
+      {R"({"role": "admin", "name": "bad\u0001name"})", "name: "},
+      {"[1]", "body: expected a JSON object"},
+      {"{", "body: not valid JSON"}};
+  for (const auto& [body, message] : cases) {
+    SCOPED_TRACE(body);
+    Json error = CallJson("POST", "/v1/tokens", admin_, body, 400);
+    EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr(message));
+  }
+  CallJson("POST", "/v1/tokens/zz/revoke", admin_, "", 400);
+  CallJson("POST", "/v1/tokens/0123456789ab/revoke", admin_, "", 404);
+  EXPECT_EQ(CallJson("GET", "/v1/tokens", admin_)["items"].size(), 3u);
+}
+
+TEST_F(ApiServerTest, TheLastAdminTokenCannotBeRevoked) {
+  Json error =
+      CallJson("POST", fmt::format("/v1/tokens/{}/revoke", TokenId(admin_)), admin_, "", 400);
+  EXPECT_EQ(error["error"]["code"], "FAILED_PRECONDITION");
+  EXPECT_EQ(Call("GET", "/v1/jobs", admin_).status, 200);
+  const std::string second =
+      CallJson("POST", "/v1/tokens", admin_, R"({"role": "admin", "name": "ops"})", 201)["token"];
+  CallJson("POST", fmt::format("/v1/tokens/{}/revoke", TokenId(admin_)), admin_);
+  EXPECT_EQ(Call("GET", "/v1/jobs", admin_).status, 401);
+  EXPECT_EQ(Call("GET", "/v1/jobs", second).status, 200);
+}
+
+TEST_F(ApiServerTest, TeamsAndQueuesAreObjects) {
+  // The default queue exists from the first start, shared by every team.
+  Json queues = CallJson("GET", "/v1/queues", alice_);
+  ASSERT_EQ(queues["items"].size(), 1u);
+  EXPECT_EQ(queues["items"][0]["name"], "default");
+  EXPECT_EQ(queues["items"][0]["team"], "");
+
+  Json team = CallJson("POST", "/v1/teams", admin_, R"({"name": "nlp"})", 201);
+  EXPECT_EQ(team["name"], "nlp");
+  EXPECT_EQ(team["version"], 1);
+  CallJson("POST", "/v1/teams", admin_, R"({"name": "nlp"})", 409);
+  EXPECT_THAT(CallJson("POST", "/v1/teams", admin_, R"({"name": "NLP!"})", 400)["error"]["message"]
+                  .get<std::string>(),
+              HasSubstr("name: \"NLP!\" is not valid"));
+  CallJson("POST", "/v1/teams", alice_, R"({"name": "mine"})", 403);
+  Json teams = CallJson("GET", "/v1/teams", alice_);
+  ASSERT_EQ(teams["items"].size(), 3u);
+  EXPECT_EQ(teams["items"][1]["name"], "team-a");
+
+  Json queue =
+      CallJson("POST", "/v1/queues", admin_, R"({"name": "research/nlp", "team": "nlp"})", 201);
+  EXPECT_EQ(queue["team"], "nlp");
+  EXPECT_THAT(CallJson("POST", "/v1/queues", admin_, R"({"name": "q", "team": "ghost"})",
+                       400)["error"]["message"]
+                  .get<std::string>(),
+              HasSubstr("team: team \"ghost\" does not exist"));
+  EXPECT_THAT(CallJson("POST", "/v1/queues", admin_, R"({"name": "a//b"})", 400)["error"]["message"]
+                  .get<std::string>(),
+              HasSubstr("name: \"a//b\" is not valid"));
+  CallJson("POST", "/v1/queues", admin_, R"({"name": "research/nlp"})", 409);
+  CallJson("POST", "/v1/queues", alice_, R"({"name": "mine"})", 403);
+  queues = CallJson("GET", "/v1/queues", bob_);
+  ASSERT_EQ(queues["items"].size(), 2u);
+  EXPECT_EQ(queues["items"][1]["name"], "research/nlp");
+  EXPECT_EQ(queues["items"][1]["team"], "nlp");
+  EXPECT_EQ(queues["items"][1]["pending"], 0);
+}
+
+TEST_F(ApiServerTest, SubmissionToUnknownQueueOrTeamIsRejectedAndNothingStored) {
+  std::string to_nowhere = JobYaml("lost", 1, 1);
+  to_nowhere.replace(to_nowhere.find("  name: lost\n"), 13, "  name: lost\n  queue: nowhere\n");
+  Json error = CallJson("POST", "/v1/jobs", alice_, to_nowhere, 400);
+  EXPECT_THAT(error["error"]["message"].get<std::string>(),
+              HasSubstr("metadata.queue: queue \"nowhere\" does not exist"));
+
+  Result<std::string> ghost =
+      server_->authenticator().CreateToken(Role::kMember, "ghost-team", "casper");
+  ASSERT_OK(ghost);
+  error = CallJson("POST", "/v1/jobs", *ghost, JobYaml("haunted", 1, 1), 400);
+  EXPECT_THAT(error["error"]["message"].get<std::string>(),
+              HasSubstr("team (of the token): team \"ghost-team\" does not exist"));
+
+  EXPECT_EQ(CallJson("GET", "/v1/jobs", admin_)["items"].size(), 0u);
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/lost/events", admin_, "", 404)["error"]["code"], "NOT_FOUND");
+  Result<std::vector<store::StoredEvent>> events = store_.Events(kJobsKind, "haunted");
+  ASSERT_OK(events);
+  EXPECT_TRUE(events->empty());
+}
+
+TEST_F(ApiServerTest, TeamQueuesTakeTheirTeamsJobsOnly) {
+  CallJson("POST", "/v1/queues", admin_, R"({"name": "a-only", "team": "team-a"})", 201);
+  std::string job = JobYaml("mine", 1, 1);
+  job.replace(job.find("  name: mine\n"), 13, "  name: mine\n  queue: a-only\n");
+  EXPECT_EQ(CallJson("POST", "/v1/jobs", alice_, job, 201)["queue"], "a-only");
+  std::string theirs = job;
+  theirs.replace(theirs.find("name: mine"), 10, "name: bobs");
+  EXPECT_THAT(
+      CallJson("POST", "/v1/jobs", bob_, theirs, 403)["error"]["message"].get<std::string>(),
+      HasSubstr("queue \"a-only\" belongs to team \"team-a\""));
+  std::string admins = job;
+  admins.replace(admins.find("name: mine"), 10, "name: root");
+  CallJson("POST", "/v1/jobs", admin_, admins, 201);
+  Json queues = CallJson("GET", "/v1/queues", alice_);
+  ASSERT_EQ(queues["items"].size(), 2u);
+  EXPECT_EQ(queues["items"][0]["name"], "a-only");
+  EXPECT_EQ(queues["items"][0]["pending"], 1);  // alice counts her team's job only
+}
+
+TEST_F(ApiServerTest, JobsKeepTheirLabelsAndCreationTime) {
+  clock_.Advance(std::chrono::seconds(1795986000));
+  std::string yaml = JobYaml("labelled", 1, 1);
+  yaml.replace(yaml.find("  name: labelled\n"), 17,
+               "  name: labelled\n  labels: {team: nlp, gpufleet.io/project: bert}\n");
+  Json job = CallJson("POST", "/v1/jobs", alice_, yaml, 201);
+  EXPECT_EQ(job["labels"], (Json{{"team", "nlp"}, {"gpufleet.io/project", "bert"}}));
+  EXPECT_EQ(job["created_at"], "2026-11-29T21:00:00Z");
+  job = CallJson("GET", "/v1/jobs/labelled", alice_);
+  EXPECT_EQ(job["labels"]["gpufleet.io/project"], "bert");
+  EXPECT_EQ(job["spec"]["metadata"]["labels"]["team"], "nlp");
+  EXPECT_EQ(job["created_at"], "2026-11-29T21:00:00Z");
 }
 
 TEST_F(ApiServerTest, CordonedNodeGetsNoNewJob) {
@@ -495,6 +684,72 @@ TEST_F(ApiServerIntegrationTest, ServesHttpAndSurvivesRestart) {
   Json too_big = PollJson(client, "/v1/jobs/too-big",
                           [](const Json& j) { return !j.value("reason", "").empty(); });
   EXPECT_EQ(too_big.value("state", ""), "Pending");
+  (*server)->Stop();
+}
+
+TEST_F(ApiServerIntegrationTest, ServesHttpsOnlyWhenGivenTlsFiles) {
+  const std::string cert = (dir_ / "cert.pem").string();
+  const std::string key = (dir_ / "key.pem").string();
+  ASSERT_OK(api_testing::WriteSelfSignedCert(cert, key));
+  store::InMemoryStateStore store;
+  Result<std::unique_ptr<ApiServer>> server = MakeServer(store);
+  ASSERT_OK(server);
+  Result<std::optional<std::string>> admin = (*server)->authenticator().Bootstrap(std::nullopt);
+  ASSERT_OK(admin);
+  Result<int> port = (*server)->Start("127.0.0.1", 0, ApiServer::TlsFiles{cert, key});
+  ASSERT_OK(port);
+
+  httplib::Client https(fmt::format("https://127.0.0.1:{}", *port));
+  https.set_ca_cert_path(cert.c_str());
+  https.set_connection_timeout(std::chrono::seconds(5));
+  https.set_read_timeout(std::chrono::seconds(10));
+  https.set_bearer_token_auth((*admin)->c_str());
+  httplib::Result queues = https.Get("/v1/queues");
+  ASSERT_TRUE(queues) << httplib::to_string(queues.error());
+  EXPECT_EQ(queues->status, 200);
+  EXPECT_THAT(queues->body, HasSubstr("\"name\":\"default\""));
+
+  // Plain HTTP to the TLS port gets no answer: the handshake fails and the connection closes.
+  httplib::Client plain("127.0.0.1", *port);
+  plain.set_connection_timeout(std::chrono::seconds(5));
+  plain.set_read_timeout(std::chrono::seconds(5));
+  httplib::Result plain_answer = plain.Get("/healthz");
+  EXPECT_FALSE(plain_answer) << "HTTP " << plain_answer->status;
+
+  // A client that does not trust the certificate refuses the server.
+  httplib::Client untrusting(fmt::format("https://127.0.0.1:{}", *port));
+  untrusting.set_ca_cert_path((dir_ / "missing-ca.pem").c_str());
+  untrusting.set_connection_timeout(std::chrono::seconds(5));
+  EXPECT_FALSE(untrusting.Get("/healthz"));
+  (*server)->Stop();
+}
+
+TEST_F(ApiServerIntegrationTest, BadTlsFilesFailAtStartNamingTheFile) {
+  const std::string cert = (dir_ / "cert.pem").string();
+  const std::string key = (dir_ / "key.pem").string();
+  const std::string other_cert = (dir_ / "other-cert.pem").string();
+  const std::string other_key = (dir_ / "other-key.pem").string();
+  ASSERT_OK(api_testing::WriteSelfSignedCert(cert, key));
+  ASSERT_OK(api_testing::WriteSelfSignedCert(other_cert, other_key));
+  const std::string garbage = (dir_ / "garbage.pem").string();
+  std::ofstream(garbage) << "not a certificate\n";
+  store::InMemoryStateStore store;
+  Result<std::unique_ptr<ApiServer>> server = MakeServer(store);
+  ASSERT_OK(server);
+  const std::vector<std::pair<ApiServer::TlsFiles, std::string>> cases = {
+      {{"/nonexistent/cert.pem", key}, "TLS certificate \"/nonexistent/cert.pem\": cannot read it"},
+      {{cert, "/nonexistent/key.pem"}, "TLS key \"/nonexistent/key.pem\": cannot read it"},
+      {{garbage, key}, "TLS certificate \"" + garbage + "\": not a PEM certificate"},
+      {{cert, garbage}, "TLS key \"" + garbage + "\": not a PEM private key"},
+      {{cert, other_key}, "does not match the certificate"}};
+  for (const auto& [files, message] : cases) {
+    SCOPED_TRACE(message);
+    EXPECT_THAT((*server)->Start("127.0.0.1", 0, files),
+                gpufleet::testing::StatusIs(StatusCode::kInvalidArgument, HasSubstr(message)));
+  }
+  // Nothing was started by the failed attempts.
+  Result<int> port = (*server)->Start("127.0.0.1", 0, ApiServer::TlsFiles{cert, key});
+  EXPECT_OK(port);
   (*server)->Stop();
 }
 

@@ -105,17 +105,41 @@ const char* NodeActionDone(NodeAction action) {
   return "";
 }
 
-// A queue has no route of its own: it is found in the list.
-Result<json> FindQueue(ApiClient& client, const std::string& name) {
-  GPUFLEET_ASSIGN_OR_RETURN(const json answer, client.Get("/v1/queues"));
+// Queues, teams and tokens have no GET route of their own: one is found in the list, by `key`.
+Result<json> FindInList(ApiClient& client, const std::string& path, std::string_view what,
+                        std::string_view key, const std::string& name) {
+  GPUFLEET_ASSIGN_OR_RETURN(const json answer, client.Get(path));
   if (answer.is_object() && answer.contains("items") && answer["items"].is_array()) {
-    for (const json& queue : answer["items"]) {
-      if (NameOf(queue, "") == name) {
-        return queue;
+    for (const json& item : answer["items"]) {
+      const auto it = item.is_object() ? item.find(key) : item.end();
+      if (item.is_object() && it != item.end() && it->is_string() &&
+          it->get<std::string>() == name) {
+        return item;
       }
     }
   }
-  return NotFoundError(fmt::format("queue \"{}\" not found", name));
+  return NotFoundError(fmt::format("{} \"{}\" not found", what, name));
+}
+
+// The list route of a kind.
+std::string ListPath(ResourceKind kind) {
+  switch (kind) {
+    case ResourceKind::kJob:
+      return "/v1/jobs";
+    case ResourceKind::kNode:
+      return "/v1/nodes";
+    case ResourceKind::kQueue:
+      return "/v1/queues";
+    case ResourceKind::kTeam:
+      return "/v1/teams";
+    case ResourceKind::kToken:
+      return "/v1/tokens";
+  }
+  return "";
+}
+
+int64_t UnixSeconds(const WallClock& clock) {
+  return clock.UnixNanos() / 1'000'000'000;
 }
 
 }  // namespace
@@ -156,7 +180,8 @@ int RunSubmit(ApiClient& client, const SubmitArgs& args, std::ostream& out, std:
   return 0;
 }
 
-int RunGet(ApiClient& client, const GetArgs& args, std::ostream& out, std::ostream& err) {
+int RunGet(ApiClient& client, const GetArgs& args, const WallClock& clock, std::ostream& out,
+           std::ostream& err) {
   Result<ResourceKind> kind = ParseResourceKind(args.kind);
   if (!kind.ok()) {
     return PrintUsageError(kind.status().message(), err);
@@ -178,43 +203,39 @@ int RunGet(ApiClient& client, const GetArgs& args, std::ostream& out, std::ostre
         object = client.Get("/v1/nodes/" + UrlEncode(args.name));
         break;
       case ResourceKind::kQueue:
-        object = FindQueue(client, args.name);
+        object = FindInList(client, ListPath(*kind), "queue", "name", args.name);
+        break;
+      case ResourceKind::kTeam:
+        object = FindInList(client, ListPath(*kind), "team", "name", args.name);
+        break;
+      case ResourceKind::kToken:
+        object = FindInList(client, ListPath(*kind), "token", "id", args.name);
         break;
     }
     if (!object.ok()) {
       return PrintError(client, object.status(), err);
     }
-    out << RenderObject(*kind, *object, *format);
+    out << RenderObject(*kind, *object, *format, UnixSeconds(clock));
     return 0;
   }
-  std::string path;
-  switch (*kind) {
-    case ResourceKind::kJob: {
-      path = "/v1/jobs";
-      std::vector<std::string> query;
-      if (!args.state.empty()) {
-        query.push_back("state=" + UrlEncode(args.state));
-      }
-      if (!args.queue.empty()) {
-        query.push_back("queue=" + UrlEncode(args.queue));
-      }
-      for (size_t i = 0; i < query.size(); ++i) {
-        path += (i == 0 ? "?" : "&") + query[i];
-      }
-      break;
+  std::string path = ListPath(*kind);
+  if (*kind == ResourceKind::kJob) {
+    std::vector<std::string> query;
+    if (!args.state.empty()) {
+      query.push_back("state=" + UrlEncode(args.state));
     }
-    case ResourceKind::kNode:
-      path = "/v1/nodes";
-      break;
-    case ResourceKind::kQueue:
-      path = "/v1/queues";
-      break;
+    if (!args.queue.empty()) {
+      query.push_back("queue=" + UrlEncode(args.queue));
+    }
+    for (size_t i = 0; i < query.size(); ++i) {
+      path += (i == 0 ? "?" : "&") + query[i];
+    }
   }
   Result<json> answer = client.Get(path);
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }
-  const std::string text = RenderList(*kind, *answer, *format);
+  const std::string text = RenderList(*kind, *answer, *format, UnixSeconds(clock));
   if (text.empty()) {
     err << "No resources found.\n";
     return 0;
@@ -250,13 +271,98 @@ int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, 
       if (!node.ok()) {
         return PrintError(client, node.status(), err);
       }
-      out << DescribeNode(*node);
+      Result<json> events = client.Get("/v1/nodes/" + name + "/events");
+      if (!events.ok()) {
+        return PrintError(client, events.status(), err);
+      }
+      out << DescribeNode(*node, *events);
       return 0;
     }
     case ResourceKind::kQueue:
+    case ResourceKind::kTeam:
+    case ResourceKind::kToken:
       break;
   }
   return PrintUsageError("describe takes job or node", err);
+}
+
+int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std::ostream& err) {
+  const Result<ResourceKind> kind = ParseResourceKind(args.kind);
+  const bool creatable =
+      kind.ok() && (*kind == ResourceKind::kTeam || *kind == ResourceKind::kQueue ||
+                    *kind == ResourceKind::kToken);
+  if (!creatable) {
+    return PrintUsageError(fmt::format("create takes team, queue or token, not \"{}\"", args.kind),
+                           err);
+  }
+  json body = json::object();
+  std::string path;
+  switch (*kind) {
+    case ResourceKind::kTeam:
+      if (args.name.empty() || !args.team.empty() || !args.role.empty()) {
+        return PrintUsageError("usage: create team NAME", err);
+      }
+      body["name"] = args.name;
+      path = "/v1/teams";
+      break;
+    case ResourceKind::kQueue:
+      if (args.name.empty() || !args.role.empty()) {
+        return PrintUsageError("usage: create queue NAME [--team TEAM]", err);
+      }
+      body["name"] = args.name;
+      if (!args.team.empty()) {
+        body["team"] = args.team;
+      }
+      path = "/v1/queues";
+      break;
+    default: {
+      const std::string& name = args.token_name.empty() ? args.name : args.token_name;
+      if (args.role.empty() || name.empty()) {
+        return PrintUsageError("usage: create token --role admin|member [--team TEAM] --name NAME",
+                               err);
+      }
+      body = {{"role", args.role}, {"name", name}};
+      if (!args.team.empty()) {
+        body["team"] = args.team;
+      }
+      path = "/v1/tokens";
+      break;
+    }
+  }
+  Result<json> answer = client.Post(path, body.dump(), "application/json");
+  if (!answer.ok()) {
+    return PrintError(client, answer.status(), err);
+  }
+  if (*kind == ResourceKind::kToken) {
+    const json& token = *answer;
+    const auto text_of = [&token](const char* key) {
+      return token.is_object() && token.contains(key) && token[key].is_string()
+                 ? token[key].get<std::string>()
+                 : std::string("<unknown>");
+    };
+    out << "token/" << text_of("id") << " created\n";
+    out << "token (shown once, keep it): " << text_of("token") << "\n";
+    return 0;
+  }
+  out << (*kind == ResourceKind::kTeam ? "team/" : "queue/") << NameOf(*answer, args.name)
+      << " created\n";
+  return 0;
+}
+
+int RunRevoke(ApiClient& client, const RevokeArgs& args, std::ostream& out, std::ostream& err) {
+  const Result<ResourceKind> kind = ParseResourceKind(args.kind);
+  if (!kind.ok() || *kind != ResourceKind::kToken) {
+    return PrintUsageError(fmt::format("revoke takes token, not \"{}\"", args.kind), err);
+  }
+  if (args.id.empty()) {
+    return PrintUsageError("usage: revoke token ID (the ID column of `get tokens`)", err);
+  }
+  Result<json> answer = client.Post("/v1/tokens/" + UrlEncode(args.id) + "/revoke", "", "");
+  if (!answer.ok()) {
+    return PrintError(client, answer.status(), err);
+  }
+  out << "token/" << args.id << " revoked\n";
+  return 0;
 }
 
 int RunCancel(ApiClient& client, const std::string& job, std::ostream& out, std::ostream& err) {

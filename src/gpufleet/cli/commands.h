@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-// The client verbs of the `gpufleet` binary (`submit`, `get`, `describe`, `cancel` and the node
-// operations) as functions of an ApiClient, their arguments and two streams, so that tests run
-// them against a fake Transport. Each returns the process exit code: 0, or 1 after printing the
-// error to `err` (`Error from server (NotFound): <message>` for an error the server answered,
-// `error: <message>` for any other).
+// The client verbs of the `gpufleet` binary (`submit`, `get`, `describe`, `cancel`, `create`,
+// `revoke` and the node operations) as functions of an ApiClient, their arguments and two streams,
+// so that tests run them against a fake Transport. Each returns the process exit code: 0, or 1
+// after printing the error to `err` (`Error from server (NotFound): <message>` for an error the
+// server answered, `error: <message>` for any other).
 #pragma once
 
 #include <optional>
@@ -11,6 +11,7 @@
 #include <string>
 
 #include "gpufleet/cli/http_client.h"
+#include "gpufleet/core/clock.h"
 #include "gpufleet/core/status.h"
 
 namespace gpufleet::cli {
@@ -23,8 +24,9 @@ struct SubmitArgs {
 };
 int RunSubmit(ApiClient& client, const SubmitArgs& args, std::ostream& out, std::ostream& err);
 
-// `get jobs|nodes|queues [NAME] [-o table|wide|json|yaml] [--state S] [--queue Q]`; `get job
-// NAME` (the singular and plural spellings are the same). --state and --queue filter jobs only.
+// `get jobs|nodes|queues|teams|tokens [NAME] [-o table|wide|json|yaml] [--state S] [--queue Q]`;
+// `get job NAME` (the singular and plural spellings are the same; a token's NAME is its id).
+// --state and --queue filter jobs only. `clock` gives the time the AGE column counts to.
 struct GetArgs {
   std::string kind;
   std::string name;    // empty: list
@@ -32,7 +34,8 @@ struct GetArgs {
   std::string state;
   std::string queue;
 };
-int RunGet(ApiClient& client, const GetArgs& args, std::ostream& out, std::ostream& err);
+int RunGet(ApiClient& client, const GetArgs& args, const WallClock& clock, std::ostream& out,
+           std::ostream& err);
 
 // `describe job NAME` (fields, reason, placements, events) or `describe node NAME`.
 struct DescribeArgs {
@@ -40,6 +43,25 @@ struct DescribeArgs {
   std::string name;
 };
 int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, std::ostream& err);
+
+// `create team NAME` ("team/NAME created"), `create queue NAME [--team T]` ("queue/NAME
+// created"), `create token --role admin|member [--team T] --name N` ("token/ID created", then the
+// token itself, which the server shows this once). Admin only, as the server checks.
+struct CreateArgs {
+  std::string kind;  // team, queue or token
+  std::string name;  // the team's or queue's name; for a token, what --name does not set
+  std::string team;
+  std::string role;        // tokens
+  std::string token_name;  // tokens: --name
+};
+int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std::ostream& err);
+
+// `revoke token ID`: prints "token/ID revoked"; the token stops working at once.
+struct RevokeArgs {
+  std::string kind;  // token
+  std::string id;
+};
+int RunRevoke(ApiClient& client, const RevokeArgs& args, std::ostream& out, std::ostream& err);
 
 // `cancel NAME`: prints "job/NAME cancelled".
 int RunCancel(ApiClient& client, const std::string& job, std::ostream& out, std::ostream& err);

@@ -20,7 +20,8 @@ using ::testing::StartsWith;
 
 constexpr char kJob[] =
     R"({"name": "bert", "team": "nlp", "queue": "default", "state": "Pending",
-        "reason": "no node fits", "placements": [], "version": 1})";
+        "created_at": "2026-11-29T20:58:00Z", "reason": "no node fits", "placements": [],
+        "version": 1})";
 constexpr char kNode[] =
     R"({"name": "node-0001", "state": "Cordoned", "gpus": [
         {"index": 0, "model": "H100-80GB", "health": "Healthy", "allocated_milli": 0}],
@@ -36,6 +37,8 @@ class CommandsTest : public ::testing::Test {
   }
 
   FakeClient fake_{"tok"};
+  // 2026-11-29T21:00:00Z.
+  FakeClock clock_{MonoTime{int64_t{1795986000} * 1'000'000'000}};
   std::ostringstream out_;
   std::ostringstream err_;
 };
@@ -111,49 +114,53 @@ TEST_F(CommandsTest, GetJobsWithFilters) {
   fake_.Answer("GET /v1/jobs?state=Pending&queue=research%2Fnlp", 200,
                std::string(R"({"items": [)") + kJob + "]}");
   EXPECT_EQ(RunGet(fake_.client, {.kind = "jobs", .state = "Pending", .queue = "research/nlp"},
-                   out_, err_),
+                   clock_, out_, err_),
             0);
   EXPECT_EQ(out_.str(),
-            "NAME   TEAM   QUEUE     STATE     GPUS   VERSION   REASON\n"
-            "bert   nlp    default   Pending   0      1         no node fits\n");
+            "NAME   TEAM   QUEUE     STATE     GPUS   AGE   REASON\n"
+            "bert   nlp    default   Pending   0      2m    no node fits\n");
   EXPECT_EQ(OnlyRequest().method, "GET");
   EXPECT_EQ(OnlyRequest().token, "tok");
 }
 
 TEST_F(CommandsTest, GetEmptyListSaysSo) {
   fake_.Answer("GET /v1/nodes", 200, R"({"items": []})");
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "nodes"}, out_, err_), 0);
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "nodes"}, clock_, out_, err_), 0);
   EXPECT_EQ(out_.str(), "");
   EXPECT_EQ(err_.str(), "No resources found.\n");
 }
 
 TEST_F(CommandsTest, GetQueuesAsJson) {
   fake_.Answer("GET /v1/queues", 200, R"({"items": [{"name": "q"}]})");
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "queues", .output = "json"}, out_, err_), 0);
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "queues", .output = "json"}, clock_, out_, err_), 0);
   EXPECT_EQ(out_.str(), "{\n  \"items\": [\n    {\n      \"name\": \"q\"\n    }\n  ]\n}\n");
 }
 
 TEST_F(CommandsTest, GetOneJobAsYaml) {
   fake_.Answer("GET /v1/jobs/bert", 200, kJob);
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "job", .name = "bert", .output = "yaml"}, out_, err_), 0);
-  EXPECT_THAT(out_.str(), StartsWith("name: bert\nplacements: []\nqueue: default\n"));
+  EXPECT_EQ(
+      RunGet(fake_.client, {.kind = "job", .name = "bert", .output = "yaml"}, clock_, out_, err_),
+      0);
+  EXPECT_THAT(out_.str(), StartsWith("created_at: \"2026-11-29T20:58:00Z\"\nname: bert\n"));
 }
 
 TEST_F(CommandsTest, GetOneQueueFromTheList) {
   fake_.Answer("GET /v1/queues", 200,
                R"({"items": [{"name": "a", "pending": 1}, {"name": "b", "pending": 2}]})");
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "queue", .name = "b"}, out_, err_), 0);
-  EXPECT_EQ(out_.str(), "NAME   PENDING   RUNNING   GPUS\nb      2         0         0\n");
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "queue", .name = "c"}, out_, err_), 1);
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "queue", .name = "b"}, clock_, out_, err_), 0);
+  EXPECT_EQ(out_.str(),
+            "NAME   TEAM     PENDING   RUNNING   GPUS\nb      <none>   2         0         0\n");
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "queue", .name = "c"}, clock_, out_, err_), 1);
   EXPECT_EQ(err_.str(), "error: queue \"c\" not found\n");
 }
 
 TEST_F(CommandsTest, GetRejectsBadArgumentsWithoutCalling) {
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "pods"}, out_, err_), 1);
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "jobs", .output = "xml"}, out_, err_), 1);
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "nodes", .state = "Ready"}, out_, err_), 1);
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "pods"}, clock_, out_, err_), 1);
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "jobs", .output = "xml"}, clock_, out_, err_), 1);
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "nodes", .state = "Ready"}, clock_, out_, err_), 1);
   EXPECT_EQ(err_.str(),
-            "error: unknown resource type \"pods\" (expected jobs, nodes or queues)\n"
+            "error: unknown resource type \"pods\" (expected jobs, nodes, queues, teams or "
+            "tokens)\n"
             "error: unknown output format \"xml\" (expected table, wide, json or yaml)\n"
             "error: --state and --queue filter jobs only\n");
   EXPECT_TRUE(fake_.state->requests.empty());
@@ -161,14 +168,14 @@ TEST_F(CommandsTest, GetRejectsBadArgumentsWithoutCalling) {
 
 TEST_F(CommandsTest, NotFoundIsShownLikeKubectl) {
   fake_.Answer("GET /v1/jobs/nope", 404, kNotFound);
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "job", .name = "nope"}, out_, err_), 1);
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "job", .name = "nope"}, clock_, out_, err_), 1);
   EXPECT_EQ(err_.str(), "Error from server (NotFound): job \"nope\" not found\n");
   EXPECT_EQ(out_.str(), "");
 }
 
 TEST_F(CommandsTest, ConnectionFailureIsAClientError) {
   fake_.Fail("GET /v1/nodes", UnavailableError("cannot reach http://fake:8080: Connection"));
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "nodes"}, out_, err_), 1);
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "nodes"}, clock_, out_, err_), 1);
   EXPECT_EQ(err_.str(), "error: cannot reach http://fake:8080: Connection\n");
 }
 
@@ -185,13 +192,81 @@ TEST_F(CommandsTest, DescribeJobFetchesTheJobAndItsEvents) {
 
 TEST_F(CommandsTest, DescribeNodeAndErrors) {
   fake_.Answer("GET /v1/nodes/node-0001", 200, kNode);
+  fake_.Answer("GET /v1/nodes/node-0001/events", 200,
+               R"({"items": [{"revision": 2, "message": "cordoned by root"}]})");
   EXPECT_EQ(RunDescribe(fake_.client, {.kind = "node", .name = "node-0001"}, out_, err_), 0);
+  EXPECT_THAT(out_.str(), HasSubstr("  2          cordoned by root\n"));
   EXPECT_THAT(out_.str(), HasSubstr("  0       H100-80GB   Healthy   0\n"));
   EXPECT_EQ(RunDescribe(fake_.client, {.kind = "node", .name = "node-9"}, out_, err_), 1);
   EXPECT_EQ(RunDescribe(fake_.client, {.kind = "queue", .name = "q"}, out_, err_), 1);
   EXPECT_EQ(err_.str(),
             "Error from server (NotFound): no route\n"
             "error: describe takes job or node\n");
+}
+
+TEST_F(CommandsTest, CreateTeamAndQueue) {
+  fake_.Answer("POST /v1/teams", 201, R"({"name": "nlp", "version": 1})");
+  fake_.Answer("POST /v1/queues", 201, R"({"name": "research/nlp", "team": "nlp", "version": 1})");
+  EXPECT_EQ(RunCreate(fake_.client, {.kind = "team", .name = "nlp"}, out_, err_), 0);
+  EXPECT_EQ(
+      RunCreate(fake_.client, {.kind = "queue", .name = "research/nlp", .team = "nlp"}, out_, err_),
+      0);
+  EXPECT_EQ(out_.str(), "team/nlp created\nqueue/research/nlp created\n");
+  ASSERT_EQ(fake_.state->requests.size(), 2U);
+  EXPECT_EQ(fake_.state->requests[0].body, R"({"name":"nlp"})");
+  EXPECT_EQ(fake_.state->requests[1].body, R"({"name":"research/nlp","team":"nlp"})");
+  EXPECT_EQ(fake_.state->requests[1].content_type, "application/json");
+}
+
+TEST_F(CommandsTest, CreateTokenPrintsItOnce) {
+  fake_.Answer("POST /v1/tokens", 201,
+               R"({"id": "0a1b2c3d4e5f", "role": "member", "team": "nlp", "name": "ci-bot",
+                   "token": "secret-secret-secret"})");
+  EXPECT_EQ(RunCreate(fake_.client,
+                      {.kind = "token", .team = "nlp", .role = "member", .token_name = "ci-bot"},
+                      out_, err_),
+            0);
+  EXPECT_EQ(out_.str(),
+            "token/0a1b2c3d4e5f created\n"
+            "token (shown once, keep it): secret-secret-secret\n");
+  EXPECT_EQ(OnlyRequest().body, R"({"name":"ci-bot","role":"member","team":"nlp"})");
+}
+
+TEST_F(CommandsTest, CreateRejectsBadArgumentsWithoutCalling) {
+  EXPECT_EQ(RunCreate(fake_.client, {.kind = "job", .name = "x"}, out_, err_), 1);
+  EXPECT_EQ(RunCreate(fake_.client, {.kind = "team"}, out_, err_), 1);
+  EXPECT_EQ(RunCreate(fake_.client, {.kind = "token", .token_name = "x"}, out_, err_), 1);
+  EXPECT_EQ(err_.str(),
+            "error: create takes team, queue or token, not \"job\"\n"
+            "error: usage: create team NAME\n"
+            "error: usage: create token --role admin|member [--team TEAM] --name NAME\n");
+  EXPECT_TRUE(fake_.state->requests.empty());
+}
+
+TEST_F(CommandsTest, CreateForbiddenIsShownVerbatim) {
+  fake_.Answer("POST /v1/teams", 403,
+               R"({"error": {"code": "PERMISSION_DENIED",
+                             "message": "creating a team needs an admin token"}})");
+  EXPECT_EQ(RunCreate(fake_.client, {.kind = "team", .name = "nlp"}, out_, err_), 1);
+  EXPECT_EQ(err_.str(),
+            "Error from server (PermissionDenied): creating a team needs an admin token\n");
+}
+
+TEST_F(CommandsTest, RevokeTokenAndGetTokens) {
+  fake_.Answer("POST /v1/tokens/0a1b2c3d4e5f/revoke", 200,
+               R"({"id": "0a1b2c3d4e5f", "revoked": true})");
+  EXPECT_EQ(RunRevoke(fake_.client, {.kind = "token", .id = "0a1b2c3d4e5f"}, out_, err_), 0);
+  EXPECT_EQ(out_.str(), "token/0a1b2c3d4e5f revoked\n");
+  EXPECT_EQ(RunRevoke(fake_.client, {.kind = "team", .id = "nlp"}, out_, err_), 1);
+  EXPECT_EQ(err_.str(), "error: revoke takes token, not \"team\"\n");
+
+  fake_.Answer(
+      "GET /v1/tokens", 200,
+      R"({"items": [{"id": "0a1b2c3d4e5f", "role": "admin", "team": "", "name": "admin"}]})");
+  out_.str("");
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "token", .name = "0a1b2c3d4e5f"}, clock_, out_, err_), 0);
+  EXPECT_EQ(out_.str(),
+            "ID             ROLE    TEAM     NAME\n0a1b2c3d4e5f   admin   <none>   admin\n");
 }
 
 TEST_F(CommandsTest, CancelPostsWithoutBody) {

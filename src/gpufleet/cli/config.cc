@@ -81,9 +81,11 @@ Result<CliConfig> ParseConfigFile(const std::string& text, const std::string& pa
       config.address = value;
     } else if (key == "token") {
       config.token = value;
+    } else if (key == "ca_cert") {
+      config.ca_cert = value;
     } else {
-      return InvalidArgumentError(
-          fmt::format("{}:{}: unknown key \"{}\" (expected address or token)", path, number, key));
+      return InvalidArgumentError(fmt::format(
+          "{}:{}: unknown key \"{}\" (expected address, token or ca_cert)", path, number, key));
     }
   }
   return config;
@@ -101,6 +103,10 @@ Result<CliConfig> ResolveConfig(const ConfigSources& sources) {
   if (token != nullptr) {
     config.token = *token;
   }
+  const std::string* ca_cert = FirstSet(sources.flag_ca_cert, sources.env_ca_cert, file.ca_cert);
+  if (ca_cert != nullptr) {
+    config.ca_cert = *ca_cert;
+  }
   return config;
 }
 
@@ -112,18 +118,22 @@ ConfigEnvironment ReadConfigEnvironment() {
   return ConfigEnvironment{
       .address = GetEnv("GPUFLEET_ADDR"),
       .token = GetEnv("GPUFLEET_TOKEN"),
+      .ca_cert = GetEnv("GPUFLEET_CA_CERT"),
       .home = GetEnv("HOME"),
   };
 }
 
 Result<CliConfig> LoadConfig(const std::optional<std::string>& flag_address,
                              const std::optional<std::string>& flag_token,
-                             const ConfigEnvironment& environment) {
+                             const ConfigEnvironment& environment,
+                             const std::optional<std::string>& flag_ca_cert) {
   ConfigSources sources{
       .flag_address = flag_address,
       .flag_token = flag_token,
       .env_address = environment.address,
       .env_token = environment.token,
+      .flag_ca_cert = flag_ca_cert,
+      .env_ca_cert = environment.ca_cert,
   };
   if (environment.home.has_value() && !environment.home->empty()) {
     sources.file_path = ConfigFilePath(*environment.home);

@@ -113,11 +113,29 @@ TEST_F(LoadConfigTest, ReadsTheFileUnderHome) {
   EXPECT_EQ(config->token, "flag");
 }
 
+TEST_F(LoadConfigTest, CaCertFromFlagEnvironmentOrFile) {
+  WriteConfig("address = https://cluster:443\nca_cert = /etc/gpufleet/ca.pem\n");
+  Result<CliConfig> config =
+      LoadConfig(std::nullopt, std::nullopt, ConfigEnvironment{.home = home_.string()});
+  ASSERT_OK(config);
+  EXPECT_EQ(config->ca_cert, "/etc/gpufleet/ca.pem");
+  config = LoadConfig(std::nullopt, std::nullopt,
+                      ConfigEnvironment{.ca_cert = "/env/ca.pem", .home = home_.string()});
+  ASSERT_OK(config);
+  EXPECT_EQ(config->ca_cert, "/env/ca.pem");
+  config = LoadConfig(std::nullopt, std::nullopt,
+                      ConfigEnvironment{.ca_cert = "/env/ca.pem", .home = home_.string()},
+                      "/flag/ca.pem");
+  ASSERT_OK(config);
+  EXPECT_EQ(config->ca_cert, "/flag/ca.pem");
+}
+
 TEST_F(LoadConfigTest, MissingFileIsTheDefault) {
   Result<CliConfig> config =
       LoadConfig(std::nullopt, std::nullopt, ConfigEnvironment{.home = home_.string()});
   ASSERT_OK(config);
   EXPECT_EQ(config->address, kDefaultAddress);
+  EXPECT_EQ(config->ca_cert, "");
 }
 
 TEST_F(LoadConfigTest, MalformedFileNamesItsPath) {

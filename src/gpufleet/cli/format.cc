@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <chrono>
 #include <cstdint>
 #include <set>
 
@@ -196,23 +197,30 @@ std::string FormatMemoryMib(int64_t mib) {
   return fmt::format("{}Mi", mib);
 }
 
-std::vector<std::string> JobHeader(OutputFormat format) {
-  if (format == OutputFormat::kWide) {
-    return {"NAME", "TEAM", "QUEUE", "STATE", "GPUS", "VERSION", "NODES", "REASON"};
-  }
-  return {"NAME", "TEAM", "QUEUE", "STATE", "GPUS", "VERSION", "REASON"};
+// The time since `created_at`, or "<unknown>" for a job without one (stored before jobs had it).
+std::string JobAge(const json& job, int64_t now_unix_seconds) {
+  const Result<int64_t> created = ParseRfc3339(Text(job, "created_at"));
+  return created.ok() ? FormatAge(now_unix_seconds - *created) : "<unknown>";
 }
 
-std::vector<std::string> JobRow(const json& job, OutputFormat format) {
+std::vector<std::string> JobHeader(OutputFormat format) {
+  if (format == OutputFormat::kWide) {
+    return {"NAME", "TEAM", "QUEUE", "STATE", "GPUS", "AGE", "NODES", "VERSION", "REASON"};
+  }
+  return {"NAME", "TEAM", "QUEUE", "STATE", "GPUS", "AGE", "REASON"};
+}
+
+std::vector<std::string> JobRow(const json& job, OutputFormat format, int64_t now_unix_seconds) {
   const std::string reason = TextOr(job, "reason", kNone);
   std::vector<std::string> row = {TextOr(job, "name", kNone),
                                   TextOr(job, "team", kNone),
                                   TextOr(job, "queue", kNone),
                                   TextOr(job, "state", kNone),
                                   JobGpus(job),
-                                  TextOr(job, "version", kNone)};
+                                  JobAge(job, now_unix_seconds)};
   if (format == OutputFormat::kWide) {
     row.push_back(JobNodes(job));
+    row.push_back(TextOr(job, "version", kNone));
     row.push_back(reason);
   } else {
     row.push_back(Truncate(reason, kReasonWidth));
@@ -254,11 +262,11 @@ std::vector<std::string> NodeRow(const json& node, OutputFormat format) {
 }
 
 std::vector<std::string> QueueHeader() {
-  return {"NAME", "PENDING", "RUNNING", "GPUS"};
+  return {"NAME", "TEAM", "PENDING", "RUNNING", "GPUS"};
 }
 
 std::vector<std::string> QueueRow(const json& queue) {
-  return {TextOr(queue, "name", kNone), TextOr(queue, "pending", "0"),
+  return {TextOr(queue, "name", kNone), TextOr(queue, "team", kNone), TextOr(queue, "pending", "0"),
           TextOr(queue, "running", "0"), TextOr(queue, "gpus_allocated", "0")};
 }
 
@@ -270,18 +278,28 @@ std::vector<std::string> Header(ResourceKind kind, OutputFormat format) {
       return NodeHeader(format);
     case ResourceKind::kQueue:
       return QueueHeader();
+    case ResourceKind::kTeam:
+      return {"NAME"};
+    case ResourceKind::kToken:
+      return {"ID", "ROLE", "TEAM", "NAME"};
   }
   return {};
 }
 
-std::vector<std::string> Row(ResourceKind kind, const json& object, OutputFormat format) {
+std::vector<std::string> Row(ResourceKind kind, const json& object, OutputFormat format,
+                             int64_t now_unix_seconds) {
   switch (kind) {
     case ResourceKind::kJob:
-      return JobRow(object, format);
+      return JobRow(object, format, now_unix_seconds);
     case ResourceKind::kNode:
       return NodeRow(object, format);
     case ResourceKind::kQueue:
       return QueueRow(object);
+    case ResourceKind::kTeam:
+      return {TextOr(object, "name", kNone)};
+    case ResourceKind::kToken:
+      return {TextOr(object, "id", kNone), TextOr(object, "role", kNone),
+              TextOr(object, "team", kNone), TextOr(object, "name", kNone)};
   }
   return {};
 }
@@ -437,11 +455,18 @@ Result<ResourceKind> ParseResourceKind(std::string_view text) {
   if (text == "queue" || text == "queues") {
     return ResourceKind::kQueue;
   }
-  return InvalidArgumentError(
-      fmt::format("unknown resource type \"{}\" (expected jobs, nodes or queues)", text));
+  if (text == "team" || text == "teams") {
+    return ResourceKind::kTeam;
+  }
+  if (text == "token" || text == "tokens") {
+    return ResourceKind::kToken;
+  }
+  return InvalidArgumentError(fmt::format(
+      "unknown resource type \"{}\" (expected jobs, nodes, queues, teams or tokens)", text));
 }
 
-std::string RenderList(ResourceKind kind, const json& answer, OutputFormat format) {
+std::string RenderList(ResourceKind kind, const json& answer, OutputFormat format,
+                       int64_t now_unix_seconds) {
   switch (format) {
     case OutputFormat::kJson:
       return answer.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
@@ -457,12 +482,13 @@ std::string RenderList(ResourceKind kind, const json& answer, OutputFormat forma
   }
   std::vector<std::vector<std::string>> rows = {Header(kind, format)};
   for (const json& item : items) {
-    rows.push_back(Row(kind, item, format));
+    rows.push_back(Row(kind, item, format, now_unix_seconds));
   }
   return RenderTable(rows);
 }
 
-std::string RenderObject(ResourceKind kind, const json& object, OutputFormat format) {
+std::string RenderObject(ResourceKind kind, const json& object, OutputFormat format,
+                         int64_t now_unix_seconds) {
   switch (format) {
     case OutputFormat::kJson:
       return object.dump(2, ' ', false, json::error_handler_t::replace) + "\n";
@@ -472,7 +498,20 @@ std::string RenderObject(ResourceKind kind, const json& object, OutputFormat for
     case OutputFormat::kWide:
       break;
   }
-  return RenderTable({Header(kind, format), Row(kind, object, format)});
+  return RenderTable({Header(kind, format), Row(kind, object, format, now_unix_seconds)});
+}
+
+// "Events:" and a table of an object's events, or "Events:      <none>".
+std::string EventsSection(const json& events) {
+  const json& items = Items(events);
+  if (items.empty()) {
+    return Field("Events", kNone);
+  }
+  std::vector<std::vector<std::string>> rows = {{"REVISION", "MESSAGE"}};
+  for (const json& event : items) {
+    rows.push_back({TextOr(event, "revision", kNone), Text(event, "message")});
+  }
+  return "Events:\n" + Indent(RenderTable(rows), "  ");
 }
 
 std::string DescribeJob(const json& job, const json& events) {
@@ -480,6 +519,8 @@ std::string DescribeJob(const json& job, const json& events) {
   text += Field("Name", TextOr(job, "name", kNone));
   text += Field("Team", TextOr(job, "team", kNone));
   text += Field("Queue", TextOr(job, "queue", kNone));
+  text += FieldLines("Labels", Pairs(Member(job, "labels")));
+  text += Field("Created", TextOr(job, "created_at", kNone));
   text += Field("State", TextOr(job, "state", kNone));
   text += Field("GPUs", JobGpus(job));
   text += Field("Version", TextOr(job, "version", kNone));
@@ -496,21 +537,10 @@ std::string DescribeJob(const json& job, const json& events) {
     }
     text += Indent(RenderTable(rows), "  ");
   }
-  const json& items = Items(events);
-  if (items.empty()) {
-    text += Field("Events", kNone);
-  } else {
-    text += "Events:\n";
-    std::vector<std::vector<std::string>> rows = {{"REVISION", "MESSAGE"}};
-    for (const json& event : items) {
-      rows.push_back({TextOr(event, "revision", kNone), Text(event, "message")});
-    }
-    text += Indent(RenderTable(rows), "  ");
-  }
-  return text;
+  return text + EventsSection(events);
 }
 
-std::string DescribeNode(const json& node) {
+std::string DescribeNode(const json& node, const json& events) {
   std::string text;
   text += Field("Name", TextOr(node, "name", kNone));
   text += Field("State", TextOr(node, "state", kNone));
@@ -522,18 +552,38 @@ std::string DescribeNode(const json& node) {
   const json& gpus = Member(node, "gpus");
   if (!gpus.is_array() || gpus.empty()) {
     text += Field("GPUs", kNone);
-    return text;
+    return text + EventsSection(events);
   }
   const GpuCounts counts = CountGpus(node);
   text += fmt::format("GPUs:        {} ({} free, {} not healthy)\n", counts.total, counts.free,
                       counts.unhealthy);
+  // Why a GPU is not healthy, as its agent's health rules said (only when some GPU has reasons).
+  bool any_reasons = false;
+  const auto reasons_of = [](const json& gpu) {
+    std::vector<std::string> reasons;
+    const json& list = Member(gpu, "reasons");
+    for (const json& reason : list.is_array() ? list : json::array()) {
+      reasons.push_back(reason.is_string() ? reason.get<std::string>() : reason.dump());
+    }
+    return reasons;
+  };
+  for (const json& gpu : gpus) {
+    any_reasons = any_reasons || !reasons_of(gpu).empty();
+  }
   std::vector<std::vector<std::string>> rows = {{"INDEX", "MODEL", "HEALTH", "ALLOCATED"}};
+  if (any_reasons) {
+    rows[0].push_back("REASONS");
+  }
   for (const json& gpu : gpus) {
     rows.push_back({TextOr(gpu, "index", kNone), TextOr(gpu, "model", kNone),
                     TextOr(gpu, "health", kNone), FormatMilli(Int(gpu, "allocated_milli", 0))});
+    if (any_reasons) {
+      const std::vector<std::string> reasons = reasons_of(gpu);
+      rows.back().push_back(reasons.empty() ? "-" : Join(reasons, "; "));
+    }
   }
   text += Indent(RenderTable(rows), "  ");
-  return text;
+  return text + EventsSection(events);
 }
 
 std::string RenderTable(const std::vector<std::vector<std::string>>& rows) {
@@ -587,6 +637,89 @@ std::string FormatMilli(int64_t milli) {
     text += "." + digits;
   }
   return text;
+}
+
+std::string FormatAge(int64_t seconds) {
+  if (seconds < 0) {
+    return "0s";
+  }
+  const int64_t minutes = seconds / 60;
+  const int64_t hours = minutes / 60;
+  const int64_t days = hours / 24;
+  const int64_t years = days / 365;
+  // With a remainder only while it still says something: "2m30s" but "17m".
+  const auto two = [](int64_t big, const char* big_unit, int64_t small, const char* small_unit) {
+    return small == 0 ? fmt::format("{}{}", big, big_unit)
+                      : fmt::format("{}{}{}{}", big, big_unit, small, small_unit);
+  };
+  if (seconds < 120) {
+    return fmt::format("{}s", seconds);
+  }
+  if (minutes < 10) {
+    return two(minutes, "m", seconds % 60, "s");
+  }
+  if (minutes < 180) {
+    return fmt::format("{}m", minutes);
+  }
+  if (hours < 8) {
+    return two(hours, "h", minutes % 60, "m");
+  }
+  if (hours < 48) {
+    return fmt::format("{}h", hours);
+  }
+  if (hours < 192) {
+    return two(days, "d", hours % 24, "h");
+  }
+  if (days < 2 * 365) {
+    return fmt::format("{}d", days);
+  }
+  if (years < 8) {
+    return two(years, "y", days % 365, "d");
+  }
+  return fmt::format("{}y", years);
+}
+
+Result<int64_t> ParseRfc3339(std::string_view text) {
+  const auto bad = [text] {
+    return InvalidArgumentError(
+        fmt::format("\"{}\" is not an RFC 3339 UTC time like 2026-11-29T20:39:00Z", text));
+  };
+  // YYYY-MM-DDTHH:MM:SS, then an optional fraction, then Z.
+  constexpr std::string_view kShape = "dddd-dd-ddTdd:dd:dd";
+  if (text.size() < kShape.size() + 1 || text.back() != 'Z') {
+    return bad();
+  }
+  for (size_t i = 0; i < kShape.size(); ++i) {
+    const bool digit = std::isdigit(static_cast<unsigned char>(text[i])) != 0;
+    if (kShape[i] == 'd' ? !digit : text[i] != kShape[i]) {
+      return bad();
+    }
+  }
+  const std::string_view fraction = text.substr(kShape.size(), text.size() - kShape.size() - 1);
+  if (!fraction.empty() && (fraction.size() < 2 || fraction[0] != '.' ||
+                            !std::all_of(fraction.begin() + 1, fraction.end(), [](char c) {
+                              return std::isdigit(static_cast<unsigned char>(c)) != 0;
+                            }))) {
+    return bad();
+  }
+  const auto number = [text](size_t at, size_t digits) {
+    int value = 0;
+    for (size_t i = at; i < at + digits; ++i) {
+      value = value * 10 + (text[i] - '0');
+    }
+    return value;
+  };
+  const std::chrono::year_month_day date{std::chrono::year(number(0, 4)),
+                                         std::chrono::month(static_cast<unsigned>(number(5, 2))),
+                                         std::chrono::day(static_cast<unsigned>(number(8, 2)))};
+  const int hour = number(11, 2);
+  const int minute = number(14, 2);
+  const int second = number(17, 2);
+  if (!date.ok() || hour > 23 || minute > 59 || second > 60) {
+    return bad();
+  }
+  const int64_t days = std::chrono::sys_days(date).time_since_epoch().count();
+  return days * 86400 + hour * 3600 + minute * 60 + second;
 }
 
 }  // namespace gpufleet::cli

@@ -20,27 +20,31 @@ enum class OutputFormat { kTable, kWide, kJson, kYaml };
 // kInvalidArgument naming the value and the choices for anything else; "" is kTable.
 Result<OutputFormat> ParseOutputFormat(std::string_view text);
 
-enum class ResourceKind { kJob, kNode, kQueue };
+enum class ResourceKind { kJob, kNode, kQueue, kTeam, kToken };
 
-// "job", "jobs", "node", "nodes", "queue", "queues" (kInvalidArgument otherwise).
+// "job", "jobs", "node", "nodes", "queue", "queues", "team", "teams", "token", "tokens"
+// (kInvalidArgument otherwise).
 Result<ResourceKind> ParseResourceKind(std::string_view text);
 
 // Longest REASON shown by `-o table` (`-o wide` shows it whole).
 inline constexpr size_t kReasonWidth = 60;
 
 // A list answer (`{"items": [...]}`): a table with a header (table and wide; "" when there are
-// no items), or the whole answer as JSON or YAML.
-std::string RenderList(ResourceKind kind, const nlohmann::json& answer, OutputFormat format);
+// no items), or the whole answer as JSON or YAML. `now_unix_seconds` is the time the AGE column
+// counts to (jobs' `created_at`).
+std::string RenderList(ResourceKind kind, const nlohmann::json& answer, OutputFormat format,
+                       int64_t now_unix_seconds);
 
 // One object (`GET /v1/jobs/NAME`): a one-row table, or the object as JSON or YAML.
-std::string RenderObject(ResourceKind kind, const nlohmann::json& object, OutputFormat format);
+std::string RenderObject(ResourceKind kind, const nlohmann::json& object, OutputFormat format,
+                         int64_t now_unix_seconds);
 
-// `describe job`: the job's fields, its pending reason, placements and events (the answer of
-// `/v1/jobs/NAME/events`).
+// `describe job`: the job's fields and labels, its pending reason, placements and events (the
+// answer of `/v1/jobs/NAME/events`).
 std::string DescribeJob(const nlohmann::json& job, const nlohmann::json& events);
 
 // `describe node`: the node's fields, labels, topology and its GPUs with their health.
-std::string DescribeNode(const nlohmann::json& node);
+std::string DescribeNode(const nlohmann::json& node, const nlohmann::json& events);
 
 // Left-aligned columns three spaces apart; the first row is the header. Every line ends in "\n".
 std::string RenderTable(const std::vector<std::vector<std::string>>& rows);
@@ -51,5 +55,13 @@ std::string ToYaml(const nlohmann::json& value);
 
 // Milli-units as a decimal: 1000 -> "1", 250 -> "0.25", 1500 -> "1.5".
 std::string FormatMilli(int64_t milli);
+
+// An age as kubectl shows it, two units at most where it matters: "45s", "2m30s", "17m", "3h12m",
+// "20h", "2d5h", "40d", "1y20d"; a negative age (clock skew) is "0s".
+std::string FormatAge(int64_t seconds);
+
+// "2026-11-29T20:39:00Z" (RFC 3339, UTC, what the server writes; fractions of a second are
+// ignored) as Unix seconds. kInvalidArgument for anything else.
+Result<int64_t> ParseRfc3339(std::string_view text);
 
 }  // namespace gpufleet::cli

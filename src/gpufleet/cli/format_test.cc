@@ -11,6 +11,10 @@ namespace {
 
 using ::gpufleet::testing::StatusIs;
 using nlohmann::json;
+using ::testing::HasSubstr;
+
+// 2026-11-29T21:00:00Z, the time the AGE column counts to.
+constexpr int64_t kNow = 1795986000;
 
 json Parse(const char* text) {
   json value = json::parse(text, nullptr, false);
@@ -21,6 +25,7 @@ json Parse(const char* text) {
 json Jobs() {
   return Parse(R"({"items": [
     {"name": "bert-pretrain", "team": "nlp", "queue": "default", "state": "Pending",
+     "created_at": "2026-11-29T20:57:30Z", "labels": {"team": "nlp", "gpufleet.io/project": "bert"},
      "reason": "group \"workers\" (16 x 8 whole GPU(s)): no leaf can hold all tasks; the best, leaf-3, can hold 6",
      "spec": {"apiVersion": "gpufleet.io/v1", "kind": "Job", "metadata": {"name": "bert-pretrain"},
               "spec": {"tasks": [{"name": "workers", "replicas": 16,
@@ -61,30 +66,30 @@ TEST(ParseOutputFormat, KnowsTheFourFormats) {
 }
 
 TEST(RenderList, JobsTable) {
-  EXPECT_EQ(RenderList(ResourceKind::kJob, Jobs(), OutputFormat::kTable),
-            "NAME            TEAM   QUEUE         STATE     GPUS             VERSION   REASON\n"
-            "bert-pretrain   nlp    default       Pending   128              3         "
+  EXPECT_EQ(RenderList(ResourceKind::kJob, Jobs(), OutputFormat::kTable, kNow),
+            "NAME            TEAM   QUEUE         STATE     GPUS             AGE         REASON\n"
+            "bert-pretrain   nlp    default       Pending   128              2m30s       "
             "group \"workers\" (16 x 8 whole GPU(s)): no leaf can hold a...\n"
-            "nb              cv     research/cv   Running   0.25+2x3g.40gb   12        <none>\n");
+            "nb              cv     research/cv   Running   0.25+2x3g.40gb   <unknown>   <none>\n");
 }
 
 TEST(RenderList, JobsWide) {
-  EXPECT_EQ(RenderList(ResourceKind::kJob, Jobs(), OutputFormat::kWide),
-            "NAME            TEAM   QUEUE         STATE     GPUS             VERSION   NODES"
-            "                 REASON\n"
-            "bert-pretrain   nlp    default       Pending   128              3         <none>"
-            "                group \"workers\" (16 x 8 whole GPU(s)): no leaf can hold all "
-            "tasks; the best, leaf-3, can hold 6\n"
-            "nb              cv     research/cv   Running   0.25+2x3g.40gb   12        "
-            "node-0001,node-0002   <none>\n");
+  EXPECT_EQ(RenderList(ResourceKind::kJob, Jobs(), OutputFormat::kWide, kNow),
+            "NAME            TEAM   QUEUE         STATE     GPUS             AGE         NODES"
+            "                 VERSION   REASON\n"
+            "bert-pretrain   nlp    default       Pending   128              2m30s       <none>"
+            "                3         group \"workers\" (16 x 8 whole GPU(s)): no leaf can "
+            "hold all tasks; the best, leaf-3, can hold 6\n"
+            "nb              cv     research/cv   Running   0.25+2x3g.40gb   <unknown>   "
+            "node-0001,node-0002   12        <none>\n");
 }
 
 TEST(RenderList, NodesTableAndWide) {
-  EXPECT_EQ(RenderList(ResourceKind::kNode, Nodes(), OutputFormat::kTable),
+  EXPECT_EQ(RenderList(ResourceKind::kNode, Nodes(), OutputFormat::kTable, kNow),
             "NAME        STATE      GPUS   FREE   MODEL       LEAF\n"
             "node-0001   Ready      3      1      H100-80GB   leaf-0\n"
             "node-0002   Cordoned   0      0      <none>      <none>\n");
-  EXPECT_EQ(RenderList(ResourceKind::kNode, Nodes(), OutputFormat::kWide),
+  EXPECT_EQ(RenderList(ResourceKind::kNode, Nodes(), OutputFormat::kWide, kNow),
             "NAME        STATE      GPUS   FREE   ALLOCATED   UNHEALTHY   MODEL       CPU   "
             "MEMORY   LEAF     TOPOLOGY                    VERSION\n"
             "node-0001   Ready      3      1      1           1           H100-80GB   192   "
@@ -95,24 +100,40 @@ TEST(RenderList, NodesTableAndWide) {
 
 TEST(RenderList, QueuesTable) {
   const json queues = Parse(R"({"items": [
-      {"name": "default", "pending": 3, "running": 5, "gpus_allocated": 40},
-      {"name": "research/nlp", "pending": 0, "running": 12, "gpus_allocated": 1024}]})");
-  EXPECT_EQ(RenderList(ResourceKind::kQueue, queues, OutputFormat::kTable),
-            "NAME           PENDING   RUNNING   GPUS\n"
-            "default        3         5         40\n"
-            "research/nlp   0         12        1024\n");
+      {"name": "default", "team": "", "pending": 3, "running": 5, "gpus_allocated": 40},
+      {"name": "research/nlp", "team": "nlp", "pending": 0, "running": 12,
+       "gpus_allocated": 1024}]})");
+  EXPECT_EQ(RenderList(ResourceKind::kQueue, queues, OutputFormat::kTable, kNow),
+            "NAME           TEAM     PENDING   RUNNING   GPUS\n"
+            "default        <none>   3         5         40\n"
+            "research/nlp   nlp      0         12        1024\n");
+}
+
+TEST(RenderList, TeamsAndTokensTables) {
+  EXPECT_EQ(
+      RenderList(ResourceKind::kTeam, Parse(R"({"items": [{"name": "cv"}, {"name": "nlp"}]})"),
+                 OutputFormat::kTable, kNow),
+      "NAME\ncv\nnlp\n");
+  const json tokens = Parse(R"({"items": [
+      {"id": "0a1b2c3d4e5f", "role": "admin", "team": "", "name": "admin"},
+      {"id": "9f8e7d6c5b4a", "role": "member", "team": "nlp", "name": "ci-bot"}]})");
+  EXPECT_EQ(RenderList(ResourceKind::kToken, tokens, OutputFormat::kTable, kNow),
+            "ID             ROLE     TEAM     NAME\n"
+            "0a1b2c3d4e5f   admin    <none>   admin\n"
+            "9f8e7d6c5b4a   member   nlp      ci-bot\n");
 }
 
 TEST(RenderList, EmptyTableIsEmptyAndJsonKeepsTheAnswer) {
   const json empty = Parse(R"({"items": []})");
-  EXPECT_EQ(RenderList(ResourceKind::kJob, empty, OutputFormat::kTable), "");
-  EXPECT_EQ(RenderList(ResourceKind::kJob, empty, OutputFormat::kJson), "{\n  \"items\": []\n}\n");
-  EXPECT_EQ(RenderList(ResourceKind::kJob, empty, OutputFormat::kYaml), "items: []\n");
+  EXPECT_EQ(RenderList(ResourceKind::kJob, empty, OutputFormat::kTable, kNow), "");
+  EXPECT_EQ(RenderList(ResourceKind::kJob, empty, OutputFormat::kJson, kNow),
+            "{\n  \"items\": []\n}\n");
+  EXPECT_EQ(RenderList(ResourceKind::kJob, empty, OutputFormat::kYaml, kNow), "items: []\n");
 }
 
 TEST(RenderList, QueuesJson) {
   const json queues = Parse(R"({"items": [{"name": "default", "pending": 3}]})");
-  EXPECT_EQ(RenderList(ResourceKind::kQueue, queues, OutputFormat::kJson),
+  EXPECT_EQ(RenderList(ResourceKind::kQueue, queues, OutputFormat::kJson, kNow),
             "{\n"
             "  \"items\": [\n"
             "    {\n"
@@ -187,6 +208,8 @@ TEST(DescribeJob, FieldsReasonPlacementsAndEvents) {
             "Name:        nb\n"
             "Team:        cv\n"
             "Queue:       research/cv\n"
+            "Labels:      <none>\n"
+            "Created:     <none>\n"
             "State:       Running\n"
             "GPUs:        0.25+2x3g.40gb\n"
             "Version:     12\n"
@@ -208,6 +231,9 @@ TEST(DescribeJob, PendingJobShowsItsReason) {
             "Name:        bert-pretrain\n"
             "Team:        nlp\n"
             "Queue:       default\n"
+            "Labels:      gpufleet.io/project=bert\n"
+            "             team=nlp\n"
+            "Created:     2026-11-29T20:57:30Z\n"
             "State:       Pending\n"
             "GPUs:        128\n"
             "Version:     3\n"
@@ -218,7 +244,7 @@ TEST(DescribeJob, PendingJobShowsItsReason) {
 }
 
 TEST(DescribeNode, FieldsAndGpuHealth) {
-  EXPECT_EQ(DescribeNode(Nodes()["items"][0]),
+  EXPECT_EQ(DescribeNode(Nodes()["items"][0], json::object()),
             "Name:        node-0001\n"
             "State:       Ready\n"
             "Labels:      gpufleet.io/driver-version=550.54\n"
@@ -231,15 +257,58 @@ TEST(DescribeNode, FieldsAndGpuHealth) {
             "  INDEX   MODEL       HEALTH        ALLOCATED\n"
             "  0       H100-80GB   Healthy       1\n"
             "  1       H100-80GB   Healthy       0\n"
-            "  2       H100-80GB   Quarantined   0\n");
+            "  2       H100-80GB   Quarantined   0\n"
+            "Events:      <none>\n");
+}
+
+TEST(DescribeNode, GpuHealthReasonsAndEvents) {
+  const json node = Parse(R"({"name": "n", "state": "Ready", "gpus": [
+      {"index": 0, "model": "H100-80GB", "health": "Healthy"},
+      {"index": 1, "model": "H100-80GB", "health": "Unhealthy",
+       "reasons": ["XID 79: GPU has fallen off the bus; drain now", "GPU lost"]}]})");
+  const json events = Parse(R"({"items": [{"revision": 4, "message": "gpu 1: Unhealthy"}]})");
+  const std::string text = DescribeNode(node, events);
+  EXPECT_THAT(text, HasSubstr("  INDEX   MODEL       HEALTH      ALLOCATED   REASONS\n"
+                              "  0       H100-80GB   Healthy     0           -\n"
+                              "  1       H100-80GB   Unhealthy   0           XID 79: GPU has "
+                              "fallen off the bus; drain now; GPU lost\n"));
+  EXPECT_THAT(text, HasSubstr("Events:\n  REVISION   MESSAGE\n  4          gpu 1: Unhealthy\n"));
 }
 
 TEST(Format, ToleratesMissingAndMistypedFields) {
   const json odd = Parse(R"({"items": [{"name": 7, "gpus": "many", "topology": []}, 5]})");
-  EXPECT_NO_FATAL_FAILURE(RenderList(ResourceKind::kNode, odd, OutputFormat::kWide));
-  EXPECT_NO_FATAL_FAILURE(RenderList(ResourceKind::kJob, odd, OutputFormat::kWide));
+  EXPECT_NO_FATAL_FAILURE(RenderList(ResourceKind::kNode, odd, OutputFormat::kWide, kNow));
+  EXPECT_NO_FATAL_FAILURE(RenderList(ResourceKind::kJob, odd, OutputFormat::kWide, kNow));
+  EXPECT_NO_FATAL_FAILURE(RenderList(ResourceKind::kToken, odd, OutputFormat::kTable, kNow));
   EXPECT_NO_FATAL_FAILURE(DescribeJob(json(), json()));
-  EXPECT_EQ(DescribeNode(json::object()).substr(0, 19), "Name:        <none>");
+  EXPECT_EQ(DescribeNode(json::object(), json()).substr(0, 19), "Name:        <none>");
+}
+
+TEST(FormatAge, LikeKubectl) {
+  EXPECT_EQ(FormatAge(-5), "0s");
+  EXPECT_EQ(FormatAge(0), "0s");
+  EXPECT_EQ(FormatAge(119), "119s");
+  EXPECT_EQ(FormatAge(150), "2m30s");
+  EXPECT_EQ(FormatAge(300), "5m");
+  EXPECT_EQ(FormatAge(17 * 60 + 59), "17m");
+  EXPECT_EQ(FormatAge(3 * 3600 + 12 * 60 + 5), "3h12m");
+  EXPECT_EQ(FormatAge(20 * 3600), "20h");
+  EXPECT_EQ(FormatAge(53 * 3600), "2d5h");
+  EXPECT_EQ(FormatAge(40 * 86400), "40d");
+  EXPECT_EQ(FormatAge(385 * 86400 * 2), "2y40d");
+  EXPECT_EQ(FormatAge(int64_t{9} * 365 * 86400), "9y");
+}
+
+TEST(ParseRfc3339, ServerTimesAndBadInput) {
+  EXPECT_EQ(*ParseRfc3339("1970-01-01T00:00:00Z"), 0);
+  EXPECT_EQ(*ParseRfc3339("2026-11-29T21:00:00Z"), kNow);
+  EXPECT_EQ(*ParseRfc3339("2026-11-29T21:00:00.123Z"), kNow);
+  EXPECT_EQ(*ParseRfc3339("2024-02-29T00:00:01Z"), 1709164801);
+  for (const char* bad :
+       {"", "2026-11-29", "2026-11-29T21:00:00", "2026-02-30T00:00:00Z", "2026-11-29T24:00:00Z",
+        "2026-11-29 21:00:00Z", "2026-11-29T21:00:00.Z", "x026-11-29T21:00:00Z"}) {
+    EXPECT_THAT(ParseRfc3339(bad), StatusIs(StatusCode::kInvalidArgument)) << bad;
+  }
 }
 
 TEST(FormatMilli, Decimals) {

@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/cli/http_client.h"
 
+#include <cerrno>
+#include <cstring>
 #include <exception>
+#include <fstream>
 #include <utility>
 
 #include <fmt/core.h>
@@ -101,8 +104,15 @@ Status ValidateAddress(std::string_view address) {
 
 }  // namespace
 
-Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address) {
+Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address,
+                                                    const std::string& ca_cert_file) {
   GPUFLEET_RETURN_IF_ERROR(ValidateAddress(address));
+  const bool https = address.starts_with("https://");
+  if (https && !ca_cert_file.empty() && !std::ifstream(ca_cert_file).good()) {
+    return InvalidArgumentError(
+        fmt::format("CA certificate \"{}\": cannot read it: {}", ca_cert_file,
+                    std::strerror(errno)));  // NOLINT(concurrency-mt-unsafe)
+  }
   std::string base = address;
   if (base.ends_with('/')) {
     base.pop_back();
@@ -119,12 +129,15 @@ Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address) 
   client->set_connection_timeout(kTimeoutSeconds, 0);
   client->set_read_timeout(kTimeoutSeconds, 0);
   client->set_write_timeout(kTimeoutSeconds, 0);
+  if (https && !ca_cert_file.empty()) {
+    client->set_ca_cert_path(ca_cert_file);
+  }
   return std::unique_ptr<Transport>(std::make_unique<HttpTransport>(address, std::move(client)));
 }
 
-ApiClient::ApiClient(std::string address, std::string token)
+ApiClient::ApiClient(std::string address, std::string token, const std::string& ca_cert_file)
     : address_(std::move(address)), token_(std::move(token)) {
-  Result<std::unique_ptr<Transport>> transport = NewHttpTransport(address_);
+  Result<std::unique_ptr<Transport>> transport = NewHttpTransport(address_, ca_cert_file);
   if (transport.ok()) {
     transport_ = std::move(transport).value();
   } else {

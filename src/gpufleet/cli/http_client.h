@@ -32,15 +32,18 @@ class Transport {
 };
 
 // The cpp-httplib transport for "http://host:port" or "https://host:port" (10 s timeouts).
-// Returns kInvalidArgument for an address with another scheme.
-Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address);
+// HTTPS verifies the server's certificate and host name against `ca_cert_file` (PEM) when given,
+// else against the system's trusted certificates; `ca_cert_file` is ignored for http://.
+// Returns kInvalidArgument for an address with another scheme or an unreadable `ca_cert_file`.
+Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address,
+                                                    const std::string& ca_cert_file = "");
 
 // A JSON client of `gpufleet server`. Thread-compatible.
 class ApiClient {
  public:
-  // Talks to `address` over cpp-httplib; a malformed address makes every call fail with
-  // kInvalidArgument.
-  ApiClient(std::string address, std::string token);
+  // Talks to `address` over cpp-httplib (NewHttpTransport); a malformed address or unreadable
+  // CA file makes every call fail with kInvalidArgument.
+  ApiClient(std::string address, std::string token, const std::string& ca_cert_file = "");
   // For tests: any transport.
   ApiClient(std::unique_ptr<Transport> transport, std::string address, std::string token);
 

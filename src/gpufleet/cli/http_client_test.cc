@@ -68,6 +68,13 @@ TEST(ApiClient, RealTransportRejectsBadAddressesAndNamesUnreachableOnes) {
               StatusIs(StatusCode::kUnavailable, HasSubstr("http://127.0.0.1:1")));
 }
 
+TEST(ApiClient, UnreadableCaCertIsNamed) {
+  ApiClient client("https://127.0.0.1:1", "", "/nonexistent/ca.pem");
+  EXPECT_THAT(client.Get("/v1/nodes"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("CA certificate \"/nonexistent/ca.pem\": cannot read it")));
+}
+
 TEST(StatusCodeFromName, RoundTripsEveryCode) {
   for (int i = 0; i <= static_cast<int>(StatusCode::kUnauthenticated); ++i) {
     const auto code = static_cast<StatusCode>(i);

@@ -91,6 +91,9 @@ struct Job {
   // Label keys (e.g. driver and CUDA versions) whose values must be equal on every node of the
   // gang.
   std::vector<std::string> identical_stack_labels;
+  // The job's own labels (`metadata.labels`): shown to people and kept for selection; the
+  // scheduler does not read them.
+  std::map<std::string, std::string> labels;
   int priority = 0;
   QueueId queue;
   bool preemptible = true;

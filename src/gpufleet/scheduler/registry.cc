@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "gpufleet/scheduler/plugins/collective_cost.h"
 #include "gpufleet/scheduler/plugins/filters.h"
 #include "gpufleet/scheduler/plugins/policies.h"
 
@@ -49,6 +50,13 @@ PluginRegistry PluginRegistry::Default() {
   add("fault-domain-spread", Simple<FaultDomainSpread>());
   add("topology-levels", Simple<TopologyLevelsCheck>());
   add("topology-preference", Simple<TopologyPreferenceScore>());
+  add("collective-cost", [](const PluginArgs& args) -> Result<std::unique_ptr<Plugin>> {
+    if (args.fabric == nullptr) {
+      return InvalidArgumentError(
+          "plugin collective-cost: needs a fabric (the network whose collectives it estimates)");
+    }
+    return std::unique_ptr<Plugin>(std::make_unique<CollectiveCostScore>(args.fabric));
+  });
   add("random", Simple<RandomPolicy>());
   add("dot-prod", Simple<DotProdPolicy>());
   add("gpu-clustering", Simple<GpuClusteringPolicy>());

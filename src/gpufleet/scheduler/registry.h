@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpufleet/core/status.h"
+#include "gpufleet/fabric/fabric.h"
 #include "gpufleet/scheduler/fragmentation.h"
 #include "gpufleet/scheduler/framework.h"
 
@@ -18,6 +19,8 @@ namespace gpufleet::scheduler {
 struct PluginArgs {
   TargetWorkload target_workload;  // the fgd policy scores against it
   int min_thermal_headroom_c = 5;
+  // The network the collective-cost plugin estimates on; it needs one.
+  std::shared_ptr<const fabric::Fabric> fabric;
 };
 
 using PluginFactory = std::function<Result<std::unique_ptr<Plugin>>(const PluginArgs&)>;

@@ -394,7 +394,8 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
   for (const std::string& name : options.extra_plugins) {
     GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin,
                               registry.Create(name, options.plugin_args));
-    impl.Add(std::move(plugin), 1);
+    const auto weight = options.extra_plugin_weights.find(name);
+    impl.Add(std::move(plugin), weight == options.extra_plugin_weights.end() ? 1 : weight->second);
   }
   return scheduler;
 }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,8 @@ struct SchedulerOptions {
   TieBreak tie_break = TieBreak::kNodeOrder;
   // Extra plugins by registry name, added to every extension point they implement.
   std::vector<std::string> extra_plugins;
+  // Score weight of an extra plugin, by name; 1 when not given.
+  std::map<std::string, int64_t> extra_plugin_weights;
   PluginArgs plugin_args;
 };
 

@@ -4,12 +4,14 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <memory>
 #include <numeric>
 
 #include <fmt/format.h>
 
 #include "gpufleet/core/random.h"
+#include "gpufleet/fabric/collective.h"
 #include "gpufleet/scheduler/fragmentation.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/sim/event_queue.h"
@@ -37,6 +39,8 @@ struct JobState {
   int64_t end = -1;
   uint64_t epoch = 0;  // bumped on preemption; stale completions are ignored
   int preemptions = 0;
+  double stretch = 1.0;  // wall seconds per second of work on the current placement
+  int nodes = 0;         // of the current (or last) placement
   bool running = false;
   bool done = false;
   std::vector<TaskPlacement> placements;
@@ -88,6 +92,18 @@ class Replay {
   void WatchLevel(size_t job);
   bool NeverFits(const JobState& state) const;
   void Touch(const std::vector<TaskPlacement>& placements);
+  // How much longer than on the tightest placement the job runs on `placements`.
+  double Stretch(const JobState& state, const std::vector<TaskPlacement>& placements) const;
+  // Wall seconds the remaining work takes on the current placement.
+  int64_t WallSeconds(const JobState& state) const {
+    return static_cast<int64_t>(
+        std::ceil(static_cast<double>(state.remaining_seconds) * state.stretch));
+  }
+  // Work done in `wall` seconds on the current placement.
+  int64_t WorkDone(const JobState& state, int64_t wall) const {
+    return std::min(state.remaining_seconds,
+                    static_cast<int64_t>(std::floor(static_cast<double>(wall) / state.stretch)));
+  }
 
   const Trace& trace_;
   const ReplayOptions& options_;
@@ -113,6 +129,7 @@ class Replay {
   std::vector<ReplaySample> series_;
   double allocated_gpu_seconds_ = 0;
   int64_t last_change_ = 0;
+  std::vector<int> fabric_node_;  // per snapshot node; empty without a fabric
 };
 
 std::pair<double, int64_t> Replay::PriorityKey(size_t job) const {
@@ -166,6 +183,13 @@ bool Replay::TryStart(size_t job) {
   Touch({});
   state.placements = result.placements;
   Touch(state.placements);
+  state.stretch = Stretch(state, state.placements);
+  std::vector<int> nodes;
+  for (const TaskPlacement& placement : state.placements) {
+    nodes.push_back(placement.node);
+  }
+  std::sort(nodes.begin(), nodes.end());
+  state.nodes = static_cast<int>(std::unique(nodes.begin(), nodes.end()) - nodes.begin());
   state.running = true;
   state.started_at = events_.now();
   if (state.first_start < 0) {
@@ -174,7 +198,7 @@ bool Replay::TryStart(size_t job) {
   ++running_;
   running_jobs_.push_back(job);
   const uint64_t epoch = state.epoch;
-  events_.ScheduleAt(events_.now() + state.remaining_seconds,
+  events_.ScheduleAt(events_.now() + WallSeconds(state),
                      [this, job, epoch] { Complete(job, epoch); });
   WatchLevel(job);
   return true;
@@ -191,18 +215,18 @@ void Replay::WatchLevel(size_t job) {
   for (double threshold : options_.tiresias_thresholds) {
     if (attained < threshold && gpus > 0) {
       const int64_t delay = static_cast<int64_t>(std::ceil((threshold - attained) / gpus));
-      if (delay < state.remaining_seconds) {
+      if (delay < WallSeconds(state)) {
         const uint64_t epoch = state.epoch;
         events_.ScheduleAt(events_.now() + delay, [this, job, epoch] {
           if (jobs_[job].running && jobs_[job].epoch == epoch) {
             // Account the service so far, then let the round reconsider the order.
             JobState& crossing = jobs_[job];
             crossing.executed_seconds += events_.now() - crossing.started_at;
-            crossing.remaining_seconds -= events_.now() - crossing.started_at;
+            crossing.remaining_seconds -= WorkDone(crossing, events_.now() - crossing.started_at);
             crossing.started_at = events_.now();
             ++crossing.epoch;
             const uint64_t next = crossing.epoch;
-            events_.ScheduleAt(events_.now() + crossing.remaining_seconds,
+            events_.ScheduleAt(events_.now() + WallSeconds(crossing),
                                [this, job, next] { Complete(job, next); });
             WatchLevel(job);
             ScheduleRound();
@@ -224,7 +248,7 @@ void Replay::Stop(size_t job, bool preempted) {
   state.placements.clear();
   const int64_t ran = events_.now() - state.started_at;
   state.executed_seconds += ran;
-  state.remaining_seconds -= ran;
+  state.remaining_seconds -= WorkDone(state, ran);
   state.running = false;
   ++state.epoch;
   --running_;
@@ -369,7 +393,45 @@ void Replay::Sample() {
   }
 }
 
+double Replay::Stretch(const JobState& state, const std::vector<TaskPlacement>& placements) const {
+  std::map<int, int> gpus_per_node;
+  for (const TaskPlacement& placement : placements) {
+    gpus_per_node[placement.node] += static_cast<int>(placement.gpus.size());
+  }
+  if (fabric_node_.empty() || gpus_per_node.size() < 2) {
+    return 1.0;
+  }
+  const fabric::Fabric& fabric = *options_.fabric;
+  std::vector<fabric::PlacedGpus> placed;
+  for (const auto& [node, gpus] : gpus_per_node) {
+    if (fabric_node_[node] < 0 || gpus == 0) {
+      return 1.0;  // a node the fabric does not know, or CPU-only tasks: no network model
+    }
+    placed.push_back({fabric_node_[node], gpus});
+  }
+  auto shape = fabric::ShapeOf(fabric, placed);
+  if (!shape.ok()) {
+    return 1.0;
+  }
+  const fabric::PlacementShape ideal = fabric::CompactShape(fabric, shape->ranks);
+  const double actual =
+      fabric::EstimateCollective(fabric::Collective::kAllReduce, options_.collective_bytes, *shape)
+          .seconds;
+  const double best =
+      fabric::EstimateCollective(fabric::Collective::kAllReduce, options_.collective_bytes, ideal)
+          .seconds;
+  const double fraction = state.trace->communication_fraction >= 0
+                              ? state.trace->communication_fraction
+                              : options_.communication_fraction;
+  return best > 0 ? 1.0 - fraction + fraction * std::max(1.0, actual / best) : 1.0;
+}
+
 ReplayResult Replay::Run() {
+  if (options_.fabric != nullptr) {
+    for (const scheduler::NodeInfo& node : snapshot_.nodes()) {
+      fabric_node_.push_back(options_.fabric->FindNode(node.node->id.value()));
+    }
+  }
   jobs_.resize(trace_.jobs.size());
   for (size_t i = 0; i < trace_.jobs.size(); ++i) {
     JobState& state = jobs_[i];
@@ -416,6 +478,8 @@ ReplayResult Replay::Run() {
     outcome.end_seconds = state.end;
     outcome.gpus = static_cast<int>(state.gpu_milli / kMilliPerUnit);
     outcome.preemptions = state.preemptions;
+    outcome.nodes = state.nodes;
+    outcome.stretch = state.stretch;
     if (state.first_start >= 0) {
       delays.push_back(static_cast<double>(outcome.QueueingDelay()));
     }
@@ -479,6 +543,13 @@ Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,
     return InvalidArgumentError(
         fmt::format("sample_seconds: {} (must be positive)", options.sample_seconds));
   }
+  if (!(options.communication_fraction >= 0 && options.communication_fraction <= 1)) {
+    return InvalidArgumentError(fmt::format("communication_fraction: {} (must be in [0, 1])",
+                                            options.communication_fraction));
+  }
+  if (options.topology_aware && options.fabric == nullptr) {
+    return InvalidArgumentError("topology_aware: needs a fabric");
+  }
   GPUFLEET_ASSIGN_OR_RETURN(ClusterSnapshot snapshot, ClusterSnapshot::Build(cluster, catalog));
   int max_gpus_per_node = 0;
   for (const scheduler::NodeInfo& node : snapshot.nodes()) {
@@ -495,6 +566,13 @@ Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,
   scheduler::SchedulerOptions scheduler_options;
   scheduler_options.policy = options.placement_policy;
   scheduler_options.plugin_args.target_workload = workload;
+  scheduler_options.plugin_args.fabric = options.fabric;
+  if (options.topology_aware) {
+    // Outweighs the placement policy: a placement whose collectives are measurably slower loses
+    // whatever its packing score.
+    scheduler_options.extra_plugins.push_back("collective-cost");
+    scheduler_options.extra_plugin_weights["collective-cost"] = 2;
+  }
   GPUFLEET_ASSIGN_OR_RETURN(
       std::unique_ptr<scheduler::Scheduler> placer,
       scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));

@@ -3,12 +3,14 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/fabric/fabric.h"
 #include "gpufleet/sim/trace.h"
 
 // "Replay" mode: jobs arrive at their submit times, run for their durations once placed, and
@@ -30,6 +32,18 @@ struct ReplayOptions {
   int64_t sample_seconds = 600;                        // spacing of the time series
   int64_t tiresias_quantum_seconds = 60;               // how often service is re-evaluated
   std::vector<double> tiresias_thresholds = {3600.0};  // GPU-seconds between queue levels
+  // The network under the cluster (node names match). With one, a job's run time stretches with
+  // its placement's collective cost (see communication_fraction); nullptr: no network model.
+  std::shared_ptr<const fabric::Fabric> fabric;
+  // Adds the scheduler's collective-cost plugin, which steers gangs to fast placements.
+  bool topology_aware = false;
+  // Share of a job's run time spent in collectives on the tightest placement the fabric offers,
+  // for jobs whose trace entry gives none (TraceJob::communication_fraction). On a placement whose
+  // all-reduce of `collective_bytes` takes r times longer, the job runs (1 - f) + f r times as
+  // long. 0.3: data-parallel training at scale typically spends a fifth to two fifths of a step
+  // in exposed communication (docs/fabric.md).
+  double communication_fraction = 0.3;
+  int64_t collective_bytes = int64_t{1} << 30;
 };
 
 // One point of the time series.
@@ -48,6 +62,8 @@ struct ReplayJobOutcome {
   int64_t end_seconds = -1;          // -1: did not finish
   int gpus = 0;                      // whole GPUs the job asks for (milli-GPU / 1000)
   int preemptions = 0;
+  int nodes = 0;         // nodes of its last placement
+  double stretch = 1.0;  // run-time factor of its last placement's communication cost
   int64_t QueueingDelay() const { return first_start_seconds - submit_seconds; }
   int64_t CompletionTime() const { return end_seconds - submit_seconds; }
 };

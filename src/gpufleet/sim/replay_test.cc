@@ -6,6 +6,7 @@
 
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/fabric/generators.h"
 
 namespace gpufleet::sim {
 namespace {
@@ -145,6 +146,76 @@ TEST(Replay, UnknownQueuePolicyIsAnError) {
   options.queue_policy = "lottery";
   EXPECT_THAT(RunReplay(SixteenGpus(catalog), Trace{}, catalog, options),
               StatusIs(StatusCode::kInvalidArgument));
+}
+
+// Two leaves of four 8-GPU nodes under a 3:1 oversubscribed spine: two long single-node jobs take
+// two nodes of leaf1, then a four-node gang arrives that only leaf2 can hold whole.
+struct FabricReplay {
+  std::shared_ptr<const fabric::Fabric> fabric;
+  Cluster cluster;
+  Trace trace;
+};
+
+FabricReplay OversubscribedReplay(const GpuCatalog& catalog) {
+  fabric::ClosOptions clos;
+  clos.leaves_per_pod = 2;
+  clos.nodes_per_leaf = 4;
+  clos.leaf_oversubscription = 3;
+  FabricReplay replay;
+  replay.fabric = std::make_shared<const fabric::Fabric>(
+      fabric::Fabric::Build(*fabric::GenerateClos(clos)).value());
+  replay.cluster = fabric::BuildCluster(*replay.fabric, catalog).value();
+  replay.trace.jobs = {MakeTraceJob("busy1", 0, 1000, 8), MakeTraceJob("busy2", 0, 1000, 8),
+                       MakeTraceJob("gang", 1, 100, 32)};
+  return replay;
+}
+
+TEST(Replay, MultiNodeJobStretchesWithItsPlacementsCommunicationCost) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  const FabricReplay replay = OversubscribedReplay(catalog);
+  ReplayOptions options;
+  options.fabric = replay.fabric;
+  auto blind = RunReplay(replay.cluster, replay.trace, catalog, options);
+  ASSERT_OK(blind);
+  const ReplayJobOutcome& spread = Outcome(*blind, "gang");
+  EXPECT_EQ(spread.nodes, 4);
+  // Across the 3:1 spine the all-reduce takes about 2.5x as long; 30 % of the run communicates.
+  EXPECT_GT(spread.stretch, 1.3);
+  EXPECT_LT(spread.stretch, 1.7);
+  EXPECT_EQ(spread.CompletionTime(), static_cast<int64_t>(std::ceil(100 * spread.stretch)));
+  EXPECT_DOUBLE_EQ(Outcome(*blind, "busy1").stretch, 1.0);
+
+  options.topology_aware = true;
+  auto aware = RunReplay(replay.cluster, replay.trace, catalog, options);
+  ASSERT_OK(aware);
+  EXPECT_DOUBLE_EQ(Outcome(*aware, "gang").stretch, 1.0);
+  EXPECT_EQ(Outcome(*aware, "gang").CompletionTime(), 100);
+}
+
+TEST(Replay, PerJobCommunicationFractionOverridesTheDefault) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  FabricReplay replay = OversubscribedReplay(catalog);
+  replay.trace.jobs[2].communication_fraction = 0;
+  ReplayOptions options;
+  options.fabric = replay.fabric;
+  auto result = RunReplay(replay.cluster, replay.trace, catalog, options);
+  ASSERT_OK(result);
+  EXPECT_EQ(Outcome(*result, "gang").CompletionTime(), 100);
+}
+
+TEST(Replay, BadNetworkOptionsAreErrors) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  const FabricReplay replay = OversubscribedReplay(catalog);
+  ReplayOptions options;
+  options.fabric = replay.fabric;
+  options.communication_fraction = 1.5;
+  EXPECT_THAT(
+      RunReplay(replay.cluster, replay.trace, catalog, options),
+      StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("communication_fraction: 1.5")));
+  options = {};
+  options.topology_aware = true;
+  EXPECT_THAT(RunReplay(replay.cluster, replay.trace, catalog, options),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("needs a fabric")));
 }
 
 }  // namespace

@@ -17,6 +17,9 @@ struct TraceJob {
   int64_t submit_seconds = 0;    // since the start of the trace, >= 0
   int64_t duration_seconds = 0;  // run time on its GPUs, > 0
   std::string user;
+  // Share of the run time spent in collectives on an ideal placement, in [0, 1]; negative: the
+  // replay's default (ReplayOptions::communication_fraction).
+  double communication_fraction = -1;
 };
 
 // A trace in submit order (ties keep file order).

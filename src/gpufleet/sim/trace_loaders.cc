@@ -708,6 +708,8 @@ Result<Trace> ReadNative(std::istream& in, const std::string& source, const GpuC
   GPUFLEET_ASSIGN_OR_RETURN(const int priority, csv.Column("priority"));
   GPUFLEET_ASSIGN_OR_RETURN(const int kind, csv.Column("kind"));
   GPUFLEET_ASSIGN_OR_RETURN(const int user, csv.Column("user"));
+  const int communication =
+      csv.HasColumn("communication_fraction") ? csv.Column("communication_fraction").value() : -1;
   std::vector<TraceJob> jobs;
   std::set<std::string, std::less<>> ids;
   while (true) {
@@ -787,6 +789,15 @@ Result<Trace> ReadNative(std::istream& in, const std::string& source, const GpuC
     job.job.priority = job_priority;
     job.job.kind = job_kind;
     job.job.allowed_gpu_models = std::move(models);
+    if (communication >= 0 && !csv.Field(communication).empty()) {
+      const std::optional<double> fraction = ToDouble(csv.Field(communication));
+      if (!fraction || *fraction < 0 || *fraction > 1) {
+        return InvalidArgumentError(fmt::format("{}: \"{}\" is not a fraction in [0, 1]",
+                                                csv.Where(communication),
+                                                csv.Field(communication)));
+      }
+      job.communication_fraction = *fraction;
+    }
     jobs.push_back(std::move(job));
     GPUFLEET_RETURN_IF_ERROR(CheckJob(jobs.back(), catalog, source, csv.line()));
   }

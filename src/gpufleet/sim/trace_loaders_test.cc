@@ -183,6 +183,23 @@ TEST(Native, LoadsTheExample) {
   EXPECT_EQ(etl.job.queue.value(), "default");
 }
 
+TEST(Native, OptionalCommunicationFractionPerJob) {
+  const std::string header =
+      "id,submit_time,duration,tasks,gpus_per_task,gpu_milli,allowed_models,queue,priority,kind,"
+      "user,communication_fraction\n";
+  auto trace = ReadText(ReadNative,
+                        header +
+                            "a,0,60,2,8,1000,,q,0,batch,u,0.45\n"
+                            "b,0,60,2,8,1000,,q,0,batch,u,\n",
+                        "jobs.csv");
+  ASSERT_OK(trace);
+  EXPECT_DOUBLE_EQ(trace->jobs[0].communication_fraction, 0.45);
+  EXPECT_LT(trace->jobs[1].communication_fraction, 0);
+  EXPECT_THAT(ReadText(ReadNative, header + "a,0,60,2,8,1000,,q,0,batch,u,1.5\n", "jobs.csv"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("column \"communication_fraction\": \"1.5\" is not a fraction")));
+}
+
 TEST(Native, WithoutIdColumnNumbersTheRows) {
   auto trace = ReadText(ReadNative,
                         "submit_time,duration,tasks,gpus_per_task,gpu_milli,allowed_models,queue,"

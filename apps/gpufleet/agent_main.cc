@@ -1,0 +1,291 @@
+// SPDX-License-Identifier: Apache-2.0
+// `gpufleet agent`: the node agent (docs/agent.md). Samples the GPUs (NVML, or a simulation),
+// serves dcgm-exporter-compatible /metrics, registers the node, heartbeats, and runs the tasks
+// the server places on it.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "gpufleet/agent/node_agent.h"
+#include "gpufleet/agent/nvml_probe.h"
+#include "gpufleet/agent/simulated_node.h"
+#include "gpufleet/agent/simulated_probe.h"
+#include "gpufleet/agent/telemetry.h"
+#include "gpufleet/cli/http_client.h"
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/runner/process_runner.h"
+#include "gpufleet/runner/simulated_runner.h"
+
+#include "flags.h"
+#include "subcommands.h"
+
+namespace gpufleet::app {
+namespace {
+
+struct AgentFlags {
+  std::string server;
+  std::string token_file;
+  std::string ca_cert;
+  std::string node_name;
+  std::string topology;  // "block=block-0,leaf=leaf-3"
+  std::string labels;
+  std::string fault_domains;
+  std::string backend = "nvml";
+  std::string nvml_library = agent::NvmlProbe::kDefaultLibrary;
+  std::string gpu_model = "H100-80GB";
+  int simulated_gpus = 8;
+  std::string runner = "process";
+  std::string state_dir = "gpufleet-agent";
+  std::string metrics_listen = "0.0.0.0:9400";
+  int64_t sample_interval_ms = 1000;
+  int gpus_per_nvlink_domain = 0;
+  int64_t stop_grace_s = 30;
+};
+
+int Fail(const Status& status) {
+  fmt::print(stderr, "gpufleet agent: {}\n", status.ToString());
+  return 1;
+}
+
+// "k=v,k=v" -> ordered pairs; `flag` names the flag in errors.
+Result<std::vector<std::pair<std::string, std::string>>> ParsePairs(const std::string& text,
+                                                                    std::string_view flag) {
+  std::vector<std::pair<std::string, std::string>> out;
+  std::stringstream items(text);
+  for (std::string item; std::getline(items, item, ',');) {
+    const size_t equals = item.find('=');
+    if (equals == std::string::npos || equals == 0) {
+      return InvalidArgumentError(fmt::format("{}: \"{}\" (want KEY=VALUE)", flag, item));
+    }
+    out.emplace_back(item.substr(0, equals), item.substr(equals + 1));
+  }
+  return out;
+}
+
+std::string Hostname() {
+  std::string name(256, '\0');
+  if (gethostname(name.data(), name.size()) != 0) {
+    return "localhost";
+  }
+  name.resize(name.find('\0'));
+  return name;
+}
+
+// The host's CPU and memory, for the node's capacity.
+HostResources HostCapacity() {
+  HostResources capacity;
+  capacity.cpu_milli = std::max<int64_t>(1, sysconf(_SC_NPROCESSORS_ONLN)) * 1000;
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string key; meminfo >> key;) {
+    int64_t kib = 0;
+    meminfo >> kib;
+    if (key == "MemTotal:") {
+      capacity.memory_mib = kib / 1024;
+      break;
+    }
+    meminfo.ignore(256, '\n');
+  }
+  return capacity;
+}
+
+int RunAgent(const AgentFlags& flags) {
+  const std::string server = !flags.server.empty() ? flags.server
+                             : std::getenv("GPUFLEET_ADDR") != nullptr
+                                 ? std::getenv("GPUFLEET_ADDR")
+                                 : "http://127.0.0.1:8080";
+  std::string token;
+  if (!flags.token_file.empty()) {
+    Result<std::string> read = ReadSecretFile(flags.token_file, "--token-file");
+    if (!read.ok()) {
+      return Fail(read.status());
+    }
+    token = *read;
+  } else if (const char* env = std::getenv("GPUFLEET_AGENT_TOKEN"); env != nullptr) {
+    token = env;
+  } else {
+    return Fail(
+        InvalidArgumentError("no token: give --token-file or GPUFLEET_AGENT_TOKEN (gpufleet create "
+                             "token --role agent)"));
+  }
+  agent::NodeAgentOptions options;
+  options.node_name = flags.node_name.empty() ? Hostname() : flags.node_name;
+  Result<std::vector<std::pair<std::string, std::string>>> topology =
+      ParsePairs(flags.topology, "--topology");
+  Result<std::vector<std::pair<std::string, std::string>>> labels =
+      ParsePairs(flags.labels, "--labels");
+  Result<std::vector<std::pair<std::string, std::string>>> fault_domains =
+      ParsePairs(flags.fault_domains, "--fault-domains");
+  for (const Status& status : {topology.status(), labels.status(), fault_domains.status()}) {
+    if (!status.ok()) {
+      return Fail(status);
+    }
+  }
+  for (const auto& [level, value] : *topology) {
+    options.topology_levels.push_back(level);
+    options.topology_values.push_back(value);
+  }
+  options.labels = {labels->begin(), labels->end()};
+  options.fault_domains = {fault_domains->begin(), fault_domains->end()};
+  options.capacity = HostCapacity();
+  options.gpus_per_nvlink_domain = flags.gpus_per_nvlink_domain;
+  options.log_dir = (std::filesystem::path(flags.state_dir) / "logs").string();
+  options.stop_grace = std::chrono::seconds(flags.stop_grace_s);
+  std::error_code error;
+  std::filesystem::create_directories(options.log_dir, error);
+  if (error) {
+    return Fail(UnavailableError(
+        fmt::format("--state-dir: cannot create \"{}\": {}", options.log_dir, error.message())));
+  }
+
+  SystemClock clock;
+  const GpuCatalog catalog = GpuCatalog::Default();
+  std::unique_ptr<agent::GpuProbe> probe;
+  agent::SimulatedProbe* simulated_probe = nullptr;
+  if (flags.backend == "nvml") {
+    Result<std::unique_ptr<agent::NvmlProbe>> nvml =
+        agent::NvmlProbe::Open({.library_path = flags.nvml_library});
+    if (!nvml.ok()) {
+      return Fail(nvml.status());
+    }
+    probe = std::move(nvml).value();
+  } else if (flags.backend == "simulated") {
+    Result<std::unique_ptr<agent::SimulatedProbe>> simulated =
+        agent::SimulatedProbe::Create(clock, catalog,
+                                      {.model = flags.gpu_model,
+                                       .gpu_count = flags.simulated_gpus,
+                                       .seed = std::hash<std::string>{}(options.node_name)});
+    if (!simulated.ok()) {
+      return Fail(simulated.status());
+    }
+    simulated_probe = simulated->get();
+    probe = std::move(simulated).value();
+  } else {
+    return Fail(InvalidArgumentError(
+        fmt::format("--backend: \"{}\" (valid: nvml, simulated)", flags.backend)));
+  }
+  std::unique_ptr<runner::TaskRunner> task_runner;
+  if (flags.runner == "process") {
+    Result<std::unique_ptr<runner::ProcessRunner>> process = runner::ProcessRunner::Open(
+        (std::filesystem::path(flags.state_dir) / "tasks").string(), clock);
+    if (!process.ok()) {
+      return Fail(process.status());
+    }
+    task_runner = std::move(process).value();
+  } else if (flags.runner == "simulated") {
+    task_runner = std::make_unique<runner::SimulatedRunner>(clock);
+  } else {
+    return Fail(InvalidArgumentError(
+        fmt::format("--runner: \"{}\" (valid: process, simulated)", flags.runner)));
+  }
+  Result<std::unique_ptr<agent::TelemetrySampler>> sampler = agent::TelemetrySampler::Create(
+      {.probe = *probe,
+       .clock = clock,
+       .interval = std::chrono::milliseconds(flags.sample_interval_ms),
+       .hostname = options.node_name});
+  if (!sampler.ok()) {
+    return Fail(sampler.status());
+  }
+  Result<std::pair<std::string, int>> metrics =
+      ParseHostPort(flags.metrics_listen, "--metrics-listen");
+  if (!metrics.ok()) {
+    return Fail(metrics.status());
+  }
+
+  BlockStopSignals();
+  Result<int> metrics_port = (*sampler)->Start(metrics->first, metrics->second);
+  if (!metrics_port.ok()) {
+    return Fail(metrics_port.status());
+  }
+  cli::ApiClient client(server, token, flags.ca_cert);
+  agent::NodeAgent node_agent(options, **sampler, *task_runner, client, catalog);
+  fmt::print("gpufleet agent: node {} -> {}, metrics on http://{}:{}/metrics\n", options.node_name,
+             server, metrics->first, *metrics_port);
+  std::fflush(stdout);
+
+  bool registered = false;
+  std::chrono::milliseconds wait{0};
+  while (!WaitForStopSignal(wait).has_value()) {
+    const Status status = registered ? node_agent.Heartbeat() : node_agent.Register();
+    if (status.ok()) {
+      if (!registered) {
+        fmt::print("gpufleet agent: registered\n");
+        std::fflush(stdout);
+      }
+      registered = true;
+      wait = std::chrono::duration_cast<std::chrono::milliseconds>(node_agent.heartbeat_interval());
+    } else {
+      fmt::print(stderr, "gpufleet agent: {}\n", status.ToString());
+      // A server that lost the node (a new store) needs a new registration.
+      registered = registered && status.code() != StatusCode::kNotFound &&
+                   status.code() != StatusCode::kFailedPrecondition;
+      wait = std::chrono::seconds(5);
+    }
+    if (simulated_probe != nullptr) {
+      if (Status loads = agent::ApplyTaskLoads(node_agent, *task_runner, *simulated_probe);
+          !loads.ok()) {
+        fmt::print(stderr, "gpufleet agent: {}\n", loads.ToString());
+      }
+    }
+  }
+  fmt::print("gpufleet agent: stopping; tasks keep running and are adopted at the next start\n");
+  (*sampler)->Stop();
+  return 0;
+}
+
+}  // namespace
+
+Action AddAgentCommand(CLI::App& app) {
+  auto flags = std::make_shared<AgentFlags>();
+  CLI::App* cmd = app.add_subcommand("agent", "run the node agent (docs/agent.md)");
+  cmd->add_option("--server", flags->server,
+                  "server address (default: GPUFLEET_ADDR, else http://127.0.0.1:8080)");
+  cmd->add_option("--token-file", flags->token_file,
+                  "file holding an agent token (default: GPUFLEET_AGENT_TOKEN)");
+  cmd->add_option("--ca-cert", flags->ca_cert, "PEM CA certificate for an https:// server");
+  cmd->add_option("--node-name", flags->node_name, "node name (default: the host name)");
+  cmd->add_option("--topology", flags->topology,
+                  "the node's domains, outermost first: LEVEL=VALUE,... (e.g. "
+                  "block=block-0,leaf=leaf-3)");
+  cmd->add_option("--labels", flags->labels, "node labels KEY=VALUE,...");
+  cmd->add_option("--fault-domains", flags->fault_domains, "fault domains KIND=VALUE,...");
+  cmd->add_option("--backend", flags->backend, "GPU probe: nvml or simulated")
+      ->capture_default_str();
+  cmd->add_option("--nvml-library", flags->nvml_library, "NVML library to dlopen")
+      ->capture_default_str();
+  cmd->add_option("--gpu-model", flags->gpu_model, "simulated backend: GPU model")
+      ->capture_default_str();
+  cmd->add_option("--simulated-gpus", flags->simulated_gpus, "simulated backend: GPU count")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  cmd->add_option("--runner", flags->runner, "task runner: process or simulated")
+      ->capture_default_str();
+  cmd->add_option("--state-dir", flags->state_dir, "task state files and logs")
+      ->capture_default_str();
+  cmd->add_option("--metrics-listen", flags->metrics_listen, "HOST:PORT of /metrics")
+      ->capture_default_str();
+  cmd->add_option("--sample-interval-ms", flags->sample_interval_ms, "GPU sampling interval")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{10}, int64_t{3600000}));
+  cmd->add_option("--gpus-per-nvlink-domain", flags->gpus_per_nvlink_domain,
+                  "GPUs per NVLink domain (0: all GPUs of the node)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--stop-grace-s", flags->stop_grace_s, "seconds from SIGTERM to SIGKILL")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  return [flags] { return RunAgent(*flags); };
+}
+
+}  // namespace gpufleet::app

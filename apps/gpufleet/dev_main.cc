@@ -1,0 +1,445 @@
+// SPDX-License-Identifier: Apache-2.0
+// `gpufleet dev`: a whole simulated fleet on one machine. The real server (SQLite store, REST
+// API, scheduling loop) with simulated agents (probe, runner, telemetry, heartbeats over HTTP),
+// one dcgm-exporter-style /metrics for the fleet, and a time-compressed sample of the bundled
+// openb trace submitted through the API, so that there is something to watch.
+#include <stdlib.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/agent/simulated_node.h"
+#include "gpufleet/api/http.h"
+#include "gpufleet/api/job_spec.h"
+#include "gpufleet/api/server.h"
+#include "gpufleet/cli/http_client.h"
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/runner/simulated_runner.h"
+#include "gpufleet/sim/openb.h"
+#include "gpufleet/sim/trace_loaders.h"
+#include "gpufleet/store/sqlite_store.h"
+
+#include "flags.h"
+#include "subcommands.h"
+
+namespace gpufleet::app {
+namespace {
+
+struct DevFlags {
+  std::string data_dir;  // empty: a new temporary directory
+  std::string listen = "127.0.0.1:8080";
+  std::string metrics_listen = "127.0.0.1:9400";
+  int nodes = 32;
+  int gpus_per_node = 8;
+  std::string gpu_model = "H100-80GB";
+  int leaves = 4;
+  int spines = 2;
+  std::string trace_dir = GPUFLEET_DEFAULT_DATA_DIR;
+  double playback_minutes = 10;
+  double target_load = 0.75;
+  std::string policy = "best-fit";
+  int64_t heartbeat_ms = 2000;
+  int64_t run_seconds = 0;  // 0: until SIGINT or SIGTERM
+  bool quiet = false;
+  bool no_trace = false;
+};
+
+constexpr std::chrono::milliseconds kTick{250};
+
+int Fail(const Status& status) {
+  fmt::print(stderr, "gpufleet dev: {}\n", status.ToString());
+  return 1;
+}
+
+// The trace sample to play: every k-th GPU pod of the openb default list, k chosen so that the
+// sample asks about as much of the dev fleet as the whole trace asks of the openb cluster. Most
+// openb pods arrive in the trace's last 20%, so the playback window starts at the sample's 10th
+// percentile of submit times: pods still running then are submitted at once (with the time they
+// had left), earlier ones that had ended are skipped, and the window is compressed into
+// `playback_minutes`. The sample alone would keep only a few GPUs busy (openb's pods are short
+// next to the gaps between them), so durations are stretched by `duration_scale`, chosen so that
+// the sample asks for `target_load` of the fleet's GPUs on average: a denser trace, the same mix.
+struct Playback {
+  std::vector<sim::TraceJob> jobs;  // submit_seconds relative to the window's start
+  double speedup = 1;
+  double duration_scale = 1;
+};
+
+Result<Playback> LoadPlayback(const DevFlags& flags, int fleet_gpus) {
+  GpuCatalog trace_catalog = GpuCatalog::Default();
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const Cluster openb,
+      sim::LoadOpenbNodes(flags.trace_dir + "/openb/openb_node_list_gpu_node.csv", trace_catalog));
+  GPUFLEET_ASSIGN_OR_RETURN(sim::Trace trace,
+                            sim::LoadTrace(flags.trace_dir + "/openb/openb_pod_list_default.csv",
+                                           "openb", trace_catalog));
+  int64_t trace_gpus = 0;
+  for (const Node& node : openb.nodes) {
+    trace_gpus += static_cast<int64_t>(node.gpus.size());
+  }
+  const size_t every =
+      static_cast<size_t>(std::max<int64_t>(1, trace_gpus / std::max(1, fleet_gpus)));
+  std::vector<sim::TraceJob> sample;
+  for (size_t i = 0; i < trace.jobs.size(); i += every) {
+    if (trace.jobs[i].job.RequestedGpuMilliTotal() > 0) {  // CPU-only pods show nothing on GPUs
+      sample.push_back(std::move(trace.jobs[i]));
+    }
+  }
+  if (sample.empty()) {
+    return InvalidArgumentError("the openb trace sample has no GPU pods");
+  }
+  const int64_t window_start = sample[sample.size() / 10].submit_seconds;
+  const int64_t window_end = sample.back().submit_seconds;
+  const double window = static_cast<double>(std::max<int64_t>(1, window_end - window_start));
+  Playback playback;
+  playback.speedup = std::max(1.0, window / (flags.playback_minutes * 60));
+  double gpu_seconds = 0;  // within the window
+  for (sim::TraceJob& job : sample) {
+    const int64_t end = job.submit_seconds + job.duration_seconds;
+    if (end <= window_start) {
+      continue;
+    }
+    if (job.submit_seconds < window_start) {
+      job.duration_seconds = end - window_start;
+      job.submit_seconds = window_start;
+    }
+    job.submit_seconds -= window_start;
+    gpu_seconds += static_cast<double>(job.job.RequestedGpuMilliTotal()) / 1000 *
+                   static_cast<double>(std::min(end, window_end) - window_start -
+                                       std::min(job.submit_seconds, window_end - window_start));
+    playback.jobs.push_back(std::move(job));
+  }
+  const double offered_gpus = gpu_seconds / window;
+  playback.duration_scale =
+      offered_gpus <= 0 ? 1 : std::clamp(flags.target_load * fleet_gpus / offered_gpus, 1.0, 1e4);
+  return playback;
+}
+
+// The job spec the submitter sends for one trace pod: the pod's resources on any GPU model,
+// with a command (what a real agent would run) and the simulated runner's duration.
+std::string PlaybackSpec(sim::TraceJob job, const Playback& playback) {
+  const int64_t duration_ms =
+      std::max<int64_t>(1000, std::llround(static_cast<double>(job.duration_seconds) * 1000 *
+                                           playback.duration_scale / playback.speedup));
+  job.job.allowed_gpu_models.clear();
+  for (TaskGroup& group : job.job.groups) {
+    group.command = {"sleep", fmt::format("{}", job.duration_seconds)};
+    group.env[std::string(runner::kSimDurationEnv)] = fmt::format("{}", duration_ms);
+  }
+  return api::JobSpecToYaml(job.job);
+}
+
+// A one-line view of the fleet, from the store.
+std::string StatusLine(store::StateStore& store,
+                       std::vector<std::unique_ptr<agent::SimulatedNode>>& fleet, int submitted,
+                       size_t total, std::chrono::seconds elapsed) {
+  std::map<std::string, int> states;
+  int64_t allocated_milli = 0;
+  if (Result<std::vector<store::StoredObject>> jobs = store.List(api::kJobsKind); jobs.ok()) {
+    for (const store::StoredObject& object : *jobs) {
+      const nlohmann::json job = api::ParseDocument(object.data);
+      const std::string state = api::StrOr(job, "state");
+      ++states[state];
+      for (const nlohmann::json& placement : api::ArrayOr(job, "placements")) {
+        for (const nlohmann::json& assignment : api::ArrayOr(placement, "assignments")) {
+          allocated_milli += api::IntOr(assignment, "milli", 0);
+        }
+      }
+    }
+  }
+  int ready = 0;
+  if (Result<std::vector<store::StoredObject>> nodes = store.List(api::kNodesKind); nodes.ok()) {
+    for (const store::StoredObject& object : *nodes) {
+      ready += api::StrOr(api::ParseDocument(object.data), "state") == "Ready" ? 1 : 0;
+    }
+  }
+  int64_t util_sum = 0;
+  int gpus = 0;
+  for (const auto& node : fleet) {
+    for (const agent::GpuTelemetry& gpu : node->sampler().LatestSnapshot()->gpus) {
+      util_sum += gpu.reading.sample.gpu_util_percent.value_or(0);
+      ++gpus;
+    }
+  }
+  return fmt::format(
+      "[{:02}:{:02}] nodes {}/{} Ready | jobs {}/{} submitted: {} pending, {} scheduled, {} "
+      "running, {} succeeded, {} failed | GPUs {:.1f}/{} allocated, mean utilization {}%",
+      elapsed.count() / 60, elapsed.count() % 60, ready, fleet.size(), submitted, total,
+      states["Pending"], states["Scheduled"], states["Running"], states["Succeeded"],
+      states["Failed"], static_cast<double>(allocated_milli) / 1000, gpus,
+      gpus == 0 ? 0 : util_sum / gpus);
+}
+
+int RunDev(DevFlags flags) {
+  Result<std::pair<std::string, int>> listen = ParseHostPort(flags.listen, "--listen");
+  if (!listen.ok()) {
+    return Fail(listen.status());
+  }
+  Result<std::pair<std::string, int>> metrics_listen =
+      ParseHostPort(flags.metrics_listen, "--metrics-listen");
+  if (!metrics_listen.ok()) {
+    return Fail(metrics_listen.status());
+  }
+  if (flags.nodes % flags.leaves != 0) {
+    return Fail(InvalidArgumentError(
+        fmt::format("--nodes {} is not a multiple of --leaves {}", flags.nodes, flags.leaves)));
+  }
+  const GpuCatalog catalog = GpuCatalog::Default();
+  if (!catalog.Contains(flags.gpu_model)) {
+    return Fail(InvalidArgumentError(
+        fmt::format("--gpu-model: \"{}\" is not in the GPU catalog", flags.gpu_model)));
+  }
+  Result<Playback> playback = flags.no_trace
+                                  ? Result<Playback>(Playback{})
+                                  : LoadPlayback(flags, flags.nodes * flags.gpus_per_node);
+  if (!playback.ok()) {
+    return Fail(playback.status());
+  }
+  if (flags.data_dir.empty()) {
+    std::string pattern = (std::filesystem::temp_directory_path() / "gpufleet-dev-XXXXXX").string();
+    if (mkdtemp(pattern.data()) == nullptr) {
+      return Fail(UnavailableError("cannot create a temporary data directory"));
+    }
+    flags.data_dir = pattern;
+  }
+  std::error_code error;
+  std::filesystem::create_directories(flags.data_dir, error);
+  const std::string db_path = (std::filesystem::path(flags.data_dir) / "gpufleet.db").string();
+  Result<std::unique_ptr<store::SqliteStateStore>> store = store::SqliteStateStore::Open(db_path);
+  if (!store.ok()) {
+    return Fail(store.status());
+  }
+  SystemClock clock;
+  Result<std::unique_ptr<api::ApiServer>> server =
+      api::ApiServer::Create({.store = **store,
+                              .catalog = catalog,
+                              .clock = clock,
+                              .wall_clock = &clock,
+                              .policy = flags.policy,
+                              .cycle_interval = std::chrono::milliseconds(500),
+                              .heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_ms),
+                              .node_timeout = std::chrono::milliseconds(flags.heartbeat_ms * 4)});
+  if (!server.ok()) {
+    return Fail(server.status());
+  }
+  Result<std::optional<std::string>> admin = (*server)->authenticator().Bootstrap(std::nullopt);
+  if (!admin.ok()) {
+    return Fail(admin.status());
+  }
+  if (!admin->has_value()) {
+    // A data directory from an earlier run: its admin token was shown then; make one for now.
+    Result<std::string> token =
+        (*server)->authenticator().CreateToken(api::Role::kAdmin, "", "gpufleet-dev");
+    if (!token.ok()) {
+      return Fail(token.status());
+    }
+    *admin = *token;
+  }
+  Result<std::string> agent_token =
+      (*server)->authenticator().CreateToken(api::Role::kAgent, "", "gpufleet-dev-agents");
+  if (!agent_token.ok()) {
+    return Fail(agent_token.status());
+  }
+
+  BlockStopSignals();
+  Result<int> port = (*server)->Start(listen->first, listen->second);
+  if (!port.ok()) {
+    return Fail(port.status());
+  }
+  const std::string address = fmt::format("http://{}:{}", listen->first, *port);
+  cli::ApiClient agent_client(address, *agent_token);
+  cli::ApiClient admin_client(address, **admin);
+
+  // The fleet: leaf l holds nodes l*per_leaf .. ; every leaf is cabled to every spine (a
+  // 2-tier Clos), so the leaf is the scheduler's one topology level.
+  std::vector<std::unique_ptr<agent::SimulatedNode>> fleet;
+  const int per_leaf = flags.nodes / flags.leaves;
+  for (int i = 0; i < flags.nodes; ++i) {
+    agent::SimulatedNode::Options options;
+    options.agent.node_name = fmt::format("dev-node-{:03}", i);
+    options.agent.topology_levels = {"leaf"};
+    options.agent.topology_values = {fmt::format("leaf-{}", i / per_leaf)};
+    options.agent.fault_domains = {{"rack", fmt::format("rack-{}", i / per_leaf)}};
+    options.agent.capacity = {192000, 2048 * 1024};
+    options.agent.stop_grace = std::chrono::seconds(5);
+    options.gpu_model = flags.gpu_model;
+    options.gpu_count = flags.gpus_per_node;
+    options.seed = static_cast<uint64_t>(i + 1);
+    Result<std::unique_ptr<agent::SimulatedNode>> node =
+        agent::SimulatedNode::Create(options, clock, catalog, agent_client);
+    if (!node.ok()) {
+      return Fail(node.status());
+    }
+    fleet.push_back(std::move(node).value());
+  }
+
+  // One /metrics for the whole fleet, as if Prometheus scraped every node's dcgm-exporter.
+  // TelemetrySampler is thread-safe: sampled on this thread, rendered on the HTTP threads.
+  httplib::Server metrics_http;
+  metrics_http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
+    std::vector<std::string> texts;
+    for (const auto& node : fleet) {
+      texts.push_back(node->sampler().RenderMetrics());
+    }
+    res.set_content(agent::MergeMetricTexts(texts), "text/plain; version=0.0.4");
+  });
+  const int metrics_port =
+      metrics_listen->second == 0
+          ? metrics_http.bind_to_any_port(metrics_listen->first)
+          : (metrics_http.bind_to_port(metrics_listen->first, metrics_listen->second)
+                 ? metrics_listen->second
+                 : -1);
+  if (metrics_port < 0) {
+    (*server)->Stop();
+    return Fail(
+        UnavailableError(fmt::format("--metrics-listen: cannot bind {}", flags.metrics_listen)));
+  }
+  std::thread metrics_thread([&] { metrics_http.listen_after_bind(); });
+
+  fmt::print(
+      "gpufleet dev: {} simulated nodes x {} {} ({} leaves of {} nodes under {} spines), "
+      "policy {}\n"
+      "  API       {}   (GPUFLEET_ADDR)\n"
+      "  admin     {}   (GPUFLEET_TOKEN)\n"
+      "  metrics   http://{}:{}/metrics (dcgm-exporter format, every node), server metrics "
+      "{}/metrics\n"
+      "  store     {}\n"
+      "  trace     {} openb pods in {} min ({:.0f}x faster than real time, durations x{:.0f} for "
+      "{:.0f}% load)\n"
+      "try: GPUFLEET_ADDR={} GPUFLEET_TOKEN={} gpufleet get jobs\n",
+      flags.nodes, flags.gpus_per_node, flags.gpu_model, flags.leaves, per_leaf, flags.spines,
+      flags.policy, address, **admin, metrics_listen->first, metrics_port, address, db_path,
+      playback->jobs.size(), flags.playback_minutes, playback->speedup, playback->duration_scale,
+      flags.target_load * 100, address, **admin);
+  std::fflush(stdout);
+
+  const auto start = std::chrono::steady_clock::now();
+  auto last_sample = start - std::chrono::hours(1);
+  auto last_heartbeat = last_sample;
+  auto last_status = last_sample;
+  size_t next_job = 0;
+  int submitted = 0;
+  std::vector<bool> registered(fleet.size(), false);
+  while (true) {
+    if (const std::optional<int> signal = WaitForStopSignal(kTick)) {
+      fmt::print("\ngpufleet dev: signal {}, stopping\n", *signal);
+      break;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    const auto elapsed = std::chrono::duration_cast<std::chrono::seconds>(now - start);
+    if (flags.run_seconds > 0 && elapsed.count() >= flags.run_seconds) {
+      break;
+    }
+    if (now - last_sample >= std::chrono::seconds(1)) {
+      last_sample = now;
+      for (const auto& node : fleet) {
+        Status status = node->UpdateLoads();
+        if (status.ok()) {
+          status = node->sampler().SampleOnce();
+        }
+        if (!status.ok()) {
+          fmt::print(stderr, "\ngpufleet dev: telemetry: {}\n", status.ToString());
+        }
+      }
+    }
+    if (now - last_heartbeat >= std::chrono::milliseconds(flags.heartbeat_ms)) {
+      last_heartbeat = now;
+      for (size_t i = 0; i < fleet.size(); ++i) {
+        agent::NodeAgent& node = fleet[i]->agent();
+        const Status status = registered[i] ? node.Heartbeat() : node.Register();
+        // 503 while the server's first cycle has not run: the next tick retries.
+        if (!status.ok() && status.code() != StatusCode::kUnavailable) {
+          fmt::print(stderr, "\ngpufleet dev: agent: {}\n", status.ToString());
+        }
+        registered[i] = registered[i] || status.ok();
+      }
+    }
+    const double trace_now = std::chrono::duration<double>(now - start).count() * playback->speedup;
+    while (registered.back() && next_job < playback->jobs.size() &&
+           static_cast<double>(playback->jobs[next_job].submit_seconds) <= trace_now) {
+      const sim::TraceJob& job = playback->jobs[next_job++];
+      Result<nlohmann::json> answer =
+          admin_client.Post("/v1/jobs", PlaybackSpec(job, *playback), "application/yaml");
+      if (answer.ok()) {
+        ++submitted;
+      } else if (answer.status().code() != StatusCode::kAlreadyExists) {
+        fmt::print(stderr, "\ngpufleet dev: submit {}: {}\n", job.job.id.value(),
+                   answer.status().ToString());
+      }
+    }
+    if (!flags.quiet && now - last_status >= std::chrono::seconds(1)) {
+      last_status = now;
+      fmt::print("\r{}", StatusLine(**store, fleet, submitted, playback->jobs.size(), elapsed));
+      std::fflush(stdout);
+    }
+  }
+  fmt::print("\n{}\n", StatusLine(**store, fleet, submitted, playback->jobs.size(),
+                                  std::chrono::duration_cast<std::chrono::seconds>(
+                                      std::chrono::steady_clock::now() - start)));
+  metrics_http.stop();
+  metrics_thread.join();
+  (*server)->Stop();
+  fmt::print("gpufleet dev: state kept in {}\n", flags.data_dir);
+  return 0;
+}
+
+}  // namespace
+
+Action AddDevCommand(CLI::App& app) {
+  auto flags = std::make_shared<DevFlags>();
+  CLI::App* dev = app.add_subcommand(
+      "dev", "a simulated fleet on this machine: server, agents, metrics and a trace to watch");
+  dev->add_option("--data-dir", flags->data_dir, "store directory (default: a new temporary one)");
+  dev->add_option("--listen", flags->listen, "API HOST:PORT (port 0: any free port)")
+      ->capture_default_str();
+  dev->add_option("--metrics-listen", flags->metrics_listen,
+                  "fleet /metrics HOST:PORT (dcgm-exporter format)")
+      ->capture_default_str();
+  dev->add_option("--nodes", flags->nodes, "simulated nodes")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 4096));
+  dev->add_option("--gpus-per-node", flags->gpus_per_node, "GPUs per node")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 64));
+  dev->add_option("--gpu-model", flags->gpu_model, "GPU model (catalog name)")
+      ->capture_default_str();
+  dev->add_option("--leaves", flags->leaves, "leaf switches (nodes are split evenly)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  dev->add_option("--spines", flags->spines, "spine switches above the leaves")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  dev->add_option("--trace-dir", flags->trace_dir, "directory of the bundled traces")
+      ->capture_default_str();
+  dev->add_option("--playback-minutes", flags->playback_minutes,
+                  "minutes in which the trace sample plays")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 10000.0));
+  dev->add_option("--target-load", flags->target_load,
+                  "share of the GPUs the trace sample asks for on average")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 10.0));
+  dev->add_option("--policy", flags->policy, "placement policy")->capture_default_str();
+  dev->add_option("--heartbeat-ms", flags->heartbeat_ms, "agent heartbeat interval")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{100}, int64_t{60000}));
+  dev->add_option("--run-seconds", flags->run_seconds, "stop after this long (0: on Ctrl-C)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  dev->add_flag("--quiet", flags->quiet, "no live status line");
+  dev->add_flag("--no-trace", flags->no_trace, "submit no trace jobs (an idle fleet)");
+  return [flags] { return RunDev(*flags); };
+}
+
+}  // namespace gpufleet::app

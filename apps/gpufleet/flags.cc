@@ -1,0 +1,90 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "flags.h"
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <cerrno>
+#include <charconv>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+namespace gpufleet::app {
+namespace {
+
+sigset_t StopSignals() {
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  return signals;
+}
+
+}  // namespace
+
+Result<int> ParseInt(std::string_view text, std::string_view what) {
+  int value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
+    return InvalidArgumentError(fmt::format("{}: \"{}\" is not a number", what, text));
+  }
+  return value;
+}
+
+Result<std::pair<std::string, int>> ParseHostPort(const std::string& text, std::string_view flag) {
+  const size_t colon = text.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return InvalidArgumentError(fmt::format("{}: \"{}\" (want HOST:PORT)", flag, text));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const int port,
+                            ParseInt(text.substr(colon + 1), fmt::format("{} port", flag)));
+  if (port < 0 || port > 65535) {
+    return InvalidArgumentError(fmt::format("{}: port {} out of range", flag, port));
+  }
+  return std::make_pair(text.substr(0, colon), port);
+}
+
+Result<std::string> ReadSecretFile(const std::string& path, std::string_view flag) {
+  std::ifstream in(path);
+  if (!in) {
+    return InvalidArgumentError(fmt::format("{}: cannot read \"{}\"", flag, path));
+  }
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  const std::string text = buffer.str();
+  const size_t begin = text.find_first_not_of(" \t\r\n");
+  const size_t end = text.find_last_not_of(" \t\r\n");
+  if (begin == std::string::npos) {
+    return InvalidArgumentError(fmt::format("{}: \"{}\" is empty", flag, path));
+  }
+  return text.substr(begin, end - begin + 1);
+}
+
+void BlockStopSignals() {
+  const sigset_t signals = StopSignals();
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+}
+
+int WaitForStopSignal() {
+  const sigset_t signals = StopSignals();
+  int signal_number = 0;
+  sigwait(&signals, &signal_number);
+  return signal_number;
+}
+
+std::optional<int> WaitForStopSignal(std::chrono::milliseconds timeout) {
+  const sigset_t signals = StopSignals();
+  timespec wait{};
+  wait.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  wait.tv_nsec = static_cast<long>((timeout.count() % 1000) * 1000000);
+  const int signal_number = sigtimedwait(&signals, nullptr, &wait);
+  if (signal_number < 0) {
+    return std::nullopt;  // EAGAIN (timeout) or EINTR: the caller's loop goes on
+  }
+  return signal_number;
+}
+
+}  // namespace gpufleet::app

@@ -1,0 +1,35 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+
+#include "gpufleet/core/status.h"
+
+// Flag parsing and process plumbing shared by the long-running subcommands (server, agent, dev).
+namespace gpufleet::app {
+
+// A decimal int; kInvalidArgument naming `what` and the text otherwise.
+Result<int> ParseInt(std::string_view text, std::string_view what);
+
+// "HOST:PORT" (port 0: any free port); `flag` names the flag in errors.
+Result<std::pair<std::string, int>> ParseHostPort(const std::string& text,
+                                                  std::string_view flag = "--listen");
+
+// The contents of a secret file (a token), without surrounding white space. kInvalidArgument
+// naming `flag` and the path when it cannot be read or is empty.
+Result<std::string> ReadSecretFile(const std::string& path, std::string_view flag);
+
+// SIGINT and SIGTERM are taken by WaitForStopSignal: call this before any thread starts so that
+// every thread inherits the mask.
+void BlockStopSignals();
+
+// Waits for SIGINT or SIGTERM and returns its number; with a timeout, nullopt when it passed
+// without one (a loop's tick).
+int WaitForStopSignal();
+std::optional<int> WaitForStopSignal(std::chrono::milliseconds timeout);
+
+}  // namespace gpufleet::app

@@ -1,0 +1,249 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/agent/node_agent.h"
+
+#include <algorithm>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "gpufleet/core/cluster.h"
+
+namespace gpufleet::agent {
+namespace {
+
+constexpr char kJsonType[] = "application/json";
+
+// Variables the agent adds to every task's environment.
+constexpr char kJobEnv[] = "GPUFLEET_JOB";
+constexpr char kTaskEnv[] = "GPUFLEET_TASK";
+constexpr char kTaskIdEnv[] = "GPUFLEET_TASK_ID";
+
+Result<api::AgentReply> Send(cli::ApiClient& client, const std::string& path,
+                             const std::string& body) {
+  GPUFLEET_ASSIGN_OR_RETURN(const nlohmann::json answer, client.Post(path, body, kJsonType));
+  return api::ParseAgentReply(answer.dump());
+}
+
+std::vector<api::TaskReport> ReportsFor(const std::vector<runner::TaskStatus>& statuses,
+                                        const std::vector<api::GpuReport>& gpus,
+                                        const std::map<std::string, int>& gpu_index_by_uuid) {
+  std::map<int, int> utilization;
+  for (const api::GpuReport& gpu : gpus) {
+    if (gpu.utilization_pct) {
+      utilization[gpu.index] = *gpu.utilization_pct;
+    }
+  }
+  std::vector<api::TaskReport> out;
+  for (const runner::TaskStatus& status : statuses) {
+    api::TaskReport report;
+    report.id = status.task_id;
+    switch (status.state) {
+      case runner::TaskState::kRunning:
+        report.phase = api::TaskPhase::kRunning;
+        break;
+      case runner::TaskState::kExited:
+        report.phase = status.exit_code == 0 ? api::TaskPhase::kSucceeded : api::TaskPhase::kFailed;
+        report.exit_code = status.exit_code;
+        break;
+      case runner::TaskState::kKilled:
+      case runner::TaskState::kFailedToStart:
+      case runner::TaskState::kLost:
+        report.phase = api::TaskPhase::kFailed;
+        report.exit_code = status.state == runner::TaskState::kKilled ? 128 + status.signal : -1;
+        break;
+    }
+    if (report.phase == api::TaskPhase::kFailed) {
+      report.message = runner::DescribeTaskStatus(status);
+    }
+    int sum = 0;
+    int count = 0;
+    for (const std::string& uuid : status.gpu_uuids) {
+      const auto index = gpu_index_by_uuid.find(uuid);
+      if (index == gpu_index_by_uuid.end()) {
+        continue;
+      }
+      if (const auto util = utilization.find(index->second); util != utilization.end()) {
+        sum += util->second;
+        ++count;
+      }
+    }
+    if (count > 0 && report.phase == api::TaskPhase::kRunning) {
+      report.gpu_utilization_pct = sum / count;
+    }
+    out.push_back(std::move(report));
+  }
+  return out;
+}
+
+api::DrainAction ToProtocol(DrainAction drain) {
+  switch (drain) {
+    case DrainAction::kNone:
+      return api::DrainAction::kNone;
+    case DrainAction::kAfterJob:
+      return api::DrainAction::kAfterJob;
+    case DrainAction::kNow:
+      return api::DrainAction::kNow;
+  }
+  return api::DrainAction::kNone;
+}
+
+}  // namespace
+
+api::GpuReport ToGpuReport(const GpuHealthReport& report, std::optional<int64_t> utilization_pct) {
+  api::GpuReport out;
+  out.index = report.gpu_index;
+  out.health = report.health;
+  out.drain = ToProtocol(report.drain);
+  for (const HealthFinding& finding : report.findings) {
+    out.reasons.push_back(finding.reason);
+  }
+  if (report.thermal_headroom_c) {
+    out.thermal_headroom_c = *report.thermal_headroom_c;
+  }
+  if (utilization_pct) {
+    out.utilization_pct = static_cast<int>(std::clamp<int64_t>(*utilization_pct, 0, 100));
+  }
+  return out;
+}
+
+std::vector<api::GpuReport> GpuReportsFrom(const TelemetrySnapshot& snapshot) {
+  std::vector<api::GpuReport> out;
+  for (const GpuTelemetry& gpu : snapshot.gpus) {
+    out.push_back(ToGpuReport(gpu.health, gpu.reading.sample.gpu_util_percent));
+  }
+  return out;
+}
+
+NodeAgent::NodeAgent(NodeAgentOptions options, const TelemetrySampler& telemetry,
+                     runner::TaskRunner& runner, cli::ApiClient& client, const GpuCatalog& catalog)
+    : options_(std::move(options)),
+      telemetry_(telemetry),
+      runner_(runner),
+      client_(client),
+      catalog_(catalog) {}
+
+std::vector<api::TaskReport> NodeAgent::TaskReports(
+    const std::vector<runner::TaskStatus>& statuses) const {
+  std::vector<api::TaskReport> reports =
+      ReportsFor(statuses, GpuReportsFrom(*telemetry_.LatestSnapshot()), gpu_index_by_uuid_);
+  for (const auto& [id, why] : refused_) {
+    api::TaskReport report;
+    report.id = id;
+    report.phase = api::TaskPhase::kFailed;
+    report.exit_code = -1;
+    report.message = why;
+    reports.push_back(std::move(report));
+  }
+  return reports;
+}
+
+Status NodeAgent::Register() {
+  const std::shared_ptr<const TelemetrySnapshot> snapshot = telemetry_.LatestSnapshot();
+  api::RegisterRequest request;
+  request.topology_levels = options_.topology_levels;
+  Node& node = request.node;
+  node.id = NodeId(options_.node_name);
+  node.capacity = options_.capacity;
+  node.labels = options_.labels;
+  node.labels[std::string(kDriverVersionLabel)] = snapshot->driver_version;
+  if (!snapshot->cuda_version.empty()) {
+    node.labels[std::string(kCudaVersionLabel)] = snapshot->cuda_version;
+  }
+  node.fault_domains = options_.fault_domains;
+  node.topology = options_.topology_values;
+  std::map<std::string, int> index_by_uuid;
+  for (const GpuTelemetry& telemetry : snapshot->gpus) {
+    const GpuStaticInfo& info = telemetry.reading.info;
+    if (info.model.empty() || !catalog_.Contains(info.model)) {
+      return InvalidArgumentError(fmt::format(
+          "gpu {}: model \"{}\" is not in the GPU catalog (docs/architecture.md lists the models)",
+          info.index, info.model.empty() ? info.nvml_name : info.model));
+    }
+    Gpu gpu;
+    gpu.index = info.index;
+    gpu.uuid = GpuUuid(info.uuid);
+    gpu.model = catalog_.Canonical(info.model);
+    gpu.memory_mib = info.memory_mib;
+    gpu.nvlink_domain =
+        options_.gpus_per_nvlink_domain > 0 ? info.index / options_.gpus_per_nvlink_domain : 0;
+    gpu.mig_enabled = info.mig_enabled;
+    node.gpus.push_back(std::move(gpu));
+    index_by_uuid[info.uuid] = info.index;
+  }
+  request.gpus = GpuReportsFrom(*snapshot);
+  gpu_index_by_uuid_ = std::move(index_by_uuid);
+  const std::vector<runner::TaskStatus> statuses = runner_.Poll();
+  request.tasks = TaskReports(statuses);
+  GPUFLEET_ASSIGN_OR_RETURN(const api::AgentReply reply,
+                            Send(client_, "/v1/agents/register", RegisterRequestToJson(request)));
+  registered_ = true;
+  return Apply(reply, statuses);
+}
+
+Status NodeAgent::Heartbeat() {
+  if (!registered_) {
+    return FailedPreconditionError("the agent has not registered yet");
+  }
+  api::HeartbeatRequest request;
+  request.gpus = GpuReportsFrom(*telemetry_.LatestSnapshot());
+  const std::vector<runner::TaskStatus> statuses = runner_.Poll();
+  request.tasks = TaskReports(statuses);
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const api::AgentReply reply,
+      Send(client_, fmt::format("/v1/agents/{}/heartbeat", cli::UrlEncode(options_.node_name)),
+           HeartbeatRequestToJson(request)));
+  return Apply(reply, statuses);
+}
+
+std::string NodeAgent::LogPath(const std::string& task_id) const {
+  std::string file = task_id;
+  std::replace(file.begin(), file.end(), '/', '_');
+  return fmt::format("{}/{}.log", options_.log_dir, file);
+}
+
+Status NodeAgent::Apply(const api::AgentReply& reply,
+                        const std::vector<runner::TaskStatus>& reported) {
+  heartbeat_interval_ = std::chrono::milliseconds(reply.heartbeat_interval_ms);
+  // The server has the final states now.
+  for (const runner::TaskStatus& status : reported) {
+    if (runner::IsFinal(status.state)) {
+      if (Status forgotten = runner_.Forget(status.task_id);
+          !forgotten.ok() && forgotten.code() != StatusCode::kNotFound) {
+        return forgotten;
+      }
+    }
+  }
+  refused_.clear();
+  desired_ = reply.tasks;
+
+  std::set<std::string, std::less<>> desired_ids;
+  std::set<std::string> known;
+  for (const runner::TaskStatus& status : runner_.Poll()) {
+    known.insert(status.task_id);
+  }
+  for (const api::DesiredTask& task : desired_) {
+    desired_ids.insert(task.id);
+    if (known.count(task.id) > 0) {
+      continue;
+    }
+    runner::TaskLaunch launch;
+    launch.task_id = task.id;
+    launch.argv = task.command;
+    launch.env = task.env;
+    launch.env[kJobEnv] = task.job;
+    launch.env[kTaskEnv] = task.task;
+    launch.env[kTaskIdEnv] = task.id;
+    launch.gpu_uuids = task.gpu_uuids;
+    launch.log_path = LogPath(task.id);
+    if (Status started = runner_.Start(launch); !started.ok()) {
+      if (started.code() == StatusCode::kAlreadyExists) {
+        continue;
+      }
+      // Reported as Failed with the runner's reason at the next heartbeat.
+      refused_[task.id] = fmt::format("not started: {}", started.message());
+    }
+  }
+  return runner::StopUndesiredTasks(runner_, desired_ids, options_.stop_grace).status();
+}
+
+}  // namespace gpufleet::agent

@@ -1,0 +1,91 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gpufleet/agent/health.h"
+#include "gpufleet/agent/telemetry.h"
+#include "gpufleet/api/agent_protocol.h"
+#include "gpufleet/cli/http_client.h"
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/resources.h"
+#include "gpufleet/core/status.h"
+#include "gpufleet/runner/task_runner.h"
+
+// The node agent's protocol side (docs/agent.md): it registers the node with the server, sends
+// heartbeats with the GPUs' health and the tasks' states, and makes the task runner match the
+// tasks the server wants on this node.
+namespace gpufleet::agent {
+
+// A health verdict and the GPU's latest utilization, as the protocol carries them.
+api::GpuReport ToGpuReport(const GpuHealthReport& report, std::optional<int64_t> utilization_pct);
+// Every GPU of the sampler's latest snapshot, as the protocol carries them.
+std::vector<api::GpuReport> GpuReportsFrom(const TelemetrySnapshot& snapshot);
+
+struct NodeAgentOptions {
+  std::string node_name;
+  // The node's place in the cluster: topology_values[i] is its domain at topology_levels[i]
+  // (outermost first), e.g. {"block", "leaf"} and {"block-0", "leaf-3"}.
+  std::vector<std::string> topology_levels;
+  std::vector<std::string> topology_values;
+  std::map<std::string, std::string> labels;
+  std::map<std::string, std::string> fault_domains;
+  HostResources capacity;
+  // GPUs of one node sharing NVLink: all of them unless told otherwise (one domain per node).
+  int gpus_per_nvlink_domain = 0;
+  // Per-task log files go here as TASK-ID.log ('/' in the id becomes '_').
+  std::string log_dir;
+  // SIGTERM to SIGKILL when the server no longer wants a task.
+  Duration stop_grace = std::chrono::seconds(30);
+};
+
+class NodeAgent {
+ public:
+  // Everything passed by reference must outlive the agent. The telemetry sampler is the probe's
+  // one reader (so that every XID is seen once): the agent takes the inventory, health and
+  // utilization from its latest snapshot.
+  NodeAgent(NodeAgentOptions options, const TelemetrySampler& telemetry, runner::TaskRunner& runner,
+            cli::ApiClient& client, const GpuCatalog& catalog);
+
+  // Registers the node (inventory from telemetry, labels with the driver and CUDA versions) and
+  // the tasks the runner still has from before a restart, then applies the answer: tasks the
+  // server still wants are adopted, the others stopped. kInvalidArgument for a GPU model the
+  // catalog does not know; the server's error as it wrote it.
+  Status Register();
+
+  // One heartbeat: reports GPU health and every task's state, then starts the wanted tasks that
+  // are missing and stops the ones that are not wanted. Final states are forgotten once the
+  // server has taken them. kFailedPrecondition before Register succeeded.
+  Status Heartbeat();
+
+  // What the server asked for at the last answer.
+  Duration heartbeat_interval() const { return heartbeat_interval_; }
+  const std::vector<api::DesiredTask>& desired_tasks() const { return desired_; }
+  // GPU UUID -> NVML index, from the inventory at registration.
+  const std::map<std::string, int>& gpu_index_by_uuid() const { return gpu_index_by_uuid_; }
+
+ private:
+  std::vector<api::TaskReport> TaskReports(const std::vector<runner::TaskStatus>& statuses) const;
+  Status Apply(const api::AgentReply& reply, const std::vector<runner::TaskStatus>& reported);
+  std::string LogPath(const std::string& task_id) const;
+
+  NodeAgentOptions options_;
+  const TelemetrySampler& telemetry_;
+  runner::TaskRunner& runner_;
+  cli::ApiClient& client_;
+  const GpuCatalog& catalog_;
+
+  bool registered_ = false;
+  Duration heartbeat_interval_ = std::chrono::seconds(10);
+  std::vector<api::DesiredTask> desired_;
+  std::map<std::string, int> gpu_index_by_uuid_;
+  // Tasks the runner refused (bad launch): reported as Failed once, then dropped.
+  std::map<std::string, std::string> refused_;
+};
+
+}  // namespace gpufleet::agent

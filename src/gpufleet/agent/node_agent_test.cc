@@ -1,0 +1,257 @@
+// SPDX-License-Identifier: Apache-2.0
+// NodeAgent against a real ApiServer (in-process transport), a simulated probe and the simulated
+// runner on one fake clock.
+#include "gpufleet/agent/node_agent.h"
+
+#include <memory>
+#include <string>
+
+#include <fmt/core.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/agent/simulated_node.h"
+#include "gpufleet/agent/simulated_probe.h"
+#include "gpufleet/api/server.h"
+#include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/runner/simulated_runner.h"
+#include "gpufleet/store/memory_store.h"
+
+namespace gpufleet::agent {
+namespace {
+
+using Json = nlohmann::json;
+using ::gpufleet::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// Calls the server's request handler directly, as an HTTP round trip would.
+class InProcessTransport final : public cli::Transport {
+ public:
+  explicit InProcessTransport(api::ApiServer& server) : server_(server) {}
+  Result<cli::HttpResponse> Send(std::string_view method, std::string_view path,
+                                 std::string_view body, std::string_view /*content_type*/,
+                                 std::string_view token) override {
+    api::ApiRequest request;
+    request.method = std::string(method);
+    request.path = std::string(path);
+    request.authorization = token.empty() ? "" : fmt::format("Bearer {}", token);
+    request.body = std::string(body);
+    const api::ApiResponse response = server_.Handle(request);
+    return cli::HttpResponse{response.status, response.body, response.content_type};
+  }
+
+ private:
+  api::ApiServer& server_;
+};
+
+std::string JobYaml(const std::string& name, int gpus, int64_t duration_ms, int exit_code = 0) {
+  return fmt::format(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {{name: {}}}
+spec:
+  tasks:
+    - name: main
+      command: [python, train.py]
+      env: {{GPUFLEET_SIM_DURATION_MS: "{}", GPUFLEET_SIM_EXIT_CODE: "{}"}}
+      resources:
+        gpus: {{count: {}}}
+)",
+                     name, duration_ms, exit_code, gpus);
+}
+
+class NodeAgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<std::unique_ptr<api::ApiServer>> server = api::ApiServer::Create(
+        {.store = store_, .catalog = catalog_, .clock = clock_, .policy = "best-fit"});
+    ASSERT_OK(server);
+    server_ = std::move(server).value();
+    admin_ = *server_->authenticator().CreateToken(api::Role::kAdmin, "", "root");
+    const std::string agent_token =
+        *server_->authenticator().CreateToken(api::Role::kAgent, "", "agent");
+    client_ = std::make_unique<cli::ApiClient>(std::make_unique<InProcessTransport>(*server_),
+                                               "in-process", agent_token);
+    admin_client_ = std::make_unique<cli::ApiClient>(std::make_unique<InProcessTransport>(*server_),
+                                                     "in-process", admin_);
+    Result<std::unique_ptr<SimulatedProbe>> probe =
+        SimulatedProbe::Create(clock_, catalog_, {.model = "H100-80GB", .gpu_count = 8});
+    ASSERT_OK(probe);
+    probe_ = std::move(probe).value();
+    Result<std::unique_ptr<TelemetrySampler>> sampler =
+        TelemetrySampler::Create({.probe = *probe_, .clock = clock_, .hostname = "node-a"});
+    ASSERT_OK(sampler);
+    sampler_ = std::move(sampler).value();
+    ASSERT_OK(sampler_->SampleOnce());
+    runner_ = std::make_unique<runner::SimulatedRunner>(clock_);
+    agent_ = MakeAgent(*runner_);
+    ASSERT_OK(server_->RunSchedulingCycle());
+  }
+
+  std::unique_ptr<NodeAgent> MakeAgent(runner::TaskRunner& runner) {
+    NodeAgentOptions options;
+    options.node_name = "node-a";
+    options.topology_levels = {"leaf"};
+    options.topology_values = {"leaf-0"};
+    options.capacity = {64000, 512 * 1024};
+    options.log_dir = "/nonexistent";  // the simulated runner writes no logs
+    options.stop_grace = std::chrono::seconds(5);
+    return std::make_unique<NodeAgent>(options, *sampler_, runner, *client_, catalog_);
+  }
+
+  Json Job(const std::string& name) { return *admin_client_->Get("/v1/jobs/" + name); }
+
+  void Submit(const std::string& yaml) {
+    ASSERT_OK(admin_client_->Post("/v1/jobs", yaml, "application/yaml"));
+    ASSERT_OK(server_->RunSchedulingCycle());
+  }
+
+  const GpuCatalog catalog_ = GpuCatalog::Default();
+  FakeClock clock_;
+  store::InMemoryStateStore store_;
+  std::unique_ptr<api::ApiServer> server_;
+  std::string admin_;
+  std::unique_ptr<cli::ApiClient> client_;
+  std::unique_ptr<cli::ApiClient> admin_client_;
+  std::unique_ptr<SimulatedProbe> probe_;
+  std::unique_ptr<TelemetrySampler> sampler_;
+  std::unique_ptr<runner::SimulatedRunner> runner_;
+  std::unique_ptr<NodeAgent> agent_;
+};
+
+TEST_F(NodeAgentTest, RegistersTheProbeInventory) {
+  ASSERT_OK(agent_->Register());
+  const Json node = *admin_client_->Get("/v1/nodes/node-a");
+  EXPECT_EQ(node["state"], "Ready");
+  ASSERT_EQ(node["gpus"].size(), 8u);
+  EXPECT_EQ(node["gpus"][0]["model"], "H100-80GB");
+  EXPECT_THAT(node["gpus"][0]["uuid"].get<std::string>(), HasSubstr("GPU-"));
+  EXPECT_EQ(node["labels"][std::string(kDriverVersionLabel)], "550.54.15");
+  EXPECT_EQ(node["labels"][std::string(kCudaVersionLabel)], "12.4");
+  EXPECT_EQ(node["topology"]["leaf"], "leaf-0");
+  EXPECT_EQ(agent_->gpu_index_by_uuid().size(), 8u);
+}
+
+TEST_F(NodeAgentTest, RunsATaskToSuccessWithItsGpus) {
+  ASSERT_OK(agent_->Register());
+  Submit(JobYaml("train", 2, 60000));
+  ASSERT_OK(agent_->Heartbeat());  // starts the task
+  std::vector<runner::TaskStatus> tasks = runner_->Poll();
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_EQ(tasks[0].task_id, "train/main-0/1");
+  EXPECT_EQ(tasks[0].gpu_uuids.size(), 2u);
+  ASSERT_OK(agent_->Heartbeat());  // reports it running
+  EXPECT_EQ(Job("train")["state"], "Running");
+
+  clock_.Advance(std::chrono::seconds(61));
+  ASSERT_OK(agent_->Heartbeat());  // reports the exit
+  EXPECT_EQ(Job("train")["state"], "Succeeded");
+  EXPECT_TRUE(runner_->Poll().empty()) << "forgotten once reported";
+}
+
+TEST_F(NodeAgentTest, AFailingTaskFailsTheJob) {
+  ASSERT_OK(agent_->Register());
+  Submit(JobYaml("bad", 1, 1000, 7));
+  ASSERT_OK(agent_->Heartbeat());
+  clock_.Advance(std::chrono::seconds(2));
+  ASSERT_OK(agent_->Heartbeat());
+  const Json job = Job("bad");
+  EXPECT_EQ(job["state"], "Failed");
+  EXPECT_THAT(job["reason"].get<std::string>(), HasSubstr("exited with code 7"));
+}
+
+TEST_F(NodeAgentTest, CancelStopsTheTask) {
+  ASSERT_OK(agent_->Register());
+  Submit(JobYaml("long", 1, 3600 * 1000));
+  ASSERT_OK(agent_->Heartbeat());
+  ASSERT_OK(admin_client_->Post("/v1/jobs/long/cancel", "", ""));
+  ASSERT_OK(agent_->Heartbeat());
+  const std::vector<runner::TaskStatus> tasks = runner_->Poll();
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_TRUE(tasks[0].stop_requested);
+  EXPECT_EQ(tasks[0].state, runner::TaskState::kKilled);
+  ASSERT_OK(agent_->Heartbeat());
+  EXPECT_TRUE(runner_->Poll().empty());
+  EXPECT_EQ(Job("long")["state"], "Cancelled");
+}
+
+TEST_F(NodeAgentTest, ARestartedAgentAdoptsTheTasksTheServerStillWants) {
+  ASSERT_OK(agent_->Register());
+  Submit(JobYaml("keep", 1, 3600 * 1000));
+  ASSERT_OK(agent_->Heartbeat());
+  ASSERT_OK(agent_->Heartbeat());
+  EXPECT_EQ(Job("keep")["state"], "Running");
+  // The runner outlives the agent (the process runner re-reads its state directory).
+  ASSERT_OK(runner_->Start({.task_id = "gone/main-0/1", .argv = {"x"}}));
+  agent_ = MakeAgent(*runner_);
+  ASSERT_OK(agent_->Register());
+  const std::vector<runner::TaskStatus> tasks = runner_->Poll();
+  ASSERT_EQ(tasks.size(), 2u);
+  EXPECT_EQ(tasks[0].task_id, "gone/main-0/1");
+  EXPECT_TRUE(tasks[0].stop_requested) << "not wanted by the server";
+  EXPECT_EQ(tasks[1].task_id, "keep/main-0/1");
+  EXPECT_FALSE(tasks[1].stop_requested);
+  EXPECT_EQ(Job("keep")["state"], "Running");
+}
+
+TEST_F(NodeAgentTest, ABadLaunchIsReportedAsAFailure) {
+  ASSERT_OK(agent_->Register());
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: no-command}
+spec:
+  tasks: [{name: main, resources: {gpus: {count: 1}}}]
+)");
+  ASSERT_OK(agent_->Heartbeat());  // the runner refuses an empty command
+  ASSERT_OK(agent_->Heartbeat());  // the refusal is reported
+  const Json job = Job("no-command");
+  EXPECT_EQ(job["state"], "Failed");
+  EXPECT_THAT(job["reason"].get<std::string>(), HasSubstr("not started"));
+}
+
+TEST_F(NodeAgentTest, AFaultTheProbeSeesReachesTheNode) {
+  ASSERT_OK(agent_->Register());
+  ASSERT_OK(probe_->InjectGpuLost(5));
+  clock_.Advance(std::chrono::seconds(1));
+  ASSERT_OK(sampler_->SampleOnce());
+  ASSERT_OK(agent_->Heartbeat());
+  const Json node = *admin_client_->Get("/v1/nodes/node-a");
+  EXPECT_EQ(node["gpus"][5]["health"], "Unhealthy");
+  EXPECT_EQ(node["gpus"][5]["drain"], "now");
+  EXPECT_THAT(node["gpus"][5]["reasons"].dump(), HasSubstr("79"));
+  EXPECT_EQ(node["gpus"][4]["health"], "Healthy");
+}
+
+TEST_F(NodeAgentTest, SimulatedNodeShowsItsTasksInTelemetry) {
+  SimulatedNode::Options options;
+  options.agent.node_name = "sim-0";
+  options.agent.topology_levels = {"leaf"};
+  options.agent.topology_values = {"leaf-1"};
+  options.agent.capacity = {64000, 512 * 1024};
+  Result<std::unique_ptr<SimulatedNode>> node =
+      SimulatedNode::Create(options, clock_, catalog_, *client_);
+  ASSERT_OK(node);
+  ASSERT_OK((*node)->sampler().SampleOnce());
+  ASSERT_OK((*node)->agent().Register());
+  Submit(JobYaml("busy", 3, 60000));
+  ASSERT_OK((*node)->agent().Heartbeat());
+  ASSERT_OK((*node)->UpdateLoads());
+  clock_.Advance(std::chrono::seconds(1));
+  ASSERT_OK((*node)->sampler().SampleOnce());
+  int busy = 0;
+  for (const GpuTelemetry& gpu : (*node)->sampler().LatestSnapshot()->gpus) {
+    ASSERT_TRUE(gpu.reading.sample.gpu_util_percent.has_value());
+    busy += *gpu.reading.sample.gpu_util_percent > 0 ? 1 : 0;
+  }
+  EXPECT_EQ(busy, 3);
+  const std::vector<api::GpuReport> reports = GpuReportsFrom(*(*node)->sampler().LatestSnapshot());
+  ASSERT_EQ(reports.size(), 8u);
+  EXPECT_EQ(reports[0].health, GpuHealth::kHealthy);
+}
+
+TEST_F(NodeAgentTest, HeartbeatBeforeRegisterIsAnError) {
+  EXPECT_THAT(agent_->Heartbeat(), StatusIs(StatusCode::kFailedPrecondition));
+}
+
+}  // namespace
+}  // namespace gpufleet::agent

@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "gpufleet/agent/node_agent.h"
+#include "gpufleet/agent/simulated_probe.h"
+#include "gpufleet/agent/telemetry.h"
+#include "gpufleet/cli/http_client.h"
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/runner/simulated_runner.h"
+
+// One node of a simulated fleet, whole and in-process: a simulated probe, the simulated task
+// runner, a telemetry sampler and the agent, talking to a real server. `gpufleet dev` runs a
+// fleet of these; `gpufleet agent --backend simulated` runs one.
+namespace gpufleet::agent {
+
+// Several Prometheus text expositions as one: each metric family's HELP and TYPE once, followed
+// by the series of every input, families in the order first seen. A series belongs to the family
+// whose header came last before it in its own input (so histogram suffixes stay with theirs).
+// What a fleet endpoint serves for many simulated nodes.
+std::string MergeMetricTexts(const std::vector<std::string>& texts);
+
+// Sets each GPU's simulated load from the tasks `runner` runs for `agent`, so that the telemetry
+// shows the work: every task busies its share of its GPUs at a level of its own (55-95%), in a
+// training pattern; shares of one GPU add up (at most 100%).
+Status ApplyTaskLoads(const NodeAgent& agent, runner::TaskRunner& runner, SimulatedProbe& probe);
+
+class SimulatedNode {
+ public:
+  struct Options {
+    NodeAgentOptions agent;
+    std::string gpu_model = "H100-80GB";
+    int gpu_count = 8;
+    uint64_t seed = 1;
+    std::chrono::milliseconds sample_interval{1000};
+  };
+
+  // Everything passed by reference must outlive the node. kInvalidArgument for a bad model or
+  // GPU count.
+  static Result<std::unique_ptr<SimulatedNode>> Create(Options options, const Clock& clock,
+                                                       const GpuCatalog& catalog,
+                                                       cli::ApiClient& client);
+
+  // ApplyTaskLoads on this node.
+  Status UpdateLoads() { return ApplyTaskLoads(*agent_, *runner_, *probe_); }
+
+  NodeAgent& agent() { return *agent_; }
+  TelemetrySampler& sampler() { return *sampler_; }
+  SimulatedProbe& probe() { return *probe_; }
+  runner::SimulatedRunner& runner() { return *runner_; }
+
+ private:
+  SimulatedNode() = default;
+
+  std::unique_ptr<SimulatedProbe> probe_;
+  std::unique_ptr<runner::SimulatedRunner> runner_;
+  std::unique_ptr<TelemetrySampler> sampler_;
+  std::unique_ptr<NodeAgent> agent_;
+};
+
+}  // namespace gpufleet::agent

@@ -1,0 +1,981 @@
+// SPDX-License-Identifier: Apache-2.0
+// A fake libnvidia-ml: a shared library that exports the NVML functions NvmlProbe resolves and
+// answers from a JSON script, so the real loader (dlopen, dlsym, versioned symbols, struct
+// versions, error codes) is tested without a GPU. The script format and the control functions
+// are documented in fake_nvml.h. Built three ways: complete; without
+// nvmlDeviceGetHandleByIndex_v2 (GPUFLEET_FAKE_NVML_WITHOUT_HANDLE_BY_INDEX, a required
+// function); and as an old driver (GPUFLEET_FAKE_NVML_LEGACY) without the optional
+// nvmlDeviceGetMemoryInfo_v2, nvmlDeviceGetTemperatureV, nvmlDeviceGetCurrentClocksEventReasons,
+// nvmlDeviceGetRemappedRows, GPM and event functions.
+//
+// Thread-safe: one mutex guards the scripted state.
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/agent/nvml_api.h"
+
+// The exported C symbols keep NVML's names.
+// NOLINTBEGIN(readability-identifier-naming, google-runtime-int)
+#define GPUFLEET_FAKE_NVML_EXPORT extern "C" __attribute__((visibility("default")))
+
+namespace {
+
+namespace nvml = gpufleet::agent::nvml;
+using Json = nlohmann::json;
+
+constexpr uintptr_t kMigStride = 256;  // handle = 1 + gpu + kMigStride * (mig + 1)
+constexpr unsigned int kMaxMigDevices = 7;
+
+struct Event {
+  int device = 0;
+  unsigned long long code = 0;
+  unsigned int gpu_instance_id = UINT32_MAX;
+};
+
+struct GpmSampleData {
+  int device = -1;
+  uint64_t sequence = 0;
+};
+
+struct State {
+  std::mutex mu;
+  std::optional<Json> script;
+  std::string last_error;
+  int init_count = 0;
+  std::map<std::string, int, std::less<>> calls;
+  std::deque<Event> events;
+  std::map<int, unsigned long long> registered;  // device -> event mask
+  uint64_t gpm_sequence = 0;
+};
+
+State& GetState() {
+  static State* state = new State();  // never destroyed: calls may come during unload
+  return *state;
+}
+
+const std::map<std::string_view, nvml::Return>& ErrorsByName() {
+  static const auto* names = new std::map<std::string_view, nvml::Return>{
+      {"NOT_SUPPORTED", nvml::Return::kNotSupported},
+      {"NO_PERMISSION", nvml::Return::kNoPermission},
+      {"GPU_IS_LOST", nvml::Return::kGpuIsLost},
+      {"UNKNOWN", nvml::Return::kUnknown},
+      {"DRIVER_NOT_LOADED", nvml::Return::kDriverNotLoaded},
+      {"NOT_FOUND", nvml::Return::kNotFound},
+      {"INVALID_ARGUMENT", nvml::Return::kInvalidArgument},
+      {"TIMEOUT", nvml::Return::kTimeout},
+      {"LIB_RM_VERSION_MISMATCH", nvml::Return::kLibRmVersionMismatch},
+  };
+  return *names;
+}
+
+// Keys a script may hold; a value key holds a number (or object) or the name of the error to
+// answer. Unknown keys and error names fail the load, so a typo in a test cannot pass silently.
+const std::set<std::string_view>& DeviceKeys() {
+  static const auto* keys = new std::set<std::string_view>{"name",
+                                                           "uuid",
+                                                           "pci_bus_id",
+                                                           "lost",
+                                                           "xid_events",
+                                                           "xids",
+                                                           "mig",
+                                                           "gpm",
+                                                           "memory",
+                                                           "utilization",
+                                                           "temperature_c",
+                                                           "slowdown_temperature_c",
+                                                           "power_mw",
+                                                           "sm_clock_mhz",
+                                                           "mem_clock_mhz",
+                                                           "ecc_dbe_volatile",
+                                                           "remapped_rows",
+                                                           "pcie_replay",
+                                                           "clocks_event_reasons"};
+  return *keys;
+}
+const std::set<std::string_view>& MigKeys() {
+  static const auto* keys = new std::set<std::string_view>{"uuid", "profile", "gpu_instance_id",
+                                                           "compute_instance_id", "memory"};
+  return *keys;
+}
+const std::set<std::string_view>& TopKeys() {
+  static const auto* keys =
+      new std::set<std::string_view>{"devices", "driver_version", "cuda_driver_version", "init"};
+  return *keys;
+}
+const std::set<std::string_view>& TextKeys() {
+  static const auto* keys =
+      new std::set<std::string_view>{"name", "uuid", "pci_bus_id", "profile", "driver_version"};
+  return *keys;
+}
+
+bool ValidateObject(const Json& object, const std::set<std::string_view>& allowed,
+                    const std::string& where, std::string& error) {
+  if (!object.is_object()) {
+    error = "fake nvml script: " + where + " must be an object";
+    return false;
+  }
+  for (const auto& [key, value] : object.items()) {
+    if (!allowed.contains(key)) {
+      error = "fake nvml script: " + where + ": unknown key \"" + key + "\"";
+      return false;
+    }
+    if (value.is_string() && !TextKeys().contains(key) &&
+        !ErrorsByName().contains(value.get<std::string>())) {
+      error = "fake nvml script: " + where + "." + key + ": unknown error name \"" +
+              value.get<std::string>() + "\"";
+      return false;
+    }
+  }
+  return true;
+}
+
+bool Validate(const Json& script, std::string& error) {
+  if (!ValidateObject(script, TopKeys(), "script", error)) {
+    return false;
+  }
+  if (!script.contains("devices") || !script["devices"].is_array()) {
+    error = "fake nvml script: \"devices\" must be an array";
+    return false;
+  }
+  for (size_t d = 0; d < script["devices"].size(); ++d) {
+    const Json& device = script["devices"][d];
+    const std::string where = "devices[" + std::to_string(d) + "]";
+    if (!ValidateObject(device, DeviceKeys(), where, error)) {
+      return false;
+    }
+    if (device.contains("mig")) {
+      if (!device["mig"].is_array() || device["mig"].size() > kMaxMigDevices) {
+        error = "fake nvml script: " + where + ".mig must be an array of at most 7 instances";
+        return false;
+      }
+      for (size_t m = 0; m < device["mig"].size(); ++m) {
+        if (!ValidateObject(device["mig"][m], MigKeys(), where + ".mig[" + std::to_string(m) + "]",
+                            error)) {
+          return false;
+        }
+      }
+    }
+  }
+  return true;
+}
+
+// REQUIRES: state.mu held.
+bool LoadLocked(State& state, const std::string& text) {
+  Json script = Json::parse(text, nullptr, false);
+  if (script.is_discarded()) {
+    state.last_error = "fake nvml script: not valid JSON";
+    return false;
+  }
+  if (!Validate(script, state.last_error)) {
+    return false;
+  }
+  state.events.clear();
+  const Json& devices = script["devices"];
+  for (size_t d = 0; d < devices.size(); ++d) {
+    if (!devices[d].contains("xids")) {
+      continue;
+    }
+    for (const Json& xid : devices[d]["xids"]) {
+      Event event;
+      event.device = static_cast<int>(d);
+      if (xid.is_object()) {
+        event.code = xid.value("code", 0ULL);
+        event.gpu_instance_id = xid.value("gpu_instance_id", UINT32_MAX);
+      } else {
+        event.code = xid.get<unsigned long long>();
+      }
+      state.events.push_back(event);
+    }
+  }
+  state.script = std::move(script);
+  return true;
+}
+
+// One call: counts it, holds the lock, and resolves the device a handle names.
+class Call {
+ public:
+  explicit Call(const char* function) : state_(GetState()), lock_(state_.mu) {
+    ++state_.calls[function];
+  }
+
+  State& state() { return state_; }
+  bool initialized() const { return state_.init_count > 0 && state_.script.has_value(); }
+  const Json& script() const { return *state_.script; }
+  const Json& devices() const { return (*state_.script)["devices"]; }
+
+  // Decodes a handle into (gpu, mig or -1). False for a handle this library did not make.
+  bool Decode(nvml::Device handle, int& gpu, int& mig) const {
+    const auto value = reinterpret_cast<uintptr_t>(handle.handle);
+    if (value == 0 || !initialized()) {
+      return false;
+    }
+    gpu = static_cast<int>((value - 1) % kMigStride);
+    mig = static_cast<int>((value - 1) / kMigStride) - 1;
+    if (gpu >= static_cast<int>(devices().size())) {
+      return false;
+    }
+    if (mig >= 0) {
+      const Json& device = devices()[static_cast<size_t>(gpu)];
+      if (!device.contains("mig") || !device["mig"].is_array() ||
+          mig >= static_cast<int>(device["mig"].size())) {
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The device entry a handle names, or an error code (lost, bad handle, not initialised).
+  nvml::Return Device(nvml::Device handle, const Json*& device, const Json*& mig_device) {
+    if (!initialized()) {
+      return nvml::Return::kUninitialized;
+    }
+    int gpu = 0;
+    int mig = 0;
+    if (!Decode(handle, gpu, mig)) {
+      return nvml::Return::kInvalidArgument;
+    }
+    device = &devices()[static_cast<size_t>(gpu)];
+    mig_device = mig >= 0 ? &(*device)["mig"][static_cast<size_t>(mig)] : nullptr;
+    if (device->value("lost", false)) {
+      return nvml::Return::kGpuIsLost;
+    }
+    return nvml::Return::kSuccess;
+  }
+
+ private:
+  State& state_;
+  std::lock_guard<std::mutex> lock_;
+};
+
+// A scripted value: absent -> NOT_SUPPORTED, a string -> that error, otherwise success.
+nvml::Return Lookup(const Json& object, const char* key, const Json*& value) {
+  if (!object.contains(key)) {
+    return nvml::Return::kNotSupported;
+  }
+  const Json& entry = object[key];
+  if (entry.is_string()) {
+    return ErrorsByName().at(entry.get<std::string>());
+  }
+  value = &entry;
+  return nvml::Return::kSuccess;
+}
+
+template <typename T>
+nvml::Return ReadNumber(const Json& object, const char* key, T* out) {
+  const Json* value = nullptr;
+  const nvml::Return rc = Lookup(object, key, value);
+  if (rc == nvml::Return::kSuccess) {
+    *out = value->get<T>();
+  }
+  return rc;
+}
+
+nvml::Return CopyString(const std::string& text, char* buffer, unsigned int length) {
+  if (buffer == nullptr) {
+    return nvml::Return::kInvalidArgument;
+  }
+  if (text.size() + 1 > length) {
+    return nvml::Return::kInsufficientSize;
+  }
+  std::memcpy(buffer, text.c_str(), text.size() + 1);
+  return nvml::Return::kSuccess;
+}
+
+constexpr unsigned long long kMiB = 1ULL << 20;
+
+}  // namespace
+
+// ---- control functions, found by tests with dlsym --------------------------------------------
+
+// Replaces the script; returns 0, or -1 with the reason in gpufleet_fake_nvml_last_error().
+// Handles stay valid across loads, so a test can change what a GPU answers between samples.
+GPUFLEET_FAKE_NVML_EXPORT int gpufleet_fake_nvml_load_script(const char* json) {
+  State& state = GetState();
+  std::lock_guard<std::mutex> lock(state.mu);
+  return LoadLocked(state, json == nullptr ? "" : json) ? 0 : -1;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT const char* gpufleet_fake_nvml_last_error() {
+  State& state = GetState();
+  std::lock_guard<std::mutex> lock(state.mu);
+  return state.last_error.c_str();
+}
+
+// How often `function` was called since the last reset.
+GPUFLEET_FAKE_NVML_EXPORT int gpufleet_fake_nvml_call_count(const char* function) {
+  State& state = GetState();
+  std::lock_guard<std::mutex> lock(state.mu);
+  const auto it = state.calls.find(function);
+  return it == state.calls.end() ? 0 : it->second;
+}
+
+// Forgets the script, the call counts, the events and the initialisation.
+GPUFLEET_FAKE_NVML_EXPORT void gpufleet_fake_nvml_reset() {
+  State& state = GetState();
+  std::lock_guard<std::mutex> lock(state.mu);
+  state.script.reset();
+  state.last_error.clear();
+  state.init_count = 0;
+  state.calls.clear();
+  state.events.clear();
+  state.registered.clear();
+}
+
+// ---- NVML ------------------------------------------------------------------------------------
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlInit_v2() {
+  Call call("nvmlInit_v2");
+  State& state = call.state();
+  if (!state.script.has_value()) {
+    // Without a script from a test, the environment may name a script file.
+    const char* path = std::getenv("GPUFLEET_FAKE_NVML_SCRIPT");
+    if (path == nullptr) {
+      return nvml::Return::kDriverNotLoaded;
+    }
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    if (!in || !LoadLocked(state, text.str())) {
+      return nvml::Return::kDriverNotLoaded;
+    }
+  }
+  if (state.script->contains("init")) {
+    return ErrorsByName().at((*state.script)["init"].get<std::string>());
+  }
+  ++state.init_count;
+  return nvml::Return::kSuccess;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlShutdown() {
+  Call call("nvmlShutdown");
+  if (call.state().init_count == 0) {
+    return nvml::Return::kUninitialized;
+  }
+  --call.state().init_count;
+  if (call.state().init_count == 0) {
+    call.state().registered.clear();
+  }
+  return nvml::Return::kSuccess;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT const char* nvmlErrorString(nvml::Return result) {
+  return nvml::ReturnName(result);
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlSystemGetDriverVersion(char* version,
+                                                                  unsigned int length) {
+  Call call("nvmlSystemGetDriverVersion");
+  if (!call.initialized()) {
+    return nvml::Return::kUninitialized;
+  }
+  return CopyString(call.script().value("driver_version", "550.54.15"), version, length);
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlSystemGetCudaDriverVersion_v2(int* version) {
+  Call call("nvmlSystemGetCudaDriverVersion_v2");
+  if (!call.initialized()) {
+    return nvml::Return::kUninitialized;
+  }
+  return ReadNumber(call.script(), "cuda_driver_version", version);
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetCount_v2(unsigned int* count) {
+  Call call("nvmlDeviceGetCount_v2");
+  if (!call.initialized()) {
+    return nvml::Return::kUninitialized;
+  }
+  *count = static_cast<unsigned int>(call.devices().size());
+  return nvml::Return::kSuccess;
+}
+
+#ifndef GPUFLEET_FAKE_NVML_WITHOUT_HANDLE_BY_INDEX
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetHandleByIndex_v2(unsigned int index,
+                                                                     nvml::Device* device) {
+  Call call("nvmlDeviceGetHandleByIndex_v2");
+  if (!call.initialized()) {
+    return nvml::Return::kUninitialized;
+  }
+  if (index >= call.devices().size()) {
+    return nvml::Return::kInvalidArgument;
+  }
+  device->handle = reinterpret_cast<void*>(uintptr_t{1} + index);
+  return nvml::Return::kSuccess;
+}
+#endif
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetName(nvml::Device handle, char* name,
+                                                         unsigned int length) {
+  Call call("nvmlDeviceGetName");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  std::string text = device->value("name", "NVIDIA H100 80GB HBM3");
+  if (mig != nullptr) {
+    text += " MIG " + mig->value("profile", "");
+  }
+  return CopyString(text, name, length);
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetUUID(nvml::Device handle, char* uuid,
+                                                         unsigned int length) {
+  Call call("nvmlDeviceGetUUID");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  return CopyString((mig != nullptr ? mig : device)->value("uuid", ""), uuid, length);
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetPciInfo_v3(nvml::Device handle,
+                                                               nvml::PciInfo* pci) {
+  Call call("nvmlDeviceGetPciInfo_v3");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  *pci = nvml::PciInfo{};
+  const std::string bus_id = device->value("pci_bus_id", "00000000:00:00.0");
+  return CopyString(bus_id, pci->bus_id, sizeof(pci->bus_id));
+}
+
+namespace {
+
+// The memory of a GPU or MIG device: {"total_mib", "reserved_mib", "used_mib"} or an error.
+nvml::Return ScriptedMemory(const Json& entry, unsigned long long& total,
+                            unsigned long long& reserved, unsigned long long& used) {
+  const Json* memory = nullptr;
+  const nvml::Return rc = Lookup(entry, "memory", memory);
+  if (rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  total = memory->value("total_mib", 0ULL) * kMiB;
+  reserved = memory->value("reserved_mib", 0ULL) * kMiB;
+  used = memory->value("used_mib", 0ULL) * kMiB;
+  return nvml::Return::kSuccess;
+}
+
+}  // namespace
+
+#ifndef GPUFLEET_FAKE_NVML_LEGACY
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMemoryInfo_v2(nvml::Device handle,
+                                                                  nvml::MemoryV2* memory) {
+  Call call("nvmlDeviceGetMemoryInfo_v2");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  // The real library checks the struct version; a bare 2 is the classic mistake.
+  if (memory->version != nvml::kMemoryV2Version) {
+    return nvml::Return::kArgumentVersionMismatch;
+  }
+  unsigned long long total = 0;
+  unsigned long long reserved = 0;
+  unsigned long long used = 0;
+  const nvml::Return rc = ScriptedMemory(mig != nullptr ? *mig : *device, total, reserved, used);
+  if (rc == nvml::Return::kSuccess) {
+    memory->total = total;
+    memory->reserved = reserved;
+    memory->used = used;
+    memory->free = total - reserved - used;
+  }
+  return rc;
+}
+#endif
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMemoryInfo(nvml::Device handle,
+                                                               nvml::MemoryV1* memory) {
+  Call call("nvmlDeviceGetMemoryInfo");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  unsigned long long total = 0;
+  unsigned long long reserved = 0;
+  unsigned long long used = 0;
+  const nvml::Return rc = ScriptedMemory(mig != nullptr ? *mig : *device, total, reserved, used);
+  if (rc == nvml::Return::kSuccess) {
+    // Version 1 counts the reserved memory as used.
+    memory->total = total;
+    memory->used = used + reserved;
+    memory->free = total - reserved - used;
+  }
+  return rc;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetUtilizationRates(
+    nvml::Device handle, nvml::Utilization* utilization) {
+  Call call("nvmlDeviceGetUtilizationRates");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  const Json* value = nullptr;
+  const nvml::Return rc = Lookup(*device, "utilization", value);
+  if (rc == nvml::Return::kSuccess) {
+    utilization->gpu = value->value("gpu", 0U);
+    utilization->memory = value->value("memory", 0U);
+  }
+  return rc;
+}
+
+#ifndef GPUFLEET_FAKE_NVML_LEGACY
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetTemperatureV(nvml::Device handle,
+                                                                 nvml::Temperature* temperature) {
+  Call call("nvmlDeviceGetTemperatureV");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  if (temperature->version != nvml::kTemperatureV1Version ||
+      temperature->sensor_type != nvml::kTemperatureGpu) {
+    return nvml::Return::kArgumentVersionMismatch;
+  }
+  return ReadNumber(*device, "temperature_c", &temperature->temperature);
+}
+#endif
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetTemperature(nvml::Device handle, int sensor,
+                                                                unsigned int* temperature) {
+  Call call("nvmlDeviceGetTemperature");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  if (sensor != nvml::kTemperatureGpu) {
+    return nvml::Return::kInvalidArgument;
+  }
+  return ReadNumber(*device, "temperature_c", temperature);
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetTemperatureThreshold(nvml::Device handle,
+                                                                         int threshold,
+                                                                         unsigned int* temp) {
+  Call call("nvmlDeviceGetTemperatureThreshold");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  if (threshold != nvml::kTemperatureThresholdSlowdown) {
+    return nvml::Return::kNotSupported;
+  }
+  return ReadNumber(*device, "slowdown_temperature_c", temp);
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetPowerUsage(nvml::Device handle,
+                                                               unsigned int* milliwatts) {
+  Call call("nvmlDeviceGetPowerUsage");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  return ReadNumber(*device, "power_mw", milliwatts);
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetClockInfo(nvml::Device handle, int type,
+                                                              unsigned int* mhz) {
+  Call call("nvmlDeviceGetClockInfo");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  if (type == nvml::kClockSm) {
+    return ReadNumber(*device, "sm_clock_mhz", mhz);
+  }
+  if (type == nvml::kClockMem) {
+    return ReadNumber(*device, "mem_clock_mhz", mhz);
+  }
+  return nvml::Return::kNotSupported;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetTotalEccErrors(nvml::Device handle,
+                                                                   int error_type, int counter_type,
+                                                                   unsigned long long* count) {
+  Call call("nvmlDeviceGetTotalEccErrors");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  if (error_type != nvml::kMemoryErrorUncorrected || counter_type != nvml::kVolatileEcc) {
+    return nvml::Return::kNotSupported;
+  }
+  return ReadNumber(*device, "ecc_dbe_volatile", count);
+}
+
+#ifndef GPUFLEET_FAKE_NVML_LEGACY
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetRemappedRows(nvml::Device handle,
+                                                                 unsigned int* correctable,
+                                                                 unsigned int* uncorrectable,
+                                                                 unsigned int* pending,
+                                                                 unsigned int* failure) {
+  Call call("nvmlDeviceGetRemappedRows");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  const Json* rows = nullptr;
+  const nvml::Return rc = Lookup(*device, "remapped_rows", rows);
+  if (rc == nvml::Return::kSuccess) {
+    *correctable = rows->value("correctable", 0U);
+    *uncorrectable = rows->value("uncorrectable", 0U);
+    *pending = rows->value("pending", 0U);
+    *failure = rows->value("failure", 0U);
+  }
+  return rc;
+}
+#endif
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetPcieReplayCounter(nvml::Device handle,
+                                                                      unsigned int* count) {
+  Call call("nvmlDeviceGetPcieReplayCounter");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  return ReadNumber(*device, "pcie_replay", count);
+}
+
+namespace {
+
+nvml::Return ClocksEventReasons(const char* function, nvml::Device handle,
+                                unsigned long long* reasons) {
+  Call call(function);
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  return ReadNumber(*device, "clocks_event_reasons", reasons);
+}
+
+}  // namespace
+
+#ifndef GPUFLEET_FAKE_NVML_LEGACY
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetCurrentClocksEventReasons(
+    nvml::Device handle, unsigned long long* reasons) {
+  return ClocksEventReasons("nvmlDeviceGetCurrentClocksEventReasons", handle, reasons);
+}
+#endif
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetCurrentClocksThrottleReasons(
+    nvml::Device handle, unsigned long long* reasons) {
+  return ClocksEventReasons("nvmlDeviceGetCurrentClocksThrottleReasons", handle, reasons);
+}
+
+// ---- MIG: a device with a "mig" array has MIG enabled with those instances --------------------
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMigMode(nvml::Device handle,
+                                                            unsigned int* current,
+                                                            unsigned int* pending) {
+  Call call("nvmlDeviceGetMigMode");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  if (!device->contains("mig")) {
+    return nvml::Return::kNotSupported;
+  }
+  *current = nvml::kMigEnabled;
+  *pending = nvml::kMigEnabled;
+  return nvml::Return::kSuccess;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMaxMigDeviceCount(nvml::Device handle,
+                                                                      unsigned int* count) {
+  Call call("nvmlDeviceGetMaxMigDeviceCount");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  *count = device->contains("mig") ? kMaxMigDevices : 0;
+  return nvml::Return::kSuccess;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMigDeviceHandleByIndex(nvml::Device handle,
+                                                                           unsigned int index,
+                                                                           nvml::Device* out) {
+  Call call("nvmlDeviceGetMigDeviceHandleByIndex");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  if (mig != nullptr || !device->contains("mig")) {
+    return nvml::Return::kInvalidArgument;
+  }
+  if (index >= (*device)["mig"].size()) {
+    return nvml::Return::kNotFound;
+  }
+  const auto value = reinterpret_cast<uintptr_t>(handle.handle) + kMigStride * (index + 1);
+  out->handle = reinterpret_cast<void*>(value);
+  return nvml::Return::kSuccess;
+}
+
+namespace {
+
+nvml::Return MigId(const char* function, const char* key, nvml::Device handle, unsigned int* id) {
+  Call call(function);
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  if (mig == nullptr) {
+    return nvml::Return::kNotSupported;
+  }
+  return ReadNumber(*mig, key, id);
+}
+
+}  // namespace
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetGpuInstanceId(nvml::Device handle,
+                                                                  unsigned int* id) {
+  return MigId("nvmlDeviceGetGpuInstanceId", "gpu_instance_id", handle, id);
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetComputeInstanceId(nvml::Device handle,
+                                                                      unsigned int* id) {
+  return MigId("nvmlDeviceGetComputeInstanceId", "compute_instance_id", handle, id);
+}
+
+// ---- events: each device's "xids" are queued when the script loads ---------------------------
+
+#ifndef GPUFLEET_FAKE_NVML_LEGACY
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlEventSetCreate(nvml::EventSet* set) {
+  Call call("nvmlEventSetCreate");
+  if (!call.initialized()) {
+    return nvml::Return::kUninitialized;
+  }
+  set->handle = &call.state();
+  return nvml::Return::kSuccess;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlEventSetFree(nvml::EventSet set) {
+  Call call("nvmlEventSetFree");
+  return set.handle == &call.state() ? nvml::Return::kSuccess : nvml::Return::kInvalidArgument;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetSupportedEventTypes(nvml::Device handle,
+                                                                        unsigned long long* types) {
+  Call call("nvmlDeviceGetSupportedEventTypes");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  *types = device->value("xid_events", true)
+               ? nvml::kEventXidCriticalError | nvml::kEventGpuUnavailable | 0x2ULL
+               : 0x2ULL;
+  return nvml::Return::kSuccess;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceRegisterEvents(nvml::Device handle,
+                                                                unsigned long long types,
+                                                                nvml::EventSet set) {
+  Call call("nvmlDeviceRegisterEvents");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  if (set.handle != &call.state()) {
+    return nvml::Return::kInvalidArgument;
+  }
+  if ((types & nvml::kEventXidCriticalError) != 0 && !device->value("xid_events", true)) {
+    return nvml::Return::kNotSupported;
+  }
+  int gpu = 0;
+  int mig_index = 0;
+  call.Decode(handle, gpu, mig_index);
+  call.state().registered[gpu] |= types;
+  return nvml::Return::kSuccess;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlEventSetWait_v2(nvml::EventSet set,
+                                                           nvml::EventData* data,
+                                                           unsigned int /*timeout_ms*/) {
+  Call call("nvmlEventSetWait_v2");
+  if (!call.initialized() || set.handle != &call.state()) {
+    return nvml::Return::kInvalidArgument;
+  }
+  State& state = call.state();
+  // Events of GPUs that did not register for XIDs are never delivered.
+  while (!state.events.empty()) {
+    const Event event = state.events.front();
+    state.events.pop_front();
+    const auto registered = state.registered.find(event.device);
+    if (registered == state.registered.end() ||
+        (registered->second & nvml::kEventXidCriticalError) == 0) {
+      continue;
+    }
+    *data = nvml::EventData{};
+    data->device.handle = reinterpret_cast<void*>(uintptr_t{1} + event.device);
+    data->event_type = nvml::kEventXidCriticalError;
+    data->event_data = event.code;
+    data->gpu_instance_id = event.gpu_instance_id;
+    data->compute_instance_id = UINT32_MAX;
+    return nvml::Return::kSuccess;
+  }
+  return nvml::Return::kTimeout;
+}
+
+// ---- GPM: a device with a "gpm" object ({"sm_util", "dram_bw_util", "any_tensor_util"}, percent)
+// supports it -----------------------------------------------------------------------------------
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlGpmQueryDeviceSupport(nvml::Device handle,
+                                                                 nvml::GpmSupport* support) {
+  Call call("nvmlGpmQueryDeviceSupport");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  if (support->version != nvml::kGpmSupportVersion) {
+    return nvml::Return::kArgumentVersionMismatch;
+  }
+  support->is_supported_device = device->contains("gpm") ? 1 : 0;
+  return nvml::Return::kSuccess;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlGpmSampleAlloc(nvml::GpmSample* sample) {
+  Call call("nvmlGpmSampleAlloc");
+  sample->handle = new GpmSampleData();
+  return nvml::Return::kSuccess;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlGpmSampleFree(nvml::GpmSample sample) {
+  Call call("nvmlGpmSampleFree");
+  delete static_cast<GpmSampleData*>(sample.handle);
+  return nvml::Return::kSuccess;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlGpmSampleGet(nvml::Device handle,
+                                                        nvml::GpmSample sample) {
+  Call call("nvmlGpmSampleGet");
+  const Json* device = nullptr;
+  const Json* mig = nullptr;
+  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  int gpu = 0;
+  int mig_index = 0;
+  call.Decode(handle, gpu, mig_index);
+  auto* data = static_cast<GpmSampleData*>(sample.handle);
+  data->device = gpu;
+  data->sequence = ++call.state().gpm_sequence;
+  return nvml::Return::kSuccess;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlGpmMetricsGet(nvml::GpmMetricsGet* request) {
+  Call call("nvmlGpmMetricsGet");
+  if (!call.initialized()) {
+    return nvml::Return::kUninitialized;
+  }
+  if (request->version != nvml::kGpmMetricsGetVersion) {
+    return nvml::Return::kArgumentVersionMismatch;
+  }
+  const auto* first = static_cast<const GpmSampleData*>(request->sample1.handle);
+  const auto* second = static_cast<const GpmSampleData*>(request->sample2.handle);
+  // The real library needs two samples of one GPU, in order.
+  if (first == nullptr || second == nullptr || first->device < 0 ||
+      first->device != second->device || first->sequence >= second->sequence ||
+      request->num_metrics > static_cast<unsigned int>(nvml::kGpmMetricMax)) {
+    return nvml::Return::kInvalidArgument;
+  }
+  const Json& device = call.devices()[static_cast<size_t>(first->device)];
+  if (!device.contains("gpm")) {
+    return nvml::Return::kNotSupported;
+  }
+  const Json& gpm = device["gpm"];
+  for (unsigned int i = 0; i < request->num_metrics; ++i) {
+    nvml::GpmMetric& metric = request->metrics[i];
+    const char* key = metric.metric_id == nvml::kGpmMetricSmUtil          ? "sm_util"
+                      : metric.metric_id == nvml::kGpmMetricDramBwUtil    ? "dram_bw_util"
+                      : metric.metric_id == nvml::kGpmMetricAnyTensorUtil ? "any_tensor_util"
+                                                                          : "";
+    metric.nvml_return = ReadNumber(gpm, key, &metric.value);
+  }
+  return nvml::Return::kSuccess;
+}
+#endif
+
+// ---- traps: functions that change device state, which the probe must never call ------------
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceSetMigMode(nvml::Device, unsigned int,
+                                                            nvml::Return*) {
+  Call call("nvmlDeviceSetMigMode");
+  return nvml::Return::kNoPermission;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceSetPersistenceMode(nvml::Device, int) {
+  Call call("nvmlDeviceSetPersistenceMode");
+  return nvml::Return::kNoPermission;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceSetPowerManagementLimit(nvml::Device,
+                                                                         unsigned int) {
+  Call call("nvmlDeviceSetPowerManagementLimit");
+  return nvml::Return::kNoPermission;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceSetApplicationsClocks(nvml::Device, unsigned int,
+                                                                       unsigned int) {
+  Call call("nvmlDeviceSetApplicationsClocks");
+  return nvml::Return::kNoPermission;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceSetGpuLockedClocks(nvml::Device, unsigned int,
+                                                                    unsigned int) {
+  Call call("nvmlDeviceSetGpuLockedClocks");
+  return nvml::Return::kNoPermission;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceClearEccErrorCounts(nvml::Device, int) {
+  Call call("nvmlDeviceClearEccErrorCounts");
+  return nvml::Return::kNoPermission;
+}
+
+// The names of every function called since the last reset, comma-separated (valid until the
+// next call into the library).
+GPUFLEET_FAKE_NVML_EXPORT const char* gpufleet_fake_nvml_called_functions() {
+  State& state = GetState();
+  std::lock_guard<std::mutex> lock(state.mu);
+  static std::string names;
+  names.clear();
+  for (const auto& [name, count] : state.calls) {
+    names += names.empty() ? "" : ",";
+    names += name;
+  }
+  return names.c_str();
+}
+
+// NOLINTEND(readability-identifier-naming, google-runtime-int)

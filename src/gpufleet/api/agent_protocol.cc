@@ -1,0 +1,435 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/api/agent_protocol.h"
+
+#include <limits>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/api/node_json.h"
+
+namespace gpufleet::api {
+namespace {
+
+using Json = nlohmann::json;
+
+Status FieldError(const std::string& path, std::string_view message) {
+  return InvalidArgumentError(fmt::format("{}: {}", path, message));
+}
+
+std::string Shown(const Json& value) {
+  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+}
+
+// Reads the fields of one JSON object; unknown fields are refused so a typo is not ignored.
+class ObjectReader {
+ public:
+  static Result<ObjectReader> Open(const Json& j, std::string path,
+                                   std::initializer_list<std::string_view> known) {
+    if (!j.is_object()) {
+      return FieldError(path.empty() ? "body" : path, "expected an object, got " + Shown(j));
+    }
+    for (const auto& [key, value] : j.items()) {
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        return FieldError(Join(path, key), "unknown field");
+      }
+    }
+    return ObjectReader(j, std::move(path));
+  }
+
+  std::string Path(std::string_view key) const { return Join(path_, key); }
+  const Json* Find(std::string_view key) const {
+    const auto it = j_.find(key);
+    return it == j_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  Status String(std::string_view key, std::string* out, bool required = false) const {
+    const Json* v = Find(key);
+    if (v == nullptr) {
+      return required ? FieldError(Path(key), "required field missing") : Status::Ok();
+    }
+    if (!v->is_string()) {
+      return FieldError(Path(key), "expected a string, got " + Shown(*v));
+    }
+    *out = v->get<std::string>();
+    return Status::Ok();
+  }
+
+  template <typename Int>
+  Status Integer(std::string_view key, Int* out, int64_t min, int64_t max) const {
+    const Json* v = Find(key);
+    if (v == nullptr) {
+      return Status::Ok();
+    }
+    if (!v->is_number_integer()) {
+      return FieldError(Path(key), "expected an integer, got " + Shown(*v));
+    }
+    if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(max)) {
+      return FieldError(Path(key), fmt::format("{} is out of range [{}, {}]", Shown(*v), min, max));
+    }
+    const int64_t value = v->get<int64_t>();
+    if (value < min || value > max) {
+      return FieldError(Path(key), fmt::format("{} is out of range [{}, {}]", value, min, max));
+    }
+    *out = static_cast<Int>(value);
+    return Status::Ok();
+  }
+
+  Status OptionalPercent(std::string_view key, std::optional<int>* out) const {
+    if (Find(key) == nullptr) {
+      return Status::Ok();
+    }
+    int value = 0;
+    GPUFLEET_RETURN_IF_ERROR(Integer(key, &value, 0, 100));
+    *out = value;
+    return Status::Ok();
+  }
+
+  Status Strings(std::string_view key, std::vector<std::string>* out) const {
+    const Json* v = Find(key);
+    if (v == nullptr) {
+      return Status::Ok();
+    }
+    if (!v->is_array()) {
+      return FieldError(Path(key), "expected a list of strings, got " + Shown(*v));
+    }
+    for (size_t i = 0; i < v->size(); ++i) {
+      if (!(*v)[i].is_string()) {
+        return FieldError(fmt::format("{}[{}]", Path(key), i),
+                          "expected a string, got " + Shown((*v)[i]));
+      }
+      out->push_back((*v)[i].get<std::string>());
+    }
+    return Status::Ok();
+  }
+
+  Status StringMap(std::string_view key, std::map<std::string, std::string>* out) const {
+    const Json* v = Find(key);
+    if (v == nullptr) {
+      return Status::Ok();
+    }
+    if (!v->is_object()) {
+      return FieldError(Path(key), "expected an object of strings, got " + Shown(*v));
+    }
+    for (const auto& [k, value] : v->items()) {
+      if (!value.is_string()) {
+        return FieldError(Join(Path(key), k), "expected a string, got " + Shown(value));
+      }
+      (*out)[k] = value.get<std::string>();
+    }
+    return Status::Ok();
+  }
+
+  // Calls read(element, path) for each element of the list `key`.
+  template <typename Fn>
+  Status List(std::string_view key, Fn read) const {
+    const Json* v = Find(key);
+    if (v == nullptr) {
+      return Status::Ok();
+    }
+    if (!v->is_array()) {
+      return FieldError(Path(key), "expected a list, got " + Shown(*v));
+    }
+    for (size_t i = 0; i < v->size(); ++i) {
+      GPUFLEET_RETURN_IF_ERROR(read((*v)[i], fmt::format("{}[{}]", Path(key), i)));
+    }
+    return Status::Ok();
+  }
+
+ private:
+  ObjectReader(const Json& j, std::string path) : j_(j), path_(std::move(path)) {}
+  static std::string Join(std::string_view path, std::string_view key) {
+    return path.empty() ? std::string(key) : fmt::format("{}.{}", path, key);
+  }
+
+  const Json& j_;
+  std::string path_;
+};
+
+Result<Json> ParseBody(std::string_view text) {
+  Json j = Json::parse(text, nullptr, false);
+  if (j.is_discarded()) {
+    return InvalidArgumentError("body: not valid JSON");
+  }
+  return j;
+}
+
+template <typename Enum, size_t N>
+Status ReadEnum(const ObjectReader& r, std::string_view key, const Enum (&values)[N],
+                const char* (*name)(Enum), Enum* out) {
+  std::string text;
+  GPUFLEET_RETURN_IF_ERROR(r.String(key, &text));
+  if (text.empty()) {
+    return Status::Ok();
+  }
+  std::vector<std::string_view> valid;
+  for (const Enum value : values) {
+    if (text == name(value)) {
+      *out = value;
+      return Status::Ok();
+    }
+    valid.push_back(name(value));
+  }
+  return FieldError(r.Path(key),
+                    fmt::format("unknown \"{}\" (valid: {})", text, fmt::join(valid, ", ")));
+}
+
+constexpr GpuHealth kReportableHealth[] = {GpuHealth::kHealthy, GpuHealth::kDegraded,
+                                           GpuHealth::kUnhealthy};
+constexpr DrainAction kDrainActions[] = {DrainAction::kNone, DrainAction::kAfterJob,
+                                         DrainAction::kNow};
+constexpr TaskPhase kTaskPhases[] = {TaskPhase::kRunning, TaskPhase::kSucceeded,
+                                     TaskPhase::kFailed};
+constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+
+Status ReadGpuReports(const ObjectReader& r, std::vector<GpuReport>* out) {
+  std::set<int> seen;
+  return r.List("gpus", [&](const Json& j, const std::string& path) -> Status {
+    GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader g,
+                              ObjectReader::Open(j, path,
+                                                 {"index", "health", "reasons", "drain",
+                                                  "thermal_headroom_c", "utilization_pct"}));
+    GpuReport report;
+    GPUFLEET_RETURN_IF_ERROR(g.Integer("index", &report.index, 0, 1023));
+    if (!seen.insert(report.index).second) {
+      return FieldError(g.Path("index"), fmt::format("duplicate GPU index {}", report.index));
+    }
+    GPUFLEET_RETURN_IF_ERROR(
+        ReadEnum(g, "health", kReportableHealth, &GpuHealthName, &report.health));
+    GPUFLEET_RETURN_IF_ERROR(g.Strings("reasons", &report.reasons));
+    GPUFLEET_RETURN_IF_ERROR(ReadEnum(g, "drain", kDrainActions, &DrainActionName, &report.drain));
+    GPUFLEET_RETURN_IF_ERROR(
+        g.Integer("thermal_headroom_c", &report.thermal_headroom_c, -1000, 1000));
+    GPUFLEET_RETURN_IF_ERROR(g.OptionalPercent("utilization_pct", &report.utilization_pct));
+    out->push_back(std::move(report));
+    return Status::Ok();
+  });
+}
+
+Status ReadTaskReports(const ObjectReader& r, std::vector<TaskReport>* out) {
+  std::set<std::string> seen;
+  return r.List("tasks", [&](const Json& j, const std::string& path) -> Status {
+    GPUFLEET_ASSIGN_OR_RETURN(
+        const ObjectReader t,
+        ObjectReader::Open(j, path,
+                           {"id", "phase", "exit_code", "message", "gpu_utilization_pct"}));
+    TaskReport report;
+    GPUFLEET_RETURN_IF_ERROR(t.String("id", &report.id, /*required=*/true));
+    if (!seen.insert(report.id).second) {
+      return FieldError(t.Path("id"), fmt::format("duplicate task \"{}\"", report.id));
+    }
+    GPUFLEET_RETURN_IF_ERROR(ReadEnum(t, "phase", kTaskPhases, &TaskPhaseName, &report.phase));
+    GPUFLEET_RETURN_IF_ERROR(t.Integer("exit_code", &report.exit_code, -kMaxInt - 1, kMaxInt));
+    GPUFLEET_RETURN_IF_ERROR(t.String("message", &report.message));
+    GPUFLEET_RETURN_IF_ERROR(t.OptionalPercent("gpu_utilization_pct", &report.gpu_utilization_pct));
+    out->push_back(std::move(report));
+    return Status::Ok();
+  });
+}
+
+Json GpuReportsToJson(const std::vector<GpuReport>& gpus) {
+  Json out = Json::array();
+  for (const GpuReport& g : gpus) {
+    Json j = {{"index", g.index},
+              {"health", GpuHealthName(g.health)},
+              {"reasons", g.reasons},
+              {"drain", DrainActionName(g.drain)},
+              {"thermal_headroom_c", g.thermal_headroom_c}};
+    if (g.utilization_pct) {
+      j["utilization_pct"] = *g.utilization_pct;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Json TaskReportsToJson(const std::vector<TaskReport>& tasks) {
+  Json out = Json::array();
+  for (const TaskReport& t : tasks) {
+    Json j = {{"id", t.id}, {"phase", TaskPhaseName(t.phase)}, {"exit_code", t.exit_code}};
+    if (!t.message.empty()) {
+      j["message"] = t.message;
+    }
+    if (t.gpu_utilization_pct) {
+      j["gpu_utilization_pct"] = *t.gpu_utilization_pct;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+Result<Node> ReadNode(const Json& j, const std::string& path,
+                      const std::vector<std::string>& levels) {
+  GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader r,
+                            ObjectReader::Open(j, path,
+                                               {"name", "cpu_milli", "memory_mib", "labels",
+                                                "fault_domains", "topology", "gpus"}));
+  Node node;
+  std::string name;
+  GPUFLEET_RETURN_IF_ERROR(r.String("name", &name, /*required=*/true));
+  node.id = NodeId(name);
+  GPUFLEET_RETURN_IF_ERROR(r.Integer("cpu_milli", &node.capacity.cpu_milli, 0, int64_t{1} << 40));
+  GPUFLEET_RETURN_IF_ERROR(r.Integer("memory_mib", &node.capacity.memory_mib, 0, int64_t{1} << 40));
+  GPUFLEET_RETURN_IF_ERROR(r.StringMap("labels", &node.labels));
+  GPUFLEET_RETURN_IF_ERROR(r.StringMap("fault_domains", &node.fault_domains));
+  std::map<std::string, std::string> topology;
+  GPUFLEET_RETURN_IF_ERROR(r.StringMap("topology", &topology));
+  for (const std::string& level : levels) {
+    const auto it = topology.find(level);
+    if (it == topology.end()) {
+      return FieldError(r.Path("topology"), fmt::format("no value for level \"{}\"", level));
+    }
+    node.topology.push_back(it->second);
+  }
+  if (topology.size() != levels.size()) {
+    return FieldError(r.Path("topology"), "has levels that topology_levels does not list");
+  }
+  const auto read_gpu = [&](const Json& g, const std::string& gpu_path) -> Status {
+    GPUFLEET_ASSIGN_OR_RETURN(
+        const ObjectReader gr,
+        ObjectReader::Open(
+            g, gpu_path, {"index", "uuid", "model", "memory_mib", "nvlink_domain", "mig_enabled"}));
+    Gpu gpu;
+    std::string uuid;
+    GPUFLEET_RETURN_IF_ERROR(gr.Integer("index", &gpu.index, 0, 1023));
+    GPUFLEET_RETURN_IF_ERROR(gr.String("uuid", &uuid, /*required=*/true));
+    gpu.uuid = GpuUuid(uuid);
+    GPUFLEET_RETURN_IF_ERROR(gr.String("model", &gpu.model, /*required=*/true));
+    GPUFLEET_RETURN_IF_ERROR(gr.Integer("memory_mib", &gpu.memory_mib, 0, int64_t{1} << 30));
+    GPUFLEET_RETURN_IF_ERROR(gr.Integer("nvlink_domain", &gpu.nvlink_domain, 0, 1023));
+    if (const Json* mig = gr.Find("mig_enabled")) {
+      if (!mig->is_boolean()) {
+        return FieldError(gr.Path("mig_enabled"), "expected true or false, got " + Shown(*mig));
+      }
+      gpu.mig_enabled = mig->get<bool>();
+    }
+    node.gpus.push_back(std::move(gpu));
+    return Status::Ok();
+  };
+  GPUFLEET_RETURN_IF_ERROR(r.List("gpus", read_gpu));
+  return node;
+}
+
+// The node as the store writes it (NodeToJson), less what the server decides (state, health).
+Json NodeInventoryToJson(const Node& node, const std::vector<std::string>& levels) {
+  Json j = NodeToJson(node, levels);
+  j.erase("state");
+  for (Json& gpu : j["gpus"]) {
+    gpu.erase("health");
+    gpu.erase("thermal_headroom_c");
+  }
+  return j;
+}
+
+}  // namespace
+
+const char* DrainActionName(DrainAction action) {
+  switch (action) {
+    case DrainAction::kNone:
+      return "none";
+    case DrainAction::kAfterJob:
+      return "after-job";
+    case DrainAction::kNow:
+      return "now";
+  }
+  return "unknown";
+}
+
+const char* TaskPhaseName(TaskPhase phase) {
+  switch (phase) {
+    case TaskPhase::kRunning:
+      return "Running";
+    case TaskPhase::kSucceeded:
+      return "Succeeded";
+    case TaskPhase::kFailed:
+      return "Failed";
+  }
+  return "unknown";
+}
+
+std::string RegisterRequestToJson(const RegisterRequest& request) {
+  const Json j = {{"node", NodeInventoryToJson(request.node, request.topology_levels)},
+                  {"topology_levels", request.topology_levels},
+                  {"gpus", GpuReportsToJson(request.gpus)},
+                  {"tasks", TaskReportsToJson(request.tasks)}};
+  return j.dump();
+}
+
+std::string HeartbeatRequestToJson(const HeartbeatRequest& request) {
+  const Json j = {{"gpus", GpuReportsToJson(request.gpus)},
+                  {"tasks", TaskReportsToJson(request.tasks)}};
+  return j.dump();
+}
+
+std::string AgentReplyToJson(const AgentReply& reply) {
+  Json tasks = Json::array();
+  for (const DesiredTask& t : reply.tasks) {
+    tasks.push_back({{"id", t.id},
+                     {"job", t.job},
+                     {"task", t.task},
+                     {"command", t.command},
+                     {"env", t.env},
+                     {"gpu_uuids", t.gpu_uuids},
+                     {"gpu_milli", t.gpu_milli}});
+  }
+  const Json j = {{"heartbeat_interval_ms", reply.heartbeat_interval_ms},
+                  {"tasks", std::move(tasks)}};
+  return j.dump();
+}
+
+Result<RegisterRequest> ParseRegisterRequest(std::string_view text) {
+  GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const ObjectReader r,
+      ObjectReader::Open(j, "", {"node", "topology_levels", "gpus", "tasks"}));
+  RegisterRequest request;
+  GPUFLEET_RETURN_IF_ERROR(r.Strings("topology_levels", &request.topology_levels));
+  const Json* node = r.Find("node");
+  if (node == nullptr) {
+    return FieldError("node", "required field missing");
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(request.node, ReadNode(*node, "node", request.topology_levels));
+  GPUFLEET_RETURN_IF_ERROR(ReadGpuReports(r, &request.gpus));
+  GPUFLEET_RETURN_IF_ERROR(ReadTaskReports(r, &request.tasks));
+  return request;
+}
+
+Result<HeartbeatRequest> ParseHeartbeatRequest(std::string_view text) {
+  GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
+  GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader r, ObjectReader::Open(j, "", {"gpus", "tasks"}));
+  HeartbeatRequest request;
+  GPUFLEET_RETURN_IF_ERROR(ReadGpuReports(r, &request.gpus));
+  GPUFLEET_RETURN_IF_ERROR(ReadTaskReports(r, &request.tasks));
+  return request;
+}
+
+Result<AgentReply> ParseAgentReply(std::string_view text) {
+  GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
+  GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader r,
+                            ObjectReader::Open(j, "", {"heartbeat_interval_ms", "tasks"}));
+  AgentReply reply;
+  GPUFLEET_RETURN_IF_ERROR(
+      r.Integer("heartbeat_interval_ms", &reply.heartbeat_interval_ms, 1, 3600 * 1000));
+  const auto read_task = [&](const Json& t, const std::string& path) -> Status {
+    GPUFLEET_ASSIGN_OR_RETURN(
+        const ObjectReader tr,
+        ObjectReader::Open(t, path,
+                           {"id", "job", "task", "command", "env", "gpu_uuids", "gpu_milli"}));
+    DesiredTask task;
+    GPUFLEET_RETURN_IF_ERROR(tr.String("id", &task.id, /*required=*/true));
+    GPUFLEET_RETURN_IF_ERROR(tr.String("job", &task.job));
+    GPUFLEET_RETURN_IF_ERROR(tr.String("task", &task.task));
+    GPUFLEET_RETURN_IF_ERROR(tr.Strings("command", &task.command));
+    GPUFLEET_RETURN_IF_ERROR(tr.StringMap("env", &task.env));
+    GPUFLEET_RETURN_IF_ERROR(tr.Strings("gpu_uuids", &task.gpu_uuids));
+    GPUFLEET_RETURN_IF_ERROR(tr.Integer("gpu_milli", &task.gpu_milli, 0, int64_t{1} << 40));
+    reply.tasks.push_back(std::move(task));
+    return Status::Ok();
+  };
+  GPUFLEET_RETURN_IF_ERROR(r.List("tasks", read_task));
+  return reply;
+}
+
+}  // namespace gpufleet::api

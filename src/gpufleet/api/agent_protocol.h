@@ -1,0 +1,88 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpufleet/core/cluster.h"
+#include "gpufleet/core/status.h"
+
+// The agent <-> server protocol (docs/agent.md), JSON over HTTP:
+//   POST /v1/agents/register          RegisterRequest  -> AgentReply
+//   POST /v1/agents/NODE/heartbeat    HeartbeatRequest -> AgentReply
+// The agent reports what it sees and runs; the server answers with the tasks the node should run
+// (the desired state), and the agent starts what is missing and stops what is not wanted.
+namespace gpufleet::api {
+
+// What the health rules ask for a GPU: nothing, no new work and drain once the running job ends,
+// or stop its work now.
+enum class DrainAction { kNone, kAfterJob, kNow };
+const char* DrainActionName(DrainAction action);  // "none", "after-job", "now"
+
+// One GPU's health and telemetry summary as the agent judged it.
+struct GpuReport {
+  int index = 0;
+  GpuHealth health = GpuHealth::kHealthy;  // Healthy, Degraded or Unhealthy
+  std::vector<std::string> reasons;        // e.g. "XID 79: GPU has fallen off the bus"
+  DrainAction drain = DrainAction::kNone;
+  int thermal_headroom_c = 100;
+  std::optional<int> utilization_pct;  // absent when not measured
+};
+
+enum class TaskPhase { kRunning, kSucceeded, kFailed };
+const char* TaskPhaseName(TaskPhase phase);  // "Running", "Succeeded", "Failed"
+
+// A task the agent runs or ran. `id` is the id the server gave it (DesiredTask::id).
+struct TaskReport {
+  std::string id;
+  TaskPhase phase = TaskPhase::kRunning;
+  int exit_code = 0;
+  std::string message;  // why it failed, e.g. "exit code 2", "killed by signal 9"
+  std::optional<int> gpu_utilization_pct;
+};
+
+struct RegisterRequest {
+  // Inventory: name, capacity, labels (driver and CUDA versions under kDriverVersionLabel and
+  // kCudaVersionLabel), fault domains, GPUs. node.topology[i] is the domain at topology_levels[i].
+  Node node;
+  std::vector<std::string> topology_levels;
+  std::vector<GpuReport> gpus;
+  std::vector<TaskReport> tasks;  // tasks still running from before an agent restart
+};
+
+struct HeartbeatRequest {
+  std::vector<GpuReport> gpus;
+  std::vector<TaskReport> tasks;
+};
+
+// A task the node should run.
+struct DesiredTask {
+  std::string id;  // "JOB/TASK/ATTEMPT", e.g. "bert/workers-3/1"
+  std::string job;
+  std::string task;  // "workers-3"
+  std::vector<std::string> command;
+  std::map<std::string, std::string> env;
+  std::vector<std::string> gpu_uuids;  // whole GPUs or the GPU a share or MIG slice is on
+  int64_t gpu_milli = 0;               // GPU share in milli-GPU (1000 per whole GPU)
+};
+
+struct AgentReply {
+  int64_t heartbeat_interval_ms = 10000;
+  std::vector<DesiredTask> tasks;
+};
+
+std::string RegisterRequestToJson(const RegisterRequest& request);
+std::string HeartbeatRequestToJson(const HeartbeatRequest& request);
+std::string AgentReplyToJson(const AgentReply& reply);
+
+// Strict readers: kInvalidArgument naming the field path and the value, e.g.
+// `gpus[2].health: unknown "Sick" (valid: Healthy, Degraded, Unhealthy)`.
+Result<RegisterRequest> ParseRegisterRequest(std::string_view text);
+Result<HeartbeatRequest> ParseHeartbeatRequest(std::string_view text);
+Result<AgentReply> ParseAgentReply(std::string_view text);
+
+}  // namespace gpufleet::api

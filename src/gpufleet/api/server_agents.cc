@@ -1,0 +1,493 @@
+// SPDX-License-Identifier: Apache-2.0
+// The agent side of ApiServer: registration, heartbeats, task states, NotReady nodes
+// (docs/agent.md).
+#include <charconv>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "gpufleet/api/json_fields.h"
+#include "gpufleet/api/node_json.h"
+#include "gpufleet/api/server.h"
+
+namespace gpufleet::api {
+namespace {
+
+bool IsActive(std::string_view state) {
+  return state == "Scheduled" || state == "Running";
+}
+
+// "JOB/TASK/ATTEMPT" -> its parts; nullopt when malformed.
+struct TaskId {
+  std::string job;
+  std::string task;
+  int64_t attempt = 0;
+};
+std::optional<TaskId> ParseTaskId(std::string_view id) {
+  const size_t first = id.find('/');
+  const size_t last = id.rfind('/');
+  if (first == std::string_view::npos || first == last) {
+    return std::nullopt;
+  }
+  TaskId out{std::string(id.substr(0, first)), std::string(id.substr(first + 1, last - first - 1))};
+  const std::string_view attempt = id.substr(last + 1);
+  const auto [end, error] =
+      std::from_chars(attempt.data(), attempt.data() + attempt.size(), out.attempt);
+  if (error != std::errc() || end != attempt.data() + attempt.size()) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+std::string MakeTaskId(std::string_view job, std::string_view task, int64_t attempt) {
+  return fmt::format("{}/{}/{}", job, task, attempt);
+}
+
+// The job's node-failure policy as its stored spec says ("requeue" unless "fail").
+bool RequeuesOnNodeFailure(const Json& job) {
+  const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
+  return StrOr(spec.contains("spec") ? spec["spec"] : Json::object(), "onNodeFailure", "requeue") !=
+         "fail";
+}
+
+// Ends the current run of an active job because a node or GPU it used failed: back to Pending
+// with its GPUs freed, or Failed, as the job asks. Returns the event text.
+std::string EndRunOnFailure(Json& job, const std::string& why) {
+  job["placements"] = Json::array();
+  if (RequeuesOnNodeFailure(job)) {
+    job["state"] = "Pending";
+    job["reason"] = fmt::format("requeued: {}", why);
+    return fmt::format("requeued: {}", why);
+  }
+  job["state"] = "Failed";
+  job["reason"] = why;
+  return fmt::format("failed: {}", why);
+}
+
+// Applies one node's task reports and drain-now GPUs to an active job. Returns the events to log
+// (empty: nothing changed).
+std::vector<std::string> ApplyReports(Json& job, const std::string& node,
+                                      const std::map<std::string, const TaskReport*>& reports,
+                                      const std::set<int64_t>& drain_now_gpus) {
+  std::vector<std::string> events;
+  if (!IsActive(StrOr(job, "state")) || !job.contains("placements") ||
+      !job["placements"].is_array()) {
+    return events;
+  }
+  const std::string name = StrOr(job, "name");
+  const int64_t attempt = IntOr(job, "attempt", 0);
+  for (Json& placement : job["placements"]) {
+    if (StrOr(placement, "node") != node) {
+      continue;
+    }
+    for (const Json& gpu : ArrayOr(placement, "gpus")) {
+      if (gpu.is_number_integer() && drain_now_gpus.count(gpu.get<int64_t>()) > 0) {
+        events.push_back(
+            EndRunOnFailure(job, fmt::format("gpu {} of {} must be drained now (task {})",
+                                             gpu.get<int64_t>(), node, StrOr(placement, "task"))));
+        return events;
+      }
+    }
+    const std::string task = StrOr(placement, "task");
+    const auto it = reports.find(MakeTaskId(name, task, attempt));
+    if (it == reports.end()) {
+      continue;
+    }
+    const TaskReport& report = *it->second;
+    const std::string phase = TaskPhaseName(report.phase);
+    if (StrOr(placement, "phase") == phase) {
+      continue;
+    }
+    placement["phase"] = phase;
+    if (report.phase == TaskPhase::kRunning) {
+      events.push_back(fmt::format("task {} running on {}", task, node));
+      continue;
+    }
+    placement["exit_code"] = report.exit_code;
+    if (report.phase == TaskPhase::kFailed) {
+      const std::string why = fmt::format(
+          "task {} on {} failed: {}", task, node,
+          report.message.empty() ? fmt::format("exit code {}", report.exit_code) : report.message);
+      job["state"] = "Failed";
+      job["reason"] = why;
+      job["placements"] = Json::array();
+      events.push_back(why);
+      return events;
+    }
+    events.push_back(fmt::format("task {} succeeded on {}", task, node));
+  }
+  if (events.empty()) {
+    return events;
+  }
+  bool all_started = true;
+  bool all_succeeded = true;
+  for (const Json& placement : job["placements"]) {
+    const std::string phase = StrOr(placement, "phase");
+    all_started = all_started && !phase.empty();
+    all_succeeded = all_succeeded && phase == "Succeeded";
+  }
+  if (all_succeeded) {
+    job["state"] = "Succeeded";
+    job["reason"] = "";
+    job["placements"] = Json::array();
+    events.push_back("succeeded: every task exited with code 0");
+  } else if (all_started && StrOr(job, "state") == "Scheduled") {
+    job["state"] = "Running";
+    events.push_back("running: every task has started");
+  }
+  return events;
+}
+
+// Merges a registering node's inventory into its stored document, keeping what operators set
+// (cordon/drain state, quarantined GPUs).
+Json MergeInventory(const Json* stored, const Node& node, const std::vector<std::string>& levels) {
+  Json doc = NodeToJson(node, levels);
+  doc["agent"] = true;
+  if (stored == nullptr) {
+    return doc;
+  }
+  doc["state"] = StrOr(*stored, "state", "Ready");
+  if (stored->contains("state_before_not_ready")) {
+    doc["state_before_not_ready"] = (*stored)["state_before_not_ready"];
+  }
+  std::set<int64_t> quarantined;
+  for (const Json& gpu : ArrayOr(*stored, "gpus")) {
+    if (StrOr(gpu, "health") == GpuHealthName(GpuHealth::kQuarantined)) {
+      quarantined.insert(IntOr(gpu, "index", -1));
+    }
+  }
+  for (Json& gpu : doc["gpus"]) {
+    if (quarantined.count(IntOr(gpu, "index", -1)) > 0) {
+      gpu["health"] = GpuHealthName(GpuHealth::kQuarantined);
+    }
+  }
+  return doc;
+}
+
+// Applies GPU reports to a node document; returns the events (empty: nothing changed).
+// A GPU an operator quarantined stays Quarantined whatever the agent says; its reported health
+// is kept beside it for `describe node` and for the release.
+std::vector<std::string> ApplyGpuReports(Json& doc, const std::vector<GpuReport>& reports) {
+  std::vector<std::string> events;
+  if (!doc.contains("gpus") || !doc["gpus"].is_array()) {
+    return events;
+  }
+  for (const GpuReport& report : reports) {
+    for (Json& gpu : doc["gpus"]) {
+      if (IntOr(gpu, "index", -1) != report.index) {
+        continue;
+      }
+      const std::string reported = GpuHealthName(report.health);
+      const Json reasons = report.reasons;
+      const bool changed = StrOr(gpu, "reported_health", "Healthy") != reported ||
+                           ArrayOr(gpu, "reasons") != reasons;
+      gpu["thermal_headroom_c"] = report.thermal_headroom_c;
+      if (!changed) {
+        continue;
+      }
+      gpu["reported_health"] = reported;
+      gpu["reasons"] = reasons;
+      gpu["drain"] = DrainActionName(report.drain);
+      if (StrOr(gpu, "health") != GpuHealthName(GpuHealth::kQuarantined)) {
+        gpu["health"] = reported;
+      }
+      events.push_back(report.reasons.empty()
+                           ? fmt::format("gpu {}: {}", report.index, reported)
+                           : fmt::format("gpu {}: {}: {}", report.index, reported,
+                                         fmt::join(report.reasons, "; ")));
+    }
+  }
+  return events;
+}
+
+}  // namespace
+
+Result<AgentReply> ApiServer::RegisterAgent(const Principal& who, std::string_view body) {
+  if (!who.is_admin() && who.role != Role::kAgent) {
+    return Status(StatusCode::kPermissionDenied,
+                  "registering a node needs an agent or admin token");
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(RegisterRequest request, ParseRegisterRequest(body));
+  Cluster cluster;
+  cluster.topology = Topology(request.topology_levels);
+  cluster.nodes.push_back(request.node);
+  // Validates names, models and topology and records the levels on first use.
+  GPUFLEET_RETURN_IF_ERROR(RegisterNodes(cluster).status());
+  const std::string name = request.node.id.value();
+  for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
+    GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject stored,
+                              options_.store.Get(kNodesKind, name));
+    const Json old_doc = ParseDocument(stored.data);
+    Json doc = MergeInventory(&old_doc, request.node, request.topology_levels);
+    std::vector<std::string> events = ApplyGpuReports(doc, request.gpus);
+    store::WriteBatch batch;
+    batch.Update(std::string(kNodesKind), name, doc.dump(), stored.version);
+    batch.AppendEvent(std::string(kNodesKind), name,
+                      fmt::format("agent registered ({} GPUs, driver {})", request.node.gpus.size(),
+                                  request.node.labels.count(std::string(kDriverVersionLabel)) > 0
+                                      ? request.node.labels.at(std::string(kDriverVersionLabel))
+                                      : "unknown"));
+    for (const std::string& event : events) {
+      batch.AppendEvent(std::string(kNodesKind), name, event);
+    }
+    const Status status = options_.store.Commit(batch);
+    if (status.ok()) {
+      break;
+    }
+    if (status.code() != StatusCode::kAborted || attempt + 1 == kCasAttempts) {
+      return status;
+    }
+  }
+  HeartbeatRequest heartbeat;
+  heartbeat.gpus = std::move(request.gpus);
+  heartbeat.tasks = std::move(request.tasks);
+  return ProcessHeartbeat(name, heartbeat, /*gpus_applied=*/true);
+}
+
+Result<AgentReply> ApiServer::AgentHeartbeat(const Principal& who, std::string_view node,
+                                             std::string_view body) {
+  if (!who.is_admin() && who.role != Role::kAgent) {
+    return Status(StatusCode::kPermissionDenied, "heartbeats need an agent or admin token");
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const HeartbeatRequest request, ParseHeartbeatRequest(body));
+  return ProcessHeartbeat(std::string(node), request, /*gpus_applied=*/false);
+}
+
+Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
+                                               const HeartbeatRequest& request, bool gpus_applied) {
+  {
+    std::lock_guard<std::mutex> lock(agents_mu_);
+    if (!active_index_built_) {
+      // Until the first cycle has indexed the running jobs, an empty answer would tell agents to
+      // stop everything; they retry instead.
+      return UnavailableError("the server is starting; retry the heartbeat");
+    }
+  }
+  // The node: back to its state before NotReady, and the GPUs' health.
+  for (int attempt = 0;; ++attempt) {
+    Result<store::StoredObject> stored = options_.store.Get(kNodesKind, node);
+    if (!stored.ok()) {
+      if (stored.status().code() == StatusCode::kNotFound) {
+        return NotFoundError(fmt::format("node \"{}\" is not registered", node));
+      }
+      return stored.status();
+    }
+    Json doc = ParseDocument(stored->data);
+    if (!BoolOr(doc, "agent", false)) {
+      return FailedPreconditionError(
+          fmt::format("node \"{}\" was not registered by an agent; register first", node));
+    }
+    std::vector<std::string> events;
+    if (!gpus_applied) {
+      events = ApplyGpuReports(doc, request.gpus);
+    }
+    if (StrOr(doc, "state") == NodeStateName(NodeState::kNotReady)) {
+      doc["state"] = StrOr(doc, "state_before_not_ready", NodeStateName(NodeState::kReady));
+      doc.erase("state_before_not_ready");
+      events.push_back(fmt::format("heartbeat again: {}", StrOr(doc, "state")));
+    }
+    if (events.empty()) {
+      break;
+    }
+    store::WriteBatch batch;
+    batch.Update(std::string(kNodesKind), node, doc.dump(), stored->version);
+    for (const std::string& event : events) {
+      batch.AppendEvent(std::string(kNodesKind), node, event);
+    }
+    const Status status = options_.store.Commit(batch);
+    if (status.ok()) {
+      break;
+    }
+    if (status.code() != StatusCode::kAborted || attempt + 1 == kCasAttempts) {
+      return status;
+    }
+  }
+  std::set<std::string> active_jobs;
+  {
+    std::lock_guard<std::mutex> lock(agents_mu_);
+    last_heartbeat_[node] = options_.clock.Now();
+    for (const GpuReport& gpu : request.gpus) {
+      if (gpu.utilization_pct) {
+        gpu_utilization_[{node, gpu.index}] = *gpu.utilization_pct;
+      }
+    }
+    active_jobs = active_jobs_by_node_[node];
+  }
+  // Task reports, per job.
+  std::map<std::string, const TaskReport*> reports;
+  for (const TaskReport& report : request.tasks) {
+    reports[report.id] = &report;
+    if (const std::optional<TaskId> id = ParseTaskId(report.id)) {
+      active_jobs.insert(id->job);
+    }
+  }
+  std::set<int64_t> drain_now;
+  for (const GpuReport& gpu : request.gpus) {
+    if (gpu.drain == DrainAction::kNow) {
+      drain_now.insert(gpu.index);
+    }
+  }
+  AgentReply reply;
+  reply.heartbeat_interval_ms = options_.heartbeat_interval.count();
+  for (const std::string& job_name : active_jobs) {
+    for (int attempt = 0;; ++attempt) {
+      Result<store::StoredObject> stored = options_.store.Get(kJobsKind, job_name);
+      if (!stored.ok()) {
+        if (stored.status().code() != StatusCode::kNotFound &&
+            stored.status().code() != StatusCode::kInvalidArgument) {
+          return stored.status();
+        }
+        break;  // an unknown job: its tasks are not desired and the agent stops them
+      }
+      Json doc = ParseDocument(stored->data);
+      const std::vector<std::string> events = ApplyReports(doc, node, reports, drain_now);
+      if (!events.empty()) {
+        store::WriteBatch batch;
+        batch.Update(std::string(kJobsKind), job_name, doc.dump(), stored->version);
+        for (const std::string& event : events) {
+          batch.AppendEvent(std::string(kJobsKind), job_name, event);
+        }
+        const Status status = options_.store.Commit(batch);
+        if (!status.ok()) {
+          if (status.code() == StatusCode::kAborted && attempt + 1 < kCasAttempts) {
+            continue;
+          }
+          return status;
+        }
+      }
+      AddDesiredTasks(doc, node, &reply);
+      break;
+    }
+  }
+  return reply;
+}
+
+void ApiServer::AddDesiredTasks(const Json& job, const std::string& node, AgentReply* reply) {
+  if (!IsActive(StrOr(job, "state"))) {
+    return;
+  }
+  Result<store::StoredObject> node_object = options_.store.Get(kNodesKind, node);
+  if (!node_object.ok()) {
+    return;
+  }
+  std::map<int64_t, std::string> uuid_by_index;
+  const Json node_doc = ParseDocument(node_object->data);
+  for (const Json& gpu : ArrayOr(node_doc, "gpus")) {
+    uuid_by_index[IntOr(gpu, "index", -1)] = StrOr(gpu, "uuid");
+  }
+  // The task groups' command and env, from the stored spec.
+  std::map<std::string, const Json*> groups;
+  const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
+  const Json& inner = spec.contains("spec") ? spec["spec"] : Json::object();
+  for (const Json& group : ArrayOr(inner, "tasks")) {
+    groups[StrOr(group, "name")] = &group;
+  }
+  const std::string name = StrOr(job, "name");
+  const int64_t attempt = IntOr(job, "attempt", 0);
+  std::vector<std::string> group_names;
+  for (const Json& group : ArrayOr(inner, "tasks")) {
+    group_names.push_back(StrOr(group, "name"));
+  }
+  for (const Json& placement : ArrayOr(job, "placements")) {
+    const std::string phase = StrOr(placement, "phase");
+    if (StrOr(placement, "node") != node || phase == "Succeeded" || phase == "Failed") {
+      continue;
+    }
+    DesiredTask task;
+    task.job = name;
+    task.task = StrOr(placement, "task");
+    task.id = MakeTaskId(name, task.task, attempt);
+    const int64_t group_index = IntOr(placement, "group", 0);
+    if (group_index >= 0 && group_index < static_cast<int64_t>(group_names.size())) {
+      const Json& group = *groups[group_names[group_index]];
+      if (group.contains("command") && group["command"].is_array()) {
+        for (const Json& arg : group["command"]) {
+          task.command.push_back(arg.is_string() ? arg.get<std::string>() : arg.dump());
+        }
+      }
+      task.env = StringMapOr(group, "env");
+    }
+    for (const Json& gpu : ArrayOr(placement, "gpus")) {
+      task.gpu_uuids.push_back(uuid_by_index[gpu.is_number_integer() ? gpu.get<int64_t>() : -1]);
+    }
+    for (const Json& assignment : ArrayOr(placement, "assignments")) {
+      task.gpu_milli += IntOr(assignment, "milli", 0);
+    }
+    reply->tasks.push_back(std::move(task));
+  }
+}
+
+void ApiServer::IndexActiveJobs(const std::vector<store::StoredObject>& jobs) {
+  std::map<std::string, std::set<std::string>> index;
+  for (const store::StoredObject& object : jobs) {
+    const Json doc = ParseDocument(object.data);
+    if (!IsActive(StrOr(doc, "state"))) {
+      continue;
+    }
+    for (const Json& placement : ArrayOr(doc, "placements")) {
+      index[StrOr(placement, "node")].insert(object.name);
+    }
+  }
+  std::lock_guard<std::mutex> lock(agents_mu_);
+  active_jobs_by_node_ = std::move(index);
+  active_index_built_ = true;
+}
+
+void ApiServer::IndexScheduledJob(const std::string& job, const std::set<std::string>& nodes) {
+  std::lock_guard<std::mutex> lock(agents_mu_);
+  for (const std::string& node : nodes) {
+    active_jobs_by_node_[node].insert(job);
+  }
+}
+
+Status ApiServer::MarkSilentNodesNotReady() {
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> nodes,
+                            options_.store.List(kNodesKind));
+  const MonoTime now = options_.clock.Now();
+  for (const store::StoredObject& object : nodes) {
+    Json doc = ParseDocument(object.data);
+    if (!BoolOr(doc, "agent", false) ||
+        StrOr(doc, "state") == NodeStateName(NodeState::kNotReady)) {
+      continue;
+    }
+    MonoTime last;
+    {
+      std::lock_guard<std::mutex> lock(agents_mu_);
+      const auto it = last_heartbeat_.find(object.name);
+      // A node not heard from since this server started gets the full timeout from the start.
+      last = it == last_heartbeat_.end() ? started_at_ : it->second;
+    }
+    const Duration silent = now - last;
+    if (silent <= options_.node_timeout) {
+      continue;
+    }
+    doc["state_before_not_ready"] = StrOr(doc, "state", NodeStateName(NodeState::kReady));
+    doc["state"] = NodeStateName(NodeState::kNotReady);
+    store::WriteBatch batch;
+    batch.Update(std::string(kNodesKind), object.name, doc.dump(), object.version);
+    batch.AppendEvent(
+        std::string(kNodesKind), object.name,
+        fmt::format("NotReady: no heartbeat for {}s",
+                    std::chrono::duration_cast<std::chrono::seconds>(silent).count()));
+    const Status status = options_.store.Commit(batch);
+    // A heartbeat that raced this update wins; the next cycle looks again.
+    if (!status.ok() && status.code() != StatusCode::kAborted) {
+      return status;
+    }
+  }
+  return Status::Ok();
+}
+
+std::optional<std::string> ApiServer::EndRunOnNotReadyNodes(
+    Json& job, const std::set<std::string>& not_ready) {
+  for (const Json& placement : ArrayOr(job, "placements")) {
+    const std::string node = StrOr(placement, "node");
+    if (not_ready.count(node) > 0) {
+      return EndRunOnFailure(job, fmt::format("node {} is NotReady (task {} ran there)", node,
+                                              StrOr(placement, "task")));
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace gpufleet::api

@@ -1,0 +1,351 @@
+// SPDX-License-Identifier: Apache-2.0
+// The agent protocol through ApiServer::Handle, on a fake clock: registration, desired tasks,
+// task states, NotReady nodes, drain-now GPUs, and bad reports.
+#include <memory>
+#include <string>
+
+#include <fmt/core.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/api/agent_protocol.h"
+#include "gpufleet/api/auth.h"
+#include "gpufleet/api/server.h"
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/store/memory_store.h"
+
+namespace gpufleet::api {
+namespace {
+
+using Json = nlohmann::json;
+using ::testing::HasSubstr;
+
+// A node of 8 H100s in leaf `leaf` as its agent describes it.
+RegisterRequest Inventory(const std::string& name, const std::string& leaf) {
+  RegisterRequest request;
+  request.topology_levels = {"block", "leaf"};
+  request.node.id = NodeId(name);
+  request.node.capacity = {128000, 1024 * 1024};
+  request.node.labels = {{std::string(kDriverVersionLabel), "550.54"}};
+  request.node.topology = {"block-0", leaf};
+  for (int i = 0; i < 8; ++i) {
+    Gpu gpu;
+    gpu.index = i;
+    gpu.uuid = GpuUuid(fmt::format("GPU-{}-{}", name, i));
+    gpu.model = "H100-80GB";
+    gpu.memory_mib = 81559;
+    request.node.gpus.push_back(gpu);
+  }
+  return request;
+}
+
+std::string JobYaml(const std::string& name, int replicas, int gpus,
+                    const std::string& on_node_failure = "requeue") {
+  return fmt::format(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {{name: {}}}
+spec:
+  onNodeFailure: {}
+  tasks:
+    - name: workers
+      replicas: {}
+      command: [python, train.py, --epochs, "3"]
+      env: {{NCCL_DEBUG: INFO}}
+      resources:
+        gpus: {{count: {}}}
+)",
+                     name, on_node_failure, replicas, gpus);
+}
+
+class AgentProtocolTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<std::unique_ptr<ApiServer>> server =
+        ApiServer::Create({.store = store_,
+                           .catalog = catalog_,
+                           .clock = clock_,
+                           .policy = "best-fit",
+                           .heartbeat_interval = std::chrono::seconds(10),
+                           .node_timeout = std::chrono::seconds(40)});
+    ASSERT_OK(server);
+    server_ = std::move(server).value();
+    admin_ = *server_->authenticator().CreateToken(Role::kAdmin, "", "root");
+    agent_ = *server_->authenticator().CreateToken(Role::kAgent, "", "agents");
+  }
+
+  ApiResponse Call(const std::string& method, const std::string& path, const std::string& token,
+                   const std::string& body = "") {
+    ApiRequest request;
+    request.method = method;
+    request.path = path;
+    request.authorization = token.empty() ? "" : "Bearer " + token;
+    request.body = body;
+    return server_->Handle(request);
+  }
+
+  AgentReply Register(const RegisterRequest& request) {
+    const ApiResponse response =
+        Call("POST", "/v1/agents/register", agent_, RegisterRequestToJson(request));
+    EXPECT_EQ(response.status, 200) << response.body;
+    Result<AgentReply> reply = ParseAgentReply(response.body);
+    EXPECT_OK(reply);
+    return reply.ok() ? *reply : AgentReply{};
+  }
+
+  AgentReply Heartbeat(const std::string& node, const HeartbeatRequest& request = {}) {
+    const ApiResponse response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", node), agent_,
+                                      HeartbeatRequestToJson(request));
+    EXPECT_EQ(response.status, 200) << response.body;
+    Result<AgentReply> reply = ParseAgentReply(response.body);
+    EXPECT_OK(reply);
+    return reply.ok() ? *reply : AgentReply{};
+  }
+
+  Json Get(const std::string& path) {
+    const ApiResponse response = Call("GET", path, admin_);
+    EXPECT_EQ(response.status, 200) << response.body;
+    return Json::parse(response.body, nullptr, false);
+  }
+
+  void Submit(const std::string& yaml) {
+    const ApiResponse response = Call("POST", "/v1/jobs", admin_, yaml);
+    ASSERT_EQ(response.status, 201) << response.body;
+  }
+
+  void Cycle() { ASSERT_OK(server_->RunSchedulingCycle()); }
+
+  static TaskReport Report(const std::string& id, TaskPhase phase, int exit_code = 0) {
+    TaskReport report;
+    report.id = id;
+    report.phase = phase;
+    report.exit_code = exit_code;
+    return report;
+  }
+
+  const GpuCatalog catalog_ = GpuCatalog::Default();
+  FakeClock clock_;
+  store::InMemoryStateStore store_;
+  std::unique_ptr<ApiServer> server_;
+  std::string admin_;
+  std::string agent_;
+};
+
+TEST_F(AgentProtocolTest, RegisteredNodeIsReadyAndRunsItsTasksToSuccess) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  const Json node = Get("/v1/nodes/node-a");
+  EXPECT_EQ(node["state"], "Ready");
+  EXPECT_EQ(node["gpus"].size(), 8u);
+  EXPECT_EQ(node["labels"][std::string(kDriverVersionLabel)], "550.54");
+
+  Submit(JobYaml("train", 2, 4));
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
+
+  AgentReply reply = Heartbeat("node-a");
+  EXPECT_EQ(reply.heartbeat_interval_ms, 10000);
+  ASSERT_EQ(reply.tasks.size(), 2u);
+  const DesiredTask& task = reply.tasks[0];
+  EXPECT_EQ(task.id, "train/workers-0/1");
+  EXPECT_EQ(task.job, "train");
+  EXPECT_EQ(task.command, (std::vector<std::string>{"python", "train.py", "--epochs", "3"}));
+  EXPECT_EQ(task.env.at("NCCL_DEBUG"), "INFO");
+  ASSERT_EQ(task.gpu_uuids.size(), 4u);
+  EXPECT_THAT(task.gpu_uuids[0], HasSubstr("GPU-node-a-"));
+  EXPECT_EQ(task.gpu_milli, 4000);
+
+  // One task running is not yet a running gang; both are.
+  HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
+  Heartbeat("node-a", beat);
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
+  beat.tasks.push_back(Report("train/workers-1/1", TaskPhase::kRunning));
+  Heartbeat("node-a", beat);
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Running");
+
+  beat.tasks = {Report("train/workers-0/1", TaskPhase::kSucceeded),
+                Report("train/workers-1/1", TaskPhase::kSucceeded)};
+  reply = Heartbeat("node-a", beat);
+  EXPECT_TRUE(reply.tasks.empty());
+  const Json job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Succeeded");
+  EXPECT_TRUE(job["placements"].empty());
+
+  // Its GPUs are free: a job wanting all 8 fits.
+  Submit(JobYaml("whole-node", 1, 8));
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/whole-node")["state"], "Scheduled");
+}
+
+TEST_F(AgentProtocolTest, ANonZeroExitFailsTheGangAndStopsItsOtherTasks) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("train", 2, 4));
+  Cycle();
+  HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning),
+                Report("train/workers-1/1", TaskPhase::kFailed, 3)};
+  const AgentReply reply = Heartbeat("node-a", beat);
+  EXPECT_TRUE(reply.tasks.empty()) << "workers-0 is no longer wanted";
+  const Json job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Failed");
+  EXPECT_THAT(job["reason"].get<std::string>(),
+              HasSubstr("task workers-1 on node-a failed: exit code 3"));
+}
+
+TEST_F(AgentProtocolTest, SilentNodeBecomesNotReadyAndItsJobIsRequeuedWithoutHoldingGpus) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Register(Inventory("node-b", "leaf-0"));
+  Submit(JobYaml("train", 1, 8));
+  Cycle();
+  const std::string first_node = Get("/v1/jobs/train")["placements"][0]["node"];
+  const std::string other_node = first_node == "node-a" ? "node-b" : "node-a";
+
+  // Only the other node keeps heartbeating.
+  for (int i = 0; i < 5; ++i) {
+    clock_.Advance(std::chrono::seconds(10));
+    Heartbeat(other_node);
+    Cycle();
+  }
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Pending");
+  Cycle();
+  EXPECT_EQ(Get("/v1/nodes/" + first_node)["state"], "NotReady");
+  EXPECT_EQ(Get("/v1/nodes/" + other_node)["state"], "Ready");
+  Json job = Get("/v1/jobs/train");
+  // Requeued, then placed again on the node that still answers, as attempt 2.
+  EXPECT_EQ(job["state"], "Scheduled");
+  EXPECT_EQ(job["attempt"], 2);
+  EXPECT_EQ(job["placements"][0]["node"], other_node);
+  const Json events = Get("/v1/jobs/train/events");
+  EXPECT_THAT(events.dump(), HasSubstr("requeued: node " + first_node + " is NotReady"));
+
+  // The silent node comes back: Ready again, and its old task is not wanted any more.
+  HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
+  const AgentReply reply = Heartbeat(first_node, beat);
+  EXPECT_TRUE(reply.tasks.empty());
+  EXPECT_EQ(Get("/v1/nodes/" + first_node)["state"], "Ready");
+  job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Scheduled") << "a stale attempt's report changes nothing";
+}
+
+TEST_F(AgentProtocolTest, OnNodeFailureFailEndsTheJob) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("train", 1, 8, "fail"));
+  Cycle();
+  clock_.Advance(std::chrono::seconds(41));
+  Cycle();
+  const Json job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Failed");
+  EXPECT_THAT(job["reason"].get<std::string>(), HasSubstr("node node-a is NotReady"));
+  EXPECT_TRUE(job["placements"].empty());
+}
+
+TEST_F(AgentProtocolTest, CordonedNodeStaysCordonedAcrossNotReady) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  ASSERT_EQ(Call("POST", "/v1/nodes/node-a/cordon", admin_, "").status, 200);
+  clock_.Advance(std::chrono::seconds(41));
+  Cycle();
+  EXPECT_EQ(Get("/v1/nodes/node-a")["state"], "NotReady");
+  Heartbeat("node-a");
+  EXPECT_EQ(Get("/v1/nodes/node-a")["state"], "Cordoned");
+}
+
+TEST_F(AgentProtocolTest, DrainNowGpuEndsTheRunAndTakesTheGpuOutOfService) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("train", 1, 8));
+  Cycle();
+  HeartbeatRequest beat;
+  GpuReport lost;
+  lost.index = 3;
+  lost.health = GpuHealth::kUnhealthy;
+  lost.reasons = {"XID 79: GPU has fallen off the bus"};
+  lost.drain = DrainAction::kNow;
+  beat.gpus = {lost};
+  Heartbeat("node-a", beat);
+  Json job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Pending");
+  EXPECT_THAT(job["reason"].get<std::string>(), HasSubstr("gpu 3 of node-a must be drained now"));
+  const Json node = Get("/v1/nodes/node-a");
+  EXPECT_EQ(node["gpus"][3]["health"], "Unhealthy");
+  EXPECT_THAT(node["gpus"][3]["reasons"].dump(), HasSubstr("XID 79"));
+  // Seven healthy GPUs are left: the 8-GPU job waits.
+  Cycle();
+  job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Pending");
+  EXPECT_THAT(Get("/v1/nodes/node-a/events").dump(), HasSubstr("gpu 3: Unhealthy: XID 79"));
+}
+
+TEST_F(AgentProtocolTest, QuarantineSurvivesReRegistration) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  ASSERT_EQ(Call("POST", "/v1/nodes/node-a/quarantine", admin_, R"({"gpu": 2})").status, 200);
+  Register(Inventory("node-a", "leaf-0"));
+  EXPECT_EQ(Get("/v1/nodes/node-a")["gpus"][2]["health"], "Quarantined");
+}
+
+TEST_F(AgentProtocolTest, HeartbeatsWaitForTheFirstCycle) {
+  const ApiResponse response =
+      Call("POST", "/v1/agents/register", agent_, RegisterRequestToJson(Inventory("n", "leaf-0")));
+  EXPECT_EQ(response.status, 503) << response.body;
+  EXPECT_THAT(response.body, HasSubstr("retry"));
+}
+
+TEST_F(AgentProtocolTest, BadReportsAreRefusedAndChangeNothing) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  const std::string path = "/v1/agents/node-a/heartbeat";
+  struct Case {
+    std::string body;
+    std::string error;
+  };
+  const std::vector<Case> cases = {
+      {"{", "body: not valid JSON"},
+      {R"({"gpus": [{"index": 0, "health": "Sick"}]})",
+       "gpus[0].health: unknown \"Sick\" (valid: Healthy, Degraded, Unhealthy)"},
+      {R"({"gpus": [{"index": 0}, {"index": 0}]})", "gpus[1].index: duplicate GPU index 0"},
+      {R"({"tasks": [{"phase": "Running"}]})", "tasks[0].id: required field missing"},
+      {R"({"tasks": [{"id": "x/y/1", "phase": "Done"}]})", "tasks[0].phase: unknown \"Done\""},
+      {R"({"gpus": [{"index": 0, "utilization_pct": 140}]})",
+       "gpus[0].utilization_pct: 140 is out of range [0, 100]"},
+      {R"({"gpu": []})", "gpu: unknown field"},
+  };
+  for (const Case& c : cases) {
+    const ApiResponse response = Call("POST", path, agent_, c.body);
+    EXPECT_EQ(response.status, 400) << c.body;
+    const Json error = Json::parse(response.body, nullptr, false);
+    EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr(c.error)) << c.body;
+  }
+  EXPECT_EQ(Get("/v1/nodes/node-a")["gpus"][0]["health"], "Healthy");
+
+  EXPECT_EQ(Call("POST", "/v1/agents/ghost/heartbeat", agent_, "{}").status, 404);
+  RegisterRequest bad_model = Inventory("node-c", "leaf-0");
+  bad_model.node.gpus[5].model = "H900";
+  const ApiResponse unknown_model =
+      Call("POST", "/v1/agents/register", agent_, RegisterRequestToJson(bad_model));
+  EXPECT_EQ(unknown_model.status, 400);
+  EXPECT_THAT(unknown_model.body, HasSubstr("H900"));
+  EXPECT_EQ(Call("GET", "/v1/nodes/node-c", admin_).status, 404) << "nothing stored";
+}
+
+TEST_F(AgentProtocolTest, RolesAreKeptApart) {
+  Cycle();
+  const std::string member = *server_->authenticator().CreateToken(Role::kMember, "team-a", "al");
+  EXPECT_EQ(Call("POST", "/v1/agents/register", member,
+                 RegisterRequestToJson(Inventory("node-a", "leaf-0")))
+                .status,
+            403);
+  EXPECT_EQ(Call("GET", "/v1/jobs", agent_).status, 403);
+  EXPECT_EQ(Call("POST", "/v1/jobs", agent_, JobYaml("x", 1, 1)).status, 403);
+  EXPECT_EQ(Call("POST", "/v1/agents/register", "", "{}").status, 401);
+}
+
+}  // namespace
+}  // namespace gpufleet::api

@@ -1,0 +1,313 @@
+// SPDX-License-Identifier: Apache-2.0
+// The tenancy routes of ApiServer: tokens, teams and queues (docs/api.md), and the checks a job
+// submission passes before it is stored.
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/api/json_fields.h"
+#include "gpufleet/api/server.h"
+#include "gpufleet/api/tenancy.h"
+
+namespace gpufleet::api {
+namespace {
+
+ApiResponse Respond(int status, const Json& body) {
+  ApiResponse response;
+  response.status = status;
+  response.body = body.dump() + "\n";
+  return response;
+}
+
+ApiResponse RespondError(const Status& status) {
+  ApiResponse response;
+  response.status = HttpStatusOf(status.code());
+  response.body = ErrorBody(status);
+  return response;
+}
+
+Status NeedsAdmin(const Principal& who, std::string_view what) {
+  if (who.is_admin()) {
+    return Status::Ok();
+  }
+  return Status(StatusCode::kPermissionDenied, fmt::format("{} needs an admin token", what));
+}
+
+Json TokenInfoToJson(const TokenInfo& info) {
+  return {{"id", info.id}, {"role", RoleName(info.role)}, {"team", info.team}, {"name", info.name}};
+}
+
+Json WithVersion(Json document, int64_t version) {
+  document["version"] = version;
+  return document;
+}
+
+// kInvalidArgument naming `field` when the team does not exist.
+Status TeamMustExist(store::StateStore& store, std::string_view field, std::string_view team) {
+  const Result<store::StoredObject> object = store.Get(kTeamsKind, team);
+  if (object.ok()) {
+    return Status::Ok();
+  }
+  if (object.status().code() == StatusCode::kNotFound) {
+    return InvalidArgumentError(
+        fmt::format("{}: team \"{}\" does not exist (an admin creates it: gpufleet create team {})",
+                    field, team, team));
+  }
+  return object.status();
+}
+
+// Creates `document` as kind/name; 201 with the document and its version, 409 if it exists.
+ApiResponse CreateObject(store::StateStore& store, std::string_view kind, const std::string& name,
+                         const Json& document, std::string event) {
+  store::WriteBatch batch;
+  batch.Create(std::string(kind), name, document.dump());
+  batch.AppendEvent(std::string(kind), name, std::move(event));
+  if (Status status = store.Commit(batch); !status.ok()) {
+    if (status.code() == StatusCode::kAlreadyExists) {
+      // "teams" -> "team".
+      const std::string_view singular = kind.substr(0, kind.size() - 1);
+      return RespondError(
+          AlreadyExistsError(fmt::format("{} \"{}\" already exists", singular, name)));
+    }
+    return RespondError(status);
+  }
+  return Respond(201, WithVersion(document, 1));
+}
+
+std::string Who(const Principal& who) {
+  return who.name.empty() ? RoleName(who.role) : who.name;
+}
+
+ApiResponse CreateToken(const Principal& who, const std::string& body, store::StateStore& store,
+                        TokenAuthenticator& authenticator) {
+  if (Status status = NeedsAdmin(who, "creating a token"); !status.ok()) {
+    return RespondError(status);
+  }
+  const Result<TokenRequest> request = ParseTokenRequest(body);
+  if (!request.ok()) {
+    return RespondError(request.status());
+  }
+  if (!request->team.empty()) {
+    if (Status status = TeamMustExist(store, "team", request->team); !status.ok()) {
+      return RespondError(status);
+    }
+  }
+  const Result<std::string> token =
+      authenticator.CreateToken(request->role, request->team, request->name);
+  if (!token.ok()) {
+    return RespondError(token.status());
+  }
+  Json answer = TokenInfoToJson(
+      {.id = TokenId(*token), .role = request->role, .team = request->team, .name = request->name});
+  answer["token"] = *token;
+  return Respond(201, answer);
+}
+
+ApiResponse ListTokens(const Principal& who, const TokenAuthenticator& authenticator) {
+  if (Status status = NeedsAdmin(who, "listing tokens"); !status.ok()) {
+    return RespondError(status);
+  }
+  const Result<std::vector<TokenInfo>> tokens = authenticator.ListTokens();
+  if (!tokens.ok()) {
+    return RespondError(tokens.status());
+  }
+  Json items = Json::array();
+  for (const TokenInfo& info : *tokens) {
+    items.push_back(TokenInfoToJson(info));
+  }
+  return Respond(200, {{"items", std::move(items)}});
+}
+
+ApiResponse RevokeToken(const Principal& who, std::string_view id,
+                        TokenAuthenticator& authenticator) {
+  if (Status status = NeedsAdmin(who, "revoking a token"); !status.ok()) {
+    return RespondError(status);
+  }
+  const Result<TokenInfo> revoked = authenticator.RevokeTokenById(id);
+  if (!revoked.ok()) {
+    return RespondError(revoked.status());
+  }
+  Json answer = TokenInfoToJson(*revoked);
+  answer["revoked"] = true;
+  return Respond(200, answer);
+}
+
+ApiResponse CreateTeam(const Principal& who, const std::string& body, store::StateStore& store) {
+  if (Status status = NeedsAdmin(who, "creating a team"); !status.ok()) {
+    return RespondError(status);
+  }
+  const Result<Team> team = ParseTeamRequest(body);
+  if (!team.ok()) {
+    return RespondError(team.status());
+  }
+  return CreateObject(store, kTeamsKind, team->name, TeamToJson(*team),
+                      fmt::format("created by {}", Who(who)));
+}
+
+ApiResponse ListObjects(store::StateStore& store, std::string_view kind) {
+  const Result<std::vector<store::StoredObject>> objects = store.List(kind);
+  if (!objects.ok()) {
+    return RespondError(objects.status());
+  }
+  Json items = Json::array();
+  for (const store::StoredObject& object : *objects) {
+    items.push_back(WithVersion(ParseDocument(object.data), object.version));
+  }
+  return Respond(200, {{"items", std::move(items)}});
+}
+
+ApiResponse CreateQueue(const Principal& who, const std::string& body, store::StateStore& store) {
+  if (Status status = NeedsAdmin(who, "creating a queue"); !status.ok()) {
+    return RespondError(status);
+  }
+  const Result<Queue> queue = ParseQueueRequest(body);
+  if (!queue.ok()) {
+    return RespondError(queue.status());
+  }
+  if (!queue->team.empty()) {
+    if (Status status = TeamMustExist(store, "team", queue->team); !status.ok()) {
+      return RespondError(status);
+    }
+  }
+  return CreateObject(store, kQueuesKind, queue->name, QueueToJson(*queue),
+                      fmt::format("created by {}", Who(who)));
+}
+
+// The queues with their jobs counted: pending, holding resources, and the GPUs they hold. A member
+// sees every queue (to know where it may submit) but counts only its own team's jobs. Queues
+// that jobs name but that are not stored (data from before queues were objects) are listed too.
+ApiResponse ListQueues(const Principal& who, store::StateStore& store) {
+  const Result<std::vector<store::StoredObject>> queue_objects = store.List(kQueuesKind);
+  const Result<std::vector<store::StoredObject>> jobs = store.List(kJobsKind);
+  if (!queue_objects.ok() || !jobs.ok()) {
+    return RespondError(!queue_objects.ok() ? queue_objects.status() : jobs.status());
+  }
+  struct QueueRow {
+    Json document = Json::object();
+    int64_t pending = 0;
+    int64_t running = 0;
+    int64_t gpu_milli = 0;
+  };
+  std::map<std::string, QueueRow> rows;
+  for (const store::StoredObject& object : *queue_objects) {
+    rows[object.name].document = WithVersion(ParseDocument(object.data), object.version);
+  }
+  for (const store::StoredObject& object : *jobs) {
+    const Json job = ParseDocument(object.data);
+    if (!who.is_admin() && StrOr(job, "team") != who.team) {
+      continue;
+    }
+    const std::string queue = StrOr(job, "queue", std::string(kDefaultQueue));
+    QueueRow& row = rows[queue];
+    if (row.document.empty()) {
+      row.document = QueueToJson({.name = queue});
+    }
+    const std::string state = StrOr(job, "state");
+    if (state == "Pending") {
+      ++row.pending;
+    } else if (state == "Scheduled" || state == "Running") {
+      ++row.running;
+      for (const Json& placement : ArrayOr(job, "placements")) {
+        for (const Json& assignment : ArrayOr(placement, "assignments")) {
+          row.gpu_milli += IntOr(assignment, "milli", 0);
+        }
+      }
+    }
+  }
+  Json items = Json::array();
+  for (auto& [name, row] : rows) {
+    Json item = std::move(row.document);
+    item["pending"] = row.pending;
+    item["running"] = row.running;
+    // Whole GPUs as an integer, shares as a decimal.
+    item["gpus_allocated"] =
+        row.gpu_milli % kMilliPerUnit == 0
+            ? Json(row.gpu_milli / kMilliPerUnit)
+            : Json(static_cast<double>(row.gpu_milli) / static_cast<double>(kMilliPerUnit));
+    items.push_back(std::move(item));
+  }
+  return Respond(200, {{"items", std::move(items)}});
+}
+
+}  // namespace
+
+std::optional<ApiResponse> ApiServer::RouteTenancy(const Principal& who, const ApiRequest& request,
+                                                   const std::vector<std::string_view>& segments) {
+  const bool get = request.method == "GET";
+  const bool post = request.method == "POST";
+  const size_t n = segments.size();
+  const std::string_view collection = segments[1];
+  store::StateStore& store = options_.store;
+  if (collection == "tokens") {
+    if (n == 2 && post) {
+      return CreateToken(who, request.body, store, authenticator_);
+    }
+    if (n == 2 && get) {
+      return ListTokens(who, authenticator_);
+    }
+    if (n == 4 && post && segments[3] == "revoke") {
+      return RevokeToken(who, segments[2], authenticator_);
+    }
+  } else if (collection == "teams") {
+    if (n == 2 && post) {
+      return CreateTeam(who, request.body, store);
+    }
+    if (n == 2 && get) {
+      return ListObjects(store, kTeamsKind);
+    }
+  } else if (collection == "queues") {
+    if (n == 2 && post) {
+      return CreateQueue(who, request.body, store);
+    }
+    if (n == 2 && get) {
+      return ListQueues(who, store);
+    }
+  }
+  return std::nullopt;
+}
+
+Status ApiServer::EnsureDefaultQueue() {
+  const Result<store::StoredObject> existing = options_.store.Get(kQueuesKind, kDefaultQueue);
+  if (existing.ok()) {
+    return Status::Ok();
+  }
+  if (existing.status().code() != StatusCode::kNotFound) {
+    return existing.status();
+  }
+  store::WriteBatch batch;
+  batch.Create(std::string(kQueuesKind), std::string(kDefaultQueue),
+               QueueToJson({.name = std::string(kDefaultQueue)}).dump());
+  batch.AppendEvent(std::string(kQueuesKind), std::string(kDefaultQueue), "created at first start");
+  const Status status = options_.store.Commit(batch);
+  // Another server on the same store may have created it first.
+  return status.code() == StatusCode::kAlreadyExists ? Status::Ok() : status;
+}
+
+Status ApiServer::CheckSubmission(const Principal& who, std::string_view queue_name) {
+  if (!who.team.empty()) {
+    GPUFLEET_RETURN_IF_ERROR(TeamMustExist(options_.store, "team (of the token)", who.team));
+  }
+  const Result<store::StoredObject> object = options_.store.Get(kQueuesKind, queue_name);
+  if (!object.ok()) {
+    if (object.status().code() == StatusCode::kNotFound ||
+        object.status().code() == StatusCode::kInvalidArgument) {
+      return InvalidArgumentError(fmt::format(
+          "metadata.queue: queue \"{}\" does not exist (gpufleet get queues lists them)",
+          queue_name));
+    }
+    return object.status();
+  }
+  const Queue queue = QueueFromJson(ParseDocument(object->data));
+  if (!queue.team.empty() && !who.is_admin() && queue.team != who.team) {
+    return Status(StatusCode::kPermissionDenied,
+                  fmt::format("metadata.queue: queue \"{}\" belongs to team \"{}\", not to \"{}\"",
+                              queue_name, queue.team, who.team));
+  }
+  return Status::Ok();
+}
+
+}  // namespace gpufleet::api

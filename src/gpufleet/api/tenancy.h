@@ -1,0 +1,61 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/api/auth.h"
+#include "gpufleet/core/status.h"
+
+// Teams and queues as stored objects, and the request bodies that create them and tokens
+// (docs/api.md). A stored document is the REST representation of the object without its
+// `version`; later fields (a queue's parent, quota or weight) are added to the struct, to its
+// request's accepted fields and to its document, and old documents read them as absent.
+// Every function here is thread-safe (no shared state) and never throws.
+namespace gpufleet::api {
+
+// Store kinds; the object name is the team's or the queue's name.
+inline constexpr std::string_view kTeamsKind = "teams";
+inline constexpr std::string_view kQueuesKind = "queues";
+// The queue that always exists (the server creates it on its first start), shared by every team;
+// a job spec without `metadata.queue` goes there.
+inline constexpr std::string_view kDefaultQueue = "default";
+
+// A team: what a member token belongs to and what owns jobs and queues.
+struct Team {
+  std::string name;  // a DNS label, e.g. "nlp"
+};
+
+// A queue that jobs are submitted to.
+struct Queue {
+  std::string name;  // DNS labels joined by '/', e.g. "research/nlp"
+  // The team whose members may submit to it; empty: every team may (the default queue).
+  std::string team;
+};
+
+// A POST /v1/tokens body.
+struct TokenRequest {
+  Role role = Role::kMember;
+  std::string team;  // required for a member; optional for an admin
+  std::string name;  // who or what holds the token, e.g. "ci-bot"
+};
+
+// Strict readers of request bodies (JSON objects): kInvalidArgument naming the field and the bad
+// value for malformed JSON, a missing required field, a value of the wrong type, an invalid name
+// or an unknown field. They do not check that a named team exists (the server does).
+// {"name": "nlp"}
+Result<Team> ParseTeamRequest(std::string_view body);
+// {"name": "research/nlp", "team": "nlp"}; "team" is optional.
+Result<Queue> ParseQueueRequest(std::string_view body);
+// {"role": "member", "team": "nlp", "name": "ci-bot"}; "name" is printable ASCII, at most 63
+// characters.
+Result<TokenRequest> ParseTokenRequest(std::string_view body);
+
+// Stored documents, and lenient readers of them (a missing field reads as empty).
+nlohmann::json TeamToJson(const Team& team);
+nlohmann::json QueueToJson(const Queue& queue);
+Queue QueueFromJson(const nlohmann::json& document);
+
+}  // namespace gpufleet::api

@@ -1,0 +1,310 @@
+// SPDX-License-Identifier: Apache-2.0
+// Everything above ParseExitRecord runs in a forked child: async-signal-safe calls only (no
+// malloc, no stdio, no locks), errno saved before it can change, every loop bounded by EINTR.
+#include "gpufleet/runner/internal/shim.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <charconv>
+#include <cstddef>
+#include <string_view>
+
+namespace gpufleet::runner::internal {
+namespace {
+
+// The shim's own exit code when the runner gave up before the task was started.
+constexpr int kAbortedExitCode = 125;
+// The task's exit code when it could not reach execve (the report on the pipe says why).
+constexpr int kStartFailedExitCode = 127;
+
+// Closes descriptors first..last (inclusive).
+void CloseRange(unsigned first, unsigned last, int max_fd) {
+  if (first > last) {
+    return;
+  }
+  if (close_range(first, last, 0) == 0) {
+    return;
+  }
+  // Kernels before 5.9 have no close_range: close one by one up to the descriptor limit.
+  for (unsigned fd = first; fd <= last && fd <= static_cast<unsigned>(max_fd); ++fd) {
+    close(static_cast<int>(fd));
+  }
+}
+
+// Closes every descriptor >= 3 but the ones the shim keeps, so that it holds none of the
+// runner's sockets or files (a restarted agent must be able to bind its port again).
+void CloseInheritedDescriptors(const ShimPlan& plan) {
+  int keep[] = {plan.null_fd, plan.log_fd, plan.control_fd, plan.error_read_fd,
+                plan.error_write_fd};
+  constexpr int kKeepCount = sizeof(keep) / sizeof(keep[0]);
+  for (int i = 1; i < kKeepCount; ++i) {  // insertion sort: no library call needed
+    for (int j = i; j > 0 && keep[j - 1] > keep[j]; --j) {
+      const int swapped = keep[j];
+      keep[j] = keep[j - 1];
+      keep[j - 1] = swapped;
+    }
+  }
+  unsigned next = 3;
+  for (const int fd : keep) {
+    if (static_cast<unsigned>(fd) > next) {
+      CloseRange(next, static_cast<unsigned>(fd) - 1, plan.max_fd);
+    }
+    next = static_cast<unsigned>(fd) + 1;
+  }
+  CloseRange(next, ~0U, plan.max_fd);
+}
+
+void SetDisposition(int signal_number, void (*handler)(int)) {
+  struct sigaction action = {};
+  action.sa_handler = handler;
+  sigemptyset(&action.sa_mask);
+  sigaction(signal_number, &action, nullptr);
+}
+
+void ResetAllSignalDispositions() {
+  for (int signal_number = 1; signal_number < NSIG; ++signal_number) {
+    SetDisposition(signal_number, SIG_DFL);  // fails harmlessly for SIGKILL, SIGSTOP
+  }
+}
+
+void UnblockAllSignals() {
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+}
+
+// Reads up to `size` bytes, stopping early only at end of file; returns the count or -1.
+ssize_t ReadFully(int fd, void* buffer, size_t size) {
+  auto* out = static_cast<char*>(buffer);
+  size_t done = 0;
+  while (done < size) {
+    const ssize_t n = read(fd, out + done, size - done);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return -1;
+    }
+    if (n == 0) {
+      break;
+    }
+    done += static_cast<size_t>(n);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+void WriteFully(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    const ssize_t n = write(fd, data, size);
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      return;
+    }
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+// A fixed buffer that text and decimal numbers are appended to, without allocation.
+class LineBuffer {
+ public:
+  void Append(std::string_view text) {
+    for (const char c : text) {
+      if (size_ < sizeof(data_)) {
+        data_[size_++] = c;
+      }
+    }
+  }
+  void AppendNumber(int value) {
+    char digits[16];
+    const auto [end, error] = std::to_chars(digits, digits + sizeof(digits), value);
+    if (error == std::errc()) {
+      Append(std::string_view(digits, static_cast<size_t>(end - digits)));
+    }
+  }
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  char data_[64] = {};
+  size_t size_ = 0;
+};
+
+// Kills the shim's process group, the shim included. Only if the group is the shim's own: were
+// setpgid to have failed, the group would be the agent's.
+[[noreturn]] void EndProcessGroup() {
+  if (getpgrp() == getpid()) {
+    kill(0, SIGKILL);
+  }
+  _exit(kAbortedExitCode);
+}
+
+// Writes the record next to its final name and renames it there, so that a reader sees the
+// whole line or nothing. No fsync: the file only has to survive the agent, not the node (tasks
+// do not survive a reboot, which the runner detects through the boot id).
+[[noreturn]] void RecordAndEnd(const ShimPlan& plan, const LineBuffer& line) {
+  const int fd = open(plan.exit_temp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    WriteFully(fd, line.data(), line.size());
+    close(fd);
+    rename(plan.exit_temp_path, plan.exit_path);
+  }
+  EndProcessGroup();
+}
+
+[[noreturn]] void RecordStartFailure(const ShimPlan& plan, int stage, int error) {
+  LineBuffer line;
+  line.Append("start-failed ");
+  line.AppendNumber(stage);
+  line.Append(" ");
+  line.AppendNumber(error);
+  line.Append("\n");
+  RecordAndEnd(plan, line);
+}
+
+[[noreturn]] void ReportStartFailure(const ShimPlan& plan, StartStage stage, int error) {
+  const int report[2] = {static_cast<int>(stage), error};
+  WriteFully(plan.error_write_fd, reinterpret_cast<const char*>(report), sizeof(report));
+  _exit(kStartFailedExitCode);
+}
+
+// The task's side of the second fork: default signal handling (dispositions the shim or the
+// agent set to "ignore" would otherwise survive execve), stdio, working directory, execve.
+[[noreturn]] void RunTask(const ShimPlan& plan) {
+  ResetAllSignalDispositions();
+  UnblockAllSignals();
+  if (dup2(plan.null_fd, STDIN_FILENO) < 0 || dup2(plan.log_fd, STDOUT_FILENO) < 0 ||
+      dup2(plan.log_fd, STDERR_FILENO) < 0) {
+    ReportStartFailure(plan, StartStage::kSetup, errno);
+  }
+  if (plan.working_dir != nullptr && chdir(plan.working_dir) != 0) {
+    ReportStartFailure(plan, StartStage::kChdir, errno);
+  }
+  execve(plan.executable, plan.argv, plan.envp);
+  ReportStartFailure(plan, StartStage::kExec, errno);
+}
+
+}  // namespace
+
+void RunShim(const ShimPlan& plan) {
+  setpgid(0, 0);
+  // The agent's signal handlers must not run here (they were written for the agent, not for an
+  // async-signal-safe child), and SIGCHLD must not be ignored, or the kernel would reap the task
+  // before waitpid sees it.
+  ResetAllSignalDispositions();
+  // The shim must outlive the task to record its end: a SIGTERM meant for the group (Stop) or a
+  // terminal's SIGINT/SIGHUP must not end it. SIGKILL still does.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  for (const int signal_number : {SIGTERM, SIGINT, SIGHUP}) {
+    SetDisposition(signal_number, SIG_IGN);
+    sigaddset(&stop_signals, signal_number);
+  }
+  sigprocmask(SIG_SETMASK, &stop_signals, nullptr);
+  close(plan.runner_control_fd);
+  CloseInheritedDescriptors(plan);
+  dup2(plan.null_fd, STDIN_FILENO);
+  dup2(plan.null_fd, STDOUT_FILENO);
+  dup2(plan.null_fd, STDERR_FILENO);
+  prctl(PR_SET_NAME, "gpufleet-shim", 0, 0, 0);
+
+  char go = 0;
+  if (ReadFully(plan.control_fd, &go, 1) != 1) {
+    _exit(kAbortedExitCode);
+  }
+
+  const pid_t task = fork();
+  if (task < 0) {
+    RecordStartFailure(plan, static_cast<int>(StartStage::kFork), errno);
+  }
+  if (task == 0) {
+    RunTask(plan);
+  }
+  const char started = 's';
+  while (send(plan.control_fd, &started, 1, MSG_NOSIGNAL) < 0 && errno == EINTR) {
+  }
+  close(plan.control_fd);
+  close(plan.error_write_fd);
+  close(plan.log_fd);
+  close(plan.null_fd);
+
+  // End of file without a report: execve succeeded and closed the task's end of the pipe.
+  int report[2] = {0, 0};
+  const ssize_t reported = ReadFully(plan.error_read_fd, report, sizeof(report));
+  close(plan.error_read_fd);
+  int wait_status = 0;
+  pid_t waited = -1;
+  do {
+    waited = waitpid(task, &wait_status, 0);
+  } while (waited < 0 && errno == EINTR);
+
+  if (reported == static_cast<ssize_t>(sizeof(report))) {
+    RecordStartFailure(plan, report[0], report[1]);
+  }
+  LineBuffer line;
+  if (waited == task && WIFEXITED(wait_status)) {
+    line.Append("exited ");
+    line.AppendNumber(WEXITSTATUS(wait_status));
+    line.Append("\n");
+  } else if (waited == task && WIFSIGNALED(wait_status)) {
+    line.Append("signaled ");
+    line.AppendNumber(WTERMSIG(wait_status));
+    line.Append("\n");
+  } else {
+    // Cannot happen with SIGCHLD at its default; without a record the runner reports it lost.
+    EndProcessGroup();
+  }
+  RecordAndEnd(plan, line);
+}
+
+std::optional<ExitRecord> ParseExitRecord(std::string_view text) {
+  if (text.empty() || text.back() != '\n') {
+    return std::nullopt;
+  }
+  text.remove_suffix(1);
+  const size_t space = text.find(' ');
+  if (space == std::string_view::npos) {
+    return std::nullopt;
+  }
+  const std::string_view word = text.substr(0, space);
+  std::string_view rest = text.substr(space + 1);
+  auto take_number = [&rest](int& out) {
+    const size_t end_of_number = rest.find(' ');
+    const std::string_view digits = rest.substr(0, end_of_number);
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
+    rest = end_of_number == std::string_view::npos ? std::string_view()
+                                                   : rest.substr(end_of_number + 1);
+    return !digits.empty() && error == std::errc() && end == digits.data() + digits.size();
+  };
+  ExitRecord record;
+  if (word == "exited" || word == "signaled") {
+    record.kind = word == "exited" ? ExitRecord::Kind::kExited : ExitRecord::Kind::kSignaled;
+    if (!take_number(record.value) || !rest.empty()) {
+      return std::nullopt;
+    }
+    return record;
+  }
+  if (word == "start-failed") {
+    int stage = 0;
+    record.kind = ExitRecord::Kind::kStartFailed;
+    if (!take_number(stage) || !take_number(record.value) || !rest.empty() ||
+        stage < static_cast<int>(StartStage::kSetup) ||
+        stage > static_cast<int>(StartStage::kFork)) {
+      return std::nullopt;
+    }
+    record.stage = static_cast<StartStage>(stage);
+    return record;
+  }
+  return std::nullopt;
+}
+
+}  // namespace gpufleet::runner::internal

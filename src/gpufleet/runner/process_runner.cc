@@ -1,0 +1,854 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/runner/process_runner.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "gpufleet/runner/internal/shim.h"
+
+namespace gpufleet::runner {
+namespace {
+
+constexpr std::string_view kStateSuffix = ".task";
+constexpr std::string_view kExitSuffix = ".exit";
+constexpr std::string_view kTempSuffix = ".tmp";
+constexpr std::string_view kStateHeader = "gpufleet-task-state 1";
+constexpr std::string_view kLockFileName = "lock";
+
+std::string ErrnoText(int error) {
+  char buffer[256];
+  return strerror_r(error, buffer, sizeof(buffer));  // the GNU variant returns the text
+}
+
+// Owns a file descriptor.
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { Reset(); }
+  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    Reset(other.Release());
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int Release() { return std::exchange(fd_, -1); }
+  void Reset(int fd = -1) {
+    if (fd_ >= 0) {
+      close(fd_);
+    }
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+// The shim points 0, 1 and 2 at /dev/null first; a descriptor there would be lost (it is only
+// possible when the hosting process runs with a standard stream closed).
+Status MoveAboveStdio(UniqueFd& fd) {
+  if (fd.get() > STDERR_FILENO) {
+    return Status::Ok();
+  }
+  const int moved = fcntl(fd.get(), F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+  if (moved < 0) {
+    return UnavailableError("cannot duplicate a descriptor: " + ErrnoText(errno));
+  }
+  fd.Reset(moved);
+  return Status::Ok();
+}
+
+// '/' is not allowed in a file name and '%' is not allowed in a task id.
+std::string FileStem(std::string_view task_id) {
+  std::string stem(task_id);
+  std::replace(stem.begin(), stem.end(), '/', '%');
+  return stem;
+}
+
+std::string TaskIdFromStem(std::string_view stem) {
+  std::string task_id(stem);
+  std::replace(task_id.begin(), task_id.end(), '%', '/');
+  return task_id;
+}
+
+bool EndsWith(std::string_view text, std::string_view suffix) {
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
+}
+
+// The file's content; nullopt when it does not exist.
+Result<std::optional<std::string>> ReadSmallFile(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    if (errno == ENOENT) {
+      return std::optional<std::string>();
+    }
+    return UnavailableError(fmt::format("cannot open '{}': {}", path, ErrnoText(errno)));
+  }
+  std::string content;
+  char buffer[4096];
+  while (true) {
+    const ssize_t n = read(fd.get(), buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      return UnavailableError(fmt::format("cannot read '{}': {}", path, ErrnoText(errno)));
+    }
+    if (n == 0) {
+      break;
+    }
+    content.append(buffer, static_cast<size_t>(n));
+  }
+  return std::optional<std::string>(std::move(content));
+}
+
+// Writes next to `path`, then renames: readers see the old file or the whole new one. No fsync:
+// state files only have to outlive the agent; a reboot ends the tasks anyway.
+Status WriteFileAtomically(const std::string& path, std::string_view content) {
+  const std::string temp_path = path + std::string(kTempSuffix);
+  UniqueFd fd(open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.valid()) {
+    return UnavailableError(fmt::format("cannot create '{}': {}", temp_path, ErrnoText(errno)));
+  }
+  while (!content.empty()) {
+    const ssize_t n = write(fd.get(), content.data(), content.size());
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n < 0) {
+      const int error = errno;
+      unlink(temp_path.c_str());
+      return UnavailableError(fmt::format("cannot write '{}': {}", temp_path, ErrnoText(error)));
+    }
+    content.remove_prefix(static_cast<size_t>(n));
+  }
+  fd.Reset();
+  if (rename(temp_path.c_str(), path.c_str()) != 0) {
+    const int error = errno;
+    unlink(temp_path.c_str());
+    return UnavailableError(
+        fmt::format("cannot rename '{}' to '{}': {}", temp_path, path, ErrnoText(error)));
+  }
+  return Status::Ok();
+}
+
+Status RemoveIfPresent(const std::string& path) {
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return UnavailableError(fmt::format("cannot remove '{}': {}", path, ErrnoText(errno)));
+  }
+  return Status::Ok();
+}
+
+// What /proc/PID/stat says about a process.
+struct ProcessStat {
+  char state = '?';          // 'R', 'S', ..., 'Z' (zombie), 'X' (dead)
+  uint64_t start_ticks = 0;  // field 22, starttime: clock ticks after boot
+};
+
+std::optional<ProcessStat> ReadProcessStat(pid_t pid) {
+  const Result<std::optional<std::string>> text = ReadSmallFile(fmt::format("/proc/{}/stat", pid));
+  if (!text.ok() || !text->has_value()) {
+    return std::nullopt;
+  }
+  // The command name (field 2) is in parentheses and may hold spaces and parentheses itself.
+  const std::string& line = **text;
+  const size_t name_end = line.rfind(')');
+  if (name_end == std::string::npos) {
+    return std::nullopt;
+  }
+  std::vector<std::string_view> fields;  // fields[0] is field 3, the state
+  std::string_view rest = std::string_view(line).substr(name_end + 1);
+  while (!rest.empty()) {
+    const size_t start = rest.find_first_not_of(' ');
+    if (start == std::string_view::npos) {
+      break;
+    }
+    rest.remove_prefix(start);
+    const size_t end = std::min(rest.find(' '), rest.size());
+    fields.push_back(rest.substr(0, end));
+    rest.remove_prefix(end);
+  }
+  constexpr size_t kStartTimeIndex = 22 - 3;
+  if (fields.size() <= kStartTimeIndex || fields[0].empty()) {
+    return std::nullopt;
+  }
+  ProcessStat stat;
+  stat.state = fields[0][0];
+  const std::string_view ticks = fields[kStartTimeIndex];
+  const auto [end, error] =
+      std::from_chars(ticks.data(), ticks.data() + ticks.size(), stat.start_ticks);
+  if (error != std::errc() || end != ticks.data() + ticks.size()) {
+    return std::nullopt;
+  }
+  return stat;
+}
+
+// Identifies the current boot; empty if the kernel does not say.
+std::string ReadBootId() {
+  const Result<std::optional<std::string>> text = ReadSmallFile("/proc/sys/kernel/random/boot_id");
+  if (!text.ok() || !text->has_value()) {
+    return "";
+  }
+  std::string id = **text;
+  while (!id.empty() && (id.back() == '\n' || id.back() == ' ')) {
+    id.pop_back();
+  }
+  return id;
+}
+
+// argv[0] as execve needs it: unchanged when it names a path, else the first executable regular
+// file of that name in `search_path` (empty entries mean the current directory, as in POSIX).
+Result<std::string> FindExecutable(const std::string& program, std::string_view search_path) {
+  if (program.find('/') != std::string::npos) {
+    return program;
+  }
+  std::string_view rest = search_path;
+  while (true) {
+    const size_t colon = rest.find(':');
+    const std::string_view dir = rest.substr(0, colon);
+    const std::string candidate = dir.empty() ? "./" + program : fmt::format("{}/{}", dir, program);
+    struct stat info = {};
+    if (stat(candidate.c_str(), &info) == 0 && S_ISREG(info.st_mode) &&
+        access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    if (colon == std::string_view::npos) {
+      break;
+    }
+    rest.remove_prefix(colon + 1);
+  }
+  return NotFoundError(fmt::format("command '{}' not found in PATH '{}'", program, search_path));
+}
+
+// The runner's environment without the variables the launch sets, then the launch's variables
+// and the GPU variables.
+std::vector<std::string> BuildEnvironment(const TaskLaunch& launch) {
+  std::map<std::string, std::string, std::less<>> overrides(launch.env.begin(), launch.env.end());
+  for (auto& [name, value] : GpuEnvironment(launch.gpu_uuids)) {
+    overrides.insert_or_assign(name, value);
+  }
+  std::vector<std::string> entries;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    const std::string_view text(*entry);
+    if (!overrides.contains(text.substr(0, text.find('=')))) {
+      entries.emplace_back(text);
+    }
+  }
+  for (const auto& [name, value] : overrides) {
+    entries.push_back(fmt::format("{}={}", name, value));
+  }
+  return entries;
+}
+
+std::vector<char*> NullTerminatedPointers(std::vector<std::string>& strings) {
+  std::vector<char*> pointers;
+  pointers.reserve(strings.size() + 1);
+  for (std::string& text : strings) {
+    pointers.push_back(text.data());
+  }
+  pointers.push_back(nullptr);
+  return pointers;
+}
+
+std::vector<std::string> SplitCommas(std::string_view text) {
+  std::vector<std::string> items;
+  while (!text.empty()) {
+    const size_t comma = text.find(',');
+    items.emplace_back(text.substr(0, comma));
+    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
+  }
+  return items;
+}
+
+template <typename Integer>
+bool ParseInteger(std::string_view text, Integer& out) {
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return !text.empty() && error == std::errc() && end == text.data() + text.size();
+}
+
+// The state file: a header line, then key=value lines (values hold no newline: ValidateLaunch
+// refuses newlines in paths and argv[0]).
+struct StateRecord {
+  std::string task_id;
+  pid_t shim_pid = 0;
+  uint64_t shim_start_ticks = 0;
+  std::string boot_id;
+  int64_t start_time_nanos = 0;
+  std::string command;
+  std::vector<std::string> gpu_uuids;
+  std::string log_path;
+  std::string working_dir;
+};
+
+std::string FormatStateRecord(const StateRecord& record) {
+  return fmt::format(
+      "{}\ntask_id={}\nshim_pid={}\nshim_start_ticks={}\nboot_id={}\nstart_time_ns={}\n"
+      "command={}\ngpu_uuids={}\nlog_path={}\nworking_dir={}\n",
+      kStateHeader, record.task_id, record.shim_pid, record.shim_start_ticks, record.boot_id,
+      record.start_time_nanos, record.command, fmt::join(record.gpu_uuids, ","), record.log_path,
+      record.working_dir);
+}
+
+Result<StateRecord> ParseStateRecord(std::string_view text) {
+  std::map<std::string, std::string, std::less<>> values;
+  bool first = true;
+  while (!text.empty()) {
+    const size_t newline = text.find('\n');
+    if (newline == std::string_view::npos) {
+      return InvalidArgumentError("the last line is incomplete");
+    }
+    const std::string_view line = text.substr(0, newline);
+    text.remove_prefix(newline + 1);
+    if (first) {
+      if (line != kStateHeader) {
+        return InvalidArgumentError(
+            fmt::format("the first line is '{}', not '{}'", line, kStateHeader));
+      }
+      first = false;
+      continue;
+    }
+    const size_t equals = line.find('=');
+    if (equals == std::string_view::npos) {
+      return InvalidArgumentError(fmt::format("line '{}' has no '='", line));
+    }
+    values.insert_or_assign(std::string(line.substr(0, equals)),
+                            std::string(line.substr(equals + 1)));
+  }
+  if (first) {
+    return InvalidArgumentError("the file is empty");
+  }
+  for (const char* key : {"task_id", "shim_pid", "shim_start_ticks", "start_time_ns"}) {
+    if (!values.contains(key)) {
+      return InvalidArgumentError(fmt::format("'{}' is missing", key));
+    }
+  }
+  StateRecord record;
+  record.task_id = values["task_id"];
+  if (!ParseInteger(values["shim_pid"], record.shim_pid) || record.shim_pid <= 1) {
+    return InvalidArgumentError(fmt::format("shim_pid '{}' is not a pid", values["shim_pid"]));
+  }
+  if (!ParseInteger(values["shim_start_ticks"], record.shim_start_ticks)) {
+    return InvalidArgumentError(
+        fmt::format("shim_start_ticks '{}' is not a number", values["shim_start_ticks"]));
+  }
+  if (!ParseInteger(values["start_time_ns"], record.start_time_nanos)) {
+    return InvalidArgumentError(
+        fmt::format("start_time_ns '{}' is not a number", values["start_time_ns"]));
+  }
+  record.boot_id = values["boot_id"];
+  record.command = values["command"];
+  record.gpu_uuids = SplitCommas(values["gpu_uuids"]);
+  record.log_path = values["log_path"];
+  record.working_dir = values["working_dir"];
+  return record;
+}
+
+std::string StartFailureReason(const internal::ExitRecord& record, std::string_view command,
+                               std::string_view working_dir) {
+  const std::string error = ErrnoText(record.value);
+  switch (record.stage) {
+    case internal::StartStage::kSetup:
+      return "cannot redirect stdin, stdout and stderr: " + error;
+    case internal::StartStage::kChdir:
+      return fmt::format("cannot enter working directory '{}': {}", working_dir, error);
+    case internal::StartStage::kExec:
+      return fmt::format("cannot execute '{}': {}", command, error);
+    case internal::StartStage::kFork:
+      return "cannot fork the task's process: " + error;
+  }
+  return "unknown start failure: " + error;
+}
+
+}  // namespace
+
+ProcessRunner::ProcessRunner(std::string state_dir, const Clock& clock, int lock_fd,
+                             std::string boot_id)
+    : state_dir_(std::move(state_dir)),
+      clock_(clock),
+      lock_fd_(lock_fd),
+      boot_id_(std::move(boot_id)) {}
+
+ProcessRunner::~ProcessRunner() {
+  close(lock_fd_);
+}
+
+Result<std::unique_ptr<ProcessRunner>> ProcessRunner::Open(std::string state_dir,
+                                                           const Clock& clock) {
+  if (state_dir.empty()) {
+    return InvalidArgumentError("state_dir of the task runner is empty");
+  }
+  if (mkdir(state_dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return UnavailableError(
+        fmt::format("cannot create state_dir '{}': {}", state_dir, ErrnoText(errno)));
+  }
+  struct stat info = {};
+  if (stat(state_dir.c_str(), &info) != 0 || !S_ISDIR(info.st_mode)) {
+    return FailedPreconditionError(fmt::format("state_dir '{}' is not a directory", state_dir));
+  }
+  const std::string lock_path = fmt::format("{}/{}", state_dir, kLockFileName);
+  UniqueFd lock(open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock.valid()) {
+    return UnavailableError(fmt::format("cannot open '{}': {}", lock_path, ErrnoText(errno)));
+  }
+  if (flock(lock.get(), LOCK_EX | LOCK_NB) != 0) {
+    return errno == EWOULDBLOCK
+               ? FailedPreconditionError(fmt::format(
+                     "state_dir '{}' is in use by another task runner (lock '{}' is held)",
+                     state_dir, lock_path))
+               : UnavailableError(fmt::format("cannot lock '{}': {}", lock_path, ErrnoText(errno)));
+  }
+  std::unique_ptr<ProcessRunner> runner(
+      new ProcessRunner(std::move(state_dir), clock, lock.Release(), ReadBootId()));
+  GPUFLEET_RETURN_IF_ERROR(runner->LoadStateDirectory());
+  return runner;
+}
+
+std::string ProcessRunner::FilePath(std::string_view task_id, std::string_view suffix) const {
+  return fmt::format("{}/{}{}", state_dir_, FileStem(task_id), suffix);
+}
+
+std::string ProcessRunner::StateFilePathForTest(std::string_view task_id) const {
+  return FilePath(task_id, kStateSuffix);
+}
+
+Status ProcessRunner::LoadStateDirectory() {
+  std::error_code error;
+  std::filesystem::directory_iterator it(state_dir_, error);
+  if (error) {
+    return UnavailableError(
+        fmt::format("cannot list state_dir '{}': {}", state_dir_, error.message()));
+  }
+  std::set<std::string> state_stems;
+  std::vector<std::string> exit_stems;
+  const std::filesystem::directory_iterator end;
+  for (; it != end; it.increment(error)) {
+    if (error) {
+      return UnavailableError(
+          fmt::format("cannot list state_dir '{}': {}", state_dir_, error.message()));
+    }
+    const std::string name = it->path().filename().string();
+    const std::string path = it->path().string();
+    if (EndsWith(name, kTempSuffix)) {
+      GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(path));  // a write the last agent did not finish
+      continue;
+    }
+    if (EndsWith(name, kExitSuffix)) {
+      exit_stems.push_back(name.substr(0, name.size() - kExitSuffix.size()));
+      continue;
+    }
+    if (!EndsWith(name, kStateSuffix)) {
+      continue;
+    }
+    const std::string stem = name.substr(0, name.size() - kStateSuffix.size());
+    state_stems.insert(stem);
+
+    const MonoTime now = clock_.Now();
+    Task task;
+    task.status.task_id = TaskIdFromStem(stem);
+    GPUFLEET_ASSIGN_OR_RETURN(const std::optional<std::string> text, ReadSmallFile(path));
+    Result<StateRecord> record = text.has_value()
+                                     ? ParseStateRecord(*text)
+                                     : Result<StateRecord>(InvalidArgumentError("it vanished"));
+    if (record.ok() && record->task_id != task.status.task_id) {
+      record = InvalidArgumentError(
+          fmt::format("it names task '{}', not the one of its file name", record->task_id));
+    }
+    if (!record.ok()) {
+      task.status.state = TaskState::kLost;
+      task.status.reason =
+          fmt::format("its state file '{}' is unreadable: {}", path, record.status().message());
+      task.status.end_time = now;
+      tasks_.emplace(task.status.task_id, std::move(task));
+      continue;
+    }
+    task.status.gpu_uuids = record->gpu_uuids;
+    task.status.start_time = MonoTime{record->start_time_nanos};
+    task.status.process_group = record->shim_pid;
+    task.command = record->command;
+    task.working_dir = record->working_dir;
+    task.log_path = record->log_path;
+    task.shim_pid = record->shim_pid;
+    task.shim_start_ticks = record->shim_start_ticks;
+    if (!boot_id_.empty() && record->boot_id != boot_id_) {
+      // Pids and start times restart with the kernel: the old ones must not be trusted.
+      task.status.state = TaskState::kLost;
+      task.status.reason = "the node restarted since the task started";
+      task.status.end_time = now;
+      task.status.process_group = 0;
+    }
+    tasks_.emplace(task.status.task_id, std::move(task));
+  }
+  for (const std::string& stem : exit_stems) {
+    if (!state_stems.contains(stem)) {  // left by a Forget that was interrupted
+      GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(FilePath(TaskIdFromStem(stem), kExitSuffix)));
+    }
+  }
+  return Status::Ok();
+}
+
+Status ProcessRunner::Start(const TaskLaunch& launch) {
+  GPUFLEET_RETURN_IF_ERROR(ValidateLaunch(launch));
+  if (launch.log_path.empty()) {
+    return InvalidArgumentError(fmt::format("log_path of task '{}' is empty", launch.task_id));
+  }
+  if (!launch.working_dir.empty()) {
+    struct stat info = {};
+    if (stat(launch.working_dir.c_str(), &info) != 0) {
+      return InvalidArgumentError(fmt::format("working_dir '{}' of task '{}' is unusable: {}",
+                                              launch.working_dir, launch.task_id,
+                                              ErrnoText(errno)));
+    }
+    if (!S_ISDIR(info.st_mode)) {
+      return InvalidArgumentError(fmt::format("working_dir '{}' of task '{}' is not a directory",
+                                              launch.working_dir, launch.task_id));
+    }
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (tasks_.contains(launch.task_id)) {
+    return AlreadyExistsError(
+        fmt::format("task '{}' is already known to the runner; forget it before starting it again",
+                    launch.task_id));
+  }
+  UniqueFd log(
+      open(launch.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644));
+  if (!log.valid()) {
+    return InvalidArgumentError(
+        fmt::format("log_path '{}' of task '{}' cannot be opened for appending: {}",
+                    launch.log_path, launch.task_id, ErrnoText(errno)));
+  }
+
+  Task task;
+  task.status.task_id = launch.task_id;
+  task.status.gpu_uuids = launch.gpu_uuids;
+  task.status.start_time = clock_.Now();
+  task.working_dir = launch.working_dir;
+  task.log_path = launch.log_path;
+  const auto path_entry = launch.env.find("PATH");
+  const char* runner_path = getenv("PATH");
+  const std::string search_path = path_entry != launch.env.end() ? path_entry->second
+                                  : runner_path != nullptr       ? runner_path
+                                                                 : "/usr/bin:/bin";
+  Result<std::string> executable = FindExecutable(launch.argv[0], search_path);
+  if (!executable.ok()) {
+    // Nothing ran, so there is nothing to adopt later: the task lives in memory only.
+    task.status.state = TaskState::kFailedToStart;
+    task.status.reason = executable.status().message();
+    task.status.end_time = task.status.start_time;
+    tasks_.emplace(launch.task_id, std::move(task));
+    return Status::Ok();
+  }
+  task.command = *executable;
+  GPUFLEET_RETURN_IF_ERROR(Spawn(launch, log.get(), task));
+  tasks_.emplace(launch.task_id, std::move(task));
+  return Status::Ok();
+}
+
+Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task) {
+  // Everything the child needs is built here: after fork it may not allocate.
+  std::vector<std::string> argv_storage = launch.argv;
+  std::vector<char*> argv = NullTerminatedPointers(argv_storage);
+  std::vector<std::string> env_storage = BuildEnvironment(launch);
+  std::vector<char*> envp = NullTerminatedPointers(env_storage);
+  const std::string exit_path = FilePath(launch.task_id, kExitSuffix);
+  const std::string exit_temp_path = exit_path + std::string(kTempSuffix);
+  const std::string state_path = FilePath(launch.task_id, kStateSuffix);
+  GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(exit_path));  // from a forgotten task of that id
+
+  UniqueFd log(fcntl(log_fd, F_DUPFD_CLOEXEC, STDERR_FILENO + 1));
+  UniqueFd null_device(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  int control_fds[2] = {-1, -1};
+  int error_fds[2] = {-1, -1};
+  // The control channel is a socket pair so that both sides can send with MSG_NOSIGNAL: a peer
+  // that died early must not raise SIGPIPE.
+  if (!log.valid() || !null_device.valid() ||
+      socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, control_fds) != 0 ||
+      pipe2(error_fds, O_CLOEXEC) != 0) {
+    const int error = errno;
+    for (const int fd : {control_fds[0], control_fds[1], error_fds[0], error_fds[1]}) {
+      if (fd >= 0) {
+        close(fd);
+      }
+    }
+    return UnavailableError(fmt::format("cannot prepare descriptors for task '{}': {}",
+                                        launch.task_id, ErrnoText(error)));
+  }
+  UniqueFd shim_control(control_fds[0]);
+  UniqueFd runner_control(control_fds[1]);
+  UniqueFd error_read(error_fds[0]);
+  UniqueFd error_write(error_fds[1]);
+  for (UniqueFd* fd :
+       {&log, &null_device, &shim_control, &runner_control, &error_read, &error_write}) {
+    GPUFLEET_RETURN_IF_ERROR(MoveAboveStdio(*fd));
+  }
+
+  internal::ShimPlan plan;
+  plan.executable = task.command.c_str();
+  plan.argv = argv.data();
+  plan.envp = envp.data();
+  plan.working_dir = launch.working_dir.empty() ? nullptr : launch.working_dir.c_str();
+  plan.exit_path = exit_path.c_str();
+  plan.exit_temp_path = exit_temp_path.c_str();
+  plan.null_fd = null_device.get();
+  plan.log_fd = log.get();
+  plan.control_fd = shim_control.get();
+  plan.runner_control_fd = runner_control.get();
+  plan.error_read_fd = error_read.get();
+  plan.error_write_fd = error_write.get();
+  const long open_max = sysconf(_SC_OPEN_MAX);  // NOLINT(google-runtime-int): sysconf's type
+  plan.max_fd = open_max > 0 && open_max < (1 << 20) ? static_cast<int>(open_max) : (1 << 20);
+
+  const pid_t pid = fork();
+  if (pid < 0) {
+    return UnavailableError(
+        fmt::format("cannot fork the shim of task '{}': {}", launch.task_id, ErrnoText(errno)));
+  }
+  if (pid == 0) {
+    internal::RunShim(plan);
+  }
+  // The shim's ends are its own now.
+  shim_control.Reset();
+  error_read.Reset();
+  error_write.Reset();
+  log.Reset();
+  null_device.Reset();
+  // Both sides set the group, so Stop finds it even if the shim has not run yet.
+  setpgid(pid, pid);
+
+  // Until the shim is recorded it waits for the go byte; giving up closes the channel and the
+  // shim exits without starting the task.
+  auto abandon = [&](Status status) {
+    runner_control.Reset();
+    waitpid(pid, nullptr, 0);
+    return status;
+  };
+  const std::optional<ProcessStat> stat = ReadProcessStat(pid);
+  if (!stat.has_value()) {
+    return abandon(InternalError(
+        fmt::format("cannot read /proc/{}/stat of the shim of task '{}'", pid, launch.task_id)));
+  }
+  task.shim_pid = pid;
+  task.shim_start_ticks = stat->start_ticks;
+  task.spawned_here = true;
+  task.status.process_group = pid;
+  StateRecord record;
+  record.task_id = launch.task_id;
+  record.shim_pid = pid;
+  record.shim_start_ticks = stat->start_ticks;
+  record.boot_id = boot_id_;
+  record.start_time_nanos = task.status.start_time.nanos;
+  record.command = task.command;
+  record.gpu_uuids = launch.gpu_uuids;
+  record.log_path = launch.log_path;
+  record.working_dir = launch.working_dir;
+  const Status written = WriteFileAtomically(state_path, FormatStateRecord(record));
+  if (!written.ok()) {
+    return abandon(written);
+  }
+  // Wait for the shim's answer: once it has forked the task, a Stop reaches the task. A failed
+  // send or an end of file means the shim is already gone; Poll then reports how.
+  const char go = 'g';
+  ssize_t transferred = -1;
+  do {
+    transferred = send(runner_control.get(), &go, 1, MSG_NOSIGNAL);
+  } while (transferred < 0 && errno == EINTR);
+  char started = 0;
+  do {
+    transferred = recv(runner_control.get(), &started, 1, 0);
+  } while (transferred < 0 && errno == EINTR);
+  return Status::Ok();
+}
+
+bool ProcessRunner::ShimAlive(Task& task) {
+  if (task.spawned_here && !task.reaped) {
+    siginfo_t info = {};
+    if (waitid(P_PID, static_cast<id_t>(task.shim_pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0) {
+      if (info.si_pid == 0) {
+        return true;
+      }
+      // Normally the shim has already killed its group. If it died early (OOM killer, a stray
+      // SIGKILL), the task may live on: end it, so that a final task never holds a GPU. The
+      // unreaped shim still holds the pid, so the group id cannot belong to anyone else yet.
+      kill(-task.shim_pid, SIGKILL);
+      waitpid(task.shim_pid, nullptr, 0);  // returns at once: the shim has exited
+      task.reaped = true;
+      return false;
+    }
+    // ECHILD: reaped by someone else; only /proc can tell from here on.
+    task.reaped = true;
+  }
+  const std::optional<ProcessStat> stat = ReadProcessStat(task.shim_pid);
+  if (!stat.has_value() || stat->start_ticks != task.shim_start_ticks) {
+    return false;  // gone, or the pid now belongs to another process
+  }
+  if (stat->state == 'Z' || stat->state == 'X') {
+    // An unreaped shim; reap it if it is ours (a runner of this process started it).
+    waitpid(task.shim_pid, nullptr, WNOHANG);
+    return false;
+  }
+  return true;
+}
+
+Status ProcessRunner::SignalGroup(Task& task, int signal_number) {
+  // An unreaped child keeps its pid, so the group cannot belong to anyone else. Otherwise the
+  // start time must still match: the pid (and group id) may have been reused.
+  const bool pid_is_held = task.spawned_here && !task.reaped;
+  if (!pid_is_held && !ShimAlive(task)) {
+    return Status::Ok();  // already over; the next Poll records it
+  }
+  if (kill(-task.shim_pid, signal_number) != 0 && errno != ESRCH) {
+    return InternalError(fmt::format("cannot send signal {} to process group {} of task '{}': {}",
+                                     signal_number, task.shim_pid, task.status.task_id,
+                                     ErrnoText(errno)));
+  }
+  return Status::Ok();
+}
+
+void ProcessRunner::Finish(Task& task, MonoTime now) {
+  task.status.end_time = now;
+  const std::string exit_path = FilePath(task.status.task_id, kExitSuffix);
+  const Result<std::optional<std::string>> text = ReadSmallFile(exit_path);
+  if (!text.ok()) {
+    task.status.state = TaskState::kLost;
+    task.status.reason = text.status().message();
+    return;
+  }
+  if (!text->has_value()) {
+    if (task.sigkill_sent) {
+      task.status.state = TaskState::kKilled;  // the SIGKILL ended the shim before it could write
+      task.status.signal = SIGKILL;
+      return;
+    }
+    task.status.state = TaskState::kLost;
+    task.status.reason =
+        fmt::format("its process (pid {}) is gone and left no exit status", task.shim_pid);
+    return;
+  }
+  const std::optional<internal::ExitRecord> record = internal::ParseExitRecord(**text);
+  if (!record.has_value()) {
+    task.status.state = TaskState::kLost;
+    task.status.reason = fmt::format("its exit file '{}' is corrupt", exit_path);
+    return;
+  }
+  switch (record->kind) {
+    case internal::ExitRecord::Kind::kExited:
+      task.status.state = TaskState::kExited;
+      task.status.exit_code = record->value;
+      return;
+    case internal::ExitRecord::Kind::kSignaled:
+      task.status.state = TaskState::kKilled;
+      task.status.signal = record->value;
+      return;
+    case internal::ExitRecord::Kind::kStartFailed:
+      task.status.state = TaskState::kFailedToStart;
+      task.status.reason = StartFailureReason(*record, task.command, task.working_dir);
+      return;
+  }
+}
+
+void ProcessRunner::Refresh(Task& task, MonoTime now) {
+  if (IsFinal(task.status.state)) {
+    return;
+  }
+  if (!ShimAlive(task)) {
+    Finish(task, now);
+    return;
+  }
+  if (task.kill_deadline.has_value() && now >= *task.kill_deadline && !task.sigkill_sent) {
+    // Poll cannot return an error; a failed SIGKILL is simply tried again next time.
+    task.sigkill_sent = SignalGroup(task, SIGKILL).ok();
+  }
+}
+
+Status ProcessRunner::Stop(std::string_view task_id, Duration grace) {
+  if (grace < Duration::zero()) {
+    return InvalidArgumentError(fmt::format(
+        "grace period for stopping task '{}' is negative: {} ns", task_id, grace.count()));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) {
+    return NotFoundError(fmt::format("task '{}' is not known to the runner", task_id));
+  }
+  Task& task = it->second;
+  const MonoTime now = clock_.Now();
+  Refresh(task, now);
+  if (IsFinal(task.status.state)) {
+    return Status::Ok();
+  }
+  task.status.stop_requested = true;
+  const MonoTime deadline = now + grace;
+  if (!task.kill_deadline.has_value() || deadline < *task.kill_deadline) {
+    task.kill_deadline = deadline;
+  }
+  if (now >= *task.kill_deadline) {
+    if (!task.sigkill_sent) {
+      GPUFLEET_RETURN_IF_ERROR(SignalGroup(task, SIGKILL));
+      task.sigkill_sent = true;
+    }
+    return Status::Ok();
+  }
+  if (!task.sigterm_sent) {
+    GPUFLEET_RETURN_IF_ERROR(SignalGroup(task, SIGTERM));
+    task.sigterm_sent = true;
+  }
+  return Status::Ok();
+}
+
+std::vector<TaskStatus> ProcessRunner::Poll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const MonoTime now = clock_.Now();
+  std::vector<TaskStatus> statuses;
+  statuses.reserve(tasks_.size());
+  for (auto& [id, task] : tasks_) {
+    Refresh(task, now);
+    statuses.push_back(task.status);
+  }
+  return statuses;
+}
+
+Status ProcessRunner::Forget(std::string_view task_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) {
+    return NotFoundError(fmt::format("task '{}' is not known to the runner", task_id));
+  }
+  Refresh(it->second, clock_.Now());
+  if (!IsFinal(it->second.status.state)) {
+    return FailedPreconditionError(
+        fmt::format("task '{}' is still running; stop it and wait for its end first", task_id));
+  }
+  // The state file first: if the agent dies in between, Open deletes the stray exit file.
+  GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(FilePath(task_id, kStateSuffix)));
+  GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(FilePath(task_id, kExitSuffix)));
+  tasks_.erase(it);
+  return Status::Ok();
+}
+
+}  // namespace gpufleet::runner

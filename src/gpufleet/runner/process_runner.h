@@ -1,0 +1,124 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/status.h"
+#include "gpufleet/runner/task_runner.h"
+
+namespace gpufleet::runner {
+
+// The real TaskRunner: each task is a process of this node.
+//
+// How a task runs. Start forks a shim (internal/shim.h) that leads a new process group, ignores
+// SIGTERM, forks the task's program with execve and waits for it; Start returns once the task's
+// process exists, so a Stop right after it reaches the task. The task gets the runner's
+// environment plus TaskLaunch::env, CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES set from its
+// GPU UUIDs, stdin from /dev/null, stdout and stderr appended to its log file, and default signal
+// handling. When the task ends, the shim writes "<state_dir>/<id>.exit" and sends SIGKILL to its
+// process group, which ends anything the task left behind (a task is over when its main process
+// is; processes that leave the group with setsid escape, as only cgroups could prevent). Stop
+// signals the whole group, so the task's children get SIGTERM and, after the grace, SIGKILL.
+//
+// Surviving an agent restart. The shim is not tied to the agent: it keeps running, and its
+// record of the exit outlives both. For each task the runner keeps "<state_dir>/<id>.task" (with
+// '/' in the id written as '%'): the shim's pid, its start time from /proc/PID/stat (a pid alone
+// could have been reused by an unrelated process since), the boot id, the GPU UUIDs and the log
+// path. Open over the same directory adopts what it finds: running tasks stay kRunning and Stop
+// works on them; tasks that ended meanwhile report their recorded end; a task whose process is
+// gone without a record, or that started before the last reboot, is kLost.
+//
+// A shim that dies without a record (the OOM killer, a stray SIGKILL) makes its task kLost. The
+// runner that started it also kills what is left of its group: until the runner reaps the shim,
+// the group id cannot belong to anyone else. A runner that adopted the shim has no such
+// guarantee and leaves the group alone.
+//
+// Times come from the injected Clock only; with SystemClock (CLOCK_MONOTONIC, system-wide) the
+// start times recorded by one agent stay meaningful to the next one on the same boot.
+//
+// The hosting process: the runner reaps its shims by pid (should another part of the process
+// reap them with waitpid(-1), the runner still sees their end through /proc and the exit file);
+// one ProcessRunner per state directory at a time (Open enforces it with a lock file). Shims
+// started by a runner that was destroyed stay unreaped children of this process until a later
+// runner over the same directory, or the process's exit, reaps them.
+//
+// Thread-safe: a mutex guards the task table; Start holds it while forking.
+class ProcessRunner final : public TaskRunner {
+ public:
+  // Opens (creating if missing; its parent must exist) the state directory and adopts the tasks
+  // recorded there. `clock` must outlive the runner.
+  // Errors: kInvalidArgument for an empty path, kFailedPrecondition when the path is not a
+  // directory or another runner holds it, kUnavailable when it cannot be created or read.
+  static Result<std::unique_ptr<ProcessRunner>> Open(std::string state_dir, const Clock& clock);
+
+  // Leaves every task running: a new runner over the same directory takes them over.
+  ~ProcessRunner() override;
+  ProcessRunner(const ProcessRunner&) = delete;
+  ProcessRunner& operator=(const ProcessRunner&) = delete;
+
+  // Adds to the common errors: kInvalidArgument when log_path is empty or cannot be opened for
+  // appending, or working_dir is not a directory; kUnavailable when the task cannot be recorded
+  // or forked. A program that is not found in PATH, cannot be executed or cannot enter its
+  // working directory makes the task kFailedToStart, with the reason.
+  Status Start(const TaskLaunch& launch) override;
+  // Adds kInternal when the process group cannot be signalled (e.g. EPERM).
+  Status Stop(std::string_view task_id, Duration grace) override;
+  std::vector<TaskStatus> Poll() override;
+  // Also deletes the task's files; kUnavailable if that fails (the task stays known).
+  Status Forget(std::string_view task_id) override;
+
+  const std::string& state_dir() const { return state_dir_; }
+  // The task's state file, for tests that fake what a restart can find.
+  std::string StateFilePathForTest(std::string_view task_id) const;
+
+ private:
+  struct Task {
+    TaskStatus status;
+    std::string command;      // the program as executed, for messages
+    std::string working_dir;  // empty: the runner's
+    std::string log_path;
+    pid_t shim_pid = 0;  // also the process group id; 0 when no process was started
+    uint64_t shim_start_ticks = 0;
+    bool spawned_here = false;  // a child of this process: waitpid can reap it
+    bool reaped = false;
+    bool sigterm_sent = false;
+    bool sigkill_sent = false;
+    std::optional<MonoTime> kill_deadline;
+  };
+
+  ProcessRunner(std::string state_dir, const Clock& clock, int lock_fd, std::string boot_id);
+
+  Status LoadStateDirectory();
+  std::string FilePath(std::string_view task_id, std::string_view suffix) const;
+  // Forks the shim of `task` and records it. REQUIRES: mu_ held.
+  Status Spawn(const TaskLaunch& launch, int log_fd, Task& task);
+  // Notices the end of a running task and sends a SIGKILL that is due. REQUIRES: mu_ held.
+  void Refresh(Task& task, MonoTime now);
+  // Whether the shim still runs; reaps it when it can. REQUIRES: mu_ held.
+  bool ShimAlive(Task& task);
+  // Records the end of a task whose shim is gone. REQUIRES: mu_ held.
+  void Finish(Task& task, MonoTime now);
+  // Sends `signal_number` to the task's process group if the shim is still the process the
+  // runner started (never to a reused pid). REQUIRES: mu_ held.
+  Status SignalGroup(Task& task, int signal_number);
+
+  const std::string state_dir_;
+  const Clock& clock_;
+  const int lock_fd_;
+  const std::string boot_id_;
+  std::mutex mu_;
+  std::map<std::string, Task, std::less<>> tasks_;  // guarded by mu_
+};
+
+}  // namespace gpufleet::runner

@@ -1,0 +1,660 @@
+// SPDX-License-Identifier: Apache-2.0
+// ProcessRunner with real processes (/bin/sh scripts). The runner reads time from a FakeClock, so
+// grace periods pass when a test says so; the tests themselves wait for processes with bounded
+// polling loops on the real clock.
+#include "gpufleet/runner/process_runner.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/testing/status_matchers.h"
+
+namespace gpufleet::runner {
+namespace {
+
+using ::gpufleet::testing::StatusIs;
+using ::std::chrono::seconds;
+using ::testing::AnyOf;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::Optional;
+using ::testing::StartsWith;
+
+// Long enough for a loaded 2-core CI machine; a passing test never waits this long.
+constexpr Duration kPatience = std::chrono::seconds(10);
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+void WriteFile(const std::string& path, const std::string& content) {
+  std::ofstream out(path, std::ios::trunc);
+  out << content;
+}
+
+// Fields of /proc/PID/stat after the command name: [0] is the state, [1] the parent pid.
+std::vector<std::string> ProcStatFields(pid_t pid) {
+  const std::string line = ReadFile("/proc/" + std::to_string(pid) + "/stat");
+  const size_t name_end = line.rfind(')');
+  std::vector<std::string> fields;
+  if (name_end == std::string::npos) {
+    return fields;
+  }
+  std::istringstream rest(line.substr(name_end + 1));
+  std::string field;
+  while (rest >> field) {
+    fields.push_back(field);
+  }
+  return fields;
+}
+
+// Gone, or a zombie that nobody reaped yet: either way it runs no more.
+bool ProcessGone(pid_t pid) {
+  const std::vector<std::string> fields = ProcStatFields(pid);
+  return fields.empty() || fields[0] == "Z" || fields[0] == "X";
+}
+
+bool IsChildOfThisProcess(pid_t pid) {
+  const std::vector<std::string> fields = ProcStatFields(pid);
+  return fields.size() > 1 && fields[1] == std::to_string(getpid());
+}
+
+std::set<std::string> OpenDescriptors(pid_t pid) {
+  std::set<std::string> names;
+  std::error_code error;
+  for (const auto& entry :
+       std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", error)) {
+    names.insert(entry.path().filename().string());
+  }
+  return names;
+}
+
+std::string DescriptorTarget(pid_t pid, int fd) {
+  std::error_code error;
+  return std::filesystem::read_symlink("/proc/" + std::to_string(pid) + "/fd/" + std::to_string(fd),
+                                       error)
+      .string();
+}
+
+class ProcessRunnerTestBase : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = ::testing::TempDir() + "/gpufleet_runner_XXXXXX";
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr) << pattern;
+    dir_ = std::filesystem::canonical(pattern).string();
+    state_dir_ = dir_ + "/state";
+  }
+
+  void TearDown() override {
+    // A failed test must not leave processes behind. Every shim here is a child of the test
+    // process, which rules out signalling a reused group id.
+    for (const pid_t group : groups_) {
+      if (IsChildOfThisProcess(group)) {
+        kill(-group, SIGKILL);
+        waitpid(group, nullptr, 0);
+      }
+    }
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  std::unique_ptr<ProcessRunner> OpenRunner() {
+    Result<std::unique_ptr<ProcessRunner>> runner = ProcessRunner::Open(state_dir_, clock_);
+    EXPECT_OK(runner);
+    return runner.ok() ? std::move(runner).value() : nullptr;
+  }
+
+  std::string LogPath(const std::string& name) const { return dir_ + "/" + name + ".log"; }
+
+  TaskLaunch Shell(const std::string& task_id, const std::string& script) const {
+    TaskLaunch launch;
+    launch.task_id = task_id;
+    launch.argv = {"/bin/sh", "-c", script};
+    std::string name = task_id;
+    std::replace(name.begin(), name.end(), '/', '_');
+    launch.log_path = LogPath(name);
+    launch.working_dir = dir_;
+    return launch;
+  }
+
+  // Starts the task and remembers its process group for TearDown.
+  void StartOrFail(ProcessRunner& runner, const TaskLaunch& launch) {
+    ASSERT_OK(runner.Start(launch));
+    const TaskStatus status = StatusOf(runner, launch.task_id);
+    if (status.process_group > 0) {
+      groups_.insert(status.process_group);
+    }
+  }
+
+  TaskStatus StatusOf(ProcessRunner& runner, const std::string& task_id) {
+    for (const TaskStatus& status : runner.Poll()) {
+      if (status.task_id == task_id) {
+        return status;
+      }
+    }
+    ADD_FAILURE() << "the runner does not know task " << task_id;
+    return {};
+  }
+
+  // Polls `condition` every millisecond until it holds or kPatience has passed.
+  bool WaitUntil(const std::function<bool()>& condition) {
+    const MonoTime deadline = real_clock_.Now() + kPatience;
+    while (!condition()) {
+      if (real_clock_.Now() > deadline) {
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    return true;
+  }
+
+  TaskStatus WaitForEnd(ProcessRunner& runner, const std::string& task_id) {
+    TaskStatus status;
+    EXPECT_TRUE(WaitUntil([&] {
+      status = StatusOf(runner, task_id);
+      return IsFinal(status.state);
+    })) << "task "
+        << task_id << " still " << DescribeTaskStatus(status);
+    return status;
+  }
+
+  bool WaitForLog(const std::string& path, const std::string& text) {
+    return WaitUntil([&] { return ReadFile(path).find(text) != std::string::npos; });
+  }
+
+  std::string dir_;
+  std::string state_dir_;
+  FakeClock clock_{MonoTime{5'000'000'000}};
+  SystemClock real_clock_;
+  std::set<pid_t> groups_;
+};
+
+class ProcessRunnerTest : public ProcessRunnerTestBase {};
+class ProcessRunnerIntegrationTest : public ProcessRunnerTestBase {};
+
+TEST_F(ProcessRunnerTest, RunsTaskWithItsGpusEnvironmentAndLog) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  TaskLaunch launch = Shell("train/group-0",
+                            "echo \"cuda=$CUDA_VISIBLE_DEVICES nvidia=$NVIDIA_VISIBLE_DEVICES "
+                            "epochs=$EPOCHS\"; echo oops >&2");
+  launch.gpu_uuids = {"GPU-8932f937-d72c-4106-c12f-20bd9faed9f6", "MIG-0a1b2c3d-aaaa"};
+  launch.env = {{"EPOCHS", "3"}};
+  StartOrFail(*runner, launch);
+  clock_.Advance(seconds(2));
+
+  const TaskStatus status = WaitForEnd(*runner, "train/group-0");
+  EXPECT_EQ(status.state, TaskState::kExited);
+  EXPECT_EQ(status.exit_code, 0);
+  EXPECT_EQ(status.start_time, MonoTime{5'000'000'000});
+  // The end is dated when a Poll first saw it: StartOrFail's own Poll may already have.
+  EXPECT_THAT(status.end_time, Optional(AnyOf(MonoTime{5'000'000'000}, clock_.Now())));
+  EXPECT_EQ(status.gpu_uuids, launch.gpu_uuids);
+  EXPECT_GT(status.process_group, 0);
+  EXPECT_EQ(ReadFile(launch.log_path),
+            "cuda=GPU-8932f937-d72c-4106-c12f-20bd9faed9f6,MIG-0a1b2c3d-aaaa "
+            "nvidia=GPU-8932f937-d72c-4106-c12f-20bd9faed9f6,MIG-0a1b2c3d-aaaa epochs=3\n"
+            "oops\n");
+}
+
+TEST_F(ProcessRunnerTest, TaskWithoutGpusSeesNoDevice) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  const TaskLaunch launch = Shell(
+      "cpu-only", "echo \"cuda=[${CUDA_VISIBLE_DEVICES-unset}] nvidia=$NVIDIA_VISIBLE_DEVICES\"");
+  StartOrFail(*runner, launch);
+  EXPECT_EQ(WaitForEnd(*runner, "cpu-only").state, TaskState::kExited);
+  EXPECT_EQ(ReadFile(launch.log_path), "cuda=[] nvidia=void\n");
+}
+
+TEST_F(ProcessRunnerTest, LaunchEnvironmentOverridesTheRunnersOwn) {
+  ASSERT_EQ(setenv("GPUFLEET_RUNNER_TEST_INHERITED", "from-runner", 1), 0);
+  ASSERT_EQ(setenv("GPUFLEET_RUNNER_TEST_OVERRIDDEN", "from-runner", 1), 0);
+  ASSERT_EQ(setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3", 1), 0);
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  TaskLaunch launch = Shell("env",
+                            "echo \"$GPUFLEET_RUNNER_TEST_INHERITED "
+                            "$GPUFLEET_RUNNER_TEST_OVERRIDDEN $CUDA_VISIBLE_DEVICES\"");
+  launch.env = {{"GPUFLEET_RUNNER_TEST_OVERRIDDEN", "from-launch"}};
+  launch.gpu_uuids = {"GPU-1"};
+  StartOrFail(*runner, launch);
+  const TaskStatus status = WaitForEnd(*runner, "env");
+  unsetenv("GPUFLEET_RUNNER_TEST_INHERITED");
+  unsetenv("GPUFLEET_RUNNER_TEST_OVERRIDDEN");
+  unsetenv("CUDA_VISIBLE_DEVICES");
+  EXPECT_EQ(status.state, TaskState::kExited);
+  EXPECT_EQ(ReadFile(launch.log_path), "from-runner from-launch GPU-1\n");
+}
+
+TEST_F(ProcessRunnerTest, AppendsToAnExistingLogAndStartsInTheWorkingDirectory) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  const std::string work = dir_ + "/work";
+  ASSERT_EQ(mkdir(work.c_str(), 0755), 0);
+  TaskLaunch launch = Shell("pwd", "pwd");
+  launch.working_dir = work;
+  WriteFile(launch.log_path, "earlier run\n");
+  StartOrFail(*runner, launch);
+  EXPECT_EQ(WaitForEnd(*runner, "pwd").state, TaskState::kExited);
+  EXPECT_EQ(ReadFile(launch.log_path), "earlier run\n" + work + "\n");
+}
+
+TEST_F(ProcessRunnerTest, ReportsZeroAndNonZeroExitCodes) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  StartOrFail(*runner, Shell("ok", "exit 0"));
+  StartOrFail(*runner, Shell("bad", "exit 3"));
+  const TaskStatus ok = WaitForEnd(*runner, "ok");
+  const TaskStatus bad = WaitForEnd(*runner, "bad");
+  EXPECT_EQ(DescribeTaskStatus(ok), "exited with code 0");
+  EXPECT_EQ(DescribeTaskStatus(bad), "exited with code 3");
+}
+
+TEST_F(ProcessRunnerTest, CommandNotInPathFailsToStart) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  TaskLaunch launch = Shell("missing", "");
+  launch.argv = {"gpufleet-no-such-command", "--flag"};
+  launch.env = {{"PATH", "/usr/bin:/bin"}};
+  ASSERT_OK(runner->Start(launch));
+  const TaskStatus status = StatusOf(*runner, "missing");
+  EXPECT_EQ(status.state, TaskState::kFailedToStart);
+  EXPECT_EQ(status.reason, "command 'gpufleet-no-such-command' not found in PATH '/usr/bin:/bin'");
+  EXPECT_EQ(status.process_group, 0);
+  EXPECT_EQ(status.end_time, status.start_time);
+  ASSERT_OK(runner->Forget("missing"));
+}
+
+TEST_F(ProcessRunnerTest, ProgramThatCannotBeExecutedFailsToStart) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  TaskLaunch missing = Shell("missing-path", "");
+  missing.argv = {dir_ + "/no-such-program"};
+  StartOrFail(*runner, missing);
+  const std::string not_executable = dir_ + "/script.sh";
+  WriteFile(not_executable, "#!/bin/sh\necho hello\n");
+  ASSERT_EQ(chmod(not_executable.c_str(), 0644), 0);
+  TaskLaunch denied = Shell("denied", "");
+  denied.argv = {not_executable};
+  StartOrFail(*runner, denied);
+
+  const TaskStatus missing_status = WaitForEnd(*runner, "missing-path");
+  EXPECT_EQ(missing_status.state, TaskState::kFailedToStart);
+  EXPECT_EQ(missing_status.reason,
+            "cannot execute '" + dir_ + "/no-such-program': No such file or directory");
+  const TaskStatus denied_status = WaitForEnd(*runner, "denied");
+  EXPECT_EQ(denied_status.state, TaskState::kFailedToStart);
+  EXPECT_EQ(denied_status.reason, "cannot execute '" + not_executable + "': Permission denied");
+  EXPECT_THAT(ReadFile(missing.log_path), IsEmpty());
+}
+
+TEST_F(ProcessRunnerTest, RefusesBadLaunches) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  TaskLaunch launch = Shell("job", "exit 0");
+
+  launch.log_path.clear();
+  EXPECT_THAT(runner->Start(launch),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("log_path of task 'job' is empty")));
+  launch.log_path = dir_ + "/no-such-dir/job.log";
+  EXPECT_THAT(runner->Start(launch),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("log_path '" + dir_ +
+                                 "/no-such-dir/job.log' of task 'job' cannot be opened for "
+                                 "appending: No such file or directory")));
+  launch.log_path = dir_;  // a directory
+  EXPECT_THAT(runner->Start(launch),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("Is a directory")));
+  launch.log_path = LogPath("job");
+  launch.working_dir = dir_ + "/no-such-dir";
+  EXPECT_THAT(runner->Start(launch),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("working_dir '" + dir_ +
+                                 "/no-such-dir' of task 'job' is unusable: No such file")));
+  launch.working_dir = LogPath("job");  // exists now, but is a file
+  WriteFile(launch.working_dir, "");
+  EXPECT_THAT(runner->Start(launch),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("is not a directory")));
+  launch.working_dir = dir_;
+  launch.argv.clear();
+  EXPECT_THAT(runner->Start(launch),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("argv of task 'job' is empty")));
+  EXPECT_THAT(runner->Poll(), IsEmpty());  // none of them was registered
+
+  StartOrFail(*runner, Shell("job", "exit 0"));
+  EXPECT_THAT(runner->Start(Shell("job", "exit 0")),
+              StatusIs(StatusCode::kAlreadyExists, HasSubstr("task 'job' is already known")));
+  WaitForEnd(*runner, "job");
+  EXPECT_THAT(runner->Start(Shell("job", "exit 0")), StatusIs(StatusCode::kAlreadyExists));
+}
+
+TEST_F(ProcessRunnerTest, StopAndForgetFollowTheirContracts) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  EXPECT_THAT(runner->Stop("nope", seconds(1)),
+              StatusIs(StatusCode::kNotFound, HasSubstr("task 'nope' is not known")));
+  EXPECT_THAT(runner->Forget("nope"), StatusIs(StatusCode::kNotFound));
+
+  const TaskLaunch launch = Shell("sleeper", "exec sleep 30");
+  StartOrFail(*runner, launch);
+  EXPECT_THAT(runner->Stop("sleeper", seconds(-1)),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("negative")));
+  EXPECT_THAT(runner->Forget("sleeper"),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("still running")));
+
+  ASSERT_OK(runner->Stop("sleeper", seconds(30)));
+  const TaskStatus status = WaitForEnd(*runner, "sleeper");
+  EXPECT_EQ(DescribeTaskStatus(status), "killed by signal 15 (SIGTERM)");
+  EXPECT_TRUE(status.stop_requested);
+  ASSERT_OK(runner->Stop("sleeper", seconds(30)));  // already over: nothing to do
+
+  const std::string state_file = runner->StateFilePathForTest("sleeper");
+  EXPECT_TRUE(std::filesystem::exists(state_file));
+  ASSERT_OK(runner->Forget("sleeper"));
+  EXPECT_THAT(runner->Poll(), IsEmpty());
+  EXPECT_FALSE(std::filesystem::exists(state_file));
+  std::vector<std::string> left;
+  for (const auto& entry : std::filesystem::directory_iterator(state_dir_)) {
+    left.push_back(entry.path().filename().string());
+  }
+  EXPECT_THAT(left, ElementsAre("lock"));
+  StartOrFail(*runner, launch);  // the id is free again
+  ASSERT_OK(runner->Stop("sleeper", Duration::zero()));
+  EXPECT_EQ(DescribeTaskStatus(WaitForEnd(*runner, "sleeper")), "killed by signal 9 (SIGKILL)");
+}
+
+TEST_F(ProcessRunnerTest, OpenRefusesUnusableStateDirectories) {
+  EXPECT_THAT(ProcessRunner::Open("", clock_),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("state_dir")));
+  const std::string file = dir_ + "/file";
+  WriteFile(file, "");
+  EXPECT_THAT(ProcessRunner::Open(file, clock_),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("is not a directory")));
+  EXPECT_THAT(ProcessRunner::Open(dir_ + "/no/such/dir", clock_),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("cannot create state_dir")));
+
+  std::unique_ptr<ProcessRunner> first = OpenRunner();
+  ASSERT_NE(first, nullptr);
+  EXPECT_THAT(
+      ProcessRunner::Open(state_dir_, clock_),
+      StatusIs(StatusCode::kFailedPrecondition, HasSubstr("is in use by another task runner")));
+  first.reset();
+  EXPECT_NE(OpenRunner(), nullptr);
+}
+
+// Sets a signal to "ignore" for the scope, as agents commonly do with SIGPIPE or SIGCHLD.
+class IgnoreSignalInScope {
+ public:
+  explicit IgnoreSignalInScope(int signal_number)
+      : signal_number_(signal_number), previous_(signal(signal_number, SIG_IGN)) {}
+  ~IgnoreSignalInScope() { signal(signal_number_, previous_); }
+  IgnoreSignalInScope(const IgnoreSignalInScope&) = delete;
+  IgnoreSignalInScope& operator=(const IgnoreSignalInScope&) = delete;
+
+ private:
+  int signal_number_;
+  sighandler_t previous_;
+};
+
+TEST_F(ProcessRunnerTest, SignalsTheHostIgnoresStillReachTheTask) {
+  const IgnoreSignalInScope ignore_term(SIGTERM);
+  // With SIGCHLD ignored the kernel reaps the shims itself; the runner must still see the end.
+  const IgnoreSignalInScope ignore_child(SIGCHLD);
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  StartOrFail(*runner, Shell("plain", "exec sleep 30"));
+  ASSERT_OK(runner->Stop("plain", seconds(30)));
+  EXPECT_EQ(DescribeTaskStatus(WaitForEnd(*runner, "plain")), "killed by signal 15 (SIGTERM)");
+  StartOrFail(*runner, Shell("exits", "exit 5"));
+  EXPECT_EQ(DescribeTaskStatus(WaitForEnd(*runner, "exits")), "exited with code 5");
+}
+
+TEST_F(ProcessRunnerTest, TaskAndShimHoldNoDescriptorsOfTheRunner) {
+  // A descriptor the hosting process forgot to mark close-on-exec, like a listening socket.
+  const int leaked = open(dir_.c_str(), O_RDONLY | O_DIRECTORY);
+  ASSERT_GE(leaked, 3);
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  const TaskLaunch launch = Shell("fds", "echo $$; exec sleep 30");
+  StartOrFail(*runner, launch);
+  ASSERT_TRUE(WaitForLog(launch.log_path, "\n"));
+  const pid_t task = std::stoi(ReadFile(launch.log_path));
+  const pid_t shim = StatusOf(*runner, "fds").process_group;
+  close(leaked);
+  // Right after an execve the kernel and the new program may still hold a descriptor for a
+  // moment; what counts is what stays open.
+  const std::set<std::string> stdio = {"0", "1", "2"};
+  EXPECT_TRUE(WaitUntil([&] { return OpenDescriptors(shim) == stdio; }))
+      << ::testing::PrintToString(OpenDescriptors(shim));
+  EXPECT_TRUE(WaitUntil([&] {
+    return ReadFile("/proc/" + std::to_string(task) + "/comm") == "sleep\n" &&
+           OpenDescriptors(task) == stdio;
+  })) << ::testing::PrintToString(OpenDescriptors(task));
+  for (const int fd : {0, 1, 2}) {
+    EXPECT_EQ(DescriptorTarget(shim, fd), "/dev/null") << fd;
+  }
+  EXPECT_EQ(DescriptorTarget(task, 0), "/dev/null");
+  EXPECT_EQ(DescriptorTarget(task, 1), launch.log_path);
+  EXPECT_EQ(DescriptorTarget(task, 2), launch.log_path);
+  EXPECT_EQ(ReadFile("/proc/" + std::to_string(shim) + "/comm"), "gpufleet-shim\n");
+  ASSERT_OK(runner->Stop("fds", Duration::zero()));
+  WaitForEnd(*runner, "fds");
+}
+
+TEST_F(ProcessRunnerIntegrationTest, SigkillFollowsTheGraceWhenTheTaskIgnoresSigterm) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  // The shell handles SIGTERM and goes on; its background child ignores it altogether.
+  const TaskLaunch launch =
+      Shell("stubborn",
+            "trap '' TERM; sleep 30 & echo \"child $!\"; trap 'echo got-term' TERM; echo ready; "
+            "while :; do sleep 0.01; done");
+  StartOrFail(*runner, launch);
+  ASSERT_TRUE(WaitForLog(launch.log_path, "ready"));
+  const std::string log = ReadFile(launch.log_path);
+  const pid_t child = std::stoi(log.substr(log.find("child ") + 6));
+
+  ASSERT_OK(runner->Stop("stubborn", seconds(10)));
+  ASSERT_TRUE(WaitForLog(launch.log_path, "got-term"));
+  clock_.Advance(seconds(9));
+  TaskStatus status = StatusOf(*runner, "stubborn");
+  EXPECT_EQ(DescribeTaskStatus(status), "running, stop requested");
+  EXPECT_FALSE(ProcessGone(child));
+
+  clock_.Advance(seconds(1));  // the grace is over: this Poll sends SIGKILL
+  status = WaitForEnd(*runner, "stubborn");
+  EXPECT_EQ(DescribeTaskStatus(status), "killed by signal 9 (SIGKILL)");
+  EXPECT_EQ(status.end_time, clock_.Now());
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(child); })) << "child " << child;
+}
+
+TEST_F(ProcessRunnerIntegrationTest, StopReachesTheTasksChildren) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  const TaskLaunch launch = Shell("tree", "sleep 30 & echo \"child $!\"; wait");
+  StartOrFail(*runner, launch);
+  ASSERT_TRUE(WaitForLog(launch.log_path, "child "));
+  const std::string log = ReadFile(launch.log_path);
+  const pid_t child = std::stoi(log.substr(log.find("child ") + 6));
+  EXPECT_FALSE(ProcessGone(child));
+
+  ASSERT_OK(runner->Stop("tree", seconds(30)));
+  EXPECT_EQ(DescribeTaskStatus(WaitForEnd(*runner, "tree")), "killed by signal 15 (SIGTERM)");
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(child); })) << "child " << child;
+}
+
+TEST_F(ProcessRunnerIntegrationTest, ProcessesLeftBehindEndWithTheTask) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  const TaskLaunch launch = Shell("leaky", "sleep 30 & echo \"child $!\"; exit 4");
+  StartOrFail(*runner, launch);
+  EXPECT_EQ(DescribeTaskStatus(WaitForEnd(*runner, "leaky")), "exited with code 4");
+  const std::string log = ReadFile(launch.log_path);
+  ASSERT_THAT(log, StartsWith("child "));
+  const pid_t child = std::stoi(log.substr(6));
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(child); })) << "child " << child;
+}
+
+TEST_F(ProcessRunnerIntegrationTest, NewRunnerAdoptsARunningTaskAndCanStopIt) {
+  std::unique_ptr<ProcessRunner> first = OpenRunner();
+  ASSERT_NE(first, nullptr);
+  TaskLaunch launch = Shell("train/group-1", "echo ready; exec sleep 30");
+  launch.gpu_uuids = {"GPU-a", "GPU-b"};
+  StartOrFail(*first, launch);
+  ASSERT_TRUE(WaitForLog(launch.log_path, "ready"));
+  const TaskStatus before = StatusOf(*first, "train/group-1");
+  first.reset();  // the agent restarts
+  clock_.Advance(seconds(60));
+
+  std::unique_ptr<ProcessRunner> second = OpenRunner();
+  ASSERT_NE(second, nullptr);
+  const TaskStatus adopted = StatusOf(*second, "train/group-1");
+  EXPECT_EQ(adopted.state, TaskState::kRunning);
+  EXPECT_EQ(adopted.process_group, before.process_group);
+  EXPECT_EQ(adopted.start_time, before.start_time);
+  EXPECT_EQ(adopted.gpu_uuids, launch.gpu_uuids);
+
+  ASSERT_OK(second->Stop("train/group-1", seconds(30)));
+  const TaskStatus ended = WaitForEnd(*second, "train/group-1");
+  EXPECT_EQ(DescribeTaskStatus(ended), "killed by signal 15 (SIGTERM)");
+  EXPECT_EQ(ended.end_time, clock_.Now());
+  ASSERT_OK(second->Forget("train/group-1"));
+  second.reset();
+  std::unique_ptr<ProcessRunner> third = OpenRunner();
+  ASSERT_NE(third, nullptr);
+  EXPECT_THAT(third->Poll(), IsEmpty());
+}
+
+TEST_F(ProcessRunnerIntegrationTest, NewRunnerReportsAnExitThatHappenedWhileNoneWatched) {
+  std::unique_ptr<ProcessRunner> first = OpenRunner();
+  ASSERT_NE(first, nullptr);
+  const TaskLaunch launch = Shell("batch", "while [ ! -e go ]; do sleep 0.01; done; exit 7");
+  StartOrFail(*first, launch);
+  const pid_t shim = StatusOf(*first, "batch").process_group;
+  first.reset();
+  WriteFile(dir_ + "/go", "");
+  ASSERT_TRUE(WaitUntil([&] { return ProcessGone(shim); }));
+
+  std::unique_ptr<ProcessRunner> second = OpenRunner();
+  ASSERT_NE(second, nullptr);
+  const TaskStatus status = StatusOf(*second, "batch");
+  EXPECT_EQ(DescribeTaskStatus(status), "exited with code 7");
+  EXPECT_EQ(status.end_time, clock_.Now());
+}
+
+TEST_F(ProcessRunnerIntegrationTest, TaskGoneWithoutARecordIsLost) {
+  std::unique_ptr<ProcessRunner> first = OpenRunner();
+  ASSERT_NE(first, nullptr);
+  StartOrFail(*first, Shell("victim", "exec sleep 30"));
+  const pid_t shim = StatusOf(*first, "victim").process_group;
+  first.reset();
+  ASSERT_EQ(kill(-shim, SIGKILL), 0);  // e.g. the OOM killer took the shim and the task
+  ASSERT_TRUE(WaitUntil([&] { return ProcessGone(shim); }));
+
+  std::unique_ptr<ProcessRunner> second = OpenRunner();
+  ASSERT_NE(second, nullptr);
+  const TaskStatus status = StatusOf(*second, "victim");
+  EXPECT_EQ(status.state, TaskState::kLost);
+  EXPECT_EQ(status.reason,
+            "its process (pid " + std::to_string(shim) + ") is gone and left no exit status");
+}
+
+TEST_F(ProcessRunnerIntegrationTest, TaskDoesNotOutliveAShimThatDiedEarly) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  const TaskLaunch launch = Shell("orphan", "echo $$; exec sleep 30");
+  StartOrFail(*runner, launch);
+  ASSERT_TRUE(WaitForLog(launch.log_path, "\n"));
+  const pid_t task = std::stoi(ReadFile(launch.log_path));
+  const pid_t shim = StatusOf(*runner, "orphan").process_group;
+  ASSERT_EQ(kill(shim, SIGKILL), 0);  // the shim alone, e.g. by the OOM killer
+
+  const TaskStatus status = WaitForEnd(*runner, "orphan");
+  EXPECT_EQ(status.state, TaskState::kLost);
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(task); })) << "task " << task;
+}
+
+// The state file names a pid that now belongs to another process (here: the same pid with a
+// different start time). The new runner must neither adopt nor signal it.
+TEST_F(ProcessRunnerIntegrationTest, ReusedPidIsNeverAdoptedOrSignalled) {
+  std::unique_ptr<ProcessRunner> first = OpenRunner();
+  ASSERT_NE(first, nullptr);
+  const TaskLaunch launch = Shell("old", "echo ready; exec sleep 30");
+  StartOrFail(*first, launch);
+  ASSERT_TRUE(WaitForLog(launch.log_path, "ready"));
+  const pid_t shim = StatusOf(*first, "old").process_group;
+  const std::string state_file = first->StateFilePathForTest("old");
+  first.reset();
+
+  std::string state = ReadFile(state_file);
+  const size_t at = state.find("shim_start_ticks=") + std::string("shim_start_ticks=").size();
+  const size_t end = state.find('\n', at);
+  const uint64_t ticks = std::stoull(state.substr(at, end - at));
+  state.replace(at, end - at, std::to_string(ticks + 1));
+  WriteFile(state_file, state);
+
+  std::unique_ptr<ProcessRunner> second = OpenRunner();
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(StatusOf(*second, "old").state, TaskState::kLost);
+  ASSERT_OK(second->Stop("old", Duration::zero()));
+  EXPECT_FALSE(ProcessGone(shim)) << "the runner signalled a process that is not its own";
+}
+
+TEST_F(ProcessRunnerIntegrationTest, StateFromAnotherBootOrUnreadableIsLost) {
+  std::unique_ptr<ProcessRunner> first = OpenRunner();
+  ASSERT_NE(first, nullptr);
+  StartOrFail(*first, Shell("before-reboot", "exec sleep 30"));
+  const pid_t shim = StatusOf(*first, "before-reboot").process_group;
+  const std::string state_file = first->StateFilePathForTest("before-reboot");
+  first.reset();
+  std::string state = ReadFile(state_file);
+  const size_t at = state.find("boot_id=") + std::string("boot_id=").size();
+  state.replace(at, state.find('\n', at) - at, "another-boot");
+  WriteFile(state_file, state);
+  WriteFile(state_dir_ + "/garbled%0.task", "not a state file\n");
+
+  std::unique_ptr<ProcessRunner> second = OpenRunner();
+  ASSERT_NE(second, nullptr);
+  const std::vector<TaskStatus> statuses = second->Poll();
+  ASSERT_EQ(statuses.size(), 2u);
+  EXPECT_EQ(statuses[0].task_id, "before-reboot");
+  EXPECT_EQ(DescribeTaskStatus(statuses[0]), "lost: the node restarted since the task started");
+  EXPECT_EQ(statuses[1].task_id, "garbled/0");
+  EXPECT_EQ(statuses[1].state, TaskState::kLost);
+  EXPECT_THAT(statuses[1].reason, HasSubstr("garbled%0.task' is unreadable: the first line is "
+                                            "'not a state file'"));
+  ASSERT_OK(second->Stop("before-reboot", Duration::zero()));
+  EXPECT_FALSE(ProcessGone(shim)) << "a pid from another boot was signalled";
+  ASSERT_OK(second->Forget("garbled/0"));
+  EXPECT_FALSE(std::filesystem::exists(state_dir_ + "/garbled%0.task"));
+}
+
+}  // namespace
+}  // namespace gpufleet::runner

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/runner/simulated_runner.h"
+
+#include <signal.h>
+
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include <fmt/format.h>
+
+namespace gpufleet::runner {
+namespace {
+
+// The whole of `text` as a decimal integer in [min, max].
+std::optional<int64_t> ParseInteger(std::string_view text, int64_t min, int64_t max) {
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < min ||
+      value > max) {
+    return std::nullopt;
+  }
+  return value;
+}
+
+const std::string* FindEnv(const TaskLaunch& launch, std::string_view name) {
+  const auto it = launch.env.find(std::string(name));
+  return it == launch.env.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+SimulatedRunner::SimulatedRunner(const Clock& clock) : clock_(clock) {}
+
+Status SimulatedRunner::Start(const TaskLaunch& launch) {
+  GPUFLEET_RETURN_IF_ERROR(ValidateLaunch(launch));
+  SimulatedTask task;
+  std::optional<Duration> scripted_duration;
+  if (const std::string* duration = FindEnv(launch, kSimDurationEnv)) {
+    // A year of milliseconds is far beyond any trace and keeps MonoTime arithmetic from overflow.
+    constexpr int64_t kMaxDurationMs = int64_t{365} * 24 * 3600 * 1000;
+    const std::optional<int64_t> ms = ParseInteger(*duration, 0, kMaxDurationMs);
+    if (!ms.has_value()) {
+      return InvalidArgumentError(
+          fmt::format("env {} of task '{}' is '{}', not a whole number of milliseconds in [0, {}]",
+                      kSimDurationEnv, launch.task_id, *duration, kMaxDurationMs));
+    }
+    scripted_duration = std::chrono::milliseconds(*ms);
+  }
+  if (const std::string* code = FindEnv(launch, kSimExitCodeEnv)) {
+    const std::optional<int64_t> value = ParseInteger(*code, 0, 255);
+    if (!value.has_value()) {
+      return InvalidArgumentError(
+          fmt::format("env {} of task '{}' is '{}', not an exit code in [0, 255]", kSimExitCodeEnv,
+                      launch.task_id, *code));
+    }
+    task.scripted_exit_code = static_cast<int>(*value);
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (tasks_.contains(launch.task_id)) {
+    return AlreadyExistsError(
+        fmt::format("task '{}' is already known to the runner; forget it "
+                    "before starting it again",
+                    launch.task_id));
+  }
+  const MonoTime now = clock_.Now();
+  task.status.task_id = launch.task_id;
+  task.status.gpu_uuids = launch.gpu_uuids;
+  task.status.start_time = now;
+  if (scripted_duration.has_value()) {
+    task.scripted_end = now + *scripted_duration;
+  }
+  if (const std::string* error = FindEnv(launch, kSimStartErrorEnv)) {
+    task.status.state = TaskState::kFailedToStart;
+    task.status.reason = *error;
+    task.status.end_time = now;
+  }
+  tasks_.emplace(launch.task_id, std::move(task));
+  return Status::Ok();
+}
+
+Status SimulatedRunner::Stop(std::string_view task_id, Duration grace) {
+  if (grace < Duration::zero()) {
+    return InvalidArgumentError(fmt::format(
+        "grace period for stopping task '{}' is negative: {} ns", task_id, grace.count()));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) {
+    return NotFoundError(fmt::format("task '{}' is not known to the runner", task_id));
+  }
+  SimulatedTask& task = it->second;
+  const MonoTime now = clock_.Now();
+  Advance(task, now);
+  if (IsFinal(task.status.state)) {
+    return Status::Ok();
+  }
+  task.status.stop_requested = true;
+  task.status.state = TaskState::kKilled;
+  task.status.signal = SIGTERM;
+  task.status.end_time = now;
+  return Status::Ok();
+}
+
+std::vector<TaskStatus> SimulatedRunner::Poll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  const MonoTime now = clock_.Now();
+  std::vector<TaskStatus> statuses;
+  statuses.reserve(tasks_.size());
+  for (auto& [id, task] : tasks_) {
+    Advance(task, now);
+    statuses.push_back(task.status);
+  }
+  return statuses;
+}
+
+Status SimulatedRunner::Forget(std::string_view task_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  const auto it = tasks_.find(task_id);
+  if (it == tasks_.end()) {
+    return NotFoundError(fmt::format("task '{}' is not known to the runner", task_id));
+  }
+  Advance(it->second, clock_.Now());
+  if (!IsFinal(it->second.status.state)) {
+    return FailedPreconditionError(
+        fmt::format("task '{}' is still running; stop it and wait for its end first", task_id));
+  }
+  tasks_.erase(it);
+  return Status::Ok();
+}
+
+std::optional<MonoTime> SimulatedRunner::NextEndTime() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::optional<MonoTime> next;
+  for (const auto& [id, task] : tasks_) {
+    if (task.status.state == TaskState::kRunning && task.scripted_end.has_value() &&
+        (!next.has_value() || *task.scripted_end < *next)) {
+      next = task.scripted_end;
+    }
+  }
+  return next;
+}
+
+void SimulatedRunner::Advance(SimulatedTask& task, MonoTime now) {
+  if (task.status.state != TaskState::kRunning || !task.scripted_end.has_value() ||
+      now < *task.scripted_end) {
+    return;
+  }
+  task.status.state = TaskState::kExited;
+  task.status.exit_code = task.scripted_exit_code;
+  task.status.end_time = task.scripted_end;
+}
+
+}  // namespace gpufleet::runner

@@ -1,0 +1,65 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpufleet/core/clock.h"
+#include "gpufleet/runner/task_runner.h"
+
+namespace gpufleet::runner {
+
+// Scripting a simulated task: environment entries of its launch, so that a job spec, a trace
+// replayed by `gpufleet dev` or an agent test says how the task behaves without a field that
+// only simulation would use.
+//
+// How long the task runs, in milliseconds of the runner's Clock (a non-negative integer).
+// Without it the task runs until it is stopped.
+inline constexpr std::string_view kSimDurationEnv = "GPUFLEET_SIM_DURATION_MS";
+// The exit code once the duration has passed (0 to 255; default 0).
+inline constexpr std::string_view kSimExitCodeEnv = "GPUFLEET_SIM_EXIT_CODE";
+// When set, the task fails to start with this text as its reason.
+inline constexpr std::string_view kSimStartErrorEnv = "GPUFLEET_SIM_START_ERROR";
+
+// A TaskRunner that runs nothing: a task "runs" until its scripted duration has passed on the
+// injected Clock, then exits with its scripted code; Stop ends it at once as killed by SIGTERM.
+// Start validates launches as ProcessRunner does, except that log_path may be empty. It touches
+// no disk and no process, so one process can host the runners of a whole simulated fleet.
+//
+// Thread-safe: a mutex guards the task table; the Clock must be safe to read concurrently.
+class SimulatedRunner final : public TaskRunner {
+ public:
+  // `clock` must outlive the runner.
+  explicit SimulatedRunner(const Clock& clock);
+
+  // Adds kInvalidArgument for a malformed GPUFLEET_SIM_* entry, naming it and its value.
+  Status Start(const TaskLaunch& launch) override;
+  Status Stop(std::string_view task_id, Duration grace) override;
+  std::vector<TaskStatus> Poll() override;
+  Status Forget(std::string_view task_id) override;
+
+  // When the next running task with a duration ends, so that a simulation can move its clock
+  // straight there; nullopt when no running task will end by itself.
+  std::optional<MonoTime> NextEndTime() const;
+
+ private:
+  struct SimulatedTask {
+    TaskStatus status;
+    std::optional<MonoTime> scripted_end;
+    int scripted_exit_code = 0;
+  };
+
+  // Moves a running task whose scripted end has come to kExited, dated at that end.
+  static void Advance(SimulatedTask& task, MonoTime now);
+
+  const Clock& clock_;
+  mutable std::mutex mu_;
+  std::map<std::string, SimulatedTask, std::less<>> tasks_;  // guarded by mu_
+};
+
+}  // namespace gpufleet::runner

@@ -1,0 +1,157 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/runner/simulated_runner.h"
+
+#include <signal.h>
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/testing/status_matchers.h"
+
+namespace gpufleet::runner {
+namespace {
+
+using ::gpufleet::testing::StatusIs;
+using ::std::chrono::milliseconds;
+using ::std::chrono::seconds;
+using ::testing::HasSubstr;
+
+TaskLaunch SimTask(std::string id, std::optional<int> duration_ms, int exit_code = 0) {
+  TaskLaunch launch;
+  launch.task_id = std::move(id);
+  launch.argv = {"train"};
+  launch.gpu_uuids = {"GPU-sim-0"};
+  if (duration_ms.has_value()) {
+    launch.env[std::string(kSimDurationEnv)] = std::to_string(*duration_ms);
+  }
+  if (exit_code != 0) {
+    launch.env[std::string(kSimExitCodeEnv)] = std::to_string(exit_code);
+  }
+  return launch;
+}
+
+class SimulatedRunnerTest : public ::testing::Test {
+ protected:
+  TaskStatus StatusOf(const std::string& id) {
+    for (const TaskStatus& status : runner_.Poll()) {
+      if (status.task_id == id) {
+        return status;
+      }
+    }
+    ADD_FAILURE() << "no task " << id;
+    return {};
+  }
+
+  FakeClock clock_{MonoTime{1'000'000}};
+  SimulatedRunner runner_{clock_};
+};
+
+TEST_F(SimulatedRunnerTest, TaskRunsForItsScriptedDurationThenExitsWithItsCode) {
+  ASSERT_OK(runner_.Start(SimTask("job/0", 1500, 3)));
+  clock_.Advance(milliseconds(1499));
+  TaskStatus status = StatusOf("job/0");
+  EXPECT_EQ(status.state, TaskState::kRunning);
+  EXPECT_EQ(status.start_time, MonoTime{1'000'000});
+  EXPECT_EQ(status.gpu_uuids, std::vector<std::string>{"GPU-sim-0"});
+  EXPECT_FALSE(status.end_time.has_value());
+
+  clock_.Advance(seconds(10));  // polled late: the end is still dated at the scripted time
+  status = StatusOf("job/0");
+  EXPECT_EQ(status.state, TaskState::kExited);
+  EXPECT_EQ(status.exit_code, 3);
+  EXPECT_EQ(status.end_time, MonoTime{1'000'000} + milliseconds(1500));
+}
+
+TEST_F(SimulatedRunnerTest, TaskWithoutDurationRunsUntilStoppedAndEndsBySigterm) {
+  ASSERT_OK(runner_.Start(SimTask("serve", std::nullopt)));
+  clock_.Advance(std::chrono::hours(24 * 30));
+  EXPECT_EQ(StatusOf("serve").state, TaskState::kRunning);
+  EXPECT_FALSE(runner_.NextEndTime().has_value());
+
+  ASSERT_OK(runner_.Stop("serve", seconds(30)));
+  const TaskStatus status = StatusOf("serve");
+  EXPECT_EQ(status.state, TaskState::kKilled);
+  EXPECT_EQ(status.signal, SIGTERM);
+  EXPECT_TRUE(status.stop_requested);
+  EXPECT_EQ(status.end_time, clock_.Now());
+  EXPECT_EQ(DescribeTaskStatus(status), "killed by signal 15 (SIGTERM)");
+}
+
+TEST_F(SimulatedRunnerTest, StopAfterTheScriptedEndKeepsTheExit) {
+  ASSERT_OK(runner_.Start(SimTask("short", 10)));
+  clock_.Advance(milliseconds(20));
+  ASSERT_OK(runner_.Stop("short", seconds(1)));
+  const TaskStatus status = StatusOf("short");
+  EXPECT_EQ(status.state, TaskState::kExited);
+  EXPECT_EQ(status.exit_code, 0);
+  EXPECT_FALSE(status.stop_requested);
+}
+
+TEST_F(SimulatedRunnerTest, ScriptedStartErrorFailsTheTask) {
+  TaskLaunch launch = SimTask("broken", 100);
+  launch.env[std::string(kSimStartErrorEnv)] = "image not found";
+  ASSERT_OK(runner_.Start(launch));
+  const TaskStatus status = StatusOf("broken");
+  EXPECT_EQ(status.state, TaskState::kFailedToStart);
+  EXPECT_EQ(status.reason, "image not found");
+  EXPECT_EQ(status.end_time, status.start_time);
+}
+
+TEST_F(SimulatedRunnerTest, NextEndTimeIsTheEarliestScriptedEnd) {
+  ASSERT_OK(runner_.Start(SimTask("a", 500)));
+  ASSERT_OK(runner_.Start(SimTask("b", 200)));
+  ASSERT_OK(runner_.Start(SimTask("c", std::nullopt)));
+  EXPECT_EQ(runner_.NextEndTime(), MonoTime{1'000'000} + milliseconds(200));
+  clock_.Advance(milliseconds(200));
+  runner_.Poll();
+  EXPECT_EQ(runner_.NextEndTime(), MonoTime{1'000'000} + milliseconds(500));
+}
+
+TEST_F(SimulatedRunnerTest, ForgetDropsOnlyEndedTasks) {
+  ASSERT_OK(runner_.Start(SimTask("job", 100)));
+  EXPECT_THAT(runner_.Forget("job"),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("task 'job' is still running")));
+  EXPECT_THAT(runner_.Start(SimTask("job", 100)),
+              StatusIs(StatusCode::kAlreadyExists, HasSubstr("task 'job' is already known")));
+  clock_.Advance(milliseconds(100));
+  ASSERT_OK(runner_.Forget("job"));
+  EXPECT_TRUE(runner_.Poll().empty());
+  ASSERT_OK(runner_.Start(SimTask("job", 100)));  // the id is free again
+}
+
+TEST_F(SimulatedRunnerTest, RefusesBadScriptsAndUnknownTasks) {
+  TaskLaunch launch = SimTask("job", std::nullopt);
+  for (const char* bad : {"-1", "1.5", "abc", "", "99999999999999999999"}) {
+    SCOPED_TRACE(bad);
+    launch.env[std::string(kSimDurationEnv)] = bad;
+    EXPECT_THAT(runner_.Start(launch),
+                StatusIs(StatusCode::kInvalidArgument,
+                         HasSubstr(std::string("env GPUFLEET_SIM_DURATION_MS of task 'job' is '") +
+                                   bad + "'")));
+  }
+  launch = SimTask("job", 10);
+  launch.env[std::string(kSimExitCodeEnv)] = "256";
+  EXPECT_THAT(runner_.Start(launch),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("env GPUFLEET_SIM_EXIT_CODE of task 'job' is '256'")));
+  launch.env.erase(std::string(kSimExitCodeEnv));
+  launch.argv.clear();
+  EXPECT_THAT(runner_.Start(launch), StatusIs(StatusCode::kInvalidArgument, HasSubstr("argv")));
+  EXPECT_TRUE(runner_.Poll().empty());
+
+  EXPECT_THAT(runner_.Stop("nope", seconds(1)),
+              StatusIs(StatusCode::kNotFound, HasSubstr("task 'nope' is not known")));
+  EXPECT_THAT(runner_.Forget("nope"), StatusIs(StatusCode::kNotFound));
+  ASSERT_OK(runner_.Start(SimTask("job", 10)));
+  EXPECT_THAT(runner_.Stop("job", milliseconds(-1)),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("negative")));
+}
+
+}  // namespace
+}  // namespace gpufleet::runner

@@ -1,0 +1,136 @@
+// SPDX-License-Identifier: Apache-2.0
+// The node agent's hands: the interface through which it starts, stops and watches the tasks the
+// server assigns to its node. The agent receives a TaskRunner by reference, so a node runs real
+// processes (ProcessRunner) while the simulated fleet and the agent's tests use SimulatedRunner.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/status.h"
+
+namespace gpufleet::runner {
+
+// The variables that tell CUDA and the NVIDIA container runtime which devices a task may use.
+// The runner sets both from TaskLaunch::gpu_uuids; a launch may not set them itself.
+inline constexpr std::string_view kCudaVisibleDevicesEnv = "CUDA_VISIBLE_DEVICES";
+inline constexpr std::string_view kNvidiaVisibleDevicesEnv = "NVIDIA_VISIBLE_DEVICES";
+// A task without GPUs: CUDA treats an empty CUDA_VISIBLE_DEVICES as "no device", and the NVIDIA
+// container toolkit treats NVIDIA_VISIBLE_DEVICES=void as "no GPU and no driver libraries" (the
+// value "none" would still mount the driver).
+inline constexpr std::string_view kNoCudaDevices = "";
+inline constexpr std::string_view kNoNvidiaDevices = "void";
+
+// The longest task id a runner accepts.
+inline constexpr size_t kMaxTaskIdLength = 200;
+
+// One task of a job, as the agent asks a runner to start it.
+struct TaskLaunch {
+  // Unique among the runner's tasks, e.g. "train-llm/group-0": 1 to kMaxTaskIdLength characters
+  // from [A-Za-z0-9._:@+/-].
+  std::string task_id;
+  // The program and its arguments; argv[0] is looked up in PATH when it has no '/'.
+  std::vector<std::string> argv;
+  // Added to the runner's own environment, overriding variables of the same name. Names are
+  // [A-Za-z_][A-Za-z0-9_]*; CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES are not allowed.
+  std::map<std::string, std::string> env;
+  // GPU or MIG device UUIDs ("GPU-8932f937-...", "MIG-..."), in the order the task enumerates
+  // them. Empty: the task gets no GPU.
+  std::vector<std::string> gpu_uuids;
+  // The file that receives the task's stdout and stderr (appended; created if missing, its
+  // directory must exist). ProcessRunner requires it; SimulatedRunner ignores it.
+  std::string log_path;
+  // The directory the task starts in; empty: the runner's own working directory.
+  std::string working_dir;
+};
+
+enum class TaskState {
+  kRunning,
+  kExited,         // ended by itself; TaskStatus::exit_code
+  kKilled,         // ended by a signal; TaskStatus::signal
+  kFailedToStart,  // its program never ran; TaskStatus::reason
+  kLost,           // the runner cannot tell how it ended; TaskStatus::reason
+};
+
+// "running", "exited", "killed", "failed-to-start", "lost".
+std::string_view TaskStateName(TaskState state);
+// Every state but kRunning is final: the task holds no process and no GPU any more.
+bool IsFinal(TaskState state);
+
+// What a runner knows about one task.
+struct TaskStatus {
+  std::string task_id;
+  TaskState state = TaskState::kRunning;
+  int exit_code = 0;   // kExited
+  int signal = 0;      // kKilled
+  std::string reason;  // kFailedToStart, kLost
+  std::vector<std::string> gpu_uuids;
+  // From the runner's injected Clock: when Start accepted the task, and when the runner first
+  // saw it end (a task that ended while no runner watched gets the time it was found).
+  MonoTime start_time;
+  std::optional<MonoTime> end_time;
+  // Stop was called for this task.
+  bool stop_requested = false;
+  // The task's process group; 0 when it has no process (SimulatedRunner, failed starts).
+  int process_group = 0;
+
+  friend bool operator==(const TaskStatus&, const TaskStatus&) = default;
+};
+
+// One line for people: "running", "exited with code 3", "killed by signal 15 (SIGTERM)",
+// "failed to start: ...", "lost: ...".
+std::string DescribeTaskStatus(const TaskStatus& status);
+
+// The checks every runner applies to a launch: the task id, argv (not empty, no NUL bytes), the
+// environment names and values, the GPU UUIDs (no empty, duplicate, ',' or blank ones) and the
+// paths (no NUL or newline). kInvalidArgument naming the field and the value.
+Status ValidateLaunch(const TaskLaunch& launch);
+
+// The task's GPU variables for `gpu_uuids`: both joined with ',' or, without GPUs, the "no
+// device" values above.
+std::map<std::string, std::string> GpuEnvironment(const std::vector<std::string>& gpu_uuids);
+
+// Starts, stops and watches tasks. Implementations read time only through an injected Clock.
+//
+// Contracts, common to every implementation:
+// - Start either registers the task (it then appears in every Poll until Forget) and returns OK,
+//   or returns an error and the task id stays unknown. A well-formed launch whose program cannot
+//   run is registered and ends kFailedToStart.
+// - A task is kRunning until the runner sees it end; then it stays in its final state.
+// - Stop and Forget of an unknown task id are kNotFound.
+class TaskRunner {
+ public:
+  virtual ~TaskRunner() = default;
+
+  // Errors: kInvalidArgument (see ValidateLaunch, and what the implementation adds),
+  // kAlreadyExists for a task id the runner already knows (running or not yet forgotten).
+  virtual Status Start(const TaskLaunch& launch) = 0;
+
+  // Asks a running task to end: SIGTERM to its process group now, SIGKILL once `grace` has
+  // passed on the runner's Clock (noticed by the first Poll after the deadline; a zero grace
+  // sends SIGKILL at once). Idempotent: stopping a task again keeps the earlier deadline if it is
+  // sooner, and stopping a task that already ended does nothing. kInvalidArgument for a negative
+  // grace.
+  virtual Status Stop(std::string_view task_id, Duration grace) = 0;
+
+  // The status of every known task, sorted by task id. Also where the runner makes progress:
+  // it notices ended tasks and sends the SIGKILLs that are due.
+  virtual std::vector<TaskStatus> Poll() = 0;
+
+  // Drops a task that has ended, once the agent has reported its final state.
+  // kFailedPrecondition while the task is still running.
+  virtual Status Forget(std::string_view task_id) = 0;
+};
+
+// Reconciles a runner with the server's desired state: stops, with `grace`, every running task
+// whose id is not in `desired` and has not been stopped yet. Returns the ids it stopped, sorted.
+Result<std::vector<std::string>> StopUndesiredTasks(
+    TaskRunner& runner, const std::set<std::string, std::less<>>& desired, Duration grace);
+
+}  // namespace gpufleet::runner
