@@ -287,6 +287,7 @@ int RunDev(DevFlags flags) {
   // One /metrics for the whole fleet, as if Prometheus scraped every node's dcgm-exporter.
   // TelemetrySampler is thread-safe: sampled on this thread, rendered on the HTTP threads.
   httplib::Server metrics_http;
+  metrics_http.set_tcp_nodelay(true);
   metrics_http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
     std::vector<std::string> texts;
     for (const auto& node : fleet) {

@@ -385,12 +385,17 @@ Action AddSimCommand(CLI::App& app) {
   replay->add_option("--sample-seconds", replay_flags->sample_seconds, "spacing of the time series")
       ->check(CLI::Range(1, 86400 * 30));
 
-  return [fill, fill_flags, replay, replay_flags] {
+  const SimSubcommand failures = AddSimFailuresCommand(*sim);
+
+  return [fill, fill_flags, replay, replay_flags, failures] {
     if (fill->parsed()) {
       return RunFillCommand(*fill_flags);
     }
     if (replay->parsed()) {
       return RunReplayCommand(*replay_flags);
+    }
+    if (failures.command->parsed()) {
+      return failures.run();
     }
     return 2;
   };

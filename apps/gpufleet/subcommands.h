@@ -23,6 +23,15 @@ const char* BuildCommit();
 
 Action AddSimCommand(CLI::App& app);
 
+// A subcommand of `gpufleet sim` defined in its own file: the command, and what to run when it
+// was chosen.
+struct SimSubcommand {
+  CLI::App* command = nullptr;
+  Action run;
+};
+// `gpufleet sim failures` (sim_failures_main.cc).
+SimSubcommand AddSimFailuresCommand(CLI::App& sim);
+
 // `gpufleet server`: the REST API and the scheduling loop (server_main.cc).
 Action AddServerCommand(CLI::App& app);
 

@@ -239,6 +239,7 @@ Result<int> TelemetrySampler::Start(const std::string& host, int port) {
     return FailedPreconditionError("telemetry: already started");
   }
   auto http = std::make_unique<httplib::Server>();
+  http->set_tcp_nodelay(true);  // no Nagle wait between the headers and the body
   http->new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
   http->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
     response.set_content(RenderMetrics(), kMetricsContentType);

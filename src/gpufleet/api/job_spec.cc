@@ -486,6 +486,12 @@ Result<std::string> ReadString(const Node& node, const std::string& path) {
   if (node.kind != Node::Kind::kScalar) {
     return FieldError(path, node, "expected a string, got " + Describe(node));
   }
+  // The document is checked for UTF-8 as a whole, but YAML escapes ("\x85", "\N") can still
+  // decode to bytes that are not UTF-8.
+  if (const size_t bad = InvalidUtf8Offset(node.text); bad != kNpos) {
+    return FieldError(path, node,
+                      fmt::format("not valid UTF-8 at byte {} (after YAML escapes)", bad));
+  }
   return node.text;
 }
 

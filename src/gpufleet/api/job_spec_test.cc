@@ -517,6 +517,12 @@ std::vector<BadSpec> BadSpecs() {
        "spec.tasks[0].env.9LIVES: invalid name"},
       {"EnvNotAMap", Header() + "spec:\n  tasks: [{name: t, env: [A]}]\n",
        "spec.tasks[0].env: expected a map"},
+      {"ControlBytesInPlainScalar",
+       Header() +
+           std::string("spec:\n  tasks: [{name: t, command: [a], env: {A: WAR\x02\x00N}}]\n", 59),
+       "spec.tasks[0].env.A"},
+      {"EscapeMakesNulInCommand", Header() + "spec:\n  tasks: [{name: t, command: [\"a\\0b\"]}]\n",
+       "spec.tasks[0].command[0]: contains a NUL character"},
       {"OnNodeFailureUnknown", WithSpec("onNodeFailure: retry"),
        "spec.onNodeFailure: \"retry\" is not one of requeue, fail"},
       {"JsonDuplicateKey", R"({"apiVersion": "gpufleet.io/v1", "apiVersion": "gpufleet.io/v1"})",

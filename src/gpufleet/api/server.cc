@@ -258,26 +258,51 @@ std::string ErrorBody(const Status& status) {
 struct ApiServer::Metrics {
   static constexpr std::array<double, 10> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025,
                                                       0.05,  0.1,    0.25,  0.5,  1.0};
-  std::mutex mu;
-  std::map<std::pair<std::string, int>, uint64_t> requests;  // guarded by mu
-  std::array<uint64_t, kBuckets.size()> bucket_counts{};     // guarded by mu (not cumulative)
-  uint64_t cycle_count = 0;                                  // guarded by mu
-  double cycle_seconds_sum = 0;                              // guarded by mu
+  // One Prometheus histogram over kBuckets (bucket counts not cumulative).
+  struct Histogram {
+    std::array<uint64_t, kBuckets.size()> buckets{};
+    uint64_t count = 0;
+    double sum = 0;
 
-  void CountRequest(const std::string& route, int code) {
+    void Observe(double seconds) {
+      for (size_t i = 0; i < kBuckets.size(); ++i) {
+        if (seconds <= kBuckets[i]) {
+          ++buckets[i];
+          break;
+        }
+      }
+      ++count;
+      sum += seconds;
+    }
+    // The _bucket, _sum and _count lines of `name`, with `labels` ("" or `a="b",`) first.
+    std::string Render(std::string_view name, const std::string& labels) const {
+      std::string out;
+      uint64_t cumulative = 0;
+      for (size_t i = 0; i < kBuckets.size(); ++i) {
+        cumulative += buckets[i];
+        out += fmt::format("{}_bucket{{{}le=\"{}\"}} {}\n", name, labels, Gauge(kBuckets[i]),
+                           cumulative);
+      }
+      out += fmt::format("{}_bucket{{{}le=\"+Inf\"}} {}\n", name, labels, count);
+      const std::string plain =
+          labels.empty() ? "" : "{" + labels.substr(0, labels.size() - 1) + "}";
+      out += fmt::format("{}_sum{} {}\n", name, plain, Gauge(sum));
+      out += fmt::format("{}_count{} {}\n", name, plain, count);
+      return out;
+    }
+  };
+
+  std::mutex mu;
+  std::map<std::pair<std::string, int>, Histogram> requests;  // guarded by mu
+  Histogram cycles;                                           // guarded by mu
+
+  void ObserveRequest(const std::string& route, int code, double seconds) {
     std::lock_guard<std::mutex> lock(mu);
-    ++requests[{route, code}];
+    requests[{route, code}].Observe(seconds);
   }
   void ObserveCycle(double seconds) {
     std::lock_guard<std::mutex> lock(mu);
-    for (size_t i = 0; i < kBuckets.size(); ++i) {
-      if (seconds <= kBuckets[i]) {
-        ++bucket_counts[i];
-        break;
-      }
-    }
-    ++cycle_count;
-    cycle_seconds_sum += seconds;
+    cycles.Observe(seconds);
   }
 };
 
@@ -325,6 +350,9 @@ Result<int> ApiServer::Start(const std::string& host, int port,
     http = std::make_unique<httplib::Server>();
   }
   http->set_payload_max_length(kMaxRequestBodyBytes);
+  // Answers go out as headers then body: without this, Nagle's algorithm holds the body until
+  // the client's delayed ACK, about 40 ms per request on a kept-alive connection.
+  http->set_tcp_nodelay(true);
   const auto handler = [this](const httplib::Request& req, httplib::Response& res) {
     ApiRequest request;
     request.method = req.method;
@@ -358,7 +386,7 @@ Result<int> ApiServer::Start(const std::string& host, int port,
       status = InternalError(fmt::format("HTTP {}", res.status));
     }
     res.set_content(ErrorBody(status), "application/json");
-    metrics_->CountRequest("unmatched", res.status);
+    metrics_->ObserveRequest("unmatched", res.status, 0);
   });
   int bound = port;
   if (port == 0) {
@@ -647,6 +675,7 @@ Result<int> ApiServer::RunCycleLocked() {
 // ---- routing ------------------------------------------------------------------------------
 
 ApiResponse ApiServer::Handle(const ApiRequest& request) {
+  const MonoTime start = options_.clock.Now();
   ApiResponse response;
   if (request.body.size() > kMaxRequestBodyBytes) {
     response =
@@ -657,7 +686,8 @@ ApiResponse ApiServer::Handle(const ApiRequest& request) {
   } else {
     response = Route(request);
   }
-  metrics_->CountRequest(response.route, response.status);
+  metrics_->ObserveRequest(response.route, response.status,
+                           std::chrono::duration<double>(options_.clock.Now() - start).count());
   return response;
 }
 
@@ -1115,22 +1145,21 @@ std::string ApiServer::RenderMetrics() {
   std::lock_guard<std::mutex> lock(metrics_->mu);
   out += "# HELP gpufleet_scheduling_cycle_seconds Duration of one scheduling cycle.\n";
   out += "# TYPE gpufleet_scheduling_cycle_seconds histogram\n";
-  uint64_t cumulative = 0;
-  for (size_t i = 0; i < Metrics::kBuckets.size(); ++i) {
-    cumulative += metrics_->bucket_counts[i];
-    out += fmt::format("gpufleet_scheduling_cycle_seconds_bucket{{le=\"{}\"}} {}\n",
-                       Gauge(Metrics::kBuckets[i]), cumulative);
-  }
-  out += fmt::format("gpufleet_scheduling_cycle_seconds_bucket{{le=\"+Inf\"}} {}\n",
-                     metrics_->cycle_count);
-  out +=
-      fmt::format("gpufleet_scheduling_cycle_seconds_sum {}\n", Gauge(metrics_->cycle_seconds_sum));
-  out += fmt::format("gpufleet_scheduling_cycle_seconds_count {}\n", metrics_->cycle_count);
+  out += metrics_->cycles.Render("gpufleet_scheduling_cycle_seconds", "");
   out += "# HELP gpufleet_api_requests_total API requests served, by route and HTTP status.\n";
   out += "# TYPE gpufleet_api_requests_total counter\n";
-  for (const auto& [key, count] : metrics_->requests) {
+  for (const auto& [key, histogram] : metrics_->requests) {
     out += fmt::format("gpufleet_api_requests_total{{route=\"{}\",code=\"{}\"}} {}\n",
-                       EscapeLabel(key.first), key.second, count);
+                       EscapeLabel(key.first), key.second, histogram.count);
+  }
+  out +=
+      "# HELP gpufleet_api_request_seconds Time to serve an API request, by route and HTTP "
+      "status.\n";
+  out += "# TYPE gpufleet_api_request_seconds histogram\n";
+  for (const auto& [key, histogram] : metrics_->requests) {
+    out += histogram.Render(
+        "gpufleet_api_request_seconds",
+        fmt::format("route=\"{}\",code=\"{}\",", EscapeLabel(key.first), key.second));
   }
   return out;
 }

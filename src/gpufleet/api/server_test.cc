@@ -511,7 +511,10 @@ TEST_F(ApiServerTest, ServiceRoutesAndMetrics) {
         "gpufleet_scheduling_cycle_seconds_count 1",
         "gpufleet_scheduling_cycle_seconds_bucket{le=\"+Inf\"} 1",
         "# TYPE gpufleet_api_requests_total counter",
-        "gpufleet_api_requests_total{route=\"/v1/jobs\",code=\"201\"} 2"}) {
+        "gpufleet_api_requests_total{route=\"/v1/jobs\",code=\"201\"} 2",
+        "# TYPE gpufleet_api_request_seconds histogram",
+        "gpufleet_api_request_seconds_bucket{route=\"/v1/jobs\",code=\"201\",le=\"+Inf\"} 2",
+        "gpufleet_api_request_seconds_count{route=\"/v1/jobs\",code=\"201\"} 2"}) {
     EXPECT_THAT(metrics.body, HasSubstr(text));
   }
   EXPECT_EQ(Call("GET", "/v2/nothing", admin_).status, 404);

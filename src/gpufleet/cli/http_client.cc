@@ -128,6 +128,9 @@ Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address,
   }
   client->set_connection_timeout(kTimeoutSeconds, 0);
   client->set_read_timeout(kTimeoutSeconds, 0);
+  // Headers and body go out in separate writes: without this, Nagle's algorithm and the peer's
+  // delayed ACK add about 40 ms to every POST.
+  client->set_tcp_nodelay(true);
   client->set_write_timeout(kTimeoutSeconds, 0);
   if (https && !ca_cert_file.empty()) {
     client->set_ca_cert_path(ca_cert_file);

@@ -488,8 +488,9 @@ AttributionReport AttributionEngine::Analyze() const {
         } else if (record->kind == FailureKind::kUnattributed && shared &&
                    counted_nodes.emplace(record->job_hash, node).second) {
           ++nodes.failures[node];
-          for (size_t i = begin; i < offset; ++i) {
-            node_spread[node] |= uint64_t{1} << std::min(gpu_slot_[record->gpus[i]], 63);
+          // Only a run that held one GPU of the node says which GPU the failure fell on.
+          if (count == 1) {
+            node_spread[node] |= uint64_t{1} << std::min(gpu_slot_[record->gpus[begin]], 63);
           }
         }
       }

@@ -44,7 +44,8 @@ struct AttributionOptions {
   // larger runs are left out of such counts and of their expectation alike.
   int max_shared_gpus = 8;
   // A node flagged only on unattributed failures must have them spread over at least this many
-  // of its GPUs; failures that fell on one or two GPUs point at those GPUs, not at the node.
+  // of its GPUs (counting the failed runs that held one GPU of it); failures that fell on one or
+  // two GPUs point at those GPUs, not at the node.
   int min_node_spread_gpus = 3;
   // Runs that ended longer ago are forgotten; zero keeps everything.
   Duration window = std::chrono::hours(24 * 30);
@@ -95,7 +96,7 @@ struct DeviceEvidence {
   int attributed_failures = 0;  // of which named the device (or, for a node, the node itself)
   double gpu_hours = 0;         // exposure on the device
   double expected = 0;          // failures expected at the fleet's rates
-  int gpus_involved = 0;        // nodes: distinct GPUs in the unattributed failures counted
+  int gpus_involved = 0;        // nodes: distinct GPUs of one-GPU-on-the-node failed runs
   double p_value = 1;
   double q_value = 1;
   bool flagged = false;
