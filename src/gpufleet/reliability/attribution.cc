@@ -43,6 +43,7 @@ struct Tally {
   std::vector<int> runs;
   std::vector<int> failures;
   std::vector<int> attributed;
+  std::vector<int> singled_out;  // failures that named the device or held no other GPU of its node
   std::vector<double> gpu_hours;
   std::vector<double> shared;  // [device * buckets + bucket]: job GPU-hours of small runs
   int buckets = 0;
@@ -51,6 +52,7 @@ struct Tally {
       : runs(devices),
         failures(devices),
         attributed(devices),
+        singled_out(devices),
         gpu_hours(devices),
         shared(static_cast<size_t>(devices) * bucket_count),
         buckets(bucket_count) {}
@@ -374,32 +376,43 @@ AttributionReport AttributionEngine::Analyze() const {
     std::set<std::pair<uint64_t, int>> counted_unattributed;
     for (const Stored* record : live) {
       const bool shared = CountsForUnattributed(*record);
+      // Ties go to the lowest index, the same in every run, so that GPUs with the same evidence
+      // do not trade it back and forth between passes.
       int explained_by = -1;
       if (shared && record->kind == FailureKind::kUnattributed) {
         for (int gpu : record->gpus) {
           if (flagged_p[gpu] >= 0 &&
-              (explained_by < 0 || flagged_p[gpu] < flagged_p[explained_by])) {
+              (explained_by < 0 || flagged_p[gpu] < flagged_p[explained_by] ||
+               (flagged_p[gpu] == flagged_p[explained_by] && gpu < explained_by))) {
             explained_by = gpu;
           }
         }
       }
       const double job_gpu_hours = record->size() * record->hours;
       const int bucket = SizeBucket(record->size());
-      for (int gpu : record->gpus) {
-        if (record->start_nanos < gpu_since_[gpu] || (explained_by >= 0 && gpu != explained_by)) {
-          continue;
-        }
-        ++tally.runs[gpu];
-        tally.gpu_hours[gpu] += record->hours;
-        if (shared) {
-          tally.shared[static_cast<size_t>(gpu) * shared_buckets + bucket] += job_gpu_hours;
-        }
-        if (record->kind == FailureKind::kAttributed && Contains(record->blamed_gpus, gpu)) {
-          ++tally.failures[gpu];
-          ++tally.attributed[gpu];
-        } else if (record->kind == FailureKind::kUnattributed && shared &&
-                   counted_unattributed.emplace(record->job_hash, gpu).second) {
-          ++tally.failures[gpu];
+      size_t offset = 0;
+      for (const auto& [node, count] : record->nodes) {
+        const size_t begin = offset;
+        offset += count;
+        for (size_t i = begin; i < offset; ++i) {
+          const int gpu = record->gpus[i];
+          if (record->start_nanos < gpu_since_[gpu] || (explained_by >= 0 && gpu != explained_by)) {
+            continue;
+          }
+          ++tally.runs[gpu];
+          tally.gpu_hours[gpu] += record->hours;
+          if (shared) {
+            tally.shared[static_cast<size_t>(gpu) * shared_buckets + bucket] += job_gpu_hours;
+          }
+          if (record->kind == FailureKind::kAttributed && Contains(record->blamed_gpus, gpu)) {
+            ++tally.failures[gpu];
+            ++tally.attributed[gpu];
+            ++tally.singled_out[gpu];
+          } else if (record->kind == FailureKind::kUnattributed && shared &&
+                     counted_unattributed.emplace(record->job_hash, gpu).second) {
+            ++tally.failures[gpu];
+            tally.singled_out[gpu] += count == 1;
+          }
         }
       }
     }
@@ -454,7 +467,12 @@ AttributionReport AttributionEngine::Analyze() const {
     tested_gpus = test(gpus, report.rates.gpu_rate, report.rates);
     std::vector<bool> flagged_gpus(gpu_count, false);
     std::fill(flagged_p.begin(), flagged_p.end(), -1.0);
-    for (const Tested& t : tested_gpus) {
+    for (Tested& t : tested_gpus) {
+      // Evidence that every GPU of a node shares (hangs of jobs that took the whole node) does
+      // not say which GPU is bad: it needs at least one failure that singles this one out.
+      if (gpus.singled_out[t.index] == 0) {
+        t.flagged = false;
+      }
       flagged_gpus[t.index] = t.flagged;
       if (t.flagged) {
         flagged_p[t.index] = t.p;
@@ -563,6 +581,7 @@ AttributionReport AttributionEngine::Analyze() const {
     evidence.runs = tally.runs[index];
     evidence.failures = tally.failures[index];
     evidence.attributed_failures = tally.attributed[index];
+    evidence.singling_failures = tally.singled_out[index];
     evidence.gpu_hours = tally.gpu_hours[index];
     evidence.expected = r.tested->expected;
     if (r.kind == DeviceKind::kNode) {
@@ -653,7 +672,8 @@ FailureConcentration AttributionEngine::Concentration(const std::vector<Device>&
     if (covered_gpus == 0) {
       continue;
     }
-    bool involved = record.kind == FailureKind::kUnattributed;
+    const bool shared = CountsForUnattributed(record);
+    bool involved = record.kind == FailureKind::kUnattributed && shared;
     if (record.kind == FailureKind::kAttributed) {
       for (int gpu : record.blamed_gpus) {
         involved = involved || chosen_gpus[gpu] || chosen_nodes[inventory_.node_of_gpu(gpu)];
@@ -665,7 +685,7 @@ FailureConcentration AttributionEngine::Concentration(const std::vector<Device>&
     out.failed_runs_involving += involved;
     out.expected_involving +=
         record.hours * (rates.gpu_rate * covered_gpus + rates.node_rate * on_chosen_nodes +
-                        UnattributedRate(rates, record.size()) * record.size());
+                        (shared ? UnattributedRate(rates, record.size()) * record.size() : 0.0));
   }
   out.failed_share =
       out.failed_runs > 0 ? static_cast<double>(out.failed_runs_involving) / out.failed_runs : 0;
@@ -682,6 +702,9 @@ std::vector<DeviceFailures> AttributionEngine::FailuresByDevice(DeviceKind kind)
       continue;
     }
     if (record.kind == FailureKind::kUnattributed) {
+      if (!CountsForUnattributed(record)) {
+        continue;
+      }
       if (kind == DeviceKind::kGpu) {
         for (int gpu : record.gpus) {
           ++failed[gpu];

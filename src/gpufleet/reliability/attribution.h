@@ -33,7 +33,9 @@
 // failure of a run that held a GPU flagged in the previous pass counts only for the strongest
 // such GPU, not for the GPUs that shared the run with it, and nodes are tested without the runs
 // that involved a flagged GPU of theirs, so one bad GPU condemns neither its neighbours nor its
-// node. docs/reliability.md explains the method.
+// node. A GPU is flagged only with a failure that singles it out (named it, or held no other GPU
+// of its node); a node flagged on unattributed failures only needs them spread over its GPUs.
+// docs/reliability.md explains the method.
 namespace gpufleet::reliability {
 
 struct AttributionOptions {
@@ -94,9 +96,13 @@ struct DeviceEvidence {
   int runs = 0;                 // runs on the device that count (in the window, since its reset)
   int failures = 0;             // counted failures
   int attributed_failures = 0;  // of which named the device (or, for a node, the node itself)
-  double gpu_hours = 0;         // exposure on the device
-  double expected = 0;          // failures expected at the fleet's rates
-  int gpus_involved = 0;        // nodes: distinct GPUs of one-GPU-on-the-node failed runs
+  // GPUs: failures that single it out, by naming it or in a run that held no other GPU of its
+  // node. A GPU needs one to be flagged: hangs of jobs that took a whole node are shared alike
+  // by all its GPUs and do not say which one is bad.
+  int singling_failures = 0;
+  double gpu_hours = 0;   // exposure on the device
+  double expected = 0;    // failures expected at the fleet's rates
+  int gpus_involved = 0;  // nodes: distinct GPUs of one-GPU-on-the-node failed runs
   double p_value = 1;
   double q_value = 1;
   bool flagged = false;
@@ -127,7 +133,8 @@ struct AttributionReport {
 
 // "These k devices (x% of the fleet's GPUs) were involved in y% of failed runs; quarantining
 // them would have avoided z failures." A failed run involves a device when it named the device,
-// or named no device and ran on it.
+// or named no device and ran on it with at most `max_shared_gpus` GPUs (the failures the
+// attribution counts against devices).
 struct FailureConcentration {
   int devices = 0;
   int gpus = 0;  // GPUs they cover (a node counts its GPUs once)
@@ -190,8 +197,8 @@ class AttributionEngine {
   FailureConcentration Concentration(const std::vector<Device>& devices,
                                      const FleetRates& rates) const;
 
-  // Devices of `kind` with at least one failed run in the window, most failed runs first (ties
-  // by device index).
+  // Devices of `kind` with at least one failed run in the window involving them (as for
+  // Concentration), most first (ties by device index).
   std::vector<DeviceFailures> FailuresByDevice(DeviceKind kind) const;
 
   int running_jobs() const { return static_cast<int>(running_.size()); }

@@ -208,7 +208,7 @@ TEST(AttributionEngine, FewRunsAllFailedAreFlaggedOnceTheEvidenceSuffices) {
 }
 
 TEST(AttributionEngine, UnattributedFailuresOfLargeOrRepeatingJobsBlameNoGpu) {
-  const FleetInventory fleet = MakeFleet(11, 8, 11);
+  const FleetInventory fleet = MakeFleet(12, 8, 12);
   FakeClock clock(Hours(5000));
   auto engine = AttributionEngine::Create(fleet, clock, KeepEverything());
   ASSERT_OK(engine);
@@ -235,20 +235,35 @@ TEST(AttributionEngine, UnattributedFailuresOfLargeOrRepeatingJobsBlameNoGpu) {
     run.attempt = attempt;
     ASSERT_OK(engine->AddOutcome(run));
   }
+  // Three different 8-GPU jobs hang on n11, a new node: every GPU of it shares the evidence,
+  // which says nothing about which one is bad.
+  std::vector<GpuUuid> whole_node;
+  for (int gpu = 0; gpu < 8; ++gpu) {
+    whole_node.push_back(Gpu(11, gpu));
+  }
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK(engine->AddOutcome(
+        MakeRun(fmt::format("node{}", i), whole_node, 1000.0 + i, 1, ExitReason::kHang)));
+  }
   // Three different one-GPU jobs fail on n10-g0, a new GPU, naming nothing: that is evidence.
   for (int i = 0; i < 3; ++i) {
     ASSERT_OK(engine->AddOutcome(
         MakeRun(fmt::format("small{}", i), {Gpu(10, 0)}, 1000.0 + i, 1, ExitReason::kInfraError)));
   }
   const AttributionReport report = engine->Analyze();
-  EXPECT_EQ(report.unattributed_failed_runs, 9);
+  EXPECT_EQ(report.unattributed_failed_runs, 12);
   EXPECT_THAT(Ids(report.suspects), ElementsAre("gpu n10-g0"));
   const DeviceEvidence* mate = FindListed(report, Device::OfGpu(Gpu(8, 3)));
   ASSERT_NE(mate, nullptr);
   EXPECT_EQ(mate->failures, 1);
   // n10's failures are explained by its flagged GPU: no run is left to test the node on.
   EXPECT_EQ(FindListed(report, Device::OfNode(NodeId("n10"))), nullptr);
-  EXPECT_EQ(report.nodes_tested, 10);
+  EXPECT_EQ(report.nodes_tested, 11);
+  const DeviceEvidence* shared = FindListed(report, Device::OfGpu(Gpu(11, 0)));
+  ASSERT_NE(shared, nullptr);
+  EXPECT_EQ(shared->failures, 3);
+  EXPECT_EQ(shared->singling_failures, 0);
+  EXPECT_LT(shared->q_value, 0.05);  // significant, but not about this GPU
   // Sizes have their own rates: 3 hangs in 64 GPU-hours make large runs look worse.
   ASSERT_GE(report.rates.unattributed_by_size.size(), 3u);
   EXPECT_EQ(report.rates.unattributed_by_size.back().min_gpus, 33);

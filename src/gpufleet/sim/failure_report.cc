@@ -296,6 +296,11 @@ FailureComparison CompareFailureRuns(const FailureSimResult& with_quarantine,
       without_rate > 0 ? out.with_quarantine_after.PerThousandGpuHours() / without_rate : 0;
   out.failed_share_ratio =
       without_share > 0 ? out.with_quarantine_after.FailedShare() / without_share : 0;
+  out.with_quarantine_second_half = with_quarantine.RatesBetween(hours / 2, hours);
+  out.without_quarantine_second_half = without_quarantine.RatesBetween(hours / 2, hours);
+  const double without_half = out.without_quarantine_second_half.PerThousandGpuHours();
+  out.second_half_rate_ratio =
+      without_half > 0 ? out.with_quarantine_second_half.PerThousandGpuHours() / without_half : 0;
   return out;
 }
 
@@ -331,6 +336,11 @@ void PrintFailureSummary(const std::vector<FailureSimResult>& results, std::ostr
                c.without_quarantine_after.PerThousandGpuHours(), c.rate_ratio,
                100 * c.with_quarantine_after.FailedShare(),
                100 * c.without_quarantine_after.FailedShare(), c.failed_share_ratio);
+    fmt::print(out,
+               "second half (hour {} on): {:.3f} vs {:.3f} failures / 1,000 busy GPU-h (x{:.2f})\n",
+               c.with_quarantine_second_half.from_hour,
+               c.with_quarantine_second_half.PerThousandGpuHours(),
+               c.without_quarantine_second_half.PerThousandGpuHours(), c.second_half_rate_ratio);
   }
 }
 
@@ -344,13 +354,17 @@ void WriteFailureJson(const std::vector<FailureSimResult>& results, std::ostream
   json["runs"] = std::move(runs);
   if (results.size() == 2 && results[0].quarantine && !results[1].quarantine) {
     const FailureComparison c = CompareFailureRuns(results[0], results[1]);
-    json["comparison"] = {{"detection_hour", c.detection_hour},
-                          {"with_quarantine_after", RatesJson(c.with_quarantine_after)},
-                          {"without_quarantine_after", RatesJson(c.without_quarantine_after)},
-                          {"with_quarantine_before", RatesJson(c.with_quarantine_before)},
-                          {"without_quarantine_before", RatesJson(c.without_quarantine_before)},
-                          {"rate_ratio", Number(c.rate_ratio)},
-                          {"failed_share_ratio", Number(c.failed_share_ratio)}};
+    json["comparison"] = {
+        {"detection_hour", c.detection_hour},
+        {"with_quarantine_after", RatesJson(c.with_quarantine_after)},
+        {"without_quarantine_after", RatesJson(c.without_quarantine_after)},
+        {"with_quarantine_before", RatesJson(c.with_quarantine_before)},
+        {"without_quarantine_before", RatesJson(c.without_quarantine_before)},
+        {"rate_ratio", Number(c.rate_ratio)},
+        {"failed_share_ratio", Number(c.failed_share_ratio)},
+        {"with_quarantine_second_half", RatesJson(c.with_quarantine_second_half)},
+        {"without_quarantine_second_half", RatesJson(c.without_quarantine_second_half)},
+        {"second_half_rate_ratio", Number(c.second_half_rate_ratio)}};
   }
   out << json.dump(-1, ' ', false, Json::error_handler_t::replace) << '\n';
 }
@@ -396,6 +410,12 @@ Status WriteFailureReport(const std::vector<FailureSimResult>& results, const st
         c.without_quarantine_after.PerThousandGpuHours(), c.rate_ratio,
         100 * c.with_quarantine_after.FailedShare(), 100 * c.without_quarantine_after.FailedShare(),
         c.failed_share_ratio);
+    append(
+        "<p>Second half (from hour {}): {:.3f} failures per 1,000 busy GPU-hours with quarantine "
+        "against {:.3f} without (x{:.2f}).</p>\n",
+        c.with_quarantine_second_half.from_hour,
+        c.with_quarantine_second_half.PerThousandGpuHours(),
+        c.without_quarantine_second_half.PerThousandGpuHours(), c.second_half_rate_ratio);
   }
 
   body += "<h2>Where failures come from</h2>\n";

@@ -26,6 +26,10 @@ struct FailureComparison {
   // After detection, with / without: infrastructure failures per busy GPU-hour and per run.
   double rate_ratio = 0;
   double failed_share_ratio = 0;
+  // The second half of the runs (a longer, fixed window), with / without.
+  FailureRates with_quarantine_second_half;
+  FailureRates without_quarantine_second_half;
+  double second_half_rate_ratio = 0;
 };
 
 // REQUIRES: `with_quarantine.quarantine` and not `without_quarantine.quarantine`, same length.

@@ -66,6 +66,9 @@ TEST(CompareFailureRuns, ComparesTheHoursAfterDetection) {
   EXPECT_EQ(c.with_quarantine_before.failed_runs, 6);
   EXPECT_DOUBLE_EQ(c.rate_ratio, 0.0);
   EXPECT_DOUBLE_EQ(c.failed_share_ratio, 0.0);
+  EXPECT_EQ(c.with_quarantine_second_half.from_hour, 2);
+  EXPECT_EQ(c.without_quarantine_second_half.failed_runs, 5);
+  EXPECT_DOUBLE_EQ(c.second_half_rate_ratio, 0.0);
 }
 
 TEST(WriteFailureJson, WritesRunsAndTheComparisonOnOneLine) {
