@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstddef>
 #include <functional>
 #include <limits>
 #include <numeric>
@@ -491,7 +492,8 @@ AttributionReport AttributionEngine::Analyze() const {
         const size_t begin = offset;
         offset += count;
         if (record->start_nanos < node_since_[node] ||
-            std::any_of(record->gpus.begin() + begin, record->gpus.begin() + offset,
+            std::any_of(record->gpus.begin() + static_cast<std::ptrdiff_t>(begin),
+                        record->gpus.begin() + static_cast<std::ptrdiff_t>(offset),
                         [&](int gpu) { return flagged_gpus[gpu]; })) {
           continue;
         }
@@ -540,6 +542,7 @@ AttributionReport AttributionEngine::Analyze() const {
     int failures;
   };
   std::vector<Ranked> ranked;
+  ranked.reserve(tested_gpus.size() + tested_nodes.size());
   for (const Tested& t : tested_gpus) {
     ranked.push_back(Ranked{DeviceKind::kGpu, &t, gpus.failures[t.index]});
   }

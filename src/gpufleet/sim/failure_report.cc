@@ -36,12 +36,20 @@ std::string RunName(const FailureSimResult& result) {
   return result.quarantine ? "quarantine" : "no quarantine";
 }
 
+double ToHours(int64_t seconds) {
+  return static_cast<double>(seconds) / kSecondsPerHour;
+}
+
+double ToDays(int64_t seconds) {
+  return ToHours(seconds) / kHoursPerDay;
+}
+
 double Percent(double part, double whole) {
   return whole > 0 ? 100.0 * part / whole : 0.0;
 }
 
 std::string Days(int64_t seconds) {
-  return seconds < 0 ? "never" : fmt::format("{:.2f} d", seconds / kSecondsPerHour / kHoursPerDay);
+  return seconds < 0 ? "never" : fmt::format("{:.2f} d", ToDays(seconds));
 }
 
 FailureRates WholeRun(const FailureSimResult& result) {
@@ -58,15 +66,15 @@ std::vector<std::pair<std::string, std::vector<std::string>>> SummaryRows(
   std::vector<std::pair<std::string, std::vector<std::string>>> rows;
   auto add = [&](std::string label, auto cell) {
     std::vector<std::string> values;
+    values.reserve(results.size());
     for (const FailureSimResult& r : results) {
       values.push_back(cell(r));
     }
     rows.emplace_back(std::move(label), std::move(values));
   };
   add("GPUs", [](const FailureSimResult& r) { return std::to_string(r.total_gpus); });
-  add("simulated days", [](const FailureSimResult& r) {
-    return fmt::format("{:.1f}", r.duration_seconds / kSecondsPerHour / kHoursPerDay);
-  });
+  add("simulated days",
+      [](const FailureSimResult& r) { return fmt::format("{:.1f}", ToDays(r.duration_seconds)); });
   add("bad GPUs injected",
       [](const FailureSimResult& r) { return std::to_string(r.bad_gpus.size()); });
   add("hardware failures (on bad GPUs)", [](const FailureSimResult& r) {
@@ -127,7 +135,7 @@ Json RunJson(const FailureSimResult& r) {
   run["quarantine"] = r.quarantine;
   run["seed"] = r.seed;
   run["total_gpus"] = r.total_gpus;
-  run["duration_hours"] = Number(r.duration_seconds / kSecondsPerHour);
+  run["duration_hours"] = Number(ToHours(r.duration_seconds));
   run["injected"] = {{"bad_gpus", r.bad_gpus.size()},
                      {"hardware_failures", r.hardware_failures},
                      {"bad_gpu_failures", r.bad_gpu_failures},
@@ -137,7 +145,7 @@ Json RunJson(const FailureSimResult& r) {
       {"healthy_gpus_flagged", r.healthy_gpus_flagged},
       {"healthy_gpus_quarantined", r.healthy_gpus_quarantined},
       {"found_90_hours",
-       r.found_90_seconds < 0 ? Json(nullptr) : Number(r.found_90_seconds / kSecondsPerHour)}};
+       r.found_90_seconds < 0 ? Json(nullptr) : Number(ToHours(r.found_90_seconds))}};
   run["stream"] = {{"jobs_arrived", r.jobs_arrived},
                    {"jobs_finished", r.jobs_finished},
                    {"runs_started", r.runs_started},
@@ -180,12 +188,11 @@ Json RunJson(const FailureSimResult& r) {
   run["days"] = std::move(days);
   Json flagged = Json::array();
   for (const FlaggedDevice& device : r.flagged) {
-    flagged.push_back(
-        {{"device", device.device.ToString()},
-         {"first_flagged_hours", Number(device.first_flagged_seconds / kSecondsPerHour)},
-         {"bad_gpus", device.bad_gpus},
-         {"healthy_gpus", device.healthy_gpus},
-         {"quarantined", device.quarantined}});
+    flagged.push_back({{"device", device.device.ToString()},
+                       {"first_flagged_hours", Number(ToHours(device.first_flagged_seconds))},
+                       {"bad_gpus", device.bad_gpus},
+                       {"healthy_gpus", device.healthy_gpus},
+                       {"quarantined", device.quarantined}});
   }
   run["flagged"] = std::move(flagged);
   return run;
@@ -384,8 +391,7 @@ Status WriteFailureReport(const std::vector<FailureSimResult>& results, const st
       "the GPUs were made to fail jobs at a multiple of the base rate; the attribution engine "
       "ran every hour on the job outcomes and, in the run with quarantine, the quarantine "
       "policy took the devices it flagged out of service.</p>\n",
-      first.total_gpus, first.duration_seconds / kSecondsPerHour / kHoursPerDay, first.seed,
-      first.bad_gpus.size());
+      first.total_gpus, ToDays(first.duration_seconds), first.seed, first.bad_gpus.size());
 
   body += "<h2>Summary</h2>\n<table>\n<tr><th></th>";
   for (const FailureSimResult& r : results) {
@@ -459,7 +465,7 @@ Status WriteFailureReport(const std::vector<FailureSimResult>& results, const st
     curve.series.push_back(std::move(share));
     Series per_day{.name = RunName(r)};
     for (size_t begin = 0; begin < r.hours.size(); begin += 24) {
-      per_day.x.push_back(static_cast<double>(begin / 24) + 0.5);
+      per_day.x.push_back(static_cast<double>(begin) / 24 + 0.5);  // the middle of the day
       per_day.y.push_back(
           r.RatesBetween(static_cast<int64_t>(begin), static_cast<int64_t>(begin + 24))
               .PerThousandGpuHours());
@@ -470,7 +476,7 @@ Status WriteFailureReport(const std::vector<FailureSimResult>& results, const st
     std::vector<double> times;
     for (const BadGpu& bad : r.bad_gpus) {
       if (bad.found_seconds >= 0) {
-        times.push_back(bad.found_seconds / kSecondsPerHour / kHoursPerDay);
+        times.push_back(ToDays(bad.found_seconds));
       }
     }
     std::sort(times.begin(), times.end());
@@ -521,7 +527,8 @@ Status WriteFailureReport(const std::vector<FailureSimResult>& results, const st
     for (size_t i = 0; i < std::min(kAuditRows, r.audit_log.size()); ++i) {
       const reliability::AuditEntry& e = r.audit_log[i];
       body += "<tr>" + NumCell(std::to_string(e.sequence)) +
-              NumCell(fmt::format("{:.1f}", e.time.nanos / 1e9 / kSecondsPerHour)) +
+              NumCell(fmt::format("{:.1f}",
+                                  static_cast<double>(e.time.nanos) / 1e9 / kSecondsPerHour)) +
               Cell(reliability::AuditActionName(e.action)) + Cell(e.device.ToString()) +
               Cell(e.leaf) + Cell(reliability::DrainModeName(e.mode)) + Cell(e.actor) +
               NumCell(std::to_string(e.gpus_out)) + Cell(e.reason) + "</tr>\n";

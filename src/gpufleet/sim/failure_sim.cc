@@ -695,7 +695,7 @@ void FailureSim::Finish() {
   }
   std::sort(found.begin(), found.end());
   result_.bad_found = static_cast<int>(found.size());
-  const size_t needed = static_cast<size_t>(std::ceil(0.9 * result_.bad_gpus.size()));
+  const size_t needed = (result_.bad_gpus.size() * 9 + 9) / 10;  // 90 %, rounded up
   if (needed > 0 && found.size() >= needed) {
     result_.found_90_seconds = found[needed - 1];
   }

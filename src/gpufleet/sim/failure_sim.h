@@ -57,20 +57,20 @@ struct FaultModel {
 struct LargeJobSpec {
   int gpus = 1024;  // 0: no large job
   int64_t start_seconds = 0;
-  int64_t checkpoint_interval_seconds = 30 * 60;
+  int64_t checkpoint_interval_seconds = int64_t{30} * 60;
   int64_t checkpoint_write_seconds = 30;
-  int64_t restart_seconds = 10 * 60;
+  int64_t restart_seconds = int64_t{10} * 60;
 };
 
 struct FailureSimOptions {
   uint64_t seed = 42;
-  int64_t duration_seconds = 14 * 24 * 3600;
+  int64_t duration_seconds = int64_t{14} * 24 * 3600;
   // Arriving GPU-seconds per second over the GPUs the large job leaves to the stream.
   double target_load = 0.8;
   // Sampled jobs longer than this are cut to it.
-  int64_t max_job_seconds = 7 * 24 * 3600;
+  int64_t max_job_seconds = int64_t{7} * 24 * 3600;
   // Stream jobs resume from their last checkpoint too, taken this often (no overheads).
-  int64_t stream_checkpoint_seconds = 30 * 60;
+  int64_t stream_checkpoint_seconds = int64_t{30} * 60;
   FaultModel faults;
   LargeJobSpec large_job;
   // How often the monitor runs the attribution and applies the quarantine rules.
