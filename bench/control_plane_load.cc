@@ -107,7 +107,8 @@ void RunAtRate(int port, double rate, const std::string& token, std::atomic<bool
   }
 }
 
-int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycle_ms) {
+int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycle_ms,
+        bool print_cycles) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / fmt::format("gpufleet-load-{}", getpid());
   std::filesystem::create_directories(dir);
@@ -193,6 +194,10 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
     const Result<int> placed = (*server)->RunSchedulingCycle();
     cycles.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     scheduled += placed.ok() ? *placed : 0;
+    if (print_cycles) {
+      fmt::print("cycle {}: {:.1f} ms, {} jobs placed\n", cycles.size(), cycles.back(),
+                 placed.ok() ? *placed : -1);
+    }
   }
   stop.store(true);
   for (std::thread& thread : threads) {
@@ -235,6 +240,8 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-s", heartbeat_s)->check(CLI::Range(0.1, 600.0));
   app.add_option("--submit-rate", submit_rate)->check(CLI::Range(0.1, 10000.0));
   app.add_option("--cycle-ms", cycle_ms)->check(CLI::Range(10, 60000));
+  bool print_cycles = false;
+  app.add_flag("--print-cycles", print_cycles, "print each cycle's time and placements");
   CLI11_PARSE(app, argc, argv);
-  return gpufleet::Run(nodes, seconds, heartbeat_s, submit_rate, cycle_ms);
+  return gpufleet::Run(nodes, seconds, heartbeat_s, submit_rate, cycle_ms, print_cycles);
 }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The client verbs of `gpufleet` (`submit`, `get`, `describe`, `cancel`, `create`, `revoke`,
-// `cordon`, `uncordon`, `drain`, `quarantine`, `release`): flags here, the work in
-// `gpufleet/cli/commands.h`.
+// The client verbs of `gpufleet` (`submit`, `get`, `describe`, `cancel`, `resume`, `create`,
+// `revoke`, `cordon`, `uncordon`, `drain`, `quarantine`, `release`, `report`): flags here, the work
+// in `gpufleet/cli/commands.h` and `gpufleet/cli/report.h`.
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -13,6 +13,7 @@
 #include "gpufleet/cli/commands.h"
 #include "gpufleet/cli/config.h"
 #include "gpufleet/cli/http_client.h"
+#include "gpufleet/cli/report.h"
 #include "gpufleet/core/clock.h"
 
 #include "subcommands.h"
@@ -29,9 +30,11 @@ struct CliState {
   cli::GetArgs get;
   cli::DescribeArgs describe;
   std::string cancel;
+  std::string resume;
   cli::CreateArgs create;
   cli::RevokeArgs revoke;
   cli::NodeArgs node;
+  cli::ReportArgs report;
   int gpu = 0;
   std::vector<std::pair<CLI::App*, std::function<int(cli::ApiClient&)>>> verbs;
 };
@@ -103,12 +106,25 @@ Action AddCliCommands(CLI::App& app) {
     return cli::RunCancel(client, s.cancel, std::cout, std::cerr);
   });
 
+  CLI::App* resume = app.add_subcommand(
+      "resume", "resume a job that idle reclaim suspended (owner's team, admin)");
+  resume->add_option("NAME", s.resume, "job name")->required();
+  AddVerb(s, resume, [&s](cli::ApiClient& client) {
+    return cli::RunResume(client, s.resume, std::cout, std::cerr);
+  });
+
   CLI::App* create = app.add_subcommand("create", "create a team, a queue or a token (admin)");
   create->add_option("TYPE", s.create.kind, "team, queue or token")->required();
   create->add_option("NAME", s.create.name, "the team's or queue's name");
   create->add_option("--team", s.create.team, "queue: the team that may use it; token: its team");
   create->add_option("--role", s.create.role, "token: admin or member");
   create->add_option("--name", s.create.token_name, "token: who or what holds it, e.g. ci-bot");
+  create->add_option("--guarantee", s.create.guarantee,
+                     "queue: guaranteed GPUs MODEL=GPUS (\"*\": any model); repeatable");
+  create->add_option("--limit", s.create.limit,
+                     "queue: most GPUs it may hold, MODEL=GPUS (\"*\": in total); repeatable");
+  create->add_option("--weight", s.create.weight, "queue: fair-share weight among its siblings");
+  create->add_flag("--no-borrow", s.create.no_borrow, "queue: never hold more than its guarantee");
   AddVerb(s, create, [&s](cli::ApiClient& client) {
     return cli::RunCreate(client, s.create, std::cout, std::cerr);
   });
@@ -118,6 +134,14 @@ Action AddCliCommands(CLI::App& app) {
   revoke->add_option("ID", s.revoke.id, "the token's id (`gpufleet get tokens`)")->required();
   AddVerb(s, revoke, [&s](cli::ApiClient& client) {
     return cli::RunRevoke(client, s.revoke, std::cout, std::cerr);
+  });
+
+  CLI::App* report = app.add_subcommand("report", "show a fleet report (admin)");
+  report->add_option("TYPE", s.report.kind, "failures: the GPUs and nodes behind failed jobs")
+      ->required();
+  report->add_option("-o,--output", s.report.output, "table (default), wide, json or yaml");
+  AddVerb(s, report, [&s](cli::ApiClient& client) {
+    return cli::RunReport(client, s.report, std::cout, std::cerr);
   });
 
   AddNodeVerb(app, s, "cordon", "mark a node unschedulable", cli::NodeAction::kCordon, false);

@@ -16,6 +16,7 @@
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/synthetic_cluster.h"
+#include "gpufleet/policy/idle_reclaim.h"
 #include "gpufleet/store/sqlite_store.h"
 
 #include "flags.h"
@@ -32,6 +33,16 @@ struct ServerFlags {
   std::string admin_token_file;
   std::string policy = "best-fit";
   int64_t cycle_interval_ms = 1000;
+  int64_t reliability_interval_s = 300;
+  double quarantine_fleet_share = 0.02;
+  double quarantine_leaf_share = 0.05;
+  bool no_quarantine = false;
+  bool quarantine_health_rule = false;
+  bool idle_reclaim = false;
+  int64_t idle_reclaim_threshold_pct = 10;
+  int64_t idle_reclaim_after_s = 30 * 60;
+  int64_t idle_reclaim_warning_s = 15 * 60;
+  std::string idle_reclaim_action = "suspend";
   std::string tls_cert;
   std::string tls_key;
 };
@@ -95,13 +106,32 @@ int RunServer(const ServerFlags& flags) {
     return Fail(store.status());
   }
   SystemClock clock;
-  Result<std::unique_ptr<api::ApiServer>> server = api::ApiServer::Create(
-      {.store = **store,
-       .catalog = catalog,
-       .clock = clock,
-       .wall_clock = &clock,
-       .policy = flags.policy,
-       .cycle_interval = std::chrono::milliseconds(flags.cycle_interval_ms)});
+  api::ReliabilityOptions reliability;
+  reliability.interval = std::chrono::seconds(flags.reliability_interval_s);
+  reliability.budget = {flags.quarantine_fleet_share, flags.quarantine_leaf_share};
+  reliability.rules.enabled = !flags.no_quarantine;
+  reliability.quarantine_on_health_rule = flags.quarantine_health_rule;
+  std::optional<policy::IdleReclaimOptions> idle_reclaim;
+  if (flags.idle_reclaim) {
+    Result<policy::ReclaimAction> action = policy::ParseReclaimAction(flags.idle_reclaim_action);
+    if (!action.ok()) {
+      return Fail(InvalidArgumentError("--idle-reclaim-" + action.status().message()));
+    }
+    idle_reclaim.emplace();
+    idle_reclaim->threshold_milli = flags.idle_reclaim_threshold_pct * 10;  // percent -> milli
+    idle_reclaim->idle_seconds = flags.idle_reclaim_after_s;
+    idle_reclaim->warning_seconds = flags.idle_reclaim_warning_s;
+    idle_reclaim->action = *action;
+  }
+  Result<std::unique_ptr<api::ApiServer>> server =
+      api::ApiServer::Create({.store = **store,
+                              .catalog = catalog,
+                              .clock = clock,
+                              .wall_clock = &clock,
+                              .policy = flags.policy,
+                              .cycle_interval = std::chrono::milliseconds(flags.cycle_interval_ms),
+                              .reliability = reliability,
+                              .idle_reclaim = idle_reclaim});
   if (!server.ok()) {
     return Fail(server.status());
   }
@@ -172,6 +202,52 @@ Action AddServerCommand(CLI::App& app) {
                    "milliseconds between scheduling cycles")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{3600000}));
+  server
+      ->add_option("--reliability-interval-s", flags->reliability_interval_s,
+                   "seconds between failure attributions over the job outcomes (0: every cycle)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{86400}));
+  server
+      ->add_option("--quarantine-fleet-share", flags->quarantine_fleet_share,
+                   "most of the fleet's GPUs that may be quarantined at once")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  server
+      ->add_option("--quarantine-leaf-share", flags->quarantine_leaf_share,
+                   "most of one leaf's GPUs that may be quarantined at once")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  server->add_flag("--no-quarantine", flags->no_quarantine,
+                   "report failure suspects but quarantine none of them");
+  server->add_flag("--quarantine-health-rule", flags->quarantine_health_rule,
+                   "quarantine a GPU its agent drains for an XID that blames it");
+  CLI::Option* idle_reclaim = server->add_flag(
+      "--idle-reclaim", flags->idle_reclaim,
+      "warn, then suspend or preempt, running interactive jobs whose GPUs idle while jobs wait");
+  server
+      ->add_option("--idle-reclaim-threshold-pct", flags->idle_reclaim_threshold_pct,
+                   "a job is idle while its GPUs' mean utilization is under this percent")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{100}))
+      ->needs(idle_reclaim);
+  server
+      ->add_option("--idle-reclaim-after-s", flags->idle_reclaim_after_s,
+                   "seconds a job must idle, while jobs wait, before it is warned")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{7 * 86400}))
+      ->needs(idle_reclaim);
+  server
+      ->add_option("--idle-reclaim-warning-s", flags->idle_reclaim_warning_s,
+                   "seconds between the warning and the reclaim")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{7 * 86400}))
+      ->needs(idle_reclaim);
+  server
+      ->add_option("--idle-reclaim-action", flags->idle_reclaim_action,
+                   "suspend (until the owner resumes it) or preempt (requeue)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"suspend", "preempt"}))
+      ->needs(idle_reclaim);
   return [flags] { return RunServer(*flags); };
 }
 

@@ -363,7 +363,8 @@ Action AddSimCommand(CLI::App& app) {
   CLI::App* replay =
       sim->add_subcommand("replay", "replay a job trace over time: arrivals, queueing, departures");
   AddCommonFlags(replay, *replay_flags,
-                 "\"all\" or queue policies, comma-separated: fifo, sjf, tiresias, gpufleet");
+                 "\"all\" or queue policies, comma-separated: fifo, sjf, tiresias, gpufleet, "
+                 "strict-fifo, easy-backfill, fair-share");
   replay->add_option("--trace", replay_flags->trace, "the trace file")->required();
   replay->add_option("--format", replay_flags->format, "philly|openb|native|sacct|gavel|pollux")
       ->required();
@@ -386,8 +387,12 @@ Action AddSimCommand(CLI::App& app) {
       ->check(CLI::Range(1, 86400 * 30));
 
   const SimSubcommand failures = AddSimFailuresCommand(*sim);
+  const SimSubcommand mig = AddSimMigCommand(*sim);
+  const SimSubcommand autoscale = AddSimAutoscaleCommand(*sim);
+  const SimSubcommand fairness = AddSimFairnessCommand(*sim);
+  const SimSubcommand backfill = AddSimBackfillCommand(*sim);
 
-  return [fill, fill_flags, replay, replay_flags, failures] {
+  return [fill, fill_flags, replay, replay_flags, failures, autoscale, mig, fairness, backfill] {
     if (fill->parsed()) {
       return RunFillCommand(*fill_flags);
     }
@@ -396,6 +401,18 @@ Action AddSimCommand(CLI::App& app) {
     }
     if (failures.command->parsed()) {
       return failures.run();
+    }
+    if (mig.command->parsed()) {
+      return mig.run();
+    }
+    if (autoscale.command->parsed()) {
+      return autoscale.run();
+    }
+    if (fairness.command->parsed()) {
+      return fairness.run();
+    }
+    if (backfill.command->parsed()) {
+      return backfill.run();
     }
     return 2;
   };

@@ -31,6 +31,13 @@ struct SimSubcommand {
 };
 // `gpufleet sim failures` (sim_failures_main.cc).
 SimSubcommand AddSimFailuresCommand(CLI::App& sim);
+// `gpufleet sim mig` (sim_mig_main.cc).
+SimSubcommand AddSimMigCommand(CLI::App& sim);
+// `gpufleet sim autoscale` (sim_autoscale_main.cc).
+SimSubcommand AddSimAutoscaleCommand(CLI::App& sim);
+// `gpufleet sim fairness` and `gpufleet sim backfill` (sim_queues_main.cc).
+SimSubcommand AddSimFairnessCommand(CLI::App& sim);
+SimSubcommand AddSimBackfillCommand(CLI::App& sim);
 
 // `gpufleet server`: the REST API and the scheduling loop (server_main.cc).
 Action AddServerCommand(CLI::App& app);

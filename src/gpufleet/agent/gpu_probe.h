@@ -18,6 +18,9 @@ struct MigDeviceInfo {
   int gpu_instance_id = 0;  // dcgm-exporter's GPU_I_ID
   int compute_instance_id = 0;
   int64_t memory_mib = 0;  // the instance's framebuffer
+  // First memory slice of the instance's placement; absent when the probe does not read it (the
+  // NVML probe does not).
+  std::optional<int> placement_start = std::nullopt;
 
   friend bool operator==(const MigDeviceInfo&, const MigDeviceInfo&) = default;
 };

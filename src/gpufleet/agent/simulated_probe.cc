@@ -2,6 +2,7 @@
 #include "gpufleet/agent/simulated_probe.h"
 
 #include <algorithm>
+#include <set>
 #include <utility>
 
 #include <fmt/core.h>
@@ -51,6 +52,7 @@ struct SimulatedProbe::SimGpu {
   std::optional<int64_t> thermal_excursion_c;
   bool power_brake = false;
   bool lost = false;
+  std::set<int> mig_in_use;  // GPU instance ids held by tasks
 };
 
 namespace {
@@ -175,24 +177,29 @@ Result<std::unique_ptr<SimulatedProbe>> SimulatedProbe::Create(const Clock& cloc
       // The full-GPU profile is instance 0, as NVML numbers it.
       mig.gpu_instance_id = profile->memory_slices == kMigMemorySlices ? 0 : next_instance_id++;
       mig.memory_mib = profile->memory_mib;
+      mig.placement_start = *start;
       gpu.mig_devices.push_back(std::move(mig));
     }
   }
   return std::unique_ptr<SimulatedProbe>(
-      new SimulatedProbe(clock, std::move(options), std::move(inventory), *params));
+      new SimulatedProbe(clock, info, std::move(options), std::move(inventory), *params, random));
 }
 
-SimulatedProbe::SimulatedProbe(const Clock& clock, Options options, ProbeInventory inventory,
-                               const internal::SimulatedModelParams& params)
+SimulatedProbe::SimulatedProbe(const Clock& clock, GpuModelInfo model, Options options,
+                               ProbeInventory inventory,
+                               const internal::SimulatedModelParams& params, Random uuid_random)
     : clock_(clock),
+      model_(std::move(model)),
       options_(std::move(options)),
-      inventory_(std::move(inventory)),
       params_(params),
-      gpus_(inventory_.gpus.size()) {}
+      inventory_(std::move(inventory)),
+      gpus_(inventory_.gpus.size()),
+      uuid_random_(uuid_random) {}
 
 SimulatedProbe::~SimulatedProbe() = default;
 
 Result<ProbeInventory> SimulatedProbe::Inventory() {
+  std::lock_guard<std::mutex> lock(mu_);
   return inventory_;
 }
 
@@ -211,8 +218,8 @@ Status SimulatedProbe::SetLoad(int gpu_index, GpuLoad load) {
         fmt::format("simulated probe: GPU {}: utilization_percent {} outside [0, 100]", gpu_index,
                     load.utilization_percent));
   }
-  const int64_t capacity =
-      inventory_.gpus[static_cast<size_t>(gpu_index)].memory_mib - kReservedMiB - kIdleUsedMiB;
+  // The framebuffer size never changes, so it is read before taking the lock.
+  const int64_t capacity = model_.memory_mib - kReservedMiB - kIdleUsedMiB;
   if (load.memory_used_mib < 0 || load.memory_used_mib > capacity) {
     return InvalidArgumentError(
         fmt::format("simulated probe: GPU {}: memory_used_mib {} outside [0, {}]", gpu_index,
@@ -295,6 +302,106 @@ Status SimulatedProbe::ResetGpu(int gpu_index) {
   gpu.power_brake = false;
   gpu.lost = false;
   return Status();
+}
+
+Status SimulatedProbe::SetMigDeviceInUse(int gpu_index, int gpu_instance_id, bool in_use) {
+  GPUFLEET_RETURN_IF_ERROR(CheckIndex(gpu_index));
+  std::lock_guard<std::mutex> lock(mu_);
+  const GpuStaticInfo& info = inventory_.gpus[static_cast<size_t>(gpu_index)];
+  const bool known = std::any_of(
+      info.mig_devices.begin(), info.mig_devices.end(),
+      [&](const MigDeviceInfo& device) { return device.gpu_instance_id == gpu_instance_id; });
+  if (!known) {
+    return NotFoundError(fmt::format("simulated probe: GPU {}: no MIG device with instance id {}",
+                                     gpu_index, gpu_instance_id));
+  }
+  std::set<int>& held = gpus_[static_cast<size_t>(gpu_index)].mig_in_use;
+  if (in_use) {
+    held.insert(gpu_instance_id);
+  } else {
+    held.erase(gpu_instance_id);
+  }
+  return Status();
+}
+
+Result<std::vector<MigDeviceInfo>> SimulatedProbe::ApplyMigLayoutChange(
+    int gpu_index, const MigLayoutChange& change) {
+  GPUFLEET_RETURN_IF_ERROR(CheckIndex(gpu_index));
+  std::lock_guard<std::mutex> lock(mu_);
+  GpuStaticInfo& info = inventory_.gpus[static_cast<size_t>(gpu_index)];
+  const std::set<int>& held = gpus_[static_cast<size_t>(gpu_index)].mig_in_use;
+  if (!info.mig_enabled) {
+    return FailedPreconditionError(
+        fmt::format("simulated probe: GPU {}: MIG is disabled", gpu_index));
+  }
+  std::vector<MigDeviceInfo> kept = info.mig_devices;
+  for (size_t i = 0; i < change.destroy.size(); ++i) {
+    const MigInstance& target = change.destroy[i];
+    auto found = std::find_if(kept.begin(), kept.end(), [&](const MigDeviceInfo& device) {
+      return device.profile == target.profile && device.placement_start == target.start;
+    });
+    if (found == kept.end()) {
+      return NotFoundError(
+          fmt::format("simulated probe: GPU {}: destroy[{}]: no {} instance starts at slot {}",
+                      gpu_index, i, target.profile, target.start));
+    }
+    if (held.count(found->gpu_instance_id) > 0) {
+      return FailedPreconditionError(fmt::format(
+          "simulated probe: GPU {}: destroy[{}]: the {} instance at slot {} (instance id {}) is "
+          "in use",
+          gpu_index, i, target.profile, target.start, found->gpu_instance_id));
+    }
+    kept.erase(found);
+  }
+  std::vector<MigInstance> layout;
+  for (const MigDeviceInfo& device : kept) {
+    layout.push_back({device.profile, device.placement_start.value_or(-1), false});
+  }
+  for (size_t i = 0; i < change.create.size(); ++i) {
+    const MigInstance& instance = change.create[i];
+    const MigProfile* profile = model_.FindMigProfile(instance.profile);
+    if (profile == nullptr) {
+      return InvalidArgumentError(
+          fmt::format("simulated probe: GPU {}: create[{}].profile: unknown profile \"{}\" for {} "
+                      "(valid: {})",
+                      gpu_index, i, instance.profile, model_.name, model_.MigProfileNames()));
+    }
+    if (std::find(profile->starts.begin(), profile->starts.end(), instance.start) ==
+        profile->starts.end()) {
+      return InvalidArgumentError(fmt::format(
+          "simulated probe: GPU {}: create[{}].start: {} is not a valid start slot for {}",
+          gpu_index, i, instance.start, instance.profile));
+    }
+    layout.push_back({instance.profile, instance.start, false});
+  }
+  Result<MigLayout> valid = MigLayout::FromInstances(model_, layout);
+  if (!valid.ok()) {
+    return InvalidArgumentError(
+        fmt::format("simulated probe: GPU {}: the new layout is invalid: {}", gpu_index,
+                    valid.status().message()));
+  }
+  std::set<int> ids;
+  for (const MigDeviceInfo& device : kept) {
+    ids.insert(device.gpu_instance_id);
+  }
+  for (const MigInstance& instance : change.create) {
+    const MigProfile& profile = *model_.FindMigProfile(instance.profile);
+    MigDeviceInfo device;
+    device.uuid = RandomUuid(uuid_random_, "MIG");
+    device.profile = profile.name;
+    // The full-GPU profile is instance 0, as NVML numbers it; others take the lowest free id.
+    int id = profile.memory_slices == kMigMemorySlices ? 0 : 1;
+    while (id != 0 && ids.count(id) > 0) {
+      ++id;
+    }
+    ids.insert(id);
+    device.gpu_instance_id = id;
+    device.memory_mib = profile.memory_mib;
+    device.placement_start = instance.start;
+    kept.push_back(std::move(device));
+  }
+  info.mig_devices = kept;
+  return kept;
 }
 
 GpuSample SimulatedProbe::SampleGpu(size_t index, int64_t now_ms) {

@@ -11,6 +11,8 @@
 #include "gpufleet/agent/gpu_probe.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/mig.h"
+#include "gpufleet/core/random.h"
 #include "gpufleet/core/status.h"
 
 namespace gpufleet::agent {
@@ -24,6 +26,14 @@ enum class LoadPattern {
   kSteady,     // the target, give or take noise
   kTraining,   // the target, with a dip to a quarter of it for 3 s of every 30 s (checkpoints)
   kInference,  // a 60 s triangle wave between a third of the target and the target
+};
+
+// A change of one MIG-enabled GPU's layout, as the MIG planner makes it: free instances to
+// destroy (by profile and start slot; `in_use` is ignored) and instances to create at the given
+// start slots.
+struct MigLayoutChange {
+  std::vector<MigInstance> destroy;
+  std::vector<MigInstance> create;
 };
 
 // What a task does to a GPU.
@@ -88,22 +98,37 @@ class SimulatedProbe final : public GpuProbe {
   // pending remap); remapped rows and a remap failure stay, as in hardware. The load stays.
   Status ResetGpu(int gpu_index);
 
+  // Marks MIG device `gpu_instance_id` of the GPU as held by a task, or no longer held; a device
+  // in use cannot be destroyed. kNotFound when the GPU has no such device.
+  Status SetMigDeviceInUse(int gpu_index, int gpu_instance_id, bool in_use);
+  // Applies `change` to the GPU's MIG layout, all of it or nothing, and returns the GPU's MIG
+  // devices after it: those kept, then the new ones, each with a new MIG UUID and the lowest free
+  // GPU instance id (0 for the full-GPU profile). Inventory() reports them from then on.
+  // kFailedPrecondition when the GPU has MIG disabled or an instance to destroy is in use;
+  // kNotFound when no instance of that profile starts at that slot; kInvalidArgument naming the
+  // instance for an unknown profile, a start slot the profile does not allow, or a layout that
+  // breaks the model's limits (overlapping slices, too many instances).
+  Result<std::vector<MigDeviceInfo>> ApplyMigLayoutChange(int gpu_index,
+                                                          const MigLayoutChange& change);
+
  private:
   struct SimGpu;
 
-  SimulatedProbe(const Clock& clock, Options options, ProbeInventory inventory,
-                 const internal::SimulatedModelParams& params);
+  SimulatedProbe(const Clock& clock, GpuModelInfo model, Options options, ProbeInventory inventory,
+                 const internal::SimulatedModelParams& params, Random uuid_random);
   Status CheckIndex(int gpu_index) const;
   // REQUIRES: mu_ held.
   GpuSample SampleGpu(size_t index, int64_t now_ms);
 
   const Clock& clock_;
+  const GpuModelInfo model_;  // a copy: the catalog may go first
   const Options options_;
-  const ProbeInventory inventory_;
   const internal::SimulatedModelParams& params_;
 
   mutable std::mutex mu_;
+  ProbeInventory inventory_;  // guarded by mu_: MIG layouts change
   std::vector<SimGpu> gpus_;  // guarded by mu_
+  Random uuid_random_;        // guarded by mu_
 };
 
 }  // namespace gpufleet::agent

@@ -240,6 +240,100 @@ TEST_F(SimulatedProbeTest, MigGpusHaveInstancesAndNoGpuLevelUtilization) {
   EXPECT_EQ(sample.mig_devices[1].gpu_instance_id, 2);
 }
 
+TEST_F(SimulatedProbeTest, AppliesAMigLayoutChangeAroundAnInstanceInUse) {
+  std::unique_ptr<SimulatedProbe> probe =
+      Make({.gpu_count = 2, .mig_profiles = {{0, {"3g.40gb", "2g.20gb", "1g.10gb"}}}});
+  const ProbeInventory before = probe->Inventory().value();
+  const std::vector<MigDeviceInfo>& old = before.gpus[0].mig_devices;
+  ASSERT_EQ(old.size(), 3U);
+  EXPECT_EQ(old[0].placement_start, 0);
+  EXPECT_EQ(old[1].placement_start, 4);
+  EXPECT_EQ(old[2].placement_start, 6);
+  ASSERT_OK(probe->SetMigDeviceInUse(0, old[0].gpu_instance_id, true));
+
+  Result<std::vector<MigDeviceInfo>> devices = probe->ApplyMigLayoutChange(
+      0, {.destroy = {{"2g.20gb", 4}, {"1g.10gb", 6}}, .create = {{"3g.40gb", 4}}});
+  ASSERT_OK(devices);
+  ASSERT_EQ(devices->size(), 2U);
+  EXPECT_EQ((*devices)[0], old[0]);  // the instance in use keeps its identity
+  const MigDeviceInfo& created = (*devices)[1];
+  EXPECT_EQ(created.profile, "3g.40gb");
+  EXPECT_EQ(created.placement_start, 4);
+  EXPECT_EQ(created.gpu_instance_id, 2);
+  EXPECT_EQ(created.memory_mib, 40 * 1024);
+  EXPECT_TRUE(created.uuid.starts_with("MIG-")) << created.uuid;
+  for (const MigDeviceInfo& device : old) {
+    EXPECT_NE(created.uuid, device.uuid);
+  }
+  EXPECT_EQ(probe->Inventory()->gpus[0].mig_devices, *devices);
+  EXPECT_EQ(probe->Inventory()->gpus[1], before.gpus[1]);
+  const GpuSample sample = SampleOf(*probe, 0);
+  ASSERT_EQ(sample.mig_devices.size(), 2U);
+  EXPECT_EQ(sample.mig_devices[1].gpu_instance_id, 2);
+  EXPECT_EQ(sample.mig_devices[1].fb_free_mib, 40 * 1024 - 7);
+}
+
+TEST_F(SimulatedProbeTest, AWholeGpuInstanceIsInstanceZero) {
+  std::unique_ptr<SimulatedProbe> probe =
+      Make({.gpu_count = 1, .mig_profiles = {{0, {"3g.40gb", "3g.40gb"}}}});
+  Result<std::vector<MigDeviceInfo>> devices = probe->ApplyMigLayoutChange(
+      0, {.destroy = {{"3g.40gb", 0}, {"3g.40gb", 4}}, .create = {{"7g.80gb", 0}}});
+  ASSERT_OK(devices);
+  ASSERT_EQ(devices->size(), 1U);
+  EXPECT_EQ((*devices)[0].gpu_instance_id, 0);
+  EXPECT_EQ((*devices)[0].placement_start, 0);
+}
+
+TEST_F(SimulatedProbeTest, RefusesToDestroyAMigInstanceInUse) {
+  std::unique_ptr<SimulatedProbe> probe =
+      Make({.gpu_count = 1, .mig_profiles = {{0, {"3g.40gb", "3g.40gb"}}}});
+  const ProbeInventory before = probe->Inventory().value();
+  const int second = before.gpus[0].mig_devices[1].gpu_instance_id;
+  ASSERT_OK(probe->SetMigDeviceInUse(0, second, true));
+  const MigLayoutChange change = {.destroy = {{"3g.40gb", 0}, {"3g.40gb", 4}},
+                                  .create = {{"7g.80gb", 0}}};
+  EXPECT_THAT(probe->ApplyMigLayoutChange(0, change),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       "simulated probe: GPU 0: destroy[1]: the 3g.40gb instance at slot 4 "
+                       "(instance id 2) is in use"));
+  EXPECT_EQ(*probe->Inventory(), before);  // nothing changed, not even the first destroy
+  ASSERT_OK(probe->SetMigDeviceInUse(0, second, false));
+  EXPECT_OK(probe->ApplyMigLayoutChange(0, change));
+}
+
+TEST_F(SimulatedProbeTest, RejectsInvalidMigLayoutChanges) {
+  std::unique_ptr<SimulatedProbe> probe =
+      Make({.gpu_count = 2, .mig_profiles = {{0, {"3g.40gb"}}}});
+  const ProbeInventory before = probe->Inventory().value();
+  auto apply = [&](int gpu, MigLayoutChange change) {
+    return probe->ApplyMigLayoutChange(gpu, change).status();
+  };
+  EXPECT_THAT(apply(2, {}), StatusIs(StatusCode::kInvalidArgument, HasSubstr("gpu index 2")));
+  EXPECT_THAT(apply(1, {.create = {{"1g.10gb", 0}}}),
+              StatusIs(StatusCode::kFailedPrecondition, "simulated probe: GPU 1: MIG is disabled"));
+  EXPECT_THAT(apply(0, {.destroy = {{"3g.40gb", 4}}}),
+              StatusIs(StatusCode::kNotFound,
+                       "simulated probe: GPU 0: destroy[0]: no 3g.40gb instance starts at slot 4"));
+  EXPECT_THAT(apply(0, {.create = {{"5g.50gb", 4}}}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("create[0].profile: unknown profile \"5g.50gb\" for H100-80GB")));
+  EXPECT_THAT(apply(0, {.create = {{"3g.40gb", 2}}}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "simulated probe: GPU 0: create[0].start: 2 is not a valid start slot for "
+                       "3g.40gb"));
+  EXPECT_THAT(apply(0, {.create = {{"1g.10gb", 4}, {"2g.20gb", 4}}}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("overlaps another instance")));
+  EXPECT_THAT(apply(0, {.create = {{"4g.40gb", 0}}}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("the new layout is invalid")));
+  EXPECT_THAT(apply(0, {.destroy = {{"3g.40gb", 0}},
+                        .create = {{"3g.40gb", 4}, {"3g.40gb", 0}, {"1g.10gb", 0}}}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("overlaps")));
+  EXPECT_EQ(*probe->Inventory(), before);
+  EXPECT_THAT(
+      probe->SetMigDeviceInUse(0, 9, true),
+      StatusIs(StatusCode::kNotFound, "simulated probe: GPU 0: no MIG device with instance id 9"));
+}
+
 TEST_F(SimulatedProbeTest, PreHopperModelsHaveNoGpm) {
   std::unique_ptr<SimulatedProbe> probe = Make({.model = "A100-80GB", .gpu_count = 1});
   const GpuSample sample = SampleOf(*probe, 0);

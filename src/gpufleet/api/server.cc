@@ -17,6 +17,7 @@
 #include "gpufleet/api/json_fields.h"
 #include "gpufleet/api/json_scan.h"
 #include "gpufleet/api/node_json.h"
+#include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/tls.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/scheduler/registry.h"
@@ -27,8 +28,9 @@ namespace {
 
 constexpr std::string_view kTopologyName = "topology";
 
-constexpr std::array<std::string_view, 7> kJobStates = {
-    "Pending", "Scheduled", "Running", "Succeeded", "Failed", "Cancelled", "Preempted"};
+constexpr std::array<std::string_view, 8> kJobStates = {"Pending",   "Scheduled", "Running",
+                                                        "Succeeded", "Failed",    "Cancelled",
+                                                        "Preempted", "Suspended"};
 
 // ---- responses --------------------------------------------------------------------------
 
@@ -82,45 +84,6 @@ Json PlacementsToJson(const std::vector<scheduler::TaskPlacement>& placements, c
                    {"assignments", std::move(assignments)}});
   }
   return out;
-}
-
-// The placements of a stored job against `snapshot`; nullopt if a node is gone.
-std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
-    const Json& placements, const std::map<std::string, int>& node_index) {
-  std::vector<scheduler::TaskPlacement> out;
-  if (!placements.is_array()) {
-    return out;
-  }
-  for (const Json& p : placements) {
-    const auto it = node_index.find(StrOr(p, "node"));
-    if (it == node_index.end()) {
-      return std::nullopt;
-    }
-    scheduler::TaskPlacement placement;
-    placement.group = static_cast<int>(IntOr(p, "group", 0));
-    placement.replica = static_cast<int>(IntOr(p, "replica", 0));
-    placement.node = it->second;
-    placement.host.cpu_milli = IntOr(p, "cpu_milli", 0);
-    placement.host.memory_mib = IntOr(p, "memory_mib", 0);
-    for (const Json& a : ArrayOr(p, "assignments")) {
-      scheduler::GpuAssignment assignment;
-      assignment.gpu = static_cast<int>(IntOr(a, "gpu", 0));
-      assignment.milli = IntOr(a, "milli", 0);
-      assignment.memory_mib = IntOr(a, "memory_mib", 0);
-      assignment.mig_profile = StrOr(a, "mig_profile");
-      assignment.mig_start = static_cast<int>(IntOr(a, "mig_start", -1));
-      if (const auto created = a.find("mig_created"); created != a.end() && created->is_boolean()) {
-        assignment.mig_created = created->get<bool>();
-      }
-      placement.gpus.push_back(std::move(assignment));
-    }
-    out.push_back(std::move(placement));
-  }
-  return out;
-}
-
-bool HoldsResources(std::string_view state) {
-  return state == "Scheduled" || state == "Running";
 }
 
 // Members see their own team's jobs only.
@@ -311,6 +274,10 @@ struct ApiServer::Metrics {
 Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
   scheduler::SchedulerOptions scheduler_options;
   scheduler_options.policy = options.policy;
+  GPUFLEET_RETURN_IF_ERROR(options.reliability.Validate());
+  if (options.idle_reclaim) {
+    GPUFLEET_RETURN_IF_ERROR(options.idle_reclaim->Validate());
+  }
   GPUFLEET_ASSIGN_OR_RETURN(
       std::unique_ptr<scheduler::Scheduler> sched,
       scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));
@@ -324,7 +291,12 @@ ApiServer::ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> sche
       authenticator_(options_.store),
       started_at_(options_.clock.Now()),
       scheduler_(std::move(sched)),
-      metrics_(std::make_unique<Metrics>()) {}
+      view_(std::make_unique<SchedulingView>(options_.store, options_.catalog)),
+      last_full_retry_(started_at_),
+      last_full_reload_(started_at_),
+      metrics_(std::make_unique<Metrics>()),
+      reliability_(std::make_unique<ReliabilityController>(
+          options_.store, options_.clock, options_.wall_clock, options_.reliability)) {}
 
 ApiServer::~ApiServer() {
   Stop();
@@ -500,31 +472,6 @@ Result<int> ApiServer::RegisterNodes(const Cluster& cluster) {
   return added;
 }
 
-Result<Cluster> ApiServer::LoadCluster() {
-  Cluster cluster;
-  Result<store::StoredObject> topology = options_.store.Get(kClusterKind, kTopologyName);
-  if (topology.ok()) {
-    std::vector<std::string> levels;
-    const Json recorded = ParseDocument(topology->data);
-    for (const Json& level : ArrayOr(recorded, "levels")) {
-      if (level.is_string()) {
-        levels.push_back(level.get<std::string>());
-      }
-    }
-    cluster.topology = Topology(std::move(levels));
-  } else if (topology.status().code() != StatusCode::kNotFound) {
-    return topology.status();
-  }
-  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> nodes,
-                            options_.store.List(kNodesKind));
-  for (const store::StoredObject& object : nodes) {
-    GPUFLEET_ASSIGN_OR_RETURN(Node node,
-                              NodeFromJson(ParseDocument(object.data), cluster.topology.levels()));
-    cluster.nodes.push_back(std::move(node));
-  }
-  return cluster;
-}
-
 // ---- the scheduling cycle -------------------------------------------------------------------
 
 Result<int> ApiServer::RunSchedulingCycle() {
@@ -533,6 +480,7 @@ Result<int> ApiServer::RunSchedulingCycle() {
   Result<int> result = RunCycleLocked();
   const Duration elapsed = options_.clock.Now() - start;
   metrics_->ObserveCycle(std::chrono::duration<double>(elapsed).count());
+  RunReliabilityIfDue();
   ++cycle_count_;
   if (result.ok()) {
     ready_.store(true);
@@ -541,133 +489,184 @@ Result<int> ApiServer::RunSchedulingCycle() {
 }
 
 Result<int> ApiServer::RunCycleLocked() {
-  GPUFLEET_RETURN_IF_ERROR(MarkSilentNodesNotReady());
-  GPUFLEET_ASSIGN_OR_RETURN(Cluster cluster, LoadCluster());
-  std::set<std::string> not_ready;
-  for (const Node& node : cluster.nodes) {
-    if (node.state == NodeState::kNotReady) {
-      not_ready.insert(node.id.value());
-    }
+  // The view follows the store's commits; reading everything now and then bounds the life of
+  // any gap (a commit reported failed that was in fact written).
+  constexpr Duration kFullReloadInterval = std::chrono::minutes(10);
+  if (options_.clock.Now() - last_full_reload_ >= kFullReloadInterval) {
+    last_full_reload_ = options_.clock.Now();
+    view_->ReadAllAgain();
   }
-  GPUFLEET_ASSIGN_OR_RETURN(
-      scheduler::ClusterSnapshot snapshot,
-      scheduler::ClusterSnapshot::Build(std::move(cluster), options_.catalog));
-  std::map<std::string, int> node_index;
-  for (const scheduler::NodeInfo& info : snapshot.nodes()) {
-    node_index[info.node->id.value()] = info.index;
+  GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
+  GPUFLEET_ASSIGN_OR_RETURN(const bool marked, MarkSilentNodesNotReady());
+  if (marked) {
+    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
-  GPUFLEET_ASSIGN_OR_RETURN(std::vector<store::StoredObject> jobs, options_.store.List(kJobsKind));
-  // Finished jobs are most of the store and matter to no cycle: drop them before any parsing.
-  std::erase_if(jobs, [](const store::StoredObject& object) {
-    const std::optional<std::string> state = TopLevelString(object.data, "state");
-    return state == "Succeeded" || state == "Failed" || state == "Cancelled";
-  });
-  IndexActiveJobs(jobs);
+  GPUFLEET_ASSIGN_OR_RETURN(const bool ended, EndRunsOnNotReadyNodes());
+  if (ended) {
+    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
+  }
+  IndexActiveJobs();
+  // A job that did not fit is tried again when resources are freed, and at least this often
+  // (placement is greedy, so fit is not perfectly monotone in free resources).
+  constexpr Duration kFullRetryInterval = std::chrono::seconds(60);
+  if (options_.clock.Now() - last_full_retry_ >= kFullRetryInterval) {
+    last_full_retry_ = options_.clock.Now();
+    view_->BumpCapacityEpoch();
+  }
 
-  struct PendingJob {
-    const store::StoredObject* object;
-    Json doc;
-    int priority;
-    int64_t seq;
-  };
-  std::vector<PendingJob> pending;
-  for (const store::StoredObject& object : jobs) {
-    Json doc = ParseDocument(object.data);
-    const std::string state = StrOr(doc, "state");
-    if (HoldsResources(state) && !not_ready.empty()) {
-      if (const std::optional<std::string> event = EndRunOnNotReadyNodes(doc, not_ready)) {
-        // Its GPUs are free from now on; a requeued job is placed from the next cycle.
-        store::WriteBatch batch;
-        batch.Update(std::string(kJobsKind), object.name, doc.dump(), object.version);
-        batch.AppendEvent(std::string(kJobsKind), object.name, *event);
-        if (Status status = options_.store.Commit(batch);
-            !status.ok() && status.code() != StatusCode::kAborted) {
-          return status;
-        }
-        continue;
-      }
-    }
-    if (HoldsResources(state)) {
-      const std::optional<std::vector<scheduler::TaskPlacement>> placements =
-          PlacementsFromJson(doc["placements"], node_index);
-      if (!placements) {
-        fmt::print(stderr, "gpufleet server: jobs/{}: a node of its placements is gone\n",
-                   object.name);
-        continue;
-      }
-      for (const scheduler::TaskPlacement& placement : *placements) {
-        // A placement that no longer fits (never expected: commits are compare-and-set) is
-        // reported and left out rather than oversubscribing a GPU.
-        if (Status status = snapshot.Apply(placement); !status.ok()) {
-          fmt::print(stderr, "gpufleet server: jobs/{}: {}\n", object.name, status.ToString());
-        }
-      }
-    } else if (state == "Pending") {
-      const int priority = static_cast<int>(IntOr(doc, "priority", 0));
-      const int64_t seq = IntOr(doc, "submit_seq", 0);
-      pending.push_back({&object, std::move(doc), priority, seq});
+  GPUFLEET_ASSIGN_OR_RETURN(const bool requeued, RequeuePreemptedJobs());
+  if (requeued) {
+    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
+  }
+  UpdateQueueTree();
+  GPUFLEET_RETURN_IF_ERROR(ReclaimIdleJobs());
+  std::vector<PendingEntry> pending;
+  for (auto& [name, job] : view_->jobs()) {
+    if (job.state == "Pending") {
+      pending.push_back({&name, &job});
     }
   }
-  std::stable_sort(pending.begin(), pending.end(), [](const PendingJob& a, const PendingJob& b) {
-    return std::tie(b.priority, a.seq) < std::tie(a.priority, b.seq);
-  });
+  OrderPendingJobs(pending);
 
+  scheduler::ClusterSnapshot& snapshot = view_->snapshot();
   Random random(options_.seed + cycle_count_);
-  int scheduled = 0;
-  for (PendingJob& entry : pending) {
-    const store::StoredObject& object = *entry.object;
-    Json& doc = entry.doc;
-    Result<Job> job = ParseJobSpec(doc["spec"].dump(), options_.catalog);
+  // Jobs that did not fit in this cycle, to skip larger jobs of the same shape.
+  std::vector<std::pair<const std::string*, const Job*>> failed;
+  std::vector<CycleWrite> writes;
+  bool preemption_tried = false;
+  for (const PendingEntry& entry : pending) {
+    const std::string& name = *entry.name;
+    ViewJob& job = *entry.job;
+    if (job.unschedulable_epoch == view_->capacity_epoch()) {
+      continue;
+    }
+    Json doc = ParseDocument(job.data);
+    if (!job.spec) {
+      job.spec = ParseJobSpec(doc["spec"].dump(), options_.catalog);
+    }
     std::string reason;
-    store::WriteBatch batch;
     std::vector<scheduler::TaskPlacement> placed;
     std::set<std::string> node_names;
-    if (!job.ok()) {
-      reason = fmt::format("stored spec is invalid: {}", job.status().message());
+    if (!job.spec->ok()) {
+      reason = fmt::format("stored spec is invalid: {}", job.spec->status().message());
+    } else if (const auto dominating = std::find_if(failed.begin(), failed.end(),
+                                                    [&](const auto& smaller) {
+                                                      return scheduler::CannotFitWhereSmallerFailed(
+                                                          **job.spec, *smaller.second);
+                                                    });
+               dominating != failed.end()) {
+      reason = fmt::format("{} (as for job {}, which asks for no more)",
+                           view_->jobs().at(*dominating->first).reason, *dominating->first);
     } else {
-      scheduler::ScheduleResult result = scheduler_->Schedule(*job, snapshot, random);
+      scheduler::ScheduleResult result = scheduler_->Schedule(**job.spec, snapshot, random);
+      // Larger jobs of its shape need not be asked only when this one did not fit: a refusal by
+      // its queue's quota says nothing about jobs of other queues.
+      const bool did_not_fit = result.outcome == scheduler::ScheduleOutcome::kUnschedulable;
+      if (result.scheduled()) {
+        if (std::optional<std::string> refused = AdmitPlacement(name, job, result.placements)) {
+          for (auto it = result.placements.rbegin(); it != result.placements.rend(); ++it) {
+            snapshot.Revert(*it);
+          }
+          result.outcome = scheduler::ScheduleOutcome::kUnschedulable;
+          result.reason = std::move(*refused);
+        }
+      } else if (result.outcome == scheduler::ScheduleOutcome::kUnschedulable &&
+                 !preemption_tried) {
+        // One victim search per cycle, for the first job in queue order that needs one.
+        preemption_tried = true;
+        GPUFLEET_ASSIGN_OR_RETURN(std::optional<std::string> waiting,
+                                  TryPreemption(name, **job.spec, job.queue, random));
+        if (waiting) {
+          result.reason = std::move(*waiting);
+        }
+      }
       if (result.scheduled()) {
         placed = std::move(result.placements);
         doc["state"] = "Scheduled";
         doc["attempt"] = IntOr(doc, "attempt", 0) + 1;
         doc["reason"] = "";
-        doc["placements"] = PlacementsToJson(placed, *job, snapshot);
+        doc["placements"] = PlacementsToJson(placed, **job.spec, snapshot);
         for (const scheduler::TaskPlacement& placement : placed) {
           node_names.insert(snapshot.nodes()[placement.node].node->id.value());
         }
-        batch.Update(std::string(kJobsKind), object.name, doc.dump(), object.version);
-        batch.AppendEvent(std::string(kJobsKind), object.name,
-                          fmt::format("scheduled on {}", fmt::join(node_names, ", ")));
       } else {
         reason = result.outcome == scheduler::ScheduleOutcome::kError ? result.error.message()
                                                                       : result.reason;
+        if (did_not_fit) {
+          failed.emplace_back(&name, &**job.spec);
+        }
       }
     }
+    CycleWrite write{&name, &job};
     if (placed.empty()) {
-      if (reason == StrOr(doc, "reason")) {
+      job.unschedulable_epoch = view_->capacity_epoch();
+      if (reason == job.reason) {
         continue;
       }
+      // Later jobs quoting this one see the new reason now.
+      job.reason = reason;
       doc["reason"] = reason;
-      batch.Update(std::string(kJobsKind), object.name, doc.dump(), object.version);
-      batch.AppendEvent(std::string(kJobsKind), object.name,
-                        fmt::format("unschedulable: {}", reason));
+      write.batch.Update(std::string(kJobsKind), name, doc.dump(), job.version);
+      write.batch.AppendEvent(std::string(kJobsKind), name,
+                              fmt::format("unschedulable: {}", reason));
+    } else {
+      reliability_->NoteRunStarted(doc);
+      write.data = doc.dump();
+      write.batch.Update(std::string(kJobsKind), name, write.data, job.version);
+      write.batch.AppendEvent(std::string(kJobsKind), name,
+                              fmt::format("scheduled on {}", fmt::join(node_names, ", ")));
+      write.placed = std::move(placed);
+      write.nodes = std::move(node_names);
     }
-    const Status status = options_.store.Commit(batch);
+    writes.push_back(std::move(write));
+  }
+  Result<int> scheduled = CommitCycleWrites(writes);
+  PublishQueueStatus();
+  return scheduled;
+}
+
+Result<int> ApiServer::CommitCycleWrites(std::vector<CycleWrite>& writes) {
+  // One durable commit for the whole cycle: a commit costs an fsync, which would otherwise be
+  // most of a busy cycle. If one job changed under us (cancelled, say), the batch fails as a
+  // whole and the jobs are committed one by one, so only that one is left out.
+  store::WriteBatch all;
+  for (const CycleWrite& write : writes) {
+    all.Append(write.batch);
+  }
+  Status status = options_.store.Commit(all);
+  const bool one_by_one =
+      status.code() == StatusCode::kAborted || status.code() == StatusCode::kNotFound;
+  int scheduled = 0;
+  Status first_error = Status::Ok();
+  for (CycleWrite& write : writes) {
+    if (one_by_one) {
+      status = first_error.ok() ? options_.store.Commit(write.batch) : first_error;
+    }
+    ViewJob& job = *write.job;
     if (!status.ok()) {
-      // The job changed under us (cancelled, say): give the resources back; the next cycle
-      // sees its new state. Other errors fail the cycle.
-      for (auto it = placed.rbegin(); it != placed.rend(); ++it) {
-        snapshot.Revert(*it);
+      // The next cycle sees the job's new state; its resources go back now.
+      view_->ReadJobAgain(*write.name);
+      for (auto it = write.placed.rbegin(); it != write.placed.rend(); ++it) {
+        view_->snapshot().Revert(*it);
       }
-      if (status.code() == StatusCode::kAborted || status.code() == StatusCode::kNotFound) {
-        continue;
+      if (!write.placed.empty()) {
+        view_->BumpCapacityEpoch();
       }
-      return status;
+      if (status.code() != StatusCode::kAborted && status.code() != StatusCode::kNotFound &&
+          first_error.ok()) {
+        first_error = status;
+      }
+      continue;
     }
-    if (!placed.empty()) {
-      IndexScheduledJob(object.name, node_names);
+    if (!write.placed.empty()) {
+      IndexScheduledJob(*write.name, write.nodes);
+      view_->MarkScheduled(*write.name, job.version + 1, std::move(write.data),
+                           std::move(write.placed), std::move(write.nodes));
       ++scheduled;
     }
+  }
+  if (!first_error.ok()) {
+    return first_error;
   }
   return scheduled;
 }
@@ -760,6 +759,9 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     if (n == 4 && post && segments[3] == "cancel") {
       return routed(CancelJob(*who, segments[2]), route);
     }
+    if (n == 4 && post && segments[3] == "resume") {
+      return routed(ResumeJob(*who, segments[2]), route);
+    }
     if (n == 4 && get && segments[3] == "events") {
       return routed(JobEvents(*who, segments[2]), route);
     }
@@ -796,6 +798,8 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     if (n == 4 && post && kActions.count(segments[3]) > 0) {
       return routed(NodeAction(*who, segments[2], segments[3], request.body), route);
     }
+  } else if (std::optional<ApiResponse> answer = RouteReliability(*who, request, segments)) {
+    return routed(std::move(*answer), route);
   } else if (std::optional<ApiResponse> response = RouteTenancy(*who, request, segments)) {
     return routed(std::move(*response), route);
   }
@@ -912,7 +916,7 @@ ApiResponse ApiServer::CancelJob(const Principal& who, std::string_view name) {
     if (state == "Cancelled") {
       return JsonResponse(200, JobOutput(*object));
     }
-    if (state != "Pending" && !HoldsResources(state)) {
+    if (state != "Pending" && state != "Suspended" && !HoldsResources(state)) {
       return ErrorResponse(FailedPreconditionError(
           fmt::format("job \"{}\" is {} and cannot be cancelled", name, state)));
     }
@@ -921,6 +925,7 @@ ApiResponse ApiServer::CancelJob(const Principal& who, std::string_view name) {
     // The placements are dropped: the GPUs are free for the next cycle.
     doc["placements"] = Json::array();
     store::WriteBatch batch;
+    reliability_->NoteJobChange(ParseDocument(object->data), doc, batch);
     batch.Update(std::string(kJobsKind), std::string(name), doc.dump(), object->version);
     batch.AppendEvent(std::string(kJobsKind), std::string(name),
                       fmt::format("cancelled by {} (was {})", Who(who), state));

@@ -19,10 +19,14 @@
 #include "gpufleet/api/agent_protocol.h"
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/json_fields.h"
+#include "gpufleet/api/reliability_controller.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/random.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/policy/idle_reclaim.h"
+#include "gpufleet/policy/queues.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/store/state_store.h"
 
@@ -33,6 +37,9 @@ class Server;
 // The REST server of `gpufleet server` (docs/api.md) and its scheduling loop. This module is the
 // only place where a Status becomes an HTTP status.
 namespace gpufleet::api {
+
+class SchedulingView;
+struct ViewJob;
 
 // Store kinds the server writes. Job and node documents are JSON; their layout is the REST
 // representation (docs/api.md) plus a few internal fields the scheduling loop needs.
@@ -90,6 +97,15 @@ class ApiServer {
     // one for node_timeout becomes NotReady and its jobs are requeued or failed (docs/agent.md).
     std::chrono::milliseconds heartbeat_interval{10000};
     std::chrono::milliseconds node_timeout{40000};
+    // Fair share: a queue's recorded GPU use loses half its weight every half-life.
+    std::chrono::seconds usage_half_life{std::chrono::hours(24 * 7)};
+    // A job that has held its GPUs for less than this is not preempted.
+    std::chrono::seconds min_runtime_before_preemption{60};
+    // Outcome records, attribution and quarantine (docs/reliability.md, "The server").
+    ReliabilityOptions reliability;
+    // Idle reclaim of running interactive jobs (docs/utilization.md, "Idle reclaim in the
+    // server"); nullopt: off.
+    std::optional<policy::IdleReclaimOptions> idle_reclaim;
   };
 
   // Creates the queue "default" in the store if it is missing. kNotFound / kInvalidArgument for
@@ -100,6 +116,7 @@ class ApiServer {
   ApiServer& operator=(const ApiServer&) = delete;
 
   TokenAuthenticator& authenticator() { return authenticator_; }
+  ReliabilityController& reliability() { return *reliability_; }
 
   // Adds the nodes of `cluster` that the store does not hold yet (by name) and records the
   // cluster's topology levels on first use. kInvalidArgument if the cluster does not validate or
@@ -138,7 +155,41 @@ class ApiServer {
   ApiResponse Route(const ApiRequest& request);
   void LoopMain();
   Result<int> RunCycleLocked();
-  Result<Cluster> LoadCluster();
+  // What one cycle writes for one job: its new reason, or its placements (applied to the view's
+  // snapshot, and given back if the write fails).
+  struct CycleWrite {
+    const std::string* name = nullptr;
+    ViewJob* job = nullptr;
+    store::WriteBatch batch;
+    std::string data;
+    std::vector<scheduler::TaskPlacement> placed;
+    std::set<std::string> nodes;
+  };
+  // Commits the cycle's writes; returns the number of jobs scheduled.
+  Result<int> CommitCycleWrites(std::vector<CycleWrite>& writes);
+
+  // Queues (server_queues.cc). The cycle's queue tree follows the stored queues and the view's
+  // jobs; pending jobs go in its order (priority, fair share, age); a placement must pass its
+  // admission (limits, borrowing); a job that does not fit may preempt lower-priority jobs of its
+  // queue or reclaim its guarantee from queues over theirs.
+  struct PendingEntry {
+    const std::string* name = nullptr;
+    ViewJob* job = nullptr;
+  };
+  int64_t CycleSeconds() const;
+  void UpdateQueueTree();
+  void PublishQueueStatus();
+  void OrderPendingJobs(std::vector<PendingEntry>& pending) const;
+  // Charges an admitted placement to its queue; otherwise returns why it is refused.
+  std::optional<std::string> AdmitPlacement(const std::string& name, const ViewJob& job,
+                                            const std::vector<scheduler::TaskPlacement>& placed);
+  // Stops the victims that make room for `preemptor` and returns its new pending reason; nullopt
+  // when preemption cannot help.
+  Result<std::optional<std::string>> TryPreemption(const std::string& name, const Job& preemptor,
+                                                   const std::string& queue, Random& random);
+  Result<bool> RequeuePreemptedJobs();
+  // What `gpufleet get queues` shows beyond the stored queue: the last cycle's figures.
+  std::map<std::string, policy::QueueStatus> QueueStatuses();
   std::string RenderMetrics();
 
   ApiResponse SubmitJob(const Principal& who, const ApiRequest& request);
@@ -157,10 +208,28 @@ class ApiServer {
   // path or method they do not serve), the default queue, and the checks of a submission: the
   // token's team and the queue exist (kInvalidArgument) and a member may use the queue
   // (kPermissionDenied).
+  // Reliability (server_reliability.cc): the /v1/outcomes and /v1/reports routes (nullopt for a
+  // path they do not serve), and the cycle's rate-limited reliability step.
+  std::optional<ApiResponse> RouteReliability(const Principal& who, const ApiRequest& request,
+                                              const std::vector<std::string_view>& segments);
+  void RunReliabilityIfDue();
   std::optional<ApiResponse> RouteTenancy(const Principal& who, const ApiRequest& request,
                                           const std::vector<std::string_view>& segments);
   Status EnsureDefaultQueue();
   Status CheckSubmission(const Principal& who, std::string_view queue_name);
+
+  // Idle reclaim (server_reclaim.cc). Each cycle feeds the reclaimer the GPU utilization of the
+  // running interactive jobs (from the agents' reports) and whether jobs are Pending, and
+  // carries out its decisions: a warning is the job's "warning" field and an event; a reclaim
+  // ends the run as preempted and leaves the job Suspended (until POST .../resume) or Preempted
+  // (requeued by the next cycle), the view refreshed so that this cycle places the waiting jobs.
+  Status ReclaimIdleJobs();
+  // The reclaimer's time line: Unix seconds (server seconds without a wall clock), monotonic.
+  int64_t ReclaimSeconds(MonoTime time);
+  Status TrackAndSampleIdleJobs();
+  Status WriteIdleDecisions();
+  // POST /v1/jobs/NAME/resume: a Suspended job back to Pending (admin or the job's team).
+  ApiResponse ResumeJob(const Principal& who, std::string_view name);
 
   // Agents (server_agents.cc). Register and heartbeat answer the node's desired tasks.
   Result<AgentReply> RegisterAgent(const Principal& who, std::string_view body);
@@ -169,12 +238,14 @@ class ApiServer {
   Result<AgentReply> ProcessHeartbeat(const std::string& node, const HeartbeatRequest& request,
                                       bool gpus_applied);
   void AddDesiredTasks(const Json& job, const std::string& node, AgentReply* reply);
-  // The scheduling cycle's part: nodes silent for node_timeout become NotReady; jobs on NotReady
-  // nodes end their run (returns the event, or nullopt when the job uses none of them).
-  Status MarkSilentNodesNotReady();
+  // The scheduling cycle's part: nodes silent for node_timeout become NotReady, and the runs of
+  // jobs on NotReady nodes end (requeued or failed). Returns whether anything was written.
+  Result<bool> MarkSilentNodesNotReady();
+  Result<bool> EndRunsOnNotReadyNodes();
   static std::optional<std::string> EndRunOnNotReadyNodes(Json& job,
                                                           const std::set<std::string>& not_ready);
-  void IndexActiveJobs(const std::vector<store::StoredObject>& jobs);
+  // Publishes the view's active jobs per node to the heartbeat handlers.
+  void IndexActiveJobs();
   void IndexScheduledJob(const std::string& job, const std::set<std::string>& nodes);
 
   Options options_;
@@ -189,9 +260,32 @@ class ApiServer {
 
   std::mutex cycle_mu_;                              // serialises scheduling cycles
   std::unique_ptr<scheduler::Scheduler> scheduler_;  // guarded by cycle_mu_
-  uint64_t cycle_count_ = 0;                         // guarded by cycle_mu_
+  std::unique_ptr<SchedulingView> view_;             // guarded by cycle_mu_
+  MonoTime last_full_retry_;                         // guarded by cycle_mu_
+  MonoTime last_full_reload_;                        // guarded by cycle_mu_
+  std::optional<policy::QueueTree> queue_tree_;      // guarded by cycle_mu_
+  struct ChargedJob {
+    policy::GpuMilliByModel allocation;
+    int64_t since_seconds = 0;  // CycleSeconds() when it was first charged
+    int64_t version = 0;        // of the job document it was computed from
+  };
+  std::map<std::string, ChargedJob> charged_;  // guarded by cycle_mu_
+  std::mutex queue_status_mu_;
+  std::map<std::string, policy::QueueStatus> queue_status_;  // guarded by queue_status_mu_
+  uint64_t cycle_count_ = 0;                                 // guarded by cycle_mu_
+  std::optional<policy::IdleReclaimer> idle_reclaimer_;      // guarded by cycle_mu_
+  // A running interactive job the reclaimer tracks.
+  struct IdleTrackedJob {
+    std::optional<int64_t> last_sample_seconds;  // of the latest sample fed
+    int64_t version = -1;                        // of the document `warning` was read from
+    std::string warning;                         // its "warning" field; empty when absent
+  };
+  std::map<std::string, IdleTrackedJob> idle_tracked_;  // guarded by cycle_mu_
+  // Unix seconds of MonoTime{0} on the reclaimer's time line, fixed on first use.
+  std::optional<int64_t> reclaim_epoch_seconds_;  // guarded by cycle_mu_
 
-  std::unique_ptr<Metrics> metrics_;  // internally synchronised
+  std::unique_ptr<Metrics> metrics_;                    // internally synchronised
+  std::unique_ptr<ReliabilityController> reliability_;  // thread-safe
   std::atomic<bool> ready_{false};
 
   std::mutex loop_mu_;

@@ -8,14 +8,11 @@
 
 #include "gpufleet/api/json_fields.h"
 #include "gpufleet/api/node_json.h"
+#include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
 
 namespace gpufleet::api {
 namespace {
-
-bool IsActive(std::string_view state) {
-  return state == "Scheduled" || state == "Running";
-}
 
 // "JOB/TASK/ATTEMPT" -> its parts; nullopt when malformed.
 struct TaskId {
@@ -70,7 +67,7 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node,
                                       const std::map<std::string, const TaskReport*>& reports,
                                       const std::set<int64_t>& drain_now_gpus) {
   std::vector<std::string> events;
-  if (!IsActive(StrOr(job, "state")) || !job.contains("placements") ||
+  if (!HoldsResources(StrOr(job, "state")) || !job.contains("placements") ||
       !job["placements"].is_array()) {
     return events;
   }
@@ -343,6 +340,7 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
       const std::vector<std::string> events = ApplyReports(doc, node, reports, drain_now);
       if (!events.empty()) {
         store::WriteBatch batch;
+        reliability_->NoteJobChange(ParseDocument(stored->data), doc, batch);
         batch.Update(std::string(kJobsKind), job_name, doc.dump(), stored->version);
         for (const std::string& event : events) {
           batch.AppendEvent(std::string(kJobsKind), job_name, event);
@@ -363,7 +361,7 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
 }
 
 void ApiServer::AddDesiredTasks(const Json& job, const std::string& node, AgentReply* reply) {
-  if (!IsActive(StrOr(job, "state"))) {
+  if (!HoldsResources(StrOr(job, "state"))) {
     return;
   }
   Result<store::StoredObject> node_object = options_.store.Get(kNodesKind, node);
@@ -417,17 +415,8 @@ void ApiServer::AddDesiredTasks(const Json& job, const std::string& node, AgentR
   }
 }
 
-void ApiServer::IndexActiveJobs(const std::vector<store::StoredObject>& jobs) {
-  std::map<std::string, std::set<std::string>> index;
-  for (const store::StoredObject& object : jobs) {
-    const Json doc = ParseDocument(object.data);
-    if (!IsActive(StrOr(doc, "state"))) {
-      continue;
-    }
-    for (const Json& placement : ArrayOr(doc, "placements")) {
-      index[StrOr(placement, "node")].insert(object.name);
-    }
-  }
+void ApiServer::IndexActiveJobs() {
+  std::map<std::string, std::set<std::string>> index = view_->ActiveJobsByNode();
   std::lock_guard<std::mutex> lock(agents_mu_);
   active_jobs_by_node_ = std::move(index);
   active_index_built_ = true;
@@ -440,20 +429,17 @@ void ApiServer::IndexScheduledJob(const std::string& job, const std::set<std::st
   }
 }
 
-Status ApiServer::MarkSilentNodesNotReady() {
-  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> nodes,
-                            options_.store.List(kNodesKind));
+Result<bool> ApiServer::MarkSilentNodesNotReady() {
   const MonoTime now = options_.clock.Now();
-  for (const store::StoredObject& object : nodes) {
-    Json doc = ParseDocument(object.data);
-    if (!BoolOr(doc, "agent", false) ||
-        StrOr(doc, "state") == NodeStateName(NodeState::kNotReady)) {
+  bool wrote = false;
+  for (const auto& [name, node] : view_->nodes()) {
+    if (!node.agent || node.node.state == NodeState::kNotReady) {
       continue;
     }
     MonoTime last;
     {
       std::lock_guard<std::mutex> lock(agents_mu_);
-      const auto it = last_heartbeat_.find(object.name);
+      const auto it = last_heartbeat_.find(name);
       // A node not heard from since this server started gets the full timeout from the start.
       last = it == last_heartbeat_.end() ? started_at_ : it->second;
     }
@@ -461,21 +447,68 @@ Status ApiServer::MarkSilentNodesNotReady() {
     if (silent <= options_.node_timeout) {
       continue;
     }
+    Result<store::StoredObject> object = options_.store.Get(kNodesKind, name);
+    if (!object.ok()) {
+      return object.status();
+    }
+    Json doc = ParseDocument(object->data);
     doc["state_before_not_ready"] = StrOr(doc, "state", NodeStateName(NodeState::kReady));
     doc["state"] = NodeStateName(NodeState::kNotReady);
     store::WriteBatch batch;
-    batch.Update(std::string(kNodesKind), object.name, doc.dump(), object.version);
+    batch.Update(std::string(kNodesKind), name, doc.dump(), object->version);
     batch.AppendEvent(
-        std::string(kNodesKind), object.name,
+        std::string(kNodesKind), name,
         fmt::format("NotReady: no heartbeat for {}s",
                     std::chrono::duration_cast<std::chrono::seconds>(silent).count()));
     const Status status = options_.store.Commit(batch);
     // A heartbeat that raced this update wins; the next cycle looks again.
     if (!status.ok() && status.code() != StatusCode::kAborted) {
+      view_->ReadAllAgain();
       return status;
     }
+    wrote = wrote || status.ok();
   }
-  return Status::Ok();
+  return wrote;
+}
+
+Result<bool> ApiServer::EndRunsOnNotReadyNodes() {
+  std::set<std::string> not_ready;
+  for (const auto& [name, node] : view_->nodes()) {
+    if (node.node.state == NodeState::kNotReady) {
+      not_ready.insert(name);
+    }
+  }
+  if (not_ready.empty()) {
+    return false;
+  }
+  bool wrote = false;
+  for (const auto& [name, job] : view_->jobs()) {
+    if (!HoldsResources(job.state) ||
+        std::none_of(job.nodes.begin(), job.nodes.end(),
+                     [&](const std::string& node) { return not_ready.count(node) > 0; })) {
+      continue;
+    }
+    Json doc = ParseDocument(job.data);
+    const std::optional<std::string> event = EndRunOnNotReadyNodes(doc, not_ready);
+    if (!event) {
+      continue;
+    }
+    // Its GPUs are free once the view reads the change back, and a requeued job may be placed
+    // again in this same cycle.
+    store::WriteBatch batch;
+    reliability_->NoteJobChange(ParseDocument(job.data), doc, batch);
+    batch.Update(std::string(kJobsKind), name, doc.dump(), job.version);
+    batch.AppendEvent(std::string(kJobsKind), name, *event);
+    const Status status = options_.store.Commit(batch);
+    if (!status.ok()) {
+      view_->ReadJobAgain(name);
+    }
+    if (!status.ok() && status.code() != StatusCode::kAborted) {
+      return status;
+    }
+    wrote = wrote || status.ok();
+  }
+  return wrote;
 }
 
 std::optional<std::string> ApiServer::EndRunOnNotReadyNodes(

@@ -160,11 +160,12 @@ ApiResponse ListObjects(store::StateStore& store, std::string_view kind) {
   return Respond(200, {{"items", std::move(items)}});
 }
 
-ApiResponse CreateQueue(const Principal& who, const std::string& body, store::StateStore& store) {
+ApiResponse CreateQueue(const Principal& who, const std::string& body, store::StateStore& store,
+                        const GpuCatalog& catalog) {
   if (Status status = NeedsAdmin(who, "creating a queue"); !status.ok()) {
     return RespondError(status);
   }
-  const Result<Queue> queue = ParseQueueRequest(body);
+  const Result<Queue> queue = ParseQueueRequest(body, catalog);
   if (!queue.ok()) {
     return RespondError(queue.status());
   }
@@ -173,6 +174,19 @@ ApiResponse CreateQueue(const Principal& who, const std::string& body, store::St
       return RespondError(status);
     }
   }
+  // The new queue must fit the tree: its guarantee within its parent's, its children's within its
+  // own.
+  const Result<std::vector<store::StoredObject>> stored = store.List(kQueuesKind);
+  if (!stored.ok()) {
+    return RespondError(stored.status());
+  }
+  std::vector<Queue> queues = {*queue};
+  for (const store::StoredObject& object : *stored) {
+    queues.push_back(QueueFromJson(ParseDocument(object.data)));
+  }
+  if (const Result<policy::QueueTree> tree = BuildQueueTree(queues); !tree.ok()) {
+    return RespondError(tree.status());
+  }
   return CreateObject(store, kQueuesKind, queue->name, QueueToJson(*queue),
                       fmt::format("created by {}", Who(who)));
 }
@@ -180,7 +194,8 @@ ApiResponse CreateQueue(const Principal& who, const std::string& body, store::St
 // The queues with their jobs counted: pending, holding resources, and the GPUs they hold. A member
 // sees every queue (to know where it may submit) but counts only its own team's jobs. Queues
 // that jobs name but that are not stored (data from before queues were objects) are listed too.
-ApiResponse ListQueues(const Principal& who, store::StateStore& store) {
+ApiResponse ListQueues(const Principal& who, store::StateStore& store,
+                       const std::map<std::string, policy::QueueStatus>& status) {
   const Result<std::vector<store::StoredObject>> queue_objects = store.List(kQueuesKind);
   const Result<std::vector<store::StoredObject>> jobs = store.List(kJobsKind);
   if (!queue_objects.ok() || !jobs.ok()) {
@@ -195,6 +210,12 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store) {
   std::map<std::string, QueueRow> rows;
   for (const store::StoredObject& object : *queue_objects) {
     rows[object.name].document = WithVersion(ParseDocument(object.data), object.version);
+  }
+  // Parents that were never created but that the queue tree implies.
+  for (const auto& [name, figures] : status) {
+    if (rows[name].document.empty()) {
+      rows[name].document = QueueToJson({.name = name});
+    }
   }
   for (const store::StoredObject& object : *jobs) {
     const Json job = ParseDocument(object.data);
@@ -223,6 +244,13 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store) {
     Json item = std::move(row.document);
     item["pending"] = row.pending;
     item["running"] = row.running;
+    // The scheduling loop's figures for the whole subtree (every team's jobs): GPUs held beyond
+    // the guarantee, and the fair-share ratio (below 1: served less than its weight's share).
+    if (const auto figures = status.find(name); figures != status.end()) {
+      item["borrowed"] = static_cast<double>(figures->second.borrowed_milli) / kMilliPerUnit;
+      item["weight_share"] = figures->second.weight_share;
+      item["fair_share"] = figures->second.fair_share_ratio;
+    }
     // Whole GPUs as an integer, shares as a decimal.
     item["gpus_allocated"] =
         row.gpu_milli % kMilliPerUnit == 0
@@ -261,10 +289,10 @@ std::optional<ApiResponse> ApiServer::RouteTenancy(const Principal& who, const A
     }
   } else if (collection == "queues") {
     if (n == 2 && post) {
-      return CreateQueue(who, request.body, store);
+      return CreateQueue(who, request.body, store, options_.catalog);
     }
     if (n == 2 && get) {
-      return ListQueues(who, store);
+      return ListQueues(who, store, QueueStatuses());
     }
   }
   return std::nullopt;

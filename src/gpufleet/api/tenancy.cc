@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/api/tenancy.h"
 
+#include <cmath>
 #include <initializer_list>
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -75,6 +77,44 @@ Status ValidateTokenName(std::string_view name) {
   return Status::Ok();
 }
 
+// Most GPUs one quota entry may name: far above any fleet, far below int64 overflow in milli.
+constexpr double kMaxQuotaGpus = 1e9;
+
+// A quota object {"H100-80GB": 16, "*": 2.5} in milli-GPU by canonical model name.
+Result<policy::GpuMilliByModel> ReadQuota(const Json& j, std::string_view key,
+                                          const GpuCatalog& catalog) {
+  policy::GpuMilliByModel quota;
+  const auto it = j.find(key);
+  if (it == j.end() || it->is_null()) {
+    return quota;
+  }
+  if (!it->is_object()) {
+    return InvalidArgumentError(
+        fmt::format("{}: expected an object of GPUs by model such as {{\"H100-80GB\": 16}}, got {}",
+                    key, it->dump(-1, ' ', false, Json::error_handler_t::replace)));
+  }
+  for (const auto& [model, value] : it->items()) {
+    const std::string field = fmt::format("{}.{}", key, model);
+    std::string name = model;
+    if (model != policy::kAnyGpuModel) {
+      if (!catalog.Contains(model)) {
+        return InvalidArgumentError(fmt::format("{}: unknown GPU model \"{}\"", field, model));
+      }
+      name = catalog.Canonical(model);
+    }
+    const double gpus = value.is_number() ? value.get<double>() : -1;
+    const double milli = gpus * kMilliPerUnit;
+    if (!value.is_number() || gpus < 0 || gpus > kMaxQuotaGpus ||
+        milli != static_cast<double>(static_cast<int64_t>(milli))) {
+      return InvalidArgumentError(fmt::format(
+          "{}: {} is not a number of GPUs from 0 to {:.0f} with at most three decimals", field,
+          value.dump(-1, ' ', false, Json::error_handler_t::replace), kMaxQuotaGpus));
+    }
+    quota[name] += static_cast<int64_t>(milli);
+  }
+  return quota;
+}
+
 }  // namespace
 
 Result<Team> ParseTeamRequest(std::string_view body) {
@@ -85,8 +125,9 @@ Result<Team> ParseTeamRequest(std::string_view body) {
   return team;
 }
 
-Result<Queue> ParseQueueRequest(std::string_view body) {
-  GPUFLEET_ASSIGN_OR_RETURN(const Json j, ReadObject(body, {"name", "team"}));
+Result<Queue> ParseQueueRequest(std::string_view body, const GpuCatalog& catalog) {
+  GPUFLEET_ASSIGN_OR_RETURN(const Json j, ReadObject(body, {"name", "team", "guarantee", "limit",
+                                                            "weight", "may_borrow"}));
   Queue queue;
   GPUFLEET_ASSIGN_OR_RETURN(queue.name, RequiredString(j, "name"));
   GPUFLEET_RETURN_IF_ERROR(ValidateQueueName("name", queue.name));
@@ -95,7 +136,51 @@ Result<Queue> ParseQueueRequest(std::string_view body) {
     GPUFLEET_RETURN_IF_ERROR(ValidateTeamName("team", *team));
     queue.team = *team;
   }
+  GPUFLEET_ASSIGN_OR_RETURN(queue.guarantee, ReadQuota(j, "guarantee", catalog));
+  GPUFLEET_ASSIGN_OR_RETURN(queue.limit, ReadQuota(j, "limit", catalog));
+  if (const auto it = j.find("weight"); it != j.end()) {
+    if (!it->is_number() || !(it->get<double>() > 0) || it->get<double>() > 1e6) {
+      return InvalidArgumentError(
+          fmt::format("weight: {} is not a number in (0, 1000000]",
+                      it->dump(-1, ' ', false, Json::error_handler_t::replace)));
+    }
+    queue.weight = it->get<double>();
+  }
+  if (const auto it = j.find("may_borrow"); it != j.end()) {
+    if (!it->is_boolean()) {
+      return InvalidArgumentError(
+          fmt::format("may_borrow: expected true or false, got {}",
+                      it->dump(-1, ' ', false, Json::error_handler_t::replace)));
+    }
+    queue.may_borrow = it->get<bool>();
+  }
   return queue;
+}
+
+Result<policy::QueueTree> BuildQueueTree(const std::vector<Queue>& queues,
+                                         policy::QueueTreeOptions options) {
+  std::map<std::string, policy::QueueSpec> specs;
+  for (const Queue& queue : queues) {
+    specs[queue.name] = {.path = queue.name,
+                         .guarantee = queue.guarantee,
+                         .limit = queue.limit,
+                         .weight = queue.weight,
+                         .may_borrow = queue.may_borrow};
+  }
+  specs.try_emplace(std::string(kDefaultQueue),
+                    policy::QueueSpec{.path = std::string(kDefaultQueue)});
+  for (const Queue& queue : queues) {
+    for (size_t slash = queue.name.find('/'); slash != std::string::npos;
+         slash = queue.name.find('/', slash + 1)) {
+      const std::string parent = queue.name.substr(0, slash);
+      specs.try_emplace(parent, policy::QueueSpec{.path = parent});
+    }
+  }
+  std::vector<policy::QueueSpec> list;
+  for (auto& [name, spec] : specs) {
+    list.push_back(std::move(spec));
+  }
+  return policy::QueueTree::Create(std::move(list), options);
 }
 
 Result<TokenRequest> ParseTokenRequest(std::string_view body) {
@@ -119,8 +204,40 @@ Json TeamToJson(const Team& team) {
   return {{"name", team.name}};
 }
 
+namespace {
+
+Json QuotaToJson(const policy::GpuMilliByModel& quota) {
+  Json out = Json::object();
+  for (const auto& [model, milli] : quota) {
+    out[model] = milli % kMilliPerUnit == 0 ? Json(milli / kMilliPerUnit)
+                                            : Json(static_cast<double>(milli) / kMilliPerUnit);
+  }
+  return out;
+}
+
+policy::GpuMilliByModel QuotaFromJson(const Json& document, std::string_view key) {
+  policy::GpuMilliByModel quota;
+  const auto it = document.find(key);
+  if (it == document.end() || !it->is_object()) {
+    return quota;
+  }
+  for (const auto& [model, value] : it->items()) {
+    if (value.is_number()) {
+      quota[model] = std::llround(value.get<double>() * kMilliPerUnit);
+    }
+  }
+  return quota;
+}
+
+}  // namespace
+
 Json QueueToJson(const Queue& queue) {
-  return {{"name", queue.name}, {"team", queue.team}};
+  return {{"name", queue.name},
+          {"team", queue.team},
+          {"guarantee", QuotaToJson(queue.guarantee)},
+          {"limit", QuotaToJson(queue.limit)},
+          {"weight", queue.weight},
+          {"may_borrow", queue.may_borrow}};
 }
 
 Queue QueueFromJson(const Json& document) {
@@ -133,6 +250,15 @@ Queue QueueFromJson(const Json& document) {
   }
   if (const auto it = document.find("team"); it != document.end() && it->is_string()) {
     queue.team = it->get<std::string>();
+  }
+  queue.guarantee = QuotaFromJson(document, "guarantee");
+  queue.limit = QuotaFromJson(document, "limit");
+  if (const auto it = document.find("weight");
+      it != document.end() && it->is_number() && it->get<double>() > 0) {
+    queue.weight = it->get<double>();
+  }
+  if (const auto it = document.find("may_borrow"); it != document.end() && it->is_boolean()) {
+    queue.may_borrow = it->get<bool>();
   }
   return queue;
 }

@@ -3,11 +3,14 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/auth.h"
+#include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/policy/queues.h"
 
 // Teams and queues as stored objects, and the request bodies that create them and tokens
 // (docs/api.md). A stored document is the REST representation of the object without its
@@ -28,12 +31,24 @@ struct Team {
   std::string name;  // a DNS label, e.g. "nlp"
 };
 
-// A queue that jobs are submitted to.
+// A queue that jobs are submitted to. "research/nlp" sits under "research" in the queue tree;
+// quota and fair share work as policy/queues.h says (docs/utilization.md).
 struct Queue {
   std::string name;  // DNS labels joined by '/', e.g. "research/nlp"
   // The team whose members may submit to it; empty: every team may (the default queue).
   std::string team;
+  // Milli-GPU by canonical GPU model name, policy::kAnyGpuModel ("*") for any model.
+  policy::GpuMilliByModel guarantee;
+  policy::GpuMilliByModel limit;  // empty: unlimited
+  double weight = 1.0;
+  bool may_borrow = true;
 };
+
+// The queue tree of `queues`: a parent that was not created is implied, with no quota and
+// weight 1, and "default" is always there. kInvalidArgument naming the queue and field when the
+// quotas do not add up (a child guaranteed more than its parent, a limit below the guarantee).
+Result<policy::QueueTree> BuildQueueTree(const std::vector<Queue>& queues,
+                                         policy::QueueTreeOptions options = {});
 
 // A POST /v1/tokens body.
 struct TokenRequest {
@@ -47,8 +62,10 @@ struct TokenRequest {
 // or an unknown field. They do not check that a named team exists (the server does).
 // {"name": "nlp"}
 Result<Team> ParseTeamRequest(std::string_view body);
-// {"name": "research/nlp", "team": "nlp"}; "team" is optional.
-Result<Queue> ParseQueueRequest(std::string_view body);
+// {"name": "research/nlp", "team": "nlp", "guarantee": {"H100-80GB": 16}, "limit": {"*": 64},
+// "weight": 2, "may_borrow": true}; all but "name" are optional. Quota values are GPUs (up to three
+// decimals), keyed by a GPU model of `catalog` (aliases are stored by canonical name) or "*".
+Result<Queue> ParseQueueRequest(std::string_view body, const GpuCatalog& catalog);
 // {"role": "member", "team": "nlp", "name": "ci-bot"}; "name" is printable ASCII, at most 63
 // characters.
 Result<TokenRequest> ParseTokenRequest(std::string_view body);

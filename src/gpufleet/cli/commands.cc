@@ -3,6 +3,7 @@
 
 #include <cctype>
 #include <cerrno>
+#include <charconv>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -305,16 +306,44 @@ int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std:
       body["name"] = args.name;
       path = "/v1/teams";
       break;
-    case ResourceKind::kQueue:
+    case ResourceKind::kQueue: {
       if (args.name.empty() || !args.role.empty()) {
-        return PrintUsageError("usage: create queue NAME [--team TEAM]", err);
+        return PrintUsageError(
+            "usage: create queue NAME [--team TEAM] [--guarantee MODEL=GPUS]... "
+            "[--limit MODEL=GPUS]... [--weight W] [--no-borrow]",
+            err);
       }
       body["name"] = args.name;
       if (!args.team.empty()) {
         body["team"] = args.team;
       }
+      for (const auto& [field, entries] :
+           {std::pair{"guarantee", &args.guarantee}, std::pair{"limit", &args.limit}}) {
+        for (const std::string& entry : *entries) {
+          const size_t equals = entry.find('=');
+          double gpus = 0;
+          const char* end = entry.data() + entry.size();
+          const auto parsed =
+              equals == std::string::npos
+                  ? std::from_chars_result{entry.data(), std::errc::invalid_argument}
+                  : std::from_chars(entry.data() + equals + 1, end, gpus);
+          if (equals == 0 || parsed.ec != std::errc() || parsed.ptr != end) {
+            return PrintUsageError(
+                fmt::format("--{} {}: expected MODEL=GPUS, e.g. H100-80GB=16 or *=8", field, entry),
+                err);
+          }
+          body[field][entry.substr(0, equals)] = gpus;
+        }
+      }
+      if (args.weight) {
+        body["weight"] = *args.weight;
+      }
+      if (args.no_borrow) {
+        body["may_borrow"] = false;
+      }
       path = "/v1/queues";
       break;
+    }
     default: {
       const std::string& name = args.token_name.empty() ? args.name : args.token_name;
       if (args.role.empty() || name.empty()) {
@@ -374,6 +403,18 @@ int RunCancel(ApiClient& client, const std::string& job, std::ostream& out, std:
     return PrintError(client, answer.status(), err);
   }
   out << "job/" << NameOf(*answer, job) << " cancelled\n";
+  return 0;
+}
+
+int RunResume(ApiClient& client, const std::string& job, std::ostream& out, std::ostream& err) {
+  if (job.empty()) {
+    return PrintUsageError("resume needs a job NAME", err);
+  }
+  Result<json> answer = client.Post("/v1/jobs/" + UrlEncode(job) + "/resume", "", "");
+  if (!answer.ok()) {
+    return PrintError(client, answer.status(), err);
+  }
+  out << "job/" << NameOf(*answer, job) << " resumed\n";
   return 0;
 }
 

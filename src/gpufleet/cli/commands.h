@@ -9,6 +9,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/clock.h"
@@ -53,6 +54,11 @@ struct CreateArgs {
   std::string team;
   std::string role;        // tokens
   std::string token_name;  // tokens: --name
+  // Queues: quota entries "MODEL=GPUS" ("*" for any model), weight, and whether it may borrow.
+  std::vector<std::string> guarantee;
+  std::vector<std::string> limit;
+  std::optional<double> weight;
+  bool no_borrow = false;
 };
 int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std::ostream& err);
 
@@ -65,6 +71,10 @@ int RunRevoke(ApiClient& client, const RevokeArgs& args, std::ostream& out, std:
 
 // `cancel NAME`: prints "job/NAME cancelled".
 int RunCancel(ApiClient& client, const std::string& job, std::ostream& out, std::ostream& err);
+
+// `resume NAME`: a job suspended by idle reclaim waits to be scheduled again; prints
+// "job/NAME resumed".
+int RunResume(ApiClient& client, const std::string& job, std::ostream& out, std::ostream& err);
 
 // `cordon|uncordon|drain NODE`: prints "node/NODE cordoned" (uncordoned, drained).
 enum class NodeAction { kCordon, kUncordon, kDrain, kQuarantine, kRelease };

@@ -149,7 +149,10 @@ TEST_F(CommandsTest, GetOneQueueFromTheList) {
                R"({"items": [{"name": "a", "pending": 1}, {"name": "b", "pending": 2}]})");
   EXPECT_EQ(RunGet(fake_.client, {.kind = "queue", .name = "b"}, clock_, out_, err_), 0);
   EXPECT_EQ(out_.str(),
-            "NAME   TEAM     PENDING   RUNNING   GPUS\nb      <none>   2         0         0\n");
+            "NAME   TEAM     GUARANTEE   LIMIT    WEIGHT   PENDING   RUNNING   GPUS   BORROWED   "
+            "FAIR-SHARE\n"
+            "b      <none>   <none>      <none>   1        2         0         0      0          "
+            "<none>\n");
   EXPECT_EQ(RunGet(fake_.client, {.kind = "queue", .name = "c"}, clock_, out_, err_), 1);
   EXPECT_EQ(err_.str(), "error: queue \"c\" not found\n");
 }
@@ -216,6 +219,28 @@ TEST_F(CommandsTest, CreateTeamAndQueue) {
   EXPECT_EQ(fake_.state->requests[0].body, R"({"name":"nlp"})");
   EXPECT_EQ(fake_.state->requests[1].body, R"({"name":"research/nlp","team":"nlp"})");
   EXPECT_EQ(fake_.state->requests[1].content_type, "application/json");
+}
+
+TEST_F(CommandsTest, CreateQueueWithQuota) {
+  fake_.Answer("POST /v1/queues", 201, R"({"name": "research", "version": 1})");
+  EXPECT_EQ(RunCreate(fake_.client,
+                      {.kind = "queue",
+                       .name = "research",
+                       .guarantee = {"H100-80GB=16", "*=0.5"},
+                       .limit = {"*=64"},
+                       .weight = 2,
+                       .no_borrow = true},
+                      out_, err_),
+            0);
+  ASSERT_EQ(fake_.state->requests.size(), 1U);
+  EXPECT_EQ(fake_.state->requests[0].body,
+            R"({"guarantee":{"*":0.5,"H100-80GB":16.0},"limit":{"*":64.0},"may_borrow":false,)"
+            R"("name":"research","weight":2.0})");
+  EXPECT_EQ(
+      RunCreate(fake_.client, {.kind = "queue", .name = "q", .guarantee = {"H100"}}, out_, err_),
+      1);
+  EXPECT_THAT(err_.str(), HasSubstr("--guarantee H100: expected MODEL=GPUS"));
+  EXPECT_EQ(fake_.state->requests.size(), 1U);
 }
 
 TEST_F(CommandsTest, CreateTokenPrintsItOnce) {
@@ -285,6 +310,24 @@ TEST_F(CommandsTest, CancelForbiddenIsShownVerbatim) {
       R"({"error": {"code": "PERMISSION_DENIED", "message": "job bert belongs to team nlp"}})");
   EXPECT_EQ(RunCancel(fake_.client, "bert", out_, err_), 1);
   EXPECT_EQ(err_.str(), "Error from server (PermissionDenied): job bert belongs to team nlp\n");
+}
+
+TEST_F(CommandsTest, ResumePostsWithoutBody) {
+  fake_.Answer("POST /v1/jobs/nb/resume", 200, R"({"name": "nb", "state": "Pending"})");
+  EXPECT_EQ(RunResume(fake_.client, "nb", out_, err_), 0);
+  EXPECT_EQ(out_.str(), "job/nb resumed\n");
+  EXPECT_EQ(OnlyRequest().method, "POST");
+  EXPECT_EQ(OnlyRequest().body, "");
+}
+
+TEST_F(CommandsTest, ResumeOfAJobNotSuspendedShowsTheServersError) {
+  fake_.Answer(
+      "POST /v1/jobs/nb/resume", 400,
+      R"({"error": {"code": "FAILED_PRECONDITION", "message": "job \"nb\" is Running, not Suspended"}})");
+  EXPECT_EQ(RunResume(fake_.client, "nb", out_, err_), 1);
+  EXPECT_EQ(err_.str(),
+            "Error from server (FailedPrecondition): job \"nb\" is Running, not Suspended\n");
+  EXPECT_EQ(RunResume(fake_.client, "", out_, err_), 1);
 }
 
 TEST_F(CommandsTest, NodeActions) {

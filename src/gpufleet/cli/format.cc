@@ -262,12 +262,27 @@ std::vector<std::string> NodeRow(const json& node, OutputFormat format) {
 }
 
 std::vector<std::string> QueueHeader() {
-  return {"NAME", "TEAM", "PENDING", "RUNNING", "GPUS"};
+  return {"NAME",    "TEAM",    "GUARANTEE", "LIMIT",    "WEIGHT",
+          "PENDING", "RUNNING", "GPUS",      "BORROWED", "FAIR-SHARE"};
+}
+
+// A ratio with two decimals; kNone when the server did not report it.
+std::string Ratio(const json& object, std::string_view key) {
+  const json& value = Member(object, key);
+  return value.is_number() ? fmt::format("{:.2f}", value.get<double>()) : std::string(kNone);
 }
 
 std::vector<std::string> QueueRow(const json& queue) {
-  return {TextOr(queue, "name", kNone), TextOr(queue, "team", kNone), TextOr(queue, "pending", "0"),
-          TextOr(queue, "running", "0"), TextOr(queue, "gpus_allocated", "0")};
+  return {TextOr(queue, "name", kNone),
+          TextOr(queue, "team", kNone),
+          JoinPairs(Member(queue, "guarantee"), ","),
+          JoinPairs(Member(queue, "limit"), ","),
+          TextOr(queue, "weight", "1"),
+          TextOr(queue, "pending", "0"),
+          TextOr(queue, "running", "0"),
+          TextOr(queue, "gpus_allocated", "0"),
+          TextOr(queue, "borrowed", "0"),
+          Ratio(queue, "fair_share")};
 }
 
 std::vector<std::string> Header(ResourceKind kind, OutputFormat format) {
@@ -525,6 +540,11 @@ std::string DescribeJob(const json& job, const json& events) {
   text += Field("GPUs", JobGpus(job));
   text += Field("Version", TextOr(job, "version", kNone));
   text += Field("Reason", TextOr(job, "reason", kNone));
+  // Idle reclaim's warning to the owner; only a running job can be warned.
+  if (const std::string warning = Text(job, "warning");
+      !warning.empty() && Text(job, "state") == "Running") {
+    text += Field("Warning", warning);
+  }
   const json& placements = Member(job, "placements");
   if (!placements.is_array() || placements.empty()) {
     text += Field("Placements", kNone);

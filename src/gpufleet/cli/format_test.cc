@@ -12,6 +12,7 @@ namespace {
 using ::gpufleet::testing::StatusIs;
 using nlohmann::json;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // 2026-11-29T21:00:00Z, the time the AGE column counts to.
 constexpr int64_t kNow = 1795986000;
@@ -101,12 +102,16 @@ TEST(RenderList, NodesTableAndWide) {
 TEST(RenderList, QueuesTable) {
   const json queues = Parse(R"({"items": [
       {"name": "default", "team": "", "pending": 3, "running": 5, "gpus_allocated": 40},
-      {"name": "research/nlp", "team": "nlp", "pending": 0, "running": 12,
-       "gpus_allocated": 1024}]})");
+      {"name": "research/nlp", "team": "nlp", "guarantee": {"H100-80GB": 512, "*": 8},
+       "limit": {"*": 1024}, "weight": 2, "pending": 0, "running": 12, "gpus_allocated": 1024,
+       "borrowed": 504, "fair_share": 1.4567}]})");
   EXPECT_EQ(RenderList(ResourceKind::kQueue, queues, OutputFormat::kTable, kNow),
-            "NAME           TEAM     PENDING   RUNNING   GPUS\n"
-            "default        <none>   3         5         40\n"
-            "research/nlp   nlp      0         12        1024\n");
+            "NAME           TEAM     GUARANTEE           LIMIT    WEIGHT   PENDING   RUNNING   "
+            "GPUS   BORROWED   FAIR-SHARE\n"
+            "default        <none>   <none>              <none>   1        3         5         "
+            "40     0          <none>\n"
+            "research/nlp   nlp      *=8,H100-80GB=512   *=1024   2        0         12        "
+            "1024   504        1.46\n");
 }
 
 TEST(RenderList, TeamsAndTokensTables) {
@@ -241,6 +246,19 @@ TEST(DescribeJob, PendingJobShowsItsReason) {
             "the best, leaf-3, can hold 6\n"
             "Placements:  <none>\n"
             "Events:      <none>\n");
+}
+
+TEST(DescribeJob, RunningJobShowsItsIdleWarning) {
+  json job = Parse(R"({"name": "nb", "state": "Running", "reason": "",
+                       "warning": "GPUs under 10% for 30m while 2 jobs wait; will be suspended at 14:05 unless used"})");
+  EXPECT_THAT(DescribeJob(job, json()),
+              HasSubstr("Reason:      <none>\n"
+                        "Warning:     GPUs under 10% for 30m while 2 jobs wait; will be suspended "
+                        "at 14:05 unless used\n"
+                        "Placements:  <none>\n"));
+  // A warning left on a job that no longer runs is not shown.
+  job["state"] = "Cancelled";
+  EXPECT_THAT(DescribeJob(job, json()), Not(HasSubstr("Warning:")));
 }
 
 TEST(DescribeNode, FieldsAndGpuHealth) {

@@ -76,4 +76,11 @@ std::string EvidenceSummary(const DeviceEvidence& evidence) {
   return text;
 }
 
+std::string ConcentrationSummary(const FailureConcentration& c) {
+  return fmt::format(
+      "these {} GPUs ({:.2f}% of the fleet) were involved in {:.1f}% of failed jobs; "
+      "quarantining them would have avoided {:.0f} failures",
+      c.gpus, 100 * c.fleet_share, 100 * c.failed_share, c.avoidable);
+}
+
 }  // namespace gpufleet::reliability

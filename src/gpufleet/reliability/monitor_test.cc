@@ -152,5 +152,12 @@ TEST(EvidenceSummary, ReadsAsOneLine) {
             "q=3.4e-05, XIDs 48x1 79x2, nvlink-down x1");
 }
 
+TEST(ConcentrationSummary, SaysWhoWasInvolvedAndWhatItCost) {
+  const FailureConcentration c{3, 4, 0.25, 10, 7, 0.7, 0.35, 6.65};
+  EXPECT_EQ(ConcentrationSummary(c),
+            "these 4 GPUs (25.00% of the fleet) were involved in 70.0% of failed jobs; "
+            "quarantining them would have avoided 7 failures");
+}
+
 }  // namespace
 }  // namespace gpufleet::reliability

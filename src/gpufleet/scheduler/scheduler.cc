@@ -335,18 +335,28 @@ struct Scheduler::Impl {
     return viable;
   }
 
-  // Why no node of `nodes` takes a task of `group`, counted per reason.
+  // Why no node (of the scope, when given) takes a task of `group`, counted per reason.
   std::vector<std::string> Diagnose(const CycleState& state, const TaskContext& task,
-                                    const ClusterSnapshot& snapshot, int* fitting) const {
+                                    const ClusterSnapshot& snapshot, const PlacementScope* scope,
+                                    int* fitting) const {
     std::map<std::string_view, int> reasons;
     *fitting = 0;
-    for (const NodeInfo& node : snapshot.nodes()) {
+    auto judge = [&](const NodeInfo& node, GpuMask restriction) {
       GpuMask mask = 0;
-      const PluginResult result = Evaluate(state, task, node, kAllGpus, &mask);
+      const PluginResult result = Evaluate(state, task, node, restriction, &mask);
       if (result.ok()) {
         ++*fitting;
       } else {
         ++reasons[result.reason];
+      }
+    };
+    if (scope == nullptr) {
+      for (const NodeInfo& node : snapshot.nodes()) {
+        judge(node, kAllGpus);
+      }
+    } else {
+      for (int n : scope->nodes) {
+        judge(snapshot.nodes()[n], scope->gpus);
       }
     }
     std::vector<std::pair<std::string_view, int>> sorted(reasons.begin(), reasons.end());
@@ -401,7 +411,7 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
 }
 
 ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Random& random,
-                                   Binder* binder) {
+                                   Binder* binder, const PlacementScope* scope) {
   ScheduleResult result;
   if (Status valid = job.Validate(snapshot.catalog()); !valid.ok()) {
     result.outcome = ScheduleOutcome::kError;
@@ -449,10 +459,24 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
   const std::string& preferred = job.topology.preferred_level;
   std::vector<Domain> domains(1);
   domains[0].name = "cluster";
-  domains[0].nodes.resize(snapshot.nodes().size());
-  std::iota(domains[0].nodes.begin(), domains[0].nodes.end(), 0);
+  if (scope == nullptr) {
+    domains[0].nodes.resize(snapshot.nodes().size());
+    std::iota(domains[0].nodes.begin(), domains[0].nodes.end(), 0);
+  } else {
+    for (int n : scope->nodes) {
+      if (n < 0 || n >= static_cast<int>(snapshot.nodes().size())) {
+        result.outcome = ScheduleOutcome::kError;
+        result.error = InvalidArgumentError(fmt::format(
+            "scope.nodes: index {} out of range ({} nodes)", n, snapshot.nodes().size()));
+        result.reason = result.error.message();
+        return result;
+      }
+    }
+    domains[0].nodes = scope->nodes;
+    domains[0].restriction = scope->gpus;
+  }
   if (!required.empty() || !job.identical_stack_labels.empty()) {
-    domains = SplitIntoDomains(job, snapshot, domains[0].nodes, required, kAllGpus);
+    domains = SplitIntoDomains(job, snapshot, domains[0].nodes, required, domains[0].restriction);
   }
 
   std::vector<Domain*> order;
@@ -526,21 +550,41 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
     failed_group = best_short != nullptr ? best_short->short_group : failed_group;
   }
   int fitting = 0;
-  result.details = impl.Diagnose(state, contexts[failed_group], snapshot, &fitting);
+  result.details = impl.Diagnose(state, contexts[failed_group], snapshot, scope, &fitting);
+  const size_t considered = scope == nullptr ? snapshot.nodes().size() : scope->nodes.size();
   if (!result.reason.empty() && fitting == 0 && !result.details.empty()) {
     // No node takes even one task: the domain figures alone would not say why.
-    result.reason += fmt::format(" (0/{} nodes can take a task: {})", snapshot.nodes().size(),
+    result.reason += fmt::format(" (0/{} nodes can take a task: {})", considered,
                                  fmt::join(result.details, ", "));
   }
   if (result.reason.empty()) {
     result.reason =
         fitting == 0
             ? fmt::format("{}: 0/{} nodes can take a task: {}", GroupLabel(job, failed_group),
-                          snapshot.nodes().size(), fmt::join(result.details, ", "))
+                          considered, fmt::join(result.details, ", "))
             : fmt::format("{}: only part of the gang fits ({} nodes can take a task)",
                           GroupLabel(job, failed_group), fitting);
   }
   return result;
+}
+
+bool CannotFitWhereSmallerFailed(const Job& job, const Job& smaller) {
+  if (job.groups.size() != 1 || smaller.groups.size() != 1 || !job.spread.fault_domain.empty() ||
+      !smaller.spread.fault_domain.empty() ||
+      job.allowed_gpu_models != smaller.allowed_gpu_models ||
+      job.min_gpu_memory_mib != smaller.min_gpu_memory_mib ||
+      job.node_selector != smaller.node_selector ||
+      job.topology.required_level != smaller.topology.required_level ||
+      job.identical_stack_labels != smaller.identical_stack_labels) {
+    return false;
+  }
+  const TaskGroup& a = job.groups[0];
+  const TaskGroup& b = smaller.groups[0];
+  const auto* a_gpus = std::get_if<WholeGpus>(&a.request.gpus);
+  const auto* b_gpus = std::get_if<WholeGpus>(&b.request.gpus);
+  return a_gpus != nullptr && b_gpus != nullptr && a_gpus->count >= b_gpus->count &&
+         a.replicas >= b.replicas && a.request.host.cpu_milli >= b.request.host.cpu_milli &&
+         a.request.host.memory_mib >= b.request.host.memory_mib;
 }
 
 }  // namespace gpufleet::scheduler

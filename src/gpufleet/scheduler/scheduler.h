@@ -49,6 +49,14 @@ struct ScheduleResult {
   bool scheduled() const { return outcome == ScheduleOutcome::kScheduled; }
 };
 
+// Confines one Schedule call to some nodes and, on them, to some GPUs, so that a what-if search
+// (which victims would let this job fit in leaf-3?) asks about one domain without the scheduler
+// moving the job to another. The job's topology levels still apply inside the scope.
+struct PlacementScope {
+  std::vector<int> nodes;      // indices into ClusterSnapshot::nodes()
+  GpuMask gpus = ~GpuMask{0};  // GPUs usable on each of those nodes
+};
+
 // The scheduler: a pure function of a snapshot, a job and a random source. It places gangs all
 // or nothing: it picks the smallest domain at the job's required topology level that can hold the
 // whole gang, prefers one domain of the preferred level inside it, then places task by task with
@@ -62,9 +70,11 @@ class Scheduler {
   ~Scheduler();
 
   // Places `job` in `snapshot`. On kScheduled the snapshot holds the placements (applied) and
-  // `binder`, when given, has accepted them; otherwise the snapshot is as it was.
+  // `binder`, when given, has accepted them; otherwise the snapshot is as it was. With `scope`,
+  // only its nodes and GPUs are used, and the reasons count only its nodes (kError for a node
+  // index out of range).
   ScheduleResult Schedule(const Job& job, ClusterSnapshot& snapshot, Random& random,
-                          Binder* binder = nullptr);
+                          Binder* binder = nullptr, const PlacementScope* scope = nullptr);
 
   const SchedulerOptions& options() const { return options_; }
 
@@ -75,5 +85,11 @@ class Scheduler {
   SchedulerOptions options_;
   std::unique_ptr<Impl> impl_;
 };
+
+// True when `job` cannot fit wherever `smaller` did not: both are one group of whole GPUs under
+// the same constraints (models, memory, selectors, required topology level, identical stacks; no
+// spread), and `job` asks for no fewer tasks, GPUs per task, CPU or memory. A queue that saw
+// `smaller` fail may skip `job` in the same cycle without asking the scheduler.
+bool CannotFitWhereSmallerFailed(const Job& job, const Job& smaller);
 
 }  // namespace gpufleet::scheduler

@@ -409,5 +409,59 @@ TEST_F(SchedulerTest, LargeGangUnderRequiredBlockStaysInOneBlock) {
   EXPECT_EQ(result.placements.size(), 16U);
 }
 
+TEST_F(SchedulerTest, ScopeConfinesTheJobToItsNodesAndGpus) {
+  Use(TwoLeaves());
+  Job job = MakeJob("gang", 2, WholeGpus{8});
+  job.topology.required_level = "leaf";
+  Random random(1);
+  // Unscoped, best fit picks leaf-b; scoped to leaf-a's nodes the gang must go there.
+  const PlacementScope leaf_a{{0, 1, 2}};
+  const ScheduleResult result = scheduler_->Schedule(job, *snapshot_, random, nullptr, &leaf_a);
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  EXPECT_EQ(LeavesOf(result), (std::set<std::string>{"leaf-a"}));
+  for (const TaskPlacement& placement : result.placements) {
+    snapshot_->Revert(placement);
+  }
+
+  // One node of the scope and four of its GPUs: a 4-GPU task fits on GPUs 4-7, an 8-GPU one not.
+  const PlacementScope half_node{{3}, 0xF0};
+  const ScheduleResult eight = scheduler_->Schedule(MakeJob("eight", 1, WholeGpus{8}), *snapshot_,
+                                                    random, nullptr, &half_node);
+  EXPECT_FALSE(eight.scheduled());
+  EXPECT_THAT(eight.reason, HasSubstr("0/1 nodes can take a task"));
+  const ScheduleResult four = scheduler_->Schedule(MakeJob("four", 1, WholeGpus{4}), *snapshot_,
+                                                   random, nullptr, &half_node);
+  ASSERT_TRUE(four.scheduled()) << four.reason;
+  EXPECT_EQ(four.placements[0].node, 3);
+  for (const GpuAssignment& gpu : four.placements[0].gpus) {
+    EXPECT_GE(gpu.gpu, 4);
+  }
+
+  const PlacementScope bad{{9}};
+  const ScheduleResult error =
+      scheduler_->Schedule(MakeJob("j", 1, WholeGpus{1}), *snapshot_, random, nullptr, &bad);
+  EXPECT_EQ(error.outcome, ScheduleOutcome::kError);
+  EXPECT_THAT(error.reason, HasSubstr("scope.nodes: index 9 out of range"));
+}
+
+TEST(CannotFitWhereSmallerFailed, ComparesOneGroupJobsOfWholeGpusUnderEqualConstraints) {
+  const Job small = MakeJob("small", 2, WholeGpus{4});
+  EXPECT_TRUE(CannotFitWhereSmallerFailed(MakeJob("same", 2, WholeGpus{4}), small));
+  EXPECT_TRUE(CannotFitWhereSmallerFailed(MakeJob("wider", 2, WholeGpus{8}), small));
+  EXPECT_TRUE(CannotFitWhereSmallerFailed(MakeJob("more", 3, WholeGpus{4}), small));
+  EXPECT_FALSE(CannotFitWhereSmallerFailed(MakeJob("fewer", 1, WholeGpus{8}), small));
+  EXPECT_FALSE(CannotFitWhereSmallerFailed(MakeJob("narrower", 4, WholeGpus{2}), small));
+  EXPECT_FALSE(
+      CannotFitWhereSmallerFailed(MakeJob("less cpu", 2, WholeGpus{4}, {500, 1024}), small));
+  Job other_model = MakeJob("a100", 2, WholeGpus{8});
+  other_model.allowed_gpu_models = {"A100-80GB"};
+  EXPECT_FALSE(CannotFitWhereSmallerFailed(other_model, small));
+  Job in_leaf = MakeJob("leaf", 2, WholeGpus{8});
+  in_leaf.topology.required_level = "leaf";
+  EXPECT_FALSE(CannotFitWhereSmallerFailed(in_leaf, small));
+  EXPECT_FALSE(CannotFitWhereSmallerFailed(MakeJob("share", 2, FractionalGpu{500}),
+                                           MakeJob("small share", 2, FractionalGpu{250})));
+}
+
 }  // namespace
 }  // namespace gpufleet::scheduler

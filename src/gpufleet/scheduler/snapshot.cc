@@ -140,6 +140,23 @@ Result<ClusterSnapshot> ClusterSnapshot::Build(Cluster cluster, const GpuCatalog
   return snapshot;
 }
 
+ClusterSnapshot ClusterSnapshot::Clone() const {
+  ClusterSnapshot copy;
+  copy.cluster_ = cluster_;
+  copy.catalog_ = catalog_;
+  copy.nodes_ = nodes_;
+  copy.domain_names_ = domain_names_;
+  copy.models_ = models_;
+  copy.total_gpu_milli_ = total_gpu_milli_;
+  copy.allocated_gpu_milli_ = allocated_gpu_milli_;
+  copy.total_gpus_ = total_gpus_;
+  // Each NodeInfo points at its Node: point the copies at the copied cluster.
+  for (size_t n = 0; n < copy.nodes_.size(); ++n) {
+    copy.nodes_[n].node = &copy.cluster_.nodes[n];
+  }
+  return copy;
+}
+
 int ClusterSnapshot::ModelId(std::string_view name) const {
   const std::string canonical = catalog_->Canonical(name);
   for (size_t i = 0; i < models_.size(); ++i) {

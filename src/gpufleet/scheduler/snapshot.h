@@ -93,6 +93,11 @@ class ClusterSnapshot {
   ClusterSnapshot(ClusterSnapshot&&) = default;
   ClusterSnapshot& operator=(ClusterSnapshot&&) = default;
 
+  // A deep copy for what-if searches (which victims would let a job fit?) that change a scratch
+  // snapshot. Explicit rather than a copy constructor, so the state is never copied by accident.
+  // REQUIRES: the catalog outlives the copy too.
+  ClusterSnapshot Clone() const;
+
   const std::vector<NodeInfo>& nodes() const { return nodes_; }
   const Cluster& cluster() const { return cluster_; }
   const Topology& topology() const { return cluster_.topology; }

@@ -116,5 +116,23 @@ TEST_F(SnapshotTest, TracksTaskKindsPerNode) {
   EXPECT_EQ(snapshot.nodes()[0].gpu_task_kinds.size(), 1U);
 }
 
+TEST_F(SnapshotTest, CloneIsIndependentAndPointsAtItsOwnNodes) {
+  ClusterSnapshot snapshot = Build(TwoNodes());
+  ASSERT_OK(snapshot.Apply({0, 0, 0, {1000, 0}, {{0, 1000, 0}}}));
+  ClusterSnapshot copy = snapshot.Clone();
+  EXPECT_EQ(copy.AllocatedGpuMilli(), 1000);
+  EXPECT_EQ(copy.nodes()[0].gpus[0].free_milli, 0);
+  EXPECT_EQ(copy.nodes()[1].node, &copy.cluster().nodes[1]);
+  EXPECT_EQ(copy.nodes()[1].node->id.value(), "b");
+  EXPECT_EQ(copy.DomainName(0, copy.nodes()[1].domains[0]), "leaf-2");
+
+  ASSERT_OK(copy.Apply({0, 1, 1, {}, {{1, 1000, 0}}}));
+  copy.Release({0, 0, 0, {1000, 0}, {{0, 1000, 0}}});
+  EXPECT_EQ(snapshot.nodes()[0].gpus[0].free_milli, 0);
+  EXPECT_EQ(snapshot.nodes()[1].gpus[1].free_milli, 1000);
+  EXPECT_EQ(snapshot.AllocatedGpuMilli(), 1000);
+  EXPECT_EQ(copy.nodes()[0].gpus[0].free_milli, 1000);
+}
+
 }  // namespace
 }  // namespace gpufleet::scheduler

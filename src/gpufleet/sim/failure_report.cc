@@ -11,6 +11,7 @@
 #include <fmt/ostream.h>
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/sim/html_page.h"
 #include "gpufleet/sim/svg_chart.h"
 
 namespace gpufleet::sim {
@@ -198,22 +199,6 @@ Json RunJson(const FailureSimResult& r) {
   return run;
 }
 
-constexpr char kStyle[] = R"css(
-body { font-family: Helvetica, Arial, sans-serif; color: #222; max-width: 1100px;
-       margin: 2rem auto; padding: 0 1rem; line-height: 1.4; }
-h1 { font-size: 1.5rem; margin-bottom: 0.3rem; }
-h2 { font-size: 1.15rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
-p.note { color: #555; font-size: 0.9rem; margin-top: 0; }
-p.claim { font-size: 1.05rem; }
-table { border-collapse: collapse; font-size: 0.85rem; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; }
-th { background: #f3f3f3; text-align: center; font-weight: 600; }
-td { text-align: left; white-space: nowrap; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-figure { margin: 1.5rem 0; }
-figure svg { max-width: 100%; height: auto; }
-)css";
-
 std::string Cell(const std::string& text) {
   return "<td>" + XmlEscape(text) + "</td>";
 }
@@ -222,7 +207,7 @@ std::string NumCell(const std::string& text) {
 }
 
 void AppendFigure(const ChartSpec& spec, std::string& body) {
-  body += "<figure>\n" + RenderLineChart(spec) + "</figure>\n";
+  body += FigureHtml(spec);
 }
 
 // Whether `device` covers an injected bad GPU, for the suspects table.
@@ -536,20 +521,7 @@ Status WriteFailureReport(const std::vector<FailureSimResult>& results, const st
     body += "</table>\n";
   }
 
-  std::string page;
-  fmt::format_to(std::back_inserter(page),
-                 "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-                 "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-                 "<title>{0}</title>\n<style>{1}</style>\n</head>\n<body>\n<h1>{0}</h1>\n",
-                 XmlEscape(title), kStyle);
-  page += body;
-  page += "</body>\n</html>\n";
-  out << page;
-  out.flush();
-  if (!out) {
-    return UnavailableError("writing the report failed");
-  }
-  return Status::Ok();
+  return WriteHtmlPage(title, body, out);
 }
 
 }  // namespace gpufleet::sim

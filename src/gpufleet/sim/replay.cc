@@ -7,11 +7,15 @@
 #include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
+#include <set>
+#include <unordered_map>
 
 #include <fmt/format.h>
 
 #include "gpufleet/core/random.h"
 #include "gpufleet/fabric/collective.h"
+#include "gpufleet/policy/backfill.h"
 #include "gpufleet/scheduler/fragmentation.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/sim/event_queue.h"
@@ -23,7 +27,18 @@ namespace {
 using scheduler::ClusterSnapshot;
 using scheduler::TaskPlacement;
 
-enum class QueuePolicy { kFifo, kSjf, kTiresias, kGpufleet };
+// In QueuePolicyNames() order.
+enum class QueuePolicy {
+  kFifo,
+  kSjf,
+  kTiresias,
+  kGpufleet,
+  kStrictFifo,
+  kEasyBackfill,
+  kFairShare
+};
+
+constexpr char kDefaultQueue[] = "default";
 
 // Jobs waiting longer than this go first under the gpufleet queue policy, so a large job is
 // never starved by a stream of small ones.
@@ -43,8 +58,38 @@ struct JobState {
   int nodes = 0;         // of the current (or last) placement
   bool running = false;
   bool done = false;
+  bool timed_out = false;
+  bool charged = false;         // holds quota in the queue tree
+  int64_t reserved_start = -1;  // first reservation's shadow time
   std::vector<TaskPlacement> placements;
 };
+
+const std::string& QueueName(const TraceJob& job) {
+  static const std::string kDefault = kDefaultQueue;
+  return job.job.queue.empty() ? kDefault : job.job.queue.value();
+}
+
+// True when `job` cannot fit where one of `failed` did not: both one group of whole GPUs under
+// the same constraints, and `job` asks for no less of anything.
+bool Dominated(const TraceJob& job, const std::vector<const TraceJob*>& failed) {
+  for (const TraceJob* small : failed) {
+    const Job& a = small->job;
+    const Job& b = job.job;
+    if (a.groups.size() == 1 && b.groups.size() == 1 && a.allowed_gpu_models.empty() &&
+        b.allowed_gpu_models.empty() && a.node_selector.empty() && b.node_selector.empty() &&
+        a.topology.required_level == b.topology.required_level &&
+        b.groups[0].replicas >= a.groups[0].replicas &&
+        b.groups[0].request.host.cpu_milli >= a.groups[0].request.host.cpu_milli &&
+        b.groups[0].request.host.memory_mib >= a.groups[0].request.host.memory_mib &&
+        std::holds_alternative<WholeGpus>(a.groups[0].request.gpus) &&
+        std::holds_alternative<WholeGpus>(b.groups[0].request.gpus) &&
+        std::get<WholeGpus>(b.groups[0].request.gpus).count >=
+            std::get<WholeGpus>(a.groups[0].request.gpus).count) {
+      return true;
+    }
+  }
+  return false;
+}
 
 Distribution Summarize(std::vector<double> values) {
   Distribution out;
@@ -63,30 +108,64 @@ Distribution Summarize(std::vector<double> values) {
   return out;
 }
 
+// The entry of `queue` in `queues`, kept sorted by name; added when missing.
+ReplayQueueOutcome& QueueOutcome(const std::string& queue,
+                                 std::vector<ReplayQueueOutcome>& queues) {
+  auto at = std::lower_bound(
+      queues.begin(), queues.end(), queue,
+      [](const ReplayQueueOutcome& entry, const std::string& name) { return entry.queue < name; });
+  if (at == queues.end() || at->queue != queue) {
+    at = queues.insert(at, ReplayQueueOutcome{queue});
+  }
+  return *at;
+}
+
 // The replay itself; one object per run. Not thread-safe.
 class Replay {
  public:
   Replay(const Trace& trace, const ReplayOptions& options, QueuePolicy policy,
          ClusterSnapshot snapshot, std::unique_ptr<scheduler::Scheduler> placer,
-         scheduler::TargetWorkload workload)
+         scheduler::TargetWorkload workload, std::optional<policy::QueueTree> queues)
       : trace_(trace),
         options_(options),
         policy_(policy),
         snapshot_(std::move(snapshot)),
         placer_(std::move(placer)),
+        planner_(*placer_, policy::BackfillOptions{options.overrun_grace_seconds}),
+        queues_(std::move(queues)),
         workload_(std::move(workload)),
         fragmentation_(workload_, snapshot_),
         random_(options.seed) {}
 
-  ReplayResult Run();
+  // kInternal when a policy's bookkeeping failed (a bug).
+  Result<ReplayResult> Run();
 
  private:
   void Arrive(size_t job);
   void Complete(size_t job, uint64_t epoch);
+  void TimeOut(size_t job, uint64_t epoch);
   void Sample();
   void ScheduleRound();
+  void RunRound();
+  // fifo, sjf, tiresias, gpufleet and strict-fifo: one pass in PriorityKey order.
+  void PriorityRound();
+  void BackfillRound();
+  void FairShareRound();
   bool TryStart(size_t job);
+  // Where the scheduler places the job now, applied to the snapshot; nullopt when it does not fit.
+  std::optional<std::vector<TaskPlacement>> Place(size_t job);
+  // Takes back placements from Place that were not started.
+  void Unplace(const std::vector<TaskPlacement>& placements);
+  // Starts the job on placements from Place.
+  void Start(size_t job, std::vector<TaskPlacement> placements);
   void Stop(size_t job, bool preempted);
+  // Wall seconds a run may last before it is killed; -1 for no limit.
+  int64_t TimeLimit(const JobState& state) const;
+  std::vector<policy::BackfillJob> RunningJobs() const;
+  policy::BackfillJob AsRunning(size_t job, std::vector<TaskPlacement> placements) const;
+  policy::GpuMilliByModel AllocationByModel(const std::vector<TaskPlacement>& placements) const;
+  // Keeps the first bookkeeping error; Run returns it.
+  void Fail(const Status& status);
   // Smaller is served first.
   std::pair<double, int64_t> PriorityKey(size_t job) const;
   void WatchLevel(size_t job);
@@ -110,6 +189,8 @@ class Replay {
   QueuePolicy policy_;
   ClusterSnapshot snapshot_;
   std::unique_ptr<scheduler::Scheduler> placer_;
+  policy::BackfillPlanner planner_;
+  std::optional<policy::QueueTree> queues_;  // fair-share only
   scheduler::TargetWorkload workload_;
   scheduler::FragmentationModel fragmentation_;
   Random random_;
@@ -122,6 +203,7 @@ class Replay {
   double total_fragmentation_ = 0;
   int running_ = 0;
   int unplaceable_ = 0;
+  int timed_out_ = 0;
   int max_gpus_per_node_ = 0;
   size_t finished_ = 0;
   size_t arrived_ = 0;
@@ -129,7 +211,9 @@ class Replay {
   std::vector<ReplaySample> series_;
   double allocated_gpu_seconds_ = 0;
   int64_t last_change_ = 0;
-  std::vector<int> fabric_node_;  // per snapshot node; empty without a fabric
+  std::vector<int> fabric_node_;                 // per snapshot node; empty without a fabric
+  std::unordered_map<JobId, size_t> job_index_;  // fair-share: trace job ids are unique
+  Status error_;
 };
 
 std::pair<double, int64_t> Replay::PriorityKey(size_t job) const {
@@ -137,6 +221,9 @@ std::pair<double, int64_t> Replay::PriorityKey(size_t job) const {
   const int64_t submit = state.trace->submit_seconds;
   switch (policy_) {
     case QueuePolicy::kFifo:
+    case QueuePolicy::kStrictFifo:
+    case QueuePolicy::kEasyBackfill:
+    case QueuePolicy::kFairShare:  // ordered by the queue tree instead
       return {0.0, submit};
     case QueuePolicy::kSjf:
       return {static_cast<double>(state.trace->job.runtime_estimate.count()) / 1e9, submit};
@@ -174,14 +261,40 @@ void Replay::Touch(const std::vector<TaskPlacement>& placements) {
   }
 }
 
-bool Replay::TryStart(size_t job) {
-  JobState& state = jobs_[job];
-  const scheduler::ScheduleResult result = placer_->Schedule(state.trace->job, snapshot_, random_);
+std::optional<std::vector<TaskPlacement>> Replay::Place(size_t job) {
+  scheduler::ScheduleResult result = placer_->Schedule(jobs_[job].trace->job, snapshot_, random_);
   if (!result.scheduled()) {
+    return std::nullopt;
+  }
+  return std::move(result.placements);
+}
+
+void Replay::Unplace(const std::vector<TaskPlacement>& placements) {
+  for (auto it = placements.rbegin(); it != placements.rend(); ++it) {
+    snapshot_.Revert(*it);
+  }
+}
+
+bool Replay::TryStart(size_t job) {
+  std::optional<std::vector<TaskPlacement>> placements = Place(job);
+  if (!placements) {
     return false;
   }
+  Start(job, std::move(*placements));
+  return true;
+}
+
+int64_t Replay::TimeLimit(const JobState& state) const {
+  const int64_t estimate =
+      std::chrono::duration_cast<std::chrono::seconds>(state.trace->job.runtime_estimate).count();
+  const bool enforced = options_.enforce_time_limits || policy_ == QueuePolicy::kEasyBackfill;
+  return enforced && estimate > 0 ? estimate + options_.overrun_grace_seconds : -1;
+}
+
+void Replay::Start(size_t job, std::vector<TaskPlacement> placements) {
+  JobState& state = jobs_[job];
   Touch({});
-  state.placements = result.placements;
+  state.placements = std::move(placements);
   Touch(state.placements);
   state.stretch = Stretch(state, state.placements);
   std::vector<int> nodes;
@@ -198,10 +311,14 @@ bool Replay::TryStart(size_t job) {
   ++running_;
   running_jobs_.push_back(job);
   const uint64_t epoch = state.epoch;
-  events_.ScheduleAt(events_.now() + WallSeconds(state),
-                     [this, job, epoch] { Complete(job, epoch); });
+  const int64_t wall = WallSeconds(state);
+  const int64_t limit = TimeLimit(state);
+  if (limit >= 0 && wall > limit) {
+    events_.ScheduleAt(events_.now() + limit, [this, job, epoch] { TimeOut(job, epoch); });
+  } else {
+    events_.ScheduleAt(events_.now() + wall, [this, job, epoch] { Complete(job, epoch); });
+  }
   WatchLevel(job);
-  return true;
 }
 
 // Under Tiresias a running job may drop a level while it runs; look again at that moment.
@@ -253,6 +370,11 @@ void Replay::Stop(size_t job, bool preempted) {
   ++state.epoch;
   --running_;
   running_jobs_.erase(std::find(running_jobs_.begin(), running_jobs_.end(), job));
+  if (state.charged) {
+    Fail(queues_->Advance(events_.now()));
+    Fail(queues_->Release(state.trace->job.id));
+    state.charged = false;
+  }
   if (preempted) {
     ++state.preemptions;
     preempted_.push_back(job);
@@ -299,8 +421,25 @@ void Replay::Complete(size_t job, uint64_t epoch) {
   ScheduleRound();
 }
 
-// Offers the waiting jobs to the scheduler in policy order. Preemptive policies first make room
-// for a better-ranked waiting job by stopping the worst-ranked running ones.
+void Replay::TimeOut(size_t job, uint64_t epoch) {
+  JobState& state = jobs_[job];
+  if (!state.running || state.epoch != epoch) {
+    return;
+  }
+  Stop(job, false);
+  state.done = true;
+  state.timed_out = true;
+  state.end = events_.now();
+  ++timed_out_;
+  ScheduleRound();
+}
+
+void Replay::Fail(const Status& status) {
+  if (error_.ok() && !status.ok()) {
+    error_ = status;
+  }
+}
+
 void Replay::ScheduleRound() {
   if (round_pending_) {
     return;
@@ -309,75 +448,206 @@ void Replay::ScheduleRound() {
   round_pending_ = true;
   events_.ScheduleAfter(0, [this] {
     round_pending_ = false;
-    std::stable_sort(waiting_.begin(), waiting_.end(),
-                     [this](size_t a, size_t b) { return PriorityKey(a) < PriorityKey(b); });
-    const bool preemptive = policy_ == QueuePolicy::kTiresias || policy_ == QueuePolicy::kGpufleet;
-    std::vector<size_t> still_waiting;
-    // A job no smaller than one that just failed fails too (same constraints): skip it.
-    std::vector<const TraceJob*> failed;
-    auto dominated = [&](const TraceJob& job) {
-      for (const TraceJob* small : failed) {
-        const Job& a = small->job;
-        const Job& b = job.job;
-        if (a.groups.size() == 1 && b.groups.size() == 1 && a.allowed_gpu_models.empty() &&
-            b.allowed_gpu_models.empty() && a.node_selector.empty() && b.node_selector.empty() &&
-            a.topology.required_level == b.topology.required_level &&
-            b.groups[0].replicas >= a.groups[0].replicas &&
-            b.groups[0].request.host.cpu_milli >= a.groups[0].request.host.cpu_milli &&
-            b.groups[0].request.host.memory_mib >= a.groups[0].request.host.memory_mib &&
-            std::holds_alternative<WholeGpus>(a.groups[0].request.gpus) &&
-            std::holds_alternative<WholeGpus>(b.groups[0].request.gpus) &&
-            std::get<WholeGpus>(b.groups[0].request.gpus).count >=
-                std::get<WholeGpus>(a.groups[0].request.gpus).count) {
-          return true;
-        }
-      }
-      return false;
-    };
-    for (size_t job : waiting_) {
-      const JobState& state = jobs_[job];
-      const int64_t free = snapshot_.TotalGpuMilli() - snapshot_.AllocatedGpuMilli();
-      bool started = false;
-      if (state.gpu_milli <= free && !dominated(*state.trace)) {
-        started = TryStart(job);
-      }
-      if (!started && preemptive) {
-        // Stop running jobs ranked after this one, worst first, until it fits.
-        std::vector<size_t> victims;
-        for (size_t other : running_jobs_) {
-          if (PriorityKey(job) < PriorityKey(other)) {
-            victims.push_back(other);
-          }
-        }
-        std::stable_sort(victims.begin(), victims.end(),
-                         [this](size_t a, size_t b) { return PriorityKey(a) > PriorityKey(b); });
-        int64_t freeable = free;
-        for (size_t victim : victims) {
-          freeable += jobs_[victim].gpu_milli;
-        }
-        if (freeable >= state.gpu_milli) {
-          for (size_t victim : victims) {
-            Stop(victim, true);
-            if (TryStart(job)) {
-              started = true;
-              break;
-            }
-          }
-        }
-      }
-      if (!started) {
-        still_waiting.push_back(job);
-        failed.push_back(state.trace);
-      }
-    }
-    for (size_t job : preempted_) {
-      if (!jobs_[job].running) {
-        still_waiting.push_back(job);
-      }
-    }
-    preempted_.clear();
-    waiting_ = std::move(still_waiting);
+    RunRound();
   });
+}
+
+void Replay::RunRound() {
+  switch (policy_) {
+    case QueuePolicy::kEasyBackfill:
+      BackfillRound();
+      return;
+    case QueuePolicy::kFairShare:
+      FairShareRound();
+      return;
+    default:
+      PriorityRound();
+      return;
+  }
+}
+
+// Offers the waiting jobs to the scheduler in policy order. Preemptive policies first make room
+// for a better-ranked waiting job by stopping the worst-ranked running ones.
+void Replay::PriorityRound() {
+  std::stable_sort(waiting_.begin(), waiting_.end(),
+                   [this](size_t a, size_t b) { return PriorityKey(a) < PriorityKey(b); });
+  const bool preemptive = policy_ == QueuePolicy::kTiresias || policy_ == QueuePolicy::kGpufleet;
+  std::vector<size_t> still_waiting;
+  // A job no smaller than one that just failed fails too (same constraints): skip it.
+  std::vector<const TraceJob*> failed;
+  bool blocked = false;  // strict-fifo: nothing passes a job that does not fit
+  for (size_t job : waiting_) {
+    const JobState& state = jobs_[job];
+    const int64_t free = snapshot_.TotalGpuMilli() - snapshot_.AllocatedGpuMilli();
+    bool started = false;
+    if (!blocked && state.gpu_milli <= free && !Dominated(*state.trace, failed)) {
+      started = TryStart(job);
+    }
+    if (!started && preemptive) {
+      // Stop running jobs ranked after this one, worst first, until it fits.
+      std::vector<size_t> victims;
+      for (size_t other : running_jobs_) {
+        if (PriorityKey(job) < PriorityKey(other)) {
+          victims.push_back(other);
+        }
+      }
+      std::stable_sort(victims.begin(), victims.end(),
+                       [this](size_t a, size_t b) { return PriorityKey(a) > PriorityKey(b); });
+      int64_t freeable = free;
+      for (size_t victim : victims) {
+        freeable += jobs_[victim].gpu_milli;
+      }
+      if (freeable >= state.gpu_milli) {
+        for (size_t victim : victims) {
+          Stop(victim, true);
+          if (TryStart(job)) {
+            started = true;
+            break;
+          }
+        }
+      }
+    }
+    if (!started) {
+      still_waiting.push_back(job);
+      failed.push_back(state.trace);
+      blocked = policy_ == QueuePolicy::kStrictFifo;
+    }
+  }
+  for (size_t job : preempted_) {
+    if (!jobs_[job].running) {
+      still_waiting.push_back(job);
+    }
+  }
+  preempted_.clear();
+  waiting_ = std::move(still_waiting);
+}
+
+policy::BackfillJob Replay::AsRunning(size_t job, std::vector<TaskPlacement> placements) const {
+  const JobState& state = jobs_[job];
+  const int64_t estimate =
+      std::chrono::duration_cast<std::chrono::seconds>(state.trace->job.runtime_estimate).count();
+  return {state.trace->job.id, std::move(placements),
+          state.running ? state.started_at : events_.now(), std::max<int64_t>(0, estimate)};
+}
+
+std::vector<policy::BackfillJob> Replay::RunningJobs() const {
+  std::vector<policy::BackfillJob> running;
+  running.reserve(running_jobs_.size());
+  for (size_t job : running_jobs_) {
+    running.push_back(AsRunning(job, jobs_[job].placements));
+  }
+  return running;
+}
+
+// Arrival order. The first job that does not fit becomes the head: it gets a reservation, and a
+// later job that fits now starts only if the head still fits at its reserved time.
+void Replay::BackfillRound() {
+  std::stable_sort(waiting_.begin(), waiting_.end(),
+                   [this](size_t a, size_t b) { return PriorityKey(a) < PriorityKey(b); });
+  std::vector<size_t> still_waiting;
+  std::vector<const TraceJob*> failed;
+  std::optional<size_t> head;
+  policy::Reservation reservation;
+  std::vector<policy::BackfillJob> running;  // while there is a head: the jobs holding resources
+  for (size_t job : waiting_) {
+    JobState& state = jobs_[job];
+    const int64_t free = snapshot_.TotalGpuMilli() - snapshot_.AllocatedGpuMilli();
+    std::optional<std::vector<TaskPlacement>> placements;
+    if (state.gpu_milli <= free && !Dominated(*state.trace, failed)) {
+      placements = Place(job);
+    }
+    if (!placements) {
+      still_waiting.push_back(job);
+      failed.push_back(state.trace);
+      if (!head) {
+        head = job;
+        running = RunningJobs();
+        Result<policy::Reservation> planned =
+            planner_.Reserve(state.trace->job, running, events_.now(), snapshot_, random_);
+        Fail(planned.status());
+        if (planned.ok()) {
+          reservation = std::move(planned).value();
+        }
+        if (reservation.exists() && state.reserved_start < 0) {
+          state.reserved_start = reservation.shadow_seconds;
+        }
+      }
+      continue;
+    }
+    if (head) {
+      const policy::BackfillJob candidate = AsRunning(job, *placements);
+      Result<bool> keeps =
+          planner_.KeepsReservation(reservation, jobs_[*head].trace->job, candidate, running,
+                                    events_.now(), snapshot_, random_);
+      Fail(keeps.status());
+      if (!keeps.ok() || !*keeps) {
+        // It fits now but would delay the head: it waits, and is no reason to skip others.
+        Unplace(*placements);
+        still_waiting.push_back(job);
+        continue;
+      }
+      running.push_back(candidate);
+    }
+    Start(job, std::move(*placements));
+  }
+  waiting_ = std::move(still_waiting);
+}
+
+policy::GpuMilliByModel Replay::AllocationByModel(
+    const std::vector<TaskPlacement>& placements) const {
+  policy::GpuMilliByModel allocation;
+  for (const TaskPlacement& placement : placements) {
+    const scheduler::NodeInfo& node = snapshot_.nodes()[placement.node];
+    for (const scheduler::GpuAssignment& gpu : placement.gpus) {
+      const scheduler::GpuSlot& slot = node.gpus[gpu.gpu];
+      const int64_t milli =
+          gpu.mig_profile.empty() ? gpu.milli : RequestedGpuMilli(MigGpus{gpu.mig_profile, 1});
+      allocation[snapshot_.Model(slot.model_id).name] += milli;
+    }
+  }
+  return allocation;
+}
+
+// The queue tree's order; each job is placed, then admitted by its queue's quota (with the
+// models it was placed on) or taken back.
+void Replay::FairShareRound() {
+  Fail(queues_->Advance(events_.now()));
+  std::vector<policy::PendingJob> pending;
+  pending.reserve(waiting_.size());
+  for (size_t job : waiting_) {
+    const TraceJob& trace = *jobs_[job].trace;
+    pending.push_back(
+        {trace.job.id, QueueId(QueueName(trace)), trace.job.priority, trace.submit_seconds});
+  }
+  Fail(queues_->Order(pending));
+  std::vector<size_t> still_waiting;
+  std::vector<const TraceJob*> failed;
+  for (const policy::PendingJob& entry : pending) {
+    const size_t job = job_index_.at(entry.id);
+    JobState& state = jobs_[job];
+    const int64_t free = snapshot_.TotalGpuMilli() - snapshot_.AllocatedGpuMilli();
+    std::optional<std::vector<TaskPlacement>> placements;
+    if (state.gpu_milli <= free && !Dominated(*state.trace, failed)) {
+      placements = Place(job);
+    }
+    if (!placements) {
+      still_waiting.push_back(job);
+      failed.push_back(state.trace);
+      continue;
+    }
+    const policy::GpuMilliByModel allocation = AllocationByModel(*placements);
+    Result<policy::Admission> admission = queues_->CheckAdmission(entry.queue, allocation);
+    Fail(admission.status());
+    if (!admission.ok() || !admission->admitted()) {
+      Unplace(*placements);
+      still_waiting.push_back(job);
+      continue;
+    }
+    Start(job, std::move(*placements));
+    Fail(queues_->Charge(entry.id, entry.queue, allocation));
+    state.charged = true;
+  }
+  waiting_ = std::move(still_waiting);
 }
 
 void Replay::Sample() {
@@ -426,7 +696,7 @@ double Replay::Stretch(const JobState& state, const std::vector<TaskPlacement>& 
   return best > 0 ? 1.0 - fraction + fraction * std::max(1.0, actual / best) : 1.0;
 }
 
-ReplayResult Replay::Run() {
+Result<ReplayResult> Replay::Run() {
   if (options_.fabric != nullptr) {
     for (const scheduler::NodeInfo& node : snapshot_.nodes()) {
       fabric_node_.push_back(options_.fabric->FindNode(node.node->id.value()));
@@ -438,6 +708,9 @@ ReplayResult Replay::Run() {
     state.trace = &trace_.jobs[i];
     state.gpu_milli = state.trace->job.RequestedGpuMilliTotal();
     state.remaining_seconds = state.trace->duration_seconds;
+    if (queues_) {
+      job_index_.emplace(state.trace->job.id, i);
+    }
     events_.ScheduleAt(state.trace->submit_seconds, [this, i] { Arrive(i); });
   }
   for (const scheduler::NodeInfo& node : snapshot_.nodes()) {
@@ -457,6 +730,7 @@ ReplayResult Replay::Run() {
     }
   }
   Touch({});
+  GPUFLEET_RETURN_IF_ERROR(error_);
 
   ReplayResult result;
   result.queue_policy = options_.queue_policy;
@@ -466,8 +740,10 @@ ReplayResult Replay::Run() {
   result.jobs_total = static_cast<int>(jobs_.size());
   result.jobs_finished = static_cast<int>(finished_);
   result.jobs_unplaceable = unplaceable_;
+  result.jobs_timed_out = timed_out_;
   std::vector<double> delays;
   std::vector<double> completions;
+  std::map<std::string, std::vector<double>> queue_delays;
   int64_t first_submit = trace_.jobs.empty() ? 0 : trace_.jobs.front().submit_seconds;
   int64_t last_end = first_submit;
   for (const JobState& state : jobs_) {
@@ -480,10 +756,27 @@ ReplayResult Replay::Run() {
     outcome.preemptions = state.preemptions;
     outcome.nodes = state.nodes;
     outcome.stretch = state.stretch;
+    outcome.queue = QueueName(*state.trace);
+    outcome.timed_out = state.timed_out;
+    outcome.reserved_start_seconds = state.reserved_start;
+    ReplayQueueOutcome& queue = QueueOutcome(outcome.queue, result.queues);
+    ++queue.jobs;
+    queue.finished += state.end >= 0 && !state.timed_out ? 1 : 0;
+    queue_delays[outcome.queue];
     if (state.first_start >= 0) {
       delays.push_back(static_cast<double>(outcome.QueueingDelay()));
+      queue_delays[outcome.queue].push_back(static_cast<double>(outcome.QueueingDelay()));
+      ++queue.started;
     }
-    if (state.end >= 0) {
+    if (state.reserved_start >= 0) {
+      ++result.reservations;
+      if (state.first_start > state.reserved_start) {
+        ++result.reservations_delayed;
+        result.max_reservation_delay_seconds = std::max(result.max_reservation_delay_seconds,
+                                                        state.first_start - state.reserved_start);
+      }
+    }
+    if (state.end >= 0 && !state.timed_out) {
       completions.push_back(static_cast<double>(outcome.CompletionTime()));
       last_end = std::max(last_end, state.end);
     }
@@ -495,7 +788,51 @@ ReplayResult Replay::Run() {
   result.queueing_delay = Summarize(std::move(delays));
   result.completion_time = Summarize(std::move(completions));
   result.series = std::move(series_);
+  for (ReplayQueueOutcome& queue : result.queues) {
+    queue.queueing_delay = Summarize(std::move(queue_delays[queue.queue]));
+  }
   return result;
+}
+
+// The fair-share queue tree: the configured one, or one top-level queue per queue of the trace;
+// its capacity is the cluster's GPUs by model.
+Result<policy::QueueTree> BuildQueueTree(const Trace& trace, const ReplayOptions& options,
+                                         const ClusterSnapshot& snapshot) {
+  std::vector<policy::QueueSpec> specs = options.queues;
+  if (specs.empty()) {
+    std::set<std::string> names;
+    for (const TraceJob& job : trace.jobs) {
+      names.insert(QueueName(job));
+    }
+    for (const std::string& name : names) {
+      specs.push_back({name});
+    }
+  }
+  policy::QueueTreeOptions tree_options;
+  tree_options.usage_half_life_seconds = options.fair_share_half_life_seconds;
+  GPUFLEET_ASSIGN_OR_RETURN(policy::QueueTree tree,
+                            policy::QueueTree::Create(std::move(specs), tree_options));
+  const std::vector<QueueId> defined = tree.Queues();
+  const std::set<QueueId> known(defined.begin(), defined.end());
+  std::set<JobId> ids;
+  for (const TraceJob& job : trace.jobs) {
+    if (known.count(QueueId(QueueName(job))) == 0) {
+      return InvalidArgumentError(fmt::format("job \"{}\": queue \"{}\" is not in the queue tree",
+                                              job.job.id.value(), QueueName(job)));
+    }
+    if (!ids.insert(job.job.id).second) {
+      return InvalidArgumentError(fmt::format(
+          "job \"{}\": id used twice (fair-share needs unique ids)", job.job.id.value()));
+    }
+  }
+  policy::GpuMilliByModel capacity;
+  for (const scheduler::NodeInfo& node : snapshot.nodes()) {
+    for (const scheduler::GpuSlot& gpu : node.gpus) {
+      capacity[snapshot.Model(gpu.model_id).name] += kMilliPerUnit;
+    }
+  }
+  tree.SetCapacity(std::move(capacity));
+  return tree;
 }
 
 }  // namespace
@@ -527,7 +864,8 @@ Trace FitTasksToNodes(const Trace& trace, int max_gpus_per_node) {
 }
 
 const std::vector<std::string>& QueuePolicyNames() {
-  static const std::vector<std::string> kNames = {"fifo", "sjf", "tiresias", "gpufleet"};
+  static const std::vector<std::string> kNames = {
+      "fifo", "sjf", "tiresias", "gpufleet", "strict-fifo", "easy-backfill", "fair-share"};
   return kNames;
 }
 
@@ -549,6 +887,10 @@ Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,
   }
   if (options.topology_aware && options.fabric == nullptr) {
     return InvalidArgumentError("topology_aware: needs a fabric");
+  }
+  if (options.overrun_grace_seconds < 0) {
+    return InvalidArgumentError(
+        fmt::format("overrun_grace_seconds: {} (must be >= 0)", options.overrun_grace_seconds));
   }
   GPUFLEET_ASSIGN_OR_RETURN(ClusterSnapshot snapshot, ClusterSnapshot::Build(cluster, catalog));
   int max_gpus_per_node = 0;
@@ -576,8 +918,13 @@ Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,
   GPUFLEET_ASSIGN_OR_RETURN(
       std::unique_ptr<scheduler::Scheduler> placer,
       scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));
-  Replay replay(adapted, options, static_cast<QueuePolicy>(found - names.begin()),
-                std::move(snapshot), std::move(placer), std::move(workload));
+  const auto policy = static_cast<QueuePolicy>(found - names.begin());
+  std::optional<policy::QueueTree> queues;
+  if (policy == QueuePolicy::kFairShare) {
+    GPUFLEET_ASSIGN_OR_RETURN(queues, BuildQueueTree(adapted, options, snapshot));
+  }
+  Replay replay(adapted, options, policy, std::move(snapshot), std::move(placer),
+                std::move(workload), std::move(queues));
   return replay.Run();
 }
 

@@ -11,6 +11,7 @@
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/fabric/fabric.h"
+#include "gpufleet/policy/queues.h"
 #include "gpufleet/sim/trace.h"
 
 // "Replay" mode: jobs arrive at their submit times, run for their durations once placed, and
@@ -23,6 +24,13 @@ namespace gpufleet::sim {
 //   tiresias  discretized two-dimensional least-attained-service (GPUs x seconds) with
 //             preemption, as in Tiresias (NSDI'19)
 //   gpufleet  ours: least remaining GPU-time first with preemption and an ageing guard
+//   strict-fifo    arrival order; the first job that does not fit blocks every job behind it
+//   easy-backfill  arrival order; the first job that does not fit gets a reservation from the
+//                  runtime estimates, and later jobs start only if they keep it (EASY backfill,
+//                  policy/backfill.h); runtime estimates are enforced as time limits
+//   fair-share     the queue tree's order (priority, hierarchical fair share of decayed usage,
+//                  age) and admission (limits, borrowing of idle quota), policy/queues.h; a job
+//                  refused by its quota or that does not fit is skipped
 const std::vector<std::string>& QueuePolicyNames();
 
 struct ReplayOptions {
@@ -44,6 +52,16 @@ struct ReplayOptions {
   // in exposed communication (docs/fabric.md).
   double communication_fraction = 0.3;
   int64_t collective_bytes = int64_t{1} << 30;
+  // The queue tree of fair-share. A job belongs to the queue TraceJob::job.queue names (the
+  // queue "default" when it names none), which must be in the tree. Empty: one top-level queue
+  // per queue name of the trace, weight 1, no guarantee, borrowing allowed.
+  std::vector<policy::QueueSpec> queues;
+  int64_t fair_share_half_life_seconds = 7 * 24 * 3600;
+  // Runtime estimates as time limits, as Slurm enforces them: a run still going at its estimate
+  // plus overrun_grace_seconds (Slurm's OverTimeLimit) is killed and ends "timed out". Always on
+  // under easy-backfill, whose reservations rely on it. An estimate of 0 sets no limit.
+  bool enforce_time_limits = false;
+  int64_t overrun_grace_seconds = 0;
 };
 
 // One point of the time series.
@@ -62,8 +80,13 @@ struct ReplayJobOutcome {
   int64_t end_seconds = -1;          // -1: did not finish
   int gpus = 0;                      // whole GPUs the job asks for (milli-GPU / 1000)
   int preemptions = 0;
-  int nodes = 0;         // nodes of its last placement
-  double stretch = 1.0;  // run-time factor of its last placement's communication cost
+  int nodes = 0;           // nodes of its last placement
+  double stretch = 1.0;    // run-time factor of its last placement's communication cost
+  std::string queue;       // TraceJob::job.queue, "default" when empty
+  bool timed_out = false;  // killed at its time limit; end_seconds is then the kill time
+  // easy-backfill: the start time of the first reservation the job got as the head of the
+  // queue; -1 when it never needed one.
+  int64_t reserved_start_seconds = -1;
   int64_t QueueingDelay() const { return first_start_seconds - submit_seconds; }
   int64_t CompletionTime() const { return end_seconds - submit_seconds; }
 };
@@ -76,6 +99,15 @@ struct Distribution {
   double p99 = 0;
 };
 
+// The jobs of one queue.
+struct ReplayQueueOutcome {
+  std::string queue;
+  int jobs = 0;
+  int started = 0;
+  int finished = 0;
+  Distribution queueing_delay;  // of the jobs that started
+};
+
 struct ReplayResult {
   std::string queue_policy;
   std::string placement_policy;
@@ -84,12 +116,19 @@ struct ReplayResult {
   int jobs_total = 0;
   int jobs_finished = 0;
   int jobs_unplaceable = 0;  // larger than the cluster, or a task larger than any node
+  int jobs_timed_out = 0;    // killed at their time limit; not in jobs_finished
   int64_t makespan_seconds = 0;
   double mean_gpus_allocated = 0;
   Distribution queueing_delay;
   Distribution completion_time;
   std::vector<ReplaySample> series;
   std::vector<ReplayJobOutcome> jobs;
+  std::vector<ReplayQueueOutcome> queues;  // by queue name
+  // easy-backfill: jobs that got a reservation, those that started after the first one they
+  // got (0 with exact runtime estimates), and by how much at most.
+  int reservations = 0;
+  int reservations_delayed = 0;
+  int64_t max_reservation_delay_seconds = 0;
 };
 
 // `trace` with every task of whole GPUs wider than `max_gpus_per_node` split into narrower tasks
@@ -97,7 +136,8 @@ struct ReplayResult {
 // trace made for 8-GPU nodes replayed on 4-GPU nodes. RunReplay applies it.
 Trace FitTasksToNodes(const Trace& trace, int max_gpus_per_node);
 
-// kInvalidArgument for an unknown policy or an invalid cluster.
+// kInvalidArgument for an unknown policy, an invalid cluster, an invalid queue tree or a job whose
+// queue is not in it.
 Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,
                                const GpuCatalog& catalog, const ReplayOptions& options);
 

@@ -218,5 +218,135 @@ TEST(Replay, BadNetworkOptionsAreErrors) {
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("needs a fabric")));
 }
 
+// a holds 8 of the 16 GPUs until 100; big (16 GPUs) arrives at 1 and cannot start before 100.
+Trace BigBehindBusy(int64_t small_duration) {
+  Trace trace;
+  trace.jobs = {MakeTraceJob("a", 0, 100, 8), MakeTraceJob("big", 1, 100, 16),
+                MakeTraceJob("small", 2, small_duration, 8)};
+  return trace;
+}
+
+TEST(Replay, StrictFifoLetsNothingPassAJobThatDoesNotFit) {
+  const Trace trace = BigBehindBusy(10);
+  EXPECT_EQ(Outcome(RunWith(trace, "fifo"), "small").first_start_seconds, 2);
+  const ReplayResult strict = RunWith(trace, "strict-fifo");
+  EXPECT_EQ(Outcome(strict, "big").first_start_seconds, 100);
+  EXPECT_EQ(Outcome(strict, "small").first_start_seconds, 200);
+}
+
+TEST(Replay, EasyBackfillStartsAShortJobThatEndsBeforeTheReservation) {
+  const ReplayResult result = RunWith(BigBehindBusy(10), "easy-backfill");
+  EXPECT_EQ(Outcome(result, "small").first_start_seconds, 2);
+  EXPECT_EQ(Outcome(result, "big").reserved_start_seconds, 100);
+  EXPECT_EQ(Outcome(result, "big").first_start_seconds, 100);
+  EXPECT_EQ(result.reservations, 1);
+  EXPECT_EQ(result.reservations_delayed, 0);
+}
+
+// fifo starts the long small job at 2 because it fits, and the 16-GPU job then waits until 502:
+// the naive backfill that EASY's reservation prevents.
+TEST(Replay, EasyBackfillNeverDelaysTheReservedJob) {
+  const Trace trace = BigBehindBusy(500);
+  const ReplayResult fifo = RunWith(trace, "fifo");
+  EXPECT_EQ(Outcome(fifo, "big").first_start_seconds, 502);
+  const ReplayResult easy = RunWith(trace, "easy-backfill");
+  EXPECT_EQ(Outcome(easy, "big").first_start_seconds, 100);
+  EXPECT_EQ(Outcome(easy, "small").first_start_seconds, 200);
+  EXPECT_EQ(easy.reservations_delayed, 0);
+}
+
+TEST(Replay, RuntimeEstimatesAreTimeLimitsUnderEasyBackfill) {
+  Trace trace;
+  trace.jobs = {MakeTraceJob("overrun", 0, 100, 8), MakeTraceJob("fine", 0, 100, 8)};
+  trace.jobs[0].job.runtime_estimate = std::chrono::seconds(60);
+  const ReplayResult easy = RunWith(trace, "easy-backfill");
+  EXPECT_TRUE(Outcome(easy, "overrun").timed_out);
+  EXPECT_EQ(Outcome(easy, "overrun").end_seconds, 60);
+  EXPECT_FALSE(Outcome(easy, "fine").timed_out);
+  EXPECT_EQ(easy.jobs_timed_out, 1);
+  EXPECT_EQ(easy.jobs_finished, 1);
+  EXPECT_EQ(easy.completion_time.mean, 100);
+
+  const GpuCatalog catalog = GpuCatalog::Default();
+  ReplayOptions options;
+  options.queue_policy = "easy-backfill";
+  options.overrun_grace_seconds = 30;
+  auto graced = RunReplay(SixteenGpus(catalog), trace, catalog, options);
+  ASSERT_OK(graced);
+  EXPECT_EQ(Outcome(*graced, "overrun").end_seconds, 90);
+  // Other policies run jobs to the end unless asked to enforce the limits.
+  EXPECT_FALSE(Outcome(RunWith(trace, "fifo"), "overrun").timed_out);
+  options.queue_policy = "fifo";
+  options.enforce_time_limits = true;
+  auto enforced = RunReplay(SixteenGpus(catalog), trace, catalog, options);
+  ASSERT_OK(enforced);
+  EXPECT_EQ(Outcome(*enforced, "overrun").end_seconds, 90);
+  options.overrun_grace_seconds = -1;
+  EXPECT_THAT(
+      RunReplay(SixteenGpus(catalog), trace, catalog, options),
+      StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("overrun_grace_seconds")));
+}
+
+// Team a submits four 8-GPU jobs at 0, team b one at 1; at 100 two GPUs slots free up and b, which
+// has used nothing, goes before a's third job.
+Trace FloodedByTeamA() {
+  Trace trace;
+  for (int i = 1; i <= 4; ++i) {
+    trace.jobs.push_back(MakeTraceJob("a" + std::to_string(i), 0, 100, 8));
+    trace.jobs.back().job.queue = QueueId("team-a");
+  }
+  trace.jobs.push_back(MakeTraceJob("b1", 1, 100, 8));
+  trace.jobs.back().job.queue = QueueId("team-b");
+  return trace;
+}
+
+TEST(Replay, FairShareServesTheQueueThatUsedLessFirst) {
+  const Trace trace = FloodedByTeamA();
+  const ReplayResult fifo = RunWith(trace, "fifo");
+  EXPECT_EQ(Outcome(fifo, "b1").first_start_seconds, 200);
+  const ReplayResult fair = RunWith(trace, "fair-share");
+  EXPECT_EQ(Outcome(fair, "b1").first_start_seconds, 100);
+  EXPECT_EQ(Outcome(fair, "a4").first_start_seconds, 200);
+  ASSERT_EQ(fair.queues.size(), 2U);
+  EXPECT_EQ(fair.queues[0].queue, "team-a");
+  EXPECT_EQ(fair.queues[0].jobs, 4);
+  EXPECT_EQ(fair.queues[0].finished, 4);
+  EXPECT_DOUBLE_EQ(fair.queues[0].queueing_delay.mean, (0 + 0 + 100 + 200) / 4.0);
+  EXPECT_EQ(fair.queues[1].queue, "team-b");
+  EXPECT_DOUBLE_EQ(fair.queues[1].queueing_delay.mean, 99);
+  EXPECT_DOUBLE_EQ(fifo.queues[1].queueing_delay.mean, 199);
+}
+
+TEST(Replay, FairShareAdmitsByTheQueueTreesLimits) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  ReplayOptions options;
+  options.queue_policy = "fair-share";
+  options.queues = {{"team-a", {}, {{"*", 8000}}}, {"team-b"}};
+  auto result = RunReplay(SixteenGpus(catalog), FloodedByTeamA(), catalog, options);
+  ASSERT_OK(result);
+  // team-a may hold 8 GPUs at a time: its jobs run one after another.
+  EXPECT_EQ(Outcome(*result, "a2").first_start_seconds, 100);
+  EXPECT_EQ(Outcome(*result, "a4").first_start_seconds, 300);
+  EXPECT_EQ(Outcome(*result, "b1").first_start_seconds, 1);
+
+  options.queues = {{"team-a"}};
+  EXPECT_THAT(
+      RunReplay(SixteenGpus(catalog), FloodedByTeamA(), catalog, options),
+      StatusIs(StatusCode::kInvalidArgument,
+               ::testing::HasSubstr("job \"b1\": queue \"team-b\" is not in the queue tree")));
+  options.queues = {{"team-a", {}, {}, 0.0}, {"team-b"}};
+  EXPECT_THAT(RunReplay(SixteenGpus(catalog), FloodedByTeamA(), catalog, options),
+              StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("weight: 0")));
+}
+
+TEST(Replay, JobsWithoutAQueueAreInTheDefaultQueue) {
+  const ReplayResult result = RunWith(BigBehindBusy(10), "fifo");
+  ASSERT_EQ(result.queues.size(), 1U);
+  EXPECT_EQ(result.queues[0].queue, "default");
+  EXPECT_EQ(result.queues[0].jobs, 3);
+  EXPECT_EQ(result.queues[0].started, 3);
+  EXPECT_EQ(Outcome(result, "a").queue, "default");
+}
+
 }  // namespace
 }  // namespace gpufleet::sim

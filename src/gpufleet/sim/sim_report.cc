@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/sim/fill_report.h"
+#include "gpufleet/sim/html_page.h"
 #include "gpufleet/sim/svg_chart.h"
 
 namespace gpufleet::sim {
@@ -76,48 +77,8 @@ std::string Duration(double seconds) {
   return fmt::format("{:.2f} h", seconds / kSecondsPerHour);
 }
 
-constexpr char kStyle[] = R"css(
-body { font-family: Helvetica, Arial, sans-serif; color: #222; max-width: 1100px;
-       margin: 2rem auto; padding: 0 1rem; line-height: 1.4; }
-h1 { font-size: 1.5rem; margin-bottom: 0.3rem; }
-h2 { font-size: 1.15rem; margin-top: 2rem; border-bottom: 1px solid #ddd; }
-p.note { color: #555; font-size: 0.9rem; margin-top: 0; }
-table { border-collapse: collapse; font-size: 0.85rem; }
-th, td { border: 1px solid #ccc; padding: 3px 8px; }
-th { background: #f3f3f3; text-align: center; font-weight: 600; }
-td { text-align: left; white-space: nowrap; }
-td.num { text-align: right; font-variant-numeric: tabular-nums; }
-figure { margin: 1.5rem 0; }
-figure svg { max-width: 100%; height: auto; }
-)css";
-
-// The page around `body`.
-std::string Page(const std::string& title, const std::string& body) {
-  std::string page;
-  auto out = std::back_inserter(page);
-  fmt::format_to(out,
-                 "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-                 "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n"
-                 "<title>{0}</title>\n<style>{1}</style>\n</head>\n<body>\n<h1>{0}</h1>\n",
-                 XmlEscape(title), kStyle);
-  page += body;
-  page += "</body>\n</html>\n";
-  return page;
-}
-
-Status WritePage(const std::string& page, std::ostream& out) {
-  out << page;
-  out.flush();
-  if (!out) {
-    return UnavailableError("writing the report failed");
-  }
-  return Status::Ok();
-}
-
 void AppendFigure(const ChartSpec& spec, std::string& body) {
-  body += "<figure>\n";
-  body += RenderLineChart(spec);
-  body += "</figure>\n";
+  body += FigureHtml(spec);
 }
 
 // Per policy (first-seen order), the mean over its runs of `field` at each arrived percent.
@@ -314,7 +275,7 @@ Status WriteFillReport(const std::vector<FillResult>& results, const std::string
                 .y_label = "fragmented GPU (% of capacity)",
                 .series = MeanFillSeries(results, &FillPoint::fragmentation_percent)},
                body);
-  return WritePage(Page(title, body), out);
+  return WriteHtmlPage(title, body, out);
 }
 
 Status WriteReplayReport(const std::vector<ReplayResult>& results, const std::string& title,
@@ -415,7 +376,7 @@ Status WriteReplayReport(const std::vector<ReplayResult>& results, const std::st
   body += "<h2>Job latency</h2>\n";
   AppendFigure(delay, body);
   AppendFigure(completion, body);
-  return WritePage(Page(title, body), out);
+  return WriteHtmlPage(title, body, out);
 }
 
 ProgressBar::ProgressBar(std::ostream& err, bool enabled, std::string label, int total)

@@ -157,6 +157,11 @@ WriteBatch& WriteBatch::AppendEvent(std::string kind, std::string name, std::str
   return *this;
 }
 
+WriteBatch& WriteBatch::Append(const WriteBatch& other) {
+  ops_.insert(ops_.end(), other.ops_.begin(), other.ops_.end());
+  return *this;
+}
+
 Result<StoredObject> StateStore::Get(std::string_view kind, std::string_view name) {
   GPUFLEET_RETURN_IF_ERROR(ValidateKey("kind", kind));
   GPUFLEET_RETURN_IF_ERROR(ValidateKey("name", name));
@@ -177,7 +182,22 @@ Status StateStore::Commit(const WriteBatch& batch) {
   if (batch.empty()) {
     return Status::Ok();
   }
-  return DoCommit(batch);
+  GPUFLEET_RETURN_IF_ERROR(DoCommit(batch));
+  std::lock_guard<std::mutex> lock(observers_mu_);
+  for (CommitObserver* observer : observers_) {
+    observer->Committed(batch);
+  }
+  return Status::Ok();
+}
+
+void StateStore::AddObserver(CommitObserver* observer) {
+  std::lock_guard<std::mutex> lock(observers_mu_);
+  observers_.push_back(observer);
+}
+
+void StateStore::RemoveObserver(CommitObserver* observer) {
+  std::lock_guard<std::mutex> lock(observers_mu_);
+  std::erase(observers_, observer);
 }
 
 Result<int64_t> StateStore::Revision() {

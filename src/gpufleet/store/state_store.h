@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -73,6 +74,8 @@ class WriteBatch {
   // Appends `text` to the event log of kind/name. The object need not exist: a log outlives the
   // object it describes (and is continued if the object is created again).
   WriteBatch& AppendEvent(std::string kind, std::string name, std::string text);
+  // Adds the operations of `other` after these (several writes in one durable commit).
+  WriteBatch& Append(const WriteBatch& other);
 
   const std::vector<WriteOp>& ops() const { return ops_; }
   bool empty() const { return ops_.empty(); }
@@ -80,6 +83,14 @@ class WriteBatch {
 
  private:
   std::vector<WriteOp> ops_;
+};
+
+// Told of every successful, non-empty commit, after it is durable and before Commit returns, on
+// the committing thread. Must be quick and must not call back into the store.
+class CommitObserver {
+ public:
+  virtual ~CommitObserver() = default;
+  virtual void Committed(const WriteBatch& batch) = 0;
 };
 
 // The store interface. Implementations are thread-safe: any method may be called from any
@@ -109,6 +120,11 @@ class StateStore {
   // The event log of kind/name, oldest first; empty if none was ever appended.
   Result<std::vector<StoredEvent>> Events(std::string_view kind, std::string_view name);
 
+  // Starts and stops telling `observer` of commits (the server keeps its in-memory view of jobs
+  // and nodes up to date this way). REQUIRES: an observer is removed before it is destroyed.
+  void AddObserver(CommitObserver* observer);
+  void RemoveObserver(CommitObserver* observer);
+
  protected:
   // Called with validated arguments only.
   virtual Result<StoredObject> DoGet(std::string_view kind, std::string_view name) = 0;
@@ -119,6 +135,10 @@ class StateStore {
   virtual Result<int64_t> DoRevision() = 0;
   virtual Result<std::vector<StoredEvent>> DoEvents(std::string_view kind,
                                                     std::string_view name) = 0;
+
+ private:
+  std::mutex observers_mu_;
+  std::vector<CommitObserver*> observers_;  // guarded by observers_mu_
 };
 
 // Validation and messages shared by the backends.

@@ -2,11 +2,13 @@
 #include "gpufleet/store/state_store.h"
 
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/store/memory_store.h"
 
 namespace gpufleet::store {
 namespace {
@@ -27,6 +29,46 @@ TEST(WriteBatch, KeepsTheOperationsInOrder) {
   EXPECT_EQ(batch.ops()[3].type, WriteOpType::kDelete);
   EXPECT_EQ(batch.ops()[3].expected_version, 0);
   EXPECT_STREQ(WriteOpTypeName(WriteOpType::kAppendEvent), "append-event");
+}
+
+class RecordingObserver : public CommitObserver {
+ public:
+  void Committed(const WriteBatch& batch) override {
+    for (const WriteOp& op : batch.ops()) {
+      seen.push_back(op.kind + "/" + op.name);
+    }
+  }
+  std::vector<std::string> seen;
+};
+
+TEST(CommitObserver, SeesSuccessfulCommitsOnlyUntilRemoved) {
+  InMemoryStateStore store;
+  RecordingObserver observer;
+  store.AddObserver(&observer);
+  WriteBatch create;
+  create.Create("jobs", "a", "{}").AppendEvent("jobs", "a", "created");
+  ASSERT_TRUE(store.Commit(create).ok());
+  // A failed commit (a second create of the same object) and an empty one are not reported.
+  EXPECT_FALSE(store.Commit(create).ok());
+  EXPECT_TRUE(store.Commit(WriteBatch()).ok());
+  EXPECT_EQ(observer.seen, (std::vector<std::string>{"jobs/a", "jobs/a"}));
+  store.RemoveObserver(&observer);
+  WriteBatch update;
+  update.Update("jobs", "a", "{\"x\": 1}", 1);
+  ASSERT_TRUE(store.Commit(update).ok());
+  EXPECT_EQ(observer.seen.size(), 2u);
+}
+
+TEST(WriteBatch, AppendKeepsBothBatchesInOrder) {
+  WriteBatch first;
+  first.Create("jobs", "a", "{}");
+  WriteBatch second;
+  second.AppendEvent("jobs", "b", "hello").Delete("jobs", "c");
+  first.Append(second);
+  ASSERT_EQ(first.size(), 3u);
+  EXPECT_EQ(first.ops()[0].name, "a");
+  EXPECT_EQ(first.ops()[1].type, WriteOpType::kAppendEvent);
+  EXPECT_EQ(first.ops()[2].type, WriteOpType::kDelete);
 }
 
 TEST(ValidateKey, AcceptsPrintableUtf8UpToTheLimit) {

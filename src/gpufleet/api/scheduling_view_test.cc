@@ -1,0 +1,141 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/api/scheduling_view.h"
+
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/api/node_json.h"
+#include "gpufleet/api/server.h"
+#include "gpufleet/store/memory_store.h"
+
+namespace gpufleet::api {
+namespace {
+
+Node MakeNode(const std::string& name) {
+  Node node;
+  node.id = NodeId(name);
+  node.capacity = {32000, 262144};
+  for (int i = 0; i < 4; ++i) {
+    Gpu gpu;
+    gpu.index = i;
+    gpu.model = "H100-80GB";
+    gpu.memory_mib = 81920;
+    gpu.uuid = GpuUuid(name + "-gpu" + std::to_string(i));
+    node.gpus.push_back(gpu);
+  }
+  return node;
+}
+
+// A job document holding `gpus` whole GPUs of `node` (GPU indices 0..gpus-1).
+std::string JobDoc(const std::string& name, const std::string& state, const std::string& node,
+                   int gpus) {
+  Json assignments = Json::array();
+  for (int i = 0; i < gpus; ++i) {
+    assignments.push_back({{"gpu", i}, {"milli", 1000}, {"memory_mib", 0}});
+  }
+  Json placements = Json::array();
+  if (!node.empty()) {
+    placements.push_back({{"task", "main-0"},
+                          {"node", node},
+                          {"group", 0},
+                          {"replica", 0},
+                          {"cpu_milli", 1000},
+                          {"memory_mib", 1024},
+                          {"assignments", assignments}});
+  }
+  return Json{{"name", name}, {"state", state}, {"priority", 0}, {"placements", placements}}.dump();
+}
+
+class SchedulingViewTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store::WriteBatch batch;
+    for (const std::string name : {"node-a", "node-b"}) {
+      batch.Create(std::string(kNodesKind), name, NodeToJson(MakeNode(name), {}).dump());
+    }
+    batch.Create(std::string(kJobsKind), "running", JobDoc("running", "Running", "node-a", 3));
+    batch.Create(std::string(kJobsKind), "done", JobDoc("done", "Succeeded", "node-b", 4));
+    batch.Create(std::string(kJobsKind), "waiting", JobDoc("waiting", "Pending", "", 0));
+    ASSERT_TRUE(store_.Commit(batch).ok());
+  }
+
+  void Update(const std::string& kind, const std::string& name, const std::string& data) {
+    const Result<store::StoredObject> object = store_.Get(kind, name);
+    ASSERT_TRUE(object.ok());
+    store::WriteBatch batch;
+    batch.Update(kind, name, data, object->version);
+    ASSERT_TRUE(store_.Commit(batch).ok());
+  }
+
+  int64_t FreeMilli() {
+    return view_.snapshot().TotalGpuMilli() - view_.snapshot().AllocatedGpuMilli();
+  }
+
+  GpuCatalog catalog_ = GpuCatalog::Default();
+  store::InMemoryStateStore store_;
+  SchedulingView view_{store_, catalog_};
+};
+
+TEST_F(SchedulingViewTest, LoadsNodesAndActiveJobsWithTheirPlacementsApplied) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(view_.nodes().size(), 2u);
+  EXPECT_EQ(view_.jobs().size(), 2u);  // finished jobs are left out
+  EXPECT_EQ(view_.jobs().at("waiting").state, "Pending");
+  EXPECT_TRUE(view_.jobs().at("running").applied);
+  EXPECT_EQ(FreeMilli(), 5000);
+  EXPECT_EQ(view_.ActiveJobsByNode().at("node-a").count("running"), 1u);
+}
+
+TEST_F(SchedulingViewTest, AJobThatEndsGivesItsGpusBackAndMovesTheCapacityEpoch) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  const uint64_t epoch = view_.capacity_epoch();
+  Update(std::string(kJobsKind), "running", JobDoc("running", "Cancelled", "node-a", 3));
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(view_.jobs().count("running"), 0u);
+  EXPECT_EQ(FreeMilli(), 8000);
+  EXPECT_GT(view_.capacity_epoch(), epoch);
+}
+
+TEST_F(SchedulingViewTest, APlacementWrittenByAnotherWriterIsAppliedAndKeptOnNodeChanges) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  Update(std::string(kJobsKind), "waiting", JobDoc("waiting", "Scheduled", "node-b", 2));
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(FreeMilli(), 3000);
+  // A node change rebuilds the snapshot; the active jobs' placements come back with it.
+  Node cordoned = MakeNode("node-b");
+  cordoned.state = NodeState::kCordoned;
+  Update(std::string(kNodesKind), "node-b", NodeToJson(cordoned, {}).dump());
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(FreeMilli(), 3000);
+  EXPECT_EQ(view_.snapshot().nodes()[view_.NodeIndex("node-b")].node->state, NodeState::kCordoned);
+}
+
+TEST_F(SchedulingViewTest, NothingChangedMeansNothingMoves) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  const uint64_t epoch = view_.capacity_epoch();
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(view_.capacity_epoch(), epoch);
+  EXPECT_EQ(FreeMilli(), 5000);
+}
+
+TEST_F(SchedulingViewTest, AJobOnAnUnknownNodeHoldsNothing) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  Update(std::string(kJobsKind), "waiting", JobDoc("waiting", "Running", "node-gone", 2));
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_FALSE(view_.jobs().at("waiting").applied);
+  EXPECT_EQ(FreeMilli(), 5000);
+}
+
+TEST_F(SchedulingViewTest, AMalformedNodeDocumentFailsTheRefreshAndIsReadAgainLater) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  Update(std::string(kNodesKind), "node-b", R"({"name": "node-b", "state": "Sleeping"})");
+  EXPECT_FALSE(view_.Refresh().ok());
+  Update(std::string(kNodesKind), "node-b", NodeToJson(MakeNode("node-b"), {}).dump());
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(FreeMilli(), 5000);
+}
+
+}  // namespace
+}  // namespace gpufleet::api

@@ -1,0 +1,73 @@
+// SPDX-License-Identifier: Apache-2.0
+// The reliability routes of ApiServer (docs/api.md, "Outcomes and failure reports") and the
+// scheduling loop's reliability step; the work is in ReliabilityController.
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "gpufleet/api/server.h"
+
+namespace gpufleet::api {
+namespace {
+
+ApiResponse Answer(const Result<Json>& result) {
+  ApiResponse response;
+  if (!result.ok()) {
+    response.status = HttpStatusOf(result.status().code());
+    response.body = ErrorBody(result.status());
+    return response;
+  }
+  response.body = result->dump() + "\n";
+  return response;
+}
+
+}  // namespace
+
+std::optional<ApiResponse> ApiServer::RouteReliability(
+    const Principal& who, const ApiRequest& request,
+    const std::vector<std::string_view>& segments) {
+  const size_t n = segments.size();
+  const bool get = request.method == "GET";
+  const bool post = request.method == "POST";
+  const std::string_view collection = segments[1];
+  const bool outcomes = collection == "outcomes" && n == 2 && (get || post);
+  const bool failures = collection == "reports" && n == 3 && segments[2] == "failures" && get;
+  if (!outcomes && !failures) {
+    return std::nullopt;
+  }
+  if (!who.is_admin()) {
+    return Answer(Status(StatusCode::kPermissionDenied,
+                         fmt::format("{} {} needs an admin token", request.method, request.path)));
+  }
+  if (failures) {
+    return Answer(reliability_->FailureReport());
+  }
+  if (post) {
+    return Answer(reliability_->ReportOutcome(who.name.empty() ? RoleName(who.role) : who.name,
+                                              request.body));
+  }
+  const auto job = request.query.find("job");
+  return Answer(reliability_->ListOutcomes(job == request.query.end() ? "" : job->second));
+}
+
+void ApiServer::RunReliabilityIfDue() {
+  const std::optional<Result<ReliabilityStepResult>> step = reliability_->RunIfDue();
+  if (!step) {
+    return;
+  }
+  if (!step->ok()) {
+    fmt::print(stderr, "gpufleet server: reliability step failed: {}\n", step->status().ToString());
+    return;
+  }
+  // Rare decisions an operator wants to see; the audit events are on the nodes.
+  for (const std::string& device : (*step)->quarantined) {
+    fmt::print(stderr, "gpufleet server: quarantined {}\n", device);
+  }
+  for (const std::string& device : (*step)->released) {
+    fmt::print(stderr, "gpufleet server: {} released, its evidence starts again\n", device);
+  }
+}
+
+}  // namespace gpufleet::api

@@ -1,0 +1,25 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <string_view>
+
+#include "gpufleet/core/status.h"
+#include "gpufleet/sim/svg_chart.h"
+
+// The frame shared by the simulator's self-contained HTML reports: one stylesheet, no scripts,
+// no external references, the same bytes for the same input.
+namespace gpufleet::sim {
+
+// An HTML5 page: doctype, head with `title` (escaped) and the shared stylesheet, `<h1>` with the
+// title, then `body` as it is (already HTML).
+std::string HtmlPage(std::string_view title, std::string_view body);
+
+// Writes HtmlPage(title, body) to `out` and flushes it; kUnavailable when `out` fails.
+Status WriteHtmlPage(std::string_view title, std::string_view body, std::ostream& out);
+
+// `<figure>` around the chart of `spec`.
+std::string FigureHtml(const ChartSpec& spec);
+
+}  // namespace gpufleet::sim
