@@ -87,4 +87,18 @@ std::optional<int> WaitForStopSignal(std::chrono::milliseconds timeout) {
   return signal_number;
 }
 
+Status WriteOutputFile(const std::string& path, const std::function<Status(std::ostream&)>& write) {
+  std::ofstream out(path);
+  if (!out) {
+    return UnavailableError(fmt::format("{}: cannot open for writing", path));
+  }
+  GPUFLEET_RETURN_IF_ERROR(write(out));
+  out.flush();
+  if (!out) {
+    return UnavailableError(fmt::format("{}: write failed", path));
+  }
+  fmt::print("wrote {}\n", path);
+  return Status::Ok();
+}
+
 }  // namespace gpufleet::app

@@ -2,6 +2,8 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <iosfwd>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -9,7 +11,7 @@
 
 #include "gpufleet/core/status.h"
 
-// Flag parsing and process plumbing shared by the long-running subcommands (server, agent, dev).
+// Flag parsing and process plumbing shared by the subcommands.
 namespace gpufleet::app {
 
 // A decimal int; kInvalidArgument naming `what` and the text otherwise.
@@ -31,5 +33,9 @@ void BlockStopSignals();
 // without one (a loop's tick).
 int WaitForStopSignal();
 std::optional<int> WaitForStopSignal(std::chrono::milliseconds timeout);
+
+// Writes `write(stream)` to `path` and prints "wrote PATH"; a failure to open or write is
+// kUnavailable naming the path.
+Status WriteOutputFile(const std::string& path, const std::function<Status(std::ostream&)>& write);
 
 }  // namespace gpufleet::app

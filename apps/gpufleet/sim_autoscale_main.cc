@@ -12,6 +12,7 @@
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/sim/autoscale_sim.h"
 
+#include "flags.h"
 #include "subcommands.h"
 
 namespace gpufleet::app {
@@ -45,21 +46,6 @@ struct AutoscaleFlags {
 int Fail(const Status& status) {
   fmt::print(std::cerr, "gpufleet sim autoscale: {}\n", status.ToString());
   return 1;
-}
-
-template <typename Writer>
-Status WriteFile(const std::string& path, Writer write) {
-  std::ofstream out(path);
-  if (!out) {
-    return UnavailableError(fmt::format("{}: cannot open for writing", path));
-  }
-  GPUFLEET_RETURN_IF_ERROR(write(out));
-  out.flush();
-  if (!out) {
-    return UnavailableError(fmt::format("{}: write failed", path));
-  }
-  fmt::print("wrote {}\n", path);
-  return Status::Ok();
 }
 
 int64_t Milli(double value) {
@@ -106,7 +92,7 @@ int RunAutoscaleCommand(const AutoscaleFlags& flags) {
   }
   sim::PrintAutoscaleSummary(*result, std::cout);
   if (!flags.json.empty()) {
-    const Status written = WriteFile(flags.json, [&](std::ostream& out) {
+    const Status written = WriteOutputFile(flags.json, [&](std::ostream& out) {
       sim::WriteAutoscaleJson(*result, out);
       return Status::Ok();
     });
@@ -115,7 +101,7 @@ int RunAutoscaleCommand(const AutoscaleFlags& flags) {
     }
   }
   if (!flags.report.empty()) {
-    const Status written = WriteFile(flags.report, [&](std::ostream& out) {
+    const Status written = WriteOutputFile(flags.report, [&](std::ostream& out) {
       return sim::WriteAutoscaleReport(*result, "gpufleet autoscale: diurnal inference load", out);
     });
     if (!written.ok()) {

@@ -15,6 +15,7 @@
 #include "gpufleet/sim/failure_sim.h"
 #include "gpufleet/sim/trace_loaders.h"
 
+#include "flags.h"
 #include "subcommands.h"
 
 namespace gpufleet::app {
@@ -57,21 +58,6 @@ struct FailuresFlags {
 int Fail(const Status& status) {
   fmt::print(std::cerr, "gpufleet sim failures: {}\n", status.ToString());
   return 1;
-}
-
-template <typename Writer>
-Status WriteFile(const std::string& path, Writer write) {
-  std::ofstream out(path);
-  if (!out) {
-    return UnavailableError(fmt::format("{}: cannot open for writing", path));
-  }
-  GPUFLEET_RETURN_IF_ERROR(write(out));
-  out.flush();
-  if (!out) {
-    return UnavailableError(fmt::format("{}: write failed", path));
-  }
-  fmt::print("wrote {}\n", path);
-  return Status::Ok();
 }
 
 int64_t Seconds(double value) {
@@ -147,7 +133,7 @@ int RunFailuresCommand(const FailuresFlags& flags) {
   }
   sim::PrintFailureSummary(*results, std::cout);
   if (!flags.json.empty()) {
-    const Status written = WriteFile(flags.json, [&](std::ostream& out) {
+    const Status written = WriteOutputFile(flags.json, [&](std::ostream& out) {
       sim::WriteFailureJson(*results, out);
       return Status::Ok();
     });
@@ -156,7 +142,7 @@ int RunFailuresCommand(const FailuresFlags& flags) {
     }
   }
   if (!flags.report.empty()) {
-    const Status written = WriteFile(flags.report, [&](std::ostream& out) {
+    const Status written = WriteOutputFile(flags.report, [&](std::ostream& out) {
       return sim::WriteFailureReport(*results, "gpufleet failures: " + trace_path, out);
     });
     if (!written.ok()) {

@@ -23,6 +23,7 @@
 #include "gpufleet/sim/sim_report.h"
 #include "gpufleet/sim/trace_loaders.h"
 
+#include "flags.h"
 #include "subcommands.h"
 
 namespace gpufleet::app {
@@ -145,27 +146,11 @@ int Fail(const Status& status) {
   return 1;
 }
 
-// Writes `write(stream)` to `path`; a failure to open or write is an error naming the path.
-template <typename Writer>
-Status WriteFile(const std::string& path, Writer write) {
-  std::ofstream out(path);
-  if (!out) {
-    return UnavailableError(fmt::format("{}: cannot open for writing", path));
-  }
-  GPUFLEET_RETURN_IF_ERROR(write(out));
-  out.flush();
-  if (!out) {
-    return UnavailableError(fmt::format("{}: write failed", path));
-  }
-  fmt::print("wrote {}\n", path);
-  return Status::Ok();
-}
-
 // The --json and --report files of a run, when asked for; 0 or 1 as the command's exit code.
 template <typename JsonWriter, typename ReportWriter>
 int WriteOutputs(const CommonFlags& flags, JsonWriter write_json, ReportWriter write_report) {
   if (!flags.json.empty()) {
-    const Status written = WriteFile(flags.json, [&](std::ostream& out) {
+    const Status written = WriteOutputFile(flags.json, [&](std::ostream& out) {
       write_json(out);
       return Status::Ok();
     });
@@ -174,7 +159,7 @@ int WriteOutputs(const CommonFlags& flags, JsonWriter write_json, ReportWriter w
     }
   }
   if (!flags.report.empty()) {
-    const Status written = WriteFile(flags.report, write_report);
+    const Status written = WriteOutputFile(flags.report, write_report);
     if (!written.ok()) {
       return Fail(written);
     }

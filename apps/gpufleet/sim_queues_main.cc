@@ -3,7 +3,6 @@
 // on a window of a trace (the bundled Philly job list by default).
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <iostream>
 #include <memory>
 #include <thread>
@@ -15,6 +14,7 @@
 #include "gpufleet/sim/trace_loaders.h"
 #include "gpufleet/sim/utilization_scenarios.h"
 
+#include "flags.h"
 #include "subcommands.h"
 
 namespace gpufleet::app {
@@ -112,17 +112,6 @@ Result<std::unique_ptr<Setup>> Prepare(const QueueScenarioFlags& flags) {
   return setup;
 }
 
-template <typename Writer>
-Status WriteReport(const std::string& path, Writer write) {
-  std::ofstream out(path);
-  if (!out) {
-    return UnavailableError(fmt::format("{}: cannot open for writing", path));
-  }
-  GPUFLEET_RETURN_IF_ERROR(write(out));
-  fmt::print("wrote {}\n", path);
-  return Status::Ok();
-}
-
 void PrintSetup(const char* name, const QueueScenarioFlags& flags, const Setup& setup) {
   fmt::print("{}: {} jobs of {} (days {} to {}); {} nodes x {} {}; placement {}\n", name,
              setup.window.jobs.size(), setup.trace_path, flags.from_days,
@@ -153,7 +142,7 @@ int RunFairnessCommand(const FairnessFlags& flags) {
   }
   sim::PrintFairnessSummary(*result, std::cout);
   if (!flags.report.empty()) {
-    const Status written = WriteReport(flags.report, [&](std::ostream& out) {
+    const Status written = WriteOutputFile(flags.report, [&](std::ostream& out) {
       return sim::WriteFairnessReport(*result, "gpufleet fairness: " + (*setup)->trace_path, out);
     });
     if (!written.ok()) {
@@ -184,7 +173,7 @@ int RunBackfillCommand(const BackfillFlags& flags) {
   }
   sim::PrintBackfillSummary(*result, std::cout);
   if (!flags.report.empty()) {
-    const Status written = WriteReport(flags.report, [&](std::ostream& out) {
+    const Status written = WriteOutputFile(flags.report, [&](std::ostream& out) {
       return sim::WriteBackfillReport(*result, "gpufleet backfill: " + (*setup)->trace_path, out);
     });
     if (!written.ok()) {

@@ -10,11 +10,8 @@
 #include <fmt/core.h>
 
 namespace gpufleet::cli {
-namespace {
 
 using nlohmann::json;
-
-constexpr char kNone[] = "<none>";
 
 const json& Member(const json& object, std::string_view key) {
   static const json kNull;
@@ -25,7 +22,6 @@ const json& Member(const json& object, std::string_view key) {
   return it == object.end() ? kNull : *it;
 }
 
-// A scalar as text: strings bare, other values as JSON, null or absent as "".
 std::string Text(const json& value) {
   if (value.is_null()) {
     return "";
@@ -35,6 +31,13 @@ std::string Text(const json& value) {
   }
   return value.dump();
 }
+
+namespace {
+
+// The one-argument Text above, next to the two-argument one below.
+using cli::Text;
+
+constexpr char kNone[] = "<none>";
 
 std::string Text(const json& object, std::string_view key) {
   return Text(Member(object, key));

@@ -32,6 +32,11 @@ inline constexpr size_t kReasonWidth = 60;
 // A list answer (`{"items": [...]}`): a table with a header (table and wide; "" when there are
 // no items), or the whole answer as JSON or YAML. `now_unix_seconds` is the time the AGE column
 // counts to (jobs' `created_at`).
+// object[key]; null when `object` is not an object or has no such key.
+const nlohmann::json& Member(const nlohmann::json& object, std::string_view key);
+// A scalar as text: strings bare, other values as JSON, null as "".
+std::string Text(const nlohmann::json& value);
+
 std::string RenderList(ResourceKind kind, const nlohmann::json& answer, OutputFormat format,
                        int64_t now_unix_seconds);
 

@@ -16,20 +16,9 @@ using nlohmann::json;
 
 constexpr char kNone[] = "<none>";
 
-const json& Field(const json& object, std::string_view key) {
-  static const json kNull;
-  if (!object.is_object()) {
-    return kNull;
-  }
-  const auto it = object.find(key);
-  return it == object.end() ? kNull : *it;
-}
-
-std::string Text(const json& value) {
-  if (value.is_string()) {
-    return value.get<std::string>();
-  }
-  return value.is_null() ? kNone : value.dump();
+// A scalar as text, "<none>" for null.
+std::string Shown(const json& value) {
+  return value.is_null() ? kNone : Text(value);
 }
 
 // `spec` is a {fmt} spec for one double, e.g. "{:.3g}".
@@ -45,16 +34,17 @@ std::string Xids(const json& xids) {
   std::vector<std::string> parts;
   if (xids.is_object()) {
     for (const auto& [xid, count] : xids.items()) {
-      parts.push_back(fmt::format("{}x{}", xid, Text(count)));
+      parts.push_back(fmt::format("{}x{}", xid, Shown(count)));
     }
   }
   return parts.empty() ? "-" : fmt::format("{}", fmt::join(parts, " "));
 }
 
 std::string Where(const json& device) {
-  const json& gpu = Field(device, "gpu");
-  return gpu.is_number_integer() ? fmt::format("{}/gpu{}", Text(Field(device, "node")), Text(gpu))
-                                 : Text(Field(device, "node"));
+  const json& gpu = Member(device, "gpu");
+  return gpu.is_number_integer()
+             ? fmt::format("{}/gpu{}", Shown(Member(device, "node")), Shown(gpu))
+             : Shown(Member(device, "node"));
 }
 
 void AddEvidenceRows(const json& devices, std::vector<std::vector<std::string>>& rows) {
@@ -62,14 +52,14 @@ void AddEvidenceRows(const json& devices, std::vector<std::vector<std::string>>&
     return;
   }
   for (const json& d : devices) {
-    rows.push_back({Text(Field(d, "rank")),
-                    fmt::format("{} {}", Text(Field(d, "device")), Text(Field(d, "id"))), Where(d),
-                    Text(Field(d, "leaf")), Text(Field(d, "runs")), Text(Field(d, "failures")),
-                    Text(Field(d, "named_failures")), Num(Field(d, "gpu_hours"), "{:.2f}"),
-                    Num(Field(d, "expected"), "{:.3g}"), Num(Field(d, "p_value"), "{:.2g}"),
-                    Num(Field(d, "q_value"), "{:.2g}"), Xids(Field(d, "xids")),
-                    Field(d, "flagged") == true ? "yes" : "no",
-                    Field(d, "quarantined") == true ? "yes" : "no"});
+    rows.push_back({Shown(Member(d, "rank")),
+                    fmt::format("{} {}", Shown(Member(d, "device")), Shown(Member(d, "id"))),
+                    Where(d), Shown(Member(d, "leaf")), Shown(Member(d, "runs")),
+                    Shown(Member(d, "failures")), Shown(Member(d, "named_failures")),
+                    Num(Member(d, "gpu_hours"), "{:.2f}"), Num(Member(d, "expected"), "{:.3g}"),
+                    Num(Member(d, "p_value"), "{:.2g}"), Num(Member(d, "q_value"), "{:.2g}"),
+                    Xids(Member(d, "xids")), Member(d, "flagged") == true ? "yes" : "no",
+                    Member(d, "quarantined") == true ? "yes" : "no"});
   }
 }
 
@@ -85,39 +75,39 @@ std::string Shorten(std::string text) {
 
 std::string RenderFailureReport(const json& report, bool wide) {
   std::string text;
-  const json& fleet = Field(report, "fleet");
+  const json& fleet = Member(report, "fleet");
   text += fmt::format(
       "Fleet: {} GPUs on {} nodes; {} runs in the last {} h, {} failed ({} naming no device), "
       "{} application errors\n",
-      Text(Field(fleet, "gpus")), Text(Field(fleet, "nodes")), Text(Field(report, "runs")),
-      Num(Field(report, "window_hours"), "{:.0f}"), Text(Field(report, "failed_runs")),
-      Text(Field(report, "unattributed_failed_runs")),
-      Text(Field(report, "application_failed_runs")));
-  const json& suspects = Field(report, "suspects");
+      Shown(Member(fleet, "gpus")), Shown(Member(fleet, "nodes")), Shown(Member(report, "runs")),
+      Num(Member(report, "window_hours"), "{:.0f}"), Shown(Member(report, "failed_runs")),
+      Shown(Member(report, "unattributed_failed_runs")),
+      Shown(Member(report, "application_failed_runs")));
+  const json& suspects = Member(report, "suspects");
   if (!suspects.is_array() || suspects.empty()) {
     text += "No suspects: no device fails more jobs than its exposure explains.\n";
   } else {
-    text += Text(Field(report, "summary")) + "\n";
+    text += Shown(Member(report, "summary")) + "\n";
   }
   std::vector<std::vector<std::string>> rows = {
       {"RANK", "DEVICE", "WHERE", "LEAF", "RUNS", "FAILURES", "NAMED", "GPU-HOURS", "EXPECTED",
        "P-VALUE", "Q-VALUE", "XIDS", "FLAGGED", "QUARANTINED"}};
   AddEvidenceRows(suspects, rows);
   if (wide) {
-    AddEvidenceRows(Field(report, "runners_up"), rows);
+    AddEvidenceRows(Member(report, "runners_up"), rows);
   }
   if (rows.size() > 1) {
     text += "\n" + RenderTable(rows);
   }
-  const json& quarantines = Field(report, "quarantines");
+  const json& quarantines = Member(report, "quarantines");
   if (quarantines.is_array() && !quarantines.empty()) {
     std::vector<std::vector<std::string>> out = {
         {"QUARANTINED", "WHERE", "SOURCE", "MODE", "ACTOR", "REASON"}};
     for (const json& q : quarantines) {
-      std::string reason = Text(Field(q, "reason"));
-      out.push_back({fmt::format("{} {}", Text(Field(q, "device")), Text(Field(q, "id"))), Where(q),
-                     Text(Field(q, "source")), Text(Field(q, "mode")), Text(Field(q, "actor")),
-                     wide ? reason : Shorten(reason)});
+      std::string reason = Shown(Member(q, "reason"));
+      out.push_back({fmt::format("{} {}", Shown(Member(q, "device")), Shown(Member(q, "id"))),
+                     Where(q), Shown(Member(q, "source")), Shown(Member(q, "mode")),
+                     Shown(Member(q, "actor")), wide ? reason : Shorten(reason)});
     }
     text += "\n" + RenderTable(out);
   }
