@@ -209,7 +209,7 @@ int RunAgent(const AgentFlags& flags) {
     return Fail(metrics_port.status());
   }
   cli::ApiClient client(server, token, flags.ca_cert);
-  agent::NodeAgent node_agent(options, **sampler, *task_runner, client, catalog);
+  agent::NodeAgent node_agent(options, **sampler, *probe, *task_runner, client, catalog);
   fmt::print("gpufleet agent: node {} -> {}, metrics on http://{}:{}/metrics\n", options.node_name,
              server, metrics->first, *metrics_port);
   std::fflush(stdout);

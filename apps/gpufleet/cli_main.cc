@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The client verbs of `gpufleet` (`submit`, `get`, `describe`, `cancel`, `resume`, `create`,
-// `revoke`, `cordon`, `uncordon`, `drain`, `quarantine`, `release`, `report`): flags here, the work
-// in `gpufleet/cli/commands.h` and `gpufleet/cli/report.h`.
+// `update`, `revoke`, `cordon`, `uncordon`, `drain`, `quarantine`, `release`, `report`): flags
+// here, the work in `gpufleet/cli/commands.h` and `gpufleet/cli/report.h`.
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -32,6 +32,7 @@ struct CliState {
   std::string cancel;
   std::string resume;
   cli::CreateArgs create;
+  cli::UpdateArgs update;
   cli::RevokeArgs revoke;
   cli::NodeArgs node;
   cli::ReportArgs report;
@@ -127,6 +128,20 @@ Action AddCliCommands(CLI::App& app) {
   create->add_flag("--no-borrow", s.create.no_borrow, "queue: never hold more than its guarantee");
   AddVerb(s, create, [&s](cli::ApiClient& client) {
     return cli::RunCreate(client, s.create, std::cout, std::cerr);
+  });
+
+  CLI::App* update = app.add_subcommand("update", "change a queue's quota (admin)");
+  update->add_option("TYPE", s.update.kind, "queue")->required();
+  update->add_option("NAME", s.update.name, "the queue's name")->required();
+  update->add_option("--guarantee", s.update.guarantee,
+                     "set MODEL=GPUS, or remove MODEL- (\"*\": any model); repeatable");
+  update->add_option("--limit", s.update.limit,
+                     "set MODEL=GPUS, or remove MODEL- (\"*\": in total); repeatable");
+  update->add_option("--weight", s.update.weight, "fair-share weight among its siblings");
+  update->add_flag("--borrow", s.update.borrow, "may hold more than its guarantee");
+  update->add_flag("--no-borrow", s.update.no_borrow, "never hold more than its guarantee");
+  AddVerb(s, update, [&s](cli::ApiClient& client) {
+    return cli::RunUpdate(client, s.update, std::cout, std::cerr);
   });
 
   CLI::App* revoke = app.add_subcommand("revoke", "revoke a token (admin)");

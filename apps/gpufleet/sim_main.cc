@@ -376,8 +376,10 @@ Action AddSimCommand(CLI::App& app) {
   const SimSubcommand autoscale = AddSimAutoscaleCommand(*sim);
   const SimSubcommand fairness = AddSimFairnessCommand(*sim);
   const SimSubcommand backfill = AddSimBackfillCommand(*sim);
+  const SimSubcommand interactive = AddSimInteractiveCommand(*sim);
 
-  return [fill, fill_flags, replay, replay_flags, failures, autoscale, mig, fairness, backfill] {
+  return [fill, fill_flags, replay, replay_flags, failures, autoscale, mig, fairness, backfill,
+          interactive] {
     if (fill->parsed()) {
       return RunFillCommand(*fill_flags);
     }
@@ -398,6 +400,9 @@ Action AddSimCommand(CLI::App& app) {
     }
     if (backfill.command->parsed()) {
       return backfill.run();
+    }
+    if (interactive.command->parsed()) {
+      return interactive.run();
     }
     return 2;
   };

@@ -49,6 +49,8 @@ struct FairnessFlags : QueueScenarioFlags {
 
 struct BackfillFlags : QueueScenarioFlags {
   int64_t grace_seconds = 0;
+  double estimate_factor = 1;
+  double underestimate_share = 0;
 };
 
 int Fail(const std::string& command, const Status& status) {
@@ -165,6 +167,8 @@ int RunBackfillCommand(const BackfillFlags& flags) {
   options.policies = *policies;
   options.replay = (*setup)->replay;
   options.replay.overrun_grace_seconds = flags.grace_seconds;
+  options.estimates = {.overestimate_factor = flags.estimate_factor,
+                       .underestimate_share = flags.underestimate_share};
   PrintSetup("backfill", flags, **setup);
   auto result = sim::RunBackfillScenario((*setup)->cluster, (*setup)->window, (*setup)->catalog,
                                          options, flags.threads);
@@ -210,7 +214,7 @@ SimSubcommand AddSimFairnessCommand(CLI::App& sim) {
   flags->from_days = 35;
   flags->days = 2;
   flags->nodes = 24;
-  flags->policy = "fifo,fair-share";
+  flags->policy = "fifo,fair-share-no-preempt,fair-share";
   CLI::App* command = sim.add_subcommand(
       "fairness",
       "two teams of equal weight, one flooding the queue: the other team's queueing delay alone "
@@ -248,6 +252,16 @@ SimSubcommand AddSimBackfillCommand(CLI::App& sim) {
       ->add_option("--grace-seconds", flags->grace_seconds,
                    "how long a job may outrun its runtime estimate before it is killed")
       ->check(CLI::Range(int64_t{0}, int64_t{86400 * 30}));
+  command
+      ->add_option("--estimate-factor", flags->estimate_factor,
+                   "runtime estimates are the run time times a factor drawn from [1, F] "
+                   "(1: exact)")
+      ->check(CLI::Range(1.0, 100.0));
+  command
+      ->add_option("--underestimate-share", flags->underestimate_share,
+                   "share of the jobs whose estimate is below their run time (killed at their "
+                   "limit)")
+      ->check(CLI::Range(0.0, 1.0));
   return SimSubcommand{command, [flags] { return RunBackfillCommand(*flags); }};
 }
 

@@ -38,6 +38,8 @@ SimSubcommand AddSimAutoscaleCommand(CLI::App& sim);
 // `gpufleet sim fairness` and `gpufleet sim backfill` (sim_queues_main.cc).
 SimSubcommand AddSimFairnessCommand(CLI::App& sim);
 SimSubcommand AddSimBackfillCommand(CLI::App& sim);
+// `gpufleet sim interactive` (sim_interactive_main.cc).
+SimSubcommand AddSimInteractiveCommand(CLI::App& sim);
 
 // `gpufleet server`: the REST API and the scheduling loop (server_main.cc).
 Action AddServerCommand(CLI::App& app);

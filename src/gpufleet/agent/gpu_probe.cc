@@ -9,6 +9,14 @@
 
 namespace gpufleet::agent {
 
+Result<std::vector<MigDeviceInfo>> GpuProbe::ApplyMigLayout(
+    int gpu_index, const std::vector<MigInstance>& /*wanted*/) {
+  return Status(StatusCode::kUnimplemented,
+                fmt::format("gpu {}: this GPU probe only reads MIG layouts; change them with "
+                            "nvidia-smi mig",
+                            gpu_index));
+}
+
 std::vector<std::string> ClocksEventReasonNames(uint64_t reasons) {
   static constexpr std::pair<uint64_t, const char*> kNames[] = {
       {nvml::kClocksEventGpuIdle, "gpu_idle"},

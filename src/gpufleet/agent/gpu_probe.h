@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "gpufleet/core/mig.h"
 #include "gpufleet/core/status.h"
 
 // The node agent's view of its GPUs: what they are (inventory) and what they read now (samples).
@@ -121,6 +122,18 @@ class GpuProbe {
   // One sample per GPU, by index. XIDs are those reported since the previous call. A GPU that is
   // lost is reported with `lost` set, not as an error; an error means nothing could be read.
   virtual Result<std::vector<GpuSample>> Sample() = 0;
+
+  // True when ApplyMigLayout can change MIG layouts (the node agent tells the server so).
+  virtual bool CanApplyMigLayouts() const { return false; }
+
+  // Makes the MIG instances of GPU `gpu_index` exactly `wanted` (profile and start slot; `in_use`
+  // is ignored), all of it or nothing: destroys the instances not wanted and creates the missing
+  // ones. Returns the GPU's MIG devices after it. By default kUnimplemented: the probe only reads
+  // MIG layouts (the NVML probe). Implementations answer kFailedPrecondition when MIG is disabled
+  // or an instance to destroy is in use, and kInvalidArgument for a layout the model does not
+  // allow.
+  virtual Result<std::vector<MigDeviceInfo>> ApplyMigLayout(int gpu_index,
+                                                            const std::vector<MigInstance>& wanted);
 };
 
 // Names of the bits set in `reasons`, e.g. {"sw_power_cap", "hw_thermal_slowdown"}; an unknown

@@ -5,12 +5,30 @@
 #include <gtest/gtest.h>
 
 #include "gpufleet/agent/nvml_api.h"
+#include "gpufleet/core/testing/status_matchers.h"
 
 namespace gpufleet::agent {
 namespace {
 
+using ::gpufleet::testing::StatusIs;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+
+// A probe that only reads, as the NVML probe is for MIG layouts.
+class ReadOnlyProbe final : public GpuProbe {
+ public:
+  Result<ProbeInventory> Inventory() override { return ProbeInventory{}; }
+  Result<std::vector<GpuSample>> Sample() override { return std::vector<GpuSample>{}; }
+};
+
+TEST(GpuProbe, OnlyReadsMigLayoutsUnlessItSaysOtherwise) {
+  ReadOnlyProbe probe;
+  EXPECT_FALSE(probe.CanApplyMigLayouts());
+  EXPECT_THAT(probe.ApplyMigLayout(3, {{"3g.40gb", 0}}),
+              StatusIs(StatusCode::kUnimplemented,
+                       HasSubstr("gpu 3: this GPU probe only reads MIG layouts")));
+}
 
 TEST(ClocksEventReasonNames, NamesEachSetBitInBitOrder) {
   EXPECT_THAT(ClocksEventReasonNames(0), IsEmpty());

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "gpufleet/core/cluster.h"
+#include "gpufleet/core/mig.h"
 
 namespace gpufleet::agent {
 namespace {
@@ -114,13 +115,67 @@ std::vector<api::GpuReport> GpuReportsFrom(const TelemetrySnapshot& snapshot) {
   return out;
 }
 
-NodeAgent::NodeAgent(NodeAgentOptions options, const TelemetrySampler& telemetry,
+std::vector<MigDeviceInfo> WithPlacementStarts(const GpuModelInfo& model,
+                                               std::vector<MigDeviceInfo> devices) {
+  std::vector<MigInstance> known;
+  for (const MigDeviceInfo& device : devices) {
+    if (device.placement_start && model.FindMigProfile(device.profile) != nullptr) {
+      known.push_back({device.profile, *device.placement_start});
+    }
+  }
+  Result<MigLayout> layout = MigLayout::FromInstances(model, known);
+  if (!layout.ok()) {
+    return {};  // the probe's own starts do not make a layout: nothing reliable to report
+  }
+  std::sort(devices.begin(), devices.end(), [](const MigDeviceInfo& a, const MigDeviceInfo& b) {
+    return a.gpu_instance_id < b.gpu_instance_id;
+  });
+  std::vector<MigDeviceInfo> out;
+  for (MigDeviceInfo& device : devices) {
+    const MigProfile* profile = model.FindMigProfile(device.profile);
+    if (profile == nullptr) {
+      continue;
+    }
+    if (!device.placement_start) {
+      const std::optional<int> start = layout->FindStart(*profile);
+      if (!start) {
+        continue;
+      }
+      layout->Add(*profile, *start);
+      device.placement_start = *start;
+    }
+    out.push_back(std::move(device));
+  }
+  return out;
+}
+
+NodeAgent::NodeAgent(NodeAgentOptions options, TelemetrySampler& telemetry, GpuProbe& probe,
                      runner::TaskRunner& runner, cli::ApiClient& client, const GpuCatalog& catalog)
     : options_(std::move(options)),
       telemetry_(telemetry),
+      probe_(probe),
       runner_(runner),
       client_(client),
       catalog_(catalog) {}
+
+std::vector<api::GpuReport> NodeAgent::GpuReports() const {
+  std::vector<api::GpuReport> reports = GpuReportsFrom(*telemetry_.LatestSnapshot());
+  for (api::GpuReport& report : reports) {
+    const auto devices = mig_devices_.find(report.index);
+    if (devices == mig_devices_.end()) {
+      continue;
+    }
+    std::vector<api::MigDeviceReport> mig;
+    for (const MigDeviceInfo& device : devices->second) {
+      mig.push_back({device.uuid, device.profile, device.placement_start.value_or(0)});
+    }
+    report.mig_devices = std::move(mig);
+    if (const auto error = mig_errors_.find(report.index); error != mig_errors_.end()) {
+      report.mig_error = error->second;
+    }
+  }
+  return reports;
+}
 
 std::vector<api::TaskReport> NodeAgent::TaskReports(
     const std::vector<runner::TaskStatus>& statuses) const {
@@ -151,7 +206,12 @@ Status NodeAgent::Register() {
   }
   node.fault_domains = options_.fault_domains;
   node.topology = options_.topology_values;
+  if (probe_.CanApplyMigLayouts()) {
+    node.labels[std::string(api::kMigLayoutsLabel)] = "true";
+  }
   std::map<std::string, int> index_by_uuid;
+  std::map<int, std::string> model_by_gpu;
+  std::map<int, std::vector<MigDeviceInfo>> mig_devices;
   for (const GpuTelemetry& telemetry : snapshot->gpus) {
     const GpuStaticInfo& info = telemetry.reading.info;
     if (info.model.empty() || !catalog_.Contains(info.model)) {
@@ -167,11 +227,23 @@ Status NodeAgent::Register() {
     gpu.nvlink_domain =
         options_.gpus_per_nvlink_domain > 0 ? info.index / options_.gpus_per_nvlink_domain : 0;
     gpu.mig_enabled = info.mig_enabled;
+    if (info.mig_enabled) {
+      std::vector<MigDeviceInfo> devices =
+          WithPlacementStarts(**catalog_.Find(gpu.model), info.mig_devices);
+      for (const MigDeviceInfo& device : devices) {
+        gpu.mig_instances.push_back({device.profile, *device.placement_start});
+      }
+      model_by_gpu[info.index] = gpu.model;
+      mig_devices[info.index] = std::move(devices);
+    }
     node.gpus.push_back(std::move(gpu));
     index_by_uuid[info.uuid] = info.index;
   }
-  request.gpus = GpuReportsFrom(*snapshot);
   gpu_index_by_uuid_ = std::move(index_by_uuid);
+  model_by_gpu_ = std::move(model_by_gpu);
+  mig_devices_ = std::move(mig_devices);
+  mig_errors_.clear();
+  request.gpus = GpuReports();
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
   request.tasks = TaskReports(statuses);
   GPUFLEET_ASSIGN_OR_RETURN(const api::AgentReply reply,
@@ -185,7 +257,7 @@ Status NodeAgent::Heartbeat() {
     return FailedPreconditionError("the agent has not registered yet");
   }
   api::HeartbeatRequest request;
-  request.gpus = GpuReportsFrom(*telemetry_.LatestSnapshot());
+  request.gpus = GpuReports();
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
   request.tasks = TaskReports(statuses);
   GPUFLEET_ASSIGN_OR_RETURN(
@@ -193,6 +265,46 @@ Status NodeAgent::Heartbeat() {
       Send(client_, fmt::format("/v1/agents/{}/heartbeat", cli::UrlEncode(options_.node_name)),
            HeartbeatRequestToJson(request)));
   return Apply(reply, statuses);
+}
+
+std::optional<std::string> NodeAgent::ApplyMigLayout(const api::WantedMigLayout& layout,
+                                                     const std::vector<runner::TaskStatus>& tasks) {
+  const auto devices = mig_devices_.find(layout.gpu_index);
+  const auto model = model_by_gpu_.find(layout.gpu_index);
+  if (devices == mig_devices_.end() || model == model_by_gpu_.end()) {
+    return fmt::format("gpu {}: not a MIG-enabled GPU of this node", layout.gpu_index);
+  }
+  // A device a running task holds is never destroyed, whatever the probe would allow.
+  std::set<std::string> held;
+  for (const runner::TaskStatus& task : tasks) {
+    if (!runner::IsFinal(task.state)) {
+      held.insert(task.gpu_uuids.begin(), task.gpu_uuids.end());
+    }
+  }
+  std::vector<MigInstance> unmatched = layout.instances;
+  for (const MigDeviceInfo& device : devices->second) {
+    const auto wanted =
+        std::find_if(unmatched.begin(), unmatched.end(), [&](const MigInstance& instance) {
+          return instance.profile == device.profile && device.placement_start == instance.start;
+        });
+    if (wanted != unmatched.end()) {
+      unmatched.erase(wanted);
+    } else if (held.count(device.uuid) > 0) {
+      return fmt::format(
+          "gpu {}: the {} instance at {} ({}) is in use by a task; layout {} not "
+          "applied",
+          layout.gpu_index, device.profile, device.placement_start.value_or(0), device.uuid,
+          api::DescribeMigInstances(layout.instances));
+    }
+  }
+  Result<std::vector<MigDeviceInfo>> applied =
+      probe_.ApplyMigLayout(layout.gpu_index, layout.instances);
+  if (!applied.ok()) {
+    return applied.status().message();
+  }
+  const Result<const GpuModelInfo*> info = catalog_.Find(model->second);
+  devices->second = WithPlacementStarts(**info, std::move(applied).value());
+  return std::nullopt;
 }
 
 std::string NodeAgent::LogPath(const std::string& task_id) const {
@@ -215,6 +327,21 @@ Status NodeAgent::Apply(const api::AgentReply& reply,
   }
   refused_.clear();
   desired_ = reply.tasks;
+
+  bool mig_changed = false;
+  for (const api::WantedMigLayout& layout : reply.mig_layouts) {
+    const std::vector<MigDeviceInfo> before = mig_devices_[layout.gpu_index];
+    if (std::optional<std::string> error = ApplyMigLayout(layout, reported)) {
+      mig_errors_[layout.gpu_index] = std::move(*error);
+    } else {
+      mig_errors_.erase(layout.gpu_index);
+    }
+    mig_changed = mig_changed || mig_devices_[layout.gpu_index] != before;
+  }
+  if (mig_changed) {
+    // The sampler's inventory (and /metrics) follow the new MIG devices from its next sample.
+    GPUFLEET_RETURN_IF_ERROR(telemetry_.RefreshInventory());
+  }
 
   std::set<std::string, std::less<>> desired_ids;
   std::set<std::string> known;

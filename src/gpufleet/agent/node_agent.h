@@ -3,10 +3,12 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "gpufleet/agent/gpu_probe.h"
 #include "gpufleet/agent/health.h"
 #include "gpufleet/agent/telemetry.h"
 #include "gpufleet/api/agent_protocol.h"
@@ -18,14 +20,22 @@
 #include "gpufleet/runner/task_runner.h"
 
 // The node agent's protocol side (docs/agent.md): it registers the node with the server, sends
-// heartbeats with the GPUs' health and the tasks' states, and makes the task runner match the
-// tasks the server wants on this node.
+// heartbeats with the GPUs' health, MIG devices and the tasks' states, makes the GPUs' MIG
+// layouts match the ones the server wants, and makes the task runner match the tasks the server
+// wants on this node.
 namespace gpufleet::agent {
 
 // A health verdict and the GPU's latest utilization, as the protocol carries them.
 api::GpuReport ToGpuReport(const GpuHealthReport& report, std::optional<int64_t> utilization_pct);
 // Every GPU of the sampler's latest snapshot, as the protocol carries them.
 std::vector<api::GpuReport> GpuReportsFrom(const TelemetrySnapshot& snapshot);
+
+// `devices` with a start slot each: the probe's when it read one, otherwise (the NVML probe does
+// not read placements) the lowest start where the device fits, in GPU instance id order, which
+// is where a GPU puts instances created in that order. A device of a profile the model does not
+// have, or that fits nowhere, is left out.
+std::vector<MigDeviceInfo> WithPlacementStarts(const GpuModelInfo& model,
+                                               std::vector<MigDeviceInfo> devices);
 
 struct NodeAgentOptions {
   std::string node_name;
@@ -48,19 +58,23 @@ class NodeAgent {
  public:
   // Everything passed by reference must outlive the agent. The telemetry sampler is the probe's
   // one reader (so that every XID is seen once): the agent takes the inventory, health and
-  // utilization from its latest snapshot.
-  NodeAgent(NodeAgentOptions options, const TelemetrySampler& telemetry, runner::TaskRunner& runner,
-            cli::ApiClient& client, const GpuCatalog& catalog);
+  // utilization from its latest snapshot, and uses `probe` only to change MIG layouts (then
+  // asks the sampler to read the inventory again).
+  NodeAgent(NodeAgentOptions options, TelemetrySampler& telemetry, GpuProbe& probe,
+            runner::TaskRunner& runner, cli::ApiClient& client, const GpuCatalog& catalog);
 
-  // Registers the node (inventory from telemetry, labels with the driver and CUDA versions) and
+  // Registers the node (inventory from telemetry with the MIG instances, labels with the driver
+  // and CUDA versions, and api::kMigLayoutsLabel when the probe can change MIG layouts) and
   // the tasks the runner still has from before a restart, then applies the answer: tasks the
   // server still wants are adopted, the others stopped. kInvalidArgument for a GPU model the
   // catalog does not know; the server's error as it wrote it.
   Status Register();
 
-  // One heartbeat: reports GPU health and every task's state, then starts the wanted tasks that
-  // are missing and stops the ones that are not wanted. Final states are forgotten once the
-  // server has taken them. kFailedPrecondition before Register succeeded.
+  // One heartbeat: reports GPU health, MIG devices and every task's state, then applies the MIG
+  // layouts the server wants (an error is reported in the next heartbeat, as the GPU's
+  // mig_error), starts the wanted tasks that are missing and stops the ones that are not wanted.
+  // Final states are forgotten once the server has taken them. kFailedPrecondition before
+  // Register succeeded.
   Status Heartbeat();
 
   // What the server asked for at the last answer.
@@ -68,14 +82,21 @@ class NodeAgent {
   const std::vector<api::DesiredTask>& desired_tasks() const { return desired_; }
   // GPU UUID -> NVML index, from the inventory at registration.
   const std::map<std::string, int>& gpu_index_by_uuid() const { return gpu_index_by_uuid_; }
+  // The MIG devices of each MIG-enabled GPU, by index, as last read or made; with start slots.
+  const std::map<int, std::vector<MigDeviceInfo>>& mig_devices() const { return mig_devices_; }
 
  private:
   std::vector<api::TaskReport> TaskReports(const std::vector<runner::TaskStatus>& statuses) const;
+  std::vector<api::GpuReport> GpuReports() const;
   Status Apply(const api::AgentReply& reply, const std::vector<runner::TaskStatus>& reported);
+  // Applies one wanted layout through the probe; the error to report when it was not applied.
+  std::optional<std::string> ApplyMigLayout(const api::WantedMigLayout& layout,
+                                            const std::vector<runner::TaskStatus>& tasks);
   std::string LogPath(const std::string& task_id) const;
 
   NodeAgentOptions options_;
-  const TelemetrySampler& telemetry_;
+  TelemetrySampler& telemetry_;
+  GpuProbe& probe_;
   runner::TaskRunner& runner_;
   cli::ApiClient& client_;
   const GpuCatalog& catalog_;
@@ -84,6 +105,9 @@ class NodeAgent {
   Duration heartbeat_interval_ = std::chrono::seconds(10);
   std::vector<api::DesiredTask> desired_;
   std::map<std::string, int> gpu_index_by_uuid_;
+  std::map<int, std::string> model_by_gpu_;  // canonical catalog names of MIG-enabled GPUs
+  std::map<int, std::vector<MigDeviceInfo>> mig_devices_;
+  std::map<int, std::string> mig_errors_;  // why a wanted layout was not applied, by GPU
   // Tasks the runner refused (bad launch): reported as Failed once, then dropped.
   std::map<std::string, std::string> refused_;
 };

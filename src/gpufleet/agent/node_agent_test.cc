@@ -24,6 +24,7 @@ namespace {
 using Json = nlohmann::json;
 using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Calls the server's request handler directly, as an HTTP round trip would.
 class InProcessTransport final : public cli::Transport {
@@ -58,6 +59,21 @@ spec:
         gpus: {{count: {}}}
 )",
                      name, duration_ms, exit_code, gpus);
+}
+
+std::string MigJobYaml(const std::string& name, const std::string& profile) {
+  return fmt::format(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {{name: {}}}
+spec:
+  tasks:
+    - name: main
+      command: [serve]
+      env: {{GPUFLEET_SIM_DURATION_MS: "3600000"}}
+      resources:
+        gpus: {{migProfile: {}}}
+)",
+                     name, profile);
 }
 
 class NodeAgentTest : public ::testing::Test {
@@ -96,10 +112,41 @@ class NodeAgentTest : public ::testing::Test {
     options.capacity = {64000, 512 * 1024};
     options.log_dir = "/nonexistent";  // the simulated runner writes no logs
     options.stop_grace = std::chrono::seconds(5);
-    return std::make_unique<NodeAgent>(options, *sampler_, runner, *client_, catalog_);
+    return std::make_unique<NodeAgent>(options, *sampler_, *probe_, runner, *client_, catalog_);
   }
 
   Json Job(const std::string& name) { return *admin_client_->Get("/v1/jobs/" + name); }
+  Json Node(const std::string& name) { return *admin_client_->Get("/v1/nodes/" + name); }
+  std::string Events(const std::string& kind, const std::string& name) {
+    return admin_client_->Get(fmt::format("/v1/{}/{}/events", kind, name))->dump();
+  }
+
+  // A simulated node of one H100 with MIG enabled and these instances, registered.
+  std::unique_ptr<SimulatedNode> MigNode(const std::vector<std::string>& profiles) {
+    SimulatedNode::Options options;
+    options.agent.node_name = "mig-0";
+    options.agent.topology_levels = {"leaf"};
+    options.agent.topology_values = {"leaf-1"};
+    options.agent.capacity = {64000, 512 * 1024};
+    options.gpu_count = 1;
+    options.mig_profiles = {{0, profiles}};
+    Result<std::unique_ptr<SimulatedNode>> node =
+        SimulatedNode::Create(options, clock_, catalog_, *client_);
+    EXPECT_OK(node);
+    if (!node.ok()) {
+      return nullptr;
+    }
+    EXPECT_OK((*node)->sampler().SampleOnce());
+    EXPECT_OK((*node)->agent().Register());
+    return std::move(node).value();
+  }
+
+  // One heartbeat of `node`, then its task loads (and MIG devices in use) as `gpufleet dev`
+  // sets them.
+  void Beat(SimulatedNode& node) {
+    ASSERT_OK(node.agent().Heartbeat());
+    ASSERT_OK(node.UpdateLoads());
+  }
 
   void Submit(const std::string& yaml) {
     ASSERT_OK(admin_client_->Post("/v1/jobs", yaml, "application/yaml"));
@@ -247,6 +294,96 @@ TEST_F(NodeAgentTest, SimulatedNodeShowsItsTasksInTelemetry) {
   const std::vector<api::GpuReport> reports = GpuReportsFrom(*(*node)->sampler().LatestSnapshot());
   ASSERT_EQ(reports.size(), 8u);
   EXPECT_EQ(reports[0].health, GpuHealth::kHealthy);
+}
+
+TEST_F(NodeAgentTest, RegistersTheMigInstancesOfItsGpus) {
+  std::unique_ptr<SimulatedNode> node = MigNode({"3g.40gb", "3g.40gb"});
+  ASSERT_NE(node, nullptr);
+  const Json doc = Node("mig-0");
+  EXPECT_EQ(doc["labels"][std::string(api::kMigLayoutsLabel)], "true");
+  const Json& gpu = doc["gpus"][0];
+  EXPECT_TRUE(gpu["mig_enabled"].get<bool>());
+  EXPECT_EQ(gpu["mig_instances"].dump(),
+            R"([{"profile":"3g.40gb","start":0},{"profile":"3g.40gb","start":4}])");
+  ASSERT_EQ(gpu["mig_devices"].size(), 2u);
+  EXPECT_EQ(gpu["mig_devices"][1]["uuid"], node->agent().mig_devices().at(0)[1].uuid);
+  EXPECT_EQ(gpu["mig_devices"][1]["start"], 4);
+}
+
+TEST_F(NodeAgentTest, PendingMigJobGetsANewLayoutAppliedByTheAgentAndRunsOnItsMigDevice) {
+  // The GPU is one free 7g.80gb instance: a 3g.40gb task fits no current layout.
+  std::unique_ptr<SimulatedNode> node = MigNode({"7g.80gb"});
+  ASSERT_NE(node, nullptr);
+  Submit(MigJobYaml("infer", "3g.40gb"));
+  EXPECT_EQ(Job("infer")["state"], "Pending");
+  EXPECT_THAT(Job("infer")["reason"].get<std::string>(), HasSubstr("MIG"));
+
+  // The next cycle plans a new layout for the GPU and places the job on it.
+  ASSERT_OK(server_->RunSchedulingCycle());
+  EXPECT_EQ(Job("infer")["state"], "Scheduled");
+  const Json planned = Node("mig-0")["gpus"][0];
+  EXPECT_THAT(planned["mig_instances"].dump(), HasSubstr("3g.40gb"));
+  EXPECT_THAT(planned["mig_instances"].dump(), Not(HasSubstr("7g.80gb")));
+  EXPECT_THAT(Events("nodes", "mig-0"), HasSubstr("gpu 0: new MIG layout for job infer"));
+  EXPECT_THAT(Events("jobs", "infer"), HasSubstr("MIG layout of mig-0 gpu 0 changed for it"));
+
+  Beat(*node);  // the agent applies the layout; the task waits for its report
+  EXPECT_TRUE(node->runner().Poll().empty());
+  ASSERT_EQ(node->agent().mig_devices().at(0).size(), planned["mig_instances"].size());
+  EXPECT_EQ(node->probe().Inventory()->gpus[0].mig_devices, node->agent().mig_devices().at(0));
+
+  Beat(*node);  // reports the instances; the task comes with its MIG device
+  const std::vector<runner::TaskStatus> tasks = node->runner().Poll();
+  ASSERT_EQ(tasks.size(), 1u);
+  ASSERT_EQ(tasks[0].gpu_uuids.size(), 1u);
+  EXPECT_TRUE(tasks[0].gpu_uuids[0].starts_with("MIG-")) << tasks[0].gpu_uuids[0];
+  const Json assignment = Job("infer")["placements"][0]["assignments"][0];
+  const auto& devices = node->agent().mig_devices().at(0);
+  const auto device = std::find_if(devices.begin(), devices.end(), [&](const MigDeviceInfo& d) {
+    return d.profile == "3g.40gb" && d.placement_start == assignment["mig_start"].get<int>();
+  });
+  ASSERT_NE(device, devices.end());
+  EXPECT_EQ(tasks[0].gpu_uuids[0], device->uuid);
+  ASSERT_EQ(node->agent().desired_tasks().size(), 1u);
+  ASSERT_EQ(node->agent().desired_tasks()[0].mig_instances.size(), 1u);
+  EXPECT_EQ(node->agent().desired_tasks()[0].mig_instances[0].uuid, device->uuid);
+
+  Beat(*node);
+  EXPECT_EQ(Job("infer")["state"], "Running");
+  EXPECT_FALSE(Node("mig-0")["gpus"][0].contains("mig_error"));
+}
+
+TEST_F(NodeAgentTest, AnInstanceInUseIsNotDestroyedAndTheErrorIsReported) {
+  // MIG on, no instances: the scheduler creates the job's instance in a free slot.
+  std::unique_ptr<SimulatedNode> node = MigNode({});
+  ASSERT_NE(node, nullptr);
+  Submit(MigJobYaml("infer", "3g.40gb"));
+  EXPECT_EQ(Job("infer")["state"], "Scheduled");
+  EXPECT_EQ(Job("infer")["placements"][0]["assignments"][0]["mig_created"], true);
+  Beat(*node);  // creates the instance
+  ASSERT_EQ(node->agent().mig_devices().at(0).size(), 1u);
+  Beat(*node);  // starts the task on it
+  Beat(*node);
+  EXPECT_EQ(Job("infer")["state"], "Running");
+  const std::string uuid = node->agent().mig_devices().at(0)[0].uuid;
+
+  // Cancelled: the instance is no longer wanted, but the task still holds it when the answer
+  // comes, so it stays and the agent says why.
+  ASSERT_OK(admin_client_->Post("/v1/jobs/infer/cancel", "", ""));
+  Beat(*node);
+  ASSERT_EQ(node->probe().Inventory()->gpus[0].mig_devices.size(), 1u);
+  EXPECT_EQ(node->probe().Inventory()->gpus[0].mig_devices[0].uuid, uuid);
+  Beat(*node);  // reports the error (and the stopped task); the agent tries again
+  EXPECT_THAT(Events("nodes", "mig-0"),
+              HasSubstr(fmt::format("gpu 0: MIG layout not applied: gpu 0: the 3g.40gb instance "
+                                    "at 0 ({}) is in use by a task",
+                                    uuid)));
+  EXPECT_TRUE(node->probe().Inventory()->gpus[0].mig_devices.empty()) << "free now: destroyed";
+  Beat(*node);
+  const Json gpu = Node("mig-0")["gpus"][0];
+  EXPECT_FALSE(gpu.contains("mig_error"));
+  EXPECT_TRUE(gpu["mig_devices"].empty());
+  EXPECT_THAT(Events("nodes", "mig-0"), HasSubstr("gpu 0: MIG instances now none"));
 }
 
 TEST_F(NodeAgentTest, HeartbeatBeforeRegisterIsAnError) {

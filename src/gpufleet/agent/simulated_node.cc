@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 #include <map>
+#include <set>
 
 namespace gpufleet::agent {
 
@@ -62,10 +63,12 @@ Result<std::unique_ptr<SimulatedNode>> SimulatedNode::Create(Options options, co
                                                              const GpuCatalog& catalog,
                                                              cli::ApiClient& client) {
   std::unique_ptr<SimulatedNode> node(new SimulatedNode());
-  GPUFLEET_ASSIGN_OR_RETURN(node->probe_, SimulatedProbe::Create(clock, catalog,
-                                                                 {.model = options.gpu_model,
-                                                                  .gpu_count = options.gpu_count,
-                                                                  .seed = options.seed}));
+  GPUFLEET_ASSIGN_OR_RETURN(node->probe_,
+                            SimulatedProbe::Create(clock, catalog,
+                                                   {.model = options.gpu_model,
+                                                    .gpu_count = options.gpu_count,
+                                                    .seed = options.seed,
+                                                    .mig_profiles = options.mig_profiles}));
   node->runner_ = std::make_unique<runner::SimulatedRunner>(clock);
   GPUFLEET_ASSIGN_OR_RETURN(node->sampler_,
                             TelemetrySampler::Create({.probe = *node->probe_,
@@ -73,7 +76,7 @@ Result<std::unique_ptr<SimulatedNode>> SimulatedNode::Create(Options options, co
                                                       .interval = options.sample_interval,
                                                       .hostname = options.agent.node_name}));
   node->agent_ = std::make_unique<NodeAgent>(std::move(options.agent), *node->sampler_,
-                                             *node->runner_, client, catalog);
+                                             *node->probe_, *node->runner_, client, catalog);
   return node;
 }
 
@@ -84,10 +87,12 @@ Status ApplyTaskLoads(const NodeAgent& agent, runner::TaskRunner& runner, Simula
     milli_by_task[task.id] = task.gpu_milli;
   }
   std::vector<int64_t> utilization(static_cast<size_t>(gpu_count), 0);
+  std::set<std::string> running_uuids;
   for (const runner::TaskStatus& task : runner.Poll()) {
     if (task.state != runner::TaskState::kRunning || task.gpu_uuids.empty()) {
       continue;
     }
+    running_uuids.insert(task.gpu_uuids.begin(), task.gpu_uuids.end());
     const int64_t level = 55 + static_cast<int64_t>(std::hash<std::string>{}(task.task_id) % 41);
     const auto milli = milli_by_task.find(task.task_id);
     const int64_t share_milli =
@@ -99,6 +104,16 @@ Status ApplyTaskLoads(const NodeAgent& agent, runner::TaskRunner& runner, Simula
       if (index != agent.gpu_index_by_uuid().end() && index->second < gpu_count) {
         utilization[static_cast<size_t>(index->second)] +=
             level * std::min<int64_t>(share_milli, 1000) / 1000;
+      }
+    }
+  }
+  for (const auto& [gpu, devices] : agent.mig_devices()) {
+    for (const MigDeviceInfo& device : devices) {
+      const Status marked = probe.SetMigDeviceInUse(gpu, device.gpu_instance_id,
+                                                    running_uuids.count(device.uuid) > 0);
+      // A device the agent knows of but the probe no longer has is the agent's to find out.
+      if (!marked.ok() && marked.code() != StatusCode::kNotFound) {
+        return marked;
       }
     }
   }

@@ -3,8 +3,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gpufleet/agent/node_agent.h"
 #include "gpufleet/agent/simulated_probe.h"
@@ -27,7 +29,8 @@ std::string MergeMetricTexts(const std::vector<std::string>& texts);
 
 // Sets each GPU's simulated load from the tasks `runner` runs for `agent`, so that the telemetry
 // shows the work: every task busies its share of its GPUs at a level of its own (55-95%), in a
-// training pattern; shares of one GPU add up (at most 100%).
+// training pattern; shares of one GPU add up (at most 100%). The MIG devices that running tasks
+// name are marked in use (so the probe refuses to destroy them), the others free.
 Status ApplyTaskLoads(const NodeAgent& agent, runner::TaskRunner& runner, SimulatedProbe& probe);
 
 class SimulatedNode {
@@ -38,6 +41,8 @@ class SimulatedNode {
     int gpu_count = 8;
     uint64_t seed = 1;
     std::chrono::milliseconds sample_interval{1000};
+    // MIG-enabled GPUs and their first instances, as SimulatedProbe::Options::mig_profiles.
+    std::map<int, std::vector<std::string>> mig_profiles;
   };
 
   // Everything passed by reference must outlive the node. kInvalidArgument for a bad model or

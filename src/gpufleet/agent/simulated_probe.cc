@@ -404,6 +404,33 @@ Result<std::vector<MigDeviceInfo>> SimulatedProbe::ApplyMigLayoutChange(
   return kept;
 }
 
+Result<std::vector<MigDeviceInfo>> SimulatedProbe::ApplyMigLayout(
+    int gpu_index, const std::vector<MigInstance>& wanted) {
+  GPUFLEET_RETURN_IF_ERROR(CheckIndex(gpu_index));
+  MigLayoutChange change;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const GpuStaticInfo& info = inventory_.gpus[static_cast<size_t>(gpu_index)];
+    change.create = wanted;
+    for (const MigDeviceInfo& device : info.mig_devices) {
+      const auto same = std::find_if(
+          change.create.begin(), change.create.end(), [&](const MigInstance& instance) {
+            return instance.profile == device.profile && device.placement_start == instance.start;
+          });
+      if (same != change.create.end()) {
+        change.create.erase(same);
+      } else {
+        change.destroy.push_back({device.profile, device.placement_start.value_or(-1)});
+      }
+    }
+    if (info.mig_enabled && change.destroy.empty() && change.create.empty()) {
+      return info.mig_devices;
+    }
+  }
+  // All or nothing, under the lock again: a change made in between is checked there.
+  return ApplyMigLayoutChange(gpu_index, change);
+}
+
 GpuSample SimulatedProbe::SampleGpu(size_t index, int64_t now_ms) {
   SimGpu& gpu = gpus_[index];
   const GpuStaticInfo& info = inventory_.gpus[index];

@@ -75,6 +75,11 @@ class SimulatedProbe final : public GpuProbe {
 
   Result<ProbeInventory> Inventory() override;
   Result<std::vector<GpuSample>> Sample() override;
+  bool CanApplyMigLayouts() const override { return true; }
+  // ApplyMigLayoutChange with the difference between the GPU's instances and `wanted`; the
+  // devices unchanged when they match. Its errors, and kInvalidArgument for a bad index.
+  Result<std::vector<MigDeviceInfo>> ApplyMigLayout(
+      int gpu_index, const std::vector<MigInstance>& wanted) override;
 
   // Each of these answers kInvalidArgument for a GPU index outside [0, gpu_count).
 

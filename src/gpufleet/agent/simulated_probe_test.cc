@@ -301,6 +301,52 @@ TEST_F(SimulatedProbeTest, RefusesToDestroyAMigInstanceInUse) {
   EXPECT_OK(probe->ApplyMigLayoutChange(0, change));
 }
 
+TEST_F(SimulatedProbeTest, ApplyMigLayoutMakesTheWantedInstancesKeepingTheOthers) {
+  std::unique_ptr<SimulatedProbe> probe =
+      Make({.gpu_count = 1, .mig_profiles = {{0, {"3g.40gb", "2g.20gb", "1g.10gb"}}}});
+  EXPECT_TRUE(probe->CanApplyMigLayouts());
+  const std::vector<MigDeviceInfo> old = probe->Inventory()->gpus[0].mig_devices;
+  ASSERT_EQ(old.size(), 3U);
+
+  // The same set in another order changes nothing.
+  Result<std::vector<MigDeviceInfo>> same =
+      probe->ApplyMigLayout(0, {{"1g.10gb", 6}, {"3g.40gb", 0}, {"2g.20gb", 4}});
+  ASSERT_OK(same);
+  EXPECT_EQ(*same, old);
+
+  Result<std::vector<MigDeviceInfo>> devices =
+      probe->ApplyMigLayout(0, {{"3g.40gb", 0}, {"3g.40gb", 4}});
+  ASSERT_OK(devices);
+  ASSERT_EQ(devices->size(), 2U);
+  EXPECT_EQ((*devices)[0], old[0]);  // kept, same UUID
+  EXPECT_EQ((*devices)[1].profile, "3g.40gb");
+  EXPECT_EQ((*devices)[1].placement_start, 4);
+  EXPECT_EQ(probe->Inventory()->gpus[0].mig_devices, *devices);
+
+  // No instances wanted: all destroyed.
+  devices = probe->ApplyMigLayout(0, {});
+  ASSERT_OK(devices);
+  EXPECT_TRUE(devices->empty());
+}
+
+TEST_F(SimulatedProbeTest, ApplyMigLayoutLeavesAnInstanceInUseAndChangesNothing) {
+  std::unique_ptr<SimulatedProbe> probe =
+      Make({.gpu_count = 2, .mig_profiles = {{0, {"3g.40gb", "3g.40gb"}}}});
+  const ProbeInventory before = probe->Inventory().value();
+  ASSERT_OK(probe->SetMigDeviceInUse(0, before.gpus[0].mig_devices[0].gpu_instance_id, true));
+  EXPECT_THAT(
+      probe->ApplyMigLayout(0, {{"7g.80gb", 0}}),
+      StatusIs(StatusCode::kFailedPrecondition, HasSubstr("slot 0 (instance id 1) is in use")));
+  EXPECT_EQ(*probe->Inventory(), before);
+  // Keeping the instance in use and changing the rest is allowed.
+  EXPECT_OK(probe->ApplyMigLayout(0, {{"3g.40gb", 0}, {"2g.20gb", 4}, {"1g.10gb", 6}}));
+  EXPECT_THAT(probe->ApplyMigLayout(1, {{"3g.40gb", 0}}),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("MIG is disabled")));
+  EXPECT_THAT(probe->ApplyMigLayout(0, {{"3g.40gb", 0}, {"3g.40gb", 2}}),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(probe->ApplyMigLayout(2, {}), StatusIs(StatusCode::kInvalidArgument));
+}
+
 TEST_F(SimulatedProbeTest, RejectsInvalidMigLayoutChanges) {
   std::unique_ptr<SimulatedProbe> probe =
       Make({.gpu_count = 2, .mig_profiles = {{0, {"3g.40gb"}}}});

@@ -183,14 +183,77 @@ constexpr DrainAction kDrainActions[] = {DrainAction::kNone, DrainAction::kAfter
 constexpr TaskPhase kTaskPhases[] = {TaskPhase::kRunning, TaskPhase::kSucceeded,
                                      TaskPhase::kFailed};
 constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+constexpr int kMaxGpuIndex = 1023;
+constexpr int kMaxMigStart = kMigMemorySlices - 1;
+
+Status RequireField(const ObjectReader& r, std::string_view key) {
+  return r.Find(key) == nullptr ? FieldError(r.Path(key), "required field missing") : Status::Ok();
+}
+
+// A MIG instance's "profile" (non-empty) and "start" (a memory slice), both required.
+Status ReadMigPlacement(const ObjectReader& r, std::string* profile, int* start) {
+  GPUFLEET_RETURN_IF_ERROR(r.String("profile", profile, /*required=*/true));
+  if (profile->empty()) {
+    return FieldError(r.Path("profile"), "must not be empty");
+  }
+  GPUFLEET_RETURN_IF_ERROR(RequireField(r, "start"));
+  return r.Integer("start", start, 0, kMaxMigStart);
+}
+
+// A list of {"profile", "start"} objects under `key`.
+Status ReadMigInstances(const ObjectReader& r, std::string_view key,
+                        std::vector<MigInstance>* out) {
+  return r.List(key, [&](const Json& j, const std::string& path) -> Status {
+    GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader m,
+                              ObjectReader::Open(j, path, {"profile", "start"}));
+    MigInstance instance;
+    GPUFLEET_RETURN_IF_ERROR(ReadMigPlacement(m, &instance.profile, &instance.start));
+    out->push_back(std::move(instance));
+    return Status::Ok();
+  });
+}
+
+Json MigInstancesToJson(const std::vector<MigInstance>& instances) {
+  Json out = Json::array();
+  for (const MigInstance& instance : instances) {
+    out.push_back({{"profile", instance.profile}, {"start", instance.start}});
+  }
+  return out;
+}
+
+Status ReadMigDevices(const ObjectReader& r, std::optional<std::vector<MigDeviceReport>>* out) {
+  if (r.Find("mig_devices") == nullptr) {
+    return Status::Ok();
+  }
+  std::vector<MigDeviceReport> devices;
+  std::set<std::string> seen;
+  const auto read_device = [&](const Json& j, const std::string& path) -> Status {
+    GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader m,
+                              ObjectReader::Open(j, path, {"uuid", "profile", "start"}));
+    MigDeviceReport device;
+    GPUFLEET_RETURN_IF_ERROR(m.String("uuid", &device.uuid, /*required=*/true));
+    if (device.uuid.empty() || !seen.insert(device.uuid).second) {
+      return FieldError(m.Path("uuid"), device.uuid.empty()
+                                            ? "must not be empty"
+                                            : fmt::format("duplicate \"{}\"", device.uuid));
+    }
+    GPUFLEET_RETURN_IF_ERROR(ReadMigPlacement(m, &device.profile, &device.start));
+    devices.push_back(std::move(device));
+    return Status::Ok();
+  };
+  GPUFLEET_RETURN_IF_ERROR(r.List("mig_devices", read_device));
+  *out = std::move(devices);
+  return Status::Ok();
+}
 
 Status ReadGpuReports(const ObjectReader& r, std::vector<GpuReport>* out) {
   std::set<int> seen;
   return r.List("gpus", [&](const Json& j, const std::string& path) -> Status {
-    GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader g,
-                              ObjectReader::Open(j, path,
-                                                 {"index", "health", "reasons", "drain",
-                                                  "thermal_headroom_c", "utilization_pct"}));
+    GPUFLEET_ASSIGN_OR_RETURN(
+        const ObjectReader g,
+        ObjectReader::Open(j, path,
+                           {"index", "health", "reasons", "drain", "thermal_headroom_c",
+                            "utilization_pct", "mig_devices", "mig_error"}));
     GpuReport report;
     GPUFLEET_RETURN_IF_ERROR(g.Integer("index", &report.index, 0, 1023));
     if (!seen.insert(report.index).second) {
@@ -203,6 +266,8 @@ Status ReadGpuReports(const ObjectReader& r, std::vector<GpuReport>* out) {
     GPUFLEET_RETURN_IF_ERROR(
         g.Integer("thermal_headroom_c", &report.thermal_headroom_c, -1000, 1000));
     GPUFLEET_RETURN_IF_ERROR(g.OptionalPercent("utilization_pct", &report.utilization_pct));
+    GPUFLEET_RETURN_IF_ERROR(ReadMigDevices(g, &report.mig_devices));
+    GPUFLEET_RETURN_IF_ERROR(g.String("mig_error", &report.mig_error));
     out->push_back(std::move(report));
     return Status::Ok();
   });
@@ -239,6 +304,17 @@ Json GpuReportsToJson(const std::vector<GpuReport>& gpus) {
               {"thermal_headroom_c", g.thermal_headroom_c}};
     if (g.utilization_pct) {
       j["utilization_pct"] = *g.utilization_pct;
+    }
+    if (g.mig_devices) {
+      Json devices = Json::array();
+      for (const MigDeviceReport& device : *g.mig_devices) {
+        devices.push_back(
+            {{"uuid", device.uuid}, {"profile", device.profile}, {"start", device.start}});
+      }
+      j["mig_devices"] = std::move(devices);
+    }
+    if (!g.mig_error.empty()) {
+      j["mig_error"] = g.mig_error;
     }
     out.push_back(std::move(j));
   }
@@ -289,8 +365,9 @@ Result<Node> ReadNode(const Json& j, const std::string& path,
   const auto read_gpu = [&](const Json& g, const std::string& gpu_path) -> Status {
     GPUFLEET_ASSIGN_OR_RETURN(
         const ObjectReader gr,
-        ObjectReader::Open(
-            g, gpu_path, {"index", "uuid", "model", "memory_mib", "nvlink_domain", "mig_enabled"}));
+        ObjectReader::Open(g, gpu_path,
+                           {"index", "uuid", "model", "memory_mib", "nvlink_domain", "mig_enabled",
+                            "mig_instances"}));
     Gpu gpu;
     std::string uuid;
     GPUFLEET_RETURN_IF_ERROR(gr.Integer("index", &gpu.index, 0, 1023));
@@ -304,6 +381,10 @@ Result<Node> ReadNode(const Json& j, const std::string& path,
         return FieldError(gr.Path("mig_enabled"), "expected true or false, got " + Shown(*mig));
       }
       gpu.mig_enabled = mig->get<bool>();
+    }
+    GPUFLEET_RETURN_IF_ERROR(ReadMigInstances(gr, "mig_instances", &gpu.mig_instances));
+    if (!gpu.mig_enabled && !gpu.mig_instances.empty()) {
+      return FieldError(gr.Path("mig_instances"), "set on a GPU with MIG disabled");
     }
     node.gpus.push_back(std::move(gpu));
     return Status::Ok();
@@ -363,19 +444,48 @@ std::string HeartbeatRequestToJson(const HeartbeatRequest& request) {
   return j.dump();
 }
 
+std::string DescribeMigInstances(const std::vector<MigInstance>& instances) {
+  if (instances.empty()) {
+    return "none";
+  }
+  std::vector<std::string> parts;
+  for (const MigInstance& instance : instances) {
+    parts.push_back(fmt::format("{} at {}", instance.profile, instance.start));
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
 std::string AgentReplyToJson(const AgentReply& reply) {
   Json tasks = Json::array();
   for (const DesiredTask& t : reply.tasks) {
-    tasks.push_back({{"id", t.id},
-                     {"job", t.job},
-                     {"task", t.task},
-                     {"command", t.command},
-                     {"env", t.env},
-                     {"gpu_uuids", t.gpu_uuids},
-                     {"gpu_milli", t.gpu_milli}});
+    Json task = {{"id", t.id},
+                 {"job", t.job},
+                 {"task", t.task},
+                 {"command", t.command},
+                 {"env", t.env},
+                 {"gpu_uuids", t.gpu_uuids},
+                 {"gpu_milli", t.gpu_milli}};
+    if (!t.mig_instances.empty()) {
+      Json instances = Json::array();
+      for (const TaskMigInstance& m : t.mig_instances) {
+        instances.push_back({{"gpu_index", m.gpu_index},
+                             {"profile", m.profile},
+                             {"start", m.start},
+                             {"uuid", m.uuid}});
+      }
+      task["mig_instances"] = std::move(instances);
+    }
+    tasks.push_back(std::move(task));
   }
-  const Json j = {{"heartbeat_interval_ms", reply.heartbeat_interval_ms},
-                  {"tasks", std::move(tasks)}};
+  Json j = {{"heartbeat_interval_ms", reply.heartbeat_interval_ms}, {"tasks", std::move(tasks)}};
+  if (!reply.mig_layouts.empty()) {
+    Json layouts = Json::array();
+    for (const WantedMigLayout& layout : reply.mig_layouts) {
+      layouts.push_back(
+          {{"gpu_index", layout.gpu_index}, {"instances", MigInstancesToJson(layout.instances)}});
+    }
+    j["mig_layouts"] = std::move(layouts);
+  }
   return j.dump();
 }
 
@@ -407,16 +517,17 @@ Result<HeartbeatRequest> ParseHeartbeatRequest(std::string_view text) {
 
 Result<AgentReply> ParseAgentReply(std::string_view text) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
-  GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader r,
-                            ObjectReader::Open(j, "", {"heartbeat_interval_ms", "tasks"}));
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const ObjectReader r,
+      ObjectReader::Open(j, "", {"heartbeat_interval_ms", "tasks", "mig_layouts"}));
   AgentReply reply;
   GPUFLEET_RETURN_IF_ERROR(
       r.Integer("heartbeat_interval_ms", &reply.heartbeat_interval_ms, 1, 3600 * 1000));
   const auto read_task = [&](const Json& t, const std::string& path) -> Status {
-    GPUFLEET_ASSIGN_OR_RETURN(
-        const ObjectReader tr,
-        ObjectReader::Open(t, path,
-                           {"id", "job", "task", "command", "env", "gpu_uuids", "gpu_milli"}));
+    GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader tr,
+                              ObjectReader::Open(t, path,
+                                                 {"id", "job", "task", "command", "env",
+                                                  "gpu_uuids", "gpu_milli", "mig_instances"}));
     DesiredTask task;
     GPUFLEET_RETURN_IF_ERROR(tr.String("id", &task.id, /*required=*/true));
     GPUFLEET_RETURN_IF_ERROR(tr.String("job", &task.job));
@@ -425,10 +536,43 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
     GPUFLEET_RETURN_IF_ERROR(tr.StringMap("env", &task.env));
     GPUFLEET_RETURN_IF_ERROR(tr.Strings("gpu_uuids", &task.gpu_uuids));
     GPUFLEET_RETURN_IF_ERROR(tr.Integer("gpu_milli", &task.gpu_milli, 0, int64_t{1} << 40));
+    const auto read_instance = [&](const Json& m, const std::string& m_path) -> Status {
+      GPUFLEET_ASSIGN_OR_RETURN(
+          const ObjectReader mr,
+          ObjectReader::Open(m, m_path, {"gpu_index", "profile", "start", "uuid"}));
+      TaskMigInstance instance;
+      GPUFLEET_RETURN_IF_ERROR(RequireField(mr, "gpu_index"));
+      GPUFLEET_RETURN_IF_ERROR(mr.Integer("gpu_index", &instance.gpu_index, 0, kMaxGpuIndex));
+      GPUFLEET_RETURN_IF_ERROR(ReadMigPlacement(mr, &instance.profile, &instance.start));
+      GPUFLEET_RETURN_IF_ERROR(mr.String("uuid", &instance.uuid, /*required=*/true));
+      if (instance.uuid.empty()) {
+        return FieldError(mr.Path("uuid"), "must not be empty");
+      }
+      task.mig_instances.push_back(std::move(instance));
+      return Status::Ok();
+    };
+    GPUFLEET_RETURN_IF_ERROR(tr.List("mig_instances", read_instance));
     reply.tasks.push_back(std::move(task));
     return Status::Ok();
   };
   GPUFLEET_RETURN_IF_ERROR(r.List("tasks", read_task));
+  std::set<int> layout_gpus;
+  const auto read_layout = [&](const Json& l, const std::string& path) -> Status {
+    GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader lr,
+                              ObjectReader::Open(l, path, {"gpu_index", "instances"}));
+    WantedMigLayout layout;
+    GPUFLEET_RETURN_IF_ERROR(RequireField(lr, "gpu_index"));
+    GPUFLEET_RETURN_IF_ERROR(lr.Integer("gpu_index", &layout.gpu_index, 0, kMaxGpuIndex));
+    if (!layout_gpus.insert(layout.gpu_index).second) {
+      return FieldError(lr.Path("gpu_index"),
+                        fmt::format("duplicate GPU index {}", layout.gpu_index));
+    }
+    GPUFLEET_RETURN_IF_ERROR(RequireField(lr, "instances"));
+    GPUFLEET_RETURN_IF_ERROR(ReadMigInstances(lr, "instances", &layout.instances));
+    reply.mig_layouts.push_back(std::move(layout));
+    return Status::Ok();
+  };
+  GPUFLEET_RETURN_IF_ERROR(r.List("mig_layouts", read_layout));
   return reply;
 }
 

@@ -23,6 +23,19 @@ namespace gpufleet::api {
 enum class DrainAction { kNone, kAfterJob, kNow };
 const char* DrainActionName(DrainAction action);  // "none", "after-job", "now"
 
+// The label an agent sets on its node ("true") when its GPU probe can change MIG layouts; the
+// server plans new MIG layouts only on such nodes (the NVML probe only reads them).
+inline constexpr std::string_view kMigLayoutsLabel = "gpufleet.io/mig-layouts";
+
+// One MIG device of a MIG-enabled GPU as the agent sees it.
+struct MigDeviceReport {
+  std::string uuid;     // "MIG-...", what CUDA_VISIBLE_DEVICES names
+  std::string profile;  // "3g.40gb"
+  int start = 0;        // first memory slice of its placement
+
+  friend bool operator==(const MigDeviceReport&, const MigDeviceReport&) = default;
+};
+
 // One GPU's health and telemetry summary as the agent judged it.
 struct GpuReport {
   int index = 0;
@@ -31,6 +44,10 @@ struct GpuReport {
   DrainAction drain = DrainAction::kNone;
   int thermal_headroom_c = 100;
   std::optional<int> utilization_pct;  // absent when not measured
+  // MIG-enabled GPUs only: the instances that exist now. Absent for a GPU without MIG.
+  std::optional<std::vector<MigDeviceReport>> mig_devices;
+  // Why the GPU does not have the MIG layout the server last asked for; empty when it has it.
+  std::string mig_error;
 };
 
 enum class TaskPhase { kRunning, kSucceeded, kFailed };
@@ -59,6 +76,23 @@ struct HeartbeatRequest {
   std::vector<TaskReport> tasks;
 };
 
+// The MIG instances one GPU must have: the full set, declarative like the tasks. The agent
+// destroys the instances not listed and creates the missing ones at their start slots.
+struct WantedMigLayout {
+  int gpu_index = 0;
+  std::vector<MigInstance> instances;  // profile and start; `in_use` is not carried
+};
+
+// The MIG instance a task runs on.
+struct TaskMigInstance {
+  int gpu_index = 0;
+  std::string profile;  // "3g.40gb"
+  int start = 0;
+  std::string uuid;  // the MIG device as the agent reported it
+
+  friend bool operator==(const TaskMigInstance&, const TaskMigInstance&) = default;
+};
+
 // A task the node should run.
 struct DesiredTask {
   std::string id;  // "JOB/TASK/ATTEMPT", e.g. "bert/workers-3/1"
@@ -66,18 +100,27 @@ struct DesiredTask {
   std::string task;  // "workers-3"
   std::vector<std::string> command;
   std::map<std::string, std::string> env;
-  std::vector<std::string> gpu_uuids;  // whole GPUs or the GPU a share or MIG slice is on
-  int64_t gpu_milli = 0;               // GPU share in milli-GPU (1000 per whole GPU)
+  // Whole GPUs, the GPU a share is on, or the MIG devices ("MIG-...") of a MIG task.
+  std::vector<std::string> gpu_uuids;
+  int64_t gpu_milli = 0;  // GPU share in milli-GPU (1000 per whole GPU)
+  // A MIG task's instances, one per MIG device in `gpu_uuids`; empty for other tasks. The server
+  // sends a MIG task once the agent has reported every one of its instances.
+  std::vector<TaskMigInstance> mig_instances;
 };
 
 struct AgentReply {
   int64_t heartbeat_interval_ms = 10000;
   std::vector<DesiredTask> tasks;
+  // The GPUs whose MIG instances must change, at most one entry per GPU.
+  std::vector<WantedMigLayout> mig_layouts;
 };
 
 std::string RegisterRequestToJson(const RegisterRequest& request);
 std::string HeartbeatRequestToJson(const HeartbeatRequest& request);
 std::string AgentReplyToJson(const AgentReply& reply);
+
+// "3g.40gb at 0, 3g.40gb at 4" (events and errors); "none" for no instances.
+std::string DescribeMigInstances(const std::vector<MigInstance>& instances);
 
 // Strict readers: kInvalidArgument naming the field path and the value, e.g.
 // `gpus[2].health: unknown "Sick" (valid: Healthy, Degraded, Unhealthy)`.

@@ -32,14 +32,23 @@ Json NodeToJson(const Node& node, const std::vector<std::string>& levels) {
   }
   Json gpus = Json::array();
   for (const Gpu& gpu : node.gpus) {
-    gpus.push_back({{"index", gpu.index},
-                    {"uuid", gpu.uuid.value()},
-                    {"model", gpu.model},
-                    {"memory_mib", gpu.memory_mib},
-                    {"nvlink_domain", gpu.nvlink_domain},
-                    {"health", GpuHealthName(gpu.health)},
-                    {"thermal_headroom_c", gpu.thermal_headroom_c},
-                    {"mig_enabled", gpu.mig_enabled}});
+    Json j = {{"index", gpu.index},
+              {"uuid", gpu.uuid.value()},
+              {"model", gpu.model},
+              {"memory_mib", gpu.memory_mib},
+              {"nvlink_domain", gpu.nvlink_domain},
+              {"health", GpuHealthName(gpu.health)},
+              {"thermal_headroom_c", gpu.thermal_headroom_c},
+              {"mig_enabled", gpu.mig_enabled}};
+    if (gpu.mig_enabled) {
+      // The layout the scheduler sees; which instances are in use follows from the placements.
+      Json instances = Json::array();
+      for (const MigInstance& instance : gpu.mig_instances) {
+        instances.push_back({{"profile", instance.profile}, {"start", instance.start}});
+      }
+      j["mig_instances"] = std::move(instances);
+    }
+    gpus.push_back(std::move(j));
   }
   return {{"name", node.id.value()},
           {"state", NodeStateName(node.state)},
@@ -86,6 +95,10 @@ Result<Node> NodeFromJson(const Json& j, const std::vector<std::string>& levels)
     gpu.health = *parsed_health;
     gpu.thermal_headroom_c = static_cast<int>(IntOr(g, "thermal_headroom_c", 100));
     gpu.mig_enabled = BoolOr(g, "mig_enabled", false);
+    for (const Json& instance : ArrayOr(g, "mig_instances")) {
+      gpu.mig_instances.push_back(
+          {StrOr(instance, "profile"), static_cast<int>(IntOr(instance, "start", 0))});
+    }
     node.gpus.push_back(std::move(gpu));
   }
   return node;

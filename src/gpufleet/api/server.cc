@@ -340,6 +340,7 @@ Result<int> ApiServer::Start(const std::string& host, int port,
   };
   http->Get(".*", handler);
   http->Post(".*", handler);
+  http->Patch(".*", handler);
   // Answers the library produced itself (413 for a large body, 404 for another method).
   http->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) {
@@ -518,6 +519,7 @@ Result<int> ApiServer::RunCycleLocked() {
   if (requeued) {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
+  GPUFLEET_RETURN_IF_ERROR(PlanMigLayoutsForPendingJobs());
   UpdateQueueTree();
   GPUFLEET_RETURN_IF_ERROR(ReclaimIdleJobs());
   std::vector<PendingEntry> pending;
@@ -537,6 +539,7 @@ Result<int> ApiServer::RunCycleLocked() {
   for (const PendingEntry& entry : pending) {
     const std::string& name = *entry.name;
     ViewJob& job = *entry.job;
+    HoldReservedGpus(name);
     if (job.unschedulable_epoch == view_->capacity_epoch()) {
       continue;
     }
@@ -620,6 +623,7 @@ Result<int> ApiServer::RunCycleLocked() {
     }
     writes.push_back(std::move(write));
   }
+  ReleaseReservedGpus();
   Result<int> scheduled = CommitCycleWrites(writes);
   PublishQueueStatus();
   return scheduled;
@@ -726,7 +730,7 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     response.body = RenderMetrics();
     return routed(std::move(response), "/metrics");
   }
-  if (n < 2 || segments[0] != "v1" || (!get && !post)) {
+  if (n < 2 || segments[0] != "v1" || (!get && !post && request.method != "PATCH")) {
     return no_route();
   }
   const Result<Principal> who = authenticator_.Authenticate(request.authorization);

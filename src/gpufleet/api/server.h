@@ -54,7 +54,7 @@ inline constexpr size_t kMaxRequestBodyBytes = size_t{1} << 20;
 
 // One HTTP request, independent of the HTTP library (the unit tests call Handle directly).
 struct ApiRequest {
-  std::string method;  // "GET", "POST"
+  std::string method;  // "GET", "POST", "PATCH"
   std::string path;    // without the query string
   std::multimap<std::string, std::string> query;
   std::string authorization;  // the Authorization header, empty when absent
@@ -180,14 +180,28 @@ class ApiServer {
   void UpdateQueueTree();
   void PublishQueueStatus();
   void OrderPendingJobs(std::vector<PendingEntry>& pending) const;
+  void OrderByFairShare(std::vector<PendingEntry>& pending) const;
   // Charges an admitted placement to its queue; otherwise returns why it is refused.
   std::optional<std::string> AdmitPlacement(const std::string& name, const ViewJob& job,
                                             const std::vector<scheduler::TaskPlacement>& placed);
+  std::optional<std::string> AdmitByQuota(const std::string& name, const ViewJob& job,
+                                          const std::vector<scheduler::TaskPlacement>& placed);
   // Stops the victims that make room for `preemptor` and returns its new pending reason; nullopt
   // when preemption cannot help.
   Result<std::optional<std::string>> TryPreemption(const std::string& name, const Job& preemptor,
                                                    const std::string& queue, Random& random);
   Result<bool> RequeuePreemptedJobs();
+  // The queue tree's decayed usage outlives a restart: loaded into the first tree, saved at most
+  // once a minute after a cycle (kind kQueueUsageKind).
+  Status LoadQueueUsage();
+  void SaveQueueUsageIfDue();
+  // A preemptor's reservation: the GPUs its victims free are its own until it is placed, is no
+  // longer Pending, or the reservation expires. Reserved preemptors go first in the order, and
+  // before any other job of the cycle is tried their planned GPUs are held (HoldReservedGpus
+  // with the job about to be tried), given back after the loop (ReleaseReservedGpus).
+  void DropEndedReservations();
+  void HoldReservedGpus(const std::string& next_job);
+  void ReleaseReservedGpus();
   // What `gpufleet get queues` shows beyond the stored queue: the last cycle's figures.
   std::map<std::string, policy::QueueStatus> QueueStatuses();
   std::string RenderMetrics();
@@ -237,13 +251,16 @@ class ApiServer {
                                     std::string_view body);
   Result<AgentReply> ProcessHeartbeat(const std::string& node, const HeartbeatRequest& request,
                                       bool gpus_applied);
-  void AddDesiredTasks(const Json& job, const std::string& node, AgentReply* reply);
   // The scheduling cycle's part: nodes silent for node_timeout become NotReady, and the runs of
   // jobs on NotReady nodes end (requeued or failed). Returns whether anything was written.
   Result<bool> MarkSilentNodesNotReady();
   Result<bool> EndRunsOnNotReadyNodes();
   static std::optional<std::string> EndRunOnNotReadyNodes(Json& job,
                                                           const std::set<std::string>& not_ready);
+  // MIG repartitioning (server_mig.cc): when pending MIG jobs fit no current layout, plans new
+  // layouts for MIG GPUs of agent nodes whose instances to destroy are free, and stores them with
+  // the nodes (the scheduler then sees the new instances; agents are told to apply them).
+  Status PlanMigLayoutsForPendingJobs();
   // Publishes the view's active jobs per node to the heartbeat handlers.
   void IndexActiveJobs();
   void IndexScheduledJob(const std::string& job, const std::set<std::string>& nodes);
@@ -270,6 +287,25 @@ class ApiServer {
     int64_t version = 0;        // of the job document it was computed from
   };
   std::map<std::string, ChargedJob> charged_;  // guarded by cycle_mu_
+  // The capacity epoch and the jobs of the last MIG plan: planned again only when either changed.
+  uint64_t mig_planned_epoch_ = 0;          // guarded by cycle_mu_
+  std::set<std::string> mig_planned_jobs_;  // guarded by cycle_mu_
+
+  // Queue usage saved across restarts, and preemptors' reservations (server_queues.cc).
+  bool queue_usage_loaded_ = false;               // guarded by cycle_mu_
+  std::optional<MonoTime> queue_usage_saved_at_;  // guarded by cycle_mu_
+  struct Reservation {
+    std::string domain;
+    std::vector<std::string> victims;
+    std::vector<scheduler::TaskPlacement> placements;  // the preemption plan's, for the job
+    std::vector<std::string> placement_nodes;          // by name: snapshot indices may move
+    int64_t until_seconds = 0;                         // CycleSeconds()
+    uint64_t until_cycle = 0;                          // cycle_count_
+    bool placed_this_cycle = false;
+  };
+  std::map<std::string, Reservation> reservations_;  // by preemptor; guarded by cycle_mu_
+  // What HoldReservedGpus applied this cycle; nullopt before it ran. Guarded by cycle_mu_.
+  std::optional<std::vector<scheduler::TaskPlacement>> held_placements_;
   std::mutex queue_status_mu_;
   std::map<std::string, policy::QueueStatus> queue_status_;  // guarded by queue_status_mu_
   uint64_t cycle_count_ = 0;                                 // guarded by cycle_mu_

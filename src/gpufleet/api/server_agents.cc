@@ -2,6 +2,7 @@
 // The agent side of ApiServer: registration, heartbeats, task states, NotReady nodes
 // (docs/agent.md).
 #include <charconv>
+#include <limits>
 #include <set>
 
 #include <fmt/format.h>
@@ -10,6 +11,7 @@
 #include "gpufleet/api/node_json.h"
 #include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/server_mig.h"
 
 namespace gpufleet::api {
 namespace {
@@ -148,7 +150,9 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
     doc["state_before_not_ready"] = (*stored)["state_before_not_ready"];
   }
   std::set<int64_t> quarantined;
+  std::map<int64_t, const Json*> stored_gpus;
   for (const Json& gpu : ArrayOr(*stored, "gpus")) {
+    stored_gpus[IntOr(gpu, "index", -1)] = &gpu;
     if (StrOr(gpu, "health") == GpuHealthName(GpuHealth::kQuarantined)) {
       quarantined.insert(IntOr(gpu, "index", -1));
     }
@@ -157,8 +161,54 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
     if (quarantined.count(IntOr(gpu, "index", -1)) > 0) {
       gpu["health"] = GpuHealthName(GpuHealth::kQuarantined);
     }
+    const auto old = stored_gpus.find(IntOr(gpu, "index", -1));
+    if (!BoolOr(gpu, "mig_enabled", false) || old == stored_gpus.end() ||
+        !BoolOr(*old->second, "mig_enabled", false)) {
+      continue;
+    }
+    // The server owns the layout: a change the agent had not finished (the wanted instances
+    // differ from the ones it last reported) stays wanted; otherwise the node's layout as it
+    // is now becomes the wanted one (an operator may have changed it while the agent was down).
+    const Json& wanted = ArrayOr(*old->second, "mig_instances");
+    const Json& reported = ArrayOr(*old->second, "mig_devices");
+    if (!SameMigInstances(MigInstancesFromJson(wanted), MigInstancesFromJson(reported))) {
+      gpu["mig_instances"] = wanted;
+    }
+    gpu["mig_devices"] = reported;
+    if (old->second->contains("mig_error")) {
+      gpu["mig_error"] = (*old->second)["mig_error"];
+    }
   }
   return doc;
+}
+
+// Applies a GPU report's MIG devices and error to its node document entry; returns the events.
+std::vector<std::string> ApplyMigReport(Json& gpu, const GpuReport& report) {
+  std::vector<std::string> events;
+  if (report.mig_devices && BoolOr(gpu, "mig_enabled", false)) {
+    Json devices = Json::array();
+    std::vector<MigInstance> instances;
+    for (const MigDeviceReport& device : *report.mig_devices) {
+      devices.push_back(
+          {{"uuid", device.uuid}, {"profile", device.profile}, {"start", device.start}});
+      instances.push_back({device.profile, device.start});
+    }
+    if (ArrayOr(gpu, "mig_devices") != devices) {
+      gpu["mig_devices"] = std::move(devices);
+      events.push_back(fmt::format("gpu {}: MIG instances now {}", report.index,
+                                   DescribeMigInstances(instances)));
+    }
+  }
+  if (StrOr(gpu, "mig_error") != report.mig_error) {
+    if (report.mig_error.empty()) {
+      gpu.erase("mig_error");
+    } else {
+      gpu["mig_error"] = report.mig_error;
+      events.push_back(
+          fmt::format("gpu {}: MIG layout not applied: {}", report.index, report.mig_error));
+    }
+  }
+  return events;
 }
 
 // Applies GPU reports to a node document; returns the events (empty: nothing changed).
@@ -173,6 +223,9 @@ std::vector<std::string> ApplyGpuReports(Json& doc, const std::vector<GpuReport>
     for (Json& gpu : doc["gpus"]) {
       if (IntOr(gpu, "index", -1) != report.index) {
         continue;
+      }
+      for (std::string& event : ApplyMigReport(gpu, report)) {
+        events.push_back(std::move(event));
       }
       const std::string reported = GpuHealthName(report.health);
       const Json reasons = report.reasons;
@@ -195,6 +248,82 @@ std::vector<std::string> ApplyGpuReports(Json& doc, const std::vector<GpuReport>
     }
   }
   return events;
+}
+
+// Adds the tasks of `job` that `node` should run to `reply`. A MIG task is added once the agent
+// has reported each of its instances; it then names them and gets their MIG device UUIDs.
+void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& node,
+                     AgentReply* reply) {
+  if (!HoldsResources(StrOr(job, "state"))) {
+    return;
+  }
+  std::map<int64_t, const Json*> gpu_by_index;
+  for (const Json& gpu : ArrayOr(node_doc, "gpus")) {
+    gpu_by_index[IntOr(gpu, "index", -1)] = &gpu;
+  }
+  // The task groups' command and env, from the stored spec.
+  std::map<std::string, const Json*> groups;
+  const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
+  const Json& inner = spec.contains("spec") ? spec["spec"] : Json::object();
+  for (const Json& group : ArrayOr(inner, "tasks")) {
+    groups[StrOr(group, "name")] = &group;
+  }
+  const std::string name = StrOr(job, "name");
+  const int64_t attempt = IntOr(job, "attempt", 0);
+  std::vector<std::string> group_names;
+  for (const Json& group : ArrayOr(inner, "tasks")) {
+    group_names.push_back(StrOr(group, "name"));
+  }
+  for (const Json& placement : ArrayOr(job, "placements")) {
+    const std::string phase = StrOr(placement, "phase");
+    if (StrOr(placement, "node") != node || phase == "Succeeded" || phase == "Failed") {
+      continue;
+    }
+    DesiredTask task;
+    task.job = name;
+    task.task = StrOr(placement, "task");
+    task.id = MakeTaskId(name, task.task, attempt);
+    const int64_t group_index = IntOr(placement, "group", 0);
+    if (group_index >= 0 && group_index < static_cast<int64_t>(group_names.size())) {
+      const Json& group = *groups[group_names[group_index]];
+      if (group.contains("command") && group["command"].is_array()) {
+        for (const Json& arg : group["command"]) {
+          task.command.push_back(arg.is_string() ? arg.get<std::string>() : arg.dump());
+        }
+      }
+      task.env = StringMapOr(group, "env");
+    }
+    const Json& gpus = ArrayOr(placement, "gpus");
+    const Json& assignments = ArrayOr(placement, "assignments");
+    bool instances_reported = true;
+    for (size_t i = 0; i < gpus.size(); ++i) {
+      const int64_t index = gpus[i].is_number_integer() ? gpus[i].get<int64_t>() : -1;
+      const auto gpu = gpu_by_index.find(index);
+      const Json* assignment = i < assignments.size() ? &assignments[i] : nullptr;
+      const std::string profile = assignment ? StrOr(*assignment, "mig_profile") : "";
+      if (profile.empty()) {
+        task.gpu_uuids.push_back(gpu == gpu_by_index.end() ? "" : StrOr(*gpu->second, "uuid"));
+        continue;
+      }
+      const int start = static_cast<int>(IntOr(*assignment, "mig_start", -1));
+      const Json* device =
+          gpu == gpu_by_index.end() ? nullptr : FindMigDevice(*gpu->second, profile, start);
+      if (device == nullptr) {
+        instances_reported = false;
+        break;
+      }
+      task.mig_instances.push_back(
+          {static_cast<int>(index), profile, start, StrOr(*device, "uuid")});
+      task.gpu_uuids.push_back(StrOr(*device, "uuid"));
+    }
+    if (!instances_reported) {
+      continue;  // the agent creates the instance first; the task follows its report
+    }
+    for (const Json& assignment : assignments) {
+      task.gpu_milli += IntOr(assignment, "milli", 0);
+    }
+    reply->tasks.push_back(std::move(task));
+  }
 }
 
 }  // namespace
@@ -260,7 +389,8 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
       return UnavailableError("the server is starting; retry the heartbeat");
     }
   }
-  // The node: back to its state before NotReady, and the GPUs' health.
+  // The node: back to its state before NotReady, and the GPUs' health and MIG devices.
+  Json node_doc;
   for (int attempt = 0;; ++attempt) {
     Result<store::StoredObject> stored = options_.store.Get(kNodesKind, node);
     if (!stored.ok()) {
@@ -283,6 +413,7 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
       doc.erase("state_before_not_ready");
       events.push_back(fmt::format("heartbeat again: {}", StrOr(doc, "state")));
     }
+    node_doc = doc;
     if (events.empty()) {
       break;
     }
@@ -303,6 +434,12 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
   {
     std::lock_guard<std::mutex> lock(agents_mu_);
     last_heartbeat_[node] = options_.clock.Now();
+    // The report replaces the node's utilization: a GPU it no longer measures has none, rather
+    // than an old value that idle reclaim would act on.
+    for (auto it = gpu_utilization_.lower_bound({node, std::numeric_limits<int>::min()});
+         it != gpu_utilization_.end() && it->first.first == node;) {
+      it = gpu_utilization_.erase(it);
+    }
     for (const GpuReport& gpu : request.gpus) {
       if (gpu.utilization_pct) {
         gpu_utilization_[{node, gpu.index}] = *gpu.utilization_pct;
@@ -326,6 +463,7 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
   }
   AgentReply reply;
   reply.heartbeat_interval_ms = options_.heartbeat_interval.count();
+  std::map<int, std::vector<MigInstance>> created_mig_instances;
   for (const std::string& job_name : active_jobs) {
     for (int attempt = 0;; ++attempt) {
       Result<store::StoredObject> stored = options_.store.Get(kJobsKind, job_name);
@@ -353,66 +491,13 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
           return status;
         }
       }
-      AddDesiredTasks(doc, node, &reply);
+      AddDesiredTasks(doc, node_doc, node, &reply);
+      AddCreatedMigInstances(doc, node, created_mig_instances);
       break;
     }
   }
+  reply.mig_layouts = MigLayoutsToApply(node_doc, created_mig_instances);
   return reply;
-}
-
-void ApiServer::AddDesiredTasks(const Json& job, const std::string& node, AgentReply* reply) {
-  if (!HoldsResources(StrOr(job, "state"))) {
-    return;
-  }
-  Result<store::StoredObject> node_object = options_.store.Get(kNodesKind, node);
-  if (!node_object.ok()) {
-    return;
-  }
-  std::map<int64_t, std::string> uuid_by_index;
-  const Json node_doc = ParseDocument(node_object->data);
-  for (const Json& gpu : ArrayOr(node_doc, "gpus")) {
-    uuid_by_index[IntOr(gpu, "index", -1)] = StrOr(gpu, "uuid");
-  }
-  // The task groups' command and env, from the stored spec.
-  std::map<std::string, const Json*> groups;
-  const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
-  const Json& inner = spec.contains("spec") ? spec["spec"] : Json::object();
-  for (const Json& group : ArrayOr(inner, "tasks")) {
-    groups[StrOr(group, "name")] = &group;
-  }
-  const std::string name = StrOr(job, "name");
-  const int64_t attempt = IntOr(job, "attempt", 0);
-  std::vector<std::string> group_names;
-  for (const Json& group : ArrayOr(inner, "tasks")) {
-    group_names.push_back(StrOr(group, "name"));
-  }
-  for (const Json& placement : ArrayOr(job, "placements")) {
-    const std::string phase = StrOr(placement, "phase");
-    if (StrOr(placement, "node") != node || phase == "Succeeded" || phase == "Failed") {
-      continue;
-    }
-    DesiredTask task;
-    task.job = name;
-    task.task = StrOr(placement, "task");
-    task.id = MakeTaskId(name, task.task, attempt);
-    const int64_t group_index = IntOr(placement, "group", 0);
-    if (group_index >= 0 && group_index < static_cast<int64_t>(group_names.size())) {
-      const Json& group = *groups[group_names[group_index]];
-      if (group.contains("command") && group["command"].is_array()) {
-        for (const Json& arg : group["command"]) {
-          task.command.push_back(arg.is_string() ? arg.get<std::string>() : arg.dump());
-        }
-      }
-      task.env = StringMapOr(group, "env");
-    }
-    for (const Json& gpu : ArrayOr(placement, "gpus")) {
-      task.gpu_uuids.push_back(uuid_by_index[gpu.is_number_integer() ? gpu.get<int64_t>() : -1]);
-    }
-    for (const Json& assignment : ArrayOr(placement, "assignments")) {
-      task.gpu_milli += IntOr(assignment, "milli", 0);
-    }
-    reply->tasks.push_back(std::move(task));
-  }
 }
 
 void ApiServer::IndexActiveJobs() {

@@ -2,7 +2,9 @@
 // The agent protocol through ApiServer::Handle, on a fake clock: registration, desired tasks,
 // task states, NotReady nodes, drain-now GPUs, and bad reports.
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/core.h>
 #include <gmock/gmock.h>
@@ -343,6 +345,158 @@ TEST_F(AgentProtocolTest, RolesAreKeptApart) {
   EXPECT_EQ(Call("GET", "/v1/jobs", agent_).status, 403);
   EXPECT_EQ(Call("POST", "/v1/jobs", agent_, JobYaml("x", 1, 1)).status, 403);
   EXPECT_EQ(Call("POST", "/v1/agents/register", "", "{}").status, 401);
+}
+
+// A node of one H100 with MIG enabled and these instances, as its agent describes it.
+RegisterRequest MigInventory(const std::vector<MigDeviceReport>& devices) {
+  RegisterRequest request = Inventory("mig-a", "leaf-0");
+  request.node.labels[std::string(kMigLayoutsLabel)] = "true";
+  request.node.gpus.resize(1);
+  request.node.gpus[0].mig_enabled = true;
+  GpuReport report;
+  report.mig_devices = devices;
+  for (const MigDeviceReport& device : devices) {
+    request.node.gpus[0].mig_instances.push_back({device.profile, device.start});
+  }
+  request.gpus.push_back(report);
+  return request;
+}
+
+TEST_F(AgentProtocolTest, APlannedMigLayoutIsSentUntilReportedAndSurvivesReRegistration) {
+  Cycle();
+  const RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});
+  EXPECT_TRUE(Register(whole).mig_layouts.empty()) << "the layout is as wanted";
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: infer}
+spec:
+  tasks:
+    - name: main
+      command: [serve]
+      resources: {gpus: {migProfile: 3g.40gb}}
+)");
+  Cycle();  // does not fit
+  Cycle();  // a new layout, and the job placed on it
+  ASSERT_EQ(Get("/v1/jobs/infer")["state"], "Scheduled");
+  const Json assignment = Get("/v1/jobs/infer")["placements"][0]["assignments"][0];
+  EXPECT_EQ(assignment["mig_created"], false) << "on an instance of the planned layout";
+
+  // Re-registering with the old layout does not undo the plan: the agent is still told.
+  AgentReply reply = Register(whole);
+  ASSERT_EQ(reply.mig_layouts.size(), 1u);
+  EXPECT_EQ(reply.mig_layouts[0].gpu_index, 0);
+  EXPECT_THAT(DescribeMigInstances(reply.mig_layouts[0].instances), HasSubstr("3g.40gb"));
+  EXPECT_TRUE(reply.tasks.empty()) << "the task waits for its instance";
+
+  // Reported: the task comes with the MIG device's UUID, and the layout is no longer sent.
+  HeartbeatRequest beat;
+  beat.gpus.push_back(whole.gpus[0]);
+  beat.gpus[0].mig_devices->clear();
+  for (const MigInstance& instance : reply.mig_layouts[0].instances) {
+    beat.gpus[0].mig_devices->push_back({fmt::format("MIG-{}-{}", instance.profile, instance.start),
+                                         instance.profile, instance.start});
+  }
+  reply = Heartbeat("mig-a", beat);
+  EXPECT_TRUE(reply.mig_layouts.empty());
+  ASSERT_EQ(reply.tasks.size(), 1u);
+  const std::string uuid = fmt::format("MIG-3g.40gb-{}", assignment["mig_start"].get<int>());
+  EXPECT_EQ(reply.tasks[0].gpu_uuids, std::vector<std::string>{uuid});
+  ASSERT_EQ(reply.tasks[0].mig_instances.size(), 1u);
+  EXPECT_EQ(reply.tasks[0].mig_instances[0],
+            (TaskMigInstance{0, "3g.40gb", assignment["mig_start"].get<int>(), uuid}));
+}
+
+TEST_F(AgentProtocolTest, NoLayoutIsPlannedForAnAgentThatCannotApplyOne) {
+  Cycle();
+  RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});
+  whole.node.labels.erase(std::string(kMigLayoutsLabel));
+  Register(whole);
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: infer}
+spec:
+  tasks: [{name: main, command: [serve], resources: {gpus: {migProfile: 3g.40gb}}}]
+)");
+  Cycle();
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/infer")["state"], "Pending");
+  EXPECT_EQ(Get("/v1/nodes/mig-a")["gpus"][0]["mig_instances"].dump(),
+            R"([{"profile":"7g.80gb","start":0}])");
+}
+
+// Idle reclaim reads the utilization the heartbeats carry.
+class AgentUtilizationTest : public AgentProtocolTest {
+ protected:
+  void SetUp() override {
+    policy::IdleReclaimOptions reclaim;
+    reclaim.threshold_milli = 100;
+    reclaim.idle_seconds = 30 * 60;
+    reclaim.warning_seconds = 15 * 60;
+    reclaim.max_sample_gap_seconds = 5 * 60;
+    Result<std::unique_ptr<ApiServer>> server =
+        ApiServer::Create({.store = store_,
+                           .catalog = catalog_,
+                           .clock = clock_,
+                           .heartbeat_interval = std::chrono::seconds(60),
+                           .node_timeout = std::chrono::minutes(10),
+                           .idle_reclaim = reclaim});
+    ASSERT_OK(server);
+    server_ = std::move(server).value();
+    admin_ = *server_->authenticator().CreateToken(Role::kAdmin, "", "root");
+    agent_ = *server_->authenticator().CreateToken(Role::kAgent, "", "agents");
+  }
+
+  // One minute: node-a heartbeats with every GPU at `utilization` (nullopt: not measured) and
+  // the tasks it was told to run reported running, then a cycle runs.
+  void Minute(std::optional<int> utilization) {
+    clock_.Advance(std::chrono::minutes(1));
+    HeartbeatRequest beat;
+    for (int i = 0; i < 8; ++i) {
+      GpuReport gpu;
+      gpu.index = i;
+      gpu.utilization_pct = utilization;
+      beat.gpus.push_back(gpu);
+    }
+    for (const std::string& id : desired_) {
+      beat.tasks.push_back(Report(id, TaskPhase::kRunning));
+    }
+    desired_.clear();
+    for (const DesiredTask& task : Heartbeat("node-a", beat).tasks) {
+      desired_.push_back(task.id);
+    }
+    Cycle();
+  }
+
+  std::vector<std::string> desired_;
+};
+
+TEST_F(AgentUtilizationTest, AGpuNoLongerMeasuredKeepsNoOldUtilization) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: nb}
+spec:
+  kind: interactive
+  tasks: [{name: main, command: [jupyter], resources: {gpus: {count: 1}}}]
+)");
+  Submit(JobYaml("train", 1, 8));  // waits for the notebook's GPU
+  for (int minute = 0; minute < 3; ++minute) {
+    Minute(0);  // idle, measured
+  }
+  ASSERT_EQ(Get("/v1/jobs/nb")["state"], "Running");
+  // The agent stops measuring: the last idle reading must not count for the next 45 minutes.
+  for (int minute = 0; minute < 45; ++minute) {
+    Minute(std::nullopt);
+  }
+  const Json nb = Get("/v1/jobs/nb");
+  EXPECT_EQ(nb["state"], "Running");
+  EXPECT_FALSE(nb.contains("warning")) << nb.dump();
+  // Measured idle again, it is warned as before.
+  for (int minute = 0; minute < 32; ++minute) {
+    Minute(0);
+  }
+  EXPECT_TRUE(Get("/v1/jobs/nb").contains("warning"));
 }
 
 }  // namespace

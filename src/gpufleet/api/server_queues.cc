@@ -2,6 +2,9 @@
 // The queue side of the scheduling cycle (docs/utilization.md): the queue tree with quota and
 // fair share, admission of placements, and preemption for priority and for reclaiming guarantees.
 #include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -13,6 +16,12 @@
 
 namespace gpufleet::api {
 namespace {
+
+// How long a preemptor's reservation lasts: a minute of server time, and at least three cycles
+// (with a long cycle interval the preemptor still gets its tries). The victims' GPUs are free in
+// the next cycle, so a preemptor that fits at all starts then.
+constexpr int64_t kReservationSeconds = 60;
+constexpr uint64_t kReservationCycles = 3;
 
 // Milli-GPU by model that `placements` take.
 policy::GpuMilliByModel AllocationOf(const std::vector<scheduler::TaskPlacement>& placements,
@@ -42,6 +51,10 @@ int64_t ApiServer::CycleSeconds() const {
 }
 
 void ApiServer::UpdateQueueTree() {
+  DropEndedReservations();
+  const int64_t now = CycleSeconds();
+  // When each job was first charged, across a rebuild of the tree (the minimum-runtime guard).
+  std::map<std::string, int64_t> since_before_rebuild;
   if (view_->TakeQueuesChanged() || !queue_tree_) {
     const Result<std::vector<store::StoredObject>> stored = options_.store.List(kQueuesKind);
     std::vector<Queue> queues;
@@ -59,7 +72,23 @@ void ApiServer::UpdateQueueTree() {
                  (stored.ok() ? tree.status() : stored.status()).ToString());
       view_->ReadAllAgain();
     } else {
+      // A changed quota keeps the usage recorded so far, queue by queue (a queue that is gone
+      // takes its usage with it).
+      (void)tree->Advance(now);
+      if (queue_tree_) {
+        (void)queue_tree_->Advance(std::max(now, queue_tree_->last_advance_seconds()));
+        for (const QueueId& queue : queue_tree_->Queues()) {
+          if (const Result<policy::QueueStatus> old = queue_tree_->StatusOf(queue); old.ok()) {
+            (void)tree->AddUsage(queue, old->usage_gpu_seconds);
+          }
+        }
+      }
       queue_tree_.emplace(std::move(*tree));
+      // Jobs refused by the old quota are tried again under the new one.
+      view_->BumpCapacityEpoch();
+      for (const auto& [name, charged] : charged_) {
+        since_before_rebuild[name] = charged.since_seconds;
+      }
       charged_.clear();
     }
   }
@@ -67,7 +96,14 @@ void ApiServer::UpdateQueueTree() {
     return;
   }
   policy::QueueTree& tree = *queue_tree_;
-  (void)tree.Advance(std::max(CycleSeconds(), tree.last_advance_seconds()));
+  (void)tree.Advance(std::max(now, tree.last_advance_seconds()));
+  if (!queue_usage_loaded_) {
+    if (const Status loaded = LoadQueueUsage(); loaded.ok()) {
+      queue_usage_loaded_ = true;
+    } else {
+      fmt::print(stderr, "gpufleet server: queue usage not loaded yet: {}\n", loaded.ToString());
+    }
+  }
   const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
   policy::GpuMilliByModel capacity;
   for (const scheduler::NodeInfo& node : snapshot.nodes()) {
@@ -106,7 +142,10 @@ void ApiServer::UpdateQueueTree() {
     const QueueId charged_queue =
         tree.StatusOf(queue).ok() ? queue : QueueId(std::string(kDefaultQueue));
     if (tree.Charge(JobId(name), charged_queue, allocation).ok()) {
-      const int64_t since = it != charged_.end() ? it->second.since_seconds : CycleSeconds();
+      const auto before = since_before_rebuild.find(name);
+      const int64_t since = it != charged_.end()                   ? it->second.since_seconds
+                            : before != since_before_rebuild.end() ? before->second
+                                                                   : now;
       charged_[name] = {std::move(allocation), since, job.version};
     }
   }
@@ -122,8 +161,87 @@ void ApiServer::PublishQueueStatus() {
       status[queue.value()] = std::move(*one);
     }
   }
-  std::lock_guard<std::mutex> lock(queue_status_mu_);
-  queue_status_ = std::move(status);
+  {
+    std::lock_guard<std::mutex> lock(queue_status_mu_);
+    queue_status_ = std::move(status);
+  }
+  SaveQueueUsageIfDue();
+}
+
+Status ApiServer::LoadQueueUsage() {
+  const Result<store::StoredObject> object = options_.store.Get(kQueueUsageKind, kQueueUsageName);
+  if (!object.ok()) {
+    return object.status().code() == StatusCode::kNotFound ? Status::Ok() : object.status();
+  }
+  const Json document = ParseDocument(object->data);
+  // Decayed over the time the server was down, as the running tree decays it; without a wall
+  // clock that time is unknown and the usage is taken as saved.
+  double decay = 1;
+  const int64_t saved_at = IntOr(document, "saved_at_unix_seconds", -1);
+  if (options_.wall_clock != nullptr && saved_at >= 0) {
+    const int64_t down_seconds = options_.wall_clock->UnixNanos() / 1'000'000'000 - saved_at;
+    decay = std::exp2(-static_cast<double>(std::max<int64_t>(0, down_seconds)) /
+                      static_cast<double>(std::max<int64_t>(1, options_.usage_half_life.count())));
+  }
+  const auto queues = document.find("queues");
+  if (queues == document.end() || !queues->is_object()) {
+    return Status::Ok();
+  }
+  for (const auto& [queue, by_model] : queues->items()) {
+    std::map<std::string, double> usage;
+    for (const auto& [model, gpu_seconds] : by_model.items()) {
+      if (gpu_seconds.is_number()) {
+        usage[model] = gpu_seconds.get<double>() * decay;
+      }
+    }
+    // A queue deleted since (kNotFound) leaves its usage behind.
+    (void)queue_tree_->AddUsage(QueueId(queue), usage);
+  }
+  return Status::Ok();
+}
+
+void ApiServer::SaveQueueUsageIfDue() {
+  // Fair share moves on a scale of days (the half-life): a minute of usage lost in a crash does
+  // not change the order, and one small commit a minute costs nothing next to the cycles'.
+  constexpr Duration kSaveInterval = std::chrono::minutes(1);
+  const MonoTime now = options_.clock.Now();
+  if (!queue_tree_ || !queue_usage_loaded_ ||
+      (queue_usage_saved_at_ && now - *queue_usage_saved_at_ < kSaveInterval)) {
+    return;
+  }
+  Json queues = Json::object();
+  for (const QueueId& queue : queue_tree_->Queues()) {
+    const Result<policy::QueueStatus> status = queue_tree_->StatusOf(queue);
+    if (status.ok() && !status->usage_gpu_seconds.empty()) {
+      queues[queue.value()] = status->usage_gpu_seconds;
+    }
+  }
+  Json document = {{"queues", queues}};
+  if (options_.wall_clock != nullptr) {
+    document["saved_at_unix_seconds"] = options_.wall_clock->UnixNanos() / 1'000'000'000;
+  }
+  const Result<store::StoredObject> stored = options_.store.Get(kQueueUsageKind, kQueueUsageName);
+  store::WriteBatch batch;
+  if (stored.ok()) {
+    const Json previous = ParseDocument(stored->data);
+    if (previous.contains("queues") && previous["queues"] == queues) {
+      queue_usage_saved_at_ = now;  // nothing used, nothing decayed: no write
+      return;
+    }
+    batch.Update(std::string(kQueueUsageKind), std::string(kQueueUsageName), document.dump(),
+                 stored->version);
+  } else if (stored.status().code() == StatusCode::kNotFound) {
+    batch.Create(std::string(kQueueUsageKind), std::string(kQueueUsageName), document.dump());
+  } else {
+    fmt::print(stderr, "gpufleet server: queue usage not saved: {}\n", stored.status().ToString());
+    return;
+  }
+  // A failed write is tried again after the next cycle.
+  if (const Status status = options_.store.Commit(batch); !status.ok()) {
+    fmt::print(stderr, "gpufleet server: queue usage not saved: {}\n", status.ToString());
+    return;
+  }
+  queue_usage_saved_at_ = now;
 }
 
 std::map<std::string, policy::QueueStatus> ApiServer::QueueStatuses() {
@@ -136,6 +254,15 @@ void ApiServer::OrderPendingJobs(std::vector<PendingEntry>& pending) const {
     return std::tie(b.job->priority, a.job->submit_seq, *a.name) <
            std::tie(a.job->priority, b.job->submit_seq, *b.name);
   });
+  OrderByFairShare(pending);
+  // A preemptor whose victims were stopped for it goes before every other job, whatever their
+  // priority or fair share, so that what it preempted for is not taken by another.
+  std::stable_partition(pending.begin(), pending.end(), [&](const PendingEntry& entry) {
+    return reservations_.count(*entry.name) > 0;
+  });
+}
+
+void ApiServer::OrderByFairShare(std::vector<PendingEntry>& pending) const {
   if (!queue_tree_) {
     return;
   }
@@ -157,6 +284,17 @@ void ApiServer::OrderPendingJobs(std::vector<PendingEntry>& pending) const {
 }
 
 std::optional<std::string> ApiServer::AdmitPlacement(
+    const std::string& name, const ViewJob& job,
+    const std::vector<scheduler::TaskPlacement>& placed) {
+  std::optional<std::string> refused = AdmitByQuota(name, job, placed);
+  if (const auto reservation = reservations_.find(name);
+      !refused && reservation != reservations_.end()) {
+    reservation->second.placed_this_cycle = true;
+  }
+  return refused;
+}
+
+std::optional<std::string> ApiServer::AdmitByQuota(
     const std::string& name, const ViewJob& job,
     const std::vector<scheduler::TaskPlacement>& placed) {
   if (!queue_tree_) {
@@ -264,10 +402,27 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
     batch.AppendEvent(std::string(kJobsKind), victim, why);
     victims.push_back(victim);
   }
-  const std::string message =
-      fmt::format("preempting {} ({} GPUs in {}) to make room", fmt::join(victims, ", "),
-                  static_cast<double>(decision.plan->preempted_gpu_milli) / kMilliPerUnit,
-                  decision.plan->domain);
+  Reservation reservation{.domain = decision.plan->domain,
+                          .victims = victims,
+                          .placements = decision.plan->placements,
+                          .until_seconds = CycleSeconds() + kReservationSeconds,
+                          .until_cycle = cycle_count_ + kReservationCycles};
+  std::set<std::string> nodes;
+  for (const scheduler::TaskPlacement& placement : reservation.placements) {
+    reservation.placement_nodes.push_back(
+        view_->snapshot().nodes()[placement.node].node->id.value());
+    nodes.insert(reservation.placement_nodes.back());
+  }
+  const std::string where =
+      reservation.domain == "cluster" || nodes.count(reservation.domain) > 0
+          ? fmt::format("{}", fmt::join(nodes, ", "))
+          : fmt::format("{} ({})", reservation.domain, fmt::join(nodes, ", "));
+  const std::string message = fmt::format(
+      "preempting {} ({} GPUs in {}) to make room; their GPUs on {} are reserved for this job "
+      "for {} s",
+      fmt::join(victims, ", "),
+      static_cast<double>(decision.plan->preempted_gpu_milli) / kMilliPerUnit,
+      decision.plan->domain, where, kReservationSeconds);
   batch.AppendEvent(std::string(kJobsKind), name, message);
   if (const Status status = options_.store.Commit(batch); !status.ok()) {
     for (const std::string& victim : victims) {
@@ -278,8 +433,79 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
     }
     return status;
   }
+  reservations_[name] = std::move(reservation);
   return std::optional<std::string>(
-      fmt::format("waiting for preempted jobs {} to stop", fmt::join(victims, ", ")));
+      fmt::format("GPUs reserved on {} after preempting {}; waiting for them to stop", where,
+                  fmt::join(victims, ", ")));
+}
+
+void ApiServer::DropEndedReservations() {
+  if (held_placements_) {
+    // The last cycle ended early with GPUs still held: read the snapshot again without them.
+    held_placements_.reset();
+    view_->ReadAllAgain();
+    if (const Status status = view_->Refresh(); !status.ok()) {
+      fmt::print(stderr, "gpufleet server: view after held GPUs: {}\n", status.ToString());
+    }
+  }
+  store::WriteBatch events;
+  for (auto it = reservations_.begin(); it != reservations_.end();) {
+    Reservation& reservation = it->second;
+    reservation.placed_this_cycle = false;
+    const auto job = view_->jobs().find(it->first);
+    const bool pending = job != view_->jobs().end() && job->second.state == "Pending";
+    const bool expired =
+        CycleSeconds() >= reservation.until_seconds && cycle_count_ >= reservation.until_cycle;
+    if (pending && !expired) {
+      ++it;
+      continue;
+    }
+    if (pending) {
+      events.AppendEvent(std::string(kJobsKind), it->first,
+                         fmt::format("reservation of GPUs on {} expired before the job started",
+                                     reservation.domain));
+    }
+    // Jobs that did not fit beside the held GPUs may fit now.
+    view_->BumpCapacityEpoch();
+    it = reservations_.erase(it);
+  }
+  if (events.empty()) {
+    return;
+  }
+  if (const Status status = options_.store.Commit(events); !status.ok()) {
+    fmt::print(stderr, "gpufleet server: reservation event: {}\n", status.ToString());
+  }
+}
+
+void ApiServer::HoldReservedGpus(const std::string& next_job) {
+  if (held_placements_ || reservations_.empty() || reservations_.count(next_job) > 0) {
+    return;
+  }
+  held_placements_.emplace();
+  scheduler::ClusterSnapshot& snapshot = view_->snapshot();
+  for (const auto& [preemptor, reservation] : reservations_) {
+    if (reservation.placed_this_cycle) {
+      continue;
+    }
+    for (size_t i = 0; i < reservation.placements.size(); ++i) {
+      scheduler::TaskPlacement placement = reservation.placements[i];
+      placement.node = view_->NodeIndex(reservation.placement_nodes[i]);
+      // GPUs the victims still hold, or that went to another job before the reservation, or
+      // on a node that is gone: nothing to hold there.
+      if (placement.node >= 0 && snapshot.Apply(placement).ok()) {
+        held_placements_->push_back(std::move(placement));
+      }
+    }
+  }
+}
+
+void ApiServer::ReleaseReservedGpus() {
+  if (held_placements_) {
+    for (auto it = held_placements_->rbegin(); it != held_placements_->rend(); ++it) {
+      view_->snapshot().Revert(*it);
+    }
+  }
+  held_placements_.reset();
 }
 
 Result<bool> ApiServer::RequeuePreemptedJobs() {

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // Queues through the server: quota validation, limits, fair-share figures, priority preemption
 // and reclaiming a guarantee (server_queues.cc).
+#include <cmath>
+#include <map>
+#include <memory>
 #include <string>
 
 #include <fmt/format.h>
@@ -53,13 +56,13 @@ class ServerQueuesTest : public ::testing::Test {
   }
 
   Json Call(const std::string& method, const std::string& path, const std::string& body = "",
-            int want_status = 200) {
+            int want_status = 200, ApiServer* on = nullptr, const std::string& token = "") {
     ApiRequest request;
     request.method = method;
     request.path = path;
-    request.authorization = "Bearer " + admin_;
+    request.authorization = "Bearer " + (token.empty() ? admin_ : token);
     request.body = body;
-    const ApiResponse response = server_->Handle(request);
+    const ApiResponse response = (on != nullptr ? on : server_.get())->Handle(request);
     EXPECT_EQ(response.status, want_status) << method << " " << path << ": " << response.body;
     return Json::parse(response.body, nullptr, false);
   }
@@ -75,8 +78,15 @@ class ServerQueuesTest : public ::testing::Test {
     return Call("GET", "/v1/jobs/" + job + "/events").dump();
   }
 
-  Json QueueRow(const std::string& name) {
-    const Json queues = Call("GET", "/v1/queues");
+  std::string PatchError(const std::string& queue, const std::string& body, int want_status) {
+    return Call("PATCH", "/v1/queues/" + queue, body, want_status)["error"]["message"];
+  }
+  std::string NodeOf(const std::string& job) {
+    return Call("GET", "/v1/jobs/" + job)["placements"][0]["node"];
+  }
+
+  Json QueueRow(const std::string& name, ApiServer* on = nullptr) {
+    const Json queues = Call("GET", "/v1/queues", "", 200, on);
     for (const Json& item : queues["items"]) {
       if (item["name"] == name) {
         return item;
@@ -157,7 +167,8 @@ TEST_F(ServerQueuesTest, HigherPriorityPreemptsLowerInTheSameQueueAfterTheMinimu
   }
   ASSERT_EQ(preempted, 1) << "one node frees room for one 8-GPU job";
   EXPECT_THAT(Reason(victim), HasSubstr("preempted by job urgent (priority 10 over 0)"));
-  EXPECT_THAT(Reason("urgent"), HasSubstr("waiting for preempted jobs " + victim));
+  EXPECT_THAT(Reason("urgent"), HasSubstr("GPUs reserved on "));
+  EXPECT_THAT(Reason("urgent"), HasSubstr("after preempting " + victim));
   EXPECT_THAT(Events("urgent"), HasSubstr("preempting " + victim));
 
   Cycle();
@@ -209,6 +220,230 @@ TEST_F(ServerQueuesTest, NonPreemptibleJobsAreNeverVictims) {
   for (int i = 0; i < 4; ++i) {
     EXPECT_EQ(State(fmt::format("keep-{}", i)), "Scheduled");
   }
+}
+
+TEST_F(ServerQueuesTest, PatchChangesOnlyTheFieldsItNames) {
+  Call("POST", "/v1/queues",
+       R"({"name": "research", "guarantee": {"H100-80GB": 16, "*": 4}, "limit": {"*": 64}})", 201);
+  Json queue = Call("PATCH", "/v1/queues/research", R"({"weight": 2})");
+  EXPECT_EQ(queue["weight"], 2.0);
+  EXPECT_EQ(queue["guarantee"], Json({{"*", 4}, {"H100-80GB", 16}}));
+  EXPECT_EQ(queue["limit"], Json({{"*", 64}}));
+  EXPECT_EQ(queue["may_borrow"], true);
+  EXPECT_EQ(queue["version"], 2);
+  // Quota objects merge by model: an alias sets its canonical model, null removes an entry.
+  queue = Call("PATCH", "/v1/queues/research",
+               R"({"guarantee": {"H100": 8, "*": null}, "may_borrow": false, "version": 2})");
+  EXPECT_EQ(queue["guarantee"], Json({{"H100-80GB", 8}}));
+  EXPECT_EQ(queue["may_borrow"], false);
+  EXPECT_EQ(queue["version"], 3);
+  // A null field goes back to the default; a patch that changes nothing writes nothing.
+  queue = Call("PATCH", "/v1/queues/research", R"({"limit": null, "weight": null})");
+  EXPECT_EQ(queue["limit"], Json::object());
+  EXPECT_EQ(queue["weight"], 1.0);
+  EXPECT_EQ(Call("PATCH", "/v1/queues/research", "{}")["version"], 4);
+  EXPECT_EQ(QueueRow("research")["version"], 4);
+  const std::string events = Call("GET", "/v1/queues/research/events").dump();
+  EXPECT_THAT(events, HasSubstr("quota changed by root: weight 1.0 -> 2.0"));
+  EXPECT_THAT(events, HasSubstr(R"(guarantee {\"*\":4,\"H100-80GB\":16} -> {\"H100-80GB\":8})"));
+  // A nested queue is addressed by its path.
+  Call("POST", "/v1/queues", R"({"name": "research/nlp", "guarantee": {"H100-80GB": 4}})", 201);
+  EXPECT_EQ(
+      Call("PATCH", "/v1/queues/research/nlp", R"({"guarantee": {"H100-80GB": 8}})")["guarantee"],
+      Json({{"H100-80GB", 8}}));
+}
+
+TEST_F(ServerQueuesTest, PatchIsRefusedWholeWhenItDoesNotFitTheTree) {
+  Call("POST", "/v1/queues", R"({"name": "research", "guarantee": {"H100-80GB": 16}})", 201);
+  Call("POST", "/v1/queues", R"({"name": "research/nlp", "guarantee": {"H100-80GB": 8}})", 201);
+  // A parent guaranteed less than its child, a child more than its parent, a limit below the
+  // guarantee: 400 naming the queue and field, and nothing changes.
+  EXPECT_THAT(PatchError("research", R"({"guarantee": {"H100-80GB": 4}, "weight": 3})", 400),
+              HasSubstr("guarantee"));
+  EXPECT_THAT(PatchError("research/nlp", R"({"guarantee": {"H100-80GB": 24}})", 400),
+              HasSubstr("children's guarantees of H100-80GB (24000 milli-GPU) exceed"));
+  EXPECT_THAT(PatchError("research/nlp", R"({"limit": {"H100-80GB": 2}})", 400),
+              HasSubstr("limit"));
+  // Values are read as creation reads them.
+  EXPECT_THAT(PatchError("research", R"({"guarantee": {"B9000": 1}})", 400),
+              HasSubstr("guarantee.B9000: unknown GPU model \"B9000\""));
+  EXPECT_THAT(PatchError("research", R"({"guarantee": {"B9000": null}})", 400),
+              HasSubstr("guarantee.B9000: unknown GPU model"));
+  EXPECT_THAT(PatchError("research", R"({"limit": {"*": -1}})", 400),
+              HasSubstr("limit.*: -1 is not a number of GPUs"));
+  EXPECT_THAT(PatchError("research", R"({"limit": 5})", 400),
+              HasSubstr("limit: expected an object"));
+  EXPECT_THAT(PatchError("research", R"({"weight": 0})", 400), HasSubstr("weight: 0"));
+  EXPECT_THAT(PatchError("research", R"({"may_borrow": "no"})", 400),
+              HasSubstr("may_borrow: expected true or false"));
+  EXPECT_THAT(PatchError("research", R"({"team": "nlp"})", 400),
+              HasSubstr("\"team\": unknown field"));
+  EXPECT_THAT(PatchError("research", R"({"version": "1"})", 400), HasSubstr("version: \"1\""));
+  EXPECT_THAT(PatchError("research", "weight=2", 400), HasSubstr("not valid JSON"));
+  // A stale version is a conflict; an unknown queue is 404; a member may not change quota.
+  EXPECT_THAT(PatchError("research", R"({"weight": 2, "version": 7})", 409),
+              HasSubstr("is at version 1, not 7"));
+  EXPECT_THAT(PatchError("nope", R"({"weight": 2})", 404), HasSubstr("queue \"nope\" not found"));
+  Call("POST", "/v1/teams", R"({"name": "nlp"})", 201);
+  const std::string member =
+      Call("POST", "/v1/tokens", R"({"role": "member", "team": "nlp", "name": "m"})", 201)["token"];
+  EXPECT_EQ(Call("PATCH", "/v1/queues/research", R"({"weight": 2})", 403, nullptr,
+                 member)["error"]["code"],
+            "PERMISSION_DENIED");
+  const Json research = QueueRow("research");
+  EXPECT_EQ(research["version"], 1);
+  EXPECT_EQ(research["weight"], 1.0);
+  EXPECT_EQ(research["guarantee"], Json({{"H100-80GB", 16}}));
+}
+
+TEST_F(ServerQueuesTest, ALowerQuotaStopsNothingAndANewGuaranteeIsReclaimed) {
+  Call("POST", "/v1/queues", R"({"name": "owner"})", 201);
+  Call("POST", "/v1/queues", R"({"name": "borrower", "limit": {"*": 32}})", 201);
+  for (const std::string name : {"b-0", "b-1", "b-2", "b-3"}) {
+    Call("POST", "/v1/jobs", NodeJob(name, "borrower"), 201);
+  }
+  Cycle();
+  clock_.Advance(std::chrono::seconds(61));
+  Call("POST", "/v1/jobs", NodeJob("mine", "owner"), 201);
+  Cycle();
+  // Without a guarantee the owner cannot reclaim anything.
+  EXPECT_EQ(State("mine"), "Pending");
+  Call("PATCH", "/v1/queues/borrower", R"({"limit": {"*": 16}})");
+  Cycle();
+  // Over its new limit, but running jobs are not stopped by it.
+  EXPECT_EQ(QueueRow("borrower")["running"], 4);
+  Call("PATCH", "/v1/queues/owner", R"({"guarantee": {"*": 8}})");
+  Cycle();
+  int preempted = 0;
+  for (const std::string name : {"b-0", "b-1", "b-2", "b-3"}) {
+    preempted += State(name) == "Preempted" ? 1 : 0;
+  }
+  EXPECT_EQ(preempted, 1);
+  Cycle();
+  EXPECT_EQ(State("mine"), "Scheduled");
+  // The requeued victim now meets the lower limit.
+  EXPECT_EQ(QueueRow("borrower")["running"], 3);
+  EXPECT_EQ(QueueRow("borrower")["pending"], 1);
+}
+
+TEST_F(ServerQueuesTest, QueueUsageSurvivesARestartDecayedToTheStartTime) {
+  const ApiServer::Options options{.store = store_,
+                                   .catalog = catalog_,
+                                   .clock = clock_,
+                                   .wall_clock = &clock_,
+                                   .usage_half_life = std::chrono::hours(1)};
+  Call("POST", "/v1/queues", R"({"name": "heavy"})", 201);
+  Call("POST", "/v1/queues", R"({"name": "light"})", 201);
+  Result<std::unique_ptr<ApiServer>> first = ApiServer::Create(options);
+  ASSERT_OK(first);
+  Call("POST", "/v1/jobs", NodeJob("h-0", "heavy"), 201);
+  Call("POST", "/v1/jobs", NodeJob("h-1", "heavy"), 201);
+  Call("POST", "/v1/jobs", NodeJob("l-0", "light"), 201);
+  EXPECT_OK((*first)->RunSchedulingCycle());
+  Call("POST", "/v1/jobs/l-0/cancel");
+  clock_.Advance(std::chrono::hours(1));
+  EXPECT_OK((*first)->RunSchedulingCycle());
+  const double heavy = QueueRow("heavy", first->get())["usage_gpu_hours"]["H100-80GB"];
+  const double light = QueueRow("light", first->get())["usage_gpu_hours"]["H100-80GB"];
+  // 16 GPUs for an hour with a half-life of an hour: 16 / ln 2 / 2 GPU-hours.
+  EXPECT_NEAR(heavy, 16 / std::log(2.0) / 2, 1e-6);
+  EXPECT_GT(light, 0);
+  // A quota change rebuilds the tree and keeps the usage.
+  Call("PATCH", "/v1/queues/heavy", R"({"limit": {"*": 32}})", 200, first->get());
+  EXPECT_OK((*first)->RunSchedulingCycle());
+  EXPECT_EQ(QueueRow("heavy", first->get())["usage_gpu_hours"]["H100-80GB"], heavy);
+  first->reset();
+
+  // Down for ten minutes: the next server starts with the usage decayed over them.
+  clock_.Advance(std::chrono::minutes(10));
+  Result<std::unique_ptr<ApiServer>> second = ApiServer::Create(options);
+  ASSERT_OK(second);
+  EXPECT_OK((*second)->RunSchedulingCycle());
+  const double decay = std::exp2(-10.0 / 60);
+  EXPECT_NEAR(QueueRow("heavy", second->get())["usage_gpu_hours"]["H100-80GB"], heavy * decay,
+              1e-9);
+  EXPECT_NEAR(QueueRow("light", second->get())["usage_gpu_hours"]["H100-80GB"], light * decay,
+              1e-9);
+  // So fair share still puts the light queue first.
+  EXPECT_LT(QueueRow("light", second->get())["fair_share"],
+            QueueRow("heavy", second->get())["fair_share"]);
+}
+
+// Four nodes run borrowed jobs; the owner preempts one of them. A job of another queue with a
+// higher priority arrives before the victim's GPUs are free.
+class ServerReservationTest : public ServerQueuesTest {
+ protected:
+  void PreemptForMine() {
+    Call("POST", "/v1/queues", R"({"name": "owner", "guarantee": {"*": 16}})", 201);
+    Call("POST", "/v1/queues", R"({"name": "borrower"})", 201);
+    Call("POST", "/v1/queues", R"({"name": "third"})", 201);
+    for (const std::string name : {"b-0", "b-1", "b-2", "b-3"}) {
+      Call("POST", "/v1/jobs", NodeJob(name, "borrower"), 201);
+    }
+    Cycle();
+    clock_.Advance(std::chrono::seconds(61));
+    Call("POST", "/v1/jobs", NodeJob("mine", "owner"), 201);
+    for (const std::string name : {"b-0", "b-1", "b-2", "b-3"}) {
+      node_of_[name] = NodeOf(name);
+    }
+    Cycle();
+    for (const std::string name : {"b-0", "b-1", "b-2", "b-3"}) {
+      if (State(name) == "Preempted") {
+        victim_ = name;
+      }
+    }
+    ASSERT_FALSE(victim_.empty());
+    Call("POST", "/v1/jobs", NodeJob("rival", "third", 5), 201);
+  }
+
+  std::map<std::string, std::string> node_of_;
+  std::string victim_;
+};
+
+TEST_F(ServerReservationTest, ThePreemptorGetsTheGpusItsVictimsFreed) {
+  PreemptForMine();
+  EXPECT_EQ(Reason("mine"), fmt::format("GPUs reserved on {} after preempting {}; waiting for "
+                                        "them to stop",
+                                        node_of_[victim_], victim_));
+  Cycle();
+  EXPECT_EQ(State("mine"), "Scheduled");
+  EXPECT_EQ(NodeOf("mine"), node_of_[victim_]);
+  EXPECT_EQ(State("rival"), "Pending");
+  // Nobody else was preempted for it.
+  for (const auto& [name, node] : node_of_) {
+    EXPECT_EQ(State(name), name == victim_ ? "Pending" : "Scheduled") << name;
+  }
+  // The reservation ended with the placement: the rival takes the next GPUs freed.
+  Call("POST", "/v1/jobs/mine/cancel");
+  Cycle();
+  EXPECT_EQ(State("rival"), "Scheduled");
+}
+
+TEST_F(ServerReservationTest, HeldGpusStayFreeUntilTheReservationExpires) {
+  PreemptForMine();
+  // The owner may no longer hold anything: its preemptor is refused, but the freed node stays
+  // reserved for it, so neither the rival nor the requeued victim takes it.
+  Call("PATCH", "/v1/queues/owner", R"({"guarantee": null, "limit": {"*": 0}})");
+  Cycle();
+  EXPECT_EQ(State("mine"), "Pending");
+  EXPECT_THAT(Reason("mine"), HasSubstr("limit"));
+  EXPECT_EQ(State("rival"), "Pending");
+  EXPECT_EQ(State(victim_), "Pending");
+  Cycle();
+  EXPECT_EQ(State("rival"), "Pending");
+  clock_.Advance(std::chrono::seconds(61));
+  Cycle();
+  EXPECT_EQ(State("rival"), "Scheduled");
+  EXPECT_EQ(NodeOf("rival"), node_of_[victim_]);
+  EXPECT_THAT(Events("mine"), HasSubstr("reservation of GPUs on cluster expired"));
+}
+
+TEST_F(ServerReservationTest, ACancelledPreemptorFreesItsReservation) {
+  PreemptForMine();
+  Call("POST", "/v1/jobs/mine/cancel");
+  Cycle();
+  EXPECT_EQ(State("rival"), "Scheduled");
+  EXPECT_EQ(NodeOf("rival"), node_of_[victim_]);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The tenancy routes of ApiServer: tokens, teams and queues (docs/api.md), and the checks a job
 // submission passes before it is stored.
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <string>
@@ -191,6 +192,80 @@ ApiResponse CreateQueue(const Principal& who, const std::string& body, store::St
                       fmt::format("created by {}", Who(who)));
 }
 
+// "guarantee {"H100-80GB":16} -> {"H100-80GB":8}, weight 1 -> 2": the fields that differ.
+std::string QuotaChanges(const Json& before, const Json& after) {
+  std::vector<std::string> changes;
+  for (const char* field : {"guarantee", "limit", "weight", "may_borrow"}) {
+    if (before[field] != after[field]) {
+      changes.push_back(
+          fmt::format("{} {} -> {}", field, before[field].dump(), after[field].dump()));
+    }
+  }
+  return fmt::format("{}", fmt::join(changes, ", "));
+}
+
+// PATCH /v1/queues/NAME: merges the quota fields into the stored queue, validated against the
+// tree as creation is, with a compare-and-set update. Running jobs are not stopped: the next
+// cycles admit and reclaim by the new quota.
+ApiResponse PatchQueue(const Principal& who, std::string_view name, const std::string& body,
+                       store::StateStore& store, const GpuCatalog& catalog) {
+  if (Status status = NeedsAdmin(who, "changing a queue"); !status.ok()) {
+    return RespondError(status);
+  }
+  const Result<QueuePatch> patch = ParseQueuePatch(body, catalog);
+  if (!patch.ok()) {
+    return RespondError(patch.status());
+  }
+  for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
+    const Result<std::vector<store::StoredObject>> stored = store.List(kQueuesKind);
+    if (!stored.ok()) {
+      return RespondError(stored.status());
+    }
+    const auto object =
+        std::find_if(stored->begin(), stored->end(),
+                     [&](const store::StoredObject& queue) { return queue.name == name; });
+    if (object == stored->end()) {
+      return RespondError(NotFoundError(fmt::format("queue \"{}\" not found", name)));
+    }
+    if (patch->version && *patch->version != object->version) {
+      return RespondError(Status(
+          StatusCode::kAborted,
+          fmt::format("version: queue \"{}\" is at version {}, not {} (read it again and retry)",
+                      name, object->version, *patch->version)));
+    }
+    const Queue before = QueueFromJson(ParseDocument(object->data));
+    const Queue after = ApplyQueuePatch(before, *patch);
+    const Json before_document = QueueToJson(before);
+    const Json after_document = QueueToJson(after);
+    if (after_document == before_document) {
+      return Respond(200, WithVersion(after_document, object->version));
+    }
+    // The changed queue must still fit the tree, as a new one must.
+    std::vector<Queue> queues;
+    for (const store::StoredObject& other : *stored) {
+      queues.push_back(&other == &*object ? after : QueueFromJson(ParseDocument(other.data)));
+    }
+    if (const Result<policy::QueueTree> tree = BuildQueueTree(queues); !tree.ok()) {
+      return RespondError(tree.status());
+    }
+    store::WriteBatch batch;
+    batch.Update(std::string(kQueuesKind), std::string(name), after_document.dump(),
+                 object->version);
+    batch.AppendEvent(std::string(kQueuesKind), std::string(name),
+                      fmt::format("quota changed by {}: {}", Who(who),
+                                  QuotaChanges(before_document, after_document)));
+    const Status status = store.Commit(batch);
+    if (status.ok()) {
+      return Respond(200, WithVersion(after_document, object->version + 1));
+    }
+    if (status.code() != StatusCode::kAborted && status.code() != StatusCode::kNotFound) {
+      return RespondError(status);
+    }
+  }
+  return RespondError(Status(StatusCode::kAborted,
+                             fmt::format("queue \"{}\" kept changing; retry the update", name)));
+}
+
 // The queues with their jobs counted: pending, holding resources, and the GPUs they hold. A member
 // sees every queue (to know where it may submit) but counts only its own team's jobs. Queues
 // that jobs name but that are not stored (data from before queues were objects) are listed too.
@@ -250,6 +325,11 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store,
       item["borrowed"] = static_cast<double>(figures->second.borrowed_milli) / kMilliPerUnit;
       item["weight_share"] = figures->second.weight_share;
       item["fair_share"] = figures->second.fair_share_ratio;
+      Json usage = Json::object();
+      for (const auto& [model, gpu_seconds] : figures->second.usage_gpu_seconds) {
+        usage[model] = gpu_seconds / 3600;
+      }
+      item["usage_gpu_hours"] = std::move(usage);
     }
     // Whole GPUs as an integer, shares as a decimal.
     item["gpus_allocated"] =
@@ -293,6 +373,25 @@ std::optional<ApiResponse> ApiServer::RouteTenancy(const Principal& who, const A
     }
     if (n == 2 && get) {
       return ListQueues(who, store, QueueStatuses());
+    }
+    // A queue name has slashes ("research/nlp"): its segments are joined back.
+    std::vector<std::string_view> path(segments.begin() + 2, segments.end());
+    const bool events = !path.empty() && path.back() == "events" && get;
+    if (events) {
+      path.pop_back();
+    }
+    const std::string name = fmt::format("{}", fmt::join(path, "/"));
+    if (!path.empty() && request.method == "PATCH") {
+      return PatchQueue(who, name, request.body, store, options_.catalog);
+    }
+    if (!path.empty() && events) {
+      if (const Result<store::StoredObject> queue = store.Get(kQueuesKind, name); !queue.ok()) {
+        return RespondError(queue.status().code() == StatusCode::kNotFound ||
+                                    queue.status().code() == StatusCode::kInvalidArgument
+                                ? NotFoundError(fmt::format("queue \"{}\" not found", name))
+                                : queue.status());
+      }
+      return ObjectEvents(kQueuesKind, name);
     }
   }
   return std::nullopt;

@@ -115,6 +115,72 @@ Result<policy::GpuMilliByModel> ReadQuota(const Json& j, std::string_view key,
   return quota;
 }
 
+// The weight field: nullopt when absent or null.
+Result<std::optional<double>> ReadWeight(const Json& j) {
+  const auto it = j.find("weight");
+  if (it == j.end() || it->is_null()) {
+    return std::optional<double>();
+  }
+  if (!it->is_number() || !(it->get<double>() > 0) || it->get<double>() > 1e6) {
+    return InvalidArgumentError(
+        fmt::format("weight: {} is not a number in (0, 1000000]",
+                    it->dump(-1, ' ', false, Json::error_handler_t::replace)));
+  }
+  return std::optional<double>(it->get<double>());
+}
+
+// The may_borrow field: nullopt when absent or null.
+Result<std::optional<bool>> ReadMayBorrow(const Json& j) {
+  const auto it = j.find("may_borrow");
+  if (it == j.end() || it->is_null()) {
+    return std::optional<bool>();
+  }
+  if (!it->is_boolean()) {
+    return InvalidArgumentError(
+        fmt::format("may_borrow: expected true or false, got {}",
+                    it->dump(-1, ' ', false, Json::error_handler_t::replace)));
+  }
+  return std::optional<bool>(it->get<bool>());
+}
+
+// A quota field of a merge patch: nullopt when absent; a null field clears the quota; within the
+// object, a null model removes that entry and the others are read as ReadQuota reads them.
+Result<std::optional<QuotaPatch>> ReadQuotaPatch(const Json& j, std::string_view key,
+                                                 const GpuCatalog& catalog) {
+  const auto it = j.find(key);
+  if (it == j.end()) {
+    return std::optional<QuotaPatch>();
+  }
+  QuotaPatch patch;
+  if (it->is_null()) {
+    patch.clear = true;
+    return std::optional<QuotaPatch>(std::move(patch));
+  }
+  Json amounts = Json::object();
+  if (it->is_object()) {
+    for (const auto& [model, value] : it->items()) {
+      if (!value.is_null()) {
+        amounts[model] = value;
+        continue;
+      }
+      if (model != policy::kAnyGpuModel && !catalog.Contains(model)) {
+        return InvalidArgumentError(
+            fmt::format("{}.{}: unknown GPU model \"{}\"", key, model, model));
+      }
+      patch.entries[model == policy::kAnyGpuModel ? model : catalog.Canonical(model)] =
+          std::nullopt;
+    }
+  } else {
+    amounts = *it;  // ReadQuota names the field and the wrong type
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const policy::GpuMilliByModel set,
+                            ReadQuota(Json{{std::string(key), amounts}}, key, catalog));
+  for (const auto& [model, milli] : set) {
+    patch.entries[model] = milli;
+  }
+  return std::optional<QuotaPatch>(std::move(patch));
+}
+
 }  // namespace
 
 Result<Team> ParseTeamRequest(std::string_view body) {
@@ -138,22 +204,60 @@ Result<Queue> ParseQueueRequest(std::string_view body, const GpuCatalog& catalog
   }
   GPUFLEET_ASSIGN_OR_RETURN(queue.guarantee, ReadQuota(j, "guarantee", catalog));
   GPUFLEET_ASSIGN_OR_RETURN(queue.limit, ReadQuota(j, "limit", catalog));
-  if (const auto it = j.find("weight"); it != j.end()) {
-    if (!it->is_number() || !(it->get<double>() > 0) || it->get<double>() > 1e6) {
+  GPUFLEET_ASSIGN_OR_RETURN(const std::optional<double> weight, ReadWeight(j));
+  queue.weight = weight.value_or(queue.weight);
+  GPUFLEET_ASSIGN_OR_RETURN(const std::optional<bool> may_borrow, ReadMayBorrow(j));
+  queue.may_borrow = may_borrow.value_or(queue.may_borrow);
+  return queue;
+}
+
+Result<QueuePatch> ParseQueuePatch(std::string_view body, const GpuCatalog& catalog) {
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const Json j, ReadObject(body, {"guarantee", "limit", "weight", "may_borrow", "version"}));
+  QueuePatch patch;
+  GPUFLEET_ASSIGN_OR_RETURN(patch.guarantee, ReadQuotaPatch(j, "guarantee", catalog));
+  GPUFLEET_ASSIGN_OR_RETURN(patch.limit, ReadQuotaPatch(j, "limit", catalog));
+  // A null goes back to the default, as creating the queue without the field would.
+  const Queue defaults;
+  if (j.contains("weight")) {
+    GPUFLEET_ASSIGN_OR_RETURN(const std::optional<double> weight, ReadWeight(j));
+    patch.weight = weight.value_or(defaults.weight);
+  }
+  if (j.contains("may_borrow")) {
+    GPUFLEET_ASSIGN_OR_RETURN(const std::optional<bool> may_borrow, ReadMayBorrow(j));
+    patch.may_borrow = may_borrow.value_or(defaults.may_borrow);
+  }
+  if (const auto it = j.find("version"); it != j.end() && !it->is_null()) {
+    if (!it->is_number_integer() || it->get<int64_t>() < 1) {
       return InvalidArgumentError(
-          fmt::format("weight: {} is not a number in (0, 1000000]",
+          fmt::format("version: {} is not a version (an integer >= 1, as GET returns it)",
                       it->dump(-1, ' ', false, Json::error_handler_t::replace)));
     }
-    queue.weight = it->get<double>();
+    patch.version = it->get<int64_t>();
   }
-  if (const auto it = j.find("may_borrow"); it != j.end()) {
-    if (!it->is_boolean()) {
-      return InvalidArgumentError(
-          fmt::format("may_borrow: expected true or false, got {}",
-                      it->dump(-1, ' ', false, Json::error_handler_t::replace)));
+  return patch;
+}
+
+Queue ApplyQueuePatch(Queue queue, const QueuePatch& patch) {
+  const auto merge = [](policy::GpuMilliByModel& quota, const std::optional<QuotaPatch>& change) {
+    if (!change) {
+      return;
     }
-    queue.may_borrow = it->get<bool>();
-  }
+    if (change->clear) {
+      quota.clear();
+    }
+    for (const auto& [model, milli] : change->entries) {
+      if (milli) {
+        quota[model] = *milli;
+      } else {
+        quota.erase(model);
+      }
+    }
+  };
+  merge(queue.guarantee, patch.guarantee);
+  merge(queue.limit, patch.limit);
+  queue.weight = patch.weight.value_or(queue.weight);
+  queue.may_borrow = patch.may_borrow.value_or(queue.may_borrow);
   return queue;
 }
 

@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <cstdint>
+#include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +25,10 @@ namespace gpufleet::api {
 // Store kinds; the object name is the team's or the queue's name.
 inline constexpr std::string_view kTeamsKind = "teams";
 inline constexpr std::string_view kQueuesKind = "queues";
+// One object, name kQueueUsageName: the queue tree's decayed usage as the server last saved it,
+// {"saved_at_unix_seconds": ..., "queues": {"research/nlp": {"H100-80GB": <GPU-seconds>}}}.
+inline constexpr std::string_view kQueueUsageKind = "queue-usage";
+inline constexpr std::string_view kQueueUsageName = "usage";
 // The queue that always exists (the server creates it on its first start), shared by every team;
 // a job spec without `metadata.queue` goes there.
 inline constexpr std::string_view kDefaultQueue = "default";
@@ -50,6 +57,28 @@ struct Queue {
 Result<policy::QueueTree> BuildQueueTree(const std::vector<Queue>& queues,
                                          policy::QueueTreeOptions options = {});
 
+// One quota field of a queue patch, merged as RFC 7386 merges objects: each named model is set,
+// a model whose value is null is removed, and a null field clears the quota first.
+struct QuotaPatch {
+  bool clear = false;
+  std::map<std::string, std::optional<int64_t>> entries;  // milli-GPU by canonical model
+};
+
+// A PATCH /v1/queues/NAME body (a JSON merge patch): an absent field keeps its value, a null one
+// goes back to its default (no quota, weight 1, may borrow).
+struct QueuePatch {
+  std::optional<QuotaPatch> guarantee;
+  std::optional<QuotaPatch> limit;
+  std::optional<double> weight;
+  std::optional<bool> may_borrow;
+  // The version the queue must be at (optimistic concurrency, as Kubernetes' resourceVersion);
+  // nullopt: whatever it is.
+  std::optional<int64_t> version;
+};
+
+// `queue` with `patch` merged in.
+Queue ApplyQueuePatch(Queue queue, const QueuePatch& patch);
+
 // A POST /v1/tokens body.
 struct TokenRequest {
   Role role = Role::kMember;
@@ -66,6 +95,9 @@ Result<Team> ParseTeamRequest(std::string_view body);
 // "weight": 2, "may_borrow": true}; all but "name" are optional. Quota values are GPUs (up to three
 // decimals), keyed by a GPU model of `catalog` (aliases are stored by canonical name) or "*".
 Result<Queue> ParseQueueRequest(std::string_view body, const GpuCatalog& catalog);
+// {"guarantee": {"H100-80GB": 8, "A100-80GB": null}, "limit": null, "weight": 2, "may_borrow":
+// false, "version": 3}; every field is optional, values are validated as ParseQueueRequest does.
+Result<QueuePatch> ParseQueuePatch(std::string_view body, const GpuCatalog& catalog);
 // {"role": "member", "team": "nlp", "name": "ci-bot"}; "name" is printable ASCII, at most 63
 // characters.
 Result<TokenRequest> ParseTokenRequest(std::string_view body);

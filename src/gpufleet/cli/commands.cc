@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/cli/commands.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cerrno>
 #include <charconv>
@@ -141,6 +142,32 @@ std::string ListPath(ResourceKind kind) {
 
 int64_t UnixSeconds(const WallClock& clock) {
   return clock.UnixNanos() / 1'000'000'000;
+}
+
+// Adds `--FIELD MODEL=GPUS` entries to body[field]; with `removable`, "MODEL-" (as `kubectl label
+// KEY-` removes a label) adds null, which removes the model from the queue's quota.
+Status AddQuotaEntries(std::string_view field, const std::vector<std::string>& entries,
+                       bool removable, json& body) {
+  for (const std::string& entry : entries) {
+    if (removable && entry.size() > 1 && entry.back() == '-' &&
+        entry.find('=') == std::string::npos) {
+      body[field][entry.substr(0, entry.size() - 1)] = nullptr;
+      continue;
+    }
+    const size_t equals = entry.find('=');
+    double gpus = 0;
+    const char* end = entry.data() + entry.size();
+    const auto parsed = equals == std::string::npos
+                            ? std::from_chars_result{entry.data(), std::errc::invalid_argument}
+                            : std::from_chars(entry.data() + equals + 1, end, gpus);
+    if (equals == 0 || parsed.ec != std::errc() || parsed.ptr != end) {
+      return InvalidArgumentError(
+          fmt::format("--{} {}: expected MODEL=GPUS, e.g. H100-80GB=16 or *=8{}", field, entry,
+                      removable ? ", or MODEL- to remove one" : ""));
+    }
+    body[field][entry.substr(0, equals)] = gpus;
+  }
+  return Status::Ok();
 }
 
 }  // namespace
@@ -319,20 +346,8 @@ int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std:
       }
       for (const auto& [field, entries] :
            {std::pair{"guarantee", &args.guarantee}, std::pair{"limit", &args.limit}}) {
-        for (const std::string& entry : *entries) {
-          const size_t equals = entry.find('=');
-          double gpus = 0;
-          const char* end = entry.data() + entry.size();
-          const auto parsed =
-              equals == std::string::npos
-                  ? std::from_chars_result{entry.data(), std::errc::invalid_argument}
-                  : std::from_chars(entry.data() + equals + 1, end, gpus);
-          if (equals == 0 || parsed.ec != std::errc() || parsed.ptr != end) {
-            return PrintUsageError(
-                fmt::format("--{} {}: expected MODEL=GPUS, e.g. H100-80GB=16 or *=8", field, entry),
-                err);
-          }
-          body[field][entry.substr(0, equals)] = gpus;
+        if (const Status status = AddQuotaEntries(field, *entries, false, body); !status.ok()) {
+          return PrintUsageError(status.message(), err);
         }
       }
       if (args.weight) {
@@ -375,6 +390,54 @@ int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std:
   }
   out << (*kind == ResourceKind::kTeam ? "team/" : "queue/") << NameOf(*answer, args.name)
       << " created\n";
+  return 0;
+}
+
+int RunUpdate(ApiClient& client, const UpdateArgs& args, std::ostream& out, std::ostream& err) {
+  const Result<ResourceKind> kind = ParseResourceKind(args.kind);
+  if (!kind.ok() || *kind != ResourceKind::kQueue) {
+    return PrintUsageError(fmt::format("update takes queue, not \"{}\"", args.kind), err);
+  }
+  if (args.name.empty()) {
+    return PrintUsageError(
+        "usage: update queue NAME [--guarantee MODEL=GPUS|MODEL-]... [--limit "
+        "MODEL=GPUS|MODEL-]... "
+        "[--weight W] [--borrow|--no-borrow]",
+        err);
+  }
+  if (args.borrow && args.no_borrow) {
+    return PrintUsageError("--borrow and --no-borrow contradict each other", err);
+  }
+  json body = json::object();
+  for (const auto& [field, entries] :
+       {std::pair{"guarantee", &args.guarantee}, std::pair{"limit", &args.limit}}) {
+    if (const Status status = AddQuotaEntries(field, *entries, true, body); !status.ok()) {
+      return PrintUsageError(status.message(), err);
+    }
+  }
+  if (args.weight) {
+    body["weight"] = *args.weight;
+  }
+  if (args.borrow || args.no_borrow) {
+    body["may_borrow"] = args.borrow;
+  }
+  if (body.empty()) {
+    return PrintUsageError(
+        "update queue needs at least one of --guarantee, --limit, --weight, --borrow, --no-borrow",
+        err);
+  }
+  // Each segment encoded on its own: the server reads "research/nlp" from two segments.
+  std::string path = "/v1/queues";
+  for (size_t start = 0; start <= args.name.size();) {
+    const size_t slash = std::min(args.name.find('/', start), args.name.size());
+    path += "/" + UrlEncode(std::string_view(args.name).substr(start, slash - start));
+    start = slash + 1;
+  }
+  Result<json> answer = client.Patch(path, body.dump(), "application/json");
+  if (!answer.ok()) {
+    return PrintError(client, answer.status(), err);
+  }
+  out << "queue/" << NameOf(*answer, args.name) << " updated\n";
   return 0;
 }
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The client verbs of the `gpufleet` binary (`submit`, `get`, `describe`, `cancel`, `create`,
-// `revoke` and the node operations) as functions of an ApiClient, their arguments and two streams,
-// so that tests run them against a fake Transport. Each returns the process exit code: 0, or 1
-// after printing the error to `err` (`Error from server (NotFound): <message>` for an error the
-// server answered, `error: <message>` for any other).
+// `update`, `revoke` and the node operations) as functions of an ApiClient, their arguments and two
+// streams, so that tests run them against a fake Transport. Each returns the process exit code: 0,
+// or 1 after printing the error to `err` (`Error from server (NotFound): <message>` for an error
+// the server answered, `error: <message>` for any other).
 #pragma once
 
 #include <optional>
@@ -61,6 +61,20 @@ struct CreateArgs {
   bool no_borrow = false;
 };
 int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std::ostream& err);
+
+// `update queue NAME [--guarantee MODEL=GPUS|MODEL-]... [--limit ...]... [--weight W]
+// [--borrow|--no-borrow]`: changes only what it names (a JSON merge patch, PATCH
+// /v1/queues/NAME); "MODEL-" removes that model's entry. Prints "queue/NAME updated". Admin only.
+struct UpdateArgs {
+  std::string kind;  // queue
+  std::string name;
+  std::vector<std::string> guarantee;
+  std::vector<std::string> limit;
+  std::optional<double> weight;
+  bool borrow = false;
+  bool no_borrow = false;
+};
+int RunUpdate(ApiClient& client, const UpdateArgs& args, std::ostream& out, std::ostream& err);
 
 // `revoke token ID`: prints "token/ID revoked"; the token stops working at once.
 struct RevokeArgs {

@@ -243,6 +243,56 @@ TEST_F(CommandsTest, CreateQueueWithQuota) {
   EXPECT_EQ(fake_.state->requests.size(), 1U);
 }
 
+TEST_F(CommandsTest, UpdateQueueSendsAMergePatchOfWhatItNames) {
+  fake_.Answer("PATCH /v1/queues/research/nlp", 200, R"({"name": "research/nlp", "version": 3})");
+  EXPECT_EQ(RunUpdate(fake_.client,
+                      {.kind = "queue",
+                       .name = "research/nlp",
+                       .guarantee = {"H100-80GB=8", "*-"},
+                       .limit = {"*=32"},
+                       .weight = 2,
+                       .no_borrow = true},
+                      out_, err_),
+            0);
+  EXPECT_EQ(out_.str(), "queue/research/nlp updated\n");
+  const RecordedRequest& request = OnlyRequest();
+  EXPECT_EQ(request.method, "PATCH");
+  EXPECT_EQ(request.path, "/v1/queues/research/nlp");
+  EXPECT_EQ(request.content_type, "application/json");
+  EXPECT_EQ(request.body,
+            R"({"guarantee":{"*":null,"H100-80GB":8.0},"limit":{"*":32.0},"may_borrow":false,)"
+            R"("weight":2.0})");
+}
+
+TEST_F(CommandsTest, UpdateQueueRejectsBadArgumentsWithoutCalling) {
+  EXPECT_EQ(RunUpdate(fake_.client, {.kind = "team", .name = "nlp", .weight = 2}, out_, err_), 1);
+  EXPECT_EQ(RunUpdate(fake_.client, {.kind = "queue", .weight = 2}, out_, err_), 1);
+  EXPECT_EQ(RunUpdate(fake_.client, {.kind = "queue", .name = "q"}, out_, err_), 1);
+  EXPECT_EQ(RunUpdate(fake_.client, {.kind = "queue", .name = "q", .limit = {"H100"}}, out_, err_),
+            1);
+  EXPECT_EQ(
+      RunUpdate(fake_.client, {.kind = "queue", .name = "q", .borrow = true, .no_borrow = true},
+                out_, err_),
+      1);
+  EXPECT_THAT(err_.str(), HasSubstr("error: update takes queue, not \"team\"\n"));
+  EXPECT_THAT(err_.str(), HasSubstr("error: usage: update queue NAME"));
+  EXPECT_THAT(err_.str(), HasSubstr("needs at least one of --guarantee"));
+  EXPECT_THAT(err_.str(), HasSubstr("--limit H100: expected MODEL=GPUS"));
+  EXPECT_THAT(err_.str(), HasSubstr("--borrow and --no-borrow contradict each other"));
+  EXPECT_TRUE(fake_.state->requests.empty());
+}
+
+TEST_F(CommandsTest, UpdateQueueShowsTheServersRefusal) {
+  fake_.Answer("PATCH /v1/queues/research", 400,
+               R"({"error": {"code": "INVALID_ARGUMENT",
+                             "message": "guarantee.B9000: unknown GPU model \"B9000\""}})");
+  EXPECT_EQ(RunUpdate(fake_.client, {.kind = "queue", .name = "research", .guarantee = {"B9000=1"}},
+                      out_, err_),
+            1);
+  EXPECT_EQ(err_.str(),
+            "Error from server (InvalidArgument): guarantee.B9000: unknown GPU model \"B9000\"\n");
+}
+
 TEST_F(CommandsTest, CreateTokenPrintsItOnce) {
   fake_.Answer("POST /v1/tokens", 201,
                R"({"id": "0a1b2c3d4e5f", "role": "member", "team": "nlp", "name": "ci-bot",

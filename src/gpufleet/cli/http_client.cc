@@ -59,6 +59,9 @@ class HttpTransport final : public Transport {
       } else if (method == "POST") {
         result = client_->Post(path_string, headers, body.data(), body.size(),
                                std::string(content_type));
+      } else if (method == "PATCH") {
+        result = client_->Patch(path_string, headers, body.data(), body.size(),
+                                std::string(content_type));
       } else {
         return InvalidArgumentError(fmt::format("unsupported HTTP method {}", method));
       }
@@ -158,6 +161,11 @@ Result<nlohmann::json> ApiClient::Get(std::string_view path) {
 Result<nlohmann::json> ApiClient::Post(std::string_view path, std::string_view body,
                                        std::string_view content_type) {
   return Call("POST", path, body, content_type);
+}
+
+Result<nlohmann::json> ApiClient::Patch(std::string_view path, std::string_view body,
+                                        std::string_view content_type) {
+  return Call("PATCH", path, body, content_type);
 }
 
 Result<nlohmann::json> ApiClient::Call(std::string_view method, std::string_view path,

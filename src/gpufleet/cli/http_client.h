@@ -24,8 +24,9 @@ struct HttpResponse {
 class Transport {
  public:
   virtual ~Transport() = default;
-  // `method` is "GET" or "POST"; `path` starts with "/" and may carry a query string; an empty
-  // `content_type` sends no Content-Type header; an empty `token` sends no Authorization header.
+  // `method` is "GET", "POST" or "PATCH"; `path` starts with "/" and may carry a query string; an
+  // empty `content_type` sends no Content-Type header; an empty `token` sends no Authorization
+  // header.
   virtual Result<HttpResponse> Send(std::string_view method, std::string_view path,
                                     std::string_view body, std::string_view content_type,
                                     std::string_view token) = 0;
@@ -53,6 +54,8 @@ class ApiClient {
   Result<nlohmann::json> Get(std::string_view path);
   Result<nlohmann::json> Post(std::string_view path, std::string_view body,
                               std::string_view content_type);
+  Result<nlohmann::json> Patch(std::string_view path, std::string_view body,
+                               std::string_view content_type);
 
   // Whether the last failed call failed because the server answered with an error (as opposed
   // to no answer or an unreadable one).

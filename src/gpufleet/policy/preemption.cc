@@ -6,7 +6,9 @@
 #include <cstddef>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <variant>
@@ -791,6 +793,56 @@ PreemptionRule HigherPriorityInSameQueue() {
   return [](const Job& preemptor, const RunningJob& victim) {
     return victim.queue == preemptor.queue && victim.priority < preemptor.priority;
   };
+}
+
+Result<PreemptionRule> QueueTreeRule(const QueueTree& tree, const QueueId& queue) {
+  GPUFLEET_ASSIGN_OR_RETURN(const QueueStatus own, tree.StatusOf(queue));
+  const int64_t held_within_guarantee = TotalMilli(own.allocated) - own.borrowed_milli;
+  const int64_t guarantee_left = TotalMilli(own.guarantee) - held_within_guarantee;
+  // ReclaimCandidates refuses (kFailedPrecondition) a queue that holds its whole guarantee: it
+  // reclaims nothing.
+  std::vector<std::string> reclaimable;
+  if (const Result<std::vector<QueueExcess>> over = tree.ReclaimCandidates(queue); over.ok()) {
+    for (const QueueExcess& excess : *over) {
+      reclaimable.push_back(excess.queue.value());
+    }
+  }
+  std::set<std::string, std::less<>> borrowing;
+  if (!reclaimable.empty()) {
+    for (const QueueId& other : tree.Queues()) {
+      if (const Result<int64_t> borrowed = tree.Borrowed(other); borrowed.ok() && *borrowed > 0) {
+        borrowing.insert(other.value());
+      }
+    }
+  }
+  return PreemptionRule(
+      [own_queue = queue, guarantee_left, reclaimable = std::move(reclaimable),
+       borrowing = std::move(borrowing)](const Job& preemptor, const RunningJob& victim) {
+        if (victim.queue == own_queue) {
+          return victim.priority < preemptor.priority;
+        }
+        if (reclaimable.empty() || preemptor.RequestedGpuMilliTotal() > guarantee_left) {
+          return false;
+        }
+        const std::string& path = victim.queue.value();
+        for (const std::string& over : reclaimable) {
+          const bool within =
+              path == over || (path.size() > over.size() &&
+                               path.compare(0, over.size(), over) == 0 && path[over.size()] == '/');
+          if (!within) {
+            continue;
+          }
+          // Every queue from `over` (borrowing, as a candidate) down to the victim's.
+          for (size_t slash = path.find('/', over.size()); slash != std::string::npos;
+               slash = path.find('/', slash + 1)) {
+            if (borrowing.count(std::string_view(path).substr(0, slash)) == 0) {
+              return false;
+            }
+          }
+          return borrowing.count(path) > 0;
+        }
+        return false;
+      });
 }
 
 Result<PreemptionSearch> PreemptionSearch::Create(scheduler::Scheduler& scheduler,

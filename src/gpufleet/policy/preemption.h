@@ -11,6 +11,7 @@
 #include "gpufleet/core/random.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/core/workload.h"
+#include "gpufleet/policy/queues.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/scheduler/snapshot.h"
 
@@ -47,6 +48,18 @@ using PreemptionRule = std::function<bool(const Job& preemptor, const RunningJob
 
 // Within one queue a higher priority preempts a lower one; never across queues.
 PreemptionRule HigherPriorityInSameQueue();
+
+// The queue tree's rule for a preemptor of `queue`, shared by the server and the simulator:
+//   - within `queue`, a higher priority preempts a lower one;
+//   - across queues, only to reclaim a guarantee: `queue` holds less than its guarantee, the
+//     preemptor's GPUs fit in what is left of it (milli-GPU over all models), and the victim's
+//     queue is one that `tree.ReclaimCandidates(queue)` names or lies below one, every queue from
+//     that one down to the victim's being over its own guarantee (what a sub-queue holds within
+//     its guarantee is not borrowed, even when its parent borrows).
+// The fit keeps a reclaim from making the preemptor borrow in turn, which would let the victim's
+// queue reclaim back; a job larger than what is left of its guarantee waits like any other.
+// The tree is read now: make a new rule once it changes. kNotFound for an unknown queue.
+Result<PreemptionRule> QueueTreeRule(const QueueTree& tree, const QueueId& queue);
 
 // Validated by PreemptionSearch::Create.
 struct PreemptionOptions {

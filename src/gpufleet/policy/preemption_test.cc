@@ -516,6 +516,116 @@ TEST_F(PreemptionTest, BadOptionsAndInputsAreErrors) {
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("is the preemptor itself")));
 }
 
+// Queue-tree rule: `gpus` whole H100s of queue `queue` at `priority`, as preemptor or victim.
+Job QueueJob(const std::string& queue, int gpus, int priority = 0) {
+  Job job = MakeJob("p", 1, WholeGpus{gpus});
+  job.queue = QueueId(queue);
+  job.priority = priority;
+  return job;
+}
+
+RunningJob VictimIn(const std::string& queue, int priority = 0) {
+  RunningJob victim;
+  victim.id = JobId("v");
+  victim.queue = QueueId(queue);
+  victim.priority = priority;
+  return victim;
+}
+
+QueueTree TreeOf(std::vector<QueueSpec> specs,
+                 const std::vector<std::tuple<std::string, std::string, int64_t>>& charges) {
+  auto tree = QueueTree::Create(std::move(specs));
+  EXPECT_OK(tree);
+  for (const auto& [job, queue, milli] : charges) {
+    EXPECT_OK(tree->Charge(JobId(job), QueueId(queue), {{"H100-80GB", milli}}));
+  }
+  return std::move(tree).value();
+}
+
+PreemptionRule MustRule(const QueueTree& tree, const std::string& queue) {
+  auto rule = QueueTreeRule(tree, QueueId(queue));
+  EXPECT_OK(rule);
+  return std::move(rule).value();
+}
+
+const GpuMilliByModel kEightH100 = {{"H100-80GB", 8000}};
+
+TEST(QueueTreeRule, QueueWithinItsGuaranteeReclaimsFromASiblingOverIts) {
+  // team-a holds 12 of its 8 GPUs, team-b 2 of its 8.
+  const QueueTree tree = TreeOf({{"team-a", kEightH100}, {"team-b", kEightH100}},
+                                {{"a1", "team-a", 12000}, {"b1", "team-b", 2000}});
+  const PreemptionRule b = MustRule(tree, "team-b");
+  EXPECT_TRUE(b(QueueJob("team-b", 6), VictimIn("team-a", 5)));
+  // Whatever the priorities: a reclaim is about quota.
+  EXPECT_TRUE(b(QueueJob("team-b", 1, -3), VictimIn("team-a", 100)));
+  // 7 GPUs would make team-b borrow 1: no reclaim, or team-a could reclaim it back.
+  EXPECT_FALSE(b(QueueJob("team-b", 7), VictimIn("team-a")));
+  // A queue over its guarantee reclaims nothing.
+  const PreemptionRule a = MustRule(tree, "team-a");
+  EXPECT_FALSE(a(QueueJob("team-a", 1, 9), VictimIn("team-b")));
+}
+
+TEST(QueueTreeRule, QueueThatHoldsItsGuaranteeReclaimsNothing) {
+  const QueueTree tree = TreeOf({{"team-a", kEightH100}, {"team-b", kEightH100}},
+                                {{"a1", "team-a", 12000}, {"b1", "team-b", 8000}});
+  const PreemptionRule b = MustRule(tree, "team-b");
+  EXPECT_FALSE(b(QueueJob("team-b", 1), VictimIn("team-a")));
+  // Within the queue, priority still rules.
+  EXPECT_TRUE(b(QueueJob("team-b", 1, 1), VictimIn("team-b", 0)));
+}
+
+TEST(QueueTreeRule, WithinAQueueOnlyAHigherPriorityPreempts) {
+  const QueueTree tree = TreeOf({{"team", kEightH100}}, {{"t1", "team", 4000}});
+  const PreemptionRule rule = MustRule(tree, "team");
+  EXPECT_TRUE(rule(QueueJob("team", 1, 5), VictimIn("team", 4)));
+  EXPECT_FALSE(rule(QueueJob("team", 1, 5), VictimIn("team", 5)));
+  EXPECT_FALSE(rule(QueueJob("team", 1, 5), VictimIn("team", 6)));
+  // A queue the tree does not know is never a victim.
+  EXPECT_FALSE(rule(QueueJob("team", 1, 5), VictimIn("elsewhere", 0)));
+}
+
+TEST(QueueTreeRule, NestedQueuesReclaimOnlyWhatIsBorrowedAllTheWayDown) {
+  // org-a is over its guarantee because org-a/spare borrows; org-a/core holds only its own.
+  const QueueTree tree = TreeOf(
+      {{"org-a", {{"H100-80GB", 8000}}},
+       {"org-a/core", {{"H100-80GB", 8000}}},
+       {"org-a/spare"},
+       {"org-b", {{"H100-80GB", 8000}}},
+       {"org-b/team", {{"H100-80GB", 8000}}},
+       {"org-b/other"}},
+      {{"core", "org-a/core", 8000}, {"spare", "org-a/spare", 4000}, {"own", "org-a", 1000}});
+  // org-b/team reclaims from its parent's sibling org-a (distance 1).
+  const PreemptionRule team = MustRule(tree, "org-b/team");
+  EXPECT_TRUE(team(QueueJob("org-b/team", 8), VictimIn("org-a/spare")));
+  EXPECT_TRUE(team(QueueJob("org-b/team", 8), VictimIn("org-a")));
+  EXPECT_FALSE(team(QueueJob("org-b/team", 8), VictimIn("org-a/core")));
+  // Nor from a queue that merely shares a prefix, nor from its sibling holding nothing.
+  EXPECT_FALSE(team(QueueJob("org-b/team", 8), VictimIn("org-a-x")));
+  EXPECT_FALSE(team(QueueJob("org-b/team", 8), VictimIn("org-b/other")));
+  EXPECT_FALSE(team(QueueJob("org-b/team", 9), VictimIn("org-a/spare")));
+  EXPECT_THAT(QueueTreeRule(tree, QueueId("org-c")), StatusIs(StatusCode::kNotFound));
+}
+
+TEST_F(PreemptionTest, QueueTreeRuleReclaimsTheBorrowedGpusInOneSearch) {
+  Use(Leaves(1, 1, 8));
+  Hold("borrowed", {{0, {0, 1, 2, 3}}}, 9).queue = QueueId("team-a");
+  Hold("guaranteed", {{0, {4, 5, 6, 7}}}, 0).queue = QueueId("team-a");
+  // team-a's borrowed half is not marked as such: the search takes either; ties go to the
+  // smaller id.
+  const QueueTree tree =
+      TreeOf({{"team-a", {{"H100-80GB", 4000}}}, {"team-b", {{"H100-80GB", 4000}}}},
+             {{"borrowed", "team-a", 4000}, {"guaranteed", "team-a", 4000}});
+  auto decision = Find(QueueJob("team-b", 4), {}, MustRule(tree, "team-b"));
+  ASSERT_OK(decision);
+  ASSERT_TRUE(decision->plan.has_value());
+  EXPECT_THAT(Ids(decision->plan->victims), ElementsAre("borrowed"));
+  EXPECT_EQ(decision->plan->preempted_gpu_milli, 4000);
+  // Five GPUs would make team-b borrow: no plan.
+  decision = Find(QueueJob("team-b", 5), {}, MustRule(tree, "team-b"));
+  ASSERT_OK(decision);
+  EXPECT_FALSE(decision->plan.has_value());
+}
+
 // Brute force: every subset of the eligible jobs, cheapest first, each checked by the scheduler on
 // a fresh snapshot of the whole cluster without the subset. Returns the cheapest that fits.
 struct BruteForceCost {

@@ -287,6 +287,20 @@ Status QueueTree::Advance(int64_t now_seconds) {
   return Status::Ok();
 }
 
+Status QueueTree::AddUsage(const QueueId& queue, const std::map<std::string, double>& gpu_seconds) {
+  GPUFLEET_ASSIGN_OR_RETURN(const int index, IndexOf(queue));
+  for (const auto& [model, amount] : gpu_seconds) {
+    if (!std::isfinite(amount) || amount < 0) {
+      return InvalidArgumentError(fmt::format("usage of {}.{}: {} (must be finite and >= 0)",
+                                              queue.value(), model, amount));
+    }
+  }
+  for (const auto& [model, amount] : gpu_seconds) {
+    nodes_[index].usage[model] += amount;
+  }
+  return Status::Ok();
+}
+
 Result<Admission> QueueTree::CheckAdmission(const QueueId& queue,
                                             const GpuMilliByModel& request) const {
   GPUFLEET_ASSIGN_OR_RETURN(const int index, IndexOf(queue));

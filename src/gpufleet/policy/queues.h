@@ -156,6 +156,11 @@ class QueueTree {
   // unknown queue; kFailedPrecondition when the queue already holds its whole guarantee.
   Result<std::vector<QueueExcess>> ReclaimCandidates(const QueueId& starving) const;
 
+  // Adds decayed GPU-seconds by model to the usage of `queue` alone (not its ancestors, which
+  // have their own), e.g. what a server recorded before it restarted. kNotFound for an unknown
+  // queue; kInvalidArgument for an amount that is negative or not finite.
+  Status AddUsage(const QueueId& queue, const std::map<std::string, double>& gpu_seconds);
+
   Result<QueueStatus> StatusOf(const QueueId& queue) const;
   // Every queue's path, parents before children, siblings by path.
   std::vector<QueueId> Queues() const;

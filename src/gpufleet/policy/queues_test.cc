@@ -99,6 +99,19 @@ TEST(QueueTree, ChildGuaranteesMayExactlyFillTheParentsAndUseItsAnyModelPool) {
                                Queue("org/b", {{kA100, 4000}})}));
 }
 
+TEST(QueueTree, AddUsageAddsToOneQueueAndRejectsBadAmounts) {
+  QueueTree tree = MustCreate({Queue("a"), Queue("a/b")});
+  ASSERT_OK(tree.AddUsage(QueueId("a/b"), {{kH100, 7200.5}}));
+  ASSERT_OK(tree.AddUsage(QueueId("a/b"), {{kH100, 0.5}}));
+  EXPECT_EQ(tree.StatusOf(QueueId("a/b"))->usage_gpu_seconds.at(kH100), 7201);
+  EXPECT_TRUE(tree.StatusOf(QueueId("a"))->usage_gpu_seconds.empty());
+  EXPECT_THAT(tree.AddUsage(QueueId("a"), {{kH100, -1}}), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(tree.AddUsage(QueueId("a"), {{kA100, std::nan("")}}),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_TRUE(tree.StatusOf(QueueId("a"))->usage_gpu_seconds.empty());
+  EXPECT_THAT(tree.AddUsage(QueueId("z"), {{kH100, 1}}), StatusIs(StatusCode::kNotFound));
+}
+
 TEST(QueueTree, ListsQueuesParentsFirst) {
   const QueueTree tree = MustCreate({Queue("b/x"), Queue("a"), Queue("b")});
   EXPECT_THAT(tree.Queues(), ElementsAre(QueueId("a"), QueueId("b"), QueueId("b/x")));

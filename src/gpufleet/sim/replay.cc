@@ -9,6 +9,7 @@
 #include <numeric>
 #include <optional>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -16,6 +17,7 @@
 #include "gpufleet/core/random.h"
 #include "gpufleet/fabric/collective.h"
 #include "gpufleet/policy/backfill.h"
+#include "gpufleet/policy/preemption.h"
 #include "gpufleet/scheduler/fragmentation.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/sim/event_queue.h"
@@ -35,7 +37,16 @@ enum class QueuePolicy {
   kGpufleet,
   kStrictFifo,
   kEasyBackfill,
-  kFairShare
+  kFairShare,
+  kFairShareNoPreempt
+};
+
+// What FairSharePreempt did.
+enum class PreemptionAttempt {
+  kNoCandidates,  // no search: even every eligible victim would not free enough GPUs
+  kUnchanged,     // no search: the last one for the job found no plan, and nothing changed
+  kNoPlan,        // searched, nothing started
+  kStarted,       // victims stopped, the job started on their GPUs
 };
 
 constexpr char kDefaultQueue[] = "default";
@@ -43,6 +54,13 @@ constexpr char kDefaultQueue[] = "default";
 // Jobs waiting longer than this go first under the gpufleet queue policy, so a large job is
 // never starved by a stream of small ones.
 constexpr int64_t kStarvationSeconds = 24 * 3600;
+
+// What a notebook's GPUs report to the idle reclaimer in a busy burst and in an idle period.
+constexpr int64_t kBusyUtilizationMilli = 900;
+constexpr int64_t kIdleUtilizationMilli = 0;
+// Mixed into the seed for the notebooks' activity, so that it does not share a stream with the
+// scheduler's tie-breaks (and is the same whatever the scheduler draws).
+constexpr uint64_t kActivitySeedSalt = 0x6e6f7465626f6f6bULL;  // "notebook"
 
 struct JobState {
   const TraceJob* trace = nullptr;
@@ -62,7 +80,62 @@ struct JobState {
   bool charged = false;         // holds quota in the queue tree
   int64_t reserved_start = -1;  // first reservation's shadow time
   std::vector<TaskPlacement> placements;
+  int64_t allocated_milli = 0;  // of the current placements
+  int64_t busy_since = -1;      // start of the current run, for the busy GPU-time of batch jobs
+  // A notebook under the activity model: wall seconds of alternating busy and idle periods (even
+  // indexes busy) and the position in them, as of activity_at. Empty for every other job.
+  std::vector<int64_t> activity;
+  size_t activity_segment = 0;
+  int64_t activity_offset = 0;
+  int64_t activity_at = 0;
+  // Idle reclaim: when the owner came back to the reclaimed notebook (-1: not waiting for
+  // that); reclaims and the total wait on coming back.
+  int64_t resume_requested_at = -1;
+  int reclaims = 0;
+  int64_t resume_wait = 0;
 };
+
+// Alternating busy and idle wall seconds, busy first, summing to `duration`, with busy periods
+// summing to busy_fraction of it (to the second; see InteractiveActivity). The session has one
+// busy-idle cycle per mean cycle (mean busy / busy_fraction) that fits, at least one; the lengths
+// of its busy periods, and of its idle periods, are exponential draws scaled to their totals.
+// A period may round to zero seconds.
+std::vector<int64_t> DrawActivity(int64_t duration, const InteractiveActivity& model,
+                                  Random& random) {
+  if (model.busy_fraction >= 1.0) {
+    return {duration};
+  }
+  const double cycle = static_cast<double>(model.mean_busy_seconds) / model.busy_fraction;
+  const size_t cycles = std::max<size_t>(1, static_cast<size_t>(std::llround(duration / cycle)));
+  std::vector<double> draws(2 * cycles);
+  double sums[2] = {0, 0};
+  for (size_t i = 0; i < draws.size(); ++i) {
+    draws[i] = -std::log(1.0 - random.UniformDouble());
+    sums[i % 2] += draws[i];
+  }
+  const int64_t busy_total = std::llround(model.busy_fraction * static_cast<double>(duration));
+  const int64_t totals[2] = {busy_total, duration - busy_total};
+  // Cumulative rounding keeps each kind's total exact.
+  double cumulative[2] = {0, 0};
+  int64_t placed[2] = {0, 0};
+  std::vector<int64_t> periods;
+  periods.reserve(draws.size());
+  for (size_t i = 0; i < draws.size(); ++i) {
+    const size_t kind = i % 2;
+    cumulative[kind] += draws[i];
+    const int64_t end =
+        sums[kind] > 0
+            ? std::llround(static_cast<double>(totals[kind]) * cumulative[kind] / sums[kind])
+            : totals[kind];
+    const int64_t length = std::min(end, totals[kind]) - placed[kind];
+    periods.push_back(std::max<int64_t>(0, length));
+    placed[kind] += periods.back();
+  }
+  // Rounding at the last period of a kind.
+  periods[draws.size() - 2] += totals[0] - placed[0];
+  periods[draws.size() - 1] += totals[1] - placed[1];
+  return periods;
+}
 
 const std::string& QueueName(const TraceJob& job) {
   static const std::string kDefault = kDefaultQueue;
@@ -143,6 +216,19 @@ class Replay {
  private:
   void Arrive(size_t job);
   void Complete(size_t job, uint64_t epoch);
+  // Moves a running notebook's activity position to now, counting its busy GPU-time.
+  void AdvanceActivity(size_t job);
+  // Whether a job's GPUs are busy now. REQUIRES: running, activity advanced to now.
+  bool BusyNow(const JobState& state) const;
+  // Idle reclaim: samples the running notebooks, asks the reclaimer and carries out its reclaims.
+  void ReclaimTick();
+  void Reclaim(size_t job);
+  // The owner of a reclaimed notebook is back: it waits for GPUs again.
+  void Resume(size_t job);
+  // A reclaimed notebook's session ran out while its owner was away.
+  void EndSuspendedSession(size_t job);
+  void SessionOver(const JobState& state);
+  JobId ReclaimId(size_t job) const;
   void TimeOut(size_t job, uint64_t epoch);
   void Sample();
   void ScheduleRound();
@@ -151,6 +237,11 @@ class Replay {
   void PriorityRound();
   void BackfillRound();
   void FairShareRound();
+  // fair-share: one victim search for `job` of `queue`, which does not fit; on a plan, stops the
+  // victims and starts the job on their GPUs, charged to its queue.
+  PreemptionAttempt FairSharePreempt(size_t job, const QueueId& queue);
+  // Where a preempted run resumes from: its last checkpoint (see checkpoint_interval_seconds).
+  int64_t LastCheckpoint(const JobState& state) const;
   bool TryStart(size_t job);
   // Where the scheduler places the job now, applied to the snapshot; nullopt when it does not fit.
   std::optional<std::vector<TaskPlacement>> Place(size_t job);
@@ -213,7 +304,18 @@ class Replay {
   int64_t last_change_ = 0;
   std::vector<int> fabric_node_;                 // per snapshot node; empty without a fabric
   std::unordered_map<JobId, size_t> job_index_;  // fair-share: trace job ids are unique
+  int preemption_rounds_ = 0;
+  int64_t preemption_check_at_ = -1;  // a round asked for when a victim comes of age
+  // fair-share: jobs whose last victim search found no plan, with the free GPUs, the GPUs of
+  // the eligible victims and the running jobs then. The server marks such a job unschedulable
+  // until the cluster changes; here it is not searched again while these stay the same.
+  std::unordered_map<size_t, std::tuple<int64_t, int64_t, size_t>> no_plan_;
+  int64_t lost_work_gpu_seconds_ = 0;
   Status error_;
+  double busy_gpu_seconds_ = 0;
+  std::optional<policy::IdleReclaimer> reclaimer_;
+  int notebooks_left_ = 0;  // under the activity model, not done
+  int suspended_ = 0;       // reclaimed, owner not back yet
 };
 
 std::pair<double, int64_t> Replay::PriorityKey(size_t job) const {
@@ -224,6 +326,7 @@ std::pair<double, int64_t> Replay::PriorityKey(size_t job) const {
     case QueuePolicy::kStrictFifo:
     case QueuePolicy::kEasyBackfill:
     case QueuePolicy::kFairShare:  // ordered by the queue tree instead
+    case QueuePolicy::kFairShareNoPreempt:
       return {0.0, submit};
     case QueuePolicy::kSjf:
       return {static_cast<double>(state.trace->job.runtime_estimate.count()) / 1e9, submit};
@@ -293,10 +396,32 @@ int64_t Replay::TimeLimit(const JobState& state) const {
 
 void Replay::Start(size_t job, std::vector<TaskPlacement> placements) {
   JobState& state = jobs_[job];
-  Touch({});
+  state.allocated_milli = 0;
+  for (const auto& [model, milli] : AllocationByModel(placements)) {
+    state.allocated_milli += milli;
+  }
+  // Place() has applied the placements to the snapshot already: the time since the last change
+  // is integrated without them.
+  allocated_gpu_seconds_ +=
+      static_cast<double>(snapshot_.AllocatedGpuMilli() - state.allocated_milli) / kMilliPerUnit *
+      static_cast<double>(events_.now() - last_change_);
+  last_change_ = events_.now();
   state.placements = std::move(placements);
   Touch(state.placements);
   state.stretch = Stretch(state, state.placements);
+  state.busy_since = events_.now();
+  if (!state.activity.empty()) {
+    // A session's periods are wall time: a notebook does not run collectives.
+    state.stretch = 1.0;
+    state.activity_at = events_.now();
+    if (state.resume_requested_at >= 0) {
+      state.resume_wait += events_.now() - state.resume_requested_at;
+      state.resume_requested_at = -1;
+    }
+    if (reclaimer_) {
+      Fail(reclaimer_->Track(ReclaimId(job), state.trace->job.kind));
+    }
+  }
   std::vector<int> nodes;
   for (const TaskPlacement& placement : state.placements) {
     nodes.push_back(placement.node);
@@ -357,6 +482,15 @@ void Replay::WatchLevel(size_t job) {
 
 void Replay::Stop(size_t job, bool preempted) {
   JobState& state = jobs_[job];
+  if (state.activity.empty()) {
+    busy_gpu_seconds_ += static_cast<double>(state.allocated_milli) / kMilliPerUnit *
+                         static_cast<double>(events_.now() - state.busy_since);
+  } else {
+    AdvanceActivity(job);
+    if (reclaimer_) {
+      reclaimer_->Untrack(ReclaimId(job));
+    }
+  }
   Touch({});
   for (const TaskPlacement& placement : state.placements) {
     snapshot_.Release(placement);
@@ -402,6 +536,7 @@ void Replay::Arrive(size_t job) {
   if (NeverFits(state)) {
     state.done = true;
     ++unplaceable_;
+    SessionOver(state);
     return;
   }
   waiting_.push_back(job);
@@ -418,7 +553,123 @@ void Replay::Complete(size_t job, uint64_t epoch) {
   state.remaining_seconds = 0;
   state.end = events_.now();
   ++finished_;
+  SessionOver(state);
   ScheduleRound();
+}
+
+void Replay::SessionOver(const JobState& state) {
+  if (!state.activity.empty()) {
+    --notebooks_left_;
+  }
+}
+
+JobId Replay::ReclaimId(size_t job) const {
+  // Trace ids need not be unique; the index is.
+  return JobId(fmt::format("job#{:08}", job));
+}
+
+void Replay::AdvanceActivity(size_t job) {
+  JobState& state = jobs_[job];
+  int64_t elapsed = events_.now() - state.activity_at;
+  state.activity_at = events_.now();
+  int64_t busy = 0;
+  // Also steps over periods that are over (or empty) when no time passed.
+  while (state.activity_segment < state.activity.size()) {
+    if (state.activity_offset == state.activity[state.activity_segment]) {
+      ++state.activity_segment;
+      state.activity_offset = 0;
+      continue;
+    }
+    if (elapsed == 0) {
+      break;
+    }
+    const int64_t step =
+        std::min(elapsed, state.activity[state.activity_segment] - state.activity_offset);
+    busy += state.activity_segment % 2 == 0 ? step : 0;
+    state.activity_offset += step;
+    elapsed -= step;
+  }
+  busy_gpu_seconds_ +=
+      static_cast<double>(state.allocated_milli) / kMilliPerUnit * static_cast<double>(busy);
+}
+
+bool Replay::BusyNow(const JobState& state) const {
+  return state.activity.empty() ||
+         (state.activity_segment < state.activity.size() && state.activity_segment % 2 == 0);
+}
+
+void Replay::ReclaimTick() {
+  for (size_t job : running_jobs_) {
+    if (jobs_[job].activity.empty()) {
+      continue;
+    }
+    AdvanceActivity(job);
+    Fail(reclaimer_->Observe(ReclaimId(job), events_.now(),
+                             BusyNow(jobs_[job]) ? kBusyUtilizationMilli : kIdleUtilizationMilli));
+  }
+  Result<std::vector<policy::ReclaimEvent>> decided =
+      reclaimer_->Decide(events_.now(), static_cast<int>(waiting_.size()));
+  Fail(decided.status());
+  if (decided.ok()) {
+    for (const policy::ReclaimEvent& event : *decided) {
+      if (event.kind != policy::ReclaimEventKind::kReclaim) {
+        continue;
+      }
+      const auto running = std::find_if(running_jobs_.begin(), running_jobs_.end(),
+                                        [&](size_t job) { return ReclaimId(job) == event.job; });
+      if (running == running_jobs_.end()) {
+        Fail(InternalError(fmt::format("idle reclaim of {}: not running", event.job.value())));
+        continue;
+      }
+      Reclaim(*running);
+    }
+  }
+  if (notebooks_left_ > 0) {
+    events_.ScheduleAfter(options_.reclaim_check_seconds, [this] { ReclaimTick(); });
+  }
+}
+
+void Replay::Reclaim(size_t job) {
+  Stop(job, false);
+  JobState& state = jobs_[job];
+  ++state.reclaims;
+  if (reclaimer_->options().action == policy::ReclaimAction::kPreempt) {
+    ++state.preemptions;
+  }
+  // The owner is away for the rest of the idle period (none when the reclaimer acted on a sample
+  // a burst has since overtaken): that time passes without GPUs and costs the session nothing.
+  int64_t away = 0;
+  if (state.activity_segment < state.activity.size() && state.activity_segment % 2 == 1) {
+    away = state.activity[state.activity_segment] - state.activity_offset;
+    state.remaining_seconds -= away;
+    ++state.activity_segment;
+    state.activity_offset = 0;
+  }
+  ++suspended_;
+  if (state.activity_segment < state.activity.size()) {
+    events_.ScheduleAfter(away, [this, job] { Resume(job); });
+  } else {
+    events_.ScheduleAfter(away, [this, job] { EndSuspendedSession(job); });
+  }
+  ScheduleRound();
+}
+
+void Replay::Resume(size_t job) {
+  JobState& state = jobs_[job];
+  --suspended_;
+  state.resume_requested_at = events_.now();
+  waiting_.push_back(job);
+  ScheduleRound();
+}
+
+void Replay::EndSuspendedSession(size_t job) {
+  JobState& state = jobs_[job];
+  --suspended_;
+  state.done = true;
+  state.remaining_seconds = 0;
+  state.end = events_.now();
+  ++finished_;
+  SessionOver(state);
 }
 
 void Replay::TimeOut(size_t job, uint64_t epoch) {
@@ -431,6 +682,7 @@ void Replay::TimeOut(size_t job, uint64_t epoch) {
   state.timed_out = true;
   state.end = events_.now();
   ++timed_out_;
+  SessionOver(state);
   ScheduleRound();
 }
 
@@ -458,6 +710,7 @@ void Replay::RunRound() {
       BackfillRound();
       return;
     case QueuePolicy::kFairShare:
+    case QueuePolicy::kFairShareNoPreempt:
       FairShareRound();
       return;
     default:
@@ -609,7 +862,9 @@ policy::GpuMilliByModel Replay::AllocationByModel(
 }
 
 // The queue tree's order; each job is placed, then admitted by its queue's quota (with the
-// models it was placed on) or taken back.
+// models it was placed on) or taken back. Under fair-share, the first job that does not fit and
+// has victims to search among gets the round's one victim search (not a job whose last search
+// found nothing while nothing has changed since).
 void Replay::FairShareRound() {
   Fail(queues_->Advance(events_.now()));
   std::vector<policy::PendingJob> pending;
@@ -622,6 +877,10 @@ void Replay::FairShareRound() {
   Fail(queues_->Order(pending));
   std::vector<size_t> still_waiting;
   std::vector<const TraceJob*> failed;
+  bool searched = policy_ != QueuePolicy::kFairShare;
+  // By queue and priority, the smallest job with no victims to search among in this round: the
+  // rule allows a larger job of the same queue and priority no more victims.
+  std::map<std::pair<QueueId, int>, int64_t> without_victims;
   for (const policy::PendingJob& entry : pending) {
     const size_t job = job_index_.at(entry.id);
     JobState& state = jobs_[job];
@@ -631,6 +890,19 @@ void Replay::FairShareRound() {
       placements = Place(job);
     }
     if (!placements) {
+      // A refusal by quota is not tried: a job that fits has idle quota to borrow, and a limit
+      // is the job's own queue's to respect.
+      const auto smallest = without_victims.find({entry.queue, entry.priority});
+      if (!searched && (smallest == without_victims.end() || state.gpu_milli < smallest->second)) {
+        const PreemptionAttempt attempt = FairSharePreempt(job, entry.queue);
+        searched = attempt == PreemptionAttempt::kNoPlan || attempt == PreemptionAttempt::kStarted;
+        if (attempt == PreemptionAttempt::kNoCandidates) {
+          without_victims[{entry.queue, entry.priority}] = state.gpu_milli;
+        }
+        if (attempt == PreemptionAttempt::kStarted) {
+          continue;
+        }
+      }
       still_waiting.push_back(job);
       failed.push_back(state.trace);
       continue;
@@ -647,18 +919,142 @@ void Replay::FairShareRound() {
     Fail(queues_->Charge(entry.id, entry.queue, allocation));
     state.charged = true;
   }
+  for (size_t job : preempted_) {
+    if (!jobs_[job].running) {
+      still_waiting.push_back(job);
+    }
+  }
+  preempted_.clear();
   waiting_ = std::move(still_waiting);
+}
+
+int64_t Replay::LastCheckpoint(const JobState& state) const {
+  const int64_t interval = options_.checkpoint_interval_seconds;
+  if (interval <= 0) {
+    return events_.now();
+  }
+  return state.started_at + (events_.now() - state.started_at) / interval * interval;
+}
+
+PreemptionAttempt Replay::FairSharePreempt(size_t job, const QueueId& queue) {
+  const JobState& state = jobs_[job];
+  const Job& preemptor = state.trace->job;
+  const int64_t now = events_.now();
+  Result<policy::PreemptionRule> rule = policy::QueueTreeRule(*queues_, queue);
+  Fail(rule.status());
+  if (!rule.ok()) {
+    return PreemptionAttempt::kNoCandidates;
+  }
+  std::vector<policy::RunningJob> running;
+  running.reserve(running_jobs_.size());
+  // What the eligible victims could free at most: no search when even that is too little.
+  const int64_t free = snapshot_.TotalGpuMilli() - snapshot_.AllocatedGpuMilli();
+  int64_t freeable = free;
+  // When the first victim still too young to preempt comes of age.
+  int64_t next_of_age = std::numeric_limits<int64_t>::max();
+  for (size_t other : running_jobs_) {
+    const JobState& victim = jobs_[other];
+    policy::RunningJob entry{.id = victim.trace->job.id,
+                             .queue = QueueId(QueueName(*victim.trace)),
+                             .priority = victim.trace->job.priority,
+                             .preemptible = victim.trace->job.preemptible,
+                             .start_seconds = victim.started_at,
+                             .last_checkpoint_seconds = LastCheckpoint(victim)};
+    if (entry.preemptible && (*rule)(preemptor, entry)) {
+      const int64_t of_age = entry.start_seconds + options_.min_runtime_before_preemption_seconds;
+      if (of_age <= now) {
+        freeable += victim.gpu_milli;
+      } else {
+        next_of_age = std::min(next_of_age, of_age);
+      }
+    }
+    running.push_back(std::move(entry));
+  }
+  // Rounds follow arrivals and ends; the server's cycles would also come when a victim comes of
+  // age, so ask for a round then.
+  if (next_of_age < std::numeric_limits<int64_t>::max() &&
+      (preemption_check_at_ <= now || next_of_age < preemption_check_at_)) {
+    preemption_check_at_ = next_of_age;
+    events_.ScheduleAt(next_of_age, [this] { ScheduleRound(); });
+  }
+  const std::tuple<int64_t, int64_t, size_t> situation{free, freeable, running.size()};
+  if (freeable == free || freeable < state.gpu_milli) {
+    return PreemptionAttempt::kNoCandidates;
+  }
+  if (const auto last = no_plan_.find(job); last != no_plan_.end() && last->second == situation) {
+    return PreemptionAttempt::kUnchanged;
+  }
+  for (size_t i = 0; i < running.size(); ++i) {
+    running[i].placements = jobs_[running_jobs_[i]].placements;
+  }
+  Result<policy::PreemptionSearch> search = policy::PreemptionSearch::Create(
+      *placer_, std::move(*rule),
+      {.min_runtime_seconds = options_.min_runtime_before_preemption_seconds});
+  Fail(search.status());
+  if (!search.ok()) {
+    return PreemptionAttempt::kNoPlan;
+  }
+  const Result<policy::PreemptionDecision> decision =
+      search->Find(snapshot_, preemptor, running, now, random_);
+  Fail(decision.status());
+  if (!decision.ok() || !decision->plan || decision->plan->victims.empty()) {
+    // The next round, at once, is the server's next cycle: it searches for the next job.
+    no_plan_[job] = situation;
+    ScheduleRound();
+    return PreemptionAttempt::kNoPlan;
+  }
+  no_plan_.erase(job);
+  for (const JobId& id : decision->plan->victims) {
+    const size_t victim = job_index_.at(id);
+    JobState& stopped = jobs_[victim];
+    // Stop keeps all the work done; the run resumes from its last checkpoint instead.
+    const int64_t resumes_with =
+        stopped.remaining_seconds - WorkDone(stopped, LastCheckpoint(stopped) - stopped.started_at);
+    Stop(victim, /*preempted=*/true);
+    stopped.remaining_seconds = resumes_with;
+  }
+  ++preemption_rounds_;
+  lost_work_gpu_seconds_ += decision->plan->lost_work_gpu_seconds;
+  // The victims wait again; the next round, at once, is the server's next cycle: it may restart
+  // them on GPUs the preemptor left, or search for the next job.
+  ScheduleRound();
+  std::optional<std::vector<TaskPlacement>> placements = Place(job);
+  if (!placements) {
+    Fail(InternalError(fmt::format("job \"{}\": does not fit on the GPUs its {} victims freed",
+                                   preemptor.id.value(), decision->plan->victims.size())));
+    return PreemptionAttempt::kNoPlan;
+  }
+  const policy::GpuMilliByModel allocation = AllocationByModel(*placements);
+  const Result<policy::Admission> admission = queues_->CheckAdmission(queue, allocation);
+  Fail(admission.status());
+  if (!admission.ok() || !admission->admitted()) {
+    // A same-queue victim's priority does not lift the queue's limit: the job waits.
+    Unplace(*placements);
+    return PreemptionAttempt::kNoPlan;
+  }
+  Start(job, std::move(*placements));
+  Fail(queues_->Charge(preemptor.id, queue, allocation));
+  jobs_[job].charged = true;
+  return PreemptionAttempt::kStarted;
 }
 
 void Replay::Sample() {
   ReplaySample sample;
   sample.time_seconds = events_.now();
   sample.gpus_allocated = static_cast<double>(snapshot_.AllocatedGpuMilli()) / kMilliPerUnit;
+  int64_t busy_milli = 0;
+  for (size_t job : running_jobs_) {
+    if (!jobs_[job].activity.empty()) {
+      AdvanceActivity(job);
+    }
+    busy_milli += BusyNow(jobs_[job]) ? jobs_[job].allocated_milli : 0;
+  }
+  sample.gpus_busy = static_cast<double>(busy_milli) / kMilliPerUnit;
   sample.fragmentation_gpus = total_fragmentation_ / kMilliPerUnit;
   sample.queue_length = static_cast<int>(waiting_.size());
   sample.running = running_;
   series_.push_back(sample);
-  if (arrived_ < jobs_.size() || running_ > 0 || !waiting_.empty()) {
+  if (arrived_ < jobs_.size() || running_ > 0 || !waiting_.empty() || suspended_ > 0) {
     events_.ScheduleAfter(options_.sample_seconds, [this] { Sample(); });
   }
 }
@@ -703,11 +1099,18 @@ Result<ReplayResult> Replay::Run() {
     }
   }
   jobs_.resize(trace_.jobs.size());
+  Random activity_random(options_.seed ^ kActivitySeedSalt);
   for (size_t i = 0; i < trace_.jobs.size(); ++i) {
     JobState& state = jobs_[i];
     state.trace = &trace_.jobs[i];
     state.gpu_milli = state.trace->job.RequestedGpuMilliTotal();
     state.remaining_seconds = state.trace->duration_seconds;
+    if (options_.interactive_activity && state.trace->job.kind == JobKind::kInteractive &&
+        state.remaining_seconds > 0) {
+      state.activity =
+          DrawActivity(state.remaining_seconds, *options_.interactive_activity, activity_random);
+      ++notebooks_left_;
+    }
     if (queues_) {
       job_index_.emplace(state.trace->job.id, i);
     }
@@ -722,10 +1125,17 @@ Result<ReplayResult> Replay::Run() {
     total_fragmentation_ += node_fragmentation_[node.index];
   }
   events_.ScheduleAt(0, [this] { Sample(); });
+  if (options_.idle_reclaim) {
+    GPUFLEET_ASSIGN_OR_RETURN(reclaimer_, policy::IdleReclaimer::Create(*options_.idle_reclaim));
+    if (notebooks_left_ > 0) {
+      events_.ScheduleAt(0, [this] { ReclaimTick(); });
+    }
+  }
   while (events_.RunNext()) {
-    // A queue that can never drain (nothing running, nothing arriving) ends the run.
+    // A queue that can never drain (nothing running, nothing arriving, no reclaimed notebook to
+    // come back) ends the run.
     if (running_ == 0 && arrived_ == jobs_.size() && !waiting_.empty() && !round_pending_ &&
-        (events_.empty() || events_.next_time() > events_.now())) {
+        suspended_ == 0 && (events_.empty() || events_.next_time() > events_.now())) {
       break;
     }
   }
@@ -741,8 +1151,12 @@ Result<ReplayResult> Replay::Run() {
   result.jobs_finished = static_cast<int>(finished_);
   result.jobs_unplaceable = unplaceable_;
   result.jobs_timed_out = timed_out_;
+  result.preemption_rounds = preemption_rounds_;
+  result.lost_work_gpu_seconds = lost_work_gpu_seconds_;
   std::vector<double> delays;
   std::vector<double> completions;
+  std::vector<double> session_waits;
+  std::vector<double> session_stretches;
   std::map<std::string, std::vector<double>> queue_delays;
   int64_t first_submit = trace_.jobs.empty() ? 0 : trace_.jobs.front().submit_seconds;
   int64_t last_end = first_submit;
@@ -754,11 +1168,30 @@ Result<ReplayResult> Replay::Run() {
     outcome.end_seconds = state.end;
     outcome.gpus = static_cast<int>(state.gpu_milli / kMilliPerUnit);
     outcome.preemptions = state.preemptions;
+    result.preemptions += state.preemptions;
     outcome.nodes = state.nodes;
     outcome.stretch = state.stretch;
     outcome.queue = QueueName(*state.trace);
     outcome.timed_out = state.timed_out;
     outcome.reserved_start_seconds = state.reserved_start;
+    outcome.interactive = state.trace->job.kind == JobKind::kInteractive;
+    outcome.duration_seconds = state.trace->duration_seconds;
+    outcome.reclaims = state.reclaims;
+    outcome.resume_wait_seconds = state.resume_wait;
+    if (outcome.interactive) {
+      InteractiveOutcome& notebooks = result.interactive;
+      ++notebooks.sessions;
+      notebooks.reclaims += state.reclaims;
+      notebooks.reclaimed += state.reclaims > 0 ? 1 : 0;
+      notebooks.resume_wait_seconds += state.resume_wait;
+      if (state.first_start >= 0) {
+        session_waits.push_back(static_cast<double>(state.resume_wait));
+      }
+      if (state.end >= 0 && !state.timed_out) {
+        ++notebooks.finished;
+        session_stretches.push_back(outcome.SessionStretch());
+      }
+    }
     ReplayQueueOutcome& queue = QueueOutcome(outcome.queue, result.queues);
     ++queue.jobs;
     queue.finished += state.end >= 0 && !state.timed_out ? 1 : 0;
@@ -787,6 +1220,15 @@ Result<ReplayResult> Replay::Run() {
       last_change_ > 0 ? allocated_gpu_seconds_ / static_cast<double>(last_change_) : 0;
   result.queueing_delay = Summarize(std::move(delays));
   result.completion_time = Summarize(std::move(completions));
+  result.allocated_gpu_seconds = allocated_gpu_seconds_;
+  result.busy_gpu_seconds = busy_gpu_seconds_;
+  result.interactive.mean_resume_wait_seconds =
+      result.interactive.reclaims > 0
+          ? static_cast<double>(result.interactive.resume_wait_seconds) /
+                result.interactive.reclaims
+          : 0.0;
+  result.interactive.session_resume_wait = Summarize(std::move(session_waits));
+  result.interactive.session_stretch = Summarize(std::move(session_stretches));
   result.series = std::move(series_);
   for (ReplayQueueOutcome& queue : result.queues) {
     queue.queueing_delay = Summarize(std::move(queue_delays[queue.queue]));
@@ -835,6 +1277,35 @@ Result<policy::QueueTree> BuildQueueTree(const Trace& trace, const ReplayOptions
   return tree;
 }
 
+Status ValidateInteractiveOptions(const ReplayOptions& options) {
+  if (options.interactive_activity) {
+    const InteractiveActivity& activity = *options.interactive_activity;
+    if (!(activity.busy_fraction > 0 && activity.busy_fraction <= 1)) {
+      return InvalidArgumentError(fmt::format(
+          "interactive_activity.busy_fraction: {} (must be in (0, 1])", activity.busy_fraction));
+    }
+    if (activity.mean_busy_seconds <= 0) {
+      return InvalidArgumentError(
+          fmt::format("interactive_activity.mean_busy_seconds: {} (must be positive)",
+                      activity.mean_busy_seconds));
+    }
+  }
+  if (options.idle_reclaim) {
+    GPUFLEET_RETURN_IF_ERROR(options.idle_reclaim->Validate());
+    if (!options.interactive_activity) {
+      return InvalidArgumentError("idle_reclaim: needs interactive_activity");
+    }
+    if (options.reclaim_check_seconds < 1 ||
+        options.reclaim_check_seconds > options.idle_reclaim->max_sample_gap_seconds) {
+      return InvalidArgumentError(
+          fmt::format("reclaim_check_seconds: {} (must be in 1..{}, the reclaimer's "
+                      "max_sample_gap_seconds)",
+                      options.reclaim_check_seconds, options.idle_reclaim->max_sample_gap_seconds));
+    }
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 Trace FitTasksToNodes(const Trace& trace, int max_gpus_per_node) {
@@ -865,7 +1336,8 @@ Trace FitTasksToNodes(const Trace& trace, int max_gpus_per_node) {
 
 const std::vector<std::string>& QueuePolicyNames() {
   static const std::vector<std::string> kNames = {
-      "fifo", "sjf", "tiresias", "gpufleet", "strict-fifo", "easy-backfill", "fair-share"};
+      "fifo",        "sjf",           "tiresias",   "gpufleet",
+      "strict-fifo", "easy-backfill", "fair-share", "fair-share-no-preempt"};
   return kNames;
 }
 
@@ -892,6 +1364,16 @@ Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,
     return InvalidArgumentError(
         fmt::format("overrun_grace_seconds: {} (must be >= 0)", options.overrun_grace_seconds));
   }
+  if (options.min_runtime_before_preemption_seconds < 0) {
+    return InvalidArgumentError(
+        fmt::format("min_runtime_before_preemption_seconds: {} (must be >= 0)",
+                    options.min_runtime_before_preemption_seconds));
+  }
+  if (options.checkpoint_interval_seconds < 0) {
+    return InvalidArgumentError(fmt::format("checkpoint_interval_seconds: {} (must be >= 0)",
+                                            options.checkpoint_interval_seconds));
+  }
+  GPUFLEET_RETURN_IF_ERROR(ValidateInteractiveOptions(options));
   GPUFLEET_ASSIGN_OR_RETURN(ClusterSnapshot snapshot, ClusterSnapshot::Build(cluster, catalog));
   int max_gpus_per_node = 0;
   for (const scheduler::NodeInfo& node : snapshot.nodes()) {
@@ -920,7 +1402,7 @@ Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,
       scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));
   const auto policy = static_cast<QueuePolicy>(found - names.begin());
   std::optional<policy::QueueTree> queues;
-  if (policy == QueuePolicy::kFairShare) {
+  if (policy == QueuePolicy::kFairShare || policy == QueuePolicy::kFairShareNoPreempt) {
     GPUFLEET_ASSIGN_OR_RETURN(queues, BuildQueueTree(adapted, options, snapshot));
   }
   Replay replay(adapted, options, policy, std::move(snapshot), std::move(placer),

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,6 +12,7 @@
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/fabric/fabric.h"
+#include "gpufleet/policy/idle_reclaim.h"
 #include "gpufleet/policy/queues.h"
 #include "gpufleet/sim/trace.h"
 
@@ -30,8 +32,24 @@ namespace gpufleet::sim {
 //                  policy/backfill.h); runtime estimates are enforced as time limits
 //   fair-share     the queue tree's order (priority, hierarchical fair share of decayed usage,
 //                  age) and admission (limits, borrowing of idle quota), policy/queues.h; a job
-//                  refused by its quota or that does not fit is skipped
+//                  refused by its quota is skipped; for the first job in that order that does not
+//                  fit, one victim search per round (policy/preemption.h) under the queue tree's
+//                  rule (policy::QueueTreeRule: a queue within its guarantee reclaims from queues
+//                  that borrow; within a queue a higher priority preempts a lower one), as the
+//                  server does
+//   fair-share-no-preempt  fair-share without preemption: a job that does not fit is skipped
 const std::vector<std::string>& QueuePolicyNames();
+
+// How an interactive job (JobKind::kInteractive, a notebook) uses the GPUs it holds: its session
+// (TraceJob::duration_seconds of wall time on its GPUs) alternates busy bursts and idle periods,
+// busy first, as a person working in a notebook does. Busy and idle lengths are exponential with
+// means mean_busy_seconds and mean_busy_seconds * (1 - busy_fraction) / busy_fraction (10 min
+// busy, 57 min idle at the defaults), drawn from the replay's seed, the same whatever the queue
+// policy or reclaim, so runs compare the same sessions.
+struct InteractiveActivity {
+  double busy_fraction = 0.15;          // expected busy share of a session, (0, 1]
+  int64_t mean_busy_seconds = 10 * 60;  // > 0
+};
 
 struct ReplayOptions {
   std::string queue_policy = "fifo";
@@ -57,11 +75,34 @@ struct ReplayOptions {
   // per queue name of the trace, weight 1, no guarantee, borrowing allowed.
   std::vector<policy::QueueSpec> queues;
   int64_t fair_share_half_life_seconds = 7 * 24 * 3600;
+  // fair-share preempts no job that has run less than this (the server's
+  // min_runtime_before_preemption): a borrowed job keeps the progress it makes, and a job is not
+  // stopped again and again. 10 minutes: on the order of a checkpoint of a large model and of
+  // the start-up it throws away (loading, warm-up), so a victim always gets more than it loses.
+  // >= 0.
+  int64_t min_runtime_before_preemption_seconds = 600;
+  // A preempted job resumes from its last checkpoint, taken every checkpoint_interval_seconds of
+  // wall time since its run started; the work since is lost and done again. 0: it checkpoints
+  // when preempted and loses nothing, as the tiresias and gpufleet policies here assume (and
+  // Tiresias does). Applies to fair-share's preemptions. >= 0.
+  int64_t checkpoint_interval_seconds = 0;
   // Runtime estimates as time limits, as Slurm enforces them: a run still going at its estimate
   // plus overrun_grace_seconds (Slurm's OverTimeLimit) is killed and ends "timed out". Always on
   // under easy-backfill, whose reservations rely on it. An estimate of 0 sets no limit.
   bool enforce_time_limits = false;
   int64_t overrun_grace_seconds = 0;
+  // The activity model of interactive jobs; nullopt: they are busy throughout, like batch jobs.
+  std::optional<InteractiveActivity> interactive_activity;
+  // Idle reclaim of interactive jobs (policy/idle_reclaim.h); nullopt: off. Needs
+  // interactive_activity. Every reclaim_check_seconds each running notebook gives the reclaimer a
+  // sample (busy: 90%, idle: 0%) and the reclaimer decides, with the waiting jobs as pending work.
+  // A reclaimed notebook gives its GPUs back; its owner is away until the next busy burst of
+  // the session, then it is queued again (in its submission order) with the rest of its session,
+  // and its busy work waits until it is placed: that wait is the notebook's slowdown. `preempt`
+  // differs from `suspend` only in counting the reclaim as a preemption. A notebook reclaimed in
+  // the idle period that ends its session is simply over at the session's end.
+  std::optional<policy::IdleReclaimOptions> idle_reclaim;
+  int64_t reclaim_check_seconds = 60;  // 1..idle_reclaim->max_sample_gap_seconds
 };
 
 // One point of the time series.
@@ -71,6 +112,8 @@ struct ReplaySample {
   double fragmentation_gpus = 0;  // idle GPUs the waiting jobs' shapes cannot use
   int queue_length = 0;           // jobs waiting
   int running = 0;
+  // Allocated GPUs doing work: all of a batch job's, a notebook's only in its busy bursts.
+  double gpus_busy = 0;
 };
 
 struct ReplayJobOutcome {
@@ -87,8 +130,20 @@ struct ReplayJobOutcome {
   // easy-backfill: the start time of the first reservation the job got as the head of the
   // queue; -1 when it never needed one.
   int64_t reserved_start_seconds = -1;
+  bool interactive = false;      // JobKind::kInteractive
+  int64_t duration_seconds = 0;  // TraceJob::duration_seconds
+  // Idle reclaim: how often the job was reclaimed, and the seconds its owner waited in all, from
+  // coming back to a reclaimed notebook to its GPUs being placed again.
+  int reclaims = 0;
+  int64_t resume_wait_seconds = 0;
   int64_t QueueingDelay() const { return first_start_seconds - submit_seconds; }
   int64_t CompletionTime() const { return end_seconds - submit_seconds; }
+  // First start to end over the duration: 1 for a session never interrupted. REQUIRES: ended.
+  double SessionStretch() const {
+    return duration_seconds > 0
+               ? static_cast<double>(end_seconds - first_start_seconds) / duration_seconds
+               : 1.0;
+  }
 };
 
 // Mean and percentiles of a distribution, in seconds.
@@ -97,6 +152,18 @@ struct Distribution {
   double p50 = 0;
   double p90 = 0;
   double p99 = 0;
+};
+
+// The interactive jobs (notebooks) of a replay and what idle reclaim cost them.
+struct InteractiveOutcome {
+  int sessions = 0;
+  int finished = 0;
+  int reclaims = 0;                     // suspended or preempted by idle reclaim
+  int reclaimed = 0;                    // sessions reclaimed at least once
+  int64_t resume_wait_seconds = 0;      // total, see ReplayJobOutcome::resume_wait_seconds
+  double mean_resume_wait_seconds = 0;  // per reclaim
+  Distribution session_resume_wait;     // per started session (most are 0)
+  Distribution session_stretch;         // of the finished sessions, a ratio (not seconds)
 };
 
 // The jobs of one queue.
@@ -119,6 +186,11 @@ struct ReplayResult {
   int jobs_timed_out = 0;    // killed at their time limit; not in jobs_finished
   int64_t makespan_seconds = 0;
   double mean_gpus_allocated = 0;
+  // Integrals over the run (0 to the last job's end): GPUs allocated and GPUs busy (see
+  // ReplaySample::gpus_busy) times seconds.
+  double allocated_gpu_seconds = 0;
+  double busy_gpu_seconds = 0;
+  InteractiveOutcome interactive;
   Distribution queueing_delay;
   Distribution completion_time;
   std::vector<ReplaySample> series;
@@ -129,6 +201,12 @@ struct ReplayResult {
   int reservations = 0;
   int reservations_delayed = 0;
   int64_t max_reservation_delay_seconds = 0;
+  // Preemptions of all jobs (the sum of ReplayJobOutcome::preemptions); fair-share: the victim
+  // searches that preempted, and the work their victims lost (GPUs x seconds since the last
+  // checkpoint; 0 with checkpoint_interval_seconds 0).
+  int preemptions = 0;
+  int preemption_rounds = 0;
+  int64_t lost_work_gpu_seconds = 0;
 };
 
 // `trace` with every task of whole GPUs wider than `max_gpus_per_node` split into narrower tasks

@@ -339,6 +339,167 @@ TEST(Replay, FairShareAdmitsByTheQueueTreesLimits) {
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("weight: 0")));
 }
 
+// Team a fills both nodes with two 8-GPU jobs from 0 to 5000; team b submits b1 (8 GPUs, 100 s)
+// at `b_submit`. Each team is guaranteed 8 GPUs and may borrow.
+Trace TeamABorrowsTeamBsHalf(int64_t b_submit) {
+  Trace trace;
+  for (const std::string id : {"a1", "a2"}) {
+    trace.jobs.push_back(MakeTraceJob(id, 0, 5000, 8));
+    trace.jobs.back().job.queue = QueueId("team-a");
+  }
+  trace.jobs.push_back(MakeTraceJob("b1", b_submit, 100, 8));
+  trace.jobs.back().job.queue = QueueId("team-b");
+  return trace;
+}
+
+ReplayOptions HalfEach(const std::string& queue_policy = "fair-share") {
+  ReplayOptions options;
+  options.queue_policy = queue_policy;
+  options.sample_seconds = 50;
+  options.queues = {{"team-a", {{"*", 8000}}}, {"team-b", {{"*", 8000}}}};
+  return options;
+}
+
+ReplayResult MustReplay(const Trace& trace, const ReplayOptions& options) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  auto result = RunReplay(SixteenGpus(catalog), trace, catalog, options);
+  EXPECT_OK(result);
+  return std::move(result).value();
+}
+
+TEST(Replay, FairShareReclaimsTheGuaranteeFromABorrowingTeam) {
+  const Trace trace = TeamABorrowsTeamBsHalf(1000);
+  const ReplayResult before = MustReplay(trace, HalfEach("fair-share-no-preempt"));
+  EXPECT_EQ(Outcome(before, "b1").first_start_seconds, 5000);
+  EXPECT_EQ(before.preemptions, 0);
+
+  const ReplayResult result = MustReplay(trace, HalfEach());
+  EXPECT_EQ(Outcome(result, "b1").first_start_seconds, 1000);
+  EXPECT_EQ(Outcome(result, "b1").end_seconds, 1100);
+  // Equal cost: the victim is the smaller id. It resumes when b1 ends, with all its work kept.
+  EXPECT_EQ(Outcome(result, "a1").preemptions, 1);
+  EXPECT_EQ(Outcome(result, "a1").end_seconds, 1100 + 4000);
+  EXPECT_EQ(Outcome(result, "a2").preemptions, 0);
+  EXPECT_EQ(Outcome(result, "a2").end_seconds, 5000);
+  EXPECT_EQ(result.preemptions, 1);
+  EXPECT_EQ(result.preemption_rounds, 1);
+  EXPECT_EQ(result.lost_work_gpu_seconds, 0);
+  EXPECT_EQ(result.jobs_finished, 3);
+}
+
+TEST(Replay, FairSharePreemptedWorkSinceTheLastCheckpointIsLost) {
+  ReplayOptions options = HalfEach();
+  options.checkpoint_interval_seconds = 300;
+  const ReplayResult result = MustReplay(TeamABorrowsTeamBsHalf(1000), options);
+  // a1's last checkpoint was at 900: 100 s on 8 GPUs are lost and run again.
+  EXPECT_EQ(result.lost_work_gpu_seconds, 800);
+  EXPECT_EQ(Outcome(result, "a1").end_seconds, 1100 + 4100);
+}
+
+TEST(Replay, FairShareWaitsForTheMinimumRuntimeThenReclaims) {
+  // At 300 a's jobs have run less than the 600 s minimum: b1 waits until they come of age.
+  const ReplayResult result = MustReplay(TeamABorrowsTeamBsHalf(300), HalfEach());
+  EXPECT_EQ(Outcome(result, "b1").first_start_seconds, 600);
+  EXPECT_EQ(result.preemptions, 1);
+  ReplayOptions patient = HalfEach();
+  patient.min_runtime_before_preemption_seconds = 2000;
+  EXPECT_EQ(Outcome(MustReplay(TeamABorrowsTeamBsHalf(300), patient), "b1").first_start_seconds,
+            2000);
+}
+
+TEST(Replay, FairShareNeverPreemptsANonPreemptibleJob) {
+  Trace trace = TeamABorrowsTeamBsHalf(1000);
+  trace.jobs[0].job.preemptible = false;
+  trace.jobs[1].job.preemptible = false;
+  const ReplayResult result = MustReplay(trace, HalfEach());
+  EXPECT_EQ(Outcome(result, "b1").first_start_seconds, 5000);
+  EXPECT_EQ(result.preemptions, 0);
+  // One of them preemptible: that one is the victim.
+  trace.jobs[1].job.preemptible = true;
+  const ReplayResult one = MustReplay(trace, HalfEach());
+  EXPECT_EQ(Outcome(one, "b1").first_start_seconds, 1000);
+  EXPECT_EQ(Outcome(one, "a2").preemptions, 1);
+  EXPECT_EQ(Outcome(one, "a1").preemptions, 0);
+}
+
+TEST(Replay, FairSharePreemptsAGangVictimWhole) {
+  Trace trace;
+  trace.jobs = {MakeTraceJob("gang", 0, 5000, 16), MakeTraceJob("b1", 1000, 100, 4)};
+  trace.jobs[0].job.queue = QueueId("team-a");
+  trace.jobs[1].job.queue = QueueId("team-b");
+  const ReplayResult result = MustReplay(trace, HalfEach());
+  EXPECT_EQ(Outcome(result, "b1").first_start_seconds, 1000);
+  EXPECT_EQ(Outcome(result, "gang").preemptions, 1);
+  // Both 8-GPU tasks stopped, not only the one b1 needed: 4 GPUs held until b1 ends.
+  for (const ReplaySample& sample : result.series) {
+    if (sample.time_seconds == 1050) {
+      EXPECT_EQ(sample.gpus_allocated, 4);
+    }
+  }
+  EXPECT_EQ(Outcome(result, "gang").end_seconds, 1100 + 4000);
+}
+
+TEST(Replay, FairShareKeepsTheQueueTreesAccountsThroughPreemption) {
+  Trace trace = TeamABorrowsTeamBsHalf(1000);
+  trace.jobs.push_back(MakeTraceJob("b2", 1001, 100, 8));
+  trace.jobs.back().job.queue = QueueId("team-b");
+  ReplayOptions options = HalfEach();
+  // Were a1 still charged after its preemption, team-a would be at its limit and a1 never back.
+  options.queues[0].limit = {{"*", 16000}};
+  const ReplayResult result = MustReplay(trace, options);
+  EXPECT_EQ(Outcome(result, "b1").first_start_seconds, 1000);
+  // b1 is charged to team-b, which then holds its whole guarantee: b2 does not reclaim.
+  EXPECT_EQ(Outcome(result, "b2").first_start_seconds, 1100);
+  EXPECT_EQ(result.preemptions, 1);
+  EXPECT_EQ(result.jobs_finished, 4);
+  // a1 goes back on b2's GPUs when b2 ends, with its 4000 s of work left.
+  EXPECT_EQ(Outcome(result, "a1").end_seconds, 1200 + 4000);
+}
+
+TEST(Replay, FairSharePreemptsALowerPriorityInTheSameQueue) {
+  Trace trace;
+  trace.jobs = {MakeTraceJob("low", 0, 5000, 16), MakeTraceJob("high", 1000, 100, 8)};
+  trace.jobs[1].job.priority = 1;
+  const ReplayResult result = RunWith(trace, "fair-share");
+  EXPECT_EQ(Outcome(result, "high").first_start_seconds, 1000);
+  EXPECT_EQ(Outcome(result, "low").preemptions, 1);
+  EXPECT_EQ(Outcome(RunWith(trace, "fair-share-no-preempt"), "high").first_start_seconds, 5000);
+}
+
+TEST(Replay, FairSharePreemptionIsDeterministic) {
+  Trace trace;
+  for (int i = 0; i < 60; ++i) {
+    trace.jobs.push_back(
+        MakeTraceJob("j" + std::to_string(i), i * 40, 700 + (i * 37) % 900, 1 << (i % 4)));
+    trace.jobs.back().job.queue = QueueId(i % 3 == 0 ? "team-b" : "team-a");
+  }
+  const ReplayResult a = MustReplay(trace, HalfEach());
+  const ReplayResult b = MustReplay(trace, HalfEach());
+  EXPECT_GT(a.preemptions, 0);
+  EXPECT_EQ(a.jobs_finished, 60);
+  EXPECT_EQ(a.preemptions, b.preemptions);
+  ASSERT_EQ(a.jobs.size(), b.jobs.size());
+  for (size_t i = 0; i < a.jobs.size(); ++i) {
+    EXPECT_EQ(a.jobs[i].first_start_seconds, b.jobs[i].first_start_seconds);
+    EXPECT_EQ(a.jobs[i].end_seconds, b.jobs[i].end_seconds);
+    EXPECT_EQ(a.jobs[i].preemptions, b.jobs[i].preemptions);
+  }
+}
+
+TEST(Replay, BadPreemptionOptionsAreErrors) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  ReplayOptions options = HalfEach();
+  options.min_runtime_before_preemption_seconds = -1;
+  EXPECT_THAT(RunReplay(SixteenGpus(catalog), TeamABorrowsTeamBsHalf(1), catalog, options),
+              StatusIs(StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("min_runtime_before_preemption_seconds: -1")));
+  options = HalfEach();
+  options.checkpoint_interval_seconds = -5;
+  EXPECT_THAT(RunReplay(SixteenGpus(catalog), TeamABorrowsTeamBsHalf(1), catalog, options),
+              StatusIs(StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("checkpoint_interval_seconds: -5")));
+}
+
 TEST(Replay, JobsWithoutAQueueAreInTheDefaultQueue) {
   const ReplayResult result = RunWith(BigBehindBusy(10), "fifo");
   ASSERT_EQ(result.queues.size(), 1U);

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ostream.h>
 
+#include "gpufleet/core/random.h"
 #include "gpufleet/sim/html_page.h"
 #include "gpufleet/sim/parallel.h"
 #include "gpufleet/sim/svg_chart.h"
@@ -230,12 +231,13 @@ Result<FairnessResult> RunFairnessScenario(const Cluster& cluster, const Trace& 
 void PrintFairnessSummary(const FairnessResult& result, std::ostream& out) {
   fmt::print(out, "{} jobs of {} alone; {} more of {} in the flooded runs\n", result.victim_jobs,
              result.options.victim, result.flooder_jobs, result.options.flooder);
-  fmt::print(out, "{:<12} {:>12} {:>12} {:>8} {:>12} {:>10} {:>10}\n", "queue", "B alone",
-             "B flooded", "ratio", "A flooded", "busy alone", "busy flood");
+  fmt::print(out, "{:<22} {:>12} {:>12} {:>8} {:>12} {:>10} {:>10} {:>11}\n", "queue", "B alone",
+             "B flooded", "ratio", "A flooded", "busy alone", "busy flood", "preemptions");
   for (const FairnessComparison& c : result.comparisons) {
-    fmt::print(out, "{:<12} {:>11.0f}s {:>11.0f}s {:>7.2f}x {:>11.0f}s {:>9.1f}% {:>9.1f}%\n",
-               c.policy, c.victim_alone_mean_delay, c.victim_flooded_mean_delay, c.DelayRatio(),
-               c.flooder_mean_delay, BusyPercent(c.alone), BusyPercent(c.flooded));
+    fmt::print(
+        out, "{:<22} {:>11.0f}s {:>11.0f}s {:>7.2f}x {:>11.0f}s {:>9.1f}% {:>9.1f}% {:>11}\n",
+        c.policy, c.victim_alone_mean_delay, c.victim_flooded_mean_delay, c.DelayRatio(),
+        c.flooder_mean_delay, BusyPercent(c.alone), BusyPercent(c.flooded), c.flooded.preemptions);
   }
 }
 
@@ -263,8 +265,9 @@ Status WriteFairnessReport(const FairnessResult& result, const std::string& titl
   append(
       "<h2>Summary</h2>\n<table>\n<tr><th rowspan=\"2\">queue policy</th><th colspan=\"4\">{} "
       "mean queueing delay</th><th rowspan=\"2\">{} mean queueing delay (flooded)</th>"
-      "<th colspan=\"2\">GPUs busy</th></tr>\n<tr><th>alone</th><th>flooded</th><th>ratio</th>"
-      "<th>within 2x</th><th>alone</th><th>flooded</th></tr>\n",
+      "<th colspan=\"2\">GPUs busy</th><th rowspan=\"2\">preemptions (flooded)</th></tr>\n"
+      "<tr><th>alone</th><th>flooded</th><th>ratio</th><th>within 2x</th><th>alone</th>"
+      "<th>flooded</th></tr>\n",
       XmlEscape(options.victim), XmlEscape(options.flooder));
   for (const FairnessComparison& c : result.comparisons) {
     body += "<tr>" + Cell(c.policy) + NumCell(Hours(c.victim_alone_mean_delay)) +
@@ -272,7 +275,8 @@ Status WriteFairnessReport(const FairnessResult& result, const std::string& titl
             NumCell(fmt::format("{:.2f}x", c.DelayRatio())) +
             Cell(c.DelayRatio() <= 2.0 ? "yes" : "no") + NumCell(Hours(c.flooder_mean_delay)) +
             NumCell(fmt::format("{:.1f} %", BusyPercent(c.alone))) +
-            NumCell(fmt::format("{:.1f} %", BusyPercent(c.flooded))) + "</tr>\n";
+            NumCell(fmt::format("{:.1f} %", BusyPercent(c.flooded))) +
+            NumCell(std::to_string(c.flooded.preemptions)) + "</tr>\n";
   }
   body += "</table>\n";
 
@@ -294,17 +298,64 @@ Status WriteFairnessReport(const FairnessResult& result, const std::string& titl
   return WriteHtmlPage(title, body, out);
 }
 
+Status EstimateModel::Validate() const {
+  if (!(overestimate_factor >= 1 && overestimate_factor <= 100)) {
+    return InvalidArgumentError(
+        fmt::format("overestimate_factor: {} (must be in [1, 100])", overestimate_factor));
+  }
+  if (!(underestimate_share >= 0 && underestimate_share <= 1)) {
+    return InvalidArgumentError(
+        fmt::format("underestimate_share: {} (must be in [0, 1])", underestimate_share));
+  }
+  return Status::Ok();
+}
+
+Result<Trace> WithRuntimeEstimates(const Trace& trace, const EstimateModel& model, uint64_t seed) {
+  GPUFLEET_RETURN_IF_ERROR(model.Validate());
+  Trace estimated = trace;
+  Random random(seed);
+  for (TraceJob& job : estimated.jobs) {
+    // Both draws for every job, so that one job's estimate does not depend on the model's
+    // parameters for the others.
+    const bool under = random.UniformDouble() < model.underestimate_share;
+    const double u = random.UniformDouble();
+    const double factor = under ? 0.5 + 0.5 * u : 1 + (model.overestimate_factor - 1) * u;
+    const int64_t seconds = std::max<int64_t>(
+        1, static_cast<int64_t>(std::floor(static_cast<double>(job.duration_seconds) * factor)));
+    // An underestimate stays below the run time, but never 0, which would set no limit.
+    job.job.runtime_estimate = std::chrono::seconds(
+        under ? std::max<int64_t>(1, std::min(seconds, job.duration_seconds - 1)) : seconds);
+  }
+  return estimated;
+}
+
 Result<BackfillScenarioResult> RunBackfillScenario(const Cluster& cluster, const Trace& trace,
                                                    const GpuCatalog& catalog,
                                                    const BackfillScenarioOptions& options,
                                                    int threads) {
+  GPUFLEET_ASSIGN_OR_RETURN(const Trace estimated,
+                            WithRuntimeEstimates(trace, options.estimates, options.replay.seed));
   GPUFLEET_ASSIGN_OR_RETURN(
       std::vector<ReplayResult> runs,
-      RunReplayMatrix(cluster, trace, catalog, options.policies, options.replay, threads));
-  return BackfillScenarioResult{std::move(runs)};
+      RunReplayMatrix(cluster, estimated, catalog, options.policies, options.replay, threads));
+  return BackfillScenarioResult{options.estimates, std::move(runs)};
 }
 
+namespace {
+
+std::string EstimatesText(const EstimateModel& model) {
+  if (model.Exact()) {
+    return "exact runtime estimates";
+  }
+  return fmt::format(
+      "runtime estimates: run time x U[1, {:g}], {:g}% of the jobs underestimated (x U[0.5, 1))",
+      model.overestimate_factor, model.underestimate_share * 100);
+}
+
+}  // namespace
+
 void PrintBackfillSummary(const BackfillScenarioResult& result, std::ostream& out) {
+  fmt::print(out, "{}\n", EstimatesText(result.estimates));
   fmt::print(out, "{:<14} {:>6} {:>10} {:>10} {:>10} {:>11} {:>10} {:>9} {:>9} {:>8} {:>9}\n",
              "queue", "jobs", "wait mean", "wait p50", "wait p99", "wait >=8GPU", "JCT mean",
              "GPUs busy", "reserved", "delayed", "timed out");
@@ -332,8 +383,9 @@ Status WriteBackfillReport(const BackfillScenarioResult& result, const std::stri
       "blocks every job behind it. fifo: later jobs that fit start anyway (no reservation). "
       "easy-backfill: the first job that does not fit gets a reservation from the runtime "
       "estimates; a later job starts only if the reserved job still fits at its reserved time. "
-      "\"delayed\": reserved jobs that started after their first reservation.</p>\n",
-      result.runs.front().jobs_total, result.runs.front().total_gpus);
+      "\"delayed\": reserved jobs that started after their first reservation. {}.</p>\n",
+      result.runs.front().jobs_total, result.runs.front().total_gpus,
+      EstimatesText(result.estimates));
   body +=
       "<h2>Summary</h2>\n<table>\n<tr><th rowspan=\"2\">queue policy</th>"
       "<th colspan=\"5\">queueing delay</th><th colspan=\"2\">job completion time</th>"

@@ -34,7 +34,7 @@ struct FairnessOptions {
   // ...all within this long from the start of the window (its submit times squeezed in
   // proportion); 0 keeps its own submit times.
   int64_t flood_burst_seconds = 3600;
-  std::vector<std::string> policies = {"fifo", "fair-share"};
+  std::vector<std::string> policies = {"fifo", "fair-share-no-preempt", "fair-share"};
   // Cluster-independent replay settings; queue_policy and queues are set per run.
   ReplayOptions replay;
 };
@@ -82,12 +82,32 @@ void PrintFairnessSummary(const FairnessResult& result, std::ostream& out);
 Status WriteFairnessReport(const FairnessResult& result, const std::string& title,
                            std::ostream& out);
 
+// Runtime estimates as users give them, for traces whose estimates are the exact run times.
+// Overestimates follow Mu'alem and Feitelson's f-model (IEEE TPDS 12(6), 2001): the run time times
+// a factor drawn uniformly from [1, overestimate_factor]. A share of the jobs underestimate
+// instead (a factor from [0.5, 1)): under enforced time limits they are killed at their limit,
+// as Slurm does.
+struct EstimateModel {
+  double overestimate_factor = 1;  // [1, 100]; 1 with no underestimates: exact estimates
+  double underestimate_share = 0;  // [0, 1]
+
+  bool Exact() const { return overestimate_factor == 1 && underestimate_share == 0; }
+  // kInvalidArgument naming the field and its value.
+  Status Validate() const;
+};
+
+// `trace` with every job's runtime estimate drawn from `model` (seeded, in job order).
+// kInvalidArgument when `model` does not validate.
+Result<Trace> WithRuntimeEstimates(const Trace& trace, const EstimateModel& model, uint64_t seed);
+
 struct BackfillScenarioOptions {
   std::vector<std::string> policies = {"strict-fifo", "fifo", "easy-backfill"};
-  ReplayOptions replay;  // queue_policy is set per run
+  EstimateModel estimates;  // drawn with replay.seed
+  ReplayOptions replay;     // queue_policy is set per run
 };
 
 struct BackfillScenarioResult {
+  EstimateModel estimates;
   std::vector<ReplayResult> runs;  // in options.policies order
 };
 

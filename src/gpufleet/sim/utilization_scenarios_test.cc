@@ -97,13 +97,19 @@ TEST(FairnessScenario, FairShareShieldsTheVictimBetterThanFifo) {
   options.replay.sample_seconds = 300;
   auto result = RunFairnessScenario(SixteenGpus(catalog), SmallTrace(), catalog, options, 2);
   ASSERT_OK(result);
-  ASSERT_EQ(result->comparisons.size(), 2U);
+  ASSERT_EQ(result->comparisons.size(), 3U);
   EXPECT_EQ(result->victim_jobs, 20);
   EXPECT_EQ(result->flooder_jobs, 80);
   const FairnessComparison& fifo = result->comparisons[0];
-  const FairnessComparison& fair = result->comparisons[1];
+  const FairnessComparison& no_preempt = result->comparisons[1];
+  const FairnessComparison& fair = result->comparisons[2];
   EXPECT_EQ(fifo.policy, "fifo");
+  EXPECT_EQ(no_preempt.policy, "fair-share-no-preempt");
   EXPECT_EQ(fair.policy, "fair-share");
+  // Reclaiming the guarantee from the flooder shields the victim further.
+  EXPECT_EQ(no_preempt.flooded.preemptions, 0);
+  EXPECT_GT(fair.flooded.preemptions, 0);
+  EXPECT_LE(fair.victim_flooded_mean_delay, no_preempt.victim_flooded_mean_delay);
   // Alone, the victim's queue is the same under both policies.
   EXPECT_DOUBLE_EQ(fifo.victim_alone_mean_delay, fair.victim_alone_mean_delay);
   EXPECT_GT(fifo.victim_flooded_mean_delay, 2 * fair.victim_flooded_mean_delay);
@@ -111,7 +117,8 @@ TEST(FairnessScenario, FairShareShieldsTheVictimBetterThanFifo) {
 
   std::ostringstream summary;
   PrintFairnessSummary(*result, summary);
-  EXPECT_THAT(summary.str(), HasSubstr("fair-share"));
+  EXPECT_THAT(summary.str(), HasSubstr("fair-share-no-preempt"));
+  EXPECT_THAT(summary.str(), HasSubstr("preemptions"));
   std::ostringstream page;
   ASSERT_OK(WriteFairnessReport(*result, "fairness", page));
   EXPECT_THAT(page.str(), HasSubstr("<svg"));
@@ -153,6 +160,82 @@ TEST(BackfillScenario, EasyBackfillWaitsLessThanStrictFifoAndKeepsEveryReservati
   EXPECT_THAT(page.str(), HasSubstr("data-series=\"easy-backfill\""));
   EXPECT_THAT(WriteBackfillReport(BackfillScenarioResult{}, "x", page),
               StatusIs(StatusCode::kInvalidArgument));
+}
+
+TEST(RuntimeEstimates, ExactModelKeepsTheRunTimes) {
+  const Trace trace = SmallTrace();
+  auto estimated = WithRuntimeEstimates(trace, EstimateModel{}, 7);
+  ASSERT_OK(estimated);
+  for (const TraceJob& job : estimated->jobs) {
+    EXPECT_EQ(job.job.runtime_estimate, std::chrono::seconds(job.duration_seconds));
+  }
+}
+
+TEST(RuntimeEstimates, OverAndUnderestimatesStayInTheirRanges) {
+  Trace trace;
+  for (int i = 0; i < 2000; ++i) {
+    trace.jobs.push_back(Job("j" + std::to_string(i), i, 1000, 1));
+  }
+  const EstimateModel model{.overestimate_factor = 4, .underestimate_share = 0.1};
+  auto estimated = WithRuntimeEstimates(trace, model, 7);
+  ASSERT_OK(estimated);
+  int under = 0;
+  int64_t largest = 0;
+  for (const TraceJob& job : estimated->jobs) {
+    const int64_t estimate =
+        std::chrono::duration_cast<std::chrono::seconds>(job.job.runtime_estimate).count();
+    EXPECT_GE(estimate, 500);
+    EXPECT_LE(estimate, 4000);
+    under += estimate < job.duration_seconds ? 1 : 0;
+    largest = std::max(largest, estimate);
+  }
+  EXPECT_NEAR(under, 200, 50);
+  EXPECT_GT(largest, 3800);
+  // The same seed draws the same estimates.
+  auto again = WithRuntimeEstimates(trace, model, 7);
+  ASSERT_OK(again);
+  for (size_t i = 0; i < trace.jobs.size(); ++i) {
+    EXPECT_EQ(again->jobs[i].job.runtime_estimate, estimated->jobs[i].job.runtime_estimate);
+  }
+}
+
+TEST(RuntimeEstimates, AnUnderestimateOfAOneSecondJobIsNotZero) {
+  Trace trace;
+  trace.jobs.push_back(Job("short", 0, 1, 1));
+  auto estimated = WithRuntimeEstimates(trace, {.underestimate_share = 1}, 7);
+  ASSERT_OK(estimated);
+  EXPECT_EQ(estimated->jobs[0].job.runtime_estimate, std::chrono::seconds(1));
+}
+
+TEST(RuntimeEstimates, RejectsModelsOutOfRange) {
+  const Trace trace = SmallTrace();
+  EXPECT_THAT(WithRuntimeEstimates(trace, {.overestimate_factor = 0.5}, 7),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("overestimate_factor: 0.5")));
+  EXPECT_THAT(WithRuntimeEstimates(trace, {.underestimate_share = 1.5}, 7),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("underestimate_share: 1.5")));
+}
+
+TEST(BackfillScenario, UnderestimatedJobsAreKilledAtTheirLimitAndReservationsHold) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  Trace trace = SmallTrace();
+  for (int i = 0; i < 4; ++i) {
+    trace.jobs.push_back(Job("wide" + std::to_string(i), 300 + i * 600, 400, 16));
+  }
+  std::stable_sort(trace.jobs.begin(), trace.jobs.end(), [](const TraceJob& a, const TraceJob& b) {
+    return a.submit_seconds < b.submit_seconds;
+  });
+  BackfillScenarioOptions options;
+  options.policies = {"easy-backfill"};
+  options.estimates = {.overestimate_factor = 3, .underestimate_share = 0.2};
+  auto result = RunBackfillScenario(SixteenGpus(catalog), trace, catalog, options, 1);
+  ASSERT_OK(result);
+  const ReplayResult& easy = result->runs[0];
+  EXPECT_GT(easy.jobs_timed_out, 0);
+  EXPECT_EQ(easy.jobs_finished + easy.jobs_timed_out, easy.jobs_total);
+  EXPECT_EQ(easy.reservations_delayed, 0);
+  std::ostringstream summary;
+  PrintBackfillSummary(*result, summary);
+  EXPECT_THAT(summary.str(), HasSubstr("x U[1, 3], 20% of the jobs underestimated"));
 }
 
 }  // namespace

@@ -1,0 +1,155 @@
+// SPDX-License-Identifier: Apache-2.0
+// The agent protocol's MIG fields: round trips and bad input, each error naming the field.
+#include "gpufleet/api/agent_protocol.h"
+
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/core/testing/status_matchers.h"
+
+namespace gpufleet::api {
+namespace {
+
+using ::gpufleet::testing::StatusIs;
+using ::testing::HasSubstr;
+
+TEST(AgentProtocolJson, ReplyWithMigLayoutsAndAMigTaskRoundTrips) {
+  AgentReply reply;
+  reply.heartbeat_interval_ms = 5000;
+  DesiredTask task;
+  task.id = "infer/main-0/1";
+  task.job = "infer";
+  task.task = "main-0";
+  task.command = {"serve"};
+  task.gpu_uuids = {"MIG-abc"};
+  task.gpu_milli = 428;
+  task.mig_instances = {{2, "3g.40gb", 4, "MIG-abc"}};
+  reply.tasks.push_back(task);
+  reply.mig_layouts = {{2, {{"3g.40gb", 0}, {"3g.40gb", 4}}}, {3, {}}};
+
+  const Result<AgentReply> parsed = ParseAgentReply(AgentReplyToJson(reply));
+  ASSERT_OK(parsed);
+  ASSERT_EQ(parsed->tasks.size(), 1u);
+  EXPECT_EQ(parsed->tasks[0].gpu_uuids, task.gpu_uuids);
+  EXPECT_EQ(parsed->tasks[0].mig_instances, task.mig_instances);
+  ASSERT_EQ(parsed->mig_layouts.size(), 2u);
+  EXPECT_EQ(parsed->mig_layouts[0].gpu_index, 2);
+  EXPECT_EQ(parsed->mig_layouts[0].instances, reply.mig_layouts[0].instances);
+  EXPECT_EQ(parsed->mig_layouts[1].gpu_index, 3);
+  EXPECT_TRUE(parsed->mig_layouts[1].instances.empty()) << "no instances: destroy them all";
+}
+
+TEST(AgentProtocolJson, ReplyWithoutMigFieldsHasNone) {
+  const Result<AgentReply> parsed =
+      ParseAgentReply(R"({"heartbeat_interval_ms": 1000, "tasks": [{"id": "a/b/1"}]})");
+  ASSERT_OK(parsed);
+  EXPECT_TRUE(parsed->mig_layouts.empty());
+  EXPECT_TRUE(parsed->tasks[0].mig_instances.empty());
+}
+
+TEST(AgentProtocolJson, GpuReportMigDevicesAndErrorRoundTrip) {
+  HeartbeatRequest request;
+  GpuReport mig;
+  mig.index = 0;
+  mig.mig_devices = std::vector<MigDeviceReport>{{"MIG-1", "3g.40gb", 0}, {"MIG-2", "1g.10gb", 6}};
+  mig.mig_error = "gpu 0: the 3g.40gb instance at 0 is in use";
+  GpuReport empty_mig;
+  empty_mig.index = 1;
+  empty_mig.mig_devices = std::vector<MigDeviceReport>{};
+  GpuReport plain;
+  plain.index = 2;
+  request.gpus = {mig, empty_mig, plain};
+
+  const Result<HeartbeatRequest> parsed = ParseHeartbeatRequest(HeartbeatRequestToJson(request));
+  ASSERT_OK(parsed);
+  ASSERT_EQ(parsed->gpus.size(), 3u);
+  EXPECT_EQ(parsed->gpus[0].mig_devices, mig.mig_devices);
+  EXPECT_EQ(parsed->gpus[0].mig_error, mig.mig_error);
+  ASSERT_TRUE(parsed->gpus[1].mig_devices.has_value()) << "MIG on, no instances";
+  EXPECT_TRUE(parsed->gpus[1].mig_devices->empty());
+  EXPECT_FALSE(parsed->gpus[2].mig_devices.has_value()) << "no MIG";
+  EXPECT_TRUE(parsed->gpus[2].mig_error.empty());
+}
+
+TEST(AgentProtocolJson, RegisterCarriesTheNodesMigInstances) {
+  RegisterRequest request;
+  request.node.id = NodeId("node-a");
+  Gpu gpu;
+  gpu.uuid = GpuUuid("GPU-0");
+  gpu.model = "A100-80GB";
+  gpu.mig_enabled = true;
+  gpu.mig_instances = {{"3g.40gb", 0}, {"3g.40gb", 4}};
+  request.node.gpus.push_back(gpu);
+  const Result<RegisterRequest> parsed = ParseRegisterRequest(RegisterRequestToJson(request));
+  ASSERT_OK(parsed);
+  ASSERT_EQ(parsed->node.gpus.size(), 1u);
+  EXPECT_TRUE(parsed->node.gpus[0].mig_enabled);
+  EXPECT_EQ(parsed->node.gpus[0].mig_instances, gpu.mig_instances);
+}
+
+TEST(AgentProtocolJson, BadMigFieldsAreRefusedNamingTheField) {
+  struct Case {
+    const char* body;
+    const char* error;
+  };
+  const Case replies[] = {
+      {R"({"mig_layouts": {}})", "mig_layouts: expected a list"},
+      {R"({"mig_layouts": [{"instances": []}]})", "mig_layouts[0].gpu_index: required field"},
+      {R"({"mig_layouts": [{"gpu_index": 0}]})", "mig_layouts[0].instances: required field"},
+      {R"({"mig_layouts": [{"gpu_index": 0, "instances": []}, {"gpu_index": 0, "instances": []}]})",
+       "mig_layouts[1].gpu_index: duplicate GPU index 0"},
+      {R"({"mig_layouts": [{"gpu_index": 0, "instances": [{"profile": "3g.40gb"}]}]})",
+       "mig_layouts[0].instances[0].start: required field"},
+      {R"({"mig_layouts": [{"gpu_index": 0, "instances": [{"profile": "3g.40gb", "start": 8}]}]})",
+       "mig_layouts[0].instances[0].start: 8 is out of range [0, 7]"},
+      {R"({"mig_layouts": [{"gpu_index": 0, "instances": [{"profile": "", "start": 0}]}]})",
+       "mig_layouts[0].instances[0].profile: must not be empty"},
+      {R"({"mig_layouts": [{"gpu_index": 0, "instances": [{"profile": "x", "start": 0, "uuid": "y"}]}]})",
+       "mig_layouts[0].instances[0].uuid: unknown field"},
+      {R"({"mig_layouts": [{"gpu_index": -1, "instances": []}]})",
+       "mig_layouts[0].gpu_index: -1 is out of range"},
+      {R"({"tasks": [{"id": "a/b/1", "mig_instances": [{"gpu_index": 0, "profile": "3g.40gb", "start": 0}]}]})",
+       "tasks[0].mig_instances[0].uuid: required field"},
+      {R"({"tasks": [{"id": "a/b/1", "mig_instances": [{"profile": "3g.40gb", "start": 0, "uuid": "M"}]}]})",
+       "tasks[0].mig_instances[0].gpu_index: required field"},
+      {R"({"tasks": [{"id": "a/b/1", "mig_instances": [{"gpu_index": 0, "profile": "3g.40gb", "start": 0, "uuid": ""}]}]})",
+       "tasks[0].mig_instances[0].uuid: must not be empty"},
+  };
+  for (const Case& c : replies) {
+    SCOPED_TRACE(c.body);
+    const Result<AgentReply> parsed = ParseAgentReply(c.body);
+    EXPECT_THAT(parsed.status(), StatusIs(StatusCode::kInvalidArgument));
+    EXPECT_THAT(parsed.status().message(), HasSubstr(c.error));
+  }
+  const Case heartbeats[] = {
+      {R"({"gpus": [{"index": 0, "mig_devices": {}}]})", "gpus[0].mig_devices: expected a list"},
+      {R"({"gpus": [{"index": 0, "mig_devices": [{"profile": "3g.40gb", "start": 0}]}]})",
+       "gpus[0].mig_devices[0].uuid: required field"},
+      {R"({"gpus": [{"index": 0, "mig_devices": [{"uuid": "M", "profile": "3g.40gb", "start": 0}, {"uuid": "M", "profile": "3g.40gb", "start": 4}]}]})",
+       "gpus[0].mig_devices[1].uuid: duplicate \"M\""},
+      {R"({"gpus": [{"index": 0, "mig_devices": [{"uuid": "M", "profile": "3g.40gb", "start": "0"}]}]})",
+       "gpus[0].mig_devices[0].start: expected an integer"},
+      {R"({"gpus": [{"index": 0, "mig_error": 3}]})", "gpus[0].mig_error: expected a string"},
+  };
+  for (const Case& c : heartbeats) {
+    SCOPED_TRACE(c.body);
+    const Result<HeartbeatRequest> parsed = ParseHeartbeatRequest(c.body);
+    EXPECT_THAT(parsed.status(), StatusIs(StatusCode::kInvalidArgument));
+    EXPECT_THAT(parsed.status().message(), HasSubstr(c.error));
+  }
+  const Result<RegisterRequest> register_request = ParseRegisterRequest(
+      R"({"node": {"name": "n", "gpus": [{"uuid": "G", "model": "A100-80GB", "mig_instances": [{"profile": "3g.40gb", "start": 0}]}]}})");
+  EXPECT_THAT(register_request.status(), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(register_request.status().message(),
+              HasSubstr("node.gpus[0].mig_instances: set on a GPU with MIG disabled"));
+}
+
+TEST(AgentProtocolJson, DescribesMigInstances) {
+  EXPECT_EQ(DescribeMigInstances({}), "none");
+  EXPECT_EQ(DescribeMigInstances({{"3g.40gb", 0}, {"1g.10gb", 6}}), "3g.40gb at 0, 1g.10gb at 6");
+}
+
+}  // namespace
+}  // namespace gpufleet::api
