@@ -36,13 +36,6 @@ policy::GpuMilliByModel AllocationOf(const std::vector<scheduler::TaskPlacement>
   return allocation;
 }
 
-// True when `queue` is `ancestor` or lies below it.
-bool IsWithin(std::string_view queue, std::string_view ancestor) {
-  return queue == ancestor ||
-         (queue.size() > ancestor.size() && queue.substr(0, ancestor.size()) == ancestor &&
-          queue[ancestor.size()] == '/');
-}
-
 }  // namespace
 
 int64_t ApiServer::CycleSeconds() const {
@@ -321,16 +314,14 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
                                                             const Job& preemptor,
                                                             const std::string& queue,
                                                             Random& random) {
-  // Queues over their guarantee that `queue` may reclaim from (none when it holds its whole
-  // guarantee already).
-  std::vector<std::string> reclaimable;
+  // Within the queue a higher priority; across queues only reclaiming the queue's guarantee,
+  // the same rule as the simulator's (policy::QueueTreeRule).
+  policy::PreemptionRule rule = policy::HigherPriorityInSameQueue();
   if (queue_tree_) {
-    if (const Result<std::vector<policy::QueueExcess>> over =
-            queue_tree_->ReclaimCandidates(QueueId(queue));
-        over.ok()) {
-      for (const policy::QueueExcess& excess : *over) {
-        reclaimable.push_back(excess.queue.value());
-      }
+    if (Result<policy::PreemptionRule> tree_rule =
+            policy::QueueTreeRule(*queue_tree_, QueueId(queue));
+        tree_rule.ok()) {
+      rule = std::move(*tree_rule);
     }
   }
   std::vector<policy::RunningJob> running;
@@ -352,14 +343,6 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
                               : CycleSeconds(),
          .placements = job.placements});
   }
-  const policy::PreemptionRule rule = [&](const Job&, const policy::RunningJob& victim) {
-    if (victim.queue.value() == queue) {
-      return victim.priority < preemptor.priority;
-    }
-    return std::any_of(reclaimable.begin(), reclaimable.end(), [&](const std::string& over) {
-      return IsWithin(victim.queue.value(), over);
-    });
-  };
   // Nothing to ask the search when no running job may be preempted by this one.
   if (std::none_of(running.begin(), running.end(), [&](const policy::RunningJob& victim) {
         return victim.preemptible && rule(preemptor, victim);
