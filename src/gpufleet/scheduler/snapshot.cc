@@ -2,6 +2,7 @@
 #include "gpufleet/scheduler/snapshot.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 
 #include <fmt/format.h>
@@ -73,6 +74,13 @@ void CountTaskKind(NodeInfo& node, const std::vector<GpuAssignment>& gpus, int d
 }
 
 }  // namespace
+
+// A process-wide counter: identities only key caches, so the order in which threads draw them
+// never changes a placement.
+ClusterSnapshot::ClusterSnapshot() {
+  static std::atomic<uint64_t> next_identity{1};
+  identity_ = next_identity.fetch_add(1, std::memory_order_relaxed);
+}
 
 Result<ClusterSnapshot> ClusterSnapshot::Build(Cluster cluster, const GpuCatalog& catalog) {
   GPUFLEET_RETURN_IF_ERROR(cluster.Validate(catalog));

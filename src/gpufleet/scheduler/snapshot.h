@@ -123,12 +123,18 @@ class ClusterSnapshot {
   // REQUIRES: `placement` was applied and not released since.
   void Revert(const TaskPlacement& placement);
 
+  // Unique to this snapshot among all built or cloned in the process, and kept by moves. Plugins
+  // that cache what they derive from a snapshot key on it together with the address: a new
+  // snapshot (a clone for a what-if search, or a rebuilt one) may reuse a dead one's address, with
+  // nodes at the same versions but in another state.
+  uint64_t identity() const { return identity_; }
+
   int64_t TotalGpuMilli() const { return total_gpu_milli_; }
   int64_t AllocatedGpuMilli() const { return allocated_gpu_milli_; }
   int TotalGpus() const { return total_gpus_; }
 
  private:
-  ClusterSnapshot() = default;
+  ClusterSnapshot();
   Status CheckFits(const TaskPlacement& placement) const;
   void GiveBack(const TaskPlacement& placement, bool remove_created_instances);
 
@@ -137,6 +143,7 @@ class ClusterSnapshot {
   std::vector<NodeInfo> nodes_;
   std::vector<std::vector<std::string>> domain_names_;  // [level][domain id]
   std::vector<const GpuModelInfo*> models_;             // by model id
+  uint64_t identity_ = 0;
   int64_t total_gpu_milli_ = 0;
   int64_t allocated_gpu_milli_ = 0;
   int total_gpus_ = 0;

@@ -43,6 +43,17 @@ TEST_F(SnapshotTest, InternsDomainsAndModels) {
   EXPECT_EQ(snapshot.TotalGpuMilli(), 4000);
 }
 
+TEST_F(SnapshotTest, EverySnapshotHasItsOwnIdentityAndMovesKeepIt) {
+  ClusterSnapshot first = Build(TwoNodes());
+  const ClusterSnapshot second = Build(TwoNodes());
+  const ClusterSnapshot copy = first.Clone();
+  EXPECT_NE(first.identity(), second.identity());
+  EXPECT_NE(first.identity(), copy.identity());
+  const uint64_t identity = first.identity();
+  const ClusterSnapshot moved = std::move(first);
+  EXPECT_EQ(moved.identity(), identity);
+}
+
 TEST_F(SnapshotTest, RejectsAnInvalidCluster) {
   Cluster cluster = TwoNodes();
   cluster.nodes[1].gpus[0].model = "Z9";

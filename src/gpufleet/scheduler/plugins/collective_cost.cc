@@ -11,10 +11,11 @@ CollectiveCostScore::CollectiveCostScore(std::shared_ptr<const fabric::Fabric> f
     : fabric_(std::move(fabric)), options_(options) {}
 
 void CollectiveCostScore::Bind(const ClusterSnapshot& snapshot) {
-  if (bound_ == &snapshot && fabric_node_.size() == snapshot.nodes().size()) {
+  if (bound_ == &snapshot && bound_identity_ == snapshot.identity()) {
     return;
   }
   bound_ = &snapshot;
+  bound_identity_ = snapshot.identity();
   fabric_node_.clear();
   for (const NodeInfo& node : snapshot.nodes()) {
     fabric_node_.push_back(fabric_->FindNode(node.node->id.value()));

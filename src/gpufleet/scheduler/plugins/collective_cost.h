@@ -56,6 +56,7 @@ class CollectiveCostScore final : public ScorePlugin {
   std::shared_ptr<const fabric::Fabric> fabric_;
   Options options_;
   const ClusterSnapshot* bound_ = nullptr;
+  uint64_t bound_identity_ = 0;
   std::vector<int> fabric_node_;  // by snapshot node index; -1 when unknown
 
   // Per scheduling step (PreScore):

@@ -229,6 +229,7 @@ struct FgdPolicy::Memo {
   };
 
   const ClusterSnapshot* snapshot = nullptr;
+  uint64_t snapshot_identity = 0;
   std::unique_ptr<FragmentationModel> model;
   std::unordered_map<StateKey, double, StateKeyHash> fragmentation;  // across decisions
   std::unordered_map<StateKey, int64_t, StateKeyHash> scores;        // for the current task
@@ -238,10 +239,11 @@ struct FgdPolicy::Memo {
 
   void Bind(const TargetWorkload& workload, const ClusterSnapshot& target,
             FragmentationModel::Kind kind) {
-    if (snapshot == &target && model != nullptr) {
+    if (snapshot == &target && snapshot_identity == target.identity() && model != nullptr) {
       return;
     }
     snapshot = &target;
+    snapshot_identity = target.identity();
     model = std::make_unique<FragmentationModel>(workload, target, kind);
     fragmentation.clear();
     scores.clear();

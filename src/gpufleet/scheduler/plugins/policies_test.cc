@@ -160,6 +160,21 @@ TEST_F(PolicyTest, FgdPicksTheGpuThatGrowsFragmentationLeast) {
   EXPECT_EQ((*picked)[0].milli, 300);
 }
 
+TEST_F(PolicyTest, FgdDoesNotReuseScoresOfAnEarlierSnapshotAtTheSameAddress) {
+  const TargetWorkload workload =
+      TargetWorkload::FromShapes({{1000, 300, 1, {}}, {1000, 1000, 1, {}}}, 1.0);
+  FgdPolicy policy("fgd", workload);
+  const Job job = MakeJob("s", 1, FractionalGpu{300, 0});
+  Scores(policy, job);
+  // A new snapshot in the same storage, its nodes at the same versions as before, but GPU 0 of
+  // "used" now has 500 free instead of 300.
+  Cluster cluster = snapshot_->cluster();
+  snapshot_.emplace(ClusterSnapshot::Build(std::move(cluster), catalog_).value());
+  ASSERT_OK(snapshot_->Apply({0, 0, 2, {4000, 0}, {{0, 500, 0}}}));
+  FgdPolicy fresh("fgd", workload);
+  EXPECT_EQ(Scores(policy, job), Scores(fresh, job));
+}
+
 TEST_F(PolicyTest, FgdMemoisedAndDirectScoresAgree) {
   const TargetWorkload workload = TargetWorkload::FromShapes(
       {{1000, 300, 1, {}}, {1000, 1000, 2, {}}, {2000, 500, 1, {}}}, 1.0);
