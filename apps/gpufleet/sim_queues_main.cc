@@ -36,6 +36,8 @@ struct QueueScenarioFlags {
   std::string placement = "best-fit";
   uint64_t seed = 42;
   int64_t sample_seconds = 1800;
+  int64_t min_runtime_seconds = sim::ReplayOptions{}.min_runtime_before_preemption_seconds;
+  int64_t checkpoint_seconds = sim::ReplayOptions{}.checkpoint_interval_seconds;
   std::string policy;
   std::string report;
   int threads = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
@@ -111,6 +113,8 @@ Result<std::unique_ptr<Setup>> Prepare(const QueueScenarioFlags& flags) {
   setup->replay.placement_policy = flags.placement;
   setup->replay.seed = flags.seed;
   setup->replay.sample_seconds = flags.sample_seconds;
+  setup->replay.min_runtime_before_preemption_seconds = flags.min_runtime_seconds;
+  setup->replay.checkpoint_interval_seconds = flags.checkpoint_seconds;
   return setup;
 }
 
@@ -203,6 +207,15 @@ void AddScenarioFlags(CLI::App* command, QueueScenarioFlags& flags) {
   command->add_option("--seed", flags.seed, "seed for tie-breaks");
   command->add_option("--sample-seconds", flags.sample_seconds, "spacing of the time series")
       ->check(CLI::Range(1, 86400 * 30));
+  command
+      ->add_option("--min-runtime-seconds", flags.min_runtime_seconds,
+                   "fair-share: how long a job runs before it may be preempted")
+      ->check(CLI::Range(int64_t{0}, int64_t{86400 * 30}));
+  command
+      ->add_option("--checkpoint-seconds", flags.checkpoint_seconds,
+                   "fair-share: a preempted job resumes from its last checkpoint, taken this "
+                   "often (0: no work is lost)")
+      ->check(CLI::Range(int64_t{0}, int64_t{86400 * 30}));
   command->add_option("--report", flags.report, "write a self-contained HTML report with charts");
   command->add_option("--threads", flags.threads, "runs in parallel")->check(CLI::Range(1, 256));
 }
