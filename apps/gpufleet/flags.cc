@@ -4,6 +4,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <ctime>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace gpufleet::app {
 namespace {
@@ -24,6 +26,32 @@ sigset_t StopSignals() {
 }
 
 }  // namespace
+
+std::vector<std::string> SplitList(const std::string& text) {
+  std::vector<std::string> parts;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t comma = std::min(text.find(',', begin), text.size());
+    parts.push_back(text.substr(begin, comma - begin));
+    begin = comma + 1;
+  }
+  return parts;
+}
+
+Result<std::vector<std::string>> ParsePolicies(const std::string& text,
+                                               const std::vector<std::string>& known) {
+  if (text == "all") {
+    return known;
+  }
+  std::vector<std::string> policies = SplitList(text);
+  for (const std::string& name : policies) {
+    if (std::find(known.begin(), known.end(), name) == known.end()) {
+      return InvalidArgumentError(
+          fmt::format("--policy: unknown policy \"{}\" (known: {})", name, fmt::join(known, ", ")));
+    }
+  }
+  return policies;
+}
 
 Result<int> ParseInt(std::string_view text, std::string_view what) {
   int value = 0;

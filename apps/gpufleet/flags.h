@@ -8,11 +8,20 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "gpufleet/core/status.h"
 
 // Flag parsing and process plumbing shared by the subcommands.
 namespace gpufleet::app {
+
+// The parts of a comma-separated list, empty ones included ("a,,b" has three).
+std::vector<std::string> SplitList(const std::string& text);
+
+// "all" (every name of `known`) or a comma-separated subset of `known`; kInvalidArgument naming
+// --policy and the unknown name otherwise.
+Result<std::vector<std::string>> ParsePolicies(const std::string& text,
+                                               const std::vector<std::string>& known);
 
 // A decimal int; kInvalidArgument naming `what` and the text otherwise.
 Result<int> ParseInt(std::string_view text, std::string_view what);

@@ -57,17 +57,6 @@ int Fail(const Status& status) {
   return 1;
 }
 
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> parts;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t comma = std::min(text.find(',', begin), text.size());
-    parts.push_back(text.substr(begin, comma - begin));
-    begin = comma + 1;
-  }
-  return parts;
-}
-
 // "no reclaim", then one run per idle period and action.
 Result<std::vector<sim::InteractiveMixRunSpec>> MakeRuns(const InteractiveFlags& flags) {
   std::vector<sim::InteractiveMixRunSpec> runs = {{"no reclaim", std::nullopt}};

@@ -67,17 +67,6 @@ Result<uint64_t> ParseNumber(std::string_view text, std::string_view flag) {
   return value;
 }
 
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> parts;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t comma = std::min(text.find(',', begin), text.size());
-    parts.push_back(text.substr(begin, comma - begin));
-    begin = comma + 1;
-  }
-  return parts;
-}
-
 // "42-51" or "1,2,7".
 Result<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
   std::vector<uint64_t> seeds;
@@ -99,22 +88,6 @@ Result<std::vector<uint64_t>> ParseSeeds(const std::string& text) {
     seeds.push_back(seed);
   }
   return seeds;
-}
-
-// "all" or a comma-separated subset of `known`.
-Result<std::vector<std::string>> ParsePolicies(const std::string& text,
-                                               const std::vector<std::string>& known) {
-  if (text == "all") {
-    return known;
-  }
-  std::vector<std::string> policies = SplitList(text);
-  for (const std::string& name : policies) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      return InvalidArgumentError(
-          fmt::format("--policy: unknown policy \"{}\" (known: {})", name, fmt::join(known, ", ")));
-    }
-  }
-  return policies;
 }
 
 // "250x8": nodes x GPUs per node, 32 nodes per leaf.

@@ -60,29 +60,6 @@ int Fail(const std::string& command, const Status& status) {
   return 1;
 }
 
-std::vector<std::string> SplitList(const std::string& text) {
-  std::vector<std::string> parts;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t comma = std::min(text.find(',', begin), text.size());
-    parts.push_back(text.substr(begin, comma - begin));
-    begin = comma + 1;
-  }
-  return parts;
-}
-
-Result<std::vector<std::string>> ParsePolicies(const std::string& text) {
-  const std::vector<std::string>& known = sim::QueuePolicyNames();
-  std::vector<std::string> policies = SplitList(text);
-  for (const std::string& name : policies) {
-    if (std::find(known.begin(), known.end(), name) == known.end()) {
-      return InvalidArgumentError(
-          fmt::format("--policy: unknown policy \"{}\" (known: {})", name, fmt::join(known, ", ")));
-    }
-  }
-  return policies;
-}
-
 // The cluster, the trace window and the replay options the flags describe.
 struct Setup {
   GpuCatalog catalog = GpuCatalog::Default();
@@ -126,7 +103,7 @@ void PrintSetup(const char* name, const QueueScenarioFlags& flags, const Setup& 
 }
 
 int RunFairnessCommand(const FairnessFlags& flags) {
-  auto policies = ParsePolicies(flags.policy);
+  auto policies = ParsePolicies(flags.policy, sim::QueuePolicyNames());
   if (!policies.ok()) {
     return Fail("fairness", policies.status());
   }
@@ -159,7 +136,7 @@ int RunFairnessCommand(const FairnessFlags& flags) {
 }
 
 int RunBackfillCommand(const BackfillFlags& flags) {
-  auto policies = ParsePolicies(flags.policy);
+  auto policies = ParsePolicies(flags.policy, sim::QueuePolicyNames());
   if (!policies.ok()) {
     return Fail("backfill", policies.status());
   }

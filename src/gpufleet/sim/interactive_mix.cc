@@ -73,23 +73,6 @@ int64_t WindowOf(const Trace& batch, const InteractiveMixOptions& options) {
   return batch.jobs.empty() ? 1 : batch.jobs.back().submit_seconds + 1;
 }
 
-Distribution Summarize(std::vector<double> values) {
-  Distribution out;
-  if (values.empty()) {
-    return out;
-  }
-  std::sort(values.begin(), values.end());
-  out.mean = std::accumulate(values.begin(), values.end(), 0.0) / values.size();
-  auto at = [&](double q) {
-    const size_t index = static_cast<size_t>(std::ceil(q * values.size())) - 1;
-    return values[std::min(index, values.size() - 1)];
-  };
-  out.p50 = at(0.50);
-  out.p90 = at(0.90);
-  out.p99 = at(0.99);
-  return out;
-}
-
 // The run's figures over the measurement span [from, to): samples in it, jobs submitted in it.
 void Measure(InteractiveMixRun& run, int64_t from, int64_t to) {
   double allocated = 0;

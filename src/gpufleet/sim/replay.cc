@@ -164,23 +164,6 @@ bool Dominated(const TraceJob& job, const std::vector<const TraceJob*>& failed) 
   return false;
 }
 
-Distribution Summarize(std::vector<double> values) {
-  Distribution out;
-  if (values.empty()) {
-    return out;
-  }
-  std::sort(values.begin(), values.end());
-  out.mean = std::accumulate(values.begin(), values.end(), 0.0) / values.size();
-  auto at = [&](double q) {
-    const size_t index = static_cast<size_t>(std::ceil(q * values.size())) - 1;
-    return values[std::min(index, values.size() - 1)];
-  };
-  out.p50 = at(0.50);
-  out.p90 = at(0.90);
-  out.p99 = at(0.99);
-  return out;
-}
-
 // The entry of `queue` in `queues`, kept sorted by name; added when missing.
 ReplayQueueOutcome& QueueOutcome(const std::string& queue,
                                  std::vector<ReplayQueueOutcome>& queues) {
@@ -1332,6 +1315,23 @@ Trace FitTasksToNodes(const Trace& trace, int max_gpus_per_node) {
     }
   }
   return fitted;
+}
+
+Distribution Summarize(std::vector<double> values) {
+  Distribution out;
+  if (values.empty()) {
+    return out;
+  }
+  std::sort(values.begin(), values.end());
+  out.mean = std::accumulate(values.begin(), values.end(), 0.0) / values.size();
+  auto at = [&](double q) {
+    const size_t index = static_cast<size_t>(std::ceil(q * values.size())) - 1;
+    return values[std::min(index, values.size() - 1)];
+  };
+  out.p50 = at(0.50);
+  out.p90 = at(0.90);
+  out.p99 = at(0.99);
+  return out;
 }
 
 const std::vector<std::string>& QueuePolicyNames() {

@@ -153,6 +153,8 @@ struct Distribution {
   double p90 = 0;
   double p99 = 0;
 };
+// Of `values`; all zero when there are none. Percentiles are nearest-rank.
+Distribution Summarize(std::vector<double> values);
 
 // The interactive jobs (notebooks) of a replay and what idle reclaim cost them.
 struct InteractiveOutcome {
