@@ -81,9 +81,10 @@ Action AddCliCommands(CLI::App& app) {
     return cli::RunSubmit(client, s.submit, std::cout, std::cerr);
   });
 
-  CLI::App* get =
-      app.add_subcommand("get", "list jobs, nodes, queues, teams or tokens, or show one");
-  get->add_option("TYPE", s.get.kind, "jobs, nodes, queues, teams or tokens (or job, node, ...)")
+  CLI::App* get = app.add_subcommand(
+      "get", "list jobs, nodes, queues, teams, tokens or deployments, or show one");
+  get->add_option("TYPE", s.get.kind,
+                  "jobs, nodes, queues, teams, tokens or deployments (or job, node, ...)")
       ->required();
   get->add_option("NAME", s.get.name, "one object's name");
   get->add_option("-o,--output", s.get.output, "table (default), wide, json or yaml");
@@ -114,8 +115,10 @@ Action AddCliCommands(CLI::App& app) {
     return cli::RunResume(client, s.resume, std::cout, std::cerr);
   });
 
-  CLI::App* create = app.add_subcommand("create", "create a team, a queue or a token (admin)");
-  create->add_option("TYPE", s.create.kind, "team, queue or token")->required();
+  CLI::App* create = app.add_subcommand(
+      "create", "create a team, a queue or a token (admin), or a deployment (-f FILE)");
+  create->add_option("TYPE", s.create.kind, "team, queue, token or deployment")->required();
+  create->add_option("-f,--filename", s.create.file, "deployment: the JSON spec file");
   create->add_option("NAME", s.create.name, "the team's or queue's name");
   create->add_option("--team", s.create.team, "queue: the team that may use it; token: its team");
   create->add_option("--role", s.create.role, "token: admin or member");

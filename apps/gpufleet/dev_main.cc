@@ -41,6 +41,7 @@ struct DevFlags {
   std::string listen = "127.0.0.1:8080";
   std::string metrics_listen = "127.0.0.1:9400";
   int nodes = 32;
+  int mig_nodes = 0;  // the first ones have MIG on every GPU
   int gpus_per_node = 8;
   std::string gpu_model = "H100-80GB";
   int leaves = 4;
@@ -60,6 +61,40 @@ constexpr std::chrono::milliseconds kTick{250};
 int Fail(const Status& status) {
   fmt::print(stderr, "gpufleet dev: {}\n", status.ToString());
   return 1;
+}
+
+// The layout a MIG node's GPUs start with is one instance of the model's largest profile, the
+// whole GPU, so that a job asking for its smallest slice fits no current layout and the server
+// repartitions.
+struct MigLayoutChoice {
+  std::string whole;     // e.g. "7g.80gb"
+  std::string smallest;  // e.g. "1g.10gb"
+};
+
+// kInvalidArgument naming the flag for a model without MIG.
+Result<MigLayoutChoice> ChooseMigLayout(const DevFlags& flags, const GpuCatalog& catalog) {
+  GPUFLEET_ASSIGN_OR_RETURN(const GpuModelInfo* model, catalog.Find(flags.gpu_model));
+  const auto size = [](const MigProfile& profile) {
+    return std::make_pair(profile.compute_slices, profile.memory_mib);
+  };
+  const MigProfile* largest = nullptr;
+  const MigProfile* smallest = nullptr;
+  for (const MigProfile& profile : model->mig_profiles) {
+    if (profile.media_extensions) {
+      continue;
+    }
+    if (largest == nullptr || size(profile) > size(*largest)) {
+      largest = &profile;
+    }
+    if (smallest == nullptr || size(profile) < size(*smallest)) {
+      smallest = &profile;
+    }
+  }
+  if (largest == nullptr) {
+    return InvalidArgumentError(fmt::format("--simulated-mig-nodes {}: --gpu-model {} has no MIG",
+                                            flags.mig_nodes, model->name));
+  }
+  return MigLayoutChoice{largest->name, smallest->name};
 }
 
 // The trace sample to play: every k-th GPU pod of the openb default list, k chosen so that the
@@ -200,6 +235,18 @@ int RunDev(DevFlags flags) {
     return Fail(InvalidArgumentError(
         fmt::format("--gpu-model: \"{}\" is not in the GPU catalog", flags.gpu_model)));
   }
+  if (flags.mig_nodes < 0 || flags.mig_nodes > flags.nodes) {
+    return Fail(InvalidArgumentError(fmt::format(
+        "--simulated-mig-nodes {} is outside [0, --nodes {}]", flags.mig_nodes, flags.nodes)));
+  }
+  MigLayoutChoice mig_layout;
+  if (flags.mig_nodes > 0) {
+    Result<MigLayoutChoice> choice = ChooseMigLayout(flags, catalog);
+    if (!choice.ok()) {
+      return Fail(choice.status());
+    }
+    mig_layout = *choice;
+  }
   Result<Playback> playback = flags.no_trace
                                   ? Result<Playback>(Playback{})
                                   : LoadPlayback(flags, flags.nodes * flags.gpus_per_node);
@@ -276,6 +323,9 @@ int RunDev(DevFlags flags) {
     options.gpu_model = flags.gpu_model;
     options.gpu_count = flags.gpus_per_node;
     options.seed = static_cast<uint64_t>(i + 1);
+    for (int gpu = 0; i < flags.mig_nodes && gpu < flags.gpus_per_node; ++gpu) {
+      options.mig_profiles[gpu] = {mig_layout.whole};
+    }
     Result<std::unique_ptr<agent::SimulatedNode>> node =
         agent::SimulatedNode::Create(options, clock, catalog, agent_client);
     if (!node.ok()) {
@@ -318,11 +368,19 @@ int RunDev(DevFlags flags) {
       "  store     {}\n"
       "  trace     {} openb pods in {} min ({:.0f}x faster than real time, durations x{:.0f} for "
       "{:.0f}% load)\n"
+      "{}"
       "try: GPUFLEET_ADDR={} GPUFLEET_TOKEN={} gpufleet get jobs\n",
       flags.nodes, flags.gpus_per_node, flags.gpu_model, flags.leaves, per_leaf, flags.spines,
       flags.policy, address, **admin, metrics_listen->first, metrics_port, address, db_path,
       playback->jobs.size(), flags.playback_minutes, playback->speedup, playback->duration_scale,
-      flags.target_load * 100, address, **admin);
+      flags.target_load * 100,
+      flags.mig_nodes == 0
+          ? ""
+          : fmt::format("  MIG       dev-node-000..{:03}: every GPU MIG-enabled with one {} "
+                        "(submit a job asking `gpus: {{migProfile: {}}}` to see the server "
+                        "repartition)\n",
+                        flags.mig_nodes - 1, mig_layout.whole, mig_layout.smallest),
+      address, **admin);
   std::fflush(stdout);
 
   const auto start = std::chrono::steady_clock::now();
@@ -410,6 +468,10 @@ Action AddDevCommand(CLI::App& app) {
   dev->add_option("--nodes", flags->nodes, "simulated nodes")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
+  dev->add_option("--simulated-mig-nodes", flags->mig_nodes,
+                  "the first N nodes have MIG on every GPU, each GPU one whole-GPU instance "
+                  "(7g.80gb on H100-80GB) that the server repartitions for MIG jobs")
+      ->capture_default_str();
   dev->add_option("--gpus-per-node", flags->gpus_per_node, "GPUs per node")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));

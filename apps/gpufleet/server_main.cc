@@ -33,6 +33,7 @@ struct ServerFlags {
   std::string admin_token_file;
   std::string policy = "best-fit";
   int64_t cycle_interval_ms = 1000;
+  int64_t mig_apply_timeout_s = 120;
   int64_t reliability_interval_s = 300;
   double quarantine_fleet_share = 0.02;
   double quarantine_leaf_share = 0.05;
@@ -123,15 +124,16 @@ int RunServer(const ServerFlags& flags) {
     idle_reclaim->warning_seconds = flags.idle_reclaim_warning_s;
     idle_reclaim->action = *action;
   }
-  Result<std::unique_ptr<api::ApiServer>> server =
-      api::ApiServer::Create({.store = **store,
-                              .catalog = catalog,
-                              .clock = clock,
-                              .wall_clock = &clock,
-                              .policy = flags.policy,
-                              .cycle_interval = std::chrono::milliseconds(flags.cycle_interval_ms),
-                              .reliability = reliability,
-                              .idle_reclaim = idle_reclaim});
+  Result<std::unique_ptr<api::ApiServer>> server = api::ApiServer::Create(
+      {.store = **store,
+       .catalog = catalog,
+       .clock = clock,
+       .wall_clock = &clock,
+       .policy = flags.policy,
+       .cycle_interval = std::chrono::milliseconds(flags.cycle_interval_ms),
+       .reliability = reliability,
+       .idle_reclaim = idle_reclaim,
+       .mig_apply_timeout = std::chrono::seconds(flags.mig_apply_timeout_s)});
   if (!server.ok()) {
     return Fail(server.status());
   }
@@ -202,6 +204,12 @@ Action AddServerCommand(CLI::App& app) {
                    "milliseconds between scheduling cycles")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{3600000}));
+  server
+      ->add_option("--mig-apply-timeout-s", flags->mig_apply_timeout_s,
+                   "seconds a job waits for MIG instances its agent does not report before it "
+                   "is requeued")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
   server
       ->add_option("--reliability-interval-s", flags->reliability_interval_s,
                    "seconds between failure attributions over the job outcomes (0: every cycle)")

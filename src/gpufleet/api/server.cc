@@ -278,6 +278,11 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
   if (options.idle_reclaim) {
     GPUFLEET_RETURN_IF_ERROR(options.idle_reclaim->Validate());
   }
+  if (options.mig_apply_timeout.count() <= 0 || options.mig_replan_delay.count() < 0) {
+    return InvalidArgumentError(
+        fmt::format("mig_apply_timeout {}s must be positive and mig_replan_delay {}s not negative",
+                    options.mig_apply_timeout.count(), options.mig_replan_delay.count()));
+  }
   GPUFLEET_ASSIGN_OR_RETURN(
       std::unique_ptr<scheduler::Scheduler> sched,
       scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));
@@ -506,6 +511,10 @@ Result<int> ApiServer::RunCycleLocked() {
   if (ended) {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
+  GPUFLEET_ASSIGN_OR_RETURN(const bool mig_requeued, RequeueJobsWaitingForMigInstances());
+  if (mig_requeued) {
+    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
+  }
   IndexActiveJobs();
   // A job that did not fit is tried again when resources are freed, and at least this often
   // (placement is greedy, so fit is not perfectly monotone in free resources).
@@ -522,6 +531,7 @@ Result<int> ApiServer::RunCycleLocked() {
   GPUFLEET_RETURN_IF_ERROR(PlanMigLayoutsForPendingJobs());
   UpdateQueueTree();
   GPUFLEET_RETURN_IF_ERROR(ReclaimIdleJobs());
+  GPUFLEET_RETURN_IF_ERROR(RunDeploymentsIfDue());
   std::vector<PendingEntry> pending;
   for (auto& [name, job] : view_->jobs()) {
     if (job.state == "Pending") {
@@ -739,7 +749,12 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
   if (n >= 3) {
     route += "/{name}";
   }
-  if (n == 4) {
+  // A queue's name is a path ("research/nlp"): only a trailing "events" is a sub-route.
+  if (collection == "queues") {
+    if (n >= 4 && segments[n - 1] == "events") {
+      route += "/events";
+    }
+  } else if (n == 4) {
     route += fmt::format("/{}", segments[3]);
   }
   if (!who.ok()) {
@@ -802,6 +817,8 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     if (n == 4 && post && kActions.count(segments[3]) > 0) {
       return routed(NodeAction(*who, segments[2], segments[3], request.body), route);
     }
+  } else if (std::optional<ApiResponse> served = RouteDeployments(*who, request, segments)) {
+    return routed(std::move(*served), route);
   } else if (std::optional<ApiResponse> answer = RouteReliability(*who, request, segments)) {
     return routed(std::move(*answer), route);
   } else if (std::optional<ApiResponse> response = RouteTenancy(*who, request, segments)) {

@@ -25,6 +25,7 @@
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/policy/autoscaler.h"
 #include "gpufleet/policy/idle_reclaim.h"
 #include "gpufleet/policy/queues.h"
 #include "gpufleet/scheduler/scheduler.h"
@@ -106,6 +107,12 @@ class ApiServer {
     // Idle reclaim of running interactive jobs (docs/utilization.md, "Idle reclaim in the
     // server"); nullopt: off.
     std::optional<policy::IdleReclaimOptions> idle_reclaim;
+    // A job placed on MIG instances its node's agent has not reported for this long goes back to
+    // Pending, the GPU's planned layout falls back to the devices the agent reports, and the
+    // planner leaves the node alone for mig_replan_delay or until its devices change
+    // (docs/agent.md, "MIG layouts").
+    std::chrono::seconds mig_apply_timeout{120};
+    std::chrono::seconds mig_replan_delay{600};
   };
 
   // Creates the queue "default" in the store if it is missing. kNotFound / kInvalidArgument for
@@ -244,6 +251,21 @@ class ApiServer {
   Status WriteIdleDecisions();
   // POST /v1/jobs/NAME/resume: a Suspended job back to Pending (admin or the job's team).
   ApiResponse ResumeJob(const Principal& who, std::string_view name);
+  // The mean utilization (milli) of the GPUs `job` holds, as of the oldest of its nodes' latest
+  // heartbeats; nullopt when one of its nodes or GPUs has reported none. REQUIRES: agents_mu_.
+  struct JobUtilization {
+    MonoTime as_of;
+    int64_t milli = 0;
+  };
+  std::optional<JobUtilization> MeasureJobUtilization(const ViewJob& job);
+
+  // Deployments (server_deployments.cc): the /v1/deployments routes (nullopt for a path they do
+  // not serve), and the cycle's controller step, at most every kDeploymentControllerPeriod: each
+  // deployment's autoscaler takes the mean utilization of its Running replicas, and replica
+  // jobs are submitted or cancelled to match the desired count it stores.
+  std::optional<ApiResponse> RouteDeployments(const Principal& who, const ApiRequest& request,
+                                              const std::vector<std::string_view>& segments);
+  Status RunDeploymentsIfDue();
 
   // Agents (server_agents.cc). Register and heartbeat answer the node's desired tasks.
   Result<AgentReply> RegisterAgent(const Principal& who, std::string_view body);
@@ -261,6 +283,10 @@ class ApiServer {
   // layouts for MIG GPUs of agent nodes whose instances to destroy are free, and stores them with
   // the nodes (the scheduler then sees the new instances; agents are told to apply them).
   Status PlanMigLayoutsForPendingJobs();
+  // Requeues the jobs that have waited mig_apply_timeout for MIG instances their agent has not
+  // reported, drops the GPU's unapplied layout and holds the node back from the planner. Returns
+  // whether anything was written.
+  Result<bool> RequeueJobsWaitingForMigInstances();
   // Publishes the view's active jobs per node to the heartbeat handlers.
   void IndexActiveJobs();
   void IndexScheduledJob(const std::string& job, const std::set<std::string>& nodes);
@@ -290,6 +316,15 @@ class ApiServer {
   // The capacity epoch and the jobs of the last MIG plan: planned again only when either changed.
   uint64_t mig_planned_epoch_ = 0;          // guarded by cycle_mu_
   std::set<std::string> mig_planned_jobs_;  // guarded by cycle_mu_
+  // Since when jobs have waited for unreported MIG instances, by (node, GPU index).
+  std::map<std::pair<std::string, int>, MonoTime> mig_waits_;  // guarded by cycle_mu_
+  // Nodes the planner leaves alone after a layout timed out: until when, and the MIG devices
+  // their agent reported then (a change ends the hold early).
+  struct MigHold {
+    MonoTime until;
+    std::string devices;
+  };
+  std::map<std::string, MigHold> mig_holds_;  // guarded by cycle_mu_
 
   // Queue usage saved across restarts, and preemptors' reservations (server_queues.cc).
   bool queue_usage_loaded_ = false;               // guarded by cycle_mu_
@@ -319,6 +354,9 @@ class ApiServer {
   std::map<std::string, IdleTrackedJob> idle_tracked_;  // guarded by cycle_mu_
   // Unix seconds of MonoTime{0} on the reclaimer's time line, fixed on first use.
   std::optional<int64_t> reclaim_epoch_seconds_;  // guarded by cycle_mu_
+  // One autoscaler per deployment, made on first use (after a restart from the stored count).
+  std::map<std::string, policy::Autoscaler> autoscalers_;  // guarded by cycle_mu_
+  std::optional<MonoTime> deployments_run_at_;             // guarded by cycle_mu_
 
   std::unique_ptr<Metrics> metrics_;                    // internally synchronised
   std::unique_ptr<ReliabilityController> reliability_;  // thread-safe

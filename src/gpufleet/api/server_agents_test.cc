@@ -23,6 +23,7 @@ namespace gpufleet::api {
 namespace {
 
 using Json = nlohmann::json;
+using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // A node of 8 H100s in leaf `leaf` as its agent describes it.
@@ -422,6 +423,122 @@ spec:
   EXPECT_EQ(Get("/v1/jobs/infer")["state"], "Pending");
   EXPECT_EQ(Get("/v1/nodes/mig-a")["gpus"][0]["mig_instances"].dump(),
             R"([{"profile":"7g.80gb","start":0}])");
+}
+
+// A MIG agent that never applies the planned layout (mig-layouts label, one H100 with a 7g).
+class MigApplyTimeoutTest : public AgentProtocolTest {
+ protected:
+  static constexpr const char* kMigJob = R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: infer}
+spec:
+  tasks: [{name: main, command: [serve], resources: {gpus: {migProfile: 3g.40gb}}}]
+)";
+
+  // Registers mig-a with a 7g instance and places the 3g job on a planned layout.
+  void PlaceOnAPlannedLayout() {
+    Cycle();
+    Register(whole_);
+    Submit(kMigJob);
+    Cycle();  // does not fit
+    Cycle();  // a new layout, and the job placed on it
+    ASSERT_EQ(Get("/v1/jobs/infer")["state"], "Scheduled");
+    Cycle();  // the wait starts
+  }
+
+  // `seconds` in 10 s steps: mig-a heartbeats with these devices and error, then a cycle runs.
+  // Returns the last heartbeat's answer.
+  AgentReply Wait(int seconds, const std::vector<MigDeviceReport>& devices,
+                  const std::string& error) {
+    AgentReply reply;
+    for (int waited = 0; waited < seconds; waited += 10) {
+      clock_.Advance(std::chrono::seconds(10));
+      HeartbeatRequest beat;
+      beat.gpus.push_back(whole_.gpus[0]);
+      beat.gpus[0].mig_devices = devices;
+      beat.gpus[0].mig_error = error;
+      reply = Heartbeat("mig-a", beat);
+      Cycle();
+    }
+    return reply;
+  }
+
+  std::string Events(const std::string& kind, const std::string& name) {
+    return Get(fmt::format("/v1/{}/{}/events", kind, name)).dump();
+  }
+
+  const RegisterRequest whole_ = MigInventory({{"MIG-whole", "7g.80gb", 0}});
+  const std::vector<MigDeviceReport> whole_devices_ = {{"MIG-whole", "7g.80gb", 0}};
+  static constexpr const char* kError = "gpu 0: the 7g.80gb instance at 0 is in use";
+};
+
+TEST_F(MigApplyTimeoutTest, AJobWaitingForALayoutNeverAppliedIsRequeuedAndTheLayoutDropped) {
+  PlaceOnAPlannedLayout();
+  EXPECT_EQ(Wait(110, whole_devices_, kError).mig_layouts.size(), 1u) << "still asked to apply";
+  EXPECT_EQ(Get("/v1/jobs/infer")["state"], "Scheduled") << "not yet 120 s";
+
+  const AgentReply reply = Wait(10, whole_devices_, kError);
+  const Json job = Get("/v1/jobs/infer");
+  EXPECT_EQ(job["state"], "Pending");
+  EXPECT_TRUE(job["placements"].empty());
+  const std::string events = Events("jobs", "infer");
+  EXPECT_THAT(events, HasSubstr("requeued: MIG instances 3g.40gb at "));
+  EXPECT_THAT(events, HasSubstr(fmt::format(
+                          "on mig-a gpu 0 not reported by its agent within 120s: {}", kError)));
+  // The layout is what the agent has; nothing more is asked of it, and the node says why.
+  EXPECT_EQ(Get("/v1/nodes/mig-a")["gpus"][0]["mig_instances"].dump(),
+            R"([{"profile":"7g.80gb","start":0}])");
+  EXPECT_THAT(Events("nodes", "mig-a"),
+              HasSubstr("layout back to 7g.80gb at 0, jobs infer requeued, no new layout planned "
+                        "here for 600s or until its MIG devices change"));
+  EXPECT_TRUE(Wait(10, whole_devices_, "").mig_layouts.empty());
+  EXPECT_TRUE(reply.tasks.empty());
+
+  // The node is not planned again while it reports the same devices...
+  Wait(580, whole_devices_, "");
+  EXPECT_EQ(Get("/v1/jobs/infer")["state"], "Pending");
+  EXPECT_EQ(Get("/v1/nodes/mig-a")["gpus"][0]["mig_instances"].size(), 1u);
+  // ...and is once the hold is over: a new attempt on a new layout.
+  Wait(20, whole_devices_, "");
+  const Json again = Get("/v1/jobs/infer");
+  EXPECT_EQ(again["state"], "Scheduled");
+  EXPECT_EQ(again["attempt"], 2);
+}
+
+TEST_F(MigApplyTimeoutTest, TheHoldEndsWhenTheAgentReportsOtherDevices) {
+  PlaceOnAPlannedLayout();
+  Wait(120, whole_devices_, kError);
+  ASSERT_EQ(Get("/v1/jobs/infer")["state"], "Pending");
+  // An operator freed the GPU: the node is planned again at once.
+  Wait(20, {}, "");
+  EXPECT_EQ(Get("/v1/jobs/infer")["state"], "Scheduled");
+}
+
+TEST_F(MigApplyTimeoutTest, AReportedInstanceEndsTheWaitEvenBeforeTheTaskRuns) {
+  PlaceOnAPlannedLayout();
+  const AgentReply reply = Wait(60, whole_devices_, kError);
+  ASSERT_EQ(reply.mig_layouts.size(), 1u);
+  std::vector<MigDeviceReport> applied;
+  for (const MigInstance& instance : reply.mig_layouts[0].instances) {
+    applied.push_back({fmt::format("MIG-{}-{}", instance.profile, instance.start), instance.profile,
+                       instance.start});
+  }
+  // The agent applied the layout but never reports the task: no requeue for the layout.
+  EXPECT_EQ(Wait(300, applied, "").tasks.size(), 1u);
+  EXPECT_EQ(Get("/v1/jobs/infer")["state"], "Scheduled");
+  EXPECT_THAT(Events("jobs", "infer"), ::testing::Not(HasSubstr("requeued")));
+}
+
+TEST_F(AgentProtocolTest, ANonPositiveMigApplyTimeoutIsRefused) {
+  store::InMemoryStateStore store;
+  ApiServer::Options options{.store = store, .catalog = catalog_, .clock = clock_};
+  options.mig_apply_timeout = std::chrono::seconds(0);
+  EXPECT_THAT(ApiServer::Create(options).status(),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("mig_apply_timeout 0s")));
+  options.mig_apply_timeout = std::chrono::seconds(1);
+  options.mig_replan_delay = std::chrono::seconds(-1);
+  EXPECT_THAT(ApiServer::Create(options).status(),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("mig_replan_delay -1s")));
 }
 
 // Idle reclaim reads the utilization the heartbeats carry.

@@ -80,6 +80,42 @@ Result<bool> WriteMigGpuPlan(store::StateStore& store, const GpuCatalog& catalog
   return false;
 }
 
+// The MIG devices every GPU of a node document reports, as one comparable text.
+std::string ReportedMigDevices(const Json& node_doc) {
+  Json devices = Json::array();
+  for (const Json& gpu : ArrayOr(node_doc, "gpus")) {
+    devices.push_back(ArrayOr(gpu, "mig_devices"));
+  }
+  return devices.dump();
+}
+
+Json* FindGpu(Json& node_doc, int index) {
+  if (!node_doc.contains("gpus") || !node_doc["gpus"].is_array()) {
+    return nullptr;
+  }
+  for (Json& gpu : node_doc["gpus"]) {
+    if (IntOr(gpu, "index", -1) == index) {
+      return &gpu;
+    }
+  }
+  return nullptr;
+}
+
+// `instances` less one of each of `taken` (by profile and start).
+std::vector<MigInstance> WithoutInstances(std::vector<MigInstance> instances,
+                                          const std::vector<MigInstance>& taken) {
+  for (const MigInstance& instance : taken) {
+    const auto it =
+        std::find_if(instances.begin(), instances.end(), [&](const MigInstance& candidate) {
+          return candidate.profile == instance.profile && candidate.start == instance.start;
+        });
+    if (it != instances.end()) {
+      instances.erase(it);
+    }
+  }
+  return instances;
+}
+
 }  // namespace
 
 std::vector<MigInstance> MigInstancesFromJson(const Json& list) {
@@ -163,6 +199,21 @@ const Json* FindMigDevice(const Json& gpu_doc, const std::string& profile, int s
 }
 
 Status ApiServer::PlanMigLayoutsForPendingJobs() {
+  // A held node is planned again once its hold ends or its agent reports other devices.
+  for (auto it = mig_holds_.begin(); it != mig_holds_.end();) {
+    bool release = options_.clock.Now() >= it->second.until;
+    if (!release) {
+      const Result<store::StoredObject> stored = options_.store.Get(kNodesKind, it->first);
+      release =
+          !stored.ok() || ReportedMigDevices(ParseDocument(stored->data)) != it->second.devices;
+    }
+    if (release) {
+      mig_planned_epoch_ = 0;  // its GPUs are new to the planner
+      it = mig_holds_.erase(it);
+    } else {
+      ++it;
+    }
+  }
   const uint64_t epoch = view_->capacity_epoch();
   // Pending jobs with MIG tasks that did not fit the layouts as they are now.
   std::vector<policy::MigRequest> requests;
@@ -192,7 +243,7 @@ Status ApiServer::PlanMigLayoutsForPendingJobs() {
   for (policy::MigGpu& gpu : policy::MigGpusOf(view_->snapshot())) {
     const auto node = view_->nodes().find(gpu.node.value());
     if (node == view_->nodes().end() || !node->second.agent ||
-        node->second.node.state != NodeState::kReady) {
+        node->second.node.state != NodeState::kReady || mig_holds_.count(node->first) > 0) {
       continue;
     }
     const auto label = node->second.node.labels.find(std::string(kMigLayoutsLabel));
@@ -231,6 +282,179 @@ Status ApiServer::PlanMigLayoutsForPendingJobs() {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
   return Status::Ok();
+}
+
+Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
+  using GpuKey = std::pair<std::string, int>;
+  const MonoTime now = options_.clock.Now();
+  std::set<std::string> mig_nodes;
+  for (const auto& [name, node] : view_->nodes()) {
+    if (std::any_of(node.node.gpus.begin(), node.node.gpus.end(),
+                    [](const Gpu& gpu) { return gpu.mig_enabled; })) {
+      mig_nodes.insert(name);
+    }
+  }
+  // The Scheduled jobs with a task not started on a MIG instance its agent has not reported,
+  // by GPU, and what each GPU misses. Node documents are read once, only for such jobs.
+  std::map<std::string, store::StoredObject> node_docs;
+  std::map<GpuKey, std::set<std::string>> waiting_jobs;
+  std::map<GpuKey, std::vector<MigInstance>> missing;
+  std::map<std::string, std::set<GpuKey>> gpus_of_job;
+  for (const auto& [name, job] : view_->jobs()) {
+    if (job.state != "Scheduled" ||
+        std::none_of(job.nodes.begin(), job.nodes.end(),
+                     [&](const std::string& node) { return mig_nodes.count(node) > 0; })) {
+      continue;
+    }
+    const Json doc = ParseDocument(job.data);
+    for (const Json& placement : ArrayOr(doc, "placements")) {
+      const std::string node = StrOr(placement, "node");
+      if (!StrOr(placement, "phase").empty() || mig_nodes.count(node) == 0) {
+        continue;  // a task that started had its instances
+      }
+      auto stored = node_docs.find(node);
+      if (stored == node_docs.end()) {
+        Result<store::StoredObject> object = options_.store.Get(kNodesKind, node);
+        if (!object.ok()) {
+          if (object.status().code() == StatusCode::kNotFound) {
+            continue;
+          }
+          return object.status();
+        }
+        stored = node_docs.emplace(node, std::move(object).value()).first;
+      }
+      Json node_doc = ParseDocument(stored->second.data);
+      const Json& gpus = ArrayOr(placement, "gpus");
+      const Json& assignments = ArrayOr(placement, "assignments");
+      for (size_t i = 0; i < assignments.size() && i < gpus.size(); ++i) {
+        const std::string profile = StrOr(assignments[i], "mig_profile");
+        if (profile.empty() || !gpus[i].is_number_integer()) {
+          continue;
+        }
+        const int index = gpus[i].get<int>();
+        const int start = static_cast<int>(IntOr(assignments[i], "mig_start", -1));
+        const Json* gpu = FindGpu(node_doc, index);
+        if (gpu != nullptr && FindMigDevice(*gpu, profile, start) != nullptr) {
+          continue;
+        }
+        const GpuKey key{node, index};
+        waiting_jobs[key].insert(name);
+        missing[key].push_back({profile, start});
+        gpus_of_job[name].insert(key);
+      }
+    }
+  }
+  // Each GPU's wait starts in the first cycle that sees it and ends when nothing waits there.
+  for (auto it = mig_waits_.begin(); it != mig_waits_.end();) {
+    it = waiting_jobs.count(it->first) > 0 ? std::next(it) : mig_waits_.erase(it);
+  }
+  std::set<GpuKey> timed_out;
+  for (const auto& [key, jobs] : waiting_jobs) {
+    const MonoTime since = mig_waits_.emplace(key, now).first->second;
+    if (now - since >= options_.mig_apply_timeout) {
+      timed_out.insert(key);
+    }
+  }
+  if (timed_out.empty()) {
+    return false;
+  }
+  // The jobs of a timed-out GPU go back to Pending; every GPU such a job waits on loses its
+  // unapplied layout, and so the jobs waiting there go too.
+  std::set<GpuKey> dropped;
+  std::set<std::string> requeued;
+  std::vector<GpuKey> to_visit(timed_out.begin(), timed_out.end());
+  while (!to_visit.empty()) {
+    const GpuKey key = to_visit.back();
+    to_visit.pop_back();
+    if (!dropped.insert(key).second) {
+      continue;
+    }
+    for (const std::string& job : waiting_jobs[key]) {
+      if (requeued.insert(job).second) {
+        to_visit.insert(to_visit.end(), gpus_of_job[job].begin(), gpus_of_job[job].end());
+      }
+    }
+  }
+  store::WriteBatch batch;
+  // The instances the jobs that stay created: the agent reports them, but they are the
+  // placements', not the layout's.
+  std::map<std::string, std::map<int, std::vector<MigInstance>>> created;
+  for (const auto& [name, job] : view_->jobs()) {
+    if (requeued.count(name) == 0 && HoldsResources(job.state)) {
+      const Json doc = ParseDocument(job.data);
+      for (const std::string& node : job.nodes) {
+        if (node_docs.count(node) > 0) {
+          AddCreatedMigInstances(doc, node, created[node]);
+        }
+      }
+    }
+  }
+  // Why, per GPU, with the agent's error when it gave one.
+  std::map<GpuKey, std::string> why;
+  for (const GpuKey& key : dropped) {
+    Json doc = ParseDocument(node_docs[key.first].data);
+    const Json* gpu = FindGpu(doc, key.second);
+    const std::string error = gpu == nullptr ? "" : StrOr(*gpu, "mig_error");
+    why[key] = fmt::format("MIG instances {} on {} gpu {} not reported by its agent within {}s{}",
+                           DescribeMigInstances(missing[key]), key.first, key.second,
+                           options_.mig_apply_timeout.count(),
+                           error.empty() ? "" : fmt::format(": {}", error));
+  }
+  for (auto& [node, stored] : node_docs) {
+    Json doc = ParseDocument(stored.data);
+    bool changed = false;
+    for (const GpuKey& key : dropped) {
+      Json* gpu = key.first == node ? FindGpu(doc, key.second) : nullptr;
+      if (gpu == nullptr) {
+        continue;
+      }
+      const std::vector<MigInstance> layout = WithoutInstances(
+          MigInstancesFromJson(ArrayOr(*gpu, "mig_devices")), created[node][key.second]);
+      (*gpu)["mig_instances"] = MigInstancesToJsonList(layout);
+      batch.AppendEvent(
+          std::string(kNodesKind), node,
+          fmt::format("{}; layout back to {}, jobs {} requeued, no new layout "
+                      "planned here for {}s or until its MIG devices change",
+                      why[key], DescribeMigInstances(layout), fmt::join(waiting_jobs[key], ", "),
+                      options_.mig_replan_delay.count()));
+      changed = true;
+    }
+    if (changed) {
+      batch.Update(std::string(kNodesKind), node, doc.dump(), stored.version);
+      stored.data = doc.dump();
+    }
+  }
+  for (const std::string& name : requeued) {
+    const ViewJob& job = view_->jobs().at(name);
+    const Json before = ParseDocument(job.data);
+    Json after = before;
+    // Every requeued job waits on a dropped GPU (that is how it came to be requeued).
+    const auto first = std::find_if(gpus_of_job[name].begin(), gpus_of_job[name].end(),
+                                    [&](const GpuKey& key) { return dropped.count(key) > 0; });
+    after["state"] = "Pending";
+    after["reason"] = fmt::format("requeued: {}", why[*first]);
+    after["placements"] = Json::array();
+    reliability_->NoteJobChange(before, after, batch);
+    batch.Update(std::string(kJobsKind), name, after.dump(), job.version);
+    batch.AppendEvent(std::string(kJobsKind), name, StrOr(after, "reason"));
+  }
+  const Status status = options_.store.Commit(batch);
+  if (!status.ok()) {
+    // A job or node changed under us (a task report, a heartbeat): the next cycle looks again.
+    for (const std::string& name : requeued) {
+      view_->ReadJobAgain(name);
+    }
+    if (status.code() == StatusCode::kAborted || status.code() == StatusCode::kNotFound) {
+      return false;
+    }
+    return status;
+  }
+  for (const GpuKey& key : dropped) {
+    mig_waits_.erase(key);
+    mig_holds_[key.first] = {now + options_.mig_replan_delay,
+                             ReportedMigDevices(ParseDocument(node_docs[key.first].data))};
+  }
+  return true;
 }
 
 }  // namespace gpufleet::api

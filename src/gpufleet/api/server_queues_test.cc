@@ -251,6 +251,15 @@ TEST_F(ServerQueuesTest, PatchChangesOnlyTheFieldsItNames) {
   EXPECT_EQ(
       Call("PATCH", "/v1/queues/research/nlp", R"({"guarantee": {"H100-80GB": 8}})")["guarantee"],
       Json({{"H100-80GB", 8}}));
+  // The metrics name the route, not the queue's path.
+  ApiRequest metrics;
+  metrics.method = "GET";
+  metrics.path = "/metrics";
+  const std::string text = server_->Handle(metrics).body;
+  EXPECT_THAT(text,
+              HasSubstr(R"(gpufleet_api_requests_total{route="/v1/queues/{name}",code="200"} 5)"));
+  EXPECT_THAT(text, HasSubstr(R"(route="/v1/queues/{name}/events")"));
+  EXPECT_THAT(text, Not(HasSubstr("/nlp")));
 }
 
 TEST_F(ServerQueuesTest, PatchIsRefusedWholeWhenItDoesNotFitTheTree) {

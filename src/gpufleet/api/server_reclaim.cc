@@ -107,42 +107,18 @@ Status ApiServer::TrackAndSampleIdleJobs() {
     int64_t milli = 0;
   };
   std::vector<Sample> samples;
-  const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
   {
     std::lock_guard<std::mutex> lock(agents_mu_);
     for (const auto& [name, tracked] : idle_tracked_) {
-      const ViewJob& job = view_->jobs().at(name);
-      std::optional<MonoTime> as_of;
-      int64_t sum = 0;
-      int64_t count = 0;
-      bool complete = true;
-      for (const scheduler::TaskPlacement& placement : job.placements) {
-        const Node& node = *snapshot.nodes()[placement.node].node;
-        const auto beat = last_heartbeat_.find(node.id.value());
-        if (beat == last_heartbeat_.end()) {
-          complete = false;
-          break;
-        }
-        as_of = as_of ? std::min(*as_of, beat->second) : beat->second;
-        for (const scheduler::GpuAssignment& gpu : placement.gpus) {
-          const auto utilization =
-              gpu_utilization_.find({node.id.value(), node.gpus[gpu.gpu].index});
-          if (utilization == gpu_utilization_.end()) {
-            complete = false;
-            break;
-          }
-          sum += utilization->second;
-          ++count;
-        }
-      }
-      if (!complete || count == 0) {
+      const std::optional<JobUtilization> measured = MeasureJobUtilization(view_->jobs().at(name));
+      if (!measured) {
         continue;
       }
-      const int64_t time_seconds = ReclaimSeconds(*as_of);
+      const int64_t time_seconds = ReclaimSeconds(measured->as_of);
       if (tracked.last_sample_seconds && time_seconds <= *tracked.last_sample_seconds) {
         continue;  // nothing new since the last cycle
       }
-      samples.push_back({name, time_seconds, sum * kMilliPerPercent / count});
+      samples.push_back({name, time_seconds, measured->milli});
     }
   }
   for (const Sample& sample : samples) {
@@ -151,6 +127,33 @@ Status ApiServer::TrackAndSampleIdleJobs() {
     idle_tracked_.at(sample.job).last_sample_seconds = sample.time_seconds;
   }
   return Status::Ok();
+}
+
+std::optional<ApiServer::JobUtilization> ApiServer::MeasureJobUtilization(const ViewJob& job) {
+  const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
+  std::optional<MonoTime> as_of;
+  int64_t sum = 0;
+  int64_t count = 0;
+  for (const scheduler::TaskPlacement& placement : job.placements) {
+    const Node& node = *snapshot.nodes()[placement.node].node;
+    const auto beat = last_heartbeat_.find(node.id.value());
+    if (beat == last_heartbeat_.end()) {
+      return std::nullopt;
+    }
+    as_of = as_of ? std::min(*as_of, beat->second) : beat->second;
+    for (const scheduler::GpuAssignment& gpu : placement.gpus) {
+      const auto utilization = gpu_utilization_.find({node.id.value(), node.gpus[gpu.gpu].index});
+      if (utilization == gpu_utilization_.end()) {
+        return std::nullopt;
+      }
+      sum += utilization->second;
+      ++count;
+    }
+  }
+  if (count == 0) {
+    return std::nullopt;
+  }
+  return JobUtilization{*as_of, sum * kMilliPerPercent / count};
 }
 
 Status ApiServer::WriteIdleDecisions() {

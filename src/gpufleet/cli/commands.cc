@@ -195,6 +195,80 @@ int PrintError(const ApiClient& client, const Status& status, std::ostream& err)
   return 1;
 }
 
+namespace {
+
+bool IsDeploymentKind(std::string_view kind) {
+  return kind == "deployment" || kind == "deployments" || kind == "deploy";
+}
+
+std::vector<std::string> DeploymentRow(const json& deployment, int64_t now_unix_seconds) {
+  const json& utilization = Member(deployment, "utilization_pct");
+  const json& target = Member(Member(deployment, "autoscaling"), "target_utilization_pct");
+  const Result<int64_t> created = ParseRfc3339(Text(Member(deployment, "created_at")));
+  return {NameOf(deployment, "<none>"),
+          Text(Member(deployment, "desired_replicas")),
+          Text(Member(deployment, "ready_replicas")),
+          utilization.is_number() ? Text(utilization) + "%" : "<unknown>",
+          target.is_number() ? Text(target) + "%" : "<unknown>",
+          created.ok() ? FormatAge(now_unix_seconds - *created) : "<unknown>"};
+}
+
+// `get deployments [NAME]`: kept apart from the generic kinds, whose tables live in format.cc.
+int RunGetDeployments(ApiClient& client, const GetArgs& args, const WallClock& clock,
+                      std::ostream& out, std::ostream& err) {
+  Result<OutputFormat> format = ParseOutputFormat(args.output);
+  if (!format.ok()) {
+    return PrintUsageError(format.status().message(), err);
+  }
+  if (!args.state.empty() || !args.queue.empty()) {
+    return PrintUsageError("--state and --queue filter jobs only", err);
+  }
+  Result<json> answer = client.Get(args.name.empty() ? std::string("/v1/deployments")
+                                                     : "/v1/deployments/" + UrlEncode(args.name));
+  if (!answer.ok()) {
+    return PrintError(client, answer.status(), err);
+  }
+  if (*format == OutputFormat::kJson) {
+    out << answer->dump(2) << "\n";
+    return 0;
+  }
+  if (*format == OutputFormat::kYaml) {
+    out << ToYaml(*answer);
+    return 0;
+  }
+  std::vector<std::vector<std::string>> rows = {
+      {"NAME", "DESIRED", "READY", "UTIL", "TARGET", "AGE"}};
+  const json& items = args.name.empty() ? Member(*answer, "items") : json::array({*answer});
+  for (const json& deployment : items.is_array() ? items : json::array()) {
+    rows.push_back(DeploymentRow(deployment, UnixSeconds(clock)));
+  }
+  if (rows.size() == 1) {
+    err << "No resources found.\n";
+    return 0;
+  }
+  out << RenderTable(rows);
+  return 0;
+}
+
+int RunCreateDeployment(ApiClient& client, const CreateArgs& args, std::ostream& out,
+                        std::ostream& err) {
+  if (args.file.empty() || !args.name.empty() || !args.team.empty() || !args.role.empty()) {
+    return PrintUsageError("usage: create deployment -f FILE", err);
+  }
+  Result<std::string> text = ReadSpecFile(args.file);
+  if (!text.ok()) {
+    return PrintUsageError(text.status().message(), err);
+  }
+  Result<json> deployment = client.Post("/v1/deployments", *text, "application/json");
+  if (!deployment.ok()) {
+    return PrintError(client, deployment.status(), err);
+  }
+  out << "deployment/" << NameOf(*deployment, "<unknown>") << " created\n";
+  return 0;
+}
+
+}  // namespace
+
 int RunSubmit(ApiClient& client, const SubmitArgs& args, std::ostream& out, std::ostream& err) {
   Result<std::string> text = ReadSpecFile(args.file);
   if (!text.ok()) {
@@ -210,6 +284,9 @@ int RunSubmit(ApiClient& client, const SubmitArgs& args, std::ostream& out, std:
 
 int RunGet(ApiClient& client, const GetArgs& args, const WallClock& clock, std::ostream& out,
            std::ostream& err) {
+  if (IsDeploymentKind(args.kind)) {
+    return RunGetDeployments(client, args, clock, out, err);
+  }
   Result<ResourceKind> kind = ParseResourceKind(args.kind);
   if (!kind.ok()) {
     return PrintUsageError(kind.status().message(), err);
@@ -315,13 +392,16 @@ int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, 
 }
 
 int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std::ostream& err) {
+  if (IsDeploymentKind(args.kind)) {
+    return RunCreateDeployment(client, args, out, err);
+  }
   const Result<ResourceKind> kind = ParseResourceKind(args.kind);
   const bool creatable =
       kind.ok() && (*kind == ResourceKind::kTeam || *kind == ResourceKind::kQueue ||
                     *kind == ResourceKind::kToken);
   if (!creatable) {
-    return PrintUsageError(fmt::format("create takes team, queue or token, not \"{}\"", args.kind),
-                           err);
+    return PrintUsageError(
+        fmt::format("create takes team, queue, token or deployment, not \"{}\"", args.kind), err);
   }
   json body = json::object();
   std::string path;

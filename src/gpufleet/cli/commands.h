@@ -25,7 +25,8 @@ struct SubmitArgs {
 };
 int RunSubmit(ApiClient& client, const SubmitArgs& args, std::ostream& out, std::ostream& err);
 
-// `get jobs|nodes|queues|teams|tokens [NAME] [-o table|wide|json|yaml] [--state S] [--queue Q]`;
+// `get jobs|nodes|queues|teams|tokens|deployments [NAME] [-o table|wide|json|yaml] [--state S]
+// [--queue Q]`; deployments list as NAME, DESIRED, READY, UTIL, TARGET, AGE.
 // `get job NAME` (the singular and plural spellings are the same; a token's NAME is its id).
 // --state and --queue filter jobs only. `clock` gives the time the AGE column counts to.
 struct GetArgs {
@@ -48,8 +49,11 @@ int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, 
 // `create team NAME` ("team/NAME created"), `create queue NAME [--team T]` ("queue/NAME
 // created"), `create token --role admin|member [--team T] --name N` ("token/ID created", then the
 // token itself, which the server shows this once). Admin only, as the server checks.
+// `create deployment -f FILE` POSTs the JSON file to /v1/deployments ("deployment/NAME created");
+// admins and members alike.
 struct CreateArgs {
-  std::string kind;  // team, queue or token
+  std::string kind;  // team, queue, token or deployment
+  std::string file;  // deployments: -f
   std::string name;  // the team's or queue's name; for a token, what --name does not set
   std::string team;
   std::string role;        // tokens

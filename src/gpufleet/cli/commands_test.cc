@@ -91,220 +91,56 @@ TEST_F(SubmitTest, ContentTypeFollowsTheExtension) {
   EXPECT_EQ(fake_.state->requests[3].content_type, "application/yaml");
 }
 
-TEST_F(SubmitTest, MissingFileNamesThePathAndSendsNothing) {
-  const std::string path = (dir_ / "absent.yaml").string();
-  EXPECT_EQ(RunSubmit(fake_.client, {.file = path}, out_, err_), 1);
-  EXPECT_EQ(err_.str(),
-            "error: cannot read job spec \"" + path + "\": No such file or directory\n");
-  EXPECT_EQ(out_.str(), "");
-  EXPECT_TRUE(fake_.state->requests.empty());
-}
-
-TEST_F(SubmitTest, ServerRejectionIsShownVerbatim) {
-  fake_.Answer("POST /v1/jobs", 400,
-               R"js({"error": {"code": "INVALID_ARGUMENT",
-                   "message": "spec.tasks[0].replicas: 0 (must be at least 1)"}})js");
-  EXPECT_EQ(RunSubmit(fake_.client, {.file = Write("j.yaml", "x: 1")}, out_, err_), 1);
-  EXPECT_EQ(err_.str(),
-            "Error from server (InvalidArgument): spec.tasks[0].replicas: 0 (must be at least "
-            "1)\n");
-}
-
-TEST_F(CommandsTest, GetJobsWithFilters) {
-  fake_.Answer("GET /v1/jobs?state=Pending&queue=research%2Fnlp", 200,
-               std::string(R"({"items": [)") + kJob + "]}");
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "jobs", .state = "Pending", .queue = "research/nlp"},
-                   clock_, out_, err_),
-            0);
-  EXPECT_EQ(out_.str(),
-            "NAME   TEAM   QUEUE     STATE     GPUS   AGE   REASON\n"
-            "bert   nlp    default   Pending   0      2m    no node fits\n");
-  EXPECT_EQ(OnlyRequest().method, "GET");
-  EXPECT_EQ(OnlyRequest().token, "tok");
-}
-
-TEST_F(CommandsTest, GetEmptyListSaysSo) {
-  fake_.Answer("GET /v1/nodes", 200, R"({"items": []})");
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "nodes"}, clock_, out_, err_), 0);
-  EXPECT_EQ(out_.str(), "");
-  EXPECT_EQ(err_.str(), "No resources found.\n");
-}
-
-TEST_F(CommandsTest, GetQueuesAsJson) {
-  fake_.Answer("GET /v1/queues", 200, R"({"items": [{"name": "q"}]})");
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "queues", .output = "json"}, clock_, out_, err_), 0);
-  EXPECT_EQ(out_.str(), "{\n  \"items\": [\n    {\n      \"name\": \"q\"\n    }\n  ]\n}\n");
-}
-
-TEST_F(CommandsTest, GetOneJobAsYaml) {
-  fake_.Answer("GET /v1/jobs/bert", 200, kJob);
+TEST_F(SubmitTest, CreateDeploymentPostsTheFile) {
+  const std::string spec = R"({"name": "chat", "template": {}})";
+  fake_.Answer("POST /v1/deployments", 201, R"({"name": "chat", "desired_replicas": 1})");
   EXPECT_EQ(
-      RunGet(fake_.client, {.kind = "job", .name = "bert", .output = "yaml"}, clock_, out_, err_),
+      RunCreate(fake_.client, {.kind = "deployment", .file = Write("chat.json", spec)}, out_, err_),
       0);
-  EXPECT_THAT(out_.str(), StartsWith("created_at: \"2026-11-29T20:58:00Z\"\nname: bert\n"));
-}
-
-TEST_F(CommandsTest, GetOneQueueFromTheList) {
-  fake_.Answer("GET /v1/queues", 200,
-               R"({"items": [{"name": "a", "pending": 1}, {"name": "b", "pending": 2}]})");
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "queue", .name = "b"}, clock_, out_, err_), 0);
-  EXPECT_EQ(out_.str(),
-            "NAME   TEAM     GUARANTEE   LIMIT    WEIGHT   PENDING   RUNNING   GPUS   BORROWED   "
-            "FAIR-SHARE\n"
-            "b      <none>   <none>      <none>   1        2         0         0      0          "
-            "<none>\n");
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "queue", .name = "c"}, clock_, out_, err_), 1);
-  EXPECT_EQ(err_.str(), "error: queue \"c\" not found\n");
-}
-
-TEST_F(CommandsTest, GetRejectsBadArgumentsWithoutCalling) {
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "pods"}, clock_, out_, err_), 1);
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "jobs", .output = "xml"}, clock_, out_, err_), 1);
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "nodes", .state = "Ready"}, clock_, out_, err_), 1);
-  EXPECT_EQ(err_.str(),
-            "error: unknown resource type \"pods\" (expected jobs, nodes, queues, teams or "
-            "tokens)\n"
-            "error: unknown output format \"xml\" (expected table, wide, json or yaml)\n"
-            "error: --state and --queue filter jobs only\n");
-  EXPECT_TRUE(fake_.state->requests.empty());
-}
-
-TEST_F(CommandsTest, NotFoundIsShownLikeKubectl) {
-  fake_.Answer("GET /v1/jobs/nope", 404, kNotFound);
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "job", .name = "nope"}, clock_, out_, err_), 1);
-  EXPECT_EQ(err_.str(), "Error from server (NotFound): job \"nope\" not found\n");
-  EXPECT_EQ(out_.str(), "");
-}
-
-TEST_F(CommandsTest, ConnectionFailureIsAClientError) {
-  fake_.Fail("GET /v1/nodes", UnavailableError("cannot reach http://fake:8080: Connection"));
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "nodes"}, clock_, out_, err_), 1);
-  EXPECT_EQ(err_.str(), "error: cannot reach http://fake:8080: Connection\n");
-}
-
-TEST_F(CommandsTest, DescribeJobFetchesTheJobAndItsEvents) {
-  fake_.Answer("GET /v1/jobs/bert", 200, kJob);
-  fake_.Answer("GET /v1/jobs/bert/events", 200,
-               R"({"items": [{"revision": 1, "message": "submitted"}]})");
-  EXPECT_EQ(RunDescribe(fake_.client, {.kind = "job", .name = "bert"}, out_, err_), 0);
-  EXPECT_THAT(out_.str(), HasSubstr("Reason:      no node fits\n"));
-  EXPECT_THAT(out_.str(), HasSubstr("Events:\n  REVISION   MESSAGE\n  1          submitted\n"));
-  ASSERT_EQ(fake_.state->requests.size(), 2U);
-  EXPECT_EQ(fake_.state->requests[1].path, "/v1/jobs/bert/events");
-}
-
-TEST_F(CommandsTest, DescribeNodeAndErrors) {
-  fake_.Answer("GET /v1/nodes/node-0001", 200, kNode);
-  fake_.Answer("GET /v1/nodes/node-0001/events", 200,
-               R"({"items": [{"revision": 2, "message": "cordoned by root"}]})");
-  EXPECT_EQ(RunDescribe(fake_.client, {.kind = "node", .name = "node-0001"}, out_, err_), 0);
-  EXPECT_THAT(out_.str(), HasSubstr("  2          cordoned by root\n"));
-  EXPECT_THAT(out_.str(), HasSubstr("  0       H100-80GB   Healthy   0\n"));
-  EXPECT_EQ(RunDescribe(fake_.client, {.kind = "node", .name = "node-9"}, out_, err_), 1);
-  EXPECT_EQ(RunDescribe(fake_.client, {.kind = "queue", .name = "q"}, out_, err_), 1);
-  EXPECT_EQ(err_.str(),
-            "Error from server (NotFound): no route\n"
-            "error: describe takes job or node\n");
-}
-
-TEST_F(CommandsTest, CreateTeamAndQueue) {
-  fake_.Answer("POST /v1/teams", 201, R"({"name": "nlp", "version": 1})");
-  fake_.Answer("POST /v1/queues", 201, R"({"name": "research/nlp", "team": "nlp", "version": 1})");
-  EXPECT_EQ(RunCreate(fake_.client, {.kind = "team", .name = "nlp"}, out_, err_), 0);
-  EXPECT_EQ(
-      RunCreate(fake_.client, {.kind = "queue", .name = "research/nlp", .team = "nlp"}, out_, err_),
-      0);
-  EXPECT_EQ(out_.str(), "team/nlp created\nqueue/research/nlp created\n");
-  ASSERT_EQ(fake_.state->requests.size(), 2U);
-  EXPECT_EQ(fake_.state->requests[0].body, R"({"name":"nlp"})");
-  EXPECT_EQ(fake_.state->requests[1].body, R"({"name":"research/nlp","team":"nlp"})");
-  EXPECT_EQ(fake_.state->requests[1].content_type, "application/json");
-}
-
-TEST_F(CommandsTest, CreateQueueWithQuota) {
-  fake_.Answer("POST /v1/queues", 201, R"({"name": "research", "version": 1})");
-  EXPECT_EQ(RunCreate(fake_.client,
-                      {.kind = "queue",
-                       .name = "research",
-                       .guarantee = {"H100-80GB=16", "*=0.5"},
-                       .limit = {"*=64"},
-                       .weight = 2,
-                       .no_borrow = true},
-                      out_, err_),
-            0);
-  ASSERT_EQ(fake_.state->requests.size(), 1U);
-  EXPECT_EQ(fake_.state->requests[0].body,
-            R"({"guarantee":{"*":0.5,"H100-80GB":16.0},"limit":{"*":64.0},"may_borrow":false,)"
-            R"("name":"research","weight":2.0})");
-  EXPECT_EQ(
-      RunCreate(fake_.client, {.kind = "queue", .name = "q", .guarantee = {"H100"}}, out_, err_),
-      1);
-  EXPECT_THAT(err_.str(), HasSubstr("--guarantee H100: expected MODEL=GPUS"));
-  EXPECT_EQ(fake_.state->requests.size(), 1U);
-}
-
-TEST_F(CommandsTest, UpdateQueueSendsAMergePatchOfWhatItNames) {
-  fake_.Answer("PATCH /v1/queues/research/nlp", 200, R"({"name": "research/nlp", "version": 3})");
-  EXPECT_EQ(RunUpdate(fake_.client,
-                      {.kind = "queue",
-                       .name = "research/nlp",
-                       .guarantee = {"H100-80GB=8", "*-"},
-                       .limit = {"*=32"},
-                       .weight = 2,
-                       .no_borrow = true},
-                      out_, err_),
-            0);
-  EXPECT_EQ(out_.str(), "queue/research/nlp updated\n");
+  EXPECT_EQ(out_.str(), "deployment/chat created\n");
   const RecordedRequest& request = OnlyRequest();
-  EXPECT_EQ(request.method, "PATCH");
-  EXPECT_EQ(request.path, "/v1/queues/research/nlp");
+  EXPECT_EQ(request.path, "/v1/deployments");
+  EXPECT_EQ(request.body, spec);
   EXPECT_EQ(request.content_type, "application/json");
-  EXPECT_EQ(request.body,
-            R"({"guarantee":{"*":null,"H100-80GB":8.0},"limit":{"*":32.0},"may_borrow":false,)"
-            R"("weight":2.0})");
 }
 
-TEST_F(CommandsTest, UpdateQueueRejectsBadArgumentsWithoutCalling) {
-  EXPECT_EQ(RunUpdate(fake_.client, {.kind = "team", .name = "nlp", .weight = 2}, out_, err_), 1);
-  EXPECT_EQ(RunUpdate(fake_.client, {.kind = "queue", .weight = 2}, out_, err_), 1);
-  EXPECT_EQ(RunUpdate(fake_.client, {.kind = "queue", .name = "q"}, out_, err_), 1);
-  EXPECT_EQ(RunUpdate(fake_.client, {.kind = "queue", .name = "q", .limit = {"H100"}}, out_, err_),
-            1);
-  EXPECT_EQ(
-      RunUpdate(fake_.client, {.kind = "queue", .name = "q", .borrow = true, .no_borrow = true},
-                out_, err_),
-      1);
-  EXPECT_THAT(err_.str(), HasSubstr("error: update takes queue, not \"team\"\n"));
-  EXPECT_THAT(err_.str(), HasSubstr("error: usage: update queue NAME"));
-  EXPECT_THAT(err_.str(), HasSubstr("needs at least one of --guarantee"));
-  EXPECT_THAT(err_.str(), HasSubstr("--limit H100: expected MODEL=GPUS"));
-  EXPECT_THAT(err_.str(), HasSubstr("--borrow and --no-borrow contradict each other"));
+TEST_F(SubmitTest, CreateDeploymentNeedsAFileAndShowsTheServersError) {
+  EXPECT_EQ(RunCreate(fake_.client, {.kind = "deployment"}, out_, err_), 1);
+  EXPECT_EQ(err_.str(), "error: usage: create deployment -f FILE\n");
   EXPECT_TRUE(fake_.state->requests.empty());
+  err_.str("");
+  fake_.Answer("POST /v1/deployments", 400,
+               R"({"error": {"code": "INVALID_ARGUMENT", "message": "name: required"}})");
+  EXPECT_EQ(
+      RunCreate(fake_.client, {.kind = "deployment", .file = Write("d.json", "{}")}, out_, err_),
+      1);
+  EXPECT_EQ(err_.str(), "Error from server (InvalidArgument): name: required\n");
 }
 
-TEST_F(CommandsTest, UpdateQueueShowsTheServersRefusal) {
-  fake_.Answer("PATCH /v1/queues/research", 400,
-               R"({"error": {"code": "INVALID_ARGUMENT",
-                             "message": "guarantee.B9000: unknown GPU model \"B9000\""}})");
-  EXPECT_EQ(RunUpdate(fake_.client, {.kind = "queue", .name = "research", .guarantee = {"B9000=1"}},
-                      out_, err_),
-            1);
-  EXPECT_EQ(err_.str(),
-            "Error from server (InvalidArgument): guarantee.B9000: unknown GPU model \"B9000\"\n");
-}
-
-TEST_F(CommandsTest, CreateTokenPrintsItOnce) {
-  fake_.Answer("POST /v1/tokens", 201,
-               R"({"id": "0a1b2c3d4e5f", "role": "member", "team": "nlp", "name": "ci-bot",
-                   "token": "secret-secret-secret"})");
-  EXPECT_EQ(RunCreate(fake_.client,
-                      {.kind = "token", .team = "nlp", .role = "member", .token_name = "ci-bot"},
-                      out_, err_),
-            0);
+TEST_F(CommandsTest, GetDeploymentsPrintsTheTable) {
+  fake_.Answer("GET /v1/deployments", 200,
+               R"({"items": [{"name": "chat", "desired_replicas": 3, "ready_replicas": 2,
+                   "utilization_pct": 91, "autoscaling": {"target_utilization_pct": 70},
+                   "created_at": "2026-11-29T20:58:00Z"},
+                  {"name": "embed", "desired_replicas": 1, "ready_replicas": 0,
+                   "utilization_pct": null, "autoscaling": {"target_utilization_pct": 60}}]})");
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "deployments"}, clock_, out_, err_), 0);
   EXPECT_EQ(out_.str(),
-            "token/0a1b2c3d4e5f created\n"
-            "token (shown once, keep it): secret-secret-secret\n");
-  EXPECT_EQ(OnlyRequest().body, R"({"name":"ci-bot","role":"member","team":"nlp"})");
+            "NAME    DESIRED   READY   UTIL        TARGET   AGE\n"
+            "chat    3         2       91%         70%      2m\n"
+            "embed   1         0       <unknown>   60%      <unknown>\n");
+  EXPECT_EQ(OnlyRequest().path, "/v1/deployments");
+}
+
+TEST_F(CommandsTest, GetDeploymentByNameAndItsErrors) {
+  fake_.Answer("GET /v1/deployments/chat", 200, R"({"name": "chat", "desired_replicas": 2})");
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "deployment", .name = "chat", .output = "json"}, clock_,
+                   out_, err_),
+            0);
+  EXPECT_THAT(out_.str(), HasSubstr("\"desired_replicas\": 2"));
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "deployments", .state = "Running"}, clock_, out_, err_),
+            1);
+  EXPECT_EQ(err_.str(), "error: --state and --queue filter jobs only\n");
 }
 
 TEST_F(CommandsTest, CreateRejectsBadArgumentsWithoutCalling) {
@@ -312,7 +148,7 @@ TEST_F(CommandsTest, CreateRejectsBadArgumentsWithoutCalling) {
   EXPECT_EQ(RunCreate(fake_.client, {.kind = "team"}, out_, err_), 1);
   EXPECT_EQ(RunCreate(fake_.client, {.kind = "token", .token_name = "x"}, out_, err_), 1);
   EXPECT_EQ(err_.str(),
-            "error: create takes team, queue or token, not \"job\"\n"
+            "error: create takes team, queue, token or deployment, not \"job\"\n"
             "error: usage: create team NAME\n"
             "error: usage: create token --role admin|member [--team TEAM] --name NAME\n");
   EXPECT_TRUE(fake_.state->requests.empty());

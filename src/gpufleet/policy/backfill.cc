@@ -68,7 +68,7 @@ std::optional<std::vector<TaskPlacement>> TryPlace(scheduler::Scheduler& schedul
 
 }  // namespace
 
-int64_t PlannedEndSeconds(const BackfillJob& job, int64_t now_seconds,
+int64_t PlannedEndSeconds(const RunningJob& job, int64_t now_seconds,
                           const BackfillOptions& options) {
   if (job.estimate_seconds <= 0) {
     return kNeverEnds;
@@ -84,7 +84,7 @@ BackfillPlanner::BackfillPlanner(scheduler::Scheduler& scheduler, BackfillOption
     : scheduler_(scheduler), options_(options) {}
 
 Result<Reservation> BackfillPlanner::Reserve(const Job& head,
-                                             const std::vector<BackfillJob>& running,
+                                             const std::vector<RunningJob>& running,
                                              int64_t now_seconds, ClusterSnapshot& snapshot,
                                              Random& random) {
   Reservation reservation;
@@ -126,8 +126,8 @@ Result<Reservation> BackfillPlanner::Reserve(const Job& head,
 }
 
 Result<bool> BackfillPlanner::KeepsReservation(const Reservation& reservation, const Job& head,
-                                               const BackfillJob& candidate,
-                                               const std::vector<BackfillJob>& running,
+                                               const RunningJob& candidate,
+                                               const std::vector<RunningJob>& running,
                                                int64_t now_seconds, ClusterSnapshot& snapshot,
                                                Random& random) {
   if (!reservation.exists() ||
@@ -137,7 +137,7 @@ Result<bool> BackfillPlanner::KeepsReservation(const Reservation& reservation, c
   // The cluster at the shadow time: everything planned to end by then has left, the candidate
   // has not.
   ReleasedPlacements released(snapshot);
-  for (const BackfillJob& job : running) {
+  for (const RunningJob& job : running) {
     if (PlannedEndSeconds(job, now_seconds, options_) <= reservation.shadow_seconds) {
       released.Release(job.placements);
     }

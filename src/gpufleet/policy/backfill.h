@@ -9,6 +9,7 @@
 #include "gpufleet/core/random.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/core/workload.h"
+#include "gpufleet/policy/running_job.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/scheduler/snapshot.h"
 
@@ -33,19 +34,10 @@ struct BackfillOptions {
   int64_t overrun_grace_seconds = 0;
 };
 
-// A job that holds resources now, as backfill sees it: where, since when, and for how long at
-// most.
-struct BackfillJob {
-  JobId id;
-  std::vector<scheduler::TaskPlacement> placements;  // applied in the snapshot
-  int64_t start_seconds = 0;
-  int64_t estimate_seconds = 0;  // its time limit; 0: unknown
-};
-
 // When `job` is planned to give its resources back, seen at `now_seconds`: start + estimate; once
 // past that, start + estimate + grace; once past that too, now (its kill is due). kNeverEnds for
 // an unknown estimate.
-int64_t PlannedEndSeconds(const BackfillJob& job, int64_t now_seconds,
+int64_t PlannedEndSeconds(const RunningJob& job, int64_t now_seconds,
                           const BackfillOptions& options);
 
 // Where and when the head job is promised to start.
@@ -73,7 +65,7 @@ class BackfillPlanner {
   // with `running` (every job holding resources in `snapshot` that may end) released in the
   // order of their planned ends, ties together. kInternal if the snapshot cannot be restored
   // (a `running` placement that was not applied).
-  Result<Reservation> Reserve(const Job& head, const std::vector<BackfillJob>& running,
+  Result<Reservation> Reserve(const Job& head, const std::vector<RunningJob>& running,
                               int64_t now_seconds, scheduler::ClusterSnapshot& snapshot,
                               Random& random);
 
@@ -83,9 +75,9 @@ class BackfillPlanner {
   // placements are applied in `snapshot`, and `running` is the other jobs holding resources
   // (the candidate not among them).
   Result<bool> KeepsReservation(const Reservation& reservation, const Job& head,
-                                const BackfillJob& candidate,
-                                const std::vector<BackfillJob>& running, int64_t now_seconds,
-                                scheduler::ClusterSnapshot& snapshot, Random& random);
+                                const RunningJob& candidate, const std::vector<RunningJob>& running,
+                                int64_t now_seconds, scheduler::ClusterSnapshot& snapshot,
+                                Random& random);
 
   const BackfillOptions& options() const { return options_; }
 

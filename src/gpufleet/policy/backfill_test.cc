@@ -23,7 +23,7 @@ using scheduler::testing::MakeJob;
 using scheduler::testing::MakeNode;
 
 TEST(PlannedEndSeconds, EstimateIsATimeLimitWithGraceAndZeroIsUnknown) {
-  const BackfillJob job{JobId("j"), {}, 100, 50};
+  const RunningJob job{.id = JobId("j"), .start_seconds = 100, .estimate_seconds = 50};
   BackfillOptions options;
   options.overrun_grace_seconds = 30;
   EXPECT_EQ(PlannedEndSeconds(job, 120, options), 150);
@@ -33,7 +33,7 @@ TEST(PlannedEndSeconds, EstimateIsATimeLimitWithGraceAndZeroIsUnknown) {
   // Past the grace too: its kill is due now.
   EXPECT_EQ(PlannedEndSeconds(job, 200, options), 200);
   EXPECT_EQ(PlannedEndSeconds(job, 151, BackfillOptions{}), 151);
-  const BackfillJob unknown{JobId("u"), {}, 100, 0};
+  const RunningJob unknown{.id = JobId("u"), .start_seconds = 100, .estimate_seconds = 0};
   EXPECT_EQ(PlannedEndSeconds(unknown, 120, options), kNeverEnds);
 }
 
@@ -51,7 +51,7 @@ class BackfillTest : public ::testing::Test {
   }
 
   // A job holding `gpus` idle GPUs of node `node` (lowest indices first) from `start` on.
-  BackfillJob Hold(const std::string& id, int node, int gpus, int64_t start, int64_t estimate) {
+  RunningJob Hold(const std::string& id, int node, int gpus, int64_t start, int64_t estimate) {
     TaskPlacement placement;
     placement.node = node;
     placement.host = {1000, 1024};
@@ -62,17 +62,20 @@ class BackfillTest : public ::testing::Test {
     }
     EXPECT_EQ(static_cast<int>(placement.gpus.size()), gpus);
     EXPECT_OK(snapshot_->Apply(placement));
-    return {JobId(id), {placement}, start, estimate};
+    return {.id = JobId(id),
+            .start_seconds = start,
+            .estimate_seconds = estimate,
+            .placements = {placement}};
   }
 
-  Reservation Reserve(const Job& head, const std::vector<BackfillJob>& running, int64_t now) {
+  Reservation Reserve(const Job& head, const std::vector<RunningJob>& running, int64_t now) {
     auto reservation = planner_->Reserve(head, running, now, *snapshot_, random_);
     EXPECT_OK(reservation);
     return std::move(reservation).value();
   }
 
-  bool Keeps(const Reservation& reservation, const Job& head, const BackfillJob& candidate,
-             const std::vector<BackfillJob>& running, int64_t now) {
+  bool Keeps(const Reservation& reservation, const Job& head, const RunningJob& candidate,
+             const std::vector<RunningJob>& running, int64_t now) {
     auto keeps =
         planner_->KeepsReservation(reservation, head, candidate, running, now, *snapshot_, random_);
     EXPECT_OK(keeps);
@@ -129,7 +132,7 @@ Cluster Nodes(int count) {
 
 TEST_F(BackfillTest, ShadowTimeIsTheFirstPlannedEndAfterWhichTheHeadFits) {
   Use(Nodes(2));
-  const std::vector<BackfillJob> running = {Hold("long", 0, 8, 0, 100), Hold("short", 1, 4, 0, 50)};
+  const std::vector<RunningJob> running = {Hold("long", 0, 8, 0, 100), Hold("short", 1, 4, 0, 50)};
   const Job head = MakeJob("head", 2, WholeGpus{8});
   const std::string before = Fingerprint();
   const Reservation reservation = Reserve(head, running, 10);
@@ -142,7 +145,7 @@ TEST_F(BackfillTest, ShadowTimeIsTheFirstPlannedEndAfterWhichTheHeadFits) {
 
 TEST_F(BackfillTest, AHeadThatFitsNowIsReservedNow) {
   Use(Nodes(2));
-  const std::vector<BackfillJob> running = {Hold("long", 0, 8, 0, 100)};
+  const std::vector<RunningJob> running = {Hold("long", 0, 8, 0, 100)};
   const Reservation reservation = Reserve(MakeJob("head", 1, WholeGpus{8}), running, 10);
   EXPECT_EQ(reservation.shadow_seconds, 10);
   EXPECT_EQ(NodesOf(reservation.placements), (std::set<int>{1}));
@@ -152,23 +155,23 @@ TEST_F(BackfillTest, AHeadThatFitsNowIsReservedNow) {
 // "does it fit now?" would start it; if it runs past 100 the head waits for it.
 TEST_F(BackfillTest, ABackfillThatWouldDelayTheReservationIsRefused) {
   Use(Nodes(2));
-  std::vector<BackfillJob> running = {Hold("long", 0, 8, 0, 100), Hold("short", 1, 4, 0, 50)};
+  std::vector<RunningJob> running = {Hold("long", 0, 8, 0, 100), Hold("short", 1, 4, 0, 50)};
   const Job head = MakeJob("head", 2, WholeGpus{8});
   const int64_t now = 10;
   const Reservation reservation = Reserve(head, running, now);
   ASSERT_EQ(reservation.shadow_seconds, 100);
 
   const std::string before = Fingerprint();
-  const BackfillJob too_long = Hold("too-long", 1, 4, now, 200);
+  const RunningJob too_long = Hold("too-long", 1, 4, now, 200);
   EXPECT_FALSE(Keeps(reservation, head, too_long, running, now));
   snapshot_->Revert(too_long.placements[0]);
   EXPECT_EQ(Fingerprint(), before);
 
   // Ending exactly at the shadow time is in time.
-  const BackfillJob in_time = Hold("in-time", 1, 4, now, 90);
+  const RunningJob in_time = Hold("in-time", 1, 4, now, 90);
   EXPECT_TRUE(Keeps(reservation, head, in_time, running, now));
   snapshot_->Revert(in_time.placements[0]);
-  const BackfillJob one_late = Hold("one-late", 1, 4, now, 91);
+  const RunningJob one_late = Hold("one-late", 1, 4, now, 91);
   EXPECT_FALSE(Keeps(reservation, head, one_late, running, now));
   snapshot_->Revert(one_late.placements[0]);
   EXPECT_EQ(Fingerprint(), before);
@@ -176,21 +179,21 @@ TEST_F(BackfillTest, ABackfillThatWouldDelayTheReservationIsRefused) {
 
 TEST_F(BackfillTest, ALongBackfillAwayFromTheReservationIsAllowed) {
   Use(Nodes(3));
-  std::vector<BackfillJob> running = {Hold("long", 0, 8, 0, 100), Hold("short", 1, 8, 0, 50),
-                                      Hold("side", 2, 4, 0, 1000)};
+  std::vector<RunningJob> running = {Hold("long", 0, 8, 0, 100), Hold("short", 1, 8, 0, 50),
+                                     Hold("side", 2, 4, 0, 1000)};
   const Job head = MakeJob("head", 2, WholeGpus{8});
   const Reservation reservation = Reserve(head, running, 10);
   ASSERT_EQ(reservation.shadow_seconds, 100);
   EXPECT_EQ(NodesOf(reservation.placements), (std::set<int>{0, 1}));
   // n2 is not needed at t=100: a job of unknown length may go there.
-  const BackfillJob forever = Hold("forever", 2, 4, 10, 0);
+  const RunningJob forever = Hold("forever", 2, 4, 10, 0);
   EXPECT_TRUE(Keeps(reservation, head, forever, running, 10));
 }
 
 TEST_F(BackfillTest, JobsOfUnknownLengthNeverEnd) {
   Use(Nodes(2));
-  const std::vector<BackfillJob> running = {Hold("unknown", 0, 8, 0, 0),
-                                            Hold("known", 1, 4, 0, 100)};
+  const std::vector<RunningJob> running = {Hold("unknown", 0, 8, 0, 0),
+                                           Hold("known", 1, 4, 0, 100)};
   // Both nodes: n0 never frees up, so no reservation can be made.
   const Reservation none = Reserve(MakeJob("big", 2, WholeGpus{8}), running, 10);
   EXPECT_FALSE(none.exists());
@@ -201,10 +204,10 @@ TEST_F(BackfillTest, JobsOfUnknownLengthNeverEnd) {
   const Job head = MakeJob("head", 1, WholeGpus{8});
   const Reservation reservation = Reserve(head, running, 10);
   ASSERT_EQ(reservation.shadow_seconds, 100);
-  const BackfillJob unknown = Hold("candidate", 1, 4, 10, 0);
+  const RunningJob unknown = Hold("candidate", 1, 4, 10, 0);
   EXPECT_FALSE(Keeps(reservation, head, unknown, running, 10));
   snapshot_->Revert(unknown.placements[0]);
-  const BackfillJob known = Hold("candidate", 1, 4, 10, 50);
+  const RunningJob known = Hold("candidate", 1, 4, 10, 50);
   EXPECT_TRUE(Keeps(reservation, head, known, running, 10));
   // With no reservation there is nothing to protect.
   EXPECT_TRUE(Keeps(none, MakeJob("big", 2, WholeGpus{8}), known, running, 10));
@@ -214,12 +217,12 @@ TEST_F(BackfillTest, AJobPastItsEstimateIsPlannedToEndAtItsLimitPlusGrace) {
   BackfillOptions options;
   options.overrun_grace_seconds = 60;
   Use(Nodes(1), options);
-  const std::vector<BackfillJob> running = {Hold("overrun", 0, 8, 0, 100)};
+  const std::vector<RunningJob> running = {Hold("overrun", 0, 8, 0, 100)};
   const Job head = MakeJob("head", 1, WholeGpus{8});
   EXPECT_EQ(Reserve(head, running, 150).shadow_seconds, 160);
   EXPECT_EQ(Reserve(head, running, 170).shadow_seconds, 170);
   Use(Nodes(1));
-  const std::vector<BackfillJob> no_grace = {Hold("overrun", 0, 8, 0, 100)};
+  const std::vector<RunningJob> no_grace = {Hold("overrun", 0, 8, 0, 100)};
   EXPECT_EQ(Reserve(head, no_grace, 150).shadow_seconds, 150);
 }
 
@@ -236,8 +239,8 @@ TEST_F(BackfillTest, GangWithALeafConstraintWaitsForOneLeafToHoldIt) {
     cluster.nodes.push_back(MakeNode(name, 8, "H100-80GB", {"leaf-b"}));
   }
   Use(cluster);
-  const std::vector<BackfillJob> running = {Hold("a0", 0, 8, 0, 100), Hold("a1", 1, 8, 0, 300),
-                                            Hold("b0", 3, 8, 0, 50), Hold("b1", 4, 8, 0, 200)};
+  const std::vector<RunningJob> running = {Hold("a0", 0, 8, 0, 100), Hold("a1", 1, 8, 0, 300),
+                                           Hold("b0", 3, 8, 0, 50), Hold("b1", 4, 8, 0, 200)};
   Job head = MakeJob("head", 2, WholeGpus{8});
   EXPECT_EQ(Reserve(head, running, 0).shadow_seconds, 50);
   head.topology.required_level = "leaf";
@@ -248,10 +251,10 @@ TEST_F(BackfillTest, GangWithALeafConstraintWaitsForOneLeafToHoldIt) {
   EXPECT_EQ(Fingerprint(), before);
 
   // a2 is idle now; a long job there pushes the head to 200 (leaf-b), a short one does not.
-  const BackfillJob long_job = Hold("long", 2, 8, 0, 150);
+  const RunningJob long_job = Hold("long", 2, 8, 0, 150);
   EXPECT_FALSE(Keeps(reservation, head, long_job, running, 0));
   snapshot_->Revert(long_job.placements[0]);
-  const BackfillJob short_job = Hold("short", 2, 8, 0, 100);
+  const RunningJob short_job = Hold("short", 2, 8, 0, 100);
   EXPECT_TRUE(Keeps(reservation, head, short_job, running, 0));
 }
 
@@ -262,8 +265,9 @@ TEST_F(BackfillTest, MigInstancesOfReleasedJobsAreRestored) {
   Use(cluster);
   TaskPlacement mig_task{0, 0, 1, {1000, 1024}, {{0, 0, 0, "3g.40gb", 4, true}}};
   ASSERT_OK(snapshot_->Apply(mig_task));
-  const std::vector<BackfillJob> running = {{JobId("mig"), {mig_task}, 0, 50},
-                                            Hold("whole", 0, 8, 0, 100)};
+  const std::vector<RunningJob> running = {
+      {.id = JobId("mig"), .start_seconds = 0, .estimate_seconds = 50, .placements = {mig_task}},
+      Hold("whole", 0, 8, 0, 100)};
   const std::string before = Fingerprint();
   const Reservation reservation = Reserve(MakeJob("head", 1, WholeGpus{8}), running, 10);
   EXPECT_EQ(reservation.shadow_seconds, 100);

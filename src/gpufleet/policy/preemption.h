@@ -12,6 +12,7 @@
 #include "gpufleet/core/status.h"
 #include "gpufleet/core/workload.h"
 #include "gpufleet/policy/queues.h"
+#include "gpufleet/policy/running_job.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/scheduler/snapshot.h"
 
@@ -23,23 +24,6 @@
 // Time is integer seconds on any time line the caller picks, the same for `now_seconds` and the
 // running jobs' times. GPU amounts are milli-GPU, lost work is GPU-seconds.
 namespace gpufleet::policy {
-
-// A job that holds resources now, as preemption sees it.
-struct RunningJob {
-  JobId id;
-  QueueId queue;
-  int priority = 0;
-  bool preemptible = true;
-  int64_t start_seconds = 0;
-  // The latest checkpoint the job can resume from; nullopt: none, so stopping it loses all the
-  // work since its start. A checkpoint before the start counts as the start.
-  std::optional<int64_t> last_checkpoint_seconds;
-  // Work lost if the job is stopped now, in GPU-seconds, for callers that know it better than
-  // the checkpoint time says; overrides the estimate (GPUs x seconds since the checkpoint).
-  std::optional<int64_t> lost_work_gpu_seconds;
-  // Every task of the gang, as applied to the snapshot. Preemption frees all of them.
-  std::vector<scheduler::TaskPlacement> placements;
-};
 
 // "May `preemptor` preempt `victim`?": the caller's policy, e.g. a higher priority within a queue,
 // or a queue within its guarantee reclaiming from queues over theirs (policy/queues.h knows that

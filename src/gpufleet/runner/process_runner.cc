@@ -27,6 +27,7 @@
 #include <fmt/format.h>
 
 #include "gpufleet/runner/internal/shim.h"
+#include "gpufleet/runner/internal/task_table.h"
 
 namespace gpufleet::runner {
 namespace {
@@ -531,11 +532,7 @@ Status ProcessRunner::Start(const TaskLaunch& launch) {
   }
 
   std::lock_guard<std::mutex> lock(mu_);
-  if (tasks_.contains(launch.task_id)) {
-    return AlreadyExistsError(
-        fmt::format("task '{}' is already known to the runner; forget it before starting it again",
-                    launch.task_id));
-  }
+  GPUFLEET_RETURN_IF_ERROR(internal::CheckNewTask(tasks_, launch.task_id));
   UniqueFd log(
       open(launch.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644));
   if (!log.valid()) {
@@ -787,15 +784,9 @@ void ProcessRunner::Refresh(Task& task, MonoTime now) {
 }
 
 Status ProcessRunner::Stop(std::string_view task_id, Duration grace) {
-  if (grace < Duration::zero()) {
-    return InvalidArgumentError(fmt::format(
-        "grace period for stopping task '{}' is negative: {} ns", task_id, grace.count()));
-  }
+  GPUFLEET_RETURN_IF_ERROR(internal::CheckStopGrace(task_id, grace));
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = tasks_.find(task_id);
-  if (it == tasks_.end()) {
-    return NotFoundError(fmt::format("task '{}' is not known to the runner", task_id));
-  }
+  GPUFLEET_ASSIGN_OR_RETURN(const auto it, internal::FindTask(tasks_, task_id));
   Task& task = it->second;
   const MonoTime now = clock_.Now();
   Refresh(task, now);
@@ -824,26 +815,14 @@ Status ProcessRunner::Stop(std::string_view task_id, Duration grace) {
 std::vector<TaskStatus> ProcessRunner::Poll() {
   std::lock_guard<std::mutex> lock(mu_);
   const MonoTime now = clock_.Now();
-  std::vector<TaskStatus> statuses;
-  statuses.reserve(tasks_.size());
-  for (auto& [id, task] : tasks_) {
-    Refresh(task, now);
-    statuses.push_back(task.status);
-  }
-  return statuses;
+  return internal::UpdatedStatuses(tasks_, [&](Task& task) { Refresh(task, now); });
 }
 
 Status ProcessRunner::Forget(std::string_view task_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = tasks_.find(task_id);
-  if (it == tasks_.end()) {
-    return NotFoundError(fmt::format("task '{}' is not known to the runner", task_id));
-  }
-  Refresh(it->second, clock_.Now());
-  if (!IsFinal(it->second.status.state)) {
-    return FailedPreconditionError(
-        fmt::format("task '{}' is still running; stop it and wait for its end first", task_id));
-  }
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const auto it,
+      internal::FindEndedTask(tasks_, task_id, [&](Task& task) { Refresh(task, clock_.Now()); }));
   // The state file first: if the agent dies in between, Open deletes the stray exit file.
   GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(FilePath(task_id, kStateSuffix)));
   GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(FilePath(task_id, kExitSuffix)));

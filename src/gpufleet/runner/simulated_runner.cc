@@ -11,6 +11,8 @@
 
 #include <fmt/format.h>
 
+#include "gpufleet/runner/internal/task_table.h"
+
 namespace gpufleet::runner {
 namespace {
 
@@ -60,12 +62,7 @@ Status SimulatedRunner::Start(const TaskLaunch& launch) {
   }
 
   std::lock_guard<std::mutex> lock(mu_);
-  if (tasks_.contains(launch.task_id)) {
-    return AlreadyExistsError(
-        fmt::format("task '{}' is already known to the runner; forget it "
-                    "before starting it again",
-                    launch.task_id));
-  }
+  GPUFLEET_RETURN_IF_ERROR(internal::CheckNewTask(tasks_, launch.task_id));
   const MonoTime now = clock_.Now();
   task.status.task_id = launch.task_id;
   task.status.gpu_uuids = launch.gpu_uuids;
@@ -83,15 +80,9 @@ Status SimulatedRunner::Start(const TaskLaunch& launch) {
 }
 
 Status SimulatedRunner::Stop(std::string_view task_id, Duration grace) {
-  if (grace < Duration::zero()) {
-    return InvalidArgumentError(fmt::format(
-        "grace period for stopping task '{}' is negative: {} ns", task_id, grace.count()));
-  }
+  GPUFLEET_RETURN_IF_ERROR(internal::CheckStopGrace(task_id, grace));
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = tasks_.find(task_id);
-  if (it == tasks_.end()) {
-    return NotFoundError(fmt::format("task '{}' is not known to the runner", task_id));
-  }
+  GPUFLEET_ASSIGN_OR_RETURN(const auto it, internal::FindTask(tasks_, task_id));
   SimulatedTask& task = it->second;
   const MonoTime now = clock_.Now();
   Advance(task, now);
@@ -108,26 +99,15 @@ Status SimulatedRunner::Stop(std::string_view task_id, Duration grace) {
 std::vector<TaskStatus> SimulatedRunner::Poll() {
   std::lock_guard<std::mutex> lock(mu_);
   const MonoTime now = clock_.Now();
-  std::vector<TaskStatus> statuses;
-  statuses.reserve(tasks_.size());
-  for (auto& [id, task] : tasks_) {
-    Advance(task, now);
-    statuses.push_back(task.status);
-  }
-  return statuses;
+  return internal::UpdatedStatuses(tasks_, [&](SimulatedTask& task) { Advance(task, now); });
 }
 
 Status SimulatedRunner::Forget(std::string_view task_id) {
   std::lock_guard<std::mutex> lock(mu_);
-  const auto it = tasks_.find(task_id);
-  if (it == tasks_.end()) {
-    return NotFoundError(fmt::format("task '{}' is not known to the runner", task_id));
-  }
-  Advance(it->second, clock_.Now());
-  if (!IsFinal(it->second.status.state)) {
-    return FailedPreconditionError(
-        fmt::format("task '{}' is still running; stop it and wait for its end first", task_id));
-  }
+  GPUFLEET_ASSIGN_OR_RETURN(const auto it,
+                            internal::FindEndedTask(tasks_, task_id, [&](SimulatedTask& task) {
+                              Advance(task, clock_.Now());
+                            }));
   tasks_.erase(it);
   return Status::Ok();
 }

@@ -235,8 +235,8 @@ class Replay {
   void Stop(size_t job, bool preempted);
   // Wall seconds a run may last before it is killed; -1 for no limit.
   int64_t TimeLimit(const JobState& state) const;
-  std::vector<policy::BackfillJob> RunningJobs() const;
-  policy::BackfillJob AsRunning(size_t job, std::vector<TaskPlacement> placements) const;
+  std::vector<policy::RunningJob> RunningJobs() const;
+  policy::RunningJob AsRunning(size_t job, std::vector<TaskPlacement> placements) const;
   policy::GpuMilliByModel AllocationByModel(const std::vector<TaskPlacement>& placements) const;
   // Keeps the first bookkeeping error; Run returns it.
   void Fail(const Status& status);
@@ -758,16 +758,22 @@ void Replay::PriorityRound() {
   waiting_ = std::move(still_waiting);
 }
 
-policy::BackfillJob Replay::AsRunning(size_t job, std::vector<TaskPlacement> placements) const {
+policy::RunningJob Replay::AsRunning(size_t job, std::vector<TaskPlacement> placements) const {
   const JobState& state = jobs_[job];
+  const Job& spec = state.trace->job;
   const int64_t estimate =
-      std::chrono::duration_cast<std::chrono::seconds>(state.trace->job.runtime_estimate).count();
-  return {state.trace->job.id, std::move(placements),
-          state.running ? state.started_at : events_.now(), std::max<int64_t>(0, estimate)};
+      std::chrono::duration_cast<std::chrono::seconds>(spec.runtime_estimate).count();
+  return {.id = spec.id,
+          .queue = QueueId(QueueName(*state.trace)),
+          .priority = spec.priority,
+          .preemptible = spec.preemptible,
+          .start_seconds = state.running ? state.started_at : events_.now(),
+          .estimate_seconds = std::max<int64_t>(0, estimate),
+          .placements = std::move(placements)};
 }
 
-std::vector<policy::BackfillJob> Replay::RunningJobs() const {
-  std::vector<policy::BackfillJob> running;
+std::vector<policy::RunningJob> Replay::RunningJobs() const {
+  std::vector<policy::RunningJob> running;
   running.reserve(running_jobs_.size());
   for (size_t job : running_jobs_) {
     running.push_back(AsRunning(job, jobs_[job].placements));
@@ -784,7 +790,7 @@ void Replay::BackfillRound() {
   std::vector<const TraceJob*> failed;
   std::optional<size_t> head;
   policy::Reservation reservation;
-  std::vector<policy::BackfillJob> running;  // while there is a head: the jobs holding resources
+  std::vector<policy::RunningJob> running;  // while there is a head: the jobs holding resources
   for (size_t job : waiting_) {
     JobState& state = jobs_[job];
     const int64_t free = snapshot_.TotalGpuMilli() - snapshot_.AllocatedGpuMilli();
@@ -811,7 +817,7 @@ void Replay::BackfillRound() {
       continue;
     }
     if (head) {
-      const policy::BackfillJob candidate = AsRunning(job, *placements);
+      const policy::RunningJob candidate = AsRunning(job, *placements);
       Result<bool> keeps =
           planner_.KeepsReservation(reservation, jobs_[*head].trace->job, candidate, running,
                                     events_.now(), snapshot_, random_);
@@ -937,12 +943,9 @@ PreemptionAttempt Replay::FairSharePreempt(size_t job, const QueueId& queue) {
   int64_t next_of_age = std::numeric_limits<int64_t>::max();
   for (size_t other : running_jobs_) {
     const JobState& victim = jobs_[other];
-    policy::RunningJob entry{.id = victim.trace->job.id,
-                             .queue = QueueId(QueueName(*victim.trace)),
-                             .priority = victim.trace->job.priority,
-                             .preemptible = victim.trace->job.preemptible,
-                             .start_seconds = victim.started_at,
-                             .last_checkpoint_seconds = LastCheckpoint(victim)};
+    // Placements only once a search is worth it, below.
+    policy::RunningJob entry = AsRunning(other, {});
+    entry.last_checkpoint_seconds = LastCheckpoint(victim);
     if (entry.preemptible && (*rule)(preemptor, entry)) {
       const int64_t of_age = entry.start_seconds + options_.min_runtime_before_preemption_seconds;
       if (of_age <= now) {

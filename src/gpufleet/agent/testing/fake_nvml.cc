@@ -204,7 +204,7 @@ bool LoadLocked(State& state, const std::string& text) {
   return true;
 }
 
-// One call: counts it, holds the lock, and resolves the device a handle names.
+// One call: counts it and holds the lock.
 class Call {
  public:
   explicit Call(const char* function) : state_(GetState()), lock_(state_.mu) {
@@ -216,48 +216,63 @@ class Call {
   const Json& script() const { return *state_.script; }
   const Json& devices() const { return (*state_.script)["devices"]; }
 
-  // Decodes a handle into (gpu, mig or -1). False for a handle this library did not make.
-  bool Decode(nvml::Device handle, int& gpu, int& mig) const {
-    const auto value = reinterpret_cast<uintptr_t>(handle.handle);
-    if (value == 0 || !initialized()) {
-      return false;
-    }
-    gpu = static_cast<int>((value - 1) % kMigStride);
-    mig = static_cast<int>((value - 1) / kMigStride) - 1;
-    if (gpu >= static_cast<int>(devices().size())) {
-      return false;
-    }
-    if (mig >= 0) {
-      const Json& device = devices()[static_cast<size_t>(gpu)];
-      if (!device.contains("mig") || !device["mig"].is_array() ||
-          mig >= static_cast<int>(device["mig"].size())) {
-        return false;
-      }
-    }
-    return true;
-  }
+ private:
+  State& state_;
+  std::lock_guard<std::mutex> lock_;
+};
 
-  // The device entry a handle names, or an error code (lost, bad handle, not initialised).
-  nvml::Return Device(nvml::Device handle, const Json*& device, const Json*& mig_device) {
+// A call about one device handle: resolves the handle first, as NVML's device functions do, so
+// each function goes on only once status() is kSuccess.
+class DeviceCall : public Call {
+ public:
+  DeviceCall(const char* function, nvml::Device handle)
+      : Call(function), status_(Resolve(handle)) {}
+
+  // kSuccess, or why the handle names no device: not initialised, a bad handle, a lost GPU.
+  nvml::Return status() const { return status_; }
+  bool ok() const { return status_ == nvml::Return::kSuccess; }
+
+  // The GPU's script entry and index; for a MIG device handle, of the GPU that holds it.
+  const Json& device() const { return *device_; }
+  int gpu() const { return gpu_; }
+  // The MIG instance's entry; nullptr for a whole-GPU handle.
+  const Json* mig() const { return mig_; }
+  // The entry of what the handle names: the MIG instance's, else the GPU's.
+  const Json& entry() const { return mig_ != nullptr ? *mig_ : *device_; }
+
+ private:
+  // A handle is 1 + gpu + kMigStride * (mig + 1), mig -1 for a whole GPU.
+  nvml::Return Resolve(nvml::Device handle) {
+    const auto value = reinterpret_cast<uintptr_t>(handle.handle);
     if (!initialized()) {
       return nvml::Return::kUninitialized;
     }
-    int gpu = 0;
-    int mig = 0;
-    if (!Decode(handle, gpu, mig)) {
+    if (value == 0) {
       return nvml::Return::kInvalidArgument;
     }
-    device = &devices()[static_cast<size_t>(gpu)];
-    mig_device = mig >= 0 ? &(*device)["mig"][static_cast<size_t>(mig)] : nullptr;
-    if (device->value("lost", false)) {
+    gpu_ = static_cast<int>((value - 1) % kMigStride);
+    const int mig = static_cast<int>((value - 1) / kMigStride) - 1;
+    if (gpu_ >= static_cast<int>(devices().size())) {
+      return nvml::Return::kInvalidArgument;
+    }
+    device_ = &devices()[static_cast<size_t>(gpu_)];
+    if (mig >= 0) {
+      if (!device_->contains("mig") || !(*device_)["mig"].is_array() ||
+          mig >= static_cast<int>((*device_)["mig"].size())) {
+        return nvml::Return::kInvalidArgument;
+      }
+      mig_ = &(*device_)["mig"][static_cast<size_t>(mig)];
+    }
+    if (device_->value("lost", false)) {
       return nvml::Return::kGpuIsLost;
     }
     return nvml::Return::kSuccess;
   }
 
- private:
-  State& state_;
-  std::lock_guard<std::mutex> lock_;
+  const Json* device_ = nullptr;
+  const Json* mig_ = nullptr;
+  int gpu_ = 0;
+  nvml::Return status_;  // after the fields Resolve sets
 };
 
 // A scripted value: absent -> NOT_SUPPORTED, a string -> that error, otherwise success.
@@ -281,6 +296,16 @@ nvml::Return ReadNumber(const Json& object, const char* key, T* out) {
     *out = value->get<T>();
   }
   return rc;
+}
+
+// A getter that answers one number of the GPU's script entry.
+template <typename T>
+nvml::Return DeviceNumber(const char* function, nvml::Device handle, const char* key, T* out) {
+  DeviceCall call(function, handle);
+  if (!call.ok()) {
+    return call.status();
+  }
+  return ReadNumber(call.device(), key, out);
 }
 
 nvml::Return CopyString(const std::string& text, char* buffer, unsigned int length) {
@@ -418,40 +443,34 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetHandleByIndex_v2(unsigned in
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetName(nvml::Device handle, char* name,
                                                          unsigned int length) {
-  Call call("nvmlDeviceGetName");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetName", handle);
+  if (!call.ok()) {
+    return call.status();
   }
-  std::string text = device->value("name", "NVIDIA H100 80GB HBM3");
-  if (mig != nullptr) {
-    text += " MIG " + mig->value("profile", "");
+  std::string text = call.device().value("name", "NVIDIA H100 80GB HBM3");
+  if (call.mig() != nullptr) {
+    text += " MIG " + call.mig()->value("profile", "");
   }
   return CopyString(text, name, length);
 }
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetUUID(nvml::Device handle, char* uuid,
                                                          unsigned int length) {
-  Call call("nvmlDeviceGetUUID");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetUUID", handle);
+  if (!call.ok()) {
+    return call.status();
   }
-  return CopyString((mig != nullptr ? mig : device)->value("uuid", ""), uuid, length);
+  return CopyString(call.entry().value("uuid", ""), uuid, length);
 }
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetPciInfo_v3(nvml::Device handle,
                                                                nvml::PciInfo* pci) {
-  Call call("nvmlDeviceGetPciInfo_v3");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetPciInfo_v3", handle);
+  if (!call.ok()) {
+    return call.status();
   }
   *pci = nvml::PciInfo{};
-  const std::string bus_id = device->value("pci_bus_id", "00000000:00:00.0");
+  const std::string bus_id = call.device().value("pci_bus_id", "00000000:00:00.0");
   return CopyString(bus_id, pci->bus_id, sizeof(pci->bus_id));
 }
 
@@ -476,11 +495,9 @@ nvml::Return ScriptedMemory(const Json& entry, unsigned long long& total,
 #ifndef GPUFLEET_FAKE_NVML_LEGACY
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMemoryInfo_v2(nvml::Device handle,
                                                                   nvml::MemoryV2* memory) {
-  Call call("nvmlDeviceGetMemoryInfo_v2");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetMemoryInfo_v2", handle);
+  if (!call.ok()) {
+    return call.status();
   }
   // The real library checks the struct version; a bare 2 is the classic mistake.
   if (memory->version != nvml::kMemoryV2Version) {
@@ -489,7 +506,7 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMemoryInfo_v2(nvml::Device h
   unsigned long long total = 0;
   unsigned long long reserved = 0;
   unsigned long long used = 0;
-  const nvml::Return rc = ScriptedMemory(mig != nullptr ? *mig : *device, total, reserved, used);
+  const nvml::Return rc = ScriptedMemory(call.entry(), total, reserved, used);
   if (rc == nvml::Return::kSuccess) {
     memory->total = total;
     memory->reserved = reserved;
@@ -502,16 +519,14 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMemoryInfo_v2(nvml::Device h
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMemoryInfo(nvml::Device handle,
                                                                nvml::MemoryV1* memory) {
-  Call call("nvmlDeviceGetMemoryInfo");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetMemoryInfo", handle);
+  if (!call.ok()) {
+    return call.status();
   }
   unsigned long long total = 0;
   unsigned long long reserved = 0;
   unsigned long long used = 0;
-  const nvml::Return rc = ScriptedMemory(mig != nullptr ? *mig : *device, total, reserved, used);
+  const nvml::Return rc = ScriptedMemory(call.entry(), total, reserved, used);
   if (rc == nvml::Return::kSuccess) {
     // Version 1 counts the reserved memory as used.
     memory->total = total;
@@ -523,14 +538,12 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMemoryInfo(nvml::Device hand
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetUtilizationRates(
     nvml::Device handle, nvml::Utilization* utilization) {
-  Call call("nvmlDeviceGetUtilizationRates");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetUtilizationRates", handle);
+  if (!call.ok()) {
+    return call.status();
   }
   const Json* value = nullptr;
-  const nvml::Return rc = Lookup(*device, "utilization", value);
+  const nvml::Return rc = Lookup(call.device(), "utilization", value);
   if (rc == nvml::Return::kSuccess) {
     utilization->gpu = value->value("gpu", 0U);
     utilization->memory = value->value("memory", 0U);
@@ -541,73 +554,59 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetUtilizationRates(
 #ifndef GPUFLEET_FAKE_NVML_LEGACY
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetTemperatureV(nvml::Device handle,
                                                                  nvml::Temperature* temperature) {
-  Call call("nvmlDeviceGetTemperatureV");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetTemperatureV", handle);
+  if (!call.ok()) {
+    return call.status();
   }
   if (temperature->version != nvml::kTemperatureV1Version ||
       temperature->sensor_type != nvml::kTemperatureGpu) {
     return nvml::Return::kArgumentVersionMismatch;
   }
-  return ReadNumber(*device, "temperature_c", &temperature->temperature);
+  return ReadNumber(call.device(), "temperature_c", &temperature->temperature);
 }
 #endif
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetTemperature(nvml::Device handle, int sensor,
                                                                 unsigned int* temperature) {
-  Call call("nvmlDeviceGetTemperature");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetTemperature", handle);
+  if (!call.ok()) {
+    return call.status();
   }
   if (sensor != nvml::kTemperatureGpu) {
     return nvml::Return::kInvalidArgument;
   }
-  return ReadNumber(*device, "temperature_c", temperature);
+  return ReadNumber(call.device(), "temperature_c", temperature);
 }
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetTemperatureThreshold(nvml::Device handle,
                                                                          int threshold,
                                                                          unsigned int* temp) {
-  Call call("nvmlDeviceGetTemperatureThreshold");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetTemperatureThreshold", handle);
+  if (!call.ok()) {
+    return call.status();
   }
   if (threshold != nvml::kTemperatureThresholdSlowdown) {
     return nvml::Return::kNotSupported;
   }
-  return ReadNumber(*device, "slowdown_temperature_c", temp);
+  return ReadNumber(call.device(), "slowdown_temperature_c", temp);
 }
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetPowerUsage(nvml::Device handle,
                                                                unsigned int* milliwatts) {
-  Call call("nvmlDeviceGetPowerUsage");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
-  }
-  return ReadNumber(*device, "power_mw", milliwatts);
+  return DeviceNumber("nvmlDeviceGetPowerUsage", handle, "power_mw", milliwatts);
 }
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetClockInfo(nvml::Device handle, int type,
                                                               unsigned int* mhz) {
-  Call call("nvmlDeviceGetClockInfo");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetClockInfo", handle);
+  if (!call.ok()) {
+    return call.status();
   }
   if (type == nvml::kClockSm) {
-    return ReadNumber(*device, "sm_clock_mhz", mhz);
+    return ReadNumber(call.device(), "sm_clock_mhz", mhz);
   }
   if (type == nvml::kClockMem) {
-    return ReadNumber(*device, "mem_clock_mhz", mhz);
+    return ReadNumber(call.device(), "mem_clock_mhz", mhz);
   }
   return nvml::Return::kNotSupported;
 }
@@ -615,16 +614,14 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetClockInfo(nvml::Device handl
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetTotalEccErrors(nvml::Device handle,
                                                                    int error_type, int counter_type,
                                                                    unsigned long long* count) {
-  Call call("nvmlDeviceGetTotalEccErrors");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetTotalEccErrors", handle);
+  if (!call.ok()) {
+    return call.status();
   }
   if (error_type != nvml::kMemoryErrorUncorrected || counter_type != nvml::kVolatileEcc) {
     return nvml::Return::kNotSupported;
   }
-  return ReadNumber(*device, "ecc_dbe_volatile", count);
+  return ReadNumber(call.device(), "ecc_dbe_volatile", count);
 }
 
 #ifndef GPUFLEET_FAKE_NVML_LEGACY
@@ -633,14 +630,12 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetRemappedRows(nvml::Device ha
                                                                  unsigned int* uncorrectable,
                                                                  unsigned int* pending,
                                                                  unsigned int* failure) {
-  Call call("nvmlDeviceGetRemappedRows");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetRemappedRows", handle);
+  if (!call.ok()) {
+    return call.status();
   }
   const Json* rows = nullptr;
-  const nvml::Return rc = Lookup(*device, "remapped_rows", rows);
+  const nvml::Return rc = Lookup(call.device(), "remapped_rows", rows);
   if (rc == nvml::Return::kSuccess) {
     *correctable = rows->value("correctable", 0U);
     *uncorrectable = rows->value("uncorrectable", 0U);
@@ -653,40 +648,21 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetRemappedRows(nvml::Device ha
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetPcieReplayCounter(nvml::Device handle,
                                                                       unsigned int* count) {
-  Call call("nvmlDeviceGetPcieReplayCounter");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
-  }
-  return ReadNumber(*device, "pcie_replay", count);
+  return DeviceNumber("nvmlDeviceGetPcieReplayCounter", handle, "pcie_replay", count);
 }
-
-namespace {
-
-nvml::Return ClocksEventReasons(const char* function, nvml::Device handle,
-                                unsigned long long* reasons) {
-  Call call(function);
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
-  }
-  return ReadNumber(*device, "clocks_event_reasons", reasons);
-}
-
-}  // namespace
 
 #ifndef GPUFLEET_FAKE_NVML_LEGACY
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetCurrentClocksEventReasons(
     nvml::Device handle, unsigned long long* reasons) {
-  return ClocksEventReasons("nvmlDeviceGetCurrentClocksEventReasons", handle, reasons);
+  return DeviceNumber("nvmlDeviceGetCurrentClocksEventReasons", handle, "clocks_event_reasons",
+                      reasons);
 }
 #endif
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetCurrentClocksThrottleReasons(
     nvml::Device handle, unsigned long long* reasons) {
-  return ClocksEventReasons("nvmlDeviceGetCurrentClocksThrottleReasons", handle, reasons);
+  return DeviceNumber("nvmlDeviceGetCurrentClocksThrottleReasons", handle, "clocks_event_reasons",
+                      reasons);
 }
 
 // ---- MIG: a device with a "mig" array has MIG enabled with those instances --------------------
@@ -694,13 +670,11 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetCurrentClocksThrottleReasons
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMigMode(nvml::Device handle,
                                                             unsigned int* current,
                                                             unsigned int* pending) {
-  Call call("nvmlDeviceGetMigMode");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetMigMode", handle);
+  if (!call.ok()) {
+    return call.status();
   }
-  if (!device->contains("mig")) {
+  if (!call.device().contains("mig")) {
     return nvml::Return::kNotSupported;
   }
   *current = nvml::kMigEnabled;
@@ -710,29 +684,25 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMigMode(nvml::Device handle,
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMaxMigDeviceCount(nvml::Device handle,
                                                                       unsigned int* count) {
-  Call call("nvmlDeviceGetMaxMigDeviceCount");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetMaxMigDeviceCount", handle);
+  if (!call.ok()) {
+    return call.status();
   }
-  *count = device->contains("mig") ? kMaxMigDevices : 0;
+  *count = call.device().contains("mig") ? kMaxMigDevices : 0;
   return nvml::Return::kSuccess;
 }
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMigDeviceHandleByIndex(nvml::Device handle,
                                                                            unsigned int index,
                                                                            nvml::Device* out) {
-  Call call("nvmlDeviceGetMigDeviceHandleByIndex");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetMigDeviceHandleByIndex", handle);
+  if (!call.ok()) {
+    return call.status();
   }
-  if (mig != nullptr || !device->contains("mig")) {
+  if (call.mig() != nullptr || !call.device().contains("mig")) {
     return nvml::Return::kInvalidArgument;
   }
-  if (index >= (*device)["mig"].size()) {
+  if (index >= call.device()["mig"].size()) {
     return nvml::Return::kNotFound;
   }
   const auto value = reinterpret_cast<uintptr_t>(handle.handle) + kMigStride * (index + 1);
@@ -743,16 +713,14 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMigDeviceHandleByIndex(nvml:
 namespace {
 
 nvml::Return MigId(const char* function, const char* key, nvml::Device handle, unsigned int* id) {
-  Call call(function);
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call(function, handle);
+  if (!call.ok()) {
+    return call.status();
   }
-  if (mig == nullptr) {
+  if (call.mig() == nullptr) {
     return nvml::Return::kNotSupported;
   }
-  return ReadNumber(*mig, key, id);
+  return ReadNumber(*call.mig(), key, id);
 }
 
 }  // namespace
@@ -786,13 +754,11 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlEventSetFree(nvml::EventSet set) {
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetSupportedEventTypes(nvml::Device handle,
                                                                         unsigned long long* types) {
-  Call call("nvmlDeviceGetSupportedEventTypes");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceGetSupportedEventTypes", handle);
+  if (!call.ok()) {
+    return call.status();
   }
-  *types = device->value("xid_events", true)
+  *types = call.device().value("xid_events", true)
                ? nvml::kEventXidCriticalError | nvml::kEventGpuUnavailable | 0x2ULL
                : 0x2ULL;
   return nvml::Return::kSuccess;
@@ -801,22 +767,17 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetSupportedEventTypes(nvml::De
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceRegisterEvents(nvml::Device handle,
                                                                 unsigned long long types,
                                                                 nvml::EventSet set) {
-  Call call("nvmlDeviceRegisterEvents");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlDeviceRegisterEvents", handle);
+  if (!call.ok()) {
+    return call.status();
   }
   if (set.handle != &call.state()) {
     return nvml::Return::kInvalidArgument;
   }
-  if ((types & nvml::kEventXidCriticalError) != 0 && !device->value("xid_events", true)) {
+  if ((types & nvml::kEventXidCriticalError) != 0 && !call.device().value("xid_events", true)) {
     return nvml::Return::kNotSupported;
   }
-  int gpu = 0;
-  int mig_index = 0;
-  call.Decode(handle, gpu, mig_index);
-  call.state().registered[gpu] |= types;
+  call.state().registered[call.gpu()] |= types;
   return nvml::Return::kSuccess;
 }
 
@@ -853,16 +814,14 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlEventSetWait_v2(nvml::EventSet set,
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlGpmQueryDeviceSupport(nvml::Device handle,
                                                                  nvml::GpmSupport* support) {
-  Call call("nvmlGpmQueryDeviceSupport");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlGpmQueryDeviceSupport", handle);
+  if (!call.ok()) {
+    return call.status();
   }
   if (support->version != nvml::kGpmSupportVersion) {
     return nvml::Return::kArgumentVersionMismatch;
   }
-  support->is_supported_device = device->contains("gpm") ? 1 : 0;
+  support->is_supported_device = call.device().contains("gpm") ? 1 : 0;
   return nvml::Return::kSuccess;
 }
 
@@ -880,17 +839,12 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlGpmSampleFree(nvml::GpmSample sample)
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlGpmSampleGet(nvml::Device handle,
                                                         nvml::GpmSample sample) {
-  Call call("nvmlGpmSampleGet");
-  const Json* device = nullptr;
-  const Json* mig = nullptr;
-  if (const nvml::Return rc = call.Device(handle, device, mig); rc != nvml::Return::kSuccess) {
-    return rc;
+  DeviceCall call("nvmlGpmSampleGet", handle);
+  if (!call.ok()) {
+    return call.status();
   }
-  int gpu = 0;
-  int mig_index = 0;
-  call.Decode(handle, gpu, mig_index);
   auto* data = static_cast<GpmSampleData*>(sample.handle);
-  data->device = gpu;
+  data->device = call.gpu();
   data->sequence = ++call.state().gpm_sequence;
   return nvml::Return::kSuccess;
 }

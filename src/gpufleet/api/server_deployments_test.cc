@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: Apache-2.0
+// Deployments and their autoscaling through ApiServer (server_deployments.cc), on a fake clock:
+// one agent node whose heartbeats carry GPU utilization, and an inference deployment of one-GPU
+// replicas.
+#include "gpufleet/api/server_deployments.h"
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/core.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/api/agent_protocol.h"
+#include "gpufleet/api/auth.h"
+#include "gpufleet/api/server.h"
+#include "gpufleet/api/tenancy.h"
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/store/memory_store.h"
+
+namespace gpufleet::api {
+namespace {
+
+using Json = nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int kGpus = 8;
+
+// Replicas of one whole GPU; scale-downs wait 5 minutes, no cooldowns unless `autoscaling` says.
+Json DeploymentSpec(const Json& autoscaling = Json::object()) {
+  Json spec = Json::parse(R"({"name": "chat",
+    "template": {"apiVersion": "gpufleet.io/v1", "kind": "Job",
+      "spec": {"kind": "inference", "tasks": [{"name": "server", "command": ["serve"],
+        "resources": {"cpu": "4", "memory": "16Gi", "gpus": {"count": 1}}}]}},
+    "autoscaling": {"min_replicas": 1, "max_replicas": 3, "target_utilization_pct": 70,
+                    "scale_down_stabilization_seconds": 300}})");
+  spec["autoscaling"].update(autoscaling);
+  return spec;
+}
+
+TEST(PlanReplicasTest, CreatesAboveEveryIndexAndCancelsTheHighestFirst) {
+  const std::vector<ReplicaJob> replicas = {{2, "chat-r2", "Running"},
+                                            {0, "chat-r0", "Running"},
+                                            {1, "chat-r1", "Cancelled"},
+                                            {3, "chat-r3", "Pending"}};
+  const ReplicaPlan grow = PlanReplicas(replicas, 4, 0);
+  EXPECT_THAT(grow.create, ElementsAre(4));
+  EXPECT_THAT(grow.keep, ElementsAre("chat-r0", "chat-r2", "chat-r3"));
+  EXPECT_TRUE(grow.cancel.empty());
+
+  const ReplicaPlan shrink = PlanReplicas(replicas, 1, 0);
+  EXPECT_TRUE(shrink.create.empty());
+  EXPECT_THAT(shrink.cancel, ElementsAre("chat-r3", "chat-r2"));
+  EXPECT_THAT(shrink.keep, ElementsAre("chat-r0"));
+
+  const ReplicaPlan first = PlanReplicas({}, 2, 0);
+  EXPECT_THAT(first.create, ElementsAre(0, 1));
+  // Ended replicas the view no longer holds: the stored next index keeps their names unused.
+  const ReplicaPlan after_ended = PlanReplicas({}, 1, 6);
+  EXPECT_THAT(after_ended.create, ElementsAre(6));
+}
+
+class ServerDeploymentsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    Result<std::unique_ptr<ApiServer>> server =
+        ApiServer::Create({.store = store_,
+                           .catalog = catalog_,
+                           .clock = clock_,
+                           .wall_clock = &clock_,
+                           .heartbeat_interval = std::chrono::seconds(60),
+                           .node_timeout = std::chrono::minutes(10)});
+    ASSERT_OK(server);
+    server_ = std::move(server).value();
+    for (const char* team : {"team-a", "team-b"}) {
+      store::WriteBatch batch;
+      batch.Create(std::string(kTeamsKind), team, TeamToJson({.name = team}).dump());
+      ASSERT_OK(store_.Commit(batch));
+    }
+    admin_ = *server_->authenticator().CreateToken(Role::kAdmin, "", "root");
+    agent_ = *server_->authenticator().CreateToken(Role::kAgent, "", "agents");
+    alice_ = *server_->authenticator().CreateToken(Role::kMember, "team-a", "alice");
+    bob_ = *server_->authenticator().CreateToken(Role::kMember, "team-b", "bob");
+    ASSERT_OK(server_->RunSchedulingCycle());
+
+    RegisterRequest inventory;
+    inventory.topology_levels = {"block", "leaf"};
+    inventory.node.id = NodeId("node-a");
+    inventory.node.capacity = {128000, 1024 * 1024};
+    inventory.node.topology = {"block-0", "leaf-0"};
+    for (int i = 0; i < kGpus; ++i) {
+      Gpu gpu;
+      gpu.index = i;
+      gpu.uuid = GpuUuid(fmt::format("GPU-node-a-{}", i));
+      gpu.model = "H100-80GB";
+      gpu.memory_mib = 81559;
+      inventory.node.gpus.push_back(gpu);
+    }
+    const ApiResponse registered =
+        Call("POST", "/v1/agents/register", agent_, RegisterRequestToJson(inventory));
+    ASSERT_EQ(registered.status, 200) << registered.body;
+  }
+
+  ApiResponse Call(const std::string& method, const std::string& path, const std::string& token,
+                   const std::string& body = "") {
+    ApiRequest request;
+    request.method = method;
+    request.path = path;
+    request.authorization = "Bearer " + token;
+    request.body = body;
+    return server_->Handle(request);
+  }
+
+  void Create(const Json& spec) {
+    const ApiResponse response = Call("POST", "/v1/deployments", alice_, spec.dump());
+    ASSERT_EQ(response.status, 201) << response.body;
+  }
+
+  Json Deployment() {
+    const ApiResponse response = Call("GET", "/v1/deployments/chat", alice_);
+    EXPECT_EQ(response.status, 200) << response.body;
+    return Json::parse(response.body, nullptr, false);
+  }
+  int Desired() { return Deployment().value("desired_replicas", -1); }
+
+  std::string JobState(const std::string& name) {
+    const ApiResponse response = Call("GET", "/v1/jobs/" + name, admin_);
+    if (response.status == 404) {
+      return "absent";
+    }
+    return Json::parse(response.body, nullptr, false).value("state", "");
+  }
+
+  // One minute passes: node-a heartbeats with every GPU at `utilization` percent and, when
+  // `tasks_run`, every task it was told to run reported running; then a scheduling cycle.
+  void Minute(int utilization, bool tasks_run = true) {
+    clock_.Advance(std::chrono::minutes(1));
+    HeartbeatRequest beat;
+    for (int i = 0; i < kGpus; ++i) {
+      GpuReport gpu;
+      gpu.index = i;
+      gpu.utilization_pct = utilization;
+      beat.gpus.push_back(gpu);
+    }
+    for (const std::string& id : tasks_run ? desired_ : std::vector<std::string>{}) {
+      TaskReport task;
+      task.id = id;
+      task.phase = TaskPhase::kRunning;
+      beat.tasks.push_back(task);
+    }
+    const ApiResponse response =
+        Call("POST", "/v1/agents/node-a/heartbeat", agent_, HeartbeatRequestToJson(beat));
+    ASSERT_EQ(response.status, 200) << response.body;
+    const Result<AgentReply> reply = ParseAgentReply(response.body);
+    ASSERT_OK(reply);
+    desired_.clear();
+    for (const DesiredTask& task : reply->tasks) {
+      desired_.push_back(task.id);
+    }
+    ASSERT_OK(server_->RunSchedulingCycle());
+  }
+  void Minutes(int count, int utilization, bool tasks_run = true) {
+    for (int i = 0; i < count; ++i) {
+      Minute(utilization, tasks_run);
+    }
+  }
+
+  const GpuCatalog catalog_ = GpuCatalog::Default();
+  FakeClock clock_;
+  store::InMemoryStateStore store_;
+  std::unique_ptr<ApiServer> server_;
+  std::string admin_;
+  std::string agent_;
+  std::string alice_;
+  std::string bob_;
+  std::vector<std::string> desired_;
+};
+
+TEST_F(ServerDeploymentsTest, BadSpecsAreRefusedNamingTheFieldAndNothingIsStored) {
+  Json two_groups = DeploymentSpec();
+  Json& tasks = two_groups["template"]["spec"]["tasks"];
+  tasks.push_back(tasks[0]);
+  tasks[1]["name"] = "sidecar";
+  Json unknown = DeploymentSpec();
+  unknown["replicas"] = 2;
+  const std::pair<Json, std::string> cases[] = {
+      {DeploymentSpec({{"min_replicas", 4}}), "autoscaling.max_replicas: 3"},
+      {DeploymentSpec({{"target_utilization_pct", 0}}), "autoscaling.target_utilization_pct: 0"},
+      {two_groups, "template.spec.tasks: 2 task groups"},
+      {unknown, "replicas: unknown field"},
+  };
+  for (const auto& [spec, message] : cases) {
+    SCOPED_TRACE(message);
+    const ApiResponse response = Call("POST", "/v1/deployments", alice_, spec.dump());
+    EXPECT_EQ(response.status, 400);
+    EXPECT_THAT(response.body, HasSubstr(message));
+  }
+  Json other_queue = DeploymentSpec();
+  other_queue["queue"] = "nowhere";
+  EXPECT_EQ(Call("POST", "/v1/deployments", alice_, other_queue.dump()).status, 400);
+  const ApiResponse list = Call("GET", "/v1/deployments", admin_);
+  ASSERT_EQ(list.status, 200);
+  EXPECT_EQ(Json::parse(list.body)["items"].size(), 0U);
+  Minutes(2, 0);
+  EXPECT_EQ(JobState("chat-r0"), "absent");
+}
+
+TEST_F(ServerDeploymentsTest, ListsAndGetsTheTeamsOwnAndAnswersConflicts) {
+  Create(DeploymentSpec());
+  EXPECT_EQ(Call("POST", "/v1/deployments", alice_, DeploymentSpec().dump()).status, 409);
+  const Json doc = Deployment();
+  EXPECT_EQ(doc["team"], "team-a");
+  EXPECT_EQ(doc["desired_replicas"], 1);
+  EXPECT_EQ(doc["autoscaling"]["target_utilization_pct"], 70);
+  EXPECT_EQ(Call("GET", "/v1/deployments/chat", bob_).status, 404);
+  EXPECT_EQ(Json::parse(Call("GET", "/v1/deployments", bob_).body)["items"].size(), 0U);
+  EXPECT_EQ(Json::parse(Call("GET", "/v1/deployments", admin_).body)["items"].size(), 1U);
+  EXPECT_EQ(Call("GET", "/v1/deployments/nope", alice_).status, 404);
+}
+
+TEST_F(ServerDeploymentsTest, HotReplicasScaleUpWithinMax) {
+  Create(DeploymentSpec());
+  Minute(90);  // 00:01 chat-r0 submitted and scheduled
+  const Json r0 = Json::parse(Call("GET", "/v1/jobs/chat-r0", admin_).body);
+  EXPECT_EQ(r0["team"], "team-a");
+  EXPECT_EQ(r0["labels"]["deployment"], "chat");
+  EXPECT_EQ(r0["spec"]["spec"]["kind"], "inference");
+  Minutes(2, 90);  // 00:03 chat-r0 runs at 90% against 70%: a second replica
+  EXPECT_EQ(JobState("chat-r0"), "Running");
+  EXPECT_EQ(Desired(), 2);
+  EXPECT_EQ(Deployment()["utilization_pct"], 90);
+  EXPECT_THAT(Deployment().value("reason", ""), HasSubstr("1 -> 2"));
+  Minutes(10, 90);
+  const Json doc = Deployment();
+  EXPECT_EQ(doc["desired_replicas"], 3);  // ceil(3 * 90 / 70) = 4, bounded by max 3
+  EXPECT_EQ(doc["ready_replicas"], 3);
+  EXPECT_THAT(doc["replicas"], ElementsAre("chat-r0", "chat-r1", "chat-r2"));
+  for (const char* name : {"chat-r0", "chat-r1", "chat-r2"}) {
+    EXPECT_EQ(JobState(name), "Running") << name;
+  }
+  EXPECT_EQ(JobState("chat-r3"), "absent");
+  const std::string events = Call("GET", "/v1/deployments/chat/events", alice_).body;
+  EXPECT_THAT(events, HasSubstr("scaled 1 -> 2"));
+  EXPECT_THAT(events, HasSubstr("scaled 2 -> 3"));
+}
+
+TEST_F(ServerDeploymentsTest, NoScalingWhileNoReplicaIsReady) {
+  Create(DeploymentSpec());
+  Minutes(10, 100, /*tasks_run=*/false);  // chat-r0 never reports running
+  EXPECT_EQ(JobState("chat-r0"), "Scheduled");
+  const Json doc = Deployment();
+  EXPECT_EQ(doc["desired_replicas"], 1);
+  EXPECT_EQ(doc["ready_replicas"], 0);
+  EXPECT_TRUE(doc["utilization_pct"].is_null());
+  EXPECT_THAT(doc.value("reason", ""), HasSubstr("no ready replica"));
+  EXPECT_EQ(JobState("chat-r1"), "absent");
+}
+
+TEST_F(ServerDeploymentsTest, ColdReplicasScaleDownAfterTheWindowHighestIndexFirst) {
+  Create(DeploymentSpec());
+  Minutes(12, 90);
+  ASSERT_EQ(Desired(), 3);
+  // 40% on 3 replicas needs ceil(3 * 40 / 70) = 2; the 5-minute window keeps 3 meanwhile.
+  Minutes(4, 40);
+  EXPECT_EQ(Desired(), 3);
+  EXPECT_EQ(JobState("chat-r2"), "Running");
+  Minutes(2, 40);
+  EXPECT_EQ(Desired(), 2);
+  EXPECT_EQ(JobState("chat-r2"), "Cancelled");
+  EXPECT_EQ(JobState("chat-r1"), "Running");
+  EXPECT_EQ(JobState("chat-r0"), "Running");
+  EXPECT_THAT(Deployment()["replicas"], ElementsAre("chat-r0", "chat-r1"));
+}
+
+TEST_F(ServerDeploymentsTest, ScaleUpCooldownIsRespected) {
+  Create(DeploymentSpec({{"scale_up_cooldown_seconds", 600}}));
+  Minutes(3, 90);  // 00:03 1 -> 2
+  ASSERT_EQ(Desired(), 2);
+  // chat-r1 runs from about 00:05 and 2 replicas at 90% need 3, but not before 00:13.
+  Minutes(9, 90);  // 00:12
+  EXPECT_EQ(Desired(), 2);
+  EXPECT_THAT(Deployment().value("reason", ""), HasSubstr("cooldown"));
+  EXPECT_EQ(JobState("chat-r2"), "absent");
+  Minutes(2, 90);  // 00:14
+  EXPECT_EQ(Desired(), 3);
+  EXPECT_NE(JobState("chat-r2"), "absent");
+}
+
+TEST_F(ServerDeploymentsTest, AnEndedReplicaIsReplacedUnderANewName) {
+  Create(DeploymentSpec({{"max_replicas", 1}}));
+  Minutes(3, 50);
+  ASSERT_EQ(JobState("chat-r0"), "Running");
+  ASSERT_EQ(Call("POST", "/v1/jobs/chat-r0/cancel", alice_).status, 200);
+  Minute(50);
+  EXPECT_EQ(Desired(), 1) << Deployment().dump();
+  EXPECT_EQ(JobState("chat-r0"), "Cancelled");
+  EXPECT_NE(JobState("chat-r1"), "absent");
+}
+
+}  // namespace
+}  // namespace gpufleet::api

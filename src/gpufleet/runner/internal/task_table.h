@@ -1,0 +1,82 @@
+// SPDX-License-Identifier: Apache-2.0
+// The task table that ProcessRunner and SimulatedRunner both keep, task id -> the runner's record
+// of the task (a struct with a `TaskStatus status` member), and the checks the TaskRunner
+// contract (task_runner.h) makes on it, so that every runner answers Start, Stop, Poll and Forget
+// with the same codes and messages. Private to the runner module; callers hold the mutex that
+// guards their table.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/status.h"
+#include "gpufleet/runner/task_runner.h"
+
+namespace gpufleet::runner::internal {
+
+template <typename Task>
+using TaskTable = std::map<std::string, Task, std::less<>>;
+
+// Start: kAlreadyExists when the table knows `task_id`, running or not yet forgotten.
+template <typename Task>
+Status CheckNewTask(const TaskTable<Task>& tasks, std::string_view task_id) {
+  if (tasks.contains(task_id)) {
+    return AlreadyExistsError(fmt::format(
+        "task '{}' is already known to the runner; forget it before starting it again", task_id));
+  }
+  return Status::Ok();
+}
+
+// Stop: kInvalidArgument for a negative grace.
+inline Status CheckStopGrace(std::string_view task_id, Duration grace) {
+  if (grace < Duration::zero()) {
+    return InvalidArgumentError(fmt::format(
+        "grace period for stopping task '{}' is negative: {} ns", task_id, grace.count()));
+  }
+  return Status::Ok();
+}
+
+// Stop: the task with `task_id`; kNotFound when the table does not know it.
+template <typename Task>
+Result<typename TaskTable<Task>::iterator> FindTask(TaskTable<Task>& tasks,
+                                                    std::string_view task_id) {
+  const auto it = tasks.find(task_id);
+  if (it == tasks.end()) {
+    return NotFoundError(fmt::format("task '{}' is not known to the runner", task_id));
+  }
+  return it;
+}
+
+// Forget: the task with `task_id`, brought up to date by `update(task)`; kNotFound as FindTask,
+// kFailedPrecondition while the task is still running.
+template <typename Task, typename Update>
+Result<typename TaskTable<Task>::iterator> FindEndedTask(TaskTable<Task>& tasks,
+                                                         std::string_view task_id, Update update) {
+  GPUFLEET_ASSIGN_OR_RETURN(const auto it, FindTask(tasks, task_id));
+  update(it->second);
+  if (!IsFinal(it->second.status.state)) {
+    return FailedPreconditionError(
+        fmt::format("task '{}' is still running; stop it and wait for its end first", task_id));
+  }
+  return it;
+}
+
+// Poll: every task brought up to date by `update(task)`, then the statuses, sorted by task id.
+template <typename Task, typename Update>
+std::vector<TaskStatus> UpdatedStatuses(TaskTable<Task>& tasks, Update update) {
+  std::vector<TaskStatus> statuses;
+  statuses.reserve(tasks.size());
+  for (auto& [id, task] : tasks) {
+    update(task);
+    statuses.push_back(task.status);
+  }
+  return statuses;
+}
+
+}  // namespace gpufleet::runner::internal
