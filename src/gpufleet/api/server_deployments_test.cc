@@ -18,6 +18,7 @@
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tenancy.h"
+#include "gpufleet/api/testing/agent_node_fixture.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
@@ -29,8 +30,6 @@ namespace {
 using Json = nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-constexpr int kGpus = 8;
 
 // Replicas of one whole GPU; scale-downs wait 5 minutes, no cooldowns unless `autoscaling` says.
 Json DeploymentSpec(const Json& autoscaling = Json::object()) {
@@ -66,56 +65,9 @@ TEST(PlanReplicasTest, CreatesAboveEveryIndexAndCancelsTheHighestFirst) {
   EXPECT_THAT(after_ended.create, ElementsAre(6));
 }
 
-class ServerDeploymentsTest : public ::testing::Test {
+class ServerDeploymentsTest : public api_testing::AgentNodeServerTest {
  protected:
-  void SetUp() override {
-    Result<std::unique_ptr<ApiServer>> server =
-        ApiServer::Create({.store = store_,
-                           .catalog = catalog_,
-                           .clock = clock_,
-                           .wall_clock = &clock_,
-                           .heartbeat_interval = std::chrono::seconds(60),
-                           .node_timeout = std::chrono::minutes(10)});
-    ASSERT_OK(server);
-    server_ = std::move(server).value();
-    for (const char* team : {"team-a", "team-b"}) {
-      store::WriteBatch batch;
-      batch.Create(std::string(kTeamsKind), team, TeamToJson({.name = team}).dump());
-      ASSERT_OK(store_.Commit(batch));
-    }
-    admin_ = *server_->authenticator().CreateToken(Role::kAdmin, "", "root");
-    agent_ = *server_->authenticator().CreateToken(Role::kAgent, "", "agents");
-    alice_ = *server_->authenticator().CreateToken(Role::kMember, "team-a", "alice");
-    bob_ = *server_->authenticator().CreateToken(Role::kMember, "team-b", "bob");
-    ASSERT_OK(server_->RunSchedulingCycle());
-
-    RegisterRequest inventory;
-    inventory.topology_levels = {"block", "leaf"};
-    inventory.node.id = NodeId("node-a");
-    inventory.node.capacity = {128000, 1024 * 1024};
-    inventory.node.topology = {"block-0", "leaf-0"};
-    for (int i = 0; i < kGpus; ++i) {
-      Gpu gpu;
-      gpu.index = i;
-      gpu.uuid = GpuUuid(fmt::format("GPU-node-a-{}", i));
-      gpu.model = "H100-80GB";
-      gpu.memory_mib = 81559;
-      inventory.node.gpus.push_back(gpu);
-    }
-    const ApiResponse registered =
-        Call("POST", "/v1/agents/register", agent_, RegisterRequestToJson(inventory));
-    ASSERT_EQ(registered.status, 200) << registered.body;
-  }
-
-  ApiResponse Call(const std::string& method, const std::string& path, const std::string& token,
-                   const std::string& body = "") {
-    ApiRequest request;
-    request.method = method;
-    request.path = path;
-    request.authorization = "Bearer " + token;
-    request.body = body;
-    return server_->Handle(request);
-  }
+  void SetUp() override { StartServer(); }
 
   void Create(const Json& spec) {
     const ApiResponse response = Call("POST", "/v1/deployments", alice_, spec.dump());
@@ -136,50 +88,6 @@ class ServerDeploymentsTest : public ::testing::Test {
     }
     return Json::parse(response.body, nullptr, false).value("state", "");
   }
-
-  // One minute passes: node-a heartbeats with every GPU at `utilization` percent and, when
-  // `tasks_run`, every task it was told to run reported running; then a scheduling cycle.
-  void Minute(int utilization, bool tasks_run = true) {
-    clock_.Advance(std::chrono::minutes(1));
-    HeartbeatRequest beat;
-    for (int i = 0; i < kGpus; ++i) {
-      GpuReport gpu;
-      gpu.index = i;
-      gpu.utilization_pct = utilization;
-      beat.gpus.push_back(gpu);
-    }
-    for (const std::string& id : tasks_run ? desired_ : std::vector<std::string>{}) {
-      TaskReport task;
-      task.id = id;
-      task.phase = TaskPhase::kRunning;
-      beat.tasks.push_back(task);
-    }
-    const ApiResponse response =
-        Call("POST", "/v1/agents/node-a/heartbeat", agent_, HeartbeatRequestToJson(beat));
-    ASSERT_EQ(response.status, 200) << response.body;
-    const Result<AgentReply> reply = ParseAgentReply(response.body);
-    ASSERT_OK(reply);
-    desired_.clear();
-    for (const DesiredTask& task : reply->tasks) {
-      desired_.push_back(task.id);
-    }
-    ASSERT_OK(server_->RunSchedulingCycle());
-  }
-  void Minutes(int count, int utilization, bool tasks_run = true) {
-    for (int i = 0; i < count; ++i) {
-      Minute(utilization, tasks_run);
-    }
-  }
-
-  const GpuCatalog catalog_ = GpuCatalog::Default();
-  FakeClock clock_;
-  store::InMemoryStateStore store_;
-  std::unique_ptr<ApiServer> server_;
-  std::string admin_;
-  std::string agent_;
-  std::string alice_;
-  std::string bob_;
-  std::vector<std::string> desired_;
 };
 
 TEST_F(ServerDeploymentsTest, BadSpecsAreRefusedNamingTheFieldAndNothingIsStored) {

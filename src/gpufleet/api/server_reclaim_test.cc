@@ -17,6 +17,7 @@
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tenancy.h"
+#include "gpufleet/api/testing/agent_node_fixture.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
@@ -28,8 +29,6 @@ namespace {
 using Json = nlohmann::json;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-constexpr int kGpus = 8;
 
 // `name` asking for `gpus` whole GPUs; `kind` batch or interactive.
 std::string JobYaml(const std::string& name, const std::string& kind, int gpus) {
@@ -46,7 +45,7 @@ spec:
                      name, kind, gpus);
 }
 
-class ServerReclaimTest : public ::testing::Test {
+class ServerReclaimTest : public api_testing::AgentNodeServerTest {
  protected:
   // Reclaim under 10% for 30 min, after a 15 min warning; heartbeats every minute.
   void Start(policy::ReclaimAction action = policy::ReclaimAction::kSuspend) {
@@ -56,59 +55,7 @@ class ServerReclaimTest : public ::testing::Test {
     reclaim.warning_seconds = 15 * 60;
     reclaim.max_sample_gap_seconds = 5 * 60;
     reclaim.action = action;
-    Result<std::unique_ptr<ApiServer>> server =
-        ApiServer::Create({.store = store_,
-                           .catalog = catalog_,
-                           .clock = clock_,
-                           .wall_clock = &clock_,
-                           .heartbeat_interval = std::chrono::seconds(60),
-                           .node_timeout = std::chrono::minutes(10),
-                           .idle_reclaim = reclaim});
-    ASSERT_OK(server);
-    server_ = std::move(server).value();
-    for (const char* team : {"team-a", "team-b"}) {
-      store::WriteBatch batch;
-      batch.Create(std::string(kTeamsKind), team, TeamToJson({.name = team}).dump());
-      ASSERT_OK(store_.Commit(batch));
-    }
-    admin_ = *server_->authenticator().CreateToken(Role::kAdmin, "", "root");
-    agent_ = *server_->authenticator().CreateToken(Role::kAgent, "", "agents");
-    alice_ = *server_->authenticator().CreateToken(Role::kMember, "team-a", "alice");
-    bob_ = *server_->authenticator().CreateToken(Role::kMember, "team-b", "bob");
-    ASSERT_OK(server_->RunSchedulingCycle());
-
-    RegisterRequest inventory;
-    inventory.topology_levels = {"block", "leaf"};
-    inventory.node.id = NodeId("node-a");
-    inventory.node.capacity = {128000, 1024 * 1024};
-    inventory.node.topology = {"block-0", "leaf-0"};
-    for (int i = 0; i < kGpus; ++i) {
-      Gpu gpu;
-      gpu.index = i;
-      gpu.uuid = GpuUuid(fmt::format("GPU-node-a-{}", i));
-      gpu.model = "H100-80GB";
-      gpu.memory_mib = 81559;
-      inventory.node.gpus.push_back(gpu);
-    }
-    const ApiResponse registered =
-        Call("POST", "/v1/agents/register", agent_, RegisterRequestToJson(inventory));
-    ASSERT_EQ(registered.status, 200) << registered.body;
-  }
-
-  ApiResponse Call(const std::string& method, const std::string& path, const std::string& token,
-                   const std::string& body = "") {
-    ApiRequest request;
-    request.method = method;
-    const size_t question = path.find('?');
-    request.path = path.substr(0, question);
-    if (question != std::string::npos) {
-      const std::string query = path.substr(question + 1);
-      const size_t equals = query.find('=');
-      request.query.emplace(query.substr(0, equals), query.substr(equals + 1));
-    }
-    request.authorization = "Bearer " + token;
-    request.body = body;
-    return server_->Handle(request);
+    StartServer(reclaim);
   }
 
   Json Job(const std::string& name) {
@@ -138,40 +85,6 @@ class ServerReclaimTest : public ::testing::Test {
     return gpus;
   }
 
-  // One minute passes: node-a heartbeats with GPU `i` at utilization(i) percent, every task it
-  // was told to run reported running, then a scheduling cycle runs.
-  void Minute(const std::function<int(int)>& utilization) {
-    clock_.Advance(std::chrono::minutes(1));
-    HeartbeatRequest beat;
-    for (int i = 0; i < kGpus; ++i) {
-      GpuReport gpu;
-      gpu.index = i;
-      gpu.utilization_pct = utilization(i);
-      beat.gpus.push_back(gpu);
-    }
-    for (const std::string& id : desired_) {
-      TaskReport task;
-      task.id = id;
-      task.phase = TaskPhase::kRunning;
-      beat.tasks.push_back(task);
-    }
-    const ApiResponse response =
-        Call("POST", "/v1/agents/node-a/heartbeat", agent_, HeartbeatRequestToJson(beat));
-    ASSERT_EQ(response.status, 200) << response.body;
-    const Result<AgentReply> reply = ParseAgentReply(response.body);
-    ASSERT_OK(reply);
-    desired_.clear();
-    for (const DesiredTask& task : reply->tasks) {
-      desired_.push_back(task.id);
-    }
-    ASSERT_OK(server_->RunSchedulingCycle());
-  }
-  void Minutes(int count, const std::function<int(int)>& utilization) {
-    for (int i = 0; i < count; ++i) {
-      Minute(utilization);
-    }
-  }
-
   // The notebook `nb` (team-a) running on one GPU, and the GPU index it holds.
   int StartNotebook() {
     Submit(alice_, JobYaml("nb", "interactive", 1));
@@ -183,16 +96,6 @@ class ServerReclaimTest : public ::testing::Test {
     EXPECT_EQ(gpus.size(), 1U);
     return gpus.empty() ? -1 : *gpus.begin();
   }
-
-  const GpuCatalog catalog_ = GpuCatalog::Default();
-  FakeClock clock_;
-  store::InMemoryStateStore store_;
-  std::unique_ptr<ApiServer> server_;
-  std::string admin_;
-  std::string agent_;
-  std::string alice_;
-  std::string bob_;
-  std::vector<std::string> desired_;
 };
 
 TEST_F(ServerReclaimTest, IdleNotebookIsWarnedThenSuspendedAndTheWaitingJobRuns) {
