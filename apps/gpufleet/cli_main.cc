@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The client verbs of `gpufleet` (`submit`, `get`, `describe`, `cancel`, `resume`, `create`,
-// `update`, `revoke`, `cordon`, `uncordon`, `drain`, `quarantine`, `release`, `report`): flags
-// here, the work in `gpufleet/cli/commands.h` and `gpufleet/cli/report.h`.
+// `update`, `delete`, `revoke`, `cordon`, `uncordon`, `drain`, `quarantine`, `release`,
+// `report`): flags here, the work in `gpufleet/cli/commands.h` and `gpufleet/cli/report.h`.
 #include <functional>
 #include <iostream>
 #include <memory>
@@ -34,6 +34,7 @@ struct CliState {
   cli::CreateArgs create;
   cli::UpdateArgs update;
   cli::RevokeArgs revoke;
+  cli::DeleteArgs delete_args;
   cli::NodeArgs node;
   cli::ReportArgs report;
   int gpu = 0;
@@ -95,8 +96,9 @@ Action AddCliCommands(CLI::App& app) {
     return cli::RunGet(client, s.get, clock, std::cout, std::cerr);
   });
 
-  CLI::App* describe = app.add_subcommand("describe", "show a job or a node in detail");
-  describe->add_option("TYPE", s.describe.kind, "job or node")->required();
+  CLI::App* describe =
+      app.add_subcommand("describe", "show a job, a node or a deployment in detail");
+  describe->add_option("TYPE", s.describe.kind, "job, node or deployment")->required();
   describe->add_option("NAME", s.describe.name, "its name")->required();
   AddVerb(s, describe, [&s](cli::ApiClient& client) {
     return cli::RunDescribe(client, s.describe, std::cout, std::cerr);
@@ -133,9 +135,10 @@ Action AddCliCommands(CLI::App& app) {
     return cli::RunCreate(client, s.create, std::cout, std::cerr);
   });
 
-  CLI::App* update = app.add_subcommand("update", "change a queue's quota (admin)");
-  update->add_option("TYPE", s.update.kind, "queue")->required();
-  update->add_option("NAME", s.update.name, "the queue's name")->required();
+  CLI::App* update =
+      app.add_subcommand("update", "change a queue's quota (admin) or a deployment's autoscaling");
+  update->add_option("TYPE", s.update.kind, "queue or deployment")->required();
+  update->add_option("NAME", s.update.name, "the queue's or deployment's name")->required();
   update->add_option("--guarantee", s.update.guarantee,
                      "set MODEL=GPUS, or remove MODEL- (\"*\": any model); repeatable");
   update->add_option("--limit", s.update.limit,
@@ -143,8 +146,19 @@ Action AddCliCommands(CLI::App& app) {
   update->add_option("--weight", s.update.weight, "fair-share weight among its siblings");
   update->add_flag("--borrow", s.update.borrow, "may hold more than its guarantee");
   update->add_flag("--no-borrow", s.update.no_borrow, "never hold more than its guarantee");
+  update->add_option("--min", s.update.min_replicas, "deployment: min_replicas");
+  update->add_option("--max", s.update.max_replicas, "deployment: max_replicas");
+  update->add_option("--target", s.update.target_pct, "deployment: target_utilization_pct");
   AddVerb(s, update, [&s](cli::ApiClient& client) {
     return cli::RunUpdate(client, s.update, std::cout, std::cerr);
+  });
+
+  CLI::App* remove =
+      app.add_subcommand("delete", "delete a queue (admin) or a deployment and its replicas");
+  remove->add_option("TYPE", s.delete_args.kind, "queue or deployment")->required();
+  remove->add_option("NAME", s.delete_args.name, "the queue's or deployment's name")->required();
+  AddVerb(s, remove, [&s](cli::ApiClient& client) {
+    return cli::RunDelete(client, s.delete_args, std::cout, std::cerr);
   });
 
   CLI::App* revoke = app.add_subcommand("revoke", "revoke a token (admin)");

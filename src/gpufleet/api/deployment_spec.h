@@ -14,7 +14,8 @@
 
 // The deployment format of `POST /v1/deployments` (docs/api.md, "Deployments"): an inference
 // job template run as replica jobs NAME-r<k>, whose count an autoscaler moves between min and max
-// on the replicas' measured GPU utilization. JSON only:
+// on the replicas' measured GPU utilization. JSON, or YAML with the same fields (the template a
+// job spec in YAML), told apart as job specs are (a first non-blank '{' means JSON):
 //
 //   {"name": "chat", "queue": "default",
 //    "template": {<a job spec as POST /v1/jobs takes, without metadata.name>},
@@ -44,7 +45,10 @@ struct DeploymentSpec {
 // most kMaxDeploymentNameChars characters, a template that ParseJobSpec refuses (its message
 // behind "template."), a template with metadata.name, a kind other than inference, more or
 // fewer than one task group, a queue given in both places and differing, and autoscaling options
-// out of range ("autoscaling.max_replicas: 1 (must be >= min_replicas 2)").
+// out of range ("autoscaling.max_replicas: 1 (must be >= min_replicas 2)"). Malformed text is
+// "deployment: invalid JSON" or "deployment: invalid YAML (line L, column C): <what>"; YAML with
+// duplicate keys ("name: duplicate key (line 2, column 1)"), nesting deeper than 32 levels or
+// over 100,000 values after expanding aliases is refused too.
 Result<DeploymentSpec> ParseDeploymentSpec(std::string_view text, const GpuCatalog& catalog);
 
 // The stored form: {"name", "queue", "template", "autoscaling": {..._pct, ..._seconds}};

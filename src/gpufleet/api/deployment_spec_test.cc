@@ -151,9 +151,61 @@ TEST_F(DeploymentSpecTest, BadSpecsNameTheFieldAndValue) {
     EXPECT_EQ(parsed.status().code(), StatusCode::kInvalidArgument);
     EXPECT_THAT(parsed.status().message(), HasSubstr(c.message));
   }
-  const Result<DeploymentSpec> not_json = ParseDeploymentSpec("name: chat", catalog_);
+  const Result<DeploymentSpec> not_json = ParseDeploymentSpec(R"({"name": "chat",)", catalog_);
   ASSERT_FALSE(not_json.ok());
   EXPECT_THAT(not_json.status().message(), HasSubstr("deployment: invalid JSON"));
+}
+
+TEST_F(DeploymentSpecTest, YamlGivesTheSameSpecAsJson) {
+  const std::string yaml = R"(# the same deployment as Deployment()
+name: chat
+template:
+  apiVersion: gpufleet.io/v1
+  kind: Job
+  spec:
+    kind: inference
+    tasks:
+      - name: server
+        command: [serve]
+        resources: {cpu: "2", memory: 8Gi, gpus: {count: 1}}
+autoscaling:
+  min_replicas: 1
+  max_replicas: 4
+  target_utilization_pct: 70
+  scale_up_cooldown_seconds: 60
+  scale_down_cooldown_seconds: 300
+)";
+  const Result<DeploymentSpec> from_yaml = ParseDeploymentSpec(yaml, catalog_);
+  ASSERT_OK(from_yaml);
+  const Result<DeploymentSpec> from_json = Parse(Deployment());
+  ASSERT_OK(from_json);
+  EXPECT_EQ(DeploymentSpecToJson(*from_yaml), DeploymentSpecToJson(*from_json));
+}
+
+TEST_F(DeploymentSpecTest, BadYamlIsRefusedNamingTheProblem) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"name: chat\ntemplate: {kind: [\n", "deployment: invalid YAML (line"},
+      {"name: chat\nname: chat2\n", "name: duplicate key (line 2, column 1)"},
+      {"- name: chat\n", "deployment: must be an object"},
+      {"", "deployment: empty spec"},
+      // A quoted number stays a string, as in JSON.
+      {"name: chat\ntemplate: {apiVersion: gpufleet.io/v1, kind: Job, spec: {kind: inference, "
+       "tasks: [{name: s, command: [serve], resources: {cpu: 2, memory: 8Gi, gpus: {count: 1}}}]}}"
+       "\nautoscaling: {min_replicas: \"2\"}\n",
+       "autoscaling.min_replicas: \"2\" (must be an integer)"},
+      // Aliases that expand a few lines into billions of values.
+      {"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+       "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c]\n"
+       "e: &e [*d, *d, *d, *d, *d, *d, *d, *d, *d, *d]\nf: [*e, *e, *e, *e, *e, *e, *e, *e]\n",
+       "more than 100000 values"},
+  };
+  for (const auto& [text, message] : cases) {
+    SCOPED_TRACE(text);
+    const Result<DeploymentSpec> spec = ParseDeploymentSpec(text, catalog_);
+    ASSERT_FALSE(spec.ok());
+    EXPECT_EQ(spec.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_THAT(spec.status().message(), HasSubstr(message));
+  }
 }
 
 }  // namespace

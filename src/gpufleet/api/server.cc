@@ -346,6 +346,7 @@ Result<int> ApiServer::Start(const std::string& host, int port,
   http->Get(".*", handler);
   http->Post(".*", handler);
   http->Patch(".*", handler);
+  http->Delete(".*", handler);
   // Answers the library produced itself (413 for a large body, 404 for another method).
   http->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) {
@@ -392,6 +393,17 @@ Result<int> ApiServer::Start(const std::string& host, int port,
 }
 
 void ApiServer::Stop() {
+  StopThreads();
+  // Whatever the minute rule says, and with the usage up to now, so that a clean restart loses
+  // none of it.
+  std::lock_guard<std::mutex> lock(cycle_mu_);
+  if (queue_tree_) {
+    (void)queue_tree_->Advance(std::max(CycleSeconds(), queue_tree_->last_advance_seconds()));
+  }
+  SaveQueueUsage();
+}
+
+void ApiServer::StopThreads() {
   {
     std::lock_guard<std::mutex> lock(loop_mu_);
     if (!started_) {
@@ -740,7 +752,8 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     response.body = RenderMetrics();
     return routed(std::move(response), "/metrics");
   }
-  if (n < 2 || segments[0] != "v1" || (!get && !post && request.method != "PATCH")) {
+  if (n < 2 || segments[0] != "v1" ||
+      (!get && !post && request.method != "PATCH" && request.method != "DELETE")) {
     return no_route();
   }
   const Result<Principal> who = authenticator_.Authenticate(request.authorization);

@@ -55,7 +55,7 @@ inline constexpr size_t kMaxRequestBodyBytes = size_t{1} << 20;
 
 // One HTTP request, independent of the HTTP library (the unit tests call Handle directly).
 struct ApiRequest {
-  std::string method;  // "GET", "POST", "PATCH"
+  std::string method;  // "GET", "POST", "PATCH", "DELETE"
   std::string path;    // without the query string
   std::multimap<std::string, std::string> query;
   std::string authorization;  // the Authorization header, empty when absent
@@ -142,8 +142,9 @@ class ApiServer {
   // match; kFailedPrecondition if already started.
   Result<int> Start(const std::string& host, int port,
                     const std::optional<TlsFiles>& tls = std::nullopt);
-  // Stops the HTTP server and the loop and joins their threads. Idempotent. Start and Stop are
-  // meant for the owning thread (they may not race each other); every other method is free.
+  // Stops the HTTP server and the loop and joins their threads, then saves the queue usage (also
+  // when only RunSchedulingCycle ran). Idempotent. Start and Stop are meant for the owning thread
+  // (they may not race each other); every other method is free.
   void Stop();
 
   // One scheduling cycle (what the loop thread runs every cycle_interval): places Pending jobs
@@ -202,6 +203,8 @@ class ApiServer {
   // once a minute after a cycle (kind kQueueUsageKind).
   Status LoadQueueUsage();
   void SaveQueueUsageIfDue();
+  void SaveQueueUsage();  // now, whatever the interval (at Stop)
+  void StopThreads();     // Stop without the save: ends the HTTP server and the loop
   // A preemptor's reservation: the GPUs its victims free are its own until it is placed, is no
   // longer Pending, or the reservation expires. Reserved preemptors go first in the order, and
   // before any other job of the cycle is tried their planned GPUs are held (HoldReservedGpus
@@ -266,6 +269,11 @@ class ApiServer {
   std::optional<ApiResponse> RouteDeployments(const Principal& who, const ApiRequest& request,
                                               const std::vector<std::string_view>& segments);
   Status RunDeploymentsIfDue();
+  // DELETE /v1/deployments/NAME: cancels the live replicas, then removes the deployment.
+  // PATCH /v1/deployments/NAME {"autoscaling": {...}}: merges the options, checked as on creation,
+  // and rebuilds the autoscaler. Both take cycle_mu_.
+  ApiResponse DeleteDeployment(const Principal& who, std::string_view name);
+  ApiResponse UpdateDeployment(const Principal& who, std::string_view name, std::string_view body);
 
   // Agents (server_agents.cc). Register and heartbeat answer the node's desired tasks.
   Result<AgentReply> RegisterAgent(const Principal& who, std::string_view body);

@@ -128,6 +128,12 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
     doc["version"] = 1;
     return Reply(201, doc);
   }
+  if (n == 3 && request.method == "DELETE") {
+    return DeleteDeployment(who, segments[2]);
+  }
+  if (n == 3 && request.method == "PATCH") {
+    return UpdateDeployment(who, segments[2], request.body);
+  }
   if (request.method != "GET") {
     return std::nullopt;
   }
@@ -160,6 +166,161 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
     return n == 3 ? Reply(200, doc) : ObjectEvents(kDeploymentsKind, segments[2]);
   }
   return std::nullopt;
+}
+
+ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view name) {
+  // Under the cycle's lock the controller cannot submit a replica between the cancels and the
+  // removal, and the scheduling view and the autoscalers may be read and changed.
+  std::lock_guard<std::mutex> lock(cycle_mu_);
+  const Result<store::StoredObject> object = options_.store.Get(kDeploymentsKind, name);
+  if (!object.ok()) {
+    return Error(object.status().code() == StatusCode::kNotFound ||
+                         object.status().code() == StatusCode::kInvalidArgument
+                     ? DeploymentNotFound(name)
+                     : object.status());
+  }
+  const Json doc = ParseDocument(object->data);
+  if (!CanSeeDeployment(who, doc)) {
+    return Error(DeploymentNotFound(name));
+  }
+  // The replicas the deployment last stored, and any the view knows of that it has not stored yet.
+  std::set<std::string> replicas;
+  if (const auto stored = doc.find("replicas"); stored != doc.end() && stored->is_array()) {
+    for (const Json& replica : *stored) {
+      if (replica.is_string()) {
+        replicas.insert(replica.get<std::string>());
+      }
+    }
+  }
+  for (const auto& [job_name, job] : view_->jobs()) {
+    const Json job_doc = ParseDocument(job.data);
+    if (ReplicaIndex(name, job_name) >= 0 && IsLiveReplicaState(job.state) &&
+        StrOr(job_doc, "team") == StrOr(doc, "team") &&
+        StringMapOr(job_doc, "labels")[std::string(kDeploymentLabel)] == name) {
+      replicas.insert(job_name);
+    }
+  }
+  // Cancelled through the controller's own path, as the deployment's creator. A replica that has
+  // ended cannot be cancelled and needs nothing; any other failure is reported and stops the
+  // delete, so that no replica outlives its deployment unseen.
+  const Principal owner = ReplicaOwner(doc);
+  std::vector<std::string> cancelled;
+  for (const std::string& replica : replicas) {
+    const ApiResponse response = CancelJob(owner, replica);
+    if (response.status == 200) {
+      cancelled.push_back(replica);
+    } else if (response.status != 400 && response.status != 404) {  // ended, or gone
+      return Error(Status(StatusCode::kUnavailable,
+                          fmt::format("replica {} not cancelled: {}", replica,
+                                      StrOr(ParseDocument(response.body)["error"], "message"))));
+    }
+  }
+  const std::string by = who.name.empty() ? RoleName(who.role) : who.name;
+  store::WriteBatch batch;
+  batch.Delete(std::string(kDeploymentsKind), std::string(name));
+  batch.AppendEvent(std::string(kDeploymentsKind), std::string(name),
+                    fmt::format("deleted by {}; replicas cancelled: {}", by,
+                                cancelled.empty() ? std::string("none")
+                                                  : fmt::format("{}", fmt::join(cancelled, ", "))));
+  if (Status status = options_.store.Commit(batch); !status.ok()) {
+    return Error(status.code() == StatusCode::kNotFound ? DeploymentNotFound(name) : status);
+  }
+  autoscalers_.erase(std::string(name));
+  if (!cancelled.empty()) {
+    if (Status status = view_->Refresh(); !status.ok()) {
+      return Error(status);
+    }
+  }
+  return Reply(
+      200,
+      {{"name", std::string(name)}, {"deleted", true}, {"cancelled_replicas", Json(cancelled)}});
+}
+
+ApiResponse ApiServer::UpdateDeployment(const Principal& who, std::string_view name,
+                                        std::string_view body) {
+  const Json patch = Json::parse(body, nullptr, false);
+  if (patch.is_discarded() || !patch.is_object()) {
+    return Error(InvalidArgumentError(
+        "deployment update: must be a JSON object such as {\"autoscaling\": {...}}"));
+  }
+  for (const auto& [key, value] : patch.items()) {
+    if (key == "template") {
+      return Error(InvalidArgumentError("template: cannot be changed; create a new deployment"));
+    }
+    if (key != "autoscaling") {
+      return Error(InvalidArgumentError(
+          fmt::format("{}: cannot be changed (an update changes autoscaling only)", key)));
+    }
+    if (!value.is_object()) {
+      return Error(
+          InvalidArgumentError(fmt::format("autoscaling: {} (must be an object)", value.dump())));
+    }
+  }
+  std::lock_guard<std::mutex> lock(cycle_mu_);  // the autoscalers are the cycle's
+  for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
+    const Result<store::StoredObject> object = options_.store.Get(kDeploymentsKind, name);
+    if (!object.ok()) {
+      return Error(object.status().code() == StatusCode::kNotFound ||
+                           object.status().code() == StatusCode::kInvalidArgument
+                       ? DeploymentNotFound(name)
+                       : object.status());
+    }
+    Json doc = ParseDocument(object->data);
+    if (!CanSeeDeployment(who, doc)) {
+      return Error(DeploymentNotFound(name));
+    }
+    // A merge: the fields named change, a null one returns to its default, the others stay.
+    const Json before = doc["autoscaling"];
+    Json merged = before.is_object() ? before : Json::object();
+    const Json asked = patch.contains("autoscaling") ? patch["autoscaling"] : Json::object();
+    for (const auto& [key, value] : asked.items()) {
+      if (value.is_null()) {
+        merged.erase(key);
+      } else {
+        merged[key] = value;
+      }
+    }
+    Json candidate = doc;
+    candidate["autoscaling"] = merged;
+    const Result<DeploymentSpec> spec = DeploymentSpecFromJson(candidate, options_.catalog);
+    if (!spec.ok()) {
+      return Error(spec.status());
+    }
+    Result<policy::Autoscaler> autoscaler = policy::Autoscaler::Create(spec->autoscaling);
+    if (!autoscaler.ok()) {
+      return Error(autoscaler.status());
+    }
+    doc["autoscaling"] = DeploymentSpecToJson(*spec)["autoscaling"];
+    std::vector<std::string> changes;
+    for (const auto& [key, value] : doc["autoscaling"].items()) {
+      const Json old_value = before.is_object() && before.contains(key) ? before[key] : Json();
+      if (old_value != value) {
+        changes.push_back(fmt::format("{} {} -> {}", key, old_value.dump(), value.dump()));
+      }
+    }
+    if (changes.empty()) {
+      return Reply(200, DeploymentOutput(*object));
+    }
+    const std::string by = who.name.empty() ? RoleName(who.role) : who.name;
+    store::WriteBatch batch;
+    batch.Update(std::string(kDeploymentsKind), std::string(name), doc.dump(), object->version);
+    batch.AppendEvent(std::string(kDeploymentsKind), std::string(name),
+                      fmt::format("autoscaling updated by {}: {}", by, fmt::join(changes, ", ")));
+    const Status status = options_.store.Commit(batch);
+    if (status.code() == StatusCode::kAborted) {
+      continue;  // the controller wrote its status meanwhile: merge into the new version
+    }
+    if (!status.ok()) {
+      return Error(status);
+    }
+    // The next step decides from the stored desired count with the new options; the
+    // stabilization history of the old options does not carry over.
+    autoscalers_.insert_or_assign(std::string(name), std::move(*autoscaler));
+    doc["version"] = object->version + 1;
+    return Reply(200, doc);
+  }
+  return Error(Status(StatusCode::kAborted,
+                      fmt::format("deployment \"{}\" changed concurrently; retry", name)));
 }
 
 Status ApiServer::RunDeploymentsIfDue() {

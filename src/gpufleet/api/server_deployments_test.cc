@@ -211,5 +211,123 @@ TEST_F(ServerDeploymentsTest, AnEndedReplicaIsReplacedUnderANewName) {
   EXPECT_NE(JobState("chat-r1"), "absent");
 }
 
+TEST_F(ServerDeploymentsTest, AYamlSpecIsCreatedAndMalformedYamlIsNamed) {
+  const std::string yaml = R"(name: chat
+template:
+  apiVersion: gpufleet.io/v1
+  kind: Job
+  spec:
+    kind: inference
+    tasks:
+      - name: server
+        command: [serve]
+        resources: {cpu: "4", memory: 16Gi, gpus: {count: 1}}
+autoscaling:
+  min_replicas: 2
+  max_replicas: 3
+)";
+  const ApiResponse created = Call("POST", "/v1/deployments", alice_, yaml);
+  ASSERT_EQ(created.status, 201) << created.body;
+  EXPECT_EQ(Deployment()["desired_replicas"], 2);
+  EXPECT_EQ(Deployment()["autoscaling"]["max_replicas"], 3);
+  Minute(50);
+  EXPECT_NE(JobState("chat-r1"), "absent");
+
+  const ApiResponse broken =
+      Call("POST", "/v1/deployments", alice_, "name: other\ntemplate: [unclosed\n");
+  EXPECT_EQ(broken.status, 400);
+  EXPECT_THAT(broken.body, HasSubstr("invalid YAML (line"));
+  const ApiResponse duplicate =
+      Call("POST", "/v1/deployments", alice_, "name: other\nname: again\n");
+  EXPECT_EQ(duplicate.status, 400);
+  EXPECT_THAT(duplicate.body, HasSubstr("name: duplicate key (line 2"));
+  const ApiResponse wrong_type =
+      Call("POST", "/v1/deployments", alice_,
+           "name: other\ntemplate: {}\nautoscaling: {min_replicas: x}\n");
+  EXPECT_EQ(wrong_type.status, 400);
+  EXPECT_EQ(Call("GET", "/v1/deployments/other", admin_).status, 404);
+}
+
+TEST_F(ServerDeploymentsTest, DeleteCancelsTheReplicasAndRemovesTheDeployment) {
+  Create(DeploymentSpec({{"min_replicas", 2}}));
+  Minutes(3, 50);
+  ASSERT_EQ(JobState("chat-r0"), "Running");
+  ASSERT_EQ(JobState("chat-r1"), "Running");
+  // Another team's member cannot see it, so cannot delete it either.
+  EXPECT_EQ(Call("DELETE", "/v1/deployments/chat", bob_).status, 404);
+  EXPECT_EQ(Call("DELETE", "/v1/deployments/nope", alice_).status, 404);
+  EXPECT_EQ(JobState("chat-r0"), "Running");
+
+  const ApiResponse deleted = Call("DELETE", "/v1/deployments/chat", alice_);
+  ASSERT_EQ(deleted.status, 200) << deleted.body;
+  EXPECT_THAT(Json::parse(deleted.body)["cancelled_replicas"], ElementsAre("chat-r0", "chat-r1"));
+  EXPECT_EQ(JobState("chat-r0"), "Cancelled");
+  EXPECT_EQ(JobState("chat-r1"), "Cancelled");
+  EXPECT_EQ(Call("GET", "/v1/deployments/chat", alice_).status, 404);
+  EXPECT_EQ(Call("DELETE", "/v1/deployments/chat", alice_).status, 404);
+  // The log outlives the deployment (as a job's does); its last event says what went.
+  const Result<std::vector<store::StoredEvent>> events = store_.Events(kDeploymentsKind, "chat");
+  ASSERT_TRUE(events.ok());
+  ASSERT_FALSE(events->empty());
+  EXPECT_EQ(events->back().text, "deleted by alice; replicas cancelled: chat-r0, chat-r1");
+  // The controller submits nothing more for it.
+  Minutes(3, 50);
+  EXPECT_EQ(JobState("chat-r2"), "absent");
+  // The name is free again.
+  Create(DeploymentSpec());
+}
+
+TEST_F(ServerDeploymentsTest, AnAdminDeletesAnyTeamsDeployment) {
+  Create(DeploymentSpec());
+  Minute(50);
+  const ApiResponse deleted = Call("DELETE", "/v1/deployments/chat", admin_);
+  ASSERT_EQ(deleted.status, 200) << deleted.body;
+  EXPECT_EQ(JobState("chat-r0"), "Cancelled");
+}
+
+TEST_F(ServerDeploymentsTest, PatchMergesAutoscalingAndTheControllerUsesIt) {
+  Create(DeploymentSpec());
+  Minutes(3, 50);
+  ASSERT_EQ(Desired(), 1);
+  const ApiResponse patched = Call("PATCH", "/v1/deployments/chat", alice_,
+                                   R"({"autoscaling": {"min_replicas": 2, "max_replicas": 4}})");
+  ASSERT_EQ(patched.status, 200) << patched.body;
+  const Json doc = Deployment();
+  EXPECT_EQ(doc["autoscaling"]["min_replicas"], 2);
+  EXPECT_EQ(doc["autoscaling"]["max_replicas"], 4);
+  EXPECT_EQ(doc["autoscaling"]["target_utilization_pct"], 70);  // not named: unchanged
+  EXPECT_EQ(doc["autoscaling"]["scale_down_stabilization_seconds"], 300);
+  EXPECT_EQ(doc["desired_replicas"], 1);  // the count stays until the controller's next step
+  EXPECT_THAT(Call("GET", "/v1/deployments/chat/events", alice_).body,
+              HasSubstr("autoscaling updated by alice: max_replicas 3 -> 4, min_replicas 1 -> 2"));
+  Minutes(2, 50);
+  EXPECT_EQ(Desired(), 2);  // raised to the new minimum
+  EXPECT_NE(JobState("chat-r1"), "absent");
+}
+
+TEST_F(ServerDeploymentsTest, BadPatchesAreRefusedAndChangeNothing) {
+  Create(DeploymentSpec());
+  const std::pair<std::string, std::string> cases[] = {
+      {R"({"autoscaling": {"max_replicas": 0}})", "autoscaling.max_replicas: 0"},
+      {R"({"autoscaling": {"min_replicas": 5}})", "autoscaling.max_replicas: 3"},
+      {R"({"autoscaling": {"target": 50}})", "autoscaling.target: unknown field"},
+      {R"({"autoscaling": {"min_replicas": "2"}})", "must be an integer"},
+      {R"({"autoscaling": 3})", "autoscaling: 3 (must be an object)"},
+      {R"({"template": {}})", "template: cannot be changed; create a new deployment"},
+      {R"({"queue": "other"})", "queue: cannot be changed"},
+      {"not json", "must be a JSON object"},
+  };
+  const Json before = Deployment();
+  for (const auto& [body, message] : cases) {
+    SCOPED_TRACE(body);
+    const ApiResponse response = Call("PATCH", "/v1/deployments/chat", alice_, body);
+    EXPECT_EQ(response.status, 400);
+    EXPECT_THAT(response.body, HasSubstr(message));
+  }
+  EXPECT_EQ(Deployment(), before);
+  EXPECT_EQ(Call("PATCH", "/v1/deployments/chat", bob_, R"({"autoscaling": {}})").status, 404);
+  EXPECT_EQ(Call("PATCH", "/v1/deployments/nope", alice_, R"({"autoscaling": {}})").status, 404);
+}
+
 }  // namespace
 }  // namespace gpufleet::api

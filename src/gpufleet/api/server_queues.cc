@@ -197,9 +197,15 @@ void ApiServer::SaveQueueUsageIfDue() {
   // Fair share moves on a scale of days (the half-life): a minute of usage lost in a crash does
   // not change the order, and one small commit a minute costs nothing next to the cycles'.
   constexpr Duration kSaveInterval = std::chrono::minutes(1);
+  if (queue_usage_saved_at_ && options_.clock.Now() - *queue_usage_saved_at_ < kSaveInterval) {
+    return;
+  }
+  SaveQueueUsage();
+}
+
+void ApiServer::SaveQueueUsage() {
   const MonoTime now = options_.clock.Now();
-  if (!queue_tree_ || !queue_usage_loaded_ ||
-      (queue_usage_saved_at_ && now - *queue_usage_saved_at_ < kSaveInterval)) {
+  if (!queue_tree_ || !queue_usage_loaded_) {
     return;
   }
   Json queues = Json::object();

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/tenancy.h"
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/store/memory_store.h"
@@ -376,6 +377,91 @@ TEST_F(ServerQueuesTest, QueueUsageSurvivesARestartDecayedToTheStartTime) {
   // So fair share still puts the light queue first.
   EXPECT_LT(QueueRow("light", second->get())["fair_share"],
             QueueRow("heavy", second->get())["fair_share"]);
+}
+
+TEST_F(ServerQueuesTest, DeleteIsRefusedWhileTheQueueIsInUse) {
+  Call("POST", "/v1/teams", R"({"name": "nlp"})", 201);
+  Result<std::string> member = server_->authenticator().CreateToken(Role::kMember, "nlp", "ann");
+  ASSERT_OK(member);
+  Call("POST", "/v1/queues", R"({"name": "research", "guarantee": {"*": 16}})", 201);
+  Call("POST", "/v1/queues", R"({"name": "research/nlp", "guarantee": {"*": 8}})", 201);
+  Call("POST", "/v1/jobs", NodeJob("train", "research/nlp"), 201);
+  Cycle();
+  ASSERT_EQ(State("train"), "Scheduled");
+
+  const auto refusal = [&](const std::string& queue, int want_status, const std::string& token) {
+    return Call("DELETE", "/v1/queues/" + queue, "", want_status, nullptr, token)["error"].value(
+        "message", "");
+  };
+  EXPECT_EQ(refusal("research", 403, *member), "deleting a queue needs an admin token");
+  EXPECT_EQ(refusal("nowhere", 404, ""), "queue \"nowhere\" not found");
+  EXPECT_THAT(refusal("default", 400, ""), HasSubstr("jobs without metadata.queue go there"));
+  EXPECT_EQ(refusal("research", 409, ""),
+            "queue \"research\" is in use: 1 child queues (research/nlp); delete or finish them "
+            "first");
+  EXPECT_THAT(refusal("research/nlp", 409, ""), HasSubstr("1 jobs not finished (train)"));
+  // A job that finished is history, not a reason to keep the queue.
+  Call("POST", "/v1/jobs/train/cancel");
+  Call("DELETE", "/v1/queues/research/nlp", "", 200);
+  EXPECT_EQ(refusal("research/nlp", 404, ""), "queue \"research/nlp\" not found");
+  Call("DELETE", "/v1/queues/research", "", 200);
+  EXPECT_EQ(Call("GET", "/v1/jobs/train")["queue"], "research/nlp");
+  EXPECT_THAT(Call("GET", "/v1/queues/research/nlp/events").dump(), HasSubstr("deleted by root"));
+}
+
+TEST_F(ServerQueuesTest, ADeletedQueueLeavesTheTreeAndTheSavedUsage) {
+  Call("POST", "/v1/queues", R"({"name": "gone"})", 201);
+  Call("POST", "/v1/queues", R"({"name": "kept"})", 201);
+  Call("POST", "/v1/jobs", NodeJob("g-0", "gone"), 201);
+  Call("POST", "/v1/jobs", NodeJob("k-0", "kept"), 201);
+  Cycle();
+  clock_.Advance(std::chrono::minutes(2));
+  Cycle();  // saves the usage of both
+  const auto saved_queues = [&] {
+    const Result<store::StoredObject> usage = store_.Get(kQueueUsageKind, kQueueUsageName);
+    return usage.ok() ? Json::parse(usage->data)["queues"] : Json();
+  };
+  ASSERT_TRUE(saved_queues().contains("gone"));
+  Call("POST", "/v1/jobs/g-0/cancel");
+  Call("DELETE", "/v1/queues/gone", "", 200);
+  EXPECT_FALSE(saved_queues().contains("gone"));
+  EXPECT_TRUE(saved_queues().contains("kept"));
+  Cycle();
+  EXPECT_TRUE(QueueRow("gone").is_null());
+  EXPECT_TRUE(QueueRow("kept").contains("fair_share"));
+  EXPECT_THAT(Error("/v1/jobs", NodeJob("late", "gone")),
+              HasSubstr("metadata.queue: queue \"gone\" does not exist"));
+  // A saved usage never brings it back, nor does a queue of the same name inherit it.
+  clock_.Advance(std::chrono::minutes(2));
+  Cycle();
+  EXPECT_FALSE(saved_queues().contains("gone"));
+  Call("POST", "/v1/queues", R"({"name": "gone"})", 201);
+  Cycle();
+  EXPECT_EQ(QueueRow("gone")["usage_gpu_hours"], Json::object());
+}
+
+TEST_F(ServerQueuesTest, StopSavesTheUsageWithinTheMinute) {
+  const ApiServer::Options options{.store = store_,
+                                   .catalog = catalog_,
+                                   .clock = clock_,
+                                   .wall_clock = &clock_,
+                                   .usage_half_life = std::chrono::hours(1)};
+  Call("POST", "/v1/queues", R"({"name": "heavy"})", 201);
+  Call("POST", "/v1/jobs", NodeJob("h-0", "heavy"), 201);
+  Result<std::unique_ptr<ApiServer>> first = ApiServer::Create(options);
+  ASSERT_OK(first);
+  EXPECT_OK((*first)->RunSchedulingCycle());  // the first save: nothing used yet
+  clock_.Advance(std::chrono::seconds(30));
+  EXPECT_OK((*first)->RunSchedulingCycle());  // within the minute: not saved
+  (*first)->Stop();
+
+  Result<std::unique_ptr<ApiServer>> second = ApiServer::Create(options);
+  ASSERT_OK(second);
+  EXPECT_OK((*second)->RunSchedulingCycle());
+  // 8 GPUs for 30 s, decayed a little over them.
+  const Json usage = QueueRow("heavy", second->get())["usage_gpu_hours"];
+  ASSERT_TRUE(usage.contains("H100-80GB")) << usage;
+  EXPECT_NEAR(usage["H100-80GB"].get<double>(), 8 * 30.0 / 3600, 8 * 30.0 / 3600 * 0.01);
 }
 
 // Four nodes run borrowed jobs; the owner preempts one of them. A job of another queue with a

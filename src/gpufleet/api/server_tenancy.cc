@@ -12,6 +12,7 @@
 
 #include "gpufleet/api/json_fields.h"
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/server_deployments.h"
 #include "gpufleet/api/tenancy.h"
 
 namespace gpufleet::api {
@@ -266,9 +267,116 @@ ApiResponse PatchQueue(const Principal& who, std::string_view name, const std::s
                              fmt::format("queue \"{}\" kept changing; retry the update", name)));
 }
 
+// The finished job states: a finished job keeps its queue's name as history and is no reason to
+// keep the queue.
+bool JobIsFinished(std::string_view state) {
+  return state == "Succeeded" || state == "Failed" || state == "Cancelled";
+}
+
+// "2 jobs not finished (train-1, train-2)": at most `shown` names, then a count.
+std::string NamesInTheWay(std::string_view what, const std::vector<std::string>& names) {
+  constexpr size_t kShown = 5;
+  const std::vector<std::string> shown(names.begin(),
+                                       names.begin() + std::min(names.size(), kShown));
+  return fmt::format("{} {} ({}{})", names.size(), what, fmt::join(shown, ", "),
+                     names.size() > kShown ? fmt::format(", {} more", names.size() - kShown) : "");
+}
+
+// DELETE /v1/queues/NAME: removes the queue and its saved usage, refused (409) while child queues,
+// unfinished jobs or deployments use it. A job submitted between the check and the delete is not
+// lost: the cycles treat a job of an unknown queue as the default queue's.
+ApiResponse DeleteQueue(const Principal& who, const std::string& name, store::StateStore& store) {
+  if (Status status = NeedsAdmin(who, "deleting a queue"); !status.ok()) {
+    return RespondError(status);
+  }
+  if (name == kDefaultQueue) {
+    return RespondError(FailedPreconditionError(
+        fmt::format("queue \"{}\" cannot be deleted: jobs without metadata.queue go there", name)));
+  }
+  const Result<store::StoredObject> queue = store.Get(kQueuesKind, name);
+  if (!queue.ok()) {
+    return RespondError(queue.status().code() == StatusCode::kNotFound ||
+                                queue.status().code() == StatusCode::kInvalidArgument
+                            ? NotFoundError(fmt::format("queue \"{}\" not found", name))
+                            : queue.status());
+  }
+  const Result<std::vector<store::StoredObject>> children =
+      store.List(kQueuesKind, fmt::format("{}/", name));
+  const Result<std::vector<store::StoredObject>> jobs = store.List(kJobsKind);
+  const Result<std::vector<store::StoredObject>> deployments = store.List(kDeploymentsKind);
+  for (const auto* listed : {&children, &jobs, &deployments}) {
+    if (!listed->ok()) {
+      return RespondError(listed->status());
+    }
+  }
+  std::vector<std::string> in_the_way;
+  std::vector<std::string> child_names;
+  for (const store::StoredObject& child : *children) {
+    child_names.push_back(child.name);
+  }
+  if (!child_names.empty()) {
+    in_the_way.push_back(NamesInTheWay("child queues", child_names));
+  }
+  std::vector<std::string> job_names;
+  for (const store::StoredObject& object : *jobs) {
+    const Json job = ParseDocument(object.data);
+    if (StrOr(job, "queue", std::string(kDefaultQueue)) == name &&
+        !JobIsFinished(StrOr(job, "state"))) {
+      job_names.push_back(object.name);
+    }
+  }
+  if (!job_names.empty()) {
+    in_the_way.push_back(NamesInTheWay("jobs not finished", job_names));
+  }
+  // A deployment's replicas to come would be refused by a queue that is gone.
+  std::vector<std::string> deployment_names;
+  for (const store::StoredObject& object : *deployments) {
+    if (StrOr(ParseDocument(object.data), "queue", std::string(kDefaultQueue)) == name) {
+      deployment_names.push_back(object.name);
+    }
+  }
+  if (!deployment_names.empty()) {
+    in_the_way.push_back(NamesInTheWay("deployments", deployment_names));
+  }
+  if (!in_the_way.empty()) {
+    ApiResponse response;
+    response.status = 409;
+    response.body = ErrorBody(FailedPreconditionError(
+        fmt::format("queue \"{}\" is in use: {}; delete or finish them first", name,
+                    fmt::join(in_the_way, "; "))));
+    return response;
+  }
+  // The queue at the version read (a concurrent PATCH makes this a 409 to retry), and its usage
+  // entry, in one commit; the next cycle rebuilds the tree without it.
+  store::WriteBatch batch;
+  batch.Delete(std::string(kQueuesKind), name, queue->version);
+  batch.AppendEvent(std::string(kQueuesKind), name, fmt::format("deleted by {}", Who(who)));
+  const Result<store::StoredObject> usage = store.Get(kQueueUsageKind, kQueueUsageName);
+  if (usage.ok()) {
+    Json document = ParseDocument(usage->data);
+    if (document.contains("queues") && document["queues"].is_object() &&
+        document["queues"].erase(name) > 0) {
+      batch.Update(std::string(kQueueUsageKind), std::string(kQueueUsageName), document.dump(),
+                   usage->version);
+    }
+  } else if (usage.status().code() != StatusCode::kNotFound) {
+    return RespondError(usage.status());
+  }
+  if (const Status status = store.Commit(batch); !status.ok()) {
+    return RespondError(
+        status.code() == StatusCode::kAborted
+            ? Status(StatusCode::kAborted, fmt::format("queue \"{}\" changed while it was being "
+                                                       "deleted; retry",
+                                                       name))
+            : status);
+  }
+  return Respond(200, {{"name", name}, {"deleted", true}});
+}
+
 // The queues with their jobs counted: pending, holding resources, and the GPUs they hold. A member
 // sees every queue (to know where it may submit) but counts only its own team's jobs. Queues
-// that jobs name but that are not stored (data from before queues were objects) are listed too.
+// that unfinished jobs name but that are not stored (data from before queues were objects) are
+// listed too.
 ApiResponse ListQueues(const Principal& who, store::StateStore& store,
                        const std::map<std::string, policy::QueueStatus>& status) {
   const Result<std::vector<store::StoredObject>> queue_objects = store.List(kQueuesKind);
@@ -286,11 +394,18 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store,
   for (const store::StoredObject& object : *queue_objects) {
     rows[object.name].document = WithVersion(ParseDocument(object.data), object.version);
   }
-  // Parents that were never created but that the queue tree implies.
+  // Parents that were never created but that the queue tree implies; the tree may be a cycle
+  // old, so only those of a queue still stored (not those of one just deleted).
+  std::vector<std::string> implied;
   for (const auto& [name, figures] : status) {
-    if (rows[name].document.empty()) {
-      rows[name].document = QueueToJson({.name = name});
+    const std::string prefix = name + "/";
+    const auto child = rows.lower_bound(prefix);
+    if (rows.count(name) == 0 && child != rows.end() && child->first.starts_with(prefix)) {
+      implied.push_back(name);
     }
+  }
+  for (const std::string& name : implied) {
+    rows[name].document = QueueToJson({.name = name});
   }
   for (const store::StoredObject& object : *jobs) {
     const Json job = ParseDocument(object.data);
@@ -298,11 +413,15 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store,
       continue;
     }
     const std::string queue = StrOr(job, "queue", std::string(kDefaultQueue));
+    const std::string state = StrOr(job, "state");
+    // A deleted queue's finished jobs keep its name as history, not as a queue.
+    if (JobIsFinished(state) && rows.count(queue) == 0) {
+      continue;
+    }
     QueueRow& row = rows[queue];
     if (row.document.empty()) {
       row.document = QueueToJson({.name = queue});
     }
-    const std::string state = StrOr(job, "state");
     if (state == "Pending") {
       ++row.pending;
     } else if (state == "Scheduled" || state == "Running") {
@@ -384,8 +503,19 @@ std::optional<ApiResponse> ApiServer::RouteTenancy(const Principal& who, const A
     if (!path.empty() && request.method == "PATCH") {
       return PatchQueue(who, name, request.body, store, options_.catalog);
     }
+    if (!path.empty() && request.method == "DELETE") {
+      return DeleteQueue(who, name, store);
+    }
     if (!path.empty() && events) {
       if (const Result<store::StoredObject> queue = store.Get(kQueuesKind, name); !queue.ok()) {
+        // A deleted queue's events stay readable, its deletion last.
+        if (queue.status().code() == StatusCode::kNotFound) {
+          if (const Result<std::vector<store::StoredEvent>> history =
+                  store.Events(kQueuesKind, name);
+              history.ok() && !history->empty()) {
+            return ObjectEvents(kQueuesKind, name);
+          }
+        }
         return RespondError(queue.status().code() == StatusCode::kNotFound ||
                                     queue.status().code() == StatusCode::kInvalidArgument
                                 ? NotFoundError(fmt::format("queue \"{}\" not found", name))

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -259,11 +260,160 @@ int RunCreateDeployment(ApiClient& client, const CreateArgs& args, std::ostream&
   if (!text.ok()) {
     return PrintUsageError(text.status().message(), err);
   }
-  Result<json> deployment = client.Post("/v1/deployments", *text, "application/json");
+  Result<json> deployment = client.Post("/v1/deployments", *text, ContentTypeFor(args.file, *text));
   if (!deployment.ok()) {
     return PrintError(client, deployment.status(), err);
   }
   out << "deployment/" << NameOf(*deployment, "<unknown>") << " created\n";
+  return 0;
+}
+
+// "Label:" padded so that values line up, as `describe job` prints them.
+std::string DescribeField(std::string_view label, std::string_view value) {
+  return fmt::format("{:<13}{}\n", fmt::format("{}:", label), value);
+}
+
+std::string IndentLines(const std::string& text) {
+  std::string indented;
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    indented += "  " + line + "\n";
+  }
+  return indented;
+}
+
+// `describe deployment`: what the spec asks for, what the controller last measured and decided,
+// each replica with its state (`states`: name -> state, absent when the job is gone) and events.
+std::string DescribeDeployment(const json& deployment,
+                               const std::map<std::string, std::string>& states,
+                               const json& events) {
+  auto text_or_none = [](const json& value) {
+    const std::string text = Text(value);
+    return text.empty() ? std::string("<none>") : text;
+  };
+  const json& autoscaling = Member(deployment, "autoscaling");
+  const json& tasks = Member(Member(Member(deployment, "template"), "spec"), "tasks");
+  static const json kAbsent;
+  const json& gpus =
+      tasks.is_array() && !tasks.empty() ? Member(Member(tasks[0], "resources"), "gpus") : kAbsent;
+  std::string replica_gpus = Text(Member(gpus, "count"));
+  if (const std::string model = Text(Member(gpus, "model")); !model.empty()) {
+    replica_gpus += " x " + model;
+  }
+  if (const std::string mig = Text(Member(gpus, "migProfile")); !mig.empty()) {
+    replica_gpus += " (" + mig + ")";
+  }
+  std::string text;
+  text += DescribeField("Name", text_or_none(Member(deployment, "name")));
+  text += DescribeField("Team", text_or_none(Member(deployment, "team")));
+  text += DescribeField("Queue", text_or_none(Member(deployment, "queue")));
+  text += DescribeField("Created", text_or_none(Member(deployment, "created_at")));
+  text += DescribeField("GPUs", replica_gpus.empty() ? "<none>" : replica_gpus + " per replica");
+  text += DescribeField("Autoscaling",
+                        fmt::format("min {}, max {}, target {}% (tolerance {}%)",
+                                    text_or_none(Member(autoscaling, "min_replicas")),
+                                    text_or_none(Member(autoscaling, "max_replicas")),
+                                    text_or_none(Member(autoscaling, "target_utilization_pct")),
+                                    text_or_none(Member(autoscaling, "tolerance_pct"))));
+  text +=
+      DescribeField("Replicas", fmt::format("{} desired, {} ready",
+                                            text_or_none(Member(deployment, "desired_replicas")),
+                                            text_or_none(Member(deployment, "ready_replicas"))));
+  const json& utilization = Member(deployment, "utilization_pct");
+  text += DescribeField("Utilization",
+                        utilization.is_null() ? std::string("<none>") : Text(utilization) + "%");
+  text += DescribeField("Reason", text_or_none(Member(deployment, "reason")));
+  text += DescribeField("Version", text_or_none(Member(deployment, "version")));
+  const json& replicas = Member(deployment, "replicas");
+  if (!replicas.is_array() || replicas.empty()) {
+    text += DescribeField("Replica jobs", "<none>");
+  } else {
+    std::vector<std::vector<std::string>> rows = {{"JOB", "STATE"}};
+    for (const json& replica : replicas) {
+      const auto state = states.find(Text(replica));
+      rows.push_back({Text(replica), state == states.end() ? "<gone>" : state->second});
+    }
+    text += "Replica jobs:\n" + IndentLines(RenderTable(rows));
+  }
+  const json& items = Member(events, "items");
+  if (!items.is_array() || items.empty()) {
+    return text + DescribeField("Events", "<none>");
+  }
+  std::vector<std::vector<std::string>> rows = {{"REVISION", "MESSAGE"}};
+  for (const json& event : items) {
+    rows.push_back({text_or_none(Member(event, "revision")), Text(Member(event, "message"))});
+  }
+  return text + "Events:\n" + IndentLines(RenderTable(rows));
+}
+
+int RunDescribeDeployment(ApiClient& client, const DescribeArgs& args, std::ostream& out,
+                          std::ostream& err) {
+  const std::string path = "/v1/deployments/" + UrlEncode(args.name);
+  Result<json> deployment = client.Get(path);
+  if (!deployment.ok()) {
+    return PrintError(client, deployment.status(), err);
+  }
+  Result<json> events = client.Get(path + "/events");
+  if (!events.ok()) {
+    return PrintError(client, events.status(), err);
+  }
+  std::map<std::string, std::string> states;
+  const json& replicas = Member(*deployment, "replicas");
+  for (const json& replica : replicas.is_array() ? replicas : json::array()) {
+    Result<json> job = client.Get("/v1/jobs/" + UrlEncode(Text(replica)));
+    if (job.ok()) {
+      states[Text(replica)] = Text(Member(*job, "state"));
+    } else if (job.status().code() != StatusCode::kNotFound) {
+      return PrintError(client, job.status(), err);
+    }
+  }
+  out << DescribeDeployment(*deployment, states, *events);
+  return 0;
+}
+
+int RunUpdateDeployment(ApiClient& client, const UpdateArgs& args, std::ostream& out,
+                        std::ostream& err) {
+  if (args.name.empty()) {
+    return PrintUsageError("usage: update deployment NAME [--min N] [--max N] [--target PCT]", err);
+  }
+  if (!args.guarantee.empty() || !args.limit.empty() || args.weight || args.borrow ||
+      args.no_borrow) {
+    return PrintUsageError(
+        "update deployment takes --min, --max and --target; the others are for queues", err);
+  }
+  json autoscaling = json::object();
+  if (args.min_replicas) {
+    autoscaling["min_replicas"] = *args.min_replicas;
+  }
+  if (args.max_replicas) {
+    autoscaling["max_replicas"] = *args.max_replicas;
+  }
+  if (args.target_pct) {
+    autoscaling["target_utilization_pct"] = *args.target_pct;
+  }
+  if (autoscaling.empty()) {
+    return PrintUsageError("update deployment needs at least one of --min, --max, --target", err);
+  }
+  const json body = {{"autoscaling", autoscaling}};
+  Result<json> answer =
+      client.Patch("/v1/deployments/" + UrlEncode(args.name), body.dump(), "application/json");
+  if (!answer.ok()) {
+    return PrintError(client, answer.status(), err);
+  }
+  out << "deployment/" << NameOf(*answer, args.name) << " updated\n";
+  return 0;
+}
+
+int RunDeleteDeployment(ApiClient& client, const DeleteArgs& args, std::ostream& out,
+                        std::ostream& err) {
+  if (args.name.empty()) {
+    return PrintUsageError("usage: delete deployment NAME", err);
+  }
+  Result<json> answer = client.Delete("/v1/deployments/" + UrlEncode(args.name));
+  if (!answer.ok()) {
+    return PrintError(client, answer.status(), err);
+  }
+  out << "deployment/" << NameOf(*answer, args.name) << " deleted\n";
   return 0;
 }
 
@@ -350,6 +500,10 @@ int RunGet(ApiClient& client, const GetArgs& args, const WallClock& clock, std::
 }
 
 int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, std::ostream& err) {
+  if (IsDeploymentKind(args.kind)) {
+    return args.name.empty() ? PrintUsageError("describe deployment needs a NAME", err)
+                             : RunDescribeDeployment(client, args, out, err);
+  }
   Result<ResourceKind> kind = ParseResourceKind(args.kind);
   if (!kind.ok()) {
     return PrintUsageError(kind.status().message(), err);
@@ -388,7 +542,7 @@ int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, 
     case ResourceKind::kToken:
       break;
   }
-  return PrintUsageError("describe takes job or node", err);
+  return PrintUsageError("describe takes job, node or deployment", err);
 }
 
 int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std::ostream& err) {
@@ -473,10 +627,30 @@ int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std:
   return 0;
 }
 
+namespace {
+
+// "/v1/queues/research/nlp", each segment encoded on its own: the server reads "research/nlp" from
+// two segments.
+std::string QueuePath(std::string_view name) {
+  std::string path = "/v1/queues";
+  for (size_t start = 0; start <= name.size();) {
+    const size_t slash = std::min(name.find('/', start), name.size());
+    path += "/" + UrlEncode(name.substr(start, slash - start));
+    start = slash + 1;
+  }
+  return path;
+}
+
+}  // namespace
+
 int RunUpdate(ApiClient& client, const UpdateArgs& args, std::ostream& out, std::ostream& err) {
+  if (IsDeploymentKind(args.kind)) {
+    return RunUpdateDeployment(client, args, out, err);
+  }
   const Result<ResourceKind> kind = ParseResourceKind(args.kind);
   if (!kind.ok() || *kind != ResourceKind::kQueue) {
-    return PrintUsageError(fmt::format("update takes queue, not \"{}\"", args.kind), err);
+    return PrintUsageError(fmt::format("update takes queue or deployment, not \"{}\"", args.kind),
+                           err);
   }
   if (args.name.empty()) {
     return PrintUsageError(
@@ -506,18 +680,31 @@ int RunUpdate(ApiClient& client, const UpdateArgs& args, std::ostream& out, std:
         "update queue needs at least one of --guarantee, --limit, --weight, --borrow, --no-borrow",
         err);
   }
-  // Each segment encoded on its own: the server reads "research/nlp" from two segments.
-  std::string path = "/v1/queues";
-  for (size_t start = 0; start <= args.name.size();) {
-    const size_t slash = std::min(args.name.find('/', start), args.name.size());
-    path += "/" + UrlEncode(std::string_view(args.name).substr(start, slash - start));
-    start = slash + 1;
-  }
-  Result<json> answer = client.Patch(path, body.dump(), "application/json");
+  Result<json> answer = client.Patch(QueuePath(args.name), body.dump(), "application/json");
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }
   out << "queue/" << NameOf(*answer, args.name) << " updated\n";
+  return 0;
+}
+
+int RunDelete(ApiClient& client, const DeleteArgs& args, std::ostream& out, std::ostream& err) {
+  if (IsDeploymentKind(args.kind)) {
+    return RunDeleteDeployment(client, args, out, err);
+  }
+  const Result<ResourceKind> kind = ParseResourceKind(args.kind);
+  if (!kind.ok() || *kind != ResourceKind::kQueue) {
+    return PrintUsageError(fmt::format("delete takes queue or deployment, not \"{}\"", args.kind),
+                           err);
+  }
+  if (args.name.empty()) {
+    return PrintUsageError("usage: delete queue NAME", err);
+  }
+  Result<json> answer = client.Delete(QueuePath(args.name));
+  if (!answer.ok()) {
+    return PrintError(client, answer.status(), err);
+  }
+  out << "queue/" << NameOf(*answer, args.name) << " deleted\n";
   return 0;
 }
 

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 // The client verbs of the `gpufleet` binary (`submit`, `get`, `describe`, `cancel`, `create`,
-// `update`, `revoke` and the node operations) as functions of an ApiClient, their arguments and two
-// streams, so that tests run them against a fake Transport. Each returns the process exit code: 0,
-// or 1 after printing the error to `err` (`Error from server (NotFound): <message>` for an error
-// the server answered, `error: <message>` for any other).
+// `update`, `delete`, `revoke` and the node operations) as functions of an ApiClient, their
+// arguments and two streams, so that tests run them against a fake Transport. Each returns the
+// process exit code: 0, or 1 after printing the error to `err` (`Error from server (NotFound):
+// <message>` for an error the server answered, `error: <message>` for any other).
 #pragma once
 
 #include <optional>
@@ -39,7 +39,9 @@ struct GetArgs {
 int RunGet(ApiClient& client, const GetArgs& args, const WallClock& clock, std::ostream& out,
            std::ostream& err);
 
-// `describe job NAME` (fields, reason, placements, events) or `describe node NAME`.
+// `describe job NAME` (fields, reason, placements, events), `describe node NAME`, or `describe
+// deployment NAME` (spec summary, desired/ready replicas, utilization, reason, each replica's
+// state, events).
 struct DescribeArgs {
   std::string kind;
   std::string name;
@@ -49,8 +51,8 @@ int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, 
 // `create team NAME` ("team/NAME created"), `create queue NAME [--team T]` ("queue/NAME
 // created"), `create token --role admin|member [--team T] --name N` ("token/ID created", then the
 // token itself, which the server shows this once). Admin only, as the server checks.
-// `create deployment -f FILE` POSTs the JSON file to /v1/deployments ("deployment/NAME created");
-// admins and members alike.
+// `create deployment -f FILE` POSTs the JSON or YAML file (told apart as `submit` does) to
+// /v1/deployments ("deployment/NAME created"); admins and members alike.
 struct CreateArgs {
   std::string kind;  // team, queue, token or deployment
   std::string file;  // deployments: -f
@@ -69,16 +71,32 @@ int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std:
 // `update queue NAME [--guarantee MODEL=GPUS|MODEL-]... [--limit ...]... [--weight W]
 // [--borrow|--no-borrow]`: changes only what it names (a JSON merge patch, PATCH
 // /v1/queues/NAME); "MODEL-" removes that model's entry. Prints "queue/NAME updated". Admin only.
+// `update deployment NAME [--min N] [--max N] [--target PCT]`: changes only the autoscaling
+// options named (PATCH /v1/deployments/NAME); prints "deployment/NAME updated". Its team or admin.
 struct UpdateArgs {
-  std::string kind;  // queue
+  std::string kind;  // queue or deployment
   std::string name;
   std::vector<std::string> guarantee;
   std::vector<std::string> limit;
   std::optional<double> weight;
   bool borrow = false;
   bool no_borrow = false;
+  // Deployments: min_replicas, max_replicas and target_utilization_pct.
+  std::optional<int> min_replicas;
+  std::optional<int> max_replicas;
+  std::optional<int> target_pct;
 };
 int RunUpdate(ApiClient& client, const UpdateArgs& args, std::ostream& out, std::ostream& err);
+
+// `delete queue NAME`: prints "queue/NAME deleted". Admin only; the server refuses a queue with
+// child queues, unfinished jobs or deployments, and the queue "default".
+// `delete deployment NAME`: cancels its replica jobs and removes it (DELETE
+// /v1/deployments/NAME); prints "deployment/NAME deleted". Its team or admin.
+struct DeleteArgs {
+  std::string kind;  // queue or deployment
+  std::string name;
+};
+int RunDelete(ApiClient& client, const DeleteArgs& args, std::ostream& out, std::ostream& err);
 
 // `revoke token ID`: prints "token/ID revoked"; the token stops working at once.
 struct RevokeArgs {

@@ -117,6 +117,116 @@ TEST_F(SubmitTest, CreateDeploymentNeedsAFileAndShowsTheServersError) {
   EXPECT_EQ(err_.str(), "Error from server (InvalidArgument): name: required\n");
 }
 
+TEST_F(SubmitTest, CreateDeploymentSendsAYamlFileAsYaml) {
+  const std::string spec = "name: chat\ntemplate: {}\n";
+  fake_.Answer("POST /v1/deployments", 201, R"({"name": "chat"})");
+  EXPECT_EQ(
+      RunCreate(fake_.client, {.kind = "deployment", .file = Write("chat.yaml", spec)}, out_, err_),
+      0);
+  EXPECT_EQ(out_.str(), "deployment/chat created\n");
+  EXPECT_EQ(OnlyRequest().body, spec);
+  EXPECT_EQ(OnlyRequest().content_type, "application/yaml");
+}
+
+TEST_F(CommandsTest, DeleteDeploymentSendsDelete) {
+  fake_.Answer("DELETE /v1/deployments/chat", 200,
+               R"({"name": "chat", "deleted": true, "cancelled_replicas": ["chat-r0"]})");
+  EXPECT_EQ(RunDelete(fake_.client, {.kind = "deployment", .name = "chat"}, out_, err_), 0);
+  EXPECT_EQ(out_.str(), "deployment/chat deleted\n");
+  EXPECT_EQ(OnlyRequest().method, "DELETE");
+}
+
+TEST_F(CommandsTest, DeleteDeploymentShowsNotFound) {
+  fake_.Answer("DELETE /v1/deployments/nope", 404,
+               R"({"error": {"code": "NOT_FOUND", "message": "deployment \"nope\" not found"}})");
+  EXPECT_EQ(RunDelete(fake_.client, {.kind = "deploy", .name = "nope"}, out_, err_), 1);
+  EXPECT_EQ(err_.str(), "Error from server (NotFound): deployment \"nope\" not found\n");
+  err_.str("");
+  EXPECT_EQ(RunDelete(fake_.client, {.kind = "deployment"}, out_, err_), 1);
+  EXPECT_EQ(err_.str(), "error: usage: delete deployment NAME\n");
+}
+
+TEST_F(CommandsTest, UpdateDeploymentPatchesOnlyTheNamedOptions) {
+  fake_.Answer("PATCH /v1/deployments/chat", 200, R"({"name": "chat"})");
+  EXPECT_EQ(RunUpdate(fake_.client,
+                      {.kind = "deployment", .name = "chat", .max_replicas = 6, .target_pct = 60},
+                      out_, err_),
+            0);
+  EXPECT_EQ(out_.str(), "deployment/chat updated\n");
+  EXPECT_EQ(nlohmann::json::parse(OnlyRequest().body),
+            nlohmann::json::parse(
+                R"({"autoscaling": {"max_replicas": 6, "target_utilization_pct": 60}})"));
+  EXPECT_EQ(OnlyRequest().method, "PATCH");
+}
+
+TEST_F(CommandsTest, UpdateDeploymentRefusesBadArgumentsAndShowsTheServersError) {
+  EXPECT_EQ(RunUpdate(fake_.client, {.kind = "deployment", .name = "chat"}, out_, err_), 1);
+  EXPECT_EQ(
+      RunUpdate(fake_.client, {.kind = "deployment", .name = "chat", .weight = 2.0}, out_, err_),
+      1);
+  EXPECT_EQ(err_.str(),
+            "error: update deployment needs at least one of --min, --max, --target\n"
+            "error: update deployment takes --min, --max and --target; the others are for "
+            "queues\n");
+  EXPECT_TRUE(fake_.state->requests.empty());
+  err_.str("");
+  fake_.Answer("PATCH /v1/deployments/chat", 400,
+               R"json({"error": {"code": "INVALID_ARGUMENT",
+                   "message": "autoscaling.max_replicas: 1 (must be >= min_replicas 2)"}})json");
+  EXPECT_EQ(RunUpdate(fake_.client, {.kind = "deployment", .name = "chat", .max_replicas = 1}, out_,
+                      err_),
+            1);
+  EXPECT_EQ(err_.str(),
+            "Error from server (InvalidArgument): autoscaling.max_replicas: 1 (must "
+            "be >= min_replicas 2)\n");
+}
+
+TEST_F(CommandsTest, DescribeDeploymentShowsSpecStatusReplicasAndEvents) {
+  fake_.Answer("GET /v1/deployments/chat", 200,
+               R"({"name": "chat", "team": "nlp", "queue": "default",
+                   "created_at": "2026-11-29T20:58:00Z", "version": 7,
+                   "template": {"spec": {"tasks": [{"resources":
+                     {"gpus": {"count": 1, "model": "H100-80GB"}}}]}},
+                   "autoscaling": {"min_replicas": 1, "max_replicas": 3,
+                                   "target_utilization_pct": 70, "tolerance_pct": 10},
+                   "desired_replicas": 2, "ready_replicas": 1, "utilization_pct": 91,
+                   "reason": "91% against 70%", "replicas": ["chat-r0", "chat-r1"]})");
+  fake_.Answer("GET /v1/deployments/chat/events", 200,
+               R"({"items": [{"revision": 1, "message": "created by alice with 1 replicas"},
+                             {"revision": 2, "message": "scaled 1 -> 2"}]})");
+  fake_.Answer("GET /v1/jobs/chat-r0", 200, R"({"name": "chat-r0", "state": "Running"})");
+  fake_.Answer("GET /v1/jobs/chat-r1", 404, kNotFound);
+  EXPECT_EQ(RunDescribe(fake_.client, {.kind = "deployment", .name = "chat"}, out_, err_), 0)
+      << err_.str();
+  EXPECT_EQ(out_.str(),
+            "Name:        chat\n"
+            "Team:        nlp\n"
+            "Queue:       default\n"
+            "Created:     2026-11-29T20:58:00Z\n"
+            "GPUs:        1 x H100-80GB per replica\n"
+            "Autoscaling: min 1, max 3, target 70% (tolerance 10%)\n"
+            "Replicas:    2 desired, 1 ready\n"
+            "Utilization: 91%\n"
+            "Reason:      91% against 70%\n"
+            "Version:     7\n"
+            "Replica jobs:\n"
+            "  JOB       STATE\n"
+            "  chat-r0   Running\n"
+            "  chat-r1   <gone>\n"
+            "Events:\n"
+            "  REVISION   MESSAGE\n"
+            "  1          created by alice with 1 replicas\n"
+            "  2          scaled 1 -> 2\n");
+}
+
+TEST_F(CommandsTest, DescribeDeploymentNotFound) {
+  fake_.Answer("GET /v1/deployments/nope", 404,
+               R"({"error": {"code": "NOT_FOUND", "message": "deployment \"nope\" not found"}})");
+  EXPECT_EQ(RunDescribe(fake_.client, {.kind = "deployment", .name = "nope"}, out_, err_), 1);
+  EXPECT_EQ(err_.str(), "Error from server (NotFound): deployment \"nope\" not found\n");
+  EXPECT_TRUE(out_.str().empty());
+}
+
 TEST_F(CommandsTest, GetDeploymentsPrintsTheTable) {
   fake_.Answer("GET /v1/deployments", 200,
                R"({"items": [{"name": "chat", "desired_replicas": 3, "ready_replicas": 2,
@@ -161,6 +271,23 @@ TEST_F(CommandsTest, CreateForbiddenIsShownVerbatim) {
   EXPECT_EQ(RunCreate(fake_.client, {.kind = "team", .name = "nlp"}, out_, err_), 1);
   EXPECT_EQ(err_.str(),
             "Error from server (PermissionDenied): creating a team needs an admin token\n");
+}
+
+TEST_F(CommandsTest, DeleteQueueEncodesEachSegmentAndShowsARefusal) {
+  fake_.Answer("DELETE /v1/queues/research/nlp%20x", 200,
+               R"({"name": "research/nlp x", "deleted": true})");
+  EXPECT_EQ(RunDelete(fake_.client, {.kind = "queue", .name = "research/nlp x"}, out_, err_), 0);
+  EXPECT_EQ(out_.str(), "queue/research/nlp x deleted\n");
+  fake_.Answer("DELETE /v1/queues/research", 409,
+               R"({"error": {"code": "FAILED_PRECONDITION",
+                             "message": "queue \"research\" is in use: 1 child queues"}})");
+  EXPECT_EQ(RunDelete(fake_.client, {.kind = "queue", .name = "research"}, out_, err_), 1);
+  EXPECT_EQ(
+      err_.str(),
+      "Error from server (FailedPrecondition): queue \"research\" is in use: 1 child queues\n");
+  err_.str("");
+  EXPECT_EQ(RunDelete(fake_.client, {.kind = "team", .name = "nlp"}, out_, err_), 1);
+  EXPECT_EQ(err_.str(), "error: delete takes queue or deployment, not \"team\"\n");
 }
 
 TEST_F(CommandsTest, RevokeTokenAndGetTokens) {

@@ -62,6 +62,8 @@ class HttpTransport final : public Transport {
       } else if (method == "PATCH") {
         result = client_->Patch(path_string, headers, body.data(), body.size(),
                                 std::string(content_type));
+      } else if (method == "DELETE") {
+        result = client_->Delete(path_string, headers);
       } else {
         return InvalidArgumentError(fmt::format("unsupported HTTP method {}", method));
       }
@@ -166,6 +168,10 @@ Result<nlohmann::json> ApiClient::Post(std::string_view path, std::string_view b
 Result<nlohmann::json> ApiClient::Patch(std::string_view path, std::string_view body,
                                         std::string_view content_type) {
   return Call("PATCH", path, body, content_type);
+}
+
+Result<nlohmann::json> ApiClient::Delete(std::string_view path) {
+  return Call("DELETE", path, "", "");
 }
 
 Result<nlohmann::json> ApiClient::Call(std::string_view method, std::string_view path,

@@ -24,9 +24,9 @@ struct HttpResponse {
 class Transport {
  public:
   virtual ~Transport() = default;
-  // `method` is "GET", "POST" or "PATCH"; `path` starts with "/" and may carry a query string; an
-  // empty `content_type` sends no Content-Type header; an empty `token` sends no Authorization
-  // header.
+  // `method` is "GET", "POST", "PATCH" or "DELETE"; `path` starts with "/" and may carry a query
+  // string; an empty `content_type` sends no Content-Type header; an empty `token` sends no
+  // Authorization header.
   virtual Result<HttpResponse> Send(std::string_view method, std::string_view path,
                                     std::string_view body, std::string_view content_type,
                                     std::string_view token) = 0;
@@ -56,6 +56,7 @@ class ApiClient {
                               std::string_view content_type);
   Result<nlohmann::json> Patch(std::string_view path, std::string_view body,
                                std::string_view content_type);
+  Result<nlohmann::json> Delete(std::string_view path);
 
   // Whether the last failed call failed because the server answered with an error (as opposed
   // to no answer or an unreadable one).
