@@ -8,28 +8,20 @@
 
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/sim/testing/trace_jobs.h"
 
 namespace gpufleet::sim {
 namespace {
+
+using ::gpufleet::sim::testing::MakeTraceJob;
 
 using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
 
 constexpr int64_t kHour = 3600;
 
-TraceJob Batch(const std::string& id, int64_t submit, int64_t duration, int gpus) {
-  TraceJob job;
-  job.job.id = JobId(id);
-  const int tasks = gpus > 8 ? gpus / 8 : 1;
-  job.job.groups.push_back({"task", tasks, {{1000, 1024}, WholeGpus{gpus / tasks}}});
-  job.job.runtime_estimate = std::chrono::seconds(duration);
-  job.submit_seconds = submit;
-  job.duration_seconds = duration;
-  return job;
-}
-
 TraceJob Notebook(const std::string& id, int64_t submit, int64_t duration, int gpus) {
-  TraceJob job = Batch(id, submit, duration, gpus);
+  TraceJob job = MakeTraceJob(id, submit, duration, gpus);
   job.job.kind = JobKind::kInteractive;
   return job;
 }
@@ -97,8 +89,8 @@ TEST(InteractiveActivity, NotebooksAreBusyTheConfiguredShareOfTheirSessions) {
 TEST(InteractiveActivity, WithoutReclaimTheScheduleIsUnchanged) {
   const GpuCatalog catalog = GpuCatalog::Default();
   Trace trace;
-  trace.jobs = {Batch("a", 0, 2 * kHour, 8), Notebook("nb", 10, 3 * kHour, 4),
-                Batch("b", 20, kHour, 8), Batch("c", 30, kHour, 4)};
+  trace.jobs = {MakeTraceJob("a", 0, 2 * kHour, 8), Notebook("nb", 10, 3 * kHour, 4),
+                MakeTraceJob("b", 20, kHour, 8), MakeTraceJob("c", 30, kHour, 4)};
   ReplayOptions plain;
   plain.sample_seconds = 300;
   auto before = RunReplay(Gpus(2, catalog), trace, catalog, plain);
@@ -119,8 +111,8 @@ TEST(InteractiveActivity, WithoutReclaimTheScheduleIsUnchanged) {
 // is rarely busy; a 1-GPU job waits behind them.
 Trace OneNotebookInAFullCluster() {
   Trace trace;
-  trace.jobs = {Batch("hold-a", 0, 20 * kHour, 8), Batch("hold-b", 0, 20 * kHour, 7),
-                Notebook("nb", 0, 6 * kHour, 1), Batch("waiter", 60, kHour, 1)};
+  trace.jobs = {MakeTraceJob("hold-a", 0, 20 * kHour, 8), MakeTraceJob("hold-b", 0, 20 * kHour, 7),
+                Notebook("nb", 0, 6 * kHour, 1), MakeTraceJob("waiter", 60, kHour, 1)};
   return trace;
 }
 
@@ -169,8 +161,8 @@ TEST(IdleReclaim, ANotebookBusyThroughoutIsNeverReclaimed) {
 TEST(IdleReclaim, NothingIsReclaimedWhileNoWorkWaits) {
   const GpuCatalog catalog = GpuCatalog::Default();
   Trace trace;
-  trace.jobs = {Batch("a", 0, 20 * kHour, 8), Notebook("nb1", 0, 6 * kHour, 1),
-                Notebook("nb2", 100, 6 * kHour, 2), Batch("b", 200, kHour, 4)};
+  trace.jobs = {MakeTraceJob("a", 0, 20 * kHour, 8), Notebook("nb1", 0, 6 * kHour, 1),
+                Notebook("nb2", 100, 6 * kHour, 2), MakeTraceJob("b", 200, kHour, 4)};
   ReplayOptions options = WithActivity(0.05);
   options.idle_reclaim = QuickReclaim();
   auto result = RunReplay(Gpus(2, catalog), trace, catalog, options);
@@ -233,7 +225,7 @@ TEST(InteractiveMix, BadOptionsNameTheField) {
        [](InteractiveMixOptions& o) { o.runs[1].reclaim->warning_seconds = 0; }},
   };
   Trace batch;
-  batch.jobs = {Batch("a", 0, kHour, 8)};
+  batch.jobs = {MakeTraceJob("a", 0, kHour, 8)};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.field);
     InteractiveMixOptions options;
@@ -251,8 +243,8 @@ TEST(InteractiveMix, BadOptionsNameTheField) {
 Trace BusyBatch() {
   Trace trace;
   for (int i = 0; i < 40; ++i) {
-    trace.jobs.push_back(
-        Batch("j" + std::to_string(i), i * 600, kHour + (i * 3733) % (3 * kHour), 1 << (i % 4)));
+    trace.jobs.push_back(MakeTraceJob("j" + std::to_string(i), i * 600,
+                                      kHour + (i * 3733) % (3 * kHour), 1 << (i % 4)));
   }
   return trace;
 }

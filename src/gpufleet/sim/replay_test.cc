@@ -7,27 +7,15 @@
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/fabric/generators.h"
+#include "gpufleet/sim/testing/trace_jobs.h"
 
 namespace gpufleet::sim {
 namespace {
 
+using ::gpufleet::sim::testing::MakeTraceJob;
+using ::gpufleet::sim::testing::SixteenGpus;
+
 using ::gpufleet::testing::StatusIs;
-
-TraceJob MakeTraceJob(const std::string& id, int64_t submit, int64_t duration, int gpus) {
-  TraceJob job;
-  job.job.id = JobId(id);
-  const int tasks = gpus > 8 ? gpus / 8 : 1;
-  job.job.groups.push_back({"task", tasks, {{1000, 1024}, WholeGpus{gpus / tasks}}});
-  job.job.runtime_estimate = std::chrono::seconds(duration);
-  job.submit_seconds = submit;
-  job.duration_seconds = duration;
-  return job;
-}
-
-// 2 nodes x 8 GPUs.
-Cluster SixteenGpus(const GpuCatalog& catalog) {
-  return MakeSyntheticCluster({1, 1, 2, 8, "V100-32GB"}, catalog).value();
-}
 
 ReplayResult RunWith(const Trace& trace, const std::string& queue_policy) {
   const GpuCatalog catalog = GpuCatalog::Default();

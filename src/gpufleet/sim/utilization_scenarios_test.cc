@@ -8,35 +8,23 @@
 
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/sim/testing/trace_jobs.h"
 
 namespace gpufleet::sim {
 namespace {
 
+using ::gpufleet::sim::testing::MakeTraceJob;
+using ::gpufleet::sim::testing::SixteenGpus;
+
 using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
-
-TraceJob Job(const std::string& id, int64_t submit, int64_t duration, int gpus) {
-  TraceJob job;
-  job.job.id = JobId(id);
-  const int tasks = gpus > 8 ? gpus / 8 : 1;
-  job.job.groups.push_back({"task", tasks, {{1000, 1024}, WholeGpus{gpus / tasks}}});
-  job.job.runtime_estimate = std::chrono::seconds(duration);
-  job.submit_seconds = submit;
-  job.duration_seconds = duration;
-  return job;
-}
-
-// 2 nodes x 8 GPUs.
-Cluster SixteenGpus(const GpuCatalog& catalog) {
-  return MakeSyntheticCluster({1, 1, 2, 8, "V100-32GB"}, catalog).value();
-}
 
 // Forty jobs of 1 to 8 GPUs, one every 60 s, 200 to 1,100 s long: about 80 % of 16 GPUs.
 Trace SmallTrace() {
   Trace trace;
   for (int i = 0; i < 40; ++i) {
     trace.jobs.push_back(
-        Job("j" + std::to_string(i), i * 60, 200 + (i * 373) % 900, 1 << ((i * 7) % 4)));
+        MakeTraceJob("j" + std::to_string(i), i * 60, 200 + (i * 373) % 900, 1 << ((i * 7) % 4)));
   }
   return trace;
 }
@@ -51,8 +39,8 @@ std::vector<std::string> Ids(const Trace& trace) {
 
 TEST(SliceTrace, KeepsTheWindowAndMovesItToZero) {
   Trace trace;
-  trace.jobs = {Job("a", 0, 10, 1), Job("b", 100, 10, 1), Job("c", 199, 10, 1),
-                Job("d", 200, 10, 1)};
+  trace.jobs = {MakeTraceJob("a", 0, 10, 1), MakeTraceJob("b", 100, 10, 1),
+                MakeTraceJob("c", 199, 10, 1), MakeTraceJob("d", 200, 10, 1)};
   const Trace slice = SliceTrace(trace, 100, 100);
   EXPECT_THAT(Ids(slice), ::testing::ElementsAre("b", "c"));
   EXPECT_EQ(slice.jobs[0].submit_seconds, 0);
@@ -62,8 +50,8 @@ TEST(SliceTrace, KeepsTheWindowAndMovesItToZero) {
 
 TEST(FairnessWorkloads, DealsJobsAlternatelyAndCopiesTheFloodersInABurst) {
   Trace trace;
-  trace.jobs = {Job("a", 0, 10, 1), Job("b", 100, 10, 1), Job("c", 200, 10, 1),
-                Job("d", 399, 10, 1)};
+  trace.jobs = {MakeTraceJob("a", 0, 10, 1), MakeTraceJob("b", 100, 10, 1),
+                MakeTraceJob("c", 200, 10, 1), MakeTraceJob("d", 399, 10, 1)};
   FairnessOptions options;
   options.flood_copies = 2;
   options.flood_burst_seconds = 40;
@@ -132,7 +120,7 @@ TEST(BackfillScenario, EasyBackfillWaitsLessThanStrictFifoAndKeepsEveryReservati
   Trace trace = SmallTrace();
   // Whole-cluster jobs now and then, the ones strict FIFO queues everything behind.
   for (int i = 0; i < 4; ++i) {
-    trace.jobs.push_back(Job("wide" + std::to_string(i), 300 + i * 600, 400, 16));
+    trace.jobs.push_back(MakeTraceJob("wide" + std::to_string(i), 300 + i * 600, 400, 16));
   }
   std::stable_sort(trace.jobs.begin(), trace.jobs.end(), [](const TraceJob& a, const TraceJob& b) {
     return a.submit_seconds < b.submit_seconds;
@@ -174,7 +162,7 @@ TEST(RuntimeEstimates, ExactModelKeepsTheRunTimes) {
 TEST(RuntimeEstimates, OverAndUnderestimatesStayInTheirRanges) {
   Trace trace;
   for (int i = 0; i < 2000; ++i) {
-    trace.jobs.push_back(Job("j" + std::to_string(i), i, 1000, 1));
+    trace.jobs.push_back(MakeTraceJob("j" + std::to_string(i), i, 1000, 1));
   }
   const EstimateModel model{.overestimate_factor = 4, .underestimate_share = 0.1};
   auto estimated = WithRuntimeEstimates(trace, model, 7);
@@ -201,7 +189,7 @@ TEST(RuntimeEstimates, OverAndUnderestimatesStayInTheirRanges) {
 
 TEST(RuntimeEstimates, AnUnderestimateOfAOneSecondJobIsNotZero) {
   Trace trace;
-  trace.jobs.push_back(Job("short", 0, 1, 1));
+  trace.jobs.push_back(MakeTraceJob("short", 0, 1, 1));
   auto estimated = WithRuntimeEstimates(trace, {.underestimate_share = 1}, 7);
   ASSERT_OK(estimated);
   EXPECT_EQ(estimated->jobs[0].job.runtime_estimate, std::chrono::seconds(1));
@@ -219,7 +207,7 @@ TEST(BackfillScenario, UnderestimatedJobsAreKilledAtTheirLimitAndReservationsHol
   const GpuCatalog catalog = GpuCatalog::Default();
   Trace trace = SmallTrace();
   for (int i = 0; i < 4; ++i) {
-    trace.jobs.push_back(Job("wide" + std::to_string(i), 300 + i * 600, 400, 16));
+    trace.jobs.push_back(MakeTraceJob("wide" + std::to_string(i), 300 + i * 600, 400, 16));
   }
   std::stable_sort(trace.jobs.begin(), trace.jobs.end(), [](const TraceJob& a, const TraceJob& b) {
     return a.submit_seconds < b.submit_seconds;
