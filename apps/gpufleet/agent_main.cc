@@ -208,15 +208,26 @@ int RunAgent(const AgentFlags& flags) {
   if (!metrics_port.ok()) {
     return Fail(metrics_port.status());
   }
-  cli::ApiClient client(server, token, flags.ca_cert);
-  agent::NodeAgent node_agent(options, **sampler, *probe, *task_runner, client, catalog);
+  // Short timeouts bound how long a heartbeat can block the lease check (fence_margin).
+  cli::ApiClient client(server, token, flags.ca_cert, std::chrono::seconds(5));
+  agent::NodeAgent node_agent(options, **sampler, *probe, *task_runner, client, catalog, clock);
   fmt::print("gpufleet agent: node {} -> {}, metrics on http://{}:{}/metrics\n", options.node_name,
              server, metrics->first, *metrics_port);
   std::fflush(stdout);
 
   bool registered = false;
   std::chrono::milliseconds wait{0};
-  while (!WaitForStopSignal(wait).has_value()) {
+  // Wakes every second to check the lease between heartbeats; heartbeats go at their interval.
+  constexpr std::chrono::milliseconds kLeaseCheck{1000};
+  MonoTime next_beat = clock.Now();
+  while (!WaitForStopSignal(std::min(wait, kLeaseCheck)).has_value()) {
+    if (const int fenced = node_agent.FenceIfLeaseExpired(); fenced > 0) {
+      fmt::print(stderr, "gpufleet agent: lease expired: stopped {} tasks\n", fenced);
+    }
+    if (clock.Now() < next_beat) {
+      wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - clock.Now());
+      continue;
+    }
     const Status status = registered ? node_agent.Heartbeat() : node_agent.Register();
     if (status.ok()) {
       if (!registered) {
@@ -232,6 +243,7 @@ int RunAgent(const AgentFlags& flags) {
                    status.code() != StatusCode::kFailedPrecondition;
       wait = std::chrono::seconds(5);
     }
+    next_beat = clock.Now() + wait;
     if (simulated_probe != nullptr) {
       if (Status loads = agent::ApplyTaskLoads(node_agent, *task_runner, *simulated_probe);
           !loads.ok()) {

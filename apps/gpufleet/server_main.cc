@@ -34,6 +34,8 @@ struct ServerFlags {
   std::string policy = "best-fit";
   int64_t cycle_interval_ms = 1000;
   int64_t mig_apply_timeout_s = 120;
+  int64_t node_timeout_s = 40;
+  int64_t stop_grace_s = 30;
   int64_t reliability_interval_s = 300;
   double quarantine_fleet_share = 0.02;
   double quarantine_leaf_share = 0.05;
@@ -131,6 +133,8 @@ int RunServer(const ServerFlags& flags) {
        .wall_clock = &clock,
        .policy = flags.policy,
        .cycle_interval = std::chrono::milliseconds(flags.cycle_interval_ms),
+       .node_timeout = std::chrono::seconds(flags.node_timeout_s),
+       .stop_grace = std::chrono::seconds(flags.stop_grace_s),
        .reliability = reliability,
        .idle_reclaim = idle_reclaim,
        .mig_apply_timeout = std::chrono::seconds(flags.mig_apply_timeout_s)});
@@ -204,6 +208,18 @@ Action AddServerCommand(CLI::App& app) {
                    "milliseconds between scheduling cycles")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{3600000}));
+  server
+      ->add_option("--node-timeout-s", flags->node_timeout_s,
+                   "a node's lease: seconds without a heartbeat before it is NotReady and its "
+                   "agent stops its tasks")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{2}, int64_t{3600}));
+  server
+      ->add_option("--stop-grace-s", flags->stop_grace_s,
+                   "seconds after the lease until a lost node's tasks are surely gone and their "
+                   "GPUs free (at least the agents' --stop-grace-s)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{3600}));
   server
       ->add_option("--mig-apply-timeout-s", flags->mig_apply_timeout_s,
                    "seconds a job waits for MIG instances its agent does not report before it "

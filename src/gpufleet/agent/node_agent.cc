@@ -150,13 +150,48 @@ std::vector<MigDeviceInfo> WithPlacementStarts(const GpuModelInfo& model,
 }
 
 NodeAgent::NodeAgent(NodeAgentOptions options, TelemetrySampler& telemetry, GpuProbe& probe,
-                     runner::TaskRunner& runner, cli::ApiClient& client, const GpuCatalog& catalog)
+                     runner::TaskRunner& runner, cli::ApiClient& client, const GpuCatalog& catalog,
+                     const Clock& clock)
     : options_(std::move(options)),
       telemetry_(telemetry),
       probe_(probe),
       runner_(runner),
       client_(client),
-      catalog_(catalog) {}
+      catalog_(catalog),
+      clock_(clock) {}
+
+Result<api::AgentReply> NodeAgent::SendRenewing(const std::string& path, const std::string& body) {
+  const MonoTime sent = clock_.Now();
+  GPUFLEET_ASSIGN_OR_RETURN(api::AgentReply reply, Send(client_, path, body));
+  renewed_at_ = sent;
+  lease_ = std::chrono::milliseconds(reply.lease_ms);
+  return reply;
+}
+
+int NodeAgent::FenceIfLeaseExpired() {
+  // A lease shorter than twice the margin (a test fleet's) keeps half of it.
+  const Duration margin = std::min<Duration>(options_.fence_margin, lease_ / 2);
+  if (!renewed_at_ || clock_.Now() - *renewed_at_ < lease_ - margin) {
+    return 0;
+  }
+  int stopped = 0;
+  for (const runner::TaskStatus& status : runner_.Poll()) {
+    if (runner::IsFinal(status.state) || status.stop_requested) {
+      continue;
+    }
+    if (runner_.Stop(status.task_id, options_.stop_grace).ok()) {
+      ++stopped;
+    }
+  }
+  if (stopped > 0) {
+    fenced_ = fmt::format(
+        "lease of {}s not renewed for {}s: stopped {} task{}",
+        std::chrono::duration_cast<std::chrono::seconds>(lease_).count(),
+        std::chrono::duration_cast<std::chrono::seconds>(clock_.Now() - *renewed_at_).count(),
+        stopped, stopped == 1 ? "" : "s");
+  }
+  return stopped;
+}
 
 std::vector<api::GpuReport> NodeAgent::GpuReports() const {
   std::vector<api::GpuReport> reports = GpuReportsFrom(*telemetry_.LatestSnapshot());
@@ -186,6 +221,13 @@ std::vector<api::TaskReport> NodeAgent::TaskReports(
     report.id = id;
     report.phase = api::TaskPhase::kFailed;
     report.exit_code = -1;
+    report.message = why;
+    reports.push_back(std::move(report));
+  }
+  for (const auto& [id, why] : waiting_) {
+    api::TaskReport report;
+    report.id = id;
+    report.phase = api::TaskPhase::kWaiting;
     report.message = why;
     reports.push_back(std::move(report));
   }
@@ -247,7 +289,7 @@ Status NodeAgent::Register() {
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
   request.tasks = TaskReports(statuses);
   GPUFLEET_ASSIGN_OR_RETURN(const api::AgentReply reply,
-                            Send(client_, "/v1/agents/register", RegisterRequestToJson(request)));
+                            SendRenewing("/v1/agents/register", RegisterRequestToJson(request)));
   registered_ = true;
   return Apply(reply, statuses);
 }
@@ -256,15 +298,23 @@ Status NodeAgent::Heartbeat() {
   if (!registered_) {
     return FailedPreconditionError("the agent has not registered yet");
   }
+  FenceIfLeaseExpired();
   api::HeartbeatRequest request;
   request.gpus = GpuReports();
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
   request.tasks = TaskReports(statuses);
-  GPUFLEET_ASSIGN_OR_RETURN(
-      const api::AgentReply reply,
-      Send(client_, fmt::format("/v1/agents/{}/heartbeat", cli::UrlEncode(options_.node_name)),
-           HeartbeatRequestToJson(request)));
-  return Apply(reply, statuses);
+  request.fenced = fenced_;
+  Result<api::AgentReply> reply =
+      SendRenewing(fmt::format("/v1/agents/{}/heartbeat", cli::UrlEncode(options_.node_name)),
+                   HeartbeatRequestToJson(request));
+  if (!reply.ok()) {
+    FenceIfLeaseExpired();
+    return reply.status();
+  }
+  if (fenced_ == request.fenced) {
+    fenced_.clear();
+  }
+  return Apply(*reply, statuses);
 }
 
 std::optional<std::string> NodeAgent::ApplyMigLayout(const api::WantedMigLayout& layout,
@@ -343,14 +393,67 @@ Status NodeAgent::Apply(const api::AgentReply& reply,
     GPUFLEET_RETURN_IF_ERROR(telemetry_.RefreshInventory());
   }
 
+  // Stop before start: what is no longer wanted gets its SIGTERM first, and keeps its devices
+  // until it has ended.
   std::set<std::string, std::less<>> desired_ids;
-  std::set<std::string> known;
-  for (const runner::TaskStatus& status : runner_.Poll()) {
-    known.insert(status.task_id);
-  }
   for (const api::DesiredTask& task : desired_) {
     desired_ids.insert(task.id);
+  }
+  GPUFLEET_RETURN_IF_ERROR(
+      runner::StopUndesiredTasks(runner_, desired_ids, options_.stop_grace).status());
+  waiting_.clear();
+  std::set<std::string> known;
+  // The devices live tasks of other runs hold, by UUID, and the whole GPUs under held MIG
+  // devices; a whole GPU that is held blocks its MIG devices too.
+  std::map<std::string, std::string> held;
+  std::map<std::string, std::string> held_parents;
+  std::map<std::string, std::string> parent_of;  // MIG device UUID -> its GPU's UUID
+  for (const auto& [uuid, index] : gpu_index_by_uuid_) {
+    if (const auto devices = mig_devices_.find(index); devices != mig_devices_.end()) {
+      for (const MigDeviceInfo& device : devices->second) {
+        parent_of[device.uuid] = uuid;
+      }
+    }
+  }
+  for (const runner::TaskStatus& status : runner_.Poll()) {
+    known.insert(status.task_id);
+    if (runner::IsFinal(status.state) || desired_ids.count(status.task_id) > 0) {
+      continue;
+    }
+    for (const std::string& uuid : status.gpu_uuids) {
+      held[uuid] = status.task_id;
+      if (const auto parent = parent_of.find(uuid); parent != parent_of.end()) {
+        held_parents[parent->second] = status.task_id;
+      }
+    }
+  }
+  const auto holder = [&](const std::string& uuid) -> std::optional<std::string> {
+    if (const auto it = held.find(uuid); it != held.end()) {
+      return it->second;
+    }
+    if (const auto it = held_parents.find(uuid); it != held_parents.end()) {
+      return it->second;
+    }
+    if (const auto parent = parent_of.find(uuid); parent != parent_of.end()) {
+      if (const auto it = held.find(parent->second); it != held.end()) {
+        return it->second;
+      }
+    }
+    return std::nullopt;
+  };
+  for (const api::DesiredTask& task : desired_) {
     if (known.count(task.id) > 0) {
+      continue;
+    }
+    std::optional<std::string> blocked;
+    for (const std::string& uuid : task.gpu_uuids) {
+      if (const std::optional<std::string> by = holder(uuid)) {
+        blocked = fmt::format("{} is still held by task {}, which is stopping", uuid, *by);
+        break;
+      }
+    }
+    if (blocked) {
+      waiting_[task.id] = std::move(*blocked);
       continue;
     }
     runner::TaskLaunch launch;
@@ -370,7 +473,7 @@ Status NodeAgent::Apply(const api::AgentReply& reply,
       refused_[task.id] = fmt::format("not started: {}", started.message());
     }
   }
-  return runner::StopUndesiredTasks(runner_, desired_ids, options_.stop_grace).status();
+  return Status::Ok();
 }
 
 }  // namespace gpufleet::agent

@@ -52,6 +52,14 @@ struct NodeAgentOptions {
   std::string log_dir;
   // SIGTERM to SIGKILL when the server no longer wants a task.
   Duration stop_grace = std::chrono::seconds(30);
+  // Fencing: the agent stops its tasks once its lease (AgentReply::lease_ms, renewed by every
+  // answered heartbeat) is within fence_margin of running out, counted from when the renewing
+  // heartbeat was sent. The margin covers the longest a heartbeat can block before the agent
+  // checks again (three 5 s HTTP timeouts and the 1 s check period of `gpufleet agent`), so its
+  // tasks are gone by the time the server frees their GPUs (lease + stop grace after it last
+  // heard from the node; docs/agent.md, "Leases and fencing"). A lease shorter than twice the
+  // margin is cut by half of it instead.
+  Duration fence_margin = std::chrono::seconds(16);
 };
 
 class NodeAgent {
@@ -61,7 +69,8 @@ class NodeAgent {
   // utilization from its latest snapshot, and uses `probe` only to change MIG layouts (then
   // asks the sampler to read the inventory again).
   NodeAgent(NodeAgentOptions options, TelemetrySampler& telemetry, GpuProbe& probe,
-            runner::TaskRunner& runner, cli::ApiClient& client, const GpuCatalog& catalog);
+            runner::TaskRunner& runner, cli::ApiClient& client, const GpuCatalog& catalog,
+            const Clock& clock);
 
   // Registers the node (inventory from telemetry with the MIG instances, labels with the driver
   // and CUDA versions, and api::kMigLayoutsLabel when the probe can change MIG layouts) and
@@ -72,10 +81,19 @@ class NodeAgent {
 
   // One heartbeat: reports GPU health, MIG devices and every task's state, then applies the MIG
   // layouts the server wants (an error is reported in the next heartbeat, as the GPU's
-  // mig_error), starts the wanted tasks that are missing and stops the ones that are not wanted.
-  // Final states are forgotten once the server has taken them. kFailedPrecondition before
-  // Register succeeded.
+  // mig_error), stops the tasks that are not wanted and then starts the wanted ones that are
+  // missing, except a task whose GPU or MIG device a live task of another run still holds: that
+  // one is reported Waiting until the holder has ended. Final states are forgotten once the
+  // server has taken them. A heartbeat that fails fences the node when the lease has run out
+  // (FenceIfLeaseExpired). kFailedPrecondition before Register succeeded.
   Status Heartbeat();
+
+  // Stops every live task (SIGTERM now, SIGKILL after stop_grace) when the lease has not been
+  // renewed for lease - fence_margin; the next heartbeat says so (HeartbeatRequest::fenced).
+  // Returns how many tasks it stopped (0 while the lease holds, or before the first renewal).
+  // `gpufleet agent` calls it every second as well, so a server that stays silent is noticed
+  // without a heartbeat.
+  int FenceIfLeaseExpired();
 
   // What the server asked for at the last answer.
   Duration heartbeat_interval() const { return heartbeat_interval_; }
@@ -94,14 +112,21 @@ class NodeAgent {
                                             const std::vector<runner::TaskStatus>& tasks);
   std::string LogPath(const std::string& task_id) const;
 
+  // Sends a register or heartbeat request; a success renews the lease from the time of sending.
+  Result<api::AgentReply> SendRenewing(const std::string& path, const std::string& body);
+
   NodeAgentOptions options_;
   TelemetrySampler& telemetry_;
   GpuProbe& probe_;
   runner::TaskRunner& runner_;
   cli::ApiClient& client_;
   const GpuCatalog& catalog_;
+  const Clock& clock_;
 
   bool registered_ = false;
+  std::optional<MonoTime> renewed_at_;  // when the heartbeat that last renewed the lease was sent
+  Duration lease_ = std::chrono::seconds(40);
+  std::string fenced_;  // what the last fencing did, until a heartbeat has reported it
   Duration heartbeat_interval_ = std::chrono::seconds(10);
   std::vector<api::DesiredTask> desired_;
   std::map<std::string, int> gpu_index_by_uuid_;
@@ -110,6 +135,9 @@ class NodeAgent {
   std::map<int, std::string> mig_errors_;  // why a wanted layout was not applied, by GPU
   // Tasks the runner refused (bad launch): reported as Failed once, then dropped.
   std::map<std::string, std::string> refused_;
+  // Wanted tasks not started because a live task of another run holds one of their devices:
+  // reported as Waiting with why, and tried again at the next answer.
+  std::map<std::string, std::string> waiting_;
 };
 
 }  // namespace gpufleet::agent

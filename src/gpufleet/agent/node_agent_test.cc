@@ -27,12 +27,17 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 // Calls the server's request handler directly, as an HTTP round trip would.
+// Calls the server in process; while `cut` is set no request gets through (a partition).
 class InProcessTransport final : public cli::Transport {
  public:
-  explicit InProcessTransport(api::ApiServer& server) : server_(server) {}
+  InProcessTransport(api::ApiServer& server, const bool* cut = nullptr)
+      : server_(server), cut_(cut) {}
   Result<cli::HttpResponse> Send(std::string_view method, std::string_view path,
                                  std::string_view body, std::string_view /*content_type*/,
                                  std::string_view token) override {
+    if (cut_ != nullptr && *cut_) {
+      return UnavailableError("in-process: cut off from the server");
+    }
     api::ApiRequest request;
     request.method = std::string(method);
     request.path = std::string(path);
@@ -44,6 +49,7 @@ class InProcessTransport final : public cli::Transport {
 
  private:
   api::ApiServer& server_;
+  const bool* cut_;
 };
 
 std::string JobYaml(const std::string& name, int gpus, int64_t duration_ms, int exit_code = 0) {
@@ -86,8 +92,8 @@ class NodeAgentTest : public ::testing::Test {
     admin_ = *server_->authenticator().CreateToken(api::Role::kAdmin, "", "root");
     const std::string agent_token =
         *server_->authenticator().CreateToken(api::Role::kAgent, "", "agent");
-    client_ = std::make_unique<cli::ApiClient>(std::make_unique<InProcessTransport>(*server_),
-                                               "in-process", agent_token);
+    client_ = std::make_unique<cli::ApiClient>(
+        std::make_unique<InProcessTransport>(*server_, &partitioned_), "in-process", agent_token);
     admin_client_ = std::make_unique<cli::ApiClient>(std::make_unique<InProcessTransport>(*server_),
                                                      "in-process", admin_);
     Result<std::unique_ptr<SimulatedProbe>> probe =
@@ -112,7 +118,8 @@ class NodeAgentTest : public ::testing::Test {
     options.capacity = {64000, 512 * 1024};
     options.log_dir = "/nonexistent";  // the simulated runner writes no logs
     options.stop_grace = std::chrono::seconds(5);
-    return std::make_unique<NodeAgent>(options, *sampler_, *probe_, runner, *client_, catalog_);
+    return std::make_unique<NodeAgent>(options, *sampler_, *probe_, runner, *client_, catalog_,
+                                       clock_);
   }
 
   Json Job(const std::string& name) { return *admin_client_->Get("/v1/jobs/" + name); }
@@ -153,11 +160,34 @@ class NodeAgentTest : public ::testing::Test {
     ASSERT_OK(server_->RunSchedulingCycle());
   }
 
+  // The GPU UUIDs of the probe, by index.
+  std::vector<std::string> GpuUuids() {
+    std::vector<std::string> out;
+    const Result<ProbeInventory> inventory = probe_->Inventory();
+    EXPECT_OK(inventory);
+    if (inventory.ok()) {
+      for (const GpuStaticInfo& gpu : inventory->gpus) {
+        out.push_back(gpu.uuid);
+      }
+    }
+    return out;
+  }
+  const runner::TaskStatus* Task(const std::vector<runner::TaskStatus>& tasks,
+                                 const std::string& id) {
+    for (const runner::TaskStatus& task : tasks) {
+      if (task.task_id == id) {
+        return &task;
+      }
+    }
+    return nullptr;
+  }
+
   const GpuCatalog catalog_ = GpuCatalog::Default();
   FakeClock clock_;
   store::InMemoryStateStore store_;
   std::unique_ptr<api::ApiServer> server_;
   std::string admin_;
+  bool partitioned_ = false;  // the agent's requests do not get through
   std::unique_ptr<cli::ApiClient> client_;
   std::unique_ptr<cli::ApiClient> admin_client_;
   std::unique_ptr<SimulatedProbe> probe_;
@@ -220,6 +250,105 @@ TEST_F(NodeAgentTest, CancelStopsTheTask) {
   ASSERT_OK(agent_->Heartbeat());
   EXPECT_TRUE(runner_->Poll().empty());
   EXPECT_EQ(Job("long")["state"], "Cancelled");
+}
+
+TEST_F(NodeAgentTest, ANewTaskWaitsUntilTheStoppingTaskOnItsGpusHasExited) {
+  ASSERT_OK(agent_->Register());
+  // A task of an earlier run, left from before an agent restart, still holds every GPU; it takes
+  // 4 s to exit after SIGTERM.
+  ASSERT_OK(runner_->Start({.task_id = "old/main-0/1",
+                            .argv = {"x"},
+                            .env = {{std::string(runner::kSimStopDelayEnv), "4000"}},
+                            .gpu_uuids = GpuUuids()}));
+  Submit(JobYaml("train", 8, 3600 * 1000));
+  ASSERT_OK(agent_->Heartbeat());  // stops the old task first; the new one must wait
+  std::vector<runner::TaskStatus> tasks = runner_->Poll();
+  ASSERT_NE(Task(tasks, "old/main-0/1"), nullptr);
+  EXPECT_TRUE(Task(tasks, "old/main-0/1")->stop_requested);
+  EXPECT_EQ(Task(tasks, "train/main-0/1"), nullptr) << "started beside a live task";
+  ASSERT_OK(agent_->Heartbeat());  // reports it waiting, not failed
+  EXPECT_EQ(Job("train")["state"], "Scheduled");
+  EXPECT_THAT(Events("jobs", "train"), HasSubstr("is still held by task old/main-0/1"));
+
+  clock_.Advance(std::chrono::seconds(4));
+  ASSERT_OK(agent_->Heartbeat());  // the old task has exited: now it starts
+  tasks = runner_->Poll();
+  const runner::TaskStatus* train = Task(tasks, "train/main-0/1");
+  ASSERT_NE(train, nullptr);
+  EXPECT_EQ(train->start_time, clock_.Now());
+  EXPECT_EQ(train->gpu_uuids.size(), 8u);
+  ASSERT_OK(agent_->Heartbeat());
+  EXPECT_EQ(Job("train")["state"], "Running");
+}
+
+TEST_F(NodeAgentTest, AStoppedJobsGpusAreReusedOnlyAfterItsTaskHasExited) {
+  ASSERT_OK(agent_->Register());
+  // A 1-GPU job that takes 15 s to exit after SIGTERM (it writes a checkpoint).
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: ckpt}
+spec:
+  tasks:
+    - name: main
+      command: [python, train.py]
+      env: {GPUFLEET_SIM_STOP_MS: "15000"}
+      resources:
+        gpus: {count: 8}
+)");
+  ASSERT_OK(agent_->Heartbeat());
+  ASSERT_OK(agent_->Heartbeat());
+  ASSERT_EQ(Job("ckpt")["state"], "Running");
+  ASSERT_OK(admin_client_->Post("/v1/jobs/ckpt/cancel", "", ""));
+  Submit(JobYaml("next", 8, 3600 * 1000));
+  for (int second = 0; second < 20; ++second) {
+    ASSERT_OK(agent_->Heartbeat());
+    ASSERT_OK(server_->RunSchedulingCycle());
+    clock_.Advance(std::chrono::seconds(1));
+  }
+  // The physical record: the next task started after the first ended, never beside it.
+  const std::vector<runner::TaskStatus> tasks = runner_->Poll();
+  const runner::TaskStatus* next = Task(tasks, "next/main-0/1");
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(Job("ckpt")["state"], "Cancelled");
+  const std::string events = Events("jobs", "ckpt");
+  EXPECT_THAT(events, HasSubstr("Stopping, then Cancelled"));
+  // Stopped at about 00:00 (+ the first beat), exited 15 s later (SIGKILL would be at the 5 s
+  // grace of this agent, so the stop delay is cut there).
+  EXPECT_GE(next->start_time - MonoTime{0}, std::chrono::seconds(5));
+}
+
+TEST_F(NodeAgentTest, AnAgentCutOffFromTheServerStopsItsTasksBeforeTheLeaseRunsOut) {
+  ASSERT_OK(agent_->Register());
+  Submit(JobYaml("long", 8, 3600 * 1000));
+  ASSERT_OK(agent_->Heartbeat());
+  ASSERT_OK(agent_->Heartbeat());
+  ASSERT_EQ(Job("long")["state"], "Running");
+  EXPECT_EQ(agent_->FenceIfLeaseExpired(), 0);
+
+  partitioned_ = true;
+  // The server's lease is 40 s from the last heartbeat it answered; with the 16 s margin the
+  // agent fences at 24 s, and its task is gone (5 s grace here) well before the server frees the
+  // GPUs at 40 s + its own stop grace.
+  clock_.Advance(std::chrono::seconds(20));
+  EXPECT_FALSE(agent_->Heartbeat().ok());
+  EXPECT_FALSE(runner_->Poll()[0].stop_requested);
+  clock_.Advance(std::chrono::seconds(5));
+  EXPECT_EQ(agent_->FenceIfLeaseExpired(), 1);
+  const std::vector<runner::TaskStatus> tasks = runner_->Poll();
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_TRUE(tasks[0].stop_requested);
+  EXPECT_TRUE(runner::IsFinal(tasks[0].state));
+  EXPECT_EQ(agent_->FenceIfLeaseExpired(), 0) << "stopped once";
+
+  // Back: it says what it did, and the server (which by now has the node NotReady and the run
+  // Stopping) takes the task's end.
+  partitioned_ = false;
+  clock_.Advance(std::chrono::seconds(30));
+  ASSERT_OK(server_->RunSchedulingCycle());
+  ASSERT_OK(agent_->Heartbeat());
+  EXPECT_THAT(Events("nodes", "node-a"),
+              HasSubstr("agent fenced itself: lease of 40s not renewed for 25s: stopped 1 task"));
+  EXPECT_NE(Job("long")["state"], "Running");
 }
 
 TEST_F(NodeAgentTest, ARestartedAgentAdoptsTheTasksTheServerStillWants) {
@@ -353,7 +482,7 @@ TEST_F(NodeAgentTest, PendingMigJobGetsANewLayoutAppliedByTheAgentAndRunsOnItsMi
   EXPECT_FALSE(Node("mig-0")["gpus"][0].contains("mig_error"));
 }
 
-TEST_F(NodeAgentTest, AnInstanceInUseIsNotDestroyedAndTheErrorIsReported) {
+TEST_F(NodeAgentTest, AStoppingJobKeepsItsInstanceUntilItsTaskHasEnded) {
   // MIG on, no instances: the scheduler creates the job's instance in a free slot.
   std::unique_ptr<SimulatedNode> node = MigNode({});
   ASSERT_NE(node, nullptr);
@@ -367,23 +496,24 @@ TEST_F(NodeAgentTest, AnInstanceInUseIsNotDestroyedAndTheErrorIsReported) {
   EXPECT_EQ(Job("infer")["state"], "Running");
   const std::string uuid = node->agent().mig_devices().at(0)[0].uuid;
 
-  // Cancelled: the instance is no longer wanted, but the task still holds it when the answer
-  // comes, so it stays and the agent says why.
+  // Cancelled: the job stops, and while its task may still run the server keeps its instance in
+  // the wanted layout, so the agent is never asked to destroy a device in use.
   ASSERT_OK(admin_client_->Post("/v1/jobs/infer/cancel", "", ""));
-  Beat(*node);
+  EXPECT_EQ(Job("infer")["state"], "Stopping");
+  Beat(*node);  // the task is told to stop
   ASSERT_EQ(node->probe().Inventory()->gpus[0].mig_devices.size(), 1u);
   EXPECT_EQ(node->probe().Inventory()->gpus[0].mig_devices[0].uuid, uuid);
-  Beat(*node);  // reports the error (and the stopped task); the agent tries again
-  EXPECT_THAT(Events("nodes", "mig-0"),
-              HasSubstr(fmt::format("gpu 0: MIG layout not applied: gpu 0: the 3g.40gb instance "
-                                    "at 0 ({}) is in use by a task",
-                                    uuid)));
+  Beat(*node);  // reports it ended: the job is Cancelled and the instance no longer wanted
+  EXPECT_EQ(Job("infer")["state"], "Cancelled");
+  EXPECT_FALSE(Node("mig-0")["gpus"][0].contains("mig_error"));
+  Beat(*node);
   EXPECT_TRUE(node->probe().Inventory()->gpus[0].mig_devices.empty()) << "free now: destroyed";
   Beat(*node);
   const Json gpu = Node("mig-0")["gpus"][0];
   EXPECT_FALSE(gpu.contains("mig_error"));
   EXPECT_TRUE(gpu["mig_devices"].empty());
   EXPECT_THAT(Events("nodes", "mig-0"), HasSubstr("gpu 0: MIG instances now none"));
+  EXPECT_THAT(Events("nodes", "mig-0"), Not(HasSubstr("in use by a task")));
 }
 
 TEST_F(NodeAgentTest, HeartbeatBeforeRegisterIsAnError) {

@@ -76,7 +76,7 @@ Result<std::unique_ptr<SimulatedNode>> SimulatedNode::Create(Options options, co
                                                       .interval = options.sample_interval,
                                                       .hostname = options.agent.node_name}));
   node->agent_ = std::make_unique<NodeAgent>(std::move(options.agent), *node->sampler_,
-                                             *node->probe_, *node->runner_, client, catalog);
+                                             *node->probe_, *node->runner_, client, catalog, clock);
   return node;
 }
 

@@ -180,8 +180,8 @@ constexpr GpuHealth kReportableHealth[] = {GpuHealth::kHealthy, GpuHealth::kDegr
                                            GpuHealth::kUnhealthy};
 constexpr DrainAction kDrainActions[] = {DrainAction::kNone, DrainAction::kAfterJob,
                                          DrainAction::kNow};
-constexpr TaskPhase kTaskPhases[] = {TaskPhase::kRunning, TaskPhase::kSucceeded,
-                                     TaskPhase::kFailed};
+constexpr TaskPhase kTaskPhases[] = {TaskPhase::kRunning, TaskPhase::kSucceeded, TaskPhase::kFailed,
+                                     TaskPhase::kWaiting};
 constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
 constexpr int kMaxGpuIndex = 1023;
 constexpr int kMaxMigStart = kMigMemorySlices - 1;
@@ -426,6 +426,8 @@ const char* TaskPhaseName(TaskPhase phase) {
       return "Succeeded";
     case TaskPhase::kFailed:
       return "Failed";
+    case TaskPhase::kWaiting:
+      return "Waiting";
   }
   return "unknown";
 }
@@ -439,8 +441,10 @@ std::string RegisterRequestToJson(const RegisterRequest& request) {
 }
 
 std::string HeartbeatRequestToJson(const HeartbeatRequest& request) {
-  const Json j = {{"gpus", GpuReportsToJson(request.gpus)},
-                  {"tasks", TaskReportsToJson(request.tasks)}};
+  Json j = {{"gpus", GpuReportsToJson(request.gpus)}, {"tasks", TaskReportsToJson(request.tasks)}};
+  if (!request.fenced.empty()) {
+    j["fenced"] = request.fenced;
+  }
   return j.dump();
 }
 
@@ -477,7 +481,9 @@ std::string AgentReplyToJson(const AgentReply& reply) {
     }
     tasks.push_back(std::move(task));
   }
-  Json j = {{"heartbeat_interval_ms", reply.heartbeat_interval_ms}, {"tasks", std::move(tasks)}};
+  Json j = {{"heartbeat_interval_ms", reply.heartbeat_interval_ms},
+            {"lease_ms", reply.lease_ms},
+            {"tasks", std::move(tasks)}};
   if (!reply.mig_layouts.empty()) {
     Json layouts = Json::array();
     for (const WantedMigLayout& layout : reply.mig_layouts) {
@@ -508,10 +514,12 @@ Result<RegisterRequest> ParseRegisterRequest(std::string_view text) {
 
 Result<HeartbeatRequest> ParseHeartbeatRequest(std::string_view text) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
-  GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader r, ObjectReader::Open(j, "", {"gpus", "tasks"}));
+  GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader r,
+                            ObjectReader::Open(j, "", {"gpus", "tasks", "fenced"}));
   HeartbeatRequest request;
   GPUFLEET_RETURN_IF_ERROR(ReadGpuReports(r, &request.gpus));
   GPUFLEET_RETURN_IF_ERROR(ReadTaskReports(r, &request.tasks));
+  GPUFLEET_RETURN_IF_ERROR(r.String("fenced", &request.fenced));
   return request;
 }
 
@@ -519,10 +527,11 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
   GPUFLEET_ASSIGN_OR_RETURN(
       const ObjectReader r,
-      ObjectReader::Open(j, "", {"heartbeat_interval_ms", "tasks", "mig_layouts"}));
+      ObjectReader::Open(j, "", {"heartbeat_interval_ms", "lease_ms", "tasks", "mig_layouts"}));
   AgentReply reply;
   GPUFLEET_RETURN_IF_ERROR(
       r.Integer("heartbeat_interval_ms", &reply.heartbeat_interval_ms, 1, 3600 * 1000));
+  GPUFLEET_RETURN_IF_ERROR(r.Integer("lease_ms", &reply.lease_ms, 1, 3600 * 1000));
   const auto read_task = [&](const Json& t, const std::string& path) -> Status {
     GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader tr,
                               ObjectReader::Open(t, path,

@@ -50,8 +50,10 @@ struct GpuReport {
   std::string mig_error;
 };
 
-enum class TaskPhase { kRunning, kSucceeded, kFailed };
-const char* TaskPhaseName(TaskPhase phase);  // "Running", "Succeeded", "Failed"
+// kWaiting: the agent has not started the task because a live task of another run still holds one
+// of its GPUs (it stops before it starts); `message` says which.
+enum class TaskPhase { kRunning, kSucceeded, kFailed, kWaiting };
+const char* TaskPhaseName(TaskPhase phase);  // "Running", "Succeeded", "Failed", "Waiting"
 
 // A task the agent runs or ran. `id` is the id the server gave it (DesiredTask::id).
 struct TaskReport {
@@ -74,6 +76,10 @@ struct RegisterRequest {
 struct HeartbeatRequest {
   std::vector<GpuReport> gpus;
   std::vector<TaskReport> tasks;
+  // Set on the first heartbeat after the agent fenced itself (it could not renew its lease and
+  // stopped its tasks): what it did, e.g. "lease of 40s not renewed: stopped 3 tasks". A node
+  // event on the server.
+  std::string fenced;
 };
 
 // The MIG instances one GPU must have: the full set, declarative like the tasks. The agent
@@ -110,6 +116,9 @@ struct DesiredTask {
 
 struct AgentReply {
   int64_t heartbeat_interval_ms = 10000;
+  // The node's lease: an agent that has not renewed it (a heartbeat answered) for this long stops
+  // its tasks (docs/agent.md, "Leases and fencing").
+  int64_t lease_ms = 40000;
   std::vector<DesiredTask> tasks;
   // The GPUs whose MIG instances must change, at most one entry per GPU.
   std::vector<WantedMigLayout> mig_layouts;

@@ -353,7 +353,11 @@ GpuHealthReading ReadHealthReasons(const Json& reasons) {
 }
 
 ExitReason InferExitReason(const Json& after, bool hardware_evidence) {
-  const std::string state = StrOr(after, "state");
+  // A run that is stopping ends as its stop record says.
+  std::string state = StrOr(after, "state");
+  if (state == "Stopping" && after.contains("stopping")) {
+    state = StrOr(after["stopping"], "then");
+  }
   const std::string reason = StrOr(after, "reason");
   if (state == "Succeeded") {
     return ExitReason::kSucceeded;
@@ -361,7 +365,8 @@ ExitReason InferExitReason(const Json& after, bool hardware_evidence) {
   if (state == "Cancelled") {
     return ExitReason::kCancelled;
   }
-  if (state == "Preempted" || (state == "Pending" && reason.starts_with("preempted"))) {
+  if (state == "Preempted" || state == "Suspended" ||
+      (state == "Pending" && reason.starts_with("preempted"))) {
     return ExitReason::kPreempted;
   }
   if (state == "Failed" && reason.starts_with("task ")) {

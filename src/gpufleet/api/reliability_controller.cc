@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "gpufleet/api/job_lifecycle.h"
 #include "gpufleet/api/json_scan.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/core/cluster.h"
@@ -33,7 +34,8 @@ constexpr std::string_view kTopologyName = "topology";
 constexpr int kMaxXidsPerCode = 10;
 
 bool IsRunGoing(std::string_view state) {
-  return state == "Scheduled" || state == "Running";
+  const std::optional<JobState> typed = ParseJobState(state);
+  return typed && RunIsWanted(*typed);
 }
 
 std::string QuarantinedName() {
@@ -672,13 +674,16 @@ Result<int> ReliabilityController::PreemptRunsOn(const Analysis& analysis, const
       }
       Json after = before;
       const std::string reason = fmt::format("preempted: {} was quarantined and drains now", what);
-      after["state"] = "Pending";
-      after["reason"] = reason;
-      after["placements"] = Json::array();
+      const Result<std::string> event =
+          EndRun(after, JobState::kPending, reason,
+                 wall_clock_ != nullptr ? FormatRfc3339(wall_clock_->UnixNanos()) : "");
+      if (!event.ok()) {
+        break;
+      }
       store::WriteBatch batch;
       NoteJobChange(before, after, batch);
       batch.Update(std::string(kJobsKind), listed.name, after.dump(), object->version);
-      batch.AppendEvent(std::string(kJobsKind), listed.name, fmt::format("requeued: {}", reason));
+      batch.AppendEvent(std::string(kJobsKind), listed.name, *event);
       const Status status = store_.Commit(batch);
       if (status.ok()) {
         ++preempted;

@@ -425,7 +425,7 @@ TEST_F(ReliabilityControllerTest, ARepeatOffenderIsQuarantinedWithAnAuditEventAn
                                     gpu, Uuid(node, gpu))));
   // Drained at once: the job on it went back to the queue.
   EXPECT_EQ(Outcome("victim/1")->record.exit_reason, reliability::ExitReason::kPreempted);
-  EXPECT_THAT(Get("/v1/jobs/victim/events").dump(), HasSubstr("requeued: preempted: gpu"));
+  EXPECT_THAT(Get("/v1/jobs/victim/events").dump(), HasSubstr("then Pending: preempted: gpu"));
 
   const Json report = Get("/v1/reports/failures");
   ASSERT_GE(report["suspects"].size(), 1u);

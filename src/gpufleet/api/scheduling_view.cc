@@ -16,15 +16,7 @@ namespace {
 
 constexpr std::string_view kTopologyName = "topology";
 
-bool IsFinished(std::string_view state) {
-  return state == "Succeeded" || state == "Failed" || state == "Cancelled";
-}
-
 }  // namespace
-
-bool HoldsResources(std::string_view state) {
-  return state == "Scheduled" || state == "Running";
-}
 
 std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
     const Json& placements, const std::map<std::string, int>& node_index) {
@@ -33,6 +25,9 @@ std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
     return out;
   }
   for (const Json& p : placements) {
+    if (PlacementGone(p)) {
+      continue;
+    }
     const auto it = node_index.find(StrOr(p, "node"));
     if (it == node_index.end()) {
       return std::nullopt;
@@ -185,7 +180,7 @@ Status SchedulingView::LoadAll() {
   for (const store::StoredObject& object : jobs) {
     // Finished jobs are most of the store: skip them before parsing.
     if (const std::optional<std::string> state = TopLevelString(object.data, "state");
-        state && IsFinished(*state)) {
+        state && ParseJobState(*state) && IsFinished(*ParseJobState(*state))) {
       continue;
     }
     PutJob(object);
@@ -250,7 +245,8 @@ Status SchedulingView::RebuildSnapshot() {
 
 void SchedulingView::PutJob(const store::StoredObject& object) {
   const Json doc = ParseDocument(object.data);
-  const std::string state = StrOr(doc, "state");
+  // A state this server does not know is held as Failed would be: it holds nothing.
+  const JobState state = StoredJobState(doc).value_or(JobState::kFailed);
   auto it = jobs_.find(object.name);
   if (IsFinished(state)) {
     if (it != jobs_.end()) {
@@ -265,7 +261,7 @@ void SchedulingView::PutJob(const store::StoredObject& object) {
     return;  // the cycle's own commit, already in the view
   }
   ViewJob& job = it->second;
-  const bool was_pending = job.state == "Pending";
+  const bool was_pending = job.state == JobState::kPending;
   job.version = object.version;
   job.data = object.data;
   job.state = state;
@@ -277,7 +273,7 @@ void SchedulingView::PutJob(const store::StoredObject& object) {
   for (const Json& placement : ArrayOr(doc, "placements")) {
     job.nodes.insert(StrOr(placement, "node"));
   }
-  if (state != "Pending" || !was_pending) {
+  if (state != JobState::kPending || !was_pending) {
     job.unschedulable_epoch.reset();
   }
   if (!HoldsResources(state)) {
@@ -352,7 +348,7 @@ void SchedulingView::MarkScheduled(const std::string& name, int64_t version, std
   ViewJob& job = jobs_[name];
   job.version = version;
   job.data = std::move(data);
-  job.state = "Scheduled";
+  job.state = JobState::kScheduled;
   job.reason.clear();
   job.placements = std::move(placements);
   job.applied = true;

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gpufleet/api/job_lifecycle.h"
 #include "gpufleet/api/json_fields.h"
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/core/gpu_catalog.h"
@@ -24,11 +25,9 @@
 // the last one instead of every node and job (the control plane's cycle-latency target, issue 4).
 namespace gpufleet::api {
 
-// Jobs in these states hold GPUs.
-bool HoldsResources(std::string_view state);
-
-// The placements of a stored job (its "placements" array) against nodes indexed by name;
-// nullopt if a node is unknown.
+// The placements of a stored job (its "placements" array) that still hold resources (a task of
+// a Stopping job found gone holds none) against nodes indexed by name; nullopt if a node is
+// unknown.
 std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
     const Json& placements, const std::map<std::string, int>& node_index);
 
@@ -39,11 +38,11 @@ struct ViewNode {
   bool agent = false;  // registered by an agent, so it must heartbeat
 };
 
-// One Pending, Scheduled or Running job as the view keeps it.
+// One job that has not finished, as the view keeps it.
 struct ViewJob {
   int64_t version = 0;
   std::string data;  // the stored document
-  std::string state;
+  JobState state = JobState::kPending;
   std::string reason;
   std::string queue;
   int priority = 0;

@@ -82,7 +82,7 @@ TEST_F(SchedulingViewTest, LoadsNodesAndActiveJobsWithTheirPlacementsApplied) {
   ASSERT_TRUE(view_.Refresh().ok());
   EXPECT_EQ(view_.nodes().size(), 2u);
   EXPECT_EQ(view_.jobs().size(), 2u);  // finished jobs are left out
-  EXPECT_EQ(view_.jobs().at("waiting").state, "Pending");
+  EXPECT_EQ(view_.jobs().at("waiting").state, JobState::kPending);
   EXPECT_TRUE(view_.jobs().at("running").applied);
   EXPECT_EQ(FreeMilli(), 5000);
   EXPECT_EQ(view_.ActiveJobsByNode().at("node-a").count("running"), 1u);

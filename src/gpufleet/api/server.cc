@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/http.h"
+#include "gpufleet/api/job_lifecycle.h"
 #include "gpufleet/api/job_spec.h"
 #include "gpufleet/api/json_fields.h"
 #include "gpufleet/api/json_scan.h"
@@ -27,10 +28,6 @@ namespace gpufleet::api {
 namespace {
 
 constexpr std::string_view kTopologyName = "topology";
-
-constexpr std::array<std::string_view, 8> kJobStates = {"Pending",   "Scheduled", "Running",
-                                                        "Succeeded", "Failed",    "Cancelled",
-                                                        "Preempted", "Suspended"};
 
 // ---- responses --------------------------------------------------------------------------
 
@@ -101,19 +98,6 @@ std::string Who(const Principal& who) {
   return who.name.empty() ? RoleName(who.role) : who.name;
 }
 
-// Unix nanoseconds as RFC 3339 in UTC to the second, e.g. "2026-11-29T20:39:00Z".
-std::string FormatRfc3339(int64_t unix_nanos) {
-  const auto time = std::chrono::floor<std::chrono::seconds>(
-      std::chrono::sys_time<std::chrono::nanoseconds>(std::chrono::nanoseconds(unix_nanos)));
-  const auto day = std::chrono::floor<std::chrono::days>(time);
-  const std::chrono::year_month_day date(day);
-  const std::chrono::hh_mm_ss clock_time(time - day);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", static_cast<int>(date.year()),
-                     static_cast<unsigned>(date.month()), static_cast<unsigned>(date.day()),
-                     clock_time.hours().count(), clock_time.minutes().count(),
-                     clock_time.seconds().count());
-}
-
 Status JobNotFound(std::string_view name) {
   return NotFoundError(fmt::format("job \"{}\" not found", name));
 }
@@ -124,10 +108,14 @@ std::map<std::string, std::map<int64_t, int64_t>> AllocationByNode(
   std::map<std::string, std::map<int64_t, int64_t>> out;
   for (const store::StoredObject& object : jobs) {
     const Json job = ParseDocument(object.data);
-    if (!HoldsResources(StrOr(job, "state"))) {
+    if (const std::optional<JobState> state = StoredJobState(job);
+        !state || !HoldsResources(*state)) {
       continue;
     }
     for (const Json& p : ArrayOr(job, "placements")) {
+      if (PlacementGone(p)) {
+        continue;
+      }
       for (const Json& a : ArrayOr(p, "assignments")) {
         out[StrOr(p, "node")][IntOr(a, "gpu", 0)] += IntOr(a, "milli", 0);
       }
@@ -523,6 +511,10 @@ Result<int> ApiServer::RunCycleLocked() {
   if (ended) {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
+  GPUFLEET_ASSIGN_OR_RETURN(const bool stopped, FinishStoppingRuns());
+  if (stopped) {
+    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
+  }
   GPUFLEET_ASSIGN_OR_RETURN(const bool mig_requeued, RequeueJobsWaitingForMigInstances());
   if (mig_requeued) {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
@@ -546,7 +538,7 @@ Result<int> ApiServer::RunCycleLocked() {
   GPUFLEET_RETURN_IF_ERROR(RunDeploymentsIfDue());
   std::vector<PendingEntry> pending;
   for (auto& [name, job] : view_->jobs()) {
-    if (job.state == "Pending") {
+    if (job.state == JobState::kPending) {
       pending.push_back({&name, &job});
     }
   }
@@ -607,9 +599,9 @@ Result<int> ApiServer::RunCycleLocked() {
       }
       if (result.scheduled()) {
         placed = std::move(result.placements);
-        doc["state"] = "Scheduled";
+        // The view holds only Pending jobs here, so the transition is legal.
+        (void)TransitionJob(doc, JobState::kScheduled, "");
         doc["attempt"] = IntOr(doc, "attempt", 0) + 1;
-        doc["reason"] = "";
         doc["placements"] = PlacementsToJson(placed, **job.spec, snapshot);
         for (const scheduler::TaskPlacement& placement : placed) {
           node_names.insert(snapshot.nodes()[placement.node].node->id.value());
@@ -842,6 +834,29 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
 
 // ---- job handlers ---------------------------------------------------------------------------
 
+void ApiServer::AddJobWrite(const Json& before, Json& after, int64_t version,
+                            const std::string& event, store::WriteBatch& batch) {
+  reliability_->NoteJobChange(before, after, batch);
+  const std::string name = StrOr(before, "name");
+  batch.Update(std::string(kJobsKind), name, after.dump(), version);
+  batch.AppendEvent(std::string(kJobsKind), name, event);
+}
+
+void ApiServer::AnnotateStopping(Json& job) const {
+  if (StoredJobState(job) != JobState::kStopping || !job.contains("stopping")) {
+    return;
+  }
+  job["stopping"]["waiting_for"] = DescribeStopping(
+      job,
+      options_.wall_clock != nullptr ? std::optional<int64_t>(options_.wall_clock->UnixNanos())
+                                     : std::nullopt,
+      std::chrono::duration_cast<std::chrono::seconds>(options_.stop_grace));
+}
+
+std::string ApiServer::NowText() const {
+  return options_.wall_clock != nullptr ? FormatRfc3339(options_.wall_clock->UnixNanos()) : "";
+}
+
 ApiResponse ApiServer::SubmitJob(const Principal& who, const ApiRequest& request) {
   Result<Job> job = ParseJobSpec(request.body, options_.catalog);
   if (!job.ok()) {
@@ -893,9 +908,9 @@ ApiResponse ApiServer::ListJobs(const Principal& who, const ApiRequest& request)
   std::optional<std::string> state;
   std::optional<std::string> queue;
   if (const auto it = request.query.find("state"); it != request.query.end()) {
-    if (std::find(kJobStates.begin(), kJobStates.end(), it->second) == kJobStates.end()) {
-      return ErrorResponse(InvalidArgumentError(fmt::format(
-          "state: unknown \"{}\" (valid: {})", it->second, fmt::join(kJobStates, ", "))));
+    if (!ParseJobState(it->second)) {
+      return ErrorResponse(InvalidArgumentError(
+          fmt::format("state: unknown \"{}\" (valid: {})", it->second, JobStateNames())));
     }
     state = it->second;
   }
@@ -909,6 +924,7 @@ ApiResponse ApiServer::ListJobs(const Principal& who, const ApiRequest& request)
   Json items = Json::array();
   for (const store::StoredObject& object : *jobs) {
     Json job = JobOutput(object);
+    AnnotateStopping(job);
     if (!CanSee(who, job) || (state && StrOr(job, "state") != *state) ||
         (queue && StrOr(job, "queue") != *queue)) {
       continue;
@@ -930,6 +946,7 @@ ApiResponse ApiServer::GetJob(const Principal& who, std::string_view name) {
   if (!CanSee(who, job)) {
     return ErrorResponse(JobNotFound(name));
   }
+  AnnotateStopping(job);
   return JsonResponse(200, job);
 }
 
@@ -947,22 +964,28 @@ ApiResponse ApiServer::CancelJob(const Principal& who, std::string_view name) {
       return ErrorResponse(JobNotFound(name));
     }
     const std::string state = StrOr(doc, "state");
-    if (state == "Cancelled") {
+    const std::optional<JobState> typed = StoredJobState(doc);
+    if (typed == JobState::kCancelled ||
+        (typed == JobState::kStopping &&
+         StrOr(doc["stopping"], "then") == JobStateName(JobState::kCancelled))) {
       return JsonResponse(200, JobOutput(*object));
     }
-    if (state != "Pending" && state != "Suspended" && !HoldsResources(state)) {
+    const std::string why = fmt::format("cancelled by {}", Who(who));
+    // A running job keeps its GPUs until its tasks are gone (Stopping); a waiting one is
+    // cancelled at once. A job already stopping for another reason ends Cancelled instead.
+    Result<std::string> event = std::string();
+    if (typed && HoldsResources(*typed)) {
+      event = EndRun(doc, JobState::kCancelled, why, NowText());
+    } else {
+      event = TransitionJob(doc, JobState::kCancelled, why,
+                            fmt::format("cancelled by {} (was {})", Who(who), state));
+    }
+    if (!event.ok()) {
       return ErrorResponse(FailedPreconditionError(
           fmt::format("job \"{}\" is {} and cannot be cancelled", name, state)));
     }
-    doc["state"] = "Cancelled";
-    doc["reason"] = fmt::format("cancelled by {}", Who(who));
-    // The placements are dropped: the GPUs are free for the next cycle.
-    doc["placements"] = Json::array();
     store::WriteBatch batch;
-    reliability_->NoteJobChange(ParseDocument(object->data), doc, batch);
-    batch.Update(std::string(kJobsKind), std::string(name), doc.dump(), object->version);
-    batch.AppendEvent(std::string(kJobsKind), std::string(name),
-                      fmt::format("cancelled by {} (was {})", Who(who), state));
+    AddJobWrite(ParseDocument(object->data), doc, object->version, *event, batch);
     const Status status = options_.store.Commit(batch);
     if (status.ok()) {
       doc["version"] = object->version + 1;

@@ -97,7 +97,12 @@ class ApiServer {
     // Agents are told to heartbeat this often; a node registered by an agent that has not sent
     // one for node_timeout becomes NotReady and its jobs are requeued or failed (docs/agent.md).
     std::chrono::milliseconds heartbeat_interval{10000};
+    // A node's lease: heartbeats renew it. A node not heard from for node_timeout becomes
+    // NotReady and its runs start Stopping; its agent, unable to renew, stops its tasks itself
+    // (SIGTERM, then SIGKILL after stop_grace), so after node_timeout + stop_grace they are
+    // surely gone and their GPUs are free (docs/agent.md, "Leases and fencing").
     std::chrono::milliseconds node_timeout{40000};
+    std::chrono::milliseconds stop_grace{30000};
     // Fair share: a queue's recorded GPU use loses half its weight every half-life.
     std::chrono::seconds usage_half_life{std::chrono::hours(24 * 7)};
     // A job that has held its GPUs for less than this is not preempted.
@@ -216,6 +221,19 @@ class ApiServer {
   std::map<std::string, policy::QueueStatus> QueueStatuses();
   std::string RenderMetrics();
 
+  // The one way a job document change is written: the outcome hook (ReliabilityController::
+  // NoteJobChange), the compare-and-set update at `version` and the event.
+  void AddJobWrite(const Json& before, Json& after, int64_t version, const std::string& event,
+                   store::WriteBatch& batch);
+  // When a stop starts, RFC 3339 (empty without a wall clock).
+  std::string NowText() const;
+  // Adds `stopping.waiting_for` (DescribeStopping) to a Stopping job as served.
+  void AnnotateStopping(Json& job) const;
+  // The cycle's part of stopping runs: tasks on nodes that run no agent, and tasks on nodes whose
+  // lease expired more than stop_grace ago, are gone; a Stopping job whose every task is gone
+  // takes the state its ending asked for. Returns whether anything was written.
+  Result<bool> FinishStoppingRuns();
+
   ApiResponse SubmitJob(const Principal& who, const ApiRequest& request);
   ApiResponse ListJobs(const Principal& who, const ApiRequest& request);
   ApiResponse GetJob(const Principal& who, std::string_view name);
@@ -286,7 +304,8 @@ class ApiServer {
   Result<bool> MarkSilentNodesNotReady();
   Result<bool> EndRunsOnNotReadyNodes();
   static std::optional<std::string> EndRunOnNotReadyNodes(Json& job,
-                                                          const std::set<std::string>& not_ready);
+                                                          const std::set<std::string>& not_ready,
+                                                          const std::string& since);
   // MIG repartitioning (server_mig.cc): when pending MIG jobs fit no current layout, plans new
   // layouts for MIG GPUs of agent nodes whose instances to destroy are free, and stores them with
   // the nodes (the scheduler then sees the new instances; agents are told to apply them).

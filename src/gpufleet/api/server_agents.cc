@@ -49,29 +49,68 @@ bool RequeuesOnNodeFailure(const Json& job) {
          "fail";
 }
 
-// Ends the current run of an active job because a node or GPU it used failed: back to Pending
-// with its GPUs freed, or Failed, as the job asks. Returns the event text.
-std::string EndRunOnFailure(Json& job, const std::string& why) {
-  job["placements"] = Json::array();
-  if (RequeuesOnNodeFailure(job)) {
-    job["state"] = "Pending";
-    job["reason"] = fmt::format("requeued: {}", why);
-    return fmt::format("requeued: {}", why);
+// Ends the current run of an active job because a node or GPU it used failed: requeued or
+// Failed, as the job asks, once its tasks are gone. Returns the event text.
+std::string EndRunOnFailure(Json& job, const std::string& why, const std::string& since) {
+  const bool requeue = RequeuesOnNodeFailure(job);
+  Result<std::string> event = EndRun(job, requeue ? JobState::kPending : JobState::kFailed,
+                                     requeue ? fmt::format("requeued: {}", why) : why, since);
+  return event.ok() ? *event : event.status().message();
+}
+
+// Whether a placement's task has started: it runs or ran.
+bool Started(const Json& placement) {
+  const std::string phase = StrOr(placement, "phase");
+  return phase == "Running" || phase == "Succeeded" || phase == "Failed";
+}
+
+// Applies one node's task reports to a Stopping job: a task the agent reports ended, or does not
+// report at all, is gone (the agent reports every task it has until the server has taken its
+// end, and it never starts a task of a run that is stopping). Returns the events.
+std::vector<std::string> ApplyStoppingReports(
+    Json& job, const std::string& node, const std::map<std::string, const TaskReport*>& reports) {
+  std::vector<std::string> events;
+  const std::string name = StrOr(job, "name");
+  const int64_t attempt = IntOr(job, "attempt", 0);
+  for (Json& placement : job["placements"]) {
+    if (StrOr(placement, "node") != node || PlacementGone(placement)) {
+      continue;
+    }
+    const std::string task = StrOr(placement, "task");
+    const auto it = reports.find(MakeTaskId(name, task, attempt));
+    if (it != reports.end() && it->second->phase == TaskPhase::kRunning) {
+      continue;
+    }
+    const std::string why =
+        it == reports.end() || it->second->phase == TaskPhase::kWaiting
+            ? fmt::format("not running on {}", node)
+            : fmt::format("ended on {}: {}", node,
+                          it->second->message.empty()
+                              ? fmt::format("exit code {}", it->second->exit_code)
+                              : it->second->message);
+    MarkPlacementGone(placement, why);
+    events.push_back(fmt::format("task {} {}", task, why));
   }
-  job["state"] = "Failed";
-  job["reason"] = why;
-  return fmt::format("failed: {}", why);
+  if (std::optional<std::string> finished = FinishStoppingIfDone(job)) {
+    events.push_back(std::move(*finished));
+  }
+  return events;
 }
 
 // Applies one node's task reports and drain-now GPUs to an active job. Returns the events to log
 // (empty: nothing changed).
 std::vector<std::string> ApplyReports(Json& job, const std::string& node,
                                       const std::map<std::string, const TaskReport*>& reports,
-                                      const std::set<int64_t>& drain_now_gpus) {
+                                      const std::set<int64_t>& drain_now_gpus,
+                                      const std::string& since) {
   std::vector<std::string> events;
-  if (!HoldsResources(StrOr(job, "state")) || !job.contains("placements") ||
+  const std::optional<JobState> state = StoredJobState(job);
+  if (!state || !HoldsResources(*state) || !job.contains("placements") ||
       !job["placements"].is_array()) {
     return events;
+  }
+  if (*state == JobState::kStopping) {
+    return ApplyStoppingReports(job, node, reports);
   }
   const std::string name = StrOr(job, "name");
   const int64_t attempt = IntOr(job, "attempt", 0);
@@ -82,8 +121,14 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node,
     for (const Json& gpu : ArrayOr(placement, "gpus")) {
       if (gpu.is_number_integer() && drain_now_gpus.count(gpu.get<int64_t>()) > 0) {
         events.push_back(
-            EndRunOnFailure(job, fmt::format("gpu {} of {} must be drained now (task {})",
-                                             gpu.get<int64_t>(), node, StrOr(placement, "task"))));
+            EndRunOnFailure(job,
+                            fmt::format("gpu {} of {} must be drained now (task {})",
+                                        gpu.get<int64_t>(), node, StrOr(placement, "task")),
+                            since));
+        // The other tasks on this node may have ended too.
+        for (std::string& event : ApplyReports(job, node, reports, {}, since)) {
+          events.push_back(std::move(event));
+        }
         return events;
       }
     }
@@ -102,15 +147,21 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node,
       events.push_back(fmt::format("task {} running on {}", task, node));
       continue;
     }
+    if (report.phase == TaskPhase::kWaiting) {
+      events.push_back(fmt::format("task {} waiting on {}: {}", task, node, report.message));
+      continue;
+    }
     placement["exit_code"] = report.exit_code;
     if (report.phase == TaskPhase::kFailed) {
       const std::string why = fmt::format(
           "task {} on {} failed: {}", task, node,
           report.message.empty() ? fmt::format("exit code {}", report.exit_code) : report.message);
-      job["state"] = "Failed";
-      job["reason"] = why;
-      job["placements"] = Json::array();
-      events.push_back(why);
+      // The gang fails; its other tasks are stopped before their GPUs are free.
+      Result<std::string> event = EndRun(job, JobState::kFailed, why, since);
+      events.push_back(event.ok() ? *event : why);
+      for (std::string& more : ApplyReports(job, node, reports, {}, since)) {
+        events.push_back(std::move(more));
+      }
       return events;
     }
     events.push_back(fmt::format("task {} succeeded on {}", task, node));
@@ -121,18 +172,19 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node,
   bool all_started = true;
   bool all_succeeded = true;
   for (const Json& placement : job["placements"]) {
-    const std::string phase = StrOr(placement, "phase");
-    all_started = all_started && !phase.empty();
-    all_succeeded = all_succeeded && phase == "Succeeded";
+    all_started = all_started && Started(placement);
+    all_succeeded = all_succeeded && StrOr(placement, "phase") == "Succeeded";
   }
   if (all_succeeded) {
-    job["state"] = "Succeeded";
-    job["reason"] = "";
-    job["placements"] = Json::array();
-    events.push_back("succeeded: every task exited with code 0");
-  } else if (all_started && StrOr(job, "state") == "Scheduled") {
-    job["state"] = "Running";
-    events.push_back("running: every task has started");
+    Result<std::string> event =
+        EndRun(job, JobState::kSucceeded, "every task exited with code 0", since);
+    events.push_back(event.ok() ? *event : event.status().message());
+  } else if (all_started && StoredJobState(job) == JobState::kScheduled) {
+    if (Result<std::string> event =
+            TransitionJob(job, JobState::kRunning, "", "running: every task has started");
+        event.ok()) {
+      events.push_back(*event);
+    }
   }
   return events;
 }
@@ -254,7 +306,7 @@ std::vector<std::string> ApplyGpuReports(Json& doc, const std::vector<GpuReport>
 // has reported each of its instances; it then names them and gets their MIG device UUIDs.
 void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& node,
                      AgentReply* reply) {
-  if (!HoldsResources(StrOr(job, "state"))) {
+  if (const std::optional<JobState> state = StoredJobState(job); !state || !RunIsWanted(*state)) {
     return;
   }
   std::map<int64_t, const Json*> gpu_by_index;
@@ -389,6 +441,12 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
       return UnavailableError("the server is starting; retry the heartbeat");
     }
   }
+  {
+    // Before the node document is read: a NotReady check that has not yet seen this heartbeat
+    // holds agents_mu_ until its write is in, and this heartbeat then undoes it.
+    std::lock_guard<std::mutex> lock(agents_mu_);
+    last_heartbeat_[node] = options_.clock.Now();
+  }
   // The node: back to its state before NotReady, and the GPUs' health and MIG devices.
   Json node_doc;
   for (int attempt = 0;; ++attempt) {
@@ -407,6 +465,9 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     std::vector<std::string> events;
     if (!gpus_applied) {
       events = ApplyGpuReports(doc, request.gpus);
+    }
+    if (!request.fenced.empty()) {
+      events.push_back(fmt::format("agent fenced itself: {}", request.fenced));
     }
     if (StrOr(doc, "state") == NodeStateName(NodeState::kNotReady)) {
       doc["state"] = StrOr(doc, "state_before_not_ready", NodeStateName(NodeState::kReady));
@@ -433,7 +494,6 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
   std::set<std::string> active_jobs;
   {
     std::lock_guard<std::mutex> lock(agents_mu_);
-    last_heartbeat_[node] = options_.clock.Now();
     // The report replaces the node's utilization: a GPU it no longer measures has none, rather
     // than an old value that idle reclaim would act on.
     for (auto it = gpu_utilization_.lower_bound({node, std::numeric_limits<int>::min()});
@@ -463,6 +523,7 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
   }
   AgentReply reply;
   reply.heartbeat_interval_ms = options_.heartbeat_interval.count();
+  reply.lease_ms = options_.node_timeout.count();
   std::map<int, std::vector<MigInstance>> created_mig_instances;
   for (const std::string& job_name : active_jobs) {
     for (int attempt = 0;; ++attempt) {
@@ -475,13 +536,13 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
         break;  // an unknown job: its tasks are not desired and the agent stops them
       }
       Json doc = ParseDocument(stored->data);
-      const std::vector<std::string> events = ApplyReports(doc, node, reports, drain_now);
+      const std::vector<std::string> events =
+          ApplyReports(doc, node, reports, drain_now, NowText());
       if (!events.empty()) {
         store::WriteBatch batch;
-        reliability_->NoteJobChange(ParseDocument(stored->data), doc, batch);
-        batch.Update(std::string(kJobsKind), job_name, doc.dump(), stored->version);
-        for (const std::string& event : events) {
-          batch.AppendEvent(std::string(kJobsKind), job_name, event);
+        AddJobWrite(ParseDocument(stored->data), doc, stored->version, events.front(), batch);
+        for (size_t i = 1; i < events.size(); ++i) {
+          batch.AppendEvent(std::string(kJobsKind), job_name, events[i]);
         }
         const Status status = options_.store.Commit(batch);
         if (!status.ok()) {
@@ -515,19 +576,18 @@ void ApiServer::IndexScheduledJob(const std::string& job, const std::set<std::st
 }
 
 Result<bool> ApiServer::MarkSilentNodesNotReady() {
-  const MonoTime now = options_.clock.Now();
   bool wrote = false;
   for (const auto& [name, node] : view_->nodes()) {
     if (!node.agent || node.node.state == NodeState::kNotReady) {
       continue;
     }
-    MonoTime last;
-    {
-      std::lock_guard<std::mutex> lock(agents_mu_);
-      const auto it = last_heartbeat_.find(name);
-      // A node not heard from since this server started gets the full timeout from the start.
-      last = it == last_heartbeat_.end() ? started_at_ : it->second;
-    }
+    // Held across the write: a heartbeat records itself before it reads the node, so it either
+    // comes first (the node is not silent) or waits and then finds NotReady to undo.
+    std::lock_guard<std::mutex> lock(agents_mu_);
+    const MonoTime now = options_.clock.Now();
+    const auto it = last_heartbeat_.find(name);
+    // A node not heard from since this server started gets the full timeout from the start.
+    const MonoTime last = it == last_heartbeat_.end() ? started_at_ : it->second;
     const Duration silent = now - last;
     if (silent <= options_.node_timeout) {
       continue;
@@ -543,10 +603,11 @@ Result<bool> ApiServer::MarkSilentNodesNotReady() {
     batch.Update(std::string(kNodesKind), name, doc.dump(), object->version);
     batch.AppendEvent(
         std::string(kNodesKind), name,
-        fmt::format("NotReady: no heartbeat for {}s",
-                    std::chrono::duration_cast<std::chrono::seconds>(silent).count()));
+        fmt::format("NotReady: no heartbeat for {}s; its lease expired, so its agent stops its "
+                    "tasks; their GPUs are free after another {}s",
+                    std::chrono::duration_cast<std::chrono::seconds>(silent).count(),
+                    std::chrono::duration_cast<std::chrono::seconds>(options_.stop_grace).count()));
     const Status status = options_.store.Commit(batch);
-    // A heartbeat that raced this update wins; the next cycle looks again.
     if (!status.ok() && status.code() != StatusCode::kAborted) {
       view_->ReadAllAgain();
       return status;
@@ -568,22 +629,19 @@ Result<bool> ApiServer::EndRunsOnNotReadyNodes() {
   }
   bool wrote = false;
   for (const auto& [name, job] : view_->jobs()) {
-    if (!HoldsResources(job.state) ||
+    if (!RunIsWanted(job.state) ||
         std::none_of(job.nodes.begin(), job.nodes.end(),
                      [&](const std::string& node) { return not_ready.count(node) > 0; })) {
       continue;
     }
     Json doc = ParseDocument(job.data);
-    const std::optional<std::string> event = EndRunOnNotReadyNodes(doc, not_ready);
+    const std::optional<std::string> event = EndRunOnNotReadyNodes(doc, not_ready, NowText());
     if (!event) {
       continue;
     }
-    // Its GPUs are free once the view reads the change back, and a requeued job may be placed
-    // again in this same cycle.
+    // The run is Stopping: its GPUs are free once its tasks are gone (FinishStoppingRuns).
     store::WriteBatch batch;
-    reliability_->NoteJobChange(ParseDocument(job.data), doc, batch);
-    batch.Update(std::string(kJobsKind), name, doc.dump(), job.version);
-    batch.AppendEvent(std::string(kJobsKind), name, *event);
+    AddJobWrite(ParseDocument(job.data), doc, job.version, *event, batch);
     const Status status = options_.store.Commit(batch);
     if (!status.ok()) {
       view_->ReadJobAgain(name);
@@ -596,16 +654,82 @@ Result<bool> ApiServer::EndRunsOnNotReadyNodes() {
   return wrote;
 }
 
-std::optional<std::string> ApiServer::EndRunOnNotReadyNodes(
-    Json& job, const std::set<std::string>& not_ready) {
+std::optional<std::string> ApiServer::EndRunOnNotReadyNodes(Json& job,
+                                                            const std::set<std::string>& not_ready,
+                                                            const std::string& since) {
   for (const Json& placement : ArrayOr(job, "placements")) {
     const std::string node = StrOr(placement, "node");
     if (not_ready.count(node) > 0) {
-      return EndRunOnFailure(job, fmt::format("node {} is NotReady (task {} ran there)", node,
-                                              StrOr(placement, "task")));
+      return EndRunOnFailure(
+          job,
+          fmt::format("node {} is NotReady (task {} ran there)", node, StrOr(placement, "task")),
+          since);
     }
   }
   return std::nullopt;
+}
+
+Result<bool> ApiServer::FinishStoppingRuns() {
+  const MonoTime now = options_.clock.Now();
+  // Nodes whose tasks are surely gone: no agent runs tasks there, or the lease has expired plus
+  // the stop grace (the agent fenced itself).
+  std::map<std::string, std::string> lost;
+  for (const auto& [name, node] : view_->nodes()) {
+    if (!node.agent) {
+      lost[name] = fmt::format("node {} runs no agent", name);
+      continue;
+    }
+    std::lock_guard<std::mutex> lock(agents_mu_);
+    const auto it = last_heartbeat_.find(name);
+    const MonoTime last = it == last_heartbeat_.end() ? started_at_ : it->second;
+    if (now - last > options_.node_timeout + options_.stop_grace) {
+      lost[name] = fmt::format(
+          "node {} lost: no heartbeat for {}s (lease {}s + stop grace {}s)", name,
+          std::chrono::duration_cast<std::chrono::seconds>(now - last).count(),
+          std::chrono::duration_cast<std::chrono::seconds>(options_.node_timeout).count(),
+          std::chrono::duration_cast<std::chrono::seconds>(options_.stop_grace).count());
+    }
+  }
+  bool wrote = false;
+  for (const auto& [name, job] : view_->jobs()) {
+    if (job.state != JobState::kStopping) {
+      continue;
+    }
+    const Json before = ParseDocument(job.data);
+    Json doc = before;
+    std::vector<std::string> events;
+    for (Json& placement : doc["placements"]) {
+      const auto gone = lost.find(StrOr(placement, "node"));
+      if (!PlacementGone(placement) &&
+          (gone != lost.end() || !view_->nodes().count(StrOr(placement, "node")))) {
+        const std::string why = gone != lost.end()
+                                    ? gone->second
+                                    : fmt::format("node {} is gone", StrOr(placement, "node"));
+        MarkPlacementGone(placement, why);
+        events.push_back(fmt::format("task {}: {}", StrOr(placement, "task"), why));
+      }
+    }
+    if (std::optional<std::string> finished = FinishStoppingIfDone(doc)) {
+      events.push_back(std::move(*finished));
+    }
+    if (events.empty()) {
+      continue;
+    }
+    store::WriteBatch batch;
+    AddJobWrite(before, doc, job.version, events.front(), batch);
+    for (size_t i = 1; i < events.size(); ++i) {
+      batch.AppendEvent(std::string(kJobsKind), name, events[i]);
+    }
+    const Status status = options_.store.Commit(batch);
+    if (!status.ok()) {
+      view_->ReadJobAgain(name);
+      if (status.code() != StatusCode::kAborted && status.code() != StatusCode::kNotFound) {
+        return status;
+      }
+    }
+    wrote = wrote || status.ok();
+  }
+  return wrote;
 }
 
 }  // namespace gpufleet::api

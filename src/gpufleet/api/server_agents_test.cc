@@ -191,12 +191,58 @@ TEST_F(AgentProtocolTest, ANonZeroExitFailsTheGangAndStopsItsOtherTasks) {
   HeartbeatRequest beat;
   beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning),
                 Report("train/workers-1/1", TaskPhase::kFailed, 3)};
-  const AgentReply reply = Heartbeat("node-a", beat);
+  AgentReply reply = Heartbeat("node-a", beat);
   EXPECT_TRUE(reply.tasks.empty()) << "workers-0 is no longer wanted";
-  const Json job = Get("/v1/jobs/train");
+  Json job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Stopping");
+  EXPECT_EQ(job["stopping"]["then"], "Failed");
+  EXPECT_THAT(job["reason"].get<std::string>(),
+              HasSubstr("task workers-1 on node-a failed: exit code 3"));
+
+  // workers-0 still runs on its 4 GPUs: a job wanting the whole node waits.
+  Submit(JobYaml("whole-node", 1, 8));
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/whole-node")["state"], "Pending");
+
+  // The agent reports workers-0 ended after SIGTERM: only now are its GPUs free.
+  beat.tasks = {Report("train/workers-0/1", TaskPhase::kFailed, 143)};
+  reply = Heartbeat("node-a", beat);
+  job = Get("/v1/jobs/train");
   EXPECT_EQ(job["state"], "Failed");
   EXPECT_THAT(job["reason"].get<std::string>(),
               HasSubstr("task workers-1 on node-a failed: exit code 3"));
+  EXPECT_TRUE(job["placements"].empty());
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/whole-node")["state"], "Scheduled");
+}
+
+TEST_F(AgentProtocolTest, ACancelledJobsGpusGoToTheNextJobOnlyOnceItsTaskHasExited) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("slow-exit", 1, 8));
+  Cycle();
+  HeartbeatRequest beat;
+  beat.tasks = {Report("slow-exit/workers-0/1", TaskPhase::kRunning)};
+  ASSERT_EQ(Heartbeat("node-a", beat).tasks.size(), 1u);
+  ASSERT_EQ(Call("POST", "/v1/jobs/slow-exit/cancel", admin_).status, 200);
+  Submit(JobYaml("next", 1, 8));
+  // The task takes 15 s to exit after SIGTERM: until the agent says it has, nothing else is
+  // placed on its GPUs and the node is told to run nothing.
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(std::chrono::seconds(5));
+    EXPECT_TRUE(Heartbeat("node-a", beat).tasks.empty());
+    Cycle();
+    EXPECT_EQ(Get("/v1/jobs/slow-exit")["state"], "Stopping");
+    EXPECT_EQ(Get("/v1/jobs/next")["state"], "Pending");
+  }
+  beat.tasks = {Report("slow-exit/workers-0/1", TaskPhase::kFailed, 143)};
+  Heartbeat("node-a", beat);
+  EXPECT_EQ(Get("/v1/jobs/slow-exit")["state"], "Cancelled");
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/next")["state"], "Scheduled");
+  const AgentReply reply = Heartbeat("node-a");
+  ASSERT_EQ(reply.tasks.size(), 1u);
+  EXPECT_EQ(reply.tasks[0].id, "next/workers-0/1");
 }
 
 TEST_F(AgentProtocolTest, SilentNodeBecomesNotReadyAndItsJobIsRequeuedWithoutHoldingGpus) {
@@ -208,7 +254,9 @@ TEST_F(AgentProtocolTest, SilentNodeBecomesNotReadyAndItsJobIsRequeuedWithoutHol
   const std::string first_node = Get("/v1/jobs/train")["placements"][0]["node"];
   const std::string other_node = first_node == "node-a" ? "node-b" : "node-a";
 
-  // Only the other node keeps heartbeating.
+  // Only the other node keeps heartbeating. After the 40 s lease the node is NotReady and the
+  // run is Stopping: its agent, cut off, stops the task itself within the 30 s stop grace, and
+  // until then the job runs nowhere else.
   for (int i = 0; i < 5; ++i) {
     clock_.Advance(std::chrono::seconds(10));
     Heartbeat(other_node);
@@ -217,12 +265,23 @@ TEST_F(AgentProtocolTest, SilentNodeBecomesNotReadyAndItsJobIsRequeuedWithoutHol
   EXPECT_EQ(Get("/v1/nodes/" + first_node)["state"], "NotReady");
   EXPECT_EQ(Get("/v1/nodes/" + other_node)["state"], "Ready");
   Json job = Get("/v1/jobs/train");
-  // Requeued, then placed again in the same cycle on the node that still answers, as attempt 2.
+  EXPECT_EQ(job["state"], "Stopping");
+  EXPECT_EQ(job["placements"][0]["node"], first_node);
+  EXPECT_TRUE(Heartbeat(other_node).tasks.empty());
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(std::chrono::seconds(10));
+    Heartbeat(other_node);
+    Cycle();
+  }
+  // Lease plus grace have passed: requeued, and placed again on the node that answers, as
+  // attempt 2.
+  job = Get("/v1/jobs/train");
   EXPECT_EQ(job["state"], "Scheduled");
   EXPECT_EQ(job["attempt"], 2);
   EXPECT_EQ(job["placements"][0]["node"], other_node);
   const Json events = Get("/v1/jobs/train/events");
   EXPECT_THAT(events.dump(), HasSubstr("requeued: node " + first_node + " is NotReady"));
+  EXPECT_THAT(events.dump(), HasSubstr("node " + first_node + " lost"));
 
   // The silent node comes back: Ready again, and its old task is not wanted any more.
   HeartbeatRequest beat;
@@ -241,10 +300,39 @@ TEST_F(AgentProtocolTest, OnNodeFailureFailEndsTheJob) {
   Cycle();
   clock_.Advance(std::chrono::seconds(41));
   Cycle();
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Stopping");
+  clock_.Advance(std::chrono::seconds(30));
+  Cycle();
   const Json job = Get("/v1/jobs/train");
   EXPECT_EQ(job["state"], "Failed");
   EXPECT_THAT(job["reason"].get<std::string>(), HasSubstr("node node-a is NotReady"));
   EXPECT_TRUE(job["placements"].empty());
+}
+
+TEST_F(AgentProtocolTest, AHeartbeatTellsTheAgentItsLeaseAndAFencedAgentLeavesANodeEvent) {
+  Cycle();
+  AgentReply reply = Register(Inventory("node-a", "leaf-0"));
+  EXPECT_EQ(reply.lease_ms, 40000);
+  HeartbeatRequest beat;
+  beat.fenced = "lease of 40s not renewed: stopped 2 tasks";
+  Heartbeat("node-a", beat);
+  EXPECT_THAT(Get("/v1/nodes/node-a/events").dump(),
+              HasSubstr("agent fenced itself: lease of 40s not renewed: stopped 2 tasks"));
+}
+
+TEST_F(AgentProtocolTest, AWaitingTaskKeepsItsJobScheduled) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("train", 1, 8));
+  Cycle();
+  HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", TaskPhase::kWaiting)};
+  beat.tasks[0].message = "GPU-node-a-0 is held by task old/main-0/1";
+  const AgentReply reply = Heartbeat("node-a", beat);
+  EXPECT_EQ(reply.tasks.size(), 1u) << "still wanted";
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
+  EXPECT_THAT(Get("/v1/jobs/train/events").dump(),
+              HasSubstr("waiting on node-a: GPU-node-a-0 is held by task old/main-0/1"));
 }
 
 TEST_F(AgentProtocolTest, CordonedNodeStaysCordonedAcrossNotReady) {

@@ -58,8 +58,8 @@ Principal ReplicaOwner(const Json& doc) {
 
 }  // namespace
 
-bool IsLiveReplicaState(std::string_view state) {
-  return state != "Succeeded" && state != "Failed" && state != "Cancelled";
+bool IsLiveReplicaState(JobState state) {
+  return !IsFinished(state) && state != JobState::kStopping;
 }
 
 ReplicaPlan PlanReplicas(std::vector<ReplicaJob> replicas, int desired, int64_t next_index) {
@@ -387,7 +387,7 @@ Status ApiServer::RunDeploymentsIfDue() {
       std::lock_guard<std::mutex> lock(agents_mu_);
       for (const std::string& name : before.keep) {
         const ViewJob& job = view_->jobs().at(name);
-        if (job.state != "Running") {
+        if (job.state != JobState::kRunning) {
           continue;
         }
         if (const std::optional<JobUtilization> measured = MeasureJobUtilization(job)) {

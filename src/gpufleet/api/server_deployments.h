@@ -7,6 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "gpufleet/api/job_lifecycle.h"
+
 // Deployments in the server (server_deployments.cc; docs/api.md, "Deployments"): the store kind,
 // the controller's period, and its replica plan, a pure function for tests.
 namespace gpufleet::api {
@@ -25,7 +27,7 @@ inline constexpr std::chrono::seconds kDeploymentControllerPeriod{15};
 struct ReplicaJob {
   int64_t index = 0;  // the k of NAME-r<k>
   std::string name;
-  std::string state;
+  JobState state = JobState::kPending;
 };
 
 struct ReplicaPlan {
@@ -40,7 +42,7 @@ struct ReplicaPlan {
 // view forgets ended jobs; the deployment stores its next index).
 ReplicaPlan PlanReplicas(std::vector<ReplicaJob> replicas, int desired, int64_t next_index);
 
-// Whether a job in `state` still counts as a replica (it has not ended).
-bool IsLiveReplicaState(std::string_view state);
+// Whether a job in `state` still counts as a replica: it has not ended and is not stopping.
+bool IsLiveReplicaState(JobState state);
 
 }  // namespace gpufleet::api

@@ -44,10 +44,10 @@ Json DeploymentSpec(const Json& autoscaling = Json::object()) {
 }
 
 TEST(PlanReplicasTest, CreatesAboveEveryIndexAndCancelsTheHighestFirst) {
-  const std::vector<ReplicaJob> replicas = {{2, "chat-r2", "Running"},
-                                            {0, "chat-r0", "Running"},
-                                            {1, "chat-r1", "Cancelled"},
-                                            {3, "chat-r3", "Pending"}};
+  const std::vector<ReplicaJob> replicas = {{2, "chat-r2", JobState::kRunning},
+                                            {0, "chat-r0", JobState::kRunning},
+                                            {1, "chat-r1", JobState::kCancelled},
+                                            {3, "chat-r3", JobState::kPending}};
   const ReplicaPlan grow = PlanReplicas(replicas, 4, 0);
   EXPECT_THAT(grow.create, ElementsAre(4));
   EXPECT_THAT(grow.keep, ElementsAre("chat-r0", "chat-r2", "chat-r3"));
@@ -180,6 +180,9 @@ TEST_F(ServerDeploymentsTest, ColdReplicasScaleDownAfterTheWindowHighestIndexFir
   EXPECT_EQ(JobState("chat-r2"), "Running");
   Minutes(2, 40);
   EXPECT_EQ(Desired(), 2);
+  // Cancelled once its agent no longer runs it.
+  EXPECT_EQ(JobState("chat-r2"), "Stopping");
+  Minute(40);
   EXPECT_EQ(JobState("chat-r2"), "Cancelled");
   EXPECT_EQ(JobState("chat-r1"), "Running");
   EXPECT_EQ(JobState("chat-r0"), "Running");
@@ -207,8 +210,11 @@ TEST_F(ServerDeploymentsTest, AnEndedReplicaIsReplacedUnderANewName) {
   ASSERT_EQ(Call("POST", "/v1/jobs/chat-r0/cancel", alice_).status, 200);
   Minute(50);
   EXPECT_EQ(Desired(), 1) << Deployment().dump();
-  EXPECT_EQ(JobState("chat-r0"), "Cancelled");
+  // A stopping replica no longer counts: its replacement comes at once.
+  EXPECT_EQ(JobState("chat-r0"), "Stopping");
   EXPECT_NE(JobState("chat-r1"), "absent");
+  Minute(50);
+  EXPECT_EQ(JobState("chat-r0"), "Cancelled");
 }
 
 TEST_F(ServerDeploymentsTest, AYamlSpecIsCreatedAndMalformedYamlIsNamed) {
@@ -261,8 +267,8 @@ TEST_F(ServerDeploymentsTest, DeleteCancelsTheReplicasAndRemovesTheDeployment) {
   const ApiResponse deleted = Call("DELETE", "/v1/deployments/chat", alice_);
   ASSERT_EQ(deleted.status, 200) << deleted.body;
   EXPECT_THAT(Json::parse(deleted.body)["cancelled_replicas"], ElementsAre("chat-r0", "chat-r1"));
-  EXPECT_EQ(JobState("chat-r0"), "Cancelled");
-  EXPECT_EQ(JobState("chat-r1"), "Cancelled");
+  EXPECT_EQ(JobState("chat-r0"), "Stopping");
+  EXPECT_EQ(JobState("chat-r1"), "Stopping");
   EXPECT_EQ(Call("GET", "/v1/deployments/chat", alice_).status, 404);
   EXPECT_EQ(Call("DELETE", "/v1/deployments/chat", alice_).status, 404);
   // The log outlives the deployment (as a job's does); its last event says what went.
@@ -272,6 +278,8 @@ TEST_F(ServerDeploymentsTest, DeleteCancelsTheReplicasAndRemovesTheDeployment) {
   EXPECT_EQ(events->back().text, "deleted by alice; replicas cancelled: chat-r0, chat-r1");
   // The controller submits nothing more for it.
   Minutes(3, 50);
+  EXPECT_EQ(JobState("chat-r0"), "Cancelled");
+  EXPECT_EQ(JobState("chat-r1"), "Cancelled");
   EXPECT_EQ(JobState("chat-r2"), "absent");
   // The name is free again.
   Create(DeploymentSpec());
@@ -282,7 +290,7 @@ TEST_F(ServerDeploymentsTest, AnAdminDeletesAnyTeamsDeployment) {
   Minute(50);
   const ApiResponse deleted = Call("DELETE", "/v1/deployments/chat", admin_);
   ASSERT_EQ(deleted.status, 200) << deleted.body;
-  EXPECT_EQ(JobState("chat-r0"), "Cancelled");
+  EXPECT_EQ(JobState("chat-r0"), "Stopping");
 }
 
 TEST_F(ServerDeploymentsTest, PatchMergesAutoscalingAndTheControllerUsesIt) {

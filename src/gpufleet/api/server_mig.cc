@@ -143,7 +143,8 @@ bool SameMigInstances(const std::vector<MigInstance>& a, const std::vector<MigIn
 
 void AddCreatedMigInstances(const Json& job, const std::string& node,
                             std::map<int, std::vector<MigInstance>>& created) {
-  if (!HoldsResources(StrOr(job, "state"))) {
+  if (const std::optional<JobState> state = StoredJobState(job);
+      !state || !HoldsResources(*state)) {
     return;
   }
   for (const Json& placement : ArrayOr(job, "placements")) {
@@ -220,7 +221,7 @@ Status ApiServer::PlanMigLayoutsForPendingJobs() {
   std::map<std::string, std::string> job_of_request;
   std::set<std::string> jobs;
   for (const auto& [name, job] : view_->jobs()) {
-    if (job.state != "Pending" || job.unschedulable_epoch != epoch || !job.spec ||
+    if (job.state != JobState::kPending || job.unschedulable_epoch != epoch || !job.spec ||
         !job.spec->ok() || job.reason.find(scheduler::kNoMigSlotReason) == std::string::npos) {
       continue;
     }
@@ -301,7 +302,7 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
   std::map<GpuKey, std::vector<MigInstance>> missing;
   std::map<std::string, std::set<GpuKey>> gpus_of_job;
   for (const auto& [name, job] : view_->jobs()) {
-    if (job.state != "Scheduled" ||
+    if (job.state != JobState::kScheduled ||
         std::none_of(job.nodes.begin(), job.nodes.end(),
                      [&](const std::string& node) { return mig_nodes.count(node) > 0; })) {
       continue;
@@ -431,12 +432,25 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
     // Every requeued job waits on a dropped GPU (that is how it came to be requeued).
     const auto first = std::find_if(gpus_of_job[name].begin(), gpus_of_job[name].end(),
                                     [&](const GpuKey& key) { return dropped.count(key) > 0; });
-    after["state"] = "Pending";
-    after["reason"] = fmt::format("requeued: {}", why[*first]);
-    after["placements"] = Json::array();
-    reliability_->NoteJobChange(before, after, batch);
-    batch.Update(std::string(kJobsKind), name, after.dump(), job.version);
-    batch.AppendEvent(std::string(kJobsKind), name, StrOr(after, "reason"));
+    // Its tasks on instances never reported were never sent to the agent: nothing to stop.
+    for (Json& placement : after["placements"]) {
+      const Json& gpus = ArrayOr(placement, "gpus");
+      const bool waits =
+          StrOr(placement, "phase").empty() &&
+          std::any_of(gpus.begin(), gpus.end(), [&](const Json& gpu) {
+            return gpu.is_number_integer() &&
+                   gpus_of_job[name].count({StrOr(placement, "node"), gpu.get<int>()}) > 0;
+          });
+      if (waits) {
+        MarkPlacementGone(placement, "never started: its MIG instances were not reported");
+      }
+    }
+    const Result<std::string> event =
+        EndRun(after, JobState::kPending, fmt::format("requeued: {}", why[*first]), NowText());
+    if (!event.ok()) {
+      continue;
+    }
+    AddJobWrite(before, after, job.version, *event, batch);
   }
   const Status status = options_.store.Commit(batch);
   if (!status.ok()) {

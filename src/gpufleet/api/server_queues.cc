@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "gpufleet/api/job_spec.h"
+#include "gpufleet/api/json_scan.h"
 #include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tenancy.h"
@@ -259,6 +260,47 @@ void ApiServer::OrderPendingJobs(std::vector<PendingEntry>& pending) const {
   std::stable_partition(pending.begin(), pending.end(), [&](const PendingEntry& entry) {
     return reservations_.count(*entry.name) > 0;
   });
+  // A job requeued after a preemption (or an idle reclaim) for a job that still waits goes right
+  // behind that job: its stop freed the GPUs for the other, not for its own next run.
+  std::map<std::string, std::vector<PendingEntry>> behind;
+  std::set<std::string> names;
+  for (const PendingEntry& entry : pending) {
+    names.insert(*entry.name);
+  }
+  std::vector<PendingEntry> kept;
+  for (const PendingEntry& entry : pending) {
+    const std::optional<std::string> preemptor = TopLevelString(entry.job->data, "preempted_by");
+    if (preemptor && *preemptor != *entry.name && names.count(*preemptor) > 0) {
+      behind[*preemptor].push_back(entry);
+    } else {
+      kept.push_back(entry);
+    }
+  }
+  if (behind.empty()) {
+    return;
+  }
+  pending.clear();
+  std::set<std::string> emitted;
+  const auto emit = [&](const PendingEntry& entry, const auto& self) -> void {
+    if (!emitted.insert(*entry.name).second) {
+      return;
+    }
+    pending.push_back(entry);
+    if (const auto it = behind.find(*entry.name); it != behind.end()) {
+      for (const PendingEntry& follower : it->second) {
+        self(follower, self);
+      }
+    }
+  };
+  for (const PendingEntry& entry : kept) {
+    emit(entry, emit);
+  }
+  // Jobs that name each other (a cycle of preemptions) keep their order at the end.
+  for (const auto& [preemptor, followers] : behind) {
+    for (const PendingEntry& follower : followers) {
+      emit(follower, emit);
+    }
+  }
 }
 
 void ApiServer::OrderByFairShare(std::vector<PendingEntry>& pending) const {
@@ -332,7 +374,8 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
   }
   std::vector<policy::RunningJob> running;
   for (auto& [other, job] : view_->jobs()) {
-    if (!job.applied || other == name) {
+    // A job already stopping is no victim: its GPUs come free without another preemption.
+    if (!job.applied || other == name || !RunIsWanted(job.state)) {
       continue;
     }
     if (!job.spec) {
@@ -382,13 +425,12 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
                           name, queue, job.queue);
     const Json before = ParseDocument(job.data);
     Json doc = before;
-    doc["state"] = "Preempted";
-    doc["placements"] = Json::array();
-    doc["reason"] = why;
+    const Result<std::string> event = EndRun(doc, JobState::kPreempted, why, NowText());
+    if (!event.ok()) {
+      continue;
+    }
     doc["preempted_by"] = name;
-    reliability_->NoteJobChange(before, doc, batch);
-    batch.Update(std::string(kJobsKind), victim, doc.dump(), job.version);
-    batch.AppendEvent(std::string(kJobsKind), victim, why);
+    AddJobWrite(before, doc, job.version, *event, batch);
     victims.push_back(victim);
   }
   Reservation reservation{.domain = decision.plan->domain,
@@ -442,7 +484,17 @@ void ApiServer::DropEndedReservations() {
     Reservation& reservation = it->second;
     reservation.placed_this_cycle = false;
     const auto job = view_->jobs().find(it->first);
-    const bool pending = job != view_->jobs().end() && job->second.state == "Pending";
+    const bool pending = job != view_->jobs().end() && job->second.state == JobState::kPending;
+    // The reservation lasts while its victims stop, however long their tasks take to exit.
+    if (std::any_of(reservation.victims.begin(), reservation.victims.end(),
+                    [&](const std::string& victim) {
+                      const auto it_victim = view_->jobs().find(victim);
+                      return it_victim != view_->jobs().end() &&
+                             it_victim->second.state == JobState::kStopping;
+                    })) {
+      reservation.until_seconds =
+          std::max(reservation.until_seconds, CycleSeconds() + kReservationSeconds);
+    }
     const bool expired =
         CycleSeconds() >= reservation.until_seconds && cycle_count_ >= reservation.until_cycle;
     if (pending && !expired) {
@@ -500,17 +552,19 @@ void ApiServer::ReleaseReservedGpus() {
 Result<bool> ApiServer::RequeuePreemptedJobs() {
   bool wrote = false;
   for (const auto& [name, job] : view_->jobs()) {
-    if (job.state != "Preempted") {
+    if (job.state != JobState::kPreempted) {
       continue;
     }
     Json doc = ParseDocument(job.data);
-    doc["state"] = "Pending";
     const std::string why =
         fmt::format("requeued after preemption by job {}", StrOr(doc, "preempted_by", "?"));
-    doc["reason"] = why;
+    const Result<std::string> event = TransitionJob(doc, JobState::kPending, why, why);
+    if (!event.ok()) {
+      continue;
+    }
     store::WriteBatch batch;
     batch.Update(std::string(kJobsKind), name, doc.dump(), job.version);
-    batch.AppendEvent(std::string(kJobsKind), name, why);
+    batch.AppendEvent(std::string(kJobsKind), name, *event);
     const Status status = options_.store.Commit(batch);
     if (!status.ok()) {
       view_->ReadJobAgain(name);

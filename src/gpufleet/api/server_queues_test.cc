@@ -161,7 +161,7 @@ TEST_F(ServerQueuesTest, HigherPriorityPreemptsLowerInTheSameQueueAfterTheMinimu
   int preempted = 0;
   std::string victim;
   for (const std::string name : {"low-0", "low-1", "low-2", "low-3"}) {
-    if (State(name) == "Preempted") {
+    if (State(name) == "Stopping") {
       ++preempted;
       victim = name;
     }
@@ -191,7 +191,7 @@ TEST_F(ServerQueuesTest, AQueueWithinItsGuaranteeReclaimsItFromABorrower) {
   Cycle();
   int preempted = 0;
   for (const std::string name : {"b-0", "b-1", "b-2", "b-3"}) {
-    if (State(name) == "Preempted") {
+    if (State(name) == "Stopping") {
       ++preempted;
       EXPECT_THAT(Reason(name),
                   HasSubstr("queue owner reclaims its guarantee from queue borrower"));
@@ -326,7 +326,7 @@ TEST_F(ServerQueuesTest, ALowerQuotaStopsNothingAndANewGuaranteeIsReclaimed) {
   Cycle();
   int preempted = 0;
   for (const std::string name : {"b-0", "b-1", "b-2", "b-3"}) {
-    preempted += State(name) == "Preempted" ? 1 : 0;
+    preempted += State(name) == "Stopping" ? 1 : 0;
   }
   EXPECT_EQ(preempted, 1);
   Cycle();
@@ -400,8 +400,10 @@ TEST_F(ServerQueuesTest, DeleteIsRefusedWhileTheQueueIsInUse) {
             "queue \"research\" is in use: 1 child queues (research/nlp); delete or finish them "
             "first");
   EXPECT_THAT(refusal("research/nlp", 409, ""), HasSubstr("1 jobs not finished (train)"));
-  // A job that finished is history, not a reason to keep the queue.
+  // A job that finished is history, not a reason to keep the queue; one that is stopping is not.
   Call("POST", "/v1/jobs/train/cancel");
+  EXPECT_THAT(refusal("research/nlp", 409, ""), HasSubstr("1 jobs not finished (train)"));
+  Cycle();
   Call("DELETE", "/v1/queues/research/nlp", "", 200);
   EXPECT_EQ(refusal("research/nlp", 404, ""), "queue \"research/nlp\" not found");
   Call("DELETE", "/v1/queues/research", "", 200);
@@ -423,6 +425,7 @@ TEST_F(ServerQueuesTest, ADeletedQueueLeavesTheTreeAndTheSavedUsage) {
   };
   ASSERT_TRUE(saved_queues().contains("gone"));
   Call("POST", "/v1/jobs/g-0/cancel");
+  Cycle();
   Call("DELETE", "/v1/queues/gone", "", 200);
   EXPECT_FALSE(saved_queues().contains("gone"));
   EXPECT_TRUE(saved_queues().contains("kept"));
@@ -483,7 +486,7 @@ class ServerReservationTest : public ServerQueuesTest {
     }
     Cycle();
     for (const std::string name : {"b-0", "b-1", "b-2", "b-3"}) {
-      if (State(name) == "Preempted") {
+      if (State(name) == "Stopping") {
         victim_ = name;
       }
     }

@@ -15,7 +15,6 @@ namespace gpufleet::api {
 namespace {
 
 const std::string kWarningField = "warning";
-constexpr char kSuspended[] = "Suspended";
 // Agents report whole percents; the reclaimer takes milli.
 constexpr int64_t kMilliPerPercent = 10;
 
@@ -63,7 +62,7 @@ Status ApiServer::ReclaimIdleJobs() {
   GPUFLEET_RETURN_IF_ERROR(TrackAndSampleIdleJobs());
   int pending = 0;
   for (const auto& [name, job] : view_->jobs()) {
-    pending += job.state == "Pending" ? 1 : 0;
+    pending += job.state == JobState::kPending ? 1 : 0;
   }
   GPUFLEET_RETURN_IF_ERROR(
       idle_reclaimer_->Decide(ReclaimSeconds(options_.clock.Now()), pending).status());
@@ -75,7 +74,7 @@ Status ApiServer::TrackAndSampleIdleJobs() {
   // requeued, reclaimed) is forgotten, so a later run starts afresh.
   std::set<std::string> running;
   for (auto& [name, job] : view_->jobs()) {
-    if (job.state != "Running" || !job.applied) {
+    if (job.state != JobState::kRunning || !job.applied) {
       continue;
     }
     if (!job.spec) {
@@ -184,18 +183,17 @@ Status ApiServer::WriteIdleDecisions() {
       event = fmt::format("reclaimed: {}{}", status.last_reason,
                           suspend ? " until its owner resumes it" : "");
       // The run ends as a preemption (its outcome record says so) whatever the job becomes.
-      doc["state"] = "Preempted";
-      doc["placements"] = Json::array();
-      doc["reason"] = event;
       doc.erase(kWarningField);
-      reliability_->NoteJobChange(before, doc, batch);
-      if (suspend) {
-        doc["state"] = kSuspended;
-      } else {
+      const Result<std::string> ended =
+          EndRun(doc, suspend ? JobState::kSuspended : JobState::kPreempted, event, NowText());
+      if (!ended.ok()) {
+        continue;
+      }
+      if (!suspend) {
         if (!first_waiting) {
           std::vector<PendingEntry> pending;
           for (auto& [other, other_job] : view_->jobs()) {
-            if (other_job.state == "Pending") {
+            if (other_job.state == JobState::kPending) {
               pending.push_back({&other, &other_job});
             }
           }
@@ -206,6 +204,8 @@ Status ApiServer::WriteIdleDecisions() {
           doc["preempted_by"] = *first_waiting;
         }
       }
+      reliability_->NoteJobChange(before, doc, batch);
+      event = *ended;
       reclaimed = true;
     } else {
       if (warning.empty()) {
@@ -257,17 +257,20 @@ ApiResponse ApiServer::ResumeJob(const Principal& who, std::string_view name) {
       return ErrorReply(not_found);
     }
     const std::string state = StrOr(doc, "state");
-    if (state != kSuspended) {
+    if (StoredJobState(doc) != JobState::kSuspended) {
       return ErrorReply(FailedPreconditionError(fmt::format(
           "job \"{}\" is {}, not Suspended; only a suspended job resumes", name, state)));
     }
     const std::string by = who.name.empty() ? RoleName(who.role) : who.name;
-    doc["state"] = "Pending";
-    doc["reason"] = fmt::format("resumed by {}", by);
+    const Result<std::string> event =
+        TransitionJob(doc, JobState::kPending, fmt::format("resumed by {}", by),
+                      fmt::format("resumed by {}; waits to be scheduled", by));
+    if (!event.ok()) {
+      return ErrorReply(event.status());
+    }
     store::WriteBatch batch;
     batch.Update(std::string(kJobsKind), std::string(name), doc.dump(), object->version);
-    batch.AppendEvent(std::string(kJobsKind), std::string(name),
-                      fmt::format("resumed by {}; waits to be scheduled", by));
+    batch.AppendEvent(std::string(kJobsKind), std::string(name), *event);
     const Status status = options_.store.Commit(batch);
     if (status.ok()) {
       doc["version"] = object->version + 1;

@@ -119,7 +119,16 @@ TEST_F(ServerReclaimTest, IdleNotebookIsWarnedThenSuspendedAndTheWaitingJobRuns)
 
   Minutes(14, idle_notebook);  // 00:47
   EXPECT_EQ(Job("nb")["state"], "Running");
-  Minute(idle_notebook);  // 00:48: reclaimed, and the waiting job placed in the same cycle
+  Minute(idle_notebook);  // 00:48: reclaimed; the notebook stops and keeps its GPU meanwhile
+  nb = Job("nb");
+  EXPECT_EQ(nb["state"], "Stopping");
+  EXPECT_EQ(nb["stopping"]["then"], "Suspended");
+  EXPECT_EQ(Job("train")["state"], "Pending");
+  // 00:49 the agent still reports it running (it was told to stop in this answer); at 00:50 it
+  // is gone and the waiting job is placed.
+  Minute(idle_notebook);
+  EXPECT_EQ(Job("nb")["state"], "Stopping");
+  Minute(idle_notebook);
   nb = Job("nb");
   EXPECT_EQ(nb["state"], "Suspended");
   EXPECT_EQ(nb["reason"],
@@ -151,7 +160,7 @@ TEST_F(ServerReclaimTest, OnlyTheOwnersTeamOrAnAdminResumesASuspendedJob) {
   Start();
   StartNotebook();
   Submit(bob_, JobYaml("train", "batch", kGpus));
-  Minutes(47, [](int) { return 0; });  // reclaimed at 00:48, the batch job running at 00:50
+  Minutes(49, [](int) { return 0; });  // reclaimed at 00:48, the batch job running at 00:52
   ASSERT_EQ(Job("nb")["state"], "Suspended");
 
   // Another team's job is hidden; a job that is not suspended does not resume.
@@ -174,7 +183,7 @@ TEST_F(ServerReclaimTest, ASuspendedJobCanBeCancelled) {
   Start();
   StartNotebook();
   Submit(bob_, JobYaml("train", "batch", kGpus));
-  Minutes(46, [](int) { return 0; });
+  Minutes(47, [](int) { return 0; });
   ASSERT_EQ(Job("nb")["state"], "Suspended");
   const ApiResponse cancelled = Call("POST", "/v1/jobs/nb/cancel", alice_);
   ASSERT_EQ(cancelled.status, 200) << cancelled.body;
@@ -232,16 +241,17 @@ TEST_F(ServerReclaimTest, PreemptActionRequeuesTheNotebookBehindTheWaitingJob) {
   EXPECT_THAT(Job("nb")["warning"].get<std::string>(), HasSubstr("will be preempted at 00:48"));
   Minutes(15, [](int) { return 0; });  // 00:48
   Json nb = Job("nb");
-  EXPECT_EQ(nb["state"], "Preempted");
+  EXPECT_EQ(nb["state"], "Stopping");
+  EXPECT_EQ(nb["stopping"]["then"], "Preempted");
   EXPECT_EQ(nb["reason"], "reclaimed: GPUs under 10% for 45m while 1 job waited; preempted");
   EXPECT_EQ(nb["preempted_by"], "train");
-  EXPECT_EQ(Job("train")["state"], "Scheduled");
 
-  // The next cycle requeues it; the batch job holds the node now.
-  Minute([](int) { return 0; });
+  // Once it is gone from the node it is requeued in the same cycle that places the batch job.
+  Minutes(2, [](int) { return 0; });
+  EXPECT_EQ(Job("train")["state"], "Scheduled");
   EXPECT_EQ(Job("nb")["state"], "Pending");
   EXPECT_THAT(Events("nb"), HasSubstr("requeued after preemption by job train"));
-  Minute([](int) { return 0; });
+  Minutes(2, [](int) { return 0; });
   EXPECT_EQ(Job("train")["state"], "Running");
   EXPECT_EQ(Job("nb")["state"], "Pending");
 }

@@ -219,9 +219,14 @@ TEST_F(ApiServerTest, CancelFreesGpusForTheNextJob) {
   EXPECT_EQ(Cycle(), 0);
   EXPECT_EQ(CallJson("GET", "/v1/jobs/next", alice_)["state"], "Pending");
 
+  // The job stops first; its node runs no agent, so the next cycle knows its tasks are gone,
+  // frees its GPUs and places the next job.
   Json cancelled = CallJson("POST", "/v1/jobs/all/cancel", alice_);
-  EXPECT_EQ(cancelled["state"], "Cancelled");
+  EXPECT_EQ(cancelled["state"], "Stopping");
+  EXPECT_EQ(cancelled["stopping"]["then"], "Cancelled");
+  EXPECT_EQ(CallJson("POST", "/v1/jobs/all/cancel", alice_)["state"], "Stopping");
   EXPECT_EQ(Cycle(), 1);
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/all", alice_)["state"], "Cancelled");
   EXPECT_EQ(CallJson("GET", "/v1/jobs/next", alice_)["state"], "Scheduled");
   // Cancelling again is a no-op.
   EXPECT_EQ(CallJson("POST", "/v1/jobs/all/cancel", alice_)["state"], "Cancelled");

@@ -543,6 +543,11 @@ std::string DescribeJob(const json& job, const json& events) {
   text += Field("GPUs", JobGpus(job));
   text += Field("Version", TextOr(job, "version", kNone));
   text += Field("Reason", TextOr(job, "reason", kNone));
+  // What a stopping run waits for before it becomes `then`, as kubectl shows Terminating.
+  if (const json& stopping = Member(job, "stopping"); stopping.is_object()) {
+    text += Field("Stopping", fmt::format("{}; then {}", TextOr(stopping, "waiting_for", kNone),
+                                          TextOr(stopping, "then", kNone)));
+  }
   // Idle reclaim's warning to the owner; only a running job can be warned.
   if (const std::string warning = Text(job, "warning");
       !warning.empty() && Text(job, "state") == "Running") {

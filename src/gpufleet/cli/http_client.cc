@@ -19,8 +19,6 @@
 namespace gpufleet::cli {
 namespace {
 
-constexpr int kTimeoutSeconds = 10;
-
 std::string Describe(httplib::Error error) {
   switch (error) {
     case httplib::Error::Connection:
@@ -110,7 +108,8 @@ Status ValidateAddress(std::string_view address) {
 }  // namespace
 
 Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address,
-                                                    const std::string& ca_cert_file) {
+                                                    const std::string& ca_cert_file,
+                                                    std::chrono::seconds timeout) {
   GPUFLEET_RETURN_IF_ERROR(ValidateAddress(address));
   const bool https = address.starts_with("https://");
   if (https && !ca_cert_file.empty() && !std::ifstream(ca_cert_file).good()) {
@@ -131,21 +130,23 @@ Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address,
   if (!client->is_valid()) {
     return InvalidArgumentError(fmt::format("server address \"{}\" is not usable", address));
   }
-  client->set_connection_timeout(kTimeoutSeconds, 0);
-  client->set_read_timeout(kTimeoutSeconds, 0);
+  const auto seconds = static_cast<time_t>(timeout.count());
+  client->set_connection_timeout(seconds, 0);
+  client->set_read_timeout(seconds, 0);
   // Headers and body go out in separate writes: without this, Nagle's algorithm and the peer's
   // delayed ACK add about 40 ms to every POST.
   client->set_tcp_nodelay(true);
-  client->set_write_timeout(kTimeoutSeconds, 0);
+  client->set_write_timeout(seconds, 0);
   if (https && !ca_cert_file.empty()) {
     client->set_ca_cert_path(ca_cert_file);
   }
   return std::unique_ptr<Transport>(std::make_unique<HttpTransport>(address, std::move(client)));
 }
 
-ApiClient::ApiClient(std::string address, std::string token, const std::string& ca_cert_file)
+ApiClient::ApiClient(std::string address, std::string token, const std::string& ca_cert_file,
+                     std::chrono::seconds timeout)
     : address_(std::move(address)), token_(std::move(token)) {
-  Result<std::unique_ptr<Transport>> transport = NewHttpTransport(address_, ca_cert_file);
+  Result<std::unique_ptr<Transport>> transport = NewHttpTransport(address_, ca_cert_file, timeout);
   if (transport.ok()) {
     transport_ = std::move(transport).value();
   } else {

@@ -2,6 +2,7 @@
 // The client side of the REST API (`docs/api.md`): a transport seam and the JSON client on it.
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,19 +33,22 @@ class Transport {
                                     std::string_view token) = 0;
 };
 
-// The cpp-httplib transport for "http://host:port" or "https://host:port" (10 s timeouts).
+// The cpp-httplib transport for "http://host:port" or "https://host:port", with `timeout` for
+// connecting, for each write and for each read (so one call blocks at most about 3 x timeout).
 // HTTPS verifies the server's certificate and host name against `ca_cert_file` (PEM) when given,
 // else against the system's trusted certificates; `ca_cert_file` is ignored for http://.
 // Returns kInvalidArgument for an address with another scheme or an unreadable `ca_cert_file`.
-Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address,
-                                                    const std::string& ca_cert_file = "");
+Result<std::unique_ptr<Transport>> NewHttpTransport(
+    const std::string& address, const std::string& ca_cert_file = "",
+    std::chrono::seconds timeout = std::chrono::seconds(10));
 
 // A JSON client of `gpufleet server`. Thread-compatible.
 class ApiClient {
  public:
   // Talks to `address` over cpp-httplib (NewHttpTransport); a malformed address or unreadable
   // CA file makes every call fail with kInvalidArgument.
-  ApiClient(std::string address, std::string token, const std::string& ca_cert_file = "");
+  ApiClient(std::string address, std::string token, const std::string& ca_cert_file = "",
+            std::chrono::seconds timeout = std::chrono::seconds(10));
   // For tests: any transport.
   ApiClient(std::unique_ptr<Transport> transport, std::string address, std::string token);
 

@@ -51,6 +51,16 @@ Status SimulatedRunner::Start(const TaskLaunch& launch) {
     }
     scripted_duration = std::chrono::milliseconds(*ms);
   }
+  if (const std::string* delay = FindEnv(launch, kSimStopDelayEnv)) {
+    constexpr int64_t kMaxStopDelayMs = int64_t{24} * 3600 * 1000;
+    const std::optional<int64_t> ms = ParseInteger(*delay, 0, kMaxStopDelayMs);
+    if (!ms.has_value()) {
+      return InvalidArgumentError(
+          fmt::format("env {} of task '{}' is '{}', not a whole number of milliseconds in [0, {}]",
+                      kSimStopDelayEnv, launch.task_id, *delay, kMaxStopDelayMs));
+    }
+    task.stop_delay = std::chrono::milliseconds(*ms);
+  }
   if (const std::string* code = FindEnv(launch, kSimExitCodeEnv)) {
     const std::optional<int64_t> value = ParseInteger(*code, 0, 255);
     if (!value.has_value()) {
@@ -90,9 +100,13 @@ Status SimulatedRunner::Stop(std::string_view task_id, Duration grace) {
     return Status::Ok();
   }
   task.status.stop_requested = true;
-  task.status.state = TaskState::kKilled;
-  task.status.signal = SIGTERM;
-  task.status.end_time = now;
+  const bool killed = task.stop_delay > grace;
+  const MonoTime end = now + (killed ? grace : task.stop_delay);
+  if (!task.stop_end || end < *task.stop_end) {
+    task.stop_end = end;
+    task.stop_signal = killed ? SIGKILL : SIGTERM;
+  }
+  Advance(task, now);
   return Status::Ok();
 }
 
@@ -116,22 +130,33 @@ std::optional<MonoTime> SimulatedRunner::NextEndTime() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::optional<MonoTime> next;
   for (const auto& [id, task] : tasks_) {
-    if (task.status.state == TaskState::kRunning && task.scripted_end.has_value() &&
-        (!next.has_value() || *task.scripted_end < *next)) {
-      next = task.scripted_end;
+    if (task.status.state != TaskState::kRunning) {
+      continue;
+    }
+    for (const std::optional<MonoTime>& end : {task.scripted_end, task.stop_end}) {
+      if (end.has_value() && (!next.has_value() || *end < *next)) {
+        next = end;
+      }
     }
   }
   return next;
 }
 
 void SimulatedRunner::Advance(SimulatedTask& task, MonoTime now) {
-  if (task.status.state != TaskState::kRunning || !task.scripted_end.has_value() ||
-      now < *task.scripted_end) {
+  if (task.status.state != TaskState::kRunning) {
     return;
   }
-  task.status.state = TaskState::kExited;
-  task.status.exit_code = task.scripted_exit_code;
-  task.status.end_time = task.scripted_end;
+  const bool ends_first =
+      task.scripted_end && (!task.stop_end || *task.scripted_end <= *task.stop_end);
+  if (ends_first && now >= *task.scripted_end) {
+    task.status.state = TaskState::kExited;
+    task.status.exit_code = task.scripted_exit_code;
+    task.status.end_time = task.scripted_end;
+  } else if (task.stop_end && now >= *task.stop_end) {
+    task.status.state = TaskState::kKilled;
+    task.status.signal = task.stop_signal;
+    task.status.end_time = task.stop_end;
+  }
 }
 
 }  // namespace gpufleet::runner

@@ -25,9 +25,13 @@ inline constexpr std::string_view kSimDurationEnv = "GPUFLEET_SIM_DURATION_MS";
 inline constexpr std::string_view kSimExitCodeEnv = "GPUFLEET_SIM_EXIT_CODE";
 // When set, the task fails to start with this text as its reason.
 inline constexpr std::string_view kSimStartErrorEnv = "GPUFLEET_SIM_START_ERROR";
+// How long the task takes to exit after SIGTERM, in milliseconds (a job writing its checkpoint);
+// past the stop's grace it is killed by SIGKILL at the grace. Without it SIGTERM ends it at once.
+inline constexpr std::string_view kSimStopDelayEnv = "GPUFLEET_SIM_STOP_MS";
 
 // A TaskRunner that runs nothing: a task "runs" until its scripted duration has passed on the
-// injected Clock, then exits with its scripted code; Stop ends it at once as killed by SIGTERM.
+// injected Clock, then exits with its scripted code; Stop ends it as killed by SIGTERM, at once or
+// after its scripted stop delay (SIGKILL when that is longer than the grace).
 // Start validates launches as ProcessRunner does, except that log_path may be empty. It touches
 // no disk and no process, so one process can host the runners of a whole simulated fleet.
 //
@@ -52,6 +56,9 @@ class SimulatedRunner final : public TaskRunner {
     TaskStatus status;
     std::optional<MonoTime> scripted_end;
     int scripted_exit_code = 0;
+    Duration stop_delay{0};
+    std::optional<MonoTime> stop_end;  // when a requested stop ends it
+    int stop_signal = 0;
   };
 
   // Moves a running task whose scripted end has come to kExited, dated at that end.

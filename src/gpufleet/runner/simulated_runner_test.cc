@@ -153,5 +153,36 @@ TEST_F(SimulatedRunnerTest, RefusesBadScriptsAndUnknownTasks) {
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("negative")));
 }
 
+TEST_F(SimulatedRunnerTest, AScriptedStopDelayKeepsTheTaskRunningAfterSigterm) {
+  TaskLaunch slow = SimTask("checkpointing", std::nullopt);
+  slow.env[std::string(kSimStopDelayEnv)] = "15000";
+  ASSERT_OK(runner_.Start(slow));
+  ASSERT_OK(runner_.Stop("checkpointing", seconds(30)));
+  TaskStatus status = StatusOf("checkpointing");
+  EXPECT_EQ(status.state, TaskState::kRunning) << "writing its checkpoint";
+  EXPECT_TRUE(status.stop_requested);
+  EXPECT_EQ(runner_.NextEndTime(), MonoTime{1'000'000} + seconds(15));
+  clock_.Advance(seconds(15));
+  status = StatusOf("checkpointing");
+  EXPECT_EQ(status.state, TaskState::kKilled);
+  EXPECT_EQ(status.signal, SIGTERM);
+  EXPECT_EQ(status.end_time, MonoTime{1'000'000} + seconds(15));
+
+  // Longer than the grace: SIGKILL at the grace.
+  TaskLaunch stuck = SimTask("stuck", std::nullopt);
+  stuck.env[std::string(kSimStopDelayEnv)] = "60000";
+  ASSERT_OK(runner_.Start(stuck));
+  ASSERT_OK(runner_.Stop("stuck", seconds(5)));
+  clock_.Advance(seconds(5));
+  status = StatusOf("stuck");
+  EXPECT_EQ(status.state, TaskState::kKilled);
+  EXPECT_EQ(status.signal, SIGKILL);
+
+  TaskLaunch bad = SimTask("bad", std::nullopt);
+  bad.env[std::string(kSimStopDelayEnv)] = "soon";
+  EXPECT_THAT(runner_.Start(bad),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("GPUFLEET_SIM_STOP_MS")));
+}
+
 }  // namespace
 }  // namespace gpufleet::runner
