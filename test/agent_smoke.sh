@@ -30,7 +30,7 @@ wait_for() {  # wait_for FILE PATTERN
 
 echo "smoke-admin-token-0123456789" >"$work/admin-token"
 "$gpufleet" server --data-dir "$work/server" --listen 127.0.0.1:0 --cycle-interval-ms 200 \
-  --admin-token-file "$work/admin-token" >"$work/server.log" 2>&1 &
+  --heartbeat-interval-ms 500 --admin-token-file "$work/admin-token" >"$work/server.log" 2>&1 &
 server_pid=$!
 wait_for "$work/server.log" "listening on"
 addr=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$work/server.log" | head -1)
@@ -84,6 +84,40 @@ grep -q "exited with code 3" "$work/describe" || fail "no exit code in: $(cat "$
 
 log=$(ls "$work"/agent/logs/smoke-ok_main-0_1.log) || fail "no task log"
 grep -q "hello from smoke-ok/main-0/1 on GPU-" "$log" || fail "task log: $(cat "$log")"
+
+# One server per data directory: a second one refuses to start and names the first.
+if "$gpufleet" server --data-dir "$work/server" --listen 127.0.0.1:0 >"$work/second.log" 2>&1; then
+  fail "a second server started on the same data directory"
+fi
+grep -q "is in use by process $server_pid" "$work/second.log" ||
+  fail "the second server did not name the first: $(cat "$work/second.log")"
+
+# A cancelled job that takes 1.5 s to exit after SIGTERM (it writes a checkpoint) keeps its GPUs
+# until it has exited: the next job on them starts only then. Each task writes START/END with
+# its GPUs to a ledger; the order in the ledger is the physical truth.
+ledger="$work/ledger"
+cat >"$work/slow.yaml" <<YAML
+apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: smoke-slow}
+spec:
+  tasks:
+    - name: main
+      command: [sh, -c, 'echo "START \$GPUFLEET_JOB \$CUDA_VISIBLE_DEVICES" >>$ledger; trap "sleep 1.5; echo END \$GPUFLEET_JOB >>$ledger; exit 0" TERM; while :; do sleep 0.1; done']
+      resources: {gpus: {count: 4}}
+YAML
+sed 's/smoke-slow/smoke-next/' "$work/slow.yaml" >"$work/next.yaml"
+"$gpufleet" submit -f "$work/slow.yaml" >/dev/null || fail "submit slow.yaml"
+wait_for "$ledger" "START smoke-slow"
+"$gpufleet" submit -f "$work/next.yaml" >/dev/null || fail "submit next.yaml"
+"$gpufleet" cancel smoke-slow >/dev/null || fail "cancel smoke-slow"
+"$gpufleet" describe job smoke-slow >"$work/describe-slow" || fail "describe smoke-slow"
+grep -q "Stopping" "$work/describe-slow" || fail "not Stopping: $(cat "$work/describe-slow")"
+wait_for "$ledger" "START smoke-next"
+sed -n '1,3p' "$ledger" | tr '\n' ';' >"$work/order"
+grep -q "^START smoke-slow GPU-[^;]*;END smoke-slow;START smoke-next GPU-" "$work/order" ||
+  fail "the next job started beside the stopping one: $(cat "$ledger")"
+"$gpufleet" cancel smoke-next >/dev/null || fail "cancel smoke-next"
 
 curl -sf "$metrics" >"$work/metrics" || fail "no agent metrics"
 [ "$(grep -c '^DCGM_FI_DEV_GPU_UTIL{' "$work/metrics")" -eq 4 ] || fail "expected 4 GPU_UTIL series"

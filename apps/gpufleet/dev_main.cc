@@ -28,6 +28,7 @@
 #include "gpufleet/runner/simulated_runner.h"
 #include "gpufleet/sim/openb.h"
 #include "gpufleet/sim/trace_loaders.h"
+#include "gpufleet/store/directory_lock.h"
 #include "gpufleet/store/sqlite_store.h"
 
 #include "flags.h"
@@ -262,6 +263,10 @@ int RunDev(DevFlags flags) {
   }
   std::error_code error;
   std::filesystem::create_directories(flags.data_dir, error);
+  Result<store::DirectoryLock> lock = store::DirectoryLock::Acquire(flags.data_dir);
+  if (!lock.ok()) {
+    return Fail(lock.status());
+  }
   const std::string db_path = (std::filesystem::path(flags.data_dir) / "gpufleet.db").string();
   Result<std::unique_ptr<store::SqliteStateStore>> store = store::SqliteStateStore::Open(db_path);
   if (!store.ok()) {

@@ -17,6 +17,7 @@
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/policy/idle_reclaim.h"
+#include "gpufleet/store/directory_lock.h"
 #include "gpufleet/store/sqlite_store.h"
 
 #include "flags.h"
@@ -34,6 +35,7 @@ struct ServerFlags {
   std::string policy = "best-fit";
   int64_t cycle_interval_ms = 1000;
   int64_t mig_apply_timeout_s = 120;
+  int64_t heartbeat_interval_ms = 10000;
   int64_t node_timeout_s = 40;
   int64_t stop_grace_s = 30;
   int64_t reliability_interval_s = 300;
@@ -103,6 +105,11 @@ int RunServer(const ServerFlags& flags) {
     return Fail(UnavailableError(
         fmt::format("--data-dir: cannot create \"{}\": {}", flags.data_dir, error.message())));
   }
+  // One server per data directory: a second one refuses to start, naming the first.
+  Result<store::DirectoryLock> lock = store::DirectoryLock::Acquire(flags.data_dir);
+  if (!lock.ok()) {
+    return Fail(lock.status());
+  }
   const std::string db_path = (std::filesystem::path(flags.data_dir) / "gpufleet.db").string();
   Result<std::unique_ptr<store::SqliteStateStore>> store = store::SqliteStateStore::Open(db_path);
   if (!store.ok()) {
@@ -133,6 +140,7 @@ int RunServer(const ServerFlags& flags) {
        .wall_clock = &clock,
        .policy = flags.policy,
        .cycle_interval = std::chrono::milliseconds(flags.cycle_interval_ms),
+       .heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_interval_ms),
        .node_timeout = std::chrono::seconds(flags.node_timeout_s),
        .stop_grace = std::chrono::seconds(flags.stop_grace_s),
        .reliability = reliability,
@@ -208,6 +216,11 @@ Action AddServerCommand(CLI::App& app) {
                    "milliseconds between scheduling cycles")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{1}, int64_t{3600000}));
+  server
+      ->add_option("--heartbeat-interval-ms", flags->heartbeat_interval_ms,
+                   "how often agents are told to heartbeat")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{100}, int64_t{600000}));
   server
       ->add_option("--node-timeout-s", flags->node_timeout_s,
                    "a node's lease: seconds without a heartbeat before it is NotReady and its "

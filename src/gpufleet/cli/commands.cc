@@ -732,7 +732,11 @@ int RunCancel(ApiClient& client, const std::string& job, std::ostream& out, std:
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }
-  out << "job/" << NameOf(*answer, job) << " cancelled\n";
+  out << "job/" << NameOf(*answer, job) << " cancelled";
+  if (answer->is_object() && answer->value("state", "") == "Stopping") {
+    out << " (Stopping: its tasks are told to stop; its GPUs are free once they have ended)";
+  }
+  out << "\n";
   return 0;
 }
 
