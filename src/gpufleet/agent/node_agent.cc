@@ -158,28 +158,32 @@ NodeAgent::NodeAgent(NodeAgentOptions options, TelemetrySampler& telemetry, GpuP
       runner_(runner),
       client_(client),
       catalog_(catalog),
-      clock_(clock) {}
+      clock_(clock),
+      renewed_at_(clock.Now()) {}
 
 Result<api::AgentReply> NodeAgent::SendRenewing(const std::string& path, const std::string& body) {
   const MonoTime sent = clock_.Now();
   GPUFLEET_ASSIGN_OR_RETURN(api::AgentReply reply, Send(client_, path, body));
   renewed_at_ = sent;
   lease_ = std::chrono::milliseconds(reply.lease_ms);
+  server_stop_grace_ = std::chrono::milliseconds(reply.stop_grace_ms);
   return reply;
 }
 
 int NodeAgent::FenceIfLeaseExpired() {
   // A lease shorter than twice the margin (a test fleet's) keeps half of it.
   const Duration margin = std::min<Duration>(options_.fence_margin, lease_ / 2);
-  if (!renewed_at_ || clock_.Now() - *renewed_at_ < lease_ - margin) {
+  if (clock_.Now() - renewed_at_ < lease_ - margin) {
     return 0;
   }
+  const Duration grace =
+      std::clamp<Duration>(server_stop_grace_ - margin, Duration(0), options_.stop_grace);
   int stopped = 0;
   for (const runner::TaskStatus& status : runner_.Poll()) {
     if (runner::IsFinal(status.state) || status.stop_requested) {
       continue;
     }
-    if (runner_.Stop(status.task_id, options_.stop_grace).ok()) {
+    if (runner_.Stop(status.task_id, grace).ok()) {
       ++stopped;
     }
   }
@@ -187,7 +191,7 @@ int NodeAgent::FenceIfLeaseExpired() {
     fenced_ = fmt::format(
         "lease of {}s not renewed for {}s: stopped {} task{}",
         std::chrono::duration_cast<std::chrono::seconds>(lease_).count(),
-        std::chrono::duration_cast<std::chrono::seconds>(clock_.Now() - *renewed_at_).count(),
+        std::chrono::duration_cast<std::chrono::seconds>(clock_.Now() - renewed_at_).count(),
         stopped, stopped == 1 ? "" : "s");
   }
   return stopped;
@@ -288,6 +292,7 @@ Status NodeAgent::Register() {
   request.gpus = GpuReports();
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
   request.tasks = TaskReports(statuses);
+  request.sequence = clock_.Now().nanos;
   GPUFLEET_ASSIGN_OR_RETURN(const api::AgentReply reply,
                             SendRenewing("/v1/agents/register", RegisterRequestToJson(request)));
   registered_ = true;
@@ -304,6 +309,7 @@ Status NodeAgent::Heartbeat() {
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
   request.tasks = TaskReports(statuses);
   request.fenced = fenced_;
+  request.sequence = clock_.Now().nanos;
   Result<api::AgentReply> reply =
       SendRenewing(fmt::format("/v1/agents/{}/heartbeat", cli::UrlEncode(options_.node_name)),
                    HeartbeatRequestToJson(request));

@@ -88,9 +88,10 @@ class NodeAgent {
   // (FenceIfLeaseExpired). kFailedPrecondition before Register succeeded.
   Status Heartbeat();
 
-  // Stops every live task (SIGTERM now, SIGKILL after stop_grace) when the lease has not been
-  // renewed for lease - fence_margin; the next heartbeat says so (HeartbeatRequest::fenced).
-  // Returns how many tasks it stopped (0 while the lease holds, or before the first renewal).
+  // Stops every live task when the lease has not been renewed for lease - fence_margin: SIGTERM
+  // now, SIGKILL after stop_grace, or sooner so that it comes fence_margin before the server's
+  // own stop grace ends (AgentReply::stop_grace_ms). The next heartbeat says so
+  // (HeartbeatRequest::fenced). Returns how many tasks it stopped (0 while the lease holds).
   // `gpufleet agent` calls it every second as well, so a server that stays silent is noticed
   // without a heartbeat.
   int FenceIfLeaseExpired();
@@ -124,8 +125,11 @@ class NodeAgent {
   const Clock& clock_;
 
   bool registered_ = false;
-  std::optional<MonoTime> renewed_at_;  // when the heartbeat that last renewed the lease was sent
+  // When the heartbeat that last renewed the lease was sent; before the first renewal, when this
+  // agent was made (a restarted agent may have adopted tasks whose lease ran meanwhile).
+  MonoTime renewed_at_;
   Duration lease_ = std::chrono::seconds(40);
+  Duration server_stop_grace_ = std::chrono::seconds(30);
   std::string fenced_;  // what the last fencing did, until a heartbeat has reported it
   Duration heartbeat_interval_ = std::chrono::seconds(10);
   std::vector<api::DesiredTask> desired_;

@@ -436,12 +436,15 @@ std::string RegisterRequestToJson(const RegisterRequest& request) {
   const Json j = {{"node", NodeInventoryToJson(request.node, request.topology_levels)},
                   {"topology_levels", request.topology_levels},
                   {"gpus", GpuReportsToJson(request.gpus)},
-                  {"tasks", TaskReportsToJson(request.tasks)}};
+                  {"tasks", TaskReportsToJson(request.tasks)},
+                  {"sequence", request.sequence}};
   return j.dump();
 }
 
 std::string HeartbeatRequestToJson(const HeartbeatRequest& request) {
-  Json j = {{"gpus", GpuReportsToJson(request.gpus)}, {"tasks", TaskReportsToJson(request.tasks)}};
+  Json j = {{"gpus", GpuReportsToJson(request.gpus)},
+            {"tasks", TaskReportsToJson(request.tasks)},
+            {"sequence", request.sequence}};
   if (!request.fenced.empty()) {
     j["fenced"] = request.fenced;
   }
@@ -483,6 +486,7 @@ std::string AgentReplyToJson(const AgentReply& reply) {
   }
   Json j = {{"heartbeat_interval_ms", reply.heartbeat_interval_ms},
             {"lease_ms", reply.lease_ms},
+            {"stop_grace_ms", reply.stop_grace_ms},
             {"tasks", std::move(tasks)}};
   if (!reply.mig_layouts.empty()) {
     Json layouts = Json::array();
@@ -499,7 +503,7 @@ Result<RegisterRequest> ParseRegisterRequest(std::string_view text) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
   GPUFLEET_ASSIGN_OR_RETURN(
       const ObjectReader r,
-      ObjectReader::Open(j, "", {"node", "topology_levels", "gpus", "tasks"}));
+      ObjectReader::Open(j, "", {"node", "topology_levels", "gpus", "tasks", "sequence"}));
   RegisterRequest request;
   GPUFLEET_RETURN_IF_ERROR(r.Strings("topology_levels", &request.topology_levels));
   const Json* node = r.Find("node");
@@ -509,17 +513,21 @@ Result<RegisterRequest> ParseRegisterRequest(std::string_view text) {
   GPUFLEET_ASSIGN_OR_RETURN(request.node, ReadNode(*node, "node", request.topology_levels));
   GPUFLEET_RETURN_IF_ERROR(ReadGpuReports(r, &request.gpus));
   GPUFLEET_RETURN_IF_ERROR(ReadTaskReports(r, &request.tasks));
+  GPUFLEET_RETURN_IF_ERROR(
+      r.Integer("sequence", &request.sequence, 0, std::numeric_limits<int64_t>::max()));
   return request;
 }
 
 Result<HeartbeatRequest> ParseHeartbeatRequest(std::string_view text) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
   GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader r,
-                            ObjectReader::Open(j, "", {"gpus", "tasks", "fenced"}));
+                            ObjectReader::Open(j, "", {"gpus", "tasks", "fenced", "sequence"}));
   HeartbeatRequest request;
   GPUFLEET_RETURN_IF_ERROR(ReadGpuReports(r, &request.gpus));
   GPUFLEET_RETURN_IF_ERROR(ReadTaskReports(r, &request.tasks));
   GPUFLEET_RETURN_IF_ERROR(r.String("fenced", &request.fenced));
+  GPUFLEET_RETURN_IF_ERROR(
+      r.Integer("sequence", &request.sequence, 0, std::numeric_limits<int64_t>::max()));
   return request;
 }
 
@@ -527,11 +535,13 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
   GPUFLEET_ASSIGN_OR_RETURN(
       const ObjectReader r,
-      ObjectReader::Open(j, "", {"heartbeat_interval_ms", "lease_ms", "tasks", "mig_layouts"}));
+      ObjectReader::Open(
+          j, "", {"heartbeat_interval_ms", "lease_ms", "stop_grace_ms", "tasks", "mig_layouts"}));
   AgentReply reply;
   GPUFLEET_RETURN_IF_ERROR(
       r.Integer("heartbeat_interval_ms", &reply.heartbeat_interval_ms, 1, 3600 * 1000));
   GPUFLEET_RETURN_IF_ERROR(r.Integer("lease_ms", &reply.lease_ms, 1, 3600 * 1000));
+  GPUFLEET_RETURN_IF_ERROR(r.Integer("stop_grace_ms", &reply.stop_grace_ms, 0, 3600 * 1000));
   const auto read_task = [&](const Json& t, const std::string& path) -> Status {
     GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader tr,
                               ObjectReader::Open(t, path,

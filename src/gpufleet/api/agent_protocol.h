@@ -71,6 +71,10 @@ struct RegisterRequest {
   std::vector<std::string> topology_levels;
   std::vector<GpuReport> gpus;
   std::vector<TaskReport> tasks;  // tasks still running from before an agent restart
+  // Increasing from one report of an agent to the next (the agent's monotonic clock in
+  // nanoseconds); 0: not given. The server takes no task's absence from a report older than one it
+  // has already applied (a heartbeat that a slow network delivered late).
+  int64_t sequence = 0;
 };
 
 struct HeartbeatRequest {
@@ -80,6 +84,7 @@ struct HeartbeatRequest {
   // stopped its tasks): what it did, e.g. "lease of 40s not renewed: stopped 3 tasks". A node
   // event on the server.
   std::string fenced;
+  int64_t sequence = 0;  // as RegisterRequest::sequence
 };
 
 // The MIG instances one GPU must have: the full set, declarative like the tasks. The agent
@@ -119,6 +124,9 @@ struct AgentReply {
   // The node's lease: an agent that has not renewed it (a heartbeat answered) for this long stops
   // its tasks (docs/agent.md, "Leases and fencing").
   int64_t lease_ms = 40000;
+  // How long after the lease the server frees a lost node's GPUs: a fencing agent kills its tasks
+  // well within it.
+  int64_t stop_grace_ms = 30000;
   std::vector<DesiredTask> tasks;
   // The GPUs whose MIG instances must change, at most one entry per GPU.
   std::vector<WantedMigLayout> mig_layouts;

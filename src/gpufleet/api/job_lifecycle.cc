@@ -26,6 +26,8 @@ bool IsPlainTransition(JobState from, JobState to) {
              from == JobState::kPreempted;
     case JobState::kSuspended:
       return from == JobState::kPreempted;
+    case JobState::kFailed:
+      return from == JobState::kPending;
     default:
       return false;
   }

@@ -62,7 +62,8 @@ bool PlacementGone(const Json& placement);
 void MarkPlacementGone(Json& placement, std::string_view why);
 
 // The plain transitions: Pending -> Scheduled, Scheduled -> Running, Preempted or Suspended ->
-// Pending, Pending or Suspended -> Cancelled, Preempted -> Suspended. Sets state and reason;
+// Pending, Pending or Suspended -> Cancelled, Preempted -> Suspended, Pending -> Failed (a job that
+// can never be placed or stored). Sets state and reason;
 // returns the event text
 // (`event` when given, else "STATE: REASON"). kFailedPrecondition naming both states for any
 // other pair (an ended run goes through EndRun).

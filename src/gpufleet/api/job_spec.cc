@@ -9,7 +9,9 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <fmt/format.h>
@@ -748,6 +750,13 @@ bool IsEnvName(std::string_view s) {
          std::all_of(s.begin(), s.end(), [](char c) { return IsAlnum(c) || c == '_'; });
 }
 
+// Variables the agent sets for a task: a spec that set them could read another task's GPUs or
+// pose as another task. GPUFLEET_SIM_* script the simulated runner and reach no real task.
+bool IsReservedEnvName(std::string_view name) {
+  return name == "CUDA_VISIBLE_DEVICES" || name == "NVIDIA_VISIBLE_DEVICES" ||
+         (name.starts_with("GPUFLEET_") && !name.starts_with("GPUFLEET_SIM_"));
+}
+
 // Environment variables of a task: names as POSIX shells accept, any string values.
 Result<std::map<std::string, std::string>> ReadEnv(const Node& node, const std::string& path) {
   if (node.kind != Node::Kind::kMap) {
@@ -762,6 +771,11 @@ Result<std::map<std::string, std::string>> ReadEnv(const Node& node, const std::
     }
     if (out.count(entry.key.text) > 0) {
       return FieldError(key_path, entry.key, "duplicate key");
+    }
+    if (IsReservedEnvName(entry.key.text)) {
+      return FieldError(key_path, entry.key,
+                        "is set by the agent (CUDA_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES and "
+                        "GPUFLEET_* are reserved)");
     }
     GPUFLEET_ASSIGN_OR_RETURN(std::string value, ReadString(entry.value, key_path));
     if (value.find('\0') != std::string::npos) {
@@ -1188,6 +1202,49 @@ std::string FormatSpecDuration(Duration duration) {
     }
   }
   return out;
+}
+
+int64_t PlacementBytesBound(const TaskGroup& group) {
+  // Measured on PlacementsToJson's output with a 63-character node name, plus the phase, exit
+  // code and end reason a task's report adds (docs/api.md), rounded up.
+  constexpr int64_t kPerTask = 640;
+  constexpr int64_t kPerGpu = 140;
+  const int64_t gpus = std::visit(
+      [](const auto& request) -> int64_t {
+        using T = std::decay_t<decltype(request)>;
+        if constexpr (std::is_same_v<T, WholeGpus> || std::is_same_v<T, MigGpus>) {
+          return request.count;
+        } else if constexpr (std::is_same_v<T, FractionalGpu>) {
+          return 1;
+        } else {
+          return 0;
+        }
+      },
+      group.request.gpus);
+  return kPerTask + 2 * static_cast<int64_t>(group.name.size()) + kPerGpu * gpus;
+}
+
+Status CheckSubmissionLimits(const Job& job, size_t document_bytes, size_t max_document_bytes) {
+  int64_t tasks = 0;
+  int64_t placements = 0;
+  for (const TaskGroup& group : job.groups) {
+    tasks += group.replicas;
+    placements += group.replicas * PlacementBytesBound(group);
+  }
+  if (tasks > kMaxTasksPerJob) {
+    return InvalidArgumentError(fmt::format(
+        "spec.tasks: {} tasks in all, more than the limit of {}", tasks, kMaxTasksPerJob));
+  }
+  // Reasons, events quoted in the document and the stop record.
+  constexpr int64_t kLifeBytes = 16 * 1024;
+  const int64_t bound = static_cast<int64_t>(document_bytes) + placements + kLifeBytes;
+  if (bound > static_cast<int64_t>(max_document_bytes)) {
+    return InvalidArgumentError(fmt::format(
+        "spec: the job's stored document with its {} placements could reach {} bytes, more than "
+        "the store's limit of {}; submit fewer tasks (spec.tasks[].replicas) or a smaller spec",
+        tasks, bound, max_document_bytes));
+  }
+  return Status::Ok();
 }
 
 Result<Job> ParseJobSpec(std::string_view text, const GpuCatalog& catalog) {

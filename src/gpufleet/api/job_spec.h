@@ -32,6 +32,19 @@ inline constexpr size_t kMaxJobSpecBytes = size_t{1} << 20;
 // expanding YAML aliases are errors too. `metadata.labels` becomes `Job::labels`.
 Result<Job> ParseJobSpec(std::string_view text, const GpuCatalog& catalog);
 
+// What one job may ask for, so that no submission can stop the scheduling of others: a job
+// with more tasks than this is refused at submit (Kubernetes caps a Job's indexes at 100,000, but
+// our placements are stored in the job's document).
+inline constexpr int64_t kMaxTasksPerJob = 4096;
+// A bound on what one task's placement adds to its job's stored document (node name, GPU
+// assignments, phase and end), for the submit-time size check.
+int64_t PlacementBytesBound(const TaskGroup& group);
+// The submit-time limits a parsed job must also meet: at most kMaxTasksPerJob tasks, and its
+// stored document (`document_bytes` as submitted) with every placement and the reasons and stop
+// record of its life within `max_document_bytes` (the store's limit). kInvalidArgument naming the
+// field and the figures, e.g. `spec.tasks: 20000 tasks in all, more than the limit of 4096`.
+Status CheckSubmissionLimits(const Job& job, size_t document_bytes, size_t max_document_bytes);
+
 // The same schema back: ParseJobSpec(JobSpecToYaml(job)) gives `job` again for every Job field of
 // a valid job whose queue is set (an empty queue parses back as "default"). Fields at their
 // default value are left out, except `kind`, `priority` and `preemptible`.

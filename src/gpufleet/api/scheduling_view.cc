@@ -265,6 +265,10 @@ void SchedulingView::PutJob(const store::StoredObject& object) {
   job.version = object.version;
   job.data = object.data;
   job.state = state;
+  job.stopping_then.reset();
+  if (state == JobState::kStopping && doc.contains("stopping")) {
+    job.stopping_then = ParseJobState(StrOr(doc["stopping"], "then"));
+  }
   job.reason = StrOr(doc, "reason");
   job.queue = StrOr(doc, "queue", std::string(kDefaultQueue));
   job.priority = static_cast<int>(IntOr(doc, "priority", 0));

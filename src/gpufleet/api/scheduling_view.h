@@ -43,6 +43,8 @@ struct ViewJob {
   int64_t version = 0;
   std::string data;  // the stored document
   JobState state = JobState::kPending;
+  // A Stopping job: what it becomes once its tasks are gone.
+  std::optional<JobState> stopping_then;
   std::string reason;
   std::string queue;
   int priority = 0;

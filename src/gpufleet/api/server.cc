@@ -588,7 +588,8 @@ Result<int> ApiServer::RunCycleLocked() {
           result.reason = std::move(*refused);
         }
       } else if (result.outcome == scheduler::ScheduleOutcome::kUnschedulable &&
-                 !preemption_tried) {
+                 !preemption_tried && reservations_.count(name) == 0) {
+        // A preemptor with a reservation waits for the victims it has; it preempts no more.
         // One victim search per cycle, for the first job in queue order that needs one.
         preemption_tried = true;
         GPUFLEET_ASSIGN_OR_RETURN(std::optional<std::string> waiting,
@@ -645,20 +646,19 @@ Result<int> ApiServer::RunCycleLocked() {
 
 Result<int> ApiServer::CommitCycleWrites(std::vector<CycleWrite>& writes) {
   // One durable commit for the whole cycle: a commit costs an fsync, which would otherwise be
-  // most of a busy cycle. If one job changed under us (cancelled, say), the batch fails as a
-  // whole and the jobs are committed one by one, so only that one is left out.
+  // most of a busy cycle. If it fails (one job changed under us, or one job's write cannot be
+  // stored), the jobs are committed one by one, so that only the job at fault is left out.
   store::WriteBatch all;
   for (const CycleWrite& write : writes) {
     all.Append(write.batch);
   }
   Status status = options_.store.Commit(all);
-  const bool one_by_one =
-      status.code() == StatusCode::kAborted || status.code() == StatusCode::kNotFound;
+  const bool one_by_one = !status.ok();
   int scheduled = 0;
   Status first_error = Status::Ok();
   for (CycleWrite& write : writes) {
     if (one_by_one) {
-      status = first_error.ok() ? options_.store.Commit(write.batch) : first_error;
+      status = options_.store.Commit(write.batch);
     }
     ViewJob& job = *write.job;
     if (!status.ok()) {
@@ -670,8 +670,12 @@ Result<int> ApiServer::CommitCycleWrites(std::vector<CycleWrite>& writes) {
       if (!write.placed.empty()) {
         view_->BumpCapacityEpoch();
       }
-      if (status.code() != StatusCode::kAborted && status.code() != StatusCode::kNotFound &&
-          first_error.ok()) {
+      if (status.code() == StatusCode::kInvalidArgument) {
+        // This job's own write cannot be stored (its document would be too large): it fails
+        // alone, with the reason, and the cycle goes on.
+        FailUnstorableJob(*write.name, job, status);
+      } else if (status.code() != StatusCode::kAborted && status.code() != StatusCode::kNotFound &&
+                 first_error.ok()) {
         first_error = status;
       }
       continue;
@@ -687,6 +691,23 @@ Result<int> ApiServer::CommitCycleWrites(std::vector<CycleWrite>& writes) {
     return first_error;
   }
   return scheduled;
+}
+
+void ApiServer::FailUnstorableJob(const std::string& name, const ViewJob& job, const Status& why) {
+  Json doc = ParseDocument(job.data);
+  // A Pending job holds nothing: it ends at once, as a cancel would, but Failed.
+  const Result<std::string> event =
+      TransitionJob(doc, JobState::kFailed,
+                    fmt::format("its scheduled document cannot be stored: {}", why.message()));
+  if (!event.ok()) {
+    return;
+  }
+  store::WriteBatch batch;
+  batch.Update(std::string(kJobsKind), name, doc.dump(), job.version);
+  batch.AppendEvent(std::string(kJobsKind), name, *event);
+  if (const Status status = options_.store.Commit(batch); !status.ok()) {
+    fmt::print(stderr, "gpufleet server: jobs/{}: {}\n", name, status.ToString());
+  }
 }
 
 // ---- routing ------------------------------------------------------------------------------
@@ -890,8 +911,13 @@ ApiResponse ApiServer::SubmitJob(const Principal& who, const ApiRequest& request
   if (options_.wall_clock != nullptr) {
     doc["created_at"] = FormatRfc3339(options_.wall_clock->UnixNanos());
   }
+  const std::string data = doc.dump();
+  if (Status status = CheckSubmissionLimits(*job, data.size(), store::kMaxDataBytes);
+      !status.ok()) {
+    return ErrorResponse(status);
+  }
   store::WriteBatch batch;
-  batch.Create(std::string(kJobsKind), name, doc.dump());
+  batch.Create(std::string(kJobsKind), name, data);
   batch.AppendEvent(std::string(kJobsKind), name,
                     fmt::format("submitted by {} to queue {}", Who(who), queue));
   if (Status status = options_.store.Commit(batch); !status.ok()) {

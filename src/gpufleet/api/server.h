@@ -178,8 +178,10 @@ class ApiServer {
     std::vector<scheduler::TaskPlacement> placed;
     std::set<std::string> nodes;
   };
-  // Commits the cycle's writes; returns the number of jobs scheduled.
+  // Commits the cycle's writes; returns the number of jobs scheduled. A job whose own write the
+  // store refuses fails alone (FailUnstorableJob); the others are committed.
   Result<int> CommitCycleWrites(std::vector<CycleWrite>& writes);
+  void FailUnstorableJob(const std::string& name, const ViewJob& job, const Status& why);
 
   // Queues (server_queues.cc). The cycle's queue tree follows the stored queues and the view's
   // jobs; pending jobs go in its order (priority, fair share, age); a placement must pass its
@@ -324,6 +326,7 @@ class ApiServer {
 
   std::mutex agents_mu_;
   std::map<std::string, MonoTime> last_heartbeat_;                    // guarded by agents_mu_
+  std::map<std::string, int64_t> last_sequence_;                      // guarded by agents_mu_
   std::map<std::pair<std::string, int>, int> gpu_utilization_;        // guarded by agents_mu_
   std::map<std::string, std::set<std::string>> active_jobs_by_node_;  // guarded by agents_mu_
   bool active_index_built_ = false;                                   // guarded by agents_mu_

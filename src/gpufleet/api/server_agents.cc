@@ -68,7 +68,8 @@ bool Started(const Json& placement) {
 // report at all, is gone (the agent reports every task it has until the server has taken its
 // end, and it never starts a task of a run that is stopping). Returns the events.
 std::vector<std::string> ApplyStoppingReports(
-    Json& job, const std::string& node, const std::map<std::string, const TaskReport*>& reports) {
+    Json& job, const std::string& node, const std::map<std::string, const TaskReport*>& reports,
+    bool absent_means_gone) {
   std::vector<std::string> events;
   const std::string name = StrOr(job, "name");
   const int64_t attempt = IntOr(job, "attempt", 0);
@@ -78,7 +79,8 @@ std::vector<std::string> ApplyStoppingReports(
     }
     const std::string task = StrOr(placement, "task");
     const auto it = reports.find(MakeTaskId(name, task, attempt));
-    if (it != reports.end() && it->second->phase == TaskPhase::kRunning) {
+    if ((it != reports.end() && it->second->phase == TaskPhase::kRunning) ||
+        (it == reports.end() && !absent_means_gone)) {
       continue;
     }
     const std::string why =
@@ -102,7 +104,7 @@ std::vector<std::string> ApplyStoppingReports(
 std::vector<std::string> ApplyReports(Json& job, const std::string& node,
                                       const std::map<std::string, const TaskReport*>& reports,
                                       const std::set<int64_t>& drain_now_gpus,
-                                      const std::string& since) {
+                                      const std::string& since, bool absent_means_gone) {
   std::vector<std::string> events;
   const std::optional<JobState> state = StoredJobState(job);
   if (!state || !HoldsResources(*state) || !job.contains("placements") ||
@@ -110,7 +112,7 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node,
     return events;
   }
   if (*state == JobState::kStopping) {
-    return ApplyStoppingReports(job, node, reports);
+    return ApplyStoppingReports(job, node, reports, absent_means_gone);
   }
   const std::string name = StrOr(job, "name");
   const int64_t attempt = IntOr(job, "attempt", 0);
@@ -126,7 +128,7 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node,
                                         gpu.get<int64_t>(), node, StrOr(placement, "task")),
                             since));
         // The other tasks on this node may have ended too.
-        for (std::string& event : ApplyReports(job, node, reports, {}, since)) {
+        for (std::string& event : ApplyReports(job, node, reports, {}, since, absent_means_gone)) {
           events.push_back(std::move(event));
         }
         return events;
@@ -159,7 +161,7 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node,
       // The gang fails; its other tasks are stopped before their GPUs are free.
       Result<std::string> event = EndRun(job, JobState::kFailed, why, since);
       events.push_back(event.ok() ? *event : why);
-      for (std::string& more : ApplyReports(job, node, reports, {}, since)) {
+      for (std::string& more : ApplyReports(job, node, reports, {}, since, absent_means_gone)) {
         events.push_back(std::move(more));
       }
       return events;
@@ -441,11 +443,19 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
       return UnavailableError("the server is starting; retry the heartbeat");
     }
   }
+  // A report older than one already applied (delivered late) renews nothing, and the absence of
+  // a task from it says nothing.
+  bool stale = false;
   {
     // Before the node document is read: a NotReady check that has not yet seen this heartbeat
     // holds agents_mu_ until its write is in, and this heartbeat then undoes it.
     std::lock_guard<std::mutex> lock(agents_mu_);
-    last_heartbeat_[node] = options_.clock.Now();
+    int64_t& last_sequence = last_sequence_[node];
+    stale = !gpus_applied && request.sequence != 0 && request.sequence <= last_sequence;
+    if (!stale) {
+      last_heartbeat_[node] = options_.clock.Now();
+      last_sequence = request.sequence;
+    }
   }
   // The node: back to its state before NotReady, and the GPUs' health and MIG devices.
   Json node_doc;
@@ -524,6 +534,7 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
   AgentReply reply;
   reply.heartbeat_interval_ms = options_.heartbeat_interval.count();
   reply.lease_ms = options_.node_timeout.count();
+  reply.stop_grace_ms = options_.stop_grace.count();
   std::map<int, std::vector<MigInstance>> created_mig_instances;
   for (const std::string& job_name : active_jobs) {
     for (int attempt = 0;; ++attempt) {
@@ -537,7 +548,7 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
       }
       Json doc = ParseDocument(stored->data);
       const std::vector<std::string> events =
-          ApplyReports(doc, node, reports, drain_now, NowText());
+          ApplyReports(doc, node, reports, drain_now, NowText(), /*absent_means_gone=*/!stale);
       if (!events.empty()) {
         store::WriteBatch batch;
         AddJobWrite(ParseDocument(stored->data), doc, stored->version, events.front(), batch);

@@ -245,6 +245,28 @@ TEST_F(AgentProtocolTest, ACancelledJobsGpusGoToTheNextJobOnlyOnceItsTaskHasExit
   EXPECT_EQ(reply.tasks[0].id, "next/workers-0/1");
 }
 
+TEST_F(AgentProtocolTest, AReportDeliveredLateSaysNothingByATasksAbsence) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("train", 1, 8));
+  Cycle();
+  HeartbeatRequest beat;
+  beat.sequence = 20;
+  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
+  Heartbeat("node-a", beat);
+  ASSERT_EQ(Call("POST", "/v1/jobs/train/cancel", admin_).status, 200);
+  // A heartbeat the agent sent before it started the task arrives now: it does not list the task,
+  // but that proves nothing, and the job keeps its GPUs.
+  HeartbeatRequest late;
+  late.sequence = 10;
+  Heartbeat("node-a", late);
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Stopping");
+  HeartbeatRequest fresh;
+  fresh.sequence = 30;
+  Heartbeat("node-a", fresh);
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Cancelled");
+}
+
 TEST_F(AgentProtocolTest, SilentNodeBecomesNotReadyAndItsJobIsRequeuedWithoutHoldingGpus) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));

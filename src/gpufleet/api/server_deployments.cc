@@ -58,8 +58,11 @@ Principal ReplicaOwner(const Json& doc) {
 
 }  // namespace
 
-bool IsLiveReplicaState(JobState state) {
-  return !IsFinished(state) && state != JobState::kStopping;
+bool IsLiveReplicaState(JobState state, std::optional<JobState> then) {
+  if (state == JobState::kStopping) {
+    return then.has_value() && !IsFinished(*then);
+  }
+  return !IsFinished(state);
 }
 
 ReplicaPlan PlanReplicas(std::vector<ReplicaJob> replicas, int desired, int64_t next_index) {
@@ -70,7 +73,7 @@ ReplicaPlan PlanReplicas(std::vector<ReplicaJob> replicas, int desired, int64_t 
     next_index = std::max(next_index, replicas.back().index + 1);
   }
   for (const ReplicaJob& replica : replicas) {
-    if (IsLiveReplicaState(replica.state)) {
+    if (IsLiveReplicaState(replica.state, replica.stopping_then)) {
       plan.keep.push_back(replica.name);
     }
   }
@@ -194,7 +197,7 @@ ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view n
   }
   for (const auto& [job_name, job] : view_->jobs()) {
     const Json job_doc = ParseDocument(job.data);
-    if (ReplicaIndex(name, job_name) >= 0 && IsLiveReplicaState(job.state) &&
+    if (ReplicaIndex(name, job_name) >= 0 && IsLiveReplicaState(job.state, job.stopping_then) &&
         StrOr(job_doc, "team") == StrOr(doc, "team") &&
         StringMapOr(job_doc, "labels")[std::string(kDeploymentLabel)] == name) {
       replicas.insert(job_name);
@@ -353,7 +356,7 @@ Status ApiServer::RunDeploymentsIfDue() {
         StringMapOr(doc, "labels")[std::string(kDeploymentLabel)] != deployment) {
       continue;
     }
-    replicas[deployment].push_back({index, name, job.state});
+    replicas[deployment].push_back({index, name, job.state, job.stopping_then});
   }
 
   const int64_t now_seconds =

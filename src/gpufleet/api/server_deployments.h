@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,7 @@ struct ReplicaJob {
   int64_t index = 0;  // the k of NAME-r<k>
   std::string name;
   JobState state = JobState::kPending;
+  std::optional<JobState> stopping_then;
 };
 
 struct ReplicaPlan {
@@ -42,7 +44,8 @@ struct ReplicaPlan {
 // view forgets ended jobs; the deployment stores its next index).
 ReplicaPlan PlanReplicas(std::vector<ReplicaJob> replicas, int desired, int64_t next_index);
 
-// Whether a job in `state` still counts as a replica: it has not ended and is not stopping.
-bool IsLiveReplicaState(JobState state);
+// Whether a job in `state` still counts as a replica: it has not ended, and a Stopping one only
+// when it comes back (`then` Pending, Preempted or Suspended: preempted, reclaimed, requeued).
+bool IsLiveReplicaState(JobState state, std::optional<JobState> then = std::nullopt);
 
 }  // namespace gpufleet::api

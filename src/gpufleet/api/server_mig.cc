@@ -433,14 +433,27 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
     const auto first = std::find_if(gpus_of_job[name].begin(), gpus_of_job[name].end(),
                                     [&](const GpuKey& key) { return dropped.count(key) > 0; });
     // Its tasks on instances never reported were never sent to the agent: nothing to stop.
+    // (AddDesiredTasks sends a task only once each of its own instances is reported.)
     for (Json& placement : after["placements"]) {
+      const auto stored = node_docs.find(StrOr(placement, "node"));
+      if (!StrOr(placement, "phase").empty() || stored == node_docs.end()) {
+        continue;
+      }
+      Json node_doc = ParseDocument(stored->second.data);
       const Json& gpus = ArrayOr(placement, "gpus");
-      const bool waits =
-          StrOr(placement, "phase").empty() &&
-          std::any_of(gpus.begin(), gpus.end(), [&](const Json& gpu) {
-            return gpu.is_number_integer() &&
-                   gpus_of_job[name].count({StrOr(placement, "node"), gpu.get<int>()}) > 0;
-          });
+      const Json& assignments = ArrayOr(placement, "assignments");
+      bool waits = false;
+      for (size_t i = 0; i < assignments.size() && i < gpus.size(); ++i) {
+        const std::string profile = StrOr(assignments[i], "mig_profile");
+        const Json* gpu =
+            gpus[i].is_number_integer() ? FindGpu(node_doc, gpus[i].get<int>()) : nullptr;
+        waits =
+            waits ||
+            (!profile.empty() &&
+             (gpu == nullptr ||
+              FindMigDevice(*gpu, profile,
+                            static_cast<int>(IntOr(assignments[i], "mig_start", -1))) == nullptr));
+      }
       if (waits) {
         MarkPlacementGone(placement, "never started: its MIG instances were not reported");
       }

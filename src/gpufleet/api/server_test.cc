@@ -22,6 +22,7 @@
 
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/http.h"
+#include "gpufleet/api/job_spec.h"
 #include "gpufleet/api/tenancy.h"
 #include "gpufleet/api/testing/self_signed_cert.h"
 #include "gpufleet/core/clock.h"
@@ -230,6 +231,80 @@ TEST_F(ApiServerTest, CancelFreesGpusForTheNextJob) {
   EXPECT_EQ(CallJson("GET", "/v1/jobs/next", alice_)["state"], "Scheduled");
   // Cancelling again is a no-op.
   EXPECT_EQ(CallJson("POST", "/v1/jobs/all/cancel", alice_)["state"], "Cancelled");
+}
+
+// ---- no single submission halts the fleet -----------------------------------------------------
+
+std::string CpuReplicasYaml(const std::string& name, int replicas) {
+  return fmt::format(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {{name: {}}}
+spec:
+  tasks:
+    - name: web
+      replicas: {}
+      resources: {{cpu: 100m, memory: 64Mi}}
+)",
+                     name, replicas);
+}
+
+TEST_F(ApiServerTest, AJobWithTooManyTasksIsRefusedAtSubmitNamingTheField) {
+  const Json refused = CallJson("POST", "/v1/jobs", alice_, CpuReplicasYaml("swarm", 20000), 400);
+  EXPECT_THAT(refused["error"]["message"].get<std::string>(),
+              HasSubstr("spec.tasks: 20000 tasks in all, more than the limit of 4096"));
+  // Nothing was stored, and the fleet schedules as before.
+  EXPECT_EQ(Call("GET", "/v1/jobs/swarm", alice_).status, 404);
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("train", 1, 8), 201);
+  EXPECT_EQ(Cycle(), 1);
+}
+
+TEST_F(ApiServerTest, ASpecWhosePlacementsWouldOverflowTheStoreIsRefusedAtSubmit) {
+  // Just under the 1 MiB spec limit: accepted by the parser, but no room for its placements.
+  std::string yaml = JobYaml("huge", 1, 1);
+  yaml.replace(yaml.find("      resources:"), 0,
+               fmt::format("      env: {{PAD: \"{}\"}}\n", std::string(1040 * 1000, 'x')));
+  ASSERT_LT(yaml.size(), kMaxJobSpecBytes);
+  const ApiResponse refused = Call("POST", "/v1/jobs", alice_, yaml);
+  ASSERT_EQ(refused.status, 400) << refused.body.substr(0, 300);
+  EXPECT_THAT(refused.body, HasSubstr("more than the store's limit of 1048576"));
+  EXPECT_EQ(Call("GET", "/v1/jobs/huge", alice_).status, 404);
+}
+
+TEST_F(ApiServerTest, AStoredJobWhoseWriteTheStoreRefusesFailsAloneAndTheCycleGoesOn) {
+  // A job stored by an earlier version without the submit-time bound: its document is so close to
+  // the store's limit that scheduling it cannot be written.
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("legacy", 1, 8), 201);
+  CallJson("POST", "/v1/jobs", bob_, JobYaml("others", 1, 8), 201);
+  Result<store::StoredObject> stored = store_.Get(kJobsKind, "legacy");
+  ASSERT_OK(stored);
+  Json doc = Json::parse(stored->data);
+  doc["padding"] = "";
+  doc["padding"] = std::string(store::kMaxDataBytes - doc.dump().size() - 700, 'x');
+  store::WriteBatch batch;
+  batch.Update(std::string(kJobsKind), "legacy", doc.dump(), stored->version);
+  ASSERT_OK(store_.Commit(batch));
+
+  EXPECT_EQ(Cycle(), 1) << "the other job is scheduled in the same cycle";
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/others", bob_)["state"], "Scheduled");
+  const Json legacy = CallJson("GET", "/v1/jobs/legacy", alice_);
+  EXPECT_EQ(legacy["state"], "Failed");
+  EXPECT_THAT(legacy["reason"].get<std::string>(),
+              HasSubstr("its scheduled document cannot be stored"));
+  EXPECT_TRUE(legacy["placements"].empty());
+  // And the next cycles are not stuck on it.
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("after", 1, 8), 201);
+  EXPECT_EQ(Cycle(), 1);
+}
+
+TEST_F(ApiServerTest, ASpecThatSetsTheAgentsVariablesIsRefused) {
+  for (const char* name : {"CUDA_VISIBLE_DEVICES", "NVIDIA_VISIBLE_DEVICES", "GPUFLEET_TASK_ID"}) {
+    SCOPED_TRACE(name);
+    std::string yaml = JobYaml("spoof", 1, 1);
+    yaml.replace(yaml.find("      resources:"), 0, fmt::format("      env: {{{}: \"0\"}}\n", name));
+    const Json refused = CallJson("POST", "/v1/jobs", alice_, yaml, 400);
+    EXPECT_THAT(refused["error"]["message"].get<std::string>(),
+                HasSubstr(fmt::format("spec.tasks[0].env.{}: is set by the agent", name)));
+  }
 }
 
 TEST_F(ApiServerTest, PriorityGoesFirst) {
