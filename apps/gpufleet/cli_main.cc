@@ -155,7 +155,7 @@ Action AddCliCommands(CLI::App& app) {
 
   CLI::App* remove =
       app.add_subcommand("delete", "delete a queue (admin) or a deployment and its replicas");
-  remove->add_option("TYPE", s.delete_args.kind, "queue or deployment")->required();
+  remove->add_option("TYPE", s.delete_args.kind, "queue, node or deployment")->required();
   remove->add_option("NAME", s.delete_args.name, "the queue's or deployment's name")->required();
   AddVerb(s, remove, [&s](cli::ApiClient& client) {
     return cli::RunDelete(client, s.delete_args, std::cout, std::cerr);

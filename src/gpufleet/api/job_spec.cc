@@ -1093,6 +1093,10 @@ Status ValidateTeamName(std::string_view field, std::string_view text) {
   return ValidateName(field, text, kDnsLabelRule);
 }
 
+Status ValidateNodeName(std::string_view field, std::string_view text) {
+  return ValidateName(field, text, kDnsLabelRule);
+}
+
 Status ValidateQueueName(std::string_view field, std::string_view text) {
   return ValidateName(field, text, kQueueRule);
 }

@@ -69,6 +69,8 @@ Result<Duration> ParseSpecDuration(std::string_view text);
 // kInvalidArgument naming `field` and `text` otherwise. A team is a DNS label ("nlp"); a queue is
 // DNS labels joined by '/' ("research/nlp"), like `metadata.queue`.
 Status ValidateTeamName(std::string_view field, std::string_view text);
+// A node is a DNS-1123 label too ("node-0007"), so that it can be named in paths and labels.
+Status ValidateNodeName(std::string_view field, std::string_view text);
 Status ValidateQueueName(std::string_view field, std::string_view text);
 
 // Canonical forms: "2" or "500m"; "256Gi", "2Ti" or "100Mi"; "1h30m", "90s" -> "1m30s", "0s".

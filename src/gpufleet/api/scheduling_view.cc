@@ -166,10 +166,11 @@ Status SchedulingView::LoadAll() {
   }
   GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> nodes, store_.List(kNodesKind));
   std::map<std::string, ViewNode> loaded;
+  excluded_.clear();
   for (const store::StoredObject& object : nodes) {
-    const Json doc = ParseDocument(object.data);
-    GPUFLEET_ASSIGN_OR_RETURN(Node node, NodeFromJson(doc, topology.levels()));
-    loaded[object.name] = ViewNode{object.version, std::move(node), BoolOr(doc, "agent", false)};
+    if (std::optional<ViewNode> node = Accept(object, topology)) {
+      loaded[object.name] = std::move(*node);
+    }
   }
   GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs, store_.List(kJobsKind));
   topology_ = std::move(topology);
@@ -197,10 +198,33 @@ Status SchedulingView::RefreshNode(const std::string& name) {
     }
     return object.status();
   }
-  const Json doc = ParseDocument(object->data);
-  GPUFLEET_ASSIGN_OR_RETURN(Node node, NodeFromJson(doc, topology_.levels()));
-  nodes_[name] = ViewNode{object->version, std::move(node), BoolOr(doc, "agent", false)};
+  excluded_.erase(name);
+  if (std::optional<ViewNode> node = Accept(*object, topology_)) {
+    nodes_[name] = std::move(*node);
+  } else {
+    nodes_.erase(name);
+  }
   return Status::Ok();
+}
+
+std::optional<ViewNode> SchedulingView::Accept(const store::StoredObject& object,
+                                               const Topology& topology) {
+  const Json doc = ParseDocument(object.data);
+  Result<Node> node = NodeFromJson(doc, topology.levels());
+  Status status = node.status();
+  if (node.ok()) {
+    status = scheduler::ValidateNode(*node, topology, catalog_);
+  }
+  if (!status.ok()) {
+    // One bad node document must not stop the cycle for every other node.
+    const std::string reason = fmt::format("left out of scheduling: {}", status.message());
+    if (excluded_[object.name] != reason) {
+      newly_excluded_[object.name] = reason;
+    }
+    excluded_[object.name] = reason;
+    return std::nullopt;
+  }
+  return ViewNode{object.version, std::move(node).value(), BoolOr(doc, "agent", false)};
 }
 
 Status SchedulingView::RefreshJob(const std::string& name) {

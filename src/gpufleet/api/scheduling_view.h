@@ -8,6 +8,7 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "gpufleet/api/job_lifecycle.h"
@@ -94,6 +95,13 @@ class SchedulingView final : public store::CommitObserver {
   // True once after a queue was created or changed (and at first).
   bool TakeQueuesChanged();
 
+  // Stored nodes left out of the snapshot because they do not parse or fail
+  // scheduler::ValidateNode, with why; Take... returns each new reason once.
+  const std::map<std::string, std::string>& excluded_nodes() const { return excluded_; }
+  std::map<std::string, std::string> TakeNewlyExcludedNodes() {
+    return std::exchange(newly_excluded_, {});
+  }
+
   // Bumped whenever resources may have become free: a job released its placements, or a node
   // changed. A job that did not fit at epoch E cannot fit before the epoch moves on.
   uint64_t capacity_epoch() const { return capacity_epoch_; }
@@ -108,6 +116,8 @@ class SchedulingView final : public store::CommitObserver {
   Status LoadAll();
   Status RefreshNode(const std::string& name);
   Status RefreshJob(const std::string& name);
+  // A stored node as the view keeps it, or nullopt (recorded in excluded_) when it cannot be.
+  std::optional<ViewNode> Accept(const store::StoredObject& object, const Topology& topology);
   // Rebuilds the snapshot from nodes_ and applies every job that holds resources.
   Status RebuildSnapshot();
   // Takes a stored job into jobs_ (or drops it when it has finished), keeping the snapshot in
@@ -127,6 +137,8 @@ class SchedulingView final : public store::CommitObserver {
 
   Topology topology_;
   std::map<std::string, ViewNode> nodes_;
+  std::map<std::string, std::string> excluded_;
+  std::map<std::string, std::string> newly_excluded_;
   std::map<std::string, ViewJob> jobs_;
   std::optional<scheduler::ClusterSnapshot> snapshot_;
   std::map<std::string, int> node_index_;

@@ -13,6 +13,8 @@
 namespace gpufleet::api {
 namespace {
 
+using ::testing::HasSubstr;
+
 Node MakeNode(const std::string& name) {
   Node node;
   node.id = NodeId(name);
@@ -128,12 +130,35 @@ TEST_F(SchedulingViewTest, AJobOnAnUnknownNodeHoldsNothing) {
   EXPECT_EQ(FreeMilli(), 5000);
 }
 
-TEST_F(SchedulingViewTest, AMalformedNodeDocumentFailsTheRefreshAndIsReadAgainLater) {
+TEST_F(SchedulingViewTest, AMalformedNodeIsLeftOutWithAReasonAndTheOthersStay) {
   ASSERT_TRUE(view_.Refresh().ok());
+  const int64_t all = FreeMilli();
   Update(std::string(kNodesKind), "node-b", R"({"name": "node-b", "state": "Sleeping"})");
-  EXPECT_FALSE(view_.Refresh().ok());
+  // One bad document stops nothing: the view refreshes without that node and says why, once.
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_LT(FreeMilli(), all);
+  ASSERT_EQ(view_.excluded_nodes().count("node-b"), 1u);
+  EXPECT_THAT(view_.excluded_nodes().at("node-b"), HasSubstr("left out of scheduling"));
+  EXPECT_EQ(view_.TakeNewlyExcludedNodes().count("node-b"), 1u);
+  EXPECT_TRUE(view_.TakeNewlyExcludedNodes().empty());
   Update(std::string(kNodesKind), "node-b", NodeToJson(MakeNode("node-b"), {}).dump());
   ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(FreeMilli(), 5000);
+  EXPECT_TRUE(view_.excluded_nodes().empty());
+}
+
+TEST_F(SchedulingViewTest, ANodeOverTheSchedulersLimitsIsLeftOut) {
+  Node big = MakeNode("node-big");
+  big.gpus.resize(65, big.gpus.empty() ? Gpu{} : big.gpus[0]);
+  for (size_t i = 0; i < big.gpus.size(); ++i) {
+    big.gpus[i].index = static_cast<int>(i);
+  }
+  store::WriteBatch batch;
+  batch.Create(std::string(kNodesKind), "node-big", NodeToJson(big, {}).dump());
+  ASSERT_TRUE(store_.Commit(batch).ok());
+  ASSERT_TRUE(view_.Refresh().ok());
+  ASSERT_EQ(view_.excluded_nodes().count("node-big"), 1u);
+  EXPECT_THAT(view_.excluded_nodes().at("node-big"), HasSubstr("65 GPUs, at most 64"));
   EXPECT_EQ(FreeMilli(), 5000);
 }
 

@@ -439,6 +439,13 @@ void ApiServer::LoopMain() {
 
 Result<int> ApiServer::RegisterNodes(const Cluster& cluster) {
   GPUFLEET_RETURN_IF_ERROR(cluster.Validate(options_.catalog));
+  for (const Node& node : cluster.nodes) {
+    GPUFLEET_RETURN_IF_ERROR(ValidateNodeName("node.name", node.id.value()));
+    if (const Status status = scheduler::ValidateNode(node, cluster.topology, options_.catalog);
+        !status.ok()) {
+      return InvalidArgumentError(fmt::format("node {}: {}", node.id.value(), status.message()));
+    }
+  }
   const std::vector<std::string>& levels = cluster.topology.levels();
   store::WriteBatch batch;
   Result<store::StoredObject> topology = options_.store.Get(kClusterKind, kTopologyName);
@@ -503,6 +510,7 @@ Result<int> ApiServer::RunCycleLocked() {
     view_->ReadAllAgain();
   }
   GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
+  PublishExcludedNodes();
   GPUFLEET_ASSIGN_OR_RETURN(const bool marked, MarkSilentNodesNotReady());
   if (marked) {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
@@ -834,6 +842,9 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     if (n == 3 && get) {
       return routed(GetNode(segments[2]), route);
     }
+    if (n == 3 && request.method == "DELETE") {
+      return routed(DeleteNode(*who, segments[2]), route);
+    }
     if (n == 4 && get && segments[3] == "events") {
       ApiResponse node = GetNode(segments[2]);
       return routed(node.status == 200 ? ObjectEvents(kNodesKind, segments[2]) : node, route);
@@ -854,6 +865,18 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
 }
 
 // ---- job handlers ---------------------------------------------------------------------------
+
+void ApiServer::PublishExcludedNodes() {
+  store::WriteBatch events;
+  for (const auto& [name, reason] : view_->TakeNewlyExcludedNodes()) {
+    events.AppendEvent(std::string(kNodesKind), name, reason);
+  }
+  if (Status status = options_.store.Commit(events); !status.ok()) {
+    fmt::print(stderr, "gpufleet server: node events: {}\n", status.ToString());
+  }
+  std::lock_guard<std::mutex> lock(agents_mu_);
+  excluded_nodes_ = view_->excluded_nodes();
+}
 
 void ApiServer::AddJobWrite(const Json& before, Json& after, int64_t version,
                             const std::string& event, store::WriteBatch& batch) {
@@ -1051,9 +1074,13 @@ namespace {
 
 // The node document as served: adds the version and each GPU's allocated milli-GPU.
 Json NodeOutput(const store::StoredObject& object,
-                const std::map<std::string, std::map<int64_t, int64_t>>& allocation) {
+                const std::map<std::string, std::map<int64_t, int64_t>>& allocation,
+                const std::map<std::string, std::string>& excluded) {
   Json node = ParseDocument(object.data);
   node["version"] = object.version;
+  if (const auto it = excluded.find(object.name); it != excluded.end()) {
+    node["excluded"] = it->second;
+  }
   const auto by_gpu = allocation.find(object.name);
   if (node.contains("gpus") && node["gpus"].is_array()) {
     Json& gpus = node["gpus"];
@@ -1084,9 +1111,10 @@ ApiResponse ApiServer::ListNodes() {
     return ErrorResponse(!nodes.ok() ? nodes.status() : jobs.status());
   }
   const auto allocation = AllocationByNode(*jobs);
+  const std::map<std::string, std::string> excluded = ExcludedNodes();
   Json items = Json::array();
   for (const store::StoredObject& object : *nodes) {
-    items.push_back(NodeOutput(object, allocation));
+    items.push_back(NodeOutput(object, allocation, excluded));
   }
   return JsonResponse(200, {{"items", std::move(items)}});
 }
@@ -1103,7 +1131,62 @@ ApiResponse ApiServer::GetNode(std::string_view name) {
   if (!jobs.ok()) {
     return ErrorResponse(jobs.status());
   }
-  return JsonResponse(200, NodeOutput(*object, AllocationByNode(*jobs)));
+  return JsonResponse(200, NodeOutput(*object, AllocationByNode(*jobs), ExcludedNodes()));
+}
+
+std::map<std::string, std::string> ApiServer::ExcludedNodes() {
+  std::lock_guard<std::mutex> lock(agents_mu_);
+  return excluded_nodes_;
+}
+
+ApiResponse ApiServer::DeleteNode(const Principal& who, std::string_view name) {
+  if (!who.is_admin()) {
+    return ErrorResponse(PermissionDenied("deleting a node needs an admin token"));
+  }
+  const Result<store::StoredObject> object = options_.store.Get(kNodesKind, name);
+  if (!object.ok()) {
+    return ErrorResponse(object.status().code() == StatusCode::kNotFound ||
+                                 object.status().code() == StatusCode::kInvalidArgument
+                             ? NodeNotFound(name)
+                             : object.status());
+  }
+  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(kJobsKind);
+  if (!jobs.ok()) {
+    return ErrorResponse(jobs.status());
+  }
+  std::vector<std::string> holders;
+  for (const store::StoredObject& job : *jobs) {
+    const Json doc = ParseDocument(job.data);
+    const std::optional<JobState> state = StoredJobState(doc);
+    const Json& placements = ArrayOr(doc, "placements");
+    if (state && HoldsResources(*state) &&
+        std::any_of(placements.begin(), placements.end(), [&](const Json& placement) {
+          return StrOr(placement, "node") == name && !PlacementGone(placement);
+        })) {
+      holders.push_back(job.name);
+    }
+  }
+  if (!holders.empty()) {
+    return ErrorResponse(FailedPreconditionError(fmt::format(
+        "node \"{}\" holds runs of {} job(s) ({}); drain it and wait for them to end first", name,
+        holders.size(), fmt::join(holders, ", "))));
+  }
+  store::WriteBatch batch;
+  batch.Delete(std::string(kNodesKind), std::string(name), object->version);
+  batch.AppendEvent(std::string(kNodesKind), std::string(name),
+                    fmt::format("deleted by {}", Who(who)));
+  if (Status status = options_.store.Commit(batch); !status.ok()) {
+    return ErrorResponse(status);
+  }
+  {
+    std::lock_guard<std::mutex> lock(agents_mu_);
+    for (auto it = gpu_owners_.begin(); it != gpu_owners_.end();) {
+      it = it->second == name ? gpu_owners_.erase(it) : std::next(it);
+    }
+    last_heartbeat_.erase(std::string(name));
+    last_sequence_.erase(std::string(name));
+  }
+  return JsonResponse(200, {{"name", name}, {"deleted", true}});
 }
 
 ApiResponse ApiServer::NodeAction(const Principal& who, std::string_view name,

@@ -245,6 +245,12 @@ class ApiServer {
   ApiResponse ObjectEvents(std::string_view kind, std::string_view name);
   ApiResponse ListNodes();
   ApiResponse GetNode(std::string_view name);
+  // DELETE /v1/nodes/NAME (admin): removes a node that holds no runs (409 naming the jobs
+  // otherwise). An agent still running there registers it again at its next heartbeat.
+  ApiResponse DeleteNode(const Principal& who, std::string_view name);
+  // The stored nodes the scheduling view leaves out, with why (published each cycle).
+  std::map<std::string, std::string> ExcludedNodes();
+  void PublishExcludedNodes();
   ApiResponse NodeAction(const Principal& who, std::string_view name, std::string_view action,
                          const std::string& body);
 
@@ -299,6 +305,14 @@ class ApiServer {
   Result<AgentReply> RegisterAgent(const Principal& who, std::string_view body);
   Result<AgentReply> AgentHeartbeat(const Principal& who, std::string_view node,
                                     std::string_view body);
+  // A GPU UUID belongs to one node: kAlreadyExists naming the other node; otherwise records the
+  // node's UUIDs as its own.
+  Status ClaimGpuUuids(const Node& node);
+  // Adds to `batch` the end of every run on `node` that its re-registration breaks (a GPU of its
+  // placements gone or replaced, CPU or memory shrunk under it): requeued or failed as the job
+  // asks, through Stopping.
+  Status EndRunsBrokenByReregistration(const std::string& node, const Json& before,
+                                       const Json& after, store::WriteBatch& batch);
   Result<AgentReply> ProcessHeartbeat(const std::string& node, const HeartbeatRequest& request,
                                       bool gpus_applied);
   // The scheduling cycle's part: nodes silent for node_timeout become NotReady, and the runs of
@@ -325,8 +339,11 @@ class ApiServer {
   MonoTime started_at_;  // when this server object was made (NotReady grace after a restart)
 
   std::mutex agents_mu_;
-  std::map<std::string, MonoTime> last_heartbeat_;                    // guarded by agents_mu_
-  std::map<std::string, int64_t> last_sequence_;                      // guarded by agents_mu_
+  std::map<std::string, MonoTime> last_heartbeat_;     // guarded by agents_mu_
+  std::map<std::string, int64_t> last_sequence_;       // guarded by agents_mu_
+  std::map<std::string, std::string> gpu_owners_;      // GPU UUID -> node; guarded by agents_mu_
+  bool gpu_owners_loaded_ = false;                     // guarded by agents_mu_
+  std::map<std::string, std::string> excluded_nodes_;  // guarded by agents_mu_
   std::map<std::pair<std::string, int>, int> gpu_utilization_;        // guarded by agents_mu_
   std::map<std::string, std::set<std::string>> active_jobs_by_node_;  // guarded by agents_mu_
   bool active_index_built_ = false;                                   // guarded by agents_mu_

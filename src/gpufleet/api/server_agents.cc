@@ -7,11 +7,14 @@
 
 #include <fmt/format.h>
 
+#include "gpufleet/api/job_spec.h"
 #include "gpufleet/api/json_fields.h"
+#include "gpufleet/api/json_scan.h"
 #include "gpufleet/api/node_json.h"
 #include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/server_mig.h"
+#include "gpufleet/scheduler/snapshot.h"
 
 namespace gpufleet::api {
 namespace {
@@ -189,6 +192,48 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node,
     }
   }
   return events;
+}
+
+// Why a run on `node` cannot go on after the node registered again as `after` (its stored
+// document was `before`): a GPU at a position its placements use is gone or is another GPU (by
+// UUID), or the node's CPU or memory no longer holds the run's tasks there. nullopt: it goes on.
+std::optional<std::string> RunBrokenByReregistration(const Json& job, const std::string& node,
+                                                     const Json& before, const Json& after) {
+  const Json& old_gpus = ArrayOr(before, "gpus");
+  const Json& new_gpus = ArrayOr(after, "gpus");
+  int64_t cpu = 0;
+  int64_t memory = 0;
+  for (const Json& placement : ArrayOr(job, "placements")) {
+    if (StrOr(placement, "node") != node || PlacementGone(placement)) {
+      continue;
+    }
+    cpu += IntOr(placement, "cpu_milli", 0);
+    memory += IntOr(placement, "memory_mib", 0);
+    for (const Json& assignment : ArrayOr(placement, "assignments")) {
+      const int64_t position = IntOr(assignment, "gpu", -1);
+      const auto uuid_at = [&](const Json& gpus) {
+        return position >= 0 && position < static_cast<int64_t>(gpus.size())
+                   ? StrOr(gpus[static_cast<size_t>(position)], "uuid", "?")
+                   : std::string();
+      };
+      const std::string was = uuid_at(old_gpus);
+      const std::string now = uuid_at(new_gpus);
+      if (now.empty()) {
+        return fmt::format("{} registered again without its GPU {} (task {})", node, was,
+                           StrOr(placement, "task"));
+      }
+      if (now != was) {
+        return fmt::format("{} registered again with GPU {} where {} was (task {})", node, now, was,
+                           StrOr(placement, "task"));
+      }
+    }
+  }
+  if (cpu > IntOr(after, "cpu_milli", 0) || memory > IntOr(after, "memory_mib", 0)) {
+    return fmt::format(
+        "{} registered again with {} milli-CPU and {} MiB, less than its tasks hold ({} and {})",
+        node, IntOr(after, "cpu_milli", 0), IntOr(after, "memory_mib", 0), cpu, memory);
+  }
+  return std::nullopt;
 }
 
 // Merges a registering node's inventory into its stored document, keeping what operators set
@@ -388,6 +433,19 @@ Result<AgentReply> ApiServer::RegisterAgent(const Principal& who, std::string_vi
                   "registering a node needs an agent or admin token");
   }
   GPUFLEET_ASSIGN_OR_RETURN(RegisterRequest request, ParseRegisterRequest(body));
+  GPUFLEET_RETURN_IF_ERROR(ValidateNodeName("node.name", request.node.id.value()));
+  if (const Status status = scheduler::ValidateNode(request.node, Topology(request.topology_levels),
+                                                    options_.catalog);
+      !status.ok()) {
+    return InvalidArgumentError(fmt::format("node.{}", status.message()));
+  }
+  for (const Gpu& gpu : request.node.gpus) {
+    if (gpu.uuid.empty()) {
+      return InvalidArgumentError(
+          fmt::format("node.gpus[{}].uuid: empty (agents name GPUs by UUID)", gpu.index));
+    }
+  }
+  GPUFLEET_RETURN_IF_ERROR(ClaimGpuUuids(request.node));
   Cluster cluster;
   cluster.topology = Topology(request.topology_levels);
   cluster.nodes.push_back(request.node);
@@ -401,6 +459,9 @@ Result<AgentReply> ApiServer::RegisterAgent(const Principal& who, std::string_vi
     Json doc = MergeInventory(&old_doc, request.node, request.topology_levels);
     std::vector<std::string> events = ApplyGpuReports(doc, request.gpus);
     store::WriteBatch batch;
+    // Runs whose GPUs or host resources the new inventory no longer has end here, in the same
+    // commit, never silently kept on GPUs that are gone or freed.
+    GPUFLEET_RETURN_IF_ERROR(EndRunsBrokenByReregistration(name, old_doc, doc, batch));
     batch.Update(std::string(kNodesKind), name, doc.dump(), stored.version);
     batch.AppendEvent(std::string(kNodesKind), name,
                       fmt::format("agent registered ({} GPUs, driver {})", request.node.gpus.size(),
@@ -422,6 +483,61 @@ Result<AgentReply> ApiServer::RegisterAgent(const Principal& who, std::string_vi
   heartbeat.gpus = std::move(request.gpus);
   heartbeat.tasks = std::move(request.tasks);
   return ProcessHeartbeat(name, heartbeat, /*gpus_applied=*/true);
+}
+
+Status ApiServer::ClaimGpuUuids(const Node& node) {
+  std::lock_guard<std::mutex> lock(agents_mu_);
+  if (!gpu_owners_loaded_) {
+    GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> nodes,
+                              options_.store.List(kNodesKind));
+    for (const store::StoredObject& object : nodes) {
+      for (const Json& gpu : ArrayOr(ParseDocument(object.data), "gpus")) {
+        if (const std::string uuid = StrOr(gpu, "uuid"); !uuid.empty()) {
+          gpu_owners_[uuid] = object.name;
+        }
+      }
+    }
+    gpu_owners_loaded_ = true;
+  }
+  const std::string& name = node.id.value();
+  for (const Gpu& gpu : node.gpus) {
+    const auto owner = gpu_owners_.find(gpu.uuid.value());
+    if (owner != gpu_owners_.end() && owner->second != name) {
+      return AlreadyExistsError(
+          fmt::format("node.gpus[{}].uuid: {} is a GPU of node {}; a GPU belongs to one node "
+                      "(delete that node first if it moved)",
+                      gpu.index, gpu.uuid.value(), owner->second));
+    }
+  }
+  for (auto it = gpu_owners_.begin(); it != gpu_owners_.end();) {
+    it = it->second == name ? gpu_owners_.erase(it) : std::next(it);
+  }
+  for (const Gpu& gpu : node.gpus) {
+    gpu_owners_[gpu.uuid.value()] = name;
+  }
+  return Status::Ok();
+}
+
+Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const Json& before,
+                                                const Json& after, store::WriteBatch& batch) {
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs,
+                            options_.store.List(kJobsKind));
+  for (const store::StoredObject& object : jobs) {
+    const std::optional<std::string> state = TopLevelString(object.data, "state");
+    if (!state || !ParseJobState(*state) || !RunIsWanted(*ParseJobState(*state)) ||
+        object.data.find(node) == std::string::npos) {
+      continue;
+    }
+    const Json job = ParseDocument(object.data);
+    const std::optional<std::string> why = RunBrokenByReregistration(job, node, before, after);
+    if (!why) {
+      continue;
+    }
+    Json ended = job;
+    const std::string event = EndRunOnFailure(ended, *why, NowText());
+    AddJobWrite(job, ended, object.version, event, batch);
+  }
+  return Status::Ok();
 }
 
 Result<AgentReply> ApiServer::AgentHeartbeat(const Principal& who, std::string_view node,

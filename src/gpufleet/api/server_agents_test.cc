@@ -267,6 +267,84 @@ TEST_F(AgentProtocolTest, AReportDeliveredLateSaysNothingByATasksAbsence) {
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Cancelled");
 }
 
+// ---- no registration halts the fleet ------------------------------------------------------------
+
+TEST_F(AgentProtocolTest, RegistrationsTheSchedulerCannotTakeAreRefusedNamingTheField) {
+  Cycle();
+  const auto refusal = [&](const RegisterRequest& request) {
+    const ApiResponse response =
+        Call("POST", "/v1/agents/register", agent_, RegisterRequestToJson(request));
+    EXPECT_EQ(response.status / 100, 4) << response.body;
+    return response.body;
+  };
+  RegisterRequest many = Inventory("node-big", "leaf-0");
+  for (int i = 8; i < 65; ++i) {
+    Gpu gpu = many.node.gpus[0];
+    gpu.index = i;
+    gpu.uuid = GpuUuid(fmt::format("GPU-node-big-{}", i));
+    many.node.gpus.push_back(gpu);
+  }
+  EXPECT_THAT(refusal(many), HasSubstr("node.gpus: 65 GPUs, at most 64"));
+  EXPECT_THAT(refusal(Inventory("../x", "leaf-0")), HasSubstr("node.name"));
+  RegisterRequest twice = Inventory("node-twice", "leaf-0");
+  twice.node.gpus[1].index = 0;
+  EXPECT_THAT(refusal(twice), HasSubstr("gpus[1].index: 0 appears twice on the node"));
+  Register(Inventory("node-a", "leaf-0"));
+  RegisterRequest thief = Inventory("node-b", "leaf-0");
+  thief.node.gpus[3].uuid = GpuUuid("GPU-node-a-3");
+  EXPECT_THAT(refusal(thief), HasSubstr("GPU-node-a-3 is a GPU of node node-a"));
+  // Nothing of the refused nodes was stored, and the fleet schedules as before.
+  EXPECT_EQ(Get("/v1/nodes")["items"].size(), 1u);
+  Submit(JobYaml("train", 1, 8));
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
+}
+
+TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithoutAGpuEndsTheRunsOnIt) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("train", 1, 8));
+  Cycle();
+  HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
+  Heartbeat("node-a", beat);
+  RegisterRequest fewer = Inventory("node-a", "leaf-0");
+  fewer.node.gpus.pop_back();
+  fewer.tasks = beat.tasks;
+  const AgentReply reply = Register(fewer);
+  EXPECT_TRUE(reply.tasks.empty()) << "no longer wanted: its GPU is gone";
+  const Json job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Stopping");
+  EXPECT_THAT(job["reason"].get<std::string>(),
+              HasSubstr("node-a registered again without its GPU GPU-node-a-7"));
+  // Once its task has ended it waits for a node with 8 GPUs; none is given a GPU that is gone.
+  beat.tasks = {Report("train/workers-0/1", TaskPhase::kFailed, 143)};
+  Heartbeat("node-a", beat);
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Pending");
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Pending");
+}
+
+TEST_F(AgentProtocolTest, DeleteNodeRemovesANodeThatHoldsNoRuns) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("train", 1, 8));
+  Cycle();
+  const ApiResponse busy = Call("DELETE", "/v1/nodes/node-a", admin_);
+  EXPECT_EQ(busy.status, 400);
+  EXPECT_THAT(busy.body, HasSubstr("holds runs of 1 job(s) (train)"));
+  EXPECT_EQ(Call("DELETE", "/v1/nodes/node-a", agent_).status, 403);
+  ASSERT_EQ(Call("POST", "/v1/jobs/train/cancel", admin_).status, 200);
+  Heartbeat("node-a");  // the task is not on the node: the job is Cancelled
+  ASSERT_EQ(Call("DELETE", "/v1/nodes/node-a", admin_).status, 200);
+  EXPECT_EQ(Call("GET", "/v1/nodes/node-a", admin_).status, 404);
+  EXPECT_EQ(Call("DELETE", "/v1/nodes/node-a", admin_).status, 404);
+  // Its GPUs may now belong to another node.
+  RegisterRequest moved = Inventory("node-b", "leaf-0");
+  moved.node.gpus[0].uuid = GpuUuid("GPU-node-a-0");
+  Register(moved);
+}
+
 TEST_F(AgentProtocolTest, SilentNodeBecomesNotReadyAndItsJobIsRequeuedWithoutHoldingGpus) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));

@@ -693,18 +693,20 @@ int RunDelete(ApiClient& client, const DeleteArgs& args, std::ostream& out, std:
     return RunDeleteDeployment(client, args, out, err);
   }
   const Result<ResourceKind> kind = ParseResourceKind(args.kind);
-  if (!kind.ok() || *kind != ResourceKind::kQueue) {
-    return PrintUsageError(fmt::format("delete takes queue or deployment, not \"{}\"", args.kind),
-                           err);
+  if (!kind.ok() || (*kind != ResourceKind::kQueue && *kind != ResourceKind::kNode)) {
+    return PrintUsageError(
+        fmt::format("delete takes queue, node or deployment, not \"{}\"", args.kind), err);
   }
+  const bool node = *kind == ResourceKind::kNode;
   if (args.name.empty()) {
-    return PrintUsageError("usage: delete queue NAME", err);
+    return PrintUsageError(node ? "usage: delete node NAME" : "usage: delete queue NAME", err);
   }
-  Result<json> answer = client.Delete(QueuePath(args.name));
+  Result<json> answer =
+      client.Delete(node ? "/v1/nodes/" + UrlEncode(args.name) : QueuePath(args.name));
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }
-  out << "queue/" << NameOf(*answer, args.name) << " deleted\n";
+  out << (node ? "node/" : "queue/") << NameOf(*answer, args.name) << " deleted\n";
   return 0;
 }
 

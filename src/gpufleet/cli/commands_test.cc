@@ -287,7 +287,7 @@ TEST_F(CommandsTest, DeleteQueueEncodesEachSegmentAndShowsARefusal) {
       "Error from server (FailedPrecondition): queue \"research\" is in use: 1 child queues\n");
   err_.str("");
   EXPECT_EQ(RunDelete(fake_.client, {.kind = "team", .name = "nlp"}, out_, err_), 1);
-  EXPECT_EQ(err_.str(), "error: delete takes queue or deployment, not \"team\"\n");
+  EXPECT_EQ(err_.str(), "error: delete takes queue, node or deployment, not \"team\"\n");
 }
 
 TEST_F(CommandsTest, RevokeTokenAndGetTokens) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
@@ -80,6 +81,30 @@ void CountTaskKind(NodeInfo& node, const std::vector<GpuAssignment>& gpus, int d
 ClusterSnapshot::ClusterSnapshot() {
   static std::atomic<uint64_t> next_identity{1};
   identity_ = next_identity.fetch_add(1, std::memory_order_relaxed);
+}
+
+Status ValidateNode(const Node& node, const Topology& topology, const GpuCatalog& catalog) {
+  if (node.gpus.size() > static_cast<size_t>(kMaxGpusPerNode)) {
+    return InvalidArgumentError(
+        fmt::format("gpus: {} GPUs, at most {}", node.gpus.size(), kMaxGpusPerNode));
+  }
+  std::set<int> indices;
+  std::set<std::string> uuids;
+  for (size_t g = 0; g < node.gpus.size(); ++g) {
+    const Gpu& gpu = node.gpus[g];
+    if (!indices.insert(gpu.index).second) {
+      return InvalidArgumentError(
+          fmt::format("gpus[{}].index: {} appears twice on the node", g, gpu.index));
+    }
+    if (!gpu.uuid.empty() && !uuids.insert(gpu.uuid.value()).second) {
+      return InvalidArgumentError(
+          fmt::format("gpus[{}].uuid: \"{}\" appears twice on the node", g, gpu.uuid.value()));
+    }
+  }
+  Cluster one;
+  one.topology = topology;
+  one.nodes.push_back(node);
+  return one.Validate(catalog);
 }
 
 Result<ClusterSnapshot> ClusterSnapshot::Build(Cluster cluster, const GpuCatalog& catalog) {
