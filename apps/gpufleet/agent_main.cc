@@ -114,6 +114,8 @@ int RunAgent(const AgentFlags& flags) {
     token = *read;
   } else if (const char* env = std::getenv("GPUFLEET_AGENT_TOKEN"); env != nullptr) {
     token = env;
+    // Read once: the token leaves the environment, so no child of the agent can inherit it.
+    unsetenv("GPUFLEET_AGENT_TOKEN");
   } else {
     return Fail(
         InvalidArgumentError("no token: give --token-file or GPUFLEET_AGENT_TOKEN (gpufleet create "

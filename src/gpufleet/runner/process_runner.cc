@@ -247,8 +247,19 @@ Result<std::string> FindExecutable(const std::string& program, std::string_view 
   return NotFoundError(fmt::format("command '{}' not found in PATH '{}'", program, search_path));
 }
 
-// The runner's environment without the variables the launch sets, then the launch's variables
-// and the GPU variables.
+// The variables of the runner's own environment a task gets (kInheritedEnv); never the rest,
+// which holds the agent's secrets.
+bool IsInherited(std::string_view name) {
+  for (const std::string_view allowed : kInheritedEnv) {
+    if (name == allowed) {
+      return true;
+    }
+  }
+  return name.starts_with("LC_");
+}
+
+// The allow-listed part of the runner's environment without the variables the launch sets, then
+// the launch's variables and the GPU variables.
 std::vector<std::string> BuildEnvironment(const TaskLaunch& launch) {
   std::map<std::string, std::string, std::less<>> overrides(launch.env.begin(), launch.env.end());
   for (auto& [name, value] : GpuEnvironment(launch.gpu_uuids)) {
@@ -257,7 +268,8 @@ std::vector<std::string> BuildEnvironment(const TaskLaunch& launch) {
   std::vector<std::string> entries;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const std::string_view text(*entry);
-    if (!overrides.contains(text.substr(0, text.find('=')))) {
+    const std::string_view name = text.substr(0, text.find('='));
+    if (IsInherited(name) && !overrides.contains(name)) {
       entries.emplace_back(text);
     }
   }

@@ -19,17 +19,23 @@
 
 namespace gpufleet::runner {
 
+// What a task inherits of the environment of the process that runs it (with LC_*).
+inline constexpr std::string_view kInheritedEnv[] = {"PATH", "HOME",    "LANG",  "TZ",
+                                                     "USER", "LOGNAME", "TMPDIR"};
+
 // The real TaskRunner: each task is a process of this node.
 //
 // How a task runs. Start forks a shim (internal/shim.h) that leads a new process group, ignores
 // SIGTERM, forks the task's program with execve and waits for it; Start returns once the task's
-// process exists, so a Stop right after it reaches the task. The task gets the runner's
-// environment plus TaskLaunch::env, CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES set from its
-// GPU UUIDs, stdin from /dev/null, stdout and stderr appended to its log file, and default signal
-// handling. When the task ends, the shim writes "<state_dir>/<id>.exit" and sends SIGKILL to its
-// process group, which ends anything the task left behind (a task is over when its main process
-// is; processes that leave the group with setsid escape, as only cgroups could prevent). Stop
-// signals the whole group, so the task's children get SIGTERM and, after the grace, SIGKILL.
+// process exists, so a Stop right after it reaches the task. The task gets an allow-listed part of
+// the runner's environment (kInheritedEnv and LC_*; never the agent's token or anything else the
+// agent was started with) plus TaskLaunch::env, CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES
+// set from its GPU UUIDs, stdin from /dev/null, stdout and stderr appended to its log file, and
+// default signal handling. When the task ends, the shim writes "<state_dir>/<id>.exit" and sends
+// SIGKILL to its process group, which ends anything the task left behind (a task is over when its
+// main process is; processes that leave the group with setsid escape, as only cgroups could
+// prevent). Stop signals the whole group, so the task's children get SIGTERM and, after the grace,
+// SIGKILL.
 //
 // Surviving an agent restart. The shim is not tied to the agent: it keeps running, and its
 // record of the exit outlives both. For each task the runner keeps "<state_dir>/<id>.task" (with

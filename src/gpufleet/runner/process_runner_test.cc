@@ -233,24 +233,28 @@ TEST_F(ProcessRunnerTest, TaskWithoutGpusSeesNoDevice) {
   EXPECT_EQ(ReadFile(launch.log_path), "cuda=[] nvidia=void\n");
 }
 
-TEST_F(ProcessRunnerTest, LaunchEnvironmentOverridesTheRunnersOwn) {
-  ASSERT_EQ(setenv("GPUFLEET_RUNNER_TEST_INHERITED", "from-runner", 1), 0);
-  ASSERT_EQ(setenv("GPUFLEET_RUNNER_TEST_OVERRIDDEN", "from-runner", 1), 0);
+TEST_F(ProcessRunnerTest, ATaskGetsOnlyTheAllowListedPartOfTheRunnersEnvironment) {
+  // The agent's own secrets (its token) and anything else it was started with stay with it.
+  ASSERT_EQ(setenv("GPUFLEET_AGENT_TOKEN", "secret-of-the-agent", 1), 0);
+  ASSERT_EQ(setenv("AWS_SECRET_ACCESS_KEY", "secret-of-the-host", 1), 0);
+  ASSERT_EQ(setenv("TZ", "Europe/Paris", 1), 0);
   ASSERT_EQ(setenv("CUDA_VISIBLE_DEVICES", "0,1,2,3", 1), 0);
   std::unique_ptr<ProcessRunner> runner = OpenRunner();
   ASSERT_NE(runner, nullptr);
-  TaskLaunch launch = Shell("env",
-                            "echo \"$GPUFLEET_RUNNER_TEST_INHERITED "
-                            "$GPUFLEET_RUNNER_TEST_OVERRIDDEN $CUDA_VISIBLE_DEVICES\"");
-  launch.env = {{"GPUFLEET_RUNNER_TEST_OVERRIDDEN", "from-launch"}};
+  TaskLaunch launch =
+      Shell("env",
+            "echo \"[${GPUFLEET_AGENT_TOKEN-}][${AWS_SECRET_ACCESS_KEY-}] $TZ $EPOCHS "
+            "$CUDA_VISIBLE_DEVICES\"; test -n \"$PATH\"");
+  launch.env = {{"EPOCHS", "3"}, {"TZ", "UTC"}};
   launch.gpu_uuids = {"GPU-1"};
   StartOrFail(*runner, launch);
   const TaskStatus status = WaitForEnd(*runner, "env");
-  unsetenv("GPUFLEET_RUNNER_TEST_INHERITED");
-  unsetenv("GPUFLEET_RUNNER_TEST_OVERRIDDEN");
+  unsetenv("GPUFLEET_AGENT_TOKEN");
+  unsetenv("AWS_SECRET_ACCESS_KEY");
+  unsetenv("TZ");
   unsetenv("CUDA_VISIBLE_DEVICES");
   EXPECT_EQ(status.state, TaskState::kExited);
-  EXPECT_EQ(ReadFile(launch.log_path), "from-runner from-launch GPU-1\n");
+  EXPECT_EQ(ReadFile(launch.log_path), "[][] UTC 3 GPU-1\n");
 }
 
 TEST_F(ProcessRunnerTest, AppendsToAnExistingLogAndStartsInTheWorkingDirectory) {
