@@ -144,6 +144,16 @@ int RunAgent(const AgentFlags& flags) {
   options.gpus_per_nvlink_domain = flags.gpus_per_nvlink_domain;
   options.log_dir = (std::filesystem::path(flags.state_dir) / "logs").string();
   options.stop_grace = std::chrono::seconds(flags.stop_grace_s);
+  // The node credential a join token was exchanged for at an earlier registration goes first.
+  const std::string node_token_file =
+      (std::filesystem::path(flags.state_dir) / "node-token").string();
+  if (std::filesystem::exists(node_token_file)) {
+    Result<std::string> read = ReadSecretFile(node_token_file, "the node credential");
+    if (!read.ok()) {
+      return Fail(read.status());
+    }
+    options.node_token = *read;
+  }
   std::error_code error;
   std::filesystem::create_directories(options.log_dir, error);
   if (error) {
@@ -235,6 +245,12 @@ int RunAgent(const AgentFlags& flags) {
       if (!registered) {
         fmt::print("gpufleet agent: registered\n");
         std::fflush(stdout);
+        if (!node_agent.node_token().empty()) {
+          if (Status saved = WriteSecretFile(node_token_file, node_agent.node_token());
+              !saved.ok()) {
+            fmt::print(stderr, "gpufleet agent: {}\n", saved.ToString());
+          }
+        }
       }
       registered = true;
       wait = std::chrono::duration_cast<std::chrono::milliseconds>(node_agent.heartbeat_interval());

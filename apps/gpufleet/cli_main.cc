@@ -123,7 +123,10 @@ Action AddCliCommands(CLI::App& app) {
   create->add_option("-f,--filename", s.create.file, "deployment: the JSON spec file");
   create->add_option("NAME", s.create.name, "the team's or queue's name");
   create->add_option("--team", s.create.team, "queue: the team that may use it; token: its team");
-  create->add_option("--role", s.create.role, "token: admin or member");
+  create->add_option("--role", s.create.role, "token: admin, member or agent");
+  create->add_option("--node", s.create.node,
+                     "agent token: the one node it acts for (without: a join token, exchanged "
+                     "for a node credential at the node's first registration)");
   create->add_option("--name", s.create.token_name, "token: who or what holds it, e.g. ci-bot");
   create->add_option("--guarantee", s.create.guarantee,
                      "queue: guaranteed GPUs MODEL=GPUS (\"*\": any model); repeatable");

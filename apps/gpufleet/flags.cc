@@ -1,12 +1,15 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "flags.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -89,6 +92,22 @@ Result<std::string> ReadSecretFile(const std::string& path, std::string_view fla
     return InvalidArgumentError(fmt::format("{}: \"{}\" is empty", flag, path));
   }
   return text.substr(begin, end - begin + 1);
+}
+
+Status WriteSecretFile(const std::string& path, std::string_view secret) {
+  const std::string temporary = path + ".tmp";
+  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return UnavailableError(fmt::format("cannot write \"{}\": {}", temporary, strerror(errno)));
+  }
+  const std::string text = fmt::format("{}\n", secret);
+  const bool written =
+      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
+  close(fd);
+  if (!written || rename(temporary.c_str(), path.c_str()) != 0) {
+    return UnavailableError(fmt::format("cannot write \"{}\": {}", path, strerror(errno)));
+  }
+  return Status::Ok();
 }
 
 void BlockStopSignals() {

@@ -33,6 +33,9 @@ Result<std::pair<std::string, int>> ParseHostPort(const std::string& text,
 // The contents of a secret file (a token), without surrounding white space. kInvalidArgument
 // naming `flag` and the path when it cannot be read or is empty.
 Result<std::string> ReadSecretFile(const std::string& path, std::string_view flag);
+// Writes `secret` to `path`, readable by its owner only (mode 0600, replaced atomically);
+// kUnavailable naming the path.
+Status WriteSecretFile(const std::string& path, std::string_view secret);
 
 // SIGINT and SIGTERM are taken by WaitForStopSignal: call this before any thread starts so that
 // every thread inherits the mask.

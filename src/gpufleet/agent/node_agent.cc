@@ -19,9 +19,13 @@ constexpr char kJobEnv[] = "GPUFLEET_JOB";
 constexpr char kTaskEnv[] = "GPUFLEET_TASK";
 constexpr char kTaskIdEnv[] = "GPUFLEET_TASK_ID";
 
-Result<api::AgentReply> Send(cli::ApiClient& client, const std::string& path,
-                             const std::string& body) {
-  GPUFLEET_ASSIGN_OR_RETURN(const nlohmann::json answer, client.Post(path, body, kJsonType));
+// With the node's own credential once it has one, else the client's token.
+Result<api::AgentReply> Send(cli::ApiClient& client, const std::string& node_token,
+                             const std::string& path, const std::string& body) {
+  GPUFLEET_ASSIGN_OR_RETURN(const nlohmann::json answer,
+                            node_token.empty()
+                                ? client.Post(path, body, kJsonType)
+                                : client.PostWithToken(node_token, path, body, kJsonType));
   return api::ParseAgentReply(answer.dump());
 }
 
@@ -159,11 +163,12 @@ NodeAgent::NodeAgent(NodeAgentOptions options, TelemetrySampler& telemetry, GpuP
       client_(client),
       catalog_(catalog),
       clock_(clock),
-      renewed_at_(clock.Now()) {}
+      renewed_at_(clock.Now()),
+      node_token_(options_.node_token) {}
 
 Result<api::AgentReply> NodeAgent::SendRenewing(const std::string& path, const std::string& body) {
   const MonoTime sent = clock_.Now();
-  GPUFLEET_ASSIGN_OR_RETURN(api::AgentReply reply, Send(client_, path, body));
+  GPUFLEET_ASSIGN_OR_RETURN(api::AgentReply reply, Send(client_, node_token_, path, body));
   renewed_at_ = sent;
   lease_ = std::chrono::milliseconds(reply.lease_ms);
   server_stop_grace_ = std::chrono::milliseconds(reply.stop_grace_ms);
@@ -296,6 +301,9 @@ Status NodeAgent::Register() {
   GPUFLEET_ASSIGN_OR_RETURN(const api::AgentReply reply,
                             SendRenewing("/v1/agents/register", RegisterRequestToJson(request)));
   registered_ = true;
+  if (!reply.node_token.empty()) {
+    node_token_ = reply.node_token;
+  }
   return Apply(reply, statuses);
 }
 

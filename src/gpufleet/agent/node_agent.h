@@ -60,6 +60,9 @@ struct NodeAgentOptions {
   // heard from the node; docs/agent.md, "Leases and fencing"). A lease shorter than twice the
   // margin is cut by half of it instead.
   Duration fence_margin = std::chrono::seconds(16);
+  // The node credential an earlier run of the agent was given (NodeAgent::node_token); empty: the
+  // client's token is a join token to exchange at registration.
+  std::string node_token;
 };
 
 class NodeAgent {
@@ -96,6 +99,10 @@ class NodeAgent {
   // without a heartbeat.
   int FenceIfLeaseExpired();
 
+  // The node credential the server gave this agent for its join token at registration (it uses
+  // it from then on); empty while it has none. `gpufleet agent` keeps it in its state directory.
+  const std::string& node_token() const { return node_token_; }
+
   // What the server asked for at the last answer.
   Duration heartbeat_interval() const { return heartbeat_interval_; }
   const std::vector<api::DesiredTask>& desired_tasks() const { return desired_; }
@@ -131,6 +138,7 @@ class NodeAgent {
   Duration lease_ = std::chrono::seconds(40);
   Duration server_stop_grace_ = std::chrono::seconds(30);
   std::string fenced_;  // what the last fencing did, until a heartbeat has reported it
+  std::string node_token_;
   Duration heartbeat_interval_ = std::chrono::seconds(10);
   std::vector<api::DesiredTask> desired_;
   std::map<std::string, int> gpu_index_by_uuid_;

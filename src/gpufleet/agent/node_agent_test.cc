@@ -110,8 +110,11 @@ class NodeAgentTest : public ::testing::Test {
     ASSERT_OK(server_->RunSchedulingCycle());
   }
 
-  std::unique_ptr<NodeAgent> MakeAgent(runner::TaskRunner& runner) {
+  // `node_token`: the credential an earlier agent of the node was given (it keeps it on disk).
+  std::unique_ptr<NodeAgent> MakeAgent(runner::TaskRunner& runner,
+                                       const std::string& node_token = "") {
     NodeAgentOptions options;
+    options.node_token = node_token;
     options.node_name = "node-a";
     options.topology_levels = {"leaf"};
     options.topology_values = {"leaf-0"};
@@ -359,7 +362,12 @@ TEST_F(NodeAgentTest, ARestartedAgentAdoptsTheTasksTheServerStillWants) {
   EXPECT_EQ(Job("keep")["state"], "Running");
   // The runner outlives the agent (the process runner re-reads its state directory).
   ASSERT_OK(runner_->Start({.task_id = "gone/main-0/1", .argv = {"x"}}));
+  const std::string credential = agent_->node_token();
+  ASSERT_FALSE(credential.empty());
+  // Without its credential the new agent cannot act for the node.
   agent_ = MakeAgent(*runner_);
+  EXPECT_THAT(agent_->Register(), StatusIs(StatusCode::kPermissionDenied));
+  agent_ = MakeAgent(*runner_, credential);
   ASSERT_OK(agent_->Register());
   const std::vector<runner::TaskStatus> tasks = runner_->Poll();
   ASSERT_EQ(tasks.size(), 2u);

@@ -488,6 +488,9 @@ std::string AgentReplyToJson(const AgentReply& reply) {
             {"lease_ms", reply.lease_ms},
             {"stop_grace_ms", reply.stop_grace_ms},
             {"tasks", std::move(tasks)}};
+  if (!reply.node_token.empty()) {
+    j["node_token"] = reply.node_token;
+  }
   if (!reply.mig_layouts.empty()) {
     Json layouts = Json::array();
     for (const WantedMigLayout& layout : reply.mig_layouts) {
@@ -535,13 +538,15 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
   GPUFLEET_ASSIGN_OR_RETURN(
       const ObjectReader r,
-      ObjectReader::Open(
-          j, "", {"heartbeat_interval_ms", "lease_ms", "stop_grace_ms", "tasks", "mig_layouts"}));
+      ObjectReader::Open(j, "",
+                         {"heartbeat_interval_ms", "lease_ms", "stop_grace_ms", "tasks",
+                          "mig_layouts", "node_token"}));
   AgentReply reply;
   GPUFLEET_RETURN_IF_ERROR(
       r.Integer("heartbeat_interval_ms", &reply.heartbeat_interval_ms, 1, 3600 * 1000));
   GPUFLEET_RETURN_IF_ERROR(r.Integer("lease_ms", &reply.lease_ms, 1, 3600 * 1000));
   GPUFLEET_RETURN_IF_ERROR(r.Integer("stop_grace_ms", &reply.stop_grace_ms, 0, 3600 * 1000));
+  GPUFLEET_RETURN_IF_ERROR(r.String("node_token", &reply.node_token));
   const auto read_task = [&](const Json& t, const std::string& path) -> Status {
     GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader tr,
                               ObjectReader::Open(t, path,

@@ -130,6 +130,9 @@ struct AgentReply {
   std::vector<DesiredTask> tasks;
   // The GPUs whose MIG instances must change, at most one entry per GPU.
   std::vector<WantedMigLayout> mig_layouts;
+  // Only in the answer to a registration with a fleet-wide join token: this node's own
+  // credential, for every request from now on (the join token no longer acts for the node).
+  std::string node_token;
 };
 
 std::string RegisterRequestToJson(const RegisterRequest& request);

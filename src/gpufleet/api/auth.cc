@@ -73,6 +73,9 @@ Result<TokenInfo> TokenInfoOf(const store::StoredObject& object) {
   if (data.contains("name") && data["name"].is_string()) {
     info.name = data["name"].get<std::string>();
   }
+  if (data.contains("node") && data["node"].is_string()) {
+    info.node = data["node"].get<std::string>();
+  }
   return info;
 }
 
@@ -155,13 +158,18 @@ Result<Principal> TokenAuthenticator::Authenticate(std::string_view authorizatio
   principal.role = info.role;
   principal.team = std::move(info.team);
   principal.name = std::move(info.name);
+  principal.node = std::move(info.node);
+  principal.token_id = hash.substr(0, kTokenIdChars);
   return principal;
 }
 
 Status TokenAuthenticator::StoreToken(std::string_view token, Role role, std::string_view team,
-                                      std::string_view name) {
+                                      std::string_view name, std::string_view node) {
   if (role == Role::kMember && team.empty()) {
     return InvalidArgumentError("team: a member token needs a team");
+  }
+  if (!node.empty() && role != Role::kAgent) {
+    return InvalidArgumentError("node: only an agent token acts for a node");
   }
   if (name.empty()) {
     return InvalidArgumentError("name: must not be empty");
@@ -171,21 +179,26 @@ Status TokenAuthenticator::StoreToken(std::string_view token, Role role, std::st
     return InternalError("sha-256 failed");
   }
   Json data = {{"role", RoleName(role)}, {"team", team}, {"name", name}};
+  if (!node.empty()) {
+    data["node"] = node;
+  }
   store::WriteBatch batch;
   batch.Create(std::string(kTokensKind), hash, data.dump());
   batch.AppendEvent(std::string(kTokensKind), hash,
-                    fmt::format("created {} token \"{}\"", RoleName(role), name));
+                    node.empty()
+                        ? fmt::format("created {} token \"{}\"", RoleName(role), name)
+                        : fmt::format("created agent token \"{}\" for node {}", name, node));
   return store_.Commit(batch);
 }
 
 Result<std::string> TokenAuthenticator::CreateToken(Role role, std::string_view team,
-                                                    std::string_view name) {
+                                                    std::string_view name, std::string_view node) {
   std::array<unsigned char, kTokenBytes> bytes{};
   if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
     return UnavailableError("RAND_bytes failed: no entropy for a token");
   }
   std::string token = Hex(bytes.data(), bytes.size());
-  GPUFLEET_RETURN_IF_ERROR(StoreToken(token, role, team, name));
+  GPUFLEET_RETURN_IF_ERROR(StoreToken(token, role, team, name, node));
   return token;
 }
 

@@ -31,6 +31,9 @@ struct Principal {
   Role role = Role::kMember;
   std::string team;  // members: the team whose jobs they see; may be empty for admins
   std::string name;  // for events and logs
+  // Agents: the one node a node credential acts for; empty for a fleet-wide join token.
+  std::string node;
+  std::string token_id;  // TokenId of the credential
 
   bool is_admin() const { return role == Role::kAdmin; }
 };
@@ -49,6 +52,7 @@ struct TokenInfo {
   Role role = Role::kMember;
   std::string team;
   std::string name;
+  std::string node;  // a node credential's node
 };
 
 // Issues, checks and revokes tokens in a StateStore. Thread-safe: the store (which must outlive
@@ -64,8 +68,10 @@ class TokenAuthenticator {
   Result<Principal> Authenticate(std::string_view authorization_header) const;
 
   // Makes a fresh random token and stores its hash. kInvalidArgument for a member without a
-  // team or an empty name. Returns the token: it is never shown again.
-  Result<std::string> CreateToken(Role role, std::string_view team, std::string_view name);
+  // team, an empty name, or a node for another role than agent. With `node`, an agent token is a
+  // node credential: it acts for that node alone. Returns the token: it is never shown again.
+  Result<std::string> CreateToken(Role role, std::string_view team, std::string_view name,
+                                  std::string_view node = "");
   // Stores the hash of a token chosen by the operator (at least 16 characters, printable ASCII,
   // no spaces). kAlreadyExists if it is already installed.
   Status InstallToken(std::string_view token, Role role, std::string_view team,
@@ -86,8 +92,8 @@ class TokenAuthenticator {
   Result<std::optional<std::string>> Bootstrap(const std::optional<std::string>& admin_token);
 
  private:
-  Status StoreToken(std::string_view token, Role role, std::string_view team,
-                    std::string_view name);
+  Status StoreToken(std::string_view token, Role role, std::string_view team, std::string_view name,
+                    std::string_view node = "");
   // Revokes the token stored under `hash_prefix` (a whole hash or an id).
   Result<TokenInfo> Revoke(std::string_view hash_prefix);
 

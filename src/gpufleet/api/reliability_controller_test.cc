@@ -5,6 +5,7 @@
 // path and the failure report.
 #include "gpufleet/api/reliability_controller.h"
 
+#include <map>
 #include <memory>
 #include <string>
 
@@ -137,15 +138,22 @@ class ReliabilityControllerTest : public ::testing::Test {
     return Json::parse(response.body, nullptr, false);
   }
 
+  // With the join token, then the node's own credential that the server gives for it.
   void Register(const std::string& node) {
-    const ApiResponse response =
-        Call("POST", "/v1/agents/register", agent_, RegisterRequestToJson(Inventory(node)));
+    const ApiResponse response = Call("POST", "/v1/agents/register",
+                                      node_tokens_.count(node) > 0 ? node_tokens_[node] : agent_,
+                                      RegisterRequestToJson(Inventory(node)));
     ASSERT_EQ(response.status, 200) << response.body;
+    const Result<AgentReply> reply = ParseAgentReply(response.body);
+    ASSERT_OK(reply);
+    if (!reply->node_token.empty()) {
+      node_tokens_[node] = reply->node_token;
+    }
   }
 
   void Heartbeat(const std::string& node, const HeartbeatRequest& request = {}) {
-    const ApiResponse response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", node), agent_,
-                                      HeartbeatRequestToJson(request));
+    const ApiResponse response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", node),
+                                      node_tokens_[node], HeartbeatRequestToJson(request));
     ASSERT_EQ(response.status, 200) << response.body;
   }
 
@@ -222,6 +230,7 @@ class ReliabilityControllerTest : public ::testing::Test {
   std::unique_ptr<ApiServer> server_;
   std::string admin_;
   std::string agent_;
+  std::map<std::string, std::string> node_tokens_;
 };
 
 // ---- outcome records ----------------------------------------------------------------------

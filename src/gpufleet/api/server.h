@@ -305,6 +305,9 @@ class ApiServer {
   Result<AgentReply> RegisterAgent(const Principal& who, std::string_view body);
   Result<AgentReply> AgentHeartbeat(const Principal& who, std::string_view node,
                                     std::string_view body);
+  // An agent's credential acts for one node: a node credential for its node only, a join token
+  // only for a node that has no credential yet. kPermissionDenied naming both otherwise.
+  Status CheckNodeCredential(const Principal& who, const std::string& node);
   // A GPU UUID belongs to one node: kAlreadyExists naming the other node; otherwise records the
   // node's UUIDs as its own.
   Status ClaimGpuUuids(const Node& node);

@@ -445,7 +445,17 @@ Result<AgentReply> ApiServer::RegisterAgent(const Principal& who, std::string_vi
           fmt::format("node.gpus[{}].uuid: empty (agents name GPUs by UUID)", gpu.index));
     }
   }
+  GPUFLEET_RETURN_IF_ERROR(CheckNodeCredential(who, request.node.id.value()));
   GPUFLEET_RETURN_IF_ERROR(ClaimGpuUuids(request.node));
+  // A join token exchanges itself for a credential of this node alone, as kubeadm's bootstrap
+  // tokens do; the agent uses that one from now on.
+  std::string node_token;
+  if (who.role == Role::kAgent && who.node.empty()) {
+    GPUFLEET_ASSIGN_OR_RETURN(
+        node_token, authenticator_.CreateToken(Role::kAgent, "",
+                                               fmt::format("node/{}", request.node.id.value()),
+                                               request.node.id.value()));
+  }
   Cluster cluster;
   cluster.topology = Topology(request.topology_levels);
   cluster.nodes.push_back(request.node);
@@ -457,6 +467,13 @@ Result<AgentReply> ApiServer::RegisterAgent(const Principal& who, std::string_vi
                               options_.store.Get(kNodesKind, name));
     const Json old_doc = ParseDocument(stored.data);
     Json doc = MergeInventory(&old_doc, request.node, request.topology_levels);
+    if (!node_token.empty()) {
+      doc["credential"] = TokenId(node_token);
+    } else if (who.role == Role::kAgent) {
+      doc["credential"] = who.token_id;
+    } else if (old_doc.contains("credential")) {
+      doc["credential"] = old_doc["credential"];
+    }
     std::vector<std::string> events = ApplyGpuReports(doc, request.gpus);
     store::WriteBatch batch;
     // Runs whose GPUs or host resources the new inventory no longer has end here, in the same
@@ -482,7 +499,37 @@ Result<AgentReply> ApiServer::RegisterAgent(const Principal& who, std::string_vi
   HeartbeatRequest heartbeat;
   heartbeat.gpus = std::move(request.gpus);
   heartbeat.tasks = std::move(request.tasks);
-  return ProcessHeartbeat(name, heartbeat, /*gpus_applied=*/true);
+  heartbeat.sequence = request.sequence;
+  GPUFLEET_ASSIGN_OR_RETURN(AgentReply reply,
+                            ProcessHeartbeat(name, heartbeat, /*gpus_applied=*/true));
+  reply.node_token = std::move(node_token);
+  return reply;
+}
+
+Status ApiServer::CheckNodeCredential(const Principal& who, const std::string& node) {
+  if (who.role != Role::kAgent) {
+    return Status::Ok();  // an admin acts for any node
+  }
+  if (!who.node.empty()) {
+    if (who.node != node) {
+      return Status(StatusCode::kPermissionDenied,
+                    fmt::format("this credential acts for node {} only, not {}", who.node, node));
+    }
+    return Status::Ok();
+  }
+  Result<store::StoredObject> stored = options_.store.Get(kNodesKind, node);
+  if (!stored.ok()) {
+    return stored.status().code() == StatusCode::kNotFound ? Status::Ok() : stored.status();
+  }
+  if (!StrOr(ParseDocument(stored->data), "credential").empty()) {
+    return Status(
+        StatusCode::kPermissionDenied,
+        fmt::format(
+            "node {} has its own credential; a join token cannot act for it (gpufleet create token "
+            "--role agent --node {} makes a new one)",
+            node, node));
+  }
+  return Status::Ok();
 }
 
 Status ApiServer::ClaimGpuUuids(const Node& node) {
@@ -546,6 +593,7 @@ Result<AgentReply> ApiServer::AgentHeartbeat(const Principal& who, std::string_v
     return Status(StatusCode::kPermissionDenied, "heartbeats need an agent or admin token");
   }
   GPUFLEET_ASSIGN_OR_RETURN(const HeartbeatRequest request, ParseHeartbeatRequest(body));
+  GPUFLEET_RETURN_IF_ERROR(CheckNodeCredential(who, std::string(node)));
   return ProcessHeartbeat(std::string(node), request, /*gpus_applied=*/false);
 }
 

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The agent protocol through ApiServer::Handle, on a fake clock: registration, desired tasks,
 // task states, NotReady nodes, drain-now GPUs, and bad reports.
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -89,17 +90,25 @@ class AgentProtocolTest : public ::testing::Test {
     return server_->Handle(request);
   }
 
+  // Registers with the node's credential once it has one, else with the join token, and keeps
+  // the credential the server gives in exchange (as the agent does).
   AgentReply Register(const RegisterRequest& request) {
+    const std::string& node = request.node.id.value();
+    const std::string token = node_tokens_.count(node) > 0 ? node_tokens_[node] : agent_;
     const ApiResponse response =
-        Call("POST", "/v1/agents/register", agent_, RegisterRequestToJson(request));
+        Call("POST", "/v1/agents/register", token, RegisterRequestToJson(request));
     EXPECT_EQ(response.status, 200) << response.body;
     Result<AgentReply> reply = ParseAgentReply(response.body);
     EXPECT_OK(reply);
+    if (reply.ok() && !reply->node_token.empty()) {
+      node_tokens_[node] = reply->node_token;
+    }
     return reply.ok() ? *reply : AgentReply{};
   }
 
   AgentReply Heartbeat(const std::string& node, const HeartbeatRequest& request = {}) {
-    const ApiResponse response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", node), agent_,
+    const ApiResponse response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", node),
+                                      node_tokens_.count(node) > 0 ? node_tokens_[node] : agent_,
                                       HeartbeatRequestToJson(request));
     EXPECT_EQ(response.status, 200) << response.body;
     Result<AgentReply> reply = ParseAgentReply(response.body);
@@ -133,7 +142,8 @@ class AgentProtocolTest : public ::testing::Test {
   store::InMemoryStateStore store_;
   std::unique_ptr<ApiServer> server_;
   std::string admin_;
-  std::string agent_;
+  std::string agent_;                               // a fleet-wide join token
+  std::map<std::string, std::string> node_tokens_;  // the credential each node was given
 };
 
 TEST_F(AgentProtocolTest, RegisteredNodeIsReadyAndRunsItsTasksToSuccess) {
@@ -265,6 +275,44 @@ TEST_F(AgentProtocolTest, AReportDeliveredLateSaysNothingByATasksAbsence) {
   fresh.sequence = 30;
   Heartbeat("node-a", fresh);
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Cancelled");
+}
+
+// ---- agents act for their own node only --------------------------------------------------------
+
+TEST_F(AgentProtocolTest, AJoinTokenIsExchangedForANodeCredentialThatActsForThatNodeAlone) {
+  Cycle();
+  const AgentReply first = Register(Inventory("node-a", "leaf-0"));
+  ASSERT_FALSE(first.node_token.empty()) << "the join token is exchanged at first registration";
+  Register(Inventory("node-b", "leaf-0"));
+  Submit(JobYaml("train", 1, 8));
+  Cycle();
+  const std::string placed = Get("/v1/jobs/train")["placements"][0]["node"];
+  const std::string other = placed == "node-a" ? "node-b" : "node-a";
+
+  // The join token can no longer act for a registered node: it cannot register as it (and so
+  // receive its tasks with their command and env), nor heartbeat for it.
+  ApiResponse response = Call("POST", "/v1/agents/register", agent_,
+                              RegisterRequestToJson(Inventory(placed, "leaf-0")));
+  EXPECT_EQ(response.status, 403);
+  EXPECT_THAT(response.body, HasSubstr("has its own credential"));
+  response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", placed), agent_,
+                  HeartbeatRequestToJson({}));
+  EXPECT_EQ(response.status, 403);
+  // Another node's credential cannot either, nor report the task Failed through its own node.
+  response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", placed), node_tokens_[other],
+                  HeartbeatRequestToJson({}));
+  EXPECT_EQ(response.status, 403);
+  EXPECT_THAT(response.body, HasSubstr("acts for node " + other + " only"));
+  HeartbeatRequest forged;
+  forged.tasks = {Report("train/workers-0/1", TaskPhase::kFailed, 1)};
+  Heartbeat(other, forged);
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
+  // The node's own credential still works, and an admin's node token too.
+  EXPECT_EQ(Heartbeat(placed).tasks.size(), 1u);
+  const std::string issued = *server_->authenticator().CreateToken(Role::kAgent, "", "ops", placed);
+  response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", placed), issued,
+                  HeartbeatRequestToJson({}));
+  EXPECT_EQ(response.status, 200);
 }
 
 // ---- no registration halts the fleet ------------------------------------------------------------

@@ -40,7 +40,12 @@ Status NeedsAdmin(const Principal& who, std::string_view what) {
 }
 
 Json TokenInfoToJson(const TokenInfo& info) {
-  return {{"id", info.id}, {"role", RoleName(info.role)}, {"team", info.team}, {"name", info.name}};
+  Json out = {
+      {"id", info.id}, {"role", RoleName(info.role)}, {"team", info.team}, {"name", info.name}};
+  if (!info.node.empty()) {
+    out["node"] = info.node;
+  }
+  return out;
 }
 
 Json WithVersion(Json document, int64_t version) {
@@ -99,12 +104,15 @@ ApiResponse CreateToken(const Principal& who, const std::string& body, store::St
     }
   }
   const Result<std::string> token =
-      authenticator.CreateToken(request->role, request->team, request->name);
+      authenticator.CreateToken(request->role, request->team, request->name, request->node);
   if (!token.ok()) {
     return RespondError(token.status());
   }
-  Json answer = TokenInfoToJson(
-      {.id = TokenId(*token), .role = request->role, .team = request->team, .name = request->name});
+  Json answer = TokenInfoToJson({.id = TokenId(*token),
+                                 .role = request->role,
+                                 .team = request->team,
+                                 .name = request->name,
+                                 .node = request->node});
   answer["token"] = *token;
   return Respond(201, answer);
 }

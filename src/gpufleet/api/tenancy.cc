@@ -288,7 +288,7 @@ Result<policy::QueueTree> BuildQueueTree(const std::vector<Queue>& queues,
 }
 
 Result<TokenRequest> ParseTokenRequest(std::string_view body) {
-  GPUFLEET_ASSIGN_OR_RETURN(const Json j, ReadObject(body, {"role", "team", "name"}));
+  GPUFLEET_ASSIGN_OR_RETURN(const Json j, ReadObject(body, {"role", "team", "name", "node"}));
   TokenRequest request;
   GPUFLEET_ASSIGN_OR_RETURN(const std::string role, RequiredString(j, "role"));
   GPUFLEET_ASSIGN_OR_RETURN(request.role, ParseRole(role));
@@ -301,6 +301,14 @@ Result<TokenRequest> ParseTokenRequest(std::string_view body) {
   }
   GPUFLEET_ASSIGN_OR_RETURN(request.name, RequiredString(j, "name"));
   GPUFLEET_RETURN_IF_ERROR(ValidateTokenName(request.name));
+  GPUFLEET_ASSIGN_OR_RETURN(const std::optional<std::string> node, OptionalString(j, "node"));
+  if (node.has_value() && !node->empty()) {
+    if (request.role != Role::kAgent) {
+      return InvalidArgumentError("node: only an agent token acts for a node");
+    }
+    GPUFLEET_RETURN_IF_ERROR(ValidateNodeName("node", *node));
+    request.node = *node;
+  }
   return request;
 }
 

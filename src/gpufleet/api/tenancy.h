@@ -84,6 +84,7 @@ struct TokenRequest {
   Role role = Role::kMember;
   std::string team;  // required for a member; optional for an admin
   std::string name;  // who or what holds the token, e.g. "ci-bot"
+  std::string node;  // agents only: the node this credential acts for (a DNS-1123 label)
 };
 
 // Strict readers of request bodies (JSON objects): kInvalidArgument naming the field and the bad

@@ -596,12 +596,16 @@ int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std:
     default: {
       const std::string& name = args.token_name.empty() ? args.name : args.token_name;
       if (args.role.empty() || name.empty()) {
-        return PrintUsageError("usage: create token --role admin|member [--team TEAM] --name NAME",
-                               err);
+        return PrintUsageError(
+            "usage: create token --role admin|member|agent [--team TEAM] [--node NODE] --name NAME",
+            err);
       }
       body = {{"role", args.role}, {"name", name}};
       if (!args.team.empty()) {
         body["team"] = args.team;
+      }
+      if (!args.node.empty()) {
+        body["node"] = args.node;
       }
       path = "/v1/tokens";
       break;

@@ -49,7 +49,8 @@ struct DescribeArgs {
 int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, std::ostream& err);
 
 // `create team NAME` ("team/NAME created"), `create queue NAME [--team T]` ("queue/NAME
-// created"), `create token --role admin|member [--team T] --name N` ("token/ID created", then the
+// created"), `create token --role admin|member|agent [--team T] [--node NODE] --name N`
+// ("token/ID created", then the
 // token itself, which the server shows this once). Admin only, as the server checks.
 // `create deployment -f FILE` POSTs the JSON or YAML file (told apart as `submit` does) to
 // /v1/deployments ("deployment/NAME created"); admins and members alike.
@@ -60,6 +61,7 @@ struct CreateArgs {
   std::string team;
   std::string role;        // tokens
   std::string token_name;  // tokens: --name
+  std::string node;        // agent tokens: --node, the one node the credential acts for
   // Queues: quota entries "MODEL=GPUS" ("*" for any model), weight, and whether it may borrow.
   std::vector<std::string> guarantee;
   std::vector<std::string> limit;

@@ -260,7 +260,8 @@ TEST_F(CommandsTest, CreateRejectsBadArgumentsWithoutCalling) {
   EXPECT_EQ(err_.str(),
             "error: create takes team, queue, token or deployment, not \"job\"\n"
             "error: usage: create team NAME\n"
-            "error: usage: create token --role admin|member [--team TEAM] --name NAME\n");
+            "error: usage: create token --role admin|member|agent [--team TEAM] [--node NODE] "
+            "--name NAME\n");
   EXPECT_TRUE(fake_.state->requests.empty());
 }
 

@@ -158,31 +158,38 @@ ApiClient::ApiClient(std::unique_ptr<Transport> transport, std::string address, 
     : transport_(std::move(transport)), address_(std::move(address)), token_(std::move(token)) {}
 
 Result<nlohmann::json> ApiClient::Get(std::string_view path) {
-  return Call("GET", path, "", "");
+  return Call("GET", path, "", "", token_);
 }
 
 Result<nlohmann::json> ApiClient::Post(std::string_view path, std::string_view body,
                                        std::string_view content_type) {
-  return Call("POST", path, body, content_type);
+  return Call("POST", path, body, content_type, token_);
+}
+
+Result<nlohmann::json> ApiClient::PostWithToken(std::string_view token, std::string_view path,
+                                                std::string_view body,
+                                                std::string_view content_type) {
+  return Call("POST", path, body, content_type, token);
 }
 
 Result<nlohmann::json> ApiClient::Patch(std::string_view path, std::string_view body,
                                         std::string_view content_type) {
-  return Call("PATCH", path, body, content_type);
+  return Call("PATCH", path, body, content_type, token_);
 }
 
 Result<nlohmann::json> ApiClient::Delete(std::string_view path) {
-  return Call("DELETE", path, "", "");
+  return Call("DELETE", path, "", "", token_);
 }
 
 Result<nlohmann::json> ApiClient::Call(std::string_view method, std::string_view path,
-                                       std::string_view body, std::string_view content_type) {
+                                       std::string_view body, std::string_view content_type,
+                                       std::string_view token) {
   last_error_from_server_ = false;
   if (transport_ == nullptr) {
     return transport_error_;
   }
   GPUFLEET_ASSIGN_OR_RETURN(const HttpResponse response,
-                            transport_->Send(method, path, body, content_type, token_));
+                            transport_->Send(method, path, body, content_type, token));
   const nlohmann::json json = nlohmann::json::parse(response.body, nullptr, false);
   if (response.status >= 200 && response.status < 300) {
     if (response.body.empty()) {

@@ -66,10 +66,14 @@ class ApiClient {
   // to no answer or an unreadable one).
   bool last_error_from_server() const { return last_error_from_server_; }
   const std::string& address() const { return address_; }
+  // A POST with another bearer token than the client's (an agent's node credential, when one
+  // client serves the agents of a simulated fleet).
+  Result<nlohmann::json> PostWithToken(std::string_view token, std::string_view path,
+                                       std::string_view body, std::string_view content_type);
 
  private:
   Result<nlohmann::json> Call(std::string_view method, std::string_view path, std::string_view body,
-                              std::string_view content_type);
+                              std::string_view content_type, std::string_view token);
 
   std::unique_ptr<Transport> transport_;
   Status transport_error_;

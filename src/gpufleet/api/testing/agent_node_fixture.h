@@ -69,6 +69,10 @@ class AgentNodeServerTest : public ::testing::Test {
     const api::ApiResponse registered =
         Call("POST", "/v1/agents/register", agent_, api::RegisterRequestToJson(inventory));
     ASSERT_EQ(registered.status, 200) << registered.body;
+    // The join token is exchanged for node-a's own credential, used from now on.
+    const Result<api::AgentReply> reply = api::ParseAgentReply(registered.body);
+    ASSERT_OK(reply);
+    agent_ = reply->node_token;
   }
 
   // `path` may carry one "?key=value".
