@@ -878,6 +878,19 @@ void ApiServer::PublishExcludedNodes() {
   excluded_nodes_ = view_->excluded_nodes();
 }
 
+Result<bool> ApiServer::CommitCycleJobWrite(const std::string& name,
+                                            const store::WriteBatch& batch) {
+  const Status status = options_.store.Commit(batch);
+  if (status.ok()) {
+    return true;
+  }
+  view_->ReadJobAgain(name);
+  if (status.code() == StatusCode::kAborted || status.code() == StatusCode::kNotFound) {
+    return false;  // the job changed under us: the next cycle looks again
+  }
+  return status;
+}
+
 void ApiServer::AddJobWrite(const Json& before, Json& after, int64_t version,
                             const std::string& event, store::WriteBatch& batch) {
   reliability_->NoteJobChange(before, after, batch);
@@ -1119,13 +1132,19 @@ ApiResponse ApiServer::ListNodes() {
   return JsonResponse(200, {{"items", std::move(items)}});
 }
 
+Result<store::StoredObject> ApiServer::StoredNode(std::string_view name) {
+  Result<store::StoredObject> object = options_.store.Get(kNodesKind, name);
+  if (!object.ok() && (object.status().code() == StatusCode::kNotFound ||
+                       object.status().code() == StatusCode::kInvalidArgument)) {
+    return NodeNotFound(name);
+  }
+  return object;
+}
+
 ApiResponse ApiServer::GetNode(std::string_view name) {
-  const Result<store::StoredObject> object = options_.store.Get(kNodesKind, name);
+  const Result<store::StoredObject> object = StoredNode(name);
   if (!object.ok()) {
-    return ErrorResponse(object.status().code() == StatusCode::kNotFound ||
-                                 object.status().code() == StatusCode::kInvalidArgument
-                             ? NodeNotFound(name)
-                             : object.status());
+    return ErrorResponse(object.status());
   }
   const Result<std::vector<store::StoredObject>> jobs = options_.store.List(kJobsKind);
   if (!jobs.ok()) {
@@ -1143,12 +1162,9 @@ ApiResponse ApiServer::DeleteNode(const Principal& who, std::string_view name) {
   if (!who.is_admin()) {
     return ErrorResponse(PermissionDenied("deleting a node needs an admin token"));
   }
-  const Result<store::StoredObject> object = options_.store.Get(kNodesKind, name);
+  const Result<store::StoredObject> object = StoredNode(name);
   if (!object.ok()) {
-    return ErrorResponse(object.status().code() == StatusCode::kNotFound ||
-                                 object.status().code() == StatusCode::kInvalidArgument
-                             ? NodeNotFound(name)
-                             : object.status());
+    return ErrorResponse(object.status());
   }
   const Result<std::vector<store::StoredObject>> jobs = options_.store.List(kJobsKind);
   if (!jobs.ok()) {

@@ -227,6 +227,11 @@ class ApiServer {
   // NoteJobChange), the compare-and-set update at `version` and the event.
   void AddJobWrite(const Json& before, Json& after, int64_t version, const std::string& event,
                    store::WriteBatch& batch);
+  // Commits one job's write in the cycle: true when written, false when the job changed under us
+  // (the view reads it again), the store's error otherwise.
+  Result<bool> CommitCycleJobWrite(const std::string& name, const store::WriteBatch& batch);
+  // A stored node; NodeNotFound when there is none.
+  Result<store::StoredObject> StoredNode(std::string_view name);
   // When a stop starts, RFC 3339 (empty without a wall clock).
   std::string NowText() const;
   // Adds `stopping.waiting_for` (DescribeStopping) to a Stopping job as served.

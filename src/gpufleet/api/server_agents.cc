@@ -895,14 +895,8 @@ Result<bool> ApiServer::FinishStoppingRuns() {
     for (size_t i = 1; i < events.size(); ++i) {
       batch.AppendEvent(std::string(kJobsKind), name, events[i]);
     }
-    const Status status = options_.store.Commit(batch);
-    if (!status.ok()) {
-      view_->ReadJobAgain(name);
-      if (status.code() != StatusCode::kAborted && status.code() != StatusCode::kNotFound) {
-        return status;
-      }
-    }
-    wrote = wrote || status.ok();
+    GPUFLEET_ASSIGN_OR_RETURN(const bool written, CommitCycleJobWrite(name, batch));
+    wrote = wrote || written;
   }
   return wrote;
 }

@@ -565,14 +565,8 @@ Result<bool> ApiServer::RequeuePreemptedJobs() {
     store::WriteBatch batch;
     batch.Update(std::string(kJobsKind), name, doc.dump(), job.version);
     batch.AppendEvent(std::string(kJobsKind), name, *event);
-    const Status status = options_.store.Commit(batch);
-    if (!status.ok()) {
-      view_->ReadJobAgain(name);
-      if (status.code() != StatusCode::kAborted && status.code() != StatusCode::kNotFound) {
-        return status;
-      }
-    }
-    wrote = wrote || status.ok();
+    GPUFLEET_ASSIGN_OR_RETURN(const bool written, CommitCycleJobWrite(name, batch));
+    wrote = wrote || written;
   }
   return wrote;
 }

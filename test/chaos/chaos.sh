@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# The fault-injection harness (issue 14): the real `gpufleet server` and three real `gpufleet
+# agent`s (simulated GPUs, process runner) on loopback, each agent behind a proxy the harness can
+# cut. A seeded workload of single-GPU jobs and 2-task gangs whose tasks write START/END with
+# their GPU UUIDs to a ledger and take 0.8 s to exit after SIGTERM, under a seeded schedule of
+# faults: cancels, agent SIGKILL and restart, an agent cut off for longer than its lease, server
+# SIGKILL and restart, an agent registering again with a GPU fewer, slow clients, oversized
+# submissions. Then every job is cancelled and drained, and check_ledger.py checks the
+# invariants from the ledger. Usage: chaos.sh PATH/TO/gpufleet [SEED] [FAULT_SECONDS]
+set -euo pipefail
+
+gpufleet=$1
+seed=${2:-14}
+fault_seconds=${3:-60}
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d)
+ledger="$work/ledger"
+: >"$ledger"
+: >"$work/acked"
+: >"$work/faults"
+RANDOM=$seed
+pids=()
+server_pid=
+declare -A agent_pid proxy_pid
+cleanup() {
+  kill -KILL "${pids[@]}" $server_pid "${agent_pid[@]}" "${proxy_pid[@]}" 2>/dev/null || true
+  # Tasks the agents left behind (their shims lead their own process groups).
+  pkill -KILL -f "$ledger" 2>/dev/null || true
+  wait 2>/dev/null || true
+  [ -n "${KEEP_CHAOS_DIR:-}" ] || rm -rf "$work"
+}
+trap cleanup EXIT
+fail() {
+  echo "chaos: $*" >&2
+  tail -n 30 "$work"/*.log >&2 || true
+  exit 1
+}
+wait_for() {  # wait_for FILE PATTERN
+  for _ in $(seq 300); do
+    grep -q "$2" "$1" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  fail "timed out waiting for '$2' in $1"
+}
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+port=$(free_port)
+echo "chaos-admin-token-0123456789" >"$work/admin-token"
+start_server() {
+  "$gpufleet" server --data-dir "$work/server" --listen "127.0.0.1:$port" --cycle-interval-ms 200 \
+    --heartbeat-interval-ms 500 --node-timeout-s 4 --stop-grace-s 6 \
+    --admin-token-file "$work/admin-token" >>"$work/server.log" 2>&1 &
+  server_pid=$!
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && return 0
+    sleep 0.1
+  done
+  fail "the server did not start"
+}
+start_server
+export GPUFLEET_ADDR=http://127.0.0.1:$port GPUFLEET_TOKEN=chaos-admin-token-0123456789
+"$gpufleet" create token --role agent --name chaos-agents >"$work/token.out" || fail "create token"
+sed -n 's/^token (shown once, keep it): \([0-9a-f]*\)$/\1/p' "$work/token.out" >"$work/join-token"
+
+start_agent() {  # start_agent N GPUS
+  "$gpufleet" agent --server "http://127.0.0.1:$(cat "$work/proxy-$1.port")" \
+    --token-file "$work/join-token" --node-name "chaos-$1" --topology leaf=leaf-0 \
+    --backend simulated --simulated-gpus "$2" --runner process --state-dir "$work/agent-$1" \
+    --metrics-listen 127.0.0.1:0 --stop-grace-s 3 >>"$work/agent-$1.log" 2>&1 &
+  agent_pid[$1]=$!
+}
+for n in 0 1 2; do
+  python3 "$here/cut_proxy.py" "$work/proxy-$n.port" "$port" "$work/cut-$n" &
+  proxy_pid[$n]=$!
+  for _ in $(seq 50); do [ -s "$work/proxy-$n.port" ] && break; sleep 0.1; done
+  start_agent "$n" 2
+done
+for n in 0 1 2; do wait_for "$work/agent-$n.log" "registered"; done
+
+submit() {  # submit NAME REPLICAS SECONDS
+  local ticks=$(($3 * 10))
+  cat >"$work/$1.yaml" <<YAML
+apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: $1}
+spec:
+  tasks:
+    - name: main
+      replicas: $2
+      command: [sh, -c, 'L=$ledger; id=\$GPUFLEET_TASK_ID; echo "START \$id \$(date +%s.%N) \${CUDA_VISIBLE_DEVICES:--}" >>\$L; trap "sleep 0.8; echo END \$id \\\$(date +%s.%N) >>\$L; exit 0" TERM; i=0; while [ \$i -lt $ticks ]; do sleep 0.1; i=\$((i+1)); done; echo "END \$id \$(date +%s.%N)" >>\$L']
+      resources: {gpus: {count: 1}}
+YAML
+  if "$gpufleet" submit -f "$work/$1.yaml" >/dev/null 2>>"$work/submit.log"; then
+    echo "$1" >>"$work/acked"
+  fi
+}
+
+fault() { echo "$*" >>"$work/faults"; }
+slow_clients() {  # 8 connections that send a header line every second for 5 s
+  python3 - "$port" <<'PY' &
+import socket, sys, threading, time
+def slow():
+    try:
+        s = socket.create_connection(("127.0.0.1", int(sys.argv[1])), timeout=10)
+        s.sendall(b"GET /v1/jobs HTTP/1.1\r\nHost: x\r\n")
+        for i in range(5):
+            time.sleep(1)
+            s.sendall(b"X-Slow-%d: 1\r\n" % i)
+        s.close()
+    except OSError:
+        pass
+threads = [threading.Thread(target=slow) for _ in range(8)]
+[t.start() for t in threads]
+[t.join() for t in threads]
+PY
+  pids+=($!)
+}
+
+job=0
+deadline=$((SECONDS + fault_seconds))
+while [ $SECONDS -lt $deadline ]; do
+  for _ in 1 2; do
+    replicas=$((RANDOM % 3 == 0 ? 2 : 1))
+    submit "chaos-$job" "$replicas" $((1 + RANDOM % 4))
+    job=$((job + 1))
+  done
+  case $((RANDOM % 8)) in
+    0 | 1)
+      victim=$(shuf -n 1 --random-source=<(yes "$RANDOM") "$work/acked" 2>/dev/null || true)
+      if [ -n "$victim" ]; then
+        "$gpufleet" cancel "$victim" >/dev/null 2>&1 || true
+        fault cancel "$victim"
+      fi
+      ;;
+    2)
+      n=$((RANDOM % 3))
+      kill -KILL "${agent_pid[$n]}" 2>/dev/null || true
+      wait "${agent_pid[$n]}" 2>/dev/null || true
+      fault agent-kill "chaos-$n"
+      sleep 1
+      start_agent "$n" 2
+      ;;
+    3)
+      n=$((RANDOM % 3))
+      touch "$work/cut-$n"
+      fault cut "chaos-$n"
+      sleep 7
+      rm -f "$work/cut-$n"
+      ;;
+    4)
+      kill -KILL "$server_pid" 2>/dev/null || true
+      wait "$server_pid" 2>/dev/null || true
+      fault server-kill
+      start_server
+      ;;
+    5)
+      n=$((RANDOM % 3))
+      kill -TERM "${agent_pid[$n]}" 2>/dev/null || true
+      wait "${agent_pid[$n]}" 2>/dev/null || true
+      start_agent "$n" 1
+      fault gpu-fewer "chaos-$n"
+      sleep 2
+      kill -TERM "${agent_pid[$n]}" 2>/dev/null || true
+      wait "${agent_pid[$n]}" 2>/dev/null || true
+      start_agent "$n" 2
+      ;;
+    6)
+      slow_clients
+      fault slow-clients
+      ;;
+    7)
+      cat >"$work/big.yaml" <<'YAML'
+apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: chaos-oversized}
+spec:
+  tasks:
+    - name: web
+      replicas: 20000
+      resources: {cpu: 100m, memory: 64Mi}
+YAML
+      if "$gpufleet" submit -f "$work/big.yaml" >/dev/null 2>&1; then
+        fail "an oversized submission was accepted"
+      fi
+      fault oversized
+      ;;
+  esac
+  sleep 1
+done
+
+# Drain: everything cancelled, every task ended, every job in a final state.
+for n in 0 1 2; do rm -f "$work/cut-$n"; done
+for name in $(cat "$work/acked"); do "$gpufleet" cancel "$name" >/dev/null 2>&1 || true; done
+for _ in $(seq 120); do
+  curl -sf -H "Authorization: Bearer $GPUFLEET_TOKEN" "$GPUFLEET_ADDR/v1/jobs" >"$work/jobs.json" || true
+  if python3 -c 'import json,sys; sys.exit(any(j["state"] not in ("Succeeded","Failed","Cancelled") for j in json.load(open(sys.argv[1]))["items"]))' "$work/jobs.json" 2>/dev/null; then
+    break
+  fi
+  sleep 0.5
+done
+sleep 1  # the last ENDs reach the ledger
+python3 "$here/check_ledger.py" "$ledger" "$work/jobs.json" "$work/acked" "$work/faults" ||
+  fail "invariants violated (seed $seed)"

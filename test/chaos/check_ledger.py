@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+# The chaos harness's checker (test/chaos/chaos.sh). Reads the tasks' own ledger, the jobs the
+# server holds at the end and the submissions it acknowledged, and checks the control plane's
+# invariants from the physical record: no GPU UUID held by two live tasks at any instant, no job
+# running in two places at once, every acknowledged submission present, every job in a legal
+# final state, every task that started has ended. Prints a summary line; exits 1 on a violation.
+# Usage: check_ledger.py LEDGER JOBS_JSON ACKED_FILE FAULTS_FILE
+import collections
+import json
+import sys
+
+ledger_path, jobs_path, acked_path, faults_path = sys.argv[1:5]
+starts = {}
+intervals = []  # (gpu, start, end, run)
+problems = []
+for line in open(ledger_path):
+    parts = line.split()
+    if len(parts) < 3:
+        continue
+    kind, run, when = parts[0], parts[1], float(parts[2])
+    if kind == "START":
+        gpus = parts[3].split(",") if parts[3] not in ("-", "") else []
+        starts[run] = (when, gpus)
+    elif kind == "END" and run in starts:
+        begin, gpus = starts.pop(run)
+        for gpu in gpus:
+            intervals.append((gpu, begin, when, run))
+for run, (begin, gpus) in starts.items():
+    problems.append(f"task {run} started at {begin:.3f} on {gpus} and never ended")
+
+by_gpu = collections.defaultdict(list)
+for gpu, begin, end, run in intervals:
+    by_gpu[gpu].append((begin, end, run))
+overlaps = 0
+for gpu, spans in by_gpu.items():
+    spans.sort()
+    for (b1, e1, r1), (b2, e2, r2) in zip(spans, spans[1:]):
+        if b2 < e1:
+            overlaps += 1
+            problems.append(f"{gpu}: {r2} started at {b2:.3f} while {r1} ran until {e1:.3f}")
+
+# A job runs in one place at a time: the runs (attempts) of one job never overlap.
+by_job = collections.defaultdict(list)
+for gpu, begin, end, run in intervals:
+    job, task, attempt = run.split("/")
+    by_job[job].append((begin, end, attempt))
+for job, spans in by_job.items():
+    spans.sort()
+    for (b1, e1, a1), (b2, e2, a2) in zip(spans, spans[1:]):
+        if a1 != a2 and b2 < e1:
+            problems.append(f"job {job}: attempt {a2} started at {b2:.3f} while {a1} ran")
+
+jobs = {job["name"]: job for job in json.load(open(jobs_path))["items"]}
+acked = [name.strip() for name in open(acked_path) if name.strip()]
+lost = [name for name in acked if name not in jobs]
+for name in lost:
+    problems.append(f"acknowledged job {name} is lost")
+legal = {"Succeeded", "Failed", "Cancelled"}
+for name, job in jobs.items():
+    if job["state"] not in legal:
+        problems.append(f"job {name} ends in {job['state']} ({job.get('reason', '')})")
+    if job["state"] in legal and job.get("placements"):
+        problems.append(f"job {name} is {job['state']} but holds placements")
+
+# How soon a GPU is reused once the task on it has ended: the control plane's safety costs this.
+gaps = []
+for gpu, spans in by_gpu.items():
+    for (b1, e1, r1), (b2, e2, r2) in zip(spans, spans[1:]):
+        if b2 >= e1:
+            gaps.append(b2 - e1)
+gaps.sort()
+
+
+def percentile(values, p):
+    return values[min(len(values) - 1, int(p / 100 * len(values)))] if values else float("nan")
+
+
+faults = collections.Counter(line.split()[0] for line in open(faults_path) if line.strip())
+runs = len({run for _, _, _, run in intervals})
+print(f"chaos: {sum(faults.values())} faults ({', '.join(f'{k} {v}' for k, v in sorted(faults.items()))}); "
+      f"{runs} task runs on {len(by_gpu)} GPUs; {len(acked)} jobs acknowledged, {len(lost)} lost; "
+      f"overlaps {overlaps}; GPU reuse after a run's end p50 {percentile(gaps, 50):.2f} s, "
+      f"p99 {percentile(gaps, 99):.2f} s; {len(problems)} problems")
+for problem in problems[:40]:
+    print("  " + problem)
+sys.exit(1 if problems else 0)
