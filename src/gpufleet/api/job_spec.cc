@@ -235,8 +235,8 @@ Result<Node> ParseTree(std::string_view text) {
   }
 }
 
-// Offset of the first byte that is not well-formed UTF-8 (overlong forms, surrogates and code
-// points above U+10FFFF are not), or npos.
+}  // namespace
+
 size_t InvalidUtf8Offset(std::string_view text) {
   for (size_t i = 0; i < text.size();) {
     const auto byte = static_cast<unsigned char>(text[i]);
@@ -262,6 +262,8 @@ size_t InvalidUtf8Offset(std::string_view text) {
   }
   return kNpos;
 }
+
+namespace {
 
 // ---------------------------------------------------------------------------------------------
 // Scalars and names.

@@ -65,6 +65,10 @@ Result<int64_t> ParseMemoryQuantity(std::string_view text);
 // ("2h", "1h30m", "1500ms"). Must not be negative.
 Result<Duration> ParseSpecDuration(std::string_view text);
 
+// Offset of the first byte of `text` that is not well-formed UTF-8 (overlong forms, surrogates
+// and code points above U+10FFFF are not), or std::string_view::npos.
+size_t InvalidUtf8Offset(std::string_view text);
+
 // Names of the objects a spec refers to, checked by the same rules as the spec's fields:
 // kInvalidArgument naming `field` and `text` otherwise. A team is a DNS label ("nlp"); a queue is
 // DNS labels joined by '/' ("research/nlp"), like `metadata.queue`.

@@ -723,11 +723,26 @@ void ApiServer::FailUnstorableJob(const std::string& name, const ViewJob& job, c
 ApiResponse ApiServer::Handle(const ApiRequest& request) {
   const MonoTime start = options_.clock.Now();
   ApiResponse response;
+  const auto invalid_utf8 = [&]() -> std::optional<std::string> {
+    if (const size_t bad = InvalidUtf8Offset(request.path); bad != std::string_view::npos) {
+      return fmt::format("path: not valid UTF-8 at byte {}", bad);
+    }
+    for (const auto& [key, value] : request.query) {
+      if (InvalidUtf8Offset(key) != std::string_view::npos ||
+          InvalidUtf8Offset(value) != std::string_view::npos) {
+        return fmt::format("query parameter: not valid UTF-8");
+      }
+    }
+    return std::nullopt;
+  };
   if (request.body.size() > kMaxRequestBodyBytes) {
     response =
         ErrorResponse(Status(StatusCode::kResourceExhausted,
                              fmt::format("request body over {} bytes", kMaxRequestBodyBytes)));
     response.status = 413;
+    response.route = "unmatched";
+  } else if (const std::optional<std::string> bad = invalid_utf8()) {
+    response = ErrorResponse(InvalidArgumentError(*bad));
     response.route = "unmatched";
   } else {
     response = Route(request);

@@ -307,6 +307,14 @@ TEST_F(ApiServerTest, ASpecThatSetsTheAgentsVariablesIsRefused) {
   }
 }
 
+TEST_F(ApiServerTest, InvalidUtf8InAPathOrQueryIs400NotAServerError) {
+  const ApiResponse path = Call("GET", "/v1/jobs/bad\xff\xfe", alice_);
+  EXPECT_EQ(path.status, 400);
+  EXPECT_THAT(path.body, HasSubstr("path: not valid UTF-8 at byte 12"));
+  EXPECT_EQ(Call("GET", "/v1/jobs?state=\xc3", alice_).status, 400);
+  EXPECT_EQ(Call("GET", "/v1/jobs", alice_).status, 200);
+}
+
 TEST_F(ApiServerTest, PriorityGoesFirst) {
   CallJson("POST", "/v1/jobs", alice_, JobYaml("low", 3, 8, "", 0), 201);
   CallJson("POST", "/v1/jobs", alice_, JobYaml("high", 3, 8, "", 10), 201);
