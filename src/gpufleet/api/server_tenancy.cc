@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/api/job_lifecycle.h"
 #include "gpufleet/api/json_fields.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/server_deployments.h"
@@ -278,7 +279,8 @@ ApiResponse PatchQueue(const Principal& who, std::string_view name, const std::s
 // The finished job states: a finished job keeps its queue's name as history and is no reason to
 // keep the queue.
 bool JobIsFinished(std::string_view state) {
-  return state == "Succeeded" || state == "Failed" || state == "Cancelled";
+  const std::optional<JobState> typed = ParseJobState(state);
+  return typed && IsFinished(*typed);
 }
 
 // "2 jobs not finished (train-1, train-2)": at most `shown` names, then a count.
@@ -430,11 +432,16 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store,
     if (row.document.empty()) {
       row.document = QueueToJson({.name = queue});
     }
-    if (state == "Pending") {
+    const std::optional<JobState> typed = ParseJobState(state);
+    if (typed == JobState::kPending) {
       ++row.pending;
-    } else if (state == "Scheduled" || state == "Running") {
+    } else if (typed && HoldsResources(*typed)) {
+      // A stopping run still holds its GPUs, and the scheduler still charges them.
       ++row.running;
       for (const Json& placement : ArrayOr(job, "placements")) {
+        if (PlacementGone(placement)) {
+          continue;
+        }
         for (const Json& assignment : ArrayOr(placement, "assignments")) {
           row.gpu_milli += IntOr(assignment, "milli", 0);
         }
