@@ -128,6 +128,18 @@ TEST_F(ServerQueuesTest, QuotaIsValidatedAgainstTheTreeAndTheCatalog) {
   EXPECT_TRUE(QueueRow("x").is_null());
 }
 
+TEST_F(ServerQueuesTest, AStoppingJobStillCountsAsRunningWithItsGpus) {
+  Call("POST", "/v1/jobs", NodeJob("a", "default"), 201);
+  Cycle();
+  Call("POST", "/v1/jobs/a/cancel");
+  ASSERT_EQ(State("a"), "Stopping");
+  EXPECT_EQ(QueueRow("default")["running"], 1);
+  EXPECT_EQ(QueueRow("default")["gpus_allocated"], 8);
+  Cycle();  // its node runs no agent: its task is gone, and so are its GPUs
+  EXPECT_EQ(State("a"), "Cancelled");
+  EXPECT_EQ(QueueRow("default")["running"], 0);
+}
+
 TEST_F(ServerQueuesTest, ALimitKeepsAQueueWithinItsQuotaExactly) {
   Call("POST", "/v1/queues", R"({"name": "capped", "limit": {"*": 16}})", 201);
   for (const std::string name : {"a", "b", "c"}) {
