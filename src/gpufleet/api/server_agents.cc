@@ -845,6 +845,11 @@ std::optional<std::string> ApiServer::EndRunOnNotReadyNodes(Json& job,
 }
 
 Result<bool> ApiServer::FinishStoppingRuns() {
+  // Most cycles have no run stopping: nothing to look at on any node.
+  if (std::none_of(view_->jobs().begin(), view_->jobs().end(),
+                   [](const auto& entry) { return entry.second.state == JobState::kStopping; })) {
+    return false;
+  }
   const MonoTime now = options_.clock.Now();
   // Nodes whose tasks are surely gone: no agent runs tasks there, or the lease has expired plus
   // the stop grace (the agent fenced itself).
