@@ -50,6 +50,9 @@ struct ServerFlags {
   std::string idle_reclaim_action = "suspend";
   std::string tls_cert;
   std::string tls_key;
+  int max_connections = 4096;
+  int max_connections_per_client = 256;
+  int64_t header_timeout_s = 10;
 };
 
 // "NODESxGPUS", e.g. "16x8": leaves of up to four nodes under one block.
@@ -145,7 +148,10 @@ int RunServer(const ServerFlags& flags) {
        .stop_grace = std::chrono::seconds(flags.stop_grace_s),
        .reliability = reliability,
        .idle_reclaim = idle_reclaim,
-       .mig_apply_timeout = std::chrono::seconds(flags.mig_apply_timeout_s)});
+       .mig_apply_timeout = std::chrono::seconds(flags.mig_apply_timeout_s),
+       .http = {.header_timeout = std::chrono::seconds(flags.header_timeout_s),
+                .max_connections = flags.max_connections,
+                .max_connections_per_client = flags.max_connections_per_client}});
   if (!server.ok()) {
     return Fail(server.status());
   }
@@ -233,6 +239,21 @@ Action AddServerCommand(CLI::App& app) {
                    "GPUs free (at least the agents' --stop-grace-s)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{3600}));
+  server
+      ->add_option("--max-connections", flags->max_connections,
+                   "open connections the API holds at most; more are answered 503 and closed")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1'000'000));
+  server
+      ->add_option("--max-connections-per-client", flags->max_connections_per_client,
+                   "open connections one remote address may hold")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1'000'000));
+  server
+      ->add_option("--header-timeout-s", flags->header_timeout_s,
+                   "seconds a client has to send a request's headers before it is cut off")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{600}));
   server
       ->add_option("--mig-apply-timeout-s", flags->mig_apply_timeout_s,
                    "seconds a job waits for MIG instances its agent does not report before it "

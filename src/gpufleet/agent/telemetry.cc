@@ -5,7 +5,7 @@
 
 #include <fmt/core.h>
 
-#include "gpufleet/agent/internal/http.h"
+#include "gpufleet/http/server.h"
 
 namespace gpufleet::agent {
 namespace {
@@ -15,7 +15,7 @@ constexpr std::chrono::hours kMaxInterval{1};
 // The Prometheus text exposition format's content type.
 constexpr const char* kMetricsContentType = "text/plain; version=0.0.4; charset=utf-8";
 // Scrapes are rare (every 15-30 s); two workers keep the agent's footprint small.
-constexpr size_t kHttpThreads = 2;
+constexpr int kHttpThreads = 2;
 
 int HealthValue(GpuHealth health) {
   switch (health) {
@@ -238,33 +238,32 @@ Result<int> TelemetrySampler::Start(const std::string& host, int port) {
   if (started_) {
     return FailedPreconditionError("telemetry: already started");
   }
-  auto http = std::make_unique<httplib::Server>();
-  http->set_tcp_nodelay(true);  // no Nagle wait between the headers and the body
-  http->new_task_queue = [] { return new httplib::ThreadPool(kHttpThreads); };
-  http->Get("/metrics", [this](const httplib::Request&, httplib::Response& response) {
-    response.set_content(RenderMetrics(), kMetricsContentType);
-  });
-  int bound = port;
-  if (port == 0) {
-    bound = http->bind_to_any_port(host);
-  } else if (!http->bind_to_port(host, port)) {
-    bound = -1;
+  http::ServerOptions http_options;
+  http_options.host = host;
+  http_options.port = port;
+  http_options.io_threads = 1;
+  http_options.agent_threads = 1;
+  http_options.user_threads = kHttpThreads;
+  Result<std::unique_ptr<http::Server>> server = http::Server::Start(
+      std::move(http_options),
+      [this](const http::Request& request) {
+        if (request.method == "GET" && request.path == "/metrics") {
+          return http::Response{200, kMetricsContentType, RenderMetrics()};
+        }
+        return http::Response{404, "text/plain",
+                              fmt::format("no route {} {}\n", request.method, request.path)};
+      },
+      [](std::string_view, std::string_view) { return http::Lane::kUser; },
+      [](int status, const std::string& message) {
+        return http::Response{status, "text/plain", message + "\n"};
+      });
+  if (!server.ok()) {
+    return UnavailableError(fmt::format("telemetry: {}", server.status().message()));
   }
-  if (bound < 0) {
-    return UnavailableError(fmt::format("telemetry: cannot listen on {}:{}", host, port));
-  }
-  http_ = std::move(http);
+  http_ = std::move(server).value();
+  const int bound = http_->port();
   stopping_ = false;
   started_ = true;
-  http_done_ = false;
-  http_thread_ = std::thread([this] {
-    http_->listen_after_bind();
-    {
-      std::lock_guard<std::mutex> done_lock(loop_mu_);
-      http_done_ = true;
-    }
-    loop_cv_.notify_all();
-  });
   loop_thread_ = std::thread([this] { LoopMain(); });
   return bound;
 }
@@ -279,19 +278,7 @@ void TelemetrySampler::Stop() {
     started_ = false;
   }
   loop_cv_.notify_all();
-  {
-    // httplib ignores a stop() that arrives before its accept loop runs: ask until it returns.
-    std::unique_lock<std::mutex> lock(loop_mu_);
-    while (!http_done_) {
-      lock.unlock();
-      http_->stop();
-      lock.lock();
-      loop_cv_.wait_for(lock, std::chrono::milliseconds(10), [this] { return http_done_; });
-    }
-  }
-  if (http_thread_.joinable()) {
-    http_thread_.join();
-  }
+  http_->Stop();
   if (loop_thread_.joinable()) {
     loop_thread_.join();
   }

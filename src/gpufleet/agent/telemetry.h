@@ -16,10 +16,7 @@
 #include "gpufleet/agent/health.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/status.h"
-
-namespace httplib {
-class Server;
-}  // namespace httplib
+#include "gpufleet/http/server.h"
 
 namespace gpufleet::agent {
 
@@ -123,11 +120,9 @@ class TelemetrySampler {
 
   std::mutex loop_mu_;
   std::condition_variable loop_cv_;
-  bool stopping_ = false;   // guarded by loop_mu_
-  bool started_ = false;    // guarded by loop_mu_
-  bool http_done_ = false;  // guarded by loop_mu_
-  std::unique_ptr<httplib::Server> http_;
-  std::thread http_thread_;
+  bool stopping_ = false;  // guarded by loop_mu_
+  bool started_ = false;   // guarded by loop_mu_
+  std::unique_ptr<http::Server> http_;
   std::thread loop_thread_;
 };
 

@@ -12,7 +12,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/http.h"
 #include "gpufleet/api/job_lifecycle.h"
 #include "gpufleet/api/job_spec.h"
 #include "gpufleet/api/json_fields.h"
@@ -301,81 +300,62 @@ Result<int> ApiServer::Start(const std::string& host, int port,
   if (started_) {
     return FailedPreconditionError("server already started");
   }
-  std::unique_ptr<httplib::Server> http;
+  http::ServerOptions http_options = options_.http;
+  http_options.host = host;
+  http_options.port = port;
   if (tls.has_value()) {
     GPUFLEET_RETURN_IF_ERROR(CheckTlsFiles(tls->cert_file, tls->key_file));
-    auto https =
-        std::make_unique<httplib::SSLServer>(tls->cert_file.c_str(), tls->key_file.c_str());
-    if (!https->is_valid()) {
-      return InvalidArgumentError(fmt::format("TLS certificate \"{}\" or key \"{}\" not usable",
-                                              tls->cert_file, tls->key_file));
-    }
-    http = std::move(https);
-  } else {
-    http = std::make_unique<httplib::Server>();
+    http_options.tls_cert_file = tls->cert_file;
+    http_options.tls_key_file = tls->key_file;
   }
-  http->set_payload_max_length(kMaxRequestBodyBytes);
-  // Answers go out as headers then body: without this, Nagle's algorithm holds the body until
-  // the client's delayed ACK, about 40 ms per request on a kept-alive connection.
-  http->set_tcp_nodelay(true);
-  const auto handler = [this](const httplib::Request& req, httplib::Response& res) {
+  http_options.max_body_bytes = kMaxRequestBodyBytes;
+  const auto handler = [this](const http::Request& req) {
     ApiRequest request;
     request.method = req.method;
     request.path = req.path;
-    for (const auto& [key, value] : req.params) {
-      request.query.emplace(key, value);
-    }
-    request.authorization = req.get_header_value("Authorization");
+    request.query = req.query;
+    request.authorization = req.authorization;
     request.body = req.body;
-    const ApiResponse response = Handle(request);
-    res.status = response.status;
-    res.set_content(response.body, response.content_type.c_str());
+    ApiResponse response = Handle(request);
+    return http::Response{response.status, std::move(response.content_type),
+                          std::move(response.body)};
   };
-  http->Get(".*", handler);
-  http->Post(".*", handler);
-  http->Patch(".*", handler);
-  http->Delete(".*", handler);
-  // Answers the library produced itself (413 for a large body, 404 for another method).
-  http->set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) {
-      return;
+  // Probes answer on the IO threads; agents' registrations and heartbeats have workers of their
+  // own, so a flood of user requests cannot make nodes NotReady.
+  const auto lane_of = [](std::string_view method, std::string_view path) {
+    if (method == "GET" && (path == "/healthz" || path == "/readyz")) {
+      return http::Lane::kInline;
     }
-    Status status;
-    if (res.status == 413) {
-      status = Status(StatusCode::kResourceExhausted,
-                      fmt::format("request body over {} bytes", kMaxRequestBodyBytes));
-    } else if (res.status == 404 || res.status == 405) {
-      status = NotFoundError(fmt::format("no route {} {}", req.method, req.path));
-    } else if (res.status < 500) {
-      status = InvalidArgumentError(fmt::format(
-          "malformed HTTP request (HTTP {}; a POST needs a Content-Length)", res.status));
-    } else {
-      status = InternalError(fmt::format("HTTP {}", res.status));
+    if (path.starts_with("/v1/agents/")) {
+      return http::Lane::kAgent;
     }
-    res.set_content(ErrorBody(status), "application/json");
-    metrics_->ObserveRequest("unmatched", res.status, 0);
-  });
-  int bound = port;
-  if (port == 0) {
-    bound = http->bind_to_any_port(host);
-  } else if (!http->bind_to_port(host, port)) {
-    bound = -1;
+    return http::Lane::kUser;
+  };
+  // Answers the HTTP server gives itself (malformed framing, a body over the limit, a full
+  // connection cap), in the API's error body.
+  const auto render_error = [this](int status, const std::string& message) {
+    StatusCode code = StatusCode::kInvalidArgument;
+    if (status == 413 || status == 431) {
+      code = StatusCode::kResourceExhausted;
+    } else if (status == 501) {
+      code = StatusCode::kUnimplemented;
+    } else if (status == 503) {
+      code = StatusCode::kUnavailable;
+    } else if (status >= 500) {
+      code = StatusCode::kInternal;
+    }
+    metrics_->ObserveRequest("unmatched", status, 0);
+    return http::Response{status, "application/json", ErrorBody(Status(code, message))};
+  };
+  Result<std::unique_ptr<http::Server>> server =
+      http::Server::Start(std::move(http_options), handler, lane_of, render_error);
+  if (!server.ok()) {
+    return server.status();
   }
-  if (bound < 0) {
-    return UnavailableError(fmt::format("cannot listen on {}:{}", host, port));
-  }
-  http_ = std::move(http);
+  http_ = std::move(server).value();
+  const int bound = http_->port();
   stopping_ = false;
   started_ = true;
-  http_done_ = false;
-  http_thread_ = std::thread([this] {
-    http_->listen_after_bind();
-    {
-      std::lock_guard<std::mutex> done_lock(loop_mu_);
-      http_done_ = true;
-    }
-    loop_cv_.notify_all();
-  });
   loop_thread_ = std::thread([this] { LoopMain(); });
   return bound;
 }
@@ -401,20 +381,7 @@ void ApiServer::StopThreads() {
     started_ = false;
   }
   loop_cv_.notify_all();
-  {
-    // httplib drops a stop() that comes before its accept loop has started, so ask again until
-    // the loop has returned; each wait ends as soon as it does.
-    std::unique_lock<std::mutex> lock(loop_mu_);
-    while (!http_done_) {
-      lock.unlock();
-      http_->stop();
-      lock.lock();
-      loop_cv_.wait_for(lock, std::chrono::milliseconds(10), [this] { return http_done_; });
-    }
-  }
-  if (http_thread_.joinable()) {
-    http_thread_.join();
-  }
+  http_->Stop();
   if (loop_thread_.joinable()) {
     loop_thread_.join();
   }

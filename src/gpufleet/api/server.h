@@ -25,15 +25,12 @@
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/http/server.h"
 #include "gpufleet/policy/autoscaler.h"
 #include "gpufleet/policy/idle_reclaim.h"
 #include "gpufleet/policy/queues.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/store/state_store.h"
-
-namespace httplib {
-class Server;
-}  // namespace httplib
 
 // The REST server of `gpufleet server` (docs/api.md) and its scheduling loop. This module is the
 // only place where a Status becomes an HTTP status.
@@ -118,6 +115,9 @@ class ApiServer {
     // (docs/agent.md, "MIG layouts").
     std::chrono::seconds mig_apply_timeout{120};
     std::chrono::seconds mig_replan_delay{600};
+    // Connection caps, deadlines and worker pools of the HTTP server (its host, port and TLS
+    // files come from Start).
+    http::ServerOptions http;
   };
 
   // Creates the queue "default" in the store if it is missing. kNotFound / kInvalidArgument for
@@ -419,11 +419,9 @@ class ApiServer {
 
   std::mutex loop_mu_;
   std::condition_variable loop_cv_;
-  bool stopping_ = false;   // guarded by loop_mu_
-  bool started_ = false;    // guarded by loop_mu_
-  bool http_done_ = false;  // guarded by loop_mu_; the accept loop has returned
-  std::unique_ptr<httplib::Server> http_;
-  std::thread http_thread_;
+  bool stopping_ = false;  // guarded by loop_mu_
+  bool started_ = false;   // guarded by loop_mu_
+  std::unique_ptr<http::Server> http_;
   std::thread loop_thread_;
 };
 

@@ -29,6 +29,7 @@
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/testing/raw_connection.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/store/sqlite_store.h"
 
@@ -775,6 +776,62 @@ TEST_F(ApiServerIntegrationTest, ServesHttpAndSurvivesRestart) {
   Json too_big = PollJson(client, "/v1/jobs/too-big",
                           [](const Json& j) { return !j.value("reason", "").empty(); });
   EXPECT_EQ(too_big.value("state", ""), "Pending");
+  (*server)->Stop();
+}
+
+// The HTTP defects of issue 14, on the real server: each one used to be accepted or mis-answered.
+TEST_F(ApiServerIntegrationTest, HttpFramingIsStrictAndOneBodyLimitHolds) {
+  store::InMemoryStateStore store;
+  Result<std::unique_ptr<ApiServer>> server = MakeServer(store);
+  ASSERT_OK(server);
+  ASSERT_OK((*server)->RegisterNodes(TwoLeaves(catalog_, 2)));
+  Result<std::optional<std::string>> admin = (*server)->authenticator().Bootstrap(std::nullopt);
+  ASSERT_OK(admin);
+  Result<int> port = (*server)->Start("127.0.0.1", 0);
+  ASSERT_OK(port);
+  const std::string auth = "Authorization: Bearer " + **admin + "\r\n";
+  const auto exchange = [&](const std::string& request) {
+    http_testing::RawConnection connection(*port);
+    EXPECT_TRUE(connection.Send(request));
+    return connection.ReadAll();
+  };
+
+  // curl's default Content-Type for -d, over 8 KiB: a job like any other, not a false 413.
+  const std::string padded =
+      JobYaml("form-typed", 1, 1) + "# " + std::string(20 * 1024, 'p') + "\n";
+  const std::string created =
+      exchange("POST /v1/jobs HTTP/1.1\r\nHost: x\r\n" + auth +
+               "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: " +
+               std::to_string(padded.size()) + "\r\nConnection: close\r\n\r\n" + padded);
+  EXPECT_THAT(created, ::testing::StartsWith("HTTP/1.1 201")) << created;
+
+  // Request smuggling: two Content-Lengths, or one with chunked, are refused before any route.
+  const std::string job = JobYaml("smuggled", 1, 1);
+  for (const std::string& framing :
+       {"Content-Length: " + std::to_string(job.size()) + "\r\nContent-Length: 5\r\n",
+        "Content-Length: " + std::to_string(job.size()) + "\r\nTransfer-Encoding: chunked\r\n"}) {
+    const std::string answer =
+        exchange("POST /v1/jobs HTTP/1.1\r\nHost: x\r\n" + auth + framing + "\r\n" + job);
+    EXPECT_THAT(answer, ::testing::StartsWith("HTTP/1.1 400")) << framing;
+    EXPECT_THAT(answer, HasSubstr("INVALID_ARGUMENT")) << framing;
+  }
+  EXPECT_EQ(store.Get(kJobsKind, "smuggled").status().code(), StatusCode::kNotFound);
+
+  // Invalid UTF-8 in the path: 400 naming it, not 500.
+  const std::string bad_path =
+      exchange("GET /v1/jobs/%FF%FE HTTP/1.1\r\nHost: x\r\n" + auth + "Connection: close\r\n\r\n");
+  EXPECT_THAT(bad_path, ::testing::StartsWith("HTTP/1.1 400"));
+  EXPECT_THAT(bad_path, HasSubstr("not valid UTF-8"));
+
+  // Two pipelined requests: both answered, in order.
+  const std::string pipelined = exchange(
+      "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/jobs/form-typed HTTP/1.1\r\nHost: x\r\n" +
+      auth + "Connection: close\r\n\r\n");
+  const size_t health = pipelined.find("ok\n");
+  const size_t second = pipelined.find("\"name\":\"form-typed\"");
+  ASSERT_NE(health, std::string::npos) << pipelined;
+  ASSERT_NE(second, std::string::npos) << pipelined;
+  EXPECT_LT(health, second);
   (*server)->Stop();
 }
 
