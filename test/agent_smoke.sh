@@ -11,6 +11,8 @@ server_pid=
 agent_pid=
 cleanup() {
   kill -TERM $agent_pid $server_pid 2>/dev/null || true
+  # Tasks outlive their agent by design: end the ones this script left running.
+  pkill -KILL -f "$work/ledger" 2>/dev/null || true
   wait 2>/dev/null || true
   rm -rf "$work"
 }
@@ -56,7 +58,7 @@ metadata: {name: smoke-ok}
 spec:
   tasks:
     - name: main
-      command: [sh, -c, 'echo "hello from $GPUFLEET_TASK_ID on $CUDA_VISIBLE_DEVICES"']
+      command: [sh, -c, 'echo "hello from $GPUFLEET_TASK_ID on $CUDA_VISIBLE_DEVICES as $(id -un)"']
       resources: {gpus: {count: 2}}
 YAML
 cat >"$work/bad.yaml" <<'YAML'
@@ -84,6 +86,10 @@ grep -q "exited with code 3" "$work/describe" || fail "no exit code in: $(cat "$
 
 log=$(ls "$work"/agent/logs/smoke-ok_main-0_1.log) || fail "no task log"
 grep -q "hello from smoke-ok/main-0/1 on GPU-" "$log" || fail "task log: $(cat "$log")"
+# An agent running as root runs its tasks as nobody unless told otherwise (--run-as).
+if [ "$(id -u)" -eq 0 ]; then
+  grep -q " as nobody$" "$log" || fail "a root agent's task ran as: $(cat "$log")"
+fi
 
 # One server per data directory: a second one refuses to start and names the first.
 if "$gpufleet" server --data-dir "$work/server" --listen 127.0.0.1:0 >"$work/second.log" 2>&1; then
@@ -96,6 +102,10 @@ grep -q "is in use by process $server_pid" "$work/second.log" ||
 # until it has exited: the next job on them starts only then. Each task writes START/END with
 # its GPUs to a ledger; the order in the ledger is the physical truth.
 ledger="$work/ledger"
+# The tasks run as nobody when this script runs as root: they need to write the ledger.
+chmod 755 "$work"
+: >"$ledger"
+chmod 666 "$ledger"
 cat >"$work/slow.yaml" <<YAML
 apiVersion: gpufleet.io/v1
 kind: Job

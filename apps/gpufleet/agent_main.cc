@@ -52,7 +52,36 @@ struct AgentFlags {
   int64_t sample_interval_ms = 1000;
   int gpus_per_nvlink_domain = 0;
   int64_t stop_grace_s = 30;
+  std::string run_as;  // empty: nobody when the agent is root, else the agent's own user
+  bool no_cgroups = false;
 };
+
+// The process runner's containment from the flags: the run-as user (root only when asked for by
+// name) and a cgroup per task where the node offers them.
+Result<runner::ProcessRunnerOptions> ContainmentOptions(const AgentFlags& flags) {
+  runner::ProcessRunnerOptions options;
+  const bool root = geteuid() == 0;
+  const std::string user = !flags.run_as.empty() ? flags.run_as : root ? "nobody" : "";
+  if (!user.empty()) {
+    if (!root) {
+      return InvalidArgumentError(fmt::format(
+          "--run-as {}: the agent must run as root to run tasks as another user", user));
+    }
+    GPUFLEET_ASSIGN_OR_RETURN(options.run_as, runner::LookUpUser(user));
+  }
+  if (!flags.no_cgroups) {
+    Result<runner::TaskCgroups> cgroups = runner::TaskCgroups::Detect();
+    if (cgroups.ok()) {
+      options.cgroups = std::move(cgroups).value();
+    } else {
+      fmt::print(stderr,
+                 "gpufleet agent: warning: tasks run without cgroups (no CPU or memory limits, a "
+                 "daemonized child can outlive its task): {}\n",
+                 cgroups.status().message());
+    }
+  }
+  return options;
+}
 
 int Fail(const Status& status) {
   fmt::print(stderr, "gpufleet agent: {}\n", status.ToString());
@@ -189,8 +218,16 @@ int RunAgent(const AgentFlags& flags) {
   }
   std::unique_ptr<runner::TaskRunner> task_runner;
   if (flags.runner == "process") {
-    Result<std::unique_ptr<runner::ProcessRunner>> process = runner::ProcessRunner::Open(
-        (std::filesystem::path(flags.state_dir) / "tasks").string(), clock);
+    Result<runner::ProcessRunnerOptions> containment = ContainmentOptions(flags);
+    if (!containment.ok()) {
+      return Fail(containment.status());
+    }
+    fmt::print("gpufleet agent: tasks run as {}, {}\n",
+               containment->run_as ? containment->run_as->user : "the agent's user",
+               containment->cgroups ? containment->cgroups->Describe() : "without cgroups");
+    Result<std::unique_ptr<runner::ProcessRunner>> process =
+        runner::ProcessRunner::Open((std::filesystem::path(flags.state_dir) / "tasks").string(),
+                                    clock, std::move(containment).value());
     if (!process.ok()) {
       return Fail(process.status());
     }
@@ -315,6 +352,11 @@ Action AddAgentCommand(CLI::App& app) {
   cmd->add_option("--stop-grace-s", flags->stop_grace_s, "seconds from SIGTERM to SIGKILL")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--run-as", flags->run_as,
+                  "user the tasks run as (process runner; default: nobody when the agent is "
+                  "root, tasks run as root only with --run-as root)");
+  cmd->add_flag("--no-cgroups", flags->no_cgroups,
+                "do not put tasks in cgroups of their own (no CPU or memory limits)");
   return [flags] { return RunAgent(*flags); };
 }
 

@@ -16,6 +16,9 @@ here=$(cd "$(dirname "$0")" && pwd)
 work=$(mktemp -d)
 ledger="$work/ledger"
 : >"$ledger"
+# The agents run as root here, so their tasks run as nobody: let them write the ledger.
+chmod 755 "$work"
+chmod 666 "$ledger"
 : >"$work/acked"
 : >"$work/faults"
 RANDOM=$seed

@@ -479,6 +479,8 @@ Status NodeAgent::Apply(const api::AgentReply& reply,
     launch.env[kTaskIdEnv] = task.id;
     launch.gpu_uuids = task.gpu_uuids;
     launch.log_path = LogPath(task.id);
+    launch.cpu_milli = task.cpu_milli;
+    launch.memory_mib = task.memory_mib;
     if (Status started = runner_.Start(launch); !started.ok()) {
       if (started.code() == StatusCode::kAlreadyExists) {
         continue;

@@ -471,7 +471,9 @@ std::string AgentReplyToJson(const AgentReply& reply) {
                  {"command", t.command},
                  {"env", t.env},
                  {"gpu_uuids", t.gpu_uuids},
-                 {"gpu_milli", t.gpu_milli}};
+                 {"gpu_milli", t.gpu_milli},
+                 {"cpu_milli", t.cpu_milli},
+                 {"memory_mib", t.memory_mib}};
     if (!t.mig_instances.empty()) {
       Json instances = Json::array();
       for (const TaskMigInstance& m : t.mig_instances) {
@@ -548,10 +550,11 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
   GPUFLEET_RETURN_IF_ERROR(r.Integer("stop_grace_ms", &reply.stop_grace_ms, 0, 3600 * 1000));
   GPUFLEET_RETURN_IF_ERROR(r.String("node_token", &reply.node_token));
   const auto read_task = [&](const Json& t, const std::string& path) -> Status {
-    GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader tr,
-                              ObjectReader::Open(t, path,
-                                                 {"id", "job", "task", "command", "env",
-                                                  "gpu_uuids", "gpu_milli", "mig_instances"}));
+    GPUFLEET_ASSIGN_OR_RETURN(
+        const ObjectReader tr,
+        ObjectReader::Open(t, path,
+                           {"id", "job", "task", "command", "env", "gpu_uuids", "gpu_milli",
+                            "cpu_milli", "memory_mib", "mig_instances"}));
     DesiredTask task;
     GPUFLEET_RETURN_IF_ERROR(tr.String("id", &task.id, /*required=*/true));
     GPUFLEET_RETURN_IF_ERROR(tr.String("job", &task.job));
@@ -560,6 +563,8 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
     GPUFLEET_RETURN_IF_ERROR(tr.StringMap("env", &task.env));
     GPUFLEET_RETURN_IF_ERROR(tr.Strings("gpu_uuids", &task.gpu_uuids));
     GPUFLEET_RETURN_IF_ERROR(tr.Integer("gpu_milli", &task.gpu_milli, 0, int64_t{1} << 40));
+    GPUFLEET_RETURN_IF_ERROR(tr.Integer("cpu_milli", &task.cpu_milli, 0, int64_t{1} << 40));
+    GPUFLEET_RETURN_IF_ERROR(tr.Integer("memory_mib", &task.memory_mib, 0, int64_t{1} << 40));
     const auto read_instance = [&](const Json& m, const std::string& m_path) -> Status {
       GPUFLEET_ASSIGN_OR_RETURN(
           const ObjectReader mr,

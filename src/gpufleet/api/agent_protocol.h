@@ -114,6 +114,9 @@ struct DesiredTask {
   // Whole GPUs, the GPU a share is on, or the MIG devices ("MIG-...") of a MIG task.
   std::vector<std::string> gpu_uuids;
   int64_t gpu_milli = 0;  // GPU share in milli-GPU (1000 per whole GPU)
+  // The task's CPU and memory request: the limits of its cgroup on the node (0: none).
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
   // A MIG task's instances, one per MIG device in `gpu_uuids`; empty for other tasks. The server
   // sends a MIG task once the agent has reported every one of its instances.
   std::vector<TaskMigInstance> mig_instances;

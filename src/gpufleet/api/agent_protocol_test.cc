@@ -25,6 +25,8 @@ TEST(AgentProtocolJson, ReplyWithMigLayoutsAndAMigTaskRoundTrips) {
   task.command = {"serve"};
   task.gpu_uuids = {"MIG-abc"};
   task.gpu_milli = 428;
+  task.cpu_milli = 2500;
+  task.memory_mib = 4096;
   task.mig_instances = {{2, "3g.40gb", 4, "MIG-abc"}};
   reply.tasks.push_back(task);
   reply.mig_layouts = {{2, {{"3g.40gb", 0}, {"3g.40gb", 4}}}, {3, {}}};
@@ -34,6 +36,8 @@ TEST(AgentProtocolJson, ReplyWithMigLayoutsAndAMigTaskRoundTrips) {
   ASSERT_EQ(parsed->tasks.size(), 1u);
   EXPECT_EQ(parsed->tasks[0].gpu_uuids, task.gpu_uuids);
   EXPECT_EQ(parsed->tasks[0].mig_instances, task.mig_instances);
+  EXPECT_EQ(parsed->tasks[0].cpu_milli, 2500);
+  EXPECT_EQ(parsed->tasks[0].memory_mib, 4096);
   ASSERT_EQ(parsed->mig_layouts.size(), 2u);
   EXPECT_EQ(parsed->mig_layouts[0].gpu_index, 2);
   EXPECT_EQ(parsed->mig_layouts[0].instances, reply.mig_layouts[0].instances);

@@ -421,6 +421,8 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
     for (const Json& assignment : assignments) {
       task.gpu_milli += IntOr(assignment, "milli", 0);
     }
+    task.cpu_milli = IntOr(placement, "cpu_milli", 0);
+    task.memory_mib = IntOr(placement, "memory_mib", 0);
     reply->tasks.push_back(std::move(task));
   }
 }

@@ -169,6 +169,10 @@ TEST_F(AgentProtocolTest, RegisteredNodeIsReadyAndRunsItsTasksToSuccess) {
   ASSERT_EQ(task.gpu_uuids.size(), 4u);
   EXPECT_THAT(task.gpu_uuids[0], HasSubstr("GPU-node-a-"));
   EXPECT_EQ(task.gpu_milli, 4000);
+  // The request the scheduler placed is what the node's cgroup limits.
+  const Json placement = Get("/v1/jobs/train")["placements"][0];
+  EXPECT_EQ(task.cpu_milli, placement.value("cpu_milli", -1));
+  EXPECT_EQ(task.memory_mib, placement.value("memory_mib", -1));
 
   // One task running is not yet a running gang; both are.
   HeartbeatRequest beat;

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -21,6 +22,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -260,8 +262,14 @@ bool IsInherited(std::string_view name) {
 
 // The allow-listed part of the runner's environment without the variables the launch sets, then
 // the launch's variables and the GPU variables.
-std::vector<std::string> BuildEnvironment(const TaskLaunch& launch) {
+std::vector<std::string> BuildEnvironment(const TaskLaunch& launch,
+                                          const std::optional<RunAs>& run_as) {
   std::map<std::string, std::string, std::less<>> overrides(launch.env.begin(), launch.env.end());
+  if (run_as.has_value()) {
+    overrides.try_emplace("HOME", run_as->home);
+    overrides.try_emplace("USER", run_as->user);
+    overrides.try_emplace("LOGNAME", run_as->user);
+  }
   for (auto& [name, value] : GpuEnvironment(launch.gpu_uuids)) {
     overrides.insert_or_assign(name, value);
   }
@@ -394,6 +402,10 @@ std::string StartFailureReason(const internal::ExitRecord& record, std::string_v
       return fmt::format("cannot execute '{}': {}", command, error);
     case internal::StartStage::kFork:
       return "cannot fork the task's process: " + error;
+    case internal::StartStage::kCgroup:
+      return "cannot join the task's cgroup: " + error;
+    case internal::StartStage::kIdentity:
+      return "cannot take on the --run-as user's ids: " + error;
   }
   return "unknown start failure: " + error;
 }
@@ -401,18 +413,20 @@ std::string StartFailureReason(const internal::ExitRecord& record, std::string_v
 }  // namespace
 
 ProcessRunner::ProcessRunner(std::string state_dir, const Clock& clock, int lock_fd,
-                             std::string boot_id)
+                             std::string boot_id, ProcessRunnerOptions options)
     : state_dir_(std::move(state_dir)),
       clock_(clock),
       lock_fd_(lock_fd),
-      boot_id_(std::move(boot_id)) {}
+      boot_id_(std::move(boot_id)),
+      options_(std::move(options)) {}
 
 ProcessRunner::~ProcessRunner() {
   close(lock_fd_);
 }
 
 Result<std::unique_ptr<ProcessRunner>> ProcessRunner::Open(std::string state_dir,
-                                                           const Clock& clock) {
+                                                           const Clock& clock,
+                                                           ProcessRunnerOptions options) {
   if (state_dir.empty()) {
     return InvalidArgumentError("state_dir of the task runner is empty");
   }
@@ -436,14 +450,19 @@ Result<std::unique_ptr<ProcessRunner>> ProcessRunner::Open(std::string state_dir
                      state_dir, lock_path))
                : UnavailableError(fmt::format("cannot lock '{}': {}", lock_path, ErrnoText(errno)));
   }
-  std::unique_ptr<ProcessRunner> runner(
-      new ProcessRunner(std::move(state_dir), clock, lock.Release(), ReadBootId()));
+  std::unique_ptr<ProcessRunner> runner(new ProcessRunner(
+      std::move(state_dir), clock, lock.Release(), ReadBootId(), std::move(options)));
   GPUFLEET_RETURN_IF_ERROR(runner->LoadStateDirectory());
   return runner;
 }
 
 std::string ProcessRunner::FilePath(std::string_view task_id, std::string_view suffix) const {
   return fmt::format("{}/{}{}", state_dir_, FileStem(task_id), suffix);
+}
+
+// With the suffix, no task id (".." is one) names a directory a path component cannot be.
+std::string ProcessRunner::CgroupName(std::string_view task_id) const {
+  return FileStem(task_id) + std::string(kStateSuffix);
 }
 
 std::string ProcessRunner::StateFilePathForTest(std::string_view task_id) const {
@@ -546,7 +565,7 @@ Status ProcessRunner::Start(const TaskLaunch& launch) {
   std::lock_guard<std::mutex> lock(mu_);
   GPUFLEET_RETURN_IF_ERROR(internal::CheckNewTask(tasks_, launch.task_id));
   UniqueFd log(
-      open(launch.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0644));
+      open(launch.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600));
   if (!log.valid()) {
     return InvalidArgumentError(
         fmt::format("log_path '{}' of task '{}' cannot be opened for appending: {}",
@@ -583,8 +602,27 @@ Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task) {
   // Everything the child needs is built here: after fork it may not allocate.
   std::vector<std::string> argv_storage = launch.argv;
   std::vector<char*> argv = NullTerminatedPointers(argv_storage);
-  std::vector<std::string> env_storage = BuildEnvironment(launch);
+  std::vector<std::string> env_storage = BuildEnvironment(launch, options_.run_as);
   std::vector<char*> envp = NullTerminatedPointers(env_storage);
+  std::vector<std::string> cgroup_join;
+  std::vector<const char*> cgroup_join_pointers;
+  std::string cgroup_members;
+  if (options_.cgroups.has_value()) {
+    const CgroupLimits limits{.cpu_milli = launch.cpu_milli,
+                              .memory_bytes = launch.memory_mib * 1024 * 1024};
+    Result<std::vector<std::string>> join =
+        options_.cgroups->Create(CgroupName(launch.task_id), limits);
+    if (!join.ok()) {
+      return UnavailableError(
+          fmt::format("task '{}': {}", launch.task_id, join.status().message()));
+    }
+    cgroup_join = std::move(join).value();
+    for (const std::string& path : cgroup_join) {
+      cgroup_join_pointers.push_back(path.c_str());
+    }
+    cgroup_join_pointers.push_back(nullptr);
+    cgroup_members = options_.cgroups->MembersFile(CgroupName(launch.task_id));
+  }
   const std::string exit_path = FilePath(launch.task_id, kExitSuffix);
   const std::string exit_temp_path = exit_path + std::string(kTempSuffix);
   const std::string state_path = FilePath(launch.task_id, kStateSuffix);
@@ -632,6 +670,17 @@ Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task) {
   plan.error_write_fd = error_write.get();
   const long open_max = sysconf(_SC_OPEN_MAX);  // NOLINT(google-runtime-int): sysconf's type
   plan.max_fd = open_max > 0 && open_max < (1 << 20) ? static_cast<int>(open_max) : (1 << 20);
+  if (options_.cgroups.has_value()) {
+    plan.cgroup_join_paths = cgroup_join_pointers.data();
+    plan.cgroup_members_path = cgroup_members.c_str();
+  }
+  if (options_.run_as.has_value()) {
+    plan.change_identity = true;
+    plan.uid = options_.run_as->uid;
+    plan.gid = options_.run_as->gid;
+    plan.groups = options_.run_as->groups.data();
+    plan.group_count = options_.run_as->groups.size();
+  }
 
   const pid_t pid = fork();
   if (pid < 0) {
@@ -705,6 +754,9 @@ bool ProcessRunner::ShimAlive(Task& task) {
       // SIGKILL), the task may live on: end it, so that a final task never holds a GPU. The
       // unreaped shim still holds the pid, so the group id cannot belong to anyone else yet.
       kill(-task.shim_pid, SIGKILL);
+      if (options_.cgroups.has_value()) {
+        options_.cgroups->SignalAll(CgroupName(task.status.task_id), SIGKILL);
+      }
       waitpid(task.shim_pid, nullptr, 0);  // returns at once: the shim has exited
       task.reaped = true;
       return false;
@@ -735,6 +787,10 @@ Status ProcessRunner::SignalGroup(Task& task, int signal_number) {
     return InternalError(fmt::format("cannot send signal {} to process group {} of task '{}': {}",
                                      signal_number, task.shim_pid, task.status.task_id,
                                      ErrnoText(errno)));
+  }
+  // Processes of the task that left its group (setsid) are still in its cgroup.
+  if (options_.cgroups.has_value()) {
+    options_.cgroups->SignalAll(CgroupName(task.status.task_id), signal_number);
   }
   return Status::Ok();
 }
@@ -835,6 +891,18 @@ Status ProcessRunner::Forget(std::string_view task_id) {
   GPUFLEET_ASSIGN_OR_RETURN(
       const auto it,
       internal::FindEndedTask(tasks_, task_id, [&](Task& task) { Refresh(task, clock_.Now()); }));
+  if (options_.cgroups.has_value()) {
+    const std::string cgroup = CgroupName(task_id);
+    Status removed = options_.cgroups->Remove(cgroup);
+    // The shim emptied it when the task ended; a process that got in since is killed here.
+    for (int attempt = 0; attempt < 40 && removed.code() == StatusCode::kFailedPrecondition;
+         ++attempt) {
+      options_.cgroups->SignalAll(cgroup, SIGKILL);
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      removed = options_.cgroups->Remove(cgroup);
+    }
+    GPUFLEET_RETURN_IF_ERROR(removed);
+  }
   // The state file first: if the agent dies in between, Open deletes the stray exit file.
   GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(FilePath(task_id, kStateSuffix)));
   GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(FilePath(task_id, kExitSuffix)));

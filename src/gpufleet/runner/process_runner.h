@@ -15,6 +15,8 @@
 
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/runner/cgroup.h"
+#include "gpufleet/runner/run_as.h"
 #include "gpufleet/runner/task_runner.h"
 
 namespace gpufleet::runner {
@@ -59,14 +61,27 @@ inline constexpr std::string_view kInheritedEnv[] = {"PATH", "HOME",    "LANG", 
 // started by a runner that was destroyed stay unreaped children of this process until a later
 // runner over the same directory, or the process's exit, reaps them.
 //
+// Containment (ProcessRunnerOptions). With `run_as`, the task takes on that user's groups and
+// ids before it executes (HOME, USER and LOGNAME follow); the shim keeps the runner's. With
+// `cgroups`, each task gets a cgroup of its own, named after its state file, with its
+// TaskLaunch::cpu_milli and memory_mib as limits: Stop signals every process in it as well as the
+// group, and the shim kills whatever is left in it when the task's main process ends, so a child
+// that left the process group (setsid) dies with the task. Forget removes the cgroup.
+//
 // Thread-safe: a mutex guards the task table; Start holds it while forking.
+struct ProcessRunnerOptions {
+  std::optional<RunAs> run_as;
+  std::optional<TaskCgroups> cgroups;
+};
+
 class ProcessRunner final : public TaskRunner {
  public:
   // Opens (creating if missing; its parent must exist) the state directory and adopts the tasks
   // recorded there. `clock` must outlive the runner.
   // Errors: kInvalidArgument for an empty path, kFailedPrecondition when the path is not a
   // directory or another runner holds it, kUnavailable when it cannot be created or read.
-  static Result<std::unique_ptr<ProcessRunner>> Open(std::string state_dir, const Clock& clock);
+  static Result<std::unique_ptr<ProcessRunner>> Open(std::string state_dir, const Clock& clock,
+                                                     ProcessRunnerOptions options = {});
 
   // Leaves every task running: a new runner over the same directory takes them over.
   ~ProcessRunner() override;
@@ -103,7 +118,8 @@ class ProcessRunner final : public TaskRunner {
     std::optional<MonoTime> kill_deadline;
   };
 
-  ProcessRunner(std::string state_dir, const Clock& clock, int lock_fd, std::string boot_id);
+  ProcessRunner(std::string state_dir, const Clock& clock, int lock_fd, std::string boot_id,
+                ProcessRunnerOptions options);
 
   Status LoadStateDirectory();
   std::string FilePath(std::string_view task_id, std::string_view suffix) const;
@@ -118,11 +134,14 @@ class ProcessRunner final : public TaskRunner {
   // Sends `signal_number` to the task's process group if the shim is still the process the
   // runner started (never to a reused pid). REQUIRES: mu_ held.
   Status SignalGroup(Task& task, int signal_number);
+  // The task's cgroup, named like its state file.
+  std::string CgroupName(std::string_view task_id) const;
 
   const std::string state_dir_;
   const Clock& clock_;
   const int lock_fd_;
   const std::string boot_id_;
+  const ProcessRunnerOptions options_;
   std::mutex mu_;
   std::map<std::string, Task, std::less<>> tasks_;  // guarded by mu_
 };

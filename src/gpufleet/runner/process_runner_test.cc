@@ -25,6 +25,8 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -658,6 +660,160 @@ TEST_F(ProcessRunnerIntegrationTest, StateFromAnotherBootOrUnreadableIsLost) {
   EXPECT_FALSE(ProcessGone(shim)) << "a pid from another boot was signalled";
   ASSERT_OK(second->Forget("garbled/0"));
   EXPECT_FALSE(std::filesystem::exists(state_dir_ + "/garbled%0.task"));
+}
+
+}  // namespace
+}  // namespace gpufleet::runner
+
+namespace gpufleet::runner {
+namespace {
+
+// Containment with the real kernel: needs root (setuid, cgroup directories). Skipped otherwise;
+// CI runs as root.
+class ProcessRunnerIntegrationContainmentTest : public ProcessRunnerTestBase {
+ protected:
+  void TearDown() override {
+    ProcessRunnerTestBase::TearDown();
+    for (const pid_t pid : strays_) {
+      kill(pid, SIGKILL);
+    }
+    // Detect creates the parent wherever it finds a hierarchy.
+    for (const char* hierarchy : {"memory/", "cpu/", "pids/", "unified/", ""}) {
+      rmdir(fmt::format("/sys/fs/cgroup/{}{}", hierarchy, CgroupParent()).c_str());
+    }
+  }
+
+  std::unique_ptr<ProcessRunner> OpenContained(ProcessRunnerOptions options) {
+    Result<std::unique_ptr<ProcessRunner>> runner =
+        ProcessRunner::Open(state_dir_, clock_, std::move(options));
+    EXPECT_OK(runner);
+    return runner.ok() ? std::move(runner).value() : nullptr;
+  }
+
+  std::string CgroupParent() const { return "gpufleet-test-" + std::to_string(getpid()); }
+
+  // A task whose child leaves the process group (setsid) and records its pid, then ends.
+  TaskLaunch Daemonizing(const std::string& task_id) const {
+    TaskLaunch launch = Shell(task_id,
+                              "cat /proc/self/cgroup > cgroup.txt; setsid sleep 300 & "
+                              "echo $! > daemon.pid; sleep 0.3");
+    launch.cpu_milli = 1500;
+    launch.memory_mib = 64;
+    return launch;
+  }
+
+  pid_t DaemonPid() {
+    pid_t pid = 0;
+    EXPECT_TRUE(WaitUntil([&] {
+      std::istringstream(ReadFile(dir_ + "/daemon.pid")) >> pid;
+      return pid > 0;
+    }));
+    if (pid > 0) {
+      strays_.insert(pid);
+    }
+    return pid;
+  }
+
+  // Runs Daemonizing under `cgroups` and checks the physical outcome: the task's processes were
+  // in its cgroup with its limits, and the daemonized child died with the task.
+  void ExpectDaemonDiesWithTask(TaskCgroups cgroups, const std::string& limit_file,
+                                const std::string& limit_value) {
+    std::unique_ptr<ProcessRunner> runner = OpenContained({.cgroups = cgroups});
+    ASSERT_NE(runner, nullptr);
+    StartOrFail(*runner, Daemonizing("daemon/0"));
+    const pid_t daemon = DaemonPid();
+    ASSERT_GT(daemon, 0);
+    EXPECT_THAT(cgroups.Members("daemon%0.task"), ::testing::Contains(daemon));
+    if (!limit_file.empty()) {
+      EXPECT_EQ(ReadFile(limit_file), limit_value);
+    }
+    EXPECT_THAT(ReadFile(dir_ + "/cgroup.txt"), HasSubstr(CgroupParent() + "/daemon%0.task"));
+    const TaskStatus status = WaitForEnd(*runner, "daemon/0");
+    EXPECT_EQ(status.state, TaskState::kExited) << DescribeTaskStatus(status);
+    EXPECT_TRUE(WaitUntil([&] { return ProcessGone(daemon); }))
+        << "the daemonized child " << daemon << " outlived its task";
+    ASSERT_OK(runner->Forget("daemon/0"));
+    EXPECT_TRUE(cgroups.Members("daemon%0.task").empty());
+  }
+
+  std::set<pid_t> strays_;
+};
+
+TEST_F(ProcessRunnerIntegrationContainmentTest, WithoutCgroupsADaemonizedChildEscapes) {
+  // The control: what the cgroup tests below prevent.
+  std::unique_ptr<ProcessRunner> runner = OpenContained({});
+  ASSERT_NE(runner, nullptr);
+  StartOrFail(*runner, Daemonizing("daemon/0"));
+  const pid_t daemon = DaemonPid();
+  ASSERT_GT(daemon, 0);
+  EXPECT_EQ(WaitForEnd(*runner, "daemon/0").state, TaskState::kExited);
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(ProcessGone(daemon));
+}
+
+TEST_F(ProcessRunnerIntegrationContainmentTest, CgroupV1EndsEveryProcessOfTheTask) {
+  if (geteuid() != 0) {
+    GTEST_SKIP() << "cgroups need root";
+  }
+  Result<TaskCgroups> cgroups = TaskCgroups::Detect("/sys/fs/cgroup", CgroupParent());
+  if (!cgroups.ok() || cgroups->version() != CgroupVersion::kV1) {
+    GTEST_SKIP() << "no cgroup v1 hierarchy here";
+  }
+  ExpectDaemonDiesWithTask(
+      *cgroups,
+      fmt::format("/sys/fs/cgroup/memory/{}/daemon%0.task/memory.limit_in_bytes", CgroupParent()),
+      "67108864\n");
+}
+
+TEST_F(ProcessRunnerIntegrationContainmentTest, CgroupV2EndsEveryProcessOfTheTask) {
+  if (geteuid() != 0) {
+    GTEST_SKIP() << "cgroups need root";
+  }
+  // A v2-only host mounts it at /sys/fs/cgroup; a hybrid one (these machines) at .../unified,
+  // where no controller is enabled: membership and cgroup.kill work, limits do not.
+  for (const std::string root : {"/sys/fs/cgroup", "/sys/fs/cgroup/unified"}) {
+    Result<TaskCgroups> cgroups = TaskCgroups::Detect(root, CgroupParent());
+    if (cgroups.ok() && cgroups->version() == CgroupVersion::kV2) {
+      const std::string limit_file =
+          cgroups->enforces_limits()
+              ? fmt::format("{}/{}/daemon%0.task/memory.max", root, CgroupParent())
+              : "";
+      ExpectDaemonDiesWithTask(*cgroups, limit_file, "67108864\n");
+      return;
+    }
+  }
+  GTEST_SKIP() << "no cgroup v2 mount here";
+}
+
+TEST_F(ProcessRunnerIntegrationContainmentTest, RunsAsTheRunAsUserWithAPrivateLog) {
+  if (geteuid() != 0) {
+    GTEST_SKIP() << "changing user needs root";
+  }
+  Result<RunAs> nobody = LookUpUser("nobody");
+  ASSERT_OK(nobody);
+  std::unique_ptr<ProcessRunner> runner = OpenContained({.run_as = *nobody});
+  ASSERT_NE(runner, nullptr);
+  TaskLaunch launch = Shell("who/0", "echo \"uid=$(id -u) groups=$(id -G) user=$USER home=$HOME\"");
+  launch.working_dir = "/";
+  StartOrFail(*runner, launch);
+  EXPECT_EQ(WaitForEnd(*runner, "who/0").state, TaskState::kExited);
+  EXPECT_EQ(ReadFile(launch.log_path),
+            fmt::format("uid={} groups={} user=nobody home={}\n", nobody->uid,
+                        fmt::join(nobody->groups, " "), nobody->home));
+  struct stat info = {};
+  ASSERT_EQ(stat(launch.log_path.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 0777, 0600u) << "logs are not world-readable";
+
+  // The ids change before the working directory is entered: root's private directory is closed
+  // to the task.
+  TaskLaunch private_dir = Shell("who/1", "true");
+  ASSERT_EQ(chmod(dir_.c_str(), 0700), 0);
+  StartOrFail(*runner, private_dir);
+  const TaskStatus refused = WaitForEnd(*runner, "who/1");
+  EXPECT_EQ(refused.state, TaskState::kFailedToStart);
+  EXPECT_THAT(refused.reason, HasSubstr("cannot enter working directory"));
+  EXPECT_THAT(LookUpUser("no-such-user-gpufleet").status(),
+              StatusIs(StatusCode::kNotFound, HasSubstr("no user 'no-such-user-gpufleet'")));
 }
 
 }  // namespace

@@ -48,6 +48,10 @@ struct TaskLaunch {
   std::string log_path;
   // The directory the task starts in; empty: the runner's own working directory.
   std::string working_dir;
+  // The task's CPU (milli-cores) and memory request, enforced as limits where the runner puts
+  // tasks in cgroups; 0: no limit.
+  int64_t cpu_milli = 0;
+  int64_t memory_mib = 0;
 };
 
 enum class TaskState {

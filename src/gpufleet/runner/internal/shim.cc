@@ -5,15 +5,18 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <grp.h>
 #include <signal.h>
 #include <stdio.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <charconv>
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
 
 namespace gpufleet::runner::internal {
@@ -139,9 +142,60 @@ class LineBuffer {
   size_t size_ = 0;
 };
 
-// Kills the shim's process group, the shim included. Only if the group is the shim's own: were
-// setpgid to have failed, the group would be the agent's.
-[[noreturn]] void EndProcessGroup() {
+// SIGKILL to every process in the task's cgroup until it is empty (bounded: a process forking
+// as fast as it is killed is held by its cgroup's pids limit, not here).
+void KillCgroupMembers(const char* members_path) {
+  if (members_path == nullptr) {
+    return;
+  }
+  for (int round = 0; round < 200; ++round) {
+    const int fd = open(members_path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      return;
+    }
+    int found = 0;
+    int64_t pid = 0;
+    bool in_number = false;
+    const auto kill_pid = [&] {
+      if (in_number && pid > 1 && pid != getpid()) {
+        kill(static_cast<pid_t>(pid), SIGKILL);
+        ++found;
+      }
+      pid = 0;
+      in_number = false;
+    };
+    char buffer[512];
+    for (;;) {
+      const ssize_t n = read(fd, buffer, sizeof(buffer));
+      if (n < 0 && errno == EINTR) {
+        continue;
+      }
+      if (n <= 0) {
+        break;
+      }
+      for (ssize_t i = 0; i < n; ++i) {
+        if (buffer[i] >= '0' && buffer[i] <= '9') {
+          pid = pid * 10 + (buffer[i] - '0');
+          in_number = true;
+        } else {
+          kill_pid();
+        }
+      }
+    }
+    kill_pid();
+    close(fd);
+    if (found == 0) {
+      return;
+    }
+    const timespec pause = {0, 5'000'000};
+    nanosleep(&pause, nullptr);
+  }
+}
+
+// Kills the task's cgroup, then the shim's process group, the shim included. The group only if
+// it is the shim's own: were setpgid to have failed, the group would be the agent's.
+[[noreturn]] void EndProcessGroup(const ShimPlan& plan) {
+  KillCgroupMembers(plan.cgroup_members_path);
   if (getpgrp() == getpid()) {
     kill(0, SIGKILL);
   }
@@ -158,7 +212,7 @@ class LineBuffer {
     close(fd);
     rename(plan.exit_temp_path, plan.exit_path);
   }
-  EndProcessGroup();
+  EndProcessGroup(plan);
 }
 
 [[noreturn]] void RecordStartFailure(const ShimPlan& plan, int stage, int error) {
@@ -185,6 +239,19 @@ class LineBuffer {
   if (dup2(plan.null_fd, STDIN_FILENO) < 0 || dup2(plan.log_fd, STDOUT_FILENO) < 0 ||
       dup2(plan.log_fd, STDERR_FILENO) < 0) {
     ReportStartFailure(plan, StartStage::kSetup, errno);
+  }
+  if (plan.cgroup_join_paths != nullptr) {
+    for (const char* const* path = plan.cgroup_join_paths; *path != nullptr; ++path) {
+      const int fd = open(*path, O_WRONLY | O_CLOEXEC);
+      if (fd < 0 || write(fd, "0", 1) != 1) {
+        ReportStartFailure(plan, StartStage::kCgroup, errno);
+      }
+      close(fd);
+    }
+  }
+  if (plan.change_identity && (setgroups(plan.group_count, plan.groups) != 0 ||
+                               setgid(plan.gid) != 0 || setuid(plan.uid) != 0)) {
+    ReportStartFailure(plan, StartStage::kIdentity, errno);
   }
   if (plan.working_dir != nullptr && chdir(plan.working_dir) != 0) {
     ReportStartFailure(plan, StartStage::kChdir, errno);
@@ -261,7 +328,7 @@ void RunShim(const ShimPlan& plan) {
     line.Append("\n");
   } else {
     // Cannot happen with SIGCHLD at its default; without a record the runner reports it lost.
-    EndProcessGroup();
+    EndProcessGroup(plan);
   }
   RecordAndEnd(plan, line);
 }
@@ -298,7 +365,7 @@ std::optional<ExitRecord> ParseExitRecord(std::string_view text) {
     record.kind = ExitRecord::Kind::kStartFailed;
     if (!take_number(stage) || !take_number(record.value) || !rest.empty() ||
         stage < static_cast<int>(StartStage::kSetup) ||
-        stage > static_cast<int>(StartStage::kFork)) {
+        stage > static_cast<int>(StartStage::kIdentity)) {
       return std::nullopt;
     }
     record.stage = static_cast<StartStage>(stage);

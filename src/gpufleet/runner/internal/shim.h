@@ -5,6 +5,9 @@
 // between. Private to the runner module.
 #pragma once
 
+#include <sys/types.h>
+
+#include <cstddef>
 #include <optional>
 #include <string_view>
 
@@ -12,10 +15,12 @@ namespace gpufleet::runner::internal {
 
 // Where a start failed, as the shim records it.
 enum class StartStage : int {
-  kSetup = 1,  // redirecting stdin, stdout and stderr
-  kChdir = 2,  // entering the working directory
-  kExec = 3,   // execve
-  kFork = 4,   // forking the task from the shim
+  kSetup = 1,     // redirecting stdin, stdout and stderr
+  kChdir = 2,     // entering the working directory
+  kExec = 3,      // execve
+  kFork = 4,      // forking the task from the shim
+  kCgroup = 5,    // joining the task's cgroup
+  kIdentity = 6,  // taking on the --run-as user's groups and ids
 };
 
 // Everything the shim needs, prepared by the runner before fork(). The shim is a fork of a
@@ -35,6 +40,16 @@ struct ShimPlan {
   int error_read_fd = -1;                // the shim's end of the start-failure report
   int error_write_fd = -1;               // the task's end, closed by a successful execve
   int max_fd = 1024;                     // bound for closing descriptors without close_range
+  // The cgroup.procs files the task writes "0" to before anything else (nullptr-terminated;
+  // nullptr: no cgroup), and the one that lists its members, killed when the task ends.
+  const char* const* cgroup_join_paths = nullptr;
+  const char* cgroup_members_path = nullptr;
+  // The user the task runs as; change_identity false: the runner's own.
+  bool change_identity = false;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  const gid_t* groups = nullptr;
+  size_t group_count = 0;
 };
 
 // The shim's body, run in the child right after fork(); never returns. Order: lead a new process
@@ -42,8 +57,10 @@ struct ShimPlan {
 // need; point its stdio at /dev/null; wait for the runner's go byte on the control socket (end of
 // file: the runner gave up, exit without running anything); fork the task; send the runner one
 // byte back (the task's process exists, so a Stop from now on reaches it); wait for the task;
-// record the exit; send SIGKILL to its own process group, which ends whatever the task left
-// behind and the shim with it.
+// record the exit; send SIGKILL to every process of the task's cgroup (those that left the
+// process group included), then to its own process group, which ends whatever the task left
+// behind and the shim with it. The task joins its cgroup and takes on the run-as user's ids
+// before it enters its working directory and executes.
 //
 // The three signals stay blocked in the shim across the fork: a SIGTERM sent to the group before
 // the task has restored the default handling then waits, pending, instead of being discarded.
