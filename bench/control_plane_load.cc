@@ -86,22 +86,28 @@ std::string JobYaml(int64_t n) {
       n, kGpus[n % 6]);
 }
 
+struct LoadRequest {
+  std::string path;
+  std::string body;
+  const std::string* token;  // the bearer token
+};
+
 // Sends `rate` requests per second from one thread until `stop`; `next` makes each request.
-void RunAtRate(int port, double rate, const std::string& token, std::atomic<bool>& stop,
-               Latencies& latencies,
-               const std::function<std::pair<std::string, std::string>(int64_t)>& next) {
+void RunAtRate(int port, double rate, std::atomic<bool>& stop, Latencies& latencies,
+               const std::function<LoadRequest(int64_t)>& next) {
   httplib::Client client("127.0.0.1", port);
   client.set_keep_alive(true);
   client.set_tcp_nodelay(true);  // else Nagle and delayed ACKs add 40 ms to a POST
-  const httplib::Headers headers = {{"Authorization", "Bearer " + token}};
   const auto period = std::chrono::duration<double>(1.0 / rate);
   auto due = Clock::now();
   for (int64_t n = 0; !stop.load(); ++n) {
     due += std::chrono::duration_cast<Clock::duration>(period);
     std::this_thread::sleep_until(due);
-    const auto [path, body] = next(n);
+    const LoadRequest request = next(n);
+    const httplib::Headers headers = {{"Authorization", "Bearer " + *request.token}};
     const auto start = Clock::now();
-    const httplib::Result result = client.Post(path, headers, body, "application/yaml");
+    const httplib::Result result =
+        client.Post(request.path, headers, request.body, "application/yaml");
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     latencies.Add(ms, result && result->status < 300);
   }
@@ -142,6 +148,9 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
   // The loop ran its first cycle at Start; registration needs it.
   while (!(*server)->RunSchedulingCycle().ok()) {
   }
+  // Each node exchanges the join token for its own credential at registration and heartbeats
+  // with that one, as real agents do.
+  std::vector<std::string> node_tokens(static_cast<size_t>(nodes));
   {
     httplib::Client client("127.0.0.1", *port);
     client.set_keep_alive(true);
@@ -155,6 +164,12 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
                    result ? result->body : httplib::to_string(result.error()));
         return 1;
       }
+      const Result<api::AgentReply> reply = api::ParseAgentReply(result->body);
+      if (!reply.ok() || reply->node_token.empty()) {
+        fmt::print(stderr, "register node {}: no node credential in {}\n", i, result->body);
+        return 1;
+      }
+      node_tokens[static_cast<size_t>(i)] = reply->node_token;
     }
   }
 
@@ -170,18 +185,17 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
   std::vector<std::thread> threads;
   for (int t = 0; t < kHeartbeatThreads; ++t) {
     threads.emplace_back([&, t] {
-      RunAtRate(*port, heartbeat_rate / kHeartbeatThreads, agent, stop, heartbeats,
-                [&, t](int64_t n) {
-                  const int64_t node = (n * kHeartbeatThreads + t) % nodes;
-                  return std::make_pair(fmt::format("/v1/agents/node-{:05}/heartbeat", node),
-                                        heartbeat_body);
-                });
+      RunAtRate(*port, heartbeat_rate / kHeartbeatThreads, stop, heartbeats, [&, t](int64_t n) {
+        const int64_t node = (n * kHeartbeatThreads + t) % nodes;
+        return LoadRequest{fmt::format("/v1/agents/node-{:05}/heartbeat", node), heartbeat_body,
+                           &node_tokens[static_cast<size_t>(node)]};
+      });
     });
   }
   for (int t = 0; t < kSubmitThreads; ++t) {
     threads.emplace_back([&, t] {
-      RunAtRate(*port, submit_rate / kSubmitThreads, admin, stop, submissions, [t](int64_t n) {
-        return std::make_pair(std::string("/v1/jobs"), JobYaml(n * kSubmitThreads + t));
+      RunAtRate(*port, submit_rate / kSubmitThreads, stop, submissions, [&, t](int64_t n) {
+        return LoadRequest{"/v1/jobs", JobYaml(n * kSubmitThreads + t), &admin};
       });
     });
   }
