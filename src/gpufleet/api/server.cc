@@ -309,13 +309,7 @@ Result<int> ApiServer::Start(const std::string& host, int port,
     http_options.tls_key_file = tls->key_file;
   }
   http_options.max_body_bytes = kMaxRequestBodyBytes;
-  const auto handler = [this](const http::Request& req) {
-    ApiRequest request;
-    request.method = req.method;
-    request.path = req.path;
-    request.query = req.query;
-    request.authorization = req.authorization;
-    request.body = req.body;
+  const auto handler = [this](const ApiRequest& request) {
     ApiResponse response = Handle(request);
     return http::Response{response.status, std::move(response.content_type),
                           std::move(response.body)};

@@ -50,14 +50,8 @@ inline constexpr int kCasAttempts = 5;
 // Request bodies above this are refused with 413.
 inline constexpr size_t kMaxRequestBodyBytes = size_t{1} << 20;
 
-// One HTTP request, independent of the HTTP library (the unit tests call Handle directly).
-struct ApiRequest {
-  std::string method;  // "GET", "POST", "PATCH", "DELETE"
-  std::string path;    // without the query string
-  std::multimap<std::string, std::string> query;
-  std::string authorization;  // the Authorization header, empty when absent
-  std::string body;
-};
+// One HTTP request as the HTTP server hands it over (the unit tests call Handle directly).
+using ApiRequest = http::Request;
 
 struct ApiResponse {
   int status = 200;
