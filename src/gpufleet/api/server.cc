@@ -561,10 +561,19 @@ Result<int> ApiServer::RunCycleLocked() {
         // A preemptor with a reservation waits for the victims it has; it preempts no more.
         // One victim search per cycle, for the first job in queue order that needs one.
         preemption_tried = true;
-        GPUFLEET_ASSIGN_OR_RETURN(std::optional<std::string> waiting,
-                                  TryPreemption(name, **job.spec, job.queue, random));
-        if (waiting) {
-          result.reason = std::move(*waiting);
+        Result<std::optional<std::string>> waiting =
+            TryPreemption(name, **job.spec, job.queue, random);
+        if (!waiting.ok()) {
+          // The store failed (busy, gone): nothing of this cycle is committed, so nothing of it
+          // may stay in the view, or its GPUs would look taken until the next full reload.
+          for (auto it = writes.rbegin(); it != writes.rend(); ++it) {
+            UndoCycleWrite(*it);
+          }
+          ReleaseReservedGpus();
+          return waiting.status();
+        }
+        if (*waiting) {
+          result.reason = std::move(**waiting);
         }
       }
       if (result.scheduled()) {
@@ -631,14 +640,7 @@ Result<int> ApiServer::CommitCycleWrites(std::vector<CycleWrite>& writes) {
     }
     ViewJob& job = *write.job;
     if (!status.ok()) {
-      // The next cycle sees the job's new state; its resources go back now.
-      view_->ReadJobAgain(*write.name);
-      for (auto it = write.placed.rbegin(); it != write.placed.rend(); ++it) {
-        view_->snapshot().Revert(*it);
-      }
-      if (!write.placed.empty()) {
-        view_->BumpCapacityEpoch();
-      }
+      UndoCycleWrite(write);
       if (status.code() == StatusCode::kInvalidArgument) {
         // This job's own write cannot be stored (its document would be too large): it fails
         // alone, with the reason, and the cycle goes on.
@@ -660,6 +662,17 @@ Result<int> ApiServer::CommitCycleWrites(std::vector<CycleWrite>& writes) {
     return first_error;
   }
   return scheduled;
+}
+
+void ApiServer::UndoCycleWrite(CycleWrite& write) {
+  // The next cycle sees the job as stored; its resources go back now.
+  view_->ReadJobAgain(*write.name);
+  for (auto it = write.placed.rbegin(); it != write.placed.rend(); ++it) {
+    view_->snapshot().Revert(*it);
+  }
+  if (!write.placed.empty()) {
+    view_->BumpCapacityEpoch();
+  }
 }
 
 void ApiServer::FailUnstorableJob(const std::string& name, const ViewJob& job, const Status& why) {

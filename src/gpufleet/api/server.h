@@ -174,6 +174,9 @@ class ApiServer {
   };
   // Commits the cycle's writes; returns the number of jobs scheduled. A job whose own write the
   // store refuses fails alone (FailUnstorableJob); the others are committed.
+  // Takes back what an uncommitted write applied to the view (its placements, the job's
+  // in-memory fields).
+  void UndoCycleWrite(CycleWrite& write);
   Result<int> CommitCycleWrites(std::vector<CycleWrite>& writes);
   void FailUnstorableJob(const std::string& name, const ViewJob& job, const Status& why);
 

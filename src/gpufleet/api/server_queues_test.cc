@@ -15,6 +15,7 @@
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/store/memory_store.h"
+#include "gpufleet/store/testing/fault_injecting_store.h"
 
 namespace gpufleet::api {
 namespace {
@@ -481,6 +482,74 @@ TEST_F(ServerQueuesTest, StopSavesTheUsageWithinTheMinute) {
 
 // Four nodes run borrowed jobs; the owner preempts one of them. A job of another queue with a
 // higher priority arrives before the victim's GPUs are free.
+// `gpus` whole GPUs on one node, in the default queue.
+std::string GpuJob(const std::string& name, int gpus, int priority) {
+  return fmt::format(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {{name: {}}}
+spec:
+  priority: {}
+  tasks:
+    - name: main
+      resources: {{cpu: "1", memory: 1Gi, gpus: {{count: {}}}}}
+)",
+                     name, priority, gpus);
+}
+
+// Issue 14: a cycle that failed midway (the store refused the preemption's commit) left the
+// placements it had made before in the view, so those GPUs looked taken until the next full
+// reload.
+TEST(ServerCycleTest, ACycleThatFailsMidwayLeavesNothingInTheView) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  FakeClock clock;
+  store::InMemoryStateStore inner;
+  store::testing::FaultInjectingStateStore store(inner);
+  Result<std::unique_ptr<ApiServer>> server =
+      ApiServer::Create({.store = store, .catalog = catalog, .clock = clock});
+  ASSERT_OK(server);
+  SyntheticClusterSpec spec;
+  spec.blocks = 1;
+  spec.leaves_per_block = 1;
+  spec.nodes_per_leaf = 2;
+  Result<Cluster> cluster = MakeSyntheticCluster(spec, catalog);
+  ASSERT_OK(cluster);
+  ASSERT_OK((*server)->RegisterNodes(*cluster));
+  Result<std::string> admin = (*server)->authenticator().CreateToken(Role::kAdmin, "", "root");
+  ASSERT_OK(admin);
+  const auto call = [&](const std::string& method, const std::string& path,
+                        const std::string& body = "") {
+    ApiRequest request;
+    request.method = method;
+    request.path = path;
+    request.authorization = "Bearer " + *admin;
+    request.body = body;
+    return Json::parse((*server)->Handle(request).body, nullptr, false);
+  };
+  // One node full with a job that may be preempted, the other free.
+  call("POST", "/v1/jobs", GpuJob("low", 8, 0));
+  ASSERT_OK((*server)->RunSchedulingCycle());
+  clock.Advance(std::chrono::seconds(61));
+  ASSERT_OK((*server)->RunSchedulingCycle());
+
+  // "small" is placed on the free node, then "urgent" needs a preemption whose commit fails.
+  call("POST", "/v1/jobs", GpuJob("small", 2, 10));
+  call("POST", "/v1/jobs", GpuJob("urgent", 8, 5));
+  store.FailNthCommit(1);
+  EXPECT_FALSE((*server)->RunSchedulingCycle().ok());
+  ASSERT_EQ(store.injected_faults(), 1);
+  EXPECT_EQ(call("GET", "/v1/jobs/small")["state"], "Pending");
+
+  // The free node has all 8 GPUs again: "small" and a 6-GPU job both fit there now.
+  call("POST", "/v1/jobs", GpuJob("fill", 6, 10));
+  ASSERT_OK((*server)->RunSchedulingCycle());
+  const Json small = call("GET", "/v1/jobs/small");
+  const Json fill = call("GET", "/v1/jobs/fill");
+  EXPECT_EQ(small["state"], "Scheduled") << small.dump();
+  EXPECT_EQ(fill["state"], "Scheduled") << fill.dump();
+  EXPECT_EQ(small["placements"][0]["node"], fill["placements"][0]["node"]);
+  EXPECT_EQ(call("GET", "/v1/jobs/low")["state"], "Stopping") << "urgent preempted it this time";
+}
+
 class ServerReservationTest : public ServerQueuesTest {
  protected:
   void PreemptForMine() {
