@@ -619,6 +619,7 @@ Result<int> ApiServer::RunCycleLocked() {
   ReleaseReservedGpus();
   Result<int> scheduled = CommitCycleWrites(writes);
   PublishQueueStatus();
+  PublishFleetGauges();
   return scheduled;
 }
 
@@ -757,6 +758,16 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     return routed(std::move(response), "/readyz");
   }
   if (n == 1 && get && segments[0] == "metrics") {
+    // Fleet figures are for the fleet's users and operators (a Prometheus with a member or
+    // admin token), not for anyone who can reach the port, nor for a node's agent.
+    const Result<Principal> who = authenticator_.Authenticate(request.authorization);
+    if (!who.ok()) {
+      return routed(ErrorResponse(who.status()), "/metrics");
+    }
+    if (who->role == Role::kAgent) {
+      return routed(ErrorResponse(PermissionDenied("an agent token may not read /metrics")),
+                    "/metrics");
+    }
     ApiResponse response;
     response.content_type = "text/plain; version=0.0.4";
     response.body = RenderMetrics();
@@ -1268,54 +1279,54 @@ ApiResponse ApiServer::NodeAction(const Principal& who, std::string_view name,
 
 // ---- metrics --------------------------------------------------------------------------------
 
-std::string ApiServer::RenderMetrics() {
-  std::string out;
-  std::map<std::string, int64_t> pending;
-  std::map<std::string, int64_t> allocated_milli;
-  std::map<std::string, int64_t> total;
-  const Result<std::vector<store::StoredObject>> nodes = options_.store.List(kNodesKind);
-  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(kJobsKind);
-  if (nodes.ok() && jobs.ok()) {
-    std::map<std::string, std::vector<std::string>> models_by_node;
-    for (const store::StoredObject& object : *nodes) {
-      const Json node = ParseDocument(object.data);
-      for (const Json& g : ArrayOr(node, "gpus")) {
-        const std::string model = StrOr(g, "model");
-        ++total[model];
-        allocated_milli.emplace(model, 0);
-        models_by_node[object.name].push_back(model);
-      }
+void ApiServer::PublishFleetGauges() {
+  FleetGauges gauges;
+  const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
+  for (const scheduler::NodeInfo& info : snapshot.nodes()) {
+    for (const Gpu& gpu : info.node->gpus) {
+      ++gauges.gpus_by_model[gpu.model];
+      gauges.allocated_milli_by_model.emplace(gpu.model, 0);
     }
-    for (const store::StoredObject& object : *jobs) {
-      const Json job = ParseDocument(object.data);
-      if (StrOr(job, "state") == "Pending") {
-        ++pending[StrOr(job, "queue", "default")];
-      }
+  }
+  for (const auto& [name, job] : view_->jobs()) {
+    if (job.state == JobState::kPending) {
+      ++gauges.pending_by_queue[job.queue.empty() ? std::string("default") : job.queue];
     }
-    for (const auto& [node, by_gpu] : AllocationByNode(*jobs)) {
-      const auto models = models_by_node.find(node);
-      for (const auto& [gpu, milli] : by_gpu) {
-        if (models != models_by_node.end() && gpu >= 0 &&
-            gpu < static_cast<int64_t>(models->second.size())) {
-          allocated_milli[models->second[gpu]] += milli;
-        }
+    if (!job.applied) {
+      continue;
+    }
+    for (const scheduler::TaskPlacement& placement : job.placements) {
+      const Node& node = *snapshot.nodes()[placement.node].node;
+      for (const scheduler::GpuAssignment& assignment : placement.gpus) {
+        gauges.allocated_milli_by_model[node.gpus[assignment.gpu].model] += assignment.milli;
       }
     }
   }
+  std::lock_guard<std::mutex> lock(gauges_mu_);
+  gauges_ = std::move(gauges);
+}
+
+std::string ApiServer::RenderMetrics() {
+  std::string out;
+  FleetGauges gauges;
+  {
+    std::lock_guard<std::mutex> lock(gauges_mu_);
+    gauges = gauges_;
+  }
   out += "# HELP gpufleet_jobs_pending Jobs waiting to be scheduled, by queue.\n";
   out += "# TYPE gpufleet_jobs_pending gauge\n";
-  for (const auto& [queue, count] : pending) {
+  for (const auto& [queue, count] : gauges.pending_by_queue) {
     out += fmt::format("gpufleet_jobs_pending{{queue=\"{}\"}} {}\n", EscapeLabel(queue), count);
   }
   out += "# HELP gpufleet_gpus_allocated GPUs held by scheduled and running jobs, by model.\n";
   out += "# TYPE gpufleet_gpus_allocated gauge\n";
-  for (const auto& [model, milli] : allocated_milli) {
+  for (const auto& [model, milli] : gauges.allocated_milli_by_model) {
     out += fmt::format("gpufleet_gpus_allocated{{model=\"{}\"}} {}\n", EscapeLabel(model),
                        Gauge(static_cast<double>(milli) / static_cast<double>(kMilliPerUnit)));
   }
   out += "# HELP gpufleet_gpus_total GPUs of the registered nodes, by model.\n";
   out += "# TYPE gpufleet_gpus_total gauge\n";
-  for (const auto& [model, count] : total) {
+  for (const auto& [model, count] : gauges.gpus_by_model) {
     out += fmt::format("gpufleet_gpus_total{{model=\"{}\"}} {}\n", EscapeLabel(model), count);
   }
   std::lock_guard<std::mutex> lock(metrics_->mu);

@@ -410,6 +410,17 @@ class ApiServer {
   std::map<std::string, policy::Autoscaler> autoscalers_;  // guarded by cycle_mu_
   std::optional<MonoTime> deployments_run_at_;             // guarded by cycle_mu_
 
+  // Fleet gauges of /metrics, taken from the view at the end of each cycle, so that a scrape
+  // costs O(queues + models) and never waits for the store or a cycle.
+  struct FleetGauges {
+    std::map<std::string, int64_t> pending_by_queue;
+    std::map<std::string, int64_t> allocated_milli_by_model;
+    std::map<std::string, int64_t> gpus_by_model;
+  };
+  // REQUIRES: cycle_mu_ held.
+  void PublishFleetGauges();
+  std::mutex gauges_mu_;
+  FleetGauges gauges_;                                  // guarded by gauges_mu_
   std::unique_ptr<Metrics> metrics_;                    // internally synchronised
   std::unique_ptr<ReliabilityController> reliability_;  // thread-safe
   std::atomic<bool> ready_{false};

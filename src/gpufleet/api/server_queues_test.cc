@@ -269,6 +269,7 @@ TEST_F(ServerQueuesTest, PatchChangesOnlyTheFieldsItNames) {
   ApiRequest metrics;
   metrics.method = "GET";
   metrics.path = "/metrics";
+  metrics.authorization = "Bearer " + admin_;
   const std::string text = server_->Handle(metrics).body;
   EXPECT_THAT(text,
               HasSubstr(R"(gpufleet_api_requests_total{route="/v1/queues/{name}",code="200"} 5)"));

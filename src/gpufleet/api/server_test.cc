@@ -590,7 +590,12 @@ TEST_F(ApiServerTest, ServiceRoutesAndMetrics) {
   CallJson("POST", "/v1/nodes/node-0002/cordon", admin_);
   Cycle();
   EXPECT_EQ(Call("GET", "/readyz", "").status, 200);
-  const ApiResponse metrics = Call("GET", "/metrics", "");
+  // The same token rules as the rest: none is 401, a node's agent token 403, a member reads it.
+  EXPECT_EQ(Call("GET", "/metrics", "").status, 401);
+  Result<std::string> agent = server_->authenticator().CreateToken(Role::kAgent, "", "a");
+  ASSERT_OK(agent);
+  EXPECT_EQ(Call("GET", "/metrics", *agent).status, 403);
+  const ApiResponse metrics = Call("GET", "/metrics", alice_);
   EXPECT_EQ(metrics.status, 200);
   for (const char* text :
        {"# TYPE gpufleet_jobs_pending gauge", "gpufleet_jobs_pending{queue=\"default\"} 1",
