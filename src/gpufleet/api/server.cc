@@ -93,6 +93,15 @@ Json JobOutput(const store::StoredObject& object) {
   return j;
 }
 
+// What a member may not see of a job it can see: the name of another team's job that
+// preempted it (the reason and events never name it either).
+void HideOtherTeamsJobs(const Principal& who, Json& job) {
+  if (!who.is_admin() && job.contains("preempted_by") &&
+      StrOr(job, "preempted_by_team") != who.team) {
+    job.erase("preempted_by");
+  }
+}
+
 std::string Who(const Principal& who) {
   return who.name.empty() ? RoleName(who.role) : who.name;
 }
@@ -846,6 +855,11 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
       return routed(DeleteNode(*who, segments[2]), route);
     }
     if (n == 4 && get && segments[3] == "events") {
+      // A node's events name the jobs of every team on it (MIG layouts, fencing): operators'
+      // data, as node events are in Kubernetes.
+      if (!who->is_admin()) {
+        return routed(ErrorResponse(PermissionDenied("a node's events are for admins")), route);
+      }
       ApiResponse node = GetNode(segments[2]);
       return routed(node.status == 200 ? ObjectEvents(kNodesKind, segments[2]) : node, route);
     }
@@ -987,6 +1001,7 @@ ApiResponse ApiServer::ListJobs(const Principal& who, const ApiRequest& request)
   for (const store::StoredObject& object : *jobs) {
     Json job = JobOutput(object);
     AnnotateStopping(job);
+    HideOtherTeamsJobs(who, job);
     if (!CanSee(who, job) || (state && StrOr(job, "state") != *state) ||
         (queue && StrOr(job, "queue") != *queue)) {
       continue;
@@ -1009,6 +1024,7 @@ ApiResponse ApiServer::GetJob(const Principal& who, std::string_view name) {
     return ErrorResponse(JobNotFound(name));
   }
   AnnotateStopping(job);
+  HideOtherTeamsJobs(who, job);
   return JsonResponse(200, job);
 }
 

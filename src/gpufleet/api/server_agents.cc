@@ -2,6 +2,7 @@
 // The agent side of ApiServer: registration, heartbeats, task states, NotReady nodes
 // (docs/agent.md).
 #include <charconv>
+#include <functional>
 #include <limits>
 #include <set>
 
@@ -347,6 +348,38 @@ std::vector<std::string> ApplyGpuReports(Json& doc, const std::vector<GpuReport>
     }
   }
   return events;
+}
+
+// Whether every MIG instance the placements of `job` name has been reported by its node's agent.
+// `node_doc_of` gives a node's stored document (nullptr when it cannot be read).
+bool MigInstancesReported(const Json& job,
+                          const std::function<const Json*(const std::string&)>& node_doc_of) {
+  for (const Json& placement : ArrayOr(job, "placements")) {
+    const Json& gpus = ArrayOr(placement, "gpus");
+    const Json& assignments = ArrayOr(placement, "assignments");
+    for (size_t i = 0; i < gpus.size() && i < assignments.size(); ++i) {
+      const std::string profile = StrOr(assignments[i], "mig_profile");
+      if (profile.empty()) {
+        continue;
+      }
+      const Json* node_doc = node_doc_of(StrOr(placement, "node"));
+      if (node_doc == nullptr) {
+        return false;
+      }
+      const int64_t index = gpus[i].is_number_integer() ? gpus[i].get<int64_t>() : -1;
+      const Json* gpu = nullptr;
+      for (const Json& candidate : ArrayOr(*node_doc, "gpus")) {
+        if (IntOr(candidate, "index", -1) == index) {
+          gpu = &candidate;
+        }
+      }
+      const int start = static_cast<int>(IntOr(assignments[i], "mig_start", -1));
+      if (gpu == nullptr || FindMigDevice(*gpu, profile, start) == nullptr) {
+        return false;
+      }
+    }
+  }
+  return true;
 }
 
 // Adds the tasks of `job` that `node` should run to `reply`. A MIG task is added once the agent
@@ -702,6 +735,7 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
   reply.lease_ms = options_.node_timeout.count();
   reply.stop_grace_ms = options_.stop_grace.count();
   std::map<int, std::vector<MigInstance>> created_mig_instances;
+  std::map<std::string, Json> other_node_docs;  // read once per heartbeat, for MIG gangs
   for (const std::string& job_name : active_jobs) {
     for (int attempt = 0;; ++attempt) {
       Result<store::StoredObject> stored = options_.store.Get(kJobsKind, job_name);
@@ -729,7 +763,25 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
           return status;
         }
       }
-      AddDesiredTasks(doc, node_doc, node, &reply);
+      // A gang starts together: until the agents have made every MIG instance it was placed on
+      // (on any of its nodes), none of a Scheduled job's tasks is sent, so no part of it runs
+      // and is then killed when an instance does not come.
+      const bool gang_ready =
+          StoredJobState(doc) != JobState::kScheduled ||
+          MigInstancesReported(doc, [&](const std::string& other) -> const Json* {
+            if (other == node) {
+              return &node_doc;
+            }
+            auto [it, inserted] = other_node_docs.try_emplace(other);
+            if (inserted) {
+              const Result<store::StoredObject> object = options_.store.Get(kNodesKind, other);
+              it->second = object.ok() ? ParseDocument(object->data) : Json();
+            }
+            return it->second.is_object() ? &it->second : nullptr;
+          });
+      if (gang_ready) {
+        AddDesiredTasks(doc, node_doc, node, &reply);
+      }
       AddCreatedMigInstances(doc, node, created_mig_instances);
       break;
     }

@@ -647,6 +647,54 @@ spec:
             (TaskMigInstance{0, "3g.40gb", assignment["mig_start"].get<int>(), uuid}));
 }
 
+// Issue 14: a gang's other tasks started while its MIG task still waited for its instance, so
+// part of the gang ran (and was killed if the instance never came).
+TEST_F(AgentProtocolTest, AGangWithAMigTaskStartsOnlyOnceItsInstancesExist) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  const RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});
+  Register(whole);
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: mixed}
+spec:
+  tasks:
+    - name: infer
+      command: [serve]
+      resources: {gpus: {migProfile: 3g.40gb}}
+    - name: helper
+      command: [help]
+      resources: {gpus: {count: 1}}
+)");
+  Cycle();
+  Cycle();
+  const Json job = Get("/v1/jobs/mixed");
+  ASSERT_EQ(job["state"], "Scheduled") << job.dump();
+  std::set<std::string> nodes;
+  for (const Json& placement : job["placements"]) {
+    nodes.insert(placement["node"].get<std::string>());
+  }
+  ASSERT_EQ(nodes, (std::set<std::string>{"mig-a", "node-a"}));
+
+  // The helper's node is told nothing while the MIG instance does not exist.
+  EXPECT_TRUE(Heartbeat("node-a").tasks.empty());
+  AgentReply mig_reply = Heartbeat("mig-a");
+  EXPECT_TRUE(mig_reply.tasks.empty());
+  ASSERT_EQ(mig_reply.mig_layouts.size(), 1u) << "the layout is still sent, so it gets made";
+
+  HeartbeatRequest beat;
+  beat.gpus.push_back(whole.gpus[0]);
+  beat.gpus[0].mig_devices->clear();
+  for (const MigInstance& instance : mig_reply.mig_layouts[0].instances) {
+    beat.gpus[0].mig_devices->push_back({fmt::format("MIG-{}-{}", instance.profile, instance.start),
+                                         instance.profile, instance.start});
+  }
+  EXPECT_EQ(Heartbeat("mig-a", beat).tasks.size(), 1u);
+  const AgentReply helper = Heartbeat("node-a");
+  ASSERT_EQ(helper.tasks.size(), 1u);
+  EXPECT_EQ(helper.tasks[0].task, "helper-0");
+}
+
 TEST_F(AgentProtocolTest, NoLayoutIsPlannedForAnAgentThatCannotApplyOne) {
   Cycle();
   RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});

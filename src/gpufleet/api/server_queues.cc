@@ -414,22 +414,28 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
   // Stop the victims now; the preemptor is placed by a later cycle, once their GPUs are free.
   store::WriteBatch batch;
   std::vector<std::string> victims;
+  const std::string preemptor_team = StrOr(ParseDocument(view_->jobs().at(name).data), "team");
   for (const JobId& victim_id : decision.plan->victims) {
     const std::string& victim = victim_id.value();
     const ViewJob& job = view_->jobs().at(victim);
+    const Json before = ParseDocument(job.data);
+    // The victim's team reads this reason: another team's job is not named to it.
+    const std::string by = StrOr(before, "team") == preemptor_team
+                               ? fmt::format("job {}", name)
+                               : std::string("a job of another team");
     const std::string why =
         job.queue == queue
-            ? fmt::format("preempted by job {} (priority {} over {})", name, preemptor.priority,
+            ? fmt::format("preempted by {} (priority {} over {})", by, preemptor.priority,
                           job.priority)
-            : fmt::format("preempted by job {}: queue {} reclaims its guarantee from queue {}",
-                          name, queue, job.queue);
-    const Json before = ParseDocument(job.data);
+            : fmt::format("preempted by {}: queue {} reclaims its guarantee from queue {}", by,
+                          queue, job.queue);
     Json doc = before;
     const Result<std::string> event = EndRun(doc, JobState::kPreempted, why, NowText());
     if (!event.ok()) {
       continue;
     }
     doc["preempted_by"] = name;
+    doc["preempted_by_team"] = preemptor_team;
     AddJobWrite(before, doc, job.version, *event, batch);
     victims.push_back(victim);
   }
@@ -557,7 +563,9 @@ Result<bool> ApiServer::RequeuePreemptedJobs() {
     }
     Json doc = ParseDocument(job.data);
     const std::string why =
-        fmt::format("requeued after preemption by job {}", StrOr(doc, "preempted_by", "?"));
+        StrOr(doc, "preempted_by_team") == StrOr(doc, "team")
+            ? fmt::format("requeued after preemption by job {}", StrOr(doc, "preempted_by", "?"))
+            : std::string("requeued after preemption by a job of another team");
     const Result<std::string> event = TransitionJob(doc, JobState::kPending, why, why);
     if (!event.ok()) {
       continue;

@@ -191,6 +191,46 @@ TEST_F(ServerQueuesTest, HigherPriorityPreemptsLowerInTheSameQueueAfterTheMinimu
   EXPECT_THAT(Events(victim), HasSubstr("requeued after preemption by job urgent"));
 }
 
+// Issue 14: a member whose job another team's job preempted learned that job's name from the
+// reason, the events and `preempted_by`; a node's events named every team's jobs.
+TEST_F(ServerQueuesTest, AVictimOfAnotherTeamIsNotToldThePreemptorsName) {
+  Call("POST", "/v1/teams", R"({"name": "team-a"})", 201);
+  Call("POST", "/v1/teams", R"({"name": "team-b"})", 201);
+  Result<std::string> alice =
+      server_->authenticator().CreateToken(Role::kMember, "team-a", "alice");
+  Result<std::string> bob = server_->authenticator().CreateToken(Role::kMember, "team-b", "bob");
+  ASSERT_OK(alice);
+  ASSERT_OK(bob);
+  for (const std::string name : {"low-0", "low-1", "low-2", "low-3"}) {
+    Call("POST", "/v1/jobs", NodeJob(name, "default"), 201, nullptr, *bob);
+  }
+  Cycle();
+  clock_.Advance(std::chrono::seconds(61));
+  Call("POST", "/v1/jobs", NodeJob("secret-urgent", "default", 10), 201, nullptr, *alice);
+  Cycle();
+  std::string victim;
+  for (const std::string name : {"low-0", "low-1", "low-2", "low-3"}) {
+    if (State(name) == "Stopping") {
+      victim = name;
+    }
+  }
+  ASSERT_FALSE(victim.empty());
+  const Json seen = Call("GET", "/v1/jobs/" + victim, "", 200, nullptr, *bob);
+  EXPECT_EQ(seen["reason"], "preempted by a job of another team (priority 10 over 0)");
+  EXPECT_FALSE(seen.contains("preempted_by"));
+  // The admin still sees who it was.
+  EXPECT_EQ(Call("GET", "/v1/jobs/" + victim)["preempted_by"], "secret-urgent");
+  Cycle();
+  EXPECT_EQ(State(victim), "Pending");
+  for (const std::string& path :
+       {std::string("/v1/jobs"), "/v1/jobs/" + victim, "/v1/jobs/" + victim + "/events"}) {
+    EXPECT_THAT(Call("GET", path, "", 200, nullptr, *bob).dump(), Not(HasSubstr("secret-urgent")))
+        << path;
+  }
+  Call("GET", "/v1/nodes/" + NodeOf("secret-urgent") + "/events", "", 403, nullptr, *bob);
+  Call("GET", "/v1/nodes/" + NodeOf("secret-urgent") + "/events", "", 200);
+}
+
 TEST_F(ServerQueuesTest, AQueueWithinItsGuaranteeReclaimsItFromABorrower) {
   Call("POST", "/v1/queues", R"({"name": "owner", "guarantee": {"*": 16}})", 201);
   Call("POST", "/v1/queues", R"({"name": "borrower"})", 201);

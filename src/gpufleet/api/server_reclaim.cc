@@ -202,6 +202,8 @@ Status ApiServer::WriteIdleDecisions() {
         }
         if (!first_waiting->empty()) {
           doc["preempted_by"] = *first_waiting;
+          doc["preempted_by_team"] =
+              StrOr(ParseDocument(view_->jobs().at(*first_waiting).data), "team");
         }
       }
       reliability_->NoteJobChange(before, doc, batch);

@@ -531,6 +531,9 @@ int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, 
         return PrintError(client, node.status(), err);
       }
       Result<json> events = client.Get("/v1/nodes/" + name + "/events");
+      if (!events.ok() && events.status().code() == StatusCode::kPermissionDenied) {
+        events = json{{"items", json::array()}};  // a node's events are for admins
+      }
       if (!events.ok()) {
         return PrintError(client, events.status(), err);
       }
