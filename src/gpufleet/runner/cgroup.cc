@@ -170,8 +170,8 @@ std::vector<pid_t> TaskCgroups::Members(std::string_view name) const {
   return members;
 }
 
-int TaskCgroups::SignalAll(std::string_view name, int signal_number) const {
-  if (version_ == CgroupVersion::kV2 && signal_number == SIGKILL) {
+int TaskCgroups::SignalAll(std::string_view name, int signal_number, pid_t except_group) const {
+  if (version_ == CgroupVersion::kV2 && signal_number == SIGKILL && except_group == 0) {
     const std::string kill_file = fmt::format("{}/{}/cgroup.kill", parents_.front(), name);
     if (FileExists(kill_file) && WriteControl(kill_file, "1").ok()) {
       return static_cast<int>(Members(name).size());
@@ -179,7 +179,10 @@ int TaskCgroups::SignalAll(std::string_view name, int signal_number) const {
   }
   int signalled = 0;
   for (const pid_t pid : Members(name)) {
-    if (pid > 1 && kill(pid, signal_number) == 0) {
+    if (pid <= 1 || (except_group > 0 && getpgid(pid) == except_group)) {
+      continue;
+    }
+    if (kill(pid, signal_number) == 0) {
       ++signalled;
     }
   }

@@ -50,8 +50,10 @@ class TaskCgroups {
   std::string MembersFile(std::string_view name) const;
   // The processes in the task's cgroup now (none when it does not exist).
   std::vector<pid_t> Members(std::string_view name) const;
-  // Sends `signal_number` to every process of the task's cgroup; the number signalled.
-  int SignalAll(std::string_view name, int signal_number) const;
+  // Sends `signal_number` to every process of the task's cgroup but those of process group
+  // `except_group` (0: none), which the caller signals itself: a second SIGTERM would run a
+  // shell's trap twice. The number signalled.
+  int SignalAll(std::string_view name, int signal_number, pid_t except_group = 0) const;
   // Removes the task's cgroup; kFailedPrecondition while processes remain. OK when absent.
   Status Remove(std::string_view name) const;
 

@@ -788,9 +788,10 @@ Status ProcessRunner::SignalGroup(Task& task, int signal_number) {
                                      signal_number, task.shim_pid, task.status.task_id,
                                      ErrnoText(errno)));
   }
-  // Processes of the task that left its group (setsid) are still in its cgroup.
+  // Processes of the task that left its group (setsid) are still in its cgroup; the group's
+  // members had their signal above, once.
   if (options_.cgroups.has_value()) {
-    options_.cgroups->SignalAll(CgroupName(task.status.task_id), signal_number);
+    options_.cgroups->SignalAll(CgroupName(task.status.task_id), signal_number, task.shim_pid);
   }
   return Status::Ok();
 }
