@@ -1000,12 +1000,12 @@ ApiResponse ApiServer::ListJobs(const Principal& who, const ApiRequest& request)
   Json items = Json::array();
   for (const store::StoredObject& object : *jobs) {
     Json job = JobOutput(object);
-    AnnotateStopping(job);
-    HideOtherTeamsJobs(who, job);
     if (!CanSee(who, job) || (state && StrOr(job, "state") != *state) ||
         (queue && StrOr(job, "queue") != *queue)) {
       continue;
     }
+    AnnotateStopping(job);
+    HideOtherTeamsJobs(who, job);
     items.push_back(std::move(job));
   }
   return JsonResponse(200, {{"items", std::move(items)}});

@@ -603,6 +603,18 @@ RegisterRequest MigInventory(const std::vector<MigDeviceReport>& devices) {
   return request;
 }
 
+// A heartbeat of the MIG node `inventory` reporting the instances of `layout` as made.
+HeartbeatRequest MigLayoutMade(const RegisterRequest& inventory, const WantedMigLayout& layout) {
+  HeartbeatRequest beat;
+  beat.gpus.push_back(inventory.gpus[0]);
+  beat.gpus[0].mig_devices->clear();
+  for (const MigInstance& instance : layout.instances) {
+    beat.gpus[0].mig_devices->push_back({fmt::format("MIG-{}-{}", instance.profile, instance.start),
+                                         instance.profile, instance.start});
+  }
+  return beat;
+}
+
 TEST_F(AgentProtocolTest, APlannedMigLayoutIsSentUntilReportedAndSurvivesReRegistration) {
   Cycle();
   const RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});
@@ -630,14 +642,7 @@ spec:
   EXPECT_TRUE(reply.tasks.empty()) << "the task waits for its instance";
 
   // Reported: the task comes with the MIG device's UUID, and the layout is no longer sent.
-  HeartbeatRequest beat;
-  beat.gpus.push_back(whole.gpus[0]);
-  beat.gpus[0].mig_devices->clear();
-  for (const MigInstance& instance : reply.mig_layouts[0].instances) {
-    beat.gpus[0].mig_devices->push_back({fmt::format("MIG-{}-{}", instance.profile, instance.start),
-                                         instance.profile, instance.start});
-  }
-  reply = Heartbeat("mig-a", beat);
+  reply = Heartbeat("mig-a", MigLayoutMade(whole, reply.mig_layouts[0]));
   EXPECT_TRUE(reply.mig_layouts.empty());
   ASSERT_EQ(reply.tasks.size(), 1u);
   const std::string uuid = fmt::format("MIG-3g.40gb-{}", assignment["mig_start"].get<int>());
@@ -682,14 +687,7 @@ spec:
   EXPECT_TRUE(mig_reply.tasks.empty());
   ASSERT_EQ(mig_reply.mig_layouts.size(), 1u) << "the layout is still sent, so it gets made";
 
-  HeartbeatRequest beat;
-  beat.gpus.push_back(whole.gpus[0]);
-  beat.gpus[0].mig_devices->clear();
-  for (const MigInstance& instance : mig_reply.mig_layouts[0].instances) {
-    beat.gpus[0].mig_devices->push_back({fmt::format("MIG-{}-{}", instance.profile, instance.start),
-                                         instance.profile, instance.start});
-  }
-  EXPECT_EQ(Heartbeat("mig-a", beat).tasks.size(), 1u);
+  EXPECT_EQ(Heartbeat("mig-a", MigLayoutMade(whole, mig_reply.mig_layouts[0])).tasks.size(), 1u);
   const AgentReply helper = Heartbeat("node-a");
   ASSERT_EQ(helper.tasks.size(), 1u);
   EXPECT_EQ(helper.tasks[0].task, "helper-0");

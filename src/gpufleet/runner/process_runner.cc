@@ -13,7 +13,6 @@
 
 #include <algorithm>
 #include <charconv>
-#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -22,7 +21,6 @@
 #include <string>
 #include <string_view>
 #include <system_error>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -884,6 +882,8 @@ Status ProcessRunner::Stop(std::string_view task_id, Duration grace) {
 std::vector<TaskStatus> ProcessRunner::Poll() {
   std::lock_guard<std::mutex> lock(mu_);
   const MonoTime now = clock_.Now();
+  std::erase_if(cgroups_to_remove_,
+                [&](const std::string& cgroup) { return options_.cgroups->Remove(cgroup).ok(); });
   return internal::UpdatedStatuses(tasks_, [&](Task& task) { Refresh(task, now); });
 }
 
@@ -893,16 +893,16 @@ Status ProcessRunner::Forget(std::string_view task_id) {
       const auto it,
       internal::FindEndedTask(tasks_, task_id, [&](Task& task) { Refresh(task, clock_.Now()); }));
   if (options_.cgroups.has_value()) {
-    const std::string cgroup = CgroupName(task_id);
-    Status removed = options_.cgroups->Remove(cgroup);
-    // The shim emptied it when the task ended; a process that got in since is killed here.
-    for (int attempt = 0; attempt < 40 && removed.code() == StatusCode::kFailedPrecondition;
-         ++attempt) {
+    // The shim emptied it when the task ended; a process that got in since is killed here, and
+    // the cgroup removed by a later Poll once that process is gone.
+    std::string cgroup = CgroupName(task_id);
+    const Status removed = options_.cgroups->Remove(cgroup);
+    if (removed.code() == StatusCode::kFailedPrecondition) {
       options_.cgroups->SignalAll(cgroup, SIGKILL);
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-      removed = options_.cgroups->Remove(cgroup);
+      cgroups_to_remove_.push_back(std::move(cgroup));
+    } else {
+      GPUFLEET_RETURN_IF_ERROR(removed);
     }
-    GPUFLEET_RETURN_IF_ERROR(removed);
   }
   // The state file first: if the agent dies in between, Open deletes the stray exit file.
   GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(FilePath(task_id, kStateSuffix)));

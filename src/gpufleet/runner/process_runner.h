@@ -144,6 +144,8 @@ class ProcessRunner final : public TaskRunner {
   const ProcessRunnerOptions options_;
   std::mutex mu_;
   std::map<std::string, Task, std::less<>> tasks_;  // guarded by mu_
+  // Cgroups of forgotten tasks that still held a process when Forget killed it.
+  std::vector<std::string> cgroups_to_remove_;  // guarded by mu_
 };
 
 }  // namespace gpufleet::runner
