@@ -38,6 +38,7 @@ struct ServerFlags {
   int64_t heartbeat_interval_ms = 10000;
   int64_t node_timeout_s = 40;
   int64_t stop_grace_s = 30;
+  int64_t min_runtime_before_preemption_s = 60;
   int64_t reliability_interval_s = 300;
   double quarantine_fleet_share = 0.02;
   double quarantine_leaf_share = 0.05;
@@ -146,6 +147,8 @@ int RunServer(const ServerFlags& flags) {
        .heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_interval_ms),
        .node_timeout = std::chrono::seconds(flags.node_timeout_s),
        .stop_grace = std::chrono::seconds(flags.stop_grace_s),
+       .min_runtime_before_preemption =
+           std::chrono::seconds(flags.min_runtime_before_preemption_s),
        .reliability = reliability,
        .idle_reclaim = idle_reclaim,
        .mig_apply_timeout = std::chrono::seconds(flags.mig_apply_timeout_s),
@@ -239,6 +242,11 @@ Action AddServerCommand(CLI::App& app) {
                    "GPUs free (at least the agents' --stop-grace-s)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{3600}));
+  server
+      ->add_option("--min-runtime-before-preemption-s", flags->min_runtime_before_preemption_s,
+                   "a job that has held its GPUs for less than this is not preempted")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{7 * 24 * 3600}));
   server
       ->add_option("--max-connections", flags->max_connections,
                    "open connections the API holds at most; more are answered 503 and closed")

@@ -3,9 +3,10 @@
 # agent`s (simulated GPUs, process runner) on loopback, each agent behind a proxy the harness can
 # cut. A seeded workload of single-GPU jobs and 2-task gangs whose tasks write START/END with
 # their GPU UUIDs to a ledger and take 0.8 s to exit after SIGTERM, under a seeded schedule of
-# faults: cancels, agent SIGKILL and restart, an agent cut off for longer than its lease, server
-# SIGKILL and restart, an agent registering again with a GPU fewer, slow clients, oversized
-# submissions. Then every job is cancelled and drained, and check_ledger.py checks the
+# faults: cancels, preemption storms, agent SIGKILL and restart, an agent killed and left dead
+# past its lease and stop grace (its tasks must stop themselves), an agent cut off for longer than
+# its lease, server SIGKILL and restart, an agent registering again with a GPU fewer, slow
+# clients, oversized submissions. Then every job is cancelled and drained, and check_ledger.py checks the
 # invariants from the ledger. Usage: chaos.sh PATH/TO/gpufleet [SEED] [FAULT_SECONDS]
 set -euo pipefail
 
@@ -51,7 +52,7 @@ port=$(free_port)
 echo "chaos-admin-token-0123456789" >"$work/admin-token"
 start_server() {
   "$gpufleet" server --data-dir "$work/server" --listen "127.0.0.1:$port" --cycle-interval-ms 200 \
-    --heartbeat-interval-ms 500 --node-timeout-s 4 --stop-grace-s 6 \
+    --heartbeat-interval-ms 500 --node-timeout-s 4 --stop-grace-s 6 --min-runtime-before-preemption-s 1 \
     --admin-token-file "$work/admin-token" >>"$work/server.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 100); do
@@ -80,13 +81,14 @@ for n in 0 1 2; do
 done
 for n in 0 1 2; do wait_for "$work/agent-$n.log" "registered"; done
 
-submit() {  # submit NAME REPLICAS SECONDS
+submit() {  # submit NAME REPLICAS SECONDS [PRIORITY]
   local ticks=$(($3 * 10))
   cat >"$work/$1.yaml" <<YAML
 apiVersion: gpufleet.io/v1
 kind: Job
 metadata: {name: $1}
 spec:
+  priority: ${4:-0}
   tasks:
     - name: main
       replicas: $2
@@ -124,10 +126,12 @@ deadline=$((SECONDS + fault_seconds))
 while [ $SECONDS -lt $deadline ]; do
   for _ in 1 2; do
     replicas=$((RANDOM % 3 == 0 ? 2 : 1))
-    submit "chaos-$job" "$replicas" $((1 + RANDOM % 4))
+    # One job in five runs 20 s: long enough to be running when its agent is cut off or dies.
+    seconds=$((RANDOM % 5 == 0 ? 20 : 1 + RANDOM % 4))
+    submit "chaos-$job" "$replicas" "$seconds"
     job=$((job + 1))
   done
-  case $((RANDOM % 8)) in
+  case $((RANDOM % 10)) in
     0 | 1)
       victim=$(shuf -n 1 --random-source=<(yes "$RANDOM") "$work/acked" 2>/dev/null || true)
       if [ -n "$victim" ]; then
@@ -186,6 +190,25 @@ YAML
         fail "an oversized submission was accepted"
       fi
       fault oversized
+      ;;
+    8)
+      n=$((RANDOM % 3))
+      kill -KILL "${agent_pid[$n]}" 2>/dev/null || true
+      wait "${agent_pid[$n]}" 2>/dev/null || true
+      fault agent-dead "chaos-$n"
+      # Past the node's lease and stop grace (4 s + 6 s): the server frees its GPUs and places
+      # its jobs again, so its tasks must have stopped themselves by then.
+      sleep 12
+      start_agent "$n" 2
+      ;;
+    9)
+      # A preemption storm: high-priority jobs for every GPU, so running jobs are preempted
+      # (through Stopping) and requeued behind them.
+      for _ in 1 2 3; do
+        submit "chaos-$job" 2 2 100
+        job=$((job + 1))
+      done
+      fault preempt-storm
       ;;
   esac
   sleep 1

@@ -169,26 +169,42 @@ NodeAgent::NodeAgent(NodeAgentOptions options, TelemetrySampler& telemetry, GpuP
 Result<api::AgentReply> NodeAgent::SendRenewing(const std::string& path, const std::string& body) {
   const MonoTime sent = clock_.Now();
   GPUFLEET_ASSIGN_OR_RETURN(api::AgentReply reply, Send(client_, node_token_, path, body));
+  const Duration lease = std::chrono::milliseconds(reply.lease_ms);
+  const Duration server_stop_grace = std::chrono::milliseconds(reply.stop_grace_ms);
+  // The tasks enforce the lease themselves (they outlive a dead agent), so it counts as renewed
+  // only once the runner has it: otherwise they keep the old deadline, and so does the agent.
+  const Duration fence_in =
+      std::max<Duration>(sent + (lease - FenceMargin(lease)) - clock_.Now(), Duration(0));
+  GPUFLEET_RETURN_IF_ERROR(
+      runner_.RenewLease(fence_in, FenceGrace(lease, server_stop_grace)));
   renewed_at_ = sent;
-  lease_ = std::chrono::milliseconds(reply.lease_ms);
-  server_stop_grace_ = std::chrono::milliseconds(reply.stop_grace_ms);
+  lease_ = lease;
+  server_stop_grace_ = server_stop_grace;
   return reply;
 }
 
-int NodeAgent::FenceIfLeaseExpired() {
+Duration NodeAgent::FenceMargin(Duration lease) const {
   // A lease shorter than twice the margin (a test fleet's) keeps half of it.
-  const Duration margin = std::min<Duration>(options_.fence_margin, lease_ / 2);
-  if (clock_.Now() - renewed_at_ < lease_ - margin) {
+  return std::min<Duration>(options_.fence_margin, lease / 2);
+}
+
+Duration NodeAgent::FenceGrace(Duration lease, Duration server_stop_grace) const {
+  return std::clamp<Duration>(server_stop_grace - FenceMargin(lease), Duration(0),
+                              options_.stop_grace);
+}
+
+int NodeAgent::FenceIfLeaseExpired() {
+  const MonoTime deadline = renewed_at_ + (lease_ - FenceMargin(lease_));
+  if (clock_.Now() < deadline || fenced_deadline_ == deadline) {
     return 0;
   }
-  const Duration grace =
-      std::clamp<Duration>(server_stop_grace_ - margin, Duration(0), options_.stop_grace);
+  fenced_deadline_ = deadline;
+  // The runner stops the tasks at the deadline itself (TaskRunner::RenewLease): stopping them
+  // here too would send a second SIGTERM, and a task's checkpoint handler would run twice. These
+  // are the tasks the lease stopped: those still running, or that ended since the deadline.
   int stopped = 0;
   for (const runner::TaskStatus& status : runner_.Poll()) {
-    if (runner::IsFinal(status.state) || status.stop_requested) {
-      continue;
-    }
-    if (runner_.Stop(status.task_id, grace).ok()) {
+    if (!runner::IsFinal(status.state) || (status.end_time && *status.end_time >= deadline)) {
       ++stopped;
     }
   }

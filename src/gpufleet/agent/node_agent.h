@@ -54,7 +54,8 @@ struct NodeAgentOptions {
   Duration stop_grace = std::chrono::seconds(30);
   // Fencing: the agent stops its tasks once its lease (AgentReply::lease_ms, renewed by every
   // answered heartbeat) is within fence_margin of running out, counted from when the renewing
-  // heartbeat was sent. The margin covers the longest a heartbeat can block before the agent
+  // heartbeat was sent; the runner's tasks hold the same deadline themselves
+  // (TaskRunner::RenewLease), so they stop even if the agent has died. The margin covers the longest a heartbeat can block before the agent
   // checks again (three 5 s HTTP timeouts and the 1 s check period of `gpufleet agent`), so its
   // tasks are gone by the time the server frees their GPUs (lease + stop grace after it last
   // heard from the node; docs/agent.md, "Leases and fencing"). A lease shorter than twice the
@@ -91,12 +92,13 @@ class NodeAgent {
   // (FenceIfLeaseExpired). kFailedPrecondition before Register succeeded.
   Status Heartbeat();
 
-  // Stops every live task when the lease has not been renewed for lease - fence_margin: SIGTERM
-  // now, SIGKILL after stop_grace, or sooner so that it comes fence_margin before the server's
-  // own stop grace ends (AgentReply::stop_grace_ms). The next heartbeat says so
-  // (HeartbeatRequest::fenced). Returns how many tasks it stopped (0 while the lease holds).
-  // `gpufleet agent` calls it every second as well, so a server that stays silent is noticed
-  // without a heartbeat.
+  // Once per lease that ran out (not renewed for lease - fence_margin): the runner stops every
+  // task at that deadline by itself (TaskRunner::RenewLease: SIGTERM, then SIGKILL after the
+  // grace, which ends fence_margin before the server's own stop grace, AgentReply::stop_grace_ms);
+  // the agent counts the tasks it stopped and says so at the next heartbeat
+  // (HeartbeatRequest::fenced). Returns that count (0 while the lease holds, and after the first
+  // call for a deadline). `gpufleet agent` calls it every second as well, so a server that stays
+  // silent is noticed without a heartbeat.
   int FenceIfLeaseExpired();
 
   // The node credential the server gave this agent for its join token at registration (it uses
@@ -120,8 +122,12 @@ class NodeAgent {
                                             const std::vector<runner::TaskStatus>& tasks);
   std::string LogPath(const std::string& task_id) const;
 
-  // Sends a register or heartbeat request; a success renews the lease from the time of sending.
+  // Sends a register or heartbeat request; a success renews the lease from the time of sending,
+  // in the agent and in the runner (TaskRunner::RenewLease), whose error it returns.
   Result<api::AgentReply> SendRenewing(const std::string& path, const std::string& body);
+  // How long before a lease runs out the agent fences, and the grace it then gives its tasks.
+  Duration FenceMargin(Duration lease) const;
+  Duration FenceGrace(Duration lease, Duration server_stop_grace) const;
 
   NodeAgentOptions options_;
   TelemetrySampler& telemetry_;
@@ -138,6 +144,7 @@ class NodeAgent {
   Duration lease_ = std::chrono::seconds(40);
   Duration server_stop_grace_ = std::chrono::seconds(30);
   std::string fenced_;  // what the last fencing did, until a heartbeat has reported it
+  std::optional<MonoTime> fenced_deadline_;  // the lease deadline fenced_ was made for
   std::string node_token_;
   Duration heartbeat_interval_ = std::chrono::seconds(10);
   std::vector<api::DesiredTask> desired_;

@@ -223,7 +223,11 @@ TEST_F(NodeAgentTest, RunsATaskToSuccessWithItsGpus) {
   ASSERT_OK(agent_->Heartbeat());  // reports it running
   EXPECT_EQ(Job("train")["state"], "Running");
 
-  clock_.Advance(std::chrono::seconds(61));
+  for (int beat = 0; beat < 6; ++beat) {  // heartbeats renew the lease while it runs
+    clock_.Advance(std::chrono::seconds(10));
+    ASSERT_OK(agent_->Heartbeat());
+  }
+  clock_.Advance(std::chrono::seconds(1));
   ASSERT_OK(agent_->Heartbeat());  // reports the exit
   EXPECT_EQ(Job("train")["state"], "Succeeded");
   EXPECT_TRUE(runner_->Poll().empty()) << "forgotten once reported";
@@ -352,6 +356,29 @@ TEST_F(NodeAgentTest, AnAgentCutOffFromTheServerStopsItsTasksBeforeTheLeaseRunsO
   EXPECT_THAT(Events("nodes", "node-a"),
               HasSubstr("agent fenced itself: lease of 40s not renewed for 25s: stopped 1 task"));
   EXPECT_NE(Job("long")["state"], "Running");
+}
+
+TEST_F(NodeAgentTest, ADeadAgentsTasksStopAtTheLeaseItLastRenewed) {
+  ASSERT_OK(agent_->Register());
+  Submit(JobYaml("orphan", 8, 3600 * 1000));
+  ASSERT_OK(agent_->Heartbeat());
+  const MonoTime last_renewal = clock_.Now();
+  ASSERT_OK(agent_->Heartbeat());
+  ASSERT_EQ(Job("orphan")["state"], "Running");
+
+  agent_.reset();  // killed: nothing fences from the agent's side any more
+  clock_.Advance(std::chrono::seconds(23));
+  ASSERT_EQ(runner_->Poll().size(), 1u);
+  EXPECT_FALSE(runner_->Poll()[0].stop_requested);
+  clock_.Advance(std::chrono::seconds(2));
+  // The runner holds the lease the last heartbeat renewed (40 s less the 16 s margin, from when
+  // it was sent): the task is stopped there, long before the server frees its GPUs (lease plus
+  // its stop grace, 70 s).
+  const std::vector<runner::TaskStatus> tasks = runner_->Poll();
+  ASSERT_EQ(tasks.size(), 1u);
+  EXPECT_TRUE(tasks[0].stop_requested);
+  ASSERT_TRUE(runner::IsFinal(tasks[0].state));
+  EXPECT_EQ(tasks[0].end_time, last_renewal + std::chrono::seconds(24));
 }
 
 TEST_F(NodeAgentTest, ARestartedAgentAdoptsTheTasksTheServerStillWants) {

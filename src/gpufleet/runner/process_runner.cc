@@ -9,10 +9,12 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -37,6 +39,8 @@ constexpr std::string_view kExitSuffix = ".exit";
 constexpr std::string_view kTempSuffix = ".tmp";
 constexpr std::string_view kStateHeader = "gpufleet-task-state 1";
 constexpr std::string_view kLockFileName = "lock";
+// The agent's lease (RenewLease); like "lock", no task's file can have this name.
+constexpr std::string_view kLeaseFileName = "lease";
 
 std::string ErrnoText(int error) {
   char buffer[256];
@@ -413,6 +417,7 @@ std::string StartFailureReason(const internal::ExitRecord& record, std::string_v
 ProcessRunner::ProcessRunner(std::string state_dir, const Clock& clock, int lock_fd,
                              std::string boot_id, ProcessRunnerOptions options)
     : state_dir_(std::move(state_dir)),
+      lease_path_(fmt::format("{}/{}", state_dir_, kLeaseFileName)),
       clock_(clock),
       lock_fd_(lock_fd),
       boot_id_(std::move(boot_id)),
@@ -672,6 +677,7 @@ Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task) {
     plan.cgroup_join_paths = cgroup_join_pointers.data();
     plan.cgroup_members_path = cgroup_members.c_str();
   }
+  plan.lease_path = lease_path_.c_str();
   if (options_.run_as.has_value()) {
     plan.change_identity = true;
     plan.uid = options_.run_as->uid;
@@ -909,6 +915,18 @@ Status ProcessRunner::Forget(std::string_view task_id) {
   GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(FilePath(task_id, kExitSuffix)));
   tasks_.erase(it);
   return Status::Ok();
+}
+
+Status ProcessRunner::RenewLease(Duration fence_in, Duration grace) {
+  GPUFLEET_RETURN_IF_ERROR(internal::CheckLease(fence_in, grace));
+  std::lock_guard<std::mutex> lock(mu_);  // one writer of the lease file's temporary
+  timespec now = {};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const int64_t now_nanos = int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
+  const internal::Lease lease{
+      .deadline_nanos = now_nanos + std::chrono::nanoseconds(fence_in).count(),
+      .grace_nanos = std::chrono::nanoseconds(grace).count()};
+  return WriteFileAtomically(lease_path_, internal::FormatLease(lease));
 }
 
 }  // namespace gpufleet::runner

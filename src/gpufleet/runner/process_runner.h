@@ -68,6 +68,10 @@ inline constexpr std::string_view kInheritedEnv[] = {"PATH", "HOME",    "LANG", 
 // group, and the shim kills whatever is left in it when the task's main process ends, so a child
 // that left the process group (setsid) dies with the task. Forget removes the cgroup.
 //
+// Fencing. RenewLease records the agent's lease in the state directory; each shim reads it every
+// second and stops its task at the deadline as Stop would (SIGTERM, SIGKILL after the grace), so
+// the tasks of a dead agent end before the server gives their GPUs to others.
+//
 // Thread-safe: a mutex guards the task table; Start holds it while forking.
 struct ProcessRunnerOptions {
   std::optional<RunAs> run_as;
@@ -98,6 +102,10 @@ class ProcessRunner final : public TaskRunner {
   std::vector<TaskStatus> Poll() override;
   // Also deletes the task's files; kUnavailable if that fails (the task stays known).
   Status Forget(std::string_view task_id) override;
+  // Writes "<state_dir>/lease" (internal::Lease, on CLOCK_MONOTONIC whatever the injected
+  // Clock): every shim reads it each second while its task runs, so the tasks stop at the
+  // deadline even when no agent is left to stop them.
+  Status RenewLease(Duration fence_in, Duration grace) override;
 
   const std::string& state_dir() const { return state_dir_; }
   // The task's state file, for tests that fake what a restart can find.
@@ -138,6 +146,7 @@ class ProcessRunner final : public TaskRunner {
   std::string CgroupName(std::string_view task_id) const;
 
   const std::string state_dir_;
+  const std::string lease_path_;
   const Clock& clock_;
   const int lock_fd_;
   const std::string boot_id_;

@@ -501,6 +501,55 @@ TEST_F(ProcessRunnerIntegrationTest, SigkillFollowsTheGraceWhenTheTaskIgnoresSig
   EXPECT_TRUE(WaitUntil([&] { return ProcessGone(child); })) << "child " << child;
 }
 
+TEST_F(ProcessRunnerIntegrationTest, TasksFenceThemselvesWhenTheLeaseIsNotRenewed) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  ASSERT_OK(runner->RenewLease(seconds(60), seconds(1)));
+  // One task writes its checkpoint at SIGTERM and exits; the other ignores SIGTERM.
+  const TaskLaunch polite = Shell(
+      "polite", "trap 'echo got-term; exit 3' TERM; echo ready; while :; do sleep 0.01; done");
+  const TaskLaunch stubborn =
+      Shell("stubborn", "trap 'echo got-term' TERM; echo ready; while :; do sleep 0.01; done");
+  StartOrFail(*runner, polite);
+  StartOrFail(*runner, stubborn);
+  ASSERT_TRUE(WaitForLog(polite.log_path, "ready"));
+  ASSERT_TRUE(WaitForLog(stubborn.log_path, "ready"));
+  const pid_t polite_shim = StatusOf(*runner, "polite").process_group;
+  const pid_t stubborn_shim = StatusOf(*runner, "stubborn").process_group;
+
+  // The last renewal, then the agent dies: nothing polls or stops the tasks any more.
+  ASSERT_OK(runner->RenewLease(std::chrono::milliseconds(200), std::chrono::milliseconds(700)));
+  runner.reset();
+  EXPECT_TRUE(WaitForLog(stubborn.log_path, "got-term"));
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(polite_shim) && ProcessGone(stubborn_shim); }))
+      << "tasks outlived their lease";
+
+  std::unique_ptr<ProcessRunner> next = OpenRunner();
+  ASSERT_NE(next, nullptr);
+  EXPECT_EQ(DescribeTaskStatus(StatusOf(*next, "polite")), "exited with code 3");
+  EXPECT_EQ(DescribeTaskStatus(StatusOf(*next, "stubborn")), "killed by signal 9 (SIGKILL)");
+  EXPECT_THAT(ReadFile(polite.log_path), HasSubstr("got-term"));
+}
+
+TEST_F(ProcessRunnerIntegrationTest, RenewedLeaseKeepsTasksRunning) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  ASSERT_OK(runner->RenewLease(std::chrono::milliseconds(400), Duration::zero()));
+  const TaskLaunch launch = Shell("renewed", "echo ready; exec sleep 30");
+  StartOrFail(*runner, launch);
+  ASSERT_TRUE(WaitForLog(launch.log_path, "ready"));
+  // Renewed every 100 ms for 2.5 s: six times the lease, and past two of the shims' checks.
+  for (int i = 0; i < 25; ++i) {
+    ASSERT_OK(runner->RenewLease(std::chrono::milliseconds(400), Duration::zero()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_EQ(StatusOf(*runner, "renewed").state, TaskState::kRunning);
+  EXPECT_THAT(runner->RenewLease(seconds(-1), Duration::zero()),
+              StatusIs(StatusCode::kInvalidArgument));
+  ASSERT_OK(runner->Stop("renewed", Duration::zero()));
+  WaitForEnd(*runner, "renewed");
+}
+
 TEST_F(ProcessRunnerIntegrationTest, StopReachesTheTasksChildren) {
   std::unique_ptr<ProcessRunner> runner = OpenRunner();
   ASSERT_NE(runner, nullptr);

@@ -3,6 +3,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
@@ -99,14 +100,30 @@ Status SimulatedRunner::Stop(std::string_view task_id, Duration grace) {
   if (IsFinal(task.status.state)) {
     return Status::Ok();
   }
+  StopAt(task, now, grace);
+  Advance(task, now);
+  return Status::Ok();
+}
+
+void SimulatedRunner::StopAt(SimulatedTask& task, MonoTime at, Duration grace) {
   task.status.stop_requested = true;
   const bool killed = task.stop_delay > grace;
-  const MonoTime end = now + (killed ? grace : task.stop_delay);
+  const MonoTime end = at + (killed ? grace : task.stop_delay);
   if (!task.stop_end || end < *task.stop_end) {
     task.stop_end = end;
     task.stop_signal = killed ? SIGKILL : SIGTERM;
   }
-  Advance(task, now);
+}
+
+Status SimulatedRunner::RenewLease(Duration fence_in, Duration grace) {
+  GPUFLEET_RETURN_IF_ERROR(internal::CheckLease(fence_in, grace));
+  std::lock_guard<std::mutex> lock(mu_);
+  const MonoTime now = clock_.Now();
+  for (auto& [id, task] : tasks_) {
+    Advance(task, now);  // a deadline already passed takes effect before it moves
+  }
+  fence_at_ = now + fence_in;
+  fence_grace_ = grace;
   return Status::Ok();
 }
 
@@ -133,7 +150,11 @@ std::optional<MonoTime> SimulatedRunner::NextEndTime() const {
     if (task.status.state != TaskState::kRunning) {
       continue;
     }
-    for (const std::optional<MonoTime>& end : {task.scripted_end, task.stop_end}) {
+    std::optional<MonoTime> fenced_end;
+    if (fence_at_ && !task.status.stop_requested) {
+      fenced_end = *fence_at_ + std::min(task.stop_delay, fence_grace_);
+    }
+    for (const std::optional<MonoTime>& end : {task.scripted_end, task.stop_end, fenced_end}) {
       if (end.has_value() && (!next.has_value() || *end < *next)) {
         next = end;
       }
@@ -142,9 +163,13 @@ std::optional<MonoTime> SimulatedRunner::NextEndTime() const {
   return next;
 }
 
-void SimulatedRunner::Advance(SimulatedTask& task, MonoTime now) {
+void SimulatedRunner::Advance(SimulatedTask& task, MonoTime now) const {
   if (task.status.state != TaskState::kRunning) {
     return;
+  }
+  if (fence_at_ && now >= *fence_at_ && !task.status.stop_requested &&
+      !(task.scripted_end && *task.scripted_end <= *fence_at_)) {
+    StopAt(task, *fence_at_, fence_grace_);
   }
   const bool ends_first =
       task.scripted_end && (!task.stop_end || *task.scripted_end <= *task.stop_end);

@@ -46,6 +46,9 @@ class SimulatedRunner final : public TaskRunner {
   Status Stop(std::string_view task_id, Duration grace) override;
   std::vector<TaskStatus> Poll() override;
   Status Forget(std::string_view task_id) override;
+  // From the lease's deadline on, every running task not yet stopping is stopped as by
+  // Stop(grace) at the deadline.
+  Status RenewLease(Duration fence_in, Duration grace) override;
 
   // When the next running task with a duration ends, so that a simulation can move its clock
   // straight there; nullopt when no running task will end by itself.
@@ -61,12 +64,17 @@ class SimulatedRunner final : public TaskRunner {
     int stop_signal = 0;
   };
 
-  // Moves a running task whose scripted end has come to kExited, dated at that end.
-  static void Advance(SimulatedTask& task, MonoTime now);
+  // Moves a running task whose scripted end has come to kExited, dated at that end, and stops
+  // it at the lease's deadline once that has come. REQUIRES: mu_ held.
+  void Advance(SimulatedTask& task, MonoTime now) const;
+  // Stop's effect from `at` on. REQUIRES: mu_ held.
+  static void StopAt(SimulatedTask& task, MonoTime at, Duration grace);
 
   const Clock& clock_;
   mutable std::mutex mu_;
   std::map<std::string, SimulatedTask, std::less<>> tasks_;  // guarded by mu_
+  std::optional<MonoTime> fence_at_;                         // guarded by mu_
+  Duration fence_grace_{0};                                  // guarded by mu_
 };
 
 }  // namespace gpufleet::runner

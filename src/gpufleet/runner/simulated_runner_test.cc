@@ -184,5 +184,34 @@ TEST_F(SimulatedRunnerTest, AScriptedStopDelayKeepsTheTaskRunningAfterSigterm) {
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("GPUFLEET_SIM_STOP_MS")));
 }
 
+TEST_F(SimulatedRunnerTest, TasksStopAtTheLeaseDeadlineUnlessItIsRenewed) {
+  ASSERT_OK(runner_.RenewLease(seconds(10), seconds(5)));
+  TaskLaunch slow = SimTask("slow/0", std::nullopt);
+  slow.env[std::string(kSimStopDelayEnv)] = "8000";  // longer than the grace: killed
+  ASSERT_OK(runner_.Start(slow));
+  ASSERT_OK(runner_.Start(SimTask("quick/0", std::nullopt)));
+  ASSERT_OK(runner_.Start(SimTask("short/0", 3000, 4)));  // ends before the deadline
+  clock_.Advance(seconds(9));
+  ASSERT_OK(runner_.RenewLease(seconds(10), seconds(5)));  // deadline now 19 s
+  EXPECT_EQ(runner_.NextEndTime(), clock_.Now() + seconds(10));
+  clock_.Advance(seconds(9));
+  EXPECT_EQ(StatusOf("quick/0").state, TaskState::kRunning);
+
+  clock_.Advance(seconds(3));  // 21 s: the lease ran out at 19 s
+  const TaskStatus quick = StatusOf("quick/0");
+  EXPECT_EQ(quick.state, TaskState::kKilled);
+  EXPECT_EQ(quick.signal, SIGTERM);
+  EXPECT_EQ(quick.end_time, MonoTime{1'000'000} + seconds(19));
+  EXPECT_TRUE(StatusOf("slow/0").stop_requested);
+  EXPECT_EQ(StatusOf("slow/0").state, TaskState::kRunning);
+  EXPECT_EQ(StatusOf("short/0").exit_code, 4);
+
+  clock_.Advance(seconds(3));  // 24 s: the grace (5 s) ended at 24 s
+  const TaskStatus slow_status = StatusOf("slow/0");
+  EXPECT_EQ(slow_status.state, TaskState::kKilled);
+  EXPECT_EQ(slow_status.signal, SIGKILL);
+  EXPECT_THAT(runner_.RenewLease(seconds(-1), seconds(1)), StatusIs(StatusCode::kInvalidArgument));
+}
+
 }  // namespace
 }  // namespace gpufleet::runner

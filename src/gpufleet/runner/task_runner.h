@@ -130,6 +130,15 @@ class TaskRunner {
   // Drops a task that has ended, once the agent has reported its final state.
   // kFailedPrecondition while the task is still running.
   virtual Status Forget(std::string_view task_id) = 0;
+
+  // The agent's lease, as the tasks themselves enforce it: unless renewed again, every task that
+  // is running `fence_in` from now is stopped then (SIGTERM, SIGKILL after `grace`), whether or
+  // not an agent still runs, since a dead agent can stop nothing and the server frees the GPUs
+  // of a silent node after its lease and stop grace (docs/agent.md, "Leases and fencing").
+  // Each call replaces the previous deadline; a task being stopped keeps its stop. Before the
+  // first call tasks have no such deadline. kInvalidArgument for a negative duration;
+  // kUnavailable when the lease cannot be recorded (the previous deadline then still holds).
+  virtual Status RenewLease(Duration fence_in, Duration grace) = 0;
 };
 
 // Reconciles a runner with the server's desired state: stops, with `grace`, every running task

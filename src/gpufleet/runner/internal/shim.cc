@@ -17,6 +17,7 @@
 #include <charconv>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace gpufleet::runner::internal {
@@ -142,6 +143,49 @@ class LineBuffer {
   size_t size_ = 0;
 };
 
+// Sends `signal_number` to every process listed in the task's cgroup but the shim, and with
+// `skip_own_group` but those of the shim's process group (a group signal reaches them). Returns
+// how many it signalled.
+int SignalCgroupMembers(const char* members_path, int signal_number, bool skip_own_group) {
+  const int fd = open(members_path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return 0;
+  }
+  int found = 0;
+  int64_t pid = 0;
+  bool in_number = false;
+  const auto signal_pid = [&] {
+    if (in_number && pid > 1 && pid != getpid() &&
+        !(skip_own_group && getpgid(static_cast<pid_t>(pid)) == getpgrp())) {
+      kill(static_cast<pid_t>(pid), signal_number);
+      ++found;
+    }
+    pid = 0;
+    in_number = false;
+  };
+  char buffer[512];
+  for (;;) {
+    const ssize_t n = read(fd, buffer, sizeof(buffer));
+    if (n < 0 && errno == EINTR) {
+      continue;
+    }
+    if (n <= 0) {
+      break;
+    }
+    for (ssize_t i = 0; i < n; ++i) {
+      if (buffer[i] >= '0' && buffer[i] <= '9') {
+        pid = pid * 10 + (buffer[i] - '0');
+        in_number = true;
+      } else {
+        signal_pid();
+      }
+    }
+  }
+  signal_pid();
+  close(fd);
+  return found;
+}
+
 // SIGKILL to every process in the task's cgroup until it is empty (bounded: a process forking
 // as fast as it is killed is held by its cgroup's pids limit, not here).
 void KillCgroupMembers(const char* members_path) {
@@ -149,46 +193,91 @@ void KillCgroupMembers(const char* members_path) {
     return;
   }
   for (int round = 0; round < 200; ++round) {
-    const int fd = open(members_path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
-      return;
-    }
-    int found = 0;
-    int64_t pid = 0;
-    bool in_number = false;
-    const auto kill_pid = [&] {
-      if (in_number && pid > 1 && pid != getpid()) {
-        kill(static_cast<pid_t>(pid), SIGKILL);
-        ++found;
-      }
-      pid = 0;
-      in_number = false;
-    };
-    char buffer[512];
-    for (;;) {
-      const ssize_t n = read(fd, buffer, sizeof(buffer));
-      if (n < 0 && errno == EINTR) {
-        continue;
-      }
-      if (n <= 0) {
-        break;
-      }
-      for (ssize_t i = 0; i < n; ++i) {
-        if (buffer[i] >= '0' && buffer[i] <= '9') {
-          pid = pid * 10 + (buffer[i] - '0');
-          in_number = true;
-        } else {
-          kill_pid();
-        }
-      }
-    }
-    kill_pid();
-    close(fd);
-    if (found == 0) {
+    if (SignalCgroupMembers(members_path, SIGKILL, /*skip_own_group=*/false) == 0) {
       return;
     }
     const timespec pause = {0, 5'000'000};
     nanosleep(&pause, nullptr);
+  }
+}
+
+int64_t MonotonicNanos() {
+  timespec now = {};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
+}
+
+// The lease as its file says now; nullopt without a path, a file or a well-formed line.
+std::optional<Lease> ReadLease(const char* path) {
+  if (path == nullptr) {
+    return std::nullopt;
+  }
+  const int fd = open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return std::nullopt;
+  }
+  char buffer[64];
+  const ssize_t n = ReadFully(fd, buffer, sizeof(buffer));
+  close(fd);
+  if (n <= 0) {
+    return std::nullopt;
+  }
+  return ParseLease(std::string_view(buffer, static_cast<size_t>(n)));
+}
+
+// Waits for the task; if the lease runs out first, stops it as the runner's Stop would: SIGTERM
+// to the group (the shim ignores it) and to the cgroup's members outside the group at the
+// deadline, SIGKILL to the task and its cgroup once the grace has passed since (whatever else is
+// left in the group dies with the shim after the record). The shim looks at least every
+// kLeaseCheckPeriodNanos and wakes at a deadline it has read, so a SIGTERM comes late only when
+// the lease was shortened since the last look; the task still gets its whole grace (the agent's
+// fencing margin leaves room for both before the server frees the GPUs). SIGCHLD is blocked, so
+// sigtimedwait wakes the shim when the task ends. Returns what waitpid returned.
+pid_t WaitForTask(const ShimPlan& plan, pid_t task, int& wait_status) {
+  sigset_t child_ended;
+  sigemptyset(&child_ended);
+  sigaddset(&child_ended, SIGCHLD);
+  bool sigterm_sent = false;
+  bool sigkill_sent = false;
+  int64_t kill_at = 0;
+  for (;;) {
+    const pid_t waited = waitpid(task, &wait_status, plan.lease_path == nullptr ? 0 : WNOHANG);
+    if (waited < 0 && errno == EINTR) {
+      continue;
+    }
+    if (waited != 0) {
+      return waited;
+    }
+    const int64_t now = MonotonicNanos();
+    int64_t wait_nanos = kLeaseCheckPeriodNanos;
+    if (!sigterm_sent) {
+      const std::optional<Lease> lease = ReadLease(plan.lease_path);
+      if (lease.has_value() && now < lease->deadline_nanos &&
+          lease->deadline_nanos - now < wait_nanos) {
+        wait_nanos = lease->deadline_nanos - now;
+      }
+      if (lease.has_value() && now >= lease->deadline_nanos) {
+        // The group only if it is the shim's own: were setpgid to have failed, it would be the
+        // agent's.
+        kill(getpgrp() == getpid() ? 0 : task, SIGTERM);
+        if (plan.cgroup_members_path != nullptr) {
+          SignalCgroupMembers(plan.cgroup_members_path, SIGTERM, /*skip_own_group=*/true);
+        }
+        sigterm_sent = true;
+        kill_at = now + lease->grace_nanos;
+      }
+    }
+    if (sigterm_sent && !sigkill_sent && now >= kill_at) {
+      kill(task, SIGKILL);
+      KillCgroupMembers(plan.cgroup_members_path);
+      sigkill_sent = true;
+    }
+    if (sigterm_sent && !sigkill_sent && kill_at - now < wait_nanos) {
+      wait_nanos = kill_at - now;
+    }
+    const timespec timeout = {static_cast<time_t>(wait_nanos / 1'000'000'000),
+                              static_cast<long>(wait_nanos % 1'000'000'000)};  // NOLINT
+    sigtimedwait(&child_ended, nullptr, &timeout);
   }
 }
 
@@ -276,6 +365,9 @@ void RunShim(const ShimPlan& plan) {
     SetDisposition(signal_number, SIG_IGN);
     sigaddset(&stop_signals, signal_number);
   }
+  // SIGCHLD blocked too (its disposition stays the default): WaitForTask takes it with
+  // sigtimedwait.
+  sigaddset(&stop_signals, SIGCHLD);
   sigprocmask(SIG_SETMASK, &stop_signals, nullptr);
   close(plan.runner_control_fd);
   CloseInheritedDescriptors(plan);
@@ -309,10 +401,7 @@ void RunShim(const ShimPlan& plan) {
   const ssize_t reported = ReadFully(plan.error_read_fd, report, sizeof(report));
   close(plan.error_read_fd);
   int wait_status = 0;
-  pid_t waited = -1;
-  do {
-    waited = waitpid(task, &wait_status, 0);
-  } while (waited < 0 && errno == EINTR);
+  const pid_t waited = WaitForTask(plan, task, wait_status);
 
   if (reported == static_cast<ssize_t>(sizeof(report))) {
     RecordStartFailure(plan, report[0], report[1]);
@@ -331,6 +420,34 @@ void RunShim(const ShimPlan& plan) {
     EndProcessGroup(plan);
   }
   RecordAndEnd(plan, line);
+}
+
+std::string FormatLease(const Lease& lease) {
+  return std::to_string(lease.deadline_nanos) + " " + std::to_string(lease.grace_nanos) + "\n";
+}
+
+std::optional<Lease> ParseLease(std::string_view text) {
+  if (text.empty() || text.back() != '\n') {
+    return std::nullopt;
+  }
+  text.remove_suffix(1);
+  const size_t space = text.find(' ');
+  if (space == std::string_view::npos) {
+    return std::nullopt;
+  }
+  Lease lease;
+  const std::string_view deadline = text.substr(0, space);
+  const std::string_view grace = text.substr(space + 1);
+  const auto [deadline_end, deadline_error] =
+      std::from_chars(deadline.data(), deadline.data() + deadline.size(), lease.deadline_nanos);
+  const auto [grace_end, grace_error] =
+      std::from_chars(grace.data(), grace.data() + grace.size(), lease.grace_nanos);
+  if (deadline.empty() || grace.empty() || deadline_error != std::errc() ||
+      grace_error != std::errc() || deadline_end != deadline.data() + deadline.size() ||
+      grace_end != grace.data() + grace.size() || lease.grace_nanos < 0) {
+    return std::nullopt;
+  }
+  return lease;
 }
 
 std::optional<ExitRecord> ParseExitRecord(std::string_view text) {

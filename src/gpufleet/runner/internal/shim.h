@@ -8,7 +8,9 @@
 #include <sys/types.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace gpufleet::runner::internal {
@@ -44,6 +46,10 @@ struct ShimPlan {
   // nullptr: no cgroup), and the one that lists its members, killed when the task ends.
   const char* const* cgroup_join_paths = nullptr;
   const char* cgroup_members_path = nullptr;
+  // The agent's lease (FormatLease): read every kLeaseCheckPeriod while the task runs; once its
+  // deadline has passed the shim stops the task as Stop would, SIGTERM and then SIGKILL after the
+  // grace. nullptr, or no file: no deadline.
+  const char* lease_path = nullptr;
   // The user the task runs as; change_identity false: the runner's own.
   bool change_identity = false;
   uid_t uid = 0;
@@ -56,8 +62,8 @@ struct ShimPlan {
 // group; ignore and block SIGTERM, SIGINT and SIGHUP; close every inherited descriptor it does not
 // need; point its stdio at /dev/null; wait for the runner's go byte on the control socket (end of
 // file: the runner gave up, exit without running anything); fork the task; send the runner one
-// byte back (the task's process exists, so a Stop from now on reaches it); wait for the task;
-// record the exit; send SIGKILL to every process of the task's cgroup (those that left the
+// byte back (the task's process exists, so a Stop from now on reaches it); wait for the task,
+// stopping it if the lease runs out meanwhile; record the exit; send SIGKILL to every process of the task's cgroup (those that left the
 // process group included), then to its own process group, which ends whatever the task left
 // behind and the shim with it. The task joins its cgroup and takes on the run-as user's ids
 // before it enters its working directory and executes.
@@ -65,6 +71,18 @@ struct ShimPlan {
 // The three signals stay blocked in the shim across the fork: a SIGTERM sent to the group before
 // the task has restored the default handling then waits, pending, instead of being discarded.
 [[noreturn]] void RunShim(const ShimPlan& plan);
+
+// How often a shim reads the lease while its task runs.
+inline constexpr long kLeaseCheckPeriodNanos = 1'000'000'000;  // NOLINT(google-runtime-int)
+
+// The lease file: "DEADLINE GRACE\n", the deadline on CLOCK_MONOTONIC and the grace, both in
+// nanoseconds. Parsing is allocation-free (the shim parses it).
+struct Lease {
+  int64_t deadline_nanos = 0;
+  int64_t grace_nanos = 0;
+};
+std::string FormatLease(const Lease& lease);
+std::optional<Lease> ParseLease(std::string_view text);
 
 // The shim's record of how a task ended: one line, "exited CODE", "signaled SIGNAL" or
 // "start-failed STAGE ERRNO".

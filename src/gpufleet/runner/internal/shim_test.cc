@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-// The shim's exit record format. The shim itself runs in process_runner_test.cc.
+// The shim's exit record and lease formats. The shim itself runs in process_runner_test.cc.
 #include "gpufleet/runner/internal/shim.h"
 
 #include <optional>
@@ -34,6 +34,23 @@ TEST(ParseExitRecord, RefusesMalformedRecords) {
         "start-failed 3\n", "start-failed 9 2\n", "start-failed 0 2\n", "finished 0\n"}) {
     SCOPED_TRACE(text);
     EXPECT_FALSE(ParseExitRecord(text).has_value());
+  }
+}
+
+TEST(ParseLease, ReadsWhatFormatLeaseWrites) {
+  const Lease lease{.deadline_nanos = 123'456'789'012, .grace_nanos = 30'000'000'000};
+  EXPECT_EQ(FormatLease(lease), "123456789012 30000000000\n");
+  const std::optional<Lease> parsed = ParseLease(FormatLease(lease));
+  ASSERT_TRUE(parsed.has_value());
+  EXPECT_EQ(parsed->deadline_nanos, lease.deadline_nanos);
+  EXPECT_EQ(parsed->grace_nanos, lease.grace_nanos);
+}
+
+TEST(ParseLease, RefusesMalformedLeases) {
+  for (const std::string text : {"", "1 2", "1\n", "1 \n", " 2\n", "x 2\n", "1 2 3\n", "1 -2\n",
+                                 "1  2\n", "99999999999999999999 1\n"}) {
+    SCOPED_TRACE(text);
+    EXPECT_FALSE(ParseLease(text).has_value());
   }
 }
 

@@ -42,6 +42,16 @@ inline Status CheckStopGrace(std::string_view task_id, Duration grace) {
   return Status::Ok();
 }
 
+// RenewLease: both durations are non-negative.
+inline Status CheckLease(Duration fence_in, Duration grace) {
+  if (fence_in < Duration::zero() || grace < Duration::zero()) {
+    return InvalidArgumentError(
+        fmt::format("lease: fence_in ({} ns) and grace ({} ns) must not be negative",
+                    fence_in.count(), grace.count()));
+  }
+  return Status::Ok();
+}
+
 // Stop: the task with `task_id`; kNotFound when the table does not know it.
 template <typename Task>
 Result<typename TaskTable<Task>::iterator> FindTask(TaskTable<Task>& tasks,
