@@ -192,7 +192,19 @@ YAML
       fault oversized
       ;;
     8)
-      n=$((RANDOM % 3))
+      # The agent of a node that runs a 30 s task dies and stays dead.
+      long="chaos-$job"
+      job=$((job + 1))
+      submit "$long" 1 30 50
+      node=
+      for _ in $(seq 50); do
+        node=$(curl -sf -H "Authorization: Bearer $GPUFLEET_TOKEN" "$GPUFLEET_ADDR/v1/jobs/$long" |
+          python3 -c 'import json,sys; j=json.load(sys.stdin); print(j["placements"][0]["node"] if j["state"]=="Running" else "")' 2>/dev/null || true)
+        [ -n "$node" ] && break
+        sleep 0.1
+      done
+      n=${node#chaos-}
+      [ -n "$n" ] || n=$((RANDOM % 3))
       kill -KILL "${agent_pid[$n]}" 2>/dev/null || true
       wait "${agent_pid[$n]}" 2>/dev/null || true
       fault agent-dead "chaos-$n"
