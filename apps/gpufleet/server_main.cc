@@ -39,6 +39,7 @@ struct ServerFlags {
   int64_t node_timeout_s = 40;
   int64_t stop_grace_s = 30;
   int64_t min_runtime_before_preemption_s = 60;
+  int64_t gang_start_timeout_s = 300;
   int64_t reliability_interval_s = 300;
   double quarantine_fleet_share = 0.02;
   double quarantine_leaf_share = 0.05;
@@ -152,6 +153,7 @@ int RunServer(const ServerFlags& flags) {
        .reliability = reliability,
        .idle_reclaim = idle_reclaim,
        .mig_apply_timeout = std::chrono::seconds(flags.mig_apply_timeout_s),
+       .gang_start_timeout = std::chrono::seconds(flags.gang_start_timeout_s),
        .http = {.header_timeout = std::chrono::seconds(flags.header_timeout_s),
                 .max_connections = flags.max_connections,
                 .max_connections_per_client = flags.max_connections_per_client}});
@@ -242,6 +244,12 @@ Action AddServerCommand(CLI::App& app) {
                    "GPUs free (at least the agents' --stop-grace-s)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{3600}));
+  server
+      ->add_option("--gang-start-timeout-s", flags->gang_start_timeout_s,
+                   "a gang started on some of its nodes but not on others for this long is "
+                   "requeued whole")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{24 * 3600}));
   server
       ->add_option("--min-runtime-before-preemption-s", flags->min_runtime_before_preemption_s,
                    "a job that has held its GPUs for less than this is not preempted")

@@ -4,13 +4,17 @@
 # invariants from the physical record: no GPU UUID held by two live tasks at any instant, no job
 # running in two places at once, every acknowledged submission present, every job in a legal
 # final state, every task that started has ended. Prints a summary line; exits 1 on a violation.
-# Usage: check_ledger.py LEDGER JOBS_JSON ACKED_FILE FAULTS_FILE
+# Also: no gang partly running (some of an attempt's tasks live, others not started) for longer
+# than GANG_WINDOW seconds (the server's gang start timeout plus the time to stop what started).
+# Usage: check_ledger.py LEDGER JOBS_JSON ACKED_FILE FAULTS_FILE [GANG_WINDOW]
 import collections
 import json
 import sys
 
 ledger_path, jobs_path, acked_path, faults_path = sys.argv[1:5]
+gang_window = float(sys.argv[5]) if len(sys.argv) > 5 else float("inf")
 starts = {}
+all_starts = []  # (run, start)
 intervals = []  # (gpu, start, end, run)
 problems = []
 for line in open(ledger_path):
@@ -21,6 +25,7 @@ for line in open(ledger_path):
     if kind == "START":
         gpus = parts[3].split(",") if parts[3] not in ("-", "") else []
         starts[run] = (when, gpus)
+        all_starts.append((run, when))
     elif kind == "END" and run in starts:
         begin, gpus = starts.pop(run)
         for gpu in gpus:
@@ -51,6 +56,25 @@ for job, spans in by_job.items():
             problems.append(f"job {job}: attempt {a2} started at {b2:.3f} while {a1} ran")
 
 jobs = {job["name"]: job for job in json.load(open(jobs_path))["items"]}
+
+# Gangs: each attempt's tasks either all start, within the window of the first, or what started
+# ends within the window.
+ends = {run: end for _, _, end, run in intervals}
+attempts = collections.defaultdict(list)  # (job, attempt) -> [(start, end)]
+for run, begin in all_starts:
+    job, task, attempt = run.split("/")
+    attempts[(job, attempt)].append((begin, ends.get(run, begin)))
+for (job, attempt), spans in attempts.items():
+    spec = jobs.get(job, {}).get("spec", {}).get("spec", {})
+    size = sum(group.get("replicas", 1) for group in spec.get("tasks", []))
+    if size < 2:
+        continue
+    first = min(begin for begin, _ in spans)
+    partial = (max(begin for begin, _ in spans) if len(spans) >= size
+               else max(end for _, end in spans)) - first
+    if partial > gang_window:
+        problems.append(f"job {job} attempt {attempt}: {len(spans)} of {size} tasks ran partly "
+                        f"started for {partial:.1f} s (window {gang_window:.0f} s)")
 acked = [name.strip() for name in open(acked_path) if name.strip()]
 lost = [name for name in acked if name not in jobs]
 for name in lost:

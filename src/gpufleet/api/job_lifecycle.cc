@@ -4,9 +4,12 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 namespace gpufleet::api {
 namespace {
@@ -238,6 +241,30 @@ std::string FormatRfc3339(int64_t unix_nanos) {
                      static_cast<unsigned>(date.month()), static_cast<unsigned>(date.day()),
                      clock_time.hours().count(), clock_time.minutes().count(),
                      clock_time.seconds().count());
+}
+
+bool TaskStarted(const Json& placement) {
+  const std::string phase = StrOr(placement, "phase");
+  return phase == "Running" || phase == "Succeeded" || phase == "Failed";
+}
+
+std::optional<std::string> PartlyStartedGang(const Json& job) {
+  const Json& placements = ArrayOr(job, "placements");
+  std::vector<std::string> not_started;
+  for (const Json& placement : placements) {
+    if (!TaskStarted(placement)) {
+      const std::string phase = StrOr(placement, "phase");
+      not_started.push_back(fmt::format("{} on {} ({})", StrOr(placement, "task"),
+                                        StrOr(placement, "node"),
+                                        phase.empty() ? "not reported" : phase));
+    }
+  }
+  if (not_started.empty() || not_started.size() == placements.size()) {
+    return std::nullopt;
+  }
+  return fmt::format("{} of {} tasks started; not started: {}",
+                     placements.size() - not_started.size(), placements.size(),
+                     fmt::join(not_started, ", "));
 }
 
 }  // namespace gpufleet::api

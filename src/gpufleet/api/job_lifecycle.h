@@ -79,6 +79,13 @@ Result<std::string> TransitionJob(Json& job, JobState to, std::string reason,
 // resources or `then` is not one of those states.
 Result<std::string> EndRun(Json& job, JobState then, std::string reason, std::string since);
 
+// Whether a placement's task has started: it runs or ran (its agent reported it so).
+bool TaskStarted(const Json& placement);
+
+// Why a job's run is a gang partly started ("1 of 2 tasks started; not started: workers-1 on
+// node-b (Waiting)"); nullopt when all or none of its tasks have started.
+std::optional<std::string> PartlyStartedGang(const Json& job);
+
 // A Stopping job whose every task is gone takes its `stopping.then` state, drops its placements
 // and its stop record; returns the event text. nullopt while a task may still run (or the job is
 // not Stopping).

@@ -497,6 +497,10 @@ Result<int> ApiServer::RunCycleLocked() {
   if (mig_requeued) {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
+  GPUFLEET_ASSIGN_OR_RETURN(const bool gangs_requeued, RequeuePartlyStartedGangs());
+  if (gangs_requeued) {
+    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
+  }
   IndexActiveJobs();
   // A job that did not fit is tried again when resources are freed, and at least this often
   // (placement is greedy, so fit is not perfectly monotone in free resources).

@@ -108,6 +108,11 @@ class ApiServer {
     // planner leaves the node alone for mig_replan_delay or until its devices change
     // (docs/agent.md, "MIG layouts").
     std::chrono::seconds mig_apply_timeout{120};
+    // A gang (a job of several tasks) started on some of its nodes but not on others for this
+    // long (an agent holds a task Waiting for a GPU a stopping task still has, or has not
+    // answered) goes back to Pending, its started tasks stopped: a gang runs whole or not at
+    // all (docs/api.md, "Job lifecycle").
+    std::chrono::seconds gang_start_timeout{300};
     std::chrono::seconds mig_replan_delay{600};
     // Connection caps, deadlines and worker pools of the HTTP server (its host, port and TLS
     // files come from Start).
@@ -335,6 +340,9 @@ class ApiServer {
   // reported, drops the GPU's unapplied layout and holds the node back from the planner. Returns
   // whether anything was written.
   Result<bool> RequeueJobsWaitingForMigInstances();
+  // Requeues (through Stopping) the Scheduled gangs partly started for gang_start_timeout
+  // (server_gangs.cc). Returns whether anything was written.
+  Result<bool> RequeuePartlyStartedGangs();
   // Publishes the view's active jobs per node to the heartbeat handlers.
   void IndexActiveJobs();
   void IndexScheduledJob(const std::string& job, const std::set<std::string>& nodes);
@@ -377,6 +385,12 @@ class ApiServer {
     std::string devices;
   };
   std::map<std::string, MigHold> mig_holds_;  // guarded by cycle_mu_
+  // Scheduled gangs seen partly started: the attempt, and the first cycle that saw it so.
+  struct PartialGang {
+    int64_t attempt = 0;
+    MonoTime since;
+  };
+  std::map<std::string, PartialGang> partial_gangs_;  // guarded by cycle_mu_
 
   // Queue usage saved across restarts, and preemptors' reservations (server_queues.cc).
   bool queue_usage_loaded_ = false;               // guarded by cycle_mu_

@@ -62,12 +62,6 @@ std::string EndRunOnFailure(Json& job, const std::string& why, const std::string
   return event.ok() ? *event : event.status().message();
 }
 
-// Whether a placement's task has started: it runs or ran.
-bool Started(const Json& placement) {
-  const std::string phase = StrOr(placement, "phase");
-  return phase == "Running" || phase == "Succeeded" || phase == "Failed";
-}
-
 // Applies one node's task reports to a Stopping job: a task the agent reports ended, or does not
 // report at all, is gone (the agent reports every task it has until the server has taken its
 // end, and it never starts a task of a run that is stopping). Returns the events.
@@ -178,7 +172,7 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node,
   bool all_started = true;
   bool all_succeeded = true;
   for (const Json& placement : job["placements"]) {
-    all_started = all_started && Started(placement);
+    all_started = all_started && TaskStarted(placement);
     all_succeeded = all_succeeded && StrOr(placement, "phase") == "Succeeded";
   }
   if (all_succeeded) {

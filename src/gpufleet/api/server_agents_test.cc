@@ -487,6 +487,49 @@ TEST_F(AgentProtocolTest, AWaitingTaskKeepsItsJobScheduled) {
               HasSubstr("waiting on node-a: GPU-node-a-0 is held by task old/main-0/1"));
 }
 
+TEST_F(AgentProtocolTest, AGangPartlyStartedForTheGangStartTimeoutIsRequeuedWhole) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Register(Inventory("node-b", "leaf-0"));
+  Submit(JobYaml("train", 2, 8));  // one task per node
+  Cycle();
+  HeartbeatRequest on_a;
+  on_a.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
+  HeartbeatRequest on_b;
+  on_b.tasks = {Report("train/workers-1/1", TaskPhase::kWaiting)};
+  on_b.tasks[0].message = "GPU-node-b-0 is held by task old/main-0/1";
+  // Part-started for just under the 300 s timeout: it still waits.
+  for (int second = 0; second < 300; second += 10) {
+    Heartbeat("node-a", on_a);
+    Heartbeat("node-b", on_b);
+    Cycle();
+    clock_.Advance(std::chrono::seconds(10));
+  }
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
+  Heartbeat("node-b", on_b);
+  EXPECT_EQ(Heartbeat("node-a", on_a).tasks.size(), 1u);
+  Cycle();  // 300 s after the first cycle that saw it part-started
+
+  Json job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Stopping");
+  EXPECT_EQ(job["stopping"]["then"], "Pending");
+  EXPECT_THAT(job["reason"].get<std::string>(),
+              HasSubstr("the gang did not start together within 300s: 1 of 2 tasks started; not "
+                        "started: workers-1 on node-b (Waiting)"));
+  // The physical outcome: neither node is asked to run the run's tasks any more, and its GPUs
+  // stay held until the started task has ended.
+  EXPECT_TRUE(Heartbeat("node-b", on_b).tasks.empty());
+  EXPECT_TRUE(Heartbeat("node-a", on_a).tasks.empty());
+  on_a.tasks = {Report("train/workers-0/1", TaskPhase::kFailed, 143)};
+  Heartbeat("node-a", on_a);
+  job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Pending");
+  EXPECT_EQ(job["attempt"], 1);
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
+  EXPECT_EQ(Get("/v1/jobs/train")["attempt"], 2);
+}
+
 TEST_F(AgentProtocolTest, CordonedNodeStaysCordonedAcrossNotReady) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
