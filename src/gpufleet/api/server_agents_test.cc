@@ -371,6 +371,9 @@ TEST_F(AgentProtocolTest, RegistrationsTheSchedulerCannotTakeAreRefusedNamingThe
   RegisterRequest twice = Inventory("node-twice", "leaf-0");
   twice.node.gpus[1].index = 0;
   EXPECT_THAT(refusal(twice), HasSubstr("gpus[1].index: 0 appears twice on the node"));
+  RegisterRequest long_uuid = Inventory("node-long", "leaf-0");
+  long_uuid.node.gpus[2].uuid = GpuUuid("GPU-" + std::string(92, 'f'));
+  EXPECT_THAT(refusal(long_uuid), HasSubstr("node.gpus[2].uuid: 96 bytes, at most 95"));
   Register(Inventory("node-a", "leaf-0"));
   RegisterRequest thief = Inventory("node-b", "leaf-0");
   thief.node.gpus[3].uuid = GpuUuid("GPU-node-a-3");
@@ -423,7 +426,7 @@ TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithItsGpusInAnotherOrderKeepsEac
   EXPECT_EQ(TaskOf(Register(reordered), "train").gpu_uuids, uuids) << "the same physical GPUs";
   const Json job = Get("/v1/jobs/train");
   EXPECT_EQ(job["state"], "Running");
-  EXPECT_EQ(job["placements"][0]["gpu_uuids"], Json(uuids));
+  EXPECT_EQ(job["placements"][0].value("gpu_uuids", Json()), Json(uuids));
   for (size_t i = 0; i < uuids.size(); ++i) {
     EXPECT_EQ(job["placements"][0]["gpus"][i], IndexOf(reordered, uuids[i]))
         << "the index people read is the GPU's index now";
@@ -469,7 +472,8 @@ TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithoutAGpuEndsOnlyTheRunThatHeld
   EXPECT_THAT(
       job["reason"].get<std::string>(),
       HasSubstr(fmt::format("requeued: node-a registered again without its GPU {}", first[0])));
-  EXPECT_EQ(job["placements"][0]["gpu_uuids"], Json(first)) << "never an empty or another UUID";
+  EXPECT_EQ(job["placements"][0].value("gpu_uuids", Json()), Json(first))
+      << "never an empty or another UUID";
   // Once its task has ended it waits: three GPUs are left for its four.
   beat.tasks = {Report("first/workers-0/1", TaskPhase::kFailed, 143),
                 Report("second/workers-0/1", TaskPhase::kRunning)};
@@ -530,7 +534,7 @@ TEST_F(AgentProtocolTest, AJobStoredBeforePlacementsNamedUuidsRunsOnTheGpusOfIts
   EXPECT_EQ(TaskOf(Register(reordered), "train").gpu_uuids, uuids);
   const Json job = Get("/v1/jobs/train");
   EXPECT_EQ(job["state"], "Running");
-  EXPECT_EQ(job["placements"][0]["gpu_uuids"], Json(uuids));
+  EXPECT_EQ(job["placements"][0].value("gpu_uuids", Json()), Json(uuids));
 }
 
 TEST_F(AgentProtocolTest, AQuarantineFollowsItsGpuByUuidAcrossReRegistration) {
