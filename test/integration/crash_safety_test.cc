@@ -231,7 +231,7 @@ TEST_F(CrashSafetyTest, KilledFiftyTimesLosesNothingAcknowledged) {
     EXPECT_EQ(api::StrOr(by_name[name], "state"), "Cancelled") << name;
   }
 
-  std::map<std::pair<std::string, int64_t>, int64_t> milli_by_gpu;
+  std::map<std::string, int64_t> milli_by_gpu;  // by GPU UUID
   int scheduled = 0;
   for (const auto& [name, job] : by_name) {
     SCOPED_TRACE(name);
@@ -242,9 +242,13 @@ TEST_F(CrashSafetyTest, KilledFiftyTimesLosesNothingAcknowledged) {
       const int64_t replicas = job["spec"]["spec"]["tasks"][0].value("replicas", int64_t{1});
       EXPECT_EQ(static_cast<int64_t>(placements.size()), replicas) << "a gang placed in part";
       for (const Json& placement : placements) {
-        for (const Json& assignment : api::ArrayOr(placement, "assignments")) {
-          milli_by_gpu[{api::StrOr(placement, "node"), api::IntOr(assignment, "gpu", -1)}] +=
-              api::IntOr(assignment, "milli", 0);
+        const Json& assignments = api::ArrayOr(placement, "assignments");
+        const Json& uuids = api::ArrayOr(placement, "gpu_uuids");
+        ASSERT_EQ(uuids.size(), assignments.size()) << placement.dump();
+        for (size_t i = 0; i < assignments.size(); ++i) {
+          ASSERT_TRUE(uuids[i].is_string() && !uuids[i].get<std::string>().empty())
+              << placement.dump();
+          milli_by_gpu[uuids[i].get<std::string>()] += api::IntOr(assignments[i], "milli", 0);
         }
       }
     } else {
@@ -281,8 +285,7 @@ TEST_F(CrashSafetyTest, KilledFiftyTimesLosesNothingAcknowledged) {
       kRounds, by_name.size(), acknowledged.submitted.size(), acknowledged.cancelled.size(),
       scheduled);
   for (const auto& [gpu, milli] : milli_by_gpu) {
-    EXPECT_LE(milli, 1000) << gpu.first << " gpu " << gpu.second
-                           << " is held by more than one task";
+    EXPECT_LE(milli, 1000) << gpu << " is held by more than one task";
   }
 }
 

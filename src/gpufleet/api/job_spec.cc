@@ -1212,9 +1212,10 @@ std::string FormatSpecDuration(Duration duration) {
 
 int64_t PlacementBytesBound(const TaskGroup& group) {
   // Measured on PlacementsToJson's output with a 63-character node name, plus the phase, exit
-  // code and end reason a task's report adds (docs/api.md), rounded up.
+  // code and end reason a task's report adds (docs/api.md), rounded up; each GPU's UUID
+  // (scheduler::kMaxGpuUuidBytes, quoted) on top.
   constexpr int64_t kPerTask = 640;
-  constexpr int64_t kPerGpu = 140;
+  constexpr int64_t kPerGpu = 140 + 98;
   const int64_t gpus = std::visit(
       [](const auto& request) -> int64_t {
         using T = std::decay_t<decltype(request)>;

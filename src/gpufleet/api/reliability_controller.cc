@@ -9,6 +9,7 @@
 
 #include "gpufleet/api/job_lifecycle.h"
 #include "gpufleet/api/json_scan.h"
+#include "gpufleet/api/placement_gpus.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/reliability/inventory.h"
@@ -47,26 +48,6 @@ std::string QuarantinedName() {
 std::string GpuKey(const Json& gpu, std::string_view node, int64_t index) {
   const std::string uuid = StrOr(gpu, "uuid");
   return uuid.empty() ? fmt::format("{}/gpu{}", node, index) : uuid;
-}
-
-// The GPU of a node document at position `index`, or nullptr.
-const Json* GpuAt(const Json& node, int64_t index) {
-  for (const Json& gpu : ArrayOr(node, "gpus")) {
-    if (IntOr(gpu, "index", -1) == index) {
-      return &gpu;
-    }
-  }
-  return nullptr;
-}
-
-std::vector<int64_t> GpuIndices(const Json& placement) {
-  std::vector<int64_t> out;
-  for (const Json& gpu : ArrayOr(placement, "gpus")) {
-    if (gpu.is_number_integer()) {
-      out.push_back(gpu.get<int64_t>());
-    }
-  }
-  return out;
 }
 
 std::string QuarantineDocName(const Device& device) {
@@ -178,14 +159,14 @@ Json ReliabilityController::XidBaseline(const Json& job) {
       continue;
     }
     const Json doc = ParseDocument(object->data);
-    for (const int64_t index : GpuIndices(placement)) {
-      const Json* gpu = GpuAt(doc, index);
+    for (const PlacedGpu& placed : PlacedGpus(placement)) {
+      const Json* gpu = FindPlacedGpu(ArrayOr(doc, "gpus"), placed);
       if (gpu == nullptr) {
         continue;
       }
       const GpuHealthReading reading = ReadHealthReasons(ArrayOr(*gpu, "reasons"));
       for (const auto& [xid, count] : reading.xids) {
-        baseline[GpuKey(*gpu, node, index)][std::to_string(xid)] = count;
+        baseline[GpuKey(*gpu, node, IntOr(*gpu, "index", -1))][std::to_string(xid)] = count;
       }
     }
   }
@@ -212,23 +193,29 @@ Result<StoredOutcome> ReliabilityController::BuildOutcome(const Json& before, co
       continue;
     }
     placement_nodes.push_back(node);
-    const std::vector<int64_t> indices = GpuIndices(placement);
-    if (indices.empty()) {
+    const std::vector<PlacedGpu> placed = PlacedGpus(placement);
+    if (placed.empty()) {
       continue;
     }
     GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject object, store_.Get(kNodesKind, node));
     const Json doc = ParseDocument(object.data);
-    for (const int64_t index : indices) {
-      const Json* gpu = GpuAt(doc, index);
-      if (gpu == nullptr) {
-        return NotFoundError(fmt::format("node \"{}\" has no GPU {}", node, index));
+    for (const PlacedGpu& one : placed) {
+      const Json* gpu = FindPlacedGpu(ArrayOr(doc, "gpus"), one);
+      if (gpu == nullptr && one.uuid.empty()) {
+        return NotFoundError(fmt::format("node \"{}\" has no GPU {}", node, one.index));
       }
-      const std::string key = GpuKey(*gpu, node, index);
+      // A GPU gone from its node (the run ended for it) is still the run's, by its UUID; it has
+      // no health to read.
+      const std::string key =
+          gpu == nullptr ? one.uuid : GpuKey(*gpu, node, IntOr(*gpu, "index", -1));
       if (std::find(r.gpus.begin(), r.gpus.end(), GpuUuid(key)) != r.gpus.end()) {
         continue;  // a GPU shared by two tasks of the job
       }
       r.gpus.push_back(GpuUuid(key));
       gpu_nodes.insert(node);
+      if (gpu == nullptr) {
+        continue;
+      }
       const GpuHealthReading reading = ReadHealthReasons(ArrayOr(*gpu, "reasons"));
       const Json& seen_before = baseline.contains(key) ? baseline[key] : Json::object();
       for (const auto& [xid, count] : reading.xids) {
@@ -648,9 +635,10 @@ Result<int> ReliabilityController::PreemptRunsOn(const Analysis& analysis, const
       if (StrOr(placement, "node") != node) {
         continue;
       }
-      const std::vector<int64_t> indices = GpuIndices(placement);
-      if (gpu == nullptr ||
-          std::find(indices.begin(), indices.end(), gpu->index) != indices.end()) {
+      const std::vector<PlacedGpu> placed = PlacedGpus(placement);
+      if (gpu == nullptr || std::any_of(placed.begin(), placed.end(), [&](const PlacedGpu& one) {
+            return one.Is(gpu->key, gpu->index);
+          })) {
         return true;
       }
     }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/api/scheduling_view.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <utility>
 
@@ -8,6 +9,7 @@
 
 #include "gpufleet/api/json_scan.h"
 #include "gpufleet/api/node_json.h"
+#include "gpufleet/api/placement_gpus.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tenancy.h"
 
@@ -19,7 +21,8 @@ constexpr std::string_view kTopologyName = "topology";
 }  // namespace
 
 std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
-    const Json& placements, const std::map<std::string, int>& node_index) {
+    const Json& placements, const std::map<std::string, int>& node_index,
+    const scheduler::ClusterSnapshot& snapshot) {
   std::vector<scheduler::TaskPlacement> out;
   if (!placements.is_array()) {
     return out;
@@ -38,9 +41,19 @@ std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
     placement.node = it->second;
     placement.host.cpu_milli = IntOr(p, "cpu_milli", 0);
     placement.host.memory_mib = IntOr(p, "memory_mib", 0);
-    for (const Json& a : ArrayOr(p, "assignments")) {
+    const std::vector<Gpu>& node_gpus = snapshot.nodes()[it->second].node->gpus;
+    const Json& assignments = ArrayOr(p, "assignments");
+    const std::vector<PlacedGpu> placed = PlacedGpus(p);
+    for (size_t i = 0; i < placed.size(); ++i) {
+      const auto gpu = std::find_if(node_gpus.begin(), node_gpus.end(), [&](const Gpu& candidate) {
+        return placed[i].Is(candidate.uuid.value(), candidate.index);
+      });
+      if (gpu == node_gpus.end()) {
+        continue;
+      }
+      const Json& a = assignments[i];
       scheduler::GpuAssignment assignment;
-      assignment.gpu = static_cast<int>(IntOr(a, "gpu", 0));
+      assignment.gpu = static_cast<int>(gpu - node_gpus.begin());
       assignment.milli = IntOr(a, "milli", 0);
       assignment.memory_mib = IntOr(a, "memory_mib", 0);
       assignment.mig_profile = StrOr(a, "mig_profile");
@@ -308,8 +321,8 @@ void SchedulingView::PutJob(const store::StoredObject& object) {
     ReleaseJob(job);
     return;
   }
-  const std::optional<std::vector<scheduler::TaskPlacement>> placements =
-      PlacementsFromJson(doc.contains("placements") ? doc["placements"] : Json(), node_index_);
+  const std::optional<std::vector<scheduler::TaskPlacement>> placements = PlacementsFromJson(
+      doc.contains("placements") ? doc["placements"] : Json(), node_index_, *snapshot_);
   if (job.applied && placements && *placements == job.placements) {
     return;
   }
@@ -332,8 +345,8 @@ void SchedulingView::ReleaseJob(ViewJob& job) {
 }
 
 void SchedulingView::ApplyJob(const std::string& name, ViewJob& job, const Json& doc) {
-  const std::optional<std::vector<scheduler::TaskPlacement>> placements =
-      PlacementsFromJson(doc.contains("placements") ? doc["placements"] : Json(), node_index_);
+  const std::optional<std::vector<scheduler::TaskPlacement>> placements = PlacementsFromJson(
+      doc.contains("placements") ? doc["placements"] : Json(), node_index_, *snapshot_);
   if (!placements) {
     fmt::print(stderr, "gpufleet server: jobs/{}: a node of its placements is gone\n", name);
     return;

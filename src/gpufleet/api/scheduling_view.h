@@ -27,10 +27,13 @@
 namespace gpufleet::api {
 
 // The placements of a stored job (its "placements" array) that still hold resources (a task of
-// a Stopping job found gone holds none) against nodes indexed by name; nullopt if a node is
-// unknown.
+// a Stopping job found gone holds none) against `snapshot`, whose nodes `node_index` indexes by
+// name; nullopt if a node is unknown. Each GPU is found on its node by UUID (placement_gpus.h);
+// one the node no longer has is left out, never taken for another (the run is ended when its
+// node registers or reports without it).
 std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
-    const Json& placements, const std::map<std::string, int>& node_index);
+    const Json& placements, const std::map<std::string, int>& node_index,
+    const scheduler::ClusterSnapshot& snapshot);
 
 // One node as the view keeps it.
 struct ViewNode {

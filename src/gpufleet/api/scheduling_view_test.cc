@@ -1,7 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/api/scheduling_view.h"
 
+#include <algorithm>
+#include <set>
 #include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -13,6 +16,7 @@
 namespace gpufleet::api {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 Node MakeNode(const std::string& name) {
@@ -30,17 +34,21 @@ Node MakeNode(const std::string& name) {
   return node;
 }
 
-// A job document holding `gpus` whole GPUs of `node` (GPU indices 0..gpus-1).
+// A job document holding whole GPUs of `node`, named by UUID as the server writes them.
 std::string JobDoc(const std::string& name, const std::string& state, const std::string& node,
-                   int gpus) {
+                   const std::vector<int>& indices) {
   Json assignments = Json::array();
-  for (int i = 0; i < gpus; ++i) {
-    assignments.push_back({{"gpu", i}, {"milli", 1000}, {"memory_mib", 0}});
+  Json uuids = Json::array();
+  for (const int index : indices) {
+    assignments.push_back({{"milli", 1000}, {"memory_mib", 0}});
+    uuids.push_back(node + "-gpu" + std::to_string(index));
   }
   Json placements = Json::array();
   if (!node.empty()) {
     placements.push_back({{"task", "main-0"},
                           {"node", node},
+                          {"gpus", indices},
+                          {"gpu_uuids", uuids},
                           {"group", 0},
                           {"replica", 0},
                           {"cpu_milli", 1000},
@@ -48,6 +56,16 @@ std::string JobDoc(const std::string& name, const std::string& state, const std:
                           {"assignments", assignments}});
   }
   return Json{{"name", name}, {"state", state}, {"priority", 0}, {"placements", placements}}.dump();
+}
+
+// A job document holding `gpus` whole GPUs of `node` (GPU indices 0..gpus-1).
+std::string JobDoc(const std::string& name, const std::string& state, const std::string& node,
+                   int gpus) {
+  std::vector<int> indices;
+  for (int i = 0; i < gpus; ++i) {
+    indices.push_back(i);
+  }
+  return JobDoc(name, state, node, indices);
 }
 
 class SchedulingViewTest : public ::testing::Test {
@@ -69,6 +87,18 @@ class SchedulingViewTest : public ::testing::Test {
     store::WriteBatch batch;
     batch.Update(kind, name, data, object->version);
     ASSERT_TRUE(store_.Commit(batch).ok());
+  }
+
+  // The UUIDs of the GPUs of `node` that the view holds taken.
+  std::set<std::string> TakenGpus(const std::string& node) {
+    std::set<std::string> out;
+    const scheduler::NodeInfo& info = view_.snapshot().nodes()[view_.NodeIndex(node)];
+    for (size_t i = 0; i < info.gpus.size(); ++i) {
+      if (info.gpus[i].free_milli < kMilliPerUnit) {
+        out.insert(info.node->gpus[i].uuid.value());
+      }
+    }
+    return out;
   }
 
   int64_t FreeMilli() {
@@ -128,6 +158,44 @@ TEST_F(SchedulingViewTest, AJobOnAnUnknownNodeHoldsNothing) {
   ASSERT_TRUE(view_.Refresh().ok());
   EXPECT_FALSE(view_.jobs().at("waiting").applied);
   EXPECT_EQ(FreeMilli(), 5000);
+}
+
+TEST_F(SchedulingViewTest, APlacementKeepsItsGpusByUuidWhenTheNodeListsThemInAnotherOrder) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  ASSERT_THAT(TakenGpus("node-a"), ElementsAre("node-a-gpu0", "node-a-gpu1", "node-a-gpu2"));
+  // The node registers again with its GPUs reversed: each now has another index and position.
+  Node reordered = MakeNode("node-a");
+  std::reverse(reordered.gpus.begin(), reordered.gpus.end());
+  for (size_t i = 0; i < reordered.gpus.size(); ++i) {
+    reordered.gpus[i].index = static_cast<int>(i);
+  }
+  Update(std::string(kNodesKind), "node-a", NodeToJson(reordered, {}).dump());
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_THAT(TakenGpus("node-a"), ElementsAre("node-a-gpu0", "node-a-gpu1", "node-a-gpu2"));
+  EXPECT_EQ(FreeMilli(), 5000);
+}
+
+TEST_F(SchedulingViewTest, AGpuItsNodeNoLongerHasIsNeverTakenForAnother) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  Node fewer = MakeNode("node-a");
+  fewer.gpus.erase(fewer.gpus.begin() + 1);  // gpu1 goes; gpu2 and gpu3 move up the list
+  Update(std::string(kNodesKind), "node-a", NodeToJson(fewer, {}).dump());
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_THAT(TakenGpus("node-a"), ElementsAre("node-a-gpu0", "node-a-gpu2"));
+}
+
+TEST_F(SchedulingViewTest, AJobStoredBeforePlacementsNamedUuidsHoldsTheGpusOfItsIndices) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  // As the server wrote placements before: NVML indices and positions, no UUIDs.
+  Json doc = Json::parse(JobDoc("waiting", "Running", "node-b", std::vector<int>{1, 3}));
+  Json& placement = doc["placements"][0];
+  placement.erase("gpu_uuids");
+  placement["assignments"][0]["gpu"] = 1;
+  placement["assignments"][1]["gpu"] = 3;
+  Update(std::string(kJobsKind), "waiting", doc.dump());
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_TRUE(view_.jobs().at("waiting").applied);
+  EXPECT_THAT(TakenGpus("node-b"), ElementsAre("node-b-gpu1", "node-b-gpu3"));
 }
 
 TEST_F(SchedulingViewTest, AMalformedNodeIsLeftOutWithAReasonAndTheOthersStay) {

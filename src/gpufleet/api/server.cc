@@ -17,6 +17,7 @@
 #include "gpufleet/api/json_fields.h"
 #include "gpufleet/api/json_scan.h"
 #include "gpufleet/api/node_json.h"
+#include "gpufleet/api/placement_gpus.h"
 #include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/tls.h"
 #include "gpufleet/core/random.h"
@@ -59,12 +60,15 @@ Json PlacementsToJson(const std::vector<scheduler::TaskPlacement>& placements, c
         placement.group >= 0 && placement.group < static_cast<int>(job.groups.size())
             ? job.groups[placement.group].name
             : fmt::format("group{}", placement.group);
+    // The GPUs by UUID; their position in the node's list means nothing once it registers again
+    // (placement_gpus.h).
     Json gpus = Json::array();
+    Json uuids = Json::array();
     Json assignments = Json::array();
     for (const scheduler::GpuAssignment& a : placement.gpus) {
       gpus.push_back(info.node->gpus[a.gpu].index);
-      assignments.push_back({{"gpu", a.gpu},
-                             {"milli", a.milli},
+      uuids.push_back(info.node->gpus[a.gpu].uuid.value());
+      assignments.push_back({{"milli", a.milli},
                              {"memory_mib", a.memory_mib},
                              {"mig_profile", a.mig_profile},
                              {"mig_start", a.mig_start},
@@ -73,6 +77,7 @@ Json PlacementsToJson(const std::vector<scheduler::TaskPlacement>& placements, c
     out.push_back({{"task", fmt::format("{}-{}", group_name, placement.replica)},
                    {"node", info.node->id.value()},
                    {"gpus", std::move(gpus)},
+                   {"gpu_uuids", std::move(uuids)},
                    {"group", placement.group},
                    {"replica", placement.replica},
                    {"cpu_milli", placement.host.cpu_milli},
@@ -110,9 +115,14 @@ Status JobNotFound(std::string_view name) {
   return NotFoundError(fmt::format("job \"{}\" not found", name));
 }
 
-// Allocated milli-GPU per (node name, GPU position) of the jobs holding resources.
+// Allocated milli-GPU per (node name, position of the GPU in the node's document) of the jobs
+// holding resources, their GPUs found on `nodes` by UUID.
 std::map<std::string, std::map<int64_t, int64_t>> AllocationByNode(
-    const std::vector<store::StoredObject>& jobs) {
+    const std::vector<store::StoredObject>& jobs, const std::vector<store::StoredObject>& nodes) {
+  std::map<std::string, Json> node_gpus;
+  for (const store::StoredObject& object : nodes) {
+    node_gpus[object.name] = ArrayOr(ParseDocument(object.data), "gpus");
+  }
   std::map<std::string, std::map<int64_t, int64_t>> out;
   for (const store::StoredObject& object : jobs) {
     const Json job = ParseDocument(object.data);
@@ -124,8 +134,16 @@ std::map<std::string, std::map<int64_t, int64_t>> AllocationByNode(
       if (PlacementGone(p)) {
         continue;
       }
-      for (const Json& a : ArrayOr(p, "assignments")) {
-        out[StrOr(p, "node")][IntOr(a, "gpu", 0)] += IntOr(a, "milli", 0);
+      const auto gpus = node_gpus.find(StrOr(p, "node"));
+      if (gpus == node_gpus.end()) {
+        continue;
+      }
+      const Json& assignments = ArrayOr(p, "assignments");
+      const std::vector<PlacedGpu> placed = PlacedGpus(p);
+      for (size_t i = 0; i < placed.size(); ++i) {
+        if (const int position = PlacedGpuPosition(gpus->second, placed[i]); position >= 0) {
+          out[gpus->first][position] += IntOr(assignments[i], "milli", 0);
+        }
       }
     }
   }
@@ -1143,7 +1161,7 @@ ApiResponse ApiServer::ListNodes() {
   if (!nodes.ok() || !jobs.ok()) {
     return ErrorResponse(!nodes.ok() ? nodes.status() : jobs.status());
   }
-  const auto allocation = AllocationByNode(*jobs);
+  const auto allocation = AllocationByNode(*jobs, *nodes);
   const std::map<std::string, std::string> excluded = ExcludedNodes();
   Json items = Json::array();
   for (const store::StoredObject& object : *nodes) {
@@ -1170,7 +1188,8 @@ ApiResponse ApiServer::GetNode(std::string_view name) {
   if (!jobs.ok()) {
     return ErrorResponse(jobs.status());
   }
-  return JsonResponse(200, NodeOutput(*object, AllocationByNode(*jobs), ExcludedNodes()));
+  return JsonResponse(200,
+                      NodeOutput(*object, AllocationByNode(*jobs, {*object}), ExcludedNodes()));
 }
 
 std::map<std::string, std::string> ApiServer::ExcludedNodes() {

@@ -12,6 +12,7 @@
 #include "gpufleet/api/json_fields.h"
 #include "gpufleet/api/json_scan.h"
 #include "gpufleet/api/node_json.h"
+#include "gpufleet/api/placement_gpus.h"
 #include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/server_mig.h"
@@ -97,9 +98,10 @@ std::vector<std::string> ApplyStoppingReports(
   return events;
 }
 
-// Applies one node's task reports and drain-now GPUs to an active job. Returns the events to log
-// (empty: nothing changed).
-std::vector<std::string> ApplyReports(Json& job, const std::string& node,
+// Applies one node's task reports and drain-now GPUs (by index) to an active job; `node_gpus` is
+// the node document's "gpus". A run one of whose GPUs (by UUID) the node no longer has ends too.
+// Returns the events to log (empty: nothing changed).
+std::vector<std::string> ApplyReports(Json& job, const std::string& node, const Json& node_gpus,
                                       const std::map<std::string, const TaskReport*>& reports,
                                       const std::set<int64_t>& drain_now_gpus,
                                       const std::string& since, bool absent_means_gone) {
@@ -118,19 +120,29 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node,
     if (StrOr(placement, "node") != node) {
       continue;
     }
-    for (const Json& gpu : ArrayOr(placement, "gpus")) {
-      if (gpu.is_number_integer() && drain_now_gpus.count(gpu.get<int64_t>()) > 0) {
-        events.push_back(
-            EndRunOnFailure(job,
-                            fmt::format("gpu {} of {} must be drained now (task {})",
-                                        gpu.get<int64_t>(), node, StrOr(placement, "task")),
-                            since));
-        // The other tasks on this node may have ended too.
-        for (std::string& event : ApplyReports(job, node, reports, {}, since, absent_means_gone)) {
-          events.push_back(std::move(event));
-        }
-        return events;
+    for (const PlacedGpu& placed : PlacedGpus(placement)) {
+      const Json* gpu = FindPlacedGpu(node_gpus, placed);
+      std::string why;
+      if (gpu == nullptr && !PlacementGone(placement)) {
+        // Registration ends such runs; a placement committed against the node's inventory before
+        // it registered again ends here, never on another GPU.
+        why = fmt::format("{} of {} is no longer on the node (task {})", placed.Describe(), node,
+                          StrOr(placement, "task"));
+      } else if (gpu != nullptr && drain_now_gpus.count(IntOr(*gpu, "index", -1)) > 0) {
+        why = fmt::format("{} of {} must be drained now (task {})",
+                          PlacedGpu{placed.uuid, IntOr(*gpu, "index", -1)}.Describe(), node,
+                          StrOr(placement, "task"));
       }
+      if (why.empty()) {
+        continue;
+      }
+      events.push_back(EndRunOnFailure(job, why, since));
+      // The other tasks on this node may have ended too.
+      for (std::string& event :
+           ApplyReports(job, node, node_gpus, reports, {}, since, absent_means_gone)) {
+        events.push_back(std::move(event));
+      }
+      return events;
     }
     const std::string task = StrOr(placement, "task");
     const auto it = reports.find(MakeTaskId(name, task, attempt));
@@ -159,7 +171,8 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node,
       // The gang fails; its other tasks are stopped before their GPUs are free.
       Result<std::string> event = EndRun(job, JobState::kFailed, why, since);
       events.push_back(event.ok() ? *event : why);
-      for (std::string& more : ApplyReports(job, node, reports, {}, since, absent_means_gone)) {
+      for (std::string& more :
+           ApplyReports(job, node, node_gpus, reports, {}, since, absent_means_gone)) {
         events.push_back(std::move(more));
       }
       return events;
@@ -189,39 +202,38 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node,
   return events;
 }
 
-// Why a run on `node` cannot go on after the node registered again as `after` (its stored
-// document was `before`): a GPU at a position its placements use is gone or is another GPU (by
-// UUID), or the node's CPU or memory no longer holds the run's tasks there. nullopt: it goes on.
-std::optional<std::string> RunBrokenByReregistration(const Json& job, const std::string& node,
-                                                     const Json& before, const Json& after) {
-  const Json& old_gpus = ArrayOr(before, "gpus");
-  const Json& new_gpus = ArrayOr(after, "gpus");
+// Renames the GPUs of the placements of `job` on `node` for the node's new inventory `after` (its
+// stored document was `before`): each keeps its GPUs by UUID, at their index now
+// (RenamePlacedGpus). Returns why the run cannot go on there: a GPU it holds is gone, or the
+// node's CPU or memory no longer holds its tasks. nullopt: it goes on.
+std::optional<std::string> RenameForReregistration(Json& job, const std::string& node,
+                                                   const Json& before, const Json& after) {
+  if (!job.contains("placements") || !job["placements"].is_array()) {
+    return std::nullopt;
+  }
   int64_t cpu = 0;
   int64_t memory = 0;
-  for (const Json& placement : ArrayOr(job, "placements")) {
+  std::optional<std::string> broken;
+  for (Json& placement : job["placements"]) {
     if (StrOr(placement, "node") != node || PlacementGone(placement)) {
       continue;
     }
     cpu += IntOr(placement, "cpu_milli", 0);
     memory += IntOr(placement, "memory_mib", 0);
-    for (const Json& assignment : ArrayOr(placement, "assignments")) {
-      const int64_t position = IntOr(assignment, "gpu", -1);
-      const auto uuid_at = [&](const Json& gpus) {
-        return position >= 0 && position < static_cast<int64_t>(gpus.size())
-                   ? StrOr(gpus[static_cast<size_t>(position)], "uuid", "?")
-                   : std::string();
-      };
-      const std::string was = uuid_at(old_gpus);
-      const std::string now = uuid_at(new_gpus);
-      if (now.empty()) {
-        return fmt::format("{} registered again without its GPU {} (task {})", node, was,
-                           StrOr(placement, "task"));
-      }
-      if (now != was) {
-        return fmt::format("{} registered again with GPU {} where {} was (task {})", node, now, was,
-                           StrOr(placement, "task"));
-      }
+    const std::optional<PlacedGpu> gone =
+        RenamePlacedGpus(placement, ArrayOr(before, "gpus"), ArrayOr(after, "gpus"));
+    if (gone && !broken) {
+      broken = gone->uuid.empty()
+                   ? fmt::format("{} registered again without its gpu {} (task {})", node,
+                                 gone->index, StrOr(placement, "task"))
+                   : fmt::format(
+                         "{} registered again without its GPU {} (gpu {} when placed, "
+                         "task {})",
+                         node, gone->uuid, gone->index, StrOr(placement, "task"));
     }
+  }
+  if (broken) {
+    return broken;
   }
   if (cpu > IntOr(after, "cpu_milli", 0) || memory > IntOr(after, "memory_mib", 0)) {
     return fmt::format(
@@ -243,34 +255,30 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
   if (stored->contains("state_before_not_ready")) {
     doc["state_before_not_ready"] = (*stored)["state_before_not_ready"];
   }
-  std::set<int64_t> quarantined;
-  std::map<int64_t, const Json*> stored_gpus;
-  for (const Json& gpu : ArrayOr(*stored, "gpus")) {
-    stored_gpus[IntOr(gpu, "index", -1)] = &gpu;
-    if (StrOr(gpu, "health") == GpuHealthName(GpuHealth::kQuarantined)) {
-      quarantined.insert(IntOr(gpu, "index", -1));
-    }
-  }
   for (Json& gpu : doc["gpus"]) {
-    if (quarantined.count(IntOr(gpu, "index", -1)) > 0) {
+    // The same physical GPU (by UUID) keeps its quarantine and MIG state, whatever its index now.
+    const Json* old = FindPlacedGpu(ArrayOr(*stored, "gpus"),
+                                    PlacedGpu{StrOr(gpu, "uuid"), IntOr(gpu, "index", -1)});
+    if (old == nullptr) {
+      continue;
+    }
+    if (StrOr(*old, "health") == GpuHealthName(GpuHealth::kQuarantined)) {
       gpu["health"] = GpuHealthName(GpuHealth::kQuarantined);
     }
-    const auto old = stored_gpus.find(IntOr(gpu, "index", -1));
-    if (!BoolOr(gpu, "mig_enabled", false) || old == stored_gpus.end() ||
-        !BoolOr(*old->second, "mig_enabled", false)) {
+    if (!BoolOr(gpu, "mig_enabled", false) || !BoolOr(*old, "mig_enabled", false)) {
       continue;
     }
     // The server owns the layout: a change the agent had not finished (the wanted instances
     // differ from the ones it last reported) stays wanted; otherwise the node's layout as it
     // is now becomes the wanted one (an operator may have changed it while the agent was down).
-    const Json& wanted = ArrayOr(*old->second, "mig_instances");
-    const Json& reported = ArrayOr(*old->second, "mig_devices");
+    const Json& wanted = ArrayOr(*old, "mig_instances");
+    const Json& reported = ArrayOr(*old, "mig_devices");
     if (!SameMigInstances(MigInstancesFromJson(wanted), MigInstancesFromJson(reported))) {
       gpu["mig_instances"] = wanted;
     }
     gpu["mig_devices"] = reported;
-    if (old->second->contains("mig_error")) {
-      gpu["mig_error"] = (*old->second)["mig_error"];
+    if (old->contains("mig_error")) {
+      gpu["mig_error"] = (*old)["mig_error"];
     }
   }
   return doc;
@@ -349,9 +357,9 @@ std::vector<std::string> ApplyGpuReports(Json& doc, const std::vector<GpuReport>
 bool MigInstancesReported(const Json& job,
                           const std::function<const Json*(const std::string&)>& node_doc_of) {
   for (const Json& placement : ArrayOr(job, "placements")) {
-    const Json& gpus = ArrayOr(placement, "gpus");
     const Json& assignments = ArrayOr(placement, "assignments");
-    for (size_t i = 0; i < gpus.size() && i < assignments.size(); ++i) {
+    const std::vector<PlacedGpu> placed = PlacedGpus(placement);
+    for (size_t i = 0; i < placed.size(); ++i) {
       const std::string profile = StrOr(assignments[i], "mig_profile");
       if (profile.empty()) {
         continue;
@@ -360,13 +368,7 @@ bool MigInstancesReported(const Json& job,
       if (node_doc == nullptr) {
         return false;
       }
-      const int64_t index = gpus[i].is_number_integer() ? gpus[i].get<int64_t>() : -1;
-      const Json* gpu = nullptr;
-      for (const Json& candidate : ArrayOr(*node_doc, "gpus")) {
-        if (IntOr(candidate, "index", -1) == index) {
-          gpu = &candidate;
-        }
-      }
+      const Json* gpu = FindPlacedGpu(ArrayOr(*node_doc, "gpus"), placed[i]);
       const int start = static_cast<int>(IntOr(assignments[i], "mig_start", -1));
       if (gpu == nullptr || FindMigDevice(*gpu, profile, start) == nullptr) {
         return false;
@@ -382,10 +384,6 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
                      AgentReply* reply) {
   if (const std::optional<JobState> state = StoredJobState(job); !state || !RunIsWanted(*state)) {
     return;
-  }
-  std::map<int64_t, const Json*> gpu_by_index;
-  for (const Json& gpu : ArrayOr(node_doc, "gpus")) {
-    gpu_by_index[IntOr(gpu, "index", -1)] = &gpu;
   }
   // The task groups' command and env, from the stored spec.
   std::map<std::string, const Json*> groups;
@@ -419,31 +417,32 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
       }
       task.env = StringMapOr(group, "env");
     }
-    const Json& gpus = ArrayOr(placement, "gpus");
     const Json& assignments = ArrayOr(placement, "assignments");
-    bool instances_reported = true;
-    for (size_t i = 0; i < gpus.size(); ++i) {
-      const int64_t index = gpus[i].is_number_integer() ? gpus[i].get<int64_t>() : -1;
-      const auto gpu = gpu_by_index.find(index);
-      const Json* assignment = i < assignments.size() ? &assignments[i] : nullptr;
-      const std::string profile = assignment ? StrOr(*assignment, "mig_profile") : "";
-      if (profile.empty()) {
-        task.gpu_uuids.push_back(gpu == gpu_by_index.end() ? "" : StrOr(*gpu->second, "uuid"));
-        continue;
+    const std::vector<PlacedGpu> placed = PlacedGpus(placement);
+    bool gpus_found = true;
+    for (size_t i = 0; i < placed.size() && gpus_found; ++i) {
+      // By UUID, wherever the node lists it now; a GPU it no longer has is never replaced by
+      // another (ApplyReports ends the run).
+      const Json* gpu = FindPlacedGpu(ArrayOr(node_doc, "gpus"), placed[i]);
+      const std::string profile = StrOr(assignments[i], "mig_profile");
+      if (gpu == nullptr || StrOr(*gpu, "uuid").empty()) {
+        gpus_found = false;
+      } else if (profile.empty()) {
+        task.gpu_uuids.push_back(StrOr(*gpu, "uuid"));
+      } else {
+        const int start = static_cast<int>(IntOr(assignments[i], "mig_start", -1));
+        const Json* device = FindMigDevice(*gpu, profile, start);
+        // The agent creates the instance first; the task follows its report.
+        gpus_found = device != nullptr;
+        if (device != nullptr) {
+          task.mig_instances.push_back(
+              {static_cast<int>(IntOr(*gpu, "index", -1)), profile, start, StrOr(*device, "uuid")});
+          task.gpu_uuids.push_back(StrOr(*device, "uuid"));
+        }
       }
-      const int start = static_cast<int>(IntOr(*assignment, "mig_start", -1));
-      const Json* device =
-          gpu == gpu_by_index.end() ? nullptr : FindMigDevice(*gpu->second, profile, start);
-      if (device == nullptr) {
-        instances_reported = false;
-        break;
-      }
-      task.mig_instances.push_back(
-          {static_cast<int>(index), profile, start, StrOr(*device, "uuid")});
-      task.gpu_uuids.push_back(StrOr(*device, "uuid"));
     }
-    if (!instances_reported) {
-      continue;  // the agent creates the instance first; the task follows its report
+    if (!gpus_found) {
+      continue;
     }
     for (const Json& assignment : assignments) {
       task.gpu_milli += IntOr(assignment, "milli", 0);
@@ -600,18 +599,22 @@ Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const J
                             options_.store.List(kJobsKind));
   for (const store::StoredObject& object : jobs) {
     const std::optional<std::string> state = TopLevelString(object.data, "state");
-    if (!state || !ParseJobState(*state) || !RunIsWanted(*ParseJobState(*state)) ||
+    if (!state || !ParseJobState(*state) || !HoldsResources(*ParseJobState(*state)) ||
         object.data.find(node) == std::string::npos) {
       continue;
     }
     const Json job = ParseDocument(object.data);
-    const std::optional<std::string> why = RunBrokenByReregistration(job, node, before, after);
-    if (!why) {
-      continue;
+    // A Stopping run is renamed too, so that it keeps holding the GPUs its tasks are on.
+    Json renamed = job;
+    const std::optional<std::string> why = RenameForReregistration(renamed, node, before, after);
+    if (why && RunIsWanted(*ParseJobState(*state))) {
+      const std::string event = EndRunOnFailure(renamed, *why, NowText());
+      AddJobWrite(job, renamed, object.version, event, batch);
+    } else if (renamed != job) {
+      AddJobWrite(job, renamed, object.version,
+                  fmt::format("{} registered again; its tasks there keep their GPUs by UUID", node),
+                  batch);
     }
-    Json ended = job;
-    const std::string event = EndRunOnFailure(ended, *why, NowText());
-    AddJobWrite(job, ended, object.version, event, batch);
   }
   return Status::Ok();
 }
@@ -742,7 +745,8 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
       }
       Json doc = ParseDocument(stored->data);
       const std::vector<std::string> events =
-          ApplyReports(doc, node, reports, drain_now, NowText(), /*absent_means_gone=*/!stale);
+          ApplyReports(doc, node, ArrayOr(node_doc, "gpus"), reports, drain_now, NowText(),
+                       /*absent_means_gone=*/!stale);
       if (!events.empty()) {
         store::WriteBatch batch;
         AddJobWrite(ParseDocument(stored->data), doc, stored->version, events.front(), batch);
@@ -776,7 +780,7 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
       if (gang_ready) {
         AddDesiredTasks(doc, node_doc, node, &reply);
       }
-      AddCreatedMigInstances(doc, node, created_mig_instances);
+      AddCreatedMigInstances(doc, node, node_doc, created_mig_instances);
       break;
     }
   }

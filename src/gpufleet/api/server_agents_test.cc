@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // The agent protocol through ApiServer::Handle, on a fake clock: registration, desired tasks,
 // task states, NotReady nodes, drain-now GPUs, and bad reports.
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,6 +45,24 @@ RegisterRequest Inventory(const std::string& name, const std::string& leaf) {
     request.node.gpus.push_back(gpu);
   }
   return request;
+}
+
+// `request` with its GPUs listed, and numbered by NVML, the other way round.
+RegisterRequest Reversed(RegisterRequest request) {
+  std::reverse(request.node.gpus.begin(), request.node.gpus.end());
+  for (size_t i = 0; i < request.node.gpus.size(); ++i) {
+    request.node.gpus[i].index = static_cast<int>(i);
+  }
+  return request;
+}
+
+int IndexOf(const RegisterRequest& request, const std::string& uuid) {
+  for (const Gpu& gpu : request.node.gpus) {
+    if (gpu.uuid.value() == uuid) {
+      return gpu.index;
+    }
+  }
+  return -1;
 }
 
 std::string JobYaml(const std::string& name, int replicas, int gpus,
@@ -128,6 +147,17 @@ class AgentProtocolTest : public ::testing::Test {
   }
 
   void Cycle() { ASSERT_OK(server_->RunSchedulingCycle()); }
+
+  // The desired task of `job` in `reply`; an empty one (and a failure) when there is none.
+  static DesiredTask TaskOf(const AgentReply& reply, const std::string& job) {
+    for (const DesiredTask& task : reply.tasks) {
+      if (task.job == job) {
+        return task;
+      }
+    }
+    ADD_FAILURE() << "no task of job " << job << " in the reply";
+    return DesiredTask{};
+  }
 
   static TaskReport Report(const std::string& id, TaskPhase phase, int exit_code = 0) {
     TaskReport report;
@@ -341,6 +371,9 @@ TEST_F(AgentProtocolTest, RegistrationsTheSchedulerCannotTakeAreRefusedNamingThe
   RegisterRequest twice = Inventory("node-twice", "leaf-0");
   twice.node.gpus[1].index = 0;
   EXPECT_THAT(refusal(twice), HasSubstr("gpus[1].index: 0 appears twice on the node"));
+  RegisterRequest long_uuid = Inventory("node-long", "leaf-0");
+  long_uuid.node.gpus[2].uuid = GpuUuid("GPU-" + std::string(92, 'f'));
+  EXPECT_THAT(refusal(long_uuid), HasSubstr("node.gpus[2].uuid: 96 bytes, at most 95"));
   Register(Inventory("node-a", "leaf-0"));
   RegisterRequest thief = Inventory("node-b", "leaf-0");
   thief.node.gpus[3].uuid = GpuUuid("GPU-node-a-3");
@@ -375,6 +408,144 @@ TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithoutAGpuEndsTheRunsOnIt) {
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Pending");
   Cycle();
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Pending");
+}
+
+TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithItsGpusInAnotherOrderKeepsEachRunOnItsGpus) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("train", 1, 4));
+  Cycle();
+  const std::vector<std::string> uuids = TaskOf(Heartbeat("node-a"), "train").gpu_uuids;
+  ASSERT_EQ(uuids.size(), 4u);
+  HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
+  Heartbeat("node-a", beat);
+  // The agent comes back with NVML numbering the same GPUs the other way round.
+  RegisterRequest reordered = Reversed(Inventory("node-a", "leaf-0"));
+  reordered.tasks = beat.tasks;
+  EXPECT_EQ(TaskOf(Register(reordered), "train").gpu_uuids, uuids) << "the same physical GPUs";
+  const Json job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Running");
+  EXPECT_EQ(job["placements"][0].value("gpu_uuids", Json()), Json(uuids));
+  for (size_t i = 0; i < uuids.size(); ++i) {
+    EXPECT_EQ(job["placements"][0]["gpus"][i], IndexOf(reordered, uuids[i]))
+        << "the index people read is the GPU's index now";
+  }
+  for (const Json& gpu : Get("/v1/nodes/node-a")["gpus"]) {
+    const bool held = std::count(uuids.begin(), uuids.end(), gpu["uuid"].get<std::string>()) > 0;
+    EXPECT_EQ(gpu["allocated_milli"], held ? 1000 : 0) << gpu["uuid"];
+  }
+  // The next job gets the other four GPUs, none of the running job's.
+  Submit(JobYaml("next", 1, 4));
+  Cycle();
+  for (const std::string& uuid : TaskOf(Heartbeat("node-a", beat), "next").gpu_uuids) {
+    EXPECT_EQ(std::count(uuids.begin(), uuids.end(), uuid), 0) << uuid;
+  }
+}
+
+TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithoutAGpuEndsOnlyTheRunThatHeldIt) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("first", 1, 4));
+  Cycle();
+  Submit(JobYaml("second", 1, 4));
+  Cycle();
+  const AgentReply before = Heartbeat("node-a");
+  const std::vector<std::string> first = TaskOf(before, "first").gpu_uuids;
+  const std::vector<std::string> second = TaskOf(before, "second").gpu_uuids;
+  ASSERT_EQ(first.size(), 4u);
+  HeartbeatRequest beat;
+  beat.tasks = {Report("first/workers-0/1", TaskPhase::kRunning),
+                Report("second/workers-0/1", TaskPhase::kRunning)};
+  Heartbeat("node-a", beat);
+  // One GPU of the first job is gone; the GPUs listed after it move up the list.
+  RegisterRequest fewer = Inventory("node-a", "leaf-0");
+  std::erase_if(fewer.node.gpus, [&](const Gpu& gpu) { return gpu.uuid.value() == first[0]; });
+  fewer.tasks = beat.tasks;
+  const AgentReply reply = Register(fewer);
+  ASSERT_EQ(reply.tasks.size(), 1u);
+  EXPECT_EQ(reply.tasks[0].job, "second");
+  EXPECT_EQ(reply.tasks[0].gpu_uuids, second);
+  EXPECT_EQ(Get("/v1/jobs/second")["state"], "Running");
+  Json job = Get("/v1/jobs/first");
+  EXPECT_EQ(job["state"], "Stopping");
+  EXPECT_THAT(
+      job["reason"].get<std::string>(),
+      HasSubstr(fmt::format("requeued: node-a registered again without its GPU {}", first[0])));
+  EXPECT_EQ(job["placements"][0].value("gpu_uuids", Json()), Json(first))
+      << "never an empty or another UUID";
+  // Once its task has ended it waits: three GPUs are left for its four.
+  beat.tasks = {Report("first/workers-0/1", TaskPhase::kFailed, 143),
+                Report("second/workers-0/1", TaskPhase::kRunning)};
+  Heartbeat("node-a", beat);
+  EXPECT_EQ(Get("/v1/jobs/first")["state"], "Pending");
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/first")["state"], "Pending");
+}
+
+TEST_F(AgentProtocolTest, APlacementNamingAGpuItsNodeNoLongerHasEndsTheRunRatherThanMoveIt) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("train", 1, 1));
+  Cycle();
+  // As a cycle that placed the job against the node's inventory before it registered again
+  // would have committed it.
+  Result<store::StoredObject> stored = store_.Get(kJobsKind, "train");
+  ASSERT_OK(stored);
+  Json doc = Json::parse(stored->data);
+  doc["placements"][0]["gpu_uuids"][0] = "GPU-gone";
+  store::WriteBatch batch;
+  batch.Update(std::string(kJobsKind), "train", doc.dump(), stored->version);
+  ASSERT_OK(store_.Commit(batch));
+  EXPECT_TRUE(Heartbeat("node-a").tasks.empty()) << "never started on another GPU";
+  const Json job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Pending");
+  EXPECT_THAT(job["reason"].get<std::string>(),
+              HasSubstr("(GPU-gone) of node-a is no longer on the node (task workers-0)"));
+}
+
+TEST_F(AgentProtocolTest, AJobStoredBeforePlacementsNamedUuidsRunsOnTheGpusOfItsIndices) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("train", 1, 2));
+  Cycle();
+  // As the server stored placements before: NVML indices and positions, no UUIDs.
+  Result<store::StoredObject> stored = store_.Get(kJobsKind, "train");
+  ASSERT_OK(stored);
+  Json doc = Json::parse(stored->data);
+  Json& placement = doc["placements"][0];
+  placement.erase("gpu_uuids");
+  std::vector<std::string> uuids;
+  for (size_t i = 0; i < placement["gpus"].size(); ++i) {
+    placement["assignments"][i]["gpu"] = placement["gpus"][i];
+    uuids.push_back(fmt::format("GPU-node-a-{}", placement["gpus"][i].get<int>()));
+  }
+  store::WriteBatch batch;
+  batch.Update(std::string(kJobsKind), "train", doc.dump(), stored->version);
+  ASSERT_OK(store_.Commit(batch));
+  EXPECT_EQ(TaskOf(Heartbeat("node-a"), "train").gpu_uuids, uuids);
+  HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
+  Heartbeat("node-a", beat);
+  // A re-registration that numbers the GPUs otherwise keeps the run on them, and from then on
+  // the placement names them by UUID.
+  RegisterRequest reordered = Reversed(Inventory("node-a", "leaf-0"));
+  reordered.tasks = beat.tasks;
+  EXPECT_EQ(TaskOf(Register(reordered), "train").gpu_uuids, uuids);
+  const Json job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Running");
+  EXPECT_EQ(job["placements"][0].value("gpu_uuids", Json()), Json(uuids));
+}
+
+TEST_F(AgentProtocolTest, AQuarantineFollowsItsGpuByUuidAcrossReRegistration) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  ASSERT_EQ(Call("POST", "/v1/nodes/node-a/quarantine", admin_, R"({"gpu": 2})").status, 200);
+  Register(Reversed(Inventory("node-a", "leaf-0")));
+  for (const Json& gpu : Get("/v1/nodes/node-a")["gpus"]) {
+    EXPECT_EQ(gpu["health"], gpu["uuid"] == "GPU-node-a-2" ? "Quarantined" : "Healthy")
+        << gpu["uuid"];
+  }
 }
 
 TEST_F(AgentProtocolTest, DeleteNodeRemovesANodeThatHoldsNoRuns) {
@@ -556,7 +727,8 @@ TEST_F(AgentProtocolTest, DrainNowGpuEndsTheRunAndTakesTheGpuOutOfService) {
   Heartbeat("node-a", beat);
   Json job = Get("/v1/jobs/train");
   EXPECT_EQ(job["state"], "Pending");
-  EXPECT_THAT(job["reason"].get<std::string>(), HasSubstr("gpu 3 of node-a must be drained now"));
+  EXPECT_THAT(job["reason"].get<std::string>(),
+              HasSubstr("gpu 3 (GPU-node-a-3) of node-a must be drained now"));
   const Json node = Get("/v1/nodes/node-a");
   EXPECT_EQ(node["gpus"][3]["health"], "Unhealthy");
   EXPECT_THAT(node["gpus"][3]["reasons"].dump(), HasSubstr("XID 79"));

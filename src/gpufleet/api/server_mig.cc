@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "gpufleet/api/placement_gpus.h"
 #include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/policy/mig_planner.h"
@@ -141,7 +142,7 @@ bool SameMigInstances(const std::vector<MigInstance>& a, const std::vector<MigIn
   return Keys(a) == Keys(b);
 }
 
-void AddCreatedMigInstances(const Json& job, const std::string& node,
+void AddCreatedMigInstances(const Json& job, const std::string& node, const Json& node_doc,
                             std::map<int, std::vector<MigInstance>>& created) {
   if (const std::optional<JobState> state = StoredJobState(job);
       !state || !HoldsResources(*state)) {
@@ -152,12 +153,13 @@ void AddCreatedMigInstances(const Json& job, const std::string& node,
     if (StrOr(placement, "node") != node || phase == "Succeeded" || phase == "Failed") {
       continue;
     }
-    const Json& gpus = ArrayOr(placement, "gpus");
     const Json& assignments = ArrayOr(placement, "assignments");
-    for (size_t i = 0; i < assignments.size() && i < gpus.size(); ++i) {
+    const std::vector<PlacedGpu> placed = PlacedGpus(placement);
+    for (size_t i = 0; i < placed.size(); ++i) {
       const Json& assignment = assignments[i];
-      if (BoolOr(assignment, "mig_created", false) && gpus[i].is_number_integer()) {
-        created[gpus[i].get<int>()].push_back(
+      const Json* gpu = FindPlacedGpu(ArrayOr(node_doc, "gpus"), placed[i]);
+      if (BoolOr(assignment, "mig_created", false) && gpu != nullptr) {
+        created[static_cast<int>(IntOr(*gpu, "index", -1))].push_back(
             {StrOr(assignment, "mig_profile"),
              static_cast<int>(IntOr(assignment, "mig_start", 0))});
       }
@@ -325,19 +327,21 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
         stored = node_docs.emplace(node, std::move(object).value()).first;
       }
       Json node_doc = ParseDocument(stored->second.data);
-      const Json& gpus = ArrayOr(placement, "gpus");
       const Json& assignments = ArrayOr(placement, "assignments");
-      for (size_t i = 0; i < assignments.size() && i < gpus.size(); ++i) {
+      const std::vector<PlacedGpu> placed = PlacedGpus(placement);
+      for (size_t i = 0; i < placed.size(); ++i) {
         const std::string profile = StrOr(assignments[i], "mig_profile");
-        if (profile.empty() || !gpus[i].is_number_integer()) {
+        if (profile.empty()) {
           continue;
         }
-        const int index = gpus[i].get<int>();
         const int start = static_cast<int>(IntOr(assignments[i], "mig_start", -1));
-        const Json* gpu = FindGpu(node_doc, index);
+        const Json* gpu = FindPlacedGpu(ArrayOr(node_doc, "gpus"), placed[i]);
         if (gpu != nullptr && FindMigDevice(*gpu, profile, start) != nullptr) {
           continue;
         }
+        // Keyed by the GPU's index now; a GPU gone keeps the one it had.
+        const int index =
+            static_cast<int>(gpu != nullptr ? IntOr(*gpu, "index", -1) : placed[i].index);
         const GpuKey key{node, index};
         waiting_jobs[key].insert(name);
         missing[key].push_back({profile, start});
@@ -384,8 +388,8 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
     if (requeued.count(name) == 0 && HoldsResources(job.state)) {
       const Json doc = ParseDocument(job.data);
       for (const std::string& node : job.nodes) {
-        if (node_docs.count(node) > 0) {
-          AddCreatedMigInstances(doc, node, created[node]);
+        if (const auto stored = node_docs.find(node); stored != node_docs.end()) {
+          AddCreatedMigInstances(doc, node, ParseDocument(stored->second.data), created[node]);
         }
       }
     }
@@ -440,13 +444,12 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
         continue;
       }
       Json node_doc = ParseDocument(stored->second.data);
-      const Json& gpus = ArrayOr(placement, "gpus");
       const Json& assignments = ArrayOr(placement, "assignments");
+      const std::vector<PlacedGpu> placed = PlacedGpus(placement);
       bool waits = false;
-      for (size_t i = 0; i < assignments.size() && i < gpus.size(); ++i) {
+      for (size_t i = 0; i < placed.size(); ++i) {
         const std::string profile = StrOr(assignments[i], "mig_profile");
-        const Json* gpu =
-            gpus[i].is_number_integer() ? FindGpu(node_doc, gpus[i].get<int>()) : nullptr;
+        const Json* gpu = FindPlacedGpu(ArrayOr(node_doc, "gpus"), placed[i]);
         waits =
             waits ||
             (!profile.empty() &&

@@ -26,9 +26,9 @@ Json MigInstancesToJsonList(const std::vector<MigInstance>& instances);
 // True when both hold the same instances (profile and start), whatever the order and `in_use`.
 bool SameMigInstances(const std::vector<MigInstance>& a, const std::vector<MigInstance>& b);
 
-// The instances the placements of an active `job` on `node` created, by GPU index (the NVML
-// index, as the placement's "gpus" lists it), added to `created`.
-void AddCreatedMigInstances(const Json& job, const std::string& node,
+// The instances the placements of an active `job` on `node` created, by the NVML index their GPU
+// has in `node_doc` now (found by UUID), added to `created`.
+void AddCreatedMigInstances(const Json& job, const std::string& node, const Json& node_doc,
                             std::map<int, std::vector<MigInstance>>& created);
 
 // The layouts to send the agent of `node_doc`: for each MIG-enabled GPU whose reported devices

@@ -96,6 +96,10 @@ Status ValidateNode(const Node& node, const Topology& topology, const GpuCatalog
       return InvalidArgumentError(
           fmt::format("gpus[{}].index: {} appears twice on the node", g, gpu.index));
     }
+    if (gpu.uuid.value().size() > kMaxGpuUuidBytes) {
+      return InvalidArgumentError(fmt::format("gpus[{}].uuid: {} bytes, at most {}", g,
+                                              gpu.uuid.value().size(), kMaxGpuUuidBytes));
+    }
     if (!gpu.uuid.empty() && !uuids.insert(gpu.uuid.value()).second) {
       return InvalidArgumentError(
           fmt::format("gpus[{}].uuid: \"{}\" appears twice on the node", g, gpu.uuid.value()));

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -19,11 +20,16 @@ namespace gpufleet::scheduler {
 // Most GPUs one node may carry: eligibility masks are 64-bit.
 inline constexpr int kMaxGpusPerNode = 64;
 
+// Longest GPU UUID a node may give: NVML's UUID buffer (NVML_DEVICE_UUID_V2_BUFFER_SIZE) less its
+// terminating NUL. Placements store their GPUs' UUIDs, so the size of a job's stored document has
+// a bound.
+inline constexpr size_t kMaxGpuUuidBytes = 95;
+
 // Whether one node can be part of a snapshot of a cluster with `topology`: what Cluster::Validate
 // checks of a node, at most kMaxGpusPerNode GPUs, GPU indices and (non-empty) UUIDs unique
-// within the node. kInvalidArgument naming the field and the value, e.g.
-// `gpus: 65 GPUs, at most 64`. A server checks registrations with it, and leaves a stored node
-// that fails it out of its snapshot rather than failing every cycle.
+// within the node, UUIDs of at most kMaxGpuUuidBytes. kInvalidArgument naming the field and the
+// value, e.g. `gpus: 65 GPUs, at most 64`. A server checks registrations with it, and leaves a
+// stored node that fails it out of its snapshot rather than failing every cycle.
 Status ValidateNode(const Node& node, const Topology& topology, const GpuCatalog& catalog);
 
 // The free state of one GPU during scheduling.
