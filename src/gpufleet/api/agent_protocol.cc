@@ -415,8 +415,8 @@ Status CheckTaskIdLength(std::string_view key, const Job& job) {
   // Task names are "GROUP-REPLICA" (the server's placements).
   size_t longest_task = 0;
   for (const TaskGroup& group : job.groups) {
-    longest_task = std::max(longest_task,
-                            fmt::formatted_size("{}-{}", group.name, std::max(group.replicas, 1) - 1));
+    longest_task = std::max(
+        longest_task, fmt::formatted_size("{}-{}", group.name, std::max(group.replicas, 1) - 1));
   }
   const size_t longest = key.size() + 1 + longest_task + 1 + kAttemptDigits;
   if (longest > kMaxTaskIdLength) {

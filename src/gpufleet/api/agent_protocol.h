@@ -117,8 +117,8 @@ inline constexpr size_t kAttemptDigits = 6;
 Status CheckTaskIdLength(std::string_view key, const Job& job);
 
 struct DesiredTask {
-  std::string id;  // MakeTaskId
-  std::string job;  // the job's name, without its team
+  std::string id;    // MakeTaskId
+  std::string job;   // the job's name, without its team
   std::string task;  // "workers-3"
   std::vector<std::string> command;
   std::map<std::string, std::string> env;

@@ -554,10 +554,10 @@ Result<int> ApiServer::RunCycleLocked() {
                dominating != failed.end()) {
       // Another team's job is not named to this one's team.
       const std::string& other = *dominating->first;
-      reason = fmt::format("{} (as for {}, which asks for no more)", view_->jobs().at(other).reason,
-                           TeamOfKey(other) == TeamOfKey(name)
-                               ? fmt::format("job {}", NameOfKey(other))
-                               : std::string("a job of another team"));
+      reason =
+          fmt::format("{} (as for {}, which asks for no more)", view_->jobs().at(other).reason,
+                      TeamOfKey(other) == TeamOfKey(name) ? fmt::format("job {}", NameOfKey(other))
+                                                          : std::string("a job of another team"));
     } else {
       scheduler::ScheduleResult result = scheduler_->Schedule(**job.spec, snapshot, random);
       // Larger jobs of its shape need not be asked only when this one did not fit: a refusal by

@@ -30,9 +30,8 @@ struct TaskId {
 };
 std::optional<TaskId> ParseTaskId(std::string_view id) {
   const size_t last = id.rfind('/');
-  const size_t before = last == std::string_view::npos || last == 0
-                            ? std::string_view::npos
-                            : id.rfind('/', last - 1);
+  const size_t before = last == std::string_view::npos || last == 0 ? std::string_view::npos
+                                                                    : id.rfind('/', last - 1);
   if (before == std::string_view::npos || before == 0) {
     return std::nullopt;
   }

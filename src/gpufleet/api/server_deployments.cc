@@ -129,11 +129,11 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
                                   spec->autoscaling.min_replicas));
     if (Status status = options_.store.Commit(batch); !status.ok()) {
       // Names are scoped by team: the deployment that exists is the creator's team's own.
-      return Error(status.code() == StatusCode::kAlreadyExists
-                       ? AlreadyExistsError(
-                             fmt::format("deployment \"{}\" already exists in team \"{}\"",
-                                         spec->name, who.team))
-                       : status);
+      return Error(
+          status.code() == StatusCode::kAlreadyExists
+              ? AlreadyExistsError(fmt::format("deployment \"{}\" already exists in team \"{}\"",
+                                               spec->name, who.team))
+              : status);
     }
     doc["version"] = 1;
     return Reply(201, doc);
@@ -252,12 +252,10 @@ ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view n
       return Error(status);
     }
   }
-  return Reply(
-      200,
-      {{"name", std::string(NameOfKey(name))},
-       {"team", team},
-       {"deleted", true},
-       {"cancelled_replicas", Json(cancelled)}});
+  return Reply(200, {{"name", std::string(NameOfKey(name))},
+                     {"team", team},
+                     {"deleted", true},
+                     {"cancelled_replicas", Json(cancelled)}});
 }
 
 ApiResponse ApiServer::UpdateDeployment(const Principal& who, std::string_view name,
@@ -454,8 +452,9 @@ Status ApiServer::RunDeploymentsIfDue() {
       if (response.status == 409 && ++attempts < static_cast<size_t>(kCasAttempts)) {
         continue;
       }
-      reason += fmt::format("; replica {} not created: {}", ReplicaJobName(StrOr(doc, "name"), index),
-                            StrOr(ParseDocument(response.body)["error"], "message"));
+      reason +=
+          fmt::format("; replica {} not created: {}", ReplicaJobName(StrOr(doc, "name"), index),
+                      StrOr(ParseDocument(response.body)["error"], "message"));
       break;
     }
     for (const std::string& name : plan.cancel) {

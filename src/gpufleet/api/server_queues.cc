@@ -573,11 +573,10 @@ Result<bool> ApiServer::RequeuePreemptedJobs() {
       continue;
     }
     Json doc = ParseDocument(job.data);
-    const std::string why =
-        StrOr(doc, "preempted_by_team") == StrOr(doc, "team")
-            ? fmt::format("requeued after preemption by job {}",
-                          NameOfKey(StrOr(doc, "preempted_by", "?")))
-            : std::string("requeued after preemption by a job of another team");
+    const std::string why = StrOr(doc, "preempted_by_team") == StrOr(doc, "team")
+                                ? fmt::format("requeued after preemption by job {}",
+                                              NameOfKey(StrOr(doc, "preempted_by", "?")))
+                                : std::string("requeued after preemption by a job of another team");
     const Result<std::string> event = TransitionJob(doc, JobState::kPending, why, why);
     if (!event.ok()) {
       continue;

@@ -573,8 +573,7 @@ Result<std::string> ApiServer::ResolveName(const Principal& who, std::string_vie
     return own;
   }
   const auto missing = [](const Status& status) {
-    return status.code() == StatusCode::kNotFound ||
-           status.code() == StatusCode::kInvalidArgument;
+    return status.code() == StatusCode::kNotFound || status.code() == StatusCode::kInvalidArgument;
   };
   if (const Result<store::StoredObject> object = options_.store.Get(kind, own); object.ok()) {
     return own;

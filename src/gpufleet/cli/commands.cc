@@ -689,7 +689,8 @@ int RunUpdate(ApiClient& client, const UpdateArgs& args, std::ostream& out, std:
         "update queue needs at least one of --guarantee, --limit, --weight, --borrow, --no-borrow",
         err);
   }
-  Result<json> answer = client.Patch(ObjectPath("queues", args.name), body.dump(), "application/json");
+  Result<json> answer =
+      client.Patch(ObjectPath("queues", args.name), body.dump(), "application/json");
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }

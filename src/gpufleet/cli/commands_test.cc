@@ -230,8 +230,9 @@ TEST_F(CommandsTest, DescribeDeploymentNotFound) {
 }
 
 TEST_F(CommandsTest, GetDeploymentsPrintsTheTable) {
-  fake_.Answer("GET /v1/deployments", 200,
-               R"({"items": [{"name": "chat", "team": "nlp", "desired_replicas": 3, "ready_replicas": 2,
+  fake_.Answer(
+      "GET /v1/deployments", 200,
+      R"({"items": [{"name": "chat", "team": "nlp", "desired_replicas": 3, "ready_replicas": 2,
                    "utilization_pct": 91, "autoscaling": {"target_utilization_pct": 70},
                    "created_at": "2026-11-29T20:58:00Z"},
                   {"name": "embed", "desired_replicas": 1, "ready_replicas": 0,
@@ -329,8 +330,7 @@ TEST_F(CommandsTest, TeamSlashNameKeepsItsSlashInThePath) {
   EXPECT_EQ(RunDescribe(fake_.client, {.kind = "job", .name = "team-b/train"}, out_, err_), 0)
       << err_.str();
   fake_.Answer("GET /v1/deployments/team-b/chat", 200, R"({"name": "chat", "team": "team-b"})");
-  EXPECT_EQ(RunGet(fake_.client, {.kind = "deployment", .name = "team-b/chat"}, clock_, out_,
-                   err_),
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "deployment", .name = "team-b/chat"}, clock_, out_, err_),
             0)
       << err_.str();
 }
