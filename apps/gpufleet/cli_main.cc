@@ -87,7 +87,7 @@ Action AddCliCommands(CLI::App& app) {
   get->add_option("TYPE", s.get.kind,
                   "jobs, nodes, queues, teams, tokens or deployments (or job, node, ...)")
       ->required();
-  get->add_option("NAME", s.get.name, "one object's name");
+  get->add_option("NAME", s.get.name, "one object's name (a job or deployment: NAME or TEAM/NAME)");
   get->add_option("-o,--output", s.get.output, "table (default), wide, json or yaml");
   get->add_option("--state", s.get.state, "jobs in this state only (Pending, Running, ...)");
   get->add_option("--queue", s.get.queue, "jobs of this queue only");
@@ -99,20 +99,21 @@ Action AddCliCommands(CLI::App& app) {
   CLI::App* describe =
       app.add_subcommand("describe", "show a job, a node or a deployment in detail");
   describe->add_option("TYPE", s.describe.kind, "job, node or deployment")->required();
-  describe->add_option("NAME", s.describe.name, "its name")->required();
+  describe->add_option("NAME", s.describe.name, "its name (a job or deployment: NAME or TEAM/NAME)")
+      ->required();
   AddVerb(s, describe, [&s](cli::ApiClient& client) {
     return cli::RunDescribe(client, s.describe, std::cout, std::cerr);
   });
 
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a job");
-  cancel->add_option("NAME", s.cancel, "job name")->required();
+  cancel->add_option("NAME", s.cancel, "job name: NAME in your team, or TEAM/NAME")->required();
   AddVerb(s, cancel, [&s](cli::ApiClient& client) {
     return cli::RunCancel(client, s.cancel, std::cout, std::cerr);
   });
 
   CLI::App* resume = app.add_subcommand(
       "resume", "resume a job that idle reclaim suspended (owner's team, admin)");
-  resume->add_option("NAME", s.resume, "job name")->required();
+  resume->add_option("NAME", s.resume, "job name: NAME in your team, or TEAM/NAME")->required();
   AddVerb(s, resume, [&s](cli::ApiClient& client) {
     return cli::RunResume(client, s.resume, std::cout, std::cerr);
   });

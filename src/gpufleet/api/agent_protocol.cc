@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/api/agent_protocol.h"
 
+#include <algorithm>
 #include <limits>
 #include <set>
 
@@ -405,6 +406,27 @@ Json NodeInventoryToJson(const Node& node, const std::vector<std::string>& level
 }
 
 }  // namespace
+
+std::string MakeTaskId(std::string_view job, std::string_view task, int64_t attempt) {
+  return fmt::format("{}/{}/{}", job, task, attempt);
+}
+
+Status CheckTaskIdLength(std::string_view key, const Job& job) {
+  // Task names are "GROUP-REPLICA" (the server's placements).
+  size_t longest_task = 0;
+  for (const TaskGroup& group : job.groups) {
+    longest_task = std::max(
+        longest_task, fmt::formatted_size("{}-{}", group.name, std::max(group.replicas, 1) - 1));
+  }
+  const size_t longest = key.size() + 1 + longest_task + 1 + kAttemptDigits;
+  if (longest > kMaxTaskIdLength) {
+    return InvalidArgumentError(fmt::format(
+        "metadata.name: task ids of job \"{}\" (TEAM/NAME/TASK/ATTEMPT) could reach {} "
+        "characters, more than the agent's limit of {}; use a shorter job or task group name",
+        key, longest, kMaxTaskIdLength));
+  }
+  return Status::Ok();
+}
 
 const char* DrainActionName(DrainAction action) {
   switch (action) {

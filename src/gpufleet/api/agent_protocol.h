@@ -10,6 +10,7 @@
 
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/core/workload.h"
 
 // The agent <-> server protocol (docs/agent.md), JSON over HTTP:
 //   POST /v1/agents/register          RegisterRequest  -> AgentReply
@@ -105,9 +106,19 @@ struct TaskMigInstance {
 };
 
 // A task the node should run.
+// A task id: "JOB/TASK/ATTEMPT", JOB the job's key TEAM/NAME (it may hold a '/'), TASK
+// "GROUP-REPLICA", e.g. "nlp/bert/workers-3/1". The runner takes ids of at most
+// kMaxTaskIdLength characters (runner/task_runner.h).
+inline constexpr size_t kMaxTaskIdLength = 200;
+std::string MakeTaskId(std::string_view job, std::string_view task, int64_t attempt);
+// kInvalidArgument naming metadata.name when a task id of `job`, stored under `key`, could
+// exceed kMaxTaskIdLength (attempts of up to kAttemptDigits digits).
+inline constexpr size_t kAttemptDigits = 6;
+Status CheckTaskIdLength(std::string_view key, const Job& job);
+
 struct DesiredTask {
-  std::string id;  // "JOB/TASK/ATTEMPT", e.g. "bert/workers-3/1"
-  std::string job;
+  std::string id;    // MakeTaskId
+  std::string job;   // the job's name, without its team
   std::string task;  // "workers-3"
   std::vector<std::string> command;
   std::map<std::string, std::string> env;

@@ -11,6 +11,7 @@
 #include "gpufleet/api/json_scan.h"
 #include "gpufleet/api/placement_gpus.h"
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/tenancy.h"
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/reliability/inventory.h"
 #include "gpufleet/reliability/outcome.h"
@@ -176,7 +177,7 @@ Json ReliabilityController::XidBaseline(const Json& job) {
 Result<StoredOutcome> ReliabilityController::BuildOutcome(const Json& before, const Json& after) {
   StoredOutcome outcome;
   reliability::OutcomeRecord& r = outcome.record;
-  r.job = JobId(StrOr(before, "name"));
+  r.job = JobId(TeamScopedKeyOf(before));  // the job's key, TEAM/NAME
   r.attempt = static_cast<int>(IntOr(before, "attempt", 0));
   r.end = MonoTime{NowNanos()};
   const Json& run = before.contains("run") ? before["run"] : Json::object();
@@ -258,7 +259,7 @@ void ReliabilityController::NoteJobChange(const Json& before, Json& after,
   if (!IsRunGoing(StrOr(before, "state"))) {
     return;
   }
-  const std::string job = StrOr(before, "name");
+  const std::string job = TeamScopedKeyOf(before);
   const int64_t attempt = IntOr(before, "attempt", 0);
   const bool ended = !IsRunGoing(StrOr(after, "state")) || IntOr(after, "attempt", 0) != attempt;
   if (job.empty()) {

@@ -19,6 +19,7 @@
 #include "gpufleet/api/node_json.h"
 #include "gpufleet/api/placement_gpus.h"
 #include "gpufleet/api/scheduling_view.h"
+#include "gpufleet/api/tenancy.h"
 #include "gpufleet/api/tls.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/scheduler/registry.h"
@@ -302,6 +303,7 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
       scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));
   auto server = std::unique_ptr<ApiServer>(new ApiServer(std::move(options), std::move(sched)));
   GPUFLEET_RETURN_IF_ERROR(server->EnsureDefaultQueue());
+  GPUFLEET_RETURN_IF_ERROR(server->MigrateToTeamScopedNames());
   return server;
 }
 
@@ -572,8 +574,12 @@ Result<int> ApiServer::RunCycleLocked() {
                                                           **job.spec, *smaller.second);
                                                     });
                dominating != failed.end()) {
-      reason = fmt::format("{} (as for job {}, which asks for no more)",
-                           view_->jobs().at(*dominating->first).reason, *dominating->first);
+      // Another team's job is not named to this one's team.
+      const std::string& other = *dominating->first;
+      reason =
+          fmt::format("{} (as for {}, which asks for no more)", view_->jobs().at(other).reason,
+                      TeamOfKey(other) == TeamOfKey(name) ? fmt::format("job {}", NameOfKey(other))
+                                                          : std::string("a job of another team"));
     } else {
       scheduler::ScheduleResult result = scheduler_->Schedule(**job.spec, snapshot, random);
       // Larger jobs of its shape need not be asked only when this one did not fit: a refusal by
@@ -814,8 +820,15 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
   if (n >= 3) {
     route += "/{name}";
   }
-  // A queue's name is a path ("research/nlp"): only a trailing "events" is a sub-route.
-  if (collection == "queues") {
+  // Jobs and deployments are named NAME or TEAM/NAME (docs/api.md, "Names").
+  std::optional<ScopedPath> scoped;
+  if (collection == "jobs" || collection == "deployments") {
+    scoped = ParseScopedPath(segments, request.method);
+    if (scoped && !scoped->action.empty()) {
+      route += fmt::format("/{}", scoped->action);
+    }
+  } else if (collection == "queues") {
+    // A queue's name is a path ("research/nlp"): only a trailing "events" is a sub-route.
     if (n >= 4 && segments[n - 1] == "events") {
       route += "/events";
     }
@@ -837,17 +850,22 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     if (n == 2 && get) {
       return routed(ListJobs(*who, request), route);
     }
-    if (n == 3 && get) {
-      return routed(GetJob(*who, segments[2]), route);
-    }
-    if (n == 4 && post && segments[3] == "cancel") {
-      return routed(CancelJob(*who, segments[2]), route);
-    }
-    if (n == 4 && post && segments[3] == "resume") {
-      return routed(ResumeJob(*who, segments[2]), route);
-    }
-    if (n == 4 && get && segments[3] == "events") {
-      return routed(JobEvents(*who, segments[2]), route);
+    const bool get_job = get && scoped && scoped->action.empty();
+    if (get_job || (scoped && !scoped->action.empty())) {
+      const Result<std::string> key = ResolveName(*who, kJobsKind, "job", scoped->name);
+      if (!key.ok()) {
+        return routed(ErrorResponse(key.status()), route);
+      }
+      if (get_job) {
+        return routed(GetJob(*who, *key), route);
+      }
+      if (scoped->action == "cancel") {
+        return routed(CancelJob(*who, *key), route);
+      }
+      if (scoped->action == "resume") {
+        return routed(ResumeJob(*who, *key), route);
+      }
+      return routed(JobEvents(*who, *key), route);
     }
   } else if (collection == "agents") {
     // The agent protocol (docs/agent.md): POST /v1/agents/register, /v1/agents/NODE/heartbeat.
@@ -930,7 +948,7 @@ Result<bool> ApiServer::CommitCycleJobWrite(const std::string& name,
 void ApiServer::AddJobWrite(const Json& before, Json& after, int64_t version,
                             const std::string& event, store::WriteBatch& batch) {
   reliability_->NoteJobChange(before, after, batch);
-  const std::string name = StrOr(before, "name");
+  const std::string name = TeamScopedKeyOf(before);
   batch.Update(std::string(kJobsKind), name, after.dump(), version);
   batch.AppendEvent(std::string(kJobsKind), name, event);
 }
@@ -956,7 +974,15 @@ ApiResponse ApiServer::SubmitJob(const Principal& who, const ApiRequest& request
     return ErrorResponse(job.status());
   }
   const std::string& name = job->id.value();
-  if (Status status = store::ValidateKey("metadata.name", name); !status.ok()) {
+  if (Status status = CheckScopedName("metadata.name", name); !status.ok()) {
+    return ErrorResponse(status);
+  }
+  // Task ids (JOB/TASK/ATTEMPT, JOB the key) must stay within the agent's limit.
+  const std::string key = TeamScopedKey(who.team, name);
+  if (Status status = store::ValidateKey("metadata.name", key); !status.ok()) {
+    return ErrorResponse(status);
+  }
+  if (Status status = CheckTaskIdLength(key, *job); !status.ok()) {
     return ErrorResponse(status);
   }
   // Submit order: the store revision before the commit. Concurrent submits may share a value;
@@ -989,12 +1015,14 @@ ApiResponse ApiServer::SubmitJob(const Principal& who, const ApiRequest& request
     return ErrorResponse(status);
   }
   store::WriteBatch batch;
-  batch.Create(std::string(kJobsKind), name, data);
-  batch.AppendEvent(std::string(kJobsKind), name,
+  batch.Create(std::string(kJobsKind), key, data);
+  batch.AppendEvent(std::string(kJobsKind), key,
                     fmt::format("submitted by {} to queue {}", Who(who), queue));
   if (Status status = options_.store.Commit(batch); !status.ok()) {
+    // Names are scoped by team: the job that exists is the submitter's team's own.
     if (status.code() == StatusCode::kAlreadyExists) {
-      return ErrorResponse(AlreadyExistsError(fmt::format("job \"{}\" already exists", name)));
+      return ErrorResponse(AlreadyExistsError(
+          fmt::format("job \"{}\" already exists in team \"{}\"", name, who.team)));
     }
     return ErrorResponse(status);
   }

@@ -243,6 +243,7 @@ class ApiServer {
   // takes the state its ending asked for. Returns whether anything was written.
   Result<bool> FinishStoppingRuns();
 
+  // The handlers of one job take its store key (ResolveName), not the name a user wrote.
   ApiResponse SubmitJob(const Principal& who, const ApiRequest& request);
   ApiResponse ListJobs(const Principal& who, const ApiRequest& request);
   ApiResponse GetJob(const Principal& who, std::string_view name);
@@ -274,6 +275,16 @@ class ApiServer {
                                           const std::vector<std::string_view>& segments);
   Status EnsureDefaultQueue();
   Status CheckSubmission(const Principal& who, std::string_view queue_name);
+  // The store key of the job or deployment (`kind`; `noun` for messages) that `who` names `text`,
+  // NAME or TEAM/NAME (docs/api.md, "Names"). A member's names are its own team's: another
+  // team's TEAM/NAME is kNotFound, as for any hidden object. An admin's bare NAME is its own
+  // team's object if there is one, else the one team's object of that name: kNotFound when no
+  // team has one, kInvalidArgument naming `name` and the candidates when several do.
+  Result<std::string> ResolveName(const Principal& who, std::string_view kind,
+                                  std::string_view noun, std::string_view text);
+  // Moves jobs and deployments stored under a bare NAME by an older server, with their events,
+  // to their TEAM/NAME key (at Create, before any cycle or request).
+  Status MigrateToTeamScopedNames();
 
   // Idle reclaim (server_reclaim.cc). Each cycle feeds the reclaimer the GPU utilization of the
   // running interactive jobs (from the agents' reports) and whether jobs are Pending, and

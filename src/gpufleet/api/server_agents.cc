@@ -16,24 +16,28 @@
 #include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/server_mig.h"
+#include "gpufleet/api/tenancy.h"
 #include "gpufleet/scheduler/snapshot.h"
 
 namespace gpufleet::api {
 namespace {
 
-// "JOB/TASK/ATTEMPT" -> its parts; nullopt when malformed.
+// "JOB/TASK/ATTEMPT" -> its parts; nullopt when malformed. Split from the right: JOB, a job's
+// key TEAM/NAME, may hold a '/', TASK does not.
 struct TaskId {
   std::string job;
   std::string task;
   int64_t attempt = 0;
 };
 std::optional<TaskId> ParseTaskId(std::string_view id) {
-  const size_t first = id.find('/');
   const size_t last = id.rfind('/');
-  if (first == std::string_view::npos || first == last) {
+  const size_t before = last == std::string_view::npos || last == 0 ? std::string_view::npos
+                                                                    : id.rfind('/', last - 1);
+  if (before == std::string_view::npos || before == 0) {
     return std::nullopt;
   }
-  TaskId out{std::string(id.substr(0, first)), std::string(id.substr(first + 1, last - first - 1))};
+  TaskId out{std::string(id.substr(0, before)),
+             std::string(id.substr(before + 1, last - before - 1))};
   const std::string_view attempt = id.substr(last + 1);
   const auto [end, error] =
       std::from_chars(attempt.data(), attempt.data() + attempt.size(), out.attempt);
@@ -41,10 +45,6 @@ std::optional<TaskId> ParseTaskId(std::string_view id) {
     return std::nullopt;
   }
   return out;
-}
-
-std::string MakeTaskId(std::string_view job, std::string_view task, int64_t attempt) {
-  return fmt::format("{}/{}/{}", job, task, attempt);
 }
 
 // The job's node-failure policy as its stored spec says ("requeue" unless "fail").
@@ -70,7 +70,7 @@ std::vector<std::string> ApplyStoppingReports(
     Json& job, const std::string& node, const std::map<std::string, const TaskReport*>& reports,
     bool absent_means_gone) {
   std::vector<std::string> events;
-  const std::string name = StrOr(job, "name");
+  const std::string name = TeamScopedKeyOf(job);
   const int64_t attempt = IntOr(job, "attempt", 0);
   for (Json& placement : job["placements"]) {
     if (StrOr(placement, "node") != node || PlacementGone(placement)) {
@@ -114,7 +114,7 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
   if (*state == JobState::kStopping) {
     return ApplyStoppingReports(job, node, reports, absent_means_gone);
   }
-  const std::string name = StrOr(job, "name");
+  const std::string name = TeamScopedKeyOf(job);
   const int64_t attempt = IntOr(job, "attempt", 0);
   for (Json& placement : job["placements"]) {
     if (StrOr(placement, "node") != node) {
@@ -392,7 +392,7 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
   for (const Json& group : ArrayOr(inner, "tasks")) {
     groups[StrOr(group, "name")] = &group;
   }
-  const std::string name = StrOr(job, "name");
+  const std::string name = TeamScopedKeyOf(job);
   const int64_t attempt = IntOr(job, "attempt", 0);
   std::vector<std::string> group_names;
   for (const Json& group : ArrayOr(inner, "tasks")) {
@@ -404,7 +404,7 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
       continue;
     }
     DesiredTask task;
-    task.job = name;
+    task.job = StrOr(job, "name");
     task.task = StrOr(placement, "task");
     task.id = MakeTaskId(name, task.task, attempt);
     const int64_t group_index = IntOr(placement, "group", 0);

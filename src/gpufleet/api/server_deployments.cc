@@ -15,6 +15,7 @@
 #include "gpufleet/api/deployment_spec.h"
 #include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/tenancy.h"
 
 namespace gpufleet::api {
 namespace {
@@ -99,9 +100,13 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
     if (!spec.ok()) {
       return Error(spec.status());
     }
+    if (Status status = CheckScopedName("name", spec->name); !status.ok()) {
+      return Error(status);
+    }
     if (Status status = CheckSubmission(who, spec->queue); !status.ok()) {
       return Error(status);
     }
+    const std::string key = TeamScopedKey(who.team, spec->name);
     Json doc = DeploymentSpecToJson(*spec);
     doc["team"] = who.team;
     doc["created_by"] = who.name.empty() ? RoleName(who.role) : who.name;
@@ -118,29 +123,54 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
     doc["replicas"] = Json::array();
     doc["reason"] = "created; replicas start at min_replicas";
     store::WriteBatch batch;
-    batch.Create(std::string(kDeploymentsKind), spec->name, doc.dump());
-    batch.AppendEvent(std::string(kDeploymentsKind), spec->name,
+    batch.Create(std::string(kDeploymentsKind), key, doc.dump());
+    batch.AppendEvent(std::string(kDeploymentsKind), key,
                       fmt::format("created by {} with {} replicas", StrOr(doc, "created_by"),
                                   spec->autoscaling.min_replicas));
     if (Status status = options_.store.Commit(batch); !status.ok()) {
+      // Names are scoped by team: the deployment that exists is the creator's team's own.
       return Error(
           status.code() == StatusCode::kAlreadyExists
-              ? AlreadyExistsError(fmt::format("deployment \"{}\" already exists", spec->name))
+              ? AlreadyExistsError(fmt::format("deployment \"{}\" already exists in team \"{}\"",
+                                               spec->name, who.team))
               : status);
     }
     doc["version"] = 1;
     return Reply(201, doc);
   }
-  if (n == 3 && request.method == "DELETE") {
-    return DeleteDeployment(who, segments[2]);
+  // NAME or TEAM/NAME (docs/api.md, "Names").
+  const std::optional<ScopedPath> path = ParseScopedPath(segments, request.method);
+  const bool one = path && path->action.empty();
+  const bool events = path && path->action == "events";
+  const bool get = request.method == "GET";
+  if (one || events) {
+    if (!get && (events || (request.method != "DELETE" && request.method != "PATCH"))) {
+      return std::nullopt;
+    }
+    const Result<std::string> key = ResolveName(who, kDeploymentsKind, "deployment", path->name);
+    if (!key.ok()) {
+      return Error(key.status());
+    }
+    if (request.method == "DELETE") {
+      return DeleteDeployment(who, *key);
+    }
+    if (request.method == "PATCH") {
+      return UpdateDeployment(who, *key, request.body);
+    }
+    const Result<store::StoredObject> object = options_.store.Get(kDeploymentsKind, *key);
+    if (!object.ok()) {
+      return Error(object.status().code() == StatusCode::kNotFound ||
+                           object.status().code() == StatusCode::kInvalidArgument
+                       ? DeploymentNotFound(*key)
+                       : object.status());
+    }
+    Json doc = DeploymentOutput(*object);
+    if (!CanSeeDeployment(who, doc)) {
+      return Error(DeploymentNotFound(*key));
+    }
+    return one ? Reply(200, doc) : ObjectEvents(kDeploymentsKind, *key);
   }
-  if (n == 3 && request.method == "PATCH") {
-    return UpdateDeployment(who, segments[2], request.body);
-  }
-  if (request.method != "GET") {
-    return std::nullopt;
-  }
-  if (n == 2) {
+  if (n == 2 && get) {
     const Result<std::vector<store::StoredObject>> objects = options_.store.List(kDeploymentsKind);
     if (!objects.ok()) {
       return Error(objects.status());
@@ -153,20 +183,6 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
       }
     }
     return Reply(200, {{"items", std::move(items)}});
-  }
-  if (n == 3 || (n == 4 && segments[3] == "events")) {
-    const Result<store::StoredObject> object = options_.store.Get(kDeploymentsKind, segments[2]);
-    if (!object.ok()) {
-      return Error(object.status().code() == StatusCode::kNotFound ||
-                           object.status().code() == StatusCode::kInvalidArgument
-                       ? DeploymentNotFound(segments[2])
-                       : object.status());
-    }
-    Json doc = DeploymentOutput(*object);
-    if (!CanSeeDeployment(who, doc)) {
-      return Error(DeploymentNotFound(segments[2]));
-    }
-    return n == 3 ? Reply(200, doc) : ObjectEvents(kDeploymentsKind, segments[2]);
   }
   return std::nullopt;
 }
@@ -187,19 +203,21 @@ ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view n
     return Error(DeploymentNotFound(name));
   }
   // The replicas the deployment last stored, and any the view knows of that it has not stored yet.
+  // Keys: the stored replicas are named without their team, the deployment's.
+  const std::string team = StrOr(doc, "team");
   std::set<std::string> replicas;
   if (const auto stored = doc.find("replicas"); stored != doc.end() && stored->is_array()) {
     for (const Json& replica : *stored) {
       if (replica.is_string()) {
-        replicas.insert(replica.get<std::string>());
+        replicas.insert(TeamScopedKey(team, replica.get<std::string>()));
       }
     }
   }
   for (const auto& [job_name, job] : view_->jobs()) {
     const Json job_doc = ParseDocument(job.data);
     if (ReplicaIndex(name, job_name) >= 0 && IsLiveReplicaState(job.state, job.stopping_then) &&
-        StrOr(job_doc, "team") == StrOr(doc, "team") &&
-        StringMapOr(job_doc, "labels")[std::string(kDeploymentLabel)] == name) {
+        StrOr(job_doc, "team") == team &&
+        StringMapOr(job_doc, "labels")[std::string(kDeploymentLabel)] == NameOfKey(name)) {
       replicas.insert(job_name);
     }
   }
@@ -211,7 +229,7 @@ ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view n
   for (const std::string& replica : replicas) {
     const ApiResponse response = CancelJob(owner, replica);
     if (response.status == 200) {
-      cancelled.push_back(replica);
+      cancelled.push_back(std::string(NameOfKey(replica)));
     } else if (response.status != 400 && response.status != 404) {  // ended, or gone
       return Error(Status(StatusCode::kUnavailable,
                           fmt::format("replica {} not cancelled: {}", replica,
@@ -234,9 +252,10 @@ ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view n
       return Error(status);
     }
   }
-  return Reply(
-      200,
-      {{"name", std::string(name)}, {"deleted", true}, {"cancelled_replicas", Json(cancelled)}});
+  return Reply(200, {{"name", std::string(NameOfKey(name))},
+                     {"team", team},
+                     {"deleted", true},
+                     {"cancelled_replicas", Json(cancelled)}});
 }
 
 ApiResponse ApiServer::UpdateDeployment(const Principal& who, std::string_view name,
@@ -338,7 +357,8 @@ Status ApiServer::RunDeploymentsIfDue() {
     autoscalers_.clear();
     return Status::Ok();
   }
-  // Replica jobs by deployment: named NAME-r<k>, labelled deployment=NAME, of its team.
+  // Replica jobs by deployment: named NAME-r<k>, labelled deployment=NAME, of its team; keyed
+  // TEAM/NAME-r<k> beside the deployment's TEAM/NAME.
   std::map<std::string, std::string> team_of;
   for (const store::StoredObject& object : deployments) {
     team_of[object.name] = StrOr(ParseDocument(object.data), "team");
@@ -353,7 +373,7 @@ Status ApiServer::RunDeploymentsIfDue() {
     const int64_t index = ReplicaIndex(deployment, name);
     const Json doc = ParseDocument(job.data);
     if (index < 0 || StrOr(doc, "team") != team_of[deployment] ||
-        StringMapOr(doc, "labels")[std::string(kDeploymentLabel)] != deployment) {
+        StringMapOr(doc, "labels")[std::string(kDeploymentLabel)] != NameOfKey(deployment)) {
       continue;
     }
     replicas[deployment].push_back({index, name, job.state, job.stopping_then});
@@ -411,7 +431,11 @@ Status ApiServer::RunDeploymentsIfDue() {
     const Principal owner = ReplicaOwner(doc);
     store::WriteBatch batch;
     std::string reason = decision.reason;
-    Json names = plan.keep;
+    // Stored and shown without the team, as the deployment's own name is.
+    Json names = Json::array();
+    for (const std::string& kept : plan.keep) {
+      names.push_back(NameOfKey(kept));
+    }
     int64_t index = plan.create.empty() ? next_index : plan.create.front();
     for (size_t made = 0, attempts = 0; made < plan.create.size(); ++index) {
       ApiRequest submit;
@@ -419,7 +443,7 @@ Status ApiServer::RunDeploymentsIfDue() {
       submit.body = ReplicaJobSpec(*spec, index);
       const ApiResponse response = SubmitJob(owner, submit);
       if (response.status == 201) {
-        names.push_back(ReplicaJobName(object.name, index));
+        names.push_back(ReplicaJobName(StrOr(doc, "name"), index));
         jobs_changed = true;
         ++made;
         continue;
@@ -428,8 +452,9 @@ Status ApiServer::RunDeploymentsIfDue() {
       if (response.status == 409 && ++attempts < static_cast<size_t>(kCasAttempts)) {
         continue;
       }
-      reason += fmt::format("; replica {} not created: {}", ReplicaJobName(object.name, index),
-                            StrOr(ParseDocument(response.body)["error"], "message"));
+      reason +=
+          fmt::format("; replica {} not created: {}", ReplicaJobName(StrOr(doc, "name"), index),
+                      StrOr(ParseDocument(response.body)["error"], "message"));
       break;
     }
     for (const std::string& name : plan.cancel) {
@@ -437,8 +462,8 @@ Status ApiServer::RunDeploymentsIfDue() {
       jobs_changed = true;
       if (response.status != 200) {
         const std::string error = StrOr(ParseDocument(response.body)["error"], "message");
-        reason += fmt::format("; replica {} not cancelled: {}", name, error);
-        names.push_back(name);
+        reason += fmt::format("; replica {} not cancelled: {}", NameOfKey(name), error);
+        names.push_back(NameOfKey(name));
       }
     }
 

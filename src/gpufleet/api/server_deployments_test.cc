@@ -272,7 +272,8 @@ TEST_F(ServerDeploymentsTest, DeleteCancelsTheReplicasAndRemovesTheDeployment) {
   EXPECT_EQ(Call("GET", "/v1/deployments/chat", alice_).status, 404);
   EXPECT_EQ(Call("DELETE", "/v1/deployments/chat", alice_).status, 404);
   // The log outlives the deployment (as a job's does); its last event says what went.
-  const Result<std::vector<store::StoredEvent>> events = store_.Events(kDeploymentsKind, "chat");
+  const Result<std::vector<store::StoredEvent>> events =
+      store_.Events(kDeploymentsKind, "team-a/chat");
   ASSERT_TRUE(events.ok());
   ASSERT_FALSE(events->empty());
   EXPECT_EQ(events->back().text, "deleted by alice; replicas cancelled: chat-r0, chat-r1");

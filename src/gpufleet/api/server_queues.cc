@@ -414,6 +414,8 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
   // Stop the victims now; the preemptor is placed by a later cycle, once their GPUs are free.
   store::WriteBatch batch;
   std::vector<std::string> victims;
+  std::vector<std::string> shown_victims;
+  int other_teams_victims = 0;
   const std::string preemptor_team = StrOr(ParseDocument(view_->jobs().at(name).data), "team");
   for (const JobId& victim_id : decision.plan->victims) {
     const std::string& victim = victim_id.value();
@@ -421,7 +423,7 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
     const Json before = ParseDocument(job.data);
     // The victim's team reads this reason: another team's job is not named to it.
     const std::string by = StrOr(before, "team") == preemptor_team
-                               ? fmt::format("job {}", name)
+                               ? fmt::format("job {}", NameOfKey(name))
                                : std::string("a job of another team");
     const std::string why =
         job.queue == queue
@@ -438,6 +440,15 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
     doc["preempted_by_team"] = preemptor_team;
     AddJobWrite(before, doc, job.version, *event, batch);
     victims.push_back(victim);
+    // The preemptor's team reads its reason and events: another team's victim is not named.
+    if (StrOr(before, "team") == preemptor_team) {
+      shown_victims.emplace_back(NameOfKey(victim));
+    } else {
+      ++other_teams_victims;
+    }
+  }
+  if (other_teams_victims > 0) {
+    shown_victims.push_back(fmt::format("{} job(s) of other teams", other_teams_victims));
   }
   Reservation reservation{.domain = decision.plan->domain,
                           .victims = victims,
@@ -457,7 +468,7 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
   const std::string message = fmt::format(
       "preempting {} ({} GPUs in {}) to make room; their GPUs on {} are reserved for this job "
       "for {} s",
-      fmt::join(victims, ", "),
+      fmt::join(shown_victims, ", "),
       static_cast<double>(decision.plan->preempted_gpu_milli) / kMilliPerUnit,
       decision.plan->domain, where, kReservationSeconds);
   batch.AppendEvent(std::string(kJobsKind), name, message);
@@ -473,7 +484,7 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
   reservations_[name] = std::move(reservation);
   return std::optional<std::string>(
       fmt::format("GPUs reserved on {} after preempting {}; waiting for them to stop", where,
-                  fmt::join(victims, ", ")));
+                  fmt::join(shown_victims, ", ")));
 }
 
 void ApiServer::DropEndedReservations() {
@@ -562,10 +573,10 @@ Result<bool> ApiServer::RequeuePreemptedJobs() {
       continue;
     }
     Json doc = ParseDocument(job.data);
-    const std::string why =
-        StrOr(doc, "preempted_by_team") == StrOr(doc, "team")
-            ? fmt::format("requeued after preemption by job {}", StrOr(doc, "preempted_by", "?"))
-            : std::string("requeued after preemption by a job of another team");
+    const std::string why = StrOr(doc, "preempted_by_team") == StrOr(doc, "team")
+                                ? fmt::format("requeued after preemption by job {}",
+                                              NameOfKey(StrOr(doc, "preempted_by", "?")))
+                                : std::string("requeued after preemption by a job of another team");
     const Result<std::string> event = TransitionJob(doc, JobState::kPending, why, why);
     if (!event.ok()) {
       continue;

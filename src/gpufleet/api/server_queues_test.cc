@@ -219,7 +219,7 @@ TEST_F(ServerQueuesTest, AVictimOfAnotherTeamIsNotToldThePreemptorsName) {
   EXPECT_EQ(seen["reason"], "preempted by a job of another team (priority 10 over 0)");
   EXPECT_FALSE(seen.contains("preempted_by"));
   // The admin still sees who it was.
-  EXPECT_EQ(Call("GET", "/v1/jobs/" + victim)["preempted_by"], "secret-urgent");
+  EXPECT_EQ(Call("GET", "/v1/jobs/team-b/" + victim)["preempted_by"], "team-a/secret-urgent");
   Cycle();
   EXPECT_EQ(State(victim), "Pending");
   for (const std::string& path :

@@ -167,7 +167,7 @@ TEST_F(ServerReclaimTest, OnlyTheOwnersTeamOrAnAdminResumesASuspendedJob) {
   EXPECT_EQ(Call("POST", "/v1/jobs/nb/resume", bob_).status, 404);
   const ApiResponse running = Call("POST", "/v1/jobs/train/resume", admin_);
   EXPECT_EQ(running.status, 400);
-  EXPECT_THAT(running.body, HasSubstr("job \\\"train\\\" is Running, not Suspended"));
+  EXPECT_THAT(running.body, HasSubstr("job \\\"team-b/train\\\" is Running, not Suspended"));
   EXPECT_EQ(Call("POST", "/v1/jobs/missing/resume", admin_).status, 404);
 
   const ApiResponse resumed = Call("POST", "/v1/jobs/nb/resume", alice_);
@@ -244,7 +244,7 @@ TEST_F(ServerReclaimTest, PreemptActionRequeuesTheNotebookBehindTheWaitingJob) {
   EXPECT_EQ(nb["state"], "Stopping");
   EXPECT_EQ(nb["stopping"]["then"], "Preempted");
   EXPECT_EQ(nb["reason"], "reclaimed: GPUs under 10% for 45m while 1 job waited; preempted");
-  EXPECT_EQ(nb["preempted_by"], "train");
+  EXPECT_EQ(nb["preempted_by"], "team-b/train");
 
   // Once it is gone from the node it is requeued in the same cycle that places the batch job.
   Minutes(2, [](int) { return 0; });

@@ -49,7 +49,16 @@ std::optional<ApiResponse> ApiServer::RouteReliability(
                                               request.body));
   }
   const auto job = request.query.find("job");
-  return Answer(reliability_->ListOutcomes(job == request.query.end() ? "" : job->second));
+  if (job == request.query.end()) {
+    return Answer(reliability_->ListOutcomes(""));
+  }
+  // Outcome records name jobs by key (TEAM/NAME); a job that no longer resolves (never existed)
+  // simply has none.
+  const Result<std::string> key = ResolveName(who, kJobsKind, "job", job->second);
+  if (!key.ok() && key.status().code() != StatusCode::kNotFound) {
+    return Answer(key.status());
+  }
+  return Answer(reliability_->ListOutcomes(key.ok() ? *key : job->second));
 }
 
 void ApiServer::RunReliabilityIfDue() {

@@ -559,6 +559,80 @@ Status ApiServer::EnsureDefaultQueue() {
   return status.code() == StatusCode::kAlreadyExists ? Status::Ok() : status;
 }
 
+Result<std::string> ApiServer::ResolveName(const Principal& who, std::string_view kind,
+                                           std::string_view noun, std::string_view text) {
+  const Status not_found = NotFoundError(fmt::format("{} \"{}\" not found", noun, text));
+  if (const size_t separator = text.find(kTeamSeparator); separator != std::string_view::npos) {
+    if (!who.is_admin() && text.substr(0, separator) != who.team) {
+      return not_found;
+    }
+    return std::string(text);
+  }
+  const std::string own = TeamScopedKey(who.team, text);
+  if (!who.is_admin()) {
+    return own;
+  }
+  const auto missing = [](const Status& status) {
+    return status.code() == StatusCode::kNotFound || status.code() == StatusCode::kInvalidArgument;
+  };
+  if (const Result<store::StoredObject> object = options_.store.Get(kind, own); object.ok()) {
+    return own;
+  } else if (!missing(object.status())) {
+    return object.status();
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> teams,
+                            options_.store.List(kTeamsKind));
+  std::vector<std::string> found;
+  for (const store::StoredObject& team : teams) {
+    const std::string key = TeamScopedKey(team.name, text);
+    if (const Result<store::StoredObject> object = options_.store.Get(kind, key); object.ok()) {
+      found.push_back(key);
+    } else if (!missing(object.status())) {
+      return object.status();
+    }
+  }
+  if (found.empty()) {
+    return not_found;
+  }
+  if (found.size() > 1) {
+    return InvalidArgumentError(
+        fmt::format("name: {} \"{}\" exists in {} teams ({}); name one as TEAM/NAME", noun, text,
+                    found.size(), fmt::join(found, ", ")));
+  }
+  return found.front();
+}
+
+Status ApiServer::MigrateToTeamScopedNames() {
+  for (const std::string_view kind : {kJobsKind, kDeploymentsKind}) {
+    GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> objects,
+                              options_.store.List(kind));
+    for (const store::StoredObject& object : objects) {
+      Json doc = ParseDocument(object.data);
+      const std::string key = TeamScopedKeyOf(doc);
+      if (key == object.name || StrOr(doc, "name").empty()) {
+        continue;
+      }
+      // A preemptor named by an older server is of the team recorded beside it.
+      if (const std::string by = StrOr(doc, "preempted_by");
+          !by.empty() && by.find(kTeamSeparator) == std::string::npos) {
+        doc["preempted_by"] = TeamScopedKey(StrOr(doc, "preempted_by_team"), by);
+      }
+      GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredEvent> events,
+                                options_.store.Events(kind, object.name));
+      store::WriteBatch batch;
+      batch.Create(std::string(kind), key, doc.dump());
+      for (const store::StoredEvent& event : events) {
+        batch.AppendEvent(std::string(kind), key, event.text);
+      }
+      batch.AppendEvent(std::string(kind), key,
+                        fmt::format("renamed from \"{}\": names are scoped by team", object.name));
+      batch.Delete(std::string(kind), object.name, object.version);
+      GPUFLEET_RETURN_IF_ERROR(options_.store.Commit(batch));
+    }
+  }
+  return Status::Ok();
+}
+
 Status ApiServer::CheckSubmission(const Principal& who, std::string_view queue_name) {
   if (!who.team.empty()) {
     GPUFLEET_RETURN_IF_ERROR(TeamMustExist(options_.store, "team (of the token)", who.team));

@@ -276,13 +276,13 @@ TEST_F(ApiServerTest, AStoredJobWhoseWriteTheStoreRefusesFailsAloneAndTheCycleGo
   // the store's limit that scheduling it cannot be written.
   CallJson("POST", "/v1/jobs", alice_, JobYaml("legacy", 1, 8), 201);
   CallJson("POST", "/v1/jobs", bob_, JobYaml("others", 1, 8), 201);
-  Result<store::StoredObject> stored = store_.Get(kJobsKind, "legacy");
+  Result<store::StoredObject> stored = store_.Get(kJobsKind, "team-a/legacy");
   ASSERT_OK(stored);
   Json doc = Json::parse(stored->data);
   doc["padding"] = "";
   doc["padding"] = std::string(store::kMaxDataBytes - doc.dump().size() - 700, 'x');
   store::WriteBatch batch;
-  batch.Update(std::string(kJobsKind), "legacy", doc.dump(), stored->version);
+  batch.Update(std::string(kJobsKind), "team-a/legacy", doc.dump(), stored->version);
   ASSERT_OK(store_.Commit(batch));
 
   EXPECT_EQ(Cycle(), 1) << "the other job is scheduled in the same cycle";
@@ -369,10 +369,14 @@ TEST_F(ApiServerTest, OversizedBodyIs413) {
   EXPECT_THAT(response.body, HasSubstr("RESOURCE_EXHAUSTED"));
 }
 
-TEST_F(ApiServerTest, DuplicateNameIs409) {
+TEST_F(ApiServerTest, DuplicateNameInOneTeamIs409AndInAnotherIsNoConflict) {
   CallJson("POST", "/v1/jobs", alice_, JobYaml("once", 1, 1), 201);
-  Json error = CallJson("POST", "/v1/jobs", bob_, JobYaml("once", 1, 1), 409);
+  Json error = CallJson("POST", "/v1/jobs", alice_, JobYaml("once", 1, 1), 409);
   EXPECT_EQ(error["error"]["code"], "ALREADY_EXISTS");
+  // Names are scoped by team: bob's "once" is another job, and no 409 tells bob of alice's.
+  CallJson("POST", "/v1/jobs", bob_, JobYaml("once", 1, 1), 201);
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/once", bob_)["team"], "team-b");
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/once", alice_)["team"], "team-a");
 }
 
 TEST_F(ApiServerTest, TokensAreCreatedListedAndRevokedByAdmins) {

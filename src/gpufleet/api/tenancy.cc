@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/api/tenancy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <map>
@@ -350,6 +351,62 @@ Json QueueToJson(const Queue& queue) {
           {"limit", QuotaToJson(queue.limit)},
           {"weight", queue.weight},
           {"may_borrow", queue.may_borrow}};
+}
+
+std::string TeamScopedKey(std::string_view team, std::string_view name) {
+  return team.empty() ? std::string(name) : fmt::format("{}{}{}", team, kTeamSeparator, name);
+}
+
+std::string TeamScopedKeyOf(const Json& document) {
+  const auto text = [&](const char* field) {
+    const auto it = document.find(field);
+    return it != document.end() && it->is_string() ? it->get<std::string>() : std::string();
+  };
+  return document.is_object() ? TeamScopedKey(text("team"), text("name")) : std::string();
+}
+
+std::string_view NameOfKey(std::string_view key) {
+  const size_t separator = key.find(kTeamSeparator);
+  return separator == std::string_view::npos ? key : key.substr(separator + 1);
+}
+
+std::string_view TeamOfKey(std::string_view key) {
+  const size_t separator = key.find(kTeamSeparator);
+  return separator == std::string_view::npos ? std::string_view() : key.substr(0, separator);
+}
+
+std::optional<ScopedPath> ParseScopedPath(const std::vector<std::string_view>& segments,
+                                          std::string_view method) {
+  if (segments.size() < 3 || segments.size() > 5) {
+    return std::nullopt;
+  }
+  const std::vector<std::string_view> actions =
+      method == "GET"    ? std::vector<std::string_view>{"events"}
+      : method == "POST" ? std::vector<std::string_view>{"cancel", "resume"}
+                         : std::vector<std::string_view>{};
+  ScopedPath out;
+  size_t end = segments.size();
+  if (end > 3 && std::find(actions.begin(), actions.end(), segments[end - 1]) != actions.end()) {
+    out.action = segments[end - 1];
+    --end;
+  }
+  if (end - 2 > 2) {
+    return std::nullopt;
+  }
+  out.name = std::string(segments[2]);
+  if (end == 4) {
+    out.name = TeamScopedKey(segments[2], segments[3]);
+  }
+  return out;
+}
+
+Status CheckScopedName(std::string_view field, std::string_view name) {
+  if (name == "events") {
+    return InvalidArgumentError(fmt::format(
+        "{}: \"events\" is reserved (GET /v1/jobs/TEAM/events reads the events of job TEAM)",
+        field));
+  }
+  return Status::Ok();
 }
 
 Queue QueueFromJson(const Json& document) {

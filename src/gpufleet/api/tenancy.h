@@ -103,6 +103,31 @@ Result<QueuePatch> ParseQueuePatch(std::string_view body, const GpuCatalog& cata
 // characters.
 Result<TokenRequest> ParseTokenRequest(std::string_view body);
 
+// Names of jobs and deployments are scoped by team, as Kubernetes names are by namespace
+// (docs/api.md, "Names"): teams a and b may both have a job "train". The store key is
+// TEAM/NAME; '/' cannot occur in a team name or a DNS-1123 object name, so the key splits back
+// unambiguously. Objects of an admin token without a team keep the bare NAME as their key.
+inline constexpr char kTeamSeparator = '/';
+std::string TeamScopedKey(std::string_view team, std::string_view name);
+// The key of a stored job or deployment document, from its "team" and "name".
+std::string TeamScopedKeyOf(const nlohmann::json& document);
+// NAME and TEAM of a key TEAM/NAME (the key itself and "" when it has no team).
+std::string_view NameOfKey(std::string_view key);
+std::string_view TeamOfKey(std::string_view key);
+// A path's object name as a user writes it, NAME or TEAM/NAME, and the action after it.
+struct ScopedPath {
+  std::string name;
+  std::string_view action;  // empty: the object itself
+};
+// Splits /v1/COLLECTION/NAME[/ACTION] and /v1/COLLECTION/TEAM/NAME[/ACTION] (`segments` without
+// empty ones) of a request with `method`: a last segment "events" of a GET, "cancel" or "resume"
+// of a POST is the action. nullopt when there is no name or more segments than these forms have.
+std::optional<ScopedPath> ParseScopedPath(const std::vector<std::string_view>& segments,
+                                          std::string_view method);
+// kInvalidArgument naming `field` for the name "events": GET .../TEAM/events would read as the
+// events of a job TEAM.
+Status CheckScopedName(std::string_view field, std::string_view name);
+
 // Stored documents, and lenient readers of them (a missing field reads as empty).
 nlohmann::json TeamToJson(const Team& team);
 nlohmann::json QueueToJson(const Queue& queue);

@@ -22,6 +22,18 @@ namespace {
 
 using nlohmann::json;
 
+// "/v1/queues/research/nlp", "/v1/jobs/nlp/train": each segment of a name with slashes (a queue
+// path, a job's or deployment's TEAM/NAME) encoded on its own, as the server reads them.
+std::string ObjectPath(std::string_view collection, std::string_view name) {
+  std::string path = fmt::format("/v1/{}", collection);
+  for (size_t start = 0; start <= name.size();) {
+    const size_t slash = std::min(name.find('/', start), name.size());
+    path += "/" + UrlEncode(name.substr(start, slash - start));
+    start = slash + 1;
+  }
+  return path;
+}
+
 // Only the client's own checks come here (never a server answer), so kubectl's "error:" form.
 int PrintUsageError(std::string_view message, std::ostream& err) {
   err << "error: " << message << "\n";
@@ -206,7 +218,9 @@ std::vector<std::string> DeploymentRow(const json& deployment, int64_t now_unix_
   const json& utilization = Member(deployment, "utilization_pct");
   const json& target = Member(Member(deployment, "autoscaling"), "target_utilization_pct");
   const Result<int64_t> created = ParseRfc3339(Text(Member(deployment, "created_at")));
+  const std::string team = Text(Member(deployment, "team"));
   return {NameOf(deployment, "<none>"),
+          team.empty() ? "<none>" : team,
           Text(Member(deployment, "desired_replicas")),
           Text(Member(deployment, "ready_replicas")),
           utilization.is_number() ? Text(utilization) + "%" : "<unknown>",
@@ -225,7 +239,7 @@ int RunGetDeployments(ApiClient& client, const GetArgs& args, const WallClock& c
     return PrintUsageError("--state and --queue filter jobs only", err);
   }
   Result<json> answer = client.Get(args.name.empty() ? std::string("/v1/deployments")
-                                                     : "/v1/deployments/" + UrlEncode(args.name));
+                                                     : ObjectPath("deployments", args.name));
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }
@@ -238,7 +252,7 @@ int RunGetDeployments(ApiClient& client, const GetArgs& args, const WallClock& c
     return 0;
   }
   std::vector<std::vector<std::string>> rows = {
-      {"NAME", "DESIRED", "READY", "UTIL", "TARGET", "AGE"}};
+      {"NAME", "TEAM", "DESIRED", "READY", "UTIL", "TARGET", "AGE"}};
   const json& items = args.name.empty() ? Member(*answer, "items") : json::array({*answer});
   for (const json& deployment : items.is_array() ? items : json::array()) {
     rows.push_back(DeploymentRow(deployment, UnixSeconds(clock)));
@@ -348,7 +362,7 @@ std::string DescribeDeployment(const json& deployment,
 
 int RunDescribeDeployment(ApiClient& client, const DescribeArgs& args, std::ostream& out,
                           std::ostream& err) {
-  const std::string path = "/v1/deployments/" + UrlEncode(args.name);
+  const std::string path = ObjectPath("deployments", args.name);
   Result<json> deployment = client.Get(path);
   if (!deployment.ok()) {
     return PrintError(client, deployment.status(), err);
@@ -359,8 +373,11 @@ int RunDescribeDeployment(ApiClient& client, const DescribeArgs& args, std::ostr
   }
   std::map<std::string, std::string> states;
   const json& replicas = Member(*deployment, "replicas");
+  // Replicas are named within the deployment's team: TEAM/NAME reaches them for an admin too.
+  const std::string team = Text(Member(*deployment, "team"));
   for (const json& replica : replicas.is_array() ? replicas : json::array()) {
-    Result<json> job = client.Get("/v1/jobs/" + UrlEncode(Text(replica)));
+    const std::string job_name = team.empty() ? Text(replica) : team + "/" + Text(replica);
+    Result<json> job = client.Get(ObjectPath("jobs", job_name));
     if (job.ok()) {
       states[Text(replica)] = Text(Member(*job, "state"));
     } else if (job.status().code() != StatusCode::kNotFound) {
@@ -396,7 +413,7 @@ int RunUpdateDeployment(ApiClient& client, const UpdateArgs& args, std::ostream&
   }
   const json body = {{"autoscaling", autoscaling}};
   Result<json> answer =
-      client.Patch("/v1/deployments/" + UrlEncode(args.name), body.dump(), "application/json");
+      client.Patch(ObjectPath("deployments", args.name), body.dump(), "application/json");
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }
@@ -409,7 +426,7 @@ int RunDeleteDeployment(ApiClient& client, const DeleteArgs& args, std::ostream&
   if (args.name.empty()) {
     return PrintUsageError("usage: delete deployment NAME", err);
   }
-  Result<json> answer = client.Delete("/v1/deployments/" + UrlEncode(args.name));
+  Result<json> answer = client.Delete(ObjectPath("deployments", args.name));
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }
@@ -452,7 +469,7 @@ int RunGet(ApiClient& client, const GetArgs& args, const WallClock& clock, std::
     Result<json> object = Status(StatusCode::kInternal, "unset");
     switch (*kind) {
       case ResourceKind::kJob:
-        object = client.Get("/v1/jobs/" + UrlEncode(args.name));
+        object = client.Get(ObjectPath("jobs", args.name));
         break;
       case ResourceKind::kNode:
         object = client.Get("/v1/nodes/" + UrlEncode(args.name));
@@ -514,11 +531,12 @@ int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, 
   const std::string name = UrlEncode(args.name);
   switch (*kind) {
     case ResourceKind::kJob: {
-      Result<json> job = client.Get("/v1/jobs/" + name);
+      const std::string path = ObjectPath("jobs", args.name);
+      Result<json> job = client.Get(path);
       if (!job.ok()) {
         return PrintError(client, job.status(), err);
       }
-      Result<json> events = client.Get("/v1/jobs/" + name + "/events");
+      Result<json> events = client.Get(path + "/events");
       if (!events.ok()) {
         return PrintError(client, events.status(), err);
       }
@@ -634,22 +652,6 @@ int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std:
   return 0;
 }
 
-namespace {
-
-// "/v1/queues/research/nlp", each segment encoded on its own: the server reads "research/nlp" from
-// two segments.
-std::string QueuePath(std::string_view name) {
-  std::string path = "/v1/queues";
-  for (size_t start = 0; start <= name.size();) {
-    const size_t slash = std::min(name.find('/', start), name.size());
-    path += "/" + UrlEncode(name.substr(start, slash - start));
-    start = slash + 1;
-  }
-  return path;
-}
-
-}  // namespace
-
 int RunUpdate(ApiClient& client, const UpdateArgs& args, std::ostream& out, std::ostream& err) {
   if (IsDeploymentKind(args.kind)) {
     return RunUpdateDeployment(client, args, out, err);
@@ -687,7 +689,8 @@ int RunUpdate(ApiClient& client, const UpdateArgs& args, std::ostream& out, std:
         "update queue needs at least one of --guarantee, --limit, --weight, --borrow, --no-borrow",
         err);
   }
-  Result<json> answer = client.Patch(QueuePath(args.name), body.dump(), "application/json");
+  Result<json> answer =
+      client.Patch(ObjectPath("queues", args.name), body.dump(), "application/json");
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }
@@ -709,7 +712,7 @@ int RunDelete(ApiClient& client, const DeleteArgs& args, std::ostream& out, std:
     return PrintUsageError(node ? "usage: delete node NAME" : "usage: delete queue NAME", err);
   }
   Result<json> answer =
-      client.Delete(node ? "/v1/nodes/" + UrlEncode(args.name) : QueuePath(args.name));
+      client.Delete(node ? "/v1/nodes/" + UrlEncode(args.name) : ObjectPath("queues", args.name));
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }
@@ -737,7 +740,7 @@ int RunCancel(ApiClient& client, const std::string& job, std::ostream& out, std:
   if (job.empty()) {
     return PrintUsageError("cancel needs a job NAME", err);
   }
-  Result<json> answer = client.Post("/v1/jobs/" + UrlEncode(job) + "/cancel", "", "");
+  Result<json> answer = client.Post(ObjectPath("jobs", job) + "/cancel", "", "");
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }
@@ -753,7 +756,7 @@ int RunResume(ApiClient& client, const std::string& job, std::ostream& out, std:
   if (job.empty()) {
     return PrintUsageError("resume needs a job NAME", err);
   }
-  Result<json> answer = client.Post("/v1/jobs/" + UrlEncode(job) + "/resume", "", "");
+  Result<json> answer = client.Post(ObjectPath("jobs", job) + "/resume", "", "");
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }

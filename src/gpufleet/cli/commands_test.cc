@@ -194,8 +194,10 @@ TEST_F(CommandsTest, DescribeDeploymentShowsSpecStatusReplicasAndEvents) {
   fake_.Answer("GET /v1/deployments/chat/events", 200,
                R"({"items": [{"revision": 1, "message": "created by alice with 1 replicas"},
                              {"revision": 2, "message": "scaled 1 -> 2"}]})");
-  fake_.Answer("GET /v1/jobs/chat-r0", 200, R"({"name": "chat-r0", "state": "Running"})");
-  fake_.Answer("GET /v1/jobs/chat-r1", 404, kNotFound);
+  // The replicas are jobs of the deployment's team, asked for as TEAM/NAME (an admin's bare
+  // name could be ambiguous).
+  fake_.Answer("GET /v1/jobs/nlp/chat-r0", 200, R"({"name": "chat-r0", "state": "Running"})");
+  fake_.Answer("GET /v1/jobs/nlp/chat-r1", 404, kNotFound);
   EXPECT_EQ(RunDescribe(fake_.client, {.kind = "deployment", .name = "chat"}, out_, err_), 0)
       << err_.str();
   EXPECT_EQ(out_.str(),
@@ -228,17 +230,18 @@ TEST_F(CommandsTest, DescribeDeploymentNotFound) {
 }
 
 TEST_F(CommandsTest, GetDeploymentsPrintsTheTable) {
-  fake_.Answer("GET /v1/deployments", 200,
-               R"({"items": [{"name": "chat", "desired_replicas": 3, "ready_replicas": 2,
+  fake_.Answer(
+      "GET /v1/deployments", 200,
+      R"({"items": [{"name": "chat", "team": "nlp", "desired_replicas": 3, "ready_replicas": 2,
                    "utilization_pct": 91, "autoscaling": {"target_utilization_pct": 70},
                    "created_at": "2026-11-29T20:58:00Z"},
                   {"name": "embed", "desired_replicas": 1, "ready_replicas": 0,
                    "utilization_pct": null, "autoscaling": {"target_utilization_pct": 60}}]})");
   EXPECT_EQ(RunGet(fake_.client, {.kind = "deployments"}, clock_, out_, err_), 0);
   EXPECT_EQ(out_.str(),
-            "NAME    DESIRED   READY   UTIL        TARGET   AGE\n"
-            "chat    3         2       91%         70%      2m\n"
-            "embed   1         0       <unknown>   60%      <unknown>\n");
+            "NAME    TEAM     DESIRED   READY   UTIL        TARGET   AGE\n"
+            "chat    nlp      3         2       91%         70%      2m\n"
+            "embed   <none>   1         0       <unknown>   60%      <unknown>\n");
   EXPECT_EQ(OnlyRequest().path, "/v1/deployments");
 }
 
@@ -316,6 +319,20 @@ TEST_F(CommandsTest, CancelPostsWithoutBody) {
   EXPECT_EQ(OnlyRequest().body, "");
   EXPECT_EQ(OnlyRequest().content_type, "");
   EXPECT_EQ(OnlyRequest().token, "tok");
+}
+
+TEST_F(CommandsTest, TeamSlashNameKeepsItsSlashInThePath) {
+  fake_.Answer("POST /v1/jobs/team-b/train/cancel", 200, kJob);
+  EXPECT_EQ(RunCancel(fake_.client, "team-b/train", out_, err_), 0) << err_.str();
+  EXPECT_EQ(OnlyRequest().path, "/v1/jobs/team-b/train/cancel");
+  fake_.Answer("GET /v1/jobs/team-b/train", 200, kJob);
+  fake_.Answer("GET /v1/jobs/team-b/train/events", 200, R"({"items": []})");
+  EXPECT_EQ(RunDescribe(fake_.client, {.kind = "job", .name = "team-b/train"}, out_, err_), 0)
+      << err_.str();
+  fake_.Answer("GET /v1/deployments/team-b/chat", 200, R"({"name": "chat", "team": "team-b"})");
+  EXPECT_EQ(RunGet(fake_.client, {.kind = "deployment", .name = "team-b/chat"}, clock_, out_, err_),
+            0)
+      << err_.str();
 }
 
 TEST_F(CommandsTest, CancelForbiddenIsShownVerbatim) {
