@@ -11,6 +11,14 @@ import collections
 import json
 import sys
 
+
+def split_run(run):
+    """A task id, TEAM/NAME/TASK/ATTEMPT (NAME/TASK/ATTEMPT for a team-less admin's job), as
+    (job key, task, attempt)."""
+    key, task, attempt = run.rsplit("/", 2)
+    return key, task, attempt
+
+
 ledger_path, jobs_path, acked_path, faults_path = sys.argv[1:5]
 gang_window = float(sys.argv[5]) if len(sys.argv) > 5 else float("inf")
 starts = {}
@@ -47,7 +55,7 @@ for gpu, spans in by_gpu.items():
 # A job runs in one place at a time: the runs (attempts) of one job never overlap.
 by_job = collections.defaultdict(list)
 for gpu, begin, end, run in intervals:
-    job, task, attempt = run.split("/")
+    job, task, attempt = split_run(run)
     by_job[job].append((begin, end, attempt))
 for job, spans in by_job.items():
     spans.sort()
@@ -55,14 +63,15 @@ for job, spans in by_job.items():
         if a1 != a2 and b2 < e1:
             problems.append(f"job {job}: attempt {a2} started at {b2:.3f} while {a1} ran")
 
-jobs = {job["name"]: job for job in json.load(open(jobs_path))["items"]}
+jobs = {(f"{job['team']}/{job['name']}" if job.get("team") else job["name"]): job
+        for job in json.load(open(jobs_path))["items"]}
 
 # Gangs: each attempt's tasks either all start, within the window of the first, or what started
 # ends within the window.
 ends = {run: end for _, _, end, run in intervals}
 attempts = collections.defaultdict(list)  # (job, attempt) -> [(start, end)]
 for run, begin in all_starts:
-    job, task, attempt = run.split("/")
+    job, task, attempt = split_run(run)
     attempts[(job, attempt)].append((begin, ends.get(run, begin)))
 for (job, attempt), spans in attempts.items():
     spec = jobs.get(job, {}).get("spec", {}).get("spec", {})
