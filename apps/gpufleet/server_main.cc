@@ -148,8 +148,7 @@ int RunServer(const ServerFlags& flags) {
        .heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_interval_ms),
        .node_timeout = std::chrono::seconds(flags.node_timeout_s),
        .stop_grace = std::chrono::seconds(flags.stop_grace_s),
-       .min_runtime_before_preemption =
-           std::chrono::seconds(flags.min_runtime_before_preemption_s),
+       .min_runtime_before_preemption = std::chrono::seconds(flags.min_runtime_before_preemption_s),
        .reliability = reliability,
        .idle_reclaim = idle_reclaim,
        .mig_apply_timeout = std::chrono::seconds(flags.mig_apply_timeout_s),

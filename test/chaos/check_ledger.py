@@ -23,6 +23,7 @@ ledger_path, jobs_path, acked_path, faults_path = sys.argv[1:5]
 gang_window = float(sys.argv[5]) if len(sys.argv) > 5 else float("inf")
 starts = {}
 all_starts = []  # (run, start)
+ends = {}  # run -> end, with or without GPUs
 intervals = []  # (gpu, start, end, run)
 problems = []
 for line in open(ledger_path):
@@ -35,6 +36,7 @@ for line in open(ledger_path):
         starts[run] = (when, gpus)
         all_starts.append((run, when))
     elif kind == "END" and run in starts:
+        ends[run] = when
         begin, gpus = starts.pop(run)
         for gpu in gpus:
             intervals.append((gpu, begin, when, run))
@@ -68,7 +70,6 @@ jobs = {(f"{job['team']}/{job['name']}" if job.get("team") else job["name"]): jo
 
 # Gangs: each attempt's tasks either all start, within the window of the first, or what started
 # ends within the window.
-ends = {run: end for _, _, end, run in intervals}
 attempts = collections.defaultdict(list)  # (job, attempt) -> [(start, end)]
 for run, begin in all_starts:
     job, task, attempt = split_run(run)

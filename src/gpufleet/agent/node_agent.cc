@@ -175,8 +175,7 @@ Result<api::AgentReply> NodeAgent::SendRenewing(const std::string& path, const s
   // only once the runner has it: otherwise they keep the old deadline, and so does the agent.
   const Duration fence_in =
       std::max<Duration>(sent + (lease - FenceMargin(lease)) - clock_.Now(), Duration(0));
-  GPUFLEET_RETURN_IF_ERROR(
-      runner_.RenewLease(fence_in, FenceGrace(lease, server_stop_grace)));
+  GPUFLEET_RETURN_IF_ERROR(runner_.RenewLease(fence_in, FenceGrace(lease, server_stop_grace)));
   renewed_at_ = sent;
   lease_ = lease;
   server_stop_grace_ = server_stop_grace;
@@ -200,10 +199,16 @@ int NodeAgent::FenceIfLeaseExpired() {
   }
   fenced_deadline_ = deadline;
   // The runner stops the tasks at the deadline itself (TaskRunner::RenewLease): stopping them
-  // here too would send a second SIGTERM, and a task's checkpoint handler would run twice. These
-  // are the tasks the lease stopped: those still running, or that ended since the deadline.
+  // here too would send a second SIGTERM, and a task's checkpoint handler would run twice. Only
+  // a task an older runner started does not, and the agent stops it. These are the tasks the
+  // lease stopped: those still running, or that ended since the deadline.
+  const Duration grace = FenceGrace(lease_, server_stop_grace_);
   int stopped = 0;
   for (const runner::TaskStatus& status : runner_.Poll()) {
+    if (!runner::IsFinal(status.state) && !status.enforces_lease && !status.stop_requested) {
+      // Only kNotFound can come back, for a task forgotten since the Poll.
+      static_cast<void>(runner_.Stop(status.task_id, grace));
+    }
     if (!runner::IsFinal(status.state) || (status.end_time && *status.end_time >= deadline)) {
       ++stopped;
     }

@@ -55,11 +55,12 @@ struct NodeAgentOptions {
   // Fencing: the agent stops its tasks once its lease (AgentReply::lease_ms, renewed by every
   // answered heartbeat) is within fence_margin of running out, counted from when the renewing
   // heartbeat was sent; the runner's tasks hold the same deadline themselves
-  // (TaskRunner::RenewLease), so they stop even if the agent has died. The margin covers the longest a heartbeat can block before the agent
-  // checks again (three 5 s HTTP timeouts and the 1 s check period of `gpufleet agent`), so its
-  // tasks are gone by the time the server frees their GPUs (lease + stop grace after it last
-  // heard from the node; docs/agent.md, "Leases and fencing"). A lease shorter than twice the
-  // margin is cut by half of it instead.
+  // (TaskRunner::RenewLease), so they stop even if the agent has died. The margin covers the
+  // longest a heartbeat can block before the agent checks again (three 5 s HTTP timeouts and
+  // the one-second check period of `gpufleet agent`), so its tasks are gone by the time the
+  // server frees their GPUs (lease + stop grace after it last heard from the node;
+  // docs/agent.md, "Leases and fencing"). A lease shorter than twice the margin is cut by half
+  // of it instead.
   Duration fence_margin = std::chrono::seconds(16);
   // The node credential an earlier run of the agent was given (NodeAgent::node_token); empty: the
   // client's token is a join token to exchange at registration.

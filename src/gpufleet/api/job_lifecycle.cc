@@ -249,22 +249,29 @@ bool TaskStarted(const Json& placement) {
 }
 
 std::optional<std::string> PartlyStartedGang(const Json& job) {
+  // Named up to this many, so that the reason of a gang of thousands stays small.
+  constexpr size_t kNamedTasks = 8;
   const Json& placements = ArrayOr(job, "placements");
-  std::vector<std::string> not_started;
+  std::vector<std::string> named;
+  size_t not_started = 0;
   for (const Json& placement : placements) {
-    if (!TaskStarted(placement)) {
+    if (TaskStarted(placement)) {
+      continue;
+    }
+    if (++not_started <= kNamedTasks) {
       const std::string phase = StrOr(placement, "phase");
-      not_started.push_back(fmt::format("{} on {} ({})", StrOr(placement, "task"),
-                                        StrOr(placement, "node"),
-                                        phase.empty() ? "not reported" : phase));
+      named.push_back(fmt::format("{} on {} ({})", StrOr(placement, "task"),
+                                  StrOr(placement, "node"),
+                                  phase.empty() ? "not reported" : phase));
     }
   }
-  if (not_started.empty() || not_started.size() == placements.size()) {
+  if (not_started == 0 || not_started == placements.size()) {
     return std::nullopt;
   }
-  return fmt::format("{} of {} tasks started; not started: {}",
-                     placements.size() - not_started.size(), placements.size(),
-                     fmt::join(not_started, ", "));
+  return fmt::format(
+      "{} of {} tasks started; not started: {}{}", placements.size() - not_started,
+      placements.size(), fmt::join(named, ", "),
+      not_started > named.size() ? fmt::format(" and {} more", not_started - named.size()) : "");
 }
 
 }  // namespace gpufleet::api

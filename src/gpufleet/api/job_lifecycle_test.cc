@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/api/job_lifecycle.h"
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -135,6 +136,27 @@ TEST(DescribeStopping, SaysHowManyTasksRunAndWhenSigkillComes) {
   EXPECT_EQ(DescribeStopping(job), "3 of 8 tasks still running");
   EXPECT_EQ(ParseRfc3339("yesterday"), std::nullopt);
   EXPECT_EQ(ParseRfc3339("2026-13-01T10:00:00Z"), std::nullopt);
+}
+
+TEST(PartlyStartedGang, OnlyAGangSomeOfWhoseTasksStartedAndNamesAFewOfTheOthers) {
+  Json job = {{"placements", Json::array()}};
+  for (int i = 0; i < 21; ++i) {
+    job["placements"].push_back({{"task", fmt::format("w-{}", i)}, {"node", "node-a"}});
+  }
+  EXPECT_EQ(PartlyStartedGang(job), std::nullopt) << "none started";
+  job["placements"][0]["phase"] = "Running";
+  job["placements"][1]["phase"] = "Waiting";
+  const std::optional<std::string> why = PartlyStartedGang(job);
+  ASSERT_TRUE(why.has_value());
+  EXPECT_EQ(*why,
+            "1 of 21 tasks started; not started: w-1 on node-a (Waiting), w-2 on node-a (not "
+            "reported), w-3 on node-a (not reported), w-4 on node-a (not reported), w-5 on node-a "
+            "(not reported), w-6 on node-a (not reported), w-7 on node-a (not reported), w-8 on "
+            "node-a (not reported) and 12 more");
+  for (Json& placement : job["placements"]) {
+    placement["phase"] = "Succeeded";
+  }
+  EXPECT_EQ(PartlyStartedGang(job), std::nullopt) << "all started";
 }
 
 }  // namespace

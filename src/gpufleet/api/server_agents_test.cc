@@ -16,6 +16,7 @@
 #include "gpufleet/api/agent_protocol.h"
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/tenancy.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
@@ -865,6 +866,35 @@ spec:
   ASSERT_EQ(reply.tasks[0].mig_instances.size(), 1u);
   EXPECT_EQ(reply.tasks[0].mig_instances[0],
             (TaskMigInstance{0, "3g.40gb", assignment["mig_start"].get<int>(), uuid}));
+}
+
+TEST_F(AgentProtocolTest, TwoTeamsMigJobsOfOneNameAreBothPlanned) {
+  for (const char* team : {"team-a", "team-b"}) {
+    store::WriteBatch batch;
+    batch.Create(std::string(kTeamsKind), team, TeamToJson({.name = team}).dump());
+    ASSERT_OK(store_.Commit(batch));
+  }
+  Cycle();
+  const RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});
+  Register(whole);
+  const std::string yaml = R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: infer}
+spec:
+  tasks:
+    - name: main
+      command: [serve]
+      resources: {gpus: {migProfile: 3g.40gb}}
+)";
+  for (const char* team : {"team-a", "team-b"}) {
+    const std::string member =
+        *server_->authenticator().CreateToken(Role::kMember, team, std::string(team) + "-user");
+    ASSERT_EQ(Call("POST", "/v1/jobs", member, yaml).status, 201);
+  }
+  Cycle();  // neither fits the whole-GPU instance
+  Cycle();  // one layout with an instance for each, both placed
+  EXPECT_EQ(Get("/v1/jobs/team-a/infer")["state"], "Scheduled");
+  EXPECT_EQ(Get("/v1/jobs/team-b/infer")["state"], "Scheduled");
 }
 
 // Issue 14: a gang's other tasks started while its MIG task still waited for its instance, so

@@ -31,9 +31,9 @@ Result<bool> ApiServer::RequeuePartlyStartedGangs() {
     }
     const int64_t attempt = IntOr(doc, "attempt", 0);
     const auto known = partial_gangs_.find(name);
-    const MonoTime since =
-        known != partial_gangs_.end() && known->second.attempt == attempt ? known->second.since
-                                                                          : now;
+    const MonoTime since = known != partial_gangs_.end() && known->second.attempt == attempt
+                               ? known->second.since
+                               : now;
     if (now - since < options_.gang_start_timeout) {
       still_partial[name] = {attempt, since};
       continue;
@@ -41,18 +41,26 @@ Result<bool> ApiServer::RequeuePartlyStartedGangs() {
     const Json before = doc;
     Result<std::string> event = EndRun(
         doc, JobState::kPending,
-        fmt::format("requeued: the gang did not start together within {}s: {}",
-                    std::chrono::duration_cast<std::chrono::seconds>(options_.gang_start_timeout)
-                        .count(),
-                    *partial),
+        fmt::format(
+            "requeued: the gang did not start together within {}s: {}",
+            std::chrono::duration_cast<std::chrono::seconds>(options_.gang_start_timeout).count(),
+            *partial),
         NowText());
     if (!event.ok()) {
       continue;  // not an active run after all; the next cycle sees it as it is
     }
     store::WriteBatch batch;
     AddJobWrite(before, doc, job.version, *event, batch);
-    GPUFLEET_ASSIGN_OR_RETURN(const bool written, CommitCycleJobWrite(name, batch));
-    wrote = wrote || written;
+    const Result<bool> written = CommitCycleJobWrite(name, batch);
+    if (!written.ok() && written.status().code() == StatusCode::kUnavailable) {
+      return written.status();  // the store is down: the cycle cannot go on
+    }
+    if (!written.ok()) {
+      // This job's own write is refused: it alone stays as it is, and is tried again.
+      fmt::print(stderr, "gpufleet server: jobs/{}: {}\n", name, written.status().ToString());
+      continue;
+    }
+    wrote = wrote || *written;
   }
   partial_gangs_ = std::move(still_partial);
   return wrote;

@@ -228,6 +228,8 @@ Status ApiServer::PlanMigLayoutsForPendingJobs() {
       continue;
     }
     for (policy::MigRequest& request : policy::MigRequestsOf(**job.spec)) {
+      // The spec's name is unique within its team only: the request is named by the job's key.
+      request.id = fmt::format("{} {}", name, request.id);
       job_of_request[request.id] = name;
       requests.push_back(std::move(request));
       jobs.insert(name);

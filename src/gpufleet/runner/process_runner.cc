@@ -9,7 +9,6 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -327,15 +326,17 @@ struct StateRecord {
   std::vector<std::string> gpu_uuids;
   std::string log_path;
   std::string working_dir;
+  // Its shim stops it when the lease runs out; records of older runners lack the line.
+  bool enforces_lease = false;
 };
 
 std::string FormatStateRecord(const StateRecord& record) {
   return fmt::format(
       "{}\ntask_id={}\nshim_pid={}\nshim_start_ticks={}\nboot_id={}\nstart_time_ns={}\n"
-      "command={}\ngpu_uuids={}\nlog_path={}\nworking_dir={}\n",
+      "command={}\ngpu_uuids={}\nlog_path={}\nworking_dir={}\nenforces_lease={}\n",
       kStateHeader, record.task_id, record.shim_pid, record.shim_start_ticks, record.boot_id,
       record.start_time_nanos, record.command, fmt::join(record.gpu_uuids, ","), record.log_path,
-      record.working_dir);
+      record.working_dir, record.enforces_lease ? 1 : 0);
 }
 
 Result<StateRecord> ParseStateRecord(std::string_view text) {
@@ -389,6 +390,7 @@ Result<StateRecord> ParseStateRecord(std::string_view text) {
   record.gpu_uuids = SplitCommas(values["gpu_uuids"]);
   record.log_path = values["log_path"];
   record.working_dir = values["working_dir"];
+  record.enforces_lease = values["enforces_lease"] == "1";
   return record;
 }
 
@@ -523,6 +525,7 @@ Status ProcessRunner::LoadStateDirectory() {
       continue;
     }
     task.status.gpu_uuids = record->gpu_uuids;
+    task.status.enforces_lease = record->enforces_lease;
     task.status.start_time = MonoTime{record->start_time_nanos};
     task.status.process_group = record->shim_pid;
     task.command = record->command;
@@ -729,6 +732,8 @@ Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task) {
   record.gpu_uuids = launch.gpu_uuids;
   record.log_path = launch.log_path;
   record.working_dir = launch.working_dir;
+  record.enforces_lease = true;
+  task.status.enforces_lease = true;
   const Status written = WriteFileAtomically(state_path, FormatStateRecord(record));
   if (!written.ok()) {
     return abandon(written);
@@ -920,11 +925,8 @@ Status ProcessRunner::Forget(std::string_view task_id) {
 Status ProcessRunner::RenewLease(Duration fence_in, Duration grace) {
   GPUFLEET_RETURN_IF_ERROR(internal::CheckLease(fence_in, grace));
   std::lock_guard<std::mutex> lock(mu_);  // one writer of the lease file's temporary
-  timespec now = {};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  const int64_t now_nanos = int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
   const internal::Lease lease{
-      .deadline_nanos = now_nanos + std::chrono::nanoseconds(fence_in).count(),
+      .deadline_nanos = internal::MonotonicNanos() + std::chrono::nanoseconds(fence_in).count(),
       .grace_nanos = std::chrono::nanoseconds(grace).count()};
   return WriteFileAtomically(lease_path_, internal::FormatLease(lease));
 }

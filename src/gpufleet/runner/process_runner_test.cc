@@ -531,6 +531,29 @@ TEST_F(ProcessRunnerIntegrationTest, TasksFenceThemselvesWhenTheLeaseIsNotRenewe
   EXPECT_THAT(ReadFile(polite.log_path), HasSubstr("got-term"));
 }
 
+TEST_F(ProcessRunnerIntegrationTest, ATaskAnOlderRunnerStartedDoesNotEnforceTheLease) {
+  std::unique_ptr<ProcessRunner> first = OpenRunner();
+  ASSERT_NE(first, nullptr);
+  StartOrFail(*first, Shell("old", "echo ready; exec sleep 30"));
+  EXPECT_TRUE(StatusOf(*first, "old").enforces_lease);
+  const std::string path = first->StateFilePathForTest("old");
+  first.reset();
+  // An older runner's state file has no enforces_lease line: its shim never reads the lease.
+  std::string record = ReadFile(path);
+  const size_t line = record.find("enforces_lease=1\n");
+  ASSERT_NE(line, std::string::npos) << record;
+  record.erase(line, std::string("enforces_lease=1\n").size());
+  WriteFile(path, record);
+
+  std::unique_ptr<ProcessRunner> second = OpenRunner();
+  ASSERT_NE(second, nullptr);
+  const TaskStatus adopted = StatusOf(*second, "old");
+  EXPECT_EQ(adopted.state, TaskState::kRunning);
+  EXPECT_FALSE(adopted.enforces_lease);
+  ASSERT_OK(second->Stop("old", Duration::zero()));
+  WaitForEnd(*second, "old");
+}
+
 TEST_F(ProcessRunnerIntegrationTest, RenewedLeaseKeepsTasksRunning) {
   std::unique_ptr<ProcessRunner> runner = OpenRunner();
   ASSERT_NE(runner, nullptr);

@@ -77,6 +77,7 @@ Status SimulatedRunner::Start(const TaskLaunch& launch) {
   const MonoTime now = clock_.Now();
   task.status.task_id = launch.task_id;
   task.status.gpu_uuids = launch.gpu_uuids;
+  task.status.enforces_lease = true;
   task.status.start_time = now;
   if (scripted_duration.has_value()) {
     task.scripted_end = now + *scripted_duration;

@@ -83,6 +83,9 @@ struct TaskStatus {
   bool stop_requested = false;
   // The task's process group; 0 when it has no process (SimulatedRunner, failed starts).
   int process_group = 0;
+  // The task stops itself when the runner's lease runs out (RenewLease); false for a task an
+  // older runner started and this one adopted, which only a Stop ends.
+  bool enforces_lease = false;
 
   friend bool operator==(const TaskStatus&, const TaskStatus&) = default;
 };

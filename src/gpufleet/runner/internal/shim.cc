@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace gpufleet::runner::internal {
 namespace {
@@ -199,12 +200,6 @@ void KillCgroupMembers(const char* members_path) {
     const timespec pause = {0, 5'000'000};
     nanosleep(&pause, nullptr);
   }
-}
-
-int64_t MonotonicNanos() {
-  timespec now = {};
-  clock_gettime(CLOCK_MONOTONIC, &now);
-  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
 }
 
 // The lease as its file says now; nullopt without a path, a file or a well-formed line.
@@ -422,11 +417,21 @@ void RunShim(const ShimPlan& plan) {
   RecordAndEnd(plan, line);
 }
 
+int64_t MonotonicNanos() {
+  timespec now = {};
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  return int64_t{now.tv_sec} * 1'000'000'000 + now.tv_nsec;
+}
+
 std::string FormatLease(const Lease& lease) {
   return std::to_string(lease.deadline_nanos) + " " + std::to_string(lease.grace_nanos) + "\n";
 }
 
-std::optional<Lease> ParseLease(std::string_view text) {
+namespace {
+
+// A record line, "FIRST REST\n", as (FIRST, REST); nullopt without the newline or the space.
+std::optional<std::pair<std::string_view, std::string_view>> SplitRecordLine(
+    std::string_view text) {
   if (text.empty() || text.back() != '\n') {
     return std::nullopt;
   }
@@ -435,39 +440,41 @@ std::optional<Lease> ParseLease(std::string_view text) {
   if (space == std::string_view::npos) {
     return std::nullopt;
   }
+  return std::make_pair(text.substr(0, space), text.substr(space + 1));
+}
+
+// The whole of `digits` as a decimal number.
+template <typename Number>
+bool ParseWholeNumber(std::string_view digits, Number& out) {
+  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
+  return !digits.empty() && error == std::errc() && end == digits.data() + digits.size();
+}
+
+}  // namespace
+
+std::optional<Lease> ParseLease(std::string_view text) {
+  const auto fields = SplitRecordLine(text);
   Lease lease;
-  const std::string_view deadline = text.substr(0, space);
-  const std::string_view grace = text.substr(space + 1);
-  const auto [deadline_end, deadline_error] =
-      std::from_chars(deadline.data(), deadline.data() + deadline.size(), lease.deadline_nanos);
-  const auto [grace_end, grace_error] =
-      std::from_chars(grace.data(), grace.data() + grace.size(), lease.grace_nanos);
-  if (deadline.empty() || grace.empty() || deadline_error != std::errc() ||
-      grace_error != std::errc() || deadline_end != deadline.data() + deadline.size() ||
-      grace_end != grace.data() + grace.size() || lease.grace_nanos < 0) {
+  if (!fields || !ParseWholeNumber(fields->first, lease.deadline_nanos) ||
+      !ParseWholeNumber(fields->second, lease.grace_nanos) || lease.grace_nanos < 0) {
     return std::nullopt;
   }
   return lease;
 }
 
 std::optional<ExitRecord> ParseExitRecord(std::string_view text) {
-  if (text.empty() || text.back() != '\n') {
+  const auto fields = SplitRecordLine(text);
+  if (!fields) {
     return std::nullopt;
   }
-  text.remove_suffix(1);
-  const size_t space = text.find(' ');
-  if (space == std::string_view::npos) {
-    return std::nullopt;
-  }
-  const std::string_view word = text.substr(0, space);
-  std::string_view rest = text.substr(space + 1);
+  const std::string_view word = fields->first;
+  std::string_view rest = fields->second;
   auto take_number = [&rest](int& out) {
     const size_t end_of_number = rest.find(' ');
     const std::string_view digits = rest.substr(0, end_of_number);
-    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), out);
     rest = end_of_number == std::string_view::npos ? std::string_view()
                                                    : rest.substr(end_of_number + 1);
-    return !digits.empty() && error == std::errc() && end == digits.data() + digits.size();
+    return ParseWholeNumber(digits, out);
   };
   ExitRecord record;
   if (word == "exited" || word == "signaled") {

@@ -63,10 +63,10 @@ struct ShimPlan {
 // need; point its stdio at /dev/null; wait for the runner's go byte on the control socket (end of
 // file: the runner gave up, exit without running anything); fork the task; send the runner one
 // byte back (the task's process exists, so a Stop from now on reaches it); wait for the task,
-// stopping it if the lease runs out meanwhile; record the exit; send SIGKILL to every process of the task's cgroup (those that left the
-// process group included), then to its own process group, which ends whatever the task left
-// behind and the shim with it. The task joins its cgroup and takes on the run-as user's ids
-// before it enters its working directory and executes.
+// stopping it if the lease runs out meanwhile; record the exit; send SIGKILL to every process of
+// the task's cgroup (those that left the process group included), then to its own process group,
+// which ends whatever the task left behind and the shim with it. The task joins its cgroup and
+// takes on the run-as user's ids before it enters its working directory and executes.
 //
 // The three signals stay blocked in the shim across the fork: a SIGTERM sent to the group before
 // the task has restored the default handling then waits, pending, instead of being discarded.
@@ -82,6 +82,8 @@ struct Lease {
   int64_t grace_nanos = 0;
 };
 std::string FormatLease(const Lease& lease);
+// CLOCK_MONOTONIC in nanoseconds, the lease's time line (async-signal-safe).
+int64_t MonotonicNanos();
 std::optional<Lease> ParseLease(std::string_view text);
 
 // The shim's record of how a task ended: one line, "exited CODE", "signaled SIGNAL" or
