@@ -3,7 +3,7 @@
 # agent`s (simulated GPUs, process runner) on loopback, each agent behind a proxy the harness can
 # cut. A seeded workload of single-GPU jobs and 2-task gangs whose tasks write START/END with
 # their GPU UUIDs to a ledger and take 0.8 s to exit after SIGTERM, under a seeded schedule of
-# faults: cancels, preemption storms, agent SIGKILL and restart, an agent killed and left dead
+# faults: cancels, preemption and idle-reclaim storms, agent SIGKILL and restart, an agent killed and left dead
 # past its lease and stop grace (its tasks must stop themselves), an agent cut off for longer than
 # its lease, server SIGKILL and restart, an agent registering again with a GPU fewer, slow
 # clients, oversized submissions. Then every job is cancelled and drained, and check_ledger.py checks the
@@ -54,6 +54,8 @@ start_server() {
   "$gpufleet" server --data-dir "$work/server" --listen "127.0.0.1:$port" --cycle-interval-ms 200 \
     --heartbeat-interval-ms 500 --node-timeout-s 4 --stop-grace-s 6 --min-runtime-before-preemption-s 1 \
     --gang-start-timeout-s 8 \
+    --idle-reclaim --idle-reclaim-threshold-pct 100 --idle-reclaim-after-s 3 \
+    --idle-reclaim-warning-s 1 --idle-reclaim-action preempt \
     --admin-token-file "$work/admin-token" >>"$work/server.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 100); do
@@ -82,13 +84,14 @@ for n in 0 1 2; do
 done
 for n in 0 1 2; do wait_for "$work/agent-$n.log" "registered"; done
 
-submit() {  # submit NAME REPLICAS SECONDS [PRIORITY]
+submit() {  # submit NAME REPLICAS SECONDS [PRIORITY [KIND]]
   local ticks=$(($3 * 10))
   cat >"$work/$1.yaml" <<YAML
 apiVersion: gpufleet.io/v1
 kind: Job
 metadata: {name: $1}
 spec:
+  kind: ${5:-batch}
   priority: ${4:-0}
   tasks:
     - name: main
@@ -132,7 +135,7 @@ while [ $SECONDS -lt $deadline ]; do
     submit "chaos-$job" "$replicas" "$seconds"
     job=$((job + 1))
   done
-  case $((RANDOM % 10)) in
+  case $((RANDOM % 11)) in
     0 | 1)
       victim=$(shuf -n 1 --random-source=<(yes "$RANDOM") "$work/acked" 2>/dev/null || true)
       if [ -n "$victim" ]; then
@@ -222,6 +225,15 @@ YAML
         job=$((job + 1))
       done
       fault preempt-storm
+      ;;
+    10)
+      # An idle-reclaim storm: interactive jobs, idle by the server's measure (under 100%), are
+      # warned and then preempted for the jobs that wait.
+      for _ in 1 2 3; do
+        submit "chaos-$job" 1 20 0 interactive
+        job=$((job + 1))
+      done
+      fault idle-reclaim-storm
       ;;
   esac
   sleep 1
