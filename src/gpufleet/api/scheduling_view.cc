@@ -285,7 +285,10 @@ void SchedulingView::PutJob(const store::StoredObject& object) {
   // A state this server does not know is held as Failed would be: it holds nothing.
   const JobState state = StoredJobState(doc).value_or(JobState::kFailed);
   auto it = jobs_.find(object.name);
-  if (IsFinished(state)) {
+  // A Pending job under a key other than its TEAM/NAME (one MigrateToTeamScopedNames could not
+  // move, its key taken) holds nothing and is not placed: an administrator resolves it. One that
+  // holds resources stays, so that its GPUs stay taken until its tasks are gone.
+  if (IsFinished(state) || (state == JobState::kPending && TeamScopedKeyOf(doc) != object.name)) {
     if (it != jobs_.end()) {
       ReleaseJob(it->second);
       jobs_.erase(it);

@@ -223,6 +223,32 @@ TEST_F(TeamScopedNamesTest, NamesThatCannotBeAddressedOrRunAreRefusedNamingTheFi
 
 // An older server stored jobs and deployments under their bare name: a new server moves them to
 // TEAM/NAME with their events and goes on serving and scheduling them.
+TEST_F(TeamScopedNamesTest, ABareNameWhoseKeyIsTakenStaysWhereItIsAndTheServerStarts) {
+  CallJson("POST", "/v1/jobs", alice_, 201, OneGpuJob("train"));
+  server_.reset();
+  // An older server's bare-key copy beside the new key (a roll back and forward).
+  const Result<store::StoredObject> stored = store_.Get(kJobsKind, "team-a/train");
+  ASSERT_OK(stored);
+  store::WriteBatch batch;
+  batch.Create(std::string(kJobsKind), "train", stored->data);
+  ASSERT_OK(store_.Commit(batch));
+
+  Result<std::unique_ptr<ApiServer>> restarted =
+      ApiServer::Create({.store = store_, .catalog = catalog_, .clock = clock_});
+  ASSERT_OK(restarted);
+  server_ = std::move(restarted).value();
+  EXPECT_THAT(StoredNames(kJobsKind), UnorderedElementsAre("team-a/train", "train"));
+  ASSERT_OK(server_->RunSchedulingCycle());
+  ASSERT_OK(server_->RunSchedulingCycle());
+  // Only the job under its TEAM/NAME is placed: the stray copy waits for an administrator.
+  const auto state_of = [&](const std::string& key) {
+    const Result<store::StoredObject> object = store_.Get(kJobsKind, key);
+    return object.ok() ? ParseDocument(object->data)["state"].get<std::string>() : "";
+  };
+  EXPECT_EQ(state_of("team-a/train"), "Scheduled");
+  EXPECT_EQ(state_of("train"), "Pending");
+}
+
 TEST_F(TeamScopedNamesTest, AStoreWithBareNamesIsMovedOverAtStart) {
   CallJson("POST", "/v1/jobs", alice_, 201, OneGpuJob("train"));
   CallJson("POST", "/v1/deployments", bob_, 201, Deployment("chat"));

@@ -627,7 +627,15 @@ Status ApiServer::MigrateToTeamScopedNames() {
       batch.AppendEvent(std::string(kind), key,
                         fmt::format("renamed from \"{}\": names are scoped by team", object.name));
       batch.Delete(std::string(kind), object.name, object.version);
-      GPUFLEET_RETURN_IF_ERROR(options_.store.Commit(batch));
+      if (const Status moved = options_.store.Commit(batch); !moved.ok()) {
+        if (moved.code() == StatusCode::kUnavailable) {
+          return moved;
+        }
+        // One object that cannot move (its new key taken, say) stays where it is, unlost, and
+        // the server starts: an administrator moves or deletes it.
+        fmt::print(stderr, "gpufleet server: {}/{} not moved to {}: {}\n", kind, object.name, key,
+                   moved.ToString());
+      }
     }
   }
   return Status::Ok();
