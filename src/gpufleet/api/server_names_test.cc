@@ -223,6 +223,15 @@ TEST_F(TeamScopedNamesTest, NamesThatCannotBeAddressedOrRunAreRefusedNamingTheFi
 
 // An older server stored jobs and deployments under their bare name: a new server moves them to
 // TEAM/NAME with their events and goes on serving and scheduling them.
+TEST_F(TeamScopedNamesTest, AnAdminOfATeamFindsATeamlessAdminsJobByItsName) {
+  CallJson("POST", "/v1/jobs", admin_, 201, OneGpuJob("solo"));
+  const std::string ops = *server_->authenticator().CreateToken(Role::kAdmin, "team-a", "ops");
+  EXPECT_EQ(CallJson("GET", "/v1/jobs/solo", ops, 200)["name"], "solo");
+  CallJson("POST", "/v1/jobs", bob_, 201, OneGpuJob("solo"));
+  EXPECT_THAT(CallJson("GET", "/v1/jobs/solo", ops, 400).dump(),
+              HasSubstr("exists in 2 teams (solo, team-b/solo)"));
+}
+
 TEST_F(TeamScopedNamesTest, ABareNameWhoseKeyIsTakenStaysWhereItIsAndTheServerStarts) {
   CallJson("POST", "/v1/jobs", alice_, 201, OneGpuJob("train"));
   server_.reset();

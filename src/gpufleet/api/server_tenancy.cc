@@ -582,9 +582,16 @@ Result<std::string> ApiServer::ResolveName(const Principal& who, std::string_vie
   }
   GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> teams,
                             options_.store.List(kTeamsKind));
-  std::vector<std::string> found;
+  // Every team's, and the team-less one a team-less admin made (its key is the bare name).
+  std::vector<std::string> candidates = {std::string(text)};
   for (const store::StoredObject& team : teams) {
-    const std::string key = TeamScopedKey(team.name, text);
+    candidates.push_back(TeamScopedKey(team.name, text));
+  }
+  std::vector<std::string> found;
+  for (const std::string& key : candidates) {
+    if (key == own) {
+      continue;  // looked at above
+    }
     if (const Result<store::StoredObject> object = options_.store.Get(kind, key); object.ok()) {
       found.push_back(key);
     } else if (!missing(object.status())) {
