@@ -25,12 +25,12 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
-#include "gpufleet/api/agent_protocol.h"
 #include "gpufleet/api/http.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/store/sqlite_store.h"
+#include "gpufleet/wire/agent_protocol.h"
 
 namespace gpufleet {
 namespace {
@@ -58,8 +58,8 @@ double Percentile(std::vector<double> values, double p) {
   return values[index];
 }
 
-api::RegisterRequest NodeInventory(int i, int nodes_per_leaf) {
-  api::RegisterRequest request;
+wire::RegisterRequest NodeInventory(int i, int nodes_per_leaf) {
+  wire::RegisterRequest request;
   request.topology_levels = {"block", "leaf"};
   request.node.id = NodeId(fmt::format("node-{:05}", i));
   request.node.capacity = {192000, 2048 * 1024};
@@ -158,13 +158,13 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
     for (int i = 0; i < nodes; ++i) {
       const auto result =
           client.Post("/v1/agents/register", headers,
-                      api::RegisterRequestToJson(NodeInventory(i, 16)), "application/json");
+                      wire::RegisterRequestToJson(NodeInventory(i, 16)), "application/json");
       if (!result || result->status != 200) {
         fmt::print(stderr, "register node {}: {}\n", i,
                    result ? result->body : httplib::to_string(result.error()));
         return 1;
       }
-      const Result<api::AgentReply> reply = api::ParseAgentReply(result->body);
+      const Result<wire::AgentReply> reply = wire::ParseAgentReply(result->body);
       if (!reply.ok() || reply->node_token.empty()) {
         fmt::print(stderr, "register node {}: no node credential in {}\n", i, result->body);
         return 1;
@@ -178,7 +178,7 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
   Latencies submissions;
   std::vector<double> cycles;
   int64_t scheduled = 0;
-  const std::string heartbeat_body = api::HeartbeatRequestToJson({});
+  const std::string heartbeat_body = wire::HeartbeatRequestToJson({});
   const double heartbeat_rate = nodes / heartbeat_s;
   static constexpr int kHeartbeatThreads = 4;
   static constexpr int kSubmitThreads = 2;

@@ -20,7 +20,6 @@
 
 #include "gpufleet/agent/simulated_node.h"
 #include "gpufleet/api/http.h"
-#include "gpufleet/api/job_spec.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/clock.h"
@@ -30,6 +29,7 @@
 #include "gpufleet/sim/trace_loaders.h"
 #include "gpufleet/store/directory_lock.h"
 #include "gpufleet/store/sqlite_store.h"
+#include "gpufleet/wire/job_spec.h"
 
 #include "flags.h"
 #include "subcommands.h"
@@ -173,7 +173,7 @@ std::string PlaybackSpec(sim::TraceJob job, const Playback& playback) {
     group.command = {"sleep", fmt::format("{}", job.duration_seconds)};
     group.env[std::string(runner::kSimDurationEnv)] = fmt::format("{}", duration_ms);
   }
-  return api::JobSpecToYaml(job.job);
+  return wire::JobSpecToYaml(job.job);
 }
 
 // A one-line view of the fleet, from the store.
@@ -184,12 +184,12 @@ std::string StatusLine(store::StateStore& store,
   int64_t allocated_milli = 0;
   if (Result<std::vector<store::StoredObject>> jobs = store.List(api::kJobsKind); jobs.ok()) {
     for (const store::StoredObject& object : *jobs) {
-      const nlohmann::json job = api::ParseDocument(object.data);
-      const std::string state = api::StrOr(job, "state");
+      const nlohmann::json job = wire::ParseDocument(object.data);
+      const std::string state = wire::StrOr(job, "state");
       ++states[state];
-      for (const nlohmann::json& placement : api::ArrayOr(job, "placements")) {
-        for (const nlohmann::json& assignment : api::ArrayOr(placement, "assignments")) {
-          allocated_milli += api::IntOr(assignment, "milli", 0);
+      for (const nlohmann::json& placement : wire::ArrayOr(job, "placements")) {
+        for (const nlohmann::json& assignment : wire::ArrayOr(placement, "assignments")) {
+          allocated_milli += wire::IntOr(assignment, "milli", 0);
         }
       }
     }
@@ -197,7 +197,7 @@ std::string StatusLine(store::StateStore& store,
   int ready = 0;
   if (Result<std::vector<store::StoredObject>> nodes = store.List(api::kNodesKind); nodes.ok()) {
     for (const store::StoredObject& object : *nodes) {
-      ready += api::StrOr(api::ParseDocument(object.data), "state") == "Ready" ? 1 : 0;
+      ready += wire::StrOr(wire::ParseDocument(object.data), "state") == "Ready" ? 1 : 0;
     }
   }
   int64_t util_sum = 0;

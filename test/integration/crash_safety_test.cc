@@ -25,12 +25,12 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/http.h"
-#include "gpufleet/api/json_fields.h"
 #include "gpufleet/api/testing/server_process.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/store/sqlite_store.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet {
 namespace {
@@ -219,7 +219,7 @@ TEST_F(CrashSafetyTest, KilledFiftyTimesLosesNothingAcknowledged) {
   ASSERT_OK(jobs);
   std::map<std::string, Json> by_name;
   for (const store::StoredObject& object : *jobs) {
-    by_name[object.name] = api::ParseDocument(object.data);
+    by_name[object.name] = wire::ParseDocument(object.data);
   }
   std::lock_guard<std::mutex> lock(acknowledged.mu);
   EXPECT_GT(acknowledged.submitted.size(), static_cast<size_t>(kRounds));
@@ -228,27 +228,27 @@ TEST_F(CrashSafetyTest, KilledFiftyTimesLosesNothingAcknowledged) {
     EXPECT_EQ(by_name.count(name), 1u) << "acknowledged job " << name << " is lost";
   }
   for (const std::string& name : acknowledged.cancelled) {
-    EXPECT_EQ(api::StrOr(by_name[name], "state"), "Cancelled") << name;
+    EXPECT_EQ(wire::StrOr(by_name[name], "state"), "Cancelled") << name;
   }
 
   std::map<std::string, int64_t> milli_by_gpu;  // by GPU UUID
   int scheduled = 0;
   for (const auto& [name, job] : by_name) {
     SCOPED_TRACE(name);
-    const std::string state = api::StrOr(job, "state");
-    const Json& placements = api::ArrayOr(job, "placements");
+    const std::string state = wire::StrOr(job, "state");
+    const Json& placements = wire::ArrayOr(job, "placements");
     if (state == "Scheduled" || state == "Running" || state == "Stopping") {
       ++scheduled;
       const int64_t replicas = job["spec"]["spec"]["tasks"][0].value("replicas", int64_t{1});
       EXPECT_EQ(static_cast<int64_t>(placements.size()), replicas) << "a gang placed in part";
       for (const Json& placement : placements) {
-        const Json& assignments = api::ArrayOr(placement, "assignments");
-        const Json& uuids = api::ArrayOr(placement, "gpu_uuids");
+        const Json& assignments = wire::ArrayOr(placement, "assignments");
+        const Json& uuids = wire::ArrayOr(placement, "gpu_uuids");
         ASSERT_EQ(uuids.size(), assignments.size()) << placement.dump();
         for (size_t i = 0; i < assignments.size(); ++i) {
           ASSERT_TRUE(uuids[i].is_string() && !uuids[i].get<std::string>().empty())
               << placement.dump();
-          milli_by_gpu[uuids[i].get<std::string>()] += api::IntOr(assignments[i], "milli", 0);
+          milli_by_gpu[uuids[i].get<std::string>()] += wire::IntOr(assignments[i], "milli", 0);
         }
       }
     } else {

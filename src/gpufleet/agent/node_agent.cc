@@ -20,44 +20,45 @@ constexpr char kTaskEnv[] = "GPUFLEET_TASK";
 constexpr char kTaskIdEnv[] = "GPUFLEET_TASK_ID";
 
 // With the node's own credential once it has one, else the client's token.
-Result<api::AgentReply> Send(cli::ApiClient& client, const std::string& node_token,
-                             const std::string& path, const std::string& body) {
+Result<wire::AgentReply> Send(cli::ApiClient& client, const std::string& node_token,
+                              const std::string& path, const std::string& body) {
   GPUFLEET_ASSIGN_OR_RETURN(const nlohmann::json answer,
                             node_token.empty()
                                 ? client.Post(path, body, kJsonType)
                                 : client.PostWithToken(node_token, path, body, kJsonType));
-  return api::ParseAgentReply(answer.dump());
+  return wire::ParseAgentReply(answer.dump());
 }
 
-std::vector<api::TaskReport> ReportsFor(const std::vector<runner::TaskStatus>& statuses,
-                                        const std::vector<api::GpuReport>& gpus,
-                                        const std::map<std::string, int>& gpu_index_by_uuid) {
+std::vector<wire::TaskReport> ReportsFor(const std::vector<runner::TaskStatus>& statuses,
+                                         const std::vector<wire::GpuReport>& gpus,
+                                         const std::map<std::string, int>& gpu_index_by_uuid) {
   std::map<int, int> utilization;
-  for (const api::GpuReport& gpu : gpus) {
+  for (const wire::GpuReport& gpu : gpus) {
     if (gpu.utilization_pct) {
       utilization[gpu.index] = *gpu.utilization_pct;
     }
   }
-  std::vector<api::TaskReport> out;
+  std::vector<wire::TaskReport> out;
   for (const runner::TaskStatus& status : statuses) {
-    api::TaskReport report;
+    wire::TaskReport report;
     report.id = status.task_id;
     switch (status.state) {
       case runner::TaskState::kRunning:
-        report.phase = api::TaskPhase::kRunning;
+        report.phase = wire::TaskPhase::kRunning;
         break;
       case runner::TaskState::kExited:
-        report.phase = status.exit_code == 0 ? api::TaskPhase::kSucceeded : api::TaskPhase::kFailed;
+        report.phase =
+            status.exit_code == 0 ? wire::TaskPhase::kSucceeded : wire::TaskPhase::kFailed;
         report.exit_code = status.exit_code;
         break;
       case runner::TaskState::kKilled:
       case runner::TaskState::kFailedToStart:
       case runner::TaskState::kLost:
-        report.phase = api::TaskPhase::kFailed;
+        report.phase = wire::TaskPhase::kFailed;
         report.exit_code = status.state == runner::TaskState::kKilled ? 128 + status.signal : -1;
         break;
     }
-    if (report.phase == api::TaskPhase::kFailed) {
+    if (report.phase == wire::TaskPhase::kFailed) {
       report.message = runner::DescribeTaskStatus(status);
     }
     int sum = 0;
@@ -72,7 +73,7 @@ std::vector<api::TaskReport> ReportsFor(const std::vector<runner::TaskStatus>& s
         ++count;
       }
     }
-    if (count > 0 && report.phase == api::TaskPhase::kRunning) {
+    if (count > 0 && report.phase == wire::TaskPhase::kRunning) {
       report.gpu_utilization_pct = sum / count;
     }
     out.push_back(std::move(report));
@@ -80,22 +81,22 @@ std::vector<api::TaskReport> ReportsFor(const std::vector<runner::TaskStatus>& s
   return out;
 }
 
-api::DrainAction ToProtocol(DrainAction drain) {
+wire::DrainAction ToProtocol(DrainAction drain) {
   switch (drain) {
     case DrainAction::kNone:
-      return api::DrainAction::kNone;
+      return wire::DrainAction::kNone;
     case DrainAction::kAfterJob:
-      return api::DrainAction::kAfterJob;
+      return wire::DrainAction::kAfterJob;
     case DrainAction::kNow:
-      return api::DrainAction::kNow;
+      return wire::DrainAction::kNow;
   }
-  return api::DrainAction::kNone;
+  return wire::DrainAction::kNone;
 }
 
 }  // namespace
 
-api::GpuReport ToGpuReport(const GpuHealthReport& report, std::optional<int64_t> utilization_pct) {
-  api::GpuReport out;
+wire::GpuReport ToGpuReport(const GpuHealthReport& report, std::optional<int64_t> utilization_pct) {
+  wire::GpuReport out;
   out.index = report.gpu_index;
   out.health = report.health;
   out.drain = ToProtocol(report.drain);
@@ -111,8 +112,8 @@ api::GpuReport ToGpuReport(const GpuHealthReport& report, std::optional<int64_t>
   return out;
 }
 
-std::vector<api::GpuReport> GpuReportsFrom(const TelemetrySnapshot& snapshot) {
-  std::vector<api::GpuReport> out;
+std::vector<wire::GpuReport> GpuReportsFrom(const TelemetrySnapshot& snapshot) {
+  std::vector<wire::GpuReport> out;
   for (const GpuTelemetry& gpu : snapshot.gpus) {
     out.push_back(ToGpuReport(gpu.health, gpu.reading.sample.gpu_util_percent));
   }
@@ -166,9 +167,9 @@ NodeAgent::NodeAgent(NodeAgentOptions options, TelemetrySampler& telemetry, GpuP
       renewed_at_(clock.Now()),
       node_token_(options_.node_token) {}
 
-Result<api::AgentReply> NodeAgent::SendRenewing(const std::string& path, const std::string& body) {
+Result<wire::AgentReply> NodeAgent::SendRenewing(const std::string& path, const std::string& body) {
   const MonoTime sent = clock_.Now();
-  GPUFLEET_ASSIGN_OR_RETURN(api::AgentReply reply, Send(client_, node_token_, path, body));
+  GPUFLEET_ASSIGN_OR_RETURN(wire::AgentReply reply, Send(client_, node_token_, path, body));
   const Duration lease = std::chrono::milliseconds(reply.lease_ms);
   const Duration server_stop_grace = std::chrono::milliseconds(reply.stop_grace_ms);
   // The tasks enforce the lease themselves (they outlive a dead agent), so it counts as renewed
@@ -223,14 +224,14 @@ int NodeAgent::FenceIfLeaseExpired() {
   return stopped;
 }
 
-std::vector<api::GpuReport> NodeAgent::GpuReports() const {
-  std::vector<api::GpuReport> reports = GpuReportsFrom(*telemetry_.LatestSnapshot());
-  for (api::GpuReport& report : reports) {
+std::vector<wire::GpuReport> NodeAgent::GpuReports() const {
+  std::vector<wire::GpuReport> reports = GpuReportsFrom(*telemetry_.LatestSnapshot());
+  for (wire::GpuReport& report : reports) {
     const auto devices = mig_devices_.find(report.index);
     if (devices == mig_devices_.end()) {
       continue;
     }
-    std::vector<api::MigDeviceReport> mig;
+    std::vector<wire::MigDeviceReport> mig;
     for (const MigDeviceInfo& device : devices->second) {
       mig.push_back({device.uuid, device.profile, device.placement_start.value_or(0)});
     }
@@ -242,22 +243,22 @@ std::vector<api::GpuReport> NodeAgent::GpuReports() const {
   return reports;
 }
 
-std::vector<api::TaskReport> NodeAgent::TaskReports(
+std::vector<wire::TaskReport> NodeAgent::TaskReports(
     const std::vector<runner::TaskStatus>& statuses) const {
-  std::vector<api::TaskReport> reports =
+  std::vector<wire::TaskReport> reports =
       ReportsFor(statuses, GpuReportsFrom(*telemetry_.LatestSnapshot()), gpu_index_by_uuid_);
   for (const auto& [id, why] : refused_) {
-    api::TaskReport report;
+    wire::TaskReport report;
     report.id = id;
-    report.phase = api::TaskPhase::kFailed;
+    report.phase = wire::TaskPhase::kFailed;
     report.exit_code = -1;
     report.message = why;
     reports.push_back(std::move(report));
   }
   for (const auto& [id, why] : waiting_) {
-    api::TaskReport report;
+    wire::TaskReport report;
     report.id = id;
-    report.phase = api::TaskPhase::kWaiting;
+    report.phase = wire::TaskPhase::kWaiting;
     report.message = why;
     reports.push_back(std::move(report));
   }
@@ -266,7 +267,7 @@ std::vector<api::TaskReport> NodeAgent::TaskReports(
 
 Status NodeAgent::Register() {
   const std::shared_ptr<const TelemetrySnapshot> snapshot = telemetry_.LatestSnapshot();
-  api::RegisterRequest request;
+  wire::RegisterRequest request;
   request.topology_levels = options_.topology_levels;
   Node& node = request.node;
   node.id = NodeId(options_.node_name);
@@ -279,7 +280,7 @@ Status NodeAgent::Register() {
   node.fault_domains = options_.fault_domains;
   node.topology = options_.topology_values;
   if (probe_.CanApplyMigLayouts()) {
-    node.labels[std::string(api::kMigLayoutsLabel)] = "true";
+    node.labels[std::string(wire::kMigLayoutsLabel)] = "true";
   }
   std::map<std::string, int> index_by_uuid;
   std::map<int, std::string> model_by_gpu;
@@ -319,7 +320,7 @@ Status NodeAgent::Register() {
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
   request.tasks = TaskReports(statuses);
   request.sequence = clock_.Now().nanos;
-  GPUFLEET_ASSIGN_OR_RETURN(const api::AgentReply reply,
+  GPUFLEET_ASSIGN_OR_RETURN(const wire::AgentReply reply,
                             SendRenewing("/v1/agents/register", RegisterRequestToJson(request)));
   registered_ = true;
   if (!reply.node_token.empty()) {
@@ -333,13 +334,13 @@ Status NodeAgent::Heartbeat() {
     return FailedPreconditionError("the agent has not registered yet");
   }
   FenceIfLeaseExpired();
-  api::HeartbeatRequest request;
+  wire::HeartbeatRequest request;
   request.gpus = GpuReports();
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
   request.tasks = TaskReports(statuses);
   request.fenced = fenced_;
   request.sequence = clock_.Now().nanos;
-  Result<api::AgentReply> reply =
+  Result<wire::AgentReply> reply =
       SendRenewing(fmt::format("/v1/agents/{}/heartbeat", cli::UrlEncode(options_.node_name)),
                    HeartbeatRequestToJson(request));
   if (!reply.ok()) {
@@ -352,7 +353,7 @@ Status NodeAgent::Heartbeat() {
   return Apply(*reply, statuses);
 }
 
-std::optional<std::string> NodeAgent::ApplyMigLayout(const api::WantedMigLayout& layout,
+std::optional<std::string> NodeAgent::ApplyMigLayout(const wire::WantedMigLayout& layout,
                                                      const std::vector<runner::TaskStatus>& tasks) {
   const auto devices = mig_devices_.find(layout.gpu_index);
   const auto model = model_by_gpu_.find(layout.gpu_index);
@@ -379,7 +380,7 @@ std::optional<std::string> NodeAgent::ApplyMigLayout(const api::WantedMigLayout&
           "gpu {}: the {} instance at {} ({}) is in use by a task; layout {} not "
           "applied",
           layout.gpu_index, device.profile, device.placement_start.value_or(0), device.uuid,
-          api::DescribeMigInstances(layout.instances));
+          wire::DescribeMigInstances(layout.instances));
     }
   }
   Result<std::vector<MigDeviceInfo>> applied =
@@ -398,7 +399,7 @@ std::string NodeAgent::LogPath(const std::string& task_id) const {
   return fmt::format("{}/{}.log", options_.log_dir, file);
 }
 
-Status NodeAgent::Apply(const api::AgentReply& reply,
+Status NodeAgent::Apply(const wire::AgentReply& reply,
                         const std::vector<runner::TaskStatus>& reported) {
   heartbeat_interval_ = std::chrono::milliseconds(reply.heartbeat_interval_ms);
   // The server has the final states now.
@@ -414,7 +415,7 @@ Status NodeAgent::Apply(const api::AgentReply& reply,
   desired_ = reply.tasks;
 
   bool mig_changed = false;
-  for (const api::WantedMigLayout& layout : reply.mig_layouts) {
+  for (const wire::WantedMigLayout& layout : reply.mig_layouts) {
     const std::vector<MigDeviceInfo> before = mig_devices_[layout.gpu_index];
     if (std::optional<std::string> error = ApplyMigLayout(layout, reported)) {
       mig_errors_[layout.gpu_index] = std::move(*error);
@@ -431,7 +432,7 @@ Status NodeAgent::Apply(const api::AgentReply& reply,
   // Stop before start: what is no longer wanted gets its SIGTERM first, and keeps its devices
   // until it has ended.
   std::set<std::string, std::less<>> desired_ids;
-  for (const api::DesiredTask& task : desired_) {
+  for (const wire::DesiredTask& task : desired_) {
     desired_ids.insert(task.id);
   }
   GPUFLEET_RETURN_IF_ERROR(
@@ -476,7 +477,7 @@ Status NodeAgent::Apply(const api::AgentReply& reply,
     }
     return std::nullopt;
   };
-  for (const api::DesiredTask& task : desired_) {
+  for (const wire::DesiredTask& task : desired_) {
     if (known.count(task.id) > 0) {
       continue;
     }

@@ -11,13 +11,13 @@
 #include "gpufleet/agent/gpu_probe.h"
 #include "gpufleet/agent/health.h"
 #include "gpufleet/agent/telemetry.h"
-#include "gpufleet/api/agent_protocol.h"
 #include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/resources.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/runner/task_runner.h"
+#include "gpufleet/wire/agent_protocol.h"
 
 // The node agent's protocol side (docs/agent.md): it registers the node with the server, sends
 // heartbeats with the GPUs' health, MIG devices and the tasks' states, makes the GPUs' MIG
@@ -26,9 +26,9 @@
 namespace gpufleet::agent {
 
 // A health verdict and the GPU's latest utilization, as the protocol carries them.
-api::GpuReport ToGpuReport(const GpuHealthReport& report, std::optional<int64_t> utilization_pct);
+wire::GpuReport ToGpuReport(const GpuHealthReport& report, std::optional<int64_t> utilization_pct);
 // Every GPU of the sampler's latest snapshot, as the protocol carries them.
-std::vector<api::GpuReport> GpuReportsFrom(const TelemetrySnapshot& snapshot);
+std::vector<wire::GpuReport> GpuReportsFrom(const TelemetrySnapshot& snapshot);
 
 // `devices` with a start slot each: the probe's when it read one, otherwise (the NVML probe does
 // not read placements) the lowest start where the device fits, in GPU instance id order, which
@@ -78,7 +78,7 @@ class NodeAgent {
             const Clock& clock);
 
   // Registers the node (inventory from telemetry with the MIG instances, labels with the driver
-  // and CUDA versions, and api::kMigLayoutsLabel when the probe can change MIG layouts) and
+  // and CUDA versions, and wire::kMigLayoutsLabel when the probe can change MIG layouts) and
   // the tasks the runner still has from before a restart, then applies the answer: tasks the
   // server still wants are adopted, the others stopped. kInvalidArgument for a GPU model the
   // catalog does not know; the server's error as it wrote it.
@@ -108,24 +108,24 @@ class NodeAgent {
 
   // What the server asked for at the last answer.
   Duration heartbeat_interval() const { return heartbeat_interval_; }
-  const std::vector<api::DesiredTask>& desired_tasks() const { return desired_; }
+  const std::vector<wire::DesiredTask>& desired_tasks() const { return desired_; }
   // GPU UUID -> NVML index, from the inventory at registration.
   const std::map<std::string, int>& gpu_index_by_uuid() const { return gpu_index_by_uuid_; }
   // The MIG devices of each MIG-enabled GPU, by index, as last read or made; with start slots.
   const std::map<int, std::vector<MigDeviceInfo>>& mig_devices() const { return mig_devices_; }
 
  private:
-  std::vector<api::TaskReport> TaskReports(const std::vector<runner::TaskStatus>& statuses) const;
-  std::vector<api::GpuReport> GpuReports() const;
-  Status Apply(const api::AgentReply& reply, const std::vector<runner::TaskStatus>& reported);
+  std::vector<wire::TaskReport> TaskReports(const std::vector<runner::TaskStatus>& statuses) const;
+  std::vector<wire::GpuReport> GpuReports() const;
+  Status Apply(const wire::AgentReply& reply, const std::vector<runner::TaskStatus>& reported);
   // Applies one wanted layout through the probe; the error to report when it was not applied.
-  std::optional<std::string> ApplyMigLayout(const api::WantedMigLayout& layout,
+  std::optional<std::string> ApplyMigLayout(const wire::WantedMigLayout& layout,
                                             const std::vector<runner::TaskStatus>& tasks);
   std::string LogPath(const std::string& task_id) const;
 
   // Sends a register or heartbeat request; a success renews the lease from the time of sending,
   // in the agent and in the runner (TaskRunner::RenewLease), whose error it returns.
-  Result<api::AgentReply> SendRenewing(const std::string& path, const std::string& body);
+  Result<wire::AgentReply> SendRenewing(const std::string& path, const std::string& body);
   // How long before a lease runs out the agent fences, and the grace it then gives its tasks.
   Duration FenceMargin(Duration lease) const;
   Duration FenceGrace(Duration lease, Duration server_stop_grace) const;
@@ -148,7 +148,7 @@ class NodeAgent {
   std::optional<MonoTime> fenced_deadline_;  // the lease deadline fenced_ was made for
   std::string node_token_;
   Duration heartbeat_interval_ = std::chrono::seconds(10);
-  std::vector<api::DesiredTask> desired_;
+  std::vector<wire::DesiredTask> desired_;
   std::map<std::string, int> gpu_index_by_uuid_;
   std::map<int, std::string> model_by_gpu_;  // canonical catalog names of MIG-enabled GPUs
   std::map<int, std::vector<MigDeviceInfo>> mig_devices_;

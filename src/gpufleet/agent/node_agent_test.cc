@@ -455,7 +455,7 @@ TEST_F(NodeAgentTest, SimulatedNodeShowsItsTasksInTelemetry) {
     busy += *gpu.reading.sample.gpu_util_percent > 0 ? 1 : 0;
   }
   EXPECT_EQ(busy, 3);
-  const std::vector<api::GpuReport> reports = GpuReportsFrom(*(*node)->sampler().LatestSnapshot());
+  const std::vector<wire::GpuReport> reports = GpuReportsFrom(*(*node)->sampler().LatestSnapshot());
   ASSERT_EQ(reports.size(), 8u);
   EXPECT_EQ(reports[0].health, GpuHealth::kHealthy);
 }
@@ -464,7 +464,7 @@ TEST_F(NodeAgentTest, RegistersTheMigInstancesOfItsGpus) {
   std::unique_ptr<SimulatedNode> node = MigNode({"3g.40gb", "3g.40gb"});
   ASSERT_NE(node, nullptr);
   const Json doc = Node("mig-0");
-  EXPECT_EQ(doc["labels"][std::string(api::kMigLayoutsLabel)], "true");
+  EXPECT_EQ(doc["labels"][std::string(wire::kMigLayoutsLabel)], "true");
   const Json& gpu = doc["gpus"][0];
   EXPECT_TRUE(gpu["mig_enabled"].get<bool>());
   EXPECT_EQ(gpu["mig_instances"].dump(),

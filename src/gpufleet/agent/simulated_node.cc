@@ -83,7 +83,7 @@ Result<std::unique_ptr<SimulatedNode>> SimulatedNode::Create(Options options, co
 Status ApplyTaskLoads(const NodeAgent& agent, runner::TaskRunner& runner, SimulatedProbe& probe) {
   const int gpu_count = static_cast<int>(agent.gpu_index_by_uuid().size());
   std::map<std::string, int64_t> milli_by_task;
-  for (const api::DesiredTask& task : agent.desired_tasks()) {
+  for (const wire::DesiredTask& task : agent.desired_tasks()) {
     milli_by_task[task.id] = task.gpu_milli;
   }
   std::vector<int64_t> utilization(static_cast<size_t>(gpu_count), 0);

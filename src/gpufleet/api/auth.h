@@ -36,6 +36,9 @@ struct Principal {
   std::string token_id;  // TokenId of the credential
 
   bool is_admin() const { return role == Role::kAdmin; }
+  // The one visibility rule of team-owned objects (jobs, deployments, a queue's team): admins see
+  // every team's, members their own team's. Hidden objects are answered 404, never 403.
+  bool Sees(std::string_view object_team) const { return is_admin() || object_team == team; }
 };
 
 // The SHA-256 of `text` as 64 lower-case hex digits (OpenSSL EVP).

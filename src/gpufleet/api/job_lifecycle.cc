@@ -95,7 +95,7 @@ std::string JobStateNames() {
 }
 
 std::optional<JobState> StoredJobState(const Json& job) {
-  return ParseJobState(StrOr(job, "state"));
+  return ParseJobState(wire::StrOr(job, "state"));
 }
 
 bool HoldsResources(JobState state) {
@@ -113,8 +113,8 @@ bool IsFinished(JobState state) {
 }
 
 bool PlacementGone(const Json& placement) {
-  const std::string phase = StrOr(placement, "phase");
-  return phase == "Succeeded" || phase == "Failed" || BoolOr(placement, "gone", false);
+  const std::string phase = wire::StrOr(placement, "phase");
+  return phase == "Succeeded" || phase == "Failed" || wire::BoolOr(placement, "gone", false);
 }
 
 void MarkPlacementGone(Json& placement, std::string_view why) {
@@ -125,9 +125,9 @@ void MarkPlacementGone(Json& placement, std::string_view why) {
 Result<std::string> TransitionJob(Json& job, JobState to, std::string reason, std::string event) {
   const std::optional<JobState> from = StoredJobState(job);
   if (!from || !IsPlainTransition(*from, to)) {
-    return FailedPreconditionError(fmt::format("job \"{}\" is {}; it cannot become {}",
-                                               StrOr(job, "name"), StrOr(job, "state", "unknown"),
-                                               JobStateName(to)));
+    return FailedPreconditionError(
+        fmt::format("job \"{}\" is {}; it cannot become {}", wire::StrOr(job, "name"),
+                    wire::StrOr(job, "state", "unknown"), JobStateName(to)));
   }
   if (event.empty()) {
     event = reason.empty() ? JobStateName(to) : fmt::format("{}: {}", JobStateName(to), reason);
@@ -147,12 +147,12 @@ Result<std::string> EndRun(Json& job, JobState then, std::string reason, std::st
     return event;
   }
   if (!from || !RunIsWanted(*from) || !IsRunEnding(then)) {
-    return FailedPreconditionError(fmt::format("job \"{}\" is {}; its run cannot end as {}",
-                                               StrOr(job, "name"), StrOr(job, "state", "unknown"),
-                                               JobStateName(then)));
+    return FailedPreconditionError(
+        fmt::format("job \"{}\" is {}; its run cannot end as {}", wire::StrOr(job, "name"),
+                    wire::StrOr(job, "state", "unknown"), JobStateName(then)));
   }
   bool all_gone = true;
-  for (const Json& placement : ArrayOr(job, "placements")) {
+  for (const Json& placement : wire::ArrayOr(job, "placements")) {
     all_gone = all_gone && PlacementGone(placement);
   }
   if (all_gone) {
@@ -173,16 +173,16 @@ std::optional<std::string> FinishStoppingIfDone(Json& job) {
   if (StoredJobState(job) != JobState::kStopping) {
     return std::nullopt;
   }
-  for (const Json& placement : ArrayOr(job, "placements")) {
+  for (const Json& placement : wire::ArrayOr(job, "placements")) {
     if (!PlacementGone(placement)) {
       return std::nullopt;
     }
   }
   const Json& stopping = job.contains(kStoppingField) ? job[kStoppingField] : Json::object();
   // A stop record that does not parse (written by hand) ends as a failure, never as a success.
-  const JobState then = ParseJobState(StrOr(stopping, "then")).value_or(JobState::kFailed);
+  const JobState then = ParseJobState(wire::StrOr(stopping, "then")).value_or(JobState::kFailed);
   const std::string then_name = JobStateName(then);
-  std::string reason = StrOr(stopping, "reason");
+  std::string reason = wire::StrOr(stopping, "reason");
   std::string event = fmt::format("stopped: every task has ended; now {}", then_name);
   TakeEndState(job, then, std::move(reason));
   return event;
@@ -192,13 +192,13 @@ std::string DescribeStopping(const Json& job, std::optional<int64_t> now_unix_na
                              std::chrono::seconds grace) {
   int total = 0;
   int live = 0;
-  for (const Json& placement : ArrayOr(job, "placements")) {
+  for (const Json& placement : wire::ArrayOr(job, "placements")) {
     ++total;
     live += PlacementGone(placement) ? 0 : 1;
   }
   std::string out = fmt::format("{} of {} tasks still running", live, total);
   const Json& stopping = job.contains(kStoppingField) ? job[kStoppingField] : Json::object();
-  const std::optional<int64_t> since = ParseRfc3339(StrOr(stopping, "since"));
+  const std::optional<int64_t> since = ParseRfc3339(wire::StrOr(stopping, "since"));
   if (now_unix_nanos && since) {
     const int64_t ago = std::max<int64_t>(0, (*now_unix_nanos - *since) / 1'000'000'000);
     out += fmt::format("; SIGTERM sent {}s ago, SIGKILL at {}s", ago, grace.count());
@@ -244,14 +244,14 @@ std::string FormatRfc3339(int64_t unix_nanos) {
 }
 
 bool TaskStarted(const Json& placement) {
-  const std::string phase = StrOr(placement, "phase");
+  const std::string phase = wire::StrOr(placement, "phase");
   return phase == "Running" || phase == "Succeeded" || phase == "Failed";
 }
 
 std::optional<std::string> PartlyStartedGang(const Json& job) {
   // Named up to this many, so that the reason of a gang of thousands stays small.
   constexpr size_t kNamedTasks = 8;
-  const Json& placements = ArrayOr(job, "placements");
+  const Json& placements = wire::ArrayOr(job, "placements");
   std::vector<std::string> named;
   size_t not_started = 0;
   for (const Json& placement : placements) {
@@ -259,9 +259,9 @@ std::optional<std::string> PartlyStartedGang(const Json& job) {
       continue;
     }
     if (++not_started <= kNamedTasks) {
-      const std::string phase = StrOr(placement, "phase");
-      named.push_back(fmt::format("{} on {} ({})", StrOr(placement, "task"),
-                                  StrOr(placement, "node"),
+      const std::string phase = wire::StrOr(placement, "phase");
+      named.push_back(fmt::format("{} on {} ({})", wire::StrOr(placement, "task"),
+                                  wire::StrOr(placement, "node"),
                                   phase.empty() ? "not reported" : phase));
     }
   }

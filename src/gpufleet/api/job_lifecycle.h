@@ -8,8 +8,8 @@
 #include <string>
 #include <string_view>
 
-#include "gpufleet/api/json_fields.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/wire/json_fields.h"
 
 // A job's lifecycle (docs/architecture.md, "The job lifecycle"): its typed states and the one
 // function family that writes a job document's state, reason and stop record.
@@ -23,6 +23,8 @@
 // gone (its agent reported it ended or no longer has it, or its node's lease expired plus the stop
 // grace). Only then does it take the state the ending asked for (`stopping.then`).
 namespace gpufleet::api {
+
+using wire::Json;
 
 enum class JobState {
   kPending,

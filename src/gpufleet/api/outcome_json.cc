@@ -298,8 +298,8 @@ Result<StoredOutcome> OutcomeFromJson(const Json& json) {
   }
   GPUFLEET_ASSIGN_OR_RETURN(r.xids, XidsMember(json, true));
   GPUFLEET_ASSIGN_OR_RETURN(r.health_events, HealthEventsMember(json, true));
-  outcome.cause = StrOr(json, "cause");
-  outcome.reported_by = StrOr(json, "reported_by", "server");
+  outcome.cause = wire::StrOr(json, "cause");
+  outcome.reported_by = wire::StrOr(json, "reported_by", "server");
   return outcome;
 }
 
@@ -354,11 +354,11 @@ GpuHealthReading ReadHealthReasons(const Json& reasons) {
 
 ExitReason InferExitReason(const Json& after, bool hardware_evidence) {
   // A run that is stopping ends as its stop record says.
-  std::string state = StrOr(after, "state");
+  std::string state = wire::StrOr(after, "state");
   if (state == "Stopping" && after.contains("stopping")) {
-    state = StrOr(after["stopping"], "then");
+    state = wire::StrOr(after["stopping"], "then");
   }
-  const std::string reason = StrOr(after, "reason");
+  const std::string reason = wire::StrOr(after, "reason");
   if (state == "Succeeded") {
     return ExitReason::kSucceeded;
   }

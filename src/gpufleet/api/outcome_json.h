@@ -8,13 +8,15 @@
 #include <string_view>
 #include <vector>
 
-#include "gpufleet/api/json_fields.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/reliability/outcome.h"
+#include "gpufleet/wire/json_fields.h"
 
 // Outcome records as the server stores and serves them (docs/api.md, "Outcomes"), the body of an
 // outcome reported from outside, and what an agent's GPU health reasons say about a run.
 namespace gpufleet::api {
+
+using wire::Json;
 
 // Store kinds of the reliability side: one outcome per run, named "JOB/ATTEMPT", and one
 // document per device that is or was quarantined, named "gpu:UUID" or "node:NAME".

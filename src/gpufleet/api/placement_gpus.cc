@@ -10,9 +10,9 @@ std::string PlacedGpu::Describe() const {
 }
 
 std::vector<PlacedGpu> PlacedGpus(const Json& placement) {
-  const Json& assignments = ArrayOr(placement, "assignments");
-  const Json& uuids = ArrayOr(placement, "gpu_uuids");
-  const Json& indices = ArrayOr(placement, "gpus");
+  const Json& assignments = wire::ArrayOr(placement, "assignments");
+  const Json& uuids = wire::ArrayOr(placement, "gpu_uuids");
+  const Json& indices = wire::ArrayOr(placement, "gpus");
   std::vector<PlacedGpu> out(assignments.size());
   for (size_t i = 0; i < out.size(); ++i) {
     if (i < uuids.size() && uuids[i].is_string()) {
@@ -30,7 +30,7 @@ int PlacedGpuPosition(const Json& node_gpus, const PlacedGpu& gpu) {
     return -1;
   }
   for (size_t i = 0; i < node_gpus.size(); ++i) {
-    if (gpu.Is(StrOr(node_gpus[i], "uuid"), IntOr(node_gpus[i], "index", -1))) {
+    if (gpu.Is(wire::StrOr(node_gpus[i], "uuid"), wire::IntOr(node_gpus[i], "index", -1))) {
       return static_cast<int>(i);
     }
   }
@@ -49,7 +49,7 @@ std::optional<PlacedGpu> RenamePlacedGpus(Json& placement, const Json& named_by,
   for (PlacedGpu gpu : PlacedGpus(placement)) {
     if (gpu.uuid.empty()) {
       if (const Json* then = FindPlacedGpu(named_by, gpu)) {
-        gpu.uuid = StrOr(*then, "uuid");
+        gpu.uuid = wire::StrOr(*then, "uuid");
       }
     }
     const Json* now = FindPlacedGpu(node_gpus, gpu);
@@ -57,7 +57,7 @@ std::optional<PlacedGpu> RenamePlacedGpus(Json& placement, const Json& named_by,
       return gpu;
     }
     uuids.push_back(gpu.uuid);
-    indices.push_back(IntOr(*now, "index", -1));
+    indices.push_back(wire::IntOr(*now, "index", -1));
   }
   placement["gpu_uuids"] = std::move(uuids);
   placement["gpus"] = std::move(indices);

@@ -7,7 +7,7 @@
 #include <string_view>
 #include <vector>
 
-#include "gpufleet/api/json_fields.h"
+#include "gpufleet/wire/json_fields.h"
 
 // GPU identity in a stored placement (an element of a job document's "placements"): the GPUs its
 // task holds are named by UUID, "gpu_uuids", one per element of "assignments", with each GPU's
@@ -18,6 +18,8 @@
 // which are read as the GPU with that index; so is a GPU registered without a UUID (nodes
 // registered by an admin, without an agent).
 namespace gpufleet::api {
+
+using wire::Json;
 
 // One GPU a placement's task holds, as the placement names it.
 struct PlacedGpu {

@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include "gpufleet/api/job_lifecycle.h"
-#include "gpufleet/api/json_scan.h"
 #include "gpufleet/api/placement_gpus.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tenancy.h"
@@ -16,6 +15,7 @@
 #include "gpufleet/reliability/inventory.h"
 #include "gpufleet/reliability/outcome.h"
 #include "gpufleet/reliability/xid_catalog.h"
+#include "gpufleet/wire/json_scan.h"
 
 namespace gpufleet::api {
 namespace {
@@ -47,7 +47,7 @@ std::string QuarantinedName() {
 // A GPU's id in outcome records and the inventory: its UUID, or NODE/gpuINDEX for a GPU
 // registered without one.
 std::string GpuKey(const Json& gpu, std::string_view node, int64_t index) {
-  const std::string uuid = StrOr(gpu, "uuid");
+  const std::string uuid = wire::StrOr(gpu, "uuid");
   return uuid.empty() ? fmt::format("{}/gpu{}", node, index) : uuid;
 }
 
@@ -56,8 +56,8 @@ std::string QuarantineDocName(const Device& device) {
 }
 
 std::optional<Device> DeviceOfDoc(const Json& doc) {
-  const std::string kind = StrOr(doc, "device");
-  const std::string id = StrOr(doc, "id");
+  const std::string kind = wire::StrOr(doc, "device");
+  const std::string id = wire::StrOr(doc, "id");
   if (id.empty() || (kind != "gpu" && kind != "node")) {
     return std::nullopt;
   }
@@ -153,21 +153,21 @@ int64_t ReliabilityController::NowNanos() const {
 
 Json ReliabilityController::XidBaseline(const Json& job) {
   Json baseline = Json::object();
-  for (const Json& placement : ArrayOr(job, "placements")) {
-    const std::string node = StrOr(placement, "node");
+  for (const Json& placement : wire::ArrayOr(job, "placements")) {
+    const std::string node = wire::StrOr(placement, "node");
     const Result<store::StoredObject> object = store_.Get(kNodesKind, node);
     if (!object.ok()) {
       continue;
     }
-    const Json doc = ParseDocument(object->data);
+    const Json doc = wire::ParseDocument(object->data);
     for (const PlacedGpu& placed : PlacedGpus(placement)) {
-      const Json* gpu = FindPlacedGpu(ArrayOr(doc, "gpus"), placed);
+      const Json* gpu = FindPlacedGpu(wire::ArrayOr(doc, "gpus"), placed);
       if (gpu == nullptr) {
         continue;
       }
-      const GpuHealthReading reading = ReadHealthReasons(ArrayOr(*gpu, "reasons"));
+      const GpuHealthReading reading = ReadHealthReasons(wire::ArrayOr(*gpu, "reasons"));
       for (const auto& [xid, count] : reading.xids) {
-        baseline[GpuKey(*gpu, node, IntOr(*gpu, "index", -1))][std::to_string(xid)] = count;
+        baseline[GpuKey(*gpu, node, wire::IntOr(*gpu, "index", -1))][std::to_string(xid)] = count;
       }
     }
   }
@@ -178,18 +178,19 @@ Result<StoredOutcome> ReliabilityController::BuildOutcome(const Json& before, co
   StoredOutcome outcome;
   reliability::OutcomeRecord& r = outcome.record;
   r.job = JobId(TeamScopedKeyOf(before));  // the job's key, TEAM/NAME
-  r.attempt = static_cast<int>(IntOr(before, "attempt", 0));
+  r.attempt = static_cast<int>(wire::IntOr(before, "attempt", 0));
   r.end = MonoTime{NowNanos()};
   const Json& run = before.contains("run") ? before["run"] : Json::object();
-  r.start = IntOr(run, "attempt", -1) == r.attempt ? MonoTime{IntOr(run, "started_ns", r.end.nanos)}
-                                                   : r.end;
+  r.start = wire::IntOr(run, "attempt", -1) == r.attempt
+                ? MonoTime{wire::IntOr(run, "started_ns", r.end.nanos)}
+                : r.end;
   r.start = std::min(r.start, r.end);
   const Json& baseline = run.contains("xids_before") ? run["xids_before"] : Json::object();
   bool hardware_evidence = false;
   std::set<std::string> gpu_nodes;
   std::vector<std::string> placement_nodes;
-  for (const Json& placement : ArrayOr(before, "placements")) {
-    const std::string node = StrOr(placement, "node");
+  for (const Json& placement : wire::ArrayOr(before, "placements")) {
+    const std::string node = wire::StrOr(placement, "node");
     if (node.empty()) {
       continue;
     }
@@ -199,16 +200,16 @@ Result<StoredOutcome> ReliabilityController::BuildOutcome(const Json& before, co
       continue;
     }
     GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject object, store_.Get(kNodesKind, node));
-    const Json doc = ParseDocument(object.data);
+    const Json doc = wire::ParseDocument(object.data);
     for (const PlacedGpu& one : placed) {
-      const Json* gpu = FindPlacedGpu(ArrayOr(doc, "gpus"), one);
+      const Json* gpu = FindPlacedGpu(wire::ArrayOr(doc, "gpus"), one);
       if (gpu == nullptr && one.uuid.empty()) {
         return NotFoundError(fmt::format("node \"{}\" has no GPU {}", node, one.index));
       }
       // A GPU gone from its node (the run ended for it) is still the run's, by its UUID; it has
       // no health to read.
       const std::string key =
-          gpu == nullptr ? one.uuid : GpuKey(*gpu, node, IntOr(*gpu, "index", -1));
+          gpu == nullptr ? one.uuid : GpuKey(*gpu, node, wire::IntOr(*gpu, "index", -1));
       if (std::find(r.gpus.begin(), r.gpus.end(), GpuUuid(key)) != r.gpus.end()) {
         continue;  // a GPU shared by two tasks of the job
       }
@@ -217,11 +218,12 @@ Result<StoredOutcome> ReliabilityController::BuildOutcome(const Json& before, co
       if (gpu == nullptr) {
         continue;
       }
-      const GpuHealthReading reading = ReadHealthReasons(ArrayOr(*gpu, "reasons"));
+      const GpuHealthReading reading = ReadHealthReasons(wire::ArrayOr(*gpu, "reasons"));
       const Json& seen_before = baseline.contains(key) ? baseline[key] : Json::object();
       for (const auto& [xid, count] : reading.xids) {
-        const int new_count = std::min(
-            kMaxXidsPerCode, count - static_cast<int>(IntOr(seen_before, std::to_string(xid), 0)));
+        const int new_count =
+            std::min(kMaxXidsPerCode,
+                     count - static_cast<int>(wire::IntOr(seen_before, std::to_string(xid), 0)));
         for (int i = 0; i < new_count; ++i) {
           r.xids.push_back(reliability::XidEvent{GpuUuid(key), xid});
         }
@@ -247,27 +249,28 @@ Result<StoredOutcome> ReliabilityController::BuildOutcome(const Json& before, co
         fmt::format("job \"{}\" run {} held no node", r.job.value(), r.attempt));
   }
   r.exit_reason = InferExitReason(after, hardware_evidence);
-  outcome.cause = StrOr(after, "reason");
+  outcome.cause = wire::StrOr(after, "reason");
   if (outcome.cause.empty()) {
-    outcome.cause = StrOr(after, "state");
+    outcome.cause = wire::StrOr(after, "state");
   }
   return outcome;
 }
 
 void ReliabilityController::NoteJobChange(const Json& before, Json& after,
                                           store::WriteBatch& batch) {
-  if (!IsRunGoing(StrOr(before, "state"))) {
+  if (!IsRunGoing(wire::StrOr(before, "state"))) {
     return;
   }
   const std::string job = TeamScopedKeyOf(before);
-  const int64_t attempt = IntOr(before, "attempt", 0);
-  const bool ended = !IsRunGoing(StrOr(after, "state")) || IntOr(after, "attempt", 0) != attempt;
+  const int64_t attempt = wire::IntOr(before, "attempt", 0);
+  const bool ended =
+      !IsRunGoing(wire::StrOr(after, "state")) || wire::IntOr(after, "attempt", 0) != attempt;
   if (job.empty()) {
     return;
   }
   if (!ended) {
     const Json& run = after.contains("run") ? after["run"] : Json::object();
-    if (IntOr(run, "attempt", -1) != attempt) {
+    if (wire::IntOr(run, "attempt", -1) != attempt) {
       after["run"] = {{"attempt", attempt}, {"started_ns", NowNanos()}};
     }
     if (!after["run"].contains("xids_before")) {
@@ -293,7 +296,7 @@ void ReliabilityController::NoteJobChange(const Json& before, Json& after,
 }
 
 void ReliabilityController::NoteRunStarted(Json& job) const {
-  job["run"] = {{"attempt", IntOr(job, "attempt", 0)}, {"started_ns", NowNanos()}};
+  job["run"] = {{"attempt", wire::IntOr(job, "attempt", 0)}, {"started_ns", NowNanos()}};
 }
 
 // ---- the fleet and the analysis ---------------------------------------------------------------
@@ -302,8 +305,8 @@ Result<ReliabilityController::Fleet> ReliabilityController::LoadFleet() {
   std::string leaf_level;
   const Result<store::StoredObject> topology = store_.Get(kClusterKind, kTopologyName);
   if (topology.ok()) {
-    const Json recorded = ParseDocument(topology->data);
-    const Json& levels = ArrayOr(recorded, "levels");
+    const Json recorded = wire::ParseDocument(topology->data);
+    const Json& levels = wire::ArrayOr(recorded, "levels");
     if (!levels.empty() && levels.back().is_string()) {
       leaf_level = levels.back().get<std::string>();
     }
@@ -313,19 +316,20 @@ Result<ReliabilityController::Fleet> ReliabilityController::LoadFleet() {
   GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> nodes, store_.List(kNodesKind));
   Fleet fleet;
   for (const store::StoredObject& object : nodes) {
-    const Json doc = ParseDocument(object.data);
+    const Json doc = wire::ParseDocument(object.data);
     const std::string leaf =
-        leaf_level.empty() ? ""
-                           : StrOr(doc.contains("topology") ? doc["topology"] : Json(), leaf_level);
+        leaf_level.empty()
+            ? ""
+            : wire::StrOr(doc.contains("topology") ? doc["topology"] : Json(), leaf_level);
     std::vector<GpuUuid> keys;
     std::vector<Fleet::Gpu> gpus;
-    for (const Json& gpu : ArrayOr(doc, "gpus")) {
-      const int64_t index = IntOr(gpu, "index", -1);
+    for (const Json& gpu : wire::ArrayOr(doc, "gpus")) {
+      const int64_t index = wire::IntOr(gpu, "index", -1);
       Fleet::Gpu entry{object.name,
                        index,
                        GpuKey(gpu, object.name, index),
-                       StrOr(gpu, "health"),
-                       StrOr(gpu, "drain", "none"),
+                       wire::StrOr(gpu, "health"),
+                       wire::StrOr(gpu, "drain", "none"),
                        gpu.contains("reasons") ? gpu["reasons"] : Json::array()};
       keys.push_back(GpuUuid(entry.key));
       gpus.push_back(std::move(entry));
@@ -356,7 +360,7 @@ Result<std::vector<reliability::OutcomeRecord>> ReliabilityController::LoadOutco
     } else {
       // The store revision tells every write apart, even a deleted and re-created record.
       entry.version = object.revision;
-      Result<StoredOutcome> parsed = OutcomeFromJson(ParseDocument(object.data));
+      Result<StoredOutcome> parsed = OutcomeFromJson(wire::ParseDocument(object.data));
       if (parsed.ok()) {
         entry.record = std::move(parsed).value().record;
       }
@@ -390,13 +394,14 @@ Result<std::unique_ptr<ReliabilityController::Analysis>> ReliabilityController::
   GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> docs,
                             store_.List(kQuarantinesKind));
   for (const store::StoredObject& object : docs) {
-    Json doc = ParseDocument(object.data);
+    Json doc = wire::ParseDocument(object.data);
     doc["version"] = object.version;
     analysis->quarantine_docs.emplace(object.name, std::move(doc));
   }
   auto doc_in_force = [&](const Device& device) -> const Json* {
     const auto it = analysis->quarantine_docs.find(QuarantineDocName(device));
-    return it != analysis->quarantine_docs.end() && StrOr(it->second, "state") == "quarantined"
+    return it != analysis->quarantine_docs.end() &&
+                   wire::StrOr(it->second, "state") == "quarantined"
                ? &it->second
                : nullptr;
   };
@@ -407,10 +412,11 @@ Result<std::unique_ptr<ReliabilityController::Analysis>> ReliabilityController::
                                            QuarantineSource::kOperator, "operator",
                                            "quarantined on the node"};
     if (doc != nullptr) {
-      request.mode = StrOr(*doc, "mode") == "now" ? DrainMode::kNow : DrainMode::kAfterJob;
-      request.source = ParseSource(StrOr(*doc, "source")).value_or(QuarantineSource::kOperator);
-      request.actor = StrOr(*doc, "actor", "operator");
-      request.reason = StrOr(*doc, "reason", "quarantined");
+      request.mode = wire::StrOr(*doc, "mode") == "now" ? DrainMode::kNow : DrainMode::kAfterJob;
+      request.source =
+          ParseSource(wire::StrOr(*doc, "source")).value_or(QuarantineSource::kOperator);
+      request.actor = wire::StrOr(*doc, "actor", "operator");
+      request.reason = wire::StrOr(*doc, "reason", "quarantined");
     }
     (void)m.Quarantine(request);
   };
@@ -430,7 +436,7 @@ Result<std::unique_ptr<ReliabilityController::Analysis>> ReliabilityController::
 
   // A released device's evidence starts again at its release.
   for (const auto& [name, doc] : analysis->quarantine_docs) {
-    const int64_t since = IntOr(doc, "evidence_since_ns", 0);
+    const int64_t since = wire::IntOr(doc, "evidence_since_ns", 0);
     const std::optional<Device> device = DeviceOfDoc(doc);
     if (since <= 0 || !device || !fleet.inventory.Contains(*device)) {
       continue;
@@ -472,9 +478,10 @@ Status ReliabilityController::NoticeQuarantineChanges(const Fleet& fleet,
   const int64_t now = NowNanos();
   std::set<std::string> in_force;
   for (const store::StoredObject& object : docs) {
-    Json doc = ParseDocument(object.data);
+    Json doc = wire::ParseDocument(object.data);
     const std::optional<Device> device = DeviceOfDoc(doc);
-    if (StrOr(doc, "state") != "quarantined" || !device || !fleet.inventory.Contains(*device)) {
+    if (wire::StrOr(doc, "state") != "quarantined" || !device ||
+        !fleet.inventory.Contains(*device)) {
       continue;
     }
     if (fleet.IsQuarantined(*device)) {
@@ -511,7 +518,7 @@ Status ReliabilityController::NoticeQuarantineChanges(const Fleet& fleet,
     if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) {
       return existing.status();
     }
-    Json doc = existing.ok() ? ParseDocument(existing->data) : Json::object();
+    Json doc = existing.ok() ? wire::ParseDocument(existing->data) : Json::object();
     doc.update({{"device", "gpu"},
                 {"id", gpu.key},
                 {"node", gpu.node},
@@ -558,10 +565,10 @@ Status ReliabilityController::ApplyQuarantine(const Analysis& analysis, const Au
   const int64_t now = NowNanos();
   for (int attempt = 0;; ++attempt) {
     GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject object, store_.Get(kNodesKind, node));
-    Json doc = ParseDocument(object.data);
+    Json doc = wire::ParseDocument(object.data);
     if (doc.contains("gpus") && doc["gpus"].is_array()) {
       for (Json& g : doc["gpus"]) {
-        if (gpu == nullptr || IntOr(g, "index", -1) == gpu->index) {
+        if (gpu == nullptr || wire::IntOr(g, "index", -1) == gpu->index) {
           g["health"] = QuarantinedName();
         }
       }
@@ -570,7 +577,7 @@ Status ReliabilityController::ApplyQuarantine(const Analysis& analysis, const Au
     if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) {
       return existing.status();
     }
-    Json record = existing.ok() ? ParseDocument(existing->data) : Json::object();
+    Json record = existing.ok() ? wire::ParseDocument(existing->data) : Json::object();
     record.update({{"device", reliability::DeviceKindName(device.kind)},
                    {"id", device.id},
                    {"node", node},
@@ -632,8 +639,8 @@ Result<int> ReliabilityController::PreemptRunsOn(const Analysis& analysis, const
   const std::string node = gpu != nullptr ? gpu->node : device.id;
   const std::string what = gpu != nullptr ? fmt::format("gpu {} of {}", gpu->index, node) : node;
   auto uses_device = [&](const Json& job) {
-    for (const Json& placement : ArrayOr(job, "placements")) {
-      if (StrOr(placement, "node") != node) {
+    for (const Json& placement : wire::ArrayOr(job, "placements")) {
+      if (wire::StrOr(placement, "node") != node) {
         continue;
       }
       const std::vector<PlacedGpu> placed = PlacedGpus(placement);
@@ -648,7 +655,7 @@ Result<int> ReliabilityController::PreemptRunsOn(const Analysis& analysis, const
   GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs, store_.List(kJobsKind));
   int preempted = 0;
   for (const store::StoredObject& listed : jobs) {
-    const std::optional<std::string> state = TopLevelString(listed.data, "state");
+    const std::optional<std::string> state = wire::TopLevelString(listed.data, "state");
     if (state && !IsRunGoing(*state)) {
       continue;
     }
@@ -657,8 +664,8 @@ Result<int> ReliabilityController::PreemptRunsOn(const Analysis& analysis, const
       if (!object.ok()) {
         break;
       }
-      const Json before = ParseDocument(object->data);
-      if (!IsRunGoing(StrOr(before, "state")) || !uses_device(before)) {
+      const Json before = wire::ParseDocument(object->data);
+      if (!IsRunGoing(wire::StrOr(before, "state")) || !uses_device(before)) {
         break;
       }
       Json after = before;
@@ -757,14 +764,14 @@ Result<Json> ReliabilityController::ReportOutcome(std::string_view actor, std::s
     }
     return job.status();
   }
-  const Json job_doc = ParseDocument(job->data);
-  const int64_t runs = IntOr(job_doc, "attempt", 0);
+  const Json job_doc = wire::ParseDocument(job->data);
+  const int64_t runs = wire::IntOr(job_doc, "attempt", 0);
   if (report.attempt > runs) {
     return InvalidArgumentError(fmt::format("attempt: {} (job \"{}\" has had {} run{})",
                                             report.attempt, report.job, runs,
                                             runs == 1 ? "" : "s"));
   }
-  if (report.attempt == runs && IsRunGoing(StrOr(job_doc, "state"))) {
+  if (report.attempt == runs && IsRunGoing(wire::StrOr(job_doc, "state"))) {
     return FailedPreconditionError(
         fmt::format("job \"{}\" run {} is still going: report its outcome once it has ended",
                     report.job, report.attempt));
@@ -780,7 +787,8 @@ Result<Json> ReliabilityController::ReportOutcome(std::string_view actor, std::s
       }
       return stored.status();
     }
-    GPUFLEET_ASSIGN_OR_RETURN(StoredOutcome outcome, OutcomeFromJson(ParseDocument(stored->data)));
+    GPUFLEET_ASSIGN_OR_RETURN(StoredOutcome outcome,
+                              OutcomeFromJson(wire::ParseDocument(stored->data)));
     // The report's evidence alone first, so that an error names the report's own entries.
     reliability::OutcomeRecord check = outcome.record;
     check.exit_reason = report.exit_reason;
@@ -822,7 +830,7 @@ Result<Json> ReliabilityController::ListOutcomes(std::string_view job) {
                             store_.List(kOutcomesKind, prefix));
   Json items = Json::array();
   for (const store::StoredObject& object : objects) {
-    Json doc = ParseDocument(object.data);
+    Json doc = wire::ParseDocument(object.data);
     doc["name"] = object.name;
     doc["version"] = object.version;
     items.push_back(std::move(doc));
@@ -884,7 +892,7 @@ Result<Json> ReliabilityController::FailureReport() {
   Json quarantines = Json::array();
   for (const auto& [name, doc] : analysis->quarantine_docs) {
     const std::optional<Device> device = DeviceOfDoc(doc);
-    if (StrOr(doc, "state") != "quarantined" || !device || !fleet.IsQuarantined(*device)) {
+    if (wire::StrOr(doc, "state") != "quarantined" || !device || !fleet.IsQuarantined(*device)) {
       continue;
     }
     Json entry = doc;

@@ -12,7 +12,6 @@
 #include <string_view>
 #include <vector>
 
-#include "gpufleet/api/json_fields.h"
 #include "gpufleet/api/outcome_json.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/status.h"
@@ -20,12 +19,15 @@
 #include "gpufleet/reliability/monitor.h"
 #include "gpufleet/reliability/quarantine.h"
 #include "gpufleet/store/state_store.h"
+#include "gpufleet/wire/json_fields.h"
 
 // The server side of the reliability library (docs/reliability.md, "The server"): an outcome
 // record for every run of a job, written in the commit that ends the run; a periodic step that
 // runs the attribution over the stored outcomes and quarantines the flagged devices within the
 // budget; and the data of the /v1/outcomes and /v1/reports/failures routes.
 namespace gpufleet::api {
+
+using wire::Json;
 
 struct ReliabilityOptions {
   // How often the scheduling loop analyses the outcomes and applies the quarantine rules, on the

@@ -14,7 +14,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/agent_protocol.h"
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/outcome_json.h"
 #include "gpufleet/api/server.h"
@@ -22,6 +21,7 @@
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/store/memory_store.h"
+#include "gpufleet/wire/agent_protocol.h"
 
 namespace gpufleet::api {
 namespace {
@@ -37,8 +37,8 @@ std::string Uuid(const std::string& node, int index) {
   return fmt::format("GPU-{}-{}", node, index);
 }
 
-RegisterRequest Inventory(const std::string& name) {
-  RegisterRequest request;
+wire::RegisterRequest Inventory(const std::string& name) {
+  wire::RegisterRequest request;
   request.topology_levels = {"leaf"};
   request.node.id = NodeId(name);
   request.node.capacity = {64000, 512 * 1024};
@@ -68,16 +68,16 @@ spec:
                      name, gpus);
 }
 
-TaskReport Report(const std::string& id, TaskPhase phase, int exit_code = 0) {
-  TaskReport report;
+wire::TaskReport Report(const std::string& id, wire::TaskPhase phase, int exit_code = 0) {
+  wire::TaskReport report;
   report.id = id;
   report.phase = phase;
   report.exit_code = exit_code;
   return report;
 }
 
-GpuReport GpuWith(int index, GpuHealth health, DrainAction drain, std::string reason) {
-  GpuReport report;
+wire::GpuReport GpuWith(int index, GpuHealth health, wire::DrainAction drain, std::string reason) {
+  wire::GpuReport report;
   report.index = index;
   report.health = health;
   report.drain = drain;
@@ -142,18 +142,18 @@ class ReliabilityControllerTest : public ::testing::Test {
   void Register(const std::string& node) {
     const ApiResponse response = Call("POST", "/v1/agents/register",
                                       node_tokens_.count(node) > 0 ? node_tokens_[node] : agent_,
-                                      RegisterRequestToJson(Inventory(node)));
+                                      wire::RegisterRequestToJson(Inventory(node)));
     ASSERT_EQ(response.status, 200) << response.body;
-    const Result<AgentReply> reply = ParseAgentReply(response.body);
+    const Result<wire::AgentReply> reply = wire::ParseAgentReply(response.body);
     ASSERT_OK(reply);
     if (!reply->node_token.empty()) {
       node_tokens_[node] = reply->node_token;
     }
   }
 
-  void Heartbeat(const std::string& node, const HeartbeatRequest& request = {}) {
+  void Heartbeat(const std::string& node, const wire::HeartbeatRequest& request = {}) {
     const ApiResponse response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", node),
-                                      node_tokens_[node], HeartbeatRequestToJson(request));
+                                      node_tokens_[node], wire::HeartbeatRequestToJson(request));
     ASSERT_EQ(response.status, 200) << response.body;
   }
 
@@ -172,8 +172,8 @@ class ReliabilityControllerTest : public ::testing::Test {
     EXPECT_EQ(job["state"], "Scheduled");
     const std::string node = job["placements"][0]["node"];
     const int gpu = job["placements"][0]["gpus"][0];
-    HeartbeatRequest beat;
-    beat.tasks = {Report(name + "/main-0/1", TaskPhase::kRunning)};
+    wire::HeartbeatRequest beat;
+    beat.tasks = {Report(name + "/main-0/1", wire::TaskPhase::kRunning)};
     Heartbeat(node, beat);
     return {node, gpu};
   }
@@ -242,8 +242,8 @@ TEST_F(ReliabilityControllerTest, ASucceededRunIsRecordedInTheCommitThatEndsIt) 
               gpufleet::testing::StatusIs(StatusCode::kNotFound));
 
   clock_.Advance(std::chrono::hours(1));
-  HeartbeatRequest beat;
-  beat.tasks = {Report("ok/main-0/1", TaskPhase::kSucceeded)};
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("ok/main-0/1", wire::TaskPhase::kSucceeded)};
   Heartbeat(node, beat);
   const Result<StoredOutcome> outcome = Outcome("ok/1");
   ASSERT_OK(outcome);
@@ -263,8 +263,8 @@ TEST_F(ReliabilityControllerTest, ARunThatEndsBeforeItsFirstReportLastsFromItsPl
   Cycle();
   const std::string node = Get("/v1/jobs/short")["placements"][0]["node"];
   clock_.Advance(std::chrono::seconds(30));
-  HeartbeatRequest beat;
-  beat.tasks = {Report("short/main-0/1", TaskPhase::kFailed, 3)};
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("short/main-0/1", wire::TaskPhase::kFailed, 3)};
   Heartbeat(node, beat);
   const Result<StoredOutcome> outcome = Outcome("short/1");
   ASSERT_OK(outcome);
@@ -274,15 +274,15 @@ TEST_F(ReliabilityControllerTest, ARunThatEndsBeforeItsFirstReportLastsFromItsPl
 
 TEST_F(ReliabilityControllerTest, ATaskExitIsTheApplicationsUnlessItsGpuReportedABlamingXid) {
   const auto [node, gpu] = StartJob("app");
-  HeartbeatRequest beat;
-  beat.tasks = {Report("app/main-0/1", TaskPhase::kFailed, 1)};
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("app/main-0/1", wire::TaskPhase::kFailed, 1)};
   Heartbeat(node, beat);
   EXPECT_EQ(Outcome("app/1")->record.exit_reason, reliability::ExitReason::kAppError);
 
   const auto [node2, gpu2] = StartJob("infra");
-  beat.tasks = {Report("infra/main-0/1", TaskPhase::kFailed, 1)};
+  beat.tasks = {Report("infra/main-0/1", wire::TaskPhase::kFailed, 1)};
   // XID 94 drains after the job: the task's exit is the GPU's fault.
-  beat.gpus = {GpuWith(gpu2, GpuHealth::kUnhealthy, DrainAction::kAfterJob,
+  beat.gpus = {GpuWith(gpu2, GpuHealth::kUnhealthy, wire::DrainAction::kAfterJob,
                        "XID 94: Contained ECC error; drain after the running job (reset)")};
   Heartbeat(node2, beat);
   const Result<StoredOutcome> outcome = Outcome("infra/1");
@@ -297,15 +297,15 @@ TEST_F(ReliabilityControllerTest, AnXidFromBeforeTheRunIsNotTheRuns) {
   // Every GPU reports an application XID that the agent keeps until the GPU is reset.
   const std::string reason = "XID 13: Graphics Engine Exception; application error, never drain";
   for (const std::string node : {"n1", "n2"}) {
-    HeartbeatRequest beat;
+    wire::HeartbeatRequest beat;
     for (int i = 0; i < kGpusPerNode; ++i) {
-      beat.gpus.push_back(GpuWith(i, GpuHealth::kHealthy, DrainAction::kNone, reason));
+      beat.gpus.push_back(GpuWith(i, GpuHealth::kHealthy, wire::DrainAction::kNone, reason));
     }
     Heartbeat(node, beat);
   }
   const auto [node, gpu] = StartJob("later");
-  HeartbeatRequest beat;
-  beat.tasks = {Report("later/main-0/1", TaskPhase::kFailed, 2)};
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("later/main-0/1", wire::TaskPhase::kFailed, 2)};
   Heartbeat(node, beat);
   const Result<StoredOutcome> outcome = Outcome("later/1");
   ASSERT_OK(outcome);
@@ -315,8 +315,8 @@ TEST_F(ReliabilityControllerTest, AnXidFromBeforeTheRunIsNotTheRuns) {
 
 TEST_F(ReliabilityControllerTest, DrainNowCancelAndNotReadyEndRunsWithTheirReasons) {
   const auto [node, gpu] = StartJob("drained");
-  HeartbeatRequest beat;
-  beat.gpus = {GpuWith(gpu, GpuHealth::kUnhealthy, DrainAction::kNow, kXid79)};
+  wire::HeartbeatRequest beat;
+  beat.gpus = {GpuWith(gpu, GpuHealth::kUnhealthy, wire::DrainAction::kNow, kXid79)};
   Heartbeat(node, beat);
   Result<StoredOutcome> outcome = Outcome("drained/1");
   ASSERT_OK(outcome);
@@ -341,8 +341,8 @@ TEST_F(ReliabilityControllerTest, DrainNowCancelAndNotReadyEndRunsWithTheirReaso
 
 TEST_F(ReliabilityControllerTest, AReportedHangReplacesTheExitReason) {
   const auto [node, gpu] = StartJob("train");
-  HeartbeatRequest beat;
-  beat.tasks = {Report("train/main-0/1", TaskPhase::kFailed, 1)};
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("train/main-0/1", wire::TaskPhase::kFailed, 1)};
   Heartbeat(node, beat);
   const ApiResponse response = Call("POST", "/v1/outcomes", admin_,
                                     R"({"job": "train", "attempt": 1, "exit_reason": "hang",
@@ -369,7 +369,7 @@ TEST_F(ReliabilityControllerTest, ABadOutcomeReportIsAClearErrorAndChangesNothin
       {R"({"job": "train", "attempt": 1, "exit_reason": "hang"})", 400,
        "job \\\"train\\\" run 1 is still going"},
   };
-  HeartbeatRequest beat;
+  wire::HeartbeatRequest beat;
   for (const Case& c : running) {
     SCOPED_TRACE(c.body);
     const int64_t before = Revision();
@@ -378,7 +378,7 @@ TEST_F(ReliabilityControllerTest, ABadOutcomeReportIsAClearErrorAndChangesNothin
     EXPECT_THAT(response.body, HasSubstr(c.error));
     EXPECT_EQ(Revision(), before);
   }
-  beat.tasks = {Report("train/main-0/1", TaskPhase::kFailed, 1)};
+  beat.tasks = {Report("train/main-0/1", wire::TaskPhase::kFailed, 1)};
   Heartbeat(node, beat);
   const std::string other_gpu = Uuid(node == "n1" ? "n2" : "n1", 0);
   const std::vector<Case> ended = {
@@ -509,15 +509,15 @@ TEST_F(ReliabilityControllerTest, AHealthRuleQuarantineTakesTheSamePath) {
   ReliabilityOptions options = EveryCycle();
   options.quarantine_on_health_rule = true;
   Start(options);
-  HeartbeatRequest beat;
-  beat.gpus = {GpuWith(1, GpuHealth::kUnhealthy, DrainAction::kNow, kXid79)};
+  wire::HeartbeatRequest beat;
+  beat.gpus = {GpuWith(1, GpuHealth::kUnhealthy, wire::DrainAction::kNow, kXid79)};
   Heartbeat("n2", beat);
   Cycle();
   EXPECT_EQ(Get("/v1/nodes/n2")["gpus"][1]["health"], "Quarantined");
   EXPECT_THAT(NodeEvents("n2"), HasSubstr("gpu 1 (GPU-n2-1) quarantined by health-rule "
                                           "(health-rule), drain now: xid 79 (drain-now)"));
   // The agent reporting the GPU healthy again (after a reset) does not release it.
-  beat.gpus = {GpuReport{.index = 1}};
+  beat.gpus = {wire::GpuReport{.index = 1}};
   Heartbeat("n2", beat);
   Cycle();
   EXPECT_EQ(Get("/v1/nodes/n2")["gpus"][1]["health"], "Quarantined");

@@ -7,11 +7,11 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/json_scan.h"
-#include "gpufleet/api/node_json.h"
 #include "gpufleet/api/placement_gpus.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tenancy.h"
+#include "gpufleet/wire/json_scan.h"
+#include "gpufleet/wire/node_json.h"
 
 namespace gpufleet::api {
 namespace {
@@ -31,18 +31,18 @@ std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
     if (PlacementGone(p)) {
       continue;
     }
-    const auto it = node_index.find(StrOr(p, "node"));
+    const auto it = node_index.find(wire::StrOr(p, "node"));
     if (it == node_index.end()) {
       return std::nullopt;
     }
     scheduler::TaskPlacement placement;
-    placement.group = static_cast<int>(IntOr(p, "group", 0));
-    placement.replica = static_cast<int>(IntOr(p, "replica", 0));
+    placement.group = static_cast<int>(wire::IntOr(p, "group", 0));
+    placement.replica = static_cast<int>(wire::IntOr(p, "replica", 0));
     placement.node = it->second;
-    placement.host.cpu_milli = IntOr(p, "cpu_milli", 0);
-    placement.host.memory_mib = IntOr(p, "memory_mib", 0);
+    placement.host.cpu_milli = wire::IntOr(p, "cpu_milli", 0);
+    placement.host.memory_mib = wire::IntOr(p, "memory_mib", 0);
     const std::vector<Gpu>& node_gpus = snapshot.nodes()[it->second].node->gpus;
-    const Json& assignments = ArrayOr(p, "assignments");
+    const Json& assignments = wire::ArrayOr(p, "assignments");
     const std::vector<PlacedGpu> placed = PlacedGpus(p);
     for (size_t i = 0; i < placed.size(); ++i) {
       const auto gpu = std::find_if(node_gpus.begin(), node_gpus.end(), [&](const Gpu& candidate) {
@@ -54,10 +54,10 @@ std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
       const Json& a = assignments[i];
       scheduler::GpuAssignment assignment;
       assignment.gpu = static_cast<int>(gpu - node_gpus.begin());
-      assignment.milli = IntOr(a, "milli", 0);
-      assignment.memory_mib = IntOr(a, "memory_mib", 0);
-      assignment.mig_profile = StrOr(a, "mig_profile");
-      assignment.mig_start = static_cast<int>(IntOr(a, "mig_start", -1));
+      assignment.milli = wire::IntOr(a, "milli", 0);
+      assignment.memory_mib = wire::IntOr(a, "memory_mib", 0);
+      assignment.mig_profile = wire::StrOr(a, "mig_profile");
+      assignment.mig_start = static_cast<int>(wire::IntOr(a, "mig_start", -1));
       if (const auto created = a.find("mig_created"); created != a.end() && created->is_boolean()) {
         assignment.mig_created = created->get<bool>();
       }
@@ -167,8 +167,8 @@ Status SchedulingView::LoadAll() {
   Result<store::StoredObject> recorded = store_.Get(kClusterKind, kTopologyName);
   if (recorded.ok()) {
     std::vector<std::string> levels;
-    const Json doc = ParseDocument(recorded->data);
-    for (const Json& level : ArrayOr(doc, "levels")) {
+    const Json doc = wire::ParseDocument(recorded->data);
+    for (const Json& level : wire::ArrayOr(doc, "levels")) {
       if (level.is_string()) {
         levels.push_back(level.get<std::string>());
       }
@@ -193,7 +193,7 @@ Status SchedulingView::LoadAll() {
   GPUFLEET_RETURN_IF_ERROR(RebuildSnapshot());
   for (const store::StoredObject& object : jobs) {
     // Finished jobs are most of the store: skip them before parsing.
-    if (const std::optional<std::string> state = TopLevelString(object.data, "state");
+    if (const std::optional<std::string> state = wire::TopLevelString(object.data, "state");
         state && ParseJobState(*state) && IsFinished(*ParseJobState(*state))) {
       continue;
     }
@@ -222,8 +222,8 @@ Status SchedulingView::RefreshNode(const std::string& name) {
 
 std::optional<ViewNode> SchedulingView::Accept(const store::StoredObject& object,
                                                const Topology& topology) {
-  const Json doc = ParseDocument(object.data);
-  Result<Node> node = NodeFromJson(doc, topology.levels());
+  const Json doc = wire::ParseDocument(object.data);
+  Result<Node> node = wire::NodeFromJson(doc, topology.levels());
   Status status = node.status();
   if (node.ok()) {
     status = scheduler::ValidateNode(*node, topology, catalog_);
@@ -237,7 +237,7 @@ std::optional<ViewNode> SchedulingView::Accept(const store::StoredObject& object
     excluded_[object.name] = reason;
     return std::nullopt;
   }
-  return ViewNode{object.version, std::move(node).value(), BoolOr(doc, "agent", false)};
+  return ViewNode{object.version, std::move(node).value(), wire::BoolOr(doc, "agent", false)};
 }
 
 Status SchedulingView::RefreshJob(const std::string& name) {
@@ -274,14 +274,14 @@ Status SchedulingView::RebuildSnapshot() {
     job.applied = false;
     job.placements.clear();
     if (HoldsResources(job.state)) {
-      ApplyJob(name, job, ParseDocument(job.data));
+      ApplyJob(name, job, wire::ParseDocument(job.data));
     }
   }
   return Status::Ok();
 }
 
 void SchedulingView::PutJob(const store::StoredObject& object) {
-  const Json doc = ParseDocument(object.data);
+  const Json doc = wire::ParseDocument(object.data);
   // A state this server does not know is held as Failed would be: it holds nothing.
   const JobState state = StoredJobState(doc).value_or(JobState::kFailed);
   auto it = jobs_.find(object.name);
@@ -307,15 +307,15 @@ void SchedulingView::PutJob(const store::StoredObject& object) {
   job.state = state;
   job.stopping_then.reset();
   if (state == JobState::kStopping && doc.contains("stopping")) {
-    job.stopping_then = ParseJobState(StrOr(doc["stopping"], "then"));
+    job.stopping_then = ParseJobState(wire::StrOr(doc["stopping"], "then"));
   }
-  job.reason = StrOr(doc, "reason");
-  job.queue = StrOr(doc, "queue", std::string(kDefaultQueue));
-  job.priority = static_cast<int>(IntOr(doc, "priority", 0));
-  job.submit_seq = IntOr(doc, "submit_seq", 0);
+  job.reason = wire::StrOr(doc, "reason");
+  job.queue = wire::StrOr(doc, "queue", std::string(kDefaultQueue));
+  job.priority = static_cast<int>(wire::IntOr(doc, "priority", 0));
+  job.submit_seq = wire::IntOr(doc, "submit_seq", 0);
   job.nodes.clear();
-  for (const Json& placement : ArrayOr(doc, "placements")) {
-    job.nodes.insert(StrOr(placement, "node"));
+  for (const Json& placement : wire::ArrayOr(doc, "placements")) {
+    job.nodes.insert(wire::StrOr(placement, "node"));
   }
   if (state != JobState::kPending || !was_pending) {
     job.unschedulable_epoch.reset();

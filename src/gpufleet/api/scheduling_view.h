@@ -12,19 +12,21 @@
 #include <vector>
 
 #include "gpufleet/api/job_lifecycle.h"
-#include "gpufleet/api/json_fields.h"
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/core/workload.h"
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/store/state_store.h"
+#include "gpufleet/wire/json_fields.h"
 
 // The scheduling loop's in-memory view of the store: every node, every active job and the
 // cluster snapshot with the active jobs' placements applied. It is loaded once and then kept up
 // to date from the store's commit notifications, so a cycle reads only the objects written since
 // the last one instead of every node and job (the control plane's cycle-latency target, issue 4).
 namespace gpufleet::api {
+
+using wire::Json;
 
 // The placements of a stored job (its "placements" array) that still hold resources (a task of
 // a Stopping job found gone holds none) against `snapshot`, whose nodes `node_index` indexes by

@@ -9,9 +9,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpufleet/api/node_json.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/store/memory_store.h"
+#include "gpufleet/wire/node_json.h"
 
 namespace gpufleet::api {
 namespace {
@@ -73,7 +73,7 @@ class SchedulingViewTest : public ::testing::Test {
   void SetUp() override {
     store::WriteBatch batch;
     for (const std::string name : {"node-a", "node-b"}) {
-      batch.Create(std::string(kNodesKind), name, NodeToJson(MakeNode(name), {}).dump());
+      batch.Create(std::string(kNodesKind), name, wire::NodeToJson(MakeNode(name), {}).dump());
     }
     batch.Create(std::string(kJobsKind), "running", JobDoc("running", "Running", "node-a", 3));
     batch.Create(std::string(kJobsKind), "done", JobDoc("done", "Succeeded", "node-b", 4));
@@ -138,7 +138,7 @@ TEST_F(SchedulingViewTest, APlacementWrittenByAnotherWriterIsAppliedAndKeptOnNod
   // A node change rebuilds the snapshot; the active jobs' placements come back with it.
   Node cordoned = MakeNode("node-b");
   cordoned.state = NodeState::kCordoned;
-  Update(std::string(kNodesKind), "node-b", NodeToJson(cordoned, {}).dump());
+  Update(std::string(kNodesKind), "node-b", wire::NodeToJson(cordoned, {}).dump());
   ASSERT_TRUE(view_.Refresh().ok());
   EXPECT_EQ(FreeMilli(), 3000);
   EXPECT_EQ(view_.snapshot().nodes()[view_.NodeIndex("node-b")].node->state, NodeState::kCordoned);
@@ -169,7 +169,7 @@ TEST_F(SchedulingViewTest, APlacementKeepsItsGpusByUuidWhenTheNodeListsThemInAno
   for (size_t i = 0; i < reordered.gpus.size(); ++i) {
     reordered.gpus[i].index = static_cast<int>(i);
   }
-  Update(std::string(kNodesKind), "node-a", NodeToJson(reordered, {}).dump());
+  Update(std::string(kNodesKind), "node-a", wire::NodeToJson(reordered, {}).dump());
   ASSERT_TRUE(view_.Refresh().ok());
   EXPECT_THAT(TakenGpus("node-a"), ElementsAre("node-a-gpu0", "node-a-gpu1", "node-a-gpu2"));
   EXPECT_EQ(FreeMilli(), 5000);
@@ -179,7 +179,7 @@ TEST_F(SchedulingViewTest, AGpuItsNodeNoLongerHasIsNeverTakenForAnother) {
   ASSERT_TRUE(view_.Refresh().ok());
   Node fewer = MakeNode("node-a");
   fewer.gpus.erase(fewer.gpus.begin() + 1);  // gpu1 goes; gpu2 and gpu3 move up the list
-  Update(std::string(kNodesKind), "node-a", NodeToJson(fewer, {}).dump());
+  Update(std::string(kNodesKind), "node-a", wire::NodeToJson(fewer, {}).dump());
   ASSERT_TRUE(view_.Refresh().ok());
   EXPECT_THAT(TakenGpus("node-a"), ElementsAre("node-a-gpu0", "node-a-gpu2"));
 }
@@ -209,7 +209,7 @@ TEST_F(SchedulingViewTest, AMalformedNodeIsLeftOutWithAReasonAndTheOthersStay) {
   EXPECT_THAT(view_.excluded_nodes().at("node-b"), HasSubstr("left out of scheduling"));
   EXPECT_EQ(view_.TakeNewlyExcludedNodes().count("node-b"), 1u);
   EXPECT_TRUE(view_.TakeNewlyExcludedNodes().empty());
-  Update(std::string(kNodesKind), "node-b", NodeToJson(MakeNode("node-b"), {}).dump());
+  Update(std::string(kNodesKind), "node-b", wire::NodeToJson(MakeNode("node-b"), {}).dump());
   ASSERT_TRUE(view_.Refresh().ok());
   EXPECT_EQ(FreeMilli(), 5000);
   EXPECT_TRUE(view_.excluded_nodes().empty());
@@ -222,7 +222,7 @@ TEST_F(SchedulingViewTest, ANodeOverTheSchedulersLimitsIsLeftOut) {
     big.gpus[i].index = static_cast<int>(i);
   }
   store::WriteBatch batch;
-  batch.Create(std::string(kNodesKind), "node-big", NodeToJson(big, {}).dump());
+  batch.Create(std::string(kNodesKind), "node-big", wire::NodeToJson(big, {}).dump());
   ASSERT_TRUE(store_.Commit(batch).ok());
   ASSERT_TRUE(view_.Refresh().ok());
   ASSERT_EQ(view_.excluded_nodes().count("node-big"), 1u);

@@ -13,10 +13,6 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/job_lifecycle.h"
-#include "gpufleet/api/job_spec.h"
-#include "gpufleet/api/json_fields.h"
-#include "gpufleet/api/json_scan.h"
-#include "gpufleet/api/node_json.h"
 #include "gpufleet/api/placement_gpus.h"
 #include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/tenancy.h"
@@ -24,27 +20,16 @@
 #include "gpufleet/core/random.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/snapshot.h"
+#include "gpufleet/store/read_modify_write.h"
+#include "gpufleet/wire/job_spec.h"
+#include "gpufleet/wire/json_fields.h"
+#include "gpufleet/wire/json_scan.h"
+#include "gpufleet/wire/node_json.h"
 
 namespace gpufleet::api {
 namespace {
 
 constexpr std::string_view kTopologyName = "topology";
-
-// ---- responses --------------------------------------------------------------------------
-
-ApiResponse JsonResponse(int status, const Json& body) {
-  ApiResponse response;
-  response.status = status;
-  response.body = body.dump() + "\n";
-  return response;
-}
-
-ApiResponse ErrorResponse(const Status& status) {
-  ApiResponse response;
-  response.status = HttpStatusOf(status.code());
-  response.body = ErrorBody(status);
-  return response;
-}
 
 Status PermissionDenied(std::string message) {
   return Status(StatusCode::kPermissionDenied, std::move(message));
@@ -88,13 +73,8 @@ Json PlacementsToJson(const std::vector<scheduler::TaskPlacement>& placements, c
   return out;
 }
 
-// Members see their own team's jobs only.
-bool CanSee(const Principal& who, const Json& job) {
-  return who.is_admin() || StrOr(job, "team") == who.team;
-}
-
 Json JobOutput(const store::StoredObject& object) {
-  Json j = ParseDocument(object.data);
+  Json j = wire::ParseDocument(object.data);
   j["version"] = object.version;
   return j;
 }
@@ -102,8 +82,7 @@ Json JobOutput(const store::StoredObject& object) {
 // What a member may not see of a job it can see: the name of another team's job that
 // preempted it (the reason and events never name it either).
 void HideOtherTeamsJobs(const Principal& who, Json& job) {
-  if (!who.is_admin() && job.contains("preempted_by") &&
-      StrOr(job, "preempted_by_team") != who.team) {
+  if (job.contains("preempted_by") && !who.Sees(wire::StrOr(job, "preempted_by_team"))) {
     job.erase("preempted_by");
   }
 }
@@ -122,28 +101,28 @@ std::map<std::string, std::map<int64_t, int64_t>> AllocationByNode(
     const std::vector<store::StoredObject>& jobs, const std::vector<store::StoredObject>& nodes) {
   std::map<std::string, Json> node_gpus;
   for (const store::StoredObject& object : nodes) {
-    node_gpus[object.name] = ArrayOr(ParseDocument(object.data), "gpus");
+    node_gpus[object.name] = wire::ArrayOr(wire::ParseDocument(object.data), "gpus");
   }
   std::map<std::string, std::map<int64_t, int64_t>> out;
   for (const store::StoredObject& object : jobs) {
-    const Json job = ParseDocument(object.data);
+    const Json job = wire::ParseDocument(object.data);
     if (const std::optional<JobState> state = StoredJobState(job);
         !state || !HoldsResources(*state)) {
       continue;
     }
-    for (const Json& p : ArrayOr(job, "placements")) {
+    for (const Json& p : wire::ArrayOr(job, "placements")) {
       if (PlacementGone(p)) {
         continue;
       }
-      const auto gpus = node_gpus.find(StrOr(p, "node"));
+      const auto gpus = node_gpus.find(wire::StrOr(p, "node"));
       if (gpus == node_gpus.end()) {
         continue;
       }
-      const Json& assignments = ArrayOr(p, "assignments");
+      const Json& assignments = wire::ArrayOr(p, "assignments");
       const std::vector<PlacedGpu> placed = PlacedGpus(p);
       for (size_t i = 0; i < placed.size(); ++i) {
         if (const int position = PlacedGpuPosition(gpus->second, placed[i]); position >= 0) {
-          out[gpus->first][position] += IntOr(assignments[i], "milli", 0);
+          out[gpus->first][position] += wire::IntOr(assignments[i], "milli", 0);
         }
       }
     }
@@ -189,6 +168,20 @@ std::vector<std::string_view> SplitPath(std::string_view path) {
 }  // namespace
 
 // ---- status mapping (the only one in the project) -----------------------------------------
+
+ApiResponse JsonResponse(int status, const Json& body) {
+  ApiResponse response;
+  response.status = status;
+  response.body = body.dump() + "\n";
+  return response;
+}
+
+ApiResponse ErrorResponse(const Status& status) {
+  ApiResponse response;
+  response.status = HttpStatusOf(status.code());
+  response.body = ErrorBody(status);
+  return response;
+}
 
 int HttpStatusOf(StatusCode code) {
   switch (code) {
@@ -315,6 +308,7 @@ ApiServer::ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> sche
       view_(std::make_unique<SchedulingView>(options_.store, options_.catalog)),
       last_full_retry_(started_at_),
       last_full_reload_(started_at_),
+      gang_start_(options_.gang_start_timeout),
       metrics_(std::make_unique<Metrics>()),
       reliability_(std::make_unique<ReliabilityController>(
           options_.store, options_.clock, options_.wall_clock, options_.reliability)) {}
@@ -430,7 +424,7 @@ void ApiServer::LoopMain() {
 Result<int> ApiServer::RegisterNodes(const Cluster& cluster) {
   GPUFLEET_RETURN_IF_ERROR(cluster.Validate(options_.catalog));
   for (const Node& node : cluster.nodes) {
-    GPUFLEET_RETURN_IF_ERROR(ValidateNodeName("node.name", node.id.value()));
+    GPUFLEET_RETURN_IF_ERROR(wire::ValidateNodeName("node.name", node.id.value()));
     if (const Status status = scheduler::ValidateNode(node, cluster.topology, options_.catalog);
         !status.ok()) {
       return InvalidArgumentError(fmt::format("node {}: {}", node.id.value(), status.message()));
@@ -440,9 +434,9 @@ Result<int> ApiServer::RegisterNodes(const Cluster& cluster) {
   store::WriteBatch batch;
   Result<store::StoredObject> topology = options_.store.Get(kClusterKind, kTopologyName);
   if (topology.ok()) {
-    const Json recorded = ParseDocument(topology->data);
+    const Json recorded = wire::ParseDocument(topology->data);
     std::vector<std::string> recorded_levels;
-    for (const Json& level : ArrayOr(recorded, "levels")) {
+    for (const Json& level : wire::ArrayOr(recorded, "levels")) {
       recorded_levels.push_back(level.is_string() ? level.get<std::string>() : "");
     }
     if (recorded_levels != levels) {
@@ -467,7 +461,7 @@ Result<int> ApiServer::RegisterNodes(const Cluster& cluster) {
     if (names.count(node.id.value()) > 0) {
       continue;
     }
-    batch.Create(std::string(kNodesKind), node.id.value(), NodeToJson(node, levels).dump());
+    batch.Create(std::string(kNodesKind), node.id.value(), wire::NodeToJson(node, levels).dump());
     batch.AppendEvent(std::string(kNodesKind), node.id.value(), "registered");
     ++added;
   }
@@ -559,9 +553,9 @@ Result<int> ApiServer::RunCycleLocked() {
     if (job.unschedulable_epoch == view_->capacity_epoch()) {
       continue;
     }
-    Json doc = ParseDocument(job.data);
+    Json doc = wire::ParseDocument(job.data);
     if (!job.spec) {
-      job.spec = ParseJobSpec(doc["spec"].dump(), options_.catalog);
+      job.spec = wire::ParseJobSpec(doc["spec"].dump(), options_.catalog);
     }
     std::string reason;
     std::vector<scheduler::TaskPlacement> placed;
@@ -617,7 +611,7 @@ Result<int> ApiServer::RunCycleLocked() {
         placed = std::move(result.placements);
         // The view holds only Pending jobs here, so the transition is legal.
         (void)TransitionJob(doc, JobState::kScheduled, "");
-        doc["attempt"] = IntOr(doc, "attempt", 0) + 1;
+        doc["attempt"] = wire::IntOr(doc, "attempt", 0) + 1;
         doc["placements"] = PlacementsToJson(placed, **job.spec, snapshot);
         for (const scheduler::TaskPlacement& placement : placed) {
           node_names.insert(snapshot.nodes()[placement.node].node->id.value());
@@ -714,7 +708,7 @@ void ApiServer::UndoCycleWrite(CycleWrite& write) {
 }
 
 void ApiServer::FailUnstorableJob(const std::string& name, const ViewJob& job, const Status& why) {
-  Json doc = ParseDocument(job.data);
+  Json doc = wire::ParseDocument(job.data);
   // A Pending job holds nothing: it ends at once, as a cancel would, but Failed.
   const Result<std::string> event =
       TransitionJob(doc, JobState::kFailed,
@@ -736,12 +730,12 @@ ApiResponse ApiServer::Handle(const ApiRequest& request) {
   const MonoTime start = options_.clock.Now();
   ApiResponse response;
   const auto invalid_utf8 = [&]() -> std::optional<std::string> {
-    if (const size_t bad = InvalidUtf8Offset(request.path); bad != std::string_view::npos) {
+    if (const size_t bad = wire::InvalidUtf8Offset(request.path); bad != std::string_view::npos) {
       return fmt::format("path: not valid UTF-8 at byte {}", bad);
     }
     for (const auto& [key, value] : request.query) {
-      if (InvalidUtf8Offset(key) != std::string_view::npos ||
-          InvalidUtf8Offset(value) != std::string_view::npos) {
+      if (wire::InvalidUtf8Offset(key) != std::string_view::npos ||
+          wire::InvalidUtf8Offset(value) != std::string_view::npos) {
         return fmt::format("query parameter: not valid UTF-8");
       }
     }
@@ -869,7 +863,7 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     }
   } else if (collection == "agents") {
     // The agent protocol (docs/agent.md): POST /v1/agents/register, /v1/agents/NODE/heartbeat.
-    Result<AgentReply> reply = Status(StatusCode::kNotFound, "");
+    Result<wire::AgentReply> reply = Status(StatusCode::kNotFound, "");
     if (n == 3 && post && segments[2] == "register") {
       route = "/v1/agents/register";
       reply = RegisterAgent(*who, request.body);
@@ -882,7 +876,7 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
       return routed(ErrorResponse(reply.status()), route);
     }
     ApiResponse response;
-    response.body = AgentReplyToJson(*reply) + "\n";
+    response.body = wire::AgentReplyToJson(*reply) + "\n";
     return routed(std::move(response), route);
   } else if (collection == "nodes") {
     if (n == 2 && get) {
@@ -945,6 +939,31 @@ Result<bool> ApiServer::CommitCycleJobWrite(const std::string& name,
   return status;
 }
 
+Result<bool> ApiServer::CommitJobWrites(std::vector<JobWrite> writes) {
+  bool wrote = false;
+  for (JobWrite& write : writes) {
+    store::WriteBatch batch;
+    AddJobWrite(write.before, write.after, write.version, write.events.front(), batch);
+    for (size_t i = 1; i < write.events.size(); ++i) {
+      batch.AppendEvent(std::string(kJobsKind), write.name, write.events[i]);
+    }
+    const Result<bool> written = CommitCycleJobWrite(write.name, batch);
+    if (!written.ok() && written.status().code() == StatusCode::kUnavailable) {
+      return written.status();
+    }
+    if (!written.ok()) {
+      fmt::print(stderr, "gpufleet server: jobs/{}: {}\n", write.name, written.status().ToString());
+      continue;
+    }
+    wrote = wrote || *written;
+  }
+  return wrote;
+}
+
+Result<bool> ApiServer::RequeuePartlyStartedGangs() {
+  return CommitJobWrites(gang_start_.Step(view_->jobs(), options_.clock.Now(), NowText()));
+}
+
 void ApiServer::AddJobWrite(const Json& before, Json& after, int64_t version,
                             const std::string& event, store::WriteBatch& batch) {
   reliability_->NoteJobChange(before, after, batch);
@@ -969,7 +988,7 @@ std::string ApiServer::NowText() const {
 }
 
 ApiResponse ApiServer::SubmitJob(const Principal& who, const ApiRequest& request) {
-  Result<Job> job = ParseJobSpec(request.body, options_.catalog);
+  Result<Job> job = wire::ParseJobSpec(request.body, options_.catalog);
   if (!job.ok()) {
     return ErrorResponse(job.status());
   }
@@ -982,7 +1001,7 @@ ApiResponse ApiServer::SubmitJob(const Principal& who, const ApiRequest& request
   if (Status status = store::ValidateKey("metadata.name", key); !status.ok()) {
     return ErrorResponse(status);
   }
-  if (Status status = CheckTaskIdLength(key, *job); !status.ok()) {
+  if (Status status = wire::CheckTaskIdLength(key, *job); !status.ok()) {
     return ErrorResponse(status);
   }
   // Submit order: the store revision before the commit. Concurrent submits may share a value;
@@ -1001,7 +1020,7 @@ ApiResponse ApiServer::SubmitJob(const Principal& who, const ApiRequest& request
               {"labels", job->labels},
               {"state", "Pending"},
               {"reason", ""},
-              {"spec", JobSpecToJson(*job)},
+              {"spec", wire::JobSpecToJson(*job)},
               {"placements", Json::array()},
               {"priority", job->priority},
               {"submit_seq", *revision + 1},
@@ -1010,7 +1029,7 @@ ApiResponse ApiServer::SubmitJob(const Principal& who, const ApiRequest& request
     doc["created_at"] = FormatRfc3339(options_.wall_clock->UnixNanos());
   }
   const std::string data = doc.dump();
-  if (Status status = CheckSubmissionLimits(*job, data.size(), store::kMaxDataBytes);
+  if (Status status = wire::CheckSubmissionLimits(*job, data.size(), store::kMaxDataBytes);
       !status.ok()) {
     return ErrorResponse(status);
   }
@@ -1050,8 +1069,8 @@ ApiResponse ApiServer::ListJobs(const Principal& who, const ApiRequest& request)
   Json items = Json::array();
   for (const store::StoredObject& object : *jobs) {
     Json job = JobOutput(object);
-    if (!CanSee(who, job) || (state && StrOr(job, "state") != *state) ||
-        (queue && StrOr(job, "queue") != *queue)) {
+    if (!who.Sees(wire::StrOr(job, "team")) || (state && wire::StrOr(job, "state") != *state) ||
+        (queue && wire::StrOr(job, "queue") != *queue)) {
       continue;
     }
     AnnotateStopping(job);
@@ -1062,69 +1081,58 @@ ApiResponse ApiServer::ListJobs(const Principal& who, const ApiRequest& request)
 }
 
 ApiResponse ApiServer::GetJob(const Principal& who, std::string_view name) {
-  const Result<store::StoredObject> object = options_.store.Get(kJobsKind, name);
+  const Result<store::StoredObject> object = ReadVisible(who, kJobsKind, name, JobNotFound(name));
   if (!object.ok()) {
-    return ErrorResponse(object.status().code() == StatusCode::kNotFound ||
-                                 object.status().code() == StatusCode::kInvalidArgument
-                             ? JobNotFound(name)
-                             : object.status());
+    return ErrorResponse(object.status());
   }
   Json job = JobOutput(*object);
-  if (!CanSee(who, job)) {
-    return ErrorResponse(JobNotFound(name));
-  }
   AnnotateStopping(job);
   HideOtherTeamsJobs(who, job);
   return JsonResponse(200, job);
 }
 
 ApiResponse ApiServer::CancelJob(const Principal& who, std::string_view name) {
-  for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
-    const Result<store::StoredObject> object = options_.store.Get(kJobsKind, name);
-    if (!object.ok()) {
-      return ErrorResponse(object.status().code() == StatusCode::kNotFound ||
-                                   object.status().code() == StatusCode::kInvalidArgument
-                               ? JobNotFound(name)
-                               : object.status());
-    }
-    Json doc = ParseDocument(object->data);
-    if (!CanSee(who, doc)) {
-      return ErrorResponse(JobNotFound(name));
-    }
-    const std::string state = StrOr(doc, "state");
-    const std::optional<JobState> typed = StoredJobState(doc);
-    if (typed == JobState::kCancelled ||
-        (typed == JobState::kStopping &&
-         StrOr(doc["stopping"], "then") == JobStateName(JobState::kCancelled))) {
-      return JsonResponse(200, JobOutput(*object));
-    }
-    const std::string why = fmt::format("cancelled by {}", Who(who));
-    // A running job keeps its GPUs until its tasks are gone (Stopping); a waiting one is
-    // cancelled at once. A job already stopping for another reason ends Cancelled instead.
-    Result<std::string> event = std::string();
-    if (typed && HoldsResources(*typed)) {
-      event = EndRun(doc, JobState::kCancelled, why, NowText());
-    } else {
-      event = TransitionJob(doc, JobState::kCancelled, why,
-                            fmt::format("cancelled by {} (was {})", Who(who), state));
-    }
-    if (!event.ok()) {
-      return ErrorResponse(FailedPreconditionError(
-          fmt::format("job \"{}\" is {} and cannot be cancelled", name, state)));
-    }
-    store::WriteBatch batch;
-    AddJobWrite(ParseDocument(object->data), doc, object->version, *event, batch);
-    const Status status = options_.store.Commit(batch);
-    if (status.ok()) {
-      doc["version"] = object->version + 1;
-      return JsonResponse(200, doc);
-    }
-    if (status.code() != StatusCode::kAborted) {
-      return ErrorResponse(status);
-    }
-  }
-  return ErrorResponse(Status(StatusCode::kAborted,
-                              fmt::format("job \"{}\" kept changing; retry the cancel", name)));
+  ApiResponse response;
+  const Status committed = store::CommitWithRetries(
+      options_.store, kCasAttempts, fmt::format("job \"{}\" kept changing; retry the cancel", name),
+      [&]() -> store::AttemptResult {
+        const Result<store::StoredObject> object =
+            ReadVisible(who, kJobsKind, name, JobNotFound(name));
+        if (!object.ok()) {
+          response = ErrorResponse(object.status());
+          return store::NoWrite();
+        }
+        Json doc = wire::ParseDocument(object->data);
+        const std::string state = wire::StrOr(doc, "state");
+        const std::optional<JobState> typed = StoredJobState(doc);
+        if (typed == JobState::kCancelled ||
+            (typed == JobState::kStopping &&
+             wire::StrOr(doc["stopping"], "then") == JobStateName(JobState::kCancelled))) {
+          response = JsonResponse(200, JobOutput(*object));
+          return store::NoWrite();
+        }
+        const std::string why = fmt::format("cancelled by {}", Who(who));
+        // A running job keeps its GPUs until its tasks are gone (Stopping); a waiting one is
+        // cancelled at once. A job already stopping for another reason ends Cancelled instead.
+        Result<std::string> event = std::string();
+        if (typed && HoldsResources(*typed)) {
+          event = EndRun(doc, JobState::kCancelled, why, NowText());
+        } else {
+          event = TransitionJob(doc, JobState::kCancelled, why,
+                                fmt::format("cancelled by {} (was {})", Who(who), state));
+        }
+        if (!event.ok()) {
+          response = ErrorResponse(FailedPreconditionError(
+              fmt::format("job \"{}\" is {} and cannot be cancelled", name, state)));
+          return store::NoWrite();
+        }
+        store::WriteBatch batch;
+        AddJobWrite(wire::ParseDocument(object->data), doc, object->version, *event, batch);
+        doc["version"] = object->version + 1;
+        response = JsonResponse(200, doc);
+        return store::Write(std::move(batch));
+      });
+  return committed.ok() ? response : ErrorResponse(committed);
 }
 
 ApiResponse ApiServer::JobEvents(const Principal& who, std::string_view name) {
@@ -1155,7 +1163,7 @@ namespace {
 Json NodeOutput(const store::StoredObject& object,
                 const std::map<std::string, std::map<int64_t, int64_t>>& allocation,
                 const std::map<std::string, std::string>& excluded) {
-  Json node = ParseDocument(object.data);
+  Json node = wire::ParseDocument(object.data);
   node["version"] = object.version;
   if (const auto it = excluded.find(object.name); it != excluded.end()) {
     node["excluded"] = it->second;
@@ -1199,10 +1207,25 @@ ApiResponse ApiServer::ListNodes() {
 }
 
 Result<store::StoredObject> ApiServer::StoredNode(std::string_view name) {
-  Result<store::StoredObject> object = options_.store.Get(kNodesKind, name);
-  if (!object.ok() && (object.status().code() == StatusCode::kNotFound ||
-                       object.status().code() == StatusCode::kInvalidArgument)) {
-    return NodeNotFound(name);
+  return ReadObject(kNodesKind, name, NodeNotFound(name));
+}
+
+Result<store::StoredObject> ApiServer::ReadObject(std::string_view kind, std::string_view name,
+                                                  const Status& absent) {
+  Result<store::StoredObject> object = options_.store.Get(kind, name);
+  if (!object.ok()) {
+    const StatusCode code = object.status().code();
+    return code == StatusCode::kNotFound || code == StatusCode::kInvalidArgument ? absent
+                                                                                 : object.status();
+  }
+  return object;
+}
+
+Result<store::StoredObject> ApiServer::ReadVisible(const Principal& who, std::string_view kind,
+                                                   std::string_view name, const Status& absent) {
+  Result<store::StoredObject> object = ReadObject(kind, name, absent);
+  if (object.ok() && !who.Sees(wire::StrOr(wire::ParseDocument(object->data), "team"))) {
+    return absent;
   }
   return object;
 }
@@ -1239,12 +1262,12 @@ ApiResponse ApiServer::DeleteNode(const Principal& who, std::string_view name) {
   }
   std::vector<std::string> holders;
   for (const store::StoredObject& job : *jobs) {
-    const Json doc = ParseDocument(job.data);
+    const Json doc = wire::ParseDocument(job.data);
     const std::optional<JobState> state = StoredJobState(doc);
-    const Json& placements = ArrayOr(doc, "placements");
+    const Json& placements = wire::ArrayOr(doc, "placements");
     if (state && HoldsResources(*state) &&
         std::any_of(placements.begin(), placements.end(), [&](const Json& placement) {
-          return StrOr(placement, "node") == name && !PlacementGone(placement);
+          return wire::StrOr(placement, "node") == name && !PlacementGone(placement);
         })) {
       holders.push_back(job.name);
     }
@@ -1293,55 +1316,55 @@ ApiResponse ApiServer::NodeAction(const Principal& who, std::string_view name,
       gpu = it->get<int64_t>();
     }
   }
-  for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
-    const Result<store::StoredObject> object = options_.store.Get(kNodesKind, name);
-    if (!object.ok()) {
-      return ErrorResponse(object.status().code() == StatusCode::kNotFound ||
-                                   object.status().code() == StatusCode::kInvalidArgument
-                               ? NodeNotFound(name)
-                               : object.status());
-    }
-    Json doc = ParseDocument(object->data);
-    std::string event;
-    if (gpu_action) {
-      const char* health = action == "quarantine" ? GpuHealthName(GpuHealth::kQuarantined)
-                                                  : GpuHealthName(GpuHealth::kHealthy);
-      bool found = false;
-      if (doc.contains("gpus") && doc["gpus"].is_array()) {
-        for (Json& g : doc["gpus"]) {
-          if (!gpu || IntOr(g, "index", -1) == *gpu) {
-            g["health"] = health;
-            found = true;
-          }
+  ApiResponse response;
+  bool wrote = false;
+  const Status committed = store::CommitWithRetries(
+      options_.store, kCasAttempts, fmt::format("node \"{}\" kept changing; retry", name),
+      [&]() -> store::AttemptResult {
+        const Result<store::StoredObject> object = StoredNode(name);
+        if (!object.ok()) {
+          response = ErrorResponse(object.status());
+          return store::NoWrite();
         }
-      }
-      if (gpu && !found) {
-        return ErrorResponse(
-            InvalidArgumentError(fmt::format("gpu: no GPU {} on node \"{}\"", *gpu, name)));
-      }
-      event = gpu ? fmt::format("gpu {} {}d by {}", *gpu, action, Who(who))
-                  : fmt::format("every gpu {}d by {}", action, Who(who));
-    } else {
-      const NodeState state = action == "cordon"  ? NodeState::kCordoned
-                              : action == "drain" ? NodeState::kDraining
-                                                  : NodeState::kReady;
-      doc["state"] = NodeStateName(state);
-      event = fmt::format("{} by {}", action == "drain" ? "drained" : fmt::format("{}ed", action),
-                          Who(who));
-    }
-    store::WriteBatch batch;
-    batch.Update(std::string(kNodesKind), std::string(name), doc.dump(), object->version);
-    batch.AppendEvent(std::string(kNodesKind), std::string(name), event);
-    const Status status = options_.store.Commit(batch);
-    if (status.ok()) {
-      return GetNode(name);
-    }
-    if (status.code() != StatusCode::kAborted) {
-      return ErrorResponse(status);
-    }
+        Json doc = wire::ParseDocument(object->data);
+        std::string event;
+        if (gpu_action) {
+          const char* health = action == "quarantine" ? GpuHealthName(GpuHealth::kQuarantined)
+                                                      : GpuHealthName(GpuHealth::kHealthy);
+          bool found = false;
+          if (doc.contains("gpus") && doc["gpus"].is_array()) {
+            for (Json& g : doc["gpus"]) {
+              if (!gpu || wire::IntOr(g, "index", -1) == *gpu) {
+                g["health"] = health;
+                found = true;
+              }
+            }
+          }
+          if (gpu && !found) {
+            response = ErrorResponse(
+                InvalidArgumentError(fmt::format("gpu: no GPU {} on node \"{}\"", *gpu, name)));
+            return store::NoWrite();
+          }
+          event = gpu ? fmt::format("gpu {} {}d by {}", *gpu, action, Who(who))
+                      : fmt::format("every gpu {}d by {}", action, Who(who));
+        } else {
+          const NodeState state = action == "cordon"  ? NodeState::kCordoned
+                                  : action == "drain" ? NodeState::kDraining
+                                                      : NodeState::kReady;
+          doc["state"] = NodeStateName(state);
+          event = fmt::format(
+              "{} by {}", action == "drain" ? "drained" : fmt::format("{}ed", action), Who(who));
+        }
+        store::WriteBatch batch;
+        batch.Update(std::string(kNodesKind), std::string(name), doc.dump(), object->version);
+        batch.AppendEvent(std::string(kNodesKind), std::string(name), event);
+        wrote = true;
+        return store::Write(std::move(batch));
+      });
+  if (!committed.ok()) {
+    return ErrorResponse(committed);
   }
-  return ErrorResponse(
-      Status(StatusCode::kAborted, fmt::format("node \"{}\" kept changing; retry", name)));
+  return wrote ? GetNode(name) : response;
 }
 
 // ---- metrics --------------------------------------------------------------------------------

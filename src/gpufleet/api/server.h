@@ -16,9 +16,8 @@
 #include <utility>
 #include <vector>
 
-#include "gpufleet/api/agent_protocol.h"
 #include "gpufleet/api/auth.h"
-#include "gpufleet/api/json_fields.h"
+#include "gpufleet/api/lifecycle_controller.h"
 #include "gpufleet/api/reliability_controller.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/cluster.h"
@@ -31,10 +30,14 @@
 #include "gpufleet/policy/queues.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/store/state_store.h"
+#include "gpufleet/wire/agent_protocol.h"
+#include "gpufleet/wire/json_fields.h"
 
 // The REST server of `gpufleet server` (docs/api.md) and its scheduling loop. This module is the
 // only place where a Status becomes an HTTP status.
 namespace gpufleet::api {
+
+using wire::Json;
 
 class SchedulingView;
 struct ViewJob;
@@ -65,6 +68,10 @@ struct ApiResponse {
 // {"error": {"code": "INVALID_ARGUMENT", "message": "..."}}.
 int HttpStatusOf(StatusCode code);
 std::string ErrorBody(const Status& status);
+// Every handler answers through these two: `body` as JSON with `status`, or a non-OK Status as
+// its HTTP status and ErrorBody.
+ApiResponse JsonResponse(int status, const Json& body);
+ApiResponse ErrorResponse(const Status& status);
 
 // The API server. Thread-safe: HTTP handlers run on the HTTP library's thread pool, the
 // scheduling loop on its own thread, and every public method may be called from any thread.
@@ -232,8 +239,20 @@ class ApiServer {
   // Commits one job's write in the cycle: true when written, false when the job changed under us
   // (the view reads it again), the store's error otherwise.
   Result<bool> CommitCycleJobWrite(const std::string& name, const store::WriteBatch& batch);
+  // Commits what a controller decided (lifecycle_controller.h), each job's write on its own
+  // (AddJobWrite): whether anything was written. A write the store refuses fails alone (logged;
+  // the next cycle decides again); a store that is down (kUnavailable) ends the cycle.
+  Result<bool> CommitJobWrites(std::vector<JobWrite> writes);
   // A stored node; NodeNotFound when there is none.
   Result<store::StoredObject> StoredNode(std::string_view name);
+  // kind/name from the store: `absent` when it is not there or its name is no valid key, the
+  // store's other errors as they are.
+  Result<store::StoredObject> ReadObject(std::string_view kind, std::string_view name,
+                                         const Status& absent);
+  // The same for a team-owned object (job, deployment) as `who` may see it: one of a team `who`
+  // does not see (Principal::Sees) is `absent` too, so names do not leak.
+  Result<store::StoredObject> ReadVisible(const Principal& who, std::string_view kind,
+                                          std::string_view name, const Status& absent);
   // When a stop starts, RFC 3339 (empty without a wall clock).
   std::string NowText() const;
   // Adds `stopping.waiting_for` (DescribeStopping) to a Stopping job as served.
@@ -320,9 +339,9 @@ class ApiServer {
   ApiResponse UpdateDeployment(const Principal& who, std::string_view name, std::string_view body);
 
   // Agents (server_agents.cc). Register and heartbeat answer the node's desired tasks.
-  Result<AgentReply> RegisterAgent(const Principal& who, std::string_view body);
-  Result<AgentReply> AgentHeartbeat(const Principal& who, std::string_view node,
-                                    std::string_view body);
+  Result<wire::AgentReply> RegisterAgent(const Principal& who, std::string_view body);
+  Result<wire::AgentReply> AgentHeartbeat(const Principal& who, std::string_view node,
+                                          std::string_view body);
   // An agent's credential acts for one node: a node credential for its node only, a join token
   // only for a node that has no credential yet. kPermissionDenied naming both otherwise.
   Status CheckNodeCredential(const Principal& who, const std::string& node);
@@ -334,8 +353,9 @@ class ApiServer {
   // asks, through Stopping.
   Status EndRunsBrokenByReregistration(const std::string& node, const Json& before,
                                        const Json& after, store::WriteBatch& batch);
-  Result<AgentReply> ProcessHeartbeat(const std::string& node, const HeartbeatRequest& request,
-                                      bool gpus_applied);
+  Result<wire::AgentReply> ProcessHeartbeat(const std::string& node,
+                                            const wire::HeartbeatRequest& request,
+                                            bool gpus_applied);
   // The scheduling cycle's part: nodes silent for node_timeout become NotReady, and the runs of
   // jobs on NotReady nodes end (requeued or failed). Returns whether anything was written.
   Result<bool> MarkSilentNodesNotReady();
@@ -352,7 +372,7 @@ class ApiServer {
   // whether anything was written.
   Result<bool> RequeueJobsWaitingForMigInstances();
   // Requeues (through Stopping) the Scheduled gangs partly started for gang_start_timeout
-  // (server_gangs.cc). Returns whether anything was written.
+  // (GangStartController). Returns whether anything was written.
   Result<bool> RequeuePartlyStartedGangs();
   // Publishes the view's active jobs per node to the heartbeat handlers.
   void IndexActiveJobs();
@@ -396,12 +416,7 @@ class ApiServer {
     std::string devices;
   };
   std::map<std::string, MigHold> mig_holds_;  // guarded by cycle_mu_
-  // Scheduled gangs seen partly started: the attempt, and the first cycle that saw it so.
-  struct PartialGang {
-    int64_t attempt = 0;
-    MonoTime since;
-  };
-  std::map<std::string, PartialGang> partial_gangs_;  // guarded by cycle_mu_
+  GangStartController gang_start_;            // guarded by cycle_mu_
 
   // Queue usage saved across restarts, and preemptors' reservations (server_queues.cc).
   bool queue_usage_loaded_ = false;               // guarded by cycle_mu_

@@ -8,16 +8,18 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/job_spec.h"
-#include "gpufleet/api/json_fields.h"
-#include "gpufleet/api/json_scan.h"
-#include "gpufleet/api/node_json.h"
+#include "gpufleet/api/lifecycle_controller.h"
 #include "gpufleet/api/placement_gpus.h"
 #include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/server_mig.h"
 #include "gpufleet/api/tenancy.h"
 #include "gpufleet/scheduler/snapshot.h"
+#include "gpufleet/store/read_modify_write.h"
+#include "gpufleet/wire/job_spec.h"
+#include "gpufleet/wire/json_fields.h"
+#include "gpufleet/wire/json_scan.h"
+#include "gpufleet/wire/node_json.h"
 
 namespace gpufleet::api {
 namespace {
@@ -50,8 +52,8 @@ std::optional<TaskId> ParseTaskId(std::string_view id) {
 // The job's node-failure policy as its stored spec says ("requeue" unless "fail").
 bool RequeuesOnNodeFailure(const Json& job) {
   const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
-  return StrOr(spec.contains("spec") ? spec["spec"] : Json::object(), "onNodeFailure", "requeue") !=
-         "fail";
+  return wire::StrOr(spec.contains("spec") ? spec["spec"] : Json::object(), "onNodeFailure",
+                     "requeue") != "fail";
 }
 
 // Ends the current run of an active job because a node or GPU it used failed: requeued or
@@ -67,23 +69,23 @@ std::string EndRunOnFailure(Json& job, const std::string& why, const std::string
 // report at all, is gone (the agent reports every task it has until the server has taken its
 // end, and it never starts a task of a run that is stopping). Returns the events.
 std::vector<std::string> ApplyStoppingReports(
-    Json& job, const std::string& node, const std::map<std::string, const TaskReport*>& reports,
-    bool absent_means_gone) {
+    Json& job, const std::string& node,
+    const std::map<std::string, const wire::TaskReport*>& reports, bool absent_means_gone) {
   std::vector<std::string> events;
   const std::string name = TeamScopedKeyOf(job);
-  const int64_t attempt = IntOr(job, "attempt", 0);
+  const int64_t attempt = wire::IntOr(job, "attempt", 0);
   for (Json& placement : job["placements"]) {
-    if (StrOr(placement, "node") != node || PlacementGone(placement)) {
+    if (wire::StrOr(placement, "node") != node || PlacementGone(placement)) {
       continue;
     }
-    const std::string task = StrOr(placement, "task");
-    const auto it = reports.find(MakeTaskId(name, task, attempt));
-    if ((it != reports.end() && it->second->phase == TaskPhase::kRunning) ||
+    const std::string task = wire::StrOr(placement, "task");
+    const auto it = reports.find(wire::MakeTaskId(name, task, attempt));
+    if ((it != reports.end() && it->second->phase == wire::TaskPhase::kRunning) ||
         (it == reports.end() && !absent_means_gone)) {
       continue;
     }
     const std::string why =
-        it == reports.end() || it->second->phase == TaskPhase::kWaiting
+        it == reports.end() || it->second->phase == wire::TaskPhase::kWaiting
             ? fmt::format("not running on {}", node)
             : fmt::format("ended on {}: {}", node,
                           it->second->message.empty()
@@ -102,7 +104,7 @@ std::vector<std::string> ApplyStoppingReports(
 // the node document's "gpus". A run one of whose GPUs (by UUID) the node no longer has ends too.
 // Returns the events to log (empty: nothing changed).
 std::vector<std::string> ApplyReports(Json& job, const std::string& node, const Json& node_gpus,
-                                      const std::map<std::string, const TaskReport*>& reports,
+                                      const std::map<std::string, const wire::TaskReport*>& reports,
                                       const std::set<int64_t>& drain_now_gpus,
                                       const std::string& since, bool absent_means_gone) {
   std::vector<std::string> events;
@@ -115,9 +117,9 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
     return ApplyStoppingReports(job, node, reports, absent_means_gone);
   }
   const std::string name = TeamScopedKeyOf(job);
-  const int64_t attempt = IntOr(job, "attempt", 0);
+  const int64_t attempt = wire::IntOr(job, "attempt", 0);
   for (Json& placement : job["placements"]) {
-    if (StrOr(placement, "node") != node) {
+    if (wire::StrOr(placement, "node") != node) {
       continue;
     }
     for (const PlacedGpu& placed : PlacedGpus(placement)) {
@@ -127,11 +129,11 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
         // Registration ends such runs; a placement committed against the node's inventory before
         // it registered again ends here, never on another GPU.
         why = fmt::format("{} of {} is no longer on the node (task {})", placed.Describe(), node,
-                          StrOr(placement, "task"));
-      } else if (gpu != nullptr && drain_now_gpus.count(IntOr(*gpu, "index", -1)) > 0) {
+                          wire::StrOr(placement, "task"));
+      } else if (gpu != nullptr && drain_now_gpus.count(wire::IntOr(*gpu, "index", -1)) > 0) {
         why = fmt::format("{} of {} must be drained now (task {})",
-                          PlacedGpu{placed.uuid, IntOr(*gpu, "index", -1)}.Describe(), node,
-                          StrOr(placement, "task"));
+                          PlacedGpu{placed.uuid, wire::IntOr(*gpu, "index", -1)}.Describe(), node,
+                          wire::StrOr(placement, "task"));
       }
       if (why.empty()) {
         continue;
@@ -144,27 +146,27 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
       }
       return events;
     }
-    const std::string task = StrOr(placement, "task");
-    const auto it = reports.find(MakeTaskId(name, task, attempt));
+    const std::string task = wire::StrOr(placement, "task");
+    const auto it = reports.find(wire::MakeTaskId(name, task, attempt));
     if (it == reports.end()) {
       continue;
     }
-    const TaskReport& report = *it->second;
-    const std::string phase = TaskPhaseName(report.phase);
-    if (StrOr(placement, "phase") == phase) {
+    const wire::TaskReport& report = *it->second;
+    const std::string phase = wire::TaskPhaseName(report.phase);
+    if (wire::StrOr(placement, "phase") == phase) {
       continue;
     }
     placement["phase"] = phase;
-    if (report.phase == TaskPhase::kRunning) {
+    if (report.phase == wire::TaskPhase::kRunning) {
       events.push_back(fmt::format("task {} running on {}", task, node));
       continue;
     }
-    if (report.phase == TaskPhase::kWaiting) {
+    if (report.phase == wire::TaskPhase::kWaiting) {
       events.push_back(fmt::format("task {} waiting on {}: {}", task, node, report.message));
       continue;
     }
     placement["exit_code"] = report.exit_code;
-    if (report.phase == TaskPhase::kFailed) {
+    if (report.phase == wire::TaskPhase::kFailed) {
       const std::string why = fmt::format(
           "task {} on {} failed: {}", task, node,
           report.message.empty() ? fmt::format("exit code {}", report.exit_code) : report.message);
@@ -186,7 +188,7 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
   bool all_succeeded = true;
   for (const Json& placement : job["placements"]) {
     all_started = all_started && TaskStarted(placement);
-    all_succeeded = all_succeeded && StrOr(placement, "phase") == "Succeeded";
+    all_succeeded = all_succeeded && wire::StrOr(placement, "phase") == "Succeeded";
   }
   if (all_succeeded) {
     Result<std::string> event =
@@ -215,30 +217,30 @@ std::optional<std::string> RenameForReregistration(Json& job, const std::string&
   int64_t memory = 0;
   std::optional<std::string> broken;
   for (Json& placement : job["placements"]) {
-    if (StrOr(placement, "node") != node || PlacementGone(placement)) {
+    if (wire::StrOr(placement, "node") != node || PlacementGone(placement)) {
       continue;
     }
-    cpu += IntOr(placement, "cpu_milli", 0);
-    memory += IntOr(placement, "memory_mib", 0);
+    cpu += wire::IntOr(placement, "cpu_milli", 0);
+    memory += wire::IntOr(placement, "memory_mib", 0);
     const std::optional<PlacedGpu> gone =
-        RenamePlacedGpus(placement, ArrayOr(before, "gpus"), ArrayOr(after, "gpus"));
+        RenamePlacedGpus(placement, wire::ArrayOr(before, "gpus"), wire::ArrayOr(after, "gpus"));
     if (gone && !broken) {
       broken = gone->uuid.empty()
                    ? fmt::format("{} registered again without its gpu {} (task {})", node,
-                                 gone->index, StrOr(placement, "task"))
+                                 gone->index, wire::StrOr(placement, "task"))
                    : fmt::format(
                          "{} registered again without its GPU {} (gpu {} when placed, "
                          "task {})",
-                         node, gone->uuid, gone->index, StrOr(placement, "task"));
+                         node, gone->uuid, gone->index, wire::StrOr(placement, "task"));
     }
   }
   if (broken) {
     return broken;
   }
-  if (cpu > IntOr(after, "cpu_milli", 0) || memory > IntOr(after, "memory_mib", 0)) {
+  if (cpu > wire::IntOr(after, "cpu_milli", 0) || memory > wire::IntOr(after, "memory_mib", 0)) {
     return fmt::format(
         "{} registered again with {} milli-CPU and {} MiB, less than its tasks hold ({} and {})",
-        node, IntOr(after, "cpu_milli", 0), IntOr(after, "memory_mib", 0), cpu, memory);
+        node, wire::IntOr(after, "cpu_milli", 0), wire::IntOr(after, "memory_mib", 0), cpu, memory);
   }
   return std::nullopt;
 }
@@ -246,33 +248,34 @@ std::optional<std::string> RenameForReregistration(Json& job, const std::string&
 // Merges a registering node's inventory into its stored document, keeping what operators set
 // (cordon/drain state, quarantined GPUs).
 Json MergeInventory(const Json* stored, const Node& node, const std::vector<std::string>& levels) {
-  Json doc = NodeToJson(node, levels);
+  Json doc = wire::NodeToJson(node, levels);
   doc["agent"] = true;
   if (stored == nullptr) {
     return doc;
   }
-  doc["state"] = StrOr(*stored, "state", "Ready");
+  doc["state"] = wire::StrOr(*stored, "state", "Ready");
   if (stored->contains("state_before_not_ready")) {
     doc["state_before_not_ready"] = (*stored)["state_before_not_ready"];
   }
   for (Json& gpu : doc["gpus"]) {
     // The same physical GPU (by UUID) keeps its quarantine and MIG state, whatever its index now.
-    const Json* old = FindPlacedGpu(ArrayOr(*stored, "gpus"),
-                                    PlacedGpu{StrOr(gpu, "uuid"), IntOr(gpu, "index", -1)});
+    const Json* old =
+        FindPlacedGpu(wire::ArrayOr(*stored, "gpus"),
+                      PlacedGpu{wire::StrOr(gpu, "uuid"), wire::IntOr(gpu, "index", -1)});
     if (old == nullptr) {
       continue;
     }
-    if (StrOr(*old, "health") == GpuHealthName(GpuHealth::kQuarantined)) {
+    if (wire::StrOr(*old, "health") == GpuHealthName(GpuHealth::kQuarantined)) {
       gpu["health"] = GpuHealthName(GpuHealth::kQuarantined);
     }
-    if (!BoolOr(gpu, "mig_enabled", false) || !BoolOr(*old, "mig_enabled", false)) {
+    if (!wire::BoolOr(gpu, "mig_enabled", false) || !wire::BoolOr(*old, "mig_enabled", false)) {
       continue;
     }
     // The server owns the layout: a change the agent had not finished (the wanted instances
     // differ from the ones it last reported) stays wanted; otherwise the node's layout as it
     // is now becomes the wanted one (an operator may have changed it while the agent was down).
-    const Json& wanted = ArrayOr(*old, "mig_instances");
-    const Json& reported = ArrayOr(*old, "mig_devices");
+    const Json& wanted = wire::ArrayOr(*old, "mig_instances");
+    const Json& reported = wire::ArrayOr(*old, "mig_devices");
     if (!SameMigInstances(MigInstancesFromJson(wanted), MigInstancesFromJson(reported))) {
       gpu["mig_instances"] = wanted;
     }
@@ -285,23 +288,23 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
 }
 
 // Applies a GPU report's MIG devices and error to its node document entry; returns the events.
-std::vector<std::string> ApplyMigReport(Json& gpu, const GpuReport& report) {
+std::vector<std::string> ApplyMigReport(Json& gpu, const wire::GpuReport& report) {
   std::vector<std::string> events;
-  if (report.mig_devices && BoolOr(gpu, "mig_enabled", false)) {
+  if (report.mig_devices && wire::BoolOr(gpu, "mig_enabled", false)) {
     Json devices = Json::array();
     std::vector<MigInstance> instances;
-    for (const MigDeviceReport& device : *report.mig_devices) {
+    for (const wire::MigDeviceReport& device : *report.mig_devices) {
       devices.push_back(
           {{"uuid", device.uuid}, {"profile", device.profile}, {"start", device.start}});
       instances.push_back({device.profile, device.start});
     }
-    if (ArrayOr(gpu, "mig_devices") != devices) {
+    if (wire::ArrayOr(gpu, "mig_devices") != devices) {
       gpu["mig_devices"] = std::move(devices);
       events.push_back(fmt::format("gpu {}: MIG instances now {}", report.index,
-                                   DescribeMigInstances(instances)));
+                                   wire::DescribeMigInstances(instances)));
     }
   }
-  if (StrOr(gpu, "mig_error") != report.mig_error) {
+  if (wire::StrOr(gpu, "mig_error") != report.mig_error) {
     if (report.mig_error.empty()) {
       gpu.erase("mig_error");
     } else {
@@ -316,14 +319,14 @@ std::vector<std::string> ApplyMigReport(Json& gpu, const GpuReport& report) {
 // Applies GPU reports to a node document; returns the events (empty: nothing changed).
 // A GPU an operator quarantined stays Quarantined whatever the agent says; its reported health
 // is kept beside it for `describe node` and for the release.
-std::vector<std::string> ApplyGpuReports(Json& doc, const std::vector<GpuReport>& reports) {
+std::vector<std::string> ApplyGpuReports(Json& doc, const std::vector<wire::GpuReport>& reports) {
   std::vector<std::string> events;
   if (!doc.contains("gpus") || !doc["gpus"].is_array()) {
     return events;
   }
-  for (const GpuReport& report : reports) {
+  for (const wire::GpuReport& report : reports) {
     for (Json& gpu : doc["gpus"]) {
-      if (IntOr(gpu, "index", -1) != report.index) {
+      if (wire::IntOr(gpu, "index", -1) != report.index) {
         continue;
       }
       for (std::string& event : ApplyMigReport(gpu, report)) {
@@ -331,16 +334,16 @@ std::vector<std::string> ApplyGpuReports(Json& doc, const std::vector<GpuReport>
       }
       const std::string reported = GpuHealthName(report.health);
       const Json reasons = report.reasons;
-      const bool changed = StrOr(gpu, "reported_health", "Healthy") != reported ||
-                           ArrayOr(gpu, "reasons") != reasons;
+      const bool changed = wire::StrOr(gpu, "reported_health", "Healthy") != reported ||
+                           wire::ArrayOr(gpu, "reasons") != reasons;
       gpu["thermal_headroom_c"] = report.thermal_headroom_c;
       if (!changed) {
         continue;
       }
       gpu["reported_health"] = reported;
       gpu["reasons"] = reasons;
-      gpu["drain"] = DrainActionName(report.drain);
-      if (StrOr(gpu, "health") != GpuHealthName(GpuHealth::kQuarantined)) {
+      gpu["drain"] = wire::DrainActionName(report.drain);
+      if (wire::StrOr(gpu, "health") != GpuHealthName(GpuHealth::kQuarantined)) {
         gpu["health"] = reported;
       }
       events.push_back(report.reasons.empty()
@@ -356,20 +359,20 @@ std::vector<std::string> ApplyGpuReports(Json& doc, const std::vector<GpuReport>
 // `node_doc_of` gives a node's stored document (nullptr when it cannot be read).
 bool MigInstancesReported(const Json& job,
                           const std::function<const Json*(const std::string&)>& node_doc_of) {
-  for (const Json& placement : ArrayOr(job, "placements")) {
-    const Json& assignments = ArrayOr(placement, "assignments");
+  for (const Json& placement : wire::ArrayOr(job, "placements")) {
+    const Json& assignments = wire::ArrayOr(placement, "assignments");
     const std::vector<PlacedGpu> placed = PlacedGpus(placement);
     for (size_t i = 0; i < placed.size(); ++i) {
-      const std::string profile = StrOr(assignments[i], "mig_profile");
+      const std::string profile = wire::StrOr(assignments[i], "mig_profile");
       if (profile.empty()) {
         continue;
       }
-      const Json* node_doc = node_doc_of(StrOr(placement, "node"));
+      const Json* node_doc = node_doc_of(wire::StrOr(placement, "node"));
       if (node_doc == nullptr) {
         return false;
       }
-      const Json* gpu = FindPlacedGpu(ArrayOr(*node_doc, "gpus"), placed[i]);
-      const int start = static_cast<int>(IntOr(assignments[i], "mig_start", -1));
+      const Json* gpu = FindPlacedGpu(wire::ArrayOr(*node_doc, "gpus"), placed[i]);
+      const int start = static_cast<int>(wire::IntOr(assignments[i], "mig_start", -1));
       if (gpu == nullptr || FindMigDevice(*gpu, profile, start) == nullptr) {
         return false;
       }
@@ -381,7 +384,7 @@ bool MigInstancesReported(const Json& job,
 // Adds the tasks of `job` that `node` should run to `reply`. A MIG task is added once the agent
 // has reported each of its instances; it then names them and gets their MIG device UUIDs.
 void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& node,
-                     AgentReply* reply) {
+                     wire::AgentReply* reply) {
   if (const std::optional<JobState> state = StoredJobState(job); !state || !RunIsWanted(*state)) {
     return;
   }
@@ -389,25 +392,25 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
   std::map<std::string, const Json*> groups;
   const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
   const Json& inner = spec.contains("spec") ? spec["spec"] : Json::object();
-  for (const Json& group : ArrayOr(inner, "tasks")) {
-    groups[StrOr(group, "name")] = &group;
+  for (const Json& group : wire::ArrayOr(inner, "tasks")) {
+    groups[wire::StrOr(group, "name")] = &group;
   }
   const std::string name = TeamScopedKeyOf(job);
-  const int64_t attempt = IntOr(job, "attempt", 0);
+  const int64_t attempt = wire::IntOr(job, "attempt", 0);
   std::vector<std::string> group_names;
-  for (const Json& group : ArrayOr(inner, "tasks")) {
-    group_names.push_back(StrOr(group, "name"));
+  for (const Json& group : wire::ArrayOr(inner, "tasks")) {
+    group_names.push_back(wire::StrOr(group, "name"));
   }
-  for (const Json& placement : ArrayOr(job, "placements")) {
-    const std::string phase = StrOr(placement, "phase");
-    if (StrOr(placement, "node") != node || phase == "Succeeded" || phase == "Failed") {
+  for (const Json& placement : wire::ArrayOr(job, "placements")) {
+    const std::string phase = wire::StrOr(placement, "phase");
+    if (wire::StrOr(placement, "node") != node || phase == "Succeeded" || phase == "Failed") {
       continue;
     }
-    DesiredTask task;
-    task.job = StrOr(job, "name");
-    task.task = StrOr(placement, "task");
-    task.id = MakeTaskId(name, task.task, attempt);
-    const int64_t group_index = IntOr(placement, "group", 0);
+    wire::DesiredTask task;
+    task.job = wire::StrOr(job, "name");
+    task.task = wire::StrOr(placement, "task");
+    task.id = wire::MakeTaskId(name, task.task, attempt);
+    const int64_t group_index = wire::IntOr(placement, "group", 0);
     if (group_index >= 0 && group_index < static_cast<int64_t>(group_names.size())) {
       const Json& group = *groups[group_names[group_index]];
       if (group.contains("command") && group["command"].is_array()) {
@@ -415,29 +418,29 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
           task.command.push_back(arg.is_string() ? arg.get<std::string>() : arg.dump());
         }
       }
-      task.env = StringMapOr(group, "env");
+      task.env = wire::StringMapOr(group, "env");
     }
-    const Json& assignments = ArrayOr(placement, "assignments");
+    const Json& assignments = wire::ArrayOr(placement, "assignments");
     const std::vector<PlacedGpu> placed = PlacedGpus(placement);
     bool gpus_found = true;
     for (size_t i = 0; i < placed.size() && gpus_found; ++i) {
       // By UUID, wherever the node lists it now; a GPU it no longer has is never replaced by
       // another (ApplyReports ends the run).
-      const Json* gpu = FindPlacedGpu(ArrayOr(node_doc, "gpus"), placed[i]);
-      const std::string profile = StrOr(assignments[i], "mig_profile");
-      if (gpu == nullptr || StrOr(*gpu, "uuid").empty()) {
+      const Json* gpu = FindPlacedGpu(wire::ArrayOr(node_doc, "gpus"), placed[i]);
+      const std::string profile = wire::StrOr(assignments[i], "mig_profile");
+      if (gpu == nullptr || wire::StrOr(*gpu, "uuid").empty()) {
         gpus_found = false;
       } else if (profile.empty()) {
-        task.gpu_uuids.push_back(StrOr(*gpu, "uuid"));
+        task.gpu_uuids.push_back(wire::StrOr(*gpu, "uuid"));
       } else {
-        const int start = static_cast<int>(IntOr(assignments[i], "mig_start", -1));
+        const int start = static_cast<int>(wire::IntOr(assignments[i], "mig_start", -1));
         const Json* device = FindMigDevice(*gpu, profile, start);
         // The agent creates the instance first; the task follows its report.
         gpus_found = device != nullptr;
         if (device != nullptr) {
-          task.mig_instances.push_back(
-              {static_cast<int>(IntOr(*gpu, "index", -1)), profile, start, StrOr(*device, "uuid")});
-          task.gpu_uuids.push_back(StrOr(*device, "uuid"));
+          task.mig_instances.push_back({static_cast<int>(wire::IntOr(*gpu, "index", -1)), profile,
+                                        start, wire::StrOr(*device, "uuid")});
+          task.gpu_uuids.push_back(wire::StrOr(*device, "uuid"));
         }
       }
     }
@@ -445,23 +448,23 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
       continue;
     }
     for (const Json& assignment : assignments) {
-      task.gpu_milli += IntOr(assignment, "milli", 0);
+      task.gpu_milli += wire::IntOr(assignment, "milli", 0);
     }
-    task.cpu_milli = IntOr(placement, "cpu_milli", 0);
-    task.memory_mib = IntOr(placement, "memory_mib", 0);
+    task.cpu_milli = wire::IntOr(placement, "cpu_milli", 0);
+    task.memory_mib = wire::IntOr(placement, "memory_mib", 0);
     reply->tasks.push_back(std::move(task));
   }
 }
 
 }  // namespace
 
-Result<AgentReply> ApiServer::RegisterAgent(const Principal& who, std::string_view body) {
+Result<wire::AgentReply> ApiServer::RegisterAgent(const Principal& who, std::string_view body) {
   if (!who.is_admin() && who.role != Role::kAgent) {
     return Status(StatusCode::kPermissionDenied,
                   "registering a node needs an agent or admin token");
   }
-  GPUFLEET_ASSIGN_OR_RETURN(RegisterRequest request, ParseRegisterRequest(body));
-  GPUFLEET_RETURN_IF_ERROR(ValidateNodeName("node.name", request.node.id.value()));
+  GPUFLEET_ASSIGN_OR_RETURN(wire::RegisterRequest request, wire::ParseRegisterRequest(body));
+  GPUFLEET_RETURN_IF_ERROR(wire::ValidateNodeName("node.name", request.node.id.value()));
   if (const Status status = scheduler::ValidateNode(request.node, Topology(request.topology_levels),
                                                     options_.catalog);
       !status.ok()) {
@@ -490,45 +493,45 @@ Result<AgentReply> ApiServer::RegisterAgent(const Principal& who, std::string_vi
   // Validates names, models and topology and records the levels on first use.
   GPUFLEET_RETURN_IF_ERROR(RegisterNodes(cluster).status());
   const std::string name = request.node.id.value();
-  for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
-    GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject stored,
-                              options_.store.Get(kNodesKind, name));
-    const Json old_doc = ParseDocument(stored.data);
-    Json doc = MergeInventory(&old_doc, request.node, request.topology_levels);
-    if (!node_token.empty()) {
-      doc["credential"] = TokenId(node_token);
-    } else if (who.role == Role::kAgent) {
-      doc["credential"] = who.token_id;
-    } else if (old_doc.contains("credential")) {
-      doc["credential"] = old_doc["credential"];
-    }
-    std::vector<std::string> events = ApplyGpuReports(doc, request.gpus);
-    store::WriteBatch batch;
-    // Runs whose GPUs or host resources the new inventory no longer has end here, in the same
-    // commit, never silently kept on GPUs that are gone or freed.
-    GPUFLEET_RETURN_IF_ERROR(EndRunsBrokenByReregistration(name, old_doc, doc, batch));
-    batch.Update(std::string(kNodesKind), name, doc.dump(), stored.version);
-    batch.AppendEvent(std::string(kNodesKind), name,
-                      fmt::format("agent registered ({} GPUs, driver {})", request.node.gpus.size(),
-                                  request.node.labels.count(std::string(kDriverVersionLabel)) > 0
-                                      ? request.node.labels.at(std::string(kDriverVersionLabel))
-                                      : "unknown"));
-    for (const std::string& event : events) {
-      batch.AppendEvent(std::string(kNodesKind), name, event);
-    }
-    const Status status = options_.store.Commit(batch);
-    if (status.ok()) {
-      break;
-    }
-    if (status.code() != StatusCode::kAborted || attempt + 1 == kCasAttempts) {
-      return status;
-    }
+  const Status registered = store::CommitWithRetries(
+      options_.store, kCasAttempts, fmt::format("node \"{}\" kept changing; register again", name),
+      [&]() -> store::AttemptResult {
+        GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject stored,
+                                  options_.store.Get(kNodesKind, name));
+        const Json old_doc = wire::ParseDocument(stored.data);
+        Json doc = MergeInventory(&old_doc, request.node, request.topology_levels);
+        if (!node_token.empty()) {
+          doc["credential"] = TokenId(node_token);
+        } else if (who.role == Role::kAgent) {
+          doc["credential"] = who.token_id;
+        } else if (old_doc.contains("credential")) {
+          doc["credential"] = old_doc["credential"];
+        }
+        std::vector<std::string> events = ApplyGpuReports(doc, request.gpus);
+        store::WriteBatch batch;
+        // Runs whose GPUs or host resources the new inventory no longer has end here, in the same
+        // commit, never silently kept on GPUs that are gone or freed.
+        GPUFLEET_RETURN_IF_ERROR(EndRunsBrokenByReregistration(name, old_doc, doc, batch));
+        batch.Update(std::string(kNodesKind), name, doc.dump(), stored.version);
+        batch.AppendEvent(
+            std::string(kNodesKind), name,
+            fmt::format("agent registered ({} GPUs, driver {})", request.node.gpus.size(),
+                        request.node.labels.count(std::string(kDriverVersionLabel)) > 0
+                            ? request.node.labels.at(std::string(kDriverVersionLabel))
+                            : "unknown"));
+        for (const std::string& event : events) {
+          batch.AppendEvent(std::string(kNodesKind), name, event);
+        }
+        return store::Write(std::move(batch));
+      });
+  if (!registered.ok()) {
+    return registered;
   }
-  HeartbeatRequest heartbeat;
+  wire::HeartbeatRequest heartbeat;
   heartbeat.gpus = std::move(request.gpus);
   heartbeat.tasks = std::move(request.tasks);
   heartbeat.sequence = request.sequence;
-  GPUFLEET_ASSIGN_OR_RETURN(AgentReply reply,
+  GPUFLEET_ASSIGN_OR_RETURN(wire::AgentReply reply,
                             ProcessHeartbeat(name, heartbeat, /*gpus_applied=*/true));
   reply.node_token = std::move(node_token);
   return reply;
@@ -549,7 +552,7 @@ Status ApiServer::CheckNodeCredential(const Principal& who, const std::string& n
   if (!stored.ok()) {
     return stored.status().code() == StatusCode::kNotFound ? Status::Ok() : stored.status();
   }
-  if (!StrOr(ParseDocument(stored->data), "credential").empty()) {
+  if (!wire::StrOr(wire::ParseDocument(stored->data), "credential").empty()) {
     return Status(
         StatusCode::kPermissionDenied,
         fmt::format(
@@ -566,8 +569,8 @@ Status ApiServer::ClaimGpuUuids(const Node& node) {
     GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> nodes,
                               options_.store.List(kNodesKind));
     for (const store::StoredObject& object : nodes) {
-      for (const Json& gpu : ArrayOr(ParseDocument(object.data), "gpus")) {
-        if (const std::string uuid = StrOr(gpu, "uuid"); !uuid.empty()) {
+      for (const Json& gpu : wire::ArrayOr(wire::ParseDocument(object.data), "gpus")) {
+        if (const std::string uuid = wire::StrOr(gpu, "uuid"); !uuid.empty()) {
           gpu_owners_[uuid] = object.name;
         }
       }
@@ -598,12 +601,12 @@ Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const J
   GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs,
                             options_.store.List(kJobsKind));
   for (const store::StoredObject& object : jobs) {
-    const std::optional<std::string> state = TopLevelString(object.data, "state");
+    const std::optional<std::string> state = wire::TopLevelString(object.data, "state");
     if (!state || !ParseJobState(*state) || !HoldsResources(*ParseJobState(*state)) ||
         object.data.find(node) == std::string::npos) {
       continue;
     }
-    const Json job = ParseDocument(object.data);
+    const Json job = wire::ParseDocument(object.data);
     // A Stopping run is renamed too, so that it keeps holding the GPUs its tasks are on.
     Json renamed = job;
     const std::optional<std::string> why = RenameForReregistration(renamed, node, before, after);
@@ -619,18 +622,20 @@ Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const J
   return Status::Ok();
 }
 
-Result<AgentReply> ApiServer::AgentHeartbeat(const Principal& who, std::string_view node,
-                                             std::string_view body) {
+Result<wire::AgentReply> ApiServer::AgentHeartbeat(const Principal& who, std::string_view node,
+                                                   std::string_view body) {
   if (!who.is_admin() && who.role != Role::kAgent) {
     return Status(StatusCode::kPermissionDenied, "heartbeats need an agent or admin token");
   }
-  GPUFLEET_ASSIGN_OR_RETURN(const HeartbeatRequest request, ParseHeartbeatRequest(body));
+  GPUFLEET_ASSIGN_OR_RETURN(const wire::HeartbeatRequest request,
+                            wire::ParseHeartbeatRequest(body));
   GPUFLEET_RETURN_IF_ERROR(CheckNodeCredential(who, std::string(node)));
   return ProcessHeartbeat(std::string(node), request, /*gpus_applied=*/false);
 }
 
-Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
-                                               const HeartbeatRequest& request, bool gpus_applied) {
+Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
+                                                     const wire::HeartbeatRequest& request,
+                                                     bool gpus_applied) {
   {
     std::lock_guard<std::mutex> lock(agents_mu_);
     if (!active_index_built_) {
@@ -655,47 +660,48 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
   }
   // The node: back to its state before NotReady, and the GPUs' health and MIG devices.
   Json node_doc;
-  for (int attempt = 0;; ++attempt) {
-    Result<store::StoredObject> stored = options_.store.Get(kNodesKind, node);
-    if (!stored.ok()) {
-      if (stored.status().code() == StatusCode::kNotFound) {
-        return NotFoundError(fmt::format("node \"{}\" is not registered", node));
-      }
-      return stored.status();
-    }
-    Json doc = ParseDocument(stored->data);
-    if (!BoolOr(doc, "agent", false)) {
-      return FailedPreconditionError(
-          fmt::format("node \"{}\" was not registered by an agent; register first", node));
-    }
-    std::vector<std::string> events;
-    if (!gpus_applied) {
-      events = ApplyGpuReports(doc, request.gpus);
-    }
-    if (!request.fenced.empty()) {
-      events.push_back(fmt::format("agent fenced itself: {}", request.fenced));
-    }
-    if (StrOr(doc, "state") == NodeStateName(NodeState::kNotReady)) {
-      doc["state"] = StrOr(doc, "state_before_not_ready", NodeStateName(NodeState::kReady));
-      doc.erase("state_before_not_ready");
-      events.push_back(fmt::format("heartbeat again: {}", StrOr(doc, "state")));
-    }
-    node_doc = doc;
-    if (events.empty()) {
-      break;
-    }
-    store::WriteBatch batch;
-    batch.Update(std::string(kNodesKind), node, doc.dump(), stored->version);
-    for (const std::string& event : events) {
-      batch.AppendEvent(std::string(kNodesKind), node, event);
-    }
-    const Status status = options_.store.Commit(batch);
-    if (status.ok()) {
-      break;
-    }
-    if (status.code() != StatusCode::kAborted || attempt + 1 == kCasAttempts) {
-      return status;
-    }
+  const Status node_written = store::CommitWithRetries(
+      options_.store, kCasAttempts,
+      fmt::format("node \"{}\" kept changing; send the heartbeat again", node),
+      [&]() -> store::AttemptResult {
+        Result<store::StoredObject> stored = options_.store.Get(kNodesKind, node);
+        if (!stored.ok()) {
+          if (stored.status().code() == StatusCode::kNotFound) {
+            return NotFoundError(fmt::format("node \"{}\" is not registered", node));
+          }
+          return stored.status();
+        }
+        Json doc = wire::ParseDocument(stored->data);
+        if (!wire::BoolOr(doc, "agent", false)) {
+          return FailedPreconditionError(
+              fmt::format("node \"{}\" was not registered by an agent; register first", node));
+        }
+        std::vector<std::string> events;
+        if (!gpus_applied) {
+          events = ApplyGpuReports(doc, request.gpus);
+        }
+        if (!request.fenced.empty()) {
+          events.push_back(fmt::format("agent fenced itself: {}", request.fenced));
+        }
+        if (wire::StrOr(doc, "state") == NodeStateName(NodeState::kNotReady)) {
+          doc["state"] =
+              wire::StrOr(doc, "state_before_not_ready", NodeStateName(NodeState::kReady));
+          doc.erase("state_before_not_ready");
+          events.push_back(fmt::format("heartbeat again: {}", wire::StrOr(doc, "state")));
+        }
+        node_doc = doc;
+        if (events.empty()) {
+          return store::NoWrite();
+        }
+        store::WriteBatch batch;
+        batch.Update(std::string(kNodesKind), node, doc.dump(), stored->version);
+        for (const std::string& event : events) {
+          batch.AppendEvent(std::string(kNodesKind), node, event);
+        }
+        return store::Write(std::move(batch));
+      });
+  if (!node_written.ok()) {
+    return node_written;
   }
   std::set<std::string> active_jobs;
   {
@@ -706,7 +712,7 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
          it != gpu_utilization_.end() && it->first.first == node;) {
       it = gpu_utilization_.erase(it);
     }
-    for (const GpuReport& gpu : request.gpus) {
+    for (const wire::GpuReport& gpu : request.gpus) {
       if (gpu.utilization_pct) {
         gpu_utilization_[{node, gpu.index}] = *gpu.utilization_pct;
       }
@@ -714,75 +720,83 @@ Result<AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     active_jobs = active_jobs_by_node_[node];
   }
   // Task reports, per job.
-  std::map<std::string, const TaskReport*> reports;
-  for (const TaskReport& report : request.tasks) {
+  std::map<std::string, const wire::TaskReport*> reports;
+  for (const wire::TaskReport& report : request.tasks) {
     reports[report.id] = &report;
     if (const std::optional<TaskId> id = ParseTaskId(report.id)) {
       active_jobs.insert(id->job);
     }
   }
   std::set<int64_t> drain_now;
-  for (const GpuReport& gpu : request.gpus) {
-    if (gpu.drain == DrainAction::kNow) {
+  for (const wire::GpuReport& gpu : request.gpus) {
+    if (gpu.drain == wire::DrainAction::kNow) {
       drain_now.insert(gpu.index);
     }
   }
-  AgentReply reply;
+  wire::AgentReply reply;
   reply.heartbeat_interval_ms = options_.heartbeat_interval.count();
   reply.lease_ms = options_.node_timeout.count();
   reply.stop_grace_ms = options_.stop_grace.count();
   std::map<int, std::vector<MigInstance>> created_mig_instances;
   std::map<std::string, Json> other_node_docs;  // read once per heartbeat, for MIG gangs
   for (const std::string& job_name : active_jobs) {
-    for (int attempt = 0;; ++attempt) {
-      Result<store::StoredObject> stored = options_.store.Get(kJobsKind, job_name);
-      if (!stored.ok()) {
-        if (stored.status().code() != StatusCode::kNotFound &&
-            stored.status().code() != StatusCode::kInvalidArgument) {
-          return stored.status();
-        }
-        break;  // an unknown job: its tasks are not desired and the agent stops them
-      }
-      Json doc = ParseDocument(stored->data);
-      const std::vector<std::string> events =
-          ApplyReports(doc, node, ArrayOr(node_doc, "gpus"), reports, drain_now, NowText(),
-                       /*absent_means_gone=*/!stale);
-      if (!events.empty()) {
-        store::WriteBatch batch;
-        AddJobWrite(ParseDocument(stored->data), doc, stored->version, events.front(), batch);
-        for (size_t i = 1; i < events.size(); ++i) {
-          batch.AppendEvent(std::string(kJobsKind), job_name, events[i]);
-        }
-        const Status status = options_.store.Commit(batch);
-        if (!status.ok()) {
-          if (status.code() == StatusCode::kAborted && attempt + 1 < kCasAttempts) {
-            continue;
+    // The job with this heartbeat's reports applied; null for an unknown job, whose tasks are
+    // not desired (the agent stops them).
+    Json doc;
+    const Status job_written = store::CommitWithRetries(
+        options_.store, kCasAttempts,
+        fmt::format("job \"{}\" kept changing; send the heartbeat again", job_name),
+        [&]() -> store::AttemptResult {
+          doc = Json();
+          Result<store::StoredObject> stored = options_.store.Get(kJobsKind, job_name);
+          if (!stored.ok()) {
+            if (stored.status().code() != StatusCode::kNotFound &&
+                stored.status().code() != StatusCode::kInvalidArgument) {
+              return stored.status();
+            }
+            return store::NoWrite();
           }
-          return status;
-        }
-      }
-      // A gang starts together: until the agents have made every MIG instance it was placed on
-      // (on any of its nodes), none of a Scheduled job's tasks is sent, so no part of it runs
-      // and is then killed when an instance does not come.
-      const bool gang_ready =
-          StoredJobState(doc) != JobState::kScheduled ||
-          MigInstancesReported(doc, [&](const std::string& other) -> const Json* {
-            if (other == node) {
-              return &node_doc;
-            }
-            auto [it, inserted] = other_node_docs.try_emplace(other);
-            if (inserted) {
-              const Result<store::StoredObject> object = options_.store.Get(kNodesKind, other);
-              it->second = object.ok() ? ParseDocument(object->data) : Json();
-            }
-            return it->second.is_object() ? &it->second : nullptr;
-          });
-      if (gang_ready) {
-        AddDesiredTasks(doc, node_doc, node, &reply);
-      }
-      AddCreatedMigInstances(doc, node, node_doc, created_mig_instances);
-      break;
+          doc = wire::ParseDocument(stored->data);
+          const std::vector<std::string> events =
+              ApplyReports(doc, node, wire::ArrayOr(node_doc, "gpus"), reports, drain_now,
+                           NowText(), /*absent_means_gone=*/!stale);
+          if (events.empty()) {
+            return store::NoWrite();
+          }
+          store::WriteBatch batch;
+          AddJobWrite(wire::ParseDocument(stored->data), doc, stored->version, events.front(),
+                      batch);
+          for (size_t i = 1; i < events.size(); ++i) {
+            batch.AppendEvent(std::string(kJobsKind), job_name, events[i]);
+          }
+          return store::Write(std::move(batch));
+        });
+    if (!job_written.ok()) {
+      return job_written;
     }
+    if (doc.is_null()) {
+      continue;
+    }
+    // A gang starts together: until the agents have made every MIG instance it was placed on
+    // (on any of its nodes), none of a Scheduled job's tasks is sent, so no part of it runs
+    // and is then killed when an instance does not come.
+    const bool gang_ready =
+        StoredJobState(doc) != JobState::kScheduled ||
+        MigInstancesReported(doc, [&](const std::string& other) -> const Json* {
+          if (other == node) {
+            return &node_doc;
+          }
+          auto [it, inserted] = other_node_docs.try_emplace(other);
+          if (inserted) {
+            const Result<store::StoredObject> object = options_.store.Get(kNodesKind, other);
+            it->second = object.ok() ? wire::ParseDocument(object->data) : Json();
+          }
+          return it->second.is_object() ? &it->second : nullptr;
+        });
+    if (gang_ready) {
+      AddDesiredTasks(doc, node_doc, node, &reply);
+    }
+    AddCreatedMigInstances(doc, node, node_doc, created_mig_instances);
   }
   reply.mig_layouts = MigLayoutsToApply(node_doc, created_mig_instances);
   return reply;
@@ -823,8 +837,8 @@ Result<bool> ApiServer::MarkSilentNodesNotReady() {
     if (!object.ok()) {
       return object.status();
     }
-    Json doc = ParseDocument(object->data);
-    doc["state_before_not_ready"] = StrOr(doc, "state", NodeStateName(NodeState::kReady));
+    Json doc = wire::ParseDocument(object->data);
+    doc["state_before_not_ready"] = wire::StrOr(doc, "state", NodeStateName(NodeState::kReady));
     doc["state"] = NodeStateName(NodeState::kNotReady);
     store::WriteBatch batch;
     batch.Update(std::string(kNodesKind), name, doc.dump(), object->version);
@@ -861,14 +875,14 @@ Result<bool> ApiServer::EndRunsOnNotReadyNodes() {
                      [&](const std::string& node) { return not_ready.count(node) > 0; })) {
       continue;
     }
-    Json doc = ParseDocument(job.data);
+    Json doc = wire::ParseDocument(job.data);
     const std::optional<std::string> event = EndRunOnNotReadyNodes(doc, not_ready, NowText());
     if (!event) {
       continue;
     }
     // The run is Stopping: its GPUs are free once its tasks are gone (FinishStoppingRuns).
     store::WriteBatch batch;
-    AddJobWrite(ParseDocument(job.data), doc, job.version, *event, batch);
+    AddJobWrite(wire::ParseDocument(job.data), doc, job.version, *event, batch);
     const Status status = options_.store.Commit(batch);
     if (!status.ok()) {
       view_->ReadJobAgain(name);
@@ -884,13 +898,13 @@ Result<bool> ApiServer::EndRunsOnNotReadyNodes() {
 std::optional<std::string> ApiServer::EndRunOnNotReadyNodes(Json& job,
                                                             const std::set<std::string>& not_ready,
                                                             const std::string& since) {
-  for (const Json& placement : ArrayOr(job, "placements")) {
-    const std::string node = StrOr(placement, "node");
+  for (const Json& placement : wire::ArrayOr(job, "placements")) {
+    const std::string node = wire::StrOr(placement, "node");
     if (not_ready.count(node) > 0) {
-      return EndRunOnFailure(
-          job,
-          fmt::format("node {} is NotReady (task {} ran there)", node, StrOr(placement, "task")),
-          since);
+      return EndRunOnFailure(job,
+                             fmt::format("node {} is NotReady (task {} ran there)", node,
+                                         wire::StrOr(placement, "task")),
+                             since);
     }
   }
   return std::nullopt;
@@ -922,40 +936,7 @@ Result<bool> ApiServer::FinishStoppingRuns() {
           std::chrono::duration_cast<std::chrono::seconds>(options_.stop_grace).count());
     }
   }
-  bool wrote = false;
-  for (const auto& [name, job] : view_->jobs()) {
-    if (job.state != JobState::kStopping) {
-      continue;
-    }
-    const Json before = ParseDocument(job.data);
-    Json doc = before;
-    std::vector<std::string> events;
-    for (Json& placement : doc["placements"]) {
-      const auto gone = lost.find(StrOr(placement, "node"));
-      if (!PlacementGone(placement) &&
-          (gone != lost.end() || !view_->nodes().count(StrOr(placement, "node")))) {
-        const std::string why = gone != lost.end()
-                                    ? gone->second
-                                    : fmt::format("node {} is gone", StrOr(placement, "node"));
-        MarkPlacementGone(placement, why);
-        events.push_back(fmt::format("task {}: {}", StrOr(placement, "task"), why));
-      }
-    }
-    if (std::optional<std::string> finished = FinishStoppingIfDone(doc)) {
-      events.push_back(std::move(*finished));
-    }
-    if (events.empty()) {
-      continue;
-    }
-    store::WriteBatch batch;
-    AddJobWrite(before, doc, job.version, events.front(), batch);
-    for (size_t i = 1; i < events.size(); ++i) {
-      batch.AppendEvent(std::string(kJobsKind), name, events[i]);
-    }
-    GPUFLEET_ASSIGN_OR_RETURN(const bool written, CommitCycleJobWrite(name, batch));
-    wrote = wrote || written;
-  }
-  return wrote;
+  return CommitJobWrites(EndGoneTasksOfStoppingRuns(view_->jobs(), view_->nodes(), lost));
 }
 
 }  // namespace gpufleet::api

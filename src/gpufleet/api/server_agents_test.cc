@@ -13,7 +13,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/agent_protocol.h"
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tenancy.h"
@@ -21,6 +20,7 @@
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/store/memory_store.h"
+#include "gpufleet/wire/agent_protocol.h"
 
 namespace gpufleet::api {
 namespace {
@@ -30,8 +30,8 @@ using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // A node of 8 H100s in leaf `leaf` as its agent describes it.
-RegisterRequest Inventory(const std::string& name, const std::string& leaf) {
-  RegisterRequest request;
+wire::RegisterRequest Inventory(const std::string& name, const std::string& leaf) {
+  wire::RegisterRequest request;
   request.topology_levels = {"block", "leaf"};
   request.node.id = NodeId(name);
   request.node.capacity = {128000, 1024 * 1024};
@@ -49,7 +49,7 @@ RegisterRequest Inventory(const std::string& name, const std::string& leaf) {
 }
 
 // `request` with its GPUs listed, and numbered by NVML, the other way round.
-RegisterRequest Reversed(RegisterRequest request) {
+wire::RegisterRequest Reversed(wire::RegisterRequest request) {
   std::reverse(request.node.gpus.begin(), request.node.gpus.end());
   for (size_t i = 0; i < request.node.gpus.size(); ++i) {
     request.node.gpus[i].index = static_cast<int>(i);
@@ -57,7 +57,7 @@ RegisterRequest Reversed(RegisterRequest request) {
   return request;
 }
 
-int IndexOf(const RegisterRequest& request, const std::string& uuid) {
+int IndexOf(const wire::RegisterRequest& request, const std::string& uuid) {
   for (const Gpu& gpu : request.node.gpus) {
     if (gpu.uuid.value() == uuid) {
       return gpu.index;
@@ -112,28 +112,28 @@ class AgentProtocolTest : public ::testing::Test {
 
   // Registers with the node's credential once it has one, else with the join token, and keeps
   // the credential the server gives in exchange (as the agent does).
-  AgentReply Register(const RegisterRequest& request) {
+  wire::AgentReply Register(const wire::RegisterRequest& request) {
     const std::string& node = request.node.id.value();
     const std::string token = node_tokens_.count(node) > 0 ? node_tokens_[node] : agent_;
     const ApiResponse response =
-        Call("POST", "/v1/agents/register", token, RegisterRequestToJson(request));
+        Call("POST", "/v1/agents/register", token, wire::RegisterRequestToJson(request));
     EXPECT_EQ(response.status, 200) << response.body;
-    Result<AgentReply> reply = ParseAgentReply(response.body);
+    Result<wire::AgentReply> reply = wire::ParseAgentReply(response.body);
     EXPECT_OK(reply);
     if (reply.ok() && !reply->node_token.empty()) {
       node_tokens_[node] = reply->node_token;
     }
-    return reply.ok() ? *reply : AgentReply{};
+    return reply.ok() ? *reply : wire::AgentReply{};
   }
 
-  AgentReply Heartbeat(const std::string& node, const HeartbeatRequest& request = {}) {
+  wire::AgentReply Heartbeat(const std::string& node, const wire::HeartbeatRequest& request = {}) {
     const ApiResponse response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", node),
                                       node_tokens_.count(node) > 0 ? node_tokens_[node] : agent_,
-                                      HeartbeatRequestToJson(request));
+                                      wire::HeartbeatRequestToJson(request));
     EXPECT_EQ(response.status, 200) << response.body;
-    Result<AgentReply> reply = ParseAgentReply(response.body);
+    Result<wire::AgentReply> reply = wire::ParseAgentReply(response.body);
     EXPECT_OK(reply);
-    return reply.ok() ? *reply : AgentReply{};
+    return reply.ok() ? *reply : wire::AgentReply{};
   }
 
   Json Get(const std::string& path) {
@@ -150,18 +150,18 @@ class AgentProtocolTest : public ::testing::Test {
   void Cycle() { ASSERT_OK(server_->RunSchedulingCycle()); }
 
   // The desired task of `job` in `reply`; an empty one (and a failure) when there is none.
-  static DesiredTask TaskOf(const AgentReply& reply, const std::string& job) {
-    for (const DesiredTask& task : reply.tasks) {
+  static wire::DesiredTask TaskOf(const wire::AgentReply& reply, const std::string& job) {
+    for (const wire::DesiredTask& task : reply.tasks) {
       if (task.job == job) {
         return task;
       }
     }
     ADD_FAILURE() << "no task of job " << job << " in the reply";
-    return DesiredTask{};
+    return wire::DesiredTask{};
   }
 
-  static TaskReport Report(const std::string& id, TaskPhase phase, int exit_code = 0) {
-    TaskReport report;
+  static wire::TaskReport Report(const std::string& id, wire::TaskPhase phase, int exit_code = 0) {
+    wire::TaskReport report;
     report.id = id;
     report.phase = phase;
     report.exit_code = exit_code;
@@ -189,10 +189,10 @@ TEST_F(AgentProtocolTest, RegisteredNodeIsReadyAndRunsItsTasksToSuccess) {
   Cycle();
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
 
-  AgentReply reply = Heartbeat("node-a");
+  wire::AgentReply reply = Heartbeat("node-a");
   EXPECT_EQ(reply.heartbeat_interval_ms, 10000);
   ASSERT_EQ(reply.tasks.size(), 2u);
-  const DesiredTask& task = reply.tasks[0];
+  const wire::DesiredTask& task = reply.tasks[0];
   EXPECT_EQ(task.id, "train/workers-0/1");
   EXPECT_EQ(task.job, "train");
   EXPECT_EQ(task.command, (std::vector<std::string>{"python", "train.py", "--epochs", "3"}));
@@ -206,16 +206,16 @@ TEST_F(AgentProtocolTest, RegisteredNodeIsReadyAndRunsItsTasksToSuccess) {
   EXPECT_EQ(task.memory_mib, placement.value("memory_mib", -1));
 
   // One task running is not yet a running gang; both are.
-  HeartbeatRequest beat;
-  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kRunning)};
   Heartbeat("node-a", beat);
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
-  beat.tasks.push_back(Report("train/workers-1/1", TaskPhase::kRunning));
+  beat.tasks.push_back(Report("train/workers-1/1", wire::TaskPhase::kRunning));
   Heartbeat("node-a", beat);
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Running");
 
-  beat.tasks = {Report("train/workers-0/1", TaskPhase::kSucceeded),
-                Report("train/workers-1/1", TaskPhase::kSucceeded)};
+  beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kSucceeded),
+                Report("train/workers-1/1", wire::TaskPhase::kSucceeded)};
   reply = Heartbeat("node-a", beat);
   EXPECT_TRUE(reply.tasks.empty());
   const Json job = Get("/v1/jobs/train");
@@ -233,10 +233,10 @@ TEST_F(AgentProtocolTest, ANonZeroExitFailsTheGangAndStopsItsOtherTasks) {
   Register(Inventory("node-a", "leaf-0"));
   Submit(JobYaml("train", 2, 4));
   Cycle();
-  HeartbeatRequest beat;
-  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning),
-                Report("train/workers-1/1", TaskPhase::kFailed, 3)};
-  AgentReply reply = Heartbeat("node-a", beat);
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kRunning),
+                Report("train/workers-1/1", wire::TaskPhase::kFailed, 3)};
+  wire::AgentReply reply = Heartbeat("node-a", beat);
   EXPECT_TRUE(reply.tasks.empty()) << "workers-0 is no longer wanted";
   Json job = Get("/v1/jobs/train");
   EXPECT_EQ(job["state"], "Stopping");
@@ -250,7 +250,7 @@ TEST_F(AgentProtocolTest, ANonZeroExitFailsTheGangAndStopsItsOtherTasks) {
   EXPECT_EQ(Get("/v1/jobs/whole-node")["state"], "Pending");
 
   // The agent reports workers-0 ended after SIGTERM: only now are its GPUs free.
-  beat.tasks = {Report("train/workers-0/1", TaskPhase::kFailed, 143)};
+  beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kFailed, 143)};
   reply = Heartbeat("node-a", beat);
   job = Get("/v1/jobs/train");
   EXPECT_EQ(job["state"], "Failed");
@@ -266,8 +266,8 @@ TEST_F(AgentProtocolTest, ACancelledJobsGpusGoToTheNextJobOnlyOnceItsTaskHasExit
   Register(Inventory("node-a", "leaf-0"));
   Submit(JobYaml("slow-exit", 1, 8));
   Cycle();
-  HeartbeatRequest beat;
-  beat.tasks = {Report("slow-exit/workers-0/1", TaskPhase::kRunning)};
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("slow-exit/workers-0/1", wire::TaskPhase::kRunning)};
   ASSERT_EQ(Heartbeat("node-a", beat).tasks.size(), 1u);
   ASSERT_EQ(Call("POST", "/v1/jobs/slow-exit/cancel", admin_).status, 200);
   Submit(JobYaml("next", 1, 8));
@@ -280,12 +280,12 @@ TEST_F(AgentProtocolTest, ACancelledJobsGpusGoToTheNextJobOnlyOnceItsTaskHasExit
     EXPECT_EQ(Get("/v1/jobs/slow-exit")["state"], "Stopping");
     EXPECT_EQ(Get("/v1/jobs/next")["state"], "Pending");
   }
-  beat.tasks = {Report("slow-exit/workers-0/1", TaskPhase::kFailed, 143)};
+  beat.tasks = {Report("slow-exit/workers-0/1", wire::TaskPhase::kFailed, 143)};
   Heartbeat("node-a", beat);
   EXPECT_EQ(Get("/v1/jobs/slow-exit")["state"], "Cancelled");
   Cycle();
   EXPECT_EQ(Get("/v1/jobs/next")["state"], "Scheduled");
-  const AgentReply reply = Heartbeat("node-a");
+  const wire::AgentReply reply = Heartbeat("node-a");
   ASSERT_EQ(reply.tasks.size(), 1u);
   EXPECT_EQ(reply.tasks[0].id, "next/workers-0/1");
 }
@@ -295,18 +295,18 @@ TEST_F(AgentProtocolTest, AReportDeliveredLateSaysNothingByATasksAbsence) {
   Register(Inventory("node-a", "leaf-0"));
   Submit(JobYaml("train", 1, 8));
   Cycle();
-  HeartbeatRequest beat;
+  wire::HeartbeatRequest beat;
   beat.sequence = 20;
-  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
+  beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kRunning)};
   Heartbeat("node-a", beat);
   ASSERT_EQ(Call("POST", "/v1/jobs/train/cancel", admin_).status, 200);
   // A heartbeat the agent sent before it started the task arrives now: it does not list the task,
   // but that proves nothing, and the job keeps its GPUs.
-  HeartbeatRequest late;
+  wire::HeartbeatRequest late;
   late.sequence = 10;
   Heartbeat("node-a", late);
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Stopping");
-  HeartbeatRequest fresh;
+  wire::HeartbeatRequest fresh;
   fresh.sequence = 30;
   Heartbeat("node-a", fresh);
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Cancelled");
@@ -316,7 +316,7 @@ TEST_F(AgentProtocolTest, AReportDeliveredLateSaysNothingByATasksAbsence) {
 
 TEST_F(AgentProtocolTest, AJoinTokenIsExchangedForANodeCredentialThatActsForThatNodeAlone) {
   Cycle();
-  const AgentReply first = Register(Inventory("node-a", "leaf-0"));
+  const wire::AgentReply first = Register(Inventory("node-a", "leaf-0"));
   ASSERT_FALSE(first.node_token.empty()) << "the join token is exchanged at first registration";
   Register(Inventory("node-b", "leaf-0"));
   Submit(JobYaml("train", 1, 8));
@@ -327,26 +327,26 @@ TEST_F(AgentProtocolTest, AJoinTokenIsExchangedForANodeCredentialThatActsForThat
   // The join token can no longer act for a registered node: it cannot register as it (and so
   // receive its tasks with their command and env), nor heartbeat for it.
   ApiResponse response = Call("POST", "/v1/agents/register", agent_,
-                              RegisterRequestToJson(Inventory(placed, "leaf-0")));
+                              wire::RegisterRequestToJson(Inventory(placed, "leaf-0")));
   EXPECT_EQ(response.status, 403);
   EXPECT_THAT(response.body, HasSubstr("has its own credential"));
   response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", placed), agent_,
-                  HeartbeatRequestToJson({}));
+                  wire::HeartbeatRequestToJson({}));
   EXPECT_EQ(response.status, 403);
   // Another node's credential cannot either, nor report the task Failed through its own node.
   response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", placed), node_tokens_[other],
-                  HeartbeatRequestToJson({}));
+                  wire::HeartbeatRequestToJson({}));
   EXPECT_EQ(response.status, 403);
   EXPECT_THAT(response.body, HasSubstr("acts for node " + other + " only"));
-  HeartbeatRequest forged;
-  forged.tasks = {Report("train/workers-0/1", TaskPhase::kFailed, 1)};
+  wire::HeartbeatRequest forged;
+  forged.tasks = {Report("train/workers-0/1", wire::TaskPhase::kFailed, 1)};
   Heartbeat(other, forged);
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
   // The node's own credential still works, and an admin's node token too.
   EXPECT_EQ(Heartbeat(placed).tasks.size(), 1u);
   const std::string issued = *server_->authenticator().CreateToken(Role::kAgent, "", "ops", placed);
   response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", placed), issued,
-                  HeartbeatRequestToJson({}));
+                  wire::HeartbeatRequestToJson({}));
   EXPECT_EQ(response.status, 200);
 }
 
@@ -354,13 +354,13 @@ TEST_F(AgentProtocolTest, AJoinTokenIsExchangedForANodeCredentialThatActsForThat
 
 TEST_F(AgentProtocolTest, RegistrationsTheSchedulerCannotTakeAreRefusedNamingTheField) {
   Cycle();
-  const auto refusal = [&](const RegisterRequest& request) {
+  const auto refusal = [&](const wire::RegisterRequest& request) {
     const ApiResponse response =
-        Call("POST", "/v1/agents/register", agent_, RegisterRequestToJson(request));
+        Call("POST", "/v1/agents/register", agent_, wire::RegisterRequestToJson(request));
     EXPECT_EQ(response.status / 100, 4) << response.body;
     return response.body;
   };
-  RegisterRequest many = Inventory("node-big", "leaf-0");
+  wire::RegisterRequest many = Inventory("node-big", "leaf-0");
   for (int i = 8; i < 65; ++i) {
     Gpu gpu = many.node.gpus[0];
     gpu.index = i;
@@ -369,14 +369,14 @@ TEST_F(AgentProtocolTest, RegistrationsTheSchedulerCannotTakeAreRefusedNamingThe
   }
   EXPECT_THAT(refusal(many), HasSubstr("node.gpus: 65 GPUs, at most 64"));
   EXPECT_THAT(refusal(Inventory("../x", "leaf-0")), HasSubstr("node.name"));
-  RegisterRequest twice = Inventory("node-twice", "leaf-0");
+  wire::RegisterRequest twice = Inventory("node-twice", "leaf-0");
   twice.node.gpus[1].index = 0;
   EXPECT_THAT(refusal(twice), HasSubstr("gpus[1].index: 0 appears twice on the node"));
-  RegisterRequest long_uuid = Inventory("node-long", "leaf-0");
+  wire::RegisterRequest long_uuid = Inventory("node-long", "leaf-0");
   long_uuid.node.gpus[2].uuid = GpuUuid("GPU-" + std::string(92, 'f'));
   EXPECT_THAT(refusal(long_uuid), HasSubstr("node.gpus[2].uuid: 96 bytes, at most 95"));
   Register(Inventory("node-a", "leaf-0"));
-  RegisterRequest thief = Inventory("node-b", "leaf-0");
+  wire::RegisterRequest thief = Inventory("node-b", "leaf-0");
   thief.node.gpus[3].uuid = GpuUuid("GPU-node-a-3");
   EXPECT_THAT(refusal(thief), HasSubstr("GPU-node-a-3 is a GPU of node node-a"));
   // Nothing of the refused nodes was stored, and the fleet schedules as before.
@@ -391,20 +391,20 @@ TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithoutAGpuEndsTheRunsOnIt) {
   Register(Inventory("node-a", "leaf-0"));
   Submit(JobYaml("train", 1, 8));
   Cycle();
-  HeartbeatRequest beat;
-  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kRunning)};
   Heartbeat("node-a", beat);
-  RegisterRequest fewer = Inventory("node-a", "leaf-0");
+  wire::RegisterRequest fewer = Inventory("node-a", "leaf-0");
   fewer.node.gpus.pop_back();
   fewer.tasks = beat.tasks;
-  const AgentReply reply = Register(fewer);
+  const wire::AgentReply reply = Register(fewer);
   EXPECT_TRUE(reply.tasks.empty()) << "no longer wanted: its GPU is gone";
   const Json job = Get("/v1/jobs/train");
   EXPECT_EQ(job["state"], "Stopping");
   EXPECT_THAT(job["reason"].get<std::string>(),
               HasSubstr("node-a registered again without its GPU GPU-node-a-7"));
   // Once its task has ended it waits for a node with 8 GPUs; none is given a GPU that is gone.
-  beat.tasks = {Report("train/workers-0/1", TaskPhase::kFailed, 143)};
+  beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kFailed, 143)};
   Heartbeat("node-a", beat);
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Pending");
   Cycle();
@@ -418,11 +418,11 @@ TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithItsGpusInAnotherOrderKeepsEac
   Cycle();
   const std::vector<std::string> uuids = TaskOf(Heartbeat("node-a"), "train").gpu_uuids;
   ASSERT_EQ(uuids.size(), 4u);
-  HeartbeatRequest beat;
-  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kRunning)};
   Heartbeat("node-a", beat);
   // The agent comes back with NVML numbering the same GPUs the other way round.
-  RegisterRequest reordered = Reversed(Inventory("node-a", "leaf-0"));
+  wire::RegisterRequest reordered = Reversed(Inventory("node-a", "leaf-0"));
   reordered.tasks = beat.tasks;
   EXPECT_EQ(TaskOf(Register(reordered), "train").gpu_uuids, uuids) << "the same physical GPUs";
   const Json job = Get("/v1/jobs/train");
@@ -451,19 +451,19 @@ TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithoutAGpuEndsOnlyTheRunThatHeld
   Cycle();
   Submit(JobYaml("second", 1, 4));
   Cycle();
-  const AgentReply before = Heartbeat("node-a");
+  const wire::AgentReply before = Heartbeat("node-a");
   const std::vector<std::string> first = TaskOf(before, "first").gpu_uuids;
   const std::vector<std::string> second = TaskOf(before, "second").gpu_uuids;
   ASSERT_EQ(first.size(), 4u);
-  HeartbeatRequest beat;
-  beat.tasks = {Report("first/workers-0/1", TaskPhase::kRunning),
-                Report("second/workers-0/1", TaskPhase::kRunning)};
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("first/workers-0/1", wire::TaskPhase::kRunning),
+                Report("second/workers-0/1", wire::TaskPhase::kRunning)};
   Heartbeat("node-a", beat);
   // One GPU of the first job is gone; the GPUs listed after it move up the list.
-  RegisterRequest fewer = Inventory("node-a", "leaf-0");
+  wire::RegisterRequest fewer = Inventory("node-a", "leaf-0");
   std::erase_if(fewer.node.gpus, [&](const Gpu& gpu) { return gpu.uuid.value() == first[0]; });
   fewer.tasks = beat.tasks;
-  const AgentReply reply = Register(fewer);
+  const wire::AgentReply reply = Register(fewer);
   ASSERT_EQ(reply.tasks.size(), 1u);
   EXPECT_EQ(reply.tasks[0].job, "second");
   EXPECT_EQ(reply.tasks[0].gpu_uuids, second);
@@ -476,8 +476,8 @@ TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithoutAGpuEndsOnlyTheRunThatHeld
   EXPECT_EQ(job["placements"][0].value("gpu_uuids", Json()), Json(first))
       << "never an empty or another UUID";
   // Once its task has ended it waits: three GPUs are left for its four.
-  beat.tasks = {Report("first/workers-0/1", TaskPhase::kFailed, 143),
-                Report("second/workers-0/1", TaskPhase::kRunning)};
+  beat.tasks = {Report("first/workers-0/1", wire::TaskPhase::kFailed, 143),
+                Report("second/workers-0/1", wire::TaskPhase::kRunning)};
   Heartbeat("node-a", beat);
   EXPECT_EQ(Get("/v1/jobs/first")["state"], "Pending");
   Cycle();
@@ -525,12 +525,12 @@ TEST_F(AgentProtocolTest, AJobStoredBeforePlacementsNamedUuidsRunsOnTheGpusOfIts
   batch.Update(std::string(kJobsKind), "train", doc.dump(), stored->version);
   ASSERT_OK(store_.Commit(batch));
   EXPECT_EQ(TaskOf(Heartbeat("node-a"), "train").gpu_uuids, uuids);
-  HeartbeatRequest beat;
-  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kRunning)};
   Heartbeat("node-a", beat);
   // A re-registration that numbers the GPUs otherwise keeps the run on them, and from then on
   // the placement names them by UUID.
-  RegisterRequest reordered = Reversed(Inventory("node-a", "leaf-0"));
+  wire::RegisterRequest reordered = Reversed(Inventory("node-a", "leaf-0"));
   reordered.tasks = beat.tasks;
   EXPECT_EQ(TaskOf(Register(reordered), "train").gpu_uuids, uuids);
   const Json job = Get("/v1/jobs/train");
@@ -564,7 +564,7 @@ TEST_F(AgentProtocolTest, DeleteNodeRemovesANodeThatHoldsNoRuns) {
   EXPECT_EQ(Call("GET", "/v1/nodes/node-a", admin_).status, 404);
   EXPECT_EQ(Call("DELETE", "/v1/nodes/node-a", admin_).status, 404);
   // Its GPUs may now belong to another node.
-  RegisterRequest moved = Inventory("node-b", "leaf-0");
+  wire::RegisterRequest moved = Inventory("node-b", "leaf-0");
   moved.node.gpus[0].uuid = GpuUuid("GPU-node-a-0");
   Register(moved);
 }
@@ -608,9 +608,9 @@ TEST_F(AgentProtocolTest, SilentNodeBecomesNotReadyAndItsJobIsRequeuedWithoutHol
   EXPECT_THAT(events.dump(), HasSubstr("node " + first_node + " lost"));
 
   // The silent node comes back: Ready again, and its old task is not wanted any more.
-  HeartbeatRequest beat;
-  beat.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
-  const AgentReply reply = Heartbeat(first_node, beat);
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kRunning)};
+  const wire::AgentReply reply = Heartbeat(first_node, beat);
   EXPECT_TRUE(reply.tasks.empty());
   EXPECT_EQ(Get("/v1/nodes/" + first_node)["state"], "Ready");
   job = Get("/v1/jobs/train");
@@ -635,9 +635,9 @@ TEST_F(AgentProtocolTest, OnNodeFailureFailEndsTheJob) {
 
 TEST_F(AgentProtocolTest, AHeartbeatTellsTheAgentItsLeaseAndAFencedAgentLeavesANodeEvent) {
   Cycle();
-  AgentReply reply = Register(Inventory("node-a", "leaf-0"));
+  wire::AgentReply reply = Register(Inventory("node-a", "leaf-0"));
   EXPECT_EQ(reply.lease_ms, 40000);
-  HeartbeatRequest beat;
+  wire::HeartbeatRequest beat;
   beat.fenced = "lease of 40s not renewed: stopped 2 tasks";
   Heartbeat("node-a", beat);
   EXPECT_THAT(Get("/v1/nodes/node-a/events").dump(),
@@ -649,10 +649,10 @@ TEST_F(AgentProtocolTest, AWaitingTaskKeepsItsJobScheduled) {
   Register(Inventory("node-a", "leaf-0"));
   Submit(JobYaml("train", 1, 8));
   Cycle();
-  HeartbeatRequest beat;
-  beat.tasks = {Report("train/workers-0/1", TaskPhase::kWaiting)};
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kWaiting)};
   beat.tasks[0].message = "GPU-node-a-0 is held by task old/main-0/1";
-  const AgentReply reply = Heartbeat("node-a", beat);
+  const wire::AgentReply reply = Heartbeat("node-a", beat);
   EXPECT_EQ(reply.tasks.size(), 1u) << "still wanted";
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
   EXPECT_THAT(Get("/v1/jobs/train/events").dump(),
@@ -665,10 +665,10 @@ TEST_F(AgentProtocolTest, AGangPartlyStartedForTheGangStartTimeoutIsRequeuedWhol
   Register(Inventory("node-b", "leaf-0"));
   Submit(JobYaml("train", 2, 8));  // one task per node
   Cycle();
-  HeartbeatRequest on_a;
-  on_a.tasks = {Report("train/workers-0/1", TaskPhase::kRunning)};
-  HeartbeatRequest on_b;
-  on_b.tasks = {Report("train/workers-1/1", TaskPhase::kWaiting)};
+  wire::HeartbeatRequest on_a;
+  on_a.tasks = {Report("train/workers-0/1", wire::TaskPhase::kRunning)};
+  wire::HeartbeatRequest on_b;
+  on_b.tasks = {Report("train/workers-1/1", wire::TaskPhase::kWaiting)};
   on_b.tasks[0].message = "GPU-node-b-0 is held by task old/main-0/1";
   // Part-started for just under the 300 s timeout: it still waits.
   for (int second = 0; second < 300; second += 10) {
@@ -692,7 +692,7 @@ TEST_F(AgentProtocolTest, AGangPartlyStartedForTheGangStartTimeoutIsRequeuedWhol
   // stay held until the started task has ended.
   EXPECT_TRUE(Heartbeat("node-b", on_b).tasks.empty());
   EXPECT_TRUE(Heartbeat("node-a", on_a).tasks.empty());
-  on_a.tasks = {Report("train/workers-0/1", TaskPhase::kFailed, 143)};
+  on_a.tasks = {Report("train/workers-0/1", wire::TaskPhase::kFailed, 143)};
   Heartbeat("node-a", on_a);
   job = Get("/v1/jobs/train");
   EXPECT_EQ(job["state"], "Pending");
@@ -718,12 +718,12 @@ TEST_F(AgentProtocolTest, DrainNowGpuEndsTheRunAndTakesTheGpuOutOfService) {
   Register(Inventory("node-a", "leaf-0"));
   Submit(JobYaml("train", 1, 8));
   Cycle();
-  HeartbeatRequest beat;
-  GpuReport lost;
+  wire::HeartbeatRequest beat;
+  wire::GpuReport lost;
   lost.index = 3;
   lost.health = GpuHealth::kUnhealthy;
   lost.reasons = {"XID 79: GPU has fallen off the bus"};
-  lost.drain = DrainAction::kNow;
+  lost.drain = wire::DrainAction::kNow;
   beat.gpus = {lost};
   Heartbeat("node-a", beat);
   Json job = Get("/v1/jobs/train");
@@ -749,8 +749,8 @@ TEST_F(AgentProtocolTest, QuarantineSurvivesReRegistration) {
 }
 
 TEST_F(AgentProtocolTest, HeartbeatsWaitForTheFirstCycle) {
-  const ApiResponse response =
-      Call("POST", "/v1/agents/register", agent_, RegisterRequestToJson(Inventory("n", "leaf-0")));
+  const ApiResponse response = Call("POST", "/v1/agents/register", agent_,
+                                    wire::RegisterRequestToJson(Inventory("n", "leaf-0")));
   EXPECT_EQ(response.status, 503) << response.body;
   EXPECT_THAT(response.body, HasSubstr("retry"));
 }
@@ -783,10 +783,10 @@ TEST_F(AgentProtocolTest, BadReportsAreRefusedAndChangeNothing) {
   EXPECT_EQ(Get("/v1/nodes/node-a")["gpus"][0]["health"], "Healthy");
 
   EXPECT_EQ(Call("POST", "/v1/agents/ghost/heartbeat", agent_, "{}").status, 404);
-  RegisterRequest bad_model = Inventory("node-c", "leaf-0");
+  wire::RegisterRequest bad_model = Inventory("node-c", "leaf-0");
   bad_model.node.gpus[5].model = "H900";
   const ApiResponse unknown_model =
-      Call("POST", "/v1/agents/register", agent_, RegisterRequestToJson(bad_model));
+      Call("POST", "/v1/agents/register", agent_, wire::RegisterRequestToJson(bad_model));
   EXPECT_EQ(unknown_model.status, 400);
   EXPECT_THAT(unknown_model.body, HasSubstr("H900"));
   EXPECT_EQ(Call("GET", "/v1/nodes/node-c", admin_).status, 404) << "nothing stored";
@@ -796,7 +796,7 @@ TEST_F(AgentProtocolTest, RolesAreKeptApart) {
   Cycle();
   const std::string member = *server_->authenticator().CreateToken(Role::kMember, "team-a", "al");
   EXPECT_EQ(Call("POST", "/v1/agents/register", member,
-                 RegisterRequestToJson(Inventory("node-a", "leaf-0")))
+                 wire::RegisterRequestToJson(Inventory("node-a", "leaf-0")))
                 .status,
             403);
   EXPECT_EQ(Call("GET", "/v1/jobs", agent_).status, 403);
@@ -805,14 +805,14 @@ TEST_F(AgentProtocolTest, RolesAreKeptApart) {
 }
 
 // A node of one H100 with MIG enabled and these instances, as its agent describes it.
-RegisterRequest MigInventory(const std::vector<MigDeviceReport>& devices) {
-  RegisterRequest request = Inventory("mig-a", "leaf-0");
-  request.node.labels[std::string(kMigLayoutsLabel)] = "true";
+wire::RegisterRequest MigInventory(const std::vector<wire::MigDeviceReport>& devices) {
+  wire::RegisterRequest request = Inventory("mig-a", "leaf-0");
+  request.node.labels[std::string(wire::kMigLayoutsLabel)] = "true";
   request.node.gpus.resize(1);
   request.node.gpus[0].mig_enabled = true;
-  GpuReport report;
+  wire::GpuReport report;
   report.mig_devices = devices;
-  for (const MigDeviceReport& device : devices) {
+  for (const wire::MigDeviceReport& device : devices) {
     request.node.gpus[0].mig_instances.push_back({device.profile, device.start});
   }
   request.gpus.push_back(report);
@@ -820,8 +820,9 @@ RegisterRequest MigInventory(const std::vector<MigDeviceReport>& devices) {
 }
 
 // A heartbeat of the MIG node `inventory` reporting the instances of `layout` as made.
-HeartbeatRequest MigLayoutMade(const RegisterRequest& inventory, const WantedMigLayout& layout) {
-  HeartbeatRequest beat;
+wire::HeartbeatRequest MigLayoutMade(const wire::RegisterRequest& inventory,
+                                     const wire::WantedMigLayout& layout) {
+  wire::HeartbeatRequest beat;
   beat.gpus.push_back(inventory.gpus[0]);
   beat.gpus[0].mig_devices->clear();
   for (const MigInstance& instance : layout.instances) {
@@ -833,7 +834,7 @@ HeartbeatRequest MigLayoutMade(const RegisterRequest& inventory, const WantedMig
 
 TEST_F(AgentProtocolTest, APlannedMigLayoutIsSentUntilReportedAndSurvivesReRegistration) {
   Cycle();
-  const RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});
+  const wire::RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});
   EXPECT_TRUE(Register(whole).mig_layouts.empty()) << "the layout is as wanted";
   Submit(R"(apiVersion: gpufleet.io/v1
 kind: Job
@@ -851,10 +852,10 @@ spec:
   EXPECT_EQ(assignment["mig_created"], false) << "on an instance of the planned layout";
 
   // Re-registering with the old layout does not undo the plan: the agent is still told.
-  AgentReply reply = Register(whole);
+  wire::AgentReply reply = Register(whole);
   ASSERT_EQ(reply.mig_layouts.size(), 1u);
   EXPECT_EQ(reply.mig_layouts[0].gpu_index, 0);
-  EXPECT_THAT(DescribeMigInstances(reply.mig_layouts[0].instances), HasSubstr("3g.40gb"));
+  EXPECT_THAT(wire::DescribeMigInstances(reply.mig_layouts[0].instances), HasSubstr("3g.40gb"));
   EXPECT_TRUE(reply.tasks.empty()) << "the task waits for its instance";
 
   // Reported: the task comes with the MIG device's UUID, and the layout is no longer sent.
@@ -865,7 +866,7 @@ spec:
   EXPECT_EQ(reply.tasks[0].gpu_uuids, std::vector<std::string>{uuid});
   ASSERT_EQ(reply.tasks[0].mig_instances.size(), 1u);
   EXPECT_EQ(reply.tasks[0].mig_instances[0],
-            (TaskMigInstance{0, "3g.40gb", assignment["mig_start"].get<int>(), uuid}));
+            (wire::TaskMigInstance{0, "3g.40gb", assignment["mig_start"].get<int>(), uuid}));
 }
 
 TEST_F(AgentProtocolTest, TwoTeamsMigJobsOfOneNameAreBothPlanned) {
@@ -875,7 +876,7 @@ TEST_F(AgentProtocolTest, TwoTeamsMigJobsOfOneNameAreBothPlanned) {
     ASSERT_OK(store_.Commit(batch));
   }
   Cycle();
-  const RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});
+  const wire::RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});
   Register(whole);
   const std::string yaml = R"(apiVersion: gpufleet.io/v1
 kind: Job
@@ -902,7 +903,7 @@ spec:
 TEST_F(AgentProtocolTest, AGangWithAMigTaskStartsOnlyOnceItsInstancesExist) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  const RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});
+  const wire::RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});
   Register(whole);
   Submit(R"(apiVersion: gpufleet.io/v1
 kind: Job
@@ -928,20 +929,20 @@ spec:
 
   // The helper's node is told nothing while the MIG instance does not exist.
   EXPECT_TRUE(Heartbeat("node-a").tasks.empty());
-  AgentReply mig_reply = Heartbeat("mig-a");
+  wire::AgentReply mig_reply = Heartbeat("mig-a");
   EXPECT_TRUE(mig_reply.tasks.empty());
   ASSERT_EQ(mig_reply.mig_layouts.size(), 1u) << "the layout is still sent, so it gets made";
 
   EXPECT_EQ(Heartbeat("mig-a", MigLayoutMade(whole, mig_reply.mig_layouts[0])).tasks.size(), 1u);
-  const AgentReply helper = Heartbeat("node-a");
+  const wire::AgentReply helper = Heartbeat("node-a");
   ASSERT_EQ(helper.tasks.size(), 1u);
   EXPECT_EQ(helper.tasks[0].task, "helper-0");
 }
 
 TEST_F(AgentProtocolTest, NoLayoutIsPlannedForAnAgentThatCannotApplyOne) {
   Cycle();
-  RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});
-  whole.node.labels.erase(std::string(kMigLayoutsLabel));
+  wire::RegisterRequest whole = MigInventory({{"MIG-whole", "7g.80gb", 0}});
+  whole.node.labels.erase(std::string(wire::kMigLayoutsLabel));
   Register(whole);
   Submit(R"(apiVersion: gpufleet.io/v1
 kind: Job
@@ -979,12 +980,12 @@ spec:
 
   // `seconds` in 10 s steps: mig-a heartbeats with these devices and error, then a cycle runs.
   // Returns the last heartbeat's answer.
-  AgentReply Wait(int seconds, const std::vector<MigDeviceReport>& devices,
-                  const std::string& error) {
-    AgentReply reply;
+  wire::AgentReply Wait(int seconds, const std::vector<wire::MigDeviceReport>& devices,
+                        const std::string& error) {
+    wire::AgentReply reply;
     for (int waited = 0; waited < seconds; waited += 10) {
       clock_.Advance(std::chrono::seconds(10));
-      HeartbeatRequest beat;
+      wire::HeartbeatRequest beat;
       beat.gpus.push_back(whole_.gpus[0]);
       beat.gpus[0].mig_devices = devices;
       beat.gpus[0].mig_error = error;
@@ -998,8 +999,8 @@ spec:
     return Get(fmt::format("/v1/{}/{}/events", kind, name)).dump();
   }
 
-  const RegisterRequest whole_ = MigInventory({{"MIG-whole", "7g.80gb", 0}});
-  const std::vector<MigDeviceReport> whole_devices_ = {{"MIG-whole", "7g.80gb", 0}};
+  const wire::RegisterRequest whole_ = MigInventory({{"MIG-whole", "7g.80gb", 0}});
+  const std::vector<wire::MigDeviceReport> whole_devices_ = {{"MIG-whole", "7g.80gb", 0}};
   static constexpr const char* kError = "gpu 0: the 7g.80gb instance at 0 is in use";
 };
 
@@ -1008,7 +1009,7 @@ TEST_F(MigApplyTimeoutTest, AJobWaitingForALayoutNeverAppliedIsRequeuedAndTheLay
   EXPECT_EQ(Wait(110, whole_devices_, kError).mig_layouts.size(), 1u) << "still asked to apply";
   EXPECT_EQ(Get("/v1/jobs/infer")["state"], "Scheduled") << "not yet 120 s";
 
-  const AgentReply reply = Wait(10, whole_devices_, kError);
+  const wire::AgentReply reply = Wait(10, whole_devices_, kError);
   const Json job = Get("/v1/jobs/infer");
   EXPECT_EQ(job["state"], "Pending");
   EXPECT_TRUE(job["placements"].empty());
@@ -1047,9 +1048,9 @@ TEST_F(MigApplyTimeoutTest, TheHoldEndsWhenTheAgentReportsOtherDevices) {
 
 TEST_F(MigApplyTimeoutTest, AReportedInstanceEndsTheWaitEvenBeforeTheTaskRuns) {
   PlaceOnAPlannedLayout();
-  const AgentReply reply = Wait(60, whole_devices_, kError);
+  const wire::AgentReply reply = Wait(60, whole_devices_, kError);
   ASSERT_EQ(reply.mig_layouts.size(), 1u);
-  std::vector<MigDeviceReport> applied;
+  std::vector<wire::MigDeviceReport> applied;
   for (const MigInstance& instance : reply.mig_layouts[0].instances) {
     applied.push_back({fmt::format("MIG-{}-{}", instance.profile, instance.start), instance.profile,
                        instance.start});
@@ -1098,18 +1099,18 @@ class AgentUtilizationTest : public AgentProtocolTest {
   // the tasks it was told to run reported running, then a cycle runs.
   void Minute(std::optional<int> utilization) {
     clock_.Advance(std::chrono::minutes(1));
-    HeartbeatRequest beat;
+    wire::HeartbeatRequest beat;
     for (int i = 0; i < 8; ++i) {
-      GpuReport gpu;
+      wire::GpuReport gpu;
       gpu.index = i;
       gpu.utilization_pct = utilization;
       beat.gpus.push_back(gpu);
     }
     for (const std::string& id : desired_) {
-      beat.tasks.push_back(Report(id, TaskPhase::kRunning));
+      beat.tasks.push_back(Report(id, wire::TaskPhase::kRunning));
     }
     desired_.clear();
-    for (const DesiredTask& task : Heartbeat("node-a", beat).tasks) {
+    for (const wire::DesiredTask& task : Heartbeat("node-a", beat).tasks) {
       desired_.push_back(task.id);
     }
     Cycle();

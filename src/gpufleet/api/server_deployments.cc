@@ -12,10 +12,11 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
-#include "gpufleet/api/deployment_spec.h"
 #include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tenancy.h"
+#include "gpufleet/store/read_modify_write.h"
+#include "gpufleet/wire/deployment_spec.h"
 
 namespace gpufleet::api {
 namespace {
@@ -23,38 +24,21 @@ namespace {
 // Agents report whole percents; the autoscaler takes milli.
 constexpr int64_t kMilliPerPercent = 10;
 
-ApiResponse Reply(int status, const Json& body) {
-  ApiResponse response;
-  response.status = status;
-  response.body = body.dump() + "\n";
-  return response;
-}
-
-ApiResponse Error(const Status& status) {
-  ApiResponse response;
-  response.status = HttpStatusOf(status.code());
-  response.body = ErrorBody(status);
-  return response;
-}
-
 Status DeploymentNotFound(std::string_view name) {
   return NotFoundError(fmt::format("deployment \"{}\" not found", name));
 }
 
 Json DeploymentOutput(const store::StoredObject& object) {
-  Json doc = ParseDocument(object.data);
+  Json doc = wire::ParseDocument(object.data);
   doc["version"] = object.version;
   return doc;
 }
 
-bool CanSeeDeployment(const Principal& who, const Json& doc) {
-  return who.is_admin() || StrOr(doc, "team") == who.team;
-}
-
 // Who the controller acts as for a deployment's replicas: its creator's role and team.
 Principal ReplicaOwner(const Json& doc) {
-  return Principal{BoolOr(doc, "created_by_admin", false) ? Role::kAdmin : Role::kMember,
-                   StrOr(doc, "team"), fmt::format("deployment/{}", StrOr(doc, "name"))};
+  return Principal{wire::BoolOr(doc, "created_by_admin", false) ? Role::kAdmin : Role::kMember,
+                   wire::StrOr(doc, "team"),
+                   fmt::format("deployment/{}", wire::StrOr(doc, "name"))};
 }
 
 }  // namespace
@@ -96,18 +80,18 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
   }
   const size_t n = segments.size();
   if (n == 2 && request.method == "POST") {
-    Result<DeploymentSpec> spec = ParseDeploymentSpec(request.body, options_.catalog);
+    Result<wire::DeploymentSpec> spec = wire::ParseDeploymentSpec(request.body, options_.catalog);
     if (!spec.ok()) {
-      return Error(spec.status());
+      return ErrorResponse(spec.status());
     }
     if (Status status = CheckScopedName("name", spec->name); !status.ok()) {
-      return Error(status);
+      return ErrorResponse(status);
     }
     if (Status status = CheckSubmission(who, spec->queue); !status.ok()) {
-      return Error(status);
+      return ErrorResponse(status);
     }
     const std::string key = TeamScopedKey(who.team, spec->name);
-    Json doc = DeploymentSpecToJson(*spec);
+    Json doc = wire::DeploymentSpecToJson(*spec);
     doc["team"] = who.team;
     doc["created_by"] = who.name.empty() ? RoleName(who.role) : who.name;
     doc["created_by_admin"] = who.is_admin();
@@ -125,18 +109,18 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
     store::WriteBatch batch;
     batch.Create(std::string(kDeploymentsKind), key, doc.dump());
     batch.AppendEvent(std::string(kDeploymentsKind), key,
-                      fmt::format("created by {} with {} replicas", StrOr(doc, "created_by"),
+                      fmt::format("created by {} with {} replicas", wire::StrOr(doc, "created_by"),
                                   spec->autoscaling.min_replicas));
     if (Status status = options_.store.Commit(batch); !status.ok()) {
       // Names are scoped by team: the deployment that exists is the creator's team's own.
-      return Error(
+      return ErrorResponse(
           status.code() == StatusCode::kAlreadyExists
               ? AlreadyExistsError(fmt::format("deployment \"{}\" already exists in team \"{}\"",
                                                spec->name, who.team))
               : status);
     }
     doc["version"] = 1;
-    return Reply(201, doc);
+    return JsonResponse(201, doc);
   }
   // NAME or TEAM/NAME (docs/api.md, "Names").
   const std::optional<ScopedPath> path = ParseScopedPath(segments, request.method);
@@ -149,7 +133,7 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
     }
     const Result<std::string> key = ResolveName(who, kDeploymentsKind, "deployment", path->name);
     if (!key.ok()) {
-      return Error(key.status());
+      return ErrorResponse(key.status());
     }
     if (request.method == "DELETE") {
       return DeleteDeployment(who, *key);
@@ -157,32 +141,27 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
     if (request.method == "PATCH") {
       return UpdateDeployment(who, *key, request.body);
     }
-    const Result<store::StoredObject> object = options_.store.Get(kDeploymentsKind, *key);
+    const Result<store::StoredObject> object =
+        ReadVisible(who, kDeploymentsKind, *key, DeploymentNotFound(*key));
     if (!object.ok()) {
-      return Error(object.status().code() == StatusCode::kNotFound ||
-                           object.status().code() == StatusCode::kInvalidArgument
-                       ? DeploymentNotFound(*key)
-                       : object.status());
+      return ErrorResponse(object.status());
     }
     Json doc = DeploymentOutput(*object);
-    if (!CanSeeDeployment(who, doc)) {
-      return Error(DeploymentNotFound(*key));
-    }
-    return one ? Reply(200, doc) : ObjectEvents(kDeploymentsKind, *key);
+    return one ? JsonResponse(200, doc) : ObjectEvents(kDeploymentsKind, *key);
   }
   if (n == 2 && get) {
     const Result<std::vector<store::StoredObject>> objects = options_.store.List(kDeploymentsKind);
     if (!objects.ok()) {
-      return Error(objects.status());
+      return ErrorResponse(objects.status());
     }
     Json items = Json::array();
     for (const store::StoredObject& object : *objects) {
       Json doc = DeploymentOutput(object);
-      if (CanSeeDeployment(who, doc)) {
+      if (who.Sees(wire::StrOr(doc, "team"))) {
         items.push_back(std::move(doc));
       }
     }
-    return Reply(200, {{"items", std::move(items)}});
+    return JsonResponse(200, {{"items", std::move(items)}});
   }
   return std::nullopt;
 }
@@ -191,20 +170,15 @@ ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view n
   // Under the cycle's lock the controller cannot submit a replica between the cancels and the
   // removal, and the scheduling view and the autoscalers may be read and changed.
   std::lock_guard<std::mutex> lock(cycle_mu_);
-  const Result<store::StoredObject> object = options_.store.Get(kDeploymentsKind, name);
+  const Result<store::StoredObject> object =
+      ReadVisible(who, kDeploymentsKind, name, DeploymentNotFound(name));
   if (!object.ok()) {
-    return Error(object.status().code() == StatusCode::kNotFound ||
-                         object.status().code() == StatusCode::kInvalidArgument
-                     ? DeploymentNotFound(name)
-                     : object.status());
+    return ErrorResponse(object.status());
   }
-  const Json doc = ParseDocument(object->data);
-  if (!CanSeeDeployment(who, doc)) {
-    return Error(DeploymentNotFound(name));
-  }
+  const Json doc = wire::ParseDocument(object->data);
   // The replicas the deployment last stored, and any the view knows of that it has not stored yet.
   // Keys: the stored replicas are named without their team, the deployment's.
-  const std::string team = StrOr(doc, "team");
+  const std::string team = wire::StrOr(doc, "team");
   std::set<std::string> replicas;
   if (const auto stored = doc.find("replicas"); stored != doc.end() && stored->is_array()) {
     for (const Json& replica : *stored) {
@@ -214,10 +188,11 @@ ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view n
     }
   }
   for (const auto& [job_name, job] : view_->jobs()) {
-    const Json job_doc = ParseDocument(job.data);
-    if (ReplicaIndex(name, job_name) >= 0 && IsLiveReplicaState(job.state, job.stopping_then) &&
-        StrOr(job_doc, "team") == team &&
-        StringMapOr(job_doc, "labels")[std::string(kDeploymentLabel)] == NameOfKey(name)) {
+    const Json job_doc = wire::ParseDocument(job.data);
+    if (wire::ReplicaIndex(name, job_name) >= 0 &&
+        IsLiveReplicaState(job.state, job.stopping_then) && wire::StrOr(job_doc, "team") == team &&
+        wire::StringMapOr(job_doc, "labels")[std::string(wire::kDeploymentLabel)] ==
+            NameOfKey(name)) {
       replicas.insert(job_name);
     }
   }
@@ -231,9 +206,10 @@ ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view n
     if (response.status == 200) {
       cancelled.push_back(std::string(NameOfKey(replica)));
     } else if (response.status != 400 && response.status != 404) {  // ended, or gone
-      return Error(Status(StatusCode::kUnavailable,
-                          fmt::format("replica {} not cancelled: {}", replica,
-                                      StrOr(ParseDocument(response.body)["error"], "message"))));
+      return ErrorResponse(
+          Status(StatusCode::kUnavailable,
+                 fmt::format("replica {} not cancelled: {}", replica,
+                             wire::StrOr(wire::ParseDocument(response.body)["error"], "message"))));
     }
   }
   const std::string by = who.name.empty() ? RoleName(who.role) : who.name;
@@ -244,105 +220,113 @@ ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view n
                                 cancelled.empty() ? std::string("none")
                                                   : fmt::format("{}", fmt::join(cancelled, ", "))));
   if (Status status = options_.store.Commit(batch); !status.ok()) {
-    return Error(status.code() == StatusCode::kNotFound ? DeploymentNotFound(name) : status);
+    return ErrorResponse(status.code() == StatusCode::kNotFound ? DeploymentNotFound(name)
+                                                                : status);
   }
   autoscalers_.erase(std::string(name));
   if (!cancelled.empty()) {
     if (Status status = view_->Refresh(); !status.ok()) {
-      return Error(status);
+      return ErrorResponse(status);
     }
   }
-  return Reply(200, {{"name", std::string(NameOfKey(name))},
-                     {"team", team},
-                     {"deleted", true},
-                     {"cancelled_replicas", Json(cancelled)}});
+  return JsonResponse(200, {{"name", std::string(NameOfKey(name))},
+                            {"team", team},
+                            {"deleted", true},
+                            {"cancelled_replicas", Json(cancelled)}});
 }
 
 ApiResponse ApiServer::UpdateDeployment(const Principal& who, std::string_view name,
                                         std::string_view body) {
   const Json patch = Json::parse(body, nullptr, false);
   if (patch.is_discarded() || !patch.is_object()) {
-    return Error(InvalidArgumentError(
+    return ErrorResponse(InvalidArgumentError(
         "deployment update: must be a JSON object such as {\"autoscaling\": {...}}"));
   }
   for (const auto& [key, value] : patch.items()) {
     if (key == "template") {
-      return Error(InvalidArgumentError("template: cannot be changed; create a new deployment"));
+      return ErrorResponse(
+          InvalidArgumentError("template: cannot be changed; create a new deployment"));
     }
     if (key != "autoscaling") {
-      return Error(InvalidArgumentError(
+      return ErrorResponse(InvalidArgumentError(
           fmt::format("{}: cannot be changed (an update changes autoscaling only)", key)));
     }
     if (!value.is_object()) {
-      return Error(
+      return ErrorResponse(
           InvalidArgumentError(fmt::format("autoscaling: {} (must be an object)", value.dump())));
     }
   }
   std::lock_guard<std::mutex> lock(cycle_mu_);  // the autoscalers are the cycle's
-  for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
-    const Result<store::StoredObject> object = options_.store.Get(kDeploymentsKind, name);
-    if (!object.ok()) {
-      return Error(object.status().code() == StatusCode::kNotFound ||
-                           object.status().code() == StatusCode::kInvalidArgument
-                       ? DeploymentNotFound(name)
-                       : object.status());
-    }
-    Json doc = ParseDocument(object->data);
-    if (!CanSeeDeployment(who, doc)) {
-      return Error(DeploymentNotFound(name));
-    }
-    // A merge: the fields named change, a null one returns to its default, the others stay.
-    const Json before = doc["autoscaling"];
-    Json merged = before.is_object() ? before : Json::object();
-    const Json asked = patch.contains("autoscaling") ? patch["autoscaling"] : Json::object();
-    for (const auto& [key, value] : asked.items()) {
-      if (value.is_null()) {
-        merged.erase(key);
-      } else {
-        merged[key] = value;
-      }
-    }
-    Json candidate = doc;
-    candidate["autoscaling"] = merged;
-    const Result<DeploymentSpec> spec = DeploymentSpecFromJson(candidate, options_.catalog);
-    if (!spec.ok()) {
-      return Error(spec.status());
-    }
-    Result<policy::Autoscaler> autoscaler = policy::Autoscaler::Create(spec->autoscaling);
-    if (!autoscaler.ok()) {
-      return Error(autoscaler.status());
-    }
-    doc["autoscaling"] = DeploymentSpecToJson(*spec)["autoscaling"];
-    std::vector<std::string> changes;
-    for (const auto& [key, value] : doc["autoscaling"].items()) {
-      const Json old_value = before.is_object() && before.contains(key) ? before[key] : Json();
-      if (old_value != value) {
-        changes.push_back(fmt::format("{} {} -> {}", key, old_value.dump(), value.dump()));
-      }
-    }
-    if (changes.empty()) {
-      return Reply(200, DeploymentOutput(*object));
-    }
-    const std::string by = who.name.empty() ? RoleName(who.role) : who.name;
-    store::WriteBatch batch;
-    batch.Update(std::string(kDeploymentsKind), std::string(name), doc.dump(), object->version);
-    batch.AppendEvent(std::string(kDeploymentsKind), std::string(name),
-                      fmt::format("autoscaling updated by {}: {}", by, fmt::join(changes, ", ")));
-    const Status status = options_.store.Commit(batch);
-    if (status.code() == StatusCode::kAborted) {
-      continue;  // the controller wrote its status meanwhile: merge into the new version
-    }
-    if (!status.ok()) {
-      return Error(status);
-    }
+  ApiResponse response;
+  std::optional<policy::Autoscaler> updated_autoscaler;
+  const Status committed = store::CommitWithRetries(
+      options_.store, kCasAttempts,
+      fmt::format("deployment \"{}\" changed concurrently; retry", name),
+      [&]() -> store::AttemptResult {
+        const Result<store::StoredObject> object =
+            ReadVisible(who, kDeploymentsKind, name, DeploymentNotFound(name));
+        if (!object.ok()) {
+          response = ErrorResponse(object.status());
+          return store::NoWrite();
+        }
+        Json doc = wire::ParseDocument(object->data);
+        // A merge: the fields named change, a null one returns to its default, the others stay.
+        const Json before = doc["autoscaling"];
+        Json merged = before.is_object() ? before : Json::object();
+        const Json asked = patch.contains("autoscaling") ? patch["autoscaling"] : Json::object();
+        for (const auto& [key, value] : asked.items()) {
+          if (value.is_null()) {
+            merged.erase(key);
+          } else {
+            merged[key] = value;
+          }
+        }
+        Json candidate = doc;
+        candidate["autoscaling"] = merged;
+        const Result<wire::DeploymentSpec> spec =
+            wire::DeploymentSpecFromJson(candidate, options_.catalog);
+        if (!spec.ok()) {
+          response = ErrorResponse(spec.status());
+          return store::NoWrite();
+        }
+        Result<policy::Autoscaler> autoscaler = policy::Autoscaler::Create(spec->autoscaling);
+        if (!autoscaler.ok()) {
+          response = ErrorResponse(autoscaler.status());
+          return store::NoWrite();
+        }
+        doc["autoscaling"] = wire::DeploymentSpecToJson(*spec)["autoscaling"];
+        std::vector<std::string> changes;
+        for (const auto& [key, value] : doc["autoscaling"].items()) {
+          const Json old_value = before.is_object() && before.contains(key) ? before[key] : Json();
+          if (old_value != value) {
+            changes.push_back(fmt::format("{} {} -> {}", key, old_value.dump(), value.dump()));
+          }
+        }
+        if (changes.empty()) {
+          response = JsonResponse(200, DeploymentOutput(*object));
+          return store::NoWrite();
+        }
+        const std::string by = who.name.empty() ? RoleName(who.role) : who.name;
+        store::WriteBatch batch;
+        batch.Update(std::string(kDeploymentsKind), std::string(name), doc.dump(), object->version);
+        batch.AppendEvent(
+            std::string(kDeploymentsKind), std::string(name),
+            fmt::format("autoscaling updated by {}: {}", by, fmt::join(changes, ", ")));
+        // A conflict is the controller's status write: merged into the new version.
+        updated_autoscaler = std::move(*autoscaler);
+        doc["version"] = object->version + 1;
+        response = JsonResponse(200, doc);
+        return store::Write(std::move(batch));
+      });
+  if (!committed.ok()) {
+    return ErrorResponse(committed);
+  }
+  if (updated_autoscaler) {
     // The next step decides from the stored desired count with the new options; the
     // stabilization history of the old options does not carry over.
-    autoscalers_.insert_or_assign(std::string(name), std::move(*autoscaler));
-    doc["version"] = object->version + 1;
-    return Reply(200, doc);
+    autoscalers_.insert_or_assign(std::string(name), std::move(*updated_autoscaler));
   }
-  return Error(Status(StatusCode::kAborted,
-                      fmt::format("deployment \"{}\" changed concurrently; retry", name)));
+  return response;
 }
 
 Status ApiServer::RunDeploymentsIfDue() {
@@ -361,7 +345,7 @@ Status ApiServer::RunDeploymentsIfDue() {
   // TEAM/NAME-r<k> beside the deployment's TEAM/NAME.
   std::map<std::string, std::string> team_of;
   for (const store::StoredObject& object : deployments) {
-    team_of[object.name] = StrOr(ParseDocument(object.data), "team");
+    team_of[object.name] = wire::StrOr(wire::ParseDocument(object.data), "team");
   }
   std::map<std::string, std::vector<ReplicaJob>> replicas;
   for (const auto& [name, job] : view_->jobs()) {
@@ -370,10 +354,11 @@ Status ApiServer::RunDeploymentsIfDue() {
       continue;
     }
     const std::string deployment = name.substr(0, dash);
-    const int64_t index = ReplicaIndex(deployment, name);
-    const Json doc = ParseDocument(job.data);
-    if (index < 0 || StrOr(doc, "team") != team_of[deployment] ||
-        StringMapOr(doc, "labels")[std::string(kDeploymentLabel)] != NameOfKey(deployment)) {
+    const int64_t index = wire::ReplicaIndex(deployment, name);
+    const Json doc = wire::ParseDocument(job.data);
+    if (index < 0 || wire::StrOr(doc, "team") != team_of[deployment] ||
+        wire::StringMapOr(doc, "labels")[std::string(wire::kDeploymentLabel)] !=
+            NameOfKey(deployment)) {
       continue;
     }
     replicas[deployment].push_back({index, name, job.state, job.stopping_then});
@@ -385,8 +370,8 @@ Status ApiServer::RunDeploymentsIfDue() {
   std::set<std::string> seen;
   for (const store::StoredObject& object : deployments) {
     seen.insert(object.name);
-    Json doc = ParseDocument(object.data);
-    const Result<DeploymentSpec> spec = DeploymentSpecFromJson(doc, options_.catalog);
+    Json doc = wire::ParseDocument(object.data);
+    const Result<wire::DeploymentSpec> spec = wire::DeploymentSpecFromJson(doc, options_.catalog);
     if (!spec.ok()) {
       continue;  // written by this server after the same checks; a newer catalog may refuse it
     }
@@ -397,12 +382,12 @@ Status ApiServer::RunDeploymentsIfDue() {
       autoscaler = autoscalers_.emplace(object.name, std::move(made)).first;
     }
     const int current =
-        static_cast<int>(IntOr(doc, "desired_replicas", spec->autoscaling.min_replicas));
+        static_cast<int>(wire::IntOr(doc, "desired_replicas", spec->autoscaling.min_replicas));
 
     // Measure the live replicas that the current count keeps: the Running ones whose GPUs have
     // all reported are ready; Pending and Scheduled ones serve nothing yet.
     const std::vector<ReplicaJob>& mine = replicas[object.name];
-    const int64_t next_index = IntOr(doc, "next_replica_index", 0);
+    const int64_t next_index = wire::IntOr(doc, "next_replica_index", 0);
     const ReplicaPlan before = PlanReplicas(mine, current, next_index);
     int ready = 0;
     int64_t utilization_sum = 0;
@@ -440,10 +425,10 @@ Status ApiServer::RunDeploymentsIfDue() {
     for (size_t made = 0, attempts = 0; made < plan.create.size(); ++index) {
       ApiRequest submit;
       submit.method = "POST";
-      submit.body = ReplicaJobSpec(*spec, index);
+      submit.body = wire::ReplicaJobSpec(*spec, index);
       const ApiResponse response = SubmitJob(owner, submit);
       if (response.status == 201) {
-        names.push_back(ReplicaJobName(StrOr(doc, "name"), index));
+        names.push_back(wire::ReplicaJobName(wire::StrOr(doc, "name"), index));
         jobs_changed = true;
         ++made;
         continue;
@@ -452,16 +437,17 @@ Status ApiServer::RunDeploymentsIfDue() {
       if (response.status == 409 && ++attempts < static_cast<size_t>(kCasAttempts)) {
         continue;
       }
-      reason +=
-          fmt::format("; replica {} not created: {}", ReplicaJobName(StrOr(doc, "name"), index),
-                      StrOr(ParseDocument(response.body)["error"], "message"));
+      reason += fmt::format("; replica {} not created: {}",
+                            wire::ReplicaJobName(wire::StrOr(doc, "name"), index),
+                            wire::StrOr(wire::ParseDocument(response.body)["error"], "message"));
       break;
     }
     for (const std::string& name : plan.cancel) {
       const ApiResponse response = CancelJob(owner, name);
       jobs_changed = true;
       if (response.status != 200) {
-        const std::string error = StrOr(ParseDocument(response.body)["error"], "message");
+        const std::string error =
+            wire::StrOr(wire::ParseDocument(response.body)["error"], "message");
         reason += fmt::format("; replica {} not cancelled: {}", NameOfKey(name), error);
         names.push_back(NameOfKey(name));
       }
@@ -469,10 +455,10 @@ Status ApiServer::RunDeploymentsIfDue() {
 
     const Json utilization_pct =
         ready == 0 ? Json(nullptr) : Json(utilization_milli / kMilliPerPercent);
-    if (IntOr(doc, "desired_replicas", -1) == decision.desired_replicas &&
-        IntOr(doc, "ready_replicas", -1) == ready && doc["utilization_pct"] == utilization_pct &&
-        StrOr(doc, "reason") == reason && doc["replicas"] == names &&
-        IntOr(doc, "next_replica_index", 0) == index) {
+    if (wire::IntOr(doc, "desired_replicas", -1) == decision.desired_replicas &&
+        wire::IntOr(doc, "ready_replicas", -1) == ready &&
+        doc["utilization_pct"] == utilization_pct && wire::StrOr(doc, "reason") == reason &&
+        doc["replicas"] == names && wire::IntOr(doc, "next_replica_index", 0) == index) {
       continue;
     }
     if (decision.desired_replicas != current) {

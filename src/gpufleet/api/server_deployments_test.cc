@@ -14,7 +14,6 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/agent_protocol.h"
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tenancy.h"
@@ -23,6 +22,7 @@
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/store/memory_store.h"
+#include "gpufleet/wire/agent_protocol.h"
 
 namespace gpufleet::api {
 namespace {

@@ -15,6 +15,7 @@
 #include "gpufleet/api/server.h"
 #include "gpufleet/policy/mig_planner.h"
 #include "gpufleet/scheduler/devices.h"
+#include "gpufleet/store/read_modify_write.h"
 
 namespace gpufleet::api {
 namespace {
@@ -35,57 +36,60 @@ Result<bool> WriteMigGpuPlan(store::StateStore& store, const GpuCatalog& catalog
                              const policy::MigGpuPlan& plan, const std::set<std::string>& jobs) {
   GPUFLEET_ASSIGN_OR_RETURN(const GpuModelInfo* model, catalog.Find(plan.model));
   const std::string node = plan.node.value();
-  for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
-    GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject stored, store.Get(kNodesKind, node));
-    Json doc = ParseDocument(stored.data);
-    if (!doc.contains("gpus") || !doc["gpus"].is_array()) {
-      return false;
-    }
-    Json* gpu = nullptr;
-    for (Json& candidate : doc["gpus"]) {
-      if (IntOr(candidate, "index", -1) == plan.gpu && BoolOr(candidate, "mig_enabled", false)) {
-        gpu = &candidate;
-      }
-    }
-    if (gpu == nullptr) {
-      return false;
-    }
-    // The stored layout, not the planner's: the instances placements created stay theirs.
-    Result<std::vector<MigInstance>> layout =
-        policy::ApplyMigGpuPlan(*model, MigInstancesFromJson(ArrayOr(*gpu, "mig_instances")), plan);
-    if (!layout.ok()) {
-      return false;
-    }
-    (*gpu)["mig_instances"] = MigInstancesToJsonList(*layout);
-    const std::string change =
-        fmt::format("destroy {}; create {}", DescribeMigInstances(plan.destroy),
-                    DescribeMigInstances(plan.create));
-    store::WriteBatch batch;
-    batch.Update(std::string(kNodesKind), node, doc.dump(), stored.version);
-    batch.AppendEvent(std::string(kNodesKind), node,
-                      fmt::format("gpu {}: new MIG layout for job {}: {}", plan.gpu,
-                                  fmt::join(jobs, ", "), change));
-    for (const std::string& job : jobs) {
-      batch.AppendEvent(
-          std::string(kJobsKind), job,
-          fmt::format("MIG layout of {} gpu {} changed for it: {}", node, plan.gpu, change));
-    }
-    const Status status = store.Commit(batch);
-    if (status.ok()) {
-      return true;
-    }
-    if (status.code() != StatusCode::kAborted) {
-      return status;
-    }
+  bool written = false;
+  const Status committed = store::CommitWithRetries(
+      store, kCasAttempts, fmt::format("node \"{}\" kept changing", node),
+      [&]() -> store::AttemptResult {
+        GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject stored, store.Get(kNodesKind, node));
+        Json doc = wire::ParseDocument(stored.data);
+        if (!doc.contains("gpus") || !doc["gpus"].is_array()) {
+          return store::NoWrite();
+        }
+        Json* gpu = nullptr;
+        for (Json& candidate : doc["gpus"]) {
+          if (wire::IntOr(candidate, "index", -1) == plan.gpu &&
+              wire::BoolOr(candidate, "mig_enabled", false)) {
+            gpu = &candidate;
+          }
+        }
+        if (gpu == nullptr) {
+          return store::NoWrite();
+        }
+        // The stored layout, not the planner's: the instances placements created stay theirs.
+        Result<std::vector<MigInstance>> layout = policy::ApplyMigGpuPlan(
+            *model, MigInstancesFromJson(wire::ArrayOr(*gpu, "mig_instances")), plan);
+        if (!layout.ok()) {
+          return store::NoWrite();
+        }
+        (*gpu)["mig_instances"] = MigInstancesToJsonList(*layout);
+        const std::string change =
+            fmt::format("destroy {}; create {}", wire::DescribeMigInstances(plan.destroy),
+                        wire::DescribeMigInstances(plan.create));
+        store::WriteBatch batch;
+        batch.Update(std::string(kNodesKind), node, doc.dump(), stored.version);
+        batch.AppendEvent(std::string(kNodesKind), node,
+                          fmt::format("gpu {}: new MIG layout for job {}: {}", plan.gpu,
+                                      fmt::join(jobs, ", "), change));
+        for (const std::string& job : jobs) {
+          batch.AppendEvent(
+              std::string(kJobsKind), job,
+              fmt::format("MIG layout of {} gpu {} changed for it: {}", node, plan.gpu, change));
+        }
+        written = true;
+        return store::Write(std::move(batch));
+      });
+  // A node that kept changing is planned again at the next capacity epoch, as a stale plan is.
+  if (!committed.ok() && committed.code() != StatusCode::kAborted) {
+    return committed;
   }
-  return false;
+  return committed.ok() && written;
 }
 
 // The MIG devices every GPU of a node document reports, as one comparable text.
 std::string ReportedMigDevices(const Json& node_doc) {
   Json devices = Json::array();
-  for (const Json& gpu : ArrayOr(node_doc, "gpus")) {
-    devices.push_back(ArrayOr(gpu, "mig_devices"));
+  for (const Json& gpu : wire::ArrayOr(node_doc, "gpus")) {
+    devices.push_back(wire::ArrayOr(gpu, "mig_devices"));
   }
   return devices.dump();
 }
@@ -95,7 +99,7 @@ Json* FindGpu(Json& node_doc, int index) {
     return nullptr;
   }
   for (Json& gpu : node_doc["gpus"]) {
-    if (IntOr(gpu, "index", -1) == index) {
+    if (wire::IntOr(gpu, "index", -1) == index) {
       return &gpu;
     }
   }
@@ -125,7 +129,8 @@ std::vector<MigInstance> MigInstancesFromJson(const Json& list) {
     return out;
   }
   for (const Json& instance : list) {
-    out.push_back({StrOr(instance, "profile"), static_cast<int>(IntOr(instance, "start", 0))});
+    out.push_back(
+        {wire::StrOr(instance, "profile"), static_cast<int>(wire::IntOr(instance, "start", 0))});
   }
   return out;
 }
@@ -148,39 +153,40 @@ void AddCreatedMigInstances(const Json& job, const std::string& node, const Json
       !state || !HoldsResources(*state)) {
     return;
   }
-  for (const Json& placement : ArrayOr(job, "placements")) {
-    const std::string phase = StrOr(placement, "phase");
-    if (StrOr(placement, "node") != node || phase == "Succeeded" || phase == "Failed") {
+  for (const Json& placement : wire::ArrayOr(job, "placements")) {
+    const std::string phase = wire::StrOr(placement, "phase");
+    if (wire::StrOr(placement, "node") != node || phase == "Succeeded" || phase == "Failed") {
       continue;
     }
-    const Json& assignments = ArrayOr(placement, "assignments");
+    const Json& assignments = wire::ArrayOr(placement, "assignments");
     const std::vector<PlacedGpu> placed = PlacedGpus(placement);
     for (size_t i = 0; i < placed.size(); ++i) {
       const Json& assignment = assignments[i];
-      const Json* gpu = FindPlacedGpu(ArrayOr(node_doc, "gpus"), placed[i]);
-      if (BoolOr(assignment, "mig_created", false) && gpu != nullptr) {
-        created[static_cast<int>(IntOr(*gpu, "index", -1))].push_back(
-            {StrOr(assignment, "mig_profile"),
-             static_cast<int>(IntOr(assignment, "mig_start", 0))});
+      const Json* gpu = FindPlacedGpu(wire::ArrayOr(node_doc, "gpus"), placed[i]);
+      if (wire::BoolOr(assignment, "mig_created", false) && gpu != nullptr) {
+        created[static_cast<int>(wire::IntOr(*gpu, "index", -1))].push_back(
+            {wire::StrOr(assignment, "mig_profile"),
+             static_cast<int>(wire::IntOr(assignment, "mig_start", 0))});
       }
     }
   }
 }
 
-std::vector<WantedMigLayout> MigLayoutsToApply(
+std::vector<wire::WantedMigLayout> MigLayoutsToApply(
     const Json& node_doc, const std::map<int, std::vector<MigInstance>>& created) {
-  std::vector<WantedMigLayout> out;
-  for (const Json& gpu : ArrayOr(node_doc, "gpus")) {
-    if (!BoolOr(gpu, "mig_enabled", false)) {
+  std::vector<wire::WantedMigLayout> out;
+  for (const Json& gpu : wire::ArrayOr(node_doc, "gpus")) {
+    if (!wire::BoolOr(gpu, "mig_enabled", false)) {
       continue;
     }
-    WantedMigLayout layout;
-    layout.gpu_index = static_cast<int>(IntOr(gpu, "index", -1));
-    layout.instances = MigInstancesFromJson(ArrayOr(gpu, "mig_instances"));
+    wire::WantedMigLayout layout;
+    layout.gpu_index = static_cast<int>(wire::IntOr(gpu, "index", -1));
+    layout.instances = MigInstancesFromJson(wire::ArrayOr(gpu, "mig_instances"));
     if (const auto it = created.find(layout.gpu_index); it != created.end()) {
       layout.instances.insert(layout.instances.end(), it->second.begin(), it->second.end());
     }
-    if (SameMigInstances(layout.instances, MigInstancesFromJson(ArrayOr(gpu, "mig_devices")))) {
+    if (SameMigInstances(layout.instances,
+                         MigInstancesFromJson(wire::ArrayOr(gpu, "mig_devices")))) {
       continue;
     }
     std::sort(layout.instances.begin(), layout.instances.end(),
@@ -193,8 +199,8 @@ std::vector<WantedMigLayout> MigLayoutsToApply(
 }
 
 const Json* FindMigDevice(const Json& gpu_doc, const std::string& profile, int start) {
-  for (const Json& device : ArrayOr(gpu_doc, "mig_devices")) {
-    if (StrOr(device, "profile") == profile && IntOr(device, "start", -1) == start) {
+  for (const Json& device : wire::ArrayOr(gpu_doc, "mig_devices")) {
+    if (wire::StrOr(device, "profile") == profile && wire::IntOr(device, "start", -1) == start) {
       return &device;
     }
   }
@@ -207,8 +213,8 @@ Status ApiServer::PlanMigLayoutsForPendingJobs() {
     bool release = options_.clock.Now() >= it->second.until;
     if (!release) {
       const Result<store::StoredObject> stored = options_.store.Get(kNodesKind, it->first);
-      release =
-          !stored.ok() || ReportedMigDevices(ParseDocument(stored->data)) != it->second.devices;
+      release = !stored.ok() ||
+                ReportedMigDevices(wire::ParseDocument(stored->data)) != it->second.devices;
     }
     if (release) {
       mig_planned_epoch_ = 0;  // its GPUs are new to the planner
@@ -251,7 +257,7 @@ Status ApiServer::PlanMigLayoutsForPendingJobs() {
         node->second.node.state != NodeState::kReady || mig_holds_.count(node->first) > 0) {
       continue;
     }
-    const auto label = node->second.node.labels.find(std::string(kMigLayoutsLabel));
+    const auto label = node->second.node.labels.find(std::string(wire::kMigLayoutsLabel));
     const bool in_service = std::any_of(
         node->second.node.gpus.begin(), node->second.node.gpus.end(), [&](const Gpu& g) {
           return g.index == gpu.gpu &&
@@ -311,10 +317,10 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
                      [&](const std::string& node) { return mig_nodes.count(node) > 0; })) {
       continue;
     }
-    const Json doc = ParseDocument(job.data);
-    for (const Json& placement : ArrayOr(doc, "placements")) {
-      const std::string node = StrOr(placement, "node");
-      if (!StrOr(placement, "phase").empty() || mig_nodes.count(node) == 0) {
+    const Json doc = wire::ParseDocument(job.data);
+    for (const Json& placement : wire::ArrayOr(doc, "placements")) {
+      const std::string node = wire::StrOr(placement, "node");
+      if (!wire::StrOr(placement, "phase").empty() || mig_nodes.count(node) == 0) {
         continue;  // a task that started had its instances
       }
       auto stored = node_docs.find(node);
@@ -328,22 +334,22 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
         }
         stored = node_docs.emplace(node, std::move(object).value()).first;
       }
-      Json node_doc = ParseDocument(stored->second.data);
-      const Json& assignments = ArrayOr(placement, "assignments");
+      Json node_doc = wire::ParseDocument(stored->second.data);
+      const Json& assignments = wire::ArrayOr(placement, "assignments");
       const std::vector<PlacedGpu> placed = PlacedGpus(placement);
       for (size_t i = 0; i < placed.size(); ++i) {
-        const std::string profile = StrOr(assignments[i], "mig_profile");
+        const std::string profile = wire::StrOr(assignments[i], "mig_profile");
         if (profile.empty()) {
           continue;
         }
-        const int start = static_cast<int>(IntOr(assignments[i], "mig_start", -1));
-        const Json* gpu = FindPlacedGpu(ArrayOr(node_doc, "gpus"), placed[i]);
+        const int start = static_cast<int>(wire::IntOr(assignments[i], "mig_start", -1));
+        const Json* gpu = FindPlacedGpu(wire::ArrayOr(node_doc, "gpus"), placed[i]);
         if (gpu != nullptr && FindMigDevice(*gpu, profile, start) != nullptr) {
           continue;
         }
         // Keyed by the GPU's index now; a GPU gone keeps the one it had.
         const int index =
-            static_cast<int>(gpu != nullptr ? IntOr(*gpu, "index", -1) : placed[i].index);
+            static_cast<int>(gpu != nullptr ? wire::IntOr(*gpu, "index", -1) : placed[i].index);
         const GpuKey key{node, index};
         waiting_jobs[key].insert(name);
         missing[key].push_back({profile, start});
@@ -388,10 +394,11 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
   std::map<std::string, std::map<int, std::vector<MigInstance>>> created;
   for (const auto& [name, job] : view_->jobs()) {
     if (requeued.count(name) == 0 && HoldsResources(job.state)) {
-      const Json doc = ParseDocument(job.data);
+      const Json doc = wire::ParseDocument(job.data);
       for (const std::string& node : job.nodes) {
         if (const auto stored = node_docs.find(node); stored != node_docs.end()) {
-          AddCreatedMigInstances(doc, node, ParseDocument(stored->second.data), created[node]);
+          AddCreatedMigInstances(doc, node, wire::ParseDocument(stored->second.data),
+                                 created[node]);
         }
       }
     }
@@ -399,16 +406,16 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
   // Why, per GPU, with the agent's error when it gave one.
   std::map<GpuKey, std::string> why;
   for (const GpuKey& key : dropped) {
-    Json doc = ParseDocument(node_docs[key.first].data);
+    Json doc = wire::ParseDocument(node_docs[key.first].data);
     const Json* gpu = FindGpu(doc, key.second);
-    const std::string error = gpu == nullptr ? "" : StrOr(*gpu, "mig_error");
+    const std::string error = gpu == nullptr ? "" : wire::StrOr(*gpu, "mig_error");
     why[key] = fmt::format("MIG instances {} on {} gpu {} not reported by its agent within {}s{}",
-                           DescribeMigInstances(missing[key]), key.first, key.second,
+                           wire::DescribeMigInstances(missing[key]), key.first, key.second,
                            options_.mig_apply_timeout.count(),
                            error.empty() ? "" : fmt::format(": {}", error));
   }
   for (auto& [node, stored] : node_docs) {
-    Json doc = ParseDocument(stored.data);
+    Json doc = wire::ParseDocument(stored.data);
     bool changed = false;
     for (const GpuKey& key : dropped) {
       Json* gpu = key.first == node ? FindGpu(doc, key.second) : nullptr;
@@ -416,14 +423,14 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
         continue;
       }
       const std::vector<MigInstance> layout = WithoutInstances(
-          MigInstancesFromJson(ArrayOr(*gpu, "mig_devices")), created[node][key.second]);
+          MigInstancesFromJson(wire::ArrayOr(*gpu, "mig_devices")), created[node][key.second]);
       (*gpu)["mig_instances"] = MigInstancesToJsonList(layout);
       batch.AppendEvent(
           std::string(kNodesKind), node,
           fmt::format("{}; layout back to {}, jobs {} requeued, no new layout "
                       "planned here for {}s or until its MIG devices change",
-                      why[key], DescribeMigInstances(layout), fmt::join(waiting_jobs[key], ", "),
-                      options_.mig_replan_delay.count()));
+                      why[key], wire::DescribeMigInstances(layout),
+                      fmt::join(waiting_jobs[key], ", "), options_.mig_replan_delay.count()));
       changed = true;
     }
     if (changed) {
@@ -433,7 +440,7 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
   }
   for (const std::string& name : requeued) {
     const ViewJob& job = view_->jobs().at(name);
-    const Json before = ParseDocument(job.data);
+    const Json before = wire::ParseDocument(job.data);
     Json after = before;
     // Every requeued job waits on a dropped GPU (that is how it came to be requeued).
     const auto first = std::find_if(gpus_of_job[name].begin(), gpus_of_job[name].end(),
@@ -441,23 +448,23 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
     // Its tasks on instances never reported were never sent to the agent: nothing to stop.
     // (AddDesiredTasks sends a task only once each of its own instances is reported.)
     for (Json& placement : after["placements"]) {
-      const auto stored = node_docs.find(StrOr(placement, "node"));
-      if (!StrOr(placement, "phase").empty() || stored == node_docs.end()) {
+      const auto stored = node_docs.find(wire::StrOr(placement, "node"));
+      if (!wire::StrOr(placement, "phase").empty() || stored == node_docs.end()) {
         continue;
       }
-      Json node_doc = ParseDocument(stored->second.data);
-      const Json& assignments = ArrayOr(placement, "assignments");
+      Json node_doc = wire::ParseDocument(stored->second.data);
+      const Json& assignments = wire::ArrayOr(placement, "assignments");
       const std::vector<PlacedGpu> placed = PlacedGpus(placement);
       bool waits = false;
       for (size_t i = 0; i < placed.size(); ++i) {
-        const std::string profile = StrOr(assignments[i], "mig_profile");
-        const Json* gpu = FindPlacedGpu(ArrayOr(node_doc, "gpus"), placed[i]);
-        waits =
-            waits ||
-            (!profile.empty() &&
-             (gpu == nullptr ||
-              FindMigDevice(*gpu, profile,
-                            static_cast<int>(IntOr(assignments[i], "mig_start", -1))) == nullptr));
+        const std::string profile = wire::StrOr(assignments[i], "mig_profile");
+        const Json* gpu = FindPlacedGpu(wire::ArrayOr(node_doc, "gpus"), placed[i]);
+        waits = waits ||
+                (!profile.empty() &&
+                 (gpu == nullptr ||
+                  FindMigDevice(*gpu, profile,
+                                static_cast<int>(wire::IntOr(assignments[i], "mig_start", -1))) ==
+                      nullptr));
       }
       if (waits) {
         MarkPlacementGone(placement, "never started: its MIG instances were not reported");
@@ -484,7 +491,7 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
   for (const GpuKey& key : dropped) {
     mig_waits_.erase(key);
     mig_holds_[key.first] = {now + options_.mig_replan_delay,
-                             ReportedMigDevices(ParseDocument(node_docs[key.first].data))};
+                             ReportedMigDevices(wire::ParseDocument(node_docs[key.first].data))};
   }
   return true;
 }

@@ -5,9 +5,9 @@
 #include <string>
 #include <vector>
 
-#include "gpufleet/api/agent_protocol.h"
-#include "gpufleet/api/json_fields.h"
 #include "gpufleet/core/mig.h"
+#include "gpufleet/wire/agent_protocol.h"
+#include "gpufleet/wire/json_fields.h"
 
 // The MIG part of the stored node documents (docs/agent.md, "MIG layouts"). Each MIG-enabled GPU
 // of a node document carries:
@@ -18,6 +18,8 @@
 // The instances a placement creates (`mig_created`) are not stored with the node: they belong to
 // the placement and go when it ends, as the scheduling view's snapshot forgets them.
 namespace gpufleet::api {
+
+using wire::Json;
 
 // `[{"profile", "start"}]` <-> instances (free); lenient like the other stored-document readers.
 std::vector<MigInstance> MigInstancesFromJson(const Json& list);
@@ -33,7 +35,7 @@ void AddCreatedMigInstances(const Json& job, const std::string& node, const Json
 
 // The layouts to send the agent of `node_doc`: for each MIG-enabled GPU whose reported devices
 // differ from the wanted instances (the stored layout plus `created`), the full wanted set.
-std::vector<WantedMigLayout> MigLayoutsToApply(
+std::vector<wire::WantedMigLayout> MigLayoutsToApply(
     const Json& node_doc, const std::map<int, std::vector<MigInstance>>& created);
 
 // The reported device of `gpu_doc` with this profile and start; nullptr when there is none.

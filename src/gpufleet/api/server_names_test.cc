@@ -12,13 +12,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/agent_protocol.h"
-#include "gpufleet/api/json_fields.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/server_deployments.h"
 #include "gpufleet/api/tenancy.h"
 #include "gpufleet/api/testing/agent_node_fixture.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/wire/agent_protocol.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::api {
 namespace {
@@ -252,7 +252,7 @@ TEST_F(TeamScopedNamesTest, ABareNameWhoseKeyIsTakenStaysWhereItIsAndTheServerSt
   // Only the job under its TEAM/NAME is placed: the stray copy waits for an administrator.
   const auto state_of = [&](const std::string& key) {
     const Result<store::StoredObject> object = store_.Get(kJobsKind, key);
-    return object.ok() ? ParseDocument(object->data)["state"].get<std::string>() : "";
+    return object.ok() ? wire::ParseDocument(object->data)["state"].get<std::string>() : "";
   };
   EXPECT_EQ(state_of("team-a/train"), "Scheduled");
   EXPECT_EQ(state_of("train"), "Pending");
@@ -269,7 +269,7 @@ TEST_F(TeamScopedNamesTest, AStoreWithBareNamesIsMovedOverAtStart) {
     const Result<std::vector<store::StoredObject>> objects = store_.List(kind);
     ASSERT_OK(objects);
     for (const store::StoredObject& object : *objects) {
-      Json doc = ParseDocument(object.data);
+      Json doc = wire::ParseDocument(object.data);
       const std::string bare = doc["name"];
       const Result<std::vector<store::StoredEvent>> old_events = store_.Events(kind, object.name);
       ASSERT_OK(old_events);

@@ -8,12 +8,13 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/job_spec.h"
-#include "gpufleet/api/json_scan.h"
+#include "gpufleet/api/lifecycle_controller.h"
 #include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tenancy.h"
 #include "gpufleet/policy/preemption.h"
+#include "gpufleet/wire/job_spec.h"
+#include "gpufleet/wire/json_scan.h"
 
 namespace gpufleet::api {
 namespace {
@@ -54,7 +55,7 @@ void ApiServer::UpdateQueueTree() {
     std::vector<Queue> queues;
     if (stored.ok()) {
       for (const store::StoredObject& object : *stored) {
-        queues.push_back(QueueFromJson(ParseDocument(object.data)));
+        queues.push_back(QueueFromJson(wire::ParseDocument(object.data)));
       }
     }
     Result<policy::QueueTree> tree = BuildQueueTree(
@@ -167,11 +168,11 @@ Status ApiServer::LoadQueueUsage() {
   if (!object.ok()) {
     return object.status().code() == StatusCode::kNotFound ? Status::Ok() : object.status();
   }
-  const Json document = ParseDocument(object->data);
+  const Json document = wire::ParseDocument(object->data);
   // Decayed over the time the server was down, as the running tree decays it; without a wall
   // clock that time is unknown and the usage is taken as saved.
   double decay = 1;
-  const int64_t saved_at = IntOr(document, "saved_at_unix_seconds", -1);
+  const int64_t saved_at = wire::IntOr(document, "saved_at_unix_seconds", -1);
   if (options_.wall_clock != nullptr && saved_at >= 0) {
     const int64_t down_seconds = options_.wall_clock->UnixNanos() / 1'000'000'000 - saved_at;
     decay = std::exp2(-static_cast<double>(std::max<int64_t>(0, down_seconds)) /
@@ -223,7 +224,7 @@ void ApiServer::SaveQueueUsage() {
   const Result<store::StoredObject> stored = options_.store.Get(kQueueUsageKind, kQueueUsageName);
   store::WriteBatch batch;
   if (stored.ok()) {
-    const Json previous = ParseDocument(stored->data);
+    const Json previous = wire::ParseDocument(stored->data);
     if (previous.contains("queues") && previous["queues"] == queues) {
       queue_usage_saved_at_ = now;  // nothing used, nothing decayed: no write
       return;
@@ -269,7 +270,8 @@ void ApiServer::OrderPendingJobs(std::vector<PendingEntry>& pending) const {
   }
   std::vector<PendingEntry> kept;
   for (const PendingEntry& entry : pending) {
-    const std::optional<std::string> preemptor = TopLevelString(entry.job->data, "preempted_by");
+    const std::optional<std::string> preemptor =
+        wire::TopLevelString(entry.job->data, "preempted_by");
     if (preemptor && *preemptor != *entry.name && names.count(*preemptor) > 0) {
       behind[*preemptor].push_back(entry);
     } else {
@@ -379,7 +381,7 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
       continue;
     }
     if (!job.spec) {
-      job.spec = ParseJobSpec(ParseDocument(job.data)["spec"].dump(), options_.catalog);
+      job.spec = wire::ParseJobSpec(wire::ParseDocument(job.data)["spec"].dump(), options_.catalog);
     }
     const auto charged = charged_.find(other);
     running.push_back(
@@ -416,13 +418,14 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
   std::vector<std::string> victims;
   std::vector<std::string> shown_victims;
   int other_teams_victims = 0;
-  const std::string preemptor_team = StrOr(ParseDocument(view_->jobs().at(name).data), "team");
+  const std::string preemptor_team =
+      wire::StrOr(wire::ParseDocument(view_->jobs().at(name).data), "team");
   for (const JobId& victim_id : decision.plan->victims) {
     const std::string& victim = victim_id.value();
     const ViewJob& job = view_->jobs().at(victim);
-    const Json before = ParseDocument(job.data);
+    const Json before = wire::ParseDocument(job.data);
     // The victim's team reads this reason: another team's job is not named to it.
-    const std::string by = StrOr(before, "team") == preemptor_team
+    const std::string by = wire::StrOr(before, "team") == preemptor_team
                                ? fmt::format("job {}", NameOfKey(name))
                                : std::string("a job of another team");
     const std::string why =
@@ -441,7 +444,7 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
     AddJobWrite(before, doc, job.version, *event, batch);
     victims.push_back(victim);
     // The preemptor's team reads its reason and events: another team's victim is not named.
-    if (StrOr(before, "team") == preemptor_team) {
+    if (wire::StrOr(before, "team") == preemptor_team) {
       shown_victims.emplace_back(NameOfKey(victim));
     } else {
       ++other_teams_victims;
@@ -567,27 +570,7 @@ void ApiServer::ReleaseReservedGpus() {
 }
 
 Result<bool> ApiServer::RequeuePreemptedJobs() {
-  bool wrote = false;
-  for (const auto& [name, job] : view_->jobs()) {
-    if (job.state != JobState::kPreempted) {
-      continue;
-    }
-    Json doc = ParseDocument(job.data);
-    const std::string why = StrOr(doc, "preempted_by_team") == StrOr(doc, "team")
-                                ? fmt::format("requeued after preemption by job {}",
-                                              NameOfKey(StrOr(doc, "preempted_by", "?")))
-                                : std::string("requeued after preemption by a job of another team");
-    const Result<std::string> event = TransitionJob(doc, JobState::kPending, why, why);
-    if (!event.ok()) {
-      continue;
-    }
-    store::WriteBatch batch;
-    batch.Update(std::string(kJobsKind), name, doc.dump(), job.version);
-    batch.AppendEvent(std::string(kJobsKind), name, *event);
-    GPUFLEET_ASSIGN_OR_RETURN(const bool written, CommitCycleJobWrite(name, batch));
-    wrote = wrote || written;
-  }
-  return wrote;
+  return CommitJobWrites(api::RequeuePreemptedJobs(view_->jobs()));
 }
 
 }  // namespace gpufleet::api

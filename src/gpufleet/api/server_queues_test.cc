@@ -450,13 +450,13 @@ TEST_F(ServerQueuesTest, DeleteIsRefusedWhileTheQueueIsInUse) {
   EXPECT_EQ(refusal("research", 403, *member), "deleting a queue needs an admin token");
   EXPECT_EQ(refusal("nowhere", 404, ""), "queue \"nowhere\" not found");
   EXPECT_THAT(refusal("default", 400, ""), HasSubstr("jobs without metadata.queue go there"));
-  EXPECT_EQ(refusal("research", 409, ""),
+  EXPECT_EQ(refusal("research", 400, ""),
             "queue \"research\" is in use: 1 child queues (research/nlp); delete or finish them "
             "first");
-  EXPECT_THAT(refusal("research/nlp", 409, ""), HasSubstr("1 jobs not finished (train)"));
+  EXPECT_THAT(refusal("research/nlp", 400, ""), HasSubstr("1 jobs not finished (train)"));
   // A job that finished is history, not a reason to keep the queue; one that is stopping is not.
   Call("POST", "/v1/jobs/train/cancel");
-  EXPECT_THAT(refusal("research/nlp", 409, ""), HasSubstr("1 jobs not finished (train)"));
+  EXPECT_THAT(refusal("research/nlp", 400, ""), HasSubstr("1 jobs not finished (train)"));
   Cycle();
   Call("DELETE", "/v1/queues/research/nlp", "", 200);
   EXPECT_EQ(refusal("research/nlp", 404, ""), "queue \"research/nlp\" not found");

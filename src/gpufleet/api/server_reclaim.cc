@@ -7,9 +7,10 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/job_spec.h"
 #include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
+#include "gpufleet/store/read_modify_write.h"
+#include "gpufleet/wire/job_spec.h"
 
 namespace gpufleet::api {
 namespace {
@@ -20,20 +21,6 @@ constexpr int64_t kMilliPerPercent = 10;
 
 int64_t FloorSeconds(int64_t nanos) {
   return std::chrono::floor<std::chrono::seconds>(std::chrono::nanoseconds(nanos)).count();
-}
-
-ApiResponse JsonReply(int status, const Json& body) {
-  ApiResponse response;
-  response.status = status;
-  response.body = body.dump() + "\n";
-  return response;
-}
-
-ApiResponse ErrorReply(const Status& status) {
-  ApiResponse response;
-  response.status = HttpStatusOf(status.code());
-  response.body = ErrorBody(status);
-  return response;
 }
 
 }  // namespace
@@ -78,7 +65,7 @@ Status ApiServer::TrackAndSampleIdleJobs() {
       continue;
     }
     if (!job.spec) {
-      job.spec = ParseJobSpec(ParseDocument(job.data)["spec"].dump(), options_.catalog);
+      job.spec = wire::ParseJobSpec(wire::ParseDocument(job.data)["spec"].dump(), options_.catalog);
     }
     if (!job.spec->ok() || (*job.spec)->kind != JobKind::kInteractive) {
       continue;
@@ -168,7 +155,7 @@ Status ApiServer::WriteIdleDecisions() {
     GPUFLEET_ASSIGN_OR_RETURN(const policy::IdleJobStatus status,
                               idle_reclaimer_->Describe(JobId(name)));
     if (tracked.version != job.version) {
-      tracked.warning = StrOr(ParseDocument(job.data), kWarningField);
+      tracked.warning = wire::StrOr(wire::ParseDocument(job.data), kWarningField);
       tracked.version = job.version;
     }
     const std::string warning =
@@ -176,7 +163,7 @@ Status ApiServer::WriteIdleDecisions() {
     if (status.state != policy::IdleState::kReclaimed && warning == tracked.warning) {
       continue;
     }
-    const Json before = ParseDocument(job.data);
+    const Json before = wire::ParseDocument(job.data);
     Json doc = before;
     std::string event;
     if (status.state == policy::IdleState::kReclaimed) {
@@ -203,7 +190,7 @@ Status ApiServer::WriteIdleDecisions() {
         if (!first_waiting->empty()) {
           doc["preempted_by"] = *first_waiting;
           doc["preempted_by_team"] =
-              StrOr(ParseDocument(view_->jobs().at(*first_waiting).data), "team");
+              wire::StrOr(wire::ParseDocument(view_->jobs().at(*first_waiting).data), "team");
         }
       }
       reliability_->NoteJobChange(before, doc, batch);
@@ -245,45 +232,38 @@ Status ApiServer::WriteIdleDecisions() {
 
 ApiResponse ApiServer::ResumeJob(const Principal& who, std::string_view name) {
   const Status not_found = NotFoundError(fmt::format("job \"{}\" not found", name));
-  for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
-    const Result<store::StoredObject> object = options_.store.Get(kJobsKind, name);
-    if (!object.ok()) {
-      return ErrorReply(object.status().code() == StatusCode::kNotFound ||
-                                object.status().code() == StatusCode::kInvalidArgument
-                            ? not_found
-                            : object.status());
-    }
-    Json doc = ParseDocument(object->data);
-    // Another team's job is hidden, as for every job route.
-    if (!who.is_admin() && StrOr(doc, "team") != who.team) {
-      return ErrorReply(not_found);
-    }
-    const std::string state = StrOr(doc, "state");
-    if (StoredJobState(doc) != JobState::kSuspended) {
-      return ErrorReply(FailedPreconditionError(fmt::format(
-          "job \"{}\" is {}, not Suspended; only a suspended job resumes", name, state)));
-    }
-    const std::string by = who.name.empty() ? RoleName(who.role) : who.name;
-    const Result<std::string> event =
-        TransitionJob(doc, JobState::kPending, fmt::format("resumed by {}", by),
-                      fmt::format("resumed by {}; waits to be scheduled", by));
-    if (!event.ok()) {
-      return ErrorReply(event.status());
-    }
-    store::WriteBatch batch;
-    batch.Update(std::string(kJobsKind), std::string(name), doc.dump(), object->version);
-    batch.AppendEvent(std::string(kJobsKind), std::string(name), *event);
-    const Status status = options_.store.Commit(batch);
-    if (status.ok()) {
-      doc["version"] = object->version + 1;
-      return JsonReply(200, doc);
-    }
-    if (status.code() != StatusCode::kAborted) {
-      return ErrorReply(status);
-    }
-  }
-  return ErrorReply(Status(StatusCode::kAborted,
-                           fmt::format("job \"{}\" kept changing; retry the resume", name)));
+  ApiResponse response;
+  const Status committed = store::CommitWithRetries(
+      options_.store, kCasAttempts, fmt::format("job \"{}\" kept changing; retry the resume", name),
+      [&]() -> store::AttemptResult {
+        const Result<store::StoredObject> object = ReadVisible(who, kJobsKind, name, not_found);
+        if (!object.ok()) {
+          response = ErrorResponse(object.status());
+          return store::NoWrite();
+        }
+        Json doc = wire::ParseDocument(object->data);
+        const std::string state = wire::StrOr(doc, "state");
+        if (StoredJobState(doc) != JobState::kSuspended) {
+          response = ErrorResponse(FailedPreconditionError(fmt::format(
+              "job \"{}\" is {}, not Suspended; only a suspended job resumes", name, state)));
+          return store::NoWrite();
+        }
+        const std::string by = who.name.empty() ? RoleName(who.role) : who.name;
+        const Result<std::string> event =
+            TransitionJob(doc, JobState::kPending, fmt::format("resumed by {}", by),
+                          fmt::format("resumed by {}; waits to be scheduled", by));
+        if (!event.ok()) {
+          response = ErrorResponse(event.status());
+          return store::NoWrite();
+        }
+        store::WriteBatch batch;
+        batch.Update(std::string(kJobsKind), std::string(name), doc.dump(), object->version);
+        batch.AppendEvent(std::string(kJobsKind), std::string(name), *event);
+        doc["version"] = object->version + 1;
+        response = JsonResponse(200, doc);
+        return store::Write(std::move(batch));
+      });
+  return committed.ok() ? response : ErrorResponse(committed);
 }
 
 }  // namespace gpufleet::api

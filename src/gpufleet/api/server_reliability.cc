@@ -13,14 +13,7 @@ namespace gpufleet::api {
 namespace {
 
 ApiResponse Answer(const Result<Json>& result) {
-  ApiResponse response;
-  if (!result.ok()) {
-    response.status = HttpStatusOf(result.status().code());
-    response.body = ErrorBody(result.status());
-    return response;
-  }
-  response.body = result->dump() + "\n";
-  return response;
+  return result.ok() ? JsonResponse(200, *result) : ErrorResponse(result.status());
 }
 
 }  // namespace

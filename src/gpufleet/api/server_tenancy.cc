@@ -11,27 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/job_lifecycle.h"
-#include "gpufleet/api/json_fields.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/server_deployments.h"
 #include "gpufleet/api/tenancy.h"
+#include "gpufleet/store/read_modify_write.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::api {
 namespace {
-
-ApiResponse Respond(int status, const Json& body) {
-  ApiResponse response;
-  response.status = status;
-  response.body = body.dump() + "\n";
-  return response;
-}
-
-ApiResponse RespondError(const Status& status) {
-  ApiResponse response;
-  response.status = HttpStatusOf(status.code());
-  response.body = ErrorBody(status);
-  return response;
-}
 
 Status NeedsAdmin(const Principal& who, std::string_view what) {
   if (who.is_admin()) {
@@ -78,12 +65,12 @@ ApiResponse CreateObject(store::StateStore& store, std::string_view kind, const 
     if (status.code() == StatusCode::kAlreadyExists) {
       // "teams" -> "team".
       const std::string_view singular = kind.substr(0, kind.size() - 1);
-      return RespondError(
+      return ErrorResponse(
           AlreadyExistsError(fmt::format("{} \"{}\" already exists", singular, name)));
     }
-    return RespondError(status);
+    return ErrorResponse(status);
   }
-  return Respond(201, WithVersion(document, 1));
+  return JsonResponse(201, WithVersion(document, 1));
 }
 
 std::string Who(const Principal& who) {
@@ -93,21 +80,21 @@ std::string Who(const Principal& who) {
 ApiResponse CreateToken(const Principal& who, const std::string& body, store::StateStore& store,
                         TokenAuthenticator& authenticator) {
   if (Status status = NeedsAdmin(who, "creating a token"); !status.ok()) {
-    return RespondError(status);
+    return ErrorResponse(status);
   }
   const Result<TokenRequest> request = ParseTokenRequest(body);
   if (!request.ok()) {
-    return RespondError(request.status());
+    return ErrorResponse(request.status());
   }
   if (!request->team.empty()) {
     if (Status status = TeamMustExist(store, "team", request->team); !status.ok()) {
-      return RespondError(status);
+      return ErrorResponse(status);
     }
   }
   const Result<std::string> token =
       authenticator.CreateToken(request->role, request->team, request->name, request->node);
   if (!token.ok()) {
-    return RespondError(token.status());
+    return ErrorResponse(token.status());
   }
   Json answer = TokenInfoToJson({.id = TokenId(*token),
                                  .role = request->role,
@@ -115,45 +102,45 @@ ApiResponse CreateToken(const Principal& who, const std::string& body, store::St
                                  .name = request->name,
                                  .node = request->node});
   answer["token"] = *token;
-  return Respond(201, answer);
+  return JsonResponse(201, answer);
 }
 
 ApiResponse ListTokens(const Principal& who, const TokenAuthenticator& authenticator) {
   if (Status status = NeedsAdmin(who, "listing tokens"); !status.ok()) {
-    return RespondError(status);
+    return ErrorResponse(status);
   }
   const Result<std::vector<TokenInfo>> tokens = authenticator.ListTokens();
   if (!tokens.ok()) {
-    return RespondError(tokens.status());
+    return ErrorResponse(tokens.status());
   }
   Json items = Json::array();
   for (const TokenInfo& info : *tokens) {
     items.push_back(TokenInfoToJson(info));
   }
-  return Respond(200, {{"items", std::move(items)}});
+  return JsonResponse(200, {{"items", std::move(items)}});
 }
 
 ApiResponse RevokeToken(const Principal& who, std::string_view id,
                         TokenAuthenticator& authenticator) {
   if (Status status = NeedsAdmin(who, "revoking a token"); !status.ok()) {
-    return RespondError(status);
+    return ErrorResponse(status);
   }
   const Result<TokenInfo> revoked = authenticator.RevokeTokenById(id);
   if (!revoked.ok()) {
-    return RespondError(revoked.status());
+    return ErrorResponse(revoked.status());
   }
   Json answer = TokenInfoToJson(*revoked);
   answer["revoked"] = true;
-  return Respond(200, answer);
+  return JsonResponse(200, answer);
 }
 
 ApiResponse CreateTeam(const Principal& who, const std::string& body, store::StateStore& store) {
   if (Status status = NeedsAdmin(who, "creating a team"); !status.ok()) {
-    return RespondError(status);
+    return ErrorResponse(status);
   }
   const Result<Team> team = ParseTeamRequest(body);
   if (!team.ok()) {
-    return RespondError(team.status());
+    return ErrorResponse(team.status());
   }
   return CreateObject(store, kTeamsKind, team->name, TeamToJson(*team),
                       fmt::format("created by {}", Who(who)));
@@ -162,41 +149,41 @@ ApiResponse CreateTeam(const Principal& who, const std::string& body, store::Sta
 ApiResponse ListObjects(store::StateStore& store, std::string_view kind) {
   const Result<std::vector<store::StoredObject>> objects = store.List(kind);
   if (!objects.ok()) {
-    return RespondError(objects.status());
+    return ErrorResponse(objects.status());
   }
   Json items = Json::array();
   for (const store::StoredObject& object : *objects) {
-    items.push_back(WithVersion(ParseDocument(object.data), object.version));
+    items.push_back(WithVersion(wire::ParseDocument(object.data), object.version));
   }
-  return Respond(200, {{"items", std::move(items)}});
+  return JsonResponse(200, {{"items", std::move(items)}});
 }
 
 ApiResponse CreateQueue(const Principal& who, const std::string& body, store::StateStore& store,
                         const GpuCatalog& catalog) {
   if (Status status = NeedsAdmin(who, "creating a queue"); !status.ok()) {
-    return RespondError(status);
+    return ErrorResponse(status);
   }
   const Result<Queue> queue = ParseQueueRequest(body, catalog);
   if (!queue.ok()) {
-    return RespondError(queue.status());
+    return ErrorResponse(queue.status());
   }
   if (!queue->team.empty()) {
     if (Status status = TeamMustExist(store, "team", queue->team); !status.ok()) {
-      return RespondError(status);
+      return ErrorResponse(status);
     }
   }
   // The new queue must fit the tree: its guarantee within its parent's, its children's within its
   // own.
   const Result<std::vector<store::StoredObject>> stored = store.List(kQueuesKind);
   if (!stored.ok()) {
-    return RespondError(stored.status());
+    return ErrorResponse(stored.status());
   }
   std::vector<Queue> queues = {*queue};
   for (const store::StoredObject& object : *stored) {
-    queues.push_back(QueueFromJson(ParseDocument(object.data)));
+    queues.push_back(QueueFromJson(wire::ParseDocument(object.data)));
   }
   if (const Result<policy::QueueTree> tree = BuildQueueTree(queues); !tree.ok()) {
-    return RespondError(tree.status());
+    return ErrorResponse(tree.status());
   }
   return CreateObject(store, kQueuesKind, queue->name, QueueToJson(*queue),
                       fmt::format("created by {}", Who(who)));
@@ -220,60 +207,64 @@ std::string QuotaChanges(const Json& before, const Json& after) {
 ApiResponse PatchQueue(const Principal& who, std::string_view name, const std::string& body,
                        store::StateStore& store, const GpuCatalog& catalog) {
   if (Status status = NeedsAdmin(who, "changing a queue"); !status.ok()) {
-    return RespondError(status);
+    return ErrorResponse(status);
   }
   const Result<QueuePatch> patch = ParseQueuePatch(body, catalog);
   if (!patch.ok()) {
-    return RespondError(patch.status());
+    return ErrorResponse(patch.status());
   }
-  for (int attempt = 0; attempt < kCasAttempts; ++attempt) {
-    const Result<std::vector<store::StoredObject>> stored = store.List(kQueuesKind);
-    if (!stored.ok()) {
-      return RespondError(stored.status());
-    }
-    const auto object =
-        std::find_if(stored->begin(), stored->end(),
-                     [&](const store::StoredObject& queue) { return queue.name == name; });
-    if (object == stored->end()) {
-      return RespondError(NotFoundError(fmt::format("queue \"{}\" not found", name)));
-    }
-    if (patch->version && *patch->version != object->version) {
-      return RespondError(Status(
-          StatusCode::kAborted,
-          fmt::format("version: queue \"{}\" is at version {}, not {} (read it again and retry)",
-                      name, object->version, *patch->version)));
-    }
-    const Queue before = QueueFromJson(ParseDocument(object->data));
-    const Queue after = ApplyQueuePatch(before, *patch);
-    const Json before_document = QueueToJson(before);
-    const Json after_document = QueueToJson(after);
-    if (after_document == before_document) {
-      return Respond(200, WithVersion(after_document, object->version));
-    }
-    // The changed queue must still fit the tree, as a new one must.
-    std::vector<Queue> queues;
-    for (const store::StoredObject& other : *stored) {
-      queues.push_back(&other == &*object ? after : QueueFromJson(ParseDocument(other.data)));
-    }
-    if (const Result<policy::QueueTree> tree = BuildQueueTree(queues); !tree.ok()) {
-      return RespondError(tree.status());
-    }
-    store::WriteBatch batch;
-    batch.Update(std::string(kQueuesKind), std::string(name), after_document.dump(),
-                 object->version);
-    batch.AppendEvent(std::string(kQueuesKind), std::string(name),
-                      fmt::format("quota changed by {}: {}", Who(who),
-                                  QuotaChanges(before_document, after_document)));
-    const Status status = store.Commit(batch);
-    if (status.ok()) {
-      return Respond(200, WithVersion(after_document, object->version + 1));
-    }
-    if (status.code() != StatusCode::kAborted && status.code() != StatusCode::kNotFound) {
-      return RespondError(status);
-    }
-  }
-  return RespondError(Status(StatusCode::kAborted,
-                             fmt::format("queue \"{}\" kept changing; retry the update", name)));
+  ApiResponse response;
+  const Status committed = store::CommitWithRetries(
+      store, kCasAttempts, fmt::format("queue \"{}\" kept changing; retry the update", name),
+      [&]() -> store::AttemptResult {
+        const Result<std::vector<store::StoredObject>> stored = store.List(kQueuesKind);
+        if (!stored.ok()) {
+          response = ErrorResponse(stored.status());
+          return store::NoWrite();
+        }
+        const auto object =
+            std::find_if(stored->begin(), stored->end(),
+                         [&](const store::StoredObject& queue) { return queue.name == name; });
+        if (object == stored->end()) {
+          response = ErrorResponse(NotFoundError(fmt::format("queue \"{}\" not found", name)));
+          return store::NoWrite();
+        }
+        if (patch->version && *patch->version != object->version) {
+          response = ErrorResponse(
+              Status(StatusCode::kAborted,
+                     fmt::format(
+                         "version: queue \"{}\" is at version {}, not {} (read it again and retry)",
+                         name, object->version, *patch->version)));
+          return store::NoWrite();
+        }
+        const Queue before = QueueFromJson(wire::ParseDocument(object->data));
+        const Queue after = ApplyQueuePatch(before, *patch);
+        const Json before_document = QueueToJson(before);
+        const Json after_document = QueueToJson(after);
+        if (after_document == before_document) {
+          response = JsonResponse(200, WithVersion(after_document, object->version));
+          return store::NoWrite();
+        }
+        // The changed queue must still fit the tree, as a new one must.
+        std::vector<Queue> queues;
+        for (const store::StoredObject& other : *stored) {
+          queues.push_back(&other == &*object ? after
+                                              : QueueFromJson(wire::ParseDocument(other.data)));
+        }
+        if (const Result<policy::QueueTree> tree = BuildQueueTree(queues); !tree.ok()) {
+          response = ErrorResponse(tree.status());
+          return store::NoWrite();
+        }
+        store::WriteBatch batch;
+        batch.Update(std::string(kQueuesKind), std::string(name), after_document.dump(),
+                     object->version);
+        batch.AppendEvent(std::string(kQueuesKind), std::string(name),
+                          fmt::format("quota changed by {}: {}", Who(who),
+                                      QuotaChanges(before_document, after_document)));
+        response = JsonResponse(200, WithVersion(after_document, object->version + 1));
+        return store::Write(std::move(batch));
+      });
+  return committed.ok() ? response : ErrorResponse(committed);
 }
 
 // The finished job states: a finished job keeps its queue's name as history and is no reason to
@@ -297,18 +288,18 @@ std::string NamesInTheWay(std::string_view what, const std::vector<std::string>&
 // lost: the cycles treat a job of an unknown queue as the default queue's.
 ApiResponse DeleteQueue(const Principal& who, const std::string& name, store::StateStore& store) {
   if (Status status = NeedsAdmin(who, "deleting a queue"); !status.ok()) {
-    return RespondError(status);
+    return ErrorResponse(status);
   }
   if (name == kDefaultQueue) {
-    return RespondError(FailedPreconditionError(
+    return ErrorResponse(FailedPreconditionError(
         fmt::format("queue \"{}\" cannot be deleted: jobs without metadata.queue go there", name)));
   }
   const Result<store::StoredObject> queue = store.Get(kQueuesKind, name);
   if (!queue.ok()) {
-    return RespondError(queue.status().code() == StatusCode::kNotFound ||
-                                queue.status().code() == StatusCode::kInvalidArgument
-                            ? NotFoundError(fmt::format("queue \"{}\" not found", name))
-                            : queue.status());
+    return ErrorResponse(queue.status().code() == StatusCode::kNotFound ||
+                                 queue.status().code() == StatusCode::kInvalidArgument
+                             ? NotFoundError(fmt::format("queue \"{}\" not found", name))
+                             : queue.status());
   }
   const Result<std::vector<store::StoredObject>> children =
       store.List(kQueuesKind, fmt::format("{}/", name));
@@ -316,7 +307,7 @@ ApiResponse DeleteQueue(const Principal& who, const std::string& name, store::St
   const Result<std::vector<store::StoredObject>> deployments = store.List(kDeploymentsKind);
   for (const auto* listed : {&children, &jobs, &deployments}) {
     if (!listed->ok()) {
-      return RespondError(listed->status());
+      return ErrorResponse(listed->status());
     }
   }
   std::vector<std::string> in_the_way;
@@ -329,9 +320,9 @@ ApiResponse DeleteQueue(const Principal& who, const std::string& name, store::St
   }
   std::vector<std::string> job_names;
   for (const store::StoredObject& object : *jobs) {
-    const Json job = ParseDocument(object.data);
-    if (StrOr(job, "queue", std::string(kDefaultQueue)) == name &&
-        !JobIsFinished(StrOr(job, "state"))) {
+    const Json job = wire::ParseDocument(object.data);
+    if (wire::StrOr(job, "queue", std::string(kDefaultQueue)) == name &&
+        !JobIsFinished(wire::StrOr(job, "state"))) {
       job_names.push_back(object.name);
     }
   }
@@ -341,7 +332,8 @@ ApiResponse DeleteQueue(const Principal& who, const std::string& name, store::St
   // A deployment's replicas to come would be refused by a queue that is gone.
   std::vector<std::string> deployment_names;
   for (const store::StoredObject& object : *deployments) {
-    if (StrOr(ParseDocument(object.data), "queue", std::string(kDefaultQueue)) == name) {
+    if (wire::StrOr(wire::ParseDocument(object.data), "queue", std::string(kDefaultQueue)) ==
+        name) {
       deployment_names.push_back(object.name);
     }
   }
@@ -349,12 +341,9 @@ ApiResponse DeleteQueue(const Principal& who, const std::string& name, store::St
     in_the_way.push_back(NamesInTheWay("deployments", deployment_names));
   }
   if (!in_the_way.empty()) {
-    ApiResponse response;
-    response.status = 409;
-    response.body = ErrorBody(FailedPreconditionError(
+    return ErrorResponse(FailedPreconditionError(
         fmt::format("queue \"{}\" is in use: {}; delete or finish them first", name,
                     fmt::join(in_the_way, "; "))));
-    return response;
   }
   // The queue at the version read (a concurrent PATCH makes this a 409 to retry), and its usage
   // entry, in one commit; the next cycle rebuilds the tree without it.
@@ -363,24 +352,24 @@ ApiResponse DeleteQueue(const Principal& who, const std::string& name, store::St
   batch.AppendEvent(std::string(kQueuesKind), name, fmt::format("deleted by {}", Who(who)));
   const Result<store::StoredObject> usage = store.Get(kQueueUsageKind, kQueueUsageName);
   if (usage.ok()) {
-    Json document = ParseDocument(usage->data);
+    Json document = wire::ParseDocument(usage->data);
     if (document.contains("queues") && document["queues"].is_object() &&
         document["queues"].erase(name) > 0) {
       batch.Update(std::string(kQueueUsageKind), std::string(kQueueUsageName), document.dump(),
                    usage->version);
     }
   } else if (usage.status().code() != StatusCode::kNotFound) {
-    return RespondError(usage.status());
+    return ErrorResponse(usage.status());
   }
   if (const Status status = store.Commit(batch); !status.ok()) {
-    return RespondError(
+    return ErrorResponse(
         status.code() == StatusCode::kAborted
             ? Status(StatusCode::kAborted, fmt::format("queue \"{}\" changed while it was being "
                                                        "deleted; retry",
                                                        name))
             : status);
   }
-  return Respond(200, {{"name", name}, {"deleted", true}});
+  return JsonResponse(200, {{"name", name}, {"deleted", true}});
 }
 
 // The queues with their jobs counted: pending, holding resources, and the GPUs they hold. A member
@@ -392,7 +381,7 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store,
   const Result<std::vector<store::StoredObject>> queue_objects = store.List(kQueuesKind);
   const Result<std::vector<store::StoredObject>> jobs = store.List(kJobsKind);
   if (!queue_objects.ok() || !jobs.ok()) {
-    return RespondError(!queue_objects.ok() ? queue_objects.status() : jobs.status());
+    return ErrorResponse(!queue_objects.ok() ? queue_objects.status() : jobs.status());
   }
   struct QueueRow {
     Json document = Json::object();
@@ -402,7 +391,7 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store,
   };
   std::map<std::string, QueueRow> rows;
   for (const store::StoredObject& object : *queue_objects) {
-    rows[object.name].document = WithVersion(ParseDocument(object.data), object.version);
+    rows[object.name].document = WithVersion(wire::ParseDocument(object.data), object.version);
   }
   // Parents that were never created but that the queue tree implies; the tree may be a cycle
   // old, so only those of a queue still stored (not those of one just deleted).
@@ -418,12 +407,12 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store,
     rows[name].document = QueueToJson({.name = name});
   }
   for (const store::StoredObject& object : *jobs) {
-    const Json job = ParseDocument(object.data);
-    if (!who.is_admin() && StrOr(job, "team") != who.team) {
+    const Json job = wire::ParseDocument(object.data);
+    if (!who.Sees(wire::StrOr(job, "team"))) {
       continue;
     }
-    const std::string queue = StrOr(job, "queue", std::string(kDefaultQueue));
-    const std::string state = StrOr(job, "state");
+    const std::string queue = wire::StrOr(job, "queue", std::string(kDefaultQueue));
+    const std::string state = wire::StrOr(job, "state");
     // A deleted queue's finished jobs keep its name as history, not as a queue.
     if (JobIsFinished(state) && rows.count(queue) == 0) {
       continue;
@@ -438,12 +427,12 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store,
     } else if (typed && HoldsResources(*typed)) {
       // A stopping run still holds its GPUs, and the scheduler still charges them.
       ++row.running;
-      for (const Json& placement : ArrayOr(job, "placements")) {
+      for (const Json& placement : wire::ArrayOr(job, "placements")) {
         if (PlacementGone(placement)) {
           continue;
         }
-        for (const Json& assignment : ArrayOr(placement, "assignments")) {
-          row.gpu_milli += IntOr(assignment, "milli", 0);
+        for (const Json& assignment : wire::ArrayOr(placement, "assignments")) {
+          row.gpu_milli += wire::IntOr(assignment, "milli", 0);
         }
       }
     }
@@ -472,7 +461,7 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store,
             : Json(static_cast<double>(row.gpu_milli) / static_cast<double>(kMilliPerUnit));
     items.push_back(std::move(item));
   }
-  return Respond(200, {{"items", std::move(items)}});
+  return JsonResponse(200, {{"items", std::move(items)}});
 }
 
 }  // namespace
@@ -531,10 +520,10 @@ std::optional<ApiResponse> ApiServer::RouteTenancy(const Principal& who, const A
             return ObjectEvents(kQueuesKind, name);
           }
         }
-        return RespondError(queue.status().code() == StatusCode::kNotFound ||
-                                    queue.status().code() == StatusCode::kInvalidArgument
-                                ? NotFoundError(fmt::format("queue \"{}\" not found", name))
-                                : queue.status());
+        return ErrorResponse(queue.status().code() == StatusCode::kNotFound ||
+                                     queue.status().code() == StatusCode::kInvalidArgument
+                                 ? NotFoundError(fmt::format("queue \"{}\" not found", name))
+                                 : queue.status());
       }
       return ObjectEvents(kQueuesKind, name);
     }
@@ -563,7 +552,7 @@ Result<std::string> ApiServer::ResolveName(const Principal& who, std::string_vie
                                            std::string_view noun, std::string_view text) {
   const Status not_found = NotFoundError(fmt::format("{} \"{}\" not found", noun, text));
   if (const size_t separator = text.find(kTeamSeparator); separator != std::string_view::npos) {
-    if (!who.is_admin() && text.substr(0, separator) != who.team) {
+    if (!who.Sees(text.substr(0, separator))) {
       return not_found;
     }
     return std::string(text);
@@ -614,15 +603,15 @@ Status ApiServer::MigrateToTeamScopedNames() {
     GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> objects,
                               options_.store.List(kind));
     for (const store::StoredObject& object : objects) {
-      Json doc = ParseDocument(object.data);
+      Json doc = wire::ParseDocument(object.data);
       const std::string key = TeamScopedKeyOf(doc);
-      if (key == object.name || StrOr(doc, "name").empty()) {
+      if (key == object.name || wire::StrOr(doc, "name").empty()) {
         continue;
       }
       // A preemptor named by an older server is of the team recorded beside it.
-      if (const std::string by = StrOr(doc, "preempted_by");
+      if (const std::string by = wire::StrOr(doc, "preempted_by");
           !by.empty() && by.find(kTeamSeparator) == std::string::npos) {
-        doc["preempted_by"] = TeamScopedKey(StrOr(doc, "preempted_by_team"), by);
+        doc["preempted_by"] = TeamScopedKey(wire::StrOr(doc, "preempted_by_team"), by);
       }
       GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredEvent> events,
                                 options_.store.Events(kind, object.name));
@@ -652,18 +641,16 @@ Status ApiServer::CheckSubmission(const Principal& who, std::string_view queue_n
   if (!who.team.empty()) {
     GPUFLEET_RETURN_IF_ERROR(TeamMustExist(options_.store, "team (of the token)", who.team));
   }
-  const Result<store::StoredObject> object = options_.store.Get(kQueuesKind, queue_name);
+  const Result<store::StoredObject> object =
+      ReadObject(kQueuesKind, queue_name,
+                 InvalidArgumentError(fmt::format(
+                     "metadata.queue: queue \"{}\" does not exist (gpufleet get queues lists them)",
+                     queue_name)));
   if (!object.ok()) {
-    if (object.status().code() == StatusCode::kNotFound ||
-        object.status().code() == StatusCode::kInvalidArgument) {
-      return InvalidArgumentError(fmt::format(
-          "metadata.queue: queue \"{}\" does not exist (gpufleet get queues lists them)",
-          queue_name));
-    }
     return object.status();
   }
-  const Queue queue = QueueFromJson(ParseDocument(object->data));
-  if (!queue.team.empty() && !who.is_admin() && queue.team != who.team) {
+  const Queue queue = QueueFromJson(wire::ParseDocument(object->data));
+  if (!queue.team.empty() && !who.Sees(queue.team)) {
     return Status(StatusCode::kPermissionDenied,
                   fmt::format("metadata.queue: queue \"{}\" belongs to team \"{}\", not to \"{}\"",
                               queue_name, queue.team, who.team));

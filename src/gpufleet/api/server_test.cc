@@ -22,7 +22,6 @@
 
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/http.h"
-#include "gpufleet/api/job_spec.h"
 #include "gpufleet/api/tenancy.h"
 #include "gpufleet/api/testing/self_signed_cert.h"
 #include "gpufleet/core/clock.h"
@@ -32,6 +31,7 @@
 #include "gpufleet/http/testing/raw_connection.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/store/sqlite_store.h"
+#include "gpufleet/wire/job_spec.h"
 
 namespace gpufleet::api {
 namespace {
@@ -264,7 +264,7 @@ TEST_F(ApiServerTest, ASpecWhosePlacementsWouldOverflowTheStoreIsRefusedAtSubmit
   std::string yaml = JobYaml("huge", 1, 1);
   yaml.replace(yaml.find("      resources:"), 0,
                fmt::format("      env: {{PAD: \"{}\"}}\n", std::string(1040 * 1000, 'x')));
-  ASSERT_LT(yaml.size(), kMaxJobSpecBytes);
+  ASSERT_LT(yaml.size(), wire::kMaxJobSpecBytes);
   const ApiResponse refused = Call("POST", "/v1/jobs", alice_, yaml);
   ASSERT_EQ(refused.status, 400) << refused.body.substr(0, 300);
   EXPECT_THAT(refused.body, HasSubstr("more than the store's limit of 1048576"));

@@ -9,7 +9,7 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/job_spec.h"
+#include "gpufleet/wire/job_spec.h"
 
 namespace gpufleet::api {
 namespace {
@@ -188,7 +188,7 @@ Result<Team> ParseTeamRequest(std::string_view body) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j, ReadObject(body, {"name"}));
   Team team;
   GPUFLEET_ASSIGN_OR_RETURN(team.name, RequiredString(j, "name"));
-  GPUFLEET_RETURN_IF_ERROR(ValidateTeamName("name", team.name));
+  GPUFLEET_RETURN_IF_ERROR(wire::ValidateTeamName("name", team.name));
   return team;
 }
 
@@ -197,10 +197,10 @@ Result<Queue> ParseQueueRequest(std::string_view body, const GpuCatalog& catalog
                                                             "weight", "may_borrow"}));
   Queue queue;
   GPUFLEET_ASSIGN_OR_RETURN(queue.name, RequiredString(j, "name"));
-  GPUFLEET_RETURN_IF_ERROR(ValidateQueueName("name", queue.name));
+  GPUFLEET_RETURN_IF_ERROR(wire::ValidateQueueName("name", queue.name));
   GPUFLEET_ASSIGN_OR_RETURN(const std::optional<std::string> team, OptionalString(j, "team"));
   if (team.has_value() && !team->empty()) {
-    GPUFLEET_RETURN_IF_ERROR(ValidateTeamName("team", *team));
+    GPUFLEET_RETURN_IF_ERROR(wire::ValidateTeamName("team", *team));
     queue.team = *team;
   }
   GPUFLEET_ASSIGN_OR_RETURN(queue.guarantee, ReadQuota(j, "guarantee", catalog));
@@ -295,7 +295,7 @@ Result<TokenRequest> ParseTokenRequest(std::string_view body) {
   GPUFLEET_ASSIGN_OR_RETURN(request.role, ParseRole(role));
   GPUFLEET_ASSIGN_OR_RETURN(const std::optional<std::string> team, OptionalString(j, "team"));
   if (team.has_value() && !team->empty()) {
-    GPUFLEET_RETURN_IF_ERROR(ValidateTeamName("team", *team));
+    GPUFLEET_RETURN_IF_ERROR(wire::ValidateTeamName("team", *team));
     request.team = *team;
   } else if (request.role == Role::kMember) {
     return InvalidArgumentError("team: required for a member token");
@@ -307,7 +307,7 @@ Result<TokenRequest> ParseTokenRequest(std::string_view body) {
     if (request.role != Role::kAgent) {
       return InvalidArgumentError("node: only an agent token acts for a node");
     }
-    GPUFLEET_RETURN_IF_ERROR(ValidateNodeName("node", *node));
+    GPUFLEET_RETURN_IF_ERROR(wire::ValidateNodeName("node", *node));
     request.node = *node;
   }
   return request;

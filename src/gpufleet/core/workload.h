@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <string>
@@ -78,6 +79,9 @@ const char* JobKindName(JobKind kind);
 // whole gang goes back to Pending, or the job ends as Failed.
 enum class NodeFailurePolicy { kRequeue, kFail };
 const char* NodeFailurePolicyName(NodeFailurePolicy policy);  // "requeue", "fail"
+
+// The longest id of one run of a task on a node (JOB/TASK/ATTEMPT) that agents and runners take.
+inline constexpr size_t kMaxTaskIdLength = 200;
 
 // A gang: every task of every group is placed, or none is. Thread-compatible value type.
 struct Job {

@@ -14,6 +14,7 @@
 
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/core/workload.h"
 
 namespace gpufleet::runner {
 
@@ -26,9 +27,6 @@ inline constexpr std::string_view kNvidiaVisibleDevicesEnv = "NVIDIA_VISIBLE_DEV
 // value "none" would still mount the driver).
 inline constexpr std::string_view kNoCudaDevices = "";
 inline constexpr std::string_view kNoNvidiaDevices = "void";
-
-// The longest task id a runner accepts.
-inline constexpr size_t kMaxTaskIdLength = 200;
 
 // One task of a job, as the agent asks a runner to start it.
 struct TaskLaunch {

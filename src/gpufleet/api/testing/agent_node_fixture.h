@@ -11,7 +11,6 @@
 #include <fmt/core.h>
 #include <gtest/gtest.h>
 
-#include "gpufleet/api/agent_protocol.h"
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tenancy.h"
@@ -20,6 +19,7 @@
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/policy/idle_reclaim.h"
 #include "gpufleet/store/memory_store.h"
+#include "gpufleet/wire/agent_protocol.h"
 
 namespace gpufleet::api_testing {
 
@@ -53,7 +53,7 @@ class AgentNodeServerTest : public ::testing::Test {
     bob_ = *server_->authenticator().CreateToken(api::Role::kMember, "team-b", "bob");
     ASSERT_OK(server_->RunSchedulingCycle());
 
-    api::RegisterRequest inventory;
+    wire::RegisterRequest inventory;
     inventory.topology_levels = {"block", "leaf"};
     inventory.node.id = NodeId("node-a");
     inventory.node.capacity = {128000, 1024 * 1024};
@@ -67,10 +67,10 @@ class AgentNodeServerTest : public ::testing::Test {
       inventory.node.gpus.push_back(gpu);
     }
     const api::ApiResponse registered =
-        Call("POST", "/v1/agents/register", agent_, api::RegisterRequestToJson(inventory));
+        Call("POST", "/v1/agents/register", agent_, wire::RegisterRequestToJson(inventory));
     ASSERT_EQ(registered.status, 200) << registered.body;
     // The join token is exchanged for node-a's own credential, used from now on.
-    const Result<api::AgentReply> reply = api::ParseAgentReply(registered.body);
+    const Result<wire::AgentReply> reply = wire::ParseAgentReply(registered.body);
     ASSERT_OK(reply);
     agent_ = reply->node_token;
   }
@@ -96,26 +96,26 @@ class AgentNodeServerTest : public ::testing::Test {
   // `tasks_run`, every task it was told to run reported running; then a scheduling cycle runs.
   void Minute(const std::function<int(int)>& utilization, bool tasks_run = true) {
     clock_.Advance(std::chrono::minutes(1));
-    api::HeartbeatRequest beat;
+    wire::HeartbeatRequest beat;
     for (int i = 0; i < kGpus; ++i) {
-      api::GpuReport gpu;
+      wire::GpuReport gpu;
       gpu.index = i;
       gpu.utilization_pct = utilization(i);
       beat.gpus.push_back(gpu);
     }
     for (const std::string& id : tasks_run ? desired_ : std::vector<std::string>{}) {
-      api::TaskReport task;
+      wire::TaskReport task;
       task.id = id;
-      task.phase = api::TaskPhase::kRunning;
+      task.phase = wire::TaskPhase::kRunning;
       beat.tasks.push_back(task);
     }
     const api::ApiResponse response =
-        Call("POST", "/v1/agents/node-a/heartbeat", agent_, api::HeartbeatRequestToJson(beat));
+        Call("POST", "/v1/agents/node-a/heartbeat", agent_, wire::HeartbeatRequestToJson(beat));
     ASSERT_EQ(response.status, 200) << response.body;
-    const Result<api::AgentReply> reply = api::ParseAgentReply(response.body);
+    const Result<wire::AgentReply> reply = wire::ParseAgentReply(response.body);
     ASSERT_OK(reply);
     desired_.clear();
-    for (const api::DesiredTask& task : reply->tasks) {
+    for (const wire::DesiredTask& task : reply->tasks) {
       desired_.push_back(task.id);
     }
     ASSERT_OK(server_->RunSchedulingCycle());

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/api/deployment_spec.h"
+#include "gpufleet/wire/deployment_spec.h"
 
 #include <string>
 
@@ -7,11 +7,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/job_spec.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/wire/job_spec.h"
 
-namespace gpufleet::api {
+namespace gpufleet::wire {
 namespace {
 
 using Json = nlohmann::json;
@@ -209,4 +209,4 @@ TEST_F(DeploymentSpecTest, BadYamlIsRefusedNamingTheProblem) {
 }
 
 }  // namespace
-}  // namespace gpufleet::api
+}  // namespace gpufleet::wire

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 // The agent protocol's MIG fields: round trips and bad input, each error naming the field.
-#include "gpufleet/api/agent_protocol.h"
+#include "gpufleet/wire/agent_protocol.h"
 
 #include <string>
 
@@ -9,7 +9,7 @@
 
 #include "gpufleet/core/testing/status_matchers.h"
 
-namespace gpufleet::api {
+namespace gpufleet::wire {
 namespace {
 
 using ::gpufleet::testing::StatusIs;
@@ -156,4 +156,4 @@ TEST(AgentProtocolJson, DescribesMigInstances) {
 }
 
 }  // namespace
-}  // namespace gpufleet::api
+}  // namespace gpufleet::wire

@@ -17,7 +17,7 @@
 //   POST /v1/agents/NODE/heartbeat    HeartbeatRequest -> AgentReply
 // The agent reports what it sees and runs; the server answers with the tasks the node should run
 // (the desired state), and the agent starts what is missing and stops what is not wanted.
-namespace gpufleet::api {
+namespace gpufleet::wire {
 
 // What the health rules ask for a GPU: nothing, no new work and drain once the running job ends,
 // or stop its work now.
@@ -107,9 +107,8 @@ struct TaskMigInstance {
 
 // A task the node should run.
 // A task id: "JOB/TASK/ATTEMPT", JOB the job's key TEAM/NAME (it may hold a '/'), TASK
-// "GROUP-REPLICA", e.g. "nlp/bert/workers-3/1". The runner takes ids of at most
-// kMaxTaskIdLength characters (runner/task_runner.h).
-inline constexpr size_t kMaxTaskIdLength = 200;
+// "GROUP-REPLICA", e.g. "nlp/bert/workers-3/1", of at most kMaxTaskIdLength characters
+// (core/workload.h), which is what the runner takes.
 std::string MakeTaskId(std::string_view job, std::string_view task, int64_t attempt);
 // kInvalidArgument naming metadata.name when a task id of `job`, stored under `key`, could
 // exceed kMaxTaskIdLength (attempts of up to kAttemptDigits digits).
@@ -162,4 +161,4 @@ Result<RegisterRequest> ParseRegisterRequest(std::string_view text);
 Result<HeartbeatRequest> ParseHeartbeatRequest(std::string_view text);
 Result<AgentReply> ParseAgentReply(std::string_view text);
 
-}  // namespace gpufleet::api
+}  // namespace gpufleet::wire

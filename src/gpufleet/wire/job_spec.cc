@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/api/job_spec.h"
+#include "gpufleet/wire/job_spec.h"
 
 #include <algorithm>
 #include <array>
@@ -19,7 +19,7 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
-namespace gpufleet::api {
+namespace gpufleet::wire {
 namespace {
 
 // -Wpedantic: __int128 is a GNU extension (GCC and clang have it).
@@ -1278,4 +1278,4 @@ nlohmann::json JobSpecToJson(const Job& job) {
   return SpecToJson<json>(job);
 }
 
-}  // namespace gpufleet::api
+}  // namespace gpufleet::wire

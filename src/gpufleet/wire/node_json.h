@@ -6,12 +6,12 @@
 #include <string_view>
 #include <vector>
 
-#include "gpufleet/api/json_fields.h"
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/wire/json_fields.h"
 
 // The JSON form of a node, as the store keeps it and the REST API shows it (docs/api.md).
-namespace gpufleet::api {
+namespace gpufleet::wire {
 
 std::optional<NodeState> ParseNodeState(std::string_view text);
 std::optional<GpuHealth> ParseGpuHealth(std::string_view text);
@@ -21,4 +21,4 @@ Json NodeToJson(const Node& node, const std::vector<std::string>& levels);
 // kInvalidArgument naming the node and field for an unknown state or health.
 Result<Node> NodeFromJson(const Json& j, const std::vector<std::string>& levels);
 
-}  // namespace gpufleet::api
+}  // namespace gpufleet::wire

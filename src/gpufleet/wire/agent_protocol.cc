@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/api/agent_protocol.h"
+#include "gpufleet/wire/agent_protocol.h"
 
 #include <algorithm>
 #include <limits>
@@ -8,9 +8,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/node_json.h"
+#include "gpufleet/wire/node_json.h"
 
-namespace gpufleet::api {
+namespace gpufleet::wire {
 namespace {
 
 using Json = nlohmann::json;
@@ -627,4 +627,4 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
   return reply;
 }
 
-}  // namespace gpufleet::api
+}  // namespace gpufleet::wire

@@ -9,7 +9,7 @@
 // lists every job each cycle; most are finished, and building their whole documents (specs
 // included) is what made a restart with 100,000 jobs slow (bench/RESULTS.md). Thread-safe, never
 // throws.
-namespace gpufleet::api {
+namespace gpufleet::wire {
 
 // The value of the string member `key` at the top level of the JSON object `text`; nested
 // objects and arrays are skipped, not parsed. nullopt when it cannot tell for sure: `text` is not
@@ -17,4 +17,4 @@ namespace gpufleet::api {
 // or the value holds an escape sequence (the caller then parses the document).
 std::optional<std::string> TopLevelString(std::string_view text, std::string_view key);
 
-}  // namespace gpufleet::api
+}  // namespace gpufleet::wire

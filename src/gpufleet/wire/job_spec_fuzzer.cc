@@ -9,20 +9,20 @@
 #include <string>
 #include <string_view>
 
-#include "gpufleet/api/job_spec.h"
+#include "gpufleet/wire/job_spec.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const gpufleet::GpuCatalog* const catalog =
       new gpufleet::GpuCatalog(gpufleet::GpuCatalog::Default());
   const std::string_view text(reinterpret_cast<const char*>(data), size);
-  const gpufleet::Result<gpufleet::Job> job = gpufleet::api::ParseJobSpec(text, *catalog);
+  const gpufleet::Result<gpufleet::Job> job = gpufleet::wire::ParseJobSpec(text, *catalog);
   if (!job.ok()) {
     return 0;
   }
-  const nlohmann::json expected = gpufleet::api::JobSpecToJson(*job);
-  for (const std::string& again : {gpufleet::api::JobSpecToYaml(*job), expected.dump()}) {
-    const gpufleet::Result<gpufleet::Job> reparsed = gpufleet::api::ParseJobSpec(again, *catalog);
-    if (!reparsed.ok() || gpufleet::api::JobSpecToJson(*reparsed) != expected) {
+  const nlohmann::json expected = gpufleet::wire::JobSpecToJson(*job);
+  for (const std::string& again : {gpufleet::wire::JobSpecToYaml(*job), expected.dump()}) {
+    const gpufleet::Result<gpufleet::Job> reparsed = gpufleet::wire::ParseJobSpec(again, *catalog);
+    if (!reparsed.ok() || gpufleet::wire::JobSpecToJson(*reparsed) != expected) {
       std::fprintf(stderr, "round trip failed: %s\n--- written:\n%s\n",
                    reparsed.status().ToString().c_str(), again.c_str());
       std::abort();

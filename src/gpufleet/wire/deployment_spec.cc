@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/api/deployment_spec.h"
+#include "gpufleet/wire/deployment_spec.h"
 
 #include <cctype>
 #include <charconv>
@@ -10,9 +10,9 @@
 #include <yaml-cpp/depthguard.h>
 #include <yaml-cpp/yaml.h>
 
-#include "gpufleet/api/job_spec.h"
+#include "gpufleet/wire/job_spec.h"
 
-namespace gpufleet::api {
+namespace gpufleet::wire {
 namespace {
 
 using Json = nlohmann::json;
@@ -383,4 +383,4 @@ int64_t ReplicaIndex(std::string_view deployment, std::string_view job) {
   return index;
 }
 
-}  // namespace gpufleet::api
+}  // namespace gpufleet::wire

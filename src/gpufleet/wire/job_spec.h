@@ -16,7 +16,7 @@
 // The job specification format (`apiVersion: gpufleet.io/v1`, `kind: Job`), in YAML or JSON, and
 // its conversion to and from `gpufleet::Job`. The schema, field by field, is in docs/job-spec.md.
 // Every function here is thread-safe (no shared state) and never throws.
-namespace gpufleet::api {
+namespace gpufleet::wire {
 
 inline constexpr std::string_view kJobSpecApiVersion = "gpufleet.io/v1";
 // Specs larger than this are refused before parsing.
@@ -82,4 +82,4 @@ std::string FormatCpuQuantity(int64_t cpu_milli);
 std::string FormatMemoryQuantity(int64_t memory_mib);
 std::string FormatSpecDuration(Duration duration);
 
-}  // namespace gpufleet::api
+}  // namespace gpufleet::wire

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/api/job_spec.h"
+#include "gpufleet/wire/job_spec.h"
 
 #include <filesystem>
 #include <fstream>
@@ -21,7 +21,7 @@ static void PrintTo(const Result<Job>& result, std::ostream* os) {
 }
 }  // namespace gpufleet
 
-namespace gpufleet::api {
+namespace gpufleet::wire {
 namespace {
 
 using ::gpufleet::testing::StatusIs;
@@ -548,4 +548,4 @@ INSTANTIATE_TEST_SUITE_P(JobSpec, BadSpecTest, ::testing::ValuesIn(BadSpecs()),
                          });
 
 }  // namespace
-}  // namespace gpufleet::api
+}  // namespace gpufleet::wire

@@ -22,7 +22,7 @@
 //    "autoscaling": {"min_replicas": 1, "max_replicas": 4, "target_utilization_pct": 70, ...}}
 //
 // Every function here is thread-safe (no shared state) and never throws.
-namespace gpufleet::api {
+namespace gpufleet::wire {
 
 // A deployment's name is a DNS label short enough that "NAME-r<k>" stays one for any k below
 // 10^9.
@@ -64,4 +64,4 @@ std::string ReplicaJobName(std::string_view deployment, int64_t index);
 // The k of "NAME-r<k>"; -1 when `job` is not named so.
 int64_t ReplicaIndex(std::string_view deployment, std::string_view job);
 
-}  // namespace gpufleet::api
+}  // namespace gpufleet::wire

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/api/node_json.h"
+#include "gpufleet/wire/node_json.h"
 
 #include <fmt/format.h>
 
-namespace gpufleet::api {
+namespace gpufleet::wire {
 
 std::optional<NodeState> ParseNodeState(std::string_view text) {
   for (const NodeState state :
@@ -104,4 +104,4 @@ Result<Node> NodeFromJson(const Json& j, const std::vector<std::string>& levels)
   return node;
 }
 
-}  // namespace gpufleet::api
+}  // namespace gpufleet::wire

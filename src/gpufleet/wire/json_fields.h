@@ -10,7 +10,7 @@
 
 // Lenient readers of the server's own stored JSON documents: a missing or mistyped field reads as
 // the fallback. They never throw. (Documents from clients are checked strictly instead.)
-namespace gpufleet::api {
+namespace gpufleet::wire {
 
 using Json = nlohmann::json;
 
@@ -69,4 +69,4 @@ inline Json ParseDocument(const std::string& text) {
   return j.is_object() ? j : Json::object();
 }
 
-}  // namespace gpufleet::api
+}  // namespace gpufleet::wire
