@@ -73,7 +73,7 @@ struct ResultClearer {
 using ResultPtr = std::unique_ptr<PGresult, ResultClearer>;
 
 // Statement parameters in binary format. Text and bytes point into the caller's strings, which
-// must outlive the statement; integers are kept here.
+// must outlive the statement; integers are kept here. Thread-compatible.
 class Params {
  public:
   Params& Text(std::string_view value) { return Add(value, kTextOid); }
