@@ -229,6 +229,53 @@ TEST_F(PostgresStateStoreTest, WritersOnSeparateConnectionsLoseNoUpdate) {
   EXPECT_THAT(setup->Revision(), IsOkAndHolds(1 + kWriters * kIncrementsPerWriter));
 }
 
+// Commits on separate connections that touch no common object still get one revision each, in
+// commit order: revisions 1..N, and the events of one log in that order.
+TEST_F(PostgresStateStoreTest, CommitsOnSeparateConnectionsGetOneRevisionEachInOrder) {
+  constexpr int kWriters = 4;
+  constexpr int kCommitsPerWriter = 15;
+  std::vector<std::string> errors(kWriters);
+  std::vector<std::thread> threads;
+  for (int w = 0; w < kWriters; ++w) {
+    threads.emplace_back([this, w, &errors] {
+      Result<std::unique_ptr<PostgresStateStore>> store = PostgresStateStore::Open(uri_);
+      if (!store.ok()) {
+        errors[w] = store.status().ToString();
+        return;
+      }
+      for (int i = 0; i < kCommitsPerWriter; ++i) {
+        const std::string name = fmt::format("w{}-{}", w, i);
+        const Status status = (*store)->Commit(
+            WriteBatch().Create("item", name, "{}").AppendEvent("log", "all", name));
+        if (!status.ok()) {
+          errors[w] = status.ToString();
+          return;
+        }
+      }
+    });
+  }
+  for (std::thread& thread : threads) {
+    thread.join();
+  }
+  for (const std::string& error : errors) {
+    EXPECT_EQ(error, "");
+  }
+  std::unique_ptr<PostgresStateStore> store = OpenOrFail(uri_);
+  ASSERT_NE(store, nullptr);
+  constexpr int kCommits = kWriters * kCommitsPerWriter;
+  EXPECT_THAT(store->Revision(), IsOkAndHolds(kCommits));
+  Result<std::vector<StoredEvent>> events = store->Events("log", "all");
+  ASSERT_OK(events);
+  ASSERT_EQ(events->size(), static_cast<size_t>(kCommits));
+  for (int i = 0; i < kCommits; ++i) {
+    const StoredEvent& event = (*events)[static_cast<size_t>(i)];
+    EXPECT_EQ(event.revision, i + 1) << event.text;
+    Result<StoredObject> item = store->Get("item", event.text);
+    ASSERT_OK(item);
+    EXPECT_EQ(item->revision, event.revision) << event.text;
+  }
+}
+
 TEST_F(PostgresStateStoreTest, StoresOpeningANewDatabaseAtOnceCreateTheSchemaOnce) {
   constexpr int kOpeners = 4;
   std::vector<Status> results(kOpeners);
