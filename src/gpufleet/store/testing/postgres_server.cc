@@ -158,6 +158,7 @@ Result<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
     return UnavailableError(fmt::format("chown {}: {}", pattern, std::strerror(errno)));
   }
   GPUFLEET_RETURN_IF_ERROR(server->InitDb());
+  GPUFLEET_RETURN_IF_ERROR(server->StartWatchdog());
   Status started;
   for (int attempt = 0; attempt < kMaxStartAttempts; ++attempt) {
     GPUFLEET_ASSIGN_OR_RETURN(server->port_, FreePort());
@@ -176,6 +177,58 @@ PostgresServer::~PostgresServer() {
   }
   std::error_code ignored;
   std::filesystem::remove_all(dir_, ignored);
+  if (watchdog_fd_ >= 0) {
+    close(watchdog_fd_);  // the watchdog finds nothing left to do, and exits
+    int wait_status = 0;
+    while (waitpid(watchdog_pid_, &wait_status, 0) < 0 && errno == EINTR) {
+    }
+  }
+}
+
+Status PostgresServer::StartWatchdog() {
+  GPUFLEET_ASSIGN_OR_RETURN(std::optional<PostgresUser> user, UserToRunAs());
+  int fds[2];
+  // Close-on-exec: no other child (pg_ctl, the server) may hold the write end open.
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    return UnavailableError(fmt::format("pipe2: {}", std::strerror(errno)));
+  }
+  // Waits for end of input, then stops the server (if it runs) and removes the directory.
+  const char* script =
+      "cat >/dev/null; \"$1/pg_ctl\" -D \"$2/data\" -m immediate -w -t 60 stop >/dev/null 2>&1; "
+      "rm -rf \"$2\"";
+  const std::string shell = "/bin/sh";
+  std::vector<char*> argv = {const_cast<char*>(shell.c_str()),
+                             const_cast<char*>("-c"),
+                             const_cast<char*>(script),
+                             const_cast<char*>("gpufleet-pg-watchdog"),
+                             const_cast<char*>(bin_dir_.c_str()),
+                             const_cast<char*>(dir_.c_str()),
+                             nullptr};
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // The child: only async-signal-safe calls until exec. Its own session, so that a signal to
+    // the test's process group (Ctrl-C, a CTest timeout) leaves it to clean up; no stdout or
+    // stderr, so that whoever reads the test's output does not wait for it.
+    const int null_fd = open("/dev/null", O_WRONLY);
+    if (null_fd < 0 || dup2(fds[0], 0) < 0 || dup2(null_fd, 1) < 0 || dup2(null_fd, 2) < 0 ||
+        setsid() < 0) {
+      _exit(126);
+    }
+    if (user && (setgroups(0, nullptr) != 0 || setgid(user->gid) != 0 || setuid(user->uid) != 0)) {
+      _exit(126);
+    }
+    execv(shell.c_str(), argv.data());
+    _exit(127);
+  }
+  const int fork_errno = errno;
+  close(fds[0]);
+  if (pid < 0) {
+    close(fds[1]);
+    return UnavailableError(fmt::format("fork: {}", std::strerror(fork_errno)));
+  }
+  watchdog_fd_ = fds[1];
+  watchdog_pid_ = pid;
+  return Status::Ok();
 }
 
 Status PostgresServer::InitDb() {

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
 #include <string>
 #include <string_view>
@@ -21,6 +23,10 @@ namespace gpufleet::store::testing {
 // (Debian's `postgresql` package; scripts/setup installs it); without them Start is
 // kFailedPrecondition, so that tests fail rather than skip. initdb refuses to run as root: as
 // root (CI), initdb and pg_ctl run as the `postgres` user the package creates.
+//
+// A test program that dies without running the destructor (a crash, SIGKILL, a closed stdout)
+// leaves no server behind: a small watchdog process, started with the server, stops it and removes
+// the directory once the test program's end of a pipe closes.
 //
 // Authentication: the superuser `gf` is trusted on loopback; any other role must give its
 // password (scram-sha-256). For speed the server runs with fsync=off: it survives its own
@@ -63,11 +69,16 @@ class PostgresServer {
   Status InitDb();
   // pg_ctl start on port_, waiting until the server accepts connections.
   Status PgCtlStart();
+  // Starts the watchdog (see the class comment).
+  Status StartWatchdog();
 
   const std::string bin_dir_;
   const std::string dir_;
   int port_ = 0;
   bool running_ = false;
+  // Our end of the watchdog's pipe and its pid; -1 while there is none.
+  int watchdog_fd_ = -1;
+  pid_t watchdog_pid_ = -1;
 };
 
 }  // namespace gpufleet::store::testing
