@@ -298,6 +298,8 @@ Result<ParsedUri> ParseUri(std::string_view uri) {
   // Longest first, so that a secret inside another is not redacted half.
   std::sort(parsed.secrets.begin(), parsed.secrets.end(),
             [](const std::string& a, const std::string& b) { return a.size() > b.size(); });
+  // The decoded password too, should it be written where the spans above do not look.
+  parsed.redacted = Redact(parsed.redacted, parsed.secrets);
   return parsed;
 }
 
