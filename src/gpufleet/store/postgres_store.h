@@ -86,8 +86,9 @@ class PostgresStateStore final : public StateStore {
   // Connects (again) and prepares the session. REQUIRES: mu_ held.
   Status Connect();
   // Runs `body` under mu_ on a live connection, connecting first if there is none. A connection
-  // found lost is dropped (the next call connects again); if it was an older connection that
-  // died while idle and `body` did not send a COMMIT, `body` runs once more on a new one.
+  // found lost is dropped (the next call connects again). If it was a connection from an earlier
+  // call (most likely it died while idle) and `body` had not sent COMMIT, so that nothing of it
+  // took effect, `body` runs once more on a new connection.
   Status Run(const std::function<Status(internal::PgSession&)>& body);
 
   const std::string uri_;
