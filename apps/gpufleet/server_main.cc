@@ -1,5 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// `gpufleet server`: the REST API and the scheduling loop over a SQLite state store.
+// `gpufleet server`: the REST API and the scheduling loop over a SQLite (--data-dir, the default)
+// or PostgreSQL (--store) state store.
 #include <charconv>
 #include <chrono>
 #include <filesystem>
@@ -18,6 +19,7 @@
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/policy/idle_reclaim.h"
 #include "gpufleet/store/directory_lock.h"
+#include "gpufleet/store/postgres_store.h"
 #include "gpufleet/store/sqlite_store.h"
 
 #include "flags.h"
@@ -28,6 +30,8 @@ namespace {
 
 struct ServerFlags {
   std::string data_dir = "gpufleet-data";
+  bool data_dir_given = false;
+  std::string store;  // a PostgreSQL URI; empty: SQLite in data_dir
   std::string listen = "127.0.0.1:8080";
   std::string simulated_nodes;
   std::string gpu_model = "H100-80GB";
@@ -81,6 +85,48 @@ Result<Cluster> SimulatedCluster(const std::string& text, const std::string& mod
   return MakeSyntheticCluster(spec, catalog);
 }
 
+// The state store, and what must live as long as it.
+struct OpenedStore {
+  std::optional<store::DirectoryLock> lock;  // SQLite: one server per data directory
+  std::unique_ptr<store::StateStore> store;
+  std::string description;  // for the start-up line; no password
+};
+
+Result<OpenedStore> OpenStore(const ServerFlags& flags) {
+  if (!flags.store.empty()) {
+    if (flags.data_dir_given) {
+      return InvalidArgumentError(
+          "--store and --data-dir cannot be given together: the state is either in PostgreSQL "
+          "(--store) or in SQLite under --data-dir");
+    }
+    Result<std::unique_ptr<store::PostgresStateStore>> postgres =
+        store::PostgresStateStore::Open(flags.store);
+    if (!postgres.ok()) {
+      return Status(postgres.status().code(), "--store: " + postgres.status().message());
+    }
+    OpenedStore opened;
+    opened.description = (*postgres)->redacted_uri();
+    opened.store = std::move(postgres).value();
+    return opened;
+  }
+  std::error_code error;
+  std::filesystem::create_directories(flags.data_dir, error);
+  if (error) {
+    return UnavailableError(
+        fmt::format("--data-dir: cannot create \"{}\": {}", flags.data_dir, error.message()));
+  }
+  // One server per data directory: a second one refuses to start, naming the first.
+  Result<store::DirectoryLock> lock = store::DirectoryLock::Acquire(flags.data_dir);
+  if (!lock.ok()) {
+    return lock.status();
+  }
+  OpenedStore opened;
+  opened.lock = std::move(lock).value();
+  opened.description = (std::filesystem::path(flags.data_dir) / "gpufleet.db").string();
+  GPUFLEET_ASSIGN_OR_RETURN(opened.store, store::SqliteStateStore::Open(opened.description));
+  return opened;
+}
+
 int Fail(const Status& status) {
   fmt::print(stderr, "gpufleet server: {}\n", status.ToString());
   return 1;
@@ -104,19 +150,7 @@ int RunServer(const ServerFlags& flags) {
     tls = api::ApiServer::TlsFiles{flags.tls_cert, flags.tls_key};
   }
   const GpuCatalog catalog = GpuCatalog::Default();
-  std::error_code error;
-  std::filesystem::create_directories(flags.data_dir, error);
-  if (error) {
-    return Fail(UnavailableError(
-        fmt::format("--data-dir: cannot create \"{}\": {}", flags.data_dir, error.message())));
-  }
-  // One server per data directory: a second one refuses to start, naming the first.
-  Result<store::DirectoryLock> lock = store::DirectoryLock::Acquire(flags.data_dir);
-  if (!lock.ok()) {
-    return Fail(lock.status());
-  }
-  const std::string db_path = (std::filesystem::path(flags.data_dir) / "gpufleet.db").string();
-  Result<std::unique_ptr<store::SqliteStateStore>> store = store::SqliteStateStore::Open(db_path);
+  Result<OpenedStore> store = OpenStore(flags);
   if (!store.ok()) {
     return Fail(store.status());
   }
@@ -139,7 +173,7 @@ int RunServer(const ServerFlags& flags) {
     idle_reclaim->action = *action;
   }
   Result<std::unique_ptr<api::ApiServer>> server = api::ApiServer::Create(
-      {.store = **store,
+      {.store = *store->store,
        .catalog = catalog,
        .clock = clock,
        .wall_clock = &clock,
@@ -194,7 +228,7 @@ int RunServer(const ServerFlags& flags) {
     return Fail(port.status());
   }
   fmt::print("gpufleet server listening on {}://{}:{} (store {}, policy {})\n",
-             tls ? "https" : "http", listen->first, *port, db_path, flags.policy);
+             tls ? "https" : "http", listen->first, *port, store->description, flags.policy);
   std::fflush(stdout);
   const int signal_number = WaitForStopSignal();
   fmt::print("gpufleet server: signal {}, stopping\n", signal_number);
@@ -207,8 +241,13 @@ int RunServer(const ServerFlags& flags) {
 Action AddServerCommand(CLI::App& app) {
   auto flags = std::make_shared<ServerFlags>();
   CLI::App* server = app.add_subcommand("server", "run the REST API and the scheduling loop");
-  server->add_option("--data-dir", flags->data_dir, "directory of gpufleet.db")
-      ->capture_default_str();
+  CLI::Option* data_dir =
+      server->add_option("--data-dir", flags->data_dir, "directory of gpufleet.db (SQLite)")
+          ->capture_default_str();
+  server->add_option("--store", flags->store,
+                     "keep the state in PostgreSQL instead of SQLite: a libpq URI such as "
+                     "postgresql://USER@HOST:PORT/DATABASE (password from PGPASSFILE or the URI; "
+                     "not with --data-dir)");
   server->add_option("--listen", flags->listen, "HOST:PORT to serve on (port 0: any free port)")
       ->capture_default_str();
   server->add_option("--simulated-nodes", flags->simulated_nodes,
@@ -321,7 +360,10 @@ Action AddServerCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"suspend", "preempt"}))
       ->needs(idle_reclaim);
-  return [flags] { return RunServer(*flags); };
+  return [flags, data_dir] {
+    flags->data_dir_given = data_dir->count() > 0;
+    return RunServer(*flags);
+  };
 }
 
 }  // namespace gpufleet::app

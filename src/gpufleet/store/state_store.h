@@ -113,7 +113,7 @@ class StateStore {
   Result<std::vector<StoredObject>> List(std::string_view kind, std::string_view name_prefix = "");
   // Applies `batch` atomically: either every operation takes effect or none does, and the error
   // names the failing operation ("... (batch op 2 of 3: update)"). Once OK is returned the batch
-  // is durable as far as the backend is (SqliteStateStore: fsynced).
+  // is durable as far as the backend is (SQLite: fsynced; PostgreSQL: synchronous_commit on).
   Status Commit(const WriteBatch& batch);
   // The revision of the last successful commit (0 for an empty store).
   Result<int64_t> Revision();

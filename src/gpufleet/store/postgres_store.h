@@ -1,0 +1,104 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpufleet/store/state_store.h"
+
+struct pg_conn;
+
+namespace gpufleet::store {
+namespace internal {
+class PgSession;
+}  // namespace internal
+
+// A StateStore in a PostgreSQL database, reached through libpq.
+//
+// Location: a libpq connection URI, "postgresql://USER[:PASSWORD]@HOST[:PORT]/DATABASE[?...]"
+// (also "postgres://"). The password comes from the URI or, better, from libpq's password file
+// (PGPASSFILE, ~/.pgpass); it never appears in an error message: every message names the URI
+// with the password replaced by "***" (redacted_uri()).
+//
+// Schema: the tables live in the PostgreSQL schema "gpufleet" (objects, events, store_revision,
+// schema_migrations), created on Open if missing. An ordered list of migrations compiled into the
+// code is applied once each, under a transaction-scoped advisory lock so that servers opening one
+// database at the same time do not race; a database whose schema is newer than this code knows is
+// kFailedPrecondition. Kinds and names are `text COLLATE "C"` (bytewise order, as List promises);
+// data and event text are `bytea`. The database must use the UTF8 encoding.
+//
+// Durability and concurrency: each Commit is one transaction with synchronous_commit on, so an OK
+// means the batch is in PostgreSQL's durable WAL (and on a synchronous standby if the server is
+// configured with one). The transaction first locks the single store_revision row (SELECT ... FOR
+// UPDATE), which serialises commits across all connections and processes sharing the database:
+// the revision counter grows by exactly one per commit and each operation's version check sees
+// every earlier commit. Several PostgresStateStore objects (in one or more processes) may share a
+// database; each sees the others' commits.
+//
+// Connection loss: a call that finds the connection lost (server restarted, network cut) is
+// kUnavailable, and the next call connects again; a call on a connection that turns out to have
+// been lost while idle reconnects and retries once by itself, where doing so cannot apply a batch
+// twice. A Commit whose COMMIT was sent but whose answer was lost is kUnavailable saying that its
+// outcome is unknown (the batch may or may not have been applied).
+//
+// Thread-safe: one connection, and a std::mutex serialises every call on it.
+class PostgresStateStore final : public StateStore {
+ public:
+  // A URI longer than this is kInvalidArgument.
+  static constexpr size_t kMaxUriBytes = 4096;
+
+  // Connects to the database at `uri` and brings its schema up to date. kInvalidArgument if `uri`
+  // is not a valid libpq URI; kUnavailable if the server cannot be reached or refuses the
+  // connection; kFailedPrecondition if the database is not UTF8 or its schema is too new.
+  static Result<std::unique_ptr<PostgresStateStore>> Open(const std::string& uri);
+
+  // The schema version this code writes (the version of its last migration).
+  static int64_t LatestSchemaVersion();
+
+  ~PostgresStateStore() override;
+  PostgresStateStore(const PostgresStateStore&) = delete;
+  PostgresStateStore& operator=(const PostgresStateStore&) = delete;
+
+  // The URI with its password, if any, replaced by "***": safe to print.
+  const std::string& redacted_uri() const { return redacted_uri_; }
+
+ protected:
+  Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
+  Result<std::vector<StoredObject>> DoList(std::string_view kind,
+                                           std::string_view name_prefix) override;
+  Status DoCommit(const WriteBatch& batch) override;
+  Result<int64_t> DoRevision() override;
+  Result<std::vector<StoredEvent>> DoEvents(std::string_view kind, std::string_view name) override;
+
+ private:
+  struct Closer {
+    void operator()(pg_conn* conn) const;
+  };
+
+  PostgresStateStore(std::string uri, std::string redacted_uri, std::vector<std::string> secrets);
+
+  // Connects (again) and prepares the session. REQUIRES: mu_ held.
+  Status Connect();
+  // Runs `body` under mu_ on a live connection, connecting first if there is none. A connection
+  // found lost is dropped (the next call connects again). If it was a connection from an earlier
+  // call (most likely it died while idle) and `body` had not sent COMMIT, so that nothing of it
+  // took effect, `body` runs once more on a new connection.
+  Status Run(const std::function<Status(internal::PgSession&)>& body);
+
+  const std::string uri_;
+  const std::string redacted_uri_;
+  // The password as written in the URI and as decoded: scrubbed from every message.
+  const std::vector<std::string> secrets_;
+  std::mutex mu_;
+  // The connection, or null while there is none (before Open, after it was found lost); guarded
+  // by mu_.
+  std::unique_ptr<pg_conn, Closer> conn_;
+};
+
+}  // namespace gpufleet::store

@@ -1,0 +1,133 @@
+// SPDX-License-Identifier: Apache-2.0
+// `gpufleet server --store postgresql://...` end to end, against a PostgreSQL server the test
+// starts: an acknowledged submission survives a SIGKILL of the server, a lost database is 503 and
+// the server recovers by itself when it is back, and the password never reaches its output.
+#include "gpufleet/store/testing/postgres_server.h"
+
+#include <signal.h>
+#include <stdlib.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <system_error>
+
+#include <fmt/core.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/api/http.h"
+#include "gpufleet/api/testing/server_process.h"
+#include "gpufleet/core/testing/status_matchers.h"
+
+namespace gpufleet {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr char kAdminToken[] = "postgres-test-admin-token-0123456789";
+constexpr char kPassword[] = "Pg-S3cret-Passw0rd";
+constexpr auto kStartTimeout = std::chrono::seconds(20);
+
+std::string JobSpec(const std::string& name) {
+  return nlohmann::json{
+      {"apiVersion", "gpufleet.io/v1"},
+      {"kind", "Job"},
+      {"metadata", {{"name", name}}},
+      {"spec",
+       {{"tasks",
+         {{{"name", "main"},
+           {"replicas", 1},
+           {"resources", {{"cpu", "1"}, {"memory", "1Gi"}, {"gpus", {{"count", 1}}}}}}}}}}}
+      .dump();
+}
+
+class PostgresServerEndToEndTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern =
+        (std::filesystem::temp_directory_path() / "gpufleet-pg-e2e-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+    std::ofstream(dir_ / "admin-token") << kAdminToken << "\n";
+    Result<std::unique_ptr<store::testing::PostgresServer>> postgres =
+        store::testing::PostgresServer::Start();
+    ASSERT_OK(postgres);
+    postgres_ = std::move(postgres).value();
+    ASSERT_OK(postgres_->CreateDatabase("gpufleet"));
+    // A role that must give its password, as in production.
+    ASSERT_OK(postgres_->Execute(
+        "gpufleet", fmt::format("CREATE ROLE app LOGIN PASSWORD '{}'; GRANT CREATE ON DATABASE "
+                                "gpufleet TO app",
+                                kPassword)));
+  }
+
+  void TearDown() override {
+    std::error_code ignored;
+    std::filesystem::remove_all(dir_, ignored);
+  }
+
+  Result<std::unique_ptr<api_testing::ServerProcess>> StartServer() {
+    const std::string uri =
+        fmt::format("postgresql://app:{}@127.0.0.1:{}/gpufleet", kPassword, postgres_->port());
+    return api_testing::ServerProcess::Start(
+        GPUFLEET_BINARY,
+        {"--store", uri, "--listen", "127.0.0.1:0", "--simulated-nodes", "2x8",
+         "--admin-token-file", (dir_ / "admin-token").string(), "--cycle-interval-ms", "20"},
+        kStartTimeout);
+  }
+
+  static int Submit(httplib::Client& client, const std::string& name) {
+    httplib::Result answer = client.Post("/v1/jobs", JobSpec(name), "application/json");
+    return answer ? answer->status : -1;
+  }
+
+  static int GetJob(httplib::Client& client, const std::string& name) {
+    httplib::Result answer = client.Get("/v1/jobs/" + name);
+    return answer ? answer->status : -1;
+  }
+
+  std::filesystem::path dir_;
+  std::unique_ptr<store::testing::PostgresServer> postgres_;
+};
+
+TEST_F(PostgresServerEndToEndTest, SurvivesACrashAndALostDatabaseWithoutPrintingThePassword) {
+  Result<std::unique_ptr<api_testing::ServerProcess>> server = StartServer();
+  ASSERT_OK(server);
+  {
+    httplib::Client client("127.0.0.1", (*server)->port());
+    client.set_bearer_token_auth(kAdminToken);
+    ASSERT_EQ(Submit(client, "before-crash"), 201);
+  }
+  (*server)->KillAndWait(SIGKILL);
+  std::string output = (*server)->output();
+
+  server = StartServer();
+  ASSERT_OK(server);
+  httplib::Client client("127.0.0.1", (*server)->port());
+  client.set_bearer_token_auth(kAdminToken);
+  client.set_read_timeout(std::chrono::seconds(30));
+  EXPECT_EQ(GetJob(client, "before-crash"), 200);
+
+  // The database goes away: requests that need it are 503, the server stays up.
+  ASSERT_OK(postgres_->Stop());
+  EXPECT_EQ(Submit(client, "while-down"), 503);
+  ASSERT_OK(postgres_->StartAgain());
+  // Back: the server carries on by itself, and nothing acknowledged was lost.
+  EXPECT_EQ(Submit(client, "after-restart"), 201);
+  EXPECT_EQ(GetJob(client, "before-crash"), 200);
+  EXPECT_EQ(GetJob(client, "after-restart"), 200);
+  EXPECT_EQ(GetJob(client, "while-down"), 404);
+
+  (*server)->KillAndWait(SIGTERM);
+  output += (*server)->output();
+  EXPECT_THAT(output, HasSubstr("store postgresql://app:***@127.0.0.1"));
+  EXPECT_THAT(output, Not(HasSubstr(kPassword)));
+}
+
+}  // namespace
+}  // namespace gpufleet
