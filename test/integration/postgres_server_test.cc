@@ -13,6 +13,7 @@
 #include <memory>
 #include <string>
 #include <system_error>
+#include <thread>
 
 #include <fmt/core.h>
 #include <gmock/gmock.h>
@@ -86,6 +87,19 @@ class PostgresServerEndToEndTest : public ::testing::Test {
     return answer ? answer->status : -1;
   }
 
+  // Polls /readyz (bounded: 30 tries, 0.5 s apart; a cycle runs every 20 ms) until it answers
+  // `status` with a body that holds `text`.
+  static bool ReadyzBecomes(httplib::Client& client, int status, const std::string& text) {
+    for (int attempt = 0; attempt < 30; ++attempt) {
+      httplib::Result answer = client.Get("/readyz");
+      if (answer && answer->status == status && answer->body.find(text) != std::string::npos) {
+        return true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    }
+    return false;
+  }
+
   static int GetJob(httplib::Client& client, const std::string& name) {
     httplib::Result answer = client.Get("/v1/jobs/" + name);
     return answer ? answer->status : -1;
@@ -113,10 +127,13 @@ TEST_F(PostgresServerEndToEndTest, SurvivesACrashAndALostDatabaseWithoutPrinting
   client.set_read_timeout(std::chrono::seconds(30));
   EXPECT_EQ(GetJob(client, "before-crash"), 200);
 
-  // The database goes away: requests that need it are 503, the server stays up.
+  // The database goes away: requests that need it are 503, the server stays up, and /readyz says
+  // it is not ready once a scheduling cycle has failed to reach the store.
   ASSERT_OK(postgres_->Stop());
   EXPECT_EQ(Submit(client, "while-down"), 503);
+  EXPECT_TRUE(ReadyzBecomes(client, 503, "the state store is unreachable"));
   ASSERT_OK(postgres_->StartAgain());
+  EXPECT_TRUE(ReadyzBecomes(client, 200, "ok"));
   // Back: the server carries on by itself, and nothing acknowledged was lost.
   EXPECT_EQ(Submit(client, "after-restart"), 201);
   EXPECT_EQ(GetJob(client, "before-crash"), 200);

@@ -481,6 +481,9 @@ Result<int> ApiServer::RunSchedulingCycle() {
   ++cycle_count_;
   if (result.ok()) {
     ready_.store(true);
+    store_unavailable_.store(false);
+  } else if (result.status().code() == StatusCode::kUnavailable) {
+    store_unavailable_.store(true);  // until a cycle reads and writes the store again
   }
   return result;
 }
@@ -781,6 +784,11 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
   if (n == 1 && get && segments[0] == "readyz") {
     if (!ready_.load()) {
       return routed(ErrorResponse(UnavailableError("the scheduling loop has not run yet")),
+                    "/readyz");
+    }
+    if (store_unavailable_.load()) {
+      return routed(ErrorResponse(UnavailableError(
+                        "the state store is unreachable; the scheduling loop retries every cycle")),
                     "/readyz");
     }
     ApiResponse response;

@@ -464,6 +464,8 @@ class ApiServer {
   std::unique_ptr<Metrics> metrics_;                    // internally synchronised
   std::unique_ptr<ReliabilityController> reliability_;  // thread-safe
   std::atomic<bool> ready_{false};
+  // The last cycle failed because the store could not be reached (kUnavailable): /readyz is 503.
+  std::atomic<bool> store_unavailable_{false};
 
   std::mutex loop_mu_;
   std::condition_variable loop_cv_;
