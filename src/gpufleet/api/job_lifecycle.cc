@@ -169,6 +169,24 @@ Result<std::string> EndRun(Json& job, JobState then, std::string reason, std::st
   return event;
 }
 
+namespace {
+
+// The job's node-failure policy as its stored spec says ("requeue" unless "fail").
+bool RequeuesOnNodeFailure(const Json& job) {
+  const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
+  return wire::StrOr(spec.contains("spec") ? spec["spec"] : Json::object(), "onNodeFailure",
+                     "requeue") != "fail";
+}
+
+}  // namespace
+
+std::string EndRunOnFailure(Json& job, const std::string& why, const std::string& since) {
+  const bool requeue = RequeuesOnNodeFailure(job);
+  Result<std::string> event = EndRun(job, requeue ? JobState::kPending : JobState::kFailed,
+                                     requeue ? fmt::format("requeued: {}", why) : why, since);
+  return event.ok() ? *event : event.status().message();
+}
+
 std::optional<std::string> FinishStoppingIfDone(Json& job) {
   if (StoredJobState(job) != JobState::kStopping) {
     return std::nullopt;

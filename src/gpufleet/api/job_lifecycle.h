@@ -92,6 +92,9 @@ std::optional<std::string> PartlyStartedGang(const Json& job);
 // and its stop record; returns the event text. nullopt while a task may still run (or the job is
 // not Stopping).
 std::optional<std::string> FinishStoppingIfDone(Json& job);
+// Ends the current run of an active job because a node or GPU it used failed: requeued or
+// Failed, as its spec's onNodeFailure asks, once its tasks are gone. Returns the event text.
+std::string EndRunOnFailure(Json& job, const std::string& why, const std::string& since);
 
 // What a Stopping job waits for, for `describe job` and GET: "3 of 8 tasks still running;
 // SIGTERM sent 12s ago, SIGKILL at 30s" (the times when `now_unix_nanos` is given and the stop

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/api/lifecycle_controller.h"
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 #include <utility>
@@ -37,6 +38,43 @@ std::vector<JobWrite> EndGoneTasksOfStoppingRuns(const std::map<std::string, Vie
     }
     if (!write.events.empty()) {
       writes.push_back(std::move(write));
+    }
+  }
+  return writes;
+}
+
+std::vector<JobWrite> EndRunsOnNotReadyNodes(const std::map<std::string, ViewJob>& jobs,
+                                             const std::map<std::string, ViewNode>& nodes,
+                                             const std::string& now_text) {
+  std::set<std::string> not_ready;
+  for (const auto& [name, node] : nodes) {
+    if (node.node.state == NodeState::kNotReady) {
+      not_ready.insert(name);
+    }
+  }
+  std::vector<JobWrite> writes;
+  if (not_ready.empty()) {
+    return writes;
+  }
+  for (const auto& [name, job] : jobs) {
+    if (!RunIsWanted(job.state) ||
+        std::none_of(job.nodes.begin(), job.nodes.end(),
+                     [&](const std::string& node) { return not_ready.count(node) > 0; })) {
+      continue;
+    }
+    JobWrite write{.name = name, .version = job.version, .before = wire::ParseDocument(job.data)};
+    write.after = write.before;
+    for (const Json& placement : wire::ArrayOr(write.before, "placements")) {
+      const std::string node = wire::StrOr(placement, "node");
+      if (not_ready.count(node) > 0) {
+        write.events.push_back(
+            EndRunOnFailure(write.after,
+                            fmt::format("node {} is NotReady (task {} ran there)", node,
+                                        wire::StrOr(placement, "task")),
+                            now_text));
+        writes.push_back(std::move(write));
+        break;
+      }
     }
   }
   return writes;

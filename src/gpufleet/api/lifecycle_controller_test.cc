@@ -22,6 +22,9 @@ ViewJob InView(const Json& doc, int64_t version) {
   job.data = doc.dump();
   job.state = *StoredJobState(doc);
   job.placements.resize(doc["placements"].size());
+  for (const Json& placement : doc["placements"]) {
+    job.nodes.insert(placement["node"].get<std::string>());
+  }
   return job;
 }
 
@@ -112,6 +115,36 @@ TEST(EndGoneTasksOfStoppingRuns, EndsTasksOnLostOrRemovedNodesAndFinishesTheRun)
   ASSERT_EQ(done[0].events.size(), 3u);
   EXPECT_EQ(done[0].events[0], "task w-0: node node-a lost: no heartbeat for 70s");
   EXPECT_EQ(done[0].after["state"], "Cancelled");
+}
+
+TEST(EndRunsOnNotReadyNodes, EndsTheRunsWithATaskThereAsEachJobAsks) {
+  Json requeue = Gang("Running", {"node-a", "node-b"});
+  requeue["placements"][0]["phase"] = "Running";
+  Json fail = Gang("Scheduled", {"node-b"});
+  fail["spec"] = {{"spec", {{"onNodeFailure", "fail"}}}};
+  const std::map<std::string, ViewJob> jobs = {
+      {"nlp/elsewhere", InView(Gang("Running", {"node-c"}), 1)},
+      {"nlp/fail", InView(fail, 2)},
+      {"nlp/requeue", InView(requeue, 3)}};
+  std::map<std::string, ViewNode> nodes;
+  nodes["node-a"].node.state = NodeState::kReady;
+  nodes["node-b"].node.state = NodeState::kNotReady;
+  nodes["node-c"].node.state = NodeState::kReady;
+
+  const std::vector<JobWrite> writes = EndRunsOnNotReadyNodes(jobs, nodes, "t0");
+  ASSERT_EQ(writes.size(), 2u) << "the job on Ready node-c keeps running";
+  EXPECT_EQ(writes[0].name, "nlp/fail");
+  EXPECT_EQ(writes[0].after["state"], "Stopping") << "its agent may have started w-0 unreported";
+  EXPECT_EQ(writes[0].after["stopping"]["then"], "Failed") << "onNodeFailure: fail";
+  EXPECT_THAT(writes[0].events[0], HasSubstr("node node-b is NotReady (task w-0 ran there)"));
+  EXPECT_EQ(writes[1].name, "nlp/requeue");
+  EXPECT_EQ(writes[1].version, 3);
+  EXPECT_EQ(writes[1].after["state"], "Stopping") << "w-0 may still run on node-a";
+  EXPECT_EQ(writes[1].after["stopping"]["then"], "Pending");
+  EXPECT_THAT(writes[1].events[0], HasSubstr("requeued: node node-b is NotReady (task w-1"));
+
+  nodes["node-b"].node.state = NodeState::kReady;
+  EXPECT_TRUE(EndRunsOnNotReadyNodes(jobs, nodes, "t1").empty());
 }
 
 TEST(RequeuePreemptedJobs, NamesTheSameTeamsPreemptorOnly) {

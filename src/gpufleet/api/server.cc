@@ -489,6 +489,9 @@ Result<int> ApiServer::RunSchedulingCycle() {
 }
 
 Result<int> ApiServer::RunCycleLocked() {
+  // One cheap read every cycle, so that a store that cannot be reached (a database down) shows on
+  // /readyz even when nothing changed and the view reads nothing.
+  GPUFLEET_RETURN_IF_ERROR(options_.store.Revision().status());
   // The view follows the store's commits; reading everything now and then bounds the life of
   // any gap (a commit reported failed that was in fact written).
   constexpr Duration kFullReloadInterval = std::chrono::minutes(10);

@@ -360,9 +360,6 @@ class ApiServer {
   // jobs on NotReady nodes end (requeued or failed). Returns whether anything was written.
   Result<bool> MarkSilentNodesNotReady();
   Result<bool> EndRunsOnNotReadyNodes();
-  static std::optional<std::string> EndRunOnNotReadyNodes(Json& job,
-                                                          const std::set<std::string>& not_ready,
-                                                          const std::string& since);
   // MIG repartitioning (server_mig.cc): when pending MIG jobs fit no current layout, plans new
   // layouts for MIG GPUs of agent nodes whose instances to destroy are free, and stores them with
   // the nodes (the scheduler then sees the new instances; agents are told to apply them).

@@ -49,22 +49,6 @@ std::optional<TaskId> ParseTaskId(std::string_view id) {
   return out;
 }
 
-// The job's node-failure policy as its stored spec says ("requeue" unless "fail").
-bool RequeuesOnNodeFailure(const Json& job) {
-  const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
-  return wire::StrOr(spec.contains("spec") ? spec["spec"] : Json::object(), "onNodeFailure",
-                     "requeue") != "fail";
-}
-
-// Ends the current run of an active job because a node or GPU it used failed: requeued or
-// Failed, as the job asks, once its tasks are gone. Returns the event text.
-std::string EndRunOnFailure(Json& job, const std::string& why, const std::string& since) {
-  const bool requeue = RequeuesOnNodeFailure(job);
-  Result<std::string> event = EndRun(job, requeue ? JobState::kPending : JobState::kFailed,
-                                     requeue ? fmt::format("requeued: {}", why) : why, since);
-  return event.ok() ? *event : event.status().message();
-}
-
 // Applies one node's task reports to a Stopping job: a task the agent reports ended, or does not
 // report at all, is gone (the agent reports every task it has until the server has taken its
 // end, and it never starts a task of a run that is stopping). Returns the events.
@@ -859,55 +843,7 @@ Result<bool> ApiServer::MarkSilentNodesNotReady() {
 }
 
 Result<bool> ApiServer::EndRunsOnNotReadyNodes() {
-  std::set<std::string> not_ready;
-  for (const auto& [name, node] : view_->nodes()) {
-    if (node.node.state == NodeState::kNotReady) {
-      not_ready.insert(name);
-    }
-  }
-  if (not_ready.empty()) {
-    return false;
-  }
-  bool wrote = false;
-  for (const auto& [name, job] : view_->jobs()) {
-    if (!RunIsWanted(job.state) ||
-        std::none_of(job.nodes.begin(), job.nodes.end(),
-                     [&](const std::string& node) { return not_ready.count(node) > 0; })) {
-      continue;
-    }
-    Json doc = wire::ParseDocument(job.data);
-    const std::optional<std::string> event = EndRunOnNotReadyNodes(doc, not_ready, NowText());
-    if (!event) {
-      continue;
-    }
-    // The run is Stopping: its GPUs are free once its tasks are gone (FinishStoppingRuns).
-    store::WriteBatch batch;
-    AddJobWrite(wire::ParseDocument(job.data), doc, job.version, *event, batch);
-    const Status status = options_.store.Commit(batch);
-    if (!status.ok()) {
-      view_->ReadJobAgain(name);
-    }
-    if (!status.ok() && status.code() != StatusCode::kAborted) {
-      return status;
-    }
-    wrote = wrote || status.ok();
-  }
-  return wrote;
-}
-
-std::optional<std::string> ApiServer::EndRunOnNotReadyNodes(Json& job,
-                                                            const std::set<std::string>& not_ready,
-                                                            const std::string& since) {
-  for (const Json& placement : wire::ArrayOr(job, "placements")) {
-    const std::string node = wire::StrOr(placement, "node");
-    if (not_ready.count(node) > 0) {
-      return EndRunOnFailure(job,
-                             fmt::format("node {} is NotReady (task {} ran there)", node,
-                                         wire::StrOr(placement, "task")),
-                             since);
-    }
-  }
-  return std::nullopt;
+  return CommitJobWrites(api::EndRunsOnNotReadyNodes(view_->jobs(), view_->nodes(), NowText()));
 }
 
 Result<bool> ApiServer::FinishStoppingRuns() {
