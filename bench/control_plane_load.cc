@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // Load benchmark of the control plane (issue 4 target: 2,000 nodes / 16,000 GPUs heartbeating
 // every 10 s plus 100 job submissions per second: API p99 <= 50 ms and scheduling-cycle p99 <=
-// 100 ms on 2 cores). The real ApiServer on a SQLite store in a temporary directory, serving
+// 100 ms on 2 cores). The real ApiServer on a SQLite store in a temporary directory (or the
+// PostgreSQL database --store names, whose gpufleet schema must be empty), serving
 // HTTP on loopback; 2,000 nodes registered through the agent protocol; then, for --seconds,
 // heartbeat and submit threads at fixed rates over keep-alive connections, and a scheduling
 // cycle every --cycle-ms timed around RunSchedulingCycle (the function the server's loop runs).
@@ -9,6 +10,7 @@
 // bound. Prints a table.
 //
 //   control_plane_load --nodes 2000 --seconds 60
+//   control_plane_load --nodes 2000 --seconds 60 --store postgresql://gf@127.0.0.1:25432/load
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +31,7 @@
 #include "gpufleet/api/server.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/store/postgres_store.h"
 #include "gpufleet/store/sqlite_store.h"
 #include "gpufleet/wire/agent_protocol.h"
 
@@ -113,12 +116,25 @@ void RunAtRate(int port, double rate, std::atomic<bool>& stop, Latencies& latenc
   }
 }
 
+// The store the run uses: SQLite in `dir`, or the PostgreSQL database `uri` names.
+Result<std::unique_ptr<store::StateStore>> OpenStore(const std::filesystem::path& dir,
+                                                      const std::string& uri) {
+  if (!uri.empty()) {
+    GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<store::PostgresStateStore> store,
+                              store::PostgresStateStore::Open(uri));
+    return std::unique_ptr<store::StateStore>(std::move(store));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<store::SqliteStateStore> store,
+                            store::SqliteStateStore::Open((dir / "gpufleet.db").string()));
+  return std::unique_ptr<store::StateStore>(std::move(store));
+}
+
 int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycle_ms,
-        bool print_cycles) {
+        bool print_cycles, const std::string& store_uri) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / fmt::format("gpufleet-load-{}", getpid());
   std::filesystem::create_directories(dir);
-  auto store = store::SqliteStateStore::Open((dir / "gpufleet.db").string());
+  auto store = OpenStore(dir, store_uri);
   if (!store.ok()) {
     fmt::print(stderr, "{}\n", store.status().ToString());
     return 1;
@@ -256,6 +272,9 @@ int main(int argc, char** argv) {
   app.add_option("--cycle-ms", cycle_ms)->check(CLI::Range(10, 60000));
   bool print_cycles = false;
   app.add_flag("--print-cycles", print_cycles, "print each cycle's time and placements");
+  std::string store_uri;
+  app.add_option("--store", store_uri, "a PostgreSQL URI; default: SQLite in a temporary directory");
   CLI11_PARSE(app, argc, argv);
-  return gpufleet::Run(nodes, seconds, heartbeat_s, submit_rate, cycle_ms, print_cycles);
+  return gpufleet::Run(nodes, seconds, heartbeat_s, submit_rate, cycle_ms, print_cycles,
+                       store_uri);
 }
