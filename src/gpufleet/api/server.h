@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpufleet/api/auth.h"
+#include "gpufleet/api/idle_reclaim_controller.h"
 #include "gpufleet/api/lifecycle_controller.h"
 #include "gpufleet/api/reliability_controller.h"
 #include "gpufleet/core/clock.h"
@@ -305,24 +306,17 @@ class ApiServer {
   // to their TEAM/NAME key (at Create, before any cycle or request).
   Status MigrateToTeamScopedNames();
 
-  // Idle reclaim (server_reclaim.cc). Each cycle feeds the reclaimer the GPU utilization of the
-  // running interactive jobs (from the agents' reports) and whether jobs are Pending, and
-  // carries out its decisions: a warning is the job's "warning" field and an event; a reclaim
-  // ends the run as preempted and leaves the job Suspended (until POST .../resume) or Preempted
-  // (requeued by the next cycle), the view refreshed so that this cycle places the waiting jobs.
+  // Idle reclaim (server_reclaim.cc): the glue of IdleReclaimController. Each cycle hands it the
+  // view's jobs, the GPU utilization the agents reported for the nodes of running jobs, whether
+  // jobs are Pending (and the first in queue order) and the time, and commits the writes it
+  // returns: a warning is the job's "warning" field and an event; a reclaim ends the run as
+  // preempted and leaves the job Suspended (until POST .../resume) or Preempted (requeued by the
+  // next cycle), the view refreshed so that this cycle places the waiting jobs.
   Status ReclaimIdleJobs();
-  // The reclaimer's time line: Unix seconds (server seconds without a wall clock), monotonic.
-  int64_t ReclaimSeconds(MonoTime time);
-  Status TrackAndSampleIdleJobs();
-  Status WriteIdleDecisions();
   // POST /v1/jobs/NAME/resume: a Suspended job back to Pending (admin or the job's team).
   ApiResponse ResumeJob(const Principal& who, std::string_view name);
-  // The mean utilization (milli) of the GPUs `job` holds, as of the oldest of its nodes' latest
-  // heartbeats; nullopt when one of its nodes or GPUs has reported none. REQUIRES: agents_mu_.
-  struct JobUtilization {
-    MonoTime as_of;
-    int64_t milli = 0;
-  };
+  // MeasureJobUtilization (idle_reclaim_controller.h) over the agents' latest reports.
+  // REQUIRES: agents_mu_.
   std::optional<JobUtilization> MeasureJobUtilization(const ViewJob& job);
 
   // Deployments (server_deployments.cc): the /v1/deployments routes (nullopt for a path they do
@@ -433,16 +427,7 @@ class ApiServer {
   std::mutex queue_status_mu_;
   std::map<std::string, policy::QueueStatus> queue_status_;  // guarded by queue_status_mu_
   uint64_t cycle_count_ = 0;                                 // guarded by cycle_mu_
-  std::optional<policy::IdleReclaimer> idle_reclaimer_;      // guarded by cycle_mu_
-  // A running interactive job the reclaimer tracks.
-  struct IdleTrackedJob {
-    std::optional<int64_t> last_sample_seconds;  // of the latest sample fed
-    int64_t version = -1;                        // of the document `warning` was read from
-    std::string warning;                         // its "warning" field; empty when absent
-  };
-  std::map<std::string, IdleTrackedJob> idle_tracked_;  // guarded by cycle_mu_
-  // Unix seconds of MonoTime{0} on the reclaimer's time line, fixed on first use.
-  std::optional<int64_t> reclaim_epoch_seconds_;  // guarded by cycle_mu_
+  std::optional<IdleReclaimController> idle_reclaim_;  // made on first use; guarded by cycle_mu_
   // One autoscaler per deployment, made on first use (after a restart from the stored count).
   std::map<std::string, policy::Autoscaler> autoscalers_;  // guarded by cycle_mu_
   std::optional<MonoTime> deployments_run_at_;             // guarded by cycle_mu_
