@@ -77,38 +77,52 @@ Result<IdleReclaimStep> IdleReclaimController::Step(const std::map<std::string, 
   return Writes(jobs, inputs);
 }
 
-bool IdleReclaimController::IsInteractive(const std::string& name, const ViewJob& job,
-                                          std::map<std::string, RunningJob>& running) {
+const IdleReclaimController::RunningJob& IdleReclaimController::ReadRunningJob(
+    const std::string& name, const ViewJob& job, std::map<std::string, RunningJob>& running) {
   if (const auto known = running_.find(name);
       known != running_.end() && known->second.version == job.version) {
-    return running.emplace(name, known->second).first->second.interactive;
+    return running.emplace(name, known->second).first->second;
   }
-  bool interactive = false;
+  RunningJob read{.version = job.version};
+  std::optional<Json> doc;
   if (job.spec) {
-    interactive = job.spec->ok() && (*job.spec)->kind == JobKind::kInteractive;
+    read.interactive = job.spec->ok() && (*job.spec)->kind == JobKind::kInteractive;
   } else {
-    const Result<Job> spec =
-        wire::ParseJobSpec(wire::ParseDocument(job.data)["spec"].dump(), *catalog_);
-    interactive = spec.ok() && spec->kind == JobKind::kInteractive;
+    doc = wire::ParseDocument(job.data);
+    const Result<Job> spec = wire::ParseJobSpec((*doc)["spec"].dump(), *catalog_);
+    read.interactive = spec.ok() && spec->kind == JobKind::kInteractive;
   }
-  running[name] = {job.version, interactive};
-  return interactive;
+  if (read.interactive) {
+    read.attempt = wire::IntOr(doc ? *doc : wire::ParseDocument(job.data), "attempt", 0);
+  }
+  return running[name] = read;
 }
 
 Status IdleReclaimController::TrackRunningJobs(const std::map<std::string, ViewJob>& jobs) {
   // Follow the view: a job is watched while it is Running; one that left Running (finished,
-  // requeued, reclaimed) is forgotten, so a later run starts afresh.
+  // requeued, reclaimed) is forgotten, and one that runs a new attempt is watched afresh, so that
+  // every run starts afresh.
   std::map<std::string, RunningJob> running;
   std::set<std::string> watched;
   for (const auto& [name, job] : jobs) {
-    if (job.state != JobState::kRunning || !job.applied || !IsInteractive(name, job, running)) {
+    if (job.state != JobState::kRunning || !job.applied) {
+      continue;
+    }
+    const RunningJob& read = ReadRunningJob(name, job, running);
+    if (!read.interactive) {
       continue;
     }
     watched.insert(name);
-    if (tracked_.count(name) == 0) {
-      GPUFLEET_RETURN_IF_ERROR(reclaimer_.Track(JobId(name), JobKind::kInteractive));
-      tracked_.emplace(name, TrackedJob{});
+    const auto tracked = tracked_.find(name);
+    if (tracked != tracked_.end() && tracked->second.attempt == read.attempt) {
+      continue;
     }
+    if (tracked != tracked_.end()) {
+      reclaimer_.Untrack(JobId(name));
+      tracked_.erase(tracked);
+    }
+    GPUFLEET_RETURN_IF_ERROR(reclaimer_.Track(JobId(name), JobKind::kInteractive));
+    tracked_.emplace(name, TrackedJob{.attempt = read.attempt});
   }
   running_ = std::move(running);
   for (auto it = tracked_.begin(); it != tracked_.end();) {

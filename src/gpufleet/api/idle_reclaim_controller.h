@@ -66,10 +66,10 @@ struct IdleReclaimStep {
 };
 
 // Watches the Running interactive jobs of the view: a job is tracked while it is Running and
-// forgotten once it left Running (finished, requeued, reclaimed), so that a later run starts
-// afresh. Each step feeds the reclaimer one sample per job and heartbeat and asks it what to
-// do; the job documents follow the reclaimer's state rather than its events, so that a write
-// lost to a conflict is made again by a later step. Stateful: one instance per server.
+// forgotten once it left Running (finished, requeued, reclaimed) or runs a new attempt, so that
+// every run starts afresh. Each step feeds the reclaimer one sample per job and heartbeat and asks
+// it what to do; the job documents follow the reclaimer's state rather than its events, so that a
+// write lost to a conflict is made again by a later step. Stateful: one instance per server.
 // Thread-compatible: the scheduling cycle serialises the calls.
 class IdleReclaimController {
  public:
@@ -89,14 +89,17 @@ class IdleReclaimController {
  private:
   // A running interactive job the reclaimer tracks.
   struct TrackedJob {
+    int64_t attempt = 0;                         // the run it watches
     std::optional<int64_t> last_sample_seconds;  // of the latest sample fed
     int64_t version = -1;                        // of the document `warning` was read from
     std::string warning;                         // its "warning" field; empty when absent
   };
-  // Whether a running job is interactive, as of a version of its document.
+  // Whether a running job is interactive, and its attempt (interactive jobs only), as of a
+  // version of its document.
   struct RunningJob {
     int64_t version = 0;
     bool interactive = false;
+    int64_t attempt = 0;
   };
 
   IdleReclaimController(policy::IdleReclaimer reclaimer, const GpuCatalog& catalog)
@@ -104,8 +107,10 @@ class IdleReclaimController {
 
   // The reclaimer's time line: Unix seconds (server seconds without a wall clock), monotonic.
   int64_t Seconds(MonoTime time) const;
-  bool IsInteractive(const std::string& name, const ViewJob& job,
-                     std::map<std::string, RunningJob>& running);
+  // Reads (once per version) whether a running job is interactive and its attempt, into
+  // `running`.
+  const RunningJob& ReadRunningJob(const std::string& name, const ViewJob& job,
+                                   std::map<std::string, RunningJob>& running);
   Status TrackRunningJobs(const std::map<std::string, ViewJob>& jobs);
   Status Sample(const std::map<std::string, ViewJob>& jobs,
                 const scheduler::ClusterSnapshot& snapshot, const GpuUtilizationReports& reports);

@@ -306,19 +306,36 @@ TEST_F(IdleReclaimControllerTest, ARunThatLeftRunningStartsAfreshWhenItRunsAgain
   Wait(kWaiting);
   ASSERT_EQ(Steps(0, 31, 0, 1).size(), 1U) << "warned at 00:30";
 
-  // Requeued (say its node failed): no longer watched.
+  // Requeued (say its node failed; its document still says it was warned): no longer watched,
+  // so neither withdrawn nor reclaimed while it waits.
   jobs_.at(kNotebook).state = JobState::kPending;
   jobs_.at(kNotebook).applied = false;
   ++jobs_.at(kNotebook).version;
-  EXPECT_TRUE(Steps(31, 32, 0, 1).empty());
+  EXPECT_TRUE(Steps(31, 51, 0, 1).empty());
 
-  // Its next attempt: the idle time counts from its own first sample (00:32), not from 00:00.
+  // Its next run: the idle time counts from its own first sample (00:51), not from 00:00.
   Run(kNotebook, "interactive", 2);
-  EXPECT_TRUE(Steps(32, 62, 0, 1).empty());
-  const std::vector<JobWrite> warned = Steps(62, 63, 0, 1);
+  EXPECT_TRUE(Steps(51, 81, 0, 1).empty());
+  const std::vector<JobWrite> warned = Steps(81, 82, 0, 1);
   ASSERT_EQ(warned.size(), 1U);
   EXPECT_EQ(warned[0].after["warning"],
-            "GPUs under 10% for 30m while 1 job waits; will be suspended at 01:17 unless used");
+            "GPUs under 10% for 30m while 1 job waits; will be suspended at 01:36 unless used");
+}
+
+TEST_F(IdleReclaimControllerTest, ANewAttemptIsWatchedAfreshEvenIfNoStepSawTheOneEnd) {
+  Make();
+  Run(kNotebook, "interactive");
+  Wait(kWaiting);
+  ASSERT_EQ(Steps(0, 31, 0, 1).size(), 1U) << "warned at 00:30";
+
+  // Between two steps the run ended, was requeued and placed, and its next attempt runs: the
+  // idle time counts from the new run's first sample (00:31), and its warning is not the old one.
+  Run(kNotebook, "interactive", 2);
+  const std::vector<JobWrite> writes = Steps(31, 62, 0, 1);
+  ASSERT_EQ(writes.size(), 1U);
+  EXPECT_EQ(writes[0].after["warning"],
+            "GPUs under 10% for 30m while 1 job waits; will be suspended at 01:16 unless used");
+  EXPECT_EQ(writes[0].version, jobs_.at(kNotebook).version - 1);
 }
 
 TEST_F(IdleReclaimControllerTest, TimeGoingBackwardsIsAnError) {
