@@ -89,15 +89,19 @@ class PostgresServerEndToEndTest : public ::testing::Test {
 
   // Polls /readyz (bounded: 30 tries, 0.5 s apart; a cycle runs every 20 ms) until it answers
   // `status` with a body that holds `text`.
-  static bool ReadyzBecomes(httplib::Client& client, int status, const std::string& text) {
+  static ::testing::AssertionResult ReadyzBecomes(httplib::Client& client, int status,
+                                                  const std::string& text) {
+    std::string last;
     for (int attempt = 0; attempt < 30; ++attempt) {
       httplib::Result answer = client.Get("/readyz");
       if (answer && answer->status == status && answer->body.find(text) != std::string::npos) {
-        return true;
+        return ::testing::AssertionSuccess();
       }
+      last = answer ? fmt::format("{} {}", answer->status, answer->body)
+                    : fmt::format("no answer ({})", httplib::to_string(answer.error()));
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
-    return false;
+    return ::testing::AssertionFailure() << "/readyz last answered: " << last;
   }
 
   static int GetJob(httplib::Client& client, const std::string& name) {

@@ -785,13 +785,15 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     return routed(std::move(response), "/healthz");
   }
   if (n == 1 && get && segments[0] == "readyz") {
-    if (!ready_.load()) {
-      return routed(ErrorResponse(UnavailableError("the scheduling loop has not run yet")),
-                    "/readyz");
-    }
+    // The store first: a server that started and lost its store before a first cycle succeeded
+    // says why it is not ready.
     if (store_unavailable_.load()) {
       return routed(ErrorResponse(UnavailableError(
                         "the state store is unreachable; the scheduling loop retries every cycle")),
+                    "/readyz");
+    }
+    if (!ready_.load()) {
+      return routed(ErrorResponse(UnavailableError("the scheduling loop has not run yet")),
                     "/readyz");
     }
     ApiResponse response;
