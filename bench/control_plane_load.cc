@@ -118,7 +118,7 @@ void RunAtRate(int port, double rate, std::atomic<bool>& stop, Latencies& latenc
 
 // The store the run uses: SQLite in `dir`, or the PostgreSQL database `uri` names.
 Result<std::unique_ptr<store::StateStore>> OpenStore(const std::filesystem::path& dir,
-                                                      const std::string& uri) {
+                                                     const std::string& uri) {
   if (!uri.empty()) {
     GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<store::PostgresStateStore> store,
                               store::PostgresStateStore::Open(uri));
@@ -273,8 +273,8 @@ int main(int argc, char** argv) {
   bool print_cycles = false;
   app.add_flag("--print-cycles", print_cycles, "print each cycle's time and placements");
   std::string store_uri;
-  app.add_option("--store", store_uri, "a PostgreSQL URI; default: SQLite in a temporary directory");
+  app.add_option("--store", store_uri,
+                 "a PostgreSQL URI; default: SQLite in a temporary directory");
   CLI11_PARSE(app, argc, argv);
-  return gpufleet::Run(nodes, seconds, heartbeat_s, submit_rate, cycle_ms, print_cycles,
-                       store_uri);
+  return gpufleet::Run(nodes, seconds, heartbeat_s, submit_rate, cycle_ms, print_cycles, store_uri);
 }
