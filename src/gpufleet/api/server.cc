@@ -308,6 +308,13 @@ ApiServer::ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> sche
       view_(std::make_unique<SchedulingView>(options_.store, options_.catalog)),
       last_full_retry_(started_at_),
       last_full_reload_(started_at_),
+      queues_({.store = options_.store,
+               .catalog = options_.catalog,
+               .clock = options_.clock,
+               .wall_clock = options_.wall_clock,
+               .started_at = started_at_,
+               .usage_half_life = options_.usage_half_life,
+               .min_runtime_before_preemption = options_.min_runtime_before_preemption}),
       gang_start_(options_.gang_start_timeout),
       metrics_(std::make_unique<Metrics>()),
       reliability_(std::make_unique<ReliabilityController>(
@@ -379,13 +386,8 @@ Result<int> ApiServer::Start(const std::string& host, int port,
 
 void ApiServer::Stop() {
   StopThreads();
-  // Whatever the minute rule says, and with the usage up to now, so that a clean restart loses
-  // none of it.
   std::lock_guard<std::mutex> lock(cycle_mu_);
-  if (queue_tree_) {
-    (void)queue_tree_->Advance(std::max(CycleSeconds(), queue_tree_->last_advance_seconds()));
-  }
-  SaveQueueUsage();
+  queues_.SaveUsageNow();
 }
 
 void ApiServer::StopThreads() {
@@ -535,7 +537,7 @@ Result<int> ApiServer::RunCycleLocked() {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
   GPUFLEET_RETURN_IF_ERROR(PlanMigLayoutsForPendingJobs());
-  UpdateQueueTree();
+  UpdateQueues();
   GPUFLEET_RETURN_IF_ERROR(ReclaimIdleJobs());
   GPUFLEET_RETURN_IF_ERROR(RunDeploymentsIfDue());
   std::vector<PendingEntry> pending;
@@ -544,7 +546,7 @@ Result<int> ApiServer::RunCycleLocked() {
       pending.push_back({&name, &job});
     }
   }
-  OrderPendingJobs(pending);
+  queues_.OrderPending(pending);
 
   scheduler::ClusterSnapshot& snapshot = view_->snapshot();
   Random random(options_.seed + cycle_count_);
@@ -555,7 +557,7 @@ Result<int> ApiServer::RunCycleLocked() {
   for (const PendingEntry& entry : pending) {
     const std::string& name = *entry.name;
     ViewJob& job = *entry.job;
-    HoldReservedGpus(name);
+    queues_.HoldReservedGpus(*view_, name);
     if (job.unschedulable_epoch == view_->capacity_epoch()) {
       continue;
     }
@@ -586,7 +588,8 @@ Result<int> ApiServer::RunCycleLocked() {
       // its queue's quota says nothing about jobs of other queues.
       const bool did_not_fit = result.outcome == scheduler::ScheduleOutcome::kUnschedulable;
       if (result.scheduled()) {
-        if (std::optional<std::string> refused = AdmitPlacement(name, job, result.placements)) {
+        if (std::optional<std::string> refused =
+                queues_.Admit(name, job, result.placements, snapshot)) {
           for (auto it = result.placements.rbegin(); it != result.placements.rend(); ++it) {
             snapshot.Revert(*it);
           }
@@ -594,7 +597,7 @@ Result<int> ApiServer::RunCycleLocked() {
           result.reason = std::move(*refused);
         }
       } else if (result.outcome == scheduler::ScheduleOutcome::kUnschedulable &&
-                 !preemption_tried && reservations_.count(name) == 0) {
+                 !preemption_tried && !queues_.HasReservation(name)) {
         // A preemptor with a reservation waits for the victims it has; it preempts no more.
         // One victim search per cycle, for the first job in queue order that needs one.
         preemption_tried = true;
@@ -606,7 +609,7 @@ Result<int> ApiServer::RunCycleLocked() {
           for (auto it = writes.rbegin(); it != writes.rend(); ++it) {
             UndoCycleWrite(*it);
           }
-          ReleaseReservedGpus();
+          queues_.ReleaseReservedGpus(*view_);
           return waiting.status();
         }
         if (*waiting) {
@@ -653,9 +656,9 @@ Result<int> ApiServer::RunCycleLocked() {
     }
     writes.push_back(std::move(write));
   }
-  ReleaseReservedGpus();
+  queues_.ReleaseReservedGpus(*view_);
   Result<int> scheduled = CommitCycleWrites(writes);
-  PublishQueueStatus();
+  queues_.Publish();
   PublishFleetGauges();
   return scheduled;
 }

@@ -19,6 +19,7 @@
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/idle_reclaim_controller.h"
 #include "gpufleet/api/lifecycle_controller.h"
+#include "gpufleet/api/queue_controller.h"
 #include "gpufleet/api/reliability_controller.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/cluster.h"
@@ -193,44 +194,15 @@ class ApiServer {
   Result<int> CommitCycleWrites(std::vector<CycleWrite>& writes);
   void FailUnstorableJob(const std::string& name, const ViewJob& job, const Status& why);
 
-  // Queues (server_queues.cc). The cycle's queue tree follows the stored queues and the view's
-  // jobs; pending jobs go in its order (priority, fair share, age); a placement must pass its
-  // admission (limits, borrowing); a job that does not fit may preempt lower-priority jobs of its
-  // queue or reclaim its guarantee from queues over theirs.
-  struct PendingEntry {
-    const std::string* name = nullptr;
-    ViewJob* job = nullptr;
-  };
-  int64_t CycleSeconds() const;
-  void UpdateQueueTree();
-  void PublishQueueStatus();
-  void OrderPendingJobs(std::vector<PendingEntry>& pending) const;
-  void OrderByFairShare(std::vector<PendingEntry>& pending) const;
-  // Charges an admitted placement to its queue; otherwise returns why it is refused.
-  std::optional<std::string> AdmitPlacement(const std::string& name, const ViewJob& job,
-                                            const std::vector<scheduler::TaskPlacement>& placed);
-  std::optional<std::string> AdmitByQuota(const std::string& name, const ViewJob& job,
-                                          const std::vector<scheduler::TaskPlacement>& placed);
-  // Stops the victims that make room for `preemptor` and returns its new pending reason; nullopt
-  // when preemption cannot help.
+  // The cycle's queue part (QueueController): commits the events of ended reservations, and
+  // tries preemption for a job that does not fit: the victims' stop is committed in one batch
+  // with the preemptor's event; returns the preemptor's new pending reason, nullopt when
+  // preemption cannot help.
+  void UpdateQueues();
   Result<std::optional<std::string>> TryPreemption(const std::string& name, const Job& preemptor,
                                                    const std::string& queue, Random& random);
   Result<bool> RequeuePreemptedJobs();
-  // The queue tree's decayed usage outlives a restart: loaded into the first tree, saved at most
-  // once a minute after a cycle (kind kQueueUsageKind).
-  Status LoadQueueUsage();
-  void SaveQueueUsageIfDue();
-  void SaveQueueUsage();  // now, whatever the interval (at Stop)
-  void StopThreads();     // Stop without the save: ends the HTTP server and the loop
-  // A preemptor's reservation: the GPUs its victims free are its own until it is placed, is no
-  // longer Pending, or the reservation expires. Reserved preemptors go first in the order, and
-  // before any other job of the cycle is tried their planned GPUs are held (HoldReservedGpus
-  // with the job about to be tried), given back after the loop (ReleaseReservedGpus).
-  void DropEndedReservations();
-  void HoldReservedGpus(const std::string& next_job);
-  void ReleaseReservedGpus();
-  // What `gpufleet get queues` shows beyond the stored queue: the last cycle's figures.
-  std::map<std::string, policy::QueueStatus> QueueStatuses();
+  void StopThreads();  // Stop without the queue usage save: ends the HTTP server and the loop
   std::string RenderMetrics();
 
   // The one way a job document change is written: the outcome hook (ReliabilityController::
@@ -388,13 +360,7 @@ class ApiServer {
   std::unique_ptr<SchedulingView> view_;             // guarded by cycle_mu_
   MonoTime last_full_retry_;                         // guarded by cycle_mu_
   MonoTime last_full_reload_;                        // guarded by cycle_mu_
-  std::optional<policy::QueueTree> queue_tree_;      // guarded by cycle_mu_
-  struct ChargedJob {
-    policy::GpuMilliByModel allocation;
-    int64_t since_seconds = 0;  // CycleSeconds() when it was first charged
-    int64_t version = 0;        // of the job document it was computed from
-  };
-  std::map<std::string, ChargedJob> charged_;  // guarded by cycle_mu_
+  QueueController queues_;                           // guarded by cycle_mu_, but Statuses
   // The capacity epoch and the jobs of the last MIG plan: planned again only when either changed.
   uint64_t mig_planned_epoch_ = 0;          // guarded by cycle_mu_
   std::set<std::string> mig_planned_jobs_;  // guarded by cycle_mu_
@@ -409,24 +375,7 @@ class ApiServer {
   std::map<std::string, MigHold> mig_holds_;  // guarded by cycle_mu_
   GangStartController gang_start_;            // guarded by cycle_mu_
 
-  // Queue usage saved across restarts, and preemptors' reservations (server_queues.cc).
-  bool queue_usage_loaded_ = false;               // guarded by cycle_mu_
-  std::optional<MonoTime> queue_usage_saved_at_;  // guarded by cycle_mu_
-  struct Reservation {
-    std::string domain;
-    std::vector<std::string> victims;
-    std::vector<scheduler::TaskPlacement> placements;  // the preemption plan's, for the job
-    std::vector<std::string> placement_nodes;          // by name: snapshot indices may move
-    int64_t until_seconds = 0;                         // CycleSeconds()
-    uint64_t until_cycle = 0;                          // cycle_count_
-    bool placed_this_cycle = false;
-  };
-  std::map<std::string, Reservation> reservations_;  // by preemptor; guarded by cycle_mu_
-  // What HoldReservedGpus applied this cycle; nullopt before it ran. Guarded by cycle_mu_.
-  std::optional<std::vector<scheduler::TaskPlacement>> held_placements_;
-  std::mutex queue_status_mu_;
-  std::map<std::string, policy::QueueStatus> queue_status_;  // guarded by queue_status_mu_
-  uint64_t cycle_count_ = 0;                                 // guarded by cycle_mu_
+  uint64_t cycle_count_ = 0;                           // guarded by cycle_mu_
   std::optional<IdleReclaimController> idle_reclaim_;  // made on first use; guarded by cycle_mu_
   // One autoscaler per deployment, made on first use (after a restart from the stored count).
   std::map<std::string, policy::Autoscaler> autoscalers_;  // guarded by cycle_mu_

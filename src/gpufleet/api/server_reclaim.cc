@@ -48,7 +48,7 @@ Status ApiServer::ReclaimIdleJobs() {
   }
   inputs.pending_jobs = static_cast<int>(pending.size());
   if (idle_reclaim_->preempts() && !pending.empty()) {
-    OrderPendingJobs(pending);
+    queues_.OrderPending(pending);
     inputs.first_pending = *pending.front().name;
   }
   {
@@ -73,7 +73,7 @@ Status ApiServer::ReclaimIdleJobs() {
   // This cycle's placements see the freed GPUs and the queues' new charges.
   GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   if (step.reclaimed) {
-    UpdateQueueTree();
+    UpdateQueues();
   }
   return Status::Ok();
 }

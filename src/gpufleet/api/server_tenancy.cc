@@ -495,7 +495,7 @@ std::optional<ApiResponse> ApiServer::RouteTenancy(const Principal& who, const A
       return CreateQueue(who, request.body, store, options_.catalog);
     }
     if (n == 2 && get) {
-      return ListQueues(who, store, QueueStatuses());
+      return ListQueues(who, store, queues_.Statuses());
     }
     // A queue name has slashes ("research/nlp"): its segments are joined back.
     std::vector<std::string_view> path(segments.begin() + 2, segments.end());
