@@ -92,6 +92,7 @@ class SchedulingView final : public store::CommitObserver {
   scheduler::ClusterSnapshot& snapshot() { return *snapshot_; }
   const std::map<std::string, ViewNode>& nodes() const { return nodes_; }
   std::map<std::string, ViewJob>& jobs() { return jobs_; }
+  const std::map<std::string, ViewJob>& jobs() const { return jobs_; }
   // Snapshot index of a node, or -1.
   int NodeIndex(const std::string& name) const;
   // Names of the active jobs on each node.

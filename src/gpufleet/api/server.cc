@@ -315,6 +315,11 @@ ApiServer::ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> sche
                .started_at = started_at_,
                .usage_half_life = options_.usage_half_life,
                .min_runtime_before_preemption = options_.min_runtime_before_preemption}),
+      mig_layouts_({.store = options_.store,
+                    .catalog = options_.catalog,
+                    .clock = options_.clock,
+                    .apply_timeout = options_.mig_apply_timeout,
+                    .replan_delay = options_.mig_replan_delay}),
       gang_start_(options_.gang_start_timeout),
       metrics_(std::make_unique<Metrics>()),
       reliability_(std::make_unique<ReliabilityController>(
@@ -974,6 +979,40 @@ Result<bool> ApiServer::CommitJobWrites(std::vector<JobWrite> writes) {
     wrote = wrote || *written;
   }
   return wrote;
+}
+
+Status ApiServer::PlanMigLayoutsForPendingJobs() {
+  GPUFLEET_ASSIGN_OR_RETURN(const bool wrote, mig_layouts_.PlanForPendingJobs(*view_));
+  if (wrote) {
+    // The new instances are in the snapshot now, and the epoch has moved: the jobs are tried
+    // again in this cycle.
+    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
+  }
+  return Status::Ok();
+}
+
+Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
+  GPUFLEET_ASSIGN_OR_RETURN(std::optional<MigRequeue> requeue,
+                            mig_layouts_.PlanRequeue(*view_, NowText()));
+  if (!requeue) {
+    return false;
+  }
+  store::WriteBatch batch = std::move(requeue->node_writes);
+  for (JobWrite& write : requeue->job_writes) {
+    AddJobWrite(write.before, write.after, write.version, write.events.front(), batch);
+  }
+  if (const Status status = options_.store.Commit(batch); !status.ok()) {
+    // A job or node changed under us (a task report, a heartbeat): the next cycle looks again.
+    for (const JobWrite& write : requeue->job_writes) {
+      view_->ReadJobAgain(write.name);
+    }
+    if (status.code() == StatusCode::kAborted || status.code() == StatusCode::kNotFound) {
+      return false;
+    }
+    return status;
+  }
+  mig_layouts_.Requeued();
+  return true;
 }
 
 Result<bool> ApiServer::RequeuePartlyStartedGangs() {

@@ -19,6 +19,7 @@
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/idle_reclaim_controller.h"
 #include "gpufleet/api/lifecycle_controller.h"
+#include "gpufleet/api/mig_layout_controller.h"
 #include "gpufleet/api/queue_controller.h"
 #include "gpufleet/api/reliability_controller.h"
 #include "gpufleet/core/clock.h"
@@ -326,13 +327,10 @@ class ApiServer {
   // jobs on NotReady nodes end (requeued or failed). Returns whether anything was written.
   Result<bool> MarkSilentNodesNotReady();
   Result<bool> EndRunsOnNotReadyNodes();
-  // MIG repartitioning (server_mig.cc): when pending MIG jobs fit no current layout, plans new
-  // layouts for MIG GPUs of agent nodes whose instances to destroy are free, and stores them with
-  // the nodes (the scheduler then sees the new instances; agents are told to apply them).
+  // MIG layouts (MigLayoutController): new layouts for pending MIG jobs (the view refreshed when
+  // one was written), and the requeue of jobs that waited too long for their instances, committed
+  // in one batch with the nodes' dropped layouts. Returns whether anything was written.
   Status PlanMigLayoutsForPendingJobs();
-  // Requeues the jobs that have waited mig_apply_timeout for MIG instances their agent has not
-  // reported, drops the GPU's unapplied layout and holds the node back from the planner. Returns
-  // whether anything was written.
   Result<bool> RequeueJobsWaitingForMigInstances();
   // Requeues (through Stopping) the Scheduled gangs partly started for gang_start_timeout
   // (GangStartController). Returns whether anything was written.
@@ -361,19 +359,8 @@ class ApiServer {
   MonoTime last_full_retry_;                         // guarded by cycle_mu_
   MonoTime last_full_reload_;                        // guarded by cycle_mu_
   QueueController queues_;                           // guarded by cycle_mu_, but Statuses
-  // The capacity epoch and the jobs of the last MIG plan: planned again only when either changed.
-  uint64_t mig_planned_epoch_ = 0;          // guarded by cycle_mu_
-  std::set<std::string> mig_planned_jobs_;  // guarded by cycle_mu_
-  // Since when jobs have waited for unreported MIG instances, by (node, GPU index).
-  std::map<std::pair<std::string, int>, MonoTime> mig_waits_;  // guarded by cycle_mu_
-  // Nodes the planner leaves alone after a layout timed out: until when, and the MIG devices
-  // their agent reported then (a change ends the hold early).
-  struct MigHold {
-    MonoTime until;
-    std::string devices;
-  };
-  std::map<std::string, MigHold> mig_holds_;  // guarded by cycle_mu_
-  GangStartController gang_start_;            // guarded by cycle_mu_
+  MigLayoutController mig_layouts_;                  // guarded by cycle_mu_
+  GangStartController gang_start_;                   // guarded by cycle_mu_
 
   uint64_t cycle_count_ = 0;                           // guarded by cycle_mu_
   std::optional<IdleReclaimController> idle_reclaim_;  // made on first use; guarded by cycle_mu_

@@ -14,6 +14,8 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/auth.h"
+#include "gpufleet/api/mig_layout_controller.h"
+#include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tenancy.h"
 #include "gpufleet/core/clock.h"
@@ -1059,6 +1061,35 @@ TEST_F(MigApplyTimeoutTest, AReportedInstanceEndsTheWaitEvenBeforeTheTaskRuns) {
   EXPECT_EQ(Wait(300, applied, "").tasks.size(), 1u);
   EXPECT_EQ(Get("/v1/jobs/infer")["state"], "Scheduled");
   EXPECT_THAT(Events("jobs", "infer"), ::testing::Not(HasSubstr("requeued")));
+}
+
+TEST_F(MigApplyTimeoutTest, TheControllerWritesNothingItselfAndHoldsOnlyOnceCommitted) {
+  PlaceOnAPlannedLayout();
+  // A controller of the test's own over the server's store, stepped by hand.
+  SchedulingView view(store_, catalog_);
+  ASSERT_OK(view.Refresh());
+  MigLayoutController controller({.store = store_, .catalog = catalog_, .clock = clock_});
+  Result<std::optional<MigRequeue>> requeue = controller.PlanRequeue(view, "t0");
+  ASSERT_OK(requeue);
+  EXPECT_FALSE(requeue->has_value()) << "the wait starts now";
+  clock_.Advance(std::chrono::seconds(120));
+  const Result<int64_t> revision = store_.Revision();
+  ASSERT_OK(revision);
+  requeue = controller.PlanRequeue(view, "t1");
+  ASSERT_OK(requeue);
+  ASSERT_TRUE(requeue->has_value());
+  EXPECT_EQ(*store_.Revision(), *revision) << "the server commits, not the controller";
+  ASSERT_EQ((*requeue)->job_writes.size(), 1u);
+  EXPECT_EQ((*requeue)->job_writes[0].after["state"], "Pending");
+  EXPECT_FALSE((*requeue)->node_writes.empty()) << "the unapplied layout is dropped";
+  // Not committed: the wait goes on and the next step decides the same.
+  requeue = controller.PlanRequeue(view, "t2");
+  ASSERT_OK(requeue);
+  EXPECT_TRUE(requeue->has_value());
+  controller.Requeued();
+  requeue = controller.PlanRequeue(view, "t3");
+  ASSERT_OK(requeue);
+  EXPECT_FALSE(requeue->has_value()) << "committed: the GPU's wait is over";
 }
 
 TEST_F(AgentProtocolTest, ANonPositiveMigApplyTimeoutIsRefused) {
