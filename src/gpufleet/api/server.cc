@@ -183,6 +183,10 @@ ApiResponse ErrorResponse(const Status& status) {
   return response;
 }
 
+ApiResponse ResultResponse(const Result<Json>& result, int status) {
+  return result.ok() ? JsonResponse(status, *result) : ErrorResponse(result.status());
+}
+
 int HttpStatusOf(StatusCode code) {
   switch (code) {
     case StatusCode::kOk:
@@ -321,6 +325,7 @@ ApiServer::ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> sche
                     .apply_timeout = options_.mig_apply_timeout,
                     .replan_delay = options_.mig_replan_delay}),
       gang_start_(options_.gang_start_timeout),
+      deployments_(options_.store, options_.catalog),
       metrics_(std::make_unique<Metrics>()),
       reliability_(std::make_unique<ReliabilityController>(
           options_.store, options_.clock, options_.wall_clock, options_.reliability)) {}
@@ -860,7 +865,7 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
   }
   if (collection == "jobs") {
     if (n == 2 && post) {
-      return routed(SubmitJob(*who, request), route);
+      return routed(ResultResponse(SubmitJob(*who, request.body), 201), route);
     }
     if (n == 2 && get) {
       return routed(ListJobs(*who, request), route);
@@ -875,7 +880,7 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
         return routed(GetJob(*who, *key), route);
       }
       if (scoped->action == "cancel") {
-        return routed(CancelJob(*who, *key), route);
+        return routed(ResultResponse(CancelJob(*who, *key)), route);
       }
       if (scoped->action == "resume") {
         return routed(ResumeJob(*who, *key), route);
@@ -1042,52 +1047,38 @@ std::string ApiServer::NowText() const {
   return options_.wall_clock != nullptr ? FormatRfc3339(options_.wall_clock->UnixNanos()) : "";
 }
 
-ApiResponse ApiServer::SubmitJob(const Principal& who, const ApiRequest& request) {
-  Result<Job> job = wire::ParseJobSpec(request.body, options_.catalog);
-  if (!job.ok()) {
-    return ErrorResponse(job.status());
-  }
-  const std::string& name = job->id.value();
-  if (Status status = CheckScopedName("metadata.name", name); !status.ok()) {
-    return ErrorResponse(status);
-  }
+Result<Json> ApiServer::SubmitJob(const Principal& who, std::string_view body) {
+  GPUFLEET_ASSIGN_OR_RETURN(const Job job, wire::ParseJobSpec(body, options_.catalog));
+  const std::string& name = job.id.value();
+  GPUFLEET_RETURN_IF_ERROR(CheckScopedName("metadata.name", name));
   // Task ids (JOB/TASK/ATTEMPT, JOB the key) must stay within the agent's limit.
   const std::string key = TeamScopedKey(who.team, name);
-  if (Status status = store::ValidateKey("metadata.name", key); !status.ok()) {
-    return ErrorResponse(status);
-  }
-  if (Status status = wire::CheckTaskIdLength(key, *job); !status.ok()) {
-    return ErrorResponse(status);
-  }
+  GPUFLEET_RETURN_IF_ERROR(store::ValidateKey("metadata.name", key));
+  GPUFLEET_RETURN_IF_ERROR(wire::CheckTaskIdLength(key, job));
   // Submit order: the store revision before the commit. Concurrent submits may share a value;
   // the job name then breaks the tie (the loop's sort is stable over the name-ordered list).
   const Result<int64_t> revision = options_.store.Revision();
   if (!revision.ok()) {
-    return ErrorResponse(revision.status());
+    return revision.status();
   }
-  const std::string queue = job->queue.empty() ? "default" : job->queue.value();
-  if (Status status = CheckSubmission(who, queue); !status.ok()) {
-    return ErrorResponse(status);
-  }
+  const std::string queue = job.queue.empty() ? "default" : job.queue.value();
+  GPUFLEET_RETURN_IF_ERROR(CheckSubmission(who, queue));
   Json doc = {{"name", name},
               {"team", who.team},
               {"queue", queue},
-              {"labels", job->labels},
+              {"labels", job.labels},
               {"state", "Pending"},
               {"reason", ""},
-              {"spec", wire::JobSpecToJson(*job)},
+              {"spec", wire::JobSpecToJson(job)},
               {"placements", Json::array()},
-              {"priority", job->priority},
+              {"priority", job.priority},
               {"submit_seq", *revision + 1},
               {"submitted_by", Who(who)}};
   if (options_.wall_clock != nullptr) {
     doc["created_at"] = FormatRfc3339(options_.wall_clock->UnixNanos());
   }
   const std::string data = doc.dump();
-  if (Status status = wire::CheckSubmissionLimits(*job, data.size(), store::kMaxDataBytes);
-      !status.ok()) {
-    return ErrorResponse(status);
-  }
+  GPUFLEET_RETURN_IF_ERROR(wire::CheckSubmissionLimits(job, data.size(), store::kMaxDataBytes));
   store::WriteBatch batch;
   batch.Create(std::string(kJobsKind), key, data);
   batch.AppendEvent(std::string(kJobsKind), key,
@@ -1095,13 +1086,13 @@ ApiResponse ApiServer::SubmitJob(const Principal& who, const ApiRequest& request
   if (Status status = options_.store.Commit(batch); !status.ok()) {
     // Names are scoped by team: the job that exists is the submitter's team's own.
     if (status.code() == StatusCode::kAlreadyExists) {
-      return ErrorResponse(AlreadyExistsError(
-          fmt::format("job \"{}\" already exists in team \"{}\"", name, who.team)));
+      return AlreadyExistsError(
+          fmt::format("job \"{}\" already exists in team \"{}\"", name, who.team));
     }
-    return ErrorResponse(status);
+    return status;
   }
   doc["version"] = 1;
-  return JsonResponse(201, doc);
+  return doc;
 }
 
 ApiResponse ApiServer::ListJobs(const Principal& who, const ApiRequest& request) {
@@ -1146,15 +1137,15 @@ ApiResponse ApiServer::GetJob(const Principal& who, std::string_view name) {
   return JsonResponse(200, job);
 }
 
-ApiResponse ApiServer::CancelJob(const Principal& who, std::string_view name) {
-  ApiResponse response;
+Result<Json> ApiServer::CancelJob(const Principal& who, std::string_view name) {
+  Result<Json> response = Json();
   const Status committed = store::CommitWithRetries(
       options_.store, kCasAttempts, fmt::format("job \"{}\" kept changing; retry the cancel", name),
       [&]() -> store::AttemptResult {
         const Result<store::StoredObject> object =
             ReadVisible(who, kJobsKind, name, JobNotFound(name));
         if (!object.ok()) {
-          response = ErrorResponse(object.status());
+          response = object.status();
           return store::NoWrite();
         }
         Json doc = wire::ParseDocument(object->data);
@@ -1163,7 +1154,7 @@ ApiResponse ApiServer::CancelJob(const Principal& who, std::string_view name) {
         if (typed == JobState::kCancelled ||
             (typed == JobState::kStopping &&
              wire::StrOr(doc["stopping"], "then") == JobStateName(JobState::kCancelled))) {
-          response = JsonResponse(200, JobOutput(*object));
+          response = JobOutput(*object);
           return store::NoWrite();
         }
         const std::string why = fmt::format("cancelled by {}", Who(who));
@@ -1177,17 +1168,20 @@ ApiResponse ApiServer::CancelJob(const Principal& who, std::string_view name) {
                                 fmt::format("cancelled by {} (was {})", Who(who), state));
         }
         if (!event.ok()) {
-          response = ErrorResponse(FailedPreconditionError(
-              fmt::format("job \"{}\" is {} and cannot be cancelled", name, state)));
+          response = FailedPreconditionError(
+              fmt::format("job \"{}\" is {} and cannot be cancelled", name, state));
           return store::NoWrite();
         }
         store::WriteBatch batch;
         AddJobWrite(wire::ParseDocument(object->data), doc, object->version, *event, batch);
         doc["version"] = object->version + 1;
-        response = JsonResponse(200, doc);
+        response = doc;
         return store::Write(std::move(batch));
       });
-  return committed.ok() ? response : ErrorResponse(committed);
+  if (!committed.ok()) {
+    return committed;
+  }
+  return response;
 }
 
 ApiResponse ApiServer::JobEvents(const Principal& who, std::string_view name) {

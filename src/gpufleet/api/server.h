@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpufleet/api/auth.h"
+#include "gpufleet/api/deployment_controller.h"
 #include "gpufleet/api/idle_reclaim_controller.h"
 #include "gpufleet/api/lifecycle_controller.h"
 #include "gpufleet/api/mig_layout_controller.h"
@@ -75,6 +76,8 @@ std::string ErrorBody(const Status& status);
 // its HTTP status and ErrorBody.
 ApiResponse JsonResponse(int status, const Json& body);
 ApiResponse ErrorResponse(const Status& status);
+// The document of `result` with `status`, or its error.
+ApiResponse ResultResponse(const Result<Json>& result, int status = 200);
 
 // The API server. Thread-safe: HTTP handlers run on the HTTP library's thread pool, the
 // scheduling loop on its own thread, and every public method may be called from any thread.
@@ -237,10 +240,13 @@ class ApiServer {
   Result<bool> FinishStoppingRuns();
 
   // The handlers of one job take its store key (ResolveName), not the name a user wrote.
-  ApiResponse SubmitJob(const Principal& who, const ApiRequest& request);
+  // Submit and cancel as `who` (the HTTP routes and the deployment controller's replicas): the
+  // stored job as served, or why not (kAlreadyExists: the name is taken in the team;
+  // kFailedPrecondition: the job has ended and cannot be cancelled).
+  Result<Json> SubmitJob(const Principal& who, std::string_view body);
   ApiResponse ListJobs(const Principal& who, const ApiRequest& request);
   ApiResponse GetJob(const Principal& who, std::string_view name);
-  ApiResponse CancelJob(const Principal& who, std::string_view name);
+  Result<Json> CancelJob(const Principal& who, std::string_view name);
   ApiResponse JobEvents(const Principal& who, std::string_view name);
   // {"items": [{"revision": ..., "message": ...}]} of a job or node.
   ApiResponse ObjectEvents(std::string_view kind, std::string_view name);
@@ -288,14 +294,12 @@ class ApiServer {
   Status ReclaimIdleJobs();
   // POST /v1/jobs/NAME/resume: a Suspended job back to Pending (admin or the job's team).
   ApiResponse ResumeJob(const Principal& who, std::string_view name);
-  // MeasureJobUtilization (idle_reclaim_controller.h) over the agents' latest reports.
-  // REQUIRES: agents_mu_.
-  std::optional<JobUtilization> MeasureJobUtilization(const ViewJob& job);
+  // The agents' latest reports for the nodes of the view's Running jobs (takes agents_mu_).
+  GpuUtilizationReports ReportsForRunningJobs();
 
   // Deployments (server_deployments.cc): the /v1/deployments routes (nullopt for a path they do
-  // not serve), and the cycle's controller step, at most every kDeploymentControllerPeriod: each
-  // deployment's autoscaler takes the mean utilization of its Running replicas, and replica
-  // jobs are submitted or cancelled to match the desired count it stores.
+  // not serve), and the cycle's DeploymentController step when it is due, submitting and
+  // cancelling replicas through SubmitJob and CancelJob.
   std::optional<ApiResponse> RouteDeployments(const Principal& who, const ApiRequest& request,
                                               const std::vector<std::string_view>& segments);
   Status RunDeploymentsIfDue();
@@ -364,9 +368,7 @@ class ApiServer {
 
   uint64_t cycle_count_ = 0;                           // guarded by cycle_mu_
   std::optional<IdleReclaimController> idle_reclaim_;  // made on first use; guarded by cycle_mu_
-  // One autoscaler per deployment, made on first use (after a restart from the stored count).
-  std::map<std::string, policy::Autoscaler> autoscalers_;  // guarded by cycle_mu_
-  std::optional<MonoTime> deployments_run_at_;             // guarded by cycle_mu_
+  DeploymentController deployments_;                   // guarded by cycle_mu_
 
   // Fleet gauges of /metrics, taken from the view at the end of each cycle, so that a scrape
   // costs O(queues + models) and never waits for the store or a cycle.

@@ -2,10 +2,9 @@
 // Deployments and their autoscaling through ApiServer (server_deployments.cc), on a fake clock:
 // one agent node whose heartbeats carry GPU utilization, and an inference deployment of one-GPU
 // replicas.
-#include "gpufleet/api/server_deployments.h"
-
 #include <chrono>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -15,14 +14,17 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/auth.h"
+#include "gpufleet/api/deployment_controller.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tenancy.h"
 #include "gpufleet/api/testing/agent_node_fixture.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/wire/agent_protocol.h"
+#include "gpufleet/wire/deployment_spec.h"
 
 namespace gpufleet::api {
 namespace {
@@ -63,6 +65,66 @@ TEST(PlanReplicasTest, CreatesAboveEveryIndexAndCancelsTheHighestFirst) {
   // Ended replicas the view no longer holds: the stored next index keeps their names unused.
   const ReplicaPlan after_ended = PlanReplicas({}, 1, 6);
   EXPECT_THAT(after_ended.create, ElementsAre(6));
+}
+
+// Replica jobs as the controller asks for them, recorded; a name in `taken` is refused as the
+// server refuses a name that exists.
+class RecordedReplicaJobs final : public ReplicaJobs {
+ public:
+  Result<Json> Submit(const Principal& owner, std::string_view spec) override {
+    const std::string name = wire::ParseDocument(std::string(spec))["metadata"]["name"];
+    if (taken.count(name) > 0) {
+      return AlreadyExistsError(fmt::format("job \"{}\" already exists", name));
+    }
+    submitted.push_back(fmt::format("{}/{}", owner.team, name));
+    return Json::object();
+  }
+  Result<Json> Cancel(const Principal& owner, std::string_view key) override {
+    cancelled.push_back(fmt::format("{} as {}", key, owner.name));
+    return Json::object();
+  }
+
+  std::set<std::string> taken;
+  std::vector<std::string> submitted;
+  std::vector<std::string> cancelled;
+};
+
+TEST(DeploymentControllerTest, SubmitsTheMissingReplicasAsTheCreatorPastTakenNamesAndStoresIt) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  store::InMemoryStateStore store;
+  Json doc = DeploymentSpec({{"min_replicas", 2}});
+  const Result<wire::DeploymentSpec> spec = wire::DeploymentSpecFromJson(doc, catalog);
+  ASSERT_OK(spec);
+  doc = wire::DeploymentSpecToJson(*spec);
+  doc["team"] = "nlp";
+  doc["created_by"] = "ada";
+  store::WriteBatch create;
+  create.Create(std::string(kDeploymentsKind), "nlp/chat", doc.dump());
+  ASSERT_OK(store.Commit(create));
+
+  DeploymentController controller(store, catalog);
+  RecordedReplicaJobs replicas;
+  replicas.taken = {"chat-r0"};  // an ended replica the deployment did not store
+  const MonoTime now{1'000'000'000'000};
+  ASSERT_TRUE(controller.Due(now));
+  const Result<scheduler::ClusterSnapshot> snapshot =
+      scheduler::ClusterSnapshot::Build(Cluster(), catalog);
+  ASSERT_OK(snapshot);
+  const Result<bool> changed = controller.Step({}, *snapshot, {}, now, replicas);
+  ASSERT_OK(changed);
+  EXPECT_TRUE(*changed);
+  EXPECT_THAT(replicas.submitted, ElementsAre("nlp/chat-r1", "nlp/chat-r2"));
+  EXPECT_FALSE(controller.Due(now + (kDeploymentControllerPeriod - std::chrono::seconds(1))));
+  EXPECT_TRUE(controller.Due(now + kDeploymentControllerPeriod));
+
+  const Result<store::StoredObject> stored = store.Get(kDeploymentsKind, "nlp/chat");
+  ASSERT_OK(stored);
+  const Json status = wire::ParseDocument(stored->data);
+  EXPECT_EQ(status["desired_replicas"], 2);
+  EXPECT_EQ(status["replicas"].dump(), R"(["chat-r1","chat-r2"])");
+  EXPECT_EQ(status["next_replica_index"], 3) << "a name is never reused";
+  EXPECT_THAT(LiveReplicasOf("nlp/chat", status, {}), ElementsAre("nlp/chat-r1", "nlp/chat-r2"));
+  EXPECT_TRUE(replicas.cancelled.empty());
 }
 
 class ServerDeploymentsTest : public api_testing::AgentNodeServerTest {

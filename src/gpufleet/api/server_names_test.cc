@@ -12,8 +12,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/api/deployment_controller.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/api/server_deployments.h"
 #include "gpufleet/api/tenancy.h"
 #include "gpufleet/api/testing/agent_node_fixture.h"
 #include "gpufleet/core/testing/status_matchers.h"

@@ -36,14 +36,9 @@ Status ApiServer::ReclaimIdleJobs() {
       .now_text = NowText()};
   const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
   std::vector<PendingEntry> pending;
-  std::set<std::string> running_nodes;
   for (auto& [name, job] : view_->jobs()) {
     if (job.state == JobState::kPending) {
       pending.push_back({&name, &job});
-    } else if (job.state == JobState::kRunning && job.applied) {
-      for (const scheduler::TaskPlacement& placement : job.placements) {
-        running_nodes.insert(snapshot.nodes()[placement.node].node->id.value());
-      }
     }
   }
   inputs.pending_jobs = static_cast<int>(pending.size());
@@ -51,18 +46,7 @@ Status ApiServer::ReclaimIdleJobs() {
     queues_.OrderPending(pending);
     inputs.first_pending = *pending.front().name;
   }
-  {
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    for (const std::string& node : running_nodes) {
-      if (const auto beat = last_heartbeat_.find(node); beat != last_heartbeat_.end()) {
-        inputs.reports.heartbeat_at.insert(*beat);
-      }
-      for (auto gpu = gpu_utilization_.lower_bound({node, std::numeric_limits<int>::min()});
-           gpu != gpu_utilization_.end() && gpu->first.first == node; ++gpu) {
-        inputs.reports.percent.insert(*gpu);
-      }
-    }
-  }
+  inputs.reports = ReportsForRunningJobs();
 
   GPUFLEET_ASSIGN_OR_RETURN(IdleReclaimStep step,
                             idle_reclaim_->Step(view_->jobs(), snapshot, inputs));
@@ -78,8 +62,28 @@ Status ApiServer::ReclaimIdleJobs() {
   return Status::Ok();
 }
 
-std::optional<JobUtilization> ApiServer::MeasureJobUtilization(const ViewJob& job) {
-  return api::MeasureJobUtilization(job, view_->snapshot(), last_heartbeat_, gpu_utilization_);
+GpuUtilizationReports ApiServer::ReportsForRunningJobs() {
+  const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
+  std::set<std::string> running_nodes;
+  for (const auto& [name, job] : view_->jobs()) {
+    if (job.state == JobState::kRunning && job.applied) {
+      for (const scheduler::TaskPlacement& placement : job.placements) {
+        running_nodes.insert(snapshot.nodes()[placement.node].node->id.value());
+      }
+    }
+  }
+  GpuUtilizationReports reports;
+  std::lock_guard<std::mutex> lock(agents_mu_);
+  for (const std::string& node : running_nodes) {
+    if (const auto beat = last_heartbeat_.find(node); beat != last_heartbeat_.end()) {
+      reports.heartbeat_at.insert(*beat);
+    }
+    for (auto gpu = gpu_utilization_.lower_bound({node, std::numeric_limits<int>::min()});
+         gpu != gpu_utilization_.end() && gpu->first.first == node; ++gpu) {
+      reports.percent.insert(*gpu);
+    }
+  }
+  return reports;
 }
 
 ApiResponse ApiServer::ResumeJob(const Principal& who, std::string_view name) {

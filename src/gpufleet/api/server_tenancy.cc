@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/api/deployment_controller.h"
 #include "gpufleet/api/job_lifecycle.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/api/server_deployments.h"
 #include "gpufleet/api/tenancy.h"
 #include "gpufleet/store/read_modify_write.h"
 #include "gpufleet/wire/json_fields.h"
