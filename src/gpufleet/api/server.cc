@@ -308,6 +308,11 @@ ApiServer::ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> sche
     : options_(std::move(options)),
       authenticator_(options_.store),
       started_at_(options_.clock.Now()),
+      leases_({.store = options_.store,
+               .clock = options_.clock,
+               .started_at = started_at_,
+               .lease = options_.node_timeout,
+               .stop_grace = options_.stop_grace}),
       scheduler_(std::move(sched)),
       view_(std::make_unique<SchedulingView>(options_.store, options_.catalog)),
       last_full_retry_(started_at_),
@@ -513,7 +518,7 @@ Result<int> ApiServer::RunCycleLocked() {
   }
   GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   PublishExcludedNodes();
-  GPUFLEET_ASSIGN_OR_RETURN(const bool marked, MarkSilentNodesNotReady());
+  GPUFLEET_ASSIGN_OR_RETURN(const bool marked, leases_.MarkSilentNodesNotReady(*view_));
   if (marked) {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
@@ -1338,8 +1343,6 @@ ApiResponse ApiServer::DeleteNode(const Principal& who, std::string_view name) {
     for (auto it = gpu_owners_.begin(); it != gpu_owners_.end();) {
       it = it->second == name ? gpu_owners_.erase(it) : std::next(it);
     }
-    last_heartbeat_.erase(std::string(name));
-    last_sequence_.erase(std::string(name));
   }
   return JsonResponse(200, {{"name", name}, {"deleted", true}});
 }

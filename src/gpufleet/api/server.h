@@ -21,6 +21,7 @@
 #include "gpufleet/api/idle_reclaim_controller.h"
 #include "gpufleet/api/lifecycle_controller.h"
 #include "gpufleet/api/mig_layout_controller.h"
+#include "gpufleet/api/node_lease_controller.h"
 #include "gpufleet/api/queue_controller.h"
 #include "gpufleet/api/reliability_controller.h"
 #include "gpufleet/core/clock.h"
@@ -327,9 +328,8 @@ class ApiServer {
   Result<wire::AgentReply> ProcessHeartbeat(const std::string& node,
                                             const wire::HeartbeatRequest& request,
                                             bool gpus_applied);
-  // The scheduling cycle's part: nodes silent for node_timeout become NotReady, and the runs of
-  // jobs on NotReady nodes end (requeued or failed). Returns whether anything was written.
-  Result<bool> MarkSilentNodesNotReady();
+  // The scheduling cycle's part: the runs of jobs on NotReady nodes end (requeued or failed).
+  // Returns whether anything was written.
   Result<bool> EndRunsOnNotReadyNodes();
   // MIG layouts (MigLayoutController): new layouts for pending MIG jobs (the view refreshed when
   // one was written), and the requeue of jobs that waited too long for their instances, committed
@@ -347,9 +347,8 @@ class ApiServer {
   TokenAuthenticator authenticator_;
   MonoTime started_at_;  // when this server object was made (NotReady grace after a restart)
 
+  NodeLeaseController leases_;  // thread-safe
   std::mutex agents_mu_;
-  std::map<std::string, MonoTime> last_heartbeat_;     // guarded by agents_mu_
-  std::map<std::string, int64_t> last_sequence_;       // guarded by agents_mu_
   std::map<std::string, std::string> gpu_owners_;      // GPU UUID -> node; guarded by agents_mu_
   bool gpu_owners_loaded_ = false;                     // guarded by agents_mu_
   std::map<std::string, std::string> excluded_nodes_;  // guarded by agents_mu_

@@ -630,18 +630,9 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
   }
   // A report older than one already applied (delivered late) renews nothing, and the absence of
   // a task from it says nothing.
-  bool stale = false;
-  {
-    // Before the node document is read: a NotReady check that has not yet seen this heartbeat
-    // holds agents_mu_ until its write is in, and this heartbeat then undoes it.
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    int64_t& last_sequence = last_sequence_[node];
-    stale = !gpus_applied && request.sequence != 0 && request.sequence <= last_sequence;
-    if (!stale) {
-      last_heartbeat_[node] = options_.clock.Now();
-      last_sequence = request.sequence;
-    }
-  }
+  // Before the node document is read: a NotReady mark that has not yet seen this heartbeat
+  // holds the leases until its write is in, and this heartbeat then undoes it.
+  const bool stale = !leases_.Renew(node, request.sequence, /*registering=*/gpus_applied);
   // The node: back to its state before NotReady, and the GPUs' health and MIG devices.
   Json node_doc;
   const Status node_written = store::CommitWithRetries(
@@ -800,48 +791,6 @@ void ApiServer::IndexScheduledJob(const std::string& job, const std::set<std::st
   }
 }
 
-Result<bool> ApiServer::MarkSilentNodesNotReady() {
-  bool wrote = false;
-  for (const auto& [name, node] : view_->nodes()) {
-    if (!node.agent || node.node.state == NodeState::kNotReady) {
-      continue;
-    }
-    // Held across the write: a heartbeat records itself before it reads the node, so it either
-    // comes first (the node is not silent) or waits and then finds NotReady to undo.
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    const MonoTime now = options_.clock.Now();
-    const auto it = last_heartbeat_.find(name);
-    // A node not heard from since this server started gets the full timeout from the start.
-    const MonoTime last = it == last_heartbeat_.end() ? started_at_ : it->second;
-    const Duration silent = now - last;
-    if (silent <= options_.node_timeout) {
-      continue;
-    }
-    Result<store::StoredObject> object = options_.store.Get(kNodesKind, name);
-    if (!object.ok()) {
-      return object.status();
-    }
-    Json doc = wire::ParseDocument(object->data);
-    doc["state_before_not_ready"] = wire::StrOr(doc, "state", NodeStateName(NodeState::kReady));
-    doc["state"] = NodeStateName(NodeState::kNotReady);
-    store::WriteBatch batch;
-    batch.Update(std::string(kNodesKind), name, doc.dump(), object->version);
-    batch.AppendEvent(
-        std::string(kNodesKind), name,
-        fmt::format("NotReady: no heartbeat for {}s; its lease expired, so its agent stops its "
-                    "tasks; their GPUs are free after another {}s",
-                    std::chrono::duration_cast<std::chrono::seconds>(silent).count(),
-                    std::chrono::duration_cast<std::chrono::seconds>(options_.stop_grace).count()));
-    const Status status = options_.store.Commit(batch);
-    if (!status.ok() && status.code() != StatusCode::kAborted) {
-      view_->ReadAllAgain();
-      return status;
-    }
-    wrote = wrote || status.ok();
-  }
-  return wrote;
-}
-
 Result<bool> ApiServer::EndRunsOnNotReadyNodes() {
   return CommitJobWrites(api::EndRunsOnNotReadyNodes(view_->jobs(), view_->nodes(), NowText()));
 }
@@ -852,26 +801,7 @@ Result<bool> ApiServer::FinishStoppingRuns() {
                    [](const auto& entry) { return entry.second.state == JobState::kStopping; })) {
     return false;
   }
-  const MonoTime now = options_.clock.Now();
-  // Nodes whose tasks are surely gone: no agent runs tasks there, or the lease has expired plus
-  // the stop grace (the agent fenced itself).
-  std::map<std::string, std::string> lost;
-  for (const auto& [name, node] : view_->nodes()) {
-    if (!node.agent) {
-      lost[name] = fmt::format("node {} runs no agent", name);
-      continue;
-    }
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    const auto it = last_heartbeat_.find(name);
-    const MonoTime last = it == last_heartbeat_.end() ? started_at_ : it->second;
-    if (now - last > options_.node_timeout + options_.stop_grace) {
-      lost[name] = fmt::format(
-          "node {} lost: no heartbeat for {}s (lease {}s + stop grace {}s)", name,
-          std::chrono::duration_cast<std::chrono::seconds>(now - last).count(),
-          std::chrono::duration_cast<std::chrono::seconds>(options_.node_timeout).count(),
-          std::chrono::duration_cast<std::chrono::seconds>(options_.stop_grace).count());
-    }
-  }
+  const std::map<std::string, std::string> lost = leases_.LostNodes(view_->nodes());
   return CommitJobWrites(EndGoneTasksOfStoppingRuns(view_->jobs(), view_->nodes(), lost));
 }
 

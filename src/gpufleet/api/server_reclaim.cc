@@ -73,11 +73,9 @@ GpuUtilizationReports ApiServer::ReportsForRunningJobs() {
     }
   }
   GpuUtilizationReports reports;
+  reports.heartbeat_at = leases_.HeartbeatTimes(running_nodes);
   std::lock_guard<std::mutex> lock(agents_mu_);
   for (const std::string& node : running_nodes) {
-    if (const auto beat = last_heartbeat_.find(node); beat != last_heartbeat_.end()) {
-      reports.heartbeat_at.insert(*beat);
-    }
     for (auto gpu = gpu_utilization_.lower_bound({node, std::numeric_limits<int>::min()});
          gpu != gpu_utilization_.end() && gpu->first.first == node; ++gpu) {
       reports.percent.insert(*gpu);
