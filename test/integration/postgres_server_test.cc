@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <stdlib.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,7 @@
 #include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include <fmt/core.h>
 #include <gmock/gmock.h>
@@ -148,6 +150,64 @@ TEST_F(PostgresServerEndToEndTest, SurvivesACrashAndALostDatabaseWithoutPrinting
   output += (*server)->output();
   EXPECT_THAT(output, HasSubstr("store postgresql://app:***@127.0.0.1"));
   EXPECT_THAT(output, Not(HasSubstr(kPassword)));
+}
+
+// Clients keep submitting while the postmaster is SIGKILLed and started again: while it is down
+// submissions are 503 and /readyz says why; once it is back the server recovers by itself, and
+// every submission it acknowledged (201) is there. The load is bounded: 4 clients, at most 20 s.
+TEST_F(PostgresServerEndToEndTest, AKilledPostmasterUnderLoadLosesNothingAcknowledged) {
+  Result<std::unique_ptr<api_testing::ServerProcess>> server = StartServer();
+  ASSERT_OK(server);
+  const int port = (*server)->port();
+  constexpr int kClients = 4;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  std::atomic<bool> stop{false};
+  std::atomic<int> refused_while_down{0};
+  std::atomic<bool> down{false};
+  std::vector<std::vector<std::string>> acknowledged(kClients);
+  // Joined however the test ends (std::jthread), before what they capture goes.
+  std::vector<std::jthread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      httplib::Client client("127.0.0.1", port);
+      client.set_bearer_token_auth(kAdminToken);
+      client.set_read_timeout(std::chrono::seconds(10));
+      for (int i = 0; !stop.load() && std::chrono::steady_clock::now() < deadline; ++i) {
+        const std::string name = fmt::format("load-{}-{}", c, i);
+        const int status = Submit(client, name);
+        if (status == 201) {
+          acknowledged[c].push_back(name);
+        } else if (down.load() && status == 503) {
+          ++refused_while_down;
+          std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+      }
+    });
+  }
+  httplib::Client client("127.0.0.1", port);
+  client.set_bearer_token_auth(kAdminToken);
+  client.set_read_timeout(std::chrono::seconds(30));
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  down.store(true);
+  ASSERT_OK(postgres_->Crash());
+  EXPECT_TRUE(ReadyzBecomes(client, 503, "the state store is unreachable"));
+  ASSERT_OK(postgres_->StartAgain());
+  down.store(false);
+  EXPECT_TRUE(ReadyzBecomes(client, 200, "ok"));
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  stop.store(true);
+  clients.clear();
+  EXPECT_GT(refused_while_down.load(), 0) << "the load went on while the database was down";
+  size_t total = 0;
+  for (const std::vector<std::string>& names : acknowledged) {
+    total += names.size();
+    for (const std::string& name : names) {
+      EXPECT_EQ(GetJob(client, name), 200) << name << " was acknowledged";
+    }
+  }
+  EXPECT_GT(total, 0u);
+  EXPECT_EQ(Submit(client, "after-crash"), 201);
+  (*server)->KillAndWait(SIGTERM);
 }
 
 }  // namespace

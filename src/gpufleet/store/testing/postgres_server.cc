@@ -6,6 +6,7 @@
 #include <grp.h>
 #include <netinet/in.h>
 #include <pwd.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -16,10 +17,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 #include <sstream>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 #include <libpq-fe.h>
@@ -263,6 +266,66 @@ Status PostgresServer::Stop() {
       "pg_ctl", {"-D", dir_ + "/data", "-m", "fast", "-w", "-t", kPgCtlTimeoutSeconds, "stop"}));
   running_ = false;
   return Status::Ok();
+}
+
+Status PostgresServer::Crash() {
+  const std::string lock_file = dir_ + "/data/postmaster.pid";
+  std::ifstream in(lock_file);
+  pid_t postmaster = 0;
+  if (!(in >> postmaster) || postmaster <= 0) {
+    return FailedPreconditionError(fmt::format("no postmaster pid in {}", lock_file));
+  }
+  if (kill(postmaster, SIGKILL) != 0) {
+    return UnavailableError(
+        fmt::format("kill -KILL {} (postmaster): {}", postmaster, std::strerror(errno)));
+  }
+  running_ = false;
+  // The backends notice their postmaster is gone and exit; until they have, a new postmaster
+  // would find its shared memory still in use.
+  constexpr int kPolls = 200;
+  for (int poll = 0; poll < kPolls; ++poll) {
+    if (ServerProcesses().empty()) {
+      // A postmaster no one has reaped yet (a container whose init does not reap) still answers
+      // kill(pid, 0), and a new one would take it for a server still running: its lock files go.
+      std::error_code ignored;
+      std::filesystem::remove(lock_file, ignored);
+      std::filesystem::remove(fmt::format("{}/.s.PGSQL.{}.lock", dir_, port_), ignored);
+      return Status::Ok();
+    }
+    usleep(50'000);
+  }
+  return UnavailableError(
+      fmt::format("processes of the killed server in {} still run after 10 s", dir_));
+}
+
+std::vector<pid_t> PostgresServer::ServerProcesses() const {
+  std::vector<pid_t> processes;
+  const std::filesystem::path data = std::filesystem::path(dir_) / "data";
+  std::error_code error;
+  for (const std::filesystem::directory_entry& entry :
+       std::filesystem::directory_iterator("/proc", error)) {
+    const std::string name = entry.path().filename().string();
+    pid_t pid = 0;
+    if (std::from_chars(name.data(), name.data() + name.size(), pid).ec != std::errc() ||
+        pid <= 0) {
+      continue;
+    }
+    std::error_code unreadable;
+    const std::filesystem::path cwd =
+        std::filesystem::read_symlink(entry.path() / "cwd", unreadable);
+    if (unreadable || cwd != data) {
+      continue;
+    }
+    // "PID (COMM) STATE ...": a zombie has exited.
+    std::ifstream stat(entry.path() / "stat");
+    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const size_t paren = text.rfind(')');
+    if (paren != std::string::npos && paren + 2 < text.size() && text[paren + 2] == 'Z') {
+      continue;
+    }
+    processes.push_back(pid);
+  }
+  return processes;
 }
 
 Status PostgresServer::StartAgain() {

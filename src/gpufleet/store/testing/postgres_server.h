@@ -44,7 +44,10 @@ class PostgresServer {
 
   // Stops the server (fast shutdown: open connections are closed). Its data stays.
   Status Stop();
-  // Starts the stopped server again, on the same port and data.
+  // Kills the postmaster with SIGKILL, as a crash would, and waits (at most 10 s) until every
+  // process of the server is gone. Its data stays; StartAgain recovers it from its WAL.
+  Status Crash();
+  // Starts the stopped (or crashed) server again, on the same port and data.
   Status StartAgain();
 
   int port() const { return port_; }
@@ -69,6 +72,9 @@ class PostgresServer {
   Status InitDb();
   // pg_ctl start on port_, waiting until the server accepts connections.
   Status PgCtlStart();
+  // The live (not zombie) processes whose working directory is the data directory: the
+  // postmaster and its backends.
+  std::vector<pid_t> ServerProcesses() const;
   // Starts the watchdog (see the class comment).
   Status StartWatchdog();
 
