@@ -350,7 +350,29 @@ int CheckSomeJobFinished(const std::vector<sim::ReplayResult>& results) {
   return 1;
 }
 
-int RunReplayCommand(const ReplayFlags& flags) {
+// "sacct" when the first line of `path` is a sacct --parsable2 header; the only format a
+// replay may leave unsaid, since a Slurm history is a file a site has, not one we ship.
+Result<std::string> DetectTraceFormat(const std::string& path) {
+  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, sim::OpenInputFile(path));
+  std::string header;
+  std::getline(in, header);
+  if (header.starts_with("JobID|")) {
+    return std::string("sacct");
+  }
+  return InvalidArgumentError(fmt::format(
+      "{}: --format is required (philly, openb, native, sacct, gavel or pollux); only sacct "
+      "output is recognised by its header",
+      path));
+}
+
+int RunReplayCommand(ReplayFlags flags) {
+  if (flags.format.empty()) {
+    auto detected = DetectTraceFormat(flags.trace);
+    if (!detected.ok()) {
+      return Fail(detected.status());
+    }
+    flags.format = *detected;
+  }
   auto policies = ParsePolicies(flags.policy, sim::QueuePolicyNames());
   if (!policies.ok()) {
     return Fail(policies.status());
@@ -468,8 +490,9 @@ Action AddSimCommand(CLI::App& app) {
   CLI::Option* trace_positional =
       replay->add_option("FILE", replay_flags->trace, "the trace file (same as --trace)");
   trace_flag->excludes(trace_positional);
-  replay->add_option("--format", replay_flags->format, "philly|openb|native|sacct|gavel|pollux")
-      ->required();
+  replay->add_option("--format", replay_flags->format,
+                     "philly|openb|native|sacct|gavel|pollux (default: sacct for a file whose "
+                     "header is sacct's, else required)");
   CLI::Option* cluster_flag = replay->add_option(
       "--cluster", replay_flags->cluster,
       "synthetic cluster NODESxGPUS on a leaf/spine tree (default 250x8; sacct: the cluster of "
