@@ -196,6 +196,10 @@ echo "--- sacct"; cat "$dir/sacct.txt"
 "$gpufleet" sim replay "$dir/sacct.txt" --policy fifo --threads 1 --json "$dir/replay.json" \
   | tee "$dir/replay.out"
 
+# The same history's failures: exit 3 is the job's own, the timeout a hang, the cancel none.
+"$gpufleet" report failures --sacct "$dir/sacct.txt" | tee "$dir/failures.out"
+grep -q "1 cancelled, 0 preempted, 1 the jobs' own errors .* 1 hangs (TIMEOUT)" "$dir/failures.out"
+
 python3 - "$dir/sacct.txt" "$dir/replay.json" "$dir/replay.out" <<'EOF'
 import json, re, sys
 rows = [line.rstrip("\n").split("|") for line in open(sys.argv[1]) if line.strip()]
