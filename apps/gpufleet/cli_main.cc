@@ -2,24 +2,105 @@
 // The client verbs of `gpufleet` (`submit`, `get`, `describe`, `cancel`, `resume`, `create`,
 // `update`, `delete`, `revoke`, `cordon`, `uncordon`, `drain`, `quarantine`, `release`,
 // `report`): flags here, the work in `gpufleet/cli/commands.h` and `gpufleet/cli/report.h`.
+#include <algorithm>
+#include <fstream>
 #include <functional>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "gpufleet/cli/commands.h"
 #include "gpufleet/cli/config.h"
+#include "gpufleet/cli/format.h"
 #include "gpufleet/cli/http_client.h"
 #include "gpufleet/cli/report.h"
 #include "gpufleet/core/clock.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/sim/slurm_failures.h"
+#include "gpufleet/sim/slurm_history.h"
 
 #include "subcommands.h"
 
 namespace gpufleet::app {
 namespace {
+
+// `report failures --sacct FILE`: the failure report over a Slurm history, no server needed.
+struct SlurmReportFlags {
+  std::string sacct;
+  std::string slurm_nodes;
+  std::vector<int> infra_exit_codes;
+  std::string timeouts = "hang";
+  int top = 20;
+};
+
+// Prints the report on a Slurm history; 0, or 1 after printing the error.
+int RunSlurmFailureReport(const SlurmReportFlags& flags, const std::string& output) {
+  Result<cli::OutputFormat> format = cli::ParseOutputFormat(output);
+  if (!format.ok()) {
+    std::cerr << "error: " << format.status().message() << "\n";
+    return 1;
+  }
+  if (flags.timeouts != "hang" && flags.timeouts != "app") {
+    std::cerr << "error: --timeouts: \"" << flags.timeouts << "\" (expected hang or app)\n";
+    return 1;
+  }
+  GpuCatalog catalog = GpuCatalog::Default();
+  sim::SacctOptions sacct;
+  sim::SlurmFailureOptions options;
+  options.infra_exit_codes.insert(flags.infra_exit_codes.begin(), flags.infra_exit_codes.end());
+  options.timeouts_are_hangs = flags.timeouts == "hang";
+  options.attribution.report_top = std::max(flags.top, 0);
+  if (!flags.slurm_nodes.empty()) {
+    std::ifstream in(flags.slurm_nodes);
+    if (!in) {
+      std::cerr << "error: " << flags.slurm_nodes << ": cannot open file\n";
+      return 1;
+    }
+    std::stringstream text;
+    text << in.rdbuf();
+    Result<std::vector<sim::SlurmNodeShape>> nodes =
+        sim::ParseScontrolNodes(text.str(), flags.slurm_nodes, sacct, catalog);
+    if (!nodes.ok()) {
+      std::cerr << "error: " << nodes.status().message() << "\n";
+      return 1;
+    }
+    options.nodes = *std::move(nodes);
+  }
+  std::ifstream in(flags.sacct);
+  if (!in) {
+    std::cerr << "error: " << flags.sacct << ": cannot open file\n";
+    return 1;
+  }
+  Result<sim::SlurmFailureReport> report =
+      sim::AnalyzeSacctFailures(in, flags.sacct, sacct, options, catalog);
+  if (!report.ok()) {
+    std::cerr << "error: " << report.status().message() << "\n";
+    return 1;
+  }
+  switch (*format) {
+    case cli::OutputFormat::kJson:
+      sim::WriteSlurmFailureJson(*report, std::cout);
+      break;
+    case cli::OutputFormat::kYaml: {
+      std::ostringstream json;
+      sim::WriteSlurmFailureJson(*report, json);
+      std::cout << cli::ToYaml(nlohmann::json::parse(json.str()));
+      break;
+    }
+    case cli::OutputFormat::kTable:
+    case cli::OutputFormat::kWide:
+      std::cout << sim::RenderSlurmFailureReport(
+          *report, *format == cli::OutputFormat::kWide ? flags.top : std::min(flags.top, 10));
+      break;
+  }
+  return 0;
+}
 
 // Every flag of every verb; CLI11 writes into it while parsing, so it outlives the parse.
 struct CliState {
@@ -37,6 +118,8 @@ struct CliState {
   cli::DeleteArgs delete_args;
   cli::NodeArgs node;
   cli::ReportArgs report;
+  CLI::App* report_verb = nullptr;
+  SlurmReportFlags slurm_report;
   int gpu = 0;
   std::vector<std::pair<CLI::App*, std::function<int(cli::ApiClient&)>>> verbs;
 };
@@ -176,6 +259,20 @@ Action AddCliCommands(CLI::App& app) {
   report->add_option("TYPE", s.report.kind, "failures: the GPUs and nodes behind failed jobs")
       ->required();
   report->add_option("-o,--output", s.report.output, "table (default), wide, json or yaml");
+  report->add_option("--sacct", s.slurm_report.sacct,
+                     "failures: a Slurm history (sacct --parsable2 with NodeList) instead of the "
+                     "server's outcomes; no server needed (docs/slurm.md)");
+  report->add_option("--slurm-nodes", s.slurm_report.slurm_nodes,
+                     "with --sacct: `scontrol show nodes` output for the nodes' GPUs");
+  report
+      ->add_option("--infra-exit-codes", s.slurm_report.infra_exit_codes,
+                   "with --sacct: exit codes of FAILED jobs that mean an infrastructure failure")
+      ->delimiter(',');
+  report->add_option("--timeouts", s.slurm_report.timeouts,
+                     "with --sacct: TIMEOUT as a hang (default) or as the job's own (app)");
+  report->add_option("--top", s.slurm_report.top, "with --sacct: nodes listed besides the flagged")
+      ->check(CLI::Range(0, 100000));
+  s.report_verb = report;
   AddVerb(s, report, [&s](cli::ApiClient& client) {
     return cli::RunReport(client, s.report, std::cout, std::cerr);
   });
@@ -191,6 +288,13 @@ Action AddCliCommands(CLI::App& app) {
               true);
 
   return [state] {
+    if (state->report_verb->parsed() && !state->slurm_report.sacct.empty()) {
+      if (state->report.kind != "failures") {
+        std::cerr << "error: --sacct is for `report failures`\n";
+        return 1;
+      }
+      return RunSlurmFailureReport(state->slurm_report, state->report.output);
+    }
     for (const auto& [verb, run] : state->verbs) {
       if (!verb->parsed()) {
         continue;

@@ -446,13 +446,19 @@ void AddPlacementFlags(CLI::App* command, PlacementFlags& flags) {
 
 }  // namespace
 
-Result<std::shared_ptr<const fabric::Fabric>> LoadFabricFile(const std::string& path) {
+Result<LoadedFabricSpec> LoadFabricSpecFile(const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(const std::string text, ReadText(path));
   const std::string name = BaseName(path);
-  GPUFLEET_ASSIGN_OR_RETURN(fabric::FabricSpec spec, IsSlurmFile(path)
+  const bool from_slurm = IsSlurmFile(path);
+  GPUFLEET_ASSIGN_OR_RETURN(fabric::FabricSpec spec, from_slurm
                                                          ? fabric::ImportSlurmTopology(text, name)
                                                          : fabric::ParseFabricYaml(text, name));
-  GPUFLEET_ASSIGN_OR_RETURN(fabric::Fabric built, fabric::Fabric::Build(std::move(spec)));
+  return LoadedFabricSpec{std::move(spec), from_slurm};
+}
+
+Result<std::shared_ptr<const fabric::Fabric>> LoadFabricFile(const std::string& path) {
+  GPUFLEET_ASSIGN_OR_RETURN(LoadedFabricSpec loaded, LoadFabricSpecFile(path));
+  GPUFLEET_ASSIGN_OR_RETURN(fabric::Fabric built, fabric::Fabric::Build(std::move(loaded.spec)));
   return std::make_shared<const fabric::Fabric>(std::move(built));
 }
 

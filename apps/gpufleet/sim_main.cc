@@ -6,8 +6,11 @@
 #include <charconv>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <numeric>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include <fmt/core.h>
@@ -15,12 +18,14 @@
 
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/fabric/fabric.h"
+#include "gpufleet/fabric/hostlist.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/sim/fill.h"
 #include "gpufleet/sim/fill_report.h"
 #include "gpufleet/sim/openb.h"
 #include "gpufleet/sim/replay.h"
 #include "gpufleet/sim/sim_report.h"
+#include "gpufleet/sim/slurm_history.h"
 #include "gpufleet/sim/trace_loaders.h"
 
 #include "flags.h"
@@ -53,7 +58,11 @@ struct ReplayFlags : CommonFlags {
   std::string placement = "best-fit";
   uint64_t seed = 42;
   int64_t sample_seconds = 600;
-  std::string fabric;  // a fabric file: the cluster is its nodes and jobs pay for communication
+  std::string fabric;    // a fabric file: the cluster is its nodes and jobs pay for communication
+  std::string gres_map;  // sacct: TYPE=MODEL,...
+  std::string slurm_nodes;     // sacct: `scontrol show nodes` output
+  bool cluster_given = false;  // --cluster or --nodes on the command line
+  bool gpu_model_given = false;
   bool topology_aware = false;
   double communication_fraction = 0.3;
 };
@@ -229,7 +238,141 @@ void PrintMultiNodeSummary(const std::vector<sim::ReplayResult>& results, bool t
   }
 }
 
-int RunReplayCommand(const ReplayFlags& flags) {
+// The trace and cluster of a Slurm history: the cluster from --fabric (a topology.conf's nodes
+// get the GPUs of --slurm-nodes or the history), --slurm-nodes, --cluster/--nodes, or else the
+// history itself. Prints what the loader skipped, and warns of GPU types it could not map.
+struct SlurmReplay {
+  sim::Trace trace;
+  Cluster cluster;
+  std::shared_ptr<const fabric::Fabric> network;
+};
+
+Result<SlurmReplay> LoadSlurmReplay(const ReplayFlags& flags, GpuCatalog& catalog) {
+  sim::SacctOptions options;
+  GPUFLEET_ASSIGN_OR_RETURN(options.gres_map, sim::ParseGresMap(flags.gres_map, catalog));
+  if (flags.gpu_model_given) {
+    options.untyped_gpu_model = catalog.Canonical(flags.gpu_model);
+    if (options.untyped_gpu_model.empty()) {
+      return catalog.Find(flags.gpu_model).status();
+    }
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(sim::SacctHistory history,
+                            sim::LoadSacctHistory(flags.trace, options, catalog));
+  fmt::print("sacct: {} rows, {} jobs to replay; left out or folded: {}\n", history.rows,
+             history.trace.jobs.size(), history.skipped.ToString());
+  for (const auto& [type, jobs] : history.unmapped_gpu_types) {
+    fmt::print(std::cerr,
+               "gpufleet sim: warning: GPU type \"{}\" of {} job{} maps to no catalog model; "
+               "replayed as a model of its own (map it with --gres-map {}=MODEL)\n",
+               type, jobs, jobs == 1 ? "" : "s", type);
+  }
+  std::vector<sim::SlurmNodeShape> shapes = history.nodes;
+  std::string shapes_from = history.nodes_named ? "the history's NodeList"
+                                                : "the history's allocations (no NodeList column)";
+  if (!flags.slurm_nodes.empty()) {
+    GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, sim::OpenInputFile(flags.slurm_nodes));
+    std::stringstream text;
+    text << in.rdbuf();
+    GPUFLEET_ASSIGN_OR_RETURN(
+        shapes, sim::ParseScontrolNodes(text.str(), flags.slurm_nodes, options, catalog));
+    shapes_from = flags.slurm_nodes;
+  }
+  SlurmReplay replay;
+  replay.trace = std::move(history.trace);
+  if (!flags.fabric.empty()) {
+    GPUFLEET_ASSIGN_OR_RETURN(LoadedFabricSpec loaded, LoadFabricSpecFile(flags.fabric));
+    if (loaded.from_slurm) {
+      GPUFLEET_ASSIGN_OR_RETURN(const sim::FabricShapeMismatch mismatch,
+                                sim::ApplySlurmNodeShapes(loaded.spec, shapes));
+      if (!mismatch.not_in_nodes.empty()) {
+        fmt::print(std::cerr,
+                   "gpufleet sim: warning: {} node(s) of {} not in {}, given no GPUs: {}\n",
+                   mismatch.not_in_nodes.size(), flags.fabric, shapes_from,
+                   fabric::CompressHostlist(mismatch.not_in_nodes));
+      }
+      if (!mismatch.not_in_file.empty()) {
+        fmt::print(std::cerr,
+                   "gpufleet sim: warning: {} node(s) of {} not in {}, added without a "
+                   "network link: {}\n",
+                   mismatch.not_in_file.size(), shapes_from, flags.fabric,
+                   fabric::CompressHostlist(mismatch.not_in_file));
+      }
+    }
+    fmt::print("cluster: the nodes of {}{}\n", flags.fabric,
+               loaded.from_slurm ? fmt::format(" with the GPUs of {}", shapes_from) : "");
+    GPUFLEET_ASSIGN_OR_RETURN(fabric::Fabric built, fabric::Fabric::Build(std::move(loaded.spec)));
+    replay.network = std::make_shared<const fabric::Fabric>(std::move(built));
+    GPUFLEET_ASSIGN_OR_RETURN(replay.cluster, fabric::BuildCluster(*replay.network, catalog));
+    return replay;
+  }
+  if (flags.cluster_given && flags.slurm_nodes.empty()) {
+    GPUFLEET_ASSIGN_OR_RETURN(replay.cluster,
+                              flags.nodes.empty()
+                                  ? ParseSyntheticCluster(flags.cluster, flags.gpu_model, catalog)
+                                  : sim::LoadOpenbNodes(flags.nodes, catalog));
+    return replay;
+  }
+  fmt::print("cluster: {} nodes from {}\n", shapes.size(), shapes_from);
+  GPUFLEET_ASSIGN_OR_RETURN(replay.cluster, sim::BuildSlurmCluster(shapes, catalog));
+  return replay;
+}
+
+// 0, or 1 after saying why when no run completed a job.
+int CheckSomeJobFinished(const std::vector<sim::ReplayResult>& results) {
+  for (const sim::ReplayResult& result : results) {
+    if (result.jobs_finished > 0) {
+      return 0;
+    }
+  }
+  if (results.empty()) {
+    return 0;
+  }
+  const sim::ReplayResult& first = results.front();
+  std::map<std::string, int> reasons;
+  for (const sim::ReplayJobOutcome& job : first.jobs) {
+    if (!job.unplaceable_reason.empty()) {
+      ++reasons[job.unplaceable_reason];
+    }
+  }
+  std::string why;
+  if (reasons.empty()) {
+    why = fmt::format("none of the {} jobs was placed before the queue stalled", first.jobs_total);
+  } else {
+    const auto most =
+        std::max_element(reasons.begin(), reasons.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    why = fmt::format(
+        "{} of {} jobs can never fit the cluster; the most common reason ({} "
+        "jobs): {}",
+        first.jobs_unplaceable, first.jobs_total, most->second, most->first);
+  }
+  fmt::print(std::cerr, "gpufleet sim: replay completed no job: {}\n", why);
+  return 1;
+}
+
+// "sacct" when the first line of `path` is a sacct --parsable2 header; the only format a
+// replay may leave unsaid, since a Slurm history is a file a site has, not one we ship.
+Result<std::string> DetectTraceFormat(const std::string& path) {
+  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, sim::OpenInputFile(path));
+  std::string header;
+  std::getline(in, header);
+  if (header.starts_with("JobID|")) {
+    return std::string("sacct");
+  }
+  return InvalidArgumentError(fmt::format(
+      "{}: --format is required (philly, openb, native, sacct, gavel or pollux); only sacct "
+      "output is recognised by its header",
+      path));
+}
+
+int RunReplayCommand(ReplayFlags flags) {
+  if (flags.format.empty()) {
+    auto detected = DetectTraceFormat(flags.trace);
+    if (!detected.ok()) {
+      return Fail(detected.status());
+    }
+    flags.format = *detected;
+  }
   auto policies = ParsePolicies(flags.policy, sim::QueuePolicyNames());
   if (!policies.ok()) {
     return Fail(policies.status());
@@ -241,21 +384,36 @@ int RunReplayCommand(const ReplayFlags& flags) {
   }
   GpuCatalog catalog = GpuCatalog::Default();
   std::shared_ptr<const fabric::Fabric> network;
-  if (!flags.fabric.empty()) {
+  std::optional<Cluster> slurm_cluster;
+  Result<sim::Trace> trace = InvalidArgumentError("no trace");
+  if (flags.format == "sacct") {
+    auto loaded = LoadSlurmReplay(flags, catalog);
+    if (!loaded.ok()) {
+      return Fail(loaded.status());
+    }
+    network = loaded->network;
+    slurm_cluster = std::move(loaded->cluster);
+    trace = std::move(loaded->trace);
+  } else if (!flags.gres_map.empty() || !flags.slurm_nodes.empty()) {
+    return Fail(InvalidArgumentError("--gres-map and --slurm-nodes are for --format sacct"));
+  } else if (!flags.fabric.empty()) {
     auto loaded = LoadFabricFile(flags.fabric);
     if (!loaded.ok()) {
       return Fail(loaded.status());
     }
     network = *loaded;
   }
-  Result<Cluster> cluster = network != nullptr ? fabric::BuildCluster(*network, catalog)
+  Result<Cluster> cluster = slurm_cluster        ? Result<Cluster>(*std::move(slurm_cluster))
+                            : network != nullptr ? fabric::BuildCluster(*network, catalog)
                             : flags.nodes.empty()
                                 ? ParseSyntheticCluster(flags.cluster, flags.gpu_model, catalog)
                                 : sim::LoadOpenbNodes(flags.nodes, catalog);
   if (!cluster.ok()) {
     return Fail(cluster.status());
   }
-  auto trace = sim::LoadTrace(flags.trace, flags.format, catalog);
+  if (flags.format != "sacct") {
+    trace = sim::LoadTrace(flags.trace, flags.format, catalog);
+  }
   if (!trace.ok()) {
     return Fail(trace.status());
   }
@@ -284,11 +442,15 @@ int RunReplayCommand(const ReplayFlags& flags) {
   if (network != nullptr) {
     PrintMultiNodeSummary(*results, flags.topology_aware);
   }
-  return WriteOutputs(
+  const int written = WriteOutputs(
       flags, [&](std::ostream& out) { sim::WriteReplayJson(*results, out); },
       [&](std::ostream& out) {
         return sim::WriteReplayReport(*results, "gpufleet replay: " + flags.trace, out);
       });
+  if (written != 0) {
+    return written;
+  }
+  return CheckSomeJobFinished(*results);
 }
 
 void AddCommonFlags(CLI::App* command, CommonFlags& flags, const std::string& policy_help) {
@@ -323,13 +485,35 @@ Action AddSimCommand(CLI::App& app) {
   AddCommonFlags(replay, *replay_flags,
                  "\"all\" or queue policies, comma-separated: fifo, sjf, tiresias, gpufleet, "
                  "strict-fifo, easy-backfill, fair-share");
-  replay->add_option("--trace", replay_flags->trace, "the trace file")->required();
-  replay->add_option("--format", replay_flags->format, "philly|openb|native|sacct|gavel|pollux")
-      ->required();
-  replay->add_option("--cluster", replay_flags->cluster,
-                     "synthetic cluster NODESxGPUS on a leaf/spine tree (default 250x8)");
-  replay->add_option("--gpu-model", replay_flags->gpu_model, "GPU model of the synthetic cluster");
-  replay->add_option("--nodes", replay_flags->nodes, "an openb node list instead of --cluster");
+  CLI::Option* trace_flag =
+      replay->add_option("--trace", replay_flags->trace, "the trace file (or give it as FILE)");
+  CLI::Option* trace_positional =
+      replay->add_option("FILE", replay_flags->trace, "the trace file (same as --trace)");
+  trace_flag->excludes(trace_positional);
+  replay->add_option("--format", replay_flags->format,
+                     "philly|openb|native|sacct|gavel|pollux (default: sacct for a file whose "
+                     "header is sacct's, else required)");
+  CLI::Option* cluster_flag = replay->add_option(
+      "--cluster", replay_flags->cluster,
+      "synthetic cluster NODESxGPUS on a leaf/spine tree (default 250x8; sacct: the cluster of "
+      "the history)");
+  CLI::Option* gpu_model_flag = replay->add_option(
+      "--gpu-model", replay_flags->gpu_model,
+      "GPU model of the synthetic cluster (sacct: of untyped gres/gpu, default H100-80GB)");
+  CLI::Option* nodes_flag =
+      replay->add_option("--nodes", replay_flags->nodes, "an openb node list instead of --cluster");
+  replay->add_option("--gres-map", replay_flags->gres_map,
+                     "sacct: GPU types to catalog models, TYPE=MODEL,... (docs/slurm.md)");
+  replay->add_option("--slurm-nodes", replay_flags->slurm_nodes,
+                     "sacct: `scontrol show nodes` output for the cluster (docs/slurm.md)");
+  replay->callback(
+      [replay_flags, trace_flag, trace_positional, cluster_flag, nodes_flag, gpu_model_flag] {
+        if (trace_flag->count() == 0 && trace_positional->count() == 0) {
+          throw CLI::RequiredError("--trace or FILE");
+        }
+        replay_flags->cluster_given = cluster_flag->count() > 0 || nodes_flag->count() > 0;
+        replay_flags->gpu_model_given = gpu_model_flag->count() > 0;
+      });
   replay->add_option("--placement", replay_flags->placement, "placement policy (default best-fit)");
   replay->add_option("--seed", replay_flags->seed, "seed for tie-breaks");
   replay->add_option("--fabric", replay_flags->fabric,

@@ -8,10 +8,7 @@
 #include <CLI/CLI.hpp>
 
 #include "gpufleet/core/status.h"
-
-namespace gpufleet::fabric {
-class Fabric;
-}  // namespace gpufleet::fabric
+#include "gpufleet/fabric/fabric.h"
 
 // Each subcommand registers its flags on `app` and returns the action to run when chosen.
 namespace gpufleet::app {
@@ -57,6 +54,13 @@ Action AddFabricCommand(CLI::App& app);
 // A fabric from a YAML description, or from a Slurm topology.conf when the name ends in ".conf";
 // errors name the file and line.
 Result<std::shared_ptr<const fabric::Fabric>> LoadFabricFile(const std::string& path);
+// The description before it is built; `from_slurm` for a topology.conf, whose nodes' hardware
+// the file does not say (SlurmImportOptions' defaults fill it in).
+struct LoadedFabricSpec {
+  fabric::FabricSpec spec;
+  bool from_slurm = false;
+};
+Result<LoadedFabricSpec> LoadFabricSpecFile(const std::string& path);
 
 // The client verbs (`submit`, `get`, `describe`, `cancel`, `create`, `revoke`, node operations),
 // all in the help group kCliGroup; the action runs whichever of them was chosen.

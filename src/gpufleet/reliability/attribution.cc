@@ -471,7 +471,7 @@ AttributionReport AttributionEngine::Analyze() const {
     for (Tested& t : tested_gpus) {
       // Evidence that every GPU of a node shares (hangs of jobs that took the whole node) does
       // not say which GPU is bad: it needs at least one failure that singles this one out.
-      if (gpus.singled_out[t.index] == 0) {
+      if (gpus.singled_out[t.index] == 0 || !options_.flag_gpus) {
         t.flagged = false;
       }
       flagged_gpus[t.index] = t.flagged;

@@ -60,6 +60,11 @@ struct AttributionOptions {
   double prior_failures = 1.0;
   // How many top-ranked devices a report lists besides the flagged ones.
   int report_top = 20;
+  // False when the records' GPUs stand for slots of their nodes rather than the GPUs the runs
+  // really held (Slurm accounting names a job's nodes and GPU count, not its GPU indices): GPUs
+  // are still tested and ranked but never flagged, so that none explains away its node's
+  // failures. Set min_node_spread_gpus to 1 with it: the spread over GPUs is not known either.
+  bool flag_gpus = true;
 
   // kInvalidArgument naming the field: alpha outside (0, 1), min_failures < 1, min_rate_ratio or
   // prior rate not positive, prior_failures negative, max_shared_gpus or min_node_spread_gpus

@@ -348,6 +348,27 @@ TEST(AttributionEngine, UnattributedFailuresFlagANodeOnlyWhenSpreadOverItsGpus) 
   EXPECT_LT(n10->q_value, 0.01);  // significant, yet it points at two GPUs
 }
 
+TEST(AttributionEngine, WithoutKnownGpusTheNodeIsFlaggedNotAGpuSlot) {
+  const FleetInventory fleet = MakeFleet(11, 8, 11);
+  FakeClock clock(Hours(5000));
+  // The runs of the test above as Slurm accounting gives them: GPU slots, not the GPUs held.
+  for (const bool flag_gpus : {true, false}) {
+    SCOPED_TRACE(flag_gpus);
+    AttributionOptions options = KeepEverything();
+    options.flag_gpus = flag_gpus;
+    options.min_node_spread_gpus = flag_gpus ? 3 : 1;
+    auto engine = AttributionEngine::Create(fleet, clock, options);
+    ASSERT_OK(engine);
+    AddQuietBackground(*engine, 10, 8);
+    for (int i = 0; i < 6; ++i) {
+      ASSERT_OK(engine->AddOutcome(
+          MakeRun(fmt::format("one{}", i), {Gpu(10, 0)}, 1000 + i, 1, ExitReason::kInfraError)));
+    }
+    const AttributionReport report = engine->Analyze();
+    EXPECT_THAT(Ids(report.suspects), ElementsAre(flag_gpus ? "gpu n10-g0" : "node n10"));
+  }
+}
+
 TEST(AttributionEngine, WindowAndResetForgetOldEvidence) {
   const FleetInventory fleet = MakeFleet(10, 4, 10);
   FakeClock clock(Hours(1010));

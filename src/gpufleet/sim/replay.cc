@@ -80,8 +80,9 @@ struct JobState {
   bool charged = false;         // holds quota in the queue tree
   int64_t reserved_start = -1;  // first reservation's shadow time
   std::vector<TaskPlacement> placements;
-  int64_t allocated_milli = 0;  // of the current placements
-  int64_t busy_since = -1;      // start of the current run, for the busy GPU-time of batch jobs
+  std::string unplaceable_reason;  // set when it can never run on the cluster
+  int64_t allocated_milli = 0;     // of the current placements
+  int64_t busy_since = -1;         // start of the current run, for the busy GPU-time of batch jobs
   // A notebook under the activity model: wall seconds of alternating busy and idle periods (even
   // indexes busy) and the position in them, as of activity_at. Empty for every other job.
   std::vector<int64_t> activity;
@@ -243,7 +244,7 @@ class Replay {
   // Smaller is served first.
   std::pair<double, int64_t> PriorityKey(size_t job) const;
   void WatchLevel(size_t job);
-  bool NeverFits(const JobState& state) const;
+  std::optional<std::string> NeverFits(const JobState& state) const;
   void Touch(const std::vector<TaskPlacement>& placements);
   // How much longer than on the tightest placement the job runs on `placements`.
   double Stretch(const JobState& state, const std::vector<TaskPlacement>& placements) const;
@@ -498,25 +499,82 @@ void Replay::Stop(size_t job, bool preempted) {
   }
 }
 
-// True when no node of the cluster, even empty, has as many GPUs as one task of the job asks for,
-// or when the whole job asks for more GPUs than the cluster has.
-bool Replay::NeverFits(const JobState& state) const {
+// Why the job cannot run even on the empty cluster, or nullopt when it might: the whole job asks
+// for more GPUs than the cluster has, or a task group's tasks (whole GPUs of an allowed model,
+// CPUs, memory) fit no node, or fewer of them fit the whole cluster at once than the group has.
+std::optional<std::string> Replay::NeverFits(const JobState& state) const {
+  const Job& job = state.trace->job;
   if (state.gpu_milli > snapshot_.TotalGpuMilli()) {
-    return true;
+    return fmt::format("asks for {} GPUs, the cluster has {}", state.gpu_milli / kMilliPerUnit,
+                       snapshot_.TotalGpus());
   }
-  for (const TaskGroup& group : state.trace->job.groups) {
-    if (const auto* whole = std::get_if<WholeGpus>(&group.request.gpus);
-        whole != nullptr && whole->count > max_gpus_per_node_) {
-      return true;
+  const std::string models = job.allowed_gpu_models.empty()
+                                 ? std::string()
+                                 : fmt::format(" {}", fmt::join(job.allowed_gpu_models, "|"));
+  for (const TaskGroup& group : job.groups) {
+    const auto* whole = std::get_if<WholeGpus>(&group.request.gpus);
+    const bool no_gpu = std::holds_alternative<NoGpu>(group.request.gpus);
+    if (whole == nullptr && !no_gpu) {
+      if (const auto* share = std::get_if<FractionalGpu>(&group.request.gpus);
+          share != nullptr && max_gpus_per_node_ == 0) {
+        return std::string("asks for a GPU share, the cluster has no GPUs");
+      }
+      continue;
     }
+    const int per_task = whole != nullptr ? whole->count : 0;
+    const HostResources& host = group.request.host;
+    int64_t fitting = 0;
+    int widest = 0;
+    HostResources roomiest;  // of the nodes with enough GPUs
+    for (const scheduler::NodeInfo& node : snapshot_.nodes()) {
+      int allowed = 0;
+      for (const scheduler::GpuSlot& slot : node.gpus) {
+        const std::string& name = snapshot_.Model(slot.model_id).name;
+        if (job.allowed_gpu_models.empty() ||
+            std::find(job.allowed_gpu_models.begin(), job.allowed_gpu_models.end(), name) !=
+                job.allowed_gpu_models.end()) {
+          ++allowed;
+        }
+      }
+      widest = std::max(widest, allowed);
+      if (allowed >= per_task) {
+        roomiest.cpu_milli = std::max(roomiest.cpu_milli, node.capacity.cpu_milli);
+        roomiest.memory_mib = std::max(roomiest.memory_mib, node.capacity.memory_mib);
+      }
+      int64_t tasks = per_task > 0 ? allowed / per_task : group.replicas;
+      if (host.cpu_milli > 0) {
+        tasks = std::min(tasks, node.capacity.cpu_milli / host.cpu_milli);
+      }
+      if (host.memory_mib > 0) {
+        tasks = std::min(tasks, node.capacity.memory_mib / host.memory_mib);
+      }
+      fitting += tasks;
+    }
+    if (fitting >= group.replicas) {
+      continue;
+    }
+    const std::string task =
+        fmt::format("{} x ({} GPU{}{}, {} mCPU, {} MiB)", group.replicas, per_task,
+                    per_task == 1 ? "" : "s", models, host.cpu_milli, host.memory_mib);
+    if (fitting == 0 && widest < per_task) {
+      return fmt::format("{}: no node has {} GPU{}{} (most on one node: {})", task, per_task,
+                         per_task == 1 ? "" : "s", models, widest);
+    }
+    if (fitting == 0) {
+      return fmt::format(
+          "{}: no node with the GPUs has the CPUs and memory for one task (most: {} mCPU, {} MiB)",
+          task, roomiest.cpu_milli, roomiest.memory_mib);
+    }
+    return fmt::format("{}: the whole cluster holds only {} such tasks at once", task, fitting);
   }
-  return false;
+  return std::nullopt;
 }
 
 void Replay::Arrive(size_t job) {
   ++arrived_;
   JobState& state = jobs_[job];
-  if (NeverFits(state)) {
+  if (std::optional<std::string> reason = NeverFits(state)) {
+    state.unplaceable_reason = *std::move(reason);
     state.done = true;
     ++unplaceable_;
     SessionOver(state);
@@ -1164,6 +1222,7 @@ Result<ReplayResult> Replay::Run() {
     outcome.duration_seconds = state.trace->duration_seconds;
     outcome.reclaims = state.reclaims;
     outcome.resume_wait_seconds = state.resume_wait;
+    outcome.unplaceable_reason = state.unplaceable_reason;
     if (outcome.interactive) {
       InteractiveOutcome& notebooks = result.interactive;
       ++notebooks.sessions;

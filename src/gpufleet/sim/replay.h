@@ -136,6 +136,9 @@ struct ReplayJobOutcome {
   // coming back to a reclaimed notebook to its GPUs being placed again.
   int reclaims = 0;
   int64_t resume_wait_seconds = 0;
+  // Why the job never ran: it cannot fit the cluster (counted in jobs_unplaceable), or, for a
+  // job still waiting when the run ended, why none of its tries placed it. Empty otherwise.
+  std::string unplaceable_reason;
   int64_t QueueingDelay() const { return first_start_seconds - submit_seconds; }
   int64_t CompletionTime() const { return end_seconds - submit_seconds; }
   // First start to end over the duration: 1 for a session never interrupted. REQUIRES: ended.
@@ -184,8 +187,10 @@ struct ReplayResult {
   int total_gpus = 0;
   int jobs_total = 0;
   int jobs_finished = 0;
-  int jobs_unplaceable = 0;  // larger than the cluster, or a task larger than any node
-  int jobs_timed_out = 0;    // killed at their time limit; not in jobs_finished
+  // Larger than the cluster, or a task no node holds (GPUs of an allowed model, CPUs, memory);
+  // ReplayJobOutcome::unplaceable_reason says which.
+  int jobs_unplaceable = 0;
+  int jobs_timed_out = 0;  // killed at their time limit; not in jobs_finished
   int64_t makespan_seconds = 0;
   double mean_gpus_allocated = 0;
   // Integrals over the run (0 to the last job's end): GPUs allocated and GPUs busy (see

@@ -194,6 +194,19 @@ void WriteReplayJson(const std::vector<ReplayResult>& results, std::ostream& out
     run["jobs_total"] = result.jobs_total;
     run["jobs_finished"] = result.jobs_finished;
     run["jobs_unplaceable"] = result.jobs_unplaceable;
+    Json never = Json::array();
+    Json jobs = Json::array();
+    for (const ReplayJobOutcome& job : result.jobs) {
+      if (!job.unplaceable_reason.empty()) {
+        never.push_back(Json{{"id", job.id}, {"reason", job.unplaceable_reason}});
+      }
+      jobs.push_back(Json{{"id", job.id},
+                          {"gpus", job.gpus},
+                          {"start_seconds", job.first_start_seconds},
+                          {"end_seconds", job.end_seconds}});
+    }
+    run["never"] = std::move(never);
+    run["jobs"] = std::move(jobs);
     run["makespan_seconds"] = result.makespan_seconds;
     run["mean_gpus_allocated"] = Number(result.mean_gpus_allocated);
     run["queueing_delay"] = DistributionJson(result.queueing_delay);

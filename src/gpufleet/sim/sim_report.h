@@ -32,7 +32,9 @@ void WriteFillJson(const std::vector<FillResult>& results, std::ostream& out);
 // Writes
 //   {"mode":"replay",
 //    "runs":[{"queue_policy","placement_policy","seed","total_gpus","jobs_total",
-//             "jobs_finished","jobs_unplaceable","makespan_seconds","mean_gpus_allocated",
+//             "jobs_finished","jobs_unplaceable","never":[{"id","reason"}],
+//             "jobs":[{"id","gpus","start_seconds","end_seconds"}] (-1: never started/ended),
+//             "makespan_seconds","mean_gpus_allocated",
 //             "queueing_delay":{"mean","p50","p90","p99"},"completion_time":{...},
 //             "series":{"time_seconds":[...],"gpus_allocated":[...],
 //                       "fragmentation_gpus":[...],"queue_length":[...]}}]}

@@ -132,6 +132,7 @@ ReplayResult MakeReplay(const std::string& queue, const std::string& placement, 
                  {"b", 0, 600, 7200, 8, 1},
                  {"c", 100, 1600, 4000, 2, 0},
                  {"d", 200, -1, -1, 64, 0}};
+  result.jobs[3].unplaceable_reason = "asks for 64 GPUs, the cluster has 16";
   return result;
 }
 
@@ -223,6 +224,11 @@ TEST(ReplayJson, HasTheRequiredShape) {
                           "mean_gpus_allocated", "queueing_delay", "completion_time", "series"}) {
     EXPECT_TRUE(run.contains(key)) << key;
   }
+  EXPECT_EQ(run["jobs"].size(), run["jobs_total"].get<size_t>());
+  EXPECT_EQ(run["jobs"][1]["gpus"], 8);
+  ASSERT_EQ(run["never"].size(), 1U);
+  EXPECT_EQ(run["never"][0]["id"], "d");
+  EXPECT_EQ(run["never"][0]["reason"], "asks for 64 GPUs, the cluster has 16");
   EXPECT_EQ(run["queue_policy"], "tiresias");
   EXPECT_EQ(run["placement_policy"], "fgd");
   EXPECT_EQ(run["makespan_seconds"], 7200);

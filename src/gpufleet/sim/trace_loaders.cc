@@ -22,6 +22,7 @@
 #include "gpufleet/core/workload.h"
 #include "gpufleet/sim/csv.h"
 #include "gpufleet/sim/openb.h"
+#include "gpufleet/sim/slurm_history.h"
 
 namespace gpufleet::sim {
 namespace {
@@ -100,99 +101,6 @@ std::vector<std::string> GavelColumns() {
           "total_steps", "arrival_time", "scale_factor"};
 }
 
-// Lines of fields split at one character, without quoting: Gavel's tab-separated traces and
-// sacct's '|'-separated output. One trailing delimiter on every line (`sacct --parsable`) is
-// dropped when the header has it. Errors name file and line as CsvReader's do. Not thread-safe.
-class SplitReader {
- public:
-  // A header row is read by Open() unless `header` is given.
-  SplitReader(std::istream& in, std::string source, char delimiter,
-              std::vector<std::string> header = {})
-      : in_(in), source_(std::move(source)), delimiter_(delimiter), header_(std::move(header)) {}
-
-  Status Open() {
-    if (!header_.empty()) {
-      return Status::Ok();
-    }
-    std::string text;
-    if (!std::getline(in_, text)) {
-      return InvalidArgumentError(fmt::format("{}:1: empty file, expected a header row", source_));
-    }
-    ++line_;
-    Split(text, header_);
-    if (header_.size() > 1 && header_.back().empty()) {
-      header_.pop_back();
-      trailing_delimiter_ = true;
-    }
-    return Status::Ok();
-  }
-
-  Result<bool> Next() {
-    std::string text;
-    while (std::getline(in_, text)) {
-      ++line_;
-      if (text.empty() || text == "\r") {
-        continue;
-      }
-      Split(text, fields_);
-      if (trailing_delimiter_ && fields_.size() == header_.size() + 1 && fields_.back().empty()) {
-        fields_.pop_back();
-      }
-      if (fields_.size() != header_.size()) {
-        return InvalidArgumentError(fmt::format("{}:{}: {} fields, expected {} ({})", source_,
-                                                line_, fields_.size(), header_.size(),
-                                                fmt::join(header_, ",")));
-      }
-      return true;
-    }
-    return false;
-  }
-
-  Result<int> Column(std::string_view name) const {
-    for (size_t i = 0; i < header_.size(); ++i) {
-      if (header_[i] == name) {
-        return static_cast<int>(i);
-      }
-    }
-    return InvalidArgumentError(fmt::format("{}:{}: missing column \"{}\" (columns: {})", source_,
-                                            line_, name, fmt::join(header_, ",")));
-  }
-
-  const std::string& Field(int column) const { return fields_[column]; }
-  int line() const { return line_; }
-  const std::string& source() const { return source_; }
-  std::string Where(int column) const {
-    return fmt::format("{}:{}: column \"{}\"", source_, line_, header_[column]);
-  }
-
- private:
-  void Split(const std::string& text, std::vector<std::string>& out) const {
-    out.clear();
-    size_t begin = 0;
-    while (true) {
-      const size_t end = text.find(delimiter_, begin);
-      std::string field = text.substr(begin, end == std::string::npos ? end : end - begin);
-      if (end == std::string::npos) {
-        if (!field.empty() && field.back() == '\r') {
-          field.pop_back();
-        }
-        out.push_back(std::move(field));
-        return;
-      }
-      out.push_back(std::move(field));
-      begin = end + 1;
-    }
-  }
-
-  std::istream& in_;
-  std::string source_;
-  char delimiter_;
-  std::vector<std::string> header_;
-  std::vector<std::string> fields_;
-  bool trailing_delimiter_ = false;
-  int line_ = 0;
-};
-
 // Opens `path` and reads it with `read`, naming the file in every error.
 Result<Trace> LoadWith(const std::string& path, const GpuCatalog& catalog,
                        Result<Trace> (*read)(std::istream&, const std::string&,
@@ -209,30 +117,11 @@ Status CheckNotEmpty(std::istream& in, const std::string& source, std::string_vi
   return Status::Ok();
 }
 
-std::optional<int64_t> ToInt(std::string_view text) {
-  int64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    return std::nullopt;
-  }
-  return value;
-}
-
-std::optional<double> ToDouble(std::string_view text) {
-  double value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size() ||
-      !std::isfinite(value)) {
-    return std::nullopt;
-  }
-  return value;
-}
-
 // An integer in [min, max]; the error names the place, the column and the value.
 template <typename Row>
 Result<int64_t> IntField(const Row& row, int column, int64_t min, int64_t max) {
   const std::string& text = row.Field(column);
-  const std::optional<int64_t> value = ToInt(text);
+  const std::optional<int64_t> value = ToInt64(text);
   if (!value) {
     return InvalidArgumentError(
         fmt::format("{}: \"{}\" is not an integer", row.Where(column), text));
@@ -249,7 +138,7 @@ Result<int64_t> IntField(const Row& row, int column, int64_t min, int64_t max) {
 template <typename Row>
 Result<int64_t> SecondsField(const Row& row, int column, bool is_duration) {
   const std::string& text = row.Field(column);
-  const std::optional<double> value = ToDouble(text);
+  const std::optional<double> value = ToFiniteDouble(text);
   if (!value) {
     return InvalidArgumentError(
         fmt::format("{}: \"{}\" is not a number of seconds", row.Where(column), text));
@@ -270,56 +159,10 @@ Result<int64_t> SecondsField(const Row& row, int column, bool is_duration) {
   return seconds;
 }
 
-// Days since 1970-01-01 of a proleptic Gregorian date (H. Hinnant's days_from_civil).
-int64_t DaysFromCivil(int64_t year, int64_t month, int64_t day) {
-  year -= month <= 2 ? 1 : 0;
-  const int64_t era = (year >= 0 ? year : year - 399) / 400;
-  const int64_t year_of_era = year - era * 400;
-  const int64_t day_of_year = (153 * (month > 2 ? month - 3 : month + 9) + 2) / 5 + day - 1;
-  const int64_t day_of_era = year_of_era * 365 + year_of_era / 4 - year_of_era / 100 + day_of_year;
-  return era * 146097 + day_of_era - 719468;
-}
-
-int DaysInMonth(int64_t year, int64_t month) {
-  static constexpr std::array<int, 12> kDays = {31, 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31};
-  const bool leap = (year % 4 == 0 && year % 100 != 0) || year % 400 == 0;
-  return month == 2 && leap ? 29 : kDays[month - 1];
-}
-
-// "YYYY-MM-DD<separator>HH:MM:SS" as seconds since 1970-01-01 00:00:00, read as UTC; nullopt
-// when malformed.
-std::optional<int64_t> ParseDateTime(std::string_view text, char separator) {
-  if (text.size() != 19 || text[4] != '-' || text[7] != '-' || text[10] != separator ||
-      text[13] != ':' || text[16] != ':') {
-    return std::nullopt;
-  }
-  auto number = [&text](size_t begin, size_t length) -> int64_t {
-    int64_t value = 0;
-    for (size_t i = begin; i < begin + length; ++i) {
-      if (text[i] < '0' || text[i] > '9') {
-        return -1;
-      }
-      value = value * 10 + (text[i] - '0');
-    }
-    return value;
-  };
-  const int64_t year = number(0, 4);
-  const int64_t month = number(5, 2);
-  const int64_t day = number(8, 2);
-  const int64_t hour = number(11, 2);
-  const int64_t minute = number(14, 2);
-  const int64_t second = number(17, 2);
-  if (year < 0 || month < 1 || month > 12 || day < 1 || day > DaysInMonth(year, month) ||
-      hour < 0 || hour > 23 || minute < 0 || minute > 59 || second < 0 || second > 59) {
-    return std::nullopt;
-  }
-  return DaysFromCivil(year, month, day) * 86400 + hour * 3600 + minute * 60 + second;
-}
-
 template <typename Row>
 Result<int64_t> TimeField(const Row& row, int column, char separator) {
   const std::string& text = row.Field(column);
-  const std::optional<int64_t> value = ParseDateTime(text, separator);
+  const std::optional<int64_t> value = ParseIsoDateTime(text, separator);
   if (!value) {
     return InvalidArgumentError(fmt::format("{}: \"{}\" is not a time YYYY-MM-DD{}HH:MM:SS",
                                             row.Where(column), text, separator));
@@ -418,129 +261,6 @@ std::string PolluxConfigs(std::string_view application) {
   return known;
 }
 
-// Memory of an AllocTRES "mem=" value ("16G", "4000M", "1.5T", "512K"; no suffix = M) in MiB.
-std::optional<int64_t> ParseMemoryMib(std::string_view text) {
-  double scale = 1;
-  if (!text.empty() && std::string_view("KMGTP").find(text.back()) != std::string_view::npos) {
-    switch (text.back()) {
-      case 'K':
-        scale = 1.0 / 1024;
-        break;
-      case 'G':
-        scale = 1024;
-        break;
-      case 'T':
-        scale = 1024.0 * 1024;
-        break;
-      case 'P':
-        scale = 1024.0 * 1024 * 1024;
-        break;
-      default:
-        break;
-    }
-    text.remove_suffix(1);
-  }
-  const std::optional<double> value = ToDouble(text);
-  if (!value || *value < 0 || *value * scale > 1e15) {
-    return std::nullopt;
-  }
-  return std::llround(*value * scale);
-}
-
-// Slurm job states (sacct(1), JOB STATE CODES): the ones replayed and the ones skipped.
-bool IsReplayedState(std::string_view state) {
-  static constexpr std::array<std::string_view, 8> kReplayed = {
-      "COMPLETED", "FAILED",    "TIMEOUT",       "CANCELLED",
-      "NODE_FAIL", "PREEMPTED", "OUT_OF_MEMORY", "DEADLINE"};
-  return std::find(kReplayed.begin(), kReplayed.end(), state) != kReplayed.end();
-}
-bool IsSkippedState(std::string_view state) {
-  static constexpr std::array<std::string_view, 7> kSkipped = {
-      "PENDING", "RUNNING", "SUSPENDED", "REQUEUED", "RESIZING", "REVOKED", "BOOT_FAIL"};
-  return std::find(kSkipped.begin(), kSkipped.end(), state) != kSkipped.end();
-}
-
-// A GPU type of a `gres/gpu:TYPE=N` entry: the catalog name as written, else upper-cased
-// ("a100" -> A100 -> A100-40GB).
-Result<std::string> GpuTypeModel(std::string_view type, const GpuCatalog& catalog) {
-  std::string canonical = catalog.Canonical(type);
-  if (canonical.empty()) {
-    std::string upper(type);
-    std::transform(upper.begin(), upper.end(), upper.begin(),
-                   [](unsigned char c) { return static_cast<char>(std::toupper(c)); });
-    canonical = catalog.Canonical(upper);
-  }
-  if (canonical.empty()) {
-    return catalog.Find(type).status();
-  }
-  return canonical;
-}
-
-struct SacctResources {
-  int64_t gpus = 0;
-  std::vector<std::string> models;
-  int64_t cpus = 0;
-  int64_t memory_mib = 0;
-};
-
-Result<SacctResources> ParseAllocTres(const SplitReader& row, int column,
-                                      const GpuCatalog& catalog) {
-  const std::string& text = row.Field(column);
-  SacctResources resources;
-  std::optional<int64_t> untyped_gpus;
-  int64_t typed_gpus = 0;
-  size_t begin = 0;
-  while (begin < text.size()) {
-    const size_t end = std::min(text.find(',', begin), text.size());
-    const std::string_view entry = std::string_view(text).substr(begin, end - begin);
-    begin = end + 1;
-    const size_t equals = entry.find('=');
-    if (equals == std::string_view::npos) {
-      return InvalidArgumentError(fmt::format("{}: entry \"{}\" of \"{}\" is not key=value",
-                                              row.Where(column), entry, text));
-    }
-    const std::string_view key = entry.substr(0, equals);
-    const std::string_view value = entry.substr(equals + 1);
-    const bool gpu = key == "gres/gpu" || key.starts_with("gres/gpu:");
-    if (gpu || key == "cpu") {
-      const std::optional<int64_t> count = ToInt(value);
-      if (!count || *count < 0 || *count > kMaxGpus * 1000) {
-        return InvalidArgumentError(
-            fmt::format("{}: \"{}\" in \"{}\" is not a count", row.Where(column), entry, text));
-      }
-      if (key == "cpu") {
-        resources.cpus = *count;
-      } else if (key == "gres/gpu") {
-        untyped_gpus = *count;
-      } else {
-        auto model = GpuTypeModel(key.substr(std::string_view("gres/gpu:").size()), catalog);
-        if (!model.ok()) {
-          return InvalidArgumentError(
-              fmt::format("{}: \"{}\": {}", row.Where(column), entry, model.status().message()));
-        }
-        typed_gpus += *count;
-        if (*count > 0 && std::find(resources.models.begin(), resources.models.end(), *model) ==
-                              resources.models.end()) {
-          resources.models.push_back(*model);
-        }
-      }
-    } else if (key == "mem") {
-      const std::optional<int64_t> mib = ParseMemoryMib(value);
-      if (!mib) {
-        return InvalidArgumentError(fmt::format("{}: \"{}\" in \"{}\" is not a memory size",
-                                                row.Where(column), entry, text));
-      }
-      resources.memory_mib = *mib;
-    }
-  }
-  resources.gpus = untyped_gpus.value_or(typed_gpus);
-  if (resources.gpus > kMaxGpus) {
-    return InvalidArgumentError(fmt::format("{}: {} GPUs in \"{}\" (at most {})", row.Where(column),
-                                            resources.gpus, text, kMaxGpus));
-  }
-  return resources;
-}
-
 }  // namespace
 
 TaskSplit SplitGpus(int gpus) {
@@ -602,7 +322,7 @@ Result<Trace> LoadPhilly(const std::string& path, const GpuCatalog& catalog) {
 
 Result<Trace> ReadGavel(std::istream& in, const std::string& source, const GpuCatalog& catalog) {
   GPUFLEET_RETURN_IF_ERROR(CheckNotEmpty(in, source, "one job per line"));
-  SplitReader tsv(in, source, '\t', GavelColumns());
+  DelimitedReader tsv(in, source, '\t', GavelColumns());
   GPUFLEET_RETURN_IF_ERROR(tsv.Open());
   const int job_type = 0;
   const int total_steps = 4;
@@ -790,7 +510,7 @@ Result<Trace> ReadNative(std::istream& in, const std::string& source, const GpuC
     job.job.kind = job_kind;
     job.job.allowed_gpu_models = std::move(models);
     if (communication >= 0 && !csv.Field(communication).empty()) {
-      const std::optional<double> fraction = ToDouble(csv.Field(communication));
+      const std::optional<double> fraction = ToFiniteDouble(csv.Field(communication));
       if (!fraction || *fraction < 0 || *fraction > 1) {
         return InvalidArgumentError(fmt::format("{}: \"{}\" is not a fraction in [0, 1]",
                                                 csv.Where(communication),
@@ -808,89 +528,15 @@ Result<Trace> LoadNative(const std::string& path, const GpuCatalog& catalog) {
   return LoadWith(path, catalog, ReadNative);
 }
 
-Result<Trace> ReadSacct(std::istream& in, const std::string& source, const GpuCatalog& catalog) {
-  GPUFLEET_RETURN_IF_ERROR(CheckNotEmpty(in, source, "a header row"));
-  SplitReader sacct(in, source, '|');
-  GPUFLEET_RETURN_IF_ERROR(sacct.Open());
-  GPUFLEET_ASSIGN_OR_RETURN(const int job_id, sacct.Column("JobID"));
-  GPUFLEET_ASSIGN_OR_RETURN(const int submit_column, sacct.Column("Submit"));
-  GPUFLEET_ASSIGN_OR_RETURN(const int start_column, sacct.Column("Start"));
-  GPUFLEET_ASSIGN_OR_RETURN(const int end_column, sacct.Column("End"));
-  GPUFLEET_ASSIGN_OR_RETURN(const int state_column, sacct.Column("State"));
-  GPUFLEET_ASSIGN_OR_RETURN(const int partition, sacct.Column("Partition"));
-  GPUFLEET_ASSIGN_OR_RETURN(const int user, sacct.Column("User"));
-  GPUFLEET_ASSIGN_OR_RETURN(const int nnodes, sacct.Column("NNodes"));
-  GPUFLEET_ASSIGN_OR_RETURN(const int alloc_tres, sacct.Column("AllocTRES"));
-  std::vector<TraceJob> jobs;
-  std::set<std::string, std::less<>> ids;
-  int skipped = 0;
-  while (true) {
-    GPUFLEET_ASSIGN_OR_RETURN(const bool more, sacct.Next());
-    if (!more) {
-      break;
-    }
-    if (sacct.Field(job_id).find('.') != std::string::npos) {
-      ++skipped;  // a job step ("123.batch", "123.0"): its job is replayed
-      continue;
-    }
-    const std::string& state_text = sacct.Field(state_column);
-    const std::string state = state_text.substr(0, state_text.find(' '));  // "CANCELLED by 42"
-    if (IsSkippedState(state)) {
-      ++skipped;
-      continue;
-    }
-    if (!IsReplayedState(state)) {
-      return InvalidArgumentError(fmt::format(
-          "{}: unknown job state \"{}\" (known: COMPLETED, FAILED, TIMEOUT, CANCELLED, "
-          "NODE_FAIL, PREEMPTED, OUT_OF_MEMORY, DEADLINE, PENDING, RUNNING, SUSPENDED, REQUEUED, "
-          "RESIZING, REVOKED, BOOT_FAIL)",
-          sacct.Where(state_column), state_text));
-    }
-    const std::string& start_text = sacct.Field(start_column);
-    if (start_text == "Unknown" || start_text == "None" || start_text.empty()) {
-      ++skipped;  // ended before it started, e.g. cancelled while pending
-      continue;
-    }
-    GPUFLEET_RETURN_IF_ERROR(CheckUniqueId(ids, sacct, job_id));
-    GPUFLEET_ASSIGN_OR_RETURN(const int64_t submit, TimeField(sacct, submit_column, 'T'));
-    GPUFLEET_ASSIGN_OR_RETURN(const int64_t start, TimeField(sacct, start_column, 'T'));
-    GPUFLEET_ASSIGN_OR_RETURN(const int64_t end, TimeField(sacct, end_column, 'T'));
-    if (end < start) {
-      return InvalidArgumentError(
-          fmt::format("{}: \"{}\" is before Start \"{}\" (negative duration {} s)",
-                      sacct.Where(end_column), sacct.Field(end_column), start_text, end - start));
-    }
-    GPUFLEET_ASSIGN_OR_RETURN(const SacctResources resources,
-                              ParseAllocTres(sacct, alloc_tres, catalog));
-    if (end == start || resources.gpus == 0) {
-      ++skipped;  // ran for under a second, or used no GPU
-      continue;
-    }
-    GPUFLEET_ASSIGN_OR_RETURN(const int64_t nodes, IntField(sacct, nnodes, 1, kMaxTasks));
-    if (resources.gpus % nodes != 0) {
-      return InvalidArgumentError(
-          fmt::format("{}: {} GPUs in \"{}\" do not split evenly over NNodes {}",
-                      sacct.Where(alloc_tres), resources.gpus, sacct.Field(alloc_tres), nodes));
-    }
-    TraceJob job = MakeJob(sacct.Field(job_id), submit, end - start, static_cast<int>(nodes),
-                           WholeGpus{static_cast<int>(resources.gpus / nodes)},
-                           sacct.Field(partition), sacct.Field(user));
-    job.job.allowed_gpu_models = resources.models;
-    job.job.groups[0].request.host.cpu_milli = resources.cpus * 1000 / nodes;
-    job.job.groups[0].request.host.memory_mib = resources.memory_mib / nodes;
-    jobs.push_back(std::move(job));
-    GPUFLEET_RETURN_IF_ERROR(CheckJob(jobs.back(), catalog, source, sacct.line()));
-  }
-  return FinishTrace(
-      source, std::move(jobs), sacct.line(),
-      skipped == 0 ? ""
-                   : fmt::format(" to replay ({} rows skipped: job steps, jobs that did not run "
-                                 "or used no GPU)",
-                                 skipped));
+Result<Trace> ReadSacct(std::istream& in, const std::string& source, GpuCatalog& catalog) {
+  GPUFLEET_ASSIGN_OR_RETURN(SacctHistory history,
+                            ReadSacctHistory(in, source, SacctOptions{}, catalog));
+  return std::move(history.trace);
 }
 
-Result<Trace> LoadSacct(const std::string& path, const GpuCatalog& catalog) {
-  return LoadWith(path, catalog, ReadSacct);
+Result<Trace> LoadSacct(const std::string& path, GpuCatalog& catalog) {
+  GPUFLEET_ASSIGN_OR_RETURN(std::ifstream in, OpenInputFile(path));
+  return ReadSacct(in, path, catalog);
 }
 
 Result<Trace> ReadOpenbTrace(std::istream& in, const std::string& source, GpuCatalog& catalog) {

@@ -68,10 +68,10 @@ Result<Trace> LoadPollux(const std::string& path, const GpuCatalog& catalog);
 Result<Trace> ReadNative(std::istream& in, const std::string& source, const GpuCatalog& catalog);
 Result<Trace> LoadNative(const std::string& path, const GpuCatalog& catalog);
 
-// `sacct --parsable2 --format=JobID,Submit,Start,End,State,Partition,Account,User,NNodes,
-// AllocTRES`; job steps, jobs that never ran or use no GPU are skipped.
-Result<Trace> ReadSacct(std::istream& in, const std::string& source, const GpuCatalog& catalog);
-Result<Trace> LoadSacct(const std::string& path, const GpuCatalog& catalog);
+// `sacct --parsable2` output read by ReadSacctHistory (slurm_history.h) with default options:
+// the trace only. GPU types no table or catalog knows join the catalog (and are counted there).
+Result<Trace> ReadSacct(std::istream& in, const std::string& source, GpuCatalog& catalog);
+Result<Trace> LoadSacct(const std::string& path, GpuCatalog& catalog);
 
 // An openb pod list replayed over time: each pod that ever started arrives at its creation_time
 // and runs for deletion_time - scheduled_time; pods without a scheduled_time are left out. GPU

@@ -25,6 +25,13 @@ Result<Trace> ReadText(Reader reader, const std::string& text, const std::string
   return reader(in, source, GpuCatalog::Default());
 }
 
+// ReadSacct on a copy of the catalog, which gains the GPU types it does not know.
+Result<Trace> ReadSacctCopyingCatalog(std::istream& in, const std::string& source,
+                                      const GpuCatalog& catalog) {
+  GpuCatalog copy = catalog;
+  return ReadSacct(in, source, copy);
+}
+
 int Gpus(const TraceJob& job) {
   return static_cast<int>(job.job.RequestedGpuMilliTotal() / kMilliPerUnit);
 }
@@ -216,7 +223,8 @@ TEST(Native, WithoutIdColumnNumbersTheRows) {
 }
 
 TEST(Sacct, LoadsTheExample) {
-  auto trace = LoadSacct(kDataDir + "/examples/sacct_example.txt", GpuCatalog::Default());
+  GpuCatalog catalog = GpuCatalog::Default();
+  auto trace = LoadSacct(kDataDir + "/examples/sacct_example.txt", catalog);
   ASSERT_OK(trace);
   std::vector<std::string> ids;
   for (const TraceJob& job : trace->jobs) {
@@ -246,7 +254,7 @@ TEST(Sacct, LoadsTheExample) {
 }
 
 TEST(Sacct, TrailingDelimiterOfParsableIsAccepted) {
-  auto trace = ReadText(ReadSacct,
+  auto trace = ReadText(ReadSacctCopyingCatalog,
                         "JobID|Submit|Start|End|State|Partition|User|NNodes|AllocTRES|\n"
                         "7|2024-01-01T00:00:00|2024-01-01T00:00:10|2024-01-01T00:01:10|COMPLETED|"
                         "p|u|1|gres/gpu=2|\n",
@@ -362,46 +370,53 @@ std::vector<BadCase> BadCases() {
        kNativeHeader + "a,0,60,1,1,1000,,q,0,batch,u\na,1,60,1,1,1000,,q,0,batch,u\n",
        "trace:3: column \"id\": duplicate job id \"a\""},
       // sacct
-      {"sacct", ReadSacct, "", "trace:1: empty file"},
-      {"sacct", ReadSacct, kSacctHeader, "trace:1: no jobs in the file"},
-      {"sacct", ReadSacct,
+      {"sacct", ReadSacctCopyingCatalog, "", "trace:1: empty file"},
+      {"sacct", ReadSacctCopyingCatalog, kSacctHeader, "trace:1: no jobs in the file"},
+      {"sacct", ReadSacctCopyingCatalog,
        kSacctHeader + "1.batch|" + kSacctTimes + "|COMPLETED|p|a|u|1|gres/gpu=1\n" +
            "2|2024-03-01T08:00:00|None|2024-03-01T08:00:00|CANCELLED by 0|p|a|u|1|\n",
-       "trace:3: no jobs in the file to replay (2 rows skipped"},
-      {"sacct", ReadSacct,
+       "trace:3: no jobs in the file to replay (2 rows; skipped: 1 .batch/.extern steps, 1 "
+       "cancelled before start)"},
+      {"sacct", ReadSacctCopyingCatalog,
        "JobID|Submit|Start|End|State|Partition|Account|User|NNodes\n1|" + kSacctTimes +
            "|COMPLETED|p|a|u|1\n",
        "trace:1: missing column \"AllocTRES\""},
-      {"sacct", ReadSacct, kSacctHeader + "1|" + kSacctTimes + "|COMPLETED|p|a|u|two|gres/gpu=1\n",
+      {"sacct", ReadSacctCopyingCatalog,
+       kSacctHeader + "1|" + kSacctTimes + "|COMPLETED|p|a|u|two|gres/gpu=1\n",
        "trace:2: column \"NNodes\": \"two\" is not an integer"},
-      {"sacct", ReadSacct,
+      {"sacct", ReadSacctCopyingCatalog,
        kSacctHeader +
            "1|2024-03-01T08:00:00|2024-03-01T09:00:00|2024-03-01T08:59:00|COMPLETED|p|a|u|1|"
            "gres/gpu=1\n",
        "trace:2: column \"End\": \"2024-03-01T08:59:00\" is before Start \"2024-03-01T09:00:00\" "
        "(negative duration -60 s)"},
-      {"sacct", ReadSacct,
+      {"sacct", ReadSacctCopyingCatalog,
        kSacctHeader +
            "1|2024-03-01 08:00:00|2024-03-01T09:00:00|2024-03-01T10:00:00|COMPLETED|p|a|u|1|"
            "gres/gpu=1\n",
        "trace:2: column \"Submit\": \"2024-03-01 08:00:00\" is not a time YYYY-MM-DDTHH:MM:SS"},
-      {"sacct", ReadSacct,
-       kSacctHeader + "1|" + kSacctTimes + "|COMPLETED|p|a|u|1|cpu=4,gres/gpu:x100=4\n",
-       "trace:2: column \"AllocTRES\": \"gres/gpu:x100=4\": unknown GPU model \"x100\""},
-      {"sacct", ReadSacct, kSacctHeader + "1|" + kSacctTimes + "|COMPLETED|p|a|u|1|gres/gpu=lots\n",
+      {"sacct", ReadSacctCopyingCatalog,
+       kSacctHeader +
+           "1|2024-03-01T08:00:00|2024-03-01T07:00:00|2024-03-01T09:00:00|COMPLETED|p|a|u|1|"
+           "gres/gpu=1\n",
+       "trace:2: column \"Start\": \"2024-03-01T07:00:00\" is before Submit"},
+      {"sacct", ReadSacctCopyingCatalog,
+       kSacctHeader + "1|" + kSacctTimes + "|COMPLETED|p|a|u|1|gres/gpu=lots\n",
        "trace:2: column \"AllocTRES\": \"gres/gpu=lots\" in \"gres/gpu=lots\" is not a count"},
-      {"sacct", ReadSacct, kSacctHeader + "1|" + kSacctTimes + "|COMPLETED|p|a|u|2|gres/gpu=3\n",
+      {"sacct", ReadSacctCopyingCatalog,
+       kSacctHeader + "1|" + kSacctTimes + "|COMPLETED|p|a|u|2|gres/gpu=3\n",
        "trace:2: column \"AllocTRES\": 3 GPUs in \"gres/gpu=3\" do not split evenly over NNodes 2"},
-      {"sacct", ReadSacct,
+      {"sacct", ReadSacctCopyingCatalog,
        kSacctHeader + "1|" + kSacctTimes + "|COMPLETED|p|a|u|1|gres/gpu=1,mem=lots\n",
        "trace:2: column \"AllocTRES\": \"mem=lots\""},
-      {"sacct", ReadSacct, kSacctHeader + "1|" + kSacctTimes + "|EXPLODED|p|a|u|1|gres/gpu=1\n",
+      {"sacct", ReadSacctCopyingCatalog,
+       kSacctHeader + "1|" + kSacctTimes + "|EXPLODED|p|a|u|1|gres/gpu=1\n",
        "trace:2: column \"State\": unknown job state \"EXPLODED\""},
-      {"sacct", ReadSacct,
+      {"sacct", ReadSacctCopyingCatalog,
        kSacctHeader + "1|" + kSacctTimes + "|COMPLETED|p|a|u|1|gres/gpu=1\n" + "1|" + kSacctTimes +
            "|COMPLETED|p|a|u|1|gres/gpu=1\n",
        "trace:3: column \"JobID\": duplicate job id \"1\""},
-      {"sacct", ReadSacct, kSacctHeader + "1|" + kSacctTimes + "|COMPLETED|p|a|u|1\n",
+      {"sacct", ReadSacctCopyingCatalog, kSacctHeader + "1|" + kSacctTimes + "|COMPLETED|p|a|u|1\n",
        "trace:2: 9 fields, expected 10"},
   };
 }
