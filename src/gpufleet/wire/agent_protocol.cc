@@ -506,6 +506,11 @@ std::string AgentReplyToJson(const AgentReply& reply) {
       }
       task["mig_instances"] = std::move(instances);
     }
+    if (!t.image.empty()) {
+      task["image"] = t.image;
+      task["image_pull_policy"] = ImagePullPolicyName(t.image_pull_policy);
+      task["host_network"] = t.host_network;
+    }
     tasks.push_back(std::move(task));
   }
   Json j = {{"heartbeat_interval_ms", reply.heartbeat_interval_ms},
@@ -574,9 +579,10 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
   const auto read_task = [&](const Json& t, const std::string& path) -> Status {
     GPUFLEET_ASSIGN_OR_RETURN(
         const ObjectReader tr,
-        ObjectReader::Open(t, path,
-                           {"id", "job", "task", "command", "env", "gpu_uuids", "gpu_milli",
-                            "cpu_milli", "memory_mib", "mig_instances"}));
+        ObjectReader::Open(
+            t, path,
+            {"id", "job", "task", "command", "env", "gpu_uuids", "gpu_milli", "cpu_milli",
+             "memory_mib", "mig_instances", "image", "image_pull_policy", "host_network"}));
     DesiredTask task;
     GPUFLEET_RETURN_IF_ERROR(tr.String("id", &task.id, /*required=*/true));
     GPUFLEET_RETURN_IF_ERROR(tr.String("job", &task.job));
@@ -587,6 +593,28 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
     GPUFLEET_RETURN_IF_ERROR(tr.Integer("gpu_milli", &task.gpu_milli, 0, int64_t{1} << 40));
     GPUFLEET_RETURN_IF_ERROR(tr.Integer("cpu_milli", &task.cpu_milli, 0, int64_t{1} << 40));
     GPUFLEET_RETURN_IF_ERROR(tr.Integer("memory_mib", &task.memory_mib, 0, int64_t{1} << 40));
+    GPUFLEET_RETURN_IF_ERROR(tr.String("image", &task.image));
+    if (!task.image.empty()) {
+      if (const Status image = ValidateImageReference(task.image); !image.ok()) {
+        return FieldError(tr.Path("image"), image.message());
+      }
+    }
+    std::string pull_policy = ImagePullPolicyName(ImagePullPolicy::kIfNotPresent);
+    GPUFLEET_RETURN_IF_ERROR(tr.String("image_pull_policy", &pull_policy));
+    const std::optional<ImagePullPolicy> policy = ImagePullPolicyFromName(pull_policy);
+    if (!policy.has_value()) {
+      return FieldError(
+          tr.Path("image_pull_policy"),
+          fmt::format("\"{}\" is not one of IfNotPresent, Always, Never", pull_policy));
+    }
+    task.image_pull_policy = *policy;
+    if (const Json* host_network = tr.Find("host_network")) {
+      if (!host_network->is_boolean()) {
+        return FieldError(tr.Path("host_network"),
+                          "expected true or false, got " + Shown(*host_network));
+      }
+      task.host_network = host_network->get<bool>();
+    }
     const auto read_instance = [&](const Json& m, const std::string& m_path) -> Status {
       GPUFLEET_ASSIGN_OR_RETURN(
           const ObjectReader mr,
