@@ -503,6 +503,9 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
     launch.log_path = LogPath(task.id);
     launch.cpu_milli = task.cpu_milli;
     launch.memory_mib = task.memory_mib;
+    launch.image = task.image;
+    launch.image_pull_policy = task.image_pull_policy;
+    launch.host_network = task.host_network;
     if (Status started = runner_.Start(launch); !started.ok()) {
       if (started.code() == StatusCode::kAlreadyExists) {
         continue;
