@@ -174,7 +174,10 @@ std::vector<std::string> PodmanRunner::PodmanCommand() const {
 
 std::vector<std::string> PodmanRunner::PodmanEnvironment() const {
   std::vector<std::string> env;
-  for (const char* name : {"PATH", "HOME", "TMPDIR", "XDG_RUNTIME_DIR"}) {
+  for (const char* name : {"PATH", "HOME", "TMPDIR", "XDG_RUNTIME_DIR", "CONTAINERS_CONF"}) {
+    if (std::string_view(name) == "CONTAINERS_CONF" && !options_.containers_conf.empty()) {
+      continue;
+    }
     if (const char* value = getenv(name); value != nullptr) {
       env.push_back(fmt::format("{}={}", name, value));
     }

@@ -38,7 +38,8 @@ struct PodmanRunnerOptions {
   std::string run_root;
   std::string tmp_dir;
   std::string storage_driver;
-  // A containers.conf podman reads (CONTAINERS_CONF); empty: the system's. On hosts whose hard
+  // A containers.conf podman reads (CONTAINERS_CONF); empty: the CONTAINERS_CONF of this
+  // process's environment if set, else the system's. On hosts whose hard
   // RLIMIT_NOFILE is below podman's default ulimits it must say `default_ulimits = []`.
   std::string containers_conf;
   // The value of kRunnerLabel on this runner's containers: a runner adopts and lists only its own.
@@ -139,7 +140,7 @@ class PodmanRunner final : public TaskRunner {
                const Clock& clock);
 
   std::vector<std::string> PodmanCommand() const;
-  // podman's environment: PATH, HOME and the CONTAINERS_CONF of the options only.
+  // podman's environment: PATH, HOME, TMPDIR, XDG_RUNTIME_DIR and CONTAINERS_CONF only.
   std::vector<std::string> PodmanEnvironment() const;
   std::string ContainerName(std::string_view task_id) const;
   // Runs podman with `args` after the global flags, capturing its output.
