@@ -50,6 +50,7 @@ struct AgentFlags {
   std::string runner = "process";
   std::string podman = "podman";
   std::string podman_runtime = "runc";
+  std::vector<std::string> podman_insecure_registries;
   std::string state_dir = "gpufleet-agent";
   std::string metrics_listen = "0.0.0.0:9400";
   int64_t sample_interval_ms = 1000;
@@ -242,6 +243,7 @@ int RunAgent(const AgentFlags& flags) {
       podman.podman = flags.podman;
       podman.oci_runtime = flags.podman_runtime;
       podman.instance = options.node_name;
+      podman.insecure_registries = flags.podman_insecure_registries;
       if (!flags.run_as.empty()) {
         Result<runner::RunAs> user = runner::LookUpUser(flags.run_as);
         if (!user.ok()) {
@@ -366,6 +368,9 @@ Action AddAgentCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--podman", flags->podman, "podman runner: the podman program")
       ->capture_default_str();
+  cmd->add_option("--podman-insecure-registry", flags->podman_insecure_registries,
+                  "podman runner: HOST:PORT of a registry pulled from over plain HTTP (a local "
+                  "registry on loopback); repeatable");
   cmd->add_option("--podman-runtime", flags->podman_runtime,
                   "podman runner: OCI runtime (runc; crun refuses hybrid cgroup hosts; empty: "
                   "podman's default)")

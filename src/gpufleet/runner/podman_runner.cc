@@ -241,7 +241,24 @@ Result<std::map<std::string, PodmanRunner::ContainerState>> PodmanRunner::ListCo
   return containers;
 }
 
-std::optional<std::string> PodmanRunner::EnsureImage(const TaskLaunch& launch) const {
+namespace {
+
+// The registry an image reference names: its first component when that holds a '.' or a ':' or
+// is "localhost", else Docker Hub.
+std::string_view RegistryOf(std::string_view reference) {
+  const size_t slash = reference.find('/');
+  if (slash == std::string_view::npos) {
+    return "docker.io";
+  }
+  const std::string_view first = reference.substr(0, slash);
+  return first.find_first_of(".:") != std::string_view::npos || first == "localhost" ? first
+                                                                                     : "docker.io";
+}
+
+}  // namespace
+
+std::optional<std::string> PodmanRunner::EnsureImage(const TaskLaunch& launch,
+                                                     TaskStatus& status) const {
   if (launch.image_pull_policy != ImagePullPolicy::kAlways) {
     const Result<internal::CommandOutcome> exists =
         Podman({"image", "exists", launch.image}, options_.command_timeout);
@@ -259,8 +276,16 @@ std::optional<std::string> PodmanRunner::EnsureImage(const TaskLaunch& launch) c
                          launch.image);
     }
   }
-  const Result<internal::CommandOutcome> pulled =
-      Podman({"pull", "--quiet", launch.image}, options_.pull_timeout);
+  std::vector<std::string> pull = {"pull", "--quiet"};
+  const std::string_view registry = RegistryOf(launch.image);
+  if (std::find(options_.insecure_registries.begin(), options_.insecure_registries.end(),
+                registry) != options_.insecure_registries.end()) {
+    pull.push_back("--tls-verify=false");
+  }
+  pull.push_back(launch.image);
+  const MonoTime pull_start = clock_.Now();
+  const Result<internal::CommandOutcome> pulled = Podman(pull, options_.pull_timeout);
+  status.image_pull_time = clock_.Now() - pull_start;
   if (!pulled.ok()) {
     return pulled.status().message();
   }
@@ -378,7 +403,7 @@ Status PodmanRunner::Start(const TaskLaunch& launch) {
   task.status.task_id = launch.task_id;
   task.status.gpu_uuids = launch.gpu_uuids;
   task.status.start_time = clock_.Now();
-  std::optional<std::string> failure = EnsureImage(launch);
+  std::optional<std::string> failure = EnsureImage(launch, task.status);
   if (!failure.has_value()) {
     failure = RunContainer(launch, task.container, log.get(), task.status.start_time);
   }

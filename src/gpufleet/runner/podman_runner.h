@@ -42,6 +42,9 @@ struct PodmanRunnerOptions {
   // process's environment if set, else the system's. On hosts whose hard
   // RLIMIT_NOFILE is below podman's default ulimits it must say `default_ulimits = []`.
   std::string containers_conf;
+  // Registries ("HOST:PORT", e.g. a registry on loopback) pulled from over plain HTTP
+  // (`podman pull --tls-verify=false`); every other registry is pulled from over TLS.
+  std::vector<std::string> insecure_registries;
   // The value of kRunnerLabel on this runner's containers: a runner adopts and lists only its own.
   std::string instance = "gpufleet";
   // The user the container's process runs as (`--user UID:GID`); none: the image's user.
@@ -56,7 +59,8 @@ struct PodmanRunnerOptions {
 //
 // A container task. Start makes sure the image is there (TaskLaunch::image_pull_policy:
 // IfNotPresent pulls it when `podman image exists` says no, Always pulls it, Never refuses a
-// missing image), then runs `podman run --detach --init --log-driver passthrough` with
+// missing image; TaskStatus::image_pull_time says how long a pull took), then runs `podman run
+// --detach --init --log-driver passthrough` with
 // `--runtime` from the options; the task's GPUs as CDI devices (`--device nvidia.com/gpu=UUID`,
 // MIG devices by their UUIDs); `--cpus` and `--memory` from TaskLaunch::cpu_milli and memory_mib;
 // `--network none` unless TaskLaunch::host_network (then `--network host`); the environment
@@ -148,8 +152,9 @@ class PodmanRunner final : public TaskRunner {
                                           Duration timeout) const;
   // This instance's containers, by name.
   Result<std::map<std::string, ContainerState>> ListContainers() const;
-  // Makes sure the image is present; the reason it is not otherwise.
-  std::optional<std::string> EnsureImage(const TaskLaunch& launch) const;
+  // Makes sure the image is present, recording a pull's duration in `status`; the reason it is
+  // not otherwise.
+  std::optional<std::string> EnsureImage(const TaskLaunch& launch, TaskStatus& status) const;
   // Runs the container, labelled with `start_time`; the reason it did not start otherwise.
   std::optional<std::string> RunContainer(const TaskLaunch& launch, const std::string& name,
                                           int log_fd, MonoTime start_time) const;

@@ -4,6 +4,9 @@
 // outside. The tests skip only when podman cannot run on this machine at all.
 #include "gpufleet/runner/podman_runner.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -427,6 +430,86 @@ TEST_F(PodmanRunnerTest, TasksWithoutAnImageRunAsProcesses) {
   ASSERT_OK(runner_->Forget("job/process/1"));
   ASSERT_OK(runner_->Forget("job/container/1"));
   EXPECT_TRUE(runner_->Poll().empty());
+}
+
+// A port on loopback that was free a moment ago.
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    return -1;
+  }
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+// Debian's docker-registry (the CNCF distribution registry) on a loopback port: the test image is
+// pushed to it and a task pulls it from there before it starts.
+TEST_F(PodmanRunnerTest, PullsAnImageFromALoopbackRegistryBeforeTheStart) {
+  ASSERT_NE(runner_, nullptr);
+  ASSERT_TRUE(std::filesystem::exists("/usr/bin/docker-registry"))
+      << "install docker-registry (scripts/setup)";
+  const int port = FreeLoopbackPort();
+  ASSERT_GT(port, 0);
+  WriteFile(dir_ + "/registry.yml",
+            fmt::format("version: 0.1\nstorage: {{filesystem: {{rootdirectory: {}/registry}}}}\n"
+                        "http: {{addr: 127.0.0.1:{}}}\n",
+                        dir_, port));
+  const std::string pid_file = dir_ + "/registry.pid";
+  ASSERT_EQ(Shell(fmt::format("/usr/bin/docker-registry serve {0}/registry.yml "
+                              ">{0}/registry.log 2>&1 & echo $! >{1}",
+                              dir_, pid_file)),
+            "");
+  // Ends the registry however the test ends.
+  struct RegistryProcess {
+    std::string pid_file;
+    ~RegistryProcess() { Shell(fmt::format("kill $(cat {}) 2>/dev/null", pid_file)); }
+  } registry_process{pid_file};
+  const std::string registry = fmt::format("127.0.0.1:{}", port);
+  const std::string image = registry + "/tiny:1";
+  // The registry answers once it listens; the push then puts the suite's image there.
+  ASSERT_TRUE(WaitUntil([&] {
+    return Shell(fmt::format("{} push --tls-verify=false {} {}", PodmanPrefix(), kImage, image))
+        .empty();
+  })) << ReadFile(dir_ + "/registry.log");
+
+  options_.insecure_registries = {registry};
+  runner_.reset();
+  runner_ = OpenRunner(real_clock_);
+  ASSERT_NE(runner_, nullptr);
+  TaskLaunch pulled = Container("job/pulled/1", "echo pulled and ran");
+  pulled.image = image;
+  pulled.image_pull_policy = ImagePullPolicy::kIfNotPresent;
+  ASSERT_OK(runner_->Start(pulled));
+  const TaskStatus status = WaitForEnd(*runner_, "job/pulled/1");
+  EXPECT_EQ(status.state, TaskState::kExited) << DescribeTaskStatus(status);
+  EXPECT_EQ(status.exit_code, 0);
+  EXPECT_TRUE(status.image_pull_time.has_value());
+  EXPECT_EQ(ReadFile(LogPath("job/pulled/1")), "pulled and ran\n");
+  // The registry served the image's manifest to the pull.
+  EXPECT_THAT(ReadFile(dir_ + "/registry.log"), HasSubstr("GET /v2/tiny/manifests/1"));
+
+  TaskLaunch present = pulled;
+  present.task_id = "job/present/1";
+  ASSERT_OK(runner_->Start(present));
+  EXPECT_EQ(WaitForEnd(*runner_, "job/present/1").exit_code, 0);
+  EXPECT_FALSE(StatusOf(*runner_, "job/present/1").image_pull_time.has_value())
+      << "IfNotPresent pulls nothing once the node holds the image";
+
+  // Always pulls; with the registry gone the task fails with podman's reason.
+  ASSERT_EQ(Shell(fmt::format("kill $(cat {})", pid_file)), "");
+  TaskLaunch always = pulled;
+  always.task_id = "job/always/1";
+  always.image_pull_policy = ImagePullPolicy::kAlways;
+  ASSERT_OK(runner_->Start(always));
+  const TaskStatus down = StatusOf(*runner_, "job/always/1");
+  EXPECT_EQ(down.state, TaskState::kFailedToStart);
+  EXPECT_THAT(down.reason, HasSubstr("cannot pull image '" + image + "': Error: "));
+  EXPECT_THAT(down.reason, HasSubstr("connection refused"));
 }
 
 TEST_F(PodmanRunnerTest, RefusesBadLaunches) {

@@ -93,6 +93,9 @@ struct TaskStatus {
   // The task stops itself when the runner's lease runs out (RenewLease); false for a task an
   // older runner started and this one adopted, which only a Stop ends.
   bool enforces_lease = false;
+  // PodmanRunner: how long pulling the task's image before its start took (on the runner's
+  // Clock, failed pulls included); none when nothing was pulled.
+  std::optional<Duration> image_pull_time;
 
   friend bool operator==(const TaskStatus&, const TaskStatus&) = default;
 };
