@@ -2,6 +2,7 @@
 #include "gpufleet/agent/node_agent.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include <fmt/format.h>
@@ -60,6 +61,10 @@ std::vector<wire::TaskReport> ReportsFor(const std::vector<runner::TaskStatus>& 
     }
     if (report.phase == wire::TaskPhase::kFailed) {
       report.message = runner::DescribeTaskStatus(status);
+    }
+    if (status.image_pull_time.has_value()) {
+      report.image_pull_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(*status.image_pull_time).count();
     }
     int sum = 0;
     int count = 0;

@@ -277,10 +277,10 @@ Status ReadGpuReports(const ObjectReader& r, std::vector<GpuReport>* out) {
 Status ReadTaskReports(const ObjectReader& r, std::vector<TaskReport>* out) {
   std::set<std::string> seen;
   return r.List("tasks", [&](const Json& j, const std::string& path) -> Status {
-    GPUFLEET_ASSIGN_OR_RETURN(
-        const ObjectReader t,
-        ObjectReader::Open(j, path,
-                           {"id", "phase", "exit_code", "message", "gpu_utilization_pct"}));
+    GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader t,
+                              ObjectReader::Open(j, path,
+                                                 {"id", "phase", "exit_code", "message",
+                                                  "gpu_utilization_pct", "image_pull_ms"}));
     TaskReport report;
     GPUFLEET_RETURN_IF_ERROR(t.String("id", &report.id, /*required=*/true));
     if (!seen.insert(report.id).second) {
@@ -290,6 +290,11 @@ Status ReadTaskReports(const ObjectReader& r, std::vector<TaskReport>* out) {
     GPUFLEET_RETURN_IF_ERROR(t.Integer("exit_code", &report.exit_code, -kMaxInt - 1, kMaxInt));
     GPUFLEET_RETURN_IF_ERROR(t.String("message", &report.message));
     GPUFLEET_RETURN_IF_ERROR(t.OptionalPercent("gpu_utilization_pct", &report.gpu_utilization_pct));
+    if (t.Find("image_pull_ms") != nullptr) {
+      int64_t pull_ms = 0;
+      GPUFLEET_RETURN_IF_ERROR(t.Integer("image_pull_ms", &pull_ms, 0, int64_t{1} << 40));
+      report.image_pull_ms = pull_ms;
+    }
     out->push_back(std::move(report));
     return Status::Ok();
   });
@@ -331,6 +336,9 @@ Json TaskReportsToJson(const std::vector<TaskReport>& tasks) {
     }
     if (t.gpu_utilization_pct) {
       j["gpu_utilization_pct"] = *t.gpu_utilization_pct;
+    }
+    if (t.image_pull_ms) {
+      j["image_pull_ms"] = *t.image_pull_ms;
     }
     out.push_back(std::move(j));
   }

@@ -64,6 +64,9 @@ struct TaskReport {
   int exit_code = 0;
   std::string message;  // why it failed, e.g. "exit code 2", "killed by signal 9"
   std::optional<int> gpu_utilization_pct;
+  // How long pulling the task's image took before its start (the podman runner); absent when
+  // nothing was pulled.
+  std::optional<int64_t> image_pull_ms;
 };
 
 struct RegisterRequest {

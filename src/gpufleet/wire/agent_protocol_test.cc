@@ -69,6 +69,19 @@ TEST(AgentProtocolJson, ContainerTaskRoundTrips) {
       << "a process task's reply carries no image fields";
 }
 
+TEST(AgentProtocolJson, TaskReportCarriesTheImagePullTime) {
+  HeartbeatRequest beat;
+  beat.tasks.push_back({.id = "a/b/1", .image_pull_ms = 1234});
+  beat.tasks.push_back({.id = "a/c/1"});
+  const Result<HeartbeatRequest> parsed = ParseHeartbeatRequest(HeartbeatRequestToJson(beat));
+  ASSERT_OK(parsed);
+  ASSERT_EQ(parsed->tasks.size(), 2u);
+  EXPECT_EQ(parsed->tasks[0].image_pull_ms, 1234);
+  EXPECT_EQ(parsed->tasks[1].image_pull_ms, std::nullopt);
+  EXPECT_THAT(ParseHeartbeatRequest(R"({"tasks": [{"id": "a/b/1", "image_pull_ms": -1}]})"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("tasks[0].image_pull_ms")));
+}
+
 TEST(AgentProtocolJson, ContainerTaskFieldsAreChecked) {
   EXPECT_THAT(ParseAgentReply(R"({"tasks": [{"id": "a/b/1", "image": "--privileged"}]})"),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("tasks[0].image: name component")));
