@@ -25,6 +25,7 @@
 #include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/runner/podman_runner.h"
 #include "gpufleet/runner/process_runner.h"
 #include "gpufleet/runner/simulated_runner.h"
 
@@ -47,6 +48,9 @@ struct AgentFlags {
   std::string gpu_model = "H100-80GB";
   int simulated_gpus = 8;
   std::string runner = "process";
+  std::string podman = "podman";
+  std::string podman_runtime = "runc";
+  std::vector<std::string> podman_insecure_registries;
   std::string state_dir = "gpufleet-agent";
   std::string metrics_listen = "0.0.0.0:9400";
   int64_t sample_interval_ms = 1000;
@@ -217,7 +221,7 @@ int RunAgent(const AgentFlags& flags) {
         fmt::format("--backend: \"{}\" (valid: nvml, simulated)", flags.backend)));
   }
   std::unique_ptr<runner::TaskRunner> task_runner;
-  if (flags.runner == "process") {
+  if (flags.runner == "process" || flags.runner == "podman") {
     Result<runner::ProcessRunnerOptions> containment = ContainmentOptions(flags);
     if (!containment.ok()) {
       return Fail(containment.status());
@@ -232,11 +236,33 @@ int RunAgent(const AgentFlags& flags) {
       return Fail(process.status());
     }
     task_runner = std::move(process).value();
+    if (flags.runner == "podman") {
+      // Tasks with an image run as containers (docs/containers.md); the process runner keeps the
+      // others. A container runs as the image's user unless --run-as names one.
+      runner::PodmanRunnerOptions podman;
+      podman.podman = flags.podman;
+      podman.oci_runtime = flags.podman_runtime;
+      podman.instance = options.node_name;
+      podman.insecure_registries = flags.podman_insecure_registries;
+      if (!flags.run_as.empty()) {
+        Result<runner::RunAs> user = runner::LookUpUser(flags.run_as);
+        if (!user.ok()) {
+          return Fail(user.status());
+        }
+        podman.run_as = std::move(user).value();
+      }
+      Result<std::unique_ptr<runner::PodmanRunner>> containers =
+          runner::PodmanRunner::Open(std::move(podman), std::move(task_runner), clock);
+      if (!containers.ok()) {
+        return Fail(containers.status());
+      }
+      task_runner = std::move(containers).value();
+    }
   } else if (flags.runner == "simulated") {
     task_runner = std::make_unique<runner::SimulatedRunner>(clock);
   } else {
     return Fail(InvalidArgumentError(
-        fmt::format("--runner: \"{}\" (valid: process, simulated)", flags.runner)));
+        fmt::format("--runner: \"{}\" (valid: process, podman, simulated)", flags.runner)));
   }
   Result<std::unique_ptr<agent::TelemetrySampler>> sampler = agent::TelemetrySampler::Create(
       {.probe = *probe,
@@ -336,7 +362,18 @@ Action AddAgentCommand(CLI::App& app) {
   cmd->add_option("--simulated-gpus", flags->simulated_gpus, "simulated backend: GPU count")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));
-  cmd->add_option("--runner", flags->runner, "task runner: process or simulated")
+  cmd->add_option("--runner", flags->runner,
+                  "task runner: process, podman (tasks with an image run as containers, the "
+                  "others as processes) or simulated")
+      ->capture_default_str();
+  cmd->add_option("--podman", flags->podman, "podman runner: the podman program")
+      ->capture_default_str();
+  cmd->add_option("--podman-insecure-registry", flags->podman_insecure_registries,
+                  "podman runner: HOST:PORT of a registry pulled from over plain HTTP (a local "
+                  "registry on loopback); repeatable");
+  cmd->add_option("--podman-runtime", flags->podman_runtime,
+                  "podman runner: OCI runtime (runc; crun refuses hybrid cgroup hosts; empty: "
+                  "podman's default)")
       ->capture_default_str();
   cmd->add_option("--state-dir", flags->state_dir, "task state files and logs")
       ->capture_default_str();

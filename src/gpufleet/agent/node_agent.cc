@@ -2,6 +2,7 @@
 #include "gpufleet/agent/node_agent.h"
 
 #include <algorithm>
+#include <chrono>
 #include <utility>
 
 #include <fmt/format.h>
@@ -60,6 +61,10 @@ std::vector<wire::TaskReport> ReportsFor(const std::vector<runner::TaskStatus>& 
     }
     if (report.phase == wire::TaskPhase::kFailed) {
       report.message = runner::DescribeTaskStatus(status);
+    }
+    if (status.image_pull_time.has_value()) {
+      report.image_pull_ms =
+          std::chrono::duration_cast<std::chrono::milliseconds>(*status.image_pull_time).count();
     }
     int sum = 0;
     int count = 0;
@@ -503,6 +508,9 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
     launch.log_path = LogPath(task.id);
     launch.cpu_milli = task.cpu_milli;
     launch.memory_mib = task.memory_mib;
+    launch.image = task.image;
+    launch.image_pull_policy = task.image_pull_policy;
+    launch.host_network = task.host_network;
     if (Status started = runner_.Start(launch); !started.ok()) {
       if (started.code() == StatusCode::kAlreadyExists) {
         continue;

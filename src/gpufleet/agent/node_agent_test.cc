@@ -82,6 +82,29 @@ spec:
                      name, profile);
 }
 
+// Records every launch and hands it on to another runner.
+class RecordingRunner final : public runner::TaskRunner {
+ public:
+  explicit RecordingRunner(runner::TaskRunner& inner) : inner_(inner) {}
+  Status Start(const runner::TaskLaunch& launch) override {
+    launches.push_back(launch);
+    return inner_.Start(launch);
+  }
+  Status Stop(std::string_view task_id, Duration grace) override {
+    return inner_.Stop(task_id, grace);
+  }
+  std::vector<runner::TaskStatus> Poll() override { return inner_.Poll(); }
+  Status Forget(std::string_view task_id) override { return inner_.Forget(task_id); }
+  Status RenewLease(Duration fence_in, Duration grace) override {
+    return inner_.RenewLease(fence_in, grace);
+  }
+
+  std::vector<runner::TaskLaunch> launches;
+
+ private:
+  runner::TaskRunner& inner_;
+};
+
 class NodeAgentTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -418,6 +441,38 @@ spec:
   const Json job = Job("no-command");
   EXPECT_EQ(job["state"], "Failed");
   EXPECT_THAT(job["reason"].get<std::string>(), HasSubstr("not started"));
+}
+
+TEST_F(NodeAgentTest, AContainerTaskReachesTheRunnerWithItsImageAndPullPolicy) {
+  RecordingRunner recording(*runner_);
+  agent_ = MakeAgent(recording);
+  ASSERT_OK(agent_->Register());
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: boxed}
+spec:
+  provenance: {git.commit: 3f2c1e0}
+  tasks:
+    - {name: box, command: [sh], image: "127.0.0.1:15000/tiny:1", imagePullPolicy: Never,
+       hostNetwork: true, env: {GPUFLEET_SIM_DURATION_MS: "60000"}, resources: {gpus: {count: 1}}}
+    - {name: plain, command: [sh], env: {GPUFLEET_SIM_DURATION_MS: "60000"},
+       resources: {gpus: {count: 1}}}
+)");
+  ASSERT_OK(agent_->Heartbeat());  // starts both tasks
+  ASSERT_EQ(recording.launches.size(), 2u);
+  const runner::TaskLaunch& box = recording.launches[0].task_id == "boxed/box-0/1"
+                                      ? recording.launches[0]
+                                      : recording.launches[1];
+  const runner::TaskLaunch& plain =
+      &box == &recording.launches[0] ? recording.launches[1] : recording.launches[0];
+  EXPECT_EQ(box.task_id, "boxed/box-0/1");
+  EXPECT_EQ(box.image, "127.0.0.1:15000/tiny:1");
+  EXPECT_EQ(box.image_pull_policy, ImagePullPolicy::kNever);
+  EXPECT_TRUE(box.host_network);
+  EXPECT_EQ(plain.task_id, "boxed/plain-0/1");
+  EXPECT_EQ(plain.image, "");
+  EXPECT_EQ(plain.image_pull_policy, ImagePullPolicy::kIfNotPresent);
+  EXPECT_FALSE(plain.host_network);
 }
 
 TEST_F(NodeAgentTest, AFaultTheProbeSeesReachesTheNode) {

@@ -403,6 +403,10 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
         }
       }
       task.env = wire::StringMapOr(group, "env");
+      task.image = wire::StrOr(group, "image");
+      task.image_pull_policy = ImagePullPolicyFromName(wire::StrOr(group, "imagePullPolicy"))
+                                   .value_or(ImagePullPolicy::kIfNotPresent);
+      task.host_network = wire::BoolOr(group, "hostNetwork", false);
     }
     const Json& assignments = wire::ArrayOr(placement, "assignments");
     const std::vector<PlacedGpu> placed = PlacedGpus(placement);

@@ -175,6 +175,23 @@ Status Job::Validate(const GpuCatalog& catalog) const {
     }
     GPUFLEET_RETURN_IF_ERROR(
         ValidateGpuRequest(group.request.gpus, path + ".request.gpus", *this, catalog));
+    if (!group.image.empty()) {
+      if (const Status image = ValidateImageReference(group.image); !image.ok()) {
+        return InvalidArgumentError(fmt::format("{}.image: {}", path, image.message()));
+      }
+    }
+  }
+  size_t provenance_bytes = 0;
+  for (const auto& [key, value] : provenance) {
+    if (key.empty()) {
+      return InvalidArgumentError("provenance: an empty key");
+    }
+    provenance_bytes += key.size() + value.size();
+  }
+  if (provenance.size() > kMaxProvenanceEntries || provenance_bytes > kMaxProvenanceBytes) {
+    return InvalidArgumentError(fmt::format(
+        "provenance: {} entries of {} bytes in all (at most {} entries and {} bytes)",
+        provenance.size(), provenance_bytes, kMaxProvenanceEntries, kMaxProvenanceBytes));
   }
   return Status::Ok();
 }

@@ -11,6 +11,7 @@
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/ids.h"
+#include "gpufleet/core/image_reference.h"
 #include "gpufleet/core/resources.h"
 #include "gpufleet/core/status.h"
 
@@ -50,12 +51,18 @@ struct TaskRequest {
 
 // `replicas` identical tasks. `command` and `env` are what the agent runs for each task; the
 // scheduler ignores them. An empty command is allowed (the simulated fleet runs such tasks).
+// With an `image` (an OCI reference, ValidateImageReference), each task runs in a container of
+// that image (docs/containers.md); without one, as a process of the node.
 struct TaskGroup {
   std::string name;
   int replicas = 1;
   TaskRequest request;
   std::vector<std::string> command;
   std::map<std::string, std::string> env;
+  std::string image;
+  ImagePullPolicy image_pull_policy = ImagePullPolicy::kIfNotPresent;
+  // A container task shares the node's network namespace; otherwise it has no network at all.
+  bool host_network = false;
 };
 
 // "All tasks inside one leaf, prefer one NVLink domain": required_level = "leaf",
@@ -80,6 +87,9 @@ const char* JobKindName(JobKind kind);
 enum class NodeFailurePolicy { kRequeue, kFail };
 const char* NodeFailurePolicyName(NodeFailurePolicy policy);  // "requeue", "fail"
 
+inline constexpr size_t kMaxProvenanceEntries = 64;
+inline constexpr size_t kMaxProvenanceBytes = 16 * 1024;
+
 // The longest id of one run of a task on a node (JOB/TASK/ATTEMPT) that agents and runners take.
 inline constexpr size_t kMaxTaskIdLength = 200;
 
@@ -98,6 +108,10 @@ struct Job {
   // The job's own labels (`metadata.labels`): shown to people and kept for selection; the
   // scheduler does not read them.
   std::map<std::string, std::string> labels;
+  // What the user records about the run (code commit, dataset hash, hyperparameters): free-form,
+  // kept with the job, read by no scheduler or agent decision. At most kMaxProvenanceEntries
+  // entries and kMaxProvenanceBytes of keys and values together.
+  std::map<std::string, std::string> provenance;
   int priority = 0;
   QueueId queue;
   bool preemptible = true;

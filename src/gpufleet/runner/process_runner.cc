@@ -29,9 +29,13 @@
 
 #include "gpufleet/runner/internal/shim.h"
 #include "gpufleet/runner/internal/task_table.h"
+#include "gpufleet/runner/internal/text.h"
 
 namespace gpufleet::runner {
 namespace {
+
+using internal::ErrnoText;
+using internal::SplitCommas;
 
 constexpr std::string_view kStateSuffix = ".task";
 constexpr std::string_view kExitSuffix = ".exit";
@@ -40,11 +44,6 @@ constexpr std::string_view kStateHeader = "gpufleet-task-state 1";
 constexpr std::string_view kLockFileName = "lock";
 // The agent's lease (RenewLease); like "lock", no task's file can have this name.
 constexpr std::string_view kLeaseFileName = "lease";
-
-std::string ErrnoText(int error) {
-  char buffer[256];
-  return strerror_r(error, buffer, sizeof(buffer));  // the GNU variant returns the text
-}
 
 // Owns a file descriptor.
 class UniqueFd {
@@ -261,10 +260,10 @@ bool IsInherited(std::string_view name) {
   return name.starts_with("LC_");
 }
 
-// The allow-listed part of the runner's environment without the variables the launch sets, then
-// the launch's variables and the GPU variables.
-std::vector<std::string> BuildEnvironment(const TaskLaunch& launch,
-                                          const std::optional<RunAs>& run_as) {
+}  // namespace
+
+std::vector<std::string> TaskEnvironment(const TaskLaunch& launch,
+                                         const std::optional<RunAs>& run_as) {
   std::map<std::string, std::string, std::less<>> overrides(launch.env.begin(), launch.env.end());
   if (run_as.has_value()) {
     overrides.try_emplace("HOME", run_as->home);
@@ -288,6 +287,8 @@ std::vector<std::string> BuildEnvironment(const TaskLaunch& launch,
   return entries;
 }
 
+namespace {
+
 std::vector<char*> NullTerminatedPointers(std::vector<std::string>& strings) {
   std::vector<char*> pointers;
   pointers.reserve(strings.size() + 1);
@@ -296,16 +297,6 @@ std::vector<char*> NullTerminatedPointers(std::vector<std::string>& strings) {
   }
   pointers.push_back(nullptr);
   return pointers;
-}
-
-std::vector<std::string> SplitCommas(std::string_view text) {
-  std::vector<std::string> items;
-  while (!text.empty()) {
-    const size_t comma = text.find(',');
-    items.emplace_back(text.substr(0, comma));
-    text = comma == std::string_view::npos ? std::string_view() : text.substr(comma + 1);
-  }
-  return items;
 }
 
 template <typename Integer>
@@ -570,6 +561,12 @@ Status ProcessRunner::Start(const TaskLaunch& launch) {
 
   std::lock_guard<std::mutex> lock(mu_);
   GPUFLEET_RETURN_IF_ERROR(internal::CheckNewTask(tasks_, launch.task_id));
+  if (!launch.image.empty()) {
+    return InvalidArgumentError(fmt::format(
+        "task '{}' asks for image '{}': the process runner runs no containers (gpufleet agent "
+        "--runner podman does)",
+        launch.task_id, launch.image));
+  }
   UniqueFd log(
       open(launch.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600));
   if (!log.valid()) {
@@ -608,7 +605,7 @@ Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task) {
   // Everything the child needs is built here: after fork it may not allocate.
   std::vector<std::string> argv_storage = launch.argv;
   std::vector<char*> argv = NullTerminatedPointers(argv_storage);
-  std::vector<std::string> env_storage = BuildEnvironment(launch, options_.run_as);
+  std::vector<std::string> env_storage = TaskEnvironment(launch, options_.run_as);
   std::vector<char*> envp = NullTerminatedPointers(env_storage);
   std::vector<std::string> cgroup_join;
   std::vector<const char*> cgroup_join_pointers;
@@ -871,21 +868,17 @@ Status ProcessRunner::Stop(std::string_view task_id, Duration grace) {
   if (IsFinal(task.status.state)) {
     return Status::Ok();
   }
-  task.status.stop_requested = true;
-  const MonoTime deadline = now + grace;
-  if (!task.kill_deadline.has_value() || deadline < *task.kill_deadline) {
-    task.kill_deadline = deadline;
-  }
-  if (now >= *task.kill_deadline) {
-    if (!task.sigkill_sent) {
+  switch (internal::RecordStop(task, now, grace)) {
+    case internal::DueSignal::kKill:
       GPUFLEET_RETURN_IF_ERROR(SignalGroup(task, SIGKILL));
       task.sigkill_sent = true;
-    }
-    return Status::Ok();
-  }
-  if (!task.sigterm_sent) {
-    GPUFLEET_RETURN_IF_ERROR(SignalGroup(task, SIGTERM));
-    task.sigterm_sent = true;
+      break;
+    case internal::DueSignal::kTerm:
+      GPUFLEET_RETURN_IF_ERROR(SignalGroup(task, SIGTERM));
+      task.sigterm_sent = true;
+      break;
+    case internal::DueSignal::kNone:
+      break;
   }
   return Status::Ok();
 }

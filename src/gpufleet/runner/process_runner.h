@@ -25,6 +25,14 @@ namespace gpufleet::runner {
 inline constexpr std::string_view kInheritedEnv[] = {"PATH", "HOME",    "LANG",  "TZ",
                                                      "USER", "LOGNAME", "TMPDIR"};
 
+// A task's environment, "NAME=VALUE" entries: the allow-listed part of this process's own
+// environment (kInheritedEnv and LC_*; never the agent's token or anything else the agent was
+// started with) without the variables the launch sets, then TaskLaunch::env, HOME, USER and
+// LOGNAME of `run_as` (unless the launch sets them) and the GPU variables (GpuEnvironment).
+// Every runner builds a task's environment with it.
+std::vector<std::string> TaskEnvironment(const TaskLaunch& launch,
+                                         const std::optional<RunAs>& run_as);
+
 // The real TaskRunner: each task is a process of this node.
 //
 // How a task runs. Start forks a shim (internal/shim.h) that leads a new process group, ignores
@@ -92,10 +100,10 @@ class ProcessRunner final : public TaskRunner {
   ProcessRunner(const ProcessRunner&) = delete;
   ProcessRunner& operator=(const ProcessRunner&) = delete;
 
-  // Adds to the common errors: kInvalidArgument when log_path is empty or cannot be opened for
-  // appending, or working_dir is not a directory; kUnavailable when the task cannot be recorded
-  // or forked. A program that is not found in PATH, cannot be executed or cannot enter its
-  // working directory makes the task kFailedToStart, with the reason.
+  // Adds to the common errors: kInvalidArgument for a launch with an image, when log_path is empty
+  // or cannot be opened for appending, or working_dir is not a directory; kUnavailable when the
+  // task cannot be recorded or forked. A program that is not found in PATH, cannot be executed or
+  // cannot enter its working directory makes the task kFailedToStart, with the reason.
   Status Start(const TaskLaunch& launch) override;
   // Adds kInternal when the process group cannot be signalled (e.g. EPERM).
   Status Stop(std::string_view task_id, Duration grace) override;

@@ -349,6 +349,13 @@ TEST_F(ProcessRunnerTest, RefusesBadLaunches) {
   EXPECT_THAT(runner->Start(launch),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("is not a directory")));
   launch.working_dir = dir_;
+  launch.image = "Not-An-Image";
+  EXPECT_THAT(runner->Start(launch),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("image of task 'job': ")));
+  launch.image = "localhost/tiny:1";  // valid, but a container: not run on the host instead
+  EXPECT_THAT(runner->Start(launch), StatusIs(StatusCode::kInvalidArgument,
+                                              HasSubstr("the process runner runs no containers")));
+  launch.image.clear();
   launch.argv.clear();
   EXPECT_THAT(runner->Start(launch),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("argv of task 'job' is empty")));

@@ -178,6 +178,12 @@ Status ValidateLaunch(const TaskLaunch& launch) {
   }
   GPUFLEET_RETURN_IF_ERROR(CheckPath("log_path", launch.log_path));
   GPUFLEET_RETURN_IF_ERROR(CheckPath("working_dir", launch.working_dir));
+  if (!launch.image.empty()) {
+    if (const Status image = ValidateImageReference(launch.image); !image.ok()) {
+      return InvalidArgumentError(
+          fmt::format("image of task '{}': {}", launch.task_id, image.message()));
+    }
+  }
   return Status::Ok();
 }
 

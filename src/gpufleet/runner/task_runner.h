@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpufleet/core/clock.h"
+#include "gpufleet/core/image_reference.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/core/workload.h"
 
@@ -50,6 +51,14 @@ struct TaskLaunch {
   // tasks in cgroups; 0: no limit.
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;
+  // The container image the task runs in (an OCI reference, checked by ValidateImageReference)
+  // and how the node gets it; empty: the task runs as a process. Only PodmanRunner runs
+  // containers: ProcessRunner refuses a launch with an image (it would run the command on the
+  // host instead), SimulatedRunner ignores it. `host_network`: the container shares the node's
+  // network namespace instead of having no network.
+  std::string image;
+  ImagePullPolicy image_pull_policy = ImagePullPolicy::kIfNotPresent;
+  bool host_network = false;
 };
 
 enum class TaskState {
@@ -84,6 +93,9 @@ struct TaskStatus {
   // The task stops itself when the runner's lease runs out (RenewLease); false for a task an
   // older runner started and this one adopted, which only a Stop ends.
   bool enforces_lease = false;
+  // PodmanRunner: how long pulling the task's image before its start took (on the runner's
+  // Clock, failed pulls included); none when nothing was pulled.
+  std::optional<Duration> image_pull_time;
 
   friend bool operator==(const TaskStatus&, const TaskStatus&) = default;
 };
@@ -93,8 +105,9 @@ struct TaskStatus {
 std::string DescribeTaskStatus(const TaskStatus& status);
 
 // The checks every runner applies to a launch: the task id, argv (not empty, no NUL bytes), the
-// environment names and values, the GPU UUIDs (no empty, duplicate, ',' or blank ones) and the
-// paths (no NUL or newline). kInvalidArgument naming the field and the value.
+// environment names and values, the GPU UUIDs (no empty, duplicate, ',' or blank ones), the
+// paths (no NUL or newline) and the image (ValidateImageReference). kInvalidArgument naming the
+// field and the value.
 Status ValidateLaunch(const TaskLaunch& launch);
 
 // The task's GPU variables for `gpu_uuids`: both joined with ',' or, without GPUs, the "no

@@ -277,10 +277,10 @@ Status ReadGpuReports(const ObjectReader& r, std::vector<GpuReport>* out) {
 Status ReadTaskReports(const ObjectReader& r, std::vector<TaskReport>* out) {
   std::set<std::string> seen;
   return r.List("tasks", [&](const Json& j, const std::string& path) -> Status {
-    GPUFLEET_ASSIGN_OR_RETURN(
-        const ObjectReader t,
-        ObjectReader::Open(j, path,
-                           {"id", "phase", "exit_code", "message", "gpu_utilization_pct"}));
+    GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader t,
+                              ObjectReader::Open(j, path,
+                                                 {"id", "phase", "exit_code", "message",
+                                                  "gpu_utilization_pct", "image_pull_ms"}));
     TaskReport report;
     GPUFLEET_RETURN_IF_ERROR(t.String("id", &report.id, /*required=*/true));
     if (!seen.insert(report.id).second) {
@@ -290,6 +290,11 @@ Status ReadTaskReports(const ObjectReader& r, std::vector<TaskReport>* out) {
     GPUFLEET_RETURN_IF_ERROR(t.Integer("exit_code", &report.exit_code, -kMaxInt - 1, kMaxInt));
     GPUFLEET_RETURN_IF_ERROR(t.String("message", &report.message));
     GPUFLEET_RETURN_IF_ERROR(t.OptionalPercent("gpu_utilization_pct", &report.gpu_utilization_pct));
+    if (t.Find("image_pull_ms") != nullptr) {
+      int64_t pull_ms = 0;
+      GPUFLEET_RETURN_IF_ERROR(t.Integer("image_pull_ms", &pull_ms, 0, int64_t{1} << 40));
+      report.image_pull_ms = pull_ms;
+    }
     out->push_back(std::move(report));
     return Status::Ok();
   });
@@ -331,6 +336,9 @@ Json TaskReportsToJson(const std::vector<TaskReport>& tasks) {
     }
     if (t.gpu_utilization_pct) {
       j["gpu_utilization_pct"] = *t.gpu_utilization_pct;
+    }
+    if (t.image_pull_ms) {
+      j["image_pull_ms"] = *t.image_pull_ms;
     }
     out.push_back(std::move(j));
   }
@@ -506,6 +514,11 @@ std::string AgentReplyToJson(const AgentReply& reply) {
       }
       task["mig_instances"] = std::move(instances);
     }
+    if (!t.image.empty()) {
+      task["image"] = t.image;
+      task["image_pull_policy"] = ImagePullPolicyName(t.image_pull_policy);
+      task["host_network"] = t.host_network;
+    }
     tasks.push_back(std::move(task));
   }
   Json j = {{"heartbeat_interval_ms", reply.heartbeat_interval_ms},
@@ -574,9 +587,10 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
   const auto read_task = [&](const Json& t, const std::string& path) -> Status {
     GPUFLEET_ASSIGN_OR_RETURN(
         const ObjectReader tr,
-        ObjectReader::Open(t, path,
-                           {"id", "job", "task", "command", "env", "gpu_uuids", "gpu_milli",
-                            "cpu_milli", "memory_mib", "mig_instances"}));
+        ObjectReader::Open(
+            t, path,
+            {"id", "job", "task", "command", "env", "gpu_uuids", "gpu_milli", "cpu_milli",
+             "memory_mib", "mig_instances", "image", "image_pull_policy", "host_network"}));
     DesiredTask task;
     GPUFLEET_RETURN_IF_ERROR(tr.String("id", &task.id, /*required=*/true));
     GPUFLEET_RETURN_IF_ERROR(tr.String("job", &task.job));
@@ -587,6 +601,28 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
     GPUFLEET_RETURN_IF_ERROR(tr.Integer("gpu_milli", &task.gpu_milli, 0, int64_t{1} << 40));
     GPUFLEET_RETURN_IF_ERROR(tr.Integer("cpu_milli", &task.cpu_milli, 0, int64_t{1} << 40));
     GPUFLEET_RETURN_IF_ERROR(tr.Integer("memory_mib", &task.memory_mib, 0, int64_t{1} << 40));
+    GPUFLEET_RETURN_IF_ERROR(tr.String("image", &task.image));
+    if (!task.image.empty()) {
+      if (const Status image = ValidateImageReference(task.image); !image.ok()) {
+        return FieldError(tr.Path("image"), image.message());
+      }
+    }
+    std::string pull_policy = ImagePullPolicyName(ImagePullPolicy::kIfNotPresent);
+    GPUFLEET_RETURN_IF_ERROR(tr.String("image_pull_policy", &pull_policy));
+    const std::optional<ImagePullPolicy> policy = ImagePullPolicyFromName(pull_policy);
+    if (!policy.has_value()) {
+      return FieldError(
+          tr.Path("image_pull_policy"),
+          fmt::format("\"{}\" is not one of IfNotPresent, Always, Never", pull_policy));
+    }
+    task.image_pull_policy = *policy;
+    if (const Json* host_network = tr.Find("host_network")) {
+      if (!host_network->is_boolean()) {
+        return FieldError(tr.Path("host_network"),
+                          "expected true or false, got " + Shown(*host_network));
+      }
+      task.host_network = host_network->get<bool>();
+    }
     const auto read_instance = [&](const Json& m, const std::string& m_path) -> Status {
       GPUFLEET_ASSIGN_OR_RETURN(
           const ObjectReader mr,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpufleet/core/cluster.h"
+#include "gpufleet/core/image_reference.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/core/workload.h"
 
@@ -63,6 +64,9 @@ struct TaskReport {
   int exit_code = 0;
   std::string message;  // why it failed, e.g. "exit code 2", "killed by signal 9"
   std::optional<int> gpu_utilization_pct;
+  // How long pulling the task's image took before its start (the podman runner); absent when
+  // nothing was pulled.
+  std::optional<int64_t> image_pull_ms;
 };
 
 struct RegisterRequest {
@@ -130,6 +134,12 @@ struct DesiredTask {
   // A MIG task's instances, one per MIG device in `gpu_uuids`; empty for other tasks. The server
   // sends a MIG task once the agent has reported every one of its instances.
   std::vector<TaskMigInstance> mig_instances;
+  // The container image the task runs in (an OCI reference, core/image_reference.h) and how the
+  // node gets it; empty: the task runs as a process. `host_network` (a container task only):
+  // the task shares the node's network instead of having none.
+  std::string image;
+  ImagePullPolicy image_pull_policy = ImagePullPolicy::kIfNotPresent;
+  bool host_network = false;
 };
 
 struct AgentReply {

@@ -45,6 +45,55 @@ TEST(AgentProtocolJson, ReplyWithMigLayoutsAndAMigTaskRoundTrips) {
   EXPECT_TRUE(parsed->mig_layouts[1].instances.empty()) << "no instances: destroy them all";
 }
 
+TEST(AgentProtocolJson, ContainerTaskRoundTrips) {
+  AgentReply reply;
+  DesiredTask task;
+  task.id = "train/main-0/1";
+  task.command = {"sh", "-c", "true"};
+  task.image = "127.0.0.1:15000/tiny:1";
+  task.image_pull_policy = ImagePullPolicy::kAlways;
+  task.host_network = true;
+  reply.tasks.push_back(task);
+  reply.tasks.push_back(DesiredTask{.id = "plain/main-0/1"});
+  const Result<AgentReply> parsed = ParseAgentReply(AgentReplyToJson(reply));
+  ASSERT_OK(parsed);
+  ASSERT_EQ(parsed->tasks.size(), 2u);
+  EXPECT_EQ(parsed->tasks[0].image, "127.0.0.1:15000/tiny:1");
+  EXPECT_EQ(parsed->tasks[0].image_pull_policy, ImagePullPolicy::kAlways);
+  EXPECT_TRUE(parsed->tasks[0].host_network);
+  EXPECT_EQ(parsed->tasks[1].image, "");
+  EXPECT_EQ(parsed->tasks[1].image_pull_policy, ImagePullPolicy::kIfNotPresent);
+  EXPECT_FALSE(parsed->tasks[1].host_network);
+  EXPECT_EQ(AgentReplyToJson(reply).find("image", AgentReplyToJson(reply).find("plain/")),
+            std::string::npos)
+      << "a process task's reply carries no image fields";
+}
+
+TEST(AgentProtocolJson, TaskReportCarriesTheImagePullTime) {
+  HeartbeatRequest beat;
+  beat.tasks.push_back({.id = "a/b/1", .image_pull_ms = 1234});
+  beat.tasks.push_back({.id = "a/c/1"});
+  const Result<HeartbeatRequest> parsed = ParseHeartbeatRequest(HeartbeatRequestToJson(beat));
+  ASSERT_OK(parsed);
+  ASSERT_EQ(parsed->tasks.size(), 2u);
+  EXPECT_EQ(parsed->tasks[0].image_pull_ms, 1234);
+  EXPECT_EQ(parsed->tasks[1].image_pull_ms, std::nullopt);
+  EXPECT_THAT(ParseHeartbeatRequest(R"({"tasks": [{"id": "a/b/1", "image_pull_ms": -1}]})"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("tasks[0].image_pull_ms")));
+}
+
+TEST(AgentProtocolJson, ContainerTaskFieldsAreChecked) {
+  EXPECT_THAT(ParseAgentReply(R"({"tasks": [{"id": "a/b/1", "image": "--privileged"}]})"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("tasks[0].image: name component")));
+  EXPECT_THAT(
+      ParseAgentReply(
+          R"({"tasks": [{"id": "a/b/1", "image": "a", "image_pull_policy": "Sometimes"}]})"),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("tasks[0].image_pull_policy")));
+  EXPECT_THAT(
+      ParseAgentReply(R"({"tasks": [{"id": "a/b/1", "image": "a", "host_network": "yes"}]})"),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("tasks[0].host_network")));
+}
+
 TEST(AgentProtocolJson, ReplyWithoutMigFieldsHasNone) {
   const Result<AgentReply> parsed =
       ParseAgentReply(R"({"heartbeat_interval_ms": 1000, "tasks": [{"id": "a/b/1"}]})");

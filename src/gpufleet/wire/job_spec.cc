@@ -788,15 +788,78 @@ Result<std::map<std::string, std::string>> ReadEnv(const Node& node, const std::
   return out;
 }
 
+// An OCI image reference (core/image_reference.h).
+Result<std::string> ReadImage(const Node& node, const std::string& path) {
+  GPUFLEET_ASSIGN_OR_RETURN(std::string reference, ReadString(node, path));
+  if (const Status valid = ValidateImageReference(reference); !valid.ok()) {
+    return FieldError(path, node, fmt::format("{}: {}", Quote(reference), valid.message()));
+  }
+  return reference;
+}
+
+Result<ImagePullPolicy> ReadImagePullPolicy(const Node& node, const std::string& path) {
+  GPUFLEET_ASSIGN_OR_RETURN(const std::string name, ReadString(node, path));
+  const std::optional<ImagePullPolicy> policy = ImagePullPolicyFromName(name);
+  if (!policy.has_value()) {
+    return FieldError(path, node, Quote(name) + " is not one of IfNotPresent, Always, Never");
+  }
+  return *policy;
+}
+
+// The user's free-form record of a run: string keys and values, bounded in number and size.
+Result<std::map<std::string, std::string>> ReadProvenance(const Node& node,
+                                                          const std::string& path) {
+  if (node.kind != Node::Kind::kMap) {
+    return FieldError(path, node, "expected a map, got " + Describe(node));
+  }
+  if (node.entries.size() > kMaxProvenanceEntries) {
+    return FieldError(path, node,
+                      fmt::format("{} entries, more than the limit of {}", node.entries.size(),
+                                  kMaxProvenanceEntries));
+  }
+  std::map<std::string, std::string> out;
+  size_t bytes = 0;
+  for (const Node::Entry& entry : node.entries) {
+    const std::string key_path = Child(path, entry.key.text);
+    if (entry.key.text.empty()) {
+      return FieldError(key_path, entry.key, "an empty key");
+    }
+    if (out.count(entry.key.text) > 0) {
+      return FieldError(key_path, entry.key, "duplicate key");
+    }
+    GPUFLEET_ASSIGN_OR_RETURN(std::string value, ReadString(entry.value, key_path));
+    bytes += entry.key.text.size() + value.size();
+    if (bytes > kMaxProvenanceBytes) {
+      return FieldError(
+          key_path, entry.value,
+          fmt::format("keys and values exceed the limit of {} bytes in all", kMaxProvenanceBytes));
+    }
+    out[entry.key.text] = std::move(value);
+  }
+  return out;
+}
+
 Result<TaskGroup> ReadTask(const Node& node, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(
-      const Fields f,
-      Fields::Read(node, path, {"name", "replicas", "resources", "command", "env"}));
+      const Fields f, Fields::Read(node, path,
+                                   {"name", "replicas", "resources", "command", "env", "image",
+                                    "imagePullPolicy", "hostNetwork"}));
   TaskGroup group;
   GPUFLEET_RETURN_IF_ERROR(f.Need("name", &group.name, Named(kDnsLabelRule)));
   GPUFLEET_RETURN_IF_ERROR(f.Get("replicas", &group.replicas, Int(1, kMaxReplicas)));
   GPUFLEET_RETURN_IF_ERROR(f.Get("command", &group.command, ReadCommand));
   GPUFLEET_RETURN_IF_ERROR(f.Get("env", &group.env, ReadEnv));
+  GPUFLEET_RETURN_IF_ERROR(f.Get("image", &group.image, ReadImage));
+  GPUFLEET_RETURN_IF_ERROR(f.Get("imagePullPolicy", &group.image_pull_policy, ReadImagePullPolicy));
+  GPUFLEET_RETURN_IF_ERROR(f.Get("hostNetwork", &group.host_network, ReadBool));
+  if (group.image.empty()) {
+    for (const char* container_only : {"imagePullPolicy", "hostNetwork"}) {
+      if (const Node* field = f.Find(container_only); field != nullptr) {
+        return FieldError(f.Path(container_only), *field,
+                          "applies to container tasks only; set spec.tasks[].image too");
+      }
+    }
+  }
   const Node* resources = f.Find("resources");
   if (resources == nullptr) {
     return group;
@@ -873,7 +936,7 @@ Result<Job> ReadSpec(const Node& node) {
       const Fields f, Fields::Read(node, "spec",
                                    {"kind", "priority", "preemptible", "runtimeEstimate", "tasks",
                                     "gpuModels", "minGpuMemory", "nodeSelector", "topology",
-                                    "spread", "identicalStack", "onNodeFailure"}));
+                                    "spread", "identicalStack", "onNodeFailure", "provenance"}));
   Job job;
   GPUFLEET_RETURN_IF_ERROR(f.Get("kind", &job.kind, ReadJobKind));
   GPUFLEET_RETURN_IF_ERROR(f.Get("priority", &job.priority, Int(-kMaxInt - 1, kMaxInt)));
@@ -890,6 +953,7 @@ Result<Job> ReadSpec(const Node& node) {
   GPUFLEET_RETURN_IF_ERROR(f.Get("spread", &job.spread, ReadSpread));
   GPUFLEET_RETURN_IF_ERROR(
       f.Get("identicalStack", &job.identical_stack_labels, StringList(kLabelKeyRule)));
+  GPUFLEET_RETURN_IF_ERROR(f.Get("provenance", &job.provenance, ReadProvenance));
   return job;
 }
 
@@ -926,9 +990,10 @@ Result<Job> ReadJob(const Node& root) {
 // spec's ("spec.tasks[1].resources.gpus.migProfile: ...").
 Status ToSpecPaths(const Status& status) {
   // clang-format off
-  static constexpr std::array<std::pair<std::string_view, std::string_view>, 5> kWholePaths = {{
+  static constexpr std::array<std::pair<std::string_view, std::string_view>, 6> kWholePaths = {{
       {"id", "metadata.name"}, {"groups", "spec.tasks"}, {"min_gpu_memory_mib", "spec.minGpuMemory"},
-      {"spread.max_skew", "spec.spread.maxSkew"}, {"runtime_estimate", "spec.runtimeEstimate"}}};
+      {"spread.max_skew", "spec.spread.maxSkew"}, {"runtime_estimate", "spec.runtimeEstimate"},
+      {"provenance", "spec.provenance"}}};
   static constexpr std::array<std::pair<std::string_view, std::string_view>, 8> kParts = {{
       {"groups[", "spec.tasks["}, {"allowed_gpu_models[", "spec.gpuModels["},
       {".request.gpus.mig_profile", ".resources.gpus.migProfile"},
@@ -1000,6 +1065,10 @@ Json SpecToJson(const Job& job) {
     put(task, "resources", resources, !resources.empty());
     put(task, "command", group.command, !group.command.empty());
     put(task, "env", group.env, !group.env.empty());
+    put(task, "image", group.image, !group.image.empty());
+    put(task, "imagePullPolicy", std::string(ImagePullPolicyName(group.image_pull_policy)),
+        group.image_pull_policy != ImagePullPolicy::kIfNotPresent);
+    put(task, "hostNetwork", group.host_network, group.host_network);
     spec["tasks"].push_back(std::move(task));
   }
   put(spec, "gpuModels", job.allowed_gpu_models, !job.allowed_gpu_models.empty());
@@ -1015,6 +1084,7 @@ Json SpecToJson(const Job& job) {
     spec["spread"]["maxSkew"] = job.spread.max_skew;
   }
   put(spec, "identicalStack", job.identical_stack_labels, !job.identical_stack_labels.empty());
+  put(spec, "provenance", job.provenance, !job.provenance.empty());
   return out;
 }
 

@@ -49,7 +49,11 @@ void ExpectSameJob(const Job& actual, const Job& expected) {
         << GpuRequestToString(expected.groups[i].request.gpus);
     EXPECT_EQ(actual.groups[i].command, expected.groups[i].command);
     EXPECT_EQ(actual.groups[i].env, expected.groups[i].env);
+    EXPECT_EQ(actual.groups[i].image, expected.groups[i].image);
+    EXPECT_EQ(actual.groups[i].image_pull_policy, expected.groups[i].image_pull_policy);
+    EXPECT_EQ(actual.groups[i].host_network, expected.groups[i].host_network);
   }
+  EXPECT_EQ(actual.provenance, expected.provenance);
   EXPECT_EQ(actual.allowed_gpu_models, expected.allowed_gpu_models);
   EXPECT_EQ(actual.min_gpu_memory_mib, expected.min_gpu_memory_mib);
   EXPECT_EQ(actual.node_selector, expected.node_selector);
@@ -184,6 +188,17 @@ Job FullJob() {
   job.spread = {"rack", 2};
   job.identical_stack_labels = {"gpufleet.io/driver-version", "true"};
   job.labels = {{"team", "nlp"}, {"gpufleet.io/experiment", "lr-sweep.3"}, {"stage", ""}};
+  job.groups[0].image = "nvcr.io/nvidia/pytorch:24.05-py3";
+  job.groups[0].image_pull_policy = ImagePullPolicy::kAlways;
+  job.groups[0].host_network = true;
+  job.groups[1].image = "127.0.0.1:15000/tiny@sha256:" + std::string(64, 'e');
+  job.groups[1].image_pull_policy = ImagePullPolicy::kNever;
+  job.groups[2].image = "localhost/tiny:1";
+  job.provenance = {{"git.commit", "3f2c1e0"},
+                    {"dataset", "sha256:ab12"},
+                    {"lr", "1e-4"},
+                    {"notes", "two words: yes\nand a second line"},
+                    {"empty", ""}};
   return job;
 }
 
@@ -221,6 +236,47 @@ TEST_F(JobSpecTest, WritesTheDocumentedSchema) {
   EXPECT_THAT(yaml, StartsWith("apiVersion: gpufleet.io/v1\nkind: Job\n"));
   EXPECT_THAT(yaml, HasSubstr("cpu: \"96\""));
   EXPECT_THAT(yaml, HasSubstr("gpus: {count: 8}"));
+}
+
+TEST_F(JobSpecTest, ContainerFieldsAndProvenance) {
+  const Result<Job> job = ParseJobSpec(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: j}
+spec:
+  provenance: {git.commit: 3f2c1e0, lr: "1e-4"}
+  tasks:
+  - {name: a, command: [sh], image: localhost/tiny:1}
+  - {name: b, command: [sh], image: "127.0.0.1:15000/tiny:1", imagePullPolicy: Never,
+     hostNetwork: true}
+  - {name: c, command: [sh]}
+)",
+                                       catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->groups[0].image, "localhost/tiny:1");
+  EXPECT_EQ(job->groups[0].image_pull_policy, ImagePullPolicy::kIfNotPresent);
+  EXPECT_FALSE(job->groups[0].host_network);
+  EXPECT_EQ(job->groups[1].image_pull_policy, ImagePullPolicy::kNever);
+  EXPECT_TRUE(job->groups[1].host_network);
+  EXPECT_EQ(job->groups[2].image, "");
+  EXPECT_EQ(job->provenance,
+            (std::map<std::string, std::string>{{"git.commit", "3f2c1e0"}, {"lr", "1e-4"}}));
+  const nlohmann::json json = JobSpecToJson(*job);
+  EXPECT_EQ(json["spec"]["tasks"][1]["imagePullPolicy"], "Never");
+  EXPECT_FALSE(json["spec"]["tasks"][0].contains("imagePullPolicy"));  // the default
+  EXPECT_EQ(json["spec"]["provenance"]["lr"], "1e-4");
+}
+
+TEST_F(JobSpecTest, ValidateRefusesABadImageOrProvenanceOfAJobBuiltInCode) {
+  Job job = FullJob();
+  job.groups[0].image = "-v/:/host";
+  EXPECT_THAT(job.Validate(catalog_),
+              StatusIs(StatusCode::kInvalidArgument, StartsWith("groups[0].image: ")));
+  job = FullJob();
+  for (int i = 0; i < 65; ++i) {
+    job.provenance[fmt::format("k{}", i)] = "v";
+  }
+  EXPECT_THAT(job.Validate(catalog_),
+              StatusIs(StatusCode::kInvalidArgument, StartsWith("provenance: 70 entries")));
 }
 
 TEST_F(JobSpecTest, AcceptsJson) {
@@ -525,6 +581,40 @@ std::vector<BadSpec> BadSpecs() {
        "spec.tasks[0].command[0]: contains a NUL character"},
       {"OnNodeFailureUnknown", WithSpec("onNodeFailure: retry"),
        "spec.onNodeFailure: \"retry\" is not one of requeue, fail"},
+      {"ImageUpperCase", Header() + "spec:\n  tasks: [{name: t, image: Tiny:1}]\n",
+       "spec.tasks[0].image: \"Tiny:1\": name component \"Tiny\" is not valid"},
+      {"ImageLooksLikeAFlag", Header() + "spec:\n  tasks: [{name: t, image: --privileged}]\n",
+       "spec.tasks[0].image: \"--privileged\": name component"},
+      {"ImageBadDigest", Header() + "spec:\n  tasks: [{name: t, image: \"a@sha256:12\"}]\n",
+       "spec.tasks[0].image: \"a@sha256:12\": digest"},
+      {"ImageEmpty", Header() + "spec:\n  tasks: [{name: t, image: \"\"}]\n",
+       "spec.tasks[0].image: \"\": an image reference cannot be empty"},
+      {"ImageNotAString", Header() + "spec:\n  tasks: [{name: t, image: [a]}]\n",
+       "spec.tasks[0].image: expected a string"},
+      {"PullPolicyUnknown",
+       Header() + "spec:\n  tasks: [{name: t, image: a, imagePullPolicy: always}]\n",
+       "spec.tasks[0].imagePullPolicy: \"always\" is not one of IfNotPresent, Always, Never"},
+      {"PullPolicyWithoutImage", Header() + "spec:\n  tasks: [{name: t, imagePullPolicy: Never}]\n",
+       "spec.tasks[0].imagePullPolicy: applies to container tasks only"},
+      {"HostNetworkWithoutImage", Header() + "spec:\n  tasks: [{name: t, hostNetwork: true}]\n",
+       "spec.tasks[0].hostNetwork: applies to container tasks only"},
+      {"ProvenanceNotAMap", WithSpec("provenance: [a]\n"),
+       "spec.provenance: expected a map, got a list"},
+      {"ProvenanceValueNotAString", WithSpec("provenance: {a: {b: c}}\n"),
+       "spec.provenance.a: expected a string"},
+      {"ProvenanceTooManyEntries",
+       WithSpec("provenance: {" +
+                [] {
+                  std::string entries;
+                  for (int i = 0; i < 65; ++i) {
+                    entries += fmt::format("k{}: v, ", i);
+                  }
+                  return entries;
+                }() +
+                "}\n"),
+       "spec.provenance: 65 entries, more than the limit of 64"},
+      {"ProvenanceTooLarge", WithSpec("provenance: {a: " + std::string(17000, 'x') + "}\n"),
+       "spec.provenance.a: keys and values exceed the limit of 16384 bytes"},
       {"JsonDuplicateKey", R"({"apiVersion": "gpufleet.io/v1", "apiVersion": "gpufleet.io/v1"})",
        "apiVersion: duplicate key"},
   };

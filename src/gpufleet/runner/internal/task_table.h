@@ -77,6 +77,23 @@ Result<typename TaskTable<Task>::iterator> FindEndedTask(TaskTable<Task>& tasks,
   return it;
 }
 
+// Stop's bookkeeping for the runners that signal their tasks (records with `kill_deadline`,
+// `sigterm_sent` and `sigkill_sent`): marks the task as stopped, keeps the sooner of its kill
+// deadlines and says which signal is due now; kNone when that one was sent already.
+enum class DueSignal { kNone, kTerm, kKill };
+template <typename Task>
+DueSignal RecordStop(Task& task, MonoTime now, Duration grace) {
+  task.status.stop_requested = true;
+  const MonoTime deadline = now + grace;
+  if (!task.kill_deadline.has_value() || deadline < *task.kill_deadline) {
+    task.kill_deadline = deadline;
+  }
+  if (now >= *task.kill_deadline) {
+    return task.sigkill_sent ? DueSignal::kNone : DueSignal::kKill;
+  }
+  return task.sigterm_sent ? DueSignal::kNone : DueSignal::kTerm;
+}
+
 // Poll: every task brought up to date by `update(task)`, then the statuses, sorted by task id.
 template <typename Task, typename Update>
 std::vector<TaskStatus> UpdatedStatuses(TaskTable<Task>& tasks, Update update) {

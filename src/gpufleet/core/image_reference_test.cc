@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/core/image_reference.h"
+
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+namespace gpufleet {
+namespace {
+
+TEST(ImageReference, AcceptsTheReferencesOfRealRegistries) {
+  for (const std::string& reference : std::vector<std::string>{
+           {"busybox", "library/busybox:1.36", "nvcr.io/nvidia/pytorch:24.05-py3",
+            "localhost/tiny:1", "127.0.0.1:15000/tiny:1",
+            "registry.example.com:5000/team/a__b/c-d.e:v1_2",
+            "ghcr.io/org/img@sha256:" + std::string(64, 'a'),
+            "ghcr.io/org/img:tag@sha256:" + std::string(64, '0'), "Registry.Example.com/x"}}) {
+    SCOPED_TRACE(reference);
+    EXPECT_TRUE(ValidateImageReference(reference).ok())
+        << ValidateImageReference(reference).ToString();
+  }
+}
+
+TEST(ImageReference, RefusesMalformedReferencesSayingWhy) {
+  struct Case {
+    std::string reference;
+    std::string why;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"", "empty"},
+           {"-rm", "name component \"-rm\""},
+           {"--privileged", "name component"},
+           {"Busybox", "name component \"Busybox\""},
+           {"busybox:", "tag \"\""},
+           {"busybox:-x", "tag \"-x\""},
+           {"busybox:" + std::string(129, 'a'), "tag"},
+           {"a//b", "name component \"\""},
+           {"a/b/", "name component \"\""},
+           {"a_-b", "name component"},
+           {"reg.io:port/x", "registry \"reg.io:port\""},
+           {"-reg.io/x", "registry"},
+           {"x@sha256:abc", "digest \"sha256:abc\""},
+           {"x@sha256:" + std::string(64, 'A'), "digest"},
+           {"x@" + std::string(64, 'a'), "no ':'"},
+           {"x y", "name component \"x y\""},
+           {std::string(256, 'a'), "255"},
+           {std::string(600, 'a'), "too long"},
+       }) {
+    SCOPED_TRACE(c.reference);
+    const Status status = ValidateImageReference(c.reference);
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find(c.why), std::string::npos) << status.ToString();
+  }
+}
+
+TEST(ImagePullPolicy, NamesRoundTripAndUnknownNamesAreRefused) {
+  for (const ImagePullPolicy policy :
+       {ImagePullPolicy::kIfNotPresent, ImagePullPolicy::kAlways, ImagePullPolicy::kNever}) {
+    EXPECT_EQ(ImagePullPolicyFromName(ImagePullPolicyName(policy)), policy);
+  }
+  EXPECT_EQ(ImagePullPolicyFromName("always"), std::nullopt);
+  EXPECT_EQ(ImagePullPolicyFromName(""), std::nullopt);
+}
+
+}  // namespace
+}  // namespace gpufleet

@@ -1,0 +1,550 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/runner/podman_runner.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gpufleet/runner/internal/task_table.h"
+#include "gpufleet/runner/internal/text.h"
+#include "gpufleet/runner/process_runner.h"
+
+namespace gpufleet::runner {
+namespace {
+
+using internal::ErrnoText;
+using internal::SplitCommas;
+
+using Json = nlohmann::json;
+
+// How much of podman's error output a task's reason quotes.
+constexpr size_t kMaxReasonBytes = 2048;
+
+// Owns a file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) {
+      close(fd_);
+    }
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// "gpufleet-" and the task id with every character a container name cannot hold as '_', then a
+// hash of the instance and the id, so that ids differing only there get different names.
+std::string MakeContainerName(std::string_view instance, std::string_view task_id) {
+  uint64_t hash = 14695981039346656037ULL;  // FNV-1a
+  for (const char c : fmt::format("{}\n{}", instance, task_id)) {
+    hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+  }
+  std::string readable(task_id.substr(0, 100));
+  for (char& c : readable) {
+    const bool allowed = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                         (c >= '0' && c <= '9') || c == '_' || c == '.' || c == '-';
+    c = allowed ? c : '_';
+  }
+  return fmt::format("gpufleet-{}-{:016x}", readable, hash);
+}
+
+// "1.5" for 1500 milli-CPU.
+std::string FormatCpus(int64_t cpu_milli) {
+  return cpu_milli % 1000 == 0 ? fmt::format("{}", cpu_milli / 1000)
+                               : fmt::format("{}.{:03}", cpu_milli / 1000, cpu_milli % 1000);
+}
+
+std::string Reason(std::string_view what, const internal::CommandOutcome& outcome) {
+  if (outcome.timed_out) {
+    return fmt::format("{}: podman did not finish in time", what);
+  }
+  std::string line = internal::LastLine(outcome.errors);
+  if (line.empty()) {
+    line = fmt::format("podman exited with code {}", outcome.exit_code);
+  }
+  return fmt::format("{}: {}", what, line.substr(0, kMaxReasonBytes));
+}
+
+// What was appended to the file at `path` from `offset` on (at most kMaxReasonBytes of its end).
+std::string ReadFrom(const std::string& path, off_t offset) {
+  const Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  struct stat info = {};
+  if (fd.get() < 0 || fstat(fd.get(), &info) != 0 || info.st_size <= offset) {
+    return "";
+  }
+  const off_t start = std::max<off_t>(offset, info.st_size - static_cast<off_t>(kMaxReasonBytes));
+  std::string text(static_cast<size_t>(info.st_size - start), '\0');
+  const ssize_t n = pread(fd.get(), text.data(), text.size(), start);
+  text.resize(n > 0 ? static_cast<size_t>(n) : 0);
+  return text;
+}
+
+}  // namespace
+
+PodmanRunner::PodmanRunner(PodmanRunnerOptions options, std::unique_ptr<TaskRunner> processes,
+                           const Clock& clock)
+    : options_(std::move(options)), processes_(std::move(processes)), clock_(clock) {}
+
+Result<std::unique_ptr<PodmanRunner>> PodmanRunner::Open(PodmanRunnerOptions options,
+                                                         std::unique_ptr<TaskRunner> processes,
+                                                         const Clock& clock) {
+  if (options.podman.empty() || options.instance.empty()) {
+    return InvalidArgumentError("podman runner: the podman program and the instance must be set");
+  }
+  if (processes == nullptr) {
+    return InvalidArgumentError("podman runner: a runner for tasks without an image is needed");
+  }
+  std::unique_ptr<PodmanRunner> runner(
+      new PodmanRunner(std::move(options), std::move(processes), clock));
+  GPUFLEET_ASSIGN_OR_RETURN(const internal::CommandOutcome version,
+                            runner->Podman({"version", "--format", "{{.Client.Version}}"},
+                                           runner->options_.command_timeout));
+  if (version.exit_code != 0) {
+    return FailedPreconditionError(Reason("podman cannot be run", version));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const auto containers, runner->ListContainers());
+  const MonoTime now = clock.Now();
+  std::lock_guard<std::mutex> lock(runner->mu_);
+  for (const auto& [name, container] : containers) {
+    const auto id = container.labels.find(std::string(kTaskIdLabel));
+    if (id == container.labels.end() || id->second.empty()) {
+      continue;
+    }
+    Task task;
+    task.container = name;
+    task.status.task_id = id->second;
+    task.status.start_time = now;
+    if (const auto start = container.labels.find(std::string(kStartLabel));
+        start != container.labels.end()) {
+      int64_t nanos = 0;
+      const std::string& text = start->second;
+      if (std::from_chars(text.data(), text.data() + text.size(), nanos).ec == std::errc()) {
+        task.status.start_time = MonoTime{nanos};
+      }
+    }
+    if (const auto gpus = container.labels.find(std::string(kGpusLabel));
+        gpus != container.labels.end()) {
+      task.status.gpu_uuids = SplitCommas(gpus->second);
+    }
+    if (!container.running) {
+      runner->Finish(task, &container, now);
+    }
+    runner->tasks_.emplace(task.status.task_id, std::move(task));
+  }
+  return runner;
+}
+
+std::vector<std::string> PodmanRunner::PodmanCommand() const {
+  std::vector<std::string> command = {options_.podman};
+  if (!options_.storage_root.empty()) {
+    command.insert(command.end(), {"--root", options_.storage_root});
+  }
+  if (!options_.run_root.empty()) {
+    command.insert(command.end(), {"--runroot", options_.run_root});
+  }
+  if (!options_.tmp_dir.empty()) {
+    command.insert(command.end(), {"--tmpdir", options_.tmp_dir});
+  }
+  if (!options_.storage_driver.empty()) {
+    command.insert(command.end(), {"--storage-driver", options_.storage_driver});
+  }
+  return command;
+}
+
+std::vector<std::string> PodmanRunner::PodmanEnvironment() const {
+  std::vector<std::string> env;
+  for (const char* name : {"PATH", "HOME", "TMPDIR", "XDG_RUNTIME_DIR", "CONTAINERS_CONF"}) {
+    if (std::string_view(name) == "CONTAINERS_CONF" && !options_.containers_conf.empty()) {
+      continue;
+    }
+    if (const char* value = getenv(name); value != nullptr) {
+      env.push_back(fmt::format("{}={}", name, value));
+    }
+  }
+  if (!options_.containers_conf.empty()) {
+    env.push_back("CONTAINERS_CONF=" + options_.containers_conf);
+  }
+  return env;
+}
+
+std::string PodmanRunner::ContainerName(std::string_view task_id) const {
+  return MakeContainerName(options_.instance, task_id);
+}
+
+Result<internal::CommandOutcome> PodmanRunner::Podman(const std::vector<std::string>& args,
+                                                      Duration timeout) const {
+  internal::CommandSpec spec;
+  spec.argv = PodmanCommand();
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.env = PodmanEnvironment();
+  spec.timeout = timeout;
+  return internal::RunCommand(spec, clock_);
+}
+
+Result<std::map<std::string, PodmanRunner::ContainerState>> PodmanRunner::ListContainers() const {
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const internal::CommandOutcome listed,
+      Podman({"ps", "--all", "--filter",
+              fmt::format("label={}={}", kRunnerLabel, options_.instance), "--format", "json"},
+             options_.command_timeout));
+  if (listed.exit_code != 0) {
+    return UnavailableError(Reason("cannot list the containers", listed));
+  }
+  const Json parsed = Json::parse(listed.output, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_array()) {
+    return UnavailableError("cannot list the containers: podman ps printed no JSON list");
+  }
+  std::map<std::string, ContainerState> containers;
+  for (const Json& item : parsed) {
+    if (!item.is_object() || !item.contains("Names") || !item["Names"].is_array() ||
+        item["Names"].empty() || !item["Names"][0].is_string()) {
+      continue;
+    }
+    ContainerState state;
+    state.name = item["Names"][0].get<std::string>();
+    const std::string status = item.value("State", "");
+    // "created" and "configured" are on their way to running; "exited" and "stopped" are over.
+    state.running = status != "exited" && status != "stopped";
+    if (item.contains("ExitCode") && item["ExitCode"].is_number_integer()) {
+      state.exit_code = item["ExitCode"].get<int>();
+    }
+    if (item.contains("Labels") && item["Labels"].is_object()) {
+      for (const auto& [key, value] : item["Labels"].items()) {
+        if (value.is_string()) {
+          state.labels[key] = value.get<std::string>();
+        }
+      }
+    }
+    containers.emplace(state.name, std::move(state));
+  }
+  return containers;
+}
+
+namespace {
+
+// The registry an image reference names: its first component when that holds a '.' or a ':' or
+// is "localhost", else Docker Hub.
+std::string_view RegistryOf(std::string_view reference) {
+  const size_t slash = reference.find('/');
+  if (slash == std::string_view::npos) {
+    return "docker.io";
+  }
+  const std::string_view first = reference.substr(0, slash);
+  return first.find_first_of(".:") != std::string_view::npos || first == "localhost" ? first
+                                                                                     : "docker.io";
+}
+
+}  // namespace
+
+std::optional<std::string> PodmanRunner::EnsureImage(const TaskLaunch& launch,
+                                                     TaskStatus& status) const {
+  if (launch.image_pull_policy != ImagePullPolicy::kAlways) {
+    const Result<internal::CommandOutcome> exists =
+        Podman({"image", "exists", launch.image}, options_.command_timeout);
+    if (!exists.ok()) {
+      return exists.status().message();
+    }
+    if (exists->exit_code == 0) {
+      return std::nullopt;
+    }
+    if (exists->exit_code != 1) {
+      return Reason(fmt::format("cannot tell whether image '{}' is here", launch.image), *exists);
+    }
+    if (launch.image_pull_policy == ImagePullPolicy::kNever) {
+      return fmt::format("image '{}' is not on this node and its imagePullPolicy is Never",
+                         launch.image);
+    }
+  }
+  std::vector<std::string> pull = {"pull", "--quiet"};
+  const std::string_view registry = RegistryOf(launch.image);
+  if (std::find(options_.insecure_registries.begin(), options_.insecure_registries.end(),
+                registry) != options_.insecure_registries.end()) {
+    pull.push_back("--tls-verify=false");
+  }
+  pull.push_back(launch.image);
+  const MonoTime pull_start = clock_.Now();
+  const Result<internal::CommandOutcome> pulled = Podman(pull, options_.pull_timeout);
+  status.image_pull_time = clock_.Now() - pull_start;
+  if (!pulled.ok()) {
+    return pulled.status().message();
+  }
+  if (pulled->exit_code != 0) {
+    return Reason(fmt::format("cannot pull image '{}'", launch.image), *pulled);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::string> PodmanRunner::RunContainer(const TaskLaunch& launch,
+                                                      const std::string& name, int log_fd,
+                                                      MonoTime start_time) const {
+  // The environment goes in a memory file that podman reads as /dev/fd/N: no value appears on a
+  // command line or a disk. podman's --env-file takes one NAME=VALUE a line.
+  const std::vector<std::string> environment = TaskEnvironment(launch, options_.run_as);
+  std::string env_text;
+  for (const std::string& entry : environment) {
+    if (entry.find('\n') != std::string::npos) {
+      return fmt::format(
+          "environment variable {} holds a newline, which podman's --env-file "
+          "cannot carry",
+          entry.substr(0, entry.find('=')));
+    }
+    env_text += entry + "\n";
+  }
+  const Fd env_fd(memfd_create("gpufleet-task-env", MFD_CLOEXEC));
+  if (env_fd.get() < 0 || write(env_fd.get(), env_text.data(), env_text.size()) !=
+                              static_cast<ssize_t>(env_text.size())) {
+    return fmt::format("cannot prepare the task's environment: {}", ErrnoText(errno));
+  }
+
+  std::vector<std::string> args = {"run",    "--detach",     "--replace",   "--name", name,
+                                   "--init", "--log-driver", "passthrough", "--pull", "never"};
+  if (!options_.oci_runtime.empty()) {
+    args.insert(args.end(), {"--runtime", options_.oci_runtime});
+  }
+  args.insert(args.end(), {"--label", fmt::format("{}={}", kRunnerLabel, options_.instance),
+                           "--label", fmt::format("{}={}", kTaskIdLabel, launch.task_id), "--label",
+                           fmt::format("{}={}", kGpusLabel, fmt::join(launch.gpu_uuids, ",")),
+                           "--label", fmt::format("{}={}", kStartLabel, start_time.nanos)});
+  args.insert(args.end(), {"--network", launch.host_network ? "host" : "none"});
+  for (const std::string& uuid : launch.gpu_uuids) {
+    args.insert(args.end(), {"--device", "nvidia.com/gpu=" + uuid});
+  }
+  if (launch.cpu_milli > 0) {
+    args.insert(args.end(), {"--cpus", FormatCpus(launch.cpu_milli)});
+  }
+  if (launch.memory_mib > 0) {
+    args.insert(args.end(), {"--memory", fmt::format("{}m", launch.memory_mib)});
+  }
+  if (options_.run_as.has_value()) {
+    args.insert(args.end(),
+                {"--user", fmt::format("{}:{}", options_.run_as->uid, options_.run_as->gid)});
+  }
+  if (!launch.working_dir.empty()) {
+    args.insert(args.end(), {"--workdir", launch.working_dir});
+  }
+  args.insert(args.end(), {"--env-file", fmt::format("/dev/fd/{}", env_fd.get())});
+  // podman reads no flag after the image, and a valid image cannot start with '-'
+  // (ValidateImageReference): nothing of the launch can pass for a podman flag.
+  args.push_back(launch.image);
+  args.insert(args.end(), launch.argv.begin(), launch.argv.end());
+
+  internal::CommandSpec spec;
+  spec.argv = PodmanCommand();
+  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
+  spec.env = PodmanEnvironment();
+  spec.output_fd = log_fd;
+  spec.inherited_fds = {env_fd.get()};
+  spec.timeout = options_.command_timeout;
+  // With passthrough logging podman's own stdout and stderr are the container's, so its error
+  // messages land in the log file: what it appended is the reason of a failure.
+  const off_t log_size = lseek(log_fd, 0, SEEK_END);
+  const Result<internal::CommandOutcome> ran = internal::RunCommand(spec, clock_);
+  if (!ran.ok()) {
+    return ran.status().message();
+  }
+  if (ran->exit_code == 0) {
+    return std::nullopt;
+  }
+  internal::CommandOutcome failure = *ran;
+  failure.errors = ReadFrom(launch.log_path, log_size < 0 ? 0 : log_size);
+  // A container created before the failure would be listed as this task's.
+  [[maybe_unused]] const auto removed = Podman({"rm", "--force", name}, options_.command_timeout);
+  return Reason("podman run failed", failure);
+}
+
+Status PodmanRunner::Start(const TaskLaunch& launch) {
+  if (launch.image.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    GPUFLEET_RETURN_IF_ERROR(internal::CheckNewTask(tasks_, launch.task_id));
+    return processes_->Start(launch);
+  }
+  GPUFLEET_RETURN_IF_ERROR(ValidateLaunch(launch));
+  if (launch.log_path.empty()) {
+    return InvalidArgumentError(fmt::format("task '{}' has no log_path", launch.task_id));
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  GPUFLEET_RETURN_IF_ERROR(internal::CheckNewTask(tasks_, launch.task_id));
+  // The id must be new to the process runner too.
+  internal::TaskTable<TaskStatus> processes;
+  for (TaskStatus& process : processes_->Poll()) {
+    processes.emplace(process.task_id, std::move(process));
+  }
+  GPUFLEET_RETURN_IF_ERROR(internal::CheckNewTask(processes, launch.task_id));
+  const Fd log(
+      open(launch.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600));
+  if (log.get() < 0) {
+    return InvalidArgumentError(
+        fmt::format("log_path '{}' of task '{}' cannot be opened for appending: {}",
+                    launch.log_path, launch.task_id, ErrnoText(errno)));
+  }
+  Task task;
+  task.container = ContainerName(launch.task_id);
+  task.status.task_id = launch.task_id;
+  task.status.gpu_uuids = launch.gpu_uuids;
+  task.status.start_time = clock_.Now();
+  std::optional<std::string> failure = EnsureImage(launch, task.status);
+  if (!failure.has_value()) {
+    failure = RunContainer(launch, task.container, log.get(), task.status.start_time);
+  }
+  if (failure.has_value()) {
+    task.status.state = TaskState::kFailedToStart;
+    task.status.reason = std::move(*failure);
+    task.status.end_time = clock_.Now();
+  }
+  tasks_.emplace(launch.task_id, std::move(task));
+  return Status::Ok();
+}
+
+void PodmanRunner::Finish(Task& task, const ContainerState* container, MonoTime now) {
+  task.status.end_time = now;
+  if (container == nullptr) {
+    task.status.state = TaskState::kLost;
+    task.status.reason = fmt::format("its container '{}' is gone", task.container);
+    return;
+  }
+  const int code = container->exit_code;
+  const bool signalled =
+      (task.sigkill_sent && code == 128 + SIGKILL) || (task.sigterm_sent && code == 128 + SIGTERM);
+  if (signalled) {
+    task.status.state = TaskState::kKilled;
+    task.status.signal = code - 128;
+    return;
+  }
+  task.status.state = TaskState::kExited;
+  task.status.exit_code = code;
+}
+
+Status PodmanRunner::Signal(Task& task, std::string_view signal_name) {
+  const Result<internal::CommandOutcome> killed = Podman(
+      {"kill", "--signal", std::string(signal_name), task.container}, options_.command_timeout);
+  if (killed.ok() && killed->exit_code == 0) {
+    return Status::Ok();
+  }
+  // A container that has just exited cannot be signalled; that is no error.
+  const Result<std::map<std::string, ContainerState>> containers = ListContainers();
+  if (containers.ok()) {
+    const auto it = containers->find(task.container);
+    if (it == containers->end() || !it->second.running) {
+      return Status::Ok();
+    }
+  }
+  return InternalError(
+      fmt::format("cannot send SIG{} to container '{}' of task '{}': {}", signal_name,
+                  task.container, task.status.task_id,
+                  killed.ok() ? Reason("podman kill", *killed) : killed.status().message()));
+}
+
+bool PodmanRunner::IsContainerTask(std::string_view task_id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return tasks_.contains(task_id);
+}
+
+Status PodmanRunner::Stop(std::string_view task_id, Duration grace) {
+  if (!IsContainerTask(task_id)) {
+    return processes_->Stop(task_id, grace);
+  }
+  GPUFLEET_RETURN_IF_ERROR(internal::CheckStopGrace(task_id, grace));
+  std::lock_guard<std::mutex> lock(mu_);
+  GPUFLEET_ASSIGN_OR_RETURN(const auto it, internal::FindTask(tasks_, task_id));
+  Task& task = it->second;
+  if (IsFinal(task.status.state)) {
+    return Status::Ok();
+  }
+  Status signalled;
+  switch (internal::RecordStop(task, clock_.Now(), grace)) {
+    case internal::DueSignal::kKill:
+      signalled = Signal(task, "KILL");
+      task.sigkill_sent = signalled.ok();
+      break;
+    case internal::DueSignal::kTerm:
+      signalled = Signal(task, "TERM");
+      task.sigterm_sent = signalled.ok();
+      break;
+    case internal::DueSignal::kNone:
+      break;
+  }
+  return signalled;
+}
+
+std::vector<TaskStatus> PodmanRunner::Poll() {
+  std::vector<TaskStatus> statuses = processes_->Poll();
+  std::lock_guard<std::mutex> lock(mu_);
+  const bool any_running = std::any_of(tasks_.begin(), tasks_.end(), [](const auto& entry) {
+    return !IsFinal(entry.second.status.state);
+  });
+  std::optional<std::map<std::string, ContainerState>> containers;
+  if (any_running) {
+    Result<std::map<std::string, ContainerState>> listed = ListContainers();
+    if (listed.ok()) {
+      containers = std::move(listed).value();
+    }
+  }
+  const MonoTime now = clock_.Now();
+  // Poll cannot return an error: without podman's answer the tasks keep their last state.
+  std::vector<TaskStatus> container_statuses = internal::UpdatedStatuses(tasks_, [&](Task& task) {
+    if (IsFinal(task.status.state) || !containers.has_value()) {
+      return;
+    }
+    const auto it = containers->find(task.container);
+    if (it == containers->end() || !it->second.running) {
+      Finish(task, it == containers->end() ? nullptr : &it->second, now);
+      return;
+    }
+    if (task.kill_deadline.has_value() && now >= *task.kill_deadline && !task.sigkill_sent) {
+      task.sigkill_sent = Signal(task, "KILL").ok();
+    }
+  });
+  statuses.insert(statuses.end(), std::make_move_iterator(container_statuses.begin()),
+                  std::make_move_iterator(container_statuses.end()));
+  std::sort(statuses.begin(), statuses.end(),
+            [](const TaskStatus& a, const TaskStatus& b) { return a.task_id < b.task_id; });
+  return statuses;
+}
+
+Status PodmanRunner::Forget(std::string_view task_id) {
+  if (!IsContainerTask(task_id)) {
+    return processes_->Forget(task_id);
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  // Poll brings container tasks up to date; Forget trusts the last one.
+  GPUFLEET_ASSIGN_OR_RETURN(const auto it,
+                            internal::FindEndedTask(tasks_, task_id, [](const Task&) {}));
+  if (it->second.status.state != TaskState::kFailedToStart) {
+    GPUFLEET_ASSIGN_OR_RETURN(
+        const internal::CommandOutcome removed,
+        Podman({"rm", "--force", "--ignore", it->second.container}, options_.command_timeout));
+    if (removed.exit_code != 0) {
+      return UnavailableError(
+          Reason(fmt::format("cannot remove container '{}'", it->second.container), removed));
+    }
+  }
+  tasks_.erase(it);
+  return Status::Ok();
+}
+
+Status PodmanRunner::RenewLease(Duration fence_in, Duration grace) {
+  return processes_->RenewLease(fence_in, grace);
+}
+
+}  // namespace gpufleet::runner

@@ -1,0 +1,174 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/status.h"
+#include "gpufleet/runner/internal/command.h"
+#include "gpufleet/runner/run_as.h"
+#include "gpufleet/runner/task_runner.h"
+
+namespace gpufleet::runner {
+
+// The labels every container of a PodmanRunner carries: the runner's instance, the task id
+// (JOB/TASK/ATTEMPT: it names the job, the task and the run), the task's GPUs and its start time
+// on the runner's Clock. `podman ps --filter label=gpufleet.io/runner=INSTANCE` lists them.
+inline constexpr std::string_view kRunnerLabel = "gpufleet.io/runner";
+inline constexpr std::string_view kTaskIdLabel = "gpufleet.io/task-id";
+inline constexpr std::string_view kGpusLabel = "gpufleet.io/gpus";
+inline constexpr std::string_view kStartLabel = "gpufleet.io/start-ns";
+
+struct PodmanRunnerOptions {
+  // The podman program; a name is looked up in PATH.
+  std::string podman = "podman";
+  // `podman run --runtime`: runc by default, since crun refuses hosts whose cgroups are mounted in
+  // hybrid mode (docs/containers.md); empty: podman's own default (crun on cgroup v2 hosts).
+  std::string oci_runtime = "runc";
+  // podman's --root, --runroot, --tmpdir and --storage-driver; empty: podman's defaults. Tests
+  // keep their images, containers and podman's own state in a temporary directory this way.
+  std::string storage_root;
+  std::string run_root;
+  std::string tmp_dir;
+  std::string storage_driver;
+  // A containers.conf podman reads (CONTAINERS_CONF); empty: the CONTAINERS_CONF of this
+  // process's environment if set, else the system's. On hosts whose hard
+  // RLIMIT_NOFILE is below podman's default ulimits it must say `default_ulimits = []`.
+  std::string containers_conf;
+  // Registries ("HOST:PORT", e.g. a registry on loopback) pulled from over plain HTTP
+  // (`podman pull --tls-verify=false`); every other registry is pulled from over TLS.
+  std::vector<std::string> insecure_registries;
+  // The value of kRunnerLabel on this runner's containers: a runner adopts and lists only its own.
+  std::string instance = "gpufleet";
+  // The user the container's process runs as (`--user UID:GID`); none: the image's user.
+  std::optional<RunAs> run_as;
+  // How long podman may take for anything but a pull, and for a pull.
+  Duration command_timeout = std::chrono::seconds(60);
+  Duration pull_timeout = std::chrono::minutes(30);
+};
+
+// A TaskRunner that runs each task with an image as an OCI container through podman, and hands
+// every task without one to another runner (the node's ProcessRunner).
+//
+// A container task. Start makes sure the image is there (TaskLaunch::image_pull_policy:
+// IfNotPresent pulls it when `podman image exists` says no, Always pulls it, Never refuses a
+// missing image; TaskStatus::image_pull_time says how long a pull took), then runs `podman run
+// --detach --init --log-driver passthrough` with
+// `--runtime` from the options; the task's GPUs as CDI devices (`--device nvidia.com/gpu=UUID`,
+// MIG devices by their UUIDs); `--cpus` and `--memory` from TaskLaunch::cpu_milli and memory_mib;
+// `--network none` unless TaskLaunch::host_network (then `--network host`); the environment
+// TaskEnvironment builds (the process runner's allow-list; never the agent's own variables),
+// passed as an --env-file that never touches a disk; the working directory and the --run-as user
+// when given; and the labels above. With passthrough logging the container's stdout and stderr
+// are the task's log file itself, appended to as the process runner does. A pull or `podman run`
+// that fails registers the task as kFailedToStart with podman's reason (an unknown image, a
+// missing CDI device). A command that is not in the image is the container's PID 1's failure to
+// run it: the task exits with code 1 and catatonit's message in its log.
+//
+// Ends and stops. A container that exited is kExited with its exit code, or kKilled when the
+// runner signalled it and the code is 128 + that signal (catatonit, the container's PID 1 from
+// --init, reports a signalled task that way). Stop sends SIGTERM to the container
+// (`podman kill --signal TERM`) and SIGKILL once the grace has passed (noticed by Poll), so the
+// container, not a process of the node, is the unit that is stopped.
+//
+// Surviving an agent restart. Containers run under podman's conmon, not under the agent; Open
+// lists the containers labelled with the runner's instance and adopts them: running ones stay
+// kRunning and Stop works on them, ended ones report their exit code. Forget removes the
+// container (`podman rm --force`).
+//
+// Fencing. RenewLease is passed on to the process runner; containers are not fenced yet: after
+// the agent's death they run until an agent comes back and stops them (docs/containers.md).
+//
+// Poll asks podman once per call (`podman ps --all --filter label=...`) while a container task
+// runs. Thread-safe: a mutex guards the table, held while podman runs (a pull too: the agent calls
+// its runner from one loop, which waits for the pull either way).
+class PodmanRunner final : public TaskRunner {
+ public:
+  // Checks that podman runs (`podman version`), then adopts this instance's containers.
+  // `processes` runs the tasks without an image; `clock` must outlive the runner.
+  // Errors: kInvalidArgument for an empty podman or instance, kFailedPrecondition when podman
+  // cannot be run (with its reason), kUnavailable when its containers cannot be listed.
+  static Result<std::unique_ptr<PodmanRunner>> Open(PodmanRunnerOptions options,
+                                                    std::unique_ptr<TaskRunner> processes,
+                                                    const Clock& clock);
+
+  // Leaves every container running: a new runner with the same instance adopts them.
+  ~PodmanRunner() override = default;
+  PodmanRunner(const PodmanRunner&) = delete;
+  PodmanRunner& operator=(const PodmanRunner&) = delete;
+
+  // A launch without an image goes to the process runner. For a container: the common errors,
+  // kInvalidArgument when log_path cannot be opened for appending, kUnavailable when podman
+  // cannot be started at all. An image that cannot be had, or a `podman run` that fails, makes
+  // the task kFailedToStart with podman's reason.
+  Status Start(const TaskLaunch& launch) override;
+  // Adds kInternal when podman cannot signal a container that still runs.
+  Status Stop(std::string_view task_id, Duration grace) override;
+  std::vector<TaskStatus> Poll() override;
+  // Also removes the container; kUnavailable if podman cannot (the task stays known).
+  Status Forget(std::string_view task_id) override;
+  Status RenewLease(Duration fence_in, Duration grace) override;
+
+  // The podman command line (program and global flags) this runner uses, for tests that look at
+  // its containers.
+  std::vector<std::string> PodmanCommandForTest() const { return PodmanCommand(); }
+  // The name of the container of `task_id`.
+  std::string ContainerNameForTest(std::string_view task_id) const {
+    return ContainerName(task_id);
+  }
+
+ private:
+  struct Task {
+    TaskStatus status;
+    std::string container;
+    bool sigterm_sent = false;
+    bool sigkill_sent = false;
+    std::optional<MonoTime> kill_deadline;
+  };
+  // What `podman ps` says about one container.
+  struct ContainerState {
+    std::string name;
+    bool running = false;
+    int exit_code = 0;
+    std::map<std::string, std::string> labels;
+  };
+
+  PodmanRunner(PodmanRunnerOptions options, std::unique_ptr<TaskRunner> processes,
+               const Clock& clock);
+
+  std::vector<std::string> PodmanCommand() const;
+  // podman's environment: PATH, HOME, TMPDIR, XDG_RUNTIME_DIR and CONTAINERS_CONF only.
+  std::vector<std::string> PodmanEnvironment() const;
+  std::string ContainerName(std::string_view task_id) const;
+  // Runs podman with `args` after the global flags, capturing its output.
+  Result<internal::CommandOutcome> Podman(const std::vector<std::string>& args,
+                                          Duration timeout) const;
+  // This instance's containers, by name.
+  Result<std::map<std::string, ContainerState>> ListContainers() const;
+  // Makes sure the image is present, recording a pull's duration in `status`; the reason it is
+  // not otherwise.
+  std::optional<std::string> EnsureImage(const TaskLaunch& launch, TaskStatus& status) const;
+  // Runs the container, labelled with `start_time`; the reason it did not start otherwise.
+  std::optional<std::string> RunContainer(const TaskLaunch& launch, const std::string& name,
+                                          int log_fd, MonoTime start_time) const;
+  // Records the end of a task whose container has exited, or is gone. REQUIRES: mu_ held.
+  void Finish(Task& task, const ContainerState* container, MonoTime now);
+  // Sends `signal_name` ("TERM", "KILL") to the task's container. REQUIRES: mu_ held.
+  Status Signal(Task& task, std::string_view signal_name);
+  bool IsContainerTask(std::string_view task_id);
+
+  const PodmanRunnerOptions options_;
+  const std::unique_ptr<TaskRunner> processes_;
+  const Clock& clock_;
+  std::mutex mu_;
+  std::map<std::string, Task, std::less<>> tasks_;  // guarded by mu_
+};
+
+}  // namespace gpufleet::runner

@@ -1,0 +1,527 @@
+// SPDX-License-Identifier: Apache-2.0
+// The container runner against real podman (label `podman`): a busybox-static image the tests
+// import themselves, storage in a temporary directory, no network and nothing pulled from
+// outside. The tests skip only when podman cannot run on this machine at all.
+#include "gpufleet/runner/podman_runner.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/runner/internal/command.h"
+#include "gpufleet/runner/process_runner.h"
+
+namespace gpufleet::runner {
+namespace {
+
+using ::gpufleet::testing::StatusIs;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr Duration kPatience = std::chrono::seconds(60);
+constexpr char kImage[] = "localhost/gpufleet-test-tiny:1";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void WriteFile(const std::string& path, const std::string& content) {
+  std::ofstream out(path);
+  out << content;
+}
+
+// Runs a shell command for the test's own set-up; its output on failure.
+std::string Shell(const std::string& command) {
+  SystemClock clock;
+  internal::CommandSpec spec;
+  spec.argv = {"/bin/sh", "-c", command};
+  spec.env = {fmt::format("PATH={}", getenv("PATH") != nullptr ? getenv("PATH") : "/usr/bin:/bin")};
+  spec.timeout = std::chrono::minutes(2);
+  const Result<internal::CommandOutcome> outcome = internal::RunCommand(spec, clock);
+  if (!outcome.ok()) {
+    return outcome.status().ToString();
+  }
+  return outcome->exit_code == 0 ? "" : outcome->output + outcome->errors;
+}
+
+class PodmanRunnerTest : public ::testing::Test {
+ protected:
+  // One storage and one image for the whole suite: importing it once keeps the tests quick.
+  static void SetUpTestSuite() {
+    suite_dir_ = fmt::format("{}/podman_runner_test_{}", ::testing::TempDir(), getpid());
+    std::filesystem::remove_all(suite_dir_);
+    std::filesystem::create_directories(suite_dir_ + "/rootfs/bin");
+    // podman asks for ulimits above this machine's hard RLIMIT_NOFILE unless told not to.
+    WriteFile(suite_dir_ + "/containers.conf", "[containers]\ndefault_ulimits = []\n");
+    const std::string podman = PodmanPrefix() + " version";
+    if (const std::string error = Shell(podman); !error.empty()) {
+      skip_reason_ = "podman cannot run here (install it with scripts/setup): " + error;
+      return;
+    }
+    setup_error_ = Shell(fmt::format(
+        "set -e; cd {0}; cp /bin/busybox rootfs/bin/; "
+        "for a in sh echo cat sleep env ls trap; do ln -sf busybox rootfs/bin/$a; done; "
+        "tar -C rootfs -cf rootfs.tar .; {1} import rootfs.tar {2} >/dev/null",
+        suite_dir_, PodmanPrefix(), kImage));
+  }
+
+  static void TearDownTestSuite() {
+    if (skip_reason_.empty()) {
+      // Not `podman system reset`: with the suite's own --tmpdir it would still do more than
+      // this suite's cleaning.
+      Shell(PodmanPrefix() + " rm --all --force >/dev/null 2>&1; " + PodmanPrefix() +
+            " rmi --all --force >/dev/null 2>&1");
+    }
+    std::error_code ignored;
+    std::filesystem::remove_all(suite_dir_, ignored);
+  }
+
+  static std::string PodmanPrefix() {
+    return fmt::format(
+        "CONTAINERS_CONF={0}/containers.conf podman --root {0}/storage --runroot {0}/run "
+        "--tmpdir {0}/tmp --storage-driver vfs",
+        suite_dir_);
+  }
+
+  void SetUp() override {
+    if (!skip_reason_.empty()) {
+      GTEST_SKIP() << skip_reason_;
+    }
+    ASSERT_EQ(setup_error_, "") << "cannot build the test image (busybox-static installed?)";
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fmt::format("{}/{}", suite_dir_, info->name());
+    std::filesystem::create_directories(dir_);
+    options_.storage_root = suite_dir_ + "/storage";
+    options_.run_root = suite_dir_ + "/run";
+    options_.tmp_dir = suite_dir_ + "/tmp";
+    options_.storage_driver = "vfs";
+    options_.containers_conf = suite_dir_ + "/containers.conf";
+    options_.instance = fmt::format("test-{}-{}", getpid(), info->name());
+    runner_ = OpenRunner(real_clock_);
+  }
+
+  void TearDown() override {
+    if (runner_ != nullptr) {
+      for (const TaskStatus& status : runner_->Poll()) {
+        if (!IsFinal(status.state)) {
+          EXPECT_OK(runner_->Stop(status.task_id, Duration::zero()));
+        }
+      }
+    }
+  }
+
+  std::unique_ptr<PodmanRunner> OpenRunner(const Clock& clock) {
+    Result<std::unique_ptr<ProcessRunner>> processes = ProcessRunner::Open(dir_ + "/tasks", clock);
+    EXPECT_OK(processes);
+    if (!processes.ok()) {
+      return nullptr;
+    }
+    Result<std::unique_ptr<PodmanRunner>> runner =
+        PodmanRunner::Open(options_, std::move(processes).value(), clock);
+    EXPECT_OK(runner);
+    return runner.ok() ? std::move(runner).value() : nullptr;
+  }
+
+  TaskLaunch Container(const std::string& task_id, const std::string& script) {
+    TaskLaunch launch;
+    launch.task_id = task_id;
+    launch.argv = {"/bin/sh", "-c", script};
+    launch.image = kImage;
+    launch.image_pull_policy = ImagePullPolicy::kNever;
+    launch.log_path = LogPath(task_id);
+    return launch;
+  }
+
+  std::string LogPath(const std::string& task_id) {
+    std::string stem = task_id;
+    std::replace(stem.begin(), stem.end(), '/', '%');
+    return fmt::format("{}/{}.log", dir_, stem);
+  }
+
+  static TaskStatus StatusOf(TaskRunner& runner, const std::string& task_id) {
+    for (const TaskStatus& status : runner.Poll()) {
+      if (status.task_id == task_id) {
+        return status;
+      }
+    }
+    ADD_FAILURE() << "the runner does not know task " << task_id;
+    return {};
+  }
+
+  bool WaitUntil(const std::function<bool()>& condition) {
+    const MonoTime deadline = real_clock_.Now() + kPatience;
+    while (!condition()) {
+      if (real_clock_.Now() > deadline) {
+        return false;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return true;
+  }
+
+  TaskStatus WaitForEnd(TaskRunner& runner, const std::string& task_id) {
+    TaskStatus status;
+    EXPECT_TRUE(WaitUntil([&] {
+      status = StatusOf(runner, task_id);
+      return IsFinal(status.state);
+    })) << task_id
+        << " still " << DescribeTaskStatus(status);
+    return status;
+  }
+
+  bool WaitForLog(const std::string& task_id, const std::string& text) {
+    return WaitUntil([&] { return ReadFile(LogPath(task_id)).find(text) != std::string::npos; });
+  }
+
+  // This instance's containers, as podman lists them: "NAME STATE" lines.
+  std::string ListedContainers() {
+    SystemClock clock;
+    internal::CommandSpec spec;
+    spec.argv = runner_->PodmanCommandForTest();
+    spec.argv.insert(spec.argv.end(), {"ps", "--all", "--filter",
+                                       fmt::format("label={}={}", kRunnerLabel, options_.instance),
+                                       "--format", "{{.Names}} {{.State}}"});
+    spec.env = {"CONTAINERS_CONF=" + options_.containers_conf,
+                fmt::format("PATH={}", getenv("PATH"))};
+    const Result<internal::CommandOutcome> outcome = internal::RunCommand(spec, clock);
+    return outcome.ok() ? outcome->output + outcome->errors : outcome.status().ToString();
+  }
+
+  static inline std::string suite_dir_;
+  static inline std::string skip_reason_;
+  static inline std::string setup_error_;
+  std::string dir_;
+  PodmanRunnerOptions options_;
+  SystemClock real_clock_;
+  FakeClock fake_clock_{MonoTime{1'000'000'000}};
+  std::unique_ptr<PodmanRunner> runner_;  // destroyed before the clocks
+};
+
+TEST_F(PodmanRunnerTest, RunsContainersToZeroAndNonZeroExitsWithTheirLogsAndNoNetwork) {
+  ASSERT_NE(runner_, nullptr);
+  ASSERT_OK(
+      runner_->Start(Container("job/ok/1", "echo hello from the container; ls /sys/class/net")));
+  ASSERT_OK(runner_->Start(Container("job/bad/1", "echo failing >&2; exit 3")));
+  const TaskStatus ok = WaitForEnd(*runner_, "job/ok/1");
+  EXPECT_EQ(ok.state, TaskState::kExited);
+  EXPECT_EQ(ok.exit_code, 0);
+  // --network none: the loopback device only.
+  EXPECT_EQ(ReadFile(LogPath("job/ok/1")), "hello from the container\nlo\n");
+  const TaskStatus bad = WaitForEnd(*runner_, "job/bad/1");
+  EXPECT_EQ(bad.state, TaskState::kExited);
+  EXPECT_EQ(bad.exit_code, 3);
+  EXPECT_EQ(ReadFile(LogPath("job/bad/1")), "failing\n");
+  EXPECT_THAT(ListedContainers(), HasSubstr(runner_->ContainerNameForTest("job/ok/1")));
+  ASSERT_OK(runner_->Forget("job/ok/1"));
+  ASSERT_OK(runner_->Forget("job/bad/1"));
+  EXPECT_EQ(ListedContainers(), "") << "Forget removes the containers";
+  EXPECT_THAT(runner_->Forget("job/ok/1"), StatusIs(StatusCode::kNotFound));
+}
+
+TEST_F(PodmanRunnerTest, TheContainerGetsTheAllowListedEnvironmentAndNotTheAgents) {
+  ASSERT_NE(runner_, nullptr);
+  setenv("GPUFLEET_TEST_AGENT_SECRET", "agent-secret-value", 1);
+  TaskLaunch launch = Container("job/env/1", "env");
+  launch.env = {{"MY_SETTING", "a value with spaces"}, {"EMPTY", ""}};
+  const Status started = runner_->Start(launch);
+  unsetenv("GPUFLEET_TEST_AGENT_SECRET");
+  ASSERT_OK(started);
+  EXPECT_EQ(WaitForEnd(*runner_, "job/env/1").exit_code, 0);
+  const std::string env = ReadFile(LogPath("job/env/1"));
+  EXPECT_THAT(env, HasSubstr("MY_SETTING=a value with spaces\n"));
+  EXPECT_THAT(env, HasSubstr("\nEMPTY=\n"));
+  EXPECT_THAT(env, HasSubstr("CUDA_VISIBLE_DEVICES=\n"));
+  EXPECT_THAT(env, HasSubstr("NVIDIA_VISIBLE_DEVICES=void\n"));
+  EXPECT_THAT(env, Not(HasSubstr("agent-secret-value")));
+  EXPECT_THAT(env, Not(HasSubstr("GPUFLEET_TEST_AGENT_SECRET")));
+}
+
+TEST_F(PodmanRunnerTest, StopSendsSigtermToTheContainer) {
+  ASSERT_NE(runner_, nullptr);
+  ASSERT_OK(runner_->Start(Container("job/long/1", "echo started; exec sleep 300")));
+  ASSERT_TRUE(WaitForLog("job/long/1", "started"));
+  EXPECT_EQ(StatusOf(*runner_, "job/long/1").state, TaskState::kRunning);
+  ASSERT_OK(runner_->Stop("job/long/1", std::chrono::seconds(60)));
+  const TaskStatus status = WaitForEnd(*runner_, "job/long/1");
+  EXPECT_EQ(status.state, TaskState::kKilled) << DescribeTaskStatus(status);
+  EXPECT_EQ(status.signal, SIGTERM);
+  EXPECT_TRUE(status.stop_requested);
+  EXPECT_OK(runner_->Stop("job/long/1", std::chrono::seconds(1)));  // the task has ended
+}
+
+TEST_F(PodmanRunnerTest, SigkillFollowsTheGraceWhenTheTaskIgnoresSigterm) {
+  runner_.reset();
+  runner_ = OpenRunner(fake_clock_);
+  ASSERT_NE(runner_, nullptr);
+  ASSERT_OK(runner_->Start(Container(
+      "job/stubborn/1", "trap 'echo got TERM' TERM; echo ready; while true; do sleep 1; done")));
+  ASSERT_TRUE(WaitForLog("job/stubborn/1", "ready"));
+  ASSERT_OK(runner_->Stop("job/stubborn/1", std::chrono::seconds(30)));
+  ASSERT_TRUE(WaitForLog("job/stubborn/1", "got TERM"));
+  EXPECT_EQ(StatusOf(*runner_, "job/stubborn/1").state, TaskState::kRunning)
+      << "the task ignores SIGTERM and the grace has not passed";
+  fake_clock_.Advance(std::chrono::seconds(30));
+  const TaskStatus status = WaitForEnd(*runner_, "job/stubborn/1");
+  EXPECT_EQ(status.state, TaskState::kKilled) << DescribeTaskStatus(status);
+  EXPECT_EQ(status.signal, SIGKILL);
+}
+
+TEST_F(PodmanRunnerTest, ANewRunnerAdoptsRunningAndEndedContainers) {
+  ASSERT_NE(runner_, nullptr);
+  TaskLaunch running = Container("team/job/main-0/1", "echo up; exec sleep 300");
+  ASSERT_OK(runner_->Start(running));
+  ASSERT_OK(runner_->Start(Container("team/job/side-0/1", "exit 7")));
+  ASSERT_TRUE(WaitForLog("team/job/main-0/1", "up"));
+  EXPECT_EQ(WaitForEnd(*runner_, "team/job/side-0/1").exit_code, 7);
+  const MonoTime started = StatusOf(*runner_, "team/job/main-0/1").start_time;
+  runner_.reset();  // the agent restarts; its containers run on
+
+  runner_ = OpenRunner(real_clock_);
+  ASSERT_NE(runner_, nullptr);
+  const std::vector<TaskStatus> adopted = runner_->Poll();
+  ASSERT_EQ(adopted.size(), 2u);
+  EXPECT_EQ(adopted[0].task_id, "team/job/main-0/1");
+  EXPECT_EQ(adopted[0].state, TaskState::kRunning);
+  EXPECT_EQ(adopted[0].start_time, started);
+  EXPECT_FALSE(adopted[0].enforces_lease);
+  EXPECT_EQ(adopted[1].task_id, "team/job/side-0/1");
+  EXPECT_EQ(adopted[1].state, TaskState::kExited);
+  EXPECT_EQ(adopted[1].exit_code, 7);
+  ASSERT_OK(runner_->Stop("team/job/main-0/1", std::chrono::seconds(60)));
+  EXPECT_EQ(WaitForEnd(*runner_, "team/job/main-0/1").signal, SIGTERM);
+  EXPECT_THAT(runner_->Start(running), StatusIs(StatusCode::kAlreadyExists));
+  ASSERT_OK(runner_->Forget("team/job/main-0/1"));
+  ASSERT_OK(runner_->Forget("team/job/side-0/1"));
+  EXPECT_EQ(ListedContainers(), "");
+}
+
+TEST_F(PodmanRunnerTest, AnImageThatIsNotThereFailsTheTaskWithAClearReason) {
+  ASSERT_NE(runner_, nullptr);
+  TaskLaunch never = Container("job/never/1", "true");
+  never.image = "localhost/gpufleet-no-such-image:1";
+  ASSERT_OK(runner_->Start(never));
+  TaskStatus status = StatusOf(*runner_, "job/never/1");
+  EXPECT_EQ(status.state, TaskState::kFailedToStart);
+  EXPECT_EQ(status.reason,
+            "image 'localhost/gpufleet-no-such-image:1' is not on this node and its "
+            "imagePullPolicy is Never");
+
+  // The pull goes to a registry on this machine's port 443, where nothing listens.
+  TaskLaunch pull = never;
+  pull.task_id = "job/pull/1";
+  pull.image_pull_policy = ImagePullPolicy::kIfNotPresent;
+  ASSERT_OK(runner_->Start(pull));
+  status = StatusOf(*runner_, "job/pull/1");
+  EXPECT_EQ(status.state, TaskState::kFailedToStart);
+  EXPECT_THAT(status.reason,
+              HasSubstr("cannot pull image 'localhost/gpufleet-no-such-image:1': Error: "));
+
+  EXPECT_EQ(ListedContainers(), "") << "a failed start leaves no container behind";
+
+  // The container starts; its PID 1 (catatonit) cannot run the command and says so in the log.
+  TaskLaunch no_command = Container("job/no-command/1", "true");
+  no_command.argv = {"/bin/no-such-program"};
+  ASSERT_OK(runner_->Start(no_command));
+  status = WaitForEnd(*runner_, "job/no-command/1");
+  EXPECT_EQ(status.state, TaskState::kExited);
+  EXPECT_EQ(status.exit_code, 1);
+  EXPECT_THAT(ReadFile(LogPath("job/no-command/1")),
+              HasSubstr("failed to exec pid1: No such file or directory"));
+  ASSERT_OK(runner_->Forget("job/no-command/1"));
+}
+
+TEST_F(PodmanRunnerTest, CpuAndMemoryRequestsBecomeTheContainersLimits) {
+  ASSERT_NE(runner_, nullptr);
+  TaskLaunch launch = Container(
+      "job/limits/1",
+      "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat "
+      "/sys/fs/cgroup/memory.max; "
+      "cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cat /sys/fs/cgroup/cpu.max");
+  launch.cpu_milli = 500;
+  launch.memory_mib = 64;
+  ASSERT_OK(runner_->Start(launch));
+  EXPECT_EQ(WaitForEnd(*runner_, "job/limits/1").exit_code, 0);
+  const std::string limits = ReadFile(LogPath("job/limits/1"));
+  EXPECT_THAT(limits, HasSubstr("67108864\n"));
+  EXPECT_THAT(limits, HasSubstr("50000"));
+}
+
+// On a node `nvidia-ctk cdi generate` writes the nvidia.com/gpu devices; here a spec of our own
+// names a made-up GPU UUID whose "device" is a plain file. podman 4.3 reads CDI specs from
+// /etc/cdi and /var/run/cdi only, so the test writes its spec there (and removes it).
+TEST_F(PodmanRunnerTest, GpusBecomeCdiDevicesByUuid) {
+  ASSERT_NE(runner_, nullptr);
+  const std::string uuid = fmt::format("GPU-00000000-0000-0000-0000-{:012}", getpid());
+  const std::string device_file = dir_ + "/fake-gpu";
+  WriteFile(device_file, "fake gpu\n");
+  std::filesystem::create_directories("/var/run/cdi");
+  const std::string spec_path = fmt::format("/var/run/cdi/gpufleet-test-{}.yaml", getpid());
+  WriteFile(spec_path, fmt::format(R"(cdiVersion: "0.5.0"
+kind: nvidia.com/gpu
+devices:
+- name: {}
+  containerEdits:
+    mounts:
+    - {{hostPath: {}, containerPath: /dev/gpufleet-fake-gpu, options: [ro, bind]}}
+)",
+                                   uuid, device_file));
+  ASSERT_TRUE(std::filesystem::exists(spec_path)) << "cannot write " << spec_path;
+  TaskLaunch launch = Container("job/gpu/1", "cat /dev/gpufleet-fake-gpu; env");
+  launch.gpu_uuids = {uuid};
+  ASSERT_OK(runner_->Start(launch));
+  const TaskStatus status = WaitForEnd(*runner_, "job/gpu/1");
+  std::filesystem::remove(spec_path);
+  EXPECT_EQ(status.state, TaskState::kExited) << DescribeTaskStatus(status);
+  const std::string log = ReadFile(LogPath("job/gpu/1"));
+  EXPECT_THAT(log, HasSubstr("fake gpu\n"));
+  EXPECT_THAT(log, HasSubstr("CUDA_VISIBLE_DEVICES=" + uuid + "\n"));
+  EXPECT_EQ(status.gpu_uuids, std::vector<std::string>{uuid});
+
+  // A GPU without a CDI device fails the start with podman's reason.
+  TaskLaunch unknown = Container("job/gpu-unknown/1", "true");
+  unknown.gpu_uuids = {"GPU-ffffffff-0000-0000-0000-000000000000"};
+  ASSERT_OK(runner_->Start(unknown));
+  EXPECT_THAT(StatusOf(*runner_, "job/gpu-unknown/1").reason,
+              HasSubstr("podman run failed: Error: setting up CDI devices: unresolvable CDI "
+                        "devices nvidia.com/gpu=GPU-ffffffff"));
+}
+
+TEST_F(PodmanRunnerTest, TasksWithoutAnImageRunAsProcesses) {
+  ASSERT_NE(runner_, nullptr);
+  TaskLaunch process;
+  process.task_id = "job/process/1";
+  process.argv = {"/bin/sh", "-c", "echo on the host; exit 4"};
+  process.log_path = LogPath(process.task_id);
+  ASSERT_OK(runner_->Start(process));
+  ASSERT_OK(runner_->Start(Container("job/container/1", "exit 5")));
+  EXPECT_EQ(WaitForEnd(*runner_, "job/process/1").exit_code, 4);
+  EXPECT_EQ(WaitForEnd(*runner_, "job/container/1").exit_code, 5);
+  EXPECT_EQ(ReadFile(process.log_path), "on the host\n");
+  const std::vector<TaskStatus> statuses = runner_->Poll();
+  ASSERT_EQ(statuses.size(), 2u);
+  EXPECT_EQ(statuses[0].task_id, "job/container/1") << "sorted by task id";
+  EXPECT_GT(statuses[1].process_group, 0) << "the process task is the process runner's";
+  EXPECT_THAT(runner_->Start(Container("job/process/1", "true")),
+              StatusIs(StatusCode::kAlreadyExists));
+  process.task_id = "job/container/1";
+  EXPECT_THAT(runner_->Start(process), StatusIs(StatusCode::kAlreadyExists));
+  ASSERT_OK(runner_->Forget("job/process/1"));
+  ASSERT_OK(runner_->Forget("job/container/1"));
+  EXPECT_TRUE(runner_->Poll().empty());
+}
+
+// A port on loopback that was free a moment ago.
+int FreeLoopbackPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address = {};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    return -1;
+  }
+  close(fd);
+  return ntohs(address.sin_port);
+}
+
+// Debian's docker-registry (the CNCF distribution registry) on a loopback port: the test image is
+// pushed to it and a task pulls it from there before it starts.
+TEST_F(PodmanRunnerTest, PullsAnImageFromALoopbackRegistryBeforeTheStart) {
+  ASSERT_NE(runner_, nullptr);
+  ASSERT_TRUE(std::filesystem::exists("/usr/bin/docker-registry"))
+      << "install docker-registry (scripts/setup)";
+  const int port = FreeLoopbackPort();
+  ASSERT_GT(port, 0);
+  WriteFile(dir_ + "/registry.yml",
+            fmt::format("version: 0.1\nstorage: {{filesystem: {{rootdirectory: {}/registry}}}}\n"
+                        "http: {{addr: 127.0.0.1:{}}}\n",
+                        dir_, port));
+  const std::string pid_file = dir_ + "/registry.pid";
+  ASSERT_EQ(Shell(fmt::format("/usr/bin/docker-registry serve {0}/registry.yml "
+                              ">{0}/registry.log 2>&1 & echo $! >{1}",
+                              dir_, pid_file)),
+            "");
+  // Ends the registry however the test ends.
+  struct RegistryProcess {
+    std::string pid_file;
+    ~RegistryProcess() { Shell(fmt::format("kill $(cat {}) 2>/dev/null", pid_file)); }
+  } registry_process{pid_file};
+  const std::string registry = fmt::format("127.0.0.1:{}", port);
+  const std::string image = registry + "/tiny:1";
+  // The registry answers once it listens; the push then puts the suite's image there.
+  ASSERT_TRUE(WaitUntil([&] {
+    return Shell(fmt::format("{} push --tls-verify=false {} {}", PodmanPrefix(), kImage, image))
+        .empty();
+  })) << ReadFile(dir_ + "/registry.log");
+
+  options_.insecure_registries = {registry};
+  runner_.reset();
+  runner_ = OpenRunner(real_clock_);
+  ASSERT_NE(runner_, nullptr);
+  TaskLaunch pulled = Container("job/pulled/1", "echo pulled and ran");
+  pulled.image = image;
+  pulled.image_pull_policy = ImagePullPolicy::kIfNotPresent;
+  ASSERT_OK(runner_->Start(pulled));
+  const TaskStatus status = WaitForEnd(*runner_, "job/pulled/1");
+  EXPECT_EQ(status.state, TaskState::kExited) << DescribeTaskStatus(status);
+  EXPECT_EQ(status.exit_code, 0);
+  EXPECT_TRUE(status.image_pull_time.has_value());
+  EXPECT_EQ(ReadFile(LogPath("job/pulled/1")), "pulled and ran\n");
+  // The registry served the image's manifest to the pull.
+  EXPECT_THAT(ReadFile(dir_ + "/registry.log"), HasSubstr("GET /v2/tiny/manifests/1"));
+
+  TaskLaunch present = pulled;
+  present.task_id = "job/present/1";
+  ASSERT_OK(runner_->Start(present));
+  EXPECT_EQ(WaitForEnd(*runner_, "job/present/1").exit_code, 0);
+  EXPECT_FALSE(StatusOf(*runner_, "job/present/1").image_pull_time.has_value())
+      << "IfNotPresent pulls nothing once the node holds the image";
+
+  // Always pulls; with the registry gone the task fails with podman's reason.
+  ASSERT_EQ(Shell(fmt::format("kill $(cat {})", pid_file)), "");
+  TaskLaunch always = pulled;
+  always.task_id = "job/always/1";
+  always.image_pull_policy = ImagePullPolicy::kAlways;
+  ASSERT_OK(runner_->Start(always));
+  const TaskStatus down = StatusOf(*runner_, "job/always/1");
+  EXPECT_EQ(down.state, TaskState::kFailedToStart);
+  EXPECT_THAT(down.reason, HasSubstr("cannot pull image '" + image + "': Error: "));
+  EXPECT_THAT(down.reason, HasSubstr("connection refused"));
+}
+
+TEST_F(PodmanRunnerTest, RefusesBadLaunches) {
+  ASSERT_NE(runner_, nullptr);
+  TaskLaunch flag = Container("job/flag/1", "true");
+  flag.image = "--privileged";
+  EXPECT_THAT(runner_->Start(flag), StatusIs(StatusCode::kInvalidArgument, HasSubstr("image")));
+  TaskLaunch no_log = Container("job/no-log/1", "true");
+  no_log.log_path = "";
+  EXPECT_THAT(runner_->Start(no_log), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_TRUE(runner_->Poll().empty());
+}
+
+}  // namespace
+}  // namespace gpufleet::runner
