@@ -1344,6 +1344,7 @@ ApiResponse ApiServer::DeleteNode(const Principal& who, std::string_view name) {
       it = it->second == name ? gpu_owners_.erase(it) : std::next(it);
     }
   }
+  leases_.Forget(std::string(name));
   return JsonResponse(200, {{"name", name}, {"deleted", true}});
 }
 
