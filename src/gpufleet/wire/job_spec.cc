@@ -806,7 +806,7 @@ Result<ImagePullPolicy> ReadImagePullPolicy(const Node& node, const std::string&
   return *policy;
 }
 
-// The user's free-form record of a run: string keys and values, bounded in number and size.
+// The user's free-form record of a run: named keys, string values, bounded in number and size.
 Result<std::map<std::string, std::string>> ReadProvenance(const Node& node,
                                                           const std::string& path) {
   if (node.kind != Node::Kind::kMap) {
@@ -821,8 +821,10 @@ Result<std::map<std::string, std::string>> ReadProvenance(const Node& node,
   size_t bytes = 0;
   for (const Node::Entry& entry : node.entries) {
     const std::string key_path = Child(path, entry.key.text);
-    if (entry.key.text.empty()) {
-      return FieldError(key_path, entry.key, "an empty key");
+    // Keys follow the label key rule, as Kubernetes annotation keys do, so a key stays a short
+    // printable name in every format the spec is written to.
+    if (!IsLabelKey(entry.key.text)) {
+      return FieldError(key_path, entry.key, fmt::format("invalid key ({})", kLabelKeyRule.text));
     }
     if (out.count(entry.key.text) > 0) {
       return FieldError(key_path, entry.key, "duplicate key");

@@ -602,6 +602,14 @@ std::vector<BadSpec> BadSpecs() {
        "spec.provenance: expected a map, got a list"},
       {"ProvenanceValueNotAString", WithSpec("provenance: {a: {b: c}}\n"),
        "spec.provenance.a: expected a string"},
+      {"ProvenanceKeyWithControlBytes", WithSpec("provenance: {\"git\\x0e\": v}\n"),
+       "spec.provenance.\"git\\x0e\": invalid key (an optional DNS prefix"},
+      // Found by the fuzzer: a key of 400 raw control bytes was accepted, and the YAML written
+      // back (each byte escaped as \x0e) was refused: YAML limits an implicit key to 1,024
+      // characters.
+      {"ProvenanceKeyOfControlBytes",
+       WithSpec("provenance:\n  k" + std::string(400, '\x0e') + ": v\n"),
+       "spec.provenance.\"k\\x0e\\x0e"},
       {"ProvenanceTooManyEntries",
        WithSpec("provenance: {" +
                 [] {
