@@ -109,8 +109,9 @@ PodmanRunner::PodmanRunner(PodmanRunnerOptions options, std::unique_ptr<TaskRunn
 Result<std::unique_ptr<PodmanRunner>> PodmanRunner::Open(PodmanRunnerOptions options,
                                                          std::unique_ptr<TaskRunner> processes,
                                                          const Clock& clock) {
-  if (options.podman.empty() || options.instance.empty()) {
-    return InvalidArgumentError("podman runner: the podman program and the instance must be set");
+  if (options.podman.empty() || options.instance.empty() || options.fence_dir.empty()) {
+    return InvalidArgumentError(
+        "podman runner: the podman program, the instance and the fence directory must be set");
   }
   if (processes == nullptr) {
     return InvalidArgumentError("podman runner: a runner for tasks without an image is needed");
@@ -123,6 +124,9 @@ Result<std::unique_ptr<PodmanRunner>> PodmanRunner::Open(PodmanRunnerOptions opt
   if (version.exit_code != 0) {
     return FailedPreconditionError(Reason("podman cannot be run", version));
   }
+  // The fences run as the agent's user (podman's own) and in no cgroup of the tasks.
+  GPUFLEET_ASSIGN_OR_RETURN(runner->fences_,
+                            ProcessRunner::Open(runner->options_.fence_dir, clock));
   GPUFLEET_ASSIGN_OR_RETURN(const auto containers, runner->ListContainers());
   const MonoTime now = clock.Now();
   std::lock_guard<std::mutex> lock(runner->mu_);
@@ -407,6 +411,15 @@ Status PodmanRunner::Start(const TaskLaunch& launch) {
   if (!failure.has_value()) {
     failure = RunContainer(launch, task.container, log.get(), task.status.start_time);
   }
+  if (!failure.has_value()) {
+    // An unfenced container could outlive a dead agent on GPUs the server gives away.
+    if (const Status fenced = StartFence(task); !fenced.ok()) {
+      [[maybe_unused]] const auto removed =
+          Podman({"rm", "--force", task.container}, options_.command_timeout);
+      failure = fmt::format("cannot fence its container: {}", fenced.message());
+    }
+    task.status.enforces_lease = !failure.has_value();
+  }
   if (failure.has_value()) {
     task.status.state = TaskState::kFailedToStart;
     task.status.reason = std::move(*failure);
@@ -490,6 +503,7 @@ Status PodmanRunner::Stop(std::string_view task_id, Duration grace) {
 std::vector<TaskStatus> PodmanRunner::Poll() {
   std::vector<TaskStatus> statuses = processes_->Poll();
   std::lock_guard<std::mutex> lock(mu_);
+  TendFences();
   const bool any_running = std::any_of(tasks_.begin(), tasks_.end(), [](const auto& entry) {
     return !IsFinal(entry.second.status.state);
   });
@@ -544,7 +558,77 @@ Status PodmanRunner::Forget(std::string_view task_id) {
 }
 
 Status PodmanRunner::RenewLease(Duration fence_in, Duration grace) {
+  GPUFLEET_RETURN_IF_ERROR(fences_->RenewLease(fence_in, grace));
   return processes_->RenewLease(fence_in, grace);
+}
+
+namespace {
+
+// The fence: waits for container $1 with the podman command line "$3"...; on SIGTERM (its shim's,
+// when the lease at $2 has run out) sends the container SIGTERM, waits for it until shortly
+// before the lease's grace ends, and sends SIGKILL. Everything comes as arguments: nothing is
+// quoted into the script.
+constexpr char kFenceScript[] = R"sh(c=$1 lease=$2
+shift 2
+fence() {
+  trap '' TERM
+  "$@" kill --signal TERM "$c" >/dev/null 2>&1
+  grace=0
+  if [ -r "$lease" ]; then read -r deadline grace < "$lease"; fi
+  ms=$((grace / 1000000))
+  margin=2000
+  if [ "$ms" -lt 4000 ]; then margin=$((ms / 2)); fi
+  ms=$((ms - margin))
+  timeout "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))" "$@" wait "$c" >/dev/null 2>&1
+  "$@" kill --signal KILL "$c" >/dev/null 2>&1
+  exit 0
+}
+trap 'fence "$@"' TERM
+"$@" wait "$c" >/dev/null 2>&1 &
+wait $!
+)sh";
+
+}  // namespace
+
+Status PodmanRunner::StartFence(const Task& task) {
+  TaskLaunch fence;
+  fence.task_id = task.status.task_id;
+  fence.argv = {"/bin/sh",        "-c",           kFenceScript,
+                "gpufleet-fence", task.container, fences_->lease_path()};
+  const std::vector<std::string> podman = PodmanCommand();
+  fence.argv.insert(fence.argv.end(), podman.begin(), podman.end());
+  for (const std::string& entry : PodmanEnvironment()) {
+    const size_t equals = entry.find('=');
+    fence.env.emplace(entry.substr(0, equals), entry.substr(equals + 1));
+  }
+  fence.log_path = "/dev/null";
+  return fences_->Start(fence);
+}
+
+void PodmanRunner::TendFences() {
+  std::map<std::string, TaskStatus, std::less<>> fences;
+  for (TaskStatus& fence : fences_->Poll()) {
+    fences.emplace(fence.task_id, std::move(fence));
+  }
+  for (const auto& [task_id, fence] : fences) {
+    const auto task = tasks_.find(task_id);
+    const bool container_running = task != tasks_.end() && !IsFinal(task->second.status.state);
+    if (IsFinal(fence.state) && !container_running) {
+      [[maybe_unused]] const Status forgotten = fences_->Forget(task_id);
+    }
+  }
+  for (auto& [task_id, task] : tasks_) {
+    if (IsFinal(task.status.state)) {
+      continue;
+    }
+    const auto fence = fences.find(task_id);
+    if (fence != fences.end() && !IsFinal(fence->second.state)) {
+      task.status.enforces_lease = true;
+      continue;
+    }
+    const bool restartable = fence == fences.end() || fences_->Forget(task_id).ok();
+    task.status.enforces_lease = restartable && StartFence(task).ok();
+  }
 }
 
 }  // namespace gpufleet::runner

@@ -13,6 +13,7 @@
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/runner/internal/command.h"
+#include "gpufleet/runner/process_runner.h"
 #include "gpufleet/runner/run_as.h"
 #include "gpufleet/runner/task_runner.h"
 
@@ -45,6 +46,10 @@ struct PodmanRunnerOptions {
   // Registries ("HOST:PORT", e.g. a registry on loopback) pulled from over plain HTTP
   // (`podman pull --tls-verify=false`); every other registry is pulled from over TLS.
   std::vector<std::string> insecure_registries;
+  // The state directory of the container fences (created if missing; its parent must exist): a
+  // ProcessRunner of the runner's own, running as the agent's user, whose tasks stop the
+  // containers when the agent's lease runs out. Required.
+  std::string fence_dir;
   // The value of kRunnerLabel on this runner's containers: a runner adopts and lists only its own.
   std::string instance = "gpufleet";
   // The user the container's process runs as (`--user UID:GID`); none: the image's user.
@@ -83,18 +88,25 @@ struct PodmanRunnerOptions {
 // kRunning and Stop works on them, ended ones report their exit code. Forget removes the
 // container (`podman rm --force`).
 //
-// Fencing. RenewLease is passed on to the process runner; containers are not fenced yet: after
-// the agent's death they run until an agent comes back and stops them (docs/containers.md).
+// Fencing. Each running container has a fence: a shell task of a ProcessRunner over
+// `fence_dir` that waits for the container (`podman wait`). RenewLease renews the lease of both
+// process runners. When the lease runs out with no agent to renew it, the fence's shim sends it
+// SIGTERM, and the fence sends the container SIGTERM and, 2 s before the lease's grace ends (half
+// the grace when it is under 4 s), SIGKILL: the container ends before the server gives its GPUs
+// to another task. A container whose fence cannot be started is removed and its task fails to
+// start; Poll starts a fence again for a running container whose fence has ended, and forgets
+// the fences of ended containers. Fences survive an agent restart like process tasks do.
 //
 // Poll asks podman once per call (`podman ps --all --filter label=...`) while a container task
 // runs. Thread-safe: a mutex guards the table, held while podman runs (a pull too: the agent calls
 // its runner from one loop, which waits for the pull either way).
 class PodmanRunner final : public TaskRunner {
  public:
-  // Checks that podman runs (`podman version`), then adopts this instance's containers.
-  // `processes` runs the tasks without an image; `clock` must outlive the runner.
-  // Errors: kInvalidArgument for an empty podman or instance, kFailedPrecondition when podman
-  // cannot be run (with its reason), kUnavailable when its containers cannot be listed.
+  // Checks that podman runs (`podman version`), opens the fences' ProcessRunner, then adopts
+  // this instance's containers. `processes` runs the tasks without an image; `clock` must outlive
+  // the runner. Errors: kInvalidArgument for an empty podman, instance or fence_dir,
+  // kFailedPrecondition when podman cannot be run (with its reason), the errors of
+  // ProcessRunner::Open for fence_dir, kUnavailable when its containers cannot be listed.
   static Result<std::unique_ptr<PodmanRunner>> Open(PodmanRunnerOptions options,
                                                     std::unique_ptr<TaskRunner> processes,
                                                     const Clock& clock);
@@ -116,9 +128,6 @@ class PodmanRunner final : public TaskRunner {
   Status Forget(std::string_view task_id) override;
   Status RenewLease(Duration fence_in, Duration grace) override;
 
-  // The podman command line (program and global flags) this runner uses, for tests that look at
-  // its containers.
-  std::vector<std::string> PodmanCommandForTest() const { return PodmanCommand(); }
   // The name of the container of `task_id`.
   std::string ContainerNameForTest(std::string_view task_id) const {
     return ContainerName(task_id);
@@ -163,9 +172,15 @@ class PodmanRunner final : public TaskRunner {
   // Sends `signal_name` ("TERM", "KILL") to the task's container. REQUIRES: mu_ held.
   Status Signal(Task& task, std::string_view signal_name);
   bool IsContainerTask(std::string_view task_id);
+  // Starts the fence of the task's container (under the task's id in fences_).
+  Status StartFence(const Task& task);
+  // Gives every running container a running fence and forgets the fences of ended containers;
+  // what fails is tried again at the next Poll. REQUIRES: mu_ held.
+  void TendFences();
 
   const PodmanRunnerOptions options_;
   const std::unique_ptr<TaskRunner> processes_;
+  std::unique_ptr<ProcessRunner> fences_;  // set by Open
   const Clock& clock_;
   std::mutex mu_;
   std::map<std::string, Task, std::less<>> tasks_;  // guarded by mu_

@@ -119,6 +119,7 @@ class PodmanRunnerTest : public ::testing::Test {
     options_.storage_driver = "vfs";
     options_.containers_conf = suite_dir_ + "/containers.conf";
     options_.instance = fmt::format("test-{}-{}", getpid(), info->name());
+    options_.fence_dir = dir_ + "/fences";
     runner_ = OpenRunner(real_clock_);
   }
 
@@ -195,18 +196,50 @@ class PodmanRunnerTest : public ::testing::Test {
     return WaitUntil([&] { return ReadFile(LogPath(task_id)).find(text) != std::string::npos; });
   }
 
-  // This instance's containers, as podman lists them: "NAME STATE" lines.
-  std::string ListedContainers() {
+  // podman with the suite's storage and `args`, with no runner needed: its output and errors.
+  std::string PodmanOutput(const std::vector<std::string>& args) {
     SystemClock clock;
     internal::CommandSpec spec;
-    spec.argv = runner_->PodmanCommandForTest();
-    spec.argv.insert(spec.argv.end(), {"ps", "--all", "--filter",
-                                       fmt::format("label={}={}", kRunnerLabel, options_.instance),
-                                       "--format", "{{.Names}} {{.State}}"});
+    spec.argv = {"podman",
+                 "--root",
+                 suite_dir_ + "/storage",
+                 "--runroot",
+                 suite_dir_ + "/run",
+                 "--tmpdir",
+                 suite_dir_ + "/tmp",
+                 "--storage-driver",
+                 "vfs"};
+    spec.argv.insert(spec.argv.end(), args.begin(), args.end());
     spec.env = {"CONTAINERS_CONF=" + options_.containers_conf,
                 fmt::format("PATH={}", getenv("PATH"))};
     const Result<internal::CommandOutcome> outcome = internal::RunCommand(spec, clock);
     return outcome.ok() ? outcome->output + outcome->errors : outcome.status().ToString();
+  }
+
+  // This instance's containers, as podman lists them: "NAME STATE" lines.
+  std::string ListedContainers() {
+    return PodmanOutput({"ps", "--all", "--filter",
+                         fmt::format("label={}={}", kRunnerLabel, options_.instance), "--format",
+                         "{{.Names}} {{.State}}"});
+  }
+
+  // This instance's running containers' names.
+  std::string RunningContainers() {
+    return PodmanOutput({"ps", "--filter",
+                         fmt::format("label={}={}", kRunnerLabel, options_.instance), "--filter",
+                         "status=running", "--format", "{{.Names}}"});
+  }
+
+  // The files of the fences' process runner other than its lock and lease: one set per fence.
+  std::vector<std::string> FenceFiles() {
+    std::vector<std::string> files;
+    for (const auto& entry : std::filesystem::directory_iterator(options_.fence_dir)) {
+      const std::string name = entry.path().filename().string();
+      if (name != "lock" && name != "lease") {
+        files.push_back(name);
+      }
+    }
+    return files;
   }
 
   static inline std::string suite_dir_;
@@ -238,6 +271,86 @@ TEST_F(PodmanRunnerTest, RunsContainersToZeroAndNonZeroExitsWithTheirLogsAndNoNe
   ASSERT_OK(runner_->Forget("job/bad/1"));
   EXPECT_EQ(ListedContainers(), "") << "Forget removes the containers";
   EXPECT_THAT(runner_->Forget("job/ok/1"), StatusIs(StatusCode::kNotFound));
+  EXPECT_TRUE(WaitUntil([&] {
+    runner_->Poll();
+    return FenceFiles().empty();
+  })) << "the fences of forgotten containers are forgotten too: "
+      << fmt::format("{}", fmt::join(FenceFiles(), " "));
+}
+
+// A shell command that fails, saying so, unless the fence of `container` runs. "[e]": the
+// pattern does not match the shell that runs pgrep.
+std::string FindFence(const std::string& container) {
+  return fmt::format("pgrep -f -- 'gpufleet-fenc[e] {}' >/dev/null || {{ echo no fence; exit 1; }}",
+                     container);
+}
+
+// The agent dies: nobody renews the lease and nobody stops the containers but their fences. A
+// container that exits on SIGTERM ends at the lease's deadline; one that ignores SIGTERM is
+// killed before the lease's grace is over, when the server may give its GPUs to another task.
+// One fence is killed first: Poll starts it again.
+TEST_F(PodmanRunnerTest, ContainersStopWhenTheLeaseRunsOutWithNoAgentLeft) {
+  ASSERT_NE(runner_, nullptr);
+  const char* kLoop = "echo ready; while true; do sleep 1; done";
+  ASSERT_OK(runner_->Start(
+      Container("job/polite/1", fmt::format("trap 'echo got TERM; exit 0' TERM; {}", kLoop))));
+  ASSERT_OK(runner_->Start(
+      Container("job/stubborn/1", fmt::format("trap 'echo got TERM' TERM; {}", kLoop))));
+  ASSERT_TRUE(WaitForLog("job/polite/1", "ready"));
+  ASSERT_TRUE(WaitForLog("job/stubborn/1", "ready"));
+  EXPECT_TRUE(StatusOf(*runner_, "job/stubborn/1").enforces_lease);
+  const std::string polite = runner_->ContainerNameForTest("job/polite/1");
+  const std::string stubborn = runner_->ContainerNameForTest("job/stubborn/1");
+
+  const std::string find_fence = FindFence(stubborn);
+  ASSERT_EQ(Shell(find_fence), "") << "the container has a fence";
+  EXPECT_EQ(Shell(fmt::format("pkill -KILL -f -- 'gpufleet-fenc[e] {}'", stubborn)), "");
+  EXPECT_TRUE(WaitUntil([&] { return !Shell(find_fence).empty(); }));
+  EXPECT_TRUE(WaitUntil([&] {
+    runner_->Poll();
+    return Shell(find_fence).empty();
+  })) << "the killed fence is started again";
+
+  const int64_t renewed = time(nullptr);
+  constexpr int64_t kFenceIn = 2;
+  constexpr int64_t kGrace = 5;
+  ASSERT_OK(runner_->RenewLease(std::chrono::seconds(kFenceIn), std::chrono::seconds(kGrace)));
+  runner_.reset();  // the agent dies; its containers and their fences run on
+
+  EXPECT_TRUE(WaitUntil([&] { return RunningContainers().empty(); })) << RunningContainers();
+  const auto finished = [&](const std::string& name) {
+    return std::stoll("0" +
+                      PodmanOutput({"inspect", "--format", "{{.State.FinishedAt.Unix}}", name}));
+  };
+  const auto exit_code = [&](const std::string& name) {
+    return PodmanOutput({"inspect", "--format", "{{.State.ExitCode}}", name});
+  };
+  EXPECT_EQ(exit_code(polite), "0\n");
+  EXPECT_EQ(exit_code(stubborn), "137\n") << "SIGKILL";
+  EXPECT_THAT(ReadFile(LogPath("job/polite/1")), HasSubstr("got TERM"));
+  EXPECT_THAT(ReadFile(LogPath("job/stubborn/1")), HasSubstr("got TERM"));
+  // FinishedAt has whole seconds here: one second of rounding either way.
+  EXPECT_GE(finished(polite), renewed + kFenceIn - 1) << "not before the lease ran out";
+  EXPECT_LE(finished(stubborn), renewed + kFenceIn + kGrace + 1)
+      << "killed before the grace was over";
+}
+
+// A new agent renews the lease in time: the fences it adopted leave the containers running.
+TEST_F(PodmanRunnerTest, ALeaseRenewedByTheNextAgentKeepsTheContainersRunning) {
+  ASSERT_NE(runner_, nullptr);
+  ASSERT_OK(runner_->Start(Container("job/kept/1", "echo ready; exec sleep 300")));
+  ASSERT_TRUE(WaitForLog("job/kept/1", "ready"));
+  ASSERT_OK(runner_->RenewLease(std::chrono::seconds(2), std::chrono::seconds(2)));
+  runner_.reset();
+  runner_ = OpenRunner(real_clock_);
+  ASSERT_NE(runner_, nullptr);
+  ASSERT_OK(runner_->RenewLease(std::chrono::seconds(60), std::chrono::seconds(10)));
+  std::this_thread::sleep_for(std::chrono::seconds(6));  // past the first lease and its grace
+  const TaskStatus kept = StatusOf(*runner_, "job/kept/1");
+  EXPECT_EQ(kept.state, TaskState::kRunning) << DescribeTaskStatus(kept);
+  EXPECT_TRUE(kept.enforces_lease);
+  EXPECT_EQ(Shell(FindFence(runner_->ContainerNameForTest("job/kept/1"))), "")
+      << "its fence runs on";
 }
 
 TEST_F(PodmanRunnerTest, TheContainerGetsTheAllowListedEnvironmentAndNotTheAgents) {
@@ -305,7 +418,7 @@ TEST_F(PodmanRunnerTest, ANewRunnerAdoptsRunningAndEndedContainers) {
   EXPECT_EQ(adopted[0].task_id, "team/job/main-0/1");
   EXPECT_EQ(adopted[0].state, TaskState::kRunning);
   EXPECT_EQ(adopted[0].start_time, started);
-  EXPECT_FALSE(adopted[0].enforces_lease);
+  EXPECT_TRUE(adopted[0].enforces_lease) << "its fence was adopted too";
   EXPECT_EQ(adopted[1].task_id, "team/job/side-0/1");
   EXPECT_EQ(adopted[1].state, TaskState::kExited);
   EXPECT_EQ(adopted[1].exit_code, 7);

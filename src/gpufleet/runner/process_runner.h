@@ -116,6 +116,8 @@ class ProcessRunner final : public TaskRunner {
   Status RenewLease(Duration fence_in, Duration grace) override;
 
   const std::string& state_dir() const { return state_dir_; }
+  // The lease file RenewLease writes.
+  const std::string& lease_path() const { return lease_path_; }
   // The task's state file, for tests that fake what a restart can find.
   std::string StateFilePathForTest(std::string_view task_id) const;
 
