@@ -534,9 +534,10 @@ Action AddSimCommand(CLI::App& app) {
   const SimSubcommand fairness = AddSimFairnessCommand(*sim);
   const SimSubcommand backfill = AddSimBackfillCommand(*sim);
   const SimSubcommand interactive = AddSimInteractiveCommand(*sim);
+  const SimSubcommand coldstart = AddSimColdStartCommand(*sim);
 
   return [fill, fill_flags, replay, replay_flags, failures, autoscale, mig, fairness, backfill,
-          interactive] {
+          interactive, coldstart] {
     if (fill->parsed()) {
       return RunFillCommand(*fill_flags);
     }
@@ -560,6 +561,9 @@ Action AddSimCommand(CLI::App& app) {
     }
     if (interactive.command->parsed()) {
       return interactive.run();
+    }
+    if (coldstart.command->parsed()) {
+      return coldstart.run();
     }
     return 2;
   };

@@ -37,6 +37,8 @@ SimSubcommand AddSimFairnessCommand(CLI::App& sim);
 SimSubcommand AddSimBackfillCommand(CLI::App& sim);
 // `gpufleet sim interactive` (sim_interactive_main.cc).
 SimSubcommand AddSimInteractiveCommand(CLI::App& sim);
+// `gpufleet sim coldstart` (sim_coldstart_main.cc).
+SimSubcommand AddSimColdStartCommand(CLI::App& sim);
 
 // `gpufleet server`: the REST API and the scheduling loop (server_main.cc).
 Action AddServerCommand(CLI::App& app);
