@@ -21,6 +21,7 @@
 #include "gpufleet/agent/nvml_probe.h"
 #include "gpufleet/agent/simulated_node.h"
 #include "gpufleet/agent/simulated_probe.h"
+#include "gpufleet/agent/slurm_health.h"
 #include "gpufleet/agent/telemetry.h"
 #include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/clock.h"
@@ -58,6 +59,10 @@ struct AgentFlags {
   int64_t stop_grace_s = 30;
   std::string run_as;  // empty: nobody when the agent is root, else the agent's own user
   bool no_cgroups = false;
+  bool once = false;
+  bool slurm_health = false;
+  std::string slurm_node;  // empty: SLURMD_NODENAME, else the short host name
+  std::string scontrol = "scontrol";
 };
 
 // The process runner's containment from the flags: the run-as user (root only when asked for by
@@ -133,7 +138,62 @@ HostResources HostCapacity() {
   return capacity;
 }
 
+// `--once --slurm-health`: one health check as Slurm's HealthCheckProgram (docs/slurm.md). Exit 0
+// when the node is as it should be (drained, resumed or left alone); 1 when scontrol failed.
+int RunSlurmHealth(const AgentFlags& flags) {
+  std::string node = flags.slurm_node;
+  if (node.empty()) {
+    // slurmd gives its health check the name it runs as (several slurmd may share a host).
+    const char* slurmd_name = std::getenv("SLURMD_NODENAME");
+    node = slurmd_name != nullptr && *slurmd_name != '\0' ? std::string(slurmd_name) : Hostname();
+    node = node.substr(0, node.find('.'));
+  }
+  SystemClock clock;
+  const GpuCatalog catalog = GpuCatalog::Default();
+  std::unique_ptr<agent::GpuProbe> probe;
+  Status probe_error;
+  if (flags.backend == "nvml") {
+    Result<std::unique_ptr<agent::NvmlProbe>> nvml =
+        agent::NvmlProbe::Open({.library_path = flags.nvml_library, .catalog = &catalog});
+    if (nvml.ok()) {
+      probe = std::move(nvml).value();
+    } else {
+      probe_error = nvml.status();
+    }
+  } else {
+    Result<std::unique_ptr<agent::SimulatedProbe>> simulated = agent::SimulatedProbe::Create(
+        clock, catalog, {.model = flags.gpu_model, .gpu_count = flags.simulated_gpus, .seed = 1});
+    if (!simulated.ok()) {
+      return Fail(simulated.status());
+    }
+    probe = std::move(simulated).value();
+  }
+  std::unique_ptr<agent::SlurmControl> slurm = agent::NewScontrol(flags.scontrol, clock);
+  Result<agent::SlurmHealthOutcome> outcome =
+      agent::RunSlurmHealthCheck(probe.get(), probe_error, *slurm, node);
+  if (!outcome.ok()) {
+    return Fail(outcome.status());
+  }
+  for (const agent::GpuHealthReport& gpu : outcome->gpus) {
+    if (!gpu.findings.empty()) {
+      fmt::print("gpu {}: {}\n", gpu.gpu_index, gpu.Summary());
+    }
+  }
+  fmt::print("gpufleet agent: slurm node {}: {}{}\n", node,
+             agent::SlurmHealthActionName(outcome->action),
+             outcome->reason.empty() ? "" : fmt::format(" ({})", outcome->reason));
+  return 0;
+}
+
 int RunAgent(const AgentFlags& flags) {
+  if (flags.once != flags.slurm_health) {
+    return Fail(InvalidArgumentError(
+        flags.once ? "--once: only with --slurm-health (one health check for Slurm)"
+                   : "--slurm-health: runs once, as Slurm's HealthCheckProgram: add --once"));
+  }
+  if (flags.slurm_health) {
+    return RunSlurmHealth(flags);
+  }
   const std::string server = !flags.server.empty() ? flags.server
                              : std::getenv("GPUFLEET_ADDR") != nullptr
                                  ? std::getenv("GPUFLEET_ADDR")
@@ -395,6 +455,17 @@ Action AddAgentCommand(CLI::App& app) {
                   "root, tasks run as root only with --run-as root)");
   cmd->add_flag("--no-cgroups", flags->no_cgroups,
                 "do not put tasks in cgroups of their own (no CPU or memory limits)");
+  cmd->add_flag("--once", flags->once, "check once and exit (with --slurm-health)");
+  cmd->add_flag("--slurm-health", flags->slurm_health,
+                "as Slurm's HealthCheckProgram: read the GPUs once, drain the node through "
+                "scontrol when one is unhealthy (reason \"gpufleet: XID 79 on GPU 3\"), resume "
+                "it when gpufleet drained it and the GPUs are clean; a node drained for another "
+                "reason is left alone (docs/slurm.md)");
+  cmd->add_option("--slurm-node", flags->slurm_node,
+                  "--slurm-health: the node's Slurm name (default: SLURMD_NODENAME, else the "
+                  "short host name)");
+  cmd->add_option("--scontrol", flags->scontrol, "--slurm-health: the scontrol program")
+      ->capture_default_str();
   return [flags] { return RunAgent(*flags); };
 }
 

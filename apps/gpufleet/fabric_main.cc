@@ -102,6 +102,8 @@ Result<int64_t> ParseBytes(const std::string& text) {
 
 struct GenerateFlags {
   std::string output;
+  // yaml, slurm-tree or slurm-block: what `generate` writes.
+  std::string format = "yaml";
   fabric::SuperpodOptions superpod;
   bool no_ufm = false;
   fabric::ClosOptions clos;
@@ -224,17 +226,30 @@ int RunCheck(const std::string& path) {
   return 0;
 }
 
-// Writes `spec` as YAML after checking that it builds; `origin` becomes the first comment line.
+// Writes `spec` after checking that it builds: as YAML with `origin` as the first comment line,
+// or as the Slurm topology.conf (`slurm-tree`, `slurm-block`) a site would install for it.
 int WriteSpec(const Result<fabric::FabricSpec>& spec, const std::string& origin,
-              const std::string& output) {
+              const std::string& output, const std::string& format = "yaml") {
   if (!spec.ok()) {
     return Fail(spec.status());
   }
-  if (auto built = fabric::Fabric::Build(*spec); !built.ok()) {
+  auto built = fabric::Fabric::Build(*spec);
+  if (!built.ok()) {
     return Fail(built.status());
   }
-  const Status written =
-      Emit(output, fmt::format("# {}\n{}", origin, fabric::WriteFabricYaml(*spec)));
+  std::string text;
+  if (format == "yaml") {
+    text = fmt::format("# {}\n{}", origin, fabric::WriteFabricYaml(*spec));
+  } else {
+    auto exported = fabric::ExportSlurmTopology(*built, format == "slurm-block"
+                                                            ? fabric::SlurmTopologyKind::kBlock
+                                                            : fabric::SlurmTopologyKind::kTree);
+    if (!exported.ok()) {
+      return Fail(exported.status());
+    }
+    text = fmt::format("# {}\n{}", origin, *exported);
+  }
+  const Status written = Emit(output, text);
   return written.ok() ? 0 : Fail(written);
 }
 
@@ -473,7 +488,8 @@ Action AddFabricCommand(CLI::App& app) {
   check->add_option("file", *check_file, "fabric (YAML, or Slurm topology.conf)")->required();
 
   auto generate_flags = std::make_shared<GenerateFlags>();
-  CLI::App* generate = command->add_subcommand("generate", "write a reference design as YAML");
+  CLI::App* generate = command->add_subcommand(
+      "generate", "write a reference design as YAML or Slurm topology.conf");
   generate->require_subcommand(1);
   CLI::App* superpod =
       generate->add_subcommand("superpod", "NVIDIA DGX H100 SuperPOD, rail-optimized");
@@ -503,6 +519,10 @@ Action AddFabricCommand(CLI::App& app) {
                     "leaf down:up");
   for (CLI::App* sub : {superpod, clos, nvl72}) {
     sub->add_option("-o,--output", generate_flags->output, "write here instead of stdout");
+    sub->add_option("--format", generate_flags->format,
+                    "yaml (default), slurm-tree (topology.conf for topology/tree) or slurm-block "
+                    "(topology/block, Slurm 23.11+: a block per NVLink domain, else per leaf)")
+        ->check(CLI::IsMember({"yaml", "slurm-tree", "slurm-block"}));
   }
 
   auto slurm_flags = std::make_shared<SlurmFlags>();
@@ -546,7 +566,7 @@ Action AddFabricCommand(CLI::App& app) {
                        fmt::format("NVIDIA DGX H100 SuperPOD, {} scalable unit(s): gpufleet fabric "
                                    "generate superpod --sus {}",
                                    options.scalable_units, options.scalable_units),
-                       generate_flags->output);
+                       generate_flags->output, generate_flags->format);
     }
     if (clos->parsed()) {
       fabric::ClosOptions options = generate_flags->clos;
@@ -564,14 +584,14 @@ Action AddFabricCommand(CLI::App& app) {
                       options.tiers == 3
                           ? fmt::format(", spines {}:1", options.spine_oversubscription)
                           : ""),
-          generate_flags->output);
+          generate_flags->output, generate_flags->format);
     }
     if (nvl72->parsed()) {
       return WriteSpec(
           fabric::GenerateNvl72(generate_flags->nvl72),
           fmt::format("GB200 NVL72, {} rack(s): gpufleet fabric generate nvl72 --racks {}",
                       generate_flags->nvl72.racks, generate_flags->nvl72.racks),
-          generate_flags->output);
+          generate_flags->output, generate_flags->format);
     }
     if (import_slurm->parsed()) {
       return RunImportSlurm(*slurm_flags);

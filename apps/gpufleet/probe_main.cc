@@ -16,6 +16,7 @@
 
 #include "gpufleet/agent/dcgm_metrics.h"
 #include "gpufleet/agent/gpu_probe.h"
+#include "gpufleet/agent/gres_conf.h"
 #include "gpufleet/agent/health.h"
 #include "gpufleet/agent/nvml_probe.h"
 #include "gpufleet/agent/simulated_probe.h"
@@ -35,6 +36,7 @@ struct ProbeFlags {
   std::string model = "H100-80GB";
   int gpus = 8;
   uint64_t seed = 1;
+  bool gres_conf = false;
 };
 
 // GPM ratios need two NVML samples at least 100 ms apart.
@@ -119,6 +121,25 @@ void PrintTable(const agent::TelemetrySnapshot& snapshot,
   }
 }
 
+// The node's gres.conf lines on stdout; what a site appends to its gres.conf for the node.
+int PrintGresConf(agent::GpuProbe& probe, const std::string& hostname) {
+  Result<agent::ProbeInventory> inventory = probe.Inventory();
+  if (!inventory.ok()) {
+    return Fail(inventory.status());
+  }
+  Result<agent::CpuCoreMap> cores = agent::ReadCpuCoreMap();
+  if (!cores.ok()) {
+    return Fail(cores.status());
+  }
+  const std::string short_name = hostname.substr(0, hostname.find('.'));
+  Result<std::string> conf = agent::RenderGresConf(*inventory, *cores, short_name);
+  if (!conf.ok()) {
+    return Fail(conf.status());
+  }
+  fmt::print("{}", *conf);
+  return 0;
+}
+
 int RunProbe(const ProbeFlags& flags) {
   if (flags.format != "dcgm" && flags.format != "table") {
     return Fail(
@@ -152,6 +173,9 @@ int RunProbe(const ProbeFlags& flags) {
   }
 
   const std::string hostname = Hostname();
+  if (flags.gres_conf) {
+    return PrintGresConf(*probe, hostname);
+  }
   Result<std::unique_ptr<agent::TelemetrySampler>> sampler =
       agent::TelemetrySampler::Create({.probe = *probe, .clock = clock, .hostname = hostname});
   if (!sampler.ok()) {
@@ -195,6 +219,9 @@ Action AddProbeCommand(CLI::App& app) {
   probe->add_option("--format", flags->format, "table or dcgm (dcgm-exporter's /metrics text)")
       ->capture_default_str()
       ->check(CLI::IsMember({"table", "dcgm"}));
+  probe->add_flag("--gres-conf", flags->gres_conf,
+                  "print the node's Slurm gres.conf lines instead (Name=gpu Type= File= Cores= "
+                  "Links=, from NVML; docs/slurm.md)");
   probe->add_option("--model", flags->model, "simulated: GPU model")->capture_default_str();
   probe->add_option("--gpus", flags->gpus, "simulated: number of GPUs")
       ->capture_default_str()

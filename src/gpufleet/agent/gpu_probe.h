@@ -37,6 +37,12 @@ struct GpuStaticInfo {
   bool mig_enabled = false;  // current MIG mode
   std::vector<MigDeviceInfo> mig_devices;
   std::optional<int> slowdown_temperature_c;  // where the GPU starts to slow itself down
+  // What Slurm's gres.conf says of a GPU (`gpufleet probe --gres-conf`); absent or empty when
+  // the probe does not read them (the simulated one) or the driver does not answer.
+  std::optional<int> minor_number;  // the N of /dev/nvidiaN
+  std::vector<int> cpu_affinity;    // logical CPU ids near the GPU (its NUMA node), ascending
+  // The PCI bus id at the far end of each active NVLink: another GPU's, or an NVSwitch's.
+  std::vector<std::string> nvlink_remote_bus_ids;
 
   friend bool operator==(const GpuStaticInfo&, const GpuStaticInfo&) = default;
 };

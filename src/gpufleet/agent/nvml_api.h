@@ -152,6 +152,11 @@ inline constexpr int kVolatileEcc = 0;
 // NVML_DEVICE_MIG_ENABLE.
 inline constexpr unsigned int kMigEnabled = 1;
 
+// NVML_NVLINK_MAX_LINKS (API 12: 18, a B200 has 18 NVLink 5 links) and NVML_FEATURE_ENABLED,
+// the nvmlEnableState_t of an active link.
+inline constexpr unsigned int kNvlinkMaxLinks = 18;
+inline constexpr int kFeatureEnabled = 1;
+
 // nvmlEventType* bits.
 inline constexpr unsigned long long kEventXidCriticalError = 0x8;   // NOLINT(google-runtime-int)
 inline constexpr unsigned long long kEventGpuUnavailable = 0x4000;  // NOLINT(google-runtime-int)
@@ -306,6 +311,9 @@ using GpmSampleAllocFn = Return (*)(GpmSample*);
 using GpmSampleFreeFn = Return (*)(GpmSample);
 using GpmSampleGetFn = Return (*)(Device, GpmSample);
 using GpmMetricsGetFn = Return (*)(GpmMetricsGet*);
+using DeviceGetCpuAffinityFn = Return (*)(Device, unsigned int, unsigned long*);
+using DeviceGetNvLinkStateFn = Return (*)(Device, unsigned int, int*);
+using DeviceGetNvLinkRemotePciInfoFn = Return (*)(Device, unsigned int, PciInfo*);
 // NOLINTEND(google-runtime-int)
 
 }  // namespace gpufleet::agent::nvml

@@ -66,6 +66,10 @@ struct NvmlProbe::Api {
   nvml::DeviceGetMigDeviceHandleByIndexFn device_get_mig_device_handle_by_index = nullptr;
   nvml::DeviceGetUintFn device_get_gpu_instance_id = nullptr;
   nvml::DeviceGetUintFn device_get_compute_instance_id = nullptr;
+  nvml::DeviceGetUintFn device_get_minor_number = nullptr;
+  nvml::DeviceGetCpuAffinityFn device_get_cpu_affinity = nullptr;
+  nvml::DeviceGetNvLinkStateFn device_get_nvlink_state = nullptr;
+  nvml::DeviceGetNvLinkRemotePciInfoFn device_get_nvlink_remote_pci_info = nullptr;
   nvml::EventSetCreateFn event_set_create = nullptr;
   nvml::EventSetFreeFn event_set_free = nullptr;
   nvml::DeviceGetUllFn device_get_supported_event_types = nullptr;
@@ -174,6 +178,10 @@ Result<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(Options options) {
                     api->device_get_mig_device_handle_by_index),
            optional("nvmlDeviceGetGpuInstanceId", api->device_get_gpu_instance_id),
            optional("nvmlDeviceGetComputeInstanceId", api->device_get_compute_instance_id),
+           optional("nvmlDeviceGetMinorNumber", api->device_get_minor_number),
+           optional("nvmlDeviceGetCpuAffinity", api->device_get_cpu_affinity),
+           optional("nvmlDeviceGetNvLinkState", api->device_get_nvlink_state),
+           optional("nvmlDeviceGetNvLinkRemotePciInfo_v2", api->device_get_nvlink_remote_pci_info),
            optional("nvmlEventSetCreate", api->event_set_create),
            optional("nvmlEventSetFree", api->event_set_free),
            optional("nvmlDeviceGetSupportedEventTypes", api->device_get_supported_event_types),
@@ -315,6 +323,46 @@ Status NvmlProbe::Start() {
   return Status();
 }
 
+// What gres.conf needs; each part is left out when the driver does not answer it, since the
+// agent's own readings do not depend on them.
+void NvmlProbe::ReadSlurmInfo(const DeviceState& device, GpuStaticInfo& info) {
+  unsigned int minor = 0;
+  if (api_->device_get_minor_number != nullptr &&
+      api_->device_get_minor_number(device.handle, &minor) == nvml::Return::kSuccess) {
+    info.minor_number = static_cast<int>(minor);
+  }
+  if (api_->device_get_cpu_affinity != nullptr) {
+    // 1,024 CPUs in 64-bit words (NVML fills `unsigned long` words, lowest CPU in bit 0).
+    constexpr unsigned int kWords = 16;
+    unsigned long mask[kWords] = {};  // NOLINT(google-runtime-int): NVML's type
+    if (api_->device_get_cpu_affinity(device.handle, kWords, mask) == nvml::Return::kSuccess) {
+      constexpr int kBits = 8 * sizeof(mask[0]);
+      for (unsigned int word = 0; word < kWords; ++word) {
+        for (int bit = 0; bit < kBits; ++bit) {
+          if ((mask[word] >> bit) & 1UL) {
+            info.cpu_affinity.push_back(static_cast<int>(word) * kBits + bit);
+          }
+        }
+      }
+    }
+  }
+  if (api_->device_get_nvlink_state != nullptr &&
+      api_->device_get_nvlink_remote_pci_info != nullptr) {
+    for (unsigned int link = 0; link < nvml::kNvlinkMaxLinks; ++link) {
+      int state = 0;
+      nvml::PciInfo remote{};
+      // Links past the GPU's last answer INVALID_ARGUMENT or NOT_SUPPORTED: skipped.
+      if (api_->device_get_nvlink_state(device.handle, link, &state) != nvml::Return::kSuccess ||
+          state != nvml::kFeatureEnabled ||
+          api_->device_get_nvlink_remote_pci_info(device.handle, link, &remote) !=
+              nvml::Return::kSuccess) {
+        continue;
+      }
+      info.nvlink_remote_bus_ids.push_back(FromBuffer(remote.bus_id, sizeof(remote.bus_id)));
+    }
+  }
+}
+
 Result<GpuStaticInfo> NvmlProbe::ReadStaticInfo(DeviceState& device) {
   GpuStaticInfo info;
   info.index = device.index;
@@ -365,6 +413,7 @@ Result<GpuStaticInfo> NvmlProbe::ReadStaticInfo(DeviceState& device) {
       info.slowdown_temperature_c = static_cast<int>(threshold);
     }
   }
+  ReadSlurmInfo(device, info);
 
   device.mig_handles.clear();
   unsigned int current_mode = 0;

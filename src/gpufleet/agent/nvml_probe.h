@@ -61,6 +61,7 @@ class NvmlProbe final : public GpuProbe {
   void SampleDevice(DeviceState& device, GpuSample& sample);
   void SampleGpm(DeviceState& device, GpuSample& sample);
   Result<GpuStaticInfo> ReadStaticInfo(DeviceState& device);
+  void ReadSlurmInfo(const DeviceState& device, GpuStaticInfo& info);
 
   Options options_;
   GpuCatalog default_catalog_;

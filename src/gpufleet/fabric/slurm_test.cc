@@ -3,6 +3,8 @@
 
 #include <map>
 #include <set>
+#include <string>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -154,15 +156,75 @@ TEST(Slurm, RailLeavesFoldIntoOneSwitchPerScalableUnit) {
   EXPECT_EQ(again->DomainCount(0), 4);
 }
 
-TEST(Slurm, Nvl72RacksExportAsBlocks) {
+// What `gpufleet fabric generate nvl72 --format slurm-block` writes reads back to the same racks:
+// one block per NVLink domain, each with the domain's nodes, and the doublings of a rack as sizes.
+TEST(Slurm, Nvl72RacksExportAsBlocksThatReadBackToTheSameNvlinkDomains) {
   Nvl72Options options;
-  options.racks = 4;
-  auto fabric = Fabric::Build(*GenerateNvl72(options));
+  options.racks = 3;
+  auto generated = Fabric::Build(*GenerateNvl72(options));
+  ASSERT_OK(generated);
+  auto exported = ExportSlurmTopology(*generated, SlurmTopologyKind::kBlock);
+  ASSERT_OK(exported);
+  EXPECT_THAT(*exported, HasSubstr("# TopologyPlugin=topology/block\n"));
+  EXPECT_THAT(*exported, HasSubstr("BlockName=rack01 Nodes=rack01-tray[01-18]\n"));
+  EXPECT_THAT(*exported, HasSubstr("BlockName=rack03 Nodes=rack03-tray[01-18]\n"));
+  // 18, 36: a third doubling (72) would exceed the 54 nodes of three racks.
+  EXPECT_THAT(*exported, HasSubstr("BlockSizes=18,36\n"));
+
+  auto spec = ImportSlurmTopology(*exported, "blocks.conf");
+  ASSERT_OK(spec);
+  EXPECT_THAT(spec->slurm_block_sizes, ElementsAre(18, 36));
+  auto again = Fabric::Build(*spec);
+  ASSERT_OK(again);
+  ASSERT_EQ(again->nvlink_domains().size(), generated->nvlink_domains().size());
+  for (size_t d = 0; d < generated->nvlink_domains().size(); ++d) {
+    const NvlinkDomain& before = generated->nvlink_domains()[d];
+    const NvlinkDomain& after = again->nvlink_domains()[d];
+    SCOPED_TRACE(before.name);
+    EXPECT_EQ(after.name, before.name);
+    ASSERT_EQ(after.nodes.size(), before.nodes.size());
+    for (size_t n = 0; n < before.nodes.size(); ++n) {
+      EXPECT_EQ(again->nodes()[after.nodes[n]].name, generated->nodes()[before.nodes[n]].name);
+    }
+  }
+  // Exported once more: the same lines, sizes included (only the fabric's name in the header
+  // comment is the file's now).
+  auto twice = ExportSlurmTopology(*again, SlurmTopologyKind::kBlock);
+  ASSERT_OK(twice);
+  EXPECT_EQ(twice->substr(twice->find("BlockName=")),
+            exported->substr(exported->find("BlockName=")));
+}
+
+// A fabric without NVLink domains that span nodes (HGX nodes under leaves) has its leaf domains
+// as blocks, so `--format slurm-block` works on every generator.
+TEST(Slurm, ClosWithoutMultiNodeNvlinkExportsLeavesAsBlocks) {
+  ClosOptions options;
+  options.leaves_per_pod = 2;
+  options.nodes_per_leaf = 4;
+  options.nics_per_node = 1;
+  auto fabric = Fabric::Build(*GenerateClos(options));
   ASSERT_OK(fabric);
   auto exported = ExportSlurmTopology(*fabric, SlurmTopologyKind::kBlock);
   ASSERT_OK(exported);
-  EXPECT_THAT(*exported, HasSubstr("BlockName=rack01 Nodes=rack01-tray[01-18]\n"));
-  EXPECT_THAT(*exported, HasSubstr("BlockSizes=18,36,72\n"));
+  const std::vector<std::string> lines = [&] {
+    std::vector<std::string> out;
+    size_t start = 0;
+    for (size_t end; (end = exported->find('\n', start)) != std::string::npos; start = end + 1) {
+      const std::string line = exported->substr(start, end - start);
+      if (!line.starts_with("#")) {
+        out.push_back(line);
+      }
+    }
+    return out;
+  }();
+  ASSERT_EQ(lines.size(), 3u) << *exported;
+  EXPECT_THAT(lines[0], ::testing::StartsWith("BlockName="));
+  EXPECT_THAT(lines[1], ::testing::StartsWith("BlockName="));
+  EXPECT_EQ(lines[2], "BlockSizes=4,8");
+  auto again = Fabric::Build(*ImportSlurmTopology(*exported, "leaves.conf"));
+  ASSERT_OK(again);
+  EXPECT_EQ(again->nodes().size(), 8u);
+  EXPECT_EQ(again->nvlink_domains().size(), 2u);
 }
 
 TEST(Slurm, MalformedFilesNameFileLineAndElement) {

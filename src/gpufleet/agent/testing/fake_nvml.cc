@@ -9,6 +9,7 @@
 // nvmlDeviceGetRemappedRows, GPM and event functions.
 //
 // Thread-safe: one mutex guards the scripted state.
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -102,7 +103,10 @@ const std::set<std::string_view>& DeviceKeys() {
                                                            "ecc_dbe_volatile",
                                                            "remapped_rows",
                                                            "pcie_replay",
-                                                           "clocks_event_reasons"};
+                                                           "clocks_event_reasons",
+                                                           "minor_number",
+                                                           "cpu_affinity",
+                                                           "nvlinks"};
   return *keys;
 }
 const std::set<std::string_view>& MigKeys() {
@@ -472,6 +476,86 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetPciInfo_v3(nvml::Device hand
   *pci = nvml::PciInfo{};
   const std::string bus_id = call.device().value("pci_bus_id", "00000000:00:00.0");
   return CopyString(bus_id, pci->bus_id, sizeof(pci->bus_id));
+}
+
+// "minor_number": N; absent: NOT_SUPPORTED.
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetMinorNumber(nvml::Device handle,
+                                                                unsigned int* minor) {
+  return DeviceNumber("nvmlDeviceGetMinorNumber", handle, "minor_number", minor);
+}
+
+// "cpu_affinity": [CPU ids]; absent: NOT_SUPPORTED.
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetCpuAffinity(
+    nvml::Device handle, unsigned int words,
+    unsigned long* mask) {  // NOLINT(google-runtime-int): NVML's type
+  DeviceCall call("nvmlDeviceGetCpuAffinity", handle);
+  if (!call.ok()) {
+    return call.status();
+  }
+  const Json* cpus = nullptr;
+  const nvml::Return rc = Lookup(call.device(), "cpu_affinity", cpus);
+  if (rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  constexpr unsigned int kBits = 8 * sizeof(mask[0]);
+  std::fill(mask, mask + words, 0UL);
+  for (const Json& cpu : *cpus) {
+    const unsigned int id = cpu.get<unsigned int>();
+    if (id / kBits < words) {
+      mask[id / kBits] |= 1UL << (id % kBits);
+    }
+  }
+  return nvml::Return::kSuccess;
+}
+
+namespace {
+
+// "nvlinks": [remote PCI bus id of link 0, ...]; "" is an inactive link; links past the list's
+// end answer INVALID_ARGUMENT, as past a GPU's last link.
+nvml::Return ScriptedNvlink(const char* function, nvml::Device handle, unsigned int link,
+                            std::string& remote) {
+  DeviceCall call(function, handle);
+  if (!call.ok()) {
+    return call.status();
+  }
+  const Json* links = nullptr;
+  const nvml::Return rc = Lookup(call.device(), "nvlinks", links);
+  if (rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  if (!links->is_array() || link >= links->size()) {
+    return nvml::Return::kInvalidArgument;
+  }
+  remote = (*links)[link].get<std::string>();
+  return nvml::Return::kSuccess;
+}
+
+}  // namespace
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetNvLinkState(nvml::Device handle,
+                                                                unsigned int link, int* active) {
+  std::string remote;
+  const nvml::Return rc = ScriptedNvlink("nvmlDeviceGetNvLinkState", handle, link, remote);
+  if (rc == nvml::Return::kSuccess) {
+    *active = remote.empty() ? 0 : nvml::kFeatureEnabled;
+  }
+  return rc;
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetNvLinkRemotePciInfo_v2(nvml::Device handle,
+                                                                           unsigned int link,
+                                                                           nvml::PciInfo* pci) {
+  std::string remote;
+  const nvml::Return rc =
+      ScriptedNvlink("nvmlDeviceGetNvLinkRemotePciInfo_v2", handle, link, remote);
+  if (rc != nvml::Return::kSuccess) {
+    return rc;
+  }
+  if (remote.empty()) {
+    return nvml::Return::kNotSupported;
+  }
+  *pci = nvml::PciInfo{};
+  return CopyString(remote, pci->bus_id, sizeof(pci->bus_id));
 }
 
 namespace {

@@ -24,6 +24,9 @@
 //      "xids": [79, {"code": 31, "gpu_instance_id": 1}],  // queued XID events
 //      "xid_events": true,                                // false: XID events not supported
 //      "lost": false,                                     // true: every call -> GPU_IS_LOST
+//      "minor_number": 0,                                 // /dev/nvidia0
+//      "cpu_affinity": [0, 1, 2, 3],                      // CPU ids near the GPU
+//      "nvlinks": ["00000000:19:00.0", ""],               // remote bus id per link; "" inactive
 //      "mig": [{"uuid": "MIG-...", "profile": "3g.40gb", "gpu_instance_id": 1,
 //               "compute_instance_id": 0, "memory": {"total_mib": 40192, "used_mib": 12}}]
 //    }]}
