@@ -154,8 +154,9 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
     fmt::print(stderr, "{}\n", server.status().ToString());
     return 1;
   }
-  const std::string admin = *(*server)->authenticator().CreateToken(api::Role::kAdmin, "", "load");
-  const std::string agent = *(*server)->authenticator().CreateToken(api::Role::kAgent, "", "a");
+  const std::string admin =
+      *(*server)->authenticator().CreateToken(control::Role::kAdmin, "", "load");
+  const std::string agent = *(*server)->authenticator().CreateToken(control::Role::kAgent, "", "a");
   const Result<int> port = (*server)->Start("127.0.0.1", 0);
   if (!port.ok()) {
     fmt::print(stderr, "{}\n", port.status().ToString());

@@ -129,15 +129,15 @@ Status Fill(const Flags& flags, const std::string& db_path) {
   spec.total_nodes = 64;
   GPUFLEET_ASSIGN_OR_RETURN(const Cluster cluster, MakeSyntheticCluster(spec, catalog));
   GPUFLEET_RETURN_IF_ERROR(server->RegisterNodes(cluster).status());
-  GPUFLEET_ASSIGN_OR_RETURN(const std::string admin,
-                            server->authenticator().CreateToken(api::Role::kAdmin, "", "admin"));
+  GPUFLEET_ASSIGN_OR_RETURN(const std::string admin, server->authenticator().CreateToken(
+                                                         control::Role::kAdmin, "", "admin"));
   GPUFLEET_RETURN_IF_ERROR(
       Check(Call(*server, "POST", "/v1/teams", admin, R"({"name": "bench"})"), 201));
   GPUFLEET_RETURN_IF_ERROR(Check(
       Call(*server, "POST", "/v1/queues", admin, R"({"name": "bench/batch", "team": "bench"})"),
       201));
   GPUFLEET_RETURN_IF_ERROR(
-      server->authenticator().InstallToken(kMemberToken, api::Role::kMember, "bench", "bench"));
+      server->authenticator().InstallToken(kMemberToken, control::Role::kMember, "bench", "bench"));
   for (int i = 0; i < flags.jobs; ++i) {
     GPUFLEET_RETURN_IF_ERROR(
         Check(Call(*server, "POST", "/v1/jobs", kMemberToken, JobSpec(i)), 201));

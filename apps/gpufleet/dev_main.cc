@@ -182,7 +182,7 @@ std::string StatusLine(store::StateStore& store,
                        size_t total, std::chrono::seconds elapsed) {
   std::map<std::string, int> states;
   int64_t allocated_milli = 0;
-  if (Result<std::vector<store::StoredObject>> jobs = store.List(api::kJobsKind); jobs.ok()) {
+  if (Result<std::vector<store::StoredObject>> jobs = store.List(control::kJobsKind); jobs.ok()) {
     for (const store::StoredObject& object : *jobs) {
       const nlohmann::json job = wire::ParseDocument(object.data);
       const std::string state = wire::StrOr(job, "state");
@@ -195,7 +195,8 @@ std::string StatusLine(store::StateStore& store,
     }
   }
   int ready = 0;
-  if (Result<std::vector<store::StoredObject>> nodes = store.List(api::kNodesKind); nodes.ok()) {
+  if (Result<std::vector<store::StoredObject>> nodes = store.List(control::kNodesKind);
+      nodes.ok()) {
     for (const store::StoredObject& object : *nodes) {
       ready += wire::StrOr(wire::ParseDocument(object.data), "state") == "Ready" ? 1 : 0;
     }
@@ -292,14 +293,14 @@ int RunDev(DevFlags flags) {
   if (!admin->has_value()) {
     // A data directory from an earlier run: its admin token was shown then; make one for now.
     Result<std::string> token =
-        (*server)->authenticator().CreateToken(api::Role::kAdmin, "", "gpufleet-dev");
+        (*server)->authenticator().CreateToken(control::Role::kAdmin, "", "gpufleet-dev");
     if (!token.ok()) {
       return Fail(token.status());
     }
     *admin = *token;
   }
   Result<std::string> agent_token =
-      (*server)->authenticator().CreateToken(api::Role::kAgent, "", "gpufleet-dev-agents");
+      (*server)->authenticator().CreateToken(control::Role::kAgent, "", "gpufleet-dev-agents");
   if (!agent_token.ok()) {
     return Fail(agent_token.status());
   }

@@ -155,7 +155,7 @@ int RunServer(const ServerFlags& flags) {
     return Fail(store.status());
   }
   SystemClock clock;
-  api::ReliabilityOptions reliability;
+  control::ReliabilityOptions reliability;
   reliability.interval = std::chrono::seconds(flags.reliability_interval_s);
   reliability.budget = {flags.quarantine_fleet_share, flags.quarantine_leaf_share};
   reliability.rules.enabled = !flags.no_quarantine;

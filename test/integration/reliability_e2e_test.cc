@@ -84,7 +84,7 @@ spec:
 class ReliabilityEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    api::ReliabilityOptions reliability;
+    control::ReliabilityOptions reliability;
     reliability.interval = std::chrono::minutes(1);
     // Twelve GPUs: the default 2 % budget would allow none.
     reliability.budget = {0.25, 0.25};
@@ -97,8 +97,10 @@ class ReliabilityEndToEndTest : public ::testing::Test {
                                 .reliability = reliability});
     ASSERT_OK(server);
     server_ = std::move(server).value();
-    const std::string admin = *server_->authenticator().CreateToken(api::Role::kAdmin, "", "root");
-    const std::string agent = *server_->authenticator().CreateToken(api::Role::kAgent, "", "agent");
+    const std::string admin =
+        *server_->authenticator().CreateToken(control::Role::kAdmin, "", "root");
+    const std::string agent =
+        *server_->authenticator().CreateToken(control::Role::kAgent, "", "agent");
     admin_ = std::make_unique<cli::ApiClient>(std::make_unique<InProcessTransport>(*server_),
                                               "in-process", admin);
     agent_client_ = std::make_unique<cli::ApiClient>(std::make_unique<InProcessTransport>(*server_),

@@ -112,9 +112,9 @@ class NodeAgentTest : public ::testing::Test {
         {.store = store_, .catalog = catalog_, .clock = clock_, .policy = "best-fit"});
     ASSERT_OK(server);
     server_ = std::move(server).value();
-    admin_ = *server_->authenticator().CreateToken(api::Role::kAdmin, "", "root");
+    admin_ = *server_->authenticator().CreateToken(control::Role::kAdmin, "", "root");
     const std::string agent_token =
-        *server_->authenticator().CreateToken(api::Role::kAgent, "", "agent");
+        *server_->authenticator().CreateToken(control::Role::kAgent, "", "agent");
     client_ = std::make_unique<cli::ApiClient>(
         std::make_unique<InProcessTransport>(*server_, &partitioned_), "in-process", agent_token);
     admin_client_ = std::make_unique<cli::ApiClient>(std::make_unique<InProcessTransport>(*server_),

@@ -63,7 +63,8 @@ Result<TokenInfo> TokenInfoOf(const store::StoredObject& object) {
   if (!data.is_object() || !data.contains("role") || !data["role"].is_string()) {
     return InternalError(fmt::format("tokens/{}: malformed record", id));
   }
-  GPUFLEET_ASSIGN_OR_RETURN(const Role role, ParseRole(data["role"].get<std::string>()));
+  GPUFLEET_ASSIGN_OR_RETURN(const control::Role role,
+                            control::ParseRole(data["role"].get<std::string>()));
   TokenInfo info;
   info.id = id;
   info.role = role;
@@ -81,31 +82,6 @@ Result<TokenInfo> TokenInfoOf(const store::StoredObject& object) {
 
 }  // namespace
 
-const char* RoleName(Role role) {
-  switch (role) {
-    case Role::kAdmin:
-      return "admin";
-    case Role::kMember:
-      return "member";
-    case Role::kAgent:
-      return "agent";
-  }
-  return "unknown";
-}
-
-Result<Role> ParseRole(std::string_view text) {
-  if (text == "admin") {
-    return Role::kAdmin;
-  }
-  if (text == "member") {
-    return Role::kMember;
-  }
-  if (text == "agent") {
-    return Role::kAgent;
-  }
-  return InvalidArgumentError(fmt::format("role: \"{}\" (must be admin, member or agent)", text));
-}
-
 std::string Sha256Hex(std::string_view text) {
   std::array<unsigned char, EVP_MAX_MD_SIZE> digest{};
   unsigned int length = 0;
@@ -120,7 +96,8 @@ std::string TokenId(std::string_view token) {
   return Sha256Hex(token).substr(0, kTokenIdChars);
 }
 
-Result<Principal> TokenAuthenticator::Authenticate(std::string_view authorization_header) const {
+Result<control::Principal> TokenAuthenticator::Authenticate(
+    std::string_view authorization_header) const {
   if (authorization_header.empty()) {
     return Unauthenticated("missing Authorization header (want \"Bearer TOKEN\")");
   }
@@ -154,7 +131,7 @@ Result<Principal> TokenAuthenticator::Authenticate(std::string_view authorizatio
     return UnavailableError(fmt::format("token lookup: {}", object.status().message()));
   }
   GPUFLEET_ASSIGN_OR_RETURN(TokenInfo info, TokenInfoOf(*object));
-  Principal principal;
+  control::Principal principal;
   principal.role = info.role;
   principal.team = std::move(info.team);
   principal.name = std::move(info.name);
@@ -163,12 +140,13 @@ Result<Principal> TokenAuthenticator::Authenticate(std::string_view authorizatio
   return principal;
 }
 
-Status TokenAuthenticator::StoreToken(std::string_view token, Role role, std::string_view team,
-                                      std::string_view name, std::string_view node) {
-  if (role == Role::kMember && team.empty()) {
+Status TokenAuthenticator::StoreToken(std::string_view token, control::Role role,
+                                      std::string_view team, std::string_view name,
+                                      std::string_view node) {
+  if (role == control::Role::kMember && team.empty()) {
     return InvalidArgumentError("team: a member token needs a team");
   }
-  if (!node.empty() && role != Role::kAgent) {
+  if (!node.empty() && role != control::Role::kAgent) {
     return InvalidArgumentError("node: only an agent token acts for a node");
   }
   if (name.empty()) {
@@ -178,7 +156,7 @@ Status TokenAuthenticator::StoreToken(std::string_view token, Role role, std::st
   if (hash.empty()) {
     return InternalError("sha-256 failed");
   }
-  Json data = {{"role", RoleName(role)}, {"team", team}, {"name", name}};
+  Json data = {{"role", control::RoleName(role)}, {"team", team}, {"name", name}};
   if (!node.empty()) {
     data["node"] = node;
   }
@@ -186,12 +164,12 @@ Status TokenAuthenticator::StoreToken(std::string_view token, Role role, std::st
   batch.Create(std::string(kTokensKind), hash, data.dump());
   batch.AppendEvent(std::string(kTokensKind), hash,
                     node.empty()
-                        ? fmt::format("created {} token \"{}\"", RoleName(role), name)
+                        ? fmt::format("created {} token \"{}\"", control::RoleName(role), name)
                         : fmt::format("created agent token \"{}\" for node {}", name, node));
   return store_.Commit(batch);
 }
 
-Result<std::string> TokenAuthenticator::CreateToken(Role role, std::string_view team,
+Result<std::string> TokenAuthenticator::CreateToken(control::Role role, std::string_view team,
                                                     std::string_view name, std::string_view node) {
   std::array<unsigned char, kTokenBytes> bytes{};
   if (RAND_bytes(bytes.data(), static_cast<int>(bytes.size())) != 1) {
@@ -202,8 +180,8 @@ Result<std::string> TokenAuthenticator::CreateToken(Role role, std::string_view 
   return token;
 }
 
-Status TokenAuthenticator::InstallToken(std::string_view token, Role role, std::string_view team,
-                                        std::string_view name) {
+Status TokenAuthenticator::InstallToken(std::string_view token, control::Role role,
+                                        std::string_view team, std::string_view name) {
   if (!IsTokenText(token)) {
     return InvalidArgumentError(
         fmt::format("token: must be {} to {} printable ASCII characters without spaces",
@@ -232,7 +210,7 @@ Result<TokenInfo> TokenAuthenticator::Revoke(std::string_view hash_prefix) {
   int admins = 0;
   for (const store::StoredObject& object : tokens) {
     GPUFLEET_ASSIGN_OR_RETURN(const TokenInfo info, TokenInfoOf(object));
-    admins += info.role == Role::kAdmin ? 1 : 0;
+    admins += info.role == control::Role::kAdmin ? 1 : 0;
     if (!object.name.starts_with(hash_prefix)) {
       continue;
     }
@@ -247,7 +225,7 @@ Result<TokenInfo> TokenAuthenticator::Revoke(std::string_view hash_prefix) {
         fmt::format("token \"{}\" not found", hash_prefix.substr(0, kTokenIdChars)));
   }
   GPUFLEET_ASSIGN_OR_RETURN(TokenInfo info, TokenInfoOf(*found));
-  if (info.role == Role::kAdmin && admins == 1) {
+  if (info.role == control::Role::kAdmin && admins == 1) {
     return FailedPreconditionError(fmt::format(
         "token {} is the last admin token; create another admin token before revoking it",
         info.id));
@@ -279,10 +257,10 @@ Result<std::optional<std::string>> TokenAuthenticator::Bootstrap(
     return std::optional<std::string>();
   }
   if (admin_token.has_value()) {
-    GPUFLEET_RETURN_IF_ERROR(InstallToken(*admin_token, Role::kAdmin, "", "admin"));
+    GPUFLEET_RETURN_IF_ERROR(InstallToken(*admin_token, control::Role::kAdmin, "", "admin"));
     return std::optional<std::string>();
   }
-  GPUFLEET_ASSIGN_OR_RETURN(std::string token, CreateToken(Role::kAdmin, "", "admin"));
+  GPUFLEET_ASSIGN_OR_RETURN(std::string token, CreateToken(control::Role::kAdmin, "", "admin"));
   return std::optional<std::string>(std::move(token));
 }
 

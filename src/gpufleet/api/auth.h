@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gpufleet/control/principal.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/store/state_store.h"
 
@@ -17,29 +18,6 @@
 namespace gpufleet::api {
 
 inline constexpr std::string_view kTokensKind = "tokens";
-
-// kAgent: a node agent; it may only register and heartbeat (docs/agent.md).
-enum class Role { kAdmin, kMember, kAgent };
-
-// "admin", "member", "agent".
-const char* RoleName(Role role);
-// kInvalidArgument for anything but "admin" and "member".
-Result<Role> ParseRole(std::string_view text);
-
-// Who made a request.
-struct Principal {
-  Role role = Role::kMember;
-  std::string team;  // members: the team whose jobs they see; may be empty for admins
-  std::string name;  // for events and logs
-  // Agents: the one node a node credential acts for; empty for a fleet-wide join token.
-  std::string node;
-  std::string token_id;  // TokenId of the credential
-
-  bool is_admin() const { return role == Role::kAdmin; }
-  // The one visibility rule of team-owned objects (jobs, deployments, a queue's team): admins see
-  // every team's, members their own team's. Hidden objects are answered 404, never 403.
-  bool Sees(std::string_view object_team) const { return is_admin() || object_team == team; }
-};
 
 // The SHA-256 of `text` as 64 lower-case hex digits (OpenSSL EVP).
 std::string Sha256Hex(std::string_view text);
@@ -52,7 +30,7 @@ std::string TokenId(std::string_view token);
 // What a listing shows of a token: never the secret.
 struct TokenInfo {
   std::string id;
-  Role role = Role::kMember;
+  control::Role role = control::Role::kMember;
   std::string team;
   std::string name;
   std::string node;  // a node credential's node
@@ -68,16 +46,16 @@ class TokenAuthenticator {
   // Checks an `Authorization` header value, "Bearer TOKEN" (the scheme is case-insensitive).
   // kUnauthenticated when the header is missing, malformed or names an unknown token;
   // kUnavailable when the store fails.
-  Result<Principal> Authenticate(std::string_view authorization_header) const;
+  Result<control::Principal> Authenticate(std::string_view authorization_header) const;
 
   // Makes a fresh random token and stores its hash. kInvalidArgument for a member without a
   // team, an empty name, or a node for another role than agent. With `node`, an agent token is a
   // node credential: it acts for that node alone. Returns the token: it is never shown again.
-  Result<std::string> CreateToken(Role role, std::string_view team, std::string_view name,
+  Result<std::string> CreateToken(control::Role role, std::string_view team, std::string_view name,
                                   std::string_view node = "");
   // Stores the hash of a token chosen by the operator (at least 16 characters, printable ASCII,
   // no spaces). kAlreadyExists if it is already installed.
-  Status InstallToken(std::string_view token, Role role, std::string_view team,
+  Status InstallToken(std::string_view token, control::Role role, std::string_view team,
                       std::string_view name);
   // Deletes a token. kNotFound if unknown; kFailedPrecondition if it is the last admin token.
   Status RevokeToken(std::string_view token);
@@ -95,8 +73,8 @@ class TokenAuthenticator {
   Result<std::optional<std::string>> Bootstrap(const std::optional<std::string>& admin_token);
 
  private:
-  Status StoreToken(std::string_view token, Role role, std::string_view team, std::string_view name,
-                    std::string_view node = "");
+  Status StoreToken(std::string_view token, control::Role role, std::string_view team,
+                    std::string_view name, std::string_view node = "");
   // Revokes the token stored under `hash_prefix` (a whole hash or an id).
   Result<TokenInfo> Revoke(std::string_view hash_prefix);
 

@@ -12,11 +12,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/job_lifecycle.h"
-#include "gpufleet/api/placement_gpus.h"
-#include "gpufleet/api/scheduling_view.h"
-#include "gpufleet/api/tenancy.h"
 #include "gpufleet/api/tls.h"
+#include "gpufleet/control/job_lifecycle.h"
+#include "gpufleet/control/placement_gpus.h"
+#include "gpufleet/control/scheduling_view.h"
+#include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/snapshot.h"
@@ -81,14 +81,14 @@ Json JobOutput(const store::StoredObject& object) {
 
 // What a member may not see of a job it can see: the name of another team's job that
 // preempted it (the reason and events never name it either).
-void HideOtherTeamsJobs(const Principal& who, Json& job) {
+void HideOtherTeamsJobs(const control::Principal& who, Json& job) {
   if (job.contains("preempted_by") && !who.Sees(wire::StrOr(job, "preempted_by_team"))) {
     job.erase("preempted_by");
   }
 }
 
-std::string Who(const Principal& who) {
-  return who.name.empty() ? RoleName(who.role) : who.name;
+std::string Who(const control::Principal& who) {
+  return who.name.empty() ? control::RoleName(who.role) : who.name;
 }
 
 Status JobNotFound(std::string_view name) {
@@ -106,12 +106,12 @@ std::map<std::string, std::map<int64_t, int64_t>> AllocationByNode(
   std::map<std::string, std::map<int64_t, int64_t>> out;
   for (const store::StoredObject& object : jobs) {
     const Json job = wire::ParseDocument(object.data);
-    if (const std::optional<JobState> state = StoredJobState(job);
-        !state || !HoldsResources(*state)) {
+    if (const std::optional<control::JobState> state = control::StoredJobState(job);
+        !state || !control::HoldsResources(*state)) {
       continue;
     }
     for (const Json& p : wire::ArrayOr(job, "placements")) {
-      if (PlacementGone(p)) {
+      if (control::PlacementGone(p)) {
         continue;
       }
       const auto gpus = node_gpus.find(wire::StrOr(p, "node"));
@@ -119,9 +119,10 @@ std::map<std::string, std::map<int64_t, int64_t>> AllocationByNode(
         continue;
       }
       const Json& assignments = wire::ArrayOr(p, "assignments");
-      const std::vector<PlacedGpu> placed = PlacedGpus(p);
+      const std::vector<control::PlacedGpu> placed = control::PlacedGpus(p);
       for (size_t i = 0; i < placed.size(); ++i) {
-        if (const int position = PlacedGpuPosition(gpus->second, placed[i]); position >= 0) {
+        if (const int position = control::PlacedGpuPosition(gpus->second, placed[i]);
+            position >= 0) {
           out[gpus->first][position] += wire::IntOr(assignments[i], "milli", 0);
         }
       }
@@ -314,7 +315,7 @@ ApiServer::ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> sche
                .lease = options_.node_timeout,
                .stop_grace = options_.stop_grace}),
       scheduler_(std::move(sched)),
-      view_(std::make_unique<SchedulingView>(options_.store, options_.catalog)),
+      view_(std::make_unique<control::SchedulingView>(options_.store, options_.catalog)),
       last_full_retry_(started_at_),
       last_full_reload_(started_at_),
       queues_({.store = options_.store,
@@ -332,7 +333,7 @@ ApiServer::ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> sche
       gang_start_(options_.gang_start_timeout),
       deployments_(options_.store, options_.catalog),
       metrics_(std::make_unique<Metrics>()),
-      reliability_(std::make_unique<ReliabilityController>(
+      reliability_(std::make_unique<control::ReliabilityController>(
           options_.store, options_.clock, options_.wall_clock, options_.reliability)) {}
 
 ApiServer::~ApiServer() {
@@ -449,7 +450,7 @@ Result<int> ApiServer::RegisterNodes(const Cluster& cluster) {
   }
   const std::vector<std::string>& levels = cluster.topology.levels();
   store::WriteBatch batch;
-  Result<store::StoredObject> topology = options_.store.Get(kClusterKind, kTopologyName);
+  Result<store::StoredObject> topology = options_.store.Get(control::kClusterKind, kTopologyName);
   if (topology.ok()) {
     const Json recorded = wire::ParseDocument(topology->data);
     std::vector<std::string> recorded_levels;
@@ -462,13 +463,13 @@ Result<int> ApiServer::RegisterNodes(const Cluster& cluster) {
                                               fmt::join(recorded_levels, ", ")));
     }
   } else if (topology.status().code() == StatusCode::kNotFound) {
-    batch.Create(std::string(kClusterKind), std::string(kTopologyName),
+    batch.Create(std::string(control::kClusterKind), std::string(kTopologyName),
                  Json{{"levels", levels}}.dump());
   } else {
     return topology.status();
   }
   GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> existing,
-                            options_.store.List(kNodesKind));
+                            options_.store.List(control::kNodesKind));
   std::set<std::string> names;
   for (const store::StoredObject& object : existing) {
     names.insert(object.name);
@@ -478,8 +479,9 @@ Result<int> ApiServer::RegisterNodes(const Cluster& cluster) {
     if (names.count(node.id.value()) > 0) {
       continue;
     }
-    batch.Create(std::string(kNodesKind), node.id.value(), wire::NodeToJson(node, levels).dump());
-    batch.AppendEvent(std::string(kNodesKind), node.id.value(), "registered");
+    batch.Create(std::string(control::kNodesKind), node.id.value(),
+                 wire::NodeToJson(node, levels).dump());
+    batch.AppendEvent(std::string(control::kNodesKind), node.id.value(), "registered");
     ++added;
   }
   GPUFLEET_RETURN_IF_ERROR(options_.store.Commit(batch));
@@ -555,9 +557,9 @@ Result<int> ApiServer::RunCycleLocked() {
   UpdateQueues();
   GPUFLEET_RETURN_IF_ERROR(ReclaimIdleJobs());
   GPUFLEET_RETURN_IF_ERROR(RunDeploymentsIfDue());
-  std::vector<PendingEntry> pending;
+  std::vector<control::PendingEntry> pending;
   for (auto& [name, job] : view_->jobs()) {
-    if (job.state == JobState::kPending) {
+    if (job.state == control::JobState::kPending) {
       pending.push_back({&name, &job});
     }
   }
@@ -569,9 +571,9 @@ Result<int> ApiServer::RunCycleLocked() {
   std::vector<std::pair<const std::string*, const Job*>> failed;
   std::vector<CycleWrite> writes;
   bool preemption_tried = false;
-  for (const PendingEntry& entry : pending) {
+  for (const control::PendingEntry& entry : pending) {
     const std::string& name = *entry.name;
-    ViewJob& job = *entry.job;
+    control::ViewJob& job = *entry.job;
     queues_.HoldReservedGpus(*view_, name);
     if (job.unschedulable_epoch == view_->capacity_epoch()) {
       continue;
@@ -593,10 +595,10 @@ Result<int> ApiServer::RunCycleLocked() {
                dominating != failed.end()) {
       // Another team's job is not named to this one's team.
       const std::string& other = *dominating->first;
-      reason =
-          fmt::format("{} (as for {}, which asks for no more)", view_->jobs().at(other).reason,
-                      TeamOfKey(other) == TeamOfKey(name) ? fmt::format("job {}", NameOfKey(other))
-                                                          : std::string("a job of another team"));
+      reason = fmt::format("{} (as for {}, which asks for no more)", view_->jobs().at(other).reason,
+                           control::TeamOfKey(other) == control::TeamOfKey(name)
+                               ? fmt::format("job {}", control::NameOfKey(other))
+                               : std::string("a job of another team"));
     } else {
       scheduler::ScheduleResult result = scheduler_->Schedule(**job.spec, snapshot, random);
       // Larger jobs of its shape need not be asked only when this one did not fit: a refusal by
@@ -634,7 +636,7 @@ Result<int> ApiServer::RunCycleLocked() {
       if (result.scheduled()) {
         placed = std::move(result.placements);
         // The view holds only Pending jobs here, so the transition is legal.
-        (void)TransitionJob(doc, JobState::kScheduled, "");
+        (void)control::TransitionJob(doc, control::JobState::kScheduled, "");
         doc["attempt"] = wire::IntOr(doc, "attempt", 0) + 1;
         doc["placements"] = PlacementsToJson(placed, **job.spec, snapshot);
         for (const scheduler::TaskPlacement& placement : placed) {
@@ -657,14 +659,14 @@ Result<int> ApiServer::RunCycleLocked() {
       // Later jobs quoting this one see the new reason now.
       job.reason = reason;
       doc["reason"] = reason;
-      write.batch.Update(std::string(kJobsKind), name, doc.dump(), job.version);
-      write.batch.AppendEvent(std::string(kJobsKind), name,
+      write.batch.Update(std::string(control::kJobsKind), name, doc.dump(), job.version);
+      write.batch.AppendEvent(std::string(control::kJobsKind), name,
                               fmt::format("unschedulable: {}", reason));
     } else {
       reliability_->NoteRunStarted(doc);
       write.data = doc.dump();
-      write.batch.Update(std::string(kJobsKind), name, write.data, job.version);
-      write.batch.AppendEvent(std::string(kJobsKind), name,
+      write.batch.Update(std::string(control::kJobsKind), name, write.data, job.version);
+      write.batch.AppendEvent(std::string(control::kJobsKind), name,
                               fmt::format("scheduled on {}", fmt::join(node_names, ", ")));
       write.placed = std::move(placed);
       write.nodes = std::move(node_names);
@@ -694,7 +696,7 @@ Result<int> ApiServer::CommitCycleWrites(std::vector<CycleWrite>& writes) {
     if (one_by_one) {
       status = options_.store.Commit(write.batch);
     }
-    ViewJob& job = *write.job;
+    control::ViewJob& job = *write.job;
     if (!status.ok()) {
       UndoCycleWrite(write);
       if (status.code() == StatusCode::kInvalidArgument) {
@@ -731,18 +733,19 @@ void ApiServer::UndoCycleWrite(CycleWrite& write) {
   }
 }
 
-void ApiServer::FailUnstorableJob(const std::string& name, const ViewJob& job, const Status& why) {
+void ApiServer::FailUnstorableJob(const std::string& name, const control::ViewJob& job,
+                                  const Status& why) {
   Json doc = wire::ParseDocument(job.data);
   // A Pending job holds nothing: it ends at once, as a cancel would, but Failed.
-  const Result<std::string> event =
-      TransitionJob(doc, JobState::kFailed,
-                    fmt::format("its scheduled document cannot be stored: {}", why.message()));
+  const Result<std::string> event = control::TransitionJob(
+      doc, control::JobState::kFailed,
+      fmt::format("its scheduled document cannot be stored: {}", why.message()));
   if (!event.ok()) {
     return;
   }
   store::WriteBatch batch;
-  batch.Update(std::string(kJobsKind), name, doc.dump(), job.version);
-  batch.AppendEvent(std::string(kJobsKind), name, *event);
+  batch.Update(std::string(control::kJobsKind), name, doc.dump(), job.version);
+  batch.AppendEvent(std::string(control::kJobsKind), name, *event);
   if (const Status status = options_.store.Commit(batch); !status.ok()) {
     fmt::print(stderr, "gpufleet server: jobs/{}: {}\n", name, status.ToString());
   }
@@ -822,11 +825,11 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
   if (n == 1 && get && segments[0] == "metrics") {
     // Fleet figures are for the fleet's users and operators (a Prometheus with a member or
     // admin token), not for anyone who can reach the port, nor for a node's agent.
-    const Result<Principal> who = authenticator_.Authenticate(request.authorization);
+    const Result<control::Principal> who = authenticator_.Authenticate(request.authorization);
     if (!who.ok()) {
       return routed(ErrorResponse(who.status()), "/metrics");
     }
-    if (who->role == Role::kAgent) {
+    if (who->role == control::Role::kAgent) {
       return routed(ErrorResponse(PermissionDenied("an agent token may not read /metrics")),
                     "/metrics");
     }
@@ -839,16 +842,16 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
       (!get && !post && request.method != "PATCH" && request.method != "DELETE")) {
     return no_route();
   }
-  const Result<Principal> who = authenticator_.Authenticate(request.authorization);
+  const Result<control::Principal> who = authenticator_.Authenticate(request.authorization);
   const std::string_view collection = segments[1];
   std::string route = fmt::format("/v1/{}", collection);
   if (n >= 3) {
     route += "/{name}";
   }
   // Jobs and deployments are named NAME or TEAM/NAME (docs/api.md, "Names").
-  std::optional<ScopedPath> scoped;
+  std::optional<control::ScopedPath> scoped;
   if (collection == "jobs" || collection == "deployments") {
-    scoped = ParseScopedPath(segments, request.method);
+    scoped = control::ParseScopedPath(segments, request.method);
     if (scoped && !scoped->action.empty()) {
       route += fmt::format("/{}", scoped->action);
     }
@@ -863,7 +866,7 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
   if (!who.ok()) {
     return routed(ErrorResponse(who.status()), route);
   }
-  if (who->role == Role::kAgent && collection != "agents") {
+  if (who->role == control::Role::kAgent && collection != "agents") {
     return routed(
         ErrorResponse(PermissionDenied("an agent token may only register and send heartbeats")),
         route);
@@ -877,7 +880,7 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     }
     const bool get_job = get && scoped && scoped->action.empty();
     if (get_job || (scoped && !scoped->action.empty())) {
-      const Result<std::string> key = ResolveName(*who, kJobsKind, "job", scoped->name);
+      const Result<std::string> key = ResolveName(*who, control::kJobsKind, "job", scoped->name);
       if (!key.ok()) {
         return routed(ErrorResponse(key.status()), route);
       }
@@ -926,7 +929,8 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
         return routed(ErrorResponse(PermissionDenied("a node's events are for admins")), route);
       }
       ApiResponse node = GetNode(segments[2]);
-      return routed(node.status == 200 ? ObjectEvents(kNodesKind, segments[2]) : node, route);
+      return routed(node.status == 200 ? ObjectEvents(control::kNodesKind, segments[2]) : node,
+                    route);
     }
     static const std::set<std::string_view> kActions = {"cordon", "uncordon", "drain", "quarantine",
                                                         "release"};
@@ -948,7 +952,7 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
 void ApiServer::PublishExcludedNodes() {
   store::WriteBatch events;
   for (const auto& [name, reason] : view_->TakeNewlyExcludedNodes()) {
-    events.AppendEvent(std::string(kNodesKind), name, reason);
+    events.AppendEvent(std::string(control::kNodesKind), name, reason);
   }
   if (Status status = options_.store.Commit(events); !status.ok()) {
     fmt::print(stderr, "gpufleet server: node events: {}\n", status.ToString());
@@ -970,13 +974,13 @@ Result<bool> ApiServer::CommitCycleJobWrite(const std::string& name,
   return status;
 }
 
-Result<bool> ApiServer::CommitJobWrites(std::vector<JobWrite> writes) {
+Result<bool> ApiServer::CommitJobWrites(std::vector<control::JobWrite> writes) {
   bool wrote = false;
-  for (JobWrite& write : writes) {
+  for (control::JobWrite& write : writes) {
     store::WriteBatch batch;
     AddJobWrite(write.before, write.after, write.version, write.events.front(), batch);
     for (size_t i = 1; i < write.events.size(); ++i) {
-      batch.AppendEvent(std::string(kJobsKind), write.name, write.events[i]);
+      batch.AppendEvent(std::string(control::kJobsKind), write.name, write.events[i]);
     }
     const Result<bool> written = CommitCycleJobWrite(write.name, batch);
     if (!written.ok() && written.status().code() == StatusCode::kUnavailable) {
@@ -1002,18 +1006,18 @@ Status ApiServer::PlanMigLayoutsForPendingJobs() {
 }
 
 Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
-  GPUFLEET_ASSIGN_OR_RETURN(std::optional<MigRequeue> requeue,
+  GPUFLEET_ASSIGN_OR_RETURN(std::optional<control::MigRequeue> requeue,
                             mig_layouts_.PlanRequeue(*view_, NowText()));
   if (!requeue) {
     return false;
   }
   store::WriteBatch batch = std::move(requeue->node_writes);
-  for (JobWrite& write : requeue->job_writes) {
+  for (control::JobWrite& write : requeue->job_writes) {
     AddJobWrite(write.before, write.after, write.version, write.events.front(), batch);
   }
   if (const Status status = options_.store.Commit(batch); !status.ok()) {
     // A job or node changed under us (a task report, a heartbeat): the next cycle looks again.
-    for (const JobWrite& write : requeue->job_writes) {
+    for (const control::JobWrite& write : requeue->job_writes) {
       view_->ReadJobAgain(write.name);
     }
     if (status.code() == StatusCode::kAborted || status.code() == StatusCode::kNotFound) {
@@ -1032,16 +1036,16 @@ Result<bool> ApiServer::RequeuePartlyStartedGangs() {
 void ApiServer::AddJobWrite(const Json& before, Json& after, int64_t version,
                             const std::string& event, store::WriteBatch& batch) {
   reliability_->NoteJobChange(before, after, batch);
-  const std::string name = TeamScopedKeyOf(before);
-  batch.Update(std::string(kJobsKind), name, after.dump(), version);
-  batch.AppendEvent(std::string(kJobsKind), name, event);
+  const std::string name = control::TeamScopedKeyOf(before);
+  batch.Update(std::string(control::kJobsKind), name, after.dump(), version);
+  batch.AppendEvent(std::string(control::kJobsKind), name, event);
 }
 
 void ApiServer::AnnotateStopping(Json& job) const {
-  if (StoredJobState(job) != JobState::kStopping || !job.contains("stopping")) {
+  if (control::StoredJobState(job) != control::JobState::kStopping || !job.contains("stopping")) {
     return;
   }
-  job["stopping"]["waiting_for"] = DescribeStopping(
+  job["stopping"]["waiting_for"] = control::DescribeStopping(
       job,
       options_.wall_clock != nullptr ? std::optional<int64_t>(options_.wall_clock->UnixNanos())
                                      : std::nullopt,
@@ -1049,15 +1053,16 @@ void ApiServer::AnnotateStopping(Json& job) const {
 }
 
 std::string ApiServer::NowText() const {
-  return options_.wall_clock != nullptr ? FormatRfc3339(options_.wall_clock->UnixNanos()) : "";
+  return options_.wall_clock != nullptr ? control::FormatRfc3339(options_.wall_clock->UnixNanos())
+                                        : "";
 }
 
-Result<Json> ApiServer::SubmitJob(const Principal& who, std::string_view body) {
+Result<Json> ApiServer::SubmitJob(const control::Principal& who, std::string_view body) {
   GPUFLEET_ASSIGN_OR_RETURN(const Job job, wire::ParseJobSpec(body, options_.catalog));
   const std::string& name = job.id.value();
-  GPUFLEET_RETURN_IF_ERROR(CheckScopedName("metadata.name", name));
+  GPUFLEET_RETURN_IF_ERROR(control::CheckScopedName("metadata.name", name));
   // Task ids (JOB/TASK/ATTEMPT, JOB the key) must stay within the agent's limit.
-  const std::string key = TeamScopedKey(who.team, name);
+  const std::string key = control::TeamScopedKey(who.team, name);
   GPUFLEET_RETURN_IF_ERROR(store::ValidateKey("metadata.name", key));
   GPUFLEET_RETURN_IF_ERROR(wire::CheckTaskIdLength(key, job));
   // Submit order: the store revision before the commit. Concurrent submits may share a value;
@@ -1080,13 +1085,13 @@ Result<Json> ApiServer::SubmitJob(const Principal& who, std::string_view body) {
               {"submit_seq", *revision + 1},
               {"submitted_by", Who(who)}};
   if (options_.wall_clock != nullptr) {
-    doc["created_at"] = FormatRfc3339(options_.wall_clock->UnixNanos());
+    doc["created_at"] = control::FormatRfc3339(options_.wall_clock->UnixNanos());
   }
   const std::string data = doc.dump();
   GPUFLEET_RETURN_IF_ERROR(wire::CheckSubmissionLimits(job, data.size(), store::kMaxDataBytes));
   store::WriteBatch batch;
-  batch.Create(std::string(kJobsKind), key, data);
-  batch.AppendEvent(std::string(kJobsKind), key,
+  batch.Create(std::string(control::kJobsKind), key, data);
+  batch.AppendEvent(std::string(control::kJobsKind), key,
                     fmt::format("submitted by {} to queue {}", Who(who), queue));
   if (Status status = options_.store.Commit(batch); !status.ok()) {
     // Names are scoped by team: the job that exists is the submitter's team's own.
@@ -1100,20 +1105,20 @@ Result<Json> ApiServer::SubmitJob(const Principal& who, std::string_view body) {
   return doc;
 }
 
-ApiResponse ApiServer::ListJobs(const Principal& who, const ApiRequest& request) {
+ApiResponse ApiServer::ListJobs(const control::Principal& who, const ApiRequest& request) {
   std::optional<std::string> state;
   std::optional<std::string> queue;
   if (const auto it = request.query.find("state"); it != request.query.end()) {
-    if (!ParseJobState(it->second)) {
+    if (!control::ParseJobState(it->second)) {
       return ErrorResponse(InvalidArgumentError(
-          fmt::format("state: unknown \"{}\" (valid: {})", it->second, JobStateNames())));
+          fmt::format("state: unknown \"{}\" (valid: {})", it->second, control::JobStateNames())));
     }
     state = it->second;
   }
   if (const auto it = request.query.find("queue"); it != request.query.end()) {
     queue = it->second;
   }
-  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(kJobsKind);
+  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(control::kJobsKind);
   if (!jobs.ok()) {
     return ErrorResponse(jobs.status());
   }
@@ -1131,8 +1136,9 @@ ApiResponse ApiServer::ListJobs(const Principal& who, const ApiRequest& request)
   return JsonResponse(200, {{"items", std::move(items)}});
 }
 
-ApiResponse ApiServer::GetJob(const Principal& who, std::string_view name) {
-  const Result<store::StoredObject> object = ReadVisible(who, kJobsKind, name, JobNotFound(name));
+ApiResponse ApiServer::GetJob(const control::Principal& who, std::string_view name) {
+  const Result<store::StoredObject> object =
+      ReadVisible(who, control::kJobsKind, name, JobNotFound(name));
   if (!object.ok()) {
     return ErrorResponse(object.status());
   }
@@ -1142,23 +1148,25 @@ ApiResponse ApiServer::GetJob(const Principal& who, std::string_view name) {
   return JsonResponse(200, job);
 }
 
-Result<Json> ApiServer::CancelJob(const Principal& who, std::string_view name) {
+Result<Json> ApiServer::CancelJob(const control::Principal& who, std::string_view name) {
   Result<Json> response = Json();
   const Status committed = store::CommitWithRetries(
-      options_.store, kCasAttempts, fmt::format("job \"{}\" kept changing; retry the cancel", name),
+      options_.store, control::kCasAttempts,
+      fmt::format("job \"{}\" kept changing; retry the cancel", name),
       [&]() -> store::AttemptResult {
         const Result<store::StoredObject> object =
-            ReadVisible(who, kJobsKind, name, JobNotFound(name));
+            ReadVisible(who, control::kJobsKind, name, JobNotFound(name));
         if (!object.ok()) {
           response = object.status();
           return store::NoWrite();
         }
         Json doc = wire::ParseDocument(object->data);
         const std::string state = wire::StrOr(doc, "state");
-        const std::optional<JobState> typed = StoredJobState(doc);
-        if (typed == JobState::kCancelled ||
-            (typed == JobState::kStopping &&
-             wire::StrOr(doc["stopping"], "then") == JobStateName(JobState::kCancelled))) {
+        const std::optional<control::JobState> typed = control::StoredJobState(doc);
+        if (typed == control::JobState::kCancelled ||
+            (typed == control::JobState::kStopping &&
+             wire::StrOr(doc["stopping"], "then") ==
+                 control::JobStateName(control::JobState::kCancelled))) {
           response = JobOutput(*object);
           return store::NoWrite();
         }
@@ -1166,11 +1174,11 @@ Result<Json> ApiServer::CancelJob(const Principal& who, std::string_view name) {
         // A running job keeps its GPUs until its tasks are gone (Stopping); a waiting one is
         // cancelled at once. A job already stopping for another reason ends Cancelled instead.
         Result<std::string> event = std::string();
-        if (typed && HoldsResources(*typed)) {
-          event = EndRun(doc, JobState::kCancelled, why, NowText());
+        if (typed && control::HoldsResources(*typed)) {
+          event = control::EndRun(doc, control::JobState::kCancelled, why, NowText());
         } else {
-          event = TransitionJob(doc, JobState::kCancelled, why,
-                                fmt::format("cancelled by {} (was {})", Who(who), state));
+          event = control::TransitionJob(doc, control::JobState::kCancelled, why,
+                                         fmt::format("cancelled by {} (was {})", Who(who), state));
         }
         if (!event.ok()) {
           response = FailedPreconditionError(
@@ -1189,12 +1197,12 @@ Result<Json> ApiServer::CancelJob(const Principal& who, std::string_view name) {
   return response;
 }
 
-ApiResponse ApiServer::JobEvents(const Principal& who, std::string_view name) {
+ApiResponse ApiServer::JobEvents(const control::Principal& who, std::string_view name) {
   ApiResponse visible = GetJob(who, name);
   if (visible.status != 200) {
     return visible;
   }
-  return ObjectEvents(kJobsKind, name);
+  return ObjectEvents(control::kJobsKind, name);
 }
 
 ApiResponse ApiServer::ObjectEvents(std::string_view kind, std::string_view name) {
@@ -1246,8 +1254,8 @@ Status NodeNotFound(std::string_view name) {
 }  // namespace
 
 ApiResponse ApiServer::ListNodes() {
-  const Result<std::vector<store::StoredObject>> nodes = options_.store.List(kNodesKind);
-  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(kJobsKind);
+  const Result<std::vector<store::StoredObject>> nodes = options_.store.List(control::kNodesKind);
+  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(control::kJobsKind);
   if (!nodes.ok() || !jobs.ok()) {
     return ErrorResponse(!nodes.ok() ? nodes.status() : jobs.status());
   }
@@ -1261,7 +1269,7 @@ ApiResponse ApiServer::ListNodes() {
 }
 
 Result<store::StoredObject> ApiServer::StoredNode(std::string_view name) {
-  return ReadObject(kNodesKind, name, NodeNotFound(name));
+  return ReadObject(control::kNodesKind, name, NodeNotFound(name));
 }
 
 Result<store::StoredObject> ApiServer::ReadObject(std::string_view kind, std::string_view name,
@@ -1275,8 +1283,9 @@ Result<store::StoredObject> ApiServer::ReadObject(std::string_view kind, std::st
   return object;
 }
 
-Result<store::StoredObject> ApiServer::ReadVisible(const Principal& who, std::string_view kind,
-                                                   std::string_view name, const Status& absent) {
+Result<store::StoredObject> ApiServer::ReadVisible(const control::Principal& who,
+                                                   std::string_view kind, std::string_view name,
+                                                   const Status& absent) {
   Result<store::StoredObject> object = ReadObject(kind, name, absent);
   if (object.ok() && !who.Sees(wire::StrOr(wire::ParseDocument(object->data), "team"))) {
     return absent;
@@ -1289,7 +1298,7 @@ ApiResponse ApiServer::GetNode(std::string_view name) {
   if (!object.ok()) {
     return ErrorResponse(object.status());
   }
-  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(kJobsKind);
+  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(control::kJobsKind);
   if (!jobs.ok()) {
     return ErrorResponse(jobs.status());
   }
@@ -1302,7 +1311,7 @@ std::map<std::string, std::string> ApiServer::ExcludedNodes() {
   return excluded_nodes_;
 }
 
-ApiResponse ApiServer::DeleteNode(const Principal& who, std::string_view name) {
+ApiResponse ApiServer::DeleteNode(const control::Principal& who, std::string_view name) {
   if (!who.is_admin()) {
     return ErrorResponse(PermissionDenied("deleting a node needs an admin token"));
   }
@@ -1310,18 +1319,18 @@ ApiResponse ApiServer::DeleteNode(const Principal& who, std::string_view name) {
   if (!object.ok()) {
     return ErrorResponse(object.status());
   }
-  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(kJobsKind);
+  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(control::kJobsKind);
   if (!jobs.ok()) {
     return ErrorResponse(jobs.status());
   }
   std::vector<std::string> holders;
   for (const store::StoredObject& job : *jobs) {
     const Json doc = wire::ParseDocument(job.data);
-    const std::optional<JobState> state = StoredJobState(doc);
+    const std::optional<control::JobState> state = control::StoredJobState(doc);
     const Json& placements = wire::ArrayOr(doc, "placements");
-    if (state && HoldsResources(*state) &&
+    if (state && control::HoldsResources(*state) &&
         std::any_of(placements.begin(), placements.end(), [&](const Json& placement) {
-          return wire::StrOr(placement, "node") == name && !PlacementGone(placement);
+          return wire::StrOr(placement, "node") == name && !control::PlacementGone(placement);
         })) {
       holders.push_back(job.name);
     }
@@ -1332,8 +1341,8 @@ ApiResponse ApiServer::DeleteNode(const Principal& who, std::string_view name) {
         holders.size(), fmt::join(holders, ", "))));
   }
   store::WriteBatch batch;
-  batch.Delete(std::string(kNodesKind), std::string(name), object->version);
-  batch.AppendEvent(std::string(kNodesKind), std::string(name),
+  batch.Delete(std::string(control::kNodesKind), std::string(name), object->version);
+  batch.AppendEvent(std::string(control::kNodesKind), std::string(name),
                     fmt::format("deleted by {}", Who(who)));
   if (Status status = options_.store.Commit(batch); !status.ok()) {
     return ErrorResponse(status);
@@ -1348,7 +1357,7 @@ ApiResponse ApiServer::DeleteNode(const Principal& who, std::string_view name) {
   return JsonResponse(200, {{"name", name}, {"deleted", true}});
 }
 
-ApiResponse ApiServer::NodeAction(const Principal& who, std::string_view name,
+ApiResponse ApiServer::NodeAction(const control::Principal& who, std::string_view name,
                                   std::string_view action, const std::string& body) {
   if (!who.is_admin()) {
     return ErrorResponse(
@@ -1372,7 +1381,7 @@ ApiResponse ApiServer::NodeAction(const Principal& who, std::string_view name,
   ApiResponse response;
   bool wrote = false;
   const Status committed = store::CommitWithRetries(
-      options_.store, kCasAttempts, fmt::format("node \"{}\" kept changing; retry", name),
+      options_.store, control::kCasAttempts, fmt::format("node \"{}\" kept changing; retry", name),
       [&]() -> store::AttemptResult {
         const Result<store::StoredObject> object = StoredNode(name);
         if (!object.ok()) {
@@ -1409,8 +1418,9 @@ ApiResponse ApiServer::NodeAction(const Principal& who, std::string_view name,
               "{} by {}", action == "drain" ? "drained" : fmt::format("{}ed", action), Who(who));
         }
         store::WriteBatch batch;
-        batch.Update(std::string(kNodesKind), std::string(name), doc.dump(), object->version);
-        batch.AppendEvent(std::string(kNodesKind), std::string(name), event);
+        batch.Update(std::string(control::kNodesKind), std::string(name), doc.dump(),
+                     object->version);
+        batch.AppendEvent(std::string(control::kNodesKind), std::string(name), event);
         wrote = true;
         return store::Write(std::move(batch));
       });
@@ -1432,7 +1442,7 @@ void ApiServer::PublishFleetGauges() {
     }
   }
   for (const auto& [name, job] : view_->jobs()) {
-    if (job.state == JobState::kPending) {
+    if (job.state == control::JobState::kPending) {
       ++gauges.pending_by_queue[job.queue.empty() ? std::string("default") : job.queue];
     }
     if (!job.applied) {

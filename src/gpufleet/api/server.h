@@ -17,13 +17,14 @@
 #include <vector>
 
 #include "gpufleet/api/auth.h"
-#include "gpufleet/api/deployment_controller.h"
-#include "gpufleet/api/idle_reclaim_controller.h"
-#include "gpufleet/api/lifecycle_controller.h"
-#include "gpufleet/api/mig_layout_controller.h"
-#include "gpufleet/api/node_lease_controller.h"
-#include "gpufleet/api/queue_controller.h"
-#include "gpufleet/api/reliability_controller.h"
+#include "gpufleet/control/deployment_controller.h"
+#include "gpufleet/control/idle_reclaim_controller.h"
+#include "gpufleet/control/lifecycle_controller.h"
+#include "gpufleet/control/mig_layout_controller.h"
+#include "gpufleet/control/node_lease_controller.h"
+#include "gpufleet/control/queue_controller.h"
+#include "gpufleet/control/reliability_controller.h"
+#include "gpufleet/control/store_keys.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/core/gpu_catalog.h"
@@ -38,23 +39,17 @@
 #include "gpufleet/wire/agent_protocol.h"
 #include "gpufleet/wire/json_fields.h"
 
+namespace gpufleet::control {
+class SchedulingView;
+struct ViewJob;
+}  // namespace gpufleet::control
+
 // The REST server of `gpufleet server` (docs/api.md) and its scheduling loop. This module is the
 // only place where a Status becomes an HTTP status.
 namespace gpufleet::api {
 
 using wire::Json;
 
-class SchedulingView;
-struct ViewJob;
-
-// Store kinds the server writes. Job and node documents are JSON; their layout is the REST
-// representation (docs/api.md) plus a few internal fields the scheduling loop needs.
-inline constexpr std::string_view kJobsKind = "jobs";
-inline constexpr std::string_view kNodesKind = "nodes";
-// One object, name "topology": {"levels": ["block", "leaf"]}, the cluster's declared levels.
-inline constexpr std::string_view kClusterKind = "cluster";
-// Compare-and-set retries of one request before it answers 409.
-inline constexpr int kCasAttempts = 5;
 // Request bodies above this are refused with 413.
 inline constexpr size_t kMaxRequestBodyBytes = size_t{1} << 20;
 
@@ -113,7 +108,7 @@ class ApiServer {
     // A job that has held its GPUs for less than this is not preempted.
     std::chrono::seconds min_runtime_before_preemption{60};
     // Outcome records, attribution and quarantine (docs/reliability.md, "The server").
-    ReliabilityOptions reliability;
+    control::ReliabilityOptions reliability;
     // Idle reclaim of running interactive jobs (docs/utilization.md, "Idle reclaim in the
     // server"); nullopt: off.
     std::optional<policy::IdleReclaimOptions> idle_reclaim;
@@ -141,7 +136,7 @@ class ApiServer {
   ApiServer& operator=(const ApiServer&) = delete;
 
   TokenAuthenticator& authenticator() { return authenticator_; }
-  ReliabilityController& reliability() { return *reliability_; }
+  control::ReliabilityController& reliability() { return *reliability_; }
 
   // Adds the nodes of `cluster` that the store does not hold yet (by name) and records the
   // cluster's topology levels on first use. kInvalidArgument if the cluster does not validate or
@@ -185,7 +180,7 @@ class ApiServer {
   // snapshot, and given back if the write fails).
   struct CycleWrite {
     const std::string* name = nullptr;
-    ViewJob* job = nullptr;
+    control::ViewJob* job = nullptr;
     store::WriteBatch batch;
     std::string data;
     std::vector<scheduler::TaskPlacement> placed;
@@ -197,7 +192,7 @@ class ApiServer {
   // in-memory fields).
   void UndoCycleWrite(CycleWrite& write);
   Result<int> CommitCycleWrites(std::vector<CycleWrite>& writes);
-  void FailUnstorableJob(const std::string& name, const ViewJob& job, const Status& why);
+  void FailUnstorableJob(const std::string& name, const control::ViewJob& job, const Status& why);
 
   // The cycle's queue part (QueueController): commits the events of ended reservations, and
   // tries preemption for a job that does not fit: the victims' stop is committed in one batch
@@ -220,7 +215,7 @@ class ApiServer {
   // Commits what a controller decided (lifecycle_controller.h), each job's write on its own
   // (AddJobWrite): whether anything was written. A write the store refuses fails alone (logged;
   // the next cycle decides again); a store that is down (kUnavailable) ends the cycle.
-  Result<bool> CommitJobWrites(std::vector<JobWrite> writes);
+  Result<bool> CommitJobWrites(std::vector<control::JobWrite> writes);
   // A stored node; NodeNotFound when there is none.
   Result<store::StoredObject> StoredNode(std::string_view name);
   // kind/name from the store: `absent` when it is not there or its name is no valid key, the
@@ -229,7 +224,7 @@ class ApiServer {
                                          const Status& absent);
   // The same for a team-owned object (job, deployment) as `who` may see it: one of a team `who`
   // does not see (Principal::Sees) is `absent` too, so names do not leak.
-  Result<store::StoredObject> ReadVisible(const Principal& who, std::string_view kind,
+  Result<store::StoredObject> ReadVisible(const control::Principal& who, std::string_view kind,
                                           std::string_view name, const Status& absent);
   // When a stop starts, RFC 3339 (empty without a wall clock).
   std::string NowText() const;
@@ -244,23 +239,23 @@ class ApiServer {
   // Submit and cancel as `who` (the HTTP routes and the deployment controller's replicas): the
   // stored job as served, or why not (kAlreadyExists: the name is taken in the team;
   // kFailedPrecondition: the job has ended and cannot be cancelled).
-  Result<Json> SubmitJob(const Principal& who, std::string_view body);
-  ApiResponse ListJobs(const Principal& who, const ApiRequest& request);
-  ApiResponse GetJob(const Principal& who, std::string_view name);
-  Result<Json> CancelJob(const Principal& who, std::string_view name);
-  ApiResponse JobEvents(const Principal& who, std::string_view name);
+  Result<Json> SubmitJob(const control::Principal& who, std::string_view body);
+  ApiResponse ListJobs(const control::Principal& who, const ApiRequest& request);
+  ApiResponse GetJob(const control::Principal& who, std::string_view name);
+  Result<Json> CancelJob(const control::Principal& who, std::string_view name);
+  ApiResponse JobEvents(const control::Principal& who, std::string_view name);
   // {"items": [{"revision": ..., "message": ...}]} of a job or node.
   ApiResponse ObjectEvents(std::string_view kind, std::string_view name);
   ApiResponse ListNodes();
   ApiResponse GetNode(std::string_view name);
   // DELETE /v1/nodes/NAME (admin): removes a node that holds no runs (409 naming the jobs
   // otherwise). An agent still running there registers it again at its next heartbeat.
-  ApiResponse DeleteNode(const Principal& who, std::string_view name);
+  ApiResponse DeleteNode(const control::Principal& who, std::string_view name);
   // The stored nodes the scheduling view leaves out, with why (published each cycle).
   std::map<std::string, std::string> ExcludedNodes();
   void PublishExcludedNodes();
-  ApiResponse NodeAction(const Principal& who, std::string_view name, std::string_view action,
-                         const std::string& body);
+  ApiResponse NodeAction(const control::Principal& who, std::string_view name,
+                         std::string_view action, const std::string& body);
 
   // Tenancy (server_tenancy.cc): the /v1/tokens, /v1/teams and /v1/queues routes (nullopt for a
   // path or method they do not serve), the default queue, and the checks of a submission: the
@@ -268,19 +263,20 @@ class ApiServer {
   // (kPermissionDenied).
   // Reliability (server_reliability.cc): the /v1/outcomes and /v1/reports routes (nullopt for a
   // path they do not serve), and the cycle's rate-limited reliability step.
-  std::optional<ApiResponse> RouteReliability(const Principal& who, const ApiRequest& request,
+  std::optional<ApiResponse> RouteReliability(const control::Principal& who,
+                                              const ApiRequest& request,
                                               const std::vector<std::string_view>& segments);
   void RunReliabilityIfDue();
-  std::optional<ApiResponse> RouteTenancy(const Principal& who, const ApiRequest& request,
+  std::optional<ApiResponse> RouteTenancy(const control::Principal& who, const ApiRequest& request,
                                           const std::vector<std::string_view>& segments);
   Status EnsureDefaultQueue();
-  Status CheckSubmission(const Principal& who, std::string_view queue_name);
+  Status CheckSubmission(const control::Principal& who, std::string_view queue_name);
   // The store key of the job or deployment (`kind`; `noun` for messages) that `who` names `text`,
   // NAME or TEAM/NAME (docs/api.md, "Names"). A member's names are its own team's: another
   // team's TEAM/NAME is kNotFound, as for any hidden object. An admin's bare NAME is its own
   // team's object if there is one, else the one team's object of that name: kNotFound when no
   // team has one, kInvalidArgument naming `name` and the candidates when several do.
-  Result<std::string> ResolveName(const Principal& who, std::string_view kind,
+  Result<std::string> ResolveName(const control::Principal& who, std::string_view kind,
                                   std::string_view noun, std::string_view text);
   // Moves jobs and deployments stored under a bare NAME by an older server, with their events,
   // to their TEAM/NAME key (at Create, before any cycle or request).
@@ -294,29 +290,31 @@ class ApiServer {
   // next cycle), the view refreshed so that this cycle places the waiting jobs.
   Status ReclaimIdleJobs();
   // POST /v1/jobs/NAME/resume: a Suspended job back to Pending (admin or the job's team).
-  ApiResponse ResumeJob(const Principal& who, std::string_view name);
+  ApiResponse ResumeJob(const control::Principal& who, std::string_view name);
   // The agents' latest reports for the nodes of the view's Running jobs (takes agents_mu_).
-  GpuUtilizationReports ReportsForRunningJobs();
+  control::GpuUtilizationReports ReportsForRunningJobs();
 
   // Deployments (server_deployments.cc): the /v1/deployments routes (nullopt for a path they do
   // not serve), and the cycle's DeploymentController step when it is due, submitting and
   // cancelling replicas through SubmitJob and CancelJob.
-  std::optional<ApiResponse> RouteDeployments(const Principal& who, const ApiRequest& request,
+  std::optional<ApiResponse> RouteDeployments(const control::Principal& who,
+                                              const ApiRequest& request,
                                               const std::vector<std::string_view>& segments);
   Status RunDeploymentsIfDue();
   // DELETE /v1/deployments/NAME: cancels the live replicas, then removes the deployment.
   // PATCH /v1/deployments/NAME {"autoscaling": {...}}: merges the options, checked as on creation,
   // and rebuilds the autoscaler. Both take cycle_mu_.
-  ApiResponse DeleteDeployment(const Principal& who, std::string_view name);
-  ApiResponse UpdateDeployment(const Principal& who, std::string_view name, std::string_view body);
+  ApiResponse DeleteDeployment(const control::Principal& who, std::string_view name);
+  ApiResponse UpdateDeployment(const control::Principal& who, std::string_view name,
+                               std::string_view body);
 
   // Agents (server_agents.cc). Register and heartbeat answer the node's desired tasks.
-  Result<wire::AgentReply> RegisterAgent(const Principal& who, std::string_view body);
-  Result<wire::AgentReply> AgentHeartbeat(const Principal& who, std::string_view node,
+  Result<wire::AgentReply> RegisterAgent(const control::Principal& who, std::string_view body);
+  Result<wire::AgentReply> AgentHeartbeat(const control::Principal& who, std::string_view node,
                                           std::string_view body);
   // An agent's credential acts for one node: a node credential for its node only, a join token
   // only for a node that has no credential yet. kPermissionDenied naming both otherwise.
-  Status CheckNodeCredential(const Principal& who, const std::string& node);
+  Status CheckNodeCredential(const control::Principal& who, const std::string& node);
   // A GPU UUID belongs to one node: kAlreadyExists naming the other node; otherwise records the
   // node's UUIDs as its own.
   Status ClaimGpuUuids(const Node& node);
@@ -347,7 +345,7 @@ class ApiServer {
   TokenAuthenticator authenticator_;
   MonoTime started_at_;  // when this server object was made (NotReady grace after a restart)
 
-  NodeLeaseController leases_;  // thread-safe
+  control::NodeLeaseController leases_;  // thread-safe
   std::mutex agents_mu_;
   std::map<std::string, std::string> gpu_owners_;      // GPU UUID -> node; guarded by agents_mu_
   bool gpu_owners_loaded_ = false;                     // guarded by agents_mu_
@@ -358,16 +356,17 @@ class ApiServer {
 
   std::mutex cycle_mu_;                              // serialises scheduling cycles
   std::unique_ptr<scheduler::Scheduler> scheduler_;  // guarded by cycle_mu_
-  std::unique_ptr<SchedulingView> view_;             // guarded by cycle_mu_
+  std::unique_ptr<control::SchedulingView> view_;    // guarded by cycle_mu_
   MonoTime last_full_retry_;                         // guarded by cycle_mu_
   MonoTime last_full_reload_;                        // guarded by cycle_mu_
-  QueueController queues_;                           // guarded by cycle_mu_, but Statuses
-  MigLayoutController mig_layouts_;                  // guarded by cycle_mu_
-  GangStartController gang_start_;                   // guarded by cycle_mu_
+  control::QueueController queues_;                  // guarded by cycle_mu_, but Statuses
+  control::MigLayoutController mig_layouts_;         // guarded by cycle_mu_
+  control::GangStartController gang_start_;          // guarded by cycle_mu_
 
-  uint64_t cycle_count_ = 0;                           // guarded by cycle_mu_
-  std::optional<IdleReclaimController> idle_reclaim_;  // made on first use; guarded by cycle_mu_
-  DeploymentController deployments_;                   // guarded by cycle_mu_
+  uint64_t cycle_count_ = 0;  // guarded by cycle_mu_
+  std::optional<control::IdleReclaimController>
+      idle_reclaim_;                           // made on first use; guarded by cycle_mu_
+  control::DeploymentController deployments_;  // guarded by cycle_mu_
 
   // Fleet gauges of /metrics, taken from the view at the end of each cycle, so that a scrape
   // costs O(queues + models) and never waits for the store or a cycle.
@@ -379,9 +378,9 @@ class ApiServer {
   // REQUIRES: cycle_mu_ held.
   void PublishFleetGauges();
   std::mutex gauges_mu_;
-  FleetGauges gauges_;                                  // guarded by gauges_mu_
-  std::unique_ptr<Metrics> metrics_;                    // internally synchronised
-  std::unique_ptr<ReliabilityController> reliability_;  // thread-safe
+  FleetGauges gauges_;                                           // guarded by gauges_mu_
+  std::unique_ptr<Metrics> metrics_;                             // internally synchronised
+  std::unique_ptr<control::ReliabilityController> reliability_;  // thread-safe
   std::atomic<bool> ready_{false};
   // The last cycle failed because the store could not be reached (kUnavailable): /readyz is 503.
   std::atomic<bool> store_unavailable_{false};

@@ -8,12 +8,12 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/lifecycle_controller.h"
-#include "gpufleet/api/placement_gpus.h"
-#include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/api/server_mig.h"
-#include "gpufleet/api/tenancy.h"
+#include "gpufleet/control/lifecycle_controller.h"
+#include "gpufleet/control/mig_node_docs.h"
+#include "gpufleet/control/placement_gpus.h"
+#include "gpufleet/control/scheduling_view.h"
+#include "gpufleet/control/tenancy.h"
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/store/read_modify_write.h"
 #include "gpufleet/wire/job_spec.h"
@@ -56,10 +56,10 @@ std::vector<std::string> ApplyStoppingReports(
     Json& job, const std::string& node,
     const std::map<std::string, const wire::TaskReport*>& reports, bool absent_means_gone) {
   std::vector<std::string> events;
-  const std::string name = TeamScopedKeyOf(job);
+  const std::string name = control::TeamScopedKeyOf(job);
   const int64_t attempt = wire::IntOr(job, "attempt", 0);
   for (Json& placement : job["placements"]) {
-    if (wire::StrOr(placement, "node") != node || PlacementGone(placement)) {
+    if (wire::StrOr(placement, "node") != node || control::PlacementGone(placement)) {
       continue;
     }
     const std::string task = wire::StrOr(placement, "task");
@@ -75,10 +75,10 @@ std::vector<std::string> ApplyStoppingReports(
                           it->second->message.empty()
                               ? fmt::format("exit code {}", it->second->exit_code)
                               : it->second->message);
-    MarkPlacementGone(placement, why);
+    control::MarkPlacementGone(placement, why);
     events.push_back(fmt::format("task {} {}", task, why));
   }
-  if (std::optional<std::string> finished = FinishStoppingIfDone(job)) {
+  if (std::optional<std::string> finished = control::FinishStoppingIfDone(job)) {
     events.push_back(std::move(*finished));
   }
   return events;
@@ -92,37 +92,38 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
                                       const std::set<int64_t>& drain_now_gpus,
                                       const std::string& since, bool absent_means_gone) {
   std::vector<std::string> events;
-  const std::optional<JobState> state = StoredJobState(job);
-  if (!state || !HoldsResources(*state) || !job.contains("placements") ||
+  const std::optional<control::JobState> state = control::StoredJobState(job);
+  if (!state || !control::HoldsResources(*state) || !job.contains("placements") ||
       !job["placements"].is_array()) {
     return events;
   }
-  if (*state == JobState::kStopping) {
+  if (*state == control::JobState::kStopping) {
     return ApplyStoppingReports(job, node, reports, absent_means_gone);
   }
-  const std::string name = TeamScopedKeyOf(job);
+  const std::string name = control::TeamScopedKeyOf(job);
   const int64_t attempt = wire::IntOr(job, "attempt", 0);
   for (Json& placement : job["placements"]) {
     if (wire::StrOr(placement, "node") != node) {
       continue;
     }
-    for (const PlacedGpu& placed : PlacedGpus(placement)) {
-      const Json* gpu = FindPlacedGpu(node_gpus, placed);
+    for (const control::PlacedGpu& placed : control::PlacedGpus(placement)) {
+      const Json* gpu = control::FindPlacedGpu(node_gpus, placed);
       std::string why;
-      if (gpu == nullptr && !PlacementGone(placement)) {
+      if (gpu == nullptr && !control::PlacementGone(placement)) {
         // Registration ends such runs; a placement committed against the node's inventory before
         // it registered again ends here, never on another GPU.
         why = fmt::format("{} of {} is no longer on the node (task {})", placed.Describe(), node,
                           wire::StrOr(placement, "task"));
       } else if (gpu != nullptr && drain_now_gpus.count(wire::IntOr(*gpu, "index", -1)) > 0) {
-        why = fmt::format("{} of {} must be drained now (task {})",
-                          PlacedGpu{placed.uuid, wire::IntOr(*gpu, "index", -1)}.Describe(), node,
-                          wire::StrOr(placement, "task"));
+        why =
+            fmt::format("{} of {} must be drained now (task {})",
+                        control::PlacedGpu{placed.uuid, wire::IntOr(*gpu, "index", -1)}.Describe(),
+                        node, wire::StrOr(placement, "task"));
       }
       if (why.empty()) {
         continue;
       }
-      events.push_back(EndRunOnFailure(job, why, since));
+      events.push_back(control::EndRunOnFailure(job, why, since));
       // The other tasks on this node may have ended too.
       for (std::string& event :
            ApplyReports(job, node, node_gpus, reports, {}, since, absent_means_gone)) {
@@ -155,7 +156,7 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
           "task {} on {} failed: {}", task, node,
           report.message.empty() ? fmt::format("exit code {}", report.exit_code) : report.message);
       // The gang fails; its other tasks are stopped before their GPUs are free.
-      Result<std::string> event = EndRun(job, JobState::kFailed, why, since);
+      Result<std::string> event = control::EndRun(job, control::JobState::kFailed, why, since);
       events.push_back(event.ok() ? *event : why);
       for (std::string& more :
            ApplyReports(job, node, node_gpus, reports, {}, since, absent_means_gone)) {
@@ -171,16 +172,16 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
   bool all_started = true;
   bool all_succeeded = true;
   for (const Json& placement : job["placements"]) {
-    all_started = all_started && TaskStarted(placement);
+    all_started = all_started && control::TaskStarted(placement);
     all_succeeded = all_succeeded && wire::StrOr(placement, "phase") == "Succeeded";
   }
   if (all_succeeded) {
     Result<std::string> event =
-        EndRun(job, JobState::kSucceeded, "every task exited with code 0", since);
+        control::EndRun(job, control::JobState::kSucceeded, "every task exited with code 0", since);
     events.push_back(event.ok() ? *event : event.status().message());
-  } else if (all_started && StoredJobState(job) == JobState::kScheduled) {
-    if (Result<std::string> event =
-            TransitionJob(job, JobState::kRunning, "", "running: every task has started");
+  } else if (all_started && control::StoredJobState(job) == control::JobState::kScheduled) {
+    if (Result<std::string> event = control::TransitionJob(job, control::JobState::kRunning, "",
+                                                           "running: every task has started");
         event.ok()) {
       events.push_back(*event);
     }
@@ -201,13 +202,13 @@ std::optional<std::string> RenameForReregistration(Json& job, const std::string&
   int64_t memory = 0;
   std::optional<std::string> broken;
   for (Json& placement : job["placements"]) {
-    if (wire::StrOr(placement, "node") != node || PlacementGone(placement)) {
+    if (wire::StrOr(placement, "node") != node || control::PlacementGone(placement)) {
       continue;
     }
     cpu += wire::IntOr(placement, "cpu_milli", 0);
     memory += wire::IntOr(placement, "memory_mib", 0);
-    const std::optional<PlacedGpu> gone =
-        RenamePlacedGpus(placement, wire::ArrayOr(before, "gpus"), wire::ArrayOr(after, "gpus"));
+    const std::optional<control::PlacedGpu> gone = control::RenamePlacedGpus(
+        placement, wire::ArrayOr(before, "gpus"), wire::ArrayOr(after, "gpus"));
     if (gone && !broken) {
       broken = gone->uuid.empty()
                    ? fmt::format("{} registered again without its gpu {} (task {})", node,
@@ -243,9 +244,9 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
   }
   for (Json& gpu : doc["gpus"]) {
     // The same physical GPU (by UUID) keeps its quarantine and MIG state, whatever its index now.
-    const Json* old =
-        FindPlacedGpu(wire::ArrayOr(*stored, "gpus"),
-                      PlacedGpu{wire::StrOr(gpu, "uuid"), wire::IntOr(gpu, "index", -1)});
+    const Json* old = control::FindPlacedGpu(
+        wire::ArrayOr(*stored, "gpus"),
+        control::PlacedGpu{wire::StrOr(gpu, "uuid"), wire::IntOr(gpu, "index", -1)});
     if (old == nullptr) {
       continue;
     }
@@ -260,7 +261,8 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
     // is now becomes the wanted one (an operator may have changed it while the agent was down).
     const Json& wanted = wire::ArrayOr(*old, "mig_instances");
     const Json& reported = wire::ArrayOr(*old, "mig_devices");
-    if (!SameMigInstances(MigInstancesFromJson(wanted), MigInstancesFromJson(reported))) {
+    if (!control::SameMigInstances(control::MigInstancesFromJson(wanted),
+                                   control::MigInstancesFromJson(reported))) {
       gpu["mig_instances"] = wanted;
     }
     gpu["mig_devices"] = reported;
@@ -345,7 +347,7 @@ bool MigInstancesReported(const Json& job,
                           const std::function<const Json*(const std::string&)>& node_doc_of) {
   for (const Json& placement : wire::ArrayOr(job, "placements")) {
     const Json& assignments = wire::ArrayOr(placement, "assignments");
-    const std::vector<PlacedGpu> placed = PlacedGpus(placement);
+    const std::vector<control::PlacedGpu> placed = control::PlacedGpus(placement);
     for (size_t i = 0; i < placed.size(); ++i) {
       const std::string profile = wire::StrOr(assignments[i], "mig_profile");
       if (profile.empty()) {
@@ -355,9 +357,9 @@ bool MigInstancesReported(const Json& job,
       if (node_doc == nullptr) {
         return false;
       }
-      const Json* gpu = FindPlacedGpu(wire::ArrayOr(*node_doc, "gpus"), placed[i]);
+      const Json* gpu = control::FindPlacedGpu(wire::ArrayOr(*node_doc, "gpus"), placed[i]);
       const int start = static_cast<int>(wire::IntOr(assignments[i], "mig_start", -1));
-      if (gpu == nullptr || FindMigDevice(*gpu, profile, start) == nullptr) {
+      if (gpu == nullptr || control::FindMigDevice(*gpu, profile, start) == nullptr) {
         return false;
       }
     }
@@ -369,7 +371,8 @@ bool MigInstancesReported(const Json& job,
 // has reported each of its instances; it then names them and gets their MIG device UUIDs.
 void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& node,
                      wire::AgentReply* reply) {
-  if (const std::optional<JobState> state = StoredJobState(job); !state || !RunIsWanted(*state)) {
+  if (const std::optional<control::JobState> state = control::StoredJobState(job);
+      !state || !control::RunIsWanted(*state)) {
     return;
   }
   // The task groups' command and env, from the stored spec.
@@ -379,7 +382,7 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
   for (const Json& group : wire::ArrayOr(inner, "tasks")) {
     groups[wire::StrOr(group, "name")] = &group;
   }
-  const std::string name = TeamScopedKeyOf(job);
+  const std::string name = control::TeamScopedKeyOf(job);
   const int64_t attempt = wire::IntOr(job, "attempt", 0);
   std::vector<std::string> group_names;
   for (const Json& group : wire::ArrayOr(inner, "tasks")) {
@@ -409,12 +412,12 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
       task.host_network = wire::BoolOr(group, "hostNetwork", false);
     }
     const Json& assignments = wire::ArrayOr(placement, "assignments");
-    const std::vector<PlacedGpu> placed = PlacedGpus(placement);
+    const std::vector<control::PlacedGpu> placed = control::PlacedGpus(placement);
     bool gpus_found = true;
     for (size_t i = 0; i < placed.size() && gpus_found; ++i) {
       // By UUID, wherever the node lists it now; a GPU it no longer has is never replaced by
       // another (ApplyReports ends the run).
-      const Json* gpu = FindPlacedGpu(wire::ArrayOr(node_doc, "gpus"), placed[i]);
+      const Json* gpu = control::FindPlacedGpu(wire::ArrayOr(node_doc, "gpus"), placed[i]);
       const std::string profile = wire::StrOr(assignments[i], "mig_profile");
       if (gpu == nullptr || wire::StrOr(*gpu, "uuid").empty()) {
         gpus_found = false;
@@ -422,7 +425,7 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
         task.gpu_uuids.push_back(wire::StrOr(*gpu, "uuid"));
       } else {
         const int start = static_cast<int>(wire::IntOr(assignments[i], "mig_start", -1));
-        const Json* device = FindMigDevice(*gpu, profile, start);
+        const Json* device = control::FindMigDevice(*gpu, profile, start);
         // The agent creates the instance first; the task follows its report.
         gpus_found = device != nullptr;
         if (device != nullptr) {
@@ -446,8 +449,9 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
 
 }  // namespace
 
-Result<wire::AgentReply> ApiServer::RegisterAgent(const Principal& who, std::string_view body) {
-  if (!who.is_admin() && who.role != Role::kAgent) {
+Result<wire::AgentReply> ApiServer::RegisterAgent(const control::Principal& who,
+                                                  std::string_view body) {
+  if (!who.is_admin() && who.role != control::Role::kAgent) {
     return Status(StatusCode::kPermissionDenied,
                   "registering a node needs an agent or admin token");
   }
@@ -469,9 +473,9 @@ Result<wire::AgentReply> ApiServer::RegisterAgent(const Principal& who, std::str
   // A join token exchanges itself for a credential of this node alone, as kubeadm's bootstrap
   // tokens do; the agent uses that one from now on.
   std::string node_token;
-  if (who.role == Role::kAgent && who.node.empty()) {
+  if (who.role == control::Role::kAgent && who.node.empty()) {
     GPUFLEET_ASSIGN_OR_RETURN(
-        node_token, authenticator_.CreateToken(Role::kAgent, "",
+        node_token, authenticator_.CreateToken(control::Role::kAgent, "",
                                                fmt::format("node/{}", request.node.id.value()),
                                                request.node.id.value()));
   }
@@ -482,15 +486,16 @@ Result<wire::AgentReply> ApiServer::RegisterAgent(const Principal& who, std::str
   GPUFLEET_RETURN_IF_ERROR(RegisterNodes(cluster).status());
   const std::string name = request.node.id.value();
   const Status registered = store::CommitWithRetries(
-      options_.store, kCasAttempts, fmt::format("node \"{}\" kept changing; register again", name),
+      options_.store, control::kCasAttempts,
+      fmt::format("node \"{}\" kept changing; register again", name),
       [&]() -> store::AttemptResult {
         GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject stored,
-                                  options_.store.Get(kNodesKind, name));
+                                  options_.store.Get(control::kNodesKind, name));
         const Json old_doc = wire::ParseDocument(stored.data);
         Json doc = MergeInventory(&old_doc, request.node, request.topology_levels);
         if (!node_token.empty()) {
           doc["credential"] = TokenId(node_token);
-        } else if (who.role == Role::kAgent) {
+        } else if (who.role == control::Role::kAgent) {
           doc["credential"] = who.token_id;
         } else if (old_doc.contains("credential")) {
           doc["credential"] = old_doc["credential"];
@@ -500,15 +505,15 @@ Result<wire::AgentReply> ApiServer::RegisterAgent(const Principal& who, std::str
         // Runs whose GPUs or host resources the new inventory no longer has end here, in the same
         // commit, never silently kept on GPUs that are gone or freed.
         GPUFLEET_RETURN_IF_ERROR(EndRunsBrokenByReregistration(name, old_doc, doc, batch));
-        batch.Update(std::string(kNodesKind), name, doc.dump(), stored.version);
+        batch.Update(std::string(control::kNodesKind), name, doc.dump(), stored.version);
         batch.AppendEvent(
-            std::string(kNodesKind), name,
+            std::string(control::kNodesKind), name,
             fmt::format("agent registered ({} GPUs, driver {})", request.node.gpus.size(),
                         request.node.labels.count(std::string(kDriverVersionLabel)) > 0
                             ? request.node.labels.at(std::string(kDriverVersionLabel))
                             : "unknown"));
         for (const std::string& event : events) {
-          batch.AppendEvent(std::string(kNodesKind), name, event);
+          batch.AppendEvent(std::string(control::kNodesKind), name, event);
         }
         return store::Write(std::move(batch));
       });
@@ -525,8 +530,8 @@ Result<wire::AgentReply> ApiServer::RegisterAgent(const Principal& who, std::str
   return reply;
 }
 
-Status ApiServer::CheckNodeCredential(const Principal& who, const std::string& node) {
-  if (who.role != Role::kAgent) {
+Status ApiServer::CheckNodeCredential(const control::Principal& who, const std::string& node) {
+  if (who.role != control::Role::kAgent) {
     return Status::Ok();  // an admin acts for any node
   }
   if (!who.node.empty()) {
@@ -536,7 +541,7 @@ Status ApiServer::CheckNodeCredential(const Principal& who, const std::string& n
     }
     return Status::Ok();
   }
-  Result<store::StoredObject> stored = options_.store.Get(kNodesKind, node);
+  Result<store::StoredObject> stored = options_.store.Get(control::kNodesKind, node);
   if (!stored.ok()) {
     return stored.status().code() == StatusCode::kNotFound ? Status::Ok() : stored.status();
   }
@@ -555,7 +560,7 @@ Status ApiServer::ClaimGpuUuids(const Node& node) {
   std::lock_guard<std::mutex> lock(agents_mu_);
   if (!gpu_owners_loaded_) {
     GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> nodes,
-                              options_.store.List(kNodesKind));
+                              options_.store.List(control::kNodesKind));
     for (const store::StoredObject& object : nodes) {
       for (const Json& gpu : wire::ArrayOr(wire::ParseDocument(object.data), "gpus")) {
         if (const std::string uuid = wire::StrOr(gpu, "uuid"); !uuid.empty()) {
@@ -587,10 +592,11 @@ Status ApiServer::ClaimGpuUuids(const Node& node) {
 Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const Json& before,
                                                 const Json& after, store::WriteBatch& batch) {
   GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs,
-                            options_.store.List(kJobsKind));
+                            options_.store.List(control::kJobsKind));
   for (const store::StoredObject& object : jobs) {
     const std::optional<std::string> state = wire::TopLevelString(object.data, "state");
-    if (!state || !ParseJobState(*state) || !HoldsResources(*ParseJobState(*state)) ||
+    if (!state || !control::ParseJobState(*state) ||
+        !control::HoldsResources(*control::ParseJobState(*state)) ||
         object.data.find(node) == std::string::npos) {
       continue;
     }
@@ -598,8 +604,8 @@ Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const J
     // A Stopping run is renamed too, so that it keeps holding the GPUs its tasks are on.
     Json renamed = job;
     const std::optional<std::string> why = RenameForReregistration(renamed, node, before, after);
-    if (why && RunIsWanted(*ParseJobState(*state))) {
-      const std::string event = EndRunOnFailure(renamed, *why, NowText());
+    if (why && control::RunIsWanted(*control::ParseJobState(*state))) {
+      const std::string event = control::EndRunOnFailure(renamed, *why, NowText());
       AddJobWrite(job, renamed, object.version, event, batch);
     } else if (renamed != job) {
       AddJobWrite(job, renamed, object.version,
@@ -610,9 +616,9 @@ Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const J
   return Status::Ok();
 }
 
-Result<wire::AgentReply> ApiServer::AgentHeartbeat(const Principal& who, std::string_view node,
-                                                   std::string_view body) {
-  if (!who.is_admin() && who.role != Role::kAgent) {
+Result<wire::AgentReply> ApiServer::AgentHeartbeat(const control::Principal& who,
+                                                   std::string_view node, std::string_view body) {
+  if (!who.is_admin() && who.role != control::Role::kAgent) {
     return Status(StatusCode::kPermissionDenied, "heartbeats need an agent or admin token");
   }
   GPUFLEET_ASSIGN_OR_RETURN(const wire::HeartbeatRequest request,
@@ -640,10 +646,10 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
   // The node: back to its state before NotReady, and the GPUs' health and MIG devices.
   Json node_doc;
   const Status node_written = store::CommitWithRetries(
-      options_.store, kCasAttempts,
+      options_.store, control::kCasAttempts,
       fmt::format("node \"{}\" kept changing; send the heartbeat again", node),
       [&]() -> store::AttemptResult {
-        Result<store::StoredObject> stored = options_.store.Get(kNodesKind, node);
+        Result<store::StoredObject> stored = options_.store.Get(control::kNodesKind, node);
         if (!stored.ok()) {
           if (stored.status().code() == StatusCode::kNotFound) {
             return NotFoundError(fmt::format("node \"{}\" is not registered", node));
@@ -673,9 +679,9 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
           return store::NoWrite();
         }
         store::WriteBatch batch;
-        batch.Update(std::string(kNodesKind), node, doc.dump(), stored->version);
+        batch.Update(std::string(control::kNodesKind), node, doc.dump(), stored->version);
         for (const std::string& event : events) {
-          batch.AppendEvent(std::string(kNodesKind), node, event);
+          batch.AppendEvent(std::string(control::kNodesKind), node, event);
         }
         return store::Write(std::move(batch));
       });
@@ -723,11 +729,11 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     // not desired (the agent stops them).
     Json doc;
     const Status job_written = store::CommitWithRetries(
-        options_.store, kCasAttempts,
+        options_.store, control::kCasAttempts,
         fmt::format("job \"{}\" kept changing; send the heartbeat again", job_name),
         [&]() -> store::AttemptResult {
           doc = Json();
-          Result<store::StoredObject> stored = options_.store.Get(kJobsKind, job_name);
+          Result<store::StoredObject> stored = options_.store.Get(control::kJobsKind, job_name);
           if (!stored.ok()) {
             if (stored.status().code() != StatusCode::kNotFound &&
                 stored.status().code() != StatusCode::kInvalidArgument) {
@@ -746,7 +752,7 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
           AddJobWrite(wire::ParseDocument(stored->data), doc, stored->version, events.front(),
                       batch);
           for (size_t i = 1; i < events.size(); ++i) {
-            batch.AppendEvent(std::string(kJobsKind), job_name, events[i]);
+            batch.AppendEvent(std::string(control::kJobsKind), job_name, events[i]);
           }
           return store::Write(std::move(batch));
         });
@@ -759,25 +765,26 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     // A gang starts together: until the agents have made every MIG instance it was placed on
     // (on any of its nodes), none of a Scheduled job's tasks is sent, so no part of it runs
     // and is then killed when an instance does not come.
-    const bool gang_ready =
-        StoredJobState(doc) != JobState::kScheduled ||
-        MigInstancesReported(doc, [&](const std::string& other) -> const Json* {
-          if (other == node) {
-            return &node_doc;
-          }
-          auto [it, inserted] = other_node_docs.try_emplace(other);
-          if (inserted) {
-            const Result<store::StoredObject> object = options_.store.Get(kNodesKind, other);
-            it->second = object.ok() ? wire::ParseDocument(object->data) : Json();
-          }
-          return it->second.is_object() ? &it->second : nullptr;
-        });
+    const bool gang_ready = control::StoredJobState(doc) != control::JobState::kScheduled ||
+                            MigInstancesReported(doc, [&](const std::string& other) -> const Json* {
+                              if (other == node) {
+                                return &node_doc;
+                              }
+                              auto [it, inserted] = other_node_docs.try_emplace(other);
+                              if (inserted) {
+                                const Result<store::StoredObject> object =
+                                    options_.store.Get(control::kNodesKind, other);
+                                it->second =
+                                    object.ok() ? wire::ParseDocument(object->data) : Json();
+                              }
+                              return it->second.is_object() ? &it->second : nullptr;
+                            });
     if (gang_ready) {
       AddDesiredTasks(doc, node_doc, node, &reply);
     }
-    AddCreatedMigInstances(doc, node, node_doc, created_mig_instances);
+    control::AddCreatedMigInstances(doc, node, node_doc, created_mig_instances);
   }
-  reply.mig_layouts = MigLayoutsToApply(node_doc, created_mig_instances);
+  reply.mig_layouts = control::MigLayoutsToApply(node_doc, created_mig_instances);
   return reply;
 }
 
@@ -796,17 +803,18 @@ void ApiServer::IndexScheduledJob(const std::string& job, const std::set<std::st
 }
 
 Result<bool> ApiServer::EndRunsOnNotReadyNodes() {
-  return CommitJobWrites(api::EndRunsOnNotReadyNodes(view_->jobs(), view_->nodes(), NowText()));
+  return CommitJobWrites(control::EndRunsOnNotReadyNodes(view_->jobs(), view_->nodes(), NowText()));
 }
 
 Result<bool> ApiServer::FinishStoppingRuns() {
   // Most cycles have no run stopping: nothing to look at on any node.
-  if (std::none_of(view_->jobs().begin(), view_->jobs().end(),
-                   [](const auto& entry) { return entry.second.state == JobState::kStopping; })) {
+  if (std::none_of(view_->jobs().begin(), view_->jobs().end(), [](const auto& entry) {
+        return entry.second.state == control::JobState::kStopping;
+      })) {
     return false;
   }
   const std::map<std::string, std::string> lost = leases_.LostNodes(view_->nodes());
-  return CommitJobWrites(EndGoneTasksOfStoppingRuns(view_->jobs(), view_->nodes(), lost));
+  return CommitJobWrites(control::EndGoneTasksOfStoppingRuns(view_->jobs(), view_->nodes(), lost));
 }
 
 }  // namespace gpufleet::api

@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/auth.h"
-#include "gpufleet/api/mig_layout_controller.h"
-#include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/api/tenancy.h"
+#include "gpufleet/control/mig_layout_controller.h"
+#include "gpufleet/control/scheduling_view.h"
+#include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
@@ -98,8 +98,8 @@ class AgentProtocolTest : public ::testing::Test {
                            .node_timeout = std::chrono::seconds(40)});
     ASSERT_OK(server);
     server_ = std::move(server).value();
-    admin_ = *server_->authenticator().CreateToken(Role::kAdmin, "", "root");
-    agent_ = *server_->authenticator().CreateToken(Role::kAgent, "", "agents");
+    admin_ = *server_->authenticator().CreateToken(control::Role::kAdmin, "", "root");
+    agent_ = *server_->authenticator().CreateToken(control::Role::kAgent, "", "agents");
   }
 
   ApiResponse Call(const std::string& method, const std::string& path, const std::string& token,
@@ -346,7 +346,8 @@ TEST_F(AgentProtocolTest, AJoinTokenIsExchangedForANodeCredentialThatActsForThat
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
   // The node's own credential still works, and an admin's node token too.
   EXPECT_EQ(Heartbeat(placed).tasks.size(), 1u);
-  const std::string issued = *server_->authenticator().CreateToken(Role::kAgent, "", "ops", placed);
+  const std::string issued =
+      *server_->authenticator().CreateToken(control::Role::kAgent, "", "ops", placed);
   response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", placed), issued,
                   wire::HeartbeatRequestToJson({}));
   EXPECT_EQ(response.status, 200);
@@ -493,12 +494,12 @@ TEST_F(AgentProtocolTest, APlacementNamingAGpuItsNodeNoLongerHasEndsTheRunRather
   Cycle();
   // As a cycle that placed the job against the node's inventory before it registered again
   // would have committed it.
-  Result<store::StoredObject> stored = store_.Get(kJobsKind, "train");
+  Result<store::StoredObject> stored = store_.Get(control::kJobsKind, "train");
   ASSERT_OK(stored);
   Json doc = Json::parse(stored->data);
   doc["placements"][0]["gpu_uuids"][0] = "GPU-gone";
   store::WriteBatch batch;
-  batch.Update(std::string(kJobsKind), "train", doc.dump(), stored->version);
+  batch.Update(std::string(control::kJobsKind), "train", doc.dump(), stored->version);
   ASSERT_OK(store_.Commit(batch));
   EXPECT_TRUE(Heartbeat("node-a").tasks.empty()) << "never started on another GPU";
   const Json job = Get("/v1/jobs/train");
@@ -513,7 +514,7 @@ TEST_F(AgentProtocolTest, AJobStoredBeforePlacementsNamedUuidsRunsOnTheGpusOfIts
   Submit(JobYaml("train", 1, 2));
   Cycle();
   // As the server stored placements before: NVML indices and positions, no UUIDs.
-  Result<store::StoredObject> stored = store_.Get(kJobsKind, "train");
+  Result<store::StoredObject> stored = store_.Get(control::kJobsKind, "train");
   ASSERT_OK(stored);
   Json doc = Json::parse(stored->data);
   Json& placement = doc["placements"][0];
@@ -524,7 +525,7 @@ TEST_F(AgentProtocolTest, AJobStoredBeforePlacementsNamedUuidsRunsOnTheGpusOfIts
     uuids.push_back(fmt::format("GPU-node-a-{}", placement["gpus"][i].get<int>()));
   }
   store::WriteBatch batch;
-  batch.Update(std::string(kJobsKind), "train", doc.dump(), stored->version);
+  batch.Update(std::string(control::kJobsKind), "train", doc.dump(), stored->version);
   ASSERT_OK(store_.Commit(batch));
   EXPECT_EQ(TaskOf(Heartbeat("node-a"), "train").gpu_uuids, uuids);
   wire::HeartbeatRequest beat;
@@ -796,7 +797,8 @@ TEST_F(AgentProtocolTest, BadReportsAreRefusedAndChangeNothing) {
 
 TEST_F(AgentProtocolTest, RolesAreKeptApart) {
   Cycle();
-  const std::string member = *server_->authenticator().CreateToken(Role::kMember, "team-a", "al");
+  const std::string member =
+      *server_->authenticator().CreateToken(control::Role::kMember, "team-a", "al");
   EXPECT_EQ(Call("POST", "/v1/agents/register", member,
                  wire::RegisterRequestToJson(Inventory("node-a", "leaf-0")))
                 .status,
@@ -874,7 +876,8 @@ spec:
 TEST_F(AgentProtocolTest, TwoTeamsMigJobsOfOneNameAreBothPlanned) {
   for (const char* team : {"team-a", "team-b"}) {
     store::WriteBatch batch;
-    batch.Create(std::string(kTeamsKind), team, TeamToJson({.name = team}).dump());
+    batch.Create(std::string(control::kTeamsKind), team,
+                 control::TeamToJson({.name = team}).dump());
     ASSERT_OK(store_.Commit(batch));
   }
   Cycle();
@@ -890,8 +893,8 @@ spec:
       resources: {gpus: {migProfile: 3g.40gb}}
 )";
   for (const char* team : {"team-a", "team-b"}) {
-    const std::string member =
-        *server_->authenticator().CreateToken(Role::kMember, team, std::string(team) + "-user");
+    const std::string member = *server_->authenticator().CreateToken(control::Role::kMember, team,
+                                                                     std::string(team) + "-user");
     ASSERT_EQ(Call("POST", "/v1/jobs", member, yaml).status, 201);
   }
   Cycle();  // neither fits the whole-GPU instance
@@ -1066,10 +1069,10 @@ TEST_F(MigApplyTimeoutTest, AReportedInstanceEndsTheWaitEvenBeforeTheTaskRuns) {
 TEST_F(MigApplyTimeoutTest, TheControllerWritesNothingItselfAndHoldsOnlyOnceCommitted) {
   PlaceOnAPlannedLayout();
   // A controller of the test's own over the server's store, stepped by hand.
-  SchedulingView view(store_, catalog_);
+  control::SchedulingView view(store_, catalog_);
   ASSERT_OK(view.Refresh());
-  MigLayoutController controller({.store = store_, .catalog = catalog_, .clock = clock_});
-  Result<std::optional<MigRequeue>> requeue = controller.PlanRequeue(view, "t0");
+  control::MigLayoutController controller({.store = store_, .catalog = catalog_, .clock = clock_});
+  Result<std::optional<control::MigRequeue>> requeue = controller.PlanRequeue(view, "t0");
   ASSERT_OK(requeue);
   EXPECT_FALSE(requeue->has_value()) << "the wait starts now";
   clock_.Advance(std::chrono::seconds(120));
@@ -1122,8 +1125,8 @@ class AgentUtilizationTest : public AgentProtocolTest {
                            .idle_reclaim = reclaim});
     ASSERT_OK(server);
     server_ = std::move(server).value();
-    admin_ = *server_->authenticator().CreateToken(Role::kAdmin, "", "root");
-    agent_ = *server_->authenticator().CreateToken(Role::kAgent, "", "agents");
+    admin_ = *server_->authenticator().CreateToken(control::Role::kAdmin, "", "root");
+    agent_ = *server_->authenticator().CreateToken(control::Role::kAgent, "", "agents");
   }
 
   // One minute: node-a heartbeats with every GPU at `utilization` (nullopt: not measured) and

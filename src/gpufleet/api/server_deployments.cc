@@ -10,10 +10,10 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
-#include "gpufleet/api/deployment_controller.h"
-#include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/api/tenancy.h"
+#include "gpufleet/control/deployment_controller.h"
+#include "gpufleet/control/scheduling_view.h"
+#include "gpufleet/control/tenancy.h"
 #include "gpufleet/store/read_modify_write.h"
 #include "gpufleet/wire/deployment_spec.h"
 
@@ -33,7 +33,7 @@ Json DeploymentOutput(const store::StoredObject& object) {
 }  // namespace
 
 std::optional<ApiResponse> ApiServer::RouteDeployments(
-    const Principal& who, const ApiRequest& request,
+    const control::Principal& who, const ApiRequest& request,
     const std::vector<std::string_view>& segments) {
   if (segments.size() < 2 || segments[1] != "deployments") {
     return std::nullopt;
@@ -44,16 +44,16 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
     if (!spec.ok()) {
       return ErrorResponse(spec.status());
     }
-    if (Status status = CheckScopedName("name", spec->name); !status.ok()) {
+    if (Status status = control::CheckScopedName("name", spec->name); !status.ok()) {
       return ErrorResponse(status);
     }
     if (Status status = CheckSubmission(who, spec->queue); !status.ok()) {
       return ErrorResponse(status);
     }
-    const std::string key = TeamScopedKey(who.team, spec->name);
+    const std::string key = control::TeamScopedKey(who.team, spec->name);
     Json doc = wire::DeploymentSpecToJson(*spec);
     doc["team"] = who.team;
-    doc["created_by"] = who.name.empty() ? RoleName(who.role) : who.name;
+    doc["created_by"] = who.name.empty() ? control::RoleName(who.role) : who.name;
     doc["created_by_admin"] = who.is_admin();
     if (options_.wall_clock != nullptr) {
       doc["created_at"] = fmt::format(
@@ -67,8 +67,8 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
     doc["replicas"] = Json::array();
     doc["reason"] = "created; replicas start at min_replicas";
     store::WriteBatch batch;
-    batch.Create(std::string(kDeploymentsKind), key, doc.dump());
-    batch.AppendEvent(std::string(kDeploymentsKind), key,
+    batch.Create(std::string(control::kDeploymentsKind), key, doc.dump());
+    batch.AppendEvent(std::string(control::kDeploymentsKind), key,
                       fmt::format("created by {} with {} replicas", wire::StrOr(doc, "created_by"),
                                   spec->autoscaling.min_replicas));
     if (Status status = options_.store.Commit(batch); !status.ok()) {
@@ -83,7 +83,8 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
     return JsonResponse(201, doc);
   }
   // NAME or TEAM/NAME (docs/api.md, "Names").
-  const std::optional<ScopedPath> path = ParseScopedPath(segments, request.method);
+  const std::optional<control::ScopedPath> path =
+      control::ParseScopedPath(segments, request.method);
   const bool one = path && path->action.empty();
   const bool events = path && path->action == "events";
   const bool get = request.method == "GET";
@@ -91,7 +92,8 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
     if (!get && (events || (request.method != "DELETE" && request.method != "PATCH"))) {
       return std::nullopt;
     }
-    const Result<std::string> key = ResolveName(who, kDeploymentsKind, "deployment", path->name);
+    const Result<std::string> key =
+        ResolveName(who, control::kDeploymentsKind, "deployment", path->name);
     if (!key.ok()) {
       return ErrorResponse(key.status());
     }
@@ -102,15 +104,16 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
       return UpdateDeployment(who, *key, request.body);
     }
     const Result<store::StoredObject> object =
-        ReadVisible(who, kDeploymentsKind, *key, DeploymentNotFound(*key));
+        ReadVisible(who, control::kDeploymentsKind, *key, DeploymentNotFound(*key));
     if (!object.ok()) {
       return ErrorResponse(object.status());
     }
     Json doc = DeploymentOutput(*object);
-    return one ? JsonResponse(200, doc) : ObjectEvents(kDeploymentsKind, *key);
+    return one ? JsonResponse(200, doc) : ObjectEvents(control::kDeploymentsKind, *key);
   }
   if (n == 2 && get) {
-    const Result<std::vector<store::StoredObject>> objects = options_.store.List(kDeploymentsKind);
+    const Result<std::vector<store::StoredObject>> objects =
+        options_.store.List(control::kDeploymentsKind);
     if (!objects.ok()) {
       return ErrorResponse(objects.status());
     }
@@ -126,12 +129,12 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
   return std::nullopt;
 }
 
-ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view name) {
+ApiResponse ApiServer::DeleteDeployment(const control::Principal& who, std::string_view name) {
   // Under the cycle's lock the controller cannot submit a replica between the cancels and the
   // removal, and the scheduling view and the autoscalers may be read and changed.
   std::lock_guard<std::mutex> lock(cycle_mu_);
   const Result<store::StoredObject> object =
-      ReadVisible(who, kDeploymentsKind, name, DeploymentNotFound(name));
+      ReadVisible(who, control::kDeploymentsKind, name, DeploymentNotFound(name));
   if (!object.ok()) {
     return ErrorResponse(object.status());
   }
@@ -140,13 +143,14 @@ ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view n
   // Cancelled through the controller's own path, as the deployment's creator. A replica that has
   // ended cannot be cancelled and needs nothing; any other failure is reported and stops the
   // delete, so that no replica outlives its deployment unseen.
-  const Principal owner = ReplicaOwner(doc);
+  const control::Principal owner = control::ReplicaOwner(doc);
   std::vector<std::string> cancelled;
-  for (const std::string& replica : LiveReplicasOf(std::string(name), doc, view_->jobs())) {
+  for (const std::string& replica :
+       control::LiveReplicasOf(std::string(name), doc, view_->jobs())) {
     const Result<Json> response = CancelJob(owner, replica);
     const StatusCode code = response.status().code();
     if (response.ok()) {
-      cancelled.push_back(std::string(NameOfKey(replica)));
+      cancelled.push_back(std::string(control::NameOfKey(replica)));
     } else if (code != StatusCode::kFailedPrecondition && code != StatusCode::kInvalidArgument &&
                code != StatusCode::kNotFound) {  // ended, or gone
       return ErrorResponse(Status(
@@ -154,10 +158,10 @@ ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view n
           fmt::format("replica {} not cancelled: {}", replica, response.status().message())));
     }
   }
-  const std::string by = who.name.empty() ? RoleName(who.role) : who.name;
+  const std::string by = who.name.empty() ? control::RoleName(who.role) : who.name;
   store::WriteBatch batch;
-  batch.Delete(std::string(kDeploymentsKind), std::string(name));
-  batch.AppendEvent(std::string(kDeploymentsKind), std::string(name),
+  batch.Delete(std::string(control::kDeploymentsKind), std::string(name));
+  batch.AppendEvent(std::string(control::kDeploymentsKind), std::string(name),
                     fmt::format("deleted by {}; replicas cancelled: {}", by,
                                 cancelled.empty() ? std::string("none")
                                                   : fmt::format("{}", fmt::join(cancelled, ", "))));
@@ -171,13 +175,13 @@ ApiResponse ApiServer::DeleteDeployment(const Principal& who, std::string_view n
       return ErrorResponse(status);
     }
   }
-  return JsonResponse(200, {{"name", std::string(NameOfKey(name))},
+  return JsonResponse(200, {{"name", std::string(control::NameOfKey(name))},
                             {"team", team},
                             {"deleted", true},
                             {"cancelled_replicas", Json(cancelled)}});
 }
 
-ApiResponse ApiServer::UpdateDeployment(const Principal& who, std::string_view name,
+ApiResponse ApiServer::UpdateDeployment(const control::Principal& who, std::string_view name,
                                         std::string_view body) {
   const Json patch = Json::parse(body, nullptr, false);
   if (patch.is_discarded() || !patch.is_object()) {
@@ -202,11 +206,11 @@ ApiResponse ApiServer::UpdateDeployment(const Principal& who, std::string_view n
   ApiResponse response;
   std::optional<policy::Autoscaler> updated_autoscaler;
   const Status committed = store::CommitWithRetries(
-      options_.store, kCasAttempts,
+      options_.store, control::kCasAttempts,
       fmt::format("deployment \"{}\" changed concurrently; retry", name),
       [&]() -> store::AttemptResult {
         const Result<store::StoredObject> object =
-            ReadVisible(who, kDeploymentsKind, name, DeploymentNotFound(name));
+            ReadVisible(who, control::kDeploymentsKind, name, DeploymentNotFound(name));
         if (!object.ok()) {
           response = ErrorResponse(object.status());
           return store::NoWrite();
@@ -248,11 +252,12 @@ ApiResponse ApiServer::UpdateDeployment(const Principal& who, std::string_view n
           response = JsonResponse(200, DeploymentOutput(*object));
           return store::NoWrite();
         }
-        const std::string by = who.name.empty() ? RoleName(who.role) : who.name;
+        const std::string by = who.name.empty() ? control::RoleName(who.role) : who.name;
         store::WriteBatch batch;
-        batch.Update(std::string(kDeploymentsKind), std::string(name), doc.dump(), object->version);
+        batch.Update(std::string(control::kDeploymentsKind), std::string(name), doc.dump(),
+                     object->version);
         batch.AppendEvent(
-            std::string(kDeploymentsKind), std::string(name),
+            std::string(control::kDeploymentsKind), std::string(name),
             fmt::format("autoscaling updated by {}: {}", by, fmt::join(changes, ", ")));
         // A conflict is the controller's status write: merged into the new version.
         updated_autoscaler = std::move(*autoscaler);
@@ -277,13 +282,13 @@ Status ApiServer::RunDeploymentsIfDue() {
     return Status::Ok();
   }
   // The server's own submit and cancel, as the deployment's creator.
-  class ServerReplicaJobs final : public ReplicaJobs {
+  class ServerReplicaJobs final : public control::ReplicaJobs {
    public:
     explicit ServerReplicaJobs(ApiServer& server) : server_(server) {}
-    Result<Json> Submit(const Principal& owner, std::string_view spec) override {
+    Result<Json> Submit(const control::Principal& owner, std::string_view spec) override {
       return server_.SubmitJob(owner, spec);
     }
-    Result<Json> Cancel(const Principal& owner, std::string_view key) override {
+    Result<Json> Cancel(const control::Principal& owner, std::string_view key) override {
       return server_.CancelJob(owner, key);
     }
 

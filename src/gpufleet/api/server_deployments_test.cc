@@ -14,10 +14,10 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/auth.h"
-#include "gpufleet/api/deployment_controller.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/api/tenancy.h"
 #include "gpufleet/api/testing/agent_node_fixture.h"
+#include "gpufleet/control/deployment_controller.h"
+#include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
@@ -46,32 +46,32 @@ Json DeploymentSpec(const Json& autoscaling = Json::object()) {
 }
 
 TEST(PlanReplicasTest, CreatesAboveEveryIndexAndCancelsTheHighestFirst) {
-  const std::vector<ReplicaJob> replicas = {{2, "chat-r2", JobState::kRunning},
-                                            {0, "chat-r0", JobState::kRunning},
-                                            {1, "chat-r1", JobState::kCancelled},
-                                            {3, "chat-r3", JobState::kPending}};
-  const ReplicaPlan grow = PlanReplicas(replicas, 4, 0);
+  const std::vector<control::ReplicaJob> replicas = {{2, "chat-r2", control::JobState::kRunning},
+                                                     {0, "chat-r0", control::JobState::kRunning},
+                                                     {1, "chat-r1", control::JobState::kCancelled},
+                                                     {3, "chat-r3", control::JobState::kPending}};
+  const control::ReplicaPlan grow = control::PlanReplicas(replicas, 4, 0);
   EXPECT_THAT(grow.create, ElementsAre(4));
   EXPECT_THAT(grow.keep, ElementsAre("chat-r0", "chat-r2", "chat-r3"));
   EXPECT_TRUE(grow.cancel.empty());
 
-  const ReplicaPlan shrink = PlanReplicas(replicas, 1, 0);
+  const control::ReplicaPlan shrink = control::PlanReplicas(replicas, 1, 0);
   EXPECT_TRUE(shrink.create.empty());
   EXPECT_THAT(shrink.cancel, ElementsAre("chat-r3", "chat-r2"));
   EXPECT_THAT(shrink.keep, ElementsAre("chat-r0"));
 
-  const ReplicaPlan first = PlanReplicas({}, 2, 0);
+  const control::ReplicaPlan first = control::PlanReplicas({}, 2, 0);
   EXPECT_THAT(first.create, ElementsAre(0, 1));
   // Ended replicas the view no longer holds: the stored next index keeps their names unused.
-  const ReplicaPlan after_ended = PlanReplicas({}, 1, 6);
+  const control::ReplicaPlan after_ended = control::PlanReplicas({}, 1, 6);
   EXPECT_THAT(after_ended.create, ElementsAre(6));
 }
 
 // Replica jobs as the controller asks for them, recorded; a name in `taken` is refused as the
 // server refuses a name that exists.
-class RecordedReplicaJobs final : public ReplicaJobs {
+class RecordedReplicaJobs final : public control::ReplicaJobs {
  public:
-  Result<Json> Submit(const Principal& owner, std::string_view spec) override {
+  Result<Json> Submit(const control::Principal& owner, std::string_view spec) override {
     const std::string name = wire::ParseDocument(std::string(spec))["metadata"]["name"];
     if (taken.count(name) > 0) {
       return AlreadyExistsError(fmt::format("job \"{}\" already exists", name));
@@ -79,7 +79,7 @@ class RecordedReplicaJobs final : public ReplicaJobs {
     submitted.push_back(fmt::format("{}/{}", owner.team, name));
     return Json::object();
   }
-  Result<Json> Cancel(const Principal& owner, std::string_view key) override {
+  Result<Json> Cancel(const control::Principal& owner, std::string_view key) override {
     cancelled.push_back(fmt::format("{} as {}", key, owner.name));
     return Json::object();
   }
@@ -99,10 +99,10 @@ TEST(DeploymentControllerTest, SubmitsTheMissingReplicasAsTheCreatorPastTakenNam
   doc["team"] = "nlp";
   doc["created_by"] = "ada";
   store::WriteBatch create;
-  create.Create(std::string(kDeploymentsKind), "nlp/chat", doc.dump());
+  create.Create(std::string(control::kDeploymentsKind), "nlp/chat", doc.dump());
   ASSERT_OK(store.Commit(create));
 
-  DeploymentController controller(store, catalog);
+  control::DeploymentController controller(store, catalog);
   RecordedReplicaJobs replicas;
   replicas.taken = {"chat-r0"};  // an ended replica the deployment did not store
   const MonoTime now{1'000'000'000'000};
@@ -114,16 +114,18 @@ TEST(DeploymentControllerTest, SubmitsTheMissingReplicasAsTheCreatorPastTakenNam
   ASSERT_OK(changed);
   EXPECT_TRUE(*changed);
   EXPECT_THAT(replicas.submitted, ElementsAre("nlp/chat-r1", "nlp/chat-r2"));
-  EXPECT_FALSE(controller.Due(now + (kDeploymentControllerPeriod - std::chrono::seconds(1))));
-  EXPECT_TRUE(controller.Due(now + kDeploymentControllerPeriod));
+  EXPECT_FALSE(
+      controller.Due(now + (control::kDeploymentControllerPeriod - std::chrono::seconds(1))));
+  EXPECT_TRUE(controller.Due(now + control::kDeploymentControllerPeriod));
 
-  const Result<store::StoredObject> stored = store.Get(kDeploymentsKind, "nlp/chat");
+  const Result<store::StoredObject> stored = store.Get(control::kDeploymentsKind, "nlp/chat");
   ASSERT_OK(stored);
   const Json status = wire::ParseDocument(stored->data);
   EXPECT_EQ(status["desired_replicas"], 2);
   EXPECT_EQ(status["replicas"].dump(), R"(["chat-r1","chat-r2"])");
   EXPECT_EQ(status["next_replica_index"], 3) << "a name is never reused";
-  EXPECT_THAT(LiveReplicasOf("nlp/chat", status, {}), ElementsAre("nlp/chat-r1", "nlp/chat-r2"));
+  EXPECT_THAT(control::LiveReplicasOf("nlp/chat", status, {}),
+              ElementsAre("nlp/chat-r1", "nlp/chat-r2"));
   EXPECT_TRUE(replicas.cancelled.empty());
 }
 
@@ -335,7 +337,7 @@ TEST_F(ServerDeploymentsTest, DeleteCancelsTheReplicasAndRemovesTheDeployment) {
   EXPECT_EQ(Call("DELETE", "/v1/deployments/chat", alice_).status, 404);
   // The log outlives the deployment (as a job's does); its last event says what went.
   const Result<std::vector<store::StoredEvent>> events =
-      store_.Events(kDeploymentsKind, "team-a/chat");
+      store_.Events(control::kDeploymentsKind, "team-a/chat");
   ASSERT_TRUE(events.ok());
   ASSERT_FALSE(events->empty());
   EXPECT_EQ(events->back().text, "deleted by alice; replicas cancelled: chat-r0, chat-r1");

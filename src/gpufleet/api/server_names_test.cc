@@ -12,10 +12,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/deployment_controller.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/api/tenancy.h"
 #include "gpufleet/api/testing/agent_node_fixture.h"
+#include "gpufleet/control/deployment_controller.h"
+#include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/wire/agent_protocol.h"
 #include "gpufleet/wire/json_fields.h"
@@ -78,7 +78,8 @@ class TeamScopedNamesTest : public api_testing::AgentNodeServerTest {
 TEST_F(TeamScopedNamesTest, TwoTeamsSubmitTheSameJobNameAndBothRun) {
   CallJson("POST", "/v1/jobs", alice_, 201, OneGpuJob("train"));
   CallJson("POST", "/v1/jobs", bob_, 201, OneGpuJob("train"));
-  EXPECT_THAT(StoredNames(kJobsKind), UnorderedElementsAre("team-a/train", "team-b/train"));
+  EXPECT_THAT(StoredNames(control::kJobsKind),
+              UnorderedElementsAre("team-a/train", "team-b/train"));
 
   Minute(0);  // scheduled
   Minute(0);  // node-a is told to run both
@@ -186,7 +187,8 @@ TEST_F(TeamScopedNamesTest, DeploymentsOfTwoTeamsKeepTheirOwnReplicas) {
   Minute(0);
   Minute(0);
   Minute(0);
-  EXPECT_THAT(StoredNames(kJobsKind), UnorderedElementsAre("team-a/chat-r0", "team-b/chat-r0"));
+  EXPECT_THAT(StoredNames(control::kJobsKind),
+              UnorderedElementsAre("team-a/chat-r0", "team-b/chat-r0"));
   const Json mine = CallJson("GET", "/v1/deployments/chat", alice_, 200);
   EXPECT_EQ(mine["replicas"], Json::array({"chat-r0"}));
   EXPECT_EQ(CallJson("GET", "/v1/jobs/chat-r0", alice_, 200)["state"], "Running");
@@ -206,10 +208,10 @@ TEST_F(TeamScopedNamesTest, NamesThatCannotBeAddressedOrRunAreRefusedNamingTheFi
   // A team and job name so long that task ids would pass the agent's limit.
   const std::string team(63, 't');
   store::WriteBatch batch;
-  batch.Create(std::string(kTeamsKind), team, TeamToJson({.name = team}).dump());
+  batch.Create(std::string(control::kTeamsKind), team, control::TeamToJson({.name = team}).dump());
   ASSERT_OK(store_.Commit(batch));
   const std::string member =
-      *server_->authenticator().CreateToken(Role::kMember, team, "long-team-member");
+      *server_->authenticator().CreateToken(control::Role::kMember, team, "long-team-member");
   Json spec = Json::parse(OneGpuJob(std::string(63, 'j')));
   spec["spec"]["tasks"][0]["name"] = std::string(63, 'g');
   spec["spec"]["tasks"][0]["replicas"] = 11;
@@ -225,7 +227,8 @@ TEST_F(TeamScopedNamesTest, NamesThatCannotBeAddressedOrRunAreRefusedNamingTheFi
 // TEAM/NAME with their events and goes on serving and scheduling them.
 TEST_F(TeamScopedNamesTest, AnAdminOfATeamFindsATeamlessAdminsJobByItsName) {
   CallJson("POST", "/v1/jobs", admin_, 201, OneGpuJob("solo"));
-  const std::string ops = *server_->authenticator().CreateToken(Role::kAdmin, "team-a", "ops");
+  const std::string ops =
+      *server_->authenticator().CreateToken(control::Role::kAdmin, "team-a", "ops");
   EXPECT_EQ(CallJson("GET", "/v1/jobs/solo", ops, 200)["name"], "solo");
   CallJson("POST", "/v1/jobs", bob_, 201, OneGpuJob("solo"));
   EXPECT_THAT(CallJson("GET", "/v1/jobs/solo", ops, 400).dump(),
@@ -236,22 +239,22 @@ TEST_F(TeamScopedNamesTest, ABareNameWhoseKeyIsTakenStaysWhereItIsAndTheServerSt
   CallJson("POST", "/v1/jobs", alice_, 201, OneGpuJob("train"));
   server_.reset();
   // An older server's bare-key copy beside the new key (a roll back and forward).
-  const Result<store::StoredObject> stored = store_.Get(kJobsKind, "team-a/train");
+  const Result<store::StoredObject> stored = store_.Get(control::kJobsKind, "team-a/train");
   ASSERT_OK(stored);
   store::WriteBatch batch;
-  batch.Create(std::string(kJobsKind), "train", stored->data);
+  batch.Create(std::string(control::kJobsKind), "train", stored->data);
   ASSERT_OK(store_.Commit(batch));
 
   Result<std::unique_ptr<ApiServer>> restarted =
       ApiServer::Create({.store = store_, .catalog = catalog_, .clock = clock_});
   ASSERT_OK(restarted);
   server_ = std::move(restarted).value();
-  EXPECT_THAT(StoredNames(kJobsKind), UnorderedElementsAre("team-a/train", "train"));
+  EXPECT_THAT(StoredNames(control::kJobsKind), UnorderedElementsAre("team-a/train", "train"));
   ASSERT_OK(server_->RunSchedulingCycle());
   ASSERT_OK(server_->RunSchedulingCycle());
   // Only the job under its TEAM/NAME is placed: the stray copy waits for an administrator.
   const auto state_of = [&](const std::string& key) {
-    const Result<store::StoredObject> object = store_.Get(kJobsKind, key);
+    const Result<store::StoredObject> object = store_.Get(control::kJobsKind, key);
     return object.ok() ? wire::ParseDocument(object->data)["state"].get<std::string>() : "";
   };
   EXPECT_EQ(state_of("team-a/train"), "Scheduled");
@@ -262,10 +265,11 @@ TEST_F(TeamScopedNamesTest, AStoreWithBareNamesIsMovedOverAtStart) {
   CallJson("POST", "/v1/jobs", alice_, 201, OneGpuJob("train"));
   CallJson("POST", "/v1/deployments", bob_, 201, Deployment("chat"));
   Minute(0);  // the deployment's first replica is submitted; train is scheduled
-  ASSERT_THAT(StoredNames(kJobsKind), UnorderedElementsAre("team-a/train", "team-b/chat-r0"));
+  ASSERT_THAT(StoredNames(control::kJobsKind),
+              UnorderedElementsAre("team-a/train", "team-b/chat-r0"));
   server_.reset();
   // Rewrite the store as the older server had it.
-  for (const std::string_view kind : {kJobsKind, kDeploymentsKind}) {
+  for (const std::string_view kind : {control::kJobsKind, control::kDeploymentsKind}) {
     const Result<std::vector<store::StoredObject>> objects = store_.List(kind);
     ASSERT_OK(objects);
     for (const store::StoredObject& object : *objects) {
@@ -282,7 +286,7 @@ TEST_F(TeamScopedNamesTest, AStoreWithBareNamesIsMovedOverAtStart) {
       ASSERT_OK(store_.Commit(batch));
     }
   }
-  ASSERT_THAT(StoredNames(kJobsKind), UnorderedElementsAre("train", "chat-r0"));
+  ASSERT_THAT(StoredNames(control::kJobsKind), UnorderedElementsAre("train", "chat-r0"));
 
   Result<std::unique_ptr<ApiServer>> restarted =
       ApiServer::Create({.store = store_,
@@ -294,8 +298,9 @@ TEST_F(TeamScopedNamesTest, AStoreWithBareNamesIsMovedOverAtStart) {
   ASSERT_OK(restarted);
   server_ = std::move(restarted).value();
   ASSERT_OK(server_->RunSchedulingCycle());  // heartbeats are served after the first cycle
-  EXPECT_THAT(StoredNames(kJobsKind), UnorderedElementsAre("team-a/train", "team-b/chat-r0"));
-  EXPECT_THAT(StoredNames(kDeploymentsKind), UnorderedElementsAre("team-b/chat"));
+  EXPECT_THAT(StoredNames(control::kJobsKind),
+              UnorderedElementsAre("team-a/train", "team-b/chat-r0"));
+  EXPECT_THAT(StoredNames(control::kDeploymentsKind), UnorderedElementsAre("team-b/chat"));
 
   const Json train = CallJson("GET", "/v1/jobs/train", alice_, 200);
   EXPECT_EQ(train["state"], "Scheduled");
@@ -317,7 +322,8 @@ TEST_F(TeamScopedNamesTest, AStoreWithBareNamesIsMovedOverAtStart) {
   EXPECT_EQ(CallJson("GET", "/v1/jobs/chat-r0", bob_, 200)["state"], "Running");
   EXPECT_EQ(CallJson("GET", "/v1/deployments/chat", bob_, 200)["replicas"],
             Json::array({"chat-r0"}));
-  EXPECT_THAT(StoredNames(kJobsKind), UnorderedElementsAre("team-a/train", "team-b/chat-r0"));
+  EXPECT_THAT(StoredNames(control::kJobsKind),
+              UnorderedElementsAre("team-a/train", "team-b/chat-r0"));
 }
 
 }  // namespace

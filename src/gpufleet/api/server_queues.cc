@@ -3,11 +3,11 @@
 // outcome hook.
 #include <fmt/format.h>
 
-#include "gpufleet/api/lifecycle_controller.h"
-#include "gpufleet/api/queue_controller.h"
-#include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/api/tenancy.h"
+#include "gpufleet/control/lifecycle_controller.h"
+#include "gpufleet/control/queue_controller.h"
+#include "gpufleet/control/scheduling_view.h"
+#include "gpufleet/control/tenancy.h"
 
 namespace gpufleet::api {
 
@@ -25,7 +25,7 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
                                                             const Job& preemptor,
                                                             const std::string& queue,
                                                             Random& random) {
-  GPUFLEET_ASSIGN_OR_RETURN(std::optional<PreemptionPlan> plan,
+  GPUFLEET_ASSIGN_OR_RETURN(std::optional<control::PreemptionPlan> plan,
                             queues_.PlanPreemption(*view_, *scheduler_, name, preemptor, queue,
                                                    cycle_count_, NowText(), random));
   if (!plan) {
@@ -33,12 +33,12 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
   }
   // The victims stop together, or none does.
   store::WriteBatch batch;
-  for (JobWrite& write : plan->victim_writes) {
+  for (control::JobWrite& write : plan->victim_writes) {
     AddJobWrite(write.before, write.after, write.version, write.events.front(), batch);
   }
-  batch.AppendEvent(std::string(kJobsKind), name, plan->preemptor_event);
+  batch.AppendEvent(std::string(control::kJobsKind), name, plan->preemptor_event);
   if (const Status status = options_.store.Commit(batch); !status.ok()) {
-    for (const JobWrite& write : plan->victim_writes) {
+    for (const control::JobWrite& write : plan->victim_writes) {
       view_->ReadJobAgain(write.name);
     }
     if (status.code() == StatusCode::kAborted || status.code() == StatusCode::kNotFound) {
@@ -51,7 +51,7 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
 }
 
 Result<bool> ApiServer::RequeuePreemptedJobs() {
-  return CommitJobWrites(api::RequeuePreemptedJobs(view_->jobs()));
+  return CommitJobWrites(control::RequeuePreemptedJobs(view_->jobs()));
 }
 
 }  // namespace gpufleet::api

@@ -11,7 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "gpufleet/api/server.h"
-#include "gpufleet/api/tenancy.h"
+#include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/store/memory_store.h"
@@ -52,7 +52,8 @@ class ServerQueuesTest : public ::testing::Test {
     Result<Cluster> cluster = MakeSyntheticCluster(spec, catalog_);
     ASSERT_OK(cluster);
     ASSERT_OK(server_->RegisterNodes(*cluster));
-    Result<std::string> admin = server_->authenticator().CreateToken(Role::kAdmin, "", "root");
+    Result<std::string> admin =
+        server_->authenticator().CreateToken(control::Role::kAdmin, "", "root");
     ASSERT_OK(admin);
     admin_ = *admin;
   }
@@ -197,8 +198,9 @@ TEST_F(ServerQueuesTest, AVictimOfAnotherTeamIsNotToldThePreemptorsName) {
   Call("POST", "/v1/teams", R"({"name": "team-a"})", 201);
   Call("POST", "/v1/teams", R"({"name": "team-b"})", 201);
   Result<std::string> alice =
-      server_->authenticator().CreateToken(Role::kMember, "team-a", "alice");
-  Result<std::string> bob = server_->authenticator().CreateToken(Role::kMember, "team-b", "bob");
+      server_->authenticator().CreateToken(control::Role::kMember, "team-a", "alice");
+  Result<std::string> bob =
+      server_->authenticator().CreateToken(control::Role::kMember, "team-b", "bob");
   ASSERT_OK(alice);
   ASSERT_OK(bob);
   for (const std::string name : {"low-0", "low-1", "low-2", "low-3"}) {
@@ -435,7 +437,8 @@ TEST_F(ServerQueuesTest, QueueUsageSurvivesARestartDecayedToTheStartTime) {
 
 TEST_F(ServerQueuesTest, DeleteIsRefusedWhileTheQueueIsInUse) {
   Call("POST", "/v1/teams", R"({"name": "nlp"})", 201);
-  Result<std::string> member = server_->authenticator().CreateToken(Role::kMember, "nlp", "ann");
+  Result<std::string> member =
+      server_->authenticator().CreateToken(control::Role::kMember, "nlp", "ann");
   ASSERT_OK(member);
   Call("POST", "/v1/queues", R"({"name": "research", "guarantee": {"*": 16}})", 201);
   Call("POST", "/v1/queues", R"({"name": "research/nlp", "guarantee": {"*": 8}})", 201);
@@ -474,7 +477,8 @@ TEST_F(ServerQueuesTest, ADeletedQueueLeavesTheTreeAndTheSavedUsage) {
   clock_.Advance(std::chrono::minutes(2));
   Cycle();  // saves the usage of both
   const auto saved_queues = [&] {
-    const Result<store::StoredObject> usage = store_.Get(kQueueUsageKind, kQueueUsageName);
+    const Result<store::StoredObject> usage =
+        store_.Get(control::kQueueUsageKind, control::kQueueUsageName);
     return usage.ok() ? Json::parse(usage->data)["queues"] : Json();
   };
   ASSERT_TRUE(saved_queues().contains("gone"));
@@ -555,7 +559,8 @@ TEST(ServerCycleTest, ACycleThatFailsMidwayLeavesNothingInTheView) {
   Result<Cluster> cluster = MakeSyntheticCluster(spec, catalog);
   ASSERT_OK(cluster);
   ASSERT_OK((*server)->RegisterNodes(*cluster));
-  Result<std::string> admin = (*server)->authenticator().CreateToken(Role::kAdmin, "", "root");
+  Result<std::string> admin =
+      (*server)->authenticator().CreateToken(control::Role::kAdmin, "", "root");
   ASSERT_OK(admin);
   const auto call = [&](const std::string& method, const std::string& path,
                         const std::string& body = "") {

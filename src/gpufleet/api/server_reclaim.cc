@@ -9,9 +9,9 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/idle_reclaim_controller.h"
-#include "gpufleet/api/scheduling_view.h"
 #include "gpufleet/api/server.h"
+#include "gpufleet/control/idle_reclaim_controller.h"
+#include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/store/read_modify_write.h"
 
 namespace gpufleet::api {
@@ -22,22 +22,22 @@ Status ApiServer::ReclaimIdleJobs() {
   }
   if (!idle_reclaim_) {
     GPUFLEET_ASSIGN_OR_RETURN(
-        IdleReclaimController controller,
-        IdleReclaimController::Create(*options_.idle_reclaim, options_.catalog));
+        control::IdleReclaimController controller,
+        control::IdleReclaimController::Create(*options_.idle_reclaim, options_.catalog));
     idle_reclaim_.emplace(std::move(controller));
   }
   const MonoTime now = options_.clock.Now();
   const int64_t now_nanos = options_.wall_clock != nullptr ? options_.wall_clock->UnixNanos()
                                                            : (now - started_at_).count();
-  IdleReclaimInputs inputs{
+  control::IdleReclaimInputs inputs{
       .now = now,
       .now_seconds =
           std::chrono::floor<std::chrono::seconds>(std::chrono::nanoseconds(now_nanos)).count(),
       .now_text = NowText()};
   const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
-  std::vector<PendingEntry> pending;
+  std::vector<control::PendingEntry> pending;
   for (auto& [name, job] : view_->jobs()) {
-    if (job.state == JobState::kPending) {
+    if (job.state == control::JobState::kPending) {
       pending.push_back({&name, &job});
     }
   }
@@ -48,7 +48,7 @@ Status ApiServer::ReclaimIdleJobs() {
   }
   inputs.reports = ReportsForRunningJobs();
 
-  GPUFLEET_ASSIGN_OR_RETURN(IdleReclaimStep step,
+  GPUFLEET_ASSIGN_OR_RETURN(control::IdleReclaimStep step,
                             idle_reclaim_->Step(view_->jobs(), snapshot, inputs));
   GPUFLEET_ASSIGN_OR_RETURN(const bool wrote, CommitJobWrites(std::move(step.writes)));
   if (!wrote) {
@@ -62,17 +62,17 @@ Status ApiServer::ReclaimIdleJobs() {
   return Status::Ok();
 }
 
-GpuUtilizationReports ApiServer::ReportsForRunningJobs() {
+control::GpuUtilizationReports ApiServer::ReportsForRunningJobs() {
   const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
   std::set<std::string> running_nodes;
   for (const auto& [name, job] : view_->jobs()) {
-    if (job.state == JobState::kRunning && job.applied) {
+    if (job.state == control::JobState::kRunning && job.applied) {
       for (const scheduler::TaskPlacement& placement : job.placements) {
         running_nodes.insert(snapshot.nodes()[placement.node].node->id.value());
       }
     }
   }
-  GpuUtilizationReports reports;
+  control::GpuUtilizationReports reports;
   reports.heartbeat_at = leases_.HeartbeatTimes(running_nodes);
   std::lock_guard<std::mutex> lock(agents_mu_);
   for (const std::string& node : running_nodes) {
@@ -84,35 +84,38 @@ GpuUtilizationReports ApiServer::ReportsForRunningJobs() {
   return reports;
 }
 
-ApiResponse ApiServer::ResumeJob(const Principal& who, std::string_view name) {
+ApiResponse ApiServer::ResumeJob(const control::Principal& who, std::string_view name) {
   const Status not_found = NotFoundError(fmt::format("job \"{}\" not found", name));
   ApiResponse response;
   const Status committed = store::CommitWithRetries(
-      options_.store, kCasAttempts, fmt::format("job \"{}\" kept changing; retry the resume", name),
+      options_.store, control::kCasAttempts,
+      fmt::format("job \"{}\" kept changing; retry the resume", name),
       [&]() -> store::AttemptResult {
-        const Result<store::StoredObject> object = ReadVisible(who, kJobsKind, name, not_found);
+        const Result<store::StoredObject> object =
+            ReadVisible(who, control::kJobsKind, name, not_found);
         if (!object.ok()) {
           response = ErrorResponse(object.status());
           return store::NoWrite();
         }
         Json doc = wire::ParseDocument(object->data);
         const std::string state = wire::StrOr(doc, "state");
-        if (StoredJobState(doc) != JobState::kSuspended) {
+        if (control::StoredJobState(doc) != control::JobState::kSuspended) {
           response = ErrorResponse(FailedPreconditionError(fmt::format(
               "job \"{}\" is {}, not Suspended; only a suspended job resumes", name, state)));
           return store::NoWrite();
         }
-        const std::string by = who.name.empty() ? RoleName(who.role) : who.name;
-        const Result<std::string> event =
-            TransitionJob(doc, JobState::kPending, fmt::format("resumed by {}", by),
-                          fmt::format("resumed by {}; waits to be scheduled", by));
+        const std::string by = who.name.empty() ? control::RoleName(who.role) : who.name;
+        const Result<std::string> event = control::TransitionJob(
+            doc, control::JobState::kPending, fmt::format("resumed by {}", by),
+            fmt::format("resumed by {}; waits to be scheduled", by));
         if (!event.ok()) {
           response = ErrorResponse(event.status());
           return store::NoWrite();
         }
         store::WriteBatch batch;
-        batch.Update(std::string(kJobsKind), std::string(name), doc.dump(), object->version);
-        batch.AppendEvent(std::string(kJobsKind), std::string(name), *event);
+        batch.Update(std::string(control::kJobsKind), std::string(name), doc.dump(),
+                     object->version);
+        batch.AppendEvent(std::string(control::kJobsKind), std::string(name), *event);
         doc["version"] = object->version + 1;
         response = JsonResponse(200, doc);
         return store::Write(std::move(batch));

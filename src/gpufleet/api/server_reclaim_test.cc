@@ -15,8 +15,8 @@
 
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/api/tenancy.h"
 #include "gpufleet/api/testing/agent_node_fixture.h"
+#include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"

@@ -19,7 +19,7 @@ ApiResponse Answer(const Result<Json>& result) {
 }  // namespace
 
 std::optional<ApiResponse> ApiServer::RouteReliability(
-    const Principal& who, const ApiRequest& request,
+    const control::Principal& who, const ApiRequest& request,
     const std::vector<std::string_view>& segments) {
   const size_t n = segments.size();
   const bool get = request.method == "GET";
@@ -38,8 +38,8 @@ std::optional<ApiResponse> ApiServer::RouteReliability(
     return Answer(reliability_->FailureReport());
   }
   if (post) {
-    return Answer(reliability_->ReportOutcome(who.name.empty() ? RoleName(who.role) : who.name,
-                                              request.body));
+    return Answer(reliability_->ReportOutcome(
+        who.name.empty() ? control::RoleName(who.role) : who.name, request.body));
   }
   const auto job = request.query.find("job");
   if (job == request.query.end()) {
@@ -47,7 +47,7 @@ std::optional<ApiResponse> ApiServer::RouteReliability(
   }
   // Outcome records name jobs by key (TEAM/NAME); a job that no longer resolves (never existed)
   // simply has none.
-  const Result<std::string> key = ResolveName(who, kJobsKind, "job", job->second);
+  const Result<std::string> key = ResolveName(who, control::kJobsKind, "job", job->second);
   if (!key.ok() && key.status().code() != StatusCode::kNotFound) {
     return Answer(key.status());
   }
@@ -55,7 +55,7 @@ std::optional<ApiResponse> ApiServer::RouteReliability(
 }
 
 void ApiServer::RunReliabilityIfDue() {
-  const std::optional<Result<ReliabilityStepResult>> step = reliability_->RunIfDue();
+  const std::optional<Result<control::ReliabilityStepResult>> step = reliability_->RunIfDue();
   if (!step) {
     return;
   }

@@ -10,17 +10,17 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/deployment_controller.h"
-#include "gpufleet/api/job_lifecycle.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/api/tenancy.h"
+#include "gpufleet/control/deployment_controller.h"
+#include "gpufleet/control/job_lifecycle.h"
+#include "gpufleet/control/tenancy.h"
 #include "gpufleet/store/read_modify_write.h"
 #include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::api {
 namespace {
 
-Status NeedsAdmin(const Principal& who, std::string_view what) {
+Status NeedsAdmin(const control::Principal& who, std::string_view what) {
   if (who.is_admin()) {
     return Status::Ok();
   }
@@ -28,8 +28,10 @@ Status NeedsAdmin(const Principal& who, std::string_view what) {
 }
 
 Json TokenInfoToJson(const TokenInfo& info) {
-  Json out = {
-      {"id", info.id}, {"role", RoleName(info.role)}, {"team", info.team}, {"name", info.name}};
+  Json out = {{"id", info.id},
+              {"role", control::RoleName(info.role)},
+              {"team", info.team},
+              {"name", info.name}};
   if (!info.node.empty()) {
     out["node"] = info.node;
   }
@@ -43,7 +45,7 @@ Json WithVersion(Json document, int64_t version) {
 
 // kInvalidArgument naming `field` when the team does not exist.
 Status TeamMustExist(store::StateStore& store, std::string_view field, std::string_view team) {
-  const Result<store::StoredObject> object = store.Get(kTeamsKind, team);
+  const Result<store::StoredObject> object = store.Get(control::kTeamsKind, team);
   if (object.ok()) {
     return Status::Ok();
   }
@@ -73,16 +75,16 @@ ApiResponse CreateObject(store::StateStore& store, std::string_view kind, const 
   return JsonResponse(201, WithVersion(document, 1));
 }
 
-std::string Who(const Principal& who) {
-  return who.name.empty() ? RoleName(who.role) : who.name;
+std::string Who(const control::Principal& who) {
+  return who.name.empty() ? control::RoleName(who.role) : who.name;
 }
 
-ApiResponse CreateToken(const Principal& who, const std::string& body, store::StateStore& store,
-                        TokenAuthenticator& authenticator) {
+ApiResponse CreateToken(const control::Principal& who, const std::string& body,
+                        store::StateStore& store, TokenAuthenticator& authenticator) {
   if (Status status = NeedsAdmin(who, "creating a token"); !status.ok()) {
     return ErrorResponse(status);
   }
-  const Result<TokenRequest> request = ParseTokenRequest(body);
+  const Result<control::TokenRequest> request = control::ParseTokenRequest(body);
   if (!request.ok()) {
     return ErrorResponse(request.status());
   }
@@ -105,7 +107,7 @@ ApiResponse CreateToken(const Principal& who, const std::string& body, store::St
   return JsonResponse(201, answer);
 }
 
-ApiResponse ListTokens(const Principal& who, const TokenAuthenticator& authenticator) {
+ApiResponse ListTokens(const control::Principal& who, const TokenAuthenticator& authenticator) {
   if (Status status = NeedsAdmin(who, "listing tokens"); !status.ok()) {
     return ErrorResponse(status);
   }
@@ -120,7 +122,7 @@ ApiResponse ListTokens(const Principal& who, const TokenAuthenticator& authentic
   return JsonResponse(200, {{"items", std::move(items)}});
 }
 
-ApiResponse RevokeToken(const Principal& who, std::string_view id,
+ApiResponse RevokeToken(const control::Principal& who, std::string_view id,
                         TokenAuthenticator& authenticator) {
   if (Status status = NeedsAdmin(who, "revoking a token"); !status.ok()) {
     return ErrorResponse(status);
@@ -134,15 +136,16 @@ ApiResponse RevokeToken(const Principal& who, std::string_view id,
   return JsonResponse(200, answer);
 }
 
-ApiResponse CreateTeam(const Principal& who, const std::string& body, store::StateStore& store) {
+ApiResponse CreateTeam(const control::Principal& who, const std::string& body,
+                       store::StateStore& store) {
   if (Status status = NeedsAdmin(who, "creating a team"); !status.ok()) {
     return ErrorResponse(status);
   }
-  const Result<Team> team = ParseTeamRequest(body);
+  const Result<control::Team> team = control::ParseTeamRequest(body);
   if (!team.ok()) {
     return ErrorResponse(team.status());
   }
-  return CreateObject(store, kTeamsKind, team->name, TeamToJson(*team),
+  return CreateObject(store, control::kTeamsKind, team->name, control::TeamToJson(*team),
                       fmt::format("created by {}", Who(who)));
 }
 
@@ -158,12 +161,12 @@ ApiResponse ListObjects(store::StateStore& store, std::string_view kind) {
   return JsonResponse(200, {{"items", std::move(items)}});
 }
 
-ApiResponse CreateQueue(const Principal& who, const std::string& body, store::StateStore& store,
-                        const GpuCatalog& catalog) {
+ApiResponse CreateQueue(const control::Principal& who, const std::string& body,
+                        store::StateStore& store, const GpuCatalog& catalog) {
   if (Status status = NeedsAdmin(who, "creating a queue"); !status.ok()) {
     return ErrorResponse(status);
   }
-  const Result<Queue> queue = ParseQueueRequest(body, catalog);
+  const Result<control::Queue> queue = control::ParseQueueRequest(body, catalog);
   if (!queue.ok()) {
     return ErrorResponse(queue.status());
   }
@@ -174,18 +177,18 @@ ApiResponse CreateQueue(const Principal& who, const std::string& body, store::St
   }
   // The new queue must fit the tree: its guarantee within its parent's, its children's within its
   // own.
-  const Result<std::vector<store::StoredObject>> stored = store.List(kQueuesKind);
+  const Result<std::vector<store::StoredObject>> stored = store.List(control::kQueuesKind);
   if (!stored.ok()) {
     return ErrorResponse(stored.status());
   }
-  std::vector<Queue> queues = {*queue};
+  std::vector<control::Queue> queues = {*queue};
   for (const store::StoredObject& object : *stored) {
-    queues.push_back(QueueFromJson(wire::ParseDocument(object.data)));
+    queues.push_back(control::QueueFromJson(wire::ParseDocument(object.data)));
   }
-  if (const Result<policy::QueueTree> tree = BuildQueueTree(queues); !tree.ok()) {
+  if (const Result<policy::QueueTree> tree = control::BuildQueueTree(queues); !tree.ok()) {
     return ErrorResponse(tree.status());
   }
-  return CreateObject(store, kQueuesKind, queue->name, QueueToJson(*queue),
+  return CreateObject(store, control::kQueuesKind, queue->name, control::QueueToJson(*queue),
                       fmt::format("created by {}", Who(who)));
 }
 
@@ -204,20 +207,22 @@ std::string QuotaChanges(const Json& before, const Json& after) {
 // PATCH /v1/queues/NAME: merges the quota fields into the stored queue, validated against the
 // tree as creation is, with a compare-and-set update. Running jobs are not stopped: the next
 // cycles admit and reclaim by the new quota.
-ApiResponse PatchQueue(const Principal& who, std::string_view name, const std::string& body,
-                       store::StateStore& store, const GpuCatalog& catalog) {
+ApiResponse PatchQueue(const control::Principal& who, std::string_view name,
+                       const std::string& body, store::StateStore& store,
+                       const GpuCatalog& catalog) {
   if (Status status = NeedsAdmin(who, "changing a queue"); !status.ok()) {
     return ErrorResponse(status);
   }
-  const Result<QueuePatch> patch = ParseQueuePatch(body, catalog);
+  const Result<control::QueuePatch> patch = control::ParseQueuePatch(body, catalog);
   if (!patch.ok()) {
     return ErrorResponse(patch.status());
   }
   ApiResponse response;
   const Status committed = store::CommitWithRetries(
-      store, kCasAttempts, fmt::format("queue \"{}\" kept changing; retry the update", name),
+      store, control::kCasAttempts,
+      fmt::format("queue \"{}\" kept changing; retry the update", name),
       [&]() -> store::AttemptResult {
-        const Result<std::vector<store::StoredObject>> stored = store.List(kQueuesKind);
+        const Result<std::vector<store::StoredObject>> stored = store.List(control::kQueuesKind);
         if (!stored.ok()) {
           response = ErrorResponse(stored.status());
           return store::NoWrite();
@@ -237,28 +242,28 @@ ApiResponse PatchQueue(const Principal& who, std::string_view name, const std::s
                          name, object->version, *patch->version)));
           return store::NoWrite();
         }
-        const Queue before = QueueFromJson(wire::ParseDocument(object->data));
-        const Queue after = ApplyQueuePatch(before, *patch);
-        const Json before_document = QueueToJson(before);
-        const Json after_document = QueueToJson(after);
+        const control::Queue before = control::QueueFromJson(wire::ParseDocument(object->data));
+        const control::Queue after = control::ApplyQueuePatch(before, *patch);
+        const Json before_document = control::QueueToJson(before);
+        const Json after_document = control::QueueToJson(after);
         if (after_document == before_document) {
           response = JsonResponse(200, WithVersion(after_document, object->version));
           return store::NoWrite();
         }
         // The changed queue must still fit the tree, as a new one must.
-        std::vector<Queue> queues;
+        std::vector<control::Queue> queues;
         for (const store::StoredObject& other : *stored) {
-          queues.push_back(&other == &*object ? after
-                                              : QueueFromJson(wire::ParseDocument(other.data)));
+          queues.push_back(
+              &other == &*object ? after : control::QueueFromJson(wire::ParseDocument(other.data)));
         }
-        if (const Result<policy::QueueTree> tree = BuildQueueTree(queues); !tree.ok()) {
+        if (const Result<policy::QueueTree> tree = control::BuildQueueTree(queues); !tree.ok()) {
           response = ErrorResponse(tree.status());
           return store::NoWrite();
         }
         store::WriteBatch batch;
-        batch.Update(std::string(kQueuesKind), std::string(name), after_document.dump(),
+        batch.Update(std::string(control::kQueuesKind), std::string(name), after_document.dump(),
                      object->version);
-        batch.AppendEvent(std::string(kQueuesKind), std::string(name),
+        batch.AppendEvent(std::string(control::kQueuesKind), std::string(name),
                           fmt::format("quota changed by {}: {}", Who(who),
                                       QuotaChanges(before_document, after_document)));
         response = JsonResponse(200, WithVersion(after_document, object->version + 1));
@@ -270,8 +275,8 @@ ApiResponse PatchQueue(const Principal& who, std::string_view name, const std::s
 // The finished job states: a finished job keeps its queue's name as history and is no reason to
 // keep the queue.
 bool JobIsFinished(std::string_view state) {
-  const std::optional<JobState> typed = ParseJobState(state);
-  return typed && IsFinished(*typed);
+  const std::optional<control::JobState> typed = control::ParseJobState(state);
+  return typed && control::IsFinished(*typed);
 }
 
 // "2 jobs not finished (train-1, train-2)": at most `shown` names, then a count.
@@ -286,15 +291,16 @@ std::string NamesInTheWay(std::string_view what, const std::vector<std::string>&
 // DELETE /v1/queues/NAME: removes the queue and its saved usage, refused (409) while child queues,
 // unfinished jobs or deployments use it. A job submitted between the check and the delete is not
 // lost: the cycles treat a job of an unknown queue as the default queue's.
-ApiResponse DeleteQueue(const Principal& who, const std::string& name, store::StateStore& store) {
+ApiResponse DeleteQueue(const control::Principal& who, const std::string& name,
+                        store::StateStore& store) {
   if (Status status = NeedsAdmin(who, "deleting a queue"); !status.ok()) {
     return ErrorResponse(status);
   }
-  if (name == kDefaultQueue) {
+  if (name == control::kDefaultQueue) {
     return ErrorResponse(FailedPreconditionError(
         fmt::format("queue \"{}\" cannot be deleted: jobs without metadata.queue go there", name)));
   }
-  const Result<store::StoredObject> queue = store.Get(kQueuesKind, name);
+  const Result<store::StoredObject> queue = store.Get(control::kQueuesKind, name);
   if (!queue.ok()) {
     return ErrorResponse(queue.status().code() == StatusCode::kNotFound ||
                                  queue.status().code() == StatusCode::kInvalidArgument
@@ -302,9 +308,10 @@ ApiResponse DeleteQueue(const Principal& who, const std::string& name, store::St
                              : queue.status());
   }
   const Result<std::vector<store::StoredObject>> children =
-      store.List(kQueuesKind, fmt::format("{}/", name));
-  const Result<std::vector<store::StoredObject>> jobs = store.List(kJobsKind);
-  const Result<std::vector<store::StoredObject>> deployments = store.List(kDeploymentsKind);
+      store.List(control::kQueuesKind, fmt::format("{}/", name));
+  const Result<std::vector<store::StoredObject>> jobs = store.List(control::kJobsKind);
+  const Result<std::vector<store::StoredObject>> deployments =
+      store.List(control::kDeploymentsKind);
   for (const auto* listed : {&children, &jobs, &deployments}) {
     if (!listed->ok()) {
       return ErrorResponse(listed->status());
@@ -321,7 +328,7 @@ ApiResponse DeleteQueue(const Principal& who, const std::string& name, store::St
   std::vector<std::string> job_names;
   for (const store::StoredObject& object : *jobs) {
     const Json job = wire::ParseDocument(object.data);
-    if (wire::StrOr(job, "queue", std::string(kDefaultQueue)) == name &&
+    if (wire::StrOr(job, "queue", std::string(control::kDefaultQueue)) == name &&
         !JobIsFinished(wire::StrOr(job, "state"))) {
       job_names.push_back(object.name);
     }
@@ -332,8 +339,8 @@ ApiResponse DeleteQueue(const Principal& who, const std::string& name, store::St
   // A deployment's replicas to come would be refused by a queue that is gone.
   std::vector<std::string> deployment_names;
   for (const store::StoredObject& object : *deployments) {
-    if (wire::StrOr(wire::ParseDocument(object.data), "queue", std::string(kDefaultQueue)) ==
-        name) {
+    if (wire::StrOr(wire::ParseDocument(object.data), "queue",
+                    std::string(control::kDefaultQueue)) == name) {
       deployment_names.push_back(object.name);
     }
   }
@@ -348,15 +355,17 @@ ApiResponse DeleteQueue(const Principal& who, const std::string& name, store::St
   // The queue at the version read (a concurrent PATCH makes this a 409 to retry), and its usage
   // entry, in one commit; the next cycle rebuilds the tree without it.
   store::WriteBatch batch;
-  batch.Delete(std::string(kQueuesKind), name, queue->version);
-  batch.AppendEvent(std::string(kQueuesKind), name, fmt::format("deleted by {}", Who(who)));
-  const Result<store::StoredObject> usage = store.Get(kQueueUsageKind, kQueueUsageName);
+  batch.Delete(std::string(control::kQueuesKind), name, queue->version);
+  batch.AppendEvent(std::string(control::kQueuesKind), name,
+                    fmt::format("deleted by {}", Who(who)));
+  const Result<store::StoredObject> usage =
+      store.Get(control::kQueueUsageKind, control::kQueueUsageName);
   if (usage.ok()) {
     Json document = wire::ParseDocument(usage->data);
     if (document.contains("queues") && document["queues"].is_object() &&
         document["queues"].erase(name) > 0) {
-      batch.Update(std::string(kQueueUsageKind), std::string(kQueueUsageName), document.dump(),
-                   usage->version);
+      batch.Update(std::string(control::kQueueUsageKind), std::string(control::kQueueUsageName),
+                   document.dump(), usage->version);
     }
   } else if (usage.status().code() != StatusCode::kNotFound) {
     return ErrorResponse(usage.status());
@@ -376,10 +385,10 @@ ApiResponse DeleteQueue(const Principal& who, const std::string& name, store::St
 // sees every queue (to know where it may submit) but counts only its own team's jobs. Queues
 // that unfinished jobs name but that are not stored (data from before queues were objects) are
 // listed too.
-ApiResponse ListQueues(const Principal& who, store::StateStore& store,
+ApiResponse ListQueues(const control::Principal& who, store::StateStore& store,
                        const std::map<std::string, policy::QueueStatus>& status) {
-  const Result<std::vector<store::StoredObject>> queue_objects = store.List(kQueuesKind);
-  const Result<std::vector<store::StoredObject>> jobs = store.List(kJobsKind);
+  const Result<std::vector<store::StoredObject>> queue_objects = store.List(control::kQueuesKind);
+  const Result<std::vector<store::StoredObject>> jobs = store.List(control::kJobsKind);
   if (!queue_objects.ok() || !jobs.ok()) {
     return ErrorResponse(!queue_objects.ok() ? queue_objects.status() : jobs.status());
   }
@@ -404,14 +413,14 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store,
     }
   }
   for (const std::string& name : implied) {
-    rows[name].document = QueueToJson({.name = name});
+    rows[name].document = control::QueueToJson({.name = name});
   }
   for (const store::StoredObject& object : *jobs) {
     const Json job = wire::ParseDocument(object.data);
     if (!who.Sees(wire::StrOr(job, "team"))) {
       continue;
     }
-    const std::string queue = wire::StrOr(job, "queue", std::string(kDefaultQueue));
+    const std::string queue = wire::StrOr(job, "queue", std::string(control::kDefaultQueue));
     const std::string state = wire::StrOr(job, "state");
     // A deleted queue's finished jobs keep its name as history, not as a queue.
     if (JobIsFinished(state) && rows.count(queue) == 0) {
@@ -419,16 +428,16 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store,
     }
     QueueRow& row = rows[queue];
     if (row.document.empty()) {
-      row.document = QueueToJson({.name = queue});
+      row.document = control::QueueToJson({.name = queue});
     }
-    const std::optional<JobState> typed = ParseJobState(state);
-    if (typed == JobState::kPending) {
+    const std::optional<control::JobState> typed = control::ParseJobState(state);
+    if (typed == control::JobState::kPending) {
       ++row.pending;
-    } else if (typed && HoldsResources(*typed)) {
+    } else if (typed && control::HoldsResources(*typed)) {
       // A stopping run still holds its GPUs, and the scheduler still charges them.
       ++row.running;
       for (const Json& placement : wire::ArrayOr(job, "placements")) {
-        if (PlacementGone(placement)) {
+        if (control::PlacementGone(placement)) {
           continue;
         }
         for (const Json& assignment : wire::ArrayOr(placement, "assignments")) {
@@ -466,7 +475,8 @@ ApiResponse ListQueues(const Principal& who, store::StateStore& store,
 
 }  // namespace
 
-std::optional<ApiResponse> ApiServer::RouteTenancy(const Principal& who, const ApiRequest& request,
+std::optional<ApiResponse> ApiServer::RouteTenancy(const control::Principal& who,
+                                                   const ApiRequest& request,
                                                    const std::vector<std::string_view>& segments) {
   const bool get = request.method == "GET";
   const bool post = request.method == "POST";
@@ -488,7 +498,7 @@ std::optional<ApiResponse> ApiServer::RouteTenancy(const Principal& who, const A
       return CreateTeam(who, request.body, store);
     }
     if (n == 2 && get) {
-      return ListObjects(store, kTeamsKind);
+      return ListObjects(store, control::kTeamsKind);
     }
   } else if (collection == "queues") {
     if (n == 2 && post) {
@@ -511,13 +521,14 @@ std::optional<ApiResponse> ApiServer::RouteTenancy(const Principal& who, const A
       return DeleteQueue(who, name, store);
     }
     if (!path.empty() && events) {
-      if (const Result<store::StoredObject> queue = store.Get(kQueuesKind, name); !queue.ok()) {
+      if (const Result<store::StoredObject> queue = store.Get(control::kQueuesKind, name);
+          !queue.ok()) {
         // A deleted queue's events stay readable, its deletion last.
         if (queue.status().code() == StatusCode::kNotFound) {
           if (const Result<std::vector<store::StoredEvent>> history =
-                  store.Events(kQueuesKind, name);
+                  store.Events(control::kQueuesKind, name);
               history.ok() && !history->empty()) {
-            return ObjectEvents(kQueuesKind, name);
+            return ObjectEvents(control::kQueuesKind, name);
           }
         }
         return ErrorResponse(queue.status().code() == StatusCode::kNotFound ||
@@ -525,14 +536,15 @@ std::optional<ApiResponse> ApiServer::RouteTenancy(const Principal& who, const A
                                  ? NotFoundError(fmt::format("queue \"{}\" not found", name))
                                  : queue.status());
       }
-      return ObjectEvents(kQueuesKind, name);
+      return ObjectEvents(control::kQueuesKind, name);
     }
   }
   return std::nullopt;
 }
 
 Status ApiServer::EnsureDefaultQueue() {
-  const Result<store::StoredObject> existing = options_.store.Get(kQueuesKind, kDefaultQueue);
+  const Result<store::StoredObject> existing =
+      options_.store.Get(control::kQueuesKind, control::kDefaultQueue);
   if (existing.ok()) {
     return Status::Ok();
   }
@@ -540,24 +552,26 @@ Status ApiServer::EnsureDefaultQueue() {
     return existing.status();
   }
   store::WriteBatch batch;
-  batch.Create(std::string(kQueuesKind), std::string(kDefaultQueue),
-               QueueToJson({.name = std::string(kDefaultQueue)}).dump());
-  batch.AppendEvent(std::string(kQueuesKind), std::string(kDefaultQueue), "created at first start");
+  batch.Create(std::string(control::kQueuesKind), std::string(control::kDefaultQueue),
+               control::QueueToJson({.name = std::string(control::kDefaultQueue)}).dump());
+  batch.AppendEvent(std::string(control::kQueuesKind), std::string(control::kDefaultQueue),
+                    "created at first start");
   const Status status = options_.store.Commit(batch);
   // Another server on the same store may have created it first.
   return status.code() == StatusCode::kAlreadyExists ? Status::Ok() : status;
 }
 
-Result<std::string> ApiServer::ResolveName(const Principal& who, std::string_view kind,
+Result<std::string> ApiServer::ResolveName(const control::Principal& who, std::string_view kind,
                                            std::string_view noun, std::string_view text) {
   const Status not_found = NotFoundError(fmt::format("{} \"{}\" not found", noun, text));
-  if (const size_t separator = text.find(kTeamSeparator); separator != std::string_view::npos) {
+  if (const size_t separator = text.find(control::kTeamSeparator);
+      separator != std::string_view::npos) {
     if (!who.Sees(text.substr(0, separator))) {
       return not_found;
     }
     return std::string(text);
   }
-  const std::string own = TeamScopedKey(who.team, text);
+  const std::string own = control::TeamScopedKey(who.team, text);
   if (!who.is_admin()) {
     return own;
   }
@@ -570,11 +584,11 @@ Result<std::string> ApiServer::ResolveName(const Principal& who, std::string_vie
     return object.status();
   }
   GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> teams,
-                            options_.store.List(kTeamsKind));
+                            options_.store.List(control::kTeamsKind));
   // Every team's, and the team-less one a team-less admin made (its key is the bare name).
   std::vector<std::string> candidates = {std::string(text)};
   for (const store::StoredObject& team : teams) {
-    candidates.push_back(TeamScopedKey(team.name, text));
+    candidates.push_back(control::TeamScopedKey(team.name, text));
   }
   std::vector<std::string> found;
   for (const std::string& key : candidates) {
@@ -599,19 +613,19 @@ Result<std::string> ApiServer::ResolveName(const Principal& who, std::string_vie
 }
 
 Status ApiServer::MigrateToTeamScopedNames() {
-  for (const std::string_view kind : {kJobsKind, kDeploymentsKind}) {
+  for (const std::string_view kind : {control::kJobsKind, control::kDeploymentsKind}) {
     GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> objects,
                               options_.store.List(kind));
     for (const store::StoredObject& object : objects) {
       Json doc = wire::ParseDocument(object.data);
-      const std::string key = TeamScopedKeyOf(doc);
+      const std::string key = control::TeamScopedKeyOf(doc);
       if (key == object.name || wire::StrOr(doc, "name").empty()) {
         continue;
       }
       // A preemptor named by an older server is of the team recorded beside it.
       if (const std::string by = wire::StrOr(doc, "preempted_by");
-          !by.empty() && by.find(kTeamSeparator) == std::string::npos) {
-        doc["preempted_by"] = TeamScopedKey(wire::StrOr(doc, "preempted_by_team"), by);
+          !by.empty() && by.find(control::kTeamSeparator) == std::string::npos) {
+        doc["preempted_by"] = control::TeamScopedKey(wire::StrOr(doc, "preempted_by_team"), by);
       }
       GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredEvent> events,
                                 options_.store.Events(kind, object.name));
@@ -637,19 +651,19 @@ Status ApiServer::MigrateToTeamScopedNames() {
   return Status::Ok();
 }
 
-Status ApiServer::CheckSubmission(const Principal& who, std::string_view queue_name) {
+Status ApiServer::CheckSubmission(const control::Principal& who, std::string_view queue_name) {
   if (!who.team.empty()) {
     GPUFLEET_RETURN_IF_ERROR(TeamMustExist(options_.store, "team (of the token)", who.team));
   }
   const Result<store::StoredObject> object =
-      ReadObject(kQueuesKind, queue_name,
+      ReadObject(control::kQueuesKind, queue_name,
                  InvalidArgumentError(fmt::format(
                      "metadata.queue: queue \"{}\" does not exist (gpufleet get queues lists them)",
                      queue_name)));
   if (!object.ok()) {
     return object.status();
   }
-  const Queue queue = QueueFromJson(wire::ParseDocument(object->data));
+  const control::Queue queue = control::QueueFromJson(wire::ParseDocument(object->data));
   if (!queue.team.empty() && !who.Sees(queue.team)) {
     return Status(StatusCode::kPermissionDenied,
                   fmt::format("metadata.queue: queue \"{}\" belongs to team \"{}\", not to \"{}\"",

@@ -22,8 +22,8 @@
 
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/http.h"
-#include "gpufleet/api/tenancy.h"
 #include "gpufleet/api/testing/self_signed_cert.h"
+#include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/synthetic_cluster.h"
@@ -111,16 +111,20 @@ class ApiServerTest : public ::testing::Test {
     ASSERT_OK(server_->RegisterNodes(TwoLeaves(catalog_, 2)));
     for (const char* team : {"team-a", "team-b"}) {
       store::WriteBatch batch;
-      batch.Create(std::string(kTeamsKind), team, TeamToJson({.name = team}).dump());
+      batch.Create(std::string(control::kTeamsKind), team,
+                   control::TeamToJson({.name = team}).dump());
       ASSERT_OK(store.Commit(batch));
     }
-    Result<std::string> admin = server_->authenticator().CreateToken(Role::kAdmin, "", "root");
+    Result<std::string> admin =
+        server_->authenticator().CreateToken(control::Role::kAdmin, "", "root");
     ASSERT_OK(admin);
     admin_ = *admin;
-    Result<std::string> a = server_->authenticator().CreateToken(Role::kMember, "team-a", "alice");
+    Result<std::string> a =
+        server_->authenticator().CreateToken(control::Role::kMember, "team-a", "alice");
     ASSERT_OK(a);
     alice_ = *a;
-    Result<std::string> b = server_->authenticator().CreateToken(Role::kMember, "team-b", "bob");
+    Result<std::string> b =
+        server_->authenticator().CreateToken(control::Role::kMember, "team-b", "bob");
     ASSERT_OK(b);
     bob_ = *b;
   }
@@ -276,13 +280,13 @@ TEST_F(ApiServerTest, AStoredJobWhoseWriteTheStoreRefusesFailsAloneAndTheCycleGo
   // the store's limit that scheduling it cannot be written.
   CallJson("POST", "/v1/jobs", alice_, JobYaml("legacy", 1, 8), 201);
   CallJson("POST", "/v1/jobs", bob_, JobYaml("others", 1, 8), 201);
-  Result<store::StoredObject> stored = store_.Get(kJobsKind, "team-a/legacy");
+  Result<store::StoredObject> stored = store_.Get(control::kJobsKind, "team-a/legacy");
   ASSERT_OK(stored);
   Json doc = Json::parse(stored->data);
   doc["padding"] = "";
   doc["padding"] = std::string(store::kMaxDataBytes - doc.dump().size() - 700, 'x');
   store::WriteBatch batch;
-  batch.Update(std::string(kJobsKind), "team-a/legacy", doc.dump(), stored->version);
+  batch.Update(std::string(control::kJobsKind), "team-a/legacy", doc.dump(), stored->version);
   ASSERT_OK(store_.Commit(batch));
 
   EXPECT_EQ(Cycle(), 1) << "the other job is scheduled in the same cycle";
@@ -508,7 +512,7 @@ TEST_F(ApiServerTest, SubmissionToUnknownQueueOrTeamIsRejectedAndNothingStored) 
               HasSubstr("metadata.queue: queue \"nowhere\" does not exist"));
 
   Result<std::string> ghost =
-      server_->authenticator().CreateToken(Role::kMember, "ghost-team", "casper");
+      server_->authenticator().CreateToken(control::Role::kMember, "ghost-team", "casper");
   ASSERT_OK(ghost);
   error = CallJson("POST", "/v1/jobs", *ghost, JobYaml("haunted", 1, 1), 400);
   EXPECT_THAT(error["error"]["message"].get<std::string>(),
@@ -516,7 +520,7 @@ TEST_F(ApiServerTest, SubmissionToUnknownQueueOrTeamIsRejectedAndNothingStored) 
 
   EXPECT_EQ(CallJson("GET", "/v1/jobs", admin_)["items"].size(), 0u);
   EXPECT_EQ(CallJson("GET", "/v1/jobs/lost/events", admin_, "", 404)["error"]["code"], "NOT_FOUND");
-  Result<std::vector<store::StoredEvent>> events = store_.Events(kJobsKind, "haunted");
+  Result<std::vector<store::StoredEvent>> events = store_.Events(control::kJobsKind, "haunted");
   ASSERT_OK(events);
   EXPECT_TRUE(events->empty());
 }
@@ -596,7 +600,7 @@ TEST_F(ApiServerTest, ServiceRoutesAndMetrics) {
   EXPECT_EQ(Call("GET", "/readyz", "").status, 200);
   // The same token rules as the rest: none is 401, a node's agent token 403, a member reads it.
   EXPECT_EQ(Call("GET", "/metrics", "").status, 401);
-  Result<std::string> agent = server_->authenticator().CreateToken(Role::kAgent, "", "a");
+  Result<std::string> agent = server_->authenticator().CreateToken(control::Role::kAgent, "", "a");
   ASSERT_OK(agent);
   EXPECT_EQ(Call("GET", "/metrics", *agent).status, 403);
   const ApiResponse metrics = Call("GET", "/metrics", alice_);
@@ -626,7 +630,7 @@ TEST(TokenAuthenticatorTest, BootstrapCreatesOneAdminTokenOnce) {
   ASSERT_OK(first);
   ASSERT_TRUE(first->has_value());
   EXPECT_EQ((*first)->size(), 64u);
-  Result<Principal> who = auth.Authenticate("Bearer " + **first);
+  Result<control::Principal> who = auth.Authenticate("Bearer " + **first);
   ASSERT_OK(who);
   EXPECT_TRUE(who->is_admin());
   // The store holds the hash only.
@@ -650,7 +654,7 @@ TEST(TokenAuthenticatorTest, BootstrapInstallsTheGivenToken) {
   Result<std::optional<std::string>> result = auth.Bootstrap("operator-chosen-token-1234");
   ASSERT_OK(result);
   EXPECT_FALSE(result->has_value());
-  Result<Principal> who = auth.Authenticate("bearer operator-chosen-token-1234");
+  Result<control::Principal> who = auth.Authenticate("bearer operator-chosen-token-1234");
   ASSERT_OK(who);
   EXPECT_TRUE(who->is_admin());
   EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
@@ -824,7 +828,7 @@ TEST_F(ApiServerIntegrationTest, HttpFramingIsStrictAndOneBodyLimitHolds) {
     EXPECT_THAT(answer, ::testing::StartsWith("HTTP/1.1 400")) << framing;
     EXPECT_THAT(answer, HasSubstr("INVALID_ARGUMENT")) << framing;
   }
-  EXPECT_EQ(store.Get(kJobsKind, "smuggled").status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(store.Get(control::kJobsKind, "smuggled").status().code(), StatusCode::kNotFound);
 
   // Invalid UTF-8 in the path: 400 naming it, not 500.
   const std::string bad_path =

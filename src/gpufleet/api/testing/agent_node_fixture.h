@@ -13,7 +13,7 @@
 
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/api/tenancy.h"
+#include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
@@ -44,13 +44,14 @@ class AgentNodeServerTest : public ::testing::Test {
     server_ = std::move(server).value();
     for (const char* team : {"team-a", "team-b"}) {
       store::WriteBatch batch;
-      batch.Create(std::string(api::kTeamsKind), team, api::TeamToJson({.name = team}).dump());
+      batch.Create(std::string(control::kTeamsKind), team,
+                   control::TeamToJson({.name = team}).dump());
       ASSERT_OK(store_.Commit(batch));
     }
-    admin_ = *server_->authenticator().CreateToken(api::Role::kAdmin, "", "root");
-    agent_ = *server_->authenticator().CreateToken(api::Role::kAgent, "", "agents");
-    alice_ = *server_->authenticator().CreateToken(api::Role::kMember, "team-a", "alice");
-    bob_ = *server_->authenticator().CreateToken(api::Role::kMember, "team-b", "bob");
+    admin_ = *server_->authenticator().CreateToken(control::Role::kAdmin, "", "root");
+    agent_ = *server_->authenticator().CreateToken(control::Role::kAgent, "", "agents");
+    alice_ = *server_->authenticator().CreateToken(control::Role::kMember, "team-a", "alice");
+    bob_ = *server_->authenticator().CreateToken(control::Role::kMember, "team-b", "bob");
     ASSERT_OK(server_->RunSchedulingCycle());
 
     wire::RegisterRequest inventory;

@@ -1,0 +1,110 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "gpufleet/core/status.h"
+#include "gpufleet/wire/json_fields.h"
+
+// A job's lifecycle (docs/architecture.md, "The job lifecycle"): its typed states and the one
+// function family that writes a job document's state, reason and stop record.
+//
+//   Pending -> Scheduled -> Running -> Stopping -> Succeeded | Failed | Cancelled
+//                                              -> Preempted -> Pending | Suspended -> Pending
+//                                              -> Pending (requeued)
+//
+// A run that ends for any reason but its own success passes through Stopping: the job keeps its
+// placements, and so its GPUs, shares and MIG slices, until every task of the run is known to be
+// gone (its agent reported it ended or no longer has it, or its node's lease expired plus the stop
+// grace). Only then does it take the state the ending asked for (`stopping.then`).
+namespace gpufleet::control {
+
+using wire::Json;
+
+enum class JobState {
+  kPending,
+  kScheduled,
+  kRunning,
+  kStopping,
+  kSucceeded,
+  kFailed,
+  kCancelled,
+  kPreempted,
+  kSuspended,
+};
+inline constexpr std::array<JobState, 9> kJobStates = {
+    JobState::kPending,   JobState::kScheduled, JobState::kRunning,
+    JobState::kStopping,  JobState::kSucceeded, JobState::kFailed,
+    JobState::kCancelled, JobState::kPreempted, JobState::kSuspended};
+
+const char* JobStateName(JobState state);  // "Pending", "Stopping", ...
+std::optional<JobState> ParseJobState(std::string_view name);
+// "Pending, Scheduled, ..." for error messages.
+std::string JobStateNames();
+// The state of a stored job document; nullopt when it has none or an unknown one.
+std::optional<JobState> StoredJobState(const Json& job);
+
+// Scheduled, Running and Stopping: the job's placements are counted as taken.
+bool HoldsResources(JobState state);
+// Scheduled and Running: the run's tasks should run.
+bool RunIsWanted(JobState state);
+// Succeeded, Failed and Cancelled: nothing happens to the job any more.
+bool IsFinished(JobState state);
+
+// Whether the task of a placement (an element of a job's "placements") is known to hold nothing:
+// it ended (phase Succeeded or Failed) or it was found gone while its job was Stopping.
+bool PlacementGone(const Json& placement);
+// Records that the task of `placement` is gone, with why ("exited with code 0", "not on node-3",
+// "node node-3 lost: ...").
+void MarkPlacementGone(Json& placement, std::string_view why);
+
+// The plain transitions: Pending -> Scheduled, Scheduled -> Running, Preempted or Suspended ->
+// Pending, Pending or Suspended -> Cancelled, Preempted -> Suspended, Pending -> Failed (a job that
+// can never be placed or stored). Sets state and reason;
+// returns the event text
+// (`event` when given, else "STATE: REASON"). kFailedPrecondition naming both states for any
+// other pair (an ended run goes through EndRun).
+Result<std::string> TransitionJob(Json& job, JobState to, std::string reason,
+                                  std::string event = "");
+
+// Ends the run of a job that holds resources. `then` is what the job becomes once the run's tasks
+// are gone: Pending (requeued), Preempted, Suspended, Failed, Cancelled or Succeeded (every task
+// exited 0). When every task is already gone the job takes `then` at once and its placements are
+// dropped; otherwise it becomes Stopping with `stopping: {"then", "reason", "since"}` (`since`: RFC
+// 3339 time, empty without a wall clock). A Stopping job keeps stopping and takes the new `then` (a
+// cancel overrides a requeue). Returns the event text. kFailedPrecondition when the job holds no
+// resources or `then` is not one of those states.
+Result<std::string> EndRun(Json& job, JobState then, std::string reason, std::string since);
+
+// Whether a placement's task has started: it runs or ran (its agent reported it so).
+bool TaskStarted(const Json& placement);
+
+// Why a job's run is a gang partly started ("1 of 2 tasks started; not started: workers-1 on
+// node-b (Waiting)"); nullopt when all or none of its tasks have started.
+std::optional<std::string> PartlyStartedGang(const Json& job);
+
+// A Stopping job whose every task is gone takes its `stopping.then` state, drops its placements
+// and its stop record; returns the event text. nullopt while a task may still run (or the job is
+// not Stopping).
+std::optional<std::string> FinishStoppingIfDone(Json& job);
+// Ends the current run of an active job because a node or GPU it used failed: requeued or
+// Failed, as its spec's onNodeFailure asks, once its tasks are gone. Returns the event text.
+std::string EndRunOnFailure(Json& job, const std::string& why, const std::string& since);
+
+// What a Stopping job waits for, for `describe job` and GET: "3 of 8 tasks still running;
+// SIGTERM sent 12s ago, SIGKILL at 30s" (the times when `now_unix_nanos` is given and the stop
+// record has its `since`).
+std::string DescribeStopping(const Json& job, std::optional<int64_t> now_unix_nanos = std::nullopt,
+                             std::chrono::seconds grace = std::chrono::seconds(30));
+
+// Unix nanoseconds as RFC 3339 in UTC to the second, e.g. "2026-11-29T20:39:00Z", and back
+// (nullopt for any other text).
+std::string FormatRfc3339(int64_t unix_nanos);
+std::optional<int64_t> ParseRfc3339(std::string_view text);
+
+}  // namespace gpufleet::control

@@ -1,0 +1,67 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gpufleet/control/scheduling_view.h"
+#include "gpufleet/core/clock.h"
+#include "gpufleet/wire/json_fields.h"
+
+// The job lifecycle's controllers: steps of the scheduling cycle that read the view's jobs and
+// return the job writes they decide; the server commits them (ApiServer::CommitJobWrites, with
+// the outcome hook, a compare-and-set at the version read and the events). None of them does IO.
+namespace gpufleet::control {
+
+using wire::Json;
+
+// One change of a stored job a controller decided.
+struct JobWrite {
+  std::string name;     // the store key
+  int64_t version = 0;  // of the document read
+  Json before;
+  Json after;
+  std::vector<std::string> events;  // at least one
+};
+
+// Stopping runs whose tasks are gone: every task on a node in `lost` (key: node, value: why its
+// tasks are surely gone) or on a node the view no longer has is marked gone, and a Stopping job
+// whose every task is gone takes the state its ending asked for.
+std::vector<JobWrite> EndGoneTasksOfStoppingRuns(const std::map<std::string, ViewJob>& jobs,
+                                                 const std::map<std::string, ViewNode>& nodes,
+                                                 const std::map<std::string, std::string>& lost);
+
+// The runs of jobs that still want to run (Scheduled, Running) with a task on a NotReady node end:
+// requeued or Failed as each job's onNodeFailure asks, through Stopping (their GPUs stay taken
+// until the tasks are gone). `now_text`: when the stop starts.
+std::vector<JobWrite> EndRunsOnNotReadyNodes(const std::map<std::string, ViewJob>& jobs,
+                                             const std::map<std::string, ViewNode>& nodes,
+                                             const std::string& now_text);
+
+// Preempted jobs back to Pending (a member is not told the name of another team's preemptor).
+std::vector<JobWrite> RequeuePreemptedJobs(const std::map<std::string, ViewJob>& jobs);
+
+// A gang runs whole or not at all: a Scheduled gang whose tasks have started on some nodes but
+// not on others (an agent holds a task Waiting for a GPU a stopping task still has, or has not
+// answered) for `timeout` is ended and requeued, its started tasks stopped. Remembers since when
+// each gang has been partly started (per attempt), so it is stateful; one instance per server.
+class GangStartController {
+ public:
+  explicit GangStartController(Duration timeout) : timeout_(timeout) {}
+
+  // `now` on the server's clock; `now_text` the wall time the stop starts (RFC 3339, or empty).
+  std::vector<JobWrite> Step(const std::map<std::string, ViewJob>& jobs, MonoTime now,
+                             const std::string& now_text);
+
+ private:
+  struct PartialGang {
+    int64_t attempt = 0;
+    MonoTime since;
+  };
+  Duration timeout_;
+  std::map<std::string, PartialGang> partial_;
+};
+
+}  // namespace gpufleet::control

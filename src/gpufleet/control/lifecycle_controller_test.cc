@@ -1,0 +1,173 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/control/lifecycle_controller.h"
+
+#include <chrono>
+#include <map>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/control/job_lifecycle.h"
+
+namespace gpufleet::control {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+ViewJob InView(const Json& doc, int64_t version) {
+  ViewJob job;
+  job.version = version;
+  job.data = doc.dump();
+  job.state = *StoredJobState(doc);
+  job.placements.resize(doc["placements"].size());
+  for (const Json& placement : doc["placements"]) {
+    job.nodes.insert(placement["node"].get<std::string>());
+  }
+  return job;
+}
+
+Json Gang(std::string_view state, const std::vector<std::string>& nodes) {
+  Json job = {{"name", "train"},
+              {"team", "nlp"},
+              {"state", state},
+              {"attempt", 1},
+              {"placements", Json::array()}};
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    job["placements"].push_back({{"task", "w-" + std::to_string(i)}, {"node", nodes[i]}});
+  }
+  return job;
+}
+
+TEST(GangStartController, RequeuesAGangPartlyStartedForTheTimeoutAndNoSooner) {
+  GangStartController controller(std::chrono::seconds(300));
+  Json doc = Gang("Scheduled", {"node-a", "node-b"});
+  doc["placements"][0]["phase"] = "Running";
+  std::map<std::string, ViewJob> jobs = {{"nlp/train", InView(doc, 7)}};
+
+  const MonoTime start{1'000'000'000};
+  EXPECT_TRUE(controller.Step(jobs, start, "t0").empty()) << "first seen partly started";
+  EXPECT_TRUE(controller.Step(jobs, start + std::chrono::seconds(299), "t1").empty());
+
+  const std::vector<JobWrite> writes =
+      controller.Step(jobs, start + std::chrono::seconds(300), "t2");
+  ASSERT_EQ(writes.size(), 1u);
+  EXPECT_EQ(writes[0].name, "nlp/train");
+  EXPECT_EQ(writes[0].version, 7) << "the compare-and-set is at the version read";
+  EXPECT_EQ(writes[0].before, doc);
+  EXPECT_EQ(writes[0].after["state"], "Stopping") << "its started task must stop first";
+  EXPECT_EQ(writes[0].after["stopping"]["then"], "Pending");
+  ASSERT_EQ(writes[0].events.size(), 1u);
+  EXPECT_THAT(writes[0].events[0], HasSubstr("did not start together within 300s"));
+}
+
+TEST(GangStartController, ANewAttemptOrAWholeStartResetsTheClock) {
+  GangStartController controller(std::chrono::seconds(10));
+  Json doc = Gang("Scheduled", {"node-a", "node-b"});
+  doc["placements"][0]["phase"] = "Running";
+  const MonoTime start{0};
+  EXPECT_TRUE(controller.Step({{"nlp/train", InView(doc, 1)}}, start, "").empty());
+
+  Json next = doc;
+  next["attempt"] = 2;
+  EXPECT_TRUE(
+      controller.Step({{"nlp/train", InView(next, 2)}}, start + std::chrono::seconds(10), "")
+          .empty())
+      << "a new attempt starts its own window";
+
+  Json whole = next;
+  whole["placements"][1]["phase"] = "Running";
+  EXPECT_TRUE(
+      controller.Step({{"nlp/train", InView(whole, 3)}}, start + std::chrono::seconds(20), "")
+          .empty());
+  EXPECT_TRUE(
+      controller.Step({{"nlp/train", InView(next, 4)}}, start + std::chrono::seconds(25), "")
+          .empty())
+      << "partly started again after being whole: the window starts over";
+  EXPECT_EQ(controller.Step({{"nlp/train", InView(next, 4)}}, start + std::chrono::seconds(35), "")
+                .size(),
+            1u);
+}
+
+TEST(EndGoneTasksOfStoppingRuns, EndsTasksOnLostOrRemovedNodesAndFinishesTheRun) {
+  Json doc = Gang("Running", {"node-a", "node-b"});
+  ASSERT_TRUE(EndRun(doc, JobState::kCancelled, "cancelled by alice", "t0").ok());
+  Json running = Gang("Running", {"node-a"});
+  const std::map<std::string, ViewJob> jobs = {{"nlp/train", InView(doc, 3)},
+                                               {"nlp/other", InView(running, 1)}};
+  std::map<std::string, ViewNode> nodes;
+  nodes["node-a"].agent = true;
+
+  EXPECT_TRUE(EndGoneTasksOfStoppingRuns(jobs, {{"node-a", {}}, {"node-b", {}}}, {}).empty())
+      << "nothing is known to be gone";
+
+  const std::vector<JobWrite> partly =
+      EndGoneTasksOfStoppingRuns(jobs, nodes, {});  // node-b is no longer in the view
+  ASSERT_EQ(partly.size(), 1u);
+  EXPECT_THAT(partly[0].events, ElementsAre("task w-1: node node-b is gone"));
+  EXPECT_EQ(partly[0].after["state"], "Stopping") << "w-0 may still run on node-a";
+
+  const std::vector<JobWrite> done = EndGoneTasksOfStoppingRuns(
+      jobs, nodes, {{"node-a", "node node-a lost: no heartbeat for 70s"}});
+  ASSERT_EQ(done.size(), 1u) << "a running job is not the controller's";
+  EXPECT_EQ(done[0].version, 3);
+  ASSERT_EQ(done[0].events.size(), 3u);
+  EXPECT_EQ(done[0].events[0], "task w-0: node node-a lost: no heartbeat for 70s");
+  EXPECT_EQ(done[0].after["state"], "Cancelled");
+}
+
+TEST(EndRunsOnNotReadyNodes, EndsTheRunsWithATaskThereAsEachJobAsks) {
+  Json requeue = Gang("Running", {"node-a", "node-b"});
+  requeue["placements"][0]["phase"] = "Running";
+  Json fail = Gang("Scheduled", {"node-b"});
+  fail["spec"] = {{"spec", {{"onNodeFailure", "fail"}}}};
+  const std::map<std::string, ViewJob> jobs = {
+      {"nlp/elsewhere", InView(Gang("Running", {"node-c"}), 1)},
+      {"nlp/fail", InView(fail, 2)},
+      {"nlp/requeue", InView(requeue, 3)}};
+  std::map<std::string, ViewNode> nodes;
+  nodes["node-a"].node.state = NodeState::kReady;
+  nodes["node-b"].node.state = NodeState::kNotReady;
+  nodes["node-c"].node.state = NodeState::kReady;
+
+  const std::vector<JobWrite> writes = EndRunsOnNotReadyNodes(jobs, nodes, "t0");
+  ASSERT_EQ(writes.size(), 2u) << "the job on Ready node-c keeps running";
+  EXPECT_EQ(writes[0].name, "nlp/fail");
+  EXPECT_EQ(writes[0].after["state"], "Stopping") << "its agent may have started w-0 unreported";
+  EXPECT_EQ(writes[0].after["stopping"]["then"], "Failed") << "onNodeFailure: fail";
+  EXPECT_THAT(writes[0].events[0], HasSubstr("node node-b is NotReady (task w-0 ran there)"));
+  EXPECT_EQ(writes[1].name, "nlp/requeue");
+  EXPECT_EQ(writes[1].version, 3);
+  EXPECT_EQ(writes[1].after["state"], "Stopping") << "w-0 may still run on node-a";
+  EXPECT_EQ(writes[1].after["stopping"]["then"], "Pending");
+  EXPECT_THAT(writes[1].events[0], HasSubstr("requeued: node node-b is NotReady (task w-1"));
+
+  nodes["node-b"].node.state = NodeState::kReady;
+  EXPECT_TRUE(EndRunsOnNotReadyNodes(jobs, nodes, "t1").empty());
+}
+
+TEST(RequeuePreemptedJobs, NamesTheSameTeamsPreemptorOnly) {
+  Json ours = Gang("Preempted", {});
+  ours["preempted_by"] = "nlp/urgent";
+  ours["preempted_by_team"] = "nlp";
+  Json theirs = ours;
+  theirs["name"] = "other";
+  theirs["preempted_by"] = "vision/secret";
+  theirs["preempted_by_team"] = "vision";
+  const std::map<std::string, ViewJob> jobs = {{"nlp/other", InView(theirs, 2)},
+                                               {"nlp/train", InView(ours, 5)},
+                                               {"nlp/running", InView(Gang("Running", {}), 1)}};
+  const std::vector<JobWrite> writes = RequeuePreemptedJobs(jobs);
+  ASSERT_EQ(writes.size(), 2u);
+  EXPECT_EQ(writes[0].name, "nlp/other");
+  EXPECT_EQ(writes[0].after["state"], "Pending");
+  EXPECT_THAT(writes[0].events[0], HasSubstr("by a job of another team"));
+  EXPECT_THAT(writes[0].events[0], ::testing::Not(HasSubstr("secret")));
+  EXPECT_EQ(writes[1].name, "nlp/train");
+  EXPECT_EQ(writes[1].version, 5);
+  EXPECT_THAT(writes[1].events[0], HasSubstr("by job urgent"));
+}
+
+}  // namespace
+}  // namespace gpufleet::control

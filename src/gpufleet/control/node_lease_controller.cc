@@ -1,0 +1,112 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/control/node_lease_controller.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "gpufleet/control/store_keys.h"
+#include "gpufleet/core/cluster.h"
+#include "gpufleet/wire/json_fields.h"
+
+namespace gpufleet::control {
+namespace {
+
+int64_t Seconds(Duration duration) {
+  return std::chrono::duration_cast<std::chrono::seconds>(duration).count();
+}
+
+}  // namespace
+
+bool NodeLeaseController::Renew(const std::string& node, int64_t sequence, bool registering) {
+  std::lock_guard<std::mutex> lock(mu_);
+  int64_t& last_sequence = last_sequence_[node];
+  if (!registering && sequence != 0 && sequence <= last_sequence) {
+    return false;
+  }
+  last_heartbeat_[node] = options_.clock.Now();
+  last_sequence = sequence;
+  return true;
+}
+
+void NodeLeaseController::Forget(const std::string& node) {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_heartbeat_.erase(node);
+  last_sequence_.erase(node);
+}
+
+std::map<std::string, MonoTime> NodeLeaseController::HeartbeatTimes(
+    const std::set<std::string>& nodes) const {
+  std::map<std::string, MonoTime> times;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const std::string& node : nodes) {
+    if (const auto beat = last_heartbeat_.find(node); beat != last_heartbeat_.end()) {
+      times.insert(*beat);
+    }
+  }
+  return times;
+}
+
+Duration NodeLeaseController::SilentFor(const std::string& node, MonoTime now) const {
+  const auto it = last_heartbeat_.find(node);
+  return now - (it == last_heartbeat_.end() ? options_.started_at : it->second);
+}
+
+Result<bool> NodeLeaseController::MarkSilentNodesNotReady(SchedulingView& view) {
+  bool wrote = false;
+  for (const auto& [name, node] : view.nodes()) {
+    if (!node.agent || node.node.state == NodeState::kNotReady) {
+      continue;
+    }
+    // Held across the write: a heartbeat renews before it reads the node, so it either comes
+    // first (the node is not silent) or waits and then finds NotReady to undo.
+    std::lock_guard<std::mutex> lock(mu_);
+    const Duration silent = SilentFor(name, options_.clock.Now());
+    if (silent <= options_.lease) {
+      continue;
+    }
+    Result<store::StoredObject> object = options_.store.Get(kNodesKind, name);
+    if (!object.ok()) {
+      return object.status();
+    }
+    Json doc = wire::ParseDocument(object->data);
+    doc["state_before_not_ready"] = wire::StrOr(doc, "state", NodeStateName(NodeState::kReady));
+    doc["state"] = NodeStateName(NodeState::kNotReady);
+    store::WriteBatch batch;
+    batch.Update(std::string(kNodesKind), name, doc.dump(), object->version);
+    batch.AppendEvent(
+        std::string(kNodesKind), name,
+        fmt::format("NotReady: no heartbeat for {}s; its lease expired, so its agent stops its "
+                    "tasks; their GPUs are free after another {}s",
+                    Seconds(silent), Seconds(options_.stop_grace)));
+    const Status status = options_.store.Commit(batch);
+    if (!status.ok() && status.code() != StatusCode::kAborted) {
+      view.ReadAllAgain();
+      return status;
+    }
+    wrote = wrote || status.ok();
+  }
+  return wrote;
+}
+
+std::map<std::string, std::string> NodeLeaseController::LostNodes(
+    const std::map<std::string, ViewNode>& nodes) const {
+  const MonoTime now = options_.clock.Now();
+  std::map<std::string, std::string> lost;
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& [name, node] : nodes) {
+    if (!node.agent) {
+      lost[name] = fmt::format("node {} runs no agent", name);
+      continue;
+    }
+    const Duration silent = SilentFor(name, now);
+    if (silent > options_.lease + options_.stop_grace) {
+      lost[name] =
+          fmt::format("node {} lost: no heartbeat for {}s (lease {}s + stop grace {}s)", name,
+                      Seconds(silent), Seconds(options_.lease), Seconds(options_.stop_grace));
+    }
+  }
+  return lost;
+}
+
+}  // namespace gpufleet::control

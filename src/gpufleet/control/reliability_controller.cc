@@ -1,0 +1,935 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/control/reliability_controller.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "gpufleet/control/job_lifecycle.h"
+#include "gpufleet/control/placement_gpus.h"
+#include "gpufleet/control/store_keys.h"
+#include "gpufleet/control/tenancy.h"
+#include "gpufleet/core/cluster.h"
+#include "gpufleet/reliability/inventory.h"
+#include "gpufleet/reliability/outcome.h"
+#include "gpufleet/reliability/xid_catalog.h"
+#include "gpufleet/wire/json_scan.h"
+
+namespace gpufleet::control {
+namespace {
+
+using reliability::AuditAction;
+using reliability::AuditEntry;
+using reliability::Device;
+using reliability::DeviceEvidence;
+using reliability::DeviceKind;
+using reliability::DrainMode;
+using reliability::QuarantineSource;
+
+// Compare-and-set retries of one write before the step gives up until the next one.
+constexpr int kWriteAttempts = 5;
+// The cluster document that holds the topology levels (server.cc writes it).
+constexpr std::string_view kTopologyName = "topology";
+// More XIDs of one code in one run say nothing more.
+constexpr int kMaxXidsPerCode = 10;
+
+bool IsRunGoing(std::string_view state) {
+  const std::optional<JobState> typed = ParseJobState(state);
+  return typed && RunIsWanted(*typed);
+}
+
+std::string QuarantinedName() {
+  return GpuHealthName(GpuHealth::kQuarantined);
+}
+
+// A GPU's id in outcome records and the inventory: its UUID, or NODE/gpuINDEX for a GPU
+// registered without one.
+std::string GpuKey(const Json& gpu, std::string_view node, int64_t index) {
+  const std::string uuid = wire::StrOr(gpu, "uuid");
+  return uuid.empty() ? fmt::format("{}/gpu{}", node, index) : uuid;
+}
+
+std::string QuarantineDocName(const Device& device) {
+  return fmt::format("{}:{}", reliability::DeviceKindName(device.kind), device.id);
+}
+
+std::optional<Device> DeviceOfDoc(const Json& doc) {
+  const std::string kind = wire::StrOr(doc, "device");
+  const std::string id = wire::StrOr(doc, "id");
+  if (id.empty() || (kind != "gpu" && kind != "node")) {
+    return std::nullopt;
+  }
+  return Device{kind == "gpu" ? DeviceKind::kGpu : DeviceKind::kNode, id};
+}
+
+std::optional<QuarantineSource> ParseSource(std::string_view name) {
+  for (const QuarantineSource source :
+       {QuarantineSource::kAttribution, QuarantineSource::kHealthRule,
+        QuarantineSource::kOperator}) {
+    if (name == reliability::QuarantineSourceName(source)) {
+      return source;
+    }
+  }
+  return std::nullopt;
+}
+
+// JSON has no infinity: a rate ratio with nothing expected is null.
+Json Number(double value) {
+  return std::isfinite(value) ? Json(value) : Json(nullptr);
+}
+
+}  // namespace
+
+Status ReliabilityOptions::Validate() const {
+  if (interval.count() < 0) {
+    return InvalidArgumentError(
+        fmt::format("reliability.interval: {} ms (must be >= 0)", interval.count()));
+  }
+  if (Status status = attribution.Validate(); !status.ok()) {
+    return InvalidArgumentError(fmt::format("reliability.attribution.{}", status.message()));
+  }
+  if (Status status = budget.Validate(); !status.ok()) {
+    return InvalidArgumentError(fmt::format("reliability.budget.{}", status.message()));
+  }
+  return Status::Ok();
+}
+
+// The fleet as the node documents describe it, with dense indices for the reliability library.
+struct ReliabilityController::Fleet {
+  struct Gpu {
+    std::string node;
+    int64_t index = 0;  // position on its node
+    std::string key;    // GpuKey
+    std::string health;
+    std::string drain;  // what the agent's health rules ask: "none", "after-job", "now"
+    Json reasons = Json::array();
+  };
+  reliability::FleetInventory inventory;
+  std::vector<Gpu> gpus;  // by inventory GPU index
+
+  const Gpu* FindGpu(std::string_view key) const {
+    const int index = inventory.GpuIndex(key);
+    return index < 0 ? nullptr : &gpus[static_cast<size_t>(index)];
+  }
+  bool IsQuarantined(const Device& device) const {
+    const int index = inventory.IndexOf(device);
+    if (index < 0) {
+      return false;
+    }
+    if (device.kind == DeviceKind::kGpu) {
+      return gpus[static_cast<size_t>(index)].health == QuarantinedName();
+    }
+    const std::vector<int>& node_gpus = inventory.gpus_of_node(index);
+    return !node_gpus.empty() && std::all_of(node_gpus.begin(), node_gpus.end(), [&](int gpu) {
+      return gpus[static_cast<size_t>(gpu)].health == QuarantinedName();
+    });
+  }
+};
+
+// One analysis: the fleet, a monitor fed with the stored outcomes and holding the quarantines
+// in force, and the clock it reads (set to the release times while evidence is reset, then now).
+struct ReliabilityController::Analysis {
+  Fleet fleet;
+  FakeClock clock;
+  std::optional<reliability::ReliabilityMonitor> monitor;
+  size_t seeded_audit = 0;  // audit entries that restate quarantines already in force
+  int outcomes = 0;
+  int skipped = 0;
+  std::map<std::string, Json> quarantine_docs;  // by name
+};
+
+ReliabilityController::ReliabilityController(store::StateStore& store, const Clock& clock,
+                                             const WallClock* wall_clock,
+                                             ReliabilityOptions options)
+    : store_(store), clock_(clock), wall_clock_(wall_clock), options_(std::move(options)) {}
+
+int64_t ReliabilityController::NowNanos() const {
+  return wall_clock_ != nullptr ? wall_clock_->UnixNanos() : clock_.Now().nanos;
+}
+
+// ---- outcome records ----------------------------------------------------------------------
+
+Json ReliabilityController::XidBaseline(const Json& job) {
+  Json baseline = Json::object();
+  for (const Json& placement : wire::ArrayOr(job, "placements")) {
+    const std::string node = wire::StrOr(placement, "node");
+    const Result<store::StoredObject> object = store_.Get(kNodesKind, node);
+    if (!object.ok()) {
+      continue;
+    }
+    const Json doc = wire::ParseDocument(object->data);
+    for (const PlacedGpu& placed : PlacedGpus(placement)) {
+      const Json* gpu = FindPlacedGpu(wire::ArrayOr(doc, "gpus"), placed);
+      if (gpu == nullptr) {
+        continue;
+      }
+      const GpuHealthReading reading = ReadHealthReasons(wire::ArrayOr(*gpu, "reasons"));
+      for (const auto& [xid, count] : reading.xids) {
+        baseline[GpuKey(*gpu, node, wire::IntOr(*gpu, "index", -1))][std::to_string(xid)] = count;
+      }
+    }
+  }
+  return baseline;
+}
+
+Result<StoredOutcome> ReliabilityController::BuildOutcome(const Json& before, const Json& after) {
+  StoredOutcome outcome;
+  reliability::OutcomeRecord& r = outcome.record;
+  r.job = JobId(TeamScopedKeyOf(before));  // the job's key, TEAM/NAME
+  r.attempt = static_cast<int>(wire::IntOr(before, "attempt", 0));
+  r.end = MonoTime{NowNanos()};
+  const Json& run = before.contains("run") ? before["run"] : Json::object();
+  r.start = wire::IntOr(run, "attempt", -1) == r.attempt
+                ? MonoTime{wire::IntOr(run, "started_ns", r.end.nanos)}
+                : r.end;
+  r.start = std::min(r.start, r.end);
+  const Json& baseline = run.contains("xids_before") ? run["xids_before"] : Json::object();
+  bool hardware_evidence = false;
+  std::set<std::string> gpu_nodes;
+  std::vector<std::string> placement_nodes;
+  for (const Json& placement : wire::ArrayOr(before, "placements")) {
+    const std::string node = wire::StrOr(placement, "node");
+    if (node.empty()) {
+      continue;
+    }
+    placement_nodes.push_back(node);
+    const std::vector<PlacedGpu> placed = PlacedGpus(placement);
+    if (placed.empty()) {
+      continue;
+    }
+    GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject object, store_.Get(kNodesKind, node));
+    const Json doc = wire::ParseDocument(object.data);
+    for (const PlacedGpu& one : placed) {
+      const Json* gpu = FindPlacedGpu(wire::ArrayOr(doc, "gpus"), one);
+      if (gpu == nullptr && one.uuid.empty()) {
+        return NotFoundError(fmt::format("node \"{}\" has no GPU {}", node, one.index));
+      }
+      // A GPU gone from its node (the run ended for it) is still the run's, by its UUID; it has
+      // no health to read.
+      const std::string key =
+          gpu == nullptr ? one.uuid : GpuKey(*gpu, node, wire::IntOr(*gpu, "index", -1));
+      if (std::find(r.gpus.begin(), r.gpus.end(), GpuUuid(key)) != r.gpus.end()) {
+        continue;  // a GPU shared by two tasks of the job
+      }
+      r.gpus.push_back(GpuUuid(key));
+      gpu_nodes.insert(node);
+      if (gpu == nullptr) {
+        continue;
+      }
+      const GpuHealthReading reading = ReadHealthReasons(wire::ArrayOr(*gpu, "reasons"));
+      const Json& seen_before = baseline.contains(key) ? baseline[key] : Json::object();
+      for (const auto& [xid, count] : reading.xids) {
+        const int new_count =
+            std::min(kMaxXidsPerCode,
+                     count - static_cast<int>(wire::IntOr(seen_before, std::to_string(xid), 0)));
+        for (int i = 0; i < new_count; ++i) {
+          r.xids.push_back(reliability::XidEvent{GpuUuid(key), xid});
+        }
+        hardware_evidence = hardware_evidence || (new_count > 0 && reliability::XidBlamesGpu(xid));
+      }
+      for (const GpuHealthReading::Check& check : reading.checks) {
+        r.health_events.push_back(
+            reliability::HealthEvent{NodeId(node), GpuUuid(key), check.name, check.severity});
+        hardware_evidence =
+            hardware_evidence || check.severity == reliability::HealthSeverity::kFail;
+      }
+    }
+  }
+  // A record's nodes are its GPUs' nodes (ValidateOutcome); a CPU-only run names its nodes.
+  if (gpu_nodes.empty()) {
+    gpu_nodes.insert(placement_nodes.begin(), placement_nodes.end());
+  }
+  for (const std::string& node : gpu_nodes) {
+    r.nodes.push_back(NodeId(node));
+  }
+  if (r.nodes.empty()) {
+    return FailedPreconditionError(
+        fmt::format("job \"{}\" run {} held no node", r.job.value(), r.attempt));
+  }
+  r.exit_reason = InferExitReason(after, hardware_evidence);
+  outcome.cause = wire::StrOr(after, "reason");
+  if (outcome.cause.empty()) {
+    outcome.cause = wire::StrOr(after, "state");
+  }
+  return outcome;
+}
+
+void ReliabilityController::NoteJobChange(const Json& before, Json& after,
+                                          store::WriteBatch& batch) {
+  if (!IsRunGoing(wire::StrOr(before, "state"))) {
+    return;
+  }
+  const std::string job = TeamScopedKeyOf(before);
+  const int64_t attempt = wire::IntOr(before, "attempt", 0);
+  const bool ended =
+      !IsRunGoing(wire::StrOr(after, "state")) || wire::IntOr(after, "attempt", 0) != attempt;
+  if (job.empty()) {
+    return;
+  }
+  if (!ended) {
+    const Json& run = after.contains("run") ? after["run"] : Json::object();
+    if (wire::IntOr(run, "attempt", -1) != attempt) {
+      after["run"] = {{"attempt", attempt}, {"started_ns", NowNanos()}};
+    }
+    if (!after["run"].contains("xids_before")) {
+      // The XIDs its GPUs reported before the run's first report are not the run's (the agent
+      // keeps them until the GPU is reset).
+      after["run"]["xids_before"] = XidBaseline(before);
+    }
+    return;
+  }
+  after.erase("run");
+  const std::string name = OutcomeName(job, attempt);
+  // A run ends once; a record already there (an earlier server wrote it) stays as it is.
+  if (store_.Get(kOutcomesKind, name).ok()) {
+    return;
+  }
+  Result<StoredOutcome> outcome = BuildOutcome(before, after);
+  if (!outcome.ok()) {
+    fmt::print(stderr, "gpufleet server: outcomes/{}: not recorded: {}\n", name,
+               outcome.status().ToString());
+    return;
+  }
+  batch.Create(std::string(kOutcomesKind), name, OutcomeToJson(*outcome).dump());
+}
+
+void ReliabilityController::NoteRunStarted(Json& job) const {
+  job["run"] = {{"attempt", wire::IntOr(job, "attempt", 0)}, {"started_ns", NowNanos()}};
+}
+
+// ---- the fleet and the analysis ---------------------------------------------------------------
+
+Result<ReliabilityController::Fleet> ReliabilityController::LoadFleet() {
+  std::string leaf_level;
+  const Result<store::StoredObject> topology = store_.Get(kClusterKind, kTopologyName);
+  if (topology.ok()) {
+    const Json recorded = wire::ParseDocument(topology->data);
+    const Json& levels = wire::ArrayOr(recorded, "levels");
+    if (!levels.empty() && levels.back().is_string()) {
+      leaf_level = levels.back().get<std::string>();
+    }
+  } else if (topology.status().code() != StatusCode::kNotFound) {
+    return topology.status();
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> nodes, store_.List(kNodesKind));
+  Fleet fleet;
+  for (const store::StoredObject& object : nodes) {
+    const Json doc = wire::ParseDocument(object.data);
+    const std::string leaf =
+        leaf_level.empty()
+            ? ""
+            : wire::StrOr(doc.contains("topology") ? doc["topology"] : Json(), leaf_level);
+    std::vector<GpuUuid> keys;
+    std::vector<Fleet::Gpu> gpus;
+    for (const Json& gpu : wire::ArrayOr(doc, "gpus")) {
+      const int64_t index = wire::IntOr(gpu, "index", -1);
+      Fleet::Gpu entry{object.name,
+                       index,
+                       GpuKey(gpu, object.name, index),
+                       wire::StrOr(gpu, "health"),
+                       wire::StrOr(gpu, "drain", "none"),
+                       gpu.contains("reasons") ? gpu["reasons"] : Json::array()};
+      keys.push_back(GpuUuid(entry.key));
+      gpus.push_back(std::move(entry));
+    }
+    if (Status status = fleet.inventory.AddNode(NodeId(object.name), leaf, keys); !status.ok()) {
+      fmt::print(stderr, "gpufleet server: reliability: node \"{}\" left out: {}\n", object.name,
+                 status.ToString());
+      continue;
+    }
+    for (Fleet::Gpu& gpu : gpus) {
+      fleet.gpus.push_back(std::move(gpu));
+    }
+  }
+  return fleet;
+}
+
+Result<std::vector<reliability::OutcomeRecord>> ReliabilityController::LoadOutcomes() {
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> objects,
+                            store_.List(kOutcomesKind));
+  std::vector<reliability::OutcomeRecord> records;
+  std::lock_guard<std::mutex> lock(mu_);
+  std::map<std::string, CachedOutcome> cache;
+  for (const store::StoredObject& object : objects) {
+    auto it = outcomes_.find(object.name);
+    CachedOutcome entry;
+    if (it != outcomes_.end() && it->second.version == object.revision) {
+      entry = std::move(it->second);
+    } else {
+      // The store revision tells every write apart, even a deleted and re-created record.
+      entry.version = object.revision;
+      Result<StoredOutcome> parsed = OutcomeFromJson(wire::ParseDocument(object.data));
+      if (parsed.ok()) {
+        entry.record = std::move(parsed).value().record;
+      }
+    }
+    if (entry.record) {
+      records.push_back(*entry.record);
+    }
+    cache.emplace(object.name, std::move(entry));
+  }
+  outcomes_ = std::move(cache);
+  std::stable_sort(records.begin(), records.end(),
+                   [](const reliability::OutcomeRecord& a, const reliability::OutcomeRecord& b) {
+                     return a.end < b.end;
+                   });
+  return records;
+}
+
+Result<std::unique_ptr<ReliabilityController::Analysis>> ReliabilityController::Analyse() {
+  auto analysis = std::make_unique<Analysis>();
+  GPUFLEET_ASSIGN_OR_RETURN(analysis->fleet, LoadFleet());
+  const MonoTime now{NowNanos()};
+  analysis->clock.Set(now);
+  GPUFLEET_ASSIGN_OR_RETURN(reliability::ReliabilityMonitor monitor,
+                            reliability::ReliabilityMonitor::Create(
+                                analysis->fleet.inventory, analysis->clock, options_.attribution,
+                                options_.budget, options_.rules));
+  analysis->monitor.emplace(std::move(monitor));
+  reliability::ReliabilityMonitor& m = *analysis->monitor;
+  const Fleet& fleet = analysis->fleet;
+
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> docs,
+                            store_.List(kQuarantinesKind));
+  for (const store::StoredObject& object : docs) {
+    Json doc = wire::ParseDocument(object.data);
+    doc["version"] = object.version;
+    analysis->quarantine_docs.emplace(object.name, std::move(doc));
+  }
+  auto doc_in_force = [&](const Device& device) -> const Json* {
+    const auto it = analysis->quarantine_docs.find(QuarantineDocName(device));
+    return it != analysis->quarantine_docs.end() &&
+                   wire::StrOr(it->second, "state") == "quarantined"
+               ? &it->second
+               : nullptr;
+  };
+  // The quarantines in force, so that the budget counts them; a denial here changes nothing.
+  auto seed = [&](const Device& device) {
+    const Json* doc = doc_in_force(device);
+    reliability::QuarantineRequest request{device, DrainMode::kAfterJob,
+                                           QuarantineSource::kOperator, "operator",
+                                           "quarantined on the node"};
+    if (doc != nullptr) {
+      request.mode = wire::StrOr(*doc, "mode") == "now" ? DrainMode::kNow : DrainMode::kAfterJob;
+      request.source =
+          ParseSource(wire::StrOr(*doc, "source")).value_or(QuarantineSource::kOperator);
+      request.actor = wire::StrOr(*doc, "actor", "operator");
+      request.reason = wire::StrOr(*doc, "reason", "quarantined");
+    }
+    (void)m.Quarantine(request);
+  };
+  for (int node = 0; node < fleet.inventory.node_count(); ++node) {
+    const Device node_device = Device::OfNode(fleet.inventory.node_id(node));
+    if (doc_in_force(node_device) != nullptr && fleet.IsQuarantined(node_device)) {
+      seed(node_device);
+      continue;
+    }
+    for (const int gpu : fleet.inventory.gpus_of_node(node)) {
+      if (fleet.gpus[static_cast<size_t>(gpu)].health == QuarantinedName()) {
+        seed(Device::OfGpu(fleet.inventory.gpu_uuid(gpu)));
+      }
+    }
+  }
+  analysis->seeded_audit = m.quarantine().audit_log().size();
+
+  // A released device's evidence starts again at its release.
+  for (const auto& [name, doc] : analysis->quarantine_docs) {
+    const int64_t since = wire::IntOr(doc, "evidence_since_ns", 0);
+    const std::optional<Device> device = DeviceOfDoc(doc);
+    if (since <= 0 || !device || !fleet.inventory.Contains(*device)) {
+      continue;
+    }
+    analysis->clock.Set(MonoTime{since});
+    (void)m.engine().ResetDevice(*device);
+  }
+  analysis->clock.Set(now);
+
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<reliability::OutcomeRecord> records, LoadOutcomes());
+  for (const reliability::OutcomeRecord& record : records) {
+    if (m.engine().AddOutcome(record).ok()) {
+      ++analysis->outcomes;
+    } else {
+      ++analysis->skipped;
+    }
+  }
+  return analysis;
+}
+
+// ---- the step -----------------------------------------------------------------------------
+
+std::optional<Result<ReliabilityStepResult>> ReliabilityController::RunIfDue() {
+  const MonoTime now = clock_.Now();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (last_step_ && now - *last_step_ < options_.interval) {
+      return std::nullopt;
+    }
+    last_step_ = now;
+  }
+  return RunStep();
+}
+
+Status ReliabilityController::NoticeQuarantineChanges(const Fleet& fleet,
+                                                      ReliabilityStepResult& result) {
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> docs,
+                            store_.List(kQuarantinesKind));
+  const int64_t now = NowNanos();
+  std::set<std::string> in_force;
+  for (const store::StoredObject& object : docs) {
+    Json doc = wire::ParseDocument(object.data);
+    const std::optional<Device> device = DeviceOfDoc(doc);
+    if (wire::StrOr(doc, "state") != "quarantined" || !device ||
+        !fleet.inventory.Contains(*device)) {
+      continue;
+    }
+    if (fleet.IsQuarantined(*device)) {
+      in_force.insert(object.name);
+      continue;
+    }
+    // Released on the node (gpufleet release): it is back in service and starts clean.
+    doc["state"] = "released";
+    doc["released_ns"] = now;
+    doc["evidence_since_ns"] = now;
+    store::WriteBatch batch;
+    batch.Update(std::string(kQuarantinesKind), object.name, doc.dump(), object.version);
+    batch.AppendEvent(std::string(kQuarantinesKind), object.name,
+                      "released: in service again; the evidence before now is forgotten");
+    const Status status = store_.Commit(batch);
+    if (status.ok()) {
+      result.released.push_back(device->ToString());
+    } else if (status.code() != StatusCode::kAborted) {
+      return status;
+    }
+  }
+  // Quarantines set on the node by an operator get a document too, so that their release is
+  // noticed like any other.
+  for (size_t i = 0; i < fleet.gpus.size(); ++i) {
+    const Fleet::Gpu& gpu = fleet.gpus[i];
+    const Device device = Device::OfGpu(GpuUuid(gpu.key));
+    const Device node = Device::OfNode(NodeId(gpu.node));
+    if (gpu.health != QuarantinedName() || in_force.count(QuarantineDocName(device)) > 0 ||
+        in_force.count(QuarantineDocName(node)) > 0) {
+      continue;
+    }
+    const std::string name = QuarantineDocName(device);
+    const Result<store::StoredObject> existing = store_.Get(kQuarantinesKind, name);
+    if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) {
+      return existing.status();
+    }
+    Json doc = existing.ok() ? wire::ParseDocument(existing->data) : Json::object();
+    doc.update({{"device", "gpu"},
+                {"id", gpu.key},
+                {"node", gpu.node},
+                {"gpu", gpu.index},
+                {"state", "quarantined"},
+                {"source", reliability::QuarantineSourceName(QuarantineSource::kOperator)},
+                {"actor", "operator"},
+                {"reason", "quarantined on the node"},
+                {"mode", reliability::DrainModeName(DrainMode::kAfterJob)},
+                {"since_ns", now}});
+    store::WriteBatch batch;
+    if (existing.ok()) {
+      batch.Update(std::string(kQuarantinesKind), name, doc.dump(), existing->version);
+    } else {
+      batch.Create(std::string(kQuarantinesKind), name, doc.dump());
+    }
+    batch.AppendEvent(std::string(kQuarantinesKind), name,
+                      fmt::format("quarantined on node {} by an operator", gpu.node));
+    const Status status = store_.Commit(batch);
+    if (!status.ok() && status.code() != StatusCode::kAborted &&
+        status.code() != StatusCode::kAlreadyExists) {
+      return status;
+    }
+  }
+  return Status::Ok();
+}
+
+Status ReliabilityController::ApplyQuarantine(const Analysis& analysis, const AuditEntry& entry) {
+  const Device& device = entry.device;
+  const Fleet& fleet = analysis.fleet;
+  const Fleet::Gpu* gpu = device.kind == DeviceKind::kGpu ? fleet.FindGpu(device.id) : nullptr;
+  const std::string node = gpu != nullptr ? gpu->node : device.id;
+  const std::string what =
+      gpu != nullptr ? fmt::format("gpu {} ({})", gpu->index, gpu->key) : "every gpu";
+  const int leaf = fleet.inventory.leaf_of_node(fleet.inventory.NodeIndex(node));
+  const std::string event = fmt::format(
+      "{} quarantined by {} ({}), drain {}: {}; GPUs out: {} of {} in the fleet, {} of {} in leaf "
+      "\"{}\"",
+      what, reliability::QuarantineSourceName(entry.source), entry.actor,
+      reliability::DrainModeName(entry.mode), entry.reason, entry.gpus_out,
+      fleet.inventory.gpu_count(), entry.leaf_gpus_out, fleet.inventory.gpus_in_leaf(leaf),
+      entry.leaf);
+  const std::string name = QuarantineDocName(device);
+  const int64_t now = NowNanos();
+  for (int attempt = 0;; ++attempt) {
+    GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject object, store_.Get(kNodesKind, node));
+    Json doc = wire::ParseDocument(object.data);
+    if (doc.contains("gpus") && doc["gpus"].is_array()) {
+      for (Json& g : doc["gpus"]) {
+        if (gpu == nullptr || wire::IntOr(g, "index", -1) == gpu->index) {
+          g["health"] = QuarantinedName();
+        }
+      }
+    }
+    const Result<store::StoredObject> existing = store_.Get(kQuarantinesKind, name);
+    if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) {
+      return existing.status();
+    }
+    Json record = existing.ok() ? wire::ParseDocument(existing->data) : Json::object();
+    record.update({{"device", reliability::DeviceKindName(device.kind)},
+                   {"id", device.id},
+                   {"node", node},
+                   {"leaf", entry.leaf},
+                   {"state", "quarantined"},
+                   {"source", reliability::QuarantineSourceName(entry.source)},
+                   {"actor", entry.actor},
+                   {"reason", entry.reason},
+                   {"mode", reliability::DrainModeName(entry.mode)},
+                   {"since_ns", now}});
+    if (gpu != nullptr) {
+      record["gpu"] = gpu->index;
+    }
+    store::WriteBatch batch;
+    batch.Update(std::string(kNodesKind), node, doc.dump(), object.version);
+    batch.AppendEvent(std::string(kNodesKind), node, event);
+    if (existing.ok()) {
+      batch.Update(std::string(kQuarantinesKind), name, record.dump(), existing->version);
+    } else {
+      batch.Create(std::string(kQuarantinesKind), name, record.dump());
+    }
+    batch.AppendEvent(std::string(kQuarantinesKind), name, event);
+    const Status status = store_.Commit(batch);
+    if (status.ok()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      denials_logged_.erase(device);
+      return status;
+    }
+    if ((status.code() != StatusCode::kAborted && status.code() != StatusCode::kAlreadyExists) ||
+        attempt + 1 == kWriteAttempts) {
+      return status;
+    }
+  }
+}
+
+Status ReliabilityController::LogDenial(const Analysis& analysis, const AuditEntry& entry) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!denials_logged_.insert(entry.device).second) {
+      return Status::Ok();
+    }
+  }
+  const Fleet::Gpu* gpu =
+      entry.device.kind == DeviceKind::kGpu ? analysis.fleet.FindGpu(entry.device.id) : nullptr;
+  const std::string node = gpu != nullptr ? gpu->node : entry.device.id;
+  const std::string what =
+      gpu != nullptr ? fmt::format("gpu {} ({})", gpu->index, gpu->key) : "the node";
+  store::WriteBatch batch;
+  batch.AppendEvent(
+      std::string(kNodesKind), node,
+      fmt::format("{} not quarantined by {} ({}): {}", what,
+                  reliability::QuarantineSourceName(entry.source), entry.actor, entry.reason));
+  return store_.Commit(batch);
+}
+
+Result<int> ReliabilityController::PreemptRunsOn(const Analysis& analysis, const Device& device) {
+  const Fleet::Gpu* gpu =
+      device.kind == DeviceKind::kGpu ? analysis.fleet.FindGpu(device.id) : nullptr;
+  const std::string node = gpu != nullptr ? gpu->node : device.id;
+  const std::string what = gpu != nullptr ? fmt::format("gpu {} of {}", gpu->index, node) : node;
+  auto uses_device = [&](const Json& job) {
+    for (const Json& placement : wire::ArrayOr(job, "placements")) {
+      if (wire::StrOr(placement, "node") != node) {
+        continue;
+      }
+      const std::vector<PlacedGpu> placed = PlacedGpus(placement);
+      if (gpu == nullptr || std::any_of(placed.begin(), placed.end(), [&](const PlacedGpu& one) {
+            return one.Is(gpu->key, gpu->index);
+          })) {
+        return true;
+      }
+    }
+    return false;
+  };
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs, store_.List(kJobsKind));
+  int preempted = 0;
+  for (const store::StoredObject& listed : jobs) {
+    const std::optional<std::string> state = wire::TopLevelString(listed.data, "state");
+    if (state && !IsRunGoing(*state)) {
+      continue;
+    }
+    for (int attempt = 0; attempt < kWriteAttempts; ++attempt) {
+      Result<store::StoredObject> object = store_.Get(kJobsKind, listed.name);
+      if (!object.ok()) {
+        break;
+      }
+      const Json before = wire::ParseDocument(object->data);
+      if (!IsRunGoing(wire::StrOr(before, "state")) || !uses_device(before)) {
+        break;
+      }
+      Json after = before;
+      const std::string reason = fmt::format("preempted: {} was quarantined and drains now", what);
+      const Result<std::string> event =
+          EndRun(after, JobState::kPending, reason,
+                 wall_clock_ != nullptr ? FormatRfc3339(wall_clock_->UnixNanos()) : "");
+      if (!event.ok()) {
+        break;
+      }
+      store::WriteBatch batch;
+      NoteJobChange(before, after, batch);
+      batch.Update(std::string(kJobsKind), listed.name, after.dump(), object->version);
+      batch.AppendEvent(std::string(kJobsKind), listed.name, *event);
+      const Status status = store_.Commit(batch);
+      if (status.ok()) {
+        ++preempted;
+        break;
+      }
+      if (status.code() != StatusCode::kAborted) {
+        return status;
+      }
+    }
+  }
+  return preempted;
+}
+
+Result<ReliabilityStepResult> ReliabilityController::RunStep() {
+  ReliabilityStepResult result;
+  {
+    GPUFLEET_ASSIGN_OR_RETURN(const Fleet fleet, LoadFleet());
+    GPUFLEET_RETURN_IF_ERROR(NoticeQuarantineChanges(fleet, result));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<Analysis> analysis, Analyse());
+  reliability::ReliabilityMonitor& monitor = *analysis->monitor;
+  result.outcomes = analysis->outcomes;
+  result.skipped_outcomes = analysis->skipped;
+
+  if (options_.quarantine_on_health_rule && options_.rules.enabled) {
+    for (const Fleet::Gpu& gpu : analysis->fleet.gpus) {
+      if (gpu.health == QuarantinedName() || (gpu.drain != "now" && gpu.drain != "after-job")) {
+        continue;
+      }
+      // The XID the catalog drains for, the most urgent first.
+      std::optional<int> xid;
+      for (const auto& [code, count] : ReadHealthReasons(gpu.reasons).xids) {
+        const reliability::XidAction action = reliability::ClassifyXid(code);
+        if (action == reliability::XidAction::kDrainNow) {
+          xid = code;
+          break;
+        }
+        if (action == reliability::XidAction::kDrainAfterJob && !xid) {
+          xid = code;
+        }
+      }
+      if (xid) {
+        (void)monitor.QuarantineForXid(GpuUuid(gpu.key), *xid, "health-rule");
+      }
+    }
+  }
+  const reliability::Evaluation evaluation = monitor.Evaluate();
+  result.suspects = static_cast<int>(evaluation.report.suspects.size());
+
+  const std::vector<AuditEntry>& audit = monitor.quarantine().audit_log();
+  for (size_t i = analysis->seeded_audit; i < audit.size(); ++i) {
+    const AuditEntry& entry = audit[i];
+    if (entry.action == AuditAction::kDenied) {
+      GPUFLEET_RETURN_IF_ERROR(LogDenial(*analysis, entry));
+      result.denied.push_back(entry.device.ToString());
+      continue;
+    }
+    if (entry.action != AuditAction::kQuarantined) {
+      continue;
+    }
+    GPUFLEET_RETURN_IF_ERROR(ApplyQuarantine(*analysis, entry));
+    result.quarantined.push_back(entry.device.ToString());
+    if (entry.mode == DrainMode::kNow) {
+      GPUFLEET_ASSIGN_OR_RETURN(const int preempted, PreemptRunsOn(*analysis, entry.device));
+      result.preempted_runs += preempted;
+    }
+  }
+  return result;
+}
+
+// ---- routes -------------------------------------------------------------------------------
+
+Result<Json> ReliabilityController::ReportOutcome(std::string_view actor, std::string_view body) {
+  GPUFLEET_ASSIGN_OR_RETURN(const OutcomeReport report, ParseOutcomeReport(body));
+  if (Status status = store::ValidateKey("job", report.job); !status.ok()) {
+    return status;
+  }
+  const Result<store::StoredObject> job = store_.Get(kJobsKind, report.job);
+  if (!job.ok()) {
+    if (job.status().code() == StatusCode::kNotFound) {
+      return NotFoundError(fmt::format("outcome for unknown job \"{}\"", report.job));
+    }
+    return job.status();
+  }
+  const Json job_doc = wire::ParseDocument(job->data);
+  const int64_t runs = wire::IntOr(job_doc, "attempt", 0);
+  if (report.attempt > runs) {
+    return InvalidArgumentError(fmt::format("attempt: {} (job \"{}\" has had {} run{})",
+                                            report.attempt, report.job, runs,
+                                            runs == 1 ? "" : "s"));
+  }
+  if (report.attempt == runs && IsRunGoing(wire::StrOr(job_doc, "state"))) {
+    return FailedPreconditionError(
+        fmt::format("job \"{}\" run {} is still going: report its outcome once it has ended",
+                    report.job, report.attempt));
+  }
+  const std::string name = OutcomeName(report.job, report.attempt);
+  GPUFLEET_ASSIGN_OR_RETURN(const Fleet fleet, LoadFleet());
+  for (int attempt = 0;; ++attempt) {
+    const Result<store::StoredObject> stored = store_.Get(kOutcomesKind, name);
+    if (!stored.ok()) {
+      if (stored.status().code() == StatusCode::kNotFound) {
+        return NotFoundError(fmt::format("no outcome of run {} of job \"{}\" is stored",
+                                         report.attempt, report.job));
+      }
+      return stored.status();
+    }
+    GPUFLEET_ASSIGN_OR_RETURN(StoredOutcome outcome,
+                              OutcomeFromJson(wire::ParseDocument(stored->data)));
+    // The report's evidence alone first, so that an error names the report's own entries.
+    reliability::OutcomeRecord check = outcome.record;
+    check.exit_reason = report.exit_reason;
+    check.xids = report.xids;
+    check.health_events = report.health_events;
+    GPUFLEET_RETURN_IF_ERROR(reliability::ValidateOutcome(check, fleet.inventory));
+
+    const reliability::ExitReason was = outcome.record.exit_reason;
+    outcome.record.exit_reason = report.exit_reason;
+    outcome.record.xids.insert(outcome.record.xids.end(), report.xids.begin(), report.xids.end());
+    outcome.record.health_events.insert(outcome.record.health_events.end(),
+                                        report.health_events.begin(), report.health_events.end());
+    outcome.reported_by = std::string(actor);
+    Json doc = OutcomeToJson(outcome);
+    store::WriteBatch batch;
+    batch.Update(std::string(kOutcomesKind), name, doc.dump(), stored->version);
+    std::string event = fmt::format("outcome of run {} reported by {}: {} (was {})", report.attempt,
+                                    actor, reliability::ExitReasonName(report.exit_reason),
+                                    reliability::ExitReasonName(was));
+    if (!report.note.empty()) {
+      event += ": " + report.note;
+    }
+    batch.AppendEvent(std::string(kJobsKind), report.job, event);
+    const Status status = store_.Commit(batch);
+    if (status.ok()) {
+      doc["name"] = name;
+      doc["version"] = stored->version + 1;
+      return doc;
+    }
+    if (status.code() != StatusCode::kAborted || attempt + 1 == kWriteAttempts) {
+      return status;
+    }
+  }
+}
+
+Result<Json> ReliabilityController::ListOutcomes(std::string_view job) {
+  const std::string prefix = job.empty() ? "" : fmt::format("{}/", job);
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> objects,
+                            store_.List(kOutcomesKind, prefix));
+  Json items = Json::array();
+  for (const store::StoredObject& object : objects) {
+    Json doc = wire::ParseDocument(object.data);
+    doc["name"] = object.name;
+    doc["version"] = object.version;
+    items.push_back(std::move(doc));
+  }
+  return Json{{"items", std::move(items)}};
+}
+
+Result<Json> ReliabilityController::FailureReport() {
+  GPUFLEET_ASSIGN_OR_RETURN(const std::unique_ptr<Analysis> analysis, Analyse());
+  const reliability::AttributionEngine& engine = analysis->monitor->engine();
+  const Fleet& fleet = analysis->fleet;
+  const reliability::AttributionReport report = engine.Analyze();
+  std::vector<Device> flagged;
+  for (const DeviceEvidence& suspect : report.suspects) {
+    flagged.push_back(suspect.device);
+  }
+  const reliability::FailureConcentration concentration =
+      engine.Concentration(flagged, report.rates);
+
+  int rank = 0;
+  auto evidence_json = [&](const DeviceEvidence& e) {
+    Json xids = Json::object();
+    for (const auto& [xid, count] : e.xids) {
+      xids[std::to_string(xid)] = count;
+    }
+    Json entry = {{"rank", ++rank},
+                  {"device", reliability::DeviceKindName(e.device.kind)},
+                  {"id", e.device.id},
+                  {"leaf", e.leaf},
+                  {"runs", e.runs},
+                  {"failures", e.failures},
+                  {"named_failures", e.attributed_failures},
+                  {"gpu_hours", e.gpu_hours},
+                  {"expected", e.expected},
+                  {"rate_ratio", Number(e.RateRatio())},
+                  {"p_value", e.p_value},
+                  {"q_value", e.q_value},
+                  {"flagged", e.flagged},
+                  {"xids", std::move(xids)},
+                  {"health_checks", e.health_checks},
+                  {"quarantined", fleet.IsQuarantined(e.device)}};
+    if (const Fleet::Gpu* gpu =
+            e.device.kind == DeviceKind::kGpu ? fleet.FindGpu(e.device.id) : nullptr) {
+      entry["node"] = gpu->node;
+      entry["gpu"] = gpu->index;
+    } else {
+      entry["node"] = e.device.id;
+    }
+    return entry;
+  };
+  Json suspects = Json::array();
+  for (const DeviceEvidence& e : report.suspects) {
+    suspects.push_back(evidence_json(e));
+  }
+  Json runners_up = Json::array();
+  for (const DeviceEvidence& e : report.runners_up) {
+    runners_up.push_back(evidence_json(e));
+  }
+  Json quarantines = Json::array();
+  for (const auto& [name, doc] : analysis->quarantine_docs) {
+    const std::optional<Device> device = DeviceOfDoc(doc);
+    if (wire::StrOr(doc, "state") != "quarantined" || !device || !fleet.IsQuarantined(*device)) {
+      continue;
+    }
+    Json entry = doc;
+    entry.erase("version");
+    entry.erase("state");
+    entry.erase("evidence_since_ns");
+    entry.erase("released_ns");
+    quarantines.push_back(std::move(entry));
+  }
+  const reliability::FleetRates& rates = report.rates;
+  return Json{
+      {"window_hours",
+       std::chrono::duration<double, std::ratio<3600>>(options_.attribution.window).count()},
+      {"fleet", {{"gpus", fleet.inventory.gpu_count()}, {"nodes", fleet.inventory.node_count()}}},
+      {"runs", report.runs},
+      {"failed_runs", report.failed_runs},
+      {"unattributed_failed_runs", report.unattributed_failed_runs},
+      {"application_failed_runs", report.application_failed_runs},
+      {"skipped_outcomes", analysis->skipped},
+      {"rates",
+       {{"gpu_hours", rates.gpu_hours},
+        {"gpu_per_gpu_hour", rates.gpu_rate},
+        {"node_per_gpu_hour", rates.node_rate},
+        {"unattributed_per_gpu_hour", rates.unattributed_rate}}},
+      {"concentration",
+       {{"devices", concentration.devices},
+        {"gpus", concentration.gpus},
+        {"fleet_share", concentration.fleet_share},
+        {"failed_runs", concentration.failed_runs},
+        {"failed_runs_involving", concentration.failed_runs_involving},
+        {"failed_share", concentration.failed_share},
+        {"expected_involving", concentration.expected_involving},
+        {"avoidable", concentration.avoidable}}},
+      {"summary", reliability::ConcentrationSummary(concentration)},
+      {"suspects", std::move(suspects)},
+      {"runners_up", std::move(runners_up)},
+      {"quarantines", std::move(quarantines)}};
+}
+
+}  // namespace gpufleet::control

@@ -1,0 +1,403 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/control/scheduling_view.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <utility>
+
+#include <fmt/format.h>
+
+#include "gpufleet/control/placement_gpus.h"
+#include "gpufleet/control/store_keys.h"
+#include "gpufleet/control/tenancy.h"
+#include "gpufleet/wire/json_scan.h"
+#include "gpufleet/wire/node_json.h"
+
+namespace gpufleet::control {
+namespace {
+
+constexpr std::string_view kTopologyName = "topology";
+
+}  // namespace
+
+std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
+    const Json& placements, const std::map<std::string, int>& node_index,
+    const scheduler::ClusterSnapshot& snapshot) {
+  std::vector<scheduler::TaskPlacement> out;
+  if (!placements.is_array()) {
+    return out;
+  }
+  for (const Json& p : placements) {
+    if (PlacementGone(p)) {
+      continue;
+    }
+    const auto it = node_index.find(wire::StrOr(p, "node"));
+    if (it == node_index.end()) {
+      return std::nullopt;
+    }
+    scheduler::TaskPlacement placement;
+    placement.group = static_cast<int>(wire::IntOr(p, "group", 0));
+    placement.replica = static_cast<int>(wire::IntOr(p, "replica", 0));
+    placement.node = it->second;
+    placement.host.cpu_milli = wire::IntOr(p, "cpu_milli", 0);
+    placement.host.memory_mib = wire::IntOr(p, "memory_mib", 0);
+    const std::vector<Gpu>& node_gpus = snapshot.nodes()[it->second].node->gpus;
+    const Json& assignments = wire::ArrayOr(p, "assignments");
+    const std::vector<PlacedGpu> placed = PlacedGpus(p);
+    for (size_t i = 0; i < placed.size(); ++i) {
+      const auto gpu = std::find_if(node_gpus.begin(), node_gpus.end(), [&](const Gpu& candidate) {
+        return placed[i].Is(candidate.uuid.value(), candidate.index);
+      });
+      if (gpu == node_gpus.end()) {
+        continue;
+      }
+      const Json& a = assignments[i];
+      scheduler::GpuAssignment assignment;
+      assignment.gpu = static_cast<int>(gpu - node_gpus.begin());
+      assignment.milli = wire::IntOr(a, "milli", 0);
+      assignment.memory_mib = wire::IntOr(a, "memory_mib", 0);
+      assignment.mig_profile = wire::StrOr(a, "mig_profile");
+      assignment.mig_start = static_cast<int>(wire::IntOr(a, "mig_start", -1));
+      if (const auto created = a.find("mig_created"); created != a.end() && created->is_boolean()) {
+        assignment.mig_created = created->get<bool>();
+      }
+      placement.gpus.push_back(std::move(assignment));
+    }
+    out.push_back(std::move(placement));
+  }
+  return out;
+}
+
+SchedulingView::SchedulingView(store::StateStore& store, const GpuCatalog& catalog)
+    : store_(store), catalog_(catalog) {
+  store_.AddObserver(this);
+}
+
+SchedulingView::~SchedulingView() {
+  store_.RemoveObserver(this);
+}
+
+void SchedulingView::Committed(const store::WriteBatch& batch) {
+  std::lock_guard<std::mutex> lock(changes_mu_);
+  for (const store::WriteOp& op : batch.ops()) {
+    if (op.type == store::WriteOpType::kAppendEvent) {
+      continue;
+    }
+    if (op.kind == kJobsKind) {
+      changed_jobs_.insert(op.name);
+    } else if (op.kind == kNodesKind) {
+      changed_nodes_.insert(op.name);
+    } else if (op.kind == kClusterKind) {
+      reload_all_ = true;
+    } else if (op.kind == kQueuesKind) {
+      queues_changed_ = true;
+    }
+  }
+}
+
+bool SchedulingView::TakeQueuesChanged() {
+  std::lock_guard<std::mutex> lock(changes_mu_);
+  return std::exchange(queues_changed_, false);
+}
+
+void SchedulingView::ReadJobAgain(const std::string& name) {
+  std::lock_guard<std::mutex> lock(changes_mu_);
+  changed_jobs_.insert(name);
+}
+
+void SchedulingView::ReadAllAgain() {
+  std::lock_guard<std::mutex> lock(changes_mu_);
+  reload_all_ = true;
+}
+
+Status SchedulingView::Refresh() {
+  std::set<std::string> nodes;
+  std::set<std::string> jobs;
+  bool reload = false;
+  {
+    std::lock_guard<std::mutex> lock(changes_mu_);
+    reload = reload_all_;
+    reload_all_ = false;
+    nodes.swap(changed_nodes_);
+    jobs.swap(changed_jobs_);
+  }
+  if (reload) {
+    // Changes noted from here on are read again by the next refresh; reading an object twice is
+    // harmless.
+    if (Status status = LoadAll(); !status.ok()) {
+      std::lock_guard<std::mutex> lock(changes_mu_);
+      reload_all_ = true;
+      return status;
+    }
+    return Status::Ok();
+  }
+  Status status = Status::Ok();
+  for (const std::string& name : nodes) {
+    status = RefreshNode(name);
+    if (!status.ok()) {
+      break;
+    }
+  }
+  if (status.ok() && !nodes.empty()) {
+    status = RebuildSnapshot();
+  }
+  if (status.ok()) {
+    for (const std::string& name : jobs) {
+      status = RefreshJob(name);
+      if (!status.ok()) {
+        break;
+      }
+    }
+  }
+  if (!status.ok()) {
+    // Read everything again next time rather than keep a view with a hole in it.
+    std::lock_guard<std::mutex> lock(changes_mu_);
+    reload_all_ = true;
+  }
+  return status;
+}
+
+Status SchedulingView::LoadAll() {
+  {
+    std::lock_guard<std::mutex> lock(changes_mu_);
+    changed_nodes_.clear();
+    changed_jobs_.clear();
+  }
+  Topology topology;
+  Result<store::StoredObject> recorded = store_.Get(kClusterKind, kTopologyName);
+  if (recorded.ok()) {
+    std::vector<std::string> levels;
+    const Json doc = wire::ParseDocument(recorded->data);
+    for (const Json& level : wire::ArrayOr(doc, "levels")) {
+      if (level.is_string()) {
+        levels.push_back(level.get<std::string>());
+      }
+    }
+    topology = Topology(std::move(levels));
+  } else if (recorded.status().code() != StatusCode::kNotFound) {
+    return recorded.status();
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> nodes, store_.List(kNodesKind));
+  std::map<std::string, ViewNode> loaded;
+  excluded_.clear();
+  for (const store::StoredObject& object : nodes) {
+    if (std::optional<ViewNode> node = Accept(object, topology)) {
+      loaded[object.name] = std::move(*node);
+    }
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs, store_.List(kJobsKind));
+  topology_ = std::move(topology);
+  nodes_ = std::move(loaded);
+  jobs_.clear();
+  snapshot_.reset();
+  GPUFLEET_RETURN_IF_ERROR(RebuildSnapshot());
+  for (const store::StoredObject& object : jobs) {
+    // Finished jobs are most of the store: skip them before parsing.
+    if (const std::optional<std::string> state = wire::TopLevelString(object.data, "state");
+        state && ParseJobState(*state) && IsFinished(*ParseJobState(*state))) {
+      continue;
+    }
+    PutJob(object);
+  }
+  return Status::Ok();
+}
+
+Status SchedulingView::RefreshNode(const std::string& name) {
+  Result<store::StoredObject> object = store_.Get(kNodesKind, name);
+  if (!object.ok()) {
+    if (object.status().code() == StatusCode::kNotFound) {
+      nodes_.erase(name);
+      return Status::Ok();
+    }
+    return object.status();
+  }
+  excluded_.erase(name);
+  if (std::optional<ViewNode> node = Accept(*object, topology_)) {
+    nodes_[name] = std::move(*node);
+  } else {
+    nodes_.erase(name);
+  }
+  return Status::Ok();
+}
+
+std::optional<ViewNode> SchedulingView::Accept(const store::StoredObject& object,
+                                               const Topology& topology) {
+  const Json doc = wire::ParseDocument(object.data);
+  Result<Node> node = wire::NodeFromJson(doc, topology.levels());
+  Status status = node.status();
+  if (node.ok()) {
+    status = scheduler::ValidateNode(*node, topology, catalog_);
+  }
+  if (!status.ok()) {
+    // One bad node document must not stop the cycle for every other node.
+    const std::string reason = fmt::format("left out of scheduling: {}", status.message());
+    if (excluded_[object.name] != reason) {
+      newly_excluded_[object.name] = reason;
+    }
+    excluded_[object.name] = reason;
+    return std::nullopt;
+  }
+  return ViewNode{object.version, std::move(node).value(), wire::BoolOr(doc, "agent", false)};
+}
+
+Status SchedulingView::RefreshJob(const std::string& name) {
+  Result<store::StoredObject> object = store_.Get(kJobsKind, name);
+  if (!object.ok()) {
+    if (object.status().code() != StatusCode::kNotFound) {
+      return object.status();
+    }
+    if (auto it = jobs_.find(name); it != jobs_.end()) {
+      ReleaseJob(it->second);
+      jobs_.erase(it);
+    }
+    return Status::Ok();
+  }
+  PutJob(*object);
+  return Status::Ok();
+}
+
+Status SchedulingView::RebuildSnapshot() {
+  Cluster cluster;
+  cluster.topology = topology_;
+  for (const auto& [name, node] : nodes_) {
+    cluster.nodes.push_back(node.node);
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(scheduler::ClusterSnapshot snapshot,
+                            scheduler::ClusterSnapshot::Build(std::move(cluster), catalog_));
+  snapshot_.emplace(std::move(snapshot));
+  node_index_.clear();
+  for (const scheduler::NodeInfo& info : snapshot_->nodes()) {
+    node_index_[info.node->id.value()] = info.index;
+  }
+  ++capacity_epoch_;
+  for (auto& [name, job] : jobs_) {
+    job.applied = false;
+    job.placements.clear();
+    if (HoldsResources(job.state)) {
+      ApplyJob(name, job, wire::ParseDocument(job.data));
+    }
+  }
+  return Status::Ok();
+}
+
+void SchedulingView::PutJob(const store::StoredObject& object) {
+  const Json doc = wire::ParseDocument(object.data);
+  // A state this server does not know is held as Failed would be: it holds nothing.
+  const JobState state = StoredJobState(doc).value_or(JobState::kFailed);
+  auto it = jobs_.find(object.name);
+  // A Pending job under a key other than its TEAM/NAME (one MigrateToTeamScopedNames could not
+  // move, its key taken) holds nothing and is not placed: an administrator resolves it. One that
+  // holds resources stays, so that its GPUs stay taken until its tasks are gone.
+  if (IsFinished(state) || (state == JobState::kPending && TeamScopedKeyOf(doc) != object.name)) {
+    if (it != jobs_.end()) {
+      ReleaseJob(it->second);
+      jobs_.erase(it);
+    }
+    return;
+  }
+  if (it == jobs_.end()) {
+    it = jobs_.emplace(object.name, ViewJob{}).first;
+  } else if (it->second.version == object.version) {
+    return;  // the cycle's own commit, already in the view
+  }
+  ViewJob& job = it->second;
+  const bool was_pending = job.state == JobState::kPending;
+  job.version = object.version;
+  job.data = object.data;
+  job.state = state;
+  job.stopping_then.reset();
+  if (state == JobState::kStopping && doc.contains("stopping")) {
+    job.stopping_then = ParseJobState(wire::StrOr(doc["stopping"], "then"));
+  }
+  job.reason = wire::StrOr(doc, "reason");
+  job.queue = wire::StrOr(doc, "queue", std::string(kDefaultQueue));
+  job.priority = static_cast<int>(wire::IntOr(doc, "priority", 0));
+  job.submit_seq = wire::IntOr(doc, "submit_seq", 0);
+  job.nodes.clear();
+  for (const Json& placement : wire::ArrayOr(doc, "placements")) {
+    job.nodes.insert(wire::StrOr(placement, "node"));
+  }
+  if (state != JobState::kPending || !was_pending) {
+    job.unschedulable_epoch.reset();
+  }
+  if (!HoldsResources(state)) {
+    ReleaseJob(job);
+    return;
+  }
+  const std::optional<std::vector<scheduler::TaskPlacement>> placements = PlacementsFromJson(
+      doc.contains("placements") ? doc["placements"] : Json(), node_index_, *snapshot_);
+  if (job.applied && placements && *placements == job.placements) {
+    return;
+  }
+  ReleaseJob(job);
+  ApplyJob(object.name, job, doc);
+}
+
+void SchedulingView::ReleaseJob(ViewJob& job) {
+  if (!job.applied) {
+    return;
+  }
+  // Revert, not Release: the snapshot is rebuilt from the node documents, which do not record
+  // MIG instances a job created, so the view forgets them as a rebuild would.
+  for (auto it = job.placements.rbegin(); it != job.placements.rend(); ++it) {
+    snapshot_->Revert(*it);
+  }
+  job.placements.clear();
+  job.applied = false;
+  ++capacity_epoch_;
+}
+
+void SchedulingView::ApplyJob(const std::string& name, ViewJob& job, const Json& doc) {
+  const std::optional<std::vector<scheduler::TaskPlacement>> placements = PlacementsFromJson(
+      doc.contains("placements") ? doc["placements"] : Json(), node_index_, *snapshot_);
+  if (!placements) {
+    fmt::print(stderr, "gpufleet server: jobs/{}: a node of its placements is gone\n", name);
+    return;
+  }
+  std::vector<scheduler::TaskPlacement> applied;
+  for (const scheduler::TaskPlacement& placement : *placements) {
+    // A placement that no longer fits (never expected: commits are compare-and-set) is reported
+    // and left out rather than oversubscribing a GPU.
+    if (Status status = snapshot_->Apply(placement); !status.ok()) {
+      fmt::print(stderr, "gpufleet server: jobs/{}: {}\n", name, status.ToString());
+      continue;
+    }
+    applied.push_back(placement);
+  }
+  job.placements = std::move(applied);
+  job.applied = true;
+}
+
+int SchedulingView::NodeIndex(const std::string& name) const {
+  const auto it = node_index_.find(name);
+  return it == node_index_.end() ? -1 : it->second;
+}
+
+std::map<std::string, std::set<std::string>> SchedulingView::ActiveJobsByNode() const {
+  std::map<std::string, std::set<std::string>> index;
+  for (const auto& [name, job] : jobs_) {
+    if (!HoldsResources(job.state)) {
+      continue;
+    }
+    for (const std::string& node : job.nodes) {
+      index[node].insert(name);
+    }
+  }
+  return index;
+}
+
+void SchedulingView::MarkScheduled(const std::string& name, int64_t version, std::string data,
+                                   std::vector<scheduler::TaskPlacement> placements,
+                                   std::set<std::string> nodes) {
+  ViewJob& job = jobs_[name];
+  job.version = version;
+  job.data = std::move(data);
+  job.state = JobState::kScheduled;
+  job.reason.clear();
+  job.placements = std::move(placements);
+  job.applied = true;
+  job.nodes = std::move(nodes);
+  job.unschedulable_epoch.reset();
+}
+
+}  // namespace gpufleet::control

@@ -1,0 +1,154 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "gpufleet/control/job_lifecycle.h"
+#include "gpufleet/core/cluster.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/status.h"
+#include "gpufleet/core/workload.h"
+#include "gpufleet/scheduler/snapshot.h"
+#include "gpufleet/store/state_store.h"
+#include "gpufleet/wire/json_fields.h"
+
+// The scheduling loop's in-memory view of the store: every node, every active job and the
+// cluster snapshot with the active jobs' placements applied. It is loaded once and then kept up
+// to date from the store's commit notifications, so a cycle reads only the objects written since
+// the last one instead of every node and job (the control plane's cycle-latency target, issue 4).
+namespace gpufleet::control {
+
+using wire::Json;
+
+// The placements of a stored job (its "placements" array) that still hold resources (a task of
+// a Stopping job found gone holds none) against `snapshot`, whose nodes `node_index` indexes by
+// name; nullopt if a node is unknown. Each GPU is found on its node by UUID (placement_gpus.h);
+// one the node no longer has is left out, never taken for another (the run is ended when its
+// node registers or reports without it).
+std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
+    const Json& placements, const std::map<std::string, int>& node_index,
+    const scheduler::ClusterSnapshot& snapshot);
+
+// One node as the view keeps it.
+struct ViewNode {
+  int64_t version = 0;
+  Node node;
+  bool agent = false;  // registered by an agent, so it must heartbeat
+};
+
+// One job that has not finished, as the view keeps it.
+struct ViewJob {
+  int64_t version = 0;
+  std::string data;  // the stored document
+  JobState state = JobState::kPending;
+  // A Stopping job: what it becomes once its tasks are gone.
+  std::optional<JobState> stopping_then;
+  std::string reason;
+  std::string queue;
+  int priority = 0;
+  int64_t submit_seq = 0;
+  std::set<std::string> nodes;  // of its placements
+  // Applied to the snapshot; set only while the job holds resources and its nodes are known.
+  std::vector<scheduler::TaskPlacement> placements;
+  bool applied = false;
+  // The parsed spec, on first need (Pending jobs), or the error it gave.
+  std::optional<Result<Job>> spec;
+  // The view's capacity epoch when the job last failed to fit; it is tried again once resources
+  // have been freed since (kube-scheduler's unschedulable queue works the same way).
+  std::optional<uint64_t> unschedulable_epoch;
+};
+
+// Thread-safe for Committed (any committing thread); every other method belongs to the one
+// thread that runs scheduling cycles.
+class SchedulingView final : public store::CommitObserver {
+ public:
+  // Starts watching `store`. REQUIRES: `store` and `catalog` outlive the view.
+  SchedulingView(store::StateStore& store, const GpuCatalog& catalog);
+  ~SchedulingView() override;
+  SchedulingView(const SchedulingView&) = delete;
+  SchedulingView& operator=(const SchedulingView&) = delete;
+
+  void Committed(const store::WriteBatch& batch) override;
+
+  // Brings the view up to date: the first call (and a change of the recorded topology) loads
+  // everything; later calls re-read only the objects committed since. The store's error if it
+  // cannot be read; a node document that does not parse fails the refresh.
+  Status Refresh();
+
+  // The next Refresh reads this job again, or everything: for a commit whose outcome is unknown
+  // (it failed, but may have been written; the store told no observer).
+  void ReadJobAgain(const std::string& name);
+  void ReadAllAgain();
+
+  // REQUIRES: a Refresh succeeded.
+  scheduler::ClusterSnapshot& snapshot() { return *snapshot_; }
+  const std::map<std::string, ViewNode>& nodes() const { return nodes_; }
+  std::map<std::string, ViewJob>& jobs() { return jobs_; }
+  const std::map<std::string, ViewJob>& jobs() const { return jobs_; }
+  // Snapshot index of a node, or -1.
+  int NodeIndex(const std::string& name) const;
+  // Names of the active jobs on each node.
+  std::map<std::string, std::set<std::string>> ActiveJobsByNode() const;
+
+  // True once after a queue was created or changed (and at first).
+  bool TakeQueuesChanged();
+
+  // Stored nodes left out of the snapshot because they do not parse or fail
+  // scheduler::ValidateNode, with why; Take... returns each new reason once.
+  const std::map<std::string, std::string>& excluded_nodes() const { return excluded_; }
+  std::map<std::string, std::string> TakeNewlyExcludedNodes() {
+    return std::exchange(newly_excluded_, {});
+  }
+
+  // Bumped whenever resources may have become free: a job released its placements, or a node
+  // changed. A job that did not fit at epoch E cannot fit before the epoch moves on.
+  uint64_t capacity_epoch() const { return capacity_epoch_; }
+  void BumpCapacityEpoch() { ++capacity_epoch_; }
+
+  // Records that the cycle committed `placements` (already applied to the snapshot) for `name`:
+  // the job is Scheduled at `version` with the new document `data`.
+  void MarkScheduled(const std::string& name, int64_t version, std::string data,
+                     std::vector<scheduler::TaskPlacement> placements, std::set<std::string> nodes);
+
+ private:
+  Status LoadAll();
+  Status RefreshNode(const std::string& name);
+  Status RefreshJob(const std::string& name);
+  // A stored node as the view keeps it, or nullopt (recorded in excluded_) when it cannot be.
+  std::optional<ViewNode> Accept(const store::StoredObject& object, const Topology& topology);
+  // Rebuilds the snapshot from nodes_ and applies every job that holds resources.
+  Status RebuildSnapshot();
+  // Takes a stored job into jobs_ (or drops it when it has finished), keeping the snapshot in
+  // step.
+  void PutJob(const store::StoredObject& object);
+  void ReleaseJob(ViewJob& job);
+  void ApplyJob(const std::string& name, ViewJob& job, const Json& doc);
+
+  store::StateStore& store_;
+  const GpuCatalog& catalog_;
+
+  std::mutex changes_mu_;
+  bool reload_all_ = true;               // guarded by changes_mu_
+  bool queues_changed_ = true;           // guarded by changes_mu_
+  std::set<std::string> changed_nodes_;  // guarded by changes_mu_
+  std::set<std::string> changed_jobs_;   // guarded by changes_mu_
+
+  Topology topology_;
+  std::map<std::string, ViewNode> nodes_;
+  std::map<std::string, std::string> excluded_;
+  std::map<std::string, std::string> newly_excluded_;
+  std::map<std::string, ViewJob> jobs_;
+  std::optional<scheduler::ClusterSnapshot> snapshot_;
+  std::map<std::string, int> node_index_;
+  uint64_t capacity_epoch_ = 0;
+};
+
+}  // namespace gpufleet::control

@@ -1,0 +1,234 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/control/scheduling_view.h"
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/control/store_keys.h"
+#include "gpufleet/store/memory_store.h"
+#include "gpufleet/wire/node_json.h"
+
+namespace gpufleet::control {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+Node MakeNode(const std::string& name) {
+  Node node;
+  node.id = NodeId(name);
+  node.capacity = {32000, 262144};
+  for (int i = 0; i < 4; ++i) {
+    Gpu gpu;
+    gpu.index = i;
+    gpu.model = "H100-80GB";
+    gpu.memory_mib = 81920;
+    gpu.uuid = GpuUuid(name + "-gpu" + std::to_string(i));
+    node.gpus.push_back(gpu);
+  }
+  return node;
+}
+
+// A job document holding whole GPUs of `node`, named by UUID as the server writes them.
+std::string JobDoc(const std::string& name, const std::string& state, const std::string& node,
+                   const std::vector<int>& indices) {
+  Json assignments = Json::array();
+  Json uuids = Json::array();
+  for (const int index : indices) {
+    assignments.push_back({{"milli", 1000}, {"memory_mib", 0}});
+    uuids.push_back(node + "-gpu" + std::to_string(index));
+  }
+  Json placements = Json::array();
+  if (!node.empty()) {
+    placements.push_back({{"task", "main-0"},
+                          {"node", node},
+                          {"gpus", indices},
+                          {"gpu_uuids", uuids},
+                          {"group", 0},
+                          {"replica", 0},
+                          {"cpu_milli", 1000},
+                          {"memory_mib", 1024},
+                          {"assignments", assignments}});
+  }
+  return Json{{"name", name}, {"state", state}, {"priority", 0}, {"placements", placements}}.dump();
+}
+
+// A job document holding `gpus` whole GPUs of `node` (GPU indices 0..gpus-1).
+std::string JobDoc(const std::string& name, const std::string& state, const std::string& node,
+                   int gpus) {
+  std::vector<int> indices;
+  for (int i = 0; i < gpus; ++i) {
+    indices.push_back(i);
+  }
+  return JobDoc(name, state, node, indices);
+}
+
+class SchedulingViewTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    store::WriteBatch batch;
+    for (const std::string name : {"node-a", "node-b"}) {
+      batch.Create(std::string(kNodesKind), name, wire::NodeToJson(MakeNode(name), {}).dump());
+    }
+    batch.Create(std::string(kJobsKind), "running", JobDoc("running", "Running", "node-a", 3));
+    batch.Create(std::string(kJobsKind), "done", JobDoc("done", "Succeeded", "node-b", 4));
+    batch.Create(std::string(kJobsKind), "waiting", JobDoc("waiting", "Pending", "", 0));
+    ASSERT_TRUE(store_.Commit(batch).ok());
+  }
+
+  void Update(const std::string& kind, const std::string& name, const std::string& data) {
+    const Result<store::StoredObject> object = store_.Get(kind, name);
+    ASSERT_TRUE(object.ok());
+    store::WriteBatch batch;
+    batch.Update(kind, name, data, object->version);
+    ASSERT_TRUE(store_.Commit(batch).ok());
+  }
+
+  // The UUIDs of the GPUs of `node` that the view holds taken.
+  std::set<std::string> TakenGpus(const std::string& node) {
+    std::set<std::string> out;
+    const scheduler::NodeInfo& info = view_.snapshot().nodes()[view_.NodeIndex(node)];
+    for (size_t i = 0; i < info.gpus.size(); ++i) {
+      if (info.gpus[i].free_milli < kMilliPerUnit) {
+        out.insert(info.node->gpus[i].uuid.value());
+      }
+    }
+    return out;
+  }
+
+  int64_t FreeMilli() {
+    return view_.snapshot().TotalGpuMilli() - view_.snapshot().AllocatedGpuMilli();
+  }
+
+  GpuCatalog catalog_ = GpuCatalog::Default();
+  store::InMemoryStateStore store_;
+  SchedulingView view_{store_, catalog_};
+};
+
+TEST_F(SchedulingViewTest, LoadsNodesAndActiveJobsWithTheirPlacementsApplied) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(view_.nodes().size(), 2u);
+  EXPECT_EQ(view_.jobs().size(), 2u);  // finished jobs are left out
+  EXPECT_EQ(view_.jobs().at("waiting").state, JobState::kPending);
+  EXPECT_TRUE(view_.jobs().at("running").applied);
+  EXPECT_EQ(FreeMilli(), 5000);
+  EXPECT_EQ(view_.ActiveJobsByNode().at("node-a").count("running"), 1u);
+}
+
+TEST_F(SchedulingViewTest, AJobThatEndsGivesItsGpusBackAndMovesTheCapacityEpoch) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  const uint64_t epoch = view_.capacity_epoch();
+  Update(std::string(kJobsKind), "running", JobDoc("running", "Cancelled", "node-a", 3));
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(view_.jobs().count("running"), 0u);
+  EXPECT_EQ(FreeMilli(), 8000);
+  EXPECT_GT(view_.capacity_epoch(), epoch);
+}
+
+TEST_F(SchedulingViewTest, APlacementWrittenByAnotherWriterIsAppliedAndKeptOnNodeChanges) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  Update(std::string(kJobsKind), "waiting", JobDoc("waiting", "Scheduled", "node-b", 2));
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(FreeMilli(), 3000);
+  // A node change rebuilds the snapshot; the active jobs' placements come back with it.
+  Node cordoned = MakeNode("node-b");
+  cordoned.state = NodeState::kCordoned;
+  Update(std::string(kNodesKind), "node-b", wire::NodeToJson(cordoned, {}).dump());
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(FreeMilli(), 3000);
+  EXPECT_EQ(view_.snapshot().nodes()[view_.NodeIndex("node-b")].node->state, NodeState::kCordoned);
+}
+
+TEST_F(SchedulingViewTest, NothingChangedMeansNothingMoves) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  const uint64_t epoch = view_.capacity_epoch();
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(view_.capacity_epoch(), epoch);
+  EXPECT_EQ(FreeMilli(), 5000);
+}
+
+TEST_F(SchedulingViewTest, AJobOnAnUnknownNodeHoldsNothing) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  Update(std::string(kJobsKind), "waiting", JobDoc("waiting", "Running", "node-gone", 2));
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_FALSE(view_.jobs().at("waiting").applied);
+  EXPECT_EQ(FreeMilli(), 5000);
+}
+
+TEST_F(SchedulingViewTest, APlacementKeepsItsGpusByUuidWhenTheNodeListsThemInAnotherOrder) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  ASSERT_THAT(TakenGpus("node-a"), ElementsAre("node-a-gpu0", "node-a-gpu1", "node-a-gpu2"));
+  // The node registers again with its GPUs reversed: each now has another index and position.
+  Node reordered = MakeNode("node-a");
+  std::reverse(reordered.gpus.begin(), reordered.gpus.end());
+  for (size_t i = 0; i < reordered.gpus.size(); ++i) {
+    reordered.gpus[i].index = static_cast<int>(i);
+  }
+  Update(std::string(kNodesKind), "node-a", wire::NodeToJson(reordered, {}).dump());
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_THAT(TakenGpus("node-a"), ElementsAre("node-a-gpu0", "node-a-gpu1", "node-a-gpu2"));
+  EXPECT_EQ(FreeMilli(), 5000);
+}
+
+TEST_F(SchedulingViewTest, AGpuItsNodeNoLongerHasIsNeverTakenForAnother) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  Node fewer = MakeNode("node-a");
+  fewer.gpus.erase(fewer.gpus.begin() + 1);  // gpu1 goes; gpu2 and gpu3 move up the list
+  Update(std::string(kNodesKind), "node-a", wire::NodeToJson(fewer, {}).dump());
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_THAT(TakenGpus("node-a"), ElementsAre("node-a-gpu0", "node-a-gpu2"));
+}
+
+TEST_F(SchedulingViewTest, AJobStoredBeforePlacementsNamedUuidsHoldsTheGpusOfItsIndices) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  // As the server wrote placements before: NVML indices and positions, no UUIDs.
+  Json doc = Json::parse(JobDoc("waiting", "Running", "node-b", std::vector<int>{1, 3}));
+  Json& placement = doc["placements"][0];
+  placement.erase("gpu_uuids");
+  placement["assignments"][0]["gpu"] = 1;
+  placement["assignments"][1]["gpu"] = 3;
+  Update(std::string(kJobsKind), "waiting", doc.dump());
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_TRUE(view_.jobs().at("waiting").applied);
+  EXPECT_THAT(TakenGpus("node-b"), ElementsAre("node-b-gpu1", "node-b-gpu3"));
+}
+
+TEST_F(SchedulingViewTest, AMalformedNodeIsLeftOutWithAReasonAndTheOthersStay) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  const int64_t all = FreeMilli();
+  Update(std::string(kNodesKind), "node-b", R"({"name": "node-b", "state": "Sleeping"})");
+  // One bad document stops nothing: the view refreshes without that node and says why, once.
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_LT(FreeMilli(), all);
+  ASSERT_EQ(view_.excluded_nodes().count("node-b"), 1u);
+  EXPECT_THAT(view_.excluded_nodes().at("node-b"), HasSubstr("left out of scheduling"));
+  EXPECT_EQ(view_.TakeNewlyExcludedNodes().count("node-b"), 1u);
+  EXPECT_TRUE(view_.TakeNewlyExcludedNodes().empty());
+  Update(std::string(kNodesKind), "node-b", wire::NodeToJson(MakeNode("node-b"), {}).dump());
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(FreeMilli(), 5000);
+  EXPECT_TRUE(view_.excluded_nodes().empty());
+}
+
+TEST_F(SchedulingViewTest, ANodeOverTheSchedulersLimitsIsLeftOut) {
+  Node big = MakeNode("node-big");
+  big.gpus.resize(65, big.gpus.empty() ? Gpu{} : big.gpus[0]);
+  for (size_t i = 0; i < big.gpus.size(); ++i) {
+    big.gpus[i].index = static_cast<int>(i);
+  }
+  store::WriteBatch batch;
+  batch.Create(std::string(kNodesKind), "node-big", wire::NodeToJson(big, {}).dump());
+  ASSERT_TRUE(store_.Commit(batch).ok());
+  ASSERT_TRUE(view_.Refresh().ok());
+  ASSERT_EQ(view_.excluded_nodes().count("node-big"), 1u);
+  EXPECT_THAT(view_.excluded_nodes().at("node-big"), HasSubstr("65 GPUs, at most 64"));
+  EXPECT_EQ(FreeMilli(), 5000);
+}
+
+}  // namespace
+}  // namespace gpufleet::control

@@ -1,0 +1,18 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <string_view>
+
+// The store kinds the control plane shares with the API server, and the retry bound of their
+// read-modify-writes. Job and node documents are JSON; their layout is the REST representation
+// (docs/api.md) plus a few internal fields the scheduling loop needs.
+namespace gpufleet::control {
+
+inline constexpr std::string_view kJobsKind = "jobs";
+inline constexpr std::string_view kNodesKind = "nodes";
+// One object, name "topology": {"levels": ["block", "leaf"]}, the cluster's declared levels.
+inline constexpr std::string_view kClusterKind = "cluster";
+// Compare-and-set retries of one request before it answers 409.
+inline constexpr int kCasAttempts = 5;
+
+}  // namespace gpufleet::control
