@@ -50,6 +50,10 @@ const MetricDef kMetrics[] = {
      [](const GpuReading& r, const MigDeviceSample*) { return Int(r.sample.sm_clock_mhz); }},
     {"DCGM_FI_DEV_MEM_CLOCK", "gauge", "Memory clock frequency (in MHz).", MigScope::kDevice,
      [](const GpuReading& r, const MigDeviceSample*) { return Int(r.sample.memory_clock_mhz); }},
+    {"DCGM_FI_DEV_MEMORY_TEMP", "gauge", "Memory temperature (in C).", MigScope::kDevice,
+     [](const GpuReading& r, const MigDeviceSample*) {
+       return Int(r.sample.memory_temperature_c);
+     }},
     {"DCGM_FI_DEV_GPU_TEMP", "gauge", "GPU temperature (in C).", MigScope::kDevice,
      [](const GpuReading& r, const MigDeviceSample*) { return Int(r.sample.temperature_c); }},
     {"DCGM_FI_DEV_POWER_USAGE", "gauge", "Power draw (in W).", MigScope::kDevice,
@@ -59,6 +63,11 @@ const MetricDef kMetrics[] = {
        }
        return Value(static_cast<double>(*r.sample.power_milliwatts) / 1000.0);
      }},
+    {"DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "counter",
+     "Total energy consumption since boot (in mJ).", MigScope::kDevice,
+     [](const GpuReading& r, const MigDeviceSample*) {
+       return Int(r.sample.total_energy_millijoules);
+     }},
     {"DCGM_FI_DEV_PCIE_REPLAY_COUNTER", "counter", "Total number of PCIe retries.",
      MigScope::kDevice,
      [](const GpuReading& r, const MigDeviceSample*) { return Int(r.sample.pcie_replay_count); }},
@@ -67,6 +76,14 @@ const MetricDef kMetrics[] = {
     {"DCGM_FI_DEV_MEM_COPY_UTIL", "gauge", "Memory utilization (in %).", MigScope::kNone,
      [](const GpuReading& r, const MigDeviceSample*) {
        return Int(r.sample.memory_copy_util_percent);
+     }},
+    {"DCGM_FI_DEV_ENC_UTIL", "gauge", "Encoder utilization (in %).", MigScope::kNone,
+     [](const GpuReading& r, const MigDeviceSample*) {
+       return Int(r.sample.encoder_util_percent);
+     }},
+    {"DCGM_FI_DEV_DEC_UTIL", "gauge", "Decoder utilization (in %).", MigScope::kNone,
+     [](const GpuReading& r, const MigDeviceSample*) {
+       return Int(r.sample.decoder_util_percent);
      }},
     {"DCGM_FI_DEV_XID_ERRORS", "gauge", "Value of the last XID error encountered.",
      MigScope::kDevice,
@@ -81,6 +98,9 @@ const MetricDef kMetrics[] = {
      }},
     {"DCGM_FI_DEV_FB_RESERVED", "gauge", "Framebuffer memory reserved (in MiB).", MigScope::kNone,
      [](const GpuReading& r, const MigDeviceSample*) { return Int(r.sample.fb_reserved_mib); }},
+    {"DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "counter",
+     "Total number of NVLink bandwidth counters for all lanes.", MigScope::kDevice,
+     [](const GpuReading& r, const MigDeviceSample*) { return Int(r.sample.nvlink_data_kib); }},
     {"DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "counter", "Total number of double-bit volatile ECC errors.",
      MigScope::kDevice,
      [](const GpuReading& r, const MigDeviceSample*) {
@@ -104,6 +124,11 @@ const MetricDef kMetrics[] = {
        }
        return Value(int64_t{*r.sample.row_remap_failure ? 1 : 0});
      }},
+    {"DCGM_FI_PROF_GR_ENGINE_ACTIVE", "gauge", "Ratio of time the graphics engine is active.",
+     MigScope::kNone,
+     [](const GpuReading& r, const MigDeviceSample*) {
+       return Ratio(r.sample.graphics_engine_active);
+     }},
     {"DCGM_FI_PROF_SM_ACTIVE", "gauge", "The ratio of cycles an SM has at least 1 warp assigned.",
      MigScope::kNone,
      [](const GpuReading& r, const MigDeviceSample*) { return Ratio(r.sample.sm_active); }},
@@ -114,6 +139,20 @@ const MetricDef kMetrics[] = {
      "Ratio of cycles the device memory interface is active sending or receiving data.",
      MigScope::kNone,
      [](const GpuReading& r, const MigDeviceSample*) { return Ratio(r.sample.dram_active); }},
+    {"DCGM_FI_PROF_PCIE_TX_BYTES", "gauge",
+     "The rate of data transmitted over the PCIe bus - including both protocol headers and data "
+     "payloads - in bytes per second.",
+     MigScope::kNone,
+     [](const GpuReading& r, const MigDeviceSample*) {
+       return Int(r.sample.pcie_tx_bytes_per_second);
+     }},
+    {"DCGM_FI_PROF_PCIE_RX_BYTES", "gauge",
+     "The rate of data received over the PCIe bus - including both protocol headers and data "
+     "payloads - in bytes per second.",
+     MigScope::kNone,
+     [](const GpuReading& r, const MigDeviceSample*) {
+       return Int(r.sample.pcie_rx_bytes_per_second);
+     }},
 };
 
 std::string FormatValue(const Value& value) {

@@ -152,6 +152,67 @@ TEST(DcgmMetrics, MatchesDcgmExporterText) {
   EXPECT_EQ(text, expected);
 }
 
+// The rest of dcgm-exporter's default counters, each in its place of the CSV order.
+TEST(DcgmMetrics, TheOtherDefaultCountersFollowDcgmExportersOrderAndText) {
+  GpuReading reading = H100Reading();
+  GpuSample& sample = reading.sample;
+  sample.memory_temperature_c = 52;
+  sample.total_energy_millijoules = 123456789;
+  sample.encoder_util_percent = 3;
+  sample.decoder_util_percent = 7;
+  sample.nvlink_data_kib = 3000;
+  sample.graphics_engine_active = 0.8125;
+  sample.pcie_tx_bytes_per_second = 104857600;
+  sample.pcie_rx_bytes_per_second = 52428800;
+  const std::string text = RenderDcgmMetrics({reading}, {});
+  const std::string g =
+      R"(gpu="0",UUID="GPU-5e1c0c41-2c1c-9a45-7b0e-2d7e1f2a3b4c",pci_bus_id="00000000:18:00.0",)"
+      R"(device="nvidia0",modelName="NVIDIA H100 80GB HBM3")";
+  const std::vector<std::string> in_order = {
+      "DCGM_FI_DEV_MEM_CLOCK{",
+      "# HELP DCGM_FI_DEV_MEMORY_TEMP Memory temperature (in C).\n"
+      "# TYPE DCGM_FI_DEV_MEMORY_TEMP gauge\nDCGM_FI_DEV_MEMORY_TEMP{" +
+          g + "} 52\n",
+      "DCGM_FI_DEV_GPU_TEMP{",
+      "DCGM_FI_DEV_POWER_USAGE{",
+      "# HELP DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION Total energy consumption since boot (in mJ).\n"
+      "# TYPE DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION counter\n"
+      "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION{" +
+          g + "} 123456789\n",
+      "DCGM_FI_DEV_MEM_COPY_UTIL{",
+      "# HELP DCGM_FI_DEV_ENC_UTIL Encoder utilization (in %).\n# TYPE DCGM_FI_DEV_ENC_UTIL "
+      "gauge\nDCGM_FI_DEV_ENC_UTIL{" +
+          g + "} 3\n",
+      "# HELP DCGM_FI_DEV_DEC_UTIL Decoder utilization (in %).\n# TYPE DCGM_FI_DEV_DEC_UTIL "
+      "gauge\nDCGM_FI_DEV_DEC_UTIL{" +
+          g + "} 7\n",
+      "DCGM_FI_DEV_FB_RESERVED{",
+      "# HELP DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL Total number of NVLink bandwidth counters for all "
+      "lanes.\n# TYPE DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL counter\n"
+      "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL{" +
+          g + "} 3000\n",
+      "# HELP DCGM_FI_PROF_GR_ENGINE_ACTIVE Ratio of time the graphics engine is active.\n"
+      "# TYPE DCGM_FI_PROF_GR_ENGINE_ACTIVE gauge\nDCGM_FI_PROF_GR_ENGINE_ACTIVE{" +
+          g + "} 0.812500\n",
+      "DCGM_FI_PROF_SM_ACTIVE{",
+      "DCGM_FI_PROF_DRAM_ACTIVE{",
+      "# HELP DCGM_FI_PROF_PCIE_TX_BYTES The rate of data transmitted over the PCIe bus - "
+      "including both protocol headers and data payloads - in bytes per second.\n"
+      "# TYPE DCGM_FI_PROF_PCIE_TX_BYTES gauge\nDCGM_FI_PROF_PCIE_TX_BYTES{" +
+          g + "} 104857600\n",
+      "# HELP DCGM_FI_PROF_PCIE_RX_BYTES The rate of data received over the PCIe bus - including "
+      "both protocol headers and data payloads - in bytes per second.\n"
+      "# TYPE DCGM_FI_PROF_PCIE_RX_BYTES gauge\nDCGM_FI_PROF_PCIE_RX_BYTES{" +
+          g + "} 52428800\n",
+  };
+  size_t at = 0;
+  for (const std::string& piece : in_order) {
+    const size_t found = text.find(piece, at);
+    ASSERT_NE(found, std::string::npos) << "missing or out of order: " << piece << "\n" << text;
+    at = found + piece.size();
+  }
+}
+
 TEST(DcgmMetrics, UnsupportedValuesAreLeftOutNotZeroed) {
   GpuReading reading = H100Reading();
   reading.sample.power_milliwatts.reset();

@@ -86,7 +86,13 @@ struct GpuSample {
   std::optional<int64_t> fb_free_mib;
   std::optional<int64_t> fb_reserved_mib;
   std::optional<int64_t> temperature_c;
+  std::optional<int64_t> memory_temperature_c;  // HBM; absent when NVML reads above 200
   std::optional<int64_t> power_milliwatts;
+  std::optional<int64_t> total_energy_millijoules;  // since the driver loaded
+  std::optional<int64_t> encoder_util_percent;
+  std::optional<int64_t> decoder_util_percent;
+  // NVLink data sent plus received over every link since the driver loaded, in KiB.
+  std::optional<int64_t> nvlink_data_kib;
   std::optional<int64_t> sm_clock_mhz;
   std::optional<int64_t> memory_clock_mhz;
 
@@ -107,6 +113,10 @@ struct GpuSample {
   std::optional<double> sm_active;
   std::optional<double> dram_active;
   std::optional<double> tensor_active;
+  std::optional<double> graphics_engine_active;
+  // GPM PCIe rates (Hopper and later), bytes per second, protocol headers included.
+  std::optional<int64_t> pcie_tx_bytes_per_second;
+  std::optional<int64_t> pcie_rx_bytes_per_second;
 
   std::vector<MigDeviceSample> mig_devices;  // MIG-enabled GPUs only, by GPU instance id
   // Reads that failed for a reason other than "not supported", e.g.

@@ -173,9 +173,13 @@ inline constexpr uint64_t kClocksEventHwPowerBrakeSlowdown = 0x80;
 inline constexpr uint64_t kClocksEventDisplayClockSetting = 0x100;
 
 // NVML_GPM_METRIC_* ids (percent, 0-100) and struct versions.
+inline constexpr unsigned int kGpmMetricGraphicsUtil = 1;
 inline constexpr unsigned int kGpmMetricSmUtil = 2;
 inline constexpr unsigned int kGpmMetricAnyTensorUtil = 5;
 inline constexpr unsigned int kGpmMetricDramBwUtil = 10;
+// MiB per second, not percent.
+inline constexpr unsigned int kGpmMetricPcieTxPerSec = 20;
+inline constexpr unsigned int kGpmMetricPcieRxPerSec = 21;
 inline constexpr unsigned int kGpmMetricsGetVersion = 1;
 inline constexpr unsigned int kGpmSupportVersion = 1;
 // NVML_GPM_METRIC_MAX in API 13. The library fills only `num_metrics` entries, so the array
@@ -248,6 +252,40 @@ struct EventData {
 };
 static_assert(sizeof(EventData) == 32);
 
+// NVML_FI_DEV_* field ids for nvmlDeviceGetFieldValues.
+inline constexpr unsigned int kFieldMemoryTemp = 82;               // C, unsigned int
+inline constexpr unsigned int kFieldNvlinkThroughputDataTx = 138;  // KiB, unsigned long long
+inline constexpr unsigned int kFieldNvlinkThroughputDataRx = 139;
+// scopeId for a field summed over every NVLink of the GPU.
+inline constexpr unsigned int kScopeAllLinks = 0xFFFFFFFFu;
+
+// nvmlValueType_t values.
+inline constexpr int kValueTypeDouble = 0;
+inline constexpr int kValueTypeUnsignedInt = 1;
+inline constexpr int kValueTypeUnsignedLong = 2;
+inline constexpr int kValueTypeUnsignedLongLong = 3;
+inline constexpr int kValueTypeSignedLongLong = 4;
+inline constexpr int kValueTypeSignedInt = 5;
+
+// nvmlFieldValue_t: `value` is valid only when `nvml_return` is kSuccess, of `value_type`.
+struct FieldValue {
+  unsigned int field_id;
+  unsigned int scope_id;
+  long long timestamp;     // NOLINT(google-runtime-int)
+  long long latency_usec;  // NOLINT(google-runtime-int)
+  int value_type;
+  Return nvml_return;
+  union {
+    double d;
+    unsigned int ui;
+    unsigned long ul;        // NOLINT(google-runtime-int)
+    unsigned long long ull;  // NOLINT(google-runtime-int)
+    long long sll;           // NOLINT(google-runtime-int)
+    int si;
+  } value;
+};
+static_assert(sizeof(FieldValue) == 40);
+
 // nvmlGpmSupport_t.
 struct GpmSupport {
   unsigned int version;
@@ -314,6 +352,9 @@ using GpmMetricsGetFn = Return (*)(GpmMetricsGet*);
 using DeviceGetCpuAffinityFn = Return (*)(Device, unsigned int, unsigned long*);
 using DeviceGetNvLinkStateFn = Return (*)(Device, unsigned int, int*);
 using DeviceGetNvLinkRemotePciInfoFn = Return (*)(Device, unsigned int, PciInfo*);
+// nvmlDeviceGetEncoderUtilization, nvmlDeviceGetDecoderUtilization: percent, sampling period.
+using DeviceGetCodecUtilizationFn = Return (*)(Device, unsigned int*, unsigned int*);
+using DeviceGetFieldValuesFn = Return (*)(Device, int, FieldValue*);
 // NOLINTEND(google-runtime-int)
 
 }  // namespace gpufleet::agent::nvml

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <cstring>
 #include <utility>
 
@@ -59,6 +60,10 @@ struct NvmlProbe::Api {
   nvml::DeviceGetTotalEccErrorsFn device_get_total_ecc_errors = nullptr;
   nvml::DeviceGetRemappedRowsFn device_get_remapped_rows = nullptr;
   nvml::DeviceGetUintFn device_get_pcie_replay_counter = nullptr;
+  nvml::DeviceGetUllFn device_get_total_energy_consumption = nullptr;
+  nvml::DeviceGetCodecUtilizationFn device_get_encoder_utilization = nullptr;
+  nvml::DeviceGetCodecUtilizationFn device_get_decoder_utilization = nullptr;
+  nvml::DeviceGetFieldValuesFn device_get_field_values = nullptr;
   nvml::DeviceGetUllFn device_get_clocks_event_reasons = nullptr;
   const char* clocks_event_reasons_name = "";
   nvml::DeviceGetMigModeFn device_get_mig_mode = nullptr;
@@ -172,6 +177,11 @@ Result<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(Options options) {
            optional("nvmlDeviceGetTotalEccErrors", api->device_get_total_ecc_errors),
            optional("nvmlDeviceGetRemappedRows", api->device_get_remapped_rows),
            optional("nvmlDeviceGetPcieReplayCounter", api->device_get_pcie_replay_counter),
+           optional("nvmlDeviceGetTotalEnergyConsumption",
+                    api->device_get_total_energy_consumption),
+           optional("nvmlDeviceGetEncoderUtilization", api->device_get_encoder_utilization),
+           optional("nvmlDeviceGetDecoderUtilization", api->device_get_decoder_utilization),
+           optional("nvmlDeviceGetFieldValues", api->device_get_field_values),
            optional("nvmlDeviceGetMigMode", api->device_get_mig_mode),
            optional("nvmlDeviceGetMaxMigDeviceCount", api->device_get_max_mig_device_count),
            optional("nvmlDeviceGetMigDeviceHandleByIndex",
@@ -666,6 +676,28 @@ void NvmlProbe::SampleDevice(DeviceState& device, GpuSample& sample) {
       sample.pcie_replay_count = replays;
     }
   }
+  if (alive() && api_->device_get_total_energy_consumption != nullptr) {
+    unsigned long long millijoules = 0;  // NOLINT(google-runtime-int)
+    if (ok(api_->device_get_total_energy_consumption(device.handle, &millijoules),
+           "nvmlDeviceGetTotalEnergyConsumption")) {
+      sample.total_energy_millijoules = static_cast<int64_t>(millijoules);
+    }
+  }
+  unsigned int percent = 0;
+  unsigned int sampling_period_us = 0;
+  if (alive() && api_->device_get_encoder_utilization != nullptr &&
+      ok(api_->device_get_encoder_utilization(device.handle, &percent, &sampling_period_us),
+         "nvmlDeviceGetEncoderUtilization")) {
+    sample.encoder_util_percent = percent;
+  }
+  if (alive() && api_->device_get_decoder_utilization != nullptr &&
+      ok(api_->device_get_decoder_utilization(device.handle, &percent, &sampling_period_us),
+         "nvmlDeviceGetDecoderUtilization")) {
+    sample.decoder_util_percent = percent;
+  }
+  if (alive() && api_->device_get_field_values != nullptr) {
+    SampleFields(device, sample);
+  }
   if (alive() && api_->device_get_clocks_event_reasons != nullptr) {
     unsigned long long reasons = 0;  // NOLINT(google-runtime-int)
     if (ok(api_->device_get_clocks_event_reasons(device.handle, &reasons),
@@ -693,6 +725,56 @@ void NvmlProbe::SampleDevice(DeviceState& device, GpuSample& sample) {
   sample.lost = device.lost;
 }
 
+void NvmlProbe::SampleFields(DeviceState& device, GpuSample& sample) {
+  nvml::FieldValue values[3] = {};
+  values[0].field_id = nvml::kFieldMemoryTemp;
+  values[1].field_id = nvml::kFieldNvlinkThroughputDataTx;
+  values[1].scope_id = nvml::kScopeAllLinks;
+  values[2].field_id = nvml::kFieldNvlinkThroughputDataRx;
+  values[2].scope_id = nvml::kScopeAllLinks;
+  const nvml::Return rc = api_->device_get_field_values(device.handle, 3, values);
+  if (rc == nvml::Return::kGpuIsLost) {
+    device.lost = true;
+    return;
+  }
+  if (rc != nvml::Return::kSuccess) {
+    if (rc != nvml::Return::kNotSupported) {
+      sample.read_errors.push_back(
+          fmt::format("nvmlDeviceGetFieldValues: {}", nvml::ReturnName(rc)));
+    }
+    return;
+  }
+  // SUCCESS means that some value was filled: each carries its own return code and type.
+  const auto integer = [](const nvml::FieldValue& field) -> std::optional<int64_t> {
+    if (field.nvml_return != nvml::Return::kSuccess) {
+      return std::nullopt;
+    }
+    switch (field.value_type) {
+      case nvml::kValueTypeUnsignedInt:
+        return field.value.ui;
+      case nvml::kValueTypeUnsignedLong:
+        return static_cast<int64_t>(field.value.ul);
+      case nvml::kValueTypeUnsignedLongLong:
+        return static_cast<int64_t>(field.value.ull);
+      case nvml::kValueTypeSignedLongLong:
+        return field.value.sll;
+      case nvml::kValueTypeSignedInt:
+        return field.value.si;
+      default:
+        return std::nullopt;
+    }
+  };
+  // dcgm-exporter treats a memory temperature above 200 C as a read error.
+  if (const std::optional<int64_t> celsius = integer(values[0]); celsius && *celsius <= 200) {
+    sample.memory_temperature_c = celsius;
+  }
+  const std::optional<int64_t> tx = integer(values[1]);
+  const std::optional<int64_t> rx = integer(values[2]);
+  if (tx.has_value() && rx.has_value()) {
+    sample.nvlink_data_kib = *tx + *rx;
+  }
+}
+
 void NvmlProbe::SampleGpm(DeviceState& device, GpuSample& sample) {
   const nvml::Return rc = api_->gpm_sample_get(device.handle, device.current);
   if (rc == nvml::Return::kGpuIsLost) {
@@ -708,12 +790,15 @@ void NvmlProbe::SampleGpm(DeviceState& device, GpuSample& sample) {
     // 13 KB: too large for the sampler thread's stack frame to carry comfortably.
     auto request = std::make_unique<nvml::GpmMetricsGet>();
     request->version = nvml::kGpmMetricsGetVersion;
-    request->num_metrics = 3;
+    request->num_metrics = 6;
     request->sample1 = device.previous;
     request->sample2 = device.current;
     request->metrics[0].metric_id = nvml::kGpmMetricSmUtil;
     request->metrics[1].metric_id = nvml::kGpmMetricDramBwUtil;
     request->metrics[2].metric_id = nvml::kGpmMetricAnyTensorUtil;
+    request->metrics[3].metric_id = nvml::kGpmMetricGraphicsUtil;
+    request->metrics[4].metric_id = nvml::kGpmMetricPcieTxPerSec;
+    request->metrics[5].metric_id = nvml::kGpmMetricPcieRxPerSec;
     const nvml::Return metrics_rc = api_->gpm_metrics_get(request.get());
     if (metrics_rc == nvml::Return::kSuccess) {
       // Each metric carries its own return code; GPM reports percent, DCGM ratios.
@@ -723,9 +808,20 @@ void NvmlProbe::SampleGpm(DeviceState& device, GpuSample& sample) {
         }
         return std::clamp(request->metrics[i].value / 100.0, 0.0, 1.0);
       };
+      // MiB per second, as DCGM turns it into bytes per second.
+      const auto bytes_per_second = [&](int i) -> std::optional<int64_t> {
+        if (request->metrics[i].nvml_return != nvml::Return::kSuccess ||
+            !(request->metrics[i].value >= 0)) {
+          return std::nullopt;
+        }
+        return std::llround(request->metrics[i].value * (1 << 20));
+      };
       sample.sm_active = ratio(0);
       sample.dram_active = ratio(1);
       sample.tensor_active = ratio(2);
+      sample.graphics_engine_active = ratio(3);
+      sample.pcie_tx_bytes_per_second = bytes_per_second(4);
+      sample.pcie_rx_bytes_per_second = bytes_per_second(5);
     } else if (metrics_rc != nvml::Return::kNotSupported) {
       sample.read_errors.push_back(
           fmt::format("nvmlGpmMetricsGet: {}", nvml::ReturnName(metrics_rc)));

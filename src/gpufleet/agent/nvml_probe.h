@@ -60,6 +60,8 @@ class NvmlProbe final : public GpuProbe {
   void PollEvents(std::vector<GpuSample>& samples);
   void SampleDevice(DeviceState& device, GpuSample& sample);
   void SampleGpm(DeviceState& device, GpuSample& sample);
+  // The readings only nvmlDeviceGetFieldValues gives: memory temperature, NVLink traffic.
+  void SampleFields(DeviceState& device, GpuSample& sample);
   Result<GpuStaticInfo> ReadStaticInfo(DeviceState& device);
   void ReadSlurmInfo(const DeviceState& device, GpuStaticInfo& info);
 

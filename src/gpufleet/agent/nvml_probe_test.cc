@@ -109,6 +109,42 @@ TEST_F(NvmlProbeTest, GpmRatiosComeFromTwoSamples) {
   EXPECT_DOUBLE_EQ(*sample.tensor_active, 0.025);
 }
 
+TEST_F(NvmlProbeTest, ReadsTheOtherCountersDcgmExporterExportsByDefault) {
+  Json script = Script();
+  Json& gpu = script["devices"][1];
+  gpu["memory_temperature_c"] = 52;
+  gpu["total_energy_mj"] = 123456789012LL;
+  gpu["encoder_util"] = 3;
+  gpu["decoder_util"] = 7;
+  gpu["nvlink_data_kib"] = {{"tx", 1000}, {"rx", 2000}};
+  gpu["gpm"]["graphics_util"] = 81.25;
+  gpu["gpm"]["pcie_tx_mib_per_s"] = 100;
+  gpu["gpm"]["pcie_rx_mib_per_s"] = 50.5;
+  script["devices"][0]["memory_temperature_c"] = 255;  // NVML's reading of a broken sensor
+  std::unique_ptr<NvmlProbe> probe = Open(script);
+  ASSERT_NE(probe, nullptr);
+  ASSERT_OK(probe->Sample());
+  Result<std::vector<GpuSample>> samples = probe->Sample();
+  ASSERT_OK(samples);
+  const GpuSample& sample = (*samples)[1];
+  EXPECT_EQ(sample.memory_temperature_c, 52);
+  EXPECT_EQ(sample.total_energy_millijoules, 123456789012LL);
+  EXPECT_EQ(sample.encoder_util_percent, 3);
+  EXPECT_EQ(sample.decoder_util_percent, 7);
+  EXPECT_EQ(sample.nvlink_data_kib, 3000);
+  ASSERT_TRUE(sample.graphics_engine_active.has_value());
+  EXPECT_DOUBLE_EQ(*sample.graphics_engine_active, 0.8125);
+  EXPECT_EQ(sample.pcie_tx_bytes_per_second, 100 << 20);
+  EXPECT_EQ(sample.pcie_rx_bytes_per_second, 50.5 * (1 << 20));
+  EXPECT_THAT(sample.read_errors, IsEmpty());
+  // Fields the GPU does not have are absent; a memory temperature above 200 C is no reading.
+  const GpuSample& other = (*samples)[0];
+  EXPECT_FALSE(other.memory_temperature_c.has_value());
+  EXPECT_FALSE(other.nvlink_data_kib.has_value());
+  EXPECT_FALSE(other.encoder_util_percent.has_value());
+  EXPECT_THAT(other.read_errors, IsEmpty());
+}
+
 TEST_F(NvmlProbeTest, UsesMemoryInfoV2WithItsStructVersion) {
   std::unique_ptr<NvmlProbe> probe = Open(Script());
   ASSERT_NE(probe, nullptr);

@@ -103,6 +103,11 @@ const std::set<std::string_view>& DeviceKeys() {
                                                            "ecc_dbe_volatile",
                                                            "remapped_rows",
                                                            "pcie_replay",
+                                                           "memory_temperature_c",
+                                                           "total_energy_mj",
+                                                           "encoder_util",
+                                                           "decoder_util",
+                                                           "nvlink_data_kib",
                                                            "clocks_event_reasons",
                                                            "minor_number",
                                                            "cpu_affinity",
@@ -735,6 +740,60 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetPcieReplayCounter(nvml::Devi
   return DeviceNumber("nvmlDeviceGetPcieReplayCounter", handle, "pcie_replay", count);
 }
 
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetTotalEnergyConsumption(
+    nvml::Device handle, unsigned long long* millijoules) {
+  return DeviceNumber("nvmlDeviceGetTotalEnergyConsumption", handle, "total_energy_mj",
+                      millijoules);
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetEncoderUtilization(
+    nvml::Device handle, unsigned int* percent, unsigned int* sampling_period_us) {
+  *sampling_period_us = 1'000'000;
+  return DeviceNumber("nvmlDeviceGetEncoderUtilization", handle, "encoder_util", percent);
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetDecoderUtilization(
+    nvml::Device handle, unsigned int* percent, unsigned int* sampling_period_us) {
+  *sampling_period_us = 1'000'000;
+  return DeviceNumber("nvmlDeviceGetDecoderUtilization", handle, "decoder_util", percent);
+}
+
+// Fields: 82 from "memory_temperature_c" (unsigned int); 138 and 139 with the all-links scope
+// from "nvlink_data_kib" ({"tx", "rx"}, unsigned long long); any other NOT_SUPPORTED. As the real
+// library, SUCCESS once any value was filled.
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetFieldValues(nvml::Device handle, int count,
+                                                                nvml::FieldValue* values) {
+  DeviceCall call("nvmlDeviceGetFieldValues", handle);
+  if (!call.ok()) {
+    return call.status();
+  }
+  if (count <= 0 || values == nullptr) {
+    return nvml::Return::kInvalidArgument;
+  }
+  bool any = false;
+  for (int i = 0; i < count; ++i) {
+    nvml::FieldValue& field = values[i];
+    field.nvml_return = nvml::Return::kNotSupported;
+    if (field.field_id == nvml::kFieldMemoryTemp) {
+      field.value_type = nvml::kValueTypeUnsignedInt;
+      field.nvml_return = ReadNumber(call.device(), "memory_temperature_c", &field.value.ui);
+    } else if ((field.field_id == nvml::kFieldNvlinkThroughputDataTx ||
+                field.field_id == nvml::kFieldNvlinkThroughputDataRx) &&
+               field.scope_id == nvml::kScopeAllLinks) {
+      const Json* traffic = nullptr;
+      field.value_type = nvml::kValueTypeUnsignedLongLong;
+      field.nvml_return = Lookup(call.device(), "nvlink_data_kib", traffic);
+      if (field.nvml_return == nvml::Return::kSuccess) {
+        field.nvml_return =
+            ReadNumber(*traffic, field.field_id == nvml::kFieldNvlinkThroughputDataTx ? "tx" : "rx",
+                       &field.value.ull);
+      }
+    }
+    any = any || field.nvml_return == nvml::Return::kSuccess;
+  }
+  return any ? nvml::Return::kSuccess : nvml::Return::kNotSupported;
+}
+
 #ifndef GPUFLEET_FAKE_NVML_LEGACY
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetCurrentClocksEventReasons(
     nvml::Device handle, unsigned long long* reasons) {
@@ -893,7 +952,8 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlEventSetWait_v2(nvml::EventSet set,
   return nvml::Return::kTimeout;
 }
 
-// ---- GPM: a device with a "gpm" object ({"sm_util", "dram_bw_util", "any_tensor_util"}, percent)
+// ---- GPM: a device with a "gpm" object ({"sm_util", "dram_bw_util", "any_tensor_util",
+// "graphics_util"} in percent, {"pcie_tx_mib_per_s", "pcie_rx_mib_per_s"} in MiB/s)
 // supports it -----------------------------------------------------------------------------------
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlGpmQueryDeviceSupport(nvml::Device handle,
@@ -959,6 +1019,9 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlGpmMetricsGet(nvml::GpmMetricsGet* re
     const char* key = metric.metric_id == nvml::kGpmMetricSmUtil          ? "sm_util"
                       : metric.metric_id == nvml::kGpmMetricDramBwUtil    ? "dram_bw_util"
                       : metric.metric_id == nvml::kGpmMetricAnyTensorUtil ? "any_tensor_util"
+                      : metric.metric_id == nvml::kGpmMetricGraphicsUtil  ? "graphics_util"
+                      : metric.metric_id == nvml::kGpmMetricPcieTxPerSec  ? "pcie_tx_mib_per_s"
+                      : metric.metric_id == nvml::kGpmMetricPcieRxPerSec  ? "pcie_rx_mib_per_s"
                                                                           : "";
     metric.nvml_return = ReadNumber(gpm, key, &metric.value);
   }
