@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/agent/dcgm_metrics.h"
 
+#include <algorithm>
 #include <string_view>
 #include <variant>
 
@@ -187,6 +188,42 @@ void AppendSeries(std::string& out, const MetricDef& metric, const std::string& 
   out += '\n';
 }
 
+// The distinct values sorted, joined by ",", with at most kMaxTasksPerLabel of them.
+std::string JoinedValues(std::vector<std::string> values) {
+  std::sort(values.begin(), values.end());
+  values.erase(std::unique(values.begin(), values.end()), values.end());
+  const size_t shown = std::min(values.size(), kMaxTasksPerLabel);
+  std::string joined;
+  for (size_t i = 0; i < shown; ++i) {
+    joined += (i == 0 ? "" : ",") + values[i];
+  }
+  if (values.size() > shown) {
+    joined += fmt::format(",+{}", values.size() - shown);
+  }
+  return joined;
+}
+
+// ",hpc_job=...,queue=...,task=...,team=..." for the tasks on `device_uuid`; empty for none.
+std::string TaskLabels(const std::vector<GpuTask>& tasks, const std::string& device_uuid) {
+  std::vector<std::string> jobs, queues, names, teams;
+  for (const GpuTask& task : tasks) {
+    if (task.device_uuid == device_uuid) {
+      jobs.push_back(task.job);
+      queues.push_back(task.queue);
+      names.push_back(task.task);
+      teams.push_back(task.team);
+    }
+  }
+  if (jobs.empty()) {
+    return "";
+  }
+  return fmt::format(",hpc_job=\"{}\",queue=\"{}\",task=\"{}\",team=\"{}\"",
+                     EscapeLabelValue(JoinedValues(std::move(jobs))),
+                     EscapeLabelValue(JoinedValues(std::move(queues))),
+                     EscapeLabelValue(JoinedValues(std::move(names))),
+                     EscapeLabelValue(JoinedValues(std::move(teams))));
+}
+
 }  // namespace
 
 std::string EscapeLabelValue(const std::string& value) {
@@ -233,6 +270,7 @@ std::string RenderDcgmMetrics(const std::vector<GpuReading>& readings,
     const GpuReading* reading;
     const MigDeviceSample* mig_sample;  // nullptr for a whole GPU
     std::string labels;
+    std::string task_labels;  // after the driver label
   };
   std::vector<Entity> entities;
   for (const GpuReading& reading : readings) {
@@ -240,8 +278,8 @@ std::string RenderDcgmMetrics(const std::vector<GpuReading>& readings,
       continue;
     }
     if (!reading.info.mig_enabled || reading.info.mig_devices.empty()) {
-      entities.push_back(
-          {&reading, nullptr, DcgmGpuLabels(reading.info, nullptr, options.hostname)});
+      entities.push_back({&reading, nullptr, DcgmGpuLabels(reading.info, nullptr, options.hostname),
+                          TaskLabels(options.tasks, reading.info.uuid)});
       continue;
     }
     for (const MigDeviceInfo& mig : reading.info.mig_devices) {
@@ -253,7 +291,8 @@ std::string RenderDcgmMetrics(const std::vector<GpuReading>& readings,
       }
       static const MigDeviceSample kUnread;
       entities.push_back({&reading, mig_sample != nullptr ? mig_sample : &kUnread,
-                          DcgmGpuLabels(reading.info, &mig, options.hostname)});
+                          DcgmGpuLabels(reading.info, &mig, options.hostname),
+                          TaskLabels(options.tasks, mig.uuid)});
     }
   }
 
@@ -275,7 +314,7 @@ std::string RenderDcgmMetrics(const std::vector<GpuReading>& readings,
                            metric.type);
         header_written = true;
       }
-      AppendSeries(out, metric, entity.labels, driver_label, *value);
+      AppendSeries(out, metric, entity.labels, driver_label + entity.task_labels, *value);
     }
   }
   return out;

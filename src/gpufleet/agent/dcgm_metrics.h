@@ -27,10 +27,26 @@ struct GpuReading {
   std::optional<int64_t> last_xid;
 };
 
+// A task on a GPU or MIG device, for the labels that tie a GPU's series to its job.
+struct GpuTask {
+  std::string device_uuid;  // the GPU's UUID, or the MIG device's ("MIG-...")
+  std::string job;          // "TEAM/NAME", dcgm-exporter's hpc_job label
+  std::string task;
+  std::string team;
+  std::string queue;
+};
+
 struct DcgmRenderOptions {
   std::string hostname;        // the Hostname label; empty leaves it out (--no-hostname)
   std::string driver_version;  // the DCGM_FI_DRIVER_VERSION label; empty leaves it out
+  // The tasks on the GPUs: a GPU (or MIG instance) that holds any gets the labels hpc_job,
+  // queue, task and team after the driver label (sorted by key, as dcgm-exporter orders its
+  // extra labels). Tasks sharing a GPU are listed in one series, their distinct values sorted
+  // and joined by ","; at most kMaxTasksPerLabel values, then "+N", so a GPU has one series and
+  // the number of series stays that of the GPUs.
+  std::vector<GpuTask> tasks;
 };
+inline constexpr size_t kMaxTasksPerLabel = 4;
 
 // The dcgm-exporter text for `readings`. A lost GPU has no series (DCGM reads blanks for it). On
 // a MIG-enabled GPU every series is per MIG instance: framebuffer values are the instance's,

@@ -4,9 +4,11 @@
 // and "%f" for DOUBLE ones.
 #include "gpufleet/agent/dcgm_metrics.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -211,6 +213,50 @@ TEST(DcgmMetrics, TheOtherDefaultCountersFollowDcgmExportersOrderAndText) {
     ASSERT_NE(found, std::string::npos) << "missing or out of order: " << piece << "\n" << text;
     at = found + piece.size();
   }
+}
+
+TEST(DcgmMetrics, AGpusSeriesNameTheJobsOnIt) {
+  GpuReading first = H100Reading();
+  GpuReading second = H100Reading();
+  second.info.index = 1;
+  second.info.uuid = "GPU-2";
+  GpuReading idle = H100Reading();
+  idle.info.index = 2;
+  idle.info.uuid = "GPU-3";
+  DcgmRenderOptions options;
+  options.tasks = {{first.info.uuid, "vision/train", "workers-0", "vision", "research/vision"},
+                   // Two tasks share the second GPU: one series with both.
+                   {"GPU-2", "nlp/chat", "main-0", "nlp", "serving"},
+                   {"GPU-2", "nlp/eval\"x", "main-0", "nlp", "serving"}};
+  const std::string text = RenderDcgmMetrics({first, second, idle}, options);
+  EXPECT_THAT(text,
+              HasSubstr("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\"," + std::string() +
+                        "UUID=\"GPU-5e1c0c41-2c1c-9a45-7b0e-2d7e1f2a3b4c\","
+                        "pci_bus_id=\"00000000:18:00.0\",device=\"nvidia0\","
+                        "modelName=\"NVIDIA H100 80GB HBM3\",hpc_job=\"vision/train\","
+                        "queue=\"research/vision\",task=\"workers-0\",team=\"vision\"} 64\n"));
+  EXPECT_THAT(text, HasSubstr("hpc_job=\"nlp/chat,nlp/eval\\\"x\",queue=\"serving\","
+                              "task=\"main-0\",team=\"nlp\"} 64\n"));
+  EXPECT_THAT(text,
+              HasSubstr("DCGM_FI_DEV_GPU_TEMP{gpu=\"2\",UUID=\"GPU-3\",pci_bus_id=\"00000000:"
+                        "18:00.0\",device=\"nvidia2\",modelName=\"NVIDIA H100 80GB HBM3\"} 64\n"))
+      << "an idle GPU has no job labels";
+  // The XID gauge keeps its own labels last.
+  EXPECT_THAT(text, HasSubstr("team=\"vision\",err_code=\"0\",err_msg=\"No Error\"} 0\n"));
+}
+
+TEST(DcgmMetrics, ManyTasksOnOneGpuAreCappedSoTheSeriesStayFew) {
+  DcgmRenderOptions options;
+  const GpuReading reading = H100Reading();
+  for (int i = 0; i < 7; ++i) {
+    options.tasks.push_back({reading.info.uuid, fmt::format("t/job-{}", i), "main-0", "t", "q"});
+  }
+  const std::string text = RenderDcgmMetrics({reading}, options);
+  EXPECT_THAT(text, HasSubstr("hpc_job=\"t/job-0,t/job-1,t/job-2,t/job-3,+3\""));
+  const std::string without_tasks = RenderDcgmMetrics({reading}, {});
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'),
+            std::count(without_tasks.begin(), without_tasks.end(), '\n'))
+      << "one series per GPU, with or without tasks";
 }
 
 TEST(DcgmMetrics, UnsupportedValuesAreLeftOutNotZeroed) {

@@ -418,6 +418,14 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
   }
   refused_.clear();
   desired_ = reply.tasks;
+  std::vector<GpuTask> gpu_tasks;
+  for (const wire::DesiredTask& task : desired_) {
+    for (const std::string& uuid : task.gpu_uuids) {
+      gpu_tasks.push_back({uuid, task.team.empty() ? task.job : task.team + "/" + task.job,
+                           task.task, task.team, task.queue});
+    }
+  }
+  telemetry_.SetGpuTasks(std::move(gpu_tasks));
 
   bool mig_changed = false;
   for (const wire::WantedMigLayout& layout : reply.mig_layouts) {

@@ -256,6 +256,43 @@ TEST_F(NodeAgentTest, RunsATaskToSuccessWithItsGpus) {
   EXPECT_TRUE(runner_->Poll().empty()) << "forgotten once reported";
 }
 
+// As dcgm-exporter's hpc_job and pod labels: a GPU's series name the job on it, from the
+// server's assignment to the agent, and lose the labels once the job has gone.
+TEST_F(NodeAgentTest, TheGpuSeriesNameTheJobTeamAndQueueOnThem) {
+  ASSERT_OK(agent_->Register());
+  Submit(JobYaml("train", 2, 60000));
+  ASSERT_OK(agent_->Heartbeat());
+  const std::vector<runner::TaskStatus> tasks = runner_->Poll();
+  ASSERT_EQ(tasks.size(), 1u);
+  const std::string metrics = sampler_->RenderMetrics();
+  // The admin's job has no team: hpc_job is then the job's name alone.
+  const Json job = Job("train");
+  ASSERT_EQ(job.value("team", ""), "");
+  const std::string labels = fmt::format(
+      "hpc_job=\"train\",queue=\"{}\",task=\"main-0\",team=\"\"}}", job.value("queue", ""));
+  for (const std::string& uuid : tasks[0].gpu_uuids) {
+    EXPECT_THAT(metrics, HasSubstr(fmt::format("UUID=\"{}\"", uuid)));
+  }
+  // Two GPUs of eight carry the job's labels, on every DCGM series.
+  const size_t temperature_series = [&] {
+    size_t count = 0;
+    for (size_t at = metrics.find("DCGM_FI_DEV_GPU_TEMP{"); at != std::string::npos;
+         at = metrics.find("DCGM_FI_DEV_GPU_TEMP{", at + 1)) {
+      const std::string line = metrics.substr(at, metrics.find('\n', at) - at);
+      count += line.find(labels) != std::string::npos ? 1 : 0;
+    }
+    return count;
+  }();
+  EXPECT_EQ(temperature_series, 2u) << metrics;
+
+  ASSERT_OK(admin_client_->Post("/v1/jobs/train/cancel", "", ""));
+  ASSERT_OK(server_->RunSchedulingCycle());
+  for (int beat = 0; beat < 3; ++beat) {
+    ASSERT_OK(agent_->Heartbeat());
+  }
+  EXPECT_THAT(sampler_->RenderMetrics(), Not(HasSubstr("hpc_job=")));
+}
+
 TEST_F(NodeAgentTest, AFailingTaskFailsTheJob) {
   ASSERT_OK(agent_->Register());
   Submit(JobYaml("bad", 1, 1000, 7));

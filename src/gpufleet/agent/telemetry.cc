@@ -168,12 +168,19 @@ Status TelemetrySampler::RefreshInventory() {
   return ReadInventoryLocked();
 }
 
+void TelemetrySampler::SetGpuTasks(std::vector<GpuTask> tasks) {
+  std::lock_guard<std::mutex> lock(snapshot_mu_);
+  gpu_tasks_ = std::move(tasks);
+}
+
 std::string TelemetrySampler::RenderMetrics() const {
   const std::shared_ptr<const TelemetrySnapshot> snapshot = LatestSnapshot();
   int64_t sample_errors = 0;
+  std::vector<GpuTask> tasks;
   {
     std::lock_guard<std::mutex> lock(snapshot_mu_);
     sample_errors = sample_errors_;
+    tasks = gpu_tasks_;
   }
   std::vector<GpuReading> readings;
   readings.reserve(snapshot->gpus.size());
@@ -185,7 +192,8 @@ std::string TelemetrySampler::RenderMetrics() const {
   std::string out = snapshot->sample_count == 0
                         ? std::string()
                         : RenderDcgmMetrics(readings, {.hostname = options_.hostname,
-                                                       .driver_version = snapshot->driver_version});
+                                                       .driver_version = snapshot->driver_version,
+                                                       .tasks = std::move(tasks)});
   if (snapshot->sample_count > 0) {
     AppendHeader(out, "gpufleet_gpu_xid_errors_total", "counter",
                  "XID errors the driver reported since the agent started, by XID.");

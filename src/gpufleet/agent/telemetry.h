@@ -79,6 +79,9 @@ class TelemetrySampler {
   // Re-reads the probe's inventory (after a MIG change). The next sample uses it.
   Status RefreshInventory();
 
+  // The tasks now on the node's GPUs, for the job labels of the GPU series (DcgmRenderOptions).
+  void SetGpuTasks(std::vector<GpuTask> tasks);
+
   // The /metrics body: dcgm-exporter's metrics, then gpufleet's own (per-XID counters, health,
   // clock-event reasons, sampler counters).
   std::string RenderMetrics() const;
@@ -117,6 +120,7 @@ class TelemetrySampler {
   mutable std::mutex snapshot_mu_;
   std::shared_ptr<const TelemetrySnapshot> snapshot_;  // guarded by snapshot_mu_
   int64_t sample_errors_ = 0;                          // guarded by snapshot_mu_
+  std::vector<GpuTask> gpu_tasks_;                     // guarded by snapshot_mu_
 
   std::mutex loop_mu_;
   std::condition_variable loop_cv_;

@@ -396,6 +396,8 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
     wire::DesiredTask task;
     task.job = wire::StrOr(job, "name");
     task.task = wire::StrOr(placement, "task");
+    task.team = wire::StrOr(job, "team");
+    task.queue = wire::StrOr(job, "queue");
     task.id = wire::MakeTaskId(name, task.task, attempt);
     const int64_t group_index = wire::IntOr(placement, "group", 0);
     if (group_index >= 0 && group_index < static_cast<int64_t>(group_names.size())) {

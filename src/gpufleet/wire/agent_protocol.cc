@@ -498,6 +498,8 @@ std::string AgentReplyToJson(const AgentReply& reply) {
     Json task = {{"id", t.id},
                  {"job", t.job},
                  {"task", t.task},
+                 {"team", t.team},
+                 {"queue", t.queue},
                  {"command", t.command},
                  {"env", t.env},
                  {"gpu_uuids", t.gpu_uuids},
@@ -587,14 +589,16 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
   const auto read_task = [&](const Json& t, const std::string& path) -> Status {
     GPUFLEET_ASSIGN_OR_RETURN(
         const ObjectReader tr,
-        ObjectReader::Open(
-            t, path,
-            {"id", "job", "task", "command", "env", "gpu_uuids", "gpu_milli", "cpu_milli",
-             "memory_mib", "mig_instances", "image", "image_pull_policy", "host_network"}));
+        ObjectReader::Open(t, path,
+                           {"id", "job", "task", "team", "queue", "command", "env", "gpu_uuids",
+                            "gpu_milli", "cpu_milli", "memory_mib", "mig_instances", "image",
+                            "image_pull_policy", "host_network"}));
     DesiredTask task;
     GPUFLEET_RETURN_IF_ERROR(tr.String("id", &task.id, /*required=*/true));
     GPUFLEET_RETURN_IF_ERROR(tr.String("job", &task.job));
     GPUFLEET_RETURN_IF_ERROR(tr.String("task", &task.task));
+    GPUFLEET_RETURN_IF_ERROR(tr.String("team", &task.team));
+    GPUFLEET_RETURN_IF_ERROR(tr.String("queue", &task.queue));
     GPUFLEET_RETURN_IF_ERROR(tr.Strings("command", &task.command));
     GPUFLEET_RETURN_IF_ERROR(tr.StringMap("env", &task.env));
     GPUFLEET_RETURN_IF_ERROR(tr.Strings("gpu_uuids", &task.gpu_uuids));

@@ -123,6 +123,8 @@ struct DesiredTask {
   std::string id;    // MakeTaskId
   std::string job;   // the job's name, without its team
   std::string task;  // "workers-3"
+  std::string team;  // the job's team and queue: labels of the GPU's metrics on the node
+  std::string queue;
   std::vector<std::string> command;
   std::map<std::string, std::string> env;
   // Whole GPUs, the GPU a share is on, or the MIG devices ("MIG-...") of a MIG task.

@@ -22,6 +22,8 @@ TEST(AgentProtocolJson, ReplyWithMigLayoutsAndAMigTaskRoundTrips) {
   task.id = "infer/main-0/1";
   task.job = "infer";
   task.task = "main-0";
+  task.team = "vision";
+  task.queue = "research/vision";
   task.command = {"serve"};
   task.gpu_uuids = {"MIG-abc"};
   task.gpu_milli = 428;
@@ -35,6 +37,8 @@ TEST(AgentProtocolJson, ReplyWithMigLayoutsAndAMigTaskRoundTrips) {
   ASSERT_OK(parsed);
   ASSERT_EQ(parsed->tasks.size(), 1u);
   EXPECT_EQ(parsed->tasks[0].gpu_uuids, task.gpu_uuids);
+  EXPECT_EQ(parsed->tasks[0].team, "vision");
+  EXPECT_EQ(parsed->tasks[0].queue, "research/vision");
   EXPECT_EQ(parsed->tasks[0].mig_instances, task.mig_instances);
   EXPECT_EQ(parsed->tasks[0].cpu_milli, 2500);
   EXPECT_EQ(parsed->tasks[0].memory_mib, 4096);
