@@ -137,8 +137,9 @@ TEST_F(PostgresStateStoreTest, CommittedStateSurvivesClosingAndReopening) {
   ASSERT_OK(store->Commit(WriteBatch().Delete("node", "n2")));
   EXPECT_THAT(store->Revision(), IsOkAndHolds(3));
   // Reopening applied no migration twice.
-  EXPECT_THAT(server_->QueryColumn(database_, "SELECT version FROM gpufleet.schema_migrations"),
-              IsOkAndHolds(ElementsAre("1")));
+  EXPECT_THAT(server_->QueryColumn(
+                  database_, "SELECT version FROM gpufleet.schema_migrations ORDER BY version"),
+              IsOkAndHolds(ElementsAre("1", "2")));
 }
 
 TEST_F(PostgresStateStoreTest, StoresOnOneDatabaseSeeEachOthersCommitsAndConflicts) {
@@ -290,17 +291,20 @@ TEST_F(PostgresStateStoreTest, StoresOpeningANewDatabaseAtOnceCreateTheSchemaOnc
   for (const Status& status : results) {
     EXPECT_OK(status);
   }
-  EXPECT_THAT(server_->QueryColumn(database_, "SELECT version FROM gpufleet.schema_migrations"),
-              IsOkAndHolds(ElementsAre("1")));
+  EXPECT_THAT(server_->QueryColumn(
+                  database_, "SELECT version FROM gpufleet.schema_migrations ORDER BY version"),
+              IsOkAndHolds(ElementsAre("1", "2")));
 }
 
 TEST_F(PostgresStateStoreTest, ADatabaseWithANewerSchemaIsRefused) {
   ASSERT_NE(OpenOrFail(uri_), nullptr);
   ASSERT_OK(server_->Execute(
       database_, "INSERT INTO gpufleet.schema_migrations (version, name) VALUES (999, 'future')"));
-  EXPECT_THAT(PostgresStateStore::Open(uri_),
-              StatusIs(StatusCode::kFailedPrecondition,
-                       HasSubstr("schema version 999, newer than the 1 this gpufleet knows")));
+  EXPECT_THAT(
+      PostgresStateStore::Open(uri_),
+      StatusIs(StatusCode::kFailedPrecondition,
+               HasSubstr(fmt::format("schema version 999, newer than the {} this gpufleet knows",
+                                     PostgresStateStore::LatestSchemaVersion()))));
 }
 
 TEST_F(PostgresStateStoreTest, ListPrefixesEndingInTheHighestCodePointsAreExact) {
