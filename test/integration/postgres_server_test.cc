@@ -106,6 +106,20 @@ class PostgresServerEndToEndTest : public ::testing::Test {
     return ::testing::AssertionFailure() << "/readyz last answered: " << last;
   }
 
+  // Polls /metrics (bounded: 40 tries, 0.25 s apart) until the server says it leads.
+  static ::testing::AssertionResult LeadsSoon(httplib::Client& client) {
+    for (int attempt = 0; attempt < 40; ++attempt) {
+      httplib::Result answer = client.Get("/metrics");
+      if (answer && answer->body.find("gpufleet_server_leader{") != std::string::npos &&
+          answer->body.find("\"} 1\n", answer->body.find("gpufleet_server_leader{")) ==
+              answer->body.find("\"}", answer->body.find("gpufleet_server_leader{"))) {
+        return ::testing::AssertionSuccess();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+    return ::testing::AssertionFailure() << "the server did not lead within 10 s";
+  }
+
   static int GetJob(httplib::Client& client, const std::string& name) {
     httplib::Result answer = client.Get("/v1/jobs/" + name);
     return answer ? answer->status : -1;
@@ -132,6 +146,8 @@ TEST_F(PostgresServerEndToEndTest, SurvivesACrashAndALostDatabaseWithoutPrinting
   client.set_bearer_token_auth(kAdminToken);
   client.set_read_timeout(std::chrono::seconds(30));
   EXPECT_EQ(GetJob(client, "before-crash"), 200);
+  // The killed server's leader lease runs out first (docs/ha.md): until then the new one follows.
+  EXPECT_TRUE(LeadsSoon(client));
 
   // The database goes away: requests that need it are 503, the server stays up, and /readyz says
   // it is not ready once a scheduling cycle has failed to reach the store.
