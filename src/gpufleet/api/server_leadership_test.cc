@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/testing/job_spec_json.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/synthetic_cluster.h"
@@ -56,19 +57,6 @@ class FakeElection final : public store::LeaderElection {
   store::LeaseState lease_;  // guarded by mu_
   int resigned_ = 0;         // guarded by mu_
 };
-
-std::string JobJson(const std::string& name) {
-  return nlohmann::json{
-      {"apiVersion", "gpufleet.io/v1"},
-      {"kind", "Job"},
-      {"metadata", {{"name", name}}},
-      {"spec",
-       {{"tasks",
-         {{{"name", "main"},
-           {"replicas", 1},
-           {"resources", {{"cpu", "1"}, {"memory", "1Gi"}, {"gpus", {{"count", 1}}}}}}}}}}}
-      .dump();
-}
 
 class ApiServerLeadershipIntegrationTest : public ::testing::Test {
  protected:
@@ -138,7 +126,7 @@ class ApiServerLeadershipIntegrationTest : public ::testing::Test {
 TEST_F(ApiServerLeadershipIntegrationTest, AFollowerRedirectsWritesLeadsWhenGrantedAndIsDeposed) {
   ASSERT_TRUE(Eventually([&] { return Call("GET", "/readyz").status == 200; }))
       << "a follower is ready once it knows the lease";
-  const ApiResponse redirected = Call("POST", "/v1/jobs?dry=1", JobJson("j1"));
+  const ApiResponse redirected = Call("POST", "/v1/jobs?dry=1", api_testing::OneTaskJobJson("j1"));
   EXPECT_EQ(redirected.status, 307);
   EXPECT_EQ(redirected.location, "http://other:9/v1/jobs?dry=1");
   EXPECT_THAT(redirected.body, HasSubstr("the leader is other at http://other:9"));
@@ -153,12 +141,13 @@ TEST_F(ApiServerLeadershipIntegrationTest, AFollowerRedirectsWritesLeadsWhenGran
 
   // No leader known: 503.
   election_.Set({.leader = false, .token = 1});
-  ASSERT_TRUE(Eventually([&] { return Call("POST", "/v1/jobs", JobJson("j1")).status == 503; }));
+  ASSERT_TRUE(Eventually(
+      [&] { return Call("POST", "/v1/jobs", api_testing::OneTaskJobJson("j1")).status == 503; }));
 
   // Granted the lease, it becomes the leader: writes accepted, cycles run.
   election_.Set({.leader = true, .token = 2, .holder = "me", .address = "http://me:1"});
   ASSERT_TRUE(Eventually([&] { return server_->leading(); }));
-  EXPECT_EQ(Call("POST", "/v1/jobs", JobJson("j1")).status, 201);
+  EXPECT_EQ(Call("POST", "/v1/jobs", api_testing::OneTaskJobJson("j1")).status, 201);
   EXPECT_TRUE(Eventually([&] { return JobState("j1") == "Scheduled"; })) << JobState("j1");
   EXPECT_THAT(Call("GET", "/metrics").body, HasSubstr("gpufleet_server_leader{server=\"me\"} 1"));
 
@@ -166,7 +155,7 @@ TEST_F(ApiServerLeadershipIntegrationTest, AFollowerRedirectsWritesLeadsWhenGran
   election_.Set({.leader = false, .token = 3, .holder = "other", .address = "http://other:9"});
   ASSERT_TRUE(Eventually([&] { return server_->deposed(); }));
   EXPECT_FALSE(server_->leading());
-  EXPECT_EQ(Call("POST", "/v1/jobs", JobJson("j2")).status, 307);
+  EXPECT_EQ(Call("POST", "/v1/jobs", api_testing::OneTaskJobJson("j2")).status, 307);
   election_.Set({.leader = true, .token = 4, .holder = "me", .address = "http://me:1"});
   server_->Stop();
   EXPECT_FALSE(server_->leading()) << "a deposed server never leads again";
