@@ -383,6 +383,15 @@ TEST_F(LeaderElectionEndToEndTest, ALeaderPausedPastItsLeaseCommitsNothingAndExi
   EXPECT_TRUE(WaitFor(std::chrono::seconds(10), [&] {
     return leader_->output().find("lost the leader lease") != std::string::npos;
   })) << leader_->output();
+  // The message comes just before the exit: wait (bounded) until it has exited, a zombie.
+  EXPECT_TRUE(WaitFor(std::chrono::seconds(10), [&] {
+    std::ifstream stat(fmt::format("/proc/{}/stat", leader_->pid()));
+    std::string pid;
+    std::string command;
+    std::string state;
+    stat >> pid >> command >> state;
+    return state == "Z";
+  }));
   const int status = leader_->KillAndWait(SIGKILL);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
   EXPECT_THAT(leader_->output(), HasSubstr("no longer the leader"));

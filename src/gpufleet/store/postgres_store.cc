@@ -755,7 +755,7 @@ Status PostgresStateStore::DoCommit(const WriteBatch& batch) {
   return Run([&](PgSession& session) {
     return InTransaction(session, [&](PgSession& in_transaction) {
       // mu_ is held: Run takes it.
-      return CommitInTransaction(in_transaction, batch, fence_lease_, fence_token_);
+      return CommitInTransaction(in_transaction, batch, fence_lease_, fence_token_.load());
     });
   });
 }
@@ -839,8 +839,7 @@ Result<std::unique_ptr<PostgresLeaderElection>> PostgresLeaderElection::Open(
 }
 
 void PostgresLeaderElection::Fence(int64_t token) {
-  std::lock_guard lock(store_.mu_);
-  store_.fence_token_ = token;
+  store_.fence_token_.store(token);
 }
 
 Result<LeaseState> PostgresLeaderElection::Campaign() {

@@ -111,10 +111,11 @@ class PostgresStateStore final : public StateStore {
   // by mu_.
   std::unique_ptr<pg_conn, Closer> conn_;
   // Fencing (set by PostgresLeaderElection): the lease every commit checks ("" before any
-  // election: no check), and the token this store's commits must find there (0: none held, every
-  // commit refused). Guarded by mu_.
+  // election: no check; guarded by mu_), and the token this store's commits must find there (0:
+  // none held, every commit refused). The token is atomic so that a campaign never waits for a
+  // commit under way to set it.
   std::string fence_lease_;
-  int64_t fence_token_ = 0;
+  std::atomic<int64_t> fence_token_{0};
 };
 
 // The PostgreSQL LeaderElection: one row of the table gpufleet.leader_lease per lease name,
