@@ -404,7 +404,8 @@ Action AddAgentCommand(CLI::App& app) {
   auto flags = std::make_shared<AgentFlags>();
   CLI::App* cmd = app.add_subcommand("agent", "run the node agent (docs/agent.md)");
   cmd->add_option("--server", flags->server,
-                  "server address (default: GPUFLEET_ADDR, else http://127.0.0.1:8080)");
+                  "server address, or several comma-separated (the leader is followed; "
+                  "docs/ha.md) (default: GPUFLEET_ADDR, else http://127.0.0.1:8080)");
   cmd->add_option("--token-file", flags->token_file,
                   "file holding an agent token (default: GPUFLEET_AGENT_TOKEN)");
   cmd->add_option("--ca-cert", flags->ca_cert, "PEM CA certificate for an https:// server");

@@ -128,7 +128,8 @@ struct CliState {
 void AddVerb(CliState& state, CLI::App* verb, std::function<int(cli::ApiClient&)> run) {
   verb->group(kCliGroup);
   verb->add_option("--server", state.server,
-                   "server address, http(s)://host:port (else $GPUFLEET_ADDR, "
+                   "server address, http(s)://host:port, or several comma-separated (the "
+                   "leader is followed; docs/ha.md) (else $GPUFLEET_ADDR, "
                    "~/.config/gpufleet/config, http://127.0.0.1:8080)");
   verb->add_option("--token", state.token,
                    "bearer token (else $GPUFLEET_TOKEN, ~/.config/gpufleet/config)");

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 // `gpufleet server`: the REST API and the scheduling loop over a SQLite (--data-dir, the default)
 // or PostgreSQL (--store) state store.
+#include <unistd.h>
+
 #include <charconv>
 #include <chrono>
 #include <filesystem>
@@ -59,6 +61,10 @@ struct ServerFlags {
   int max_connections = 4096;
   int max_connections_per_client = 256;
   int64_t header_timeout_s = 10;
+  // Several servers on one PostgreSQL (docs/ha.md).
+  std::string advertise_address;
+  int64_t leader_lease_ms = 5000;
+  int64_t leader_renew_ms = 1000;
 };
 
 // "NODESxGPUS", e.g. "16x8": leaves of up to four nodes under one block.
@@ -89,7 +95,8 @@ Result<Cluster> SimulatedCluster(const std::string& text, const std::string& mod
 struct OpenedStore {
   std::optional<store::DirectoryLock> lock;  // SQLite: one server per data directory
   std::unique_ptr<store::StateStore> store;
-  std::string description;  // for the start-up line; no password
+  store::PostgresStateStore* postgres = nullptr;  // `store` when it is PostgreSQL
+  std::string description;                        // for the start-up line; no password
 };
 
 Result<OpenedStore> OpenStore(const ServerFlags& flags) {
@@ -106,6 +113,7 @@ Result<OpenedStore> OpenStore(const ServerFlags& flags) {
     }
     OpenedStore opened;
     opened.description = (*postgres)->redacted_uri();
+    opened.postgres = postgres->get();
     opened.store = std::move(postgres).value();
     return opened;
   }
@@ -132,6 +140,33 @@ int Fail(const Status& status) {
   return 1;
 }
 
+// The election of the servers on one PostgreSQL database. The identity names this process: a
+// restarted server starts a new term.
+Result<std::unique_ptr<store::PostgresLeaderElection>> OpenElection(const ServerFlags& flags,
+                                                                    store::PostgresStateStore& db,
+                                                                    const std::string& address) {
+  if (flags.leader_renew_ms * 2 > flags.leader_lease_ms) {
+    return InvalidArgumentError(fmt::format(
+        "--leader-renew-ms {} must be at most half of --leader-lease-ms {}, so that one late "
+        "renewal does not cost the lease",
+        flags.leader_renew_ms, flags.leader_lease_ms));
+  }
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  const std::string identity = fmt::format(
+      "{}/pid-{}-{:x}", address.empty() ? flags.listen.substr(0, flags.listen.rfind(':')) : address,
+      getpid(), std::chrono::duration_cast<std::chrono::microseconds>(now).count() & 0xffffff);
+  Result<std::unique_ptr<store::PostgresLeaderElection>> election =
+      store::PostgresLeaderElection::Open(
+          flags.store, db,
+          {.identity = identity,
+           .address = address,
+           .lease = std::chrono::milliseconds(flags.leader_lease_ms)});
+  if (!election.ok()) {
+    return Status(election.status().code(), "--store: " + election.status().message());
+  }
+  return election;
+}
+
 int RunServer(const ServerFlags& flags) {
   Result<std::pair<std::string, int>> listen = ParseHostPort(flags.listen);
   if (!listen.ok()) {
@@ -153,6 +188,37 @@ int RunServer(const ServerFlags& flags) {
   Result<OpenedStore> store = OpenStore(flags);
   if (!store.ok()) {
     return Fail(store.status());
+  }
+  if (!flags.advertise_address.empty() && store->postgres == nullptr) {
+    return Fail(InvalidArgumentError(
+        "--advertise-address is for several servers on one PostgreSQL database (--store)"));
+  }
+  const char* scheme = tls ? "https" : "http";
+  // How the other servers and the clients reach this one when it leads; with port 0 it is known
+  // once bound.
+  std::string address = flags.advertise_address;
+  if (address.empty() && listen->second != 0) {
+    address = fmt::format("{}://{}:{}", scheme, listen->first, listen->second);
+  }
+  std::unique_ptr<store::PostgresLeaderElection> election;
+  bool leading = true;
+  if (store->postgres != nullptr) {
+    Result<std::unique_ptr<store::PostgresLeaderElection>> opened =
+        OpenElection(flags, *store->postgres, address);
+    if (!opened.ok()) {
+      return Fail(opened.status());
+    }
+    election = std::move(opened).value();
+    // Once at start, so that the first server makes the start-up writes below.
+    Result<store::LeaseState> lease = election->Campaign();
+    if (!lease.ok()) {
+      return Fail(lease.status());
+    }
+    leading = lease->leader;
+    fmt::print(
+        "{} (identity {}, fencing token {})\n",
+        leading ? "leading" : fmt::format("following {} at {}", lease->holder, lease->address),
+        election->identity(), lease->token);
   }
   SystemClock clock;
   control::ReliabilityOptions reliability;
@@ -189,11 +255,16 @@ int RunServer(const ServerFlags& flags) {
        .gang_start_timeout = std::chrono::seconds(flags.gang_start_timeout_s),
        .http = {.header_timeout = std::chrono::seconds(flags.header_timeout_s),
                 .max_connections = flags.max_connections,
-                .max_connections_per_client = flags.max_connections_per_client}});
+                .max_connections_per_client = flags.max_connections_per_client},
+       .election = election.get(),
+       .election_interval = std::chrono::milliseconds(flags.leader_renew_ms)});
   if (!server.ok()) {
     return Fail(server.status());
   }
-  if (!flags.simulated_nodes.empty()) {
+  // A follower's writes are refused: the leader registers the nodes and installs the token.
+  if (!leading) {
+    fmt::print("a follower: --simulated-nodes and the admin token are the leader's to write\n");
+  } else if (!flags.simulated_nodes.empty()) {
     Result<Cluster> cluster = SimulatedCluster(flags.simulated_nodes, flags.gpu_model, catalog);
     if (!cluster.ok()) {
       return Fail(cluster.status());
@@ -206,19 +277,21 @@ int RunServer(const ServerFlags& flags) {
                static_cast<int>(cluster->nodes.size()) - *added);
   }
   std::optional<std::string> given_token;
-  if (!flags.admin_token_file.empty()) {
+  if (leading && !flags.admin_token_file.empty()) {
     Result<std::string> token = ReadSecretFile(flags.admin_token_file, "--admin-token-file");
     if (!token.ok()) {
       return Fail(token.status());
     }
     given_token = *token;
   }
-  Result<std::optional<std::string>> created = (*server)->authenticator().Bootstrap(given_token);
-  if (!created.ok()) {
-    return Fail(created.status());
-  }
-  if (created->has_value()) {
-    fmt::print("admin token (shown once, keep it): {}\n", **created);
+  if (leading) {
+    Result<std::optional<std::string>> created = (*server)->authenticator().Bootstrap(given_token);
+    if (!created.ok()) {
+      return Fail(created.status());
+    }
+    if (created->has_value()) {
+      fmt::print("admin token (shown once, keep it): {}\n", **created);
+    }
   }
 
   BlockStopSignals();
@@ -227,13 +300,27 @@ int RunServer(const ServerFlags& flags) {
   if (!port.ok()) {
     return Fail(port.status());
   }
-  fmt::print("gpufleet server listening on {}://{}:{} (store {}, policy {})\n",
-             tls ? "https" : "http", listen->first, *port, store->description, flags.policy);
+  if (election != nullptr && address.empty()) {
+    election->SetAddress(fmt::format("{}://{}:{}", scheme, listen->first, *port));
+  }
+  fmt::print("gpufleet server listening on {}://{}:{} (store {}, policy {})\n", scheme,
+             listen->first, *port, store->description, flags.policy);
   std::fflush(stdout);
-  const int signal_number = WaitForStopSignal();
-  fmt::print("gpufleet server: signal {}, stopping\n", signal_number);
-  (*server)->Stop();
-  return 0;
+  // A deposed leader ends, as a Kubernetes controller manager does: its supervisor starts it
+  // again and it rejoins as a follower, with nothing of its old term in memory.
+  constexpr auto kDeposedCheck = std::chrono::milliseconds(200);
+  while (true) {
+    if (const std::optional<int> signal_number = WaitForStopSignal(kDeposedCheck)) {
+      fmt::print("gpufleet server: signal {}, stopping\n", *signal_number);
+      (*server)->Stop();
+      return 0;
+    }
+    if ((*server)->deposed()) {
+      (*server)->Stop();
+      return Fail(FailedPreconditionError(
+          "lost the leader lease (see above); exiting so that a restart rejoins as a follower"));
+    }
+  }
 }
 
 }  // namespace
@@ -250,6 +337,21 @@ Action AddServerCommand(CLI::App& app) {
                      "not with --data-dir)");
   server->add_option("--listen", flags->listen, "HOST:PORT to serve on (port 0: any free port)")
       ->capture_default_str();
+  server->add_option("--advertise-address", flags->advertise_address,
+                     "with --store: the URL other servers and clients reach this one at when it "
+                     "leads, e.g. http://10.0.0.5:8080 (default: http(s)://--listen)");
+  server
+      ->add_option("--leader-lease-ms", flags->leader_lease_ms,
+                   "with --store: milliseconds the leader lease lasts unless renewed; a follower "
+                   "takes over this long after the leader stops renewing")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{200}, int64_t{600000}));
+  server
+      ->add_option("--leader-renew-ms", flags->leader_renew_ms,
+                   "with --store: milliseconds between campaigns (renewals of the lease, or "
+                   "attempts to take it); at most half the lease")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{50}, int64_t{300000}));
   server->add_option("--simulated-nodes", flags->simulated_nodes,
                      "register NODESxGPUS simulated nodes (e.g. 16x8) that are not present yet");
   server->add_option("--gpu-model", flags->gpu_model, "GPU model of the simulated nodes")

@@ -1,16 +1,19 @@
 // SPDX-License-Identifier: Apache-2.0
 // `gpufleet server --store postgresql://...` end to end, against a PostgreSQL server the test
 // starts: an acknowledged submission survives a SIGKILL of the server, a lost database is 503 and
-// the server recovers by itself when it is back, and the password never reaches its output.
+// the server recovers by itself when it is back, and the password never reaches its output; two
+// servers on one database elect a leader (LeaderElectionEndToEndTest).
 #include "gpufleet/store/testing/postgres_server.h"
 
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <system_error>
@@ -23,7 +26,9 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/http.h"
+#include "gpufleet/api/testing/job_spec_json.h"
 #include "gpufleet/api/testing/server_process.h"
+#include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/testing/status_matchers.h"
 
 namespace gpufleet {
@@ -35,18 +40,25 @@ using ::testing::Not;
 constexpr char kAdminToken[] = "postgres-test-admin-token-0123456789";
 constexpr char kPassword[] = "Pg-S3cret-Passw0rd";
 constexpr auto kStartTimeout = std::chrono::seconds(20);
+// The target: a follower leads and schedules again within 10 s of the leader's death
+// (with the default lease of 5 s, renewed every second).
+constexpr auto kFailoverTarget = std::chrono::seconds(10);
+using Clock = std::chrono::steady_clock;
 
-std::string JobSpec(const std::string& name) {
-  return nlohmann::json{
-      {"apiVersion", "gpufleet.io/v1"},
-      {"kind", "Job"},
-      {"metadata", {{"name", name}}},
-      {"spec",
-       {{"tasks",
-         {{{"name", "main"},
-           {"replicas", 1},
-           {"resources", {{"cpu", "1"}, {"memory", "1Gi"}, {"gpus", {{"count", 1}}}}}}}}}}}
-      .dump();
+// Calls `done` every 100 ms until it holds or `timeout` has passed; whether it held.
+bool WaitFor(std::chrono::milliseconds timeout, const std::function<bool()>& done) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (done()) {
+      return true;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return done();
+}
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
 class PostgresServerEndToEndTest : public ::testing::Test {
@@ -85,7 +97,8 @@ class PostgresServerEndToEndTest : public ::testing::Test {
   }
 
   static int Submit(httplib::Client& client, const std::string& name) {
-    httplib::Result answer = client.Post("/v1/jobs", JobSpec(name), "application/json");
+    httplib::Result answer =
+        client.Post("/v1/jobs", api_testing::OneTaskJobJson(name), "application/json");
     return answer ? answer->status : -1;
   }
 
@@ -104,6 +117,23 @@ class PostgresServerEndToEndTest : public ::testing::Test {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
     }
     return ::testing::AssertionFailure() << "/readyz last answered: " << last;
+  }
+
+  // GET /metrics of the server on `port` ("" without a 200).
+  static std::string Metrics(int port) {
+    httplib::Client client("127.0.0.1", port);
+    client.set_bearer_token_auth(kAdminToken);
+    client.set_connection_timeout(std::chrono::seconds(1));
+    httplib::Result answer = client.Get("/metrics");
+    return answer && answer->status == 200 ? answer->body : "";
+  }
+
+  // Whether /metrics says the server leads (gpufleet_server_leader{server="..."} 1).
+  static bool Leads(int port) {
+    const std::string metrics = Metrics(port);
+    const size_t line = metrics.find("\ngpufleet_server_leader{");
+    return line != std::string::npos &&
+           metrics.compare(metrics.find('\n', line + 1) - 2, 2, " 1") == 0;
   }
 
   static int GetJob(httplib::Client& client, const std::string& name) {
@@ -132,6 +162,8 @@ TEST_F(PostgresServerEndToEndTest, SurvivesACrashAndALostDatabaseWithoutPrinting
   client.set_bearer_token_auth(kAdminToken);
   client.set_read_timeout(std::chrono::seconds(30));
   EXPECT_EQ(GetJob(client, "before-crash"), 200);
+  // The killed server's leader lease runs out first (docs/ha.md): until then the new one follows.
+  EXPECT_TRUE(WaitFor(std::chrono::seconds(10), [&] { return Leads((*server)->port()); }));
 
   // The database goes away: requests that need it are 503, the server stays up, and /readyz says
   // it is not ready once a scheduling cycle has failed to reach the store.
@@ -208,6 +240,164 @@ TEST_F(PostgresServerEndToEndTest, AKilledPostmasterUnderLoadLosesNothingAcknowl
   EXPECT_GT(total, 0u);
   EXPECT_EQ(Submit(client, "after-crash"), 201);
   (*server)->KillAndWait(SIGTERM);
+}
+
+// Two servers on the database (docs/ha.md): one leads, the other follows (reads served, writes
+// redirected, the clients following the redirect); the follower leads and schedules within 10 s of
+// a SIGKILL of the leader (the measured failover is printed); a leader paused past its lease and
+// resumed commits nothing and exits.
+class LeaderElectionEndToEndTest : public PostgresServerEndToEndTest {
+ protected:
+  // The leader first, then a follower.
+  void StartPair() {
+    Result<std::unique_ptr<api_testing::ServerProcess>> leader = StartServer();
+    ASSERT_OK(leader);
+    leader_ = std::move(leader).value();
+    ASSERT_TRUE(WaitFor(std::chrono::seconds(10), [&] { return Leads(leader_->port()); }))
+        << leader_->output();
+    Result<std::unique_ptr<api_testing::ServerProcess>> follower = StartServer();
+    ASSERT_OK(follower);
+    follower_ = std::move(follower).value();
+    ASSERT_THAT(follower_->output(), HasSubstr("following"));
+  }
+
+  static std::string Address(const api_testing::ServerProcess& server) {
+    return fmt::format("http://127.0.0.1:{}", server.port());
+  }
+
+  // The job's state as `server` serves it ("" when it cannot say).
+  static std::string JobState(const api_testing::ServerProcess& server, const std::string& name) {
+    httplib::Client client("127.0.0.1", server.port());
+    client.set_bearer_token_auth(kAdminToken);
+    client.set_connection_timeout(std::chrono::seconds(1));
+    httplib::Result answer = client.Get("/v1/jobs/" + name);
+    if (!answer || answer->status != 200) {
+      return answer ? fmt::format("HTTP {}", answer->status) : "";
+    }
+    const nlohmann::json job = nlohmann::json::parse(answer->body, nullptr, false);
+    return job.is_object() && job.contains("state") && job["state"].is_string()
+               ? job["state"].get<std::string>()
+               : "";
+  }
+
+  static bool Placed(const api_testing::ServerProcess& server, const std::string& name) {
+    const std::string state = JobState(server, name);
+    return state == "Scheduled" || state == "Running";
+  }
+
+  std::unique_ptr<api_testing::ServerProcess> leader_;
+  std::unique_ptr<api_testing::ServerProcess> follower_;
+};
+
+TEST_F(LeaderElectionEndToEndTest, TheFollowerRedirectsWritesAndLeadsWithinTenSecondsOfAKill) {
+  StartPair();
+  ASSERT_NE(follower_, nullptr);
+  EXPECT_FALSE(Leads(follower_->port()));
+  // Its first campaign tells it who leads.
+  EXPECT_TRUE(WaitFor(std::chrono::seconds(5), [&] {
+    return Metrics(follower_->port()).find(fmt::format("address=\"{}\"", Address(*leader_))) !=
+           std::string::npos;
+  })) << Metrics(follower_->port());
+
+  // A write sent to the follower is a 307 to the same target on the leader.
+  {
+    httplib::Client raw("127.0.0.1", follower_->port());
+    raw.set_bearer_token_auth(kAdminToken);
+    httplib::Result answer =
+        raw.Post("/v1/jobs?dry=1", api_testing::OneTaskJobJson("raw"), "application/json");
+    ASSERT_TRUE(answer);
+    EXPECT_EQ(answer->status, 307);
+    EXPECT_EQ(answer->get_header_value("Location"), Address(*leader_) + "/v1/jobs?dry=1");
+  }
+  // The clients follow it: a submission through the follower alone lands on the leader, and
+  // the follower serves the job from the store.
+  cli::ApiClient through_follower(Address(*follower_), kAdminToken);
+  ASSERT_OK(
+      through_follower.Post("/v1/jobs", api_testing::OneTaskJobJson("j1"), "application/json"));
+  EXPECT_TRUE(WaitFor(std::chrono::seconds(5), [&] { return Placed(*follower_, "j1"); }))
+      << JobState(*follower_, "j1");
+
+  // SIGKILL the leader; a client that knows both servers goes on with the follower once it
+  // leads.
+  const std::string dead = Address(*leader_);
+  const Clock::time_point killed = Clock::now();
+  leader_->KillAndWait(SIGKILL);
+  cli::ApiClient both(dead + "," + Address(*follower_), kAdminToken);
+  double led_after = -1;
+  ASSERT_TRUE(WaitFor(kFailoverTarget + std::chrono::seconds(5), [&] {
+    if (led_after < 0 && Leads(follower_->port())) {
+      led_after = SecondsSince(killed);
+    }
+    return both.Post("/v1/jobs", api_testing::OneTaskJobJson("j2"), "application/json").ok();
+  })) << follower_->output();
+  ASSERT_TRUE(WaitFor(std::chrono::seconds(5), [&] { return Placed(*follower_, "j2"); }))
+      << JobState(*follower_, "j2") << "\n"
+      << follower_->output();
+  const double failover = SecondsSince(killed);
+  if (led_after < 0) {
+    led_after = failover;
+  }
+  std::printf("failover: leads %.2f s, schedules a new job %.2f s after the SIGKILL\n", led_after,
+              failover);
+  EXPECT_LT(failover, std::chrono::duration<double>(kFailoverTarget).count());
+  EXPECT_TRUE(Placed(*follower_, "j1")) << "the old leader's placement is kept";
+  EXPECT_THAT(follower_->output(), HasSubstr("rebuilt its view from the store"));
+  EXPECT_EQ(follower_->KillAndWait(SIGTERM), 0);
+}
+
+TEST_F(LeaderElectionEndToEndTest, ALeaderPausedPastItsLeaseCommitsNothingAndExits) {
+  StartPair();
+  ASSERT_NE(follower_, nullptr);
+  ASSERT_EQ(kill(leader_->pid(), SIGSTOP), 0);
+  ASSERT_TRUE(WaitFor(kFailoverTarget, [&] { return Leads(follower_->port()); }))
+      << follower_->output();
+  cli::ApiClient through_follower(Address(*follower_), kAdminToken);
+  ASSERT_OK(through_follower.Post("/v1/jobs", api_testing::OneTaskJobJson("during-pause"),
+                                  "application/json"));
+
+  // A submission reaches the paused leader (the kernel accepts the connection); when it
+  // resumes it still believes it leads until its next campaign. Whichever comes first, the
+  // database refuses its write (fencing) or it redirects: it commits nothing.
+  int late_status = 0;
+  std::string late_body;
+  std::thread late([&] {
+    httplib::Client raw("127.0.0.1", leader_->port());
+    raw.set_bearer_token_auth(kAdminToken);
+    raw.set_read_timeout(std::chrono::seconds(20));
+    httplib::Result answer =
+        raw.Post("/v1/jobs", api_testing::OneTaskJobJson("late"), "application/json");
+    late_status = answer ? answer->status : -1;
+    late_body = answer ? answer->body : httplib::to_string(answer.error());
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(kill(leader_->pid(), SIGCONT), 0);
+  late.join();
+  std::printf("the resumed leader answered the late write: %d %s\n", late_status,
+              late_body.c_str());
+  EXPECT_TRUE(late_status == 307 ||
+              (late_status == 400 && late_body.find("not the leader") != std::string::npos))
+      << late_status << " " << late_body;
+  EXPECT_EQ(JobState(*follower_, "late"), "HTTP 404");
+
+  // Deposed, it exits (status 1) so that its supervisor restarts it as a follower.
+  EXPECT_TRUE(WaitFor(std::chrono::seconds(10), [&] {
+    return leader_->output().find("lost the leader lease") != std::string::npos;
+  })) << leader_->output();
+  // The message comes just before the exit: wait (bounded) until it has exited, a zombie.
+  EXPECT_TRUE(WaitFor(std::chrono::seconds(10), [&] {
+    std::ifstream stat(fmt::format("/proc/{}/stat", leader_->pid()));
+    std::string pid;
+    std::string command;
+    std::string state;
+    stat >> pid >> command >> state;
+    return state == "Z";
+  }));
+  const int status = leader_->KillAndWait(SIGKILL);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  EXPECT_THAT(leader_->output(), HasSubstr("no longer the leader"));
+  EXPECT_TRUE(Placed(*follower_, "during-pause"));
+  EXPECT_TRUE(Leads(follower_->port()));
+  EXPECT_EQ(follower_->KillAndWait(SIGTERM), 0);
 }
 
 }  // namespace

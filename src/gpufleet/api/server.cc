@@ -300,8 +300,12 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
       std::unique_ptr<scheduler::Scheduler> sched,
       scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));
   auto server = std::unique_ptr<ApiServer>(new ApiServer(std::move(options), std::move(sched)));
-  GPUFLEET_RETURN_IF_ERROR(server->EnsureDefaultQueue());
-  GPUFLEET_RETURN_IF_ERROR(server->MigrateToTeamScopedNames());
+  // With an election, the leader makes these writes when it becomes the leader (BecomeLeader):
+  // a follower's would be refused.
+  if (server->options_.election == nullptr) {
+    GPUFLEET_RETURN_IF_ERROR(server->EnsureDefaultQueue());
+    GPUFLEET_RETURN_IF_ERROR(server->MigrateToTeamScopedNames());
+  }
   return server;
 }
 
@@ -342,6 +346,12 @@ ApiServer::~ApiServer() {
 
 Result<int> ApiServer::Start(const std::string& host, int port,
                              const std::optional<TlsFiles>& tls) {
+  if (options_.election != nullptr) {
+    // One campaign before serving: the first request finds a follower knowing the leader, or a
+    // leader that has rebuilt its view.
+    CampaignOnce();
+    (void)ReadyToLead();
+  }
   std::lock_guard<std::mutex> lock(loop_mu_);
   if (started_) {
     return FailedPreconditionError("server already started");
@@ -358,7 +368,7 @@ Result<int> ApiServer::Start(const std::string& host, int port,
   const auto handler = [this](const ApiRequest& request) {
     ApiResponse response = Handle(request);
     return http::Response{response.status, std::move(response.content_type),
-                          std::move(response.body)};
+                          std::move(response.body), std::move(response.location)};
   };
   // Probes answer on the IO threads; agents' registrations and heartbeats have workers of their
   // own, so a flood of user requests cannot make nodes NotReady.
@@ -397,13 +407,27 @@ Result<int> ApiServer::Start(const std::string& host, int port,
   stopping_ = false;
   started_ = true;
   loop_thread_ = std::thread([this] { LoopMain(); });
+  if (options_.election != nullptr) {
+    election_thread_ = std::thread([this] { ElectionMain(); });
+  }
   return bound;
 }
 
 void ApiServer::Stop() {
   StopThreads();
   std::lock_guard<std::mutex> lock(cycle_mu_);
+  // A follower's or a deposed leader's commits are refused: the leader keeps the usage.
+  if (!leading()) {
+    return;
+  }
   queues_.SaveUsageNow();
+  if (options_.election != nullptr) {
+    // Handing the lease over now spares the followers the wait for it to expire.
+    leading_.store(false);
+    if (const Status resigned = options_.election->Resign(); !resigned.ok()) {
+      fmt::print(stderr, "gpufleet server: giving up the leader lease: {}\n", resigned.ToString());
+    }
+  }
 }
 
 void ApiServer::StopThreads() {
@@ -420,20 +444,26 @@ void ApiServer::StopThreads() {
   if (loop_thread_.joinable()) {
     loop_thread_.join();
   }
+  if (election_thread_.joinable()) {
+    election_thread_.join();
+  }
   http_.reset();
 }
 
 void ApiServer::LoopMain() {
   std::unique_lock<std::mutex> lock(loop_mu_);
   while (!stopping_) {
+    wake_ = false;
     lock.unlock();
-    const Result<int> result = RunSchedulingCycle();
-    if (!result.ok()) {
-      fmt::print(stderr, "gpufleet server: scheduling cycle failed: {}\n",
-                 result.status().ToString());
+    if (ReadyToLead()) {
+      const Result<int> result = RunSchedulingCycle();
+      if (!result.ok()) {
+        fmt::print(stderr, "gpufleet server: scheduling cycle failed: {}\n",
+                   result.status().ToString());
+      }
     }
     lock.lock();
-    loop_cv_.wait_for(lock, options_.cycle_interval, [this] { return stopping_; });
+    loop_cv_.wait_for(lock, options_.cycle_interval, [this] { return stopping_ || wake_; });
   }
 }
 
@@ -841,6 +871,9 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
   if (n < 2 || segments[0] != "v1" ||
       (!get && !post && request.method != "PATCH" && request.method != "DELETE")) {
     return no_route();
+  }
+  if (!get && !leading()) {
+    return routed(RedirectToLeader(request), "redirect");
   }
   const Result<control::Principal> who = authenticator_.Authenticate(request.authorization);
   const std::string_view collection = segments[1];
@@ -1482,6 +1515,7 @@ std::string ApiServer::RenderMetrics() {
   for (const auto& [model, count] : gauges.gpus_by_model) {
     out += fmt::format("gpufleet_gpus_total{{model=\"{}\"}} {}\n", EscapeLabel(model), count);
   }
+  out += RenderLeadership();
   std::lock_guard<std::mutex> lock(metrics_->mu);
   out += "# HELP gpufleet_scheduling_cycle_seconds Duration of one scheduling cycle.\n";
   out += "# TYPE gpufleet_scheduling_cycle_seconds histogram\n";
@@ -1501,6 +1535,31 @@ std::string ApiServer::RenderMetrics() {
         "gpufleet_api_request_seconds",
         fmt::format("route=\"{}\",code=\"{}\",", EscapeLabel(key.first), key.second));
   }
+  return out;
+}
+
+std::string ApiServer::RenderLeadership() const {
+  std::string out;
+  out +=
+      "# HELP gpufleet_server_leader Whether this server leads (runs the scheduling loop and the "
+      "controllers, accepts writes): 1, or 0 for a follower.\n";
+  out += "# TYPE gpufleet_server_leader gauge\n";
+  if (options_.election == nullptr) {
+    out += "gpufleet_server_leader{server=\"local\"} 1\n";
+    return out;
+  }
+  out += fmt::format("gpufleet_server_leader{{server=\"{}\"}} {}\n",
+                     EscapeLabel(options_.election->identity()), leading() ? 1 : 0);
+  std::lock_guard<std::mutex> lock(lease_mu_);
+  out +=
+      "# HELP gpufleet_leader_info The leader this server last saw holding the lease, by identity "
+      "and address (empty while none holds it).\n";
+  out += "# TYPE gpufleet_leader_info gauge\n";
+  out += fmt::format("gpufleet_leader_info{{leader=\"{}\",address=\"{}\"}} 1\n",
+                     EscapeLabel(lease_.holder), EscapeLabel(lease_.address));
+  out += "# HELP gpufleet_leader_fencing_token The fencing token of the lease last seen.\n";
+  out += "# TYPE gpufleet_leader_fencing_token gauge\n";
+  out += fmt::format("gpufleet_leader_fencing_token {}\n", lease_.token);
   return out;
 }
 

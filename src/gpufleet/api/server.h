@@ -35,6 +35,7 @@
 #include "gpufleet/policy/idle_reclaim.h"
 #include "gpufleet/policy/queues.h"
 #include "gpufleet/scheduler/scheduler.h"
+#include "gpufleet/store/leader_election.h"
 #include "gpufleet/store/state_store.h"
 #include "gpufleet/wire/agent_protocol.h"
 #include "gpufleet/wire/json_fields.h"
@@ -62,6 +63,8 @@ struct ApiResponse {
   std::string body;
   // The route template for metrics, e.g. "/v1/jobs/{name}".
   std::string route;
+  // The Location header of a redirect (a follower's 307 to the leader); empty: none.
+  std::string location;
 };
 
 // The HTTP status of a non-OK code (the one mapping of the project) and the error body
@@ -126,6 +129,14 @@ class ApiServer {
     // Connection caps, deadlines and worker pools of the HTTP server (its host, port and TLS
     // files come from Start).
     http::ServerOptions http;
+    // Several servers on one store (docs/ha.md): the election this server campaigns in, every
+    // election_interval on a thread of its own. Only the leader runs the scheduling loop and the
+    // controllers; a follower serves GET requests from the store and answers every other
+    // request with a 307 to the leader (503 while none is known). A leader that loses the
+    // lease never leads again (deposed()): its owner ends it and a new process rejoins as a
+    // follower. Null: this server leads alone (SQLite, memory). Must outlive the server.
+    store::LeaderElection* election = nullptr;
+    std::chrono::milliseconds election_interval{1000};
   };
 
   // Creates the queue "default" in the store if it is missing. kNotFound / kInvalidArgument for
@@ -168,6 +179,15 @@ class ApiServer {
   // Serves one request (routing, authentication, the handlers, metrics).
   ApiResponse Handle(const ApiRequest& request);
 
+  // Whether this server leads now: runs the scheduling loop and accepts writes (always, without
+  // an election).
+  bool leading() const { return options_.election == nullptr || leading_.load(); }
+  // Whether this server led and another server has taken the lease over since: it runs no more
+  // cycles and forwards every write, and its owner should end it. (A leader that merely could not
+  // renew in time, the store being unreachable, stops leading until it renews the lease with the
+  // same token, which it can while no other server has taken it.)
+  bool deposed() const { return deposed_.load(); }
+
  private:
   explicit ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> scheduler);
 
@@ -175,6 +195,26 @@ class ApiServer {
 
   ApiResponse Route(const ApiRequest& request);
   void LoopMain();
+
+  // Leadership (server_leadership.cc, docs/ha.md).
+  // The election thread: campaigns every election_interval until Stop.
+  void ElectionMain();
+  // One campaign: records the lease, wakes the loop when this server was granted it, and
+  // deposes this server when it lost it (or could not renew it for the lease's duration).
+  void CampaignOnce();
+  void Depose(const std::string& why);
+  // On the loop thread, before each cycle: whether to run it. A server granted the lease first
+  // becomes the leader (BecomeLeader), then leads.
+  bool ReadyToLead();
+  // Rebuilds what the leader keeps in memory from the store (the view, the node leases from now,
+  // the GPU owners) and makes the writes a single server makes at Create (the default queue,
+  // team-scoped names). REQUIRES: cycle_mu_ held.
+  Status BecomeLeader();
+  // A follower's answer to a request other than GET: 307 to the leader's address with the same
+  // target, or 503 when no leader is known.
+  ApiResponse RedirectToLeader(const ApiRequest& request) const;
+  // The gpufleet_server_leader and gpufleet_leader_* lines of /metrics.
+  std::string RenderLeadership() const;
   Result<int> RunCycleLocked();
   // What one cycle writes for one job: its new reason, or its placements (applied to the view's
   // snapshot, and given back if the write fails).
@@ -389,8 +429,23 @@ class ApiServer {
   std::condition_variable loop_cv_;
   bool stopping_ = false;  // guarded by loop_mu_
   bool started_ = false;   // guarded by loop_mu_
+  bool wake_ = false;      // the election granted the lease: the loop is to lead; loop_mu_
   std::unique_ptr<http::Server> http_;
   std::thread loop_thread_;
+
+  // Leadership (with an election only).
+  mutable std::mutex lease_mu_;
+  store::LeaseState lease_;  // the last campaign's answer; guarded by lease_mu_
+  // The token of this server's term once granted; guarded by lease_mu_.
+  std::optional<int64_t> granted_token_;
+  // When the last campaign that renewed this server's lease began; guarded by lease_mu_.
+  MonoTime renewed_at_;
+  // The lease could not be renewed for its duration (a store outage): not leading until a
+  // campaign renews it with the same token; guarded by lease_mu_.
+  bool lapsed_ = false;
+  std::atomic<bool> leading_{false};  // BecomeLeader done, not deposed
+  std::atomic<bool> deposed_{false};
+  std::thread election_thread_;
 };
 
 }  // namespace gpufleet::api

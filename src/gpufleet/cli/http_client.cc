@@ -1,11 +1,13 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/cli/http_client.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <exception>
 #include <fstream>
 #include <utility>
+#include <vector>
 
 #include <fmt/core.h>
 
@@ -43,6 +45,9 @@ class HttpTransport final : public Transport {
   HttpTransport(std::string address, std::unique_ptr<httplib::Client> client)
       : address_(std::move(address)), client_(std::move(client)) {}
 
+  // Whether the last Send failed before the request left: the server could not be reached.
+  bool unreachable() const { return unreachable_; }
+
   Result<HttpResponse> Send(std::string_view method, std::string_view path, std::string_view body,
                             std::string_view content_type, std::string_view token) override {
     httplib::Headers headers;
@@ -50,6 +55,7 @@ class HttpTransport final : public Transport {
       headers.emplace("Authorization", fmt::format("Bearer {}", token));
     }
     const std::string path_string(path);
+    unreachable_ = false;
     httplib::Result result{nullptr, httplib::Error::Unknown};
     try {
       if (method == "GET") {
@@ -69,6 +75,8 @@ class HttpTransport final : public Transport {
       return UnavailableError(fmt::format("cannot reach {}: {}", address_, e.what()));
     }
     if (!result) {
+      unreachable_ = result.error() == httplib::Error::Connection ||
+                     result.error() == httplib::Error::ConnectionTimeout;
       return UnavailableError(
           fmt::format("cannot reach {}: {}", address_, Describe(result.error())));
     }
@@ -76,12 +84,14 @@ class HttpTransport final : public Transport {
     response.status = result->status;
     response.body = result->body;
     response.content_type = result->get_header_value("Content-Type");
+    response.location = result->get_header_value("Location");
     return response;
   }
 
  private:
   std::string address_;
   std::unique_ptr<httplib::Client> client_;
+  bool unreachable_ = false;
 };
 
 // "http://host:port" or "https://host[:port]", optionally with a trailing "/".
@@ -105,11 +115,10 @@ Status ValidateAddress(std::string_view address) {
   return Status::Ok();
 }
 
-}  // namespace
-
-Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address,
-                                                    const std::string& ca_cert_file,
-                                                    std::chrono::seconds timeout) {
+// The transport of one server.
+Result<std::unique_ptr<HttpTransport>> NewServerTransport(const std::string& address,
+                                                          const std::string& ca_cert_file,
+                                                          std::chrono::seconds timeout) {
   GPUFLEET_RETURN_IF_ERROR(ValidateAddress(address));
   const bool https = address.starts_with("https://");
   if (https && !ca_cert_file.empty() && !std::ifstream(ca_cert_file).good()) {
@@ -140,7 +149,111 @@ Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address,
   if (https && !ca_cert_file.empty()) {
     client->set_ca_cert_path(ca_cert_file);
   }
-  return std::unique_ptr<Transport>(std::make_unique<HttpTransport>(address, std::move(client)));
+  return std::make_unique<HttpTransport>(address, std::move(client));
+}
+
+// "scheme://host:port" of a redirect's absolute URL; empty if it is not one.
+std::string BaseOf(std::string_view url) {
+  const size_t scheme = url.find("://");
+  if (scheme == std::string_view::npos) {
+    return "";
+  }
+  return std::string(url.substr(0, url.find('/', scheme + 3)));
+}
+
+// NewHttpTransport's transport: one HttpTransport per server, the leader followed.
+class LeaderFollowingTransport final : public Transport {
+ public:
+  LeaderFollowingTransport(std::string ca_cert_file, std::chrono::seconds timeout)
+      : ca_cert_file_(std::move(ca_cert_file)), timeout_(timeout) {}
+
+  Status Add(const std::string& address) {
+    GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<HttpTransport> transport,
+                              NewServerTransport(address, ca_cert_file_, timeout_));
+    servers_.push_back({address, std::move(transport)});
+    return Status::Ok();
+  }
+
+  Result<HttpResponse> Send(std::string_view method, std::string_view path, std::string_view body,
+                            std::string_view content_type, std::string_view token) override {
+    // A follower redirects to the leader; the leader it names may itself have just lost the
+    // lease, hence more than one hop, but never a loop.
+    constexpr int kMaxRedirects = 3;
+    int redirects = 0;
+    size_t unreachable = 0;
+    while (true) {
+      HttpTransport& server = *servers_[current_].transport;
+      Result<HttpResponse> response = server.Send(method, path, body, content_type, token);
+      if (!response.ok()) {
+        const bool skip = server.unreachable() && ++unreachable < servers_.size();
+        current_ = (current_ + 1) % servers_.size();
+        if (skip) {
+          continue;
+        }
+        return response;
+      }
+      if (response->status != 307 || redirects == kMaxRedirects) {
+        return response;
+      }
+      const std::string base = BaseOf(response->location);
+      if (base.empty()) {
+        return response;
+      }
+      ++redirects;
+      const auto known = std::find_if(servers_.begin(), servers_.end(),
+                                      [&](const Server& s) { return SameServer(s.address, base); });
+      if (known != servers_.end()) {
+        current_ = static_cast<size_t>(known - servers_.begin());
+        continue;
+      }
+      if (const Status added = Add(base); !added.ok()) {
+        return Status(added.code(), fmt::format("following the redirect of {} {} to {}: {}", method,
+                                                path, response->location, added.message()));
+      }
+      current_ = servers_.size() - 1;
+    }
+  }
+
+ private:
+  struct Server {
+    std::string address;
+    std::unique_ptr<HttpTransport> transport;
+  };
+
+  static bool SameServer(std::string_view a, std::string_view b) {
+    const auto trim = [](std::string_view text) {
+      return text.ends_with('/') ? text.substr(0, text.size() - 1) : text;
+    };
+    return trim(a) == trim(b);
+  }
+
+  const std::string ca_cert_file_;
+  const std::chrono::seconds timeout_;
+  std::vector<Server> servers_;
+  size_t current_ = 0;  // the server the next call goes to first
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address,
+                                                    const std::string& ca_cert_file,
+                                                    std::chrono::seconds timeout) {
+  auto transport = std::make_unique<LeaderFollowingTransport>(ca_cert_file, timeout);
+  size_t start = 0;
+  while (true) {
+    const size_t comma = address.find(',', start);
+    const std::string one = address.substr(start, comma - start);
+    if (one.empty()) {
+      return InvalidArgumentError(fmt::format(
+          "server address \"{}\": an empty address in the comma-separated list", address));
+    }
+    GPUFLEET_RETURN_IF_ERROR(transport->Add(one));
+    if (comma == std::string::npos) {
+      break;
+    }
+    start = comma + 1;
+  }
+  return std::unique_ptr<Transport>(std::move(transport));
 }
 
 ApiClient::ApiClient(std::string address, std::string token, const std::string& ca_cert_file,

@@ -18,6 +18,8 @@ struct HttpResponse {
   int status = 0;
   std::string body;
   std::string content_type;
+  // The Location header (a redirect's target); empty when absent.
+  std::string location;
 };
 
 // Sends one request. A non-2xx answer is a response, not an error; errors are failures to get
@@ -38,6 +40,12 @@ class Transport {
 // HTTPS verifies the server's certificate and host name against `ca_cert_file` (PEM) when given,
 // else against the system's trusted certificates; `ca_cert_file` is ignored for http://.
 // Returns kInvalidArgument for an address with another scheme or an unreadable `ca_cert_file`.
+//
+// Several servers (docs/ha.md): `address` may list several, comma-separated. The transport
+// follows a follower's 307 to the leader (a few hops at most; the leader's address is added to
+// the list) and goes on with the leader. A server that cannot be connected to is skipped for the
+// next one at once (nothing was sent, so nothing is applied twice); after any other failure the
+// call fails and the next call starts at the next server. Thread-compatible.
 Result<std::unique_ptr<Transport>> NewHttpTransport(
     const std::string& address, const std::string& ca_cert_file = "",
     std::chrono::seconds timeout = std::chrono::seconds(10));

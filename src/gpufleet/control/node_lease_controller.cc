@@ -29,6 +29,13 @@ bool NodeLeaseController::Renew(const std::string& node, int64_t sequence, bool 
   return true;
 }
 
+void NodeLeaseController::Restart(MonoTime started_at) {
+  std::lock_guard<std::mutex> lock(mu_);
+  options_.started_at = started_at;
+  last_heartbeat_.clear();
+  last_sequence_.clear();
+}
+
 void NodeLeaseController::Forget(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
   last_heartbeat_.erase(node);

@@ -40,6 +40,9 @@ class NodeLeaseController {
   bool Renew(const std::string& node, int64_t sequence, bool registering);
   // A deleted node's lease goes.
   void Forget(const std::string& node);
+  // Forgets every heartbeat: each node gets the full lease from `started_at` (a server that has
+  // just become the leader, whose heartbeats went to the previous leader until now).
+  void Restart(MonoTime started_at);
   // The latest heartbeat of each of `nodes` that sent one.
   std::map<std::string, MonoTime> HeartbeatTimes(const std::set<std::string>& nodes) const;
 

@@ -93,6 +93,21 @@ TEST_F(NodeLeaseControllerTest, OnlyAgentNodesSilentPastTheLeaseBecomeNotReady) 
                         "their GPUs are free after another 30s"));
 }
 
+TEST_F(NodeLeaseControllerTest, ARestartGivesEveryNodeTheFullLeaseFromThen) {
+  ASSERT_TRUE(leases_.Renew("a", 7, false));
+  // A follower that becomes the leader 100 s later: a and b heartbeated to the old leader.
+  clock_.Advance(std::chrono::seconds(100));
+  leases_.Restart(clock_.Now());
+  EXPECT_TRUE(leases_.HeartbeatTimes({"a", "b"}).empty());
+  clock_.Advance(std::chrono::seconds(40));
+  Result<bool> wrote = leases_.MarkSilentNodesNotReady(view_);
+  ASSERT_OK(wrote);
+  EXPECT_FALSE(*wrote) << "silent for exactly the lease since the restart";
+  EXPECT_EQ(StateOf("a"), "Ready");
+  EXPECT_EQ(StateOf("b"), "Ready");
+  EXPECT_TRUE(leases_.Renew("a", 1, false)) << "the sequence numbers start again";
+}
+
 TEST_F(NodeLeaseControllerTest, ANodesTasksAreSurelyGoneOnlyAfterTheLeaseAndTheGrace) {
   ASSERT_TRUE(leases_.Renew("a", 1, false));
   clock_.Advance(std::chrono::seconds(70));

@@ -208,6 +208,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     }
     request_ = std::move(target).value();
     request_.method = std::string(View(header.method_string()));
+    request_.target = std::string(View(header.target()));
     lane_ = shared_->lane_of(request_.method, request_.path);
     const auto expect = header.find(bhttp::field::expect);
     if (expect != header.end() && beast::iequals(expect->value(), "100-continue") &&
@@ -278,6 +279,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     response_->version(11);
     response_->result(static_cast<unsigned>(response.status));
     response_->set(bhttp::field::content_type, response.content_type);
+    if (!response.location.empty()) {
+      response_->set(bhttp::field::location, response.location);
+    }
     response_->body() = std::move(response.body);
     response_->keep_alive(keep);
     response_->prepare_payload();

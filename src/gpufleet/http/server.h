@@ -29,12 +29,16 @@ struct Request {
   std::multimap<std::string, std::string> query;
   std::string authorization;  // the Authorization header, empty when absent
   std::string body;
+  // The request target as sent (path and query, still percent-encoded): for redirects.
+  std::string target;
 };
 
 struct Response {
   int status = 200;
   std::string content_type = "application/json";
   std::string body;
+  // The Location header of a redirect; empty: none.
+  std::string location;
 };
 
 // Which workers run a request's handler.

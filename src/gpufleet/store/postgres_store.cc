@@ -65,6 +65,15 @@ CREATE TABLE gpufleet.store_revision (
 );
 INSERT INTO gpufleet.store_revision (id, revision) VALUES (true, 0);
 )sql"},
+    {2, "leader leases", R"sql(
+CREATE TABLE gpufleet.leader_lease (
+  name text COLLATE "C" PRIMARY KEY,
+  holder text NOT NULL,
+  token bigint NOT NULL,
+  expires_at timestamptz NOT NULL,
+  address text NOT NULL
+);
+)sql"},
 };
 
 struct ResultClearer {
@@ -475,8 +484,50 @@ Status ApplyOp(PgSession& session, const WriteOp& op, int64_t revision) {
   return InternalError("unknown operation type");
 }
 
-// Everything of a commit between BEGIN and COMMIT, COMMIT included.
-Status CommitInTransaction(PgSession& session, const WriteBatch& batch) {
+// The fencing check of a commit (PostgresStateStore's class comment): the lease `lease` must
+// hold `token`, unexpired. The share lock on its row lasts until the transaction ends, so no one
+// takes the lease over while this commit is under way.
+Status CheckFence(PgSession& session, const std::string& lease, int64_t token) {
+  GPUFLEET_ASSIGN_OR_RETURN(
+      ResultPtr row, session.Query("checking the leader lease",
+                                   "SELECT holder, address, token,"
+                                   " (CASE WHEN expires_at > now() THEN 1 ELSE 0 END)::bigint"
+                                   " FROM gpufleet.leader_lease WHERE name = $1 FOR SHARE",
+                                   Params().Text(lease)));
+  if (PQntuples(row.get()) == 0) {
+    return FailedPreconditionError(
+        fmt::format("not the leader: no server has taken the lease \"{}\" yet", lease));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const int64_t current, Int64Field(row.get(), 0, 2));
+  GPUFLEET_ASSIGN_OR_RETURN(const int64_t live, Int64Field(row.get(), 0, 3));
+  if (current == token && token != 0 && live == 1) {
+    return Status::Ok();
+  }
+  const std::string leader = live == 1 ? fmt::format("the leader is {} at {}",
+                                                     Field(row.get(), 0, 0), Field(row.get(), 0, 1))
+                                       : "no leader holds it now";
+  if (token == 0) {
+    return FailedPreconditionError(
+        fmt::format("not the leader: this server does not hold the lease \"{}\" (token {}); {}",
+                    lease, current, leader));
+  }
+  if (current != token) {
+    return FailedPreconditionError(fmt::format(
+        "not the leader: fencing token {} is stale, the lease \"{}\" is at token {}; {}", token,
+        lease, current, leader));
+  }
+  return FailedPreconditionError(fmt::format(
+      "not the leader: the lease \"{}\" of fencing token {} expired before it was renewed", lease,
+      token));
+}
+
+// Everything of a commit between BEGIN and COMMIT, COMMIT included; with a `fence_lease`, first
+// the fencing check.
+Status CommitInTransaction(PgSession& session, const WriteBatch& batch,
+                           const std::string& fence_lease, int64_t fence_token) {
+  if (!fence_lease.empty()) {
+    GPUFLEET_RETURN_IF_ERROR(CheckFence(session, fence_lease, fence_token));
+  }
   // The row lock serialises commits across connections until this transaction ends; statements
   // after it (READ COMMITTED: a new snapshot each) see every earlier commit.
   GPUFLEET_ASSIGN_OR_RETURN(
@@ -703,7 +754,8 @@ Result<std::vector<StoredObject>> PostgresStateStore::DoList(std::string_view ki
 Status PostgresStateStore::DoCommit(const WriteBatch& batch) {
   return Run([&](PgSession& session) {
     return InTransaction(session, [&](PgSession& in_transaction) {
-      return CommitInTransaction(in_transaction, batch);
+      // mu_ is held: Run takes it.
+      return CommitInTransaction(in_transaction, batch, fence_lease_, fence_token_.load());
     });
   });
 }
@@ -745,6 +797,118 @@ Result<std::vector<StoredEvent>> PostgresStateStore::DoEvents(std::string_view k
   });
   GPUFLEET_RETURN_IF_ERROR(status);
   return events;
+}
+
+// ---- leader election ------------------------------------------------------------------------
+
+PostgresLeaderElection::PostgresLeaderElection(std::unique_ptr<PostgresStateStore> connection,
+                                               PostgresStateStore& store, Options options)
+    : connection_(std::move(connection)),
+      store_(store),
+      options_(std::move(options)),
+      address_(options_.address) {}
+
+void PostgresLeaderElection::SetAddress(std::string address) {
+  std::lock_guard lock(address_mu_);
+  address_ = std::move(address);
+}
+
+Result<std::unique_ptr<PostgresLeaderElection>> PostgresLeaderElection::Open(
+    const std::string& uri, PostgresStateStore& store, Options options) {
+  if (options.lease_name.empty() || options.identity.empty()) {
+    return InvalidArgumentError(
+        fmt::format("leader election: the lease name \"{}\" and the identity \"{}\" must not be "
+                    "empty",
+                    options.lease_name, options.identity));
+  }
+  if (options.lease < std::chrono::milliseconds(100)) {
+    return InvalidArgumentError(
+        fmt::format("leader election: the lease of {} ms is under the minimum of 100 ms",
+                    options.lease.count()));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<PostgresStateStore> connection,
+                            PostgresStateStore::Open(uri));
+  {
+    std::lock_guard lock(store.mu_);
+    store.fence_lease_ = options.lease_name;
+    store.fence_token_ = 0;
+  }
+  // The constructor is private, hence `new`.
+  return std::unique_ptr<PostgresLeaderElection>(
+      new PostgresLeaderElection(std::move(connection), store, std::move(options)));
+}
+
+void PostgresLeaderElection::Fence(int64_t token) {
+  store_.fence_token_.store(token);
+}
+
+Result<LeaseState> PostgresLeaderElection::Campaign() {
+  std::string address;
+  {
+    std::lock_guard lock(address_mu_);
+    address = address_;
+  }
+  LeaseState state;
+  const Status status = connection_->Run([&](PgSession& session) -> Status {
+    state = LeaseState();
+    // One statement: take the lease if it is free or expired (a new holder: the token goes up),
+    // renew it if it is ours; otherwise change nothing and return no row. Timed by the
+    // database's clock, the one clock every server shares.
+    GPUFLEET_ASSIGN_OR_RETURN(
+        ResultPtr taken,
+        session.Query(
+            "campaigning for the leader lease",
+            "INSERT INTO gpufleet.leader_lease AS l (name, holder, token, expires_at, address)"
+            " VALUES ($1, $2, 1, now() + ($3::float8 / 1000.0) * interval '1 second', $4)"
+            " ON CONFLICT (name) DO UPDATE SET"
+            " token = CASE WHEN l.holder = EXCLUDED.holder THEN l.token ELSE l.token + 1 END,"
+            " holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at,"
+            " address = EXCLUDED.address"
+            " WHERE l.holder = EXCLUDED.holder OR l.expires_at <= now()"
+            " RETURNING token",
+            Params()
+                .Text(options_.lease_name)
+                .Text(options_.identity)
+                .Int(options_.lease.count())
+                .Text(address)));
+    if (PQntuples(taken.get()) == 1) {
+      state.leader = true;
+      state.holder = options_.identity;
+      state.address = address;
+      GPUFLEET_ASSIGN_OR_RETURN(state.token, Int64Field(taken.get(), 0, 0));
+      return Status::Ok();
+    }
+    GPUFLEET_ASSIGN_OR_RETURN(
+        ResultPtr row, session.Query("reading the leader lease",
+                                     "SELECT holder, address, token,"
+                                     " (CASE WHEN expires_at > now() THEN 1 ELSE 0 END)::bigint"
+                                     " FROM gpufleet.leader_lease WHERE name = $1",
+                                     Params().Text(options_.lease_name)));
+    if (PQntuples(row.get()) == 1) {
+      GPUFLEET_ASSIGN_OR_RETURN(state.token, Int64Field(row.get(), 0, 2));
+      GPUFLEET_ASSIGN_OR_RETURN(const int64_t live, Int64Field(row.get(), 0, 3));
+      if (live == 1) {
+        state.holder = std::string(Field(row.get(), 0, 0));
+        state.address = std::string(Field(row.get(), 0, 1));
+      }
+    }
+    return Status::Ok();
+  });
+  GPUFLEET_RETURN_IF_ERROR(status);
+  Fence(state.leader ? state.token : 0);
+  return state;
+}
+
+Status PostgresLeaderElection::Resign() {
+  Fence(0);
+  return connection_->Run([&](PgSession& session) {
+    return session
+        .Query("resigning the leader lease",
+               "UPDATE gpufleet.leader_lease SET holder = '', address = '', expires_at = now()"
+               " WHERE name = $1 AND holder = $2",
+               Params().Text(options_.lease_name).Text(options_.identity))
+        .status();
+  });
 }
 
 }  // namespace gpufleet::store

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -10,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gpufleet/store/leader_election.h"
 #include "gpufleet/store/state_store.h"
 
 struct pg_conn;
@@ -47,6 +50,12 @@ class PgSession;
 // twice. A Commit whose COMMIT was sent but whose answer was lost is kUnavailable saying that its
 // outcome is unknown (the batch may or may not have been applied).
 //
+// Fencing: once a PostgresLeaderElection campaigns for this store, every Commit checks, in its own
+// transaction and before anything else, that the election's lease row holds this store's token
+// and has not expired, and takes a share lock on the row (SELECT ... FOR SHARE) so that no other
+// server can take the lease over until the commit ends. A commit without the lease is
+// kFailedPrecondition "not the leader: ..." and changes nothing.
+//
 // Thread-safe: one connection, and a std::mutex serialises every call on it.
 class PostgresStateStore final : public StateStore {
  public:
@@ -77,6 +86,8 @@ class PostgresStateStore final : public StateStore {
   Result<std::vector<StoredEvent>> DoEvents(std::string_view kind, std::string_view name) override;
 
  private:
+  friend class PostgresLeaderElection;
+
   struct Closer {
     void operator()(pg_conn* conn) const;
   };
@@ -99,6 +110,60 @@ class PostgresStateStore final : public StateStore {
   // The connection, or null while there is none (before Open, after it was found lost); guarded
   // by mu_.
   std::unique_ptr<pg_conn, Closer> conn_;
+  // Fencing (set by PostgresLeaderElection): the lease every commit checks ("" before any
+  // election: no check; guarded by mu_), and the token this store's commits must find there (0:
+  // none held, every commit refused). The token is atomic so that a campaign never waits for a
+  // commit under way to set it.
+  std::string fence_lease_;
+  std::atomic<int64_t> fence_token_{0};
+};
+
+// The PostgreSQL LeaderElection: one row of the table gpufleet.leader_lease per lease name,
+// (name, holder, token, expires_at, address), taken and renewed by one statement that does
+// nothing unless the campaigner holds the lease or it has expired, timed by the database's clock
+// (now()), bumping the token whenever the holder changes. Campaigns run on a connection of their
+// own, so a long commit does not hold up a renewal. Fences the commits of `store` (see
+// PostgresStateStore): they succeed only while this election holds the lease.
+//
+// Thread-safe.
+class PostgresLeaderElection final : public LeaderElection {
+ public:
+  struct Options {
+    // The lease's row; servers electing one leader use the same name.
+    std::string lease_name = "scheduler";
+    // Unique to this campaigner; a restarted server must use a new one (its old term ends).
+    std::string identity;
+    // How other servers and clients reach this one when it leads ("http://host:port").
+    std::string address;
+    std::chrono::milliseconds lease{5000};
+  };
+
+  // Connects to `uri` (the database of `store`), and from now on fences `store`'s commits by the
+  // lease. kInvalidArgument for an empty identity or lease name, or a lease under 100 ms; the
+  // errors of PostgresStateStore::Open.
+  static Result<std::unique_ptr<PostgresLeaderElection>> Open(const std::string& uri,
+                                                              PostgresStateStore& store,
+                                                              Options options);
+
+  const std::string& identity() const override { return options_.identity; }
+  Duration lease_duration() const override { return options_.lease; }
+  Result<LeaseState> Campaign() override;
+  Status Resign() override;
+  // Changes the address the next campaigns record (a server that learns its port once bound).
+  void SetAddress(std::string address);
+
+ private:
+  PostgresLeaderElection(std::unique_ptr<PostgresStateStore> connection, PostgresStateStore& store,
+                         Options options);
+  // Sets the token `store_`'s commits must find (0: refuse them).
+  void Fence(int64_t token);
+
+  // Its own connection to the database (a PostgresStateStore for its Run).
+  std::unique_ptr<PostgresStateStore> connection_;
+  PostgresStateStore& store_;
+  const Options options_;
+  std::mutex address_mu_;
+  std::string address_;  // guarded by address_mu_
 };
 
 }  // namespace gpufleet::store

@@ -1,0 +1,11 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <string>
+
+namespace gpufleet::api_testing {
+
+// The JSON spec of a job `name` of one task asking for 1 CPU, 1 GiB and `gpus` whole GPUs.
+std::string OneTaskJobJson(const std::string& name, int gpus = 1);
+
+}  // namespace gpufleet::api_testing
