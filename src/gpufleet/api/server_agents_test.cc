@@ -757,6 +757,18 @@ TEST_F(AgentProtocolTest, HeartbeatImagesAreKeptOnTheNodeAndBounded) {
   EXPECT_THAT(bad.body, HasSubstr("images[0].size_bytes"));
 }
 
+TEST_F(AgentProtocolTest, TheSchedulerPrefersTheNodeThatHoldsTheImage) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Register(Inventory("node-b", "leaf-0"));
+  wire::HeartbeatRequest beat;
+  beat.images = std::vector<CachedImage>{{{"localhost/tiny:1"}, kTinyDigest, int64_t{8} << 30}};
+  Heartbeat("node-b", beat);
+  Submit(JobYaml("local", 1, 8, "requeue", "localhost/tiny:1"));
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/local")["placements"][0]["node"], "node-b");
+}
+
 TEST_F(AgentProtocolTest, AWaitingTaskKeepsItsJobScheduled) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
