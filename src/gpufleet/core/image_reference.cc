@@ -192,6 +192,10 @@ Status ValidateImageReference(std::string_view reference) {
 }
 
 Status ValidateImageDigest(std::string_view digest) {
+  if (digest.size() > kMaxImageDigestLength) {
+    return InvalidArgumentError(fmt::format("a digest of {} characters is too long (at most {})",
+                                            digest.size(), kMaxImageDigestLength));
+  }
   return CheckDigest(digest);
 }
 

@@ -32,8 +32,11 @@ inline constexpr size_t kMaxImageReferenceLength = 512;
 // '-', so a valid reference cannot be taken for a command-line flag.
 Status ValidateImageReference(std::string_view reference);
 
-// Checks a content digest, "algorithm:hex" ("sha256:" and 64 lower-case hex digits for sha256).
-// kInvalidArgument saying what is wrong.
+// The longest digest accepted: "sha512:" and 128 hex digits.
+inline constexpr size_t kMaxImageDigestLength = 135;
+
+// Checks a content digest, "algorithm:hex" ("sha256:" and 64 lower-case hex digits for sha256),
+// of at most kMaxImageDigestLength characters. kInvalidArgument saying what is wrong.
 Status ValidateImageDigest(std::string_view digest);
 
 // The fully qualified form of a valid reference, as container engines list the images they hold:

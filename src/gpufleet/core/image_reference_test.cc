@@ -66,6 +66,8 @@ TEST(ImageReference, CanonicalFormIsWhatContainerEnginesList) {
   EXPECT_EQ(ImageReferenceDigest("nvcr.io/nvidia/pytorch:24.05-py3"), "");
   EXPECT_TRUE(ValidateImageDigest(digest).ok());
   EXPECT_EQ(ValidateImageDigest("sha256:abc").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateImageDigest("sha999:" + std::string(1000, 'a')).message(),
+            "a digest of 1007 characters is too long (at most 135)");
 }
 
 TEST(ImagePullPolicy, NamesRoundTripAndUnknownNamesAreRefused) {

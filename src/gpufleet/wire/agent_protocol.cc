@@ -402,13 +402,6 @@ Status ReadImageReports(const ObjectReader& r, HeartbeatRequest* request) {
         image.references.push_back(reference);
       }
     }
-    // sha512, the longest digest in use, is 135 characters.
-    if (image.digest.size() > 135) {
-      ++dropped_count;
-      drop(fmt::format("{}.digest: {} characters is too long for a digest", path,
-                       image.digest.size()));
-      return Status::Ok();
-    }
     if (const Status digest = ValidateImageDigest(image.digest); !digest.ok()) {
       ++dropped_count;
       drop(fmt::format("{}.digest: {}", path, digest.message()));
