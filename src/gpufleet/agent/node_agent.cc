@@ -66,6 +66,7 @@ std::vector<wire::TaskReport> ReportsFor(const std::vector<runner::TaskStatus>& 
       report.image_pull_ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(*status.image_pull_time).count();
     }
+    report.image_digest = status.image_digest;
     int sum = 0;
     int count = 0;
     for (const std::string& uuid : status.gpu_uuids) {
@@ -328,6 +329,7 @@ Status NodeAgent::Register() {
   GPUFLEET_ASSIGN_OR_RETURN(const wire::AgentReply reply,
                             SendRenewing("/v1/agents/register", RegisterRequestToJson(request)));
   registered_ = true;
+  images_sent_ = false;  // the first heartbeat after a registration carries them
   if (!reply.node_token.empty()) {
     node_token_ = reply.node_token;
   }
@@ -344,6 +346,7 @@ Status NodeAgent::Heartbeat() {
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
   request.tasks = TaskReports(statuses);
   request.fenced = fenced_;
+  request.images = ImagesToReport();
   request.sequence = clock_.Now().nanos;
   Result<wire::AgentReply> reply =
       SendRenewing(fmt::format("/v1/agents/{}/heartbeat", cli::UrlEncode(options_.node_name)),
@@ -355,7 +358,34 @@ Status NodeAgent::Heartbeat() {
   if (fenced_ == request.fenced) {
     fenced_.clear();
   }
+  if (request.images) {
+    images_sent_ = true;
+  }
   return Apply(*reply, statuses);
+}
+
+std::optional<std::vector<CachedImage>> NodeAgent::ImagesToReport() {
+  const MonoTime now = clock_.Now();
+  if (!images_listed_at_ || images_stale_ ||
+      now - *images_listed_at_ >= options_.image_list_interval) {
+    Result<std::vector<CachedImage>> listed = runner_.ListImages();
+    // A runner that runs no containers (kUnimplemented, at no cost) or cannot list them now is
+    // asked again at the next due time; the server keeps the list it has meanwhile.
+    images_listed_at_ = now;
+    images_stale_ = false;
+    if (!listed.ok()) {
+      return std::nullopt;
+    }
+    if (!images_known_ || *listed != images_) {
+      images_known_ = true;
+      images_ = std::move(*listed);
+      images_sent_ = false;
+    }
+  }
+  if (!images_known_ || images_sent_) {
+    return std::nullopt;
+  }
+  return images_;
 }
 
 std::optional<std::string> NodeAgent::ApplyMigLayout(const wire::WantedMigLayout& layout,
@@ -519,6 +549,7 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
     launch.image = task.image;
     launch.image_pull_policy = task.image_pull_policy;
     launch.host_network = task.host_network;
+    images_stale_ = images_stale_ || !launch.image.empty();
     if (Status started = runner_.Start(launch); !started.ok()) {
       if (started.code() == StatusCode::kAlreadyExists) {
         continue;

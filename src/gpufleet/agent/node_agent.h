@@ -65,6 +65,11 @@ struct NodeAgentOptions {
   // The node credential an earlier run of the agent was given (NodeAgent::node_token); empty: the
   // client's token is a join token to exchange at registration.
   std::string node_token;
+  // How often the agent lists the node's images again (TaskRunner::ListImages, a run of the
+  // container engine) when it started no container meanwhile; after a container start (whose
+  // pull may have added an image) it lists them at the next heartbeat. A heartbeat carries the
+  // images only when they differ from what the server last took.
+  Duration image_list_interval = std::chrono::minutes(5);
 };
 
 class NodeAgent {
@@ -126,6 +131,9 @@ class NodeAgent {
   // Sends a register or heartbeat request; a success renews the lease from the time of sending,
   // in the agent and in the runner (TaskRunner::RenewLease), whose error it returns.
   Result<wire::AgentReply> SendRenewing(const std::string& path, const std::string& body);
+  // Lists the runner's images when they are due (image_list_interval, or a container started);
+  // returns them when the server has not taken this list yet.
+  std::optional<std::vector<CachedImage>> ImagesToReport();
   // How long before a lease runs out the agent fences, and the grace it then gives its tasks.
   Duration FenceMargin(Duration lease) const;
   Duration FenceGrace(Duration lease, Duration server_stop_grace) const;
@@ -158,6 +166,13 @@ class NodeAgent {
   // Wanted tasks not started because a live task of another run holds one of their devices:
   // reported as Waiting with why, and tried again at the next answer.
   std::map<std::string, std::string> waiting_;
+  // The node's images as last listed, when; whether the server has taken that list; whether a
+  // container started since (its pull may have added an image).
+  std::vector<CachedImage> images_;
+  bool images_known_ = false;  // a list succeeded once
+  std::optional<MonoTime> images_listed_at_;
+  bool images_sent_ = false;
+  bool images_stale_ = false;
 };
 
 }  // namespace gpufleet::agent

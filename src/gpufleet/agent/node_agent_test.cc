@@ -98,8 +98,14 @@ class RecordingRunner final : public runner::TaskRunner {
   Status RenewLease(Duration fence_in, Duration grace) override {
     return inner_.RenewLease(fence_in, grace);
   }
+  Result<std::vector<CachedImage>> ListImages() override {
+    ++image_lists;
+    return images ? Result<std::vector<CachedImage>>(*images) : inner_.ListImages();
+  }
 
   std::vector<runner::TaskLaunch> launches;
+  std::optional<std::vector<CachedImage>> images;  // what ListImages answers; none: the inner's
+  int image_lists = 0;
 
  private:
   runner::TaskRunner& inner_;
@@ -510,6 +516,48 @@ spec:
   EXPECT_EQ(plain.image, "");
   EXPECT_EQ(plain.image_pull_policy, ImagePullPolicy::kIfNotPresent);
   EXPECT_FALSE(plain.host_network);
+}
+
+TEST_F(NodeAgentTest, ImagesAreListedAtAModestRateAndSentWhenTheyChange) {
+  RecordingRunner recording(*runner_);
+  const CachedImage tiny{{"localhost/tiny:1"}, "sha256:" + std::string(64, 'e'), 1987655};
+  recording.images = std::vector<CachedImage>{tiny};
+  agent_ = MakeAgent(recording);
+  ASSERT_OK(agent_->Register());
+  ASSERT_OK(agent_->Heartbeat());
+  EXPECT_EQ(recording.image_lists, 1);
+  EXPECT_EQ(Node("node-a")["images"][0]["references"][0], "localhost/tiny:1");
+  // Not listed again before image_list_interval (5 min), nor sent again unchanged.
+  const int64_t version = Node("node-a")["version"];
+  clock_.Advance(std::chrono::seconds(10));
+  ASSERT_OK(agent_->Heartbeat());
+  EXPECT_EQ(recording.image_lists, 1);
+  EXPECT_EQ(Node("node-a")["version"], version);
+  // Listed again once it is due; a change is sent.
+  recording.images->push_back({{"localhost/big:2"}, "sha256:" + std::string(64, 'f'), 1 << 30});
+  clock_.Advance(std::chrono::minutes(5));
+  ASSERT_OK(agent_->Heartbeat());
+  EXPECT_EQ(recording.image_lists, 2);
+  EXPECT_EQ(Node("node-a")["images"].size(), 2u);
+  // A container start (its pull may add an image) makes the next heartbeat list them.
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: boxed}
+spec:
+  tasks:
+    - {name: box, command: [sh], image: "localhost/tiny:1", env: {GPUFLEET_SIM_DURATION_MS: "60000"},
+       resources: {gpus: {count: 1}}}
+)");
+  ASSERT_OK(agent_->Heartbeat());  // starts the task
+  EXPECT_EQ(recording.image_lists, 2);
+  ASSERT_OK(agent_->Heartbeat());
+  EXPECT_EQ(recording.image_lists, 3);
+}
+
+TEST_F(NodeAgentTest, ARunnerWithoutImagesSendsNone) {
+  ASSERT_OK(agent_->Register());
+  ASSERT_OK(agent_->Heartbeat());
+  EXPECT_FALSE(Node("node-a").contains("images"));
 }
 
 TEST_F(NodeAgentTest, AFaultTheProbeSeesReachesTheNode) {

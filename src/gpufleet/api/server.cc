@@ -234,15 +234,19 @@ std::string ErrorBody(const Status& status) {
 struct ApiServer::Metrics {
   static constexpr std::array<double, 10> kBuckets = {0.001, 0.0025, 0.005, 0.01, 0.025,
                                                       0.05,  0.1,    0.25,  0.5,  1.0};
-  // One Prometheus histogram over kBuckets (bucket counts not cumulative).
+  // Image pulls take seconds to many minutes (a 20 GB image from a busy registry).
+  static constexpr std::array<double, 10> kPullBuckets = {0.5, 1,  2.5, 5,   10,
+                                                          30,  60, 120, 300, 900};
+  // One Prometheus histogram over kBounds (bucket counts not cumulative).
+  template <const std::array<double, 10>& kBounds = kBuckets>
   struct Histogram {
-    std::array<uint64_t, kBuckets.size()> buckets{};
+    std::array<uint64_t, kBounds.size()> buckets{};
     uint64_t count = 0;
     double sum = 0;
 
     void Observe(double seconds) {
-      for (size_t i = 0; i < kBuckets.size(); ++i) {
-        if (seconds <= kBuckets[i]) {
+      for (size_t i = 0; i < kBounds.size(); ++i) {
+        if (seconds <= kBounds[i]) {
           ++buckets[i];
           break;
         }
@@ -254,9 +258,9 @@ struct ApiServer::Metrics {
     std::string Render(std::string_view name, const std::string& labels) const {
       std::string out;
       uint64_t cumulative = 0;
-      for (size_t i = 0; i < kBuckets.size(); ++i) {
+      for (size_t i = 0; i < kBounds.size(); ++i) {
         cumulative += buckets[i];
-        out += fmt::format("{}_bucket{{{}le=\"{}\"}} {}\n", name, labels, Gauge(kBuckets[i]),
+        out += fmt::format("{}_bucket{{{}le=\"{}\"}} {}\n", name, labels, Gauge(kBounds[i]),
                            cumulative);
       }
       out += fmt::format("{}_bucket{{{}le=\"+Inf\"}} {}\n", name, labels, count);
@@ -269,8 +273,9 @@ struct ApiServer::Metrics {
   };
 
   std::mutex mu;
-  std::map<std::pair<std::string, int>, Histogram> requests;  // guarded by mu
-  Histogram cycles;                                           // guarded by mu
+  std::map<std::pair<std::string, int>, Histogram<>> requests;  // guarded by mu
+  Histogram<> cycles;                                           // guarded by mu
+  Histogram<kPullBuckets> image_pulls;                          // guarded by mu
 
   void ObserveRequest(const std::string& route, int code, double seconds) {
     std::lock_guard<std::mutex> lock(mu);
@@ -279,6 +284,10 @@ struct ApiServer::Metrics {
   void ObserveCycle(double seconds) {
     std::lock_guard<std::mutex> lock(mu);
     cycles.Observe(seconds);
+  }
+  void ObserveImagePull(double seconds) {
+    std::lock_guard<std::mutex> lock(mu);
+    image_pulls.Observe(seconds);
   }
 };
 
@@ -1492,6 +1501,10 @@ void ApiServer::PublishFleetGauges() {
   gauges_ = std::move(gauges);
 }
 
+void ApiServer::ObserveImagePull(double seconds) {
+  metrics_->ObserveImagePull(seconds);
+}
+
 std::string ApiServer::RenderMetrics() {
   std::string out;
   FleetGauges gauges;
@@ -1520,6 +1533,11 @@ std::string ApiServer::RenderMetrics() {
   out += "# HELP gpufleet_scheduling_cycle_seconds Duration of one scheduling cycle.\n";
   out += "# TYPE gpufleet_scheduling_cycle_seconds histogram\n";
   out += metrics_->cycles.Render("gpufleet_scheduling_cycle_seconds", "");
+  out +=
+      "# HELP gpufleet_image_pull_seconds Time an agent took to pull a task's image before its "
+      "start.\n";
+  out += "# TYPE gpufleet_image_pull_seconds histogram\n";
+  out += metrics_->image_pulls.Render("gpufleet_image_pull_seconds", "");
   out += "# HELP gpufleet_api_requests_total API requests served, by route and HTTP status.\n";
   out += "# TYPE gpufleet_api_requests_total counter\n";
   for (const auto& [key, histogram] : metrics_->requests) {

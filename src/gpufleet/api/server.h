@@ -244,6 +244,8 @@ class ApiServer {
   Result<bool> RequeuePreemptedJobs();
   void StopThreads();  // Stop without the queue usage save: ends the HTTP server and the loop
   std::string RenderMetrics();
+  // Adds one image pull a task report gave to gpufleet_image_pull_seconds.
+  void ObserveImagePull(double seconds);
 
   // The one way a job document change is written: the outcome hook (ReliabilityController::
   // NoteJobChange), the compare-and-set update at `version` and the event.

@@ -49,6 +49,32 @@ std::optional<TaskId> ParseTaskId(std::string_view id) {
   return out;
 }
 
+// Records on the placement what the agent reports about the task's image: how long its pull
+// took ("image_pull_ms", once per run) and the digest the container runs ("image_digest").
+// Returns the event, e.g. "task main-0 pulled localhost/tiny:1 in 12.3 s on n1"; nullopt when
+// nothing is new.
+std::optional<std::string> RecordImageReport(const Json& job, Json& placement,
+                                             const std::string& node,
+                                             const wire::TaskReport& report) {
+  const bool new_pull = report.image_pull_ms && !placement.contains("image_pull_ms");
+  const bool new_digest =
+      !report.image_digest.empty() && wire::StrOr(placement, "image_digest") != report.image_digest;
+  if (!new_pull && !new_digest) {
+    return std::nullopt;
+  }
+  const std::string task = wire::StrOr(placement, "task");
+  const std::string image = control::PlacementImage(job, placement);
+  if (new_digest) {
+    placement["image_digest"] = report.image_digest;
+  }
+  if (!new_pull) {
+    return fmt::format("task {} runs {} ({}) on {}", task, image, report.image_digest, node);
+  }
+  placement["image_pull_ms"] = *report.image_pull_ms;
+  return fmt::format("task {} pulled {} in {:.1f} s on {}", task, image,
+                     static_cast<double>(*report.image_pull_ms) / 1000.0, node);
+}
+
 // Applies one node's task reports to a Stopping job: a task the agent reports ended, or does not
 // report at all, is gone (the agent reports every task it has until the server has taken its
 // end, and it never starts a task of a run that is stopping). Returns the events.
@@ -137,6 +163,9 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
       continue;
     }
     const wire::TaskReport& report = *it->second;
+    if (std::optional<std::string> event = RecordImageReport(job, placement, node, report)) {
+      events.push_back(std::move(*event));
+    }
     const std::string phase = wire::TaskPhaseName(report.phase);
     if (wire::StrOr(placement, "phase") == phase) {
       continue;
@@ -187,6 +216,23 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
     }
   }
   return events;
+}
+
+// The pull times, in seconds, of the placements that have one in `after` but not in `before`.
+std::vector<double> NewImagePulls(const Json& before, const Json& after) {
+  std::set<std::string> seen;
+  for (const Json& placement : wire::ArrayOr(before, "placements")) {
+    if (placement.contains("image_pull_ms")) {
+      seen.insert(wire::StrOr(placement, "task"));
+    }
+  }
+  std::vector<double> out;
+  for (const Json& placement : wire::ArrayOr(after, "placements")) {
+    if (placement.contains("image_pull_ms") && seen.count(wire::StrOr(placement, "task")) == 0) {
+      out.push_back(static_cast<double>(wire::IntOr(placement, "image_pull_ms", 0)) / 1000.0);
+    }
+  }
+  return out;
 }
 
 // Renames the GPUs of the placements of `job` on `node` for the node's new inventory `after` (its
@@ -241,6 +287,12 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
   doc["state"] = wire::StrOr(*stored, "state", "Ready");
   if (stored->contains("state_before_not_ready")) {
     doc["state_before_not_ready"] = (*stored)["state_before_not_ready"];
+  }
+  // The images the node held stay until its next heartbeat lists them.
+  for (const char* key : {"images", "images_dropped"}) {
+    if (stored->contains(key)) {
+      doc[key] = (*stored)[key];
+    }
   }
   for (Json& gpu : doc["gpus"]) {
     // The same physical GPU (by UUID) keeps its quarantine and MIG state, whatever its index now.
@@ -297,6 +349,34 @@ std::vector<std::string> ApplyMigReport(Json& gpu, const wire::GpuReport& report
       gpu["mig_error"] = report.mig_error;
       events.push_back(
           fmt::format("gpu {}: MIG layout not applied: {}", report.index, report.mig_error));
+    }
+  }
+  return events;
+}
+
+// Applies a heartbeat's image list to a node document ("images", and "images_dropped" saying
+// what the parser did not keep); returns the events (empty: nothing changed).
+std::vector<std::string> ApplyImageReport(Json& doc, const wire::HeartbeatRequest& request) {
+  std::vector<std::string> events;
+  if (!request.images) {
+    return events;
+  }
+  const Json images = wire::CachedImagesToJson(*request.images);
+  if (wire::ArrayOr(doc, "images") != images) {
+    doc["images"] = images;
+    int64_t bytes = 0;
+    for (const CachedImage& image : *request.images) {
+      bytes += image.size_bytes;
+    }
+    events.push_back(fmt::format("images: {} held ({:.1f} GiB)", request.images->size(),
+                                 static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0)));
+  }
+  if (wire::StrOr(doc, "images_dropped") != request.images_dropped) {
+    if (request.images_dropped.empty()) {
+      doc.erase("images_dropped");
+    } else {
+      doc["images_dropped"] = request.images_dropped;
+      events.push_back(fmt::format("images not kept: {}", request.images_dropped));
     }
   }
   return events;
@@ -670,6 +750,9 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
         if (!request.fenced.empty()) {
           events.push_back(fmt::format("agent fenced itself: {}", request.fenced));
         }
+        for (std::string& event : ApplyImageReport(doc, request)) {
+          events.push_back(std::move(event));
+        }
         if (wire::StrOr(doc, "state") == NodeStateName(NodeState::kNotReady)) {
           doc["state"] =
               wire::StrOr(doc, "state_before_not_ready", NodeStateName(NodeState::kReady));
@@ -730,11 +813,13 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     // The job with this heartbeat's reports applied; null for an unknown job, whose tasks are
     // not desired (the agent stops them).
     Json doc;
+    std::vector<double> pull_seconds;  // the pulls this heartbeat recorded, for /metrics
     const Status job_written = store::CommitWithRetries(
         options_.store, control::kCasAttempts,
         fmt::format("job \"{}\" kept changing; send the heartbeat again", job_name),
         [&]() -> store::AttemptResult {
           doc = Json();
+          pull_seconds.clear();
           Result<store::StoredObject> stored = options_.store.Get(control::kJobsKind, job_name);
           if (!stored.ok()) {
             if (stored.status().code() != StatusCode::kNotFound &&
@@ -750,6 +835,7 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
           if (events.empty()) {
             return store::NoWrite();
           }
+          pull_seconds = NewImagePulls(wire::ParseDocument(stored->data), doc);
           store::WriteBatch batch;
           AddJobWrite(wire::ParseDocument(stored->data), doc, stored->version, events.front(),
                       batch);
@@ -760,6 +846,9 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
         });
     if (!job_written.ok()) {
       return job_written;
+    }
+    for (const double seconds : pull_seconds) {
+      ObserveImagePull(seconds);
     }
     if (doc.is_null()) {
       continue;

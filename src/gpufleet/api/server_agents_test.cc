@@ -68,8 +68,9 @@ int IndexOf(const wire::RegisterRequest& request, const std::string& uuid) {
   return -1;
 }
 
+// `image`: the tasks run in a container of that image (its line is left out when empty).
 std::string JobYaml(const std::string& name, int replicas, int gpus,
-                    const std::string& on_node_failure = "requeue") {
+                    const std::string& on_node_failure = "requeue", const std::string& image = "") {
   return fmt::format(R"(apiVersion: gpufleet.io/v1
 kind: Job
 metadata: {{name: {}}}
@@ -79,11 +80,12 @@ spec:
     - name: workers
       replicas: {}
       command: [python, train.py, --epochs, "3"]
-      env: {{NCCL_DEBUG: INFO}}
+      env: {{NCCL_DEBUG: INFO}}{}
       resources:
         gpus: {{count: {}}}
 )",
-                     name, on_node_failure, replicas, gpus);
+                     name, on_node_failure, replicas,
+                     image.empty() ? "" : fmt::format("\n      image: {}", image), gpus);
 }
 
 class AgentProtocolTest : public ::testing::Test {
@@ -645,6 +647,126 @@ TEST_F(AgentProtocolTest, AHeartbeatTellsTheAgentItsLeaseAndAFencedAgentLeavesAN
   Heartbeat("node-a", beat);
   EXPECT_THAT(Get("/v1/nodes/node-a/events").dump(),
               HasSubstr("agent fenced itself: lease of 40s not renewed: stopped 2 tasks"));
+}
+
+// ---- images ------------------------------------------------------------------------------
+
+const std::string kTinyDigest = "sha256:" + std::string(64, 'd');
+
+// The heartbeat of node-a that reports the one task of a job of localhost/tiny:1, placed there,
+// running with kTinyDigest after a pull of `pull_ms` (none: no pull).
+wire::HeartbeatRequest ImageJobRunning(const std::string& job, std::optional<int64_t> pull_ms) {
+  wire::TaskReport running;
+  running.id = job + "/workers-0/1";
+  running.image_pull_ms = pull_ms;
+  running.image_digest = kTinyDigest;
+  wire::HeartbeatRequest beat;
+  beat.tasks = {running};
+  return beat;
+}
+
+TEST_F(AgentProtocolTest, APullIsAJobEventOnTheRunInItsOutcomeAndOnMetrics) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("pulled", 1, 1, "requeue", "localhost/tiny:1"));
+  Cycle();
+  wire::HeartbeatRequest beat = ImageJobRunning("pulled", 12345);
+  Heartbeat("node-a", beat);
+  Heartbeat("node-a", beat);  // the agent reports the pull with every report of the task
+  const std::string events = Get("/v1/jobs/pulled/events").dump();
+  const std::string event = "task workers-0 pulled localhost/tiny:1 in 12.3 s on node-a";
+  EXPECT_THAT(events, HasSubstr(event));
+  EXPECT_EQ(events.find(event), events.rfind(event)) << "recorded once";
+  const Json placement = Get("/v1/jobs/pulled")["placements"][0];
+  EXPECT_EQ(placement["image_pull_ms"], 12345);
+  EXPECT_EQ(placement["image_digest"], kTinyDigest);
+
+  ApiRequest metrics;
+  metrics.method = "GET";
+  metrics.path = "/metrics";
+  metrics.authorization = "Bearer " + admin_;
+  const std::string text = server_->Handle(metrics).body;
+  EXPECT_THAT(text, HasSubstr("# TYPE gpufleet_image_pull_seconds histogram"));
+  EXPECT_THAT(text, HasSubstr(R"(gpufleet_image_pull_seconds_bucket{le="10"} 0)"));
+  EXPECT_THAT(text, HasSubstr(R"(gpufleet_image_pull_seconds_bucket{le="30"} 1)"));
+  EXPECT_THAT(text, HasSubstr("gpufleet_image_pull_seconds_sum 12.345"));
+  EXPECT_THAT(text, HasSubstr("gpufleet_image_pull_seconds_count 1"));
+
+  beat.tasks = {Report("pulled/workers-0/1", wire::TaskPhase::kSucceeded)};
+  Heartbeat("node-a", beat);
+  const Result<store::StoredObject> outcome = store_.Get(control::kOutcomesKind, "pulled/1");
+  ASSERT_OK(outcome);
+  const Json pulls = Json::parse(outcome->data)["image_pulls"];
+  EXPECT_EQ(pulls, Json::parse(R"([{"task": "workers-0", "node": "node-a",
+      "image": "localhost/tiny:1", "digest": ")" +
+                               kTinyDigest + R"(", "pull_ms": 12345}])"));
+}
+
+TEST_F(AgentProtocolTest, ADigestWithoutAPullIsRecordedToo) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("cached", 1, 1, "requeue", "localhost/tiny:1"));
+  Cycle();
+  Heartbeat("node-a", ImageJobRunning("cached", std::nullopt));
+  EXPECT_EQ(Get("/v1/jobs/cached")["placements"][0]["image_digest"], kTinyDigest);
+  EXPECT_FALSE(Get("/v1/jobs/cached")["placements"][0].contains("image_pull_ms"));
+  EXPECT_THAT(Get("/v1/jobs/cached/events").dump(),
+              HasSubstr("task workers-0 runs localhost/tiny:1 (" + kTinyDigest + ") on node-a"));
+}
+
+TEST_F(AgentProtocolTest, HeartbeatImagesAreKeptOnTheNodeAndBounded) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  wire::HeartbeatRequest beat;
+  beat.images = std::vector<CachedImage>{{{"localhost/tiny:1"}, kTinyDigest, 1987655}};
+  Heartbeat("node-a", beat);
+  Json node = Get("/v1/nodes/node-a");
+  EXPECT_EQ(node["images"], Json::parse(R"([{"references": ["localhost/tiny:1"], "digest": ")" +
+                                        kTinyDigest + R"(", "size_bytes": 1987655}])"));
+  EXPECT_THAT(Get("/v1/nodes/node-a/events").dump(), HasSubstr("images: 1 held (0.0 GiB)"));
+  // A heartbeat without images leaves them; registering again too.
+  Heartbeat("node-a");
+  Register(Inventory("node-a", "leaf-0"));
+  EXPECT_EQ(Get("/v1/nodes/node-a")["images"].size(), 1u);
+
+  // A hostile list: too many images, a reference that is a flag, a digest that is not one, a
+  // huge reference (the HTTP body's 1 MiB bound stops larger ones). The heartbeat is answered
+  // (the node stays Ready), the list is cut to the bound, and the node says what was dropped.
+  beat.images->clear();
+  for (int i = 0; i < 300; ++i) {
+    beat.images->push_back({{fmt::format("localhost/image{}:1", i)}, kTinyDigest, 1000});
+  }
+  beat.images->at(0).references = {"--privileged"};
+  beat.images->at(1).digest = "sha256:0";
+  beat.images->at(2).references = {std::string(100000, 'a')};
+  const ApiResponse response = Call("POST", "/v1/agents/node-a/heartbeat", node_tokens_["node-a"],
+                                    wire::HeartbeatRequestToJson(beat));
+  EXPECT_EQ(response.status, 200) << response.body;
+  node = Get("/v1/nodes/node-a");
+  EXPECT_EQ(node["state"], "Ready");
+  EXPECT_EQ(node["images"].size(), wire::kMaxReportedImages);
+  EXPECT_TRUE(node["images"][0]["references"].empty());
+  EXPECT_THAT(node["images_dropped"].get<std::string>(), HasSubstr("images[0].references[0]"));
+  EXPECT_THAT(node["images_dropped"].get<std::string>(), HasSubstr("images[1].digest"));
+  EXPECT_LT(node.dump().size(), 64u * 1024) << "a bounded node document";
+  EXPECT_THAT(Get("/v1/nodes/node-a/events").dump(), HasSubstr("images not kept: 46 dropped"));
+  // A malformed list is refused like any malformed field, naming it.
+  const ApiResponse bad = Call("POST", "/v1/agents/node-a/heartbeat", node_tokens_["node-a"],
+                               R"({"images": [{"size_bytes": -1}]})");
+  EXPECT_EQ(bad.status, 400);
+  EXPECT_THAT(bad.body, HasSubstr("images[0].size_bytes"));
+}
+
+TEST_F(AgentProtocolTest, TheSchedulerPrefersTheNodeThatHoldsTheImage) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Register(Inventory("node-b", "leaf-0"));
+  wire::HeartbeatRequest beat;
+  beat.images = std::vector<CachedImage>{{{"localhost/tiny:1"}, kTinyDigest, int64_t{8} << 30}};
+  Heartbeat("node-b", beat);
+  Submit(JobYaml("local", 1, 8, "requeue", "localhost/tiny:1"));
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/local")["placements"][0]["node"], "node-b");
 }
 
 TEST_F(AgentProtocolTest, AWaitingTaskKeepsItsJobScheduled) {

@@ -558,15 +558,60 @@ std::string DescribeJob(const json& job, const json& events) {
     text += Field("Placements", kNone);
   } else {
     text += "Placements:\n";
+    // The image columns only for a job whose agents reported an image.
+    const bool images = std::any_of(placements.begin(), placements.end(), [](const json& p) {
+      return p.is_object() && (p.contains("image_pull_ms") || p.contains("image_digest"));
+    });
     std::vector<std::vector<std::string>> rows = {{"TASK", "NODE", "GPUS"}};
+    if (images) {
+      rows[0].insert(rows[0].end(), {"IMAGE PULL", "IMAGE DIGEST"});
+    }
     for (const json& placement : placements) {
       rows.push_back({TextOr(placement, "task", kNone), TextOr(placement, "node", kNone),
                       JoinInts(Member(placement, "gpus"))});
+      if (images) {
+        const json& pull_ms = Member(placement, "image_pull_ms");
+        rows.back().push_back(
+            pull_ms.is_number_integer()
+                ? fmt::format("{:.1f}s", static_cast<double>(pull_ms.get<int64_t>()) / 1000.0)
+                : std::string(kNone));
+        rows.back().push_back(TextOr(placement, "image_digest", kNone));
+      }
     }
     text += Indent(RenderTable(rows), "  ");
   }
   return text + EventsSection(events);
 }
+
+namespace {
+
+// "Images:" and a table of the images the node's agent reported, or nothing when it reported
+// none; a line saying what the server did not keep of its last list.
+std::string NodeImagesSection(const json& node) {
+  const json& images = Member(node, "images");
+  std::string text;
+  if (images.is_array() && !images.empty()) {
+    std::vector<std::vector<std::string>> rows = {{"REFERENCES", "DIGEST", "SIZE"}};
+    for (const json& image : images) {
+      std::vector<std::string> references;
+      const json& list = Member(image, "references");
+      for (const json& reference : list.is_array() ? list : json::array()) {
+        references.push_back(Text(reference));
+      }
+      rows.push_back({references.empty() ? std::string(kNone) : Join(references, ", "),
+                      TextOr(image, "digest", kNone),
+                      FormatMemoryMib(Int(image, "size_bytes", 0) / (1024 * 1024))});
+    }
+    text += fmt::format("Images:      {}\n", images.size());
+    text += Indent(RenderTable(rows), "  ");
+  }
+  if (const std::string dropped = Text(node, "images_dropped"); !dropped.empty()) {
+    text += fmt::format("Images not kept: {}\n", dropped);
+  }
+  return text;
+}
+
+}  // namespace
 
 std::string DescribeNode(const json& node, const json& events) {
   std::string text;
@@ -580,7 +625,7 @@ std::string DescribeNode(const json& node, const json& events) {
   const json& gpus = Member(node, "gpus");
   if (!gpus.is_array() || gpus.empty()) {
     text += Field("GPUs", kNone);
-    return text + EventsSection(events);
+    return text + NodeImagesSection(node) + EventsSection(events);
   }
   const GpuCounts counts = CountGpus(node);
   text += fmt::format("GPUs:        {} ({} free, {} not healthy)\n", counts.total, counts.free,
@@ -611,7 +656,7 @@ std::string DescribeNode(const json& node, const json& events) {
     }
   }
   text += Indent(RenderTable(rows), "  ");
-  return text + EventsSection(events);
+  return text + NodeImagesSection(node) + EventsSection(events);
 }
 
 std::string RenderTable(const std::vector<std::vector<std::string>>& rows) {

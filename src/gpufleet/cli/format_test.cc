@@ -261,6 +261,32 @@ TEST(DescribeJob, RunningJobShowsItsIdleWarning) {
   EXPECT_THAT(DescribeJob(job, json()), Not(HasSubstr("Warning:")));
 }
 
+TEST(DescribeJob, ImagePullsAndDigestsOfItsTasks) {
+  const json job = Parse(R"({"name": "boxed", "state": "Running", "placements": [
+      {"task": "main-0", "node": "n1", "gpus": [0], "image_pull_ms": 12345,
+       "image_digest": "sha256:abc"},
+      {"task": "main-1", "node": "n2", "gpus": [0]}]})");
+  EXPECT_THAT(DescribeJob(job, json()),
+              HasSubstr("Placements:\n"
+                        "  TASK     NODE   GPUS   IMAGE PULL   "
+                        "IMAGE DIGEST\n"
+                        "  main-0   n1     0      12.3s        "
+                        "sha256:abc\n"
+                        "  main-1   n2     0      <none>       <none>\n"));
+}
+
+TEST(DescribeNode, ImagesTheAgentReported) {
+  const json node = Parse(R"({"name": "n1", "state": "Ready", "gpus": [],
+      "images": [{"references": ["localhost/tiny:1", "localhost/tiny:latest"],
+                  "digest": "sha256:abc", "size_bytes": 2147483648}],
+      "images_dropped": "1 dropped: images[3].digest: digest \"x\" has no ':'"})");
+  const std::string text = DescribeNode(node, json());
+  EXPECT_THAT(text, HasSubstr("Images:      1\n"
+                              "  REFERENCES                                DIGEST       SIZE\n"
+                              "  localhost/tiny:1, localhost/tiny:latest   sha256:abc   2Gi\n"));
+  EXPECT_THAT(text, HasSubstr("Images not kept: 1 dropped: images[3].digest"));
+}
+
 TEST(DescribeNode, FieldsAndGpuHealth) {
   EXPECT_EQ(DescribeNode(Nodes()["items"][0], json::object()),
             "Name:        node-0001\n"

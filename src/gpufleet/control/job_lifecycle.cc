@@ -266,6 +266,16 @@ bool TaskStarted(const Json& placement) {
   return phase == "Running" || phase == "Succeeded" || phase == "Failed";
 }
 
+std::string PlacementImage(const Json& job, const Json& placement) {
+  const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
+  const Json& inner = spec.contains("spec") ? spec["spec"] : Json::object();
+  const Json& groups = wire::ArrayOr(inner, "tasks");
+  const int64_t group = wire::IntOr(placement, "group", -1);
+  return group >= 0 && group < static_cast<int64_t>(groups.size())
+             ? wire::StrOr(groups[group], "image")
+             : std::string();
+}
+
 std::optional<std::string> PartlyStartedGang(const Json& job) {
   // Named up to this many, so that the reason of a gang of thousands stays small.
   constexpr size_t kNamedTasks = 8;

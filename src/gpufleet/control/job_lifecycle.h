@@ -84,6 +84,10 @@ Result<std::string> EndRun(Json& job, JobState then, std::string reason, std::st
 // Whether a placement's task has started: it runs or ran (its agent reported it so).
 bool TaskStarted(const Json& placement);
 
+// The image of the task group a placement of `job` belongs to, from the job's stored spec; ""
+// for a task without one.
+std::string PlacementImage(const Json& job, const Json& placement);
+
 // Why a job's run is a gang partly started ("1 of 2 tasks started; not started: workers-1 on
 // node-b (Waiting)"); nullopt when all or none of its tasks have started.
 std::optional<std::string> PartlyStartedGang(const Json& job);

@@ -260,6 +260,14 @@ Json OutcomeToJson(const StoredOutcome& outcome) {
     }
     health.push_back(std::move(entry));
   }
+  Json pulls = Json::array();
+  for (const StoredOutcome::ImagePull& pull : outcome.image_pulls) {
+    pulls.push_back({{"task", pull.task},
+                     {"node", pull.node},
+                     {"image", pull.image},
+                     {"digest", pull.digest},
+                     {"pull_ms", pull.pull_ms}});
+  }
   return {{"job", r.job.value()},
           {"attempt", r.attempt},
           {"exit_reason", reliability::ExitReasonName(r.exit_reason)},
@@ -272,7 +280,8 @@ Json OutcomeToJson(const StoredOutcome& outcome) {
           {"xids", std::move(xids)},
           {"health_events", std::move(health)},
           {"cause", outcome.cause},
-          {"reported_by", outcome.reported_by}};
+          {"reported_by", outcome.reported_by},
+          {"image_pulls", std::move(pulls)}};
 }
 
 Result<StoredOutcome> OutcomeFromJson(const Json& json) {
@@ -300,6 +309,20 @@ Result<StoredOutcome> OutcomeFromJson(const Json& json) {
   GPUFLEET_ASSIGN_OR_RETURN(r.health_events, HealthEventsMember(json, true));
   outcome.cause = wire::StrOr(json, "cause");
   outcome.reported_by = wire::StrOr(json, "reported_by", "server");
+  GPUFLEET_ASSIGN_OR_RETURN(const Json* pulls, ArrayMember(json, "image_pulls", false));
+  for (size_t i = 0; i < pulls->size(); ++i) {
+    const Json& entry = (*pulls)[i];
+    const std::string path = fmt::format("image_pulls[{}]", i);
+    GPUFLEET_RETURN_IF_ERROR(
+        OnlyFields(entry, path, {"task", "node", "image", "digest", "pull_ms"}));
+    StoredOutcome::ImagePull pull;
+    GPUFLEET_ASSIGN_OR_RETURN(pull.task, StringMember(entry, path, "task"));
+    GPUFLEET_ASSIGN_OR_RETURN(pull.node, StringMember(entry, path, "node"));
+    GPUFLEET_ASSIGN_OR_RETURN(pull.image, StringMember(entry, path, "image", true));
+    GPUFLEET_ASSIGN_OR_RETURN(pull.digest, StringMember(entry, path, "digest", true));
+    GPUFLEET_ASSIGN_OR_RETURN(pull.pull_ms, IntMember(entry, path, "pull_ms"));
+    outcome.image_pulls.push_back(std::move(pull));
+  }
   return outcome;
 }
 

@@ -36,17 +36,31 @@ std::string ExitReasonNames();
 // its exit reason last ("server", or the admin who reported it). Times are Unix nanoseconds (the
 // server's monotonic clock when it has no wall clock).
 struct StoredOutcome {
+  // A task whose image its agent pulled before the run's start (the placements' image_pull_ms
+  // and image_digest), for cold-start analysis.
+  struct ImagePull {
+    std::string task;
+    std::string node;
+    std::string image;
+    std::string digest;  // "" when the agent did not report it
+    int64_t pull_ms = 0;
+
+    friend bool operator==(const ImagePull&, const ImagePull&) = default;
+  };
+
   reliability::OutcomeRecord record;
   std::string cause;
   std::string reported_by = "server";
+  std::vector<ImagePull> image_pulls;
 };
 
 // {"job", "attempt", "exit_reason", "start_ns", "end_ns", "duration_s", "size", "gpus", "nodes",
 //  "xids": [{"gpu", "xid"}], "health_events": [{"node", "gpu", "check", "severity"}], "cause",
-//  "reported_by"}.
+//  "reported_by", "image_pulls": [{"task", "node", "image", "digest", "pull_ms"}]}.
 Json OutcomeToJson(const StoredOutcome& outcome);
 // The inverse, strict: kInvalidArgument naming the field and the value for a missing or mistyped
-// field. `duration_s` and `size` are derived and ignored.
+// field. `duration_s` and `size` are derived and ignored; `image_pulls` may be absent (records
+// written before it existed).
 Result<StoredOutcome> OutcomeFromJson(const Json& json);
 
 // The body of POST /v1/outcomes: a training framework or an operator says how a run really ended

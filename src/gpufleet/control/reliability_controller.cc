@@ -195,6 +195,11 @@ Result<StoredOutcome> ReliabilityController::BuildOutcome(const Json& before, co
       continue;
     }
     placement_nodes.push_back(node);
+    if (placement.contains("image_pull_ms")) {
+      outcome.image_pulls.push_back(StoredOutcome::ImagePull{
+          wire::StrOr(placement, "task"), node, PlacementImage(before, placement),
+          wire::StrOr(placement, "image_digest"), wire::IntOr(placement, "image_pull_ms", 0)});
+    }
     const std::vector<PlacedGpu> placed = PlacedGpus(placement);
     if (placed.empty()) {
       continue;

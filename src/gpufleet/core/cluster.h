@@ -47,6 +47,16 @@ struct Gpu {
 // One machine. `topology` holds its domain at each level the cluster's Topology declares, outermost
 // first (e.g. {"zone-a", "block-2", "leaf-17"}); `fault_domains` maps a fault-domain kind to its
 // value (e.g. "rack" -> "r12", "power-feed" -> "pdu-3"). Thread-compatible value type.
+// An image a node holds, as its agent last reported it; the scheduler's image locality reads
+// these (references like "nvcr.io/nvidia/pytorch:24.05-py3", the manifest digest, the size).
+struct CachedImage {
+  std::vector<std::string> references;
+  std::string digest;
+  int64_t size_bytes = 0;
+
+  friend bool operator==(const CachedImage&, const CachedImage&) = default;
+};
+
 struct Node {
   NodeId id;
   HostResources capacity;
@@ -54,7 +64,7 @@ struct Node {
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> fault_domains;
   std::vector<std::string> topology;
-  std::vector<std::string> cached_images;
+  std::vector<CachedImage> cached_images;
   std::vector<Gpu> gpus;
 };
 

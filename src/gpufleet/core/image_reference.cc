@@ -191,4 +191,49 @@ Status ValidateImageReference(std::string_view reference) {
   }
 }
 
+Status ValidateImageDigest(std::string_view digest) {
+  if (digest.size() > kMaxImageDigestLength) {
+    return InvalidArgumentError(fmt::format("a digest of {} characters is too long (at most {})",
+                                            digest.size(), kMaxImageDigestLength));
+  }
+  return CheckDigest(digest);
+}
+
+std::string CanonicalImageReference(std::string_view reference) {
+  std::string_view digest;
+  std::string_view rest = reference;
+  if (const size_t at = rest.find('@'); at != std::string_view::npos) {
+    digest = rest.substr(at);
+    rest = rest.substr(0, at);
+  }
+  const size_t last_slash = rest.rfind('/');
+  const size_t tag_colon = rest.find(':', last_slash == std::string_view::npos ? 0 : last_slash);
+  std::string_view tag;
+  if (tag_colon != std::string_view::npos) {
+    tag = rest.substr(tag_colon);
+    rest = rest.substr(0, tag_colon);
+  }
+  std::string out;
+  const size_t slash = rest.find('/');
+  const std::string_view first = rest.substr(0, slash);
+  if (slash != std::string_view::npos &&
+      (first.find_first_of(".:") != std::string_view::npos || first == "localhost")) {
+    out = std::string(rest);
+  } else {
+    out = fmt::format("docker.io/{}{}", slash == std::string_view::npos ? "library/" : "", rest);
+  }
+  if (!tag.empty()) {
+    out += tag;
+  } else if (digest.empty()) {
+    out += ":latest";
+  }
+  out += digest;
+  return out;
+}
+
+std::string_view ImageReferenceDigest(std::string_view reference) {
+  const size_t at = reference.find('@');
+  return at == std::string_view::npos ? std::string_view() : reference.substr(at + 1);
+}
+
 }  // namespace gpufleet

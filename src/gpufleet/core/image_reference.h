@@ -32,4 +32,20 @@ inline constexpr size_t kMaxImageReferenceLength = 512;
 // '-', so a valid reference cannot be taken for a command-line flag.
 Status ValidateImageReference(std::string_view reference);
 
+// The longest digest accepted: "sha512:" and 128 hex digits.
+inline constexpr size_t kMaxImageDigestLength = 135;
+
+// Checks a content digest, "algorithm:hex" ("sha256:" and 64 lower-case hex digits for sha256),
+// of at most kMaxImageDigestLength characters. kInvalidArgument saying what is wrong.
+Status ValidateImageDigest(std::string_view digest);
+
+// The fully qualified form of a valid reference, as container engines list the images they hold:
+// Docker Hub's domain and "library/" for a short name, ":latest" for a name with neither tag nor
+// digest ("busybox" -> "docker.io/library/busybox:latest"; "localhost/tiny:1" unchanged).
+// REQUIRES: ValidateImageReference(reference) is OK.
+std::string CanonicalImageReference(std::string_view reference);
+
+// The digest a reference pins ("name@sha256:..."); empty when it pins none.
+std::string_view ImageReferenceDigest(std::string_view reference);
+
 }  // namespace gpufleet

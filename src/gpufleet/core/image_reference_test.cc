@@ -54,6 +54,22 @@ TEST(ImageReference, RefusesMalformedReferencesSayingWhy) {
   }
 }
 
+TEST(ImageReference, CanonicalFormIsWhatContainerEnginesList) {
+  const std::string digest = "sha256:" + std::string(64, 'a');
+  EXPECT_EQ(CanonicalImageReference("busybox"), "docker.io/library/busybox:latest");
+  EXPECT_EQ(CanonicalImageReference("nvidia/cuda:12.4"), "docker.io/nvidia/cuda:12.4");
+  EXPECT_EQ(CanonicalImageReference("localhost/tiny:1"), "localhost/tiny:1");
+  EXPECT_EQ(CanonicalImageReference("127.0.0.1:15000/tiny"), "127.0.0.1:15000/tiny:latest");
+  EXPECT_EQ(CanonicalImageReference("nvcr.io/nvidia/pytorch@" + digest),
+            "nvcr.io/nvidia/pytorch@" + digest);
+  EXPECT_EQ(ImageReferenceDigest("nvcr.io/nvidia/pytorch:24.05-py3@" + digest), digest);
+  EXPECT_EQ(ImageReferenceDigest("nvcr.io/nvidia/pytorch:24.05-py3"), "");
+  EXPECT_TRUE(ValidateImageDigest(digest).ok());
+  EXPECT_EQ(ValidateImageDigest("sha256:abc").code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidateImageDigest("sha999:" + std::string(1000, 'a')).message(),
+            "a digest of 1007 characters is too long (at most 135)");
+}
+
 TEST(ImagePullPolicy, NamesRoundTripAndUnknownNamesAreRefused) {
   for (const ImagePullPolicy policy :
        {ImagePullPolicy::kIfNotPresent, ImagePullPolicy::kAlways, ImagePullPolicy::kNever}) {

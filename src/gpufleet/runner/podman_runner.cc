@@ -261,6 +261,42 @@ std::string_view RegistryOf(std::string_view reference) {
 
 }  // namespace
 
+Result<std::vector<CachedImage>> PodmanRunner::ListImages() {
+  GPUFLEET_ASSIGN_OR_RETURN(const internal::CommandOutcome listed,
+                            Podman({"images", "--format", "json"}, options_.command_timeout));
+  if (listed.exit_code != 0) {
+    return UnavailableError(Reason("cannot list the images", listed));
+  }
+  const Json parsed = Json::parse(listed.output, nullptr, /*allow_exceptions=*/false);
+  if (!parsed.is_array()) {
+    return UnavailableError("cannot list the images: podman images printed no JSON list");
+  }
+  std::vector<CachedImage> images;
+  for (const Json& item : parsed) {
+    if (!item.is_object() || !item.contains("Digest") || !item["Digest"].is_string()) {
+      continue;
+    }
+    CachedImage image;
+    image.digest = item["Digest"].get<std::string>();
+    if (item.contains("Names") && item["Names"].is_array()) {
+      for (const Json& name : item["Names"]) {
+        if (name.is_string()) {
+          image.references.push_back(name.get<std::string>());
+        }
+      }
+    }
+    if (item.contains("Size") && item["Size"].is_number_integer()) {
+      image.size_bytes = item["Size"].get<int64_t>();
+    }
+    images.push_back(std::move(image));
+  }
+  // Largest first: a bounded report keeps the images whose pulls cost the most.
+  std::stable_sort(images.begin(), images.end(), [](const CachedImage& a, const CachedImage& b) {
+    return a.size_bytes > b.size_bytes;
+  });
+  return images;
+}
+
 std::optional<std::string> PodmanRunner::EnsureImage(const TaskLaunch& launch,
                                                      TaskStatus& status) const {
   if (launch.image_pull_policy != ImagePullPolicy::kAlways) {
@@ -424,6 +460,19 @@ Status PodmanRunner::Start(const TaskLaunch& launch) {
     task.status.state = TaskState::kFailedToStart;
     task.status.reason = std::move(*failure);
     task.status.end_time = clock_.Now();
+  } else if (const Result<internal::CommandOutcome> inspected =
+                 Podman({"container", "inspect", "--format", "{{.ImageDigest}}", task.container},
+                        options_.command_timeout);
+             inspected.ok() && inspected->exit_code == 0) {
+    // What the run really got, whatever the tag points at later; a digest podman cannot give
+    // only leaves the record without one.
+    std::string digest = inspected->output;
+    while (!digest.empty() && (digest.back() == '\n' || digest.back() == ' ')) {
+      digest.pop_back();
+    }
+    if (digest.starts_with("sha256:")) {
+      task.status.image_digest = std::move(digest);
+    }
   }
   tasks_.emplace(launch.task_id, std::move(task));
   return Status::Ok();

@@ -127,6 +127,9 @@ class PodmanRunner final : public TaskRunner {
   // Also removes the container; kUnavailable if podman cannot (the task stays known).
   Status Forget(std::string_view task_id) override;
   Status RenewLease(Duration fence_in, Duration grace) override;
+  // `podman images --format json`: each image's names, manifest digest and size. Images
+  // without a digest (podman gives every pulled, imported or built image one) are left out.
+  Result<std::vector<CachedImage>> ListImages() override;
 
   // The name of the container of `task_id`.
   std::string ContainerNameForTest(std::string_view task_id) const {

@@ -289,6 +289,29 @@ std::string FindFence(const std::string& container) {
 // container that exits on SIGTERM ends at the lease's deadline; one that ignores SIGTERM is
 // killed before the lease's grace is over, when the server may give its GPUs to another task.
 // One fence is killed first: Poll starts it again.
+TEST_F(PodmanRunnerTest, ListImagesReportsTheImportedImageWithItsDigestAndSize) {
+  ASSERT_NE(runner_, nullptr);
+  const Result<std::vector<CachedImage>> images = runner_->ListImages();
+  ASSERT_OK(images);
+  const auto tiny = std::find_if(images->begin(), images->end(), [](const CachedImage& image) {
+    return std::find(image.references.begin(), image.references.end(), kImage) !=
+           image.references.end();
+  });
+  ASSERT_NE(tiny, images->end()) << "the suite's image is not listed";
+  // podman's own view of it: `podman images --digests`.
+  const std::string digest = PodmanOutput({"images", "--format", "{{.Digest}}", kImage});
+  EXPECT_THAT(tiny->digest, ::testing::StartsWith("sha256:"));
+  EXPECT_EQ(tiny->digest + "\n", digest);
+  // The busybox binary and its links: about the size of /bin/busybox.
+  const int64_t busybox = static_cast<int64_t>(std::filesystem::file_size("/bin/busybox"));
+  EXPECT_GE(tiny->size_bytes, busybox);
+  EXPECT_LT(tiny->size_bytes, busybox + (int64_t{1} << 20));
+  // A container task reports the digest its container runs.
+  ASSERT_OK(runner_->Start(Container("job/digest/1", "true")));
+  EXPECT_EQ(StatusOf(*runner_, "job/digest/1").image_digest, tiny->digest);
+  WaitForEnd(*runner_, "job/digest/1");
+}
+
 TEST_F(PodmanRunnerTest, ContainersStopWhenTheLeaseRunsOutWithNoAgentLeft) {
   ASSERT_NE(runner_, nullptr);
   const char* kLoop = "echo ready; while true; do sleep 1; done";

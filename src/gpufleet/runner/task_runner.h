@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gpufleet/core/clock.h"
+#include "gpufleet/core/cluster.h"
 #include "gpufleet/core/image_reference.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/core/workload.h"
@@ -96,6 +97,9 @@ struct TaskStatus {
   // PodmanRunner: how long pulling the task's image before its start took (on the runner's
   // Clock, failed pulls included); none when nothing was pulled.
   std::optional<Duration> image_pull_time;
+  // PodmanRunner: the digest of the image the task's container runs ("sha256:..."), as podman
+  // resolved it when it created the container; empty for a process or when podman did not say.
+  std::string image_digest;
 
   friend bool operator==(const TaskStatus&, const TaskStatus&) = default;
 };
@@ -153,6 +157,14 @@ class TaskRunner {
   // first call tasks have no such deadline. kInvalidArgument for a negative duration;
   // kUnavailable when the lease cannot be recorded (the previous deadline then still holds).
   virtual Status RenewLease(Duration fence_in, Duration grace) = 0;
+
+  // The container images the node holds, largest first (PodmanRunner); a runner that runs no
+  // containers returns kUnimplemented (the default), and the agent then reports no images.
+  // kUnavailable when the images cannot be listed now. Slow (it runs the container engine): the
+  // agent calls it at a modest rate.
+  virtual Result<std::vector<CachedImage>> ListImages() {
+    return Status(StatusCode::kUnimplemented, "this runner holds no images");
+  }
 };
 
 // Reconciles a runner with the server's desired state: stops, with `grace`, every running task

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -139,6 +140,14 @@ class ScorePlugin : public virtual Plugin {
 };
 
 inline constexpr int64_t kMaxNodeScore = 100;
+
+// Scales non-negative raw scores so that the highest becomes kMaxNodeScore (all 0 stay 0).
+inline void ScaleToMaxNodeScore(std::vector<int64_t>& scores) {
+  const int64_t highest = scores.empty() ? 0 : *std::max_element(scores.begin(), scores.end());
+  for (int64_t& score : scores) {
+    score = highest == 0 ? 0 : score * kMaxNodeScore / highest;
+  }
+}
 
 // Keeps plugin state in step with placements that are tried and rolled back.
 // Unreserve must be idempotent and may be called for a task whose Reserve was not called.

@@ -5,6 +5,7 @@
 
 #include "gpufleet/scheduler/plugins/collective_cost.h"
 #include "gpufleet/scheduler/plugins/filters.h"
+#include "gpufleet/scheduler/plugins/image_locality.h"
 #include "gpufleet/scheduler/plugins/policies.h"
 
 namespace gpufleet::scheduler {
@@ -50,6 +51,7 @@ PluginRegistry PluginRegistry::Default() {
   add("fault-domain-spread", Simple<FaultDomainSpread>());
   add("topology-levels", Simple<TopologyLevelsCheck>());
   add("topology-preference", Simple<TopologyPreferenceScore>());
+  add("image-locality", Simple<ImageLocalityScore>());
   add("collective-cost", [](const PluginArgs& args) -> Result<std::unique_ptr<Plugin>> {
     if (args.fabric == nullptr) {
       return InvalidArgumentError(

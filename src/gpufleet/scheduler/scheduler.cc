@@ -95,6 +95,8 @@ struct Scheduler::Impl {
   std::vector<FilterPlugin*> node_filters;  // run before the GPU filters
   std::vector<FilterPlugin*> mask_filters;  // run after them, on the admitted GPUs
   std::vector<std::pair<ScorePlugin*, int64_t>> scorers;
+  // Scorers that order only the nodes `scorers` rank equal (image locality).
+  std::vector<std::pair<ScorePlugin*, int64_t>> tie_scorers;
   ScorePlugin* policy = nullptr;
   std::vector<ReservePlugin*> reservers;
   TieBreak tie_break = TieBreak::kNodeOrder;
@@ -104,6 +106,7 @@ struct Scheduler::Impl {
   std::vector<GpuMask> candidate_masks;
   std::vector<int64_t> raw_scores;
   std::vector<int64_t> totals;
+  std::vector<int64_t> tie_totals;
 
   void Add(std::unique_ptr<Plugin> plugin, int64_t score_weight) {
     if (auto* p = dynamic_cast<PreFilterPlugin*>(plugin.get())) {
@@ -169,13 +172,12 @@ struct Scheduler::Impl {
     return PluginResult::Success();
   }
 
-  // Chooses among `candidates` by weighted, normalised scores; ties uniformly at random.
-  size_t SelectNode(const CycleState& state, const TaskContext& task, Random& random) {
-    if (candidates.size() == 1) {
-      return 0;
-    }
-    totals.assign(candidates.size(), 0);
-    for (const auto& [scorer, weight] : scorers) {
+  // Sets `out` to the weighted, normalised scores of `candidates` by `plugins`.
+  void AddScores(const std::vector<std::pair<ScorePlugin*, int64_t>>& plugins,
+                 const CycleState& state, const TaskContext& task, Random& random,
+                 std::vector<int64_t>& out) {
+    out.assign(candidates.size(), 0);
+    for (const auto& [scorer, weight] : plugins) {
       scorer->PreScore(state, task, candidates, random);
       raw_scores.resize(candidates.size());
       for (size_t i = 0; i < candidates.size(); ++i) {
@@ -183,7 +185,27 @@ struct Scheduler::Impl {
       }
       scorer->NormalizeScores(raw_scores);
       for (size_t i = 0; i < candidates.size(); ++i) {
-        totals[i] += weight * raw_scores[i];
+        out[i] += weight * raw_scores[i];
+      }
+    }
+  }
+
+  // Chooses among `candidates` by weighted, normalised scores; ties uniformly at random.
+  size_t SelectNode(const CycleState& state, const TaskContext& task, Random& random) {
+    if (candidates.size() == 1) {
+      return 0;
+    }
+    AddScores(scorers, state, task, random, totals);
+    if (!tie_scorers.empty()) {
+      // Lexicographic: a tie score of at most `tie_max` cannot lift a node past one whose other
+      // scores total even 1 more.
+      int64_t tie_max = 0;
+      for (const auto& [scorer, weight] : tie_scorers) {
+        tie_max += weight * kMaxNodeScore;
+      }
+      AddScores(tie_scorers, state, task, random, tie_totals);
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        totals[i] = totals[i] * (tie_max + 1) + tie_totals[i];
       }
     }
     size_t selected = 0;
@@ -401,7 +423,25 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
   GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> preference,
                             registry.Create("topology-preference", options.plugin_args));
   impl.Add(std::move(preference), options.topology_preference_weight);
+  if (options.image_locality_weight < 0) {
+    return InvalidArgumentError(fmt::format("image_locality_weight: {} (must not be negative)",
+                                            options.image_locality_weight));
+  }
+  if (options.image_locality_weight > 0) {
+    GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> locality,
+                              registry.Create("image-locality", options.plugin_args));
+    if (auto* scorer = dynamic_cast<ScorePlugin*>(locality.get())) {
+      impl.tie_scorers.emplace_back(scorer, options.image_locality_weight);
+    }
+    impl.owned.push_back(std::move(locality));
+  }
   for (const std::string& name : options.extra_plugins) {
+    if (name == "image-locality") {
+      // As a plain score it could outweigh the topology; its bound holds only as a tie-break.
+      return InvalidArgumentError(
+          "extra_plugins: image-locality is a tie-break score the scheduler adds itself; set "
+          "image_locality_weight instead");
+    }
     GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin,
                               registry.Create(name, options.plugin_args));
     const auto weight = options.extra_plugin_weights.find(name);

@@ -28,6 +28,12 @@ struct SchedulerOptions {
   // nodes (the FGD reference simulator's published numbers behave this way), or a uniformly
   // random one, as upstream kube-scheduler does.
   TieBreak tie_break = TieBreak::kNodeOrder;
+  // Weight of the image-locality score (plugins/image_locality.h); 0 leaves it out. It is a
+  // tie-break score: it orders only the nodes that the weighted sum of every other score ranks
+  // equal, so no weight lets it override a filter, the topology or the policy. That is the
+  // bound: a pull costs the gang minutes once, while a worse topology or fragmentation lasts as
+  // long as the run.
+  int64_t image_locality_weight = 1;
   // Extra plugins by registry name, added to every extension point they implement.
   std::vector<std::string> extra_plugins;
   // Score weight of an extra plugin, by name; 1 when not given.

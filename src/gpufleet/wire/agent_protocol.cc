@@ -277,10 +277,11 @@ Status ReadGpuReports(const ObjectReader& r, std::vector<GpuReport>* out) {
 Status ReadTaskReports(const ObjectReader& r, std::vector<TaskReport>* out) {
   std::set<std::string> seen;
   return r.List("tasks", [&](const Json& j, const std::string& path) -> Status {
-    GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader t,
-                              ObjectReader::Open(j, path,
-                                                 {"id", "phase", "exit_code", "message",
-                                                  "gpu_utilization_pct", "image_pull_ms"}));
+    GPUFLEET_ASSIGN_OR_RETURN(
+        const ObjectReader t,
+        ObjectReader::Open(j, path,
+                           {"id", "phase", "exit_code", "message", "gpu_utilization_pct",
+                            "image_pull_ms", "image_digest"}));
     TaskReport report;
     GPUFLEET_RETURN_IF_ERROR(t.String("id", &report.id, /*required=*/true));
     if (!seen.insert(report.id).second) {
@@ -294,6 +295,12 @@ Status ReadTaskReports(const ObjectReader& r, std::vector<TaskReport>* out) {
       int64_t pull_ms = 0;
       GPUFLEET_RETURN_IF_ERROR(t.Integer("image_pull_ms", &pull_ms, 0, int64_t{1} << 40));
       report.image_pull_ms = pull_ms;
+    }
+    GPUFLEET_RETURN_IF_ERROR(t.String("image_digest", &report.image_digest));
+    if (!report.image_digest.empty()) {
+      if (const Status digest = ValidateImageDigest(report.image_digest); !digest.ok()) {
+        return FieldError(t.Path("image_digest"), digest.message());
+      }
     }
     out->push_back(std::move(report));
     return Status::Ok();
@@ -340,9 +347,80 @@ Json TaskReportsToJson(const std::vector<TaskReport>& tasks) {
     if (t.image_pull_ms) {
       j["image_pull_ms"] = *t.image_pull_ms;
     }
+    if (!t.image_digest.empty()) {
+      j["image_digest"] = t.image_digest;
+    }
     out.push_back(std::move(j));
   }
   return out;
+}
+
+// The heartbeat's "images": the structure is checked strictly (a list of objects with
+// "references", "digest" and "size_bytes"), the values leniently: what is past the bounds or not
+// a valid reference or digest is dropped and counted in `dropped`.
+Status ReadImageReports(const ObjectReader& r, HeartbeatRequest* request) {
+  if (r.Find("images") == nullptr) {
+    return Status::Ok();
+  }
+  std::vector<CachedImage> images;
+  size_t reference_bytes = 0;
+  size_t past_bound = 0;
+  std::vector<std::string> dropped;
+  const auto drop = [&](std::string why) {
+    // The first few reasons, cut short, are enough to act on; the count says how many there were.
+    if (dropped.size() < 3) {
+      dropped.push_back(why.size() > 200 ? why.substr(0, 197) + "..." : std::move(why));
+    }
+  };
+  size_t dropped_count = 0;
+  const auto read_image = [&](const Json& j, const std::string& path) -> Status {
+    GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader ir,
+                              ObjectReader::Open(j, path, {"references", "digest", "size_bytes"}));
+    CachedImage image;
+    std::vector<std::string> references;
+    GPUFLEET_RETURN_IF_ERROR(ir.Strings("references", &references));
+    GPUFLEET_RETURN_IF_ERROR(ir.String("digest", &image.digest));
+    GPUFLEET_RETURN_IF_ERROR(ir.Integer("size_bytes", &image.size_bytes, 0, int64_t{1} << 50));
+    if (images.size() == kMaxReportedImages) {
+      ++past_bound;
+      return Status::Ok();
+    }
+    for (size_t i = 0; i < references.size(); ++i) {
+      const std::string& reference = references[i];
+      if (const Status valid = ValidateImageReference(reference); !valid.ok()) {
+        ++dropped_count;
+        drop(fmt::format("{}.references[{}]: {}", path, i, valid.message()));
+      } else if (image.references.size() == kMaxReferencesPerImage ||
+                 reference_bytes + reference.size() > kMaxImageReferenceBytes) {
+        ++dropped_count;
+        drop(
+            fmt::format("{}.references[{}]: past the bound of {} references an image and {} "
+                        "bytes in all",
+                        path, i, kMaxReferencesPerImage, kMaxImageReferenceBytes));
+      } else {
+        reference_bytes += reference.size();
+        image.references.push_back(reference);
+      }
+    }
+    if (const Status digest = ValidateImageDigest(image.digest); !digest.ok()) {
+      ++dropped_count;
+      drop(fmt::format("{}.digest: {}", path, digest.message()));
+      return Status::Ok();
+    }
+    images.push_back(std::move(image));
+    return Status::Ok();
+  };
+  GPUFLEET_RETURN_IF_ERROR(r.List("images", read_image));
+  if (past_bound > 0) {
+    dropped_count += past_bound;
+    drop(fmt::format("{} images past the bound of {}", past_bound, kMaxReportedImages));
+  }
+  if (dropped_count > 0) {
+    request->images_dropped =
+        fmt::format("{} dropped: {}", dropped_count, fmt::join(dropped, "; "));
+  }
+  request->images = std::move(images);
+  return Status::Ok();
 }
 
 Result<Node> ReadNode(const Json& j, const std::string& path,
@@ -406,6 +484,7 @@ Result<Node> ReadNode(const Json& j, const std::string& path,
 Json NodeInventoryToJson(const Node& node, const std::vector<std::string>& levels) {
   Json j = NodeToJson(node, levels);
   j.erase("state");
+  j.erase("images");  // heartbeats carry them
   for (Json& gpu : j["gpus"]) {
     gpu.erase("health");
     gpu.erase("thermal_headroom_c");
@@ -477,6 +556,9 @@ std::string HeartbeatRequestToJson(const HeartbeatRequest& request) {
             {"sequence", request.sequence}};
   if (!request.fenced.empty()) {
     j["fenced"] = request.fenced;
+  }
+  if (request.images) {
+    j["images"] = CachedImagesToJson(*request.images);
   }
   return j.dump();
 }
@@ -562,12 +644,14 @@ Result<RegisterRequest> ParseRegisterRequest(std::string_view text) {
 
 Result<HeartbeatRequest> ParseHeartbeatRequest(std::string_view text) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
-  GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader r,
-                            ObjectReader::Open(j, "", {"gpus", "tasks", "fenced", "sequence"}));
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const ObjectReader r,
+      ObjectReader::Open(j, "", {"gpus", "tasks", "fenced", "sequence", "images"}));
   HeartbeatRequest request;
   GPUFLEET_RETURN_IF_ERROR(ReadGpuReports(r, &request.gpus));
   GPUFLEET_RETURN_IF_ERROR(ReadTaskReports(r, &request.tasks));
   GPUFLEET_RETURN_IF_ERROR(r.String("fenced", &request.fenced));
+  GPUFLEET_RETURN_IF_ERROR(ReadImageReports(r, &request));
   GPUFLEET_RETURN_IF_ERROR(
       r.Integer("sequence", &request.sequence, 0, std::numeric_limits<int64_t>::max()));
   return request;

@@ -67,7 +67,17 @@ struct TaskReport {
   // How long pulling the task's image took before its start (the podman runner); absent when
   // nothing was pulled.
   std::optional<int64_t> image_pull_ms;
+  // The digest of the image the task's container runs ("sha256:<64 hex>"); empty for a process
+  // or when the runner could not tell.
+  std::string image_digest;
 };
+
+// Bounds on a heartbeat's images, so that no agent can make its node document grow without
+// limit: at most kMaxReportedImages images, kMaxReferencesPerImage references each, and
+// kMaxImageReferenceBytes bytes of references in all.
+inline constexpr size_t kMaxReportedImages = 256;
+inline constexpr size_t kMaxReferencesPerImage = 8;
+inline constexpr size_t kMaxImageReferenceBytes = 64 * 1024;
 
 struct RegisterRequest {
   // Inventory: name, capacity, labels (driver and CUDA versions under kDriverVersionLabel and
@@ -90,6 +100,14 @@ struct HeartbeatRequest {
   // event on the server.
   std::string fenced;
   int64_t sequence = 0;  // as RegisterRequest::sequence
+  // The images the node holds, the whole list; absent: unchanged since the agent last sent it
+  // (listing images is slow, so the agent sends them only when they change). The parser keeps
+  // the server safe from a hostile list: entries past the bounds above, references that are not
+  // valid OCI references and digests that are not sha256 digests are dropped, not refused (a
+  // refused heartbeat would leave the node NotReady), and `images_dropped` says what was dropped
+  // and why.
+  std::optional<std::vector<CachedImage>> images;
+  std::string images_dropped;
 };
 
 // The MIG instances one GPU must have: the full set, declarative like the tasks. The agent

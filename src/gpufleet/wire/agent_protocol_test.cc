@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@ namespace gpufleet::wire {
 namespace {
 
 using ::gpufleet::testing::StatusIs;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(AgentProtocolJson, ReplyWithMigLayoutsAndAMigTaskRoundTrips) {
@@ -84,6 +86,74 @@ TEST(AgentProtocolJson, TaskReportCarriesTheImagePullTime) {
   EXPECT_EQ(parsed->tasks[1].image_pull_ms, std::nullopt);
   EXPECT_THAT(ParseHeartbeatRequest(R"({"tasks": [{"id": "a/b/1", "image_pull_ms": -1}]})"),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("tasks[0].image_pull_ms")));
+}
+
+TEST(AgentProtocolJson, TaskReportCarriesTheImageDigest) {
+  const std::string digest = "sha256:" + std::string(64, 'a');
+  HeartbeatRequest beat;
+  beat.tasks.push_back({.id = "a/b/1", .image_digest = digest});
+  const Result<HeartbeatRequest> parsed = ParseHeartbeatRequest(HeartbeatRequestToJson(beat));
+  ASSERT_OK(parsed);
+  EXPECT_EQ(parsed->tasks[0].image_digest, digest);
+  EXPECT_THAT(ParseHeartbeatRequest(R"({"tasks": [{"id": "a/b/1", "image_digest": "md5"}]})"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("tasks[0].image_digest")));
+}
+
+TEST(AgentProtocolJson, HeartbeatImagesRoundTripAndAbsentMeansUnchanged) {
+  HeartbeatRequest beat;
+  EXPECT_EQ(HeartbeatRequestToJson(beat).find("images"), std::string::npos);
+  Result<HeartbeatRequest> parsed = ParseHeartbeatRequest(HeartbeatRequestToJson(beat));
+  ASSERT_OK(parsed);
+  EXPECT_EQ(parsed->images, std::nullopt);
+  const CachedImage image{
+      {"localhost/tiny:1", "localhost/tiny:latest"}, "sha256:" + std::string(64, 'b'), 1987655};
+  beat.images = std::vector<CachedImage>{image};
+  parsed = ParseHeartbeatRequest(HeartbeatRequestToJson(beat));
+  ASSERT_OK(parsed);
+  ASSERT_TRUE(parsed->images.has_value());
+  EXPECT_THAT(*parsed->images, ElementsAre(image));
+  EXPECT_EQ(parsed->images_dropped, "");
+  beat.images->clear();
+  parsed = ParseHeartbeatRequest(HeartbeatRequestToJson(beat));
+  ASSERT_OK(parsed);
+  EXPECT_EQ(parsed->images, std::vector<CachedImage>{}) << "an empty list: the node holds none";
+}
+
+TEST(AgentProtocolJson, HeartbeatImagesAreBoundedAndBadValuesDroppedWithAReason) {
+  const std::string digest = "sha256:" + std::string(64, 'c');
+  HeartbeatRequest beat;
+  beat.images.emplace();
+  for (size_t i = 0; i < kMaxReportedImages + 10; ++i) {
+    beat.images->push_back({{fmt::format("localhost/image{}:1", i)}, digest, 1000});
+  }
+  beat.images->at(1).references = {"--privileged", "localhost/ok:1"};
+  beat.images->at(2).digest = "sha256:nothex";
+  beat.images->at(3).references.assign(kMaxReferencesPerImage + 2, "localhost/many:1");
+  const Result<HeartbeatRequest> parsed = ParseHeartbeatRequest(HeartbeatRequestToJson(beat));
+  // A bad image never refuses the heartbeat (the node would go NotReady).
+  ASSERT_OK(parsed);
+  ASSERT_TRUE(parsed->images.has_value());
+  // Image 2 is dropped, so images 0-256 but 2 are kept and the last 9 are past the bound.
+  EXPECT_EQ(parsed->images->size(), kMaxReportedImages);
+  EXPECT_THAT(parsed->images->at(1).references, ElementsAre("localhost/ok:1"));
+  EXPECT_EQ(parsed->images->at(2).references.size(), kMaxReferencesPerImage);
+  // One bad reference, one bad digest, two references past the bound, nine images past it.
+  EXPECT_THAT(parsed->images_dropped, HasSubstr("13 dropped"));
+  EXPECT_THAT(parsed->images_dropped, HasSubstr("images[1].references[0]"));
+  EXPECT_THAT(parsed->images_dropped, HasSubstr("images[2].digest"));
+  EXPECT_THAT(parsed->images_dropped, HasSubstr("images[3].references[8]: past the bound"));
+  // A reason stays short whatever the agent sent.
+  HeartbeatRequest huge;
+  huge.images = std::vector<CachedImage>{{{std::string(100000, 'a')}, std::string(100000, 'f'), 1}};
+  const Result<HeartbeatRequest> cut = ParseHeartbeatRequest(HeartbeatRequestToJson(huge));
+  ASSERT_OK(cut);
+  EXPECT_TRUE(cut->images->empty());
+  EXPECT_LT(cut->images_dropped.size(), 700u);
+  // The structure is still checked strictly.
+  EXPECT_THAT(ParseHeartbeatRequest(R"({"images": {"a": 1}})"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("images: expected a list")));
+  EXPECT_THAT(ParseHeartbeatRequest(R"({"images": [{"digest": "x", "size_bytes": "big"}]})"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("images[0].size_bytes")));
 }
 
 TEST(AgentProtocolJson, ContainerTaskFieldsAreChecked) {

@@ -1288,6 +1288,8 @@ int64_t PlacementBytesBound(const TaskGroup& group) {
   // (scheduler::kMaxGpuUuidBytes, quoted) on top.
   constexpr int64_t kPerTask = 640;
   constexpr int64_t kPerGpu = 140 + 98;
+  // A container task's image_pull_ms and image_digest (at most kMaxImageDigestLength).
+  constexpr int64_t kPerImage = 64 + static_cast<int64_t>(kMaxImageDigestLength);
   const int64_t gpus = std::visit(
       [](const auto& request) -> int64_t {
         using T = std::decay_t<decltype(request)>;
@@ -1300,7 +1302,8 @@ int64_t PlacementBytesBound(const TaskGroup& group) {
         }
       },
       group.request.gpus);
-  return kPerTask + 2 * static_cast<int64_t>(group.name.size()) + kPerGpu * gpus;
+  return kPerTask + 2 * static_cast<int64_t>(group.name.size()) + kPerGpu * gpus +
+         (group.image.empty() ? 0 : kPerImage);
 }
 
 Status CheckSubmissionLimits(const Job& job, size_t document_bytes, size_t max_document_bytes) {

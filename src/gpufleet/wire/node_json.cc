@@ -50,14 +50,47 @@ Json NodeToJson(const Node& node, const std::vector<std::string>& levels) {
     }
     gpus.push_back(std::move(j));
   }
-  return {{"name", node.id.value()},
-          {"state", NodeStateName(node.state)},
-          {"labels", node.labels},
-          {"fault_domains", node.fault_domains},
-          {"topology", std::move(topology)},
-          {"cpu_milli", node.capacity.cpu_milli},
-          {"memory_mib", node.capacity.memory_mib},
-          {"gpus", std::move(gpus)}};
+  Json j = {{"name", node.id.value()},
+            {"state", NodeStateName(node.state)},
+            {"labels", node.labels},
+            {"fault_domains", node.fault_domains},
+            {"topology", std::move(topology)},
+            {"cpu_milli", node.capacity.cpu_milli},
+            {"memory_mib", node.capacity.memory_mib},
+            {"gpus", std::move(gpus)}};
+  if (!node.cached_images.empty()) {
+    j["images"] = CachedImagesToJson(node.cached_images);
+  }
+  return j;
+}
+
+Json CachedImagesToJson(const std::vector<CachedImage>& images) {
+  Json out = Json::array();
+  for (const CachedImage& image : images) {
+    out.push_back({{"references", image.references},
+                   {"digest", image.digest},
+                   {"size_bytes", image.size_bytes}});
+  }
+  return out;
+}
+
+std::vector<CachedImage> CachedImagesFromJson(const Json& images) {
+  std::vector<CachedImage> out;
+  if (!images.is_array()) {
+    return out;
+  }
+  for (const Json& entry : images) {
+    CachedImage image;
+    for (const Json& reference : ArrayOr(entry, "references")) {
+      if (reference.is_string()) {
+        image.references.push_back(reference.get<std::string>());
+      }
+    }
+    image.digest = StrOr(entry, "digest");
+    image.size_bytes = IntOr(entry, "size_bytes", 0);
+    out.push_back(std::move(image));
+  }
+  return out;
 }
 
 Result<Node> NodeFromJson(const Json& j, const std::vector<std::string>& levels) {
@@ -101,6 +134,7 @@ Result<Node> NodeFromJson(const Json& j, const std::vector<std::string>& levels)
     }
     node.gpus.push_back(std::move(gpu));
   }
+  node.cached_images = CachedImagesFromJson(j.contains("images") ? j["images"] : Json());
   return node;
 }
 

@@ -211,10 +211,7 @@ int64_t TopologyPreferenceScore::Score(const CycleState& state, const TaskContex
 }
 
 void TopologyPreferenceScore::NormalizeScores(std::vector<int64_t>& scores) const {
-  const int64_t highest = scores.empty() ? 0 : *std::max_element(scores.begin(), scores.end());
-  for (int64_t& score : scores) {
-    score = highest == 0 ? 0 : score * kMaxNodeScore / highest;
-  }
+  ScaleToMaxNodeScore(scores);
 }
 
 }  // namespace gpufleet::scheduler
