@@ -122,11 +122,11 @@ class GangPull {
       }
     }
     holders_.resize(chunks_.size());
-    // With peer-to-peer every node of the fleet that holds a layer serves it.
-    for (int node = 0; node < options.fleet_nodes; ++node) {
+    // With peer-to-peer every node of the fleet that holds a layer serves it; registry pulls
+    // never look for holders.
+    for (int node = 0; peer_to_peer && node < options.fleet_nodes; ++node) {
       for (size_t chunk = 0; chunk < chunks_.size(); ++chunk) {
-        if (fleet.Holds(node, image_index, chunks_[chunk].layer) &&
-            (peer_to_peer || std::find(gang.begin(), gang.end(), node) != gang.end())) {
+        if (fleet.Holds(node, image_index, chunks_[chunk].layer)) {
           holders_[chunk].push_back(node);
         }
       }
