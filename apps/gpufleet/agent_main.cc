@@ -304,6 +304,7 @@ int RunAgent(const AgentFlags& flags) {
       podman.oci_runtime = flags.podman_runtime;
       podman.instance = options.node_name;
       podman.fence_dir = (std::filesystem::path(flags.state_dir) / "container-fences").string();
+      podman.pull_dir = (std::filesystem::path(flags.state_dir) / "image-pulls").string();
       podman.insecure_registries = flags.podman_insecure_registries;
       if (!flags.run_as.empty()) {
         Result<runner::RunAs> user = runner::LookUpUser(flags.run_as);

@@ -45,7 +45,8 @@ std::vector<wire::TaskReport> ReportsFor(const std::vector<runner::TaskStatus>& 
     report.id = status.task_id;
     switch (status.state) {
       case runner::TaskState::kRunning:
-        report.phase = wire::TaskPhase::kRunning;
+        report.phase = status.pulling_image ? wire::TaskPhase::kPulling : wire::TaskPhase::kRunning;
+        report.message = status.pulling_image ? status.image_pull_progress : "";
         break;
       case runner::TaskState::kExited:
         report.phase =
@@ -346,6 +347,11 @@ Status NodeAgent::Heartbeat() {
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
   request.tasks = TaskReports(statuses);
   request.fenced = fenced_;
+  // A pull adds an image when it ends, which may be between two heartbeats.
+  const bool pulling = std::any_of(statuses.begin(), statuses.end(),
+                                   [](const runner::TaskStatus& s) { return s.pulling_image; });
+  images_stale_ = images_stale_ || pulling || was_pulling_;
+  was_pulling_ = pulling;
   request.images = ImagesToReport();
   request.sequence = clock_.Now().nanos;
   Result<wire::AgentReply> reply =

@@ -173,6 +173,7 @@ class NodeAgent {
   std::optional<MonoTime> images_listed_at_;
   bool images_sent_ = false;
   bool images_stale_ = false;
+  bool was_pulling_ = false;  // a task's image was being pulled at the last heartbeat
 };
 
 }  // namespace gpufleet::agent

@@ -1080,7 +1080,9 @@ void ApiServer::AddJobWrite(const Json& before, Json& after, int64_t version,
   reliability_->NoteJobChange(before, after, batch);
   const std::string name = control::TeamScopedKeyOf(before);
   batch.Update(std::string(control::kJobsKind), name, after.dump(), version);
-  batch.AppendEvent(std::string(control::kJobsKind), name, event);
+  if (!event.empty()) {
+    batch.AppendEvent(std::string(control::kJobsKind), name, event);
+  }
 }
 
 void ApiServer::AnnotateStopping(Json& job) const {

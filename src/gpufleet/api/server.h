@@ -248,7 +248,7 @@ class ApiServer {
   void ObserveImagePull(double seconds);
 
   // The one way a job document change is written: the outcome hook (ReliabilityController::
-  // NoteJobChange), the compare-and-set update at `version` and the event.
+  // NoteJobChange), the compare-and-set update at `version` and the event (none when empty).
   void AddJobWrite(const Json& before, Json& after, int64_t version, const std::string& event,
                    store::WriteBatch& batch);
   // Commits one job's write in the cycle: true when written, false when the job changed under us

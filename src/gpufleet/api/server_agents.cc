@@ -71,7 +71,10 @@ std::optional<std::string> RecordImageReport(const Json& job, Json& placement,
     return fmt::format("task {} runs {} ({}) on {}", task, image, report.image_digest, node);
   }
   placement["image_pull_ms"] = *report.image_pull_ms;
-  return fmt::format("task {} pulled {} in {:.1f} s on {}", task, image,
+  // The digest goes in the event too: a finished job's placements are gone, its events stay.
+  const std::string digest = wire::StrOr(placement, "image_digest");
+  return fmt::format("task {} pulled {}{} in {:.1f} s on {}", task, image,
+                     digest.empty() ? "" : fmt::format(" ({})", digest),
                      static_cast<double>(*report.image_pull_ms) / 1000.0, node);
 }
 
@@ -90,7 +93,9 @@ std::vector<std::string> ApplyStoppingReports(
     }
     const std::string task = wire::StrOr(placement, "task");
     const auto it = reports.find(wire::MakeTaskId(name, task, attempt));
-    if ((it != reports.end() && it->second->phase == wire::TaskPhase::kRunning) ||
+    // A task whose image is being pulled is live too: its pull ends first, then it reports so.
+    if ((it != reports.end() && (it->second->phase == wire::TaskPhase::kRunning ||
+                                 it->second->phase == wire::TaskPhase::kPulling)) ||
         (it == reports.end() && !absent_means_gone)) {
       continue;
     }
@@ -167,10 +172,21 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
       events.push_back(std::move(*event));
     }
     const std::string phase = wire::TaskPhaseName(report.phase);
+    if (report.phase == wire::TaskPhase::kPulling) {
+      // Progress is kept without an event: it changes with every layer.
+      placement["image_pull_progress"] = report.message.substr(0, wire::kMaxPullProgressBytes);
+    } else {
+      placement.erase("image_pull_progress");
+    }
     if (wire::StrOr(placement, "phase") == phase) {
       continue;
     }
     placement["phase"] = phase;
+    if (report.phase == wire::TaskPhase::kPulling) {
+      events.push_back(fmt::format("task {} pulling {} on {}", task,
+                                   control::PlacementImage(job, placement), node));
+      continue;
+    }
     if (report.phase == wire::TaskPhase::kRunning) {
       events.push_back(fmt::format("task {} running on {}", task, node));
       continue;
@@ -829,16 +845,19 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
             return store::NoWrite();
           }
           doc = wire::ParseDocument(stored->data);
-          const std::vector<std::string> events =
+          const Json before = doc;
+          std::vector<std::string> events =
               ApplyReports(doc, node, wire::ArrayOr(node_doc, "gpus"), reports, drain_now,
                            NowText(), /*absent_means_gone=*/!stale);
-          if (events.empty()) {
+          if (events.empty() && doc == before) {
             return store::NoWrite();
           }
-          pull_seconds = NewImagePulls(wire::ParseDocument(stored->data), doc);
+          if (events.empty()) {
+            events.emplace_back();  // a pull's progress: written without an event
+          }
+          pull_seconds = NewImagePulls(before, doc);
           store::WriteBatch batch;
-          AddJobWrite(wire::ParseDocument(stored->data), doc, stored->version, events.front(),
-                      batch);
+          AddJobWrite(before, doc, stored->version, events.front(), batch);
           for (size_t i = 1; i < events.size(); ++i) {
             batch.AppendEvent(std::string(control::kJobsKind), job_name, events[i]);
           }

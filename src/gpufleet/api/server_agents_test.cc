@@ -30,6 +30,7 @@ namespace {
 using Json = nlohmann::json;
 using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // A node of 8 H100s in leaf `leaf` as its agent describes it.
 wire::RegisterRequest Inventory(const std::string& name, const std::string& leaf) {
@@ -674,7 +675,8 @@ TEST_F(AgentProtocolTest, APullIsAJobEventOnTheRunInItsOutcomeAndOnMetrics) {
   Heartbeat("node-a", beat);
   Heartbeat("node-a", beat);  // the agent reports the pull with every report of the task
   const std::string events = Get("/v1/jobs/pulled/events").dump();
-  const std::string event = "task workers-0 pulled localhost/tiny:1 in 12.3 s on node-a";
+  const std::string event =
+      "task workers-0 pulled localhost/tiny:1 (" + kTinyDigest + ") in 12.3 s on node-a";
   EXPECT_THAT(events, HasSubstr(event));
   EXPECT_EQ(events.find(event), events.rfind(event)) << "recorded once";
   const Json placement = Get("/v1/jobs/pulled")["placements"][0];
@@ -755,6 +757,42 @@ TEST_F(AgentProtocolTest, HeartbeatImagesAreKeptOnTheNodeAndBounded) {
                                R"({"images": [{"size_bytes": -1}]})");
   EXPECT_EQ(bad.status, 400);
   EXPECT_THAT(bad.body, HasSubstr("images[0].size_bytes"));
+}
+
+// While its image is pulled a task is Pulling: one event, its progress kept on the placement (and
+// bounded) without an event per report, the run still wanted; a cancel waits for the pull to end.
+TEST_F(AgentProtocolTest, APullingTaskShowsItsProgressAndIsLiveUntilItsPullEnds) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(JobYaml("big", 1, 1, "requeue", "localhost/tiny:1"));
+  Cycle();
+  wire::HeartbeatRequest beat;
+  beat.tasks = {Report("big/workers-0/1", wire::TaskPhase::kPulling)};
+  beat.tasks[0].message = "Copying blob sha256:aaaa";
+  EXPECT_EQ(Heartbeat("node-a", beat).tasks.size(), 1u) << "still wanted";
+  beat.tasks[0].message = "Copying blob sha256:bbbb " + std::string(5000, 'x');
+  Heartbeat("node-a", beat);
+  Json job = Get("/v1/jobs/big");
+  EXPECT_EQ(job["state"], "Scheduled");
+  EXPECT_EQ(job["placements"][0]["phase"], "Pulling");
+  const std::string progress = job["placements"][0]["image_pull_progress"];
+  EXPECT_EQ(progress.size(), wire::kMaxPullProgressBytes);
+  EXPECT_THAT(progress, ::testing::StartsWith("Copying blob sha256:bbbb"));
+  const std::string events = Get("/v1/jobs/big/events").dump();
+  const std::string event = "task workers-0 pulling localhost/tiny:1 on node-a";
+  EXPECT_THAT(events, HasSubstr(event));
+  EXPECT_EQ(events.find(event), events.rfind(event)) << "one event, not one per report";
+  EXPECT_THAT(events, Not(HasSubstr("sha256:bbbb"))) << "progress is no event";
+
+  // Cancelled while pulling: the task is not gone until the agent reports its end.
+  ASSERT_EQ(Call("POST", "/v1/jobs/big/cancel", admin_).status, 200);
+  Heartbeat("node-a", beat);
+  EXPECT_EQ(Get("/v1/jobs/big")["state"], "Stopping");
+  beat.tasks = {Report("big/workers-0/1", wire::TaskPhase::kFailed, -1)};
+  beat.tasks[0].message = "failed to start: stopped while its image was being pulled";
+  Heartbeat("node-a", beat);
+  job = Get("/v1/jobs/big");
+  EXPECT_EQ(job["state"], "Cancelled");
 }
 
 TEST_F(AgentProtocolTest, TheSchedulerPrefersTheNodeThatHoldsTheImage) {

@@ -562,13 +562,17 @@ std::string DescribeJob(const json& job, const json& events) {
     const bool images = std::any_of(placements.begin(), placements.end(), [](const json& p) {
       return p.is_object() && (p.contains("image_pull_ms") || p.contains("image_digest"));
     });
-    std::vector<std::vector<std::string>> rows = {{"TASK", "NODE", "GPUS"}};
+    std::vector<std::vector<std::string>> rows = {{"TASK", "NODE", "GPUS", "PHASE"}};
     if (images) {
       rows[0].insert(rows[0].end(), {"IMAGE PULL", "IMAGE DIGEST"});
     }
+    std::string pulls;  // what each task whose image is being pulled is at
     for (const json& placement : placements) {
       rows.push_back({TextOr(placement, "task", kNone), TextOr(placement, "node", kNone),
-                      JoinInts(Member(placement, "gpus"))});
+                      JoinInts(Member(placement, "gpus")), TextOr(placement, "phase", kNone)});
+      if (const std::string progress = Text(placement, "image_pull_progress"); !progress.empty()) {
+        pulls += fmt::format("  {} pulling: {}\n", TextOr(placement, "task", kNone), progress);
+      }
       if (images) {
         const json& pull_ms = Member(placement, "image_pull_ms");
         rows.back().push_back(
@@ -578,7 +582,7 @@ std::string DescribeJob(const json& job, const json& events) {
         rows.back().push_back(TextOr(placement, "image_digest", kNone));
       }
     }
-    text += Indent(RenderTable(rows), "  ");
+    text += Indent(RenderTable(rows), "  ") + pulls;
   }
   return text + EventsSection(events);
 }

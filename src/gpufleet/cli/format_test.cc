@@ -220,10 +220,10 @@ TEST(DescribeJob, FieldsReasonPlacementsAndEvents) {
             "Version:     12\n"
             "Reason:      <none>\n"
             "Placements:\n"
-            "  TASK   NODE        GPUS\n"
-            "  w-0    node-0001   0\n"
-            "  m-0    node-0002   1\n"
-            "  m-1    node-0002   2\n"
+            "  TASK   NODE        GPUS   PHASE\n"
+            "  w-0    node-0001   0      <none>\n"
+            "  m-0    node-0002   1      <none>\n"
+            "  m-1    node-0002   2      <none>\n"
             "Events:\n"
             "  REVISION   MESSAGE\n"
             "  11         submitted\n"
@@ -268,11 +268,22 @@ TEST(DescribeJob, ImagePullsAndDigestsOfItsTasks) {
       {"task": "main-1", "node": "n2", "gpus": [0]}]})");
   EXPECT_THAT(DescribeJob(job, json()),
               HasSubstr("Placements:\n"
-                        "  TASK     NODE   GPUS   IMAGE PULL   "
+                        "  TASK     NODE   GPUS   PHASE    IMAGE PULL   "
                         "IMAGE DIGEST\n"
-                        "  main-0   n1     0      12.3s        "
+                        "  main-0   n1     0      <none>   12.3s        "
                         "sha256:abc\n"
-                        "  main-1   n2     0      <none>       <none>\n"));
+                        "  main-1   n2     0      <none>   <none>       <none>\n"));
+}
+
+TEST(DescribeJob, ATaskPullingItsImageShowsWhereThePullIs) {
+  const json job = Parse(R"({"name": "boxed", "state": "Scheduled", "placements": [
+      {"task": "main-0", "node": "n1", "gpus": [0], "phase": "Pulling",
+       "image_pull_progress": "Copying blob sha256:abc"},
+      {"task": "main-1", "node": "n2", "gpus": [0], "phase": "Running", "image_pull_ms": 900}]})");
+  EXPECT_THAT(DescribeJob(job, json()),
+              HasSubstr("  main-0   n1     0      Pulling   <none>       <none>\n"
+                        "  main-1   n2     0      Running   0.9s         <none>\n"
+                        "  main-0 pulling: Copying blob sha256:abc\n"));
 }
 
 TEST(DescribeNode, ImagesTheAgentReported) {

@@ -10,6 +10,7 @@
 
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/tenancy.h"
+#include "gpufleet/wire/agent_protocol.h"
 
 namespace gpufleet::control {
 
@@ -117,9 +118,16 @@ std::vector<JobWrite> GangStartController::Step(const std::map<std::string, View
       continue;
     }
     const int64_t attempt = wire::IntOr(write.before, "attempt", 0);
+    // A task whose image is still being pulled is on its way (the agent bounds the pull): the
+    // gang's time to start together counts from the end of its last pull.
+    const Json& placements = wire::ArrayOr(write.before, "placements");
+    const bool pulling = std::any_of(placements.begin(), placements.end(), [](const Json& p) {
+      return wire::StrOr(p, "phase") == wire::TaskPhaseName(wire::TaskPhase::kPulling);
+    });
     const auto known = partial_.find(name);
-    const MonoTime since =
-        known != partial_.end() && known->second.attempt == attempt ? known->second.since : now;
+    const MonoTime since = known != partial_.end() && known->second.attempt == attempt && !pulling
+                               ? known->second.since
+                               : now;
     if (now - since < timeout_) {
       still_partial[name] = {attempt, since};
       continue;

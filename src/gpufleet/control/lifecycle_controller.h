@@ -45,7 +45,8 @@ std::vector<JobWrite> RequeuePreemptedJobs(const std::map<std::string, ViewJob>&
 
 // A gang runs whole or not at all: a Scheduled gang whose tasks have started on some nodes but
 // not on others (an agent holds a task Waiting for a GPU a stopping task still has, or has not
-// answered) for `timeout` is ended and requeued, its started tasks stopped. Remembers since when
+// answered) for `timeout` is ended and requeued, its started tasks stopped; the time counts from
+// the end of the last pull of an image of the gang (a task reported Pulling). Remembers since when
 // each gang has been partly started (per attempt), so it is stateful; one instance per server.
 class GangStartController {
  public:

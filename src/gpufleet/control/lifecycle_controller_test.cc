@@ -90,6 +90,32 @@ TEST(GangStartController, ANewAttemptOrAWholeStartResetsTheClock) {
             1u);
 }
 
+// A node that must first pull a large image is not a gang that failed to start: the window
+// counts from the end of the last pull.
+TEST(GangStartController, ATaskPullingItsImageHoldsTheWindowOpen) {
+  GangStartController controller(std::chrono::seconds(10));
+  Json doc = Gang("Scheduled", {"node-a", "node-b"});
+  doc["placements"][0]["phase"] = "Running";
+  doc["placements"][1]["phase"] = "Pulling";
+  const MonoTime start{0};
+  for (int seconds = 0; seconds <= 600; seconds += 60) {
+    EXPECT_TRUE(
+        controller.Step({{"nlp/train", InView(doc, 1)}}, start + std::chrono::seconds(seconds), "")
+            .empty())
+        << "still pulling after " << seconds << " s";
+  }
+  Json pulled = doc;
+  pulled["placements"][1]["phase"] = "Waiting";
+  EXPECT_TRUE(
+      controller.Step({{"nlp/train", InView(pulled, 2)}}, start + std::chrono::seconds(609), "")
+          .empty())
+      << "9 s after the pull ended";
+  EXPECT_EQ(
+      controller.Step({{"nlp/train", InView(pulled, 2)}}, start + std::chrono::seconds(610), "")
+          .size(),
+      1u);
+}
+
 TEST(EndGoneTasksOfStoppingRuns, EndsTasksOnLostOrRemovedNodesAndFinishesTheRun) {
   Json doc = Gang("Running", {"node-a", "node-b"});
   ASSERT_TRUE(EndRun(doc, JobState::kCancelled, "cancelled by alice", "t0").ok());

@@ -109,9 +109,11 @@ PodmanRunner::PodmanRunner(PodmanRunnerOptions options, std::unique_ptr<TaskRunn
 Result<std::unique_ptr<PodmanRunner>> PodmanRunner::Open(PodmanRunnerOptions options,
                                                          std::unique_ptr<TaskRunner> processes,
                                                          const Clock& clock) {
-  if (options.podman.empty() || options.instance.empty() || options.fence_dir.empty()) {
+  if (options.podman.empty() || options.instance.empty() || options.fence_dir.empty() ||
+      options.pull_dir.empty()) {
     return InvalidArgumentError(
-        "podman runner: the podman program, the instance and the fence directory must be set");
+        "podman runner: the podman program, the instance, the fence directory and the pull "
+        "directory must be set");
   }
   if (processes == nullptr) {
     return InvalidArgumentError("podman runner: a runner for tasks without an image is needed");
@@ -127,6 +129,7 @@ Result<std::unique_ptr<PodmanRunner>> PodmanRunner::Open(PodmanRunnerOptions opt
   // The fences run as the agent's user (podman's own) and in no cgroup of the tasks.
   GPUFLEET_ASSIGN_OR_RETURN(runner->fences_,
                             ProcessRunner::Open(runner->options_.fence_dir, clock));
+  GPUFLEET_ASSIGN_OR_RETURN(runner->pulls_, ProcessRunner::Open(runner->options_.pull_dir, clock));
   GPUFLEET_ASSIGN_OR_RETURN(const auto containers, runner->ListContainers());
   const MonoTime now = clock.Now();
   std::lock_guard<std::mutex> lock(runner->mu_);
@@ -297,42 +300,137 @@ Result<std::vector<CachedImage>> PodmanRunner::ListImages() {
   return images;
 }
 
-std::optional<std::string> PodmanRunner::EnsureImage(const TaskLaunch& launch,
-                                                     TaskStatus& status) const {
-  if (launch.image_pull_policy != ImagePullPolicy::kAlways) {
-    const Result<internal::CommandOutcome> exists =
-        Podman({"image", "exists", launch.image}, options_.command_timeout);
-    if (!exists.ok()) {
-      return exists.status().message();
+Result<bool> PodmanRunner::NeedsPull(const TaskLaunch& launch) const {
+  if (launch.image_pull_policy == ImagePullPolicy::kAlways) {
+    return true;
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const internal::CommandOutcome exists,
+                            Podman({"image", "exists", launch.image}, options_.command_timeout));
+  if (exists.exit_code == 0) {
+    return false;
+  }
+  if (exists.exit_code != 1) {
+    return UnavailableError(
+        Reason(fmt::format("cannot tell whether image '{}' is here", launch.image), exists));
+  }
+  if (launch.image_pull_policy == ImagePullPolicy::kNever) {
+    return FailedPreconditionError(fmt::format(
+        "image '{}' is not on this node and its imagePullPolicy is Never", launch.image));
+  }
+  return true;
+}
+
+std::string PodmanRunner::PullLogPath(std::string_view task_id) const {
+  return fmt::format("{}/{}.log", options_.pull_dir, ContainerName(task_id));
+}
+
+std::optional<std::string> PodmanRunner::StartPull(Task& task, const TaskLaunch& launch) {
+  // A pull of this task that an earlier runner started goes on; one that has ended is done with.
+  bool adopted = false;
+  for (const TaskStatus& pull : pulls_->Poll()) {
+    if (pull.task_id != launch.task_id) {
+      continue;
     }
-    if (exists->exit_code == 0) {
-      return std::nullopt;
-    }
-    if (exists->exit_code != 1) {
-      return Reason(fmt::format("cannot tell whether image '{}' is here", launch.image), *exists);
-    }
-    if (launch.image_pull_policy == ImagePullPolicy::kNever) {
-      return fmt::format("image '{}' is not on this node and its imagePullPolicy is Never",
-                         launch.image);
+    adopted = !IsFinal(pull.state);
+    if (!adopted) {
+      if (const Status forgotten = pulls_->Forget(pull.task_id); !forgotten.ok()) {
+        return fmt::format("cannot clear an earlier pull of its image: {}", forgotten.message());
+      }
     }
   }
-  std::vector<std::string> pull = {"pull", "--quiet"};
-  const std::string_view registry = RegistryOf(launch.image);
-  if (std::find(options_.insecure_registries.begin(), options_.insecure_registries.end(),
-                registry) != options_.insecure_registries.end()) {
-    pull.push_back("--tls-verify=false");
+  if (!adopted) {
+    TaskLaunch pull;
+    pull.task_id = launch.task_id;
+    pull.argv = PodmanCommand();
+    pull.argv.push_back("pull");
+    const std::string_view registry = RegistryOf(launch.image);
+    if (std::find(options_.insecure_registries.begin(), options_.insecure_registries.end(),
+                  registry) != options_.insecure_registries.end()) {
+      pull.argv.push_back("--tls-verify=false");
+    }
+    // podman reads no flag after the image, and a valid image cannot start with '-'.
+    pull.argv.push_back(launch.image);
+    for (const std::string& entry : PodmanEnvironment()) {
+      const size_t equals = entry.find('=');
+      pull.env.emplace(entry.substr(0, equals), entry.substr(equals + 1));
+    }
+    pull.log_path = PullLogPath(launch.task_id);
+    // The log of an earlier pull would read as this one's progress or reason.
+    unlink(pull.log_path.c_str());
+    if (const Status started = pulls_->Start(pull); !started.ok()) {
+      return fmt::format("cannot start pulling image '{}': {}", launch.image, started.message());
+    }
   }
-  pull.push_back(launch.image);
-  const MonoTime pull_start = clock_.Now();
-  const Result<internal::CommandOutcome> pulled = Podman(pull, options_.pull_timeout);
-  status.image_pull_time = clock_.Now() - pull_start;
-  if (!pulled.ok()) {
-    return pulled.status().message();
-  }
-  if (pulled->exit_code != 0) {
-    return Reason(fmt::format("cannot pull image '{}'", launch.image), *pulled);
-  }
+  task.awaiting_pull = launch;
+  task.status.pulling_image = true;
+  task.status.image_pull_progress = fmt::format("pulling image '{}'", launch.image);
+  // The pull ends with the agent's lease, as the container would.
+  task.status.enforces_lease = true;
   return std::nullopt;
+}
+
+void PodmanRunner::TendPulls(MonoTime now) {
+  std::map<std::string, TaskStatus, std::less<>> pulls;
+  for (TaskStatus& pull : pulls_->Poll()) {
+    pulls.emplace(pull.task_id, std::move(pull));
+  }
+  for (auto& [task_id, task] : tasks_) {
+    if (!task.awaiting_pull.has_value()) {
+      continue;
+    }
+    const auto pull = pulls.find(task_id);
+    const std::string log = PullLogPath(task_id);
+    if (pull != pulls.end() && !IsFinal(pull->second.state)) {
+      if (now - pull->second.start_time >= options_.pull_timeout && !task.pull_timed_out) {
+        task.pull_timed_out = pulls_->Stop(task_id, Duration(0)).ok();
+      }
+      if (std::string line = internal::LastLine(ReadFrom(log, 0)); !line.empty()) {
+        task.status.image_pull_progress = line.substr(0, kMaxReasonBytes);
+      }
+      continue;
+    }
+    const TaskLaunch launch = std::move(*task.awaiting_pull);
+    task.awaiting_pull.reset();
+    task.status.pulling_image = false;
+    task.status.image_pull_progress.clear();
+    std::optional<std::string> failure;
+    if (pull == pulls.end()) {
+      failure = fmt::format("the pull of image '{}' is gone", launch.image);
+    } else {
+      task.status.image_pull_time = pull->second.end_time.value_or(now) - pull->second.start_time;
+      internal::CommandOutcome outcome;
+      outcome.exit_code = pull->second.state == TaskState::kExited ? pull->second.exit_code : -1;
+      outcome.errors = ReadFrom(log, 0);
+      if (task.status.stop_requested) {
+        failure = fmt::format("stopped while its image '{}' was being pulled", launch.image);
+      } else if (task.pull_timed_out) {
+        failure = fmt::format(
+            "cannot pull image '{}': podman did not finish within {}s", launch.image,
+            std::chrono::duration_cast<std::chrono::seconds>(options_.pull_timeout).count());
+      } else if (outcome.exit_code != 0) {
+        failure = Reason(fmt::format("cannot pull image '{}'", launch.image), outcome);
+      }
+      [[maybe_unused]] const Status forgotten = pulls_->Forget(task_id);
+    }
+    unlink(log.c_str());
+    if (failure.has_value()) {
+      task.status.state = TaskState::kFailedToStart;
+      task.status.reason = std::move(*failure);
+      task.status.end_time = now;
+      task.status.enforces_lease = false;
+      continue;
+    }
+    LaunchContainer(task, launch);
+  }
+  // Pulls that no task took over (theirs is no longer wanted) are forgotten once they end.
+  for (const auto& [task_id, pull] : pulls) {
+    const auto task = tasks_.find(task_id);
+    if (IsFinal(pull.state) && (task == tasks_.end() || !task->second.awaiting_pull.has_value())) {
+      if (pulls_->Forget(task_id).ok()) {
+        unlink(PullLogPath(task_id).c_str());
+      }
+    }
+  }
 }
 
 std::optional<std::string> PodmanRunner::RunContainer(const TaskLaunch& launch,
@@ -431,9 +529,9 @@ Status PodmanRunner::Start(const TaskLaunch& launch) {
     processes.emplace(process.task_id, std::move(process));
   }
   GPUFLEET_RETURN_IF_ERROR(internal::CheckNewTask(processes, launch.task_id));
-  const Fd log(
-      open(launch.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600));
-  if (log.get() < 0) {
+  if (const Fd log(open(launch.log_path.c_str(),
+                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600));
+      log.get() < 0) {
     return InvalidArgumentError(
         fmt::format("log_path '{}' of task '{}' cannot be opened for appending: {}",
                     launch.log_path, launch.task_id, ErrnoText(errno)));
@@ -443,8 +541,32 @@ Status PodmanRunner::Start(const TaskLaunch& launch) {
   task.status.task_id = launch.task_id;
   task.status.gpu_uuids = launch.gpu_uuids;
   task.status.start_time = clock_.Now();
-  std::optional<std::string> failure = EnsureImage(launch, task.status);
-  if (!failure.has_value()) {
+  const Result<bool> needs_pull = NeedsPull(launch);
+  std::optional<std::string> failure;
+  if (!needs_pull.ok()) {
+    failure = needs_pull.status().message();
+  } else if (*needs_pull) {
+    failure = StartPull(task, launch);
+  } else {
+    LaunchContainer(task, launch);
+  }
+  if (failure.has_value()) {
+    task.status.state = TaskState::kFailedToStart;
+    task.status.reason = std::move(*failure);
+    task.status.end_time = clock_.Now();
+  }
+  tasks_.emplace(launch.task_id, std::move(task));
+  return Status::Ok();
+}
+
+void PodmanRunner::LaunchContainer(Task& task, const TaskLaunch& launch) {
+  const Fd log(
+      open(launch.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600));
+  std::optional<std::string> failure;
+  if (log.get() < 0) {
+    failure = fmt::format("its log '{}' cannot be opened for appending: {}", launch.log_path,
+                          ErrnoText(errno));
+  } else {
     failure = RunContainer(launch, task.container, log.get(), task.status.start_time);
   }
   if (!failure.has_value()) {
@@ -454,16 +576,18 @@ Status PodmanRunner::Start(const TaskLaunch& launch) {
           Podman({"rm", "--force", task.container}, options_.command_timeout);
       failure = fmt::format("cannot fence its container: {}", fenced.message());
     }
-    task.status.enforces_lease = !failure.has_value();
   }
+  task.status.enforces_lease = !failure.has_value();
   if (failure.has_value()) {
     task.status.state = TaskState::kFailedToStart;
     task.status.reason = std::move(*failure);
     task.status.end_time = clock_.Now();
-  } else if (const Result<internal::CommandOutcome> inspected =
-                 Podman({"container", "inspect", "--format", "{{.ImageDigest}}", task.container},
-                        options_.command_timeout);
-             inspected.ok() && inspected->exit_code == 0) {
+    return;
+  }
+  if (const Result<internal::CommandOutcome> inspected =
+          Podman({"container", "inspect", "--format", "{{.ImageDigest}}", task.container},
+                 options_.command_timeout);
+      inspected.ok() && inspected->exit_code == 0) {
     // What the run really got, whatever the tag points at later; a digest podman cannot give
     // only leaves the record without one.
     std::string digest = inspected->output;
@@ -474,8 +598,6 @@ Status PodmanRunner::Start(const TaskLaunch& launch) {
       task.status.image_digest = std::move(digest);
     }
   }
-  tasks_.emplace(launch.task_id, std::move(task));
-  return Status::Ok();
 }
 
 void PodmanRunner::Finish(Task& task, const ContainerState* container, MonoTime now) {
@@ -533,6 +655,11 @@ Status PodmanRunner::Stop(std::string_view task_id, Duration grace) {
   if (IsFinal(task.status.state)) {
     return Status::Ok();
   }
+  if (task.awaiting_pull.has_value()) {
+    // Nothing of the task runs yet: the pull ends now, and the task with it (TendPulls).
+    task.status.stop_requested = true;
+    return pulls_->Stop(task.status.task_id, Duration(0));
+  }
   Status signalled;
   switch (internal::RecordStop(task, clock_.Now(), grace)) {
     case internal::DueSignal::kKill:
@@ -552,6 +679,7 @@ Status PodmanRunner::Stop(std::string_view task_id, Duration grace) {
 std::vector<TaskStatus> PodmanRunner::Poll() {
   std::vector<TaskStatus> statuses = processes_->Poll();
   std::lock_guard<std::mutex> lock(mu_);
+  TendPulls(clock_.Now());
   TendFences();
   const bool any_running = std::any_of(tasks_.begin(), tasks_.end(), [](const auto& entry) {
     return !IsFinal(entry.second.status.state);
@@ -566,7 +694,7 @@ std::vector<TaskStatus> PodmanRunner::Poll() {
   const MonoTime now = clock_.Now();
   // Poll cannot return an error: without podman's answer the tasks keep their last state.
   std::vector<TaskStatus> container_statuses = internal::UpdatedStatuses(tasks_, [&](Task& task) {
-    if (IsFinal(task.status.state) || !containers.has_value()) {
+    if (IsFinal(task.status.state) || task.awaiting_pull.has_value() || !containers.has_value()) {
       return;
     }
     const auto it = containers->find(task.container);
@@ -608,6 +736,7 @@ Status PodmanRunner::Forget(std::string_view task_id) {
 
 Status PodmanRunner::RenewLease(Duration fence_in, Duration grace) {
   GPUFLEET_RETURN_IF_ERROR(fences_->RenewLease(fence_in, grace));
+  GPUFLEET_RETURN_IF_ERROR(pulls_->RenewLease(fence_in, grace));
   return processes_->RenewLease(fence_in, grace);
 }
 
@@ -667,8 +796,8 @@ void PodmanRunner::TendFences() {
     }
   }
   for (auto& [task_id, task] : tasks_) {
-    if (IsFinal(task.status.state)) {
-      continue;
+    if (IsFinal(task.status.state) || task.awaiting_pull.has_value()) {
+      continue;  // a task whose image is being pulled has no container to fence yet
     }
     const auto fence = fences.find(task_id);
     if (fence != fences.end() && !IsFinal(fence->second.state)) {

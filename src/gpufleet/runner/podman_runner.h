@@ -50,6 +50,10 @@ struct PodmanRunnerOptions {
   // ProcessRunner of the runner's own, running as the agent's user, whose tasks stop the
   // containers when the agent's lease runs out. Required.
   std::string fence_dir;
+  // The state directory of the image pulls (created if missing; its parent must exist): a
+  // ProcessRunner of the runner's own whose tasks are the `podman pull`s, so that a pull runs
+  // beside the agent instead of holding it up, and ends with the agent's lease. Required.
+  std::string pull_dir;
   // The value of kRunnerLabel on this runner's containers: a runner adopts and lists only its own.
   std::string instance = "gpufleet";
   // The user the container's process runs as (`--user UID:GID`); none: the image's user.
@@ -64,8 +68,14 @@ struct PodmanRunnerOptions {
 //
 // A container task. Start makes sure the image is there (TaskLaunch::image_pull_policy:
 // IfNotPresent pulls it when `podman image exists` says no, Always pulls it, Never refuses a
-// missing image; TaskStatus::image_pull_time says how long a pull took), then runs `podman run
-// --detach --init --log-driver passthrough` with
+// missing image). A pull is a task of its own ProcessRunner over `pull_dir` and runs beside the
+// agent: Start returns at once, and the task is kRunning with TaskStatus::pulling_image (and
+// podman's latest line as image_pull_progress) until a Poll sees the pull end. Then the container
+// starts, or the task fails to start with podman's reason; image_pull_time says how long the pull
+// took. A pull that runs past `pull_timeout`, or whose task is stopped, is killed and the task
+// fails to start without ever running. A pull outlives an agent restart: the next runner's Start
+// of the same task id takes it over. Once the image is there, Start (or the Poll after the pull)
+// runs `podman run --detach --init --log-driver passthrough` with
 // `--runtime` from the options; the task's GPUs as CDI devices (`--device nvidia.com/gpu=UUID`,
 // MIG devices by their UUIDs); `--cpus` and `--memory` from TaskLaunch::cpu_milli and memory_mib;
 // `--network none` unless TaskLaunch::host_network (then `--network host`); the environment
@@ -98,8 +108,7 @@ struct PodmanRunnerOptions {
 // the fences of ended containers. Fences survive an agent restart like process tasks do.
 //
 // Poll asks podman once per call (`podman ps --all --filter label=...`) while a container task
-// runs. Thread-safe: a mutex guards the table, held while podman runs (a pull too: the agent calls
-// its runner from one loop, which waits for the pull either way).
+// runs. Thread-safe: a mutex guards the table, held while podman runs (but not while it pulls).
 class PodmanRunner final : public TaskRunner {
  public:
   // Checks that podman runs (`podman version`), opens the fences' ProcessRunner, then adopts
@@ -143,6 +152,9 @@ class PodmanRunner final : public TaskRunner {
     bool sigterm_sent = false;
     bool sigkill_sent = false;
     std::optional<MonoTime> kill_deadline;
+    // While its image is pulled: the launch whose container starts once the pull has ended.
+    std::optional<TaskLaunch> awaiting_pull;
+    bool pull_timed_out = false;
   };
   // What `podman ps` says about one container.
   struct ContainerState {
@@ -164,9 +176,20 @@ class PodmanRunner final : public TaskRunner {
                                           Duration timeout) const;
   // This instance's containers, by name.
   Result<std::map<std::string, ContainerState>> ListContainers() const;
-  // Makes sure the image is present, recording a pull's duration in `status`; the reason it is
-  // not otherwise.
-  std::optional<std::string> EnsureImage(const TaskLaunch& launch, TaskStatus& status) const;
+  // Whether the launch's image must be pulled before its container can start; an error whose
+  // message is the reason the task cannot start (an image that is missing under Never).
+  Result<bool> NeedsPull(const TaskLaunch& launch) const;
+  // Starts pulling the launch's image (or takes over the pull an earlier runner started for the
+  // task); the reason it cannot otherwise. REQUIRES: mu_ held.
+  std::optional<std::string> StartPull(Task& task, const TaskLaunch& launch);
+  // Brings every pulling task up to date: progress, the pull timeout, and the container's start
+  // (or the task's failure) once its pull has ended. REQUIRES: mu_ held.
+  void TendPulls(MonoTime now);
+  // Runs the task's container and fences it; a task that cannot start ends kFailedToStart.
+  // REQUIRES: mu_ held.
+  void LaunchContainer(Task& task, const TaskLaunch& launch);
+  // Where the pull of `task_id` writes podman's output.
+  std::string PullLogPath(std::string_view task_id) const;
   // Runs the container, labelled with `start_time`; the reason it did not start otherwise.
   std::optional<std::string> RunContainer(const TaskLaunch& launch, const std::string& name,
                                           int log_fd, MonoTime start_time) const;
@@ -184,6 +207,7 @@ class PodmanRunner final : public TaskRunner {
   const PodmanRunnerOptions options_;
   const std::unique_ptr<TaskRunner> processes_;
   std::unique_ptr<ProcessRunner> fences_;  // set by Open
+  std::unique_ptr<ProcessRunner> pulls_;   // set by Open
   const Clock& clock_;
   std::mutex mu_;
   std::map<std::string, Task, std::less<>> tasks_;  // guarded by mu_

@@ -120,6 +120,7 @@ class PodmanRunnerTest : public ::testing::Test {
     options_.containers_conf = suite_dir_ + "/containers.conf";
     options_.instance = fmt::format("test-{}-{}", getpid(), info->name());
     options_.fence_dir = dir_ + "/fences";
+    options_.pull_dir = dir_ + "/pulls";
     runner_ = OpenRunner(real_clock_);
   }
 
@@ -469,7 +470,7 @@ TEST_F(PodmanRunnerTest, AnImageThatIsNotThereFailsTheTaskWithAClearReason) {
   pull.task_id = "job/pull/1";
   pull.image_pull_policy = ImagePullPolicy::kIfNotPresent;
   ASSERT_OK(runner_->Start(pull));
-  status = StatusOf(*runner_, "job/pull/1");
+  status = WaitForEnd(*runner_, "job/pull/1");
   EXPECT_EQ(status.state, TaskState::kFailedToStart);
   EXPECT_THAT(status.reason,
               HasSubstr("cannot pull image 'localhost/gpufleet-no-such-image:1': Error: "));
@@ -583,37 +584,105 @@ int FreeLoopbackPort() {
   return ntohs(address.sin_port);
 }
 
-// Debian's docker-registry (the CNCF distribution registry) on a loopback port: the test image is
-// pushed to it and a task pulls it from there before it starts.
+// Debian's docker-registry (the CNCF distribution registry) on a loopback port, with the suite's
+// image pushed to it as "tiny:1". Ends the registry however the test ends.
+class LoopbackRegistry {
+ public:
+  // Starts the registry in `dir`; address() is empty when it could not be started, and error()
+  // says why.
+  LoopbackRegistry(std::string dir, const std::string& podman_prefix) : dir_(std::move(dir)) {
+    if (!std::filesystem::exists("/usr/bin/docker-registry")) {
+      error_ = "install docker-registry (scripts/setup)";
+      return;
+    }
+    const int port = FreeLoopbackPort();
+    WriteFile(dir_ + "/registry.yml",
+              fmt::format("version: 0.1\nstorage: {{filesystem: {{rootdirectory: {}/registry}}}}\n"
+                          "http: {{addr: 127.0.0.1:{}}}\n",
+                          dir_, port));
+    if (port <= 0 || !Shell(fmt::format("/usr/bin/docker-registry serve {0}/registry.yml "
+                                        ">{0}/registry.log 2>&1 & echo $! >{0}/registry.pid",
+                                        dir_))
+                          .empty()) {
+      error_ = "cannot start docker-registry";
+      return;
+    }
+    const std::string address = fmt::format("127.0.0.1:{}", port);
+    // The registry answers once it listens; the push then puts the suite's image there.
+    const auto deadline = std::chrono::steady_clock::now() + kPatience;
+    while (!Shell(fmt::format("{} push --tls-verify=false {} {}/tiny:1", podman_prefix, kImage,
+                              address))
+                .empty()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        error_ = "cannot push to the registry: " + log();
+        return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    address_ = address;
+  }
+  ~LoopbackRegistry() { Stop(); }
+  LoopbackRegistry(const LoopbackRegistry&) = delete;
+  LoopbackRegistry& operator=(const LoopbackRegistry&) = delete;
+
+  void Stop() { Shell(fmt::format("kill $(cat {}/registry.pid) 2>/dev/null", dir_)); }
+  const std::string& address() const { return address_; }
+  const std::string& error() const { return error_; }
+  // What the registry logged: each request with its method, path and status.
+  std::string log() const { return ReadFile(dir_ + "/registry.log"); }
+  // The stored blobs' data files (layers and configs).
+  std::vector<std::string> BlobFiles() const {
+    std::vector<std::string> files;
+    for (const auto& entry : std::filesystem::recursive_directory_iterator(
+             dir_ + "/registry/docker/registry/v2/blobs")) {
+      if (entry.path().filename() == "data") {
+        files.push_back(entry.path().string());
+      }
+    }
+    return files;
+  }
+
+ private:
+  std::string dir_;
+  std::string address_;
+  std::string error_;
+};
+
+// A loopback port that takes connections into its backlog and never answers: a registry that
+// hangs.
+class SilentRegistry {
+ public:
+  SilentRegistry() : fd_(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0)) {
+    sockaddr_in address = {};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof(address);
+    if (fd_ >= 0 && bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
+        listen(fd_, 64) == 0 &&
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
+      address_ = fmt::format("127.0.0.1:{}", ntohs(address.sin_port));
+    }
+  }
+  ~SilentRegistry() {
+    if (fd_ >= 0) {
+      close(fd_);
+    }
+  }
+  SilentRegistry(const SilentRegistry&) = delete;
+  SilentRegistry& operator=(const SilentRegistry&) = delete;
+  const std::string& address() const { return address_; }
+
+ private:
+  int fd_;
+  std::string address_;
+};
+
 TEST_F(PodmanRunnerTest, PullsAnImageFromALoopbackRegistryBeforeTheStart) {
   ASSERT_NE(runner_, nullptr);
-  ASSERT_TRUE(std::filesystem::exists("/usr/bin/docker-registry"))
-      << "install docker-registry (scripts/setup)";
-  const int port = FreeLoopbackPort();
-  ASSERT_GT(port, 0);
-  WriteFile(dir_ + "/registry.yml",
-            fmt::format("version: 0.1\nstorage: {{filesystem: {{rootdirectory: {}/registry}}}}\n"
-                        "http: {{addr: 127.0.0.1:{}}}\n",
-                        dir_, port));
-  const std::string pid_file = dir_ + "/registry.pid";
-  ASSERT_EQ(Shell(fmt::format("/usr/bin/docker-registry serve {0}/registry.yml "
-                              ">{0}/registry.log 2>&1 & echo $! >{1}",
-                              dir_, pid_file)),
-            "");
-  // Ends the registry however the test ends.
-  struct RegistryProcess {
-    std::string pid_file;
-    ~RegistryProcess() { Shell(fmt::format("kill $(cat {}) 2>/dev/null", pid_file)); }
-  } registry_process{pid_file};
-  const std::string registry = fmt::format("127.0.0.1:{}", port);
-  const std::string image = registry + "/tiny:1";
-  // The registry answers once it listens; the push then puts the suite's image there.
-  ASSERT_TRUE(WaitUntil([&] {
-    return Shell(fmt::format("{} push --tls-verify=false {} {}", PodmanPrefix(), kImage, image))
-        .empty();
-  })) << ReadFile(dir_ + "/registry.log");
-
-  options_.insecure_registries = {registry};
+  LoopbackRegistry registry(dir_, PodmanPrefix());
+  ASSERT_EQ(registry.error(), "");
+  const std::string image = registry.address() + "/tiny:1";
+  options_.insecure_registries = {registry.address()};
   runner_.reset();
   runner_ = OpenRunner(real_clock_);
   ASSERT_NE(runner_, nullptr);
@@ -625,27 +694,172 @@ TEST_F(PodmanRunnerTest, PullsAnImageFromALoopbackRegistryBeforeTheStart) {
   EXPECT_EQ(status.state, TaskState::kExited) << DescribeTaskStatus(status);
   EXPECT_EQ(status.exit_code, 0);
   EXPECT_TRUE(status.image_pull_time.has_value());
+  EXPECT_FALSE(status.pulling_image);
   EXPECT_EQ(ReadFile(LogPath("job/pulled/1")), "pulled and ran\n");
   // The registry served the image's manifest to the pull.
-  EXPECT_THAT(ReadFile(dir_ + "/registry.log"), HasSubstr("GET /v2/tiny/manifests/1"));
+  EXPECT_THAT(registry.log(), HasSubstr("GET /v2/tiny/manifests/1"));
 
   TaskLaunch present = pulled;
   present.task_id = "job/present/1";
   ASSERT_OK(runner_->Start(present));
-  EXPECT_EQ(WaitForEnd(*runner_, "job/present/1").exit_code, 0);
-  EXPECT_FALSE(StatusOf(*runner_, "job/present/1").image_pull_time.has_value())
+  EXPECT_FALSE(StatusOf(*runner_, "job/present/1").pulling_image)
       << "IfNotPresent pulls nothing once the node holds the image";
+  EXPECT_EQ(WaitForEnd(*runner_, "job/present/1").exit_code, 0);
+  EXPECT_FALSE(StatusOf(*runner_, "job/present/1").image_pull_time.has_value());
 
   // Always pulls; with the registry gone the task fails with podman's reason.
-  ASSERT_EQ(Shell(fmt::format("kill $(cat {})", pid_file)), "");
+  registry.Stop();
   TaskLaunch always = pulled;
   always.task_id = "job/always/1";
   always.image_pull_policy = ImagePullPolicy::kAlways;
   ASSERT_OK(runner_->Start(always));
-  const TaskStatus down = StatusOf(*runner_, "job/always/1");
+  const TaskStatus down = WaitForEnd(*runner_, "job/always/1");
   EXPECT_EQ(down.state, TaskState::kFailedToStart);
   EXPECT_THAT(down.reason, HasSubstr("cannot pull image '" + image + "': Error: "));
   EXPECT_THAT(down.reason, HasSubstr("connection refused"));
+  ASSERT_OK(runner_->Forget("job/always/1"));
+  EXPECT_THAT(ListedContainers(), Not(HasSubstr("always"))) << "no container was created";
+}
+
+// Pulls run beside the agent: Start returns while the registry hangs, the task shows that it is
+// pulling, and a stop ends the pull before anything of the task ran.
+TEST_F(PodmanRunnerTest, APullRunsBesideTheCallerAndAStopEndsItBeforeAnythingRuns) {
+  ASSERT_NE(runner_, nullptr);
+  const SilentRegistry silent;
+  ASSERT_NE(silent.address(), "");
+  options_.insecure_registries = {silent.address()};
+  runner_.reset();
+  runner_ = OpenRunner(real_clock_);
+  ASSERT_NE(runner_, nullptr);
+  TaskLaunch launch = Container("job/hanging/1", "echo must not run");
+  launch.image = silent.address() + "/tiny:1";
+  launch.image_pull_policy = ImagePullPolicy::kAlways;
+  ASSERT_OK(runner_->Start(launch));
+  TaskStatus pulling = StatusOf(*runner_, "job/hanging/1");
+  EXPECT_EQ(pulling.state, TaskState::kRunning);
+  EXPECT_TRUE(pulling.pulling_image);
+  EXPECT_TRUE(pulling.enforces_lease) << "the pull ends with the agent's lease";
+  EXPECT_THAT(pulling.image_pull_progress, Not(::testing::IsEmpty()));
+  EXPECT_EQ(DescribeTaskStatus(pulling), "pulling its image");
+  // A second Poll a moment later: still pulling, still no container.
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  pulling = StatusOf(*runner_, "job/hanging/1");
+  EXPECT_TRUE(pulling.pulling_image);
+  EXPECT_THAT(runner_->Forget("job/hanging/1"), StatusIs(StatusCode::kFailedPrecondition));
+  EXPECT_EQ(ListedContainers(), "");
+
+  ASSERT_OK(runner_->Stop("job/hanging/1", std::chrono::seconds(30)));
+  const TaskStatus stopped = WaitForEnd(*runner_, "job/hanging/1");
+  EXPECT_EQ(stopped.state, TaskState::kFailedToStart);
+  EXPECT_THAT(stopped.reason, HasSubstr("stopped while its image"));
+  EXPECT_TRUE(stopped.image_pull_time.has_value());
+  EXPECT_FALSE(stopped.pulling_image);
+  EXPECT_FALSE(std::filesystem::exists(LogPath("job/hanging/1")) &&
+               ReadFile(LogPath("job/hanging/1")).find("must not run") != std::string::npos);
+  EXPECT_EQ(ListedContainers(), "");
+  ASSERT_OK(runner_->Forget("job/hanging/1"));
+  // Nothing of the pull is left: no process task, no log.
+  for (const auto& entry : std::filesystem::directory_iterator(options_.pull_dir)) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_TRUE(name == "lock" || name == "lease") << name;
+  }
+}
+
+TEST_F(PodmanRunnerTest, APullPastItsTimeoutIsKilledAndTheTaskFails) {
+  ASSERT_NE(runner_, nullptr);
+  const SilentRegistry silent;
+  ASSERT_NE(silent.address(), "");
+  options_.insecure_registries = {silent.address()};
+  options_.pull_timeout = std::chrono::seconds(1);
+  runner_.reset();
+  runner_ = OpenRunner(real_clock_);
+  ASSERT_NE(runner_, nullptr);
+  TaskLaunch launch = Container("job/slow/1", "true");
+  launch.image = silent.address() + "/tiny:1";
+  launch.image_pull_policy = ImagePullPolicy::kIfNotPresent;
+  ASSERT_OK(runner_->Start(launch));
+  const TaskStatus status = WaitForEnd(*runner_, "job/slow/1");
+  EXPECT_EQ(status.state, TaskState::kFailedToStart);
+  EXPECT_THAT(status.reason, HasSubstr("podman did not finish within 1s"));
+  EXPECT_EQ(ListedContainers(), "");
+}
+
+// A pull an agent started goes on under the next agent's runner, which takes it over.
+TEST_F(PodmanRunnerTest, APullOutlivesTheRunnerAndTheNextOneTakesItOver) {
+  ASSERT_NE(runner_, nullptr);
+  const SilentRegistry silent;
+  ASSERT_NE(silent.address(), "");
+  options_.insecure_registries = {silent.address()};
+  runner_.reset();
+  runner_ = OpenRunner(real_clock_);
+  ASSERT_NE(runner_, nullptr);
+  TaskLaunch launch = Container("job/restart/1", "true");
+  launch.image = silent.address() + "/tiny:1";
+  launch.image_pull_policy = ImagePullPolicy::kAlways;
+  ASSERT_OK(runner_->Start(launch));
+  const std::string pull_state = ReadFile(options_.pull_dir + "/job%restart%1.task");
+  ASSERT_NE(pull_state, "");
+  runner_.reset();
+  runner_ = OpenRunner(real_clock_);
+  ASSERT_NE(runner_, nullptr);
+  ASSERT_OK(runner_->Start(launch));
+  EXPECT_TRUE(StatusOf(*runner_, "job/restart/1").pulling_image);
+  EXPECT_EQ(ReadFile(options_.pull_dir + "/job%restart%1.task"), pull_state)
+      << "the same pull process, not a second one";
+  ASSERT_OK(runner_->Stop("job/restart/1", Duration::zero()));
+  EXPECT_EQ(WaitForEnd(*runner_, "job/restart/1").state, TaskState::kFailedToStart);
+}
+
+// What a registry can do wrong: an image it does not have, and a layer whose bytes do not match
+// their digest. Each fails its task with the reason, and no container is created.
+TEST_F(PodmanRunnerTest, AnUnknownImageAndACorruptLayerFailTheTaskWithTheRegistrysReason) {
+  ASSERT_NE(runner_, nullptr);
+  LoopbackRegistry registry(dir_, PodmanPrefix());
+  ASSERT_EQ(registry.error(), "");
+  options_.insecure_registries = {registry.address()};
+  runner_.reset();
+  runner_ = OpenRunner(real_clock_);
+  ASSERT_NE(runner_, nullptr);
+
+  TaskLaunch unknown = Container("job/unknown/1", "true");
+  unknown.image = registry.address() + "/tiny:nope";
+  unknown.image_pull_policy = ImagePullPolicy::kIfNotPresent;
+  ASSERT_OK(runner_->Start(unknown));
+  const TaskStatus missing = WaitForEnd(*runner_, "job/unknown/1");
+  EXPECT_EQ(missing.state, TaskState::kFailedToStart);
+  EXPECT_THAT(missing.reason, HasSubstr("cannot pull image '" + unknown.image + "'"));
+  EXPECT_THAT(missing.reason, HasSubstr("manifest unknown"));
+
+  // An image whose layer this node does not hold (a pull of the suite's image would skip its
+  // layer), pushed and then removed here. Its layer, the largest blob (the manifest and the
+  // config are small), then gets other bytes of the same length: it no longer has its digest.
+  const std::string other = registry.address() + "/other:1";
+  ASSERT_EQ(Shell(fmt::format("set -e; cd {0}; mkdir -p other; head -c 4194304 /dev/urandom "
+                              ">other/noise; tar -C other -cf other.tar .; "
+                              "{1} import other.tar {2} >/dev/null; "
+                              "{1} push --tls-verify=false {2} >/dev/null; {1} rmi {2} >/dev/null",
+                              dir_, PodmanPrefix(), other)),
+            "");
+  std::vector<std::string> blobs = registry.BlobFiles();
+  ASSERT_FALSE(blobs.empty());
+  const std::string layer =
+      *std::max_element(blobs.begin(), blobs.end(), [](const std::string& a, const std::string& b) {
+        return std::filesystem::file_size(a) < std::filesystem::file_size(b);
+      });
+  std::string bytes = ReadFile(layer);
+  for (char& c : bytes) {
+    c = static_cast<char>(c ^ 0x5a);
+  }
+  WriteFile(layer, bytes);
+  TaskLaunch corrupt = Container("job/corrupt/1", "true");
+  corrupt.image = other;
+  corrupt.image_pull_policy = ImagePullPolicy::kAlways;
+  ASSERT_OK(runner_->Start(corrupt));
+  const TaskStatus failed = WaitForEnd(*runner_, "job/corrupt/1");
+  EXPECT_EQ(failed.state, TaskState::kFailedToStart);
+  EXPECT_THAT(failed.reason, HasSubstr("cannot pull image '" + corrupt.image + "'"));
+  EXPECT_THAT(failed.reason, ::testing::AnyOf(HasSubstr("digest"), HasSubstr("Digest")));
+  EXPECT_EQ(ListedContainers(), "");
 }
 
 TEST_F(PodmanRunnerTest, RefusesBadLaunches) {

@@ -103,6 +103,9 @@ bool IsFinal(TaskState state) {
 std::string DescribeTaskStatus(const TaskStatus& status) {
   switch (status.state) {
     case TaskState::kRunning:
+      if (status.pulling_image) {
+        return status.stop_requested ? "pulling its image, stop requested" : "pulling its image";
+      }
       return status.stop_requested ? "running, stop requested" : "running";
     case TaskState::kExited:
       return fmt::format("exited with code {}", status.exit_code);

@@ -97,6 +97,11 @@ struct TaskStatus {
   // PodmanRunner: how long pulling the task's image before its start took (on the runner's
   // Clock, failed pulls included); none when nothing was pulled.
   std::optional<Duration> image_pull_time;
+  // PodmanRunner: the task is kRunning but its image is still being pulled, so nothing of it
+  // runs yet; its container starts when the pull has ended. `image_pull_progress` is podman's
+  // latest line of output while it pulls ("Copying blob sha256:..."), for people.
+  bool pulling_image = false;
+  std::string image_pull_progress;
   // PodmanRunner: the digest of the image the task's container runs ("sha256:..."), as podman
   // resolved it when it created the container; empty for a process or when podman did not say.
   std::string image_digest;

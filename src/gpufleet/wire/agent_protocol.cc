@@ -182,7 +182,7 @@ constexpr GpuHealth kReportableHealth[] = {GpuHealth::kHealthy, GpuHealth::kDegr
 constexpr DrainAction kDrainActions[] = {DrainAction::kNone, DrainAction::kAfterJob,
                                          DrainAction::kNow};
 constexpr TaskPhase kTaskPhases[] = {TaskPhase::kRunning, TaskPhase::kSucceeded, TaskPhase::kFailed,
-                                     TaskPhase::kWaiting};
+                                     TaskPhase::kWaiting, TaskPhase::kPulling};
 constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
 constexpr int kMaxGpuIndex = 1023;
 constexpr int kMaxMigStart = kMigMemorySlices - 1;
@@ -537,6 +537,8 @@ const char* TaskPhaseName(TaskPhase phase) {
       return "Failed";
     case TaskPhase::kWaiting:
       return "Waiting";
+    case TaskPhase::kPulling:
+      return "Pulling";
   }
   return "unknown";
 }

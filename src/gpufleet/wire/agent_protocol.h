@@ -53,9 +53,14 @@ struct GpuReport {
 };
 
 // kWaiting: the agent has not started the task because a live task of another run still holds one
-// of its GPUs (it stops before it starts); `message` says which.
-enum class TaskPhase { kRunning, kSucceeded, kFailed, kWaiting };
-const char* TaskPhaseName(TaskPhase phase);  // "Running", "Succeeded", "Failed", "Waiting"
+// of its GPUs (it stops before it starts); `message` says which. kPulling: the task's image is
+// being pulled and nothing of the task runs yet; `message` is the pull's progress.
+enum class TaskPhase { kRunning, kSucceeded, kFailed, kWaiting, kPulling };
+// "Running", "Succeeded", "Failed", "Waiting", "Pulling"
+const char* TaskPhaseName(TaskPhase phase);
+
+// The most of a Pulling report's progress message that the server keeps.
+inline constexpr size_t kMaxPullProgressBytes = 200;
 
 // A task the agent runs or ran. `id` is the id the server gave it (DesiredTask::id).
 struct TaskReport {
