@@ -57,6 +57,13 @@ bool WaitFor(std::chrono::milliseconds timeout, const std::function<bool()>& don
   return done();
 }
 
+// POSTs a one-task job; the HTTP status (-1 without an answer).
+int SubmitOneTaskJob(httplib::Client& client, const std::string& name) {
+  httplib::Result answer =
+      client.Post("/v1/jobs", api_testing::OneTaskJobJson(name), "application/json");
+  return answer ? answer->status : -1;
+}
+
 double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
@@ -97,9 +104,7 @@ class PostgresServerEndToEndTest : public ::testing::Test {
   }
 
   static int Submit(httplib::Client& client, const std::string& name) {
-    httplib::Result answer =
-        client.Post("/v1/jobs", api_testing::OneTaskJobJson(name), "application/json");
-    return answer ? answer->status : -1;
+    return SubmitOneTaskJob(client, name);
   }
 
   // Polls /readyz (bounded: 30 tries, 0.5 s apart; a cycle runs every 20 ms) until it answers
@@ -404,6 +409,116 @@ TEST_F(LeaderElectionEndToEndTest, ALeaderPausedPastItsLeaseCommitsNothingAndExi
   EXPECT_TRUE(Placed(*follower_, "during-pause"));
   EXPECT_TRUE(Leads(follower_->port()));
   EXPECT_EQ(follower_->KillAndWait(SIGTERM), 0);
+}
+
+// A streaming-replication pair (docs/ha.md, "A replicated database"): a primary and a hot standby
+// (pg_basebackup -R) with synchronous replication, so that a commit is acknowledged only once the
+// standby has it. The server names both hosts in one libpq URI with
+// target_session_attrs=read-write, so it writes to whichever accepts writes. Clients submit while
+// the primary is SIGKILLed and the standby promoted: the server finds the promoted standby by
+// itself, and every submission it acknowledged is there. Bounded: 3 clients, at most 25 s.
+TEST(StreamingReplicationEndToEndTest, APromotedStandbyHasEverythingAcknowledged) {
+  Result<std::unique_ptr<store::testing::PostgresServer>> primary =
+      store::testing::PostgresServer::Start();
+  ASSERT_OK(primary);
+  ASSERT_OK((*primary)->CreateDatabase("gpufleet"));
+  Result<std::unique_ptr<store::testing::PostgresServer>> standby =
+      store::testing::PostgresServer::StartStandby(**primary);
+  ASSERT_OK(standby);
+  // Synchronous once the standby streams: from then on a COMMIT returns only when the standby has
+  // flushed it.
+  ASSERT_TRUE(WaitFor(std::chrono::seconds(20), [&] {
+    const Result<std::vector<std::string>> state =
+        (*primary)->QueryColumn("postgres", "SELECT state FROM pg_stat_replication");
+    return state.ok() && state->size() == 1 && (*state)[0] == "streaming";
+  }));
+  ASSERT_OK((*primary)->Execute("postgres", "ALTER SYSTEM SET synchronous_standby_names = '*'"));
+  ASSERT_OK((*primary)->Execute("postgres", "SELECT pg_reload_conf()"));
+  ASSERT_TRUE(WaitFor(std::chrono::seconds(10), [&] {
+    const Result<std::vector<std::string>> state =
+        (*primary)->QueryColumn("postgres", "SELECT sync_state FROM pg_stat_replication");
+    return state.ok() && state->size() == 1 && (*state)[0] == "sync";
+  }));
+
+  std::string pattern =
+      (std::filesystem::temp_directory_path() / "gpufleet-pg-repl-XXXXXX").string();
+  ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+  const std::filesystem::path dir = pattern;
+  std::ofstream(dir / "admin-token") << kAdminToken << "\n";
+  const std::string uri = fmt::format(
+      "postgresql://gf@127.0.0.1:{},127.0.0.1:{}/gpufleet?target_session_attrs=read-write",
+      (*primary)->port(), (*standby)->port());
+  Result<std::unique_ptr<api_testing::ServerProcess>> server = api_testing::ServerProcess::Start(
+      GPUFLEET_BINARY,
+      {"--store", uri, "--listen", "127.0.0.1:0", "--simulated-nodes", "2x8", "--admin-token-file",
+       (dir / "admin-token").string(), "--cycle-interval-ms", "20"},
+      kStartTimeout);
+  ASSERT_OK(server);
+  const int port = (*server)->port();
+
+  constexpr int kClients = 3;
+  const auto deadline = Clock::now() + std::chrono::seconds(25);
+  std::atomic<bool> stop{false};
+  std::atomic<bool> promoted{false};
+  std::atomic<int> after_promotion{0};
+  std::vector<std::vector<std::string>> acknowledged(kClients);
+  std::vector<std::jthread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      httplib::Client client("127.0.0.1", port);
+      client.set_bearer_token_auth(kAdminToken);
+      client.set_read_timeout(std::chrono::seconds(10));
+      for (int i = 0; !stop.load() && Clock::now() < deadline; ++i) {
+        const std::string name = fmt::format("repl-{}-{}", c, i);
+        const bool after = promoted.load();
+        const int status = SubmitOneTaskJob(client, name);
+        if (status == 201) {
+          acknowledged[c].push_back(name);
+          if (after) {
+            ++after_promotion;
+          }
+        } else {
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        }
+      }
+    });
+  }
+  // Wait (bounded) until the standby holds some acknowledged submissions, then lose the primary.
+  ASSERT_TRUE(WaitFor(std::chrono::seconds(10), [&] {
+    const Result<std::vector<std::string>> jobs = (*standby)->QueryColumn(
+        "gpufleet", "SELECT count(*) FROM gpufleet.objects WHERE kind = 'jobs'");
+    return jobs.ok() && jobs->size() == 1 && std::atoi((*jobs)[0].c_str()) >= 10;
+  }));
+  ASSERT_OK((*primary)->Crash());
+  const Clock::time_point crashed = Clock::now();
+  ASSERT_OK((*standby)->Promote());
+  const double promoted_after = SecondsSince(crashed);
+  promoted.store(true);
+  EXPECT_TRUE(WaitFor(std::chrono::seconds(15), [&] { return after_promotion.load() >= 3; }))
+      << (*server)->output();
+  std::printf(
+      "the standby was promoted %.2f s after the primary was killed; the server wrote to it "
+      "%.2f s after the kill\n",
+      promoted_after, SecondsSince(crashed));
+  stop.store(true);
+  clients.clear();
+
+  httplib::Client client("127.0.0.1", port);
+  client.set_bearer_token_auth(kAdminToken);
+  client.set_read_timeout(std::chrono::seconds(10));
+  size_t total = 0;
+  for (const std::vector<std::string>& names : acknowledged) {
+    total += names.size();
+    for (const std::string& name : names) {
+      httplib::Result answer = client.Get("/v1/jobs/" + name);
+      EXPECT_TRUE(answer && answer->status == 200) << name << " was acknowledged";
+    }
+  }
+  std::printf("%zu acknowledged submissions, all on the promoted standby\n", total);
+  EXPECT_GT(total, 10u);
+  EXPECT_EQ((*server)->KillAndWait(SIGTERM), 0);
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 }  // namespace
