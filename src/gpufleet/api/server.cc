@@ -1518,8 +1518,12 @@ void ApiServer::ObserveImagePull(double seconds) {
 
 std::string ApiServer::RenderMetrics() {
   std::string out;
+  // The fleet gauges come from the leader's cycles. A server that does not lead exports none of
+  // their series (not zeros, nor the store's figures): across the servers each fleet figure is
+  // then one series, from the leader, which sum() and alerts read without counting it twice
+  // (docs/ha.md, "Roles"). A leader whose lease lapsed keeps its last figures but omits them too.
   FleetGauges gauges;
-  {
+  if (leading()) {
     std::lock_guard<std::mutex> lock(gauges_mu_);
     gauges = gauges_;
   }

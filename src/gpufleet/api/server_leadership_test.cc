@@ -29,6 +29,7 @@ namespace gpufleet::api {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Answers every campaign with the lease the test sets. Thread-safe.
 class FakeElection final : public store::LeaderElection {
@@ -141,6 +142,8 @@ TEST_F(ApiServerLeadershipIntegrationTest, AFollowerRedirectsWritesLeadsWhenGran
   EXPECT_THAT(metrics,
               HasSubstr("gpufleet_leader_info{leader=\"other\",address=\"http://other:9/\"} 1"));
   EXPECT_THAT(metrics, HasSubstr("gpufleet_leader_fencing_token 1"));
+  EXPECT_THAT(metrics, Not(HasSubstr("gpufleet_gpus_total{")))
+      << "a follower exports no fleet figures: the leader does";
   EXPECT_FALSE(store_.Get("queue", "default").ok()) << "a follower makes no start-up write";
 
   // No leader known: 503.
@@ -153,13 +156,18 @@ TEST_F(ApiServerLeadershipIntegrationTest, AFollowerRedirectsWritesLeadsWhenGran
   ASSERT_TRUE(Eventually([&] { return server_->leading(); }));
   EXPECT_EQ(Call("POST", "/v1/jobs", api_testing::OneTaskJobJson("j1")).status, 201);
   EXPECT_TRUE(Eventually([&] { return JobState("j1") == "Scheduled"; })) << JobState("j1");
-  EXPECT_THAT(Call("GET", "/metrics").body, HasSubstr("gpufleet_server_leader{server=\"me\"} 1"));
+  metrics = Call("GET", "/metrics").body;
+  EXPECT_THAT(metrics, HasSubstr("gpufleet_server_leader{server=\"me\"} 1"));
+  EXPECT_THAT(metrics, HasSubstr("gpufleet_gpus_total{model="));
+  EXPECT_THAT(metrics, HasSubstr("gpufleet_gpus_allocated{model="));
 
   // Another server takes the lease over: deposed for good, writes redirected.
   election_.Set({.leader = false, .token = 3, .holder = "other", .address = "http://other:9"});
   ASSERT_TRUE(Eventually([&] { return server_->deposed(); }));
   EXPECT_FALSE(server_->leading());
   EXPECT_EQ(Call("POST", "/v1/jobs", api_testing::OneTaskJobJson("j2")).status, 307);
+  EXPECT_THAT(Call("GET", "/metrics").body, Not(HasSubstr("gpufleet_gpus_total{")))
+      << "deposed, its last figures are not the fleet's";
   election_.Set({.leader = true, .token = 4, .holder = "me", .address = "http://me:1"});
   server_->Stop();
   EXPECT_FALSE(server_->leading()) << "a deposed server never leads again";
