@@ -45,6 +45,7 @@ children = []  # every process started here, ended at exit
 acked = []
 acked_lock = threading.Lock()
 faults = []
+stop_load = threading.Event()  # ends the load thread
 
 
 def log(message):
@@ -109,6 +110,7 @@ def cleanup():
 
 def fail(message):
     log(message)
+    stop_load.set()
     for name in sorted(os.listdir(work)):
         if name.endswith(".log"):
             with open(os.path.join(work, name), errors="replace") as f:
@@ -246,7 +248,6 @@ def submit(name, replicas, seconds, gpus=True, priority=0):
 
 
 # ---- the load: submissions and cancels, seeded ---------------------------------------------
-stop_load = threading.Event()
 
 
 def load():
@@ -264,7 +265,7 @@ def load():
         stop_load.wait(0.3)
 
 
-loader = threading.Thread(target=load)
+loader = threading.Thread(target=load, daemon=True)
 loader.start()
 
 
@@ -283,10 +284,13 @@ for trial in range(trials):
     before = rng.uniform(0.2, 1.0)
     time.sleep(before)
     leader = None
-    if not wait_until(GIVE_UP_S, lambda: any(leads(i) for i in range(3))):
-        stop_load.set()
+    deadline = time.monotonic() + GIVE_UP_S
+    while leader is None and time.monotonic() < deadline:
+        leader = next((i for i in range(3) if leads(i)), None)
+        if leader is None:
+            time.sleep(0.05)
+    if leader is None:
         fail(f"trial {trial}: no leader before the kill")
-    leader = next(i for i in range(3) if leads(i))
     killed_at = time.monotonic()
     servers[leader].kill()
     servers[leader].wait()
@@ -306,7 +310,6 @@ for trial in range(trials):
                 led = placed
         time.sleep(0.05)
     if placed is None:
-        stop_load.set()
         fail(f"trial {trial}: killed server {leader}; no new job placed within {GIVE_UP_S} s "
              f"(leads after {led})")
     results.append((trial, leader, before, led, placed))

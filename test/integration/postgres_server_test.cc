@@ -68,6 +68,57 @@ double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
+// `clients` threads that POST one-task jobs named PREFIX-C-I to the server on `port` until
+// Stop() or `duration` has passed, each pausing 20 ms after an answer other than 201. `observe`,
+// if given, sees every answer's status on the client's thread. Stop joins them; the destructor
+// stops them too, before what they capture goes.
+class SubmissionLoad {
+ public:
+  SubmissionLoad(int port, int clients, std::string prefix, std::chrono::seconds duration,
+                 std::function<void(int status)> observe = nullptr)
+      : acknowledged_(clients) {
+    const Clock::time_point deadline = Clock::now() + duration;
+    for (int c = 0; c < clients; ++c) {
+      threads_.emplace_back([this, c, port, prefix, deadline, observe] {
+        httplib::Client client("127.0.0.1", port);
+        client.set_bearer_token_auth(kAdminToken);
+        client.set_read_timeout(std::chrono::seconds(10));
+        for (int i = 0; !stop_.load() && Clock::now() < deadline; ++i) {
+          const std::string name = fmt::format("{}-{}-{}", prefix, c, i);
+          const int status = SubmitOneTaskJob(client, name);
+          if (observe) {
+            observe(status);
+          }
+          if (status == 201) {
+            acknowledged_[c].push_back(name);
+          } else {
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+          }
+        }
+      });
+    }
+  }
+  ~SubmissionLoad() { Stop(); }
+
+  void Stop() {
+    stop_.store(true);
+    threads_.clear();
+  }
+  // The names the server acknowledged (201). REQUIRES: Stop() was called.
+  std::vector<std::string> Acknowledged() const {
+    std::vector<std::string> names;
+    for (const std::vector<std::string>& some : acknowledged_) {
+      names.insert(names.end(), some.begin(), some.end());
+    }
+    return names;
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::vector<std::string>> acknowledged_;  // one per client thread
+  std::vector<std::jthread> threads_;
+};
+
 class PostgresServerEndToEndTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -196,31 +247,13 @@ TEST_F(PostgresServerEndToEndTest, AKilledPostmasterUnderLoadLosesNothingAcknowl
   Result<std::unique_ptr<api_testing::ServerProcess>> server = StartServer();
   ASSERT_OK(server);
   const int port = (*server)->port();
-  constexpr int kClients = 4;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  std::atomic<bool> stop{false};
   std::atomic<int> refused_while_down{0};
   std::atomic<bool> down{false};
-  std::vector<std::vector<std::string>> acknowledged(kClients);
-  // Joined however the test ends (std::jthread), before what they capture goes.
-  std::vector<std::jthread> clients;
-  for (int c = 0; c < kClients; ++c) {
-    clients.emplace_back([&, c] {
-      httplib::Client client("127.0.0.1", port);
-      client.set_bearer_token_auth(kAdminToken);
-      client.set_read_timeout(std::chrono::seconds(10));
-      for (int i = 0; !stop.load() && std::chrono::steady_clock::now() < deadline; ++i) {
-        const std::string name = fmt::format("load-{}-{}", c, i);
-        const int status = Submit(client, name);
-        if (status == 201) {
-          acknowledged[c].push_back(name);
-        } else if (down.load() && status == 503) {
-          ++refused_while_down;
-          std::this_thread::sleep_for(std::chrono::milliseconds(20));
-        }
-      }
-    });
-  }
+  SubmissionLoad load(port, 4, "load", std::chrono::seconds(20), [&](int status) {
+    if (down.load() && status == 503) {
+      ++refused_while_down;
+    }
+  });
   httplib::Client client("127.0.0.1", port);
   client.set_bearer_token_auth(kAdminToken);
   client.set_read_timeout(std::chrono::seconds(30));
@@ -232,17 +265,13 @@ TEST_F(PostgresServerEndToEndTest, AKilledPostmasterUnderLoadLosesNothingAcknowl
   down.store(false);
   EXPECT_TRUE(ReadyzBecomes(client, 200, "ok"));
   std::this_thread::sleep_for(std::chrono::seconds(1));
-  stop.store(true);
-  clients.clear();
+  load.Stop();
   EXPECT_GT(refused_while_down.load(), 0) << "the load went on while the database was down";
-  size_t total = 0;
-  for (const std::vector<std::string>& names : acknowledged) {
-    total += names.size();
-    for (const std::string& name : names) {
-      EXPECT_EQ(GetJob(client, name), 200) << name << " was acknowledged";
-    }
+  const std::vector<std::string> acknowledged = load.Acknowledged();
+  for (const std::string& name : acknowledged) {
+    EXPECT_EQ(GetJob(client, name), 200) << name << " was acknowledged";
   }
-  EXPECT_GT(total, 0u);
+  EXPECT_FALSE(acknowledged.empty());
   EXPECT_EQ(Submit(client, "after-crash"), 201);
   (*server)->KillAndWait(SIGTERM);
 }
@@ -456,33 +485,13 @@ TEST(StreamingReplicationEndToEndTest, APromotedStandbyHasEverythingAcknowledged
   ASSERT_OK(server);
   const int port = (*server)->port();
 
-  constexpr int kClients = 3;
-  const auto deadline = Clock::now() + std::chrono::seconds(25);
-  std::atomic<bool> stop{false};
   std::atomic<bool> promoted{false};
   std::atomic<int> after_promotion{0};
-  std::vector<std::vector<std::string>> acknowledged(kClients);
-  std::vector<std::jthread> clients;
-  for (int c = 0; c < kClients; ++c) {
-    clients.emplace_back([&, c] {
-      httplib::Client client("127.0.0.1", port);
-      client.set_bearer_token_auth(kAdminToken);
-      client.set_read_timeout(std::chrono::seconds(10));
-      for (int i = 0; !stop.load() && Clock::now() < deadline; ++i) {
-        const std::string name = fmt::format("repl-{}-{}", c, i);
-        const bool after = promoted.load();
-        const int status = SubmitOneTaskJob(client, name);
-        if (status == 201) {
-          acknowledged[c].push_back(name);
-          if (after) {
-            ++after_promotion;
-          }
-        } else {
-          std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        }
-      }
-    });
-  }
+  SubmissionLoad load(port, 3, "repl", std::chrono::seconds(25), [&](int status) {
+    if (status == 201 && promoted.load()) {
+      ++after_promotion;
+    }
+  });
   // Wait (bounded) until the standby holds some acknowledged submissions, then lose the primary.
   ASSERT_TRUE(WaitFor(std::chrono::seconds(10), [&] {
     const Result<std::vector<std::string>> jobs = (*standby)->QueryColumn(
@@ -500,22 +509,18 @@ TEST(StreamingReplicationEndToEndTest, APromotedStandbyHasEverythingAcknowledged
       "the standby was promoted %.2f s after the primary was killed; the server wrote to it "
       "%.2f s after the kill\n",
       promoted_after, SecondsSince(crashed));
-  stop.store(true);
-  clients.clear();
+  load.Stop();
 
   httplib::Client client("127.0.0.1", port);
   client.set_bearer_token_auth(kAdminToken);
   client.set_read_timeout(std::chrono::seconds(10));
-  size_t total = 0;
-  for (const std::vector<std::string>& names : acknowledged) {
-    total += names.size();
-    for (const std::string& name : names) {
-      httplib::Result answer = client.Get("/v1/jobs/" + name);
-      EXPECT_TRUE(answer && answer->status == 200) << name << " was acknowledged";
-    }
+  const std::vector<std::string> acknowledged = load.Acknowledged();
+  for (const std::string& name : acknowledged) {
+    httplib::Result answer = client.Get("/v1/jobs/" + name);
+    EXPECT_TRUE(answer && answer->status == 200) << name << " was acknowledged";
   }
-  std::printf("%zu acknowledged submissions, all on the promoted standby\n", total);
-  EXPECT_GT(total, 10u);
+  std::printf("%zu acknowledged submissions, all on the promoted standby\n", acknowledged.size());
+  EXPECT_GT(acknowledged.size(), 10u);
   EXPECT_EQ((*server)->KillAndWait(SIGTERM), 0);
   std::error_code ignored;
   std::filesystem::remove_all(dir, ignored);
