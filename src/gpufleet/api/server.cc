@@ -179,6 +179,16 @@ ApiResponse JsonResponse(int status, const Json& body) {
 
 ApiResponse ErrorResponse(const Status& status) {
   ApiResponse response;
+  if (store::IsNotLeaderError(status)) {
+    // A deposed leader's commit, refused by the fencing check: nothing of it was written, and the
+    // write belongs to the leader the message names, so the client may send it again.
+    response.status = 503;
+    response.retry_after_s = 1;
+    response.body = ErrorBody(UnavailableError(fmt::format(
+        "this server is no longer the leader and wrote nothing; retry (at the leader): {}",
+        status.message())));
+    return response;
+  }
   response.status = HttpStatusOf(status.code());
   response.body = ErrorBody(status);
   return response;
@@ -377,7 +387,8 @@ Result<int> ApiServer::Start(const std::string& host, int port,
   const auto handler = [this](const ApiRequest& request) {
     ApiResponse response = Handle(request);
     return http::Response{response.status, std::move(response.content_type),
-                          std::move(response.body), std::move(response.location)};
+                          std::move(response.body), std::move(response.location),
+                          response.retry_after_s};
   };
   // Probes answer on the IO threads; agents' registrations and heartbeats have workers of their
   // own, so a flood of user requests cannot make nodes NotReady.
@@ -1509,8 +1520,12 @@ void ApiServer::ObserveImagePull(double seconds) {
 
 std::string ApiServer::RenderMetrics() {
   std::string out;
+  // The fleet gauges come from the leader's cycles. A server that does not lead exports none of
+  // their series (not zeros, nor the store's figures): across the servers each fleet figure is
+  // then one series, from the leader, which sum() and alerts read without counting it twice
+  // (docs/ha.md, "Roles"). A leader whose lease lapsed keeps its last figures but omits them too.
   FleetGauges gauges;
-  {
+  if (leading()) {
     std::lock_guard<std::mutex> lock(gauges_mu_);
     gauges = gauges_;
   }

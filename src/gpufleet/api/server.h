@@ -65,10 +65,15 @@ struct ApiResponse {
   std::string route;
   // The Location header of a redirect (a follower's 307 to the leader); empty: none.
   std::string location;
+  // The Retry-After header of a 503, in seconds; 0: none.
+  int retry_after_s = 0;
 };
 
 // The HTTP status of a non-OK code (the one mapping of the project) and the error body
-// {"error": {"code": "INVALID_ARGUMENT", "message": "..."}}.
+// {"error": {"code": "INVALID_ARGUMENT", "message": "..."}}. ErrorResponse answers one
+// kFailedPrecondition apart: a commit the store refused because this server no longer leads
+// (store::IsNotLeaderError, fencing) is 503 UNAVAILABLE with Retry-After, as nothing was written
+// and the same request succeeds at the new leader (docs/ha.md).
 int HttpStatusOf(StatusCode code);
 std::string ErrorBody(const Status& status);
 // Every handler answers through these two: `body` as JSON with `status`, or a non-OK Status as

@@ -151,6 +151,8 @@ ApiResponse ApiServer::DeleteDeployment(const control::Principal& who, std::stri
     const StatusCode code = response.status().code();
     if (response.ok()) {
       cancelled.push_back(std::string(control::NameOfKey(replica)));
+    } else if (store::IsNotLeaderError(response.status())) {
+      return ErrorResponse(response.status());  // deposed: the leader deletes it
     } else if (code != StatusCode::kFailedPrecondition && code != StatusCode::kInvalidArgument &&
                code != StatusCode::kNotFound) {  // ended, or gone
       return ErrorResponse(Status(

@@ -155,10 +155,12 @@ ApiResponse ApiServer::RedirectToLeader(const ApiRequest& request) const {
   }
   const std::string& me = options_.election->identity();
   if (lease.address.empty() || lease.holder == me) {
-    return ErrorResponse(UnavailableError(
+    ApiResponse response = ErrorResponse(UnavailableError(
         lease.holder == me ? "this server is becoming the leader (or renewing its lease); retry"
                            : "this server is a follower and no leader is known (an election is "
                              "under way); retry"));
+    response.retry_after_s = 1;
+    return response;
   }
   std::string base = lease.address;
   if (base.ends_with('/')) {

@@ -39,6 +39,8 @@ struct Response {
   std::string body;
   // The Location header of a redirect; empty: none.
   std::string location;
+  // The Retry-After header (seconds) of a 503 or 429; 0: none.
+  int retry_after_s = 0;
 };
 
 // Which workers run a request's handler.

@@ -19,6 +19,7 @@ namespace {
 
 using http_testing::RawConnection;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::StartsWith;
 
 Response Echo(const Request& request) {
@@ -69,6 +70,25 @@ TEST_F(HttpServerTest, DecodesPathQueryAndAuthorization) {
       "Connection: close\r\n\r\n");
   EXPECT_THAT(answer, StartsWith("HTTP/1.1 200"));
   EXPECT_THAT(answer, HasSubstr("GET /v1/jobs/a b [q=/y] [team=ml x] auth=Bearer t body="));
+}
+
+TEST_F(HttpServerTest, SendsLocationAndRetryAfterWhenSet) {
+  Serve({}, [](const Request& request) {
+    Response response;
+    response.status = request.path == "/moved" ? 307 : 503;
+    response.location = request.path == "/moved" ? "http://leader:1/moved" : "";
+    response.retry_after_s = request.path == "/moved" ? 0 : 2;
+    return response;
+  });
+  const std::string moved =
+      RoundTrip("GET /moved HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_THAT(moved, StartsWith("HTTP/1.1 307"));
+  EXPECT_THAT(moved, HasSubstr("Location: http://leader:1/moved\r\n"));
+  EXPECT_THAT(moved, Not(HasSubstr("Retry-After")));
+  const std::string busy = RoundTrip("GET /busy HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+  EXPECT_THAT(busy, StartsWith("HTTP/1.1 503"));
+  EXPECT_THAT(busy, HasSubstr("Retry-After: 2\r\n"));
+  EXPECT_THAT(busy, Not(HasSubstr("Location")));
 }
 
 TEST_F(HttpServerTest, AnswersPipelinedRequestsInOrder) {

@@ -3,11 +3,25 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/status.h"
 
 namespace gpufleet::store {
+
+// How a store refuses the commit of a server that does not hold the lease (fencing): nothing of
+// the batch is applied. kFailedPrecondition for the store's callers (this server must not retry
+// the write: it no longer leads); the API answers it 503 with Retry-After, since the same request
+// sent again reaches the new leader (docs/ha.md, "Fencing").
+inline constexpr std::string_view kNotLeaderPrefix = "not the leader: ";
+inline Status NotLeaderError(std::string_view why) {
+  return FailedPreconditionError(std::string(kNotLeaderPrefix) + std::string(why));
+}
+inline bool IsNotLeaderError(const Status& status) {
+  return status.code() == StatusCode::kFailedPrecondition &&
+         status.message().starts_with(kNotLeaderPrefix);
+}
 
 // The lease as one campaigner sees it after a campaign.
 struct LeaseState {

@@ -495,8 +495,7 @@ Status CheckFence(PgSession& session, const std::string& lease, int64_t token) {
                                    " FROM gpufleet.leader_lease WHERE name = $1 FOR SHARE",
                                    Params().Text(lease)));
   if (PQntuples(row.get()) == 0) {
-    return FailedPreconditionError(
-        fmt::format("not the leader: no server has taken the lease \"{}\" yet", lease));
+    return NotLeaderError(fmt::format("no server has taken the lease \"{}\" yet", lease));
   }
   GPUFLEET_ASSIGN_OR_RETURN(const int64_t current, Int64Field(row.get(), 0, 2));
   GPUFLEET_ASSIGN_OR_RETURN(const int64_t live, Int64Field(row.get(), 0, 3));
@@ -507,18 +506,16 @@ Status CheckFence(PgSession& session, const std::string& lease, int64_t token) {
                                                      Field(row.get(), 0, 0), Field(row.get(), 0, 1))
                                        : "no leader holds it now";
   if (token == 0) {
-    return FailedPreconditionError(
-        fmt::format("not the leader: this server does not hold the lease \"{}\" (token {}); {}",
-                    lease, current, leader));
+    return NotLeaderError(fmt::format("this server does not hold the lease \"{}\" (token {}); {}",
+                                      lease, current, leader));
   }
   if (current != token) {
-    return FailedPreconditionError(fmt::format(
-        "not the leader: fencing token {} is stale, the lease \"{}\" is at token {}; {}", token,
-        lease, current, leader));
+    return NotLeaderError(
+        fmt::format("fencing token {} is stale, the lease \"{}\" is at token {}; {}", token, lease,
+                    current, leader));
   }
-  return FailedPreconditionError(fmt::format(
-      "not the leader: the lease \"{}\" of fencing token {} expired before it was renewed", lease,
-      token));
+  return NotLeaderError(fmt::format(
+      "the lease \"{}\" of fencing token {} expired before it was renewed", lease, token));
 }
 
 // Everything of a commit between BEGIN and COMMIT, COMMIT included; with a `fence_lease`, first

@@ -1,14 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/store/testing/fault_injecting_store.h"
 
+#include <utility>
+
 #include <fmt/format.h>
 
 namespace gpufleet::store::testing {
 
-void FaultInjectingStateStore::FailNthCommit(int64_t n, FaultMode mode) {
+void FaultInjectingStateStore::FailNthCommit(int64_t n, FaultMode mode, Status error) {
   std::lock_guard lock(mu_);
   fail_at_commit_ = n >= 1 ? commit_count_ + n : 0;
   mode_ = mode;
+  error_ = std::move(error);
 }
 
 void FaultInjectingStateStore::ClearFault() {
@@ -39,6 +42,7 @@ Status FaultInjectingStateStore::DoCommit(const WriteBatch& batch) {
   int64_t commit = 0;
   bool fail = false;
   FaultMode mode = FaultMode::kBeforeCommit;
+  Status error;
   {
     std::lock_guard lock(mu_);
     commit = ++commit_count_;
@@ -46,6 +50,7 @@ Status FaultInjectingStateStore::DoCommit(const WriteBatch& batch) {
     if (fail) {
       fail_at_commit_ = 0;
       mode = mode_;
+      error = error_;
       ++injected_faults_;
     }
   }
@@ -54,6 +59,9 @@ Status FaultInjectingStateStore::DoCommit(const WriteBatch& batch) {
   }
   if (mode == FaultMode::kAfterCommit) {
     GPUFLEET_RETURN_IF_ERROR(inner_.Commit(batch));
+  }
+  if (!error.ok()) {
+    return error;
   }
   return UnavailableError(fmt::format(
       "injected fault: commit {} ({} operations) failed {}", commit, batch.size(),

@@ -10,8 +10,9 @@
 
 namespace gpufleet::store::testing {
 
-// A StateStore that forwards every call to `inner` but fails chosen commits with kUnavailable,
-// as leveldb's fault-injection Env does, for crash-safety tests of the store's callers.
+// A StateStore that forwards every call to `inner` but fails chosen commits (kUnavailable unless
+// told otherwise), as leveldb's fault-injection Env does, for crash-safety tests of the store's
+// callers.
 //
 //   FaultInjectingStateStore faulty(inner);
 //   faulty.FailNthCommit(2);  // the second Commit from now fails; nothing of it is written
@@ -32,9 +33,10 @@ class FaultInjectingStateStore final : public StateStore {
   FaultInjectingStateStore(const FaultInjectingStateStore&) = delete;
   FaultInjectingStateStore& operator=(const FaultInjectingStateStore&) = delete;
 
-  // Makes the `n`-th commit from now (1: the next one) fail in `mode`; one fault is pending at a
-  // time, a later call replaces it. REQUIRES: n >= 1.
-  void FailNthCommit(int64_t n, FaultMode mode = FaultMode::kBeforeCommit);
+  // Makes the `n`-th commit from now (1: the next one) fail in `mode`, with `error` if it is not
+  // OK (a backend's own refusal, e.g. store::NotLeaderError), else kUnavailable; one fault is
+  // pending at a time, a later call replaces it. REQUIRES: n >= 1.
+  void FailNthCommit(int64_t n, FaultMode mode = FaultMode::kBeforeCommit, Status error = {});
   // Cancels the pending fault, if any.
   void ClearFault();
   // Commits seen so far, failed ones included.
@@ -56,6 +58,7 @@ class FaultInjectingStateStore final : public StateStore {
   int64_t commit_count_ = 0;                   // guarded by mu_
   int64_t fail_at_commit_ = 0;                 // guarded by mu_; 0: no fault pending
   FaultMode mode_ = FaultMode::kBeforeCommit;  // guarded by mu_
+  Status error_;                               // guarded by mu_
   int64_t injected_faults_ = 0;                // guarded by mu_
 };
 

@@ -144,7 +144,7 @@ struct ResultClearer {
 
 }  // namespace
 
-Result<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
+Result<std::unique_ptr<PostgresServer>> PostgresServer::Create() {
   GPUFLEET_ASSIGN_OR_RETURN(std::string bin_dir, FindBinDir());
   GPUFLEET_ASSIGN_OR_RETURN(std::optional<PostgresUser> user, UserToRunAs());
   std::string pattern = (std::filesystem::temp_directory_path() / "gpufleet_pg_XXXXXX").string();
@@ -160,17 +160,43 @@ Result<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
   if (user && chown(pattern.c_str(), user->uid, user->gid) != 0) {
     return UnavailableError(fmt::format("chown {}: {}", pattern, std::strerror(errno)));
   }
-  GPUFLEET_RETURN_IF_ERROR(server->InitDb());
-  GPUFLEET_RETURN_IF_ERROR(server->StartWatchdog());
+  return server;
+}
+
+Status PostgresServer::StartOnAFreePort() {
+  GPUFLEET_RETURN_IF_ERROR(StartWatchdog());
   Status started;
   for (int attempt = 0; attempt < kMaxStartAttempts; ++attempt) {
-    GPUFLEET_ASSIGN_OR_RETURN(server->port_, FreePort());
-    started = server->PgCtlStart();
+    GPUFLEET_ASSIGN_OR_RETURN(port_, FreePort());
+    started = PgCtlStart();
     if (started.ok()) {
-      return server;
+      return started;
     }
   }
   return started;
+}
+
+Result<std::unique_ptr<PostgresServer>> PostgresServer::Start() {
+  GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<PostgresServer> server, Create());
+  GPUFLEET_RETURN_IF_ERROR(server->InitDb());
+  GPUFLEET_RETURN_IF_ERROR(server->StartOnAFreePort());
+  return server;
+}
+
+Result<std::unique_ptr<PostgresServer>> PostgresServer::StartStandby(
+    const PostgresServer& primary) {
+  GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<PostgresServer> server, Create());
+  // -R writes standby.signal and primary_conninfo; -X stream copies the WAL written meanwhile.
+  GPUFLEET_RETURN_IF_ERROR(server->RunTool(
+      "pg_basebackup",
+      {"-D", server->dir_ + "/data", "-h", "127.0.0.1", "-p", std::to_string(primary.port()), "-U",
+       "gf", "-R", "-X", "stream", "-c", "fast", "--no-sync"}));
+  GPUFLEET_RETURN_IF_ERROR(server->StartOnAFreePort());
+  return server;
+}
+
+Status PostgresServer::Promote() {
+  return RunTool("pg_ctl", {"-D", dir_ + "/data", "-w", "-t", kPgCtlTimeoutSeconds, "promote"});
 }
 
 PostgresServer::~PostgresServer() {
@@ -241,6 +267,7 @@ Status PostgresServer::InitDb() {
   std::ofstream hba(dir_ + "/data/pg_hba.conf", std::ios::trunc);
   hba << "local all all trust\n"
          "host all gf 127.0.0.1/32 trust\n"
+         "host replication gf 127.0.0.1/32 trust\n"
          "host all all 127.0.0.1/32 scram-sha-256\n";
   hba.close();
   if (!hba) {
@@ -252,7 +279,7 @@ Status PostgresServer::InitDb() {
 Status PostgresServer::PgCtlStart() {
   const std::string options = fmt::format(
       "-p {} -k '{}' -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off "
-      "-c shared_buffers=16MB -c max_connections=50",
+      "-c shared_buffers=16MB -c max_connections=50 -c wal_retrieve_retry_interval=200ms",
       port_, dir_);
   GPUFLEET_RETURN_IF_ERROR(
       RunTool("pg_ctl", {"-D", dir_ + "/data", "-l", dir_ + "/postgres.log", "-o", options, "-w",

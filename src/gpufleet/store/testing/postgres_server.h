@@ -28,15 +28,21 @@ namespace gpufleet::store::testing {
 // leaves no server behind: a small watchdog process, started with the server, stops it and removes
 // the directory once the test program's end of a pipe closes.
 //
-// Authentication: the superuser `gf` is trusted on loopback; any other role must give its
-// password (scram-sha-256). For speed the server runs with fsync=off: it survives its own
-// restarts (Stop, StartAgain), not a machine crash.
+// Authentication: the superuser `gf` is trusted on loopback, for replication too; any other role
+// must give its password (scram-sha-256). For speed the server runs with fsync=off: it survives its
+// own restarts (Stop, StartAgain), not a machine crash. A standby retries a lost primary every
+// 200 ms (wal_retrieve_retry_interval; its default of 5 s can delay a promotion as long).
 //
 // Not thread-safe.
 class PostgresServer {
  public:
   // Creates the cluster and starts the server.
   static Result<std::unique_ptr<PostgresServer>> Start();
+  // A hot standby of `primary` (which must run): `pg_basebackup -R -X stream` from it into a new
+  // temporary directory, then the standby started on a port of its own, streaming from the
+  // primary. Read-only until Promote. For synchronous replication set the primary's
+  // synchronous_standby_names once the standby streams (pg_stat_replication).
+  static Result<std::unique_ptr<PostgresServer>> StartStandby(const PostgresServer& primary);
 
   ~PostgresServer();
   PostgresServer(const PostgresServer&) = delete;
@@ -49,6 +55,8 @@ class PostgresServer {
   Status Crash();
   // Starts the stopped (or crashed) server again, on the same port and data.
   Status StartAgain();
+  // `pg_ctl promote`, waiting until it is done: a standby becomes a primary that accepts writes.
+  Status Promote();
 
   int port() const { return port_; }
   // The temporary directory (data, logs, unix socket).
@@ -65,6 +73,10 @@ class PostgresServer {
 
  private:
   PostgresServer(std::string bin_dir, std::string dir) : bin_dir_(bin_dir), dir_(dir) {}
+  // An object owning a new temporary directory (the postgres user's when root), no server yet.
+  static Result<std::unique_ptr<PostgresServer>> Create();
+  // The watchdog, then pg_ctl start on a free port (a few tries: another process may take it).
+  Status StartOnAFreePort();
 
   // Runs the server binary `program` with `args`, as the postgres user when root, its output
   // appended to <dir>/<program>.log. kUnavailable naming the log's tail if it fails.
