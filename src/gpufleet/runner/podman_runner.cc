@@ -154,6 +154,8 @@ Result<std::unique_ptr<PodmanRunner>> PodmanRunner::Open(PodmanRunnerOptions opt
         gpus != container.labels.end()) {
       task.status.gpu_uuids = SplitCommas(gpus->second);
     }
+    // The next agent reports the digest as the first one did.
+    task.status.image_digest = runner->ImageDigestOf(name);
     if (!container.running) {
       runner->Finish(task, &container, now);
     }
@@ -584,20 +586,21 @@ void PodmanRunner::LaunchContainer(Task& task, const TaskLaunch& launch) {
     task.status.end_time = clock_.Now();
     return;
   }
-  if (const Result<internal::CommandOutcome> inspected =
-          Podman({"container", "inspect", "--format", "{{.ImageDigest}}", task.container},
-                 options_.command_timeout);
-      inspected.ok() && inspected->exit_code == 0) {
-    // What the run really got, whatever the tag points at later; a digest podman cannot give
-    // only leaves the record without one.
-    std::string digest = inspected->output;
-    while (!digest.empty() && (digest.back() == '\n' || digest.back() == ' ')) {
-      digest.pop_back();
-    }
-    if (digest.starts_with("sha256:")) {
-      task.status.image_digest = std::move(digest);
-    }
+  task.status.image_digest = ImageDigestOf(task.container);
+}
+
+std::string PodmanRunner::ImageDigestOf(const std::string& container) const {
+  const Result<internal::CommandOutcome> inspected =
+      Podman({"container", "inspect", "--format", "{{.ImageDigest}}", container},
+             options_.command_timeout);
+  if (!inspected.ok() || inspected->exit_code != 0) {
+    return "";
   }
+  std::string digest = inspected->output;
+  while (!digest.empty() && (digest.back() == '\n' || digest.back() == ' ')) {
+    digest.pop_back();
+  }
+  return digest.starts_with("sha256:") ? digest : "";
 }
 
 void PodmanRunner::Finish(Task& task, const ContainerState* container, MonoTime now) {

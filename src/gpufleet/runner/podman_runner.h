@@ -188,6 +188,10 @@ class PodmanRunner final : public TaskRunner {
   // Runs the task's container and fences it; a task that cannot start ends kFailedToStart.
   // REQUIRES: mu_ held.
   void LaunchContainer(Task& task, const TaskLaunch& launch);
+  // The digest of the image `container` runs ("sha256:..."), as podman resolved it when it made
+  // the container: what the run really got, whatever the tag points at later. Empty when podman
+  // cannot say.
+  std::string ImageDigestOf(const std::string& container) const;
   // Where the pull of `task_id` writes podman's output.
   std::string PullLogPath(std::string_view task_id) const;
   // Runs the container, labelled with `start_time`; the reason it did not start otherwise.

@@ -433,6 +433,8 @@ TEST_F(PodmanRunnerTest, ANewRunnerAdoptsRunningAndEndedContainers) {
   ASSERT_TRUE(WaitForLog("team/job/main-0/1", "up"));
   EXPECT_EQ(WaitForEnd(*runner_, "team/job/side-0/1").exit_code, 7);
   const MonoTime started = StatusOf(*runner_, "team/job/main-0/1").start_time;
+  const std::string digest = StatusOf(*runner_, "team/job/main-0/1").image_digest;
+  EXPECT_THAT(digest, ::testing::StartsWith("sha256:"));
   runner_.reset();  // the agent restarts; its containers run on
 
   runner_ = OpenRunner(real_clock_);
@@ -443,6 +445,8 @@ TEST_F(PodmanRunnerTest, ANewRunnerAdoptsRunningAndEndedContainers) {
   EXPECT_EQ(adopted[0].state, TaskState::kRunning);
   EXPECT_EQ(adopted[0].start_time, started);
   EXPECT_TRUE(adopted[0].enforces_lease) << "its fence was adopted too";
+  EXPECT_EQ(adopted[0].image_digest, digest) << "reported again after the restart";
+  EXPECT_EQ(adopted[1].image_digest, digest);
   EXPECT_EQ(adopted[1].task_id, "team/job/side-0/1");
   EXPECT_EQ(adopted[1].state, TaskState::kExited);
   EXPECT_EQ(adopted[1].exit_code, 7);

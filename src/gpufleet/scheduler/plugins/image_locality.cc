@@ -20,19 +20,29 @@ int64_t SizeScore(int64_t bytes) {
 
 }  // namespace
 
+ImageLocalityScore::ImageKey ImageLocalityScore::KeyOf(std::string_view reference) {
+  ImageKey key{std::string(reference), std::string(ImageReferenceDigest(reference)), ""};
+  if (key.digest.empty()) {
+    key.canonical = CanonicalImageReference(reference);
+  }
+  return key;
+}
+
 const CachedImage* ImageLocalityScore::FindImage(const Node& node, std::string_view reference) {
-  const std::string_view digest = ImageReferenceDigest(reference);
-  const std::string canonical = digest.empty() ? CanonicalImageReference(reference) : "";
+  return FindImage(node, KeyOf(reference));
+}
+
+const CachedImage* ImageLocalityScore::FindImage(const Node& node, const ImageKey& key) {
   for (const CachedImage& image : node.cached_images) {
-    if (!digest.empty()) {
-      if (image.digest == digest) {
+    if (!key.digest.empty()) {
+      if (image.digest == key.digest) {
         return &image;
       }
       continue;
     }
     // Container engines list the names they hold fully qualified.
     for (const std::string& held : image.references) {
-      if (held == reference || held == canonical) {
+      if (held == key.reference || held == key.canonical) {
         return &image;
       }
     }
@@ -52,6 +62,7 @@ void ImageLocalityScore::PreScore(const CycleState& state, const TaskContext& ta
   if (image_.empty()) {
     return;
   }
+  key_ = KeyOf(image_);
   for (const TaskGroup& group : job.groups) {
     gang_tasks_ += group.image == image_ ? group.replicas : 0;
   }
@@ -60,7 +71,7 @@ void ImageLocalityScore::PreScore(const CycleState& state, const TaskContext& ta
       continue;
     }
     const NodeInfo& node = task.snapshot->nodes()[placed.node];
-    if (const CachedImage* held = FindImage(*node.node, image_)) {
+    if (const CachedImage* held = FindImage(*node.node, key_)) {
       known_bytes_ = std::max(known_bytes_, held->size_bytes);
     } else {
       gang_warm_ = false;
@@ -68,7 +79,7 @@ void ImageLocalityScore::PreScore(const CycleState& state, const TaskContext& ta
     }
   }
   for (const NodeInfo* node : feasible) {
-    if (const CachedImage* held = FindImage(*node->node, image_)) {
+    if (const CachedImage* held = FindImage(*node->node, key_)) {
       known_bytes_ = std::max(known_bytes_, held->size_bytes);
     }
   }
@@ -79,7 +90,7 @@ int64_t ImageLocalityScore::Score(const CycleState& /*state*/, const TaskContext
   if (image_.empty()) {
     return 0;
   }
-  if (const CachedImage* held = FindImage(*node.node, image_)) {
+  if (const CachedImage* held = FindImage(*node.node, key_)) {
     return SizeScore(held->size_bytes) * (gang_warm_ ? gang_tasks_ : 1);
   }
   // The gang pulls the image here anyway: another task saves that node a second pull.

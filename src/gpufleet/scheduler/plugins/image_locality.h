@@ -46,8 +46,18 @@ class ImageLocalityScore final : public ScorePlugin {
   static const CachedImage* FindImage(const Node& node, std::string_view reference);
 
  private:
+  // A reference as FindImage matches it, worked out once per task rather than once per node.
+  struct ImageKey {
+    std::string reference;
+    std::string digest;     // the digest the reference pins; empty when it pins none
+    std::string canonical;  // the canonical name, when no digest is pinned
+  };
+  static ImageKey KeyOf(std::string_view reference);
+  static const CachedImage* FindImage(const Node& node, const ImageKey& key);
+
   // What PreScore works out for the task being placed.
   std::string image_;           // the task's image; empty: no image, every node scores 0
+  ImageKey key_;                // image_ as FindImage matches it
   bool gang_warm_ = false;      // every reserved task with this image is on a holder
   int64_t gang_tasks_ = 0;      // the gang's tasks with this image
   int64_t known_bytes_ = 0;     // the image's size as a holder reports it
