@@ -20,6 +20,7 @@
 #include "gpufleet/fabric/fabric.h"
 #include "gpufleet/fabric/hostlist.h"
 #include "gpufleet/scheduler/registry.h"
+#include "gpufleet/sim/bound.h"
 #include "gpufleet/sim/fill.h"
 #include "gpufleet/sim/fill_report.h"
 #include "gpufleet/sim/openb.h"
@@ -47,6 +48,18 @@ struct FillFlags : CommonFlags {
   std::string pods;
   std::string seeds = "42-51";
   double load = 1.3;
+};
+
+struct BoundFlags {
+  std::string data_dir = GPUFLEET_DEFAULT_DATA_DIR;
+  std::string nodes;
+  std::string pods;
+  std::string seeds = "42-51";
+  double load = 1.3;
+  double time_limit = 10;
+  bool mip = false;
+  int checkpoints = 8;
+  std::string json;
 };
 
 struct ReplayFlags : CommonFlags {
@@ -195,6 +208,87 @@ int RunFillCommand(const FillFlags& flags) {
       [&](std::ostream& out) {
         return sim::WriteFillReport(*results, "gpufleet fill: " + pods_path, out);
       });
+}
+
+double MedianOf(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n == 0 ? 0 : n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+// `gpufleet sim bound`: per seed, no policy leaves fewer GPUs unallocated at 100 % arrived load
+// of `gpufleet sim fill` than the bound printed (docs/policies.md). The solves run one after
+// another: CBC's solver driver is not safe to run on two threads.
+int RunBoundCommand(const BoundFlags& flags) {
+  auto seeds = ParseSeeds(flags.seeds);
+  if (!seeds.ok()) {
+    return Fail(seeds.status());
+  }
+  GpuCatalog catalog = GpuCatalog::Default();
+  const std::string nodes_path =
+      flags.nodes.empty() ? flags.data_dir + "/openb/openb_node_list_gpu_node.csv" : flags.nodes;
+  const std::string pods_path =
+      flags.pods.empty() ? flags.data_dir + "/openb/openb_pod_list_default.csv" : flags.pods;
+  auto cluster = sim::LoadOpenbNodes(nodes_path, catalog);
+  if (!cluster.ok()) {
+    return Fail(cluster.status());
+  }
+  auto pods = sim::LoadOpenbPods(pods_path, catalog);
+  if (!pods.ok()) {
+    return Fail(pods.status());
+  }
+  sim::PackingBoundOptions options;
+  options.lp_only = !flags.mip;
+  options.time_limit_seconds = flags.time_limit;
+  options.checkpoints = flags.checkpoints;
+  fmt::print("bound: {} nodes, {} pods from {}; seeds {}; load target {}x; {}; {} prefixes\n",
+             cluster->nodes.size(), pods->size(), pods_path, flags.seeds, flags.load,
+             flags.mip
+                 ? fmt::format("LP and branch and bound ({} s limit per solve)", flags.time_limit)
+                 : std::string("LP relaxation"),
+             flags.checkpoints);
+  fmt::print("{:>6} {:>7} {:>7} {:>9} {:>9} {:>10} {:>9}  {}\n", "seed", "pods", "events",
+             "LP last", "MIP last", "MIP primal", "bound", "status");
+  auto progress = MakeProgress("bound solves", static_cast<int>(seeds->size()));
+  std::vector<sim::FillBound> bounds;
+  for (const uint64_t seed : *seeds) {
+    auto bound = sim::RunFillBound(*cluster, *pods, catalog, seed, flags.load, options);
+    if (!bound.ok()) {
+      progress->Finish();
+      return Fail(bound.status());
+    }
+    // Unallocated GPUs for a placed milli-GPU figure of the longest prefix; "-" when not run.
+    const auto gpus = [&](double milli) {
+      return milli < 0 ? std::string("-")
+                       : fmt::format("{:.1f}", bound->total_gpus - milli / kMilliPerUnit);
+    };
+    const sim::PackingBound& solve = bound->solve;
+    fmt::print("{:>6} {:>7} {:>7} {:>9} {:>9} {:>10} {:>9.1f}  {}\n", seed, bound->pods_packed,
+               bound->events, gpus(solve.lp_bound), gpus(solve.mip_dual_bound),
+               gpus(solve.mip_primal), bound->unallocated_gpus_bound,
+               !flags.mip            ? "LP"
+               : bound->time_limited ? "time limit hit: dual bound"
+                                     : "branch and bound finished");
+    bounds.push_back(*std::move(bound));
+    progress->Advance();
+  }
+  progress->Finish();
+  std::vector<double> values;
+  bool time_limited = false;
+  for (const sim::FillBound& bound : bounds) {
+    values.push_back(bound.unallocated_gpus_bound);
+    time_limited = time_limited || bound.time_limited;
+  }
+  fmt::print("median lower bound on unallocated GPUs at 100 %: {:.1f}{}\n", MedianOf(values),
+             time_limited ? " (some solves hit the time limit: dual bounds)" : "");
+  if (flags.json.empty()) {
+    return 0;
+  }
+  const Status written = WriteOutputFile(flags.json, [&](std::ostream& out) {
+    sim::WriteBoundJson(bounds, out);
+    return Status::Ok();
+  });
+  return written.ok() ? 0 : Fail(written);
 }
 
 void PrintReplaySummary(const std::vector<sim::ReplayResult>& results) {
@@ -479,6 +573,27 @@ Action AddSimCommand(CLI::App& app) {
   fill->add_option("--load", fill_flags->load, "arrived load to stop at, times GPU capacity")
       ->check(CLI::Range(0.01, 10.0));
 
+  auto bound_flags = std::make_shared<BoundFlags>();
+  CLI::App* bound = sim->add_subcommand(
+      "bound", "a proven lower bound on the GPUs `sim fill` leaves unallocated at 100% load");
+  bound->add_option("--data-dir", bound_flags->data_dir, "directory of the bundled traces");
+  bound->add_option("--nodes", bound_flags->nodes, "openb node list (default: the bundled one)");
+  bound->add_option("--pods", bound_flags->pods, "openb pod list (default: the bundled default)");
+  bound->add_option("--seeds", bound_flags->seeds, "a range \"42-51\" or a list \"1,2\"");
+  bound->add_option("--load", bound_flags->load, "the fill experiment's load target")
+      ->check(CLI::Range(1.0, 10.0));
+  bound->add_flag("--mip", bound_flags->mip,
+                  "also run CBC's branch and bound after the LP; its dual bound counts");
+  bound
+      ->add_option("--time-limit", bound_flags->time_limit,
+                   "with --mip: wall seconds of branch and bound per solve (default 10)")
+      ->check(CLI::Range(0.01, 86400.0));
+  bound
+      ->add_option("--checkpoints", bound_flags->checkpoints,
+                   "arrival prefixes solved within the 100% point (default 8)")
+      ->check(CLI::Range(1, 1000));
+  bound->add_option("--json", bound_flags->json, "write the bounds to this JSON file");
+
   auto replay_flags = std::make_shared<ReplayFlags>();
   CLI::App* replay =
       sim->add_subcommand("replay", "replay a job trace over time: arrivals, queueing, departures");
@@ -536,10 +651,13 @@ Action AddSimCommand(CLI::App& app) {
   const SimSubcommand interactive = AddSimInteractiveCommand(*sim);
   const SimSubcommand coldstart = AddSimColdStartCommand(*sim);
 
-  return [fill, fill_flags, replay, replay_flags, failures, autoscale, mig, fairness, backfill,
-          interactive, coldstart] {
+  return [fill, fill_flags, bound, bound_flags, replay, replay_flags, failures, autoscale, mig,
+          fairness, backfill, interactive, coldstart] {
     if (fill->parsed()) {
       return RunFillCommand(*fill_flags);
+    }
+    if (bound->parsed()) {
+      return RunBoundCommand(*bound_flags);
     }
     if (replay->parsed()) {
       return RunReplayCommand(*replay_flags);
