@@ -48,6 +48,7 @@ struct FillFlags : CommonFlags {
   std::string pods;
   std::string seeds = "42-51";
   double load = 1.3;
+  bool bound = false;  // also the LP lower bound per seed and each policy's gap to it
 };
 
 struct BoundFlags {
@@ -168,6 +169,12 @@ std::unique_ptr<sim::ProgressBar> MakeProgress(const std::string& label, int run
   return std::make_unique<sim::ProgressBar>(std::cerr, enabled, label, runs);
 }
 
+double MedianOf(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n == 0 ? 0 : n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
 int RunFillCommand(const FillFlags& flags) {
   auto seeds = ParseSeeds(flags.seeds);
   if (!seeds.ok()) {
@@ -202,18 +209,32 @@ int RunFillCommand(const FillFlags& flags) {
   if (!results.ok()) {
     return Fail(results.status());
   }
-  sim::PrintFillSummary(sim::SummarizeFill(*results), std::cout);
+  sim::FillBoundsBySeed bounds;
+  if (flags.bound) {
+    // The LP relaxation: under a second per seed; `sim bound --mip` for the branch and bound.
+    sim::PackingBoundOptions bound_options;
+    for (const uint64_t seed : *seeds) {
+      auto bound = sim::RunFillBound(*cluster, *pods, catalog, seed, flags.load, bound_options);
+      if (!bound.ok()) {
+        return Fail(bound.status());
+      }
+      bounds[seed] = bound->unallocated_gpus_bound;
+    }
+  }
+  sim::PrintFillSummary(sim::SummarizeFill(*results, bounds), std::cout);
+  if (flags.bound) {
+    std::vector<double> values;
+    for (const auto& [seed, value] : bounds) {
+      values.push_back(value);
+    }
+    fmt::print("lower bound (LP, gpufleet sim bound): median {:.1f} unallocated GPUs at 100 %\n",
+               MedianOf(values));
+  }
   return WriteOutputs(
-      flags, [&](std::ostream& out) { sim::WriteFillJson(*results, out); },
+      flags, [&](std::ostream& out) { sim::WriteFillJson(*results, out, bounds); },
       [&](std::ostream& out) {
-        return sim::WriteFillReport(*results, "gpufleet fill: " + pods_path, out);
+        return sim::WriteFillReport(*results, "gpufleet fill: " + pods_path, out, bounds);
       });
-}
-
-double MedianOf(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n == 0 ? 0 : n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 // `gpufleet sim bound`: per seed, no policy leaves fewer GPUs unallocated at 100 % arrived load
@@ -572,6 +593,8 @@ Action AddSimCommand(CLI::App& app) {
   fill->add_option("--seeds", fill_flags->seeds, "a range \"42-51\" or a list \"1,2\"");
   fill->add_option("--load", fill_flags->load, "arrived load to stop at, times GPU capacity")
       ->check(CLI::Range(0.01, 10.0));
+  fill->add_flag("--bound", fill_flags->bound,
+                 "also each seed's lower bound (`sim bound`, LP) and each policy's gap to it");
 
   auto bound_flags = std::make_shared<BoundFlags>();
   CLI::App* bound = sim->add_subcommand(
