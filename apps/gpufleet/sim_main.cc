@@ -239,7 +239,7 @@ int RunFillCommand(const FillFlags& flags) {
 
 // `gpufleet sim bound`: per seed, no policy leaves fewer GPUs unallocated at 100 % arrived load
 // of `gpufleet sim fill` than the bound printed (docs/policies.md). The solves run one after
-// another: CBC's solver driver is not safe to run on two threads.
+// another: CBC's solver driver is not documented as safe on two threads.
 int RunBoundCommand(const BoundFlags& flags) {
   auto seeds = ParseSeeds(flags.seeds);
   if (!seeds.ok()) {

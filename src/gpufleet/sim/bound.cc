@@ -76,7 +76,7 @@ Result<std::vector<std::vector<int>>> MaximalSharePatterns(const std::vector<int
   return patterns;
 }
 
-// A sparse linear program, min c'x, rows <= upper bound, columns in [0, upper].
+// A sparse linear program, min c'x, rows <= upper bound, columns in [0, upper]. Thread-compatible.
 class Model {
  public:
   int AddRow(double upper) {
@@ -100,6 +100,11 @@ class Model {
     std::vector<int> index;
     std::vector<double> value;
   };
+  const std::vector<double>& objective() const { return objective_; }
+  const std::vector<double>& column_upper() const { return column_upper_; }
+  const std::vector<double>& row_upper() const { return row_upper_; }
+  bool integer(int column) const { return integer_[column]; }
+
   Csc ToCsc() const {
     Csc csc;
     csc.start.push_back(0);
@@ -113,6 +118,7 @@ class Model {
     return csc;
   }
 
+ private:
   std::vector<double> objective_;
   std::vector<double> column_upper_;
   std::vector<bool> integer_;
@@ -134,8 +140,8 @@ Result<double> SolveLp(const Model& model) {
   const std::vector<double> lower(model.columns(), 0.0);
   const std::vector<double> row_lower(model.rows(), -kInfinity);
   Clp_loadProblem(clp.get(), model.columns(), model.rows(), csc.start.data(), csc.index.data(),
-                  csc.value.data(), lower.data(), model.column_upper_.data(),
-                  model.objective_.data(), row_lower.data(), model.row_upper_.data());
+                  csc.value.data(), lower.data(), model.column_upper().data(),
+                  model.objective().data(), row_lower.data(), model.row_upper().data());
   Clp_setLogLevel(clp.get(), 0);
   Clp_initialSolve(clp.get());
   if (Clp_isProvenOptimal(clp.get()) == 0) {
@@ -158,10 +164,10 @@ Result<MipOutcome> SolveMip(const Model& model, double seconds) {
   const std::vector<double> lower(model.columns(), 0.0);
   const std::vector<double> row_lower(model.rows(), -kInfinity);
   Cbc_loadProblem(cbc.get(), model.columns(), model.rows(), csc.start.data(), csc.index.data(),
-                  csc.value.data(), lower.data(), model.column_upper_.data(),
-                  model.objective_.data(), row_lower.data(), model.row_upper_.data());
+                  csc.value.data(), lower.data(), model.column_upper().data(),
+                  model.objective().data(), row_lower.data(), model.row_upper().data());
   for (int column = 0; column < model.columns(); ++column) {
-    if (model.integer_[column]) {
+    if (model.integer(column)) {
       Cbc_setInteger(cbc.get(), column);
     }
   }
