@@ -169,10 +169,22 @@ std::unique_ptr<sim::ProgressBar> MakeProgress(const std::string& label, int run
   return std::make_unique<sim::ProgressBar>(std::cerr, enabled, label, runs);
 }
 
-double MedianOf(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n == 0 ? 0 : n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+// The openb node and pod lists of `sim fill` and `sim bound`: the bundled ones unless given.
+struct OpenbInputs {
+  std::string pods_path;
+  Cluster cluster;
+  std::vector<Job> pods;
+};
+
+Result<OpenbInputs> LoadOpenbInputs(const std::string& data_dir, const std::string& nodes,
+                                    const std::string& pods, GpuCatalog& catalog) {
+  OpenbInputs inputs;
+  const std::string nodes_path =
+      nodes.empty() ? data_dir + "/openb/openb_node_list_gpu_node.csv" : nodes;
+  inputs.pods_path = pods.empty() ? data_dir + "/openb/openb_pod_list_default.csv" : pods;
+  GPUFLEET_ASSIGN_OR_RETURN(inputs.cluster, sim::LoadOpenbNodes(nodes_path, catalog));
+  GPUFLEET_ASSIGN_OR_RETURN(inputs.pods, sim::LoadOpenbPods(inputs.pods_path, catalog));
+  return inputs;
 }
 
 int RunFillCommand(const FillFlags& flags) {
@@ -185,25 +197,20 @@ int RunFillCommand(const FillFlags& flags) {
     return Fail(policies.status());
   }
   GpuCatalog catalog = GpuCatalog::Default();
-  const std::string nodes_path =
-      flags.nodes.empty() ? flags.data_dir + "/openb/openb_node_list_gpu_node.csv" : flags.nodes;
-  const std::string pods_path =
-      flags.pods.empty() ? flags.data_dir + "/openb/openb_pod_list_default.csv" : flags.pods;
-  auto cluster = sim::LoadOpenbNodes(nodes_path, catalog);
-  if (!cluster.ok()) {
-    return Fail(cluster.status());
+  auto inputs = LoadOpenbInputs(flags.data_dir, flags.nodes, flags.pods, catalog);
+  if (!inputs.ok()) {
+    return Fail(inputs.status());
   }
-  auto pods = sim::LoadOpenbPods(pods_path, catalog);
-  if (!pods.ok()) {
-    return Fail(pods.status());
-  }
+  const std::string& pods_path = inputs->pods_path;
+  const Cluster& cluster = inputs->cluster;
+  const std::vector<Job>& pods = inputs->pods;
   fmt::print("fill: {} nodes, {} pods from {}; policies {}; seeds {}; load target {}x\n",
-             cluster->nodes.size(), pods->size(), pods_path, fmt::join(*policies, ","), flags.seeds,
+             cluster.nodes.size(), pods.size(), pods_path, fmt::join(*policies, ","), flags.seeds,
              flags.load);
   sim::FillOptions options;
   options.load_target = flags.load;
   auto progress = MakeProgress("fill runs", static_cast<int>(policies->size() * seeds->size()));
-  auto results = sim::RunFillMatrix(*cluster, *pods, catalog, *policies, *seeds, options,
+  auto results = sim::RunFillMatrix(cluster, pods, catalog, *policies, *seeds, options,
                                     flags.threads, [&] { progress->Advance(); });
   progress->Finish();
   if (!results.ok()) {
@@ -211,10 +218,10 @@ int RunFillCommand(const FillFlags& flags) {
   }
   sim::FillBoundsBySeed bounds;
   if (flags.bound) {
-    // The LP relaxation: under a second per seed; `sim bound --mip` for the branch and bound.
+    // The LP relaxation at 8 prefixes, seconds per seed; `sim bound --mip` adds branch and bound.
     sim::PackingBoundOptions bound_options;
     for (const uint64_t seed : *seeds) {
-      auto bound = sim::RunFillBound(*cluster, *pods, catalog, seed, flags.load, bound_options);
+      auto bound = sim::RunFillBound(cluster, pods, catalog, seed, flags.load, bound_options);
       if (!bound.ok()) {
         return Fail(bound.status());
       }
@@ -228,7 +235,7 @@ int RunFillCommand(const FillFlags& flags) {
       values.push_back(value);
     }
     fmt::print("lower bound (LP, gpufleet sim bound): median {:.1f} unallocated GPUs at 100 %\n",
-               MedianOf(values));
+               sim::Median(values));
   }
   return WriteOutputs(
       flags, [&](std::ostream& out) { sim::WriteFillJson(*results, out, bounds); },
@@ -246,24 +253,19 @@ int RunBoundCommand(const BoundFlags& flags) {
     return Fail(seeds.status());
   }
   GpuCatalog catalog = GpuCatalog::Default();
-  const std::string nodes_path =
-      flags.nodes.empty() ? flags.data_dir + "/openb/openb_node_list_gpu_node.csv" : flags.nodes;
-  const std::string pods_path =
-      flags.pods.empty() ? flags.data_dir + "/openb/openb_pod_list_default.csv" : flags.pods;
-  auto cluster = sim::LoadOpenbNodes(nodes_path, catalog);
-  if (!cluster.ok()) {
-    return Fail(cluster.status());
+  auto inputs = LoadOpenbInputs(flags.data_dir, flags.nodes, flags.pods, catalog);
+  if (!inputs.ok()) {
+    return Fail(inputs.status());
   }
-  auto pods = sim::LoadOpenbPods(pods_path, catalog);
-  if (!pods.ok()) {
-    return Fail(pods.status());
-  }
+  const std::string& pods_path = inputs->pods_path;
+  const Cluster& cluster = inputs->cluster;
+  const std::vector<Job>& pods = inputs->pods;
   sim::PackingBoundOptions options;
   options.lp_only = !flags.mip;
   options.time_limit_seconds = flags.time_limit;
   options.checkpoints = flags.checkpoints;
   fmt::print("bound: {} nodes, {} pods from {}; seeds {}; load target {}x; {}; {} prefixes\n",
-             cluster->nodes.size(), pods->size(), pods_path, flags.seeds, flags.load,
+             cluster.nodes.size(), pods.size(), pods_path, flags.seeds, flags.load,
              flags.mip
                  ? fmt::format("LP and branch and bound ({} s limit per solve)", flags.time_limit)
                  : std::string("LP relaxation"),
@@ -273,7 +275,7 @@ int RunBoundCommand(const BoundFlags& flags) {
   auto progress = MakeProgress("bound solves", static_cast<int>(seeds->size()));
   std::vector<sim::FillBound> bounds;
   for (const uint64_t seed : *seeds) {
-    auto bound = sim::RunFillBound(*cluster, *pods, catalog, seed, flags.load, options);
+    auto bound = sim::RunFillBound(cluster, pods, catalog, seed, flags.load, options);
     if (!bound.ok()) {
       progress->Finish();
       return Fail(bound.status());
@@ -300,7 +302,7 @@ int RunBoundCommand(const BoundFlags& flags) {
     values.push_back(bound.unallocated_gpus_bound);
     time_limited = time_limited || bound.time_limited;
   }
-  fmt::print("median lower bound on unallocated GPUs at 100 %: {:.1f}{}\n", MedianOf(values),
+  fmt::print("median lower bound on unallocated GPUs at 100 %: {:.1f}{}\n", sim::Median(values),
              time_limited ? " (some solves hit the time limit: dual bounds)" : "");
   if (flags.json.empty()) {
     return 0;

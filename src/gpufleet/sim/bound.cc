@@ -16,6 +16,7 @@
 
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/sim/fill.h"
+#include "gpufleet/sim/fill_report.h"
 
 namespace gpufleet::sim {
 namespace {
@@ -448,8 +449,10 @@ Result<PackingBound> SolvePackingBound(const PackingProblem& problem,
     bound.mip_primal = std::isfinite(mip.primal) ? -mip.primal : -1;
     bound.proven_optimal = mip.optimal;
     bound.time_limited = mip.time_limited;
-    // Both bound the same maximum; a dual bound CBC never moved past its start is useless.
-    if (std::isfinite(bound.mip_dual_bound)) {
+    // Both bound the same maximum. A dual bound below a feasible point (placing nothing, or
+    // CBC's incumbent) cannot be one: CBC reported no bound, and the LP's stands.
+    const double feasible = std::max(0.0, bound.mip_primal);
+    if (std::isfinite(bound.mip_dual_bound) && bound.mip_dual_bound >= feasible - 1e-6) {
       best = std::min(best, bound.mip_dual_bound);
     }
   }
@@ -547,13 +550,10 @@ void WriteBoundJson(const std::vector<FillBound>& bounds, std::ostream& out) {
     values.push_back(bound.unallocated_gpus_bound);
     any_time_limited = any_time_limited || bound.time_limited;
   }
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
   Json json = Json::object();
   json["mode"] = "bound";
   json["runs"] = std::move(runs);
-  json["median_unallocated_gpus_bound"] =
-      n == 0 ? Json() : Json(n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2);
+  json["median_unallocated_gpus_bound"] = values.empty() ? Json() : Json(Median(values));
   json["any_time_limited"] = any_time_limited;
   out << json.dump() << "\n";
 }

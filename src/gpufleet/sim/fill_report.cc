@@ -21,6 +21,13 @@ double Mean(const std::vector<double>& values) {
   return sum / static_cast<double>(values.size());
 }
 
+double AllocationAt(const FillResult& result, int percent) {
+  const FillPoint* point = result.At(percent);
+  return point == nullptr ? 0 : point->allocation_percent;
+}
+
+}  // namespace
+
 double Median(std::vector<double> values) {
   if (values.empty()) {
     return 0;
@@ -29,13 +36,6 @@ double Median(std::vector<double> values) {
   const size_t mid = values.size() / 2;
   return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2.0;
 }
-
-double AllocationAt(const FillResult& result, int percent) {
-  const FillPoint* point = result.At(percent);
-  return point == nullptr ? 0 : point->allocation_percent;
-}
-
-}  // namespace
 
 std::vector<FillPolicySummary> SummarizeFill(const std::vector<FillResult>& results,
                                              const FillBoundsBySeed& bounds) {

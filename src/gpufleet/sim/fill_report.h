@@ -29,6 +29,9 @@ struct FillPolicySummary {
   std::optional<double> median_gap_to_bound;
 };
 
+// The median of `values`; 0 when empty.
+double Median(std::vector<double> values);
+
 // Per seed, the lower bound on unallocated GPUs at 100 % (`RunFillBound`).
 using FillBoundsBySeed = std::map<uint64_t, double>;
 

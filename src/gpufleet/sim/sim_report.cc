@@ -301,13 +301,11 @@ Status WriteFillReport(const std::vector<FillResult>& results, const std::string
     for (const auto& [seed, value] : bounds) {
       values.push_back(value);
     }
-    std::sort(values.begin(), values.end());
-    const size_t n = values.size();
     append(
         "<p class=\"note\">Lower bound (gpufleet sim bound, {} seed(s)): no policy can leave "
         "fewer than a median of {} GPUs unallocated at 100 % arrived load "
         "(docs/policies.md).</p>\n",
-        n, Fixed(n % 2 == 1 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2, 1));
+        values.size(), Fixed(Median(values), 1));
   }
 
   body += "<h2>GPU allocation</h2>\n";
