@@ -42,21 +42,20 @@ struct CommonFlags {
   int threads = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
 };
 
-struct FillFlags : CommonFlags {
+// The openb trace and seeds of the fill experiment, for `sim fill` and `sim bound`.
+struct OpenbFlags {
   std::string data_dir = GPUFLEET_DEFAULT_DATA_DIR;
   std::string nodes;
   std::string pods;
   std::string seeds = "42-51";
   double load = 1.3;
+};
+
+struct FillFlags : CommonFlags, OpenbFlags {
   bool bound = false;  // also the LP lower bound per seed and each policy's gap to it
 };
 
-struct BoundFlags {
-  std::string data_dir = GPUFLEET_DEFAULT_DATA_DIR;
-  std::string nodes;
-  std::string pods;
-  std::string seeds = "42-51";
-  double load = 1.3;
+struct BoundFlags : OpenbFlags {
   double time_limit = 10;
   bool mip = false;
   int checkpoints = 8;
@@ -169,38 +168,45 @@ std::unique_ptr<sim::ProgressBar> MakeProgress(const std::string& label, int run
   return std::make_unique<sim::ProgressBar>(std::cerr, enabled, label, runs);
 }
 
-// The openb node and pod lists of `sim fill` and `sim bound`: the bundled ones unless given.
+// The seeds, node list and pod list of `sim fill` and `sim bound`: the bundled lists unless given.
 struct OpenbInputs {
+  std::vector<uint64_t> seeds;
   std::string pods_path;
   Cluster cluster;
   std::vector<Job> pods;
 };
 
-Result<OpenbInputs> LoadOpenbInputs(const std::string& data_dir, const std::string& nodes,
-                                    const std::string& pods, GpuCatalog& catalog) {
+Result<OpenbInputs> LoadOpenbInputs(const OpenbFlags& flags, GpuCatalog& catalog) {
   OpenbInputs inputs;
+  GPUFLEET_ASSIGN_OR_RETURN(inputs.seeds, ParseSeeds(flags.seeds));
   const std::string nodes_path =
-      nodes.empty() ? data_dir + "/openb/openb_node_list_gpu_node.csv" : nodes;
-  inputs.pods_path = pods.empty() ? data_dir + "/openb/openb_pod_list_default.csv" : pods;
+      flags.nodes.empty() ? flags.data_dir + "/openb/openb_node_list_gpu_node.csv" : flags.nodes;
+  inputs.pods_path =
+      flags.pods.empty() ? flags.data_dir + "/openb/openb_pod_list_default.csv" : flags.pods;
   GPUFLEET_ASSIGN_OR_RETURN(inputs.cluster, sim::LoadOpenbNodes(nodes_path, catalog));
   GPUFLEET_ASSIGN_OR_RETURN(inputs.pods, sim::LoadOpenbPods(inputs.pods_path, catalog));
   return inputs;
 }
 
+// --data-dir, --nodes, --pods and --seeds.
+void AddOpenbFlags(CLI::App* command, OpenbFlags& flags) {
+  command->add_option("--data-dir", flags.data_dir, "directory of the bundled traces");
+  command->add_option("--nodes", flags.nodes, "openb node list (default: the bundled one)");
+  command->add_option("--pods", flags.pods, "openb pod list (default: the bundled default)");
+  command->add_option("--seeds", flags.seeds, "a range \"42-51\" or a list \"1,2\"");
+}
+
 int RunFillCommand(const FillFlags& flags) {
-  auto seeds = ParseSeeds(flags.seeds);
-  if (!seeds.ok()) {
-    return Fail(seeds.status());
-  }
   auto policies = ParsePolicies(flags.policy, scheduler::PlacementPolicyNames());
   if (!policies.ok()) {
     return Fail(policies.status());
   }
   GpuCatalog catalog = GpuCatalog::Default();
-  auto inputs = LoadOpenbInputs(flags.data_dir, flags.nodes, flags.pods, catalog);
+  auto inputs = LoadOpenbInputs(flags, catalog);
   if (!inputs.ok()) {
     return Fail(inputs.status());
   }
+  const std::vector<uint64_t>& seeds = inputs->seeds;
   const std::string& pods_path = inputs->pods_path;
   const Cluster& cluster = inputs->cluster;
   const std::vector<Job>& pods = inputs->pods;
@@ -209,8 +215,8 @@ int RunFillCommand(const FillFlags& flags) {
              flags.load);
   sim::FillOptions options;
   options.load_target = flags.load;
-  auto progress = MakeProgress("fill runs", static_cast<int>(policies->size() * seeds->size()));
-  auto results = sim::RunFillMatrix(cluster, pods, catalog, *policies, *seeds, options,
+  auto progress = MakeProgress("fill runs", static_cast<int>(policies->size() * seeds.size()));
+  auto results = sim::RunFillMatrix(cluster, pods, catalog, *policies, seeds, options,
                                     flags.threads, [&] { progress->Advance(); });
   progress->Finish();
   if (!results.ok()) {
@@ -220,7 +226,7 @@ int RunFillCommand(const FillFlags& flags) {
   if (flags.bound) {
     // The LP relaxation at 8 prefixes, seconds per seed; `sim bound --mip` adds branch and bound.
     sim::PackingBoundOptions bound_options;
-    for (const uint64_t seed : *seeds) {
+    for (const uint64_t seed : seeds) {
       auto bound = sim::RunFillBound(cluster, pods, catalog, seed, flags.load, bound_options);
       if (!bound.ok()) {
         return Fail(bound.status());
@@ -248,15 +254,12 @@ int RunFillCommand(const FillFlags& flags) {
 // of `gpufleet sim fill` than the bound printed (docs/policies.md). The solves run one after
 // another: CBC's solver driver is not documented as safe on two threads.
 int RunBoundCommand(const BoundFlags& flags) {
-  auto seeds = ParseSeeds(flags.seeds);
-  if (!seeds.ok()) {
-    return Fail(seeds.status());
-  }
   GpuCatalog catalog = GpuCatalog::Default();
-  auto inputs = LoadOpenbInputs(flags.data_dir, flags.nodes, flags.pods, catalog);
+  auto inputs = LoadOpenbInputs(flags, catalog);
   if (!inputs.ok()) {
     return Fail(inputs.status());
   }
+  const std::vector<uint64_t>& seeds = inputs->seeds;
   const std::string& pods_path = inputs->pods_path;
   const Cluster& cluster = inputs->cluster;
   const std::vector<Job>& pods = inputs->pods;
@@ -272,9 +275,9 @@ int RunBoundCommand(const BoundFlags& flags) {
              flags.checkpoints);
   fmt::print("{:>6} {:>7} {:>7} {:>9} {:>9} {:>10} {:>9}  {}\n", "seed", "pods", "events",
              "LP last", "MIP last", "MIP primal", "bound", "status");
-  auto progress = MakeProgress("bound solves", static_cast<int>(seeds->size()));
+  auto progress = MakeProgress("bound solves", static_cast<int>(seeds.size()));
   std::vector<sim::FillBound> bounds;
-  for (const uint64_t seed : *seeds) {
+  for (const uint64_t seed : seeds) {
     auto bound = sim::RunFillBound(cluster, pods, catalog, seed, flags.load, options);
     if (!bound.ok()) {
       progress->Finish();
@@ -589,10 +592,7 @@ Action AddSimCommand(CLI::App& app) {
   AddCommonFlags(fill, *fill_flags,
                  "\"all\" or placement policies, comma-separated: random, dot-prod, "
                  "gpu-clustering, gpu-packing, best-fit, fgd, gpufleet");
-  fill->add_option("--data-dir", fill_flags->data_dir, "directory of the bundled traces");
-  fill->add_option("--nodes", fill_flags->nodes, "openb node list (default: the bundled one)");
-  fill->add_option("--pods", fill_flags->pods, "openb pod list (default: the bundled default)");
-  fill->add_option("--seeds", fill_flags->seeds, "a range \"42-51\" or a list \"1,2\"");
+  AddOpenbFlags(fill, *fill_flags);
   fill->add_option("--load", fill_flags->load, "arrived load to stop at, times GPU capacity")
       ->check(CLI::Range(0.01, 10.0));
   fill->add_flag("--bound", fill_flags->bound,
@@ -601,10 +601,7 @@ Action AddSimCommand(CLI::App& app) {
   auto bound_flags = std::make_shared<BoundFlags>();
   CLI::App* bound = sim->add_subcommand(
       "bound", "a proven lower bound on the GPUs `sim fill` leaves unallocated at 100% load");
-  bound->add_option("--data-dir", bound_flags->data_dir, "directory of the bundled traces");
-  bound->add_option("--nodes", bound_flags->nodes, "openb node list (default: the bundled one)");
-  bound->add_option("--pods", bound_flags->pods, "openb pod list (default: the bundled default)");
-  bound->add_option("--seeds", bound_flags->seeds, "a range \"42-51\" or a list \"1,2\"");
+  AddOpenbFlags(bound, *bound_flags);
   bound->add_option("--load", bound_flags->load, "the fill experiment's load target")
       ->check(CLI::Range(1.0, 10.0));
   bound->add_flag("--mip", bound_flags->mip,
