@@ -20,6 +20,7 @@
 #include "gpufleet/fabric/fabric.h"
 #include "gpufleet/fabric/hostlist.h"
 #include "gpufleet/scheduler/registry.h"
+#include "gpufleet/sim/bound.h"
 #include "gpufleet/sim/fill.h"
 #include "gpufleet/sim/fill_report.h"
 #include "gpufleet/sim/openb.h"
@@ -41,12 +42,24 @@ struct CommonFlags {
   int threads = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
 };
 
-struct FillFlags : CommonFlags {
+// The openb trace and seeds of the fill experiment, for `sim fill` and `sim bound`.
+struct OpenbFlags {
   std::string data_dir = GPUFLEET_DEFAULT_DATA_DIR;
   std::string nodes;
   std::string pods;
   std::string seeds = "42-51";
   double load = 1.3;
+};
+
+struct FillFlags : CommonFlags, OpenbFlags {
+  bool bound = false;  // also the LP lower bound per seed and each policy's gap to it
+};
+
+struct BoundFlags : OpenbFlags {
+  double time_limit = 10;
+  bool mip = false;
+  int checkpoints = 8;
+  std::string json;
 };
 
 struct ReplayFlags : CommonFlags {
@@ -155,46 +168,153 @@ std::unique_ptr<sim::ProgressBar> MakeProgress(const std::string& label, int run
   return std::make_unique<sim::ProgressBar>(std::cerr, enabled, label, runs);
 }
 
+// The seeds, node list and pod list of `sim fill` and `sim bound`: the bundled lists unless given.
+struct OpenbInputs {
+  std::vector<uint64_t> seeds;
+  std::string pods_path;
+  Cluster cluster;
+  std::vector<Job> pods;
+};
+
+Result<OpenbInputs> LoadOpenbInputs(const OpenbFlags& flags, GpuCatalog& catalog) {
+  OpenbInputs inputs;
+  GPUFLEET_ASSIGN_OR_RETURN(inputs.seeds, ParseSeeds(flags.seeds));
+  const std::string nodes_path =
+      flags.nodes.empty() ? flags.data_dir + "/openb/openb_node_list_gpu_node.csv" : flags.nodes;
+  inputs.pods_path =
+      flags.pods.empty() ? flags.data_dir + "/openb/openb_pod_list_default.csv" : flags.pods;
+  GPUFLEET_ASSIGN_OR_RETURN(inputs.cluster, sim::LoadOpenbNodes(nodes_path, catalog));
+  GPUFLEET_ASSIGN_OR_RETURN(inputs.pods, sim::LoadOpenbPods(inputs.pods_path, catalog));
+  return inputs;
+}
+
+// --data-dir, --nodes, --pods and --seeds.
+void AddOpenbFlags(CLI::App* command, OpenbFlags& flags) {
+  command->add_option("--data-dir", flags.data_dir, "directory of the bundled traces");
+  command->add_option("--nodes", flags.nodes, "openb node list (default: the bundled one)");
+  command->add_option("--pods", flags.pods, "openb pod list (default: the bundled default)");
+  command->add_option("--seeds", flags.seeds, "a range \"42-51\" or a list \"1,2\"");
+}
+
 int RunFillCommand(const FillFlags& flags) {
-  auto seeds = ParseSeeds(flags.seeds);
-  if (!seeds.ok()) {
-    return Fail(seeds.status());
-  }
   auto policies = ParsePolicies(flags.policy, scheduler::PlacementPolicyNames());
   if (!policies.ok()) {
     return Fail(policies.status());
   }
   GpuCatalog catalog = GpuCatalog::Default();
-  const std::string nodes_path =
-      flags.nodes.empty() ? flags.data_dir + "/openb/openb_node_list_gpu_node.csv" : flags.nodes;
-  const std::string pods_path =
-      flags.pods.empty() ? flags.data_dir + "/openb/openb_pod_list_default.csv" : flags.pods;
-  auto cluster = sim::LoadOpenbNodes(nodes_path, catalog);
-  if (!cluster.ok()) {
-    return Fail(cluster.status());
+  auto inputs = LoadOpenbInputs(flags, catalog);
+  if (!inputs.ok()) {
+    return Fail(inputs.status());
   }
-  auto pods = sim::LoadOpenbPods(pods_path, catalog);
-  if (!pods.ok()) {
-    return Fail(pods.status());
-  }
+  const std::vector<uint64_t>& seeds = inputs->seeds;
+  const std::string& pods_path = inputs->pods_path;
+  const Cluster& cluster = inputs->cluster;
+  const std::vector<Job>& pods = inputs->pods;
   fmt::print("fill: {} nodes, {} pods from {}; policies {}; seeds {}; load target {}x\n",
-             cluster->nodes.size(), pods->size(), pods_path, fmt::join(*policies, ","), flags.seeds,
+             cluster.nodes.size(), pods.size(), pods_path, fmt::join(*policies, ","), flags.seeds,
              flags.load);
   sim::FillOptions options;
   options.load_target = flags.load;
-  auto progress = MakeProgress("fill runs", static_cast<int>(policies->size() * seeds->size()));
-  auto results = sim::RunFillMatrix(*cluster, *pods, catalog, *policies, *seeds, options,
+  auto progress = MakeProgress("fill runs", static_cast<int>(policies->size() * seeds.size()));
+  auto results = sim::RunFillMatrix(cluster, pods, catalog, *policies, seeds, options,
                                     flags.threads, [&] { progress->Advance(); });
   progress->Finish();
   if (!results.ok()) {
     return Fail(results.status());
   }
-  sim::PrintFillSummary(sim::SummarizeFill(*results), std::cout);
+  sim::FillBoundsBySeed bounds;
+  if (flags.bound) {
+    // The LP relaxation at 8 prefixes, seconds per seed; `sim bound --mip` adds branch and bound.
+    sim::PackingBoundOptions bound_options;
+    for (const uint64_t seed : seeds) {
+      auto bound = sim::RunFillBound(cluster, pods, catalog, seed, flags.load, bound_options);
+      if (!bound.ok()) {
+        return Fail(bound.status());
+      }
+      bounds[seed] = bound->unallocated_gpus_bound;
+    }
+  }
+  sim::PrintFillSummary(sim::SummarizeFill(*results, bounds), std::cout);
+  if (flags.bound) {
+    std::vector<double> values;
+    for (const auto& [seed, value] : bounds) {
+      values.push_back(value);
+    }
+    fmt::print("lower bound (LP, gpufleet sim bound): median {:.1f} unallocated GPUs at 100 %\n",
+               sim::Median(values));
+  }
   return WriteOutputs(
-      flags, [&](std::ostream& out) { sim::WriteFillJson(*results, out); },
+      flags, [&](std::ostream& out) { sim::WriteFillJson(*results, out, bounds); },
       [&](std::ostream& out) {
-        return sim::WriteFillReport(*results, "gpufleet fill: " + pods_path, out);
+        return sim::WriteFillReport(*results, "gpufleet fill: " + pods_path, out, bounds);
       });
+}
+
+// `gpufleet sim bound`: per seed, no policy leaves fewer GPUs unallocated at 100 % arrived load
+// of `gpufleet sim fill` than the bound printed (docs/policies.md). The solves run one after
+// another: CBC's solver driver is not documented as safe on two threads.
+int RunBoundCommand(const BoundFlags& flags) {
+  GpuCatalog catalog = GpuCatalog::Default();
+  auto inputs = LoadOpenbInputs(flags, catalog);
+  if (!inputs.ok()) {
+    return Fail(inputs.status());
+  }
+  const std::vector<uint64_t>& seeds = inputs->seeds;
+  const std::string& pods_path = inputs->pods_path;
+  const Cluster& cluster = inputs->cluster;
+  const std::vector<Job>& pods = inputs->pods;
+  sim::PackingBoundOptions options;
+  options.lp_only = !flags.mip;
+  options.time_limit_seconds = flags.time_limit;
+  options.checkpoints = flags.checkpoints;
+  fmt::print("bound: {} nodes, {} pods from {}; seeds {}; load target {}x; {}; {} prefixes\n",
+             cluster.nodes.size(), pods.size(), pods_path, flags.seeds, flags.load,
+             flags.mip
+                 ? fmt::format("LP and branch and bound ({} s limit per solve)", flags.time_limit)
+                 : std::string("LP relaxation"),
+             flags.checkpoints);
+  fmt::print("{:>6} {:>7} {:>7} {:>9} {:>9} {:>10} {:>9}  {}\n", "seed", "pods", "events",
+             "LP last", "MIP last", "MIP primal", "bound", "status");
+  auto progress = MakeProgress("bound solves", static_cast<int>(seeds.size()));
+  std::vector<sim::FillBound> bounds;
+  for (const uint64_t seed : seeds) {
+    auto bound = sim::RunFillBound(cluster, pods, catalog, seed, flags.load, options);
+    if (!bound.ok()) {
+      progress->Finish();
+      return Fail(bound.status());
+    }
+    // Unallocated GPUs for a placed milli-GPU figure of the longest prefix; "-" when not run.
+    const auto gpus = [&](double milli) {
+      return milli < 0 ? std::string("-")
+                       : fmt::format("{:.1f}", bound->total_gpus - milli / kMilliPerUnit);
+    };
+    const sim::PackingBound& solve = bound->solve;
+    fmt::print("{:>6} {:>7} {:>7} {:>9} {:>9} {:>10} {:>9.1f}  {}\n", seed, bound->pods_packed,
+               bound->events, gpus(solve.lp_bound), gpus(solve.mip_dual_bound),
+               gpus(solve.mip_primal), bound->unallocated_gpus_bound,
+               !flags.mip            ? "LP"
+               : bound->time_limited ? "time limit hit: dual bound"
+                                     : "branch and bound finished");
+    bounds.push_back(*std::move(bound));
+    progress->Advance();
+  }
+  progress->Finish();
+  std::vector<double> values;
+  bool time_limited = false;
+  for (const sim::FillBound& bound : bounds) {
+    values.push_back(bound.unallocated_gpus_bound);
+    time_limited = time_limited || bound.time_limited;
+  }
+  fmt::print("median lower bound on unallocated GPUs at 100 %: {:.1f}{}\n", sim::Median(values),
+             time_limited ? " (some solves hit the time limit: dual bounds)" : "");
+  if (flags.json.empty()) {
+    return 0;
+  }
+  const Status written = WriteOutputFile(flags.json, [&](std::ostream& out) {
+    sim::WriteBoundJson(bounds, out);
+    return Status::Ok();
+  });
+  return written.ok() ? 0 : Fail(written);
 }
 
 void PrintReplaySummary(const std::vector<sim::ReplayResult>& results) {
@@ -472,12 +592,29 @@ Action AddSimCommand(CLI::App& app) {
   AddCommonFlags(fill, *fill_flags,
                  "\"all\" or placement policies, comma-separated: random, dot-prod, "
                  "gpu-clustering, gpu-packing, best-fit, fgd, gpufleet");
-  fill->add_option("--data-dir", fill_flags->data_dir, "directory of the bundled traces");
-  fill->add_option("--nodes", fill_flags->nodes, "openb node list (default: the bundled one)");
-  fill->add_option("--pods", fill_flags->pods, "openb pod list (default: the bundled default)");
-  fill->add_option("--seeds", fill_flags->seeds, "a range \"42-51\" or a list \"1,2\"");
+  AddOpenbFlags(fill, *fill_flags);
   fill->add_option("--load", fill_flags->load, "arrived load to stop at, times GPU capacity")
       ->check(CLI::Range(0.01, 10.0));
+  fill->add_flag("--bound", fill_flags->bound,
+                 "also each seed's lower bound (`sim bound`, LP) and each policy's gap to it");
+
+  auto bound_flags = std::make_shared<BoundFlags>();
+  CLI::App* bound = sim->add_subcommand(
+      "bound", "a proven lower bound on the GPUs `sim fill` leaves unallocated at 100% load");
+  AddOpenbFlags(bound, *bound_flags);
+  bound->add_option("--load", bound_flags->load, "the fill experiment's load target")
+      ->check(CLI::Range(1.0, 10.0));
+  bound->add_flag("--mip", bound_flags->mip,
+                  "also run CBC's branch and bound after the LP; its dual bound counts");
+  bound
+      ->add_option("--time-limit", bound_flags->time_limit,
+                   "with --mip: wall seconds of branch and bound per solve (default 10)")
+      ->check(CLI::Range(0.01, 86400.0));
+  bound
+      ->add_option("--checkpoints", bound_flags->checkpoints,
+                   "arrival prefixes solved within the 100% point (default 8)")
+      ->check(CLI::Range(1, 1000));
+  bound->add_option("--json", bound_flags->json, "write the bounds to this JSON file");
 
   auto replay_flags = std::make_shared<ReplayFlags>();
   CLI::App* replay =
@@ -536,10 +673,13 @@ Action AddSimCommand(CLI::App& app) {
   const SimSubcommand interactive = AddSimInteractiveCommand(*sim);
   const SimSubcommand coldstart = AddSimColdStartCommand(*sim);
 
-  return [fill, fill_flags, replay, replay_flags, failures, autoscale, mig, fairness, backfill,
-          interactive, coldstart] {
+  return [fill, fill_flags, bound, bound_flags, replay, replay_flags, failures, autoscale, mig,
+          fairness, backfill, interactive, coldstart] {
     if (fill->parsed()) {
       return RunFillCommand(*fill_flags);
+    }
+    if (bound->parsed()) {
+      return RunBoundCommand(*bound_flags);
     }
     if (replay->parsed()) {
       return RunReplayCommand(*replay_flags);

@@ -76,6 +76,37 @@ std::vector<Job> FillArrivalOrder(const std::vector<Job>& pods, int64_t capacity
   return order;
 }
 
+int ArrivedPercent(int64_t arrived_milli, int64_t capacity_milli) {
+  return static_cast<int>(std::nearbyint(100.0 * static_cast<double>(arrived_milli) /
+                                         static_cast<double>(capacity_milli)));
+}
+
+std::vector<size_t> FillEventsAt(const std::vector<Job>& order, int64_t capacity_milli,
+                                 int percent) {
+  std::vector<int> percents;
+  percents.reserve(order.size());
+  int64_t arrived = 0;
+  for (const Job& pod : order) {
+    arrived += pod.RequestedGpuMilliTotal();
+    percents.push_back(ArrivedPercent(arrived, capacity_milli));
+  }
+  // The same rule as RunFill's points: the percent's own events, else its neighbours'.
+  std::vector<size_t> events;
+  for (size_t i = 0; i < percents.size(); ++i) {
+    if (percents[i] == percent) {
+      events.push_back(i);
+    }
+  }
+  if (events.empty()) {
+    for (size_t i = 0; i < percents.size(); ++i) {
+      if (percents[i] == percent - 1 || percents[i] == percent + 1) {
+        events.push_back(i);
+      }
+    }
+  }
+  return events;
+}
+
 Result<FillResult> RunFill(const Cluster& cluster, const std::vector<Job>& pods,
                            const GpuCatalog& catalog, const FillOptions& options) {
   // The reference simulator renames nodes with a seeded random prefix, which puts them in a
@@ -135,8 +166,7 @@ Result<FillResult> RunFill(const Cluster& cluster, const std::vector<Job>& pods,
     }
     const double allocated = static_cast<double>(snapshot.AllocatedGpuMilli());
     const double idle = static_cast<double>(capacity) - allocated;
-    const int percent = static_cast<int>(
-        std::nearbyint(100.0 * static_cast<double>(arrived) / static_cast<double>(capacity)));
+    const int percent = ArrivedPercent(arrived, capacity);
     Bucket& bucket = buckets[percent];
     bucket.allocation += 100.0 * allocated / static_cast<double>(capacity);
     bucket.fragmentation += 100.0 * total_fragmentation / static_cast<double>(capacity);

@@ -54,6 +54,15 @@ struct FillResult {
 std::vector<Job> FillArrivalOrder(const std::vector<Job>& pods, int64_t capacity_milli,
                                   double load_target, uint64_t seed);
 
+// Arrived load in whole percent of `capacity_milli`, rounded as the experiment buckets events.
+int ArrivedPercent(int64_t arrived_milli, int64_t capacity_milli);
+
+// The events (indices into `order`, one per arrival) whose measurements make up the point at
+// `percent`: those whose arrived load rounds to it or, when there are none, those of its
+// neighbours; empty when the point is not recorded.
+std::vector<size_t> FillEventsAt(const std::vector<Job>& order, int64_t capacity_milli,
+                                 int percent);
+
 // kInvalidArgument for an unknown policy or an invalid cluster.
 Result<FillResult> RunFill(const Cluster& cluster, const std::vector<Job>& pods,
                            const GpuCatalog& catalog, const FillOptions& options);

@@ -21,6 +21,13 @@ double Mean(const std::vector<double>& values) {
   return sum / static_cast<double>(values.size());
 }
 
+double AllocationAt(const FillResult& result, int percent) {
+  const FillPoint* point = result.At(percent);
+  return point == nullptr ? 0 : point->allocation_percent;
+}
+
+}  // namespace
+
 double Median(std::vector<double> values) {
   if (values.empty()) {
     return 0;
@@ -30,14 +37,8 @@ double Median(std::vector<double> values) {
   return values.size() % 2 == 1 ? values[mid] : (values[mid - 1] + values[mid]) / 2.0;
 }
 
-double AllocationAt(const FillResult& result, int percent) {
-  const FillPoint* point = result.At(percent);
-  return point == nullptr ? 0 : point->allocation_percent;
-}
-
-}  // namespace
-
-std::vector<FillPolicySummary> SummarizeFill(const std::vector<FillResult>& results) {
+std::vector<FillPolicySummary> SummarizeFill(const std::vector<FillResult>& results,
+                                             const FillBoundsBySeed& bounds) {
   std::vector<std::string> order;
   std::map<std::string, std::vector<const FillResult*>> by_policy;
   for (const FillResult& result : results) {
@@ -50,8 +51,12 @@ std::vector<FillPolicySummary> SummarizeFill(const std::vector<FillResult>& resu
   for (const std::string& policy : order) {
     const auto& runs = by_policy[policy];
     std::vector<double> unallocated, unallocated_percent, a80, a90, a100, a130, frag100, rate90;
+    std::vector<double> gaps;
     for (const FillResult* run : runs) {
       unallocated.push_back(run->UnallocatedGpusAt(100));
+      if (auto bound = bounds.find(run->seed); bound != bounds.end() && run->At(100) != nullptr) {
+        gaps.push_back(run->UnallocatedGpusAt(100) - bound->second);
+      }
       unallocated_percent.push_back(100.0 - AllocationAt(*run, 100));
       a80.push_back(AllocationAt(*run, 80));
       a90.push_back(AllocationAt(*run, 90));
@@ -65,22 +70,30 @@ std::vector<FillPolicySummary> SummarizeFill(const std::vector<FillResult>& resu
     summaries.push_back({policy, static_cast<int>(runs.size()), Median(unallocated),
                          Mean(unallocated_percent), Mean(a80), Mean(a90), Mean(a100), Mean(a130),
                          Mean(frag100), Mean(rate90)});
+    if (!gaps.empty()) {
+      summaries.back().median_gap_to_bound = Median(gaps);
+    }
   }
   return summaries;
 }
 
 void PrintFillSummary(const std::vector<FillPolicySummary>& summaries, std::ostream& out) {
-  fmt::print(out, "{:<16} {:>5} {:>13} {:>9} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10}\n", "policy",
+  const bool gaps = std::any_of(summaries.begin(), summaries.end(),
+                                [](const FillPolicySummary& s) { return s.median_gap_to_bound; });
+  fmt::print(out, "{:<16} {:>5} {:>13} {:>9} {:>8} {:>8} {:>8} {:>8} {:>10} {:>10}{}\n", "policy",
              "seeds", "unalloc@100", "unalloc%", "alloc@80", "alloc@90", "alloc@100", "alloc@130",
-             "frag%@100", "fragrate@90");
+             "frag%@100", "fragrate@90", gaps ? fmt::format(" {:>10}", "gap@100") : "");
   for (const FillPolicySummary& s : summaries) {
     fmt::print(out,
                "{:<16} {:>5} {:>13.1f} {:>9.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>8.2f} {:>10.2f} "
-               "{:>10.1f}\n",
+               "{:>10.1f}{}\n",
                s.policy, s.seeds, s.median_unallocated_gpus_at_100,
                s.mean_unallocated_percent_at_100, s.mean_allocation_at_80, s.mean_allocation_at_90,
                s.mean_allocation_at_100, s.mean_allocation_at_130,
-               s.mean_fragmentation_percent_at_100, s.mean_fragmentation_rate_at_90);
+               s.mean_fragmentation_percent_at_100, s.mean_fragmentation_rate_at_90,
+               !gaps                   ? std::string()
+               : s.median_gap_to_bound ? fmt::format(" {:>10.1f}", *s.median_gap_to_bound)
+                                       : fmt::format(" {:>10}", "-"));
   }
 }
 

@@ -136,7 +136,8 @@ std::string NumCell(const std::string& text) {
 
 }  // namespace
 
-void WriteFillJson(const std::vector<FillResult>& results, std::ostream& out) {
+void WriteFillJson(const std::vector<FillResult>& results, std::ostream& out,
+                   const FillBoundsBySeed& bounds) {
   Json json = Json::object();
   json["mode"] = "fill";
   Json runs = Json::array();
@@ -170,14 +171,27 @@ void WriteFillJson(const std::vector<FillResult>& results, std::ostream& out) {
   }
   json["runs"] = std::move(runs);
   Json summary = Json::array();
-  for (const FillPolicySummary& policy : SummarizeFill(results)) {
+  for (const FillPolicySummary& policy : SummarizeFill(results, bounds)) {
     Json entry = Json::object();
     entry["policy"] = policy.policy;
     entry["median_unallocated_gpus_at_100"] = Number(policy.median_unallocated_gpus_at_100);
     entry["mean_allocation_ratio_at_100"] = Number(policy.mean_allocation_at_100);
+    if (policy.median_gap_to_bound) {
+      entry["median_gap_to_bound"] = Number(*policy.median_gap_to_bound);
+    }
     summary.push_back(std::move(entry));
   }
   json["summary"] = std::move(summary);
+  if (!bounds.empty()) {
+    Json entries = Json::array();
+    for (const auto& [seed, value] : bounds) {
+      Json entry = Json::object();
+      entry["seed"] = seed;
+      entry["unallocated_gpus_bound"] = Number(value);
+      entries.push_back(std::move(entry));
+    }
+    json["bounds"] = std::move(entries);
+  }
   Dump(json, out);
 }
 
@@ -234,11 +248,11 @@ void WriteReplayJson(const std::vector<ReplayResult>& results, std::ostream& out
 }
 
 Status WriteFillReport(const std::vector<FillResult>& results, const std::string& title,
-                       std::ostream& out) {
+                       std::ostream& out, const FillBoundsBySeed& bounds) {
   if (results.empty()) {
     return InvalidArgumentError("no fill runs to report");
   }
-  const std::vector<FillPolicySummary> summaries = SummarizeFill(results);
+  const std::vector<FillPolicySummary> summaries = SummarizeFill(results, bounds);
   std::set<uint64_t> seeds;
   std::set<int> gpus;
   for (const FillResult& result : results) {
@@ -262,8 +276,11 @@ Status WriteFillReport(const std::vector<FillResult>& results, const std::string
       "<th rowspan=\"2\">unallocated at 100 % (% of GPUs)</th>"
       "<th colspan=\"4\">allocation (% of capacity) at arrived load</th>"
       "<th rowspan=\"2\">fragmentation at 100 % (% of capacity)</th>"
-      "<th rowspan=\"2\">fragmentation rate at 90 % (% of idle)</th></tr>\n"
-      "<tr><th>80 %</th><th>90 %</th><th>100 %</th><th>130 %</th></tr>\n";
+      "<th rowspan=\"2\">fragmentation rate at 90 % (% of idle)</th>" +
+      std::string(bounds.empty() ? ""
+                                 : "<th rowspan=\"2\">gap to the lower bound at 100 % (GPUs, "
+                                   "median)</th>") +
+      "</tr>\n<tr><th>80 %</th><th>90 %</th><th>100 %</th><th>130 %</th></tr>\n";
   for (const FillPolicySummary& s : summaries) {
     body +=
         "<tr>" + Cell(s.policy) + NumCell(std::to_string(s.seeds)) +
@@ -272,9 +289,24 @@ Status WriteFillReport(const std::vector<FillResult>& results, const std::string
         NumCell(Fixed(s.mean_allocation_at_80, 2)) + NumCell(Fixed(s.mean_allocation_at_90, 2)) +
         NumCell(Fixed(s.mean_allocation_at_100, 2)) + NumCell(Fixed(s.mean_allocation_at_130, 2)) +
         NumCell(Fixed(s.mean_fragmentation_percent_at_100, 2)) +
-        NumCell(Fixed(s.mean_fragmentation_rate_at_90, 1)) + "</tr>\n";
+        NumCell(Fixed(s.mean_fragmentation_rate_at_90, 1)) +
+        (bounds.empty()          ? std::string()
+         : s.median_gap_to_bound ? NumCell(Fixed(*s.median_gap_to_bound, 1))
+                                 : NumCell("-")) +
+        "</tr>\n";
   }
   body += "</table>\n";
+  if (!bounds.empty()) {
+    std::vector<double> values;
+    for (const auto& [seed, value] : bounds) {
+      values.push_back(value);
+    }
+    append(
+        "<p class=\"note\">Lower bound (gpufleet sim bound, {} seed(s)): no policy can leave "
+        "fewer than a median of {} GPUs unallocated at 100 % arrived load "
+        "(docs/policies.md).</p>\n",
+        values.size(), Fixed(Median(values), 1));
+  }
 
   body += "<h2>GPU allocation</h2>\n";
   AppendFigure({.title = "GPU allocation ratio vs arrived load",

@@ -8,6 +8,7 @@
 
 #include "gpufleet/core/status.h"
 #include "gpufleet/sim/fill.h"
+#include "gpufleet/sim/fill_report.h"
 #include "gpufleet/sim/replay.h"
 
 // The simulator's outputs beyond the CSV series: JSON for programs, a self-contained HTML page
@@ -22,12 +23,15 @@ namespace gpufleet::sim {
 //             "fragmentation_ratio":[...],  // index = arrived load %, value = fragmentation %
 //                                           //   of the capacity
 //             "unallocated_gpus_at_100"}],
-//    "summary":[{"policy","median_unallocated_gpus_at_100","mean_allocation_ratio_at_100"}]}
+//    "summary":[{"policy","median_unallocated_gpus_at_100","mean_allocation_ratio_at_100",
+//                "median_gap_to_bound" (with bounds)}],
+//    "bounds":[{"seed","unallocated_gpus_bound"}] (with bounds)}
 // on one line. The ratio arrays have 131 entries (0 .. 130 %), more when a run recorded points
 // past 130 %, with null where a run recorded no point; unallocated_gpus_at_100 is null when the
 // run did not reach 100 %. Numbers are rounded to 4 decimals. Runs are in the given order,
 // summaries in the order of `SummarizeFill`.
-void WriteFillJson(const std::vector<FillResult>& results, std::ostream& out);
+void WriteFillJson(const std::vector<FillResult>& results, std::ostream& out,
+                   const FillBoundsBySeed& bounds = {});
 
 // Writes
 //   {"mode":"replay",
@@ -41,11 +45,12 @@ void WriteFillJson(const std::vector<FillResult>& results, std::ostream& out);
 // on one line; durations in seconds, numbers rounded to 4 decimals.
 void WriteReplayJson(const std::vector<ReplayResult>& results, std::ostream& out);
 
-// An HTML5 page titled `title`: the `SummarizeFill` table, the mean allocation (% of capacity)
-// over each policy's seeds against the arrived load, and the mean fragmentation likewise.
-// kInvalidArgument when `results` is empty; kUnavailable when `out` fails.
+// An HTML5 page titled `title`: the `SummarizeFill` table (with each policy's gap to `bounds`
+// when given), the mean allocation (% of capacity) over each policy's seeds against the arrived
+// load, and the mean fragmentation likewise. kInvalidArgument when `results` is empty;
+// kUnavailable when `out` fails.
 Status WriteFillReport(const std::vector<FillResult>& results, const std::string& title,
-                       std::ostream& out);
+                       std::ostream& out, const FillBoundsBySeed& bounds = {});
 
 // An HTML5 page titled `title`: a table of every run (policies, seed, jobs, makespan, mean GPUs
 // allocated, mean/p50/p90/p99 queueing delay and job completion time) and charts of the GPUs

@@ -264,6 +264,26 @@ TEST(FillHtmlReport, IsWellFormedAndSelfContained) {
   EXPECT_THAT(html, HasSubstr("<title>fill on openb</title>"));
 }
 
+TEST(FillHtmlReport, GapToTheBoundPerPolicyWhenGiven) {
+  // fgd leaves 80 (seed 42) and 70 (seed 43) GPUs, random 80 (seed 42).
+  const FillBoundsBySeed bounds = {{42, 30.0}, {43, 40.0}};
+  std::ostringstream out;
+  ASSERT_OK(WriteFillReport(FillRuns(), "fill", out, bounds));
+  const std::string html = out.str();
+  EXPECT_EQ(CheckNesting(html), "");
+  EXPECT_THAT(html, HasSubstr("gap to the lower bound at 100 %"));
+  EXPECT_THAT(html, HasSubstr("<td class=\"num\">40.0</td></tr>"));  // fgd: gaps 50 and 30
+  EXPECT_THAT(html, HasSubstr("<td class=\"num\">50.0</td></tr>"));  // random: 80 - 30
+  EXPECT_THAT(html, HasSubstr("fewer than a median of 35.0 GPUs unallocated"));
+  std::ostringstream json;
+  WriteFillJson(FillRuns(), json, bounds);
+  EXPECT_THAT(json.str(), HasSubstr("\"median_gap_to_bound\":40"));
+  EXPECT_THAT(json.str(), HasSubstr("\"bounds\":[{\"seed\":42,\"unallocated_gpus_bound\":30"));
+  std::ostringstream plain;
+  ASSERT_OK(WriteFillReport(FillRuns(), "fill", plain));
+  EXPECT_THAT(plain.str(), ::testing::Not(HasSubstr("lower bound")));
+}
+
 TEST(FillHtmlReport, ChartsOneMeanSeriesPerPolicy) {
   std::ostringstream out;
   ASSERT_OK(WriteFillReport(FillRuns(), "fill", out));
