@@ -3,13 +3,15 @@
 // every 10 s plus 100 job submissions per second: API p99 <= 50 ms and scheduling-cycle p99 <=
 // 100 ms on 2 cores). The real ApiServer on a SQLite store in a temporary directory (or the
 // PostgreSQL database --store names, whose gpufleet schema must be empty), serving
-// HTTP on loopback; 2,000 nodes registered through the agent protocol; then, for --seconds,
+// HTTP on loopback; 2,000 nodes registered through the agent protocol, --register-threads (64)
+// at once, timed; then, for --seconds,
 // heartbeat and submit threads at fixed rates over keep-alive connections, and a scheduling
 // cycle every --cycle-ms timed around RunSchedulingCycle (the function the server's loop runs).
 // The load generator shares the machine's cores with the server, so the figures are an upper
 // bound. Prints a table.
 //
 //   control_plane_load --nodes 2000 --seconds 60
+//   control_plane_load --nodes 10000 --register-only   (issue 15: 10,000 agents at once)
 //   control_plane_load --nodes 2000 --seconds 60 --store postgresql://gf@127.0.0.1:25432/load
 #include <unistd.h>
 
