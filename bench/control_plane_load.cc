@@ -3,13 +3,15 @@
 // every 10 s plus 100 job submissions per second: API p99 <= 50 ms and scheduling-cycle p99 <=
 // 100 ms on 2 cores). The real ApiServer on a SQLite store in a temporary directory (or the
 // PostgreSQL database --store names, whose gpufleet schema must be empty), serving
-// HTTP on loopback; 2,000 nodes registered through the agent protocol; then, for --seconds,
+// HTTP on loopback; 2,000 nodes registered through the agent protocol, --register-threads (64)
+// at once, timed; then, for --seconds,
 // heartbeat and submit threads at fixed rates over keep-alive connections, and a scheduling
 // cycle every --cycle-ms timed around RunSchedulingCycle (the function the server's loop runs).
 // The load generator shares the machine's cores with the server, so the figures are an upper
 // bound. Prints a table.
 //
 //   control_plane_load --nodes 2000 --seconds 60
+//   control_plane_load --nodes 10000 --register-only   (issue 15: 10,000 agents at once)
 //   control_plane_load --nodes 2000 --seconds 60 --store postgresql://gf@127.0.0.1:25432/load
 #include <unistd.h>
 
@@ -130,7 +132,7 @@ Result<std::unique_ptr<store::StateStore>> OpenStore(const std::filesystem::path
 }
 
 int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycle_ms,
-        bool print_cycles, const std::string& store_uri) {
+        bool print_cycles, const std::string& store_uri, int register_threads, bool register_only) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / fmt::format("gpufleet-load-{}", getpid());
   std::filesystem::create_directories(dir);
@@ -166,28 +168,65 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
   while (!(*server)->RunSchedulingCycle().ok()) {
   }
   // Each node exchanges the join token for its own credential at registration and heartbeats
-  // with that one, as real agents do.
+  // with that one, as real agents do. --register-threads agents register at once, each thread
+  // taking the next node, as a fleet does when the server comes up.
   std::vector<std::string> node_tokens(static_cast<size_t>(nodes));
+  Latencies registrations;
+  const auto register_start = Clock::now();
   {
-    httplib::Client client("127.0.0.1", *port);
-    client.set_keep_alive(true);
-    const httplib::Headers headers = {{"Authorization", "Bearer " + agent}};
-    for (int i = 0; i < nodes; ++i) {
-      const auto result =
-          client.Post("/v1/agents/register", headers,
-                      wire::RegisterRequestToJson(NodeInventory(i, 16)), "application/json");
-      if (!result || result->status != 200) {
-        fmt::print(stderr, "register node {}: {}\n", i,
-                   result ? result->body : httplib::to_string(result.error()));
-        return 1;
-      }
-      const Result<wire::AgentReply> reply = wire::ParseAgentReply(result->body);
-      if (!reply.ok() || reply->node_token.empty()) {
-        fmt::print(stderr, "register node {}: no node credential in {}\n", i, result->body);
-        return 1;
-      }
-      node_tokens[static_cast<size_t>(i)] = reply->node_token;
+    std::atomic<int> next_node{0};
+    std::atomic<bool> failed{false};
+    std::vector<std::thread> registering;
+    for (int t = 0; t < register_threads; ++t) {
+      registering.emplace_back([&] {
+        httplib::Client client("127.0.0.1", *port);
+        client.set_keep_alive(true);
+        client.set_tcp_nodelay(true);
+        const httplib::Headers headers = {{"Authorization", "Bearer " + agent}};
+        for (int i = next_node.fetch_add(1); i < nodes && !failed.load();
+             i = next_node.fetch_add(1)) {
+          const auto start = Clock::now();
+          const auto result =
+              client.Post("/v1/agents/register", headers,
+                          wire::RegisterRequestToJson(NodeInventory(i, 16)), "application/json");
+          registrations.Add(std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
+                            result && result->status == 200);
+          if (!result || result->status != 200) {
+            fmt::print(stderr, "register node {}: {}\n", i,
+                       result ? result->body : httplib::to_string(result.error()));
+            failed.store(true);
+            return;
+          }
+          const Result<wire::AgentReply> reply = wire::ParseAgentReply(result->body);
+          if (!reply.ok() || reply->node_token.empty()) {
+            fmt::print(stderr, "register node {}: no node credential in {}\n", i, result->body);
+            failed.store(true);
+            return;
+          }
+          node_tokens[static_cast<size_t>(i)] = reply->node_token;
+        }
+      });
     }
+    for (std::thread& thread : registering) {
+      thread.join();
+    }
+    if (failed.load()) {
+      return 1;
+    }
+  }
+  const double register_s = std::chrono::duration<double>(Clock::now() - register_start).count();
+  fmt::print("registration: {} nodes by {} agents at once in {:.2f} s ({:.0f}/s)\n", nodes,
+             register_threads, register_s, nodes / register_s);
+  fflush(stdout);
+  if (register_only) {
+    (*server)->Stop();
+    std::filesystem::remove_all(dir);
+    fmt::print("{:<22} {:>8} {:>7} {:>9} {:>9} {:>9}\n", "what", "count", "errors", "p50 ms",
+               "p99 ms", "max ms");
+    fmt::print("{:<22} {:>8} {:>7} {:>9.2f} {:>9.2f} {:>9.2f}\n", "POST register",
+               registrations.ms.size(), registrations.errors, Percentile(registrations.ms, 0.5),
+               Percentile(registrations.ms, 0.99), Percentile(registrations.ms, 1.0));
+    return 0;
   }
 
   std::atomic<bool> stop{false};
@@ -244,7 +283,8 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
   fmt::print("{:<22} {:>8} {:>7} {:>9} {:>9} {:>9}\n", "what", "count", "errors", "p50 ms",
              "p99 ms", "max ms");
   for (const auto& [name, latencies] :
-       {std::pair<const char*, Latencies*>{"POST heartbeat", &heartbeats},
+       {std::pair<const char*, Latencies*>{"POST register", &registrations},
+        {"POST heartbeat", &heartbeats},
         {"POST /v1/jobs", &submissions}}) {
     fmt::print("{:<22} {:>8} {:>7} {:>9.2f} {:>9.2f} {:>9.2f}\n", name, latencies->ms.size(),
                latencies->errors, Percentile(latencies->ms, 0.5), Percentile(latencies->ms, 0.99),
@@ -276,6 +316,14 @@ int main(int argc, char** argv) {
   std::string store_uri;
   app.add_option("--store", store_uri,
                  "a PostgreSQL URI; default: SQLite in a temporary directory");
+  int register_threads = 64;
+  app.add_option("--register-threads", register_threads,
+                 "agents registering at once before the load starts")
+      ->check(CLI::Range(1, 1024));
+  bool register_only = false;
+  app.add_flag("--register-only", register_only,
+               "register the nodes, print the registration time and stop");
   CLI11_PARSE(app, argc, argv);
-  return gpufleet::Run(nodes, seconds, heartbeat_s, submit_rate, cycle_ms, print_cycles, store_uri);
+  return gpufleet::Run(nodes, seconds, heartbeat_s, submit_rate, cycle_ms, print_cycles, store_uri,
+                       register_threads, register_only);
 }

@@ -6,8 +6,10 @@
 //
 //   restart_bench --gpufleet build/apps/gpufleet/gpufleet --jobs 100000 --runs 5
 //
-// The jobs: all submitted through ApiServer::Handle (a team, a queue and a member token as a
-// user would have them), then all but --active of them cancelled, then one scheduling cycle on
+// The jobs: submitted through ApiServer::Handle (a team, a queue and a member token as a user
+// would have them), then all but --active of them cancelled (at most 2,000 cancelled this way;
+// a larger store's other finished jobs are copies of those under new names, written straight
+// through the store API in batches), then one scheduling cycle on
 // a 64 x 8 GPU cluster places what fits and gives the rest a pending reason. The documents and
 // event logs are then copied into DIR/gpufleet.db in large batches (submitting 100,000 jobs one
 // fsync at a time would take minutes and measure nothing of interest).
@@ -38,6 +40,7 @@
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/store/sqlite_store.h"
+#include "gpufleet/wire/json_scan.h"
 
 namespace gpufleet {
 namespace {
@@ -46,6 +49,9 @@ using Json = nlohmann::json;
 
 constexpr char kMemberToken[] = "restart-bench-member-token-0123456789";
 constexpr size_t kCopyBatchObjects = 2000;
+// Finished jobs submitted and cancelled through the server; the rest of a large store's
+// finished jobs are copies of these, written straight into the store (see CloneFinished).
+constexpr int kTemplateFinished = 2000;
 
 struct Flags {
   std::string gpufleet = "build/apps/gpufleet/gpufleet";
@@ -111,6 +117,66 @@ Status CopyStore(store::StateStore& from, store::StateStore& to,
   return to.Commit(batch);
 }
 
+// Replaces every occurrence of `from` in `text` by `to`.
+std::string ReplaceAll(std::string text, const std::string& from, const std::string& to) {
+  for (size_t at = text.find(from); at != std::string::npos; at = text.find(from, at + to.size())) {
+    text.replace(at, from.size(), to);
+  }
+  return text;
+}
+
+// Writes `count` more finished jobs into `to`, each a copy of one of the first `templates`
+// (cancelled) jobs of `from` under the name job-NNNNNNN (seven digits, from `first`), with its
+// event log, in batches of kCopyBatchObjects: a million jobs in minutes rather than the hours
+// that submitting and cancelling each through the API would take.
+Status CloneFinished(store::StateStore& from, store::StateStore& to, int templates, int first,
+                     int count) {
+  struct Template {
+    std::string name;  // the store key, e.g. bench/job-000042
+    std::string short_name;
+    std::string data;
+    std::vector<std::string> events;
+  };
+  std::vector<Template> sources;
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs, from.List("jobs"));
+  for (const store::StoredObject& job : jobs) {
+    if (static_cast<int>(sources.size()) == templates) {
+      break;
+    }
+    if (wire::TopLevelString(job.data, "state") != std::optional<std::string>("Cancelled")) {
+      continue;
+    }
+    Template source;
+    source.name = job.name;
+    source.short_name = job.name.substr(job.name.rfind('/') + 1);
+    source.data = job.data;
+    GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredEvent> events,
+                              from.Events("jobs", job.name));
+    for (const store::StoredEvent& event : events) {
+      source.events.push_back(event.text);
+    }
+    sources.push_back(std::move(source));
+  }
+  if (sources.empty()) {
+    return FailedPreconditionError("no cancelled job to copy");
+  }
+  store::WriteBatch batch;
+  for (int i = 0; i < count; ++i) {
+    const Template& source = sources[static_cast<size_t>(i) % sources.size()];
+    const std::string short_name = fmt::format("job-{:07}", first + i);
+    const std::string name = ReplaceAll(source.name, source.short_name, short_name);
+    batch.Create("jobs", name, ReplaceAll(source.data, source.short_name, short_name));
+    for (const std::string& event : source.events) {
+      batch.AppendEvent("jobs", name, ReplaceAll(event, source.short_name, short_name));
+    }
+    if ((i + 1) % static_cast<int>(kCopyBatchObjects) == 0) {
+      GPUFLEET_RETURN_IF_ERROR(to.Commit(batch));
+      batch = store::WriteBatch();
+    }
+  }
+  return to.Commit(batch);
+}
+
 Status Fill(const Flags& flags, const std::string& db_path) {
   const GpuCatalog catalog = GpuCatalog::Default();
   const SystemClock clock;
@@ -138,10 +204,12 @@ Status Fill(const Flags& flags, const std::string& db_path) {
       201));
   GPUFLEET_RETURN_IF_ERROR(
       server->authenticator().InstallToken(kMemberToken, control::Role::kMember, "bench", "bench"));
-  for (int i = 0; i < flags.jobs; ++i) {
+  // Up to kTemplateFinished finished jobs go through the server; the others are copies of those.
+  const int submitted = std::min(flags.jobs, flags.active + kTemplateFinished);
+  for (int i = 0; i < submitted; ++i) {
     GPUFLEET_RETURN_IF_ERROR(
         Check(Call(*server, "POST", "/v1/jobs", kMemberToken, JobSpec(i)), 201));
-    if (i < flags.jobs - flags.active) {
+    if (i < submitted - flags.active) {
       GPUFLEET_RETURN_IF_ERROR(Check(
           Call(*server, "POST", fmt::format("/v1/jobs/job-{:06}/cancel", i), kMemberToken, ""),
           200));
@@ -152,7 +220,10 @@ Status Fill(const Flags& flags, const std::string& db_path) {
              flags.active, placed);
   GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<store::SqliteStateStore> sqlite,
                             store::SqliteStateStore::Open(db_path));
-  return CopyStore(memory, *sqlite, {"cluster", "nodes", "teams", "queues", "tokens", "jobs"});
+  GPUFLEET_RETURN_IF_ERROR(
+      CopyStore(memory, *sqlite, {"cluster", "nodes", "teams", "queues", "tokens", "jobs"}));
+  return CloneFinished(memory, *sqlite, submitted - flags.active, submitted,
+                       flags.jobs - submitted);
 }
 
 // CPU seconds (user + system, all threads) that process `pid` has used, from /proc: a figure

@@ -16,6 +16,7 @@
 
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tls.h"
+#include "gpufleet/control/retention_controller.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/synthetic_cluster.h"
@@ -46,6 +47,7 @@ struct ServerFlags {
   int64_t stop_grace_s = 30;
   int64_t min_runtime_before_preemption_s = 60;
   int64_t gang_start_timeout_s = 300;
+  std::string retain_finished = "30d";
   int64_t reliability_interval_s = 300;
   double quarantine_fleet_share = 0.02;
   double quarantine_leaf_share = 0.05;
@@ -238,6 +240,11 @@ int RunServer(const ServerFlags& flags) {
     idle_reclaim->warning_seconds = flags.idle_reclaim_warning_s;
     idle_reclaim->action = *action;
   }
+  const Result<Duration> retain_finished =
+      control::ParseRetention("--retain-finished", flags.retain_finished);
+  if (!retain_finished.ok()) {
+    return Fail(retain_finished.status());
+  }
   Result<std::unique_ptr<api::ApiServer>> server = api::ApiServer::Create(
       {.store = *store->store,
        .catalog = catalog,
@@ -253,6 +260,7 @@ int RunServer(const ServerFlags& flags) {
        .idle_reclaim = idle_reclaim,
        .mig_apply_timeout = std::chrono::seconds(flags.mig_apply_timeout_s),
        .gang_start_timeout = std::chrono::seconds(flags.gang_start_timeout_s),
+       .retain_finished = *retain_finished,
        .http = {.header_timeout = std::chrono::seconds(flags.header_timeout_s),
                 .max_connections = flags.max_connections,
                 .max_connections_per_client = flags.max_connections_per_client},
@@ -384,6 +392,12 @@ Action AddServerCommand(CLI::App& app) {
                    "GPUs free (at least the agents' --stop-grace-s)")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{3600}));
+  server
+      ->add_option("--retain-finished", flags->retain_finished,
+                   "finished jobs (Succeeded, Failed, Cancelled) leave the store with their "
+                   "events this long after they finished, e.g. 30d, 12h; 0 or forever keeps "
+                   "them all (docs/api.md, \"Retention of finished jobs\")")
+      ->capture_default_str();
   server
       ->add_option("--gang-start-timeout-s", flags->gang_start_timeout_s,
                    "a gang started on some of its nodes but not on others for this long is "

@@ -355,6 +355,10 @@ ApiServer::ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> sche
                     .replan_delay = options_.mig_replan_delay}),
       gang_start_(options_.gang_start_timeout),
       deployments_(options_.store, options_.catalog),
+      retention_({.store = options_.store,
+                  .clock = options_.clock,
+                  .wall_clock = options_.wall_clock,
+                  .retain_finished = options_.retain_finished}),
       metrics_(std::make_unique<Metrics>()),
       reliability_(std::make_unique<control::ReliabilityController>(
           options_.store, options_.clock, options_.wall_clock, options_.reliability)) {}
@@ -499,42 +503,54 @@ Result<int> ApiServer::RegisterNodes(const Cluster& cluster) {
     }
   }
   const std::vector<std::string>& levels = cluster.topology.levels();
-  store::WriteBatch batch;
-  Result<store::StoredObject> topology = options_.store.Get(control::kClusterKind, kTopologyName);
-  if (topology.ok()) {
-    const Json recorded = wire::ParseDocument(topology->data);
-    std::vector<std::string> recorded_levels;
-    for (const Json& level : wire::ArrayOr(recorded, "levels")) {
-      recorded_levels.push_back(level.is_string() ? level.get<std::string>() : "");
-    }
-    if (recorded_levels != levels) {
-      return InvalidArgumentError(fmt::format("topology levels [{}] differ from the recorded [{}]",
-                                              fmt::join(levels, ", "),
-                                              fmt::join(recorded_levels, ", ")));
-    }
-  } else if (topology.status().code() == StatusCode::kNotFound) {
-    batch.Create(std::string(control::kClusterKind), std::string(kTopologyName),
-                 Json{{"levels", levels}}.dump());
-  } else {
-    return topology.status();
-  }
-  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> existing,
-                            options_.store.List(control::kNodesKind));
-  std::set<std::string> names;
-  for (const store::StoredObject& object : existing) {
-    names.insert(object.name);
-  }
+  // Agents register at once when a fleet comes up: a racing registration may create the topology
+  // or the same node between this read and the commit (kAlreadyExists), so a second attempt reads
+  // again and finds it.
+  Status committed = Status::Ok();
   int added = 0;
-  for (const Node& node : cluster.nodes) {
-    if (names.count(node.id.value()) > 0) {
-      continue;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    store::WriteBatch batch;
+    Result<store::StoredObject> topology = options_.store.Get(control::kClusterKind, kTopologyName);
+    if (topology.ok()) {
+      const Json recorded = wire::ParseDocument(topology->data);
+      std::vector<std::string> recorded_levels;
+      for (const Json& level : wire::ArrayOr(recorded, "levels")) {
+        recorded_levels.push_back(level.is_string() ? level.get<std::string>() : "");
+      }
+      if (recorded_levels != levels) {
+        return InvalidArgumentError(
+            fmt::format("topology levels [{}] differ from the recorded [{}]",
+                        fmt::join(levels, ", "), fmt::join(recorded_levels, ", ")));
+      }
+    } else if (topology.status().code() == StatusCode::kNotFound) {
+      batch.Create(std::string(control::kClusterKind), std::string(kTopologyName),
+                   Json{{"levels", levels}}.dump());
+    } else {
+      return topology.status();
     }
-    batch.Create(std::string(control::kNodesKind), node.id.value(),
-                 wire::NodeToJson(node, levels).dump());
-    batch.AppendEvent(std::string(control::kNodesKind), node.id.value(), "registered");
-    ++added;
+    // One read per node registered, not a list of the fleet: an agent registering alone costs
+    // the same with 10 nodes stored as with 10,000.
+    added = 0;
+    for (const Node& node : cluster.nodes) {
+      const Result<store::StoredObject> existing =
+          options_.store.Get(control::kNodesKind, node.id.value());
+      if (existing.ok()) {
+        continue;
+      }
+      if (existing.status().code() != StatusCode::kNotFound) {
+        return existing.status();
+      }
+      batch.Create(std::string(control::kNodesKind), node.id.value(),
+                   wire::NodeToJson(node, levels).dump());
+      batch.AppendEvent(std::string(control::kNodesKind), node.id.value(), "registered");
+      ++added;
+    }
+    committed = options_.store.Commit(batch);
+    if (committed.code() != StatusCode::kAlreadyExists) {
+      break;
+    }
   }
-  GPUFLEET_RETURN_IF_ERROR(options_.store.Commit(batch));
+  GPUFLEET_RETURN_IF_ERROR(committed);
   return added;
 }
 
@@ -607,6 +623,13 @@ Result<int> ApiServer::RunCycleLocked() {
   UpdateQueues();
   GPUFLEET_RETURN_IF_ERROR(ReclaimIdleJobs());
   GPUFLEET_RETURN_IF_ERROR(RunDeploymentsIfDue());
+  // Finished jobs past the retention leave, a bounded batch per cycle; a failure here is
+  // retried by a later scan and does not hold up scheduling.
+  if (const Result<control::RetentionController::StepResult> collected = retention_.Step();
+      !collected.ok()) {
+    fmt::print(stderr, "gpufleet server: collecting finished jobs failed: {}\n",
+               collected.status().ToString());
+  }
   std::vector<control::PendingEntry> pending;
   for (auto& [name, job] : view_->jobs()) {
     if (job.state == control::JobState::kPending) {
@@ -737,6 +760,12 @@ Result<int> ApiServer::CommitCycleWrites(std::vector<CycleWrite>& writes) {
   store::WriteBatch all;
   for (const CycleWrite& write : writes) {
     all.Append(write.batch);
+    if (!write.placed.empty()) {
+      // Indexed before the commit, so that a node registering again meanwhile sees the job
+      // (EndRunsBrokenByReregistration); a write that then fails leaves a harmless extra entry
+      // until the next cycle rebuilds the index.
+      IndexScheduledJob(*write.name, write.nodes);
+    }
   }
   Status status = options_.store.Commit(all);
   const bool one_by_one = !status.ok();
@@ -760,7 +789,6 @@ Result<int> ApiServer::CommitCycleWrites(std::vector<CycleWrite>& writes) {
       continue;
     }
     if (!write.placed.empty()) {
-      IndexScheduledJob(*write.name, write.nodes);
       view_->MarkScheduled(*write.name, job.version + 1, std::move(write.data),
                            std::move(write.placed), std::move(write.nodes));
       ++scheduled;
@@ -1404,9 +1432,7 @@ ApiResponse ApiServer::DeleteNode(const control::Principal& who, std::string_vie
   }
   {
     std::lock_guard<std::mutex> lock(agents_mu_);
-    for (auto it = gpu_owners_.begin(); it != gpu_owners_.end();) {
-      it = it->second == name ? gpu_owners_.erase(it) : std::next(it);
-    }
+    ForgetGpuOwnersLocked(std::string(name));
   }
   leases_.Forget(std::string(name));
   return JsonResponse(200, {{"name", name}, {"deleted", true}});

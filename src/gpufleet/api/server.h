@@ -24,6 +24,7 @@
 #include "gpufleet/control/node_lease_controller.h"
 #include "gpufleet/control/queue_controller.h"
 #include "gpufleet/control/reliability_controller.h"
+#include "gpufleet/control/retention_controller.h"
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/cluster.h"
@@ -131,6 +132,10 @@ class ApiServer {
     // all (docs/api.md, "Job lifecycle").
     std::chrono::seconds gang_start_timeout{300};
     std::chrono::seconds mig_replan_delay{600};
+    // Finished jobs (Succeeded, Failed, Cancelled) finished longer ago than this leave the store
+    // with their event logs, a bounded batch per cycle (control/retention_controller.h); zero
+    // keeps them forever. `gpufleet server --retain-finished` (default 30d) sets it.
+    Duration retain_finished{0};
     // Connection caps, deadlines and worker pools of the HTTP server (its host, port and TLS
     // files come from Start).
     http::ServerOptions http;
@@ -365,6 +370,8 @@ class ApiServer {
   // A GPU UUID belongs to one node: kAlreadyExists naming the other node; otherwise records the
   // node's UUIDs as its own.
   Status ClaimGpuUuids(const Node& node);
+  // Drops `node`'s GPUs from gpu_owners_. REQUIRES: agents_mu_ held.
+  void ForgetGpuOwnersLocked(const std::string& node);
   // Adds to `batch` the end of every run on `node` that its re-registration breaks (a GPU of its
   // placements gone or replaced, CPU or memory shrunk under it): requeued or failed as the job
   // asks, through Stopping.
@@ -394,9 +401,12 @@ class ApiServer {
 
   control::NodeLeaseController leases_;  // thread-safe
   std::mutex agents_mu_;
-  std::map<std::string, std::string> gpu_owners_;      // GPU UUID -> node; guarded by agents_mu_
-  bool gpu_owners_loaded_ = false;                     // guarded by agents_mu_
-  std::map<std::string, std::string> excluded_nodes_;  // guarded by agents_mu_
+  std::map<std::string, std::string> gpu_owners_;  // GPU UUID -> node; guarded by agents_mu_
+  // The reverse of gpu_owners_ (node -> its GPU UUIDs), so that a node registering again or
+  // deleted costs its own GPUs, not a walk over the fleet's. Guarded by agents_mu_.
+  std::map<std::string, std::vector<std::string>> gpus_of_node_;
+  bool gpu_owners_loaded_ = false;                                    // guarded by agents_mu_
+  std::map<std::string, std::string> excluded_nodes_;                 // guarded by agents_mu_
   std::map<std::pair<std::string, int>, int> gpu_utilization_;        // guarded by agents_mu_
   std::map<std::string, std::set<std::string>> active_jobs_by_node_;  // guarded by agents_mu_
   bool active_index_built_ = false;                                   // guarded by agents_mu_
@@ -414,6 +424,7 @@ class ApiServer {
   std::optional<control::IdleReclaimController>
       idle_reclaim_;                           // made on first use; guarded by cycle_mu_
   control::DeploymentController deployments_;  // guarded by cycle_mu_
+  control::RetentionController retention_;     // guarded by cycle_mu_
 
   // Fleet gauges of /metrics, taken from the view at the end of each cycle, so that a scrape
   // costs O(queues + models) and never waits for the store or a cycle.

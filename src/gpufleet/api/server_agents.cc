@@ -657,12 +657,15 @@ Status ApiServer::CheckNodeCredential(const control::Principal& who, const std::
 Status ApiServer::ClaimGpuUuids(const Node& node) {
   std::lock_guard<std::mutex> lock(agents_mu_);
   if (!gpu_owners_loaded_) {
+    gpu_owners_.clear();
+    gpus_of_node_.clear();
     GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> nodes,
                               options_.store.List(control::kNodesKind));
     for (const store::StoredObject& object : nodes) {
       for (const Json& gpu : wire::ArrayOr(wire::ParseDocument(object.data), "gpus")) {
         if (const std::string uuid = wire::StrOr(gpu, "uuid"); !uuid.empty()) {
           gpu_owners_[uuid] = object.name;
+          gpus_of_node_[object.name].push_back(uuid);
         }
       }
     }
@@ -678,19 +681,56 @@ Status ApiServer::ClaimGpuUuids(const Node& node) {
                       gpu.index, gpu.uuid.value(), owner->second));
     }
   }
-  for (auto it = gpu_owners_.begin(); it != gpu_owners_.end();) {
-    it = it->second == name ? gpu_owners_.erase(it) : std::next(it);
-  }
+  ForgetGpuOwnersLocked(name);
+  std::vector<std::string>& uuids = gpus_of_node_[name];
   for (const Gpu& gpu : node.gpus) {
     gpu_owners_[gpu.uuid.value()] = name;
+    uuids.push_back(gpu.uuid.value());
   }
   return Status::Ok();
 }
 
+void ApiServer::ForgetGpuOwnersLocked(const std::string& node) {
+  const auto uuids = gpus_of_node_.find(node);
+  if (uuids == gpus_of_node_.end()) {
+    return;
+  }
+  for (const std::string& uuid : uuids->second) {
+    if (const auto owner = gpu_owners_.find(uuid);
+        owner != gpu_owners_.end() && owner->second == node) {
+      gpu_owners_.erase(owner);
+    }
+  }
+  gpus_of_node_.erase(uuids);
+}
+
 Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const Json& before,
                                                 const Json& after, store::WriteBatch& batch) {
-  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs,
-                            options_.store.List(control::kJobsKind));
+  // The jobs that may hold resources on `node`: the heartbeat index's (a superset: jobs are
+  // indexed before their placement commits) once the first cycle has built it, so that a
+  // registration storm costs each node its own jobs rather than a scan of the whole job history;
+  // before that, every stored job.
+  std::optional<std::set<std::string>> indexed;
+  {
+    std::lock_guard<std::mutex> lock(agents_mu_);
+    if (active_index_built_) {
+      const auto found = active_jobs_by_node_.find(node);
+      indexed = found == active_jobs_by_node_.end() ? std::set<std::string>() : found->second;
+    }
+  }
+  std::vector<store::StoredObject> jobs;
+  if (indexed) {
+    for (const std::string& name : *indexed) {
+      Result<store::StoredObject> object = options_.store.Get(control::kJobsKind, name);
+      if (object.ok()) {
+        jobs.push_back(*std::move(object));
+      } else if (object.status().code() != StatusCode::kNotFound) {
+        return object.status();
+      }
+    }
+  } else {
+    GPUFLEET_ASSIGN_OR_RETURN(jobs, options_.store.List(control::kJobsKind));
+  }
   for (const store::StoredObject& object : jobs) {
     const std::optional<std::string> state = wire::TopLevelString(object.data, "state");
     if (!state || !control::ParseJobState(*state) ||

@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <fmt/core.h>
@@ -231,6 +232,30 @@ TEST_F(AgentProtocolTest, RegisteredNodeIsReadyAndRunsItsTasksToSuccess) {
   Submit(JobYaml("whole-node", 1, 8));
   Cycle();
   EXPECT_EQ(Get("/v1/jobs/whole-node")["state"], "Scheduled");
+}
+
+// A fleet coming up: agents register at once, racing to record the topology and their nodes;
+// every one is registered and Ready, none refused because another created the topology first.
+TEST_F(AgentProtocolTest, AgentsRegisteringAtOnceAreAllRegistered) {
+  Cycle();
+  constexpr int kAgents = 8;
+  std::vector<int> statuses(kAgents, 0);
+  std::vector<std::thread> agents;
+  for (int i = 0; i < kAgents; ++i) {
+    agents.emplace_back([&, i] {
+      const wire::RegisterRequest request =
+          Inventory(fmt::format("node-{}", i), fmt::format("leaf-{}", i % 2));
+      statuses[static_cast<size_t>(i)] =
+          Call("POST", "/v1/agents/register", agent_, wire::RegisterRequestToJson(request)).status;
+    });
+  }
+  for (std::thread& agent : agents) {
+    agent.join();
+  }
+  EXPECT_THAT(statuses, ::testing::Each(200));
+  for (int i = 0; i < kAgents; ++i) {
+    EXPECT_EQ(Get(fmt::format("/v1/nodes/node-{}", i))["state"], "Ready") << i;
+  }
 }
 
 TEST_F(AgentProtocolTest, ANonZeroExitFailsTheGangAndStopsItsOtherTasks) {

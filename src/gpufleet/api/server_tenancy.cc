@@ -613,6 +613,16 @@ Result<std::string> ApiServer::ResolveName(const control::Principal& who, std::s
 }
 
 Status ApiServer::MigrateToTeamScopedNames() {
+  // Done once per store: a complete pass leaves a marker, so that a restart with a million jobs
+  // stored does not list and parse every one of them again (that was 3/4 of the start-up time).
+  constexpr std::string_view kMigrationsKind = "migrations";
+  constexpr std::string_view kTeamScopedNames = "team-scoped-names";
+  if (const Result<store::StoredObject> done =
+          options_.store.Get(kMigrationsKind, kTeamScopedNames);
+      done.ok() || done.status().code() != StatusCode::kNotFound) {
+    return done.status();
+  }
+  bool all_moved = true;
   for (const std::string_view kind : {control::kJobsKind, control::kDeploymentsKind}) {
     GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> objects,
                               options_.store.List(kind));
@@ -645,10 +655,16 @@ Status ApiServer::MigrateToTeamScopedNames() {
         // the server starts: an administrator moves or deletes it.
         fmt::print(stderr, "gpufleet server: {}/{} not moved to {}: {}\n", kind, object.name, key,
                    moved.ToString());
+        all_moved = false;
       }
     }
   }
-  return Status::Ok();
+  if (!all_moved) {
+    return Status::Ok();  // tried again at the next start
+  }
+  const Status marked = options_.store.Commit(store::WriteBatch().Create(
+      std::string(kMigrationsKind), std::string(kTeamScopedNames), R"({"done":true})"));
+  return marked.code() == StatusCode::kAlreadyExists ? Status::Ok() : marked;
 }
 
 Status ApiServer::CheckSubmission(const control::Principal& who, std::string_view queue_name) {

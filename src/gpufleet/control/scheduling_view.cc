@@ -80,7 +80,8 @@ SchedulingView::~SchedulingView() {
 void SchedulingView::Committed(const store::WriteBatch& batch) {
   std::lock_guard<std::mutex> lock(changes_mu_);
   for (const store::WriteOp& op : batch.ops()) {
-    if (op.type == store::WriteOpType::kAppendEvent) {
+    if (op.type == store::WriteOpType::kAppendEvent ||
+        op.type == store::WriteOpType::kDeleteEvents) {
       continue;
     }
     if (op.kind == kJobsKind) {

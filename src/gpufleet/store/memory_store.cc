@@ -2,6 +2,7 @@
 #include "gpufleet/store/memory_store.h"
 
 #include <optional>
+#include <set>
 
 namespace gpufleet::store {
 
@@ -33,6 +34,7 @@ Status InMemoryStateStore::DoCommit(const WriteBatch& batch) {
   // batch leaves it, or nullopt once deleted. Later operations read through this overlay.
   std::map<Key, std::optional<StoredObject>> staged;
   std::vector<std::pair<Key, StoredEvent>> appended;
+  std::set<Key> cleared;  // event logs the batch deletes (before its later appends)
   const auto current = [&](const Key& key) -> const StoredObject* {
     if (const auto it = staged.find(key); it != staged.end()) {
       return it->second ? &*it->second : nullptr;
@@ -76,6 +78,10 @@ Status InMemoryStateStore::DoCommit(const WriteBatch& batch) {
       case WriteOpType::kAppendEvent:
         appended.emplace_back(std::move(key), StoredEvent{revision, op.data});
         break;
+      case WriteOpType::kDeleteEvents:
+        std::erase_if(appended, [&](const auto& entry) { return entry.first == key; });
+        cleared.insert(std::move(key));
+        break;
     }
     if (!status.ok()) {
       return AnnotateOpError(status, i, batch.size(), op);
@@ -88,6 +94,9 @@ Status InMemoryStateStore::DoCommit(const WriteBatch& batch) {
     } else {
       objects_.erase(key);
     }
+  }
+  for (const Key& key : cleared) {
+    events_.erase(key);
   }
   for (auto& [key, event] : appended) {
     events_[key].push_back(std::move(event));

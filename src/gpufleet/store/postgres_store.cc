@@ -448,6 +448,11 @@ Status ApplyOp(PgSession& session, const WriteOp& op, int64_t revision) {
                  "INSERT INTO gpufleet.events (kind, name, revision, text) VALUES ($1, $2, $3, $4)",
                  Params().Text(op.kind).Text(op.name).Int(revision).Bytes(op.data))
           .status();
+    case WriteOpType::kDeleteEvents:
+      return session
+          .Query(what, "DELETE FROM gpufleet.events WHERE kind = $1 AND name = $2",
+                 Params().Text(op.kind).Text(op.name))
+          .status();
     case WriteOpType::kCreate: {
       GPUFLEET_ASSIGN_OR_RETURN(
           ResultPtr inserted,

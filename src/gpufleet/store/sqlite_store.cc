@@ -65,6 +65,10 @@ constexpr const char* kStatementSql[] = {
     "SELECT revision, text FROM events WHERE kind = ?1 AND name = ?2 ORDER BY seq",
     "SELECT value FROM store_meta WHERE key = 'revision'",
     "UPDATE store_meta SET value = ?1 WHERE key = 'revision'",
+    "SAVEPOINT one_batch",
+    "ROLLBACK TO one_batch",
+    "RELEASE one_batch",
+    "DELETE FROM events WHERE kind = ?1 AND name = ?2",
 };
 
 // Resets a statement and clears its bindings when the scope ends, so that no statement stays
@@ -371,36 +375,120 @@ Result<std::vector<StoredObject>> SqliteStateStore::DoList(std::string_view kind
 }
 
 Status SqliteStateStore::DoCommit(const WriteBatch& batch) {
-  std::lock_guard lock(mu_);
-  GPUFLEET_RETURN_IF_ERROR(Step(StatementId::kBegin, "beginning a transaction"));
-  Status status = CommitInTransaction(batch);
-  // A failed operation, or a failed COMMIT (which may leave the transaction open): roll back.
+  // Group commit: the caller queues its batch; the first caller to find no group in progress
+  // commits everything queued so far in one transaction (one fsync), and the others wait for it.
+  PendingCommit me{.batch = &batch};
+  std::unique_lock group(group_mu_);
+  queue_.push_back(&me);
+  group_cv_.wait(group, [&] { return me.done || !group_committing_; });
+  if (me.done) {
+    return me.status;
+  }
+  group_committing_ = true;
+  std::vector<PendingCommit*> taken;
+  taken.swap(queue_);
+  group.unlock();
+  {
+    std::lock_guard lock(mu_);
+    CommitGroup(taken);
+  }
+  group.lock();
+  for (PendingCommit* pending : taken) {
+    pending->done = true;
+  }
+  group_committing_ = false;
+  group.unlock();
+  group_cv_.notify_all();
+  return me.status;
+}
+
+void SqliteStateStore::CommitGroup(const std::vector<PendingCommit*>& group) {
+  const auto fail_all = [&](const Status& status) {
+    for (PendingCommit* pending : group) {
+      pending->status = status;
+    }
+  };
+  if (Status begin = Step(StatementId::kBegin, "beginning a transaction"); !begin.ok()) {
+    fail_all(begin);
+    return;
+  }
+  Status status = Status::Ok();
+  Result<int64_t> previous = ReadRevision();
+  int64_t revision = previous.ok() ? *previous : 0;
+  if (!previous.ok()) {
+    status = previous.status();
+    fail_all(status);
+  } else if (group.size() == 1) {
+    group[0]->status = ApplyBatch(*group[0]->batch, revision + 1);
+    status = group[0]->status;
+    revision += status.ok() ? 1 : 0;
+  } else {
+    // Each batch inside a savepoint, so that one failing batch is undone alone and the others
+    // still commit; each successful batch gets its own revision.
+    for (PendingCommit* pending : group) {
+      status = Step(StatementId::kSavepoint, "opening a savepoint");
+      if (!status.ok()) {
+        break;
+      }
+      pending->status = ApplyBatch(*pending->batch, revision + 1);
+      if (pending->status.ok()) {
+        ++revision;
+      } else {
+        status = Step(StatementId::kRollbackToSavepoint, "rolling back to a savepoint");
+        if (!status.ok()) {
+          break;
+        }
+      }
+      status = Step(StatementId::kReleaseSavepoint, "releasing a savepoint");
+      if (!status.ok()) {
+        break;
+      }
+    }
+  }
+  if (status.ok() || group.size() > 1) {
+    if (status.ok()) {
+      sqlite3_stmt* set = statement(StatementId::kSetRevision);
+      sqlite3_bind_int64(set, 1, revision);
+      status = Step(StatementId::kSetRevision, "writing the store revision");
+    }
+    if (status.ok()) {
+      status = Step(StatementId::kCommit, "committing");
+    }
+    if (!status.ok()) {
+      fail_all(status);  // nothing of the group is durable
+    }
+  }
+  // A failed operation of a lone batch, or a failed COMMIT (which may leave the transaction
+  // open): roll back.
   if (!status.ok() && sqlite3_get_autocommit(db_.get()) == 0) {
     const Status rollback = Step(StatementId::kRollback, "rolling back");
     if (!rollback.ok()) {
-      status = Status(status.code(), status.message() + "; then " + rollback.message());
+      for (PendingCommit* pending : group) {
+        pending->status = Status(pending->status.code(),
+                                 pending->status.message() + "; then " + rollback.message());
+      }
     }
   }
-  return status;
 }
 
-Status SqliteStateStore::CommitInTransaction(const WriteBatch& batch) {
-  GPUFLEET_ASSIGN_OR_RETURN(const int64_t previous, ReadRevision());
-  const int64_t revision = previous + 1;
+Status SqliteStateStore::ApplyBatch(const WriteBatch& batch, int64_t revision) {
   for (size_t i = 0; i < batch.size(); ++i) {
     const Status status = ApplyOp(batch.ops()[i], revision);
     if (!status.ok()) {
       return AnnotateOpError(status, i, batch.size(), batch.ops()[i]);
     }
   }
-  sqlite3_stmt* set = statement(StatementId::kSetRevision);
-  sqlite3_bind_int64(set, 1, revision);
-  GPUFLEET_RETURN_IF_ERROR(Step(StatementId::kSetRevision, "writing the store revision"));
-  return Step(StatementId::kCommit, "committing");
+  return Status::Ok();
 }
 
 Status SqliteStateStore::ApplyOp(const WriteOp& op, int64_t revision) {
   const std::string what = fmt::format("{} {}/{}", WriteOpTypeName(op.type), op.kind, op.name);
+  if (op.type == WriteOpType::kDeleteEvents) {
+    sqlite3_stmt* erase = statement(StatementId::kDeleteEvents);
+    BindText(erase, 1, op.kind);
+    BindText(erase, 2, op.name);
+    return Step(StatementId::kDeleteEvents, what);
+  }
   if (op.type == WriteOpType::kAppendEvent) {
     sqlite3_stmt* insert = statement(StatementId::kInsertEvent);
     BindText(insert, 1, op.kind);

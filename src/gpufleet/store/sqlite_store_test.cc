@@ -6,10 +6,13 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gmock/gmock.h>
@@ -205,6 +208,67 @@ TEST_F(SqliteStateStoreTest, FaultInjectorCanFailACommitAfterWritingIt) {
   store.ClearFault();
   EXPECT_OK(store.Commit(WriteBatch().Create("pod", "p2", "{}")));
   EXPECT_EQ(store.injected_faults(), 1);
+}
+
+// Group commit: batches committed while another transaction holds the write lock queue up and go
+// into one transaction together, each in its own savepoint. A failing batch of the group is
+// undone alone; every successful one is durable with a revision of its own.
+TEST_F(SqliteStateStoreTest, ConcurrentCommitsAreGroupedAndFailAlone) {
+  std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK(store->Commit(WriteBatch().Create("t", "taken", "{}")));
+  // Another connection holds the write lock, so the first committer waits on it and the rest
+  // queue behind that one.
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  constexpr int kThreads = 8;
+  std::vector<Status> results(kThreads, Status::Ok());
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      WriteBatch batch;
+      batch.Create("t", "obj-" + std::to_string(i), "{}");
+      batch.AppendEvent("t", "obj-" + std::to_string(i), "made");
+      if (i % 2 == 1) {
+        batch.Create("t", "taken", "{}");  // fails: the whole batch is undone, alone
+      }
+      results[static_cast<size_t>(i)] = store->Commit(batch);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  ASSERT_EQ(sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  for (std::thread& thread : threads) {
+    thread.join();
+  }
+  std::set<int64_t> revisions;
+  for (int i = 0; i < kThreads; ++i) {
+    const std::string name = "obj-" + std::to_string(i);
+    if (i % 2 == 1) {
+      EXPECT_THAT(results[static_cast<size_t>(i)],
+                  StatusIs(StatusCode::kAlreadyExists, HasSubstr("batch op 3 of 3")));
+      EXPECT_THAT(store->Get("t", name), StatusIs(StatusCode::kNotFound));
+      EXPECT_THAT(*store->Events("t", name), IsEmpty());
+      continue;
+    }
+    EXPECT_OK(results[static_cast<size_t>(i)]);
+    const Result<StoredObject> object = store->Get("t", name);
+    ASSERT_OK(object);
+    revisions.insert(object->revision);
+    const Result<std::vector<StoredEvent>> events = store->Events("t", name);
+    ASSERT_OK(events);
+    ASSERT_EQ(events->size(), 1u);
+    EXPECT_EQ((*events)[0].revision, object->revision);
+  }
+  // Revisions 2..5, one per successful batch, none for the failed ones.
+  EXPECT_EQ(revisions, (std::set<int64_t>{2, 3, 4, 5}));
+  EXPECT_EQ(*store->Revision(), 5);
+  store.reset();
+  std::unique_ptr<SqliteStateStore> reopened = OpenOrDie();
+  ASSERT_NE(reopened, nullptr);
+  EXPECT_EQ(*reopened->Revision(), 5);
+  EXPECT_EQ(reopened->List("t")->size(), 5u);
 }
 
 }  // namespace

@@ -113,6 +113,8 @@ Status ValidateOp(const WriteOp& op) {
       return Status::Ok();
     case WriteOpType::kAppendEvent:
       return ValidateDataSize("event text", op.data);
+    case WriteOpType::kDeleteEvents:
+      return Status::Ok();
   }
   return InvalidArgumentError("unknown operation type");
 }
@@ -129,6 +131,8 @@ const char* WriteOpTypeName(WriteOpType type) {
       return "delete";
     case WriteOpType::kAppendEvent:
       return "append-event";
+    case WriteOpType::kDeleteEvents:
+      return "delete-events";
   }
   return "unknown";
 }
@@ -154,6 +158,11 @@ WriteBatch& WriteBatch::Delete(std::string kind, std::string name, int64_t expec
 WriteBatch& WriteBatch::AppendEvent(std::string kind, std::string name, std::string text) {
   ops_.push_back(
       WriteOp{WriteOpType::kAppendEvent, std::move(kind), std::move(name), std::move(text)});
+  return *this;
+}
+
+WriteBatch& WriteBatch::DeleteEvents(std::string kind, std::string name) {
+  ops_.push_back(WriteOp{WriteOpType::kDeleteEvents, std::move(kind), std::move(name), {}});
   return *this;
 }
 

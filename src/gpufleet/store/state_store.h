@@ -43,9 +43,9 @@ struct StoredEvent {
   friend bool operator==(const StoredEvent&, const StoredEvent&) = default;
 };
 
-enum class WriteOpType { kCreate, kUpdate, kDelete, kAppendEvent };
+enum class WriteOpType { kCreate, kUpdate, kDelete, kAppendEvent, kDeleteEvents };
 
-// "create", "update", "delete", "append-event".
+// "create", "update", "delete", "append-event", "delete-events".
 const char* WriteOpTypeName(WriteOpType type);
 
 struct WriteOp {
@@ -74,6 +74,9 @@ class WriteBatch {
   // Appends `text` to the event log of kind/name. The object need not exist: a log outlives the
   // object it describes (and is continued if the object is created again).
   WriteBatch& AppendEvent(std::string kind, std::string name, std::string text);
+  // Removes the whole event log of kind/name (events appended earlier in the same batch too);
+  // nothing to remove is not an error. Garbage collection of finished objects uses it.
+  WriteBatch& DeleteEvents(std::string kind, std::string name);
   // Adds the operations of `other` after these (several writes in one durable commit).
   WriteBatch& Append(const WriteBatch& other);
 

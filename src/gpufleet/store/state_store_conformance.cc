@@ -192,6 +192,27 @@ TEST_P(StateStoreConformanceTest, EventsAreKeptInOrderPerObject) {
   EXPECT_THAT(*events, IsEmpty());
 }
 
+// Garbage collection: an object leaves with its event log; appends after the deletion in the
+// same batch start a new log, appends before it go too; other logs are untouched.
+TEST_P(StateStoreConformanceTest, DeleteEventsRemovesOneObjectsWholeLog) {
+  CreateOrFail("job", "j", "{}");
+  ASSERT_OK(store().Commit(
+      WriteBatch().AppendEvent("job", "j", "queued").AppendEvent("job", "other", "kept")));
+  ASSERT_OK(store().Commit(WriteBatch()
+                               .AppendEvent("job", "j", "finished")
+                               .Delete("job", "j", 1)
+                               .DeleteEvents("job", "j")
+                               .AppendEvent("job", "j", "after")));
+  EXPECT_THAT(store().Get("job", "j"), StatusIs(StatusCode::kNotFound));
+  EXPECT_THAT(*store().Events("job", "j"), ElementsAre(StoredEvent{3, "after"}));
+  EXPECT_THAT(*store().Events("job", "other"), ElementsAre(StoredEvent{2, "kept"}));
+  // No log at all is not an error; a failing batch deletes nothing.
+  ASSERT_OK(store().Commit(WriteBatch().DeleteEvents("job", "never")));
+  EXPECT_THAT(store().Commit(WriteBatch().DeleteEvents("job", "other").Delete("job", "missing")),
+              StatusIs(StatusCode::kNotFound));
+  EXPECT_THAT(*store().Events("job", "other"), ElementsAre(StoredEvent{2, "kept"}));
+}
+
 TEST_P(StateStoreConformanceTest, RevisionGrowsByOnePerSuccessfulCommit) {
   EXPECT_EQ(RevisionOrZero(), 0);
   CreateOrFail("node", "n1", "{}");
