@@ -14,6 +14,7 @@
 #include "gpufleet/control/placement_gpus.h"
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/control/tenancy.h"
+#include "gpufleet/core/image_reference.h"
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/store/read_modify_write.h"
 #include "gpufleet/wire/job_spec.h"
@@ -47,6 +48,22 @@ std::optional<TaskId> ParseTaskId(std::string_view id) {
     return std::nullopt;
   }
   return out;
+}
+
+// The image the agent runs for a task of `image` in `job`: with `identicalStack.imageDigest`
+// (docs/provenance.md) the repository at that digest, "name@sha256:...", so that every node pulls
+// exactly it whatever the tag points to now (podman takes no tag beside a digest); else `image`.
+std::string ImageToRun(const Json& job, const std::string& image) {
+  const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
+  const Json& inner = spec.contains("spec") ? spec["spec"] : Json::object();
+  const Json& stack = inner.contains("identicalStack") ? inner["identicalStack"] : Json();
+  const std::string digest = wire::StrOr(stack, "imageDigest");
+  if (image.empty() || digest.empty() || !ImageReferenceDigest(image).empty()) {
+    return image;
+  }
+  const size_t slash = image.rfind('/');
+  const size_t colon = image.find(':', slash == std::string::npos ? 0 : slash);
+  return fmt::format("{}@{}", image.substr(0, colon), digest);
 }
 
 // Records on the placement what the agent reports about the task's image: how long its pull
@@ -488,7 +505,7 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
         }
       }
       task.env = wire::StringMapOr(group, "env");
-      task.image = wire::StrOr(group, "image");
+      task.image = ImageToRun(job, wire::StrOr(group, "image"));
       task.image_pull_policy = ImagePullPolicyFromName(wire::StrOr(group, "imagePullPolicy"))
                                    .value_or(ImagePullPolicy::kIfNotPresent);
       task.host_network = wire::BoolOr(group, "hostNetwork", false);
@@ -980,7 +997,7 @@ Result<Json> ApiServer::RecordProvenance(const control::Principal& who, std::str
                               "node's runs",
                               report.task_id, placed_on, node));
   }
-  const std::string image = control::PlacementImage(job, *placement);
+  const std::string image = ImageToRun(job, control::PlacementImage(job, *placement));
   if (report.image != image) {
     return InvalidArgumentError(
         fmt::format("image: \"{}\" is not the task's image \"{}\"", report.image, image));

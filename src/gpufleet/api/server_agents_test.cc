@@ -1462,5 +1462,34 @@ TEST_F(ProvenanceTest, HostileReportsAreRefusedWithTheirReason) {
   EXPECT_EQ(List("", node_tokens_["node-a"]).status, 403);
 }
 
+TEST_F(AgentProtocolTest, APinnedImageDigestIsWhatAgentsPullAndRecord) {
+  const std::string pinned = "sha256:" + std::string(64, 'f');
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: pinned}
+spec:
+  identicalStack: {labels: [], imageDigest: ")" +
+         pinned + R"("}
+  tasks:
+    - name: workers
+      image: localhost/tiny:1
+      command: [serve]
+      resources:
+        gpus: {count: 1}
+)");
+  Cycle();
+  const wire::DesiredTask task = TaskOf(Heartbeat("node-a"), "pinned");
+  EXPECT_EQ(task.image, "localhost/tiny@" + pinned) << "the tag gives way to the digest";
+  wire::ProvenanceReport report;
+  report.task_id = task.id;
+  report.image = task.image;
+  report.image_digest = pinned;
+  const ApiResponse recorded = Call("POST", "/v1/agents/node-a/provenance", node_tokens_["node-a"],
+                                    wire::ProvenanceReportToJson(report));
+  EXPECT_EQ(recorded.status, 201) << recorded.body;
+}
+
 }  // namespace
 }  // namespace gpufleet::api
