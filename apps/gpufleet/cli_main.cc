@@ -19,6 +19,7 @@
 #include "gpufleet/cli/config.h"
 #include "gpufleet/cli/format.h"
 #include "gpufleet/cli/http_client.h"
+#include "gpufleet/cli/provenance.h"
 #include "gpufleet/cli/report.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
@@ -110,6 +111,7 @@ struct CliState {
   cli::SubmitArgs submit;
   cli::GetArgs get;
   cli::DescribeArgs describe;
+  cli::DiffArgs diff;
   std::string cancel;
   std::string resume;
   cli::CreateArgs create;
@@ -189,6 +191,21 @@ Action AddCliCommands(CLI::App& app) {
     return cli::RunDescribe(client, s.describe, std::cout, std::cerr);
   });
 
+  CLI::App* diff = app.add_subcommand(
+      "diff", "show what differs between the provenance of two runs (docs/provenance.md)");
+  diff->add_option("TYPE", s.diff.kind, "job")->required();
+  diff->add_option("NAMES", s.diff.names, "one job (with two --attempt) or two jobs")
+      ->required()
+      ->expected(1, 2);
+  diff->add_option("--attempt", s.diff.attempts,
+                   "an attempt to compare (twice: the first job's, then the second's or the "
+                   "same job's other)")
+      ->expected(0, 2)
+      ->check(CLI::PositiveNumber);
+  AddVerb(s, diff, [&s](cli::ApiClient& client) {
+    return cli::RunDiff(client, s.diff, std::cout, std::cerr);
+  });
+
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a job");
   cancel->add_option("NAME", s.cancel, "job name: NAME in your team, or TEAM/NAME")->required();
   AddVerb(s, cancel, [&s](cli::ApiClient& client) {
@@ -257,7 +274,10 @@ Action AddCliCommands(CLI::App& app) {
   });
 
   CLI::App* report = app.add_subcommand("report", "show a fleet report (admin)");
-  report->add_option("TYPE", s.report.kind, "failures: the GPUs and nodes behind failed jobs")
+  report
+      ->add_option("TYPE", s.report.kind,
+                   "failures: the GPUs and nodes behind failed jobs; versions: the fleet's "
+                   "driver, CUDA, NVML and image skew")
       ->required();
   report->add_option("-o,--output", s.report.output, "table (default), wide, json or yaml");
   report->add_option("--sacct", s.slurm_report.sacct,

@@ -43,6 +43,10 @@ struct GpuStaticInfo {
   std::vector<int> cpu_affinity;    // logical CPU ids near the GPU (its NUMA node), ascending
   // The PCI bus id at the far end of each active NVLink: another GPU's, or an NVSwitch's.
   std::vector<std::string> nvlink_remote_bus_ids;
+  // The board's serial number and VBIOS version (nvmlDeviceGetSerial, nvmlDeviceGetVbiosVersion)
+  // for provenance records; empty when the probe does not read them.
+  std::string serial;
+  std::string vbios_version;
 
   friend bool operator==(const GpuStaticInfo&, const GpuStaticInfo&) = default;
 };
@@ -50,6 +54,7 @@ struct GpuStaticInfo {
 struct ProbeInventory {
   std::string driver_version;  // "550.54.15"
   std::string cuda_version;    // "12.4" (the newest CUDA the driver supports); empty if unknown
+  std::string nvml_version;    // "12.550.54.15" (nvmlSystemGetNVMLVersion); empty if unknown
   std::vector<GpuStaticInfo> gpus;  // by index
 
   friend bool operator==(const ProbeInventory&, const ProbeInventory&) = default;

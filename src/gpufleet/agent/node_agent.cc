@@ -9,6 +9,7 @@
 
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/core/mig.h"
+#include "gpufleet/runner/process_runner.h"
 
 namespace gpufleet::agent {
 namespace {
@@ -284,6 +285,9 @@ Status NodeAgent::Register() {
   if (!snapshot->cuda_version.empty()) {
     node.labels[std::string(kCudaVersionLabel)] = snapshot->cuda_version;
   }
+  if (!snapshot->nvml_version.empty()) {
+    node.labels[std::string(wire::kNvmlVersionLabel)] = snapshot->nvml_version;
+  }
   node.fault_domains = options_.fault_domains;
   node.topology = options_.topology_values;
   if (probe_.CanApplyMigLayouts()) {
@@ -334,7 +338,9 @@ Status NodeAgent::Register() {
   if (!reply.node_token.empty()) {
     node_token_ = reply.node_token;
   }
-  return Apply(reply, statuses);
+  const Status applied = Apply(reply, statuses);
+  SendProvenance();
+  return applied;
 }
 
 Status NodeAgent::Heartbeat() {
@@ -352,6 +358,7 @@ Status NodeAgent::Heartbeat() {
                                    [](const runner::TaskStatus& s) { return s.pulling_image; });
   images_stale_ = images_stale_ || pulling || was_pulling_;
   was_pulling_ = pulling;
+  RecordPulledProvenance(statuses);
   request.images = ImagesToReport();
   request.sequence = clock_.Now().nanos;
   Result<wire::AgentReply> reply =
@@ -367,7 +374,84 @@ Status NodeAgent::Heartbeat() {
   if (request.images) {
     images_sent_ = true;
   }
-  return Apply(*reply, statuses);
+  const Status applied = Apply(*reply, statuses);
+  SendProvenance();
+  return applied;
+}
+
+void NodeAgent::RecordPulledProvenance(const std::vector<runner::TaskStatus>& statuses) {
+  for (auto it = awaiting_pull_.begin(); it != awaiting_pull_.end();) {
+    const auto status =
+        std::find_if(statuses.begin(), statuses.end(),
+                     [&](const runner::TaskStatus& s) { return s.task_id == it->first; });
+    if (status != statuses.end() && status->pulling_image) {
+      ++it;
+      continue;
+    }
+    // A task whose pull failed, or that was stopped while pulling, never ran: no record.
+    if (status != statuses.end() && status->state != runner::TaskState::kFailedToStart) {
+      provenance_pending_[it->first] = ProvenanceOf(it->second, *status);
+    }
+    it = awaiting_pull_.erase(it);
+  }
+}
+
+wire::ProvenanceReport NodeAgent::ProvenanceOf(const runner::TaskLaunch& launch,
+                                               const runner::TaskStatus& status) const {
+  const std::shared_ptr<const TelemetrySnapshot> snapshot = telemetry_.LatestSnapshot();
+  wire::ProvenanceReport report;
+  report.task_id = launch.task_id;
+  report.image = launch.image;
+  report.image_digest = status.image_digest;
+  report.driver_version = snapshot->driver_version;
+  report.cuda_version = snapshot->cuda_version;
+  report.nvml_version = snapshot->nvml_version;
+  for (const std::string& uuid : launch.gpu_uuids) {
+    wire::ProvenanceGpu gpu{uuid, "", ""};
+    // A MIG device carries the serial and VBIOS of the GPU it is on.
+    for (const GpuTelemetry& telemetry : snapshot->gpus) {
+      const GpuStaticInfo& info = telemetry.reading.info;
+      const bool mig_of = std::any_of(info.mig_devices.begin(), info.mig_devices.end(),
+                                      [&](const MigDeviceInfo& d) { return d.uuid == uuid; });
+      if (info.uuid == uuid || mig_of) {
+        gpu.serial = info.serial;
+        gpu.vbios_version = info.vbios_version;
+      }
+    }
+    report.gpus.push_back(std::move(gpu));
+  }
+  report.command = launch.argv;
+  // Names only: the values (the spec's env may hold secrets) never leave the node this way.
+  for (const std::string& entry : runner::TaskEnvironment(launch, std::nullopt)) {
+    report.env_names.push_back(entry.substr(0, entry.find('=')));
+  }
+  std::sort(report.env_names.begin(), report.env_names.end());
+  report.env_names.erase(std::unique(report.env_names.begin(), report.env_names.end()),
+                         report.env_names.end());
+  return report;
+}
+
+void NodeAgent::SendProvenance() {
+  const std::string path =
+      fmt::format("/v1/agents/{}/provenance", cli::UrlEncode(options_.node_name));
+  for (auto it = provenance_pending_.begin(); it != provenance_pending_.end();) {
+    const std::string body = wire::ProvenanceReportToJson(it->second);
+    const Result<nlohmann::json> answer =
+        node_token_.empty() ? client_.Post(path, body, kJsonType)
+                            : client_.PostWithToken(node_token_, path, body, kJsonType);
+    if (!answer.ok() && (answer.status().code() == StatusCode::kUnavailable ||
+                         answer.status().code() == StatusCode::kDeadlineExceeded ||
+                         answer.status().code() == StatusCode::kInternal)) {
+      ++it;  // tried again at the next heartbeat
+      continue;
+    }
+    if (!answer.ok()) {
+      // Refused for good (a record that differs from the stored one, a run no longer placed
+      // here): sending it again would not change the answer.
+      provenance_refused_ = fmt::format("{}: {}", it->first, answer.status().message());
+    }
+    it = provenance_pending_.erase(it);
+  }
 }
 
 std::optional<std::vector<CachedImage>> NodeAgent::ImagesToReport() {
@@ -487,6 +571,11 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
   GPUFLEET_RETURN_IF_ERROR(
       runner::StopUndesiredTasks(runner_, desired_ids, options_.stop_grace).status());
   waiting_.clear();
+  // A record waits for a run the server still wants, no longer.
+  std::erase_if(provenance_pending_,
+                [&](const auto& entry) { return desired_ids.count(entry.first) == 0; });
+  std::erase_if(awaiting_pull_,
+                [&](const auto& entry) { return desired_ids.count(entry.first) == 0; });
   std::set<std::string> known;
   // The devices live tasks of other runs hold, by UUID, and the whole GPUs under held MIG
   // devices; a whole GPU that is held blocks its MIG devices too.
@@ -526,6 +615,7 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
     }
     return std::nullopt;
   };
+  std::vector<runner::TaskLaunch> started_launches;
   for (const wire::DesiredTask& task : desired_) {
     if (known.count(task.id) > 0) {
       continue;
@@ -562,6 +652,23 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
       }
       // Reported as Failed with the runner's reason at the next heartbeat.
       refused_[task.id] = fmt::format("not started: {}", started.message());
+    } else {
+      started_launches.push_back(std::move(launch));
+    }
+  }
+  if (!started_launches.empty()) {
+    std::map<std::string, runner::TaskStatus> statuses;
+    for (runner::TaskStatus& status : runner_.Poll()) {
+      statuses[status.task_id] = std::move(status);
+    }
+    for (runner::TaskLaunch& launch : started_launches) {
+      const runner::TaskStatus& status = statuses[launch.task_id];
+      // The record names the digest the container runs: it waits for the pull to end.
+      if (status.pulling_image) {
+        awaiting_pull_[launch.task_id] = std::move(launch);
+      } else {
+        provenance_pending_[launch.task_id] = ProvenanceOf(launch, status);
+      }
     }
   }
   return Status::Ok();

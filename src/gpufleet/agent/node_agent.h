@@ -111,6 +111,14 @@ class NodeAgent {
   // it from then on); empty while it has none. `gpufleet agent` keeps it in its state directory.
   const std::string& node_token() const { return node_token_; }
 
+  // Provenance records (docs/provenance.md) of started tasks that the server has not taken yet,
+  // by task id; each heartbeat sends them again until the server stores or refuses them.
+  const std::map<std::string, wire::ProvenanceReport>& pending_provenance() const {
+    return provenance_pending_;
+  }
+  // Why the server refused the last record it refused for good; empty if none was.
+  const std::string& provenance_refused() const { return provenance_refused_; }
+
   // What the server asked for at the last answer.
   Duration heartbeat_interval() const { return heartbeat_interval_; }
   const std::vector<wire::DesiredTask>& desired_tasks() const { return desired_; }
@@ -127,6 +135,14 @@ class NodeAgent {
   std::optional<std::string> ApplyMigLayout(const wire::WantedMigLayout& layout,
                                             const std::vector<runner::TaskStatus>& tasks);
   std::string LogPath(const std::string& task_id) const;
+  // The provenance record of a task this agent just started (`status` is the runner's, for the
+  // image digest), from the telemetry's inventory.
+  wire::ProvenanceReport ProvenanceOf(const runner::TaskLaunch& launch,
+                                      const runner::TaskStatus& status) const;
+  // Makes the records of the tasks whose image pull has ended and whose container started.
+  void RecordPulledProvenance(const std::vector<runner::TaskStatus>& statuses);
+  // Posts the pending records; keeps those the server could not take now (unavailable).
+  void SendProvenance();
 
   // Sends a register or heartbeat request; a success renews the lease from the time of sending,
   // in the agent and in the runner (TaskRunner::RenewLease), whose error it returns.
@@ -174,6 +190,10 @@ class NodeAgent {
   bool images_sent_ = false;
   bool images_stale_ = false;
   bool was_pulling_ = false;  // a task's image was being pulled at the last heartbeat
+  std::map<std::string, wire::ProvenanceReport> provenance_pending_;
+  // The launches of tasks whose image is being pulled: their record is made once it has ended.
+  std::map<std::string, runner::TaskLaunch> awaiting_pull_;
+  std::string provenance_refused_;
 };
 
 }  // namespace gpufleet::agent

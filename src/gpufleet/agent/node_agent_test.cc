@@ -40,7 +40,18 @@ class InProcessTransport final : public cli::Transport {
     }
     api::ApiRequest request;
     request.method = std::string(method);
-    request.path = std::string(path);
+    request.path = std::string(path.substr(0, path.find('?')));
+    if (const size_t mark = path.find('?'); mark != std::string_view::npos) {
+      // "k=v&k=v", values without escapes (what these tests send).
+      std::string_view rest = path.substr(mark + 1);
+      while (!rest.empty()) {
+        const std::string_view pair = rest.substr(0, rest.find('&'));
+        const size_t eq = pair.find('=');
+        request.query.emplace(std::string(pair.substr(0, eq)),
+                              eq == std::string_view::npos ? "" : std::string(pair.substr(eq + 1)));
+        rest.remove_prefix(std::min(rest.size(), pair.size() + 1));
+      }
+    }
     request.authorization = token.empty() ? "" : fmt::format("Bearer {}", token);
     request.body = std::string(body);
     const api::ApiResponse response = server_.Handle(request);
@@ -239,6 +250,48 @@ TEST_F(NodeAgentTest, RegistersTheProbeInventory) {
   EXPECT_EQ(node["labels"][std::string(kCudaVersionLabel)], "12.4");
   EXPECT_EQ(node["topology"]["leaf"], "leaf-0");
   EXPECT_EQ(agent_->gpu_index_by_uuid().size(), 8u);
+}
+
+TEST_F(NodeAgentTest, RecordsTheProvenanceOfEachRunItStartsWithEnvNamesButNoValues) {
+  ASSERT_OK(agent_->Register());
+  EXPECT_EQ(Node("node-a")["labels"][std::string(wire::kNvmlVersionLabel)], "12.550.54.15");
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: prov, labels: {project: bert}}
+spec:
+  provenance: {git.commit: 3f2c1e0}
+  tasks:
+    - name: main
+      command: [python, train.py]
+      env: {GPUFLEET_SIM_DURATION_MS: "60000", HF_TOKEN: hunter2}
+      resources:
+        gpus: {count: 2}
+)");
+  ASSERT_OK(agent_->Heartbeat());  // starts the task and records it
+  EXPECT_TRUE(agent_->pending_provenance().empty());
+  EXPECT_EQ(agent_->provenance_refused(), "");
+  const Json listed = *admin_client_->Get("/v1/provenance?job=prov");
+  ASSERT_EQ(listed["items"].size(), 1u) << listed.dump();
+  const Json& record = listed["items"][0];
+  EXPECT_EQ(record["task_id"], "prov/main-0/1");
+  EXPECT_EQ(record["node"], "node-a");
+  EXPECT_EQ(record["driver_version"], "550.54.15");
+  EXPECT_EQ(record["cuda_version"], "12.4");
+  EXPECT_EQ(record["nvml_version"], "12.550.54.15");
+  ASSERT_EQ(record["gpus"].size(), 2u);
+  EXPECT_THAT(record["gpus"][0]["uuid"].get<std::string>(), HasSubstr("GPU-"));
+  EXPECT_EQ(record["gpus"][0]["serial"].get<std::string>().size(), 13u);
+  EXPECT_EQ(record["gpus"][0]["vbios_version"], "96.00.89.00.01");
+  EXPECT_EQ(record["command"], Json::array({"python", "train.py"}));
+  EXPECT_EQ(record["provenance"]["git.commit"], "3f2c1e0");
+  EXPECT_EQ(record["labels"]["project"], "bert");
+  const std::string names = record["env_names"].dump();
+  for (const char* name : {"HF_TOKEN", "CUDA_VISIBLE_DEVICES", "GPUFLEET_TASK_ID", "PATH"}) {
+    EXPECT_THAT(names, HasSubstr(name));
+  }
+  EXPECT_THAT(listed.dump(), Not(HasSubstr("hunter2")));
+  ASSERT_OK(agent_->Heartbeat());  // a running task is not recorded again
+  EXPECT_TRUE(agent_->pending_provenance().empty());
 }
 
 TEST_F(NodeAgentTest, RunsATaskToSuccessWithItsGpus) {

@@ -138,6 +138,9 @@ struct GpmSample {
 inline constexpr unsigned int kDeviceUuidBufferSize = 96;
 inline constexpr unsigned int kDeviceNameBufferSize = 96;
 inline constexpr unsigned int kSystemDriverVersionBufferSize = 80;
+inline constexpr unsigned int kSystemNvmlVersionBufferSize = 80;
+inline constexpr unsigned int kDeviceSerialBufferSize = 30;
+inline constexpr unsigned int kDeviceVbiosVersionBufferSize = 32;
 
 // nvmlTemperatureSensors_t, nvmlTemperatureThresholds_t, nvmlClockType_t.
 inline constexpr int kTemperatureGpu = 0;

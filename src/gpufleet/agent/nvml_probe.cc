@@ -44,6 +44,9 @@ struct NvmlProbe::Api {
   nvml::ErrorStringFn error_string = nullptr;
   nvml::SystemGetStringFn system_get_driver_version = nullptr;
   nvml::SystemGetCudaDriverVersionFn system_get_cuda_driver_version = nullptr;
+  nvml::SystemGetStringFn system_get_nvml_version = nullptr;
+  nvml::DeviceGetStringFn device_get_serial = nullptr;
+  nvml::DeviceGetStringFn device_get_vbios_version = nullptr;
   nvml::DeviceGetCountFn device_get_count = nullptr;
   nvml::DeviceGetHandleByIndexFn device_get_handle_by_index = nullptr;
   nvml::DeviceGetStringFn device_get_name = nullptr;
@@ -166,6 +169,9 @@ Result<std::unique_ptr<NvmlProbe>> NvmlProbe::Open(Options options) {
            required("nvmlDeviceGetPciInfo_v3", api->device_get_pci_info),
            optional("nvmlErrorString", api->error_string),
            optional("nvmlSystemGetCudaDriverVersion_v2", api->system_get_cuda_driver_version),
+           optional("nvmlSystemGetNVMLVersion", api->system_get_nvml_version),
+           optional("nvmlDeviceGetSerial", api->device_get_serial),
+           optional("nvmlDeviceGetVbiosVersion", api->device_get_vbios_version),
            optional("nvmlDeviceGetMemoryInfo_v2", api->device_get_memory_info_v2),
            optional("nvmlDeviceGetMemoryInfo", api->device_get_memory_info),
            optional("nvmlDeviceGetUtilizationRates", api->device_get_utilization_rates),
@@ -401,6 +407,21 @@ Result<GpuStaticInfo> NvmlProbe::ReadStaticInfo(DeviceState& device) {
     return fail("nvmlDeviceGetPciInfo_v3", rc);
   }
   info.pci_bus_id = FromBuffer(pci.bus_id, sizeof(pci.bus_id));
+  // Provenance only (docs/provenance.md): a board without a serial (GeForce) or a driver that
+  // does not say leaves them empty.
+  if (api_->device_get_serial != nullptr) {
+    char serial[nvml::kDeviceSerialBufferSize] = {};
+    if (api_->device_get_serial(device.handle, serial, sizeof(serial)) == nvml::Return::kSuccess) {
+      info.serial = FromBuffer(serial, sizeof(serial));
+    }
+  }
+  if (api_->device_get_vbios_version != nullptr) {
+    char vbios[nvml::kDeviceVbiosVersionBufferSize] = {};
+    if (api_->device_get_vbios_version(device.handle, vbios, sizeof(vbios)) ==
+        nvml::Return::kSuccess) {
+      info.vbios_version = FromBuffer(vbios, sizeof(vbios));
+    }
+  }
   const GpuCatalog& catalog = options_.catalog ? *options_.catalog : default_catalog_;
   info.model = catalog.Canonical(info.nvml_name);
 
@@ -490,6 +511,13 @@ Result<ProbeInventory> NvmlProbe::Inventory() {
       api_->system_get_cuda_driver_version(&cuda) == nvml::Return::kSuccess && cuda > 0) {
     // 12040 means CUDA 12.4.
     inventory.cuda_version = fmt::format("{}.{}", cuda / 1000, (cuda % 1000) / 10);
+  }
+  if (api_->system_get_nvml_version != nullptr) {
+    char nvml_version[nvml::kSystemNvmlVersionBufferSize] = {};
+    if (api_->system_get_nvml_version(nvml_version, sizeof(nvml_version)) ==
+        nvml::Return::kSuccess) {
+      inventory.nvml_version = FromBuffer(nvml_version, sizeof(nvml_version));
+    }
   }
   for (const auto& device : devices_) {
     if (!device->lost) {

@@ -67,6 +67,31 @@ TEST_F(NvmlProbeTest, ReadsTheInventory) {
   EXPECT_FALSE(gpu.mig_enabled);
 }
 
+TEST_F(NvmlProbeTest, ReadsSerialsVbiosAndTheNvmlVersionForProvenance) {
+  Json script = Script();
+  script["devices"][1].erase("serial");  // a board without one (GeForce): left empty
+  script["devices"][1].erase("vbios_version");
+  std::unique_ptr<NvmlProbe> probe = Open(script);
+  ASSERT_NE(probe, nullptr);
+  Result<ProbeInventory> inventory = probe->Inventory();
+  ASSERT_OK(inventory);
+  EXPECT_EQ(inventory->nvml_version, "12.550.54.15");
+  EXPECT_EQ(inventory->gpus[0].serial, "1650923000000");
+  EXPECT_EQ(inventory->gpus[0].vbios_version, "96.00.89.00.01");
+  EXPECT_EQ(inventory->gpus[1].serial, "");
+  EXPECT_EQ(inventory->gpus[1].vbios_version, "");
+  EXPECT_GE(fake_->CallCount("nvmlDeviceGetSerial"), 2);
+  EXPECT_GE(fake_->CallCount("nvmlDeviceGetVbiosVersion"), 2);
+  EXPECT_GE(fake_->CallCount("nvmlSystemGetCudaDriverVersion_v2"), 1);
+
+  script.erase("nvml_version");
+  probe = Open(script);
+  ASSERT_NE(probe, nullptr);
+  inventory = probe->Inventory();
+  ASSERT_OK(inventory);
+  EXPECT_EQ(inventory->nvml_version, "");
+}
+
 TEST_F(NvmlProbeTest, SamplesEveryField) {
   std::unique_ptr<NvmlProbe> probe = Open(Script());
   ASSERT_NE(probe, nullptr);

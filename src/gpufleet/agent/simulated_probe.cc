@@ -132,6 +132,7 @@ Result<std::unique_ptr<SimulatedProbe>> SimulatedProbe::Create(const Clock& cloc
   ProbeInventory inventory;
   inventory.driver_version = options.driver_version;
   inventory.cuda_version = options.cuda_version;
+  inventory.nvml_version = options.nvml_version;
   for (int i = 0; i < options.gpu_count; ++i) {
     GpuStaticInfo gpu;
     gpu.index = i;
@@ -141,6 +142,9 @@ Result<std::unique_ptr<SimulatedProbe>> SimulatedProbe::Create(const Clock& cloc
     gpu.model = info.name;
     gpu.memory_mib = info.memory_mib;
     gpu.slowdown_temperature_c = params->slowdown_temperature_c;
+    // A 13-digit board serial, as NVIDIA's data-center boards have, from the UUID's last digits.
+    gpu.serial = "1650" + gpu.uuid.substr(gpu.uuid.size() - 9);
+    gpu.vbios_version = options.vbios_version;
     inventory.gpus.push_back(std::move(gpu));
   }
   for (const auto& [index, profiles] : options.mig_profiles) {

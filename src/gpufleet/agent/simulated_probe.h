@@ -59,6 +59,8 @@ class SimulatedProbe final : public GpuProbe {
     uint64_t seed = 1;  // UUIDs and noise
     std::string driver_version = "550.54.15";
     std::string cuda_version = "12.4";
+    std::string nvml_version = "12.550.54.15";
+    std::string vbios_version = "96.00.89.00.01";
     // GPUs with MIG enabled and their instances in creation order, e.g. {{0, {"3g.40gb",
     // "3g.40gb"}}}; each goes at the lowest placement where it fits.
     std::map<int, std::vector<std::string>> mig_profiles;

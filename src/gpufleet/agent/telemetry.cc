@@ -54,6 +54,7 @@ TelemetrySampler::TelemetrySampler(Options options, ProbeInventory inventory)
   first->sampled_at = options_.clock.Now();
   first->driver_version = inventory_.driver_version;
   first->cuda_version = inventory_.cuda_version;
+  first->nvml_version = inventory_.nvml_version;
   for (const GpuStaticInfo& info : inventory_.gpus) {
     GpuTelemetry gpu;
     gpu.reading.info = info;
@@ -118,6 +119,7 @@ Status TelemetrySampler::SampleOnce() {
   snapshot->sampled_at = options_.clock.Now();
   snapshot->driver_version = inventory_.driver_version;
   snapshot->cuda_version = inventory_.cuda_version;
+  snapshot->nvml_version = inventory_.nvml_version;
   {
     std::lock_guard<std::mutex> snapshot_lock(snapshot_mu_);
     snapshot->sample_count = snapshot_->sample_count + 1;

@@ -37,6 +37,7 @@ struct TelemetrySnapshot {
   int64_t sample_count = 0;  // samples taken so far, this one included
   std::string driver_version;
   std::string cuda_version;
+  std::string nvml_version;
   std::vector<GpuTelemetry> gpus;  // by index
 };
 

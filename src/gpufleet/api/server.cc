@@ -948,9 +948,9 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     return routed(ErrorResponse(who.status()), route);
   }
   if (who->role == control::Role::kAgent && collection != "agents") {
-    return routed(
-        ErrorResponse(PermissionDenied("an agent token may only register and send heartbeats")),
-        route);
+    return routed(ErrorResponse(PermissionDenied(
+                      "an agent token may only register, send heartbeats and provenance records")),
+                  route);
   }
   if (collection == "jobs") {
     if (n == 2 && post) {
@@ -984,6 +984,12 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
       reply = RegisterAgent(*who, request.body);
     } else if (n == 4 && post && segments[3] == "heartbeat") {
       reply = AgentHeartbeat(*who, segments[2], request.body);
+    } else if (n == 4 && post && segments[3] == "provenance") {
+      const Result<Json> recorded = RecordProvenance(*who, segments[2], request.body);
+      return routed(
+          ResultResponse(recorded,
+                         recorded.ok() && wire::BoolOr(*recorded, "created", false) ? 201 : 200),
+          route);
     } else {
       return no_route();
     }
@@ -1018,6 +1024,8 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     if (n == 4 && post && kActions.count(segments[3]) > 0) {
       return routed(NodeAction(*who, segments[2], segments[3], request.body), route);
     }
+  } else if (collection == "provenance" && n == 2 && get) {
+    return routed(ListProvenance(*who, request), route);
   } else if (std::optional<ApiResponse> served = RouteDeployments(*who, request, segments)) {
     return routed(std::move(*served), route);
   } else if (std::optional<ApiResponse> answer = RouteReliability(*who, request, segments)) {

@@ -50,6 +50,10 @@ struct ViewJob;
 // only place where a Status becomes an HTTP status.
 namespace gpufleet::api {
 
+// The store kind of provenance records (docs/provenance.md), one object per run of a task, named
+// by its task id (JOB/TASK/ATTEMPT), created once and never updated.
+inline constexpr std::string_view kProvenanceKind = "provenance";
+
 using wire::Json;
 
 // Request bodies above this are refused with 413.
@@ -364,6 +368,17 @@ class ApiServer {
   Result<wire::AgentReply> RegisterAgent(const control::Principal& who, std::string_view body);
   Result<wire::AgentReply> AgentHeartbeat(const control::Principal& who, std::string_view node,
                                           std::string_view body);
+  // POST /v1/agents/NODE/provenance (docs/provenance.md): stores the agent's record of a run it
+  // started, with the node and the job's provenance map and labels, under kProvenanceKind and
+  // the task id, once: an identical second report is answered with the stored record ("created"
+  // false), a different one is kAlreadyExists naming the fields that differ. kNotFound for a job
+  // or an attempt or task the job does not have, kPermissionDenied for a task placed on another
+  // node (or a credential of another node), kInvalidArgument for a bad report or an image that
+  // is not the task's.
+  Result<Json> RecordProvenance(const control::Principal& who, std::string_view node,
+                                std::string_view body);
+  // GET /v1/provenance?job=NAME[&attempt=N]: the job's records, by attempt and task.
+  ApiResponse ListProvenance(const control::Principal& who, const ApiRequest& request);
   // An agent's credential acts for one node: a node credential for its node only, a join token
   // only for a node that has no credential yet. kPermissionDenied naming both otherwise.
   Status CheckNodeCredential(const control::Principal& who, const std::string& node);

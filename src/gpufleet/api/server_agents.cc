@@ -14,6 +14,7 @@
 #include "gpufleet/control/placement_gpus.h"
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/control/tenancy.h"
+#include "gpufleet/core/image_reference.h"
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/store/read_modify_write.h"
 #include "gpufleet/wire/job_spec.h"
@@ -47,6 +48,22 @@ std::optional<TaskId> ParseTaskId(std::string_view id) {
     return std::nullopt;
   }
   return out;
+}
+
+// The image the agent runs for a task of `image` in `job`: with `identicalStack.imageDigest`
+// (docs/provenance.md) the repository at that digest, "name@sha256:...", so that every node pulls
+// exactly it whatever the tag points to now (podman takes no tag beside a digest); else `image`.
+std::string ImageToRun(const Json& job, const std::string& image) {
+  const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
+  const Json& inner = spec.contains("spec") ? spec["spec"] : Json::object();
+  const Json& stack = inner.contains("identicalStack") ? inner["identicalStack"] : Json();
+  const std::string digest = wire::StrOr(stack, "imageDigest");
+  if (image.empty() || digest.empty() || !ImageReferenceDigest(image).empty()) {
+    return image;
+  }
+  const size_t slash = image.rfind('/');
+  const size_t colon = image.find(':', slash == std::string::npos ? 0 : slash);
+  return fmt::format("{}@{}", image.substr(0, colon), digest);
 }
 
 // Records on the placement what the agent reports about the task's image: how long its pull
@@ -504,7 +521,7 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
         }
       }
       task.env = wire::StringMapOr(group, "env");
-      task.image = wire::StrOr(group, "image");
+      task.image = ImageToRun(job, wire::StrOr(group, "image"));
       task.image_pull_policy = ImagePullPolicyFromName(wire::StrOr(group, "imagePullPolicy"))
                                    .value_or(ImagePullPolicy::kIfNotPresent);
       task.host_network = wire::BoolOr(group, "hostNetwork", false);
@@ -965,6 +982,167 @@ Result<bool> ApiServer::FinishStoppingRuns() {
   }
   const std::map<std::string, std::string> lost = leases_.LostNodes(view_->nodes());
   return CommitJobWrites(control::EndGoneTasksOfStoppingRuns(view_->jobs(), view_->nodes(), lost));
+}
+
+}  // namespace gpufleet::api
+
+namespace gpufleet::api {
+namespace {
+
+// The top-level fields in which two provenance records differ, "recorded_at" aside.
+std::vector<std::string> DifferingFields(const Json& stored, const Json& reported) {
+  std::set<std::string> keys;
+  for (const Json* doc : {&stored, &reported}) {
+    for (const auto& [key, value] : doc->items()) {
+      keys.insert(key);
+    }
+  }
+  std::vector<std::string> out;
+  for (const std::string& key : keys) {
+    if (key == "recorded_at") {
+      continue;
+    }
+    const auto a = stored.find(key);
+    const auto b = reported.find(key);
+    if ((a == stored.end()) != (b == reported.end()) ||
+        (a != stored.end() && b != reported.end() && *a != *b)) {
+      out.push_back(key);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Result<Json> ApiServer::RecordProvenance(const control::Principal& who, std::string_view node,
+                                         std::string_view body) {
+  if (!who.is_admin() && who.role != control::Role::kAgent) {
+    return Status(StatusCode::kPermissionDenied, "provenance records need an agent or admin token");
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const wire::ProvenanceReport report, wire::ParseProvenanceReport(body));
+  GPUFLEET_RETURN_IF_ERROR(CheckNodeCredential(who, std::string(node)));
+  const std::optional<TaskId> id = ParseTaskId(report.task_id);
+  if (!id) {
+    return InvalidArgumentError(
+        fmt::format("task_id: \"{}\" is not JOB/TASK/ATTEMPT", report.task_id));
+  }
+  Result<store::StoredObject> stored_job = options_.store.Get(control::kJobsKind, id->job);
+  if (!stored_job.ok()) {
+    return stored_job.status().code() == StatusCode::kNotFound
+               ? NotFoundError(fmt::format("task_id: job \"{}\" not found", id->job))
+               : stored_job.status();
+  }
+  const Json job = wire::ParseDocument(stored_job->data);
+  const int64_t attempt = wire::IntOr(job, "attempt", 0);
+  if (id->attempt != attempt) {
+    return NotFoundError(
+        fmt::format("task_id: job \"{}\" has no run of attempt {} to record (its attempt is {})",
+                    id->job, id->attempt, attempt));
+  }
+  const Json* placement = nullptr;
+  for (const Json& candidate : wire::ArrayOr(job, "placements")) {
+    if (wire::StrOr(candidate, "task") == id->task) {
+      placement = &candidate;
+    }
+  }
+  if (placement == nullptr) {
+    return NotFoundError(fmt::format("task_id: job \"{}\" has no task \"{}\" placed in attempt {}",
+                                     id->job, id->task, attempt));
+  }
+  const std::string placed_on = wire::StrOr(*placement, "node");
+  if (placed_on != node) {
+    return Status(StatusCode::kPermissionDenied,
+                  fmt::format("task {} runs on node {}, not {}: an agent records only its own "
+                              "node's runs",
+                              report.task_id, placed_on, node));
+  }
+  const std::string image = ImageToRun(job, control::PlacementImage(job, *placement));
+  if (report.image != image) {
+    return InvalidArgumentError(
+        fmt::format("image: \"{}\" is not the task's image \"{}\"", report.image, image));
+  }
+  Json record = Json::parse(wire::ProvenanceReportToJson(report));
+  record.erase("task_id");
+  record["task_id"] = report.task_id;
+  record["job"] = id->job;
+  record["team"] = wire::StrOr(job, "team");
+  record["task"] = id->task;
+  record["attempt"] = id->attempt;
+  record["node"] = std::string(node);
+  // The job's side, from its stored spec, not from the agent.
+  const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
+  record["provenance"] =
+      wire::StringMapOr(spec.contains("spec") ? spec["spec"] : Json::object(), "provenance");
+  record["labels"] =
+      wire::StringMapOr(spec.contains("metadata") ? spec["metadata"] : Json::object(), "labels");
+  if (const std::string now = NowText(); !now.empty()) {
+    record["recorded_at"] = now;
+  }
+  store::WriteBatch batch;
+  batch.Create(std::string(kProvenanceKind), report.task_id, record.dump());
+  const Status created = options_.store.Commit(batch);
+  if (created.ok()) {
+    Json answer = record;
+    answer["created"] = true;
+    return answer;
+  }
+  if (created.code() != StatusCode::kAlreadyExists) {
+    return created;
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject existing,
+                            options_.store.Get(kProvenanceKind, report.task_id));
+  Json kept = wire::ParseDocument(existing.data);
+  const std::vector<std::string> differ = DifferingFields(kept, record);
+  if (!differ.empty()) {
+    return Status(StatusCode::kAlreadyExists,
+                  fmt::format("the provenance of task {} is recorded already and records are "
+                              "immutable; this report differs in {}",
+                              report.task_id, fmt::join(differ, ", ")));
+  }
+  kept["created"] = false;
+  return kept;
+}
+
+ApiResponse ApiServer::ListProvenance(const control::Principal& who, const ApiRequest& request) {
+  const auto job = request.query.find("job");
+  if (job == request.query.end() || job->second.empty()) {
+    return ErrorResponse(InvalidArgumentError("job: required (GET /v1/provenance?job=NAME)"));
+  }
+  std::optional<int64_t> attempt;
+  if (const auto it = request.query.find("attempt"); it != request.query.end()) {
+    int64_t value = 0;
+    const auto [end, error] =
+        std::from_chars(it->second.data(), it->second.data() + it->second.size(), value);
+    if (error != std::errc() || end != it->second.data() + it->second.size() || value < 1) {
+      return ErrorResponse(InvalidArgumentError(
+          fmt::format("attempt: \"{}\" is not a positive integer", it->second)));
+    }
+    attempt = value;
+  }
+  const Result<std::string> key = ResolveName(who, control::kJobsKind, "job", job->second);
+  if (!key.ok()) {
+    return ErrorResponse(key.status());
+  }
+  const Result<std::vector<store::StoredObject>> listed =
+      options_.store.List(kProvenanceKind, *key + "/");
+  if (!listed.ok()) {
+    return ErrorResponse(listed.status());
+  }
+  std::vector<Json> items;
+  for (const store::StoredObject& object : *listed) {
+    Json record = wire::ParseDocument(object.data);
+    if (wire::StrOr(record, "job") != *key ||
+        (attempt && wire::IntOr(record, "attempt", 0) != *attempt)) {
+      continue;
+    }
+    items.push_back(std::move(record));
+  }
+  std::sort(items.begin(), items.end(), [](const Json& a, const Json& b) {
+    return std::make_pair(wire::IntOr(a, "attempt", 0), wire::StrOr(a, "task")) <
+           std::make_pair(wire::IntOr(b, "attempt", 0), wire::StrOr(b, "task"));
+  });
+  Json answer = {{"job", *key}, {"items", items}};
+  return JsonResponse(200, answer);
 }
 
 }  // namespace gpufleet::api

@@ -1367,5 +1367,191 @@ spec:
   EXPECT_TRUE(Get("/v1/jobs/nb").contains("warning"));
 }
 
+// ---- provenance ----------------------------------------------------------------------------
+
+namespace provenance {
+
+constexpr char kJob[] = R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: prov, labels: {project: bert}}
+spec:
+  provenance: {git.commit: 3f2c1e0, dataset: "sha256:9b1d4c"}
+  tasks:
+    - name: workers
+      replicas: 2
+      image: localhost/tiny:1
+      command: [python, train.py]
+      env: {WANDB_API_KEY: hunter2}
+      resources:
+        gpus: {count: 8}
+)";
+
+// The record node-a's agent would send for `task_id`.
+wire::ProvenanceReport Report(const std::string& task_id) {
+  wire::ProvenanceReport report;
+  report.task_id = task_id;
+  report.image = "localhost/tiny:1";
+  report.image_digest = kTinyDigest;
+  report.driver_version = "550.54.15";
+  report.cuda_version = "12.4";
+  report.nvml_version = "12.550.54.15";
+  report.gpus = {{"GPU-node-a-0", "1650923000000", "96.00.89.00.01"}};
+  report.command = {"python", "train.py"};
+  report.env_names = {"CUDA_VISIBLE_DEVICES", "WANDB_API_KEY"};
+  return report;
+}
+
+}  // namespace provenance
+
+class ProvenanceTest : public AgentProtocolTest {
+ protected:
+  // Two nodes, a 2-node gang of `provenance::kJob` on them; fills task_a_ and task_b_.
+  void PlaceGang() {
+    Cycle();
+    Register(Inventory("node-a", "leaf-0"));
+    Register(Inventory("node-b", "leaf-0"));
+    Submit(provenance::kJob);
+    Cycle();
+    task_a_ = TaskOf(Heartbeat("node-a"), "prov").id;
+    task_b_ = TaskOf(Heartbeat("node-b"), "prov").id;
+    ASSERT_FALSE(task_a_.empty());
+    ASSERT_FALSE(task_b_.empty());
+  }
+
+  ApiResponse Post(const std::string& node, const std::string& body,
+                   const std::string& as_node = "") {
+    return Call("POST", fmt::format("/v1/agents/{}/provenance", node),
+                node_tokens_[as_node.empty() ? node : as_node], body);
+  }
+
+  // GET /v1/provenance?job=prov, with `attempt` when given, as `token` (admin: empty).
+  ApiResponse List(const std::string& attempt = "", const std::string& token = "") {
+    ApiRequest request;
+    request.method = "GET";
+    request.path = "/v1/provenance";
+    request.query = {{"job", "prov"}};
+    if (!attempt.empty()) {
+      request.query.emplace("attempt", attempt);
+    }
+    request.authorization = "Bearer " + (token.empty() ? admin_ : token);
+    return server_->Handle(request);
+  }
+  Json Listed(const std::string& attempt = "") { return Json::parse(List(attempt).body); }
+
+  std::string task_a_;
+  std::string task_b_;
+};
+
+TEST_F(ProvenanceTest, AnAgentRecordsARunOnceAndTheRecordIsImmutable) {
+  PlaceGang();
+  const std::string body = wire::ProvenanceReportToJson(provenance::Report(task_a_));
+  ApiResponse first = Post("node-a", body);
+  ASSERT_EQ(first.status, 201) << first.body;
+  const Json record = Json::parse(first.body);
+  EXPECT_EQ(record["node"], "node-a");
+  EXPECT_EQ(record["attempt"], 1);
+  EXPECT_EQ(record["provenance"]["git.commit"], "3f2c1e0");
+  EXPECT_EQ(record["labels"]["project"], "bert");
+  EXPECT_EQ(record["gpus"][0]["serial"], "1650923000000");
+  // Names only: the spec's value of WANDB_API_KEY is nowhere in what the server keeps.
+  EXPECT_THAT(record["env_names"].dump(), HasSubstr("WANDB_API_KEY"));
+  EXPECT_THAT(first.body, Not(HasSubstr("hunter2")));
+
+  const ApiResponse again = Post("node-a", body);  // a retry after a lost answer
+  EXPECT_EQ(again.status, 200) << again.body;
+  EXPECT_EQ(Json::parse(again.body)["created"], false);
+
+  wire::ProvenanceReport changed = provenance::Report(task_a_);
+  changed.image_digest = "sha256:" + std::string(64, 'e');
+  changed.driver_version = "560.28.03";
+  const ApiResponse conflict = Post("node-a", wire::ProvenanceReportToJson(changed));
+  EXPECT_EQ(conflict.status, 409);
+  EXPECT_THAT(conflict.body, HasSubstr("records are immutable; this report differs in "
+                                       "driver_version, image_digest"));
+
+  const Json listed = Listed();
+  ASSERT_EQ(listed["items"].size(), 1U);
+  EXPECT_EQ(listed["items"][0]["image_digest"], kTinyDigest) << "not overwritten";
+  EXPECT_EQ(listed["items"][0]["driver_version"], "550.54.15");
+  EXPECT_EQ(Listed("2")["items"].size(), 0U);
+  EXPECT_EQ(Listed("1")["items"].size(), 1U);
+  EXPECT_EQ(List("x").status, 400);
+}
+
+TEST_F(ProvenanceTest, HostileReportsAreRefusedWithTheirReason) {
+  PlaceGang();
+  struct Case {
+    std::string name;
+    ApiResponse response;
+    int status;
+    std::string error;
+  };
+  wire::ProvenanceReport wrong_image = provenance::Report(task_a_);
+  wrong_image.image = "localhost/other:1";
+  const std::string secret_env =
+      R"({"task_id": ")" + task_a_ + R"(", "env_names": ["WANDB_API_KEY=hunter2"]})";
+  const std::string oversized =
+      R"({"task_id": ")" + task_a_ + R"(", "command": [")" + std::string(70000, 'x') + R"("]})";
+  const std::string other_attempt = task_a_.substr(0, task_a_.rfind('/')) + "/7";
+  const Case cases[] = {
+      {"another node's run",
+       Post("node-a", wire::ProvenanceReportToJson(provenance::Report(task_b_))), 403,
+       "runs on node node-b, not node-a"},
+      {"as another node",
+       Post("node-b", wire::ProvenanceReportToJson(provenance::Report(task_b_)),
+            /*as_node=*/"node-a"),
+       403, "acts for node node-a only"},
+      {"unknown attempt",
+       Post("node-a", wire::ProvenanceReportToJson(provenance::Report(other_attempt))), 404,
+       "has no run of attempt 7"},
+      {"unknown job",
+       Post("node-a", wire::ProvenanceReportToJson(provenance::Report("nope/w-0/1"))), 404,
+       "nope\\\" not found"},
+      {"wrong image", Post("node-a", wire::ProvenanceReportToJson(wrong_image)), 400,
+       "is not the task's image"},
+      {"a value in env", Post("node-a", secret_env), 400, "env_names[0]: not an environment"},
+      {"oversized", Post("node-a", oversized), 400, "more than the 65536 bytes"},
+      {"an empty report", Call("POST", "/v1/agents/node-a/provenance", admin_, "{}"), 400,
+       "task_id: required field missing"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    EXPECT_EQ(c.response.status, c.status) << c.response.body;
+    EXPECT_THAT(c.response.body, HasSubstr(c.error));
+    EXPECT_THAT(c.response.body, Not(HasSubstr("hunter2")));
+  }
+  EXPECT_EQ(Listed()["items"].size(), 0U) << "nothing stored";
+  EXPECT_EQ(List("", node_tokens_["node-a"]).status, 403);
+}
+
+TEST_F(AgentProtocolTest, APinnedImageDigestIsWhatAgentsPullAndRecord) {
+  const std::string pinned = "sha256:" + std::string(64, 'f');
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: pinned}
+spec:
+  identicalStack: {labels: [], imageDigest: ")" +
+         pinned + R"("}
+  tasks:
+    - name: workers
+      image: localhost/tiny:1
+      command: [serve]
+      resources:
+        gpus: {count: 1}
+)");
+  Cycle();
+  const wire::DesiredTask task = TaskOf(Heartbeat("node-a"), "pinned");
+  EXPECT_EQ(task.image, "localhost/tiny@" + pinned) << "the tag gives way to the digest";
+  wire::ProvenanceReport report;
+  report.task_id = task.id;
+  report.image = task.image;
+  report.image_digest = pinned;
+  const ApiResponse recorded = Call("POST", "/v1/agents/node-a/provenance", node_tokens_["node-a"],
+                                    wire::ProvenanceReportToJson(report));
+  EXPECT_EQ(recorded.status, 201) << recorded.body;
+}
+
 }  // namespace
 }  // namespace gpufleet::api

@@ -16,6 +16,7 @@
 #include <fmt/core.h>
 
 #include "gpufleet/cli/format.h"
+#include "gpufleet/cli/provenance.h"
 
 namespace gpufleet::cli {
 namespace {
@@ -541,6 +542,11 @@ int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, 
         return PrintError(client, events.status(), err);
       }
       out << DescribeJob(*job, *events);
+      // A server before provenance records answers 404: the section is left out.
+      if (Result<json> records = client.Get("/v1/provenance?job=" + UrlEncode(args.name));
+          records.ok()) {
+        out << DescribeProvenance(Member(*records, "items"));
+      }
       return 0;
     }
     case ResourceKind::kNode: {

@@ -8,6 +8,7 @@
 
 #include "gpufleet/cli/commands.h"
 #include "gpufleet/cli/format.h"
+#include "gpufleet/cli/provenance.h"
 
 namespace gpufleet::cli {
 namespace {
@@ -115,8 +116,8 @@ std::string RenderFailureReport(const json& report, bool wide) {
 }
 
 int RunReport(ApiClient& client, const ReportArgs& args, std::ostream& out, std::ostream& err) {
-  if (args.kind != "failures") {
-    err << "error: unknown report \"" << args.kind << "\" (expected failures)\n";
+  if (args.kind != "failures" && args.kind != "versions") {
+    err << "error: unknown report \"" << args.kind << "\" (expected failures or versions)\n";
     return 1;
   }
   Result<OutputFormat> format = ParseOutputFormat(args.output);
@@ -124,7 +125,8 @@ int RunReport(ApiClient& client, const ReportArgs& args, std::ostream& out, std:
     err << "error: " << format.status().message() << "\n";
     return 1;
   }
-  Result<json> report = client.Get("/v1/reports/failures");
+  const bool versions = args.kind == "versions";
+  Result<json> report = client.Get(versions ? "/v1/nodes" : "/v1/reports/failures");
   if (!report.ok()) {
     return PrintError(client, report.status(), err);
   }
@@ -137,7 +139,8 @@ int RunReport(ApiClient& client, const ReportArgs& args, std::ostream& out, std:
       break;
     case OutputFormat::kTable:
     case OutputFormat::kWide:
-      out << RenderFailureReport(*report, *format == OutputFormat::kWide);
+      out << (versions ? RenderVersionReport(*report)
+                       : RenderFailureReport(*report, *format == OutputFormat::kWide));
       break;
   }
   return 0;

@@ -12,9 +12,10 @@
 
 namespace gpufleet::cli {
 
-// `report failures [-o table|wide|json|yaml]`.
+// `report failures [-o table|wide|json|yaml]`; `report versions` (RenderVersionReport over GET
+// /v1/nodes; json and yaml print the nodes).
 struct ReportArgs {
-  std::string kind;    // "failures"
+  std::string kind;    // "failures" or "versions"
   std::string output;  // empty: table
 };
 

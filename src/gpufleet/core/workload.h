@@ -90,6 +90,10 @@ const char* NodeFailurePolicyName(NodeFailurePolicy policy);  // "requeue", "fai
 inline constexpr size_t kMaxProvenanceEntries = 64;
 inline constexpr size_t kMaxProvenanceBytes = 16 * 1024;
 
+// The pseudo label key of `identicalStack` that stands for the digests a node holds the job's
+// images at (from what its agent reports), not for a node label.
+inline constexpr std::string_view kImageDigestStackKey = "gpufleet.io/image-digest";
+
 // The longest id of one run of a task on a node (JOB/TASK/ATTEMPT) that agents and runners take.
 inline constexpr size_t kMaxTaskIdLength = 200;
 
@@ -103,8 +107,12 @@ struct Job {
   TopologyConstraint topology;
   SpreadConstraint spread;
   // Label keys (e.g. driver and CUDA versions) whose values must be equal on every node of the
-  // gang.
+  // gang. kImageDigestStackKey among them: the gang's nodes hold each task image at the same
+  // digest, or none holds it (docs/provenance.md).
   std::vector<std::string> identical_stack_labels;
+  // A digest the task images must resolve to (`identicalStack: {imageDigest: ...}`): nodes that
+  // hold an image at another digest are left out, and agents pull it by this digest.
+  std::string identical_image_digest;
   // The job's own labels (`metadata.labels`): shown to people and kept for selection; the
   // scheduler does not read them.
   std::map<std::string, std::string> labels;

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "gpufleet/scheduler/devices.h"
+#include "gpufleet/scheduler/plugins/filters.h"
 
 namespace gpufleet::scheduler {
 namespace {
@@ -26,11 +27,10 @@ struct Domain {
   int short_capacity = 0;
 };
 
-std::vector<const std::string*> StackValues(const Job& job, const NodeInfo& node) {
-  std::vector<const std::string*> values;
+std::vector<std::optional<std::string>> StackValues(const Job& job, const NodeInfo& node) {
+  std::vector<std::optional<std::string>> values;
   for (const std::string& key : job.identical_stack_labels) {
-    auto it = node.node->labels.find(key);
-    values.push_back(it == node.node->labels.end() ? nullptr : &it->second);
+    values.push_back(StackValue(job, *node.node, key));
   }
   return values;
 }
@@ -46,8 +46,8 @@ std::vector<Domain> SplitIntoDomains(const Job& job, const ClusterSnapshot& snap
   auto add = [&](std::string name, int node, GpuMask mask) {
     if (!job.identical_stack_labels.empty()) {
       std::vector<std::string> parts;
-      for (const std::string* value : StackValues(job, snapshot.nodes()[node])) {
-        parts.push_back(value == nullptr ? "-" : *value);
+      for (const std::optional<std::string>& value : StackValues(job, snapshot.nodes()[node])) {
+        parts.push_back(value.value_or("-"));
       }
       name += fmt::format(" [{}]", fmt::join(parts, ", "));
     }
@@ -579,22 +579,25 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
   }
 
   // Not placed: say why in terms a person can act on.
-  if (!required.empty()) {
+  if (!required.empty() || !job.identical_stack_labels.empty()) {
+    // identicalStack splits the nodes by their stack's values (SplitIntoDomains).
+    const std::string what = required.empty() ? "set of nodes with one identical stack" : required;
     if (best_short != nullptr) {
-      result.reason = fmt::format("no {} can hold all tasks of {}; the best, {}, can hold {}",
-                                  required, GroupLabel(job, best_short->short_group),
-                                  best_short->name, best_short->short_capacity);
+      result.reason = fmt::format("no {} can hold all tasks of {}; the best, {}, can hold {}", what,
+                                  GroupLabel(job, best_short->short_group), best_short->name,
+                                  best_short->short_capacity);
     } else {
-      result.reason = fmt::format("no {} has room for the whole gang", required);
+      result.reason = fmt::format("no {} has room for the whole gang", what);
     }
     failed_group = best_short != nullptr ? best_short->short_group : failed_group;
   }
   int fitting = 0;
   result.details = impl.Diagnose(state, contexts[failed_group], snapshot, scope, &fitting);
   const size_t considered = scope == nullptr ? snapshot.nodes().size() : scope->nodes.size();
-  if (!result.reason.empty() && fitting == 0 && !result.details.empty()) {
+  if (!result.reason.empty() && !result.details.empty() &&
+      (fitting == 0 || !job.identical_stack_labels.empty())) {
     // No node takes even one task: the domain figures alone would not say why.
-    result.reason += fmt::format(" (0/{} nodes can take a task: {})", considered,
+    result.reason += fmt::format(" ({}/{} nodes can take a task: {})", fitting, considered,
                                  fmt::join(result.details, ", "));
   }
   if (result.reason.empty()) {
@@ -615,7 +618,9 @@ bool CannotFitWhereSmallerFailed(const Job& job, const Job& smaller) {
       job.min_gpu_memory_mib != smaller.min_gpu_memory_mib ||
       job.node_selector != smaller.node_selector ||
       job.topology.required_level != smaller.topology.required_level ||
-      job.identical_stack_labels != smaller.identical_stack_labels) {
+      job.identical_stack_labels != smaller.identical_stack_labels ||
+      job.identical_image_digest != smaller.identical_image_digest ||
+      job.groups[0].image != smaller.groups[0].image) {
     return false;
   }
   const TaskGroup& a = job.groups[0];

@@ -319,6 +319,51 @@ TEST_F(SchedulerTest, IdenticalStackKeepsTheGangOnOneDriverAndCuda) {
               HasSubstr("(0/5 nodes can take a task: 5 node lacks a software-stack label)"));
 }
 
+TEST_F(SchedulerTest, IdenticalStackKeepsAGangOnOneImageDigestFromWhatAgentsReport) {
+  const std::string a = "sha256:" + std::string(64, 'a');
+  const std::string b = "sha256:" + std::string(64, 'b');
+  Cluster cluster;
+  for (int i = 0; i < 4; ++i) {
+    cluster.nodes.push_back(MakeNode("n" + std::to_string(i), 8));
+  }
+  // n0 and n1 hold the tag at one digest, n2 at another (pulled after the tag moved), n3 not.
+  for (int i = 0; i < 3; ++i) {
+    cluster.nodes[i].cached_images = {{{"localhost/tiny:1"}, i < 2 ? a : b, 1 << 20}};
+  }
+  Use(cluster);
+  Job job = MakeJob("gang", 2, WholeGpus{8});
+  job.groups[0].image = "localhost/tiny:1";
+  job.identical_stack_labels = {std::string(kImageDigestStackKey)};
+  ScheduleResult result = Schedule(job);
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  for (const TaskPlacement& placement : result.placements) {
+    EXPECT_LT(placement.node, 2) << "only n0 and n1 hold one digest twice";
+  }
+  snapshot_.reset();  // a fresh cluster for each question
+  Use(cluster);
+  job.groups[0].replicas = 3;
+  result = Schedule(job);
+  EXPECT_FALSE(result.scheduled()) << "a 3-node gang would mix digests";
+  EXPECT_THAT(result.reason, HasSubstr("no set of nodes with one identical stack can hold all "
+                                       "tasks of group \"workers\""));
+  EXPECT_THAT(result.reason, HasSubstr("the best, cluster [" + a + "], can hold 2"));
+
+  // Pinned: nodes holding another digest are left out, the others pull the pinned one.
+  job.identical_image_digest = b;
+  snapshot_.reset();
+  Use(cluster);
+  result = Schedule(job);
+  EXPECT_FALSE(result.scheduled());
+  EXPECT_THAT(result.reason,
+              HasSubstr("node holds the image at a digest other than identicalStack.imageDigest"));
+  job.groups[0].replicas = 2;
+  result = Schedule(job);
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  for (const TaskPlacement& placement : result.placements) {
+    EXPECT_GE(placement.node, 2);
+  }
+}
+
 TEST_F(SchedulerTest, SpreadAcrossFaultDomainsHonoursMaxSkew) {
   Cluster cluster;
   for (int i = 0; i < 4; ++i) {

@@ -2,6 +2,7 @@
 #include "gpufleet/wire/agent_protocol.h"
 
 #include <algorithm>
+#include <cctype>
 #include <limits>
 #include <set>
 
@@ -751,6 +752,127 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
   };
   GPUFLEET_RETURN_IF_ERROR(r.List("mig_layouts", read_layout));
   return reply;
+}
+
+std::string ProvenanceReportToJson(const ProvenanceReport& report) {
+  Json gpus = Json::array();
+  for (const ProvenanceGpu& gpu : report.gpus) {
+    gpus.push_back(
+        {{"uuid", gpu.uuid}, {"serial", gpu.serial}, {"vbios_version", gpu.vbios_version}});
+  }
+  const Json j = {{"task_id", report.task_id},
+                  {"image", report.image},
+                  {"image_digest", report.image_digest},
+                  {"driver_version", report.driver_version},
+                  {"cuda_version", report.cuda_version},
+                  {"nvml_version", report.nvml_version},
+                  {"gpus", std::move(gpus)},
+                  {"command", report.command},
+                  {"env_names", report.env_names}};
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+namespace {
+
+bool IsEnvName(std::string_view name) {
+  if (name.empty() || (std::isdigit(static_cast<unsigned char>(name[0])) != 0)) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(), [](char c) {
+    return c == '_' || std::isalnum(static_cast<unsigned char>(c)) != 0;
+  });
+}
+
+// A string field of at most kMaxProvenanceFieldBytes.
+Status BoundedString(const ObjectReader& r, std::string_view key, std::string* out) {
+  GPUFLEET_RETURN_IF_ERROR(r.String(key, out));
+  if (out->size() > kMaxProvenanceFieldBytes) {
+    return FieldError(r.Path(key),
+                      fmt::format("{} bytes, more than {}", out->size(), kMaxProvenanceFieldBytes));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ProvenanceReport> ParseProvenanceReport(std::string_view text) {
+  if (text.size() > kMaxProvenanceReportBytes) {
+    return InvalidArgumentError(
+        fmt::format("body: {} bytes, more than the {} bytes a provenance report may hold",
+                    text.size(), kMaxProvenanceReportBytes));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const ObjectReader r,
+      ObjectReader::Open(j, "",
+                         {"task_id", "image", "image_digest", "driver_version", "cuda_version",
+                          "nvml_version", "gpus", "command", "env_names"}));
+  ProvenanceReport report;
+  GPUFLEET_RETURN_IF_ERROR(r.String("task_id", &report.task_id, /*required=*/true));
+  if (report.task_id.empty() || report.task_id.size() > kMaxTaskIdLength) {
+    return FieldError(r.Path("task_id"),
+                      fmt::format("must hold 1 to {} characters", kMaxTaskIdLength));
+  }
+  GPUFLEET_RETURN_IF_ERROR(r.String("image", &report.image));
+  if (!report.image.empty()) {
+    if (const Status image = ValidateImageReference(report.image); !image.ok()) {
+      return FieldError(r.Path("image"), image.message());
+    }
+  }
+  GPUFLEET_RETURN_IF_ERROR(r.String("image_digest", &report.image_digest));
+  if (!report.image_digest.empty()) {
+    if (const Status digest = ValidateImageDigest(report.image_digest); !digest.ok()) {
+      return FieldError(r.Path("image_digest"), digest.message());
+    }
+  }
+  GPUFLEET_RETURN_IF_ERROR(BoundedString(r, "driver_version", &report.driver_version));
+  GPUFLEET_RETURN_IF_ERROR(BoundedString(r, "cuda_version", &report.cuda_version));
+  GPUFLEET_RETURN_IF_ERROR(BoundedString(r, "nvml_version", &report.nvml_version));
+  std::set<std::string> uuids;
+  const auto read_gpu = [&](const Json& g, const std::string& path) -> Status {
+    if (report.gpus.size() >= kMaxProvenanceGpus) {
+      return FieldError(path, fmt::format("more than {} GPUs", kMaxProvenanceGpus));
+    }
+    GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader gr,
+                              ObjectReader::Open(g, path, {"uuid", "serial", "vbios_version"}));
+    ProvenanceGpu gpu;
+    GPUFLEET_RETURN_IF_ERROR(gr.String("uuid", &gpu.uuid, /*required=*/true));
+    if (gpu.uuid.empty() || gpu.uuid.size() > kMaxProvenanceFieldBytes) {
+      return FieldError(gr.Path("uuid"),
+                        fmt::format("must hold 1 to {} bytes", kMaxProvenanceFieldBytes));
+    }
+    if (!uuids.insert(gpu.uuid).second) {
+      return FieldError(gr.Path("uuid"), fmt::format("duplicate GPU \"{}\"", gpu.uuid));
+    }
+    GPUFLEET_RETURN_IF_ERROR(BoundedString(gr, "serial", &gpu.serial));
+    GPUFLEET_RETURN_IF_ERROR(BoundedString(gr, "vbios_version", &gpu.vbios_version));
+    report.gpus.push_back(std::move(gpu));
+    return Status::Ok();
+  };
+  GPUFLEET_RETURN_IF_ERROR(r.List("gpus", read_gpu));
+  GPUFLEET_RETURN_IF_ERROR(r.Strings("command", &report.command));
+  GPUFLEET_RETURN_IF_ERROR(r.Strings("env_names", &report.env_names));
+  if (report.env_names.size() > kMaxProvenanceEnvNames) {
+    return FieldError(
+        r.Path("env_names"),
+        fmt::format("{} names, more than {}", report.env_names.size(), kMaxProvenanceEnvNames));
+  }
+  std::set<std::string_view> names;
+  for (size_t i = 0; i < report.env_names.size(); ++i) {
+    const std::string& name = report.env_names[i];
+    const std::string path = fmt::format("{}[{}]", r.Path("env_names"), i);
+    if (name.size() > kMaxProvenanceFieldBytes || !IsEnvName(name)) {
+      // The value is never echoed: a "NAME=VALUE" here may hold a secret.
+      return FieldError(path,
+                        "not an environment variable name ([A-Za-z_][A-Za-z0-9_]*, at "
+                        "most 256 bytes); provenance records names only, never values");
+    }
+    if (!names.insert(name).second) {
+      return FieldError(path, fmt::format("duplicate name \"{}\"", name));
+    }
+  }
+  std::sort(report.env_names.begin(), report.env_names.end());
+  return report;
 }
 
 }  // namespace gpufleet::wire

@@ -183,9 +183,48 @@ struct AgentReply {
   std::string node_token;
 };
 
+// The label an agent sets on its node with the NVML library's version ("12.550.54.15"), beside
+// kDriverVersionLabel and kCudaVersionLabel (`gpufleet report versions` reads all three).
+inline constexpr std::string_view kNvmlVersionLabel = "gpufleet.io/nvml-version";
+
+// The provenance of one run of one task (docs/provenance.md), what the agent saw when it started
+// it: POST /v1/agents/NODE/provenance, once per task id (JOB/TASK/ATTEMPT). The server adds the
+// node, the job's `provenance` map and labels, and stores it immutably.
+struct ProvenanceGpu {
+  std::string uuid;  // "GPU-..." or "MIG-..."
+  std::string serial;
+  std::string vbios_version;
+
+  friend bool operator==(const ProvenanceGpu&, const ProvenanceGpu&) = default;
+};
+
+struct ProvenanceReport {
+  std::string task_id;       // MakeTaskId
+  std::string image;         // the reference the task was started with; empty for a process
+  std::string image_digest;  // what the reference resolved to ("sha256:..."); empty if unknown
+  std::string driver_version;
+  std::string cuda_version;  // "12.4"
+  std::string nvml_version;  // "12.550.54.15"
+  std::vector<ProvenanceGpu> gpus;
+  std::vector<std::string> command;
+  // The names of the task's environment variables, sorted; never their values.
+  std::vector<std::string> env_names;
+
+  friend bool operator==(const ProvenanceReport&, const ProvenanceReport&) = default;
+};
+
+// Bounds of a provenance report, so that no agent can grow the store: the JSON body at most
+// kMaxProvenanceReportBytes, at most kMaxProvenanceGpus GPUs and kMaxProvenanceEnvNames names,
+// each version, serial, UUID and name at most kMaxProvenanceFieldBytes.
+inline constexpr size_t kMaxProvenanceReportBytes = 64 * 1024;
+inline constexpr size_t kMaxProvenanceGpus = 64;
+inline constexpr size_t kMaxProvenanceEnvNames = 1024;
+inline constexpr size_t kMaxProvenanceFieldBytes = 256;
+
 std::string RegisterRequestToJson(const RegisterRequest& request);
 std::string HeartbeatRequestToJson(const HeartbeatRequest& request);
 std::string AgentReplyToJson(const AgentReply& reply);
+std::string ProvenanceReportToJson(const ProvenanceReport& report);
 
 // "3g.40gb at 0, 3g.40gb at 4" (events and errors); "none" for no instances.
 std::string DescribeMigInstances(const std::vector<MigInstance>& instances);
@@ -195,5 +234,8 @@ std::string DescribeMigInstances(const std::vector<MigInstance>& instances);
 Result<RegisterRequest> ParseRegisterRequest(std::string_view text);
 Result<HeartbeatRequest> ParseHeartbeatRequest(std::string_view text);
 Result<AgentReply> ParseAgentReply(std::string_view text);
+// Also refuses a report over the bounds above, an env name that is not [A-Za-z_][A-Za-z0-9_]*
+// (so no "NAME=VALUE" passes), a duplicate name or GPU, and a bad image reference or digest.
+Result<ProvenanceReport> ParseProvenanceReport(std::string_view text);
 
 }  // namespace gpufleet::wire

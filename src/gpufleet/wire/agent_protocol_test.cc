@@ -278,5 +278,60 @@ TEST(AgentProtocolJson, DescribesMigInstances) {
   EXPECT_EQ(DescribeMigInstances({{"3g.40gb", 0}, {"1g.10gb", 6}}), "3g.40gb at 0, 1g.10gb at 6");
 }
 
+TEST(ProvenanceReportJson, RoundTripsWithSortedEnvNames) {
+  ProvenanceReport report;
+  report.task_id = "ml/bert/main-0/2";
+  report.image = "localhost/tiny:1";
+  report.image_digest = "sha256:" + std::string(64, 'a');
+  report.driver_version = "550.54.15";
+  report.cuda_version = "12.4";
+  report.nvml_version = "12.550.54.15";
+  report.gpus = {{"GPU-1", "1320123456789", "96.00.89.00.01"}};
+  report.command = {"python", "train.py"};
+  report.env_names = {"PATH", "CUDA_VISIBLE_DEVICES"};
+  Result<ProvenanceReport> parsed = ParseProvenanceReport(ProvenanceReportToJson(report));
+  ASSERT_TRUE(parsed.ok()) << parsed.status().ToString();
+  EXPECT_THAT(parsed->env_names, ElementsAre("CUDA_VISIBLE_DEVICES", "PATH"));
+  parsed.value().env_names = report.env_names;
+  EXPECT_EQ(*parsed, report);
+}
+
+TEST(ProvenanceReportJson, RefusesHostileReports) {
+  struct Case {
+    std::string body;
+    std::string error;
+  };
+  const std::string many_gpus = [] {
+    std::string gpus;
+    for (size_t i = 0; i <= kMaxProvenanceGpus; ++i) {
+      gpus += fmt::format("{}{{\"uuid\": \"GPU-{}\"}}", i == 0 ? "" : ",", i);
+    }
+    return R"({"task_id": "a/b/1", "gpus": [)" + gpus + "]}";
+  }();
+  const Case cases[] = {
+      {R"({"task_id": "a/b/1", "env_names": ["TOKEN=hunter2"]})",
+       "env_names[0]: not an environment variable name"},
+      {R"({"task_id": "a/b/1", "env_names": ["A", "A"]})", "env_names[1]: duplicate name"},
+      {R"({"task_id": "a/b/1", "env": {"A": "b"}})", "env: unknown field"},
+      {R"({"image": "x"})", "task_id: required field missing"},
+      {R"({"task_id": "a/b/1", "image": "-rm"})", "image:"},
+      {R"({"task_id": "a/b/1", "image_digest": "md5:x"})", "image_digest:"},
+      {R"({"task_id": "a/b/1", "gpus": [{"uuid": "G"}, {"uuid": "G"}]})",
+       "gpus[1].uuid: duplicate GPU"},
+      {R"({"task_id": "a/b/1", "driver_version": ")" + std::string(300, 'x') + R"("})",
+       "driver_version: 300 bytes, more than 256"},
+      {many_gpus, "more than 64 GPUs"},
+      {R"({"task_id": "a/b/1", "command": [")" + std::string(70000, 'x') + R"("]})",
+       "body: 70037 bytes, more than the 65536 bytes a provenance report may hold"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.body.substr(0, 200));
+    const Result<ProvenanceReport> parsed = ParseProvenanceReport(c.body);
+    EXPECT_THAT(parsed.status(), StatusIs(StatusCode::kInvalidArgument));
+    EXPECT_THAT(parsed.status().message(), HasSubstr(c.error));
+    EXPECT_THAT(parsed.status().message(), ::testing::Not(HasSubstr("hunter2")));
+  }
+}
+
 }  // namespace
 }  // namespace gpufleet::wire

@@ -19,6 +19,8 @@
 #include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
+#include "gpufleet/core/cluster.h"
+
 namespace gpufleet::wire {
 namespace {
 
@@ -933,6 +935,43 @@ Result<SpreadConstraint> ReadSpread(const Node& node, const std::string& path) {
   return spread;
 }
 
+// `identicalStack`: a list of label keys; `true` (the driver and CUDA versions and the images'
+// digests); or `{labels: [...], imageDigest: "sha256:..."}`, labels defaulting to those of `true`.
+struct IdenticalStack {
+  std::vector<std::string> labels;
+  std::string image_digest;
+};
+Result<IdenticalStack> ReadIdenticalStack(const Node& node, const std::string& path) {
+  const std::vector<std::string> defaults = {std::string(kDriverVersionLabel),
+                                             std::string(kCudaVersionLabel),
+                                             std::string(kImageDigestStackKey)};
+  IdenticalStack out;
+  if (node.kind == Node::Kind::kSequence) {
+    GPUFLEET_ASSIGN_OR_RETURN(out.labels, StringList(kLabelKeyRule)(node, path));
+    return out;
+  }
+  if (node.kind == Node::Kind::kScalar) {
+    GPUFLEET_ASSIGN_OR_RETURN(const bool on, ReadBool(node, path));
+    if (on) {
+      out.labels = defaults;
+    }
+    return out;
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const Fields f, Fields::Read(node, path, {"labels", "imageDigest"}));
+  out.labels = defaults;
+  GPUFLEET_RETURN_IF_ERROR(f.Get("labels", &out.labels, StringList(kLabelKeyRule)));
+  GPUFLEET_RETURN_IF_ERROR(f.Get("imageDigest", &out.image_digest, Named(kAnyString)));
+  if (!out.image_digest.empty()) {
+    if (const Status digest = ValidateImageDigest(out.image_digest); !digest.ok()) {
+      return InvalidArgumentError(fmt::format("{}.imageDigest: {}", path, digest.message()));
+    }
+    if (std::find(out.labels.begin(), out.labels.end(), kImageDigestStackKey) == out.labels.end()) {
+      out.labels.emplace_back(kImageDigestStackKey);
+    }
+  }
+  return out;
+}
+
 Result<Job> ReadSpec(const Node& node) {
   GPUFLEET_ASSIGN_OR_RETURN(
       const Fields f, Fields::Read(node, "spec",
@@ -953,8 +992,10 @@ Result<Job> ReadSpec(const Node& node) {
   GPUFLEET_RETURN_IF_ERROR(f.Get("nodeSelector", &job.node_selector, ReadLabels));
   GPUFLEET_RETURN_IF_ERROR(f.Get("topology", &job.topology, ReadTopology));
   GPUFLEET_RETURN_IF_ERROR(f.Get("spread", &job.spread, ReadSpread));
-  GPUFLEET_RETURN_IF_ERROR(
-      f.Get("identicalStack", &job.identical_stack_labels, StringList(kLabelKeyRule)));
+  IdenticalStack stack;
+  GPUFLEET_RETURN_IF_ERROR(f.Get("identicalStack", &stack, ReadIdenticalStack));
+  job.identical_stack_labels = std::move(stack.labels);
+  job.identical_image_digest = std::move(stack.image_digest);
   GPUFLEET_RETURN_IF_ERROR(f.Get("provenance", &job.provenance, ReadProvenance));
   return job;
 }
@@ -1085,7 +1126,12 @@ Json SpecToJson(const Job& job) {
     spec["spread"]["faultDomain"] = job.spread.fault_domain;
     spec["spread"]["maxSkew"] = job.spread.max_skew;
   }
-  put(spec, "identicalStack", job.identical_stack_labels, !job.identical_stack_labels.empty());
+  if (job.identical_image_digest.empty()) {
+    put(spec, "identicalStack", job.identical_stack_labels, !job.identical_stack_labels.empty());
+  } else {
+    spec["identicalStack"] = {{"labels", job.identical_stack_labels},
+                              {"imageDigest", job.identical_image_digest}};
+  }
   put(spec, "provenance", job.provenance, !job.provenance.empty());
   return out;
 }

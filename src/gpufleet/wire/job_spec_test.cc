@@ -62,6 +62,7 @@ void ExpectSameJob(const Job& actual, const Job& expected) {
   EXPECT_EQ(actual.spread.fault_domain, expected.spread.fault_domain);
   EXPECT_EQ(actual.spread.max_skew, expected.spread.max_skew);
   EXPECT_EQ(actual.identical_stack_labels, expected.identical_stack_labels);
+  EXPECT_EQ(actual.identical_image_digest, expected.identical_image_digest);
   EXPECT_EQ(actual.labels, expected.labels);
   EXPECT_EQ(actual.priority, expected.priority);
   EXPECT_EQ(actual.queue, expected.queue);
@@ -439,6 +440,40 @@ std::string WithSpec(const std::string& extra) {
     out += "  " + line + "\n";
   }
   return out;
+}
+
+TEST_F(JobSpecTest, IdenticalStackTrueOrAPinnedImageDigest) {
+  const std::vector<std::string> defaults = {
+      "gpufleet.io/driver-version", "gpufleet.io/cuda-version", "gpufleet.io/image-digest"};
+  Result<Job> job = ParseJobSpec(WithSpec("identicalStack: true\n"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->identical_stack_labels, defaults);
+  EXPECT_EQ(job->identical_image_digest, "");
+  job = ParseJobSpec(WithSpec("identicalStack: false\n"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_TRUE(job->identical_stack_labels.empty());
+
+  const std::string digest = "sha256:" + std::string(64, 'c');
+  job = ParseJobSpec(WithSpec("identicalStack: {imageDigest: \"" + digest + "\"}\n"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->identical_stack_labels, defaults);
+  EXPECT_EQ(job->identical_image_digest, digest);
+  job = ParseJobSpec(WithSpec("identicalStack: {labels: [a/b], imageDigest: \"" + digest + "\"}\n"),
+                     catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->identical_stack_labels,
+            (std::vector<std::string>{"a/b", "gpufleet.io/image-digest"}));
+  // Written back as it was read.
+  const Result<Job> again = ParseJobSpec(JobSpecToJson(*job).dump(), catalog_);
+  ASSERT_OK(again);
+  EXPECT_EQ(again->identical_image_digest, digest);
+  EXPECT_EQ(again->identical_stack_labels, job->identical_stack_labels);
+
+  const Result<Job> bad =
+      ParseJobSpec(WithSpec("identicalStack: {imageDigest: md5:x}\n"), catalog_);
+  EXPECT_THAT(bad.status().message(), HasSubstr("spec.identicalStack.imageDigest:"));
+  const Result<Job> word = ParseJobSpec(WithSpec("identicalStack: yes-please\n"), catalog_);
+  EXPECT_THAT(word.status().message(), HasSubstr("spec.identicalStack: expected true or false"));
 }
 
 std::vector<BadSpec> BadSpecs() {

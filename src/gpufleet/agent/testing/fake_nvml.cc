@@ -111,7 +111,9 @@ const std::set<std::string_view>& DeviceKeys() {
                                                            "clocks_event_reasons",
                                                            "minor_number",
                                                            "cpu_affinity",
-                                                           "nvlinks"};
+                                                           "nvlinks",
+                                                           "serial",
+                                                           "vbios_version"};
   return *keys;
 }
 const std::set<std::string_view>& MigKeys() {
@@ -120,13 +122,14 @@ const std::set<std::string_view>& MigKeys() {
   return *keys;
 }
 const std::set<std::string_view>& TopKeys() {
-  static const auto* keys =
-      new std::set<std::string_view>{"devices", "driver_version", "cuda_driver_version", "init"};
+  static const auto* keys = new std::set<std::string_view>{
+      "devices", "driver_version", "cuda_driver_version", "nvml_version", "init"};
   return *keys;
 }
 const std::set<std::string_view>& TextKeys() {
   static const auto* keys =
-      new std::set<std::string_view>{"name", "uuid", "pci_bus_id", "profile", "driver_version"};
+      new std::set<std::string_view>{"name",   "uuid",          "pci_bus_id",     "profile",
+                                     "serial", "vbios_version", "driver_version", "nvml_version"};
   return *keys;
 }
 
@@ -426,6 +429,18 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlSystemGetCudaDriverVersion_v2(int* ve
   return ReadNumber(call.script(), "cuda_driver_version", version);
 }
 
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlSystemGetNVMLVersion(char* version,
+                                                                unsigned int length) {
+  Call call("nvmlSystemGetNVMLVersion");
+  if (!call.initialized()) {
+    return nvml::Return::kUninitialized;
+  }
+  if (!call.script().contains("nvml_version")) {
+    return nvml::Return::kNotSupported;
+  }
+  return CopyString(call.script()["nvml_version"].get<std::string>(), version, length);
+}
+
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetCount_v2(unsigned int* count) {
   Call call("nvmlDeviceGetCount_v2");
   if (!call.initialized()) {
@@ -470,6 +485,33 @@ GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetUUID(nvml::Device handle, ch
     return call.status();
   }
   return CopyString(call.entry().value("uuid", ""), uuid, length);
+}
+
+namespace {
+
+// A text key of a whole GPU (not of a MIG device); absent: NVML_ERROR_NOT_SUPPORTED.
+nvml::Return DeviceText(const char* function, const char* key, nvml::Device handle, char* buffer,
+                        unsigned int length) {
+  DeviceCall call(function, handle);
+  if (!call.ok()) {
+    return call.status();
+  }
+  if (call.mig() != nullptr || !call.device().contains(key)) {
+    return nvml::Return::kNotSupported;
+  }
+  return CopyString(call.device()[key].get<std::string>(), buffer, length);
+}
+
+}  // namespace
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetSerial(nvml::Device handle, char* serial,
+                                                           unsigned int length) {
+  return DeviceText("nvmlDeviceGetSerial", "serial", handle, serial, length);
+}
+
+GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetVbiosVersion(nvml::Device handle, char* version,
+                                                                 unsigned int length) {
+  return DeviceText("nvmlDeviceGetVbiosVersion", "vbios_version", handle, version, length);
 }
 
 GPUFLEET_FAKE_NVML_EXPORT nvml::Return nvmlDeviceGetPciInfo_v3(nvml::Device handle,

@@ -10,10 +10,11 @@
 // Control of the fake NVML library (fake_nvml.cc), a shared object that NvmlProbe loads in place
 // of libnvidia-ml.so.1. Its answers come from a JSON script:
 //
-//   {"driver_version": "550.54.15", "cuda_driver_version": 12040,
+//   {"driver_version": "550.54.15", "cuda_driver_version": 12040, "nvml_version": "12.550.54.15",
 //    "init": "DRIVER_NOT_LOADED",                       // optional: nvmlInit_v2 fails so
 //    "devices": [{
 //      "name": "NVIDIA H100 80GB HBM3", "uuid": "GPU-...", "pci_bus_id": "00000000:18:00.0",
+//      "serial": "1650923000123", "vbios_version": "96.00.89.00.01",
 //      "memory": {"total_mib": 81559, "reserved_mib": 512, "used_mib": 1024},
 //      "utilization": {"gpu": 50, "memory": 20}, "temperature_c": 45,
 //      "slowdown_temperature_c": 87, "power_mw": 312500, "sm_clock_mhz": 1980,

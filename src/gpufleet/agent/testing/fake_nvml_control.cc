@@ -93,10 +93,14 @@ std::string HealthyH100Script(int gpus) {
         {"pcie_replay", 0},
         {"clocks_event_reasons", 0},
         {"gpm", {{"sm_util", 9.0 * i}, {"dram_bw_util", 4.0 * i}, {"any_tensor_util", 2.5 * i}}},
+        {"serial", fmt::format("16509230{:05d}", i)},
+        {"vbios_version", "96.00.89.00.01"},
     });
   }
-  return nlohmann::json{
-      {"driver_version", "550.54.15"}, {"cuda_driver_version", 12040}, {"devices", devices}}
+  return nlohmann::json{{"driver_version", "550.54.15"},
+                        {"cuda_driver_version", 12040},
+                        {"nvml_version", "12.550.54.15"},
+                        {"devices", devices}}
       .dump();
 }
 

@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "gpufleet/scheduler/devices.h"
+#include "gpufleet/scheduler/plugins/image_locality.h"
 
 namespace gpufleet::scheduler {
 namespace {
@@ -66,11 +67,54 @@ PluginResult NodeSelectorFilter::Filter(const CycleState& state, const TaskConte
              : PluginResult::Unresolvable("node labels do not match the node selector");
 }
 
+namespace {
+
+// The job's task images, each once, in group order.
+std::vector<std::string> TaskImages(const Job& job) {
+  std::vector<std::string> images;
+  for (const TaskGroup& group : job.groups) {
+    if (!group.image.empty() &&
+        std::find(images.begin(), images.end(), group.image) == images.end()) {
+      images.push_back(group.image);
+    }
+  }
+  return images;
+}
+
+}  // namespace
+
+std::optional<std::string> StackValue(const Job& job, const Node& node, const std::string& key) {
+  if (key != kImageDigestStackKey) {
+    const auto it = node.labels.find(key);
+    return it == node.labels.end() ? std::nullopt : std::optional<std::string>(it->second);
+  }
+  if (!job.identical_image_digest.empty()) {
+    return job.identical_image_digest;
+  }
+  std::string value;
+  for (const std::string& image : TaskImages(job)) {
+    const CachedImage* held = ImageLocalityScore::FindImage(node, image);
+    value += value.empty() ? "" : ",";
+    value += held == nullptr || held->digest.empty() ? "-" : held->digest;
+  }
+  return value.empty() ? "-" : value;
+}
+
 PluginResult StackLabelsFilter::Filter(const CycleState& state, const TaskContext& /*task*/,
                                        const NodeInfo& node, GpuMask /*gpus*/) const {
-  for (const std::string& key : state.job().identical_stack_labels) {
-    if (node.node->labels.find(key) == node.node->labels.end()) {
+  const Job& job = state.job();
+  for (const std::string& key : job.identical_stack_labels) {
+    if (!StackValue(job, *node.node, key).has_value()) {
       return PluginResult::Unresolvable("node lacks a software-stack label");
+    }
+  }
+  if (!job.identical_image_digest.empty()) {
+    for (const std::string& image : TaskImages(job)) {
+      const CachedImage* held = ImageLocalityScore::FindImage(*node.node, image);
+      if (held != nullptr && !held->digest.empty() && held->digest != job.identical_image_digest) {
+        return PluginResult::Unresolvable(
+            "node holds the image at a digest other than identicalStack.imageDigest");
+      }
     }
   }
   return PluginResult::Success();

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -59,8 +60,16 @@ class NodeSelectorFilter final : public FilterPlugin {
                       GpuMask gpus) const override;
 };
 
-// The node carries every label of the job's identical-stack list (the gang search then keeps
-// the whole gang on nodes with equal values).
+// The value of one key of the job's identical-stack list on `node`: the label's value (nullopt
+// when the node lacks it) or, for kImageDigestStackKey, the digest the node holds each task image
+// at, from its agent's image reports, "-" for one it does not hold, joined with ','. With a
+// pinned digest (Job::identical_image_digest) every node it admits will run that digest: the
+// value is the digest. Pure.
+std::optional<std::string> StackValue(const Job& job, const Node& node, const std::string& key);
+
+// The node carries every label of the job's identical-stack list, and holds no task image at a
+// digest other than the job's pinned one (the gang search then keeps the whole gang on nodes
+// with equal values).
 class StackLabelsFilter final : public FilterPlugin {
  public:
   std::string_view Name() const override { return "identical-stack"; }
