@@ -159,6 +159,9 @@ uuid=$(grep -o 'as GPU-[0-9a-f-]*' "$log" | cut -c4-) || fail "task log: $(cat "
 grep -q "in a container with $uuid as $uuid$" "$log" ||
   fail "the container did not see exactly its GPU: $(cat "$log")"
 grep -q 'GET /v2/smoke/tiny/manifests/1' "$work/registry.log" || fail "the registry served no pull"
+# The provenance record of the run names the image and the digest the container ran.
+grep -q "^  main-0 .*$image .*sha256:" "$work/describe" ||
+  fail "no provenance record with the digest: $(cat "$work/describe")"
 
 # A pull that hangs: the job shows Pulling, the agent keeps heartbeating (the node stays Ready
 # past its lease), and a cancel ends the pull without a container.

@@ -358,7 +358,10 @@ Status NodeAgent::Heartbeat() {
                                    [](const runner::TaskStatus& s) { return s.pulling_image; });
   images_stale_ = images_stale_ || pulling || was_pulling_;
   was_pulling_ = pulling;
-  RecordPulledProvenance(statuses);
+  // Sent before the report that may end the run: the server takes records of placed runs only.
+  if (RecordPulledProvenance(statuses)) {
+    SendProvenance();
+  }
   request.images = ImagesToReport();
   request.sequence = clock_.Now().nanos;
   Result<wire::AgentReply> reply =
@@ -379,7 +382,8 @@ Status NodeAgent::Heartbeat() {
   return applied;
 }
 
-void NodeAgent::RecordPulledProvenance(const std::vector<runner::TaskStatus>& statuses) {
+bool NodeAgent::RecordPulledProvenance(const std::vector<runner::TaskStatus>& statuses) {
+  bool recorded = false;
   for (auto it = awaiting_pull_.begin(); it != awaiting_pull_.end();) {
     const auto status =
         std::find_if(statuses.begin(), statuses.end(),
@@ -391,9 +395,11 @@ void NodeAgent::RecordPulledProvenance(const std::vector<runner::TaskStatus>& st
     // A task whose pull failed, or that was stopped while pulling, never ran: no record.
     if (status != statuses.end() && status->state != runner::TaskState::kFailedToStart) {
       provenance_pending_[it->first] = ProvenanceOf(it->second, *status);
+      recorded = true;
     }
     it = awaiting_pull_.erase(it);
   }
+  return recorded;
 }
 
 wire::ProvenanceReport NodeAgent::ProvenanceOf(const runner::TaskLaunch& launch,

@@ -139,8 +139,9 @@ class NodeAgent {
   // image digest), from the telemetry's inventory.
   wire::ProvenanceReport ProvenanceOf(const runner::TaskLaunch& launch,
                                       const runner::TaskStatus& status) const;
-  // Makes the records of the tasks whose image pull has ended and whose container started.
-  void RecordPulledProvenance(const std::vector<runner::TaskStatus>& statuses);
+  // Makes the records of the tasks whose image pull has ended and whose container started;
+  // whether it made any.
+  bool RecordPulledProvenance(const std::vector<runner::TaskStatus>& statuses);
   // Posts the pending records; keeps those the server could not take now (unavailable).
   void SendProvenance();
 
