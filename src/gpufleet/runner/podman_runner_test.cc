@@ -146,6 +146,13 @@ class PodmanRunnerTest : public ::testing::Test {
     return runner.ok() ? std::move(runner).value() : nullptr;
   }
 
+  // Opens the runner again, pulling from `registry` ("HOST:PORT") over plain HTTP.
+  void ReopenPullingFrom(const std::string& registry) {
+    options_.insecure_registries = {registry};
+    runner_.reset();
+    runner_ = OpenRunner(real_clock_);
+  }
+
   TaskLaunch Container(const std::string& task_id, const std::string& script) {
     TaskLaunch launch;
     launch.task_id = task_id;
@@ -686,9 +693,7 @@ TEST_F(PodmanRunnerTest, PullsAnImageFromALoopbackRegistryBeforeTheStart) {
   LoopbackRegistry registry(dir_, PodmanPrefix());
   ASSERT_EQ(registry.error(), "");
   const std::string image = registry.address() + "/tiny:1";
-  options_.insecure_registries = {registry.address()};
-  runner_.reset();
-  runner_ = OpenRunner(real_clock_);
+  ReopenPullingFrom(registry.address());
   ASSERT_NE(runner_, nullptr);
   TaskLaunch pulled = Container("job/pulled/1", "echo pulled and ran");
   pulled.image = image;
@@ -731,9 +736,7 @@ TEST_F(PodmanRunnerTest, APullRunsBesideTheCallerAndAStopEndsItBeforeAnythingRun
   ASSERT_NE(runner_, nullptr);
   const SilentRegistry silent;
   ASSERT_NE(silent.address(), "");
-  options_.insecure_registries = {silent.address()};
-  runner_.reset();
-  runner_ = OpenRunner(real_clock_);
+  ReopenPullingFrom(silent.address());
   ASSERT_NE(runner_, nullptr);
   TaskLaunch launch = Container("job/hanging/1", "echo must not run");
   launch.image = silent.address() + "/tiny:1";
@@ -773,10 +776,8 @@ TEST_F(PodmanRunnerTest, APullPastItsTimeoutIsKilledAndTheTaskFails) {
   ASSERT_NE(runner_, nullptr);
   const SilentRegistry silent;
   ASSERT_NE(silent.address(), "");
-  options_.insecure_registries = {silent.address()};
   options_.pull_timeout = std::chrono::seconds(1);
-  runner_.reset();
-  runner_ = OpenRunner(real_clock_);
+  ReopenPullingFrom(silent.address());
   ASSERT_NE(runner_, nullptr);
   TaskLaunch launch = Container("job/slow/1", "true");
   launch.image = silent.address() + "/tiny:1";
@@ -793,9 +794,7 @@ TEST_F(PodmanRunnerTest, APullOutlivesTheRunnerAndTheNextOneTakesItOver) {
   ASSERT_NE(runner_, nullptr);
   const SilentRegistry silent;
   ASSERT_NE(silent.address(), "");
-  options_.insecure_registries = {silent.address()};
-  runner_.reset();
-  runner_ = OpenRunner(real_clock_);
+  ReopenPullingFrom(silent.address());
   ASSERT_NE(runner_, nullptr);
   TaskLaunch launch = Container("job/restart/1", "true");
   launch.image = silent.address() + "/tiny:1";
@@ -820,9 +819,7 @@ TEST_F(PodmanRunnerTest, AnUnknownImageAndACorruptLayerFailTheTaskWithTheRegistr
   ASSERT_NE(runner_, nullptr);
   LoopbackRegistry registry(dir_, PodmanPrefix());
   ASSERT_EQ(registry.error(), "");
-  options_.insecure_registries = {registry.address()};
-  runner_.reset();
-  runner_ = OpenRunner(real_clock_);
+  ReopenPullingFrom(registry.address());
   ASSERT_NE(runner_, nullptr);
 
   TaskLaunch unknown = Container("job/unknown/1", "true");
