@@ -134,11 +134,13 @@ std::vector<std::string> ApplyStoppingReports(
 
 // Applies one node's task reports and drain-now GPUs (by index) to an active job; `node_gpus` is
 // the node document's "gpus". A run one of whose GPUs (by UUID) the node no longer has ends too.
-// Returns the events to log (empty: nothing changed).
+// Returns the events to log; `progressed` is set when a pull's progress changed, which is written
+// without an event (no events and no progress: nothing changed).
 std::vector<std::string> ApplyReports(Json& job, const std::string& node, const Json& node_gpus,
                                       const std::map<std::string, const wire::TaskReport*>& reports,
                                       const std::set<int64_t>& drain_now_gpus,
-                                      const std::string& since, bool absent_means_gone) {
+                                      const std::string& since, bool absent_means_gone,
+                                      bool& progressed) {
   std::vector<std::string> events;
   const std::optional<control::JobState> state = control::StoredJobState(job);
   if (!state || !control::HoldsResources(*state) || !job.contains("placements") ||
@@ -174,7 +176,7 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
       events.push_back(control::EndRunOnFailure(job, why, since));
       // The other tasks on this node may have ended too.
       for (std::string& event :
-           ApplyReports(job, node, node_gpus, reports, {}, since, absent_means_gone)) {
+           ApplyReports(job, node, node_gpus, reports, {}, since, absent_means_gone, progressed)) {
         events.push_back(std::move(event));
       }
       return events;
@@ -191,7 +193,11 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
     const std::string phase = wire::TaskPhaseName(report.phase);
     if (report.phase == wire::TaskPhase::kPulling) {
       // Progress is kept without an event: it changes with every layer.
-      placement["image_pull_progress"] = report.message.substr(0, wire::kMaxPullProgressBytes);
+      std::string progress = report.message.substr(0, wire::kMaxPullProgressBytes);
+      if (wire::StrOr(placement, "image_pull_progress") != progress) {
+        placement["image_pull_progress"] = std::move(progress);
+        progressed = true;
+      }
     } else {
       placement.erase("image_pull_progress");
     }
@@ -221,7 +227,7 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
       Result<std::string> event = control::EndRun(job, control::JobState::kFailed, why, since);
       events.push_back(event.ok() ? *event : why);
       for (std::string& more :
-           ApplyReports(job, node, node_gpus, reports, {}, since, absent_means_gone)) {
+           ApplyReports(job, node, node_gpus, reports, {}, since, absent_means_gone, progressed)) {
         events.push_back(std::move(more));
       }
       return events;
@@ -902,13 +908,14 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
             return store::NoWrite();
           }
           doc = wire::ParseDocument(stored->data);
-          const Json before = doc;
+          bool progressed = false;
           std::vector<std::string> events =
               ApplyReports(doc, node, wire::ArrayOr(node_doc, "gpus"), reports, drain_now,
-                           NowText(), /*absent_means_gone=*/!stale);
-          if (events.empty() && doc == before) {
+                           NowText(), /*absent_means_gone=*/!stale, progressed);
+          if (events.empty() && !progressed) {
             return store::NoWrite();
           }
+          const Json before = wire::ParseDocument(stored->data);
           if (events.empty()) {
             events.emplace_back();  // a pull's progress: written without an event
           }
