@@ -341,22 +341,17 @@ std::optional<std::string> PodmanRunner::StartPull(Task& task, const TaskLaunch&
     }
   }
   if (!adopted) {
-    TaskLaunch pull;
-    pull.task_id = launch.task_id;
-    pull.argv = PodmanCommand();
-    pull.argv.push_back("pull");
+    std::vector<std::string> argv = PodmanCommand();
+    argv.push_back("pull");
     const std::string_view registry = RegistryOf(launch.image);
     if (std::find(options_.insecure_registries.begin(), options_.insecure_registries.end(),
                   registry) != options_.insecure_registries.end()) {
-      pull.argv.push_back("--tls-verify=false");
+      argv.push_back("--tls-verify=false");
     }
     // podman reads no flag after the image, and a valid image cannot start with '-'.
-    pull.argv.push_back(launch.image);
-    for (const std::string& entry : PodmanEnvironment()) {
-      const size_t equals = entry.find('=');
-      pull.env.emplace(entry.substr(0, equals), entry.substr(equals + 1));
-    }
-    pull.log_path = PullLogPath(launch.task_id);
+    argv.push_back(launch.image);
+    const TaskLaunch pull =
+        OwnProcessTask(launch.task_id, std::move(argv), PullLogPath(launch.task_id));
     // The log of an earlier pull would read as this one's progress or reason.
     unlink(pull.log_path.c_str());
     if (const Status started = pulls_->Start(pull); !started.ok()) {
@@ -772,18 +767,24 @@ wait $!
 }  // namespace
 
 Status PodmanRunner::StartFence(const Task& task) {
-  TaskLaunch fence;
-  fence.task_id = task.status.task_id;
-  fence.argv = {"/bin/sh",        "-c",           kFenceScript,
-                "gpufleet-fence", task.container, fences_->lease_path()};
+  std::vector<std::string> argv = {"/bin/sh",        "-c",           kFenceScript,
+                                   "gpufleet-fence", task.container, fences_->lease_path()};
   const std::vector<std::string> podman = PodmanCommand();
-  fence.argv.insert(fence.argv.end(), podman.begin(), podman.end());
+  argv.insert(argv.end(), podman.begin(), podman.end());
+  return fences_->Start(OwnProcessTask(task.status.task_id, std::move(argv), "/dev/null"));
+}
+
+TaskLaunch PodmanRunner::OwnProcessTask(std::string_view task_id, std::vector<std::string> argv,
+                                        std::string log_path) const {
+  TaskLaunch launch;
+  launch.task_id = std::string(task_id);
+  launch.argv = std::move(argv);
   for (const std::string& entry : PodmanEnvironment()) {
     const size_t equals = entry.find('=');
-    fence.env.emplace(entry.substr(0, equals), entry.substr(equals + 1));
+    launch.env.emplace(entry.substr(0, equals), entry.substr(equals + 1));
   }
-  fence.log_path = "/dev/null";
-  return fences_->Start(fence);
+  launch.log_path = std::move(log_path);
+  return launch;
 }
 
 void PodmanRunner::TendFences() {

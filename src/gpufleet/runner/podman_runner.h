@@ -192,6 +192,10 @@ class PodmanRunner final : public TaskRunner {
   // the container: what the run really got, whatever the tag points at later. Empty when podman
   // cannot say.
   std::string ImageDigestOf(const std::string& container) const;
+  // A task of the runner's own process runners (a fence, a pull): `argv` with podman's
+  // environment, its output to `log_path`.
+  TaskLaunch OwnProcessTask(std::string_view task_id, std::vector<std::string> argv,
+                            std::string log_path) const;
   // Where the pull of `task_id` writes podman's output.
   std::string PullLogPath(std::string_view task_id) const;
   // Runs the container, labelled with `start_time`; the reason it did not start otherwise.
