@@ -11,6 +11,14 @@ if(GPUFLEET_WERROR)
   list(APPEND GPUFLEET_WARNINGS -Werror)
 endif()
 
+# Test code compiles at -O1 (it follows the build type's -O2 on the command line, so it wins):
+# it is half of the build's compile time and -O1 compiles it about 40 % faster, while the
+# libraries under test, the gpufleet binary and the benchmarks keep the build type's flags.
+set(GPUFLEET_TEST_COMPILE_OPTIONS ${GPUFLEET_WARNINGS})
+if(CMAKE_BUILD_TYPE MATCHES "^(Release|RelWithDebInfo|MinSizeRel)$")
+  list(APPEND GPUFLEET_TEST_COMPILE_OPTIONS -O1)
+endif()
+
 function(gpufleet_cc_library)
   cmake_parse_arguments(ARG "" "NAME" "HDRS;SRCS;DEPS" ${ARGN})
   add_library(gpufleet_${ARG_NAME} STATIC ${ARG_SRCS} ${ARG_HDRS})
@@ -28,7 +36,7 @@ function(gpufleet_cc_test)
     return()
   endif()
   add_executable(${ARG_NAME} ${ARG_SRCS})
-  target_compile_options(${ARG_NAME} PRIVATE ${GPUFLEET_WARNINGS})
+  target_compile_options(${ARG_NAME} PRIVATE ${GPUFLEET_TEST_COMPILE_OPTIONS})
   target_compile_definitions(${ARG_NAME} PRIVATE
     GPUFLEET_TEST_DATA_DIR="${GPUFLEET_DATA_DIR}")
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gmock GTest::gtest_main)
