@@ -22,6 +22,7 @@ struct ColdStartFlags {
   double chunk_mib = 64;
   double cache_gb = 200;
   std::string json;
+  std::string report;
 };
 
 int RunColdStartCommand(const ColdStartFlags& flags) {
@@ -42,6 +43,14 @@ int RunColdStartCommand(const ColdStartFlags& flags) {
       sim::WriteColdStartJson(*result, out);
       return Status::Ok();
     });
+    if (!written.ok()) {
+      fmt::print(std::cerr, "gpufleet sim coldstart: {}\n", written.ToString());
+      return 1;
+    }
+  }
+  if (!flags.report.empty()) {
+    const Status written = WriteOutputFile(
+        flags.report, [&](std::ostream& out) { return sim::WriteColdStartReport(*result, out); });
     if (!written.ok()) {
       fmt::print(std::cerr, "gpufleet sim coldstart: {}\n", written.ToString());
       return 1;
@@ -74,6 +83,8 @@ SimSubcommand AddSimColdStartCommand(CLI::App& sim) {
   command->add_option("--unpack-gbps", o.unpack_gbytes_per_second,
                       "unpacking rate per node, GB/s (0: not modelled)");
   command->add_option("--json", flags->json, "write the results, gang by gang, to this JSON file");
+  command->add_option("--report", flags->report,
+                      "write a self-contained HTML report with the start-time and egress charts");
   return SimSubcommand{command, [flags] { return RunColdStartCommand(*flags); }};
 }
 

@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <map>
 #include <numeric>
 #include <optional>
 #include <ostream>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
@@ -14,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/core/random.h"
+#include "gpufleet/sim/html_page.h"
 
 namespace gpufleet::sim {
 namespace {
@@ -456,33 +459,90 @@ Result<ColdStartResult> RunColdStartSim(ColdStartOptions options) {
   return result;
 }
 
+namespace {
+
+// The run's setting in one sentence, for the summary and the report.
+std::string Setting(const ColdStartOptions& o) {
+  return fmt::format(
+      "{} gang{} ({}) on {} nodes; registry {} Gb/s, node links {} Gb/s, {} MiB chunks, {:.0f} GB "
+      "cache per node{}; seed {}",
+      o.gangs, o.gangs == 1 ? "" : "s",
+      o.gang_nodes == 0 ? "1 to 128 nodes" : fmt::format("{} nodes", o.gang_nodes), o.fleet_nodes,
+      o.registry_gbps, o.node_gbps, o.chunk_bytes >> 20,
+      static_cast<double>(o.cache_bytes) / kGigabyte,
+      o.unpack_gbytes_per_second > 0
+          ? fmt::format(", unpacking at {} GB/s", o.unpack_gbytes_per_second)
+          : "",
+      o.seed);
+}
+
+// Registry bytes over one copy of the image per gang.
+double RegistryCopies(const ColdStartStrategyResult& s) {
+  return s.image_bytes_needed > 0
+             ? static_cast<double>(s.registry_bytes) / static_cast<double>(s.image_bytes_needed)
+             : 0.0;
+}
+
+constexpr std::string_view kColumnsNote =
+    "start: from placement until the gang's last node holds the image; x image: registry bytes "
+    "over one copy of the image per gang";
+
+}  // namespace
+
 void PrintColdStartSummary(const ColdStartResult& result, std::ostream& out) {
-  const ColdStartOptions& o = result.options;
-  fmt::print(out,
-             "coldstart: {} gang{} ({}) on {} nodes; registry {} Gb/s, node links {} Gb/s, "
-             "{} MiB chunks, {:.0f} GB cache per node{}; seed {}\n",
-             o.gangs, o.gangs == 1 ? "" : "s",
-             o.gang_nodes == 0 ? "1 to 128 nodes" : fmt::format("{} nodes", o.gang_nodes),
-             o.fleet_nodes, o.registry_gbps, o.node_gbps, o.chunk_bytes >> 20,
-             static_cast<double>(o.cache_bytes) / kGigabyte,
-             o.unpack_gbytes_per_second > 0
-                 ? fmt::format(", unpacking at {} GB/s", o.unpack_gbytes_per_second)
-                 : "",
-             o.seed);
+  fmt::print(out, "coldstart: {}\n", Setting(result.options));
   fmt::print(out, "{:<18} {:>10} {:>10} {:>10} {:>10} {:>13} {:>9}\n", "strategy", "start p50",
              "p90", "p99", "mean", "registry GB", "x image");
   for (const ColdStartStrategyResult& s : result.strategies) {
     fmt::print(out, "{:<18} {:>9.1f}s {:>9.1f}s {:>9.1f}s {:>9.1f}s {:>13.1f} {:>9.2f}\n",
                ColdStartStrategyName(s.strategy), s.start_seconds.p50, s.start_seconds.p90,
                s.start_seconds.p99, s.start_seconds.mean,
-               static_cast<double>(s.registry_bytes) / kGigabyte,
-               s.image_bytes_needed > 0 ? static_cast<double>(s.registry_bytes) /
-                                              static_cast<double>(s.image_bytes_needed)
-                                        : 0.0);
+               static_cast<double>(s.registry_bytes) / kGigabyte, RegistryCopies(s));
   }
-  fmt::print(out,
-             "(start: from placement until the gang's last node holds the image; x image: "
-             "registry bytes over one copy of the image per gang)\n");
+  fmt::print(out, "({})\n", kColumnsNote);
+}
+
+Status WriteColdStartReport(const ColdStartResult& result, std::ostream& out) {
+  std::string body =
+      "<p class=\"note\">" + XmlEscape(Setting(result.options)) + ".</p>\n<h2>Summary</h2>\n";
+  body +=
+      "<table>\n<tr><th>strategy</th><th>start p50 (s)</th><th>p90</th><th>p99</th><th>mean</th>"
+      "<th>registry GB</th><th>x image</th></tr>\n";
+  for (const ColdStartStrategyResult& s : result.strategies) {
+    fmt::format_to(std::back_inserter(body),
+                   "<tr><td>{}</td><td class=\"num\">{:.1f}</td><td class=\"num\">{:.1f}</td>"
+                   "<td class=\"num\">{:.1f}</td><td class=\"num\">{:.1f}</td>"
+                   "<td class=\"num\">{:.1f}</td><td class=\"num\">{:.2f}</td></tr>\n",
+                   XmlEscape(ColdStartStrategyName(s.strategy)), s.start_seconds.p50,
+                   s.start_seconds.p90, s.start_seconds.p99, s.start_seconds.mean,
+                   static_cast<double>(s.registry_bytes) / kGigabyte, RegistryCopies(s));
+  }
+  body += "</table>\n<p class=\"note\">" + XmlEscape(kColumnsNote) + ".</p>\n";
+
+  ChartSpec start{.title = "Gang start time (CDF over gangs)",
+                  .x_label = "seconds from placement until the last node holds the image",
+                  .y_label = "share of gangs",
+                  .step = true};
+  ChartSpec served{.title = "Bytes the registry served, gang after gang",
+                   .x_label = "gangs placed",
+                   .y_label = "registry GB (cumulative)"};
+  for (const ColdStartStrategyResult& s : result.strategies) {
+    const std::string name(ColdStartStrategyName(s.strategy));
+    std::vector<double> seconds;
+    Series cumulative{.name = name, .x = {0}, .y = {0}};
+    double total = 0;
+    for (const ColdStartGang& gang : s.gangs) {
+      seconds.push_back(gang.start_seconds);
+      total += static_cast<double>(gang.registry_bytes) / kGigabyte;
+      cumulative.x.push_back(static_cast<double>(cumulative.x.size()));
+      cumulative.y.push_back(total);
+    }
+    start.series.push_back(CdfSeries(name, std::move(seconds)));
+    served.series.push_back(std::move(cumulative));
+  }
+  body += "<h2>Start time</h2>\n" + FigureHtml(start);
+  body += "<h2>Registry egress</h2>\n" + FigureHtml(served);
+  return WriteHtmlPage("gpufleet sim coldstart", body, out);
 }
 
 void WriteColdStartJson(const ColdStartResult& result, std::ostream& out) {

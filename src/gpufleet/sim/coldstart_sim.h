@@ -100,5 +100,8 @@ Result<ColdStartResult> RunColdStartSim(ColdStartOptions options);
 
 void PrintColdStartSummary(const ColdStartResult& result, std::ostream& out);
 void WriteColdStartJson(const ColdStartResult& result, std::ostream& out);
+// A self-contained HTML report: the summary table, each strategy's CDF of gang start times and
+// the registry's bytes served gang after gang. kUnavailable when `out` fails.
+Status WriteColdStartReport(const ColdStartResult& result, std::ostream& out);
 
 }  // namespace gpufleet::sim
