@@ -7,19 +7,55 @@
 # past its lease and stop grace (its tasks must stop themselves), an agent cut off for longer than
 # its lease, server SIGKILL and restart, an agent registering again with a GPU fewer, slow
 # clients, oversized submissions. Then every job is cancelled and drained, and check_ledger.py checks the
-# invariants from the ledger. Usage: chaos.sh PATH/TO/gpufleet [SEED] [FAULT_SECONDS]
+# invariants from the ledger. With RUNNER podman the agents run `--runner podman` and every task
+# is a container (a busybox image the harness imports; CDI devices for the simulated GPUs that
+# also mount the ledger), so the checks hold for containers: stopped, fenced and adopted as
+# the units that hold GPUs. Needs root, podman and busybox-static for that; exits 77 without.
+# Usage: chaos.sh PATH/TO/gpufleet [SEED] [FAULT_SECONDS] [RUNNER]
 set -euo pipefail
 
 gpufleet=$1
 seed=${2:-14}
 fault_seconds=${3:-60}
+runner=${4:-process}
 here=$(cd "$(dirname "$0")" && pwd)
+if [ "$runner" = podman ] && { [ "$(id -u)" -ne 0 ] || ! command -v podman >/dev/null ||
+  [ ! -x /bin/busybox ]; }; then
+  echo "chaos: RUNNER podman needs root, podman and busybox-static; skipped"
+  exit 77
+fi
 work=$(mktemp -d)
-ledger="$work/ledger"
+# The ledger has a directory of its own: containers mount it, and nothing else of $work.
+mkdir "$work/ledger-dir"
+ledger="$work/ledger-dir/ledger"
 : >"$ledger"
 # The agents run as root here, so their tasks run as nobody: let them write the ledger.
-chmod 755 "$work"
+chmod 755 "$work" "$work/ledger-dir"
 chmod 666 "$ledger"
+# Where a task writes the ledger, and how it reads a clock with sub-second resolution (busybox's
+# date has no %N; in a container /proc/uptime is the host's, the same for every task).
+task_ledger=$ledger
+clock='date +%s.%N'
+cdi_spec=
+# The node lease and the stop graces. Every podman command takes 0.3 s on an idle machine and
+# several seconds on a busy one, and an agent runs them in its loop (three per container start):
+# containers get a lease three times as long, and the faults' waits grow with it.
+lease_s=4
+server_grace_s=6
+agent_grace_s=3
+# A gang part-started for the server's gang start timeout (8 s) is stopped within a heartbeat,
+# the 0.8 s its tasks take to exit and a cycle (with podman: its commands too).
+gang_timeout_s=8
+gang_window_s=12
+if [ "$runner" = podman ]; then
+  task_ledger=/chaos/ledger
+  clock='cut -d\  -f1 /proc/uptime'
+  cdi_spec=/var/run/cdi/gpufleet-chaos-$$.yaml
+  lease_s=12
+  server_grace_s=12
+  agent_grace_s=5
+  gang_window_s=20
+fi
 : >"$work/acked"
 : >"$work/faults"
 RANDOM=$seed
@@ -30,6 +66,11 @@ cleanup() {
   kill -KILL "${pids[@]}" $server_pid "${agent_pid[@]}" "${proxy_pid[@]}" 2>/dev/null || true
   # Tasks the agents left behind (their shims lead their own process groups).
   pkill -KILL -f "$ledger" 2>/dev/null || true
+  if [ "$runner" = podman ]; then
+    "$work/podman" rm --all --force --time 0 >/dev/null 2>&1 || true
+    "$work/podman" rmi --all --force >/dev/null 2>&1 || true
+    rm -f "$cdi_spec"
+  fi
   wait 2>/dev/null || true
   [ -n "${KEEP_CHAOS_DIR:-}" ] || rm -rf "$work"
 }
@@ -48,12 +89,33 @@ wait_for() {  # wait_for FILE PATTERN
 }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
+runner_flags=(--runner process)
+if [ "$runner" = podman ]; then
+  # podman with the harness's own storage, shared by the three agents; the image is a busybox
+  # rootfs imported here, so no task pulls.
+  printf '[containers]\ndefault_ulimits = []\n' >"$work/containers.conf"
+  export CONTAINERS_CONF=$work/containers.conf
+  cat >"$work/podman" <<SH
+#!/bin/sh
+exec podman --root "$work/storage" --runroot "$work/run" --tmpdir "$work/tmp" \\
+  --storage-driver vfs "\$@"
+SH
+  chmod 755 "$work/podman"
+  mkdir -p "$work/tmp" "$work/rootfs/bin"
+  cp /bin/busybox "$work/rootfs/bin/"
+  for applet in sh echo sleep cut cat; do ln -sf busybox "$work/rootfs/bin/$applet"; done
+  tar -C "$work/rootfs" -cf "$work/rootfs.tar" .
+  "$work/podman" import "$work/rootfs.tar" localhost/chaos-tiny:1 >/dev/null 2>&1 ||
+    fail "cannot import the task image"
+  runner_flags=(--runner podman --podman "$work/podman")
+fi
+
 port=$(free_port)
 echo "chaos-admin-token-0123456789" >"$work/admin-token"
 start_server() {
   "$gpufleet" server --data-dir "$work/server" --listen "127.0.0.1:$port" --cycle-interval-ms 200 \
-    --heartbeat-interval-ms 500 --node-timeout-s 4 --stop-grace-s 6 --min-runtime-before-preemption-s 1 \
-    --gang-start-timeout-s 8 \
+    --heartbeat-interval-ms 500 --node-timeout-s "$lease_s" --stop-grace-s "$server_grace_s" \
+    --min-runtime-before-preemption-s 1 --gang-start-timeout-s "$gang_timeout_s" \
     --idle-reclaim --idle-reclaim-threshold-pct 100 --idle-reclaim-after-s 3 \
     --idle-reclaim-warning-s 1 --idle-reclaim-action preempt \
     --admin-token-file "$work/admin-token" >>"$work/server.log" 2>&1 &
@@ -72,8 +134,8 @@ sed -n 's/^token (shown once, keep it): \([0-9a-f]*\)$/\1/p' "$work/token.out" >
 start_agent() {  # start_agent N GPUS
   "$gpufleet" agent --server "http://127.0.0.1:$(cat "$work/proxy-$1.port")" \
     --token-file "$work/join-token" --node-name "chaos-$1" --topology leaf=leaf-0 \
-    --backend simulated --simulated-gpus "$2" --runner process --state-dir "$work/agent-$1" \
-    --metrics-listen 127.0.0.1:0 --stop-grace-s 3 >>"$work/agent-$1.log" 2>&1 &
+    --backend simulated --simulated-gpus "$2" "${runner_flags[@]}" --state-dir "$work/agent-$1" \
+    --metrics-listen 127.0.0.1:0 --stop-grace-s "$agent_grace_s" >>"$work/agent-$1.log" 2>&1 &
   agent_pid[$1]=$!
 }
 for n in 0 1 2; do
@@ -83,9 +145,31 @@ for n in 0 1 2; do
   start_agent "$n" 2
 done
 for n in 0 1 2; do wait_for "$work/agent-$n.log" "registered"; done
+if [ "$runner" = podman ]; then
+  # A CDI device per simulated GPU (agents keep their GPUs' UUIDs across restarts); the spec's
+  # own edits mount the ledger's directory in every container that holds a GPU.
+  mkdir -p /var/run/cdi
+  {
+    echo 'cdiVersion: "0.5.0"'
+    echo 'kind: nvidia.com/gpu'
+    echo 'containerEdits:'
+    echo '  mounts:'
+    echo "  - {hostPath: $work/ledger-dir, containerPath: /chaos, options: [rw, bind]}"
+    echo 'devices:'
+    for n in 0 1 2; do
+      "$gpufleet" get node "chaos-$n" -o json |
+        python3 -c 'import json, sys; [print(g["uuid"]) for g in json.load(sys.stdin)["gpus"]]'
+    done | while read -r uuid; do
+      echo "- name: $uuid"
+      echo '  containerEdits: {env: [GPUFLEET_CHAOS_DEVICE=1]}'
+    done
+  } >"$cdi_spec"
+  grep -q -- '- name: GPU-' "$cdi_spec" || fail "no GPUs for the CDI spec"
+fi
 
 submit() {  # submit NAME REPLICAS SECONDS [PRIORITY [KIND]]
-  local ticks=$(($3 * 10))
+  local ticks=$(($3 * 10)) image=
+  [ "$runner" = podman ] && image="image: localhost/chaos-tiny:1"
   cat >"$work/$1.yaml" <<YAML
 apiVersion: gpufleet.io/v1
 kind: Job
@@ -96,7 +180,8 @@ spec:
   tasks:
     - name: main
       replicas: $2
-      command: [sh, -c, 'L=$ledger; id=\$GPUFLEET_TASK_ID; echo "START \$id \$(date +%s.%N) \${CUDA_VISIBLE_DEVICES:--}" >>\$L; trap "sleep 0.8; echo END \$id \\\$(date +%s.%N) >>\$L; exit 0" TERM; i=0; while [ \$i -lt $ticks ]; do sleep 0.1; i=\$((i+1)); done; echo "END \$id \$(date +%s.%N)" >>\$L']
+      $image
+      command: [sh, -c, 'L=$task_ledger; id=\$GPUFLEET_TASK_ID; echo "START \$id \$($clock) \${CUDA_VISIBLE_DEVICES:--}" >>\$L; trap "sleep 0.8; echo END \$id \\\$($clock) >>\$L; exit 0" TERM; i=0; while [ \$i -lt $ticks ]; do sleep 0.1; i=\$((i+1)); done; echo "END \$id \$($clock)" >>\$L']
       resources: {gpus: {count: 1}}
 YAML
   if "$gpufleet" submit -f "$work/$1.yaml" >/dev/null 2>>"$work/submit.log"; then
@@ -155,7 +240,7 @@ while [ $SECONDS -lt $deadline ]; do
       n=$((RANDOM % 3))
       touch "$work/cut-$n"
       fault cut "chaos-$n"
-      sleep 7
+      sleep $((lease_s + 3))
       rm -f "$work/cut-$n"
       ;;
     4)
@@ -212,9 +297,9 @@ YAML
       kill -KILL "${agent_pid[$n]}" 2>/dev/null || true
       wait "${agent_pid[$n]}" 2>/dev/null || true
       fault agent-dead "chaos-$n"
-      # Past the node's lease and stop grace (4 s + 6 s): the server frees its GPUs and places
-      # its jobs again, so its tasks must have stopped themselves by then.
-      sleep 12
+      # Past the node's lease and stop grace: the server frees its GPUs and places its jobs
+      # again, so its tasks must have stopped themselves by then.
+      sleep $((lease_s + server_grace_s + 2))
       start_agent "$n" 2
       ;;
     9)
@@ -250,7 +335,6 @@ for _ in $(seq 120); do
   sleep 0.5
 done
 sleep 1  # the last ENDs reach the ledger
-# A gang part-started for the server's 8 s is stopped within a heartbeat, the 0.8 s the tasks take
-# to exit, and a cycle: 12 s in all.
-python3 "$here/check_ledger.py" "$ledger" "$work/jobs.json" "$work/acked" "$work/faults" 12 ||
+python3 "$here/check_ledger.py" "$ledger" "$work/jobs.json" "$work/acked" "$work/faults" \
+  "$gang_window_s" ||
   fail "invariants violated (seed $seed)"

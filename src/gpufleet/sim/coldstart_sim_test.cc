@@ -4,14 +4,17 @@
 #include <sstream>
 #include <utility>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/sim/testing/text.h"
 
 namespace gpufleet::sim {
 namespace {
 
+using ::gpufleet::sim::testing::CountOf;
 using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -116,6 +119,34 @@ TEST(ColdStartSimTest, TheSameSeedGivesTheSameResult) {
   WriteColdStartJson(second, b);
   EXPECT_EQ(a.str(), b.str());
   EXPECT_THAT(a.str(), HasSubstr("\"strategy\": \"p2p+locality\""));
+}
+
+TEST(ColdStartSimTest, TheReportChartsEveryStrategysStartTimesAndRegistryBytes) {
+  // Two gangs of 4 on 4 nodes: registry-only serves the image 8 times, peers once per gang.
+  const ColdStartResult result = MustRun(Small(2, 4, 4));
+  std::ostringstream out;
+  ASSERT_OK(WriteColdStartReport(result, out));
+  const std::string report = out.str();
+  EXPECT_THAT(report, HasSubstr("<title>gpufleet sim coldstart</title>"));
+  EXPECT_EQ(CountOf(report, "<svg"), 2);
+  for (const ColdStartStrategy strategy : kColdStartStrategies) {
+    // One CDF and one cumulative series per strategy.
+    EXPECT_EQ(CountOf(report, fmt::format("data-series=\"{}\"", ColdStartStrategyName(strategy))),
+              2)
+        << ColdStartStrategyName(strategy);
+  }
+  // The registry's 8 copies of 256 MiB, as the summary table's "x image" says: 4.00 and 1.00.
+  EXPECT_THAT(report, HasSubstr("<td>registry</td>"));
+  EXPECT_THAT(report, HasSubstr("<td class=\"num\">4.00</td></tr>"));
+  EXPECT_THAT(report, HasSubstr("<td class=\"num\">1.00</td></tr>"));
+  EXPECT_EQ(CountOf(report, "<script"), 0);
+
+  std::ostringstream again;
+  ASSERT_OK(WriteColdStartReport(MustRun(Small(2, 4, 4)), again));
+  EXPECT_EQ(report, again.str());
+  std::ostringstream broken;
+  broken.setstate(std::ios::badbit);
+  EXPECT_THAT(WriteColdStartReport(result, broken), StatusIs(StatusCode::kUnavailable));
 }
 
 TEST(ColdStartSimTest, BadOptionsNameTheField) {
