@@ -11,8 +11,10 @@
 // bound. Prints a table.
 //
 //   control_plane_load --nodes 2000 --seconds 60
+//   control_plane_load --nodes 10000 --seconds 60 --pending 10000   (issue 15's cycle target)
 //   control_plane_load --nodes 10000 --register-only   (issue 15: 10,000 agents at once)
 //   control_plane_load --nodes 2000 --seconds 60 --store postgresql://gf@127.0.0.1:25432/load
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -54,6 +56,13 @@ struct Latencies {
   }
 };
 
+// CPU time of the calling thread, in ms.
+double ThreadCpuMs() {
+  timespec now{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &now);
+  return static_cast<double>(now.tv_sec) * 1e3 + static_cast<double>(now.tv_nsec) / 1e6;
+}
+
 double Percentile(std::vector<double> values, double p) {
   if (values.empty()) {
     return 0;
@@ -80,6 +89,18 @@ wire::RegisterRequest NodeInventory(int i, int nodes_per_leaf) {
     request.node.gpus.push_back(gpu);
   }
   return request;
+}
+
+// A job no node can hold (more GPUs per task than a node has): it stays pending, as the issue's
+// 10,000 pending jobs do. Four shapes, so that the cycle's "larger than one that failed" skip
+// does not reduce them to one.
+std::string PendingJobYaml(int64_t n) {
+  static constexpr int kGpus[] = {9, 10, 12, 16};
+  return fmt::format(
+      "apiVersion: gpufleet.io/v1\nkind: Job\nmetadata: {{name: pending-{}}}\nspec:\n  tasks:\n"
+      "    - name: main\n      command: [python, train.py]\n"
+      "      resources: {{cpu: \"4\", memory: 16Gi, gpus: {{count: {}}}}}\n",
+      n, kGpus[n % 4]);
 }
 
 std::string JobYaml(int64_t n) {
@@ -132,7 +153,8 @@ Result<std::unique_ptr<store::StateStore>> OpenStore(const std::filesystem::path
 }
 
 int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycle_ms,
-        bool print_cycles, const std::string& store_uri, int register_threads, bool register_only) {
+        bool print_cycles, const std::string& store_uri, int register_threads, bool register_only,
+        int pending) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / fmt::format("gpufleet-load-{}", getpid());
   std::filesystem::create_directories(dir);
@@ -229,10 +251,48 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
     return 0;
   }
 
+  if (pending > 0) {
+    // Submitted by 8 clients at once, then one cycle tries (and records why not) each of them.
+    const auto start = Clock::now();
+    std::atomic<int> next{0};
+    std::atomic<int> failures{0};
+    std::vector<std::thread> submitting;
+    for (int t = 0; t < 8; ++t) {
+      submitting.emplace_back([&] {
+        httplib::Client client("127.0.0.1", *port);
+        client.set_keep_alive(true);
+        client.set_tcp_nodelay(true);
+        const httplib::Headers headers = {{"Authorization", "Bearer " + admin}};
+        for (int i = next.fetch_add(1); i < pending; i = next.fetch_add(1)) {
+          const auto result =
+              client.Post("/v1/jobs", headers, PendingJobYaml(i), "application/yaml");
+          failures += result && result->status < 300 ? 0 : 1;
+        }
+      });
+    }
+    for (std::thread& thread : submitting) {
+      thread.join();
+    }
+    fmt::print("pending: {} jobs no node can hold submitted in {:.2f} s ({} failed)\n", pending,
+               std::chrono::duration<double>(Clock::now() - start).count(), failures.load());
+  }
+  // The first cycle after the storm reads every node registered since the last one and (with
+  // --pending) records why each pending job waits: timed apart from the steady state below.
+  {
+    const auto start = Clock::now();
+    const Result<int> placed = (*server)->RunSchedulingCycle();
+    fmt::print("first cycle after registration: {:.1f} ms ({})\n",
+               std::chrono::duration<double, std::milli>(Clock::now() - start).count(),
+               placed.ok() ? "ok" : placed.status().ToString());
+    fflush(stdout);
+  }
+
   std::atomic<bool> stop{false};
   Latencies heartbeats;
   Latencies submissions;
   std::vector<double> cycles;
+  std::vector<double> cycle_cpu;  // the cycle thread's CPU time: what the cycle costs when the
+                                  // load generator and other work take the cores from it
   int64_t scheduled = 0;
   const std::string heartbeat_body = wire::HeartbeatRequestToJson({});
   const double heartbeat_rate = nodes / heartbeat_s;
@@ -261,8 +321,10 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
     due += std::chrono::milliseconds(cycle_ms);
     std::this_thread::sleep_until(due);
     const auto start = Clock::now();
+    const double cpu_start = ThreadCpuMs();
     const Result<int> placed = (*server)->RunSchedulingCycle();
     cycles.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
+    cycle_cpu.push_back(ThreadCpuMs() - cpu_start);
     scheduled += placed.ok() ? *placed : 0;
     if (print_cycles) {
       fmt::print("cycle {}: {:.1f} ms, {} jobs placed\n", cycles.size(), cycles.back(),
@@ -292,7 +354,13 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
   }
   fmt::print("{:<22} {:>8} {:>7} {:>9.2f} {:>9.2f} {:>9.2f}\n", "scheduling cycle", cycles.size(),
              0, Percentile(cycles, 0.5), Percentile(cycles, 0.99), Percentile(cycles, 1.0));
+  fmt::print("{:<22} {:>8} {:>7} {:>9.2f} {:>9.2f} {:>9.2f}\n", "cycle CPU time", cycle_cpu.size(),
+             0, Percentile(cycle_cpu, 0.5), Percentile(cycle_cpu, 0.99),
+             Percentile(cycle_cpu, 1.0));
   fmt::print("jobs scheduled: {}\n", scheduled);
+  if (pending > 0) {
+    fmt::print("jobs pending that no node can hold: {}\n", pending);
+  }
   return heartbeats.errors + submissions.errors == 0 ? 0 : 1;
 }
 
@@ -323,7 +391,11 @@ int main(int argc, char** argv) {
   bool register_only = false;
   app.add_flag("--register-only", register_only,
                "register the nodes, print the registration time and stop");
+  int pending = 0;
+  app.add_option("--pending", pending,
+                 "jobs no node can hold, submitted after registration so that they stay pending")
+      ->check(CLI::Range(0, 1000000));
   CLI11_PARSE(app, argc, argv);
   return gpufleet::Run(nodes, seconds, heartbeat_s, submit_rate, cycle_ms, print_cycles, store_uri,
-                       register_threads, register_only);
+                       register_threads, register_only, pending);
 }

@@ -651,9 +651,10 @@ Result<int> ApiServer::RunCycleLocked() {
     if (job.unschedulable_epoch == view_->capacity_epoch()) {
       continue;
     }
-    Json doc = wire::ParseDocument(job.data);
+    // Parsed when it is written: with thousands of jobs pending, most are only skipped.
+    Json doc;
     if (!job.spec) {
-      job.spec = wire::ParseJobSpec(doc["spec"].dump(), options_.catalog);
+      job.spec = wire::ParseJobSpec(wire::ParseDocument(job.data)["spec"].dump(), options_.catalog);
     }
     std::string reason;
     std::vector<scheduler::TaskPlacement> placed;
@@ -708,6 +709,7 @@ Result<int> ApiServer::RunCycleLocked() {
       }
       if (result.scheduled()) {
         placed = std::move(result.placements);
+        doc = wire::ParseDocument(job.data);
         // The view holds only Pending jobs here, so the transition is legal.
         (void)control::TransitionJob(doc, control::JobState::kScheduled, "");
         doc["attempt"] = wire::IntOr(doc, "attempt", 0) + 1;
@@ -731,6 +733,7 @@ Result<int> ApiServer::RunCycleLocked() {
       }
       // Later jobs quoting this one see the new reason now.
       job.reason = reason;
+      doc = wire::ParseDocument(job.data);
       doc["reason"] = reason;
       write.batch.Update(std::string(control::kJobsKind), name, doc.dump(), job.version);
       write.batch.AppendEvent(std::string(control::kJobsKind), name,

@@ -140,7 +140,7 @@ Status SchedulingView::Refresh() {
     }
   }
   if (status.ok() && !nodes.empty()) {
-    status = RebuildSnapshot();
+    status = UpdateSnapshot(nodes);
   }
   if (status.ok()) {
     for (const std::string& name : jobs) {
@@ -281,6 +281,62 @@ Status SchedulingView::RebuildSnapshot() {
   return Status::Ok();
 }
 
+Status SchedulingView::UpdateSnapshot(const std::set<std::string>& changed) {
+  if (!snapshot_) {
+    return RebuildSnapshot();
+  }
+  std::map<int, const Node*> replaced;  // by snapshot index
+  for (const std::string& name : changed) {
+    const auto it = nodes_.find(name);
+    const int index = NodeIndex(name);
+    if ((it == nodes_.end()) != (index < 0)) {
+      return RebuildSnapshot();  // added, removed or left out: the indices move
+    }
+    if (it != nodes_.end()) {
+      replaced[index] = &it->second.node;
+    }
+  }
+  if (replaced.empty()) {
+    return Status::Ok();
+  }
+  for (const auto& [index, node] : replaced) {
+    if (Status status = snapshot_->ReplaceNode(index, *node); !status.ok()) {
+      // A domain or model new to the snapshot (the nodes replaced so far are rebuilt too).
+      return RebuildSnapshot();
+    }
+  }
+  ++capacity_epoch_;
+  for (auto& [name, job] : jobs_) {
+    if (!job.applied || std::none_of(job.nodes.begin(), job.nodes.end(),
+                                     [&](const std::string& n) { return changed.count(n) > 0; })) {
+      continue;
+    }
+    // The job's placements on the replaced nodes went with them: read them again from its
+    // document (its GPUs are found by UUID on the new node) and apply them; the others stay.
+    const Json doc = wire::ParseDocument(job.data);
+    std::optional<std::vector<scheduler::TaskPlacement>> stored = PlacementsFromJson(
+        doc.contains("placements") ? doc["placements"] : Json(), node_index_, *snapshot_);
+    std::vector<scheduler::TaskPlacement> kept = std::move(job.placements);
+    job.placements.clear();
+    for (scheduler::TaskPlacement& placement : stored.value_or(kept)) {
+      if (replaced.count(placement.node) == 0) {
+        // Applied before (one that did not fit then is not now either).
+        if (const auto it = std::find(kept.begin(), kept.end(), placement); it != kept.end()) {
+          kept.erase(it);
+          job.placements.push_back(std::move(placement));
+        }
+        continue;
+      }
+      if (Status status = snapshot_->Apply(placement); !status.ok()) {
+        fmt::print(stderr, "gpufleet server: jobs/{}: {}\n", name, status.ToString());
+        continue;
+      }
+      job.placements.push_back(std::move(placement));
+    }
+  }
+  return Status::Ok();
+}
+
 void SchedulingView::PutJob(const store::StoredObject& object) {
   const Json doc = wire::ParseDocument(object.data);
   // A state this server does not know is held as Failed would be: it holds nothing.
@@ -314,6 +370,7 @@ void SchedulingView::PutJob(const store::StoredObject& object) {
   job.queue = wire::StrOr(doc, "queue", std::string(kDefaultQueue));
   job.priority = static_cast<int>(wire::IntOr(doc, "priority", 0));
   job.submit_seq = wire::IntOr(doc, "submit_seq", 0);
+  job.preempted_by = wire::StrOr(doc, "preempted_by");
   job.nodes.clear();
   for (const Json& placement : wire::ArrayOr(doc, "placements")) {
     job.nodes.insert(wire::StrOr(placement, "node"));

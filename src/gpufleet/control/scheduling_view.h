@@ -55,6 +55,8 @@ struct ViewJob {
   std::string queue;
   int priority = 0;
   int64_t submit_seq = 0;
+  // The job that its last stop (a preemption or an idle reclaim) was for, or empty.
+  std::string preempted_by;
   std::set<std::string> nodes;  // of its placements
   // Applied to the snapshot; set only while the job holds resources and its nodes are known.
   std::vector<scheduler::TaskPlacement> placements;
@@ -126,6 +128,11 @@ class SchedulingView final : public store::CommitObserver {
   std::optional<ViewNode> Accept(const store::StoredObject& object, const Topology& topology);
   // Rebuilds the snapshot from nodes_ and applies every job that holds resources.
   Status RebuildSnapshot();
+  // Brings the snapshot in step with the nodes named in `changed` (already read into nodes_):
+  // each node whose document changed is replaced in place and the placements on it applied
+  // again, in job name order as a rebuild applies them; a node added, removed or left out, or
+  // one with a topology domain or GPU model new to the snapshot, rebuilds it all.
+  Status UpdateSnapshot(const std::set<std::string>& changed);
   // Takes a stored job into jobs_ (or drops it when it has finished), keeping the snapshot in
   // step.
   void PutJob(const store::StoredObject& object);

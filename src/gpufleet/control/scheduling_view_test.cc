@@ -6,10 +6,12 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "gpufleet/control/store_keys.h"
+#include "gpufleet/core/random.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/wire/node_json.h"
 
@@ -228,6 +230,172 @@ TEST_F(SchedulingViewTest, ANodeOverTheSchedulersLimitsIsLeftOut) {
   ASSERT_EQ(view_.excluded_nodes().count("node-big"), 1u);
   EXPECT_THAT(view_.excluded_nodes().at("node-big"), HasSubstr("65 GPUs, at most 64"));
   EXPECT_EQ(FreeMilli(), 5000);
+}
+
+TEST_F(SchedulingViewTest, ANodeChangeReplacesThatNodeAloneAndKeepsItsPlacements) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  const uint64_t identity = view_.snapshot().identity();
+  const uint64_t other = view_.snapshot().nodes()[view_.NodeIndex("node-b")].version;
+  const uint64_t before = view_.snapshot().nodes()[view_.NodeIndex("node-a")].version;
+  Node node = MakeNode("node-a");
+  node.gpus[3].health = GpuHealth::kUnhealthy;
+  Update(std::string(kNodesKind), "node-a", wire::NodeToJson(node, {}).dump());
+  ASSERT_TRUE(view_.Refresh().ok());
+  // Not rebuilt: the other node is untouched, this one moved on with the job's GPUs still taken.
+  EXPECT_EQ(view_.snapshot().identity(), identity);
+  EXPECT_EQ(view_.snapshot().nodes()[view_.NodeIndex("node-b")].version, other);
+  const scheduler::NodeInfo& info = view_.snapshot().nodes()[view_.NodeIndex("node-a")];
+  EXPECT_GT(info.version, before);
+  EXPECT_EQ(info.gpus[3].health, GpuHealth::kUnhealthy);
+  EXPECT_EQ(TakenGpus("node-a"),
+            (std::set<std::string>{"node-a-gpu0", "node-a-gpu1", "node-a-gpu2"}));
+  EXPECT_EQ(FreeMilli(), 5000);
+}
+
+// Everything the scheduler reads of a snapshot, and what the view holds of each job, as text.
+std::string Describe(SchedulingView& view) {
+  std::string out;
+  const scheduler::ClusterSnapshot& snapshot = view.snapshot();
+  out += fmt::format("total {} allocated {} gpus {}\n", snapshot.TotalGpuMilli(),
+                     snapshot.AllocatedGpuMilli(), snapshot.TotalGpus());
+  for (const scheduler::NodeInfo& node : snapshot.nodes()) {
+    out += fmt::format("{} {} state {} free {}/{} kinds", node.index, node.node->id.value(),
+                       NodeStateName(node.node->state), node.free.cpu_milli, node.free.memory_mib);
+    // The kinds' order follows the history of the node, which no decision reads.
+    std::vector<std::pair<int, int>> kinds = node.gpu_task_kinds;
+    std::sort(kinds.begin(), kinds.end());
+    for (const auto& [kind, count] : kinds) {
+      out += fmt::format(" {}:{}", kind, count);
+    }
+    for (const scheduler::GpuSlot& gpu : node.gpus) {
+      out += fmt::format(" [{} {} {} {} {} mig {}]", gpu.index, snapshot.Model(gpu.model_id).name,
+                         gpu.free_milli, gpu.free_memory_mib, GpuHealthName(gpu.health),
+                         gpu.mig_instances.size());
+    }
+    out += "\n";
+  }
+  for (const auto& [name, job] : view.jobs()) {
+    out += fmt::format("job {} {} applied {}", name, JobStateName(job.state), job.applied);
+    for (const scheduler::TaskPlacement& placement : job.placements) {
+      out += fmt::format(" {}/{}@{}:", placement.group, placement.replica, placement.node);
+      for (const scheduler::GpuAssignment& gpu : placement.gpus) {
+        out += fmt::format("{},", gpu.gpu);
+      }
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+// The view kept up to date commit by commit (nodes replaced in place, jobs re-read) equals a view
+// loaded from scratch after every step of a random sequence of node and job writes.
+TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrites) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  store::InMemoryStateStore store;
+  SchedulingView view(store, catalog);
+  std::map<std::string, Node> nodes;
+  // Which job holds each GPU (node, index), so that jobs never claim a taken GPU.
+  std::map<std::pair<std::string, int>, std::string> owner;
+  std::map<std::string, std::vector<std::pair<std::string, int>>> running;
+  Random pick(11);
+  auto put = [&](const std::string& kind, const std::string& name, const std::string& data,
+                 bool remove = false) {
+    store::WriteBatch batch;
+    const Result<store::StoredObject> old = store.Get(kind, name);
+    if (remove) {
+      batch.Delete(kind, name, old->version);
+    } else if (old.ok()) {
+      batch.Update(kind, name, data, old->version);
+    } else {
+      batch.Create(kind, name, data);
+    }
+    ASSERT_TRUE(store.Commit(batch).ok());
+  };
+  for (int i = 0; i < 6; ++i) {
+    const std::string name = fmt::format("node-{}", i);
+    nodes[name] = MakeNode(name);
+    put(std::string(kNodesKind), name, wire::NodeToJson(nodes[name], {}).dump());
+  }
+  ASSERT_TRUE(view.Refresh().ok());
+  int job_count = 0;
+  for (int step = 0; step < 300; ++step) {
+    const int writes = 1 + static_cast<int>(pick.Uniform(3));
+    for (int w = 0; w < writes; ++w) {
+      const uint64_t what = pick.Uniform(10);
+      auto node_it =
+          std::next(nodes.begin(), static_cast<std::ptrdiff_t>(pick.Uniform(nodes.size())));
+      Node& node = node_it->second;
+      if (what < 3) {
+        // A heartbeat's news: a GPU's health, or the node's state.
+        if (pick.Uniform(2) == 0) {
+          Gpu& gpu = node.gpus[pick.Uniform(node.gpus.size())];
+          gpu.health =
+              gpu.health == GpuHealth::kHealthy ? GpuHealth::kUnhealthy : GpuHealth::kHealthy;
+        } else {
+          node.state = node.state == NodeState::kReady ? NodeState::kCordoned : NodeState::kReady;
+        }
+        put(std::string(kNodesKind), node_it->first, wire::NodeToJson(node, {}).dump());
+      } else if (what == 3) {
+        // A model new to the snapshot (rebuilds it), or back.
+        node.gpus[0].model = node.gpus[0].model == "H100-80GB" ? "A100-80GB" : "H100-80GB";
+        node.gpus[0].memory_mib = 81920;
+        put(std::string(kNodesKind), node_it->first, wire::NodeToJson(node, {}).dump());
+      } else if (what < 7) {
+        // A job placed on free GPUs of one or two nodes.
+        const std::string job = fmt::format("job-{:03}", job_count++);
+        std::vector<std::pair<std::string, int>> gpus;
+        Json placements = Json::array();
+        for (int part = 0; part < 1 + static_cast<int>(pick.Uniform(2)); ++part) {
+          auto on =
+              std::next(nodes.begin(), static_cast<std::ptrdiff_t>(pick.Uniform(nodes.size())));
+          std::vector<int> indices;
+          for (int g = 0; g < 4 && indices.size() < 2; ++g) {
+            if (owner.count({on->first, g}) == 0 && pick.Uniform(2) == 0) {
+              indices.push_back(g);
+            }
+          }
+          if (indices.empty()) {
+            continue;
+          }
+          Json one =
+              wire::ParseDocument(JobDoc(job, "Running", on->first, indices))["placements"][0];
+          one["replica"] = part;
+          placements.push_back(one);
+          for (const int g : indices) {
+            owner[{on->first, g}] = job;
+            gpus.emplace_back(on->first, g);
+          }
+        }
+        if (placements.empty()) {
+          continue;
+        }
+        running[job] = gpus;
+        put(std::string(kJobsKind), job,
+            Json{{"name", job}, {"state", "Running"}, {"priority", 0}, {"placements", placements}}
+                .dump());
+      } else if (!running.empty()) {
+        // A job ends (finished, or deleted).
+        auto job =
+            std::next(running.begin(), static_cast<std::ptrdiff_t>(pick.Uniform(running.size())));
+        for (const auto& gpu : job->second) {
+          owner.erase(gpu);
+        }
+        if (what == 9) {
+          put(std::string(kJobsKind), job->first, "", /*remove=*/true);
+        } else {
+          Json doc = wire::ParseDocument(store.Get(std::string(kJobsKind), job->first)->data);
+          doc["state"] = "Succeeded";
+          put(std::string(kJobsKind), job->first, doc.dump());
+        }
+        running.erase(job);
+      }
+    }
+    ASSERT_TRUE(view.Refresh().ok());
+    SchedulingView fresh(store, catalog);
+    ASSERT_TRUE(fresh.Refresh().ok());
+    ASSERT_EQ(Describe(view), Describe(fresh)) << "step " << step;
+  }
+  EXPECT_GT(job_count, 50);
 }
 
 }  // namespace

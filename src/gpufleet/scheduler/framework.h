@@ -129,6 +129,11 @@ class ScorePlugin : public virtual Plugin {
                         const std::vector<const NodeInfo*>& /*feasible*/, Random& /*random*/) {}
   virtual int64_t Score(const CycleState& state, const TaskContext& task, const NodeInfo& node,
                         GpuMask gpus) = 0;
+  // True when, for the first task of a job (nothing reserved yet), Score depends only on the
+  // job's spec, the task and the node's state (NodeInfo::version), once PreScore has run for the
+  // task with any feasible list: not on the other nodes or the random source. The scheduler then
+  // keeps such raw scores across jobs of one shape and across calls while a node is unchanged.
+  virtual bool ScoresNodeAlone() const { return false; }
   // Maps raw scores to [0, kMaxNodeScore]; the default leaves them as they are.
   virtual void NormalizeScores(std::vector<int64_t>& /*scores*/) const {}
   // The GPUs the task gets on `node`; nullopt: use the default choice.

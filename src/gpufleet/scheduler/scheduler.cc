@@ -86,6 +86,45 @@ std::string GroupLabel(const Job& job, int group) {
                      task_group.replicas, GpuRequestToString(task_group.request.gpus));
 }
 
+// What the filters and the node-alone scores (ScorePlugin::ScoresNodeAlone) read of the first
+// task of a one-group job without topology, spread or identical-stack constraints: two such jobs
+// of one shape get the same verdict and raw scores on a node in the same state.
+struct JobShape {
+  TaskRequest request;
+  int replicas = 0;
+  std::string image;
+  std::vector<std::string> allowed_gpu_models;
+  int64_t min_gpu_memory_mib = 0;
+  std::map<std::string, std::string> node_selector;
+  std::string identical_image_digest;
+
+  friend bool operator==(const JobShape& a, const JobShape& b) {
+    return a.request.host == b.request.host && a.request.gpus == b.request.gpus &&
+           a.replicas == b.replicas && a.image == b.image &&
+           a.allowed_gpu_models == b.allowed_gpu_models &&
+           a.min_gpu_memory_mib == b.min_gpu_memory_mib && a.node_selector == b.node_selector &&
+           a.identical_image_digest == b.identical_image_digest;
+  }
+};
+
+// The shape of `job` when its first task may use the memo: one group, placed on the whole
+// cluster (no required or preferred level, no spread, no identical stack).
+std::optional<JobShape> MemoShapeOf(const Job& job) {
+  if (job.groups.size() != 1 || !job.topology.required_level.empty() ||
+      !job.topology.preferred_level.empty() || !job.spread.fault_domain.empty() ||
+      !job.identical_stack_labels.empty()) {
+    return std::nullopt;
+  }
+  const TaskGroup& group = job.groups[0];
+  return JobShape{group.request,
+                  group.replicas,
+                  group.image,
+                  job.allowed_gpu_models,
+                  job.min_gpu_memory_mib,
+                  job.node_selector,
+                  job.identical_image_digest};
+}
+
 }  // namespace
 
 struct Scheduler::Impl {
@@ -100,6 +139,29 @@ struct Scheduler::Impl {
   ScorePlugin* policy = nullptr;
   std::vector<ReservePlugin*> reservers;
   TieBreak tie_break = TieBreak::kNodeOrder;
+
+  // The first task's filter verdict and raw scores on each node, per job shape, kept across
+  // jobs and calls while the node's version and the snapshot are unchanged (kube-scheduler
+  // re-runs every filter per pod; at 10,000 nodes that was most of a cycle). Used only when
+  // every score plugin scores a node alone and no extra plugin is configured.
+  struct NodeMemo {
+    uint64_t version = 0;
+    bool known = false;
+    bool fits = false;
+    GpuMask mask = 0;
+  };
+  struct ShapeMemo {
+    JobShape shape;
+    uint64_t snapshot = 0;  // ClusterSnapshot::identity()
+    uint64_t last_used = 0;
+    std::vector<NodeMemo> nodes;  // by node index
+    std::vector<int64_t> raw;     // [node * (scorers + tie_scorers) + plugin]
+  };
+  static constexpr size_t kMaxShapeMemos = 16;
+  bool memo_allowed = false;
+  std::vector<ShapeMemo> memos;
+  uint64_t memo_clock = 0;
+  ShapeMemo* memo = nullptr;  // the current job's, while it is placed
 
   // Scratch reused across calls so a decision does not allocate.
   std::vector<const NodeInfo*> candidates;
@@ -172,16 +234,26 @@ struct Scheduler::Impl {
     return PluginResult::Success();
   }
 
-  // Sets `out` to the weighted, normalised scores of `candidates` by `plugins`.
+  // Sets `out` to the weighted, normalised scores of `candidates` by `plugins`; with `from_memo`,
+  // the raw scores come from the memo, whose columns for `plugins` start at `column`.
   void AddScores(const std::vector<std::pair<ScorePlugin*, int64_t>>& plugins,
                  const CycleState& state, const TaskContext& task, Random& random,
-                 std::vector<int64_t>& out) {
+                 std::vector<int64_t>& out, const ShapeMemo* from_memo, size_t column) {
     out.assign(candidates.size(), 0);
+    const size_t stride = scorers.size() + tie_scorers.size();
     for (const auto& [scorer, weight] : plugins) {
-      scorer->PreScore(state, task, candidates, random);
       raw_scores.resize(candidates.size());
-      for (size_t i = 0; i < candidates.size(); ++i) {
-        raw_scores[i] = scorer->Score(state, task, *candidates[i], candidate_masks[i]);
+      if (from_memo != nullptr) {
+        for (size_t i = 0; i < candidates.size(); ++i) {
+          raw_scores[i] =
+              from_memo->raw[static_cast<size_t>(candidates[i]->index) * stride + column];
+        }
+        ++column;
+      } else {
+        scorer->PreScore(state, task, candidates, random);
+        for (size_t i = 0; i < candidates.size(); ++i) {
+          raw_scores[i] = scorer->Score(state, task, *candidates[i], candidate_masks[i]);
+        }
       }
       scorer->NormalizeScores(raw_scores);
       for (size_t i = 0; i < candidates.size(); ++i) {
@@ -191,11 +263,12 @@ struct Scheduler::Impl {
   }
 
   // Chooses among `candidates` by weighted, normalised scores; ties uniformly at random.
-  size_t SelectNode(const CycleState& state, const TaskContext& task, Random& random) {
+  size_t SelectNode(const CycleState& state, const TaskContext& task, Random& random,
+                    const ShapeMemo* from_memo) {
     if (candidates.size() == 1) {
       return 0;
     }
-    AddScores(scorers, state, task, random, totals);
+    AddScores(scorers, state, task, random, totals, from_memo, 0);
     if (!tie_scorers.empty()) {
       // Lexicographic: a tie score of at most `tie_max` cannot lift a node past one whose other
       // scores total even 1 more.
@@ -203,7 +276,7 @@ struct Scheduler::Impl {
       for (const auto& [scorer, weight] : tie_scorers) {
         tie_max += weight * kMaxNodeScore;
       }
-      AddScores(tie_scorers, state, task, random, tie_totals);
+      AddScores(tie_scorers, state, task, random, tie_totals, from_memo, scorers.size());
       for (size_t i = 0; i < candidates.size(); ++i) {
         totals[i] = totals[i] * (tie_max + 1) + tie_totals[i];
       }
@@ -222,6 +295,76 @@ struct Scheduler::Impl {
       }
     }
     return selected;
+  }
+
+  // The memo for `shape` on `snapshot`, made (evicting the least recently used) if there is none.
+  ShapeMemo& FindMemo(const JobShape& shape, const ClusterSnapshot& snapshot) {
+    ShapeMemo* slot = nullptr;
+    for (ShapeMemo& candidate : memos) {
+      if (candidate.snapshot == snapshot.identity() && candidate.shape == shape) {
+        slot = &candidate;
+        break;
+      }
+    }
+    if (slot == nullptr) {
+      if (memos.size() < kMaxShapeMemos) {
+        slot = &memos.emplace_back();
+      } else {
+        slot = &*std::min_element(
+            memos.begin(), memos.end(),
+            [](const ShapeMemo& a, const ShapeMemo& b) { return a.last_used < b.last_used; });
+      }
+      slot->shape = shape;
+      slot->snapshot = snapshot.identity();
+      slot->nodes.assign(snapshot.nodes().size(), NodeMemo{});
+      slot->raw.assign(snapshot.nodes().size() * (scorers.size() + tie_scorers.size()), 0);
+    }
+    slot->last_used = ++memo_clock;
+    return *slot;
+  }
+
+  // Fills `candidates` for the first task from the memo, judging and scoring again only the
+  // nodes whose version moved since the memo saw them. Returns the memo.
+  const ShapeMemo* CollectFromMemo(const CycleState& state, const TaskContext& task,
+                                   const ClusterSnapshot& snapshot, Random& random) {
+    ShapeMemo& m = *memo;
+    const size_t stride = scorers.size() + tie_scorers.size();
+    bool prescored = false;
+    candidates.clear();
+    candidate_masks.clear();
+    for (const NodeInfo& node : snapshot.nodes()) {
+      NodeMemo& entry = m.nodes[static_cast<size_t>(node.index)];
+      if (!entry.known || entry.version != node.version) {
+        if (!prescored) {
+          // ScoresNodeAlone: any feasible list gives the same scores.
+          const std::vector<const NodeInfo*> none;
+          for (const auto& [scorer, weight] : scorers) {
+            scorer->PreScore(state, task, none, random);
+          }
+          for (const auto& [scorer, weight] : tie_scorers) {
+            scorer->PreScore(state, task, none, random);
+          }
+          prescored = true;
+        }
+        entry.known = true;
+        entry.version = node.version;
+        entry.fits = Evaluate(state, task, node, kAllGpus, &entry.mask).ok();
+        if (entry.fits) {
+          int64_t* row = &m.raw[static_cast<size_t>(node.index) * stride];
+          for (const auto& [scorer, weight] : scorers) {
+            *row++ = scorer->Score(state, task, node, entry.mask);
+          }
+          for (const auto& [scorer, weight] : tie_scorers) {
+            *row++ = scorer->Score(state, task, node, entry.mask);
+          }
+        }
+      }
+      if (entry.fits) {
+        candidates.push_back(&node);
+        candidate_masks.push_back(entry.mask);
+      }
+    }
+    return &m;
   }
 
   void Rollback(CycleState& state, ClusterSnapshot& snapshot, size_t keep) {
@@ -253,13 +396,20 @@ struct Scheduler::Impl {
     for (int group : order) {
       const TaskContext& task = contexts[group];
       for (int replica = 0; replica < job.groups[group].replicas; ++replica) {
-        candidates.clear();
-        candidate_masks.clear();
-        for (int n : nodes) {
-          GpuMask mask = 0;
-          if (Evaluate(state, task, snapshot.nodes()[n], restriction, &mask).ok()) {
-            candidates.push_back(&snapshot.nodes()[n]);
-            candidate_masks.push_back(mask);
+        // The memo holds the first task's view of the whole cluster; later tasks see the
+        // reserved ones.
+        const ShapeMemo* from_memo = memo != nullptr && state.reserved().empty()
+                                         ? CollectFromMemo(state, task, snapshot, random)
+                                         : nullptr;
+        if (from_memo == nullptr) {
+          candidates.clear();
+          candidate_masks.clear();
+          for (int n : nodes) {
+            GpuMask mask = 0;
+            if (Evaluate(state, task, snapshot.nodes()[n], restriction, &mask).ok()) {
+              candidates.push_back(&snapshot.nodes()[n]);
+              candidate_masks.push_back(mask);
+            }
           }
         }
         if (candidates.empty()) {
@@ -267,7 +417,7 @@ struct Scheduler::Impl {
           *failed_group = group;
           return Status::Ok();
         }
-        const size_t chosen = SelectNode(state, task, random);
+        const size_t chosen = SelectNode(state, task, random, from_memo);
         const NodeInfo& node = *candidates[chosen];
         std::optional<std::vector<GpuAssignment>> gpus;
         if (policy != nullptr) {
@@ -435,6 +585,13 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
     }
     impl.owned.push_back(std::move(locality));
   }
+  impl.memo_allowed = options.reuse_unchanged_nodes && options.extra_plugins.empty();
+  for (const auto& [scorer, weight] : impl.scorers) {
+    impl.memo_allowed = impl.memo_allowed && scorer->ScoresNodeAlone();
+  }
+  for (const auto& [scorer, weight] : impl.tie_scorers) {
+    impl.memo_allowed = impl.memo_allowed && scorer->ScoresNodeAlone();
+  }
   for (const std::string& name : options.extra_plugins) {
     if (name == "image-locality") {
       // As a plain score it could outweigh the topology; its bound holds only as a tie-break.
@@ -460,6 +617,7 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
     return result;
   }
   Impl& impl = *impl_;
+  impl.memo = nullptr;
   CycleState state(job);
   for (PreFilterPlugin* plugin : impl.pre_filters) {
     const PluginResult pre = plugin->PreFilter(state, snapshot);
@@ -527,6 +685,11 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
     order = impl.RankDomains(state, contexts, snapshot, domains, &best_short);
   }
 
+  if (impl.memo_allowed && scope == nullptr) {
+    if (const std::optional<JobShape> shape = MemoShapeOf(job)) {
+      impl.memo = &impl.FindMemo(*shape, snapshot);
+    }
+  }
   int failed_group = 0;
   for (Domain* domain : order) {
     bool placed = false;

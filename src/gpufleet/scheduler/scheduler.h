@@ -34,6 +34,11 @@ struct SchedulerOptions {
   // bound: a pull costs the gang minutes once, while a worse topology or fragmentation lasts as
   // long as the run.
   int64_t image_locality_weight = 1;
+  // Keep each node's filter verdict and raw scores for the first task of a job, per job shape,
+  // while the node is unchanged (ScorePlugin::ScoresNodeAlone): a job of a shape seen before
+  // then costs a version check per unchanged node. Off: every filter and score runs for every
+  // job (the placements are the same; tests compare the two).
+  bool reuse_unchanged_nodes = true;
   // Extra plugins by registry name, added to every extension point they implement.
   std::vector<std::string> extra_plugins;
   // Score weight of an extra plugin, by name; 1 when not given.

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include <benchmark/benchmark.h>
+#include <fmt/format.h>
 
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/random.h"
@@ -128,6 +129,50 @@ void BM_PlaceGangUnderRequiredBlock(benchmark::State& state) {
   state.counters["gpus"] = snapshot.TotalGpus();
 }
 BENCHMARK(BM_PlaceGangUnderRequiredBlock)->Unit(benchmark::kMillisecond);
+
+// (c) The control plane's cycle at 10,000 nodes (issue 15): 4 blocks x 10 leaves x 250 nodes x
+// 8 H100, one-task jobs of 1, 2, 4 and 8 GPUs placed one after another (each placement changes
+// one node) and released in the same order once 2,000 are held. Argument 1 reuses unchanged
+// nodes' verdicts and scores (SchedulerOptions::reuse_unchanged_nodes), 0 evaluates every node.
+void BM_PlaceJobsOnTenThousandNodes(benchmark::State& state) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  Cluster cluster = MakeSyntheticCluster({4, 10, 250, 8, "H100-80GB"}, catalog).value();
+  ClusterSnapshot snapshot = ClusterSnapshot::Build(std::move(cluster), catalog).value();
+  SchedulerOptions options;
+  options.policy = "best-fit";
+  options.reuse_unchanged_nodes = state.range(0) != 0;
+  state.SetLabel(options.reuse_unchanged_nodes ? "reuse" : "full");
+  std::unique_ptr<Scheduler> scheduler =
+      Scheduler::Create(options, PluginRegistry::Default()).value();
+  std::vector<Job> jobs;
+  for (int count : {1, 2, 4, 8}) {
+    Job job;
+    job.id = JobId(fmt::format("j{}", count));
+    job.groups.push_back({"main", 1, {{4000, 16384}, WholeGpus{count}}});
+    jobs.push_back(job);
+  }
+  std::vector<std::vector<TaskPlacement>> held;
+  Random random(1);
+  int64_t n = 0;
+  for (auto _ : state) {
+    ScheduleResult result = scheduler->Schedule(jobs[n++ % 4], snapshot, random);
+    if (!result.scheduled()) {
+      state.SkipWithError(result.reason.c_str());
+      break;
+    }
+    held.push_back(std::move(result.placements));
+    if (held.size() == 2000) {
+      for (const std::vector<TaskPlacement>& placements : held) {
+        for (const TaskPlacement& placement : placements) {
+          snapshot.Release(placement);
+        }
+      }
+      held.clear();
+    }
+  }
+  state.counters["nodes"] = static_cast<double>(snapshot.nodes().size());
+}
+BENCHMARK(BM_PlaceJobsOnTenThousandNodes)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace gpufleet::scheduler

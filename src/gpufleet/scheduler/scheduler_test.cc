@@ -3,6 +3,7 @@
 
 #include <set>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -487,6 +488,106 @@ TEST_F(SchedulerTest, ScopeConfinesTheJobToItsNodesAndGpus) {
       scheduler_->Schedule(MakeJob("j", 1, WholeGpus{1}), *snapshot_, random, nullptr, &bad);
   EXPECT_EQ(error.outcome, ScheduleOutcome::kError);
   EXPECT_THAT(error.reason, HasSubstr("scope.nodes: index 9 out of range"));
+}
+
+// Reusing unchanged nodes' verdicts and scores (SchedulerOptions::reuse_unchanged_nodes) must
+// not change a single decision: a scheduler that keeps them and one that evaluates every node
+// for every job place a random sequence of jobs, with random releases between them, the same
+// way, on every node-alone policy and both tie breaks.
+TEST(SchedulerReuse, PlacesExactlyAsAFullEvaluationAfterRandomPlacementsAndReleases) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  Cluster cluster;
+  cluster.topology = Topology({"leaf"});
+  for (int i = 0; i < 24; ++i) {
+    Node node = MakeNode(fmt::format("n{:02}", i), i % 3 == 0 ? 4 : 8,
+                         i % 4 == 0 ? "A100-80GB" : "H100-80GB", {fmt::format("leaf-{}", i / 6)},
+                         {i % 5 == 0 ? 16000 : 96000, 1048576});
+    node.labels["pool"] = i % 2 == 0 ? "a" : "b";
+    if (i % 7 == 3) {
+      node.state = NodeState::kCordoned;
+    }
+    if (i % 6 == 1) {
+      node.gpus[1].health = GpuHealth::kUnhealthy;
+    }
+    if (i % 8 == 4) {
+      for (Gpu& gpu : node.gpus) {
+        gpu.mig_enabled = true;
+      }
+    }
+    if (i % 3 == 1) {
+      node.cached_images.push_back({{"registry.example/train:1"}, "", int64_t{8} << 30});
+    }
+    cluster.nodes.push_back(std::move(node));
+  }
+  const std::vector<GpuRequest> requests = {WholeGpus{1},          WholeGpus{2},
+                                            WholeGpus{4},          WholeGpus{8},
+                                            FractionalGpu{250, 0}, FractionalGpu{500, 20000},
+                                            MigGpus{"1g.10gb", 1}};
+  for (const std::string policy : {"best-fit", "dot-prod", "gpu-packing", "gpu-clustering"}) {
+    for (const TieBreak tie_break : {TieBreak::kNodeOrder, TieBreak::kRandom}) {
+      SCOPED_TRACE(policy);
+      SchedulerOptions options;
+      options.policy = policy;
+      options.tie_break = tie_break;
+      auto reusing = Scheduler::Create(options, PluginRegistry::Default());
+      options.reuse_unchanged_nodes = false;
+      auto full = Scheduler::Create(options, PluginRegistry::Default());
+      ASSERT_OK(reusing);
+      ASSERT_OK(full);
+      auto a = ClusterSnapshot::Build(cluster, catalog);
+      auto b = ClusterSnapshot::Build(cluster, catalog);
+      ASSERT_OK(a);
+      ASSERT_OK(b);
+      Random pick(tie_break == TieBreak::kRandom ? 7 : 3);
+      std::vector<std::vector<TaskPlacement>> placed;
+      int scheduled = 0;
+      for (int step = 0; step < 400; ++step) {
+        if (!placed.empty() && pick.Uniform(3) == 0) {
+          const size_t victim = pick.Uniform(placed.size());
+          for (const TaskPlacement& placement : placed[victim]) {
+            a->Release(placement);
+            b->Release(placement);
+          }
+          placed.erase(placed.begin() + static_cast<std::ptrdiff_t>(victim));
+          continue;
+        }
+        Job job = MakeJob(fmt::format("j{}", step), 1 + static_cast<int>(pick.Uniform(4) / 3),
+                          requests[pick.Uniform(requests.size())],
+                          {1000 * (1 + static_cast<int64_t>(pick.Uniform(3))), 1024});
+        switch (pick.Uniform(6)) {
+          case 0:
+            job.node_selector["pool"] = "a";
+            break;
+          case 1:
+            job.allowed_gpu_models = {"H100-80GB"};
+            break;
+          case 2:
+            job.groups[0].image = "registry.example/train:1";
+            break;
+          case 3:
+            job.topology.required_level = "leaf";  // not reused: checks the two paths mix
+            break;
+          default:
+            break;
+        }
+        Random ra(1000 + step);
+        Random rb(1000 + step);
+        const ScheduleResult x = (*reusing)->Schedule(job, *a, ra);
+        const ScheduleResult y = (*full)->Schedule(job, *b, rb);
+        ASSERT_EQ(x.outcome, y.outcome) << "step " << step << ": " << x.reason << " / " << y.reason;
+        ASSERT_EQ(x.placements, y.placements) << "step " << step;
+        ASSERT_EQ(x.reason, y.reason) << "step " << step;
+        ASSERT_EQ(x.details, y.details) << "step " << step;
+        if (x.scheduled()) {
+          placed.push_back(x.placements);
+          ++scheduled;
+        }
+      }
+      // The sequence exercised both placements and refusals.
+      EXPECT_GT(scheduled, 50);
+      EXPECT_LT(scheduled, 400);
+    }
+  }
 }
 
 TEST(CannotFitWhereSmallerFailed, ComparesOneGroupJobsOfWholeGpusUnderEqualConstraints) {

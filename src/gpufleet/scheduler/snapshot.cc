@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -128,53 +129,118 @@ Result<ClusterSnapshot> ClusterSnapshot::Build(Cluster cluster, const GpuCatalog
       return InvalidArgumentError(fmt::format("nodes[{}] (\"{}\").gpus: {} GPUs, at most {}", n,
                                               node.id.value(), node.gpus.size(), kMaxGpusPerNode));
     }
-    NodeInfo info;
-    info.index = static_cast<int>(n);
-    info.node = &node;
-    info.capacity = node.capacity;
-    info.free = node.capacity;
-    for (size_t level = 0; level < levels; ++level) {
-      auto [it, inserted] = domain_ids[level].emplace(
-          node.topology[level], static_cast<int>(snapshot.domain_names_[level].size()));
-      if (inserted) {
-        snapshot.domain_names_[level].push_back(node.topology[level]);
-      }
-      info.domains.push_back(it->second);
-    }
-    for (const Gpu& gpu : node.gpus) {
-      const GpuModelInfo* model = catalog.Find(gpu.model).value();
-      auto [it, inserted] =
-          model_ids.emplace(model->name, static_cast<int>(snapshot.models_.size()));
-      if (inserted) {
-        snapshot.models_.push_back(model);
-      }
-      GpuSlot slot;
-      slot.index = gpu.index;
-      slot.model_id = it->second;
-      slot.memory_mib = gpu.memory_mib > 0 ? gpu.memory_mib : model->memory_mib;
-      slot.free_memory_mib = slot.memory_mib;
-      slot.health = gpu.health;
-      slot.thermal_headroom_c = gpu.thermal_headroom_c;
-      slot.nvlink_domain = gpu.nvlink_domain;
-      slot.mig_enabled = gpu.mig_enabled;
-      if (gpu.mig_enabled) {
-        slot.mig = MigLayout::FromInstances(*model, gpu.mig_instances).value();
-        slot.mig_instances = gpu.mig_instances;
-        for (const MigInstance& instance : gpu.mig_instances) {
-          if (instance.in_use) {
-            const int64_t milli = MigInstanceMilli(*model->FindMigProfile(instance.profile));
-            slot.free_milli -= milli;
-            snapshot.allocated_gpu_milli_ += milli;
+    snapshot.nodes_.push_back(snapshot.MakeNodeInfo(
+        node, static_cast<int>(n),
+        [&](size_t level) {
+          auto [it, inserted] = domain_ids[level].emplace(
+              node.topology[level], static_cast<int>(snapshot.domain_names_[level].size()));
+          if (inserted) {
+            snapshot.domain_names_[level].push_back(node.topology[level]);
           }
-        }
-      }
-      snapshot.total_gpu_milli_ += kMilliPerUnit;
-      ++snapshot.total_gpus_;
-      info.gpus.push_back(std::move(slot));
-    }
-    snapshot.nodes_.push_back(std::move(info));
+          return it->second;
+        },
+        [&](const GpuModelInfo* model) {
+          auto [it, inserted] =
+              model_ids.emplace(model->name, static_cast<int>(snapshot.models_.size()));
+          if (inserted) {
+            snapshot.models_.push_back(model);
+          }
+          return it->second;
+        }));
   }
   return snapshot;
+}
+
+NodeInfo ClusterSnapshot::MakeNodeInfo(const Node& node, int index,
+                                       const std::function<int(size_t)>& domain_id,
+                                       const std::function<int(const GpuModelInfo*)>& model_id) {
+  NodeInfo info;
+  info.index = index;
+  info.node = &node;
+  info.capacity = node.capacity;
+  info.free = node.capacity;
+  for (size_t level = 0; level < cluster_.topology.levels().size(); ++level) {
+    info.domains.push_back(domain_id(level));
+  }
+  for (const Gpu& gpu : node.gpus) {
+    const GpuModelInfo* model = catalog_->Find(gpu.model).value();
+    GpuSlot slot;
+    slot.index = gpu.index;
+    slot.model_id = model_id(model);
+    slot.memory_mib = gpu.memory_mib > 0 ? gpu.memory_mib : model->memory_mib;
+    slot.free_memory_mib = slot.memory_mib;
+    slot.health = gpu.health;
+    slot.thermal_headroom_c = gpu.thermal_headroom_c;
+    slot.nvlink_domain = gpu.nvlink_domain;
+    slot.mig_enabled = gpu.mig_enabled;
+    if (gpu.mig_enabled) {
+      slot.mig = MigLayout::FromInstances(*model, gpu.mig_instances).value();
+      slot.mig_instances = gpu.mig_instances;
+      for (const MigInstance& instance : gpu.mig_instances) {
+        if (instance.in_use) {
+          const int64_t milli = MigInstanceMilli(*model->FindMigProfile(instance.profile));
+          slot.free_milli -= milli;
+          allocated_gpu_milli_ += milli;
+        }
+      }
+    }
+    total_gpu_milli_ += kMilliPerUnit;
+    ++total_gpus_;
+    info.gpus.push_back(std::move(slot));
+  }
+  return info;
+}
+
+Status ClusterSnapshot::ReplaceNode(int index, Node node) {
+  if (index < 0 || index >= static_cast<int>(nodes_.size())) {
+    return InvalidArgumentError(
+        fmt::format("index: {} out of range ({} nodes)", index, nodes_.size()));
+  }
+  NodeInfo& old = nodes_[static_cast<size_t>(index)];
+  if (node.id != old.node->id) {
+    return InvalidArgumentError(
+        fmt::format("node: \"{}\" in place of \"{}\"", node.id.value(), old.node->id.value()));
+  }
+  GPUFLEET_RETURN_IF_ERROR(ValidateNode(node, cluster_.topology, *catalog_));
+  // Interned ids follow the order in which Build first met each domain and model: a new one
+  // would get another id than a rebuild gives it, so it needs a rebuild.
+  std::vector<int> domains;
+  for (size_t level = 0; level < cluster_.topology.levels().size(); ++level) {
+    const auto& names = domain_names_[level];
+    const auto it = std::find(names.begin(), names.end(), node.topology[level]);
+    if (it == names.end()) {
+      return FailedPreconditionError(fmt::format("topology: {} \"{}\" is new; rebuild",
+                                                 cluster_.topology.levels()[level],
+                                                 node.topology[level]));
+    }
+    domains.push_back(static_cast<int>(it - names.begin()));
+  }
+  std::vector<int> models;
+  for (const Gpu& gpu : node.gpus) {
+    const GpuModelInfo* model = catalog_->Find(gpu.model).value();
+    const auto it = std::find(models_.begin(), models_.end(), model);
+    if (it == models_.end()) {
+      return FailedPreconditionError(
+          fmt::format("gpus: model {} is new to the snapshot; rebuild", model->name));
+    }
+    models.push_back(static_cast<int>(it - models_.begin()));
+  }
+  // What the old node adds to the totals: its GPUs, the MIG instances its document reported in
+  // use and the placements applied on it.
+  for (const GpuSlot& gpu : old.gpus) {
+    total_gpu_milli_ -= kMilliPerUnit;
+    --total_gpus_;
+    allocated_gpu_milli_ -= kMilliPerUnit - gpu.free_milli;
+  }
+  const uint64_t version = old.version;
+  Node& stored = cluster_.nodes[static_cast<size_t>(index)];
+  stored = std::move(node);
+  size_t next_model = 0;
+  old = MakeNodeInfo(
+      stored, index, [&](size_t level) { return domains[level]; },
+      [&](const GpuModelInfo* /*model*/) { return models[next_model++]; });
+  old.version = version + 1;
+  return Status::Ok();
 }
 
 ClusterSnapshot ClusterSnapshot::Clone() const {

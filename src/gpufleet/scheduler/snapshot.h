@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -136,6 +137,15 @@ class ClusterSnapshot {
   // REQUIRES: `placement` was applied and not released since.
   void Revert(const TaskPlacement& placement);
 
+  // Puts `node` (the same name) in place of the node at `index` with all its resources free but
+  // the MIG instances it reports in use, as Build would, and moves its version on: for a node
+  // document that changed (a heartbeat's health or state) without rebuilding every node. The
+  // placements applied on the old node go with it (apply them again). kFailedPrecondition, with
+  // nothing changed, when one of its topology domains or GPU models is new to the snapshot
+  // (rebuild then); kInvalidArgument for an index out of range, another name or a node that
+  // ValidateNode refuses.
+  Status ReplaceNode(int index, Node node);
+
   // Unique to this snapshot among all built or cloned in the process, and kept by moves. Plugins
   // that cache what they derive from a snapshot key on it together with the address: a new
   // snapshot (a clone for a what-if search, or a rebuilt one) may reuse a dead one's address, with
@@ -148,6 +158,10 @@ class ClusterSnapshot {
 
  private:
   ClusterSnapshot();
+  // The NodeInfo of `node`, everything free but the MIG instances it reports in use (added to
+  // the totals); `domain_id` and `model_id` give the interned ids.
+  NodeInfo MakeNodeInfo(const Node& node, int index, const std::function<int(size_t)>& domain_id,
+                        const std::function<int(const GpuModelInfo*)>& model_id);
   Status CheckFits(const TaskPlacement& placement) const;
   void GiveBack(const TaskPlacement& placement, bool remove_created_instances);
 

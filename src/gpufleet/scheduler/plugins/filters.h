@@ -121,6 +121,8 @@ class TopologyLevelsCheck final : public PreFilterPlugin {
 class TopologyPreferenceScore final : public ScorePlugin {
  public:
   std::string_view Name() const override { return "topology-preference"; }
+  // With nothing reserved every node scores 0.
+  bool ScoresNodeAlone() const override { return true; }
   int64_t Score(const CycleState& state, const TaskContext& task, const NodeInfo& node,
                 GpuMask gpus) override;
   void NormalizeScores(std::vector<int64_t>& scores) const override;

@@ -34,6 +34,8 @@ class ImageLocalityScore final : public ScorePlugin {
   static constexpr int64_t kMaxImageBytes = int64_t{20} << 30;
 
   std::string_view Name() const override { return "image-locality"; }
+  // With nothing reserved a node scores by the image it holds alone.
+  bool ScoresNodeAlone() const override { return true; }
   void PreScore(const CycleState& state, const TaskContext& task,
                 const std::vector<const NodeInfo*>& feasible, Random& random) override;
   int64_t Score(const CycleState& state, const TaskContext& task, const NodeInfo& node,

@@ -39,6 +39,7 @@ class RandomPolicy final : public ScorePlugin {
 class DotProdPolicy final : public ScorePlugin {
  public:
   std::string_view Name() const override { return "dot-prod"; }
+  bool ScoresNodeAlone() const override { return true; }
   int64_t Score(const CycleState& state, const TaskContext& task, const NodeInfo& node,
                 GpuMask gpus) override;
 };
@@ -48,6 +49,7 @@ class DotProdPolicy final : public ScorePlugin {
 class GpuClusteringPolicy final : public ScorePlugin {
  public:
   std::string_view Name() const override { return "gpu-clustering"; }
+  bool ScoresNodeAlone() const override { return true; }
   int64_t Score(const CycleState& state, const TaskContext& task, const NodeInfo& node,
                 GpuMask gpus) override;
 };
@@ -56,6 +58,7 @@ class GpuClusteringPolicy final : public ScorePlugin {
 class GpuPackingPolicy final : public ScorePlugin {
  public:
   std::string_view Name() const override { return "gpu-packing"; }
+  bool ScoresNodeAlone() const override { return true; }
   int64_t Score(const CycleState& state, const TaskContext& task, const NodeInfo& node,
                 GpuMask gpus) override;
 };
@@ -64,6 +67,7 @@ class GpuPackingPolicy final : public ScorePlugin {
 class BestFitPolicy final : public ScorePlugin {
  public:
   std::string_view Name() const override { return "best-fit"; }
+  bool ScoresNodeAlone() const override { return true; }
   int64_t Score(const CycleState& state, const TaskContext& task, const NodeInfo& node,
                 GpuMask gpus) override;
   void NormalizeScores(std::vector<int64_t>& scores) const override;
