@@ -102,6 +102,9 @@ bool OneTaskFits(const NodeInfo& node, const TaskRequest& request, const Eligibi
   return std::holds_alternative<NoGpu>(request.gpus) || share;
 }
 
+// The `level` of Count for the required level "node".
+constexpr int kByNode = -2;
+
 struct Census {
   NodeCounts nodes;
   int64_t free_milli = 0;               // on allowed, healthy GPUs of allowed, Ready nodes
@@ -148,9 +151,11 @@ Census Count(const Job& job, const ClusterSnapshot& snapshot, int level) {
     }
     census.healthy_total_milli += usable_total;
     census.free_milli += free;
-    if (level >= 0) {
-      census.domain_free[node.domains[level]] += free;
-      census.domain_total[node.domains[level]] += usable_total;
+    // A declared level's domain, or the node itself for the level "node".
+    const int domain = level >= 0 ? node.domains[level] : level == kByNode ? node.index : -1;
+    if (domain >= 0) {
+      census.domain_free[domain] += free;
+      census.domain_total[domain] += usable_total;
     }
     if (OneTaskFits(node, request, eligible)) {
       ++census.nodes.fits;
@@ -322,8 +327,10 @@ void PlanEta(scheduler::Scheduler& scheduler, const ClusterSnapshot& snapshot,
         ++it;
         continue;
       }
-      if (input.quota && (*it)->id != input.job->id && input.quota(**it, placed.placements, plan)) {
-        // Refused by its quota now: left out of the plan (its queue's usage may change).
+      if (input.quota && now == input.now_seconds && *it != input.job &&
+          input.quota(**it, placed.placements, plan)) {
+        // Refused by its quota now (the quota counts what runs now, so it is asked only at the
+        // start): left out of the plan.
         for (auto p = placed.placements.rbegin(); p != placed.placements.rend(); ++p) {
           plan.Revert(*p);
         }
@@ -410,20 +417,24 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
     return InvalidArgumentError("job: no task groups");
   }
   const std::string& required = job.topology.required_level;
-  const int level = required.empty() ? -1 : snapshot.topology().LevelIndex(required);
+  const int level = required.empty()         ? -1
+                    : required == kNodeLevel ? kByNode
+                                             : snapshot.topology().LevelIndex(required);
   Census census = Count(job, snapshot, level);
   out.nodes = census.nodes;
   out.needed_gpu_milli = job.RequestedGpuMilliTotal();
   out.free_gpu_milli = census.free_milli;
-  if (level >= 0 && !census.domain_free.empty()) {
+  if (!census.domain_free.empty()) {
     const auto best =
         std::max_element(census.domain_free.begin(), census.domain_free.end(),
                          [](const auto& a, const auto& b) { return a.second < b.second; });
-    out.best_domain = DomainEvidence{.level = required,
-                                     .name = snapshot.DomainName(level, best->first),
-                                     .free_gpu_milli = best->second,
-                                     .needed_gpu_milli = out.needed_gpu_milli,
-                                     .total_gpu_milli = census.domain_total[best->first]};
+    out.best_domain =
+        DomainEvidence{.level = required,
+                       .name = level == kByNode ? snapshot.nodes()[best->first].node->id.value()
+                                                : snapshot.DomainName(level, best->first),
+                       .free_gpu_milli = best->second,
+                       .needed_gpu_milli = out.needed_gpu_milli,
+                       .total_gpu_milli = census.domain_total[best->first]};
   }
 
   bool topology_never = false;  // no domain of the required level can hold it, even empty
@@ -456,17 +467,11 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
         empty.Release(placement);
       }
     }
+    // The quota is not asked here: it counts what the running jobs hold, and they are gone in
+    // this copy. A job the quota holds back once GPUs are free is told so then.
     const scheduler::ScheduleResult alone = TryPlace(scheduler, job, empty, random);
-    std::optional<std::string> refused_alone;
-    if (alone.scheduled() && input.quota) {
-      refused_alone = input.quota(job, alone.placements, empty);
-    }
-    if (refused_alone) {
-      out.reason = PendingReason::kQuota;
-      out.message = fmt::format("its queue's quota refuses it even where GPUs would be free: {}",
-                                *refused_alone);
-    } else if (alone.scheduled()) {
-      if (level >= 0 && census.free_milli >= out.needed_gpu_milli && out.best_domain) {
+    if (alone.scheduled()) {
+      if (out.best_domain && census.free_milli >= out.needed_gpu_milli) {
         out.reason = PendingReason::kTopology;
         out.message = fmt::format(
             "{} GPUs are free in total, but no {} holds the whole gang of {} GPUs; the best, {}, "
@@ -484,7 +489,7 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
     } else {
       Job unconstrained = job;
       unconstrained.topology.required_level.clear();
-      if (level >= 0 && TryPlace(scheduler, unconstrained, empty, random).scheduled()) {
+      if (!required.empty() && TryPlace(scheduler, unconstrained, empty, random).scheduled()) {
         out.reason = PendingReason::kTopology;
         topology_never = true;
         out.message = fmt::format(
