@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/control/backfill_step.h"
 
+#include <algorithm>
 #include <chrono>
 #include <utility>
 
@@ -59,6 +60,28 @@ Status BackfillStep::SetHead(const std::string& name, const Job& job, Scheduling
                              Random& random) {
   head_ = name;
   head_job_ = job;
+  // Without a running job of known length no reservation can be made: spare the plan (and the
+  // copy of every running job's placements) in the common case of jobs without estimates.
+  bool any_estimate = std::any_of(started_.begin(), started_.end(),
+                                  [](const auto& started) { return started.estimate_seconds > 0; });
+  for (auto& [other, other_job] : view.jobs()) {
+    if (any_estimate) {
+      break;
+    }
+    if (!other_job.applied) {
+      continue;
+    }
+    if (!other_job.spec) {
+      other_job.spec =
+          wire::ParseJobSpec(wire::ParseDocument(other_job.data)["spec"].dump(), catalog_);
+    }
+    any_estimate = other_job.spec->ok() && EstimateSeconds(**other_job.spec) > 0;
+  }
+  if (!any_estimate) {
+    reservation_ = {};
+    running_ = started_;
+    return Status::Ok();
+  }
   running_ = RunningJobs(view, queues, now_seconds_);
   running_.insert(running_.end(), started_.begin(), started_.end());
   policy::BackfillPlanner planner(scheduler);
