@@ -178,8 +178,7 @@ ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_vie
         return std::nullopt;
       }
       return fmt::format(
-          "starting it now would delay {}, first in the queue, whose GPUs are reserved from {} s "
-          "from now",
+          "starting it now would delay {}, first in the queue, whose reservation starts in {} s",
           head_name, reservation->shadow_seconds - now);
     };
   }

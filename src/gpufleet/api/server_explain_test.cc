@@ -185,6 +185,10 @@ TEST_F(ServerExplainTest, BigHeadJobKeepsItsReservationAndStartsAtItsEta) {
   const Json held = CallJson("GET", "/v1/jobs/small-0/explain", alice_);
   EXPECT_EQ(held["reason"], "reservation") << held.dump();
   EXPECT_THAT(held["message"].get<std::string>(), HasSubstr("job big"));
+  // Planned after big has run its hour.
+  ASSERT_TRUE(held["eta"]["inSeconds"].is_number()) << held.dump();
+  const int64_t small_eta = held["eta"]["inSeconds"].get<int64_t>();
+  EXPECT_EQ(small_eta, 10800);
   Submit(Job("short", 1, 8, "30m"), alice_);
   Cycles(1);
   EXPECT_EQ(State("short", alice_), "Scheduled");
@@ -204,6 +208,11 @@ TEST_F(ServerExplainTest, BigHeadJobKeepsItsReservationAndStartsAtItsEta) {
   EXPECT_EQ(State("big", alice_), "Scheduled");
   EXPECT_EQ(std::chrono::duration_cast<std::chrono::seconds>(clock_.Now() - start).count(), eta);
   EXPECT_EQ(State("small-0", alice_), "Pending");
+  clock_.Advance(std::chrono::hours(1));
+  End("big", alice_);
+  EXPECT_EQ(State("small-0", alice_), "Scheduled");
+  EXPECT_EQ(std::chrono::duration_cast<std::chrono::seconds>(clock_.Now() - start).count(),
+            small_eta);
 }
 
 // Every what-if that says the job would start now does: the changed spec, submitted in place of

@@ -112,8 +112,8 @@ Result<std::optional<std::string>> BackfillStep::Refusal(
                                ? fmt::format("job {}", NameOfKey(*head_))
                                : std::string("a job of another team");
   return std::optional<std::string>(fmt::format(
-      "backfill: starting now would delay {}, first in the queue, whose GPUs are reserved from "
-      "{} s from now; this job {}",
+      "backfill: starting now would delay {}, first in the queue, whose reservation starts in {} "
+      "s; this job {}",
       head, reservation_.shadow_seconds - now_seconds_,
       EstimateSeconds(job) > 0 ? fmt::format("would run {} s, past that", EstimateSeconds(job))
                                : std::string("has no runtimeEstimate")));

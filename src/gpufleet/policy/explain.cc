@@ -293,77 +293,94 @@ void AddWhatIfs(scheduler::Scheduler& scheduler, ClusterSnapshot& snapshot,
   }
 }
 
-// The ETA: the backfill plan played forward on a scratch copy. Running jobs leave at their
-// planned ends (PlannedEndSeconds); at each end, the jobs ahead and then this one are placed in
-// queue order where they fit (the ones the quota lets through), those placed leaving at their own
-// estimates. The job's start in that plan is the ETA.
+// The ETA: the backfill plan played forward on a scratch copy, as the scheduling cycle would run
+// it. At each planned end (PlannedEndSeconds) the jobs that ended leave; then the jobs ahead and
+// this one are tried in queue order, EASY-style: the first that does not fit gets a reservation
+// (BackfillPlanner::Reserve) and a later one starts only if it keeps it; each started job leaves
+// at its own estimate. The job's start in that plan is the ETA.
 void PlanEta(scheduler::Scheduler& scheduler, const ClusterSnapshot& snapshot,
              const ExplainInput& input, Random& random, Explanation& out) {
-  struct Holder {
-    int64_t end = kNeverEnds;
-    std::vector<TaskPlacement> placements;
-  };
-  std::vector<Holder> holders;
-  int unknown = 0;
-  for (const RunningJob& job : input.running) {
-    holders.push_back({PlannedEndSeconds(job, input.now_seconds, input.backfill), job.placements});
-    unknown += holders.back().end == kNeverEnds ? 1 : 0;
-  }
+  BackfillPlanner planner(scheduler, input.backfill);
+  std::vector<RunningJob> holding = input.running;
+  const int unknown =
+      static_cast<int>(std::count_if(holding.begin(), holding.end(), [](const RunningJob& job) {
+        return job.estimate_seconds <= 0;
+      }));
   ClusterSnapshot plan = snapshot.Clone();
   std::vector<const Job*> waiting = input.ahead;
   waiting.push_back(input.job);
   int tries = 0;
-  int64_t now = input.now_seconds;
-  while (true) {
+  const auto give_up = [&] {
+    out.eta_why = fmt::format("unknown: planning {} jobs ahead took more than {} placement tries",
+                              input.ahead.size(), input.max_plan_tries);
+  };
+  for (int64_t now = input.now_seconds;;) {
+    const Job* head = nullptr;
+    Reservation reservation;
     for (auto it = waiting.begin(); it != waiting.end();) {
       if (++tries > input.max_plan_tries) {
-        out.eta_why =
-            fmt::format("unknown: planning {} jobs ahead took more than {} placement tries",
-                        input.ahead.size(), input.max_plan_tries);
-        return;
+        return give_up();
       }
       scheduler::ScheduleResult placed = scheduler.Schedule(**it, plan, random);
-      if (!placed.scheduled()) {
-        ++it;
-        continue;
-      }
-      if (input.quota && now == input.now_seconds && *it != input.job &&
-          input.quota(**it, placed.placements, plan)) {
-        // Refused by its quota now (the quota counts what runs now, so it is asked only at the
-        // start): left out of the plan.
+      const auto revert = [&] {
         for (auto p = placed.placements.rbegin(); p != placed.placements.rend(); ++p) {
           plan.Revert(*p);
         }
+      };
+      if (!placed.scheduled()) {
+        if (head == nullptr) {
+          head = *it;
+          Result<Reservation> reserved = planner.Reserve(*head, holding, now, plan, random);
+          if (!reserved.ok()) {
+            out.eta_why = fmt::format("unknown: {}", reserved.status().message());
+            return;
+          }
+          reservation = std::move(*reserved);
+        }
+        ++it;
+        continue;
+      }
+      // The quota counts what runs now, so it is asked only at the start: a job it refuses then
+      // is left out of the plan.
+      if (input.quota && now == input.now_seconds && *it != input.job &&
+          input.quota(**it, placed.placements, plan)) {
+        revert();
         it = waiting.erase(it);
         continue;
       }
-      if (*it == input.job && out.reason == PendingReason::kReservation &&
-          now == input.now_seconds) {
-        // It would delay the reserved job now; EASY lets it start once it no longer does.
-        for (auto p = placed.placements.rbegin(); p != placed.placements.rend(); ++p) {
-          plan.Revert(*p);
+      RunningJob started{
+          .id = (*it)->id,
+          .start_seconds = now,
+          .estimate_seconds =
+              std::chrono::duration_cast<std::chrono::seconds>((*it)->runtime_estimate).count(),
+          .placements = std::move(placed.placements)};
+      if (head != nullptr) {
+        Result<bool> keeps =
+            planner.KeepsReservation(reservation, *head, started, holding, now, plan, random);
+        if (!keeps.ok() || !*keeps) {
+          placed.placements = std::move(started.placements);
+          revert();
+          ++it;
+          continue;
         }
-        ++it;
-        continue;
       }
       if (*it == input.job) {
         out.eta_seconds = now;
         out.eta_why = now == input.now_seconds
                           ? "it fits now"
-                          : fmt::format(
-                                "the backfill plan starts it when the jobs holding the "
-                                "GPUs it needs reach their runtime estimates");
+                          : "the backfill plan starts it when the jobs holding the GPUs it needs "
+                            "reach their runtime estimates";
         return;
       }
-      const int64_t estimate =
-          std::chrono::duration_cast<std::chrono::seconds>((*it)->runtime_estimate).count();
-      holders.push_back({estimate > 0 ? now + estimate : kNeverEnds, std::move(placed.placements)});
+      holding.push_back(std::move(started));
       it = waiting.erase(it);
     }
+    // The next planned end; a job already past its estimate is about to end (a second later).
     int64_t next = kNeverEnds;
-    for (const Holder& holder : holders) {
-      if (holder.end > now && holder.end < next) {
-        next = holder.end;
+    for (const RunningJob& job : holding) {
+      const int64_t end = PlannedEndSeconds(job, now, input.backfill);
+      if (end != kNeverEnds) {
+        next = std::min(next, std::max(end, now + 1));
       }
     }
     if (next == kNeverEnds) {
@@ -376,12 +393,14 @@ void PlanEta(scheduler::Scheduler& scheduler, const ClusterSnapshot& snapshot,
       return;
     }
     now = next;
-    for (Holder& holder : holders) {
-      if (holder.end == now) {
-        for (const TaskPlacement& placement : holder.placements) {
+    for (auto job = holding.begin(); job != holding.end();) {
+      if (PlannedEndSeconds(*job, now, input.backfill) <= now) {
+        for (const TaskPlacement& placement : job->placements) {
           plan.Release(placement);
         }
-        holder.placements.clear();
+        job = holding.erase(job);
+      } else {
+        ++job;
       }
     }
   }
@@ -516,8 +535,16 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
     }
   }
   if (out.reason == PendingReason::kNone) {
-    out.eta_seconds = input.now_seconds;
-    out.eta_why = "it fits now";
+    // It fits, but the plan may hold it back for a job ahead that does not (EASY).
+    PlanEta(scheduler, snapshot, input, random, out);
+    if (out.eta_seconds == input.now_seconds) {
+      return out;
+    }
+    out.reason = PendingReason::kReservation;
+    out.message =
+        "it fits now, but starting it would delay a job ahead of it that the backfill reserves "
+        "GPUs for";
+    AddWhatIfs(scheduler, snapshot, input, random, out);
     return out;
   }
   switch (out.reason) {

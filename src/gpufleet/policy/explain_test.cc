@@ -253,5 +253,30 @@ TEST_F(ExplainTest, EtaFollowsTheJobsAheadAndTheirEstimates) {
   EXPECT_EQ(*alone.eta_seconds, 300);
 }
 
+// EASY in the plan: a long job that fits now does not jump a reserved head it would delay; it
+// starts when the head has run.
+TEST_F(ExplainTest, EtaKeepsTheHeadsReservation) {
+  Cluster cluster;
+  for (int n = 0; n < 3; ++n) {
+    cluster.nodes.push_back(MakeNode(fmt::format("node-{}", n), 8));
+  }
+  Use(std::move(cluster));
+  Hold("a", 0, 8, 0, 100);
+  Hold("b", 1, 8, 0, 300);
+  Job big = Gang("big", 3, 8);
+  big.runtime_estimate = std::chrono::seconds(50);
+  Job small = Gang("small", 1, 8);
+  small.runtime_estimate = std::chrono::seconds(1000);
+  const Explanation explained = Ask(small, {}, {}, {&big});
+  ASSERT_TRUE(explained.eta_seconds.has_value()) << explained.eta_why;
+  EXPECT_EQ(*explained.eta_seconds, 350);
+  // A short one backfills now: it ends before the head's reservation at 300.
+  Job quick = Gang("quick", 1, 8);
+  quick.runtime_estimate = std::chrono::seconds(200);
+  const Explanation backfilled = Ask(quick, {}, {}, {&big});
+  ASSERT_TRUE(backfilled.eta_seconds.has_value()) << backfilled.eta_why;
+  EXPECT_EQ(*backfilled.eta_seconds, 10);
+}
+
 }  // namespace
 }  // namespace gpufleet::policy
