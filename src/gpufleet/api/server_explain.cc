@@ -178,7 +178,7 @@ ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_vie
         return std::nullopt;
       }
       return fmt::format(
-          "starting it now would delay {}, first in the queue, whose reservation starts in {} s",
+          "starting it would delay {}, first in the queue, whose reservation starts in {} s",
           head_name, reservation->shadow_seconds - now);
     };
   }
