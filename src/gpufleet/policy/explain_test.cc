@@ -53,14 +53,7 @@ class ExplainTest : public ::testing::Test {
 
   // A job holding `gpus` idle GPUs of node `node` from `start` on, with its estimate.
   void Hold(const std::string& id, int node, int gpus, int64_t start, int64_t estimate) {
-    TaskPlacement placement;
-    placement.node = node;
-    placement.host = {1000, 1024};
-    for (const scheduler::GpuSlot& gpu : snapshot_->nodes()[node].gpus) {
-      if (static_cast<int>(placement.gpus.size()) < gpus && gpu.IsIdle()) {
-        placement.gpus.push_back({gpu.index, 1000, 0});
-      }
-    }
+    const TaskPlacement placement = scheduler::testing::IdleGpusPlacement(*snapshot_, node, gpus);
     ASSERT_OK(snapshot_->Apply(placement));
     running_.push_back({.id = JobId(id),
                         .start_seconds = start,
