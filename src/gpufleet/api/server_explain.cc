@@ -93,6 +93,7 @@ ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_vie
   std::vector<const Job*> ahead;
   Json ahead_json = Json::array();
   int hidden = 0;
+  int more = 0;  // visible, past the kMaxAheadShown named
   int position = 0;
   for (const control::PendingEntry& entry : pending) {
     ++position;
@@ -108,13 +109,20 @@ ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_vie
       ahead.push_back(&**other.spec);
     }
     // Other teams' jobs ahead are counted, not named.
-    if (!who.Sees(control::TeamOfKey(*entry.name)) || ahead_json.size() >= kMaxAheadShown) {
+    if (!who.Sees(control::TeamOfKey(*entry.name))) {
       ++hidden;
+      continue;
+    }
+    if (ahead_json.size() >= kMaxAheadShown) {
+      ++more;
       continue;
     }
     Json shown = {{"name", std::string(control::NameOfKey(*entry.name))}, {"queue", other.queue}};
     shown["gpus"] = other.spec->ok() ? GpusJson((*other.spec)->RequestedGpuMilliTotal()) : Json();
     ahead_json.push_back(std::move(shown));
+  }
+  if (more > 0) {
+    ahead_json.push_back({{"more", more}});
   }
   if (hidden > 0) {
     ahead_json.push_back({{"hidden", hidden}});

@@ -613,6 +613,8 @@ std::string RenderExplanation(const json& answer) {
     for (const json& job : ahead) {
       if (Member(job, "hidden").is_number()) {
         rows.push_back({fmt::format("({} of other teams)", Text(Member(job, "hidden"))), ""});
+      } else if (Member(job, "more").is_number()) {
+        rows.push_back({fmt::format("({} more)", Text(Member(job, "more"))), ""});
       } else {
         rows.push_back({Text(Member(job, "name")), Text(Member(job, "gpus"))});
       }
