@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// The client verbs of `gpufleet` (`submit`, `get`, `describe`, `cancel`, `resume`, `create`,
-// `update`, `delete`, `revoke`, `cordon`, `uncordon`, `drain`, `quarantine`, `release`,
+// The client verbs of `gpufleet` (`submit`, `get`, `describe`, `explain`, `cancel`, `resume`,
+// `create`, `update`, `delete`, `revoke`, `cordon`, `uncordon`, `drain`, `quarantine`, `release`,
 // `report`): flags here, the work in `gpufleet/cli/commands.h` and `gpufleet/cli/report.h`.
 #include <algorithm>
 #include <fstream>
@@ -111,6 +111,7 @@ struct CliState {
   cli::SubmitArgs submit;
   cli::GetArgs get;
   cli::DescribeArgs describe;
+  cli::ExplainArgs explain;
   cli::DiffArgs diff;
   std::string cancel;
   std::string resume;
@@ -189,6 +190,15 @@ Action AddCliCommands(CLI::App& app) {
       ->required();
   AddVerb(s, describe, [&s](cli::ApiClient& client) {
     return cli::RunDescribe(client, s.describe, std::cout, std::cerr);
+  });
+
+  CLI::App* explain = app.add_subcommand(
+      "explain", "say why a job waits, when it may start and what would start it now");
+  explain->add_option("TYPE", s.explain.kind, "job")->required();
+  explain->add_option("NAME", s.explain.name, "the job's name (NAME or TEAM/NAME)")->required();
+  explain->add_option("-o,--output", s.explain.output, "text (default), json or yaml");
+  AddVerb(s, explain, [&s](cli::ApiClient& client) {
+    return cli::RunExplain(client, s.explain, std::cout, std::cerr);
   });
 
   CLI::App* diff = app.add_subcommand(

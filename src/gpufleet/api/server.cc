@@ -359,6 +359,7 @@ ApiServer::ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> sche
                   .clock = options_.clock,
                   .wall_clock = options_.wall_clock,
                   .retain_finished = options_.retain_finished}),
+      backfill_(options_.catalog),
       metrics_(std::make_unique<Metrics>()),
       reliability_(std::make_unique<control::ReliabilityController>(
           options_.store, options_.clock, options_.wall_clock, options_.reliability)) {}
@@ -644,11 +645,24 @@ Result<int> ApiServer::RunCycleLocked() {
   std::vector<std::pair<const std::string*, const Job*>> failed;
   std::vector<CycleWrite> writes;
   bool preemption_tried = false;
+  backfill_.BeginCycle(queues_.CycleSeconds());
+  // The first job in queue order that does not fit gets the backfill reservation (EASY).
+  const auto set_backfill_head = [&](const std::string& name, const Job& spec) {
+    if (const Status planned = backfill_.SetHead(name, spec, *view_, queues_, *scheduler_, random);
+        !planned.ok()) {
+      fmt::print(stderr, "gpufleet server: backfill reservation for {}: {}\n", name,
+                 planned.ToString());
+    }
+  };
   for (const control::PendingEntry& entry : pending) {
     const std::string& name = *entry.name;
     control::ViewJob& job = *entry.job;
     queues_.HoldReservedGpus(*view_, name);
     if (job.unschedulable_epoch == view_->capacity_epoch()) {
+      // Unchanged since it last did not fit: still the head, it keeps its reservation.
+      if (backfill_.LookingForHead() && backfill_.DidNotFit(name) && job.spec && job.spec->ok()) {
+        set_backfill_head(name, **job.spec);
+      }
       continue;
     }
     // Parsed when it is written: with thousands of jobs pending, most are only skipped.
@@ -659,6 +673,7 @@ Result<int> ApiServer::RunCycleLocked() {
     std::string reason;
     std::vector<scheduler::TaskPlacement> placed;
     std::set<std::string> node_names;
+    bool held_back = false;
     if (!job.spec->ok()) {
       reason = fmt::format("stored spec is invalid: {}", job.spec->status().message());
     } else if (const auto dominating = std::find_if(failed.begin(), failed.end(),
@@ -678,9 +693,20 @@ Result<int> ApiServer::RunCycleLocked() {
       // Larger jobs of its shape need not be asked only when this one did not fit: a refusal by
       // its queue's quota says nothing about jobs of other queues.
       const bool did_not_fit = result.outcome == scheduler::ScheduleOutcome::kUnschedulable;
+      backfill_.NoteTried(name, did_not_fit);
       if (result.scheduled()) {
+        // Backfill first: a job held back for the head is not charged to its queue.
+        Result<std::optional<std::string>> held =
+            backfill_.Refusal(name, **job.spec, result.placements, *view_, *scheduler_, random);
+        if (!held.ok()) {
+          fmt::print(stderr, "gpufleet server: backfill check for {}: {}\n", name,
+                     held.status().ToString());
+          held = std::optional<std::string>();
+        }
+        held_back = held->has_value();
         if (std::optional<std::string> refused =
-                queues_.Admit(name, job, result.placements, snapshot)) {
+                held_back ? std::move(*held)
+                          : queues_.Admit(name, job, result.placements, snapshot)) {
           for (auto it = result.placements.rbegin(); it != result.placements.rend(); ++it) {
             snapshot.Revert(*it);
           }
@@ -708,6 +734,7 @@ Result<int> ApiServer::RunCycleLocked() {
         }
       }
       if (result.scheduled()) {
+        backfill_.NoteStarted(name, **job.spec, result.placements);
         placed = std::move(result.placements);
         doc = wire::ParseDocument(job.data);
         // The view holds only Pending jobs here, so the transition is legal.
@@ -722,12 +749,18 @@ Result<int> ApiServer::RunCycleLocked() {
                                                                       : result.reason;
         if (did_not_fit) {
           failed.emplace_back(&name, &**job.spec);
+          if (backfill_.LookingForHead()) {
+            set_backfill_head(name, **job.spec);
+          }
         }
       }
     }
     CycleWrite write{&name, &job};
     if (placed.empty()) {
-      job.unschedulable_epoch = view_->capacity_epoch();
+      // A job held back for the head may start once the head has: it is tried every cycle.
+      if (!held_back) {
+        job.unschedulable_epoch = view_->capacity_epoch();
+      }
       if (reason == job.reason) {
         continue;
       }
@@ -976,6 +1009,9 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
       }
       if (scoped->action == "resume") {
         return routed(ResumeJob(*who, *key), route);
+      }
+      if (scoped->action == "explain") {
+        return routed(ExplainJob(*who, *key), route);
       }
       return routed(JobEvents(*who, *key), route);
     }

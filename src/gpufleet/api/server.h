@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpufleet/api/auth.h"
+#include "gpufleet/control/backfill_step.h"
 #include "gpufleet/control/deployment_controller.h"
 #include "gpufleet/control/idle_reclaim_controller.h"
 #include "gpufleet/control/lifecycle_controller.h"
@@ -298,6 +299,9 @@ class ApiServer {
   Result<Json> SubmitJob(const control::Principal& who, std::string_view body);
   ApiResponse ListJobs(const control::Principal& who, const ApiRequest& request);
   ApiResponse GetJob(const control::Principal& who, std::string_view name);
+  // GET /v1/jobs/NAME/explain (server_explain.cc, docs/explain.md): why the job waits, as `who`
+  // may see it. Takes cycle_mu_.
+  ApiResponse ExplainJob(const control::Principal& who, std::string_view name);
   Result<Json> CancelJob(const control::Principal& who, std::string_view name);
   ApiResponse JobEvents(const control::Principal& who, std::string_view name);
   // {"items": [{"revision": ..., "message": ...}]} of a job or node.
@@ -440,6 +444,7 @@ class ApiServer {
       idle_reclaim_;                           // made on first use; guarded by cycle_mu_
   control::DeploymentController deployments_;  // guarded by cycle_mu_
   control::RetentionController retention_;     // guarded by cycle_mu_
+  control::BackfillStep backfill_;             // guarded by cycle_mu_
 
   // Fleet gauges of /metrics, taken from the view at the end of each cycle, so that a scrape
   // costs O(queues + models) and never waits for the store or a cycle.

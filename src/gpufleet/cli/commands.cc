@@ -572,6 +572,100 @@ int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, 
   return PrintUsageError("describe takes job, node or deployment", err);
 }
 
+namespace {
+
+// `explain job`'s text: the answer of GET /v1/jobs/NAME/explain.
+std::string RenderExplanation(const json& answer) {
+  std::string text;
+  const json& evidence = Member(answer, "evidence");
+  const int64_t position = Member(answer, "queuePosition").is_number_integer()
+                               ? Member(answer, "queuePosition").get<int64_t>()
+                               : 0;
+  text += DescribeField(
+      "Job", fmt::format(
+                 "{} ({}{})", Text(Member(answer, "job")), Text(Member(answer, "phase")),
+                 position > 0 ? fmt::format(", number {} in the queue", position) : std::string()));
+  text += DescribeField("Reason", Text(Member(answer, "reason")));
+  text += DescribeField("Message", Text(Member(answer, "message")));
+  if (const json& nodes = Member(evidence, "nodes"); nodes.is_object()) {
+    text += DescribeField(
+        "Nodes", fmt::format("{} fit a task now, {} lack free resources, {} are excluded by its "
+                             "constraints, {} are unhealthy or not Ready",
+                             Text(Member(nodes, "fits")), Text(Member(nodes, "capacity")),
+                             Text(Member(nodes, "constraints")), Text(Member(nodes, "health"))));
+    text += DescribeField("GPUs", fmt::format("needs {}, {} free that it may use",
+                                              Text(Member(evidence, "neededGpus")),
+                                              Text(Member(evidence, "freeGpus"))));
+  }
+  if (const json& best = Member(evidence, "bestDomain"); best.is_object()) {
+    text += DescribeField(
+        "Best domain",
+        fmt::format("{} {}: {} GPUs free of {}, lacks {}", Text(Member(best, "level")),
+                    Text(Member(best, "name")), Text(Member(best, "freeGpus")),
+                    Text(Member(best, "totalGpus")), Text(Member(best, "lacksGpus"))));
+  }
+  const json& eta = Member(answer, "eta");
+  const std::string at = Text(Member(eta, "at"));
+  text += DescribeField("ETA", at.empty() ? Text(Member(eta, "why"))
+                                          : fmt::format("{} ({})", at, Text(Member(eta, "why"))));
+  if (const json& ahead = Member(answer, "ahead"); ahead.is_array() && !ahead.empty()) {
+    std::vector<std::vector<std::string>> rows = {{"JOB", "GPUS"}};
+    for (const json& job : ahead) {
+      if (Member(job, "hidden").is_number()) {
+        rows.push_back({fmt::format("({} of other teams)", Text(Member(job, "hidden"))), ""});
+      } else if (Member(job, "more").is_number()) {
+        rows.push_back({fmt::format("({} more)", Text(Member(job, "more"))), ""});
+      } else {
+        rows.push_back({Text(Member(job, "name")), Text(Member(job, "gpus"))});
+      }
+    }
+    text += "Ahead:\n" + IndentLines(RenderTable(rows));
+  }
+  if (const json& what_ifs = Member(answer, "whatIf"); what_ifs.is_array() && !what_ifs.empty()) {
+    std::vector<std::vector<std::string>> rows = {{"WHAT IF", "STARTS NOW", "DETAIL"}};
+    for (const json& what_if : what_ifs) {
+      rows.push_back({Text(Member(what_if, "change")),
+                      Member(what_if, "wouldStartNow") == true ? "yes" : "no",
+                      Text(Member(what_if, "detail"))});
+    }
+    text += "What if:\n" + IndentLines(RenderTable(rows));
+  }
+  return text;
+}
+
+}  // namespace
+
+int RunExplain(ApiClient& client, const ExplainArgs& args, std::ostream& out, std::ostream& err) {
+  const Result<ResourceKind> kind = ParseResourceKind(args.kind);
+  if (!kind.ok() || *kind != ResourceKind::kJob) {
+    return PrintUsageError(fmt::format("explain takes job, not \"{}\"", args.kind), err);
+  }
+  if (args.name.empty()) {
+    return PrintUsageError("explain job needs a NAME", err);
+  }
+  const Result<OutputFormat> format = ParseOutputFormat(args.output);
+  if (!format.ok()) {
+    return PrintUsageError(format.status().message(), err);
+  }
+  const Result<json> answer = client.Get(ObjectPath("jobs", args.name) + "/explain");
+  if (!answer.ok()) {
+    return PrintError(client, answer.status(), err);
+  }
+  switch (*format) {
+    case OutputFormat::kJson:
+      out << answer->dump(2) << "\n";
+      break;
+    case OutputFormat::kYaml:
+      out << ToYaml(*answer);
+      break;
+    case OutputFormat::kTable:
+    case OutputFormat::kWide:
+      out << RenderExplanation(*answer);
+      break;
+  }
+  return 0;
+}
+
 int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std::ostream& err) {
   if (IsDeploymentKind(args.kind)) {
     return RunCreateDeployment(client, args, out, err);

@@ -48,6 +48,16 @@ struct DescribeArgs {
 };
 int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, std::ostream& err);
 
+// `explain job NAME [-o json|yaml]`: why the job waits (GET /v1/jobs/NAME/explain,
+// docs/explain.md): the reason and its message, the evidence, the ETA, the jobs ahead of it
+// (other teams' counted) and the what-ifs, or the answer as JSON or YAML.
+struct ExplainArgs {
+  std::string kind;
+  std::string name;
+  std::string output;  // empty: text
+};
+int RunExplain(ApiClient& client, const ExplainArgs& args, std::ostream& out, std::ostream& err);
+
 // `create team NAME` ("team/NAME created"), `create queue NAME [--team T]` ("queue/NAME
 // created"), `create token --role admin|member|agent [--team T] [--node NODE] --name N`
 // ("token/ID created", then the

@@ -221,6 +221,50 @@ TEST_F(CommandsTest, DescribeDeploymentShowsSpecStatusReplicasAndEvents) {
             "  2          scaled 1 -> 2\n");
 }
 
+TEST_F(CommandsTest, ExplainJobPrintsReasonEtaAheadAndWhatIfs) {
+  fake_.Answer("GET /v1/jobs/team-a/big/explain", 200,
+               R"({"job": "big", "phase": "Pending", "reason": "topology",
+                   "message": "no leaf holds the whole gang", "queuePosition": 3,
+                   "evidence": {"nodes": {"fits": 2, "capacity": 2, "constraints": 0,
+                                          "health": 0},
+                                "neededGpus": 16, "freeGpus": 16,
+                                "bestDomain": {"level": "leaf", "name": "leaf-0",
+                                               "freeGpus": 8, "totalGpus": 16,
+                                               "lacksGpus": 8}},
+                   "ahead": [{"name": "a", "gpus": 8}, {"hidden": 1}],
+                   "eta": {"at": "2026-12-03T11:00:00Z", "why": "the backfill plan"},
+                   "whatIf": [{"change": "topology.required=block", "wouldStartNow": true,
+                               "detail": "it would start on 2 nodes"}]})");
+  EXPECT_EQ(RunExplain(fake_.client, {.kind = "job", .name = "team-a/big"}, out_, err_), 0)
+      << err_.str();
+  EXPECT_EQ(out_.str(),
+            "Job:         big (Pending, number 3 in the queue)\n"
+            "Reason:      topology\n"
+            "Message:     no leaf holds the whole gang\n"
+            "Nodes:       2 fit a task now, 2 lack free resources, 0 are excluded by its "
+            "constraints, 0 are unhealthy or not Ready\n"
+            "GPUs:        needs 16, 16 free that it may use\n"
+            "Best domain: leaf leaf-0: 8 GPUs free of 16, lacks 8\n"
+            "ETA:         2026-12-03T11:00:00Z (the backfill plan)\n"
+            "Ahead:\n"
+            "  JOB                  GPUS\n"
+            "  a                    8\n"
+            "  (1 of other teams)\n"
+            "What if:\n"
+            "  WHAT IF                   STARTS NOW   DETAIL\n"
+            "  topology.required=block   yes          it would start on 2 nodes\n");
+}
+
+TEST_F(CommandsTest, ExplainRefusesOtherKindsAndReportsNotFound) {
+  EXPECT_EQ(RunExplain(fake_.client, {.kind = "node", .name = "n"}, out_, err_), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("explain takes job"));
+  err_.str("");
+  fake_.Answer("GET /v1/jobs/nope/explain", 404,
+               R"({"error": {"code": "NOT_FOUND", "message": "job \"nope\" not found"}})");
+  EXPECT_EQ(RunExplain(fake_.client, {.kind = "job", .name = "nope"}, out_, err_), 1);
+  EXPECT_EQ(err_.str(), "Error from server (NotFound): job \"nope\" not found\n");
+}
+
 TEST_F(CommandsTest, DescribeDeploymentNotFound) {
   fake_.Answer("GET /v1/deployments/nope", 404,
                R"({"error": {"code": "NOT_FOUND", "message": "deployment \"nope\" not found"}})");

@@ -359,6 +359,25 @@ std::optional<std::string> QueueController::Admit(
   return refused;
 }
 
+std::optional<std::string> QueueController::QuotaRefusal(
+    const std::string& queue, const std::vector<scheduler::TaskPlacement>& placed,
+    const scheduler::ClusterSnapshot& snapshot) const {
+  if (!tree_) {
+    return std::nullopt;
+  }
+  const Result<policy::Admission> admission =
+      tree_->CheckAdmission(QueueId(queue), AllocationOf(placed, snapshot));
+  if (!admission.ok() || admission->admitted()) {
+    return std::nullopt;
+  }
+  return admission->reason;
+}
+
+std::optional<int64_t> QueueController::ChargedSince(const std::string& name) const {
+  const auto it = charged_.find(name);
+  return it == charged_.end() ? std::nullopt : std::optional<int64_t>(it->second.since_seconds);
+}
+
 std::optional<std::string> QueueController::AdmitByQuota(
     const std::string& name, const ViewJob& job,
     const std::vector<scheduler::TaskPlacement>& placed,

@@ -76,6 +76,14 @@ class QueueController {
                                    const scheduler::ClusterSnapshot& snapshot);
 
   bool HasReservation(const std::string& name) const { return reservations_.count(name) > 0; }
+  // Why the job's queue would refuse `placed` now, charging nothing (explain's what-ifs), or
+  // nullopt.
+  std::optional<std::string> QuotaRefusal(const std::string& queue,
+                                          const std::vector<scheduler::TaskPlacement>& placed,
+                                          const scheduler::ClusterSnapshot& snapshot) const;
+  // CycleSeconds() when the job's allocation was first charged (about when it started), or
+  // nullopt for a job not charged.
+  std::optional<int64_t> ChargedSince(const std::string& name) const;
   // Before `next_job` is tried, the reserved preemptors' planned GPUs are held in the snapshot
   // (once per cycle; nothing for a reserved preemptor itself), and given back after the loop.
   void HoldReservedGpus(SchedulingView& view, const std::string& next_job);

@@ -381,7 +381,7 @@ std::optional<ScopedPath> ParseScopedPath(const std::vector<std::string_view>& s
     return std::nullopt;
   }
   const std::vector<std::string_view> actions =
-      method == "GET"    ? std::vector<std::string_view>{"events"}
+      method == "GET"    ? std::vector<std::string_view>{"events", "explain"}
       : method == "POST" ? std::vector<std::string_view>{"cancel", "resume"}
                          : std::vector<std::string_view>{};
   ScopedPath out;
@@ -405,6 +405,10 @@ Status CheckScopedName(std::string_view field, std::string_view name) {
     return InvalidArgumentError(fmt::format(
         "{}: \"events\" is reserved (GET /v1/jobs/TEAM/events reads the events of job TEAM)",
         field));
+  }
+  if (name == "explain") {
+    return InvalidArgumentError(fmt::format(
+        "{}: \"explain\" is reserved (GET /v1/jobs/TEAM/explain explains job TEAM)", field));
   }
   return Status::Ok();
 }

@@ -120,12 +120,13 @@ struct ScopedPath {
   std::string_view action;  // empty: the object itself
 };
 // Splits /v1/COLLECTION/NAME[/ACTION] and /v1/COLLECTION/TEAM/NAME[/ACTION] (`segments` without
-// empty ones) of a request with `method`: a last segment "events" of a GET, "cancel" or "resume"
-// of a POST is the action. nullopt when there is no name or more segments than these forms have.
+// empty ones) of a request with `method`: a last segment "events" or "explain" of a GET, "cancel"
+// or "resume" of a POST is the action. nullopt when there is no name or more segments than these
+// forms have.
 std::optional<ScopedPath> ParseScopedPath(const std::vector<std::string_view>& segments,
                                           std::string_view method);
-// kInvalidArgument naming `field` for the name "events": GET .../TEAM/events would read as the
-// events of a job TEAM.
+// kInvalidArgument naming `field` for the names "events" and "explain": GET .../TEAM/events
+// would read as the events of a job TEAM.
 Status CheckScopedName(std::string_view field, std::string_view name);
 
 // Stored documents, and lenient readers of them (a missing field reads as empty).

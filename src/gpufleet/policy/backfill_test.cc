@@ -52,14 +52,7 @@ class BackfillTest : public ::testing::Test {
 
   // A job holding `gpus` idle GPUs of node `node` (lowest indices first) from `start` on.
   RunningJob Hold(const std::string& id, int node, int gpus, int64_t start, int64_t estimate) {
-    TaskPlacement placement;
-    placement.node = node;
-    placement.host = {1000, 1024};
-    for (const scheduler::GpuSlot& gpu : snapshot_->nodes()[node].gpus) {
-      if (static_cast<int>(placement.gpus.size()) < gpus && gpu.IsIdle()) {
-        placement.gpus.push_back({gpu.index, 1000, 0});
-      }
-    }
+    const TaskPlacement placement = scheduler::testing::IdleGpusPlacement(*snapshot_, node, gpus);
     EXPECT_EQ(static_cast<int>(placement.gpus.size()), gpus);
     EXPECT_OK(snapshot_->Apply(placement));
     return {.id = JobId(id),

@@ -28,4 +28,16 @@ Job MakeJob(const std::string& id, int replicas, GpuRequest gpus, HostResources 
   return job;
 }
 
+TaskPlacement IdleGpusPlacement(const ClusterSnapshot& snapshot, int node, int gpus) {
+  TaskPlacement placement;
+  placement.node = node;
+  placement.host = {1000, 1024};
+  for (const GpuSlot& gpu : snapshot.nodes()[node].gpus) {
+    if (static_cast<int>(placement.gpus.size()) < gpus && gpu.IsIdle()) {
+      placement.gpus.push_back({gpu.index, 1000, 0});
+    }
+  }
+  return placement;
+}
+
 }  // namespace gpufleet::scheduler::testing
