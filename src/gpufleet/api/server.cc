@@ -631,8 +631,13 @@ Result<int> ApiServer::RunCycleLocked() {
     fmt::print(stderr, "gpufleet server: collecting finished jobs failed: {}\n",
                collected.status().ToString());
   }
-  if (const Status flushed = FlushUsageIfDue(); !flushed.ok()) {
-    fmt::print(stderr, "gpufleet server: writing busy time failed: {}\n", flushed.ToString());
+  // Busy time into running jobs' documents now and then; a failure is retried by the next flush
+  // and does not hold up scheduling.
+  if (const Result<bool> flushed = FlushUsageIfDue(); !flushed.ok()) {
+    fmt::print(stderr, "gpufleet server: writing busy time failed: {}\n",
+               flushed.status().ToString());
+  } else if (*flushed) {
+    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
   std::vector<control::PendingEntry> pending;
   for (auto& [name, job] : view_->jobs()) {

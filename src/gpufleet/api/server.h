@@ -425,8 +425,9 @@ class ApiServer {
   void CreditBusy(const Json& job, const std::string& node,
                   const std::map<int64_t, int>& utilization_pct, int64_t interval_ms);
   // Writes the busy time counted since into the documents of running jobs, when
-  // usage_flush_interval has passed. REQUIRES: cycle_mu_ held.
-  Status FlushUsageIfDue();
+  // usage_flush_interval has passed. Returns whether anything was written. REQUIRES: cycle_mu_
+  // held.
+  Result<bool> FlushUsageIfDue();
 
   // Publishes the view's active jobs per node to the heartbeat handlers.
   void IndexActiveJobs();

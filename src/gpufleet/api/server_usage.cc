@@ -80,10 +80,10 @@ void ApiServer::CreditBusy(const Json& job, const std::string& node,
   }
 }
 
-Status ApiServer::FlushUsageIfDue() {
+Result<bool> ApiServer::FlushUsageIfDue() {
   const MonoTime now = options_.clock.Now();
   if (last_usage_flush_ && now - *last_usage_flush_ < options_.usage_flush_interval) {
-    return Status::Ok();
+    return false;
   }
   last_usage_flush_ = now;
   std::vector<control::JobWrite> writes;
@@ -109,7 +109,7 @@ Status ApiServer::FlushUsageIfDue() {
     writes.push_back(control::JobWrite{job->first, job->second.version, doc, doc, {""}});
   }
   if (writes.empty()) {
-    return Status::Ok();
+    return false;
   }
   // One commit for all of them; if one job changed under us, one by one (the rest still land).
   store::WriteBatch batch;
@@ -118,11 +118,11 @@ Status ApiServer::FlushUsageIfDue() {
     AddJobWrite(write.before, after, write.version, "", batch);
   }
   if (const Status status = options_.store.Commit(batch); status.ok()) {
-    return Status::Ok();
+    return true;
   } else if (status.code() != StatusCode::kAborted && status.code() != StatusCode::kNotFound) {
     return status;
   }
-  return CommitJobWrites(std::move(writes)).status();
+  return CommitJobWrites(std::move(writes));
 }
 
 std::optional<ApiResponse> ApiServer::RouteUsage(const control::Principal& who,
