@@ -305,8 +305,8 @@ Action AddCliCommands(CLI::App& app) {
   s.report_verb = report;
   AddVerb(s, report, [&s](cli::ApiClient& client) {
     if (s.report.kind == "usage") {
-      if (s.usage.format.empty() && s.report.output == "json") {
-        s.usage.format = "json";
+      if (s.usage.format.empty()) {
+        s.usage.format = s.report.output;  // -o json works too; -o yaml is refused
       }
       return cli::RunUsageReport(client, s.usage, std::cout, std::cerr);
     }

@@ -16,6 +16,7 @@
 #include <fmt/ranges.h>
 
 #include "gpufleet/cli/commands.h"
+#include "gpufleet/cli/config.h"
 #include "gpufleet/cli/format.h"
 #include "gpufleet/core/gpu_catalog.h"
 
@@ -28,15 +29,6 @@ constexpr int64_t kMicros = 1'000'000;
 // More than any GPU-hour costs (10^9 a GPU-hour), and small enough that hours x price stays exact
 // in a double.
 constexpr int64_t kMaxPriceMicros = int64_t{1'000'000'000} * kMicros;
-
-std::string_view Trim(std::string_view text) {
-  const size_t first = text.find_first_not_of(" \t\r");
-  if (first == std::string_view::npos) {
-    return {};
-  }
-  const size_t last = text.find_last_not_of(" \t\r");
-  return text.substr(first, last - first + 1);
-}
 
 // A non-negative decimal with at most 6 decimals, as millionths; nullopt otherwise.
 std::optional<int64_t> ParsePriceMicros(std::string_view text) {
@@ -127,21 +119,6 @@ const json& Rows(const json& report) {
   return report.contains("rows") && report["rows"].is_array() ? report["rows"] : kEmpty;
 }
 
-Result<std::string> ReadPriceFile(const std::string& path) {
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
-    return InvalidArgumentError(fmt::format("cannot read prices \"{}\": is a directory", path));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return NotFoundError(fmt::format("cannot read prices \"{}\": {}", path,
-                                     std::strerror(errno)));  // NOLINT(concurrency-mt-unsafe)
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 }  // namespace
 
 Result<PriceTable> ParsePriceTable(std::string_view text, std::string_view source) {
@@ -176,12 +153,8 @@ Result<PriceTable> ParsePriceTable(std::string_view text, std::string_view sourc
           "{}:{}: \"{}\" is not {}", source, line_number, line,
           *csv ? "MODEL,PRICE (the file is CSV: its first line has a comma)" : "MODEL: PRICE"));
     }
-    std::string model(Trim(line.substr(0, at)));
+    std::string model(Unquote(Trim(line.substr(0, at))));
     const std::string_view price_text = Trim(line.substr(at + 1));
-    if (model.size() >= 2 && (model.front() == '"' || model.front() == '\'') &&
-        model.back() == model.front()) {
-      model = model.substr(1, model.size() - 2);
-    }
     if (model.empty()) {
       return InvalidArgumentError(fmt::format(
           "{}:{}: model: empty (expected a GPU model such as H100-80GB)", source, line_number));
@@ -260,7 +233,9 @@ std::string RenderUsageTable(const json& report, bool with_cost) {
   }
   rows.push_back(std::move(header));
   for (const json& row : Rows(report)) {
-    std::vector<std::string> line = {Key(row), Hours(row.value("allocatedGpuHours", json())),
+    const std::string key = Key(row);  // "" for jobs of no team (an admin's own)
+    std::vector<std::string> line = {key.empty() ? "<none>" : key,
+                                     Hours(row.value("allocatedGpuHours", json())),
                                      Hours(row.value("busyGpuHours", json())),
                                      Hours(row.value("idleGpuHours", json())), BusyPercent(row)};
     if (with_cost) {
@@ -311,7 +286,7 @@ int RunUsageReport(ApiClient& client, const UsageReportArgs& args, std::ostream&
   }
   std::optional<PriceTable> prices;
   if (!args.prices.empty()) {
-    Result<std::string> text = ReadPriceFile(args.prices);
+    Result<std::string> text = ReadTextFile(args.prices, "prices");
     Result<PriceTable> parsed =
         text.ok() ? ParsePriceTable(*text, args.prices) : Result<PriceTable>(text.status());
     if (!parsed.ok()) {

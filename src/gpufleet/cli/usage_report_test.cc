@@ -108,6 +108,9 @@ TEST(RenderUsageTable, ShowsBusyShareAndTheFleetLine) {
   EXPECT_THAT(text, HasSubstr("ALLOCATED GPU-H   BUSY GPU-H   IDLE GPU-H   BUSY"));
   EXPECT_THAT(text, HasSubstr("10.500            7.000        3.500        67%"));
   EXPECT_THAT(text, HasSubstr("Unallocated (the fleet's GPUs no run held): 180.500 GPU-h\n"));
+  nlohmann::json no_team = nlohmann::json::parse(kAnswer);
+  no_team["rows"][0]["key"] = "";
+  EXPECT_THAT(RenderUsageTable(no_team, false), HasSubstr("\n<none>              10.500"));
 }
 
 TEST(RunUsageReport, AsksTheServerAndPrintsJsonWithCosts) {
