@@ -21,6 +21,7 @@
 #include "gpufleet/cli/http_client.h"
 #include "gpufleet/cli/provenance.h"
 #include "gpufleet/cli/report.h"
+#include "gpufleet/cli/usage_report.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/sim/slurm_failures.h"
@@ -121,6 +122,7 @@ struct CliState {
   cli::DeleteArgs delete_args;
   cli::NodeArgs node;
   cli::ReportArgs report;
+  cli::UsageReportArgs usage;
   CLI::App* report_verb = nullptr;
   SlurmReportFlags slurm_report;
   int gpu = 0;
@@ -287,7 +289,8 @@ Action AddCliCommands(CLI::App& app) {
   report
       ->add_option("TYPE", s.report.kind,
                    "failures: the GPUs and nodes behind failed jobs; versions: the fleet's "
-                   "driver, CUDA, NVML and image skew")
+                   "driver, CUDA, NVML and image skew; usage: GPU-hours allocated, busy and "
+                   "idle per group, and their cost (docs/usage.md)")
       ->required();
   report->add_option("-o,--output", s.report.output, "table (default), wide, json or yaml");
   report->add_option("--sacct", s.slurm_report.sacct,
@@ -303,8 +306,20 @@ Action AddCliCommands(CLI::App& app) {
                      "with --sacct: TIMEOUT as a hang (default) or as the job's own (app)");
   report->add_option("--top", s.slurm_report.top, "with --sacct: nodes listed besides the flagged")
       ->check(CLI::Range(0, 100000));
+  report->add_option("--from", s.usage.from, "usage: the period's start (RFC 3339, UTC)");
+  report->add_option("--to", s.usage.to, "usage: the period's end (RFC 3339, UTC)");
+  report->add_option("--by", s.usage.by, "usage: team (default), queue, user or model");
+  report->add_option("--prices", s.usage.prices,
+                     "usage: a price table per GPU model (MODEL,PRICE lines or MODEL: PRICE)");
+  report->add_option("--format", s.usage.format, "usage: table (default), csv or json");
   s.report_verb = report;
   AddVerb(s, report, [&s](cli::ApiClient& client) {
+    if (s.report.kind == "usage") {
+      if (s.usage.format.empty()) {
+        s.usage.format = s.report.output;  // -o json works too; -o yaml is refused
+      }
+      return cli::RunUsageReport(client, s.usage, std::cout, std::cerr);
+    }
     return cli::RunReport(client, s.report, std::cout, std::cerr);
   });
 

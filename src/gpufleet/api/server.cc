@@ -58,7 +58,8 @@ Json PlacementsToJson(const std::vector<scheduler::TaskPlacement>& placements, c
                              {"memory_mib", a.memory_mib},
                              {"mig_profile", a.mig_profile},
                              {"mig_start", a.mig_start},
-                             {"mig_created", a.mig_created}});
+                             {"mig_created", a.mig_created},
+                             {"model", info.node->gpus[a.gpu].model}});
     }
     out.push_back({{"task", fmt::format("{}-{}", group_name, placement.replica)},
                    {"node", info.node->id.value()},
@@ -631,6 +632,14 @@ Result<int> ApiServer::RunCycleLocked() {
     fmt::print(stderr, "gpufleet server: collecting finished jobs failed: {}\n",
                collected.status().ToString());
   }
+  // Busy time into running jobs' documents now and then; a failure is retried by the next flush
+  // and does not hold up scheduling.
+  if (const Result<bool> flushed = FlushUsageIfDue(); !flushed.ok()) {
+    fmt::print(stderr, "gpufleet server: writing busy time failed: {}\n",
+               flushed.status().ToString());
+  } else if (*flushed) {
+    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
+  }
   std::vector<control::PendingEntry> pending;
   for (auto& [name, job] : view_->jobs()) {
     if (job.state == control::JobState::kPending) {
@@ -773,6 +782,7 @@ Result<int> ApiServer::RunCycleLocked() {
                               fmt::format("unschedulable: {}", reason));
     } else {
       reliability_->NoteRunStarted(doc);
+      control::StampRunStart(doc, UsageNowNanos());
       write.data = doc.dump();
       write.batch.Update(std::string(control::kJobsKind), name, write.data, job.version);
       write.batch.AppendEvent(std::string(control::kJobsKind), name,
@@ -1069,6 +1079,8 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     return routed(std::move(*served), route);
   } else if (std::optional<ApiResponse> answer = RouteReliability(*who, request, segments)) {
     return routed(std::move(*answer), route);
+  } else if (std::optional<ApiResponse> usage = RouteUsage(*who, request, segments)) {
+    return routed(std::move(*usage), route);
   } else if (std::optional<ApiResponse> response = RouteTenancy(*who, request, segments)) {
     return routed(std::move(*response), route);
   }
@@ -1164,6 +1176,7 @@ Result<bool> ApiServer::RequeuePartlyStartedGangs() {
 void ApiServer::AddJobWrite(const Json& before, Json& after, int64_t version,
                             const std::string& event, store::WriteBatch& batch) {
   reliability_->NoteJobChange(before, after, batch);
+  NoteUsageChange(before, after, batch);
   const std::string name = control::TeamScopedKeyOf(before);
   batch.Update(std::string(control::kJobsKind), name, after.dump(), version);
   if (!event.empty()) {

@@ -27,6 +27,7 @@
 #include "gpufleet/control/reliability_controller.h"
 #include "gpufleet/control/retention_controller.h"
 #include "gpufleet/control/store_keys.h"
+#include "gpufleet/control/usage_ledger.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/core/gpu_catalog.h"
@@ -116,6 +117,9 @@ class ApiServer {
     // (SIGTERM, then SIGKILL after stop_grace), so after node_timeout + stop_grace they are
     // surely gone and their GPUs are free (docs/agent.md, "Leases and fencing").
     std::chrono::milliseconds node_timeout{40000};
+    // How often the busy time counted from heartbeats is written into running jobs' documents
+    // (docs/usage.md): what a server that stops can lose of it.
+    Duration usage_flush_interval = std::chrono::minutes(5);
     std::chrono::milliseconds stop_grace{30000};
     // Fair share: a queue's recorded GPU use loses half its weight every half-life.
     std::chrono::seconds usage_half_life{std::chrono::hours(24 * 7)};
@@ -410,6 +414,25 @@ class ApiServer {
   // Requeues (through Stopping) the Scheduled gangs partly started for gang_start_timeout
   // (GangStartController). Returns whether anything was written.
   Result<bool> RequeuePartlyStartedGangs();
+  // Usage ledger (server_usage.cc, docs/usage.md): GET /v1/usage (nullopt for a path it does not
+  // serve), the run records written with job changes, and busy time from heartbeats.
+  std::optional<ApiResponse> RouteUsage(const control::Principal& who, const ApiRequest& request,
+                                        const std::vector<std::string_view>& segments);
+  // The time usage records carry: wall-clock Unix nanoseconds (the monotonic clock without one).
+  int64_t UsageNowNanos() const;
+  // Called where a job document changes from `before` to `after` in `batch`: writes the run's
+  // busy time into `after`, and adds the run's usage record when the change ends it.
+  void NoteUsageChange(const Json& before, Json& after, store::WriteBatch& batch);
+  // The milliseconds since `node`'s previous heartbeat (at most node_timeout; 0 for the first
+  // this server sees), and the credit of one heartbeat's GPU utilization to `job`'s run.
+  int64_t UsageHeartbeatInterval(const std::string& node);
+  void CreditBusy(const Json& job, const std::string& node,
+                  const std::map<int64_t, int>& utilization_pct, int64_t interval_ms);
+  // Writes the busy time counted since into the documents of running jobs, when
+  // usage_flush_interval has passed. Returns whether anything was written. REQUIRES: cycle_mu_
+  // held.
+  Result<bool> FlushUsageIfDue();
+
   // Publishes the view's active jobs per node to the heartbeat handlers.
   void IndexActiveJobs();
   void IndexScheduledJob(const std::string& job, const std::set<std::string>& nodes);
@@ -429,6 +452,11 @@ class ApiServer {
   std::map<std::pair<std::string, int>, int> gpu_utilization_;        // guarded by agents_mu_
   std::map<std::string, std::set<std::string>> active_jobs_by_node_;  // guarded by agents_mu_
   bool active_index_built_ = false;                                   // guarded by agents_mu_
+
+  control::UsageMeter usage_meter_;  // thread-safe
+  std::mutex usage_mu_;
+  std::map<std::string, MonoTime> usage_last_heartbeat_;  // guarded by usage_mu_
+  std::optional<MonoTime> last_usage_flush_;              // guarded by cycle_mu_
 
   std::mutex cycle_mu_;                              // serialises scheduling cycles
   std::unique_ptr<scheduler::Scheduler> scheduler_;  // guarded by cycle_mu_

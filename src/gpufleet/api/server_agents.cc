@@ -852,6 +852,15 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
   if (!node_written.ok()) {
     return node_written;
   }
+  // Busy time: this report's utilization held since the node's previous report (not for a
+  // report delivered late).
+  const int64_t busy_interval_ms = stale ? 0 : UsageHeartbeatInterval(node);
+  std::map<int64_t, int> reported_utilization;
+  for (const wire::GpuReport& gpu : request.gpus) {
+    if (gpu.utilization_pct) {
+      reported_utilization[gpu.index] = *gpu.utilization_pct;
+    }
+  }
   std::set<std::string> active_jobs;
   {
     std::lock_guard<std::mutex> lock(agents_mu_);
@@ -936,6 +945,7 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     if (doc.is_null()) {
       continue;
     }
+    CreditBusy(doc, node, reported_utilization, busy_interval_ms);
     // A gang starts together: until the agents have made every MIG instance it was placed on
     // (on any of its nodes), none of a Scheduled job's tasks is sent, so no part of it runs
     // and is then killed when an instance does not come.

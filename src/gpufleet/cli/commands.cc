@@ -75,18 +75,7 @@ Result<std::string> ReadSpecFile(const std::string& path) {
   if (path.empty()) {
     return InvalidArgumentError("submit needs a job spec file: -f FILE");
   }
-  std::error_code error;
-  if (std::filesystem::is_directory(path, error)) {
-    return InvalidArgumentError(fmt::format("cannot read job spec \"{}\": is a directory", path));
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return NotFoundError(fmt::format("cannot read job spec \"{}\": {}", path,
-                                     std::strerror(errno)));  // NOLINT(concurrency-mt-unsafe)
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return ReadTextFile(path, "job spec");
 }
 
 const char* NodeActionPath(NodeAction action) {
@@ -198,6 +187,21 @@ std::string ReasonName(StatusCode code) {
     upper = false;
   }
   return reason;
+}
+
+Result<std::string> ReadTextFile(const std::string& path, std::string_view what) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    return InvalidArgumentError(fmt::format("cannot read {} \"{}\": is a directory", what, path));
+  }
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return NotFoundError(fmt::format("cannot read {} \"{}\": {}", what, path,
+                                     std::strerror(errno)));  // NOLINT(concurrency-mt-unsafe)
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 int PrintError(const ApiClient& client, const Status& status, std::ostream& err) {

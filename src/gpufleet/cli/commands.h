@@ -9,6 +9,7 @@
 #include <optional>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpufleet/cli/http_client.h"
@@ -133,6 +134,10 @@ struct NodeArgs {
 };
 int RunNodeAction(ApiClient& client, NodeAction action, const NodeArgs& args, std::ostream& out,
                   std::ostream& err);
+
+// The whole of the file at `path`; `what` names it in errors ("cannot read job spec \"x\": ...").
+// kInvalidArgument for a directory, kNotFound when it cannot be opened.
+Result<std::string> ReadTextFile(const std::string& path, std::string_view what);
 
 // Prints `status` as kubectl does; returns 1.
 int PrintError(const ApiClient& client, const Status& status, std::ostream& err);

@@ -12,7 +12,6 @@
 #include <fmt/core.h>
 
 namespace gpufleet::cli {
-namespace {
 
 std::string_view Trim(std::string_view text) {
   const size_t begin = text.find_first_not_of(" \t\r");
@@ -23,7 +22,6 @@ std::string_view Trim(std::string_view text) {
   return text.substr(begin, end - begin + 1);
 }
 
-// A value may be written in double or single quotes.
 std::string_view Unquote(std::string_view value) {
   if (value.size() >= 2 && (value.front() == '"' || value.front() == '\'') &&
       value.back() == value.front()) {
@@ -31,6 +29,8 @@ std::string_view Unquote(std::string_view value) {
   }
   return value;
 }
+
+namespace {
 
 const std::string* FirstSet(const std::optional<std::string>& a,
                             const std::optional<std::string>& b, const std::string& c) {

@@ -33,6 +33,12 @@ struct ConfigSources {
   std::string file_path;
 };
 
+// Helpers of the client's line-based files (the config file, price tables): `text` without
+// leading and trailing blanks (space, tab, CR), and `value` without one pair of enclosing double
+// or single quotes.
+std::string_view Trim(std::string_view text);
+std::string_view Unquote(std::string_view value);
+
 // The config file: `key = value` lines (`address`, `token`, `ca_cert`), `#` comments and blank
 // lines.
 // kInvalidArgument naming "PATH:LINE" for a line without `=`, an unknown key or an empty value.

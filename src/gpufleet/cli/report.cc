@@ -117,7 +117,7 @@ std::string RenderFailureReport(const json& report, bool wide) {
 
 int RunReport(ApiClient& client, const ReportArgs& args, std::ostream& out, std::ostream& err) {
   if (args.kind != "failures" && args.kind != "versions") {
-    err << "error: unknown report \"" << args.kind << "\" (expected failures or versions)\n";
+    err << "error: unknown report \"" << args.kind << "\" (expected failures, versions or usage)\n";
     return 1;
   }
   Result<OutputFormat> format = ParseOutputFormat(args.output);

@@ -91,7 +91,7 @@ TEST(RunReport, ErrorsAreNamed) {
             "token\n");
   err.str("");
   EXPECT_EQ(RunReport(fake.client, {"jobs", ""}, out, err), 1);
-  EXPECT_EQ(err.str(), "error: unknown report \"jobs\" (expected failures or versions)\n");
+  EXPECT_EQ(err.str(), "error: unknown report \"jobs\" (expected failures, versions or usage)\n");
   err.str("");
   EXPECT_EQ(RunReport(fake.client, {"failures", "csv"}, out, err), 1);
   EXPECT_THAT(err.str(), HasSubstr("unknown output format \"csv\""));
