@@ -582,7 +582,7 @@
     const who = document.getElementById('who');
     if (!me) { replace(nav); replace(who); return; }
     replace(nav, NAV.map(([href, label]) => h('a', {href, class: (route === href || (href !== '#/' && route.startsWith(href))) ? 'active' : null}, label)));
-    replace(who, me.role === 'admin' ? `admin ${me.name}` : `${me.name}, team ${me.team}`,
+    replace(who, me.role === 'admin' ? `${me.name} (admin)` : `${me.name} (team ${me.team})`,
       h('button', {id: 'logout', onclick: () => { sessionStorage.removeItem(TOKEN_KEY); me = null; location.hash = '#/login'; }}, 'Log out'));
   }
 

@@ -158,7 +158,7 @@ try {
   await logIn(member, alice.token);
   await member.waitForSelector('.node', { timeout: STEP_MS });
   check(await member.locator('#who img').count() === 0 &&
-    (await member.locator('#who').textContent()).includes('alice<img'), 'a token name with HTML shows as text');
+    (await member.locator('#who').textContent()).includes(`alice${HTML} (team team-a)`), 'a token name with HTML shows as text');
   await must('POST', '/v1/jobs', alice.token, oneGpuJob('alice-job'), 201);
   await member.goto(address + '/#/jobs');
   await member.waitForSelector('a.job-link:has-text("alice-job")', { timeout: STEP_MS });
