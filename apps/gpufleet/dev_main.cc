@@ -163,13 +163,14 @@ Result<Playback> LoadPlayback(const DevFlags& flags, int fleet_gpus) {
   return playback;
 }
 
-// The job spec the submitter sends for one trace pod: the pod's resources on any GPU model,
-// with a command (what a real agent would run) and the simulated runner's duration.
 // How long the simulated runner runs a trace pod, in wall milliseconds.
 int64_t PlaybackDurationMs(const sim::TraceJob& job, const Playback& playback) {
   return std::max<int64_t>(1000, std::llround(static_cast<double>(job.duration_seconds) * 1000 *
                                               playback.duration_scale / playback.speedup));
 }
+
+// The job spec the submitter sends for one trace pod: the pod's resources on any GPU model,
+// with a command (what a real agent would run) and the simulated runner's duration.
 
 std::string PlaybackSpec(sim::TraceJob job, const Playback& playback) {
   const int64_t duration_ms = PlaybackDurationMs(job, playback);

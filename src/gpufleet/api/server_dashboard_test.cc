@@ -5,18 +5,14 @@
 #include <memory>
 #include <string>
 
-#include <fmt/core.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/server.h"
-#include "gpufleet/control/tenancy.h"
-#include "gpufleet/core/clock.h"
-#include "gpufleet/core/gpu_catalog.h"
-#include "gpufleet/core/synthetic_cluster.h"
+#include "gpufleet/api/testing/agent_node_fixture.h"
+#include "gpufleet/api/testing/job_spec_json.h"
 #include "gpufleet/core/testing/status_matchers.h"
-#include "gpufleet/store/memory_store.h"
 
 namespace gpufleet::api {
 namespace {
@@ -24,71 +20,12 @@ namespace {
 using Json = nlohmann::json;
 using ::testing::HasSubstr;
 
-std::string OneGpuJob(const std::string& name) {
-  return Json{{"apiVersion", "gpufleet.io/v1"},
-              {"kind", "Job"},
-              {"metadata", {{"name", name}}},
-              {"spec",
-               {{"tasks",
-                 {{{"name", "main"},
-                   {"resources", {{"cpu", "1"}, {"memory", "1Gi"}, {"gpus", {{"count", 1}}}}}}}}}}}
-      .dump();
-}
-
-class DashboardTest : public ::testing::Test {
+// node-a (8 H100s) heartbeating every minute; the server samples the fleet every minute.
+class DashboardTest : public api_testing::AgentNodeServerTest {
  protected:
   void SetUp() override {
     clock_.Advance(std::chrono::seconds(1796288177));  // 2026-12-03T08:56:17Z
-    MakeServer();
-    SyntheticClusterSpec spec;
-    spec.blocks = 1;
-    spec.leaves_per_block = 1;
-    spec.nodes_per_leaf = 2;
-    Result<Cluster> cluster = MakeSyntheticCluster(spec, catalog_);
-    ASSERT_OK(cluster);
-    ASSERT_OK(server_->RegisterNodes(*cluster));
-    store::WriteBatch batch;
-    batch.Create(std::string(control::kTeamsKind), "team-a",
-                 control::TeamToJson({.name = "team-a"}).dump());
-    ASSERT_OK(store_.Commit(batch));
-    Result<std::string> admin =
-        server_->authenticator().CreateToken(control::Role::kAdmin, "", "root");
-    ASSERT_OK(admin);
-    admin_ = *admin;
-    Result<std::string> alice =
-        server_->authenticator().CreateToken(control::Role::kMember, "team-a", "alice");
-    ASSERT_OK(alice);
-    alice_ = *alice;
-  }
-
-  void MakeServer() {
-    Result<std::unique_ptr<ApiServer>> server =
-        ApiServer::Create({.store = store_,
-                           .catalog = catalog_,
-                           .clock = clock_,
-                           .wall_clock = &clock_,
-                           .history_interval = std::chrono::seconds(60),
-                           .history_capacity = 3});
-    ASSERT_OK(server);
-    server_ = std::move(server).value();
-  }
-
-  ApiResponse Call(const std::string& method, const std::string& path, const std::string& token,
-                   const std::string& body = "") {
-    ApiRequest request;
-    request.method = method;
-    const size_t question = path.find('?');
-    request.path = path.substr(0, question);
-    if (question != std::string::npos) {
-      const std::string query = path.substr(question + 1);
-      const size_t equals = query.find('=');
-      request.query.emplace(query.substr(0, equals), query.substr(equals + 1));
-    }
-    if (!token.empty()) {
-      request.authorization = "Bearer " + token;
-    }
-    request.body = body;
-    return server_->Handle(request);
+    StartServer();
   }
 
   Json History(const std::string& query = "") {
@@ -96,13 +33,6 @@ class DashboardTest : public ::testing::Test {
     EXPECT_EQ(response.status, 200) << response.body;
     return Json::parse(response.body, nullptr, false);
   }
-
-  GpuCatalog catalog_ = GpuCatalog::Default();
-  FakeClock clock_;
-  store::InMemoryStateStore store_;
-  std::unique_ptr<ApiServer> server_;
-  std::string admin_;
-  std::string alice_;
 };
 
 TEST_F(DashboardTest, ServesThePageAndItsAssetsWithoutAToken) {
@@ -119,13 +49,14 @@ TEST_F(DashboardTest, ServesThePageAndItsAssetsWithoutAToken) {
   EXPECT_EQ(chart.status, 200);
   EXPECT_THAT(chart.body, HasSubstr("uPlot"));
   EXPECT_EQ(Call("GET", "/assets/uPlot.min.css", "").content_type, "text/css; charset=utf-8");
-  // Nothing else is served without a token, and no file outside the embedded ones.
+  // No file but the embedded ones, and no data without a token.
   EXPECT_EQ(Call("GET", "/assets/../CMakeLists.txt", "").status, 404);
   EXPECT_EQ(Call("GET", "/assets/missing.js", "").status, 404);
   EXPECT_EQ(Call("POST", "/", "").status, 404);
   EXPECT_EQ(Call("GET", "/v1/history", "").status, 401);
   EXPECT_EQ(Call("GET", "/v1/utilization", "").status, 401);
   EXPECT_EQ(Call("GET", "/v1/whoami", "wrong").status, 401);
+  EXPECT_EQ(Call("GET", "/v1/history", agent_).status, 403);
 }
 
 TEST_F(DashboardTest, WhoAmINamesTheRoleAndTeam) {
@@ -134,64 +65,69 @@ TEST_F(DashboardTest, WhoAmINamesTheRoleAndTeam) {
   EXPECT_EQ(Json::parse(Call("GET", "/v1/whoami", admin_).body)["role"], "admin");
 }
 
-TEST_F(DashboardTest, TheLoopSamplesTheFleetEveryIntervalAndKeepsTheLastCapacity) {
-  ASSERT_EQ(Call("POST", "/v1/jobs", alice_, OneGpuJob("train")).status, 201);
-  ASSERT_OK(server_->RunSchedulingCycle());
+TEST_F(DashboardTest, TheLoopSamplesAllocationAndMeasuredUtilizationEveryInterval) {
+  ASSERT_EQ(Call("POST", "/v1/jobs", alice_, api_testing::OneTaskJobJson("train", 2)).status, 201);
+  Minute(50);  // the job is placed; every GPU reports 50 %
+  Minute(50);
   Json history = History();
-  ASSERT_EQ(history["items"].size(), 1u) << history.dump();
-  const Json& first = history["items"][0];
-  EXPECT_EQ(first["at"], "2026-12-03T08:56:17Z");
-  EXPECT_EQ(first["gpus"], 16);
-  EXPECT_EQ(first["allocated_milli"], 1000);
-  EXPECT_EQ(first["running_jobs"], 1);
-  EXPECT_EQ(first["pending_jobs"], 0);
+  ASSERT_GE(history["items"].size(), 2u) << history.dump();
+  const Json& last = history["items"].back();
+  EXPECT_EQ(last["at"], "2026-12-03T08:58:17Z");
+  EXPECT_EQ(last["gpus"], 8);
+  EXPECT_EQ(last["allocated_milli"], 2000);
+  EXPECT_EQ(last["busy_milli"], 4000);  // 8 GPUs at 50 %
+  EXPECT_EQ(last["running_jobs"], 1);
   EXPECT_EQ(history["interval_s"], 60.0);
-  EXPECT_EQ(history["capacity"], 3);
-
-  // Within the interval: no new sample.
+  EXPECT_EQ(history["capacity"], 1440);
+  const size_t samples = history["items"].size();
+  // Within the interval no new sample is taken.
   clock_.Advance(std::chrono::seconds(30));
   ASSERT_OK(server_->RunSchedulingCycle());
-  EXPECT_EQ(History()["items"].size(), 1u);
-  for (int i = 0; i < 4; ++i) {
-    clock_.Advance(std::chrono::seconds(60));
-    ASSERT_OK(server_->RunSchedulingCycle());
-  }
-  history = History();
-  ASSERT_EQ(history["items"].size(), 3u);
-  EXPECT_EQ(history["items"][0]["at"], "2026-12-03T08:58:47Z");  // 08:56:17, 08:57:47 dropped
-  EXPECT_EQ(History("?since=2026-12-03T08:59:47Z")["items"].size(), 2u);
+  EXPECT_EQ(History()["items"].size(), samples);
+  EXPECT_EQ(History("?since=2026-12-03T08:58:17Z")["items"].size(), 1u);
   const ApiResponse bad = Call("GET", "/v1/history?since=yesterday", alice_);
   EXPECT_EQ(bad.status, 400);
   EXPECT_THAT(bad.body, HasSubstr("since: \\\"yesterday\\\" is not an RFC 3339 time"));
+
+  const Json utilization = Json::parse(Call("GET", "/v1/utilization", alice_).body);
+  ASSERT_EQ(utilization["items"].size(), 8u);
+  EXPECT_EQ(utilization["items"][3],
+            (Json{{"node", "node-a"}, {"gpu", 3}, {"utilization_pct", 50}}));
 }
 
 TEST_F(DashboardTest, HistorySurvivesARestartOnTheSameStore) {
-  ASSERT_OK(server_->RunSchedulingCycle());
-  clock_.Advance(std::chrono::seconds(60));
-  ASSERT_OK(server_->RunSchedulingCycle());
-  ASSERT_EQ(History()["items"].size(), 2u);
+  Minutes(2, 10);
+  const size_t samples = History()["items"].size();
+  ASSERT_GE(samples, 2u);
   server_->Stop();
-  MakeServer();
-  // Before the new server's first sample it answers from the store; after, it continues.
-  EXPECT_EQ(History()["items"].size(), 2u);
-  clock_.Advance(std::chrono::seconds(60));
+  Result<std::unique_ptr<ApiServer>> again = ApiServer::Create(
+      {.store = store_, .catalog = catalog_, .clock = clock_, .wall_clock = &clock_});
+  ASSERT_OK(again);
+  server_ = std::move(again).value();
+  // Before its first sample the new server answers from the store; then it continues the series.
+  EXPECT_EQ(History()["items"].size(), samples);
+  clock_.Advance(std::chrono::minutes(1));
   ASSERT_OK(server_->RunSchedulingCycle());
-  EXPECT_EQ(History()["items"].size(), 3u);
+  EXPECT_EQ(History()["items"].size(), samples + 1);
 }
 
 TEST_F(DashboardTest, AnUnreadableStoredHistoryStartsANewSeries) {
+  server_->Stop();
+  // The first server's sample is in the store; it is overwritten with a document of no series.
+  Result<store::StoredObject> stored = store_.Get("history", "fleet");
+  ASSERT_OK(stored);
   store::WriteBatch batch;
-  batch.Create("history", "fleet", R"({"samples": "garbage"})");
+  batch.Update("history", "fleet", R"({"samples": "garbage"})", stored->version);
   ASSERT_OK(store_.Commit(batch));
+  Result<std::unique_ptr<ApiServer>> again = ApiServer::Create(
+      {.store = store_, .catalog = catalog_, .clock = clock_, .wall_clock = &clock_});
+  ASSERT_OK(again);
+  server_ = std::move(again).value();
   ASSERT_OK(server_->RunSchedulingCycle());
   EXPECT_EQ(History()["items"].size(), 1u);
-  ASSERT_OK(server_->RunSchedulingCycle());  // the loop goes on
-}
-
-TEST_F(DashboardTest, UtilizationIsEmptyWithoutAgentReports) {
-  const ApiResponse response = Call("GET", "/v1/utilization", alice_);
-  EXPECT_EQ(response.status, 200);
-  EXPECT_EQ(Json::parse(response.body), (Json{{"items", Json::array()}}));
+  clock_.Advance(std::chrono::minutes(1));
+  ASSERT_OK(server_->RunSchedulingCycle());  // the loop goes on, and so does the series
+  EXPECT_EQ(History()["items"].size(), 2u);
 }
 
 }  // namespace
