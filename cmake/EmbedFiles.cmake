@@ -18,9 +18,8 @@ foreach(entry IN LISTS FILES)
   endif()
   file(READ "${file}" hex HEX)
   file(SIZE "${file}" size)
-  # 0xNN, 0xNN, ... with a line break every 32 bytes.
+  # 0xNN,0xNN,... on one line (CMake's regular expressions have no {n} to break it).
   string(REGEX REPLACE "([0-9a-f][0-9a-f])" "0x\\1," bytes "${hex}")
-  string(REGEX REPLACE "((0x[0-9a-f][0-9a-f],){32})" "\\1\n" bytes "${bytes}")
   string(APPEND body "const unsigned char kFile${index}[] = {\n${bytes}0x00};\n")
   string(APPEND table "    {\"${url}\", std::string_view(reinterpret_cast<const char*>(kFile${index}), ${size})},\n")
   math(EXPR index "${index} + 1")

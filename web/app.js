@@ -154,7 +154,7 @@
 
   // ---- pages -------------------------------------------------------------------------------
   function page(mount, refresh) {
-    return {mount, refresh, charts: []};
+    return {mount, refresh};
   }
 
   function fleetPage() {
@@ -209,7 +209,7 @@
           {label: 'GPUs allocated', color: '#2563eb', digits: 1},
           {label: 'GPUs busy (utilization)', color: '#16a34a', digits: 1},
           {label: 'GPUs', color: '#9ca3af'}]);
-        this_charts.push(chart);
+        liveCharts.push(chart);
       }
       chart.setData([history.items.map((s) => s.unix_ms / 1000),
         history.items.map((s) => s.allocated_milli / 1000),
@@ -217,7 +217,7 @@
       renderTree(tree, items, u);
     });
   }
-  let this_charts = [];
+  let liveCharts = [];
 
   function renderTree(el, nodes, u) {
     const levels = topologyLevels(nodes);
@@ -478,7 +478,7 @@
         gpuChart = lineChart(gpuEl, '', [{label: 'allocated', color: '#2563eb', digits: 1},
           {label: 'busy', color: '#16a34a', digits: 1}, {label: 'GPUs', color: '#9ca3af'}]);
         jobChart = lineChart(jobEl, '', [{label: 'pending', color: '#d97706'}, {label: 'placed', color: '#2563eb'}]);
-        this_charts.push(gpuChart, jobChart);
+        liveCharts.push(gpuChart, jobChart);
       }
       const it = history.items;
       const t = it.map((s) => s.unix_ms / 1000);
@@ -590,8 +590,8 @@
     generation += 1;
     const gen = generation;
     clearInterval(timer);
-    for (const c of this_charts) c.destroy();
-    this_charts = [];
+    for (const c of liveCharts) c.destroy();
+    liveCharts = [];
     let hash = location.hash || '#/';
     if (hash.startsWith('#token=')) {
       // `gpufleet dev` prints a link that logs in at once; the token leaves the address bar.
@@ -629,20 +629,20 @@
     else if (parts[0] === 'usage') current = usagePage();
     else if (parts[0] === 'failures') current = failuresPage();
     else current = page((el) => append(el, h('p', {class: 'error'}, 'No such page.')), async () => {});
-    const page_ = current;
+    const shown = current;
     const status = h('p', {class: 'error', id: 'page-error'});
-    page_.mount(root);
+    shown.mount(root);
     root.append(status);
     const tick = async () => {
       if (gen !== generation) return;
       try {
-        await page_.refresh(gen);
+        await shown.refresh(gen);
         status.textContent = '';
       } catch (e) {
         if (e.status !== 401 && gen === generation) status.textContent = 'Could not refresh: ' + e.message;
       }
     };
-    page_.refresh = ((f) => (g) => f(g === undefined ? generation : g))(page_.refresh);
+    shown.refresh = ((f) => (g) => f(g === undefined ? generation : g))(shown.refresh);
     await tick();
     timer = setInterval(tick, POLL_MS);
   }

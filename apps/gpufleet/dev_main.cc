@@ -290,8 +290,9 @@ int RunDev(DevFlags flags) {
                               .cycle_interval = std::chrono::milliseconds(500),
                               .heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_ms),
                               .node_timeout = std::chrono::milliseconds(flags.heartbeat_ms * 4),
-                              // The load keeper finishes a few jobs a second: keep 10 minutes'.
-                              .retain_finished = std::chrono::minutes(10),
+                              // The load keeper finishes several jobs a second: keep the
+                              // last 5 minutes' (a few thousand), not hours' worth.
+                              .retain_finished = std::chrono::minutes(5),
                               // The dashboard's charts fill in seconds, not minutes.
                               .history_interval = std::chrono::seconds(5)});
   if (!server.ok()) {
@@ -553,7 +554,8 @@ Action AddDevCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.1, 10000.0));
   dev->add_option("--target-load", flags->target_load,
-                  "share of the GPUs the trace sample asks for on average")
+                  "share of the GPUs the submitted, unfinished trace jobs ask for (the playback "
+                  "runs ahead to keep it)")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 10.0));
   dev->add_option("--policy", flags->policy, "placement policy")->capture_default_str();
