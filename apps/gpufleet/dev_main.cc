@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
@@ -162,12 +163,17 @@ Result<Playback> LoadPlayback(const DevFlags& flags, int fleet_gpus) {
   return playback;
 }
 
+// How long the simulated runner runs a trace pod, in wall milliseconds.
+int64_t PlaybackDurationMs(const sim::TraceJob& job, const Playback& playback) {
+  return std::max<int64_t>(1000, std::llround(static_cast<double>(job.duration_seconds) * 1000 *
+                                              playback.duration_scale / playback.speedup));
+}
+
 // The job spec the submitter sends for one trace pod: the pod's resources on any GPU model,
 // with a command (what a real agent would run) and the simulated runner's duration.
+
 std::string PlaybackSpec(sim::TraceJob job, const Playback& playback) {
-  const int64_t duration_ms =
-      std::max<int64_t>(1000, std::llround(static_cast<double>(job.duration_seconds) * 1000 *
-                                           playback.duration_scale / playback.speedup));
+  const int64_t duration_ms = PlaybackDurationMs(job, playback);
   job.job.allowed_gpu_models.clear();
   for (TaskGroup& group : job.job.groups) {
     group.command = {"sleep", fmt::format("{}", job.duration_seconds)};
@@ -210,7 +216,8 @@ std::string StatusLine(store::StateStore& store,
     }
   }
   return fmt::format(
-      "[{:02}:{:02}] nodes {}/{} Ready | jobs {}/{} submitted: {} pending, {} scheduled, {} "
+      "[{:02}:{:02}] nodes {}/{} Ready | jobs {} submitted (a sample of {}, repeated): {} pending, "
+      "{} scheduled, {} "
       "running, {} succeeded, {} failed | GPUs {:.1f}/{} allocated, mean utilization {}%",
       elapsed.count() / 60, elapsed.count() % 60, ready, fleet.size(), submitted, total,
       states["Pending"], states["Scheduled"], states["Running"], states["Succeeded"],
@@ -282,7 +289,12 @@ int RunDev(DevFlags flags) {
                               .policy = flags.policy,
                               .cycle_interval = std::chrono::milliseconds(500),
                               .heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_ms),
-                              .node_timeout = std::chrono::milliseconds(flags.heartbeat_ms * 4)});
+                              .node_timeout = std::chrono::milliseconds(flags.heartbeat_ms * 4),
+                              // The load keeper finishes several jobs a second: keep the
+                              // last 5 minutes' (a few thousand), not hours' worth.
+                              .retain_finished = std::chrono::minutes(5),
+                              // The dashboard's charts fill in seconds, not minutes.
+                              .history_interval = std::chrono::seconds(5)});
   if (!server.ok()) {
     return Fail(server.status());
   }
@@ -364,7 +376,10 @@ int RunDev(DevFlags flags) {
   }
   std::thread metrics_thread([&] { metrics_http.listen_after_bind(); });
 
+  // The dashboard first: what a newcomer opens. The link carries the admin token after `#`,
+  // which the browser never sends; the page keeps it in the tab's sessionStorage.
   fmt::print(
+      "gpufleet dev: open the dashboard: {}/#token={}\n"
       "gpufleet dev: {} simulated nodes x {} {} ({} leaves of {} nodes under {} spines), "
       "policy {}\n"
       "  API       {}   (GPUFLEET_ADDR)\n"
@@ -372,14 +387,14 @@ int RunDev(DevFlags flags) {
       "  metrics   http://{}:{}/metrics (dcgm-exporter format, every node), server metrics "
       "{}/metrics\n"
       "  store     {}\n"
-      "  trace     {} openb pods in {} min ({:.0f}x faster than real time, durations x{:.0f} for "
-      "{:.0f}% load)\n"
+      "  trace     {} openb pods in {} min ({:.0f}x faster than real time, durations x{:.0f}), "
+      "played ahead to keep {:.0f}% of the GPUs asked for\n"
       "{}"
       "try: GPUFLEET_ADDR={} GPUFLEET_TOKEN={} gpufleet get jobs\n",
-      flags.nodes, flags.gpus_per_node, flags.gpu_model, flags.leaves, per_leaf, flags.spines,
-      flags.policy, address, **admin, metrics_listen->first, metrics_port, address, db_path,
-      playback->jobs.size(), flags.playback_minutes, playback->speedup, playback->duration_scale,
-      flags.target_load * 100,
+      address, **admin, flags.nodes, flags.gpus_per_node, flags.gpu_model, flags.leaves, per_leaf,
+      flags.spines, flags.policy, address, **admin, metrics_listen->first, metrics_port, address,
+      db_path, playback->jobs.size(), flags.playback_minutes, playback->speedup,
+      playback->duration_scale, flags.target_load * 100,
       flags.mig_nodes == 0
           ? ""
           : fmt::format("  MIG       dev-node-000..{:03}: every GPU MIG-enabled with one {} "
@@ -395,6 +410,22 @@ int RunDev(DevFlags flags) {
   auto last_status = last_sample;
   size_t next_job = 0;
   int submitted = 0;
+  // The load keeper: the trace sample plays in its own time, and whenever the jobs submitted
+  // and not yet ended (by their simulated durations; pending ones count too) ask for less than
+  // --target-load of the fleet's GPUs, the playback skips ahead to the next job, a bounded batch
+  // per tick. So the fleet is busy within seconds of the start and stays so: the sample alone
+  // stays far below its target (most pods are short next to the few long ones). When the sample
+  // is played out it starts over, its pods renamed openb-pod-NNNN-r1, -r2, ...
+  constexpr int kTopUpJobsPerTick = 12;
+  const int64_t target_milli =
+      std::llround(flags.target_load * flags.nodes * flags.gpus_per_node * 1000);
+  std::multimap<std::chrono::steady_clock::time_point, int64_t> running_until;  // end -> milli
+  int64_t offered_milli = 0;
+  double trace_skip = 0;  // trace seconds skipped to keep the load
+  int round = 0;
+  double round_offset = 0;  // trace seconds of the rounds played before this one
+  const double round_seconds =
+      playback->jobs.empty() ? 0 : static_cast<double>(playback->jobs.back().submit_seconds) + 1;
   std::vector<bool> registered(fleet.size(), false);
   while (true) {
     if (const std::optional<int> signal = WaitForStopSignal(kTick)) {
@@ -430,14 +461,41 @@ int RunDev(DevFlags flags) {
         registered[i] = registered[i] || status.ok();
       }
     }
-    const double trace_now = std::chrono::duration<double>(now - start).count() * playback->speedup;
-    while (registered.back() && next_job < playback->jobs.size() &&
-           static_cast<double>(playback->jobs[next_job].submit_seconds) <= trace_now) {
-      const sim::TraceJob& job = playback->jobs[next_job++];
+    while (!running_until.empty() && running_until.begin()->first <= now) {
+      offered_milli -= running_until.begin()->second;
+      running_until.erase(running_until.begin());
+    }
+    double trace_now =
+        std::chrono::duration<double>(now - start).count() * playback->speedup + trace_skip;
+    int top_up = 0;
+    while (registered.back() && !playback->jobs.empty()) {
+      if (next_job == playback->jobs.size()) {
+        next_job = 0;
+        ++round;
+        round_offset += round_seconds;
+      }
+      const double due =
+          round_offset + static_cast<double>(playback->jobs[next_job].submit_seconds);
+      if (due > trace_now) {
+        if (offered_milli >= target_milli || top_up >= kTopUpJobsPerTick) {
+          break;
+        }
+        ++top_up;
+        trace_skip += due - trace_now;
+        trace_now = due;
+      }
+      sim::TraceJob job = playback->jobs[next_job++];
+      if (round > 0) {
+        job.job.id = JobId(fmt::format("{}-r{}", job.job.id.value(), round));
+      }
       Result<nlohmann::json> answer =
           admin_client.Post("/v1/jobs", PlaybackSpec(job, *playback), "application/yaml");
       if (answer.ok()) {
         ++submitted;
+        const int64_t milli = job.job.RequestedGpuMilliTotal();
+        offered_milli += milli;
+        running_until.emplace(now + std::chrono::milliseconds(PlaybackDurationMs(job, *playback)),
+                              milli);
       } else if (answer.status().code() != StatusCode::kAlreadyExists) {
         fmt::print(stderr, "\ngpufleet dev: submit {}: {}\n", job.job.id.value(),
                    answer.status().ToString());
@@ -496,7 +554,8 @@ Action AddDevCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::Range(0.1, 10000.0));
   dev->add_option("--target-load", flags->target_load,
-                  "share of the GPUs the trace sample asks for on average")
+                  "share of the GPUs the submitted, unfinished trace jobs ask for (the playback "
+                  "runs ahead to keep it)")
       ->capture_default_str()
       ->check(CLI::Range(0.01, 10.0));
   dev->add_option("--policy", flags->policy, "placement policy")->capture_default_str();

@@ -796,6 +796,7 @@ Result<int> ApiServer::RunCycleLocked() {
   Result<int> scheduled = CommitCycleWrites(writes);
   queues_.Publish();
   PublishFleetGauges();
+  RecordHistoryIfDue();
   return scheduled;
 }
 
@@ -962,6 +963,9 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     response.body = RenderMetrics();
     return routed(std::move(response), "/metrics");
   }
+  if (std::optional<ApiResponse> page = ServeDashboard(request)) {
+    return *page;
+  }
   if (n < 2 || segments[0] != "v1" ||
       (!get && !post && request.method != "PATCH" && request.method != "DELETE")) {
     return no_route();
@@ -1075,6 +1079,12 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     }
   } else if (collection == "provenance" && n == 2 && get) {
     return routed(ListProvenance(*who, request), route);
+  } else if (collection == "history" && n == 2 && get) {
+    return routed(GetHistory(request), route);
+  } else if (collection == "utilization" && n == 2 && get) {
+    return routed(GetUtilization(), route);
+  } else if (collection == "whoami" && n == 2 && get) {
+    return routed(WhoAmI(*who), route);
   } else if (std::optional<ApiResponse> served = RouteDeployments(*who, request, segments)) {
     return routed(std::move(*served), route);
   } else if (std::optional<ApiResponse> answer = RouteReliability(*who, request, segments)) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "gpufleet/api/auth.h"
+#include "gpufleet/api/fleet_history.h"
 #include "gpufleet/control/backfill_step.h"
 #include "gpufleet/control/deployment_controller.h"
 #include "gpufleet/control/idle_reclaim_controller.h"
@@ -156,6 +157,11 @@ class ApiServer {
     // follower. Null: this server leads alone (SQLite, memory). Must outlive the server.
     store::LeaderElection* election = nullptr;
     std::chrono::milliseconds election_interval{1000};
+    // The fleet's history for the dashboard (GET /v1/history, docs/dashboard.md): the leader's
+    // loop takes a sample every history_interval (needs a wall_clock) and keeps the last
+    // history_capacity in the store (a day at one a minute); 0: none.
+    std::chrono::milliseconds history_interval{60000};
+    size_t history_capacity = 1440;
   };
 
   // Creates the queue "default" in the store if it is missing. kNotFound / kInvalidArgument for
@@ -213,6 +219,16 @@ class ApiServer {
   struct Metrics;
 
   ApiResponse Route(const ApiRequest& request);
+  // The dashboard (server_dashboard.cc, docs/dashboard.md): its embedded files at / and
+  // /assets/... (no token: they hold no data; nullopt for another path), GET /v1/history and
+  // GET /v1/utilization, GET /v1/whoami, and the loop's sample of the fleet every
+  // history_interval.
+  // RecordHistoryIfDue REQUIRES: cycle_mu_ held.
+  std::optional<ApiResponse> ServeDashboard(const ApiRequest& request) const;
+  ApiResponse GetHistory(const ApiRequest& request);
+  ApiResponse GetUtilization();
+  ApiResponse WhoAmI(const control::Principal& who);
+  void RecordHistoryIfDue();
   void LoopMain();
 
   // Leadership (server_leadership.cc, docs/ha.md).
@@ -486,6 +502,7 @@ class ApiServer {
   std::mutex gauges_mu_;
   FleetGauges gauges_;                                           // guarded by gauges_mu_
   std::unique_ptr<Metrics> metrics_;                             // internally synchronised
+  FleetHistoryState history_;                                    // internally synchronised
   std::unique_ptr<control::ReliabilityController> reliability_;  // thread-safe
   std::atomic<bool> ready_{false};
   // The last cycle failed because the store could not be reached (kUnavailable): /readyz is 503.

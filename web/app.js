@@ -1,0 +1,652 @@
+// SPDX-License-Identifier: Apache-2.0
+// The gpufleet dashboard (docs/dashboard.md). A page of hash routes (#/, #/nodes/NAME,
+// #/jobs/NAME, ...) that reads everything through the REST API with the token the user logs in
+// with, kept in sessionStorage and sent as `Authorization: Bearer`. Every text from the API is
+// put in the page as text (textContent, never innerHTML), so a job named `<img onerror=...>`
+// shows as those characters. The current page polls every few seconds.
+'use strict';
+
+(function () {
+  const TOKEN_KEY = 'gpufleet.token';
+  const POLL_MS = 3000;
+  const STATES = ['Pending', 'Scheduled', 'Running', 'Stopping', 'Succeeded', 'Failed',
+    'Cancelled', 'Preempted', 'Suspended'];
+
+  let me = null;          // {role, team, name} of the token
+  let current = null;     // the page shown: {refresh(), destroy()}
+  let timer = null;
+  let generation = 0;     // bumped on each navigation: late answers of an old page are dropped
+  let loginMessage = '';
+
+  // ---- DOM ---------------------------------------------------------------------------------
+  // h('a', {href: '#/'}, 'text', child, [more]): attributes are set as properties or
+  // attributes, children as text nodes or elements; null and undefined are skipped.
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === null || value === undefined || value === false) continue;
+      if (key.startsWith('on')) el.addEventListener(key.slice(2), value);
+      else if (key === 'class') el.className = value;
+      else if (key === 'style') el.style.cssText = value;
+      else el.setAttribute(key, value === true ? '' : String(value));
+    }
+    append(el, children);
+    return el;
+  }
+  function append(el, ...children) {
+    for (const child of children.flat(Infinity)) {
+      if (child === null || child === undefined || child === false) continue;
+      el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return el;
+  }
+  function replace(el, ...children) {
+    el.replaceChildren();
+    return append(el, children);
+  }
+  const main = () => document.getElementById('main');
+  const badge = (text) => h('span', {class: 'badge s-' + String(text).replace(/[^A-Za-z]/g, '')}, text);
+  const na = (what) => h('p', {class: 'na'}, what + ': not available on this server');
+  // Path segments of a link, each encoded, so a name cannot add segments or a query.
+  const jobHref = (job) => '#/jobs/' + (job.team ? encodeURIComponent(job.team) + '/' : '') +
+    encodeURIComponent(job.name);
+  const nodeHref = (name) => '#/nodes/' + encodeURIComponent(name);
+  const fmtGpus = (milli) => (milli / 1000).toFixed(milli % 1000 === 0 ? 0 : 2);
+  const pct = (x) => (Number.isFinite(x) ? Math.round(x) + '%' : '–');
+
+  function table(headers, rows, empty) {
+    if (rows.length === 0) return h('p', {class: 'muted'}, empty || 'none');
+    return h('table', {},
+      h('thead', {}, h('tr', {}, headers.map((x) => {
+        const [label, num] = Array.isArray(x) ? x : [x, false];
+        return h('th', {class: num ? 'num' : null}, label);
+      }))),
+      h('tbody', {}, rows.map((cells) => h('tr', {}, cells.map((c) => {
+        if (c && typeof c === 'object' && !(c instanceof Node) && 'num' in c) {
+          return h('td', {class: 'num'}, c.num);
+        }
+        return h('td', {}, c);
+      })))));
+  }
+  const num = (x) => ({num: x});
+
+  // ---- API ---------------------------------------------------------------------------------
+  class ApiError extends Error {
+    constructor(status, message) { super(message); this.status = status; }
+  }
+  function token() { return sessionStorage.getItem(TOKEN_KEY); }
+
+  async function api(path, options) {
+    const headers = {Authorization: 'Bearer ' + token()};
+    if (options && options.body) headers['Content-Type'] = 'application/json';
+    const res = await fetch(path, Object.assign({headers, cache: 'no-store'}, options || {}));
+    let body = null;
+    try { body = await res.json(); } catch (e) { body = null; }
+    if (res.status === 401) {
+      sessionStorage.removeItem(TOKEN_KEY);
+      loginMessage = 'Your token was refused (expired or revoked). Log in again.';
+      location.hash = '#/login';
+      throw new ApiError(401, 'unauthenticated');
+    }
+    if (!res.ok) {
+      throw new ApiError(res.status, (body && body.error && body.error.message) || res.statusText);
+    }
+    return body;
+  }
+  // The answer, or null when the route is absent (404) or forbidden (403): optional panels.
+  async function optional(path) {
+    try { return await api(path); } catch (e) {
+      if (e.status === 404 || e.status === 403) return {missing: e.status};
+      throw e;
+    }
+  }
+
+  // ---- charts (uPlot) ----------------------------------------------------------------------
+  function lineChart(el, title, series) {
+    const width = Math.max(320, el.clientWidth || 600);
+    const opts = {
+      title, width, height: 220,
+      scales: {x: {time: true}},
+      axes: [{}, {size: 50}],
+      series: [{}].concat(series.map((s) => ({label: s.label, stroke: s.color, width: 2,
+        fill: s.fill || undefined, value: (u, v) => (v == null ? '–' : v.toFixed(s.digits || 0))}))),
+    };
+    const chart = new uPlot(opts, [[], ...series.map(() => [])], el);
+    return chart;
+  }
+
+  // ---- topology ----------------------------------------------------------------------------
+  // The levels of the nodes' topology, widest first: the level with fewer distinct values is
+  // the higher one (2 blocks hold 8 leaves).
+  function topologyLevels(nodes) {
+    const values = {};
+    for (const n of nodes) {
+      for (const [level, value] of Object.entries(n.topology || {})) {
+        (values[level] = values[level] || new Set()).add(value);
+      }
+    }
+    return Object.keys(values).sort((a, b) => values[a].size - values[b].size || a.localeCompare(b));
+  }
+  function nodePath(node, levels) {
+    return levels.map((l) => (node.topology || {})[l]).filter((x) => x);
+  }
+
+  function gpuCell(node, gpu, util) {
+    const quarantined = gpu.health === 'Quarantined';
+    const alloc = Math.min(1000, gpu.allocated_milli || 0);
+    const title = [`${node.name} GPU ${gpu.index} (${gpu.model})`,
+      `allocated ${fmtGpus(alloc)} GPU`,
+      `utilization ${util === undefined ? 'not reported' : util + '%'}`,
+      `temperature headroom ${gpu.thermal_headroom_c === undefined ? '–' : gpu.thermal_headroom_c + ' °C'}`,
+      `health ${gpu.health}`].join('\n');
+    return h('div', {class: 'gpu' + (quarantined ? ' q' : '') +
+        (gpu.health && gpu.health !== 'Healthy' && !quarantined ? ' bad' : ''),
+      title, 'data-gpu': gpu.index},
+      h('div', {class: 'fill', style: `height:${alloc / 10}%`}),
+      h('div', {class: 'util', style: `height:${Math.min(100, util || 0)}%`}));
+  }
+
+  function utilMap(items) {
+    const m = {};
+    for (const it of items || []) m[it.node + '/' + it.gpu] = it.utilization_pct;
+    return m;
+  }
+
+  // ---- pages -------------------------------------------------------------------------------
+  function page(mount, refresh) {
+    return {mount, refresh};
+  }
+
+  function fleetPage() {
+    let root, cards, chartEl, chart, tree;
+    return page((el) => {
+      root = el;
+      cards = h('div', {class: 'cards'});
+      chartEl = h('div', {class: 'chart'});
+      tree = h('div', {});
+      append(root, h('h1', {}, 'Fleet'), cards,
+        h('div', {class: 'panel'}, h('h2', {}, 'GPUs allocated and busy (last hour)'), chartEl),
+        h('div', {class: 'panel'}, h('h2', {}, 'Topology'),
+          h('div', {class: 'legend'}, 'each square is a GPU:',
+            h('i', {style: 'background:var(--alloc)'}), 'allocated share',
+            h('i', {style: 'background:var(--busy)'}), 'utilization',
+            h('i', {style: 'border:2px solid var(--bad)'}), 'quarantined',
+            h('i', {style: 'background:#fecaca'}), 'unhealthy'), tree));
+    }, async (gen) => {
+      const since = new Date(Date.now() - 3600e3).toISOString().replace(/\.\d+Z$/, 'Z');
+      const [nodes, util, history, jobs] = await Promise.all([api('/v1/nodes'),
+        api('/v1/utilization'), api('/v1/history?since=' + since),
+        api('/v1/jobs?state=Pending')]);
+      if (gen !== generation) return;
+      const u = utilMap(util.items);
+      const items = nodes.items.slice().sort((a, b) => a.name.localeCompare(b.name));
+      let gpus = 0, alloc = 0, utilSum = 0, utilN = 0, ready = 0, quarantined = 0;
+      for (const n of items) {
+        ready += n.state === 'Ready' ? 1 : 0;
+        for (const g of n.gpus || []) {
+          gpus += 1; alloc += Math.min(1000, g.allocated_milli || 0);
+          quarantined += g.health === 'Quarantined' ? 1 : 0;
+          const x = u[n.name + '/' + g.index];
+          if (x !== undefined) { utilSum += x; utilN += 1; }
+        }
+      }
+      const last = history.items[history.items.length - 1];
+      replace(cards,
+        h('div', {class: 'card'}, h('div', {class: 'v', id: 'nodes-ready'}, `${ready}/${items.length}`),
+          h('div', {class: 'l'}, 'nodes Ready')),
+        h('div', {class: 'card'}, h('div', {class: 'v'}, `${fmtGpus(alloc)}/${gpus}`),
+          h('div', {class: 'l'}, `GPUs allocated (${pct(gpus ? alloc / gpus / 10 : 0)})`)),
+        h('div', {class: 'card'}, h('div', {class: 'v'}, pct(gpus ? utilSum / gpus : 0)),
+          h('div', {class: 'l'}, 'mean GPU utilization')),
+        h('div', {class: 'card'}, h('div', {class: 'v'}, String(jobs.items.length)),
+          h('div', {class: 'l'}, 'jobs pending' + (me.role === 'admin' ? '' : ` (team ${me.team})`))),
+        h('div', {class: 'card'}, h('div', {class: 'v'}, last ? String(last.running_jobs) : '–'),
+          h('div', {class: 'l'}, 'jobs placed (fleet)')),
+        h('div', {class: 'card'}, h('div', {class: 'v'}, String(quarantined)),
+          h('div', {class: 'l'}, 'GPUs quarantined')));
+      if (!chart) {
+        chart = lineChart(chartEl, '', [
+          {label: 'GPUs allocated', color: '#2563eb', digits: 1},
+          {label: 'GPUs busy (utilization)', color: '#16a34a', digits: 1},
+          {label: 'GPUs', color: '#9ca3af'}]);
+        liveCharts.push(chart);
+      }
+      chart.setData([history.items.map((s) => s.unix_ms / 1000),
+        history.items.map((s) => s.allocated_milli / 1000),
+        history.items.map((s) => s.busy_milli / 1000), history.items.map((s) => s.gpus)]);
+      renderTree(tree, items, u);
+    });
+  }
+  let liveCharts = [];
+
+  function renderTree(el, nodes, u) {
+    const levels = topologyLevels(nodes);
+    const render = (group, depth) => {
+      if (depth === levels.length) {
+        return h('div', {class: 'nodes'}, group.map((n) => h('div', {class: 'node', 'data-node': n.name},
+          h('div', {class: 'nh'}, h('a', {href: nodeHref(n.name)}, n.name), badge(n.state)),
+          h('div', {class: 'gpus'}, (n.gpus || []).map((g) => gpuCell(n, g, u[n.name + '/' + g.index]))))));
+      }
+      const by = new Map();
+      for (const n of group) {
+        const v = (n.topology || {})[levels[depth]] || '(none)';
+        if (!by.has(v)) by.set(v, []);
+        by.get(v).push(n);
+      }
+      return [...by.keys()].sort().map((v) => {
+        const members = by.get(v);
+        let gpus = 0, alloc = 0;
+        for (const n of members) for (const g of n.gpus || []) { gpus++; alloc += Math.min(1000, g.allocated_milli || 0); }
+        return h('div', {class: 'domain'},
+          h('div', {class: 'dh'}, `${levels[depth]} ${v} `,
+            h('span', {class: 'muted'}, `${members.length} nodes, ${fmtGpus(alloc)}/${gpus} GPUs allocated`)),
+          render(members, depth + 1));
+      });
+    };
+    replace(el, render(nodes, 0));
+  }
+
+  function nodePage(name) {
+    let body;
+    return page((el) => {
+      body = h('div', {});
+      append(el, h('h1', {}, 'Node ', name), body);
+    }, async (gen) => {
+      let node;
+      try { node = await api('/v1/nodes/' + encodeURIComponent(name)); } catch (e) {
+        if (e.status === 404) { replace(body, h('p', {class: 'error'}, `Node "${name}" not found.`)); return; }
+        throw e;
+      }
+      // Only jobs that hold GPUs: a busy fleet keeps thousands of finished ones.
+      const [util, events, ...held] = await Promise.all([api('/v1/utilization'),
+        me.role === 'admin' ? optional(`/v1/nodes/${encodeURIComponent(name)}/events`) : null,
+        ...['Scheduled', 'Running', 'Stopping'].map((st) => api('/v1/jobs?state=' + st))]);
+      if (gen !== generation) return;
+      const jobs = {items: held.flatMap((x) => x.items)};
+      const u = utilMap(util.items);
+      const here = jobs.items.filter((j) => (j.placements || []).some((p) => p.node === name));
+      const byGpu = {};
+      for (const j of here) {
+        for (const p of j.placements) {
+          if (p.node !== name) continue;
+          (p.gpus || []).forEach((g, i) => {
+            const milli = ((p.assignments || [])[i] || {}).milli;
+            (byGpu[g] = byGpu[g] || []).push(h('span', {}, h('a', {href: jobHref(j)}, j.name),
+              milli !== undefined && milli < 1000 ? ` (${fmtGpus(milli)})` : '', ' '));
+          });
+        }
+      }
+      replace(body,
+        h('div', {class: 'panel'}, h('dl', {class: 'kv'},
+          h('dt', {}, 'state'), h('dd', {}, badge(node.state), node.excluded ? ' excluded: ' + node.excluded : ''),
+          h('dt', {}, 'topology'), h('dd', {class: 'path'},
+            Object.entries(node.topology || {}).map(([k, v]) => `${k}=${v}`).join('  ') || '–'),
+          h('dt', {}, 'fault domains'), h('dd', {class: 'path'},
+            Object.entries(node.fault_domains || {}).map(([k, v]) => `${k}=${v}`).join('  ') || '–'),
+          h('dt', {}, 'CPU, memory'), h('dd', {}, `${(node.cpu_milli || 0) / 1000} cores, ${Math.round((node.memory_mib || 0) / 1024)} GiB`),
+          h('dt', {}, 'labels'), h('dd', {class: 'path'},
+            Object.entries(node.labels || {}).map(([k, v]) => `${k}=${v}`).join('  ') || '–'))),
+        h('div', {class: 'panel'}, h('h2', {}, 'GPUs'),
+          table(['GPU', 'model', ['allocated', true], '', ['utilization', true], ['temp. headroom', true], 'health', 'jobs'],
+            (node.gpus || []).map((g) => [String(g.index), g.model + (g.mig_enabled ? ' (MIG)' : ''),
+              num(fmtGpus(Math.min(1000, g.allocated_milli || 0))),
+              h('div', {class: 'bar'}, h('span', {style: `width:${Math.min(100, (g.allocated_milli || 0) / 10)}%`})),
+              num(u[name + '/' + g.index] === undefined ? '–' : u[name + '/' + g.index] + '%'),
+              num(g.thermal_headroom_c === undefined ? '–' : g.thermal_headroom_c + ' °C'),
+              badge(g.health || '–'), byGpu[g.index] || '']))),
+        h('div', {class: 'panel'}, h('h2', {}, 'Jobs on this node'),
+          table(['job', 'team', 'state', 'tasks here'], here.map((j) => [h('a', {href: jobHref(j)}, j.name), j.team || '–',
+            badge(j.state), j.placements.filter((p) => p.node === name).map((p) => p.task).join(', ')]),
+          me.role === 'admin' ? 'none' : 'none of your team\'s')),
+        events === null ? null : h('div', {class: 'panel'}, h('h2', {}, 'Events'),
+          events.missing ? na('node events') : timeline(events.items)));
+    });
+  }
+
+  function timeline(items) {
+    if (!items || items.length === 0) return h('p', {class: 'muted'}, 'no events');
+    return h('ul', {class: 'timeline'}, items.map((e) =>
+      h('li', {}, h('span', {class: 'rev'}, '#' + e.revision), e.message)));
+  }
+
+  function queuesPage() {
+    let body;
+    return page((el) => {
+      body = h('div', {class: 'panel'});
+      append(el, h('h1', {}, 'Queues'), body);
+    }, async (gen) => {
+      const queues = await api('/v1/queues');
+      if (gen !== generation) return;
+      const quota = (q) => Object.entries(q || {}).map(([m, n]) => `${m === '*' ? 'any' : m}: ${n}`).join(', ') || '–';
+      const items = queues.items.slice().sort((a, b) => a.name.localeCompare(b.name));
+      replace(body, table(['queue', 'team', 'guarantee', 'limit', ['used (GPUs)', true], ['borrowed', true],
+        ['weight share', true], ['fair share', true], ['pending', true], ['running', true]],
+      items.map((q) => {
+        const depth = q.name.split('/').length - 1;
+        return [h('span', {style: `padding-left:${depth * 18}px`}, depth ? '└ ' : '', q.name.split('/').pop()),
+          q.team || 'shared', quota(q.guarantee), quota(q.limit), num(String(q.gpus_allocated ?? 0)),
+          num((q.borrowed ?? 0).toFixed(1)), num(q.weight_share === undefined ? '–' : pct(q.weight_share * 100)),
+          num(q.fair_share === undefined ? '–' : q.fair_share.toFixed(2)), num(String(q.pending ?? 0)),
+          num(String(q.running ?? 0))];
+      })), h('p', {class: 'muted'}, 'fair share: the queue\'s share of recent use over its weight share; below 1 its jobs go first.'));
+    });
+  }
+
+  function jobsPage(params) {
+    let body, form;
+    const f = {state: params.get('state') || '', queue: params.get('queue') || '',
+      team: params.get('team') || '', q: params.get('q') || ''};
+    return page((el) => {
+      const sel = (name, options) => h('select', {name, onchange: apply},
+        [h('option', {value: ''}, 'any')].concat(options.map((o) => {
+          const opt = h('option', {value: o}, o);
+          if (o === f[name]) opt.selected = true;
+          return opt;
+        })));
+      const queueSel = sel('queue', []);
+      form = h('form', {class: 'filters', onsubmit: (e) => { e.preventDefault(); apply(); }},
+        h('label', {}, 'state', sel('state', STATES)),
+        h('label', {}, 'queue', queueSel),
+        me.role === 'admin' ? h('label', {}, 'team', h('input', {name: 'team', value: f.team, placeholder: 'any', oninput: apply})) : null,
+        h('label', {}, 'name contains', h('input', {name: 'q', value: f.q, oninput: apply})));
+      body = h('div', {class: 'panel'});
+      append(el, h('h1', {}, 'Jobs'), form, body);
+      api('/v1/queues').then((qs) => {
+        for (const q of qs.items) {
+          const opt = h('option', {value: q.name}, q.name);
+          if (q.name === f.queue) opt.selected = true;
+          queueSel.append(opt);
+        }
+      }).catch(() => {});
+      function apply() {
+        for (const k of Object.keys(f)) if (form.elements[k]) f[k] = form.elements[k].value;
+        const qs = new URLSearchParams(Object.entries(f).filter(([, v]) => v)).toString();
+        history.replaceState(null, '', '#/jobs' + (qs ? '?' + qs : ''));
+        current.refresh(generation);
+      }
+    }, async (gen) => {
+      const qs = new URLSearchParams();
+      if (f.state) qs.set('state', f.state);
+      if (f.queue) qs.set('queue', f.queue);
+      const jobs = await api('/v1/jobs' + (qs.toString() ? '?' + qs : ''));
+      if (gen !== generation) return;
+      const items = jobs.items.filter((j) => (!f.team || j.team === f.team) &&
+        (!f.q || j.name.includes(f.q))).sort((a, b) => (b.submit_seq || 0) - (a.submit_seq || 0));
+      const gpusOf = (j) => {
+        let m = 0;
+        for (const p of j.placements || []) for (const a of p.assignments || []) m += a.milli || 0;
+        return m;
+      };
+      const shown = items.slice(0, 500);
+      replace(body, h('p', {class: 'muted'}, `${items.length} jobs` + (items.length > shown.length ? ` (newest ${shown.length} shown)` : '')),
+        table(['job', 'team', 'queue', 'state', ['GPUs held', true], 'submitted', 'reason'],
+          shown.map((j) => [h('a', {href: jobHref(j), class: 'job-link'}, j.name), j.team || '–', j.queue,
+            badge(j.state), num(fmtGpus(gpusOf(j))), j.created_at || '–',
+            h('span', {class: 'muted'}, (j.reason || '').slice(0, 140))]), 'no jobs match'));
+    });
+  }
+
+  function jobPage(name) {
+    let body;
+    const path = '/v1/jobs/' + name.split('/').map(encodeURIComponent).join('/');
+    return page((el) => {
+      body = h('div', {});
+      append(el, h('h1', {}, 'Job ', h('span', {id: 'job-name'}, name)), body);
+    }, async (gen) => {
+      let job;
+      try { job = await api(path); } catch (e) {
+        if (e.status === 404) {
+          replace(body, h('p', {class: 'error', id: 'not-found'}, `Job "${name}" not found.`));
+          return;
+        }
+        throw e;
+      }
+      const [events, explain, provenance, nodes] = await Promise.all([api(path + '/events'),
+        optional(path + '/explain'), optional('/v1/provenance?job=' + encodeURIComponent(job.team ? job.team + '/' + job.name : job.name)),
+        (job.placements || []).length ? api('/v1/nodes') : {items: []}]);
+      if (gen !== generation) return;
+      const levels = topologyLevels(nodes.items);
+      const byName = Object.fromEntries(nodes.items.map((n) => [n.name, n]));
+      const spec = (job.spec && job.spec.spec) || {};
+      replace(body,
+        h('div', {class: 'cols'},
+          h('div', {class: 'panel'}, h('dl', {class: 'kv'},
+            h('dt', {}, 'state'), h('dd', {}, badge(job.state), job.stopping ? ` → ${job.stopping.then}` : ''),
+            h('dt', {}, 'team'), h('dd', {}, job.team || '–'),
+            h('dt', {}, 'queue'), h('dd', {}, job.queue),
+            h('dt', {}, 'priority'), h('dd', {}, String(job.priority ?? 0)),
+            h('dt', {}, 'submitted'), h('dd', {}, (job.created_at || '–') + (job.submitted_by ? ' by ' + job.submitted_by : '')),
+            h('dt', {}, 'attempt'), h('dd', {}, String(job.attempt ?? '–')),
+            h('dt', {}, 'tasks'), h('dd', {}, (spec.tasks || []).map((t) =>
+              `${t.name} x${t.replicas || 1} (${(t.resources && t.resources.gpus && (t.resources.gpus.count ?? t.resources.gpus.fraction ?? t.resources.gpus.migProfile)) ?? 0} GPU)`).join(', ') || '–'),
+            job.reason ? [h('dt', {}, 'reason'), h('dd', {id: 'job-reason'}, job.reason)] : null,
+            job.warning ? [h('dt', {}, 'warning'), h('dd', {}, job.warning)] : null)),
+          h('div', {class: 'panel'}, h('h2', {}, 'Where it runs'),
+            (job.placements || []).length === 0 ? h('p', {class: 'muted'}, 'not placed') :
+              table(['task', 'topology', 'GPUs', 'phase'], job.placements.map((p) => [p.task,
+                h('span', {class: 'path'}, nodePath(byName[p.node] || {}, levels).join(' › '),
+                  levels.length ? ' › ' : '', h('a', {href: nodeHref(p.node)}, p.node)),
+                (p.gpus || []).map((g, i) => {
+                  const milli = ((p.assignments || [])[i] || {}).milli;
+                  return 'GPU ' + g + (milli !== undefined && milli < 1000 ? ` (${fmtGpus(milli)})` : '');
+                }).join(', '), p.phase || '–'])))),
+        h('div', {class: 'panel', id: 'explain'}, h('h2', {}, 'Why (explain)'), renderExplain(explain)),
+        h('div', {class: 'panel'}, h('h2', {}, 'Timeline'), timeline(events.items)),
+        h('div', {class: 'panel'}, h('h2', {}, 'Provenance'), renderProvenance(provenance)));
+    });
+  }
+
+  function renderExplain(x) {
+    if (x.missing) return na('explain');
+    const eta = x.eta || {};
+    return [h('dl', {class: 'kv'},
+      h('dt', {}, 'reason'), h('dd', {}, x.reason || '–'),
+      h('dt', {}, 'message'), h('dd', {}, x.message || '–'),
+      h('dt', {}, 'queue position'), h('dd', {}, x.queuePosition === undefined || x.queuePosition === null ? '–' : String(x.queuePosition)),
+      h('dt', {}, 'ahead'), h('dd', {}, (x.ahead || []).map((a) => (typeof a === 'string' ? a : a.name || JSON.stringify(a))).join(', ') || 'none'),
+      h('dt', {}, 'ETA'), h('dd', {}, eta.at ? eta.at : 'unknown', eta.why ? ` (${eta.why})` : ''),
+      h('dt', {}, 'evidence'), h('dd', {class: 'path'}, JSON.stringify(x.evidence || {}))),
+    (x.whatIf || []).length ? [h('h2', {}, 'What if'), table(['change', 'would start now', 'detail'],
+      x.whatIf.map((w) => [w.change, w.wouldStartNow ? 'yes' : 'no', w.detail || '']))] : null];
+  }
+
+  function renderProvenance(p) {
+    if (p.missing) return na('provenance');
+    return table(['attempt', 'task', 'node', 'image', 'digest', 'driver', 'command'],
+      (p.items || []).map((r) => [String(r.attempt ?? '–'), r.task || '–', r.node || '–', r.image || '–',
+        h('span', {class: 'path'}, (r.image_digest || r.digest || '–').slice(0, 24)), r.driver_version || '–',
+        h('span', {class: 'path'}, (r.command || []).join(' ').slice(0, 80))]), 'no runs recorded yet');
+  }
+
+  function historyPage() {
+    let gpuEl, jobEl, gpuChart, jobChart, rangeSel;
+    return page((el) => {
+      gpuEl = h('div', {class: 'chart'});
+      jobEl = h('div', {class: 'chart'});
+      rangeSel = h('select', {onchange: () => current.refresh(generation)},
+        [['1h', 3600], ['6h', 6 * 3600], ['24h', 24 * 3600]].map(([l, s]) => h('option', {value: s}, l)));
+      append(el, h('h1', {}, 'Allocation and utilization over time'),
+        h('div', {class: 'filters'}, h('label', {}, 'range', rangeSel)),
+        h('div', {class: 'panel'}, h('h2', {}, 'GPUs'), gpuEl),
+        h('div', {class: 'panel'}, h('h2', {}, 'Jobs'), jobEl),
+        h('p', {class: 'muted', id: 'history-note'}));
+    }, async (gen) => {
+      const since = new Date(Date.now() - Number(rangeSel.value) * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
+      const history = await api('/v1/history?since=' + since);
+      if (gen !== generation) return;
+      if (!gpuChart) {
+        gpuChart = lineChart(gpuEl, '', [{label: 'allocated', color: '#2563eb', digits: 1},
+          {label: 'busy', color: '#16a34a', digits: 1}, {label: 'GPUs', color: '#9ca3af'}]);
+        jobChart = lineChart(jobEl, '', [{label: 'pending', color: '#d97706'}, {label: 'placed', color: '#2563eb'}]);
+        liveCharts.push(gpuChart, jobChart);
+      }
+      const it = history.items;
+      const t = it.map((s) => s.unix_ms / 1000);
+      gpuChart.setData([t, it.map((s) => s.allocated_milli / 1000), it.map((s) => s.busy_milli / 1000), it.map((s) => s.gpus)]);
+      jobChart.setData([t, it.map((s) => s.pending_jobs), it.map((s) => s.running_jobs)]);
+      document.getElementById('history-note').textContent =
+        `${it.length} samples, one every ${history.interval_s} s; the server keeps the last ${history.capacity}.`;
+    });
+  }
+
+  function usagePage() {
+    let body, bySel, rangeSel;
+    return page((el) => {
+      body = h('div', {class: 'panel'});
+      bySel = h('select', {onchange: () => current.refresh(generation)}, ['team', 'queue', 'user', 'model'].map((b) => h('option', {value: b}, b)));
+      rangeSel = h('select', {onchange: () => current.refresh(generation)},
+        [['last hour', 3600], ['last day', 86400], ['last 7 days', 7 * 86400], ['last 30 days', 30 * 86400]].map(([l, s]) => h('option', {value: s}, l)));
+      append(el, h('h1', {}, 'Usage'), h('div', {class: 'filters'}, h('label', {}, 'range', rangeSel), h('label', {}, 'by', bySel)), body);
+    }, async (gen) => {
+      const to = new Date();
+      const from = new Date(to.getTime() - Number(rangeSel.value) * 1000);
+      const iso = (d) => d.toISOString().replace(/\.\d+Z$/, 'Z');
+      const u = await optional(`/v1/usage?from=${iso(from)}&to=${iso(to)}&by=${bySel.value}`);
+      if (gen !== generation) return;
+      if (u.missing) { replace(body, na('the usage ledger')); return; }
+      const hasCost = (u.rows || []).some((r) => r.cost !== undefined && r.cost !== null);
+      const f2 = (x) => (Number.isFinite(x) ? x.toFixed(2) : '–');
+      replace(body, table([u.by || bySel.value, ['allocated GPU-h', true], ['busy GPU-h', true], ['idle GPU-h', true]].concat(hasCost ? [['cost', true]] : []),
+        (u.rows || []).map((r) => [r.key, num(f2(r.allocatedGpuHours)), num(f2(r.busyGpuHours)), num(f2(r.idleGpuHours))]
+          .concat(hasCost ? [num(r.cost === undefined || r.cost === null ? '–' : f2(r.cost))] : [])), 'no usage in this range'),
+      h('p', {}, 'unallocated GPU-hours of the fleet: ', f2(u.unallocatedGpuHours)));
+    });
+  }
+
+  function failuresPage() {
+    let body;
+    return page((el) => {
+      body = h('div', {});
+      append(el, h('h1', {}, 'Failure report'), body);
+    }, async (gen) => {
+      if (me.role !== 'admin') {  // the API would answer 403: ask it nothing
+        replace(body, h('p', {class: 'na'}, 'The failure report is for admins.'));
+        return;
+      }
+      const r = await optional('/v1/reports/failures');
+      if (gen !== generation) return;
+      if (r.missing === 403) { replace(body, h('p', {class: 'na'}, 'The failure report is for admins.')); return; }
+      if (r.missing) { replace(body, na('the failure report')); return; }
+      const c = r.concentration || {};
+      const dev = (s) => (s.device === 'gpu' ? `${s.node} GPU ${s.gpu}` : s.node || s.id);
+      replace(body,
+        h('div', {class: 'cards'},
+          h('div', {class: 'card'}, h('div', {class: 'v'}, String(r.runs ?? 0)), h('div', {class: 'l'}, 'runs (30 days)')),
+          h('div', {class: 'card'}, h('div', {class: 'v'}, String(r.failed_runs ?? 0)), h('div', {class: 'l'}, 'failed runs')),
+          h('div', {class: 'card'}, h('div', {class: 'v'}, String(r.application_failed_runs ?? 0)), h('div', {class: 'l'}, 'application failures')),
+          h('div', {class: 'card'}, h('div', {class: 'v'}, String((r.quarantines || []).length)), h('div', {class: 'l'}, 'quarantines in force'))),
+        c.summary ? h('div', {class: 'panel'}, c.summary) : null,
+        h('div', {class: 'panel'}, h('h2', {}, 'Suspects'),
+          table(['device', ['failures', true], ['GPU-hours', true], ['expected', true], 'flagged'],
+            (r.suspects || []).map((s) => [h('a', {href: nodeHref(s.node || '')}, dev(s)), num(String(s.failures ?? 0)),
+              num((s.gpu_hours ?? 0).toFixed(2)), num((s.expected ?? 0).toPrecision(3)), s.flagged ? 'yes' : 'no']), 'no suspects')),
+        h('div', {class: 'panel'}, h('h2', {}, 'Quarantines'),
+          table(['device', 'since', 'by', 'reason'], (r.quarantines || []).map((q) => [dev(q),
+            q.since_ns ? new Date(q.since_ns / 1e6).toISOString() : '–', q.actor || q.source || '–', q.reason || '']), 'none')));
+    });
+  }
+
+  function loginPage() {
+    return page((el) => {
+      const input = h('input', {type: 'password', id: 'token', autocomplete: 'off', placeholder: 'token', required: true});
+      const msg = h('p', {class: 'error', id: 'login-error'}, loginMessage);
+      loginMessage = '';
+      append(el, h('form', {class: 'panel login', onsubmit: async (e) => {
+        e.preventDefault();
+        const value = input.value.trim();
+        msg.textContent = '';
+        let res;
+        try {
+          res = await fetch('/v1/whoami', {headers: {Authorization: 'Bearer ' + value}, cache: 'no-store'});
+        } catch (err) { msg.textContent = 'The server cannot be reached.'; return; }
+        if (!res.ok) {
+          msg.textContent = res.status === 401 || res.status === 403 ? 'That token was refused.' : `The server answered ${res.status}.`;
+          return;
+        }
+        sessionStorage.setItem(TOKEN_KEY, value);
+        location.hash = '#/';
+      }},
+      h('h1', {}, 'Log in to gpufleet'),
+      h('p', {class: 'muted'}, 'Paste an API token (the admin token `gpufleet server` or `gpufleet dev` printed, or one from `gpufleet create token`). It stays in this browser tab only.'),
+      input, h('button', {class: 'primary', type: 'submit'}, 'Log in'), msg));
+      input.focus();
+    }, async () => {});
+  }
+
+  // ---- router ------------------------------------------------------------------------------
+  const NAV = [['#/', 'Fleet'], ['#/queues', 'Queues'], ['#/jobs', 'Jobs'], ['#/history', 'History'],
+    ['#/usage', 'Usage'], ['#/failures', 'Failures']];
+
+  function renderHeader(route) {
+    const nav = document.getElementById('nav');
+    const who = document.getElementById('who');
+    if (!me) { replace(nav); replace(who); return; }
+    replace(nav, NAV.map(([href, label]) => h('a', {href, class: (route === href || (href !== '#/' && route.startsWith(href))) ? 'active' : null}, label)));
+    replace(who, me.role === 'admin' ? `${me.name} (admin)` : `${me.name} (team ${me.team})`,
+      h('button', {id: 'logout', onclick: () => { sessionStorage.removeItem(TOKEN_KEY); me = null; location.hash = '#/login'; }}, 'Log out'));
+  }
+
+  async function navigate() {
+    generation += 1;
+    const gen = generation;
+    clearInterval(timer);
+    for (const c of liveCharts) c.destroy();
+    liveCharts = [];
+    let hash = location.hash || '#/';
+    if (hash.startsWith('#token=')) {
+      // `gpufleet dev` prints a link that logs in at once; the token leaves the address bar.
+      sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(hash.slice(7)));
+      history.replaceState(null, '', '#/');
+      hash = '#/';
+    }
+    const root = main();
+    replace(root);
+    if (!token() || hash === '#/login') {
+      me = null;
+      if (hash !== '#/login') { location.hash = '#/login'; return; }
+      renderHeader(hash);
+      current = loginPage();
+      current.mount(root);
+      return;
+    }
+    if (!me) {
+      try { me = await api('/v1/whoami'); } catch (e) {
+        if (e.status !== 401) replace(root, h('p', {class: 'error'}, 'The server cannot be reached: ' + e.message));
+        return;
+      }
+      if (gen !== generation) return;
+    }
+    const [path, query] = hash.slice(1).split('?');
+    const params = new URLSearchParams(query || '');
+    const parts = path.split('/').filter((x) => x).map(decodeURIComponent);
+    renderHeader('#' + path);
+    if (parts.length === 0) current = fleetPage();
+    else if (parts[0] === 'nodes' && parts.length === 2) current = nodePage(parts[1]);
+    else if (parts[0] === 'queues') current = queuesPage();
+    else if (parts[0] === 'jobs' && parts.length === 1) current = jobsPage(params);
+    else if (parts[0] === 'jobs') current = jobPage(parts.slice(1).join('/'));
+    else if (parts[0] === 'history') current = historyPage();
+    else if (parts[0] === 'usage') current = usagePage();
+    else if (parts[0] === 'failures') current = failuresPage();
+    else current = page((el) => append(el, h('p', {class: 'error'}, 'No such page.')), async () => {});
+    const shown = current;
+    const status = h('p', {class: 'error', id: 'page-error'});
+    shown.mount(root);
+    root.append(status);
+    const tick = async () => {
+      if (gen !== generation) return;
+      try {
+        await shown.refresh(gen);
+        status.textContent = '';
+      } catch (e) {
+        if (e.status !== 401 && gen === generation) status.textContent = 'Could not refresh: ' + e.message;
+      }
+    };
+    shown.refresh = ((f) => (g) => f(g === undefined ? generation : g))(shown.refresh);
+    await tick();
+    timer = setInterval(tick, POLL_MS);
+  }
+
+  window.addEventListener('hashchange', navigate);
+  window.addEventListener('DOMContentLoaded', navigate);
+})();

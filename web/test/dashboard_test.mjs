@@ -1,0 +1,221 @@
+// SPDX-License-Identifier: Apache-2.0
+// The dashboard in a real browser (Debian's chromium, driven by playwright-core) against a
+// running `gpufleet dev` (test/dashboard_browser.sh starts it):
+//   node web/test/dashboard_test.mjs http://127.0.0.1:PORT ADMIN_TOKEN [SCREENSHOT_DIR]
+// Logs in (a wrong token first), sees every node, watches a job submitted through the API
+// appear and run, opens its page and its node; a member sees only its team's jobs, another
+// team's job URL is "not found", names with HTML in them render as text, and a token revoked
+// mid-session sends the page back to the login. No console errors but the HTTP answers the test
+// provokes. Exits 0 when every check passed.
+import { chromium } from 'playwright-core';
+
+const [address, adminToken, shotDir] = process.argv.slice(2);
+if (!address || !adminToken) {
+  console.error('usage: dashboard_test.mjs ADDRESS ADMIN_TOKEN [SCREENSHOT_DIR]');
+  process.exit(2);
+}
+const STEP_MS = 12000;  // the longest any one wait may take (the page polls every 3 s)
+const HTML = '<img src=x onerror="window.__injected=1">';
+
+let checks = 0;
+function check(ok, what) {
+  if (!ok) throw new Error('check failed: ' + what);
+  checks += 1;
+  console.log('ok', checks, what);
+}
+
+async function api(method, path, token, body) {
+  const res = await fetch(address + path, {
+    method,
+    headers: { Authorization: 'Bearer ' + token, 'Content-Type': 'application/json' },
+    body: body === undefined ? undefined : JSON.stringify(body),
+  });
+  const text = await res.text();
+  let json = null;
+  try { json = JSON.parse(text); } catch (e) { json = null; }
+  return { status: res.status, json, text };
+}
+async function must(method, path, token, body, want) {
+  const r = await api(method, path, token, body);
+  if (r.status !== want) throw new Error(`${method} ${path}: ${r.status} ${r.text}`);
+  return r.json;
+}
+function oneGpuJob(name, labels) {
+  return {
+    apiVersion: 'gpufleet.io/v1', kind: 'Job', metadata: { name, labels: labels || {} },
+    spec: { tasks: [{ name: 'main', command: ['sleep', '600'],
+      env: { GPUFLEET_SIM_DURATION_MS: '600000' },
+      resources: { cpu: '1', memory: '1Gi', gpus: { count: 1 } } }] },
+  };
+}
+
+// Console errors, but for the HTTP answers this test provokes on purpose (a wrong token, a
+// revoked one, hidden or absent routes): those the page handles and shows.
+const errors = [];
+let allowed = [/\/v1\/jobs\/[^?]*\/explain$/, /\/v1\/usage\?/];
+function watch(page, who) {
+  page.on('pageerror', (e) => errors.push(`${who}: page error: ${e.message}`));
+  page.on('console', (m) => {
+    if (m.type() !== 'error') return;
+    const url = (m.location() || {}).url || '';
+    if (m.text().startsWith('Failed to load resource') && allowed.some((re) => re.test(url))) return;
+    errors.push(`${who}: console: ${m.text()} ${url}`);
+  });
+}
+async function shot(page, name) {
+  if (!shotDir) return;
+  await page.waitForTimeout(300);
+  await page.screenshot({ path: `${shotDir}/${name}.png` });
+}
+async function logIn(page, token) {
+  await page.goto(address + '/');
+  await page.waitForSelector('#token', { timeout: STEP_MS });
+  await page.fill('#token', token);
+  await page.click('button[type=submit]');
+}
+
+const browser = await chromium.launch({
+  executablePath: process.env.GPUFLEET_CHROMIUM || '/usr/bin/chromium',
+  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
+});
+const deadline = setTimeout(() => { console.error('dashboard test: over its time bound'); process.exit(1); }, 120000);
+try {
+  // The fleet and two teams, through the API.
+  const nodes = (await must('GET', '/v1/nodes', adminToken, undefined, 200)).items;
+  check(nodes.length > 0, `the fleet has ${nodes.length} nodes`);
+  for (const team of ['team-a', 'team-b']) await must('POST', '/v1/teams', adminToken, { name: team }, 201);
+  // A token name is free text: it is shown as "submitted by" and in the header.
+  const alice = await must('POST', '/v1/tokens', adminToken,
+    { role: 'member', team: 'team-a', name: 'alice' + HTML }, 201);
+  const bob = await must('POST', '/v1/tokens', adminToken, { role: 'member', team: 'team-b', name: 'bob' }, 201);
+  await must('POST', '/v1/jobs', bob.token, oneGpuJob('secret-b'), 201);
+  const htmlName = await api('POST', '/v1/jobs', alice.token, oneGpuJob(HTML));
+  check(htmlName.status === 400, 'a job named with HTML is refused by the API');
+
+  // ---- the admin -------------------------------------------------------------------------
+  const context = await browser.newContext({ viewport: { width: 1440, height: 1000 } });
+  const page = await context.newPage();
+  watch(page, 'admin');
+  allowed.push(/\/v1\/whoami$/);  // the wrong token's 401
+  await logIn(page, 'not-a-token');
+  await page.waitForSelector('#login-error:has-text("That token was refused")', { timeout: STEP_MS });
+  check(true, 'a wrong token is refused on the login page');
+  allowed.pop();
+  await page.fill('#token', adminToken);
+  await page.click('button[type=submit]');
+  await page.waitForSelector('.node', { timeout: STEP_MS });
+  await page.waitForFunction((n) => document.querySelectorAll('.node').length === n, nodes.length,
+    { timeout: STEP_MS });
+  for (const n of nodes) {
+    check(await page.locator(`.node[data-node="${n.name}"]`).count() === 1, `node ${n.name} is shown`);
+  }
+  check(await page.locator('.node .gpu').count() === nodes.reduce((s, n) => s + n.gpus.length, 0),
+    'every GPU is shown');
+  await page.waitForSelector('.uplot', { timeout: STEP_MS });
+  await shot(page, 'dashboard_fleet');
+
+  await must('POST', '/v1/jobs', adminToken, oneGpuJob('browser-job'), 201);
+  await page.click('nav a:has-text("Jobs")');
+  await page.fill('input[name=q]', 'browser-job');
+  const row = page.locator('tr', { has: page.locator('a.job-link', { hasText: /^browser-job$/ }) });
+  await row.waitFor({ timeout: STEP_MS });
+  check(true, 'a job submitted through the API appears');
+  await row.locator('.badge:has-text("Running")').waitFor({ timeout: STEP_MS });
+  check(true, 'and runs');
+  await page.fill('input[name=q]', '');
+  await shot(page, 'dashboard_jobs');
+  await page.fill('input[name=q]', 'browser-job');
+  await row.locator('a.job-link').click();
+  await page.waitForSelector('.timeline li:has-text("submitted by")', { timeout: STEP_MS });
+  check(await page.locator('#explain').count() === 1, 'the job page has its explain panel');
+  const nodeLink = page.locator('table a[href^="#/nodes/"]').first();
+  await nodeLink.waitFor({ timeout: STEP_MS });
+  const placedOn = await nodeLink.textContent();
+  check(placedOn.startsWith('dev-node-'), `the job page shows where it runs (${placedOn})`);
+  await shot(page, 'dashboard_job');
+  await nodeLink.click();
+  await page.waitForSelector(`h1:has-text("Node ${placedOn}")`, { timeout: STEP_MS });
+  await page.waitForSelector('a:has-text("browser-job")', { timeout: STEP_MS });
+  check(true, 'the node page lists the job on its GPU');
+  await shot(page, 'dashboard_node');
+  // A gang larger than the fleet waits: its page says why, with the explain panel (the explain
+  // route's answer, or "not available" on a server without it).
+  const gang = oneGpuJob('waiting-job');
+  gang.spec.tasks[0].replicas = nodes.length + 1;
+  gang.spec.tasks[0].resources.gpus.count = nodes[0].gpus.length;
+  await must('POST', '/v1/jobs', adminToken, gang, 201);
+  await page.goto(address + '/#/jobs/waiting-job');
+  await page.waitForSelector('#job-reason:has-text("gang")', { timeout: STEP_MS });
+  await page.waitForSelector('#explain :is(dl, p.na)', { timeout: STEP_MS });
+  check(await page.locator('.badge:has-text("Pending")').count() === 1,
+    'a pending job\'s page shows why it waits and its explain panel');
+  await shot(page, 'dashboard_pending_job');
+  await must('POST', '/v1/jobs/waiting-job/cancel', adminToken, undefined, 200);
+  await page.click('nav a:has-text("Queues")');
+  await page.waitForSelector('td:has-text("default")', { timeout: STEP_MS });
+  check(true, 'the queue tree shows the default queue');
+  await shot(page, 'dashboard_queues');
+  await page.click('nav a:has-text("History")');
+  await page.waitForSelector('#history-note:has-text("samples")', { timeout: STEP_MS });
+  check(true, 'the history page shows the server\'s samples');
+  await shot(page, 'dashboard_history');
+  await page.click('nav a:has-text("Failures")');
+  await page.waitForSelector('.card:has-text("runs (30 days)")', { timeout: STEP_MS });
+  check(true, 'the failure report is shown to an admin');
+  await page.click('nav a:has-text("Usage")');
+  await page.waitForSelector('main .panel', { timeout: STEP_MS });
+
+  // ---- a member ----------------------------------------------------------------------------
+  const member = await (await browser.newContext({ viewport: { width: 1440, height: 1000 } })).newPage();
+  watch(member, 'member');
+  await logIn(member, alice.token);
+  await member.waitForSelector('.node', { timeout: STEP_MS });
+  check(await member.locator('#who img').count() === 0 &&
+    (await member.locator('#who').textContent()).includes(`alice${HTML} (team team-a)`), 'a token name with HTML shows as text');
+  await must('POST', '/v1/jobs', alice.token, oneGpuJob('alice-job'), 201);
+  await member.goto(address + '/#/jobs');
+  await member.waitForSelector('a.job-link:has-text("alice-job")', { timeout: STEP_MS });
+  const names = await member.locator('a.job-link').allTextContents();
+  check(names.length === 1 && names[0] === 'alice-job',
+    `a member sees only its team's jobs (${names.length} shown)`);
+  await member.click('a.job-link:has-text("alice-job")');
+  await member.waitForSelector('.timeline li:has-text("submitted by alice")', { timeout: STEP_MS });
+  check(await member.locator('main img').count() === 0, 'the submitter\'s HTML name is text on the job page');
+  allowed.push(/\/v1\/jobs\/team-b\/secret-b$/, /\/v1\/jobs\/secret-b$/, /\/v1\/jobs\/%3Cimg/);
+  for (const hidden of ['team-b/secret-b', 'secret-b']) {
+    await member.goto(`${address}/#/jobs/${hidden}`);
+    await member.waitForSelector('#not-found', { timeout: STEP_MS });
+    check(true, `a member opening another team's job ${hidden} sees "not found"`);
+  }
+  await member.goto(`${address}/#/jobs/${encodeURIComponent(HTML)}`);
+  await member.waitForSelector('#not-found', { timeout: STEP_MS });
+  check(await member.locator('main img').count() === 0 &&
+    (await member.locator('#job-name').textContent()) === HTML, 'an HTML job name in the URL renders as text');
+  check(await member.evaluate(() => window.__injected === undefined), 'no injected script ran');
+  await member.click('nav a:has-text("Failures")');
+  await member.waitForSelector('p.na:has-text("for admins")', { timeout: STEP_MS });
+  check(true, 'the failure report tells a member it is for admins');
+
+  // Revoked mid-session: the next poll is refused and the page asks for a token again.
+  await member.click('nav a:has-text("Fleet")');
+  await member.waitForSelector('.node', { timeout: STEP_MS });
+  allowed.push(/\/v1\//);  // every poll in flight when the revocation lands answers 401
+  await must('POST', `/v1/tokens/${alice.id}/revoke`, adminToken, undefined, 200);
+  await member.waitForSelector('#login-error:has-text("expired or revoked")', { timeout: STEP_MS });
+  check(await member.evaluate(() => sessionStorage.getItem('gpufleet.token')) === null,
+    'a token revoked mid-session sends the page back to the login and forgets the token');
+
+  check(errors.length === 0, 'no console errors' + (errors.length ? ':\n' + errors.join('\n') : ''));
+  console.log(`dashboard test: ${checks} checks passed`);
+} catch (e) {
+  console.error(e.message);
+  const job = await api('GET', '/v1/jobs/browser-job', adminToken);
+  if (job.status === 200) console.error(`browser-job: ${job.json.state} ${job.json.reason || ''}`);
+  const events = await api('GET', '/v1/jobs/browser-job/events', adminToken);
+  if (events.status === 200) console.error(events.json.items.map((x) => x.message).join('\n'));
+  if (errors.length) console.error(errors.join('\n'));
+  process.exitCode = 1;
+} finally {
+  clearTimeout(deadline);
+  await browser.close();
+}
