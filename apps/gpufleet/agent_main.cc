@@ -79,6 +79,11 @@ Result<std::unique_ptr<agent::ImageMirror>> StartImageMirror(const AgentFlags& f
   if (flags.image_mirror_registries.empty()) {
     return InvalidArgumentError("--image-mirror-registry: at least one registry to mirror");
   }
+  if (listen.first == "0.0.0.0" && flags.image_mirror_advertise.empty()) {
+    return InvalidArgumentError(
+        "--image-mirror-advertise: required when --image-mirror-listen is 0.0.0.0 (peers need "
+        "this node's address)");
+  }
   agent::ImageMirrorOptions options;
   options.host = listen.first;
   options.port = listen.second;

@@ -270,6 +270,7 @@ class ImageMirrorTest : public ::testing::Test {
   }
 
   void TearDown() override {
+    std::string remove_images;  // on every node at once
     for (Node& node : nodes_) {
       if (node.runner != nullptr) {
         for (const TaskStatus& status : node.runner->Poll()) {
@@ -277,7 +278,10 @@ class ImageMirrorTest : public ::testing::Test {
         }
       }
       node.runner.reset();
-      Shell(PodmanPrefix(node.name) + " rmi --all --force >/dev/null 2>&1");
+      remove_images += PodmanPrefix(node.name) + " rmi --all --force >/dev/null 2>&1 & ";
+    }
+    Shell(remove_images + "wait");
+    for (const Node& node : nodes_) {
       std::error_code ignored;
       std::filesystem::remove_all(suite_dir_ + "/" + node.name, ignored);
     }
@@ -438,8 +442,8 @@ TEST_F(ImageMirrorTest, AGangOfFourFetchesEachLayerFromTheRegistryOnce) {
     peer_failures += stats.peer_failures;
   }
 
-  fmt::print("image: {} bytes in blobs (layer {} bytes); {} nodes\n", image_bytes_, layer_bytes_,
-             kNodes);
+  fmt::print("image: {} bytes in blobs (layer {} bytes); {} nodes; storage driver {}\n",
+             image_bytes_, layer_bytes_, kNodes, storage_driver_);
   fmt::print("{:<12} {:>10} {:>16} {:>9} {:>16} {:>10}\n", "mode", "blob GETs", "registry bytes",
              "x image", "manifest bytes", "gang s");
   for (const auto& [mode, served, seconds] :

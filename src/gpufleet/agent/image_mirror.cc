@@ -517,6 +517,7 @@ Result<std::unique_ptr<ImageMirror>> ImageMirror::Start(ImageMirrorOptions optio
         fmt::format("image mirror: max_connections {} is not positive", options.max_connections));
   }
   auto impl = std::make_unique<Impl>();
+  impl->options = options;
   for (const std::string& registry : options.registries) {
     if (!ValidateImageReference(registry + "/x").ok() || registry.find('/') != std::string::npos) {
       return Status(
@@ -578,7 +579,6 @@ Result<std::unique_ptr<ImageMirror>> ImageMirror::Start(ImageMirrorOptions optio
   std::set<std::string> candidates(options.peers.begin(), options.peers.end());
   candidates.insert(impl->self);
   impl->candidates.assign(candidates.begin(), candidates.end());
-  impl->options = std::move(options);
   impl->listener = std::thread([raw] { raw->server.listen_after_bind(); });
   return std::unique_ptr<ImageMirror>(new ImageMirror(std::move(impl)));
 }
