@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "gpufleet/agent/image_mirror.h"
 #include "gpufleet/agent/node_agent.h"
 #include "gpufleet/agent/nvml_probe.h"
 #include "gpufleet/agent/simulated_node.h"
@@ -52,6 +53,11 @@ struct AgentFlags {
   std::string podman = "podman";
   std::string podman_runtime = "runc";
   std::vector<std::string> podman_insecure_registries;
+  std::string image_mirror_listen;  // empty: no image mirror
+  std::string image_mirror_advertise;
+  std::vector<std::string> image_mirror_peers;
+  std::vector<std::string> image_mirror_registries;
+  int64_t image_mirror_cache_gib = 64;
   std::string state_dir = "gpufleet-agent";
   std::string metrics_listen = "0.0.0.0:9400";
   int64_t sample_interval_ms = 1000;
@@ -64,6 +70,31 @@ struct AgentFlags {
   std::string slurm_node;  // empty: SLURMD_NODENAME, else the short host name
   std::string scontrol = "scontrol";
 };
+
+// The node's image mirror from the --image-mirror-* flags (docs/containers.md), its cache in
+// STATE_DIR/image-mirror.
+Result<std::unique_ptr<agent::ImageMirror>> StartImageMirror(const AgentFlags& flags) {
+  GPUFLEET_ASSIGN_OR_RETURN(auto listen,
+                            ParseHostPort(flags.image_mirror_listen, "--image-mirror-listen"));
+  if (flags.image_mirror_registries.empty()) {
+    return InvalidArgumentError("--image-mirror-registry: at least one registry to mirror");
+  }
+  if (listen.first == "0.0.0.0" && flags.image_mirror_advertise.empty()) {
+    return InvalidArgumentError(
+        "--image-mirror-advertise: required when --image-mirror-listen is 0.0.0.0 (peers need "
+        "this node's address)");
+  }
+  agent::ImageMirrorOptions options;
+  options.host = listen.first;
+  options.port = listen.second;
+  options.self = flags.image_mirror_advertise;
+  options.peers = flags.image_mirror_peers;
+  options.registries = flags.image_mirror_registries;
+  options.insecure_registries = flags.podman_insecure_registries;
+  options.cache_dir = (std::filesystem::path(flags.state_dir) / "image-mirror").string();
+  options.cache_bytes = flags.image_mirror_cache_gib << 30;
+  return agent::ImageMirror::Start(std::move(options));
+}
 
 // The process runner's containment from the flags: the run-as user (root only when asked for by
 // name) and a cgroup per task where the node offers them.
@@ -280,6 +311,8 @@ int RunAgent(const AgentFlags& flags) {
     return Fail(InvalidArgumentError(
         fmt::format("--backend: \"{}\" (valid: nvml, simulated)", flags.backend)));
   }
+  // Declared before the runner, so that it outlives the pulls that go through it.
+  std::unique_ptr<agent::ImageMirror> image_mirror;
   std::unique_ptr<runner::TaskRunner> task_runner;
   if (flags.runner == "process" || flags.runner == "podman") {
     Result<runner::ProcessRunnerOptions> containment = ContainmentOptions(flags);
@@ -306,6 +339,22 @@ int RunAgent(const AgentFlags& flags) {
       podman.fence_dir = (std::filesystem::path(flags.state_dir) / "container-fences").string();
       podman.pull_dir = (std::filesystem::path(flags.state_dir) / "image-pulls").string();
       podman.insecure_registries = flags.podman_insecure_registries;
+      if (!flags.image_mirror_listen.empty()) {
+        Result<std::unique_ptr<agent::ImageMirror>> mirror = StartImageMirror(flags);
+        if (!mirror.ok()) {
+          return Fail(mirror.status());
+        }
+        image_mirror = std::move(mirror).value();
+        podman.registries_conf =
+            (std::filesystem::path(flags.state_dir) / "image-mirror" / "registries.conf").string();
+        if (const Status written =
+                WriteSecretFile(podman.registries_conf, image_mirror->RegistriesConf());
+            !written.ok()) {
+          return Fail(written);
+        }
+        fmt::print("gpufleet agent: image mirror on port {} as {}, {} peer(s)\n",
+                   image_mirror->port(), image_mirror->self(), flags.image_mirror_peers.size());
+      }
       if (!flags.run_as.empty()) {
         Result<runner::RunAs> user = runner::LookUpUser(flags.run_as);
         if (!user.ok()) {
@@ -434,6 +483,23 @@ Action AddAgentCommand(CLI::App& app) {
   cmd->add_option("--podman-insecure-registry", flags->podman_insecure_registries,
                   "podman runner: HOST:PORT of a registry pulled from over plain HTTP (a local "
                   "registry on loopback); repeatable");
+  cmd->add_option("--image-mirror-listen", flags->image_mirror_listen,
+                  "podman runner: HOST:PORT of this node's image mirror, a read-only registry "
+                  "mirror its podman and its peers pull layers through (docs/containers.md); "
+                  "empty: none");
+  cmd->add_option("--image-mirror-advertise", flags->image_mirror_advertise,
+                  "image mirror: HOST:PORT the peers reach this node's mirror at, as it is in "
+                  "their --image-mirror-peer (default: --image-mirror-listen)");
+  cmd->add_option("--image-mirror-peer", flags->image_mirror_peers,
+                  "image mirror: HOST:PORT of a peer's mirror (the nodes of this leaf); "
+                  "repeatable");
+  cmd->add_option("--image-mirror-registry", flags->image_mirror_registries,
+                  "image mirror: a registry (HOST or HOST:PORT) pulled through the mirror; "
+                  "repeatable, at least one");
+  cmd->add_option("--image-mirror-cache-gib", flags->image_mirror_cache_gib,
+                  "image mirror: the most GiB of layers it keeps")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   cmd->add_option("--podman-runtime", flags->podman_runtime,
                   "podman runner: OCI runtime (runc; crun refuses hybrid cgroup hosts; empty: "
                   "podman's default)")

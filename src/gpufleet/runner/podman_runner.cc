@@ -194,6 +194,9 @@ std::vector<std::string> PodmanRunner::PodmanEnvironment() const {
   if (!options_.containers_conf.empty()) {
     env.push_back("CONTAINERS_CONF=" + options_.containers_conf);
   }
+  if (!options_.registries_conf.empty()) {
+    env.push_back("CONTAINERS_REGISTRIES_CONF=" + options_.registries_conf);
+  }
   return env;
 }
 

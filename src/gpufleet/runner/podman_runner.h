@@ -43,6 +43,10 @@ struct PodmanRunnerOptions {
   // process's environment if set, else the system's. On hosts whose hard
   // RLIMIT_NOFILE is below podman's default ulimits it must say `default_ulimits = []`.
   std::string containers_conf;
+  // A registries.conf podman reads (CONTAINERS_REGISTRIES_CONF): the one the agent writes for
+  // its image mirror (agent/image_mirror.h), so that pulls go through the node's peers; empty:
+  // the system's.
+  std::string registries_conf;
   // Registries ("HOST:PORT", e.g. a registry on loopback) pulled from over plain HTTP
   // (`podman pull --tls-verify=false`); every other registry is pulled from over TLS.
   std::vector<std::string> insecure_registries;
@@ -168,7 +172,8 @@ class PodmanRunner final : public TaskRunner {
                const Clock& clock);
 
   std::vector<std::string> PodmanCommand() const;
-  // podman's environment: PATH, HOME, TMPDIR, XDG_RUNTIME_DIR and CONTAINERS_CONF only.
+  // podman's environment: PATH, HOME, TMPDIR, XDG_RUNTIME_DIR, CONTAINERS_CONF and
+  // CONTAINERS_REGISTRIES_CONF only.
   std::vector<std::string> PodmanEnvironment() const;
   std::string ContainerName(std::string_view task_id) const;
   // Runs podman with `args` after the global flags, capturing its output.

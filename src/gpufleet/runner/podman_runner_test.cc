@@ -29,6 +29,7 @@
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/runner/internal/command.h"
 #include "gpufleet/runner/process_runner.h"
+#include "gpufleet/runner/testing/podman_testing.h"
 
 namespace gpufleet::runner {
 namespace {
@@ -40,31 +41,10 @@ using ::testing::Not;
 constexpr Duration kPatience = std::chrono::seconds(60);
 constexpr char kImage[] = "localhost/gpufleet-test-tiny:1";
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-void WriteFile(const std::string& path, const std::string& content) {
-  std::ofstream out(path);
-  out << content;
-}
-
-// Runs a shell command for the test's own set-up; its output on failure.
-std::string Shell(const std::string& command) {
-  SystemClock clock;
-  internal::CommandSpec spec;
-  spec.argv = {"/bin/sh", "-c", command};
-  spec.env = {fmt::format("PATH={}", getenv("PATH") != nullptr ? getenv("PATH") : "/usr/bin:/bin")};
-  spec.timeout = std::chrono::minutes(2);
-  const Result<internal::CommandOutcome> outcome = internal::RunCommand(spec, clock);
-  if (!outcome.ok()) {
-    return outcome.status().ToString();
-  }
-  return outcome->exit_code == 0 ? "" : outcome->output + outcome->errors;
-}
+using runner_testing::LoopbackRegistry;
+using runner_testing::ReadFile;
+using runner_testing::Shell;
+using runner_testing::WriteFile;
 
 class PodmanRunnerTest : public ::testing::Test {
  protected:
@@ -580,85 +560,6 @@ TEST_F(PodmanRunnerTest, TasksWithoutAnImageRunAsProcesses) {
   EXPECT_TRUE(runner_->Poll().empty());
 }
 
-// A port on loopback that was free a moment ago.
-int FreeLoopbackPort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in address = {};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof(address);
-  if (fd < 0 || bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) {
-    return -1;
-  }
-  close(fd);
-  return ntohs(address.sin_port);
-}
-
-// Debian's docker-registry (the CNCF distribution registry) on a loopback port, with the suite's
-// image pushed to it as "tiny:1". Ends the registry however the test ends.
-class LoopbackRegistry {
- public:
-  // Starts the registry in `dir`; address() is empty when it could not be started, and error()
-  // says why.
-  LoopbackRegistry(std::string dir, const std::string& podman_prefix) : dir_(std::move(dir)) {
-    if (!std::filesystem::exists("/usr/bin/docker-registry")) {
-      error_ = "install docker-registry (scripts/setup)";
-      return;
-    }
-    const int port = FreeLoopbackPort();
-    WriteFile(dir_ + "/registry.yml",
-              fmt::format("version: 0.1\nstorage: {{filesystem: {{rootdirectory: {}/registry}}}}\n"
-                          "http: {{addr: 127.0.0.1:{}}}\n",
-                          dir_, port));
-    if (port <= 0 || !Shell(fmt::format("/usr/bin/docker-registry serve {0}/registry.yml "
-                                        ">{0}/registry.log 2>&1 & echo $! >{0}/registry.pid",
-                                        dir_))
-                          .empty()) {
-      error_ = "cannot start docker-registry";
-      return;
-    }
-    const std::string address = fmt::format("127.0.0.1:{}", port);
-    // The registry answers once it listens; the push then puts the suite's image there.
-    const auto deadline = std::chrono::steady_clock::now() + kPatience;
-    while (!Shell(fmt::format("{} push --tls-verify=false {} {}/tiny:1", podman_prefix, kImage,
-                              address))
-                .empty()) {
-      if (std::chrono::steady_clock::now() > deadline) {
-        error_ = "cannot push to the registry: " + log();
-        return;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    }
-    address_ = address;
-  }
-  ~LoopbackRegistry() { Stop(); }
-  LoopbackRegistry(const LoopbackRegistry&) = delete;
-  LoopbackRegistry& operator=(const LoopbackRegistry&) = delete;
-
-  void Stop() { Shell(fmt::format("kill $(cat {}/registry.pid) 2>/dev/null", dir_)); }
-  const std::string& address() const { return address_; }
-  const std::string& error() const { return error_; }
-  // What the registry logged: each request with its method, path and status.
-  std::string log() const { return ReadFile(dir_ + "/registry.log"); }
-  // The stored blobs' data files (layers and configs).
-  std::vector<std::string> BlobFiles() const {
-    std::vector<std::string> files;
-    for (const auto& entry : std::filesystem::recursive_directory_iterator(
-             dir_ + "/registry/docker/registry/v2/blobs")) {
-      if (entry.path().filename() == "data") {
-        files.push_back(entry.path().string());
-      }
-    }
-    return files;
-  }
-
- private:
-  std::string dir_;
-  std::string address_;
-  std::string error_;
-};
-
 // A loopback port that takes connections into its backlog and never answers: a registry that
 // hangs.
 class SilentRegistry {
@@ -690,7 +591,7 @@ class SilentRegistry {
 
 TEST_F(PodmanRunnerTest, PullsAnImageFromALoopbackRegistryBeforeTheStart) {
   ASSERT_NE(runner_, nullptr);
-  LoopbackRegistry registry(dir_, PodmanPrefix());
+  LoopbackRegistry registry(dir_, PodmanPrefix(), kImage);
   ASSERT_EQ(registry.error(), "");
   const std::string image = registry.address() + "/tiny:1";
   ReopenPullingFrom(registry.address());
@@ -728,6 +629,69 @@ TEST_F(PodmanRunnerTest, PullsAnImageFromALoopbackRegistryBeforeTheStart) {
   EXPECT_THAT(down.reason, HasSubstr("connection refused"));
   ASSERT_OK(runner_->Forget("job/always/1"));
   EXPECT_THAT(ListedContainers(), Not(HasSubstr("always"))) << "no container was created";
+}
+
+// Disk full on the image store: podman's storage is an 8 MiB tmpfs and the image holds 12 MiB of
+// random bytes. The pull fails the task with podman's "no space left on device" before any
+// container is made (so the server frees its GPUs like any failed start), and the next task, a
+// small image into the same store, starts.
+TEST_F(PodmanRunnerTest, AFullImageStoreFailsThePullWithItsReasonAndTheNextTaskStarts) {
+  ASSERT_NE(runner_, nullptr);
+  const std::string store = dir_ + "/small-store";
+  std::filesystem::create_directories(store);
+  if (!Shell(fmt::format("mount -t tmpfs -o size=8m gpufleet-test {}", store)).empty()) {
+    GTEST_SKIP() << "cannot mount a tmpfs (the podman tests run as root)";
+  }
+  struct Unmount {
+    std::string prefix;
+    std::string store;
+    ~Unmount() {
+      Shell(prefix + " rm --all --force >/dev/null 2>&1; " + prefix +
+            " rmi --all --force >/dev/null 2>&1; umount " + store);
+    }
+  };
+  ASSERT_EQ(Shell(fmt::format("set -e; cd {0}; mkdir -p big; cp -a {1}/rootfs/. big/; "
+                              "head -c 12M /dev/urandom > big/random; tar -C big -cf big.tar .; "
+                              "rm -r big; {2} import big.tar localhost/gpufleet-test-big:1 "
+                              ">/dev/null; rm big.tar",
+                              dir_, suite_dir_, PodmanPrefix())),
+            "");
+  LoopbackRegistry registry(dir_, PodmanPrefix(), kImage);
+  ASSERT_EQ(registry.error(), "");
+  ASSERT_EQ(Shell(fmt::format("{} push --tls-verify=false localhost/gpufleet-test-big:1 {}/big:1; "
+                              "{} rmi localhost/gpufleet-test-big:1 >/dev/null",
+                              PodmanPrefix(), registry.address(), PodmanPrefix())),
+            "");
+  options_.storage_root = store + "/root";
+  options_.run_root = suite_dir_ + "/small-run";  // podman wants runroots under 50 characters
+  const Unmount unmount{fmt::format("CONTAINERS_CONF={} podman --root {} --runroot {} --tmpdir {} "
+                                    "--storage-driver vfs",
+                                    options_.containers_conf, options_.storage_root,
+                                    options_.run_root, options_.tmp_dir),
+                        store};
+  ReopenPullingFrom(registry.address());
+  ASSERT_NE(runner_, nullptr);
+
+  TaskLaunch big = Container("job/big/1", "echo must not run");
+  big.image = registry.address() + "/big:1";
+  big.image_pull_policy = ImagePullPolicy::kIfNotPresent;
+  ASSERT_OK(runner_->Start(big));
+  const TaskStatus full = WaitForEnd(*runner_, "job/big/1");
+  EXPECT_EQ(full.state, TaskState::kFailedToStart) << DescribeTaskStatus(full);
+  EXPECT_THAT(full.reason, HasSubstr("cannot pull image '" + big.image + "'"));
+  EXPECT_THAT(full.reason, HasSubstr("no space left on device"));
+  EXPECT_EQ(ReadFile(LogPath("job/big/1")), "");
+  ASSERT_OK(runner_->Forget("job/big/1"));
+  EXPECT_THAT(ListedContainers(), Not(HasSubstr("big"))) << "no container was created";
+
+  TaskLaunch next = Container("job/next/1", "echo next ran");
+  next.image = registry.address() + "/tiny:1";
+  next.image_pull_policy = ImagePullPolicy::kIfNotPresent;
+  ASSERT_OK(runner_->Start(next));
+  const TaskStatus ran = WaitForEnd(*runner_, "job/next/1");
+  EXPECT_EQ(ran.state, TaskState::kExited) << DescribeTaskStatus(ran);
+  EXPECT_EQ(ReadFile(LogPath("job/next/1")), "next ran\n");
+  ASSERT_OK(runner_->Forget("job/next/1"));
 }
 
 // Pulls run beside the agent: Start returns while the registry hangs, the task shows that it is
@@ -817,7 +781,7 @@ TEST_F(PodmanRunnerTest, APullOutlivesTheRunnerAndTheNextOneTakesItOver) {
 // their digest. Each fails its task with the reason, and no container is created.
 TEST_F(PodmanRunnerTest, AnUnknownImageAndACorruptLayerFailTheTaskWithTheRegistrysReason) {
   ASSERT_NE(runner_, nullptr);
-  LoopbackRegistry registry(dir_, PodmanPrefix());
+  LoopbackRegistry registry(dir_, PodmanPrefix(), kImage);
   ASSERT_EQ(registry.error(), "");
   ReopenPullingFrom(registry.address());
   ASSERT_NE(runner_, nullptr);
