@@ -436,6 +436,16 @@
     });
   }
 
+  // One entry of explain's `ahead`: a job the caller may see, or a count of those it may not
+  // (`hidden`: other teams' jobs) or that were left out (`more`).
+  function aheadText(a) {
+    if (typeof a === 'string') return a;
+    if (a.name) return a.gpus === undefined || a.gpus === null ? a.name : `${a.name} (${a.gpus} GPUs)`;
+    if (a.hidden !== undefined) return `${a.hidden} of other teams`;
+    if (a.more !== undefined) return `${a.more} more`;
+    return JSON.stringify(a);
+  }
+
   function renderExplain(x) {
     if (x.missing) return na('explain');
     const eta = x.eta || {};
@@ -443,7 +453,7 @@
       h('dt', {}, 'reason'), h('dd', {}, x.reason || '–'),
       h('dt', {}, 'message'), h('dd', {}, x.message || '–'),
       h('dt', {}, 'queue position'), h('dd', {}, x.queuePosition === undefined || x.queuePosition === null ? '–' : String(x.queuePosition)),
-      h('dt', {}, 'ahead'), h('dd', {}, (x.ahead || []).map((a) => (typeof a === 'string' ? a : a.name || JSON.stringify(a))).join(', ') || 'none'),
+      h('dt', {}, 'ahead'), h('dd', {}, (x.ahead || []).map(aheadText).join(', ') || 'none'),
       h('dt', {}, 'ETA'), h('dd', {}, eta.at ? eta.at : 'unknown', eta.why ? ` (${eta.why})` : ''),
       h('dt', {}, 'evidence'), h('dd', {class: 'path'}, JSON.stringify(x.evidence || {}))),
     (x.whatIf || []).length ? [h('h2', {}, 'What if'), table(['change', 'would start now', 'detail'],
