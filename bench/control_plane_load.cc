@@ -13,6 +13,8 @@
 //   control_plane_load --nodes 2000 --seconds 60
 //   control_plane_load --nodes 10000 --seconds 60 --pending 10000   (issue 15's cycle target)
 //   control_plane_load --nodes 10000 --register-only   (issue 15: 10,000 agents at once)
+//   control_plane_load --nodes 2000 --seconds 60 --submit-rate 1000 --task-seconds 2
+//       --heartbeat-s 2   (issue 15: 1,000 submissions/s placed as they arrive, jobs ending)
 //   control_plane_load --nodes 2000 --seconds 60 --store postgresql://gf@127.0.0.1:25432/load
 #include <time.h>
 #include <unistd.h>
@@ -20,8 +22,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -118,9 +122,11 @@ struct LoadRequest {
   const std::string* token;  // the bearer token
 };
 
-// Sends `rate` requests per second from one thread until `stop`; `next` makes each request.
+// Sends `rate` requests per second from one thread until `stop`; `next` makes each request and
+// `answered`, if set, takes each successful answer's body.
 void RunAtRate(int port, double rate, std::atomic<bool>& stop, Latencies& latencies,
-               const std::function<LoadRequest(int64_t)>& next) {
+               const std::function<LoadRequest(int64_t)>& next,
+               const std::function<void(int64_t, const std::string&)>& answered = {}) {
   httplib::Client client("127.0.0.1", port);
   client.set_keep_alive(true);
   client.set_tcp_nodelay(true);  // else Nagle and delayed ACKs add 40 ms to a POST
@@ -136,8 +142,50 @@ void RunAtRate(int port, double rate, std::atomic<bool>& stop, Latencies& latenc
         client.Post(request.path, headers, request.body, "application/yaml");
     const double ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
     latencies.Add(ms, result && result->status < 300);
+    if (answered && result && result->status < 300) {
+      answered(n, result->body);
+    }
   }
 }
+
+// One simulated node's tasks (--task-seconds): each task the server wants is reported Running
+// from the heartbeat after it first appears, and Succeeded once it has run for the task time, so
+// that jobs end and free their GPUs as real agents make them.
+class NodeTasks {
+ public:
+  // The next heartbeat's body.
+  std::string Heartbeat(Clock::time_point now, Clock::duration task_time) {
+    std::lock_guard<std::mutex> lock(mu_);
+    wire::HeartbeatRequest request;
+    for (const auto& [id, started] : started_) {
+      wire::TaskReport report;
+      report.id = id;
+      report.phase =
+          now - started >= task_time ? wire::TaskPhase::kSucceeded : wire::TaskPhase::kRunning;
+      request.tasks.push_back(std::move(report));
+    }
+    return wire::HeartbeatRequestToJson(request);
+  }
+
+  // Takes the server's answer: tasks new to the node start now; tasks no longer wanted are gone.
+  void Answered(const std::string& body, Clock::time_point now) {
+    const Result<wire::AgentReply> reply = wire::ParseAgentReply(body);
+    if (!reply.ok()) {
+      return;
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    std::map<std::string, Clock::time_point> wanted;
+    for (const wire::DesiredTask& task : reply->tasks) {
+      const auto known = started_.find(task.id);
+      wanted.emplace(task.id, known == started_.end() ? now : known->second);
+    }
+    started_ = std::move(wanted);
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, Clock::time_point> started_;
+};
 
 // The store the run uses: SQLite in `dir`, or the PostgreSQL database `uri` names.
 Result<std::unique_ptr<store::StateStore>> OpenStore(const std::filesystem::path& dir,
@@ -154,7 +202,7 @@ Result<std::unique_ptr<store::StateStore>> OpenStore(const std::filesystem::path
 
 int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycle_ms,
         bool print_cycles, const std::string& store_uri, int register_threads, bool register_only,
-        int pending) {
+        int pending, double task_seconds) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / fmt::format("gpufleet-load-{}", getpid());
   std::filesystem::create_directories(dir);
@@ -295,26 +343,46 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
                                   // load generator and other work take the cores from it
   int64_t scheduled = 0;
   const std::string heartbeat_body = wire::HeartbeatRequestToJson({});
+  std::vector<NodeTasks> node_tasks(task_seconds > 0 ? static_cast<size_t>(nodes) : 0);
+  const auto task_time =
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(task_seconds));
   const double heartbeat_rate = nodes / heartbeat_s;
   static constexpr int kHeartbeatThreads = 4;
-  static constexpr int kSubmitThreads = 2;
+  // Each client waits for its answer: one per 100 submissions/s keeps the rate when answers slow.
+  const int submit_threads = std::max(2, static_cast<int>(std::ceil(submit_rate / 100)));
   std::vector<std::thread> threads;
   for (int t = 0; t < kHeartbeatThreads; ++t) {
     threads.emplace_back([&, t] {
-      RunAtRate(*port, heartbeat_rate / kHeartbeatThreads, stop, heartbeats, [&, t](int64_t n) {
-        const int64_t node = (n * kHeartbeatThreads + t) % nodes;
-        return LoadRequest{fmt::format("/v1/agents/node-{:05}/heartbeat", node), heartbeat_body,
-                           &node_tokens[static_cast<size_t>(node)]};
-      });
+      const auto node_of = [&, t](int64_t n) {
+        return static_cast<size_t>((n * kHeartbeatThreads + t) % nodes);
+      };
+      RunAtRate(
+          *port, heartbeat_rate / kHeartbeatThreads, stop, heartbeats,
+          [&](int64_t n) {
+            const size_t node = node_of(n);
+            return LoadRequest{fmt::format("/v1/agents/node-{:05}/heartbeat", node),
+                               node_tasks.empty()
+                                   ? heartbeat_body
+                                   : node_tasks[node].Heartbeat(Clock::now(), task_time),
+                               &node_tokens[node]};
+          },
+          [&](int64_t n, const std::string& body) {
+            if (!node_tasks.empty()) {
+              node_tasks[node_of(n)].Answered(body, Clock::now());
+            }
+          });
     });
   }
-  for (int t = 0; t < kSubmitThreads; ++t) {
+  for (int t = 0; t < submit_threads; ++t) {
     threads.emplace_back([&, t] {
-      RunAtRate(*port, submit_rate / kSubmitThreads, stop, submissions, [&, t](int64_t n) {
-        return LoadRequest{"/v1/jobs", JobYaml(n * kSubmitThreads + t), &admin};
+      RunAtRate(*port, submit_rate / submit_threads, stop, submissions, [&, t](int64_t n) {
+        return LoadRequest{"/v1/jobs", JobYaml(n * submit_threads + t), &admin};
       });
     });
   }
+  // Jobs accepted but not yet placed, after each cycle: with jobs that end (--task-seconds),
+  // a backlog that stays within a cycle's submissions means jobs are placed as they arrive.
+  std::vector<double> backlog;
   const auto end = Clock::now() + std::chrono::seconds(seconds);
   auto due = Clock::now();
   while (Clock::now() < end) {
@@ -326,9 +394,15 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
     cycles.push_back(std::chrono::duration<double, std::milli>(Clock::now() - start).count());
     cycle_cpu.push_back(ThreadCpuMs() - cpu_start);
     scheduled += placed.ok() ? *placed : 0;
+    {
+      std::lock_guard<std::mutex> lock(submissions.mu);
+      backlog.push_back(static_cast<double>(static_cast<int64_t>(submissions.ms.size()) -
+                                            submissions.errors - scheduled));
+    }
     if (print_cycles) {
-      fmt::print("cycle {}: {:.1f} ms, {} jobs placed\n", cycles.size(), cycles.back(),
-                 placed.ok() ? *placed : -1);
+      fmt::print("cycle {}: {:.1f} ms ({:.1f} ms CPU), {} jobs placed\n", cycles.size(),
+                 cycles.back(), cycle_cpu.back(), placed.ok() ? *placed : -1);
+      fflush(stdout);
     }
   }
   stop.store(true);
@@ -358,6 +432,10 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
              0, Percentile(cycle_cpu, 0.5), Percentile(cycle_cpu, 0.99),
              Percentile(cycle_cpu, 1.0));
   fmt::print("jobs scheduled: {}\n", scheduled);
+  if (!backlog.empty()) {
+    fmt::print("accepted, not yet placed, after a cycle: p50 {:.0f}, p99 {:.0f}, last {:.0f}\n",
+               Percentile(backlog, 0.5), Percentile(backlog, 0.99), backlog.back());
+  }
   if (pending > 0) {
     fmt::print("jobs pending that no node can hold: {}\n", pending);
   }
@@ -395,7 +473,11 @@ int main(int argc, char** argv) {
   app.add_option("--pending", pending,
                  "jobs no node can hold, submitted after registration so that they stay pending")
       ->check(CLI::Range(0, 1000000));
+  double task_seconds = 0;
+  app.add_option("--task-seconds", task_seconds,
+                 "every task ends this long after its node first hears of it (0: tasks never end)")
+      ->check(CLI::Range(0.0, 3600.0));
   CLI11_PARSE(app, argc, argv);
   return gpufleet::Run(nodes, seconds, heartbeat_s, submit_rate, cycle_ms, print_cycles, store_uri,
-                       register_threads, register_only, pending);
+                       register_threads, register_only, pending, task_seconds);
 }

@@ -777,7 +777,8 @@ Result<int> ApiServer::RunCycleLocked() {
       job.reason = reason;
       doc = wire::ParseDocument(job.data);
       doc["reason"] = reason;
-      write.batch.Update(std::string(control::kJobsKind), name, doc.dump(), job.version);
+      write.data = doc.dump();
+      write.batch.Update(std::string(control::kJobsKind), name, write.data, job.version);
       write.batch.AppendEvent(std::string(control::kJobsKind), name,
                               fmt::format("unschedulable: {}", reason));
     } else {
@@ -839,6 +840,8 @@ Result<int> ApiServer::CommitCycleWrites(std::vector<CycleWrite>& writes) {
       view_->MarkScheduled(*write.name, job.version + 1, std::move(write.data),
                            std::move(write.placed), std::move(write.nodes));
       ++scheduled;
+    } else {
+      view_->MarkReasonWritten(*write.name, job.version + 1, std::move(write.data));
     }
   }
   if (!first_error.ok()) {

@@ -5,6 +5,9 @@
 #include <cmath>
 #include <map>
 #include <set>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -330,20 +333,29 @@ void QueueController::OrderByFairShare(std::vector<PendingEntry>& pending) const
   if (!tree_) {
     return;
   }
-  std::map<std::string, PendingEntry> by_name;
+  // Runs every cycle over every pending job (10,000 in issue 15's target): each queue is looked
+  // up once, and entries are found again by position, not by a map of copied names.
+  std::map<std::string_view, QueueId> queue_of;
+  std::unordered_map<std::string_view, size_t> position;
+  position.reserve(pending.size());
   std::vector<policy::PendingJob> jobs;
-  for (const PendingEntry& entry : pending) {
-    const QueueId queue(entry.job->queue);
-    jobs.push_back({JobId(*entry.name),
-                    tree_->StatusOf(queue).ok() ? queue : QueueId(std::string(kDefaultQueue)),
-                    entry.job->priority, entry.job->submit_seq});
-    by_name[*entry.name] = entry;
+  jobs.reserve(pending.size());
+  for (size_t i = 0; i < pending.size(); ++i) {
+    const PendingEntry& entry = pending[i];
+    auto [queue, added] = queue_of.try_emplace(entry.job->queue);
+    if (added) {
+      const QueueId named(entry.job->queue);
+      queue->second = tree_->StatusOf(named).ok() ? named : QueueId(std::string(kDefaultQueue));
+    }
+    jobs.push_back({JobId(*entry.name), queue->second, entry.job->priority, entry.job->submit_seq});
+    position.emplace(*entry.name, i);
   }
   if (!tree_->Order(jobs).ok()) {
     return;
   }
+  const std::vector<PendingEntry> unordered = pending;
   for (size_t i = 0; i < jobs.size(); ++i) {
-    pending[i] = by_name.at(jobs[i].id.value());
+    pending[i] = unordered[position.at(jobs[i].id.value())];
   }
 }
 

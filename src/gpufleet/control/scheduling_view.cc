@@ -18,6 +18,14 @@ namespace {
 
 constexpr std::string_view kTopologyName = "topology";
 
+// Whether a stored job document says it has finished, read without parsing the document; false
+// when it cannot tell (the caller parses it).
+bool StoredAsFinished(const std::string& data) {
+  const std::optional<std::string> text = wire::TopLevelString(data, "state");
+  const std::optional<JobState> state = text ? ParseJobState(*text) : std::nullopt;
+  return state && IsFinished(*state);
+}
+
 }  // namespace
 
 std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
@@ -194,11 +202,9 @@ Status SchedulingView::LoadAll() {
   GPUFLEET_RETURN_IF_ERROR(RebuildSnapshot());
   for (const store::StoredObject& object : jobs) {
     // Finished jobs are most of the store: skip them before parsing.
-    if (const std::optional<std::string> state = wire::TopLevelString(object.data, "state");
-        state && ParseJobState(*state) && IsFinished(*ParseJobState(*state))) {
-      continue;
+    if (!StoredAsFinished(object.data)) {
+      PutJob(object);
     }
-    PutJob(object);
   }
   return Status::Ok();
 }
@@ -338,10 +344,29 @@ Status SchedulingView::UpdateSnapshot(const std::set<std::string>& changed) {
 }
 
 void SchedulingView::PutJob(const store::StoredObject& object) {
-  const Json doc = wire::ParseDocument(object.data);
+  auto it = jobs_.find(object.name);
+  if (it != jobs_.end() && it->second.version == object.version && it->second.data == object.data) {
+    return;  // the cycle's own commit, already in the view
+  }
+  if (it != jobs_.end() && object.version <= it->second.version) {
+    // A version never goes back but for a job deleted and submitted again (it starts at 1 once
+    // more): another job under the same name, whose spec and history the view must not reuse.
+    ReleaseJob(it->second);
+    jobs_.erase(it);
+    it = jobs_.end();
+  }
+  if (StoredAsFinished(object.data)) {
+    // A job ending is a third of the writes the view reads: it leaves without being parsed.
+    if (it != jobs_.end()) {
+      ReleaseJob(it->second);
+      jobs_.erase(it);
+    }
+    return;
+  }
+  // The spec is parsed apart, on first need (ViewJob::spec).
+  const Json doc = wire::ParseDocumentWithout(object.data, "spec");
   // A state this server does not know is held as Failed would be: it holds nothing.
   const JobState state = StoredJobState(doc).value_or(JobState::kFailed);
-  auto it = jobs_.find(object.name);
   // A Pending job under a key other than its TEAM/NAME (one MigrateToTeamScopedNames could not
   // move, its key taken) holds nothing and is not placed: an administrator resolves it. One that
   // holds resources stays, so that its GPUs stay taken until its tasks are gone.
@@ -354,8 +379,6 @@ void SchedulingView::PutJob(const store::StoredObject& object) {
   }
   if (it == jobs_.end()) {
     it = jobs_.emplace(object.name, ViewJob{}).first;
-  } else if (it->second.version == object.version) {
-    return;  // the cycle's own commit, already in the view
   }
   ViewJob& job = it->second;
   const bool was_pending = job.state == JobState::kPending;
@@ -456,6 +479,15 @@ void SchedulingView::MarkScheduled(const std::string& name, int64_t version, std
   job.applied = true;
   job.nodes = std::move(nodes);
   job.unschedulable_epoch.reset();
+}
+
+void SchedulingView::MarkReasonWritten(const std::string& name, int64_t version, std::string data) {
+  const auto it = jobs_.find(name);
+  if (it == jobs_.end()) {
+    return;
+  }
+  it->second.version = version;
+  it->second.data = std::move(data);
 }
 
 }  // namespace gpufleet::control

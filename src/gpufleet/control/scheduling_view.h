@@ -119,6 +119,10 @@ class SchedulingView final : public store::CommitObserver {
   // the job is Scheduled at `version` with the new document `data`.
   void MarkScheduled(const std::string& name, int64_t version, std::string data,
                      std::vector<scheduler::TaskPlacement> placements, std::set<std::string> nodes);
+  // Records that the cycle committed `data` for `name` at `version`, changing only its reason
+  // (already in ViewJob::reason): the next refresh need not read and parse it again. With
+  // thousands of jobs pending, a change of capacity can rewrite most of their reasons at once.
+  void MarkReasonWritten(const std::string& name, int64_t version, std::string data);
 
  private:
   Status LoadAll();

@@ -154,6 +154,29 @@ TEST_F(SchedulingViewTest, NothingChangedMeansNothingMoves) {
   EXPECT_EQ(FreeMilli(), 5000);
 }
 
+TEST_F(SchedulingViewTest, AJobDeletedAndSubmittedAgainIsReadAsTheNewJob) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  // The cycle parsed the old job's spec and found it did not fit.
+  view_.jobs().at("waiting").spec = Result<Job>(Job{});
+  view_.jobs().at("waiting").unschedulable_epoch = view_.capacity_epoch();
+  // Deleted and submitted again between two refreshes: version 1 once more, another document.
+  store::WriteBatch remove;
+  remove.Delete(std::string(kJobsKind), "waiting");
+  ASSERT_TRUE(store_.Commit(remove).ok());
+  Json again = Json::parse(JobDoc("waiting", "Pending", "", 0));
+  again["priority"] = 5;
+  store::WriteBatch create;
+  create.Create(std::string(kJobsKind), "waiting", again.dump());
+  ASSERT_TRUE(store_.Commit(create).ok());
+  ASSERT_EQ(store_.Get(std::string(kJobsKind), "waiting")->version,
+            view_.jobs().at("waiting").version);
+  ASSERT_TRUE(view_.Refresh().ok());
+  const ViewJob& job = view_.jobs().at("waiting");
+  EXPECT_EQ(job.priority, 5);
+  EXPECT_FALSE(job.spec.has_value());  // parsed again from the new document
+  EXPECT_FALSE(job.unschedulable_epoch.has_value());
+}
+
 TEST_F(SchedulingViewTest, AJobOnAnUnknownNodeHoldsNothing) {
   ASSERT_TRUE(view_.Refresh().ok());
   Update(std::string(kJobsKind), "waiting", JobDoc("waiting", "Running", "node-gone", 2));

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/wire/json_fields.h"
+
 namespace gpufleet::wire {
 namespace {
 
@@ -43,6 +45,21 @@ TEST(TopLevelString, NulloptWhenItCannotTell) {
             std::nullopt);  // the nested value never closes before the end
   EXPECT_EQ(TopLevelString(R"({"reason": "unterminated)", "state"), std::nullopt);
   EXPECT_EQ(TopLevelString(R"({"state" "Cancelled"})", "state"), std::nullopt);
+}
+
+TEST(ParseDocumentWithout, LeavesOutTheTopLevelMemberOnly) {
+  const std::string text = R"({"spec": {"spec": {"tasks": [1]}, "x": 2}, "state": "Pending",
+      "placements": [{"spec": "kept", "node": "n"}], "labels": {"spec": "kept too"}})";
+  const Json doc = ParseDocumentWithout(text, "spec");
+  EXPECT_FALSE(doc.contains("spec"));
+  Json full = Json::parse(text);
+  full.erase("spec");
+  EXPECT_EQ(doc, full);
+  EXPECT_EQ(doc["placements"][0]["spec"], "kept");
+  EXPECT_EQ(doc["labels"]["spec"], "kept too");
+  // Not an object, or not JSON: an empty object, as ParseDocument gives.
+  EXPECT_EQ(ParseDocumentWithout("[1, 2]", "spec"), Json::object());
+  EXPECT_EQ(ParseDocumentWithout(R"({"spec": )", "spec"), Json::object());
 }
 
 }  // namespace
