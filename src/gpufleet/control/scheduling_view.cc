@@ -93,7 +93,13 @@ void SchedulingView::Committed(const store::WriteBatch& batch) {
       continue;
     }
     if (op.kind == kJobsKind) {
-      changed_jobs_.insert(op.name);
+      // Commits may be reported out of order: keep the highest version, and unknown for good.
+      const int64_t written =
+          op.type == store::WriteOpType::kUpdate ? op.expected_version + 1 : kVersionUnknown;
+      const auto [it, added] = changed_jobs_.try_emplace(op.name, written);
+      if (!added && it->second != kVersionUnknown) {
+        it->second = written == kVersionUnknown ? written : std::max(it->second, written);
+      }
     } else if (op.kind == kNodesKind) {
       changed_nodes_.insert(op.name);
     } else if (op.kind == kClusterKind) {
@@ -111,7 +117,7 @@ bool SchedulingView::TakeQueuesChanged() {
 
 void SchedulingView::ReadJobAgain(const std::string& name) {
   std::lock_guard<std::mutex> lock(changes_mu_);
-  changed_jobs_.insert(name);
+  changed_jobs_[name] = kVersionUnknown;
 }
 
 void SchedulingView::ReadAllAgain() {
@@ -121,7 +127,7 @@ void SchedulingView::ReadAllAgain() {
 
 Status SchedulingView::Refresh() {
   std::set<std::string> nodes;
-  std::set<std::string> jobs;
+  std::map<std::string, int64_t> jobs;
   bool reload = false;
   {
     std::lock_guard<std::mutex> lock(changes_mu_);
@@ -151,7 +157,11 @@ Status SchedulingView::Refresh() {
     status = UpdateSnapshot(nodes);
   }
   if (status.ok()) {
-    for (const std::string& name : jobs) {
+    for (const auto& [name, written] : jobs) {
+      if (const auto held = jobs_.find(name);
+          written != kVersionUnknown && held != jobs_.end() && held->second.version == written) {
+        continue;  // the cycle's own write, already in the view
+      }
       status = RefreshJob(name);
       if (!status.ok()) {
         break;

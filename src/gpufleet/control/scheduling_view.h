@@ -150,7 +150,11 @@ class SchedulingView final : public store::CommitObserver {
   bool reload_all_ = true;               // guarded by changes_mu_
   bool queues_changed_ = true;           // guarded by changes_mu_
   std::set<std::string> changed_nodes_;  // guarded by changes_mu_
-  std::set<std::string> changed_jobs_;   // guarded by changes_mu_
+  // Jobs written since the last refresh, each with the version its last update gave it, or
+  // kVersionUnknown (created, deleted, or a commit whose outcome is unknown): a job the view
+  // already holds at that version (the cycle's own write) is not read again.
+  static constexpr int64_t kVersionUnknown = -1;
+  std::map<std::string, int64_t> changed_jobs_;  // guarded by changes_mu_
 
   Topology topology_;
   std::map<std::string, ViewNode> nodes_;

@@ -310,6 +310,68 @@ std::string Describe(SchedulingView& view) {
   return out;
 }
 
+// Counts the objects read one by one, over an in-memory store.
+class CountingStore final : public store::StateStore {
+ public:
+  int gets = 0;
+
+ protected:
+  Result<store::StoredObject> DoGet(std::string_view kind, std::string_view name) override {
+    ++gets;
+    return inner_.Get(kind, name);
+  }
+  Result<std::vector<store::StoredObject>> DoList(std::string_view kind,
+                                                  std::string_view name_prefix) override {
+    return inner_.List(kind, name_prefix);
+  }
+  Status DoCommit(const store::WriteBatch& batch) override { return inner_.Commit(batch); }
+  Result<int64_t> DoRevision() override { return inner_.Revision(); }
+  Result<std::vector<store::StoredEvent>> DoEvents(std::string_view kind,
+                                                   std::string_view name) override {
+    return inner_.Events(kind, name);
+  }
+
+ private:
+  store::InMemoryStateStore inner_;
+};
+
+TEST(SchedulingViewOwnWrites, TheCyclesOwnWriteIsNotReadAgainButAnotherWritersIs) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  CountingStore store;
+  store::WriteBatch setup;
+  setup.Create(std::string(kNodesKind), "node-a", wire::NodeToJson(MakeNode("node-a"), {}).dump());
+  setup.Create(std::string(kJobsKind), "waiting", JobDoc("waiting", "Pending", "", 0));
+  ASSERT_TRUE(store.Commit(setup).ok());
+  SchedulingView view(store, catalog);
+  ASSERT_TRUE(view.Refresh().ok());
+
+  // The cycle writes a new reason and records it, as ApiServer::CommitCycleWrites does.
+  Json doc = Json::parse(JobDoc("waiting", "Pending", "", 0));
+  doc["reason"] = "no room";
+  store::WriteBatch own;
+  own.Update(std::string(kJobsKind), "waiting", doc.dump(), 1);
+  ASSERT_TRUE(store.Commit(own).ok());
+  view.MarkReasonWritten("waiting", 2, doc.dump());
+  store.gets = 0;
+  ASSERT_TRUE(view.Refresh().ok());
+  EXPECT_EQ(store.gets, 0);
+  EXPECT_EQ(view.jobs().at("waiting").version, 2);
+
+  // Another writer's update after it is read, whatever order the two were reported in.
+  doc["priority"] = 7;
+  store::WriteBatch other;
+  other.Update(std::string(kJobsKind), "waiting", doc.dump(), 2);
+  ASSERT_TRUE(store.Commit(other).ok());
+  ASSERT_TRUE(view.Refresh().ok());
+  EXPECT_EQ(store.gets, 1);
+  EXPECT_EQ(view.jobs().at("waiting").priority, 7);
+
+  // A commit whose outcome the cycle does not know is read again.
+  view.ReadJobAgain("waiting");
+  ASSERT_TRUE(view.Refresh().ok());
+  EXPECT_EQ(store.gets, 2);
+}
+
 // The view kept up to date commit by commit (nodes replaced in place, jobs re-read) equals a view
 // loaded from scratch after every step of a random sequence of node and job writes.
 TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrites) {
