@@ -10,7 +10,6 @@
 #include "gpufleet/control/placement_gpus.h"
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/control/tenancy.h"
-#include "gpufleet/wire/json_scan.h"
 #include "gpufleet/wire/node_json.h"
 
 namespace gpufleet::control {
@@ -186,18 +185,15 @@ Status SchedulingView::LoadAll() {
       loaded[object.name] = std::move(*node);
     }
   }
-  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs, store_.List(kJobsKind));
+  // Finished jobs are most of the store: the state index leaves them out.
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs,
+                            store_.ListWhere(kJobsKind, UnfinishedJobs()));
   topology_ = std::move(topology);
   nodes_ = std::move(loaded);
   jobs_.clear();
   snapshot_.reset();
   GPUFLEET_RETURN_IF_ERROR(RebuildSnapshot());
   for (const store::StoredObject& object : jobs) {
-    // Finished jobs are most of the store: skip them before parsing.
-    if (const std::optional<std::string> state = wire::TopLevelString(object.data, "state");
-        state && ParseJobState(*state) && IsFinished(*ParseJobState(*state))) {
-      continue;
-    }
     PutJob(object);
   }
   return Status::Ok();

@@ -34,7 +34,8 @@ class PgSession;
 // code is applied once each, under a transaction-scoped advisory lock so that servers opening one
 // database at the same time do not race; a database whose schema is newer than this code knows is
 // kFailedPrecondition. Kinds and names are `text COLLATE "C"` (bytewise order, as List promises);
-// data and event text are `bytea`. The database must use the UTF8 encoding.
+// data and event text are `bytea`. The database must use the UTF8 encoding. The state index is a
+// column of objects that every write sets from IndexedState, with an index on (kind, state, name).
 //
 // Durability and concurrency: each Commit is one transaction with synchronous_commit on, so an OK
 // means the batch is in PostgreSQL's durable WAL (and on a synchronous standby if the server is
@@ -81,6 +82,8 @@ class PostgresStateStore final : public StateStore {
   Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
   Result<std::vector<StoredObject>> DoList(std::string_view kind,
                                            std::string_view name_prefix) override;
+  Result<std::vector<StoredObject>> DoListWhere(std::string_view kind,
+                                                const ListFilter& filter) override;
   Status DoCommit(const WriteBatch& batch) override;
   Result<int64_t> DoRevision() override;
   Result<std::vector<StoredEvent>> DoEvents(std::string_view kind, std::string_view name) override;

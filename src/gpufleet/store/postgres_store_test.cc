@@ -139,7 +139,7 @@ TEST_F(PostgresStateStoreTest, CommittedStateSurvivesClosingAndReopening) {
   // Reopening applied no migration twice.
   EXPECT_THAT(server_->QueryColumn(
                   database_, "SELECT version FROM gpufleet.schema_migrations ORDER BY version"),
-              IsOkAndHolds(ElementsAre("1", "2")));
+              IsOkAndHolds(ElementsAre("1", "2", "3")));
 }
 
 TEST_F(PostgresStateStoreTest, StoresOnOneDatabaseSeeEachOthersCommitsAndConflicts) {
@@ -293,7 +293,7 @@ TEST_F(PostgresStateStoreTest, StoresOpeningANewDatabaseAtOnceCreateTheSchemaOnc
   }
   EXPECT_THAT(server_->QueryColumn(
                   database_, "SELECT version FROM gpufleet.schema_migrations ORDER BY version"),
-              IsOkAndHolds(ElementsAre("1", "2")));
+              IsOkAndHolds(ElementsAre("1", "2", "3")));
 }
 
 TEST_F(PostgresStateStoreTest, ADatabaseWithANewerSchemaIsRefused) {
@@ -305,6 +305,54 @@ TEST_F(PostgresStateStoreTest, ADatabaseWithANewerSchemaIsRefused) {
       StatusIs(StatusCode::kFailedPrecondition,
                HasSubstr(fmt::format("schema version 999, newer than the {} this gpufleet knows",
                                      PostgresStateStore::LatestSchemaVersion()))));
+}
+
+TEST_F(PostgresStateStoreTest, ADatabaseWrittenBeforeTheStateIndexIsBackFilledOnce) {
+  {
+    std::unique_ptr<PostgresStateStore> store = OpenOrFail(uri_);
+    ASSERT_NE(store, nullptr);
+    // Names that need quoting in an array literal, a malformed document, another kind.
+    ASSERT_OK(
+        store->Commit(WriteBatch()
+                          .Create("jobs", R"(a"quote\back,{brace})", R"({"state": "Running"})")
+                          .Create("jobs", "broken", "{\"state\": \"Run")
+                          .Create("jobs", "done", R"({"state": "Succeeded"})")
+                          .Create("nodes", "n1", R"({"state": "Ready"})")));
+  }
+  // Back to the schema of version 2, as a database written by an older gpufleet has it, plus
+  // 2,500 jobs that older code wrote (more than one back-fill statement's worth).
+  ASSERT_OK(server_->Execute(database_, R"sql(
+DROP INDEX gpufleet.objects_by_state;
+ALTER TABLE gpufleet.objects DROP COLUMN state;
+DELETE FROM gpufleet.schema_migrations WHERE version > 2;
+INSERT INTO gpufleet.objects (kind, name, data, version, revision)
+  SELECT 'jobs', 'bulk-' || lpad(i::text, 4, '0'),
+         convert_to('{"state": "' || (CASE WHEN i % 100 = 0 THEN 'Running' ELSE 'Failed' END)
+                    || '"}', 'UTF8'), 1, 1
+  FROM generate_series(1, 2500) AS i;
+)sql"));
+  for (int reopen = 0; reopen < 2; ++reopen) {
+    std::unique_ptr<PostgresStateStore> store = OpenOrFail(uri_);
+    ASSERT_NE(store, nullptr);
+    Result<std::vector<StoredObject>> active =
+        store->ListWhere("jobs", {.states = {"Succeeded", "Failed"}, .exclude_states = true});
+    ASSERT_OK(active);
+    std::vector<std::string> names;
+    for (const StoredObject& object : *active) {
+      names.push_back(object.name);
+    }
+    ASSERT_EQ(names.size(), 27u);
+    EXPECT_EQ(names[0], R"(a"quote\back,{brace})");
+    EXPECT_EQ(names[1], "broken");
+    EXPECT_EQ(names[2], "bulk-0100");
+    EXPECT_EQ(names[26], "bulk-2500");
+    Result<std::vector<StoredObject>> ready = store->ListWhere("nodes", {.states = {"Ready"}});
+    ASSERT_OK(ready);
+    EXPECT_EQ(ready->size(), 1u);
+  }
+  EXPECT_THAT(server_->QueryColumn(
+                  database_, "SELECT version FROM gpufleet.schema_migrations ORDER BY version"),
+              IsOkAndHolds(ElementsAre("1", "2", "3")));
 }
 
 TEST_F(PostgresStateStoreTest, ListPrefixesEndingInTheHighestCodePointsAreExact) {

@@ -32,7 +32,8 @@ namespace gpufleet::store {
 //
 // Schema: an ordered list of migrations compiled into the code, each applied once in its own
 // transaction and recorded in the table schema_migrations(version, name). Opening a database
-// whose schema is newer than this code knows is kFailedPrecondition.
+// whose schema is newer than this code knows is kFailedPrecondition. The state index is a column
+// of objects, set from IndexedState by every write, with an index on (kind, state, name).
 //
 // Thread-safe: there is one connection, and a std::mutex serialises every call on it (SQLite is
 // used in multi-thread mode, which needs exactly that). Reads therefore wait for a commit in
@@ -59,6 +60,8 @@ class SqliteStateStore final : public StateStore {
   Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
   Result<std::vector<StoredObject>> DoList(std::string_view kind,
                                            std::string_view name_prefix) override;
+  Result<std::vector<StoredObject>> DoListWhere(std::string_view kind,
+                                                const ListFilter& filter) override;
   Status DoCommit(const WriteBatch& batch) override;
   Result<int64_t> DoRevision() override;
   Result<std::vector<StoredEvent>> DoEvents(std::string_view kind, std::string_view name) override;
@@ -83,8 +86,11 @@ class SqliteStateStore final : public StateStore {
     kRollbackToSavepoint,
     kReleaseSavepoint,
     kDeleteEvents,
+    kBeginRead,
+    kNextState,
+    kListState,
   };
-  static constexpr size_t kStatementCount = 17;
+  static constexpr size_t kStatementCount = 20;
 
   // A Commit waiting to be written by a group commit.
   struct PendingCommit {
@@ -105,6 +111,8 @@ class SqliteStateStore final : public StateStore {
 
   // Sets the journal mode, synchronous level and busy timeout.
   Status Configure();
+  // Registers gpufleet_indexed_state(data), IndexedState as an SQL function.
+  Status RegisterFunctions();
   Status ApplyMigrations();
   Status PrepareStatements();
   // Prepares a statement for one use (Open only; the hot paths use statements_).

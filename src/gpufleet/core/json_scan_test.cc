@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/wire/json_scan.h"
+#include "gpufleet/core/json_scan.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-namespace gpufleet::wire {
+namespace gpufleet {
 namespace {
 
 TEST(TopLevelString, FindsTheMemberAfterNestedValues) {
@@ -46,4 +46,4 @@ TEST(TopLevelString, NulloptWhenItCannotTell) {
 }
 
 }  // namespace
-}  // namespace gpufleet::wire
+}  // namespace gpufleet
