@@ -560,10 +560,14 @@ Status CheckFence(PgSession& session, const std::string& lease, int64_t token) {
       "the lease \"{}\" of fencing token {} expired before it was renewed", lease, token));
 }
 
-// Everything of a commit between BEGIN and COMMIT, COMMIT included; with a `fence_lease`, first
-// the fencing check.
-Status CommitInTransaction(PgSession& session, const WriteBatch& batch,
-                           const std::string& fence_lease, int64_t fence_token) {
+// Everything of a group commit between BEGIN and COMMIT, COMMIT included; with a `fence_lease`,
+// first the fencing check. Each batch runs inside a savepoint: one that fails is rolled back alone
+// and gets its error in `statuses` (one per batch, reset here: a retried call starts afresh); the
+// others get OK and a revision each. A failure of the transaction itself is returned.
+Status CommitInTransaction(PgSession& session, const std::vector<const WriteBatch*>& batches,
+                           const std::string& fence_lease, int64_t fence_token,
+                           std::vector<Status>& statuses) {
+  statuses.assign(batches.size(), Status::Ok());
   if (!fence_lease.empty()) {
     GPUFLEET_RETURN_IF_ERROR(CheckFence(session, fence_lease, fence_token));
   }
@@ -576,13 +580,33 @@ Status CommitInTransaction(PgSession& session, const WriteBatch& batch,
   if (PQntuples(locked.get()) != 1) {
     return Status(StatusCode::kDataLoss, "the store revision is missing");
   }
-  GPUFLEET_ASSIGN_OR_RETURN(const int64_t previous, Int64Field(locked.get(), 0, 0));
-  const int64_t revision = previous + 1;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const Status status = ApplyOp(session, batch.ops()[i], revision);
-    if (!status.ok()) {
-      return AnnotateOpError(status, i, batch.size(), batch.ops()[i]);
+  GPUFLEET_ASSIGN_OR_RETURN(int64_t revision, Int64Field(locked.get(), 0, 0));
+  const bool grouped = batches.size() > 1;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const WriteBatch& batch = *batches[b];
+    if (grouped) {
+      GPUFLEET_RETURN_IF_ERROR(session.Exec("opening a savepoint", "SAVEPOINT one_batch"));
     }
+    for (size_t i = 0; i < batch.size() && statuses[b].ok(); ++i) {
+      const Status status = ApplyOp(session, batch.ops()[i], revision + 1);
+      if (!status.ok()) {
+        statuses[b] = AnnotateOpError(status, i, batch.size(), batch.ops()[i]);
+      }
+    }
+    if (!grouped) {
+      GPUFLEET_RETURN_IF_ERROR(statuses[b]);
+    } else if (!statuses[b].ok()) {
+      if (session.lost()) {
+        return statuses[b];
+      }
+      GPUFLEET_RETURN_IF_ERROR(
+          session.Exec("rolling back to a savepoint", "ROLLBACK TO SAVEPOINT one_batch"));
+    }
+    if (grouped) {
+      GPUFLEET_RETURN_IF_ERROR(
+          session.Exec("releasing a savepoint", "RELEASE SAVEPOINT one_batch"));
+    }
+    revision += statuses[b].ok() ? 1 : 0;
   }
   GPUFLEET_RETURN_IF_ERROR(session
                                .Query("writing the store revision",
@@ -895,12 +919,49 @@ Result<std::vector<StoredObject>> PostgresStateStore::DoListWhere(std::string_vi
 }
 
 Status PostgresStateStore::DoCommit(const WriteBatch& batch) {
-  return Run([&](PgSession& session) {
+  // Group commit: the caller queues its batch; the first caller to find no group in progress
+  // commits everything queued so far in one transaction, and the others wait for it.
+  PendingCommit me{.batch = &batch};
+  std::unique_lock group(group_mu_);
+  queue_.push_back(&me);
+  group_cv_.wait(group, [&] { return me.done || !group_committing_; });
+  if (me.done) {
+    return me.status;
+  }
+  group_committing_ = true;
+  std::vector<PendingCommit*> taken;
+  taken.swap(queue_);
+  group.unlock();
+  CommitGroup(taken);
+  group.lock();
+  for (PendingCommit* pending : taken) {
+    pending->done = true;
+  }
+  group_committing_ = false;
+  group.unlock();
+  group_cv_.notify_all();
+  return me.status;
+}
+
+void PostgresStateStore::CommitGroup(const std::vector<PendingCommit*>& group) {
+  std::vector<const WriteBatch*> batches;
+  for (const PendingCommit* pending : group) {
+    batches.push_back(pending->batch);
+  }
+  std::vector<Status> statuses;
+  const Status status = Run([&](PgSession& session) {
     return InTransaction(session, [&](PgSession& in_transaction) {
       // mu_ is held: Run takes it.
-      return CommitInTransaction(in_transaction, batch, fence_lease_, fence_token_.load());
+      return CommitInTransaction(in_transaction, batches, fence_lease_, fence_token_.load(),
+                                 statuses);
     });
   });
+  for (size_t i = 0; i < group.size(); ++i) {
+    // Nothing of the group is durable unless the transaction committed.
+    group[i]->status = !status.ok() && (statuses.size() != group.size() || statuses[i].ok())
+                           ? status
+                           : statuses[i];
+  }
 }
 
 Result<int64_t> PostgresStateStore::DoRevision() {
