@@ -919,33 +919,13 @@ Result<std::vector<StoredObject>> PostgresStateStore::DoListWhere(std::string_vi
 }
 
 Status PostgresStateStore::DoCommit(const WriteBatch& batch) {
-  // Group commit: the caller queues its batch; the first caller to find no group in progress
-  // commits everything queued so far in one transaction, and the others wait for it.
-  PendingCommit me{.batch = &batch};
-  std::unique_lock group(group_mu_);
-  queue_.push_back(&me);
-  group_cv_.wait(group, [&] { return me.done || !group_committing_; });
-  if (me.done) {
-    return me.status;
-  }
-  group_committing_ = true;
-  std::vector<PendingCommit*> taken;
-  taken.swap(queue_);
-  group.unlock();
-  CommitGroup(taken);
-  group.lock();
-  for (PendingCommit* pending : taken) {
-    pending->done = true;
-  }
-  group_committing_ = false;
-  group.unlock();
-  group_cv_.notify_all();
-  return me.status;
+  return group_commits_.Commit(
+      batch, [&](const std::vector<GroupCommitQueue::Pending*>& group) { CommitGroup(group); });
 }
 
-void PostgresStateStore::CommitGroup(const std::vector<PendingCommit*>& group) {
+void PostgresStateStore::CommitGroup(const std::vector<GroupCommitQueue::Pending*>& group) {
   std::vector<const WriteBatch*> batches;
-  for (const PendingCommit* pending : group) {
+  for (const GroupCommitQueue::Pending* pending : group) {
     batches.push_back(pending->batch);
   }
   std::vector<Status> statuses;

@@ -3,7 +3,6 @@
 
 #include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -13,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gpufleet/store/group_commit.h"
 #include "gpufleet/store/leader_election.h"
 #include "gpufleet/store/state_store.h"
 
@@ -46,12 +46,12 @@ class PgSession;
 // every earlier commit. Several PostgresStateStore objects (in one or more processes) may share a
 // database; each sees the others' commits.
 //
-// Group commit, as SqliteStateStore's: the batches of the threads that call Commit while a
-// transaction is under way go together into the next one, each inside its own savepoint and with
-// its own revision, so that a batch that fails is undone alone and the others still commit; the
-// group costs one WAL flush (and one fencing check). Each caller returns once its own batch is
-// durable or has failed; a failure of the transaction itself (the connection lost, the lease
-// gone, the outcome of COMMIT unknown) is every batch's answer.
+// Group commit (GroupCommitQueue), as SqliteStateStore's: the batches of the threads that call
+// Commit while a transaction is under way go together into the next one, each inside its own
+// savepoint and with its own revision, so that a batch that fails is undone alone and the others
+// still commit; the group costs one WAL flush (and one fencing check). Each caller returns once its
+// own batch is durable or has failed; a failure of the transaction itself (the connection lost, the
+// lease gone, the outcome of COMMIT unknown) is every batch's answer.
 //
 // Connection loss: a call that finds the connection lost (server restarted, network cut) is
 // kUnavailable, and the next call connects again; a call on a connection that turns out to have
@@ -105,15 +105,8 @@ class PostgresStateStore final : public StateStore {
 
   PostgresStateStore(std::string uri, std::string redacted_uri, std::vector<std::string> secrets);
 
-  // A Commit waiting to be written by a group commit.
-  struct PendingCommit {
-    const WriteBatch* batch = nullptr;
-    Status status = Status::Ok();
-    bool done = false;  // guarded by group_mu_
-  };
-
   // Commits `group` in one transaction and sets each one's status.
-  void CommitGroup(const std::vector<PendingCommit*>& group);
+  void CommitGroup(const std::vector<GroupCommitQueue::Pending*>& group);
 
   // Connects (again) and prepares the session. REQUIRES: mu_ held.
   Status Connect();
@@ -137,13 +130,7 @@ class PostgresStateStore final : public StateStore {
   // commit under way to set it.
   std::string fence_lease_;
   std::atomic<int64_t> fence_token_{0};
-
-  // Group commit (DoCommit): commits waiting for the next group, and whether a group is being
-  // committed now.
-  std::mutex group_mu_;
-  std::condition_variable group_cv_;
-  std::vector<PendingCommit*> queue_;  // guarded by group_mu_
-  bool group_committing_ = false;      // guarded by group_mu_
+  GroupCommitQueue group_commits_;
 };
 
 // The PostgreSQL LeaderElection: one row of the table gpufleet.leader_lease per lease name,

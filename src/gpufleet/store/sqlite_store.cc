@@ -466,36 +466,15 @@ Result<std::vector<StoredObject>> SqliteStateStore::DoListWhere(std::string_view
 }
 
 Status SqliteStateStore::DoCommit(const WriteBatch& batch) {
-  // Group commit: the caller queues its batch; the first caller to find no group in progress
-  // commits everything queued so far in one transaction (one fsync), and the others wait for it.
-  PendingCommit me{.batch = &batch};
-  std::unique_lock group(group_mu_);
-  queue_.push_back(&me);
-  group_cv_.wait(group, [&] { return me.done || !group_committing_; });
-  if (me.done) {
-    return me.status;
-  }
-  group_committing_ = true;
-  std::vector<PendingCommit*> taken;
-  taken.swap(queue_);
-  group.unlock();
-  {
+  return group_commits_.Commit(batch, [&](const std::vector<GroupCommitQueue::Pending*>& group) {
     std::lock_guard lock(mu_);
-    CommitGroup(taken);
-  }
-  group.lock();
-  for (PendingCommit* pending : taken) {
-    pending->done = true;
-  }
-  group_committing_ = false;
-  group.unlock();
-  group_cv_.notify_all();
-  return me.status;
+    CommitGroup(group);
+  });
 }
 
-void SqliteStateStore::CommitGroup(const std::vector<PendingCommit*>& group) {
+void SqliteStateStore::CommitGroup(const std::vector<GroupCommitQueue::Pending*>& group) {
   const auto fail_all = [&](const Status& status) {
-    for (PendingCommit* pending : group) {
+    for (GroupCommitQueue::Pending* pending : group) {
       pending->status = status;
     }
   };
@@ -516,7 +495,7 @@ void SqliteStateStore::CommitGroup(const std::vector<PendingCommit*>& group) {
   } else {
     // Each batch inside a savepoint, so that one failing batch is undone alone and the others
     // still commit; each successful batch gets its own revision.
-    for (PendingCommit* pending : group) {
+    for (GroupCommitQueue::Pending* pending : group) {
       status = Step(StatementId::kSavepoint, "opening a savepoint");
       if (!status.ok()) {
         break;
@@ -554,7 +533,7 @@ void SqliteStateStore::CommitGroup(const std::vector<PendingCommit*>& group) {
   if (!status.ok() && sqlite3_get_autocommit(db_.get()) == 0) {
     const Status rollback = Step(StatementId::kRollback, "rolling back");
     if (!rollback.ok()) {
-      for (PendingCommit* pending : group) {
+      for (GroupCommitQueue::Pending* pending : group) {
         pending->status = Status(pending->status.code(),
                                  pending->status.message() + "; then " + rollback.message());
       }

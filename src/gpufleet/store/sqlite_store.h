@@ -2,7 +2,6 @@
 #pragma once
 
 #include <array>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -12,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gpufleet/store/group_commit.h"
 #include "gpufleet/store/state_store.h"
 
 struct sqlite3;
@@ -92,13 +92,6 @@ class SqliteStateStore final : public StateStore {
   };
   static constexpr size_t kStatementCount = 20;
 
-  // A Commit waiting to be written by a group commit.
-  struct PendingCommit {
-    const WriteBatch* batch = nullptr;
-    Status status = Status::Ok();
-    bool done = false;  // guarded by group_mu_
-  };
-
   struct Closer {
     void operator()(sqlite3* db) const;
   };
@@ -135,7 +128,7 @@ class SqliteStateStore final : public StateStore {
   // error names the operation). REQUIRES: mu_ held, a transaction open.
   Status ApplyBatch(const WriteBatch& batch, int64_t revision);
   // Commits `group` in one transaction and sets each one's status. REQUIRES: mu_ held.
-  void CommitGroup(const std::vector<PendingCommit*>& group);
+  void CommitGroup(const std::vector<GroupCommitQueue::Pending*>& group);
 
   const std::string path_;
   std::mutex mu_;
@@ -144,12 +137,7 @@ class SqliteStateStore final : public StateStore {
   std::unique_ptr<sqlite3, Closer> db_;
   std::array<StatementPtr, kStatementCount> statements_;
 
-  // Group commit (DoCommit): commits waiting for the next group, and whether a group is being
-  // committed now.
-  std::mutex group_mu_;
-  std::condition_variable group_cv_;
-  std::vector<PendingCommit*> queue_;  // guarded by group_mu_
-  bool group_committing_ = false;      // guarded by group_mu_
+  GroupCommitQueue group_commits_;
 };
 
 }  // namespace gpufleet::store

@@ -192,7 +192,7 @@ Result<std::vector<StoredObject>> ListWhereByState(
     const ListFilter& filter,
     const std::function<Result<std::vector<std::string>>()>& distinct_states,
     const std::function<Result<std::vector<StoredObject>>(const std::string& state)>& list_state);
-// Whether `object` passes `filter` apart from its state and the limit (prefix and start).
+// Whether `name` passes `filter` apart from the state and the limit: the prefix and the start.
 bool InListRange(const ListFilter& filter, std::string_view name);
 // Appends " (batch op <index+1> of <size>: <type>)" to the message of a failed operation.
 Status AnnotateOpError(const Status& status, size_t index, size_t size, const WriteOp& op);
