@@ -40,7 +40,7 @@
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/store/sqlite_store.h"
-#include "gpufleet/wire/json_scan.h"
+#include "gpufleet/core/json_scan.h"
 
 namespace gpufleet {
 namespace {
@@ -143,7 +143,7 @@ Status CloneFinished(store::StateStore& from, store::StateStore& to, int templat
     if (static_cast<int>(sources.size()) == templates) {
       break;
     }
-    if (wire::TopLevelString(job.data, "state") != std::optional<std::string>("Cancelled")) {
+    if (TopLevelString(job.data, "state") != std::optional<std::string>("Cancelled")) {
       continue;
     }
     Template source;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <array>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -17,19 +18,21 @@
 #include "gpufleet/control/placement_gpus.h"
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/control/tenancy.h"
+#include "gpufleet/core/json_scan.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/store/read_modify_write.h"
 #include "gpufleet/wire/job_spec.h"
 #include "gpufleet/wire/json_fields.h"
-#include "gpufleet/wire/json_scan.h"
 #include "gpufleet/wire/node_json.h"
 
 namespace gpufleet::api {
 namespace {
 
 constexpr std::string_view kTopologyName = "topology";
+// The largest `limit` of GET /v1/jobs.
+constexpr size_t kMaxJobsPerPage = 10000;
 
 Status PermissionDenied(std::string message) {
   return Status(StatusCode::kPermissionDenied, std::move(message));
@@ -1262,26 +1265,59 @@ Result<Json> ApiServer::SubmitJob(const control::Principal& who, std::string_vie
 }
 
 ApiResponse ApiServer::ListJobs(const control::Principal& who, const ApiRequest& request) {
-  std::optional<std::string> state;
+  // The state filter is served by the store's state index, and so is the paging: a page costs
+  // O(limit), not O(the jobs stored).
+  store::ListFilter filter{.exclude_states = true};
   std::optional<std::string> queue;
   if (const auto it = request.query.find("state"); it != request.query.end()) {
     if (!control::ParseJobState(it->second)) {
       return ErrorResponse(InvalidArgumentError(
           fmt::format("state: unknown \"{}\" (valid: {})", it->second, control::JobStateNames())));
     }
-    state = it->second;
+    filter = {.states = {it->second}};
   }
   if (const auto it = request.query.find("queue"); it != request.query.end()) {
     queue = it->second;
   }
-  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(control::kJobsKind);
+  size_t limit = 0;
+  if (const auto it = request.query.find("limit"); it != request.query.end()) {
+    const auto [end, error] =
+        std::from_chars(it->second.data(), it->second.data() + it->second.size(), limit);
+    if (error != std::errc() || end != it->second.data() + it->second.size() || limit < 1 ||
+        limit > kMaxJobsPerPage) {
+      return ErrorResponse(InvalidArgumentError(fmt::format(
+          "limit: \"{}\" is not an integer from 1 to {}", it->second, kMaxJobsPerPage)));
+    }
+    // One more than a page: whether another page follows.
+    filter.limit = limit + 1;
+  }
+  if (const auto it = request.query.find("continue"); it != request.query.end()) {
+    if (limit == 0 || !store::ValidateKey("continue", it->second).ok()) {
+      return ErrorResponse(InvalidArgumentError(
+          limit == 0 ? "continue: only with limit (the token of the page before)"
+                     : "continue: not a token this server gave out"));
+    }
+    filter.start_after = it->second;
+  }
+  if (!who.is_admin()) {
+    // A member's jobs are keyed TEAM/NAME (docs/api.md, "Names").
+    filter.name_prefix = control::TeamScopedKey(who.team, "");
+  }
+  Result<std::vector<store::StoredObject>> jobs =
+      options_.store.ListWhere(control::kJobsKind, filter);
   if (!jobs.ok()) {
     return ErrorResponse(jobs.status());
+  }
+  std::optional<std::string> next;
+  if (limit > 0 && jobs->size() > limit) {
+    jobs->resize(limit);
+    next = jobs->back().name;
   }
   Json items = Json::array();
   for (const store::StoredObject& object : *jobs) {
     Json job = JobOutput(object);
-    if (!who.Sees(wire::StrOr(job, "team")) || (state && wire::StrOr(job, "state") != *state) ||
+    if (!who.Sees(wire::StrOr(job, "team")) ||
+        (!filter.exclude_states && wire::StrOr(job, "state") != filter.states[0]) ||
         (queue && wire::StrOr(job, "queue") != *queue)) {
       continue;
     }
@@ -1289,7 +1325,11 @@ ApiResponse ApiServer::ListJobs(const control::Principal& who, const ApiRequest&
     HideOtherTeamsJobs(who, job);
     items.push_back(std::move(job));
   }
-  return JsonResponse(200, {{"items", std::move(items)}});
+  Json body = {{"items", std::move(items)}};
+  if (next) {
+    body["continue"] = *next;
+  }
+  return JsonResponse(200, body);
 }
 
 ApiResponse ApiServer::GetJob(const control::Principal& who, std::string_view name) {
@@ -1411,7 +1451,8 @@ Status NodeNotFound(std::string_view name) {
 
 ApiResponse ApiServer::ListNodes() {
   const Result<std::vector<store::StoredObject>> nodes = options_.store.List(control::kNodesKind);
-  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(control::kJobsKind);
+  const Result<std::vector<store::StoredObject>> jobs =
+      options_.store.ListWhere(control::kJobsKind, control::UnfinishedJobs());
   if (!nodes.ok() || !jobs.ok()) {
     return ErrorResponse(!nodes.ok() ? nodes.status() : jobs.status());
   }
@@ -1454,7 +1495,8 @@ ApiResponse ApiServer::GetNode(std::string_view name) {
   if (!object.ok()) {
     return ErrorResponse(object.status());
   }
-  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(control::kJobsKind);
+  const Result<std::vector<store::StoredObject>> jobs =
+      options_.store.ListWhere(control::kJobsKind, control::UnfinishedJobs());
   if (!jobs.ok()) {
     return ErrorResponse(jobs.status());
   }
@@ -1475,7 +1517,8 @@ ApiResponse ApiServer::DeleteNode(const control::Principal& who, std::string_vie
   if (!object.ok()) {
     return ErrorResponse(object.status());
   }
-  const Result<std::vector<store::StoredObject>> jobs = options_.store.List(control::kJobsKind);
+  const Result<std::vector<store::StoredObject>> jobs =
+      options_.store.ListWhere(control::kJobsKind, control::UnfinishedJobs());
   if (!jobs.ok()) {
     return ErrorResponse(jobs.status());
   }

@@ -15,11 +15,11 @@
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/image_reference.h"
+#include "gpufleet/core/json_scan.h"
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/store/read_modify_write.h"
 #include "gpufleet/wire/job_spec.h"
 #include "gpufleet/wire/json_fields.h"
-#include "gpufleet/wire/json_scan.h"
 #include "gpufleet/wire/node_json.h"
 
 namespace gpufleet::api {
@@ -752,10 +752,11 @@ Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const J
       }
     }
   } else {
-    GPUFLEET_ASSIGN_OR_RETURN(jobs, options_.store.List(control::kJobsKind));
+    GPUFLEET_ASSIGN_OR_RETURN(
+        jobs, options_.store.ListWhere(control::kJobsKind, control::UnfinishedJobs()));
   }
   for (const store::StoredObject& object : jobs) {
-    const std::optional<std::string> state = wire::TopLevelString(object.data, "state");
+    const std::optional<std::string> state = TopLevelString(object.data, "state");
     if (!state || !control::ParseJobState(*state) ||
         !control::HoldsResources(*control::ParseJobState(*state)) ||
         object.data.find(node) == std::string::npos) {

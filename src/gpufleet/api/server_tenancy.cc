@@ -309,7 +309,8 @@ ApiResponse DeleteQueue(const control::Principal& who, const std::string& name,
   }
   const Result<std::vector<store::StoredObject>> children =
       store.List(control::kQueuesKind, fmt::format("{}/", name));
-  const Result<std::vector<store::StoredObject>> jobs = store.List(control::kJobsKind);
+  const Result<std::vector<store::StoredObject>> jobs =
+      store.ListWhere(control::kJobsKind, control::UnfinishedJobs());
   const Result<std::vector<store::StoredObject>> deployments =
       store.List(control::kDeploymentsKind);
   for (const auto* listed : {&children, &jobs, &deployments}) {
@@ -388,7 +389,8 @@ ApiResponse DeleteQueue(const control::Principal& who, const std::string& name,
 ApiResponse ListQueues(const control::Principal& who, store::StateStore& store,
                        const std::map<std::string, policy::QueueStatus>& status) {
   const Result<std::vector<store::StoredObject>> queue_objects = store.List(control::kQueuesKind);
-  const Result<std::vector<store::StoredObject>> jobs = store.List(control::kJobsKind);
+  const Result<std::vector<store::StoredObject>> jobs =
+      store.ListWhere(control::kJobsKind, control::UnfinishedJobs());
   if (!queue_objects.ok() || !jobs.ok()) {
     return ErrorResponse(!queue_objects.ok() ? queue_objects.status() : jobs.status());
   }

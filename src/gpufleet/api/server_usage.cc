@@ -14,7 +14,7 @@
 #include "gpufleet/api/server.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/tenancy.h"
-#include "gpufleet/wire/json_scan.h"
+#include "gpufleet/core/json_scan.h"
 
 namespace gpufleet::api {
 namespace {
@@ -146,13 +146,14 @@ std::optional<ApiResponse> ApiServer::RouteUsage(const control::Principal& who,
   const int64_t now = UsageNowNanos();
   // The runs going first, then the records: a run that ends between the two reads is found in
   // both, and its record wins.
-  Result<std::vector<store::StoredObject>> jobs = options_.store.List(control::kJobsKind);
+  Result<std::vector<store::StoredObject>> jobs =
+      options_.store.ListWhere(control::kJobsKind, control::UnfinishedJobs());
   if (!jobs.ok()) {
     return ErrorResponse(jobs.status());
   }
   std::map<std::string, control::RunUsage> runs;
   for (const store::StoredObject& object : *jobs) {
-    const std::optional<std::string> state = wire::TopLevelString(object.data, "state");
+    const std::optional<std::string> state = TopLevelString(object.data, "state");
     const std::optional<control::JobState> typed =
         state ? control::ParseJobState(*state) : std::nullopt;
     if (!typed || !control::HoldsResources(*typed)) {

@@ -112,6 +112,16 @@ bool IsFinished(JobState state) {
          state == JobState::kCancelled;
 }
 
+store::ListFilter UnfinishedJobs() {
+  store::ListFilter filter{.exclude_states = true};
+  for (const JobState state : kJobStates) {
+    if (IsFinished(state)) {
+      filter.states.emplace_back(JobStateName(state));
+    }
+  }
+  return filter;
+}
+
 bool PlacementGone(const Json& placement) {
   const std::string phase = wire::StrOr(placement, "phase");
   return phase == "Succeeded" || phase == "Failed" || wire::BoolOr(placement, "gone", false);

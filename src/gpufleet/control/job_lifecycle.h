@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "gpufleet/core/status.h"
+#include "gpufleet/store/state_store.h"
 #include "gpufleet/wire/json_fields.h"
 
 // A job's lifecycle (docs/architecture.md, "The job lifecycle"): its typed states and the one
@@ -55,6 +56,11 @@ bool HoldsResources(JobState state);
 bool RunIsWanted(JobState state);
 // Succeeded, Failed and Cancelled: nothing happens to the job any more.
 bool IsFinished(JobState state);
+// The store listing of every job that is not finished, through the store's state index
+// (`store.ListWhere(kJobsKind, UnfinishedJobs())`): it costs O(unfinished jobs), not O(history).
+// A job whose state the index cannot read is listed: no listing that must see every active job
+// (the scheduling view, GPUs held on a node) can miss one.
+store::ListFilter UnfinishedJobs();
 
 // Whether the task of a placement (an element of a job's "placements") is known to hold nothing:
 // it ended (phase Succeeded or Failed) or it was found gone while its job was Stopping.

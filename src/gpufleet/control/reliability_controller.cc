@@ -12,10 +12,10 @@
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/cluster.h"
+#include "gpufleet/core/json_scan.h"
 #include "gpufleet/reliability/inventory.h"
 #include "gpufleet/reliability/outcome.h"
 #include "gpufleet/reliability/xid_catalog.h"
-#include "gpufleet/wire/json_scan.h"
 
 namespace gpufleet::control {
 namespace {
@@ -657,10 +657,11 @@ Result<int> ReliabilityController::PreemptRunsOn(const Analysis& analysis, const
     }
     return false;
   };
-  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs, store_.List(kJobsKind));
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs,
+                            store_.ListWhere(kJobsKind, UnfinishedJobs()));
   int preempted = 0;
   for (const store::StoredObject& listed : jobs) {
-    const std::optional<std::string> state = wire::TopLevelString(listed.data, "state");
+    const std::optional<std::string> state = TopLevelString(listed.data, "state");
     if (state && !IsRunGoing(*state)) {
       continue;
     }

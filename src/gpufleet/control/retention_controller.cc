@@ -10,8 +10,8 @@
 
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/store_keys.h"
+#include "gpufleet/core/json_scan.h"
 #include "gpufleet/wire/json_fields.h"
-#include "gpufleet/wire/json_scan.h"
 
 namespace gpufleet::control {
 namespace {
@@ -106,12 +106,12 @@ Status RetentionController::Scan(int64_t now_unix_nanos) {
                             options_.store.List(kJobsKind));
   const int64_t retain = options_.retain_finished.count();
   for (const store::StoredObject& job : jobs) {
-    // Only the top-level fields are read (wire/json_scan.h): a scan of a large history parses
+    // Only the top-level fields are read (core/json_scan.h): a scan of a large history parses
     // no document.
-    if (!IsFinishedText(wire::TopLevelString(job.data, "state"))) {
+    if (!IsFinishedText(TopLevelString(job.data, "state"))) {
       continue;
     }
-    const std::optional<std::string> finished_at = wire::TopLevelString(job.data, kFinishedAtField);
+    const std::optional<std::string> finished_at = TopLevelString(job.data, kFinishedAtField);
     const std::optional<int64_t> since = finished_at ? ParseRfc3339(*finished_at) : std::nullopt;
     if (!since) {
       unstamped_.push_back(job.name);
@@ -140,12 +140,11 @@ Status RetentionController::RunBatch(std::deque<std::string>& names, bool remove
     }
     // Read again now: a job that is not finished any more (its name was submitted again) or
     // whose stamp moved is not touched.
-    if (!IsFinishedText(wire::TopLevelString(job->data, "state"))) {
+    if (!IsFinishedText(TopLevelString(job->data, "state"))) {
       ++result.skipped;
       continue;
     }
-    const std::optional<std::string> finished_at =
-        wire::TopLevelString(job->data, kFinishedAtField);
+    const std::optional<std::string> finished_at = TopLevelString(job->data, kFinishedAtField);
     store::WriteBatch write;
     if (remove) {
       const std::optional<int64_t> since = finished_at ? ParseRfc3339(*finished_at) : std::nullopt;

@@ -42,6 +42,10 @@ class RacingStore final : public store::StateStore {
                                                   std::string_view prefix) override {
     return inner.List(kind, prefix);
   }
+  Result<std::vector<store::StoredObject>> DoListWhere(std::string_view kind,
+                                                       const store::ListFilter& filter) override {
+    return inner.ListWhere(kind, filter);
+  }
   Status DoCommit(const store::WriteBatch& batch) override {
     const bool deletes = std::any_of(batch.ops().begin(), batch.ops().end(), [](const auto& op) {
       return op.type == store::WriteOpType::kDelete;

@@ -10,7 +10,7 @@
 #include "gpufleet/control/placement_gpus.h"
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/control/tenancy.h"
-#include "gpufleet/wire/json_scan.h"
+#include "gpufleet/core/json_scan.h"
 #include "gpufleet/wire/node_json.h"
 
 namespace gpufleet::control {
@@ -21,7 +21,7 @@ constexpr std::string_view kTopologyName = "topology";
 // Whether a stored job document says it has finished, read without parsing the document; false
 // when it cannot tell (the caller parses it).
 bool StoredAsFinished(const std::string& data) {
-  const std::optional<std::string> text = wire::TopLevelString(data, "state");
+  const std::optional<std::string> text = TopLevelString(data, "state");
   const std::optional<JobState> state = text ? ParseJobState(*text) : std::nullopt;
   return state && IsFinished(*state);
 }
@@ -204,17 +204,16 @@ Status SchedulingView::LoadAll() {
       loaded[object.name] = std::move(*node);
     }
   }
-  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs, store_.List(kJobsKind));
+  // Finished jobs are most of the store: the state index leaves them out.
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> jobs,
+                            store_.ListWhere(kJobsKind, UnfinishedJobs()));
   topology_ = std::move(topology);
   nodes_ = std::move(loaded);
   jobs_.clear();
   snapshot_.reset();
   GPUFLEET_RETURN_IF_ERROR(RebuildSnapshot());
   for (const store::StoredObject& object : jobs) {
-    // Finished jobs are most of the store: skip them before parsing.
-    if (!StoredAsFinished(object.data)) {
-      PutJob(object);
-    }
+    PutJob(object);
   }
   return Status::Ok();
 }

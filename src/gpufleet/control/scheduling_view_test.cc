@@ -122,6 +122,22 @@ TEST_F(SchedulingViewTest, LoadsNodesAndActiveJobsWithTheirPlacementsApplied) {
   EXPECT_EQ(view_.ActiveJobsByNode().at("node-a").count("running"), 1u);
 }
 
+// The load reads the store's state index, which cannot read a state written with an escape
+// sequence: such a job is still loaded (as not finished), so its GPUs stay taken.
+TEST_F(SchedulingViewTest, AJobWhoseStateTheIndexCannotReadIsStillLoaded) {
+  std::string doc = JobDoc("escaped", "Running", "node-b", 2);
+  const size_t at = doc.find("\"Running\"");
+  ASSERT_NE(at, std::string::npos);
+  doc.replace(at, 9, R"("Runn\u0069ng")");
+  ASSERT_EQ(store::IndexedState(doc), "");
+  ASSERT_TRUE(
+      store_.Commit(store::WriteBatch().Create(std::string(kJobsKind), "escaped", doc)).ok());
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(view_.jobs().size(), 3u);
+  EXPECT_EQ(view_.jobs().at("escaped").state, JobState::kRunning);
+  EXPECT_EQ(TakenGpus("node-b"), (std::set<std::string>{"node-b-gpu0", "node-b-gpu1"}));
+}
+
 TEST_F(SchedulingViewTest, AJobThatEndsGivesItsGpusBackAndMovesTheCapacityEpoch) {
   ASSERT_TRUE(view_.Refresh().ok());
   const uint64_t epoch = view_.capacity_epoch();
@@ -323,6 +339,10 @@ class CountingStore final : public store::StateStore {
   Result<std::vector<store::StoredObject>> DoList(std::string_view kind,
                                                   std::string_view name_prefix) override {
     return inner_.List(kind, name_prefix);
+  }
+  Result<std::vector<store::StoredObject>> DoListWhere(std::string_view kind,
+                                                       const store::ListFilter& filter) override {
+    return inner_.ListWhere(kind, filter);
   }
   Status DoCommit(const store::WriteBatch& batch) override { return inner_.Commit(batch); }
   Result<int64_t> DoRevision() override { return inner_.Revision(); }

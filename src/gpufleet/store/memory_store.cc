@@ -27,6 +27,24 @@ Result<std::vector<StoredObject>> InMemoryStateStore::DoList(std::string_view ki
   return objects;
 }
 
+Result<std::vector<StoredObject>> InMemoryStateStore::DoListWhere(std::string_view kind,
+                                                                  const ListFilter& filter) {
+  std::lock_guard lock(mu_);
+  const std::set<std::string> states(filter.states.begin(), filter.states.end());
+  std::vector<StoredObject> objects;
+  for (auto it = objects_.lower_bound(Key(kind, filter.name_prefix));
+       it != objects_.end() && it->first.first == kind &&
+       it->first.second.starts_with(filter.name_prefix) &&
+       (filter.limit == 0 || objects.size() < filter.limit);
+       ++it) {
+    if (InListRange(filter, it->first.second) &&
+        states.contains(IndexedState(it->second.data)) != filter.exclude_states) {
+      objects.push_back(it->second);
+    }
+  }
+  return objects;
+}
+
 Status InMemoryStateStore::DoCommit(const WriteBatch& batch) {
   std::lock_guard lock(mu_);
   const int64_t revision = revision_ + 1;

@@ -25,6 +25,9 @@ class InMemoryStateStore final : public StateStore {
   Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
   Result<std::vector<StoredObject>> DoList(std::string_view kind,
                                            std::string_view name_prefix) override;
+  // Filters the kind's objects (IndexedState computed as it goes: nothing to keep exact).
+  Result<std::vector<StoredObject>> DoListWhere(std::string_view kind,
+                                                const ListFilter& filter) override;
   Status DoCommit(const WriteBatch& batch) override;
   Result<int64_t> DoRevision() override;
   Result<std::vector<StoredEvent>> DoEvents(std::string_view kind, std::string_view name) override;

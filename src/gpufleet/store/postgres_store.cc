@@ -5,6 +5,7 @@
 #include <array>
 #include <charconv>
 #include <deque>
+#include <limits>
 #include <optional>
 #include <utility>
 
@@ -18,6 +19,7 @@ namespace {
 constexpr Oid kByteaOid = 17;
 constexpr Oid kInt8Oid = 20;
 constexpr Oid kTextOid = 25;
+constexpr Oid kTextArrayOid = 1009;
 
 // Parameters and results travel in PostgreSQL's binary format.
 constexpr int kBinaryFormat = 1;
@@ -39,7 +41,12 @@ struct Migration {
   int64_t version;
   const char* name;
   const char* sql;
+  // Run after `sql` in the same transaction (a back-fill that needs gpufleet's code), or null.
+  Status (*then)(internal::PgSession& session) = nullptr;
 };
+
+// Migration 3: sets the state column of every object from IndexedState.
+Status BackfillStates(internal::PgSession& session);
 
 constexpr Migration kMigrations[] = {
     {1, "objects, event logs and the store revision", R"sql(
@@ -74,6 +81,13 @@ CREATE TABLE gpufleet.leader_lease (
   address text NOT NULL
 );
 )sql"},
+    // The state index (StateStore::ListWhere): every write sets the column from IndexedState;
+    // BackfillStates fills it for the objects of a store written before this migration.
+    {3, "objects indexed by their top-level state", R"sql(
+ALTER TABLE gpufleet.objects ADD COLUMN state text COLLATE "C" NOT NULL DEFAULT '';
+CREATE INDEX objects_by_state ON gpufleet.objects (kind, state, name);
+)sql",
+     BackfillStates},
 };
 
 struct ResultClearer {
@@ -87,6 +101,26 @@ class Params {
  public:
   Params& Text(std::string_view value) { return Add(value, kTextOid); }
   Params& Bytes(std::string_view value) { return Add(value, kByteaOid); }
+  // A text[] in PostgreSQL's text format: {"a","b"} with quotes and backslashes escaped.
+  Params& TextArray(const std::vector<std::string>& values) {
+    std::string& literal = literals_.emplace_back("{");
+    for (const std::string& value : values) {
+      literal += literal.size() > 1 ? ",\"" : "\"";
+      for (const char c : value) {
+        if (c == '"' || c == '\\') {
+          literal += '\\';
+        }
+        literal += c;
+      }
+      literal += '"';
+    }
+    literal += '}';
+    types_.push_back(kTextArrayOid);
+    values_.push_back(literal.c_str());  // text format: NUL-terminated, the length unused
+    lengths_.push_back(0);
+    formats_.push_back(0);
+    return *this;
+  }
   Params& Int(int64_t value) {
     std::array<char, 8>& bytes = integers_.emplace_back();
     auto bits = static_cast<uint64_t>(value);
@@ -114,6 +148,7 @@ class Params {
   }
 
   std::deque<std::array<char, 8>> integers_;  // a deque: growing it moves no element
+  std::deque<std::string> literals_;
   std::vector<Oid> types_;
   std::vector<const char*> values_;
   std::vector<int> lengths_;
@@ -457,9 +492,10 @@ Status ApplyOp(PgSession& session, const WriteOp& op, int64_t revision) {
       GPUFLEET_ASSIGN_OR_RETURN(
           ResultPtr inserted,
           session.Query(what,
-                        "INSERT INTO gpufleet.objects (kind, name, data, version, revision)"
-                        " VALUES ($1, $2, $3, 1, $4) ON CONFLICT (kind, name) DO NOTHING",
-                        Params().Text(op.kind).Text(op.name).Bytes(op.data).Int(revision)));
+                        "INSERT INTO gpufleet.objects (kind, name, data, version, revision, state)"
+                        " VALUES ($1, $2, $3, 1, $4, $5) ON CONFLICT (kind, name) DO NOTHING",
+                        Params().Text(op.kind).Text(op.name).Bytes(op.data).Int(revision).Text(
+                            IndexedState(op.data))));
       return AffectedRows(inserted.get()) == 1 ? Status::Ok() : ObjectExistsError(op.kind, op.name);
     }
     case WriteOpType::kUpdate: {
@@ -467,13 +503,14 @@ Status ApplyOp(PgSession& session, const WriteOp& op, int64_t revision) {
           ResultPtr updated,
           session.Query(what,
                         "UPDATE gpufleet.objects SET data = $3, version = version + 1,"
-                        " revision = $5 WHERE kind = $1 AND name = $2 AND version = $4",
+                        " revision = $5, state = $6 WHERE kind = $1 AND name = $2 AND version = $4",
                         Params()
                             .Text(op.kind)
                             .Text(op.name)
                             .Bytes(op.data)
                             .Int(op.expected_version)
-                            .Int(revision)));
+                            .Int(revision)
+                            .Text(IndexedState(op.data))));
       return AffectedRows(updated.get()) == 1 ? Status::Ok() : MissOrConflict(session, op, what);
     }
     case WriteOpType::kDelete: {
@@ -523,10 +560,14 @@ Status CheckFence(PgSession& session, const std::string& lease, int64_t token) {
       "the lease \"{}\" of fencing token {} expired before it was renewed", lease, token));
 }
 
-// Everything of a commit between BEGIN and COMMIT, COMMIT included; with a `fence_lease`, first
-// the fencing check.
-Status CommitInTransaction(PgSession& session, const WriteBatch& batch,
-                           const std::string& fence_lease, int64_t fence_token) {
+// Everything of a group commit between BEGIN and COMMIT, COMMIT included; with a `fence_lease`,
+// first the fencing check. Each batch runs inside a savepoint: one that fails is rolled back alone
+// and gets its error in `statuses` (one per batch, reset here: a retried call starts afresh); the
+// others get OK and a revision each. A failure of the transaction itself is returned.
+Status CommitInTransaction(PgSession& session, const std::vector<const WriteBatch*>& batches,
+                           const std::string& fence_lease, int64_t fence_token,
+                           std::vector<Status>& statuses) {
+  statuses.assign(batches.size(), Status::Ok());
   if (!fence_lease.empty()) {
     GPUFLEET_RETURN_IF_ERROR(CheckFence(session, fence_lease, fence_token));
   }
@@ -539,13 +580,33 @@ Status CommitInTransaction(PgSession& session, const WriteBatch& batch,
   if (PQntuples(locked.get()) != 1) {
     return Status(StatusCode::kDataLoss, "the store revision is missing");
   }
-  GPUFLEET_ASSIGN_OR_RETURN(const int64_t previous, Int64Field(locked.get(), 0, 0));
-  const int64_t revision = previous + 1;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const Status status = ApplyOp(session, batch.ops()[i], revision);
-    if (!status.ok()) {
-      return AnnotateOpError(status, i, batch.size(), batch.ops()[i]);
+  GPUFLEET_ASSIGN_OR_RETURN(int64_t revision, Int64Field(locked.get(), 0, 0));
+  const bool grouped = batches.size() > 1;
+  for (size_t b = 0; b < batches.size(); ++b) {
+    const WriteBatch& batch = *batches[b];
+    if (grouped) {
+      GPUFLEET_RETURN_IF_ERROR(session.Exec("opening a savepoint", "SAVEPOINT one_batch"));
     }
+    for (size_t i = 0; i < batch.size() && statuses[b].ok(); ++i) {
+      const Status status = ApplyOp(session, batch.ops()[i], revision + 1);
+      if (!status.ok()) {
+        statuses[b] = AnnotateOpError(status, i, batch.size(), batch.ops()[i]);
+      }
+    }
+    if (!grouped) {
+      GPUFLEET_RETURN_IF_ERROR(statuses[b]);
+    } else if (!statuses[b].ok()) {
+      if (session.lost()) {
+        return statuses[b];
+      }
+      GPUFLEET_RETURN_IF_ERROR(
+          session.Exec("rolling back to a savepoint", "ROLLBACK TO SAVEPOINT one_batch"));
+    }
+    if (grouped) {
+      GPUFLEET_RETURN_IF_ERROR(
+          session.Exec("releasing a savepoint", "RELEASE SAVEPOINT one_batch"));
+    }
+    revision += statuses[b].ok() ? 1 : 0;
   }
   GPUFLEET_RETURN_IF_ERROR(session
                                .Query("writing the store revision",
@@ -553,6 +614,50 @@ Status CommitInTransaction(PgSession& session, const WriteBatch& batch,
                                       Params().Int(revision))
                                .status());
   return session.Commit();
+}
+
+// Objects read and written per statement by BackfillStates.
+constexpr int kBackfillRows = 1000;
+
+Status BackfillStates(PgSession& session) {
+  const char* what = "back-filling the state index";
+  std::string kind;
+  std::string name;
+  while (true) {
+    GPUFLEET_ASSIGN_OR_RETURN(
+        ResultPtr rows,
+        session.Query(what,
+                      "SELECT kind, name, data FROM gpufleet.objects WHERE (kind, name) > ($1, $2)"
+                      " ORDER BY kind, name LIMIT $3",
+                      Params().Text(kind).Text(name).Int(kBackfillRows)));
+    const int count = PQntuples(rows.get());
+    if (count == 0) {
+      return Status::Ok();
+    }
+    std::vector<std::string> kinds;
+    std::vector<std::string> names;
+    std::vector<std::string> states;
+    for (int row = 0; row < count; ++row) {
+      std::string state = IndexedState(Field(rows.get(), row, 2));
+      if (!state.empty()) {
+        kinds.emplace_back(Field(rows.get(), row, 0));
+        names.emplace_back(Field(rows.get(), row, 1));
+        states.push_back(std::move(state));
+      }
+    }
+    kind = std::string(Field(rows.get(), count - 1, 0));
+    name = std::string(Field(rows.get(), count - 1, 1));
+    if (!kinds.empty()) {
+      GPUFLEET_RETURN_IF_ERROR(
+          session
+              .Query(what,
+                     "UPDATE gpufleet.objects AS o SET state = u.state"
+                     " FROM unnest($1::text[], $2::text[], $3::text[]) AS u(kind, name, state)"
+                     " WHERE o.kind = u.kind AND o.name = u.name",
+                     Params().TextArray(kinds).TextArray(names).TextArray(states))
+              .status());
+    }
+  }
 }
 
 Status MigrateInTransaction(PgSession& session, const std::string& label) {
@@ -587,6 +692,9 @@ CREATE TABLE IF NOT EXISTS gpufleet.schema_migrations (
     const std::string what =
         fmt::format("applying migration {} ({})", migration.version, migration.name);
     GPUFLEET_RETURN_IF_ERROR(session.Exec(what, migration.sql));
+    if (migration.then != nullptr) {
+      GPUFLEET_RETURN_IF_ERROR(migration.then(session));
+    }
     GPUFLEET_RETURN_IF_ERROR(
         session
             .Query(what, "INSERT INTO gpufleet.schema_migrations (version, name) VALUES ($1, $2)",
@@ -753,13 +861,87 @@ Result<std::vector<StoredObject>> PostgresStateStore::DoList(std::string_view ki
   return objects;
 }
 
-Status PostgresStateStore::DoCommit(const WriteBatch& batch) {
-  return Run([&](PgSession& session) {
-    return InTransaction(session, [&](PgSession& in_transaction) {
-      // mu_ is held: Run takes it.
-      return CommitInTransaction(in_transaction, batch, fence_lease_, fence_token_.load());
+Result<std::vector<StoredObject>> PostgresStateStore::DoListWhere(std::string_view kind,
+                                                                  const ListFilter& filter) {
+  const std::string what = fmt::format("listing {} by state", kind);
+  const std::optional<std::string> upper =
+      filter.name_prefix.empty() ? std::nullopt : PrefixUpperBound(filter.name_prefix);
+  const int64_t limit =
+      filter.limit == 0 ? std::numeric_limits<int64_t>::max() : static_cast<int64_t>(filter.limit);
+  std::vector<StoredObject> objects;
+  const Status status = Run([&](PgSession& session) -> Status {
+    return InTransaction(session, [&](PgSession& in_transaction) -> Status {
+      // One snapshot for the states found and the objects listed: an object changing state in
+      // between cannot be missed.
+      GPUFLEET_RETURN_IF_ERROR(
+          in_transaction.Exec(what, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"));
+      const auto distinct_states = [&]() -> Result<std::vector<std::string>> {
+        std::vector<std::string> states;
+        while (true) {
+          // A skip scan of objects_by_state, one index seek per state.
+          GPUFLEET_ASSIGN_OR_RETURN(
+              ResultPtr row,
+              in_transaction.Query(what,
+                                   "SELECT state FROM gpufleet.objects WHERE kind = $1"
+                                   " AND state > $2 ORDER BY state LIMIT 1",
+                                   Params().Text(kind).Text(states.empty() ? "" : states.back())));
+          if (PQntuples(row.get()) == 0) {
+            return states;
+          }
+          states.emplace_back(Field(row.get(), 0, 0));
+        }
+      };
+      const auto list_state = [&](const std::string& state) -> Result<std::vector<StoredObject>> {
+        Params params;
+        params.Text(kind).Text(state).Text(filter.start_after).Text(filter.name_prefix).Int(limit);
+        Result<ResultPtr> rows =
+            upper ? in_transaction.Query(
+                        what,
+                        "SELECT name, data, version, revision FROM gpufleet.objects"
+                        " WHERE kind = $1 AND state = $2 AND name > $3 AND name >= $4"
+                        " AND name < $6 ORDER BY name LIMIT $5",
+                        params.Text(*upper))
+                  : in_transaction.Query(
+                        what,
+                        "SELECT name, data, version, revision FROM gpufleet.objects"
+                        " WHERE kind = $1 AND state = $2 AND name > $3 AND name >= $4"
+                        " ORDER BY name LIMIT $5",
+                        params);
+        GPUFLEET_RETURN_IF_ERROR(rows.status());
+        return ObjectsFromRows(rows->get(), kind, filter.name_prefix);
+      };
+      GPUFLEET_ASSIGN_OR_RETURN(objects, ListWhereByState(filter, distinct_states, list_state));
+      return in_transaction.Exec(what, "COMMIT");
     });
   });
+  GPUFLEET_RETURN_IF_ERROR(status);
+  return objects;
+}
+
+Status PostgresStateStore::DoCommit(const WriteBatch& batch) {
+  return group_commits_.Commit(
+      batch, [&](const std::vector<GroupCommitQueue::Pending*>& group) { CommitGroup(group); });
+}
+
+void PostgresStateStore::CommitGroup(const std::vector<GroupCommitQueue::Pending*>& group) {
+  std::vector<const WriteBatch*> batches;
+  for (const GroupCommitQueue::Pending* pending : group) {
+    batches.push_back(pending->batch);
+  }
+  std::vector<Status> statuses;
+  const Status status = Run([&](PgSession& session) {
+    return InTransaction(session, [&](PgSession& in_transaction) {
+      // mu_ is held: Run takes it.
+      return CommitInTransaction(in_transaction, batches, fence_lease_, fence_token_.load(),
+                                 statuses);
+    });
+  });
+  for (size_t i = 0; i < group.size(); ++i) {
+    // Nothing of the group is durable unless the transaction committed.
+    group[i]->status = !status.ok() && (statuses.size() != group.size() || statuses[i].ok())
+                           ? status
+                           : statuses[i];
+  }
 }
 
 Result<int64_t> PostgresStateStore::DoRevision() {

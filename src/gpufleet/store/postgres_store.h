@@ -12,6 +12,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gpufleet/store/group_commit.h"
 #include "gpufleet/store/leader_election.h"
 #include "gpufleet/store/state_store.h"
 
@@ -34,7 +35,8 @@ class PgSession;
 // code is applied once each, under a transaction-scoped advisory lock so that servers opening one
 // database at the same time do not race; a database whose schema is newer than this code knows is
 // kFailedPrecondition. Kinds and names are `text COLLATE "C"` (bytewise order, as List promises);
-// data and event text are `bytea`. The database must use the UTF8 encoding.
+// data and event text are `bytea`. The database must use the UTF8 encoding. The state index is a
+// column of objects that every write sets from IndexedState, with an index on (kind, state, name).
 //
 // Durability and concurrency: each Commit is one transaction with synchronous_commit on, so an OK
 // means the batch is in PostgreSQL's durable WAL (and on a synchronous standby if the server is
@@ -43,6 +45,13 @@ class PgSession;
 // the revision counter grows by exactly one per commit and each operation's version check sees
 // every earlier commit. Several PostgresStateStore objects (in one or more processes) may share a
 // database; each sees the others' commits.
+//
+// Group commit (GroupCommitQueue), as SqliteStateStore's: the batches of the threads that call
+// Commit while a transaction is under way go together into the next one, each inside its own
+// savepoint and with its own revision, so that a batch that fails is undone alone and the others
+// still commit; the group costs one WAL flush (and one fencing check). Each caller returns once its
+// own batch is durable or has failed; a failure of the transaction itself (the connection lost, the
+// lease gone, the outcome of COMMIT unknown) is every batch's answer.
 //
 // Connection loss: a call that finds the connection lost (server restarted, network cut) is
 // kUnavailable, and the next call connects again; a call on a connection that turns out to have
@@ -81,6 +90,8 @@ class PostgresStateStore final : public StateStore {
   Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
   Result<std::vector<StoredObject>> DoList(std::string_view kind,
                                            std::string_view name_prefix) override;
+  Result<std::vector<StoredObject>> DoListWhere(std::string_view kind,
+                                                const ListFilter& filter) override;
   Status DoCommit(const WriteBatch& batch) override;
   Result<int64_t> DoRevision() override;
   Result<std::vector<StoredEvent>> DoEvents(std::string_view kind, std::string_view name) override;
@@ -93,6 +104,9 @@ class PostgresStateStore final : public StateStore {
   };
 
   PostgresStateStore(std::string uri, std::string redacted_uri, std::vector<std::string> secrets);
+
+  // Commits `group` in one transaction and sets each one's status.
+  void CommitGroup(const std::vector<GroupCommitQueue::Pending*>& group);
 
   // Connects (again) and prepares the session. REQUIRES: mu_ held.
   Status Connect();
@@ -116,6 +130,7 @@ class PostgresStateStore final : public StateStore {
   // commit under way to set it.
   std::string fence_lease_;
   std::atomic<int64_t> fence_token_{0};
+  GroupCommitQueue group_commits_;
 };
 
 // The PostgreSQL LeaderElection: one row of the table gpufleet.leader_lease per lease name,

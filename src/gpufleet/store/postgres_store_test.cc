@@ -11,10 +11,12 @@
 
 #include <atomic>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <set>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -23,6 +25,7 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <libpq-fe.h>
 
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/store/state_store.h"
@@ -139,7 +142,7 @@ TEST_F(PostgresStateStoreTest, CommittedStateSurvivesClosingAndReopening) {
   // Reopening applied no migration twice.
   EXPECT_THAT(server_->QueryColumn(
                   database_, "SELECT version FROM gpufleet.schema_migrations ORDER BY version"),
-              IsOkAndHolds(ElementsAre("1", "2")));
+              IsOkAndHolds(ElementsAre("1", "2", "3")));
 }
 
 TEST_F(PostgresStateStoreTest, StoresOnOneDatabaseSeeEachOthersCommitsAndConflicts) {
@@ -293,7 +296,7 @@ TEST_F(PostgresStateStoreTest, StoresOpeningANewDatabaseAtOnceCreateTheSchemaOnc
   }
   EXPECT_THAT(server_->QueryColumn(
                   database_, "SELECT version FROM gpufleet.schema_migrations ORDER BY version"),
-              IsOkAndHolds(ElementsAre("1", "2")));
+              IsOkAndHolds(ElementsAre("1", "2", "3")));
 }
 
 TEST_F(PostgresStateStoreTest, ADatabaseWithANewerSchemaIsRefused) {
@@ -305,6 +308,111 @@ TEST_F(PostgresStateStoreTest, ADatabaseWithANewerSchemaIsRefused) {
       StatusIs(StatusCode::kFailedPrecondition,
                HasSubstr(fmt::format("schema version 999, newer than the {} this gpufleet knows",
                                      PostgresStateStore::LatestSchemaVersion()))));
+}
+
+TEST_F(PostgresStateStoreTest, ADatabaseWrittenBeforeTheStateIndexIsBackFilledOnce) {
+  {
+    std::unique_ptr<PostgresStateStore> store = OpenOrFail(uri_);
+    ASSERT_NE(store, nullptr);
+    // Names that need quoting in an array literal, a malformed document, another kind.
+    ASSERT_OK(
+        store->Commit(WriteBatch()
+                          .Create("jobs", R"(a"quote\back,{brace})", R"({"state": "Running"})")
+                          .Create("jobs", "broken", "{\"state\": \"Run")
+                          .Create("jobs", "done", R"({"state": "Succeeded"})")
+                          .Create("nodes", "n1", R"({"state": "Ready"})")));
+  }
+  // Back to the schema of version 2, as a database written by an older gpufleet has it, plus
+  // 2,500 jobs that older code wrote (more than one back-fill statement's worth).
+  ASSERT_OK(server_->Execute(database_, R"sql(
+DROP INDEX gpufleet.objects_by_state;
+ALTER TABLE gpufleet.objects DROP COLUMN state;
+DELETE FROM gpufleet.schema_migrations WHERE version > 2;
+INSERT INTO gpufleet.objects (kind, name, data, version, revision)
+  SELECT 'jobs', 'bulk-' || lpad(i::text, 4, '0'),
+         convert_to('{"state": "' || (CASE WHEN i % 100 = 0 THEN 'Running' ELSE 'Failed' END)
+                    || '"}', 'UTF8'), 1, 1
+  FROM generate_series(1, 2500) AS i;
+)sql"));
+  for (int reopen = 0; reopen < 2; ++reopen) {
+    std::unique_ptr<PostgresStateStore> store = OpenOrFail(uri_);
+    ASSERT_NE(store, nullptr);
+    Result<std::vector<StoredObject>> active =
+        store->ListWhere("jobs", {.states = {"Succeeded", "Failed"}, .exclude_states = true});
+    ASSERT_OK(active);
+    std::vector<std::string> names;
+    for (const StoredObject& object : *active) {
+      names.push_back(object.name);
+    }
+    ASSERT_EQ(names.size(), 27u);
+    EXPECT_EQ(names[0], R"(a"quote\back,{brace})");
+    EXPECT_EQ(names[1], "broken");
+    EXPECT_EQ(names[2], "bulk-0100");
+    EXPECT_EQ(names[26], "bulk-2500");
+    Result<std::vector<StoredObject>> ready = store->ListWhere("nodes", {.states = {"Ready"}});
+    ASSERT_OK(ready);
+    EXPECT_EQ(ready->size(), 1u);
+  }
+  EXPECT_THAT(server_->QueryColumn(
+                  database_, "SELECT version FROM gpufleet.schema_migrations ORDER BY version"),
+              IsOkAndHolds(ElementsAre("1", "2", "3")));
+}
+
+TEST_F(PostgresStateStoreTest, ConcurrentCommitsAreGroupedAndFailAlone) {
+  std::unique_ptr<PostgresStateStore> store = OpenOrFail(uri_);
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK(store->Commit(WriteBatch().Create("t", "taken", "{}")));
+  // Another connection holds the store revision's row lock, so the first committer waits on it
+  // and the rest queue behind that one.
+  std::unique_ptr<PGconn, decltype(&PQfinish)> other(PQconnectdb(uri_.c_str()), &PQfinish);
+  ASSERT_EQ(PQstatus(other.get()), CONNECTION_OK);
+  PQclear(PQexec(other.get(), "BEGIN"));
+  PGresult* locked =
+      PQexec(other.get(), "SELECT revision FROM gpufleet.store_revision WHERE id FOR UPDATE");
+  ASSERT_EQ(PQresultStatus(locked), PGRES_TUPLES_OK);
+  PQclear(locked);
+  constexpr int kThreads = 8;
+  std::vector<Status> results(kThreads, Status::Ok());
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&, i] {
+      WriteBatch batch;
+      batch.Create("t", "obj-" + std::to_string(i), "{}");
+      batch.AppendEvent("t", "obj-" + std::to_string(i), "made");
+      if (i % 2 == 1) {
+        batch.Create("t", "taken", "{}");  // fails: the whole batch is undone, alone
+      }
+      results[static_cast<size_t>(i)] = store->Commit(batch);
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  PQclear(PQexec(other.get(), "COMMIT"));
+  for (std::thread& thread : threads) {
+    thread.join();
+  }
+  std::set<int64_t> revisions;
+  for (int i = 0; i < kThreads; ++i) {
+    const std::string name = "obj-" + std::to_string(i);
+    if (i % 2 == 1) {
+      EXPECT_THAT(results[static_cast<size_t>(i)],
+                  StatusIs(StatusCode::kAlreadyExists, HasSubstr("batch op 3 of 3")));
+      EXPECT_THAT(store->Get("t", name), StatusIs(StatusCode::kNotFound));
+      EXPECT_THAT(store->Events("t", name), IsOkAndHolds(::testing::IsEmpty()));
+      continue;
+    }
+    EXPECT_OK(results[static_cast<size_t>(i)]);
+    const Result<StoredObject> object = store->Get("t", name);
+    ASSERT_OK(object);
+    revisions.insert(object->revision);
+    const Result<std::vector<StoredEvent>> events = store->Events("t", name);
+    ASSERT_OK(events);
+    ASSERT_EQ(events->size(), 1u);
+    EXPECT_EQ((*events)[0].revision, object->revision);
+  }
+  // Revisions 2..5, one per successful batch, none for the failed ones.
+  EXPECT_EQ(revisions, (std::set<int64_t>{2, 3, 4, 5}));
+  EXPECT_THAT(store->Revision(), IsOkAndHolds(5));
+  EXPECT_EQ(store->List("t")->size(), 5u);
 }
 
 TEST_F(PostgresStateStoreTest, ListPrefixesEndingInTheHighestCodePointsAreExact) {

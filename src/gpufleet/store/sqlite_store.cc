@@ -45,6 +45,14 @@ CREATE TABLE store_meta (
 ) WITHOUT ROWID;
 INSERT INTO store_meta (key, value) VALUES ('revision', 0);
 )sql"},
+    // The state index (StateStore::ListWhere). gpufleet_indexed_state is IndexedState, registered
+    // on the connection (RegisterFunctions): every write sets the column through it, and this
+    // migration back-fills the objects of a store written before it.
+    {2, "objects indexed by their top-level state", R"sql(
+ALTER TABLE objects ADD COLUMN state TEXT NOT NULL DEFAULT '';
+UPDATE objects SET state = gpufleet_indexed_state(data);
+CREATE INDEX objects_by_state ON objects (kind, state, name);
+)sql"},
 };
 
 // Indexed by SqliteStateStore::StatementId.
@@ -58,8 +66,10 @@ constexpr const char* kStatementSql[] = {
     // starts with the prefix sorts below it, and no other name between ?2 and it.
     ("SELECT name, data, version, revision FROM objects"
      " WHERE kind = ?1 AND name >= ?2 AND name < ?3 ORDER BY name"),
-    "INSERT INTO objects (kind, name, data, version, revision) VALUES (?1, ?2, ?3, ?4, ?5)",
-    "UPDATE objects SET data = ?3, version = ?4, revision = ?5 WHERE kind = ?1 AND name = ?2",
+    ("INSERT INTO objects (kind, name, data, version, revision, state)"
+     " VALUES (?1, ?2, ?3, ?4, ?5, gpufleet_indexed_state(?3))"),
+    ("UPDATE objects SET data = ?3, version = ?4, revision = ?5,"
+     " state = gpufleet_indexed_state(?3) WHERE kind = ?1 AND name = ?2"),
     "DELETE FROM objects WHERE kind = ?1 AND name = ?2",
     "INSERT INTO events (kind, name, revision, text) VALUES (?1, ?2, ?3, ?4)",
     "SELECT revision, text FROM events WHERE kind = ?1 AND name = ?2 ORDER BY seq",
@@ -69,6 +79,13 @@ constexpr const char* kStatementSql[] = {
     "ROLLBACK TO one_batch",
     "RELEASE one_batch",
     "DELETE FROM events WHERE kind = ?1 AND name = ?2",
+    "BEGIN",
+    // The next indexed state of a kind after ?2: a skip scan of objects_by_state, one seek each.
+    "SELECT state FROM objects WHERE kind = ?1 AND state > ?2 ORDER BY state LIMIT 1",
+    // ?5 is the prefix followed by byte 0xFF (see above); ?6 the limit, -1 for none.
+    ("SELECT name, data, version, revision FROM objects INDEXED BY objects_by_state"
+     " WHERE kind = ?1 AND state = ?2 AND name > ?3 AND name >= ?4 AND name < ?5"
+     " ORDER BY name LIMIT ?6"),
 };
 
 // Resets a statement and clears its bindings when the scope ends, so that no statement stays
@@ -119,6 +136,15 @@ StoredObject ObjectFromListRow(sqlite3_stmt* statement, std::string_view kind) {
                       sqlite3_column_int64(statement, 2), sqlite3_column_int64(statement, 3)};
 }
 
+// gpufleet_indexed_state(data): IndexedState of a blob or text.
+void IndexedStateFunction(sqlite3_context* context, int /*argc*/, sqlite3_value** argv) {
+  const auto* data = static_cast<const char*>(sqlite3_value_blob(argv[0]));
+  const int size = sqlite3_value_bytes(argv[0]);
+  const std::string state =
+      IndexedState(data == nullptr ? std::string_view() : std::string_view(data, size));
+  sqlite3_result_text(context, state.data(), static_cast<int>(state.size()), SQLITE_TRANSIENT);
+}
+
 }  // namespace
 
 void SqliteStateStore::Closer::operator()(sqlite3* db) const {
@@ -153,6 +179,7 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
   }
   sqlite3_extended_result_codes(db, 1);
   GPUFLEET_RETURN_IF_ERROR(store->Configure());
+  GPUFLEET_RETURN_IF_ERROR(store->RegisterFunctions());
   GPUFLEET_RETURN_IF_ERROR(store->ApplyMigrations());
   GPUFLEET_RETURN_IF_ERROR(store->PrepareStatements());
   return store;
@@ -176,6 +203,17 @@ Status SqliteStateStore::Configure() {
         "{}: the database cannot use WAL journal mode (it is in mode \"{}\")", path_, mode));
   }
   return Exec("PRAGMA synchronous=FULL", "setting synchronous=FULL");
+}
+
+Status SqliteStateStore::RegisterFunctions() {
+  const int rc =
+      sqlite3_create_function_v2(db_.get(), "gpufleet_indexed_state", 1,
+                                 SQLITE_UTF8 | SQLITE_DETERMINISTIC | SQLITE_DIRECTONLY, nullptr,
+                                 IndexedStateFunction, nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) {
+    return Error(rc, "registering gpufleet_indexed_state");
+  }
+  return Status::Ok();
 }
 
 Status SqliteStateStore::ApplyMigrations() {
@@ -374,37 +412,69 @@ Result<std::vector<StoredObject>> SqliteStateStore::DoList(std::string_view kind
   return objects;
 }
 
-Status SqliteStateStore::DoCommit(const WriteBatch& batch) {
-  // Group commit: the caller queues its batch; the first caller to find no group in progress
-  // commits everything queued so far in one transaction (one fsync), and the others wait for it.
-  PendingCommit me{.batch = &batch};
-  std::unique_lock group(group_mu_);
-  queue_.push_back(&me);
-  group_cv_.wait(group, [&] { return me.done || !group_committing_; });
-  if (me.done) {
-    return me.status;
-  }
-  group_committing_ = true;
-  std::vector<PendingCommit*> taken;
-  taken.swap(queue_);
-  group.unlock();
-  {
-    std::lock_guard lock(mu_);
-    CommitGroup(taken);
-  }
-  group.lock();
-  for (PendingCommit* pending : taken) {
-    pending->done = true;
-  }
-  group_committing_ = false;
-  group.unlock();
-  group_cv_.notify_all();
-  return me.status;
+Result<std::vector<StoredObject>> SqliteStateStore::DoListWhere(std::string_view kind,
+                                                                const ListFilter& filter) {
+  std::lock_guard lock(mu_);
+  const std::string what = fmt::format("listing {} by state", kind);
+  // One read transaction: the states found and the objects listed come from one snapshot, so an
+  // object changing state in between (another process's commit) cannot be missed.
+  GPUFLEET_RETURN_IF_ERROR(Step(StatementId::kBeginRead, what));
+  const std::string upper = filter.name_prefix + '\xff';
+  const auto distinct_states = [&]() -> Result<std::vector<std::string>> {
+    std::vector<std::string> states;
+    sqlite3_stmt* next = statement(StatementId::kNextState);
+    std::string after;
+    while (true) {
+      ResetOnExit reset(next);
+      BindText(next, 1, kind);
+      BindText(next, 2, after);
+      const int rc = sqlite3_step(next);
+      if (rc == SQLITE_DONE) {
+        return states;
+      }
+      if (rc != SQLITE_ROW) {
+        return Error(rc, what);
+      }
+      after = ColumnText(next, 0);
+      states.push_back(after);
+    }
+  };
+  const auto list_state = [&](const std::string& state) -> Result<std::vector<StoredObject>> {
+    sqlite3_stmt* list = statement(StatementId::kListState);
+    ResetOnExit reset(list);
+    BindText(list, 1, kind);
+    BindText(list, 2, state);
+    BindText(list, 3, filter.start_after);
+    BindText(list, 4, filter.name_prefix);
+    BindText(list, 5, upper);
+    sqlite3_bind_int64(list, 6, filter.limit == 0 ? -1 : static_cast<int64_t>(filter.limit));
+    std::vector<StoredObject> objects;
+    int rc = SQLITE_ROW;
+    while ((rc = sqlite3_step(list)) == SQLITE_ROW) {
+      objects.push_back(ObjectFromListRow(list, kind));
+    }
+    if (rc != SQLITE_DONE) {
+      return Error(rc, what);
+    }
+    return objects;
+  };
+  Result<std::vector<StoredObject>> objects = ListWhereByState(filter, distinct_states, list_state);
+  const Status end = Step(objects.ok() ? StatementId::kCommit : StatementId::kRollback, what);
+  GPUFLEET_RETURN_IF_ERROR(objects.status());
+  GPUFLEET_RETURN_IF_ERROR(end);
+  return objects;
 }
 
-void SqliteStateStore::CommitGroup(const std::vector<PendingCommit*>& group) {
+Status SqliteStateStore::DoCommit(const WriteBatch& batch) {
+  return group_commits_.Commit(batch, [&](const std::vector<GroupCommitQueue::Pending*>& group) {
+    std::lock_guard lock(mu_);
+    CommitGroup(group);
+  });
+}
+
+void SqliteStateStore::CommitGroup(const std::vector<GroupCommitQueue::Pending*>& group) {
   const auto fail_all = [&](const Status& status) {
-    for (PendingCommit* pending : group) {
+    for (GroupCommitQueue::Pending* pending : group) {
       pending->status = status;
     }
   };
@@ -425,7 +495,7 @@ void SqliteStateStore::CommitGroup(const std::vector<PendingCommit*>& group) {
   } else {
     // Each batch inside a savepoint, so that one failing batch is undone alone and the others
     // still commit; each successful batch gets its own revision.
-    for (PendingCommit* pending : group) {
+    for (GroupCommitQueue::Pending* pending : group) {
       status = Step(StatementId::kSavepoint, "opening a savepoint");
       if (!status.ok()) {
         break;
@@ -463,7 +533,7 @@ void SqliteStateStore::CommitGroup(const std::vector<PendingCommit*>& group) {
   if (!status.ok() && sqlite3_get_autocommit(db_.get()) == 0) {
     const Status rollback = Step(StatementId::kRollback, "rolling back");
     if (!rollback.ok()) {
-      for (PendingCommit* pending : group) {
+      for (GroupCommitQueue::Pending* pending : group) {
         pending->status = Status(pending->status.code(),
                                  pending->status.message() + "; then " + rollback.message());
       }

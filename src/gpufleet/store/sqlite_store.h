@@ -2,7 +2,6 @@
 #pragma once
 
 #include <array>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -12,6 +11,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gpufleet/store/group_commit.h"
 #include "gpufleet/store/state_store.h"
 
 struct sqlite3;
@@ -32,7 +32,8 @@ namespace gpufleet::store {
 //
 // Schema: an ordered list of migrations compiled into the code, each applied once in its own
 // transaction and recorded in the table schema_migrations(version, name). Opening a database
-// whose schema is newer than this code knows is kFailedPrecondition.
+// whose schema is newer than this code knows is kFailedPrecondition. The state index is a column
+// of objects, set from IndexedState by every write, with an index on (kind, state, name).
 //
 // Thread-safe: there is one connection, and a std::mutex serialises every call on it (SQLite is
 // used in multi-thread mode, which needs exactly that). Reads therefore wait for a commit in
@@ -59,6 +60,8 @@ class SqliteStateStore final : public StateStore {
   Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
   Result<std::vector<StoredObject>> DoList(std::string_view kind,
                                            std::string_view name_prefix) override;
+  Result<std::vector<StoredObject>> DoListWhere(std::string_view kind,
+                                                const ListFilter& filter) override;
   Status DoCommit(const WriteBatch& batch) override;
   Result<int64_t> DoRevision() override;
   Result<std::vector<StoredEvent>> DoEvents(std::string_view kind, std::string_view name) override;
@@ -83,15 +86,11 @@ class SqliteStateStore final : public StateStore {
     kRollbackToSavepoint,
     kReleaseSavepoint,
     kDeleteEvents,
+    kBeginRead,
+    kNextState,
+    kListState,
   };
-  static constexpr size_t kStatementCount = 17;
-
-  // A Commit waiting to be written by a group commit.
-  struct PendingCommit {
-    const WriteBatch* batch = nullptr;
-    Status status = Status::Ok();
-    bool done = false;  // guarded by group_mu_
-  };
+  static constexpr size_t kStatementCount = 20;
 
   struct Closer {
     void operator()(sqlite3* db) const;
@@ -105,6 +104,8 @@ class SqliteStateStore final : public StateStore {
 
   // Sets the journal mode, synchronous level and busy timeout.
   Status Configure();
+  // Registers gpufleet_indexed_state(data), IndexedState as an SQL function.
+  Status RegisterFunctions();
   Status ApplyMigrations();
   Status PrepareStatements();
   // Prepares a statement for one use (Open only; the hot paths use statements_).
@@ -127,7 +128,7 @@ class SqliteStateStore final : public StateStore {
   // error names the operation). REQUIRES: mu_ held, a transaction open.
   Status ApplyBatch(const WriteBatch& batch, int64_t revision);
   // Commits `group` in one transaction and sets each one's status. REQUIRES: mu_ held.
-  void CommitGroup(const std::vector<PendingCommit*>& group);
+  void CommitGroup(const std::vector<GroupCommitQueue::Pending*>& group);
 
   const std::string path_;
   std::mutex mu_;
@@ -136,12 +137,7 @@ class SqliteStateStore final : public StateStore {
   std::unique_ptr<sqlite3, Closer> db_;
   std::array<StatementPtr, kStatementCount> statements_;
 
-  // Group commit (DoCommit): commits waiting for the next group, and whether a group is being
-  // committed now.
-  std::mutex group_mu_;
-  std::condition_variable group_cv_;
-  std::vector<PendingCommit*> queue_;  // guarded by group_mu_
-  bool group_committing_ = false;      // guarded by group_mu_
+  GroupCommitQueue group_commits_;
 };
 
 }  // namespace gpufleet::store

@@ -5,6 +5,8 @@
 
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <filesystem>
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -26,6 +29,7 @@ namespace {
 
 using ::gpufleet::testing::StatusIs;
 using ::testing::AllOf;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -269,6 +273,84 @@ TEST_F(SqliteStateStoreTest, ConcurrentCommitsAreGroupedAndFailAlone) {
   ASSERT_NE(reopened, nullptr);
   EXPECT_EQ(*reopened->Revision(), 5);
   EXPECT_EQ(reopened->List("t")->size(), 5u);
+}
+
+// Names of the objects ListWhere returns, or the error.
+std::vector<std::string> ListWhereNames(StateStore& store, std::string_view kind,
+                                        const ListFilter& filter) {
+  Result<std::vector<StoredObject>> objects = store.ListWhere(kind, filter);
+  if (!objects.ok()) {
+    return {objects.status().ToString()};
+  }
+  std::vector<std::string> names;
+  for (const StoredObject& object : *objects) {
+    names.push_back(object.name);
+  }
+  return names;
+}
+
+const ListFilter kNotFinished{.states = {"Succeeded", "Failed", "Cancelled"},
+                              .exclude_states = true};
+
+TEST_F(SqliteStateStoreTest, AStoreWrittenBeforeTheStateIndexIsBackFilledOnce) {
+  {
+    std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK(store->Commit(WriteBatch()
+                                .Create("jobs", "done", R"({"state": "Succeeded"})")
+                                .Create("jobs", "running", R"({"state": "Running"})")
+                                .Create("jobs", "broken", "{\"state\": \"Run")
+                                .Create("nodes", "n1", R"({"state": "Ready"})")));
+  }
+  // Back to the schema of version 1, as a store written by an older gpufleet has it, plus an
+  // object that older code wrote.
+  RawQuery("DROP INDEX objects_by_state");
+  RawQuery("ALTER TABLE objects DROP COLUMN state");
+  RawQuery("DELETE FROM schema_migrations WHERE version > 1");
+  RawQuery(R"(INSERT INTO objects (kind, name, data, version, revision)
+              VALUES ('jobs', 'pending', CAST('{"state": "Pending"}' AS BLOB), 1, 1))");
+  for (int reopen = 0; reopen < 2; ++reopen) {
+    std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+    ASSERT_NE(store, nullptr);
+    EXPECT_THAT(ListWhereNames(*store, "jobs", kNotFinished),
+                ElementsAre("broken", "pending", "running"));
+    EXPECT_THAT(ListWhereNames(*store, "jobs", {.states = {"Succeeded"}}), ElementsAre("done"));
+    EXPECT_THAT(ListWhereNames(*store, "nodes", {.states = {"Ready"}}), ElementsAre("n1"));
+    EXPECT_EQ(RawQuery("SELECT COUNT(*) FROM schema_migrations WHERE version = 2"),
+              std::vector<int64_t>{1});
+  }
+}
+
+// A server killed with its jobs written: the reopened store's index lists every active job.
+TEST_F(SqliteStateStoreTest, ACrashedWriterLeavesNoActiveJobOutOfTheIndex) {
+  ASSERT_NE(OpenOrDie(), nullptr);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    Result<std::unique_ptr<SqliteStateStore>> store = SqliteStateStore::Open(path_);
+    for (int i = 0; store.ok() && i < 20; ++i) {
+      const std::string name = fmt::format("job-{:02}", i);
+      WriteBatch batch;
+      batch.Create("jobs", name, R"({"state": "Pending"})");
+      batch.Update("jobs", name, i % 2 == 0 ? R"({"state": "Running"})" : R"({"state": "Failed"})",
+                   1);
+      if (!(*store)->Commit(batch).ok()) {
+        _exit(2);
+      }
+    }
+    _exit(store.ok() ? 9 : 3);  // no destructor runs: the WAL is left as a crash leaves it
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 9);
+  std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  const std::vector<std::string> active = ListWhereNames(*store, "jobs", kNotFinished);
+  EXPECT_EQ(active.size(), 10u);
+  for (int i = 0; i < 20; i += 2) {
+    EXPECT_THAT(active, Contains(fmt::format("job-{:02}", i)));
+  }
 }
 
 }  // namespace

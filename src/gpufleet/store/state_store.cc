@@ -2,10 +2,15 @@
 #include "gpufleet/store/state_store.h"
 
 #include <algorithm>
+#include <iterator>
+#include <optional>
+#include <set>
 #include <string>
 #include <utility>
 
 #include <fmt/format.h>
+
+#include "gpufleet/core/json_scan.h"
 
 namespace gpufleet::store {
 namespace {
@@ -186,6 +191,23 @@ Result<std::vector<StoredObject>> StateStore::List(std::string_view kind,
   return DoList(kind, name_prefix);
 }
 
+Result<std::vector<StoredObject>> StateStore::ListWhere(std::string_view kind,
+                                                        const ListFilter& filter) {
+  GPUFLEET_RETURN_IF_ERROR(ValidateKey("kind", kind));
+  if (!filter.name_prefix.empty()) {
+    GPUFLEET_RETURN_IF_ERROR(ValidateKey("name prefix", filter.name_prefix));
+  }
+  if (!filter.start_after.empty()) {
+    GPUFLEET_RETURN_IF_ERROR(ValidateKey("start after", filter.start_after));
+  }
+  for (const std::string& state : filter.states) {
+    if (!state.empty()) {
+      GPUFLEET_RETURN_IF_ERROR(ValidateKey("state", state));
+    }
+  }
+  return DoListWhere(kind, filter);
+}
+
 Status StateStore::Commit(const WriteBatch& batch) {
   GPUFLEET_RETURN_IF_ERROR(ValidateBatch(batch));
   if (batch.empty()) {
@@ -241,6 +263,50 @@ Status ValidateKey(std::string_view field, std::string_view value) {
     }
   }
   return Status::Ok();
+}
+
+std::string IndexedState(std::string_view data) {
+  std::optional<std::string> state = TopLevelString(data, "state");
+  if (!state || !ValidateKey("state", *state).ok()) {
+    return "";
+  }
+  return std::move(*state);
+}
+
+bool InListRange(const ListFilter& filter, std::string_view name) {
+  return name.starts_with(filter.name_prefix) && name > filter.start_after;
+}
+
+Result<std::vector<StoredObject>> ListWhereByState(
+    const ListFilter& filter,
+    const std::function<Result<std::vector<std::string>>()>& distinct_states,
+    const std::function<Result<std::vector<StoredObject>>(const std::string& state)>& list_state) {
+  std::set<std::string> wanted(filter.states.begin(), filter.states.end());
+  if (filter.exclude_states) {
+    GPUFLEET_ASSIGN_OR_RETURN(std::vector<std::string> present, distinct_states());
+    present.emplace_back();  // "", which distinct_states need not find: a miss costs one seek
+    std::set<std::string> kept;
+    for (const std::string& state : present) {
+      if (!wanted.contains(state)) {
+        kept.insert(state);
+      }
+    }
+    wanted = std::move(kept);
+  }
+  std::vector<StoredObject> objects;
+  for (const std::string& state : wanted) {
+    GPUFLEET_ASSIGN_OR_RETURN(std::vector<StoredObject> of_state, list_state(state));
+    const auto middle = static_cast<std::ptrdiff_t>(objects.size());
+    objects.insert(objects.end(), std::make_move_iterator(of_state.begin()),
+                   std::make_move_iterator(of_state.end()));
+    std::inplace_merge(
+        objects.begin(), objects.begin() + middle, objects.end(),
+        [](const StoredObject& a, const StoredObject& b) { return a.name < b.name; });
+    if (filter.limit > 0 && objects.size() > filter.limit) {
+      objects.resize(filter.limit);
+    }
+  }
+  return objects;
 }
 
 Status ValidateBatch(const WriteBatch& batch) {

@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -41,6 +42,30 @@ struct StoredEvent {
   std::string text;
 
   friend bool operator==(const StoredEvent&, const StoredEvent&) = default;
+};
+
+// The state index: every object is indexed by the value of the string member "state" at the top
+// level of its data, read by TopLevelString (core/json_scan.h) on every write; "" when the data
+// has none the store can read (not a JSON object, no such member, not a string, an escape
+// sequence in it) or one that is not a valid key (ValidateKey: empty, over kMaxKeyBytes, bad
+// UTF-8, a control character). A malformed document is indexed under "" and is otherwise stored
+// and listed like any other. ListWhere reads the index.
+std::string IndexedState(std::string_view data);
+
+// Which objects of a kind ListWhere returns, sorted by name.
+struct ListFilter {
+  // Only names that start with this (bytewise).
+  std::string name_prefix;
+  // Only objects whose indexed state is one of these; with `exclude_states`, only those whose
+  // indexed state is none of these (objects indexed under "" included unless "" is listed).
+  // Listing the states an object must not have is how a caller that must not miss an object
+  // (a job that is not finished) asks: an unreadable state then counts as "not finished".
+  std::vector<std::string> states;
+  bool exclude_states = false;
+  // Paging: only names after this one (the last name of the previous page; "" for the first).
+  std::string start_after;
+  // At most this many objects (0: no limit).
+  size_t limit = 0;
 };
 
 enum class WriteOpType { kCreate, kUpdate, kDelete, kAppendEvent, kDeleteEvents };
@@ -114,6 +139,11 @@ class StateStore {
   Result<StoredObject> Get(std::string_view kind, std::string_view name);
   // Objects of `kind` whose name starts with `name_prefix` (bytewise), sorted by name.
   Result<std::vector<StoredObject>> List(std::string_view kind, std::string_view name_prefix = "");
+  // Objects of `kind` that `filter` selects, sorted by name, read through the state index: the
+  // cost grows with the objects returned (and the number of distinct states of the kind), not
+  // with the objects of other states. kInvalidArgument for a prefix, start or state that is not
+  // a valid key ("" allowed as a state: no readable state).
+  Result<std::vector<StoredObject>> ListWhere(std::string_view kind, const ListFilter& filter);
   // Applies `batch` atomically: either every operation takes effect or none does, and the error
   // names the failing operation ("... (batch op 2 of 3: update)"). Once OK is returned the batch
   // is durable as far as the backend is (SQLite: fsynced; PostgreSQL: synchronous_commit on).
@@ -133,6 +163,8 @@ class StateStore {
   virtual Result<StoredObject> DoGet(std::string_view kind, std::string_view name) = 0;
   virtual Result<std::vector<StoredObject>> DoList(std::string_view kind,
                                                    std::string_view name_prefix) = 0;
+  virtual Result<std::vector<StoredObject>> DoListWhere(std::string_view kind,
+                                                        const ListFilter& filter) = 0;
   // Called with a validated, non-empty batch.
   virtual Status DoCommit(const WriteBatch& batch) = 0;
   virtual Result<int64_t> DoRevision() = 0;
@@ -150,6 +182,18 @@ class StateStore {
 Status ValidateKey(std::string_view field, std::string_view value);
 // Validates every operation of `batch`; the error names the operation.
 Status ValidateBatch(const WriteBatch& batch);
+// ListWhere for backends that keep the index in a table sorted by (kind, state, name). Reads,
+// all within one consistent snapshot that the caller holds: `distinct_states` returns every
+// non-empty indexed state of the kind (only called with `exclude_states`; "" is always looked at),
+// `list_state` the objects of one state whose names start with `filter.name_prefix`, come after
+// `filter.start_after`, sorted, at most `filter.limit` of them (0: all). Merges them by name and
+// cuts to the limit.
+Result<std::vector<StoredObject>> ListWhereByState(
+    const ListFilter& filter,
+    const std::function<Result<std::vector<std::string>>()>& distinct_states,
+    const std::function<Result<std::vector<StoredObject>>(const std::string& state)>& list_state);
+// Whether `name` passes `filter` apart from the state and the limit: the prefix and the start.
+bool InListRange(const ListFilter& filter, std::string_view name);
 // Appends " (batch op <index+1> of <size>: <type>)" to the message of a failed operation.
 Status AnnotateOpError(const Status& status, size_t index, size_t size, const WriteOp& op);
 // kAborted "version conflict: kind/name is at version N, expected M".

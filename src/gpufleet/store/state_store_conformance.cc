@@ -3,6 +3,7 @@
 // binary instantiates it with (state_store_conformance.h).
 #include "gpufleet/store/state_store_conformance.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cstdint>
 #include <string>
@@ -10,9 +11,11 @@
 #include <thread>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "gpufleet/core/random.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/store/state_store.h"
 
@@ -20,6 +23,7 @@ namespace gpufleet::store {
 namespace {
 
 using ::gpufleet::testing::StatusIs;
+using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -342,6 +346,208 @@ TEST_P(StateStoreConformanceTest, ConcurrentCompareAndSetWritersLoseNoUpdate) {
   EXPECT_EQ(counter->data, "800");
   EXPECT_EQ(counter->version, 1 + kThreads * kIncrementsPerThread);
   EXPECT_EQ(RevisionOrZero(), 1 + kThreads * kIncrementsPerThread);
+}
+
+// ---- the state index (ListWhere) ------------------------------------------------------------
+
+// Names of `objects`, in order.
+std::vector<std::string> Names(const std::vector<StoredObject>& objects) {
+  std::vector<std::string> names;
+  for (const StoredObject& object : objects) {
+    names.push_back(object.name);
+  }
+  return names;
+}
+
+std::string JobWithState(std::string_view state) {
+  return fmt::format(R"({{"spec": {{"state": "Nested"}}, "state": "{}", "n": 1}})", state);
+}
+
+// ListWhere's answer, or the error's text (a failed call fails the comparison).
+std::vector<std::string> ListWhereNames(StateStore& store, std::string_view kind,
+                                        const ListFilter& filter) {
+  Result<std::vector<StoredObject>> objects = store.ListWhere(kind, filter);
+  if (!objects.ok()) {
+    return {objects.status().ToString()};
+  }
+  return Names(*objects);
+}
+
+// What ListWhere must return, computed from a full List and IndexedState.
+std::vector<std::string> ExpectedNames(StateStore& store, std::string_view kind,
+                                       const ListFilter& filter) {
+  Result<std::vector<StoredObject>> all = store.List(kind);
+  EXPECT_OK(all);
+  std::vector<std::string> names;
+  if (!all.ok()) {
+    return names;
+  }
+  for (const StoredObject& object : *all) {
+    const bool listed = std::find(filter.states.begin(), filter.states.end(),
+                                  IndexedState(object.data)) != filter.states.end();
+    if (InListRange(filter, object.name) && listed != filter.exclude_states &&
+        (filter.limit == 0 || names.size() < filter.limit)) {
+      names.push_back(object.name);
+    }
+  }
+  return names;
+}
+
+const ListFilter kNotFinished{.states = {"Succeeded", "Failed", "Cancelled"},
+                              .exclude_states = true};
+
+TEST_P(StateStoreConformanceTest, ListWhereFollowsCreatesUpdatesBatchesAndDeletes) {
+  ASSERT_OK(store().Commit(WriteBatch()
+                               .Create("jobs", "a", JobWithState("Pending"))
+                               .Create("jobs", "b", JobWithState("Running"))
+                               .Create("jobs", "c", JobWithState("Succeeded"))
+                               .Create("other", "a", JobWithState("Running"))));
+  EXPECT_THAT(ListWhereNames(store(), "jobs", kNotFinished), ElementsAre("a", "b"));
+  EXPECT_THAT(ListWhereNames(store(), "jobs", {.states = {"Running"}}), ElementsAre("b"));
+  EXPECT_THAT(ListWhereNames(store(), "jobs", {.states = {"Running", "Succeeded"}}),
+              ElementsAre("b", "c"));
+  EXPECT_THAT(ListWhereNames(store(), "jobs", {}), IsEmpty());  // no state asked for
+  EXPECT_THAT(ListWhereNames(store(), "jobs", {.exclude_states = true}),
+              ElementsAre("a", "b", "c"));
+
+  // A compare-and-set that finishes b, in a batch with a create and an update of the create.
+  ASSERT_OK(store().Commit(WriteBatch()
+                               .Update("jobs", "b", JobWithState("Failed"), 1)
+                               .Create("jobs", "d", JobWithState("Pending"))
+                               .Update("jobs", "d", JobWithState("Scheduled"), 1)));
+  EXPECT_THAT(ListWhereNames(store(), "jobs", kNotFinished), ElementsAre("a", "d"));
+  EXPECT_THAT(ListWhereNames(store(), "jobs", {.states = {"Scheduled"}}), ElementsAre("d"));
+  Result<std::vector<StoredObject>> listed = store().ListWhere("jobs", {.states = {"Failed"}});
+  ASSERT_OK(listed);
+  EXPECT_THAT(*listed, ElementsAre(StoredObject{"jobs", "b", JobWithState("Failed"), 2, 2}));
+
+  // A failed batch (a version conflict after a state change) changes nothing of the index.
+  EXPECT_THAT(store().Commit(WriteBatch()
+                                 .Update("jobs", "a", JobWithState("Cancelled"), 1)
+                                 .Update("jobs", "d", JobWithState("Cancelled"), 7)),
+              StatusIs(StatusCode::kAborted));
+  EXPECT_THAT(ListWhereNames(store(), "jobs", kNotFinished), ElementsAre("a", "d"));
+
+  // Deleted, re-created in another state; a finished job resubmitted under its name.
+  ASSERT_OK(store().Commit(WriteBatch().Delete("jobs", "a").Delete("jobs", "c", 1)));
+  EXPECT_THAT(ListWhereNames(store(), "jobs", kNotFinished), ElementsAre("d"));
+  ASSERT_OK(store().Commit(WriteBatch().Create("jobs", "c", JobWithState("Running"))));
+  EXPECT_THAT(ListWhereNames(store(), "jobs", kNotFinished), ElementsAre("c", "d"));
+  EXPECT_THAT(ListWhereNames(store(), "jobs", {.states = {"Succeeded"}}), IsEmpty());
+  EXPECT_THAT(ListWhereNames(store(), "other", kNotFinished), ElementsAre("a"));
+}
+
+TEST_P(StateStoreConformanceTest, DocumentsWithoutAReadableStateAreIndexedUnderEmpty) {
+  const std::string bad_utf8 = "{\"state\": \"Run\xff\"}";
+  ASSERT_OK(store().Commit(WriteBatch()
+                               .Create("jobs", "binary", std::string("\0\xff{", 3))
+                               .Create("jobs", "empty", "")
+                               .Create("jobs", "escaped", R"({"state": "Succ\u0065eded"})")
+                               .Create("jobs", "finished", JobWithState("Succeeded"))
+                               .Create("jobs", "number", R"({"state": 7})")
+                               .Create("jobs", "running", JobWithState("Running"))
+                               .Create("jobs", "stateless", R"({"spec": {"state": "Failed"}})")
+                               .Create("jobs", "truncated", R"({"state": "Succeeded)")
+                               .Create("jobs", "utf8", bad_utf8)));
+  // A job that must not be missed is listed when its state cannot be read.
+  EXPECT_THAT(ListWhereNames(store(), "jobs", kNotFinished),
+              ElementsAre("binary", "empty", "escaped", "number", "running", "stateless",
+                          "truncated", "utf8"));
+  EXPECT_THAT(
+      ListWhereNames(store(), "jobs", {.states = {""}}),
+      ElementsAre("binary", "empty", "escaped", "number", "stateless", "truncated", "utf8"));
+  EXPECT_THAT(ListWhereNames(store(), "jobs", {.states = {"Succeeded"}}), ElementsAre("finished"));
+  // Data comes back as written.
+  Result<std::vector<StoredObject>> listed = store().ListWhere("jobs", {.states = {""}});
+  ASSERT_OK(listed);
+  ASSERT_EQ(listed->size(), 7u);
+  EXPECT_EQ((*listed)[0].data, std::string("\0\xff{", 3));
+  EXPECT_EQ((*listed)[6].data, bad_utf8);
+  // A stateless document that gains a state, and one that loses it.
+  ASSERT_OK(store().Commit(WriteBatch()
+                               .Update("jobs", "stateless", JobWithState("Failed"), 1)
+                               .Update("jobs", "running", "not json", 1)));
+  EXPECT_THAT(ListWhereNames(store(), "jobs", {.states = {"Failed", "Running"}}),
+              ElementsAre("stateless"));
+  EXPECT_THAT(ListWhereNames(store(), "jobs", kNotFinished), Contains("running"));
+}
+
+TEST_P(StateStoreConformanceTest, ListWherePagesByPrefixStartAndLimitAcrossStates) {
+  WriteBatch batch;
+  const char* states[] = {"Pending", "Running", "Succeeded", "Stopping"};
+  for (int i = 0; i < 12; ++i) {
+    batch.Create("jobs", fmt::format("team-{}/job-{:02}", i % 2, i), JobWithState(states[i % 4]));
+  }
+  ASSERT_OK(store().Commit(batch));
+  // Team 0 holds jobs 0, 2, ..., 10 in states Pending, Succeeded, Pending, ...
+  const ListFilter team0{.name_prefix = "team-0/", .states = {"Pending", "Succeeded"}};
+  EXPECT_THAT(ListWhereNames(store(), "jobs", team0),
+              ElementsAre("team-0/job-00", "team-0/job-02", "team-0/job-04", "team-0/job-06",
+                          "team-0/job-08", "team-0/job-10"));
+  ListFilter page = kNotFinished;
+  page.limit = 4;
+  std::vector<std::string> all;
+  for (int pages = 0; pages < 10; ++pages) {
+    const std::vector<std::string> names = ListWhereNames(store(), "jobs", page);
+    EXPECT_EQ(names, ExpectedNames(store(), "jobs", page));
+    all.insert(all.end(), names.begin(), names.end());
+    if (names.size() < page.limit) {
+      break;
+    }
+    page.start_after = names.back();
+  }
+  EXPECT_EQ(all, ExpectedNames(store(), "jobs", kNotFinished));
+  EXPECT_EQ(all.size(), 9u);
+  EXPECT_THAT(ListWhereNames(store(), "jobs",
+                             {.name_prefix = "team-1/",
+                              .states = {"Running"},
+                              .start_after = "team-1/job-01",
+                              .limit = 1}),
+              ElementsAre("team-1/job-05"));
+}
+
+// Random batches of creates, compare-and-set updates (some at a wrong version), deletes and
+// malformed documents: after each, every query the index serves equals a filter over List.
+TEST_P(StateStoreConformanceTest, TheStateIndexStaysExactUnderRandomWrites) {
+  Random random(15);
+  const std::vector<std::string> documents = {JobWithState("Pending"),
+                                              JobWithState("Running"),
+                                              JobWithState("Succeeded"),
+                                              JobWithState("Failed"),
+                                              JobWithState("Cancelled"),
+                                              JobWithState("Stopping"),
+                                              "{}",
+                                              "{\"state\": ",
+                                              R"({"state": "Fail\u0065d"})"};
+  const std::vector<ListFilter> filters = {
+      kNotFinished,
+      {.states = {"Running", "Stopping"}},
+      {.states = {"", "Failed"}, .exclude_states = true, .limit = 3},
+      {.name_prefix = "j1", .states = {"Pending", "Succeeded", ""}},
+  };
+  for (int step = 0; step < 60; ++step) {
+    WriteBatch batch;
+    const uint64_t ops = 1 + random.Uniform(3);
+    for (uint64_t op = 0; op < ops; ++op) {
+      const std::string name = fmt::format("j{}", random.Uniform(16));
+      const std::string& data = documents[random.Uniform(documents.size())];
+      Result<StoredObject> current = store().Get("jobs", name);
+      const int64_t version = current.ok() ? current->version : 0;
+      const bool wrong = random.Uniform(8) == 0;  // an expected failure of the whole batch
+      if (!current.ok()) {
+        batch.Create("jobs", name, data);
+      } else if (random.Uniform(4) == 0) {
+        batch.Delete("jobs", name, wrong ? version + 1 : version);
+      } else {
+        batch.Update("jobs", name, data, wrong ? version + 1 : version);
+      }
+    }
+    (void)store().Commit(batch);  // a batch touching one name twice may fail: also a case
+    for (const ListFilter& filter : filters) {
+      ASSERT_EQ(ListWhereNames(store(), "jobs", filter), ExpectedNames(store(), "jobs", filter))
+          << "step " << step;
+    }
+  }
 }
 
 }  // namespace

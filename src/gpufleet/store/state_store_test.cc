@@ -104,5 +104,30 @@ TEST(AnnotateOpError, NamesTheOperation) {
                                "(batch op 2 of 2: update)"));
 }
 
+TEST(IndexedState, ReadsTheTopLevelStringOrNothing) {
+  EXPECT_EQ(IndexedState(R"({"spec": {"state": "Nested"}, "state": "Running"})"), "Running");
+  EXPECT_EQ(IndexedState(R"({"spec": {"state": "Running"}})"), "");
+  EXPECT_EQ(IndexedState(R"({"state": 3})"), "");
+  EXPECT_EQ(IndexedState(R"({"state": "Run\u006eing"})"), "");  // escaped: unreadable
+  EXPECT_EQ(IndexedState(R"({"state": "Runn)"), "");
+  EXPECT_EQ(IndexedState("[\"state\", \"Running\"]"), "");
+  EXPECT_EQ(IndexedState(std::string(R"({"state": "a)") + '\x01' + "\"}"), "");  // control
+  EXPECT_EQ(IndexedState("{\"state\": \"\xff\xfe\"}"), "");                      // not UTF-8
+  EXPECT_EQ(IndexedState("{\"state\": \"" + std::string(kMaxKeyBytes + 1, 'x') + "\"}"), "");
+  EXPECT_EQ(IndexedState(""), "");
+}
+
+TEST(StateStore, ListWhereRefusesInvalidArgumentsNamingTheField) {
+  InMemoryStateStore store;
+  const ListFilter not_finished{.states = {"Succeeded"}, .exclude_states = true};
+  EXPECT_THAT(store.ListWhere("", not_finished), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(store.ListWhere("jobs", {.name_prefix = "a\x01"}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("name prefix")));
+  EXPECT_THAT(store.ListWhere("jobs", {.states = {"\xff"}}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("state")));
+  EXPECT_THAT(store.ListWhere("jobs", {.start_after = std::string(300, 'x')}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("start after")));
+}
+
 }  // namespace
 }  // namespace gpufleet::store

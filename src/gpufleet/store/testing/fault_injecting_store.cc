@@ -38,6 +38,11 @@ Result<std::vector<StoredObject>> FaultInjectingStateStore::DoList(std::string_v
   return inner_.List(kind, name_prefix);
 }
 
+Result<std::vector<StoredObject>> FaultInjectingStateStore::DoListWhere(std::string_view kind,
+                                                                        const ListFilter& filter) {
+  return inner_.ListWhere(kind, filter);
+}
+
 Status FaultInjectingStateStore::DoCommit(const WriteBatch& batch) {
   int64_t commit = 0;
   bool fail = false;

@@ -48,6 +48,8 @@ class FaultInjectingStateStore final : public StateStore {
   Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
   Result<std::vector<StoredObject>> DoList(std::string_view kind,
                                            std::string_view name_prefix) override;
+  Result<std::vector<StoredObject>> DoListWhere(std::string_view kind,
+                                                const ListFilter& filter) override;
   Status DoCommit(const WriteBatch& batch) override;
   Result<int64_t> DoRevision() override;
   Result<std::vector<StoredEvent>> DoEvents(std::string_view kind, std::string_view name) override;

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/wire/json_scan.h"
+#include "gpufleet/core/json_scan.h"
 
 #include <cstring>
 
-namespace gpufleet::wire {
+namespace gpufleet {
 namespace {
 
 // A cursor over JSON text; every step reports failure instead of reading past the end.
@@ -132,4 +132,4 @@ std::optional<std::string> TopLevelString(std::string_view text, std::string_vie
   return std::nullopt;
 }
 
-}  // namespace gpufleet::wire
+}  // namespace gpufleet
