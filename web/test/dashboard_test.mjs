@@ -247,8 +247,9 @@ try {
   await member.waitForTimeout(300);
   check(v1Requests.some((t) => t >= shownAt), 'and refreshes at once when shown again');
 
-  // Revoked mid-session: the next poll is refused and the page asks for a token again.
   check(referers.length === 0, `no request of the member's session carried a Referer (${referers.length})`);
+
+  // Revoked mid-session: the next poll is refused and the page asks for a token again.
   allowed.push(/\/v1\//);  // every poll in flight when the revocation lands answers 401
   await must('POST', `/v1/tokens/${alice.id}/revoke`, adminToken, undefined, 200);
   await member.waitForSelector('#login-error:has-text("expired or revoked")', { timeout: STEP_MS });
