@@ -2,7 +2,7 @@
 # The dashboard in a real browser (docs/dashboard.md): starts `gpufleet dev` on loopback ports
 # and runs web/test/dashboard_test.mjs (playwright-core driving Debian's chromium, both installed
 # by scripts/setup) against it. Usage: dashboard_browser.sh PATH/TO/gpufleet [SCREENSHOT_DIR]
-# Bounded: about 30 s. With SCREENSHOT_DIR (docs/img to refresh the docs' pictures) the fleet is
+# Bounded: about 35 s. With SCREENSHOT_DIR (docs/img to refresh the docs' pictures) the fleet is
 # the README's 32 nodes and the screenshots are written there.
 set -euo pipefail
 

@@ -3,18 +3,21 @@
 // #/jobs/NAME, ...) that reads everything through the REST API with the token the user logs in
 // with, kept in sessionStorage and sent as `Authorization: Bearer`. Every text from the API is
 // put in the page as text (textContent, never innerHTML), so a job named `<img onerror=...>`
-// shows as those characters. The current page polls every few seconds.
+// shows as those characters. The current page polls every few seconds while the tab is
+// visible, more slowly while the server fails to answer, and not at all while the tab is hidden.
 'use strict';
 
 (function () {
   const TOKEN_KEY = 'gpufleet.token';
   const POLL_MS = 3000;
+  const POLL_MAX_MS = 30000;  // the slowest polling, after the server failed to answer 4 times
   const STATES = ['Pending', 'Scheduled', 'Running', 'Stopping', 'Succeeded', 'Failed',
     'Cancelled', 'Preempted', 'Suspended'];
 
   let me = null;          // {role, team, name} of the token
   let current = null;     // the page shown: {refresh(), destroy()}
   let timer = null;
+  let resume = null;      // refreshes the page shown now and polls again (a tab shown again)
   let generation = 0;     // bumped on each navigation: late answers of an old page are dropped
   let loginMessage = '';
 
@@ -306,7 +309,9 @@
   function timeline(items) {
     if (!items || items.length === 0) return h('p', {class: 'muted'}, 'no events');
     return h('ul', {class: 'timeline'}, items.map((e) =>
-      h('li', {}, h('span', {class: 'rev'}, '#' + e.revision), e.message)));
+      h('li', {}, h('span', {class: 'rev'}, '#' + e.revision),
+        e.at ? h('time', {datetime: e.at}, e.at.replace('T', ' ').replace('Z', ' UTC')) : null,
+        e.message)));
   }
 
   function queuesPage() {
@@ -599,7 +604,8 @@
   async function navigate() {
     generation += 1;
     const gen = generation;
-    clearInterval(timer);
+    clearTimeout(timer);
+    resume = null;
     for (const c of liveCharts) c.destroy();
     liveCharts = [];
     let hash = location.hash || '#/';
@@ -643,20 +649,37 @@
     const status = h('p', {class: 'error', id: 'page-error'});
     shown.mount(root);
     root.append(status);
+    // One refresh at a time, the next POLL_MS after the last answer; each failure in a row
+    // doubles the wait (up to POLL_MAX_MS); a hidden tab asks nothing until it is shown again.
+    let failures = 0;
+    const schedule = () => {
+      clearTimeout(timer);
+      if (gen !== generation || document.hidden) return;
+      timer = setTimeout(tick, Math.min(POLL_MAX_MS, POLL_MS * 2 ** failures));
+    };
     const tick = async () => {
       if (gen !== generation) return;
       try {
         await shown.refresh(gen);
         status.textContent = '';
+        failures = 0;
       } catch (e) {
-        if (e.status !== 401 && gen === generation) status.textContent = 'Could not refresh: ' + e.message;
+        if (e.status !== 401 && gen === generation) {
+          status.textContent = 'Could not refresh: ' + e.message;
+          failures = Math.min(failures + 1, 4);
+        }
       }
+      schedule();
     };
     shown.refresh = ((f) => (g) => f(g === undefined ? generation : g))(shown.refresh);
+    resume = tick;
     await tick();
-    timer = setInterval(tick, POLL_MS);
   }
 
+  document.addEventListener('visibilitychange', () => {
+    if (document.hidden) clearTimeout(timer);
+    else if (resume) resume();
+  });
   window.addEventListener('hashchange', navigate);
   window.addEventListener('DOMContentLoaded', navigate);
 })();

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/agent/simulated_node.h"
+#include "gpufleet/api/event_time_store.h"
 #include "gpufleet/api/http.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/cli/http_client.h"
@@ -281,8 +282,9 @@ int RunDev(DevFlags flags) {
     return Fail(store.status());
   }
   SystemClock clock;
+  api::EventTimeStore timed_store(**store, clock);  // each event with its time
   Result<std::unique_ptr<api::ApiServer>> server =
-      api::ApiServer::Create({.store = **store,
+      api::ApiServer::Create({.store = timed_store,
                               .catalog = catalog,
                               .clock = clock,
                               .wall_clock = &clock,

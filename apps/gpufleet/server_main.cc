@@ -14,6 +14,7 @@
 
 #include <fmt/core.h>
 
+#include "gpufleet/api/event_time_store.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tls.h"
 #include "gpufleet/control/retention_controller.h"
@@ -245,8 +246,9 @@ int RunServer(const ServerFlags& flags) {
   if (!retain_finished.ok()) {
     return Fail(retain_finished.status());
   }
+  api::EventTimeStore timed_store(*store->store, clock);  // each event with its time
   Result<std::unique_ptr<api::ApiServer>> server = api::ApiServer::Create(
-      {.store = *store->store,
+      {.store = timed_store,
        .catalog = catalog,
        .clock = clock,
        .wall_clock = &clock,

@@ -3,10 +3,13 @@
 // running `gpufleet dev` (test/dashboard_browser.sh starts it):
 //   node web/test/dashboard_test.mjs http://127.0.0.1:PORT ADMIN_TOKEN [SCREENSHOT_DIR]
 // Logs in (a wrong token first), sees every node, watches a job submitted through the API
-// appear and run, opens its page and its node; a member sees only its team's jobs, another
-// team's job URL is "not found", names with HTML in them render as text, and a token revoked
-// mid-session sends the page back to the login. No console errors but the HTTP answers the test
-// provokes. Exits 0 when every check passed.
+// appear and run, opens its page (its timeline with times) and its node; a member logs in with
+// the `#token=` link (which leaves the address bar, and no request carries a Referer) and sees
+// only its team's jobs, another team's job URL is "not found", names with HTML in them render as
+// text, a hidden tab stops polling, and a token revoked mid-session sends the page back to the
+// login. The Content-Security-Policy is served and enforced (an inline script is refused), and
+// no console error (a CSP violation is one) but the HTTP answers the test provokes. Exits 0 when
+// every check passed.
 import { chromium } from 'playwright-core';
 
 const [address, adminToken, shotDir] = process.argv.slice(2);
@@ -97,6 +100,23 @@ try {
   const page = await context.newPage();
   watch(page, 'admin');
   allowed.push(/\/v1\/whoami$/);  // the wrong token's 401
+  const served = await page.goto(address + '/');
+  const csp = served.headers()['content-security-policy'] || '';
+  check(csp.includes("default-src 'self'") && csp.includes("frame-ancestors 'none'") &&
+    !csp.includes('unsafe-inline') && served.headers()['x-content-type-options'] === 'nosniff' &&
+    served.headers()['referrer-policy'] === 'no-referrer', `the page is served with its CSP (${csp})`);
+  // The policy is enforced: a script put in the page inline does not run (a page of its own,
+  // so its violation report is not one of the checked pages' console errors).
+  const probe = await context.newPage();
+  await probe.goto(address + '/');
+  check(await probe.evaluate(() => new Promise((resolve) => {
+    setTimeout(() => resolve(false), 2000);  // no violation reported: no policy
+    document.addEventListener('securitypolicyviolation', (e) => resolve(e.violatedDirective.startsWith('script-src') && window.__inline === undefined));
+    const s = document.createElement('script');
+    s.textContent = 'window.__inline = 1';
+    document.head.append(s);
+  })), 'an inline script is refused by the CSP');
+  await probe.close();
   await logIn(page, 'not-a-token');
   await page.waitForSelector('#login-error:has-text("That token was refused")', { timeout: STEP_MS });
   check(true, 'a wrong token is refused on the login page');
@@ -127,6 +147,9 @@ try {
   await page.fill('input[name=q]', 'browser-job');
   await row.locator('a.job-link').click();
   await page.waitForSelector('.timeline li:has-text("submitted by")', { timeout: STEP_MS });
+  const times = await page.locator('.timeline time').allTextContents();
+  check(times.length >= 2 && times.every((t) => /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/.test(t)),
+    `the timeline shows when each event happened (${times[0]})`);
   check(await page.locator('#explain').count() === 1, 'the job page has its explain panel');
   const nodeLink = page.locator('table a[href^="#/nodes/"]').first();
   await nodeLink.waitFor({ timeout: STEP_MS });
@@ -168,8 +191,18 @@ try {
   // ---- a member ----------------------------------------------------------------------------
   const member = await (await browser.newContext({ viewport: { width: 1440, height: 1000 } })).newPage();
   watch(member, 'member');
-  await logIn(member, alice.token);
+  const referers = [];
+  const v1Requests = [];
+  member.on('request', (r) => {
+    r.allHeaders().then((h) => { if (h.referer) referers.push(r.url()); }, () => {});
+    if (r.url().includes('/v1/')) v1Requests.push(Date.now());
+  });
+  // The link `gpufleet dev` prints: the token leaves the address bar and is never sent as a
+  // Referer (Referrer-Policy: no-referrer), not even for the page's own assets.
+  await member.goto(`${address}/#token=${encodeURIComponent(alice.token)}`);
   await member.waitForSelector('.node', { timeout: STEP_MS });
+  check(!member.url().includes(alice.token) && referers.length === 0,
+    'the #token= link logs in, leaves the address bar and no request carries a Referer');
   check(await member.locator('#who img').count() === 0 &&
     (await member.locator('#who').textContent()).includes(`alice${HTML} (team team-a)`), 'a token name with HTML shows as text');
   await must('POST', '/v1/jobs', alice.token, oneGpuJob('alice-job'), 201);
@@ -196,9 +229,27 @@ try {
   await member.waitForSelector('p.na:has-text("for admins")', { timeout: STEP_MS });
   check(true, 'the failure report tells a member it is for admins');
 
-  // Revoked mid-session: the next poll is refused and the page asks for a token again.
+  // A hidden tab asks the server nothing until it is shown again.
   await member.click('nav a:has-text("Fleet")');
   await member.waitForSelector('.node', { timeout: STEP_MS });
+  const visibility = (hidden) => member.evaluate((h) => {
+    Object.defineProperty(document, 'hidden', { value: h, configurable: true });
+    Object.defineProperty(document, 'visibilityState', { value: h ? 'hidden' : 'visible', configurable: true });
+    document.dispatchEvent(new Event('visibilitychange'));
+  }, hidden);
+  await visibility(true);
+  await member.waitForTimeout(500);  // an answer in flight lands
+  const hiddenSince = Date.now();
+  await member.waitForTimeout(4000);  // more than one polling interval (3 s)
+  check(v1Requests.filter((t) => t > hiddenSince).length === 0, 'a hidden tab stops polling');
+  const shownAt = Date.now();
+  await visibility(false);
+  await member.waitForTimeout(300);
+  check(v1Requests.some((t) => t >= shownAt), 'and refreshes at once when shown again');
+
+  check(referers.length === 0, `no request of the member's session carried a Referer (${referers.length})`);
+
+  // Revoked mid-session: the next poll is refused and the page asks for a token again.
   allowed.push(/\/v1\//);  // every poll in flight when the revocation lands answers 401
   await must('POST', `/v1/tokens/${alice.id}/revoke`, adminToken, undefined, 200);
   await member.waitForSelector('#login-error:has-text("expired or revoked")', { timeout: STEP_MS });

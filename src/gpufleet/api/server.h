@@ -75,7 +75,16 @@ struct ApiResponse {
   std::string location;
   // The Retry-After header of a 503, in seconds; 0: none.
   int retry_after_s = 0;
+  // Further headers: every answer of ApiServer::Handle carries BrowserHeaders().
+  std::vector<std::pair<std::string, std::string>> headers;
 };
+
+// The headers of every answer the API server gives (the dashboard's files, the API's JSON and
+// its errors), for the browsers that read them (docs/dashboard.md, "Security"): a
+// Content-Security-Policy that lets the page load its own files only, run no inline script and
+// be framed by no one; no MIME sniffing; no Referer sent (the dashboard's `#token=` link); and
+// nothing kept in a cache, as answers carry a team's data.
+const std::vector<std::pair<std::string, std::string>>& BrowserHeaders();
 
 // The HTTP status of a non-OK code (the one mapping of the project) and the error body
 // {"error": {"code": "INVALID_ARGUMENT", "message": "..."}}. ErrorResponse answers one

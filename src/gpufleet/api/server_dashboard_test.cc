@@ -1,14 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 // The dashboard's routes (server_dashboard.cc): its embedded files without a token, the fleet
-// history the loop records and keeps in the store, the GPUs' utilization and /v1/whoami.
+// history the loop records and keeps in the store, the GPUs' utilization and /v1/whoami; the
+// headers every answer carries for browsers, and the times of a job's events.
 #include <chrono>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/api/event_time_store.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/testing/agent_node_fixture.h"
 #include "gpufleet/api/testing/job_spec_json.h"
@@ -18,7 +22,10 @@ namespace gpufleet::api {
 namespace {
 
 using Json = nlohmann::json;
+using ::testing::AllOf;
+using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // node-a (8 H100s) heartbeating every minute; the server samples the fleet every minute.
 class DashboardTest : public api_testing::AgentNodeServerTest {
@@ -57,6 +64,34 @@ TEST_F(DashboardTest, ServesThePageAndItsAssetsWithoutAToken) {
   EXPECT_EQ(Call("GET", "/v1/utilization", "").status, 401);
   EXPECT_EQ(Call("GET", "/v1/whoami", "wrong").status, 401);
   EXPECT_EQ(Call("GET", "/v1/history", agent_).status, 403);
+}
+
+TEST_F(DashboardTest, EveryAnswerCarriesTheBrowserSecurityHeaders) {
+  const std::tuple<std::string, std::string, int> calls[] = {
+      {"/", "", 200},
+      {"/assets/app.js", "", 200},
+      {"/v1/jobs", alice_, 200},
+      {"/v1/whoami", "wrong", 401},
+      {"/v1/jobs/nope", alice_, 404},
+  };
+  for (const auto& [path, token, status] : calls) {
+    SCOPED_TRACE(path);
+    const ApiResponse response = Call("GET", path, token);
+    EXPECT_EQ(response.status, status);
+    std::map<std::string, std::string> headers(response.headers.begin(), response.headers.end());
+    EXPECT_THAT(headers["Content-Security-Policy"],
+                AllOf(HasSubstr("default-src 'self';"), HasSubstr("script-src 'self';"),
+                      HasSubstr("object-src 'none';"), HasSubstr("frame-ancestors 'none'"),
+                      Not(HasSubstr("unsafe-"))));
+    EXPECT_EQ(headers["X-Content-Type-Options"], "nosniff");
+    EXPECT_EQ(headers["X-Frame-Options"], "DENY");
+    EXPECT_EQ(headers["Referrer-Policy"], "no-referrer");
+    EXPECT_EQ(headers["Cache-Control"], "no-store");
+  }
+  // The page lives within the policy: no inline script, style or event handler.
+  const std::string page = Call("GET", "/", "").body;
+  EXPECT_THAT(page, Not(ContainsRegex("<script>|<script [^s]|<style| style=| on[a-z]+=")));
+  EXPECT_THAT(page, HasSubstr("<meta name=\"referrer\" content=\"no-referrer\">"));
 }
 
 TEST_F(DashboardTest, WhoAmINamesTheRoleAndTeam) {
@@ -128,6 +163,37 @@ TEST_F(DashboardTest, AnUnreadableStoredHistoryStartsANewSeries) {
   clock_.Advance(std::chrono::minutes(1));
   ASSERT_OK(server_->RunSchedulingCycle());  // the loop goes on, and so does the series
   EXPECT_EQ(History()["items"].size(), 2u);
+}
+
+TEST_F(DashboardTest, AJobsTimelineSaysWhenEachEventHappened) {
+  // An event written by a server whose store stamps no time has none.
+  ASSERT_EQ(Call("POST", "/v1/jobs", alice_, api_testing::OneTaskJobJson("old", 1)).status, 201);
+  server_->Stop();
+  EventTimeStore timed(store_, clock_);
+  struct StopFirst {  // the server goes before the store it writes to
+    std::unique_ptr<ApiServer>& server;
+    ~StopFirst() { server.reset(); }
+  } stop_first{server_};
+  Result<std::unique_ptr<ApiServer>> again = ApiServer::Create(
+      {.store = timed, .catalog = catalog_, .clock = clock_, .wall_clock = &clock_});
+  ASSERT_OK(again);
+  server_ = std::move(again).value();
+  ASSERT_EQ(Call("POST", "/v1/jobs", alice_, api_testing::OneTaskJobJson("train", 2)).status, 201);
+  clock_.Advance(std::chrono::seconds(30));
+  ASSERT_OK(server_->RunSchedulingCycle());  // placed on node-a
+
+  const ApiResponse response = Call("GET", "/v1/jobs/train/events", alice_);
+  ASSERT_EQ(response.status, 200) << response.body;
+  const Json events = Json::parse(response.body)["items"];
+  ASSERT_GE(events.size(), 2u) << events.dump();
+  EXPECT_EQ(events[0]["at"], "2026-12-03T08:56:17Z");
+  EXPECT_EQ(events[0]["message"], "submitted by alice to queue default");
+  EXPECT_EQ(events.back()["at"], "2026-12-03T08:56:47Z") << events.dump();
+  EXPECT_THAT(events.back()["message"].get<std::string>(), Not(HasSubstr("@")));
+  const Json old = Json::parse(Call("GET", "/v1/jobs/old/events", alice_).body)["items"];
+  ASSERT_FALSE(old.empty());
+  EXPECT_FALSE(old[0].contains("at")) << old.dump();
+  EXPECT_EQ(old[0]["message"], "submitted by alice to queue default");
 }
 
 }  // namespace

@@ -519,15 +519,24 @@ std::string RenderObject(ResourceKind kind, const json& object, OutputFormat for
   return RenderTable({Header(kind, format), Row(kind, object, format, now_unix_seconds)});
 }
 
-// "Events:" and a table of an object's events, or "Events:      <none>".
+// "Events:" and a table of an object's events, or "Events:      <none>". A TIME column when
+// the server says when they happened (events written before servers did have no time).
 std::string EventsSection(const json& events) {
   const json& items = Items(events);
   if (items.empty()) {
     return Field("Events", kNone);
   }
+  const bool timed = std::any_of(items.begin(), items.end(),
+                                 [](const json& event) { return event.contains("at"); });
   std::vector<std::vector<std::string>> rows = {{"REVISION", "MESSAGE"}};
+  if (timed) {
+    rows[0].insert(rows[0].begin() + 1, "TIME");
+  }
   for (const json& event : items) {
     rows.push_back({TextOr(event, "revision", kNone), Text(event, "message")});
+    if (timed) {
+      rows.back().insert(rows.back().begin() + 1, TextOr(event, "at", kNone));
+    }
   }
   return "Events:\n" + Indent(RenderTable(rows), "  ");
 }

@@ -230,6 +230,17 @@ TEST(DescribeJob, FieldsReasonPlacementsAndEvents) {
             "  12         scheduled on node-0001\n");
 }
 
+TEST(DescribeJob, EventsWithTheirTimes) {
+  const json events = Parse(R"({"items": [{"revision": 3, "message": "submitted"},
+                                           {"revision": 11, "at": "2026-12-03T12:00:05Z",
+                                            "message": "scheduled on node-0001"}]})");
+  EXPECT_THAT(DescribeJob(Jobs()["items"][1], events),
+              HasSubstr("Events:\n"
+                        "  REVISION   TIME                   MESSAGE\n"
+                        "  3          <none>                 submitted\n"
+                        "  11         2026-12-03T12:00:05Z   scheduled on node-0001\n"));
+}
+
 TEST(DescribeJob, PendingJobShowsItsReason) {
   const json job = Jobs()["items"][0];
   EXPECT_EQ(DescribeJob(job, Parse(R"({"items": []})")),

@@ -285,6 +285,9 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (response.retry_after_s > 0) {
       response_->set(bhttp::field::retry_after, std::to_string(response.retry_after_s));
     }
+    for (const auto& [name, value] : response.headers) {
+      response_->set(name, value);
+    }
     response_->body() = std::move(response.body);
     response_->keep_alive(keep);
     response_->prepare_payload();

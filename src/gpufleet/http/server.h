@@ -17,6 +17,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "gpufleet/core/status.h"
 
@@ -41,6 +43,8 @@ struct Response {
   std::string location;
   // The Retry-After header (seconds) of a 503 or 429; 0: none.
   int retry_after_s = 0;
+  // Further headers, in this order (the API's security headers).
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
 // Which workers run a request's handler.

@@ -72,12 +72,13 @@ TEST_F(HttpServerTest, DecodesPathQueryAndAuthorization) {
   EXPECT_THAT(answer, HasSubstr("GET /v1/jobs/a b [q=/y] [team=ml x] auth=Bearer t body="));
 }
 
-TEST_F(HttpServerTest, SendsLocationAndRetryAfterWhenSet) {
+TEST_F(HttpServerTest, SendsLocationRetryAfterAndFurtherHeadersWhenSet) {
   Serve({}, [](const Request& request) {
     Response response;
     response.status = request.path == "/moved" ? 307 : 503;
     response.location = request.path == "/moved" ? "http://leader:1/moved" : "";
     response.retry_after_s = request.path == "/moved" ? 0 : 2;
+    response.headers = {{"X-Content-Type-Options", "nosniff"}, {"Cache-Control", "no-store"}};
     return response;
   });
   const std::string moved =
@@ -89,6 +90,7 @@ TEST_F(HttpServerTest, SendsLocationAndRetryAfterWhenSet) {
   EXPECT_THAT(busy, StartsWith("HTTP/1.1 503"));
   EXPECT_THAT(busy, HasSubstr("Retry-After: 2\r\n"));
   EXPECT_THAT(busy, Not(HasSubstr("Location")));
+  EXPECT_THAT(busy, HasSubstr("X-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"));
 }
 
 TEST_F(HttpServerTest, AnswersPipelinedRequestsInOrder) {
