@@ -37,6 +37,11 @@ Result<std::vector<store::StoredObject>> EventTimeStore::DoList(std::string_view
   return inner_.List(kind, name_prefix);
 }
 
+Result<std::vector<store::StoredObject>> EventTimeStore::DoListWhere(
+    std::string_view kind, const store::ListFilter& filter) {
+  return inner_.ListWhere(kind, filter);
+}
+
 Status EventTimeStore::DoCommit(const store::WriteBatch& batch) {
   const int64_t now = wall_clock_.UnixNanos();
   store::WriteBatch stamped;

@@ -44,6 +44,8 @@ class EventTimeStore final : public store::StateStore {
   Result<store::StoredObject> DoGet(std::string_view kind, std::string_view name) override;
   Result<std::vector<store::StoredObject>> DoList(std::string_view kind,
                                                   std::string_view name_prefix) override;
+  Result<std::vector<store::StoredObject>> DoListWhere(std::string_view kind,
+                                                       const store::ListFilter& filter) override;
   Status DoCommit(const store::WriteBatch& batch) override;
   Result<int64_t> DoRevision() override;
   Result<std::vector<store::StoredEvent>> DoEvents(std::string_view kind,
