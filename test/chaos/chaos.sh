@@ -38,8 +38,9 @@ task_ledger=$ledger
 clock='date +%s.%N'
 cdi_spec=
 # The node lease and the stop graces. Every podman command takes 0.3 s on an idle machine and
-# several seconds on a busy one, and an agent runs them in its loop (three per container start):
-# containers get a lease three times as long, and the faults' waits grow with it.
+# several seconds on a busy one; the agent runs none in its loop (docs/containers.md), so
+# containers get the same 4 s lease, but longer stop graces and gang window: a stop is a
+# `podman kill` and its end is seen at a `podman ps`.
 lease_s=4
 server_grace_s=6
 agent_grace_s=3
@@ -51,12 +52,11 @@ if [ "$runner" = podman ]; then
   task_ledger=/chaos/ledger
   clock='cut -d\  -f1 /proc/uptime'
   cdi_spec=/var/run/cdi/gpufleet-chaos-$$.yaml
-  lease_s=12
   server_grace_s=12
   agent_grace_s=5
   gang_window_s=20
 fi
-# CHAOS_LEASE_S overrides the lease (e.g. the process runner's 4 s with containers).
+# CHAOS_LEASE_S overrides the lease.
 lease_s=${CHAOS_LEASE_S:-$lease_s}
 : >"$work/acked"
 : >"$work/faults"

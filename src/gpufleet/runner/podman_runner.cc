@@ -140,9 +140,25 @@ Result<std::unique_ptr<PodmanRunner>> PodmanRunner::Open(PodmanRunnerOptions opt
   GPUFLEET_ASSIGN_OR_RETURN(auto containers, runner->ListContainers());
   const MonoTime now = clock.Now();
   std::lock_guard<std::mutex> lock(runner->mu_);
+  // Fences still making their containers (the last runner stopped meanwhile): the starts go on,
+  // and this runner learns their outcome from the fences as the last one would have.
+  std::set<std::string, std::less<>> starting;
+  for (const TaskStatus& fence : runner->fences_->Poll()) {
+    if (!IsFinal(fence.state) && access(runner->StartedPath(fence.task_id).c_str(), F_OK) != 0) {
+      starting.insert(fence.task_id);
+      Task task;
+      task.container = runner->ContainerName(fence.task_id);
+      task.status.task_id = fence.task_id;
+      task.status.gpu_uuids = fence.gpu_uuids;
+      task.status.start_time = fence.start_time;
+      task.status.starting_container = true;
+      task.status.enforces_lease = true;
+      runner->tasks_.emplace(fence.task_id, std::move(task));
+    }
+  }
   for (const auto& [name, container] : containers) {
     const auto id = container.labels.find(std::string(kTaskIdLabel));
-    if (id == container.labels.end() || id->second.empty()) {
+    if (id == container.labels.end() || id->second.empty() || starting.contains(id->second)) {
       continue;
     }
     Task task;
@@ -168,22 +184,6 @@ Result<std::unique_ptr<PodmanRunner>> PodmanRunner::Open(PodmanRunnerOptions opt
     }
     runner->tasks_.emplace(task.status.task_id, std::move(task));
   }
-  // A fence still making its container (the last runner stopped meanwhile): the start goes on,
-  // and this runner learns its outcome from the fence as the last one would have.
-  for (const TaskStatus& fence : runner->fences_->Poll()) {
-    if (IsFinal(fence.state) || runner->tasks_.contains(fence.task_id) ||
-        access(runner->StartedPath(fence.task_id).c_str(), F_OK) == 0) {
-      continue;
-    }
-    Task task;
-    task.container = runner->ContainerName(fence.task_id);
-    task.status.task_id = fence.task_id;
-    task.status.gpu_uuids = fence.gpu_uuids;
-    task.status.start_time = fence.start_time;
-    task.status.starting_container = true;
-    task.status.enforces_lease = true;
-    runner->tasks_.emplace(fence.task_id, std::move(task));
-  }
   runner->latest_listing_ = std::make_shared<const Listing>(Listing{0, std::move(containers)});
   runner->lister_ = std::thread([raw = runner.get()] { raw->ListerLoop(); });
   return runner;
@@ -206,7 +206,7 @@ void PodmanRunner::ListerLoop() {
     list_cv_.wait(lock, [&] {
       return list_wanted_ || images_wanted_ || stopping_ || !signals_.empty() || !removals_.empty();
     });
-    // Signals first (a stop waits for them), then a listing, then removals. What is queued when
+    // Signals first (a stop waits for them), then listings, then removals. What is queued when
     // the runner is destroyed is still done.
     if (!signals_.empty()) {
       const QueuedSignal signal = std::move(signals_.front());
@@ -349,6 +349,7 @@ Result<std::map<std::string, PodmanRunner::ContainerState>> PodmanRunner::ListCo
     const std::string status = item.value("State", "");
     // "created" and "configured" are on their way to running; "exited" and "stopped" are over.
     state.running = status != "exited" && status != "stopped";
+    state.never_started = status == "created" || status == "configured" || status == "initialized";
     if (item.contains("ExitCode") && item["ExitCode"].is_number_integer()) {
       state.exit_code = item["ExitCode"].get<int>();
     }
@@ -652,7 +653,11 @@ void PodmanRunner::LaunchContainer(Task& task, const TaskLaunch& launch) {
   if (!fenced.ok()) {
     // No podman ran: there is no container to remove.
     task.status.state = TaskState::kFailedToStart;
-    task.status.reason = fmt::format("cannot start its container's fence: {}", fenced.message());
+    // kFailedPrecondition: the launch cannot be made into `podman run` (RunArguments).
+    task.status.reason =
+        fenced.code() == StatusCode::kFailedPrecondition
+            ? fenced.message()
+            : fmt::format("cannot start its container's fence: {}", fenced.message());
     task.status.end_time = clock_.Now();
     task.status.enforces_lease = false;
     return;
@@ -711,7 +716,8 @@ void PodmanRunner::TendStarts(const std::map<std::string, TaskStatus, std::less<
     task.status.starting_container = false;
     const std::string log = launch.has_value() ? launch->log_path : "";
     if (code == kImageMissingExitCode && launch.has_value() &&
-        launch->image_pull_policy == ImagePullPolicy::kIfNotPresent) {
+        launch->image_pull_policy == ImagePullPolicy::kIfNotPresent &&
+        !task.status.stop_requested) {
       // podman's complaint about the missing image is no part of the task's log.
       [[maybe_unused]] const int truncated = truncate(log.c_str(), task.log_offset);
       [[maybe_unused]] const Status forgotten = fences_->Forget(task_id);
@@ -873,6 +879,12 @@ std::vector<TaskStatus> PodmanRunner::Poll() {
     const auto it = listing->containers.find(task.container);
     if (it == listing->containers.end() || !it->second.running) {
       Finish(task, it == listing->containers.end() ? nullptr : &it->second, now);
+    } else if (it->second.never_started) {
+      // Its fence's `podman run` has returned (or the fence is gone), so nothing will start it:
+      // a run cut short, by a lease that ran out, after podman made the container.
+      Finish(task, nullptr, now);
+      task.status.reason =
+          fmt::format("its container '{}' was made but never started", task.container);
     }
   });
   statuses.insert(statuses.end(), std::make_move_iterator(container_statuses.begin()),

@@ -177,6 +177,7 @@ class PodmanRunner final : public TaskRunner {
   struct ContainerState {
     std::string name;
     bool running = false;
+    bool never_started = false;  // made, not (yet) started: "created", "configured", "initialized"
     int exit_code = 0;
     std::map<std::string, std::string> labels;
   };
@@ -221,9 +222,6 @@ class PodmanRunner final : public TaskRunner {
                                           Duration timeout) const;
   // This instance's containers, by name.
   Result<std::map<std::string, ContainerState>> ListContainers() const;
-  // Whether the launch's image must be pulled before its container can start; an error whose
-  // message is the reason the task cannot start (an image that is missing under Never).
-  Result<bool> NeedsPull(const TaskLaunch& launch) const;
   // Starts pulling the launch's image (or takes over the pull an earlier runner started for the
   // task); the reason it cannot otherwise. REQUIRES: mu_ held.
   std::optional<std::string> StartPull(Task& task, const TaskLaunch& launch);

@@ -454,6 +454,26 @@ TEST_F(PodmanRunnerTest, ANewRunnerAdoptsRunningAndEndedContainers) {
   EXPECT_TRUE(WaitUntil([&] { return ListedContainers().empty(); })) << ListedContainers();
 }
 
+// A container podman made but never started (a `podman run` cut short by a lease that ran out,
+// whose fence was killed before it removed it) is not a running task: the next runner reports it
+// lost, and forgetting it removes the container.
+TEST_F(PodmanRunnerTest, AContainerMadeButNeverStartedIsLostAndRemoved) {
+  ASSERT_NE(runner_, nullptr);
+  const std::string name = runner_->ContainerNameForTest("job/made/1");
+  const std::string made = PodmanOutput(
+      {"create", "--name", name, "--label", fmt::format("{}={}", kRunnerLabel, options_.instance),
+       "--label", fmt::format("{}=job/made/1", kTaskIdLabel), kImage, "true"});
+  ASSERT_THAT(ListedContainers(), HasSubstr(name + " Created")) << made;
+  runner_.reset();
+  runner_ = OpenRunner(real_clock_);
+  ASSERT_NE(runner_, nullptr);
+  const TaskStatus status = WaitForEnd(*runner_, "job/made/1");
+  EXPECT_EQ(status.state, TaskState::kLost);
+  EXPECT_EQ(status.reason, fmt::format("its container '{}' was made but never started", name));
+  ASSERT_OK(runner_->Forget("job/made/1"));
+  EXPECT_TRUE(WaitUntil([&] { return ListedContainers().empty(); })) << ListedContainers();
+}
+
 TEST_F(PodmanRunnerTest, AnImageThatIsNotThereFailsTheTaskWithAClearReason) {
   ASSERT_NE(runner_, nullptr);
   TaskLaunch never = Container("job/never/1", "true");
