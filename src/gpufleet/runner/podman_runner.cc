@@ -690,7 +690,8 @@ void PodmanRunner::SendPendingSignal(Task& task, MonoTime now) {
     return;
   }
   task.signal_pending = false;
-  Signal(task, task.kill_deadline.has_value() && now >= *task.kill_deadline ? "KILL" : "TERM");
+  task.kill_deadline = now + task.pending_grace;
+  Signal(task, task.pending_grace <= Duration::zero() ? "KILL" : "TERM");
 }
 
 void PodmanRunner::TendStarts(const std::map<std::string, TaskStatus, std::less<>>& fences,
@@ -819,8 +820,12 @@ Status PodmanRunner::Stop(std::string_view task_id, Duration grace) {
   }
   const internal::DueSignal due = internal::RecordStop(task, clock_.Now(), grace);
   if (task.status.starting_container && !NoteStarted(task, clock_.Now())) {
-    // No container to signal yet: it gets the signal once it has started (TendStarts).
-    task.signal_pending = due != internal::DueSignal::kNone;
+    // No container to signal yet: it gets SIGTERM once it has started, and the whole grace from
+    // then on (TendStarts), as if the stop had come then.
+    if (!task.signal_pending || grace < task.pending_grace) {
+      task.pending_grace = grace;
+    }
+    task.signal_pending = true;
     return Status::Ok();
   }
   switch (due) {

@@ -195,8 +195,10 @@ class PodmanRunner final : public TaskRunner {
     // an earlier runner), and the size of the log before, whose growth is a failure's reason.
     std::optional<TaskLaunch> launch;
     int64_t log_offset = 0;
-    // A stop that came while the container was being made and found no container to signal.
+    // A stop that came while the container was being made, and its grace (the shortest asked):
+    // the container gets SIGTERM once it has started, and SIGKILL after that grace.
     bool signal_pending = false;
+    Duration pending_grace{0};
     // The listings of the containers numbered from this one on tell the container's state (it
     // existed when they began); earlier ones may predate it.
     uint64_t listable_from = 0;
