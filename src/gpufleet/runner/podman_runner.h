@@ -142,8 +142,8 @@ class PodmanRunner final : public TaskRunner {
                                                     std::unique_ptr<TaskRunner> processes,
                                                     const Clock& clock);
 
-  // Leaves every container running: a new runner with the same instance adopts them. Waits for a
-  // listing under way.
+  // Leaves every container running: a new runner with the same instance adopts them. Waits for
+  // the podman command under way, then sends the queued signals and removes the queued containers.
   ~PodmanRunner() override;
   PodmanRunner(const PodmanRunner&) = delete;
   PodmanRunner& operator=(const PodmanRunner&) = delete;
