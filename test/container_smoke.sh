@@ -4,7 +4,10 @@
 # a container that sees exactly its GPUs (CDI devices the script writes for the simulated GPUs),
 # and `describe job` shows the pull time, the digest and the events; a job whose registry never
 # answers is Pulling while the agent goes on heartbeating, and a cancel ends it with no container
-# ever made. Needs root (CDI specs live in /var/run/cdi), podman, runc, docker-registry and
+# ever made. Then podman is made slow (every command waits 1 s, as on a busy node) and eight
+# containers start at once on a 4 s lease: the agent goes on heartbeating (it never fences itself,
+# each task runs once) and no GPU is in two live containers (the tasks' own ledger says).
+# Needs root (CDI specs live in /var/run/cdi), podman, runc, docker-registry and
 # busybox-static (scripts/setup installs them); exits 77 (skipped) without them.
 # Usage: container_smoke.sh PATH/TO/gpufleet.
 set -euo pipefail
@@ -55,6 +58,8 @@ CONF
 export CONTAINERS_CONF=$work/containers.conf
 cat >"$work/podman" <<SH
 #!/bin/sh
+# While \$work/slow holds a number, every podman command waits that many seconds first.
+if [ -s "$work/slow" ]; then sleep "\$(cat "$work/slow")"; fi
 exec podman --root "$work/storage" --runroot "$work/run" --tmpdir "$work/tmp" \
   --storage-driver vfs "\$@"
 SH
@@ -93,7 +98,7 @@ silent_pid=$!
 
 echo "container-smoke-admin-token-0123456789" >"$work/admin-token"
 "$gpufleet" server --data-dir "$work/server" --listen 127.0.0.1:0 --cycle-interval-ms 200 \
-  --heartbeat-interval-ms 500 --admin-token-file "$work/admin-token" >"$work/server.log" 2>&1 &
+  --heartbeat-interval-ms 500 --node-timeout-s 4 --stop-grace-s 4 --admin-token-file "$work/admin-token" >"$work/server.log" 2>&1 &
 server_pid=$!
 wait_for "$work/server.log" "listening on"
 addr=$(grep -o 'http://127\.0\.0\.1:[0-9]*' "$work/server.log" | head -1)
@@ -103,7 +108,7 @@ export GPUFLEET_ADDR=$addr GPUFLEET_TOKEN=container-smoke-admin-token-0123456789
 sed -n 's/^token (shown once, keep it): \([0-9a-f]*\)$/\1/p' "$work/token.json" >"$work/agent-token"
 
 "$gpufleet" agent --server "$addr" --token-file "$work/agent-token" --node-name box \
-  --topology leaf=leaf-0 --backend simulated --simulated-gpus 2 --runner podman \
+  --topology leaf=leaf-0 --backend simulated --simulated-gpus 8 --runner podman \
   --podman "$work/podman" --podman-insecure-registry "127.0.0.1:$port" \
   --podman-insecure-registry "127.0.0.1:$silent_port" \
   --state-dir "$work/agent" --stop-grace-s 2 --metrics-listen 127.0.0.1:0 \
@@ -117,11 +122,15 @@ wait_for "$work/agent.log" "registered"
 mapfile -t uuids < <(python3 -c "
 import json, sys
 for gpu in json.load(open(sys.argv[1]))['gpus']: print(gpu['uuid'])" "$work/node.json")
-[ "${#uuids[@]}" -eq 2 ] || fail "expected 2 GPUs: $(cat "$work/node.json")"
-mkdir -p /var/run/cdi "$work/devices"
+[ "${#uuids[@]}" -eq 8 ] || fail "expected 8 GPUs: $(cat "$work/node.json")"
+mkdir -p /var/run/cdi "$work/devices" "$work/ledger-dir"
+: >"$work/ledger-dir/ledger"
 {
   echo 'cdiVersion: "0.5.0"'
   echo 'kind: nvidia.com/gpu'
+  echo 'containerEdits:'
+  echo '  mounts:'
+  echo "  - {hostPath: $work/ledger-dir, containerPath: /smoke, options: [rw, bind]}"
   echo 'devices:'
   for uuid in "${uuids[@]}"; do
     echo "$uuid" >"$work/devices/$uuid"
@@ -190,4 +199,43 @@ grep -q "hanging .*Cancelled" "$work/jobs" || fail "hanging was not cancelled: $
 if grep -q hanging "$work/containers"; then
   fail "a container was made for the cancelled pull: $(cat "$work/containers")"
 fi
+# podman slowed down: eight containers start at once, each podman command taking 1 s. Each
+# task writes START and END with its GPU to the ledger and runs 0.5 s.
+echo 1 >"$work/slow"
+: >"$work/acked"
+for n in 0 1 2 3 4 5 6 7; do
+  cat >"$work/slow-$n.yaml" <<YAML
+apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: slow-$n}
+spec:
+  tasks:
+    - name: main
+      image: $image
+      imagePullPolicy: Never
+      command: [sh, -c, 'echo "START \$GPUFLEET_TASK_ID \$(cut -d" " -f1 /proc/uptime) \$CUDA_VISIBLE_DEVICES" >>/smoke/ledger; sleep 0.5; echo "END \$GPUFLEET_TASK_ID \$(cut -d" " -f1 /proc/uptime)" >>/smoke/ledger']
+      resources: {gpus: {count: 1}}
+YAML
+  "$gpufleet" submit -f "$work/slow-$n.yaml" >/dev/null || fail "submit slow-$n.yaml"
+  echo "slow-$n" >>"$work/acked"
+done
+for _ in $(seq 600); do
+  "$gpufleet" get jobs >"$work/jobs" 2>/dev/null || true
+  [ "$(grep -c "slow-.*\(Succeeded\|Failed\)" "$work/jobs")" -eq 8 ] && break
+  sleep 0.1
+done
+rm -f "$work/slow"
+[ "$(grep -c "slow-.*Succeeded" "$work/jobs")" -eq 8 ] ||
+  fail "the slow-podman jobs did not all succeed: $(cat "$work/jobs")"
+if grep -q "lease expired" "$work/agent.log"; then
+  fail "the agent fenced itself while podman was slow: $(grep "lease expired" "$work/agent.log")"
+fi
+# Each task ran once (a self-fenced node's tasks would have run again as attempt 2).
+[ "$(grep -c '^START slow-' "$work/ledger-dir/ledger")" -eq 8 ] ||
+  fail "expected 8 starts: $(cat "$work/ledger-dir/ledger")"
+curl -sf -H "Authorization: Bearer $GPUFLEET_TOKEN" "$GPUFLEET_ADDR/v1/jobs" >"$work/jobs.json" ||
+  fail "cannot list the jobs"
+: >"$work/faults"
+python3 "$(dirname "$0")/chaos/check_ledger.py" "$work/ledger-dir/ledger" "$work/jobs.json" \
+  "$work/acked" "$work/faults" 20 || fail "a GPU was in two live containers, or a job was lost"
 echo "container_smoke: ok"

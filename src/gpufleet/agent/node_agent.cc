@@ -64,7 +64,8 @@ std::vector<wire::TaskReport> ReportsFor(const std::vector<runner::TaskStatus>& 
     if (report.phase == wire::TaskPhase::kFailed) {
       report.message = runner::DescribeTaskStatus(status);
     }
-    if (status.image_pull_time.has_value()) {
+    // The pull's time goes with the digest the container runs: once the container has started.
+    if (status.image_pull_time.has_value() && !status.starting_container) {
       report.image_pull_ms =
           std::chrono::duration_cast<std::chrono::milliseconds>(*status.image_pull_time).count();
     }
@@ -388,7 +389,7 @@ bool NodeAgent::RecordPulledProvenance(const std::vector<runner::TaskStatus>& st
     const auto status =
         std::find_if(statuses.begin(), statuses.end(),
                      [&](const runner::TaskStatus& s) { return s.task_id == it->first; });
-    if (status != statuses.end() && status->pulling_image) {
+    if (status != statuses.end() && (status->pulling_image || status->starting_container)) {
       ++it;
       continue;
     }
@@ -465,10 +466,12 @@ std::optional<std::vector<CachedImage>> NodeAgent::ImagesToReport() {
   if (!images_listed_at_ || images_stale_ ||
       now - *images_listed_at_ >= options_.image_list_interval) {
     Result<std::vector<CachedImage>> listed = runner_.ListImages();
-    // A runner that runs no containers (kUnimplemented, at no cost) or cannot list them now is
-    // asked again at the next due time; the server keeps the list it has meanwhile.
+    // A runner that runs no containers (kUnimplemented, at no cost) is asked again at the next
+    // due time; the server keeps the list it has meanwhile.
     images_listed_at_ = now;
-    images_stale_ = false;
+    // kUnavailable: the runner lists them beside the agent (PodmanRunner), or cannot now; asked
+    // again at the next heartbeat.
+    images_stale_ = !listed.ok() && listed.status().code() == StatusCode::kUnavailable;
     if (!listed.ok()) {
       return std::nullopt;
     }
@@ -669,8 +672,9 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
     }
     for (runner::TaskLaunch& launch : started_launches) {
       const runner::TaskStatus& status = statuses[launch.task_id];
-      // The record names the digest the container runs: it waits for the pull to end.
-      if (status.pulling_image) {
+      // The record names the digest the container runs: it waits for the pull to end and the
+      // container to start.
+      if (status.pulling_image || status.starting_container) {
         awaiting_pull_[launch.task_id] = std::move(launch);
       } else {
         provenance_pending_[launch.task_id] = ProvenanceOf(launch, status);

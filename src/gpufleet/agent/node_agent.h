@@ -192,7 +192,8 @@ class NodeAgent {
   bool images_stale_ = false;
   bool was_pulling_ = false;  // a task's image was being pulled at the last heartbeat
   std::map<std::string, wire::ProvenanceReport> provenance_pending_;
-  // The launches of tasks whose image is being pulled: their record is made once it has ended.
+  // The launches of tasks whose image is being pulled or whose container is being made: their
+  // record is made once the container has started (the runner knows the digest then).
   std::map<std::string, runner::TaskLaunch> awaiting_pull_;
   std::string provenance_refused_;
 };

@@ -5,7 +5,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
-#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,6 +34,14 @@ using Json = nlohmann::json;
 
 // How much of podman's error output a task's reason quotes.
 constexpr size_t kMaxReasonBytes = 2048;
+
+// How a fence that makes its container ends when `podman run` failed (having removed whatever
+// podman made): the image is not on the node, or any other reason (in the task's log).
+constexpr int kImageMissingExitCode = 100;
+constexpr int kRunFailedExitCode = 101;
+
+// The fence's environment variable that carries the container's environment to `podman run`.
+constexpr char kContainerEnvVariable[] = "GPUFLEET_CONTAINER_ENV";
 
 // Owns a file descriptor.
 class Fd {
@@ -130,12 +137,28 @@ Result<std::unique_ptr<PodmanRunner>> PodmanRunner::Open(PodmanRunnerOptions opt
   GPUFLEET_ASSIGN_OR_RETURN(runner->fences_,
                             ProcessRunner::Open(runner->options_.fence_dir, clock));
   GPUFLEET_ASSIGN_OR_RETURN(runner->pulls_, ProcessRunner::Open(runner->options_.pull_dir, clock));
-  GPUFLEET_ASSIGN_OR_RETURN(const auto containers, runner->ListContainers());
+  GPUFLEET_ASSIGN_OR_RETURN(auto containers, runner->ListContainers());
   const MonoTime now = clock.Now();
   std::lock_guard<std::mutex> lock(runner->mu_);
+  // Fences still making their containers (the last runner stopped meanwhile): the starts go on,
+  // and this runner learns their outcome from the fences as the last one would have.
+  std::set<std::string, std::less<>> starting;
+  for (const TaskStatus& fence : runner->fences_->Poll()) {
+    if (!IsFinal(fence.state) && access(runner->StartedPath(fence.task_id).c_str(), F_OK) != 0) {
+      starting.insert(fence.task_id);
+      Task task;
+      task.container = runner->ContainerName(fence.task_id);
+      task.status.task_id = fence.task_id;
+      task.status.gpu_uuids = fence.gpu_uuids;
+      task.status.start_time = fence.start_time;
+      task.status.starting_container = true;
+      task.status.enforces_lease = true;
+      runner->tasks_.emplace(fence.task_id, std::move(task));
+    }
+  }
   for (const auto& [name, container] : containers) {
     const auto id = container.labels.find(std::string(kTaskIdLabel));
-    if (id == container.labels.end() || id->second.empty()) {
+    if (id == container.labels.end() || id->second.empty() || starting.contains(id->second)) {
       continue;
     }
     Task task;
@@ -161,7 +184,95 @@ Result<std::unique_ptr<PodmanRunner>> PodmanRunner::Open(PodmanRunnerOptions opt
     }
     runner->tasks_.emplace(task.status.task_id, std::move(task));
   }
+  runner->latest_listing_ = std::make_shared<const Listing>(Listing{0, std::move(containers)});
+  runner->lister_ = std::thread([raw = runner.get()] { raw->ListerLoop(); });
   return runner;
+}
+
+PodmanRunner::~PodmanRunner() {
+  {
+    std::lock_guard<std::mutex> lock(list_mu_);
+    stopping_ = true;
+  }
+  list_cv_.notify_all();
+  if (lister_.joinable()) {
+    lister_.join();
+  }
+}
+
+void PodmanRunner::ListerLoop() {
+  std::unique_lock<std::mutex> lock(list_mu_);
+  for (;;) {
+    list_cv_.wait(lock, [&] {
+      return list_wanted_ || images_wanted_ || stopping_ || !signals_.empty() || !removals_.empty();
+    });
+    // Signals first (a stop waits for them), then listings, then removals. What is queued when
+    // the runner is destroyed is still done.
+    if (!signals_.empty()) {
+      const QueuedSignal signal = std::move(signals_.front());
+      signals_.pop_front();
+      lock.unlock();
+      const Result<internal::CommandOutcome> killed =
+          Podman({"kill", "--signal", signal.signal, signal.container}, options_.command_timeout);
+      lock.lock();
+      if ((!killed.ok() || killed->exit_code != 0) && signal.signal == "KILL") {
+        failed_kills_.insert(signal.container);
+      }
+      continue;
+    }
+    if (list_wanted_ && !stopping_) {
+      list_wanted_ = false;
+      listing_ = true;
+      const uint64_t number = next_listing_number_++;
+      lock.unlock();
+      Result<std::map<std::string, ContainerState>> listed = ListContainers();
+      lock.lock();
+      listing_ = false;
+      // A failed listing leaves the last one: the tasks keep their states until podman answers.
+      if (listed.ok()) {
+        latest_listing_ =
+            std::make_shared<const Listing>(Listing{number, std::move(listed).value()});
+      }
+      continue;
+    }
+    if (images_wanted_ && !stopping_) {
+      images_wanted_ = false;
+      const uint64_t after_call = image_calls_;
+      lock.unlock();
+      Result<std::vector<CachedImage>> images = ListImagesNow();
+      lock.lock();
+      image_listing_.emplace(after_call, std::move(images));
+      continue;
+    }
+    if (!removals_.empty()) {
+      std::vector<std::string> args = {"rm", "--force", "--ignore"};
+      args.insert(args.end(), removals_.begin(), removals_.end());
+      removals_.clear();
+      lock.unlock();
+      [[maybe_unused]] const auto removed = Podman(args, options_.command_timeout);
+      lock.lock();
+      continue;
+    }
+    if (stopping_) {
+      return;
+    }
+  }
+}
+
+uint64_t PodmanRunner::NextListingNumber() {
+  std::lock_guard<std::mutex> lock(list_mu_);
+  return next_listing_number_;
+}
+
+std::shared_ptr<const PodmanRunner::Listing> PodmanRunner::RequestListing(MonoTime now) {
+  std::lock_guard<std::mutex> lock(list_mu_);
+  if (!listing_ && !list_wanted_ &&
+      (!list_requested_at_.has_value() || now - *list_requested_at_ >= options_.list_interval)) {
+    list_wanted_ = true;
+    list_requested_at_ = now;
+    list_cv_.notify_all();
+  }
+  return latest_listing_;
 }
 
 std::vector<std::string> PodmanRunner::PodmanCommand() const {
@@ -238,6 +349,7 @@ Result<std::map<std::string, PodmanRunner::ContainerState>> PodmanRunner::ListCo
     const std::string status = item.value("State", "");
     // "created" and "configured" are on their way to running; "exited" and "stopped" are over.
     state.running = status != "exited" && status != "stopped";
+    state.never_started = status == "created" || status == "configured" || status == "initialized";
     if (item.contains("ExitCode") && item["ExitCode"].is_number_integer()) {
       state.exit_code = item["ExitCode"].get<int>();
     }
@@ -270,6 +382,24 @@ std::string_view RegistryOf(std::string_view reference) {
 }  // namespace
 
 Result<std::vector<CachedImage>> PodmanRunner::ListImages() {
+  std::lock_guard<std::mutex> lock(list_mu_);
+  const uint64_t call = ++image_calls_;
+  if (!first_unanswered_call_.has_value()) {
+    first_unanswered_call_ = call;
+  }
+  // A listing that began at or after the first call left unanswered answers it.
+  if (image_listing_.has_value() && image_listing_->first >= *first_unanswered_call_) {
+    Result<std::vector<CachedImage>> images = std::move(image_listing_->second);
+    image_listing_.reset();
+    first_unanswered_call_.reset();
+    return images;
+  }
+  images_wanted_ = true;
+  list_cv_.notify_all();
+  return UnavailableError("the node's images are being listed; ask again");
+}
+
+Result<std::vector<CachedImage>> PodmanRunner::ListImagesNow() const {
   GPUFLEET_ASSIGN_OR_RETURN(const internal::CommandOutcome listed,
                             Podman({"images", "--format", "json"}, options_.command_timeout));
   if (listed.exit_code != 0) {
@@ -303,26 +433,6 @@ Result<std::vector<CachedImage>> PodmanRunner::ListImages() {
     return a.size_bytes > b.size_bytes;
   });
   return images;
-}
-
-Result<bool> PodmanRunner::NeedsPull(const TaskLaunch& launch) const {
-  if (launch.image_pull_policy == ImagePullPolicy::kAlways) {
-    return true;
-  }
-  GPUFLEET_ASSIGN_OR_RETURN(const internal::CommandOutcome exists,
-                            Podman({"image", "exists", launch.image}, options_.command_timeout));
-  if (exists.exit_code == 0) {
-    return false;
-  }
-  if (exists.exit_code != 1) {
-    return UnavailableError(
-        Reason(fmt::format("cannot tell whether image '{}' is here", launch.image), exists));
-  }
-  if (launch.image_pull_policy == ImagePullPolicy::kNever) {
-    return FailedPreconditionError(fmt::format(
-        "image '{}' is not on this node and its imagePullPolicy is Never", launch.image));
-  }
-  return true;
 }
 
 std::string PodmanRunner::PullLogPath(std::string_view task_id) const {
@@ -433,28 +543,21 @@ void PodmanRunner::TendPulls(MonoTime now) {
   }
 }
 
-std::optional<std::string> PodmanRunner::RunContainer(const TaskLaunch& launch,
-                                                      const std::string& name, int log_fd,
-                                                      MonoTime start_time) const {
-  // The environment goes in a memory file that podman reads as /dev/fd/N: no value appears on a
+Result<std::vector<std::string>> PodmanRunner::RunArguments(const TaskLaunch& launch,
+                                                            const std::string& name,
+                                                            MonoTime start_time,
+                                                            std::string& env_text) const {
+  // The environment reaches podman on a pipe that it reads as /dev/stdin: no value appears on a
   // command line or a disk. podman's --env-file takes one NAME=VALUE a line.
-  const std::vector<std::string> environment = TaskEnvironment(launch, options_.run_as);
-  std::string env_text;
-  for (const std::string& entry : environment) {
+  env_text.clear();
+  for (const std::string& entry : TaskEnvironment(launch, options_.run_as)) {
     if (entry.find('\n') != std::string::npos) {
-      return fmt::format(
-          "environment variable {} holds a newline, which podman's --env-file "
-          "cannot carry",
-          entry.substr(0, entry.find('=')));
+      return FailedPreconditionError(fmt::format(
+          "environment variable {} holds a newline, which podman's --env-file cannot carry",
+          entry.substr(0, entry.find('='))));
     }
     env_text += entry + "\n";
   }
-  const Fd env_fd(memfd_create("gpufleet-task-env", MFD_CLOEXEC));
-  if (env_fd.get() < 0 || write(env_fd.get(), env_text.data(), env_text.size()) !=
-                              static_cast<ssize_t>(env_text.size())) {
-    return fmt::format("cannot prepare the task's environment: {}", ErrnoText(errno));
-  }
-
   std::vector<std::string> args = {"run",    "--detach",     "--replace",   "--name", name,
                                    "--init", "--log-driver", "passthrough", "--pull", "never"};
   if (!options_.oci_runtime.empty()) {
@@ -481,34 +584,12 @@ std::optional<std::string> PodmanRunner::RunContainer(const TaskLaunch& launch,
   if (!launch.working_dir.empty()) {
     args.insert(args.end(), {"--workdir", launch.working_dir});
   }
-  args.insert(args.end(), {"--env-file", fmt::format("/dev/fd/{}", env_fd.get())});
+  args.insert(args.end(), {"--env-file", "/dev/stdin"});
   // podman reads no flag after the image, and a valid image cannot start with '-'
   // (ValidateImageReference): nothing of the launch can pass for a podman flag.
   args.push_back(launch.image);
   args.insert(args.end(), launch.argv.begin(), launch.argv.end());
-
-  internal::CommandSpec spec;
-  spec.argv = PodmanCommand();
-  spec.argv.insert(spec.argv.end(), args.begin(), args.end());
-  spec.env = PodmanEnvironment();
-  spec.output_fd = log_fd;
-  spec.inherited_fds = {env_fd.get()};
-  spec.timeout = options_.command_timeout;
-  // With passthrough logging podman's own stdout and stderr are the container's, so its error
-  // messages land in the log file: what it appended is the reason of a failure.
-  const off_t log_size = lseek(log_fd, 0, SEEK_END);
-  const Result<internal::CommandOutcome> ran = internal::RunCommand(spec, clock_);
-  if (!ran.ok()) {
-    return ran.status().message();
-  }
-  if (ran->exit_code == 0) {
-    return std::nullopt;
-  }
-  internal::CommandOutcome failure = *ran;
-  failure.errors = ReadFrom(launch.log_path, log_size < 0 ? 0 : log_size);
-  // A container created before the failure would be listed as this task's.
-  [[maybe_unused]] const auto removed = Podman({"rm", "--force", name}, options_.command_timeout);
-  return Reason("podman run failed", failure);
+  return args;
 }
 
 Status PodmanRunner::Start(const TaskLaunch& launch) {
@@ -541,11 +622,9 @@ Status PodmanRunner::Start(const TaskLaunch& launch) {
   task.status.task_id = launch.task_id;
   task.status.gpu_uuids = launch.gpu_uuids;
   task.status.start_time = clock_.Now();
-  const Result<bool> needs_pull = NeedsPull(launch);
+  // IfNotPresent and Never find a missing image when the fence's `podman run` fails on it.
   std::optional<std::string> failure;
-  if (!needs_pull.ok()) {
-    failure = needs_pull.status().message();
-  } else if (*needs_pull) {
+  if (launch.image_pull_policy == ImagePullPolicy::kAlways) {
     failure = StartPull(task, launch);
   } else {
     LaunchContainer(task, launch);
@@ -560,31 +639,120 @@ Status PodmanRunner::Start(const TaskLaunch& launch) {
 }
 
 void PodmanRunner::LaunchContainer(Task& task, const TaskLaunch& launch) {
-  const Fd log(
-      open(launch.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600));
-  std::optional<std::string> failure;
-  if (log.get() < 0) {
-    failure = fmt::format("its log '{}' cannot be opened for appending: {}", launch.log_path,
-                          ErrnoText(errno));
-  } else {
-    failure = RunContainer(launch, task.container, log.get(), task.status.start_time);
+  struct stat log_info = {};
+  task.log_offset = stat(launch.log_path.c_str(), &log_info) == 0 ? log_info.st_size : 0;
+  // A started file of an earlier start of the task would read as this one's.
+  unlink(StartedPath(task.status.task_id).c_str());
+  Status fenced = fences_->Forget(task.status.task_id);  // an earlier start's, ended
+  if (fenced.code() == StatusCode::kNotFound) {
+    fenced = Status::Ok();
   }
-  if (!failure.has_value()) {
-    // An unfenced container could outlive a dead agent on GPUs the server gives away.
-    if (const Status fenced = StartFence(task); !fenced.ok()) {
-      [[maybe_unused]] const auto removed =
-          Podman({"rm", "--force", task.container}, options_.command_timeout);
-      failure = fmt::format("cannot fence its container: {}", fenced.message());
-    }
+  if (fenced.ok()) {
+    fenced = StartFence(task, &launch);
   }
-  task.status.enforces_lease = !failure.has_value();
-  if (failure.has_value()) {
+  if (!fenced.ok()) {
+    // No podman ran: there is no container to remove.
     task.status.state = TaskState::kFailedToStart;
-    task.status.reason = std::move(*failure);
+    // kFailedPrecondition: the launch cannot be made into `podman run` (RunArguments).
+    task.status.reason =
+        fenced.code() == StatusCode::kFailedPrecondition
+            ? fenced.message()
+            : fmt::format("cannot start its container's fence: {}", fenced.message());
     task.status.end_time = clock_.Now();
+    task.status.enforces_lease = false;
     return;
   }
-  task.status.image_digest = ImageDigestOf(task.container);
+  task.launch = launch;
+  task.status.starting_container = true;
+  task.status.enforces_lease = true;
+}
+
+std::string PodmanRunner::StartedPath(std::string_view task_id) const {
+  return fmt::format("{}/{}.started", options_.fence_dir, ContainerName(task_id));
+}
+
+bool PodmanRunner::NoteStarted(Task& task, MonoTime now) {
+  const std::string path = StartedPath(task.status.task_id);
+  if (access(path.c_str(), F_OK) != 0) {
+    return false;
+  }
+  std::string digest = internal::LastLine(ReadFrom(path, 0));
+  task.status.image_digest = digest.starts_with("sha256:") ? std::move(digest) : "";
+  task.status.starting_container = false;
+  task.launch.reset();
+  task.listable_from = NextListingNumber();
+  SendPendingSignal(task, now);
+  return true;
+}
+
+void PodmanRunner::SendPendingSignal(Task& task, MonoTime now) {
+  if (!task.signal_pending) {
+    return;
+  }
+  task.signal_pending = false;
+  task.kill_deadline = now + task.pending_grace;
+  Signal(task, task.pending_grace <= Duration::zero() ? "KILL" : "TERM");
+}
+
+void PodmanRunner::TendStarts(const std::map<std::string, TaskStatus, std::less<>>& fences,
+                              MonoTime now) {
+  for (auto& [task_id, task] : tasks_) {
+    if (!task.status.starting_container || NoteStarted(task, now)) {
+      continue;
+    }
+    const auto fence = fences.find(task_id);
+    if (fence != fences.end() && !IsFinal(fence->second.state)) {
+      continue;  // podman still makes the container
+    }
+    // The fence ended before it wrote the started file: look again, it may have written it
+    // since the fences were polled.
+    if (NoteStarted(task, now)) {
+      continue;
+    }
+    const int code = fence != fences.end() && fence->second.state == TaskState::kExited
+                         ? fence->second.exit_code
+                         : -1;
+    std::optional<TaskLaunch> launch = std::move(task.launch);
+    task.launch.reset();
+    task.status.starting_container = false;
+    const std::string log = launch.has_value() ? launch->log_path : "";
+    if (code == kImageMissingExitCode && launch.has_value() &&
+        launch->image_pull_policy == ImagePullPolicy::kIfNotPresent &&
+        !task.status.stop_requested) {
+      // podman's complaint about the missing image is no part of the task's log.
+      [[maybe_unused]] const int truncated = truncate(log.c_str(), task.log_offset);
+      [[maybe_unused]] const Status forgotten = fences_->Forget(task_id);
+      if (std::optional<std::string> failure = StartPull(task, *launch)) {
+        task.status.state = TaskState::kFailedToStart;
+        task.status.reason = std::move(*failure);
+        task.status.end_time = now;
+        task.status.enforces_lease = false;
+      }
+      continue;
+    }
+    if (code == kImageMissingExitCode || code == kRunFailedExitCode) {
+      // The fence removed what podman made of the container: nothing of the task ran.
+      task.status.state = TaskState::kFailedToStart;
+      task.status.end_time = now;
+      task.status.enforces_lease = false;
+      if (code == kImageMissingExitCode && launch.has_value() &&
+          launch->image_pull_policy == ImagePullPolicy::kNever) {
+        task.status.reason = fmt::format(
+            "image '{}' is not on this node and its imagePullPolicy is Never", launch->image);
+        [[maybe_unused]] const int truncated = truncate(log.c_str(), task.log_offset);
+      } else {
+        internal::CommandOutcome failure;
+        failure.exit_code = code;
+        failure.errors = log.empty() ? "" : ReadFrom(log, task.log_offset);
+        task.status.reason = Reason("podman run failed", failure);
+      }
+      continue;
+    }
+    // Fenced, killed or otherwise ended half-way: the container may be there. A listing from
+    // now on says whether it is (and runs) or is gone.
+    task.listable_from = NextListingNumber();
+    SendPendingSignal(task, now);
+  }
 }
 
 std::string PodmanRunner::ImageDigestOf(const std::string& container) const {
@@ -620,24 +788,13 @@ void PodmanRunner::Finish(Task& task, const ContainerState* container, MonoTime 
   task.status.exit_code = code;
 }
 
-Status PodmanRunner::Signal(Task& task, std::string_view signal_name) {
-  const Result<internal::CommandOutcome> killed = Podman(
-      {"kill", "--signal", std::string(signal_name), task.container}, options_.command_timeout);
-  if (killed.ok() && killed->exit_code == 0) {
-    return Status::Ok();
+void PodmanRunner::Signal(Task& task, std::string_view signal_name) {
+  (signal_name == "KILL" ? task.sigkill_sent : task.sigterm_sent) = true;
+  {
+    std::lock_guard<std::mutex> lock(list_mu_);
+    signals_.push_back({task.container, std::string(signal_name)});
   }
-  // A container that has just exited cannot be signalled; that is no error.
-  const Result<std::map<std::string, ContainerState>> containers = ListContainers();
-  if (containers.ok()) {
-    const auto it = containers->find(task.container);
-    if (it == containers->end() || !it->second.running) {
-      return Status::Ok();
-    }
-  }
-  return InternalError(
-      fmt::format("cannot send SIG{} to container '{}' of task '{}': {}", signal_name,
-                  task.container, task.status.task_id,
-                  killed.ok() ? Reason("podman kill", *killed) : killed.status().message()));
+  list_cv_.notify_all();
 }
 
 bool PodmanRunner::IsContainerTask(std::string_view task_id) {
@@ -661,50 +818,78 @@ Status PodmanRunner::Stop(std::string_view task_id, Duration grace) {
     task.status.stop_requested = true;
     return pulls_->Stop(task.status.task_id, Duration(0));
   }
-  Status signalled;
-  switch (internal::RecordStop(task, clock_.Now(), grace)) {
+  const internal::DueSignal due = internal::RecordStop(task, clock_.Now(), grace);
+  if (task.status.starting_container && !NoteStarted(task, clock_.Now())) {
+    // No container to signal yet: it gets SIGTERM once it has started, and the whole grace from
+    // then on (TendStarts), as if the stop had come then.
+    if (!task.signal_pending || grace < task.pending_grace) {
+      task.pending_grace = grace;
+    }
+    task.signal_pending = true;
+    return Status::Ok();
+  }
+  switch (due) {
     case internal::DueSignal::kKill:
-      signalled = Signal(task, "KILL");
-      task.sigkill_sent = signalled.ok();
+      Signal(task, "KILL");
       break;
     case internal::DueSignal::kTerm:
-      signalled = Signal(task, "TERM");
-      task.sigterm_sent = signalled.ok();
+      Signal(task, "TERM");
       break;
     case internal::DueSignal::kNone:
       break;
   }
-  return signalled;
+  return Status::Ok();
 }
 
 std::vector<TaskStatus> PodmanRunner::Poll() {
   std::vector<TaskStatus> statuses = processes_->Poll();
   std::lock_guard<std::mutex> lock(mu_);
   TendPulls(clock_.Now());
-  TendFences();
-  const bool any_running = std::any_of(tasks_.begin(), tasks_.end(), [](const auto& entry) {
-    return !IsFinal(entry.second.status.state);
-  });
-  std::optional<std::map<std::string, ContainerState>> containers;
-  if (any_running) {
-    Result<std::map<std::string, ContainerState>> listed = ListContainers();
-    if (listed.ok()) {
-      containers = std::move(listed).value();
-    }
+  std::map<std::string, TaskStatus, std::less<>> fences;
+  for (TaskStatus& fence : fences_->Poll()) {
+    fences.emplace(fence.task_id, std::move(fence));
   }
+  TendStarts(fences, clock_.Now());
+  TendFences(fences);
+  const bool any_running = std::any_of(tasks_.begin(), tasks_.end(), [](const auto& entry) {
+    return !IsFinal(entry.second.status.state) && !entry.second.awaiting_pull.has_value() &&
+           !entry.second.status.starting_container;
+  });
   const MonoTime now = clock_.Now();
+  const std::shared_ptr<const Listing> listing =
+      any_running ? RequestListing(now) : std::shared_ptr<const Listing>();
+  std::set<std::string> failed_kills;
+  {
+    std::lock_guard<std::mutex> list_lock(list_mu_);
+    failed_kills.swap(failed_kills_);
+  }
   // Poll cannot return an error: without podman's answer the tasks keep their last state.
   std::vector<TaskStatus> container_statuses = internal::UpdatedStatuses(tasks_, [&](Task& task) {
-    if (IsFinal(task.status.state) || task.awaiting_pull.has_value() || !containers.has_value()) {
+    if (IsFinal(task.status.state) || task.awaiting_pull.has_value() ||
+        task.status.starting_container) {
       return;
     }
-    const auto it = containers->find(task.container);
-    if (it == containers->end() || !it->second.running) {
-      Finish(task, it == containers->end() ? nullptr : &it->second, now);
-      return;
+    // A SIGKILL podman could not send is sent again (a container that has exited meanwhile
+    // ends the task at the next listing).
+    if (failed_kills.contains(task.container)) {
+      task.sigkill_sent = false;
     }
     if (task.kill_deadline.has_value() && now >= *task.kill_deadline && !task.sigkill_sent) {
-      task.sigkill_sent = Signal(task, "KILL").ok();
+      Signal(task, "KILL");
+    }
+    // A listing that began before the container was known to be there says nothing of it.
+    if (listing == nullptr || listing->number < task.listable_from) {
+      return;
+    }
+    const auto it = listing->containers.find(task.container);
+    if (it == listing->containers.end() || !it->second.running) {
+      Finish(task, it == listing->containers.end() ? nullptr : &it->second, now);
+    } else if (it->second.never_started) {
+      // Its fence's `podman run` has returned (or the fence is gone), so nothing will start it:
+      // a run cut short, by a lease that ran out, after podman made the container.
+      Finish(task, nullptr, now);
+      task.status.reason =
+          fmt::format("its container '{}' was made but never started", task.container);
     }
   });
   statuses.insert(statuses.end(), std::make_move_iterator(container_statuses.begin()),
@@ -723,14 +908,11 @@ Status PodmanRunner::Forget(std::string_view task_id) {
   GPUFLEET_ASSIGN_OR_RETURN(const auto it,
                             internal::FindEndedTask(tasks_, task_id, [](const Task&) {}));
   if (it->second.status.state != TaskState::kFailedToStart) {
-    GPUFLEET_ASSIGN_OR_RETURN(
-        const internal::CommandOutcome removed,
-        Podman({"rm", "--force", "--ignore", it->second.container}, options_.command_timeout));
-    if (removed.exit_code != 0) {
-      return UnavailableError(
-          Reason(fmt::format("cannot remove container '{}'", it->second.container), removed));
-    }
+    std::lock_guard<std::mutex> list_lock(list_mu_);
+    removals_.push_back(it->second.container);
+    list_cv_.notify_all();
   }
+  unlink(StartedPath(task_id).c_str());
   tasks_.erase(it);
   return Status::Ok();
 }
@@ -743,38 +925,93 @@ Status PodmanRunner::RenewLease(Duration fence_in, Duration grace) {
 
 namespace {
 
-// The fence: waits for container $1 with the podman command line "$3"...; on SIGTERM (its shim's,
-// when the lease at $2 has run out) sends the container SIGTERM, waits for it until shortly
-// before the lease's grace ends, and sends SIGKILL. Everything comes as arguments: nothing is
-// quoted into the script.
-constexpr char kFenceScript[] = R"sh(c=$1 lease=$2
-shift 2
+// The fence of container $1. Its other arguments: $2 the lease file, $3 the started file, $4 the
+// image, $5 the seconds `podman run` may take, $6 the number N of words of the podman command
+// line that follow from $7, then `podman run`'s arguments (none: the container is there). It
+// makes the container (its environment from $GPUFLEET_CONTAINER_ENV on podman's stdin), writes
+// the image digest it runs to the started file, and waits for it. On SIGTERM (its shim's, when
+// the lease has run out) it sends the container SIGTERM, waits for it until shortly before the
+// lease's grace ends, sends SIGKILL, and removes a container made but never started. The shell
+// runs the trap once the command in the foreground has returned, so a `podman run` under way
+// when the lease runs out finishes first and its container is fenced too. P and R hold
+// references to the arguments ("${7}"), never their values: eval quotes nothing of the task.
+constexpr char kFenceScript[] = R"sh(c=$1 lease=$2 started=$3 image=$4 run_s=$5 n=$6
+P= R= i=7
+while [ "$i" -le $# ]; do
+  if [ "$i" -lt $((7 + n)) ]; then P="$P \"\${$i}\""; else R="$R \"\${$i}\""; fi
+  i=$((i + 1))
+done
 fence() {
   trap '' TERM
-  "$@" kill --signal TERM "$c" >/dev/null 2>&1
+  eval "$P kill --signal TERM \"\$c\"" >/dev/null 2>&1
   grace=0
   if [ -r "$lease" ]; then read -r deadline grace < "$lease"; fi
   ms=$((grace / 1000000))
   margin=2000
   if [ "$ms" -lt 4000 ]; then margin=$((ms / 2)); fi
   ms=$((ms - margin))
-  timeout "$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))" "$@" wait "$c" >/dev/null 2>&1
-  "$@" kill --signal KILL "$c" >/dev/null 2>&1
+  t=$(printf '%d.%03d' $((ms / 1000)) $((ms % 1000)))
+  eval "timeout \"\$t\" $P wait \"\$c\"" >/dev/null 2>&1
+  eval "$P kill --signal KILL \"\$c\"" >/dev/null 2>&1
+  case $(eval "$P container inspect --format '{{.State.Status}}' \"\$c\"" 2>/dev/null) in
+    created | configured | initialized) eval "$P rm --force \"\$c\"" >/dev/null 2>&1 ;;
+  esac
   exit 0
 }
 trap 'fence "$@"' TERM
-"$@" wait "$c" >/dev/null 2>&1 &
+if [ -n "$R" ]; then
+  env_text=$GPUFLEET_CONTAINER_ENV
+  unset GPUFLEET_CONTAINER_ENV
+  printf '%s' "$env_text" | eval "timeout --foreground -k 5 \"\$run_s\" $P $R"
+  if [ $? -ne 0 ]; then
+    code=101
+    eval "$P image exists \"\$image\"" >/dev/null 2>&1 || code=100
+    eval "$P rm --force --ignore \"\$c\"" >/dev/null 2>&1 || code=102
+    exit "$code"
+  fi
+  eval "$P container inspect --format '{{.ImageDigest}}' \"\$c\"" >"$started.part" 2>/dev/null
+  mv -f "$started.part" "$started"
+fi
+eval "$P wait \"\$c\"" >/dev/null 2>&1 &
 wait $!
+exit 0
 )sh";
 
 }  // namespace
 
-Status PodmanRunner::StartFence(const Task& task) {
-  std::vector<std::string> argv = {"/bin/sh",        "-c",           kFenceScript,
-                                   "gpufleet-fence", task.container, fences_->lease_path()};
+Status PodmanRunner::StartFence(const Task& task, const TaskLaunch* launch) {
   const std::vector<std::string> podman = PodmanCommand();
+  std::vector<std::string> argv = {
+      "/bin/sh",
+      "-c",
+      kFenceScript,
+      "gpufleet-fence",
+      task.container,
+      fences_->lease_path(),
+      StartedPath(task.status.task_id),
+      launch != nullptr ? launch->image : "",
+      fmt::format(
+          "{}",
+          std::max<int64_t>(
+              1,
+              std::chrono::duration_cast<std::chrono::seconds>(options_.command_timeout).count())),
+      fmt::format("{}", podman.size())};
   argv.insert(argv.end(), podman.begin(), podman.end());
-  return fences_->Start(OwnProcessTask(task.status.task_id, std::move(argv), "/dev/null"));
+  std::string env_text;
+  std::string log_path = "/dev/null";
+  if (launch != nullptr) {
+    GPUFLEET_ASSIGN_OR_RETURN(
+        const std::vector<std::string> run,
+        RunArguments(*launch, task.container, task.status.start_time, env_text));
+    argv.insert(argv.end(), run.begin(), run.end());
+    log_path = launch->log_path;
+  }
+  TaskLaunch fence = OwnProcessTask(task.status.task_id, std::move(argv), std::move(log_path));
+  fence.gpu_uuids = task.status.gpu_uuids;
+  if (launch != nullptr) {
+    fence.env[kContainerEnvVariable] = std::move(env_text);
+  }
+  return fences_->Start(fence);
 }
 
 TaskLaunch PodmanRunner::OwnProcessTask(std::string_view task_id, std::vector<std::string> argv,
@@ -790,21 +1027,20 @@ TaskLaunch PodmanRunner::OwnProcessTask(std::string_view task_id, std::vector<st
   return launch;
 }
 
-void PodmanRunner::TendFences() {
-  std::map<std::string, TaskStatus, std::less<>> fences;
-  for (TaskStatus& fence : fences_->Poll()) {
-    fences.emplace(fence.task_id, std::move(fence));
-  }
+void PodmanRunner::TendFences(const std::map<std::string, TaskStatus, std::less<>>& fences) {
   for (const auto& [task_id, fence] : fences) {
     const auto task = tasks_.find(task_id);
     const bool container_running = task != tasks_.end() && !IsFinal(task->second.status.state);
     if (IsFinal(fence.state) && !container_running) {
-      [[maybe_unused]] const Status forgotten = fences_->Forget(task_id);
+      if (fences_->Forget(task_id).ok()) {
+        unlink(StartedPath(task_id).c_str());
+      }
     }
   }
   for (auto& [task_id, task] : tasks_) {
-    if (IsFinal(task.status.state) || task.awaiting_pull.has_value()) {
-      continue;  // a task whose image is being pulled has no container to fence yet
+    if (IsFinal(task.status.state) || task.awaiting_pull.has_value() ||
+        task.status.starting_container) {
+      continue;  // no container yet, or its fence is making it
     }
     const auto fence = fences.find(task_id);
     if (fence != fences.end() && !IsFinal(fence->second.state)) {
@@ -812,7 +1048,7 @@ void PodmanRunner::TendFences() {
       continue;
     }
     const bool restartable = fence == fences.end() || fences_->Forget(task_id).ok();
-    task.status.enforces_lease = restartable && StartFence(task).ok();
+    task.status.enforces_lease = restartable && StartFence(task, nullptr).ok();
   }
 }
 

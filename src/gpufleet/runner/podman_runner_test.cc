@@ -257,7 +257,8 @@ TEST_F(PodmanRunnerTest, RunsContainersToZeroAndNonZeroExitsWithTheirLogsAndNoNe
   EXPECT_THAT(ListedContainers(), HasSubstr(runner_->ContainerNameForTest("job/ok/1")));
   ASSERT_OK(runner_->Forget("job/ok/1"));
   ASSERT_OK(runner_->Forget("job/bad/1"));
-  EXPECT_EQ(ListedContainers(), "") << "Forget removes the containers";
+  EXPECT_TRUE(WaitUntil([&] { return ListedContainers().empty(); }))
+      << "Forget removes the containers: " << ListedContainers();
   EXPECT_THAT(runner_->Forget("job/ok/1"), StatusIs(StatusCode::kNotFound));
   EXPECT_TRUE(WaitUntil([&] {
     runner_->Poll();
@@ -279,7 +280,13 @@ std::string FindFence(const std::string& container) {
 // One fence is killed first: Poll starts it again.
 TEST_F(PodmanRunnerTest, ListImagesReportsTheImportedImageWithItsDigestAndSize) {
   ASSERT_NE(runner_, nullptr);
-  const Result<std::vector<CachedImage>> images = runner_->ListImages();
+  // The first call starts a listing beside the caller (kUnavailable); a later one answers.
+  EXPECT_THAT(runner_->ListImages(), StatusIs(StatusCode::kUnavailable));
+  Result<std::vector<CachedImage>> images = UnavailableError("not listed");
+  EXPECT_TRUE(WaitUntil([&] {
+    images = runner_->ListImages();
+    return images.status().code() != StatusCode::kUnavailable;
+  }));
   ASSERT_OK(images);
   const auto tiny = std::find_if(images->begin(), images->end(), [](const CachedImage& image) {
     return std::find(image.references.begin(), image.references.end(), kImage) !=
@@ -296,8 +303,7 @@ TEST_F(PodmanRunnerTest, ListImagesReportsTheImportedImageWithItsDigestAndSize) 
   EXPECT_LT(tiny->size_bytes, busybox + (int64_t{1} << 20));
   // A container task reports the digest its container runs.
   ASSERT_OK(runner_->Start(Container("job/digest/1", "true")));
-  EXPECT_EQ(StatusOf(*runner_, "job/digest/1").image_digest, tiny->digest);
-  WaitForEnd(*runner_, "job/digest/1");
+  EXPECT_EQ(WaitForEnd(*runner_, "job/digest/1").image_digest, tiny->digest);
 }
 
 TEST_F(PodmanRunnerTest, ContainersStopWhenTheLeaseRunsOutWithNoAgentLeft) {
@@ -397,11 +403,14 @@ TEST_F(PodmanRunnerTest, StopSendsSigtermToTheContainer) {
 
 TEST_F(PodmanRunnerTest, SigkillFollowsTheGraceWhenTheTaskIgnoresSigterm) {
   runner_.reset();
+  options_.list_interval = Duration::zero();  // the fake clock does not move between polls
   runner_ = OpenRunner(fake_clock_);
   ASSERT_NE(runner_, nullptr);
   ASSERT_OK(runner_->Start(Container(
       "job/stubborn/1", "trap 'echo got TERM' TERM; echo ready; while true; do sleep 1; done")));
   ASSERT_TRUE(WaitForLog("job/stubborn/1", "ready"));
+  // The runner has seen the start (a stop before it would wait for it).
+  ASSERT_TRUE(WaitUntil([&] { return !StatusOf(*runner_, "job/stubborn/1").starting_container; }));
   ASSERT_OK(runner_->Stop("job/stubborn/1", std::chrono::seconds(30)));
   ASSERT_TRUE(WaitForLog("job/stubborn/1", "got TERM"));
   EXPECT_EQ(StatusOf(*runner_, "job/stubborn/1").state, TaskState::kRunning)
@@ -442,7 +451,27 @@ TEST_F(PodmanRunnerTest, ANewRunnerAdoptsRunningAndEndedContainers) {
   EXPECT_THAT(runner_->Start(running), StatusIs(StatusCode::kAlreadyExists));
   ASSERT_OK(runner_->Forget("team/job/main-0/1"));
   ASSERT_OK(runner_->Forget("team/job/side-0/1"));
-  EXPECT_EQ(ListedContainers(), "");
+  EXPECT_TRUE(WaitUntil([&] { return ListedContainers().empty(); })) << ListedContainers();
+}
+
+// A container podman made but never started (a `podman run` cut short by a lease that ran out,
+// whose fence was killed before it removed it) is not a running task: the next runner reports it
+// lost, and forgetting it removes the container.
+TEST_F(PodmanRunnerTest, AContainerMadeButNeverStartedIsLostAndRemoved) {
+  ASSERT_NE(runner_, nullptr);
+  const std::string name = runner_->ContainerNameForTest("job/made/1");
+  const std::string made = PodmanOutput(
+      {"create", "--name", name, "--label", fmt::format("{}={}", kRunnerLabel, options_.instance),
+       "--label", fmt::format("{}=job/made/1", kTaskIdLabel), kImage, "true"});
+  ASSERT_THAT(ListedContainers(), HasSubstr(name + " Created")) << made;
+  runner_.reset();
+  runner_ = OpenRunner(real_clock_);
+  ASSERT_NE(runner_, nullptr);
+  const TaskStatus status = WaitForEnd(*runner_, "job/made/1");
+  EXPECT_EQ(status.state, TaskState::kLost);
+  EXPECT_EQ(status.reason, fmt::format("its container '{}' was made but never started", name));
+  ASSERT_OK(runner_->Forget("job/made/1"));
+  EXPECT_TRUE(WaitUntil([&] { return ListedContainers().empty(); })) << ListedContainers();
 }
 
 TEST_F(PodmanRunnerTest, AnImageThatIsNotThereFailsTheTaskWithAClearReason) {
@@ -450,7 +479,7 @@ TEST_F(PodmanRunnerTest, AnImageThatIsNotThereFailsTheTaskWithAClearReason) {
   TaskLaunch never = Container("job/never/1", "true");
   never.image = "localhost/gpufleet-no-such-image:1";
   ASSERT_OK(runner_->Start(never));
-  TaskStatus status = StatusOf(*runner_, "job/never/1");
+  TaskStatus status = WaitForEnd(*runner_, "job/never/1");
   EXPECT_EQ(status.state, TaskState::kFailedToStart);
   EXPECT_EQ(status.reason,
             "image 'localhost/gpufleet-no-such-image:1' is not on this node and its "
@@ -531,7 +560,7 @@ devices:
   TaskLaunch unknown = Container("job/gpu-unknown/1", "true");
   unknown.gpu_uuids = {"GPU-ffffffff-0000-0000-0000-000000000000"};
   ASSERT_OK(runner_->Start(unknown));
-  EXPECT_THAT(StatusOf(*runner_, "job/gpu-unknown/1").reason,
+  EXPECT_THAT(WaitForEnd(*runner_, "job/gpu-unknown/1").reason,
               HasSubstr("podman run failed: Error: setting up CDI devices: unresolvable CDI "
                         "devices nvidia.com/gpu=GPU-ffffffff"));
 }

@@ -102,6 +102,9 @@ struct TaskStatus {
   // latest line of output while it pulls ("Copying blob sha256:..."), for people.
   bool pulling_image = false;
   std::string image_pull_progress;
+  // PodmanRunner: the task is kRunning and its container is being made (`podman run` runs beside
+  // the caller, in the container's fence); image_digest is known once it has started.
+  bool starting_container = false;
   // PodmanRunner: the digest of the image the task's container runs ("sha256:..."), as podman
   // resolved it when it created the container; empty for a process or when podman did not say.
   std::string image_digest;
