@@ -14,11 +14,6 @@
 #include "gpufleet/wire/node_json.h"
 
 namespace gpufleet::control {
-namespace {
-
-constexpr std::string_view kTopologyName = "topology";
-
-}  // namespace
 
 std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
     const Json& placements, const std::map<std::string, int>& node_index,
