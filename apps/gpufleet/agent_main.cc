@@ -123,7 +123,7 @@ Result<runner::ProcessRunnerOptions> ContainmentOptions(const AgentFlags& flags)
   return options;
 }
 
-int Fail(const Status& status) {
+int FailAgent(const Status& status) {
   fmt::print(stderr, "gpufleet agent: {}\n", status.ToString());
   return 1;
 }
@@ -195,7 +195,7 @@ int RunSlurmHealth(const AgentFlags& flags) {
     Result<std::unique_ptr<agent::SimulatedProbe>> simulated = agent::SimulatedProbe::Create(
         clock, catalog, {.model = flags.gpu_model, .gpu_count = flags.simulated_gpus, .seed = 1});
     if (!simulated.ok()) {
-      return Fail(simulated.status());
+      return FailAgent(simulated.status());
     }
     probe = std::move(simulated).value();
   }
@@ -203,7 +203,7 @@ int RunSlurmHealth(const AgentFlags& flags) {
   Result<agent::SlurmHealthOutcome> outcome =
       agent::RunSlurmHealthCheck(probe.get(), probe_error, *slurm, node);
   if (!outcome.ok()) {
-    return Fail(outcome.status());
+    return FailAgent(outcome.status());
   }
   for (const agent::GpuHealthReport& gpu : outcome->gpus) {
     if (!gpu.findings.empty()) {
@@ -218,7 +218,7 @@ int RunSlurmHealth(const AgentFlags& flags) {
 
 int RunAgent(const AgentFlags& flags) {
   if (flags.once != flags.slurm_health) {
-    return Fail(InvalidArgumentError(
+    return FailAgent(InvalidArgumentError(
         flags.once ? "--once: only with --slurm-health (one health check for Slurm)"
                    : "--slurm-health: runs once, as Slurm's HealthCheckProgram: add --once"));
   }
@@ -233,7 +233,7 @@ int RunAgent(const AgentFlags& flags) {
   if (!flags.token_file.empty()) {
     Result<std::string> read = ReadSecretFile(flags.token_file, "--token-file");
     if (!read.ok()) {
-      return Fail(read.status());
+      return FailAgent(read.status());
     }
     token = *read;
   } else if (const char* env = std::getenv("GPUFLEET_AGENT_TOKEN"); env != nullptr) {
@@ -241,7 +241,7 @@ int RunAgent(const AgentFlags& flags) {
     // Read once: the token leaves the environment, so no child of the agent can inherit it.
     unsetenv("GPUFLEET_AGENT_TOKEN");
   } else {
-    return Fail(
+    return FailAgent(
         InvalidArgumentError("no token: give --token-file or GPUFLEET_AGENT_TOKEN (gpufleet create "
                              "token --role agent)"));
   }
@@ -255,7 +255,7 @@ int RunAgent(const AgentFlags& flags) {
       ParsePairs(flags.fault_domains, "--fault-domains");
   for (const Status& status : {topology.status(), labels.status(), fault_domains.status()}) {
     if (!status.ok()) {
-      return Fail(status);
+      return FailAgent(status);
     }
   }
   for (const auto& [level, value] : *topology) {
@@ -274,14 +274,14 @@ int RunAgent(const AgentFlags& flags) {
   if (std::filesystem::exists(node_token_file)) {
     Result<std::string> read = ReadSecretFile(node_token_file, "the node credential");
     if (!read.ok()) {
-      return Fail(read.status());
+      return FailAgent(read.status());
     }
     options.node_token = *read;
   }
   std::error_code error;
   std::filesystem::create_directories(options.log_dir, error);
   if (error) {
-    return Fail(UnavailableError(
+    return FailAgent(UnavailableError(
         fmt::format("--state-dir: cannot create \"{}\": {}", options.log_dir, error.message())));
   }
 
@@ -293,7 +293,7 @@ int RunAgent(const AgentFlags& flags) {
     Result<std::unique_ptr<agent::NvmlProbe>> nvml =
         agent::NvmlProbe::Open({.library_path = flags.nvml_library});
     if (!nvml.ok()) {
-      return Fail(nvml.status());
+      return FailAgent(nvml.status());
     }
     probe = std::move(nvml).value();
   } else if (flags.backend == "simulated") {
@@ -303,12 +303,12 @@ int RunAgent(const AgentFlags& flags) {
                                        .gpu_count = flags.simulated_gpus,
                                        .seed = std::hash<std::string>{}(options.node_name)});
     if (!simulated.ok()) {
-      return Fail(simulated.status());
+      return FailAgent(simulated.status());
     }
     simulated_probe = simulated->get();
     probe = std::move(simulated).value();
   } else {
-    return Fail(InvalidArgumentError(
+    return FailAgent(InvalidArgumentError(
         fmt::format("--backend: \"{}\" (valid: nvml, simulated)", flags.backend)));
   }
   // Declared before the runner, so that it outlives the pulls that go through it.
@@ -317,7 +317,7 @@ int RunAgent(const AgentFlags& flags) {
   if (flags.runner == "process" || flags.runner == "podman") {
     Result<runner::ProcessRunnerOptions> containment = ContainmentOptions(flags);
     if (!containment.ok()) {
-      return Fail(containment.status());
+      return FailAgent(containment.status());
     }
     fmt::print("gpufleet agent: tasks run as {}, {}\n",
                containment->run_as ? containment->run_as->user : "the agent's user",
@@ -326,7 +326,7 @@ int RunAgent(const AgentFlags& flags) {
         runner::ProcessRunner::Open((std::filesystem::path(flags.state_dir) / "tasks").string(),
                                     clock, std::move(containment).value());
     if (!process.ok()) {
-      return Fail(process.status());
+      return FailAgent(process.status());
     }
     task_runner = std::move(process).value();
     if (flags.runner == "podman") {
@@ -342,7 +342,7 @@ int RunAgent(const AgentFlags& flags) {
       if (!flags.image_mirror_listen.empty()) {
         Result<std::unique_ptr<agent::ImageMirror>> mirror = StartImageMirror(flags);
         if (!mirror.ok()) {
-          return Fail(mirror.status());
+          return FailAgent(mirror.status());
         }
         image_mirror = std::move(mirror).value();
         podman.registries_conf =
@@ -350,7 +350,7 @@ int RunAgent(const AgentFlags& flags) {
         if (const Status written =
                 WriteSecretFile(podman.registries_conf, image_mirror->RegistriesConf());
             !written.ok()) {
-          return Fail(written);
+          return FailAgent(written);
         }
         fmt::print("gpufleet agent: image mirror on port {} as {}, {} peer(s)\n",
                    image_mirror->port(), image_mirror->self(), flags.image_mirror_peers.size());
@@ -358,21 +358,21 @@ int RunAgent(const AgentFlags& flags) {
       if (!flags.run_as.empty()) {
         Result<runner::RunAs> user = runner::LookUpUser(flags.run_as);
         if (!user.ok()) {
-          return Fail(user.status());
+          return FailAgent(user.status());
         }
         podman.run_as = std::move(user).value();
       }
       Result<std::unique_ptr<runner::PodmanRunner>> containers =
           runner::PodmanRunner::Open(std::move(podman), std::move(task_runner), clock);
       if (!containers.ok()) {
-        return Fail(containers.status());
+        return FailAgent(containers.status());
       }
       task_runner = std::move(containers).value();
     }
   } else if (flags.runner == "simulated") {
     task_runner = std::make_unique<runner::SimulatedRunner>(clock);
   } else {
-    return Fail(InvalidArgumentError(
+    return FailAgent(InvalidArgumentError(
         fmt::format("--runner: \"{}\" (valid: process, podman, simulated)", flags.runner)));
   }
   Result<std::unique_ptr<agent::TelemetrySampler>> sampler = agent::TelemetrySampler::Create(
@@ -381,18 +381,18 @@ int RunAgent(const AgentFlags& flags) {
        .interval = std::chrono::milliseconds(flags.sample_interval_ms),
        .hostname = options.node_name});
   if (!sampler.ok()) {
-    return Fail(sampler.status());
+    return FailAgent(sampler.status());
   }
   Result<std::pair<std::string, int>> metrics =
       ParseHostPort(flags.metrics_listen, "--metrics-listen");
   if (!metrics.ok()) {
-    return Fail(metrics.status());
+    return FailAgent(metrics.status());
   }
 
   BlockStopSignals();
   Result<int> metrics_port = (*sampler)->Start(metrics->first, metrics->second);
   if (!metrics_port.ok()) {
-    return Fail(metrics_port.status());
+    return FailAgent(metrics_port.status());
   }
   // Short timeouts bound how long a heartbeat can block the lease check (fence_margin).
   cli::ApiClient client(server, token, flags.ca_cert, std::chrono::seconds(5));

@@ -61,7 +61,7 @@ struct DevFlags {
 
 constexpr std::chrono::milliseconds kTick{250};
 
-int Fail(const Status& status) {
+int FailDev(const Status& status) {
   fmt::print(stderr, "gpufleet dev: {}\n", status.ToString());
   return 1;
 }
@@ -229,31 +229,31 @@ std::string StatusLine(store::StateStore& store,
 int RunDev(DevFlags flags) {
   Result<std::pair<std::string, int>> listen = ParseHostPort(flags.listen, "--listen");
   if (!listen.ok()) {
-    return Fail(listen.status());
+    return FailDev(listen.status());
   }
   Result<std::pair<std::string, int>> metrics_listen =
       ParseHostPort(flags.metrics_listen, "--metrics-listen");
   if (!metrics_listen.ok()) {
-    return Fail(metrics_listen.status());
+    return FailDev(metrics_listen.status());
   }
   if (flags.nodes % flags.leaves != 0) {
-    return Fail(InvalidArgumentError(
+    return FailDev(InvalidArgumentError(
         fmt::format("--nodes {} is not a multiple of --leaves {}", flags.nodes, flags.leaves)));
   }
   const GpuCatalog catalog = GpuCatalog::Default();
   if (!catalog.Contains(flags.gpu_model)) {
-    return Fail(InvalidArgumentError(
+    return FailDev(InvalidArgumentError(
         fmt::format("--gpu-model: \"{}\" is not in the GPU catalog", flags.gpu_model)));
   }
   if (flags.mig_nodes < 0 || flags.mig_nodes > flags.nodes) {
-    return Fail(InvalidArgumentError(fmt::format(
+    return FailDev(InvalidArgumentError(fmt::format(
         "--simulated-mig-nodes {} is outside [0, --nodes {}]", flags.mig_nodes, flags.nodes)));
   }
   MigLayoutChoice mig_layout;
   if (flags.mig_nodes > 0) {
     Result<MigLayoutChoice> choice = ChooseMigLayout(flags, catalog);
     if (!choice.ok()) {
-      return Fail(choice.status());
+      return FailDev(choice.status());
     }
     mig_layout = *choice;
   }
@@ -261,12 +261,12 @@ int RunDev(DevFlags flags) {
                                   ? Result<Playback>(Playback{})
                                   : LoadPlayback(flags, flags.nodes * flags.gpus_per_node);
   if (!playback.ok()) {
-    return Fail(playback.status());
+    return FailDev(playback.status());
   }
   if (flags.data_dir.empty()) {
     std::string pattern = (std::filesystem::temp_directory_path() / "gpufleet-dev-XXXXXX").string();
     if (mkdtemp(pattern.data()) == nullptr) {
-      return Fail(UnavailableError("cannot create a temporary data directory"));
+      return FailDev(UnavailableError("cannot create a temporary data directory"));
     }
     flags.data_dir = pattern;
   }
@@ -274,12 +274,12 @@ int RunDev(DevFlags flags) {
   std::filesystem::create_directories(flags.data_dir, error);
   Result<store::DirectoryLock> lock = store::DirectoryLock::Acquire(flags.data_dir);
   if (!lock.ok()) {
-    return Fail(lock.status());
+    return FailDev(lock.status());
   }
   const std::string db_path = (std::filesystem::path(flags.data_dir) / "gpufleet.db").string();
   Result<std::unique_ptr<store::SqliteStateStore>> store = store::SqliteStateStore::Open(db_path);
   if (!store.ok()) {
-    return Fail(store.status());
+    return FailDev(store.status());
   }
   SystemClock clock;
   api::EventTimeStore timed_store(**store, clock);  // each event with its time
@@ -298,31 +298,31 @@ int RunDev(DevFlags flags) {
                               // The dashboard's charts fill in seconds, not minutes.
                               .history_interval = std::chrono::seconds(5)});
   if (!server.ok()) {
-    return Fail(server.status());
+    return FailDev(server.status());
   }
   Result<std::optional<std::string>> admin = (*server)->authenticator().Bootstrap(std::nullopt);
   if (!admin.ok()) {
-    return Fail(admin.status());
+    return FailDev(admin.status());
   }
   if (!admin->has_value()) {
     // A data directory from an earlier run: its admin token was shown then; make one for now.
     Result<std::string> token =
         (*server)->authenticator().CreateToken(control::Role::kAdmin, "", "gpufleet-dev");
     if (!token.ok()) {
-      return Fail(token.status());
+      return FailDev(token.status());
     }
     *admin = *token;
   }
   Result<std::string> agent_token =
       (*server)->authenticator().CreateToken(control::Role::kAgent, "", "gpufleet-dev-agents");
   if (!agent_token.ok()) {
-    return Fail(agent_token.status());
+    return FailDev(agent_token.status());
   }
 
   BlockStopSignals();
   Result<int> port = (*server)->Start(listen->first, listen->second);
   if (!port.ok()) {
-    return Fail(port.status());
+    return FailDev(port.status());
   }
   const std::string address = fmt::format("http://{}:{}", listen->first, *port);
   cli::ApiClient agent_client(address, *agent_token);
@@ -349,7 +349,7 @@ int RunDev(DevFlags flags) {
     Result<std::unique_ptr<agent::SimulatedNode>> node =
         agent::SimulatedNode::Create(options, clock, catalog, agent_client);
     if (!node.ok()) {
-      return Fail(node.status());
+      return FailDev(node.status());
     }
     fleet.push_back(std::move(node).value());
   }
@@ -373,7 +373,7 @@ int RunDev(DevFlags flags) {
                  : -1);
   if (metrics_port < 0) {
     (*server)->Stop();
-    return Fail(
+    return FailDev(
         UnavailableError(fmt::format("--metrics-listen: cannot bind {}", flags.metrics_listen)));
   }
   std::thread metrics_thread([&] { metrics_http.listen_after_bind(); });

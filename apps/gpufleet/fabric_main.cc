@@ -30,7 +30,7 @@
 namespace gpufleet::app {
 namespace {
 
-int Fail(const Status& status) {
+int FailFabric(const Status& status) {
   fmt::print(std::cerr, "gpufleet fabric: {}\n", status.message());
   return 1;
 }
@@ -220,7 +220,7 @@ Result<std::vector<fabric::PlacedGpus>> ChoosePlacement(const fabric::Fabric& fa
 int RunCheck(const std::string& path) {
   auto loaded = LoadFabricFile(path);
   if (!loaded.ok()) {
-    return Fail(loaded.status());
+    return FailFabric(loaded.status());
   }
   fmt::print("{}", fabric::FormatReport(fabric::Analyze(**loaded)));
   return 0;
@@ -231,11 +231,11 @@ int RunCheck(const std::string& path) {
 int WriteSpec(const Result<fabric::FabricSpec>& spec, const std::string& origin,
               const std::string& output, const std::string& format = "yaml") {
   if (!spec.ok()) {
-    return Fail(spec.status());
+    return FailFabric(spec.status());
   }
   auto built = fabric::Fabric::Build(*spec);
   if (!built.ok()) {
-    return Fail(built.status());
+    return FailFabric(built.status());
   }
   std::string text;
   if (format == "yaml") {
@@ -245,23 +245,23 @@ int WriteSpec(const Result<fabric::FabricSpec>& spec, const std::string& origin,
                                                             ? fabric::SlurmTopologyKind::kBlock
                                                             : fabric::SlurmTopologyKind::kTree);
     if (!exported.ok()) {
-      return Fail(exported.status());
+      return FailFabric(exported.status());
     }
     text = fmt::format("# {}\n{}", origin, *exported);
   }
   const Status written = Emit(output, text);
-  return written.ok() ? 0 : Fail(written);
+  return written.ok() ? 0 : FailFabric(written);
 }
 
 int RunImportSlurm(const SlurmFlags& flags) {
   auto text = ReadText(flags.input);
   if (!text.ok()) {
-    return Fail(text.status());
+    return FailFabric(text.status());
   }
   fabric::SlurmImportOptions options = flags.import;
   auto speed = fabric::ParseSpeedMbps(flags.link_speed, "--link-speed");
   if (!speed.ok()) {
-    return Fail(speed.status());
+    return FailFabric(speed.status());
   }
   options.link_speed_mbps = *speed;
   return WriteSpec(
@@ -272,21 +272,21 @@ int RunImportSlurm(const SlurmFlags& flags) {
 
 int RunExportSlurm(const SlurmFlags& flags) {
   if (flags.kind != "tree" && flags.kind != "block") {
-    return Fail(InvalidArgumentError(
+    return FailFabric(InvalidArgumentError(
         fmt::format("--kind: unknown \"{}\" (known: tree, block)", flags.kind)));
   }
   auto loaded = LoadFabricFile(flags.input);
   if (!loaded.ok()) {
-    return Fail(loaded.status());
+    return FailFabric(loaded.status());
   }
   auto text = fabric::ExportSlurmTopology(**loaded, flags.kind == "tree"
                                                         ? fabric::SlurmTopologyKind::kTree
                                                         : fabric::SlurmTopologyKind::kBlock);
   if (!text.ok()) {
-    return Fail(text.status());
+    return FailFabric(text.status());
   }
   const Status written = Emit(flags.output, *text);
-  return written.ok() ? 0 : Fail(written);
+  return written.ok() ? 0 : FailFabric(written);
 }
 
 // The highest uplinks a placement's traffic climbs through.
@@ -306,21 +306,21 @@ std::string TierLabel(const fabric::Fabric& fabric, int common_tier) {
 int RunEcmp(const EcmpFlags& flags) {
   auto loaded = LoadFabricFile(flags.file);
   if (!loaded.ok()) {
-    return Fail(loaded.status());
+    return FailFabric(loaded.status());
   }
   const fabric::Fabric& fabric = **loaded;
   auto collective = fabric::ParseCollective(flags.collective);
   if (!collective.ok()) {
-    return Fail(collective.status());
+    return FailFabric(collective.status());
   }
   if (flags.hash != "per-tier" && flags.hash != "per-switch") {
-    return Fail(InvalidArgumentError(
+    return FailFabric(InvalidArgumentError(
         fmt::format("--hash: unknown \"{}\" (known: per-tier, per-switch)", flags.hash)));
   }
   std::string description;
   auto placement = ChoosePlacement(fabric, flags, &description);
   if (!placement.ok()) {
-    return Fail(placement.status());
+    return FailFabric(placement.status());
   }
   const std::vector<fabric::Flow> flows = fabric::CollectiveFlows(fabric, *placement, *collective);
   fmt::print(
@@ -361,7 +361,7 @@ int RunEcmp(const EcmpFlags& flags) {
         flags.hash == "per-tier" ? fabric::HashSeeds::kPerTier : fabric::HashSeeds::kPerSwitch;
     auto result = fabric::SimulateEcmp(fabric, flows, options);
     if (!result.ok()) {
-      return Fail(result.status());
+      return FailFabric(result.status());
     }
     network_flows = result->network_flows;
     candidates = result->fabric_links;
@@ -405,25 +405,25 @@ int RunEcmp(const EcmpFlags& flags) {
 int RunCost(const CostFlags& flags) {
   auto loaded = LoadFabricFile(flags.file);
   if (!loaded.ok()) {
-    return Fail(loaded.status());
+    return FailFabric(loaded.status());
   }
   const fabric::Fabric& fabric = **loaded;
   auto collective = fabric::ParseCollective(flags.collective);
   if (!collective.ok()) {
-    return Fail(collective.status());
+    return FailFabric(collective.status());
   }
   auto bytes = ParseBytes(flags.size);
   if (!bytes.ok()) {
-    return Fail(bytes.status());
+    return FailFabric(bytes.status());
   }
   std::string description;
   auto placement = ChoosePlacement(fabric, flags, &description);
   if (!placement.ok()) {
-    return Fail(placement.status());
+    return FailFabric(placement.status());
   }
   auto shape = fabric::ShapeOf(fabric, *placement);
   if (!shape.ok()) {
-    return Fail(shape.status());
+    return FailFabric(shape.status());
   }
   const fabric::CollectiveEstimate estimate =
       fabric::EstimateCollective(*collective, *bytes, *shape);
@@ -573,7 +573,7 @@ Action AddFabricCommand(CLI::App& app) {
       auto nic = fabric::ParseSpeedMbps(generate_flags->nic_speed, "--nic-speed");
       auto uplink = fabric::ParseSpeedMbps(generate_flags->uplink_speed, "--uplink-speed");
       if (!nic.ok() || !uplink.ok()) {
-        return Fail(nic.ok() ? uplink.status() : nic.status());
+        return FailFabric(nic.ok() ? uplink.status() : nic.status());
       }
       options.nic_speed_mbps = *nic;
       options.uplink_speed_mbps = *uplink;

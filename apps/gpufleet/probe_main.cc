@@ -42,12 +42,12 @@ struct ProbeFlags {
 // GPM ratios need two NVML samples at least 100 ms apart.
 constexpr std::chrono::milliseconds kSampleGap{250};
 
-int Fail(const Status& status) {
+int FailProbe(const Status& status) {
   fmt::print(stderr, "gpufleet probe: {}\n", status.ToString());
   return 1;
 }
 
-std::string Hostname() {
+std::string ThisHostname() {
   char name[HOST_NAME_MAX + 1] = {};
   return gethostname(name, sizeof(name)) == 0 ? std::string(name) : std::string();
 }
@@ -125,16 +125,16 @@ void PrintTable(const agent::TelemetrySnapshot& snapshot,
 int PrintGresConf(agent::GpuProbe& probe, const std::string& hostname) {
   Result<agent::ProbeInventory> inventory = probe.Inventory();
   if (!inventory.ok()) {
-    return Fail(inventory.status());
+    return FailProbe(inventory.status());
   }
   Result<agent::CpuCoreMap> cores = agent::ReadCpuCoreMap();
   if (!cores.ok()) {
-    return Fail(cores.status());
+    return FailProbe(cores.status());
   }
   const std::string short_name = hostname.substr(0, hostname.find('.'));
   Result<std::string> conf = agent::RenderGresConf(*inventory, *cores, short_name);
   if (!conf.ok()) {
-    return Fail(conf.status());
+    return FailProbe(conf.status());
   }
   fmt::print("{}", *conf);
   return 0;
@@ -142,7 +142,7 @@ int PrintGresConf(agent::GpuProbe& probe, const std::string& hostname) {
 
 int RunProbe(const ProbeFlags& flags) {
   if (flags.format != "dcgm" && flags.format != "table") {
-    return Fail(
+    return FailProbe(
         InvalidArgumentError(fmt::format("--format: \"{}\" (want dcgm or table)", flags.format)));
   }
   SystemClock clock;
@@ -156,7 +156,7 @@ int RunProbe(const ProbeFlags& flags) {
       if (nvml.status().code() == StatusCode::kUnavailable) {
         fmt::print(stderr, "gpufleet probe: without a GPU, try --backend simulated\n");
       }
-      return Fail(nvml.status());
+      return FailProbe(nvml.status());
     }
     missing_functions = (*nvml)->missing_optional_functions();
     probe = std::move(nvml).value();
@@ -164,22 +164,22 @@ int RunProbe(const ProbeFlags& flags) {
     Result<std::unique_ptr<agent::SimulatedProbe>> simulated = agent::SimulatedProbe::Create(
         clock, catalog, {.model = flags.model, .gpu_count = flags.gpus, .seed = flags.seed});
     if (!simulated.ok()) {
-      return Fail(simulated.status());
+      return FailProbe(simulated.status());
     }
     probe = std::move(simulated).value();
   } else {
-    return Fail(InvalidArgumentError(
+    return FailProbe(InvalidArgumentError(
         fmt::format("--backend: \"{}\" (want nvml or simulated)", flags.backend)));
   }
 
-  const std::string hostname = Hostname();
+  const std::string hostname = ThisHostname();
   if (flags.gres_conf) {
     return PrintGresConf(*probe, hostname);
   }
   Result<std::unique_ptr<agent::TelemetrySampler>> sampler =
       agent::TelemetrySampler::Create({.probe = *probe, .clock = clock, .hostname = hostname});
   if (!sampler.ok()) {
-    return Fail(sampler.status());
+    return FailProbe(sampler.status());
   }
   // Two samples: the first primes GPM; XIDs of both count.
   for (int i = 0; i < 2; ++i) {
@@ -187,7 +187,7 @@ int RunProbe(const ProbeFlags& flags) {
       std::this_thread::sleep_for(kSampleGap);
     }
     if (const Status status = (*sampler)->SampleOnce(); !status.ok()) {
-      return Fail(status);
+      return FailProbe(status);
     }
   }
   const std::shared_ptr<const agent::TelemetrySnapshot> snapshot = (*sampler)->LatestSnapshot();

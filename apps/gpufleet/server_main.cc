@@ -138,7 +138,7 @@ Result<OpenedStore> OpenStore(const ServerFlags& flags) {
   return opened;
 }
 
-int Fail(const Status& status) {
+int FailServer(const Status& status) {
   fmt::print(stderr, "gpufleet server: {}\n", status.ToString());
   return 1;
 }
@@ -173,27 +173,27 @@ Result<std::unique_ptr<store::PostgresLeaderElection>> OpenElection(const Server
 int RunServer(const ServerFlags& flags) {
   Result<std::pair<std::string, int>> listen = ParseHostPort(flags.listen);
   if (!listen.ok()) {
-    return Fail(listen.status());
+    return FailServer(listen.status());
   }
   std::optional<api::ApiServer::TlsFiles> tls;
   if (!flags.tls_cert.empty() || !flags.tls_key.empty()) {
     if (flags.tls_cert.empty() || flags.tls_key.empty()) {
-      return Fail(InvalidArgumentError("--tls-cert and --tls-key go together"));
+      return FailServer(InvalidArgumentError("--tls-cert and --tls-key go together"));
     }
     // Checked before anything is written, so that a first start does not spend its one-time
     // admin token on a server that then refuses to start.
     if (Status status = api::CheckTlsFiles(flags.tls_cert, flags.tls_key); !status.ok()) {
-      return Fail(status);
+      return FailServer(status);
     }
     tls = api::ApiServer::TlsFiles{flags.tls_cert, flags.tls_key};
   }
   const GpuCatalog catalog = GpuCatalog::Default();
   Result<OpenedStore> store = OpenStore(flags);
   if (!store.ok()) {
-    return Fail(store.status());
+    return FailServer(store.status());
   }
   if (!flags.advertise_address.empty() && store->postgres == nullptr) {
-    return Fail(InvalidArgumentError(
+    return FailServer(InvalidArgumentError(
         "--advertise-address is for several servers on one PostgreSQL database (--store)"));
   }
   const char* scheme = tls ? "https" : "http";
@@ -209,13 +209,13 @@ int RunServer(const ServerFlags& flags) {
     Result<std::unique_ptr<store::PostgresLeaderElection>> opened =
         OpenElection(flags, *store->postgres, address);
     if (!opened.ok()) {
-      return Fail(opened.status());
+      return FailServer(opened.status());
     }
     election = std::move(opened).value();
     // Once at start, so that the first server makes the start-up writes below.
     Result<store::LeaseState> lease = election->Campaign();
     if (!lease.ok()) {
-      return Fail(lease.status());
+      return FailServer(lease.status());
     }
     leading = lease->leader;
     fmt::print(
@@ -233,7 +233,7 @@ int RunServer(const ServerFlags& flags) {
   if (flags.idle_reclaim) {
     Result<policy::ReclaimAction> action = policy::ParseReclaimAction(flags.idle_reclaim_action);
     if (!action.ok()) {
-      return Fail(InvalidArgumentError("--idle-reclaim-" + action.status().message()));
+      return FailServer(InvalidArgumentError("--idle-reclaim-" + action.status().message()));
     }
     idle_reclaim.emplace();
     idle_reclaim->threshold_milli = flags.idle_reclaim_threshold_pct * 10;  // percent -> milli
@@ -244,7 +244,7 @@ int RunServer(const ServerFlags& flags) {
   const Result<Duration> retain_finished =
       control::ParseRetention("--retain-finished", flags.retain_finished);
   if (!retain_finished.ok()) {
-    return Fail(retain_finished.status());
+    return FailServer(retain_finished.status());
   }
   api::EventTimeStore timed_store(*store->store, clock);  // each event with its time
   Result<std::unique_ptr<api::ApiServer>> server = api::ApiServer::Create(
@@ -269,7 +269,7 @@ int RunServer(const ServerFlags& flags) {
        .election = election.get(),
        .election_interval = std::chrono::milliseconds(flags.leader_renew_ms)});
   if (!server.ok()) {
-    return Fail(server.status());
+    return FailServer(server.status());
   }
   // A follower's writes are refused: the leader registers the nodes and installs the token.
   if (!leading) {
@@ -277,11 +277,11 @@ int RunServer(const ServerFlags& flags) {
   } else if (!flags.simulated_nodes.empty()) {
     Result<Cluster> cluster = SimulatedCluster(flags.simulated_nodes, flags.gpu_model, catalog);
     if (!cluster.ok()) {
-      return Fail(cluster.status());
+      return FailServer(cluster.status());
     }
     Result<int> added = (*server)->RegisterNodes(*cluster);
     if (!added.ok()) {
-      return Fail(added.status());
+      return FailServer(added.status());
     }
     fmt::print("registered {} simulated node(s) ({} already present)\n", *added,
                static_cast<int>(cluster->nodes.size()) - *added);
@@ -290,14 +290,14 @@ int RunServer(const ServerFlags& flags) {
   if (leading && !flags.admin_token_file.empty()) {
     Result<std::string> token = ReadSecretFile(flags.admin_token_file, "--admin-token-file");
     if (!token.ok()) {
-      return Fail(token.status());
+      return FailServer(token.status());
     }
     given_token = *token;
   }
   if (leading) {
     Result<std::optional<std::string>> created = (*server)->authenticator().Bootstrap(given_token);
     if (!created.ok()) {
-      return Fail(created.status());
+      return FailServer(created.status());
     }
     if (created->has_value()) {
       fmt::print("admin token (shown once, keep it): {}\n", **created);
@@ -308,7 +308,7 @@ int RunServer(const ServerFlags& flags) {
 
   Result<int> port = (*server)->Start(listen->first, listen->second, tls);
   if (!port.ok()) {
-    return Fail(port.status());
+    return FailServer(port.status());
   }
   if (election != nullptr && address.empty()) {
     election->SetAddress(fmt::format("{}://{}:{}", scheme, listen->first, *port));
@@ -327,7 +327,7 @@ int RunServer(const ServerFlags& flags) {
     }
     if ((*server)->deposed()) {
       (*server)->Stop();
-      return Fail(FailedPreconditionError(
+      return FailServer(FailedPreconditionError(
           "lost the leader lease (see above); exiting so that a restart rejoins as a follower"));
     }
   }

@@ -43,7 +43,7 @@ struct AutoscaleFlags {
   std::string report;
 };
 
-int Fail(const Status& status) {
+int FailSimAutoscale(const Status& status) {
   fmt::print(std::cerr, "gpufleet sim autoscale: {}\n", status.ToString());
   return 1;
 }
@@ -57,7 +57,7 @@ int RunAutoscaleCommand(const AutoscaleFlags& flags) {
   Result<sim::ReplicaShape> replica =
       sim::ParseReplicaShape(flags.replica, catalog, flags.gpu_model);
   if (!replica.ok()) {
-    return Fail(replica.status());
+    return FailSimAutoscale(replica.status());
   }
   sim::AutoscaleSimOptions options;
   options.seed = flags.seed;
@@ -88,7 +88,7 @@ int RunAutoscaleCommand(const AutoscaleFlags& flags) {
       100 * flags.tolerance);
   Result<sim::AutoscaleSimResult> result = sim::RunAutoscaleSim(options);
   if (!result.ok()) {
-    return Fail(result.status());
+    return FailSimAutoscale(result.status());
   }
   sim::PrintAutoscaleSummary(*result, std::cout);
   if (!flags.json.empty()) {
@@ -97,7 +97,7 @@ int RunAutoscaleCommand(const AutoscaleFlags& flags) {
       return Status::Ok();
     });
     if (!written.ok()) {
-      return Fail(written);
+      return FailSimAutoscale(written);
     }
   }
   if (!flags.report.empty()) {
@@ -105,7 +105,7 @@ int RunAutoscaleCommand(const AutoscaleFlags& flags) {
       return sim::WriteAutoscaleReport(*result, "gpufleet autoscale: diurnal inference load", out);
     });
     if (!written.ok()) {
-      return Fail(written);
+      return FailSimAutoscale(written);
     }
   }
   return 0;

@@ -55,7 +55,7 @@ struct FailuresFlags {
   int threads = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
 };
 
-int Fail(const Status& status) {
+int FailSimFailures(const Status& status) {
   fmt::print(std::cerr, "gpufleet sim failures: {}\n", status.ToString());
   return 1;
 }
@@ -66,7 +66,7 @@ int64_t Seconds(double value) {
 
 int RunFailuresCommand(const FailuresFlags& flags) {
   if (flags.mode != "both" && flags.mode != "quarantine" && flags.mode != "none") {
-    return Fail(InvalidArgumentError(
+    return FailSimFailures(InvalidArgumentError(
         fmt::format("--mode: \"{}\" (must be both, quarantine or none)", flags.mode)));
   }
   GpuCatalog catalog = GpuCatalog::Default();
@@ -78,13 +78,13 @@ int RunFailuresCommand(const FailuresFlags& flags) {
   spec.gpu_model = flags.gpu_model;
   auto cluster = MakeSyntheticCluster(spec, catalog);
   if (!cluster.ok()) {
-    return Fail(cluster.status());
+    return FailSimFailures(cluster.status());
   }
   const std::string trace_path =
       flags.trace.empty() ? flags.data_dir + "/philly/philly.csv" : flags.trace;
   auto trace = sim::LoadTrace(trace_path, flags.format, catalog);
   if (!trace.ok()) {
-    return Fail(trace.status());
+    return FailSimFailures(trace.status());
   }
   const std::vector<sim::JobShape> shapes = sim::JobShapesFromTrace(*trace);
 
@@ -129,7 +129,7 @@ int RunFailuresCommand(const FailuresFlags& flags) {
     }
   }
   if (!results.ok()) {
-    return Fail(results.status());
+    return FailSimFailures(results.status());
   }
   sim::PrintFailureSummary(*results, std::cout);
   if (!flags.json.empty()) {
@@ -138,7 +138,7 @@ int RunFailuresCommand(const FailuresFlags& flags) {
       return Status::Ok();
     });
     if (!written.ok()) {
-      return Fail(written);
+      return FailSimFailures(written);
     }
   }
   if (!flags.report.empty()) {
@@ -146,7 +146,7 @@ int RunFailuresCommand(const FailuresFlags& flags) {
       return sim::WriteFailureReport(*results, "gpufleet failures: " + trace_path, out);
     });
     if (!written.ok()) {
-      return Fail(written);
+      return FailSimFailures(written);
     }
   }
   return 0;

@@ -23,7 +23,7 @@
 namespace gpufleet::app {
 namespace {
 
-constexpr double kSecondsPerDay = 86400.0;
+constexpr double kDaySeconds = 86400.0;
 
 struct InteractiveFlags {
   std::string data_dir = GPUFLEET_DEFAULT_DATA_DIR;
@@ -52,7 +52,7 @@ struct InteractiveFlags {
   int threads = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
 };
 
-int Fail(const Status& status) {
+int FailSimInteractive(const Status& status) {
   fmt::print(std::cerr, "gpufleet sim interactive: {}\n", status.ToString());
   return 1;
 }
@@ -92,7 +92,7 @@ Result<std::vector<sim::InteractiveMixRunSpec>> MakeRuns(const InteractiveFlags&
 int RunInteractiveCommand(const InteractiveFlags& flags) {
   auto runs = MakeRuns(flags);
   if (!runs.ok()) {
-    return Fail(runs.status());
+    return FailSimInteractive(runs.status());
   }
   // LoadTrace adds the GPU models an openb trace names.
   GpuCatalog catalog = GpuCatalog::Default();
@@ -104,24 +104,24 @@ int RunInteractiveCommand(const InteractiveFlags& flags) {
   spec.gpu_model = flags.gpu_model;
   Result<Cluster> cluster = MakeSyntheticCluster(spec, catalog);
   if (!cluster.ok()) {
-    return Fail(cluster.status());
+    return FailSimInteractive(cluster.status());
   }
   const std::string trace_path =
       flags.trace.empty() ? flags.data_dir + "/philly/philly.csv" : flags.trace;
   Result<sim::Trace> trace = sim::LoadTrace(trace_path, flags.format, catalog);
   if (!trace.ok()) {
-    return Fail(trace.status());
+    return FailSimInteractive(trace.status());
   }
   // The replay starts with an empty cluster: it starts the warm-up earlier, and the figures
   // leave the warm-up out.
-  const int64_t from_seconds = std::llround(flags.from_days * kSecondsPerDay);
+  const int64_t from_seconds = std::llround(flags.from_days * kDaySeconds);
   const int64_t warmup_seconds =
       std::min<int64_t>(from_seconds, std::llround(flags.warmup_hours * 3600));
-  const int64_t window_seconds = warmup_seconds + std::llround(flags.days * kSecondsPerDay);
+  const int64_t window_seconds = warmup_seconds + std::llround(flags.days * kDaySeconds);
   const sim::Trace window = sim::SliceTrace(*trace, from_seconds - warmup_seconds, window_seconds);
   if (window.jobs.empty()) {
-    return Fail(InvalidArgumentError(fmt::format("--from-days {} --days {}: no job in that window",
-                                                 flags.from_days, flags.days)));
+    return FailSimInteractive(InvalidArgumentError(fmt::format(
+        "--from-days {} --days {}: no job in that window", flags.from_days, flags.days)));
   }
   sim::InteractiveMixOptions options;
   options.notebook_share = flags.notebook_share;
@@ -141,12 +141,12 @@ int RunInteractiveCommand(const InteractiveFlags& flags) {
       "interactive: {} jobs of {} (days {} to {}, measured from day {}); {} nodes x {} {}; "
       "queue {}\n",
       window.jobs.size(), trace_path,
-      static_cast<double>(from_seconds - warmup_seconds) / kSecondsPerDay,
+      static_cast<double>(from_seconds - warmup_seconds) / kDaySeconds,
       flags.from_days + flags.days, flags.from_days, flags.nodes, flags.gpus_per_node,
       flags.gpu_model, flags.policy);
   auto result = sim::RunInteractiveMix(*cluster, window, catalog, options, flags.threads);
   if (!result.ok()) {
-    return Fail(result.status());
+    return FailSimInteractive(result.status());
   }
   sim::PrintInteractiveMixSummary(*result, std::cout);
   if (!flags.report.empty()) {
@@ -155,7 +155,7 @@ int RunInteractiveCommand(const InteractiveFlags& flags) {
                                             out);
     });
     if (!written.ok()) {
-      return Fail(written);
+      return FailSimInteractive(written);
     }
   }
   return 0;

@@ -136,7 +136,7 @@ Result<Cluster> ParseSyntheticCluster(const std::string& text, const std::string
   return MakeSyntheticCluster(spec, catalog);
 }
 
-int Fail(const Status& status) {
+int FailSim(const Status& status) {
   fmt::print(std::cerr, "gpufleet sim: {}\n", status.ToString());
   return 1;
 }
@@ -150,13 +150,13 @@ int WriteOutputs(const CommonFlags& flags, JsonWriter write_json, ReportWriter w
       return Status::Ok();
     });
     if (!written.ok()) {
-      return Fail(written);
+      return FailSim(written);
     }
   }
   if (!flags.report.empty()) {
     const Status written = WriteOutputFile(flags.report, write_report);
     if (!written.ok()) {
-      return Fail(written);
+      return FailSim(written);
     }
   }
   return 0;
@@ -199,12 +199,12 @@ void AddOpenbFlags(CLI::App* command, OpenbFlags& flags) {
 int RunFillCommand(const FillFlags& flags) {
   auto policies = ParsePolicies(flags.policy, scheduler::PlacementPolicyNames());
   if (!policies.ok()) {
-    return Fail(policies.status());
+    return FailSim(policies.status());
   }
   GpuCatalog catalog = GpuCatalog::Default();
   auto inputs = LoadOpenbInputs(flags, catalog);
   if (!inputs.ok()) {
-    return Fail(inputs.status());
+    return FailSim(inputs.status());
   }
   const std::vector<uint64_t>& seeds = inputs->seeds;
   const std::string& pods_path = inputs->pods_path;
@@ -220,7 +220,7 @@ int RunFillCommand(const FillFlags& flags) {
                                     flags.threads, [&] { progress->Advance(); });
   progress->Finish();
   if (!results.ok()) {
-    return Fail(results.status());
+    return FailSim(results.status());
   }
   sim::FillBoundsBySeed bounds;
   if (flags.bound) {
@@ -229,7 +229,7 @@ int RunFillCommand(const FillFlags& flags) {
     for (const uint64_t seed : seeds) {
       auto bound = sim::RunFillBound(cluster, pods, catalog, seed, flags.load, bound_options);
       if (!bound.ok()) {
-        return Fail(bound.status());
+        return FailSim(bound.status());
       }
       bounds[seed] = bound->unallocated_gpus_bound;
     }
@@ -257,7 +257,7 @@ int RunBoundCommand(const BoundFlags& flags) {
   GpuCatalog catalog = GpuCatalog::Default();
   auto inputs = LoadOpenbInputs(flags, catalog);
   if (!inputs.ok()) {
-    return Fail(inputs.status());
+    return FailSim(inputs.status());
   }
   const std::vector<uint64_t>& seeds = inputs->seeds;
   const std::string& pods_path = inputs->pods_path;
@@ -281,7 +281,7 @@ int RunBoundCommand(const BoundFlags& flags) {
     auto bound = sim::RunFillBound(cluster, pods, catalog, seed, flags.load, options);
     if (!bound.ok()) {
       progress->Finish();
-      return Fail(bound.status());
+      return FailSim(bound.status());
     }
     // Unallocated GPUs for a placed milli-GPU figure of the longest prefix; "-" when not run.
     const auto gpus = [&](double milli) {
@@ -314,7 +314,7 @@ int RunBoundCommand(const BoundFlags& flags) {
     sim::WriteBoundJson(bounds, out);
     return Status::Ok();
   });
-  return written.ok() ? 0 : Fail(written);
+  return written.ok() ? 0 : FailSim(written);
 }
 
 void PrintReplaySummary(const std::vector<sim::ReplayResult>& results) {
@@ -489,18 +489,19 @@ int RunReplayCommand(ReplayFlags flags) {
   if (flags.format.empty()) {
     auto detected = DetectTraceFormat(flags.trace);
     if (!detected.ok()) {
-      return Fail(detected.status());
+      return FailSim(detected.status());
     }
     flags.format = *detected;
   }
   auto policies = ParsePolicies(flags.policy, sim::QueuePolicyNames());
   if (!policies.ok()) {
-    return Fail(policies.status());
+    return FailSim(policies.status());
   }
   const std::vector<std::string>& placements = scheduler::PlacementPolicyNames();
   if (std::find(placements.begin(), placements.end(), flags.placement) == placements.end()) {
-    return Fail(InvalidArgumentError(fmt::format("--placement: unknown policy \"{}\" (known: {})",
-                                                 flags.placement, fmt::join(placements, ", "))));
+    return FailSim(
+        InvalidArgumentError(fmt::format("--placement: unknown policy \"{}\" (known: {})",
+                                         flags.placement, fmt::join(placements, ", "))));
   }
   GpuCatalog catalog = GpuCatalog::Default();
   std::shared_ptr<const fabric::Fabric> network;
@@ -509,17 +510,17 @@ int RunReplayCommand(ReplayFlags flags) {
   if (flags.format == "sacct") {
     auto loaded = LoadSlurmReplay(flags, catalog);
     if (!loaded.ok()) {
-      return Fail(loaded.status());
+      return FailSim(loaded.status());
     }
     network = loaded->network;
     slurm_cluster = std::move(loaded->cluster);
     trace = std::move(loaded->trace);
   } else if (!flags.gres_map.empty() || !flags.slurm_nodes.empty()) {
-    return Fail(InvalidArgumentError("--gres-map and --slurm-nodes are for --format sacct"));
+    return FailSim(InvalidArgumentError("--gres-map and --slurm-nodes are for --format sacct"));
   } else if (!flags.fabric.empty()) {
     auto loaded = LoadFabricFile(flags.fabric);
     if (!loaded.ok()) {
-      return Fail(loaded.status());
+      return FailSim(loaded.status());
     }
     network = *loaded;
   }
@@ -529,13 +530,13 @@ int RunReplayCommand(ReplayFlags flags) {
                                 ? ParseSyntheticCluster(flags.cluster, flags.gpu_model, catalog)
                                 : sim::LoadOpenbNodes(flags.nodes, catalog);
   if (!cluster.ok()) {
-    return Fail(cluster.status());
+    return FailSim(cluster.status());
   }
   if (flags.format != "sacct") {
     trace = sim::LoadTrace(flags.trace, flags.format, catalog);
   }
   if (!trace.ok()) {
-    return Fail(trace.status());
+    return FailSim(trace.status());
   }
   int gpus = 0;
   for (const Node& node : cluster->nodes) {
@@ -556,7 +557,7 @@ int RunReplayCommand(ReplayFlags flags) {
                                       [&] { progress->Advance(); });
   progress->Finish();
   if (!results.ok()) {
-    return Fail(results.status());
+    return FailSim(results.status());
   }
   PrintReplaySummary(*results);
   if (network != nullptr) {

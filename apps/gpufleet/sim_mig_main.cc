@@ -37,12 +37,12 @@ struct MigFlags {
   int threads = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
 };
 
-int Fail(const Status& status) {
+int FailSimMig(const Status& status) {
   fmt::print(std::cerr, "gpufleet sim mig: {}\n", status.ToString());
   return 1;
 }
 
-int64_t Seconds(double value) {
+int64_t WholeSeconds(double value) {
   return static_cast<int64_t>(std::llround(value));
 }
 
@@ -107,34 +107,34 @@ int RunMigCommand(const MigFlags& flags) {
   } else if (flags.mode == "repartition") {
     modes = {sim::MigMode::kRepartition};
   } else {
-    return Fail(InvalidArgumentError(fmt::format(
+    return FailSimMig(InvalidArgumentError(fmt::format(
         "--mode: \"{}\" (must be all, fixed, create-only or repartition)", flags.mode)));
   }
   sim::MigSimOptions options;
   Result<std::vector<sim::MigNodeGroup>> groups = ParseNodes(flags.nodes);
   if (!groups.ok()) {
-    return Fail(groups.status());
+    return FailSimMig(groups.status());
   }
   Result<std::vector<std::vector<int>>> layout = ParseLayout(flags.layout);
   if (!layout.ok()) {
-    return Fail(layout.status());
+    return FailSimMig(layout.status());
   }
   options.node_groups = *groups;
   options.initial_layout = *layout;
   options.seed = flags.seed;
-  options.duration_seconds = Seconds(flags.days * 86400);
+  options.duration_seconds = WholeSeconds(flags.days * 86400);
   options.gpus_per_node = flags.gpus_per_node;
   options.load = flags.load;
-  options.mean_duration_seconds = Seconds(flags.mean_minutes * 60);
-  options.patience_seconds = Seconds(flags.patience_minutes * 60);
-  options.replan_interval_seconds = Seconds(flags.replan_minutes * 60);
+  options.mean_duration_seconds = WholeSeconds(flags.mean_minutes * 60);
+  options.patience_seconds = WholeSeconds(flags.patience_minutes * 60);
+  options.replan_interval_seconds = WholeSeconds(flags.replan_minutes * 60);
   options.max_plan_requests = flags.max_plan_requests;
   options.planner.search_budget = flags.search_budget;
 
   const GpuCatalog catalog = GpuCatalog::Default();
   const Status valid = options.Validate(catalog);
   if (!valid.ok()) {
-    return Fail(valid);
+    return FailSimMig(valid);
   }
   fmt::print(
       "mig: {} x {} GPUs per node, {} days, seed {}, load {}, mean run {} min, patience {} "
@@ -153,17 +153,17 @@ int RunMigCommand(const MigFlags& flags) {
     }
   }
   if (!results.ok()) {
-    return Fail(results.status());
+    return FailSimMig(results.status());
   }
   sim::PrintMigSummary(*results, std::cout);
   if (!flags.report.empty()) {
     std::ofstream out(flags.report);
     if (!out) {
-      return Fail(UnavailableError(fmt::format("{}: cannot open for writing", flags.report)));
+      return FailSimMig(UnavailableError(fmt::format("{}: cannot open for writing", flags.report)));
     }
     const Status written = sim::WriteMigReport(*results, options, "gpufleet sim mig", out);
     if (!written.ok()) {
-      return Fail(UnavailableError(fmt::format("{}: {}", flags.report, written.message())));
+      return FailSimMig(UnavailableError(fmt::format("{}: {}", flags.report, written.message())));
     }
     fmt::print("wrote {}\n", flags.report);
   }

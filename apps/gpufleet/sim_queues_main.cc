@@ -55,7 +55,7 @@ struct BackfillFlags : QueueScenarioFlags {
   double underestimate_share = 0;
 };
 
-int Fail(const std::string& command, const Status& status) {
+int FailSimQueues(const std::string& command, const Status& status) {
   fmt::print(std::cerr, "gpufleet sim {}: {}\n", command, status.ToString());
   return 1;
 }
@@ -105,11 +105,11 @@ void PrintSetup(const char* name, const QueueScenarioFlags& flags, const Setup& 
 int RunFairnessCommand(const FairnessFlags& flags) {
   auto policies = ParsePolicies(flags.policy, sim::QueuePolicyNames());
   if (!policies.ok()) {
-    return Fail("fairness", policies.status());
+    return FailSimQueues("fairness", policies.status());
   }
   auto setup = Prepare(flags);
   if (!setup.ok()) {
-    return Fail("fairness", setup.status());
+    return FailSimQueues("fairness", setup.status());
   }
   sim::FairnessOptions options;
   options.flood_copies = flags.copies;
@@ -121,7 +121,7 @@ int RunFairnessCommand(const FairnessFlags& flags) {
   auto result = sim::RunFairnessScenario((*setup)->cluster, (*setup)->window, (*setup)->catalog,
                                          options, flags.threads);
   if (!result.ok()) {
-    return Fail("fairness", result.status());
+    return FailSimQueues("fairness", result.status());
   }
   sim::PrintFairnessSummary(*result, std::cout);
   if (!flags.report.empty()) {
@@ -129,7 +129,7 @@ int RunFairnessCommand(const FairnessFlags& flags) {
       return sim::WriteFairnessReport(*result, "gpufleet fairness: " + (*setup)->trace_path, out);
     });
     if (!written.ok()) {
-      return Fail("fairness", written);
+      return FailSimQueues("fairness", written);
     }
   }
   return 0;
@@ -138,11 +138,11 @@ int RunFairnessCommand(const FairnessFlags& flags) {
 int RunBackfillCommand(const BackfillFlags& flags) {
   auto policies = ParsePolicies(flags.policy, sim::QueuePolicyNames());
   if (!policies.ok()) {
-    return Fail("backfill", policies.status());
+    return FailSimQueues("backfill", policies.status());
   }
   auto setup = Prepare(flags);
   if (!setup.ok()) {
-    return Fail("backfill", setup.status());
+    return FailSimQueues("backfill", setup.status());
   }
   sim::BackfillScenarioOptions options;
   options.policies = *policies;
@@ -154,7 +154,7 @@ int RunBackfillCommand(const BackfillFlags& flags) {
   auto result = sim::RunBackfillScenario((*setup)->cluster, (*setup)->window, (*setup)->catalog,
                                          options, flags.threads);
   if (!result.ok()) {
-    return Fail("backfill", result.status());
+    return FailSimQueues("backfill", result.status());
   }
   sim::PrintBackfillSummary(*result, std::cout);
   if (!flags.report.empty()) {
@@ -162,7 +162,7 @@ int RunBackfillCommand(const BackfillFlags& flags) {
       return sim::WriteBackfillReport(*result, "gpufleet backfill: " + (*setup)->trace_path, out);
     });
     if (!written.ok()) {
-      return Fail("backfill", written);
+      return FailSimQueues("backfill", written);
     }
   }
   return 0;

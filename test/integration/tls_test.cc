@@ -23,7 +23,7 @@ namespace {
 using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
 
-constexpr char kAdminToken[] = "tls-test-admin-token-0123456789";
+constexpr char kTlsAdminToken[] = "tls-test-admin-token-0123456789";
 
 class ServerTlsTest : public ::testing::Test {
  protected:
@@ -35,7 +35,7 @@ class ServerTlsTest : public ::testing::Test {
     cert_ = (dir_ / "cert.pem").string();
     key_ = (dir_ / "key.pem").string();
     ASSERT_OK(api_testing::WriteSelfSignedCert(cert_, key_));
-    std::ofstream(dir_ / "admin-token") << kAdminToken << "\n";
+    std::ofstream(dir_ / "admin-token") << kTlsAdminToken << "\n";
   }
   void TearDown() override {
     std::error_code ignored;
@@ -57,15 +57,15 @@ TEST_F(ServerTlsTest, TheCliReachesAnHttpsServerWithItsCaCertOnly) {
   EXPECT_THAT((*server)->output(), HasSubstr("listening on https://127.0.0.1:"));
   const std::string address = "https://127.0.0.1:" + std::to_string((*server)->port());
 
-  cli::ApiClient trusting(address, kAdminToken, cert_);
+  cli::ApiClient trusting(address, kTlsAdminToken, cert_);
   Result<nlohmann::json> queues = trusting.Get("/v1/queues");
   ASSERT_OK(queues);
   EXPECT_EQ((*queues)["items"][0]["name"], "default");
 
-  cli::ApiClient untrusting(address, kAdminToken);
+  cli::ApiClient untrusting(address, kTlsAdminToken);
   EXPECT_THAT(untrusting.Get("/v1/queues"),
               StatusIs(StatusCode::kUnavailable, HasSubstr("certificate verification failed")));
-  cli::ApiClient plain("http://127.0.0.1:" + std::to_string((*server)->port()), kAdminToken);
+  cli::ApiClient plain("http://127.0.0.1:" + std::to_string((*server)->port()), kTlsAdminToken);
   EXPECT_THAT(plain.Get("/v1/queues"), StatusIs(StatusCode::kUnavailable));
 }
 

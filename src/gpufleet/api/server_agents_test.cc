@@ -71,8 +71,9 @@ int IndexOf(const wire::RegisterRequest& request, const std::string& uuid) {
 }
 
 // `image`: the tasks run in a container of that image (its line is left out when empty).
-std::string JobYaml(const std::string& name, int replicas, int gpus,
-                    const std::string& on_node_failure = "requeue", const std::string& image = "") {
+std::string AgentsJobYaml(const std::string& name, int replicas, int gpus,
+                          const std::string& on_node_failure = "requeue",
+                          const std::string& image = "") {
   return fmt::format(R"(apiVersion: gpufleet.io/v1
 kind: Job
 metadata: {{name: {}}}
@@ -191,7 +192,7 @@ TEST_F(AgentProtocolTest, RegisteredNodeIsReadyAndRunsItsTasksToSuccess) {
   EXPECT_EQ(node["gpus"].size(), 8u);
   EXPECT_EQ(node["labels"][std::string(kDriverVersionLabel)], "550.54");
 
-  Submit(JobYaml("train", 2, 4));
+  Submit(AgentsJobYaml("train", 2, 4));
   Cycle();
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
 
@@ -229,7 +230,7 @@ TEST_F(AgentProtocolTest, RegisteredNodeIsReadyAndRunsItsTasksToSuccess) {
   EXPECT_TRUE(job["placements"].empty());
 
   // Its GPUs are free: a job wanting all 8 fits.
-  Submit(JobYaml("whole-node", 1, 8));
+  Submit(AgentsJobYaml("whole-node", 1, 8));
   Cycle();
   EXPECT_EQ(Get("/v1/jobs/whole-node")["state"], "Scheduled");
 }
@@ -261,7 +262,7 @@ TEST_F(AgentProtocolTest, AgentsRegisteringAtOnceAreAllRegistered) {
 TEST_F(AgentProtocolTest, ANonZeroExitFailsTheGangAndStopsItsOtherTasks) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("train", 2, 4));
+  Submit(AgentsJobYaml("train", 2, 4));
   Cycle();
   wire::HeartbeatRequest beat;
   beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kRunning),
@@ -275,7 +276,7 @@ TEST_F(AgentProtocolTest, ANonZeroExitFailsTheGangAndStopsItsOtherTasks) {
               HasSubstr("task workers-1 on node-a failed: exit code 3"));
 
   // workers-0 still runs on its 4 GPUs: a job wanting the whole node waits.
-  Submit(JobYaml("whole-node", 1, 8));
+  Submit(AgentsJobYaml("whole-node", 1, 8));
   Cycle();
   EXPECT_EQ(Get("/v1/jobs/whole-node")["state"], "Pending");
 
@@ -294,13 +295,13 @@ TEST_F(AgentProtocolTest, ANonZeroExitFailsTheGangAndStopsItsOtherTasks) {
 TEST_F(AgentProtocolTest, ACancelledJobsGpusGoToTheNextJobOnlyOnceItsTaskHasExited) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("slow-exit", 1, 8));
+  Submit(AgentsJobYaml("slow-exit", 1, 8));
   Cycle();
   wire::HeartbeatRequest beat;
   beat.tasks = {Report("slow-exit/workers-0/1", wire::TaskPhase::kRunning)};
   ASSERT_EQ(Heartbeat("node-a", beat).tasks.size(), 1u);
   ASSERT_EQ(Call("POST", "/v1/jobs/slow-exit/cancel", admin_).status, 200);
-  Submit(JobYaml("next", 1, 8));
+  Submit(AgentsJobYaml("next", 1, 8));
   // The task takes 15 s to exit after SIGTERM: until the agent says it has, nothing else is
   // placed on its GPUs and the node is told to run nothing.
   for (int i = 0; i < 3; ++i) {
@@ -323,7 +324,7 @@ TEST_F(AgentProtocolTest, ACancelledJobsGpusGoToTheNextJobOnlyOnceItsTaskHasExit
 TEST_F(AgentProtocolTest, AReportDeliveredLateSaysNothingByATasksAbsence) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("train", 1, 8));
+  Submit(AgentsJobYaml("train", 1, 8));
   Cycle();
   wire::HeartbeatRequest beat;
   beat.sequence = 20;
@@ -349,7 +350,7 @@ TEST_F(AgentProtocolTest, AJoinTokenIsExchangedForANodeCredentialThatActsForThat
   const wire::AgentReply first = Register(Inventory("node-a", "leaf-0"));
   ASSERT_FALSE(first.node_token.empty()) << "the join token is exchanged at first registration";
   Register(Inventory("node-b", "leaf-0"));
-  Submit(JobYaml("train", 1, 8));
+  Submit(AgentsJobYaml("train", 1, 8));
   Cycle();
   const std::string placed = Get("/v1/jobs/train")["placements"][0]["node"];
   const std::string other = placed == "node-a" ? "node-b" : "node-a";
@@ -412,7 +413,7 @@ TEST_F(AgentProtocolTest, RegistrationsTheSchedulerCannotTakeAreRefusedNamingThe
   EXPECT_THAT(refusal(thief), HasSubstr("GPU-node-a-3 is a GPU of node node-a"));
   // Nothing of the refused nodes was stored, and the fleet schedules as before.
   EXPECT_EQ(Get("/v1/nodes")["items"].size(), 1u);
-  Submit(JobYaml("train", 1, 8));
+  Submit(AgentsJobYaml("train", 1, 8));
   Cycle();
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
 }
@@ -420,7 +421,7 @@ TEST_F(AgentProtocolTest, RegistrationsTheSchedulerCannotTakeAreRefusedNamingThe
 TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithoutAGpuEndsTheRunsOnIt) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("train", 1, 8));
+  Submit(AgentsJobYaml("train", 1, 8));
   Cycle();
   wire::HeartbeatRequest beat;
   beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kRunning)};
@@ -445,7 +446,7 @@ TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithoutAGpuEndsTheRunsOnIt) {
 TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithItsGpusInAnotherOrderKeepsEachRunOnItsGpus) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("train", 1, 4));
+  Submit(AgentsJobYaml("train", 1, 4));
   Cycle();
   const std::vector<std::string> uuids = TaskOf(Heartbeat("node-a"), "train").gpu_uuids;
   ASSERT_EQ(uuids.size(), 4u);
@@ -468,7 +469,7 @@ TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithItsGpusInAnotherOrderKeepsEac
     EXPECT_EQ(gpu["allocated_milli"], held ? 1000 : 0) << gpu["uuid"];
   }
   // The next job gets the other four GPUs, none of the running job's.
-  Submit(JobYaml("next", 1, 4));
+  Submit(AgentsJobYaml("next", 1, 4));
   Cycle();
   for (const std::string& uuid : TaskOf(Heartbeat("node-a", beat), "next").gpu_uuids) {
     EXPECT_EQ(std::count(uuids.begin(), uuids.end(), uuid), 0) << uuid;
@@ -478,9 +479,9 @@ TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithItsGpusInAnotherOrderKeepsEac
 TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithoutAGpuEndsOnlyTheRunThatHeldIt) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("first", 1, 4));
+  Submit(AgentsJobYaml("first", 1, 4));
   Cycle();
-  Submit(JobYaml("second", 1, 4));
+  Submit(AgentsJobYaml("second", 1, 4));
   Cycle();
   const wire::AgentReply before = Heartbeat("node-a");
   const std::vector<std::string> first = TaskOf(before, "first").gpu_uuids;
@@ -518,7 +519,7 @@ TEST_F(AgentProtocolTest, ANodeRegisteringAgainWithoutAGpuEndsOnlyTheRunThatHeld
 TEST_F(AgentProtocolTest, APlacementNamingAGpuItsNodeNoLongerHasEndsTheRunRatherThanMoveIt) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("train", 1, 1));
+  Submit(AgentsJobYaml("train", 1, 1));
   Cycle();
   // As a cycle that placed the job against the node's inventory before it registered again
   // would have committed it.
@@ -539,7 +540,7 @@ TEST_F(AgentProtocolTest, APlacementNamingAGpuItsNodeNoLongerHasEndsTheRunRather
 TEST_F(AgentProtocolTest, AJobStoredBeforePlacementsNamedUuidsRunsOnTheGpusOfItsIndices) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("train", 1, 2));
+  Submit(AgentsJobYaml("train", 1, 2));
   Cycle();
   // As the server stored placements before: NVML indices and positions, no UUIDs.
   Result<store::StoredObject> stored = store_.Get(control::kJobsKind, "train");
@@ -583,7 +584,7 @@ TEST_F(AgentProtocolTest, AQuarantineFollowsItsGpuByUuidAcrossReRegistration) {
 TEST_F(AgentProtocolTest, DeleteNodeRemovesANodeThatHoldsNoRuns) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("train", 1, 8));
+  Submit(AgentsJobYaml("train", 1, 8));
   Cycle();
   const ApiResponse busy = Call("DELETE", "/v1/nodes/node-a", admin_);
   EXPECT_EQ(busy.status, 400);
@@ -604,7 +605,7 @@ TEST_F(AgentProtocolTest, SilentNodeBecomesNotReadyAndItsJobIsRequeuedWithoutHol
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
   Register(Inventory("node-b", "leaf-0"));
-  Submit(JobYaml("train", 1, 8));
+  Submit(AgentsJobYaml("train", 1, 8));
   Cycle();
   const std::string first_node = Get("/v1/jobs/train")["placements"][0]["node"];
   const std::string other_node = first_node == "node-a" ? "node-b" : "node-a";
@@ -651,7 +652,7 @@ TEST_F(AgentProtocolTest, SilentNodeBecomesNotReadyAndItsJobIsRequeuedWithoutHol
 TEST_F(AgentProtocolTest, OnNodeFailureFailEndsTheJob) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("train", 1, 8, "fail"));
+  Submit(AgentsJobYaml("train", 1, 8, "fail"));
   Cycle();
   clock_.Advance(std::chrono::seconds(41));
   Cycle();
@@ -694,7 +695,7 @@ wire::HeartbeatRequest ImageJobRunning(const std::string& job, std::optional<int
 TEST_F(AgentProtocolTest, APullIsAJobEventOnTheRunInItsOutcomeAndOnMetrics) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("pulled", 1, 1, "requeue", "localhost/tiny:1"));
+  Submit(AgentsJobYaml("pulled", 1, 1, "requeue", "localhost/tiny:1"));
   Cycle();
   wire::HeartbeatRequest beat = ImageJobRunning("pulled", 12345);
   Heartbeat("node-a", beat);
@@ -732,7 +733,7 @@ TEST_F(AgentProtocolTest, APullIsAJobEventOnTheRunInItsOutcomeAndOnMetrics) {
 TEST_F(AgentProtocolTest, ADigestWithoutAPullIsRecordedToo) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("cached", 1, 1, "requeue", "localhost/tiny:1"));
+  Submit(AgentsJobYaml("cached", 1, 1, "requeue", "localhost/tiny:1"));
   Cycle();
   Heartbeat("node-a", ImageJobRunning("cached", std::nullopt));
   EXPECT_EQ(Get("/v1/jobs/cached")["placements"][0]["image_digest"], kTinyDigest);
@@ -789,7 +790,7 @@ TEST_F(AgentProtocolTest, HeartbeatImagesAreKeptOnTheNodeAndBounded) {
 TEST_F(AgentProtocolTest, APullingTaskShowsItsProgressAndIsLiveUntilItsPullEnds) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("big", 1, 1, "requeue", "localhost/tiny:1"));
+  Submit(AgentsJobYaml("big", 1, 1, "requeue", "localhost/tiny:1"));
   Cycle();
   wire::HeartbeatRequest beat;
   beat.tasks = {Report("big/workers-0/1", wire::TaskPhase::kPulling)};
@@ -827,7 +828,7 @@ TEST_F(AgentProtocolTest, TheSchedulerPrefersTheNodeThatHoldsTheImage) {
   wire::HeartbeatRequest beat;
   beat.images = std::vector<CachedImage>{{{"localhost/tiny:1"}, kTinyDigest, int64_t{8} << 30}};
   Heartbeat("node-b", beat);
-  Submit(JobYaml("local", 1, 8, "requeue", "localhost/tiny:1"));
+  Submit(AgentsJobYaml("local", 1, 8, "requeue", "localhost/tiny:1"));
   Cycle();
   EXPECT_EQ(Get("/v1/jobs/local")["placements"][0]["node"], "node-b");
 }
@@ -835,7 +836,7 @@ TEST_F(AgentProtocolTest, TheSchedulerPrefersTheNodeThatHoldsTheImage) {
 TEST_F(AgentProtocolTest, AWaitingTaskKeepsItsJobScheduled) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("train", 1, 8));
+  Submit(AgentsJobYaml("train", 1, 8));
   Cycle();
   wire::HeartbeatRequest beat;
   beat.tasks = {Report("train/workers-0/1", wire::TaskPhase::kWaiting)};
@@ -851,7 +852,7 @@ TEST_F(AgentProtocolTest, AGangPartlyStartedForTheGangStartTimeoutIsRequeuedWhol
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
   Register(Inventory("node-b", "leaf-0"));
-  Submit(JobYaml("train", 2, 8));  // one task per node
+  Submit(AgentsJobYaml("train", 2, 8));  // one task per node
   Cycle();
   wire::HeartbeatRequest on_a;
   on_a.tasks = {Report("train/workers-0/1", wire::TaskPhase::kRunning)};
@@ -904,7 +905,7 @@ TEST_F(AgentProtocolTest, CordonedNodeStaysCordonedAcrossNotReady) {
 TEST_F(AgentProtocolTest, DrainNowGpuEndsTheRunAndTakesTheGpuOutOfService) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  Submit(JobYaml("train", 1, 8));
+  Submit(AgentsJobYaml("train", 1, 8));
   Cycle();
   wire::HeartbeatRequest beat;
   wire::GpuReport lost;
@@ -989,7 +990,7 @@ TEST_F(AgentProtocolTest, RolesAreKeptApart) {
                 .status,
             403);
   EXPECT_EQ(Call("GET", "/v1/jobs", agent_).status, 403);
-  EXPECT_EQ(Call("POST", "/v1/jobs", agent_, JobYaml("x", 1, 1)).status, 403);
+  EXPECT_EQ(Call("POST", "/v1/jobs", agent_, AgentsJobYaml("x", 1, 1)).status, 403);
   EXPECT_EQ(Call("POST", "/v1/agents/register", "", "{}").status, 401);
 }
 
@@ -1348,7 +1349,7 @@ spec:
   kind: interactive
   tasks: [{name: main, command: [jupyter], resources: {gpus: {count: 1}}}]
 )");
-  Submit(JobYaml("train", 1, 8));  // waits for the notebook's GPU
+  Submit(AgentsJobYaml("train", 1, 8));  // waits for the notebook's GPU
   for (int minute = 0; minute < 3; ++minute) {
     Minute(0);  // idle, measured
   }

@@ -25,7 +25,7 @@ namespace {
 using ::testing::HasSubstr;
 
 // One task of 8 whole GPUs (a whole node) in `queue`.
-std::string NodeJob(const std::string& name, const std::string& queue, int priority) {
+std::string ControllerNodeJob(const std::string& name, const std::string& queue, int priority) {
   return fmt::format(R"(apiVersion: gpufleet.io/v1
 kind: Job
 metadata: {{name: {}, queue: {}}}
@@ -59,11 +59,11 @@ class QueueControllerTest : public ::testing::Test {
     ASSERT_OK(admin);
     admin_ = *admin;
     Call("POST", "/v1/queues", R"({"name": "batch"})", 201);
-    Call("POST", "/v1/jobs", NodeJob("low-0", "batch", 0), 201);
-    Call("POST", "/v1/jobs", NodeJob("low-1", "batch", 0), 201);
+    Call("POST", "/v1/jobs", ControllerNodeJob("low-0", "batch", 0), 201);
+    Call("POST", "/v1/jobs", ControllerNodeJob("low-1", "batch", 0), 201);
     ASSERT_OK(server_->RunSchedulingCycle());
-    Call("POST", "/v1/jobs", NodeJob("urgent", "batch", 10), 201);
-    Call("POST", "/v1/jobs", NodeJob("other", "batch", 5), 201);
+    Call("POST", "/v1/jobs", ControllerNodeJob("urgent", "batch", 10), 201);
+    Call("POST", "/v1/jobs", ControllerNodeJob("other", "batch", 5), 201);
 
     Result<std::unique_ptr<scheduler::Scheduler>> made = scheduler::Scheduler::Create(
         scheduler::SchedulerOptions{}, scheduler::PluginRegistry::Default());

@@ -31,7 +31,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 // `name` asking for `gpus` whole GPUs; `kind` batch or interactive.
-std::string JobYaml(const std::string& name, const std::string& kind, int gpus) {
+std::string ReclaimJobYaml(const std::string& name, const std::string& kind, int gpus) {
   return fmt::format(R"(apiVersion: gpufleet.io/v1
 kind: Job
 metadata: {{name: {}}}
@@ -87,7 +87,7 @@ class ServerReclaimTest : public api_testing::AgentNodeServerTest {
 
   // The notebook `nb` (team-a) running on one GPU, and the GPU index it holds.
   int StartNotebook() {
-    Submit(alice_, JobYaml("nb", "interactive", 1));
+    Submit(alice_, ReclaimJobYaml("nb", "interactive", 1));
     Minute([](int) { return 0; });  // 00:01 scheduled
     Minute([](int) { return 0; });  // 00:02 its task is handed to the agent
     Minute([](int) { return 0; });  // 00:03 the task reports running: the first sample
@@ -102,7 +102,7 @@ TEST_F(ServerReclaimTest, IdleNotebookIsWarnedThenSuspendedAndTheWaitingJobRuns)
   Start();
   const int nb_gpu = StartNotebook();  // Running from 00:03
   // The whole node is wanted: it waits for the notebook's GPU.
-  Submit(bob_, JobYaml("train", "batch", kGpus));
+  Submit(bob_, ReclaimJobYaml("train", "batch", kGpus));
   // The notebook's GPU idles at 3% while the others are busy: its own GPUs count.
   const auto idle_notebook = [nb_gpu](int gpu) { return gpu == nb_gpu ? 3 : 90; };
 
@@ -159,7 +159,7 @@ TEST_F(ServerReclaimTest, IdleNotebookIsWarnedThenSuspendedAndTheWaitingJobRuns)
 TEST_F(ServerReclaimTest, OnlyTheOwnersTeamOrAnAdminResumesASuspendedJob) {
   Start();
   StartNotebook();
-  Submit(bob_, JobYaml("train", "batch", kGpus));
+  Submit(bob_, ReclaimJobYaml("train", "batch", kGpus));
   Minutes(49, [](int) { return 0; });  // reclaimed at 00:48, the batch job running at 00:52
   ASSERT_EQ(Job("nb")["state"], "Suspended");
 
@@ -182,7 +182,7 @@ TEST_F(ServerReclaimTest, OnlyTheOwnersTeamOrAnAdminResumesASuspendedJob) {
 TEST_F(ServerReclaimTest, ASuspendedJobCanBeCancelled) {
   Start();
   StartNotebook();
-  Submit(bob_, JobYaml("train", "batch", kGpus));
+  Submit(bob_, ReclaimJobYaml("train", "batch", kGpus));
   Minutes(47, [](int) { return 0; });
   ASSERT_EQ(Job("nb")["state"], "Suspended");
   const ApiResponse cancelled = Call("POST", "/v1/jobs/nb/cancel", alice_);
@@ -193,7 +193,7 @@ TEST_F(ServerReclaimTest, ASuspendedJobCanBeCancelled) {
 TEST_F(ServerReclaimTest, NotebookBusyAgainDuringItsWarningHasTheWarningWithdrawn) {
   Start();
   StartNotebook();
-  Submit(bob_, JobYaml("train", "batch", kGpus));
+  Submit(bob_, ReclaimJobYaml("train", "batch", kGpus));
   Minutes(30, [](int) { return 0; });  // 00:33
   ASSERT_TRUE(Job("nb").contains("warning"));
 
@@ -222,10 +222,10 @@ TEST_F(ServerReclaimTest, IdleNotebookIsNotWarnedWhileNothingWaits) {
 
 TEST_F(ServerReclaimTest, IdleBatchJobIsNeverReclaimed) {
   Start();
-  Submit(alice_, JobYaml("batch-1", "batch", 1));
+  Submit(alice_, ReclaimJobYaml("batch-1", "batch", 1));
   Minutes(3, [](int) { return 0; });
   ASSERT_EQ(Job("batch-1")["state"], "Running");
-  Submit(bob_, JobYaml("train", "batch", kGpus));
+  Submit(bob_, ReclaimJobYaml("train", "batch", kGpus));
   Minutes(60, [](int) { return 0; });
   const Json job = Job("batch-1");
   EXPECT_EQ(job["state"], "Running");
@@ -236,7 +236,7 @@ TEST_F(ServerReclaimTest, IdleBatchJobIsNeverReclaimed) {
 TEST_F(ServerReclaimTest, PreemptActionRequeuesTheNotebookBehindTheWaitingJob) {
   Start(policy::ReclaimAction::kPreempt);
   StartNotebook();
-  Submit(bob_, JobYaml("train", "batch", kGpus));
+  Submit(bob_, ReclaimJobYaml("train", "batch", kGpus));
   Minutes(30, [](int) { return 0; });
   EXPECT_THAT(Job("nb")["warning"].get<std::string>(), HasSubstr("will be preempted at 00:48"));
   Minutes(15, [](int) { return 0; });  // 00:48

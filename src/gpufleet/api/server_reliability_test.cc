@@ -36,7 +36,7 @@ std::string Uuid(const std::string& node, int index) {
   return fmt::format("GPU-{}-{}", node, index);
 }
 
-wire::RegisterRequest Inventory(const std::string& name) {
+wire::RegisterRequest ReliabilityInventory(const std::string& name) {
   wire::RegisterRequest request;
   request.topology_levels = {"leaf"};
   request.node.id = NodeId(name);
@@ -53,7 +53,7 @@ wire::RegisterRequest Inventory(const std::string& name) {
   return request;
 }
 
-std::string JobYaml(const std::string& name, int gpus) {
+std::string ReliabilityJobYaml(const std::string& name, int gpus) {
   return fmt::format(R"(apiVersion: gpufleet.io/v1
 kind: Job
 metadata: {{name: {}}}
@@ -67,7 +67,7 @@ spec:
                      name, gpus);
 }
 
-wire::TaskReport Report(const std::string& id, wire::TaskPhase phase, int exit_code = 0) {
+wire::TaskReport TaskReportFor(const std::string& id, wire::TaskPhase phase, int exit_code = 0) {
   wire::TaskReport report;
   report.id = id;
   report.phase = phase;
@@ -141,7 +141,7 @@ class ReliabilityControllerTest : public ::testing::Test {
   void Register(const std::string& node) {
     const ApiResponse response = Call("POST", "/v1/agents/register",
                                       node_tokens_.count(node) > 0 ? node_tokens_[node] : agent_,
-                                      wire::RegisterRequestToJson(Inventory(node)));
+                                      wire::RegisterRequestToJson(ReliabilityInventory(node)));
     ASSERT_EQ(response.status, 200) << response.body;
     const Result<wire::AgentReply> reply = wire::ParseAgentReply(response.body);
     ASSERT_OK(reply);
@@ -157,7 +157,7 @@ class ReliabilityControllerTest : public ::testing::Test {
   }
 
   void Submit(const std::string& name, int gpus) {
-    const ApiResponse response = Call("POST", "/v1/jobs", admin_, JobYaml(name, gpus));
+    const ApiResponse response = Call("POST", "/v1/jobs", admin_, ReliabilityJobYaml(name, gpus));
     ASSERT_EQ(response.status, 201) << response.body;
   }
 
@@ -172,7 +172,7 @@ class ReliabilityControllerTest : public ::testing::Test {
     const std::string node = job["placements"][0]["node"];
     const int gpu = job["placements"][0]["gpus"][0];
     wire::HeartbeatRequest beat;
-    beat.tasks = {Report(name + "/main-0/1", wire::TaskPhase::kRunning)};
+    beat.tasks = {TaskReportFor(name + "/main-0/1", wire::TaskPhase::kRunning)};
     Heartbeat(node, beat);
     return {node, gpu};
   }
@@ -244,7 +244,7 @@ TEST_F(ReliabilityControllerTest, ASucceededRunIsRecordedInTheCommitThatEndsIt) 
 
   clock_.Advance(std::chrono::hours(1));
   wire::HeartbeatRequest beat;
-  beat.tasks = {Report("ok/main-0/1", wire::TaskPhase::kSucceeded)};
+  beat.tasks = {TaskReportFor("ok/main-0/1", wire::TaskPhase::kSucceeded)};
   Heartbeat(node, beat);
   const Result<control::StoredOutcome> outcome = Outcome("ok/1");
   ASSERT_OK(outcome);
@@ -266,7 +266,7 @@ TEST_F(ReliabilityControllerTest, ARunThatEndsBeforeItsFirstReportLastsFromItsPl
   const std::string node = Get("/v1/jobs/short")["placements"][0]["node"];
   clock_.Advance(std::chrono::seconds(30));
   wire::HeartbeatRequest beat;
-  beat.tasks = {Report("short/main-0/1", wire::TaskPhase::kFailed, 3)};
+  beat.tasks = {TaskReportFor("short/main-0/1", wire::TaskPhase::kFailed, 3)};
   Heartbeat(node, beat);
   const Result<control::StoredOutcome> outcome = Outcome("short/1");
   ASSERT_OK(outcome);
@@ -277,12 +277,12 @@ TEST_F(ReliabilityControllerTest, ARunThatEndsBeforeItsFirstReportLastsFromItsPl
 TEST_F(ReliabilityControllerTest, ATaskExitIsTheApplicationsUnlessItsGpuReportedABlamingXid) {
   const auto [node, gpu] = StartJob("app");
   wire::HeartbeatRequest beat;
-  beat.tasks = {Report("app/main-0/1", wire::TaskPhase::kFailed, 1)};
+  beat.tasks = {TaskReportFor("app/main-0/1", wire::TaskPhase::kFailed, 1)};
   Heartbeat(node, beat);
   EXPECT_EQ(Outcome("app/1")->record.exit_reason, reliability::ExitReason::kAppError);
 
   const auto [node2, gpu2] = StartJob("infra");
-  beat.tasks = {Report("infra/main-0/1", wire::TaskPhase::kFailed, 1)};
+  beat.tasks = {TaskReportFor("infra/main-0/1", wire::TaskPhase::kFailed, 1)};
   // XID 94 drains after the job: the task's exit is the GPU's fault.
   beat.gpus = {GpuWith(gpu2, GpuHealth::kUnhealthy, wire::DrainAction::kAfterJob,
                        "XID 94: Contained ECC error; drain after the running job (reset)")};
@@ -307,7 +307,7 @@ TEST_F(ReliabilityControllerTest, AnXidFromBeforeTheRunIsNotTheRuns) {
   }
   const auto [node, gpu] = StartJob("later");
   wire::HeartbeatRequest beat;
-  beat.tasks = {Report("later/main-0/1", wire::TaskPhase::kFailed, 2)};
+  beat.tasks = {TaskReportFor("later/main-0/1", wire::TaskPhase::kFailed, 2)};
   Heartbeat(node, beat);
   const Result<control::StoredOutcome> outcome = Outcome("later/1");
   ASSERT_OK(outcome);
@@ -344,7 +344,7 @@ TEST_F(ReliabilityControllerTest, DrainNowCancelAndNotReadyEndRunsWithTheirReaso
 TEST_F(ReliabilityControllerTest, AReportedHangReplacesTheExitReason) {
   const auto [node, gpu] = StartJob("train");
   wire::HeartbeatRequest beat;
-  beat.tasks = {Report("train/main-0/1", wire::TaskPhase::kFailed, 1)};
+  beat.tasks = {TaskReportFor("train/main-0/1", wire::TaskPhase::kFailed, 1)};
   Heartbeat(node, beat);
   const ApiResponse response = Call("POST", "/v1/outcomes", admin_,
                                     R"({"job": "train", "attempt": 1, "exit_reason": "hang",
@@ -380,7 +380,7 @@ TEST_F(ReliabilityControllerTest, ABadOutcomeReportIsAClearErrorAndChangesNothin
     EXPECT_THAT(response.body, HasSubstr(c.error));
     EXPECT_EQ(Revision(), before);
   }
-  beat.tasks = {Report("train/main-0/1", wire::TaskPhase::kFailed, 1)};
+  beat.tasks = {TaskReportFor("train/main-0/1", wire::TaskPhase::kFailed, 1)};
   Heartbeat(node, beat);
   const std::string other_gpu = Uuid(node == "n1" ? "n2" : "n1", 0);
   const std::vector<Case> ended = {

@@ -75,7 +75,7 @@ ApiResponse CreateObject(store::StateStore& store, std::string_view kind, const 
   return JsonResponse(201, WithVersion(document, 1));
 }
 
-std::string Who(const control::Principal& who) {
+std::string ActorName(const control::Principal& who) {
   return who.name.empty() ? control::RoleName(who.role) : who.name;
 }
 
@@ -146,7 +146,7 @@ ApiResponse CreateTeam(const control::Principal& who, const std::string& body,
     return ErrorResponse(team.status());
   }
   return CreateObject(store, control::kTeamsKind, team->name, control::TeamToJson(*team),
-                      fmt::format("created by {}", Who(who)));
+                      fmt::format("created by {}", ActorName(who)));
 }
 
 ApiResponse ListObjects(store::StateStore& store, std::string_view kind) {
@@ -189,7 +189,7 @@ ApiResponse CreateQueue(const control::Principal& who, const std::string& body,
     return ErrorResponse(tree.status());
   }
   return CreateObject(store, control::kQueuesKind, queue->name, control::QueueToJson(*queue),
-                      fmt::format("created by {}", Who(who)));
+                      fmt::format("created by {}", ActorName(who)));
 }
 
 // "guarantee {"H100-80GB":16} -> {"H100-80GB":8}, weight 1 -> 2": the fields that differ.
@@ -264,7 +264,7 @@ ApiResponse PatchQueue(const control::Principal& who, std::string_view name,
         batch.Update(std::string(control::kQueuesKind), std::string(name), after_document.dump(),
                      object->version);
         batch.AppendEvent(std::string(control::kQueuesKind), std::string(name),
-                          fmt::format("quota changed by {}: {}", Who(who),
+                          fmt::format("quota changed by {}: {}", ActorName(who),
                                       QuotaChanges(before_document, after_document)));
         response = JsonResponse(200, WithVersion(after_document, object->version + 1));
         return store::Write(std::move(batch));
@@ -358,7 +358,7 @@ ApiResponse DeleteQueue(const control::Principal& who, const std::string& name,
   store::WriteBatch batch;
   batch.Delete(std::string(control::kQueuesKind), name, queue->version);
   batch.AppendEvent(std::string(control::kQueuesKind), name,
-                    fmt::format("deleted by {}", Who(who)));
+                    fmt::format("deleted by {}", ActorName(who)));
   const Result<store::StoredObject> usage =
       store.Get(control::kQueueUsageKind, control::kQueueUsageName);
   if (usage.ok()) {

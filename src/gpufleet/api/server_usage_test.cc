@@ -23,7 +23,7 @@ using Json = nlohmann::json;
 using ::testing::HasSubstr;
 
 // `name` asking for `gpus` (YAML of resources.gpus) for one task.
-std::string JobYaml(const std::string& name, const std::string& gpus, int priority = 0) {
+std::string UsageJobYaml(const std::string& name, const std::string& gpus, int priority = 0) {
   return fmt::format(R"(apiVersion: gpufleet.io/v1
 kind: Job
 metadata: {{name: {}}}
@@ -95,8 +95,8 @@ constexpr const char* kFirstHour = "from=1970-01-01T00:00:00Z&to=1970-01-01T01:0
 //   00:20 the ledger over 00:00-01:00: train 2 x 11 GPU-min, nb (still going) 1/4 x 19 GPU-min
 TEST_F(ServerUsageTest, ExactGpuHoursOfSharesAndStoppedRunsSurviveARestart) {
   StartServer();
-  Submit(alice_, JobYaml("train", "{count: 2}"));
-  Submit(bob_, JobYaml("nb", "{milli: 250}"));
+  Submit(alice_, UsageJobYaml("train", "{count: 2}"));
+  Submit(bob_, UsageJobYaml("nb", "{milli: 250}"));
   Minutes(10, 50);  // 00:10
   ASSERT_EQ(Job("team-a/train")["state"], "Running");
   ASSERT_EQ(Job("team-b/nb")["state"], "Running");
@@ -163,8 +163,8 @@ TEST_F(ServerUsageTest, ExactGpuHoursOfSharesAndStoppedRunsSurviveARestart) {
 
 TEST_F(ServerUsageTest, AMemberSeesItsTeamOnlyAndNoFleetTotals) {
   StartServer();
-  Submit(alice_, JobYaml("train", "{count: 1}"));
-  Submit(bob_, JobYaml("other", "{count: 1}"));
+  Submit(alice_, UsageJobYaml("train", "{count: 1}"));
+  Submit(bob_, UsageJobYaml("other", "{count: 1}"));
   Minutes(4, 100);
   const Json mine = UsageJson(alice_, std::string(kFirstHour) + "&by=user");
   ASSERT_EQ(mine["rows"].size(), 1u) << mine.dump();

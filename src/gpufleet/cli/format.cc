@@ -37,8 +37,6 @@ namespace {
 // The one-argument Text above, next to the two-argument one below.
 using cli::Text;
 
-constexpr char kNone[] = "<none>";
-
 std::string Text(const json& object, std::string_view key) {
   return Text(Member(object, key));
 }

@@ -26,6 +26,9 @@ enum class ResourceKind { kJob, kNode, kQueue, kTeam, kToken };
 // (kInvalidArgument otherwise).
 Result<ResourceKind> ParseResourceKind(std::string_view text);
 
+// What tables and reports print for a missing value.
+inline constexpr char kNone[] = "<none>";
+
 // Longest REASON shown by `-o table` (`-o wide` shows it whole).
 inline constexpr size_t kReasonWidth = 60;
 

@@ -16,7 +16,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kNone[] = "<none>";
 // The node labels agents set (core/cluster.h, wire/agent_protocol.h).
 constexpr std::pair<const char*, const char*> kVersionLabels[] = {
     {"driver", "gpufleet.io/driver-version"},
@@ -49,7 +48,7 @@ std::string Gpus(const json& gpus) {
   return parts.empty() ? kNone : fmt::format("{}", fmt::join(parts, ", "));
 }
 
-std::string Pairs(const json& map) {
+std::string JoinedPairs(const json& map) {
   std::vector<std::string> parts;
   if (map.is_object()) {
     for (const auto& [key, value] : map.items()) {
@@ -155,8 +154,8 @@ std::string DescribeProvenance(const json& records) {
     text += fmt::format("    Env names:  {}\n", Joined(Member(record, "env_names"), ", "));
   }
   const json& first = run.begin()->second;
-  text += fmt::format("  Job provenance:  {}\n", Pairs(Member(first, "provenance")));
-  text += fmt::format("  Job labels:      {}\n", Pairs(Member(first, "labels")));
+  text += fmt::format("  Job provenance:  {}\n", JoinedPairs(Member(first, "provenance")));
+  text += fmt::format("  Job labels:      {}\n", JoinedPairs(Member(first, "labels")));
   return text;
 }
 

@@ -15,8 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-constexpr char kNone[] = "<none>";
-
 // A scalar as text, "<none>" for null.
 std::string Shown(const json& value) {
   return value.is_null() ? kNone : Text(value);

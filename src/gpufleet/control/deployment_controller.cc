@@ -17,7 +17,7 @@ namespace gpufleet::control {
 namespace {
 
 // Agents report whole percents; the autoscaler takes milli.
-constexpr int64_t kMilliPerPercent = 10;
+constexpr int64_t kUtilizationMilliPerPercent = 10;
 
 }  // namespace
 
@@ -209,7 +209,7 @@ Result<bool> DeploymentController::Step(const std::map<std::string, ViewJob>& jo
     }
 
     const Json utilization_pct =
-        ready == 0 ? Json(nullptr) : Json(utilization_milli / kMilliPerPercent);
+        ready == 0 ? Json(nullptr) : Json(utilization_milli / kUtilizationMilliPerPercent);
     if (wire::IntOr(doc, "desired_replicas", -1) == decision.desired_replicas &&
         wire::IntOr(doc, "ready_replicas", -1) == ready &&
         doc["utilization_pct"] == utilization_pct && wire::StrOr(doc, "reason") == reason &&

@@ -30,8 +30,6 @@ using reliability::QuarantineSource;
 
 // Compare-and-set retries of one write before the step gives up until the next one.
 constexpr int kWriteAttempts = 5;
-// The cluster document that holds the topology levels (server.cc writes it).
-constexpr std::string_view kTopologyName = "topology";
 // More XIDs of one code in one run say nothing more.
 constexpr int kMaxXidsPerCode = 10;
 

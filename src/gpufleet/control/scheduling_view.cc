@@ -16,8 +16,6 @@
 namespace gpufleet::control {
 namespace {
 
-constexpr std::string_view kTopologyName = "topology";
-
 // Whether a stored job document says it has finished, read without parsing the document; false
 // when it cannot tell (the caller parses it).
 bool StoredAsFinished(const std::string& data) {

@@ -10,8 +10,10 @@ namespace gpufleet::control {
 
 inline constexpr std::string_view kJobsKind = "jobs";
 inline constexpr std::string_view kNodesKind = "nodes";
-// One object, name "topology": {"levels": ["block", "leaf"]}, the cluster's declared levels.
+// One object, name kTopologyName: {"levels": ["block", "leaf"]}, the cluster's declared levels
+// (the API server writes it).
 inline constexpr std::string_view kClusterKind = "cluster";
+inline constexpr std::string_view kTopologyName = "topology";
 // Compare-and-set retries of one request before it answers 409.
 inline constexpr int kCasAttempts = 5;
 

@@ -45,7 +45,7 @@ int Uplinks(int64_t down_mbps, double oversubscription, int64_t uplink_mbps) {
              std::ceil(static_cast<double>(down_mbps) / (oversubscription * uplink_mbps) - 1e-9)));
 }
 
-std::string FormatRatio(double ratio) {
+std::string RatioText(double ratio) {
   return std::fabs(ratio - std::round(ratio)) < 1e-9 ? fmt::format("{}", std::lround(ratio))
                                                      : fmt::format("{:.2f}", ratio);
 }
@@ -195,10 +195,10 @@ Result<FabricSpec> GenerateClos(const ClosOptions& options) {
   spec.name = !options.name.empty() ? options.name
               : options.tiers == 2
                   ? fmt::format("clos2-{}x{}-{}to1", options.leaves_per_pod, options.nodes_per_leaf,
-                                FormatRatio(options.leaf_oversubscription))
+                                RatioText(options.leaf_oversubscription))
                   : fmt::format("clos3-{}x{}x{}-{}to1-{}to1", options.pods, options.leaves_per_pod,
-                                options.nodes_per_leaf, FormatRatio(options.leaf_oversubscription),
-                                FormatRatio(options.spine_oversubscription));
+                                options.nodes_per_leaf, RatioText(options.leaf_oversubscription),
+                                RatioText(options.spine_oversubscription));
   spec.tiers = options.tiers == 2 ? std::vector<std::string>{"leaf", "spine"}
                                   : std::vector<std::string>{"leaf", "spine", "core"};
   const int total_leaves = options.pods * options.leaves_per_pod;

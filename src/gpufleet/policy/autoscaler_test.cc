@@ -14,7 +14,7 @@ using ::testing::HasSubstr;
 
 // Target 70%, tolerance 10%, 1..10 replicas, no stabilization and no cooldown unless a test
 // sets them.
-AutoscalerOptions TestOptions() {
+AutoscalerOptions AutoscalerTestOptions() {
   return AutoscalerOptions{.min_replicas = 1,
                            .max_replicas = 10,
                            .target_utilization_milli = 700,
@@ -25,14 +25,14 @@ AutoscalerOptions TestOptions() {
                            .scale_down_cooldown_seconds = 0};
 }
 
-Autoscaler MakeAutoscaler(const AutoscalerOptions& options = TestOptions()) {
+Autoscaler MakeAutoscaler(const AutoscalerOptions& options = AutoscalerTestOptions()) {
   Result<Autoscaler> autoscaler = Autoscaler::Create(options);
   EXPECT_OK(autoscaler);
   return std::move(autoscaler).value();
 }
 
 // All replicas ready.
-ScaleDecision DecideOk(Autoscaler& autoscaler, int64_t now, int replicas, int64_t milli) {
+ScaleDecision AutoscaleOk(Autoscaler& autoscaler, int64_t now, int replicas, int64_t milli) {
   Result<ScaleDecision> decision = autoscaler.Decide({.now_seconds = now,
                                                       .current_replicas = replicas,
                                                       .ready_replicas = replicas,
@@ -51,7 +51,7 @@ TEST(AutoscalerOptions, RejectsEachBadFieldByName) {
     const char* message;
   };
   auto with = [](auto change) {
-    AutoscalerOptions options = TestOptions();
+    AutoscalerOptions options = AutoscalerTestOptions();
     change(options);
     return options;
   };
@@ -80,7 +80,7 @@ TEST(AutoscalerOptions, RejectsEachBadFieldByName) {
 TEST(Autoscaler, ScalesUpToCeilOfReadyTimesMeasuredOverTarget) {
   Autoscaler autoscaler = MakeAutoscaler();
   // ceil(4 * 91 / 70) = ceil(5.2) = 6.
-  const ScaleDecision decision = DecideOk(autoscaler, 0, 4, 910);
+  const ScaleDecision decision = AutoscaleOk(autoscaler, 0, 4, 910);
   EXPECT_EQ(decision.recommendation, 6);
   EXPECT_EQ(decision.desired_replicas, 6);
   EXPECT_EQ(decision.reason, "utilization 91% of 4 ready against a target of 70%, needs 6; 4 -> 6");
@@ -89,67 +89,67 @@ TEST(Autoscaler, ScalesUpToCeilOfReadyTimesMeasuredOverTarget) {
 TEST(Autoscaler, ScalesDownToCeilOfReadyTimesMeasuredOverTarget) {
   Autoscaler autoscaler = MakeAutoscaler();
   // ceil(10 * 30 / 70) = ceil(4.29) = 5.
-  EXPECT_EQ(DecideOk(autoscaler, 0, 10, 300).desired_replicas, 5);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 0, 10, 300).desired_replicas, 5);
 }
 
 TEST(Autoscaler, AtTargetAndInsideTheToleranceBandNothingChanges) {
   Autoscaler autoscaler = MakeAutoscaler();
-  EXPECT_EQ(DecideOk(autoscaler, 0, 4, 700).desired_replicas, 4);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 0, 4, 700).desired_replicas, 4);
   // The band is |measured / target - 1| <= 10%: 63% .. 77% for a 70% target, both ends included.
-  EXPECT_EQ(DecideOk(autoscaler, 1, 4, 770).desired_replicas, 4);
-  EXPECT_EQ(DecideOk(autoscaler, 2, 4, 630).desired_replicas, 4);
-  const ScaleDecision inside = DecideOk(autoscaler, 3, 4, 640);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 1, 4, 770).desired_replicas, 4);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 2, 4, 630).desired_replicas, 4);
+  const ScaleDecision inside = AutoscaleOk(autoscaler, 3, 4, 640);
   EXPECT_EQ(inside.desired_replicas, 4);
   EXPECT_THAT(inside.reason, HasSubstr("within the tolerance"));
-  EXPECT_EQ(DecideOk(autoscaler, 4, 4, 771).desired_replicas, 5);   // ceil(4.41)
-  EXPECT_EQ(DecideOk(autoscaler, 5, 5, 629).desired_replicas, 5);   // ceil(4.49) = 5: no change
-  EXPECT_EQ(DecideOk(autoscaler, 6, 10, 629).desired_replicas, 9);  // ceil(8.99)
+  EXPECT_EQ(AutoscaleOk(autoscaler, 4, 4, 771).desired_replicas, 5);   // ceil(4.41)
+  EXPECT_EQ(AutoscaleOk(autoscaler, 5, 5, 629).desired_replicas, 5);   // ceil(4.49) = 5: no change
+  EXPECT_EQ(AutoscaleOk(autoscaler, 6, 10, 629).desired_replicas, 9);  // ceil(8.99)
 }
 
 TEST(Autoscaler, ZeroToleranceReactsToAnyDifference) {
-  AutoscalerOptions options = TestOptions();
+  AutoscalerOptions options = AutoscalerTestOptions();
   options.tolerance_milli = 0;
   Autoscaler autoscaler = MakeAutoscaler(options);
-  EXPECT_EQ(DecideOk(autoscaler, 0, 7, 700).desired_replicas, 7);
-  EXPECT_EQ(DecideOk(autoscaler, 1, 7, 701).desired_replicas, 8);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 0, 7, 700).desired_replicas, 7);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 1, 7, 701).desired_replicas, 8);
 }
 
 TEST(Autoscaler, ZeroUtilizationScalesDownToTheMinimum) {
-  AutoscalerOptions options = TestOptions();
+  AutoscalerOptions options = AutoscalerTestOptions();
   options.min_replicas = 2;
   Autoscaler autoscaler = MakeAutoscaler(options);
-  const ScaleDecision decision = DecideOk(autoscaler, 0, 8, 0);
+  const ScaleDecision decision = AutoscaleOk(autoscaler, 0, 8, 0);
   EXPECT_EQ(decision.recommendation, 2);
   EXPECT_EQ(decision.desired_replicas, 2);
   EXPECT_THAT(decision.reason, HasSubstr("needs 0 (bounded to 2..10)"));
 }
 
 TEST(Autoscaler, ClampsToTheMaximum) {
-  AutoscalerOptions options = TestOptions();
+  AutoscalerOptions options = AutoscalerTestOptions();
   options.target_utilization_milli = 500;
   Autoscaler autoscaler = MakeAutoscaler(options);
-  const ScaleDecision decision = DecideOk(autoscaler, 0, 8, 1000);
+  const ScaleDecision decision = AutoscaleOk(autoscaler, 0, 8, 1000);
   EXPECT_EQ(decision.desired_replicas, 10);
   EXPECT_THAT(decision.reason, HasSubstr("needs 16 (bounded to 1..10)"));
   // Saturated at the maximum: stays there.
-  EXPECT_EQ(DecideOk(autoscaler, 60, 10, 1000).desired_replicas, 10);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 60, 10, 1000).desired_replicas, 10);
 }
 
 TEST(Autoscaler, CountOutsideTheBoundsIsBroughtBackEvenInACooldown) {
-  AutoscalerOptions options = TestOptions();
+  AutoscalerOptions options = AutoscalerTestOptions();
   options.min_replicas = 3;
   options.max_replicas = 6;
   options.scale_up_cooldown_seconds = 600;
   options.scale_down_cooldown_seconds = 600;
   Autoscaler autoscaler = MakeAutoscaler(options);
-  EXPECT_EQ(DecideOk(autoscaler, 0, 4, 1000).desired_replicas, 6);  // starts the cooldown
-  EXPECT_EQ(DecideOk(autoscaler, 10, 9, 700).desired_replicas, 6);
-  EXPECT_EQ(DecideOk(autoscaler, 20, 1, 700).desired_replicas, 3);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 0, 4, 1000).desired_replicas, 6);  // starts the cooldown
+  EXPECT_EQ(AutoscaleOk(autoscaler, 10, 9, 700).desired_replicas, 6);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 20, 1, 700).desired_replicas, 3);
 }
 
 TEST(Autoscaler, StartingReplicasAreNotCountedTwice) {
   Autoscaler autoscaler = MakeAutoscaler();
-  ASSERT_EQ(DecideOk(autoscaler, 0, 4, 1000).desired_replicas, 6);  // ceil(5.71)
+  ASSERT_EQ(AutoscaleOk(autoscaler, 0, 4, 1000).desired_replicas, 6);  // ceil(5.71)
   // Two replicas are starting; the four ready ones are still saturated: ceil(4 * 100 / 70) = 6
   // is covered by the replicas on their way.
   Result<ScaleDecision> waiting = autoscaler.Decide(
@@ -164,7 +164,7 @@ TEST(Autoscaler, StartingReplicasAreNotCountedTwice) {
 }
 
 TEST(Autoscaler, NothingReadyHoldsTheCountWithinBounds) {
-  AutoscalerOptions options = TestOptions();
+  AutoscalerOptions options = AutoscalerTestOptions();
   options.min_replicas = 2;
   Autoscaler autoscaler = MakeAutoscaler(options);
   Result<ScaleDecision> starting = autoscaler.Decide(
@@ -179,62 +179,62 @@ TEST(Autoscaler, NothingReadyHoldsTheCountWithinBounds) {
 }
 
 TEST(Autoscaler, ScaleDownGoesToTheHighestRecommendationOfTheWindow) {
-  AutoscalerOptions options = TestOptions();
+  AutoscalerOptions options = AutoscalerTestOptions();
   options.scale_down_stabilization_seconds = 300;
   Autoscaler autoscaler = MakeAutoscaler(options);
   // Recommendations 10 at t=0 (the count found), then 8, 6, 5 a minute apart.
-  EXPECT_EQ(DecideOk(autoscaler, 0, 10, 700).desired_replicas, 10);
-  EXPECT_EQ(DecideOk(autoscaler, 60, 10, 540).desired_replicas, 10);   // ceil(7.71) = 8
-  EXPECT_EQ(DecideOk(autoscaler, 120, 10, 400).desired_replicas, 10);  // ceil(5.71) = 6
-  const ScaleDecision held = DecideOk(autoscaler, 180, 10, 330);       // ceil(4.71) = 5
+  EXPECT_EQ(AutoscaleOk(autoscaler, 0, 10, 700).desired_replicas, 10);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 60, 10, 540).desired_replicas, 10);   // ceil(7.71) = 8
+  EXPECT_EQ(AutoscaleOk(autoscaler, 120, 10, 400).desired_replicas, 10);  // ceil(5.71) = 6
+  const ScaleDecision held = AutoscaleOk(autoscaler, 180, 10, 330);       // ceil(4.71) = 5
   EXPECT_EQ(held.recommendation, 5);
   EXPECT_EQ(held.desired_replicas, 10);
   EXPECT_THAT(held.reason, HasSubstr("scale-down held at 10 by the 5m stabilization window"));
   // t=300: the window (0, 300] has lost t=0's 10; the highest left is 8.
-  EXPECT_EQ(DecideOk(autoscaler, 300, 10, 330).desired_replicas, 8);
-  EXPECT_EQ(DecideOk(autoscaler, 360, 8, 410).desired_replicas, 6);  // 8 left the window
-  EXPECT_EQ(DecideOk(autoscaler, 420, 6, 550).desired_replicas, 5);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 300, 10, 330).desired_replicas, 8);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 360, 8, 410).desired_replicas, 6);  // 8 left the window
+  EXPECT_EQ(AutoscaleOk(autoscaler, 420, 6, 550).desired_replicas, 5);
 }
 
 TEST(Autoscaler, ScaleUpIsImmediateDespiteTheScaleDownWindow) {
-  AutoscalerOptions options = TestOptions();
+  AutoscalerOptions options = AutoscalerTestOptions();
   options.scale_down_stabilization_seconds = 300;
   Autoscaler autoscaler = MakeAutoscaler(options);
-  EXPECT_EQ(DecideOk(autoscaler, 0, 4, 700).desired_replicas, 4);
-  EXPECT_EQ(DecideOk(autoscaler, 15, 4, 1000).desired_replicas, 6);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 0, 4, 700).desired_replicas, 4);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 15, 4, 1000).desired_replicas, 6);
 }
 
 TEST(Autoscaler, ScaleUpWindowWaitsForASustainedRise) {
-  AutoscalerOptions options = TestOptions();
+  AutoscalerOptions options = AutoscalerTestOptions();
   options.scale_up_stabilization_seconds = 120;
   Autoscaler autoscaler = MakeAutoscaler(options);
-  EXPECT_EQ(DecideOk(autoscaler, 0, 4, 700).desired_replicas, 4);
-  const ScaleDecision held = DecideOk(autoscaler, 60, 4, 1000);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 0, 4, 700).desired_replicas, 4);
+  const ScaleDecision held = AutoscaleOk(autoscaler, 60, 4, 1000);
   EXPECT_EQ(held.recommendation, 6);
   EXPECT_EQ(held.desired_replicas, 4);
   EXPECT_THAT(held.reason, HasSubstr("scale-up held at 4 by the 2m stabilization window"));
-  EXPECT_EQ(DecideOk(autoscaler, 120, 4, 1000).desired_replicas, 6);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 120, 4, 1000).desired_replicas, 6);
 }
 
 TEST(Autoscaler, CooldownsAreSeparateForUpAndDown) {
-  AutoscalerOptions options = TestOptions();
+  AutoscalerOptions options = AutoscalerTestOptions();
   options.scale_up_cooldown_seconds = 120;
   options.scale_down_cooldown_seconds = 600;
   Autoscaler autoscaler = MakeAutoscaler(options);
-  EXPECT_EQ(DecideOk(autoscaler, 0, 4, 1000).desired_replicas, 6);
-  const ScaleDecision held = DecideOk(autoscaler, 60, 6, 1000);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 0, 4, 1000).desired_replicas, 6);
+  const ScaleDecision held = AutoscaleOk(autoscaler, 60, 6, 1000);
   EXPECT_EQ(held.recommendation, 9);
   EXPECT_EQ(held.desired_replicas, 6);
   EXPECT_THAT(held.reason, HasSubstr("scale-up to 9 waits 1m for the cooldown"));
-  EXPECT_EQ(DecideOk(autoscaler, 120, 6, 1000).desired_replicas, 9);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 120, 6, 1000).desired_replicas, 9);
   // Down: 600 s after the last change (t=120).
-  EXPECT_EQ(DecideOk(autoscaler, 300, 9, 100).desired_replicas, 9);
-  EXPECT_EQ(DecideOk(autoscaler, 719, 9, 100).desired_replicas, 9);
-  EXPECT_EQ(DecideOk(autoscaler, 720, 9, 100).desired_replicas, 2);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 300, 9, 100).desired_replicas, 9);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 719, 9, 100).desired_replicas, 9);
+  EXPECT_EQ(AutoscaleOk(autoscaler, 720, 9, 100).desired_replicas, 2);
 }
 
 TEST(Autoscaler, FlappingInputIsDampedByTheScaleDownWindow) {
-  AutoscalerOptions options = TestOptions();
+  AutoscalerOptions options = AutoscalerTestOptions();
   options.scale_down_stabilization_seconds = 300;
   Autoscaler autoscaler = MakeAutoscaler(options);
   // Utilization alternates between 90% and 40% every 15 s: the count steps up, never down.
@@ -242,7 +242,7 @@ TEST(Autoscaler, FlappingInputIsDampedByTheScaleDownWindow) {
   int changes = 0;
   for (int64_t t = 0; t < 1800; t += 15) {
     const int64_t milli = (t / 15) % 2 == 0 ? 900 : 400;
-    const int desired = DecideOk(autoscaler, t, replicas, milli).desired_replicas;
+    const int desired = AutoscaleOk(autoscaler, t, replicas, milli).desired_replicas;
     EXPECT_GE(desired, replicas) << "at t=" << t;
     changes += desired != replicas ? 1 : 0;
     replicas = desired;
@@ -258,7 +258,7 @@ TEST(Autoscaler, WithoutAWindowFlappingInputFlaps) {
   int changes = 0;
   for (int64_t t = 0; t < 300; t += 15) {
     const int64_t milli = replicas == 4 ? 900 : 400;
-    const int desired = DecideOk(autoscaler, t, replicas, milli).desired_replicas;
+    const int desired = AutoscaleOk(autoscaler, t, replicas, milli).desired_replicas;
     changes += desired != replicas ? 1 : 0;
     replicas = desired;
   }
@@ -267,14 +267,14 @@ TEST(Autoscaler, WithoutAWindowFlappingInputFlaps) {
 
 TEST(Autoscaler, IsDeterministic) {
   auto run = [] {
-    AutoscalerOptions options = TestOptions();
+    AutoscalerOptions options = AutoscalerTestOptions();
     options.scale_down_stabilization_seconds = 120;
     options.scale_up_cooldown_seconds = 30;
     Autoscaler autoscaler = MakeAutoscaler(options);
     std::vector<ScaleDecision> decisions;
     int replicas = 3;
     for (int64_t t = 0; t < 600; t += 20) {
-      decisions.push_back(DecideOk(autoscaler, t, replicas, (t * 37) % 1001));
+      decisions.push_back(AutoscaleOk(autoscaler, t, replicas, (t * 37) % 1001));
       replicas = decisions.back().desired_replicas;
     }
     return decisions;

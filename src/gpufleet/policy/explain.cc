@@ -167,8 +167,8 @@ Census Count(const Job& job, const ClusterSnapshot& snapshot, int level) {
 }
 
 // Where `job` would go now, the snapshot left as it was.
-scheduler::ScheduleResult TryPlace(scheduler::Scheduler& scheduler, const Job& job,
-                                   ClusterSnapshot& snapshot, Random& random) {
+scheduler::ScheduleResult TrySchedule(scheduler::Scheduler& scheduler, const Job& job,
+                                      ClusterSnapshot& snapshot, Random& random) {
   scheduler::ScheduleResult result = scheduler.Schedule(job, snapshot, random);
   for (auto it = result.placements.rbegin(); it != result.placements.rend(); ++it) {
     snapshot.Revert(*it);
@@ -196,7 +196,7 @@ std::string Where(const std::vector<TaskPlacement>& placements, const ClusterSna
 std::pair<bool, std::string> WouldStart(scheduler::Scheduler& scheduler, const Job& job,
                                         ClusterSnapshot& snapshot, const ExplainInput& input,
                                         Random& random) {
-  const scheduler::ScheduleResult result = TryPlace(scheduler, job, snapshot, random);
+  const scheduler::ScheduleResult result = TrySchedule(scheduler, job, snapshot, random);
   if (!result.scheduled()) {
     return {false, result.outcome == scheduler::ScheduleOutcome::kError ? result.error.message()
                                                                         : result.reason};
@@ -457,7 +457,7 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
   }
 
   bool topology_never = false;  // no domain of the required level can hold it, even empty
-  const scheduler::ScheduleResult now = TryPlace(scheduler, job, snapshot, random);
+  const scheduler::ScheduleResult now = TrySchedule(scheduler, job, snapshot, random);
   out.scheduler_reason =
       now.outcome == scheduler::ScheduleOutcome::kError ? now.error.message() : now.reason;
   if (now.scheduled()) {
@@ -488,7 +488,7 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
     }
     // The quota is not asked here: it counts what the running jobs hold, and they are gone in
     // this copy. A job the quota holds back once GPUs are free is told so then.
-    const scheduler::ScheduleResult alone = TryPlace(scheduler, job, empty, random);
+    const scheduler::ScheduleResult alone = TrySchedule(scheduler, job, empty, random);
     if (alone.scheduled()) {
       if (out.best_domain && census.free_milli >= out.needed_gpu_milli) {
         out.reason = PendingReason::kTopology;
@@ -508,7 +508,7 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
     } else {
       Job unconstrained = job;
       unconstrained.topology.required_level.clear();
-      if (!required.empty() && TryPlace(scheduler, unconstrained, empty, random).scheduled()) {
+      if (!required.empty() && TrySchedule(scheduler, unconstrained, empty, random).scheduled()) {
         out.reason = PendingReason::kTopology;
         topology_never = true;
         out.message = fmt::format(

@@ -10,8 +10,8 @@
 namespace gpufleet::policy {
 namespace {
 
-constexpr int64_t kSecondsPerMinute = 60;
-constexpr int64_t kMaxUtilizationMilli = 1000;
+constexpr int64_t kMinuteSeconds = 60;
+constexpr int64_t kFullUtilizationMilli = 1000;
 
 std::string Waiting(int pending_jobs) {
   return pending_jobs == 1 ? "1 job waits" : fmt::format("{} jobs wait", pending_jobs);
@@ -24,8 +24,8 @@ std::string Waited(int pending_jobs) {
 
 // Rounded up to the minute, so that the owner is never reclaimed before the time shown.
 int64_t CeilToMinute(int64_t seconds) {
-  const int64_t remainder = seconds % kSecondsPerMinute;
-  return remainder > 0 ? seconds + kSecondsPerMinute - remainder : seconds - remainder;
+  const int64_t remainder = seconds % kMinuteSeconds;
+  return remainder > 0 ? seconds + kMinuteSeconds - remainder : seconds - remainder;
 }
 
 const char* PastTense(ReclaimAction action) {
@@ -82,7 +82,7 @@ const char* IdleStateName(IdleState state) {
 }
 
 Status IdleReclaimOptions::Validate() const {
-  if (threshold_milli < 1 || threshold_milli > kMaxUtilizationMilli) {
+  if (threshold_milli < 1 || threshold_milli > kFullUtilizationMilli) {
     return InvalidArgumentError(
         fmt::format("threshold_milli: {} (must be in 1..1000)", threshold_milli));
   }
@@ -128,7 +128,7 @@ Status IdleReclaimer::Observe(const JobId& job, int64_t time_seconds, int64_t ut
   if (it == jobs_.end()) {
     return NotFoundError(fmt::format("job '{}' is not tracked", job.value()));
   }
-  if (utilization_milli < 0 || utilization_milli > kMaxUtilizationMilli) {
+  if (utilization_milli < 0 || utilization_milli > kFullUtilizationMilli) {
     return InvalidArgumentError(fmt::format(
         "utilization_milli: {} for job '{}' (must be in 0..1000)", utilization_milli, job.value()));
   }

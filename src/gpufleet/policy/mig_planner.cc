@@ -37,7 +37,7 @@ struct Layout {
 };
 
 // A GPU that some layout lets serve a request.
-struct Candidate {
+struct GpuCandidate {
   int input = 0;  // index into the input GPUs
   const GpuModelInfo* model = nullptr;
   std::string signature;        // equal for GPUs that are interchangeable in the search
@@ -233,7 +233,7 @@ class LayoutEnumerator {
 // serve), from a greedy plan.
 class Search {
  public:
-  Search(const std::vector<Demand>& demands, std::vector<const Candidate*> gpus, int64_t budget)
+  Search(const std::vector<Demand>& demands, std::vector<const GpuCandidate*> gpus, int64_t budget)
       : demands_(demands),
         gpus_(std::move(gpus)),
         budget_(budget),
@@ -247,7 +247,7 @@ class Search {
       suffix_slices_[i] = suffix_slices_[i + 1] + gpus_[i]->max_slices;
     }
     std::set<int> linked;
-    for (const Candidate* gpu : gpus_) {
+    for (const GpuCandidate* gpu : gpus_) {
       for (const std::vector<int>& list : gpu->demands_by_profile) {
         linked.insert(list.begin(), list.end());
       }
@@ -278,7 +278,7 @@ class Search {
  private:
   // The demands `layout` of GPU `position` serves among those not served yet.
   void Serve(int position, int layout_index, std::vector<int>& out) const {
-    const Candidate& gpu = *gpus_[position];
+    const GpuCandidate& gpu = *gpus_[position];
     const Layout& layout = gpu.layouts[layout_index];
     for (size_t p = 0; p < layout.supply.size(); ++p) {
       int left = layout.supply[p];
@@ -382,7 +382,7 @@ class Search {
     if (bound <= best_) {
       return;
     }
-    const Candidate& gpu = *gpus_[position];
+    const GpuCandidate& gpu = *gpus_[position];
     // Interchangeable GPUs take their layouts in non-decreasing order: one of each permutation.
     const int first =
         position > 0 && gpus_[position - 1]->signature == gpu.signature ? choice_[position - 1] : 0;
@@ -414,7 +414,7 @@ class Search {
   }
 
   const std::vector<Demand>& demands_;
-  const std::vector<const Candidate*> gpus_;
+  const std::vector<const GpuCandidate*> gpus_;
   const int64_t budget_;
   std::vector<char> served_;
   std::vector<int> assignment_;
@@ -451,7 +451,7 @@ class Planner {
     std::vector<int> assignment(demands_.size(), -1);  // candidate index per demand
     std::vector<int> chosen(candidates_.size(), 0);    // layout per candidate
     for (const std::vector<int>& group : Groups()) {
-      std::vector<const Candidate*> members;
+      std::vector<const GpuCandidate*> members;
       for (int c : group) {
         members.push_back(&candidates_[c]);
       }
@@ -586,7 +586,7 @@ class Planner {
     for (size_t i = 0; i < gpus_.size(); ++i) {
       const GpuModelInfo& model = *models_[i];
       std::vector<int> cap(profiles, 0);
-      Candidate candidate;
+      GpuCandidate candidate;
       candidate.input = static_cast<int>(i);
       candidate.model = &model;
       candidate.demands_by_profile.resize(profiles);
@@ -632,7 +632,7 @@ class Planner {
     }
   }
 
-  void FillBounds(Candidate& candidate) const {
+  void FillBounds(GpuCandidate& candidate) const {
     for (const Layout& layout : candidate.layouts) {
       int count = 0;
       int64_t slices = 0;
@@ -693,7 +693,7 @@ class Planner {
 
   // The plan of one GPU, without the new instances its requests do not need and keeping the free
   // instances that still fit; nullopt when nothing is left to change.
-  std::optional<MigGpuPlan> Trimmed(const Candidate& candidate, const Layout& layout,
+  std::optional<MigGpuPlan> Trimmed(const GpuCandidate& candidate, const Layout& layout,
                                     const std::vector<int>& serves) const {
     const GpuModelInfo& model = *candidate.model;
     const MigGpu& gpu = gpus_[candidate.input];
@@ -769,7 +769,7 @@ class Planner {
       return fmt::format("needs {} x {} on one GPU; one GPU holds at most {}", request.count,
                          request.profile, most_per_gpu);
     }
-    for (const Candidate& candidate : candidates_) {
+    for (const GpuCandidate& candidate : candidates_) {
       for (const Layout& layout : candidate.layouts) {
         if (layout.supply[demand.profile] >= demand.count && Eligible(demand, *candidate.model)) {
           return "the GPUs whose layout could change for it serve other requests in this plan";
@@ -787,7 +787,7 @@ class Planner {
   std::vector<const GpuModelInfo*> models_;  // per input GPU
   std::vector<Demand> demands_;              // per input request
   std::map<std::string, int> profile_ids_;   // requested profile name -> id
-  std::vector<Candidate> candidates_;
+  std::vector<GpuCandidate> candidates_;
 };
 
 }  // namespace

@@ -282,7 +282,7 @@ struct Incumbent {
 };
 
 // A running job that may be preempted and has a task in the domain.
-struct Candidate {
+struct VictimCandidate {
   int job = 0;                // index into the running jobs
   int64_t domain_milli = 0;   // GPUs it frees inside the domain
   std::vector<int> releases;  // indices of its placements on the domain's nodes
@@ -357,7 +357,7 @@ class DomainSearch {
 
   const Domain& domain() const { return *domain_; }
   const Holdings& holdings() const { return holdings_; }
-  const std::vector<Candidate>& candidates() const { return candidates_; }
+  const std::vector<VictimCandidate>& candidates() const { return candidates_; }
   bool exhaustive() const { return exhaustive_; }
   const std::string& all_released_reason() const { return all_released_reason_; }
 
@@ -370,7 +370,7 @@ class DomainSearch {
     // Every GPU of the domain's nodes gets a slot; those outside the domain's GPUs or with MIG
     // enabled are not usable by whole or fractional tasks and stay at 0 free.
     std::map<int, size_t> by_job;
-    std::vector<Candidate> touching;
+    std::vector<VictimCandidate> touching;
     for (int n : domain_->nodes) {
       const NodeInfo& node = snapshot.nodes()[n];
       const int first = static_cast<int>(base_free_.size());
@@ -387,9 +387,9 @@ class DomainSearch {
       for (const auto& [job, p] : context_->placements_by_node[n]) {
         auto [it, inserted] = by_job.emplace(job, touching.size());
         if (inserted) {
-          touching.push_back(Candidate{job, 0, {}, {}});
+          touching.push_back(VictimCandidate{job, 0, {}, {}});
         }
-        Candidate& candidate = touching[it->second];
+        VictimCandidate& candidate = touching[it->second];
         candidate.releases.push_back(p);
         for (const GpuAssignment& assignment : running[job].placements[p].gpus) {
           if (!MaskHas(domain_->gpus, assignment.gpu)) {
@@ -404,7 +404,7 @@ class DomainSearch {
       }
     }
     int64_t listed = 0;
-    for (Candidate& candidate : touching) {
+    for (VictimCandidate& candidate : touching) {
       listed += candidate.domain_milli;
       switch (facts[candidate.job].standing) {
         case Standing::kCandidate:
@@ -425,23 +425,25 @@ class DomainSearch {
     holdings_.other = allocated - listed;
     // Most useful first: the largest share of the victim's GPUs inside the domain, then the most
     // freed there, then the least lost work, then by id.
-    std::sort(candidates_.begin(), candidates_.end(), [&](const Candidate& a, const Candidate& b) {
-      const JobFacts& fa = facts[a.job];
-      const JobFacts& fb = facts[b.job];
-      // a.domain / a.total > b.domain / b.total, cross-multiplied; a job without GPUs has 0 / 1.
-      const int64_t share_a = a.domain_milli * std::max<int64_t>(1, fb.gpu_milli);
-      const int64_t share_b = b.domain_milli * std::max<int64_t>(1, fa.gpu_milli);
-      if (share_a != share_b) {
-        return share_a > share_b;
-      }
-      if (a.domain_milli != b.domain_milli) {
-        return a.domain_milli > b.domain_milli;
-      }
-      if (fa.lost_work_gpu_seconds != fb.lost_work_gpu_seconds) {
-        return fa.lost_work_gpu_seconds < fb.lost_work_gpu_seconds;
-      }
-      return running[a.job].id < running[b.job].id;
-    });
+    std::sort(candidates_.begin(), candidates_.end(),
+              [&](const VictimCandidate& a, const VictimCandidate& b) {
+                const JobFacts& fa = facts[a.job];
+                const JobFacts& fb = facts[b.job];
+                // a.domain / a.total > b.domain / b.total, cross-multiplied; a job without GPUs has
+                // 0 / 1.
+                const int64_t share_a = a.domain_milli * std::max<int64_t>(1, fb.gpu_milli);
+                const int64_t share_b = b.domain_milli * std::max<int64_t>(1, fa.gpu_milli);
+                if (share_a != share_b) {
+                  return share_a > share_b;
+                }
+                if (a.domain_milli != b.domain_milli) {
+                  return a.domain_milli > b.domain_milli;
+                }
+                if (fa.lost_work_gpu_seconds != fb.lost_work_gpu_seconds) {
+                  return fa.lost_work_gpu_seconds < fb.lost_work_gpu_seconds;
+                }
+                return running[a.job].id < running[b.job].id;
+              });
     suffix_milli_.assign(candidates_.size() + 1, 0);
     for (size_t i = candidates_.size(); i > 0; --i) {
       suffix_milli_[i - 1] = suffix_milli_[i] + candidates_[i - 1].domain_milli;
@@ -732,8 +734,8 @@ class DomainSearch {
   const Domain* domain_;
   PlacementScope scope_;
   Holdings holdings_;
-  std::vector<Candidate> candidates_;  // most useful first
-  std::vector<int64_t> suffix_milli_;  // [i]: domain milli of candidates i..end
+  std::vector<VictimCandidate> candidates_;  // most useful first
+  std::vector<int64_t> suffix_milli_;        // [i]: domain milli of candidates i..end
   // One slot per GPU of the domain's nodes, node by node.
   std::vector<std::pair<int, int>> node_slots_;  // [first, end) per domain node
   std::vector<bool> usable_;                     // by whole or fractional tasks

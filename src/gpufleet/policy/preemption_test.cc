@@ -29,7 +29,7 @@ using ::testing::HasSubstr;
 
 constexpr int64_t kNow = 10000;
 
-std::vector<std::string> Ids(const std::vector<JobId>& ids) {
+std::vector<std::string> VictimIds(const std::vector<JobId>& ids) {
   std::vector<std::string> values;
   for (const JobId& id : ids) {
     values.push_back(id.value());
@@ -168,7 +168,7 @@ TEST_F(PreemptionTest, SixtyFourGpuJobNeedingOneLeafPreemptsTheFewestGpus) {
   ASSERT_TRUE(decision->plan.has_value()) << decision->reason;
   const PreemptionPlan& plan = *decision->plan;
   EXPECT_EQ(plan.domain, "leaf-c");
-  EXPECT_THAT(Ids(plan.victims), ElementsAre("c1", "c2"));
+  EXPECT_THAT(VictimIds(plan.victims), ElementsAre("c1", "c2"));
   EXPECT_EQ(plan.preempted_gpu_milli, 8000);
   EXPECT_EQ(plan.lost_work_gpu_seconds, 60);
   EXPECT_TRUE(plan.proven_optimal);
@@ -195,7 +195,7 @@ TEST_F(PreemptionTest, GangVictimWithOneMemberOnAnotherLeafCountsAllItsGpus) {
   ASSERT_OK(decision);
   ASSERT_TRUE(decision->plan.has_value()) << decision->reason;
   EXPECT_EQ(decision->plan->domain, "leaf-c");
-  EXPECT_THAT(Ids(decision->plan->victims), ElementsAre("w1", "w2"));
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("w1", "w2"));
   EXPECT_EQ(decision->plan->preempted_gpu_milli, 12000);
   ExpectPlanApplies(*decision->plan);
 
@@ -205,7 +205,7 @@ TEST_F(PreemptionTest, GangVictimWithOneMemberOnAnotherLeafCountsAllItsGpus) {
   ASSERT_OK(decision);
   ASSERT_TRUE(decision->plan.has_value()) << decision->reason;
   EXPECT_EQ(decision->plan->domain, "leaf-a");
-  EXPECT_THAT(Ids(decision->plan->victims), ElementsAre("x"));
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("x"));
   EXPECT_EQ(decision->plan->preempted_gpu_milli, 16000);
   EXPECT_EQ(decision->plan->lost_work_gpu_seconds, 16 * kNow);
   EXPECT_EQ(NodesOf(decision->plan->placements), (std::set<std::string>{"a0", "a1"}));
@@ -220,7 +220,7 @@ TEST_F(PreemptionTest, MinimumRuntimeGuardsYoungJobs) {
   auto decision = Find(Preemptor(1, 4));
   ASSERT_OK(decision);
   ASSERT_TRUE(decision->plan.has_value());
-  EXPECT_THAT(Ids(decision->plan->victims), ElementsAre("young"));
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("young"));
   EXPECT_EQ(decision->plan->lost_work_gpu_seconds, 400);
 
   PreemptionOptions options;
@@ -228,7 +228,7 @@ TEST_F(PreemptionTest, MinimumRuntimeGuardsYoungJobs) {
   decision = Find(Preemptor(1, 4), options);
   ASSERT_OK(decision);
   ASSERT_TRUE(decision->plan.has_value());
-  EXPECT_THAT(Ids(decision->plan->victims), ElementsAre("old"));
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("old"));
 
   decision = Find(Preemptor(1, 8, "leaf"), options);
   ASSERT_OK(decision);
@@ -245,7 +245,7 @@ TEST_F(PreemptionTest, CheckpointLimitsLostWork) {
   auto decision = Find(Preemptor(1, 4));
   ASSERT_OK(decision);
   ASSERT_TRUE(decision->plan.has_value());
-  EXPECT_THAT(Ids(decision->plan->victims), ElementsAre("saved"));
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("saved"));
   EXPECT_EQ(decision->plan->lost_work_gpu_seconds, 40);
 }
 
@@ -257,7 +257,7 @@ TEST_F(PreemptionTest, NonPreemptibleJobsAreNeverVictims) {
   auto decision = Find(Preemptor(1, 4));
   ASSERT_OK(decision);
   ASSERT_TRUE(decision->plan.has_value());
-  EXPECT_THAT(Ids(decision->plan->victims), ElementsAre("costly"));
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("costly"));
 
   decision = Find(Preemptor(1, 8, "leaf"));
   ASSERT_OK(decision);
@@ -277,7 +277,7 @@ TEST_F(PreemptionTest, EqualPriorityIsNotPreemptedAndCostTiesGoToTheSmallestIds)
     auto decision = Find(preemptor);
     ASSERT_OK(decision);
     ASSERT_TRUE(decision->plan.has_value());
-    EXPECT_THAT(Ids(decision->plan->victims), ElementsAre("a"));
+    EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("a"));
     EXPECT_EQ(NodesOf(decision->plan->placements), (std::set<std::string>{"a1"}));
     std::reverse(running_.begin(), running_.end());
   }
@@ -299,7 +299,7 @@ TEST_F(PreemptionTest, FewerVictimsBreakTiesOfGpusAndLostWork) {
   auto decision = Find(Preemptor(1, 4));
   ASSERT_OK(decision);
   ASSERT_TRUE(decision->plan.has_value());
-  EXPECT_THAT(Ids(decision->plan->victims), ElementsAre("one"));
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("one"));
 }
 
 TEST_F(PreemptionTest, NoEligibleVictimsSaysWhy) {
@@ -366,7 +366,7 @@ TEST_F(PreemptionTest, NvlinkDomainIsFreedInsideOneNode) {
   ASSERT_OK(decision);
   ASSERT_TRUE(decision->plan.has_value()) << decision->reason;
   EXPECT_EQ(decision->plan->domain, "n/nvlink-0");
-  EXPECT_THAT(Ids(decision->plan->victims), ElementsAre("two"));
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("two"));
   ASSERT_EQ(decision->plan->placements.size(), 1U);
   for (const GpuAssignment& gpu : decision->plan->placements[0].gpus) {
     EXPECT_LT(gpu.gpu, 4);
@@ -385,7 +385,7 @@ TEST_F(PreemptionTest, ExactSearchBeatsTheGreedyFallback) {
   auto exact = Find(Preemptor(1, 4));
   ASSERT_OK(exact);
   ASSERT_TRUE(exact->plan.has_value());
-  EXPECT_THAT(Ids(exact->plan->victims), ElementsAre("b", "c"));
+  EXPECT_THAT(VictimIds(exact->plan->victims), ElementsAre("b", "c"));
   EXPECT_EQ(exact->plan->preempted_gpu_milli, 4000);
   EXPECT_EQ(exact->plan->lost_work_gpu_seconds, 20);
   EXPECT_TRUE(exact->plan->proven_optimal);
@@ -395,7 +395,7 @@ TEST_F(PreemptionTest, ExactSearchBeatsTheGreedyFallback) {
   auto greedy = Find(Preemptor(1, 4), options);
   ASSERT_OK(greedy);
   ASSERT_TRUE(greedy->plan.has_value());
-  EXPECT_THAT(Ids(greedy->plan->victims), ElementsAre("a", "b"));
+  EXPECT_THAT(VictimIds(greedy->plan->victims), ElementsAre("a", "b"));
   EXPECT_EQ(greedy->plan->preempted_gpu_milli, 5000);
   EXPECT_FALSE(greedy->plan->proven_optimal);
   ExpectPlanApplies(*greedy->plan);
@@ -406,7 +406,7 @@ TEST_F(PreemptionTest, ExactSearchBeatsTheGreedyFallback) {
   auto budget = Find(Preemptor(1, 4), options);
   ASSERT_OK(budget);
   ASSERT_TRUE(budget->plan.has_value());
-  EXPECT_THAT(Ids(budget->plan->victims), ElementsAre("a", "d"));
+  EXPECT_THAT(VictimIds(budget->plan->victims), ElementsAre("a", "d"));
   EXPECT_FALSE(budget->plan->proven_optimal);
 
   options = {};
@@ -414,7 +414,7 @@ TEST_F(PreemptionTest, ExactSearchBeatsTheGreedyFallback) {
   budget = Find(Preemptor(1, 4), options);
   ASSERT_OK(budget);
   ASSERT_TRUE(budget->plan.has_value());
-  EXPECT_THAT(Ids(budget->plan->victims), ElementsAre("a", "b"));
+  EXPECT_THAT(VictimIds(budget->plan->victims), ElementsAre("a", "b"));
   EXPECT_FALSE(budget->plan->proven_optimal);
 }
 
@@ -432,7 +432,7 @@ TEST_F(PreemptionTest, RuleDecidesAcrossQueues) {
   auto decision = Find(preemptor, {}, reclaim);
   ASSERT_OK(decision);
   ASSERT_TRUE(decision->plan.has_value());
-  EXPECT_THAT(Ids(decision->plan->victims), ElementsAre("borrower"));
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("borrower"));
 }
 
 TEST_F(PreemptionTest, FindLeavesTheSnapshotAsItWas) {
@@ -618,7 +618,7 @@ TEST_F(PreemptionTest, QueueTreeRuleReclaimsTheBorrowedGpusInOneSearch) {
   auto decision = Find(QueueJob("team-b", 4), {}, MustRule(tree, "team-b"));
   ASSERT_OK(decision);
   ASSERT_TRUE(decision->plan.has_value());
-  EXPECT_THAT(Ids(decision->plan->victims), ElementsAre("borrowed"));
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("borrowed"));
   EXPECT_EQ(decision->plan->preempted_gpu_milli, 4000);
   // Five GPUs would make team-b borrow: no plan.
   decision = Find(QueueJob("team-b", 5), {}, MustRule(tree, "team-b"));

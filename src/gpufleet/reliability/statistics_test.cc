@@ -38,7 +38,7 @@ TEST(PoissonUpperTail, StaysAccurateDeepInTheTailAndForLargeCounts) {
   for (const auto& [k, mean] :
        {std::pair{50, 1.0}, std::pair{20, 0.001}, std::pair{4, 8e-4}, std::pair{300, 250.0},
         std::pair{280, 300.0}, std::pair{400, 250.0}}) {
-    SCOPED_TRACE(testing::Message() << "k=" << k << " mean=" << mean);
+    SCOPED_TRACE(::testing::Message() << "k=" << k << " mean=" << mean);
     const double expected = DirectUpperTail(k, mean);
     EXPECT_NEAR(PoissonUpperTail(k, mean) / expected, 1.0, 1e-9);
   }

@@ -15,18 +15,17 @@
 
 #include <fmt/format.h>
 
+#include "gpufleet/runner/internal/text.h"
+
 namespace gpufleet::runner {
 namespace {
+
+using internal::ErrnoText;
 
 constexpr long kCgroup2Magic = 0x63677270;  // NOLINT(google-runtime-int): statfs's f_type
 // The v1 controllers a task's cgroup lives in; the last one lists the members.
 constexpr std::string_view kV1Controllers[] = {"memory", "cpu", "pids"};
 constexpr int64_t kCpuPeriodMicros = 100'000;
-
-std::string ErrnoText(int error) {
-  char buffer[256];
-  return strerror_r(error, buffer, sizeof(buffer));
-}
 
 bool IsDirectory(const std::string& path) {
   struct stat info = {};

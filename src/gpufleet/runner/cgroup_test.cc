@@ -23,7 +23,7 @@ using ::gpufleet::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string ReadFile(const std::string& path) {
+std::string ReadWholeFile(const std::string& path) {
   std::ifstream in(path);
   std::stringstream content;
   content << in.rdbuf();
@@ -55,29 +55,30 @@ TEST_F(TaskCgroupsTest, V1WritesLimitsPerController) {
   EXPECT_THAT(*join, ElementsAre(root_ + "/memory/gpufleet/train.task/cgroup.procs",
                                  root_ + "/cpu/gpufleet/train.task/cgroup.procs",
                                  root_ + "/pids/gpufleet/train.task/cgroup.procs"));
-  EXPECT_EQ(ReadFile(root_ + "/memory/gpufleet/train.task/memory.limit_in_bytes"), "268435456");
-  EXPECT_EQ(ReadFile(root_ + "/cpu/gpufleet/train.task/cpu.cfs_period_us"), "100000");
-  EXPECT_EQ(ReadFile(root_ + "/cpu/gpufleet/train.task/cpu.cfs_quota_us"), "150000");
+  EXPECT_EQ(ReadWholeFile(root_ + "/memory/gpufleet/train.task/memory.limit_in_bytes"),
+            "268435456");
+  EXPECT_EQ(ReadWholeFile(root_ + "/cpu/gpufleet/train.task/cpu.cfs_period_us"), "100000");
+  EXPECT_EQ(ReadWholeFile(root_ + "/cpu/gpufleet/train.task/cpu.cfs_quota_us"), "150000");
   EXPECT_EQ(cgroups->MembersFile("train.task"), root_ + "/pids/gpufleet/train.task/cgroup.procs");
 
   ASSERT_OK(cgroups->Create("free.task", {}));
-  EXPECT_EQ(ReadFile(root_ + "/memory/gpufleet/free.task/memory.limit_in_bytes"), "-1");
-  EXPECT_EQ(ReadFile(root_ + "/cpu/gpufleet/free.task/cpu.cfs_quota_us"), "-1");
+  EXPECT_EQ(ReadWholeFile(root_ + "/memory/gpufleet/free.task/memory.limit_in_bytes"), "-1");
+  EXPECT_EQ(ReadWholeFile(root_ + "/cpu/gpufleet/free.task/cpu.cfs_quota_us"), "-1");
 }
 
 TEST_F(TaskCgroupsTest, V2WritesLimitsInOneDirectory) {
   Result<TaskCgroups> cgroups = TaskCgroups::Open(CgroupVersion::kV2, root_, "gpufleet");
   ASSERT_OK(cgroups);
-  EXPECT_EQ(ReadFile(root_ + "/gpufleet/cgroup.subtree_control"), "+cpu +memory");
+  EXPECT_EQ(ReadWholeFile(root_ + "/gpufleet/cgroup.subtree_control"), "+cpu +memory");
   Result<std::vector<std::string>> join =
       cgroups->Create("train.task", {.cpu_milli = 250, .memory_bytes = 1 << 30});
   ASSERT_OK(join);
   EXPECT_THAT(*join, ElementsAre(root_ + "/gpufleet/train.task/cgroup.procs"));
-  EXPECT_EQ(ReadFile(root_ + "/gpufleet/train.task/memory.max"), "1073741824");
-  EXPECT_EQ(ReadFile(root_ + "/gpufleet/train.task/cpu.max"), "25000 100000");
+  EXPECT_EQ(ReadWholeFile(root_ + "/gpufleet/train.task/memory.max"), "1073741824");
+  EXPECT_EQ(ReadWholeFile(root_ + "/gpufleet/train.task/cpu.max"), "25000 100000");
   ASSERT_OK(cgroups->Create("free.task", {}));
-  EXPECT_EQ(ReadFile(root_ + "/gpufleet/free.task/memory.max"), "max");
-  EXPECT_EQ(ReadFile(root_ + "/gpufleet/free.task/cpu.max"), "max 100000");
+  EXPECT_EQ(ReadWholeFile(root_ + "/gpufleet/free.task/memory.max"), "max");
+  EXPECT_EQ(ReadWholeFile(root_ + "/gpufleet/free.task/cpu.max"), "max 100000");
 }
 
 TEST_F(TaskCgroupsTest, RefusesNamesThatAreNotOneComponent) {

@@ -18,7 +18,7 @@ namespace gpufleet::runner {
 namespace {
 
 // The whole of `text` as a decimal integer in [min, max].
-std::optional<int64_t> ParseInteger(std::string_view text, int64_t min, int64_t max) {
+std::optional<int64_t> ParseBoundedInteger(std::string_view text, int64_t min, int64_t max) {
   int64_t value = 0;
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < min ||
@@ -44,7 +44,7 @@ Status SimulatedRunner::Start(const TaskLaunch& launch) {
   if (const std::string* duration = FindEnv(launch, kSimDurationEnv)) {
     // A year of milliseconds is far beyond any trace and keeps MonoTime arithmetic from overflow.
     constexpr int64_t kMaxDurationMs = int64_t{365} * 24 * 3600 * 1000;
-    const std::optional<int64_t> ms = ParseInteger(*duration, 0, kMaxDurationMs);
+    const std::optional<int64_t> ms = ParseBoundedInteger(*duration, 0, kMaxDurationMs);
     if (!ms.has_value()) {
       return InvalidArgumentError(
           fmt::format("env {} of task '{}' is '{}', not a whole number of milliseconds in [0, {}]",
@@ -54,7 +54,7 @@ Status SimulatedRunner::Start(const TaskLaunch& launch) {
   }
   if (const std::string* delay = FindEnv(launch, kSimStopDelayEnv)) {
     constexpr int64_t kMaxStopDelayMs = int64_t{24} * 3600 * 1000;
-    const std::optional<int64_t> ms = ParseInteger(*delay, 0, kMaxStopDelayMs);
+    const std::optional<int64_t> ms = ParseBoundedInteger(*delay, 0, kMaxStopDelayMs);
     if (!ms.has_value()) {
       return InvalidArgumentError(
           fmt::format("env {} of task '{}' is '{}', not a whole number of milliseconds in [0, {}]",
@@ -63,7 +63,7 @@ Status SimulatedRunner::Start(const TaskLaunch& launch) {
     task.stop_delay = std::chrono::milliseconds(*ms);
   }
   if (const std::string* code = FindEnv(launch, kSimExitCodeEnv)) {
-    const std::optional<int64_t> value = ParseInteger(*code, 0, 255);
+    const std::optional<int64_t> value = ParseBoundedInteger(*code, 0, 255);
     if (!value.has_value()) {
       return InvalidArgumentError(
           fmt::format("env {} of task '{}' is '{}', not an exit code in [0, 255]", kSimExitCodeEnv,

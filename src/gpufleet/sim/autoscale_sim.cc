@@ -26,8 +26,7 @@ using Json = nlohmann::ordered_json;
 
 constexpr int64_t kMilli = 1000;
 constexpr int64_t kSecondsPerDay = 86400;
-constexpr double kSecondsPerHour = 3600.0;
-constexpr size_t kMaxChartPoints = 1500;
+constexpr size_t kMaxAutoscaleChartPoints = 1500;
 constexpr size_t kDecisionsShown = 12;
 
 // A standard normal draw (Box-Muller) from our own uniform draws, so that the load is the same
@@ -42,7 +41,7 @@ int64_t CeilDiv(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-Json Number(double value) {
+Json RoundedJsonNumber(double value) {
   if (!std::isfinite(value)) {
     return nullptr;
   }
@@ -50,7 +49,7 @@ Json Number(double value) {
   return rounded == 0 ? 0.0 : rounded;  // no "-0.0"
 }
 
-double Percent(int64_t part, int64_t whole) {
+double PercentOf(int64_t part, int64_t whole) {
   return whole > 0 ? 100.0 * static_cast<double>(part) / static_cast<double>(whole) : 0.0;
 }
 
@@ -137,7 +136,7 @@ void Finish(const std::vector<AutoscaleInterval>& intervals, const AutoscaleSimO
       summary.served > 0 ? wait_sum / static_cast<double>(summary.served) : 0;
 }
 
-void Measure(AutoscaleInterval& interval) {
+void MeasureInterval(AutoscaleInterval& interval) {
   interval.utilization_milli =
       interval.capacity > 0 ? interval.served * kMilli / interval.capacity : 0;
 }
@@ -165,7 +164,7 @@ std::vector<AutoscaleInterval> RunStatic(const AutoscaleSimOptions& options,
                                .capacity = capacity};
     queue.Step(i, load[i], capacity, MaxWaitIntervals(options), interval, summary,
                static_cast<double>(options.interval_seconds));
-    Measure(interval);
+    MeasureInterval(interval);
     intervals.push_back(interval);
   }
   Finish(intervals, options, queue.wait_sum(), summary);
@@ -203,7 +202,7 @@ Result<std::vector<AutoscaleInterval>> RunAutoscaled(const AutoscaleSimOptions& 
                                .capacity = ready * replica_capacity};
     queue.Step(i, load[i], interval.capacity, MaxWaitIntervals(options), interval, summary,
                static_cast<double>(options.interval_seconds));
-    Measure(interval);
+    MeasureInterval(interval);
     intervals.push_back(interval);
 
     const int64_t end = start + options.interval_seconds;
@@ -374,7 +373,7 @@ double GpuHoursRatio(const AutoscaleSimResult& result) {
 }
 
 // The rows of the summary table, one value per run.
-std::vector<std::pair<std::string, std::vector<std::string>>> SummaryRows(
+std::vector<std::pair<std::string, std::vector<std::string>>> AutoscaleSummaryRows(
     const AutoscaleSimResult& result) {
   std::vector<std::pair<std::string, std::vector<std::string>>> rows;
   const double work_unit = kMilli * kSecondsPerHour;  // milli-GPU-seconds in a GPU-hour
@@ -393,24 +392,24 @@ std::vector<std::pair<std::string, std::vector<std::string>>> SummaryRows(
                   policy::FormatPercentMilli(result.options.autoscaler.target_utilization_milli)),
       [](const AutoscaleRunSummary& s) {
         return fmt::format("{} of {} ({:.2f}%)", s.overload_intervals, s.intervals,
-                           Percent(s.overload_intervals, s.intervals));
+                           PercentOf(s.overload_intervals, s.intervals));
       });
   add(fmt::format("intervals above {} (band)", policy::FormatPercentMilli(BandMilli(result))),
       [](const AutoscaleRunSummary& s) {
         return fmt::format("{} ({:.2f}%)", s.above_band_intervals,
-                           Percent(s.above_band_intervals, s.intervals));
+                           PercentOf(s.above_band_intervals, s.intervals));
       });
   add("intervals with work waiting", [](const AutoscaleRunSummary& s) {
     return fmt::format("{} ({:.2f}%)", s.saturated_intervals,
-                       Percent(s.saturated_intervals, s.intervals));
+                       PercentOf(s.saturated_intervals, s.intervals));
   });
   add("work delayed (GPU-h)", [&](const AutoscaleRunSummary& s) {
     return fmt::format("{:.2f} ({:.3f}%)", static_cast<double>(s.delayed) / work_unit,
-                       Percent(s.delayed, s.arrived));
+                       PercentOf(s.delayed, s.arrived));
   });
   add("work dropped (GPU-h)", [&](const AutoscaleRunSummary& s) {
     return fmt::format("{:.2f} ({:.3f}%)", static_cast<double>(s.dropped) / work_unit,
-                       Percent(s.dropped, s.arrived));
+                       PercentOf(s.dropped, s.arrived));
   });
   add("mean wait of served work",
       [](const AutoscaleRunSummary& s) { return fmt::format("{:.2f} s", s.mean_wait_seconds); });
@@ -428,16 +427,16 @@ std::string Headline(const AutoscaleSimResult& result) {
       "tolerance band; {:.3f}% of the work dropped",
       a.gpu_hours, result.static_summary.gpu_hours, result.static_replicas,
       100 * GpuHoursRatio(result), 100 * (1 - GpuHoursRatio(result)), a.overload_intervals,
-      a.intervals, Percent(a.overload_intervals, a.intervals),
+      a.intervals, PercentOf(a.overload_intervals, a.intervals),
       policy::FormatPercentMilli(result.options.autoscaler.target_utilization_milli),
-      a.above_band_intervals, Percent(a.above_band_intervals, a.intervals),
-      Percent(a.dropped, a.arrived));
+      a.above_band_intervals, PercentOf(a.above_band_intervals, a.intervals),
+      PercentOf(a.dropped, a.arrived));
 }
 
 Json SummaryJson(const AutoscaleRunSummary& s) {
   Json json = Json::object();
   json["name"] = s.name;
-  json["gpu_hours"] = Number(s.gpu_hours);
+  json["gpu_hours"] = RoundedJsonNumber(s.gpu_hours);
   json["intervals"] = s.intervals;
   json["overload_intervals"] = s.overload_intervals;
   json["above_band_intervals"] = s.above_band_intervals;
@@ -446,8 +445,8 @@ Json SummaryJson(const AutoscaleRunSummary& s) {
   json["served_gpu_milli_seconds"] = s.served;
   json["dropped_gpu_milli_seconds"] = s.dropped;
   json["delayed_gpu_milli_seconds"] = s.delayed;
-  json["mean_wait_seconds"] = Number(s.mean_wait_seconds);
-  json["mean_utilization"] = Number(s.mean_utilization);
+  json["mean_wait_seconds"] = RoundedJsonNumber(s.mean_wait_seconds);
+  json["mean_utilization"] = RoundedJsonNumber(s.mean_utilization);
   json["scale_ups"] = s.scale_ups;
   json["scale_downs"] = s.scale_downs;
   json["min_replicas"] = s.min_replicas;
@@ -455,14 +454,15 @@ Json SummaryJson(const AutoscaleRunSummary& s) {
   return json;
 }
 
-// Evenly spaced buckets of at most kMaxChartPoints: the mean of `value` per bucket, at the
+// Evenly spaced buckets of at most kMaxAutoscaleChartPoints: the mean of `value` per bucket, at the
 // bucket's first day of the run when `in_days`, else its first hour since interval `from`.
 template <typename Value>
 Series Bucketed(std::string name, const std::vector<AutoscaleInterval>& intervals, size_t from,
                 size_t to, bool in_days, Value value) {
   Series series{.name = std::move(name)};
   const size_t count = to - from;
-  const size_t step = std::max<size_t>(1, (count + kMaxChartPoints - 1) / kMaxChartPoints);
+  const size_t step =
+      std::max<size_t>(1, (count + kMaxAutoscaleChartPoints - 1) / kMaxAutoscaleChartPoints);
   const double unit = in_days ? kSecondsPerHour * 24 : kSecondsPerHour;
   const int64_t origin_seconds = in_days || from >= to ? 0 : intervals[from].start_seconds;
   for (size_t begin = from; begin < to; begin += step) {
@@ -507,7 +507,7 @@ ChartSpec ReplicaChart(const AutoscaleSimResult& result, size_t from, size_t to,
 void PrintAutoscaleSummary(const AutoscaleSimResult& result, std::ostream& out) {
   fmt::print(out, "{:<30} {:>24} {:>24}\n", "", result.autoscaled_summary.name,
              result.static_summary.name);
-  for (const auto& [label, values] : SummaryRows(result)) {
+  for (const auto& [label, values] : AutoscaleSummaryRows(result)) {
     fmt::print(out, "{:<30} {:>24} {:>24}\n", label, values[0], values[1]);
   }
   fmt::print(out, "{}\n", Headline(result));
@@ -522,10 +522,10 @@ void WriteAutoscaleJson(const AutoscaleSimResult& result, std::ostream& out) {
       {"duration_seconds", o.duration_seconds},
       {"interval_seconds", o.interval_seconds},
       {"mean_load_gpu_milli", o.mean_load_gpu_milli},
-      {"daily_amplitude", Number(o.daily_amplitude)},
-      {"peak_hour", Number(o.peak_hour)},
-      {"noise", Number(o.noise)},
-      {"noise_correlation", Number(o.noise_correlation)},
+      {"daily_amplitude", RoundedJsonNumber(o.daily_amplitude)},
+      {"peak_hour", RoundedJsonNumber(o.peak_hour)},
+      {"noise", RoundedJsonNumber(o.noise)},
+      {"noise_correlation", RoundedJsonNumber(o.noise_correlation)},
       {"replica", o.replica.label},
       {"replica_gpu_milli", o.replica.gpu_milli},
       {"startup_seconds", o.startup_seconds},
@@ -542,7 +542,7 @@ void WriteAutoscaleJson(const AutoscaleSimResult& result, std::ostream& out) {
   json["static_replicas"] = result.static_replicas;
   json["runs"] =
       Json::array({SummaryJson(result.autoscaled_summary), SummaryJson(result.static_summary)});
-  json["gpu_hours_ratio"] = Number(GpuHoursRatio(result));
+  json["gpu_hours_ratio"] = RoundedJsonNumber(GpuHoursRatio(result));
   out << json.dump(-1, ' ', false, Json::error_handler_t::replace) << '\n';
 }
 
@@ -577,7 +577,7 @@ Status WriteAutoscaleReport(const AutoscaleSimResult& result, const std::string&
     body += "<th>" + XmlEscape(s->name) + "</th>";
   }
   body += "</tr>\n";
-  for (const auto& [label, values] : SummaryRows(result)) {
+  for (const auto& [label, values] : AutoscaleSummaryRows(result)) {
     body += "<tr><td>" + XmlEscape(label) + "</td>";
     for (const std::string& value : values) {
       body += "<td class=\"num\">" + XmlEscape(value) + "</td>";

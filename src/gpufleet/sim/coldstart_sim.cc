@@ -21,8 +21,6 @@
 namespace gpufleet::sim {
 namespace {
 
-using Json = nlohmann::json;
-
 constexpr double kGigabyte = 1e9;
 
 // Gang sizes when none is fixed, and how often each is drawn: most gangs are small.
@@ -547,7 +545,7 @@ Status WriteColdStartReport(const ColdStartResult& result, std::ostream& out) {
 
 void WriteColdStartJson(const ColdStartResult& result, std::ostream& out) {
   const ColdStartOptions& o = result.options;
-  Json json;
+  nlohmann::json json;
   json["options"] = {{"seed", o.seed},
                      {"fleet_nodes", o.fleet_nodes},
                      {"gangs", o.gangs},
@@ -562,14 +560,14 @@ void WriteColdStartJson(const ColdStartResult& result, std::ostream& out) {
         {{"name", image.name}, {"bytes", image.Bytes()}, {"weight", image.weight}});
   }
   for (const ColdStartStrategyResult& s : result.strategies) {
-    Json strategy = {{"strategy", ColdStartStrategyName(s.strategy)},
-                     {"start_seconds",
-                      {{"mean", s.start_seconds.mean},
-                       {"p50", s.start_seconds.p50},
-                       {"p90", s.start_seconds.p90},
-                       {"p99", s.start_seconds.p99}}},
-                     {"registry_bytes", s.registry_bytes},
-                     {"image_bytes_needed", s.image_bytes_needed}};
+    nlohmann::json strategy = {{"strategy", ColdStartStrategyName(s.strategy)},
+                               {"start_seconds",
+                                {{"mean", s.start_seconds.mean},
+                                 {"p50", s.start_seconds.p50},
+                                 {"p90", s.start_seconds.p90},
+                                 {"p99", s.start_seconds.p99}}},
+                               {"registry_bytes", s.registry_bytes},
+                               {"image_bytes_needed", s.image_bytes_needed}};
     for (const ColdStartGang& gang : s.gangs) {
       strategy["gangs"].push_back({{"nodes", gang.nodes},
                                    {"image", gang.image},

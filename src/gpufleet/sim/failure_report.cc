@@ -20,12 +20,11 @@ namespace {
 // Keys keep their insertion order, so the bytes follow the code, not a hash.
 using Json = nlohmann::ordered_json;
 
-constexpr double kSecondsPerHour = 3600.0;
 constexpr double kHoursPerDay = 24.0;
 constexpr size_t kRankChartGpus = 300;
 constexpr size_t kAuditRows = 40;
 
-Json Number(double value) {
+Json RoundedNumber(double value) {
   if (!std::isfinite(value)) {
     return nullptr;
   }
@@ -125,9 +124,9 @@ Json RatesJson(const FailureRates& rates) {
   json["to_hour"] = rates.to_hour;
   json["runs_ended"] = rates.runs_ended;
   json["failed_runs"] = rates.failed_runs;
-  json["busy_gpu_hours"] = Number(rates.busy_gpu_hours);
-  json["failures_per_1000_gpu_hours"] = Number(rates.PerThousandGpuHours());
-  json["failed_share"] = Number(rates.FailedShare());
+  json["busy_gpu_hours"] = RoundedNumber(rates.busy_gpu_hours);
+  json["failures_per_1000_gpu_hours"] = RoundedNumber(rates.PerThousandGpuHours());
+  json["failed_share"] = RoundedNumber(rates.FailedShare());
   return json;
 }
 
@@ -136,7 +135,7 @@ Json RunJson(const FailureSimResult& r) {
   run["quarantine"] = r.quarantine;
   run["seed"] = r.seed;
   run["total_gpus"] = r.total_gpus;
-  run["duration_hours"] = Number(ToHours(r.duration_seconds));
+  run["duration_hours"] = RoundedNumber(ToHours(r.duration_seconds));
   run["injected"] = {{"bad_gpus", r.bad_gpus.size()},
                      {"hardware_failures", r.hardware_failures},
                      {"bad_gpu_failures", r.bad_gpu_failures},
@@ -146,34 +145,34 @@ Json RunJson(const FailureSimResult& r) {
       {"healthy_gpus_flagged", r.healthy_gpus_flagged},
       {"healthy_gpus_quarantined", r.healthy_gpus_quarantined},
       {"found_90_hours",
-       r.found_90_seconds < 0 ? Json(nullptr) : Number(ToHours(r.found_90_seconds))}};
+       r.found_90_seconds < 0 ? Json(nullptr) : RoundedNumber(ToHours(r.found_90_seconds))}};
   run["stream"] = {{"jobs_arrived", r.jobs_arrived},
                    {"jobs_finished", r.jobs_finished},
                    {"runs_started", r.runs_started},
                    {"requeues", r.requeues},
                    {"drains", r.drains},
-                   {"mean_busy_gpus", Number(r.mean_busy_gpus)}};
+                   {"mean_busy_gpus", RoundedNumber(r.mean_busy_gpus)}};
   run["rates"] = RatesJson(WholeRun(r));
   const LargeJobStats& large = r.large_job;
-  run["large_job"] = {{"ettr", Number(large.Ettr())},
-                      {"wall_hours", Number(large.wall_hours)},
-                      {"useful_hours", Number(large.useful_hours)},
-                      {"lost_hours", Number(large.lost_hours)},
-                      {"restart_hours", Number(large.restart_hours)},
-                      {"checkpoint_hours", Number(large.checkpoint_hours)},
-                      {"waiting_hours", Number(large.waiting_hours)},
+  run["large_job"] = {{"ettr", RoundedNumber(large.Ettr())},
+                      {"wall_hours", RoundedNumber(large.wall_hours)},
+                      {"useful_hours", RoundedNumber(large.useful_hours)},
+                      {"lost_hours", RoundedNumber(large.lost_hours)},
+                      {"restart_hours", RoundedNumber(large.restart_hours)},
+                      {"checkpoint_hours", RoundedNumber(large.checkpoint_hours)},
+                      {"waiting_hours", RoundedNumber(large.waiting_hours)},
                       {"runs", large.runs},
                       {"failures", large.failures},
                       {"drains", large.drains}};
   const reliability::FailureConcentration& c = r.concentration;
   run["concentration"] = {{"devices", c.devices},
                           {"gpus", c.gpus},
-                          {"fleet_share", Number(c.fleet_share)},
+                          {"fleet_share", RoundedNumber(c.fleet_share)},
                           {"failed_runs", c.failed_runs},
                           {"failed_runs_involving", c.failed_runs_involving},
-                          {"failed_share", Number(c.failed_share)},
-                          {"expected_involving", Number(c.expected_involving)},
-                          {"avoidable", Number(c.avoidable)}};
+                          {"failed_share", RoundedNumber(c.failed_share)},
+                          {"expected_involving", RoundedNumber(c.expected_involving)},
+                          {"avoidable", RoundedNumber(c.avoidable)}};
   Json days = Json::array();
   for (size_t begin = 0; begin < r.hours.size(); begin += 24) {
     const FailureRates day =
@@ -189,24 +188,18 @@ Json RunJson(const FailureSimResult& r) {
   run["days"] = std::move(days);
   Json flagged = Json::array();
   for (const FlaggedDevice& device : r.flagged) {
-    flagged.push_back({{"device", device.device.ToString()},
-                       {"first_flagged_hours", Number(ToHours(device.first_flagged_seconds))},
-                       {"bad_gpus", device.bad_gpus},
-                       {"healthy_gpus", device.healthy_gpus},
-                       {"quarantined", device.quarantined}});
+    flagged.push_back(
+        {{"device", device.device.ToString()},
+         {"first_flagged_hours", RoundedNumber(ToHours(device.first_flagged_seconds))},
+         {"bad_gpus", device.bad_gpus},
+         {"healthy_gpus", device.healthy_gpus},
+         {"quarantined", device.quarantined}});
   }
   run["flagged"] = std::move(flagged);
   return run;
 }
 
-std::string Cell(const std::string& text) {
-  return "<td>" + XmlEscape(text) + "</td>";
-}
-std::string NumCell(const std::string& text) {
-  return "<td class=\"num\">" + XmlEscape(text) + "</td>";
-}
-
-void AppendFigure(const ChartSpec& spec, std::string& body) {
+void AppendChart(const ChartSpec& spec, std::string& body) {
   body += FigureHtml(spec);
 }
 
@@ -244,13 +237,15 @@ void AppendSuspects(const FailureSimResult& r, std::string& body) {
       for (const auto& [xid, count] : e.xids) {
         xids += fmt::format("{}{}x{}", xids.empty() ? "" : " ", xid, count);
       }
-      body +=
-          "<tr>" + Cell(e.device.ToString() + (e.flagged ? "" : " (not flagged)")) + Cell(e.leaf) +
-          NumCell(std::to_string(e.runs)) + NumCell(std::to_string(e.failures)) +
-          NumCell(std::to_string(e.attributed_failures)) +
-          NumCell(fmt::format("{:.1f}", e.gpu_hours)) + NumCell(fmt::format("{:.3g}", e.expected)) +
-          NumCell(fmt::format("{:.2g}", e.p_value)) + NumCell(fmt::format("{:.2g}", e.q_value)) +
-          Cell(xids) + Cell(Truth(r, e.device)) + "</tr>\n";
+      body += "<tr>" + HtmlCell(e.device.ToString() + (e.flagged ? "" : " (not flagged)")) +
+              HtmlCell(e.leaf) + HtmlNumCell(std::to_string(e.runs)) +
+              HtmlNumCell(std::to_string(e.failures)) +
+              HtmlNumCell(std::to_string(e.attributed_failures)) +
+              HtmlNumCell(fmt::format("{:.1f}", e.gpu_hours)) +
+              HtmlNumCell(fmt::format("{:.3g}", e.expected)) +
+              HtmlNumCell(fmt::format("{:.2g}", e.p_value)) +
+              HtmlNumCell(fmt::format("{:.2g}", e.q_value)) + HtmlCell(xids) +
+              HtmlCell(Truth(r, e.device)) + "</tr>\n";
     }
   }
   body += "</table>\n";
@@ -352,11 +347,11 @@ void WriteFailureJson(const std::vector<FailureSimResult>& results, std::ostream
         {"without_quarantine_after", RatesJson(c.without_quarantine_after)},
         {"with_quarantine_before", RatesJson(c.with_quarantine_before)},
         {"without_quarantine_before", RatesJson(c.without_quarantine_before)},
-        {"rate_ratio", Number(c.rate_ratio)},
-        {"failed_share_ratio", Number(c.failed_share_ratio)},
+        {"rate_ratio", RoundedNumber(c.rate_ratio)},
+        {"failed_share_ratio", RoundedNumber(c.failed_share_ratio)},
         {"with_quarantine_second_half", RatesJson(c.with_quarantine_second_half)},
         {"without_quarantine_second_half", RatesJson(c.without_quarantine_second_half)},
-        {"second_half_rate_ratio", Number(c.second_half_rate_ratio)}};
+        {"second_half_rate_ratio", RoundedNumber(c.second_half_rate_ratio)}};
   }
   out << json.dump(-1, ' ', false, Json::error_handler_t::replace) << '\n';
 }
@@ -384,9 +379,9 @@ Status WriteFailureReport(const std::vector<FailureSimResult>& results, const st
   }
   body += "</tr>\n";
   for (const auto& [label, values] : SummaryRows(results)) {
-    body += "<tr>" + Cell(label);
+    body += "<tr>" + HtmlCell(label);
     for (const std::string& value : values) {
-      body += NumCell(value);
+      body += HtmlNumCell(value);
     }
     body += "</tr>\n";
   }
@@ -473,11 +468,11 @@ Status WriteFailureReport(const std::vector<FailureSimResult>& results, const st
     }
     found.series.push_back(std::move(when));
   }
-  AppendFigure(by_rank, body);
-  AppendFigure(curve, body);
+  AppendChart(by_rank, body);
+  AppendChart(curve, body);
   body += "<h2>Failures over time and detection</h2>\n";
-  AppendFigure(daily, body);
-  AppendFigure(found, body);
+  AppendChart(daily, body);
+  AppendChart(found, body);
 
   body +=
       "<h2>The large training job</h2>\n<table>\n<tr><th>run</th><th>GPUs</th><th>ETTR</th>"
@@ -485,14 +480,15 @@ Status WriteFailureReport(const std::vector<FailureSimResult>& results, const st
       "<th>waiting h</th><th>runs</th><th>failures</th><th>drains</th></tr>\n";
   for (const FailureSimResult& r : results) {
     const LargeJobStats& l = r.large_job;
-    body += "<tr>" + Cell(RunName(r)) + NumCell(std::to_string(l.gpus)) +
-            NumCell(fmt::format("{:.3f}", l.Ettr())) +
-            NumCell(fmt::format("{:.1f}", l.useful_hours)) +
-            NumCell(fmt::format("{:.1f}", l.lost_hours)) +
-            NumCell(fmt::format("{:.1f}", l.restart_hours)) +
-            NumCell(fmt::format("{:.1f}", l.checkpoint_hours)) +
-            NumCell(fmt::format("{:.1f}", l.waiting_hours)) + NumCell(std::to_string(l.runs)) +
-            NumCell(std::to_string(l.failures)) + NumCell(std::to_string(l.drains)) + "</tr>\n";
+    body += "<tr>" + HtmlCell(RunName(r)) + HtmlNumCell(std::to_string(l.gpus)) +
+            HtmlNumCell(fmt::format("{:.3f}", l.Ettr())) +
+            HtmlNumCell(fmt::format("{:.1f}", l.useful_hours)) +
+            HtmlNumCell(fmt::format("{:.1f}", l.lost_hours)) +
+            HtmlNumCell(fmt::format("{:.1f}", l.restart_hours)) +
+            HtmlNumCell(fmt::format("{:.1f}", l.checkpoint_hours)) +
+            HtmlNumCell(fmt::format("{:.1f}", l.waiting_hours)) +
+            HtmlNumCell(std::to_string(l.runs)) + HtmlNumCell(std::to_string(l.failures)) +
+            HtmlNumCell(std::to_string(l.drains)) + "</tr>\n";
   }
   body += "</table>\n";
 
@@ -511,12 +507,12 @@ Status WriteFailureReport(const std::vector<FailureSimResult>& results, const st
         "<th>drain</th><th>by</th><th>GPUs out</th><th>reason</th></tr>\n";
     for (size_t i = 0; i < std::min(kAuditRows, r.audit_log.size()); ++i) {
       const reliability::AuditEntry& e = r.audit_log[i];
-      body += "<tr>" + NumCell(std::to_string(e.sequence)) +
-              NumCell(fmt::format("{:.1f}",
-                                  static_cast<double>(e.time.nanos) / 1e9 / kSecondsPerHour)) +
-              Cell(reliability::AuditActionName(e.action)) + Cell(e.device.ToString()) +
-              Cell(e.leaf) + Cell(reliability::DrainModeName(e.mode)) + Cell(e.actor) +
-              NumCell(std::to_string(e.gpus_out)) + Cell(e.reason) + "</tr>\n";
+      body += "<tr>" + HtmlNumCell(std::to_string(e.sequence)) +
+              HtmlNumCell(fmt::format("{:.1f}",
+                                      static_cast<double>(e.time.nanos) / 1e9 / kSecondsPerHour)) +
+              HtmlCell(reliability::AuditActionName(e.action)) + HtmlCell(e.device.ToString()) +
+              HtmlCell(e.leaf) + HtmlCell(reliability::DrainModeName(e.mode)) + HtmlCell(e.actor) +
+              HtmlNumCell(std::to_string(e.gpus_out)) + HtmlCell(e.reason) + "</tr>\n";
     }
     body += "</table>\n";
   }

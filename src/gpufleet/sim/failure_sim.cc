@@ -26,7 +26,7 @@ using reliability::DeviceKind;
 using reliability::ExitReason;
 using scheduler::TaskPlacement;
 
-constexpr int64_t kSecondsPerHour = 3600;
+constexpr int64_t kHourSeconds = 3600;
 constexpr int64_t kNanosPerSecond = 1'000'000'000;
 
 // The event queue as the monitor's clock: simulated seconds as nanoseconds.
@@ -195,7 +195,7 @@ std::vector<int> FailureSim::GpusOf(const Device& device) const {
 }
 
 HourStats& FailureSim::HourOf(int64_t time) {
-  const size_t hour = std::min(static_cast<size_t>(std::max<int64_t>(time, 0) / kSecondsPerHour),
+  const size_t hour = std::min(static_cast<size_t>(std::max<int64_t>(time, 0) / kHourSeconds),
                                result_.hours.size() - 1);
   return result_.hours[hour];
 }
@@ -206,10 +206,10 @@ void FailureSim::AccrueBusy() {
   const int64_t to = events_.now();
   busy_gpu_seconds_ += static_cast<double>(busy_gpus_) * static_cast<double>(to - from);
   while (from < to) {
-    const int64_t hour_end = (from / kSecondsPerHour + 1) * kSecondsPerHour;
+    const int64_t hour_end = (from / kHourSeconds + 1) * kHourSeconds;
     const int64_t until = std::min(hour_end, to);
     HourOf(from).busy_gpu_hours +=
-        static_cast<double>(busy_gpus_) * static_cast<double>(until - from) / kSecondsPerHour;
+        static_cast<double>(busy_gpus_) * static_cast<double>(until - from) / kHourSeconds;
     from = until;
   }
   busy_since_ = to;
@@ -322,7 +322,7 @@ void FailureSim::Round() {
       large_first_start_ = events_.now();
     } else {
       result_.large_job.waiting_hours +=
-          static_cast<double>(events_.now() - large_waiting_since_) / kSecondsPerHour;
+          static_cast<double>(events_.now() - large_waiting_since_) / kHourSeconds;
     }
   }
   int64_t free = (snapshot_.TotalGpuMilli() - snapshot_.AllocatedGpuMilli()) / kMilliPerUnit;
@@ -414,8 +414,7 @@ void FailureSim::DrawEnd(size_t index) {
   for (int gpu : job.gpus_held) {
     hazard_per_hour += rate_per_hour_[gpu];
   }
-  const double until_failure =
-      ExponentialSeconds(failure_random_, hazard_per_hour / kSecondsPerHour);
+  const double until_failure = ExponentialSeconds(failure_random_, hazard_per_hour / kHourSeconds);
   const int64_t now = events_.now();
   const uint64_t epoch = job.epoch;
   const double horizon = static_cast<double>(options_.duration_seconds);
@@ -509,7 +508,7 @@ void FailureSim::AccountLargeRun(const SimJob& job, bool kept_in_progress) {
   const int64_t in_progress = std::min(rest, spec.checkpoint_interval_seconds);
   const int64_t writing = cycles * spec.checkpoint_write_seconds + (rest - in_progress);
   LargeJobStats& stats = result_.large_job;
-  const double hour = kSecondsPerHour;
+  const double hour = kHourSeconds;
   stats.restart_hours += static_cast<double>(restart) / hour;
   stats.checkpoint_hours += static_cast<double>(writing) / hour;
   stats.useful_hours += static_cast<double>(cycles * spec.checkpoint_interval_seconds +
@@ -535,7 +534,7 @@ void FailureSim::StopRun(size_t index, ExitReason reason, std::vector<reliabilit
     owner_[gpu] = -1;
     if (bad_index_[gpu] >= 0) {
       result_.bad_gpus[bad_index_[gpu]].busy_hours +=
-          static_cast<double>(events_.now() - job.started_at) / kSecondsPerHour;
+          static_cast<double>(events_.now() - job.started_at) / kHourSeconds;
     }
     if (pending_hold_[gpu]) {
       Hold(gpu);
@@ -661,16 +660,16 @@ void FailureSim::Finish() {
       for (int gpu : large.gpus_held) {
         if (bad_index_[gpu] >= 0) {
           result_.bad_gpus[bad_index_[gpu]].busy_hours +=
-              static_cast<double>(events_.now() - large.started_at) / kSecondsPerHour;
+              static_cast<double>(events_.now() - large.started_at) / kHourSeconds;
         }
       }
     } else if (large_waiting_ && large_first_start_ >= 0) {
       result_.large_job.waiting_hours +=
-          static_cast<double>(events_.now() - large_waiting_since_) / kSecondsPerHour;
+          static_cast<double>(events_.now() - large_waiting_since_) / kHourSeconds;
     }
     if (large_first_start_ >= 0) {
       result_.large_job.wall_hours =
-          static_cast<double>(events_.now() - large_first_start_) / kSecondsPerHour;
+          static_cast<double>(events_.now() - large_first_start_) / kHourSeconds;
     }
   }
   for (const SimJob& job : jobs_) {
@@ -678,7 +677,7 @@ void FailureSim::Finish() {
       for (int gpu : job.gpus_held) {
         if (bad_index_[gpu] >= 0) {
           result_.bad_gpus[bad_index_[gpu]].busy_hours +=
-              static_cast<double>(events_.now() - job.started_at) / kSecondsPerHour;
+              static_cast<double>(events_.now() - job.started_at) / kHourSeconds;
         }
       }
     }
@@ -760,7 +759,7 @@ Result<FailureSimResult> FailureSim::Run() {
   result_.duration_seconds = options_.duration_seconds;
   result_.large_job.gpus = options_.large_job.gpus;
   result_.hours.resize(
-      static_cast<size_t>((options_.duration_seconds + kSecondsPerHour - 1) / kSecondsPerHour));
+      static_cast<size_t>((options_.duration_seconds + kHourSeconds - 1) / kHourSeconds));
   InjectFaults();
   GPUFLEET_RETURN_IF_ERROR(CreateJobs());
   events_.ScheduleAt(std::min(options_.analysis_interval_seconds, options_.duration_seconds - 1),

@@ -51,4 +51,12 @@ std::string FigureHtml(const ChartSpec& spec) {
   return "<figure>\n" + RenderLineChart(spec) + "</figure>\n";
 }
 
+std::string HtmlCell(std::string_view text) {
+  return "<td>" + XmlEscape(text) + "</td>";
+}
+
+std::string HtmlNumCell(std::string_view text) {
+  return "<td class=\"num\">" + XmlEscape(text) + "</td>";
+}
+
 }  // namespace gpufleet::sim

@@ -22,4 +22,11 @@ Status WriteHtmlPage(std::string_view title, std::string_view body, std::ostream
 // `<figure>` around the chart of `spec`.
 std::string FigureHtml(const ChartSpec& spec);
 
+// A table cell with `text` escaped: `<td>`, or `<td class="num">` (right-aligned) for numbers.
+std::string HtmlCell(std::string_view text);
+std::string HtmlNumCell(std::string_view text);
+
+// Seconds in the hours the reports print.
+inline constexpr double kSecondsPerHour = 3600.0;
+
 }  // namespace gpufleet::sim

@@ -18,7 +18,6 @@
 namespace gpufleet::sim {
 namespace {
 
-constexpr double kSecondsPerHour = 3600.0;
 constexpr double kSecondsPerMinute = 60.0;
 // The target for busy GPUs over allocated GPUs with reclaim.
 constexpr double kTargetBusyOfAllocated = 0.85;
@@ -137,14 +136,6 @@ std::string Minutes(double seconds) {
 
 std::string Percent(double share) {
   return fmt::format("{:.1f} %", 100.0 * share);
-}
-
-std::string Cell(const std::string& text) {
-  return "<td>" + XmlEscape(text) + "</td>";
-}
-
-std::string NumCell(const std::string& text) {
-  return "<td class=\"num\">" + XmlEscape(text) + "</td>";
 }
 
 std::string ReclaimDescription(const InteractiveMixRunSpec& spec) {
@@ -429,18 +420,18 @@ Status WriteInteractiveMixReport(const InteractiveMixResult& result, const std::
       "<th>p90</th><th>mean wait per resume</th><th>mean stretch</th></tr>\n";
   for (const InteractiveMixRun& run : result.runs) {
     const InteractiveOutcome& notebooks = run.notebooks;
-    body += "<tr>" + Cell(run.spec.name) + Cell(ReclaimDescription(run.spec)) +
-            NumCell(fmt::format("{:.1f}", run.mean_gpus_allocated)) +
-            NumCell(fmt::format("{:.1f}", run.mean_gpus_busy)) +
-            NumCell(Percent(run.BusyOfAllocated())) + NumCell(Percent(run.BusyOfTotal())) +
-            NumCell(Hours(run.batch_queueing_delay.mean)) +
-            NumCell(Hours(run.batch_completion_time.mean)) +
-            NumCell(std::to_string(notebooks.reclaims)) +
-            NumCell(fmt::format("{} of {}", notebooks.reclaimed, notebooks.sessions)) +
-            NumCell(Minutes(notebooks.session_resume_wait.p50)) +
-            NumCell(Minutes(notebooks.session_resume_wait.p90)) +
-            NumCell(Minutes(notebooks.mean_resume_wait_seconds)) +
-            NumCell(fmt::format("{:.2f}x", notebooks.session_stretch.mean)) + "</tr>\n";
+    body += "<tr>" + HtmlCell(run.spec.name) + HtmlCell(ReclaimDescription(run.spec)) +
+            HtmlNumCell(fmt::format("{:.1f}", run.mean_gpus_allocated)) +
+            HtmlNumCell(fmt::format("{:.1f}", run.mean_gpus_busy)) +
+            HtmlNumCell(Percent(run.BusyOfAllocated())) + HtmlNumCell(Percent(run.BusyOfTotal())) +
+            HtmlNumCell(Hours(run.batch_queueing_delay.mean)) +
+            HtmlNumCell(Hours(run.batch_completion_time.mean)) +
+            HtmlNumCell(std::to_string(notebooks.reclaims)) +
+            HtmlNumCell(fmt::format("{} of {}", notebooks.reclaimed, notebooks.sessions)) +
+            HtmlNumCell(Minutes(notebooks.session_resume_wait.p50)) +
+            HtmlNumCell(Minutes(notebooks.session_resume_wait.p90)) +
+            HtmlNumCell(Minutes(notebooks.mean_resume_wait_seconds)) +
+            HtmlNumCell(fmt::format("{:.2f}x", notebooks.session_stretch.mean)) + "</tr>\n";
   }
   body += "</table>\n";
 

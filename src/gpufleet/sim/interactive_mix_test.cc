@@ -30,7 +30,7 @@ Cluster Gpus(int nodes, const GpuCatalog& catalog) {
   return MakeSyntheticCluster({1, 1, nodes, 8, "V100-32GB"}, catalog).value();
 }
 
-const ReplayJobOutcome& Outcome(const ReplayResult& result, const std::string& id) {
+const ReplayJobOutcome& OutcomeOf(const ReplayResult& result, const std::string& id) {
   for (const ReplayJobOutcome& job : result.jobs) {
     if (job.id == id) {
       return job;
@@ -98,8 +98,8 @@ TEST(InteractiveActivity, WithoutReclaimTheScheduleIsUnchanged) {
   ASSERT_OK(before);
   ASSERT_OK(after);
   for (const ReplayJobOutcome& job : before->jobs) {
-    EXPECT_EQ(Outcome(*after, job.id).first_start_seconds, job.first_start_seconds) << job.id;
-    EXPECT_EQ(Outcome(*after, job.id).end_seconds, job.end_seconds) << job.id;
+    EXPECT_EQ(OutcomeOf(*after, job.id).first_start_seconds, job.first_start_seconds) << job.id;
+    EXPECT_EQ(OutcomeOf(*after, job.id).end_seconds, job.end_seconds) << job.id;
   }
   // Without the model a notebook counts as busy throughout.
   EXPECT_DOUBLE_EQ(before->busy_gpu_seconds, before->allocated_gpu_seconds);
@@ -126,8 +126,8 @@ TEST(IdleReclaim, AReclaimedNotebookComesBackAndFinishesItsSession) {
     options.idle_reclaim->action = action;
     auto result = RunReplay(Gpus(2, catalog), OneNotebookInAFullCluster(), catalog, options);
     ASSERT_OK(result);
-    const ReplayJobOutcome& notebook = Outcome(*result, "nb");
-    const ReplayJobOutcome& waiter = Outcome(*result, "waiter");
+    const ReplayJobOutcome& notebook = OutcomeOf(*result, "nb");
+    const ReplayJobOutcome& waiter = OutcomeOf(*result, "waiter");
     EXPECT_EQ(result->jobs_finished, 4);
     EXPECT_GE(notebook.reclaims, 1);
     EXPECT_EQ(result->interactive.reclaims, notebook.reclaims);
@@ -153,8 +153,8 @@ TEST(IdleReclaim, ANotebookBusyThroughoutIsNeverReclaimed) {
   auto result = RunReplay(Gpus(2, catalog), OneNotebookInAFullCluster(), catalog, options);
   ASSERT_OK(result);
   EXPECT_EQ(result->interactive.reclaims, 0);
-  EXPECT_EQ(Outcome(*result, "nb").end_seconds, 6 * kHour);
-  EXPECT_EQ(Outcome(*result, "waiter").first_start_seconds, 6 * kHour);
+  EXPECT_EQ(OutcomeOf(*result, "nb").end_seconds, 6 * kHour);
+  EXPECT_EQ(OutcomeOf(*result, "waiter").first_start_seconds, 6 * kHour);
   EXPECT_DOUBLE_EQ(result->busy_gpu_seconds, result->allocated_gpu_seconds);
 }
 
@@ -168,8 +168,8 @@ TEST(IdleReclaim, NothingIsReclaimedWhileNoWorkWaits) {
   auto result = RunReplay(Gpus(2, catalog), trace, catalog, options);
   ASSERT_OK(result);
   EXPECT_EQ(result->interactive.reclaims, 0);
-  EXPECT_EQ(Outcome(*result, "nb1").end_seconds, 6 * kHour);
-  EXPECT_EQ(Outcome(*result, "nb2").end_seconds, 100 + 6 * kHour);
+  EXPECT_EQ(OutcomeOf(*result, "nb1").end_seconds, 6 * kHour);
+  EXPECT_EQ(OutcomeOf(*result, "nb2").end_seconds, 100 + 6 * kHour);
 }
 
 TEST(IdleReclaim, BadReplayOptionsAreErrors) {

@@ -28,7 +28,7 @@
 namespace gpufleet::sim {
 namespace {
 
-constexpr int64_t kSecondsPerDay = 86400;
+constexpr int64_t kDaySeconds = 86400;
 constexpr double kPi = 3.14159265358979323846;
 constexpr int kLargeSize = 3;  // sizes from here up count as "large" in the mix chart
 
@@ -67,7 +67,7 @@ double MeanSize(const std::array<double, 5>& mix) {
 // The mix at `time`: the night mix at midnight, the day mix at noon.
 std::array<double, 5> MixAt(const std::array<double, 5>& day, const std::array<double, 5>& night,
                             int64_t time) {
-  const double phase = 2 * kPi * static_cast<double>(time % kSecondsPerDay) / kSecondsPerDay;
+  const double phase = 2 * kPi * static_cast<double>(time % kDaySeconds) / kDaySeconds;
   const double night_weight = 0.5 + 0.5 * std::cos(phase);
   std::array<double, 5> mix{};
   for (size_t i = 0; i < mix.size(); ++i) {
@@ -493,20 +493,12 @@ class MigSim {
   Status error_;
 };
 
-std::string Percent(double share) {
+std::string PercentText(double share) {
   return fmt::format("{:.1f}%", 100 * share);
 }
 
-std::string Minutes(double seconds) {
+std::string MinutesText(double seconds) {
   return fmt::format("{:.1f} min", seconds / 60);
-}
-
-std::string Cell(const std::string& text) {
-  return "<td>" + XmlEscape(text) + "</td>";
-}
-
-std::string NumCell(const std::string& text) {
-  return "<td class=\"num\">" + XmlEscape(text) + "</td>";
 }
 
 }  // namespace
@@ -679,13 +671,15 @@ void PrintMigSummary(const std::vector<MigSimResult>& results, std::ostream& out
   row("", [](const MigSimResult& r) { return std::string(MigModeName(r.mode)); });
   row("tasks submitted", [](const MigSimResult& r) { return std::to_string(r.submitted); });
   row("served", [](const MigSimResult& r) {
-    return fmt::format("{} ({})", r.served, Percent(r.ServedShare()));
+    return fmt::format("{} ({})", r.served, PercentText(r.ServedShare()));
   });
   row("abandoned (patience)", [](const MigSimResult& r) { return std::to_string(r.abandoned); });
   row("waiting at the end", [](const MigSimResult& r) { return std::to_string(r.waiting_at_end); });
-  row("mean wait of served", [](const MigSimResult& r) { return Minutes(r.mean_wait_seconds); });
-  row("p95 wait of served", [](const MigSimResult& r) { return Minutes(r.p95_wait_seconds); });
-  row("GPU-slice utilization", [](const MigSimResult& r) { return Percent(r.slice_utilization); });
+  row("mean wait of served",
+      [](const MigSimResult& r) { return MinutesText(r.mean_wait_seconds); });
+  row("p95 wait of served", [](const MigSimResult& r) { return MinutesText(r.p95_wait_seconds); });
+  row("GPU-slice utilization",
+      [](const MigSimResult& r) { return PercentText(r.slice_utilization); });
   for (size_t s = 0; s < kMigSizes.size(); ++s) {
     row(fmt::format("served {}g", kMigSizes[s]), [s](const MigSimResult& r) {
       const MigSizeStats& stats = r.by_size[s];
@@ -723,14 +717,14 @@ Status WriteMigReport(const std::vector<MigSimResult>& results, const MigSimOpti
       "at an offered load of {} of the slices, mean run time {}, patience {}; the mix moves "
       "from small instances at noon to large ones at midnight.</p>\n",
       first.total_gpus, XmlEscape(groups), first.total_slices,
-      static_cast<double>(first.duration_seconds) / kSecondsPerDay, first.seed, first.submitted,
-      options.load, Minutes(static_cast<double>(options.mean_duration_seconds)),
-      Minutes(static_cast<double>(options.patience_seconds)));
+      static_cast<double>(first.duration_seconds) / kDaySeconds, first.seed, first.submitted,
+      options.load, MinutesText(static_cast<double>(options.mean_duration_seconds)),
+      MinutesText(static_cast<double>(options.patience_seconds)));
   std::string claim;
   for (const MigSimResult& r : results) {
-    claim +=
-        fmt::format("{}{}: {} of tasks served, {} of slices busy", claim.empty() ? "" : "; ",
-                    MigModeName(r.mode), Percent(r.ServedShare()), Percent(r.slice_utilization));
+    claim += fmt::format("{}{}: {} of tasks served, {} of slices busy", claim.empty() ? "" : "; ",
+                         MigModeName(r.mode), PercentText(r.ServedShare()),
+                         PercentText(r.slice_utilization));
   }
   append("<p class=\"claim\">{}.</p>\n", XmlEscape(claim));
 
@@ -740,14 +734,18 @@ Status WriteMigReport(const std::vector<MigSimResult>& results, const MigSimOpti
       "<th>slice utilization</th><th>GPUs reconfigured</th><th>destroyed</th>"
       "<th>created</th><th>planner runs</th><th>budget hit</th></tr>\n";
   for (const MigSimResult& r : results) {
-    body += "<tr>" + Cell(MigModeName(r.mode)) + NumCell(std::to_string(r.submitted)) +
-            NumCell(fmt::format("{} ({})", r.served, Percent(r.ServedShare()))) +
-            NumCell(std::to_string(r.abandoned)) + NumCell(std::to_string(r.waiting_at_end)) +
-            NumCell(Minutes(r.mean_wait_seconds)) + NumCell(Minutes(r.p95_wait_seconds)) +
-            NumCell(Percent(r.slice_utilization)) + NumCell(std::to_string(r.gpus_reconfigured)) +
-            NumCell(std::to_string(r.instances_destroyed)) +
-            NumCell(std::to_string(r.instances_created)) + NumCell(std::to_string(r.planner_runs)) +
-            NumCell(std::to_string(r.planner_runs_not_optimal)) + "</tr>\n";
+    body += "<tr>" + HtmlCell(MigModeName(r.mode)) + HtmlNumCell(std::to_string(r.submitted)) +
+            HtmlNumCell(fmt::format("{} ({})", r.served, PercentText(r.ServedShare()))) +
+            HtmlNumCell(std::to_string(r.abandoned)) +
+            HtmlNumCell(std::to_string(r.waiting_at_end)) +
+            HtmlNumCell(MinutesText(r.mean_wait_seconds)) +
+            HtmlNumCell(MinutesText(r.p95_wait_seconds)) +
+            HtmlNumCell(PercentText(r.slice_utilization)) +
+            HtmlNumCell(std::to_string(r.gpus_reconfigured)) +
+            HtmlNumCell(std::to_string(r.instances_destroyed)) +
+            HtmlNumCell(std::to_string(r.instances_created)) +
+            HtmlNumCell(std::to_string(r.planner_runs)) +
+            HtmlNumCell(std::to_string(r.planner_runs_not_optimal)) + "</tr>\n";
   }
   body += "</table>\n";
 
@@ -757,14 +755,14 @@ Status WriteMigReport(const std::vector<MigSimResult>& results, const MigSimOpti
   }
   body += "</tr>\n";
   for (size_t s = 0; s < kMigSizes.size(); ++s) {
-    body +=
-        "<tr>" + Cell(fmt::format("{}g ({} submitted)", kMigSizes[s], first.by_size[s].submitted));
+    body += "<tr>" +
+            HtmlCell(fmt::format("{}g ({} submitted)", kMigSizes[s], first.by_size[s].submitted));
     for (const MigSimResult& r : results) {
       const MigSizeStats& stats = r.by_size[s];
-      body +=
-          NumCell(stats.submitted > 0 ? Percent(static_cast<double>(stats.served) / stats.submitted)
-                                      : "-") +
-          NumCell(Minutes(stats.mean_wait_seconds));
+      body += HtmlNumCell(stats.submitted > 0
+                              ? PercentText(static_cast<double>(stats.served) / stats.submitted)
+                              : "-") +
+              HtmlNumCell(MinutesText(stats.mean_wait_seconds));
     }
     body += "</tr>\n";
   }

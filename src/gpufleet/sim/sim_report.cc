@@ -26,7 +26,6 @@ using Json = nlohmann::ordered_json;
 
 // The ratio arrays cover at least 0 .. 130 % of arrived load (the FGD experiment's range).
 constexpr int kMinRatioEntries = 131;
-constexpr double kSecondsPerHour = 3600.0;
 
 // `value` rounded to 4 decimals, or null when it is not finite.
 Json Number(double value) {
@@ -125,13 +124,6 @@ std::vector<std::string> RunLabels(const std::vector<ReplayResult>& results) {
     labels.push_back(std::move(label));
   }
   return labels;
-}
-
-std::string Cell(const std::string& text) {
-  return "<td>" + XmlEscape(text) + "</td>";
-}
-std::string NumCell(const std::string& text) {
-  return "<td class=\"num\">" + XmlEscape(text) + "</td>";
 }
 
 }  // namespace
@@ -282,18 +274,19 @@ Status WriteFillReport(const std::vector<FillResult>& results, const std::string
                                    "median)</th>") +
       "</tr>\n<tr><th>80 %</th><th>90 %</th><th>100 %</th><th>130 %</th></tr>\n";
   for (const FillPolicySummary& s : summaries) {
-    body +=
-        "<tr>" + Cell(s.policy) + NumCell(std::to_string(s.seeds)) +
-        NumCell(Fixed(s.median_unallocated_gpus_at_100, 1)) +
-        NumCell(Fixed(s.mean_unallocated_percent_at_100, 2)) +
-        NumCell(Fixed(s.mean_allocation_at_80, 2)) + NumCell(Fixed(s.mean_allocation_at_90, 2)) +
-        NumCell(Fixed(s.mean_allocation_at_100, 2)) + NumCell(Fixed(s.mean_allocation_at_130, 2)) +
-        NumCell(Fixed(s.mean_fragmentation_percent_at_100, 2)) +
-        NumCell(Fixed(s.mean_fragmentation_rate_at_90, 1)) +
-        (bounds.empty()          ? std::string()
-         : s.median_gap_to_bound ? NumCell(Fixed(*s.median_gap_to_bound, 1))
-                                 : NumCell("-")) +
-        "</tr>\n";
+    body += "<tr>" + HtmlCell(s.policy) + HtmlNumCell(std::to_string(s.seeds)) +
+            HtmlNumCell(Fixed(s.median_unallocated_gpus_at_100, 1)) +
+            HtmlNumCell(Fixed(s.mean_unallocated_percent_at_100, 2)) +
+            HtmlNumCell(Fixed(s.mean_allocation_at_80, 2)) +
+            HtmlNumCell(Fixed(s.mean_allocation_at_90, 2)) +
+            HtmlNumCell(Fixed(s.mean_allocation_at_100, 2)) +
+            HtmlNumCell(Fixed(s.mean_allocation_at_130, 2)) +
+            HtmlNumCell(Fixed(s.mean_fragmentation_percent_at_100, 2)) +
+            HtmlNumCell(Fixed(s.mean_fragmentation_rate_at_90, 1)) +
+            (bounds.empty()          ? std::string()
+             : s.median_gap_to_bound ? HtmlNumCell(Fixed(*s.median_gap_to_bound, 1))
+                                     : HtmlNumCell("-")) +
+            "</tr>\n";
   }
   body += "</table>\n";
   if (!bounds.empty()) {
@@ -350,15 +343,16 @@ Status WriteReplayReport(const std::vector<ReplayResult>& results, const std::st
   for (const ReplayResult& r : results) {
     const double share =
         r.total_gpus > 0 ? 100.0 * r.mean_gpus_allocated / r.total_gpus : std::nan("");
-    body += "<tr>" + Cell(r.queue_policy) + Cell(r.placement_policy) +
-            NumCell(std::to_string(r.seed)) + NumCell(std::to_string(r.total_gpus)) +
-            NumCell(std::to_string(r.jobs_total)) + NumCell(std::to_string(r.jobs_finished)) +
-            NumCell(std::to_string(r.jobs_unplaceable)) +
-            NumCell(Duration(static_cast<double>(r.makespan_seconds))) +
-            NumCell(Fixed(r.mean_gpus_allocated, 1) + " (" + Fixed(share, 1) + " %)");
+    body += "<tr>" + HtmlCell(r.queue_policy) + HtmlCell(r.placement_policy) +
+            HtmlNumCell(std::to_string(r.seed)) + HtmlNumCell(std::to_string(r.total_gpus)) +
+            HtmlNumCell(std::to_string(r.jobs_total)) +
+            HtmlNumCell(std::to_string(r.jobs_finished)) +
+            HtmlNumCell(std::to_string(r.jobs_unplaceable)) +
+            HtmlNumCell(Duration(static_cast<double>(r.makespan_seconds))) +
+            HtmlNumCell(Fixed(r.mean_gpus_allocated, 1) + " (" + Fixed(share, 1) + " %)");
     for (const Distribution* d : {&r.queueing_delay, &r.completion_time}) {
-      body += NumCell(Duration(d->mean)) + NumCell(Duration(d->p50)) + NumCell(Duration(d->p90)) +
-              NumCell(Duration(d->p99));
+      body += HtmlNumCell(Duration(d->mean)) + HtmlNumCell(Duration(d->p50)) +
+              HtmlNumCell(Duration(d->p90)) + HtmlNumCell(Duration(d->p99));
     }
     body += "</tr>\n";
   }

@@ -20,7 +20,7 @@ using reliability::DeviceEvidence;
 using reliability::DeviceKind;
 using reliability::ExitReason;
 
-constexpr int64_t kNanosPerSecond = 1'000'000'000;
+constexpr int64_t kNanosecondsPerSecond = 1'000'000'000;
 
 // One run as the attribution sees it, before the fleet is known.
 struct SlurmRun {
@@ -94,7 +94,7 @@ void Count(ExitReason reason, SlurmOutcomeCounts& counts) {
 }
 
 MonoTime At(int64_t seconds) {
-  return MonoTime{seconds * kNanosPerSecond};
+  return MonoTime{seconds * kNanosecondsPerSecond};
 }
 
 }  // namespace

@@ -19,7 +19,7 @@
 namespace gpufleet::sim {
 namespace {
 
-constexpr int64_t kMaxGpus = 1'000'000;
+constexpr int64_t kMaxGpusPerJob = 1'000'000;
 constexpr int64_t kMaxNodes = 1'000'000;
 
 std::string Lower(std::string_view text) {
@@ -317,7 +317,7 @@ Status SacctReader::ParseAllocTres(SacctJob::Component& component,
     const bool gpu = key == "gres/gpu" || key.starts_with("gres/gpu:");
     if (gpu || key == "cpu") {
       const std::optional<int64_t> count = ToInt64(value);
-      if (!count || *count < 0 || *count > kMaxGpus * 1000) {
+      if (!count || *count < 0 || *count > kMaxGpusPerJob * 1000) {
         return InvalidArgumentError(fmt::format("{}: \"{}\" in \"{}\" is not a count",
                                                 reader_.Where(alloc_tres_), entry, text));
       }
@@ -345,10 +345,10 @@ Status SacctReader::ParseAllocTres(SacctJob::Component& component,
     }
   }
   component.gpus = untyped_gpus.value_or(typed_gpus);
-  if (component.gpus > kMaxGpus) {
+  if (component.gpus > kMaxGpusPerJob) {
     return InvalidArgumentError(fmt::format("{}: {} GPUs in \"{}\" (at most {})",
                                             reader_.Where(alloc_tres_), component.gpus, text,
-                                            kMaxGpus));
+                                            kMaxGpusPerJob));
   }
   return Status::Ok();
 }

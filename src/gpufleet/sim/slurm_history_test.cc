@@ -24,7 +24,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Pair;
 
-const std::string kDataDir = GPUFLEET_TEST_DATA_DIR;
+const std::string kSacctDataDir = GPUFLEET_TEST_DATA_DIR;
 const std::string kShortHeader =
     "JobID|Submit|Start|End|State|Partition|Account|User|NNodes|AllocTRES\n";
 const std::string kLongHeader =
@@ -38,8 +38,8 @@ std::string ReadFile(const std::string& path) {
   return text.str();
 }
 
-Result<SacctHistory> ReadText(const std::string& text, GpuCatalog& catalog,
-                              const SacctOptions& options = {}) {
+Result<SacctHistory> ReadSacctText(const std::string& text, GpuCatalog& catalog,
+                                   const SacctOptions& options = {}) {
   std::istringstream in(text);
   return ReadSacctHistory(in, "sacct.txt", options, catalog);
 }
@@ -59,7 +59,7 @@ int WholeGpusOf(const TaskGroup& group) {
 
 TEST(SacctHistory, ReplaysTheSiteFixtureAsItIs) {
   GpuCatalog catalog = GpuCatalog::Default();
-  auto history = LoadSacctHistory(kDataDir + "/examples/sacct_slurm_site.txt", {}, catalog);
+  auto history = LoadSacctHistory(kSacctDataDir + "/examples/sacct_slurm_site.txt", {}, catalog);
   ASSERT_OK(history);
   std::vector<std::string> ids;
   for (const TraceJob& job : history->trace.jobs) {
@@ -122,7 +122,7 @@ TEST(SacctHistory, ReplaysTheSiteFixtureAsItIs) {
 
 TEST(SacctHistory, EveryJobOfTheFixtureRunsOnTheInferredCluster) {
   GpuCatalog catalog = GpuCatalog::Default();
-  auto history = LoadSacctHistory(kDataDir + "/examples/sacct_slurm_site.txt", {}, catalog);
+  auto history = LoadSacctHistory(kSacctDataDir + "/examples/sacct_slurm_site.txt", {}, catalog);
   ASSERT_OK(history);
   auto cluster = BuildSlurmCluster(history->nodes, catalog);
   ASSERT_OK(cluster);
@@ -139,12 +139,12 @@ TEST(SacctHistory, EveryJobOfTheFixtureRunsOnTheInferredCluster) {
 
 TEST(SacctHistory, JobsThatCannotFitAreNeverWithTheirReason) {
   GpuCatalog catalog = GpuCatalog::Default();
-  auto history = ReadText(kShortHeader +
-                              "1|2024-03-01T08:00:00|2024-03-01T08:00:05|2024-03-01T10:00:05|"
-                              "COMPLETED|gpu|ml|alice|1|cpu=8,gres/gpu:a100=4,mem=64G\n"
-                              "2|2024-03-01T08:00:00|2024-03-01T08:00:05|2024-03-01T10:00:05|"
-                              "COMPLETED|gpu|ml|alice|1|cpu=8,gres/gpu:v100=2,mem=64G\n",
-                          catalog);
+  auto history = ReadSacctText(kShortHeader +
+                                   "1|2024-03-01T08:00:00|2024-03-01T08:00:05|2024-03-01T10:00:05|"
+                                   "COMPLETED|gpu|ml|alice|1|cpu=8,gres/gpu:a100=4,mem=64G\n"
+                                   "2|2024-03-01T08:00:00|2024-03-01T08:00:05|2024-03-01T10:00:05|"
+                                   "COMPLETED|gpu|ml|alice|1|cpu=8,gres/gpu:v100=2,mem=64G\n",
+                               catalog);
   ASSERT_OK(history);
   // A cluster of V100s only, as a site replaying on the wrong default would have.
   std::vector<SlurmNodeShape> shapes = {
@@ -181,13 +181,14 @@ TEST(SacctHistory, GpuTypesMapByTheDefaultTableTheFlagAndTheCatalog) {
   auto flag = ParseGresMap("tesla=V100-32GB,a100=A100-80GB", catalog);
   ASSERT_OK(flag);
   options.gres_map = *flag;
-  auto history = ReadText(kShortHeader + "1" + times + "COMPLETED|p|a|u|1|gres/gpu:a100_80g=1\n" +
-                              "2" + times + "COMPLETED|p|a|u|1|gres/gpu:tesla=1\n" + "3" + times +
-                              "COMPLETED|p|a|u|1|gres/gpu:a100=1\n" + "4" + times +
-                              "COMPLETED|p|a|u|1|gres/gpu:L40S=1\n" + "5" + times +
-                              "COMPLETED|p|a|u|1|gres/gpu:mi250=2\n" + "6" + times +
-                              "COMPLETED|p|a|u|1|gres/gpu:mi250=1\n",
-                          catalog, options);
+  auto history =
+      ReadSacctText(kShortHeader + "1" + times + "COMPLETED|p|a|u|1|gres/gpu:a100_80g=1\n" + "2" +
+                        times + "COMPLETED|p|a|u|1|gres/gpu:tesla=1\n" + "3" + times +
+                        "COMPLETED|p|a|u|1|gres/gpu:a100=1\n" + "4" + times +
+                        "COMPLETED|p|a|u|1|gres/gpu:L40S=1\n" + "5" + times +
+                        "COMPLETED|p|a|u|1|gres/gpu:mi250=2\n" + "6" + times +
+                        "COMPLETED|p|a|u|1|gres/gpu:mi250=1\n",
+                    catalog, options);
   ASSERT_OK(history);
   std::vector<std::string> models;
   for (const TraceJob& job : history->trace.jobs) {
@@ -209,7 +210,7 @@ TEST(SacctHistory, GpuTypesMapByTheDefaultTableTheFlagAndTheCatalog) {
 
 TEST(SacctHistory, NodeListHostlistsNameTheNodes) {
   GpuCatalog catalog = GpuCatalog::Default();
-  auto history = ReadText(
+  auto history = ReadSacctText(
       kLongHeader +
           "7|7|2024-03-01T08:00:00|Unknown|2024-03-01T08:00:05|2024-03-01T09:00:05|01:00:00|"
           "02:00:00|COMPLETED|0:0|5|gpu[01-04,07]||cpu=40,gres/gpu:h100=40,mem=1000G\n",
@@ -224,27 +225,27 @@ TEST(SacctHistory, NodeListHostlistsNameTheNodes) {
   EXPECT_THAT(names, ElementsAre("gpu01", "gpu02", "gpu03", "gpu04", "gpu07"));
   EXPECT_EQ(history->trace.jobs[0].job.runtime_estimate, std::chrono::hours(2));
 
-  EXPECT_THAT(
-      ReadText(kLongHeader + "7|7|2024-03-01T08:00:00|Unknown|2024-03-01T08:00:05|"
-                             "2024-03-01T09:00:05|01:00:00|02:00:00|COMPLETED|0:0|2|gpu[01-03]||"
-                             "gres/gpu=2\n",
-               catalog),
-      StatusIs(StatusCode::kInvalidArgument,
-               HasSubstr("sacct.txt:2: column \"NodeList\": \"gpu[01-03]\" names 3 "
-                         "nodes, NNodes is 2")));
+  EXPECT_THAT(ReadSacctText(kLongHeader +
+                                "7|7|2024-03-01T08:00:00|Unknown|2024-03-01T08:00:05|"
+                                "2024-03-01T09:00:05|01:00:00|02:00:00|COMPLETED|0:0|2|gpu[01-03]||"
+                                "gres/gpu=2\n",
+                            catalog),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("sacct.txt:2: column \"NodeList\": \"gpu[01-03]\" names 3 "
+                                 "nodes, NNodes is 2")));
 }
 
 TEST(SacctHistory, WithoutNodeListNodesAreSizedFromTheAllocations) {
   GpuCatalog catalog = GpuCatalog::Default();
   const std::string day = "2024-03-01T";
   // Two 8-GPU jobs at once on one node each, and a 4-GPU job later: 2 nodes of 8.
-  auto history = ReadText(kShortHeader + "1|" + day + "08:00:00|" + day + "08:00:00|" + day +
-                              "09:00:00|COMPLETED|p|a|u|1|cpu=32,gres/gpu=8,mem=256G\n" + "2|" +
-                              day + "08:00:00|" + day + "08:30:00|" + day +
-                              "09:30:00|COMPLETED|p|a|u|1|cpu=16,gres/gpu=8,mem=128G\n" + "3|" +
-                              day + "10:00:00|" + day + "10:00:00|" + day +
-                              "11:00:00|COMPLETED|p|a|u|1|cpu=32,gres/gpu=4,mem=64G\n",
-                          catalog);
+  auto history = ReadSacctText(kShortHeader + "1|" + day + "08:00:00|" + day + "08:00:00|" + day +
+                                   "09:00:00|COMPLETED|p|a|u|1|cpu=32,gres/gpu=8,mem=256G\n" +
+                                   "2|" + day + "08:00:00|" + day + "08:30:00|" + day +
+                                   "09:30:00|COMPLETED|p|a|u|1|cpu=16,gres/gpu=8,mem=128G\n" +
+                                   "3|" + day + "10:00:00|" + day + "10:00:00|" + day +
+                                   "11:00:00|COMPLETED|p|a|u|1|cpu=32,gres/gpu=4,mem=64G\n",
+                               catalog);
   ASSERT_OK(history);
   EXPECT_FALSE(history->nodes_named);
   ASSERT_EQ(history->nodes.size(), 2U);
@@ -302,7 +303,7 @@ TEST(SacctHistory, BadInputNamesTheLineAndTheField) {
   for (const BadSacct& c : cases) {
     SCOPED_TRACE(c.text);
     GpuCatalog catalog = GpuCatalog::Default();
-    EXPECT_THAT(ReadText(c.text, catalog),
+    EXPECT_THAT(ReadSacctText(c.text, catalog),
                 StatusIs(StatusCode::kInvalidArgument, HasSubstr(c.expected)));
   }
 }
@@ -346,7 +347,7 @@ TEST(SacctReader, ReadsStatesExitCodesAndFoldsHetJobs) {
 
 TEST(ScontrolNodes, ReadsCpusMemoryAndTypedGres) {
   GpuCatalog catalog = GpuCatalog::Default();
-  auto nodes = ParseScontrolNodes(ReadFile(kDataDir + "/examples/scontrol_nodes_site.txt"),
+  auto nodes = ParseScontrolNodes(ReadFile(kSacctDataDir + "/examples/scontrol_nodes_site.txt"),
                                   "nodes.txt", {}, catalog);
   ASSERT_OK(nodes);
   ASSERT_EQ(nodes->size(), 5U);
@@ -376,7 +377,7 @@ TEST(ScontrolNodes, ReadsCpusMemoryAndTypedGres) {
 
 TEST(ScontrolNodes, TopologyConfNodesTakeTheirGpusFromTheNodes) {
   GpuCatalog catalog = GpuCatalog::Default();
-  auto spec = fabric::ImportSlurmTopology(ReadFile(kDataDir + "/examples/topology_site.conf"),
+  auto spec = fabric::ImportSlurmTopology(ReadFile(kSacctDataDir + "/examples/topology_site.conf"),
                                           "topology_site.conf");
   ASSERT_OK(spec);
   std::vector<SlurmNodeShape> shapes = {

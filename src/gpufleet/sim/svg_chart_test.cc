@@ -22,7 +22,7 @@ using ::testing::StartsWith;
 using ::gpufleet::sim::testing::CountOf;
 
 // The vertices of the polyline whose data-series is `escaped_name`; -1 when there is none.
-int PolylineVertices(const std::string& svg, const std::string& escaped_name) {
+int CountPolylineVertices(const std::string& svg, const std::string& escaped_name) {
   const size_t start = svg.find("<polyline data-series=\"" + escaped_name + "\"");
   if (start == std::string::npos) {
     return -1;
@@ -73,8 +73,8 @@ TEST(SvgChart, IsOneStandaloneSvgElement) {
 TEST(SvgChart, OnePolylinePerSeriesWithOneVertexPerPoint) {
   const std::string svg = RenderLineChart(TwoLines());
   EXPECT_EQ(CountOf(svg, "<polyline"), 2);
-  EXPECT_EQ(PolylineVertices(svg, "fgd"), 4);
-  EXPECT_EQ(PolylineVertices(svg, "random"), 3);
+  EXPECT_EQ(CountPolylineVertices(svg, "fgd"), 4);
+  EXPECT_EQ(CountPolylineVertices(svg, "random"), 3);
   EXPECT_THAT(svg, HasSubstr("<title>fgd</title></polyline>"));
   EXPECT_THAT(svg, HasSubstr("<title>random</title></polyline>"));
 }
@@ -83,15 +83,15 @@ TEST(SvgChart, StepChartsHoldEachValueUntilTheNextPoint) {
   ChartSpec spec = TwoLines();
   spec.step = true;
   const std::string svg = RenderLineChart(spec);
-  EXPECT_EQ(PolylineVertices(svg, "fgd"), 7);
-  EXPECT_EQ(PolylineVertices(svg, "random"), 5);
+  EXPECT_EQ(CountPolylineVertices(svg, "fgd"), 7);
+  EXPECT_EQ(CountPolylineVertices(svg, "random"), 5);
 }
 
 TEST(SvgChart, LeavesOutNonFinitePointsAndUnpairedValues) {
   ChartSpec spec;
   spec.series.push_back({"gaps", {0, 1, 2, 3, 4}, {1, NAN, 3, INFINITY}});
   const std::string svg = RenderLineChart(spec);
-  EXPECT_EQ(PolylineVertices(svg, "gaps"), 2);
+  EXPECT_EQ(CountPolylineVertices(svg, "gaps"), 2);
   EXPECT_THAT(svg, Not(HasSubstr("nan")));
   EXPECT_THAT(svg, Not(HasSubstr("inf")));
 }
@@ -140,7 +140,7 @@ TEST(SvgChart, EscapesAllText) {
   EXPECT_THAT(svg, HasSubstr("<title>a &lt;b&gt; &amp; &quot;c&quot;</title>"));
   EXPECT_THAT(svg, HasSubstr(">x&lt;</text>"));
   EXPECT_THAT(svg, HasSubstr(">y&amp;</text>"));
-  EXPECT_EQ(PolylineVertices(svg, "&lt;&amp;&gt;"), 2);
+  EXPECT_EQ(CountPolylineVertices(svg, "&lt;&amp;&gt;"), 2);
   EXPECT_THAT(svg, Not(HasSubstr("<&>")));
   EXPECT_THAT(svg, Not(HasSubstr("<b>")));
 }
@@ -151,7 +151,7 @@ TEST(SvgChart, EmptyChartSaysNoData) {
   spec.series.push_back({"empty", {}, {}});
   const std::string svg = RenderLineChart(spec);
   EXPECT_THAT(svg, HasSubstr(">no data</text>"));
-  EXPECT_EQ(PolylineVertices(svg, "empty"), 0);
+  EXPECT_EQ(CountPolylineVertices(svg, "empty"), 0);
 }
 
 TEST(SvgChart, SameInputSameBytes) {

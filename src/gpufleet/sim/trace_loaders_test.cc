@@ -16,7 +16,7 @@ using ::gpufleet::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-const std::string kDataDir = GPUFLEET_TEST_DATA_DIR;
+const std::string kTraceDataDir = GPUFLEET_TEST_DATA_DIR;
 
 using Reader = Result<Trace> (*)(std::istream&, const std::string&, const GpuCatalog&);
 
@@ -57,7 +57,7 @@ TEST(SplitGpus, LargestDivisorUpToEightGpusPerTask) {
 }
 
 TEST(Philly, LoadsTheBundledJobList) {
-  auto trace = LoadPhilly(kDataDir + "/philly/philly.csv", GpuCatalog::Default());
+  auto trace = LoadPhilly(kTraceDataDir + "/philly/philly.csv", GpuCatalog::Default());
   ASSERT_OK(trace);
   ASSERT_EQ(trace->jobs.size(), 82247U);
   // The earliest row: "2017-09-04 10:30:41,2240194.0,8,17921552.0,7f04ca" (file line 31,568).
@@ -103,7 +103,7 @@ TEST(Philly, TimestampsAreUtcCalendarSeconds) {
 }
 
 TEST(Gavel, LoadsTheBundledTraces) {
-  auto small = LoadGavel(kDataDir + "/gavel/23dbec.trace", GpuCatalog::Default());
+  auto small = LoadGavel(kTraceDataDir + "/gavel/23dbec.trace", GpuCatalog::Default());
   ASSERT_OK(small);
   ASSERT_EQ(small->jobs.size(), 9U);
   // "Transformer (batch size 128) ... 14612 0.000000 1": 14612 / 5.771204 steps/s = 2532 s.
@@ -119,10 +119,10 @@ TEST(Gavel, LoadsTheBundledTraces) {
   EXPECT_EQ(fourth.duration_seconds, 11792);
   EXPECT_EQ(Whole(fourth).count, 8);
 
-  auto vc = LoadGavel(kDataDir + "/gavel/51b7ef.trace", GpuCatalog::Default());
+  auto vc = LoadGavel(kTraceDataDir + "/gavel/51b7ef.trace", GpuCatalog::Default());
   ASSERT_OK(vc);
   EXPECT_EQ(vc->jobs.size(), 18U);
-  auto large = LoadGavel(kDataDir + "/gavel/2869ce.trace", GpuCatalog::Default());
+  auto large = LoadGavel(kTraceDataDir + "/gavel/2869ce.trace", GpuCatalog::Default());
   ASSERT_OK(large);
   EXPECT_EQ(large->jobs.size(), 533U);
 }
@@ -133,7 +133,7 @@ TEST(Gavel, DurationIsStepsOverTheJobTypeRate) {
 }
 
 TEST(Pollux, LoadsTheBundledWorkloads) {
-  auto trace = LoadPollux(kDataDir + "/pollux/workload-1.csv", GpuCatalog::Default());
+  auto trace = LoadPollux(kTraceDataDir + "/pollux/workload-1.csv", GpuCatalog::Default());
   ASSERT_OK(trace);
   ASSERT_EQ(trace->jobs.size(), 160U);
   // "cifar10-0,107,cifar10,6,2048": the first job, rebased to 0.
@@ -151,15 +151,15 @@ TEST(Pollux, LoadsTheBundledWorkloads) {
   EXPECT_EQ(Whole(fourth).count, 6);
   for (int i = 2; i <= 8; ++i) {
     SCOPED_TRACE(i);
-    auto other =
-        LoadPollux(fmt::format("{}/pollux/workload-{}.csv", kDataDir, i), GpuCatalog::Default());
+    auto other = LoadPollux(fmt::format("{}/pollux/workload-{}.csv", kTraceDataDir, i),
+                            GpuCatalog::Default());
     ASSERT_OK(other);
     EXPECT_EQ(other->jobs.size(), 160U);
   }
 }
 
 TEST(Native, LoadsTheExample) {
-  auto trace = LoadNative(kDataDir + "/examples/native_example.csv", GpuCatalog::Default());
+  auto trace = LoadNative(kTraceDataDir + "/examples/native_example.csv", GpuCatalog::Default());
   ASSERT_OK(trace);
   std::vector<std::string> ids;
   for (const TraceJob& job : trace->jobs) {
@@ -224,7 +224,7 @@ TEST(Native, WithoutIdColumnNumbersTheRows) {
 
 TEST(Sacct, LoadsTheExample) {
   GpuCatalog catalog = GpuCatalog::Default();
-  auto trace = LoadSacct(kDataDir + "/examples/sacct_example.txt", catalog);
+  auto trace = LoadSacct(kTraceDataDir + "/examples/sacct_example.txt", catalog);
   ASSERT_OK(trace);
   std::vector<std::string> ids;
   for (const TraceJob& job : trace->jobs) {
@@ -449,20 +449,20 @@ TEST(TraceLoaders, OpenbTraceRejectsBadTimes) {
 
 TEST(TraceLoaders, LoadTraceDispatchesOnTheFormat) {
   GpuCatalog catalog = GpuCatalog::Default();
-  auto native = LoadTrace(kDataDir + "/examples/native_example.csv", "native", catalog);
+  auto native = LoadTrace(kTraceDataDir + "/examples/native_example.csv", "native", catalog);
   ASSERT_OK(native);
   EXPECT_EQ(native->jobs.size(), 6U);
-  EXPECT_EQ(native->source, kDataDir + "/examples/native_example.csv");
-  auto sacct = LoadTrace(kDataDir + "/examples/sacct_example.txt", "sacct", catalog);
+  EXPECT_EQ(native->source, kTraceDataDir + "/examples/native_example.csv");
+  auto sacct = LoadTrace(kTraceDataDir + "/examples/sacct_example.txt", "sacct", catalog);
   ASSERT_OK(sacct);
   EXPECT_EQ(sacct->jobs.size(), 4U);
-  auto gavel = LoadTrace(kDataDir + "/gavel/23dbec.trace", "gavel", catalog);
+  auto gavel = LoadTrace(kTraceDataDir + "/gavel/23dbec.trace", "gavel", catalog);
   ASSERT_OK(gavel);
   EXPECT_EQ(gavel->jobs.size(), 9U);
-  auto pollux = LoadTrace(kDataDir + "/pollux/workload-1.csv", "pollux", catalog);
+  auto pollux = LoadTrace(kTraceDataDir + "/pollux/workload-1.csv", "pollux", catalog);
   ASSERT_OK(pollux);
   EXPECT_EQ(pollux->jobs.size(), 160U);
-  auto openb = LoadTrace(kDataDir + "/openb/openb_pod_list_default.csv", "openb", catalog);
+  auto openb = LoadTrace(kTraceDataDir + "/openb/openb_pod_list_default.csv", "openb", catalog);
   ASSERT_OK(openb);
   EXPECT_EQ(openb->jobs.size(), 8152U - 897U);  // 897 pods never started
   EXPECT_EQ(openb->jobs.front().submit_seconds, 0);
@@ -470,7 +470,7 @@ TEST(TraceLoaders, LoadTraceDispatchesOnTheFormat) {
               StatusIs(StatusCode::kInvalidArgument,
                        HasSubstr("unknown trace format \"csv\" (formats: philly, openb, native, "
                                  "sacct, gavel, pollux)")));
-  EXPECT_THAT(LoadTrace(kDataDir + "/does-not-exist.csv", "philly", catalog),
+  EXPECT_THAT(LoadTrace(kTraceDataDir + "/does-not-exist.csv", "philly", catalog),
               StatusIs(StatusCode::kNotFound, HasSubstr("cannot open file")));
   EXPECT_THAT(TraceFormatNames(),
               ElementsAre("philly", "openb", "native", "sacct", "gavel", "pollux"));
@@ -484,7 +484,7 @@ TEST(TraceLoaders, EveryJobValidatesAgainstTheCatalog) {
                                                         {"/gavel/2869ce.trace", "gavel"},
                                                         {"/pollux/workload-8.csv", "pollux"}}) {
     SCOPED_TRACE(path);
-    auto trace = LoadTrace(kDataDir + path, format, catalog);
+    auto trace = LoadTrace(kTraceDataDir + path, format, catalog);
     ASSERT_OK(trace);
     for (const TraceJob& job : trace->jobs) {
       EXPECT_OK(job.job.Validate(catalog));

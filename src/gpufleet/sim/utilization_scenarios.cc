@@ -18,20 +18,11 @@
 namespace gpufleet::sim {
 namespace {
 
-constexpr double kSecondsPerHour = 3600.0;
 // Jobs of at least this many GPUs are the ones a queue without reservations starves.
 constexpr int kLargeJobGpus = 8;
 
-std::string Hours(double seconds) {
+std::string HoursText(double seconds) {
   return fmt::format("{:.2f} h", seconds / kSecondsPerHour);
-}
-
-std::string Cell(const std::string& text) {
-  return "<td>" + XmlEscape(text) + "</td>";
-}
-
-std::string NumCell(const std::string& text) {
-  return "<td class=\"num\">" + XmlEscape(text) + "</td>";
 }
 
 double BusyPercent(const ReplayResult& r) {
@@ -259,7 +250,7 @@ Status WriteFairnessReport(const FairnessResult& result, const std::string& titl
       result.comparisons.front().alone.total_gpus, XmlEscape(options.victim), result.victim_jobs,
       XmlEscape(options.flooder), result.flooder_jobs, options.flood_copies,
       options.flood_burst_seconds > 0
-          ? fmt::format(", all within the first {}", Hours(options.flood_burst_seconds))
+          ? fmt::format(", all within the first {}", HoursText(options.flood_burst_seconds))
           : std::string(),
       XmlEscape(options.victim));
   append(
@@ -270,13 +261,14 @@ Status WriteFairnessReport(const FairnessResult& result, const std::string& titl
       "<th>flooded</th></tr>\n",
       XmlEscape(options.victim), XmlEscape(options.flooder));
   for (const FairnessComparison& c : result.comparisons) {
-    body += "<tr>" + Cell(c.policy) + NumCell(Hours(c.victim_alone_mean_delay)) +
-            NumCell(Hours(c.victim_flooded_mean_delay)) +
-            NumCell(fmt::format("{:.2f}x", c.DelayRatio())) +
-            Cell(c.DelayRatio() <= 2.0 ? "yes" : "no") + NumCell(Hours(c.flooder_mean_delay)) +
-            NumCell(fmt::format("{:.1f} %", BusyPercent(c.alone))) +
-            NumCell(fmt::format("{:.1f} %", BusyPercent(c.flooded))) +
-            NumCell(std::to_string(c.flooded.preemptions)) + "</tr>\n";
+    body += "<tr>" + HtmlCell(c.policy) + HtmlNumCell(HoursText(c.victim_alone_mean_delay)) +
+            HtmlNumCell(HoursText(c.victim_flooded_mean_delay)) +
+            HtmlNumCell(fmt::format("{:.2f}x", c.DelayRatio())) +
+            HtmlCell(c.DelayRatio() <= 2.0 ? "yes" : "no") +
+            HtmlNumCell(HoursText(c.flooder_mean_delay)) +
+            HtmlNumCell(fmt::format("{:.1f} %", BusyPercent(c.alone))) +
+            HtmlNumCell(fmt::format("{:.1f} %", BusyPercent(c.flooded))) +
+            HtmlNumCell(std::to_string(c.flooded.preemptions)) + "</tr>\n";
   }
   body += "</table>\n";
 
@@ -394,15 +386,17 @@ Status WriteBackfillReport(const BackfillScenarioResult& result, const std::stri
       "<tr><th>mean</th><th>p50</th><th>p90</th><th>p99</th><th>mean, jobs of 8+ GPUs</th>"
       "<th>mean</th><th>p99</th></tr>\n";
   for (const ReplayResult& r : result.runs) {
-    body += "<tr>" + Cell(r.queue_policy) + NumCell(Hours(r.queueing_delay.mean)) +
-            NumCell(Hours(r.queueing_delay.p50)) + NumCell(Hours(r.queueing_delay.p90)) +
-            NumCell(Hours(r.queueing_delay.p99)) +
-            NumCell(Hours(MeanDelayOfLargeJobs(r, kLargeJobGpus))) +
-            NumCell(Hours(r.completion_time.mean)) + NumCell(Hours(r.completion_time.p99)) +
-            NumCell(fmt::format("{:.1f} %", BusyPercent(r))) +
-            NumCell(std::to_string(r.reservations)) +
-            NumCell(std::to_string(r.reservations_delayed)) +
-            NumCell(std::to_string(r.jobs_timed_out)) + "</tr>\n";
+    body += "<tr>" + HtmlCell(r.queue_policy) + HtmlNumCell(HoursText(r.queueing_delay.mean)) +
+            HtmlNumCell(HoursText(r.queueing_delay.p50)) +
+            HtmlNumCell(HoursText(r.queueing_delay.p90)) +
+            HtmlNumCell(HoursText(r.queueing_delay.p99)) +
+            HtmlNumCell(HoursText(MeanDelayOfLargeJobs(r, kLargeJobGpus))) +
+            HtmlNumCell(HoursText(r.completion_time.mean)) +
+            HtmlNumCell(HoursText(r.completion_time.p99)) +
+            HtmlNumCell(fmt::format("{:.1f} %", BusyPercent(r))) +
+            HtmlNumCell(std::to_string(r.reservations)) +
+            HtmlNumCell(std::to_string(r.reservations_delayed)) +
+            HtmlNumCell(std::to_string(r.jobs_timed_out)) + "</tr>\n";
   }
   body += "</table>\n";
 

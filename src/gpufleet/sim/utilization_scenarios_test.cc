@@ -20,7 +20,7 @@ using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // Forty jobs of 1 to 8 GPUs, one every 60 s, 200 to 1,100 s long: about 80 % of 16 GPUs.
-Trace SmallTrace() {
+Trace ScenarioTrace() {
   Trace trace;
   for (int i = 0; i < 40; ++i) {
     trace.jobs.push_back(
@@ -83,7 +83,7 @@ TEST(FairnessScenario, FairShareShieldsTheVictimBetterThanFifo) {
   options.flood_copies = 4;
   options.flood_burst_seconds = 60;
   options.replay.sample_seconds = 300;
-  auto result = RunFairnessScenario(SixteenGpus(catalog), SmallTrace(), catalog, options, 2);
+  auto result = RunFairnessScenario(SixteenGpus(catalog), ScenarioTrace(), catalog, options, 2);
   ASSERT_OK(result);
   ASSERT_EQ(result->comparisons.size(), 3U);
   EXPECT_EQ(result->victim_jobs, 20);
@@ -117,7 +117,7 @@ TEST(FairnessScenario, FairShareShieldsTheVictimBetterThanFifo) {
 
 TEST(BackfillScenario, EasyBackfillWaitsLessThanStrictFifoAndKeepsEveryReservation) {
   const GpuCatalog catalog = GpuCatalog::Default();
-  Trace trace = SmallTrace();
+  Trace trace = ScenarioTrace();
   // Whole-cluster jobs now and then, the ones strict FIFO queues everything behind.
   for (int i = 0; i < 4; ++i) {
     trace.jobs.push_back(MakeTraceJob("wide" + std::to_string(i), 300 + i * 600, 400, 16));
@@ -151,7 +151,7 @@ TEST(BackfillScenario, EasyBackfillWaitsLessThanStrictFifoAndKeepsEveryReservati
 }
 
 TEST(RuntimeEstimates, ExactModelKeepsTheRunTimes) {
-  const Trace trace = SmallTrace();
+  const Trace trace = ScenarioTrace();
   auto estimated = WithRuntimeEstimates(trace, EstimateModel{}, 7);
   ASSERT_OK(estimated);
   for (const TraceJob& job : estimated->jobs) {
@@ -196,7 +196,7 @@ TEST(RuntimeEstimates, AnUnderestimateOfAOneSecondJobIsNotZero) {
 }
 
 TEST(RuntimeEstimates, RejectsModelsOutOfRange) {
-  const Trace trace = SmallTrace();
+  const Trace trace = ScenarioTrace();
   EXPECT_THAT(WithRuntimeEstimates(trace, {.overestimate_factor = 0.5}, 7),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("overestimate_factor: 0.5")));
   EXPECT_THAT(WithRuntimeEstimates(trace, {.underestimate_share = 1.5}, 7),
@@ -205,7 +205,7 @@ TEST(RuntimeEstimates, RejectsModelsOutOfRange) {
 
 TEST(BackfillScenario, UnderestimatedJobsAreKilledAtTheirLimitAndReservationsHold) {
   const GpuCatalog catalog = GpuCatalog::Default();
-  Trace trace = SmallTrace();
+  Trace trace = ScenarioTrace();
   for (int i = 0; i < 4; ++i) {
     trace.jobs.push_back(MakeTraceJob("wide" + std::to_string(i), 300 + i * 600, 400, 16));
   }

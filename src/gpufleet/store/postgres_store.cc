@@ -37,7 +37,7 @@ constexpr std::array<const char*, 5> kDefaultValues = {"10", "30", "10", "3", "g
 // One schema change. Migrations run in order, each once, in the transaction that holds the
 // migration lock; a version is never reused or edited once released: change the schema by
 // appending a migration.
-struct Migration {
+struct PostgresMigration {
   int64_t version;
   const char* name;
   const char* sql;
@@ -48,7 +48,7 @@ struct Migration {
 // Migration 3: sets the state column of every object from IndexedState.
 Status BackfillStates(internal::PgSession& session);
 
-constexpr Migration kMigrations[] = {
+constexpr PostgresMigration kPostgresMigrations[] = {
     {1, "objects, event logs and the store revision", R"sql(
 CREATE TABLE gpufleet.objects (
   kind text COLLATE "C" NOT NULL,
@@ -685,7 +685,7 @@ CREATE TABLE IF NOT EXISTS gpufleet.schema_migrations (
         "with a newer gpufleet",
         label, newest_version, PostgresStateStore::LatestSchemaVersion()));
   }
-  for (const Migration& migration : kMigrations) {
+  for (const PostgresMigration& migration : kPostgresMigrations) {
     if (migration.version <= newest_version) {
       continue;
     }
@@ -732,7 +732,7 @@ PostgresStateStore::PostgresStateStore(std::string uri, std::string redacted_uri
 PostgresStateStore::~PostgresStateStore() = default;
 
 int64_t PostgresStateStore::LatestSchemaVersion() {
-  return std::end(kMigrations)[-1].version;
+  return std::end(kPostgresMigrations)[-1].version;
 }
 
 Result<std::unique_ptr<PostgresStateStore>> PostgresStateStore::Open(const std::string& uri) {

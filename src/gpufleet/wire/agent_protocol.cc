@@ -184,7 +184,7 @@ constexpr DrainAction kDrainActions[] = {DrainAction::kNone, DrainAction::kAfter
                                          DrainAction::kNow};
 constexpr TaskPhase kTaskPhases[] = {TaskPhase::kRunning, TaskPhase::kSucceeded, TaskPhase::kFailed,
                                      TaskPhase::kWaiting, TaskPhase::kPulling};
-constexpr int64_t kMaxInt = std::numeric_limits<int>::max();
+constexpr int64_t kIntMax = std::numeric_limits<int>::max();
 constexpr int kMaxGpuIndex = 1023;
 constexpr int kMaxMigStart = kMigMemorySlices - 1;
 
@@ -289,7 +289,7 @@ Status ReadTaskReports(const ObjectReader& r, std::vector<TaskReport>* out) {
       return FieldError(t.Path("id"), fmt::format("duplicate task \"{}\"", report.id));
     }
     GPUFLEET_RETURN_IF_ERROR(ReadEnum(t, "phase", kTaskPhases, &TaskPhaseName, &report.phase));
-    GPUFLEET_RETURN_IF_ERROR(t.Integer("exit_code", &report.exit_code, -kMaxInt - 1, kMaxInt));
+    GPUFLEET_RETURN_IF_ERROR(t.Integer("exit_code", &report.exit_code, -kIntMax - 1, kIntMax));
     GPUFLEET_RETURN_IF_ERROR(t.String("message", &report.message));
     GPUFLEET_RETURN_IF_ERROR(t.OptionalPercent("gpu_utilization_pct", &report.gpu_utilization_pct));
     if (t.Find("image_pull_ms") != nullptr) {
@@ -774,7 +774,7 @@ std::string ProvenanceReportToJson(const ProvenanceReport& report) {
 
 namespace {
 
-bool IsEnvName(std::string_view name) {
+bool IsEnvVarName(std::string_view name) {
   if (name.empty() || (std::isdigit(static_cast<unsigned char>(name[0])) != 0)) {
     return false;
   }
@@ -861,7 +861,7 @@ Result<ProvenanceReport> ParseProvenanceReport(std::string_view text) {
   for (size_t i = 0; i < report.env_names.size(); ++i) {
     const std::string& name = report.env_names[i];
     const std::string path = fmt::format("{}[{}]", r.Path("env_names"), i);
-    if (name.size() > kMaxProvenanceFieldBytes || !IsEnvName(name)) {
+    if (name.size() > kMaxProvenanceFieldBytes || !IsEnvVarName(name)) {
       // The value is never echoed: a "NAME=VALUE" here may hold a secret.
       return FieldError(path,
                         "not an environment variable name ([A-Za-z_][A-Za-z0-9_]*, at "

@@ -128,7 +128,7 @@ Result<Json> ParseDocumentText(std::string_view text) {
   }
 }
 
-bool IsDnsLabel(std::string_view s) {
+bool IsDeploymentLabel(std::string_view s) {
   if (s.empty() || s.size() > kMaxDeploymentNameChars) {
     return false;
   }
@@ -293,7 +293,7 @@ Result<DeploymentSpec> FromJson(const Json& j, const GpuCatalog& catalog) {
   if (name == j.end()) {
     return InvalidArgumentError("name: required");
   }
-  if (!name->is_string() || !IsDnsLabel(name->get<std::string>())) {
+  if (!name->is_string() || !IsDeploymentLabel(name->get<std::string>())) {
     return InvalidArgumentError(
         fmt::format("name: {} (must be lower-case letters, digits and '-', starting and ending "
                     "with a letter or digit, at most {} characters)",

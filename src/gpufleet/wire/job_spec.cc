@@ -57,7 +57,7 @@ constexpr std::array<Unit, 12> kMemoryUnits = {{
 // A YAML or JSON document as a tree of text. Both parsers build one and one converter reads it,
 // so both formats get the same checks and the same messages.
 
-struct Node {
+struct SpecNode {
   enum class Kind { kNull, kScalar, kSequence, kMap };
   struct Entry;
 
@@ -66,53 +66,54 @@ struct Node {
   bool quoted = false;  // quoted or !!str: text, never a number or a bool
   int line = 0;         // 1-based
   int column = 0;
-  size_t height = 1;           // levels of nesting, this one included
-  int64_t size = 1;            // nodes, this one included
-  std::vector<Node> items;     // kSequence
-  std::vector<Entry> entries;  // kMap, in document order, duplicate keys kept
+  size_t height = 1;            // levels of nesting, this one included
+  int64_t size = 1;             // nodes, this one included
+  std::vector<SpecNode> items;  // kSequence
+  std::vector<Entry> entries;   // kMap, in document order, duplicate keys kept
 };
-struct Node::Entry {
-  Node key;
-  Node value;
+struct SpecNode::Entry {
+  SpecNode key;
+  SpecNode value;
 };
 
-std::string Where(const Node& node) {
+std::string Where(const SpecNode& node) {
   return node.line > 0 ? fmt::format(" (line {}, column {})", node.line, node.column) : "";
 }
 
-Node At(Node::Kind kind, const YAML::Mark& mark, std::string text = "", bool quoted = false) {
-  return Node{kind, std::move(text), quoted, mark.line + 1, mark.column + 1};
+SpecNode At(SpecNode::Kind kind, const YAML::Mark& mark, std::string text = "",
+            bool quoted = false) {
+  return SpecNode{kind, std::move(text), quoted, mark.line + 1, mark.column + 1};
 }
 
-// Builds a Node tree from yaml-cpp's events; ignores the events after the first error.
+// Builds a SpecNode tree from yaml-cpp's events; ignores the events after the first error.
 class TreeBuilder final : public YAML::EventHandler {
  public:
   const Status& status() const { return status_; }
-  std::optional<Node>& root() { return root_; }
+  std::optional<SpecNode>& root() { return root_; }
 
   void OnDocumentStart(const YAML::Mark&) override {}
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
-    Add(At(Node::Kind::kNull, mark), anchor);
+    Add(At(SpecNode::Kind::kNull, mark), anchor);
   }
   void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
                 const std::string& value) override {
     const bool quoted = tag == "!" || tag == "tag:yaml.org,2002:str";  // plain scalars have "?"
-    Add(At(Node::Kind::kScalar, mark, value, quoted), anchor);
+    Add(At(SpecNode::Kind::kScalar, mark, value, quoted), anchor);
   }
   void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                        YAML::EmitterStyle::value) override {
-    Open(At(Node::Kind::kSequence, mark), anchor);
+    Open(At(SpecNode::Kind::kSequence, mark), anchor);
   }
   void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
                   YAML::EmitterStyle::value) override {
-    Open(At(Node::Kind::kMap, mark), anchor);
+    Open(At(SpecNode::Kind::kMap, mark), anchor);
   }
   void OnSequenceEnd() override { Close(); }
   void OnMapEnd() override { Close(); }
   // A copy of the anchor's node, which must be complete. Copies count towards kMaxNodes.
   void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
-    const Node at = At(Node::Kind::kNull, mark);
+    const SpecNode at = At(SpecNode::Kind::kNull, mark);
     const auto found = anchors_.find(anchor);
     if (found == anchors_.end()) {
       Fail(at, "alias of an unknown or unfinished anchor");
@@ -125,23 +126,23 @@ class TreeBuilder final : public YAML::EventHandler {
 
  private:
   struct Frame {
-    Node node;
+    SpecNode node;
     uint64_t anchor;
-    std::optional<Node> key;  // a map's key waiting for its value
+    std::optional<SpecNode> key;  // a map's key waiting for its value
   };
 
-  void Fail(const Node& at, const std::string& message) {
+  void Fail(const SpecNode& at, const std::string& message) {
     if (status_.ok()) {
       status_ = InvalidArgumentError(message + Where(at));
     }
   }
-  bool Count(const Node& at, int64_t nodes) {
+  bool Count(const SpecNode& at, int64_t nodes) {
     if (status_.ok() && (nodes_ += nodes) > kMaxNodes) {
       Fail(at, fmt::format("spec too complex: more than {} values (aliases expanded)", kMaxNodes));
     }
     return status_.ok();
   }
-  void Open(Node node, uint64_t anchor) {
+  void Open(SpecNode node, uint64_t anchor) {
     if (Count(node, 1) && stack_.size() >= kMaxDepth) {
       Fail(node, fmt::format("nesting deeper than {} levels", kMaxDepth));
     }
@@ -156,12 +157,12 @@ class TreeBuilder final : public YAML::EventHandler {
       Finish(std::move(frame.node), frame.anchor);
     }
   }
-  void Add(Node node, uint64_t anchor) {
+  void Add(SpecNode node, uint64_t anchor) {
     if (Count(node, 1)) {
       Finish(std::move(node), anchor);
     }
   }
-  void Finish(Node node, uint64_t anchor) {
+  void Finish(SpecNode node, uint64_t anchor) {
     if (anchor != 0 && Count(node, node.size)) {
       anchors_[anchor] = node;
     }
@@ -172,10 +173,10 @@ class TreeBuilder final : public YAML::EventHandler {
     Frame& top = stack_.back();
     top.node.height = std::max(top.node.height, node.height + 1);
     top.node.size += node.size;
-    if (top.node.kind == Node::Kind::kSequence) {
+    if (top.node.kind == SpecNode::Kind::kSequence) {
       top.node.items.push_back(std::move(node));
     } else if (!top.key.has_value()) {
-      if (node.kind != Node::Kind::kScalar) {
+      if (node.kind != SpecNode::Kind::kScalar) {
         Fail(node, "a map key must be a string");
       }
       top.key = std::move(node);
@@ -187,14 +188,14 @@ class TreeBuilder final : public YAML::EventHandler {
 
   Status status_;
   std::vector<Frame> stack_;
-  std::optional<Node> root_;
-  std::map<uint64_t, Node> anchors_;
+  std::optional<SpecNode> root_;
+  std::map<uint64_t, SpecNode> anchors_;
   int64_t nodes_ = 0;
 };
 
 // JSON is YAML 1.2, and yaml-cpp reads it keeping duplicate keys, positions and numbers as
 // written; nlohmann checks JSON first so that JSON syntax errors come in JSON's terms.
-Result<Node> ParseTree(std::string_view text) {
+Result<SpecNode> ParseTree(std::string_view text) {
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != kNpos && text[first] == '{') {
     try {
@@ -214,15 +215,15 @@ Result<Node> ParseTree(std::string_view text) {
     TreeBuilder tree;
     const bool any = parser.HandleNextDocument(tree);
     GPUFLEET_RETURN_IF_ERROR(tree.status());
-    std::optional<Node> root = std::move(tree.root());
-    if (!any || !root.has_value() || root->kind == Node::Kind::kNull) {
+    std::optional<SpecNode> root = std::move(tree.root());
+    if (!any || !root.has_value() || root->kind == SpecNode::Kind::kNull) {
       return InvalidArgumentError("spec is empty" + (root.has_value() ? Where(*root) : ""));
     }
     // At most one empty document may follow (a trailing "---"). Look at two at most: on some bad
     // input yaml-cpp 0.7 returns empty documents forever (jbeder/yaml-cpp#1040).
     TreeBuilder extra;
     for (int i = 0; i < 2 && parser.HandleNextDocument(extra); ++i) {
-      if (i == 1 || (extra.root().has_value() && extra.root()->kind != Node::Kind::kNull)) {
+      if (i == 1 || (extra.root().has_value() && extra.root()->kind != SpecNode::Kind::kNull)) {
         return InvalidArgumentError("more than one YAML document: a spec is one document");
       }
     }
@@ -288,12 +289,12 @@ std::string Quote(std::string_view text) {
   return out + "\"";
 }
 
-std::string Describe(const Node& node) {
-  return node.kind == Node::Kind::kNull       ? "null"
-         : node.kind == Node::Kind::kSequence ? "a list"
-         : node.kind == Node::Kind::kMap      ? "a map"
-         : node.quoted                        ? "string " + Quote(node.text)
-                                              : Quote(node.text);
+std::string Describe(const SpecNode& node) {
+  return node.kind == SpecNode::Kind::kNull       ? "null"
+         : node.kind == SpecNode::Kind::kSequence ? "a list"
+         : node.kind == SpecNode::Kind::kMap      ? "a map"
+         : node.quoted                            ? "string " + Quote(node.text)
+                                                  : Quote(node.text);
 }
 
 bool IsDigit(char c) {
@@ -470,7 +471,7 @@ size_t EditDistance(std::string_view a, std::string_view b) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Reading fields. A reader is `Result<T>(const Node&, const std::string& path)`; every error
+// Reading fields. A reader is `Result<T>(const SpecNode&, const std::string& path)`; every error
 // names the field path and the value.
 
 std::string Child(const std::string& path, std::string_view key) {
@@ -484,12 +485,12 @@ std::string Child(const std::string& path, std::string_view key) {
 std::string Index(const std::string& path, size_t i) {
   return fmt::format("{}[{}]", path, i);
 }
-Status FieldError(const std::string& path, const Node& node, std::string_view message) {
+Status FieldError(const std::string& path, const SpecNode& node, std::string_view message) {
   return InvalidArgumentError(fmt::format("{}: {}{}", path, message, Where(node)));
 }
 
-Result<std::string> ReadString(const Node& node, const std::string& path) {
-  if (node.kind != Node::Kind::kScalar) {
+Result<std::string> ReadString(const SpecNode& node, const std::string& path) {
+  if (node.kind != SpecNode::Kind::kScalar) {
     return FieldError(path, node, "expected a string, got " + Describe(node));
   }
   // The document is checked for UTF-8 as a whole, but YAML escapes ("\x85", "\N") can still
@@ -502,7 +503,7 @@ Result<std::string> ReadString(const Node& node, const std::string& path) {
 }
 
 auto Named(Rule rule) {
-  return [rule](const Node& node, const std::string& path) -> Result<std::string> {
+  return [rule](const SpecNode& node, const std::string& path) -> Result<std::string> {
     GPUFLEET_ASSIGN_OR_RETURN(std::string value, ReadString(node, path));
     if (rule.valid != nullptr && !rule.valid(value)) {
       return FieldError(path, node, fmt::format("{} is not valid ({})", Quote(value), rule.text));
@@ -513,7 +514,7 @@ auto Named(Rule rule) {
 
 // The one accepted value, e.g. for `kind: Job`.
 auto Exactly(std::string_view expected) {
-  return [expected](const Node& node, const std::string& path) -> Result<std::string> {
+  return [expected](const SpecNode& node, const std::string& path) -> Result<std::string> {
     GPUFLEET_ASSIGN_OR_RETURN(std::string value, ReadString(node, path));
     if (value != expected) {
       return FieldError(
@@ -526,11 +527,11 @@ auto Exactly(std::string_view expected) {
 
 // An unquoted integer in [min, max].
 auto Int(int64_t min, int64_t max) {
-  return [min, max](const Node& node, const std::string& path) -> Result<int64_t> {
+  return [min, max](const SpecNode& node, const std::string& path) -> Result<int64_t> {
     const std::string_view text = node.text;
     const bool negative = !text.empty() && text[0] == '-';
     const std::string_view digits = text.substr(!text.empty() && (negative || text[0] == '+'));
-    if (node.kind != Node::Kind::kScalar || node.quoted || digits.empty() ||
+    if (node.kind != SpecNode::Kind::kScalar || node.quoted || digits.empty() ||
         !std::all_of(digits.begin(), digits.end(), IsDigit)) {
       return FieldError(path, node, "expected an integer, got " + Describe(node));
     }
@@ -546,11 +547,11 @@ auto Int(int64_t min, int64_t max) {
   };
 }
 
-Result<bool> ReadBool(const Node& node, const std::string& path) {
+Result<bool> ReadBool(const SpecNode& node, const std::string& path) {
   static constexpr std::array<std::string_view, 6> kWords = {"true",  "True",  "TRUE",
                                                              "false", "False", "FALSE"};
   const auto word = std::find(kWords.begin(), kWords.end(), node.text);
-  if (node.kind != Node::Kind::kScalar || node.quoted || word == kWords.end()) {
+  if (node.kind != SpecNode::Kind::kScalar || node.quoted || word == kWords.end()) {
     return FieldError(path, node, "expected true or false, got " + Describe(node));
   }
   return word < kWords.begin() + 3;
@@ -559,8 +560,8 @@ Result<bool> ReadBool(const Node& node, const std::string& path) {
 // A string or a number in one of the schema's formats, e.g. ParseMemoryQuantity.
 template <typename T>
 auto Formatted(Result<T> (*parse)(std::string_view)) {
-  return [parse](const Node& node, const std::string& path) -> Result<T> {
-    if (node.kind != Node::Kind::kScalar) {
+  return [parse](const SpecNode& node, const std::string& path) -> Result<T> {
+    if (node.kind != SpecNode::Kind::kScalar) {
       return FieldError(path, node, "expected a string or a number, got " + Describe(node));
     }
     Result<T> value = parse(node.text);
@@ -570,8 +571,8 @@ auto Formatted(Result<T> (*parse)(std::string_view)) {
 
 // A list of distinct strings.
 auto StringList(Rule rule) {
-  return [rule](const Node& node, const std::string& path) -> Result<std::vector<std::string>> {
-    if (node.kind != Node::Kind::kSequence) {
+  return [rule](const SpecNode& node, const std::string& path) -> Result<std::vector<std::string>> {
+    if (node.kind != SpecNode::Kind::kSequence) {
       return FieldError(path, node, "expected a list, got " + Describe(node));
     }
     std::vector<std::string> out;
@@ -588,12 +589,13 @@ auto StringList(Rule rule) {
 }
 
 // A map of label keys to label values (labels, nodeSelector).
-Result<std::map<std::string, std::string>> ReadLabels(const Node& node, const std::string& path) {
-  if (node.kind != Node::Kind::kMap) {
+Result<std::map<std::string, std::string>> ReadLabels(const SpecNode& node,
+                                                      const std::string& path) {
+  if (node.kind != SpecNode::Kind::kMap) {
     return FieldError(path, node, "expected a map, got " + Describe(node));
   }
   std::map<std::string, std::string> out;
-  for (const Node::Entry& entry : node.entries) {
+  for (const SpecNode::Entry& entry : node.entries) {
     const std::string key_path = Child(path, entry.key.text);
     if (!IsLabelKey(entry.key.text)) {
       return FieldError(key_path, entry.key, fmt::format("invalid key ({})", kLabelKeyRule.text));
@@ -609,14 +611,14 @@ Result<std::map<std::string, std::string>> ReadLabels(const Node& node, const st
 // A map whose keys are known fields, each present at most once.
 class Fields {
  public:
-  static Result<Fields> Read(const Node& node, std::string path,
+  static Result<Fields> Read(const SpecNode& node, std::string path,
                              std::initializer_list<std::string_view> known) {
-    if (node.kind != Node::Kind::kMap) {
+    if (node.kind != SpecNode::Kind::kMap) {
       return FieldError(path.empty() ? "document" : path, node,
                         "expected a map, got " + Describe(node));
     }
     for (size_t i = 0; i < node.entries.size(); ++i) {
-      const Node& key = node.entries[i].key;
+      const SpecNode& key = node.entries[i].key;
       for (size_t j = 0; j < i; ++j) {  // ends within |known| + 1 entries
         if (node.entries[j].key.text == key.text) {
           return FieldError(Child(path, key.text), key, "duplicate key");
@@ -646,10 +648,10 @@ class Fields {
   }
 
   // nullptr when the field is absent or null.
-  const Node* Find(std::string_view key) const {
-    for (const Node::Entry& entry : node_->entries) {
+  const SpecNode* Find(std::string_view key) const {
+    for (const SpecNode::Entry& entry : node_->entries) {
       if (entry.key.text == key) {
-        return entry.value.kind == Node::Kind::kNull ? nullptr : &entry.value;
+        return entry.value.kind == SpecNode::Kind::kNull ? nullptr : &entry.value;
       }
     }
     return nullptr;
@@ -659,7 +661,7 @@ class Fields {
   // Reads field `key` with `read` into `*out`, which keeps its value when the field is absent.
   template <typename T, typename Reader>
   Status Get(std::string_view key, T* out, const Reader& read) const {
-    if (const Node* node = Find(key)) {
+    if (const SpecNode* node = Find(key)) {
       auto value = read(*node, Path(key));
       if (!value.ok()) {
         return value.status();
@@ -677,21 +679,21 @@ class Fields {
   }
 
  private:
-  Fields(const Node& node, std::string path) : node_(&node), path_(std::move(path)) {}
+  Fields(const SpecNode& node, std::string path) : node_(&node), path_(std::move(path)) {}
 
-  const Node* node_;
+  const SpecNode* node_;
   std::string path_;
 };
 
 // ---------------------------------------------------------------------------------------------
 // The schema.
 
-Result<GpuRequest> ReadGpus(const Node& node, const std::string& path) {
+Result<GpuRequest> ReadGpus(const SpecNode& node, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(
       const Fields f,
       Fields::Read(node, path, {"count", "fraction", "milli", "memory", "migProfile"}));
-  const Node* count = f.Find("count");
-  const Node* memory = f.Find("memory");
+  const SpecNode* count = f.Find("count");
+  const SpecNode* memory = f.Find("memory");
   const bool share = f.Find("fraction") != nullptr || f.Find("milli") != nullptr;
   if (memory != nullptr && !share) {
     return FieldError(f.Path("memory"), *memory,
@@ -730,8 +732,8 @@ Result<GpuRequest> ReadGpus(const Node& node, const std::string& path) {
 }
 
 // A command line: a list of strings, repeats allowed, the first one not empty.
-Result<std::vector<std::string>> ReadCommand(const Node& node, const std::string& path) {
-  if (node.kind != Node::Kind::kSequence) {
+Result<std::vector<std::string>> ReadCommand(const SpecNode& node, const std::string& path) {
+  if (node.kind != SpecNode::Kind::kSequence) {
     return FieldError(path, node, "expected a list of strings, got " + Describe(node));
   }
   std::vector<std::string> out;
@@ -762,12 +764,12 @@ bool IsReservedEnvName(std::string_view name) {
 }
 
 // Environment variables of a task: names as POSIX shells accept, any string values.
-Result<std::map<std::string, std::string>> ReadEnv(const Node& node, const std::string& path) {
-  if (node.kind != Node::Kind::kMap) {
+Result<std::map<std::string, std::string>> ReadEnv(const SpecNode& node, const std::string& path) {
+  if (node.kind != SpecNode::Kind::kMap) {
     return FieldError(path, node, "expected a map, got " + Describe(node));
   }
   std::map<std::string, std::string> out;
-  for (const Node::Entry& entry : node.entries) {
+  for (const SpecNode::Entry& entry : node.entries) {
     const std::string key_path = Child(path, entry.key.text);
     if (!IsEnvName(entry.key.text)) {
       return FieldError(key_path, entry.key,
@@ -791,7 +793,7 @@ Result<std::map<std::string, std::string>> ReadEnv(const Node& node, const std::
 }
 
 // An OCI image reference (core/image_reference.h).
-Result<std::string> ReadImage(const Node& node, const std::string& path) {
+Result<std::string> ReadImage(const SpecNode& node, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(std::string reference, ReadString(node, path));
   if (const Status valid = ValidateImageReference(reference); !valid.ok()) {
     return FieldError(path, node, fmt::format("{}: {}", Quote(reference), valid.message()));
@@ -799,7 +801,7 @@ Result<std::string> ReadImage(const Node& node, const std::string& path) {
   return reference;
 }
 
-Result<ImagePullPolicy> ReadImagePullPolicy(const Node& node, const std::string& path) {
+Result<ImagePullPolicy> ReadImagePullPolicy(const SpecNode& node, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(const std::string name, ReadString(node, path));
   const std::optional<ImagePullPolicy> policy = ImagePullPolicyFromName(name);
   if (!policy.has_value()) {
@@ -809,9 +811,9 @@ Result<ImagePullPolicy> ReadImagePullPolicy(const Node& node, const std::string&
 }
 
 // The user's free-form record of a run: named keys, string values, bounded in number and size.
-Result<std::map<std::string, std::string>> ReadProvenance(const Node& node,
+Result<std::map<std::string, std::string>> ReadProvenance(const SpecNode& node,
                                                           const std::string& path) {
-  if (node.kind != Node::Kind::kMap) {
+  if (node.kind != SpecNode::Kind::kMap) {
     return FieldError(path, node, "expected a map, got " + Describe(node));
   }
   if (node.entries.size() > kMaxProvenanceEntries) {
@@ -821,7 +823,7 @@ Result<std::map<std::string, std::string>> ReadProvenance(const Node& node,
   }
   std::map<std::string, std::string> out;
   size_t bytes = 0;
-  for (const Node::Entry& entry : node.entries) {
+  for (const SpecNode::Entry& entry : node.entries) {
     const std::string key_path = Child(path, entry.key.text);
     // Keys follow the label key rule, as Kubernetes annotation keys do, so a key stays a short
     // printable name in every format the spec is written to.
@@ -843,7 +845,7 @@ Result<std::map<std::string, std::string>> ReadProvenance(const Node& node,
   return out;
 }
 
-Result<TaskGroup> ReadTask(const Node& node, const std::string& path) {
+Result<TaskGroup> ReadTask(const SpecNode& node, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(
       const Fields f, Fields::Read(node, path,
                                    {"name", "replicas", "resources", "command", "env", "image",
@@ -858,13 +860,13 @@ Result<TaskGroup> ReadTask(const Node& node, const std::string& path) {
   GPUFLEET_RETURN_IF_ERROR(f.Get("hostNetwork", &group.host_network, ReadBool));
   if (group.image.empty()) {
     for (const char* container_only : {"imagePullPolicy", "hostNetwork"}) {
-      if (const Node* field = f.Find(container_only); field != nullptr) {
+      if (const SpecNode* field = f.Find(container_only); field != nullptr) {
         return FieldError(f.Path(container_only), *field,
                           "applies to container tasks only; set spec.tasks[].image too");
       }
     }
   }
-  const Node* resources = f.Find("resources");
+  const SpecNode* resources = f.Find("resources");
   if (resources == nullptr) {
     return group;
   }
@@ -877,8 +879,8 @@ Result<TaskGroup> ReadTask(const Node& node, const std::string& path) {
   return group;
 }
 
-Result<std::vector<TaskGroup>> ReadTasks(const Node& node, const std::string& path) {
-  if (node.kind != Node::Kind::kSequence) {
+Result<std::vector<TaskGroup>> ReadTasks(const SpecNode& node, const std::string& path) {
+  if (node.kind != SpecNode::Kind::kSequence) {
     return FieldError(path, node, "expected a list, got " + Describe(node));
   }
   if (node.items.empty() || node.items.size() > kMaxTaskGroups) {
@@ -899,7 +901,7 @@ Result<std::vector<TaskGroup>> ReadTasks(const Node& node, const std::string& pa
   return groups;
 }
 
-Result<JobKind> ReadJobKind(const Node& node, const std::string& path) {
+Result<JobKind> ReadJobKind(const SpecNode& node, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(const std::string name, ReadString(node, path));
   for (const JobKind kind : {JobKind::kBatch, JobKind::kInteractive, JobKind::kInference}) {
     if (name == JobKindName(kind)) {
@@ -909,7 +911,7 @@ Result<JobKind> ReadJobKind(const Node& node, const std::string& path) {
   return FieldError(path, node, Quote(name) + " is not one of batch, interactive, inference");
 }
 
-Result<NodeFailurePolicy> ReadNodeFailurePolicy(const Node& node, const std::string& path) {
+Result<NodeFailurePolicy> ReadNodeFailurePolicy(const SpecNode& node, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(const std::string name, ReadString(node, path));
   for (const NodeFailurePolicy policy : {NodeFailurePolicy::kRequeue, NodeFailurePolicy::kFail}) {
     if (name == NodeFailurePolicyName(policy)) {
@@ -919,7 +921,7 @@ Result<NodeFailurePolicy> ReadNodeFailurePolicy(const Node& node, const std::str
   return FieldError(path, node, Quote(name) + " is not one of requeue, fail");
 }
 
-Result<TopologyConstraint> ReadTopology(const Node& node, const std::string& path) {
+Result<TopologyConstraint> ReadTopology(const SpecNode& node, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(const Fields f, Fields::Read(node, path, {"required", "preferred"}));
   TopologyConstraint topology;
   GPUFLEET_RETURN_IF_ERROR(f.Get("required", &topology.required_level, Named(kLabelKeyRule)));
@@ -927,7 +929,7 @@ Result<TopologyConstraint> ReadTopology(const Node& node, const std::string& pat
   return topology;
 }
 
-Result<SpreadConstraint> ReadSpread(const Node& node, const std::string& path) {
+Result<SpreadConstraint> ReadSpread(const SpecNode& node, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(const Fields f, Fields::Read(node, path, {"faultDomain", "maxSkew"}));
   SpreadConstraint spread;
   GPUFLEET_RETURN_IF_ERROR(f.Need("faultDomain", &spread.fault_domain, Named(kLabelKeyRule)));
@@ -941,16 +943,16 @@ struct IdenticalStack {
   std::vector<std::string> labels;
   std::string image_digest;
 };
-Result<IdenticalStack> ReadIdenticalStack(const Node& node, const std::string& path) {
+Result<IdenticalStack> ReadIdenticalStack(const SpecNode& node, const std::string& path) {
   const std::vector<std::string> defaults = {std::string(kDriverVersionLabel),
                                              std::string(kCudaVersionLabel),
                                              std::string(kImageDigestStackKey)};
   IdenticalStack out;
-  if (node.kind == Node::Kind::kSequence) {
+  if (node.kind == SpecNode::Kind::kSequence) {
     GPUFLEET_ASSIGN_OR_RETURN(out.labels, StringList(kLabelKeyRule)(node, path));
     return out;
   }
-  if (node.kind == Node::Kind::kScalar) {
+  if (node.kind == SpecNode::Kind::kScalar) {
     GPUFLEET_ASSIGN_OR_RETURN(const bool on, ReadBool(node, path));
     if (on) {
       out.labels = defaults;
@@ -972,7 +974,7 @@ Result<IdenticalStack> ReadIdenticalStack(const Node& node, const std::string& p
   return out;
 }
 
-Result<Job> ReadSpec(const Node& node) {
+Result<Job> ReadSpec(const SpecNode& node) {
   GPUFLEET_ASSIGN_OR_RETURN(
       const Fields f, Fields::Read(node, "spec",
                                    {"kind", "priority", "preemptible", "runtimeEstimate", "tasks",
@@ -1000,13 +1002,13 @@ Result<Job> ReadSpec(const Node& node) {
   return job;
 }
 
-Result<Job> ReadJob(const Node& root) {
+Result<Job> ReadJob(const SpecNode& root) {
   GPUFLEET_ASSIGN_OR_RETURN(const Fields f,
                             Fields::Read(root, "", {"apiVersion", "kind", "metadata", "spec"}));
   std::string text;
   GPUFLEET_RETURN_IF_ERROR(f.Need("apiVersion", &text, Exactly(kJobSpecApiVersion)));
   GPUFLEET_RETURN_IF_ERROR(f.Need("kind", &text, Exactly("Job")));
-  const Node* metadata = f.Find("metadata");
+  const SpecNode* metadata = f.Find("metadata");
   if (metadata == nullptr) {
     return FieldError("metadata", root, "required field missing");
   }
@@ -1018,7 +1020,7 @@ Result<Job> ReadJob(const Node& root) {
   GPUFLEET_RETURN_IF_ERROR(m.Need("name", &name, Named(kDnsLabelRule)));
   GPUFLEET_RETURN_IF_ERROR(m.Get("queue", &queue, Named(kQueueRule)));
   GPUFLEET_RETURN_IF_ERROR(m.Get("labels", &labels, ReadLabels));
-  const Node* spec = f.Find("spec");
+  const SpecNode* spec = f.Find("spec");
   if (spec == nullptr) {
     return FieldError("spec", root, "required field missing");
   }
@@ -1383,7 +1385,7 @@ Result<Job> ParseJobSpec(std::string_view text, const GpuCatalog& catalog) {
   if (const size_t bad = InvalidUtf8Offset(text); bad != kNpos) {
     return InvalidArgumentError(fmt::format("spec is not valid UTF-8 at byte offset {}", bad));
   }
-  GPUFLEET_ASSIGN_OR_RETURN(const Node root, ParseTree(text));
+  GPUFLEET_ASSIGN_OR_RETURN(const SpecNode root, ParseTree(text));
   GPUFLEET_ASSIGN_OR_RETURN(Job job, ReadJob(root));
   GPUFLEET_RETURN_IF_ERROR(ToSpecPaths(job.Validate(catalog)));
   return job;
