@@ -456,7 +456,8 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
                        .total_gpu_milli = census.domain_total[best->first]};
   }
 
-  bool topology_never = false;  // no domain of the required level can hold it, even empty
+  bool topology_never = false;   // no domain of the required level can hold it, even empty
+  bool fleet_too_small = false;  // the whole fleet has fewer GPUs it may use than it needs
   const scheduler::ScheduleResult now = TrySchedule(scheduler, job, snapshot, random);
   out.scheduler_reason =
       now.outcome == scheduler::ScheduleOutcome::kError ? now.error.message() : now.reason;
@@ -517,6 +518,15 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
                 ? fmt::format("; the largest, {}, has {} GPUs it may use", out.best_domain->name,
                               Gpus(out.best_domain->total_gpu_milli))
                 : std::string());
+      } else if (census.nodes.constraints == 0 &&
+                 census.allowed_total_milli < out.needed_gpu_milli) {
+        // No node is ruled out by the job's constraints: the fleet is smaller than the job.
+        out.reason = PendingReason::kCapacity;
+        fleet_too_small = true;
+        out.message = fmt::format(
+            "it needs {} GPUs and the whole fleet has {} it may use; it cannot start until GPUs "
+            "are added or it asks for fewer",
+            Gpus(out.needed_gpu_milli), Gpus(census.allowed_total_milli));
       } else if (census.healthy_total_milli < out.needed_gpu_milli &&
                  census.allowed_total_milli >= out.needed_gpu_milli) {
         out.reason = PendingReason::kHealth;
@@ -558,6 +568,8 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
     default:
       if (topology_never) {
         out.eta_why = "unknown: no domain of the required level can ever hold it";
+      } else if (fleet_too_small) {
+        out.eta_why = "unknown: the fleet has fewer GPUs than it needs";
       } else {
         PlanEta(scheduler, snapshot, input, random, out);
       }

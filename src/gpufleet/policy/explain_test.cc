@@ -141,6 +141,8 @@ TEST_F(ExplainTest, EachReasonWithItsEvidence) {
        PendingReason::kTopology, "no leaf can ever hold the whole gang of 16 GPUs"},
       {"constraints", [](ExplainTest&) {}, h200, false, false, PendingReason::kConstraints,
        "2 of 2 nodes excluded"},
+      {"larger than the fleet", [](ExplainTest&) {}, Gang("huge", 3, 8), false, false,
+       PendingReason::kCapacity, "it needs 24 GPUs and the whole fleet has 16 it may use"},
       {"quota", [](ExplainTest&) {}, Gang("q", 1, 1), true, false, PendingReason::kQuota,
        "quota refuses it: over the limit"},
       {"reservation", [](ExplainTest&) {}, Gang("r", 1, 1), false, true,
