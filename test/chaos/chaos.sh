@@ -151,6 +151,14 @@ if [ "$runner" = podman ]; then
   # A CDI device per simulated GPU (agents keep their GPUs' UUIDs across restarts); the spec's
   # own edits mount the ledger's directory in every container that holds a GPU.
   mkdir -p /var/run/cdi
+  # A run killed before its cleanup leaves its spec, naming the same simulated GPUs: podman then
+  # refuses every device as ambiguous. Specs of harnesses no longer running go first.
+  for stale in /var/run/cdi/gpufleet-chaos-*.yaml; do
+    [ -e "$stale" ] || continue
+    owner=${stale##*/gpufleet-chaos-}
+    owner=${owner%.yaml}
+    kill -0 "$owner" 2>/dev/null || rm -f "$stale"
+  done
   {
     echo 'cdiVersion: "0.5.0"'
     echo 'kind: nvidia.com/gpu'

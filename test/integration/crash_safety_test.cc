@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/api/event_time_store.h"
 #include "gpufleet/api/http.h"
 #include "gpufleet/api/testing/server_process.h"
 #include "gpufleet/core/clock.h"
@@ -261,9 +262,12 @@ TEST_F(CrashSafetyTest, KilledFiftyTimesLosesNothingAcknowledged) {
     ASSERT_OK(events);
     std::string current;
     for (const store::StoredEvent& event : *events) {
+      // The server writes each event's time at its head.
+      const api::EventText text = api::ParseEventText(event.text);
+      EXPECT_TRUE(text.at.has_value()) << "no time on \"" << event.text << "\"";
       const Transition* matched = nullptr;
       for (const Transition& transition : Transitions()) {
-        if (event.text.starts_with(transition.prefix)) {
+        if (text.message.starts_with(transition.prefix)) {
           matched = &transition;
         }
       }
@@ -271,7 +275,7 @@ TEST_F(CrashSafetyTest, KilledFiftyTimesLosesNothingAcknowledged) {
       EXPECT_TRUE(matched->from.empty() ? current.empty() : matched->from.count(current) > 0)
           << "\"" << event.text << "\" after " << (current.empty() ? "nothing" : current);
       if (matched->prefix == "cancelled by ") {
-        EXPECT_NE(event.text.find(fmt::format("(was {})", current)), std::string::npos)
+        EXPECT_NE(text.message.find(fmt::format("(was {})", current)), std::string::npos)
             << event.text << " but the job was " << current;
       }
       current = matched->to;
