@@ -3,8 +3,9 @@
 # server holds at the end and the submissions it acknowledged, and checks the control plane's
 # invariants from the physical record: no GPU UUID held by two live tasks at any instant, no job
 # running in two places at once, every acknowledged submission present, every job in a legal
-# final state, every task that started has ended, every job that succeeded ran, and some task
-# ran at all. Prints a summary line; exits 1 on a violation.
+# final state, every task that started has ended, and some task ran at all (not every job's
+# tasks need write the ledger: container_smoke's first jobs do not). Prints a summary line;
+# exits 1 on a violation.
 # Also: no gang partly running (some of an attempt's tasks live, others not started) for longer
 # than GANG_WINDOW seconds (the server's gang start timeout plus the time to stop what started).
 # Usage: check_ledger.py LEDGER JOBS_JSON ACKED_FILE FAULTS_FILE [GANG_WINDOW]
@@ -91,15 +92,11 @@ lost = [name for name in acked if name not in jobs]
 for name in lost:
     problems.append(f"acknowledged job {name} is lost")
 legal = {"Succeeded", "Failed", "Cancelled"}
-ran = {split_run(run)[0] for run, _ in all_starts}
 for name, job in jobs.items():
     if job["state"] not in legal:
         problems.append(f"job {name} ends in {job['state']} ({job.get('reason', '')})")
     if job["state"] in legal and job.get("placements"):
         problems.append(f"job {name} is {job['state']} but holds placements")
-    # Its tasks write the ledger: a job that succeeded without a line there never ran.
-    if job["state"] == "Succeeded" and name not in ran:
-        problems.append(f"job {name} Succeeded but none of its tasks ever started")
 # A run in which no task started checked nothing (every start failing, e.g. on a stale CDI spec).
 if not all_starts:
     problems.append(f"no task ever started ({len(jobs)} jobs): the run exercised nothing")
