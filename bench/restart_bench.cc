@@ -37,10 +37,10 @@
 #include "gpufleet/api/testing/server_process.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/json_scan.h"
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/store/sqlite_store.h"
-#include "gpufleet/core/json_scan.h"
 
 namespace gpufleet {
 namespace {
