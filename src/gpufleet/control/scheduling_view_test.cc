@@ -13,6 +13,7 @@
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/store/memory_store.h"
+#include "gpufleet/store/testing/fault_injecting_store.h"
 #include "gpufleet/wire/node_json.h"
 
 namespace gpufleet::control {
@@ -326,38 +327,10 @@ std::string Describe(SchedulingView& view) {
   return out;
 }
 
-// Counts the objects read one by one, over an in-memory store.
-class CountingStore final : public store::StateStore {
- public:
-  int gets = 0;
-
- protected:
-  Result<store::StoredObject> DoGet(std::string_view kind, std::string_view name) override {
-    ++gets;
-    return inner_.Get(kind, name);
-  }
-  Result<std::vector<store::StoredObject>> DoList(std::string_view kind,
-                                                  std::string_view name_prefix) override {
-    return inner_.List(kind, name_prefix);
-  }
-  Result<std::vector<store::StoredObject>> DoListWhere(std::string_view kind,
-                                                       const store::ListFilter& filter) override {
-    return inner_.ListWhere(kind, filter);
-  }
-  Status DoCommit(const store::WriteBatch& batch) override { return inner_.Commit(batch); }
-  Result<int64_t> DoRevision() override { return inner_.Revision(); }
-  Result<std::vector<store::StoredEvent>> DoEvents(std::string_view kind,
-                                                   std::string_view name) override {
-    return inner_.Events(kind, name);
-  }
-
- private:
-  store::InMemoryStateStore inner_;
-};
-
 TEST(SchedulingViewOwnWrites, TheCyclesOwnWriteIsNotReadAgainButAnotherWritersIs) {
   const GpuCatalog catalog = GpuCatalog::Default();
-  CountingStore store;
+  store::InMemoryStateStore backing;
+  store::testing::FaultInjectingStateStore store(backing);  // counts the objects read
   store::WriteBatch setup;
   setup.Create(std::string(kNodesKind), "node-a", wire::NodeToJson(MakeNode("node-a"), {}).dump());
   setup.Create(std::string(kJobsKind), "waiting", JobDoc("waiting", "Pending", "", 0));
@@ -372,9 +345,9 @@ TEST(SchedulingViewOwnWrites, TheCyclesOwnWriteIsNotReadAgainButAnotherWritersIs
   own.Update(std::string(kJobsKind), "waiting", doc.dump(), 1);
   ASSERT_TRUE(store.Commit(own).ok());
   view.MarkReasonWritten("waiting", 2, doc.dump());
-  store.gets = 0;
+  const int64_t gets = store.get_count();
   ASSERT_TRUE(view.Refresh().ok());
-  EXPECT_EQ(store.gets, 0);
+  EXPECT_EQ(store.get_count(), gets);
   EXPECT_EQ(view.jobs().at("waiting").version, 2);
 
   // Another writer's update after it is read, whatever order the two were reported in.
@@ -383,13 +356,13 @@ TEST(SchedulingViewOwnWrites, TheCyclesOwnWriteIsNotReadAgainButAnotherWritersIs
   other.Update(std::string(kJobsKind), "waiting", doc.dump(), 2);
   ASSERT_TRUE(store.Commit(other).ok());
   ASSERT_TRUE(view.Refresh().ok());
-  EXPECT_EQ(store.gets, 1);
+  EXPECT_EQ(store.get_count(), gets + 1);
   EXPECT_EQ(view.jobs().at("waiting").priority, 7);
 
   // A commit whose outcome the cycle does not know is read again.
   view.ReadJobAgain("waiting");
   ASSERT_TRUE(view.Refresh().ok());
-  EXPECT_EQ(store.gets, 2);
+  EXPECT_EQ(store.get_count(), gets + 2);
 }
 
 // The view kept up to date commit by commit (nodes replaced in place, jobs re-read) equals a view

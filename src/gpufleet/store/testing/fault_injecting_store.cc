@@ -19,6 +19,11 @@ void FaultInjectingStateStore::ClearFault() {
   fail_at_commit_ = 0;
 }
 
+int64_t FaultInjectingStateStore::get_count() const {
+  std::lock_guard lock(mu_);
+  return get_count_;
+}
+
 int64_t FaultInjectingStateStore::commit_count() const {
   std::lock_guard lock(mu_);
   return commit_count_;
@@ -30,6 +35,10 @@ int64_t FaultInjectingStateStore::injected_faults() const {
 }
 
 Result<StoredObject> FaultInjectingStateStore::DoGet(std::string_view kind, std::string_view name) {
+  {
+    std::lock_guard lock(mu_);
+    ++get_count_;
+  }
   return inner_.Get(kind, name);
 }
 

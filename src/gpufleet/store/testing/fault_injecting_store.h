@@ -43,6 +43,8 @@ class FaultInjectingStateStore final : public StateStore {
   int64_t commit_count() const;
   // Commits failed so far.
   int64_t injected_faults() const;
+  // Objects read one by one (Get) so far.
+  int64_t get_count() const;
 
  protected:
   Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
@@ -62,6 +64,7 @@ class FaultInjectingStateStore final : public StateStore {
   FaultMode mode_ = FaultMode::kBeforeCommit;  // guarded by mu_
   Status error_;                               // guarded by mu_
   int64_t injected_faults_ = 0;                // guarded by mu_
+  int64_t get_count_ = 0;                      // guarded by mu_
 };
 
 }  // namespace gpufleet::store::testing
