@@ -15,6 +15,8 @@
 //   control_plane_load --nodes 10000 --register-only   (issue 15: 10,000 agents at once)
 //   control_plane_load --nodes 2000 --seconds 60 --submit-rate 1000 --task-seconds 2
 //       --heartbeat-s 2   (issue 15: 1,000 submissions/s placed as they arrive, jobs ending)
+//   control_plane_load --nodes 2000 --seconds 60 --submit-rate 1000 --small-jobs
+//       (issue 15: the same with jobs that fit and stay, as kube-scheduler's benchmark's pods)
 //   control_plane_load --nodes 2000 --seconds 60 --store postgresql://gf@127.0.0.1:25432/load
 #include <time.h>
 #include <unistd.h>
@@ -116,6 +118,17 @@ std::string JobYaml(int64_t n) {
       n, kGpus[n % 6]);
 }
 
+// --small-jobs: jobs that fit by the thousand, as the pods of kube-scheduler's and YuniKorn's
+// throughput benchmarks do: every other job asks for a quarter of one GPU, the others for CPU
+// only. 60,000 of them fill 7,500 of 2,000 nodes' 16,000 GPUs.
+std::string SmallJobYaml(int64_t n) {
+  return fmt::format(
+      "apiVersion: gpufleet.io/v1\nkind: Job\nmetadata: {{name: load-{}}}\nspec:\n  tasks:\n"
+      "    - name: main\n      command: [python, serve.py]\n"
+      "      resources: {{cpu: \"2\", memory: 8Gi{}}}\n",
+      n, n % 2 == 0 ? ", gpus: {milli: 250}" : "");
+}
+
 struct LoadRequest {
   std::string path;
   std::string body;
@@ -202,7 +215,7 @@ Result<std::unique_ptr<store::StateStore>> OpenStore(const std::filesystem::path
 
 int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycle_ms,
         bool print_cycles, const std::string& store_uri, int register_threads, bool register_only,
-        int pending, double task_seconds) {
+        int pending, double task_seconds, bool small_jobs) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / fmt::format("gpufleet-load-{}", getpid());
   std::filesystem::create_directories(dir);
@@ -376,7 +389,8 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
   for (int t = 0; t < submit_threads; ++t) {
     threads.emplace_back([&, t] {
       RunAtRate(*port, submit_rate / submit_threads, stop, submissions, [&, t](int64_t n) {
-        return LoadRequest{"/v1/jobs", JobYaml(n * submit_threads + t), &admin};
+        const int64_t job = n * submit_threads + t;
+        return LoadRequest{"/v1/jobs", small_jobs ? SmallJobYaml(job) : JobYaml(job), &admin};
       });
     });
   }
@@ -477,7 +491,10 @@ int main(int argc, char** argv) {
   app.add_option("--task-seconds", task_seconds,
                  "every task ends this long after its node first hears of it (0: tasks never end)")
       ->check(CLI::Range(0.0, 3600.0));
+  bool small_jobs = false;
+  app.add_flag("--small-jobs", small_jobs,
+               "submit jobs of a quarter GPU or CPU only (default: 1 to 8 whole GPUs)");
   CLI11_PARSE(app, argc, argv);
   return gpufleet::Run(nodes, seconds, heartbeat_s, submit_rate, cycle_ms, print_cycles, store_uri,
-                       register_threads, register_only, pending, task_seconds);
+                       register_threads, register_only, pending, task_seconds, small_jobs);
 }

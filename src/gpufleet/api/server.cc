@@ -703,7 +703,7 @@ Result<int> ApiServer::RunCycleLocked() {
     // Parsed when it is written: with thousands of jobs pending, most are only skipped.
     Json doc;
     if (!job.spec) {
-      job.spec = wire::ParseJobSpec(wire::ParseDocument(job.data)["spec"].dump(), options_.catalog);
+      job.spec = wire::JobSpecFromJson(wire::ParseDocument(job.data)["spec"], options_.catalog);
     }
     std::string reason;
     std::vector<scheduler::TaskPlacement> placed;

@@ -73,7 +73,7 @@ ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_vie
   }
   control::ViewJob& job = it->second;
   if (!job.spec) {
-    job.spec = wire::ParseJobSpec(doc["spec"].dump(), options_.catalog);
+    job.spec = wire::JobSpecFromJson(doc["spec"], options_.catalog);
   }
   if (!job.spec->ok()) {
     out["reason"] = "constraints";
@@ -102,8 +102,7 @@ ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_vie
     }
     control::ViewJob& other = *entry.job;
     if (!other.spec) {
-      other.spec =
-          wire::ParseJobSpec(wire::ParseDocument(other.data)["spec"].dump(), options_.catalog);
+      other.spec = wire::JobSpecFromJson(wire::ParseDocument(other.data)["spec"], options_.catalog);
     }
     if (other.spec->ok()) {
       ahead.push_back(&**other.spec);

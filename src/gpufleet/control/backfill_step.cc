@@ -42,7 +42,7 @@ std::vector<policy::RunningJob> BackfillStep::RunningJobs(SchedulingView& view,
       continue;
     }
     if (!job.spec) {
-      job.spec = wire::ParseJobSpec(wire::ParseDocument(job.data)["spec"].dump(), catalog_);
+      job.spec = wire::JobSpecFromJson(wire::ParseDocument(job.data)["spec"], catalog_);
     }
     const std::optional<int64_t> since = queues.ChargedSince(name);
     running.push_back({.id = JobId(name),
@@ -72,8 +72,7 @@ Status BackfillStep::SetHead(const std::string& name, const Job& job, Scheduling
       continue;
     }
     if (!other_job.spec) {
-      other_job.spec =
-          wire::ParseJobSpec(wire::ParseDocument(other_job.data)["spec"].dump(), catalog_);
+      other_job.spec = wire::JobSpecFromJson(wire::ParseDocument(other_job.data)["spec"], catalog_);
     }
     any_estimate = other_job.spec->ok() && EstimateSeconds(**other_job.spec) > 0;
   }

@@ -89,7 +89,7 @@ const IdleReclaimController::RunningJob& IdleReclaimController::ReadRunningJob(
     read.interactive = job.spec->ok() && (*job.spec)->kind == JobKind::kInteractive;
   } else {
     doc = wire::ParseDocument(job.data);
-    const Result<Job> spec = wire::ParseJobSpec((*doc)["spec"].dump(), *catalog_);
+    const Result<Job> spec = wire::JobSpecFromJson((*doc)["spec"], *catalog_);
     read.interactive = spec.ok() && spec->kind == JobKind::kInteractive;
   }
   if (read.interactive) {

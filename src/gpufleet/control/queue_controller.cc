@@ -435,7 +435,7 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
       continue;
     }
     if (!job.spec) {
-      job.spec = wire::ParseJobSpec(wire::ParseDocument(job.data)["spec"].dump(), options_.catalog);
+      job.spec = wire::JobSpecFromJson(wire::ParseDocument(job.data)["spec"], options_.catalog);
     }
     const auto charged = charged_.find(other);
     running.push_back(

@@ -193,6 +193,60 @@ class TreeBuilder final : public YAML::EventHandler {
   int64_t nodes_ = 0;
 };
 
+// A JSON value already parsed (a stored job's `spec`) as a tree without positions, under the same
+// depth and size limits as TreeBuilder. Numbers keep the text nlohmann writes for them, which is
+// what the tree of the dumped value would hold.
+Status JsonToTree(const json& value, size_t depth, int64_t& nodes, SpecNode& out) {
+  if (depth > kMaxDepth && value.is_structured()) {
+    return InvalidArgumentError(fmt::format("nesting deeper than {} levels", kMaxDepth));
+  }
+  if (++nodes > kMaxNodes) {
+    return InvalidArgumentError(
+        fmt::format("spec too complex: more than {} values (aliases expanded)", kMaxNodes));
+  }
+  switch (value.type()) {
+    case json::value_t::null:
+    case json::value_t::discarded:
+      out.kind = SpecNode::Kind::kNull;
+      return Status::Ok();
+    case json::value_t::string:
+      out.kind = SpecNode::Kind::kScalar;
+      out.text = value.get_ref<const std::string&>();
+      out.quoted = true;
+      return Status::Ok();
+    case json::value_t::array:
+      out.kind = SpecNode::Kind::kSequence;
+      out.items.resize(value.size());
+      for (size_t i = 0; i < value.size(); ++i) {
+        GPUFLEET_RETURN_IF_ERROR(JsonToTree(value[i], depth + 1, nodes, out.items[i]));
+      }
+      break;
+    case json::value_t::object:
+      out.kind = SpecNode::Kind::kMap;
+      out.entries.reserve(value.size());
+      for (const auto& [key, member] : value.items()) {
+        SpecNode::Entry& entry = out.entries.emplace_back();
+        entry.key = SpecNode{SpecNode::Kind::kScalar, key, true};
+        ++nodes;
+        GPUFLEET_RETURN_IF_ERROR(JsonToTree(member, depth + 1, nodes, entry.value));
+      }
+      break;
+    default:  // numbers and booleans: plain scalars, as written
+      out.kind = SpecNode::Kind::kScalar;
+      out.text = value.dump();
+      return Status::Ok();
+  }
+  for (const SpecNode& child : out.items) {
+    out.height = std::max(out.height, child.height + 1);
+    out.size += child.size;
+  }
+  for (const SpecNode::Entry& entry : out.entries) {
+    out.height = std::max(out.height, entry.value.height + 1);
+    out.size += entry.key.size + entry.value.size;
+  }
+  return Status::Ok();
+}
+
 // JSON is YAML 1.2, and yaml-cpp reads it keeping duplicate keys, positions and numbers as
 // written; nlohmann checks JSON first so that JSON syntax errors come in JSON's terms.
 Result<SpecNode> ParseTree(std::string_view text) {
@@ -1386,6 +1440,18 @@ Result<Job> ParseJobSpec(std::string_view text, const GpuCatalog& catalog) {
     return InvalidArgumentError(fmt::format("spec is not valid UTF-8 at byte offset {}", bad));
   }
   GPUFLEET_ASSIGN_OR_RETURN(const SpecNode root, ParseTree(text));
+  GPUFLEET_ASSIGN_OR_RETURN(Job job, ReadJob(root));
+  GPUFLEET_RETURN_IF_ERROR(ToSpecPaths(job.Validate(catalog)));
+  return job;
+}
+
+Result<Job> JobSpecFromJson(const nlohmann::json& spec, const GpuCatalog& catalog) {
+  SpecNode root;
+  int64_t nodes = 0;
+  GPUFLEET_RETURN_IF_ERROR(JsonToTree(spec, 1, nodes, root));
+  if (root.kind == SpecNode::Kind::kNull) {
+    return InvalidArgumentError("spec is empty");
+  }
   GPUFLEET_ASSIGN_OR_RETURN(Job job, ReadJob(root));
   GPUFLEET_RETURN_IF_ERROR(ToSpecPaths(job.Validate(catalog)));
   return job;

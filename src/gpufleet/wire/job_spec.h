@@ -32,6 +32,12 @@ inline constexpr size_t kMaxJobSpecBytes = size_t{1} << 20;
 // expanding YAML aliases are errors too. `metadata.labels` becomes `Job::labels`.
 Result<Job> ParseJobSpec(std::string_view text, const GpuCatalog& catalog);
 
+// The same for a spec already parsed as JSON, such as the `spec` member of a stored job document:
+// the same checks and messages, without "(line L, column C)" (a parsed value has no positions).
+// The scheduler reads every pending job's stored spec through this, without printing it back to
+// text for ParseJobSpec.
+Result<Job> JobSpecFromJson(const nlohmann::json& spec, const GpuCatalog& catalog);
+
 // What one job may ask for, so that no submission can stop the scheduling of others: a job
 // with more tasks than this is refused at submit (Kubernetes caps a Job's indexes at 100,000, but
 // our placements are stored in the job's document).

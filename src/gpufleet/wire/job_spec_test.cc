@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -93,6 +94,12 @@ TEST_F(JobSpecTest, EveryExampleParsesAndRoundTrips) {
     const Result<Job> from_json = ParseJobSpec(JobSpecToJson(*job).dump(2), catalog_);
     ASSERT_OK(from_json);
     ExpectSameJob(*from_json, *job);
+    // As the scheduler reads a stored job: the spec member of a parsed document.
+    const nlohmann::json stored = {{"state", "Pending"}, {"spec", JobSpecToJson(*job)}};
+    const Result<Job> from_value =
+        JobSpecFromJson(nlohmann::json::parse(stored.dump())["spec"], catalog_);
+    ASSERT_OK(from_value);
+    ExpectSameJob(*from_value, *job);
   }
   EXPECT_GE(count, 6);
 }
@@ -356,6 +363,44 @@ TEST_F(JobSpecTest, RefusesDeepNesting) {
                               "\nb: " + std::string(20, '[') + "*a" + std::string(20, ']') + "\n";
   EXPECT_THAT(ParseJobSpec(aliases, catalog_),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("nesting deeper than 32 levels")));
+}
+
+// A parsed JSON value gets the checks and messages of its text, less the position.
+TEST_F(JobSpecTest, ParsedJsonValueGetsTheTextsMessages) {
+  const std::string deep = std::string(40, '[') + std::string(40, ']');
+  for (const std::string& text : std::vector<std::string>{
+           R"({"apiVersion": "gpufleet.io/v1", "kind": "Job", "metadata": {"name": "j"},
+               "spec": {"tasks": [{"name": "t", "resources": {"cpu": "0.0001"}}]}})",
+           R"({"apiVersion": "gpufleet.io/v1", "kind": "Job", "metadata": {"name": "j"},
+               "spec": {"tasks": [{"name": "t", "replicas": -1}]}})",
+           R"({"apiVersion": "gpufleet.io/v1", "kind": "Job", "metadata": {"name": "j"},
+               "spec": {"tasks": [{"name": "t", "gpus": 1}]}})",
+           R"({"apiVersion": "gpufleet.io/v1", "kind": "Job", "metadata": {"name": "j"},
+               "spec": {"priority": "high", "tasks": [{"name": "t"}]}})",
+           R"({"apiVersion": "gpufleet.io/v2", "kind": "Job", "metadata": {"name": "j"},
+               "spec": {"tasks": [{"name": "t"}]}})",
+           R"({"apiVersion": "gpufleet.io/v1", "kind": "Job", "metadata": {"name": "j"},
+               "spec": {"tasks": [{"name": "t", "resources": {"gpus": {"count": 1.5}}}]}})",
+           R"({"apiVersion": "gpufleet.io/v1", "kind": "Job", "metadata": {"name": "j"},
+               "spec": {"tasks": [{"name": "t", "command": )" +
+               deep + "}]}}",
+       }) {
+    SCOPED_TRACE(text);
+    const Result<Job> from_text = ParseJobSpec(text, catalog_);
+    ASSERT_FALSE(from_text.ok());
+    const std::string message = std::regex_replace(from_text.status().message(),
+                                                   std::regex(R"( \(line \d+, column \d+\))"), "");
+    EXPECT_THAT(JobSpecFromJson(nlohmann::json::parse(text), catalog_),
+                StatusIs(StatusCode::kInvalidArgument, message));
+  }
+  EXPECT_THAT(JobSpecFromJson(nlohmann::json(), catalog_),
+              StatusIs(StatusCode::kInvalidArgument, "spec is empty"));
+  nlohmann::json wide = nlohmann::json::array();
+  for (int i = 0; i < 100001; ++i) {
+    wide.push_back(i);
+  }
+  EXPECT_THAT(JobSpecFromJson({{"spec", {{"tasks", wide}}}}, catalog_),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("spec too complex")));
 }
 
 TEST_F(JobSpecTest, QuantitiesAndDurations) {
