@@ -123,6 +123,14 @@ Result<control::Principal> TokenAuthenticator::Authenticate(
   if (hash.empty()) {
     return Unauthenticated("unknown token");
   }
+  if (std::optional<control::Principal> trusted = TrustedPrincipal(hash)) {
+    return std::move(*trusted);
+  }
+  uint64_t revocations_before = 0;
+  {
+    std::lock_guard<std::mutex> lock(trust_mu_);
+    revocations_before = revocations_;
+  }
   Result<store::StoredObject> object = store_.Get(kTokensKind, hash);
   if (!object.ok()) {
     if (object.status().code() == StatusCode::kNotFound) {
@@ -137,7 +145,28 @@ Result<control::Principal> TokenAuthenticator::Authenticate(
   principal.name = std::move(info.name);
   principal.node = std::move(info.node);
   principal.token_id = hash.substr(0, kTokenIdChars);
+  std::lock_guard<std::mutex> lock(trust_mu_);
+  if (revocations_ == revocations_before) {
+    if (trusted_.size() >= kMaxTrustedTokens) {
+      trusted_.clear();
+    }
+    trusted_.insert_or_assign(hash, Trusted{principal, clock_.Now()});
+  }
   return principal;
+}
+
+std::optional<control::Principal> TokenAuthenticator::TrustedPrincipal(
+    const std::string& hash) const {
+  std::lock_guard<std::mutex> lock(trust_mu_);
+  const auto found = trusted_.find(hash);
+  if (found == trusted_.end()) {
+    return std::nullopt;
+  }
+  if (clock_.Now() - found->second.checked >= kTokenTrustTime) {
+    trusted_.erase(found);
+    return std::nullopt;
+  }
+  return found->second.principal;
 }
 
 Status TokenAuthenticator::StoreToken(std::string_view token, control::Role role,
@@ -233,7 +262,14 @@ Result<TokenInfo> TokenAuthenticator::Revoke(std::string_view hash_prefix) {
   store::WriteBatch batch;
   batch.Delete(std::string(kTokensKind), found->name, found->version);
   batch.AppendEvent(std::string(kTokensKind), found->name, "revoked");
-  GPUFLEET_RETURN_IF_ERROR(store_.Commit(batch));
+  const Status committed = store_.Commit(batch);
+  {
+    // Also after a commit of unknown outcome: the token may be gone.
+    std::lock_guard<std::mutex> trust_lock(trust_mu_);
+    ++revocations_;
+    trusted_.erase(found->name);
+  }
+  GPUFLEET_RETURN_IF_ERROR(committed);
   return info;
 }
 

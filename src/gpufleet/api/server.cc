@@ -351,7 +351,7 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
 
 ApiServer::ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> sched)
     : options_(std::move(options)),
-      authenticator_(options_.store),
+      authenticator_(options_.store, options_.clock),
       started_at_(options_.clock.Now()),
       leases_({.store = options_.store,
                .clock = options_.clock,

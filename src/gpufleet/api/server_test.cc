@@ -31,6 +31,7 @@
 #include "gpufleet/http/testing/raw_connection.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/store/sqlite_store.h"
+#include "gpufleet/store/testing/fault_injecting_store.h"
 #include "gpufleet/wire/job_spec.h"
 
 namespace gpufleet::api {
@@ -674,7 +675,8 @@ TEST_F(ApiServerTest, ServiceRoutesAndMetrics) {
 
 TEST(TokenAuthenticatorTest, BootstrapCreatesOneAdminTokenOnce) {
   store::InMemoryStateStore store;
-  TokenAuthenticator auth(store);
+  FakeClock clock;
+  TokenAuthenticator auth(store, clock);
   Result<std::optional<std::string>> first = auth.Bootstrap(std::nullopt);
   ASSERT_OK(first);
   ASSERT_TRUE(first->has_value());
@@ -699,7 +701,8 @@ TEST(TokenAuthenticatorTest, BootstrapCreatesOneAdminTokenOnce) {
 
 TEST(TokenAuthenticatorTest, BootstrapInstallsTheGivenToken) {
   store::InMemoryStateStore store;
-  TokenAuthenticator auth(store);
+  FakeClock clock;
+  TokenAuthenticator auth(store, clock);
   Result<std::optional<std::string>> result = auth.Bootstrap("operator-chosen-token-1234");
   ASSERT_OK(result);
   EXPECT_FALSE(result->has_value());
@@ -707,6 +710,58 @@ TEST(TokenAuthenticatorTest, BootstrapInstallsTheGivenToken) {
   ASSERT_OK(who);
   EXPECT_TRUE(who->is_admin());
   EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+}
+
+// A checked token is trusted for kTokenTrustTime without reading the store; a revocation through
+// the same authenticator ends the trust at once, one through another server's within that time.
+TEST(TokenAuthenticatorTest, TrustsACheckedTokenBrieflyAndNotPastItsRevocation) {
+  store::InMemoryStateStore inner;
+  store::testing::FaultInjectingStateStore store(inner);
+  FakeClock clock;
+  TokenAuthenticator auth(store, clock);
+  TokenAuthenticator other_server(store, clock);
+  ASSERT_OK(auth.Bootstrap("operator-chosen-token-1234"));
+  const Result<std::string> alice = auth.CreateToken(control::Role::kMember, "vision", "alice");
+  const Result<std::string> bob = auth.CreateToken(control::Role::kMember, "vision", "bob");
+  ASSERT_OK(alice);
+  ASSERT_OK(bob);
+  const int64_t reads = store.get_count();
+  ASSERT_OK(auth.Authenticate("Bearer " + *alice));
+  Result<control::Principal> again = auth.Authenticate("Bearer " + *alice);
+  ASSERT_OK(again);
+  EXPECT_EQ(again->name, "alice");
+  EXPECT_EQ(again->team, "vision");
+  EXPECT_EQ(store.get_count(), reads + 1);
+
+  // Revoked here: refused at once.
+  ASSERT_OK(auth.RevokeToken(*alice));
+  EXPECT_THAT(auth.Authenticate("Bearer " + *alice),
+              gpufleet::testing::StatusIs(StatusCode::kUnauthenticated));
+
+  // Revoked by another server: trusted here until kTokenTrustTime has passed since its check.
+  ASSERT_OK(auth.Authenticate("Bearer " + *bob));
+  ASSERT_OK(other_server.RevokeToken(*bob));
+  clock.Advance(kTokenTrustTime - std::chrono::milliseconds(1));
+  EXPECT_OK(auth.Authenticate("Bearer " + *bob));
+  clock.Advance(std::chrono::milliseconds(1));
+  EXPECT_THAT(auth.Authenticate("Bearer " + *bob),
+              gpufleet::testing::StatusIs(StatusCode::kUnauthenticated));
+}
+
+// A check that read the token before a revocation on this server does not trust its answer after.
+TEST(TokenAuthenticatorTest, ACheckRacingARevocationIsNotTrusted) {
+  store::InMemoryStateStore inner;
+  store::testing::FaultInjectingStateStore store(inner);
+  FakeClock clock;
+  TokenAuthenticator auth(store, clock);
+  ASSERT_OK(auth.Bootstrap("operator-chosen-token-1234"));
+  const Result<std::string> carol = auth.CreateToken(control::Role::kMember, "nlp", "carol");
+  ASSERT_OK(carol);
+  store.AfterNextGet([&] { ASSERT_OK(auth.RevokeToken(*carol)); });
+  // Read before the revocation: this one request passes, as it would have a moment earlier.
+  EXPECT_OK(auth.Authenticate("Bearer " + *carol));
+  EXPECT_THAT(auth.Authenticate("Bearer " + *carol),
+              gpufleet::testing::StatusIs(StatusCode::kUnauthenticated));
 }
 
 // The real thing: SQLite in a temporary directory, HTTP on loopback, the loop thread; then a

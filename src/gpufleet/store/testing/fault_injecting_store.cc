@@ -35,11 +35,22 @@ int64_t FaultInjectingStateStore::injected_faults() const {
 }
 
 Result<StoredObject> FaultInjectingStateStore::DoGet(std::string_view kind, std::string_view name) {
+  std::function<void()> hook;
   {
     std::lock_guard lock(mu_);
     ++get_count_;
+    hook = std::exchange(after_next_get_, nullptr);
   }
-  return inner_.Get(kind, name);
+  Result<StoredObject> read = inner_.Get(kind, name);
+  if (hook) {
+    hook();
+  }
+  return read;
+}
+
+void FaultInjectingStateStore::AfterNextGet(std::function<void()> hook) {
+  std::lock_guard lock(mu_);
+  after_next_get_ = std::move(hook);
 }
 
 Result<std::vector<StoredObject>> FaultInjectingStateStore::DoList(std::string_view kind,

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string_view>
 #include <vector>
@@ -45,6 +46,9 @@ class FaultInjectingStateStore final : public StateStore {
   int64_t injected_faults() const;
   // Objects read one by one (Get) so far.
   int64_t get_count() const;
+  // Runs `hook` once, when the next Get has read its answer and before it returns it: a write
+  // racing with a reader that acts on what it read.
+  void AfterNextGet(std::function<void()> hook);
 
  protected:
   Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
@@ -65,6 +69,7 @@ class FaultInjectingStateStore final : public StateStore {
   Status error_;                               // guarded by mu_
   int64_t injected_faults_ = 0;                // guarded by mu_
   int64_t get_count_ = 0;                      // guarded by mu_
+  std::function<void()> after_next_get_;       // guarded by mu_
 };
 
 }  // namespace gpufleet::store::testing
