@@ -287,20 +287,6 @@ int RunCreateDeployment(ApiClient& client, const CreateArgs& args, std::ostream&
   return 0;
 }
 
-// "Label:" padded so that values line up, as `describe job` prints them.
-std::string DescribeField(std::string_view label, std::string_view value) {
-  return fmt::format("{:<13}{}\n", fmt::format("{}:", label), value);
-}
-
-std::string IndentLines(const std::string& text) {
-  std::string indented;
-  std::istringstream lines(text);
-  for (std::string line; std::getline(lines, line);) {
-    indented += "  " + line + "\n";
-  }
-  return indented;
-}
-
 // `describe deployment`: what the spec asks for, what the controller last measured and decided,
 // each replica with its state (`states`: name -> state, absent when the job is gone) and events.
 std::string DescribeDeployment(const json& deployment,
@@ -323,46 +309,37 @@ std::string DescribeDeployment(const json& deployment,
     replica_gpus += " (" + mig + ")";
   }
   std::string text;
-  text += DescribeField("Name", text_or_none(Member(deployment, "name")));
-  text += DescribeField("Team", text_or_none(Member(deployment, "team")));
-  text += DescribeField("Queue", text_or_none(Member(deployment, "queue")));
-  text += DescribeField("Created", text_or_none(Member(deployment, "created_at")));
-  text += DescribeField("GPUs", replica_gpus.empty() ? "<none>" : replica_gpus + " per replica");
-  text += DescribeField("Autoscaling",
-                        fmt::format("min {}, max {}, target {}% (tolerance {}%)",
-                                    text_or_none(Member(autoscaling, "min_replicas")),
-                                    text_or_none(Member(autoscaling, "max_replicas")),
-                                    text_or_none(Member(autoscaling, "target_utilization_pct")),
-                                    text_or_none(Member(autoscaling, "tolerance_pct"))));
+  text += Field("Name", text_or_none(Member(deployment, "name")));
+  text += Field("Team", text_or_none(Member(deployment, "team")));
+  text += Field("Queue", text_or_none(Member(deployment, "queue")));
+  text += Field("Created", text_or_none(Member(deployment, "created_at")));
+  text += Field("GPUs", replica_gpus.empty() ? "<none>" : replica_gpus + " per replica");
   text +=
-      DescribeField("Replicas", fmt::format("{} desired, {} ready",
-                                            text_or_none(Member(deployment, "desired_replicas")),
-                                            text_or_none(Member(deployment, "ready_replicas"))));
+      Field("Autoscaling", fmt::format("min {}, max {}, target {}% (tolerance {}%)",
+                                       text_or_none(Member(autoscaling, "min_replicas")),
+                                       text_or_none(Member(autoscaling, "max_replicas")),
+                                       text_or_none(Member(autoscaling, "target_utilization_pct")),
+                                       text_or_none(Member(autoscaling, "tolerance_pct"))));
+  text += Field("Replicas", fmt::format("{} desired, {} ready",
+                                        text_or_none(Member(deployment, "desired_replicas")),
+                                        text_or_none(Member(deployment, "ready_replicas"))));
   const json& utilization = Member(deployment, "utilization_pct");
-  text += DescribeField("Utilization",
-                        utilization.is_null() ? std::string("<none>") : Text(utilization) + "%");
-  text += DescribeField("Reason", text_or_none(Member(deployment, "reason")));
-  text += DescribeField("Version", text_or_none(Member(deployment, "version")));
+  text +=
+      Field("Utilization", utilization.is_null() ? std::string("<none>") : Text(utilization) + "%");
+  text += Field("Reason", text_or_none(Member(deployment, "reason")));
+  text += Field("Version", text_or_none(Member(deployment, "version")));
   const json& replicas = Member(deployment, "replicas");
   if (!replicas.is_array() || replicas.empty()) {
-    text += DescribeField("Replica jobs", "<none>");
+    text += Field("Replica jobs", "<none>");
   } else {
     std::vector<std::vector<std::string>> rows = {{"JOB", "STATE"}};
     for (const json& replica : replicas) {
       const auto state = states.find(Text(replica));
       rows.push_back({Text(replica), state == states.end() ? "<gone>" : state->second});
     }
-    text += "Replica jobs:\n" + IndentLines(RenderTable(rows));
+    text += "Replica jobs:\n" + Indent(RenderTable(rows), "  ");
   }
-  const json& items = Member(events, "items");
-  if (!items.is_array() || items.empty()) {
-    return text + DescribeField("Events", "<none>");
-  }
-  std::vector<std::vector<std::string>> rows = {{"REVISION", "MESSAGE"}};
-  for (const json& event : items) {
-    rows.push_back({text_or_none(Member(event, "revision")), Text(Member(event, "message"))});
-  }
-  return text + "Events:\n" + IndentLines(RenderTable(rows));
+  return text + EventsSection(events);
 }
 
 int RunDescribeDeployment(ApiClient& client, const DescribeArgs& args, std::ostream& out,
@@ -585,33 +562,32 @@ std::string RenderExplanation(const json& answer) {
   const int64_t position = Member(answer, "queuePosition").is_number_integer()
                                ? Member(answer, "queuePosition").get<int64_t>()
                                : 0;
-  text += DescribeField(
+  text += Field(
       "Job", fmt::format(
                  "{} ({}{})", Text(Member(answer, "job")), Text(Member(answer, "phase")),
                  position > 0 ? fmt::format(", number {} in the queue", position) : std::string()));
-  text += DescribeField("Reason", Text(Member(answer, "reason")));
-  text += DescribeField("Message", Text(Member(answer, "message")));
+  text += Field("Reason", Text(Member(answer, "reason")));
+  text += Field("Message", Text(Member(answer, "message")));
   if (const json& nodes = Member(evidence, "nodes"); nodes.is_object()) {
-    text += DescribeField(
-        "Nodes", fmt::format("{} fit a task now, {} lack free resources, {} are excluded by its "
-                             "constraints, {} are unhealthy or not Ready",
-                             Text(Member(nodes, "fits")), Text(Member(nodes, "capacity")),
-                             Text(Member(nodes, "constraints")), Text(Member(nodes, "health"))));
-    text += DescribeField("GPUs", fmt::format("needs {}, {} free that it may use",
-                                              Text(Member(evidence, "neededGpus")),
-                                              Text(Member(evidence, "freeGpus"))));
+    text += Field("Nodes",
+                  fmt::format("{} fit a task now, {} lack free resources, {} are excluded by its "
+                              "constraints, {} are unhealthy or not Ready",
+                              Text(Member(nodes, "fits")), Text(Member(nodes, "capacity")),
+                              Text(Member(nodes, "constraints")), Text(Member(nodes, "health"))));
+    text += Field("GPUs", fmt::format("needs {}, {} free that it may use",
+                                      Text(Member(evidence, "neededGpus")),
+                                      Text(Member(evidence, "freeGpus"))));
   }
   if (const json& best = Member(evidence, "bestDomain"); best.is_object()) {
-    text += DescribeField(
-        "Best domain",
-        fmt::format("{} {}: {} GPUs free of {}, lacks {}", Text(Member(best, "level")),
-                    Text(Member(best, "name")), Text(Member(best, "freeGpus")),
-                    Text(Member(best, "totalGpus")), Text(Member(best, "lacksGpus"))));
+    text += Field("Best domain",
+                  fmt::format("{} {}: {} GPUs free of {}, lacks {}", Text(Member(best, "level")),
+                              Text(Member(best, "name")), Text(Member(best, "freeGpus")),
+                              Text(Member(best, "totalGpus")), Text(Member(best, "lacksGpus"))));
   }
   const json& eta = Member(answer, "eta");
   const std::string at = Text(Member(eta, "at"));
-  text += DescribeField("ETA", at.empty() ? Text(Member(eta, "why"))
-                                          : fmt::format("{} ({})", at, Text(Member(eta, "why"))));
+  text += Field("ETA", at.empty() ? Text(Member(eta, "why"))
+                                  : fmt::format("{} ({})", at, Text(Member(eta, "why"))));
   if (const json& ahead = Member(answer, "ahead"); ahead.is_array() && !ahead.empty()) {
     std::vector<std::vector<std::string>> rows = {{"JOB", "GPUS"}};
     for (const json& job : ahead) {
@@ -623,7 +599,7 @@ std::string RenderExplanation(const json& answer) {
         rows.push_back({Text(Member(job, "name")), Text(Member(job, "gpus"))});
       }
     }
-    text += "Ahead:\n" + IndentLines(RenderTable(rows));
+    text += "Ahead:\n" + Indent(RenderTable(rows), "  ");
   }
   if (const json& what_ifs = Member(answer, "whatIf"); what_ifs.is_array() && !what_ifs.empty()) {
     std::vector<std::vector<std::string>> rows = {{"WHAT IF", "STARTS NOW", "DETAIL"}};
@@ -632,7 +608,7 @@ std::string RenderExplanation(const json& answer) {
                       Member(what_if, "wouldStartNow") == true ? "yes" : "no",
                       Text(Member(what_if, "detail"))});
     }
-    text += "What if:\n" + IndentLines(RenderTable(rows));
+    text += "What if:\n" + Indent(RenderTable(rows), "  ");
   }
   return text;
 }

@@ -192,8 +192,10 @@ TEST_F(CommandsTest, DescribeDeploymentShowsSpecStatusReplicasAndEvents) {
                    "desired_replicas": 2, "ready_replicas": 1, "utilization_pct": 91,
                    "reason": "91% against 70%", "replicas": ["chat-r0", "chat-r1"]})");
   fake_.Answer("GET /v1/deployments/chat/events", 200,
-               R"({"items": [{"revision": 1, "message": "created by alice with 1 replicas"},
-                             {"revision": 2, "message": "scaled 1 -> 2"}]})");
+               R"({"items": [{"revision": 1, "message": "created by alice with 1 replicas",
+                              "at": "2026-11-29T20:58:00Z"},
+                             {"revision": 2, "message": "scaled 1 -> 2",
+                              "at": "2026-11-29T21:03:10Z"}]})");
   // The replicas are jobs of the deployment's team, asked for as TEAM/NAME (an admin's bare
   // name could be ambiguous).
   fake_.Answer("GET /v1/jobs/nlp/chat-r0", 200, R"({"name": "chat-r0", "state": "Running"})");
@@ -216,9 +218,9 @@ TEST_F(CommandsTest, DescribeDeploymentShowsSpecStatusReplicasAndEvents) {
             "  chat-r0   Running\n"
             "  chat-r1   <gone>\n"
             "Events:\n"
-            "  REVISION   MESSAGE\n"
-            "  1          created by alice with 1 replicas\n"
-            "  2          scaled 1 -> 2\n");
+            "  REVISION   TIME                   MESSAGE\n"
+            "  1          2026-11-29T20:58:00Z   created by alice with 1 replicas\n"
+            "  2          2026-11-29T21:03:10Z   scaled 1 -> 2\n");
 }
 
 TEST_F(CommandsTest, ExplainJobPrintsReasonEtaAheadAndWhatIfs) {

@@ -402,6 +402,8 @@ std::vector<std::string> YamlBlock(const json& value) {
   return lines;
 }
 
+}  // namespace
+
 // "Label:" padded so that values line up, as `kubectl describe` does.
 std::string Field(std::string_view label, std::string_view value) {
   return fmt::format("{:<13}{}\n", fmt::format("{}:", label), value);
@@ -419,6 +421,8 @@ std::string Indent(const std::string& text, std::string_view prefix) {
   }
   return indented;
 }
+
+namespace {
 
 // Multi-line values continue under the value column.
 std::string FieldLines(std::string_view label, const std::vector<std::string>& values) {
@@ -517,8 +521,6 @@ std::string RenderObject(ResourceKind kind, const json& object, OutputFormat for
   return RenderTable({Header(kind, format), Row(kind, object, format, now_unix_seconds)});
 }
 
-// "Events:" and a table of an object's events, or "Events:      <none>". A TIME column when
-// the server says when they happened (events written before servers did have no time).
 std::string EventsSection(const json& events) {
   const json& items = Items(events);
   if (items.empty()) {

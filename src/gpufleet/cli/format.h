@@ -47,6 +47,15 @@ std::string RenderList(ResourceKind kind, const nlohmann::json& answer, OutputFo
 std::string RenderObject(ResourceKind kind, const nlohmann::json& object, OutputFormat format,
                          int64_t now_unix_seconds);
 
+// The parts of `describe` pages. `Field`: "Label:" padded so that values line up, as `kubectl
+// describe` does. `Indent`: `prefix` before every line of `text`. `EventsSection`: "Events:" and
+// a table of an object's events (the answer of `/v1/KIND/NAME/events`), or "Events:      <none>",
+// with a TIME column when the server says when they happened (events written before servers did
+// have no time).
+std::string Field(std::string_view label, std::string_view value);
+std::string Indent(const std::string& text, std::string_view prefix);
+std::string EventsSection(const nlohmann::json& events);
+
 // `describe job`: the job's fields and labels, its pending reason, placements and events (the
 // answer of `/v1/jobs/NAME/events`).
 std::string DescribeJob(const nlohmann::json& job, const nlohmann::json& events);
