@@ -215,7 +215,7 @@ Result<std::unique_ptr<store::StateStore>> OpenStore(const std::filesystem::path
 
 int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycle_ms,
         bool print_cycles, const std::string& store_uri, int register_threads, bool register_only,
-        int pending, double task_seconds, bool small_jobs) {
+        int pending, double task_seconds, bool small_jobs, const std::string& policy) {
   const std::filesystem::path dir =
       std::filesystem::temp_directory_path() / fmt::format("gpufleet-load-{}", getpid());
   std::filesystem::create_directories(dir);
@@ -231,7 +231,7 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
        .catalog = catalog,
        .clock = clock,
        .wall_clock = &clock,
-       .policy = "best-fit",
+       .policy = policy,
        .cycle_interval = std::chrono::hours(1),
        .heartbeat_interval = std::chrono::milliseconds(static_cast<int64_t>(heartbeat_s * 1000)),
        .node_timeout = std::chrono::hours(1)});
@@ -428,8 +428,9 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
 
   fmt::print(
       "control plane load: {} nodes ({} GPUs), heartbeat every {} s, {} submissions/s, "
-      "{} s, {} hardware threads\n",
-      nodes, nodes * 8, heartbeat_s, submit_rate, seconds, std::thread::hardware_concurrency());
+      "{} s, {} hardware threads, policy {}\n",
+      nodes, nodes * 8, heartbeat_s, submit_rate, seconds, std::thread::hardware_concurrency(),
+      policy);
   fmt::print("{:<22} {:>8} {:>7} {:>9} {:>9} {:>9}\n", "what", "count", "errors", "p50 ms",
              "p99 ms", "max ms");
   for (const auto& [name, latencies] :
@@ -494,7 +495,9 @@ int main(int argc, char** argv) {
   bool small_jobs = false;
   app.add_flag("--small-jobs", small_jobs,
                "submit jobs of a quarter GPU or CPU only (default: 1 to 8 whole GPUs)");
+  std::string policy = "best-fit";
+  app.add_option("--policy", policy, "the server's placement policy (gpufleet server --policy)");
   CLI11_PARSE(app, argc, argv);
   return gpufleet::Run(nodes, seconds, heartbeat_s, submit_rate, cycle_ms, print_cycles, store_uri,
-                       register_threads, register_only, pending, task_seconds, small_jobs);
+                       register_threads, register_only, pending, task_seconds, small_jobs, policy);
 }
