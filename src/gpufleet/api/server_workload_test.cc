@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/testing/job_spec_json.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
@@ -27,20 +28,6 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-
-// One task group of `replicas` tasks of `gpus` whole GPUs.
-std::string GangJson(const std::string& name, int replicas, int gpus) {
-  const nlohmann::json spec = {
-      {"apiVersion", "gpufleet.io/v1"},
-      {"kind", "Job"},
-      {"metadata", {{"name", name}}},
-      {"spec",
-       {{"tasks",
-         {{{"name", "main"},
-           {"replicas", replicas},
-           {"resources", {{"cpu", "4"}, {"memory", "16Gi"}, {"gpus", {{"count", gpus}}}}}}}}}}};
-  return spec.dump();
-}
 
 // A server on a memory store of its own with one team member, placing on `cluster` with the
 // default policy (gpufleet) or `policy`.
@@ -68,24 +55,22 @@ class PolicyServer {
     token_ = *token;
   }
 
-  nlohmann::json Call(const std::string& method, const std::string& path,
-                      const std::string& body = "") {
+  ApiResponse Raw(const std::string& method, const std::string& path,
+                  const std::string& body = "") {
     ApiRequest request;
     request.method = method;
     request.path = path;
     request.authorization = "Bearer " + token_;
     request.body = body;
-    const ApiResponse response = server_->Handle(request);
+    return server_->Handle(request);
+  }
+  nlohmann::json Call(const std::string& method, const std::string& path,
+                      const std::string& body = "") {
+    const ApiResponse response = Raw(method, path, body);
     EXPECT_LT(response.status, 300) << method << " " << path << ": " << response.body;
     return nlohmann::json::parse(response.body, nullptr, false);
   }
-  std::string Metrics() {
-    ApiRequest request;
-    request.method = "GET";
-    request.path = "/metrics";
-    request.authorization = "Bearer " + token_;
-    return server_->Handle(request).body;
-  }
+  std::string Metrics() { return Raw("GET", "/metrics").body; }
   void Cycle() { EXPECT_OK(server_->RunSchedulingCycle()); }
   std::set<std::string> NodesOf(const std::string& job) {
     std::set<std::string> nodes;
@@ -98,7 +83,7 @@ class PolicyServer {
   }
   // Submits, places, cancels and frees a job: it is then history only.
   void RunAndEnd(const std::string& name, int replicas, int gpus) {
-    Call("POST", "/v1/jobs", GangJson(name, replicas, gpus));
+    Call("POST", "/v1/jobs", api_testing::GangJobJson(name, replicas, gpus));
     Cycle();
     EXPECT_EQ(Call("GET", "/v1/jobs/" + name)["state"], "Scheduled");
     Call("POST", "/v1/jobs/" + name + "/cancel");
@@ -140,7 +125,7 @@ class ServerWorkloadTest : public ::testing::Test {
 TEST_F(ServerWorkloadTest, TheDefaultPolicyLearnsTheTaskMixFromHistory) {
   std::unique_ptr<PolicyServer> server = Make(FourAndFive(catalog_));
   // Nothing has run yet: the target is the pending job's shape.
-  server->Call("POST", "/v1/jobs", GangJson("first", 1, 1));
+  server->Call("POST", "/v1/jobs", api_testing::GangJobJson("first", 1, 1));
   server->Cycle();
   EXPECT_THAT(server->Metrics(), HasSubstr("gpufleet_target_workload_shapes{policy=\"gpufleet\","
                                            "source=\"pending\"} 1"));
@@ -148,7 +133,7 @@ TEST_F(ServerWorkloadTest, TheDefaultPolicyLearnsTheTaskMixFromHistory) {
   server->RunAndEnd("wide-1", 1, 4);
   server->RunAndEnd("wide-2", 1, 4);
   clock_.Advance(std::chrono::minutes(1));  // the target is rebuilt once a minute
-  server->Call("POST", "/v1/jobs", GangJson("probe", 1, 1));
+  server->Call("POST", "/v1/jobs", api_testing::GangJobJson("probe", 1, 1));
   server->Cycle();
   EXPECT_THAT(server->NodesOf("probe"), ElementsAre("node-0001"));
   EXPECT_THAT(
@@ -157,7 +142,7 @@ TEST_F(ServerWorkloadTest, TheDefaultPolicyLearnsTheTaskMixFromHistory) {
 
   std::unique_ptr<PolicyServer> best_fit = Make(FourAndFive(catalog_), "best-fit");
   best_fit->RunAndEnd("wide-1", 1, 4);
-  best_fit->Call("POST", "/v1/jobs", GangJson("probe", 1, 1));
+  best_fit->Call("POST", "/v1/jobs", api_testing::GangJobJson("probe", 1, 1));
   best_fit->Cycle();
   EXPECT_THAT(best_fit->NodesOf("probe"), ElementsAre("node-0000"));
   EXPECT_THAT(best_fit->Metrics(), ::testing::Not(HasSubstr("gpufleet_target_workload_shapes")));
@@ -182,10 +167,10 @@ TEST_F(ServerWorkloadTest, WithAFabricAGangStaysOffTheOversubscribedSpine) {
     SCOPED_TRACE(with_fabric ? "with the fabric" : "without");
     std::unique_ptr<PolicyServer> server =
         Make(*cluster, "", with_fabric ? network : std::shared_ptr<const fabric::Fabric>());
-    server->Call("POST", "/v1/jobs", GangJson("busy", 2, 8));
+    server->Call("POST", "/v1/jobs", api_testing::GangJobJson("busy", 2, 8));
     server->Cycle();
     EXPECT_THAT(server->NodesOf("busy"), ElementsAre("node1", "node2"));
-    server->Call("POST", "/v1/jobs", GangJson("gang", 4, 8));
+    server->Call("POST", "/v1/jobs", api_testing::GangJobJson("gang", 4, 8));
     server->Cycle();
     if (with_fabric) {
       EXPECT_THAT(server->NodesOf("gang"), ElementsAre("node5", "node6", "node7", "node8"));

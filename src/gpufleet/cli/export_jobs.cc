@@ -17,22 +17,8 @@ namespace {
 
 using nlohmann::json;
 
-// RFC 4180 quoting, as the native loader's CsvReader reads it (no spreadsheet escaping: a
-// negative priority stays a number).
-std::string NativeCsvField(const std::string& text) {
-  if (text.find_first_of(",\"\r\n") == std::string::npos) {
-    return text;
-  }
-  std::string quoted = "\"";
-  for (const char c : text) {
-    quoted += c;
-    if (c == '"') {
-      quoted += '"';
-    }
-  }
-  return quoted + "\"";
-}
-
+// Fields are quoted as RFC 4180 only (QuoteCsvField), with no spreadsheet escaping: the native
+// loader reads a negative priority as a number.
 std::string StringOr(const json& object, std::string_view key, std::string fallback = "") {
   const auto it = object.find(key);
   return it != object.end() && it->is_string() ? it->get<std::string>() : fallback;
@@ -123,13 +109,13 @@ std::variant<std::string, std::string> RowOf(const json& job, const json& events
   return std::variant<std::string, std::string>(
       std::in_place_index<0>,
       fmt::format("{},{},{},{},{},{},{},{},{},{},{}\n",
-                  NativeCsvField(team.empty() ? name : team + "/" + name), *submit,
+                  QuoteCsvField(team.empty() ? name : team + "/" + name), *submit,
                   std::max<int64_t>(1, *end - *start), replicas, gpus_per_task,
                   gpus_per_task > 0 ? std::to_string(gpu_milli) : std::string(),
-                  NativeCsvField(models), NativeCsvField(StringOr(job, "queue")),
+                  QuoteCsvField(models), QuoteCsvField(StringOr(job, "queue")),
                   IntOf(spec, "priority").value_or(0),
-                  NativeCsvField(StringOr(spec, "kind", "batch")),
-                  NativeCsvField(StringOr(job, "submitted_by"))));
+                  QuoteCsvField(StringOr(spec, "kind", "batch")),
+                  QuoteCsvField(StringOr(job, "submitted_by"))));
 }
 
 }  // namespace
