@@ -499,6 +499,20 @@ class ApiServer {
 
   std::mutex cycle_mu_;                              // serialises scheduling cycles
   std::unique_ptr<scheduler::Scheduler> scheduler_;  // guarded by cycle_mu_
+  std::unique_ptr<control::SchedulingView> view_;    // guarded by cycle_mu_
+  MonoTime last_full_retry_;                         // guarded by cycle_mu_
+  MonoTime last_full_reload_;                        // guarded by cycle_mu_
+  control::QueueController queues_;                  // guarded by cycle_mu_, but Statuses
+  control::MigLayoutController mig_layouts_;         // guarded by cycle_mu_
+  control::GangStartController gang_start_;          // guarded by cycle_mu_
+
+  uint64_t cycle_count_ = 0;  // guarded by cycle_mu_
+  std::optional<control::IdleReclaimController>
+      idle_reclaim_;                           // made on first use; guarded by cycle_mu_
+  control::DeploymentController deployments_;  // guarded by cycle_mu_
+  control::RetentionController retention_;     // guarded by cycle_mu_
+  control::BackfillStep backfill_;             // guarded by cycle_mu_
+
   // The target workload of a policy that needs one (policy::NeedsTargetWorkload), and where the
   // scheduler's current one came from; guarded by cycle_mu_.
   enum class TargetSource { kNone, kPending, kHistory };
@@ -509,19 +523,6 @@ class ApiServer {
   // Remakes the scheduler when the target workload is due for a rebuild and has changed: from
   // the history, else from the first pending jobs in queue order. REQUIRES: cycle_mu_ held.
   Status RefreshTargetWorkload(const std::vector<control::PendingEntry>& pending);
-  std::unique_ptr<control::SchedulingView> view_;  // guarded by cycle_mu_
-  MonoTime last_full_retry_;                       // guarded by cycle_mu_
-  MonoTime last_full_reload_;                      // guarded by cycle_mu_
-  control::QueueController queues_;                // guarded by cycle_mu_, but Statuses
-  control::MigLayoutController mig_layouts_;       // guarded by cycle_mu_
-  control::GangStartController gang_start_;        // guarded by cycle_mu_
-
-  uint64_t cycle_count_ = 0;  // guarded by cycle_mu_
-  std::optional<control::IdleReclaimController>
-      idle_reclaim_;                           // made on first use; guarded by cycle_mu_
-  control::DeploymentController deployments_;  // guarded by cycle_mu_
-  control::RetentionController retention_;     // guarded by cycle_mu_
-  control::BackfillStep backfill_;             // guarded by cycle_mu_
 
   // Fleet gauges of /metrics, taken from the view at the end of each cycle, so that a scrape
   // costs O(queues + models) and never waits for the store or a cycle.
