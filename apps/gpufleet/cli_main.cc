@@ -17,6 +17,7 @@
 
 #include "gpufleet/cli/commands.h"
 #include "gpufleet/cli/config.h"
+#include "gpufleet/cli/export_jobs.h"
 #include "gpufleet/cli/format.h"
 #include "gpufleet/cli/http_client.h"
 #include "gpufleet/cli/provenance.h"
@@ -123,6 +124,7 @@ struct CliState {
   cli::NodeArgs node;
   cli::ReportArgs report;
   cli::UsageReportArgs usage;
+  cli::ExportArgs export_args;
   CLI::App* report_verb = nullptr;
   SlurmReportFlags slurm_report;
   int gpu = 0;
@@ -321,6 +323,16 @@ Action AddCliCommands(CLI::App& app) {
       return cli::RunUsageReport(client, s.usage, std::cout, std::cerr);
     }
     return cli::RunReport(client, s.report, std::cout, std::cerr);
+  });
+
+  CLI::App* export_verb = app.add_subcommand(
+      "export",
+      "write the server's job log as a trace `gpufleet sim replay --format native` reads");
+  export_verb->add_option("TYPE", s.export_args.kind, "jobs: every finished job that ran")
+      ->required();
+  export_verb->add_option("-o,--output", s.export_args.output, "the CSV file (default stdout)");
+  AddVerb(s, export_verb, [&s](cli::ApiClient& client) {
+    return cli::RunExport(client, s.export_args, std::cout, std::cerr);
   });
 
   AddNodeVerb(app, s, "cordon", "mark a node unschedulable", cli::NodeAction::kCordon, false);

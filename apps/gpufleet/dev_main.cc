@@ -52,7 +52,7 @@ struct DevFlags {
   std::string trace_dir = GPUFLEET_DEFAULT_DATA_DIR;
   double playback_minutes = 10;
   double target_load = 0.75;
-  std::string policy = "best-fit";
+  std::string policy = "gpufleet";  // as `gpufleet server`
   int64_t heartbeat_ms = 2000;
   int64_t run_seconds = 0;  // 0: until SIGINT or SIGTERM
   bool quiet = false;

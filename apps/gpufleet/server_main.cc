@@ -21,6 +21,7 @@
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/synthetic_cluster.h"
+#include "gpufleet/fabric/fabric.h"
 #include "gpufleet/policy/idle_reclaim.h"
 #include "gpufleet/store/directory_lock.h"
 #include "gpufleet/store/postgres_store.h"
@@ -40,7 +41,10 @@ struct ServerFlags {
   std::string simulated_nodes;
   std::string gpu_model = "H100-80GB";
   std::string admin_token_file;
-  std::string policy = "best-fit";
+  std::string policy = "gpufleet";
+  std::string workload_half_life = "24h";
+  int64_t workload_max_shapes = 64;
+  std::string fabric;
   int64_t cycle_interval_ms = 1000;
   int64_t mig_apply_timeout_s = 120;
   int64_t heartbeat_interval_ms = 10000;
@@ -187,6 +191,28 @@ int RunServer(const ServerFlags& flags) {
     }
     tls = api::ApiServer::TlsFiles{flags.tls_cert, flags.tls_key};
   }
+  // The fabric and the workload flags are checked before the store is opened: a bad file
+  // stops the server before anything is written.
+  std::shared_ptr<const fabric::Fabric> network;
+  if (!flags.fabric.empty()) {
+    Result<std::shared_ptr<const fabric::Fabric>> loaded = LoadFabricFile(flags.fabric);
+    if (!loaded.ok()) {
+      return FailServer(Status(loaded.status().code(), "--fabric: " + loaded.status().message()));
+    }
+    network = *loaded;
+  }
+  const Result<Duration> half_life =
+      control::ParseRetention("--workload-half-life", flags.workload_half_life);
+  if (!half_life.ok() || *half_life <= Duration::zero()) {
+    return FailServer(InvalidArgumentError(
+        fmt::format("--workload-half-life: \"{}\" is not a positive duration (a whole number "
+                    "with s, m, h or d, e.g. 24h)",
+                    flags.workload_half_life)));
+  }
+  if (flags.workload_max_shapes <= 0 || flags.workload_max_shapes > 100000) {
+    return FailServer(InvalidArgumentError(
+        fmt::format("--workload-max-shapes: {} (must be 1..100000)", flags.workload_max_shapes)));
+  }
   const GpuCatalog catalog = GpuCatalog::Default();
   Result<OpenedStore> store = OpenStore(flags);
   if (!store.ok()) {
@@ -253,6 +279,9 @@ int RunServer(const ServerFlags& flags) {
        .clock = clock,
        .wall_clock = &clock,
        .policy = flags.policy,
+       .workload_history = {.half_life = *half_life,
+                            .max_shapes = static_cast<size_t>(flags.workload_max_shapes)},
+       .fabric = network,
        .cycle_interval = std::chrono::milliseconds(flags.cycle_interval_ms),
        .heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_interval_ms),
        .node_timeout = std::chrono::seconds(flags.node_timeout_s),
@@ -313,8 +342,9 @@ int RunServer(const ServerFlags& flags) {
   if (election != nullptr && address.empty()) {
     election->SetAddress(fmt::format("{}://{}:{}", scheme, listen->first, *port));
   }
-  fmt::print("gpufleet server listening on {}://{}:{} (store {}, policy {})\n", scheme,
-             listen->first, *port, store->description, flags.policy);
+  fmt::print("gpufleet server listening on {}://{}:{} (store {}, policy {}{})\n", scheme,
+             listen->first, *port, store->description, flags.policy,
+             network != nullptr ? ", fabric " + flags.fabric : std::string());
   std::fflush(stdout);
   // A deposed leader ends, as a Kubernetes controller manager does: its supervisor starts it
   // again and it rejoins as a follower, with nothing of its old term in memory.
@@ -368,7 +398,25 @@ Action AddServerCommand(CLI::App& app) {
       ->capture_default_str();
   server->add_option("--admin-token-file", flags->admin_token_file,
                      "on first start, install the admin token read from this file");
-  server->add_option("--policy", flags->policy, "placement policy")->capture_default_str();
+  server
+      ->add_option("--policy", flags->policy,
+                   "placement policy: gpufleet or fgd (scored against the task mix learnt from "
+                   "the jobs this server starts), best-fit, gpu-packing, gpu-clustering, dot-prod "
+                   "or random (docs/policies.md)")
+      ->capture_default_str();
+  server
+      ->add_option("--workload-half-life", flags->workload_half_life,
+                   "gpufleet and fgd: a started job's shape loses half its weight in the learnt "
+                   "task mix after this long (s, m, h or d)")
+      ->capture_default_str();
+  server
+      ->add_option("--workload-max-shapes", flags->workload_max_shapes,
+                   "gpufleet and fgd: distinct task shapes kept in the learnt mix; rarer ones "
+                   "merge into their nearest")
+      ->capture_default_str();
+  server->add_option("--fabric", flags->fabric,
+                     "the network fabric (YAML, or Slurm topology.conf): multi-node jobs are "
+                     "placed to keep their collectives off oversubscribed tiers (docs/fabric.md)");
   server->add_option("--tls-cert", flags->tls_cert,
                      "serve HTTPS with this PEM certificate (chain); needs --tls-key");
   server->add_option("--tls-key", flags->tls_key, "the PEM private key of --tls-cert");

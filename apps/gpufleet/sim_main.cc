@@ -52,7 +52,8 @@ struct OpenbFlags {
 };
 
 struct FillFlags : CommonFlags, OpenbFlags {
-  bool bound = false;  // also the LP lower bound per seed and each policy's gap to it
+  bool bound = false;      // also the LP lower bound per seed and each policy's gap to it
+  int learn_workload = 0;  // > 0: fgd and gpufleet learn their target as the server does
 };
 
 struct BoundFlags : OpenbFlags {
@@ -69,6 +70,7 @@ struct ReplayFlags : CommonFlags {
   std::string nodes;
   std::string gpu_model = "V100-32GB";
   std::string placement = "best-fit";
+  int64_t learn_workload = 0;  // > 0: fgd and gpufleet learn their target as the server does
   uint64_t seed = 42;
   int64_t sample_seconds = 600;
   std::string fabric;    // a fabric file: the cluster is its nodes and jobs pay for communication
@@ -215,6 +217,7 @@ int RunFillCommand(const FillFlags& flags) {
              flags.load);
   sim::FillOptions options;
   options.load_target = flags.load;
+  options.learn_every = flags.learn_workload;
   auto progress = MakeProgress("fill runs", static_cast<int>(policies->size() * seeds.size()));
   auto results = sim::RunFillMatrix(cluster, pods, catalog, *policies, seeds, options,
                                     flags.threads, [&] { progress->Advance(); });
@@ -547,6 +550,7 @@ int RunReplayCommand(ReplayFlags flags) {
              fmt::join(*policies, ","), flags.placement);
   sim::ReplayOptions options;
   options.placement_policy = flags.placement;
+  options.learn_workload_seconds = flags.learn_workload;
   options.seed = flags.seed;
   options.sample_seconds = flags.sample_seconds;
   options.fabric = network;
@@ -598,6 +602,10 @@ Action AddSimCommand(CLI::App& app) {
       ->check(CLI::Range(0.01, 10.0));
   fill->add_flag("--bound", fill_flags->bound,
                  "also each seed's lower bound (`sim bound`, LP) and each policy's gap to it");
+  fill->add_option("--learn-workload", fill_flags->learn_workload,
+                   "N > 0: fgd and gpufleet learn their target workload from the pods placed so "
+                   "far, as `gpufleet server` does, rebuilt every N arrivals")
+      ->check(CLI::Range(0, 1000000));
 
   auto bound_flags = std::make_shared<BoundFlags>();
   CLI::App* bound = sim->add_subcommand(
@@ -653,6 +661,11 @@ Action AddSimCommand(CLI::App& app) {
         replay_flags->gpu_model_given = gpu_model_flag->count() > 0;
       });
   replay->add_option("--placement", replay_flags->placement, "placement policy (default best-fit)");
+  replay
+      ->add_option("--learn-workload", replay_flags->learn_workload,
+                   "SECONDS > 0: fgd and gpufleet learn their target workload from the jobs "
+                   "placed so far, as `gpufleet server` does, rebuilt at most this often")
+      ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400));
   replay->add_option("--seed", replay_flags->seed, "seed for tie-breaks");
   replay->add_option("--fabric", replay_flags->fabric,
                      "a fabric (YAML or topology.conf): its nodes are the cluster, and multi-node "

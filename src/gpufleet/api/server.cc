@@ -324,9 +324,39 @@ struct ApiServer::Metrics {
 
 // ---- construction, start, stop --------------------------------------------------------------
 
-Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
+namespace {
+
+// The scheduler of `options` scoring against `target`: a policy that needs a target workload and
+// has none yet places as best-fit does.
+Result<std::unique_ptr<scheduler::Scheduler>> MakeScheduler(
+    const ApiServer::Options& options, const scheduler::TargetWorkload& target) {
   scheduler::SchedulerOptions scheduler_options;
-  scheduler_options.policy = options.policy;
+  scheduler_options.policy =
+      policy::NeedsTargetWorkload(options.policy) && target.empty() ? "best-fit" : options.policy;
+  scheduler_options.plugin_args.target_workload = target;
+  if (options.fabric != nullptr) {
+    scheduler_options.plugin_args.fabric = options.fabric;
+    // As in the simulator's replay (sim/replay.cc): it outweighs the placement policy, so a
+    // placement whose collectives are measurably slower loses whatever its packing score.
+    scheduler_options.extra_plugins.push_back("collective-cost");
+    scheduler_options.extra_plugin_weights["collective-cost"] = 2;
+  }
+  return scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default());
+}
+
+bool SameClasses(const scheduler::TargetWorkload& a, const scheduler::TargetWorkload& b) {
+  return std::equal(
+      a.classes().begin(), a.classes().end(), b.classes().begin(), b.classes().end(),
+      [](const auto& x, const auto& y) { return x.shape == y.shape && x.weight == y.weight; });
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
+  GPUFLEET_RETURN_IF_ERROR(options.workload_history.Validate());
+  if (options.target_workload_refresh < Duration::zero()) {
+    return InvalidArgumentError("target_workload_refresh must not be negative");
+  }
   GPUFLEET_RETURN_IF_ERROR(options.reliability.Validate());
   if (options.idle_reclaim) {
     GPUFLEET_RETURN_IF_ERROR(options.idle_reclaim->Validate());
@@ -336,10 +366,18 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
         fmt::format("mig_apply_timeout {}s must be positive and mig_replan_delay {}s not negative",
                     options.mig_apply_timeout.count(), options.mig_replan_delay.count()));
   }
-  GPUFLEET_ASSIGN_OR_RETURN(
-      std::unique_ptr<scheduler::Scheduler> sched,
-      scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));
+  if (policy::NeedsTargetWorkload(options.policy)) {
+    // Checks the policy with a target workload, as the cycles will make it.
+    scheduler::TargetWorkload one = scheduler::TargetWorkload::FromShapes(
+        {scheduler::TaskShape{.cpu_milli = 1000, .gpu_milli = kMilliPerUnit, .num_gpus = 1}});
+    GPUFLEET_RETURN_IF_ERROR(MakeScheduler(options, one).status());
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Scheduler> sched,
+                            MakeScheduler(options, scheduler::TargetWorkload()));
   auto server = std::unique_ptr<ApiServer>(new ApiServer(std::move(options), std::move(sched)));
+  if (policy::NeedsTargetWorkload(server->options_.policy)) {
+    server->workload_history_.emplace(server->options_.workload_history);
+  }
   // With an election, the leader makes these writes when it becomes the leader (BecomeLeader):
   // a follower's would be refused.
   if (server->options_.election == nullptr) {
@@ -673,6 +711,7 @@ Result<int> ApiServer::RunCycleLocked() {
     }
   }
   queues_.OrderPending(pending);
+  GPUFLEET_RETURN_IF_ERROR(RefreshTargetWorkload(pending));
 
   scheduler::ClusterSnapshot& snapshot = view_->snapshot();
   Random random(options_.seed + cycle_count_);
@@ -827,6 +866,51 @@ Result<int> ApiServer::RunCycleLocked() {
   return scheduled;
 }
 
+Status ApiServer::RefreshTargetWorkload(const std::vector<control::PendingEntry>& pending) {
+  if (!workload_history_) {
+    return Status::Ok();
+  }
+  const MonoTime now = options_.clock.Now();
+  if (target_source_ == TargetSource::kHistory &&
+      now - target_built_at_ < options_.target_workload_refresh) {
+    return Status::Ok();
+  }
+  scheduler::TargetWorkload target;
+  TargetSource source = TargetSource::kNone;
+  if (!workload_history_->empty()) {
+    target = workload_history_->Target();
+    source = TargetSource::kHistory;
+  } else {
+    // Nothing started yet (a fresh server, or one restarted: the history lives in memory): the
+    // mix waiting is the best guess of the mix to come. The first jobs in queue order bound the
+    // cost with thousands pending; their specs are parsed once and kept, as the cycle does.
+    constexpr size_t kMaxPendingSampled = 1000;
+    policy::WorkloadHistory waiting(options_.workload_history);
+    for (size_t i = 0; i < pending.size() && i < kMaxPendingSampled; ++i) {
+      control::ViewJob& job = *pending[i].job;
+      if (!job.spec) {
+        job.spec =
+            wire::ParseJobSpec(wire::ParseDocument(job.data)["spec"].dump(), options_.catalog);
+      }
+      if (job.spec->ok()) {
+        waiting.Record(**job.spec, now);
+      }
+    }
+    target = waiting.Target();
+    source = target.empty() ? TargetSource::kNone : TargetSource::kPending;
+  }
+  target_built_at_ = now;
+  if (source == target_source_ && SameClasses(target, target_)) {
+    return Status::Ok();
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Scheduler> remade,
+                            MakeScheduler(options_, target));
+  scheduler_ = std::move(remade);
+  target_ = std::move(target);
+  target_source_ = source;
+  return Status::Ok();
+}
+
 Result<int> ApiServer::CommitCycleWrites(std::vector<CycleWrite>& writes) {
   // One durable commit for the whole cycle: a commit costs an fsync, which would otherwise be
   // most of a busy cycle. If it fails (one job changed under us, or one job's write cannot be
@@ -863,6 +947,9 @@ Result<int> ApiServer::CommitCycleWrites(std::vector<CycleWrite>& writes) {
       continue;
     }
     if (!write.placed.empty()) {
+      if (workload_history_ && job.spec && job.spec->ok()) {
+        workload_history_->Record(**job.spec, options_.clock.Now());
+      }
       view_->MarkScheduled(*write.name, job.version + 1, std::move(write.data),
                            std::move(write.placed), std::move(write.nodes));
       ++scheduled;
@@ -1681,6 +1768,12 @@ void ApiServer::PublishFleetGauges() {
       }
     }
   }
+  if (workload_history_) {
+    gauges.target_shapes = target_.classes().size();
+    gauges.target_source = target_source_ == TargetSource::kHistory   ? "history"
+                           : target_source_ == TargetSource::kPending ? "pending"
+                                                                      : "none";
+  }
   std::lock_guard<std::mutex> lock(gauges_mu_);
   gauges_ = std::move(gauges);
 }
@@ -1715,6 +1808,15 @@ std::string ApiServer::RenderMetrics() {
   out += "# TYPE gpufleet_gpus_total gauge\n";
   for (const auto& [model, count] : gauges.gpus_by_model) {
     out += fmt::format("gpufleet_gpus_total{{model=\"{}\"}} {}\n", EscapeLabel(model), count);
+  }
+  if (!gauges.target_source.empty()) {
+    out +=
+        "# HELP gpufleet_target_workload_shapes Task shapes in the placement policy's target "
+        "workload, by policy and by where they came from: history (the jobs this server "
+        "started), pending (the jobs waiting, before any started) or none (best-fit meanwhile).\n";
+    out += "# TYPE gpufleet_target_workload_shapes gauge\n";
+    out += fmt::format("gpufleet_target_workload_shapes{{policy=\"{}\",source=\"{}\"}} {}\n",
+                       EscapeLabel(options_.policy), gauges.target_source, gauges.target_shapes);
   }
   out += RenderLeadership();
   std::lock_guard<std::mutex> lock(metrics_->mu);

@@ -34,10 +34,12 @@
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/fabric/fabric.h"
 #include "gpufleet/http/server.h"
 #include "gpufleet/policy/autoscaler.h"
 #include "gpufleet/policy/idle_reclaim.h"
 #include "gpufleet/policy/queues.h"
+#include "gpufleet/policy/workload_history.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/store/leader_election.h"
 #include "gpufleet/store/state_store.h"
@@ -115,7 +117,19 @@ class ApiServer {
     const Clock& clock;
     // Stamps `created_at` on jobs (RFC 3339, UTC); null: jobs carry no creation time.
     const WallClock* wall_clock = nullptr;
-    std::string policy = "best-fit";
+    // The placement policy (scheduler::PlacementPolicyNames). fgd and gpufleet score against a
+    // target workload: the task shapes of the jobs this server starts, weighted by the GPUs they
+    // ask for and decayed (policy::WorkloadHistory); before the first start, the shapes of the
+    // pending jobs; with neither, best-fit (docs/policies.md, "In production").
+    std::string policy = "gpufleet";
+    policy::WorkloadHistoryOptions workload_history;
+    // How often the target workload is rebuilt from the history (the scheduler is remade then,
+    // dropping its memoised scores).
+    Duration target_workload_refresh = std::chrono::minutes(1);
+    // The network fabric (docs/fabric.md): set, the collective-cost score steers multi-node jobs
+    // away from oversubscribed tiers, as `gpufleet sim replay --topology-aware` does. Nodes the
+    // fabric does not name count as crossing every tier.
+    std::shared_ptr<const fabric::Fabric> fabric;
     std::chrono::milliseconds cycle_interval{1000};
     // Cycle n uses Random(seed + n).
     uint64_t seed = 42;
@@ -499,12 +513,26 @@ class ApiServer {
   control::RetentionController retention_;     // guarded by cycle_mu_
   control::BackfillStep backfill_;             // guarded by cycle_mu_
 
+  // The target workload of a policy that needs one (policy::NeedsTargetWorkload), and where the
+  // scheduler's current one came from; guarded by cycle_mu_.
+  enum class TargetSource { kNone, kPending, kHistory };
+  std::optional<policy::WorkloadHistory> workload_history_;
+  TargetSource target_source_ = TargetSource::kNone;
+  scheduler::TargetWorkload target_;
+  MonoTime target_built_at_;
+  // Remakes the scheduler when the target workload is due for a rebuild and has changed: from
+  // the history, else from the first pending jobs in queue order. REQUIRES: cycle_mu_ held.
+  Status RefreshTargetWorkload(const std::vector<control::PendingEntry>& pending);
+
   // Fleet gauges of /metrics, taken from the view at the end of each cycle, so that a scrape
   // costs O(queues + models) and never waits for the store or a cycle.
   struct FleetGauges {
     std::map<std::string, int64_t> pending_by_queue;
     std::map<std::string, int64_t> allocated_milli_by_model;
     std::map<std::string, int64_t> gpus_by_model;
+    // The target workload's shapes and where they came from ("history", "pending", "none").
+    size_t target_shapes = 0;
+    std::string target_source;
   };
   // REQUIRES: cycle_mu_ held.
   void PublishFleetGauges();

@@ -808,4 +808,18 @@ Result<int64_t> ParseRfc3339(std::string_view text) {
   return days * 86400 + hour * 3600 + minute * 60 + second;
 }
 
+std::string QuoteCsvField(const std::string& text) {
+  if (text.find_first_of(",\"\r\n") == std::string::npos) {
+    return text;
+  }
+  std::string quoted = "\"";
+  for (const char c : text) {
+    quoted += c;
+    if (c == '"') {
+      quoted += '"';
+    }
+  }
+  return quoted + "\"";
+}
+
 }  // namespace gpufleet::cli

@@ -81,4 +81,8 @@ std::string FormatAge(int64_t seconds);
 // ignored) as Unix seconds. kInvalidArgument for anything else.
 Result<int64_t> ParseRfc3339(std::string_view text);
 
+// `text` as one CSV field (RFC 4180): quoted, with its quotes doubled, when it holds a comma, a
+// quote or a line break; as it is otherwise.
+std::string QuoteCsvField(const std::string& text);
+
 }  // namespace gpufleet::cli

@@ -88,17 +88,7 @@ std::string CsvField(std::string text) {
   if (!text.empty() && (text[0] == '=' || text[0] == '+' || text[0] == '-' || text[0] == '@')) {
     text.insert(text.begin(), '\'');
   }
-  if (text.find_first_of(",\"\r\n") == std::string::npos) {
-    return text;
-  }
-  std::string quoted = "\"";
-  for (const char c : text) {
-    quoted += c;
-    if (c == '"') {
-      quoted += '"';
-    }
-  }
-  return quoted + "\"";
+  return QuoteCsvField(text);
 }
 
 std::string CsvNumber(const json& value) {

@@ -55,6 +55,33 @@ TargetWorkload TargetWorkload::FromShapes(const std::vector<TaskShape>& shapes, 
   return workload;
 }
 
+TargetWorkload TargetWorkload::FromWeights(std::vector<TaskClass> weighted, double coverage) {
+  std::erase_if(weighted, [](const TaskClass& c) { return !(c.weight > 0); });
+  std::stable_sort(weighted.begin(), weighted.end(), [](const TaskClass& a, const TaskClass& b) {
+    if (a.weight != b.weight) {
+      return a.weight > b.weight;
+    }
+    return a.shape > b.shape;
+  });
+  double total = 0;
+  for (const TaskClass& task_class : weighted) {
+    total += task_class.weight;
+  }
+  TargetWorkload workload;
+  double kept = 0;
+  for (TaskClass& task_class : weighted) {
+    if (kept >= coverage * total) {
+      break;
+    }
+    kept += task_class.weight;
+    workload.classes_.push_back(std::move(task_class));
+  }
+  for (TaskClass& task_class : workload.classes_) {
+    task_class.weight /= kept;
+  }
+  return workload;
+}
+
 FragmentationModel::FragmentationModel(const TargetWorkload& workload,
                                        const ClusterSnapshot& snapshot, Kind kind)
     : workload_(&workload), kind_(kind) {

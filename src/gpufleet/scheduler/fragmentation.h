@@ -39,6 +39,9 @@ class TargetWorkload {
   // The most frequent shapes that together cover `coverage` of `shapes` (FGD keeps 95%), weights
   // renormalised over the kept ones. Ties in frequency go to the larger CPU, GPU share, GPU count.
   static TargetWorkload FromShapes(const std::vector<TaskShape>& shapes, double coverage = 0.95);
+  // The same from shapes with weights (distinct shapes, weights > 0; others are left out): the
+  // heaviest covering `coverage` of the total weight, renormalised.
+  static TargetWorkload FromWeights(std::vector<TaskClass> weighted, double coverage = 0.95);
 
   const std::vector<TaskClass>& classes() const { return classes_; }
   bool empty() const { return classes_.empty(); }

@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
 #include "gpufleet/core/random.h"
+#include "gpufleet/policy/workload_history.h"
 #include "gpufleet/scheduler/fragmentation.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/sim/parallel.h"
@@ -131,6 +133,10 @@ Result<FillResult> RunFill(const Cluster& cluster, const std::vector<Job>& pods,
   }
   const std::vector<Job> order =
       FillArrivalOrder(pods, capacity, options.load_target, options.seed);
+  std::optional<policy::WorkloadHistory> learnt;
+  if (options.learn_every > 0 && policy::NeedsTargetWorkload(options.policy)) {
+    learnt.emplace(policy::WorkloadHistoryOptions{.coverage = options.workload_coverage});
+  }
   const FragmentationModel fragmentation(workload, snapshot);
   std::vector<double> node_fragmentation(snapshot.nodes().size());
   double total_fragmentation = 0;
@@ -149,9 +155,27 @@ Result<FillResult> RunFill(const Cluster& cluster, const std::vector<Job>& pods,
   Random tie_breaks(options.seed ^ 0x5eed5eed5eed5eedULL);
   int64_t arrived = 0;
   for (const Job& pod : order) {
+    // The fill has no clock: arrival i happens at i seconds, so the default day-long half-life
+    // barely decays anything, as no pod ever leaves.
+    const MonoTime arrival{int64_t{result.pods_arrived} * 1000000000};
+    if (learnt && result.pods_arrived % options.learn_every == 0) {
+      policy::WorkloadHistory seen = *learnt;
+      if (seen.empty()) {
+        seen.Record(pod, arrival);
+      }
+      scheduler_options.plugin_args.target_workload = seen.Target();
+      scheduler_options.policy =
+          scheduler_options.plugin_args.target_workload.empty() ? "best-fit" : options.policy;
+      GPUFLEET_ASSIGN_OR_RETURN(
+          placer,
+          scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));
+    }
     arrived += pod.RequestedGpuMilliTotal();
     ++result.pods_arrived;
     const scheduler::ScheduleResult placed = placer->Schedule(pod, snapshot, tie_breaks);
+    if (learnt && placed.scheduled()) {
+      learnt->Record(pod, arrival);
+    }
     if (placed.outcome == scheduler::ScheduleOutcome::kError) {
       return Status(placed.error.code(),
                     fmt::format("pod {}: {}", pod.id.value(), placed.error.message()));

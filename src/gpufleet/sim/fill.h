@@ -24,6 +24,10 @@ struct FillOptions {
   double load_target = 1.3;
   double workload_coverage = 0.95;  // share of pods whose shapes form FGD's target workload
   scheduler::TieBreak tie_break = scheduler::TieBreak::kNodeOrder;
+  // > 0: a policy that needs a target workload (fgd, gpufleet) does not get the pod list's; it
+  // learns it as `gpufleet server` does (policy::WorkloadHistory of the pods placed so far; before
+  // the first placement, the arriving pod's shape), rebuilt every `learn_every` arrivals.
+  int learn_every = 0;
 };
 
 // Means over the events whose arrived load rounds to `arrived_percent`.

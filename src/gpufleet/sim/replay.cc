@@ -18,6 +18,7 @@
 #include "gpufleet/fabric/collective.h"
 #include "gpufleet/policy/backfill.h"
 #include "gpufleet/policy/preemption.h"
+#include "gpufleet/policy/workload_history.h"
 #include "gpufleet/scheduler/fragmentation.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/sim/event_queue.h"
@@ -182,7 +183,8 @@ class Replay {
  public:
   Replay(const Trace& trace, const ReplayOptions& options, QueuePolicy policy,
          ClusterSnapshot snapshot, std::unique_ptr<scheduler::Scheduler> placer,
-         scheduler::TargetWorkload workload, std::optional<policy::QueueTree> queues)
+         scheduler::TargetWorkload workload, std::optional<policy::QueueTree> queues,
+         scheduler::SchedulerOptions placer_options)
       : trace_(trace),
         options_(options),
         policy_(policy),
@@ -192,7 +194,14 @@ class Replay {
         queues_(std::move(queues)),
         workload_(std::move(workload)),
         fragmentation_(workload_, snapshot_),
-        random_(options.seed) {}
+        random_(options.seed),
+        placer_options_(std::move(placer_options)) {
+    // (`policy` is the queue policy here; the namespace needs its full name.)
+    if (options.learn_workload_seconds > 0 &&
+        gpufleet::policy::NeedsTargetWorkload(placer_options_.policy)) {
+      learnt_.emplace(gpufleet::policy::WorkloadHistoryOptions{});
+    }
+  }
 
   // kInternal when a policy's bookkeeping failed (a bug).
   Result<ReplayResult> Run();
@@ -269,6 +278,15 @@ class Replay {
   scheduler::TargetWorkload workload_;
   scheduler::FragmentationModel fragmentation_;
   Random random_;
+  // Learning the target workload (ReplayOptions::learn_workload_seconds): the history, the
+  // placer scoring against it, when it was built and whether from the history.
+  scheduler::SchedulerOptions placer_options_;
+  std::optional<policy::WorkloadHistory> learnt_;
+  std::unique_ptr<scheduler::Scheduler> learnt_placer_;
+  int64_t learnt_built_ = 0;
+  bool learnt_from_history_ = false;
+  // The scheduler placing `job` now: the learning one, remade when due.
+  scheduler::Scheduler& PlacerFor(size_t job);
   EventQueue events_;
   std::vector<JobState> jobs_;
   std::vector<size_t> waiting_;  // arrived, not running, not done
@@ -348,10 +366,51 @@ void Replay::Touch(const std::vector<TaskPlacement>& placements) {
   }
 }
 
+scheduler::Scheduler& Replay::PlacerFor(size_t job) {
+  if (!learnt_) {
+    return *placer_;
+  }
+  const int64_t now = events_.now();
+  const bool due = learnt_placer_ == nullptr || (!learnt_from_history_ && !learnt_->empty()) ||
+                   (learnt_from_history_ && now - learnt_built_ >= options_.learn_workload_seconds);
+  if (due) {
+    scheduler::TargetWorkload target;
+    if (!learnt_->empty()) {
+      target = learnt_->Target();
+    } else {
+      // As the server: the waiting jobs' shapes before anything has started.
+      constexpr size_t kMaxPendingSampled = 1000;
+      policy::WorkloadHistory waiting(learnt_->options());
+      waiting.Record(jobs_[job].trace->job, MonoTime{now * 1000000000});
+      for (size_t i = 0; i < waiting_.size() && i < kMaxPendingSampled; ++i) {
+        waiting.Record(jobs_[waiting_[i]].trace->job, MonoTime{now * 1000000000});
+      }
+      target = waiting.Target();
+    }
+    scheduler::SchedulerOptions options = placer_options_;
+    options.policy = target.empty() ? "best-fit" : placer_options_.policy;
+    options.plugin_args.target_workload = std::move(target);
+    Result<std::unique_ptr<scheduler::Scheduler>> made =
+        scheduler::Scheduler::Create(options, scheduler::PluginRegistry::Default());
+    Fail(made.status());
+    if (!made.ok()) {
+      return *placer_;
+    }
+    learnt_placer_ = std::move(made).value();
+    learnt_built_ = now;
+    learnt_from_history_ = !learnt_->empty();
+  }
+  return *learnt_placer_;
+}
+
 std::optional<std::vector<TaskPlacement>> Replay::Place(size_t job) {
-  scheduler::ScheduleResult result = placer_->Schedule(jobs_[job].trace->job, snapshot_, random_);
+  scheduler::ScheduleResult result =
+      PlacerFor(job).Schedule(jobs_[job].trace->job, snapshot_, random_);
   if (!result.scheduled()) {
     return std::nullopt;
+  }
+  if (learnt_) {
+    learnt_->Record(jobs_[job].trace->job, MonoTime{events_.now() * 1000000000});
   }
   return std::move(result.placements);
 }
@@ -1459,16 +1518,21 @@ Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,
     scheduler_options.extra_plugins.push_back("collective-cost");
     scheduler_options.extra_plugin_weights["collective-cost"] = 2;
   }
+  scheduler::SchedulerOptions first_options = scheduler_options;
+  if (options.learn_workload_seconds > 0 && policy::NeedsTargetWorkload(scheduler_options.policy)) {
+    // The trace's mix is not known to a learning policy; its what-ifs place as best-fit.
+    first_options.policy = "best-fit";
+  }
   GPUFLEET_ASSIGN_OR_RETURN(
       std::unique_ptr<scheduler::Scheduler> placer,
-      scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default()));
+      scheduler::Scheduler::Create(first_options, scheduler::PluginRegistry::Default()));
   const auto policy = static_cast<QueuePolicy>(found - names.begin());
   std::optional<policy::QueueTree> queues;
   if (policy == QueuePolicy::kFairShare || policy == QueuePolicy::kFairShareNoPreempt) {
     GPUFLEET_ASSIGN_OR_RETURN(queues, BuildQueueTree(adapted, options, snapshot));
   }
   Replay replay(adapted, options, policy, std::move(snapshot), std::move(placer),
-                std::move(workload), std::move(queues));
+                std::move(workload), std::move(queues), scheduler_options);
   return replay.Run();
 }
 

@@ -54,6 +54,12 @@ struct InteractiveActivity {
 struct ReplayOptions {
   std::string queue_policy = "fifo";
   std::string placement_policy = "best-fit";
+  // > 0: a placement policy that needs a target workload (fgd, gpufleet) does not get the
+  // trace's; it learns it as `gpufleet server` does (policy::WorkloadHistory of the jobs placed so
+  // far; before the first placement, the shapes of the first 1,000 waiting jobs), rebuilt at most
+  // every `learn_workload_seconds` of simulated time. Backfill and preemption what-ifs keep the
+  // scheduler of the start (best-fit then).
+  int64_t learn_workload_seconds = 0;
   uint64_t seed = 42;
   int64_t sample_seconds = 600;                        // spacing of the time series
   int64_t tiresias_quantum_seconds = 60;               // how often service is re-evaluated

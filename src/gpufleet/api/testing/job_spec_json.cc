@@ -6,6 +6,10 @@
 namespace gpufleet::api_testing {
 
 std::string OneTaskJobJson(const std::string& name, int gpus) {
+  return GangJobJson(name, 1, gpus);
+}
+
+std::string GangJobJson(const std::string& name, int replicas, int gpus) {
   return nlohmann::json{
       {"apiVersion", "gpufleet.io/v1"},
       {"kind", "Job"},
@@ -13,7 +17,7 @@ std::string OneTaskJobJson(const std::string& name, int gpus) {
       {"spec",
        {{"tasks",
          {{{"name", "main"},
-           {"replicas", 1},
+           {"replicas", replicas},
            {"resources", {{"cpu", "1"}, {"memory", "1Gi"}, {"gpus", {{"count", gpus}}}}}}}}}}}
       .dump();
 }
