@@ -889,8 +889,7 @@ Status ApiServer::RefreshTargetWorkload(const std::vector<control::PendingEntry>
     for (size_t i = 0; i < pending.size() && i < kMaxPendingSampled; ++i) {
       control::ViewJob& job = *pending[i].job;
       if (!job.spec) {
-        job.spec =
-            wire::ParseJobSpec(wire::ParseDocument(job.data)["spec"].dump(), options_.catalog);
+        job.spec = wire::JobSpecFromJson(wire::ParseDocument(job.data)["spec"], options_.catalog);
       }
       if (job.spec->ok()) {
         waiting.Record(**job.spec, now);
