@@ -343,6 +343,16 @@ int64_t FgdScoring::Score(double increase) const {
   return static_cast<int64_t>(std::floor(-increase / quantum_milli));
 }
 
+double GpufleetScoreQuantum(const TargetWorkload& workload) {
+  for (const TaskClass& task_class : workload.classes()) {
+    const TaskShape& shape = task_class.shape;
+    if (shape.num_gpus > 1 || (shape.num_gpus > 0 && !shape.gpu_models.empty())) {
+      return kGpufleetCoarseQuantumMilli;
+    }
+  }
+  return kGpufleetFineQuantumMilli;
+}
+
 FgdPolicy::FgdPolicy(std::string name, TargetWorkload workload, FgdScoring scoring)
     : name_(std::move(name)),
       workload_(std::move(workload)),
