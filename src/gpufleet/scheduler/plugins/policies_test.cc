@@ -219,6 +219,23 @@ TEST_F(PolicyTest, FgdDoesNotReuseScoresOfAnEarlierSnapshotAtTheSameAddress) {
   EXPECT_EQ(Scores(policy, job), Scores(fresh, job));
 }
 
+TEST_F(PolicyTest, FgdScoresMemoisedAcrossDecisionsAreThoseOfAFreshPolicy) {
+  // One policy scores tasks of different shapes on the same node states, one after another; each
+  // must get what a policy that never saw the others gives it.
+  const TargetWorkload workload = TargetWorkload::FromShapes(
+      {{1000, 300, 1, {}}, {1000, 1000, 1, {}}, {2000, 500, 1, {}}}, 1.0);
+  FgdPolicy reused("gpufleet", workload, {FragmentationModel::Kind::kPackedShares, 75});
+  const std::vector<Job> jobs = {
+      MakeJob("s", 1, FractionalGpu{300, 0}), MakeJob("s", 1, FractionalGpu{300, 0}, {2000, 0}),
+      MakeJob("s", 1, FractionalGpu{500, 0}), MakeJob("w", 1, WholeGpus{1}),
+      MakeJob("w", 1, WholeGpus{2}),          MakeJob("c", 1, NoGpu{}),
+      MakeJob("s", 1, FractionalGpu{300, 0})};
+  for (const Job& job : jobs) {
+    FgdPolicy fresh("gpufleet", workload, {FragmentationModel::Kind::kPackedShares, 75});
+    EXPECT_EQ(Scores(reused, job), Scores(fresh, job)) << job.groups[0].request.host.cpu_milli;
+  }
+}
+
 TEST_F(PolicyTest, FgdMemoisedAndDirectScoresAgree) {
   const TargetWorkload workload = TargetWorkload::FromShapes(
       {{1000, 300, 1, {}}, {1000, 1000, 2, {}}, {2000, 500, 1, {}}}, 1.0);
