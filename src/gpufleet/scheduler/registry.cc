@@ -11,11 +11,6 @@
 namespace gpufleet::scheduler {
 namespace {
 
-// Fragmentation increases closer than this (milli-GPU) score the same, and the tie goes to the
-// first node in order: consolidating onto the same nodes beats chasing tiny differences
-// (measured on the openb pod lists, docs/policies.md).
-constexpr double kGpufleetScoreQuantumMilli = 150;
-
 template <typename T>
 PluginFactory Simple() {
   return [](const PluginArgs&) -> Result<std::unique_ptr<Plugin>> {
@@ -78,7 +73,7 @@ PluginRegistry PluginRegistry::Default() {
     }
     FgdScoring scoring;
     scoring.fragmentation = FragmentationModel::Kind::kPackedShares;
-    scoring.quantum_milli = kGpufleetScoreQuantumMilli;
+    scoring.quantum_milli = GpufleetScoreQuantum(args.target_workload);
     return std::unique_ptr<Plugin>(
         std::make_unique<FgdPolicy>("gpufleet", args.target_workload, scoring));
   });

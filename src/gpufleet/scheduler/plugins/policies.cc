@@ -217,6 +217,33 @@ StateKey MakeKey(int64_t cpu_free, int model, std::span<const int64_t> free_mill
   return key;
 }
 
+// A node state and the shape of the task placed on it: FGD's score of the placement is a function
+// of these alone (for a task that any GPU of the node may serve).
+struct ScoreKey {
+  StateKey state;
+  int64_t cpu_milli = 0;
+  int64_t milli_per_gpu = 0;
+  int32_t gpu_count = 0;
+  bool share = false;
+
+  friend bool operator==(const ScoreKey&, const ScoreKey&) = default;
+};
+
+struct ScoreKeyHash {
+  size_t operator()(const ScoreKey& key) const {
+    uint64_t h = key.state.hash;
+    for (uint64_t field :
+         {static_cast<uint64_t>(key.cpu_milli), static_cast<uint64_t>(key.milli_per_gpu),
+          static_cast<uint64_t>(key.gpu_count) << 1 | (key.share ? 1 : 0)}) {
+      h ^= field * 0x9e3779b97f4a7c15ULL + 0x632be59bd9b4e019ULL + (h << 6) + (h >> 2);
+    }
+    return static_cast<size_t>(h);
+  }
+};
+
+// Scores kept across decisions at most; the memo starts over beyond it.
+constexpr size_t kMaxMemoisedScores = size_t{1} << 16;
+
 }  // namespace
 
 struct FgdPolicy::Memo {
@@ -232,7 +259,7 @@ struct FgdPolicy::Memo {
   uint64_t snapshot_identity = 0;
   std::unique_ptr<FragmentationModel> model;
   std::unordered_map<StateKey, double, StateKeyHash> fragmentation;  // across decisions
-  std::unordered_map<StateKey, int64_t, StateKeyHash> scores;        // for the current task
+  std::unordered_map<ScoreKey, int64_t, ScoreKeyHash> scores;        // across decisions, bounded
   std::vector<NodeEntry> nodes;
   std::vector<int64_t> scratch;
   std::vector<char> pickable;
@@ -300,6 +327,12 @@ struct FgdPolicy::Memo {
         if (!can_pick[i] || free_milli[i] < demand.milli_per_gpu) {
           continue;
         }
+        // A GPU with the same free milli-GPU as the one before it leaves the same node state
+        // (fragmentation sees the sorted vector), so it cannot score better; in a memoised state
+        // the vector is sorted and every repeat is skipped.
+        if (i > 0 && can_pick[i - 1] && free_milli[i] == free_milli[i - 1]) {
+          continue;
+        }
         free_milli[i] -= demand.milli_per_gpu;
         const int64_t score = score_of(Fragment(cpu_after, model_id, free_milli));
         free_milli[i] += demand.milli_per_gpu;
@@ -343,6 +376,16 @@ int64_t FgdScoring::Score(double increase) const {
   return static_cast<int64_t>(std::floor(-increase / quantum_milli));
 }
 
+double GpufleetScoreQuantum(const TargetWorkload& workload) {
+  for (const TaskClass& task_class : workload.classes()) {
+    const TaskShape& shape = task_class.shape;
+    if (shape.num_gpus > 1 || (shape.num_gpus > 0 && !shape.gpu_models.empty())) {
+      return kGpufleetCoarseQuantumMilli;
+    }
+  }
+  return kGpufleetFineQuantumMilli;
+}
+
 FgdPolicy::FgdPolicy(std::string name, TargetWorkload workload, FgdScoring scoring)
     : name_(std::move(name)),
       workload_(std::move(workload)),
@@ -354,7 +397,6 @@ FgdPolicy::~FgdPolicy() = default;
 void FgdPolicy::PreScore(const CycleState& /*state*/, const TaskContext& task,
                          const std::vector<const NodeInfo*>& /*feasible*/, Random& /*random*/) {
   memo_->Bind(workload_, *task.snapshot, scoring_.fragmentation);
-  memo_->scores.clear();
 }
 
 int64_t FgdPolicy::Score(const CycleState& /*state*/, const TaskContext& task, const NodeInfo& node,
@@ -375,7 +417,14 @@ int64_t FgdPolicy::Score(const CycleState& /*state*/, const TaskContext& task, c
                          &pick);
   }
   const StateKey& key = entry.key;
-  auto [it, inserted] = memo.scores.try_emplace(key, 0);
+  const GpuDemand demand = DemandOf(*task.request);
+  if (memo.scores.size() >= kMaxMemoisedScores) {
+    memo.scores.clear();
+  }
+  auto [it, inserted] =
+      memo.scores.try_emplace(ScoreKey{key, task.request->host.cpu_milli, demand.milli_per_gpu,
+                                       demand.count, IsShare(*task.request)},
+                              0);
   if (inserted) {
     memo.scratch.assign(key.free_milli.begin(), key.free_milli.begin() + key.gpu_count);
     memo.pickable.assign(memo.scratch.size(), 1);

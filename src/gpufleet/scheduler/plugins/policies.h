@@ -110,6 +110,14 @@ class FgdPolicy final : public ScorePlugin {
   std::unique_ptr<Memo> memo_;
 };
 
+// gpufleet's score quantum for `workload` (docs/policies.md): kGpufleetFineQuantumMilli when every
+// GPU class of the workload asks for one GPU (a share or a whole one) of any model, otherwise
+// kGpufleetCoarseQuantumMilli. Multi-GPU and model-constrained classes make FGD's all-or-nothing
+// terms jump by whole GPUs between nodes; the coarse step keeps those jumps from scattering tasks.
+inline constexpr double kGpufleetFineQuantumMilli = 75;
+inline constexpr double kGpufleetCoarseQuantumMilli = 150;
+double GpufleetScoreQuantum(const TargetWorkload& workload);
+
 // trunc(100 * sigmoid(-increase / 1000)): FGD's score for a fragmentation increase in milli-GPU.
 int64_t FgdScore(double fragmentation_increase);
 

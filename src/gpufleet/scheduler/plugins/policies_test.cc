@@ -143,6 +143,50 @@ TEST_F(PolicyTest, GpufleetPrefersClosingAShareRemainder) {
   EXPECT_EQ((*picked)[0].gpu, 0);
 }
 
+TEST(GpufleetScoreQuantum, IsFineForOneGpuClassesOfAnyModelOnly) {
+  EXPECT_EQ(GpufleetScoreQuantum(
+                TargetWorkload::FromShapes({{1000, 400, 1, {}}, {2000, 1000, 1, {}}, {500}}, 1.0)),
+            kGpufleetFineQuantumMilli);
+  EXPECT_EQ(GpufleetScoreQuantum(
+                TargetWorkload::FromShapes({{1000, 400, 1, {}}, {8000, 1000, 8, {}}}, 1.0)),
+            kGpufleetCoarseQuantumMilli);
+  EXPECT_EQ(GpufleetScoreQuantum(
+                TargetWorkload::FromShapes({{1000, 400, 1, {}}, {1000, 1000, 1, {"T4"}}}, 1.0)),
+            kGpufleetCoarseQuantumMilli);
+}
+
+TEST(Gpufleet, SeparatesIncreasesThatTheOldCoarseStepTied) {
+  // Shares of 400, 300 and 200 (a third each). A 100 share on the idle GPU of "idle" changes the
+  // packed remainders by -100, -100 and +100: an increase of -33. On "half", whose GPU has 500
+  // free, by -100, -100 and -100: -100. A step of 150 scored both 0 and the tie went to "idle",
+  // the first node; the fine step (75) of a one-GPU, any-model workload scores "half" 1, "idle" 0.
+  const GpuCatalog catalog = GpuCatalog::Default();
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("idle", 1, "T4", {}, {64000, 262144}));
+  cluster.nodes.push_back(MakeNode("half", 1, "T4", {}, {64000, 262144}));
+  ClusterSnapshot snapshot = ClusterSnapshot::Build(cluster, catalog).value();
+  ASSERT_OK(snapshot.Apply({0, 0, 1, {1000, 0}, {{0, 500, 0}}}));
+  SchedulerOptions options;
+  options.policy = "gpufleet";
+  options.plugin_args.target_workload =
+      TargetWorkload::FromShapes({{1000, 400, 1, {}}, {1000, 300, 1, {}}, {1000, 200, 1, {}}}, 1.0);
+  auto scheduler = Scheduler::Create(options, PluginRegistry::Default());
+  ASSERT_OK(scheduler);
+  Random random(1);
+  const ScheduleResult result =
+      (*scheduler)->Schedule(MakeJob("s", 1, FractionalGpu{100, 0}, {1000, 0}), snapshot, random);
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  EXPECT_EQ(result.placements[0].node, 1);
+
+  FgdScoring fine;
+  fine.fragmentation = FragmentationModel::Kind::kPackedShares;
+  fine.quantum_milli = kGpufleetFineQuantumMilli;
+  FgdScoring coarse = fine;
+  coarse.quantum_milli = kGpufleetCoarseQuantumMilli;
+  EXPECT_EQ(coarse.Score(-100.0 / 3), coarse.Score(-100));
+  EXPECT_GT(fine.Score(-100), fine.Score(-100.0 / 3));
+}
+
 TEST_F(PolicyTest, FgdPicksTheGpuThatGrowsFragmentationLeast) {
   // Target workload: shares of 300 milli-GPU. On "used", GPU 0 has exactly 300 free: putting a
   // 300 share there closes that fragment; any idle GPU would be left with 700 (still usable).
@@ -173,6 +217,23 @@ TEST_F(PolicyTest, FgdDoesNotReuseScoresOfAnEarlierSnapshotAtTheSameAddress) {
   ASSERT_OK(snapshot_->Apply({0, 0, 2, {4000, 0}, {{0, 500, 0}}}));
   FgdPolicy fresh("fgd", workload);
   EXPECT_EQ(Scores(policy, job), Scores(fresh, job));
+}
+
+TEST_F(PolicyTest, FgdScoresMemoisedAcrossDecisionsAreThoseOfAFreshPolicy) {
+  // One policy scores tasks of different shapes on the same node states, one after another; each
+  // must get what a policy that never saw the others gives it.
+  const TargetWorkload workload = TargetWorkload::FromShapes(
+      {{1000, 300, 1, {}}, {1000, 1000, 1, {}}, {2000, 500, 1, {}}}, 1.0);
+  FgdPolicy reused("gpufleet", workload, {FragmentationModel::Kind::kPackedShares, 75});
+  const std::vector<Job> jobs = {
+      MakeJob("s", 1, FractionalGpu{300, 0}), MakeJob("s", 1, FractionalGpu{300, 0}, {2000, 0}),
+      MakeJob("s", 1, FractionalGpu{500, 0}), MakeJob("w", 1, WholeGpus{1}),
+      MakeJob("w", 1, WholeGpus{2}),          MakeJob("c", 1, NoGpu{}),
+      MakeJob("s", 1, FractionalGpu{300, 0})};
+  for (const Job& job : jobs) {
+    FgdPolicy fresh("gpufleet", workload, {FragmentationModel::Kind::kPackedShares, 75});
+    EXPECT_EQ(Scores(reused, job), Scores(fresh, job)) << job.groups[0].request.host.cpu_milli;
+  }
 }
 
 TEST_F(PolicyTest, FgdMemoisedAndDirectScoresAgree) {
