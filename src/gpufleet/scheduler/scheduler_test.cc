@@ -9,6 +9,7 @@
 
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/scheduler/fragmentation.h"
 #include "gpufleet/scheduler/testing/cluster_builder.h"
 
 namespace gpufleet::scheduler {
@@ -523,12 +524,20 @@ TEST(SchedulerReuse, PlacesExactlyAsAFullEvaluationAfterRandomPlacementsAndRelea
                                             WholeGpus{4},          WholeGpus{8},
                                             FractionalGpu{250, 0}, FractionalGpu{500, 20000},
                                             MigGpus{"1g.10gb", 1}};
-  for (const std::string policy : {"best-fit", "dot-prod", "gpu-packing", "gpu-clustering"}) {
+  // The FGD family scores against a target workload: a mix of the requests below.
+  const TargetWorkload target =
+      TargetWorkload::FromShapes({TaskShape{.cpu_milli = 1000, .gpu_milli = 1000, .num_gpus = 1},
+                                  TaskShape{.cpu_milli = 2000, .gpu_milli = 1000, .num_gpus = 4},
+                                  TaskShape{.cpu_milli = 1000, .gpu_milli = 250, .num_gpus = 1},
+                                  TaskShape{.cpu_milli = 3000, .gpu_milli = 500, .num_gpus = 1}});
+  for (const std::string policy :
+       {"best-fit", "dot-prod", "gpu-packing", "gpu-clustering", "fgd", "gpufleet"}) {
     for (const TieBreak tie_break : {TieBreak::kNodeOrder, TieBreak::kRandom}) {
       SCOPED_TRACE(policy);
       SchedulerOptions options;
       options.policy = policy;
       options.tie_break = tie_break;
+      options.plugin_args.target_workload = target;
       auto reusing = Scheduler::Create(options, PluginRegistry::Default());
       options.reuse_unchanged_nodes = false;
       auto full = Scheduler::Create(options, PluginRegistry::Default());

@@ -94,6 +94,9 @@ class FgdPolicy final : public ScorePlugin {
   ~FgdPolicy() override;
 
   std::string_view Name() const override { return name_; }
+  // A score is the fragmentation change of the node alone, for a target workload fixed for the
+  // policy's life.
+  bool ScoresNodeAlone() const override { return true; }
   void PreScore(const CycleState& state, const TaskContext& task,
                 const std::vector<const NodeInfo*>& feasible, Random& random) override;
   int64_t Score(const CycleState& state, const TaskContext& task, const NodeInfo& node,
