@@ -502,7 +502,7 @@ int main(int argc, char** argv) {
   bool small_jobs = false;
   app.add_flag("--small-jobs", small_jobs,
                "submit jobs of a quarter GPU or CPU only (default: 1 to 8 whole GPUs)");
-  std::string policy = "best-fit";
+  std::string policy = "gpufleet";  // the server's default
   app.add_option("--policy", policy, "the server's placement policy (gpufleet server --policy)");
   CLI11_PARSE(app, argc, argv);
   return gpufleet::Run(nodes, seconds, heartbeat_s, submit_rate, cycle_ms, print_cycles, store_uri,
