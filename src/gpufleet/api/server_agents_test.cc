@@ -16,6 +16,7 @@
 
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/testing/api_request.h"
 #include "gpufleet/control/mig_layout_controller.h"
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/control/tenancy.h"
@@ -1427,15 +1428,9 @@ class ProvenanceTest : public AgentProtocolTest {
 
   // GET /v1/provenance?job=prov, with `attempt` when given, as `token` (admin: empty).
   ApiResponse List(const std::string& attempt = "", const std::string& token = "") {
-    ApiRequest request;
-    request.method = "GET";
-    request.path = "/v1/provenance";
-    request.query = {{"job", "prov"}};
-    if (!attempt.empty()) {
-      request.query.emplace("attempt", attempt);
-    }
-    request.authorization = "Bearer " + (token.empty() ? admin_ : token);
-    return server_->Handle(request);
+    return api_testing::HandleRequest(
+        *server_, "GET", "/v1/provenance?job=prov" + (attempt.empty() ? "" : "&attempt=" + attempt),
+        token.empty() ? admin_ : token);
   }
   Json Listed(const std::string& attempt = "") { return Json::parse(List(attempt).body); }
 

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/testing/api_request.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
@@ -74,12 +75,7 @@ class ServerExplainTest : public ::testing::Test {
 
   ApiResponse Call(const std::string& method, const std::string& path, const std::string& token,
                    const std::string& body = "") {
-    ApiRequest request;
-    request.method = method;
-    request.path = path;
-    request.authorization = "Bearer " + token;
-    request.body = body;
-    return server_->Handle(request);
+    return api_testing::HandleRequest(*server_, method, path, token, body);
   }
   Json CallJson(const std::string& method, const std::string& path, const std::string& token,
                 const std::string& body = "", int want_status = 200) {

@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/testing/api_request.h"
 #include "gpufleet/api/testing/job_spec_json.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
@@ -91,13 +92,7 @@ class ApiServerLeadershipIntegrationTest : public ::testing::Test {
 
   ApiResponse Call(const std::string& method, const std::string& target,
                    const std::string& body = "") {
-    ApiRequest request;
-    request.method = method;
-    request.target = target;
-    request.path = target.substr(0, target.find('?'));
-    request.authorization = "Bearer " + admin_;
-    request.body = body;
-    return server_->Handle(request);
+    return api_testing::HandleRequest(*server_, method, target, admin_, body);
   }
 
   // Polls `done` every millisecond for at most 10 s.

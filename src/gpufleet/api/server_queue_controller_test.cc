@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/testing/api_request.h"
 #include "gpufleet/control/queue_controller.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/synthetic_cluster.h"
@@ -80,12 +81,7 @@ class QueueControllerTest : public ::testing::Test {
 
   void Call(const std::string& method, const std::string& path, const std::string& body,
             int want_status) {
-    ApiRequest request;
-    request.method = method;
-    request.path = path;
-    request.authorization = "Bearer " + admin_;
-    request.body = body;
-    const ApiResponse response = server_->Handle(request);
+    const ApiResponse response = api_testing::HandleRequest(*server_, method, path, admin_, body);
     EXPECT_EQ(response.status, want_status) << method << " " << path << ": " << response.body;
   }
 

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/testing/api_request.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
@@ -60,12 +61,8 @@ class ServerQueuesTest : public ::testing::Test {
 
   Json Call(const std::string& method, const std::string& path, const std::string& body = "",
             int want_status = 200, ApiServer* on = nullptr, const std::string& token = "") {
-    ApiRequest request;
-    request.method = method;
-    request.path = path;
-    request.authorization = "Bearer " + (token.empty() ? admin_ : token);
-    request.body = body;
-    const ApiResponse response = (on != nullptr ? on : server_.get())->Handle(request);
+    const ApiResponse response = api_testing::HandleRequest(
+        on != nullptr ? *on : *server_, method, path, token.empty() ? admin_ : token, body);
     EXPECT_EQ(response.status, want_status) << method << " " << path << ": " << response.body;
     return Json::parse(response.body, nullptr, false);
   }
@@ -564,12 +561,8 @@ TEST(ServerCycleTest, ACycleThatFailsMidwayLeavesNothingInTheView) {
   ASSERT_OK(admin);
   const auto call = [&](const std::string& method, const std::string& path,
                         const std::string& body = "") {
-    ApiRequest request;
-    request.method = method;
-    request.path = path;
-    request.authorization = "Bearer " + *admin;
-    request.body = body;
-    return Json::parse((*server)->Handle(request).body, nullptr, false);
+    return Json::parse(api_testing::HandleRequest(**server, method, path, *admin, body).body,
+                       nullptr, false);
   };
   // One node full with a job that may be preempted, the other free.
   call("POST", "/v1/jobs", GpuJob("low", 8, 0));

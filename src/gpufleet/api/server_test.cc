@@ -22,6 +22,7 @@
 
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/http.h"
+#include "gpufleet/api/testing/api_request.h"
 #include "gpufleet/api/testing/self_signed_cert.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/clock.h"
@@ -132,22 +133,7 @@ class ApiServerTest : public ::testing::Test {
 
   ApiResponse Call(const std::string& method, const std::string& path, const std::string& token,
                    const std::string& body = "") {
-    ApiRequest request;
-    request.method = method;
-    const size_t question = path.find('?');
-    request.path = path.substr(0, question);
-    for (size_t pos = question; pos != std::string::npos;) {
-      const size_t end = path.find('&', pos + 1);
-      const std::string pair = path.substr(pos + 1, end - pos - 1);
-      const size_t equals = pair.find('=');
-      request.query.emplace(pair.substr(0, equals), pair.substr(equals + 1));
-      pos = end;
-    }
-    if (!token.empty()) {
-      request.authorization = "Bearer " + token;
-    }
-    request.body = body;
-    return server_->Handle(request);
+    return api_testing::HandleRequest(*server_, method, path, token, body);
   }
 
   Json CallJson(const std::string& method, const std::string& path, const std::string& token,

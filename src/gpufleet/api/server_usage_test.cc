@@ -13,6 +13,7 @@
 
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/testing/agent_node_fixture.h"
+#include "gpufleet/api/testing/api_request.h"
 #include "gpufleet/control/usage_ledger.h"
 #include "gpufleet/core/testing/status_matchers.h"
 
@@ -44,20 +45,8 @@ class ServerUsageTest : public api_testing::AgentNodeServerTest {
   // GET /v1/usage with the query given whole ("from=...&to=...").
   ApiResponse Usage(const std::string& token, const std::string& query,
                     ApiServer* server = nullptr) {
-    ApiRequest request;
-    request.method = "GET";
-    request.path = "/v1/usage";
-    size_t start = 0;
-    while (start < query.size()) {
-      const size_t end = std::min(query.find('&', start), query.size());
-      const std::string pair = query.substr(start, end - start);
-      const size_t equals = pair.find('=');
-      request.query.emplace(pair.substr(0, equals),
-                            equals == std::string::npos ? "" : pair.substr(equals + 1));
-      start = end + 1;
-    }
-    request.authorization = "Bearer " + token;
-    return (server != nullptr ? *server : *server_).Handle(request);
+    return api_testing::HandleRequest(server != nullptr ? *server : *server_, "GET",
+                                      "/v1/usage?" + query, token);
   }
 
   Json UsageJson(const std::string& token, const std::string& query) {

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/testing/api_request.h"
 #include "gpufleet/api/testing/job_spec_json.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/clock.h"
@@ -57,12 +58,7 @@ class PolicyServer {
 
   ApiResponse Raw(const std::string& method, const std::string& path,
                   const std::string& body = "") {
-    ApiRequest request;
-    request.method = method;
-    request.path = path;
-    request.authorization = "Bearer " + token_;
-    request.body = body;
-    return server_->Handle(request);
+    return api_testing::HandleRequest(*server_, method, path, token_, body);
   }
   nlohmann::json Call(const std::string& method, const std::string& path,
                       const std::string& body = "") {

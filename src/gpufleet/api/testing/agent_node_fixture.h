@@ -13,6 +13,7 @@
 
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/server.h"
+#include "gpufleet/api/testing/api_request.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
@@ -79,18 +80,7 @@ class AgentNodeServerTest : public ::testing::Test {
   // `path` may carry one "?key=value".
   api::ApiResponse Call(const std::string& method, const std::string& path,
                         const std::string& token, const std::string& body = "") {
-    api::ApiRequest request;
-    request.method = method;
-    const size_t question = path.find('?');
-    request.path = path.substr(0, question);
-    if (question != std::string::npos) {
-      const std::string query = path.substr(question + 1);
-      const size_t equals = query.find('=');
-      request.query.emplace(query.substr(0, equals), query.substr(equals + 1));
-    }
-    request.authorization = "Bearer " + token;
-    request.body = body;
-    return server_->Handle(request);
+    return HandleRequest(*server_, method, path, token, body);
   }
 
   // One minute passes: node-a heartbeats with GPU `i` at utilization(i) percent and, when
