@@ -335,11 +335,7 @@ Result<std::unique_ptr<scheduler::Scheduler>> MakeScheduler(
       policy::NeedsTargetWorkload(options.policy) && target.empty() ? "best-fit" : options.policy;
   scheduler_options.plugin_args.target_workload = target;
   if (options.fabric != nullptr) {
-    scheduler_options.plugin_args.fabric = options.fabric;
-    // As in the simulator's replay (sim/replay.cc): it outweighs the placement policy, so a
-    // placement whose collectives are measurably slower loses whatever its packing score.
-    scheduler_options.extra_plugins.push_back("collective-cost");
-    scheduler_options.extra_plugin_weights["collective-cost"] = 2;
+    scheduler_options.AddCollectiveCost(options.fabric);
   }
   return scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default());
 }

@@ -32,27 +32,12 @@ TargetWorkload TargetWorkload::FromShapes(const std::vector<TaskShape>& shapes, 
   for (const TaskShape& shape : shapes) {
     ++counts[shape];
   }
-  std::vector<std::pair<TaskShape, int64_t>> ranked(counts.begin(), counts.end());
-  std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
-    if (a.second != b.second) {
-      return a.second > b.second;
-    }
-    return a.first > b.first;  // larger CPU, then GPU share, GPU count, models first
-  });
-  TargetWorkload workload;
-  const double total = static_cast<double>(shapes.size());
-  int64_t kept = 0;
-  for (const auto& [shape, count] : ranked) {
-    if (static_cast<double>(kept) >= coverage * total) {
-      break;
-    }
-    kept += count;
-    workload.classes_.push_back({shape, static_cast<double>(count)});
+  std::vector<TaskClass> counted;
+  counted.reserve(counts.size());
+  for (const auto& [shape, count] : counts) {
+    counted.push_back({shape, static_cast<double>(count)});
   }
-  for (TaskClass& task_class : workload.classes_) {
-    task_class.weight /= static_cast<double>(kept);
-  }
-  return workload;
+  return FromWeights(std::move(counted), coverage);
 }
 
 TargetWorkload TargetWorkload::FromWeights(std::vector<TaskClass> weighted, double coverage) {
@@ -61,7 +46,7 @@ TargetWorkload TargetWorkload::FromWeights(std::vector<TaskClass> weighted, doub
     if (a.weight != b.weight) {
       return a.weight > b.weight;
     }
-    return a.shape > b.shape;
+    return a.shape > b.shape;  // larger CPU, then GPU share, GPU count, models first
   });
   double total = 0;
   for (const TaskClass& task_class : weighted) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -126,6 +127,12 @@ std::optional<JobShape> MemoShapeOf(const Job& job) {
 }
 
 }  // namespace
+
+void SchedulerOptions::AddCollectiveCost(std::shared_ptr<const fabric::Fabric> fabric) {
+  plugin_args.fabric = std::move(fabric);
+  extra_plugins.push_back("collective-cost");
+  extra_plugin_weights["collective-cost"] = 2;
+}
 
 struct Scheduler::Impl {
   std::vector<std::unique_ptr<Plugin>> owned;

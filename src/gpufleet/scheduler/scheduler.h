@@ -44,6 +44,10 @@ struct SchedulerOptions {
   // Score weight of an extra plugin, by name; 1 when not given.
   std::map<std::string, int64_t> extra_plugin_weights;
   PluginArgs plugin_args;
+
+  // Adds the collective-cost score on `fabric` (docs/fabric.md), weighted 2 against the policy's
+  // 1: a placement whose collectives are measurably slower loses whatever its packing score.
+  void AddCollectiveCost(std::shared_ptr<const fabric::Fabric> fabric);
 };
 
 enum class ScheduleOutcome { kScheduled, kUnschedulable, kError };

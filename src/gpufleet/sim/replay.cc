@@ -1513,10 +1513,7 @@ Result<ReplayResult> RunReplay(const Cluster& cluster, const Trace& trace,
   scheduler_options.plugin_args.target_workload = workload;
   scheduler_options.plugin_args.fabric = options.fabric;
   if (options.topology_aware) {
-    // Outweighs the placement policy: a placement whose collectives are measurably slower loses
-    // whatever its packing score.
-    scheduler_options.extra_plugins.push_back("collective-cost");
-    scheduler_options.extra_plugin_weights["collective-cost"] = 2;
+    scheduler_options.AddCollectiveCost(options.fabric);
   }
   scheduler::SchedulerOptions first_options = scheduler_options;
   if (options.learn_workload_seconds > 0 && policy::NeedsTargetWorkload(scheduler_options.policy)) {
