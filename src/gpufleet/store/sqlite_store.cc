@@ -182,7 +182,41 @@ Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::stri
   GPUFLEET_RETURN_IF_ERROR(store->RegisterFunctions());
   GPUFLEET_RETURN_IF_ERROR(store->ApplyMigrations());
   GPUFLEET_RETURN_IF_ERROR(store->PrepareStatements());
+  GPUFLEET_RETURN_IF_ERROR(store->OpenReader());
   return store;
+}
+
+Status SqliteStateStore::OpenReader() {
+  sqlite3* reader = nullptr;
+  const int rc =
+      sqlite3_open_v2(path_.c_str(), &reader, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+  reader_.reset(reader);
+  if (reader == nullptr) {
+    return UnavailableError(fmt::format("{}: opening the reader connection: out of memory", path_));
+  }
+  const std::string what = "opening the reader connection";
+  if (rc != SQLITE_OK) {
+    return ErrorOn(reader, rc, what);
+  }
+  sqlite3_extended_result_codes(reader, 1);
+  // A reader waits out a checkpoint or WAL recovery by the writer, as the writer waits for other
+  // processes.
+  if (const int busy = sqlite3_busy_timeout(reader, kBusyTimeoutMillis); busy != SQLITE_OK) {
+    return ErrorOn(reader, busy, what);
+  }
+  if (const int query_only = sqlite3_exec(reader, "PRAGMA query_only=1", nullptr, nullptr, nullptr);
+      query_only != SQLITE_OK) {
+    return ErrorOn(reader, query_only, what);
+  }
+  const char* get_sql = kStatementSql[static_cast<size_t>(StatementId::kGetObject)];
+  sqlite3_stmt* prepared = nullptr;
+  const int prepare =
+      sqlite3_prepare_v3(reader, get_sql, -1, SQLITE_PREPARE_PERSISTENT, &prepared, nullptr);
+  reader_get_.reset(prepared);
+  if (prepare != SQLITE_OK) {
+    return ErrorOn(reader, prepare, fmt::format("preparing \"{}\"", get_sql));
+  }
+  return Status::Ok();
 }
 
 Status SqliteStateStore::Configure() {
@@ -312,7 +346,11 @@ Status SqliteStateStore::Exec(const char* sql, std::string_view what) {
 }
 
 Status SqliteStateStore::Error(int rc, std::string_view what) const {
-  const char* detail = db_ != nullptr ? sqlite3_errmsg(db_.get()) : sqlite3_errstr(rc);
+  return ErrorOn(db_.get(), rc, what);
+}
+
+Status SqliteStateStore::ErrorOn(sqlite3* db, int rc, std::string_view what) const {
+  const char* detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
   std::string message = fmt::format("{}: {}: {}", path_, what, detail);
   switch (rc & 0xff) {
     case SQLITE_NOTADB:
@@ -346,9 +384,9 @@ Status SqliteStateStore::Step(StatementId id, std::string_view what) {
   return Status::Ok();
 }
 
-Result<std::optional<StoredObject>> SqliteStateStore::ReadObject(std::string_view kind,
-                                                                 std::string_view name) {
-  sqlite3_stmt* get = statement(StatementId::kGetObject);
+Result<std::optional<StoredObject>> SqliteStateStore::ReadObject(sqlite3_stmt* get,
+                                                                 std::string_view kind,
+                                                                 std::string_view name) const {
   ResetOnExit reset(get);
   BindText(get, 1, kind);
   BindText(get, 2, name);
@@ -357,7 +395,7 @@ Result<std::optional<StoredObject>> SqliteStateStore::ReadObject(std::string_vie
     return std::optional<StoredObject>();
   }
   if (rc != SQLITE_ROW) {
-    return Error(rc, fmt::format("reading {}/{}", kind, name));
+    return ErrorOn(sqlite3_db_handle(get), rc, fmt::format("reading {}/{}", kind, name));
   }
   return std::optional<StoredObject>(StoredObject{std::string(kind), std::string(name),
                                                   ColumnBlob(get, 0), sqlite3_column_int64(get, 1),
@@ -377,8 +415,9 @@ Result<int64_t> SqliteStateStore::ReadRevision() {
 }
 
 Result<StoredObject> SqliteStateStore::DoGet(std::string_view kind, std::string_view name) {
-  std::lock_guard lock(mu_);
-  GPUFLEET_ASSIGN_OR_RETURN(std::optional<StoredObject> object, ReadObject(kind, name));
+  std::lock_guard lock(read_mu_);
+  GPUFLEET_ASSIGN_OR_RETURN(std::optional<StoredObject> object,
+                            ReadObject(reader_get_.get(), kind, name));
   if (!object) {
     return ObjectNotFoundError(kind, name);
   }
@@ -569,7 +608,7 @@ Status SqliteStateStore::ApplyOp(const WriteOp& op, int64_t revision) {
   }
 
   GPUFLEET_ASSIGN_OR_RETURN(const std::optional<StoredObject> existing,
-                            ReadObject(op.kind, op.name));
+                            ReadObject(statement(StatementId::kGetObject), op.kind, op.name));
   if (op.type == WriteOpType::kCreate) {
     if (existing) {
       return ObjectExistsError(op.kind, op.name);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -273,6 +274,40 @@ TEST_F(SqliteStateStoreTest, ConcurrentCommitsAreGroupedAndFailAlone) {
   ASSERT_NE(reopened, nullptr);
   EXPECT_EQ(*reopened->Revision(), 5);
   EXPECT_EQ(reopened->List("t")->size(), 5u);
+}
+
+TEST_F(SqliteStateStoreTest, AGetDoesNotWaitForACommitInProgress) {
+  std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  ASSERT_OK(store->Commit(WriteBatch().Create("t", "read", R"({"n":1})")));
+  // Another connection holds the write lock, so the commit below waits for it inside the store,
+  // holding the writer connection, until that lock is released after the Get.
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(path_.c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(other, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr), SQLITE_OK);
+  std::atomic<bool> committed = false;
+  Status commit = Status::Ok();
+  std::thread writer([&] {
+    commit = store->Commit(WriteBatch().Update("t", "read", R"({"n":2})", 1));
+    committed.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  // A Get through the writer connection would wait for that commit, which waits for `other`:
+  // returned only after the busy timeout failed the commit.
+  const Result<StoredObject> during = store->Get("t", "read");
+  const bool commit_done_before_the_get = committed.load();
+  ASSERT_EQ(sqlite3_exec(other, "COMMIT", nullptr, nullptr, nullptr), SQLITE_OK);
+  sqlite3_close(other);
+  writer.join();
+  EXPECT_FALSE(commit_done_before_the_get);
+  ASSERT_OK(during);
+  EXPECT_EQ(during->data, R"({"n":1})");  // the last committed state
+  EXPECT_OK(commit);
+  // Once the commit has returned, a Get sees it.
+  const Result<StoredObject> after = store->Get("t", "read");
+  ASSERT_OK(after);
+  EXPECT_EQ(after->data, R"({"n":2})");
+  EXPECT_EQ(after->version, 2);
 }
 
 // Names of the objects ListWhere returns, or the error.
