@@ -1743,15 +1743,30 @@ ApiResponse ApiServer::NodeAction(const control::Principal& who, std::string_vie
 void ApiServer::PublishFleetGauges() {
   FleetGauges gauges;
   const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
+  // The fleet's GPUs and pending jobs come in runs of one model and one queue: each run's
+  // counter is found once, not once per GPU or job.
+  const std::string* run_model = nullptr;
+  int64_t* run_gpus = nullptr;
   for (const scheduler::NodeInfo& info : snapshot.nodes()) {
     for (const Gpu& gpu : info.node->gpus) {
-      ++gauges.gpus_by_model[gpu.model];
-      gauges.allocated_milli_by_model.emplace(gpu.model, 0);
+      if (run_model == nullptr || gpu.model != *run_model) {
+        run_model = &gpu.model;
+        run_gpus = &gauges.gpus_by_model[gpu.model];
+        gauges.allocated_milli_by_model.emplace(gpu.model, 0);
+      }
+      ++*run_gpus;
     }
   }
+  const std::string* run_queue = nullptr;
+  int64_t* run_pending = nullptr;
   for (const auto& [name, job] : view_->jobs()) {
     if (job.state == control::JobState::kPending) {
-      ++gauges.pending_by_queue[job.queue.empty() ? std::string("default") : job.queue];
+      if (run_queue == nullptr || job.queue != *run_queue) {
+        run_queue = &job.queue;
+        run_pending =
+            &gauges.pending_by_queue[job.queue.empty() ? std::string("default") : job.queue];
+      }
+      ++*run_pending;
     }
     if (!job.applied) {
       continue;

@@ -2,8 +2,10 @@
 #include "gpufleet/control/mig_layout_controller.h"
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <utility>
+#include <variant>
 
 #include <fmt/format.h>
 
@@ -17,6 +19,12 @@
 
 namespace gpufleet::control {
 namespace {
+
+bool AsksForMig(const Job& job) {
+  return std::any_of(job.groups.begin(), job.groups.end(), [](const TaskGroup& group) {
+    return std::holds_alternative<MigGpus>(group.request.gpus);
+  });
+}
 
 // The new layout of `plan.gpu` written into its node document, with an event on the node and on
 // each job it serves. False when the node changed under the plan (a GPU gone, an instance to
@@ -134,8 +142,10 @@ Result<bool> MigLayoutController::PlanForPendingJobs(SchedulingView& view) {
   std::map<std::string, std::string> job_of_request;
   std::set<std::string> jobs;
   for (const auto& [name, job] : view.jobs()) {
+    // The reason, long for jobs that wait, is searched last.
     if (job.state != JobState::kPending || job.unschedulable_epoch != epoch || !job.spec ||
-        !job.spec->ok() || job.reason.find(scheduler::kNoMigSlotReason) == std::string::npos) {
+        !job.spec->ok() || !AsksForMig(**job.spec) ||
+        job.reason.find(scheduler::kNoMigSlotReason) == std::string::npos) {
       continue;
     }
     for (policy::MigRequest& request : policy::MigRequestsOf(**job.spec)) {
@@ -199,13 +209,19 @@ Result<std::optional<MigRequeue>> MigLayoutController::PlanRequeue(const Schedul
                                                                    const std::string& now_text) {
   dropping_.clear();
   const MonoTime now = options_.clock.Now();
-  std::set<std::string> mig_nodes;
-  for (const auto& [name, node] : view.nodes()) {
-    if (std::any_of(node.node.gpus.begin(), node.node.gpus.end(),
-                    [](const Gpu& gpu) { return gpu.mig_enabled; })) {
-      mig_nodes.insert(name);
+  // Whether a node has a MIG-enabled GPU, looked up for the Scheduled jobs' nodes only: the
+  // cycle runs this on every fleet size, and few jobs are Scheduled at any time.
+  std::map<std::string, bool> mig_nodes;
+  const auto is_mig_node = [&](const std::string& name) {
+    const auto [known, inserted] = mig_nodes.try_emplace(name, false);
+    if (inserted) {
+      const auto node = view.nodes().find(name);
+      known->second = node != view.nodes().end() &&
+                      std::any_of(node->second.node.gpus.begin(), node->second.node.gpus.end(),
+                                  [](const Gpu& gpu) { return gpu.mig_enabled; });
     }
-  }
+    return known->second;
+  };
   // The Scheduled jobs with a task not started on a MIG instance its agent has not reported,
   // by GPU, and what each GPU misses. Node documents are read once, only for such jobs.
   std::map<std::string, store::StoredObject> node_docs;
@@ -214,14 +230,13 @@ Result<std::optional<MigRequeue>> MigLayoutController::PlanRequeue(const Schedul
   std::map<std::string, std::set<GpuKey>> gpus_of_job;
   for (const auto& [name, job] : view.jobs()) {
     if (job.state != JobState::kScheduled ||
-        std::none_of(job.nodes.begin(), job.nodes.end(),
-                     [&](const std::string& node) { return mig_nodes.count(node) > 0; })) {
+        std::none_of(job.nodes.begin(), job.nodes.end(), is_mig_node)) {
       continue;
     }
     const Json doc = wire::ParseDocument(job.data);
     for (const Json& placement : wire::ArrayOr(doc, "placements")) {
       const std::string node = wire::StrOr(placement, "node");
-      if (!wire::StrOr(placement, "phase").empty() || mig_nodes.count(node) == 0) {
+      if (!wire::StrOr(placement, "phase").empty() || !is_mig_node(node)) {
         continue;  // a task that started had its instances
       }
       auto stored = node_docs.find(node);

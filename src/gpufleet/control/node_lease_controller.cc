@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/control/node_lease_controller.h"
 
+#include <string>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -60,11 +62,28 @@ Duration NodeLeaseController::SilentFor(const std::string& node, MonoTime now) c
 }
 
 Result<bool> NodeLeaseController::MarkSilentNodesNotReady(SchedulingView& view) {
-  bool wrote = false;
-  for (const auto& [name, node] : view.nodes()) {
-    if (!node.agent || node.node.state == NodeState::kNotReady) {
-      continue;
+  // The candidates first, in one walk of the nodes beside their heartbeat times (both ordered by
+  // name) under one lock: the cycle runs this over every node of the fleet.
+  std::vector<std::string> silent_nodes;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const MonoTime now = options_.clock.Now();
+    auto beat = last_heartbeat_.begin();
+    for (const auto& [name, node] : view.nodes()) {
+      if (!node.agent || node.node.state == NodeState::kNotReady) {
+        continue;
+      }
+      while (beat != last_heartbeat_.end() && beat->first < name) {
+        ++beat;
+      }
+      const bool heard = beat != last_heartbeat_.end() && beat->first == name;
+      if (now - (heard ? beat->second : options_.started_at) > options_.lease) {
+        silent_nodes.push_back(name);
+      }
     }
+  }
+  bool wrote = false;
+  for (const std::string& name : silent_nodes) {
     // Held across the write: a heartbeat renews before it reads the node, so it either comes
     // first (the node is not silent) or waits and then finds NotReady to undo.
     std::lock_guard<std::mutex> lock(mu_);

@@ -68,28 +68,45 @@ store::WriteBatch QueueController::Update(SchedulingView& view, uint64_t cycle) 
     }
   }
   const scheduler::ClusterSnapshot& snapshot = view.snapshot();
-  policy::GpuMilliByModel capacity;
+  // Counted by model id, then named: one map update per model, not per GPU of the fleet.
+  std::vector<int64_t> milli_by_model_id(static_cast<size_t>(snapshot.ModelCount()), 0);
   for (const scheduler::NodeInfo& node : snapshot.nodes()) {
     for (const scheduler::GpuSlot& gpu : node.gpus) {
-      capacity[snapshot.Model(gpu.model_id).name] += kMilliPerUnit;
+      milli_by_model_id[static_cast<size_t>(gpu.model_id)] += kMilliPerUnit;
+    }
+  }
+  policy::GpuMilliByModel capacity;
+  for (int id = 0; id < snapshot.ModelCount(); ++id) {
+    if (milli_by_model_id[static_cast<size_t>(id)] > 0) {
+      capacity[snapshot.Model(id).name] += milli_by_model_id[static_cast<size_t>(id)];
     }
   }
   tree.SetCapacity(std::move(capacity));
-  // Follow the view: charge what holds resources, release what no longer does.
+  // Follow the view: charge what holds resources, release what no longer does. Both maps are
+  // ordered by job name, so each walk keeps a cursor into the other instead of searching it.
+  auto view_job = view.jobs().begin();
   for (auto it = charged_.begin(); it != charged_.end();) {
-    const auto job = view.jobs().find(it->first);
-    if (job == view.jobs().end() || !job->second.applied) {
+    while (view_job != view.jobs().end() && view_job->first < it->first) {
+      ++view_job;
+    }
+    if (view_job == view.jobs().end() || view_job->first != it->first ||
+        !view_job->second.applied) {
       (void)tree.Release(JobId(it->first));
       it = charged_.erase(it);
     } else {
       ++it;
     }
   }
+  auto charged_cursor = charged_.begin();
   for (const auto& [name, job] : view.jobs()) {
     if (!job.applied) {
       continue;
     }
-    auto it = charged_.find(name);
+    while (charged_cursor != charged_.end() && charged_cursor->first < name) {
+      ++charged_cursor;
+    }
+    auto it = charged_cursor != charged_.end() && charged_cursor->first == name ? charged_cursor
+                                                                                : charged_.end();
     if (it != charged_.end() && it->second.version == job.version) {
       continue;  // placements change only with the job's version
     }
