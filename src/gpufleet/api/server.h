@@ -44,6 +44,7 @@
 #include "gpufleet/store/leader_election.h"
 #include "gpufleet/store/state_store.h"
 #include "gpufleet/wire/agent_protocol.h"
+#include "gpufleet/wire/document_cache.h"
 #include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::control {
@@ -491,6 +492,8 @@ class ApiServer {
   std::map<std::pair<std::string, int>, int> gpu_utilization_;        // guarded by agents_mu_
   std::map<std::string, std::set<std::string>> active_jobs_by_node_;  // guarded by agents_mu_
   bool active_index_built_ = false;                                   // guarded by agents_mu_
+  // The job documents each node's last heartbeat parsed (the next parses only those that changed).
+  wire::ParsedDocumentCache parsed_jobs_;
 
   control::UsageMeter usage_meter_;  // thread-safe
   std::mutex usage_mu_;

@@ -917,7 +917,7 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
             }
             return store::NoWrite();
           }
-          doc = wire::ParseDocument(stored->data);
+          doc = parsed_jobs_.Parse(node, job_name, stored->data);
           bool progressed = false;
           std::vector<std::string> events =
               ApplyReports(doc, node, wire::ArrayOr(node_doc, "gpus"), reports, drain_now,
@@ -925,7 +925,7 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
           if (events.empty() && !progressed) {
             return store::NoWrite();
           }
-          const Json before = wire::ParseDocument(stored->data);
+          const Json before = parsed_jobs_.Parse(node, job_name, stored->data);
           if (events.empty()) {
             events.emplace_back();  // a pull's progress: written without an event
           }
@@ -969,6 +969,7 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     }
     control::AddCreatedMigInstances(doc, node, node_doc, created_mig_instances);
   }
+  parsed_jobs_.EndUse(node);
   reply.mig_layouts = control::MigLayoutsToApply(node_doc, created_mig_instances);
   return reply;
 }
