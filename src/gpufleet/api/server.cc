@@ -1743,8 +1743,8 @@ ApiResponse ApiServer::NodeAction(const control::Principal& who, std::string_vie
 void ApiServer::PublishFleetGauges() {
   FleetGauges gauges;
   const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
-  // The fleet's GPUs and pending jobs come in runs of one model and one queue: each run's
-  // counter is found once, not once per GPU or job.
+  // The fleet's GPUs come in runs of one model, and pending jobs often in runs of one queue: each
+  // run's counter is found once, not once per GPU or job.
   const std::string* run_model = nullptr;
   int64_t* run_gpus = nullptr;
   for (const scheduler::NodeInfo& info : snapshot.nodes()) {

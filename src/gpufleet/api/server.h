@@ -18,6 +18,7 @@
 
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/fleet_history.h"
+#include "gpufleet/api/parsed_documents.h"
 #include "gpufleet/control/backfill_step.h"
 #include "gpufleet/control/deployment_controller.h"
 #include "gpufleet/control/idle_reclaim_controller.h"
@@ -44,7 +45,6 @@
 #include "gpufleet/store/leader_election.h"
 #include "gpufleet/store/state_store.h"
 #include "gpufleet/wire/agent_protocol.h"
-#include "gpufleet/wire/document_cache.h"
 #include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::control {
@@ -64,6 +64,10 @@ using wire::Json;
 
 // Request bodies above this are refused with 413.
 inline constexpr size_t kMaxRequestBodyBytes = size_t{1} << 20;
+
+// The text of the job documents heartbeats keep parsed (ParsedDocuments; the parsed form takes a
+// few times more). Past it, the documents no heartbeat used lately are parsed again when needed.
+inline constexpr size_t kParsedJobsBudgetBytes = size_t{64} << 20;
 
 // One HTTP request as the HTTP server hands it over (the unit tests call Handle directly).
 using ApiRequest = http::Request;
@@ -492,8 +496,10 @@ class ApiServer {
   std::map<std::pair<std::string, int>, int> gpu_utilization_;        // guarded by agents_mu_
   std::map<std::string, std::set<std::string>> active_jobs_by_node_;  // guarded by agents_mu_
   bool active_index_built_ = false;                                   // guarded by agents_mu_
-  // The job documents each node's last heartbeat parsed (the next parses only those that changed).
-  wire::ParsedDocumentCache parsed_jobs_;
+  // The job documents heartbeats parsed, by job (thread-safe): a heartbeat parses again only
+  // those that changed. Only jobs placed on the reporting node are kept, so an agent naming other
+  // jobs' tasks cannot fill it.
+  ParsedDocuments parsed_jobs_{kParsedJobsBudgetBytes};
 
   control::UsageMeter usage_meter_;  // thread-safe
   std::mutex usage_mu_;

@@ -878,6 +878,7 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     }
     active_jobs = active_jobs_by_node_[node];
   }
+  const std::set<std::string> placed_jobs = active_jobs;
   // Task reports, per job.
   std::map<std::string, const wire::TaskReport*> reports;
   for (const wire::TaskReport& report : request.tasks) {
@@ -903,6 +904,10 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     // not desired (the agent stops them).
     Json doc;
     std::vector<double> pull_seconds;  // the pulls this heartbeat recorded, for /metrics
+    const auto parse_job = [&](const std::string& text) {
+      return placed_jobs.count(job_name) > 0 ? parsed_jobs_.Parse(job_name, text)
+                                             : wire::ParseDocument(text);
+    };
     const Status job_written = store::CommitWithRetries(
         options_.store, control::kCasAttempts,
         fmt::format("job \"{}\" kept changing; send the heartbeat again", job_name),
@@ -917,7 +922,7 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
             }
             return store::NoWrite();
           }
-          doc = parsed_jobs_.Parse(node, job_name, stored->data);
+          doc = parse_job(stored->data);
           bool progressed = false;
           std::vector<std::string> events =
               ApplyReports(doc, node, wire::ArrayOr(node_doc, "gpus"), reports, drain_now,
@@ -925,7 +930,7 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
           if (events.empty() && !progressed) {
             return store::NoWrite();
           }
-          const Json before = parsed_jobs_.Parse(node, job_name, stored->data);
+          const Json before = parse_job(stored->data);
           if (events.empty()) {
             events.emplace_back();  // a pull's progress: written without an event
           }
@@ -969,7 +974,6 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     }
     control::AddCreatedMigInstances(doc, node, node_doc, created_mig_instances);
   }
-  parsed_jobs_.EndUse(node);
   reply.mig_layouts = control::MigLayoutsToApply(node_doc, created_mig_instances);
   return reply;
 }

@@ -2,6 +2,7 @@
 #include "gpufleet/control/node_lease_controller.h"
 
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -64,6 +65,8 @@ Duration NodeLeaseController::SilentFor(const std::string& node, MonoTime now) c
 Result<bool> NodeLeaseController::MarkSilentNodesNotReady(SchedulingView& view) {
   // The candidates first, in one walk of the nodes beside their heartbeat times (both ordered by
   // name) under one lock: the cycle runs this over every node of the fleet.
+  static_assert(std::is_same_v<decltype(last_heartbeat_)::key_compare,
+                               std::decay_t<decltype(view.nodes())>::key_compare>);
   std::vector<std::string> silent_nodes;
   {
     std::lock_guard<std::mutex> lock(mu_);

@@ -2,8 +2,10 @@
 #include "gpufleet/control/node_lease_controller.h"
 
 #include <chrono>
+#include <set>
 #include <string>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -24,20 +26,24 @@ class NodeLeaseControllerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     for (const auto& [name, agent] : {std::pair{"a", true}, {"b", true}, {"fixed", false}}) {
-      Node node;
-      node.id = NodeId(name);
-      node.capacity = {8000, 1 << 30};
-      Gpu gpu;
-      gpu.uuid = GpuUuid(std::string("GPU-") + name);
-      gpu.model = "H100-80GB";
-      node.gpus.push_back(gpu);
-      Json doc = wire::NodeToJson(node, {});
-      doc["agent"] = agent;
-      store::WriteBatch batch;
-      batch.Create(std::string(kNodesKind), name, doc.dump());
-      ASSERT_OK(store_.Commit(batch));
+      AddNode(name, agent);
     }
     ASSERT_OK(view_.Refresh());
+  }
+
+  void AddNode(const std::string& name, bool agent) {
+    Node node;
+    node.id = NodeId(name);
+    node.capacity = {8000, 1 << 30};
+    Gpu gpu;
+    gpu.uuid = GpuUuid("GPU-" + name);
+    gpu.model = "H100-80GB";
+    node.gpus.push_back(gpu);
+    Json doc = wire::NodeToJson(node, {});
+    doc["agent"] = agent;
+    store::WriteBatch batch;
+    batch.Create(std::string(kNodesKind), name, doc.dump());
+    ASSERT_OK(store_.Commit(batch));
   }
 
   std::string StateOf(const std::string& node) {
@@ -91,6 +97,49 @@ TEST_F(NodeLeaseControllerTest, OnlyAgentNodesSilentPastTheLeaseBecomeNotReady) 
   EXPECT_THAT(events->back().text,
               HasSubstr("no heartbeat for 41s; its lease expired, so its agent stops its tasks; "
                         "their GPUs are free after another 30s"));
+}
+
+TEST_F(NodeLeaseControllerTest, SilentNodesAreFoundAmongHeartbeatsOfNodesTheViewDoesNotHold) {
+  // Agent and fixed nodes interleaved by name, heartbeats of names the view does not hold (a node
+  // deleted, one not yet read) before, between and after them, and nodes never heard from.
+  std::set<std::string> expected_silent;
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = fmt::format("n{:02}", i);
+    AddNode(name, /*agent=*/i % 5 != 4);
+    if (i % 5 != 4 && i % 3 != 0) {
+      expected_silent.insert(name);  // renewed early below, then silent past the lease
+    }
+  }
+  expected_silent.insert("b");
+  ASSERT_OK(view_.Refresh());
+  for (const char* stranger : {"0-gone", "m-gone", "n05x", "n17-gone", "zz-gone"}) {
+    ASSERT_TRUE(leases_.Renew(stranger, 0, false));
+  }
+  for (int i = 1; i < 40; i += 3) {
+    ASSERT_TRUE(leases_.Renew(fmt::format("n{:02}", i), 0, false));
+  }
+  clock_.Advance(std::chrono::seconds(30));
+  ASSERT_TRUE(leases_.Renew("a", 0, false));
+  for (int i = 0; i < 40; i += 3) {
+    ASSERT_TRUE(leases_.Renew(fmt::format("n{:02}", i), 0, false));
+  }
+  clock_.Advance(std::chrono::seconds(11));
+  Result<bool> wrote = leases_.MarkSilentNodesNotReady(view_);
+  ASSERT_OK(wrote);
+  EXPECT_TRUE(*wrote);
+  std::set<std::string> not_ready;
+  for (const char* node : {"a", "b", "fixed"}) {
+    if (StateOf(node) == "NotReady") {
+      not_ready.insert(node);
+    }
+  }
+  for (int i = 0; i < 40; ++i) {
+    const std::string name = fmt::format("n{:02}", i);
+    if (StateOf(name) == "NotReady") {
+      not_ready.insert(name);
+    }
+  }
+  EXPECT_EQ(not_ready, expected_silent);
 }
 
 TEST_F(NodeLeaseControllerTest, ARestartGivesEveryNodeTheFullLeaseFromThen) {

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 #include <string_view>
+#include <type_traits>
 #include <unordered_map>
 #include <vector>
 
@@ -84,6 +85,8 @@ store::WriteBatch QueueController::Update(SchedulingView& view, uint64_t cycle) 
   tree.SetCapacity(std::move(capacity));
   // Follow the view: charge what holds resources, release what no longer does. Both maps are
   // ordered by job name, so each walk keeps a cursor into the other instead of searching it.
+  static_assert(std::is_same_v<decltype(charged_)::key_compare,
+                               std::decay_t<decltype(view.jobs())>::key_compare>);
   auto view_job = view.jobs().begin();
   for (auto it = charged_.begin(); it != charged_.end();) {
     while (view_job != view.jobs().end() && view_job->first < it->first) {

@@ -199,8 +199,9 @@ Status SqliteStateStore::OpenReader() {
     return ErrorOn(reader, rc, what);
   }
   sqlite3_extended_result_codes(reader, 1);
-  // A reader waits out a checkpoint or WAL recovery by the writer, as the writer waits for other
-  // processes.
+  // A reader rarely waits (WAL recovery, a restarted WAL), and then as the writer waits for other
+  // processes. It has no gpufleet_indexed_state: reads do not call it, as long as no migration
+  // puts it in the schema itself (a generated column would).
   if (const int busy = sqlite3_busy_timeout(reader, kBusyTimeoutMillis); busy != SQLITE_OK) {
     return ErrorOn(reader, busy, what);
   }
