@@ -1743,19 +1743,27 @@ ApiResponse ApiServer::NodeAction(const control::Principal& who, std::string_vie
 void ApiServer::PublishFleetGauges() {
   FleetGauges gauges;
   const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
-  // The fleet's GPUs come in runs of one model, and pending jobs often in runs of one queue: each
-  // run's counter is found once, not once per GPU or job.
-  const std::string* run_model = nullptr;
-  int64_t* run_gpus = nullptr;
-  for (const scheduler::NodeInfo& info : snapshot.nodes()) {
-    for (const Gpu& gpu : info.node->gpus) {
-      if (run_model == nullptr || gpu.model != *run_model) {
-        run_model = &gpu.model;
-        run_gpus = &gauges.gpus_by_model[gpu.model];
-        gauges.allocated_milli_by_model.emplace(gpu.model, 0);
+  // The fleet's GPUs are counted again only when a node may have changed (every change of the
+  // snapshot's nodes moves the capacity epoch). They come in runs of one model, and pending jobs
+  // often in runs of one queue: each run's counter is found once, not once per GPU or job.
+  if (gpus_counted_at_epoch_ != view_->capacity_epoch()) {
+    gpus_by_model_.clear();
+    const std::string* run_model = nullptr;
+    int64_t* run_gpus = nullptr;
+    for (const scheduler::NodeInfo& info : snapshot.nodes()) {
+      for (const Gpu& gpu : info.node->gpus) {
+        if (run_model == nullptr || gpu.model != *run_model) {
+          run_model = &gpu.model;
+          run_gpus = &gpus_by_model_[gpu.model];
+        }
+        ++*run_gpus;
       }
-      ++*run_gpus;
     }
+    gpus_counted_at_epoch_ = view_->capacity_epoch();
+  }
+  gauges.gpus_by_model = gpus_by_model_;
+  for (const auto& [model, count] : gpus_by_model_) {
+    gauges.allocated_milli_by_model.emplace(model, 0);
   }
   const std::string* run_queue = nullptr;
   int64_t* run_pending = nullptr;

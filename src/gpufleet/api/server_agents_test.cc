@@ -602,6 +602,32 @@ TEST_F(AgentProtocolTest, DeleteNodeRemovesANodeThatHoldsNoRuns) {
   Register(moved);
 }
 
+TEST_F(AgentProtocolTest, TheGpuTotalFollowsNodesRegisteredAndDeletedBetweenCycles) {
+  const auto total = [&]() {
+    Cycle();
+    const std::string metrics = Call("GET", "/metrics", admin_).body;
+    const std::string series = "gpufleet_gpus_total{model=\"H100-80GB\"} ";
+    const size_t at = metrics.find(series);
+    if (at == std::string::npos) {
+      return std::string("none");
+    }
+    const size_t value = at + series.size();
+    return metrics.substr(value, metrics.find('\n', value) - value);
+  };
+  EXPECT_EQ(total(), "none");
+  Register(Inventory("node-a", "leaf-0"));
+  EXPECT_EQ(total(), "8");
+  EXPECT_EQ(total(), "8") << "a cycle that changed no node";
+  Register(Inventory("node-b", "leaf-0"));
+  EXPECT_EQ(total(), "16");
+  wire::RegisterRequest fewer = Inventory("node-b", "leaf-0");
+  fewer.node.gpus.resize(3);
+  Register(fewer);
+  EXPECT_EQ(total(), "11");
+  ASSERT_EQ(Call("DELETE", "/v1/nodes/node-a", admin_).status, 200);
+  EXPECT_EQ(total(), "3");
+}
+
 TEST_F(AgentProtocolTest, SilentNodeBecomesNotReadyAndItsJobIsRequeuedWithoutHoldingGpus) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
