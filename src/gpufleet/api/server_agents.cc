@@ -878,13 +878,16 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     }
     active_jobs = active_jobs_by_node_[node];
   }
-  const std::set<std::string> placed_jobs = active_jobs;
-  // Task reports, per job.
+  // Task reports, per job. A job only the reports name (not placed on this node) is not kept
+  // parsed.
   std::map<std::string, const wire::TaskReport*> reports;
+  std::set<std::string> reported_only;
   for (const wire::TaskReport& report : request.tasks) {
     reports[report.id] = &report;
     if (const std::optional<TaskId> id = ParseTaskId(report.id)) {
-      active_jobs.insert(id->job);
+      if (active_jobs.insert(id->job).second) {
+        reported_only.insert(id->job);
+      }
     }
   }
   std::set<int64_t> drain_now;
@@ -905,8 +908,8 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     Json doc;
     std::vector<double> pull_seconds;  // the pulls this heartbeat recorded, for /metrics
     const auto parse_job = [&](const std::string& text) {
-      return placed_jobs.count(job_name) > 0 ? parsed_jobs_.Parse(job_name, text)
-                                             : wire::ParseDocument(text);
+      return reported_only.count(job_name) == 0 ? parsed_jobs_.Parse(job_name, text)
+                                                : wire::ParseDocument(text);
     };
     const Status job_written = store::CommitWithRetries(
         options_.store, control::kCasAttempts,
