@@ -89,7 +89,6 @@ wait_for() {  # wait_for FILE PATTERN
   done
   fail "timed out waiting for '$2' in $1"
 }
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 
 runner_flags=(--runner process)
 if [ "$runner" = podman ]; then
@@ -112,7 +111,7 @@ SH
   runner_flags=(--runner podman --podman "$work/podman")
 fi
 
-port=$(free_port)
+port=$(python3 "$here/restartable_port.py")  # the server is killed and started again on it
 echo "chaos-admin-token-0123456789" >"$work/admin-token"
 start_server() {
   "$gpufleet" server --data-dir "$work/server" --listen "127.0.0.1:$port" --cycle-interval-ms 200 \

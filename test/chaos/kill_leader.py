@@ -12,6 +12,7 @@
 # failover p50/p99; exits 1 on a violation or a trial without a new leader within 30 s.
 # Usage: kill_leader.py PATH/TO/gpufleet [SEED] [TRIALS]
 import glob
+import http.client
 import json
 import os
 import pwd
@@ -26,6 +27,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+
+from restartable_port import restartable_port
 
 gpufleet = os.path.abspath(sys.argv[1])
 seed = int(sys.argv[2]) if len(sys.argv) > 2 else 15
@@ -133,7 +136,7 @@ store_uri = f"postgresql://gf@127.0.0.1:{pg_port}/postgres"
 # ---- servers, agents and the CLI ----------------------------------------------------------
 with open(os.path.join(work, "admin-token"), "w") as f:
     f.write(TOKEN + "\n")
-ports = [free_port() for _ in range(3)]
+ports = [restartable_port() for _ in range(3)]  # each server is killed and started again
 addresses = [f"http://127.0.0.1:{port}" for port in ports]
 all_servers = ",".join(addresses)
 servers = [None, None, None]
@@ -148,7 +151,7 @@ def http_get(index, path, timeout=1.0):
             return answer.status, answer.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, ""
-    except (OSError, ValueError):
+    except (OSError, ValueError, http.client.HTTPException):  # a server killed mid-answer
         return -1, ""
 
 

@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <system_error>
 #include <utility>
@@ -91,28 +93,44 @@ Result<std::string> FindBinDir() {
   return best;
 }
 
-// A loopback TCP port that was free a moment ago.
+// The lowest port of the kernel's ephemeral range (Linux's default when it cannot be read).
+int EphemeralRangeStart() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int low = 0;
+  return in >> low && low > 1024 ? low : 32768;
+}
+
+// A loopback TCP port that was free a moment ago, below the kernel's ephemeral range: StartAgain
+// reuses it after Crash, and a port of that range may meanwhile be taken by any outgoing
+// connection on the machine (and kept for a minute in TIME_WAIT), failing the restart with
+// "address already in use". The kernel never hands out a port below the range by itself.
 Result<int> FreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) {
-    return UnavailableError(fmt::format("socket: {}", std::strerror(errno)));
+  const int range_start = EphemeralRangeStart();
+  const int lowest = std::max(1024, range_start - 12000);
+  std::random_device random;
+  std::uniform_int_distribution<int> pick(lowest, range_start - 1);
+  int saved_errno = 0;
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+      return UnavailableError(fmt::format("socket: {}", std::strerror(errno)));
+    }
+    const int yes = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    const int port = pick(random);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    const bool bound = bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+    saved_errno = errno;
+    close(fd);
+    if (bound) {
+      return port;
+    }
   }
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  socklen_t length = sizeof(address);
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0) {
-    port = ntohs(address.sin_port);
-  }
-  const int saved_errno = errno;
-  close(fd);
-  if (port < 0) {
-    return UnavailableError(fmt::format("finding a free port: {}", std::strerror(saved_errno)));
-  }
-  return port;
+  return UnavailableError(fmt::format("finding a free port in {}-{}: {}", lowest, range_start - 1,
+                                      std::strerror(saved_errno)));
 }
 
 std::string LogTail(const std::string& path) {
