@@ -496,6 +496,10 @@ class ApiServer {
   std::map<std::pair<std::string, int>, int> gpu_utilization_;        // guarded by agents_mu_
   std::map<std::string, std::set<std::string>> active_jobs_by_node_;  // guarded by agents_mu_
   bool active_index_built_ = false;                                   // guarded by agents_mu_
+  // Nodes IndexScheduledJob added to before their commit: the next IndexActiveJobs copies their
+  // entries from the view again (a write that failed leaves its job there). Guarded by
+  // agents_mu_.
+  std::set<std::string> indexed_before_commit_;
   // The job documents heartbeats parsed, by job (thread-safe): a heartbeat parses again only
   // those that changed. Only jobs placed on the reporting node are kept, so an agent naming other
   // jobs' tasks cannot fill it.

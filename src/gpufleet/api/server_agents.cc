@@ -982,16 +982,33 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
 }
 
 void ApiServer::IndexActiveJobs() {
-  std::map<std::string, std::set<std::string>> index = view_->ActiveJobsByNode();
+  // The view keeps the index as jobs change; only the nodes whose entry changed are copied (a
+  // whole copy after a full load, or when the heartbeats' index was dropped).
+  std::optional<std::set<std::string>> changed = view_->TakeActiveJobChanges();
+  const std::map<std::string, std::set<std::string>>& index = view_->ActiveJobsByNode();
   std::lock_guard<std::mutex> lock(agents_mu_);
-  active_jobs_by_node_ = std::move(index);
-  active_index_built_ = true;
+  if (!changed || !active_index_built_) {
+    active_jobs_by_node_ = index;
+    active_index_built_ = true;
+    indexed_before_commit_.clear();
+    return;
+  }
+  changed->merge(indexed_before_commit_);
+  indexed_before_commit_.clear();
+  for (const std::string& node : *changed) {
+    if (const auto entry = index.find(node); entry != index.end()) {
+      active_jobs_by_node_[node] = entry->second;
+    } else {
+      active_jobs_by_node_.erase(node);
+    }
+  }
 }
 
 void ApiServer::IndexScheduledJob(const std::string& job, const std::set<std::string>& nodes) {
   std::lock_guard<std::mutex> lock(agents_mu_);
   for (const std::string& node : nodes) {
     active_jobs_by_node_[node].insert(job);
+    indexed_before_commit_.insert(node);
   }
 }
 
@@ -1001,9 +1018,7 @@ Result<bool> ApiServer::EndRunsOnNotReadyNodes() {
 
 Result<bool> ApiServer::FinishStoppingRuns() {
   // Most cycles have no run stopping: nothing to look at on any node.
-  if (std::none_of(view_->jobs().begin(), view_->jobs().end(), [](const auto& entry) {
-        return entry.second.state == control::JobState::kStopping;
-      })) {
+  if (view_->JobsInState(control::JobState::kStopping) == 0) {
     return false;
   }
   const std::map<std::string, std::string> lost = leases_.LostNodes(view_->nodes());

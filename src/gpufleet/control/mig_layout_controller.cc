@@ -209,19 +209,13 @@ Result<std::optional<MigRequeue>> MigLayoutController::PlanRequeue(const Schedul
                                                                    const std::string& now_text) {
   dropping_.clear();
   const MonoTime now = options_.clock.Now();
-  // Whether a node has a MIG-enabled GPU, looked up for the Scheduled jobs' nodes only: the
-  // cycle runs this on every fleet size, and few jobs are Scheduled at any time.
-  std::map<std::string, bool> mig_nodes;
-  const auto is_mig_node = [&](const std::string& name) {
-    const auto [known, inserted] = mig_nodes.try_emplace(name, false);
-    if (inserted) {
-      const auto node = view.nodes().find(name);
-      known->second = node != view.nodes().end() &&
-                      std::any_of(node->second.node.gpus.begin(), node->second.node.gpus.end(),
-                                  [](const Gpu& gpu) { return gpu.mig_enabled; });
-    }
-    return known->second;
-  };
+  const std::set<std::string>& mig_nodes = view.mig_enabled_nodes();
+  if (mig_nodes.empty()) {
+    // No MIG-enabled GPU in the fleet (most cycles of most fleets): no job waits for an instance.
+    waits_.clear();
+    return std::optional<MigRequeue>();
+  }
+  const auto is_mig_node = [&](const std::string& name) { return mig_nodes.contains(name); };
   // The Scheduled jobs with a task not started on a MIG instance its agent has not reported,
   // by GPU, and what each GPU misses. Node documents are read once, only for such jobs.
   std::map<std::string, store::StoredObject> node_docs;

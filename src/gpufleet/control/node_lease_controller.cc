@@ -2,7 +2,6 @@
 #include "gpufleet/control/node_lease_controller.h"
 
 #include <string>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,7 +26,14 @@ bool NodeLeaseController::Renew(const std::string& node, int64_t sequence, bool 
   if (!registering && sequence != 0 && sequence <= last_sequence) {
     return false;
   }
-  last_heartbeat_[node] = options_.clock.Now();
+  const MonoTime now = options_.clock.Now();
+  auto [beat, first] = last_heartbeat_.try_emplace(node);
+  if (first) {
+    beat->second.in_order = heard_order_.insert(heard_order_.end(), node);
+  } else {
+    heard_order_.splice(heard_order_.end(), heard_order_, beat->second.in_order);
+  }
+  beat->second.at = now;
   last_sequence = sequence;
   return true;
 }
@@ -36,12 +42,17 @@ void NodeLeaseController::Restart(MonoTime started_at) {
   std::lock_guard<std::mutex> lock(mu_);
   options_.started_at = started_at;
   last_heartbeat_.clear();
+  heard_order_.clear();
   last_sequence_.clear();
+  unheard_looked_at_.reset();
 }
 
 void NodeLeaseController::Forget(const std::string& node) {
   std::lock_guard<std::mutex> lock(mu_);
-  last_heartbeat_.erase(node);
+  if (const auto beat = last_heartbeat_.find(node); beat != last_heartbeat_.end()) {
+    heard_order_.erase(beat->second.in_order);
+    last_heartbeat_.erase(beat);
+  }
   last_sequence_.erase(node);
 }
 
@@ -51,7 +62,7 @@ std::map<std::string, MonoTime> NodeLeaseController::HeartbeatTimes(
   std::lock_guard<std::mutex> lock(mu_);
   for (const std::string& node : nodes) {
     if (const auto beat = last_heartbeat_.find(node); beat != last_heartbeat_.end()) {
-      times.insert(*beat);
+      times.emplace(node, beat->second.at);
     }
   }
   return times;
@@ -59,31 +70,49 @@ std::map<std::string, MonoTime> NodeLeaseController::HeartbeatTimes(
 
 Duration NodeLeaseController::SilentFor(const std::string& node, MonoTime now) const {
   const auto it = last_heartbeat_.find(node);
-  return now - (it == last_heartbeat_.end() ? options_.started_at : it->second);
+  return now - (it == last_heartbeat_.end() ? options_.started_at : it->second.at);
+}
+
+std::vector<std::string> NodeLeaseController::SilentNodes(const SchedulingView& view,
+                                                          MonoTime now) {
+  const auto watched = [&](const std::string& name) {
+    const auto node = view.nodes().find(name);
+    return node != view.nodes().end() && node->second.agent &&
+           node->second.node.state != NodeState::kNotReady;
+  };
+  std::vector<std::string> silent;
+  // Heard from, oldest first, up to the first node heard within the lease.
+  for (const std::string& name : heard_order_) {
+    if (now - last_heartbeat_.at(name).at <= options_.lease) {
+      break;
+    }
+    if (watched(name)) {
+      silent.push_back(name);
+    }
+  }
+  // Not heard from since started_at: found in a walk of the view once the lease from
+  // started_at has passed, and again each lease after (a node can join the view without a
+  // registration, e.g. written by another server), or in the next cycle while one is found.
+  if (now - options_.started_at <= options_.lease ||
+      (unheard_looked_at_ && now - *unheard_looked_at_ < options_.lease)) {
+    return silent;
+  }
+  bool unheard_found = false;
+  for (const auto& [name, node] : view.nodes()) {
+    if (!last_heartbeat_.contains(name) && watched(name)) {
+      silent.push_back(name);
+      unheard_found = true;
+    }
+  }
+  unheard_looked_at_ = unheard_found ? std::nullopt : std::optional<MonoTime>(now);
+  return silent;
 }
 
 Result<bool> NodeLeaseController::MarkSilentNodesNotReady(SchedulingView& view) {
-  // The candidates first, in one walk of the nodes beside their heartbeat times (both ordered by
-  // name) under one lock: the cycle runs this over every node of the fleet.
-  static_assert(std::is_same_v<decltype(last_heartbeat_)::key_compare,
-                               std::decay_t<decltype(view.nodes())>::key_compare>);
   std::vector<std::string> silent_nodes;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    const MonoTime now = options_.clock.Now();
-    auto beat = last_heartbeat_.begin();
-    for (const auto& [name, node] : view.nodes()) {
-      if (!node.agent || node.node.state == NodeState::kNotReady) {
-        continue;
-      }
-      while (beat != last_heartbeat_.end() && beat->first < name) {
-        ++beat;
-      }
-      const bool heard = beat != last_heartbeat_.end() && beat->first == name;
-      if (now - (heard ? beat->second : options_.started_at) > options_.lease) {
-        silent_nodes.push_back(name);
-      }
-    }
+    silent_nodes = SilentNodes(view, options_.clock.Now());
   }
   bool wrote = false;
   for (const std::string& name : silent_nodes) {

@@ -3,10 +3,13 @@
 
 #include <chrono>
 #include <cstdint>
+#include <list>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/core/clock.h"
@@ -47,7 +50,9 @@ class NodeLeaseController {
   std::map<std::string, MonoTime> HeartbeatTimes(const std::set<std::string>& nodes) const;
 
   // The cycle's part: agent nodes of the view silent for longer than the lease become NotReady
-  // (a node update and an event each). Returns whether anything was written. A write the store
+  // (a node update and an event each). A node not heard from since started_at that joins the
+  // view later than the lease after it (written by another server, not registered here) may
+  // wait up to another lease. Returns whether anything was written. A write the store
   // refuses for a conflict is left to the next cycle; any other error ends the cycle (the view
   // reads everything again).
   Result<bool> MarkSilentNodesNotReady(SchedulingView& view);
@@ -56,13 +61,26 @@ class NodeLeaseController {
   std::map<std::string, std::string> LostNodes(const std::map<std::string, ViewNode>& nodes) const;
 
  private:
+  struct Heartbeat {
+    MonoTime at;
+    std::list<std::string>::iterator in_order;  // its place in heard_order_
+  };
+
   // How long `node` has been silent. REQUIRES: mu_.
   Duration SilentFor(const std::string& node, MonoTime now) const;
+  // The view's agent nodes, not NotReady, silent for longer than the lease at `now`. REQUIRES: mu_.
+  std::vector<std::string> SilentNodes(const SchedulingView& view, MonoTime now);
 
   Options options_;
   mutable std::mutex mu_;
-  std::map<std::string, MonoTime> last_heartbeat_;  // guarded by mu_
-  std::map<std::string, int64_t> last_sequence_;    // guarded by mu_
+  std::map<std::string, Heartbeat> last_heartbeat_;  // guarded by mu_
+  // The nodes of last_heartbeat_, least recently heard first (a renewal moves a node to the
+  // back): the cycle finds the nodes silent for the lease at the front, without a walk of the
+  // whole fleet.
+  std::list<std::string> heard_order_;            // guarded by mu_
+  std::map<std::string, int64_t> last_sequence_;  // guarded by mu_
+  // When the cycle last looked for nodes not heard from since started_at (one walk of the view).
+  std::optional<MonoTime> unheard_looked_at_;  // guarded by mu_
 };
 
 }  // namespace gpufleet::control

@@ -142,6 +142,56 @@ TEST_F(NodeLeaseControllerTest, SilentNodesAreFoundAmongHeartbeatsOfNodesTheView
   EXPECT_EQ(not_ready, expected_silent);
 }
 
+TEST_F(NodeLeaseControllerTest, ARenewalPutsANodeBehindTheOthersAndAForgottenNodeIsNotLookedAt) {
+  ASSERT_TRUE(leases_.Renew("a", 0, false));
+  clock_.Advance(std::chrono::seconds(1));
+  ASSERT_TRUE(leases_.Renew("b", 0, false));
+  ASSERT_TRUE(leases_.Renew("gone", 0, false));
+  clock_.Advance(std::chrono::seconds(29));
+  ASSERT_TRUE(leases_.Renew("a", 0, false));  // first heard, now last
+  leases_.Forget("gone");
+  clock_.Advance(std::chrono::seconds(12));
+  Result<bool> wrote = leases_.MarkSilentNodesNotReady(view_);
+  ASSERT_OK(wrote);
+  EXPECT_TRUE(*wrote);
+  EXPECT_EQ(StateOf("b"), "NotReady") << "heard 41 s ago";
+  EXPECT_EQ(StateOf("a"), "Ready") << "heard 12 s ago, after b";
+  ASSERT_OK(view_.Refresh());
+  clock_.Advance(std::chrono::seconds(30));
+  wrote = leases_.MarkSilentNodesNotReady(view_);
+  ASSERT_OK(wrote);
+  EXPECT_TRUE(*wrote);
+  EXPECT_EQ(StateOf("a"), "NotReady") << "heard 42 s ago";
+  EXPECT_TRUE(leases_.HeartbeatTimes({"gone"}).empty());
+}
+
+TEST_F(NodeLeaseControllerTest, ANodeNeverHeardThatJoinsTheViewLateIsFoundWithinAnotherLease) {
+  clock_.Advance(std::chrono::seconds(30));
+  ASSERT_TRUE(leases_.Renew("a", 0, false));
+  ASSERT_TRUE(leases_.Renew("b", 0, false));
+  clock_.Advance(std::chrono::seconds(11));  // 41 s: every node of the view was heard from
+  Result<bool> wrote = leases_.MarkSilentNodesNotReady(view_);
+  ASSERT_OK(wrote);
+  EXPECT_FALSE(*wrote);
+  // Written by another server, never registered here.
+  AddNode("late", /*agent=*/true);
+  ASSERT_OK(view_.Refresh());
+  clock_.Advance(std::chrono::seconds(19));  // 60 s
+  ASSERT_TRUE(leases_.Renew("a", 0, false));
+  ASSERT_TRUE(leases_.Renew("b", 0, false));
+  wrote = leases_.MarkSilentNodesNotReady(view_);
+  ASSERT_OK(wrote);
+  EXPECT_FALSE(*wrote) << "the view is walked for nodes never heard from once a lease";
+  EXPECT_EQ(StateOf("late"), "Ready");
+  clock_.Advance(std::chrono::seconds(21));  // 81 s: a lease after the last walk
+  wrote = leases_.MarkSilentNodesNotReady(view_);
+  ASSERT_OK(wrote);
+  EXPECT_TRUE(*wrote);
+  EXPECT_EQ(StateOf("late"), "NotReady");
+  EXPECT_EQ(StateOf("a"), "Ready");
+  EXPECT_EQ(StateOf("b"), "Ready");
+}
+
 TEST_F(NodeLeaseControllerTest, ARestartGivesEveryNodeTheFullLeaseFromThen) {
   ASSERT_TRUE(leases_.Renew("a", 7, false));
   // A follower that becomes the leader 100 s later: a and b heartbeated to the old leader.

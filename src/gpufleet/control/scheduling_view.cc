@@ -207,7 +207,14 @@ Status SchedulingView::LoadAll() {
                             store_.ListWhere(kJobsKind, UnfinishedJobs()));
   topology_ = std::move(topology);
   nodes_ = std::move(loaded);
+  mig_enabled_nodes_.clear();
+  for (const auto& [name, node] : nodes_) {
+    NoteNodeChanged(name, &node);
+  }
   jobs_.clear();
+  active_jobs_by_node_.clear();
+  active_jobs_reindexed_ = true;
+  jobs_in_state_.fill(0);
   snapshot_.reset();
   GPUFLEET_RETURN_IF_ERROR(RebuildSnapshot());
   for (const store::StoredObject& object : jobs) {
@@ -221,17 +228,29 @@ Status SchedulingView::RefreshNode(const std::string& name) {
   if (!object.ok()) {
     if (object.status().code() == StatusCode::kNotFound) {
       nodes_.erase(name);
+      NoteNodeChanged(name, nullptr);
       return Status::Ok();
     }
     return object.status();
   }
   excluded_.erase(name);
   if (std::optional<ViewNode> node = Accept(*object, topology_)) {
-    nodes_[name] = std::move(*node);
+    ViewNode& held = nodes_[name] = std::move(*node);
+    NoteNodeChanged(name, &held);
   } else {
     nodes_.erase(name);
+    NoteNodeChanged(name, nullptr);
   }
   return Status::Ok();
+}
+
+void SchedulingView::NoteNodeChanged(const std::string& name, const ViewNode* node) {
+  if (node != nullptr && std::any_of(node->node.gpus.begin(), node->node.gpus.end(),
+                                     [](const Gpu& gpu) { return gpu.mig_enabled; })) {
+    mig_enabled_nodes_.insert(name);
+  } else {
+    mig_enabled_nodes_.erase(name);
+  }
 }
 
 std::optional<ViewNode> SchedulingView::Accept(const store::StoredObject& object,
@@ -261,6 +280,7 @@ Status SchedulingView::RefreshJob(const std::string& name) {
       return object.status();
     }
     if (auto it = jobs_.find(name); it != jobs_.end()) {
+      UnindexJob(name);
       ReleaseJob(it->second);
       jobs_.erase(it);
     }
@@ -351,6 +371,55 @@ Status SchedulingView::UpdateSnapshot(const std::set<std::string>& changed) {
 }
 
 void SchedulingView::PutJob(const store::StoredObject& object) {
+  UnindexJob(object.name);
+  PutJobUnindexed(object);
+  IndexJob(object.name);
+}
+
+void SchedulingView::UnindexJob(const std::string& name) {
+  const auto it = jobs_.find(name);
+  if (it == jobs_.end()) {
+    return;
+  }
+  --jobs_in_state_[static_cast<size_t>(it->second.state)];
+  if (!HoldsResources(it->second.state)) {
+    return;
+  }
+  for (const std::string& node : it->second.nodes) {
+    if (const auto entry = active_jobs_by_node_.find(node); entry != active_jobs_by_node_.end()) {
+      entry->second.erase(name);
+      if (entry->second.empty()) {
+        active_jobs_by_node_.erase(entry);
+      }
+    }
+    active_job_changes_.insert(node);
+  }
+}
+
+void SchedulingView::IndexJob(const std::string& name) {
+  const auto it = jobs_.find(name);
+  if (it == jobs_.end()) {
+    return;
+  }
+  ++jobs_in_state_[static_cast<size_t>(it->second.state)];
+  if (!HoldsResources(it->second.state)) {
+    return;
+  }
+  for (const std::string& node : it->second.nodes) {
+    active_jobs_by_node_[node].insert(name);
+    active_job_changes_.insert(node);
+  }
+}
+
+std::optional<std::set<std::string>> SchedulingView::TakeActiveJobChanges() {
+  std::set<std::string> changes = std::exchange(active_job_changes_, {});
+  if (std::exchange(active_jobs_reindexed_, false)) {
+    return std::nullopt;
+  }
+  return changes;
+}
+
+void SchedulingView::PutJobUnindexed(const store::StoredObject& object) {
   auto it = jobs_.find(object.name);
   if (it != jobs_.end() && it->second.version == object.version && it->second.data == object.data) {
     return;  // the cycle's own commit, already in the view
@@ -461,22 +530,10 @@ int SchedulingView::NodeIndex(const std::string& name) const {
   return it == node_index_.end() ? -1 : it->second;
 }
 
-std::map<std::string, std::set<std::string>> SchedulingView::ActiveJobsByNode() const {
-  std::map<std::string, std::set<std::string>> index;
-  for (const auto& [name, job] : jobs_) {
-    if (!HoldsResources(job.state)) {
-      continue;
-    }
-    for (const std::string& node : job.nodes) {
-      index[node].insert(name);
-    }
-  }
-  return index;
-}
-
 void SchedulingView::MarkScheduled(const std::string& name, int64_t version, std::string data,
                                    std::vector<scheduler::TaskPlacement> placements,
                                    std::set<std::string> nodes) {
+  UnindexJob(name);
   ViewJob& job = jobs_[name];
   job.version = version;
   job.data = std::move(data);
@@ -486,6 +543,7 @@ void SchedulingView::MarkScheduled(const std::string& name, int64_t version, std
   job.applied = true;
   job.nodes = std::move(nodes);
   job.unschedulable_epoch.reset();
+  IndexJob(name);
 }
 
 void SchedulingView::MarkReasonWritten(const std::string& name, int64_t version, std::string data) {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <map>
 #include <mutex>
@@ -93,12 +94,21 @@ class SchedulingView final : public store::CommitObserver {
   // REQUIRES: a Refresh succeeded.
   scheduler::ClusterSnapshot& snapshot() { return *snapshot_; }
   const std::map<std::string, ViewNode>& nodes() const { return nodes_; }
+  // The nodes of nodes() with a MIG-enabled GPU: most fleets have none, or few.
+  const std::set<std::string>& mig_enabled_nodes() const { return mig_enabled_nodes_; }
   std::map<std::string, ViewJob>& jobs() { return jobs_; }
   const std::map<std::string, ViewJob>& jobs() const { return jobs_; }
   // Snapshot index of a node, or -1.
   int NodeIndex(const std::string& name) const;
-  // Names of the active jobs on each node.
-  std::map<std::string, std::set<std::string>> ActiveJobsByNode() const;
+  // Names of the active jobs (those that hold resources) on each node, kept as jobs change.
+  const std::map<std::string, std::set<std::string>>& ActiveJobsByNode() const {
+    return active_jobs_by_node_;
+  }
+  // The nodes whose entry of ActiveJobsByNode() may have changed since the last call, or nullopt
+  // when the whole index was built again meanwhile (a full load): a copy of it follows these.
+  std::optional<std::set<std::string>> TakeActiveJobChanges();
+  // How many jobs of jobs() are in `state`.
+  size_t JobsInState(JobState state) const { return jobs_in_state_[static_cast<size_t>(state)]; }
 
   // True once after a queue was created or changed (and at first).
   bool TakeQueuesChanged();
@@ -128,6 +138,8 @@ class SchedulingView final : public store::CommitObserver {
   Status LoadAll();
   Status RefreshNode(const std::string& name);
   Status RefreshJob(const std::string& name);
+  // Keeps mig_enabled_nodes_ in step with nodes_ for `name` (`node`: null when it left).
+  void NoteNodeChanged(const std::string& name, const ViewNode* node);
   // A stored node as the view keeps it, or nullopt (recorded in excluded_) when it cannot be.
   std::optional<ViewNode> Accept(const store::StoredObject& object, const Topology& topology);
   // Rebuilds the snapshot from nodes_ and applies every job that holds resources.
@@ -140,6 +152,11 @@ class SchedulingView final : public store::CommitObserver {
   // Takes a stored job into jobs_ (or drops it when it has finished), keeping the snapshot in
   // step.
   void PutJob(const store::StoredObject& object);
+  void PutJobUnindexed(const store::StoredObject& object);
+  // Take job `name` (if held) out of, and back into, ActiveJobsByNode() and the state counts:
+  // around every change of a job's state or nodes, and before it leaves jobs_.
+  void UnindexJob(const std::string& name);
+  void IndexJob(const std::string& name);
   void ReleaseJob(ViewJob& job);
   void ApplyJob(const std::string& name, ViewJob& job, const Json& doc);
 
@@ -158,9 +175,14 @@ class SchedulingView final : public store::CommitObserver {
 
   Topology topology_;
   std::map<std::string, ViewNode> nodes_;
+  std::set<std::string> mig_enabled_nodes_;
   std::map<std::string, std::string> excluded_;
   std::map<std::string, std::string> newly_excluded_;
   std::map<std::string, ViewJob> jobs_;
+  std::map<std::string, std::set<std::string>> active_jobs_by_node_;
+  std::set<std::string> active_job_changes_;  // nodes, since the last TakeActiveJobChanges
+  bool active_jobs_reindexed_ = true;         // a full load since the last TakeActiveJobChanges
+  std::array<size_t, kJobStates.size()> jobs_in_state_{};
   std::optional<scheduler::ClusterSnapshot> snapshot_;
   std::map<std::string, int> node_index_;
   uint64_t capacity_epoch_ = 0;

@@ -314,6 +314,13 @@ std::string Describe(SchedulingView& view) {
     }
     out += "\n";
   }
+  out += fmt::format("mig enabled {}\n", fmt::join(view.mig_enabled_nodes(), ","));
+  for (const auto& [node, jobs] : view.ActiveJobsByNode()) {
+    out += fmt::format("active on {}: {}\n", node, fmt::join(jobs, ","));
+  }
+  for (const JobState state : kJobStates) {
+    out += fmt::format("{} {}\n", JobStateName(state), view.JobsInState(state));
+  }
   for (const auto& [name, job] : view.jobs()) {
     out += fmt::format("job {} {} applied {}", name, JobStateName(job.state), job.applied);
     for (const scheduler::TaskPlacement& placement : job.placements) {
@@ -404,11 +411,17 @@ TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrit
           std::next(nodes.begin(), static_cast<std::ptrdiff_t>(pick.Uniform(nodes.size())));
       Node& node = node_it->second;
       if (what < 3) {
-        // A heartbeat's news: a GPU's health, or the node's state.
-        if (pick.Uniform(2) == 0) {
+        // A heartbeat's news: a GPU's health or MIG mode, or the node's state.
+        if (const uint64_t news = pick.Uniform(3); news == 0) {
           Gpu& gpu = node.gpus[pick.Uniform(node.gpus.size())];
           gpu.health =
               gpu.health == GpuHealth::kHealthy ? GpuHealth::kUnhealthy : GpuHealth::kHealthy;
+        } else if (news == 1) {
+          // Only on a GPU no job holds whole (and no job is placed on one MIG-enabled).
+          const int index = static_cast<int>(pick.Uniform(node.gpus.size()));
+          if (owner.count({node_it->first, index}) == 0) {
+            node.gpus[index].mig_enabled = !node.gpus[index].mig_enabled;
+          }
         } else {
           node.state = node.state == NodeState::kReady ? NodeState::kCordoned : NodeState::kReady;
         }
@@ -428,7 +441,8 @@ TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrit
               std::next(nodes.begin(), static_cast<std::ptrdiff_t>(pick.Uniform(nodes.size())));
           std::vector<int> indices;
           for (int g = 0; g < 4 && indices.size() < 2; ++g) {
-            if (owner.count({on->first, g}) == 0 && pick.Uniform(2) == 0) {
+            if (owner.count({on->first, g}) == 0 && !on->second.gpus[g].mig_enabled &&
+                pick.Uniform(2) == 0) {
               indices.push_back(g);
             }
           }
@@ -452,16 +466,21 @@ TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrit
             Json{{"name", job}, {"state", "Running"}, {"priority", 0}, {"placements", placements}}
                 .dump());
       } else if (!running.empty()) {
-        // A job ends (finished, or deleted).
+        // A job starts stopping (it keeps its GPUs), or ends (finished, or deleted).
         auto job =
             std::next(running.begin(), static_cast<std::ptrdiff_t>(pick.Uniform(running.size())));
+        Json doc = wire::ParseDocument(store.Get(std::string(kJobsKind), job->first)->data);
+        if (what == 7 && doc["state"] == "Running") {
+          doc["state"] = "Stopping";
+          put(std::string(kJobsKind), job->first, doc.dump());
+          continue;
+        }
         for (const auto& gpu : job->second) {
           owner.erase(gpu);
         }
         if (what == 9) {
           put(std::string(kJobsKind), job->first, "", /*remove=*/true);
         } else {
-          Json doc = wire::ParseDocument(store.Get(std::string(kJobsKind), job->first)->data);
           doc["state"] = "Succeeded";
           put(std::string(kJobsKind), job->first, doc.dump());
         }
@@ -472,6 +491,29 @@ TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrit
     SchedulingView fresh(store, catalog);
     ASSERT_TRUE(fresh.Refresh().ok());
     ASSERT_EQ(Describe(view), Describe(fresh)) << "step " << step;
+    // What the view keeps as jobs and nodes change, counted afresh from what it holds.
+    std::map<std::string, std::set<std::string>> active;
+    std::map<JobState, size_t> in_state;
+    for (const auto& [name, job] : view.jobs()) {
+      ++in_state[job.state];
+      if (HoldsResources(job.state)) {
+        for (const std::string& node : job.nodes) {
+          active[node].insert(name);
+        }
+      }
+    }
+    ASSERT_EQ(view.ActiveJobsByNode(), active) << "step " << step;
+    for (const JobState state : kJobStates) {
+      ASSERT_EQ(view.JobsInState(state), in_state[state]) << "step " << step;
+    }
+    std::set<std::string> mig_enabled;
+    for (const auto& [name, node] : view.nodes()) {
+      if (std::any_of(node.node.gpus.begin(), node.node.gpus.end(),
+                      [](const Gpu& gpu) { return gpu.mig_enabled; })) {
+        mig_enabled.insert(name);
+      }
+    }
+    ASSERT_EQ(view.mig_enabled_nodes(), mig_enabled) << "step " << step;
   }
   EXPECT_GT(job_count, 50);
 }
