@@ -7,7 +7,6 @@
 #include <set>
 #include <string_view>
 #include <type_traits>
-#include <unordered_map>
 #include <vector>
 
 #include <fmt/format.h>
@@ -291,11 +290,13 @@ std::map<std::string, policy::QueueStatus> QueueController::Statuses() {
 }
 
 void QueueController::OrderPending(std::vector<PendingEntry>& pending) const {
-  std::sort(pending.begin(), pending.end(), [](const PendingEntry& a, const PendingEntry& b) {
-    return std::tie(b.job->priority, a.job->submit_seq, *a.name) <
-           std::tie(a.job->priority, b.job->submit_seq, *b.name);
-  });
-  OrderByFairShare(pending);
+  // The queue tree's order refines this one (priority, then fair share, then submission).
+  if (!OrderByFairShare(pending)) {
+    std::sort(pending.begin(), pending.end(), [](const PendingEntry& a, const PendingEntry& b) {
+      return std::tie(b.job->priority, a.job->submit_seq, *a.name) <
+             std::tie(a.job->priority, b.job->submit_seq, *b.name);
+    });
+  }
   // A preemptor whose victims were stopped for it goes before every other job, whatever their
   // priority or fair share, so that what it preempted for is not taken by another.
   std::stable_partition(pending.begin(), pending.end(), [&](const PendingEntry& entry) {
@@ -349,34 +350,32 @@ void QueueController::OrderPending(std::vector<PendingEntry>& pending) const {
   }
 }
 
-void QueueController::OrderByFairShare(std::vector<PendingEntry>& pending) const {
+bool QueueController::OrderByFairShare(std::vector<PendingEntry>& pending) const {
   if (!tree_) {
-    return;
+    return false;
   }
   // Runs every cycle over every pending job (10,000 in issue 15's target): each queue is looked
-  // up once, and entries are found again by position, not by a map of copied names.
+  // up once, and entries are put in order by position, not found again by name.
   std::map<std::string_view, QueueId> queue_of;
-  std::unordered_map<std::string_view, size_t> position;
-  position.reserve(pending.size());
   std::vector<policy::PendingJob> jobs;
   jobs.reserve(pending.size());
-  for (size_t i = 0; i < pending.size(); ++i) {
-    const PendingEntry& entry = pending[i];
+  for (const PendingEntry& entry : pending) {
     auto [queue, added] = queue_of.try_emplace(entry.job->queue);
     if (added) {
       const QueueId named(entry.job->queue);
       queue->second = tree_->StatusOf(named).ok() ? named : QueueId(std::string(kDefaultQueue));
     }
     jobs.push_back({JobId(*entry.name), queue->second, entry.job->priority, entry.job->submit_seq});
-    position.emplace(*entry.name, i);
   }
-  if (!tree_->Order(jobs).ok()) {
-    return;
+  const Result<std::vector<size_t>> order = tree_->OrderedPositions(jobs);
+  if (!order.ok()) {
+    return false;
   }
   const std::vector<PendingEntry> unordered = pending;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    pending[i] = unordered[position.at(jobs[i].id.value())];
+  for (size_t i = 0; i < order->size(); ++i) {
+    pending[i] = unordered[(*order)[i]];
   }
+  return true;
 }
 
 std::optional<std::string> QueueController::Admit(

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <limits>
 #include <numbers>
+#include <numeric>
 #include <utility>
 
 #include <fmt/format.h>
@@ -377,32 +378,49 @@ double QueueTree::FairShareKey(int queue) const {
 }
 
 Status QueueTree::Order(std::vector<PendingJob>& jobs) const {
-  struct Keyed {
-    PendingJob* job;
-    const std::vector<int>* path;
-  };
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<size_t> order, OrderedPositions(jobs));
+  std::vector<PendingJob> ordered;
+  ordered.reserve(jobs.size());
+  for (const size_t position : order) {
+    ordered.push_back(std::move(jobs[position]));
+  }
+  jobs = std::move(ordered);
+  return Status::Ok();
+}
+
+Result<std::vector<size_t>> QueueTree::OrderedPositions(const std::vector<PendingJob>& jobs) const {
+  // Each job's queue path; jobs come in runs of one queue, whose path is found once.
   std::vector<std::vector<int>> paths(nodes_.size());  // by queue, filled as needed
-  std::vector<Keyed> keyed;
-  keyed.reserve(jobs.size());
-  for (PendingJob& job : jobs) {
-    GPUFLEET_ASSIGN_OR_RETURN(const int index, IndexOf(job.queue));
-    if (paths[index].empty()) {
-      paths[index] = PathOf(index);
+  std::vector<const std::vector<int>*> path_of(jobs.size());
+  const QueueId* run_queue = nullptr;
+  const std::vector<int>* run_path = nullptr;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    if (run_queue == nullptr || jobs[i].queue != *run_queue) {
+      GPUFLEET_ASSIGN_OR_RETURN(const int index, IndexOf(jobs[i].queue));
+      if (paths[index].empty()) {
+        paths[index] = PathOf(index);
+      }
+      run_queue = &jobs[i].queue;
+      run_path = &paths[index];
     }
-    keyed.push_back({&job, &paths[index]});
+    path_of[i] = run_path;
   }
   std::vector<double> key(nodes_.size());
   for (size_t i = 0; i < nodes_.size(); ++i) {
     key[i] = FairShareKey(static_cast<int>(i));
   }
-  std::stable_sort(keyed.begin(), keyed.end(), [&key](const Keyed& a, const Keyed& b) {
-    if (a.job->priority != b.job->priority) {
-      return a.job->priority > b.job->priority;
+  std::vector<size_t> order(jobs.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    const PendingJob& job_a = jobs[a];
+    const PendingJob& job_b = jobs[b];
+    if (job_a.priority != job_b.priority) {
+      return job_a.priority > job_b.priority;
     }
     // The first level where the paths part holds two siblings; a path that is a prefix of the
     // other (a job of a parent queue) ties at the fair-share stage.
-    const std::vector<int>& path_a = *a.path;
-    const std::vector<int>& path_b = *b.path;
+    const std::vector<int>& path_a = *path_of[a];
+    const std::vector<int>& path_b = *path_of[b];
     const size_t common = std::min(path_a.size(), path_b.size());
     for (size_t level = 0; level < common; ++level) {
       if (path_a[level] != path_b[level]) {
@@ -412,18 +430,12 @@ Status QueueTree::Order(std::vector<PendingJob>& jobs) const {
         break;
       }
     }
-    if (a.job->submit_seconds != b.job->submit_seconds) {
-      return a.job->submit_seconds < b.job->submit_seconds;
+    if (job_a.submit_seconds != job_b.submit_seconds) {
+      return job_a.submit_seconds < job_b.submit_seconds;
     }
-    return a.job->id < b.job->id;
+    return job_a.id < job_b.id;
   });
-  std::vector<PendingJob> ordered;
-  ordered.reserve(jobs.size());
-  for (const Keyed& entry : keyed) {
-    ordered.push_back(std::move(*entry.job));
-  }
-  jobs = std::move(ordered);
-  return Status::Ok();
+  return order;
 }
 
 Result<int64_t> QueueTree::Borrowed(const QueueId& queue) const {

@@ -146,6 +146,9 @@ class QueueTree {
   // tree); then earlier submit time; then job id. Stable and deterministic. kNotFound, with
   // `jobs` unchanged, when a job names an unknown queue.
   Status Order(std::vector<PendingJob>& jobs) const;
+  // The positions in `jobs` in the order Order sorts them into, for a caller that keeps more of
+  // each job than PendingJob holds. kNotFound when a job names an unknown queue.
+  Result<std::vector<size_t>> OrderedPositions(const std::vector<PendingJob>& jobs) const;
 
   // Milli-GPU `queue` holds beyond its guarantee (0 within it). kNotFound for an unknown queue.
   Result<int64_t> Borrowed(const QueueId& queue) const;
