@@ -1013,7 +1013,8 @@ void ApiServer::IndexScheduledJob(const std::string& job, const std::set<std::st
 }
 
 Result<bool> ApiServer::EndRunsOnNotReadyNodes() {
-  return CommitJobWrites(control::EndRunsOnNotReadyNodes(view_->jobs(), view_->nodes(), NowText()));
+  return CommitJobWrites(
+      control::EndRunsOnNotReadyNodes(view_->jobs(), view_->not_ready_nodes(), NowText()));
 }
 
 Result<bool> ApiServer::FinishStoppingRuns() {

@@ -45,14 +45,8 @@ std::vector<JobWrite> EndGoneTasksOfStoppingRuns(const std::map<std::string, Vie
 }
 
 std::vector<JobWrite> EndRunsOnNotReadyNodes(const std::map<std::string, ViewJob>& jobs,
-                                             const std::map<std::string, ViewNode>& nodes,
+                                             const std::set<std::string>& not_ready,
                                              const std::string& now_text) {
-  std::set<std::string> not_ready;
-  for (const auto& [name, node] : nodes) {
-    if (node.node.state == NodeState::kNotReady) {
-      not_ready.insert(name);
-    }
-  }
   std::vector<JobWrite> writes;
   if (not_ready.empty()) {
     return writes;

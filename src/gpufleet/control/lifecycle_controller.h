@@ -33,11 +33,12 @@ std::vector<JobWrite> EndGoneTasksOfStoppingRuns(const std::map<std::string, Vie
                                                  const std::map<std::string, ViewNode>& nodes,
                                                  const std::map<std::string, std::string>& lost);
 
-// The runs of jobs that still want to run (Scheduled, Running) with a task on a NotReady node end:
-// requeued or Failed as each job's onNodeFailure asks, through Stopping (their GPUs stay taken
-// until the tasks are gone). `now_text`: when the stop starts.
+// The runs of jobs that still want to run (Scheduled, Running) with a task on a node of
+// `not_ready` (SchedulingView::not_ready_nodes) end: requeued or Failed as each job's
+// onNodeFailure asks, through Stopping (their GPUs stay taken until the tasks are gone).
+// `now_text`: when the stop starts.
 std::vector<JobWrite> EndRunsOnNotReadyNodes(const std::map<std::string, ViewJob>& jobs,
-                                             const std::map<std::string, ViewNode>& nodes,
+                                             const std::set<std::string>& not_ready,
                                              const std::string& now_text);
 
 // Preempted jobs back to Pending (a member is not told the name of another team's preemptor).

@@ -152,12 +152,7 @@ TEST(EndRunsOnNotReadyNodes, EndsTheRunsWithATaskThereAsEachJobAsks) {
       {"nlp/elsewhere", InView(Gang("Running", {"node-c"}), 1)},
       {"nlp/fail", InView(fail, 2)},
       {"nlp/requeue", InView(requeue, 3)}};
-  std::map<std::string, ViewNode> nodes;
-  nodes["node-a"].node.state = NodeState::kReady;
-  nodes["node-b"].node.state = NodeState::kNotReady;
-  nodes["node-c"].node.state = NodeState::kReady;
-
-  const std::vector<JobWrite> writes = EndRunsOnNotReadyNodes(jobs, nodes, "t0");
+  const std::vector<JobWrite> writes = EndRunsOnNotReadyNodes(jobs, {"node-b"}, "t0");
   ASSERT_EQ(writes.size(), 2u) << "the job on Ready node-c keeps running";
   EXPECT_EQ(writes[0].name, "nlp/fail");
   EXPECT_EQ(writes[0].after["state"], "Stopping") << "its agent may have started w-0 unreported";
@@ -169,8 +164,7 @@ TEST(EndRunsOnNotReadyNodes, EndsTheRunsWithATaskThereAsEachJobAsks) {
   EXPECT_EQ(writes[1].after["stopping"]["then"], "Pending");
   EXPECT_THAT(writes[1].events[0], HasSubstr("requeued: node node-b is NotReady (task w-1"));
 
-  nodes["node-b"].node.state = NodeState::kReady;
-  EXPECT_TRUE(EndRunsOnNotReadyNodes(jobs, nodes, "t1").empty());
+  EXPECT_TRUE(EndRunsOnNotReadyNodes(jobs, {}, "t1").empty());
 }
 
 TEST(RequeuePreemptedJobs, NamesTheSameTeamsPreemptorOnly) {

@@ -208,6 +208,7 @@ Status SchedulingView::LoadAll() {
   topology_ = std::move(topology);
   nodes_ = std::move(loaded);
   mig_enabled_nodes_.clear();
+  not_ready_nodes_.clear();
   for (const auto& [name, node] : nodes_) {
     NoteNodeChanged(name, &node);
   }
@@ -250,6 +251,11 @@ void SchedulingView::NoteNodeChanged(const std::string& name, const ViewNode* no
     mig_enabled_nodes_.insert(name);
   } else {
     mig_enabled_nodes_.erase(name);
+  }
+  if (node != nullptr && node->node.state == NodeState::kNotReady) {
+    not_ready_nodes_.insert(name);
+  } else {
+    not_ready_nodes_.erase(name);
   }
 }
 

@@ -96,6 +96,8 @@ class SchedulingView final : public store::CommitObserver {
   const std::map<std::string, ViewNode>& nodes() const { return nodes_; }
   // The nodes of nodes() with a MIG-enabled GPU: most fleets have none, or few.
   const std::set<std::string>& mig_enabled_nodes() const { return mig_enabled_nodes_; }
+  // The nodes of nodes() that are NotReady.
+  const std::set<std::string>& not_ready_nodes() const { return not_ready_nodes_; }
   std::map<std::string, ViewJob>& jobs() { return jobs_; }
   const std::map<std::string, ViewJob>& jobs() const { return jobs_; }
   // Snapshot index of a node, or -1.
@@ -138,7 +140,8 @@ class SchedulingView final : public store::CommitObserver {
   Status LoadAll();
   Status RefreshNode(const std::string& name);
   Status RefreshJob(const std::string& name);
-  // Keeps mig_enabled_nodes_ in step with nodes_ for `name` (`node`: null when it left).
+  // Keeps mig_enabled_nodes_ and not_ready_nodes_ in step with nodes_ for `name` (`node`: null
+  // when it left).
   void NoteNodeChanged(const std::string& name, const ViewNode* node);
   // A stored node as the view keeps it, or nullopt (recorded in excluded_) when it cannot be.
   std::optional<ViewNode> Accept(const store::StoredObject& object, const Topology& topology);
@@ -176,6 +179,7 @@ class SchedulingView final : public store::CommitObserver {
   Topology topology_;
   std::map<std::string, ViewNode> nodes_;
   std::set<std::string> mig_enabled_nodes_;
+  std::set<std::string> not_ready_nodes_;
   std::map<std::string, std::string> excluded_;
   std::map<std::string, std::string> newly_excluded_;
   std::map<std::string, ViewJob> jobs_;

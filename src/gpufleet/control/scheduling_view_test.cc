@@ -315,6 +315,7 @@ std::string Describe(SchedulingView& view) {
     out += "\n";
   }
   out += fmt::format("mig enabled {}\n", fmt::join(view.mig_enabled_nodes(), ","));
+  out += fmt::format("not ready {}\n", fmt::join(view.not_ready_nodes(), ","));
   for (const auto& [node, jobs] : view.ActiveJobsByNode()) {
     out += fmt::format("active on {}: {}\n", node, fmt::join(jobs, ","));
   }
@@ -423,7 +424,10 @@ TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrit
             node.gpus[index].mig_enabled = !node.gpus[index].mig_enabled;
           }
         } else {
-          node.state = node.state == NodeState::kReady ? NodeState::kCordoned : NodeState::kReady;
+          // Ready -> Cordoned -> NotReady -> Ready.
+          node.state = node.state == NodeState::kReady      ? NodeState::kCordoned
+                       : node.state == NodeState::kCordoned ? NodeState::kNotReady
+                                                            : NodeState::kReady;
         }
         put(std::string(kNodesKind), node_it->first, wire::NodeToJson(node, {}).dump());
       } else if (what == 3) {
@@ -514,6 +518,13 @@ TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrit
       }
     }
     ASSERT_EQ(view.mig_enabled_nodes(), mig_enabled) << "step " << step;
+    std::set<std::string> not_ready;
+    for (const auto& [name, node] : view.nodes()) {
+      if (node.node.state == NodeState::kNotReady) {
+        not_ready.insert(name);
+      }
+    }
+    ASSERT_EQ(view.not_ready_nodes(), not_ready) << "step " << step;
   }
   EXPECT_GT(job_count, 50);
 }
