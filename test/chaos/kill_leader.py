@@ -136,7 +136,11 @@ store_uri = f"postgresql://gf@127.0.0.1:{pg_port}/postgres"
 # ---- servers, agents and the CLI ----------------------------------------------------------
 with open(os.path.join(work, "admin-token"), "w") as f:
     f.write(TOKEN + "\n")
-ports = [restartable_port() for _ in range(3)]  # each server is killed and started again
+ports = []  # each server is killed and started again on its port
+while len(ports) < 3:
+    port = restartable_port()
+    if port not in ports:
+        ports.append(port)
 addresses = [f"http://127.0.0.1:{port}" for port in ports]
 all_servers = ",".join(addresses)
 servers = [None, None, None]

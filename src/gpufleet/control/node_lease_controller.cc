@@ -44,7 +44,7 @@ void NodeLeaseController::Restart(MonoTime started_at) {
   last_heartbeat_.clear();
   heard_order_.clear();
   last_sequence_.clear();
-  unheard_looked_at_.reset();
+  unheard_walk_due_ = true;
 }
 
 void NodeLeaseController::Forget(const std::string& node) {
@@ -73,8 +73,7 @@ Duration NodeLeaseController::SilentFor(const std::string& node, MonoTime now) c
   return now - (it == last_heartbeat_.end() ? options_.started_at : it->second.at);
 }
 
-std::vector<std::string> NodeLeaseController::SilentNodes(const SchedulingView& view,
-                                                          MonoTime now) {
+std::vector<std::string> NodeLeaseController::SilentNodes(SchedulingView& view, MonoTime now) {
   const auto watched = [&](const std::string& name) {
     const auto node = view.nodes().find(name);
     return node != view.nodes().end() && node->second.agent &&
@@ -90,21 +89,29 @@ std::vector<std::string> NodeLeaseController::SilentNodes(const SchedulingView& 
       silent.push_back(name);
     }
   }
-  // Not heard from since started_at: found in a walk of the view once the lease from
-  // started_at has passed, and again each lease after (a node can join the view without a
-  // registration, e.g. written by another server), or in the next cycle while one is found.
-  if (now - options_.started_at <= options_.lease ||
-      (unheard_looked_at_ && now - *unheard_looked_at_ < options_.lease)) {
+  // Not heard from since started_at: none is silent before the lease from then has passed (the
+  // view's changes wait for then). Then every node of the view is looked at once; after that a
+  // node can become such a one only by a change the view reads (added, uncordoned, written by
+  // another server), or by a write of ours that failed.
+  if (now - options_.started_at <= options_.lease) {
     return silent;
   }
-  bool unheard_found = false;
-  for (const auto& [name, node] : view.nodes()) {
+  const std::optional<std::set<std::string>> changed = view.TakeNodeChanges();
+  const auto unheard = [&](const std::string& name) {
     if (!last_heartbeat_.contains(name) && watched(name)) {
       silent.push_back(name);
-      unheard_found = true;
+    }
+  };
+  if (unheard_walk_due_ || !changed) {
+    for (const auto& [name, node] : view.nodes()) {
+      unheard(name);
+    }
+    unheard_walk_due_ = false;
+  } else {
+    for (const std::string& name : *changed) {
+      unheard(name);
     }
   }
-  unheard_looked_at_ = unheard_found ? std::nullopt : std::optional<MonoTime>(now);
   return silent;
 }
 
@@ -125,6 +132,7 @@ Result<bool> NodeLeaseController::MarkSilentNodesNotReady(SchedulingView& view) 
     }
     Result<store::StoredObject> object = options_.store.Get(kNodesKind, name);
     if (!object.ok()) {
+      unheard_walk_due_ = true;  // this node, or one after it, may be one never heard from
       return object.status();
     }
     Json doc = wire::ParseDocument(object->data);
@@ -139,6 +147,7 @@ Result<bool> NodeLeaseController::MarkSilentNodesNotReady(SchedulingView& view) 
                     Seconds(silent), Seconds(options_.stop_grace)));
     const Status status = options_.store.Commit(batch);
     if (!status.ok() && status.code() != StatusCode::kAborted) {
+      unheard_walk_due_ = true;
       view.ReadAllAgain();
       return status;
     }

@@ -6,7 +6,6 @@
 #include <list>
 #include <map>
 #include <mutex>
-#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -50,11 +49,9 @@ class NodeLeaseController {
   std::map<std::string, MonoTime> HeartbeatTimes(const std::set<std::string>& nodes) const;
 
   // The cycle's part: agent nodes of the view silent for longer than the lease become NotReady
-  // (a node update and an event each). A node not heard from since started_at that joins the
-  // view later than the lease after it (written by another server, not registered here) may
-  // wait up to another lease. Returns whether anything was written. A write the store
-  // refuses for a conflict is left to the next cycle; any other error ends the cycle (the view
-  // reads everything again).
+  // (a node update and an event each). The only caller of view.TakeNodeChanges(). Returns whether
+  // anything was written. A write the store refuses for a conflict is left to the next cycle; any
+  // other error ends the cycle (the view reads everything again).
   Result<bool> MarkSilentNodesNotReady(SchedulingView& view);
   // Nodes of `nodes` whose tasks are surely gone, with why: no agent runs tasks there, or the
   // lease expired plus the stop grace ago (the agent fenced itself).
@@ -69,7 +66,7 @@ class NodeLeaseController {
   // How long `node` has been silent. REQUIRES: mu_.
   Duration SilentFor(const std::string& node, MonoTime now) const;
   // The view's agent nodes, not NotReady, silent for longer than the lease at `now`. REQUIRES: mu_.
-  std::vector<std::string> SilentNodes(const SchedulingView& view, MonoTime now);
+  std::vector<std::string> SilentNodes(SchedulingView& view, MonoTime now);
 
   Options options_;
   mutable std::mutex mu_;
@@ -79,8 +76,10 @@ class NodeLeaseController {
   // whole fleet.
   std::list<std::string> heard_order_;            // guarded by mu_
   std::map<std::string, int64_t> last_sequence_;  // guarded by mu_
-  // When the cycle last looked for nodes not heard from since started_at (one walk of the view).
-  std::optional<MonoTime> unheard_looked_at_;  // guarded by mu_
+  // Whether every node of the view must be looked at for one not heard from since started_at
+  // (once the lease from then has passed; after a full load of the view, or a failed write):
+  // otherwise only the nodes the view read again since the last cycle can be such a node.
+  bool unheard_walk_due_ = true;  // guarded by mu_
 };
 
 }  // namespace gpufleet::control

@@ -290,13 +290,13 @@ std::map<std::string, policy::QueueStatus> QueueController::Statuses() {
 }
 
 void QueueController::OrderPending(std::vector<PendingEntry>& pending) const {
-  // The queue tree's order refines this one (priority, then fair share, then submission).
-  if (!OrderByFairShare(pending)) {
-    std::sort(pending.begin(), pending.end(), [](const PendingEntry& a, const PendingEntry& b) {
-      return std::tie(b.job->priority, a.job->submit_seq, *a.name) <
-             std::tie(a.job->priority, b.job->submit_seq, *b.name);
-    });
-  }
+  // Sorted first even with a queue tree: the tree's stable sort leaves jobs whose queues tie on
+  // fair share at a level in this order, so its result depends on where it starts.
+  std::sort(pending.begin(), pending.end(), [](const PendingEntry& a, const PendingEntry& b) {
+    return std::tie(b.job->priority, a.job->submit_seq, *a.name) <
+           std::tie(a.job->priority, b.job->submit_seq, *b.name);
+  });
+  OrderByFairShare(pending);
   // A preemptor whose victims were stopped for it goes before every other job, whatever their
   // priority or fair share, so that what it preempted for is not taken by another.
   std::stable_partition(pending.begin(), pending.end(), [&](const PendingEntry& entry) {
@@ -350,9 +350,9 @@ void QueueController::OrderPending(std::vector<PendingEntry>& pending) const {
   }
 }
 
-bool QueueController::OrderByFairShare(std::vector<PendingEntry>& pending) const {
+void QueueController::OrderByFairShare(std::vector<PendingEntry>& pending) const {
   if (!tree_) {
-    return false;
+    return;
   }
   // Runs every cycle over every pending job (10,000 in issue 15's target): each queue is looked
   // up once, and entries are put in order by position, not found again by name.
@@ -369,13 +369,12 @@ bool QueueController::OrderByFairShare(std::vector<PendingEntry>& pending) const
   }
   const Result<std::vector<size_t>> order = tree_->OrderedPositions(jobs);
   if (!order.ok()) {
-    return false;
+    return;
   }
   const std::vector<PendingEntry> unordered = pending;
   for (size_t i = 0; i < order->size(); ++i) {
     pending[i] = unordered[(*order)[i]];
   }
-  return true;
 }
 
 std::optional<std::string> QueueController::Admit(

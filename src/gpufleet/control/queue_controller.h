@@ -127,9 +127,7 @@ class QueueController {
 
   store::WriteBatch DropEndedReservations(SchedulingView& view, uint64_t cycle);
   void FollowStoredQueues(SchedulingView& view, std::map<std::string, int64_t>& since_before);
-  // Orders `pending` by the queue tree (QueueTree::Order); false, with `pending` unchanged,
-  // without a tree or when it cannot order them.
-  bool OrderByFairShare(std::vector<PendingEntry>& pending) const;
+  void OrderByFairShare(std::vector<PendingEntry>& pending) const;
   std::optional<std::string> AdmitByQuota(const std::string& name, const ViewJob& job,
                                           const std::vector<scheduler::TaskPlacement>& placed,
                                           const scheduler::ClusterSnapshot& snapshot);

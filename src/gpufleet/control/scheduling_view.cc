@@ -212,6 +212,8 @@ Status SchedulingView::LoadAll() {
   for (const auto& [name, node] : nodes_) {
     NoteNodeChanged(name, &node);
   }
+  node_changes_.clear();  // all of them: the next TakeNodeChanges says so
+  nodes_reloaded_ = true;
   jobs_.clear();
   active_jobs_by_node_.clear();
   active_jobs_reindexed_ = true;
@@ -246,6 +248,7 @@ Status SchedulingView::RefreshNode(const std::string& name) {
 }
 
 void SchedulingView::NoteNodeChanged(const std::string& name, const ViewNode* node) {
+  node_changes_.insert(name);
   if (node != nullptr && std::any_of(node->node.gpus.begin(), node->node.gpus.end(),
                                      [](const Gpu& gpu) { return gpu.mig_enabled; })) {
     mig_enabled_nodes_.insert(name);
@@ -415,6 +418,14 @@ void SchedulingView::IndexJob(const std::string& name) {
     active_jobs_by_node_[node].insert(name);
     active_job_changes_.insert(node);
   }
+}
+
+std::optional<std::set<std::string>> SchedulingView::TakeNodeChanges() {
+  std::set<std::string> changes = std::exchange(node_changes_, {});
+  if (std::exchange(nodes_reloaded_, false)) {
+    return std::nullopt;
+  }
+  return changes;
 }
 
 std::optional<std::set<std::string>> SchedulingView::TakeActiveJobChanges() {

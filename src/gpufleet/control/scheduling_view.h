@@ -98,6 +98,9 @@ class SchedulingView final : public store::CommitObserver {
   const std::set<std::string>& mig_enabled_nodes() const { return mig_enabled_nodes_; }
   // The nodes of nodes() that are NotReady.
   const std::set<std::string>& not_ready_nodes() const { return not_ready_nodes_; }
+  // The nodes whose document the view read again (changed, added or removed) since the last call,
+  // or nullopt when it read every node again meanwhile (a full load).
+  std::optional<std::set<std::string>> TakeNodeChanges();
   std::map<std::string, ViewJob>& jobs() { return jobs_; }
   const std::map<std::string, ViewJob>& jobs() const { return jobs_; }
   // Snapshot index of a node, or -1.
@@ -180,6 +183,8 @@ class SchedulingView final : public store::CommitObserver {
   std::map<std::string, ViewNode> nodes_;
   std::set<std::string> mig_enabled_nodes_;
   std::set<std::string> not_ready_nodes_;
+  std::set<std::string> node_changes_;  // since the last TakeNodeChanges
+  bool nodes_reloaded_ = true;          // a full load since the last TakeNodeChanges
   std::map<std::string, std::string> excluded_;
   std::map<std::string, std::string> newly_excluded_;
   std::map<std::string, ViewJob> jobs_;
