@@ -446,7 +446,10 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
       rule = std::move(*tree_rule);
     }
   }
+  // Their placements are copied only once some job may be a victim: the cycle asks this for a
+  // job that did not fit, with thousands running, and most times none may be preempted for it.
   std::vector<policy::RunningJob> running;
+  std::vector<const ViewJob*> running_jobs;
   for (auto& [other, job] : view.jobs()) {
     // A job already stopping is no victim: its GPUs come free without another preemption.
     if (!job.applied || other == name || !RunIsWanted(job.state)) {
@@ -463,14 +466,17 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
          .preemptible = job.spec->ok() && (*job.spec)->preemptible,
          .start_seconds = charged != charged_.end()
                               ? std::min(charged->second.since_seconds, CycleSeconds())
-                              : CycleSeconds(),
-         .placements = job.placements});
+                              : CycleSeconds()});
+    running_jobs.push_back(&job);
   }
   // Nothing to ask the search when no running job may be preempted by this one.
   if (std::none_of(running.begin(), running.end(), [&](const policy::RunningJob& victim) {
         return victim.preemptible && rule(preemptor, victim);
       })) {
     return std::optional<PreemptionPlan>();
+  }
+  for (size_t i = 0; i < running.size(); ++i) {
+    running[i].placements = running_jobs[i]->placements;
   }
   GPUFLEET_ASSIGN_OR_RETURN(
       policy::PreemptionSearch search,
