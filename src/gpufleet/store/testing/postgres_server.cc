@@ -20,7 +20,6 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
-#include <random>
 #include <sstream>
 #include <system_error>
 #include <utility>
@@ -107,8 +106,9 @@ int EphemeralRangeStart() {
 Result<int> FreePort() {
   const int range_start = EphemeralRangeStart();
   const int lowest = std::max(1024, range_start - 12000);
-  std::random_device random;
-  std::uniform_int_distribution<int> pick(lowest, range_start - 1);
+  const int span = range_start - lowest;
+  // Tests running at once start from different ports: where depends on the process id.
+  const int first = static_cast<int>((static_cast<int64_t>(getpid()) * 7919) % span);
   int saved_errno = 0;
   for (int attempt = 0; attempt < 200; ++attempt) {
     const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -117,7 +117,7 @@ Result<int> FreePort() {
     }
     const int yes = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
-    const int port = pick(random);
+    const int port = lowest + (first + attempt) % span;
     sockaddr_in address{};
     address.sin_family = AF_INET;
     address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
