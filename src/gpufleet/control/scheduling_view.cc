@@ -209,14 +209,13 @@ Status SchedulingView::LoadAll() {
   nodes_ = std::move(loaded);
   mig_enabled_nodes_.clear();
   not_ready_nodes_.clear();
+  node_changes_.All();
   for (const auto& [name, node] : nodes_) {
     NoteNodeChanged(name, &node);
   }
-  node_changes_.clear();  // all of them: the next TakeNodeChanges says so
-  nodes_reloaded_ = true;
   jobs_.clear();
   active_jobs_by_node_.clear();
-  active_jobs_reindexed_ = true;
+  active_job_changes_.All();
   jobs_in_state_.fill(0);
   snapshot_.reset();
   GPUFLEET_RETURN_IF_ERROR(RebuildSnapshot());
@@ -248,7 +247,7 @@ Status SchedulingView::RefreshNode(const std::string& name) {
 }
 
 void SchedulingView::NoteNodeChanged(const std::string& name, const ViewNode* node) {
-  node_changes_.insert(name);
+  node_changes_.Note(name);
   if (node != nullptr && std::any_of(node->node.gpus.begin(), node->node.gpus.end(),
                                      [](const Gpu& gpu) { return gpu.mig_enabled; })) {
     mig_enabled_nodes_.insert(name);
@@ -401,7 +400,7 @@ void SchedulingView::UnindexJob(const std::string& name) {
         active_jobs_by_node_.erase(entry);
       }
     }
-    active_job_changes_.insert(node);
+    active_job_changes_.Note(node);
   }
 }
 
@@ -416,24 +415,8 @@ void SchedulingView::IndexJob(const std::string& name) {
   }
   for (const std::string& node : it->second.nodes) {
     active_jobs_by_node_[node].insert(name);
-    active_job_changes_.insert(node);
+    active_job_changes_.Note(node);
   }
-}
-
-std::optional<std::set<std::string>> SchedulingView::TakeNodeChanges() {
-  std::set<std::string> changes = std::exchange(node_changes_, {});
-  if (std::exchange(nodes_reloaded_, false)) {
-    return std::nullopt;
-  }
-  return changes;
-}
-
-std::optional<std::set<std::string>> SchedulingView::TakeActiveJobChanges() {
-  std::set<std::string> changes = std::exchange(active_job_changes_, {});
-  if (std::exchange(active_jobs_reindexed_, false)) {
-    return std::nullopt;
-  }
-  return changes;
 }
 
 void SchedulingView::PutJobUnindexed(const store::StoredObject& object) {

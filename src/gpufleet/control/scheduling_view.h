@@ -69,6 +69,32 @@ struct ViewJob {
   std::optional<uint64_t> unschedulable_epoch;
 };
 
+// Names (of nodes) noted since a consumer last took them, or "everything" after a full load.
+class NameChanges {
+ public:
+  void Note(const std::string& name) {
+    if (!all_) {
+      names_.insert(name);
+    }
+  }
+  void All() {
+    names_.clear();
+    all_ = true;
+  }
+  // The names noted since the last call, or nullopt when All() was called meanwhile.
+  std::optional<std::set<std::string>> Take() {
+    std::set<std::string> names = std::exchange(names_, {});
+    if (std::exchange(all_, false)) {
+      return std::nullopt;
+    }
+    return names;
+  }
+
+ private:
+  std::set<std::string> names_;
+  bool all_ = true;
+};
+
 // Thread-safe for Committed (any committing thread); every other method belongs to the one
 // thread that runs scheduling cycles.
 class SchedulingView final : public store::CommitObserver {
@@ -100,7 +126,7 @@ class SchedulingView final : public store::CommitObserver {
   const std::set<std::string>& not_ready_nodes() const { return not_ready_nodes_; }
   // The nodes whose document the view read again (changed, added or removed) since the last call,
   // or nullopt when it read every node again meanwhile (a full load).
-  std::optional<std::set<std::string>> TakeNodeChanges();
+  std::optional<std::set<std::string>> TakeNodeChanges() { return node_changes_.Take(); }
   std::map<std::string, ViewJob>& jobs() { return jobs_; }
   const std::map<std::string, ViewJob>& jobs() const { return jobs_; }
   // Snapshot index of a node, or -1.
@@ -111,7 +137,7 @@ class SchedulingView final : public store::CommitObserver {
   }
   // The nodes whose entry of ActiveJobsByNode() may have changed since the last call, or nullopt
   // when the whole index was built again meanwhile (a full load): a copy of it follows these.
-  std::optional<std::set<std::string>> TakeActiveJobChanges();
+  std::optional<std::set<std::string>> TakeActiveJobChanges() { return active_job_changes_.Take(); }
   // How many jobs of jobs() are in `state`.
   size_t JobsInState(JobState state) const { return jobs_in_state_[static_cast<size_t>(state)]; }
 
@@ -183,14 +209,12 @@ class SchedulingView final : public store::CommitObserver {
   std::map<std::string, ViewNode> nodes_;
   std::set<std::string> mig_enabled_nodes_;
   std::set<std::string> not_ready_nodes_;
-  std::set<std::string> node_changes_;  // since the last TakeNodeChanges
-  bool nodes_reloaded_ = true;          // a full load since the last TakeNodeChanges
+  NameChanges node_changes_;
   std::map<std::string, std::string> excluded_;
   std::map<std::string, std::string> newly_excluded_;
   std::map<std::string, ViewJob> jobs_;
   std::map<std::string, std::set<std::string>> active_jobs_by_node_;
-  std::set<std::string> active_job_changes_;  // nodes, since the last TakeActiveJobChanges
-  bool active_jobs_reindexed_ = true;         // a full load since the last TakeActiveJobChanges
+  NameChanges active_job_changes_;  // nodes
   std::array<size_t, kJobStates.size()> jobs_in_state_{};
   std::optional<scheduler::ClusterSnapshot> snapshot_;
   std::map<std::string, int> node_index_;
