@@ -31,7 +31,9 @@ cleanup() {
   "$work/podman" rm --all --force >/dev/null 2>&1 || true
   "$work/podman" rmi --all --force >/dev/null 2>&1 || true
   rm -f "$cdi_spec"
-  rm -rf "$work"
+  # A process podman started may still be writing under it for a moment: try again once, and
+  # never let the cleanup turn a verdict already given into a failure.
+  rm -rf "$work" 2>/dev/null || { sleep 1; rm -rf "$work" 2>/dev/null; } || true
 }
 trap cleanup EXIT
 fail() {
