@@ -177,8 +177,12 @@ Result<std::unique_ptr<PodmanRunner>> PodmanRunner::Open(PodmanRunnerOptions opt
         gpus != container.labels.end()) {
       task.status.gpu_uuids = SplitCommas(gpus->second);
     }
-    // The next agent reports the digest as the first one did.
-    task.status.image_digest = runner->ImageDigestOf(name);
+    // The next agent reports the digest as the first one did: the one its fence wrote at start,
+    // else (a container made without a fence's record) podman's.
+    task.status.image_digest = runner->StartedDigest(task.status.task_id);
+    if (task.status.image_digest.empty()) {
+      task.status.image_digest = runner->ImageDigestOf(name);
+    }
     if (!container.running) {
       runner->Finish(task, &container, now);
     }
@@ -671,13 +675,16 @@ std::string PodmanRunner::StartedPath(std::string_view task_id) const {
   return fmt::format("{}/{}.started", options_.fence_dir, ContainerName(task_id));
 }
 
+std::string PodmanRunner::StartedDigest(std::string_view task_id) const {
+  std::string digest = internal::LastLine(ReadFrom(StartedPath(task_id), 0));
+  return digest.starts_with("sha256:") ? digest : "";
+}
+
 bool PodmanRunner::NoteStarted(Task& task, MonoTime now) {
-  const std::string path = StartedPath(task.status.task_id);
-  if (access(path.c_str(), F_OK) != 0) {
+  if (access(StartedPath(task.status.task_id).c_str(), F_OK) != 0) {
     return false;
   }
-  std::string digest = internal::LastLine(ReadFrom(path, 0));
-  task.status.image_digest = digest.starts_with("sha256:") ? std::move(digest) : "";
+  task.status.image_digest = StartedDigest(task.status.task_id);
   task.status.starting_container = false;
   task.launch.reset();
   task.listable_from = NextListingNumber();

@@ -239,6 +239,8 @@ class PodmanRunner final : public TaskRunner {
   void TendStarts(const std::map<std::string, TaskStatus, std::less<>>& fences, MonoTime now);
   // Where the fence of `task_id` writes the digest of the container it started.
   std::string StartedPath(std::string_view task_id) const;
+  // The digest in the started file of `task_id`; empty when there is none.
+  std::string StartedDigest(std::string_view task_id) const;
   // Reads the started file of a task whose container is being made: when it is there, the task
   // has started (status.image_digest from it). REQUIRES: mu_ held.
   bool NoteStarted(Task& task, MonoTime now);
