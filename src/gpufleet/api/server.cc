@@ -1292,7 +1292,7 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
 }
 
 Result<bool> ApiServer::RequeuePartlyStartedGangs() {
-  return CommitJobWrites(gang_start_.Step(view_->jobs(), options_.clock.Now(), NowText()));
+  return CommitJobWrites(gang_start_.Step(view_->jobs(), UsageNowNanos(), NowText()));
 }
 
 void ApiServer::AddJobWrite(const Json& before, Json& after, int64_t version,

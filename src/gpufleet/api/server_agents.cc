@@ -67,12 +67,13 @@ std::string ImageToRun(const Json& job, const std::string& image) {
 }
 
 // Records on the placement what the agent reports about the task's image: how long its pull
-// took ("image_pull_ms", once per run) and the digest the container runs ("image_digest").
+// took ("image_pull_ms", once per run, and when it ended) and the digest the container runs
+// ("image_digest").
 // Returns the event, e.g. "task main-0 pulled localhost/tiny:1 in 12.3 s on n1"; nullopt when
 // nothing is new.
 std::optional<std::string> RecordImageReport(const Json& job, Json& placement,
                                              const std::string& node,
-                                             const wire::TaskReport& report) {
+                                             const wire::TaskReport& report, int64_t now_ns) {
   const bool new_pull = report.image_pull_ms && !placement.contains("image_pull_ms");
   const bool new_digest =
       !report.image_digest.empty() && wire::StrOr(placement, "image_digest") != report.image_digest;
@@ -88,6 +89,7 @@ std::optional<std::string> RecordImageReport(const Json& job, Json& placement,
     return fmt::format("task {} runs {} ({}) on {}", task, image, report.image_digest, node);
   }
   placement["image_pull_ms"] = *report.image_pull_ms;
+  control::StampImagePulled(placement, now_ns);
   // The digest goes in the event too: a finished job's placements are gone, its events stay.
   const std::string digest = wire::StrOr(placement, "image_digest");
   return fmt::format("task {} pulled {}{} in {:.1f} s on {}", task, image,
@@ -132,6 +134,13 @@ std::vector<std::string> ApplyStoppingReports(
   return events;
 }
 
+// When reports are applied: RFC 3339 text (empty without a wall clock) for the records a person
+// reads, and nanoseconds (UsageNowNanos) for the stamps the controllers compare.
+struct ReportTime {
+  std::string text;
+  int64_t nanos = 0;
+};
+
 // Applies one node's task reports and drain-now GPUs (by index) to an active job; `node_gpus` is
 // the node document's "gpus". A run one of whose GPUs (by UUID) the node no longer has ends too.
 // Returns the events to log; `progressed` is set when a pull's progress changed, which is written
@@ -139,7 +148,7 @@ std::vector<std::string> ApplyStoppingReports(
 std::vector<std::string> ApplyReports(Json& job, const std::string& node, const Json& node_gpus,
                                       const std::map<std::string, const wire::TaskReport*>& reports,
                                       const std::set<int64_t>& drain_now_gpus,
-                                      const std::string& since, bool absent_means_gone,
+                                      const ReportTime& now, bool absent_means_gone,
                                       bool& progressed) {
   std::vector<std::string> events;
   const std::optional<control::JobState> state = control::StoredJobState(job);
@@ -173,10 +182,10 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
       if (why.empty()) {
         continue;
       }
-      events.push_back(control::EndRunOnFailure(job, why, since));
+      events.push_back(control::EndRunOnFailure(job, why, now.text));
       // The other tasks on this node may have ended too.
       for (std::string& event :
-           ApplyReports(job, node, node_gpus, reports, {}, since, absent_means_gone, progressed)) {
+           ApplyReports(job, node, node_gpus, reports, {}, now, absent_means_gone, progressed)) {
         events.push_back(std::move(event));
       }
       return events;
@@ -187,7 +196,8 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
       continue;
     }
     const wire::TaskReport& report = *it->second;
-    if (std::optional<std::string> event = RecordImageReport(job, placement, node, report)) {
+    if (std::optional<std::string> event =
+            RecordImageReport(job, placement, node, report, now.nanos)) {
       events.push_back(std::move(*event));
     }
     const std::string phase = wire::TaskPhaseName(report.phase);
@@ -205,6 +215,9 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
       continue;
     }
     placement["phase"] = phase;
+    if (control::TaskStarted(placement)) {
+      control::StampTaskStarted(placement, now.nanos);
+    }
     if (report.phase == wire::TaskPhase::kPulling) {
       events.push_back(fmt::format("task {} pulling {} on {}", task,
                                    control::PlacementImage(job, placement), node));
@@ -224,10 +237,10 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
           "task {} on {} failed: {}", task, node,
           report.message.empty() ? fmt::format("exit code {}", report.exit_code) : report.message);
       // The gang fails; its other tasks are stopped before their GPUs are free.
-      Result<std::string> event = control::EndRun(job, control::JobState::kFailed, why, since);
+      Result<std::string> event = control::EndRun(job, control::JobState::kFailed, why, now.text);
       events.push_back(event.ok() ? *event : why);
       for (std::string& more :
-           ApplyReports(job, node, node_gpus, reports, {}, since, absent_means_gone, progressed)) {
+           ApplyReports(job, node, node_gpus, reports, {}, now, absent_means_gone, progressed)) {
         events.push_back(std::move(more));
       }
       return events;
@@ -244,8 +257,8 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
     all_succeeded = all_succeeded && wire::StrOr(placement, "phase") == "Succeeded";
   }
   if (all_succeeded) {
-    Result<std::string> event =
-        control::EndRun(job, control::JobState::kSucceeded, "every task exited with code 0", since);
+    Result<std::string> event = control::EndRun(job, control::JobState::kSucceeded,
+                                                "every task exited with code 0", now.text);
     events.push_back(event.ok() ? *event : event.status().message());
   } else if (all_started && control::StoredJobState(job) == control::JobState::kScheduled) {
     if (Result<std::string> event = control::TransitionJob(job, control::JobState::kRunning, "",
@@ -927,9 +940,9 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
           }
           doc = parse_job(stored->data);
           bool progressed = false;
-          std::vector<std::string> events =
-              ApplyReports(doc, node, wire::ArrayOr(node_doc, "gpus"), reports, drain_now,
-                           NowText(), /*absent_means_gone=*/!stale, progressed);
+          std::vector<std::string> events = ApplyReports(
+              doc, node, wire::ArrayOr(node_doc, "gpus"), reports, drain_now,
+              ReportTime{NowText(), UsageNowNanos()}, /*absent_means_gone=*/!stale, progressed);
           if (events.empty() && !progressed) {
             return store::NoWrite();
           }

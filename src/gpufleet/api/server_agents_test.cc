@@ -95,6 +95,15 @@ spec:
 class AgentProtocolTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    StartServer();
+    admin_ = *server_->authenticator().CreateToken(control::Role::kAdmin, "", "root");
+    agent_ = *server_->authenticator().CreateToken(control::Role::kAgent, "", "agents");
+  }
+
+  // A server on the fixture's store: a new one stands for a new leader (or a restart), which
+  // knows only what the store holds.
+  void StartServer() {
+    server_.reset();
     Result<std::unique_ptr<ApiServer>> server =
         ApiServer::Create({.store = store_,
                            .catalog = catalog_,
@@ -104,8 +113,6 @@ class AgentProtocolTest : public ::testing::Test {
                            .node_timeout = std::chrono::seconds(40)});
     ASSERT_OK(server);
     server_ = std::move(server).value();
-    admin_ = *server_->authenticator().CreateToken(control::Role::kAdmin, "", "root");
-    agent_ = *server_->authenticator().CreateToken(control::Role::kAgent, "", "agents");
   }
 
   ApiResponse Call(const std::string& method, const std::string& path, const std::string& token,
@@ -916,6 +923,41 @@ TEST_F(AgentProtocolTest, AGangPartlyStartedForTheGangStartTimeoutIsRequeuedWhol
   Cycle();
   EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled");
   EXPECT_EQ(Get("/v1/jobs/train")["attempt"], 2);
+}
+
+// The kill-leader trials found a gang partly started for 20 s with an 8 s timeout: each new
+// leader counted the window from when it took over, and leaders were killed every few seconds.
+TEST_F(AgentProtocolTest, AGangsWindowToStartTogetherOutlivesTheLeader) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Register(Inventory("node-b", "leaf-0"));
+  Submit(AgentsJobYaml("train", 2, 8));
+  Cycle();
+  wire::HeartbeatRequest on_a;
+  on_a.tasks = {Report("train/workers-0/1", wire::TaskPhase::kRunning)};
+  wire::HeartbeatRequest on_b;
+  on_b.tasks = {Report("train/workers-1/1", wire::TaskPhase::kWaiting)};
+  for (int second = 0; second < 300; second += 10) {
+    if (second % 100 == 0) {
+      StartServer();  // a new leader every 100 s, each seeing the gang for less than 300 s
+      Cycle();        // it serves agents once it has read the store
+    }
+    Heartbeat("node-a", on_a);
+    Heartbeat("node-b", on_b);
+    Cycle();
+    EXPECT_EQ(Get("/v1/jobs/train")["state"], "Scheduled") << second << " s";
+    clock_.Advance(std::chrono::seconds(10));
+  }
+  StartServer();
+  Cycle();
+  Heartbeat("node-a", on_a);
+  Cycle();  // 300 s after node-a's task was reported started
+  const Json job = Get("/v1/jobs/train");
+  EXPECT_EQ(job["state"], "Stopping");
+  EXPECT_THAT(job["reason"].get<std::string>(),
+              HasSubstr("the gang did not start together within 300s"));
+  // The physical outcome: node-b is not asked to start its task any more.
+  EXPECT_TRUE(Heartbeat("node-b", on_b).tasks.empty());
 }
 
 TEST_F(AgentProtocolTest, CordonedNodeStaysCordonedAcrossNotReady) {

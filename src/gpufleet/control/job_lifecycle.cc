@@ -11,6 +11,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "gpufleet/wire/agent_protocol.h"
+
 namespace gpufleet::control {
 namespace {
 
@@ -276,6 +278,18 @@ bool TaskStarted(const Json& placement) {
   return phase == "Running" || phase == "Succeeded" || phase == "Failed";
 }
 
+void StampTaskStarted(Json& placement, int64_t now_ns) {
+  if (!placement.contains("started_ns")) {
+    placement["started_ns"] = now_ns;
+  }
+}
+
+void StampImagePulled(Json& placement, int64_t now_ns) {
+  if (!placement.contains("image_pulled_ns")) {
+    placement["image_pulled_ns"] = now_ns;
+  }
+}
+
 std::string PlacementImage(const Json& job, const Json& placement) {
   const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
   const Json& inner = spec.contains("spec") ? spec["spec"] : Json::object();
@@ -310,6 +324,24 @@ std::optional<std::string> PartlyStartedGang(const Json& job) {
       "{} of {} tasks started; not started: {}{}", placements.size() - not_started,
       placements.size(), fmt::join(named, ", "),
       not_started > named.size() ? fmt::format(" and {} more", not_started - named.size()) : "");
+}
+
+std::optional<int64_t> GangWindowStart(const Json& job) {
+  const Json& run = job.contains("usage_run") ? job["usage_run"] : Json::object();
+  const int64_t run_start = wire::IntOr(run, "start_ns", 0);
+  std::optional<int64_t> first_start;
+  int64_t last_pull = run_start;
+  for (const Json& placement : wire::ArrayOr(job, "placements")) {
+    if (wire::StrOr(placement, "phase") == wire::TaskPhaseName(wire::TaskPhase::kPulling)) {
+      return std::nullopt;
+    }
+    if (TaskStarted(placement)) {
+      const int64_t started = wire::IntOr(placement, "started_ns", run_start);
+      first_start = first_start ? std::min(*first_start, started) : started;
+    }
+    last_pull = std::max(last_pull, wire::IntOr(placement, "image_pulled_ns", run_start));
+  }
+  return std::max(first_start.value_or(run_start), last_pull);
 }
 
 }  // namespace gpufleet::control

@@ -89,6 +89,11 @@ Result<std::string> EndRun(Json& job, JobState then, std::string reason, std::st
 
 // Whether a placement's task has started: it runs or ran (its agent reported it so).
 bool TaskStarted(const Json& placement);
+// Stamps on a placement, in the server's UsageNowNanos, kept in the job document so that any
+// leader reads them: when its task was first reported started ("started_ns") and when its image
+// pull ended ("image_pulled_ns"). The first stamp of a run stays.
+void StampTaskStarted(Json& placement, int64_t now_ns);
+void StampImagePulled(Json& placement, int64_t now_ns);
 
 // The image of the task group a placement of `job` belongs to, from the job's stored spec; ""
 // for a task without one.
@@ -97,6 +102,10 @@ std::string PlacementImage(const Json& job, const Json& placement);
 // Why a job's run is a gang partly started ("1 of 2 tasks started; not started: workers-1 on
 // node-b (Waiting)"); nullopt when all or none of its tasks have started.
 std::optional<std::string> PartlyStartedGang(const Json& job);
+// Since when a partly started gang has had to start together: its first task's start or the end
+// of its last image pull, whichever is later (a stamp missing counts as the run's start,
+// `usage_run.start_ns`). nullopt while a task pulls its image: it is on its way.
+std::optional<int64_t> GangWindowStart(const Json& job);
 
 // A Stopping job whose every task is gone takes its `stopping.then` state, drops its placements
 // and its stop record; returns the event text. nullopt while a task may still run (or the job is

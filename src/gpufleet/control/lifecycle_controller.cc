@@ -99,8 +99,7 @@ std::vector<JobWrite> RequeuePreemptedJobs(const std::map<std::string, ViewJob>&
 }
 
 std::vector<JobWrite> GangStartController::Step(const std::map<std::string, ViewJob>& jobs,
-                                                MonoTime now, const std::string& now_text) {
-  std::map<std::string, PartialGang> still_partial;
+                                                int64_t now_ns, const std::string& now_text) const {
   std::vector<JobWrite> writes;
   for (const auto& [name, job] : jobs) {
     if (job.state != JobState::kScheduled || job.placements.size() < 2) {
@@ -111,19 +110,8 @@ std::vector<JobWrite> GangStartController::Step(const std::map<std::string, View
     if (!partial) {
       continue;
     }
-    const int64_t attempt = wire::IntOr(write.before, "attempt", 0);
-    // A task whose image is still being pulled is on its way (the agent bounds the pull): the
-    // gang's time to start together counts from the end of its last pull.
-    const Json& placements = wire::ArrayOr(write.before, "placements");
-    const bool pulling = std::any_of(placements.begin(), placements.end(), [](const Json& p) {
-      return wire::StrOr(p, "phase") == wire::TaskPhaseName(wire::TaskPhase::kPulling);
-    });
-    const auto known = partial_.find(name);
-    const MonoTime since = known != partial_.end() && known->second.attempt == attempt && !pulling
-                               ? known->second.since
-                               : now;
-    if (now - since < timeout_) {
-      still_partial[name] = {attempt, since};
+    const std::optional<int64_t> since = GangWindowStart(write.before);
+    if (!since || now_ns - *since < timeout_.count()) {
       continue;
     }
     write.after = write.before;
@@ -138,7 +126,6 @@ std::vector<JobWrite> GangStartController::Step(const std::map<std::string, View
     write.events.push_back(std::move(*event));
     writes.push_back(std::move(write));
   }
-  partial_ = std::move(still_partial);
   return writes;
 }
 

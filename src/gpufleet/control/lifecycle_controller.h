@@ -46,24 +46,21 @@ std::vector<JobWrite> RequeuePreemptedJobs(const std::map<std::string, ViewJob>&
 
 // A gang runs whole or not at all: a Scheduled gang whose tasks have started on some nodes but
 // not on others (an agent holds a task Waiting for a GPU a stopping task still has, or has not
-// answered) for `timeout` is ended and requeued, its started tasks stopped; the time counts from
-// the end of the last pull of an image of the gang (a task reported Pulling). Remembers since when
-// each gang has been partly started (per attempt), so it is stateful; one instance per server.
+// answered) for `timeout` is ended and requeued, its started tasks stopped. The time counts from
+// the first task's start or the end of the last pull of an image of the gang, whichever is later
+// (GangWindowStart), by stamps in the job document: a new leader goes on counting where the last
+// one was.
 class GangStartController {
  public:
   explicit GangStartController(Duration timeout) : timeout_(timeout) {}
 
-  // `now` on the server's clock; `now_text` the wall time the stop starts (RFC 3339, or empty).
-  std::vector<JobWrite> Step(const std::map<std::string, ViewJob>& jobs, MonoTime now,
-                             const std::string& now_text);
+  // `now_ns` on the clock of the stamps (the server's UsageNowNanos); `now_text` the wall time
+  // the stop starts (RFC 3339, or empty).
+  std::vector<JobWrite> Step(const std::map<std::string, ViewJob>& jobs, int64_t now_ns,
+                             const std::string& now_text) const;
 
  private:
-  struct PartialGang {
-    int64_t attempt = 0;
-    MonoTime since;
-  };
   Duration timeout_;
-  std::map<std::string, PartialGang> partial_;
 };
 
 }  // namespace gpufleet::control

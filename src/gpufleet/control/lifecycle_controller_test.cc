@@ -40,18 +40,22 @@ Json Gang(std::string_view state, const std::vector<std::string>& nodes) {
   return job;
 }
 
+constexpr int64_t kOneSecondNs = 1'000'000'000;
+
 TEST(GangStartController, RequeuesAGangPartlyStartedForTheTimeoutAndNoSooner) {
-  GangStartController controller(std::chrono::seconds(300));
+  const GangStartController controller(std::chrono::seconds(300));
   Json doc = Gang("Scheduled", {"node-a", "node-b"});
   doc["placements"][0]["phase"] = "Running";
+  StampTaskStarted(doc["placements"][0], 1000 * kOneSecondNs);
   std::map<std::string, ViewJob> jobs = {{"nlp/train", InView(doc, 7)}};
 
-  const MonoTime start{1'000'000'000};
-  EXPECT_TRUE(controller.Step(jobs, start, "t0").empty()) << "first seen partly started";
-  EXPECT_TRUE(controller.Step(jobs, start + std::chrono::seconds(299), "t1").empty());
+  EXPECT_TRUE(controller.Step(jobs, 1000 * kOneSecondNs, "t0").empty()) << "just partly started";
+  EXPECT_TRUE(controller.Step(jobs, 1299 * kOneSecondNs, "t1").empty());
 
-  const std::vector<JobWrite> writes =
-      controller.Step(jobs, start + std::chrono::seconds(300), "t2");
+  // The window is in the document: another controller (a new leader) counts from where this
+  // one was.
+  const GangStartController next_leader(std::chrono::seconds(300));
+  const std::vector<JobWrite> writes = next_leader.Step(jobs, 1300 * kOneSecondNs, "t2");
   ASSERT_EQ(writes.size(), 1u);
   EXPECT_EQ(writes[0].name, "nlp/train");
   EXPECT_EQ(writes[0].version, 7) << "the compare-and-set is at the version read";
@@ -62,58 +66,54 @@ TEST(GangStartController, RequeuesAGangPartlyStartedForTheTimeoutAndNoSooner) {
   EXPECT_THAT(writes[0].events[0], HasSubstr("did not start together within 300s"));
 }
 
-TEST(GangStartController, ANewAttemptOrAWholeStartResetsTheClock) {
-  GangStartController controller(std::chrono::seconds(10));
-  Json doc = Gang("Scheduled", {"node-a", "node-b"});
+TEST(GangStartController, TheWindowCountsFromTheFirstStartOrTheLastPullWhicheverIsLater) {
+  const GangStartController controller(std::chrono::seconds(10));
+  Json doc = Gang("Scheduled", {"node-a", "node-b", "node-c"});
+  doc["usage_run"] = {{"attempt", 1}, {"start_ns", 0}};
   doc["placements"][0]["phase"] = "Running";
-  const MonoTime start{0};
-  EXPECT_TRUE(controller.Step({{"nlp/train", InView(doc, 1)}}, start, "").empty());
+  StampTaskStarted(doc["placements"][0], 30 * kOneSecondNs);
+  doc["placements"][1]["phase"] = "Running";
+  StampTaskStarted(doc["placements"][1], 20 * kOneSecondNs);
+  StampTaskStarted(doc["placements"][1], 25 * kOneSecondNs);  // the first report's stamp stays
+  EXPECT_EQ(GangWindowStart(doc), 20 * kOneSecondNs);
+  EXPECT_TRUE(controller.Step({{"nlp/train", InView(doc, 1)}}, 29 * kOneSecondNs, "").empty());
+  EXPECT_EQ(controller.Step({{"nlp/train", InView(doc, 1)}}, 30 * kOneSecondNs, "").size(), 1u);
 
-  Json next = doc;
-  next["attempt"] = 2;
-  EXPECT_TRUE(
-      controller.Step({{"nlp/train", InView(next, 2)}}, start + std::chrono::seconds(10), "")
-          .empty())
-      << "a new attempt starts its own window";
+  StampImagePulled(doc["placements"][2], 40 * kOneSecondNs);
+  EXPECT_EQ(GangWindowStart(doc), 40 * kOneSecondNs) << "node-c's pull ended after the first start";
+  EXPECT_TRUE(controller.Step({{"nlp/train", InView(doc, 2)}}, 49 * kOneSecondNs, "").empty());
+  EXPECT_EQ(controller.Step({{"nlp/train", InView(doc, 2)}}, 50 * kOneSecondNs, "").size(), 1u);
 
-  Json whole = next;
-  whole["placements"][1]["phase"] = "Running";
-  EXPECT_TRUE(
-      controller.Step({{"nlp/train", InView(whole, 3)}}, start + std::chrono::seconds(20), "")
-          .empty());
-  EXPECT_TRUE(
-      controller.Step({{"nlp/train", InView(next, 4)}}, start + std::chrono::seconds(25), "")
-          .empty())
-      << "partly started again after being whole: the window starts over";
-  EXPECT_EQ(controller.Step({{"nlp/train", InView(next, 4)}}, start + std::chrono::seconds(35), "")
-                .size(),
-            1u);
+  Json unstamped = Gang("Scheduled", {"node-a", "node-b"});
+  unstamped["usage_run"] = {{"attempt", 1}, {"start_ns", 5 * kOneSecondNs}};
+  unstamped["placements"][0]["phase"] = "Running";
+  EXPECT_EQ(GangWindowStart(unstamped), 5 * kOneSecondNs) << "a start without its stamp: the run's";
+
+  Json whole = doc;
+  whole["placements"][2]["phase"] = "Running";
+  EXPECT_TRUE(controller.Step({{"nlp/train", InView(whole, 3)}}, 100 * kOneSecondNs, "").empty())
+      << "every task has started";
 }
 
 // A node that must first pull a large image is not a gang that failed to start: the window
 // counts from the end of the last pull.
 TEST(GangStartController, ATaskPullingItsImageHoldsTheWindowOpen) {
-  GangStartController controller(std::chrono::seconds(10));
+  const GangStartController controller(std::chrono::seconds(10));
   Json doc = Gang("Scheduled", {"node-a", "node-b"});
   doc["placements"][0]["phase"] = "Running";
+  StampTaskStarted(doc["placements"][0], 0);
   doc["placements"][1]["phase"] = "Pulling";
-  const MonoTime start{0};
   for (int seconds = 0; seconds <= 600; seconds += 60) {
     EXPECT_TRUE(
-        controller.Step({{"nlp/train", InView(doc, 1)}}, start + std::chrono::seconds(seconds), "")
-            .empty())
+        controller.Step({{"nlp/train", InView(doc, 1)}}, seconds * kOneSecondNs, "").empty())
         << "still pulling after " << seconds << " s";
   }
   Json pulled = doc;
   pulled["placements"][1]["phase"] = "Waiting";
-  EXPECT_TRUE(
-      controller.Step({{"nlp/train", InView(pulled, 2)}}, start + std::chrono::seconds(609), "")
-          .empty())
+  StampImagePulled(pulled["placements"][1], 600 * kOneSecondNs);
+  EXPECT_TRUE(controller.Step({{"nlp/train", InView(pulled, 2)}}, 609 * kOneSecondNs, "").empty())
       << "9 s after the pull ended";
-  EXPECT_EQ(
-      controller.Step({{"nlp/train", InView(pulled, 2)}}, start + std::chrono::seconds(610), "")
-          .size(),
-      1u);
+  EXPECT_EQ(controller.Step({{"nlp/train", InView(pulled, 2)}}, 610 * kOneSecondNs, "").size(), 1u);
 }
 
 TEST(EndGoneTasksOfStoppingRuns, EndsTasksOnLostOrRemovedNodesAndFinishesTheRun) {
