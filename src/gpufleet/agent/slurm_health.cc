@@ -28,6 +28,11 @@ std::string ShortFinding(const HealthFinding& finding) {
   return text;
 }
 
+// A node that `scontrol update state=resume` acts on: drained or down.
+bool NeedsResume(const SlurmNodeState& node) {
+  return node.drain || node.state.find("DOWN") != std::string::npos;
+}
+
 std::string Truncate(std::string text) {
   if (text.size() > kMaxReasonChars) {
     text.resize(kMaxReasonChars - 3);
@@ -210,8 +215,16 @@ Result<SlurmHealthOutcome> RunSlurmHealthCheck(GpuProbe* probe, const Status& pr
       GPUFLEET_RETURN_IF_ERROR(slurm.Drain(node, outcome.reason));
       outcome.action = SlurmHealthAction::kDrained;
     }
-  } else if (ours && (state.drain || state.state.find("DOWN") != std::string::npos)) {
-    GPUFLEET_RETURN_IF_ERROR(slurm.Resume(node));
+  } else if (ours && NeedsResume(state)) {
+    if (const Status resumed = slurm.Resume(node); !resumed.ok()) {
+      // slurmd runs this check as its HealthCheckProgram while another run (an operator's, the
+      // agent's) may run it too: Slurm refuses to resume a node the other one resumed meanwhile.
+      GPUFLEET_ASSIGN_OR_RETURN(const SlurmNodeState again, slurm.ShowNode(node));
+      if (NeedsResume(again)) {
+        return resumed;
+      }
+      return outcome;
+    }
     outcome.action = SlurmHealthAction::kResumed;
   }
   return outcome;

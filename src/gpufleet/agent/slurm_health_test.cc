@@ -60,9 +60,16 @@ class FakeSlurm final : public SlurmControl {
   Status Resume(const std::string& node) override {
     calls.push_back("resume " + node);
     state_ = {.state = "IDLE"};
+    if (resumed_first_by_another_check) {
+      // What slurmctld answers when another check resumed the node in between.
+      return UnavailableError(
+          "scontrol update nodename=node1 state=resume: slurm_update error: Invalid node state "
+          "specified");
+    }
     return Status::Ok();
   }
   std::vector<std::string> calls;
+  bool resumed_first_by_another_check = false;
 
  private:
   SlurmNodeState state_;
@@ -87,6 +94,33 @@ TEST(SlurmHealth, DrainsOnXid79ThenResumesWhenClean) {
   ASSERT_OK(outcome);
   EXPECT_EQ(outcome->action, SlurmHealthAction::kNone);
   EXPECT_THAT(slurm.calls, ElementsAre("drain node1 gpufleet: XID 79 on GPU 1", "resume node1"));
+}
+
+// slurmd runs the check as its HealthCheckProgram while an operator (or the agent) runs it too:
+// when the other one resumed the node between this one's look and its resume, Slurm refuses the
+// resume, and the node is as this check wants it. A fresh-clone CI run failed on this.
+TEST(SlurmHealth, ANodeAnotherCheckResumedFirstIsNoError) {
+  FakeSlurm slurm({.state = "IDLE+DRAIN", .drain = true, .reason = "gpufleet: XID 79 on GPU 1"});
+  slurm.resumed_first_by_another_check = true;
+  TwoGpuProbe clean;
+  auto outcome = RunSlurmHealthCheck(&clean, Status::Ok(), slurm, "node1");
+  ASSERT_OK(outcome);
+  EXPECT_EQ(outcome->action, SlurmHealthAction::kNone);
+}
+
+// A resume Slurm refuses while the node stays drained is an error the caller sees.
+TEST(SlurmHealth, ARefusedResumeOfANodeStillDrainedFails) {
+  class RefusingSlurm final : public SlurmControl {
+   public:
+    Result<SlurmNodeState> ShowNode(const std::string&) override {
+      return SlurmNodeState{.state = "DOWN+DRAIN", .drain = true, .reason = "gpufleet: XID 79"};
+    }
+    Status Drain(const std::string&, const std::string&) override { return Status::Ok(); }
+    Status Resume(const std::string&) override { return UnavailableError("slurmctld is down"); }
+  } slurm;
+  TwoGpuProbe clean;
+  EXPECT_THAT(RunSlurmHealthCheck(&clean, Status::Ok(), slurm, "node1"),
+              StatusIs(StatusCode::kUnavailable));
 }
 
 TEST(SlurmHealth, LeavesAnAdminsDrainAlone) {
