@@ -711,8 +711,15 @@ Result<int> ApiServer::RunCycleLocked() {
 
   scheduler::ClusterSnapshot& snapshot = view_->snapshot();
   Random random(options_.seed + cycle_count_);
-  // Jobs that did not fit in this cycle, to skip larger jobs of the same shape.
-  std::vector<std::pair<const std::string*, const Job*>> failed;
+  // Jobs that did not fit in this cycle, to skip larger jobs of the same shape. With thousands
+  // pending, most are such larger jobs: the reason they quote is made once per failed job.
+  struct FailedJob {
+    const std::string* name;
+    const control::ViewJob* job;
+    std::string quote_for_team;    // for jobs of its team, which may see its name
+    std::string quote_for_others;  // for other teams' jobs
+  };
+  std::vector<FailedJob> failed;
   std::vector<CycleWrite> writes;
   bool preemption_tried = false;
   backfill_.BeginCycle(queues_.CycleSeconds());
@@ -747,17 +754,22 @@ Result<int> ApiServer::RunCycleLocked() {
     if (!job.spec->ok()) {
       reason = fmt::format("stored spec is invalid: {}", job.spec->status().message());
     } else if (const auto dominating = std::find_if(failed.begin(), failed.end(),
-                                                    [&](const auto& smaller) {
+                                                    [&](const FailedJob& smaller) {
                                                       return scheduler::CannotFitWhereSmallerFailed(
-                                                          **job.spec, *smaller.second);
+                                                          **job.spec, **smaller.job->spec);
                                                     });
                dominating != failed.end()) {
-      // Another team's job is not named to this one's team.
-      const std::string& other = *dominating->first;
-      reason = fmt::format("{} (as for {}, which asks for no more)", view_->jobs().at(other).reason,
-                           control::TeamOfKey(other) == control::TeamOfKey(name)
-                               ? fmt::format("job {}", control::NameOfKey(other))
-                               : std::string("a job of another team"));
+      // Another team's job is not named to this one's team. Its reason is final by now: it was
+      // set in its own turn of this loop.
+      const std::string& other = *dominating->name;
+      const bool same_team = control::TeamOfKey(other) == control::TeamOfKey(name);
+      std::string& quote = same_team ? dominating->quote_for_team : dominating->quote_for_others;
+      if (quote.empty()) {
+        quote = fmt::format("{} (as for {}, which asks for no more)", dominating->job->reason,
+                            same_team ? fmt::format("job {}", control::NameOfKey(other))
+                                      : std::string("a job of another team"));
+      }
+      reason = quote;
     } else {
       scheduler::ScheduleResult result = scheduler_->Schedule(**job.spec, snapshot, random);
       // Larger jobs of its shape need not be asked only when this one did not fit: a refusal by
@@ -818,7 +830,7 @@ Result<int> ApiServer::RunCycleLocked() {
         reason = result.outcome == scheduler::ScheduleOutcome::kError ? result.error.message()
                                                                       : result.reason;
         if (did_not_fit) {
-          failed.emplace_back(&name, &**job.spec);
+          failed.push_back(FailedJob{&name, &job, "", ""});
           if (backfill_.LookingForHead()) {
             set_backfill_head(name, **job.spec);
           }
