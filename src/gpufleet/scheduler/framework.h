@@ -134,7 +134,8 @@ class ScorePlugin : public virtual Plugin {
   // task with any feasible list: not on the other nodes or the random source. The scheduler then
   // keeps such raw scores across jobs of one shape and across calls while a node is unchanged.
   virtual bool ScoresNodeAlone() const { return false; }
-  // Maps raw scores to [0, kMaxNodeScore]; the default leaves them as they are.
+  // Maps raw scores to [0, kMaxNodeScore]; the default leaves them as they are. Equal raw scores
+  // must map to equal scores: the scheduler skips a plugin whose raw scores are all equal.
   virtual void NormalizeScores(std::vector<int64_t>& /*scores*/) const {}
   // The GPUs the task gets on `node`; nullopt: use the default choice.
   virtual std::optional<std::vector<GpuAssignment>> PickGpus(const TaskContext& /*task*/,

@@ -2,6 +2,7 @@
 #include "gpufleet/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <utility>
@@ -173,6 +174,7 @@ struct Scheduler::Impl {
   // Scratch reused across calls so a decision does not allocate.
   std::vector<const NodeInfo*> candidates;
   std::vector<GpuMask> candidate_masks;
+  std::vector<size_t> candidate_rows;  // from the memo: where each candidate's raw scores start
   std::vector<int64_t> raw_scores;
   std::vector<int64_t> totals;
   std::vector<int64_t> tie_totals;
@@ -247,13 +249,11 @@ struct Scheduler::Impl {
                  const CycleState& state, const TaskContext& task, Random& random,
                  std::vector<int64_t>& out, const ShapeMemo* from_memo, size_t column) {
     out.assign(candidates.size(), 0);
-    const size_t stride = scorers.size() + tie_scorers.size();
     for (const auto& [scorer, weight] : plugins) {
       raw_scores.resize(candidates.size());
       if (from_memo != nullptr) {
         for (size_t i = 0; i < candidates.size(); ++i) {
-          raw_scores[i] =
-              from_memo->raw[static_cast<size_t>(candidates[i]->index) * stride + column];
+          raw_scores[i] = from_memo->raw[candidate_rows[i] + column];
         }
         ++column;
       } else {
@@ -261,6 +261,13 @@ struct Scheduler::Impl {
         for (size_t i = 0; i < candidates.size(); ++i) {
           raw_scores[i] = scorer->Score(state, task, *candidates[i], candidate_masks[i]);
         }
+      }
+      // Equal raw scores stay equal (NormalizeScores treats nodes alike): the plugin ranks no
+      // node above another, and adding it would change no choice. Often so for the topology
+      // preference of a job without one and the image locality of a job without an image.
+      if (std::adjacent_find(raw_scores.begin(), raw_scores.end(), std::not_equal_to<>()) ==
+          raw_scores.end()) {
+        continue;
       }
       scorer->NormalizeScores(raw_scores);
       for (size_t i = 0; i < candidates.size(); ++i) {
@@ -339,6 +346,7 @@ struct Scheduler::Impl {
     bool prescored = false;
     candidates.clear();
     candidate_masks.clear();
+    candidate_rows.clear();
     for (const NodeInfo& node : snapshot.nodes()) {
       NodeMemo& entry = m.nodes[static_cast<size_t>(node.index)];
       if (!entry.known || entry.version != node.version) {
@@ -369,6 +377,7 @@ struct Scheduler::Impl {
       if (entry.fits) {
         candidates.push_back(&node);
         candidate_masks.push_back(entry.mask);
+        candidate_rows.push_back(static_cast<size_t>(node.index) * stride);
       }
     }
     return &m;
