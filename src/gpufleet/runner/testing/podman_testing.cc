@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
-#include <thread>
 
 #include <fmt/format.h>
 
@@ -79,16 +78,15 @@ LoopbackRegistry::LoopbackRegistry(std::string dir, const std::string& podman_pr
     return;
   }
   const std::string address = fmt::format("127.0.0.1:{}", port);
-  // The registry answers once it listens; the push then puts the image there.
-  const auto deadline = std::chrono::steady_clock::now() + kRegistryPatience;
-  while (!Shell(fmt::format("{} push --tls-verify=false {} {}/{}", podman_prefix, image, address,
-                            name))
-              .empty()) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      error_ = "cannot push to the registry: " + log();
-      return;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  // The registry answers once it listens; the push then puts the image there. The shell retries
+  // within the patience, so this process reads no clock.
+  const std::string pushed = Shell(fmt::format(
+      "timeout {} sh -c 'until {} push --tls-verify=false {} {}/{}; do sleep 0.1; done'",
+      std::chrono::duration_cast<std::chrono::seconds>(kRegistryPatience).count(), podman_prefix,
+      image, address, name));
+  if (!pushed.empty()) {
+    error_ = "cannot push to the registry: " + pushed + log();
+    return;
   }
   address_ = address;
 }
