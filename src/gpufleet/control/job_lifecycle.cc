@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "gpufleet/control/usage_ledger.h"
 #include "gpufleet/wire/agent_protocol.h"
 
 namespace gpufleet::control {
@@ -327,8 +328,8 @@ std::optional<std::string> PartlyStartedGang(const Json& job) {
 }
 
 std::optional<int64_t> GangWindowStart(const Json& job) {
-  const Json& run = job.contains("usage_run") ? job["usage_run"] : Json::object();
-  const int64_t run_start = wire::IntOr(run, "start_ns", 0);
+  const std::optional<StampedRun> run = StampedRunOf(job);
+  const int64_t run_start = run ? run->start_ns : 0;
   std::optional<int64_t> first_start;
   int64_t last_pull = run_start;
   for (const Json& placement : wire::ArrayOr(job, "placements")) {

@@ -157,7 +157,7 @@ std::optional<StampedRun> StampedRunOf(const Json& job) {
     return std::nullopt;
   }
   return StampedRun{UsageRecordName(TeamScopedKeyOf(job), wire::IntOr(job, "attempt", 0)),
-                    wire::IntOr(*stamp, "busy", 0)};
+                    wire::IntOr(*stamp, "start_ns", 0), wire::IntOr(*stamp, "busy", 0)};
 }
 
 std::optional<RunUsage> NoteUsageChange(const Json& before, Json& after, int64_t now_ns,

@@ -89,10 +89,11 @@ void StampRunStart(Json& job, int64_t now_ns);
 std::optional<RunUsage> NoteUsageChange(const Json& before, Json& after, int64_t now_ns,
                                         int64_t known_busy);
 
-// The record name of the run a job document's `usage_run` stamps and the busy time it stores;
-// nullopt without a stamp.
+// The record name of the run a job document's `usage_run` stamps, when it started and the busy
+// time it stores; nullopt without a stamp.
 struct StampedRun {
   std::string name;
+  int64_t start_ns = 0;
   int64_t busy = 0;
 };
 std::optional<StampedRun> StampedRunOf(const Json& job);
