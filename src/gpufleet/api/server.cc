@@ -700,12 +700,7 @@ Result<int> ApiServer::RunCycleLocked() {
   } else if (*flushed) {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
-  std::vector<control::PendingEntry> pending;
-  for (auto& [name, job] : view_->jobs()) {
-    if (job.state == control::JobState::kPending) {
-      pending.push_back({&name, &job});
-    }
-  }
+  std::vector<control::PendingEntry> pending = control::PendingEntries(*view_);
   queues_.OrderPending(pending);
   GPUFLEET_RETURN_IF_ERROR(RefreshTargetWorkload(pending));
 
@@ -1304,7 +1299,8 @@ Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
 }
 
 Result<bool> ApiServer::RequeuePartlyStartedGangs() {
-  return CommitJobWrites(gang_start_.Step(view_->jobs(), UsageNowNanos(), NowText()));
+  return CommitJobWrites(
+      gang_start_.Step(view_->JobsIn(control::JobState::kScheduled), UsageNowNanos(), NowText()));
 }
 
 void ApiServer::AddJobWrite(const Json& before, Json& after, int64_t version,
@@ -1756,8 +1752,8 @@ void ApiServer::PublishFleetGauges() {
   FleetGauges gauges;
   const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
   // The fleet's GPUs are counted again only when a node may have changed (every change of the
-  // snapshot's nodes moves the capacity epoch). They come in runs of one model, and pending jobs
-  // often in runs of one queue: each run's counter is found once, not once per GPU or job.
+  // snapshot's nodes moves the capacity epoch). They come in runs of one model: each run's
+  // counter is found once, not once per GPU. The view counts the pending jobs per queue.
   if (gpus_counted_at_epoch_ != view_->capacity_epoch()) {
     gpus_by_model_.clear();
     const std::string* run_model = nullptr;
@@ -1777,24 +1773,24 @@ void ApiServer::PublishFleetGauges() {
   for (const auto& [model, count] : gpus_by_model_) {
     gauges.allocated_milli_by_model.emplace(model, 0);
   }
-  const std::string* run_queue = nullptr;
-  int64_t* run_pending = nullptr;
-  for (const auto& [name, job] : view_->jobs()) {
-    if (job.state == control::JobState::kPending) {
-      if (run_queue == nullptr || job.queue != *run_queue) {
-        run_queue = &job.queue;
-        run_pending =
-            &gauges.pending_by_queue[job.queue.empty() ? std::string("default") : job.queue];
-      }
-      ++*run_pending;
-    }
-    if (!job.applied) {
+  for (const auto& [queue, count] : view_->PendingByQueue()) {
+    gauges.pending_by_queue[queue.empty() ? std::string("default") : queue] +=
+        static_cast<int64_t>(count);
+  }
+  for (const control::JobState state : control::kJobStates) {
+    if (!control::HoldsResources(state)) {
       continue;
     }
-    for (const scheduler::TaskPlacement& placement : job.placements) {
-      const Node& node = *snapshot.nodes()[placement.node].node;
-      for (const scheduler::GpuAssignment& assignment : placement.gpus) {
-        gauges.allocated_milli_by_model[node.gpus[assignment.gpu].model] += assignment.milli;
+    for (const control::ViewJobEntry* entry : view_->JobsIn(state)) {
+      const control::ViewJob& job = entry->second;
+      if (!job.applied) {
+        continue;
+      }
+      for (const scheduler::TaskPlacement& placement : job.placements) {
+        const Node& node = *snapshot.nodes()[placement.node].node;
+        for (const scheduler::GpuAssignment& assignment : placement.gpus) {
+          gauges.allocated_milli_by_model[node.gpus[assignment.gpu].model] += assignment.milli;
+        }
       }
     }
   }

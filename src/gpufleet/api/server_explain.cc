@@ -83,12 +83,7 @@ ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_vie
   }
 
   // The queue order the cycle uses.
-  std::vector<control::PendingEntry> pending;
-  for (auto& [other, other_job] : view_->jobs()) {
-    if (other_job.state == control::JobState::kPending) {
-      pending.push_back({&other, &other_job});
-    }
-  }
+  std::vector<control::PendingEntry> pending = control::PendingEntries(*view_);
   queues_.OrderPending(pending);
   std::vector<const Job*> ahead;
   Json ahead_json = Json::array();

@@ -110,12 +110,7 @@ class QueueControllerTest : public ::testing::Test {
   }
 
   std::vector<std::string> Order() {
-    std::vector<control::PendingEntry> pending;
-    for (auto& [name, job] : view_->jobs()) {
-      if (job.state == control::JobState::kPending) {
-        pending.push_back({&name, &job});
-      }
-    }
+    std::vector<control::PendingEntry> pending = control::PendingEntries(*view_);
     controller_->OrderPending(pending);
     std::vector<std::string> names;
     for (const control::PendingEntry& entry : pending) {

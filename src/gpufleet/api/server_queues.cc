@@ -51,7 +51,8 @@ Result<std::optional<std::string>> ApiServer::TryPreemption(const std::string& n
 }
 
 Result<bool> ApiServer::RequeuePreemptedJobs() {
-  return CommitJobWrites(control::RequeuePreemptedJobs(view_->jobs()));
+  return CommitJobWrites(
+      control::RequeuePreemptedJobs(view_->JobsIn(control::JobState::kPreempted)));
 }
 
 }  // namespace gpufleet::api

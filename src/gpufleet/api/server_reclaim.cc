@@ -35,12 +35,7 @@ Status ApiServer::ReclaimIdleJobs() {
           std::chrono::floor<std::chrono::seconds>(std::chrono::nanoseconds(now_nanos)).count(),
       .now_text = NowText()};
   const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
-  std::vector<control::PendingEntry> pending;
-  for (auto& [name, job] : view_->jobs()) {
-    if (job.state == control::JobState::kPending) {
-      pending.push_back({&name, &job});
-    }
-  }
+  std::vector<control::PendingEntry> pending = control::PendingEntries(*view_);
   inputs.pending_jobs = static_cast<int>(pending.size());
   if (idle_reclaim_->preempts() && !pending.empty()) {
     queues_.OrderPending(pending);
@@ -65,8 +60,8 @@ Status ApiServer::ReclaimIdleJobs() {
 control::GpuUtilizationReports ApiServer::ReportsForRunningJobs() {
   const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
   std::set<std::string> running_nodes;
-  for (const auto& [name, job] : view_->jobs()) {
-    if (job.state == control::JobState::kRunning && job.applied) {
+  for (const control::ViewJobEntry* entry : view_->JobsIn(control::JobState::kRunning)) {
+    if (const control::ViewJob& job = entry->second; job.applied) {
       for (const scheduler::TaskPlacement& placement : job.placements) {
         running_nodes.insert(snapshot.nodes()[placement.node].node->id.value());
       }

@@ -75,9 +75,10 @@ std::vector<JobWrite> EndRunsOnNotReadyNodes(const std::map<std::string, ViewJob
   return writes;
 }
 
-std::vector<JobWrite> RequeuePreemptedJobs(const std::map<std::string, ViewJob>& jobs) {
+std::vector<JobWrite> RequeuePreemptedJobs(const JobEntries& preempted) {
   std::vector<JobWrite> writes;
-  for (const auto& [name, job] : jobs) {
+  for (const auto* entry : preempted) {
+    const auto& [name, job] = *entry;
     if (job.state != JobState::kPreempted) {
       continue;
     }
@@ -98,10 +99,11 @@ std::vector<JobWrite> RequeuePreemptedJobs(const std::map<std::string, ViewJob>&
   return writes;
 }
 
-std::vector<JobWrite> GangStartController::Step(const std::map<std::string, ViewJob>& jobs,
-                                                int64_t now_ns, const std::string& now_text) const {
+std::vector<JobWrite> GangStartController::Step(const JobEntries& scheduled, int64_t now_ns,
+                                                const std::string& now_text) const {
   std::vector<JobWrite> writes;
-  for (const auto& [name, job] : jobs) {
+  for (const auto* entry : scheduled) {
+    const auto& [name, job] = *entry;
     if (job.state != JobState::kScheduled || job.placements.size() < 2) {
       continue;
     }

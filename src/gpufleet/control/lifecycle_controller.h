@@ -41,8 +41,9 @@ std::vector<JobWrite> EndRunsOnNotReadyNodes(const std::map<std::string, ViewJob
                                              const std::set<std::string>& not_ready,
                                              const std::string& now_text);
 
-// Preempted jobs back to Pending (a member is not told the name of another team's preemptor).
-std::vector<JobWrite> RequeuePreemptedJobs(const std::map<std::string, ViewJob>& jobs);
+// Preempted jobs (SchedulingView::JobsIn(kPreempted); others are left alone) back to Pending (a
+// member is not told the name of another team's preemptor).
+std::vector<JobWrite> RequeuePreemptedJobs(const JobEntries& preempted);
 
 // A gang runs whole or not at all: a Scheduled gang whose tasks have started on some nodes but
 // not on others (an agent holds a task Waiting for a GPU a stopping task still has, or has not
@@ -54,9 +55,10 @@ class GangStartController {
  public:
   explicit GangStartController(Duration timeout) : timeout_(timeout) {}
 
-  // `now_ns` on the clock of the stamps (the server's UsageNowNanos); `now_text` the wall time
-  // the stop starts (RFC 3339, or empty).
-  std::vector<JobWrite> Step(const std::map<std::string, ViewJob>& jobs, int64_t now_ns,
+  // Looks at `scheduled` (SchedulingView::JobsIn(kScheduled); others are left alone). `now_ns`
+  // on the clock of the stamps (the server's UsageNowNanos); `now_text` the wall time the stop
+  // starts (RFC 3339, or empty).
+  std::vector<JobWrite> Step(const JobEntries& scheduled, int64_t now_ns,
                              const std::string& now_text) const;
 
  private:

@@ -28,6 +28,21 @@ ViewJob InView(const Json& doc, int64_t version) {
   return job;
 }
 
+// Jobs as the view holds them, every one in the index a controller is given (JobsIn); the
+// controllers leave alone those of other states.
+struct IndexedJobs {
+  explicit IndexedJobs(std::map<std::string, ViewJob> held) : map(std::move(held)) {
+    for (ViewJobEntry& entry : map) {
+      entries.insert(&entry);
+    }
+  }
+  IndexedJobs(const IndexedJobs&) = delete;
+  IndexedJobs& operator=(const IndexedJobs&) = delete;
+
+  std::map<std::string, ViewJob> map;
+  JobEntries entries;
+};
+
 Json Gang(std::string_view state, const std::vector<std::string>& nodes) {
   Json job = {{"name", "train"},
               {"team", "nlp"},
@@ -47,15 +62,16 @@ TEST(GangStartController, RequeuesAGangPartlyStartedForTheTimeoutAndNoSooner) {
   Json doc = Gang("Scheduled", {"node-a", "node-b"});
   doc["placements"][0]["phase"] = "Running";
   StampTaskStarted(doc["placements"][0], 1000 * kOneSecondNs);
-  std::map<std::string, ViewJob> jobs = {{"nlp/train", InView(doc, 7)}};
+  const IndexedJobs jobs({{"nlp/train", InView(doc, 7)}});
 
-  EXPECT_TRUE(controller.Step(jobs, 1000 * kOneSecondNs, "t0").empty()) << "just partly started";
-  EXPECT_TRUE(controller.Step(jobs, 1299 * kOneSecondNs, "t1").empty());
+  EXPECT_TRUE(controller.Step(jobs.entries, 1000 * kOneSecondNs, "t0").empty())
+      << "just partly started";
+  EXPECT_TRUE(controller.Step(jobs.entries, 1299 * kOneSecondNs, "t1").empty());
 
   // The window is in the document: another controller (a new leader) counts from where this
   // one was.
   const GangStartController next_leader(std::chrono::seconds(300));
-  const std::vector<JobWrite> writes = next_leader.Step(jobs, 1300 * kOneSecondNs, "t2");
+  const std::vector<JobWrite> writes = next_leader.Step(jobs.entries, 1300 * kOneSecondNs, "t2");
   ASSERT_EQ(writes.size(), 1u);
   EXPECT_EQ(writes[0].name, "nlp/train");
   EXPECT_EQ(writes[0].version, 7) << "the compare-and-set is at the version read";
@@ -76,13 +92,23 @@ TEST(GangStartController, TheWindowCountsFromTheFirstStartOrTheLastPullWhichever
   StampTaskStarted(doc["placements"][1], 20 * kOneSecondNs);
   StampTaskStarted(doc["placements"][1], 25 * kOneSecondNs);  // the first report's stamp stays
   EXPECT_EQ(GangWindowStart(doc), 20 * kOneSecondNs);
-  EXPECT_TRUE(controller.Step({{"nlp/train", InView(doc, 1)}}, 29 * kOneSecondNs, "").empty());
-  EXPECT_EQ(controller.Step({{"nlp/train", InView(doc, 1)}}, 30 * kOneSecondNs, "").size(), 1u);
+  EXPECT_TRUE(
+      controller.Step(IndexedJobs({{"nlp/train", InView(doc, 1)}}).entries, 29 * kOneSecondNs, "")
+          .empty());
+  EXPECT_EQ(
+      controller.Step(IndexedJobs({{"nlp/train", InView(doc, 1)}}).entries, 30 * kOneSecondNs, "")
+          .size(),
+      1u);
 
   StampImagePulled(doc["placements"][2], 40 * kOneSecondNs);
   EXPECT_EQ(GangWindowStart(doc), 40 * kOneSecondNs) << "node-c's pull ended after the first start";
-  EXPECT_TRUE(controller.Step({{"nlp/train", InView(doc, 2)}}, 49 * kOneSecondNs, "").empty());
-  EXPECT_EQ(controller.Step({{"nlp/train", InView(doc, 2)}}, 50 * kOneSecondNs, "").size(), 1u);
+  EXPECT_TRUE(
+      controller.Step(IndexedJobs({{"nlp/train", InView(doc, 2)}}).entries, 49 * kOneSecondNs, "")
+          .empty());
+  EXPECT_EQ(
+      controller.Step(IndexedJobs({{"nlp/train", InView(doc, 2)}}).entries, 50 * kOneSecondNs, "")
+          .size(),
+      1u);
 
   Json unstamped = Gang("Scheduled", {"node-a", "node-b"});
   unstamped["usage_run"] = {{"attempt", 1}, {"start_ns", 5 * kOneSecondNs}};
@@ -91,7 +117,10 @@ TEST(GangStartController, TheWindowCountsFromTheFirstStartOrTheLastPullWhichever
 
   Json whole = doc;
   whole["placements"][2]["phase"] = "Running";
-  EXPECT_TRUE(controller.Step({{"nlp/train", InView(whole, 3)}}, 100 * kOneSecondNs, "").empty())
+  EXPECT_TRUE(
+      controller
+          .Step(IndexedJobs({{"nlp/train", InView(whole, 3)}}).entries, 100 * kOneSecondNs, "")
+          .empty())
       << "every task has started";
 }
 
@@ -105,15 +134,24 @@ TEST(GangStartController, ATaskPullingItsImageHoldsTheWindowOpen) {
   doc["placements"][1]["phase"] = "Pulling";
   for (int seconds = 0; seconds <= 600; seconds += 60) {
     EXPECT_TRUE(
-        controller.Step({{"nlp/train", InView(doc, 1)}}, seconds * kOneSecondNs, "").empty())
+        controller
+            .Step(IndexedJobs({{"nlp/train", InView(doc, 1)}}).entries, seconds * kOneSecondNs, "")
+            .empty())
         << "still pulling after " << seconds << " s";
   }
   Json pulled = doc;
   pulled["placements"][1]["phase"] = "Waiting";
   StampImagePulled(pulled["placements"][1], 600 * kOneSecondNs);
-  EXPECT_TRUE(controller.Step({{"nlp/train", InView(pulled, 2)}}, 609 * kOneSecondNs, "").empty())
+  EXPECT_TRUE(
+      controller
+          .Step(IndexedJobs({{"nlp/train", InView(pulled, 2)}}).entries, 609 * kOneSecondNs, "")
+          .empty())
       << "9 s after the pull ended";
-  EXPECT_EQ(controller.Step({{"nlp/train", InView(pulled, 2)}}, 610 * kOneSecondNs, "").size(), 1u);
+  EXPECT_EQ(
+      controller
+          .Step(IndexedJobs({{"nlp/train", InView(pulled, 2)}}).entries, 610 * kOneSecondNs, "")
+          .size(),
+      1u);
 }
 
 TEST(EndGoneTasksOfStoppingRuns, EndsTasksOnLostOrRemovedNodesAndFinishesTheRun) {
@@ -175,10 +213,10 @@ TEST(RequeuePreemptedJobs, NamesTheSameTeamsPreemptorOnly) {
   theirs["name"] = "other";
   theirs["preempted_by"] = "vision/secret";
   theirs["preempted_by_team"] = "vision";
-  const std::map<std::string, ViewJob> jobs = {{"nlp/other", InView(theirs, 2)},
-                                               {"nlp/train", InView(ours, 5)},
-                                               {"nlp/running", InView(Gang("Running", {}), 1)}};
-  const std::vector<JobWrite> writes = RequeuePreemptedJobs(jobs);
+  const IndexedJobs jobs({{"nlp/other", InView(theirs, 2)},
+                          {"nlp/train", InView(ours, 5)},
+                          {"nlp/running", InView(Gang("Running", {}), 1)}});
+  const std::vector<JobWrite> writes = RequeuePreemptedJobs(jobs.entries);
   ASSERT_EQ(writes.size(), 2u);
   EXPECT_EQ(writes[0].name, "nlp/other");
   EXPECT_EQ(writes[0].after["state"], "Pending");

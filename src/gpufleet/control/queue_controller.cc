@@ -289,6 +289,16 @@ std::map<std::string, policy::QueueStatus> QueueController::Statuses() {
   return status_;
 }
 
+std::vector<PendingEntry> PendingEntries(SchedulingView& view) {
+  const JobEntries& entries = view.JobsIn(JobState::kPending);
+  std::vector<PendingEntry> pending;
+  pending.reserve(entries.size());
+  for (ViewJobEntry* entry : entries) {
+    pending.push_back({&entry->first, &entry->second});
+  }
+  return pending;
+}
+
 void QueueController::OrderPending(std::vector<PendingEntry>& pending) const {
   // Sorted first even with a queue tree: the tree's stable sort leaves jobs whose queues tie on
   // fair share at a level in this order, so its result depends on where it starts.

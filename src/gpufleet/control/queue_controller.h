@@ -34,6 +34,9 @@ struct PendingEntry {
   ViewJob* job = nullptr;
 };
 
+// The view's Pending jobs in name order, to be put in queue order by OrderPending.
+std::vector<PendingEntry> PendingEntries(SchedulingView& view);
+
 // Victims to stop for a preemptor: their writes (Stopping, `preempted_by`) and the preemptor's
 // event, to be committed together; the reservation starts once they are (Reserve).
 struct PreemptionPlan {

@@ -216,7 +216,10 @@ Status SchedulingView::LoadAll() {
   jobs_.clear();
   active_jobs_by_node_.clear();
   active_job_changes_.All();
-  jobs_in_state_.fill(0);
+  for (JobEntries& entries : jobs_by_state_) {
+    entries.clear();
+  }
+  pending_by_queue_.clear();
   snapshot_.reset();
   GPUFLEET_RETURN_IF_ERROR(RebuildSnapshot());
   for (const store::StoredObject& object : jobs) {
@@ -389,7 +392,13 @@ void SchedulingView::UnindexJob(const std::string& name) {
   if (it == jobs_.end()) {
     return;
   }
-  --jobs_in_state_[static_cast<size_t>(it->second.state)];
+  jobs_by_state_[static_cast<size_t>(it->second.state)].erase(&*it);
+  if (it->second.state == JobState::kPending) {
+    if (const auto count = pending_by_queue_.find(it->second.queue);
+        count != pending_by_queue_.end() && --count->second == 0) {
+      pending_by_queue_.erase(count);
+    }
+  }
   if (!HoldsResources(it->second.state)) {
     return;
   }
@@ -409,7 +418,10 @@ void SchedulingView::IndexJob(const std::string& name) {
   if (it == jobs_.end()) {
     return;
   }
-  ++jobs_in_state_[static_cast<size_t>(it->second.state)];
+  jobs_by_state_[static_cast<size_t>(it->second.state)].insert(&*it);
+  if (it->second.state == JobState::kPending) {
+    ++pending_by_queue_[it->second.queue];
+  }
   if (!HoldsResources(it->second.state)) {
     return;
   }

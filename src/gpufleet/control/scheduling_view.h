@@ -69,6 +69,16 @@ struct ViewJob {
   std::optional<uint64_t> unschedulable_epoch;
 };
 
+// One entry of SchedulingView::jobs().
+using ViewJobEntry = std::map<std::string, ViewJob>::value_type;
+struct ByJobName {
+  bool operator()(const ViewJobEntry* a, const ViewJobEntry* b) const {
+    return a->first < b->first;
+  }
+};
+// Entries of SchedulingView::jobs() in the map's own (name) order.
+using JobEntries = std::set<ViewJobEntry*, ByJobName>;
+
 // Names (of nodes) noted since a consumer last took them, or "everything" after a full load.
 class NameChanges {
  public:
@@ -138,8 +148,15 @@ class SchedulingView final : public store::CommitObserver {
   // The nodes whose entry of ActiveJobsByNode() may have changed since the last call, or nullopt
   // when the whole index was built again meanwhile (a full load): a copy of it follows these.
   std::optional<std::set<std::string>> TakeActiveJobChanges() { return active_job_changes_.Take(); }
-  // How many jobs of jobs() are in `state`.
-  size_t JobsInState(JobState state) const { return jobs_in_state_[static_cast<size_t>(state)]; }
+  // The jobs of jobs() in `state`, kept as jobs change: a step that looks at the jobs of one
+  // state walks those, not every active job (most are Pending or Running).
+  const JobEntries& JobsIn(JobState state) const {
+    return jobs_by_state_[static_cast<size_t>(state)];
+  }
+  size_t JobsInState(JobState state) const { return JobsIn(state).size(); }
+  // How many Pending jobs each queue (by ViewJob::queue, "" for the default) has, kept as jobs
+  // change; a queue without one is left out.
+  const std::map<std::string, size_t>& PendingByQueue() const { return pending_by_queue_; }
 
   // True once after a queue was created or changed (and at first).
   bool TakeQueuesChanged();
@@ -185,7 +202,8 @@ class SchedulingView final : public store::CommitObserver {
   // step.
   void PutJob(const store::StoredObject& object);
   void PutJobUnindexed(const store::StoredObject& object);
-  // Take job `name` (if held) out of, and back into, ActiveJobsByNode() and the state counts:
+  // Take job `name` (if held) out of, and back into, ActiveJobsByNode(), JobsIn() and
+  // PendingByQueue():
   // around every change of a job's state or nodes, and before it leaves jobs_.
   void UnindexJob(const std::string& name);
   void IndexJob(const std::string& name);
@@ -215,7 +233,8 @@ class SchedulingView final : public store::CommitObserver {
   std::map<std::string, ViewJob> jobs_;
   std::map<std::string, std::set<std::string>> active_jobs_by_node_;
   NameChanges active_job_changes_;  // nodes
-  std::array<size_t, kJobStates.size()> jobs_in_state_{};
+  std::array<JobEntries, kJobStates.size()> jobs_by_state_;
+  std::map<std::string, size_t> pending_by_queue_;
   std::optional<scheduler::ClusterSnapshot> snapshot_;
   std::map<std::string, int> node_index_;
   uint64_t capacity_epoch_ = 0;

@@ -383,6 +383,7 @@ TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrit
   // Which job holds each GPU (node, index), so that jobs never claim a taken GPU.
   std::map<std::pair<std::string, int>, std::string> owner;
   std::map<std::string, std::vector<std::pair<std::string, int>>> running;
+  std::set<std::string> pending;
   Random pick(11);
   auto put = [&](const std::string& kind, const std::string& name, const std::string& data,
                  bool remove = false) {
@@ -407,7 +408,7 @@ TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrit
   for (int step = 0; step < 300; ++step) {
     const int writes = 1 + static_cast<int>(pick.Uniform(3));
     for (int w = 0; w < writes; ++w) {
-      const uint64_t what = pick.Uniform(10);
+      const uint64_t what = pick.Uniform(12);
       auto node_it =
           std::next(nodes.begin(), static_cast<std::ptrdiff_t>(pick.Uniform(nodes.size())));
       Node& node = node_it->second;
@@ -469,7 +470,34 @@ TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrit
         put(std::string(kJobsKind), job,
             Json{{"name", job}, {"state", "Running"}, {"priority", 0}, {"placements", placements}}
                 .dump());
-      } else if (!running.empty()) {
+      } else if (what == 10) {
+        // A job waits in one of three queues, or moves to another.
+        std::string job;
+        Json doc;
+        if (pending.empty() || pick.Uniform(2) == 0) {
+          job = fmt::format("job-{:03}", job_count++);
+          pending.insert(job);
+          doc = Json{{"name", job}, {"state", "Pending"}, {"priority", 0}};
+        } else {
+          job = *std::next(pending.begin(),
+                           static_cast<std::ptrdiff_t>(pick.Uniform(pending.size())));
+          doc = wire::ParseDocument(store.Get(std::string(kJobsKind), job)->data);
+        }
+        doc["queue"] = fmt::format("q{}", pick.Uniform(3));
+        put(std::string(kJobsKind), job, doc.dump());
+      } else if (what == 11 && !pending.empty()) {
+        // A waiting job is cancelled, or deleted.
+        const auto job =
+            std::next(pending.begin(), static_cast<std::ptrdiff_t>(pick.Uniform(pending.size())));
+        if (pick.Uniform(2) == 0) {
+          put(std::string(kJobsKind), *job, "", /*remove=*/true);
+        } else {
+          Json doc = wire::ParseDocument(store.Get(std::string(kJobsKind), *job)->data);
+          doc["state"] = "Cancelled";
+          put(std::string(kJobsKind), *job, doc.dump());
+        }
+        pending.erase(job);
+      } else if (what < 10 && !running.empty()) {
         // A job starts stopping (it keeps its GPUs), or ends (finished, or deleted).
         auto job =
             std::next(running.begin(), static_cast<std::ptrdiff_t>(pick.Uniform(running.size())));
@@ -497,9 +525,13 @@ TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrit
     ASSERT_EQ(Describe(view), Describe(fresh)) << "step " << step;
     // What the view keeps as jobs and nodes change, counted afresh from what it holds.
     std::map<std::string, std::set<std::string>> active;
-    std::map<JobState, size_t> in_state;
+    std::map<JobState, std::vector<std::string>> in_state;
+    std::map<std::string, size_t> pending_by_queue;
     for (const auto& [name, job] : view.jobs()) {
-      ++in_state[job.state];
+      in_state[job.state].push_back(name);
+      if (job.state == JobState::kPending) {
+        ++pending_by_queue[job.queue];
+      }
       if (HoldsResources(job.state)) {
         for (const std::string& node : job.nodes) {
           active[node].insert(name);
@@ -508,8 +540,15 @@ TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrit
     }
     ASSERT_EQ(view.ActiveJobsByNode(), active) << "step " << step;
     for (const JobState state : kJobStates) {
-      ASSERT_EQ(view.JobsInState(state), in_state[state]) << "step " << step;
+      std::vector<std::string> indexed;
+      for (const ViewJobEntry* entry : view.JobsIn(state)) {
+        indexed.push_back(entry->first);
+        ASSERT_EQ(entry, &*view.jobs().find(entry->first)) << "step " << step;
+      }
+      ASSERT_EQ(indexed, in_state[state]) << "step " << step << " " << JobStateName(state);
+      ASSERT_EQ(view.JobsInState(state), in_state[state].size()) << "step " << step;
     }
+    ASSERT_EQ(view.PendingByQueue(), pending_by_queue) << "step " << step;
     std::set<std::string> mig_enabled;
     for (const auto& [name, node] : view.nodes()) {
       if (std::any_of(node.node.gpus.begin(), node.node.gpus.end(),
@@ -527,6 +566,7 @@ TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrit
     ASSERT_EQ(view.not_ready_nodes(), not_ready) << "step " << step;
   }
   EXPECT_GT(job_count, 50);
+  EXPECT_FALSE(pending.empty());
 }
 
 }  // namespace
