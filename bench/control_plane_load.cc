@@ -414,8 +414,13 @@ int Run(int nodes, int seconds, double heartbeat_s, double submit_rate, int cycl
                                             submissions.errors - scheduled));
     }
     if (print_cycles) {
-      fmt::print("cycle {}: {:.1f} ms ({:.1f} ms CPU), {} jobs placed\n", cycles.size(),
-                 cycles.back(), cycle_cpu.back(), placed.ok() ? *placed : -1);
+      std::string steps;
+      for (const auto& [step, time] : (*server)->LastCycleSteps()) {
+        steps += fmt::format(" {} {:.1f}", step,
+                             std::chrono::duration<double, std::milli>(time).count());
+      }
+      fmt::print("cycle {}: {:.1f} ms ({:.1f} ms CPU), {} jobs placed; ms by step:{}\n",
+                 cycles.size(), cycles.back(), cycle_cpu.back(), placed.ok() ? *placed : -1, steps);
       fflush(stdout);
     }
   }

@@ -307,14 +307,19 @@ struct ApiServer::Metrics {
   std::map<std::pair<std::string, int>, Histogram<>> requests;  // guarded by mu
   Histogram<> cycles;                                           // guarded by mu
   Histogram<kPullBuckets> image_pulls;                          // guarded by mu
+  std::map<std::string_view, double> cycle_step_seconds;        // guarded by mu
 
   void ObserveRequest(const std::string& route, int code, double seconds) {
     std::lock_guard<std::mutex> lock(mu);
     requests[{route, code}].Observe(seconds);
   }
-  void ObserveCycle(double seconds) {
+  void ObserveCycle(double seconds,
+                    const std::vector<std::pair<std::string_view, Duration>>& steps) {
     std::lock_guard<std::mutex> lock(mu);
     cycles.Observe(seconds);
+    for (const auto& [step, time] : steps) {
+      cycle_step_seconds[step] += std::chrono::duration<double>(time).count();
+    }
   }
   void ObserveImagePull(double seconds) {
     std::lock_guard<std::mutex> lock(mu);
@@ -621,9 +626,11 @@ Result<int> ApiServer::RegisterNodes(const Cluster& cluster) {
 Result<int> ApiServer::RunSchedulingCycle() {
   std::lock_guard<std::mutex> lock(cycle_mu_);
   const MonoTime start = options_.clock.Now();
+  cycle_step_mark_ = start;
+  cycle_steps_.clear();
   Result<int> result = RunCycleLocked();
   const Duration elapsed = options_.clock.Now() - start;
-  metrics_->ObserveCycle(std::chrono::duration<double>(elapsed).count());
+  metrics_->ObserveCycle(std::chrono::duration<double>(elapsed).count(), cycle_steps_);
   RunReliabilityIfDue();
   ++cycle_count_;
   if (result.ok()) {
@@ -633,6 +640,17 @@ Result<int> ApiServer::RunSchedulingCycle() {
     store_unavailable_.store(true);  // until a cycle reads and writes the store again
   }
   return result;
+}
+
+std::vector<std::pair<std::string_view, Duration>> ApiServer::LastCycleSteps() {
+  std::lock_guard<std::mutex> lock(cycle_mu_);
+  return cycle_steps_;
+}
+
+void ApiServer::MarkCycleStep(std::string_view step) {
+  const MonoTime now = options_.clock.Now();
+  cycle_steps_.emplace_back(step, now - cycle_step_mark_);
+  cycle_step_mark_ = now;
 }
 
 Result<int> ApiServer::RunCycleLocked() {
@@ -648,10 +666,12 @@ Result<int> ApiServer::RunCycleLocked() {
   }
   GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   PublishExcludedNodes();
+  MarkCycleStep("read");
   GPUFLEET_ASSIGN_OR_RETURN(const bool marked, leases_.MarkSilentNodesNotReady(*view_));
   if (marked) {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
+  MarkCycleStep("node-leases");
   GPUFLEET_ASSIGN_OR_RETURN(const bool ended, EndRunsOnNotReadyNodes());
   if (ended) {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
@@ -669,6 +689,7 @@ Result<int> ApiServer::RunCycleLocked() {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
   IndexActiveJobs();
+  MarkCycleStep("run-ends");
   // A job that did not fit is tried again when resources are freed, and at least this often
   // (placement is greedy, so fit is not perfectly monotone in free resources).
   constexpr Duration kFullRetryInterval = std::chrono::seconds(60);
@@ -683,8 +704,11 @@ Result<int> ApiServer::RunCycleLocked() {
   }
   GPUFLEET_RETURN_IF_ERROR(PlanMigLayoutsForPendingJobs());
   UpdateQueues();
+  MarkCycleStep("queues");
   GPUFLEET_RETURN_IF_ERROR(ReclaimIdleJobs());
+  MarkCycleStep("idle-reclaim");
   GPUFLEET_RETURN_IF_ERROR(RunDeploymentsIfDue());
+  MarkCycleStep("deployments");
   // Finished jobs past the retention leave, a bounded batch per cycle; a failure here is
   // retried by a later scan and does not hold up scheduling.
   if (const Result<control::RetentionController::StepResult> collected = retention_.Step();
@@ -692,6 +716,7 @@ Result<int> ApiServer::RunCycleLocked() {
     fmt::print(stderr, "gpufleet server: collecting finished jobs failed: {}\n",
                collected.status().ToString());
   }
+  MarkCycleStep("retention");
   // Busy time into running jobs' documents now and then; a failure is retried by the next flush
   // and does not hold up scheduling.
   if (const Result<bool> flushed = FlushUsageIfDue(); !flushed.ok()) {
@@ -700,9 +725,11 @@ Result<int> ApiServer::RunCycleLocked() {
   } else if (*flushed) {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
+  MarkCycleStep("usage");
   std::vector<control::PendingEntry> pending = control::PendingEntries(*view_);
   queues_.OrderPending(pending);
   GPUFLEET_RETURN_IF_ERROR(RefreshTargetWorkload(pending));
+  MarkCycleStep("order");
 
   scheduler::ClusterSnapshot& snapshot = view_->snapshot();
   Random random(options_.seed + cycle_count_);
@@ -862,10 +889,13 @@ Result<int> ApiServer::RunCycleLocked() {
     writes.push_back(std::move(write));
   }
   queues_.ReleaseReservedGpus(*view_);
+  MarkCycleStep("place");
   Result<int> scheduled = CommitCycleWrites(writes);
+  MarkCycleStep("commit");
   queues_.Publish();
   PublishFleetGauges();
   RecordHistoryIfDue();
+  MarkCycleStep("publish");
   return scheduled;
 }
 
@@ -1849,6 +1879,14 @@ std::string ApiServer::RenderMetrics() {
   out += "# HELP gpufleet_scheduling_cycle_seconds Duration of one scheduling cycle.\n";
   out += "# TYPE gpufleet_scheduling_cycle_seconds histogram\n";
   out += metrics_->cycles.Render("gpufleet_scheduling_cycle_seconds", "");
+  out +=
+      "# HELP gpufleet_scheduling_cycle_step_seconds_total Wall time the scheduling cycles spent "
+      "in each step.\n";
+  out += "# TYPE gpufleet_scheduling_cycle_step_seconds_total counter\n";
+  for (const auto& [step, seconds] : metrics_->cycle_step_seconds) {
+    out += fmt::format("gpufleet_scheduling_cycle_step_seconds_total{{step=\"{}\"}} {}\n", step,
+                       Gauge(seconds));
+  }
   out +=
       "# HELP gpufleet_image_pull_seconds Time an agent took to pull a task's image before its "
       "start.\n";

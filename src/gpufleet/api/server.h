@@ -228,6 +228,10 @@ class ApiServer {
   // in (priority desc, submit order) and commits each placement with a compare-and-set update.
   // Returns the number of jobs scheduled. Cycles never overlap.
   Result<int> RunSchedulingCycle();
+  // The wall time of each step of the last scheduling cycle, in order (the steps it reached:
+  // "read", "node-leases", "run-ends", "queues", ...). Their totals since the start are exported
+  // as gpufleet_scheduling_cycle_step_seconds_total.
+  std::vector<std::pair<std::string_view, Duration>> LastCycleSteps();
 
   // Serves one request (routing, authentication, the handlers, metrics).
   ApiResponse Handle(const ApiRequest& request);
@@ -520,6 +524,10 @@ class ApiServer {
   control::GangStartController gang_start_;          // guarded by cycle_mu_
 
   uint64_t cycle_count_ = 0;  // guarded by cycle_mu_
+  // Ends the cycle's current step, named `step` (a literal): its wall time since the last mark.
+  void MarkCycleStep(std::string_view step);
+  MonoTime cycle_step_mark_;                                        // guarded by cycle_mu_
+  std::vector<std::pair<std::string_view, Duration>> cycle_steps_;  // guarded by cycle_mu_
   std::optional<control::IdleReclaimController>
       idle_reclaim_;                           // made on first use; guarded by cycle_mu_
   control::DeploymentController deployments_;  // guarded by cycle_mu_

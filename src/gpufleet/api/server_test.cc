@@ -652,9 +652,20 @@ TEST_F(ApiServerTest, ServiceRoutesAndMetrics) {
         "gpufleet_api_requests_total{route=\"/v1/jobs\",code=\"201\"} 2",
         "# TYPE gpufleet_api_request_seconds histogram",
         "gpufleet_api_request_seconds_bucket{route=\"/v1/jobs\",code=\"201\",le=\"+Inf\"} 2",
-        "gpufleet_api_request_seconds_count{route=\"/v1/jobs\",code=\"201\"} 2"}) {
+        "gpufleet_api_request_seconds_count{route=\"/v1/jobs\",code=\"201\"} 2",
+        "# TYPE gpufleet_scheduling_cycle_step_seconds_total counter",
+        "gpufleet_scheduling_cycle_step_seconds_total{step=\"place\"} ",
+        "gpufleet_scheduling_cycle_step_seconds_total{step=\"commit\"} "}) {
     EXPECT_THAT(metrics.body, HasSubstr(text));
   }
+  // Every step of a cycle that ran to its end, in order.
+  std::vector<std::string_view> steps;
+  for (const auto& [step, time] : server_->LastCycleSteps()) {
+    steps.push_back(step);
+  }
+  EXPECT_THAT(steps, ::testing::ElementsAre("read", "node-leases", "run-ends", "queues",
+                                            "idle-reclaim", "deployments", "retention", "usage",
+                                            "order", "place", "commit", "publish"));
   EXPECT_EQ(Call("GET", "/v2/nothing", admin_).status, 404);
   EXPECT_EQ(Call("DELETE", "/v1/jobs/m", admin_).status, 404);
 }
