@@ -68,17 +68,11 @@ store::WriteBatch QueueController::Update(SchedulingView& view, uint64_t cycle) 
     }
   }
   const scheduler::ClusterSnapshot& snapshot = view.snapshot();
-  // Counted by model id, then named: one map update per model, not per GPU of the fleet.
-  std::vector<int64_t> milli_by_model_id(static_cast<size_t>(snapshot.ModelCount()), 0);
-  for (const scheduler::NodeInfo& node : snapshot.nodes()) {
-    for (const scheduler::GpuSlot& gpu : node.gpus) {
-      milli_by_model_id[static_cast<size_t>(gpu.model_id)] += kMilliPerUnit;
-    }
-  }
+  // The snapshot counts the GPUs per model as nodes change: no walk of every GPU of the fleet.
   policy::GpuMilliByModel capacity;
   for (int id = 0; id < snapshot.ModelCount(); ++id) {
-    if (milli_by_model_id[static_cast<size_t>(id)] > 0) {
-      capacity[snapshot.Model(id).name] += milli_by_model_id[static_cast<size_t>(id)];
+    if (const int gpus = snapshot.GpuCount(id); gpus > 0) {
+      capacity[snapshot.Model(id).name] += int64_t{gpus} * kMilliPerUnit;
     }
   }
   tree.SetCapacity(std::move(capacity));

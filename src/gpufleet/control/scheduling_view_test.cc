@@ -298,6 +298,16 @@ std::string Describe(SchedulingView& view) {
   const scheduler::ClusterSnapshot& snapshot = view.snapshot();
   out += fmt::format("total {} allocated {} gpus {}\n", snapshot.TotalGpuMilli(),
                      snapshot.AllocatedGpuMilli(), snapshot.TotalGpus());
+  // By name: a rebuilt snapshot may number the models in another order.
+  std::map<std::string, int> gpus_by_model;
+  for (int id = 0; id < snapshot.ModelCount(); ++id) {
+    if (snapshot.GpuCount(id) > 0) {
+      gpus_by_model[snapshot.Model(id).name] = snapshot.GpuCount(id);
+    }
+  }
+  for (const auto& [model, count] : gpus_by_model) {
+    out += fmt::format("model {} gpus {}\n", model, count);
+  }
   for (const scheduler::NodeInfo& node : snapshot.nodes()) {
     out += fmt::format("{} {} state {} free {}/{} kinds", node.index, node.node->id.value(),
                        NodeStateName(node.node->state), node.free.cpu_milli, node.free.memory_mib);

@@ -5,6 +5,8 @@
 #include <functional>
 #include <map>
 #include <numeric>
+#include <optional>
+#include <span>
 #include <utility>
 
 #include <fmt/format.h>
@@ -164,6 +166,10 @@ struct Scheduler::Impl {
     uint64_t last_used = 0;
     std::vector<NodeMemo> nodes;  // by node index
     std::vector<int64_t> raw;     // [node * (scorers + tie_scorers) + plugin]
+    // Kept from one use to the next by the snapshot's change log: the nodes that fit, by index,
+    // and the log position they are up to date with once every node was judged.
+    std::vector<int> fitting;
+    std::optional<uint64_t> seen;
   };
   static constexpr size_t kMaxShapeMemos = 16;
   bool memo_allowed = false;
@@ -332,53 +338,84 @@ struct Scheduler::Impl {
       slot->snapshot = snapshot.identity();
       slot->nodes.assign(snapshot.nodes().size(), NodeMemo{});
       slot->raw.assign(snapshot.nodes().size() * (scorers.size() + tie_scorers.size()), 0);
+      slot->fitting.clear();
+      slot->seen.reset();
     }
     slot->last_used = ++memo_clock;
     return *slot;
   }
 
   // Fills `candidates` for the first task from the memo, judging and scoring again only the
-  // nodes whose version moved since the memo saw them. Returns the memo.
+  // nodes whose version moved since the memo saw them (found by the snapshot's change log, so the
+  // nodes that did not change are not visited). Returns the memo.
   const ShapeMemo* CollectFromMemo(const CycleState& state, const TaskContext& task,
                                    const ClusterSnapshot& snapshot, Random& random) {
     ShapeMemo& m = *memo;
     const size_t stride = scorers.size() + tie_scorers.size();
     bool prescored = false;
+    // Judges `node` again if it changed since the memo saw it; true if its verdict may differ.
+    auto judge = [&](const NodeInfo& node) {
+      NodeMemo& entry = m.nodes[static_cast<size_t>(node.index)];
+      if (entry.known && entry.version == node.version) {
+        return false;
+      }
+      if (!prescored) {
+        // ScoresNodeAlone: any feasible list gives the same scores.
+        const std::vector<const NodeInfo*> none;
+        for (const auto& [scorer, weight] : scorers) {
+          scorer->PreScore(state, task, none, random);
+        }
+        for (const auto& [scorer, weight] : tie_scorers) {
+          scorer->PreScore(state, task, none, random);
+        }
+        prescored = true;
+      }
+      entry.known = true;
+      entry.version = node.version;
+      entry.fits = Evaluate(state, task, node, kAllGpus, &entry.mask).ok();
+      if (entry.fits) {
+        int64_t* row = &m.raw[static_cast<size_t>(node.index) * stride];
+        for (const auto& [scorer, weight] : scorers) {
+          *row++ = scorer->Score(state, task, node, entry.mask);
+        }
+        for (const auto& [scorer, weight] : tie_scorers) {
+          *row++ = scorer->Score(state, task, node, entry.mask);
+        }
+      }
+      return true;
+    };
+    const std::optional<std::span<const int>> changed =
+        m.seen ? snapshot.ChangedSince(*m.seen) : std::nullopt;
+    if (changed) {
+      for (const int index : *changed) {
+        if (!judge(snapshot.nodes()[static_cast<size_t>(index)])) {
+          continue;
+        }
+        const auto at = std::lower_bound(m.fitting.begin(), m.fitting.end(), index);
+        const bool listed = at != m.fitting.end() && *at == index;
+        if (m.nodes[static_cast<size_t>(index)].fits && !listed) {
+          m.fitting.insert(at, index);
+        } else if (!m.nodes[static_cast<size_t>(index)].fits && listed) {
+          m.fitting.erase(at);
+        }
+      }
+    } else {
+      m.fitting.clear();
+      for (const NodeInfo& node : snapshot.nodes()) {
+        judge(node);
+        if (m.nodes[static_cast<size_t>(node.index)].fits) {
+          m.fitting.push_back(node.index);
+        }
+      }
+    }
+    m.seen = snapshot.ChangeLogEnd();
     candidates.clear();
     candidate_masks.clear();
     candidate_rows.clear();
-    for (const NodeInfo& node : snapshot.nodes()) {
-      NodeMemo& entry = m.nodes[static_cast<size_t>(node.index)];
-      if (!entry.known || entry.version != node.version) {
-        if (!prescored) {
-          // ScoresNodeAlone: any feasible list gives the same scores.
-          const std::vector<const NodeInfo*> none;
-          for (const auto& [scorer, weight] : scorers) {
-            scorer->PreScore(state, task, none, random);
-          }
-          for (const auto& [scorer, weight] : tie_scorers) {
-            scorer->PreScore(state, task, none, random);
-          }
-          prescored = true;
-        }
-        entry.known = true;
-        entry.version = node.version;
-        entry.fits = Evaluate(state, task, node, kAllGpus, &entry.mask).ok();
-        if (entry.fits) {
-          int64_t* row = &m.raw[static_cast<size_t>(node.index) * stride];
-          for (const auto& [scorer, weight] : scorers) {
-            *row++ = scorer->Score(state, task, node, entry.mask);
-          }
-          for (const auto& [scorer, weight] : tie_scorers) {
-            *row++ = scorer->Score(state, task, node, entry.mask);
-          }
-        }
-      }
-      if (entry.fits) {
-        candidates.push_back(&node);
-        candidate_masks.push_back(entry.mask);
-        candidate_rows.push_back(static_cast<size_t>(node.index) * stride);
-      }
+    for (const int index : m.fitting) {
+      candidates.push_back(&snapshot.nodes()[static_cast<size_t>(index)]);
+      candidate_masks.push_back(m.nodes[static_cast<size_t>(index)].mask);
+      candidate_rows.push_back(static_cast<size_t>(index) * stride);
     }
     return &m;
   }

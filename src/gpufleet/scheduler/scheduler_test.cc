@@ -494,7 +494,8 @@ TEST_F(SchedulerTest, ScopeConfinesTheJobToItsNodesAndGpus) {
 // Reusing unchanged nodes' verdicts and scores (SchedulerOptions::reuse_unchanged_nodes) must
 // not change a single decision: a scheduler that keeps them and one that evaluates every node
 // for every job place a random sequence of jobs, with random releases between them, the same
-// way, on every node-alone policy and both tie breaks.
+// way, on every node-alone policy and both tie breaks. Nodes are also replaced (a GPU's health
+// changes), and the snapshot's change log, a few times the node count long, is outrun.
 TEST(SchedulerReuse, PlacesExactlyAsAFullEvaluationAfterRandomPlacementsAndReleases) {
   const GpuCatalog catalog = GpuCatalog::Default();
   Cluster cluster;
@@ -551,6 +552,26 @@ TEST(SchedulerReuse, PlacesExactlyAsAFullEvaluationAfterRandomPlacementsAndRelea
       std::vector<std::vector<TaskPlacement>> placed;
       int scheduled = 0;
       for (int step = 0; step < 400; ++step) {
+        if (pick.Uniform(10) == 0) {
+          // A heartbeat's news: node `index` is replaced and the placements on it applied again
+          // (not a MIG node: its document would have to report the instances made since).
+          int index = static_cast<int>(pick.Uniform(cluster.nodes.size()));
+          index += index % 8 == 4 ? 1 : 0;
+          Node node = a->cluster().nodes[static_cast<size_t>(index)];
+          node.gpus[0].health = node.gpus[0].health == GpuHealth::kHealthy ? GpuHealth::kUnhealthy
+                                                                           : GpuHealth::kHealthy;
+          ASSERT_OK(a->ReplaceNode(index, node));
+          ASSERT_OK(b->ReplaceNode(index, node));
+          for (const std::vector<TaskPlacement>& job : placed) {
+            for (const TaskPlacement& placement : job) {
+              if (placement.node == index) {
+                ASSERT_OK(a->Apply(placement));
+                ASSERT_OK(b->Apply(placement));
+              }
+            }
+          }
+          continue;
+        }
         if (!placed.empty() && pick.Uniform(3) == 0) {
           const size_t victim = pick.Uniform(placed.size());
           for (const TaskPlacement& placement : placed[victim]) {

@@ -186,6 +186,10 @@ NodeInfo ClusterSnapshot::MakeNodeInfo(const Node& node, int index,
     }
     total_gpu_milli_ += kMilliPerUnit;
     ++total_gpus_;
+    if (static_cast<size_t>(slot.model_id) >= gpus_by_model_.size()) {
+      gpus_by_model_.resize(static_cast<size_t>(slot.model_id) + 1, 0);
+    }
+    ++gpus_by_model_[static_cast<size_t>(slot.model_id)];
     info.gpus.push_back(std::move(slot));
   }
   return info;
@@ -230,6 +234,7 @@ Status ClusterSnapshot::ReplaceNode(int index, Node node) {
   for (const GpuSlot& gpu : old.gpus) {
     total_gpu_milli_ -= kMilliPerUnit;
     --total_gpus_;
+    --gpus_by_model_[static_cast<size_t>(gpu.model_id)];
     allocated_gpu_milli_ -= kMilliPerUnit - gpu.free_milli;
   }
   const uint64_t version = old.version;
@@ -239,7 +244,7 @@ Status ClusterSnapshot::ReplaceNode(int index, Node node) {
   old = MakeNodeInfo(
       stored, index, [&](size_t level) { return domains[level]; },
       [&](const GpuModelInfo* /*model*/) { return models[next_model++]; });
-  old.version = version + 1;
+  NoteNodeChanged(index, version);
   return Status::Ok();
 }
 
@@ -253,6 +258,10 @@ ClusterSnapshot ClusterSnapshot::Clone() const {
   copy.total_gpu_milli_ = total_gpu_milli_;
   copy.allocated_gpu_milli_ = allocated_gpu_milli_;
   copy.total_gpus_ = total_gpus_;
+  copy.gpus_by_model_ = gpus_by_model_;
+  // The copy's log starts empty where this one's ends: a reader of older positions looks at
+  // every node.
+  copy.change_log_start_ = ChangeLogEnd();
   // Each NodeInfo points at its Node: point the copies at the copied cluster.
   for (size_t n = 0; n < copy.nodes_.size(); ++n) {
     copy.nodes_[n].node = &copy.cluster_.nodes[n];
@@ -363,7 +372,7 @@ Status ClusterSnapshot::Apply(const TaskPlacement& placement) {
     allocated_gpu_milli_ += MigInstanceMilli(profile);
   }
   CountTaskKind(node, placement.gpus, +1);
-  ++node.version;
+  NoteNodeChanged(placement.node, node.version);
   return Status::Ok();
 }
 
@@ -405,7 +414,25 @@ void ClusterSnapshot::GiveBack(const TaskPlacement& placement, bool remove_creat
     allocated_gpu_milli_ -= MigInstanceMilli(profile);
   }
   CountTaskKind(node, placement.gpus, -1);
-  ++node.version;
+  NoteNodeChanged(placement.node, node.version);
+}
+
+void ClusterSnapshot::NoteNodeChanged(int index, uint64_t old_version) {
+  nodes_[static_cast<size_t>(index)].version = old_version + 1;
+  // Bounded: a reader further behind than the log reaches looks at every node, which costs no
+  // more than reading this many entries.
+  if (change_log_.size() >= 4 * nodes_.size() + 16) {
+    change_log_start_ += change_log_.size();
+    change_log_.clear();
+  }
+  change_log_.push_back(index);
+}
+
+std::optional<std::span<const int>> ClusterSnapshot::ChangedSince(uint64_t since) const {
+  if (since < change_log_start_ || since > ChangeLogEnd()) {
+    return std::nullopt;
+  }
+  return std::span<const int>(change_log_).subspan(since - change_log_start_);
 }
 
 }  // namespace gpufleet::scheduler

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -146,6 +147,13 @@ class ClusterSnapshot {
   // ValidateNode refuses.
   Status ReplaceNode(int index, Node node);
 
+  // The indices of the nodes whose version moved from position `since` of the snapshot's change
+  // log to ChangeLogEnd(), in order and with repeats, so that a cache of per-node results visits
+  // only those; nullopt when that part of the log is gone (look at every node then). The log
+  // keeps a few times the node count of the latest changes.
+  std::optional<std::span<const int>> ChangedSince(uint64_t since) const;
+  uint64_t ChangeLogEnd() const { return change_log_start_ + change_log_.size(); }
+
   // Unique to this snapshot among all built or cloned in the process, and kept by moves. Plugins
   // that cache what they derive from a snapshot key on it together with the address: a new
   // snapshot (a clone for a what-if search, or a rebuilt one) may reuse a dead one's address, with
@@ -155,6 +163,8 @@ class ClusterSnapshot {
   int64_t TotalGpuMilli() const { return total_gpu_milli_; }
   int64_t AllocatedGpuMilli() const { return allocated_gpu_milli_; }
   int TotalGpus() const { return total_gpus_; }
+  // GPUs of the model with dense id `model_id` (see Model), kept as nodes are replaced.
+  int GpuCount(int model_id) const { return gpus_by_model_[static_cast<size_t>(model_id)]; }
 
  private:
   ClusterSnapshot();
@@ -163,6 +173,8 @@ class ClusterSnapshot {
   NodeInfo MakeNodeInfo(const Node& node, int index, const std::function<int(size_t)>& domain_id,
                         const std::function<int(const GpuModelInfo*)>& model_id);
   Status CheckFits(const TaskPlacement& placement) const;
+  // Moves the version of node `index` on and logs it; the one writer of NodeInfo::version.
+  void NoteNodeChanged(int index, uint64_t old_version);
   void GiveBack(const TaskPlacement& placement, bool remove_created_instances);
 
   Cluster cluster_;
@@ -174,6 +186,9 @@ class ClusterSnapshot {
   int64_t total_gpu_milli_ = 0;
   int64_t allocated_gpu_milli_ = 0;
   int total_gpus_ = 0;
+  std::vector<int> gpus_by_model_;  // by model id
+  std::vector<int> change_log_;
+  uint64_t change_log_start_ = 0;  // the position of change_log_[0]
 };
 
 }  // namespace gpufleet::scheduler

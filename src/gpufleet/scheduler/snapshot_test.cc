@@ -43,6 +43,52 @@ TEST_F(SnapshotTest, InternsDomainsAndModels) {
   EXPECT_EQ(snapshot.TotalGpuMilli(), 4000);
 }
 
+TEST_F(SnapshotTest, CountsGpusPerModelAsNodesAreReplaced) {
+  ClusterSnapshot snapshot = Build(TwoNodes());
+  const int h100 = snapshot.ModelId("H100-80GB");
+  const int t4 = snapshot.ModelId("T4");
+  EXPECT_EQ(snapshot.GpuCount(h100), 2);
+  EXPECT_EQ(snapshot.GpuCount(t4), 2);
+  // Node b's GPUs become H100s (a model the snapshot knows), then it has one GPU fewer.
+  ASSERT_OK(snapshot.ReplaceNode(1, MakeNode("b", 2, "H100-80GB", {"leaf-2"})));
+  EXPECT_EQ(snapshot.GpuCount(h100), 4);
+  EXPECT_EQ(snapshot.GpuCount(t4), 0);
+  ASSERT_OK(snapshot.ReplaceNode(1, MakeNode("b", 1, "T4", {"leaf-2"})));
+  EXPECT_EQ(snapshot.GpuCount(h100), 2);
+  EXPECT_EQ(snapshot.GpuCount(t4), 1);
+  EXPECT_EQ(snapshot.Clone().GpuCount(t4), 1);
+  EXPECT_EQ(snapshot.TotalGpus(), 3);
+}
+
+TEST_F(SnapshotTest, TheChangeLogNamesEveryChangedNodeUntilItIsOutrun) {
+  ClusterSnapshot snapshot = Build(TwoNodes());
+  const uint64_t start = snapshot.ChangeLogEnd();
+  const TaskPlacement on_b{0, 0, 1, {1000, 1024}, {{0, 1000, 0, "", -1, false}}};
+  ASSERT_OK(snapshot.Apply(on_b));
+  snapshot.Release(on_b);
+  ASSERT_OK(snapshot.ReplaceNode(0, MakeNode("a", 2, "H100-80GB", {"leaf-1"})));
+  std::optional<std::span<const int>> changed = snapshot.ChangedSince(start);
+  ASSERT_TRUE(changed.has_value());
+  EXPECT_THAT(std::vector<int>(changed->begin(), changed->end()), ::testing::ElementsAre(1, 1, 0));
+  EXPECT_TRUE(snapshot.ChangedSince(snapshot.ChangeLogEnd())->empty());
+  EXPECT_FALSE(snapshot.ChangedSince(snapshot.ChangeLogEnd() + 1).has_value());
+  // A copy's log starts where this one ends: older positions are not in it.
+  const ClusterSnapshot copy = snapshot.Clone();
+  EXPECT_FALSE(copy.ChangedSince(start).has_value());
+  EXPECT_TRUE(copy.ChangedSince(snapshot.ChangeLogEnd())->empty());
+  // The log keeps a few times the node count: a reader far behind must look at every node.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_OK(snapshot.Apply(on_b));
+    snapshot.Release(on_b);
+  }
+  EXPECT_FALSE(snapshot.ChangedSince(start).has_value());
+  const uint64_t recent = snapshot.ChangeLogEnd() - 1;
+  ASSERT_TRUE(snapshot.ChangedSince(recent).has_value());
+  EXPECT_THAT(std::vector<int>(snapshot.ChangedSince(recent)->begin(),
+                               snapshot.ChangedSince(recent)->end()),
+              ::testing::ElementsAre(1));
+}
+
 TEST_F(SnapshotTest, EverySnapshotHasItsOwnIdentityAndMovesKeepIt) {
   ClusterSnapshot first = Build(TwoNodes());
   const ClusterSnapshot second = Build(TwoNodes());
