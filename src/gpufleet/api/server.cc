@@ -1781,27 +1781,13 @@ ApiResponse ApiServer::NodeAction(const control::Principal& who, std::string_vie
 void ApiServer::PublishFleetGauges() {
   FleetGauges gauges;
   const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
-  // The fleet's GPUs are counted again only when a node may have changed (every change of the
-  // snapshot's nodes moves the capacity epoch). They come in runs of one model: each run's
-  // counter is found once, not once per GPU. The view counts the pending jobs per queue.
-  if (gpus_counted_at_epoch_ != view_->capacity_epoch()) {
-    gpus_by_model_.clear();
-    const std::string* run_model = nullptr;
-    int64_t* run_gpus = nullptr;
-    for (const scheduler::NodeInfo& info : snapshot.nodes()) {
-      for (const Gpu& gpu : info.node->gpus) {
-        if (run_model == nullptr || gpu.model != *run_model) {
-          run_model = &gpu.model;
-          run_gpus = &gpus_by_model_[gpu.model];
-        }
-        ++*run_gpus;
-      }
+  // By the catalog's model names, as queue quotas count them. The snapshot counts the GPUs per
+  // model and the view the pending jobs per queue as they change: no walk of the fleet here.
+  for (int id = 0; id < snapshot.ModelCount(); ++id) {
+    if (const int gpus = snapshot.GpuCount(id); gpus > 0) {
+      gauges.gpus_by_model[snapshot.Model(id).name] += gpus;
+      gauges.allocated_milli_by_model.emplace(snapshot.Model(id).name, 0);
     }
-    gpus_counted_at_epoch_ = view_->capacity_epoch();
-  }
-  gauges.gpus_by_model = gpus_by_model_;
-  for (const auto& [model, count] : gpus_by_model_) {
-    gauges.allocated_milli_by_model.emplace(model, 0);
   }
   for (const auto& [queue, count] : view_->PendingByQueue()) {
     gauges.pending_by_queue[queue.empty() ? std::string("default") : queue] +=
@@ -1817,9 +1803,11 @@ void ApiServer::PublishFleetGauges() {
         continue;
       }
       for (const scheduler::TaskPlacement& placement : job.placements) {
-        const Node& node = *snapshot.nodes()[placement.node].node;
+        const scheduler::NodeInfo& node = snapshot.nodes()[placement.node];
         for (const scheduler::GpuAssignment& assignment : placement.gpus) {
-          gauges.allocated_milli_by_model[node.gpus[assignment.gpu].model] += assignment.milli;
+          gauges
+              .allocated_milli_by_model[snapshot.Model(node.gpus[assignment.gpu].model_id).name] +=
+              assignment.milli;
         }
       }
     }

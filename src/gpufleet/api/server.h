@@ -557,10 +557,6 @@ class ApiServer {
   };
   // REQUIRES: cycle_mu_ held.
   void PublishFleetGauges();
-  // The snapshot's GPUs by model, counted at capacity epoch gpus_counted_at_epoch_. Guarded by
-  // cycle_mu_.
-  std::optional<uint64_t> gpus_counted_at_epoch_;
-  std::map<std::string, int64_t> gpus_by_model_;
   std::mutex gauges_mu_;
   FleetGauges gauges_;                                           // guarded by gauges_mu_
   std::unique_ptr<Metrics> metrics_;                             // internally synchronised

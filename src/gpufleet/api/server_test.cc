@@ -670,6 +670,26 @@ TEST_F(ApiServerTest, ServiceRoutesAndMetrics) {
   EXPECT_EQ(Call("DELETE", "/v1/jobs/m", admin_).status, 404);
 }
 
+// A node whose GPUs report another name of a catalog model (NVML's, say) counts under the
+// catalog's name, as queue quotas do: one series per model.
+TEST_F(ApiServerTest, FleetGaugesNameGpuModelsAsTheCatalogDoes) {
+  Cluster cluster = TwoLeaves(catalog_, 1);
+  cluster.nodes.resize(1);
+  cluster.nodes[0].id = NodeId("t4-node");
+  for (Gpu& gpu : cluster.nodes[0].gpus) {
+    gpu.model = "Tesla T4";
+    gpu.memory_mib = 0;
+    gpu.uuid = GpuUuid("GPU-t4-" + std::to_string(gpu.index));
+  }
+  ASSERT_OK(server_->RegisterNodes(cluster));
+  Cycle();
+  const std::string metrics = Call("GET", "/metrics", admin_).body;
+  EXPECT_THAT(metrics, HasSubstr("gpufleet_gpus_total{model=\"T4\"} " +
+                                 std::to_string(cluster.nodes[0].gpus.size()) + "\n"));
+  EXPECT_THAT(metrics, HasSubstr("gpufleet_gpus_allocated{model=\"T4\"} 0\n"));
+  EXPECT_THAT(metrics, ::testing::Not(HasSubstr("Tesla T4")));
+}
+
 TEST(TokenAuthenticatorTest, BootstrapCreatesOneAdminTokenOnce) {
   store::InMemoryStateStore store;
   FakeClock clock;
