@@ -154,8 +154,8 @@ class SchedulingView final : public store::CommitObserver {
     return jobs_by_state_[static_cast<size_t>(state)];
   }
   size_t JobsInState(JobState state) const { return JobsIn(state).size(); }
-  // How many Pending jobs each queue (by ViewJob::queue, "" for the default) has, kept as jobs
-  // change; a queue without one is left out.
+  // How many Pending jobs each queue (by ViewJob::queue) has, kept as jobs change; a queue
+  // without one is left out.
   const std::map<std::string, size_t>& PendingByQueue() const { return pending_by_queue_; }
 
   // True once after a queue was created or changed (and at first).
