@@ -164,6 +164,7 @@ class ClusterSnapshot {
   int64_t AllocatedGpuMilli() const { return allocated_gpu_milli_; }
   int TotalGpus() const { return total_gpus_; }
   // GPUs of the model with dense id `model_id` (see Model), kept as nodes are replaced.
+  // REQUIRES: 0 <= model_id < ModelCount() (a model is interned with its first GPU).
   int GpuCount(int model_id) const { return gpus_by_model_[static_cast<size_t>(model_id)]; }
 
  private:
