@@ -155,16 +155,15 @@ Status SchedulingView::Refresh() {
     status = UpdateSnapshot(nodes);
   }
   if (status.ok()) {
+    std::vector<std::string> to_read;
     for (const auto& [name, written] : jobs) {
       if (const auto held = jobs_.find(name);
           written != kVersionUnknown && held != jobs_.end() && held->second.version == written) {
         continue;  // the cycle's own write, already in the view
       }
-      status = RefreshJob(name);
-      if (!status.ok()) {
-        break;
-      }
+      to_read.push_back(name);
     }
+    status = RefreshJobs(to_read);
   }
   if (!status.ok()) {
     // Read everything again next time rather than keep a view with a hole in it.
@@ -284,20 +283,27 @@ std::optional<ViewNode> SchedulingView::Accept(const store::StoredObject& object
   return ViewNode{object.version, std::move(node).value(), wire::BoolOr(doc, "agent", false)};
 }
 
-Status SchedulingView::RefreshJob(const std::string& name) {
-  Result<store::StoredObject> object = store_.Get(kJobsKind, name);
-  if (!object.ok()) {
-    if (object.status().code() != StatusCode::kNotFound) {
-      return object.status();
+Status SchedulingView::RefreshJobs(const std::vector<std::string>& names) {
+  // A few hundred names per store call: one round trip each on PostgreSQL, not one per job.
+  constexpr size_t kNamesPerRead = 500;
+  for (size_t begin = 0; begin < names.size(); begin += kNamesPerRead) {
+    const std::vector<std::string> part(
+        names.begin() + static_cast<std::ptrdiff_t>(begin),
+        names.begin() + static_cast<std::ptrdiff_t>(std::min(names.size(), begin + kNamesPerRead)));
+    GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> objects,
+                              store_.GetMany(kJobsKind, part));
+    // Both in name order: each job is taken in, or dropped, as a read of it alone would.
+    auto object = objects.begin();
+    for (const std::string& name : part) {
+      if (object != objects.end() && object->name == name) {
+        PutJob(*object++);
+      } else if (auto it = jobs_.find(name); it != jobs_.end()) {
+        UnindexJob(name);
+        ReleaseJob(it->second);
+        jobs_.erase(it);
+      }
     }
-    if (auto it = jobs_.find(name); it != jobs_.end()) {
-      UnindexJob(name);
-      ReleaseJob(it->second);
-      jobs_.erase(it);
-    }
-    return Status::Ok();
   }
-  PutJob(*object);
   return Status::Ok();
 }
 

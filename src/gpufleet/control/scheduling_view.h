@@ -185,7 +185,9 @@ class SchedulingView final : public store::CommitObserver {
  private:
   Status LoadAll();
   Status RefreshNode(const std::string& name);
-  Status RefreshJob(const std::string& name);
+  // Reads the jobs `names` (sorted, no repeats) again: each is taken in, or dropped when it is
+  // gone.
+  Status RefreshJobs(const std::vector<std::string>& names);
   // Keeps mig_enabled_nodes_ and not_ready_nodes_ in step with nodes_ for `name` (`node`: null
   // when it left).
   void NoteNodeChanged(const std::string& name, const ViewNode* node);

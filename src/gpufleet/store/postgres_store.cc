@@ -837,6 +837,32 @@ Result<StoredObject> PostgresStateStore::DoGet(std::string_view kind, std::strin
   return std::move(*object);
 }
 
+Result<std::vector<StoredObject>> PostgresStateStore::DoGetMany(
+    std::string_view kind, const std::vector<std::string>& names) {
+  // One query: the names travel as one parameter, split on a newline, which no valid key holds.
+  const std::string joined = fmt::format("{}", fmt::join(names, "\n"));
+  std::vector<StoredObject> found;
+  const Status status = Run([&](PgSession& session) -> Status {
+    GPUFLEET_ASSIGN_OR_RETURN(
+        ResultPtr rows, session.Query(fmt::format("reading {} {} objects", names.size(), kind),
+                                      "SELECT name, data, version, revision FROM gpufleet.objects"
+                                      " WHERE kind = $1 AND name = ANY(string_to_array($2, E'\\n'))"
+                                      " ORDER BY name",
+                                      Params().Text(kind).Text(joined)));
+    found.clear();
+    for (int row = 0; row < PQntuples(rows.get()); ++row) {
+      StoredObject object{std::string(kind), std::string(Field(rows.get(), row, 0)),
+                          std::string(Field(rows.get(), row, 1))};
+      GPUFLEET_ASSIGN_OR_RETURN(object.version, Int64Field(rows.get(), row, 2));
+      GPUFLEET_ASSIGN_OR_RETURN(object.revision, Int64Field(rows.get(), row, 3));
+      found.push_back(std::move(object));
+    }
+    return Status::Ok();
+  });
+  GPUFLEET_RETURN_IF_ERROR(status);
+  return found;
+}
+
 Result<std::vector<StoredObject>> PostgresStateStore::DoList(std::string_view kind,
                                                              std::string_view name_prefix) {
   const std::optional<std::string> upper =

@@ -88,6 +88,8 @@ class PostgresStateStore final : public StateStore {
 
  protected:
   Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
+  Result<std::vector<StoredObject>> DoGetMany(std::string_view kind,
+                                              const std::vector<std::string>& names) override;
   Result<std::vector<StoredObject>> DoList(std::string_view kind,
                                            std::string_view name_prefix) override;
   Result<std::vector<StoredObject>> DoListWhere(std::string_view kind,

@@ -182,6 +182,35 @@ Result<StoredObject> StateStore::Get(std::string_view kind, std::string_view nam
   return DoGet(kind, name);
 }
 
+Result<std::vector<StoredObject>> StateStore::GetMany(std::string_view kind,
+                                                      const std::vector<std::string>& names) {
+  GPUFLEET_RETURN_IF_ERROR(ValidateKey("kind", kind));
+  for (const std::string& name : names) {
+    GPUFLEET_RETURN_IF_ERROR(ValidateKey("name", name));
+  }
+  std::vector<std::string> sorted = names;
+  std::sort(sorted.begin(), sorted.end());
+  sorted.erase(std::unique(sorted.begin(), sorted.end()), sorted.end());
+  if (sorted.empty()) {
+    return std::vector<StoredObject>();
+  }
+  return DoGetMany(kind, sorted);
+}
+
+Result<std::vector<StoredObject>> StateStore::DoGetMany(std::string_view kind,
+                                                        const std::vector<std::string>& names) {
+  std::vector<StoredObject> found;
+  for (const std::string& name : names) {
+    Result<StoredObject> object = DoGet(kind, name);
+    if (object.ok()) {
+      found.push_back(std::move(*object));
+    } else if (object.status().code() != StatusCode::kNotFound) {
+      return object.status();
+    }
+  }
+  return found;
+}
+
 Result<std::vector<StoredObject>> StateStore::List(std::string_view kind,
                                                    std::string_view name_prefix) {
   GPUFLEET_RETURN_IF_ERROR(ValidateKey("kind", kind));

@@ -137,6 +137,11 @@ class StateStore {
 
   // kNotFound if kind/name does not exist.
   Result<StoredObject> Get(std::string_view kind, std::string_view name);
+  // The objects of `kind` named in `names` that exist, sorted by name (a missing one is left
+  // out), each as Get reads it: a reader of many changed objects makes one call (on PostgreSQL
+  // one round trip) instead of one Get each. kInvalidArgument for a name that is not a valid key.
+  Result<std::vector<StoredObject>> GetMany(std::string_view kind,
+                                            const std::vector<std::string>& names);
   // Objects of `kind` whose name starts with `name_prefix` (bytewise), sorted by name.
   Result<std::vector<StoredObject>> List(std::string_view kind, std::string_view name_prefix = "");
   // Objects of `kind` that `filter` selects, sorted by name, read through the state index: the
@@ -161,6 +166,9 @@ class StateStore {
  protected:
   // Called with validated arguments only.
   virtual Result<StoredObject> DoGet(std::string_view kind, std::string_view name) = 0;
+  // `names` sorted, without repeats. By default one DoGet per name.
+  virtual Result<std::vector<StoredObject>> DoGetMany(std::string_view kind,
+                                                      const std::vector<std::string>& names);
   virtual Result<std::vector<StoredObject>> DoList(std::string_view kind,
                                                    std::string_view name_prefix) = 0;
   virtual Result<std::vector<StoredObject>> DoListWhere(std::string_view kind,

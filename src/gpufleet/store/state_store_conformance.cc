@@ -41,6 +41,30 @@ TEST_P(StateStoreConformanceTest, GetOfAMissingObjectIsNotFound) {
   EXPECT_THAT(store().Get("pod", "n1"), StatusIs(StatusCode::kNotFound));
 }
 
+TEST_P(StateStoreConformanceTest, GetManyReturnsTheNamedObjectsThatExistSortedByName) {
+  CreateOrFail("job", "team/b", "B");
+  CreateOrFail("job", "team/a", "A");
+  CreateOrFail("job", "team/a-b", "AB");  // a prefix of another name is no match
+  CreateOrFail("node", "team/c", "not a job");
+  ASSERT_OK(store().Commit(WriteBatch().Update("job", "team/b", "B2", 1)));
+  Result<std::vector<StoredObject>> found =
+      store().GetMany("job", {"team/b", "team/c", "team/a", "team/b", "gone"});
+  ASSERT_OK(found);
+  ASSERT_EQ(found->size(), 2u);
+  const Result<StoredObject> a = store().Get("job", "team/a");
+  const Result<StoredObject> b = store().Get("job", "team/b");
+  ASSERT_OK(a);
+  ASSERT_OK(b);
+  EXPECT_EQ((*found)[0], *a);
+  EXPECT_EQ((*found)[1], *b);
+  EXPECT_EQ((*found)[1].data, "B2");
+  EXPECT_EQ((*found)[1].version, 2);
+  ASSERT_OK(store().GetMany("job", {}));
+  EXPECT_TRUE(store().GetMany("job", {})->empty());
+  EXPECT_THAT(store().GetMany("job", {"team/a", std::string("bad\nname")}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("name")));
+}
+
 TEST_P(StateStoreConformanceTest, CreatingAnExistingObjectIsAlreadyExists) {
   CreateOrFail("node", "n1", "1");
   EXPECT_THAT(store().Commit(WriteBatch().Create("node", "n1", "2")),
