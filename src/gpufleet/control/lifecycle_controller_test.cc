@@ -57,6 +57,13 @@ Json Gang(std::string_view state, const std::vector<std::string>& nodes) {
 
 constexpr int64_t kOneSecondNs = 1'000'000'000;
 
+// What `controller` writes for one job "nlp/train" held as `doc` at `version`, at `seconds`.
+std::vector<JobWrite> StepOne(const GangStartController& controller, const Json& doc,
+                              int64_t version, int64_t seconds) {
+  const IndexedJobs jobs({{"nlp/train", InView(doc, version)}});
+  return controller.Step(jobs.entries, seconds * kOneSecondNs, "");
+}
+
 TEST(GangStartController, RequeuesAGangPartlyStartedForTheTimeoutAndNoSooner) {
   const GangStartController controller(std::chrono::seconds(300));
   Json doc = Gang("Scheduled", {"node-a", "node-b"});
@@ -92,23 +99,13 @@ TEST(GangStartController, TheWindowCountsFromTheFirstStartOrTheLastPullWhichever
   StampTaskStarted(doc["placements"][1], 20 * kOneSecondNs);
   StampTaskStarted(doc["placements"][1], 25 * kOneSecondNs);  // the first report's stamp stays
   EXPECT_EQ(GangWindowStart(doc), 20 * kOneSecondNs);
-  EXPECT_TRUE(
-      controller.Step(IndexedJobs({{"nlp/train", InView(doc, 1)}}).entries, 29 * kOneSecondNs, "")
-          .empty());
-  EXPECT_EQ(
-      controller.Step(IndexedJobs({{"nlp/train", InView(doc, 1)}}).entries, 30 * kOneSecondNs, "")
-          .size(),
-      1u);
+  EXPECT_TRUE(StepOne(controller, doc, 1, 29).empty());
+  EXPECT_EQ(StepOne(controller, doc, 1, 30).size(), 1u);
 
   StampImagePulled(doc["placements"][2], 40 * kOneSecondNs);
   EXPECT_EQ(GangWindowStart(doc), 40 * kOneSecondNs) << "node-c's pull ended after the first start";
-  EXPECT_TRUE(
-      controller.Step(IndexedJobs({{"nlp/train", InView(doc, 2)}}).entries, 49 * kOneSecondNs, "")
-          .empty());
-  EXPECT_EQ(
-      controller.Step(IndexedJobs({{"nlp/train", InView(doc, 2)}}).entries, 50 * kOneSecondNs, "")
-          .size(),
-      1u);
+  EXPECT_TRUE(StepOne(controller, doc, 2, 49).empty());
+  EXPECT_EQ(StepOne(controller, doc, 2, 50).size(), 1u);
 
   Json unstamped = Gang("Scheduled", {"node-a", "node-b"});
   unstamped["usage_run"] = {{"attempt", 1}, {"start_ns", 5 * kOneSecondNs}};
@@ -117,11 +114,7 @@ TEST(GangStartController, TheWindowCountsFromTheFirstStartOrTheLastPullWhichever
 
   Json whole = doc;
   whole["placements"][2]["phase"] = "Running";
-  EXPECT_TRUE(
-      controller
-          .Step(IndexedJobs({{"nlp/train", InView(whole, 3)}}).entries, 100 * kOneSecondNs, "")
-          .empty())
-      << "every task has started";
+  EXPECT_TRUE(StepOne(controller, whole, 3, 100).empty()) << "every task has started";
 }
 
 // A node that must first pull a large image is not a gang that failed to start: the window
@@ -133,25 +126,14 @@ TEST(GangStartController, ATaskPullingItsImageHoldsTheWindowOpen) {
   StampTaskStarted(doc["placements"][0], 0);
   doc["placements"][1]["phase"] = "Pulling";
   for (int seconds = 0; seconds <= 600; seconds += 60) {
-    EXPECT_TRUE(
-        controller
-            .Step(IndexedJobs({{"nlp/train", InView(doc, 1)}}).entries, seconds * kOneSecondNs, "")
-            .empty())
+    EXPECT_TRUE(StepOne(controller, doc, 1, seconds).empty())
         << "still pulling after " << seconds << " s";
   }
   Json pulled = doc;
   pulled["placements"][1]["phase"] = "Waiting";
   StampImagePulled(pulled["placements"][1], 600 * kOneSecondNs);
-  EXPECT_TRUE(
-      controller
-          .Step(IndexedJobs({{"nlp/train", InView(pulled, 2)}}).entries, 609 * kOneSecondNs, "")
-          .empty())
-      << "9 s after the pull ended";
-  EXPECT_EQ(
-      controller
-          .Step(IndexedJobs({{"nlp/train", InView(pulled, 2)}}).entries, 610 * kOneSecondNs, "")
-          .size(),
-      1u);
+  EXPECT_TRUE(StepOne(controller, pulled, 2, 609).empty()) << "9 s after the pull ended";
+  EXPECT_EQ(StepOne(controller, pulled, 2, 610).size(), 1u);
 }
 
 TEST(EndGoneTasksOfStoppingRuns, EndsTasksOnLostOrRemovedNodesAndFinishesTheRun) {
