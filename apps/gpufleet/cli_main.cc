@@ -22,6 +22,7 @@
 #include "gpufleet/cli/http_client.h"
 #include "gpufleet/cli/provenance.h"
 #include "gpufleet/cli/report.h"
+#include "gpufleet/cli/terminal.h"
 #include "gpufleet/cli/usage_report.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
@@ -250,6 +251,8 @@ Action AddCliCommands(CLI::App& app) {
                      "queue: most GPUs it may hold, MODEL=GPUS (\"*\": in total); repeatable");
   create->add_option("--weight", s.create.weight, "queue: fair-share weight among its siblings");
   create->add_flag("--no-borrow", s.create.no_borrow, "queue: never hold more than its guarantee");
+  create->add_flag("--allow-host-network", s.create.allow_host_network,
+                   "queue: members' container tasks may share the node's network (hostNetwork)");
   AddVerb(s, create, [&s](cli::ApiClient& client) {
     return cli::RunCreate(client, s.create, std::cout, std::cerr);
   });
@@ -265,6 +268,10 @@ Action AddCliCommands(CLI::App& app) {
   update->add_option("--weight", s.update.weight, "fair-share weight among its siblings");
   update->add_flag("--borrow", s.update.borrow, "may hold more than its guarantee");
   update->add_flag("--no-borrow", s.update.no_borrow, "never hold more than its guarantee");
+  update->add_flag("--allow-host-network", s.update.allow_host_network,
+                   "members' container tasks may share the node's network (hostNetwork)");
+  update->add_flag("--no-host-network", s.update.no_host_network,
+                   "only admins' tasks may share the node's network");
   update->add_option("--min", s.update.min_replicas, "deployment: min_replicas");
   update->add_option("--max", s.update.max_replicas, "deployment: max_replicas");
   update->add_option("--target", s.update.target_pct, "deployment: target_utilization_pct");
@@ -370,6 +377,9 @@ Action AddCliCommands(CLI::App& app) {
         return 1;
       }
       cli::ApiClient client(config->address, config->token, config->ca_cert);
+      // The server's answers hold other users' text: no control character reaches the terminal.
+      const cli::EscapeControlCharacters escaped_out(std::cout);
+      const cli::EscapeControlCharacters escaped_err(std::cerr);
       return run(client);
     }
     return 0;

@@ -125,7 +125,12 @@ Result<OpenedStore> OpenStore(const ServerFlags& flags) {
     return opened;
   }
   std::error_code error;
-  std::filesystem::create_directories(flags.data_dir, error);
+  // A data directory the server makes is the server user's alone (0700); one a site made is
+  // left as it is, and the database in it is 0600 either way (store/sqlite_store.cc).
+  if (std::filesystem::create_directories(flags.data_dir, error) && !error) {
+    std::filesystem::permissions(flags.data_dir, std::filesystem::perms::owner_all,
+                                 std::filesystem::perm_options::replace, error);
+  }
   if (error) {
     return UnavailableError(
         fmt::format("--data-dir: cannot create \"{}\": {}", flags.data_dir, error.message()));

@@ -343,9 +343,9 @@ TEST_F(LeaderElectionEndToEndTest, TheFollowerRedirectsWritesAndLeadsWithinTenSe
     EXPECT_EQ(answer->status, 307);
     EXPECT_EQ(answer->get_header_value("Location"), Address(*leader_) + "/v1/jobs?dry=1");
   }
-  // The clients follow it: a submission through the follower alone lands on the leader, and
-  // the follower serves the job from the store.
-  cli::ApiClient through_follower(Address(*follower_), kAdminToken);
+  // The clients follow it to a server they were given: a submission through the follower lands
+  // on the leader, and the follower serves the job from the store.
+  cli::ApiClient through_follower(Address(*follower_) + "," + Address(*leader_), kAdminToken);
   ASSERT_OK(
       through_follower.Post("/v1/jobs", api_testing::OneTaskJobJson("j1"), "application/json"));
   EXPECT_TRUE(WaitFor(std::chrono::seconds(5), [&] { return Placed(*follower_, "j1"); }))

@@ -11,6 +11,8 @@
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 
+#include "gpufleet/wire/json_fields.h"
+
 namespace gpufleet::api {
 namespace {
 
@@ -56,9 +58,14 @@ bool IsLowerHex(std::string_view text) {
   return true;
 }
 
+// The kNodeCredentialsKind key of the credential whose hash is `hash`: NODE/ID.
+std::string NodeCredentialKey(std::string_view node, std::string_view hash) {
+  return fmt::format("{}/{}", node, hash.substr(0, kTokenIdChars));
+}
+
 // A token record; kInternal when it is not one of ours.
 Result<TokenInfo> TokenInfoOf(const store::StoredObject& object) {
-  const Json data = Json::parse(object.data, nullptr, false);
+  const Json data = wire::ParseDocument(object.data);
   const std::string id = object.name.substr(0, kTokenIdChars);
   if (!data.is_object() || !data.contains("role") || !data["role"].is_string()) {
     return InternalError(fmt::format("tokens/{}: malformed record", id));
@@ -191,6 +198,9 @@ Status TokenAuthenticator::StoreToken(std::string_view token, control::Role role
   }
   store::WriteBatch batch;
   batch.Create(std::string(kTokensKind), hash, data.dump());
+  if (!node.empty()) {
+    batch.Create(std::string(kNodeCredentialsKind), NodeCredentialKey(node, hash), "{}");
+  }
   batch.AppendEvent(std::string(kTokensKind), hash,
                     node.empty()
                         ? fmt::format("created {} token \"{}\"", control::RoleName(role), name)
@@ -262,6 +272,15 @@ Result<TokenInfo> TokenAuthenticator::Revoke(std::string_view hash_prefix) {
   store::WriteBatch batch;
   batch.Delete(std::string(kTokensKind), found->name, found->version);
   batch.AppendEvent(std::string(kTokensKind), found->name, "revoked");
+  if (!info.node.empty()) {
+    const std::string key = NodeCredentialKey(info.node, found->name);
+    const Result<store::StoredObject> indexed = store_.Get(kNodeCredentialsKind, key);
+    if (indexed.ok()) {
+      batch.Delete(std::string(kNodeCredentialsKind), key, indexed->version);
+    } else if (indexed.status().code() != StatusCode::kNotFound) {
+      return indexed.status();
+    }
+  }
   const Status committed = store_.Commit(batch);
   {
     // Also after a commit of unknown outcome: the token may be gone.
@@ -271,6 +290,38 @@ Result<TokenInfo> TokenAuthenticator::Revoke(std::string_view hash_prefix) {
   }
   GPUFLEET_RETURN_IF_ERROR(committed);
   return info;
+}
+
+Result<bool> TokenAuthenticator::NodeHasCredential(std::string_view node) const {
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const std::vector<store::StoredObject> credentials,
+      store_.ListWhere(kNodeCredentialsKind, {.name_prefix = fmt::format("{}/", node),
+                                              .exclude_states = true,  // whatever their state
+                                              .limit = 1}));
+  return !credentials.empty();
+}
+
+Status TokenAuthenticator::IndexNodeCredentials(const std::vector<store::StoredObject>& tokens) {
+  for (const store::StoredObject& object : tokens) {
+    const Result<TokenInfo> info = TokenInfoOf(object);
+    if (!info.ok() || info->node.empty()) {
+      continue;
+    }
+    const std::string key = NodeCredentialKey(info->node, object.name);
+    const Result<store::StoredObject> indexed = store_.Get(kNodeCredentialsKind, key);
+    if (indexed.ok()) {
+      continue;
+    }
+    if (indexed.status().code() != StatusCode::kNotFound) {
+      return indexed.status();
+    }
+    const Status created =
+        store_.Commit(store::WriteBatch().Create(std::string(kNodeCredentialsKind), key, "{}"));
+    if (!created.ok() && created.code() != StatusCode::kAlreadyExists) {
+      return created;
+    }
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<TokenInfo>> TokenAuthenticator::ListTokens() const {
@@ -290,6 +341,7 @@ Result<std::optional<std::string>> TokenAuthenticator::Bootstrap(
   GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> tokens,
                             store_.List(kTokensKind));
   if (!tokens.empty()) {
+    GPUFLEET_RETURN_IF_ERROR(IndexNodeCredentials(tokens));
     return std::optional<std::string>();
   }
   if (admin_token.has_value()) {

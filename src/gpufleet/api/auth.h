@@ -22,6 +22,11 @@
 namespace gpufleet::api {
 
 inline constexpr std::string_view kTokensKind = "tokens";
+// The node credentials by node: one object "NODE/ID" (data "{}") per agent token that acts for
+// NODE, written and deleted with the token, so that a join token's registration finds in one
+// read whether the node already has a credential (an admin may make one before the node first
+// registers).
+inline constexpr std::string_view kNodeCredentialsKind = "node-credentials";
 
 // The SHA-256 of `text` as 64 lower-case hex digits (OpenSSL EVP).
 std::string Sha256Hex(std::string_view text);
@@ -76,13 +81,19 @@ class TokenAuthenticator {
   Result<TokenInfo> RevokeTokenById(std::string_view id);
   // Every token, ordered by id.
   Result<std::vector<TokenInfo>> ListTokens() const;
+  // Whether an agent token acts for `node` (a node credential). kUnavailable when the store
+  // fails.
+  Result<bool> NodeHasCredential(std::string_view node) const;
 
   // First start: when no token exists, installs `admin_token` (read from --admin-token-file) or,
   // when it is nullopt, creates a random admin token. Returns the token created this way (to be
-  // printed once), or nullopt when tokens already existed or `admin_token` was installed.
+  // printed once), or nullopt when tokens already existed or `admin_token` was installed. When
+  // tokens existed, indexes the node credentials that an older version made without an entry of
+  // kNodeCredentialsKind.
   Result<std::optional<std::string>> Bootstrap(const std::optional<std::string>& admin_token);
 
  private:
+  Status IndexNodeCredentials(const std::vector<store::StoredObject>& tokens);
   Status StoreToken(std::string_view token, control::Role role, std::string_view team,
                     std::string_view name, std::string_view node = "");
   // Revokes the token stored under `hash_prefix` (a whole hash or an id).

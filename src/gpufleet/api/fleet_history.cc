@@ -39,7 +39,7 @@ std::string FleetHistory::ToDocument() const {
 }
 
 Result<FleetHistory> FleetHistory::FromDocument(std::string_view document, size_t capacity) {
-  const wire::Json doc = wire::Json::parse(document, nullptr, false);
+  const wire::Json doc = wire::ParseDocument(document);
   if (!doc.is_object() || !doc.contains("samples") || !doc["samples"].is_array()) {
     return InvalidArgumentError("fleet history: not an object with a \"samples\" array");
   }

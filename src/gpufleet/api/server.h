@@ -358,8 +358,8 @@ class ApiServer {
   ApiResponse JobEvents(const control::Principal& who, std::string_view name);
   // {"items": [{"revision": ..., "message": ...}]} of a job or node.
   ApiResponse ObjectEvents(std::string_view kind, std::string_view name);
-  ApiResponse ListNodes();
-  ApiResponse GetNode(std::string_view name);
+  ApiResponse ListNodes(const control::Principal& who);
+  ApiResponse GetNode(const control::Principal& who, std::string_view name);
   // DELETE /v1/nodes/NAME (admin): removes a node that holds no runs (409 naming the jobs
   // otherwise). An agent still running there registers it again at its next heartbeat.
   ApiResponse DeleteNode(const control::Principal& who, std::string_view name);
@@ -382,7 +382,8 @@ class ApiServer {
   std::optional<ApiResponse> RouteTenancy(const control::Principal& who, const ApiRequest& request,
                                           const std::vector<std::string_view>& segments);
   Status EnsureDefaultQueue();
-  Status CheckSubmission(const control::Principal& who, std::string_view queue_name);
+  Status CheckSubmission(const control::Principal& who, std::string_view queue_name,
+                         bool host_network);
   // The store key of the job or deployment (`kind`; `noun` for messages) that `who` names `text`,
   // NAME or TEAM/NAME (docs/api.md, "Names"). A member's names are its own team's: another
   // team's TEAM/NAME is kNotFound, as for any hidden object. An admin's bare NAME is its own

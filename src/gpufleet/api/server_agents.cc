@@ -613,11 +613,24 @@ Result<wire::AgentReply> ApiServer::RegisterAgent(const control::Principal& who,
                                                fmt::format("node/{}", request.node.id.value()),
                                                request.node.id.value()));
   }
+  // A registration that fails takes back the credential it made, so that the agent may join
+  // again with its join token (a node with a credential refuses join tokens).
+  const auto fail = [&](Status status) {
+    if (!node_token.empty()) {
+      if (const Status revoked = authenticator_.RevokeToken(node_token); !revoked.ok()) {
+        fmt::print(stderr, "gpufleet server: node {}: taking back the unused credential: {}\n",
+                   request.node.id.value(), revoked.ToString());
+      }
+    }
+    return status;
+  };
   Cluster cluster;
   cluster.topology = Topology(request.topology_levels);
   cluster.nodes.push_back(request.node);
   // Validates names, models and topology and records the levels on first use.
-  GPUFLEET_RETURN_IF_ERROR(RegisterNodes(cluster).status());
+  if (const Result<int> added = RegisterNodes(cluster); !added.ok()) {
+    return fail(added.status());
+  }
   const std::string name = request.node.id.value();
   const Status registered = store::CommitWithRetries(
       options_.store, control::kCasAttempts,
@@ -652,7 +665,7 @@ Result<wire::AgentReply> ApiServer::RegisterAgent(const control::Principal& who,
         return store::Write(std::move(batch));
       });
   if (!registered.ok()) {
-    return registered;
+    return fail(registered);
   }
   wire::HeartbeatRequest heartbeat;
   heartbeat.gpus = std::move(request.gpus);
@@ -676,10 +689,17 @@ Status ApiServer::CheckNodeCredential(const control::Principal& who, const std::
     return Status::Ok();
   }
   Result<store::StoredObject> stored = options_.store.Get(control::kNodesKind, node);
-  if (!stored.ok()) {
-    return stored.status().code() == StatusCode::kNotFound ? Status::Ok() : stored.status();
+  bool has_credential = false;
+  if (stored.ok()) {
+    has_credential = !wire::StrOr(wire::ParseDocument(stored->data), "credential").empty();
+  } else if (stored.status().code() != StatusCode::kNotFound) {
+    return stored.status();
   }
-  if (!wire::StrOr(wire::ParseDocument(stored->data), "credential").empty()) {
+  if (!has_credential) {
+    // An admin may have made the node's credential before the node first registered.
+    GPUFLEET_ASSIGN_OR_RETURN(has_credential, authenticator_.NodeHasCredential(node));
+  }
+  if (has_credential) {
     return Status(
         StatusCode::kPermissionDenied,
         fmt::format(
@@ -1116,7 +1136,7 @@ Result<Json> ApiServer::RecordProvenance(const control::Principal& who, std::str
     return InvalidArgumentError(
         fmt::format("image: \"{}\" is not the task's image \"{}\"", report.image, image));
   }
-  Json record = Json::parse(wire::ProvenanceReportToJson(report));
+  Json record = wire::ParseDocument(wire::ProvenanceReportToJson(report));
   record.erase("task_id");
   record["task_id"] = report.task_id;
   record["job"] = id->job;

@@ -390,6 +390,57 @@ TEST_F(AgentProtocolTest, AJoinTokenIsExchangedForANodeCredentialThatActsForThat
   EXPECT_EQ(response.status, 200);
 }
 
+// An admin may make a node's credential before the node first registers (docs/agent.md,
+// "Credentials"): from then on a join token cannot claim the node, so that only the holder of
+// that credential acts for it. Revoking it frees the node for a join token again.
+TEST_F(AgentProtocolTest, AJoinTokenCannotClaimANodeWhoseCredentialAnAdminMade) {
+  Cycle();
+  const Json made = Json::parse(
+      Call("POST", "/v1/tokens", admin_, R"({"role": "agent", "node": "node-c", "name": "ops"})")
+          .body);
+  ASSERT_TRUE(made.contains("token")) << made.dump();
+  ApiResponse response = Call("POST", "/v1/agents/register", agent_,
+                              wire::RegisterRequestToJson(Inventory("node-c", "leaf-0")));
+  EXPECT_EQ(response.status, 403) << response.body;
+  EXPECT_THAT(response.body, HasSubstr("node node-c has its own credential"));
+  // The admin's credential registers it, and no second credential was issued.
+  response = Call("POST", "/v1/agents/register", made["token"].get<std::string>(),
+                  wire::RegisterRequestToJson(Inventory("node-c", "leaf-0")));
+  ASSERT_EQ(response.status, 200) << response.body;
+  EXPECT_FALSE(Json::parse(response.body).contains("node_token"));
+  const auto agent_tokens_of = [&](const std::string& node) {
+    int count = 0;
+    const Json tokens = Json::parse(Call("GET", "/v1/tokens", admin_).body);
+    for (const Json& token : tokens["items"]) {
+      count += token.value("node", "") == node ? 1 : 0;
+    }
+    return count;
+  };
+  EXPECT_EQ(agent_tokens_of("node-c"), 1);
+  // Its id is for admins, who revoke it; a member does not see it.
+  EXPECT_EQ(Json::parse(Call("GET", "/v1/nodes/node-c", admin_).body)["credential"], made["id"]);
+  const std::string member =
+      *server_->authenticator().CreateToken(control::Role::kMember, "team-x", "m");
+  for (const std::string path : {"/v1/nodes/node-c", "/v1/nodes"}) {
+    const ApiResponse seen = Call("GET", path, member);
+    EXPECT_EQ(seen.status, 200);
+    EXPECT_THAT(seen.body, Not(HasSubstr("credential"))) << path;
+  }
+
+  // Another node: its credential made and revoked before it registered. A join token may claim
+  // it, and a node whose name extends it ("node-d1") is not taken for it.
+  const Json revoked = Json::parse(
+      Call("POST", "/v1/tokens", admin_, R"({"role": "agent", "node": "node-d1", "name": "x"})")
+          .body);
+  ASSERT_EQ(
+      Call("POST", fmt::format("/v1/tokens/{}/revoke", revoked["id"].get<std::string>()), admin_)
+          .status,
+      200);
+  Call("POST", "/v1/tokens", admin_, R"({"role": "agent", "node": "node-d12", "name": "y"})");
+  EXPECT_EQ(Register(Inventory("node-d1", "leaf-0")).node_token.empty(), false);
+  EXPECT_EQ(agent_tokens_of("node-d1"), 1);
+}
+
 // ---- no registration halts the fleet ------------------------------------------------------------
 
 TEST_F(AgentProtocolTest, RegistrationsTheSchedulerCannotTakeAreRefusedNamingTheField) {

@@ -47,7 +47,7 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
     if (Status status = control::CheckScopedName("name", spec->name); !status.ok()) {
       return ErrorResponse(status);
     }
-    if (Status status = CheckSubmission(who, spec->queue); !status.ok()) {
+    if (Status status = CheckSubmission(who, spec->queue, spec->host_network); !status.ok()) {
       return ErrorResponse(status);
     }
     const std::string key = control::TeamScopedKey(who.team, spec->name);
@@ -185,11 +185,13 @@ ApiResponse ApiServer::DeleteDeployment(const control::Principal& who, std::stri
 
 ApiResponse ApiServer::UpdateDeployment(const control::Principal& who, std::string_view name,
                                         std::string_view body) {
-  const Json patch = Json::parse(body, nullptr, false);
-  if (patch.is_discarded() || !patch.is_object()) {
-    return ErrorResponse(InvalidArgumentError(
-        "deployment update: must be a JSON object such as {\"autoscaling\": {...}}"));
+  const Result<Json> parsed = wire::ParseJson(body);
+  if (!parsed.ok() || !parsed->is_object()) {
+    return ErrorResponse(InvalidArgumentError(fmt::format(
+        "deployment update: must be a JSON object such as {{\"autoscaling\": {{...}}}}{}",
+        parsed.ok() ? "" : fmt::format(" ({})", parsed.status().message()))));
   }
+  const Json& patch = *parsed;
   for (const auto& [key, value] : patch.items()) {
     if (key == "template") {
       return ErrorResponse(

@@ -191,6 +191,75 @@ TEST_F(ServerQueuesTest, HigherPriorityPreemptsLowerInTheSameQueueAfterTheMinimu
 
 // Issue 14: a member whose job another team's job preempted learned that job's name from the
 // reason, the events and `preempted_by`; a node's events named every team's jobs.
+// A container task on the node's network sees its interfaces and what listens on its loopback
+// (the agent's image mirror): members may ask for it only in a queue an admin opened to it.
+TEST_F(ServerQueuesTest, HostNetworkIsForAdminsAndQueuesThatAllowIt) {
+  Call("POST", "/v1/teams", R"({"name": "team-a"})", 201);
+  Result<std::string> alice =
+      server_->authenticator().CreateToken(control::Role::kMember, "team-a", "alice");
+  ASSERT_OK(alice);
+  const auto job = [](const std::string& name, const std::string& queue) {
+    return fmt::format(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {{name: {}, queue: {}}}
+spec:
+  tasks: [{{name: t, command: [sh], image: localhost/tiny:1, hostNetwork: true}}]
+)",
+                       name, queue);
+  };
+  const Json refused = Call("POST", "/v1/jobs", job("on-host", "default"), 403, nullptr, *alice);
+  EXPECT_THAT(refused["error"]["message"].get<std::string>(),
+              HasSubstr("hostNetwork: true: queue \"default\" does not allow"));
+  const Json deployment = Json::parse(R"({"name": "svc",
+    "template": {"apiVersion": "gpufleet.io/v1", "kind": "Job",
+      "spec": {"kind": "inference", "tasks": [{"name": "server", "command": ["serve"],
+        "image": "localhost/tiny:1", "hostNetwork": true}]}}})");
+  const Json refused_deployment =
+      Call("POST", "/v1/deployments", deployment.dump(), 403, nullptr, *alice);
+  EXPECT_THAT(refused_deployment["error"]["message"].get<std::string>(),
+              HasSubstr("hostNetwork: true: queue \"default\" does not allow"));
+  // Nothing was stored for either.
+  Call("GET", "/v1/jobs/team-a/on-host", "", 404);
+  Call("GET", "/v1/deployments/team-a/svc", "", 404);
+
+  Call("POST", "/v1/jobs", job("admins", "default"), 201);
+  Call("POST", "/v1/queues", R"({"name": "edge", "team": "team-a", "allow_host_network": true})",
+       201);
+  EXPECT_EQ(QueueRow("edge")["allow_host_network"], true);
+  Call("POST", "/v1/jobs", job("on-host", "edge"), 201, nullptr, *alice);
+  Call("PATCH", "/v1/queues/edge", R"({"allow_host_network": false})");
+  Call("POST", "/v1/jobs", job("again", "edge"), 403, nullptr, *alice);
+  EXPECT_THAT(PatchError("edge", R"({"allow_host_network": "yes"})", 400),
+              HasSubstr("allow_host_network: expected true or false, got \"yes\""));
+}
+
+// A member sees how its own team's queues and the shared ones fare, not another team's usage.
+TEST_F(ServerQueuesTest, AMemberSeesTheFiguresOfItsOwnAndTheSharedQueuesOnly) {
+  Call("POST", "/v1/teams", R"({"name": "team-a"})", 201);
+  Call("POST", "/v1/teams", R"({"name": "team-b"})", 201);
+  Call("POST", "/v1/queues", R"({"name": "qa", "team": "team-a"})", 201);
+  Call("POST", "/v1/queues", R"({"name": "qb", "team": "team-b"})", 201);
+  Result<std::string> alice =
+      server_->authenticator().CreateToken(control::Role::kMember, "team-a", "alice");
+  Result<std::string> bob =
+      server_->authenticator().CreateToken(control::Role::kMember, "team-b", "bob");
+  ASSERT_OK(alice);
+  ASSERT_OK(bob);
+  Call("POST", "/v1/jobs", NodeJob("b-job", "qb"), 201, nullptr, *bob);
+  Cycle();
+  EXPECT_TRUE(QueueRow("qb").contains("borrowed")) << "an admin sees every queue's figures";
+  EXPECT_TRUE(QueueRow("qb").contains("usage_gpu_hours"));
+  const Json seen_by_alice = Call("GET", "/v1/queues", "", 200, nullptr, *alice);
+  for (const Json& item : seen_by_alice["items"]) {
+    SCOPED_TRACE(item.dump());
+    const bool shown = item["name"] != "qb";
+    for (const char* figure : {"borrowed", "fair_share", "weight_share", "usage_gpu_hours"}) {
+      EXPECT_EQ(item.contains(figure), shown) << figure;
+    }
+  }
+  EXPECT_TRUE(Call("GET", "/v1/queues", "", 200, nullptr, *bob)["items"][2].contains("borrowed"));
+}
+
 TEST_F(ServerQueuesTest, AVictimOfAnotherTeamIsNotToldThePreemptorsName) {
   Call("POST", "/v1/teams", R"({"name": "team-a"})", 201);
   Call("POST", "/v1/teams", R"({"name": "team-b"})", 201);

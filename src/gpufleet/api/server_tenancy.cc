@@ -383,9 +383,10 @@ ApiResponse DeleteQueue(const control::Principal& who, const std::string& name,
 }
 
 // The queues with their jobs counted: pending, holding resources, and the GPUs they hold. A member
-// sees every queue (to know where it may submit) but counts only its own team's jobs. Queues
-// that unfinished jobs name but that are not stored (data from before queues were objects) are
-// listed too.
+// sees every queue (to know where it may submit) but counts only its own team's jobs, and sees the
+// scheduling loop's figures (borrowed, fair share, usage) of its team's and the shared queues.
+// Queues that unfinished jobs name but that are not stored (data from before queues were objects)
+// are listed too.
 ApiResponse ListQueues(const control::Principal& who, store::StateStore& store,
                        const std::map<std::string, policy::QueueStatus>& status) {
   const Result<std::vector<store::StoredObject>> queue_objects = store.List(control::kQueuesKind);
@@ -455,7 +456,11 @@ ApiResponse ListQueues(const control::Principal& who, store::StateStore& store,
     item["running"] = row.running;
     // The scheduling loop's figures for the whole subtree (every team's jobs): GPUs held beyond
     // the guarantee, and the fair-share ratio (below 1: served less than its weight's share).
-    if (const auto figures = status.find(name); figures != status.end()) {
+    // A member sees them for its team's queues and the shared ones only: another team's usage
+    // is that team's business.
+    const std::string team = wire::StrOr(item, "team");
+    const bool figures_visible = team.empty() || who.Sees(team);
+    if (const auto figures = status.find(name); figures_visible && figures != status.end()) {
       item["borrowed"] = static_cast<double>(figures->second.borrowed_milli) / kMilliPerUnit;
       item["weight_share"] = figures->second.weight_share;
       item["fair_share"] = figures->second.fair_share_ratio;
@@ -669,7 +674,8 @@ Status ApiServer::MigrateToTeamScopedNames() {
   return marked.code() == StatusCode::kAlreadyExists ? Status::Ok() : marked;
 }
 
-Status ApiServer::CheckSubmission(const control::Principal& who, std::string_view queue_name) {
+Status ApiServer::CheckSubmission(const control::Principal& who, std::string_view queue_name,
+                                  bool host_network) {
   if (!who.team.empty()) {
     GPUFLEET_RETURN_IF_ERROR(TeamMustExist(options_.store, "team (of the token)", who.team));
   }
@@ -686,6 +692,12 @@ Status ApiServer::CheckSubmission(const control::Principal& who, std::string_vie
     return Status(StatusCode::kPermissionDenied,
                   fmt::format("metadata.queue: queue \"{}\" belongs to team \"{}\", not to \"{}\"",
                               queue_name, queue.team, who.team));
+  }
+  if (host_network && !who.is_admin() && !queue.allow_host_network) {
+    return Status(StatusCode::kPermissionDenied,
+                  fmt::format("hostNetwork: true: queue \"{}\" does not allow tasks on the node's "
+                              "network (an admin may set allow_host_network on the queue)",
+                              queue_name));
   }
   return Status::Ok();
 }

@@ -670,6 +670,35 @@ TEST_F(ApiServerTest, ServiceRoutesAndMetrics) {
   EXPECT_EQ(Call("DELETE", "/v1/jobs/m", admin_).status, 404);
 }
 
+// Route labels come from the routes the server serves, never from the URL: requests to made-up
+// paths, authenticated or not, count as "unmatched" instead of adding a series each (20,000 such
+// requests took /metrics from 37 KB to 29 MB).
+TEST_F(ApiServerTest, MetricsRouteLabelsComeFromTheRoutesNotTheUrl) {
+  constexpr int kMadeUp = 200;
+  for (int i = 0; i < kMadeUp; ++i) {
+    EXPECT_EQ(Call("GET", fmt::format("/v1/made-up-{}", i), "").status, 401);
+    EXPECT_EQ(Call("POST", fmt::format("/v1/nodes/node-0000/made-up-{}", i), "").status, 401);
+    EXPECT_EQ(Call("GET", fmt::format("/v1/made-up-{}/x", i), alice_).status, 404);
+  }
+  CallJson("POST", "/v1/nodes/node-0000/cordon", admin_);
+  CallJson("GET", "/v1/queues/default/events", alice_);
+  EXPECT_EQ(Call("GET", "/v1/jobs/nothing/explain", alice_).status, 404);
+  const std::string metrics = Call("GET", "/metrics", admin_).body;
+  EXPECT_THAT(metrics, ::testing::Not(HasSubstr("made-up")));
+  for (const std::string& line :
+       {fmt::format("gpufleet_api_requests_total{{route=\"unmatched\",code=\"401\"}} {}",
+                    2 * kMadeUp),
+        fmt::format("gpufleet_api_requests_total{{route=\"unmatched\",code=\"404\"}} {}", kMadeUp),
+        std::string(
+            "gpufleet_api_requests_total{route=\"/v1/nodes/{name}/cordon\",code=\"200\"} 1"),
+        std::string(
+            "gpufleet_api_requests_total{route=\"/v1/queues/{name}/events\",code=\"200\"} 1"),
+        std::string(
+            "gpufleet_api_requests_total{route=\"/v1/jobs/{name}/explain\",code=\"404\"} 1")}) {
+    EXPECT_THAT(metrics, HasSubstr(line + "\n"));
+  }
+}
+
 // A node whose GPUs report another name of a catalog model (NVML's, say) counts under the
 // catalog's name, as queue quotas do: one series per model.
 TEST_F(ApiServerTest, FleetGaugesNameGpuModelsAsTheCatalogDoes) {

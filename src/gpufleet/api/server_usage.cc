@@ -175,8 +175,7 @@ std::optional<ApiResponse> ApiServer::RouteUsage(const control::Principal& who,
     return ErrorResponse(records.status());
   }
   for (const store::StoredObject& object : *records) {
-    Result<control::RunUsage> run =
-        control::RunUsageFromJson(Json::parse(object.data, nullptr, false));
+    Result<control::RunUsage> run = control::RunUsageFromJson(wire::ParseDocument(object.data));
     if (!run.ok()) {
       fmt::print(stderr, "gpufleet server: usage/{}: left out: {}\n", object.name,
                  run.status().ToString());

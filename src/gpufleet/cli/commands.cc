@@ -672,7 +672,7 @@ int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std:
       if (args.name.empty() || !args.role.empty()) {
         return PrintUsageError(
             "usage: create queue NAME [--team TEAM] [--guarantee MODEL=GPUS]... "
-            "[--limit MODEL=GPUS]... [--weight W] [--no-borrow]",
+            "[--limit MODEL=GPUS]... [--weight W] [--no-borrow] [--allow-host-network]",
             err);
       }
       body["name"] = args.name;
@@ -690,6 +690,9 @@ int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std:
       }
       if (args.no_borrow) {
         body["may_borrow"] = false;
+      }
+      if (args.allow_host_network) {
+        body["allow_host_network"] = true;
       }
       path = "/v1/queues";
       break;
@@ -745,11 +748,14 @@ int RunUpdate(ApiClient& client, const UpdateArgs& args, std::ostream& out, std:
     return PrintUsageError(
         "usage: update queue NAME [--guarantee MODEL=GPUS|MODEL-]... [--limit "
         "MODEL=GPUS|MODEL-]... "
-        "[--weight W] [--borrow|--no-borrow]",
+        "[--weight W] [--borrow|--no-borrow] [--allow-host-network|--no-host-network]",
         err);
   }
   if (args.borrow && args.no_borrow) {
     return PrintUsageError("--borrow and --no-borrow contradict each other", err);
+  }
+  if (args.allow_host_network && args.no_host_network) {
+    return PrintUsageError("--allow-host-network and --no-host-network contradict each other", err);
   }
   json body = json::object();
   for (const auto& [field, entries] :
@@ -764,9 +770,13 @@ int RunUpdate(ApiClient& client, const UpdateArgs& args, std::ostream& out, std:
   if (args.borrow || args.no_borrow) {
     body["may_borrow"] = args.borrow;
   }
+  if (args.allow_host_network || args.no_host_network) {
+    body["allow_host_network"] = args.allow_host_network;
+  }
   if (body.empty()) {
     return PrintUsageError(
-        "update queue needs at least one of --guarantee, --limit, --weight, --borrow, --no-borrow",
+        "update queue needs at least one of --guarantee, --limit, --weight, --borrow, --no-borrow, "
+        "--allow-host-network, --no-host-network",
         err);
   }
   Result<json> answer =

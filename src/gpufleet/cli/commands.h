@@ -78,14 +78,16 @@ struct CreateArgs {
   std::vector<std::string> limit;
   std::optional<double> weight;
   bool no_borrow = false;
+  bool allow_host_network = false;  // members' container tasks may use hostNetwork
 };
 int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std::ostream& err);
 
 // `update queue NAME [--guarantee MODEL=GPUS|MODEL-]... [--limit ...]... [--weight W]
-// [--borrow|--no-borrow]`: changes only what it names (a JSON merge patch, PATCH
-// /v1/queues/NAME); "MODEL-" removes that model's entry. Prints "queue/NAME updated". Admin only.
-// `update deployment NAME [--min N] [--max N] [--target PCT]`: changes only the autoscaling
-// options named (PATCH /v1/deployments/NAME); prints "deployment/NAME updated". Its team or admin.
+// [--borrow|--no-borrow] [--allow-host-network|--no-host-network]`: changes only what it names (a
+// JSON merge patch, PATCH /v1/queues/NAME); "MODEL-" removes that model's entry. Prints "queue/NAME
+// updated". Admin only. `update deployment NAME [--min N] [--max N] [--target PCT]`: changes only
+// the autoscaling options named (PATCH /v1/deployments/NAME); prints "deployment/NAME updated". Its
+// team or admin.
 struct UpdateArgs {
   std::string kind;  // queue or deployment
   std::string name;
@@ -94,6 +96,8 @@ struct UpdateArgs {
   std::optional<double> weight;
   bool borrow = false;
   bool no_borrow = false;
+  bool allow_host_network = false;
+  bool no_host_network = false;
   // Deployments: min_replicas, max_replicas and target_utilization_pct.
   std::optional<int> min_replicas;
   std::optional<int> max_replicas;

@@ -18,6 +18,8 @@
 #define CPPHTTPLIB_BROTLI_SUPPORT
 #include <httplib.h>
 
+#include "gpufleet/wire/json_fields.h"
+
 namespace gpufleet::cli {
 namespace {
 
@@ -200,17 +202,17 @@ class LeaderFollowingTransport final : public Transport {
         return response;
       }
       ++redirects;
+      // The token goes to the configured servers only: a redirect elsewhere (a compromised or
+      // misconfigured server, or a proxy in between) is not followed.
       const auto known = std::find_if(servers_.begin(), servers_.end(),
                                       [&](const Server& s) { return SameServer(s.address, base); });
-      if (known != servers_.end()) {
-        current_ = static_cast<size_t>(known - servers_.begin());
-        continue;
+      if (known == servers_.end()) {
+        return FailedPreconditionError(fmt::format(
+            "{} redirected {} {} to {}, which is not one of the configured servers ({}); list "
+            "every server of the cluster in --server (comma-separated) to follow its leader",
+            server_address(current_), method, path, base, configured()));
       }
-      if (const Status added = Add(base); !added.ok()) {
-        return Status(added.code(), fmt::format("following the redirect of {} {} to {}: {}", method,
-                                                path, response->location, added.message()));
-      }
-      current_ = servers_.size() - 1;
+      current_ = static_cast<size_t>(known - servers_.begin());
     }
   }
 
@@ -219,6 +221,15 @@ class LeaderFollowingTransport final : public Transport {
     std::string address;
     std::unique_ptr<HttpTransport> transport;
   };
+
+  const std::string& server_address(size_t index) const { return servers_[index].address; }
+  std::string configured() const {
+    std::string out;
+    for (const Server& server : servers_) {
+      out += (out.empty() ? "" : ",") + server.address;
+    }
+    return out;
+  }
 
   static bool SameServer(std::string_view a, std::string_view b) {
     const auto trim = [](std::string_view text) {
@@ -303,20 +314,20 @@ Result<nlohmann::json> ApiClient::Call(std::string_view method, std::string_view
   }
   GPUFLEET_ASSIGN_OR_RETURN(const HttpResponse response,
                             transport_->Send(method, path, body, content_type, token));
-  const nlohmann::json json = nlohmann::json::parse(response.body, nullptr, false);
+  const Result<nlohmann::json> parsed = wire::ParseJson(response.body);
   if (response.status >= 200 && response.status < 300) {
     if (response.body.empty()) {
       return nlohmann::json();
     }
-    if (json.is_discarded()) {
-      return InternalError(fmt::format("{} {} answered HTTP {} with a body that is not JSON",
-                                       method, path, response.status));
+    if (!parsed.ok()) {
+      return InternalError(fmt::format("{} {} answered HTTP {} with a body that is not JSON: {}",
+                                       method, path, response.status, parsed.status().message()));
     }
-    return json;
+    return parsed;
   }
   last_error_from_server_ = true;
-  if (!json.is_discarded() && json.is_object() && json.contains("error") &&
-      json["error"].is_object()) {
+  const nlohmann::json json = parsed.ok() ? *parsed : nlohmann::json();
+  if (json.is_object() && json.contains("error") && json["error"].is_object()) {
     const nlohmann::json& error = json["error"];
     const auto text_of = [&error](const char* key) {
       const auto it = error.find(key);

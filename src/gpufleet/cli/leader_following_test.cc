@@ -70,12 +70,36 @@ TEST(LeaderFollowingTransport, FollowsAFollowersRedirectAndStaysWithTheLeader) {
     out.set_content(R"({"error": {"code": "UNAVAILABLE", "message": "a follower"}})",
                     "application/json");
   });
-  ApiClient client(follower.address(), "secret");
+  ApiClient client(follower.address() + "," + leader.address(), "secret");
   EXPECT_OK(client.Post("/v1/jobs?x=1", "spec", "application/yaml"));
   EXPECT_EQ(leader_saw, "spec Bearer secret 1");
   // The next call goes to the leader directly.
   EXPECT_OK(client.Post("/v1/jobs", "spec", "application/yaml"));
   EXPECT_EQ(follower_posts, 1);
+}
+
+// The token goes only to the servers the client was given: a redirect anywhere else is an error
+// that names both, and the other host never sees a request.
+TEST(LeaderFollowingTransport, DoesNotFollowARedirectToAServerNotConfigured) {
+  LoopbackServer elsewhere;
+  LoopbackServer server;
+  int elsewhere_requests = 0;
+  elsewhere.server().Post("/v1/jobs", [&](const httplib::Request&, httplib::Response& out) {
+    ++elsewhere_requests;
+    out.status = 201;
+  });
+  server.server().Post("/v1/jobs", [&](const httplib::Request& request, httplib::Response& out) {
+    out.status = 307;
+    out.set_header("Location", elsewhere.address() + request.target);
+  });
+  ApiClient client(server.address(), "secret");
+  EXPECT_THAT(client.Post("/v1/jobs", "spec", "application/yaml"),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       ::testing::AllOf(
+                           ::testing::HasSubstr(server.address() + " redirected POST /v1/jobs to " +
+                                                elsewhere.address()),
+                           ::testing::HasSubstr("not one of the configured"))));
+  EXPECT_EQ(elsewhere_requests, 0);
 }
 
 TEST(LeaderFollowingTransport, SkipsAServerThatCannotBeReached) {

@@ -327,11 +327,13 @@ Result<StoredOutcome> OutcomeFromJson(const Json& json) {
 }
 
 Result<OutcomeReport> ParseOutcomeReport(std::string_view body) {
-  const Json json = Json::parse(body, nullptr, false);
-  if (json.is_discarded()) {
+  Result<Json> parsed = wire::ParseJson(body);
+  if (!parsed.ok()) {
     return InvalidArgumentError(
-        "body: not valid JSON (want {\"job\": ..., \"attempt\": ..., \"exit_reason\": ...})");
+        fmt::format("body: {} (want {{\"job\": ..., \"attempt\": ..., \"exit_reason\": ...}})",
+                    parsed.status().message()));
   }
+  const Json& json = *parsed;
   GPUFLEET_RETURN_IF_ERROR(
       OnlyFields(json, "", {"job", "attempt", "exit_reason", "xids", "health_events", "note"}));
   OutcomeReport report;

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "gpufleet/wire/job_spec.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::control {
 namespace {
@@ -20,11 +21,12 @@ constexpr size_t kMaxTokenNameChars = 63;
 
 // The body as a JSON object whose keys are all in `fields`.
 Result<Json> ReadObject(std::string_view body, std::initializer_list<std::string_view> fields) {
-  const Json j = Json::parse(body, nullptr, false);
-  if (j.is_discarded()) {
-    return InvalidArgumentError(
-        "body: not valid JSON (want an object such as {\"name\": \"nlp\"})");
+  Result<Json> parsed = wire::ParseJson(body);
+  if (!parsed.ok()) {
+    return InvalidArgumentError(fmt::format(
+        "body: {} (want an object such as {{\"name\": \"nlp\"}})", parsed.status().message()));
   }
+  const Json& j = *parsed;
   if (!j.is_object()) {
     return InvalidArgumentError(
         fmt::format("body: expected a JSON object, got {}", std::string(j.type_name())));
@@ -131,14 +133,14 @@ Result<std::optional<double>> ReadWeight(const Json& j) {
 }
 
 // The may_borrow field: nullopt when absent or null.
-Result<std::optional<bool>> ReadMayBorrow(const Json& j) {
-  const auto it = j.find("may_borrow");
+Result<std::optional<bool>> OptionalBool(const Json& j, std::string_view key) {
+  const auto it = j.find(key);
   if (it == j.end() || it->is_null()) {
     return std::optional<bool>();
   }
   if (!it->is_boolean()) {
     return InvalidArgumentError(
-        fmt::format("may_borrow: expected true or false, got {}",
+        fmt::format("{}: expected true or false, got {}", key,
                     it->dump(-1, ' ', false, Json::error_handler_t::replace)));
   }
   return std::optional<bool>(it->get<bool>());
@@ -193,8 +195,9 @@ Result<Team> ParseTeamRequest(std::string_view body) {
 }
 
 Result<Queue> ParseQueueRequest(std::string_view body, const GpuCatalog& catalog) {
-  GPUFLEET_ASSIGN_OR_RETURN(const Json j, ReadObject(body, {"name", "team", "guarantee", "limit",
-                                                            "weight", "may_borrow"}));
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const Json j, ReadObject(body, {"name", "team", "guarantee", "limit", "weight", "may_borrow",
+                                      "allow_host_network"}));
   Queue queue;
   GPUFLEET_ASSIGN_OR_RETURN(queue.name, RequiredString(j, "name"));
   GPUFLEET_RETURN_IF_ERROR(wire::ValidateQueueName("name", queue.name));
@@ -207,14 +210,18 @@ Result<Queue> ParseQueueRequest(std::string_view body, const GpuCatalog& catalog
   GPUFLEET_ASSIGN_OR_RETURN(queue.limit, ReadQuota(j, "limit", catalog));
   GPUFLEET_ASSIGN_OR_RETURN(const std::optional<double> weight, ReadWeight(j));
   queue.weight = weight.value_or(queue.weight);
-  GPUFLEET_ASSIGN_OR_RETURN(const std::optional<bool> may_borrow, ReadMayBorrow(j));
+  GPUFLEET_ASSIGN_OR_RETURN(const std::optional<bool> may_borrow, OptionalBool(j, "may_borrow"));
   queue.may_borrow = may_borrow.value_or(queue.may_borrow);
+  GPUFLEET_ASSIGN_OR_RETURN(const std::optional<bool> host_network,
+                            OptionalBool(j, "allow_host_network"));
+  queue.allow_host_network = host_network.value_or(queue.allow_host_network);
   return queue;
 }
 
 Result<QueuePatch> ParseQueuePatch(std::string_view body, const GpuCatalog& catalog) {
-  GPUFLEET_ASSIGN_OR_RETURN(
-      const Json j, ReadObject(body, {"guarantee", "limit", "weight", "may_borrow", "version"}));
+  GPUFLEET_ASSIGN_OR_RETURN(const Json j,
+                            ReadObject(body, {"guarantee", "limit", "weight", "may_borrow",
+                                              "allow_host_network", "version"}));
   QueuePatch patch;
   GPUFLEET_ASSIGN_OR_RETURN(patch.guarantee, ReadQuotaPatch(j, "guarantee", catalog));
   GPUFLEET_ASSIGN_OR_RETURN(patch.limit, ReadQuotaPatch(j, "limit", catalog));
@@ -225,8 +232,13 @@ Result<QueuePatch> ParseQueuePatch(std::string_view body, const GpuCatalog& cata
     patch.weight = weight.value_or(defaults.weight);
   }
   if (j.contains("may_borrow")) {
-    GPUFLEET_ASSIGN_OR_RETURN(const std::optional<bool> may_borrow, ReadMayBorrow(j));
+    GPUFLEET_ASSIGN_OR_RETURN(const std::optional<bool> may_borrow, OptionalBool(j, "may_borrow"));
     patch.may_borrow = may_borrow.value_or(defaults.may_borrow);
+  }
+  if (j.contains("allow_host_network")) {
+    GPUFLEET_ASSIGN_OR_RETURN(const std::optional<bool> host_network,
+                              OptionalBool(j, "allow_host_network"));
+    patch.allow_host_network = host_network.value_or(defaults.allow_host_network);
   }
   if (const auto it = j.find("version"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 1) {
@@ -259,6 +271,7 @@ Queue ApplyQueuePatch(Queue queue, const QueuePatch& patch) {
   merge(queue.limit, patch.limit);
   queue.weight = patch.weight.value_or(queue.weight);
   queue.may_borrow = patch.may_borrow.value_or(queue.may_borrow);
+  queue.allow_host_network = patch.allow_host_network.value_or(queue.allow_host_network);
   return queue;
 }
 
@@ -350,7 +363,8 @@ Json QueueToJson(const Queue& queue) {
           {"guarantee", QuotaToJson(queue.guarantee)},
           {"limit", QuotaToJson(queue.limit)},
           {"weight", queue.weight},
-          {"may_borrow", queue.may_borrow}};
+          {"may_borrow", queue.may_borrow},
+          {"allow_host_network", queue.allow_host_network}};
 }
 
 std::string TeamScopedKey(std::string_view team, std::string_view name) {
@@ -433,6 +447,7 @@ Queue QueueFromJson(const Json& document) {
   if (const auto it = document.find("may_borrow"); it != document.end() && it->is_boolean()) {
     queue.may_borrow = it->get<bool>();
   }
+  queue.allow_host_network = wire::BoolOr(document, "allow_host_network", false);
   return queue;
 }
 

@@ -49,6 +49,9 @@ struct Queue {
   policy::GpuMilliByModel limit;  // empty: unlimited
   double weight = 1.0;
   bool may_borrow = true;
+  // Whether members may submit container tasks with `hostNetwork: true` to it: such a task shares
+  // the node's network (its interfaces, services on loopback). Admins always may.
+  bool allow_host_network = false;
 };
 
 // The queue tree of `queues`: a parent that was not created is implied, with no quota and
@@ -71,6 +74,7 @@ struct QueuePatch {
   std::optional<QuotaPatch> limit;
   std::optional<double> weight;
   std::optional<bool> may_borrow;
+  std::optional<bool> allow_host_network;
   // The version the queue must be at (optimistic concurrency, as Kubernetes' resourceVersion);
   // nullopt: whatever it is.
   std::optional<int64_t> version;
@@ -93,8 +97,9 @@ struct TokenRequest {
 // {"name": "nlp"}
 Result<Team> ParseTeamRequest(std::string_view body);
 // {"name": "research/nlp", "team": "nlp", "guarantee": {"H100-80GB": 16}, "limit": {"*": 64},
-// "weight": 2, "may_borrow": true}; all but "name" are optional. Quota values are GPUs (up to three
-// decimals), keyed by a GPU model of `catalog` (aliases are stored by canonical name) or "*".
+// "weight": 2, "may_borrow": true, "allow_host_network": false}; all but "name" are optional. Quota
+// values are GPUs (up to three decimals), keyed by a GPU model of `catalog` (aliases are stored by
+// canonical name) or "*".
 Result<Queue> ParseQueueRequest(std::string_view body, const GpuCatalog& catalog);
 // {"guarantee": {"H100-80GB": 8, "A100-80GB": null}, "limit": null, "weight": 2, "may_borrow":
 // false, "version": 3}; every field is optional, values are validated as ParseQueueRequest does.

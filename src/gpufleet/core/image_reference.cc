@@ -9,6 +9,13 @@
 namespace gpufleet {
 namespace {
 
+// The transports of containers/image (podman, skopeo) besides a registry's: "docker-archive:x.tar"
+// is also a valid registry reference (the name "docker-archive", the tag "x.tar"), but podman
+// reads it as a transport and opens a file on the node.
+constexpr std::string_view kTransports[] = {
+    "docker", "docker-archive", "docker-daemon",      "oci", "oci-archive",
+    "dir",    "ostree",         "containers-storage", "sif", "tarball"};
+
 constexpr size_t kMaxNameLength = 255;
 constexpr size_t kMaxTagLength = 128;
 constexpr size_t kSha256HexLength = 64;
@@ -141,6 +148,15 @@ Status ValidateImageReference(std::string_view reference) {
     return InvalidArgumentError(
         fmt::format("an image reference of {} characters is too long (at most {})",
                     reference.size(), kMaxImageReferenceLength));
+  }
+  for (const std::string_view transport : kTransports) {
+    if (reference.size() > transport.size() && reference.starts_with(transport) &&
+        reference[transport.size()] == ':') {
+      return InvalidArgumentError(
+          fmt::format("\"{}:\" is a transport, not a registry (give a registry reference such as "
+                      "\"registry.example.com/team/image:tag\")",
+                      transport));
+    }
   }
   std::string_view rest = reference;
   if (const size_t at = rest.find('@'); at != std::string_view::npos) {

@@ -10,6 +10,10 @@ namespace gpufleet {
 namespace {
 
 TEST(ImageReference, AcceptsTheReferencesOfRealRegistries) {
+  // Names that start like a transport but are images of a registry.
+  for (const char* reference : {"docker-archive", "library/dir:1", "directory/x:1"}) {
+    EXPECT_TRUE(ValidateImageReference(reference).ok()) << reference;
+  }
   for (const std::string& reference : std::vector<std::string>{
            {"busybox", "library/busybox:1.36", "nvcr.io/nvidia/pytorch:24.05-py3",
             "localhost/tiny:1", "127.0.0.1:15000/tiny:1",
@@ -46,6 +50,15 @@ TEST(ImageReference, RefusesMalformedReferencesSayingWhy) {
            {"x y", "name component \"x y\""},
            {std::string(256, 'a'), "255"},
            {std::string(600, 'a'), "too long"},
+           // Transports podman reads files or local stores through, not registry references.
+           {"docker-archive:evil.tar", "\"docker-archive:\" is a transport"},
+           {"oci-archive:/tmp/x.tar", "\"oci-archive:\" is a transport"},
+           {"dir:x", "\"dir:\" is a transport"},
+           {"containers-storage:busybox", "\"containers-storage:\" is a transport"},
+           {"docker-daemon:busybox:latest", "\"docker-daemon:\" is a transport"},
+           {"docker://busybox", "\"docker:\" is a transport"},
+           {"oci:x", "\"oci:\" is a transport"},
+           {"tarball:x", "\"tarball:\" is a transport"},
        }) {
     SCOPED_TRACE(c.reference);
     const Status status = ValidateImageReference(c.reference);

@@ -1,7 +1,12 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/store/sqlite_store.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <sqlite3.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <utility>
 
@@ -164,8 +169,48 @@ int64_t SqliteStateStore::LatestSchemaVersion() {
   return std::end(kMigrations)[-1].version;
 }
 
+namespace {
+
+// The database holds every job's spec, secret environment variables included, and the token
+// hashes: only the server's user may read it. SQLite gives its WAL and shared-memory files the
+// database file's mode, so creating the file 0600 (and taking group and other access from a file
+// an older version made 0644) covers all three. ":memory:" and URIs are left to SQLite.
+Status MakeOwnerOnly(const std::string& path) {
+  if (path.empty() || path == ":memory:" || path.starts_with("file:")) {
+    return Status::Ok();
+  }
+  const int fd = open(path.c_str(), O_RDONLY | O_CREAT | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    char text[256];
+    return UnavailableError(fmt::format("{}: unable to open the database file: {}", path,
+                                        strerror_r(errno, text, sizeof(text))));
+  }
+  struct stat st = {};
+  const bool tightened =
+      fstat(fd, &st) == 0 && ((st.st_mode & 077) == 0 || fchmod(fd, st.st_mode & 0700) == 0);
+  const int error = errno;
+  close(fd);
+  if (!tightened) {
+    char text[256];
+    return UnavailableError(fmt::format("{}: cannot make the database owner-only (0600): {}", path,
+                                        strerror_r(error, text, sizeof(text))));
+  }
+  for (const char* suffix : {"-wal", "-shm"}) {
+    const std::string side = path + suffix;
+    if (chmod(side.c_str(), 0600) != 0 && errno != ENOENT) {
+      char text[256];
+      return UnavailableError(fmt::format("{}: cannot make it owner-only (0600): {}", side,
+                                          strerror_r(errno, text, sizeof(text))));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::string& path) {
   static_assert(std::size(kStatementSql) == kStatementCount);
+  GPUFLEET_RETURN_IF_ERROR(MakeOwnerOnly(path));
   sqlite3* db = nullptr;
   const int rc = sqlite3_open_v2(
       path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);

@@ -47,7 +47,8 @@ namespace gpufleet::store {
 class SqliteStateStore final : public StateStore {
  public:
   // Opens the database at `path`, creating the file if it does not exist (its directory must),
-  // and brings its schema up to date.
+  // and brings its schema up to date. The file (and its WAL) is made owner-only, 0600: it holds
+  // secrets.
   static Result<std::unique_ptr<SqliteStateStore>> Open(const std::string& path);
 
   // The schema version this code writes (the version of its last migration).

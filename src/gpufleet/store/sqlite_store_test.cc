@@ -5,6 +5,7 @@
 
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -119,6 +120,34 @@ TEST_F(SqliteStateStoreTest, UsesWriteAheadLogging) {
   EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(statement, 0)), "wal");
   sqlite3_finalize(statement);
   sqlite3_close(db);
+}
+
+// The database holds secrets (jobs' environment, token hashes): the server's user alone may read
+// it, its write-ahead log included, whatever the umask; a file an older version made 0644 is
+// tightened on open.
+TEST_F(SqliteStateStoreTest, TheDatabaseAndItsLogAreOwnerOnly) {
+  const auto mode_of = [](const std::string& path) {
+    return std::filesystem::status(path).permissions() & std::filesystem::perms::all;
+  };
+  const mode_t old_umask = umask(0);
+  {
+    std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK(store->Commit(WriteBatch().Create("jobs", "j", R"({"env": {"KEY": "secret"}})")));
+    for (const std::string& path : {path_, path_ + "-wal", path_ + "-shm"}) {
+      ASSERT_TRUE(std::filesystem::exists(path)) << path;
+      EXPECT_EQ(mode_of(path),
+                std::filesystem::perms::owner_read | std::filesystem::perms::owner_write)
+          << path;
+    }
+  }
+  std::filesystem::permissions(
+      path_, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write |
+                 std::filesystem::perms::group_read | std::filesystem::perms::others_read);
+  ASSERT_NE(OpenOrDie(), nullptr);
+  umask(old_umask);
+  EXPECT_EQ(mode_of(path_),
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
 }
 
 TEST_F(SqliteStateStoreTest, MigrationsAreAppliedOnce) {

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/wire/json_fields.h"
 #include "gpufleet/wire/node_json.h"
 
 namespace gpufleet::wire {
@@ -151,11 +152,11 @@ class ObjectReader {
 };
 
 Result<Json> ParseBody(std::string_view text) {
-  Json j = Json::parse(text, nullptr, false);
-  if (j.is_discarded()) {
-    return InvalidArgumentError("body: not valid JSON");
+  Result<Json> parsed = ParseJson(text);
+  if (!parsed.ok()) {
+    return FieldError("body", parsed.status().message());
   }
-  return j;
+  return parsed;
 }
 
 template <typename Enum, size_t N>

@@ -11,6 +11,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "gpufleet/wire/job_spec.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::wire {
 namespace {
@@ -104,11 +105,11 @@ Status YamlToJson(const YAML::Node& node, int depth, int64_t& values, Json& out)
 Result<Json> ParseDocumentText(std::string_view text) {
   const size_t first = text.find_first_not_of(" \t\r\n");
   if (first != std::string_view::npos && text[first] == '{') {
-    Json j = Json::parse(text, nullptr, false);
-    if (j.is_discarded()) {
-      return InvalidArgumentError("deployment: invalid JSON");
+    Result<Json> parsed = ParseJson(text, {.max_depth = kMaxYamlDepth});
+    if (!parsed.ok()) {
+      return InvalidArgumentError(fmt::format("deployment: {}", parsed.status().message()));
     }
-    return j;
+    return parsed;
   }
   try {
     const YAML::Node root = YAML::Load(std::string(text));
@@ -229,9 +230,10 @@ Status InTemplate(const Status& status) {
                                                  : fmt::format("template: {}", message));
 }
 
-// Checks the template as replica 0 and returns it with its queue set.
+// Checks the template as replica 0 and returns it with its queue set; `host_network` tells
+// whether its task shares the node's network.
 Result<Json> CheckTemplate(Json job_template, const std::string& name, std::string& queue,
-                           const GpuCatalog& catalog) {
+                           bool& host_network, const GpuCatalog& catalog) {
   if (!job_template.is_object()) {
     return InvalidArgumentError(
         fmt::format("template: {} (must be a job spec object)", job_template.dump()));
@@ -280,6 +282,7 @@ Result<Json> CheckTemplate(Json job_template, const std::string& name, std::stri
     return InvalidArgumentError(fmt::format(
         "template.metadata.labels.{}: set by the deployment; leave it out", kDeploymentLabel));
   }
+  host_network = job->groups.front().host_network;
   return job_template;
 }
 
@@ -311,8 +314,8 @@ Result<DeploymentSpec> FromJson(const Json& j, const GpuCatalog& catalog) {
   if (job_template == j.end()) {
     return InvalidArgumentError("template: required (a job spec of kind inference)");
   }
-  GPUFLEET_ASSIGN_OR_RETURN(spec.job_template,
-                            CheckTemplate(*job_template, spec.name, spec.queue, catalog));
+  GPUFLEET_ASSIGN_OR_RETURN(spec.job_template, CheckTemplate(*job_template, spec.name, spec.queue,
+                                                             spec.host_network, catalog));
   if (const auto autoscaling = j.find("autoscaling"); autoscaling != j.end()) {
     GPUFLEET_ASSIGN_OR_RETURN(spec.autoscaling, ParseAutoscaling(*autoscaling));
   }

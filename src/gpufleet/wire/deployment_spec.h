@@ -37,6 +37,7 @@ struct DeploymentSpec {
   std::string queue;  // the template's metadata.queue when not given; "default" when neither
   // The template as given plus metadata.queue, for ReplicaJobSpec.
   nlohmann::json job_template;
+  bool host_network = false;  // the template's task shares the node's network
   policy::AutoscalerOptions autoscaling;
 };
 
@@ -46,9 +47,9 @@ struct DeploymentSpec {
 // behind "template."), a template with metadata.name, a kind other than inference, more or
 // fewer than one task group, a queue given in both places and differing, and autoscaling options
 // out of range ("autoscaling.max_replicas: 1 (must be >= min_replicas 2)"). Malformed text is
-// "deployment: invalid JSON" or "deployment: invalid YAML (line L, column C): <what>"; YAML with
-// duplicate keys ("name: duplicate key (line 2, column 1)"), nesting deeper than 32 levels or
-// over 100,000 values after expanding aliases is refused too.
+// "deployment: not valid JSON: <where and what>" or "deployment: invalid YAML (line L, column C):
+// <what>"; YAML with duplicate keys ("name: duplicate key (line 2, column 1)"), nesting deeper than
+// 32 levels or over 100,000 values after expanding aliases is refused too.
 Result<DeploymentSpec> ParseDeploymentSpec(std::string_view text, const GpuCatalog& catalog);
 
 // The stored form: {"name", "queue", "template", "autoscaling": {..._pct, ..._seconds}};

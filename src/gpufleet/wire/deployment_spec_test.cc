@@ -153,7 +153,7 @@ TEST_F(DeploymentSpecTest, BadSpecsNameTheFieldAndValue) {
   }
   const Result<DeploymentSpec> not_json = ParseDeploymentSpec(R"({"name": "chat",)", catalog_);
   ASSERT_FALSE(not_json.ok());
-  EXPECT_THAT(not_json.status().message(), HasSubstr("deployment: invalid JSON"));
+  EXPECT_THAT(not_json.status().message(), HasSubstr("deployment: not valid JSON"));
 }
 
 TEST_F(DeploymentSpecTest, YamlGivesTheSameSpecAsJson) {
