@@ -140,8 +140,8 @@ class NodeAgentTest : public ::testing::Test {
         SimulatedProbe::Create(clock_, catalog_, {.model = "H100-80GB", .gpu_count = 8});
     ASSERT_OK(probe);
     probe_ = std::move(probe).value();
-    Result<std::unique_ptr<TelemetrySampler>> sampler =
-        TelemetrySampler::Create({.probe = *probe_, .clock = clock_, .hostname = "node-a"});
+    Result<std::unique_ptr<TelemetrySampler>> sampler = TelemetrySampler::Create(
+        {.probe = *probe_, .clock = clock_, .hostname = "node-a", .job_labels = true});
     ASSERT_OK(sampler);
     sampler_ = std::move(sampler).value();
     ASSERT_OK(sampler_->SampleOnce());
@@ -316,7 +316,8 @@ TEST_F(NodeAgentTest, RunsATaskToSuccessWithItsGpus) {
 }
 
 // As dcgm-exporter's hpc_job and pod labels: a GPU's series name the job on it, from the
-// server's assignment to the agent, and lose the labels once the job has gone.
+// server's assignment to the agent, and lose the labels once the job has gone (the sampler is
+// made with job_labels; telemetry_test checks that they are off by default).
 TEST_F(NodeAgentTest, TheGpuSeriesNameTheJobTeamAndQueueOnThem) {
   ASSERT_OK(agent_->Register());
   Submit(JobYaml("train", 2, 60000));
