@@ -109,6 +109,9 @@ class RecordingRunner final : public runner::TaskRunner {
   Status RenewLease(Duration fence_in, Duration grace) override {
     return inner_.RenewLease(fence_in, grace);
   }
+  std::string ContainerRuntime() const override {
+    return container_runtime.value_or(inner_.ContainerRuntime());
+  }
   Result<std::vector<CachedImage>> ListImages() override {
     ++image_lists;
     return images ? Result<std::vector<CachedImage>>(*images) : inner_.ListImages();
@@ -117,6 +120,7 @@ class RecordingRunner final : public runner::TaskRunner {
   std::vector<runner::TaskLaunch> launches;
   std::optional<std::vector<CachedImage>> images;  // what ListImages answers; none: the inner's
   int image_lists = 0;
+  std::optional<std::string> container_runtime;  // what ContainerRuntime answers; none: the inner's
 
  private:
   runner::TaskRunner& inner_;
@@ -250,6 +254,18 @@ TEST_F(NodeAgentTest, RegistersTheProbeInventory) {
   EXPECT_EQ(node["labels"][std::string(kCudaVersionLabel)], "12.4");
   EXPECT_EQ(node["topology"]["leaf"], "leaf-0");
   EXPECT_EQ(agent_->gpu_index_by_uuid().size(), 8u);
+}
+
+// Issue 33: the node says whether its agent runs containers, so that the server places container
+// tasks only there.
+TEST_F(NodeAgentTest, RegistersWhetherItsRunnerRunsContainers) {
+  ASSERT_OK(agent_->Register());
+  EXPECT_EQ(Node("node-a")["labels"][std::string(kContainerRuntimeLabel)], "simulated");
+  RecordingRunner process_only(*runner_);
+  process_only.container_runtime = "";  // as the process runner
+  agent_ = MakeAgent(process_only, agent_->node_token());
+  ASSERT_OK(agent_->Register());
+  EXPECT_EQ(Node("node-a")["labels"].count(std::string(kContainerRuntimeLabel)), 0u);
 }
 
 TEST_F(NodeAgentTest, RecordsTheProvenanceOfEachRunItStartsWithEnvNamesButNoValues) {
