@@ -93,6 +93,14 @@ class ImageMirrorIntegrationTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
+  // A mirror of a registry that is not there, on the fixture's cache.
+  ImageMirrorOptions Options() const {
+    ImageMirrorOptions options;
+    options.registries = {"127.0.0.1:1"};
+    options.insecure_registries = {"127.0.0.1:1"};
+    options.cache_dir = dir_;
+    return options;
+  }
   std::string dir_;
 };
 
@@ -102,10 +110,7 @@ TEST_F(ImageMirrorIntegrationTest, KeepsTheBlobsOfBeforeARestartWithinItsCache) 
     std::ofstream(dir_ + "/sha256/" + Hex(i)) << std::string(100, 'x');
   }
   std::ofstream(dir_ + "/sha256/not-a-digest") << "ignored";
-  ImageMirrorOptions options;
-  options.registries = {"127.0.0.1:1"};
-  options.insecure_registries = {"127.0.0.1:1"};
-  options.cache_dir = dir_;
+  ImageMirrorOptions options = Options();
   options.cache_bytes = 250;
   Result<std::unique_ptr<ImageMirror>> mirror = ImageMirror::Start(options);
   ASSERT_OK(mirror);
@@ -152,10 +157,7 @@ TEST_F(ImageMirrorIntegrationTest, SlowClientsDoNotStallTheMirrorAndAreCutOff) {
   std::filesystem::create_directories(dir_ + "/sha256");
   const std::string kept = Hex(1);
   std::ofstream(dir_ + "/sha256/" + kept) << std::string(3000, 'k');
-  ImageMirrorOptions options;
-  options.registries = {"127.0.0.1:1"};
-  options.insecure_registries = {"127.0.0.1:1"};
-  options.cache_dir = dir_;
+  ImageMirrorOptions options = Options();
   options.handler_threads = 2;
   Result<std::unique_ptr<ImageMirror>> mirror = ImageMirror::Start(options);
   ASSERT_OK(mirror);
@@ -202,10 +204,7 @@ TEST_F(ImageMirrorIntegrationTest, SlowClientsDoNotStallTheMirrorAndAreCutOff) {
 // A connection over the mirror's cap is answered 503 at once and closed, in the distribution
 // API's error format, rather than queued: podman, refused by a mirror, pulls from the registry.
 TEST_F(ImageMirrorIntegrationTest, AConnectionOverTheCapIsRefusedAtOnce) {
-  ImageMirrorOptions options;
-  options.registries = {"127.0.0.1:1"};
-  options.insecure_registries = {"127.0.0.1:1"};
-  options.cache_dir = dir_;
+  ImageMirrorOptions options = Options();
   options.max_connections = 4;
   Result<std::unique_ptr<ImageMirror>> mirror = ImageMirror::Start(options);
   ASSERT_OK(mirror);
