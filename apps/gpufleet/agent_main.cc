@@ -60,6 +60,7 @@ struct AgentFlags {
   int64_t image_mirror_cache_gib = 64;
   std::string state_dir = "gpufleet-agent";
   std::string metrics_listen = "0.0.0.0:9400";
+  bool metrics_job_labels = false;
   int64_t sample_interval_ms = 1000;
   int gpus_per_nvlink_domain = 0;
   int64_t stop_grace_s = 30;
@@ -379,7 +380,8 @@ int RunAgent(const AgentFlags& flags) {
       {.probe = *probe,
        .clock = clock,
        .interval = std::chrono::milliseconds(flags.sample_interval_ms),
-       .hostname = options.node_name});
+       .hostname = options.node_name,
+       .job_labels = flags.metrics_job_labels});
   if (!sampler.ok()) {
     return FailAgent(sampler.status());
   }
@@ -508,6 +510,9 @@ Action AddAgentCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--metrics-listen", flags->metrics_listen, "HOST:PORT of /metrics")
       ->capture_default_str();
+  cmd->add_flag("--metrics-job-labels", flags->metrics_job_labels,
+                "label GPU series with the job, task, team and queue on them (/metrics has no "
+                "authentication: whoever reaches it sees every team's job names)");
   cmd->add_option("--sample-interval-ms", flags->sample_interval_ms, "GPU sampling interval")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10}, int64_t{3600000}));

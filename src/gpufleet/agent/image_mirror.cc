@@ -15,7 +15,6 @@
 #include <mutex>
 #include <optional>
 #include <set>
-#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -23,6 +22,7 @@
 
 #include "gpufleet/agent/internal/http.h"
 #include "gpufleet/core/image_reference.h"
+#include "gpufleet/http/server.h"
 
 namespace gpufleet::agent {
 namespace {
@@ -69,8 +69,8 @@ uint64_t Fnv1a(std::string_view text) {
   return hash;
 }
 
-void SetError(httplib::Response& res, int status, std::string_view code, std::string_view message) {
-  res.status = status;
+// An answer in the distribution API's error format.
+http::Response Error(int status, std::string_view code, std::string_view message) {
   std::string escaped;
   for (const char c : message) {
     if (c == '"' || c == '\\') {
@@ -78,22 +78,17 @@ void SetError(httplib::Response& res, int status, std::string_view code, std::st
     }
     escaped += (static_cast<unsigned char>(c) < 0x20) ? ' ' : c;
   }
-  res.set_content(fmt::format(R"({{"errors":[{{"code":"{}","message":"{}"}}]}})", code, escaped),
-                  "application/json");
+  return http::Response{
+      .status = status,
+      .content_type = "application/json",
+      .body = fmt::format(R"({{"errors":[{{"code":"{}","message":"{}"}}]}})", code, escaped)};
 }
 
-// An open blob file, closed when the last reader is done with it.
-struct OpenFile {
-  explicit OpenFile(int descriptor) : fd(descriptor) {}
-  ~OpenFile() {
-    if (fd >= 0) {
-      close(fd);
-    }
-  }
-  OpenFile(const OpenFile&) = delete;
-  OpenFile& operator=(const OpenFile&) = delete;
-  int fd;
-};
+// The server's own refusals (a connection over the cap, a header past its deadline, a malformed
+// request), in the same format: podman names the mirror's reason when it falls back.
+http::Response ServerError(int status, const std::string& message) {
+  return Error(status, status == 503 ? "UNAVAILABLE" : "UNSUPPORTED", message);
+}
 
 }  // namespace
 
@@ -113,13 +108,14 @@ struct ImageMirror::Impl {
   };
 
   ImageMirrorOptions options;
+  // Set once the server listens (self may name its port), before Start returns; guarded by mu
+  // until then, since a request may come first.
   std::string self;
   std::vector<std::string> candidates;         // peers and self, sorted, without duplicates
   std::map<std::string, Registry> registries;  // by RegistryKey
   std::string blob_dir;
   std::string tmp_dir;
-  httplib::Server server;
-  std::thread listener;
+  std::unique_ptr<http::Server> server;
   int port = 0;
 
   mutable std::mutex mu;
@@ -133,7 +129,7 @@ struct ImageMirror::Impl {
   std::string BlobPath(const std::string& hex) const { return blob_dir + "/" + hex; }
 
   // Opens the cached blob and marks it used; nullptr when it is not cached. REQUIRES: mu held.
-  std::shared_ptr<OpenFile> OpenCached(const std::string& hex, int64_t* size) {
+  std::shared_ptr<const http::OpenFile> OpenCached(const std::string& hex) {
     const auto it = entries.find(hex);
     if (it == entries.end()) {
       return nullptr;
@@ -145,8 +141,7 @@ struct ImageMirror::Impl {
       return nullptr;
     }
     it->second.last_use = ++use_clock;
-    *size = it->second.size;
-    return std::make_shared<OpenFile>(fd);
+    return std::make_shared<http::OpenFile>(fd, it->second.size);
   }
 
   // Removes the least recently used blobs until the cache fits. REQUIRES: mu held.
@@ -179,7 +174,7 @@ struct ImageMirror::Impl {
       return Status(StatusCode::kUnavailable,
                     fmt::format("cannot create {}: {}", tmp, std::strerror(errno)));
     }
-    OpenFile file(fd);
+    const http::OpenFile file(fd, 0);  // closes it
     httplib::Client client(base_url);
     client.set_connection_timeout(to_peer ? options.peer_connect_timeout
                                           : std::chrono::milliseconds(10'000));
@@ -274,8 +269,14 @@ struct ImageMirror::Impl {
                const std::string& hex, bool use_peers) {
     const std::string digest = "sha256:" + hex;
     if (use_peers) {
-      const std::string chooser = ChooseFetcher(candidates, hex);
-      if (chooser != self) {
+      std::string chooser;
+      bool chose_self = false;
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        chooser = ChooseFetcher(candidates, hex);
+        chose_self = chooser == self;
+      }
+      if (!chose_self) {
         const Status from_peer =
             FetchInto("http://" + chooser, fmt::format("/v2/{}/{}/blobs/{}", key, name, digest),
                       /*to_peer=*/true, hex, &stats.peer_bytes);
@@ -290,20 +291,18 @@ struct ImageMirror::Impl {
                      /*to_peer=*/false, hex, &stats.registry_bytes);
   }
 
-  // The blob, cached first if it is not: an open file and its size.
-  Result<std::pair<std::shared_ptr<OpenFile>, int64_t>> Blob(const Registry& registry,
-                                                             const std::string& key,
-                                                             const std::string& name,
-                                                             const std::string& hex,
-                                                             bool use_peers) {
+  // The blob, cached first if it is not: an open file of its size.
+  Result<std::shared_ptr<const http::OpenFile>> Blob(const Registry& registry,
+                                                     const std::string& key,
+                                                     const std::string& name,
+                                                     const std::string& hex, bool use_peers) {
     std::shared_ptr<Flight> flight;
     bool leader = false;
     {
       std::unique_lock<std::mutex> lock(mu);
-      int64_t size = 0;
-      if (std::shared_ptr<OpenFile> file = OpenCached(hex, &size)) {
+      if (std::shared_ptr<const http::OpenFile> file = OpenCached(hex)) {
         ++stats.cache_hits;
-        return std::make_pair(std::move(file), size);
+        return file;
       }
       auto [it, inserted] = flights.emplace(hex, nullptr);
       if (inserted) {
@@ -325,68 +324,55 @@ struct ImageMirror::Impl {
     if (!flight->status.ok()) {
       return flight->status;
     }
-    int64_t size = 0;
-    if (std::shared_ptr<OpenFile> file = OpenCached(hex, &size)) {
-      return std::make_pair(std::move(file), size);
+    if (std::shared_ptr<const http::OpenFile> file = OpenCached(hex)) {
+      return file;
     }
     return Status(StatusCode::kUnavailable, "the blob was evicted as soon as it was fetched");
   }
 
-  void HandleBlob(const httplib::Request& req, httplib::Response& res, const Registry& registry,
-                  const std::string& key, const std::string& name, const std::string& digest) {
+  http::Response HandleBlob(const http::Request& req, const Registry& registry,
+                            const std::string& key, const std::string& name,
+                            const std::string& digest) {
     if (digest.rfind("sha256:", 0) != 0 || !ValidateImageDigest(digest).ok()) {
-      return SetError(res, 400, "DIGEST_INVALID", "only sha256 digests are served");
+      return Error(400, "DIGEST_INVALID", "only sha256 digests are served");
     }
     const std::string hex = digest.substr(7);
-    const bool from_peer = req.has_header(kPeerHeader);
+    const bool from_peer = !req.header(kPeerHeader).empty();
     auto blob = Blob(registry, key, name, hex, /*use_peers=*/!from_peer);
     if (!blob.ok()) {
       if (!from_peer) {
         // podman takes every blob from the place that gave it the manifest: sent to the
         // registry, it gets the blob (or the registry's own error) there, and checks its digest.
-        res.set_redirect(fmt::format("{}/v2/{}/blobs/{}", registry.base_url, name, digest), 307);
-        return;
+        return http::Response{
+            .status = 307,
+            .location = fmt::format("{}/v2/{}/blobs/{}", registry.base_url, name, digest)};
       }
       const int status = blob.status().code() == StatusCode::kNotFound ? 404 : 502;
-      return SetError(res, status, "BLOB_UNKNOWN", blob.status().message());
+      return Error(status, "BLOB_UNKNOWN", blob.status().message());
     }
     {
       std::lock_guard<std::mutex> lock(mu);
       ++stats.blob_requests;
     }
-    auto [file, size] = std::move(blob).value();
-    res.set_header("Docker-Content-Digest", digest);
-    res.set_content_provider(static_cast<size_t>(size), "application/octet-stream",
-                             [file = file](size_t offset, size_t length, httplib::DataSink& sink) {
-                               char buffer[64 * 1024];
-                               const ssize_t n =
-                                   pread(file->fd, buffer, std::min(length, sizeof(buffer)),
-                                         static_cast<off_t>(offset));
-                               if (n <= 0) {
-                                 return false;
-                               }
-                               sink.write(buffer, static_cast<size_t>(n));
-                               return true;
-                             });
+    return http::Response{.content_type = "application/octet-stream",
+                          .headers = {{"Docker-Content-Digest", digest}},
+                          .file = std::move(blob).value()};
   }
 
-  void HandleManifest(const httplib::Request& req, httplib::Response& res, const Registry& registry,
-                      const std::string& name, const std::string& reference) {
-    if (req.has_header(kPeerHeader)) {
-      return SetError(res, 404, "MANIFEST_UNKNOWN", "peers fetch manifests from the registry");
+  http::Response HandleManifest(const http::Request& req, const Registry& registry,
+                                const std::string& name, const std::string& reference) {
+    if (!req.header(kPeerHeader).empty()) {
+      return Error(404, "MANIFEST_UNKNOWN", "peers fetch manifests from the registry");
     }
     const bool by_digest = reference.find(':') != std::string::npos;
     if (by_digest
             ? (reference.rfind("sha256:", 0) != 0 || !ValidateImageDigest(reference).ok())
             : !ValidateImageReference(fmt::format("{}/{}:{}", registry.address, name, reference))
                    .ok()) {
-      return SetError(res, 400, "MANIFEST_INVALID", "not a tag or a sha256 digest");
+      return Error(400, "MANIFEST_INVALID", "not a tag or a sha256 digest");
     }
     httplib::Headers headers;
-    std::string accept;
-    for (auto [it, end] = req.headers.equal_range("Accept"); it != end; ++it) {
-      accept += (accept.empty() ? "" : ", ") + it->second;
-    }
+    const std::string accept = req.header("Accept");
     if (!accept.empty()) {
       headers.emplace("Accept", accept);
     }
@@ -414,16 +400,17 @@ struct ImageMirror::Impl {
           return true;
         });
     if (too_big) {
-      return SetError(res, 502, "MANIFEST_INVALID", "manifest over 4 MiB");
+      return Error(502, "MANIFEST_INVALID", "manifest over 4 MiB");
     }
     if (!result) {
-      return SetError(res, 502, "UNAVAILABLE",
-                      fmt::format("{}: {}", registry.base_url, httplib::to_string(result.error())));
+      return Error(502, "UNAVAILABLE",
+                   fmt::format("{}: {}", registry.base_url, httplib::to_string(result.error())));
     }
     if (status != 200) {
-      res.status = status;
-      res.set_content(body, content_type.empty() ? "application/json" : content_type);
-      return;
+      return http::Response{
+          .status = status,
+          .content_type = content_type.empty() ? "application/json" : content_type,
+          .body = std::move(body)};
     }
     Sha256 sha;
     sha.Update(body.data(), body.size());
@@ -431,21 +418,29 @@ struct ImageMirror::Impl {
     if (by_digest && digest != reference) {
       std::lock_guard<std::mutex> lock(mu);
       ++stats.digest_mismatches;
-      return SetError(res, 502, "MANIFEST_INVALID", "the registry's manifest has another digest");
+      return Error(502, "MANIFEST_INVALID", "the registry's manifest has another digest");
     }
-    res.set_header("Docker-Content-Digest", digest);
-    res.set_content(body, content_type);
+    return http::Response{.content_type = content_type,
+                          .body = std::move(body),
+                          .headers = {{"Docker-Content-Digest", digest}}};
   }
 
-  void Handle(const httplib::Request& req, httplib::Response& res) {
-    res.set_header("Docker-Distribution-API-Version", "registry/2.0");
+  http::Response Handle(const http::Request& req) {
+    http::Response res = Route(req);
+    res.headers.emplace_back("Docker-Distribution-API-Version", "registry/2.0");
+    return res;
+  }
+
+  http::Response Route(const http::Request& req) {
+    if (req.method != "GET" && req.method != "HEAD") {
+      return Error(405, "UNSUPPORTED", "the mirror answers GET and HEAD only");
+    }
     const std::string& path = req.path;
     if (path == "/v2/" || path == "/v2") {
-      res.set_content("{}", "application/json");
-      return;
+      return http::Response{.body = "{}"};
     }
     if (path.size() > kMaxPathBytes || path.rfind("/v2/", 0) != 0) {
-      return SetError(res, 404, "NAME_UNKNOWN", "no such route");
+      return Error(404, "NAME_UNKNOWN", "no such route");
     }
     // /v2/<key>/<name>/<kind>/<reference>
     const std::string rest = path.substr(4);
@@ -455,7 +450,7 @@ struct ImageMirror::Impl {
                                   ? std::string::npos
                                   : rest.rfind('/', ref_start - 1);
     if (key_end == std::string::npos || kind_start == std::string::npos || kind_start <= key_end) {
-      return SetError(res, 404, "NAME_UNKNOWN", "no such route");
+      return Error(404, "NAME_UNKNOWN", "no such route");
     }
     const std::string key = rest.substr(0, key_end);
     const std::string name = rest.substr(key_end + 1, kind_start - key_end - 1);
@@ -463,18 +458,18 @@ struct ImageMirror::Impl {
     const std::string reference = rest.substr(ref_start + 1);
     const auto registry = registries.find(key);
     if (registry == registries.end()) {
-      return SetError(res, 404, "NAME_UNKNOWN", "not a mirrored registry: " + key);
+      return Error(404, "NAME_UNKNOWN", "not a mirrored registry: " + key);
     }
     if (!ValidateImageReference(fmt::format("{}/{}", registry->second.address, name)).ok()) {
-      return SetError(res, 400, "NAME_INVALID", "invalid repository name");
+      return Error(400, "NAME_INVALID", "invalid repository name");
     }
     if (kind == "blobs") {
-      return HandleBlob(req, res, registry->second, key, name, reference);
+      return HandleBlob(req, registry->second, key, name, reference);
     }
     if (kind == "manifests") {
-      return HandleManifest(req, res, registry->second, name, reference);
+      return HandleManifest(req, registry->second, name, reference);
     }
-    SetError(res, 404, "NAME_UNKNOWN", "no such route");
+    return Error(404, "NAME_UNKNOWN", "no such route");
   }
 };
 
@@ -511,10 +506,19 @@ Result<std::unique_ptr<ImageMirror>> ImageMirror::Start(ImageMirrorOptions optio
     return Status(StatusCode::kInvalidArgument,
                   fmt::format("image mirror: cache_bytes {} is not positive", options.cache_bytes));
   }
-  if (options.max_connections <= 0) {
-    return Status(
-        StatusCode::kInvalidArgument,
-        fmt::format("image mirror: max_connections {} is not positive", options.max_connections));
+  for (const auto& [field, value] :
+       {std::pair<const char*, int>{"max_connections", options.max_connections},
+        {"max_connections_per_client", options.max_connections_per_client},
+        {"handler_threads", options.handler_threads}}) {
+    if (value <= 0) {
+      return Status(StatusCode::kInvalidArgument,
+                    fmt::format("image mirror: {} {} is not positive", field, value));
+    }
+  }
+  if (options.header_timeout <= std::chrono::milliseconds::zero()) {
+    return Status(StatusCode::kInvalidArgument,
+                  fmt::format("image mirror: header_timeout {} ms is not positive",
+                              options.header_timeout.count()));
   }
   auto impl = std::make_unique<Impl>();
   impl->options = options;
@@ -555,41 +559,45 @@ Result<std::unique_ptr<ImageMirror>> ImageMirror::Start(ImageMirrorOptions optio
   }
   impl->Evict();
 
-  impl->server.new_task_queue = [n = options.max_connections] {
-    return new httplib::ThreadPool(static_cast<size_t>(n));
-  };
-  impl->server.set_payload_max_length(1024);
-  impl->server.set_read_timeout(10, 0);
-  impl->server.set_write_timeout(60, 0);
-  impl->server.set_keep_alive_max_count(100);
-  impl->server.set_keep_alive_timeout(5);
+  http::ServerOptions server_options;
+  server_options.host = options.host;
+  server_options.port = options.port;
+  server_options.max_body_bytes = 1024;  // GET and HEAD only
+  server_options.header_timeout = options.header_timeout;
+  server_options.idle_timeout = options.header_timeout;
+  server_options.body_timeout = options.header_timeout;
+  server_options.write_timeout = std::chrono::seconds(60);
+  server_options.max_connections = options.max_connections;
+  server_options.max_connections_per_client = options.max_connections_per_client;
+  server_options.max_requests_per_connection = 100;
+  server_options.io_threads = 2;
+  server_options.agent_threads = 1;  // unused: every request is on the user lane
+  server_options.user_threads = options.handler_threads;
   Impl* raw = impl.get();
-  impl->server.Get(
-      ".*", [raw](const httplib::Request& req, httplib::Response& res) { raw->Handle(req, res); });
-  if (options.port == 0) {
-    impl->port = impl->server.bind_to_any_port(options.host);
-  } else if (impl->server.bind_to_port(options.host, options.port)) {
-    impl->port = options.port;
+  Result<std::unique_ptr<http::Server>> server = http::Server::Start(
+      std::move(server_options), [raw](const http::Request& req) { return raw->Handle(req); },
+      [](std::string_view, std::string_view) { return http::Lane::kUser; }, ServerError);
+  if (!server.ok()) {
+    return Status(server.status().code(),
+                  fmt::format("image mirror: {}", server.status().message()));
   }
-  if (impl->port <= 0) {
-    return Status(StatusCode::kUnavailable,
-                  fmt::format("image mirror: cannot listen on {}:{}", options.host, options.port));
+  impl->server = std::move(server).value();
+  impl->port = impl->server->port();
+  {
+    std::lock_guard<std::mutex> lock(impl->mu);
+    impl->self =
+        options.self.empty() ? fmt::format("{}:{}", options.host, impl->port) : options.self;
+    std::set<std::string> candidates(options.peers.begin(), options.peers.end());
+    candidates.insert(impl->self);
+    impl->candidates.assign(candidates.begin(), candidates.end());
   }
-  impl->self = options.self.empty() ? fmt::format("{}:{}", options.host, impl->port) : options.self;
-  std::set<std::string> candidates(options.peers.begin(), options.peers.end());
-  candidates.insert(impl->self);
-  impl->candidates.assign(candidates.begin(), candidates.end());
-  impl->listener = std::thread([raw] { raw->server.listen_after_bind(); });
   return std::unique_ptr<ImageMirror>(new ImageMirror(std::move(impl)));
 }
 
 ImageMirror::ImageMirror(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ImageMirror::~ImageMirror() {
-  impl_->server.stop();
-  if (impl_->listener.joinable()) {
-    impl_->listener.join();
-  }
+  impl_->server->Stop();
 }
 
 int ImageMirror::port() const {

@@ -37,8 +37,17 @@ struct ImageMirrorOptions {
   // The most bytes of blobs kept; the least recently served are removed first. A blob larger
   // than this is not mirrored (the mirror answers 404 and podman pulls it from the registry).
   int64_t cache_bytes = int64_t{64} << 30;
-  // Requests handled at once (HTTP worker threads): connections beyond it wait in the queue.
-  int max_connections = 32;
+  // Connections held at once, and from one address: one more is answered 503 and closed at
+  // once, never queued, and podman goes to the registry. Per address, so that no other host can
+  // take the node's own podman's place; a connection costs a socket, not a thread.
+  int max_connections = 512;
+  int max_connections_per_client = 128;
+  // Requests handled at once (worker threads: a blob fetch holds one until it is cached); the
+  // others wait for a worker.
+  int handler_threads = 32;
+  // A client must send each request's whole header within this of connecting (or of the
+  // previous answer), whether it sends nothing or one byte at a time: then it is cut off.
+  std::chrono::milliseconds header_timeout{10'000};
   // Connecting to a peer: a dead peer costs this much before the mirror goes to the registry.
   std::chrono::milliseconds peer_connect_timeout{1'000};
   // Reading from a peer or the registry: a peer that stops sending is given up after this.
@@ -81,8 +90,10 @@ struct ImageMirrorStats {
 //   and with an error instead of a redirect.
 // Anything else is 404 (or 405 for other methods). Only sha256 digests are served.
 //
-// Thread-safe. The HTTP server is cpp-httplib's, not gpufleet::http's: blobs are streamed from
-// files (gigabytes), which gpufleet::http's in-memory bodies cannot do.
+// Slow or idle clients cost a socket each, not a worker: the server is gpufleet::http's (header
+// deadline, connection caps; blobs streamed from their files a chunk at a time).
+//
+// Thread-safe.
 class ImageMirror {
  public:
   // Creates the cache (keeping the blobs a previous mirror left there, checked against their

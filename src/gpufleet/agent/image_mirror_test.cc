@@ -17,12 +17,15 @@
 
 #include "gpufleet/agent/internal/http.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/testing/raw_connection.h"
 
 namespace gpufleet::agent {
 namespace {
 
+using ::gpufleet::http_testing::RawConnection;
 using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 std::string Hex(int i) {
   return fmt::format("{:064x}", static_cast<uint64_t>(i) * 2654435761U);
@@ -71,6 +74,15 @@ TEST(ImageMirrorTest, BadOptionsAreRefusedNamingThem) {
   options.cache_dir = "";
   EXPECT_THAT(ImageMirror::Start(options).status(),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("cache_dir")));
+  options.cache_dir = dir;
+  options.max_connections_per_client = 0;
+  EXPECT_THAT(ImageMirror::Start(options).status(),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("max_connections_per_client 0")));
+  options.max_connections_per_client = 1;
+  options.header_timeout = std::chrono::milliseconds(-1);
+  EXPECT_THAT(ImageMirror::Start(options).status(),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("header_timeout -1 ms")));
+  std::filesystem::remove_all(dir);
 }
 
 // Listens on loopback: no registry behind it, so only what needs none.
@@ -81,6 +93,14 @@ class ImageMirrorIntegrationTest : public ::testing::Test {
     std::filesystem::remove_all(dir_);
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
+  // A mirror of a registry that is not there, on the fixture's cache.
+  ImageMirrorOptions Options() const {
+    ImageMirrorOptions options;
+    options.registries = {"127.0.0.1:1"};
+    options.insecure_registries = {"127.0.0.1:1"};
+    options.cache_dir = dir_;
+    return options;
+  }
   std::string dir_;
 };
 
@@ -90,10 +110,7 @@ TEST_F(ImageMirrorIntegrationTest, KeepsTheBlobsOfBeforeARestartWithinItsCache) 
     std::ofstream(dir_ + "/sha256/" + Hex(i)) << std::string(100, 'x');
   }
   std::ofstream(dir_ + "/sha256/not-a-digest") << "ignored";
-  ImageMirrorOptions options;
-  options.registries = {"127.0.0.1:1"};
-  options.insecure_registries = {"127.0.0.1:1"};
-  options.cache_dir = dir_;
+  ImageMirrorOptions options = Options();
   options.cache_bytes = 250;
   Result<std::unique_ptr<ImageMirror>> mirror = ImageMirror::Start(options);
   ASSERT_OK(mirror);
@@ -130,6 +147,79 @@ TEST_F(ImageMirrorIntegrationTest, KeepsTheBlobsOfBeforeARestartWithinItsCache) 
   EXPECT_EQ(client.Get(fmt::format("/v2/{}/x/blobs/sha256:{}", key, Hex(9)), {{kPeerHeader, "1"}})
                 ->status,
             502);
+}
+
+// Issue 33: 40 slow connections stalled the mirror (a pull took 97 s) because each held one of its
+// worker threads. Now they hold sockets: a real request is answered while they hang on (within
+// RawConnection's 5 s read timeout, the mirror's 10 s default deadline never passing), and the
+// server cuts them off at the header deadline.
+TEST_F(ImageMirrorIntegrationTest, SlowClientsDoNotStallTheMirrorAndAreCutOff) {
+  std::filesystem::create_directories(dir_ + "/sha256");
+  const std::string kept = Hex(1);
+  std::ofstream(dir_ + "/sha256/" + kept) << std::string(3000, 'k');
+  ImageMirrorOptions options = Options();
+  options.handler_threads = 2;
+  Result<std::unique_ptr<ImageMirror>> mirror = ImageMirror::Start(options);
+  ASSERT_OK(mirror);
+  const int port = (*mirror)->port();
+  const std::string key = ImageMirror::RegistryKey("127.0.0.1:1");
+
+  std::vector<std::unique_ptr<RawConnection>> slow;
+  for (int i = 0; i < 40; ++i) {
+    slow.push_back(std::make_unique<RawConnection>(port));
+    ASSERT_TRUE(slow.back()->connected());
+    ASSERT_TRUE(slow.back()->Send(
+        fmt::format("GET /v2/{}/x/blobs/sha256:{} HTTP/1.1\r\nHost: x\r\n", key, kept)));
+  }
+  RawConnection pull(port);
+  ASSERT_TRUE(pull.Send(fmt::format(
+      "GET /v2/{}/x/blobs/sha256:{} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", key, kept)));
+  const std::string answer = pull.ReadAll();
+  EXPECT_THAT(answer, StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(answer, HasSubstr("Docker-Content-Digest: sha256:" + kept));
+  EXPECT_THAT(answer, HasSubstr("\r\n\r\n" + std::string(3000, 'k')));
+
+  // A second mirror on the same cache with a short header deadline: the slow ones are closed by
+  // the server (a recv that returns 0), not left to the client's own timeout.
+  mirror->reset();
+  options.header_timeout = std::chrono::milliseconds(500);
+  mirror = ImageMirror::Start(options);
+  ASSERT_OK(mirror);
+  slow.clear();
+  for (int i = 0; i < 40; ++i) {
+    slow.push_back(std::make_unique<RawConnection>((*mirror)->port()));
+    ASSERT_TRUE(slow.back()->connected());
+    if (i % 2 == 0) {  // half trickle a header, half send nothing
+      ASSERT_TRUE(slow.back()->Send("GET /v2/ HTTP/1.1\r\n"));
+    }
+  }
+  for (size_t i = 0; i < slow.size(); i += 2) {
+    (void)slow[i]->Send("X-Slow: 1\r\n");
+  }
+  for (auto& connection : slow) {
+    EXPECT_TRUE(connection->Closed());
+  }
+}
+
+// A connection over the mirror's cap is answered 503 at once and closed, in the distribution
+// API's error format, rather than queued: podman, refused by a mirror, pulls from the registry.
+TEST_F(ImageMirrorIntegrationTest, AConnectionOverTheCapIsRefusedAtOnce) {
+  ImageMirrorOptions options = Options();
+  options.max_connections = 4;
+  Result<std::unique_ptr<ImageMirror>> mirror = ImageMirror::Start(options);
+  ASSERT_OK(mirror);
+  std::vector<std::unique_ptr<RawConnection>> idle;
+  for (int i = 0; i < 4; ++i) {
+    idle.push_back(std::make_unique<RawConnection>((*mirror)->port()));
+    ASSERT_TRUE(idle.back()->connected());
+  }
+  RawConnection fifth((*mirror)->port());
+  ASSERT_TRUE(fifth.Send("GET /v2/ HTTP/1.1\r\nHost: x\r\n\r\n"));
+  const std::string refused = fifth.ReadAll();
+  EXPECT_THAT(refused, StartsWith("HTTP/1.1 503"));
+  EXPECT_THAT(refused,
+              HasSubstr(R"({"errors":[{"code":"UNAVAILABLE","message":"the server holds)"));
+  EXPECT_THAT(refused, HasSubstr("Connection: close"));
 }
 
 }  // namespace

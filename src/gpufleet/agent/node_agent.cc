@@ -294,6 +294,12 @@ Status NodeAgent::Register() {
   if (probe_.CanApplyMigLayouts()) {
     node.labels[std::string(wire::kMigLayoutsLabel)] = "true";
   }
+  // The runner's word, whatever --label said.
+  if (const std::string runtime = runner_.ContainerRuntime(); !runtime.empty()) {
+    node.labels[std::string(kContainerRuntimeLabel)] = runtime;
+  } else {
+    node.labels.erase(std::string(kContainerRuntimeLabel));
+  }
   std::map<std::string, int> index_by_uuid;
   std::map<int, std::string> model_by_gpu;
   std::map<int, std::vector<MigDeviceInfo>> mig_devices;

@@ -109,6 +109,9 @@ class RecordingRunner final : public runner::TaskRunner {
   Status RenewLease(Duration fence_in, Duration grace) override {
     return inner_.RenewLease(fence_in, grace);
   }
+  std::string ContainerRuntime() const override {
+    return container_runtime.value_or(inner_.ContainerRuntime());
+  }
   Result<std::vector<CachedImage>> ListImages() override {
     ++image_lists;
     return images ? Result<std::vector<CachedImage>>(*images) : inner_.ListImages();
@@ -117,6 +120,7 @@ class RecordingRunner final : public runner::TaskRunner {
   std::vector<runner::TaskLaunch> launches;
   std::optional<std::vector<CachedImage>> images;  // what ListImages answers; none: the inner's
   int image_lists = 0;
+  std::optional<std::string> container_runtime;  // what ContainerRuntime answers; none: the inner's
 
  private:
   runner::TaskRunner& inner_;
@@ -140,8 +144,8 @@ class NodeAgentTest : public ::testing::Test {
         SimulatedProbe::Create(clock_, catalog_, {.model = "H100-80GB", .gpu_count = 8});
     ASSERT_OK(probe);
     probe_ = std::move(probe).value();
-    Result<std::unique_ptr<TelemetrySampler>> sampler =
-        TelemetrySampler::Create({.probe = *probe_, .clock = clock_, .hostname = "node-a"});
+    Result<std::unique_ptr<TelemetrySampler>> sampler = TelemetrySampler::Create(
+        {.probe = *probe_, .clock = clock_, .hostname = "node-a", .job_labels = true});
     ASSERT_OK(sampler);
     sampler_ = std::move(sampler).value();
     ASSERT_OK(sampler_->SampleOnce());
@@ -252,6 +256,18 @@ TEST_F(NodeAgentTest, RegistersTheProbeInventory) {
   EXPECT_EQ(agent_->gpu_index_by_uuid().size(), 8u);
 }
 
+// Issue 33: the node says whether its agent runs containers, so that the server places container
+// tasks only there.
+TEST_F(NodeAgentTest, RegistersWhetherItsRunnerRunsContainers) {
+  ASSERT_OK(agent_->Register());
+  EXPECT_EQ(Node("node-a")["labels"][std::string(kContainerRuntimeLabel)], "simulated");
+  RecordingRunner process_only(*runner_);
+  process_only.container_runtime = "";  // as the process runner
+  agent_ = MakeAgent(process_only, agent_->node_token());
+  ASSERT_OK(agent_->Register());
+  EXPECT_EQ(Node("node-a")["labels"].count(std::string(kContainerRuntimeLabel)), 0u);
+}
+
 TEST_F(NodeAgentTest, RecordsTheProvenanceOfEachRunItStartsWithEnvNamesButNoValues) {
   ASSERT_OK(agent_->Register());
   EXPECT_EQ(Node("node-a")["labels"][std::string(wire::kNvmlVersionLabel)], "12.550.54.15");
@@ -316,7 +332,8 @@ TEST_F(NodeAgentTest, RunsATaskToSuccessWithItsGpus) {
 }
 
 // As dcgm-exporter's hpc_job and pod labels: a GPU's series name the job on it, from the
-// server's assignment to the agent, and lose the labels once the job has gone.
+// server's assignment to the agent, and lose the labels once the job has gone (the sampler is
+// made with job_labels; telemetry_test checks that they are off by default).
 TEST_F(NodeAgentTest, TheGpuSeriesNameTheJobTeamAndQueueOnThem) {
   ASSERT_OK(agent_->Register());
   Submit(JobYaml("train", 2, 60000));

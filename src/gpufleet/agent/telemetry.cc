@@ -182,7 +182,9 @@ std::string TelemetrySampler::RenderMetrics() const {
   {
     std::lock_guard<std::mutex> lock(snapshot_mu_);
     sample_errors = sample_errors_;
-    tasks = gpu_tasks_;
+    if (options_.job_labels) {
+      tasks = gpu_tasks_;
+    }
   }
   std::vector<GpuReading> readings;
   readings.reserve(snapshot->gpus.size());

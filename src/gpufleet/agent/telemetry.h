@@ -56,6 +56,10 @@ class TelemetrySampler {
     std::chrono::milliseconds interval{1000};
     std::string hostname;  // the Hostname label; empty leaves it out
     HealthOptions health;
+    // Whether the GPU series carry the job, task, team and queue on them (SetGpuTasks): off by
+    // default, as in dcgm-exporter, whose job labels need its HPC or Kubernetes mapping
+    // configured. /metrics has no authentication, and the labels name every team's jobs.
+    bool job_labels = false;
   };
 
   // Reads the probe's inventory. kInvalidArgument for an interval outside [10 ms, 1 h]; the
@@ -80,7 +84,8 @@ class TelemetrySampler {
   // Re-reads the probe's inventory (after a MIG change). The next sample uses it.
   Status RefreshInventory();
 
-  // The tasks now on the node's GPUs, for the job labels of the GPU series (DcgmRenderOptions).
+  // The tasks now on the node's GPUs, for the job labels of the GPU series (DcgmRenderOptions);
+  // rendered only with Options::job_labels.
   void SetGpuTasks(std::vector<GpuTask> tasks);
 
   // The /metrics body: dcgm-exporter's metrics, then gpufleet's own (per-XID counters, health,

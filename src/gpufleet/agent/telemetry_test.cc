@@ -168,6 +168,33 @@ TEST_F(TelemetryTest, ASampleForADifferentSetOfGpusRereadsTheInventory) {
   EXPECT_EQ(failing_->inventory_calls, 2);
 }
 
+// /metrics has no authentication: the GPU series name the jobs on them only when the agent is
+// told to (--metrics-job-labels), as dcgm-exporter maps jobs only when configured to.
+TEST_F(TelemetryTest, JobLabelsAreRenderedOnlyWhenAskedFor) {
+  const GpuStaticInfo& gpu0 = sampler_->LatestSnapshot()->gpus[0].reading.info;
+  const std::vector<GpuTask> tasks = {{.device_uuid = gpu0.uuid,
+                                       .job = "nlp/secret-run",
+                                       .task = "main-0",
+                                       .team = "nlp",
+                                       .queue = "research"}};
+  sampler_->SetGpuTasks(tasks);
+  ASSERT_OK(sampler_->SampleOnce());
+  const std::string hidden = sampler_->RenderMetrics();
+  EXPECT_THAT(hidden, HasSubstr("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\""));
+  for (const char* leak : {"hpc_job=", "secret-run", "team=", "queue="}) {
+    EXPECT_THAT(hidden, Not(HasSubstr(leak)));
+  }
+
+  Result<std::unique_ptr<TelemetrySampler>> labelled = TelemetrySampler::Create(
+      {.probe = *probe_, .clock = clock_, .hostname = "node-7", .job_labels = true});
+  ASSERT_OK(labelled);
+  (*labelled)->SetGpuTasks(tasks);
+  ASSERT_OK((*labelled)->SampleOnce());
+  EXPECT_THAT((*labelled)->RenderMetrics(),
+              HasSubstr("hpc_job=\"nlp/secret-run\",queue=\"research\",task=\"main-0\","
+                        "team=\"nlp\"}"));
+}
+
 TEST_F(TelemetryTest, BadArgumentsAreRejected) {
   EXPECT_THAT(TelemetrySampler::Create(
                   {.probe = *probe_, .clock = clock_, .interval = std::chrono::milliseconds(0)}),

@@ -337,6 +337,8 @@ namespace {
 Result<std::unique_ptr<scheduler::Scheduler>> MakeScheduler(
     const ApiServer::Options& options, const scheduler::TargetWorkload& target) {
   scheduler::SchedulerOptions scheduler_options;
+  // Agents report whether they run containers (kContainerRuntimeLabel).
+  scheduler_options.require_container_runtime = true;
   scheduler_options.policy =
       policy::NeedsTargetWorkload(options.policy) && target.empty() ? "best-fit" : options.policy;
   scheduler_options.plugin_args.target_workload = target;

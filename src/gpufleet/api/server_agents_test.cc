@@ -34,13 +34,18 @@ using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// A node of 8 H100s in leaf `leaf` as its agent describes it.
-wire::RegisterRequest Inventory(const std::string& name, const std::string& leaf) {
+// A node of 8 H100s in leaf `leaf` as its agent describes it; its agent runs containers with
+// `container_runtime` (empty: processes only).
+wire::RegisterRequest Inventory(const std::string& name, const std::string& leaf,
+                                const std::string& container_runtime = "podman") {
   wire::RegisterRequest request;
   request.topology_levels = {"block", "leaf"};
   request.node.id = NodeId(name);
   request.node.capacity = {128000, 1024 * 1024};
   request.node.labels = {{std::string(kDriverVersionLabel), "550.54"}};
+  if (!container_runtime.empty()) {
+    request.node.labels[std::string(kContainerRuntimeLabel)] = container_runtime;
+  }
   request.node.topology = {"block-0", leaf};
   for (int i = 0; i < 8; ++i) {
     Gpu gpu;
@@ -916,6 +921,27 @@ TEST_F(AgentProtocolTest, TheSchedulerPrefersTheNodeThatHoldsTheImage) {
   Submit(AgentsJobYaml("local", 1, 8, "requeue", "localhost/tiny:1"));
   Cycle();
   EXPECT_EQ(Get("/v1/jobs/local")["placements"][0]["node"], "node-b");
+}
+
+// Issue 33: a container job was placed on a node whose agent runs the process runner, and failed
+// there. Agents say at registration whether they run containers; a job with an image goes only
+// where they do, and with none it pends saying why, while a process job still runs anywhere.
+TEST_F(AgentProtocolTest, AContainerJobGoesOnlyToANodeWhoseAgentRunsContainers) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0", /*container_runtime=*/""));
+  Submit(AgentsJobYaml("boxed", 1, 8, "requeue", "localhost/tiny:1"));
+  Submit(AgentsJobYaml("plain", 1, 8));
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/plain")["placements"][0]["node"], "node-a");
+  EXPECT_EQ(Get("/v1/jobs/boxed")["state"], "Pending");
+  const std::string explained = Get("/v1/jobs/boxed/explain").dump();
+  EXPECT_THAT(explained, HasSubstr("node runs no container runtime")) << explained;
+  EXPECT_EQ(Get("/v1/nodes/node-a")["labels"].count(std::string(kContainerRuntimeLabel)), 0u);
+
+  Register(Inventory("node-b", "leaf-0", "podman"));
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/boxed")["placements"][0]["node"], "node-b");
+  EXPECT_EQ(Get("/v1/nodes/node-b")["labels"][std::string(kContainerRuntimeLabel)], "podman");
 }
 
 TEST_F(AgentProtocolTest, AWaitingTaskKeepsItsJobScheduled) {

@@ -30,6 +30,10 @@ inline constexpr std::string_view kNvlinkDomainLevel = "nvlink-domain";
 // Common label keys a node carries.
 inline constexpr std::string_view kDriverVersionLabel = "gpufleet.io/driver-version";
 inline constexpr std::string_view kCudaVersionLabel = "gpufleet.io/cuda-version";
+// The container engine that runs the node's tasks with an image ("podman"), as its agent reports
+// it at registration; a node without the label (an agent with the process runner, or one from
+// before the label) runs processes only, and the server places no container task on it.
+inline constexpr std::string_view kContainerRuntimeLabel = "gpufleet.io/container-runtime";
 
 // One GPU of a node. Thread-compatible value type.
 struct Gpu {

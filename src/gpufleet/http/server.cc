@@ -1,6 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/http/server.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <exception>
 #include <mutex>
@@ -31,6 +35,8 @@ using ErrorCode = boost::system::error_code;
 // closing the socket does not reset the connection before the client has read the answer.
 constexpr std::chrono::milliseconds kLingerTime{1000};
 constexpr size_t kMaxLingerBytes = size_t{4} << 20;
+// A file body (Response::file) is read and sent this much at a time.
+constexpr size_t kFileChunkBytes = size_t{256} << 10;
 
 int HexValue(char c) {
   if (c >= '0' && c <= '9') {
@@ -171,6 +177,7 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   }
 
   void ReadHeader() {
+    request_ = Request();
     parser_.emplace();
     parser_->header_limit(shared_->options.max_header_bytes);
     parser_->body_limit(shared_->options.max_body_bytes);
@@ -247,6 +254,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     if (const auto auth = message.find(bhttp::field::authorization); auth != message.end()) {
       request_.authorization = std::string(View(auth->value()));
     }
+    for (const auto& field : message) {
+      std::string name(View(field.name_string()));
+      std::transform(name.begin(), name.end(), name.begin(),
+                     [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+      request_.headers.emplace_back(std::move(name), std::string(View(field.value())));
+    }
     request_.body = std::move(message.body());
     parser_.reset();
     Lowest().expires_never();
@@ -275,35 +288,113 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
     ++served_;
     const bool keep = !force_close && keep_alive_ && !shared_->stopping.load() &&
                       served_ < shared_->options.max_requests_per_connection;
-    response_.emplace();
-    response_->version(11);
-    response_->result(static_cast<unsigned>(response.status));
-    response_->set(bhttp::field::content_type, response.content_type);
+    // A HEAD answer has the headers of the GET answer and no body.
+    const bool head = request_.method == "HEAD";
+    bhttp::response_header<> header;
+    header.version(11);
+    header.result(static_cast<unsigned>(response.status));
+    header.set(bhttp::field::content_type, response.content_type);
     if (!response.location.empty()) {
-      response_->set(bhttp::field::location, response.location);
+      header.set(bhttp::field::location, response.location);
     }
     if (response.retry_after_s > 0) {
-      response_->set(bhttp::field::retry_after, std::to_string(response.retry_after_s));
+      header.set(bhttp::field::retry_after, std::to_string(response.retry_after_s));
     }
     for (const auto& [name, value] : response.headers) {
-      response_->set(name, value);
+      header.set(name, value);
     }
-    response_->body() = std::move(response.body);
-    response_->keep_alive(keep);
-    response_->prepare_payload();
     Lowest().expires_after(shared_->options.write_timeout);
+    if (response.file != nullptr && !head) {
+      return RespondWithFile(std::move(header), std::move(response.file), keep);
+    }
+    response_.emplace(std::move(header));
+    response_->keep_alive(keep);
+    if (head) {
+      response_->content_length(response.file != nullptr
+                                    ? static_cast<uint64_t>(response.file->size())
+                                    : response.body.size());
+    } else {
+      response_->body() = std::move(response.body);
+      response_->prepare_payload();
+    }
     bhttp::async_write(stream_, *response_,
                        [self = this->shared_from_this(), keep](const ErrorCode& ec, size_t) {
                          self->response_.reset();
-                         if (ec) {
-                           self->CountTimeout(ec);
-                           return self->Close();
-                         }
-                         if (!keep) {
-                           return self->Shutdown();
-                         }
-                         self->ReadHeader();
+                         self->OnWritten(ec, keep);
                        });
+  }
+
+  // Sends the header, then the file a chunk at a time, each under its own write deadline.
+  void RespondWithFile(bhttp::response_header<> header, std::shared_ptr<const OpenFile> file,
+                       bool keep) {
+    file_ = std::move(file);
+    file_offset_ = 0;
+    file_buffer_.resize(kFileChunkBytes);
+    file_response_.emplace(std::move(header));
+    file_response_->keep_alive(keep);
+    file_response_->content_length(static_cast<uint64_t>(file_->size()));
+    file_response_->body().data = nullptr;
+    file_response_->body().more = true;
+    file_serializer_.emplace(*file_response_);
+    bhttp::async_write_header(stream_, *file_serializer_,
+                              [self = this->shared_from_this(), keep](const ErrorCode& ec, size_t) {
+                                if (ec) {
+                                  return self->OnFileWritten(ec, keep);
+                                }
+                                self->WriteFileChunk(keep);
+                              });
+  }
+
+  void WriteFileChunk(bool keep) {
+    const int64_t left = file_->size() - file_offset_;
+    auto& body = file_response_->body();
+    if (left <= 0) {
+      body.data = nullptr;
+      body.size = 0;
+      body.more = false;
+    } else {
+      const ssize_t n = pread(file_->fd(), file_buffer_.data(),
+                              std::min(file_buffer_.size(), static_cast<size_t>(left)),
+                              static_cast<off_t>(file_offset_));
+      if (n <= 0) {
+        // The file is shorter than the Content-Length already sent: only closing can say so.
+        return OnFileWritten(asio::error::make_error_code(asio::error::eof), keep);
+      }
+      file_offset_ += n;
+      body.data = file_buffer_.data();
+      body.size = static_cast<size_t>(n);
+      body.more = true;
+    }
+    Lowest().expires_after(shared_->options.write_timeout);
+    bhttp::async_write(stream_, *file_serializer_,
+                       [self = this->shared_from_this(), keep](ErrorCode ec, size_t) {
+                         if (ec == bhttp::error::need_buffer) {
+                           ec = {};  // the chunk is written; the serializer wants the next
+                         }
+                         if (ec || self->file_serializer_->is_done()) {
+                           return self->OnFileWritten(ec, keep);
+                         }
+                         self->WriteFileChunk(keep);
+                       });
+  }
+
+  void OnFileWritten(const ErrorCode& ec, bool keep) {
+    file_serializer_.reset();
+    file_response_.reset();
+    file_.reset();
+    file_buffer_ = {};
+    OnWritten(ec, keep);
+  }
+
+  void OnWritten(const ErrorCode& ec, bool keep) {
+    if (ec) {
+      CountTimeout(ec);
+      return Close();
+    }
+    if (!keep) {
+      return Shutdown();
+    }
+    ReadHeader();
   }
 
   // Answers a request the server refuses itself, then closes the connection.
@@ -378,6 +469,12 @@ class Session : public std::enable_shared_from_this<Session<Stream>> {
   beast::flat_buffer buffer_;
   std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
   std::optional<bhttp::response<bhttp::string_body>> response_;
+  // A file body being sent (Respond with Response::file).
+  std::shared_ptr<const OpenFile> file_;
+  int64_t file_offset_ = 0;
+  std::vector<char> file_buffer_;
+  std::optional<bhttp::response<bhttp::buffer_body>> file_response_;
+  std::optional<bhttp::response_serializer<bhttp::buffer_body>> file_serializer_;
   Request request_;
   Lane lane_ = Lane::kUser;
   bool keep_alive_ = true;
@@ -474,6 +571,23 @@ Result<tcp::endpoint> ResolveListenAddress(asio::io_context& io, const std::stri
 }
 
 }  // namespace
+
+std::string Request::header(std::string_view name) const {
+  std::string values;
+  for (const auto& [key, value] : headers) {
+    if (beast::iequals(beast::string_view(key.data(), key.size()),
+                       beast::string_view(name.data(), name.size()))) {
+      values += (values.empty() ? "" : ", ") + value;
+    }
+  }
+  return values;
+}
+
+OpenFile::~OpenFile() {
+  if (fd_ >= 0) {
+    close(fd_);
+  }
+}
 
 Result<Request> ParseTarget(std::string_view target) {
   Request request;

@@ -6,7 +6,10 @@
 // of their own (one for agents, one for everyone else), so a flood of user requests cannot delay
 // a heartbeat. Framing is strict: conflicting or repeated Content-Length, Content-Length with
 // Transfer-Encoding and any Transfer-Encoding but chunked are refused; pipelined requests are
-// answered in order; one body limit holds whatever the Content-Type.
+// answered in order; one body limit holds whatever the Content-Type. A body too large for memory
+// (an image layer) is streamed from a file (Response::file). Every server of gpufleet that
+// listens (the API, the agent's /metrics, the agent's image mirror) is this one, so each has the
+// same deadlines and connection caps.
 
 #include <atomic>
 #include <chrono>
@@ -33,6 +36,30 @@ struct Request {
   std::string body;
   // The request target as sent (path and query, still percent-encoded): for redirects.
   std::string target;
+  // Every header as sent, names lower-case, in order.
+  std::vector<std::pair<std::string, std::string>> headers;
+
+  // The values of header `name` (in any case), joined by ", " as RFC 9110 allows for a repeated
+  // header; empty when absent.
+  std::string header(std::string_view name) const;
+};
+
+// An open file, closed when the last holder lets go: as Response::file, a body streamed from
+// disk. Thread-safe: it is only read with pread.
+class OpenFile {
+ public:
+  // Takes `fd`; `size` is the number of bytes a body of it has, from offset 0.
+  OpenFile(int fd, int64_t size) : fd_(fd), size_(size) {}
+  ~OpenFile();
+  OpenFile(const OpenFile&) = delete;
+  OpenFile& operator=(const OpenFile&) = delete;
+
+  int fd() const { return fd_; }
+  int64_t size() const { return size_; }
+
+ private:
+  int fd_;
+  int64_t size_;
 };
 
 struct Response {
@@ -45,6 +72,10 @@ struct Response {
   int retry_after_s = 0;
   // Further headers, in this order (the API's security headers).
   std::vector<std::pair<std::string, std::string>> headers;
+  // When set, the body is the file's `size()` bytes instead of `body`, sent a chunk at a time,
+  // each chunk under write_timeout: a client that reads slowly holds a socket, never a thread.
+  // A file found shorter than its size while it is sent ends the connection mid-body.
+  std::shared_ptr<const OpenFile> file;
 };
 
 // Which workers run a request's handler.
@@ -75,7 +106,9 @@ struct ServerOptions {
   // How long a kept-alive connection may wait for its next request.
   std::chrono::milliseconds idle_timeout{30'000};
   std::chrono::milliseconds body_timeout{30'000};
+  // Writing an answer; for a file body (Response::file), each chunk of it.
   std::chrono::milliseconds write_timeout{30'000};
+  // Connections held at once; one more is answered 503 and closed at once, never queued.
   int max_connections = 4096;
   int max_connections_per_client = 256;  // per remote address
   int max_requests_per_connection = 1000;

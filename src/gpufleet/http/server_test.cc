@@ -1,9 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/http/server.h"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
+#include <fstream>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -91,6 +96,56 @@ TEST_F(HttpServerTest, SendsLocationRetryAfterAndFurtherHeadersWhenSet) {
   EXPECT_THAT(busy, HasSubstr("Retry-After: 2\r\n"));
   EXPECT_THAT(busy, Not(HasSubstr("Location")));
   EXPECT_THAT(busy, HasSubstr("X-Content-Type-Options: nosniff\r\nCache-Control: no-store\r\n"));
+}
+
+TEST_F(HttpServerTest, HandlersSeeEveryHeaderRepeatedOnesJoined) {
+  Serve({}, [](const Request& request) {
+    return Response{.body = request.header("accept") + "|" + request.header("X-PEER") + "|" +
+                            request.header("absent") + "|" + request.headers.front().first};
+  });
+  const std::string answer = RoundTrip(
+      "GET / HTTP/1.1\r\nHost: x\r\nAccept: a/b\r\nX-Peer: 1\r\nACCEPT: c/d\r\n"
+      "Connection: close\r\n\r\n");
+  EXPECT_THAT(answer, HasSubstr("\r\n\r\na/b, c/d|1||host"));
+}
+
+// A body streamed from a file (an image layer of gigabytes), several chunks long: sent whole,
+// with its Content-Length; HEAD has the length and no body; the connection then serves the
+// next request.
+TEST_F(HttpServerTest, StreamsFileBodiesAndAnswersHeadWithoutABody) {
+  const std::string path = ::testing::TempDir() + "/http_file_body_" + std::to_string(getpid());
+  std::string content;
+  for (int i = 0; content.size() < (size_t{1} << 20) + 7; ++i) {
+    content += std::to_string(i) + ",";
+  }
+  std::ofstream(path) << content;
+  const auto file = std::make_shared<OpenFile>(open(path.c_str(), O_RDONLY | O_CLOEXEC),
+                                               static_cast<int64_t>(content.size()));
+  ASSERT_GE(file->fd(), 0);
+  std::remove(path.c_str());  // the open file is what is served
+  Serve({}, [&](const Request& request) {
+    if (request.path != "/file") {
+      return Echo(request);
+    }
+    return Response{.content_type = "application/octet-stream", .file = file};
+  });
+  RawConnection connection(server_->port());
+  ASSERT_TRUE(
+      connection.Send("GET /file HTTP/1.1\r\nHost: x\r\n\r\nHEAD /file HTTP/1.1\r\nHost: x\r\n\r\n"
+                      "GET /after HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  const std::string answers = connection.ReadAll();
+  const std::string length = "Content-Length: " + std::to_string(content.size()) + "\r\n";
+  ASSERT_THAT(answers, StartsWith("HTTP/1.1 200"));
+  const size_t body = answers.find("\r\n\r\n") + 4;
+  EXPECT_THAT(answers.substr(0, body), HasSubstr(length));
+  EXPECT_EQ(answers.substr(body, content.size()), content);
+  const std::string rest = answers.substr(body + content.size());
+  ASSERT_THAT(rest, StartsWith("HTTP/1.1 200"));
+  const size_t head_end = rest.find("\r\n\r\n") + 4;
+  EXPECT_THAT(rest.substr(0, head_end), HasSubstr(length));
+  // Nothing between the HEAD answer's header and the next answer.
+  EXPECT_THAT(rest.substr(head_end), StartsWith("HTTP/1.1 200"));
+  EXPECT_THAT(rest.substr(head_end), HasSubstr("GET /after"));
 }
 
 TEST_F(HttpServerTest, AnswersPipelinedRequestsInOrder) {

@@ -166,6 +166,7 @@ class PodmanRunner final : public TaskRunner {
   // runner's podman thread lists them: a call answers with a listing that began at or after the
   // first call left unanswered, else kUnavailable (and a listing begins): ask again later.
   Result<std::vector<CachedImage>> ListImages() override;
+  std::string ContainerRuntime() const override { return "podman"; }
 
   // The name of the container of `task_id`.
   std::string ContainerNameForTest(std::string_view task_id) const {

@@ -49,6 +49,8 @@ class SimulatedRunner final : public TaskRunner {
   // From the lease's deadline on, every running task not yet stopping is stopped as by
   // Stop(grace) at the deadline.
   Status RenewLease(Duration fence_in, Duration grace) override;
+  // It simulates tasks with an image as it does processes.
+  std::string ContainerRuntime() const override { return "simulated"; }
 
   // When the next running task with a duration ends, so that a simulation can move its clock
   // straight there; nullopt when no running task will end by itself.

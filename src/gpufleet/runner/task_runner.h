@@ -166,6 +166,11 @@ class TaskRunner {
   // kUnavailable when the lease cannot be recorded (the previous deadline then still holds).
   virtual Status RenewLease(Duration fence_in, Duration grace) = 0;
 
+  // The container engine that runs the tasks with an image ("podman"); empty for a runner that
+  // runs processes only (the default). The agent reports it as its node's
+  // kContainerRuntimeLabel, and the server places container tasks only where it is set.
+  virtual std::string ContainerRuntime() const { return ""; }
+
   // The container images the node holds, largest first (PodmanRunner); a runner that runs no
   // containers returns kUnimplemented (the default), and the agent then reports no images.
   // kUnavailable when the images cannot be listed now. Slow (it runs the container engine): the

@@ -41,6 +41,7 @@ PluginRegistry PluginRegistry::Default() {
   add("node-ready", Simple<NodeReadyFilter>());
   add("node-selector", Simple<NodeSelectorFilter>());
   add("identical-stack", Simple<StackLabelsFilter>());
+  add("container-runtime", Simple<ContainerRuntimeFilter>());
   add("host-resources", Simple<HostResourcesFit>());
   add("gpu-resources", Simple<GpuResourcesFit>());
   add("fault-domain-spread", Simple<FaultDomainSpread>());

@@ -610,10 +610,14 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
   std::unique_ptr<Scheduler> scheduler(new Scheduler(options));
   Impl& impl = *scheduler->impl_;
   impl.tie_break = options.tie_break;
-  const std::vector<std::string> built_in = {
-      "topology-levels",  "fault-domain-spread", "gpu-model",     "gpu-health",
-      "thermal-headroom", "node-ready",          "node-selector", "identical-stack",
-      "host-resources",   "gpu-resources"};
+  std::vector<std::string> built_in = {"topology-levels", "fault-domain-spread", "gpu-model",
+                                       "gpu-health",      "thermal-headroom",    "node-ready",
+                                       "node-selector",   "identical-stack",     "host-resources",
+                                       "gpu-resources"};
+  if (options.require_container_runtime) {
+    // Before the resource fits: a node that cannot run the task says so, not that it is full.
+    built_in.insert(built_in.end() - 2, "container-runtime");
+  }
   for (const std::string& name : built_in) {
     GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<Plugin> plugin,
                               registry.Create(name, options.plugin_args));

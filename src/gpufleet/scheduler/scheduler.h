@@ -39,6 +39,10 @@ struct SchedulerOptions {
   // then costs a version check per unchanged node. Off: every filter and score runs for every
   // job (the placements are the same; tests compare the two).
   bool reuse_unchanged_nodes = true;
+  // Adds the container-runtime filter: a task with an image goes only to a node labelled
+  // kContainerRuntimeLabel (its agent runs containers). The server sets it, since its agents
+  // say what they run; the simulator's nodes run anything.
+  bool require_container_runtime = false;
   // Extra plugins by registry name, added to every extension point they implement.
   std::vector<std::string> extra_plugins;
   // Score weight of an extra plugin, by name; 1 when not given.

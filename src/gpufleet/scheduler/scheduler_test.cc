@@ -66,6 +66,40 @@ class SchedulerTest : public ::testing::Test {
   std::unique_ptr<Scheduler> scheduler_;
 };
 
+// With require_container_runtime (the server's scheduler), a job with an image goes to the node
+// whose agent runs containers, and on process-only nodes pends with the reason; without it (the
+// simulator), any node runs it.
+TEST_F(SchedulerTest, ContainerJobsGoOnlyToNodesThatRunContainers) {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("process", 8));
+  cluster.nodes.push_back(MakeNode("podman", 8));
+  cluster.nodes[1].labels[std::string(kContainerRuntimeLabel)] = "podman";
+  Use(cluster);
+  Job job = MakeJob("c", 1, WholeGpus{1});
+  job.groups[0].image = "registry.example/train:1";
+  ASSERT_TRUE(Schedule(job).scheduled());
+  EXPECT_EQ(Schedule(job).placements[0].node, 0) << "best-fit's first node, unfiltered";
+
+  SchedulerOptions options;
+  options.require_container_runtime = true;
+  auto filtered = Scheduler::Create(options, PluginRegistry::Default());
+  ASSERT_OK(filtered);
+  Random random(1);
+  ScheduleResult result = (*filtered)->Schedule(job, *snapshot_, random);
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  EXPECT_EQ(result.placements[0].node, 1);
+  Job process = MakeJob("p", 1, WholeGpus{1});
+  result = (*filtered)->Schedule(process, *snapshot_, random);
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  EXPECT_EQ(result.placements[0].node, 0) << "a process goes anywhere";
+
+  cluster.nodes.pop_back();
+  Use(cluster);
+  result = (*filtered)->Schedule(job, *snapshot_, random);
+  EXPECT_FALSE(result.scheduled());
+  EXPECT_THAT(result.reason, HasSubstr("node runs no container runtime"));
+}
+
 TEST_F(SchedulerTest, PlacesASingleTask) {
   Use(TwoLeaves());
   const ScheduleResult result = Schedule(MakeJob("j", 1, WholeGpus{2}));

@@ -67,6 +67,18 @@ PluginResult NodeSelectorFilter::Filter(const CycleState& state, const TaskConte
              : PluginResult::Unresolvable("node labels do not match the node selector");
 }
 
+PluginResult ContainerRuntimeFilter::Filter(const CycleState& /*state*/, const TaskContext& task,
+                                            const NodeInfo& node, GpuMask /*gpus*/) const {
+  if (task.job->groups[static_cast<size_t>(task.group)].image.empty()) {
+    return PluginResult::Success();
+  }
+  const auto runtime = node.node->labels.find(std::string(kContainerRuntimeLabel));
+  return runtime != node.node->labels.end() && !runtime->second.empty()
+             ? PluginResult::Success()
+             : PluginResult::Unresolvable(
+                   "node runs no container runtime (its agent runs processes only)");
+}
+
 namespace {
 
 // The job's task images, each once, in group order.

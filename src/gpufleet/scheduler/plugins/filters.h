@@ -60,6 +60,15 @@ class NodeSelectorFilter final : public FilterPlugin {
                       GpuMask gpus) const override;
 };
 
+// A task with an image runs only on a node whose agent runs containers (kContainerRuntimeLabel);
+// a task without one runs anywhere.
+class ContainerRuntimeFilter final : public FilterPlugin {
+ public:
+  std::string_view Name() const override { return "container-runtime"; }
+  PluginResult Filter(const CycleState& state, const TaskContext& task, const NodeInfo& node,
+                      GpuMask gpus) const override;
+};
+
 // The value of one key of the job's identical-stack list on `node`: the label's value (nullopt
 // when the node lacks it) or, for kImageDigestStackKey, the digest the node holds each task image
 // at, from its agent's image reports, "-" for one it does not hold, joined with ','. With a

@@ -96,6 +96,38 @@ TEST_F(FilterTest, NodeFilters) {
   EXPECT_FALSE(stack.Filter(state, task, Node(1), ~GpuMask{0}).ok());
 }
 
+// Issue 33: a container task must not land on a node whose agent runs processes only.
+TEST_F(FilterTest, ContainerRuntimeFilterKeepsImagesOffProcessOnlyNodes) {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("podman", 1));
+  cluster.nodes[0].labels[std::string(kContainerRuntimeLabel)] = "podman";
+  cluster.nodes.push_back(MakeNode("process", 1));  // no label: an agent with the process runner
+  cluster.nodes.push_back(MakeNode("blank", 1));
+  cluster.nodes[2].labels[std::string(kContainerRuntimeLabel)] = "";
+  Build(cluster);
+  const ContainerRuntimeFilter filter;
+  struct Case {
+    const char* image;
+    int node;
+    bool admitted;
+  };
+  for (const Case& c :
+       {Case{"", 0, true}, Case{"", 1, true}, Case{"", 2, true},
+        Case{"registry.example/train:1", 0, true}, Case{"registry.example/train:1", 1, false},
+        Case{"registry.example/train:1", 2, false}}) {
+    SCOPED_TRACE(::testing::Message() << "image \"" << c.image << "\" on node " << c.node);
+    Job job = MakeJob("j", 1, WholeGpus{1});
+    job.groups[0].image = c.image;
+    const CycleState state(job);
+    const PluginResult result = filter.Filter(state, Context(job), Node(c.node), ~GpuMask{0});
+    EXPECT_EQ(result.ok(), c.admitted);
+    if (!c.admitted) {
+      EXPECT_EQ(result.code, Code::kUnschedulableAndUnresolvable);
+      EXPECT_EQ(result.reason, "node runs no container runtime (its agent runs processes only)");
+    }
+  }
+}
+
 TEST_F(FilterTest, ResourceFits) {
   Cluster cluster;
   cluster.nodes.push_back(MakeNode("n", 2, "H100-80GB", {}, {8000, 16384}));
