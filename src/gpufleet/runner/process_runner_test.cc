@@ -1115,6 +1115,21 @@ TEST_F(ProcessRunnerIntegrationSandboxTest, AUidServesOneRunAtATimeAcrossRestart
   EXPECT_FALSE(std::filesystem::exists(sandbox_.runs_dir + "/stray%1.run"));
 }
 
+TEST_F(ProcessRunnerIntegrationSandboxTest, TasksGetTheConfiguredGroupsAndNoOther) {
+  sandbox_.groups = {4242};  // e.g. the group of /dev/nvidia* where the driver restricts them
+  std::unique_ptr<ProcessRunner> runner = OpenSandboxed(sandbox_.uids);
+  ASSERT_NE(runner, nullptr);
+  TaskLaunch launch = InRun("groups/main-0/1", "groups/1", "echo \"$(id -u) $(id -G)\"");
+  StartOrFail(*runner, launch);
+  EXPECT_EQ(WaitForEnd(*runner, launch.task_id).state, TaskState::kExited);
+  std::istringstream words(ReadFile(launch.log_path));
+  uid_t uid = 0;
+  std::string rest;
+  words >> uid;
+  std::getline(words, rest);
+  EXPECT_EQ(rest, fmt::format(" {} 4242", uid));
+}
+
 TEST_F(ProcessRunnerIntegrationSandboxTest, OpenRefusesASandboxItCannotKeep) {
   Result<RunAs> nobody = LookUpUser("nobody");
   ASSERT_OK(nobody);

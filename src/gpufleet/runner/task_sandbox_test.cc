@@ -18,6 +18,7 @@
 #include <gtest/gtest.h>
 
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/runner/run_as.h"
 
 namespace gpufleet::runner {
 namespace {
@@ -87,6 +88,15 @@ TEST_F(TaskSandboxTest, ARangeAnAccountUsesIsRefused) {
               StatusIs(StatusCode::kFailedPrecondition,
                        AllOf(HasSubstr("--task-uid-range 200000-265535"), HasSubstr(subuid),
                              HasSubstr("'bob' the ids 165536-231071"))));
+}
+
+TEST(TaskGroups, AreLookedUpByName) {
+  Result<gid_t> root = LookUpGroup("root");
+  ASSERT_OK(root);
+  EXPECT_EQ(*root, 0u);
+  EXPECT_THAT(LookUpGroup("no-such-group-gpufleet"),
+              StatusIs(StatusCode::kNotFound,
+                       AllOf(HasSubstr("--task-group"), HasSubstr("'no-such-group-gpufleet'"))));
 }
 
 TEST_F(TaskSandboxTest, RunsDirectoryMustBeReachableByTasks) {
