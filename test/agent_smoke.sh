@@ -43,10 +43,15 @@ export GPUFLEET_ADDR=$addr GPUFLEET_TOKEN=smoke-admin-token-0123456789
 sed -n 's/^token (shown once, keep it): \([0-9a-f]*\)$/\1/p' "$work/token.json" >"$work/agent-token"
 [ -s "$work/agent-token" ] || fail "no token in $(cat "$work/token.json")"
 
+# A root agent runs each run's tasks as a user of its own (docs/agent.md, "The task sandbox"); they
+# reach their directories under $work/agent through $work. The uids are this script's alone.
+chmod 755 "$work"
+uid_first=$((2001000000 + ($$ % 100000) * 64))
+uid_last=$((uid_first + 63))
 "$gpufleet" agent --server "$addr" --token-file "$work/agent-token" --node-name smoke-node \
   --topology leaf=leaf-0 --backend simulated --simulated-gpus 4 --runner process \
   --state-dir "$work/agent" --metrics-listen 127.0.0.1:0 --stop-grace-s 2 \
-  >"$work/agent.log" 2>&1 &
+  --task-uid-range "$uid_first-$uid_last" >"$work/agent.log" 2>&1 &
 agent_pid=$!
 wait_for "$work/agent.log" "registered"
 metrics=$(grep -o 'http://127\.0\.0\.1:[0-9]*/metrics' "$work/agent.log" | head -1)
@@ -58,7 +63,7 @@ metadata: {name: smoke-ok}
 spec:
   tasks:
     - name: main
-      command: [sh, -c, 'echo "hello from $GPUFLEET_TASK_ID on $CUDA_VISIBLE_DEVICES as $(id -un)"']
+      command: [sh, -c, 'echo "hello from $GPUFLEET_TASK_ID on $CUDA_VISIBLE_DEVICES as $(id -u) in $(pwd)"']
       resources: {gpus: {count: 2}}
 YAML
 cat >"$work/bad.yaml" <<'YAML'
@@ -86,9 +91,17 @@ grep -q "exited with code 3" "$work/describe" || fail "no exit code in: $(cat "$
 
 log=$(ls "$work"/agent/logs/smoke-ok_main-0_1.log) || fail "no task log"
 grep -q "hello from smoke-ok/main-0/1 on GPU-" "$log" || fail "task log: $(cat "$log")"
-# An agent running as root runs its tasks as nobody unless told otherwise (--run-as).
+# An agent running as root runs each run's tasks as a user of the run's own, in a directory of the
+# run's own, unless told otherwise (--run-as); its logs are its alone.
 if [ "$(id -u)" -eq 0 ]; then
-  grep -q " as nobody$" "$log" || fail "a root agent's task ran as: $(cat "$log")"
+  task_uid=$(sed -n 's/.* as \([0-9]*\) in .*/\1/p' "$log")
+  [ -n "$task_uid" ] && [ "$task_uid" -ge "$uid_first" ] && [ "$task_uid" -le "$uid_last" ] ||
+    fail "a root agent's task ran as: $(cat "$log")"
+  grep -q " in $work/agent/runs/smoke-ok%1.run/work$" "$log" ||
+    fail "the task did not start in its run's directory: $(cat "$log")"
+  [ "$(stat -c %a "$work/agent/logs")" = 700 ] ||
+    fail "logs/ is $(stat -c %a "$work/agent/logs"), not 700"
+  [ "$(stat -c %a "$log")" = 600 ] || fail "$log is $(stat -c %a "$log"), not 600"
 fi
 
 # One server per data directory: a second one refuses to start and names the first.
@@ -102,8 +115,7 @@ grep -q "is in use by process $server_pid" "$work/second.log" ||
 # until it has exited: the next job on them starts only then. Each task writes START/END with
 # its GPUs to a ledger; the order in the ledger is the physical truth.
 ledger="$work/ledger"
-# The tasks run as nobody when this script runs as root: they need to write the ledger.
-chmod 755 "$work"
+# The tasks run as users of their own when this script runs as root: they need to write the ledger.
 : >"$ledger"
 chmod 666 "$ledger"
 cat >"$work/slow.yaml" <<YAML

@@ -114,6 +114,7 @@ sed -n 's/^token (shown once, keep it): \([0-9a-f]*\)$/\1/p' "$work/token.json" 
   --podman "$work/podman" --podman-insecure-registry "127.0.0.1:$port" \
   --podman-insecure-registry "127.0.0.1:$silent_port" \
   --state-dir "$work/agent" --stop-grace-s 2 --metrics-listen 127.0.0.1:0 \
+  --task-uid-range "$((2001000000 + ($$ % 100000) * 64))-$((2001000000 + ($$ % 100000) * 64 + 63))" \
   >"$work/agent.log" 2>&1 &
 agent_pid=$!
 wait_for "$work/agent.log" "registered"

@@ -64,7 +64,9 @@ struct AgentFlags {
   int64_t sample_interval_ms = 1000;
   int gpus_per_nvlink_domain = 0;
   int64_t stop_grace_s = 30;
-  std::string run_as;  // empty: nobody when the agent is root, else the agent's own user
+  std::string run_as;  // empty: a user per run when the agent is root, else the agent's own user
+  std::string task_uid_range;  // empty: runner::kDefaultTaskUidRange
+  std::vector<std::string> task_groups;
   bool no_cgroups = false;
   bool once = false;
   bool slurm_health = false;
@@ -97,18 +99,41 @@ Result<std::unique_ptr<agent::ImageMirror>> StartImageMirror(const AgentFlags& f
   return agent::ImageMirror::Start(std::move(options));
 }
 
-// The process runner's containment from the flags: the run-as user (root only when asked for by
-// name) and a cgroup per task where the node offers them.
+// The process runner's containment from the flags: a user of its own for each run (the task
+// sandbox, when the agent is root) or the --run-as user (root only when asked for by name), and a
+// cgroup per task where the node offers them.
 Result<runner::ProcessRunnerOptions> ContainmentOptions(const AgentFlags& flags) {
   runner::ProcessRunnerOptions options;
   const bool root = geteuid() == 0;
-  const std::string user = !flags.run_as.empty() ? flags.run_as : root ? "nobody" : "";
-  if (!user.empty()) {
+  if (!flags.run_as.empty()) {
     if (!root) {
       return InvalidArgumentError(fmt::format(
-          "--run-as {}: the agent must run as root to run tasks as another user", user));
+          "--run-as {}: the agent must run as root to run tasks as another user", flags.run_as));
     }
-    GPUFLEET_ASSIGN_OR_RETURN(options.run_as, runner::LookUpUser(user));
+    if (!flags.task_uid_range.empty() || !flags.task_groups.empty()) {
+      return InvalidArgumentError(fmt::format(
+          "--run-as {}: every task runs as that user, so --task-uid-range and --task-group (a "
+          "user per run) do not apply; give one or the other",
+          flags.run_as));
+    }
+    GPUFLEET_ASSIGN_OR_RETURN(options.run_as, runner::LookUpUser(flags.run_as));
+  } else if (root) {
+    runner::TaskSandboxOptions sandbox;
+    if (!flags.task_uid_range.empty()) {
+      GPUFLEET_ASSIGN_OR_RETURN(sandbox.uids, runner::ParseTaskUidRange(flags.task_uid_range));
+    }
+    for (const std::string& group : flags.task_groups) {
+      GPUFLEET_ASSIGN_OR_RETURN(const gid_t gid, runner::LookUpGroup(group));
+      sandbox.groups.push_back(gid);
+    }
+    sandbox.runs_dir = (std::filesystem::path(flags.state_dir) / "runs").string();
+    options.sandbox = std::move(sandbox);
+  } else if (!flags.task_uid_range.empty() || !flags.task_groups.empty()) {
+    return InvalidArgumentError(fmt::format(
+        "{}: the agent must run as root to run tasks as users of their own (it runs them as "
+        "itself)",
+        !flags.task_uid_range.empty() ? "--task-uid-range " + flags.task_uid_range
+                                      : "--task-group " + flags.task_groups.front()));
   }
   if (!flags.no_cgroups) {
     Result<runner::TaskCgroups> cgroups = runner::TaskCgroups::Detect();
@@ -281,9 +306,11 @@ int RunAgent(const AgentFlags& flags) {
   }
   std::error_code error;
   std::filesystem::create_directories(options.log_dir, error);
+  // The logs are the agent's alone: their names name every team's jobs.
+  std::filesystem::permissions(options.log_dir, std::filesystem::perms::owner_all, error);
   if (error) {
-    return FailAgent(UnavailableError(
-        fmt::format("--state-dir: cannot create \"{}\": {}", options.log_dir, error.message())));
+    return FailAgent(UnavailableError(fmt::format("--state-dir: cannot create \"{}\" (0700): {}",
+                                                  options.log_dir, error.message())));
   }
 
   SystemClock clock;
@@ -321,7 +348,11 @@ int RunAgent(const AgentFlags& flags) {
       return FailAgent(containment.status());
     }
     fmt::print("gpufleet agent: tasks run as {}, {}\n",
-               containment->run_as ? containment->run_as->user : "the agent's user",
+               containment->run_as ? containment->run_as->user
+               : containment->sandbox
+                   ? fmt::format("a user per run (uids {})",
+                                 runner::FormatTaskUidRange(containment->sandbox->uids))
+                   : "the agent's user",
                containment->cgroups ? containment->cgroups->Describe() : "without cgroups");
     Result<std::unique_ptr<runner::ProcessRunner>> process =
         runner::ProcessRunner::Open((std::filesystem::path(flags.state_dir) / "tasks").string(),
@@ -524,8 +555,17 @@ Action AddAgentCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--run-as", flags->run_as,
-                  "user the tasks run as (process runner; default: nobody when the agent is "
-                  "root, tasks run as root only with --run-as root)");
+                  "one user every task runs as (process runner; weaker than the default: the "
+                  "tasks of all teams share it; tasks run as root only with --run-as root)");
+  cmd->add_option("--task-uid-range", flags->task_uid_range,
+                  fmt::format("FIRST-LAST: the uids (and gids of the same numbers) the tasks of "
+                              "each run get one of, when the agent is root and there is no "
+                              "--run-as; no account may use one (docs/agent.md) (default: {})",
+                              runner::FormatTaskUidRange(runner::kDefaultTaskUidRange)));
+  cmd->add_option("--task-group", flags->task_groups,
+                  "a supplementary group of every task under --task-uid-range, e.g. one that "
+                  "may open /dev/nvidia* where the driver restricts them; repeatable (default: "
+                  "none)");
   cmd->add_flag("--no-cgroups", flags->no_cgroups,
                 "do not put tasks in cgroups of their own (no CPU or memory limits)");
   cmd->add_flag("--once", flags->once, "check once and exit (with --slurm-health)");

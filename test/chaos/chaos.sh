@@ -29,8 +29,10 @@ work=$(mktemp -d)
 mkdir "$work/ledger-dir"
 ledger="$work/ledger-dir/ledger"
 : >"$ledger"
-# The agents run as root here, so their tasks run as nobody: let them write the ledger.
+# The agents run as root here, so each run's tasks run as a user of their own: let them write the
+# ledger. Each agent takes uids no other agent of this machine (another test's included) takes.
 chmod 755 "$work" "$work/ledger-dir"
+uid_base=$((2001000000 + ($$ % 100000) * 64))
 chmod 666 "$ledger"
 # Where a task writes the ledger, and how it reads a clock with sub-second resolution (busybox's
 # date has no %N; in a container /proc/uptime is the host's, the same for every task).
@@ -136,7 +138,9 @@ start_agent() {  # start_agent N GPUS
   "$gpufleet" agent --server "http://127.0.0.1:$(cat "$work/proxy-$1.port")" \
     --token-file "$work/join-token" --node-name "chaos-$1" --topology leaf=leaf-0 \
     --backend simulated --simulated-gpus "$2" "${runner_flags[@]}" --state-dir "$work/agent-$1" \
-    --metrics-listen 127.0.0.1:0 --stop-grace-s "$agent_grace_s" >>"$work/agent-$1.log" 2>&1 &
+    --metrics-listen 127.0.0.1:0 --stop-grace-s "$agent_grace_s" \
+    --task-uid-range "$((uid_base + $1 * 16))-$((uid_base + $1 * 16 + 15))" \
+    >>"$work/agent-$1.log" 2>&1 &
   agent_pid[$1]=$!
 }
 for n in 0 1 2; do

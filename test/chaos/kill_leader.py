@@ -40,7 +40,9 @@ RENEW_MS = 500
 GIVE_UP_S = 30
 
 work = tempfile.mkdtemp(prefix="gpufleet-kill-leader-")
-os.chmod(work, 0o755)  # the postgres user and the tasks (nobody) reach into it
+os.chmod(work, 0o755)  # the postgres user and the tasks (a user per run) reach into it
+# Each agent takes uids for its runs that no other agent of this machine (another test's too) takes.
+uid_base = 2001000000 + (os.getpid() % 100000) * 64
 ledger = os.path.join(work, "ledger")
 open(ledger, "w").close()
 os.chmod(ledger, 0o666)
@@ -220,7 +222,8 @@ for n in range(3):
            os.path.join(work, "join-token"), "--node-name", f"kl-{n}", "--topology", "leaf=leaf-0",
            "--backend", "simulated", "--simulated-gpus", "2", "--runner", "process",
            "--state-dir", os.path.join(work, f"agent-{n}"), "--metrics-listen", "127.0.0.1:0",
-           "--stop-grace-s", "3"], f"agent-{n}.log")
+           "--stop-grace-s", "3",
+           "--task-uid-range", f"{uid_base + n * 16}-{uid_base + n * 16 + 15}"], f"agent-{n}.log")
 for n in range(3):
     if not wait_until(30, lambda: "registered" in open(os.path.join(work, f"agent-{n}.log")).read()):
         fail(f"agent {n} did not register")

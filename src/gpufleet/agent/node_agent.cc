@@ -648,6 +648,7 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
     }
     runner::TaskLaunch launch;
     launch.task_id = task.id;
+    launch.run_id = wire::RunIdOfTask(task.id);
     launch.argv = task.command;
     launch.env = task.env;
     launch.env[kJobEnv] = task.job;

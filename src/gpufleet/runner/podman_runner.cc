@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/runner/internal/files.h"
 #include "gpufleet/runner/internal/task_table.h"
 #include "gpufleet/runner/internal/text.h"
 #include "gpufleet/runner/process_runner.h"
@@ -42,23 +43,6 @@ constexpr int kRunFailedExitCode = 101;
 
 // The fence's environment variable that carries the container's environment to `podman run`.
 constexpr char kContainerEnvVariable[] = "GPUFLEET_CONTAINER_ENV";
-
-// Owns a file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) {
-      close(fd_);
-    }
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // "gpufleet-" and the task id with every character a container name cannot hold as '_', then a
 // hash of the instance and the id, so that ids differing only there get different names.
@@ -95,7 +79,7 @@ std::string Reason(std::string_view what, const internal::CommandOutcome& outcom
 
 // What was appended to the file at `path` from `offset` on (at most kMaxReasonBytes of its end).
 std::string ReadFrom(const std::string& path, off_t offset) {
-  const Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const internal::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat info = {};
   if (fd.get() < 0 || fstat(fd.get(), &info) != 0 || info.st_size <= offset) {
     return "";
@@ -614,8 +598,8 @@ Status PodmanRunner::Start(const TaskLaunch& launch) {
     processes.emplace(process.task_id, std::move(process));
   }
   GPUFLEET_RETURN_IF_ERROR(internal::CheckNewTask(processes, launch.task_id));
-  if (const Fd log(open(launch.log_path.c_str(),
-                        O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600));
+  if (const internal::UniqueFd log(open(
+          launch.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600));
       log.get() < 0) {
     return InvalidArgumentError(
         fmt::format("log_path '{}' of task '{}' cannot be opened for appending: {}",

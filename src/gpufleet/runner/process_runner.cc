@@ -27,6 +27,7 @@
 
 #include <fmt/format.h>
 
+#include "gpufleet/runner/internal/files.h"
 #include "gpufleet/runner/internal/shim.h"
 #include "gpufleet/runner/internal/task_table.h"
 #include "gpufleet/runner/internal/text.h"
@@ -35,7 +36,9 @@ namespace gpufleet::runner {
 namespace {
 
 using internal::ErrnoText;
+using internal::ReadSmallFile;
 using internal::SplitCommas;
+using internal::UniqueFd;
 
 constexpr std::string_view kStateSuffix = ".task";
 constexpr std::string_view kExitSuffix = ".exit";
@@ -44,34 +47,6 @@ constexpr std::string_view kStateHeader = "gpufleet-task-state 1";
 constexpr std::string_view kLockFileName = "lock";
 // The agent's lease (RenewLease); like "lock", no task's file can have this name.
 constexpr std::string_view kLeaseFileName = "lease";
-
-// Owns a file descriptor.
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  ~UniqueFd() { Reset(); }
-  UniqueFd(UniqueFd&& other) noexcept : fd_(other.Release()) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    Reset(other.Release());
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int Release() { return std::exchange(fd_, -1); }
-  void Reset(int fd = -1) {
-    if (fd_ >= 0) {
-      close(fd_);
-    }
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
 
 // The shim points 0, 1 and 2 at /dev/null first; a descriptor there would be lost (it is only
 // possible when the hosting process runs with a standard stream closed).
@@ -102,33 +77,6 @@ std::string TaskIdFromStem(std::string_view stem) {
 
 bool EndsWith(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
-}
-
-// The file's content; nullopt when it does not exist.
-Result<std::optional<std::string>> ReadSmallFile(const std::string& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) {
-    if (errno == ENOENT) {
-      return std::optional<std::string>();
-    }
-    return UnavailableError(fmt::format("cannot open '{}': {}", path, ErrnoText(errno)));
-  }
-  std::string content;
-  char buffer[4096];
-  while (true) {
-    const ssize_t n = read(fd.get(), buffer, sizeof(buffer));
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n < 0) {
-      return UnavailableError(fmt::format("cannot read '{}': {}", path, ErrnoText(errno)));
-    }
-    if (n == 0) {
-      break;
-    }
-    content.append(buffer, static_cast<size_t>(n));
-  }
-  return std::optional<std::string>(std::move(content));
 }
 
 // Writes next to `path`, then renames: readers see the old file or the whole new one. No fsync:
@@ -319,15 +267,20 @@ struct StateRecord {
   std::string working_dir;
   // Its shim stops it when the lease runs out; records of older runners lack the line.
   bool enforces_lease = false;
+  // The task sandbox: the run's directory name and uid; empty and none without one.
+  std::string run_dir;
+  std::optional<uid_t> uid;
 };
 
 std::string FormatStateRecord(const StateRecord& record) {
   return fmt::format(
       "{}\ntask_id={}\nshim_pid={}\nshim_start_ticks={}\nboot_id={}\nstart_time_ns={}\n"
-      "command={}\ngpu_uuids={}\nlog_path={}\nworking_dir={}\nenforces_lease={}\n",
+      "command={}\ngpu_uuids={}\nlog_path={}\nworking_dir={}\nenforces_lease={}\nrun_dir={}\n"
+      "uid={}\n",
       kStateHeader, record.task_id, record.shim_pid, record.shim_start_ticks, record.boot_id,
       record.start_time_nanos, record.command, fmt::join(record.gpu_uuids, ","), record.log_path,
-      record.working_dir, record.enforces_lease ? 1 : 0);
+      record.working_dir, record.enforces_lease ? 1 : 0, record.run_dir,
+      record.uid.has_value() ? std::to_string(*record.uid) : "");
 }
 
 Result<StateRecord> ParseStateRecord(std::string_view text) {
@@ -382,6 +335,17 @@ Result<StateRecord> ParseStateRecord(std::string_view text) {
   record.log_path = values["log_path"];
   record.working_dir = values["working_dir"];
   record.enforces_lease = values["enforces_lease"] == "1";
+  record.run_dir = values["run_dir"];
+  if (!values["uid"].empty()) {
+    uid_t uid = 0;
+    if (!ParseInteger(values["uid"], uid)) {
+      return InvalidArgumentError(fmt::format("uid '{}' is not a number", values["uid"]));
+    }
+    record.uid = uid;
+  }
+  if (record.uid.has_value() == record.run_dir.empty()) {
+    return InvalidArgumentError("run_dir and uid go together");
+  }
   return record;
 }
 
@@ -400,7 +364,7 @@ std::string StartFailureReason(const internal::ExitRecord& record, std::string_v
     case internal::StartStage::kCgroup:
       return "cannot join the task's cgroup: " + error;
     case internal::StartStage::kIdentity:
-      return "cannot take on the --run-as user's ids: " + error;
+      return "cannot take on the task's user and group ids: " + error;
   }
   return "unknown start failure: " + error;
 }
@@ -445,6 +409,20 @@ Result<std::unique_ptr<ProcessRunner>> ProcessRunner::Open(std::string state_dir
                      "state_dir '{}' is in use by another task runner (lock '{}' is held)",
                      state_dir, lock_path))
                : UnavailableError(fmt::format("cannot lock '{}': {}", lock_path, ErrnoText(errno)));
+  }
+  if (options.sandbox.has_value()) {
+    if (options.run_as.has_value()) {
+      return InvalidArgumentError(
+          "the task sandbox (a user per run) and run_as (one user for every task) exclude each "
+          "other");
+    }
+    if (geteuid() != 0) {
+      return FailedPreconditionError(
+          "the task sandbox (a user per run) needs root to run tasks as other users");
+    }
+    GPUFLEET_RETURN_IF_ERROR(CheckTaskUidRangeIsUnused(
+        options.sandbox->uids, options.sandbox->subuid_path, options.sandbox->subgid_path));
+    GPUFLEET_RETURN_IF_ERROR(PrepareRunsDirectory(options.sandbox->runs_dir));
   }
   std::unique_ptr<ProcessRunner> runner(new ProcessRunner(
       std::move(state_dir), clock, lock.Release(), ReadBootId(), std::move(options)));
@@ -524,6 +502,8 @@ Status ProcessRunner::LoadStateDirectory() {
     task.log_path = record->log_path;
     task.shim_pid = record->shim_pid;
     task.shim_start_ticks = record->shim_start_ticks;
+    task.run_dir = record->run_dir;
+    task.uid = record->uid;
     if (!boot_id_.empty() && record->boot_id != boot_id_) {
       // Pids and start times restart with the kernel: the old ones must not be trusted.
       task.status.state = TaskState::kLost;
@@ -538,7 +518,136 @@ Status ProcessRunner::LoadStateDirectory() {
       GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(FilePath(TaskIdFromStem(stem), kExitSuffix)));
     }
   }
+  if (options_.sandbox.has_value()) {
+    // Round-robin goes on after the newest uid the adopted tasks hold.
+    const TaskUidRange& range = options_.sandbox->uids;
+    next_uid_ = range.first;
+    for (const auto& [id, task] : tasks_) {
+      if (task.uid.has_value() && *task.uid >= range.first && *task.uid < range.last) {
+        next_uid_ = std::max<uid_t>(next_uid_, *task.uid + 1);
+      }
+    }
+    std::lock_guard<std::mutex> lock(mu_);
+    EndStrayRuns();
+  }
   return Status::Ok();
+}
+
+void ProcessRunner::EndStrayRuns() {
+  const TaskUidRange& range = options_.sandbox->uids;
+  std::error_code error;
+  std::filesystem::directory_iterator it(options_.sandbox->runs_dir, error);
+  const std::filesystem::directory_iterator end;
+  for (; !error && it != end; it.increment(error)) {
+    const std::string name = it->path().filename().string();
+    const bool known = std::any_of(tasks_.begin(), tasks_.end(),
+                                   [&](const auto& entry) { return entry.second.run_dir == name; });
+    if (known) {
+      continue;
+    }
+    // The uid is the owner of its directories (a run that ended while no runner watched).
+    std::optional<uid_t> uid;
+    for (const char* dir : {"work", "tmp"}) {
+      struct stat info = {};
+      if (!uid.has_value() && lstat((it->path() / dir).c_str(), &info) == 0 &&
+          info.st_uid >= range.first && info.st_uid <= range.last) {
+        uid = info.st_uid;
+      }
+    }
+    ended_runs_.emplace(name, uid);
+  }
+  ReleaseEndedRuns();
+}
+
+Result<RunAs> ProcessRunner::EnterRun(TaskLaunch& launch, Task& task) {
+  const TaskSandboxOptions& sandbox = *options_.sandbox;
+  task.run_dir = FileStem(launch.run_id.empty() ? launch.task_id : launch.run_id) + ".run";
+  for (const auto& [id, other] : tasks_) {
+    if (other.run_dir == task.run_dir && other.uid.has_value()) {
+      task.uid = other.uid;  // a task of the same run
+      break;
+    }
+  }
+  if (const auto ended = ended_runs_.find(task.run_dir); ended != ended_runs_.end()) {
+    // The run goes on: it keeps its uid and directories.
+    task.uid = task.uid.has_value() ? task.uid : ended->second;
+    ended_runs_.erase(ended);
+  }
+  if (!task.uid.has_value()) {
+    std::set<uid_t> unavailable = UidsInUse(sandbox.uids);
+    for (const auto& [id, other] : tasks_) {
+      if (other.uid.has_value()) {
+        unavailable.insert(*other.uid);
+      }
+    }
+    for (const auto& [name, uid] : ended_runs_) {
+      if (uid.has_value()) {
+        unavailable.insert(*uid);
+      }
+    }
+    task.uid = PickTaskUid(sandbox.uids, next_uid_, unavailable);
+    if (!task.uid.has_value()) {
+      return Status(
+          StatusCode::kResourceExhausted,
+          fmt::format(
+              "task '{}': every uid of --task-uid-range {} is held by a run or used by a process",
+              launch.task_id, FormatTaskUidRange(sandbox.uids)));
+    }
+    next_uid_ = *task.uid == sandbox.uids.last ? sandbox.uids.first : *task.uid + 1;
+  }
+  const uid_t uid = *task.uid;
+  Result<RunDirectories> dirs = CreateRunDirectories(sandbox.runs_dir, task.run_dir, uid, uid);
+  if (!dirs.ok()) {
+    return UnavailableError(fmt::format("task '{}': {}", launch.task_id, dirs.status().message()));
+  }
+  launch.env.try_emplace("TMPDIR", dirs->tmp);
+  if (launch.working_dir.empty()) {
+    launch.working_dir = dirs->work;
+  }
+  task.working_dir = launch.working_dir;
+  RunAs identity;
+  identity.user = fmt::format("gpufleet-{}", uid);
+  identity.uid = uid;
+  identity.gid = uid;
+  identity.groups.push_back(uid);
+  identity.groups.insert(identity.groups.end(), sandbox.groups.begin(), sandbox.groups.end());
+  identity.home = dirs->work;
+  return identity;
+}
+
+void ProcessRunner::EndRunIfUnused(const std::string& run_dir, uid_t uid) {
+  const bool used = std::any_of(tasks_.begin(), tasks_.end(),
+                                [&](const auto& entry) { return entry.second.run_dir == run_dir; });
+  if (!used) {
+    ended_runs_.emplace(run_dir, uid);
+    ReleaseEndedRuns();
+  }
+}
+
+void ProcessRunner::ReleaseEndedRuns() {
+  if (ended_runs_.empty()) {
+    return;
+  }
+  // A directory left by an earlier run whose uid a live run holds now waits for that run.
+  std::set<uid_t> held;
+  for (const auto& [id, task] : tasks_) {
+    if (task.uid.has_value()) {
+      held.insert(*task.uid);
+    }
+  }
+  // What a run left behind (a child that left its process group, without cgroups to catch it)
+  // dies with the run; the uid is free once the kernel has taken the last one away.
+  for (const auto& [name, uid] : ended_runs_) {
+    if (uid.has_value() && !held.contains(*uid)) {
+      KillProcessesOfUid(*uid);
+    }
+  }
+  const std::set<uid_t> in_use = UidsInUse(options_.sandbox->uids);
+  std::erase_if(ended_runs_, [&](const auto& entry) {
+    const auto& [name, uid] = entry;
+    return !(uid.has_value() && (in_use.contains(*uid) || held.contains(*uid))) &&
+           RemoveRunDirectory(options_.sandbox->runs_dir, name).ok();
+  });
 }
 
 Status ProcessRunner::Start(const TaskLaunch& launch) {
@@ -596,16 +705,35 @@ Status ProcessRunner::Start(const TaskLaunch& launch) {
     return Status::Ok();
   }
   task.command = *executable;
-  GPUFLEET_RETURN_IF_ERROR(Spawn(launch, log.get(), task));
+  std::optional<RunAs> identity = options_.run_as;
+  TaskLaunch sandboxed;
+  if (options_.sandbox.has_value()) {
+    sandboxed = launch;
+    Result<RunAs> entered = EnterRun(sandboxed, task);
+    if (entered.ok()) {
+      identity = std::move(entered).value();
+    }
+    const Status spawned =
+        entered.ok() ? Spawn(sandboxed, log.get(), task, identity) : entered.status();
+    if (!spawned.ok()) {
+      if (task.uid.has_value()) {
+        EndRunIfUnused(task.run_dir, *task.uid);
+      }
+      return spawned;
+    }
+  } else {
+    GPUFLEET_RETURN_IF_ERROR(Spawn(launch, log.get(), task, identity));
+  }
   tasks_.emplace(launch.task_id, std::move(task));
   return Status::Ok();
 }
 
-Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task) {
+Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task,
+                            const std::optional<RunAs>& identity) {
   // Everything the child needs is built here: after fork it may not allocate.
   std::vector<std::string> argv_storage = launch.argv;
   std::vector<char*> argv = NullTerminatedPointers(argv_storage);
-  std::vector<std::string> env_storage = TaskEnvironment(launch, options_.run_as);
+  std::vector<std::string> env_storage = TaskEnvironment(launch, identity);
   std::vector<char*> envp = NullTerminatedPointers(env_storage);
   std::vector<std::string> cgroup_join;
   std::vector<const char*> cgroup_join_pointers;
@@ -678,12 +806,12 @@ Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task) {
     plan.cgroup_members_path = cgroup_members.c_str();
   }
   plan.lease_path = lease_path_.c_str();
-  if (options_.run_as.has_value()) {
+  if (identity.has_value()) {
     plan.change_identity = true;
-    plan.uid = options_.run_as->uid;
-    plan.gid = options_.run_as->gid;
-    plan.groups = options_.run_as->groups.data();
-    plan.group_count = options_.run_as->groups.size();
+    plan.uid = identity->uid;
+    plan.gid = identity->gid;
+    plan.groups = identity->groups.data();
+    plan.group_count = identity->groups.size();
   }
 
   const pid_t pid = fork();
@@ -730,6 +858,8 @@ Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task) {
   record.log_path = launch.log_path;
   record.working_dir = launch.working_dir;
   record.enforces_lease = true;
+  record.run_dir = task.run_dir;
+  record.uid = task.uid;
   task.status.enforces_lease = true;
   const Status written = WriteFileAtomically(state_path, FormatStateRecord(record));
   if (!written.ok()) {
@@ -888,6 +1018,7 @@ std::vector<TaskStatus> ProcessRunner::Poll() {
   const MonoTime now = clock_.Now();
   std::erase_if(cgroups_to_remove_,
                 [&](const std::string& cgroup) { return options_.cgroups->Remove(cgroup).ok(); });
+  ReleaseEndedRuns();
   return internal::UpdatedStatuses(tasks_, [&](Task& task) { Refresh(task, now); });
 }
 
@@ -911,7 +1042,12 @@ Status ProcessRunner::Forget(std::string_view task_id) {
   // The state file first: if the agent dies in between, Open deletes the stray exit file.
   GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(FilePath(task_id, kStateSuffix)));
   GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(FilePath(task_id, kExitSuffix)));
+  const std::string run_dir = it->second.run_dir;
+  const std::optional<uid_t> uid = it->second.uid;
   tasks_.erase(it);
+  if (uid.has_value()) {
+    EndRunIfUnused(run_dir, *uid);
+  }
   return Status::Ok();
 }
 

@@ -18,6 +18,7 @@
 #include "gpufleet/runner/cgroup.h"
 #include "gpufleet/runner/run_as.h"
 #include "gpufleet/runner/task_runner.h"
+#include "gpufleet/runner/task_sandbox.h"
 
 namespace gpufleet::runner {
 
@@ -76,22 +77,40 @@ std::vector<std::string> TaskEnvironment(const TaskLaunch& launch,
 // group, and the shim kills whatever is left in it when the task's main process ends, so a child
 // that left the process group (setsid) dies with the task. Forget removes the cgroup.
 //
+// The task sandbox (ProcessRunnerOptions::sandbox; docs/agent.md, "The task sandbox"). Each run
+// (TaskLaunch::run_id) gets a uid of its own from the configured range, and the gid of the same
+// number, with no supplementary groups but the configured ones: a task cannot read another run's
+// /proc/PID/environ or files, nor signal it. A uid is never held by two runs at once: a run keeps
+// it while the runner knows any of its tasks (until Forget of the last one), and it is free again
+// only once no process of the node runs as it (processes of an ended run that escaped its process
+// group and cgroup are killed first). Uids go round-robin, so one comes back as late as possible.
+// Each run also gets `runs_dir`/RUN.run/work (its tasks' working directory unless the launch names
+// one, and HOME) and .../tmp (TMPDIR unless the launch sets it), owned by its uid, 0700, removed
+// with the uid's release. The run and its uid are in each task's state file: a runner that adopts
+// the task keeps both (and removes the directories of runs it no longer knows). Requires root.
+//
 // Fencing. RenewLease records the agent's lease in the state directory; each shim reads it every
 // second and stops its task at the deadline as Stop would (SIGTERM, SIGKILL after the grace), so
 // the tasks of a dead agent end before the server gives their GPUs to others.
 //
 // Thread-safe: a mutex guards the task table; Start holds it while forking.
 struct ProcessRunnerOptions {
+  // Every task runs as this user; excludes `sandbox`.
   std::optional<RunAs> run_as;
   std::optional<TaskCgroups> cgroups;
+  // Each run's tasks run as a user of their own.
+  std::optional<TaskSandboxOptions> sandbox;
 };
 
 class ProcessRunner final : public TaskRunner {
  public:
   // Opens (creating if missing; its parent must exist) the state directory and adopts the tasks
   // recorded there. `clock` must outlive the runner.
-  // Errors: kInvalidArgument for an empty path, kFailedPrecondition when the path is not a
-  // directory or another runner holds it, kUnavailable when it cannot be created or read.
+  // Errors: kInvalidArgument for an empty path or both `run_as` and `sandbox`,
+  // kFailedPrecondition when the path is not a directory or another runner holds it, or for a
+  // sandbox when this process is not root, an account uses an id of its range
+  // (CheckTaskUidRangeIsUnused) or its runs_dir is unusable (PrepareRunsDirectory); kUnavailable
+  // when something cannot be created or read.
   static Result<std::unique_ptr<ProcessRunner>> Open(std::string state_dir, const Clock& clock,
                                                      ProcessRunnerOptions options = {});
 
@@ -102,8 +121,10 @@ class ProcessRunner final : public TaskRunner {
 
   // Adds to the common errors: kInvalidArgument for a launch with an image, when log_path is empty
   // or cannot be opened for appending, or working_dir is not a directory; kUnavailable when the
-  // task cannot be recorded or forked. A program that is not found in PATH, cannot be executed or
-  // cannot enter its working directory makes the task kFailedToStart, with the reason.
+  // task cannot be recorded or forked or its run's directories cannot be made;
+  // kResourceExhausted when the sandbox has no free uid for a new run. A program that is not found
+  // in PATH, cannot be executed or cannot enter its working directory makes the task
+  // kFailedToStart, with the reason.
   Status Start(const TaskLaunch& launch) override;
   // Adds kInternal when the process group cannot be signalled (e.g. EPERM).
   Status Stop(std::string_view task_id, Duration grace) override;
@@ -134,6 +155,10 @@ class ProcessRunner final : public TaskRunner {
     bool sigterm_sent = false;
     bool sigkill_sent = false;
     std::optional<MonoTime> kill_deadline;
+    // Sandbox: the name of the run's directory under runs_dir and its uid (and gid); none for a
+    // task that never ran or was not sandboxed.
+    std::string run_dir;
+    std::optional<uid_t> uid;
   };
 
   ProcessRunner(std::string state_dir, const Clock& clock, int lock_fd, std::string boot_id,
@@ -141,8 +166,22 @@ class ProcessRunner final : public TaskRunner {
 
   Status LoadStateDirectory();
   std::string FilePath(std::string_view task_id, std::string_view suffix) const;
-  // Forks the shim of `task` and records it. REQUIRES: mu_ held.
-  Status Spawn(const TaskLaunch& launch, int log_fd, Task& task);
+  // Forks the shim of `task`, running it as `identity` (none: as this process), and records it.
+  // REQUIRES: mu_ held.
+  Status Spawn(const TaskLaunch& launch, int log_fd, Task& task,
+               const std::optional<RunAs>& identity);
+  // Sandbox: gives `task` its run's uid (the one the run holds, or a free one) and directories,
+  // and adapts `launch` (TMPDIR, working directory). Returns the identity the task runs as.
+  // REQUIRES: mu_ held.
+  Result<RunAs> EnterRun(TaskLaunch& launch, Task& task);
+  // Sandbox: once no task of run directory `run_dir` is known, the run has ended: its uid and
+  // directories are released as soon as no process of the uid is left. REQUIRES: mu_ held.
+  void EndRunIfUnused(const std::string& run_dir, uid_t uid);
+  // Kills what is left of the ended runs, and releases those of them with no process left.
+  // REQUIRES: mu_ held.
+  void ReleaseEndedRuns();
+  // Sandbox: ends the runs whose directories no adopted task names. REQUIRES: mu_ held.
+  void EndStrayRuns();
   // Notices the end of a running task and sends a SIGKILL that is due. REQUIRES: mu_ held.
   void Refresh(Task& task, MonoTime now);
   // Whether the shim still runs; reaps it when it can. REQUIRES: mu_ held.
@@ -165,6 +204,10 @@ class ProcessRunner final : public TaskRunner {
   std::map<std::string, Task, std::less<>> tasks_;  // guarded by mu_
   // Cgroups of forgotten tasks that still held a process when Forget killed it.
   std::vector<std::string> cgroups_to_remove_;  // guarded by mu_
+  // Sandbox: runs none of whose tasks is known any more, by directory name, with their uid (none
+  // for a directory with no uid of the range), until no process of that uid is left.
+  std::map<std::string, std::optional<uid_t>> ended_runs_;  // guarded by mu_
+  uid_t next_uid_ = 0;                                      // guarded by mu_
 };
 
 }  // namespace gpufleet::runner

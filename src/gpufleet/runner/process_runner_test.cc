@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <set>
@@ -38,10 +39,12 @@ namespace {
 
 using ::gpufleet::testing::StatusIs;
 using ::std::chrono::seconds;
+using ::testing::AllOf;
 using ::testing::AnyOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::Optional;
 using ::testing::StartsWith;
 
@@ -893,6 +896,250 @@ TEST_F(ProcessRunnerIntegrationContainmentTest, RunsAsTheRunAsUserWithAPrivateLo
   EXPECT_THAT(refused.reason, HasSubstr("cannot enter working directory"));
   EXPECT_THAT(LookUpUser("no-such-user-gpufleet").status(),
               StatusIs(StatusCode::kNotFound, HasSubstr("no user 'no-such-user-gpufleet'")));
+}
+
+// The task sandbox with real tasks of two runs, as two teams' jobs on one node. Each test process
+// takes uids of its own (by its pid), so tests running side by side never share one.
+class ProcessRunnerIntegrationSandboxTest : public ProcessRunnerTestBase {
+ protected:
+  void SetUp() override {
+    ProcessRunnerTestBase::SetUp();
+    if (geteuid() != 0) {
+      GTEST_SKIP() << "running tasks as other users needs root";
+    }
+    // Tasks reach their run's directories through the test's own (mkdtemp makes it 0700).
+    ASSERT_EQ(chmod(dir_.c_str(), 0711), 0);
+    const uid_t first = 2000100000 + static_cast<uid_t>(getpid() % 1000000) * 4;
+    sandbox_.uids = {first, first + 3};
+    sandbox_.runs_dir = dir_ + "/runs";
+  }
+
+  void TearDown() override {
+    ProcessRunnerTestBase::TearDown();
+    for (uid_t uid = sandbox_.uids.first; uid != 0 && uid <= sandbox_.uids.last; ++uid) {
+      KillProcessesOfUid(uid);
+    }
+  }
+
+  std::unique_ptr<ProcessRunner> OpenSandboxed(TaskUidRange uids) {
+    TaskSandboxOptions sandbox = sandbox_;
+    sandbox.uids = uids;
+    Result<std::unique_ptr<ProcessRunner>> runner =
+        ProcessRunner::Open(state_dir_, clock_, {.sandbox = sandbox});
+    EXPECT_OK(runner);
+    return runner.ok() ? std::move(runner).value() : nullptr;
+  }
+
+  TaskLaunch InRun(const std::string& task_id, const std::string& run_id,
+                   const std::string& script) const {
+    TaskLaunch launch = Shell(task_id, script);
+    launch.run_id = run_id;
+    launch.working_dir.clear();  // the run's own
+    return launch;
+  }
+
+  // "KEY=VALUE" words of the task's log line that starts with `prefix`.
+  std::map<std::string, std::string> LogValues(const std::string& log_path) {
+    std::map<std::string, std::string> values;
+    std::istringstream words(ReadFile(log_path));
+    for (std::string word; words >> word;) {
+      if (const size_t equals = word.find('='); equals != std::string::npos) {
+        values[word.substr(0, equals)] = word.substr(equals + 1);
+      }
+    }
+    return values;
+  }
+
+  TaskSandboxOptions sandbox_;
+};
+
+// What team A's task tries against team B's: every attempt writes its outcome to A's log.
+constexpr char kProbeScript[] = R"sh(
+try() {
+  if "$@" >/dev/null 2>"$TMPDIR/err"; then echo "$1=done"; else echo "$1=$(tr ' ' _ <"$TMPDIR/err")"; fi
+}
+try cat "/proc/$OTHER_PID/environ"
+try ls "$OTHER_TMP"
+try cat "$OTHER_TMP/secret.txt"
+try cat "$OTHER_WORK/secret.txt"
+try cat "$OTHER_LOG"
+try kill -0 "$OTHER_PID"
+try kill -STOP "$OTHER_PID"
+echo "uid=$(id -u) gid=$(id -g) groups=$(id -G | tr ' ' ,) home=$HOME user=$USER tmp=$TMPDIR pwd=$(pwd)"
+)sh";
+
+TEST_F(ProcessRunnerIntegrationSandboxTest, TasksOfTwoRunsCannotReachEachOther) {
+  std::unique_ptr<ProcessRunner> runner = OpenSandboxed(sandbox_.uids);
+  ASSERT_NE(runner, nullptr);
+  // Team B's task: a secret in its environment, its TMPDIR and its working directory.
+  TaskLaunch secret = InRun("team-b/train/main-0/1", "team-b/train/1",
+                            "echo secret > \"$TMPDIR/secret.txt\"; echo secret > secret.txt; "
+                            "echo \"pid=$$ tmp=$TMPDIR work=$(pwd)\"; exec sleep 300");
+  secret.env["WANDB_API_KEY"] = "team-b-secret";
+  StartOrFail(*runner, secret);
+  ASSERT_TRUE(WaitForLog(secret.log_path, "work="));
+  std::map<std::string, std::string> b = LogValues(secret.log_path);
+  const pid_t b_pid = std::stoi(b["pid"]);
+  EXPECT_EQ(b["tmp"], dir_ + "/runs/team-b%train%1.run/tmp");
+  EXPECT_EQ(b["work"], dir_ + "/runs/team-b%train%1.run/work");
+
+  // Team A's task tries, and so does a second task of B's own run (the control: the same
+  // commands work within a run).
+  TaskLaunch probe = InRun("team-a/eval/main-0/1", "team-a/eval/1", kProbeScript);
+  TaskLaunch sibling = InRun("team-b/train/main-1/1", "team-b/train/1", kProbeScript);
+  for (TaskLaunch* launch : {&probe, &sibling}) {
+    launch->env = {{"OTHER_PID", std::to_string(b_pid)},
+                   {"OTHER_TMP", b["tmp"]},
+                   {"OTHER_WORK", b["work"]},
+                   {"OTHER_LOG", secret.log_path}};
+  }
+  sibling.argv[2] += "kill -CONT $OTHER_PID";
+  StartOrFail(*runner, probe);
+  EXPECT_EQ(WaitForEnd(*runner, probe.task_id).state, TaskState::kExited);
+  EXPECT_NE(ProcStatFields(b_pid).at(0), "T") << "team A's task stopped team B's";
+  StartOrFail(*runner, sibling);
+  EXPECT_EQ(WaitForEnd(*runner, sibling.task_id).state, TaskState::kExited);
+
+  const std::map<std::string, std::string> a = LogValues(probe.log_path);
+  SCOPED_TRACE(ReadFile(probe.log_path));
+  SCOPED_TRACE(ReadFile(sibling.log_path));
+  EXPECT_THAT(a.at("cat"), HasSubstr("Permission_denied"));  // the last cat: the log
+  EXPECT_THAT(a.at("ls"), HasSubstr("Permission_denied"));
+  EXPECT_THAT(a.at("kill"), HasSubstr("Operation_not_permitted"));
+  EXPECT_THAT(ReadFile(probe.log_path),
+              AllOf(HasSubstr(fmt::format("cat:_/proc/{}/environ:_Permission_denied", b_pid)),
+                    HasSubstr(fmt::format("cat:_{}/secret.txt:_Permission_denied", b["tmp"])),
+                    HasSubstr(fmt::format("cat:_{}/secret.txt:_Permission_denied", b["work"])),
+                    HasSubstr(fmt::format("cat:_{}:_Permission_denied", secret.log_path)),
+                    Not(HasSubstr("=done"))));
+
+  // Team B's own second task reads all but the log (the agent's), and shares B's user.
+  const std::map<std::string, std::string> own = LogValues(sibling.log_path);
+  const std::string own_log = ReadFile(sibling.log_path);
+  EXPECT_EQ(own_log.substr(0, own_log.find("cat=cat:")), "cat=done\nls=done\ncat=done\ncat=done\n")
+      << own_log;
+  EXPECT_THAT(own_log, HasSubstr("kill=done\nkill=done\n"));
+  EXPECT_THAT(own_log, HasSubstr(fmt::format("cat:_{}:_Permission_denied", secret.log_path)));
+  EXPECT_EQ(own.at("tmp"), b["tmp"]);
+  EXPECT_EQ(own.at("pwd"), b["work"]);
+  EXPECT_EQ(own.at("home"), b["work"]);
+
+  // Two users of the range, one per run, with no other group.
+  const uid_t a_uid = std::stoul(a.at("uid"));
+  const uid_t b_uid = std::stoul(own.at("uid"));
+  EXPECT_NE(a_uid, b_uid);
+  for (const uid_t uid : {a_uid, b_uid}) {
+    EXPECT_GE(uid, sandbox_.uids.first);
+    EXPECT_LE(uid, sandbox_.uids.last);
+  }
+  EXPECT_EQ(a.at("gid"), a.at("uid"));
+  EXPECT_EQ(a.at("groups"), a.at("uid"));
+  EXPECT_EQ(a.at("user"), "gpufleet-" + a.at("uid"));
+  EXPECT_EQ(a.at("pwd"), dir_ + "/runs/team-a%eval%1.run/work");
+  struct stat info = {};
+  ASSERT_EQ(stat(b["tmp"].c_str(), &info), 0);
+  EXPECT_EQ(info.st_uid, b_uid);
+  EXPECT_EQ(info.st_mode & 07777, 0700u);
+  ASSERT_EQ(stat(secret.log_path.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 07777, 0600u);
+  EXPECT_EQ(info.st_uid, 0u) << "the log stays the agent's";
+
+  // A run's directories go with its last task.
+  ASSERT_OK(runner->Forget(probe.task_id));
+  EXPECT_TRUE(WaitUntil([&] {
+    runner->Poll();
+    return !std::filesystem::exists(dir_ + "/runs/team-a%eval%1.run");
+  }));
+  ASSERT_OK(runner->Stop(secret.task_id, Duration::zero()));
+  WaitForEnd(*runner, secret.task_id);
+  ASSERT_OK(runner->Forget(secret.task_id));
+  EXPECT_TRUE(std::filesystem::exists(b["work"])) << "the run still has a task";
+  ASSERT_OK(runner->Forget(sibling.task_id));
+  EXPECT_TRUE(WaitUntil([&] {
+    runner->Poll();
+    return !std::filesystem::exists(dir_ + "/runs/team-b%train%1.run");
+  }));
+}
+
+TEST_F(ProcessRunnerIntegrationSandboxTest, AUidServesOneRunAtATimeAcrossRestarts) {
+  const TaskUidRange one{sandbox_.uids.first, sandbox_.uids.first};
+  std::unique_ptr<ProcessRunner> runner = OpenSandboxed(one);
+  ASSERT_NE(runner, nullptr);
+  // Run 1 leaves a child behind that escaped its process group (no cgroups here to catch it).
+  TaskLaunch first = InRun("r1/main-0/1", "r1/1",
+                           "setsid sleep 300 & echo \"left=$! uid=$(id -u)\"; exec sleep 300");
+  StartOrFail(*runner, first);
+  ASSERT_TRUE(WaitForLog(first.log_path, "uid="));
+  const std::map<std::string, std::string> values = LogValues(first.log_path);
+  const pid_t left = std::stoi(values.at("left"));
+  EXPECT_EQ(values.at("uid"), std::to_string(one.first));
+  TaskLaunch other = InRun("r2/main-0/1", "r2/1", "echo \"uid=$(id -u)\"");
+  EXPECT_THAT(runner->Start(other),
+              StatusIs(StatusCode::kResourceExhausted,
+                       HasSubstr("--task-uid-range " + FormatTaskUidRange(one))));
+
+  // A new runner adopts run 1 with its uid: a second task of run 1 gets it, run 2 still waits.
+  runner.reset();
+  // A run directory no task names any more (the agent died before removing it) goes.
+  // A run directory no task names any more (the agent died before removing it) goes, but not
+  // before its uid's processes, which belong to a live run now, are gone.
+  ASSERT_OK(CreateRunDirectories(sandbox_.runs_dir, "stray%1.run", one.first, one.first));
+  runner = OpenSandboxed(one);
+  ASSERT_NE(runner, nullptr);
+  EXPECT_TRUE(std::filesystem::exists(sandbox_.runs_dir + "/stray%1.run"));
+  EXPECT_EQ(StatusOf(*runner, first.task_id).state, TaskState::kRunning);
+  TaskLaunch second = InRun("r1/main-1/1", "r1/1", "echo \"uid=$(id -u)\"");
+  StartOrFail(*runner, second);
+  EXPECT_EQ(WaitForEnd(*runner, second.task_id).state, TaskState::kExited);
+  EXPECT_EQ(ReadFile(second.log_path), fmt::format("uid={}\n", one.first));
+  EXPECT_THAT(runner->Start(other), StatusIs(StatusCode::kResourceExhausted));
+
+  // Run 1 ends; its uid is free once nothing of it is left, the escaped child included.
+  ASSERT_OK(runner->Stop(first.task_id, Duration::zero()));
+  WaitForEnd(*runner, first.task_id);
+  ASSERT_OK(runner->Forget(first.task_id));
+  EXPECT_THAT(runner->Start(other), StatusIs(StatusCode::kResourceExhausted))
+      << "run 1 still has a task";
+  ASSERT_OK(runner->Forget(second.task_id));
+  EXPECT_TRUE(WaitUntil([&] { return ProcessGone(left); })) << "run 1's escaped child lives on";
+  Status started;
+  EXPECT_TRUE(WaitUntil([&] {
+    runner->Poll();
+    started = runner->Start(other);
+    return started.code() != StatusCode::kResourceExhausted;
+  }));
+  ASSERT_OK(started);
+  EXPECT_EQ(WaitForEnd(*runner, other.task_id).state, TaskState::kExited);
+  EXPECT_EQ(ReadFile(other.log_path), fmt::format("uid={}\n", one.first));
+  EXPECT_FALSE(std::filesystem::exists(sandbox_.runs_dir + "/r1%1.run"));
+  EXPECT_FALSE(std::filesystem::exists(sandbox_.runs_dir + "/stray%1.run"));
+}
+
+TEST_F(ProcessRunnerIntegrationSandboxTest, TasksGetTheConfiguredGroupsAndNoOther) {
+  sandbox_.groups = {4242};  // e.g. the group of /dev/nvidia* where the driver restricts them
+  std::unique_ptr<ProcessRunner> runner = OpenSandboxed(sandbox_.uids);
+  ASSERT_NE(runner, nullptr);
+  TaskLaunch launch = InRun("groups/main-0/1", "groups/1", "echo \"$(id -u) $(id -G)\"");
+  StartOrFail(*runner, launch);
+  EXPECT_EQ(WaitForEnd(*runner, launch.task_id).state, TaskState::kExited);
+  std::istringstream words(ReadFile(launch.log_path));
+  uid_t uid = 0;
+  std::string rest;
+  words >> uid;
+  std::getline(words, rest);
+  EXPECT_EQ(rest, fmt::format(" {} 4242", uid));
+}
+
+TEST_F(ProcessRunnerIntegrationSandboxTest, OpenRefusesASandboxItCannotKeep) {
+  Result<RunAs> nobody = LookUpUser("nobody");
+  ASSERT_OK(nobody);
+  EXPECT_THAT(ProcessRunner::Open(state_dir_, clock_, {.run_as = *nobody, .sandbox = sandbox_}),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("exclude each other")));
+  TaskSandboxOptions taken = sandbox_;
+  taken.uids = {nobody->uid, nobody->uid};
+  EXPECT_THAT(ProcessRunner::Open(state_dir_, clock_, {.sandbox = taken}),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr(fmt::format("--task-uid-range {0}-{0}: user '", nobody->uid))));
 }
 
 }  // namespace

@@ -42,4 +42,23 @@ Result<RunAs> LookUpUser(const std::string& user) {
   return run_as;
 }
 
+Result<gid_t> LookUpGroup(const std::string& group) {
+  if (group.empty()) {
+    return InvalidArgumentError("--task-group: the group name is empty");
+  }
+  std::vector<char> buffer(1 << 16);
+  struct group entry = {};
+  struct group* found = nullptr;
+  const int error = getgrnam_r(group.c_str(), &entry, buffer.data(), buffer.size(), &found);
+  if (error != 0) {
+    char text[256];
+    return UnavailableError(fmt::format("--task-group: cannot look up group '{}': {}", group,
+                                        strerror_r(error, text, sizeof(text))));
+  }
+  if (found == nullptr) {
+    return NotFoundError(fmt::format("--task-group: no group '{}' on this node", group));
+  }
+  return entry.gr_gid;
+}
+
 }  // namespace gpufleet::runner

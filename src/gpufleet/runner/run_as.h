@@ -22,4 +22,8 @@ struct RunAs {
 // Looks `user` up in the password and group databases. kNotFound naming it when unknown.
 Result<RunAs> LookUpUser(const std::string& user);
 
+// Looks `group` up in the group database (`gpufleet agent --task-group GROUP`). kNotFound naming
+// the flag and the group when unknown.
+Result<gid_t> LookUpGroup(const std::string& group);
+
 }  // namespace gpufleet::runner

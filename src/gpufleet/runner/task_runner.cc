@@ -60,18 +60,19 @@ Status CheckPath(std::string_view field, std::string_view path) {
   return Status::Ok();
 }
 
-Status CheckTaskId(std::string_view task_id) {
-  if (task_id.empty()) {
-    return InvalidArgumentError("task_id is empty");
+// A task or run id: 1 to kMaxTaskIdLength characters from [A-Za-z0-9._:@+/-].
+Status CheckId(std::string_view field, std::string_view id) {
+  if (id.empty()) {
+    return InvalidArgumentError(fmt::format("{} is empty", field));
   }
-  if (task_id.size() > kMaxTaskIdLength) {
-    return InvalidArgumentError(fmt::format("task_id {} is {} characters long, more than {}",
-                                            Quote(task_id), task_id.size(), kMaxTaskIdLength));
+  if (id.size() > kMaxTaskIdLength) {
+    return InvalidArgumentError(fmt::format("{} {} is {} characters long, more than {}", field,
+                                            Quote(id), id.size(), kMaxTaskIdLength));
   }
-  for (const char c : task_id) {
+  for (const char c : id) {
     if (!IsTaskIdChar(c)) {
       return InvalidArgumentError(
-          fmt::format("task_id {} has the character {}, outside [A-Za-z0-9._:@+/-]", Quote(task_id),
+          fmt::format("{} {} has the character {}, outside [A-Za-z0-9._:@+/-]", field, Quote(id),
                       Quote(std::string_view(&c, 1))));
     }
   }
@@ -125,7 +126,10 @@ std::string DescribeTaskStatus(const TaskStatus& status) {
 }
 
 Status ValidateLaunch(const TaskLaunch& launch) {
-  GPUFLEET_RETURN_IF_ERROR(CheckTaskId(launch.task_id));
+  GPUFLEET_RETURN_IF_ERROR(CheckId("task_id", launch.task_id));
+  if (!launch.run_id.empty()) {
+    GPUFLEET_RETURN_IF_ERROR(CheckId("run_id", launch.run_id));
+  }
   if (launch.argv.empty()) {
     return InvalidArgumentError(fmt::format("argv of task '{}' is empty", launch.task_id));
   }

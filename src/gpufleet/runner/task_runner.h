@@ -35,6 +35,10 @@ struct TaskLaunch {
   // Unique among the runner's tasks, e.g. "train-llm/group-0": 1 to kMaxTaskIdLength characters
   // from [A-Za-z0-9._:@+/-].
   std::string task_id;
+  // The run the task belongs to (the agent's "JOB/ATTEMPT"), in the same characters: tasks of one
+  // run may share what the runner gives a run (ProcessRunner's task sandbox: a user and
+  // directories). Empty: the task is a run of its own.
+  std::string run_id;
   // The program and its arguments; argv[0] is looked up in PATH when it has no '/'.
   std::vector<std::string> argv;
   // Added to the runner's own environment, overriding variables of the same name. Names are
@@ -116,9 +120,9 @@ struct TaskStatus {
 // "failed to start: ...", "lost: ...".
 std::string DescribeTaskStatus(const TaskStatus& status);
 
-// The checks every runner applies to a launch: the task id, argv (not empty, no NUL bytes), the
-// environment names and values, the GPU UUIDs (no empty, duplicate, ',' or blank ones), the
-// paths (no NUL or newline) and the image (ValidateImageReference). kInvalidArgument naming the
+// The checks every runner applies to a launch: the task and run ids, argv (not empty, no NUL
+// bytes), the environment names and values, the GPU UUIDs (no empty, duplicate, ',' or blank ones),
+// the paths (no NUL or newline) and the image (ValidateImageReference). kInvalidArgument naming the
 // field and the value.
 Status ValidateLaunch(const TaskLaunch& launch);
 

@@ -500,6 +500,18 @@ std::string MakeTaskId(std::string_view job, std::string_view task, int64_t atte
   return fmt::format("{}/{}/{}", job, task, attempt);
 }
 
+std::string RunIdOfTask(std::string_view task_id) {
+  const size_t attempt = task_id.rfind('/');
+  if (attempt == std::string_view::npos || attempt == 0) {
+    return std::string(task_id);
+  }
+  const size_t task = task_id.rfind('/', attempt - 1);
+  if (task == std::string_view::npos) {
+    return std::string(task_id);
+  }
+  return fmt::format("{}{}", task_id.substr(0, task), task_id.substr(attempt));
+}
+
 Status CheckTaskIdLength(std::string_view key, const Job& job) {
   // Task names are "GROUP-REPLICA" (the server's placements).
   size_t longest_task = 0;

@@ -137,6 +137,10 @@ struct TaskMigInstance {
 // "GROUP-REPLICA", e.g. "nlp/bert/workers-3/1", of at most kMaxTaskIdLength characters
 // (core/workload.h), which is what the runner takes.
 std::string MakeTaskId(std::string_view job, std::string_view task, int64_t attempt);
+// The run a task id belongs to, the id without its TASK part ("JOB/ATTEMPT"): every task of one
+// attempt of a job shares it (TaskLaunch::run_id). An id with fewer than three parts is its own
+// run.
+std::string RunIdOfTask(std::string_view task_id);
 // kInvalidArgument naming metadata.name when a task id of `job`, stored under `key`, could
 // exceed kMaxTaskIdLength (attempts of up to kAttemptDigits digits).
 inline constexpr size_t kAttemptDigits = 6;

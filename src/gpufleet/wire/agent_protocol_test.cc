@@ -17,6 +17,16 @@ using ::gpufleet::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
+TEST(AgentProtocol, TheTasksOfOneAttemptShareARun) {
+  EXPECT_EQ(RunIdOfTask(MakeTaskId("team-a/train", "workers-3", 2)), "team-a/train/2");
+  EXPECT_EQ(RunIdOfTask(MakeTaskId("train", "workers-0", 2)),
+            RunIdOfTask(MakeTaskId("train", "main-0", 2)));
+  EXPECT_NE(RunIdOfTask(MakeTaskId("train", "main-0", 1)),
+            RunIdOfTask(MakeTaskId("train", "main-0", 2)));
+  EXPECT_EQ(RunIdOfTask("a/b"), "a/b");
+  EXPECT_EQ(RunIdOfTask("solo"), "solo");
+}
+
 TEST(AgentProtocolJson, ReplyWithMigLayoutsAndAMigTaskRoundTrips) {
   AgentReply reply;
   reply.heartbeat_interval_ms = 5000;
