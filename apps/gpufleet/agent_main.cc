@@ -31,6 +31,7 @@
 #include "gpufleet/runner/process_runner.h"
 #include "gpufleet/runner/simulated_runner.h"
 
+#include "config_file.h"
 #include "flags.h"
 #include "subcommands.h"
 
@@ -486,6 +487,7 @@ int RunAgent(const AgentFlags& flags) {
 Action AddAgentCommand(CLI::App& app) {
   auto flags = std::make_shared<AgentFlags>();
   CLI::App* cmd = app.add_subcommand("agent", "run the node agent (docs/agent.md)");
+  AddConfigFlags(*cmd);
   cmd->add_option("--server", flags->server,
                   "server address, or several comma-separated (the leader is followed; "
                   "docs/ha.md) (default: GPUFLEET_ADDR, else http://127.0.0.1:8080)");
@@ -579,7 +581,12 @@ Action AddAgentCommand(CLI::App& app) {
                   "short host name)");
   cmd->add_option("--scontrol", flags->scontrol, "--slurm-health: the scontrol program")
       ->capture_default_str();
-  return [flags] { return RunAgent(*flags); };
+  return [flags, cmd] {
+    if (std::optional<int> exit_code = HandleConfigFlags(*cmd)) {
+      return *exit_code;
+    }
+    return RunAgent(*flags);
+  };
 }
 
 }  // namespace gpufleet::app

@@ -27,6 +27,7 @@
 #include "gpufleet/store/postgres_store.h"
 #include "gpufleet/store/sqlite_store.h"
 
+#include "config_file.h"
 #include "flags.h"
 #include "subcommands.h"
 
@@ -373,6 +374,7 @@ int RunServer(const ServerFlags& flags) {
 Action AddServerCommand(CLI::App& app) {
   auto flags = std::make_shared<ServerFlags>();
   CLI::App* server = app.add_subcommand("server", "run the REST API and the scheduling loop");
+  AddConfigFlags(*server);
   CLI::Option* data_dir =
       server->add_option("--data-dir", flags->data_dir, "directory of gpufleet.db (SQLite)")
           ->capture_default_str();
@@ -531,7 +533,10 @@ Action AddServerCommand(CLI::App& app) {
       ->capture_default_str()
       ->check(CLI::IsMember({"suspend", "preempt"}))
       ->needs(idle_reclaim);
-  return [flags, data_dir] {
+  return [flags, server, data_dir] {
+    if (std::optional<int> exit_code = HandleConfigFlags(*server)) {
+      return *exit_code;
+    }
     flags->data_dir_given = data_dir->count() > 0;
     return RunServer(*flags);
   };
