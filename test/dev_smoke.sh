@@ -62,7 +62,20 @@ done
 ready=$(grep -c " Ready " "$work/nodes" || true)
 [ "$ready" -eq 8 ] || fail "expected 8 Ready nodes, got $ready"
 
+# Every example submits: the demo has the teams and queues they name. The 128-node gang cannot
+# fit 8 nodes: a strict submit refuses it, naming what is missing.
+examples=$(cd "$(dirname "$0")/../examples" && pwd)
+count=0
+for spec in "$examples"/*.yaml; do
+  "$gpufleet" submit -f "$spec" >"$work/submit" 2>"$work/submit.err" ||
+    fail "submitting $(basename "$spec") failed: $(cat "$work/submit" "$work/submit.err")"
+  count=$((count + 1))
+done
+"$gpufleet" submit -f "$examples/gang-128-leaf.yaml" --strict >"$work/strict" 2>&1 &&
+  fail "a strict submit of the 128-node gang was accepted"
+grep -q "never fits" "$work/strict" || fail "no never-fits refusal: $(cat "$work/strict")"
+
 kill -TERM "$pid"
 wait "$pid" || fail "gpufleet dev did not stop cleanly on SIGTERM"
 grep -q "state kept in" "$work/log" || fail "no clean-stop message"
-echo "dev_smoke: ok ($series GPU series, $ready nodes Ready, $busy GPUs busy)"
+echo "dev_smoke: ok ($series GPU series, $ready nodes Ready, $busy GPUs busy, $count examples submitted)"

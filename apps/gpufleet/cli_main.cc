@@ -170,6 +170,8 @@ Action AddCliCommands(CLI::App& app) {
 
   CLI::App* submit = app.add_subcommand("submit", "submit a job spec (YAML or JSON)");
   submit->add_option("-f,--filename", s.submit.file, "the job spec file")->required();
+  submit->add_flag("--strict", s.submit.strict,
+                   "refuse a job that no node of the fleet could ever hold (else a warning)");
   AddVerb(s, submit, [&s](cli::ApiClient& client) {
     return cli::RunSubmit(client, s.submit, std::cout, std::cerr);
   });

@@ -100,6 +100,43 @@ Result<MigLayoutChoice> ChooseMigLayout(const DevFlags& flags, const GpuCatalog&
   return MigLayoutChoice{largest->name, smallest->name};
 }
 
+// The teams and queues that examples/*.yaml name, so that every example submits on the demo:
+// research (half the fleet's GPUs) over research/nlp (3/8) and research/cv (the rest of
+// research's), prod over prod/serving (a quarter), interactive (a sixteenth). Guarantees are of
+// any model and add up within each parent and within the fleet. A data directory from an earlier
+// run has them already: those are kept as they are.
+Status CreateExampleQueues(cli::ApiClient& admin, int64_t fleet_gpus) {
+  const int64_t research = fleet_gpus / 2;
+  const int64_t nlp = fleet_gpus * 3 / 8;
+  const int64_t prod = fleet_gpus / 4;
+  std::vector<std::pair<std::string, std::string>> calls;
+  for (const char* team : {"nlp", "cv", "serving"}) {
+    calls.emplace_back("/v1/teams", nlohmann::json{{"name", team}}.dump());
+  }
+  const auto queue = [&](const std::string& name, int64_t gpus, const std::string& team) {
+    nlohmann::json body = {{"name", name}, {"guarantee", {{"*", gpus}}}};
+    if (!team.empty()) {
+      body["team"] = team;
+    }
+    calls.emplace_back("/v1/queues", body.dump());
+  };
+  queue("research", research, "");
+  queue("research/nlp", nlp, "nlp");
+  queue("research/cv", research - nlp, "cv");
+  queue("prod", prod, "");
+  queue("prod/serving", prod, "serving");
+  queue("interactive", fleet_gpus / 16, "");
+  for (const auto& [path, body] : calls) {
+    if (Result<nlohmann::json> made = admin.Post(path, body, "application/json");
+        !made.ok() && made.status().code() != StatusCode::kAlreadyExists) {
+      return Status(made.status().code(),
+                    fmt::format("creating the examples' queues: POST {} {}: {}", path, body,
+                                made.status().message()));
+    }
+  }
+  return Status::Ok();
+}
+
 // The trace sample to play: every k-th GPU pod of the openb default list, k chosen so that the
 // sample asks about as much of the dev fleet as the whole trace asks of the openb cluster. Most
 // openb pods arrive in the trace's last 20%, so the playback window starts at the sample's 10th
@@ -328,6 +365,13 @@ int RunDev(DevFlags flags) {
   cli::ApiClient agent_client(address, *agent_token);
   cli::ApiClient admin_client(address, **admin);
 
+  if (const Status made = CreateExampleQueues(
+          admin_client, static_cast<int64_t>(flags.nodes) * flags.gpus_per_node);
+      !made.ok()) {
+    (*server)->Stop();
+    return FailDev(made);
+  }
+
   // The fleet: leaf l holds nodes l*per_leaf .. ; every leaf is cabled to every spine (a
   // 2-tier Clos), so the leaf is the scheduler's one topology level.
   std::vector<std::unique_ptr<agent::SimulatedNode>> fleet;
@@ -338,6 +382,8 @@ int RunDev(DevFlags flags) {
     options.agent.topology_levels = {"leaf"};
     options.agent.topology_values = {fmt::format("leaf-{}", i / per_leaf)};
     options.agent.fault_domains = {{"rack", fmt::format("rack-{}", i / per_leaf)}};
+    // Even leaves in zone east, odd ones in west (examples/notebook.yaml selects zone=east).
+    options.agent.labels = {{"zone", (i / per_leaf) % 2 == 0 ? "east" : "west"}};
     options.agent.capacity = {192000, 2048 * 1024};
     options.agent.stop_grace = std::chrono::seconds(5);
     options.gpu_model = flags.gpu_model;

@@ -22,6 +22,7 @@
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/json_scan.h"
 #include "gpufleet/core/random.h"
+#include "gpufleet/policy/never_fits.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/store/read_modify_write.h"
@@ -31,6 +32,17 @@
 
 namespace gpufleet::api {
 namespace {
+
+// A job already told that it never fits is checked again when it comes up (the view's nodes
+// changed since), before the shortcut that quotes a smaller job's reason: nullopt when some node
+// could hold it now, and the cycle tries it as any other.
+std::optional<policy::NeverFits> NeverFitsAgain(const std::string& reason, const Job& job,
+                                                const scheduler::ClusterSnapshot& snapshot) {
+  if (!reason.starts_with("never fits: ")) {
+    return std::nullopt;
+  }
+  return policy::CheckNeverFits(job, snapshot);
+}
 
 constexpr std::string_view kTopologyName = "topology";
 // The largest `limit` of GET /v1/jobs.
@@ -778,6 +790,10 @@ Result<int> ApiServer::RunCycleLocked() {
     bool held_back = false;
     if (!job.spec->ok()) {
       reason = fmt::format("stored spec is invalid: {}", job.spec->status().message());
+    } else if (const std::optional<policy::NeverFits> again =
+                   NeverFitsAgain(job.reason, **job.spec, snapshot)) {
+      // Named at submit and nodes changed since: still nothing could hold it.
+      reason = fmt::format("never fits: {}", again->message);
     } else if (const auto dominating = std::find_if(failed.begin(), failed.end(),
                                                     [&](const FailedJob& smaller) {
                                                       return scheduler::CannotFitWhereSmallerFailed(
@@ -855,6 +871,11 @@ Result<int> ApiServer::RunCycleLocked() {
         reason = result.outcome == scheduler::ScheduleOutcome::kError ? result.error.message()
                                                                       : result.reason;
         if (did_not_fit) {
+          // Waiting cannot help a job no node could ever hold: say what is missing.
+          if (const std::optional<policy::NeverFits> never =
+                  policy::CheckNeverFits(**job.spec, snapshot)) {
+            reason = fmt::format("never fits: {}", never->message);
+          }
           failed.push_back(FailedJob{&name, &job, "", ""});
           if (backfill_.LookingForHead()) {
             set_backfill_head(name, **job.spec);
@@ -1212,7 +1233,16 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
   }
   if (collection == "jobs") {
     if (n == 2 && post) {
-      return routed(ResultResponse(SubmitJob(*who, request.body), 201), route);
+      bool strict = false;
+      if (const auto it = request.query.find("strict"); it != request.query.end()) {
+        if (it->second != "true" && it->second != "false") {
+          return routed(ErrorResponse(InvalidArgumentError(
+                            fmt::format("strict: \"{}\" is not true or false", it->second))),
+                        route);
+        }
+        strict = it->second == "true";
+      }
+      return routed(ResultResponse(SubmitJob(*who, request.body, {.strict = strict}), 201), route);
     }
     if (n == 2 && get) {
       return routed(ListJobs(*who, request), route);
@@ -1419,7 +1449,8 @@ std::string ApiServer::NowText() const {
                                         : "";
 }
 
-Result<Json> ApiServer::SubmitJob(const control::Principal& who, std::string_view body) {
+Result<Json> ApiServer::SubmitJob(const control::Principal& who, std::string_view body,
+                                  SubmitOptions options) {
   GPUFLEET_ASSIGN_OR_RETURN(const Job job, wire::ParseJobSpec(body, options_.catalog));
   const std::string& name = job.id.value();
   GPUFLEET_RETURN_IF_ERROR(control::CheckScopedName("metadata.name", name));
@@ -1452,6 +1483,22 @@ Result<Json> ApiServer::SubmitJob(const control::Principal& who, std::string_vie
   if (options_.wall_clock != nullptr) {
     doc["created_at"] = control::FormatRfc3339(options_.wall_clock->UnixNanos());
   }
+  // Whether any node of the fleet, empty, could hold it: on the view's snapshot, once the loop
+  // has built one.
+  std::optional<policy::NeverFits> never;
+  if (options.check_fleet) {
+    std::lock_guard<std::mutex> lock(cycle_mu_);
+    if (ready_.load() && view_->Refresh().ok()) {
+      never = policy::CheckNeverFits(job, view_->snapshot());
+    }
+  }
+  if (never) {
+    if (options.strict) {
+      return FailedPreconditionError(
+          fmt::format("{}: never fits: {} (submitted with strict)", never->field, never->message));
+    }
+    doc["reason"] = fmt::format("never fits: {}", never->message);
+  }
   const std::string data = doc.dump();
   GPUFLEET_RETURN_IF_ERROR(wire::CheckSubmissionLimits(job, data.size(), store::kMaxDataBytes));
   store::WriteBatch batch;
@@ -1467,6 +1514,12 @@ Result<Json> ApiServer::SubmitJob(const control::Principal& who, std::string_vie
     return status;
   }
   doc["version"] = 1;
+  if (never) {
+    doc["warnings"] = Json::array(
+        {fmt::format("{}: never fits: {}; it waits until a node that can hold it joins (submit "
+                     "with --strict to refuse such jobs)",
+                     never->field, never->message)});
+  }
   return doc;
 }
 

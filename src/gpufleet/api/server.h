@@ -348,7 +348,21 @@ class ApiServer {
   // Submit and cancel as `who` (the HTTP routes and the deployment controller's replicas): the
   // stored job as served, or why not (kAlreadyExists: the name is taken in the team;
   // kFailedPrecondition: the job has ended and cannot be cancelled).
-  Result<Json> SubmitJob(const control::Principal& who, std::string_view body);
+  //
+  // A job that no node of the fleet could ever hold (policy/never_fits.h) is accepted with a
+  // warning in the answer ("warnings") and the reason "never fits: ..." (the cycle checks it again
+  // whenever nodes change); with `strict` it is refused (kFailedPrecondition naming the field).
+  // `check_fleet` false skips the check: the deployment controller submits from inside the cycle,
+  // which holds cycle_mu_.
+  struct SubmitOptions {
+    bool strict = false;
+    bool check_fleet = true;
+  };
+  Result<Json> SubmitJob(const control::Principal& who, std::string_view body,
+                         SubmitOptions options);
+  Result<Json> SubmitJob(const control::Principal& who, std::string_view body) {
+    return SubmitJob(who, body, SubmitOptions{});
+  }
   ApiResponse ListJobs(const control::Principal& who, const ApiRequest& request);
   ApiResponse GetJob(const control::Principal& who, std::string_view name);
   // GET /v1/jobs/NAME/explain (server_explain.cc, docs/explain.md): why the job waits, as `who`

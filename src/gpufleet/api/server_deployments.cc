@@ -290,7 +290,7 @@ Status ApiServer::RunDeploymentsIfDue() {
    public:
     explicit ServerReplicaJobs(ApiServer& server) : server_(server) {}
     Result<Json> Submit(const control::Principal& owner, std::string_view spec) override {
-      return server_.SubmitJob(owner, spec);
+      return server_.SubmitJob(owner, spec, {.check_fleet = false});
     }
     Result<Json> Cancel(const control::Principal& owner, std::string_view key) override {
       return server_.CancelJob(owner, key);

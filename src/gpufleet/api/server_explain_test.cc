@@ -5,6 +5,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <gmock/gmock.h>
@@ -107,6 +108,102 @@ class ServerExplainTest : public ::testing::Test {
   std::string alice_;
   std::string bob_;
 };
+
+// A job that no node of the fleet could ever hold, with `spec` lines added to a job of one
+// task of `gpus`.
+std::string NeverJob(const std::string& name, const std::string& gpus, const std::string& spec) {
+  return fmt::format(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata:
+  name: {}
+spec:
+  tasks:
+    - name: workers
+      resources: {{cpu: "8", memory: 64Gi, gpus: {}}}
+{})",
+                     name, gpus, spec);
+}
+
+// Each thing the fleet (4 nodes of 8 H100-80GB, no MIG, no labels) lacks: a warning at submit
+// naming it, the reason "never fits: ...", explain's `never` with no ETA and no what-if that
+// cannot help; refused with ?strict=true.
+TEST_F(ServerExplainTest, ImpossibleJobsAreNamedAtSubmit) {
+  // Before the loop's first cycle there is no fleet to check against: the cycle names it.
+  const Json early =
+      CallJson("POST", "/v1/jobs", alice_, NeverJob("early", "{count: 16}", ""), 201);
+  EXPECT_FALSE(early.contains("warnings"));
+  Cycles(1);
+  EXPECT_THAT(CallJson("GET", "/v1/jobs/early", alice_)["reason"].get<std::string>(),
+              HasSubstr("never fits: task workers: 16 GPUs per task: the largest node it may use, "
+                        "node-0000, has 8 H100-80GB"));
+  struct Row {
+    std::string name;
+    std::string yaml;
+    std::string want;  // in the warning, the reason and explain's message
+  };
+  const std::vector<Row> rows = {
+      {"wide", NeverJob("wide", "{count: 16}", ""),
+       "spec.tasks[0].resources.gpus: never fits: task workers: 16 GPUs per task: the largest "
+       "node it may use, node-0000, has 8 H100-80GB"},
+      {"a100", NeverJob("a100", "{count: 1}", "  gpuModels: [A100-80GB]\n"),
+       "spec.gpuModels: never fits: GPU model A100-80GB: the fleet has none (it has H100-80GB)"},
+      {"mig", NeverJob("mig", "{migProfile: 3g.40gb, count: 1}", ""),
+       "spec.tasks[0].resources.gpus: never fits: task workers: MIG profile 3g.40gb: no GPU it "
+       "may use is in MIG mode"},
+      {"selector", NeverJob("selector", "{count: 1}", "  nodeSelector: {zone: east}\n"),
+       "spec.nodeSelector: never fits: nodeSelector zone=east: no node has that label (no node "
+       "has the key zone)"},
+      {"gang", Job("gang", 5, 8, ""),
+       "spec.tasks: never fits: 40 GPUs in all: the nodes it may use have 32 GPUs together"},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.name);
+    // Refused when strict, with the field; nothing is stored.
+    const Json refused = CallJson("POST", "/v1/jobs?strict=true", alice_, row.yaml, 400);
+    EXPECT_THAT(refused.dump(), HasSubstr(row.want));
+    CallJson("GET", "/v1/jobs/" + row.name, alice_, "", 404);
+    // Accepted with the warning otherwise.
+    const Json created = CallJson("POST", "/v1/jobs", alice_, row.yaml, 201);
+    ASSERT_TRUE(created.contains("warnings")) << created.dump();
+    EXPECT_THAT(created["warnings"][0].get<std::string>(), HasSubstr(row.want));
+    const std::string named = row.want.substr(row.want.find("never fits: "));
+    EXPECT_THAT(created["reason"].get<std::string>(), HasSubstr(named));
+    Cycles();
+    const Json stored = CallJson("GET", "/v1/jobs/" + row.name, alice_);
+    EXPECT_EQ(stored["state"], "Pending");
+    EXPECT_THAT(stored["reason"].get<std::string>(), HasSubstr(named));
+    const Json explained = CallJson("GET", "/v1/jobs/" + row.name + "/explain", alice_);
+    EXPECT_EQ(explained["reason"], "never");
+    EXPECT_THAT(explained["message"].get<std::string>(), HasSubstr(named));
+    EXPECT_TRUE(explained["eta"]["at"].is_null());
+    for (const Json& what_if : explained["whatIf"]) {
+      EXPECT_TRUE(what_if["wouldStartNow"].get<bool>()) << what_if.dump();
+    }
+  }
+  // A job that fits gets no warning, and ?strict=bad is refused by name.
+  const Json fits = CallJson("POST", "/v1/jobs?strict=true", alice_, Job("fits", 1, 8, ""), 201);
+  EXPECT_FALSE(fits.contains("warnings"));
+  EXPECT_THAT(
+      CallJson("POST", "/v1/jobs?strict=yes", alice_, Job("odd", 1, 1, ""), 400)["error"]["message"]
+          .get<std::string>(),
+      HasSubstr("strict: \"yes\""));
+
+  // The fleet grows: a node of A100s joins, and the A100 job is tried again and starts.
+  SyntheticClusterSpec spec;
+  spec.gpu_model = "A100-80GB";
+  Result<Cluster> more = MakeSyntheticCluster(spec, catalog_);
+  ASSERT_OK(more);
+  more->nodes[0].id = NodeId("a100-node");
+  for (Gpu& gpu : more->nodes[0].gpus) {
+    gpu.uuid = GpuUuid("GPU-a100-" + gpu.uuid.value());
+  }
+  ASSERT_OK(server_->RegisterNodes(*more));
+  Cycles();
+  EXPECT_EQ(State("a100", alice_), "Scheduled");
+  // The others still never fit, their reasons kept.
+  EXPECT_THAT(CallJson("GET", "/v1/jobs/wide", alice_)["reason"].get<std::string>(),
+              HasSubstr("never fits: task workers: 16 GPUs per task"));
+}
 
 TEST_F(ServerExplainTest, HostileNamesAndOtherTeamsJobsAre404) {
   Submit(Job("mine", 1, 8, "1h"), alice_);

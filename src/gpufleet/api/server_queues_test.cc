@@ -127,6 +127,21 @@ TEST_F(ServerQueuesTest, QuotaIsValidatedAgainstTheTreeAndTheCatalog) {
   EXPECT_TRUE(QueueRow("x").is_null());
 }
 
+// A child whose parent was never created: the error says the parent is implicit, in GPUs as the
+// guarantee was written, and how to create it; once created, the child is accepted.
+TEST_F(ServerQueuesTest, AnImplicitParentIsNamedInGpus) {
+  const std::string error =
+      Error("/v1/queues", R"({"name": "research/cv", "guarantee": {"H100-80GB": 16}})");
+  EXPECT_THAT(error, HasSubstr("its children's guarantees of H100-80GB (16 GPUs) exceed its own "
+                               "(0 GPUs); \"research\" was created implicitly as the parent of "
+                               "\"research/cv\", with no guarantee: create it first with one "
+                               "that covers its children (gpufleet create queue research "
+                               "--guarantee H100-80GB=16)"));
+  EXPECT_THAT(error, Not(HasSubstr("milli")));
+  Call("POST", "/v1/queues", R"({"name": "research", "guarantee": {"H100-80GB": 16}})", 201);
+  Call("POST", "/v1/queues", R"({"name": "research/cv", "guarantee": {"H100-80GB": 16}})", 201);
+}
+
 TEST_F(ServerQueuesTest, AStoppingJobStillCountsAsRunningWithItsGpus) {
   Call("POST", "/v1/jobs", NodeJob("a", "default"), 201);
   Cycle();
@@ -393,7 +408,7 @@ TEST_F(ServerQueuesTest, PatchIsRefusedWholeWhenItDoesNotFitTheTree) {
   EXPECT_THAT(PatchError("research", R"({"guarantee": {"H100-80GB": 4}, "weight": 3})", 400),
               HasSubstr("guarantee"));
   EXPECT_THAT(PatchError("research/nlp", R"({"guarantee": {"H100-80GB": 24}})", 400),
-              HasSubstr("children's guarantees of H100-80GB (24000 milli-GPU) exceed"));
+              HasSubstr("children's guarantees of H100-80GB (24 GPUs) exceed"));
   EXPECT_THAT(PatchError("research/nlp", R"({"limit": {"H100-80GB": 2}})", 400),
               HasSubstr("limit"));
   // Values are read as creation reads them.

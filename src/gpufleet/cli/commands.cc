@@ -423,11 +423,17 @@ int RunSubmit(ApiClient& client, const SubmitArgs& args, std::ostream& out, std:
   if (!text.ok()) {
     return PrintUsageError(text.status().message(), err);
   }
-  Result<json> job = client.Post("/v1/jobs", *text, ContentTypeFor(args.file, *text));
+  Result<json> job = client.Post(args.strict ? "/v1/jobs?strict=true" : "/v1/jobs", *text,
+                                 ContentTypeFor(args.file, *text));
   if (!job.ok()) {
     return PrintError(client, job.status(), err);
   }
   out << "job/" << NameOf(*job, "<unknown>") << " created\n";
+  if (const auto it = job->find("warnings"); it != job->end() && it->is_array()) {
+    for (const json& warning : *it) {
+      err << "warning: " << Text(warning) << "\n";
+    }
+  }
   return 0;
 }
 

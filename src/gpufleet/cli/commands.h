@@ -20,9 +20,11 @@ namespace gpufleet::cli {
 
 // `submit -f FILE`: POSTs the file to /v1/jobs as application/yaml (.yaml, .yml) or
 // application/json (.json; other names are sniffed: "{" first means JSON); prints
-// "job/NAME created".
+// "job/NAME created", then each warning of the answer on `err` ("warning: ..."), such as a job no
+// node of the fleet could ever hold. `--strict` (?strict=true) refuses such a job instead.
 struct SubmitArgs {
   std::string file;
+  bool strict = false;
 };
 int RunSubmit(ApiClient& client, const SubmitArgs& args, std::ostream& out, std::ostream& err);
 

@@ -78,6 +78,23 @@ TEST_F(SubmitTest, PostsYamlAndPrintsCreated) {
   EXPECT_EQ(request.token, "tok");
 }
 
+// The server's warnings (a job no node could ever hold) go to stderr; --strict asks it to refuse.
+TEST_F(SubmitTest, WarningsGoToStderrAndStrictIsAsked) {
+  const std::string path = Write("job.yaml", "a: b");
+  fake_.Answer(
+      "POST /v1/jobs", 201,
+      R"({"name": "wide", "warnings": ["spec.tasks[0].resources.gpus: never fits: 16 GPUs per task"]})");
+  EXPECT_EQ(RunSubmit(fake_.client, {.file = path}, out_, err_), 0);
+  EXPECT_EQ(out_.str(), "job/wide created\n");
+  EXPECT_EQ(err_.str(), "warning: spec.tasks[0].resources.gpus: never fits: 16 GPUs per task\n");
+  fake_.Answer("POST /v1/jobs?strict=true", 400,
+               R"({"error": {"code": "FAILED_PRECONDITION", "message": "never fits, strict"}})");
+  EXPECT_EQ(RunSubmit(fake_.client, {.file = path, .strict = true}, out_, err_), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("never fits, strict"));
+  ASSERT_EQ(fake_.state->requests.size(), 2U);
+  EXPECT_EQ(fake_.state->requests[1].path, "/v1/jobs?strict=true");
+}
+
 TEST_F(SubmitTest, ContentTypeFollowsTheExtension) {
   fake_.Answer("POST /v1/jobs", 201, kJob);
   EXPECT_EQ(RunSubmit(fake_.client, {.file = Write("job.JSON", "{}")}, out_, err_), 0);

@@ -291,7 +291,7 @@ Result<policy::QueueTree> BuildQueueTree(const std::vector<Queue>& queues,
     for (size_t slash = queue.name.find('/'); slash != std::string::npos;
          slash = queue.name.find('/', slash + 1)) {
       const std::string parent = queue.name.substr(0, slash);
-      specs.try_emplace(parent, policy::QueueSpec{.path = parent});
+      specs.try_emplace(parent, policy::QueueSpec{.path = parent, .implicit = true});
     }
   }
   std::vector<policy::QueueSpec> list;

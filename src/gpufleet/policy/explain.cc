@@ -9,6 +9,8 @@
 
 #include <fmt/format.h>
 
+#include "gpufleet/policy/never_fits.h"
+
 namespace gpufleet::policy {
 namespace {
 
@@ -412,6 +414,8 @@ const char* PendingReasonName(PendingReason reason) {
   switch (reason) {
     case PendingReason::kNone:
       return "none";
+    case PendingReason::kNever:
+      return "never";
     case PendingReason::kQuota:
       return "quota";
     case PendingReason::kCapacity:
@@ -479,6 +483,9 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
       out.message = fmt::format("it fits now on {}; the next scheduling cycle starts it",
                                 Where(now.placements, snapshot));
     }
+  } else if (std::optional<NeverFits> never = CheckNeverFits(job, snapshot)) {
+    out.reason = PendingReason::kNever;
+    out.message = fmt::format("never fits: {}", never->message);
   } else {
     // With every running job gone, would it fit?
     ClusterSnapshot empty = snapshot.Clone();
@@ -558,6 +565,11 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
     return out;
   }
   switch (out.reason) {
+    case PendingReason::kNever:
+      out.eta_why =
+          "unknown: no node of the fleet can ever hold it; it is checked again when nodes join or "
+          "change";
+      break;
     case PendingReason::kConstraints:
     case PendingReason::kHealth:
       out.eta_why = "unknown: it cannot start until the job or the nodes change";
@@ -575,6 +587,12 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
       }
   }
   AddWhatIfs(scheduler, snapshot, input, random, out);
+  if (out.reason == PendingReason::kNever) {
+    // Only changes after which some node could hold it: the rest cannot help.
+    std::erase_if(out.what_ifs, [&](const WhatIf& what_if) {
+      return CheckNeverFits(what_if.job, snapshot).has_value();
+    });
+  }
   return out;
 }
 

@@ -25,6 +25,7 @@ namespace gpufleet::policy {
 // The dominant reason a job waits, in the order it is looked for.
 enum class PendingReason {
   kNone,         // it does not wait (running, finished, or it fits now)
+  kNever,        // no node of the fleet could ever hold it, even empty (never_fits.h)
   kQuota,        // its queue's quota refuses it, even where GPUs are free
   kCapacity,     // it fits an empty cluster, but the GPUs it needs are taken now
   kTopology,     // GPUs are free in total, but no domain of the required level holds the gang
@@ -32,7 +33,7 @@ enum class PendingReason {
   kHealth,       // it would fit but for unhealthy GPUs and nodes that are not Ready
   kReservation,  // it fits now, but starting it would delay the job the backfill reserved for
 };
-// "none", "quota", "capacity", "topology", "constraints", "health", "reservation".
+// "none", "never", "quota", "capacity", "topology", "constraints", "health", "reservation".
 const char* PendingReasonName(PendingReason reason);
 
 // Nodes counted by why they cannot take one task of the job's largest group now.

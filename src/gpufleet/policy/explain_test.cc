@@ -99,6 +99,7 @@ class ExplainTest : public ::testing::Test {
 
 TEST(PendingReasonName, NamesEveryReason) {
   EXPECT_STREQ(PendingReasonName(PendingReason::kNone), "none");
+  EXPECT_STREQ(PendingReasonName(PendingReason::kNever), "never");
   EXPECT_STREQ(PendingReasonName(PendingReason::kQuota), "quota");
   EXPECT_STREQ(PendingReasonName(PendingReason::kCapacity), "capacity");
   EXPECT_STREQ(PendingReasonName(PendingReason::kTopology), "topology");
@@ -120,6 +121,8 @@ TEST_F(ExplainTest, EachReasonWithItsEvidence) {
   };
   Job h200 = Gang("h200", 1, 1);
   h200.allowed_gpu_models = {"H200-141GB"};
+  // Each task fits a node, but no node holds two: three tasks on two nodes.
+  const Job cpu_bound = MakeJob("cpu-bound", 3, WholeGpus{1}, {60000, 1024});
   const std::vector<Row> rows = {
       {"fits", [](ExplainTest&) {}, Gang("small", 1, 4), false, false, PendingReason::kNone,
        "fits now"},
@@ -139,10 +142,17 @@ TEST_F(ExplainTest, EachReasonWithItsEvidence) {
        "has 4 free and lacks 4"},
       {"topology never", [](ExplainTest&) {}, Gang("wide", 2, 8, "leaf"), false, false,
        PendingReason::kTopology, "no leaf can ever hold the whole gang of 16 GPUs"},
-      {"constraints", [](ExplainTest&) {}, h200, false, false, PendingReason::kConstraints,
-       "2 of 2 nodes excluded"},
-      {"larger than the fleet", [](ExplainTest&) {}, Gang("huge", 3, 8), false, false,
-       PendingReason::kCapacity, "it needs 24 GPUs and the whole fleet has 16 it may use"},
+      {"never: a model the fleet lacks", [](ExplainTest&) {}, h200, false, false,
+       PendingReason::kNever,
+       "never fits: GPU model H200-141GB: the fleet has none (it has H100-80GB)"},
+      {"never: larger than the fleet", [](ExplainTest&) {}, Gang("huge", 3, 8), false, false,
+       PendingReason::kNever, "never fits: 24 GPUs in all: the nodes it may use have 16"},
+      {"never: more GPUs per task than any node", [](ExplainTest&) {}, Gang("wide", 1, 16), false,
+       false, PendingReason::kNever,
+       "never fits: task workers: 16 GPUs per task: the largest node it may use, node-0, has 8 "
+       "H100-80GB"},
+      {"constraints", [](ExplainTest&) {}, cpu_bound, false, false, PendingReason::kConstraints,
+       "no set of nodes it may use can hold it"},
       {"quota", [](ExplainTest&) {}, Gang("q", 1, 1), true, false, PendingReason::kQuota,
        "quota refuses it: over the limit"},
       {"reservation", [](ExplainTest&) {}, Gang("r", 1, 1), false, true,
@@ -167,6 +177,22 @@ TEST_F(ExplainTest, EachReasonWithItsEvidence) {
     EXPECT_THAT(explained.message, HasSubstr(row.message_has));
     ExpectWhatIfsHold(explained);
   }
+}
+
+// A job no node could ever hold is told so, with no ETA, and only what-ifs that could help.
+TEST_F(ExplainTest, NeverOffersOnlyWhatIfsThatCanHelp) {
+  Use(TwoLeaves());
+  Job job = Gang("h200", 2, 4);
+  job.allowed_gpu_models = {"H200-141GB"};
+  const Explanation explained = Ask(job);
+  ASSERT_EQ(explained.reason, PendingReason::kNever);
+  EXPECT_FALSE(explained.eta_seconds.has_value());
+  EXPECT_THAT(explained.eta_why, HasSubstr("checked again when nodes join"));
+  // Fewer GPUs on a model the fleet lacks cannot help; another model can.
+  ASSERT_EQ(explained.what_ifs.size(), 1u);
+  EXPECT_EQ(explained.what_ifs[0].change, "on H100-80GB");
+  EXPECT_TRUE(explained.what_ifs[0].would_start_now);
+  ExpectWhatIfsHold(explained);
 }
 
 TEST_F(ExplainTest, HealthWhenUnhealthyGpusAreWhatIsMissing) {

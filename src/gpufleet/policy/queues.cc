@@ -54,6 +54,14 @@ std::string ParentPath(const std::string& path) {
   return slash == std::string::npos ? "" : path.substr(0, slash);
 }
 
+// An amount as the user wrote it: in GPUs ("16 GPUs", "0.5 GPUs", "1 GPU").
+std::string QuotaGpus(int64_t milli) {
+  const std::string number = milli % 1000 == 0
+                                 ? fmt::format("{}", milli / 1000)
+                                 : fmt::format("{:g}", static_cast<double>(milli) / kMilliPerGpu);
+  return fmt::format("{} GPU{}", number, milli == 1000 ? "" : "s");
+}
+
 Status CheckAmounts(const std::string& where, const GpuMilliByModel& amounts) {
   for (const auto& [model, milli] : amounts) {
     if (model.empty()) {
@@ -61,7 +69,7 @@ Status CheckAmounts(const std::string& where, const GpuMilliByModel& amounts) {
     }
     if (milli < 0) {
       return InvalidArgumentError(
-          fmt::format("{}[\"{}\"]: {} is negative (milli-GPU)", where, model, milli));
+          fmt::format("{}[\"{}\"]: {} is negative", where, model, QuotaGpus(milli)));
     }
   }
   return Status::Ok();
@@ -73,9 +81,9 @@ Status CheckLimitCoversGuarantee(const std::string& where, const QueueSpec& spec
     const int64_t guaranteed =
         IsAny(model) ? TotalMilli(spec.guarantee) : AmountOf(spec.guarantee, model);
     if (limit < guaranteed) {
-      return InvalidArgumentError(
-          fmt::format("{}.limit[\"{}\"]: {} is below the guarantee of {} milli-GPU", where, model,
-                      limit, guaranteed));
+      return InvalidArgumentError(fmt::format("{}.limit[\"{}\"]: {} is below the guarantee of {}",
+                                              where, model, QuotaGpus(limit),
+                                              QuotaGpus(guaranteed)));
     }
   }
   return Status::Ok();
@@ -84,6 +92,20 @@ Status CheckLimitCoversGuarantee(const std::string& where, const QueueSpec& spec
 // The children's guarantees must fit in their parent's: per model (the parent's any-model pool
 // may cover a child's model) and in total.
 Status CheckChildrenFit(const QueueSpec& parent, const std::vector<const QueueSpec*>& children) {
+  // An implicit parent was never created: say so, and what creating it takes.
+  const auto implicit = [&](const std::string& guarantee) {
+    if (!parent.implicit) {
+      return std::string();
+    }
+    std::vector<std::string> names;
+    for (const QueueSpec* child : children) {
+      names.push_back(fmt::format("\"{}\"", child->path));
+    }
+    return fmt::format(
+        "; \"{}\" was created implicitly as the parent of {}, with no guarantee: create it first "
+        "with one that covers its children (gpufleet create queue {} --guarantee {})",
+        parent.path, fmt::join(names, ", "), parent.path, guarantee);
+  };
   GpuMilliByModel sum;
   for (const QueueSpec* child : children) {
     sum = Plus(std::move(sum), child->guarantee);
@@ -96,14 +118,18 @@ Status CheckChildrenFit(const QueueSpec& parent, const std::vector<const QueueSp
     const int64_t room = AmountOf(parent.guarantee, model) + parent_any;
     if (milli > room) {
       return InvalidArgumentError(fmt::format(
-          "queue \"{}\": its children's guarantees of {} ({} milli-GPU) exceed its own ({})",
-          parent.path, model, milli, room));
+          "queue \"{}\": its children's guarantees of {} ({}) exceed its own ({}){}", parent.path,
+          model, QuotaGpus(milli), QuotaGpus(room),
+          implicit(fmt::format("{}={}", model,
+                               QuotaGpus(milli).substr(0, QuotaGpus(milli).find(' '))))));
     }
   }
   if (TotalMilli(sum) > TotalMilli(parent.guarantee)) {
-    return InvalidArgumentError(fmt::format(
-        "queue \"{}\": its children's guarantees ({} milli-GPU in all) exceed its own ({})",
-        parent.path, TotalMilli(sum), TotalMilli(parent.guarantee)));
+    const std::string total = QuotaGpus(TotalMilli(sum));
+    return InvalidArgumentError(
+        fmt::format("queue \"{}\": its children's guarantees ({} in all) exceed its own ({}){}",
+                    parent.path, total, QuotaGpus(TotalMilli(parent.guarantee)),
+                    implicit(fmt::format("'*={}'", total.substr(0, total.find(' '))))));
   }
   return Status::Ok();
 }

@@ -48,6 +48,9 @@ struct QueueSpec {
   GpuMilliByModel limit;      // >= the guarantee; empty: unlimited
   double weight = 1.0;        // share of fair share among its siblings; > 0
   bool may_borrow = true;     // may hold more than its guarantee out of idle quota
+  // Not created by anyone: the parent a child's path implies ("research" of "research/cv"),
+  // with no guarantee. Errors about it say so, and how to create it.
+  bool implicit = false;
 };
 
 struct QueueTreeOptions {

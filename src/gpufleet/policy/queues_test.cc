@@ -24,6 +24,13 @@ QueueSpec Queue(std::string path, GpuMilliByModel guarantee = {}, GpuMilliByMode
   return {std::move(path), std::move(guarantee), std::move(limit), weight, may_borrow};
 }
 
+// The parent a child's path implies, as the server's tree builds it (control::BuildQueueTree).
+QueueSpec ImplicitParent(std::string path) {
+  QueueSpec spec = Queue(std::move(path));
+  spec.implicit = true;
+  return spec;
+}
+
 QueueTree MustCreate(std::vector<QueueSpec> specs, QueueTreeOptions options = {}) {
   auto tree = QueueTree::Create(std::move(specs), options);
   EXPECT_OK(tree);
@@ -65,21 +72,30 @@ TEST(QueueTree, RejectsBadSpecsNamingTheQueueFieldAndValue) {
       {{Queue("my team")}, "contains a space"},
       {{Queue("org"), Queue("org")}, "queues[1] (\"org\").path: defined twice"},
       {{Queue("org/team")}, "queues[0] (\"org/team\"): parent \"org\" is not defined"},
-      {{Queue("org", {{kH100, -1000}})}, "guarantee[\"H100-80GB\"]: -1000 is negative"},
-      {{Queue("org", {}, {{"*", -1}})}, "limit[\"*\"]: -1 is negative"},
+      {{Queue("org", {{kH100, -1000}})}, "guarantee[\"H100-80GB\"]: -1 GPUs is negative"},
+      {{Queue("org", {}, {{"*", -1}})}, "limit[\"*\"]: -0.001 GPUs is negative"},
       {{Queue("org", {}, {}, 0.0)}, "queues[0] (\"org\").weight: 0 (must be > 0)"},
       {{Queue("org", {}, {}, -2.0)}, "weight: -2 (must be > 0)"},
       {{Queue("org", {{kH100, 8000}}, {{kH100, 4000}})},
-       "limit[\"H100-80GB\"]: 4000 is below the guarantee of 8000"},
+       "limit[\"H100-80GB\"]: 4 GPUs is below the guarantee of 8 GPUs"},
       {{Queue("org", {{kH100, 8000}, {kA100, 8000}}, {{"*", 10000}})},
-       "limit[\"*\"]: 10000 is below the guarantee of 16000"},
+       "limit[\"*\"]: 10 GPUs is below the guarantee of 16 GPUs"},
       {{Queue("org", {{kH100, 8000}}), Queue("org/a", {{kH100, 5000}}),
         Queue("org/b", {{kH100, 4000}})},
-       "queue \"org\": its children's guarantees of H100-80GB (9000 milli-GPU) exceed its own "
-       "(8000)"},
+       "queue \"org\": its children's guarantees of H100-80GB (9 GPUs) exceed its own (8 GPUs)"},
       {{Queue("org", {{"*", 8000}}), Queue("org/a", {{kH100, 5000}}),
         Queue("org/b", {{kA100, 4000}})},
-       "its children's guarantees (9000 milli-GPU in all) exceed its own (8000)"},
+       "its children's guarantees (9 GPUs in all) exceed its own (8 GPUs)"},
+      {{ImplicitParent("org"), Queue("org/a", {{kH100, 16000}})},
+       "queue \"org\": its children's guarantees of H100-80GB (16 GPUs) exceed its own (0 GPUs); "
+       "\"org\" was created implicitly as the parent of \"org/a\", with no guarantee: create it "
+       "first with one that covers its children (gpufleet create queue org --guarantee "
+       "H100-80GB=16)"},
+      {{ImplicitParent("org"), Queue("org/a", {{"*", 2000}}), Queue("org/b", {{"*", 500}})},
+       "(2.5 GPUs in all) exceed its own (0 GPUs); \"org\" was created implicitly as the parent "
+       "of \"org/a\", \"org/b\""},
+      {{Queue("org", {{kH100, 1500}}), Queue("org/a", {{kH100, 2000}})},
+       "guarantees of H100-80GB (2 GPUs) exceed its own (1.5 GPUs)"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.message);
@@ -139,7 +155,7 @@ TEST(QueueTree, ChargeAndReleaseErrors) {
   EXPECT_THAT(tree.Charge(JobId("j"), QueueId("nope"), {{kH100, 1000}}),
               StatusIs(StatusCode::kNotFound, HasSubstr("queue \"nope\": not defined")));
   EXPECT_THAT(tree.Charge(JobId("j"), QueueId("org"), {{kH100, -5}}),
-              StatusIs(StatusCode::kInvalidArgument, HasSubstr("-5 is negative")));
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("-0.005 GPUs is negative")));
   ASSERT_OK(tree.Charge(JobId("j"), QueueId("org"), {{kH100, 1000}}));
   EXPECT_THAT(tree.Charge(JobId("j"), QueueId("org"), {{kH100, 1000}}),
               StatusIs(StatusCode::kAlreadyExists, HasSubstr("job \"j\": already charged")));

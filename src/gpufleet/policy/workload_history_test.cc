@@ -14,6 +14,7 @@
 namespace gpufleet::policy {
 namespace {
 
+using ::gpufleet::testing::StatusIs;
 using scheduler::TaskShape;
 using scheduler::testing::MakeJob;
 using ::testing::HasSubstr;

@@ -1,0 +1,32 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "gpufleet/core/workload.h"
+#include "gpufleet/scheduler/snapshot.h"
+
+// Whether a job could ever start on the fleet as it is built: every node empty, healthy and Ready.
+// A job that no node could hold (more GPUs per task than any node it may use has, a GPU model or
+// MIG profile the fleet lacks, a node selector no node matches, more GPUs in all than the fleet
+// has) waits for nothing that running jobs could free. The server warns at submit, states it as
+// the job's reason ("never fits: ...") and explain gives `never` (docs/explain.md). The fleet may
+// grow: the answer holds for this snapshot only, and the caller asks again when nodes change.
+// Pure: no IO, no clock.
+namespace gpufleet::policy {
+
+struct NeverFits {
+  // What is missing, in the units of the spec, naming the largest node or the missing label:
+  // `16 GPUs per task: the largest node it may use, node-3, has 8 (H100-80GB)`.
+  std::string message;
+  // The spec field it concerns: "spec.tasks[0].resources.gpus", "spec.gpuModels",
+  // "spec.nodeSelector", ...
+  std::string field;
+};
+
+// nullopt when some set of nodes of `snapshot` could hold `job` once empty (what is taken now,
+// GPU health and node state are not asked); otherwise the first thing missing, groups in order.
+std::optional<NeverFits> CheckNeverFits(const Job& job, const scheduler::ClusterSnapshot& snapshot);
+
+}  // namespace gpufleet::policy

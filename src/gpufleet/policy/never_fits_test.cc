@@ -1,0 +1,172 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/policy/never_fits.h"
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/scheduler/testing/cluster_builder.h"
+
+namespace gpufleet::policy {
+namespace {
+
+using scheduler::ClusterSnapshot;
+using scheduler::testing::MakeJob;
+using scheduler::testing::MakeNode;
+
+// node-0 and node-1: 8 H100-80GB each, 96 CPUs, 1 TiB, labelled zone=a tier=gold and zone=b
+// tier=silver. WithMig: node-1's first GPU in MIG mode.
+Cluster Fleet() {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("node-0", 8));
+  cluster.nodes.push_back(MakeNode("node-1", 8));
+  cluster.nodes[0].labels["zone"] = "a";
+  cluster.nodes[1].labels["zone"] = "b";
+  cluster.nodes[0].labels["tier"] = "gold";
+  cluster.nodes[1].labels["tier"] = "silver";
+  return cluster;
+}
+
+Cluster WithMig() {
+  Cluster cluster = Fleet();
+  cluster.nodes[1].gpus[0].mig_enabled = true;
+  return cluster;
+}
+
+std::optional<NeverFits> Check(const Job& job, Cluster cluster) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  Result<ClusterSnapshot> snapshot = ClusterSnapshot::Build(std::move(cluster), catalog);
+  EXPECT_OK(snapshot);
+  return snapshot.ok() ? CheckNeverFits(job, *snapshot) : std::nullopt;
+}
+
+TEST(CheckNeverFits, EachThingAFleetCanLack) {
+  struct Row {
+    std::string name;
+    std::function<void(Job&)> change;
+    std::function<Cluster()> fleet;
+    std::string want;  // "" when some node could hold it
+    std::string field;
+  };
+  const std::vector<Row> rows = {
+      {"fits an empty node", [](Job&) {}, Fleet, "", ""},
+      {"the whole fleet, all of it", [](Job& job) { job.groups[0].replicas = 2; }, Fleet, "", ""},
+      {"more GPUs per task than any node",
+       [](Job& job) { job.groups[0].request.gpus = WholeGpus{16}; }, Fleet,
+       "task workers: 16 GPUs per task: the largest node it may use, node-0, has 8 H100-80GB",
+       "spec.tasks[0].resources.gpus"},
+      {"more GPUs in all than the fleet", [](Job& job) { job.groups[0].replicas = 3; }, Fleet,
+       "24 GPUs in all: the nodes it may use have 16 GPUs together", "spec.tasks"},
+      {"a model the fleet lacks", [](Job& job) { job.allowed_gpu_models = {"A100-80GB"}; }, Fleet,
+       "GPU model A100-80GB: the fleet has none (it has H100-80GB)", "spec.gpuModels"},
+      {"one model of two the fleet has",
+       [](Job& job) {
+         job.allowed_gpu_models = {"A100-80GB", "H100-80GB"};
+       },
+       Fleet, "", ""},
+      {"more GPU memory than any GPU", [](Job& job) { job.min_gpu_memory_mib = 141 * 1024; }, Fleet,
+       "minGpuMemory 141Gi: the largest GPU it may use has 80Gi", "spec.minGpuMemory"},
+      {"a selector value no node has",
+       [](Job& job) {
+         job.node_selector = {{"zone", "c"}};
+       },
+       Fleet, "nodeSelector zone=c: no node has that label (nodes have zone=a|b)",
+       "spec.nodeSelector"},
+      {"a selector key no node has",
+       [](Job& job) {
+         job.node_selector = {{"rack", "r1"}};
+       },
+       Fleet, "nodeSelector rack=r1: no node has that label (no node has the key rack)",
+       "spec.nodeSelector"},
+      {"labels no node has together",
+       [](Job& job) {
+         job.node_selector = {{"zone", "a"}, {"tier", "silver"}};
+       },
+       Fleet, "nodeSelector tier=silver, zone=a: no node has all of these labels",
+       "spec.nodeSelector"},
+      {"a selector that leaves too few GPUs for the gang",
+       [](Job& job) {
+         job.node_selector = {{"zone", "a"}};
+         job.groups[0].replicas = 2;
+       },
+       Fleet, "16 GPUs in all: the nodes it may use have 8 GPUs together", "spec.tasks"},
+      {"a selector that matches",
+       [](Job& job) {
+         job.node_selector = {{"zone", "b"}};
+       },
+       Fleet, "", ""},
+      {"a MIG profile with no GPU in MIG mode",
+       [](Job& job) {
+         job.groups[0].request.gpus = MigGpus{"1g.10gb", 1};
+       },
+       Fleet, "task workers: MIG profile 1g.10gb: no GPU it may use is in MIG mode",
+       "spec.tasks[0].resources.gpus"},
+      {"a MIG profile on a GPU in MIG mode",
+       [](Job& job) {
+         job.groups[0].request.gpus = MigGpus{"1g.10gb", 1};
+       },
+       WithMig, "", ""},
+      {"a MIG profile no model has",
+       [](Job& job) {
+         job.groups[0].request.gpus = MigGpus{"9g.999gb", 1};
+       },
+       WithMig, "task workers: MIG profile 9g.999gb: no GPU model of the fleet it may use has it",
+       "spec.tasks[0].resources.gpus"},
+      {"a MIG GPU the selector excludes",
+       [](Job& job) {
+         job.groups[0].request.gpus = MigGpus{"1g.10gb", 1};
+         job.node_selector = {{"zone", "a"}};
+       },
+       WithMig, "MIG profile 1g.10gb: no GPU it may use is in MIG mode",
+       "spec.tasks[0].resources.gpus"},
+      {"more CPU per task than any node",
+       [](Job& job) { job.groups[0].request.host.cpu_milli = 128000; }, Fleet,
+       "task workers: cpu 128 per task: the largest node it may use, node-0, has 96",
+       "spec.tasks[0].resources.cpu"},
+      {"a fractional share",
+       [](Job& job) {
+         job.groups[0].request.gpus = FractionalGpu{500, 1024};
+       },
+       Fleet, "", ""},
+      {"a share with more memory than any GPU",
+       [](Job& job) {
+         job.groups[0].request.gpus = FractionalGpu{500, 200 * 1024};
+       },
+       Fleet, "task workers: gpu memory 200Gi per share", "spec.tasks[0].resources.gpus"},
+      {"a CPU-only task", [](Job& job) { job.groups[0].request.gpus = NoGpu{}; }, Fleet, "", ""},
+      {"no nodes yet", [](Job&) {}, [] { return Cluster{}; }, "the fleet has no nodes yet",
+       "spec.tasks"},
+  };
+  for (const Row& row : rows) {
+    SCOPED_TRACE(row.name);
+    Job job = MakeJob("j", 1, WholeGpus{8});
+    row.change(job);
+    const std::optional<NeverFits> never = Check(job, row.fleet());
+    if (row.want.empty()) {
+      EXPECT_FALSE(never.has_value()) << never->message;
+      continue;
+    }
+    ASSERT_TRUE(never.has_value());
+    EXPECT_THAT(never->message, ::testing::HasSubstr(row.want));
+    EXPECT_EQ(never->field, row.field);
+  }
+}
+
+// The answer is for the fleet as it is: a node that joins with what was missing clears it.
+TEST(CheckNeverFits, ANodeThatJoinsClearsIt) {
+  Job job = MakeJob("j", 1, WholeGpus{8});
+  job.allowed_gpu_models = {"H200-141GB"};
+  ASSERT_TRUE(Check(job, Fleet()).has_value());
+  Cluster grown = Fleet();
+  grown.nodes.push_back(MakeNode("node-2", 8, "H200-141GB"));
+  EXPECT_FALSE(Check(job, grown).has_value());
+}
+
+}  // namespace
+}  // namespace gpufleet::policy
