@@ -161,14 +161,15 @@ try {
   await page.waitForSelector('a:has-text("browser-job")', { timeout: STEP_MS });
   check(true, 'the node page lists the job on its GPU');
   await shot(page, 'dashboard_node');
-  // A gang larger than the fleet waits: its page says why, with the explain panel (the explain
-  // route's answer, or "not available" on a server without it).
+  // A gang larger than the fleet waits: its page says why (it never fits: the fleet has too few
+  // GPUs in all), with the explain panel (the explain route's answer, or "not available" on a
+  // server without it).
   const gang = oneGpuJob('waiting-job');
   gang.spec.tasks[0].replicas = nodes.length + 1;
   gang.spec.tasks[0].resources.gpus.count = nodes[0].gpus.length;
   await must('POST', '/v1/jobs', adminToken, gang, 201);
   await page.goto(address + '/#/jobs/waiting-job');
-  await page.waitForSelector('#job-reason:has-text("gang")', { timeout: STEP_MS });
+  await page.waitForSelector('#job-reason:has-text("never fits")', { timeout: STEP_MS });
   await page.waitForSelector('#explain :is(dl, p.na)', { timeout: STEP_MS });
   check(await page.locator('.badge:has-text("Pending")').count() === 1,
     'a pending job\'s page shows why it waits and its explain panel');

@@ -352,6 +352,7 @@ class ApiServer {
   // A job that no node of the fleet could ever hold (policy/never_fits.h) is accepted with a
   // warning in the answer ("warnings") and the reason "never fits: ..." (the cycle checks it again
   // whenever nodes change); with `strict` it is refused (kFailedPrecondition naming the field).
+  // Only a strict submission waits for a running cycle to check; another is checked by the cycle.
   // `check_fleet` false skips the check: the deployment controller submits from inside the cycle,
   // which holds cycle_mu_.
   struct SubmitOptions {
