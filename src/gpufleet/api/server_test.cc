@@ -247,7 +247,7 @@ TEST_F(ApiServerTest, GangThatCannotFitStaysPendingWithReasonNamingBestLeaf) {
   EXPECT_EQ(Cycle(), 0);
   Json job = CallJson("GET", "/v1/jobs/big", alice_);
   EXPECT_EQ(job["state"], "Pending");
-  EXPECT_THAT(job["reason"].get<std::string>(), HasSubstr("the best, leaf-"));
+  EXPECT_THAT(job["reason"].get<std::string>(), HasSubstr("the best, block-0/leaf-"));  // by path
   const int64_t version = job["version"];
   EXPECT_EQ(Cycle(), 0);  // the same reason is not written again
   EXPECT_EQ(CallJson("GET", "/v1/jobs/big", alice_)["version"], version);

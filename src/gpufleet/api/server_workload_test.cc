@@ -146,7 +146,9 @@ TEST_F(ServerWorkloadTest, TheDefaultPolicyLearnsTheTaskMixFromHistory) {
 
 // Two leaves of four 8-GPU nodes, 3:1 oversubscribed to the spine; two nodes of the first leaf
 // busy. A four-node gang fits the second leaf whole: with the fabric the server puts it there;
-// without, it packs the first leaf's two free nodes and crosses the spine.
+// without, on nodes that declare no topology levels, it packs the first leaf's two free nodes
+// and crosses the spine. (Nodes that declare their leaves keep it in one leaf without the
+// fabric: the scheduler's compact-gang rule, docs/policies.md.)
 TEST_F(ServerWorkloadTest, WithAFabricAGangStaysOffTheOversubscribedSpine) {
   fabric::ClosOptions clos;
   clos.leaves_per_pod = 2;
@@ -159,6 +161,10 @@ TEST_F(ServerWorkloadTest, WithAFabricAGangStaysOffTheOversubscribedSpine) {
   auto network = std::make_shared<const fabric::Fabric>(*std::move(built));
   Result<Cluster> cluster = fabric::BuildCluster(*network, catalog_);
   ASSERT_OK(cluster);
+  cluster->topology = Topology();
+  for (Node& node : cluster->nodes) {
+    node.topology.clear();
+  }
   for (const bool with_fabric : {true, false}) {
     SCOPED_TRACE(with_fabric ? "with the fabric" : "without");
     std::unique_ptr<PolicyServer> server =

@@ -138,7 +138,8 @@ TEST_F(ExplainTest, EachReasonWithItsEvidence) {
          t.Hold("b", 1, 4, 0, 100);
        },
        Gang("ring", 8, 1, "leaf"), false, false, PendingReason::kTopology,
-       "8 GPUs are free in total, but no leaf holds the whole gang of 8 GPUs; the best, leaf-0, "
+       "8 GPUs are free in total, but no leaf holds the whole gang of 8 GPUs; the best, "
+       "block-0/leaf-0, "
        "has 4 free and lacks 4"},
       {"topology never", [](ExplainTest&) {}, Gang("wide", 2, 8, "leaf"), false, false,
        PendingReason::kTopology, "no leaf can ever hold the whole gang of 16 GPUs"},
@@ -218,7 +219,7 @@ TEST_F(ExplainTest, TopologyEvidenceNamesTheBestDomainAndWhatIfsStartIt) {
   const Explanation explained = Ask(Gang("ring", 8, 1, "leaf"));
   ASSERT_EQ(explained.reason, PendingReason::kTopology);
   ASSERT_TRUE(explained.best_domain.has_value());
-  EXPECT_EQ(explained.best_domain->name, "leaf-0");
+  EXPECT_EQ(explained.best_domain->name, "block-0/leaf-0");  // the path
   EXPECT_EQ(explained.best_domain->free_gpu_milli, 4000);
   EXPECT_EQ(explained.best_domain->needed_gpu_milli, 8000);
   // Coarser levels and fewer GPUs are offered; the block holds it now.

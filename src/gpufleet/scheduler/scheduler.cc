@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <map>
 #include <numeric>
 #include <optional>
 #include <span>
+#include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
@@ -282,12 +284,10 @@ struct Scheduler::Impl {
     }
   }
 
-  // Chooses among `candidates` by weighted, normalised scores; ties uniformly at random.
-  size_t SelectNode(const CycleState& state, const TaskContext& task, Random& random,
-                    const ShapeMemo* from_memo) {
-    if (candidates.size() == 1) {
-      return 0;
-    }
+  // Sets `totals` to the weighted, normalised scores of `candidates`, the tie-break scores below
+  // them (lexicographically).
+  void ComputeTotals(const CycleState& state, const TaskContext& task, Random& random,
+                     const ShapeMemo* from_memo) {
     AddScores(scorers, state, task, random, totals, from_memo, 0);
     if (!tie_scorers.empty()) {
       // Lexicographic: a tie score of at most `tie_max` cannot lift a node past one whose other
@@ -301,6 +301,15 @@ struct Scheduler::Impl {
         totals[i] = totals[i] * (tie_max + 1) + tie_totals[i];
       }
     }
+  }
+
+  // Chooses among `candidates` by weighted, normalised scores; ties uniformly at random.
+  size_t SelectNode(const CycleState& state, const TaskContext& task, Random& random,
+                    const ShapeMemo* from_memo) {
+    if (candidates.size() == 1) {
+      return 0;
+    }
+    ComputeTotals(state, task, random, from_memo);
     size_t selected = 0;
     uint64_t ties = 1;
     for (size_t i = 1; i < totals.size(); ++i) {
@@ -431,22 +440,17 @@ struct Scheduler::Impl {
     }
   }
 
-  // Places every task of the job on `nodes`, or none. On failure, `failed_group` names the group
-  // that ran out of room.
+  // Places every task of the job on `nodes`, or none, on each node only the GPUs of
+  // `restriction` (and of `masks[i]` for nodes[i], when given). On failure, `failed_group` names
+  // the group that ran out of room.
   Status PlaceTasks(CycleState& state, const std::vector<TaskContext>& contexts,
                     ClusterSnapshot& snapshot, const std::vector<int>& nodes, GpuMask restriction,
-                    Random& random, bool* placed, int* failed_group) {
+                    Random& random, bool* placed, int* failed_group,
+                    const std::vector<GpuMask>* masks = nullptr) {
     const Job& job = state.job();
     const size_t keep = state.reserved().size();
-    // Larger tasks first: they have the fewest places to go.
-    std::vector<int> order(job.groups.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
-      return RequestedGpuMilli(job.groups[a].request.gpus) >
-             RequestedGpuMilli(job.groups[b].request.gpus);
-    });
     *placed = false;
-    for (int group : order) {
+    for (int group : GroupOrder(job)) {
       const TaskContext& task = contexts[group];
       for (int replica = 0; replica < job.groups[group].replicas; ++replica) {
         // The memo holds the first task's view of the whole cluster; later tasks see the
@@ -457,9 +461,12 @@ struct Scheduler::Impl {
         if (from_memo == nullptr) {
           candidates.clear();
           candidate_masks.clear();
-          for (int n : nodes) {
+          for (size_t i = 0; i < nodes.size(); ++i) {
+            const int n = nodes[i];
             GpuMask mask = 0;
-            if (Evaluate(state, task, snapshot.nodes()[n], restriction, &mask).ok()) {
+            if (Evaluate(state, task, snapshot.nodes()[n],
+                         masks == nullptr ? restriction : restriction & (*masks)[i], &mask)
+                    .ok()) {
               candidates.push_back(&snapshot.nodes()[n]);
               candidate_masks.push_back(mask);
             }
@@ -499,6 +506,310 @@ struct Scheduler::Impl {
     }
     *placed = true;
     return Status::Ok();
+  }
+
+  // ---- Compact gangs (docs/policies.md, "Compact gangs") ----
+  //
+  // Inside the domain a gang goes to, its tasks go to the fewest domains at each level below:
+  // the declared levels, then nodes, then each node's NVLink domains. A tree of those domains
+  // records how many tasks of each group each can take (MaxTasksOnNode, summed) and the best
+  // weighted score of its nodes for the gang's first task. Level by level, the domains that take
+  // the most of the remaining tasks go first; among domains that take as many, the one that
+  // needs the fewest domains below it (level by level), then the best score, then the first in
+  // node order. The gang is then placed task by task on the nodes (and GPUs) chosen.
+
+  // A choice of children for some tasks of each group inside one domain.
+  struct PlanChoice {
+    bool ok = false;
+    bool whole = false;  // a node whose NVLink domains cannot each hold its tasks: all its GPUs
+    std::vector<std::pair<int, std::vector<int>>> picks;  // (child, tasks of each group)
+    std::vector<int> counts;                              // domains used per level below
+  };
+  struct PlanDomain {
+    enum class Kind { kLevel, kNode, kNvlink };
+    Kind kind = Kind::kLevel;
+    int node = -1;              // kNode, kNvlink: the snapshot's node index
+    size_t position = 0;        // of its first node in the planned domain's node list
+    GpuMask gpus = kAllGpus;    // kNvlink: the NVLink domain's GPUs
+    std::vector<int> capacity;  // tasks of each group, summed over its nodes
+    int64_t score = std::numeric_limits<int64_t>::min();
+    std::vector<int> children;                      // indices into `plan`, in node order
+    std::map<std::vector<int>, PlanChoice> chosen;  // by the tasks asked of it
+  };
+  std::vector<PlanDomain> plan;
+  std::vector<int> plan_nodes;
+  std::vector<GpuMask> plan_masks;
+
+  // The order PlaceTasks places groups in: larger tasks first (they have the fewest places).
+  static std::vector<int> GroupOrder(const Job& job) {
+    std::vector<int> order(job.groups.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+      return RequestedGpuMilli(job.groups[a].request.gpus) >
+             RequestedGpuMilli(job.groups[b].request.gpus);
+    });
+    return order;
+  }
+
+  // True when `a` (with score `score_a`) is the better child for the same tasks than `b`.
+  static bool BetterChoice(const PlanChoice& a, int64_t score_a, const PlanChoice& b,
+                           int64_t score_b) {
+    if (a.ok != b.ok) {
+      return a.ok;
+    }
+    if (a.counts != b.counts) {
+      return a.counts < b.counts;
+    }
+    return score_a > score_b;
+  }
+
+  // The children of plan[d] that hold `need` (tasks of each group): the most tasks first.
+  const PlanChoice& Choose(int d, const std::vector<int>& need) {
+    if (const auto found = plan[d].chosen.find(need); found != plan[d].chosen.end()) {
+      return found->second;
+    }
+    const PlanDomain& domain = plan[d];
+    PlanChoice choice;
+    choice.ok = true;
+    std::vector<int> remaining = need;
+    std::vector<char> used(domain.children.size(), 0);
+    std::vector<int> take(need.size());
+    std::vector<int> best_take;
+    auto left = [&] {
+      return std::any_of(remaining.begin(), remaining.end(), [](int r) { return r > 0; });
+    };
+    while (!domain.children.empty() && left()) {
+      int best = -1;
+      int best_tasks = 0;
+      const PlanChoice* best_below = nullptr;
+      for (size_t i = 0; i < domain.children.size(); ++i) {
+        if (used[i] != 0) {
+          continue;
+        }
+        const PlanDomain& child = plan[domain.children[i]];
+        int tasks = 0;
+        for (size_t g = 0; g < need.size(); ++g) {
+          take[g] = std::min(child.capacity[g], remaining[g]);
+          tasks += take[g];
+        }
+        if (tasks == 0 || tasks < best_tasks) {
+          continue;
+        }
+        if (tasks > best_tasks) {
+          best = static_cast<int>(i);
+          best_tasks = tasks;
+          best_take = take;
+          best_below = nullptr;
+          continue;
+        }
+        // As many tasks as the best so far: fewer domains below, then the better score.
+        if (best_below == nullptr) {
+          best_below = &Choose(domain.children[best], best_take);
+        }
+        const PlanChoice& below = Choose(domain.children[i], take);
+        if (BetterChoice(below, child.score, *best_below, plan[domain.children[best]].score)) {
+          best = static_cast<int>(i);
+          best_take = take;
+          best_below = &below;
+        }
+      }
+      if (best < 0) {
+        choice.ok = false;
+        break;
+      }
+      used[best] = 1;
+      for (size_t g = 0; g < need.size(); ++g) {
+        remaining[g] -= best_take[g];
+      }
+      const PlanChoice& below =
+          best_below != nullptr ? *best_below : Choose(domain.children[best], best_take);
+      if (choice.counts.empty()) {
+        choice.counts.assign(1 + below.counts.size(), 0);
+      }
+      ++choice.counts[0];
+      for (size_t k = 0; k < below.counts.size() && k + 1 < choice.counts.size(); ++k) {
+        choice.counts[k + 1] += below.counts[k];
+      }
+      choice.ok = choice.ok && below.ok;
+      choice.picks.emplace_back(domain.children[best], best_take);
+    }
+    if (!choice.ok && domain.kind == PlanDomain::Kind::kNode) {
+      // A task wider than an NVLink domain: the node's capacity counts GPUs across domains.
+      choice = PlanChoice{true, true, {}, {static_cast<int>(domain.children.size())}};
+    }
+    return plan[d].chosen.emplace(need, std::move(choice)).first->second;
+  }
+
+  // Appends the nodes (position, node, GPUs) that plan[d]'s choice for `need` uses.
+  void CollectPlan(int d, const std::vector<int>& need,
+                   std::vector<std::tuple<size_t, int, GpuMask>>& out) {
+    const PlanChoice& choice = Choose(d, need);
+    const PlanDomain& domain = plan[d];
+    if (domain.kind == PlanDomain::Kind::kNode) {
+      GpuMask mask = 0;
+      for (const auto& [child, tasks] : choice.picks) {
+        mask |= plan[child].gpus;
+      }
+      out.emplace_back(domain.position, domain.node,
+                       choice.whole || choice.picks.empty() ? kAllGpus : mask);
+      return;
+    }
+    for (const auto& [child, tasks] : choice.picks) {
+      CollectPlan(child, tasks, out);
+    }
+  }
+
+  // Chooses the nodes, and on each the GPUs, that hold the whole gang inside `root` (a domain of
+  // `level`; empty: the cluster or a set of nodes of one stack) with the fewest domains at each
+  // level below; fills plan_nodes and plan_masks. False when nothing below `level` is left to
+  // choose (an NVLink domain) or the domain cannot hold the gang.
+  bool PlanCompact(const CycleState& state, const std::vector<TaskContext>& contexts,
+                   const ClusterSnapshot& snapshot, const Domain& root, const std::string& level,
+                   Random& random) {
+    const Job& job = state.job();
+    const int levels = static_cast<int>(snapshot.topology().levels().size());
+    int first_level = 0;  // the first declared level below `level`
+    if (!level.empty()) {
+      if (const int declared = snapshot.topology().LevelIndex(level); declared >= 0) {
+        first_level = declared + 1;
+      } else if (level == kNodeLevel) {
+        first_level = levels;
+      } else {
+        return false;
+      }
+    }
+    const size_t groups = job.groups.size();
+    const int first_group = GroupOrder(job)[0];
+    plan.clear();
+    plan.emplace_back();
+    plan[0].capacity.assign(groups, 0);
+    std::vector<std::vector<int>> index(static_cast<size_t>(levels));  // [level][domain id]
+    for (int l = first_level; l < levels; ++l) {
+      index[l].assign(static_cast<size_t>(snapshot.DomainCount(l)), -1);
+    }
+    candidates.clear();
+    candidate_masks.clear();
+    std::vector<int> candidate_plan;  // the plan index of each candidate node
+    std::vector<GpuMask> masks(groups);
+    std::vector<int> capacity(groups);
+    std::vector<int> path;
+    std::map<int, GpuMask> by_nvlink;
+    for (size_t position = 0; position < root.nodes.size(); ++position) {
+      const NodeInfo& node = snapshot.nodes()[root.nodes[position]];
+      bool any = false;
+      for (size_t g = 0; g < groups; ++g) {
+        masks[g] = 0;
+        capacity[g] = 0;
+        if (Evaluate(state, contexts[g], node, root.restriction, &masks[g]).ok()) {
+          capacity[g] = MaxTasksOnNode(contexts[g], node, masks[g], job.groups[g].replicas);
+          any = any || capacity[g] > 0;
+        }
+      }
+      if (!any) {
+        continue;
+      }
+      path.assign(1, 0);
+      for (int l = first_level; l < levels; ++l) {
+        int& at = index[l][node.domains[l]];
+        if (at < 0) {
+          at = static_cast<int>(plan.size());
+          plan.emplace_back();
+          plan.back().position = position;
+          plan.back().capacity.assign(groups, 0);
+          plan[path.back()].children.push_back(at);
+        }
+        path.push_back(at);
+      }
+      for (const int d : path) {
+        for (size_t g = 0; g < groups; ++g) {
+          plan[d].capacity[g] += capacity[g];
+        }
+      }
+      const int node_at = static_cast<int>(plan.size());
+      plan.push_back({PlanDomain::Kind::kNode, node.index, position, kAllGpus, capacity});
+      plan[path.back()].children.push_back(node_at);
+      if (capacity[first_group] > 0) {
+        candidates.push_back(&node);
+        candidate_masks.push_back(masks[first_group]);
+        candidate_plan.push_back(node_at);
+      }
+      by_nvlink.clear();
+      for (size_t g = 0; g < node.gpus.size(); ++g) {
+        if (MaskHas(root.restriction, static_cast<int>(g))) {
+          by_nvlink[node.gpus[g].nvlink_domain] |= GpuMask{1} << g;
+        }
+      }
+      for (const auto& [nvlink, gpus] : by_nvlink) {
+        PlanDomain domain{PlanDomain::Kind::kNvlink, node.index, position, gpus,
+                          std::vector<int>(groups, 0)};
+        int64_t free = 0;
+        for (size_t g = 0; g < node.gpus.size(); ++g) {
+          free += MaskHas(gpus, static_cast<int>(g)) ? node.gpus[g].free_milli : 0;
+        }
+        domain.score = -free;  // the fullest NVLink domain first, as DefaultGpuPick
+        for (size_t g = 0; g < groups; ++g) {
+          if (capacity[g] > 0) {
+            domain.capacity[g] =
+                MaxTasksOnNode(contexts[g], node, masks[g] & gpus, job.groups[g].replicas);
+          }
+        }
+        plan[node_at].children.push_back(static_cast<int>(plan.size()));
+        plan.push_back(std::move(domain));
+      }
+    }
+    std::vector<int> need(groups);
+    for (size_t g = 0; g < groups; ++g) {
+      need[g] = job.groups[g].replicas;
+      if (plan[0].capacity[g] < need[g]) {
+        return false;
+      }
+    }
+    // The policy's (weighted) scores of the first task; a domain scores its best node's.
+    if (candidates.size() == 1) {
+      plan[candidate_plan[0]].score = 0;
+    } else if (!candidates.empty()) {
+      ComputeTotals(state, contexts[first_group], random, nullptr);
+      for (size_t i = 0; i < candidates.size(); ++i) {
+        plan[candidate_plan[i]].score = totals[i];
+      }
+    }
+    for (size_t d = plan.size(); d-- > 0;) {
+      if (plan[d].kind == PlanDomain::Kind::kLevel) {
+        for (const int child : plan[d].children) {
+          plan[d].score = std::max(plan[d].score, plan[child].score);
+        }
+      }
+    }
+    if (!Choose(0, need).ok) {
+      return false;
+    }
+    std::vector<std::tuple<size_t, int, GpuMask>> chosen;
+    CollectPlan(0, need, chosen);
+    std::sort(chosen.begin(), chosen.end());
+    plan_nodes.clear();
+    plan_masks.clear();
+    for (const auto& [position, node, mask] : chosen) {
+      plan_nodes.push_back(node);
+      plan_masks.push_back(mask);
+    }
+    return true;
+  }
+
+  // Places the gang in `domain` (of `level`): with `compact`, on the nodes PlanCompact chooses
+  // first, then, if the gang does not fit there (capacities are upper bounds), anywhere in it.
+  Status PlaceInDomain(CycleState& state, const std::vector<TaskContext>& contexts,
+                       ClusterSnapshot& snapshot, const Domain& domain, const std::string& level,
+                       bool compact, Random& random, bool* placed, int* failed_group) {
+    *placed = false;
+    if (compact && PlanCompact(state, contexts, snapshot, domain, level, random)) {
+      GPUFLEET_RETURN_IF_ERROR(PlaceTasks(state, contexts, snapshot, plan_nodes, domain.restriction,
+                                          random, placed, failed_group, &plan_masks));
+      if (*placed) {
+        return Status::Ok();
+      }
+    }
+    return PlaceTasks(state, contexts, snapshot, domain.nodes, domain.restriction, random, placed,
+                      failed_group);
   }
 
   // Fills each domain's capacity figures; true when it could hold every group.
@@ -742,7 +1053,14 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
     order = impl.RankDomains(state, contexts, snapshot, domains, &best_short);
   }
 
-  if (impl.memo_allowed && scope == nullptr) {
+  // A gang of several tasks goes to the fewest domains at every level (PlanCompact); a job that
+  // asks to be spread over fault domains is spread.
+  int tasks = 0;
+  for (const TaskGroup& group : job.groups) {
+    tasks += group.replicas;
+  }
+  const bool compact = tasks > 1 && job.spread.fault_domain.empty();
+  if (impl.memo_allowed && scope == nullptr && !compact) {
     if (const std::optional<JobShape> shape = MemoShapeOf(job)) {
       impl.memo = &impl.FindMemo(*shape, snapshot);
     }
@@ -760,8 +1078,8 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
             impl.RankDomains(state, contexts, snapshot, inner, &unused);
         if (!inner_order.empty()) {
           if (Status status =
-                  impl.PlaceTasks(state, contexts, snapshot, inner_order[0]->nodes,
-                                  inner_order[0]->restriction, random, &placed, &failed_group);
+                  impl.PlaceInDomain(state, contexts, snapshot, *inner_order[0], preferred, compact,
+                                     random, &placed, &failed_group);
               !status.ok()) {
             result.outcome = ScheduleOutcome::kError;
             result.error = status;
@@ -771,9 +1089,10 @@ ScheduleResult Scheduler::Schedule(const Job& job, ClusterSnapshot& snapshot, Ra
         }
       }
     }
+    // Otherwise (or when it overflows) the fewest domains at each level of the whole domain.
     if (!placed) {
-      if (Status status = impl.PlaceTasks(state, contexts, snapshot, domain->nodes,
-                                          domain->restriction, random, &placed, &failed_group);
+      if (Status status = impl.PlaceInDomain(state, contexts, snapshot, *domain, required, compact,
+                                             random, &placed, &failed_group);
           !status.ok()) {
         result.outcome = ScheduleOutcome::kError;
         result.error = status;

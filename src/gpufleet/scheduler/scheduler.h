@@ -78,9 +78,11 @@ struct PlacementScope {
 
 // The scheduler: a pure function of a snapshot, a job and a random source. It places gangs all
 // or nothing: it picks the smallest domain at the job's required topology level that can hold the
-// whole gang, prefers one domain of the preferred level inside it, then places task by task with
-// the filters and the scoring policy, rolling back everything if any task fails. No IO, no threads,
-// no clock. Thread-compatible: one Scheduler per thread.
+// whole gang, prefers one domain of the preferred level inside it, chooses inside that the fewest
+// domains at each level below (blocks, racks, nodes, NVLink domains; docs/policies.md, "Compact
+// gangs"), then places task by task with the filters and the scoring policy, rolling back
+// everything if any task fails. No IO, no threads, no clock. Thread-compatible: one Scheduler per
+// thread.
 class Scheduler {
  public:
   // kNotFound / kInvalidArgument when a plugin is unknown or cannot be built.

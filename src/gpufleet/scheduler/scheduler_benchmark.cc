@@ -1,9 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 // Placement latency: (a) one task on the openb cluster per policy, (b) a 1,024-GPU gang under a
-// required block constraint on a synthetic 16,384-GPU cluster at 50% occupancy.
+// required block constraint on a synthetic 16,384-GPU cluster at 50% occupancy, (b') 1,024
+// one-GPU tasks on it without a constraint, (c) a control plane's cycle at 10,000 nodes.
 #include <algorithm>
 #include <memory>
 #include <numeric>
+#include <set>
 
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
@@ -89,9 +91,10 @@ void BM_PlaceOneTaskOnOpenb(benchmark::State& state) {
 }
 BENCHMARK(BM_PlaceOneTaskOnOpenb)->DenseRange(0, 6)->Unit(benchmark::kMicrosecond);
 
-// (b) 8 blocks x 8 leaves x 32 nodes x 8 H100 = 16,384 GPUs; half the nodes (chosen at random,
-// seed 7) are taken whole, so a block holds ~128 free nodes and only some blocks fit the gang.
-void BM_PlaceGangUnderRequiredBlock(benchmark::State& state) {
+// Places `gang` and releases it again, once per iteration, with best fit on 8 blocks x 8 leaves x
+// 32 nodes x 8 H100 = 16,384 GPUs, half the nodes (chosen at random, seed 7) taken whole.
+// Counts the leaves the last placement used.
+void PlaceGangOnHalfTakenCluster(benchmark::State& state, const Job& gang) {
   const GpuCatalog catalog = GpuCatalog::Default();
   Cluster cluster = MakeSyntheticCluster({8, 8, 32, 8, "H100-80GB"}, catalog).value();
   ClusterSnapshot snapshot = ClusterSnapshot::Build(std::move(cluster), catalog).value();
@@ -110,26 +113,47 @@ void BM_PlaceGangUnderRequiredBlock(benchmark::State& state) {
   options.policy = "best-fit";
   std::unique_ptr<Scheduler> scheduler =
       Scheduler::Create(options, PluginRegistry::Default()).value();
-  Job gang;
-  gang.id = JobId("gang-1024");
-  gang.groups.push_back({"workers", 128, {{16000, 65536}, WholeGpus{8}}});
-  gang.topology.required_level = "block";
-  gang.topology.preferred_level = "leaf";
   Random random(1);
+  std::set<int> leaves;
   for (auto _ : state) {
     ScheduleResult result = scheduler->Schedule(gang, snapshot, random);
     if (!result.scheduled()) {
       state.SkipWithError(result.reason.c_str());
       break;
     }
+    leaves.clear();
     for (const TaskPlacement& placement : result.placements) {
+      leaves.insert(snapshot.nodes()[placement.node].domains[1]);
       snapshot.Release(placement);
     }
     benchmark::DoNotOptimize(result);
   }
   state.counters["gpus"] = snapshot.TotalGpus();
+  state.counters["leaves"] = static_cast<double>(leaves.size());
+}
+
+// (b) 128 tasks of 8 GPUs under a required block, preferring a leaf: a block holds ~128 free
+// nodes, so only some blocks fit the gang.
+void BM_PlaceGangUnderRequiredBlock(benchmark::State& state) {
+  Job gang;
+  gang.id = JobId("gang-1024");
+  gang.groups.push_back({"workers", 128, {{16000, 65536}, WholeGpus{8}}});
+  gang.topology.required_level = "block";
+  gang.topology.preferred_level = "leaf";
+  PlaceGangOnHalfTakenCluster(state, gang);
 }
 BENCHMARK(BM_PlaceGangUnderRequiredBlock)->Unit(benchmark::kMillisecond);
+
+// (b') The compact-gang plan's worst case (docs/policies.md, "Compact gangs"): 1,024 tasks of
+// one GPU without a topology constraint; the plan ranks all 2,048 nodes, most of them alike,
+// level by level.
+void BM_PlaceGangOfOneGpuTasks(benchmark::State& state) {
+  Job gang;
+  gang.id = JobId("gang-1024x1");
+  gang.groups.push_back({"workers", 1024, {{2000, 8192}, WholeGpus{1}}});
+  PlaceGangOnHalfTakenCluster(state, gang);
+}
+BENCHMARK(BM_PlaceGangOfOneGpuTasks)->Unit(benchmark::kMillisecond);
 
 // (c) The control plane's cycle at 10,000 nodes (issue 15): 4 blocks x 10 leaves x 250 nodes x
 // 8 H100, one-task jobs of 1, 2, 4 and 8 GPUs placed one after another (each placement changes

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/scheduler/scheduler.h"
 
+#include <algorithm>
 #include <set>
 
 #include <fmt/format.h>
@@ -52,6 +53,7 @@ class SchedulerTest : public ::testing::Test {
     return scheduler_->Schedule(job, *snapshot_, random);
   }
 
+  // The leaves (by path, "b0/leaf-a") that hold the placements.
   std::set<std::string> LeavesOf(const ScheduleResult& result) {
     std::set<std::string> leaves;
     for (const TaskPlacement& placement : result.placements) {
@@ -117,7 +119,7 @@ TEST_F(SchedulerTest, GangThatFitsTheClusterButNoLeafIsNotPlacedUnderRequiredLea
   const ScheduleResult result = Schedule(job);
   EXPECT_FALSE(result.scheduled());
   EXPECT_THAT(result.reason, HasSubstr("no leaf can hold all tasks"));
-  EXPECT_THAT(result.reason, HasSubstr("the best, leaf-a, can hold 3"));
+  EXPECT_THAT(result.reason, HasSubstr("the best, b0/leaf-a, can hold 3"));
   EXPECT_EQ(snapshot_->AllocatedGpuMilli(), 0);
   job.topology.required_level.clear();
   const ScheduleResult unconstrained = Schedule(job);
@@ -131,7 +133,7 @@ TEST_F(SchedulerTest, RequiredLeafChoosesTheSmallestLeafThatHoldsTheGang) {
   job.topology.required_level = "leaf";
   const ScheduleResult result = Schedule(job);
   ASSERT_TRUE(result.scheduled()) << result.reason;
-  EXPECT_EQ(LeavesOf(result), (std::set<std::string>{"leaf-b"}));
+  EXPECT_EQ(LeavesOf(result), (std::set<std::string>{"b0/leaf-b"}));
 }
 
 TEST_F(SchedulerTest, PreferredNodeKeepsAGangOnOneNodeWhenItCan) {
@@ -285,7 +287,7 @@ TEST_F(SchedulerTest, CordonedDrainingAndNotReadyNodesTakeNoTask) {
   EXPECT_THAT(result.details, ::testing::Contains(HasSubstr("node is cordoned")));
   const ScheduleResult two = Schedule(MakeJob("gang", 2, WholeGpus{8}));
   ASSERT_TRUE(two.scheduled());
-  EXPECT_EQ(LeavesOf(two), (std::set<std::string>{"leaf-b"}));
+  EXPECT_EQ(LeavesOf(two), (std::set<std::string>{"b0/leaf-b"}));
 }
 
 TEST_F(SchedulerTest, AllowedModelsMinimumMemoryAndSelectors) {
@@ -490,6 +492,215 @@ TEST_F(SchedulerTest, LargeGangUnderRequiredBlockStaysInOneBlock) {
   EXPECT_EQ(result.placements.size(), 16U);
 }
 
+// How many distinct domains a gang's placements use at each declared level (by path), and how
+// many nodes and NVLink domains (node, NVLink id).
+struct Footprint {
+  std::vector<int> levels;
+  int nodes = 0;
+  int nvlink_domains = 0;
+};
+
+Footprint FootprintOf(const ClusterSnapshot& snapshot, const ScheduleResult& result) {
+  Footprint footprint;
+  for (size_t level = 0; level < snapshot.topology().levels().size(); ++level) {
+    std::set<int> domains;
+    for (const TaskPlacement& placement : result.placements) {
+      domains.insert(snapshot.nodes()[placement.node].domains[level]);
+    }
+    footprint.levels.push_back(static_cast<int>(domains.size()));
+  }
+  std::set<int> nodes;
+  std::set<std::pair<int, int>> nvlink;
+  for (const TaskPlacement& placement : result.placements) {
+    nodes.insert(placement.node);
+    for (const GpuAssignment& gpu : placement.gpus) {
+      nvlink.emplace(placement.node, snapshot.nodes()[placement.node].gpus[gpu.gpu].nvlink_domain);
+    }
+  }
+  footprint.nodes = static_cast<int>(nodes.size());
+  footprint.nvlink_domains = static_cast<int>(nvlink.size());
+  return footprint;
+}
+
+// One node per entry: its path, GPUs and how many of them are busy (lowest indices first).
+struct CompactNode {
+  std::vector<std::string> path;
+  int gpus = 8;
+  int busy = 0;
+};
+
+// The cases where the peers' own test suites (Kueue's Topology Aware Scheduling, KAI-Scheduler's
+// topology tests) place a gang more tightly than a task-by-task choice: each gang must use the
+// fewest domains at every level below its required one, whatever the policy.
+struct CompactCase {
+  std::string name;
+  std::vector<std::string> levels;
+  std::vector<CompactNode> nodes;
+  int tasks = 0;
+  std::string required;
+  std::string preferred;
+  std::vector<int> levels_used;  // expected distinct domains per declared level
+  int nodes_used = 0;
+};
+
+class CompactGangTest : public SchedulerTest, public ::testing::WithParamInterface<std::string> {};
+
+TEST_P(CompactGangTest, UsesTheFewestDomainsAtEveryLevel) {
+  const std::vector<CompactCase> cases = {
+      // Two one-GPU tasks; one node has two free GPUs: both go there, not one on the tighter n0.
+      {.name = "a small gang that fits one node is not split",
+       .levels = {"rack"},
+       .nodes = {{{"r0"}, 8, 7}, {{"r0"}, 8, 6}},
+       .tasks = 2,
+       .levels_used = {1},
+       .nodes_used = 1},
+      // Required block: b0 holds the gang (b1 has one free GPU); rack r0 of b0 holds all four on
+      // a1, while the tightest nodes (a0, c0, c1) would spread them over both racks.
+      {.name = "racks under a required block",
+       .levels = {"block", "rack"},
+       .nodes = {{{"b0", "r0"}, 8, 7},
+                 {{"b0", "r0"}, 8, 4},
+                 {{"b0", "r1"}, 8, 7},
+                 {{"b0", "r1"}, 8, 6},
+                 {{"b1", "r0"}, 8, 7}},
+       .tasks = 4,
+       .required = "block",
+       .levels_used = {1, 1},
+       .nodes_used = 1},
+      // Five tasks prefer one block; none holds five (4, 1 and 2 free): 4 + 1 in two blocks.
+      {.name = "blocks after a preferred block overflows",
+       .levels = {"block", "rack"},
+       .nodes = {{{"b0", "r0"}, 8, 4}, {{"b1", "r0"}, 8, 7}, {{"b2", "r0"}, 8, 6}},
+       .tasks = 5,
+       .preferred = "block",
+       .levels_used = {2, 2},
+       .nodes_used = 2},
+      // Six tasks prefer one rack; none holds six (3, 2, 1, 1, 2 free): three racks (3 + 2 + 1).
+      {.name = "racks after a preferred rack overflows",
+       .levels = {"rack"},
+       .nodes = {{{"r0"}, 8, 5}, {{"r1"}, 8, 6}, {{"r2"}, 8, 7}, {{"r3"}, 8, 7}, {{"r4"}, 8, 6}},
+       .tasks = 6,
+       .preferred = "rack",
+       .levels_used = {3},
+       .nodes_used = 3},
+      // Racks repeat their names in both blocks: the gang still uses one block, one rack.
+      {.name = "repeated rack names count as different racks",
+       .levels = {"block", "rack"},
+       .nodes = {{{"b0", "r0"}, 8, 7}, {{"b1", "r0"}, 8, 7}, {{"b1", "r1"}, 8, 6}},
+       .tasks = 2,
+       .levels_used = {1, 1},
+       .nodes_used = 1},
+  };
+  for (const CompactCase& row : cases) {
+    SCOPED_TRACE(row.name);
+    snapshot_.reset();
+    Cluster cluster;
+    cluster.topology = Topology(row.levels);
+    for (size_t n = 0; n < row.nodes.size(); ++n) {
+      cluster.nodes.push_back(
+          MakeNode(fmt::format("n{}", n), row.nodes[n].gpus, "H100-80GB", row.nodes[n].path));
+    }
+    Use(cluster, GetParam());
+    for (size_t n = 0; n < row.nodes.size(); ++n) {
+      if (row.nodes[n].busy > 0) {
+        ASSERT_OK(snapshot_->Apply(
+            testing::IdleGpusPlacement(*snapshot_, static_cast<int>(n), row.nodes[n].busy)));
+      }
+    }
+    Job job = MakeJob("gang", row.tasks, WholeGpus{1});
+    job.topology = {row.required, row.preferred};
+    const ScheduleResult result = Schedule(job);
+    ASSERT_TRUE(result.scheduled()) << result.reason;
+    const Footprint footprint = FootprintOf(*snapshot_, result);
+    EXPECT_EQ(footprint.levels, row.levels_used);
+    EXPECT_EQ(footprint.nodes, row.nodes_used);
+  }
+}
+
+// Two one-GPU tasks on one node whose NVLink domain 0 has one free GPU and domain 1 four: both
+// go to domain 1, where the fullest-domain-first GPU choice alone would take one from each.
+TEST_P(CompactGangTest, UsesTheFewestNvlinkDomainsOnANode) {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("n", 8));
+  for (int g = 4; g < 8; ++g) {
+    cluster.nodes[0].gpus[g].nvlink_domain = 1;
+  }
+  Use(cluster, GetParam());
+  ASSERT_OK(snapshot_->Apply(testing::IdleGpusPlacement(*snapshot_, 0, 3)));
+  const ScheduleResult result = Schedule(MakeJob("gang", 2, WholeGpus{1}));
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  EXPECT_EQ(FootprintOf(*snapshot_, result).nvlink_domains, 1);
+}
+
+// Two blocks each hold a rack named r1 with one 2-GPU node. Identified by value, "r1" would look
+// like one rack holding both tasks; by path (b1/r1, b2/r1) no rack holds the gang.
+TEST_P(CompactGangTest, RepeatedRackNamesAreDifferentRacks) {
+  Cluster cluster;
+  cluster.topology = Topology({"block", "rack"});
+  cluster.nodes.push_back(MakeNode("n1", 2, "H100-80GB", {"b1", "r1"}));
+  cluster.nodes.push_back(MakeNode("n2", 2, "H100-80GB", {"b2", "r1"}));
+  Use(cluster, GetParam());
+  Job job = MakeJob("gang", 2, WholeGpus{2});
+  job.topology.required_level = "rack";
+  const ScheduleResult result = Schedule(job);
+  EXPECT_FALSE(result.scheduled());
+  EXPECT_THAT(result.reason, HasSubstr("no rack can hold all tasks"));
+  EXPECT_THAT(result.reason, HasSubstr("the best, b1/r1, can hold 1"));
+  EXPECT_EQ(snapshot_->AllocatedGpuMilli(), 0);
+  job.topology.required_level = "block";
+  EXPECT_FALSE(Schedule(job).scheduled());
+  job.topology.required_level.clear();
+  EXPECT_TRUE(Schedule(job).scheduled());
+}
+
+INSTANTIATE_TEST_SUITE_P(EveryPolicy, CompactGangTest, ::testing::ValuesIn(PlacementPolicyNames()),
+                         [](const ::testing::TestParamInfo<std::string>& param) {
+                           std::string name = param.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+// The compact plan counts each group's tasks per node on its own, an upper bound: n0 seems to
+// hold the 8-GPU task and the 1-GPU one, but holds only one of them. The gang is still placed,
+// over the whole domain.
+TEST_F(SchedulerTest, ACompactPlanThatDoesNotHoldTheGangFallsBackToTheWholeDomain) {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("n0", 8));
+  cluster.nodes.push_back(MakeNode("n1", 8));
+  Use(cluster);
+  ASSERT_OK(snapshot_->Apply(testing::IdleGpusPlacement(*snapshot_, 1, 7)));
+  Job job = MakeJob("mixed", 1, WholeGpus{8});
+  job.groups.push_back({"eval", 1, {{1000, 1024}, WholeGpus{1}}});
+  const ScheduleResult result = Schedule(job);
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  EXPECT_EQ(FootprintOf(*snapshot_, result).nodes, 2);
+}
+
+// A job spread over fault domains is spread, not compacted; a single task is left to the policy.
+TEST_F(SchedulerTest, SpreadJobsAndSingleTasksAreNotCompacted) {
+  Cluster cluster;
+  cluster.topology = Topology({"rack"});
+  for (int i = 0; i < 4; ++i) {
+    cluster.nodes.push_back(MakeNode(fmt::format("n{}", i), 8, "H100-80GB", {"r0"}));
+    cluster.nodes[i].fault_domains["power"] = i < 2 ? "p0" : "p1";
+  }
+  Use(cluster);
+  // n1 has 1 free GPU, n3 has 2: best fit takes n1 for one task, where a gang of two would not
+  // fit.
+  ASSERT_OK(snapshot_->Apply(testing::IdleGpusPlacement(*snapshot_, 1, 7)));
+  ASSERT_OK(snapshot_->Apply(testing::IdleGpusPlacement(*snapshot_, 3, 6)));
+  ScheduleResult one = Schedule(MakeJob("one", 1, WholeGpus{1}));
+  ASSERT_TRUE(one.scheduled());
+  EXPECT_EQ(one.placements[0].node, 1);
+  snapshot_->Release(one.placements[0]);
+  Job spread = MakeJob("spread", 2, WholeGpus{1});
+  spread.spread = {"power", 1};
+  const ScheduleResult result = Schedule(spread);
+  ASSERT_TRUE(result.scheduled()) << result.reason;
+  EXPECT_EQ(FootprintOf(*snapshot_, result).nodes, 2);
+  EXPECT_NE(result.placements[0].node / 2, result.placements[1].node / 2);
+}
+
 TEST_F(SchedulerTest, ScopeConfinesTheJobToItsNodesAndGpus) {
   Use(TwoLeaves());
   Job job = MakeJob("gang", 2, WholeGpus{8});
@@ -499,7 +710,7 @@ TEST_F(SchedulerTest, ScopeConfinesTheJobToItsNodesAndGpus) {
   const PlacementScope leaf_a{{0, 1, 2}};
   const ScheduleResult result = scheduler_->Schedule(job, *snapshot_, random, nullptr, &leaf_a);
   ASSERT_TRUE(result.scheduled()) << result.reason;
-  EXPECT_EQ(LeavesOf(result), (std::set<std::string>{"leaf-a"}));
+  EXPECT_EQ(LeavesOf(result), (std::set<std::string>{"b0/leaf-a"}));
   for (const TaskPlacement& placement : result.placements) {
     snapshot_->Revert(placement);
   }

@@ -119,7 +119,7 @@ Result<ClusterSnapshot> ClusterSnapshot::Build(Cluster cluster, const GpuCatalog
   snapshot.catalog_ = &catalog;
   const size_t levels = snapshot.cluster_.topology.levels().size();
   snapshot.domain_names_.resize(levels);
-  std::vector<std::map<std::string, int>> domain_ids(levels);
+  snapshot.domain_ids_.resize(levels);
   std::map<std::string, int> model_ids;
 
   snapshot.nodes_.reserve(snapshot.cluster_.nodes.size());
@@ -129,14 +129,22 @@ Result<ClusterSnapshot> ClusterSnapshot::Build(Cluster cluster, const GpuCatalog
       return InvalidArgumentError(fmt::format("nodes[{}] (\"{}\").gpus: {} GPUs, at most {}", n,
                                               node.id.value(), node.gpus.size(), kMaxGpusPerNode));
     }
+    // A domain is its path: the value at its level under its parent (MakeNodeInfo asks for the
+    // levels in order, so the parent of level L is the id just given for level L - 1).
+    int parent = -1;
     snapshot.nodes_.push_back(snapshot.MakeNodeInfo(
         node, static_cast<int>(n),
         [&](size_t level) {
-          auto [it, inserted] = domain_ids[level].emplace(
-              node.topology[level], static_cast<int>(snapshot.domain_names_[level].size()));
+          auto [it, inserted] = snapshot.domain_ids_[level].emplace(
+              std::make_pair(parent, node.topology[level]),
+              static_cast<int>(snapshot.domain_names_[level].size()));
           if (inserted) {
-            snapshot.domain_names_[level].push_back(node.topology[level]);
+            snapshot.domain_names_[level].push_back(
+                level == 0 ? node.topology[level]
+                           : snapshot.domain_names_[level - 1][static_cast<size_t>(parent)] + "/" +
+                                 node.topology[level]);
           }
+          parent = it->second;
           return it->second;
         },
         [&](const GpuModelInfo* model) {
@@ -210,14 +218,16 @@ Status ClusterSnapshot::ReplaceNode(int index, Node node) {
   // would get another id than a rebuild gives it, so it needs a rebuild.
   std::vector<int> domains;
   for (size_t level = 0; level < cluster_.topology.levels().size(); ++level) {
-    const auto& names = domain_names_[level];
-    const auto it = std::find(names.begin(), names.end(), node.topology[level]);
-    if (it == names.end()) {
-      return FailedPreconditionError(fmt::format("topology: {} \"{}\" is new; rebuild",
-                                                 cluster_.topology.levels()[level],
-                                                 node.topology[level]));
+    const int parent = level == 0 ? -1 : domains.back();
+    const auto it = domain_ids_[level].find(std::make_pair(parent, node.topology[level]));
+    if (it == domain_ids_[level].end()) {
+      return FailedPreconditionError(
+          fmt::format("topology: {} \"{}\" is new; rebuild", cluster_.topology.levels()[level],
+                      level == 0 ? node.topology[level]
+                                 : domain_names_[level - 1][static_cast<size_t>(parent)] + "/" +
+                                       node.topology[level]));
     }
-    domains.push_back(static_cast<int>(it - names.begin()));
+    domains.push_back(it->second);
   }
   std::vector<int> models;
   for (const Gpu& gpu : node.gpus) {
@@ -254,6 +264,7 @@ ClusterSnapshot ClusterSnapshot::Clone() const {
   copy.catalog_ = catalog_;
   copy.nodes_ = nodes_;
   copy.domain_names_ = domain_names_;
+  copy.domain_ids_ = domain_ids_;
   copy.models_ = models_;
   copy.total_gpu_milli_ = total_gpu_milli_;
   copy.allocated_gpu_milli_ = allocated_gpu_milli_;

@@ -5,10 +5,12 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "gpufleet/core/cluster.h"
@@ -57,7 +59,7 @@ struct NodeInfo {
   const Node* node = nullptr;  // labels, fault domains; owned by the snapshot
   HostResources capacity;
   HostResources free;
-  std::vector<int> domains;  // interned domain id per declared topology level
+  std::vector<int> domains;  // interned domain id (by path) per declared topology level
   std::vector<GpuSlot> gpus;
   // Tasks on the node by the kind of their GPU request: key 0 for fractional shares, n for tasks
   // of n whole GPUs, -1 for MIG tasks; value the task count. GPU-clustering policies read it.
@@ -97,8 +99,8 @@ struct TaskPlacement {
 std::optional<int> GpuTaskKind(const std::vector<GpuAssignment>& gpus);
 
 // The mutable view of a cluster the scheduler places work in: free resources per node and GPU,
-// interned topology domains, and the GPU catalog's models by dense id. Apply/Release keep every
-// counter consistent; nothing else writes. Thread-compatible.
+// interned topology domains (by path), and the GPU catalog's models by dense id. Apply/Release keep
+// every counter consistent; nothing else writes. Thread-compatible.
 class ClusterSnapshot {
  public:
   // kInvalidArgument when the cluster does not validate against `catalog`.
@@ -118,7 +120,12 @@ class ClusterSnapshot {
   const Topology& topology() const { return cluster_.topology; }
   const GpuCatalog& catalog() const { return *catalog_; }
 
+  // Topology domains are identified by their path: a domain of level L is one value at every
+  // level down to L, so racks named "r1" in blocks "b1" and "b2" are two racks. Ids are dense per
+  // level (NodeInfo::domains), in the order Build first meets them.
   int DomainCount(int level) const { return static_cast<int>(domain_names_[level].size()); }
+  // The readable path of a domain, its values joined by '/' ("b2/r1"); the value alone at the
+  // first level ("b2").
   const std::string& DomainName(int level, int domain) const {
     return domain_names_[level][domain];
   }
@@ -181,8 +188,10 @@ class ClusterSnapshot {
   Cluster cluster_;
   const GpuCatalog* catalog_ = nullptr;
   std::vector<NodeInfo> nodes_;
-  std::vector<std::vector<std::string>> domain_names_;  // [level][domain id]
-  std::vector<const GpuModelInfo*> models_;             // by model id
+  std::vector<std::vector<std::string>> domain_names_;  // [level][domain id]: the path
+  // [level]: (parent id, value) -> domain id; the parent is -1 at the first level.
+  std::vector<std::map<std::pair<int, std::string>, int>> domain_ids_;
+  std::vector<const GpuModelInfo*> models_;  // by model id
   uint64_t identity_ = 0;
   int64_t total_gpu_milli_ = 0;
   int64_t allocated_gpu_milli_ = 0;

@@ -43,6 +43,32 @@ TEST_F(SnapshotTest, InternsDomainsAndModels) {
   EXPECT_EQ(snapshot.TotalGpuMilli(), 4000);
 }
 
+// Racks named alike in two blocks are two racks: a domain is its path (issue 41).
+TEST_F(SnapshotTest, IdentifiesDomainsByTheirPath) {
+  Cluster cluster;
+  cluster.topology = Topology({"block", "rack"});
+  cluster.nodes.push_back(MakeNode("a", 2, "H100-80GB", {"b1", "r1"}));
+  cluster.nodes.push_back(MakeNode("b", 2, "H100-80GB", {"b2", "r1"}));
+  cluster.nodes.push_back(MakeNode("c", 2, "H100-80GB", {"b1", "r1"}));
+  ClusterSnapshot snapshot = Build(cluster);
+  EXPECT_EQ(snapshot.DomainCount(0), 2);
+  EXPECT_EQ(snapshot.DomainCount(1), 2);
+  const std::vector<NodeInfo>& nodes = snapshot.nodes();
+  EXPECT_NE(nodes[0].domains[1], nodes[1].domains[1]);
+  EXPECT_EQ(nodes[0].domains[1], nodes[2].domains[1]);
+  EXPECT_EQ(snapshot.DomainName(1, nodes[0].domains[1]), "b1/r1");
+  EXPECT_EQ(snapshot.DomainName(1, nodes[1].domains[1]), "b2/r1");
+  EXPECT_EQ(snapshot.DomainName(0, nodes[1].domains[0]), "b2");
+  EXPECT_EQ(snapshot.Clone().DomainName(1, nodes[1].domains[1]), "b2/r1");
+  // A node may move to a rack the snapshot knows by its path, not to a value known elsewhere.
+  ASSERT_OK(snapshot.ReplaceNode(2, MakeNode("c", 2, "H100-80GB", {"b2", "r1"})));
+  EXPECT_EQ(snapshot.nodes()[2].domains[1], nodes[1].domains[1]);
+  cluster.nodes[1].topology = {"b2", "r2"};
+  ClusterSnapshot other = Build(cluster);
+  EXPECT_THAT(other.ReplaceNode(0, MakeNode("a", 2, "H100-80GB", {"b1", "r2"})),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("rack \"b1/r2\" is new")));
+}
+
 TEST_F(SnapshotTest, CountsGpusPerModelAsNodesAreReplaced) {
   ClusterSnapshot snapshot = Build(TwoNodes());
   const int h100 = snapshot.ModelId("H100-80GB");

@@ -158,12 +158,22 @@ FabricReplay OversubscribedReplay(const GpuCatalog& catalog) {
   return replay;
 }
 
+// The nodes without topology levels: only the fabric knows the leaves, and a placement blind to
+// it spreads the gang over the spine.
+Cluster WithoutLevels(Cluster cluster) {
+  cluster.topology = Topology();
+  for (Node& node : cluster.nodes) {
+    node.topology.clear();
+  }
+  return cluster;
+}
+
 TEST(Replay, MultiNodeJobStretchesWithItsPlacementsCommunicationCost) {
   const GpuCatalog catalog = GpuCatalog::Default();
   const FabricReplay replay = OversubscribedReplay(catalog);
   ReplayOptions options;
   options.fabric = replay.fabric;
-  auto blind = RunReplay(replay.cluster, replay.trace, catalog, options);
+  auto blind = RunReplay(WithoutLevels(replay.cluster), replay.trace, catalog, options);
   ASSERT_OK(blind);
   const ReplayJobOutcome& spread = Outcome(*blind, "gang");
   EXPECT_EQ(spread.nodes, 4);
@@ -174,10 +184,17 @@ TEST(Replay, MultiNodeJobStretchesWithItsPlacementsCommunicationCost) {
   EXPECT_DOUBLE_EQ(Outcome(*blind, "busy1").stretch, 1.0);
 
   options.topology_aware = true;
-  auto aware = RunReplay(replay.cluster, replay.trace, catalog, options);
+  auto aware = RunReplay(WithoutLevels(replay.cluster), replay.trace, catalog, options);
   ASSERT_OK(aware);
   EXPECT_DOUBLE_EQ(Outcome(*aware, "gang").stretch, 1.0);
   EXPECT_EQ(Outcome(*aware, "gang").CompletionTime(), 100);
+
+  // Nodes that declare the fabric's tiers as topology levels: the compact-gang rule keeps the
+  // gang in leaf2 without the plugin.
+  options.topology_aware = false;
+  auto levels = RunReplay(replay.cluster, replay.trace, catalog, options);
+  ASSERT_OK(levels);
+  EXPECT_DOUBLE_EQ(Outcome(*levels, "gang").stretch, 1.0);
 }
 
 TEST(Replay, PerJobCommunicationFractionOverridesTheDefault) {

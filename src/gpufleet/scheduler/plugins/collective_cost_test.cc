@@ -32,9 +32,18 @@ std::shared_ptr<const fabric::Fabric> OversubscribedFabric() {
 
 class CollectiveCostTest : public ::testing::Test {
  protected:
-  void Use(bool topology_aware) {
+  // With `levels`, the cluster declares the fabric's tiers as topology levels, and the
+  // scheduler's compact-gang rule alone keeps a gang in as few leaves as it can; without, the
+  // nodes carry no topology and only the plugin knows the fabric.
+  void Use(bool topology_aware, bool levels = false) {
     auto cluster = fabric::BuildCluster(*fabric_, catalog_);
     ASSERT_OK(cluster);
+    if (!levels) {
+      cluster->topology = Topology();
+      for (Node& node : cluster->nodes) {
+        node.topology.clear();
+      }
+    }
     auto snapshot = ClusterSnapshot::Build(std::move(cluster).value(), catalog_);
     ASSERT_OK(snapshot);
     snapshot_.emplace(std::move(snapshot).value());
@@ -54,12 +63,12 @@ class CollectiveCostTest : public ::testing::Test {
     return scheduler_->Schedule(job, *snapshot_, random);
   }
 
+  // The fabric's leaves (its first tier) that hold the placements.
   std::set<std::string> LeavesOf(const ScheduleResult& result) {
     std::set<std::string> leaves;
-    const int leaf_level = snapshot_->topology().LevelIndex("leaf");
     for (const TaskPlacement& placement : result.placements) {
-      const NodeInfo& node = snapshot_->nodes()[placement.node];
-      leaves.insert(snapshot_->DomainName(leaf_level, node.domains[leaf_level]));
+      const int node = fabric_->FindNode(snapshot_->nodes()[placement.node].node->id.value());
+      leaves.insert(fabric_->DomainName(0, fabric_->DomainOf(0, node)));
     }
     return leaves;
   }
@@ -71,12 +80,22 @@ class CollectiveCostTest : public ::testing::Test {
 };
 
 // leaf1 keeps two free nodes after two single-node jobs; a four-node gang fits only leaf2.
+// Nodes without topology levels look alike to the policy: node order spreads it over the spine.
 TEST_F(CollectiveCostTest, TopologyBlindPlacementSpreadsTheGangOverTheSpine) {
   Use(false);
   ASSERT_TRUE(Schedule(MakeJob("busy", 2, WholeGpus{8})).scheduled());
   const ScheduleResult gang = Schedule(MakeJob("gang", 4, WholeGpus{8}));
   ASSERT_TRUE(gang.scheduled()) << gang.reason;
   EXPECT_THAT(LeavesOf(gang), ElementsAre("leaf1", "leaf2"));
+}
+
+// The same nodes declaring the fabric's tiers as levels: the fewest leaves, without the plugin.
+TEST_F(CollectiveCostTest, TopologyLevelsKeepTheGangInOneLeafWithoutThePlugin) {
+  Use(false, /*levels=*/true);
+  ASSERT_TRUE(Schedule(MakeJob("busy", 2, WholeGpus{8})).scheduled());
+  const ScheduleResult gang = Schedule(MakeJob("gang", 4, WholeGpus{8}));
+  ASSERT_TRUE(gang.scheduled()) << gang.reason;
+  EXPECT_THAT(LeavesOf(gang), ElementsAre("leaf2"));
 }
 
 TEST_F(CollectiveCostTest, PrefersTheLeafThatHoldsTheWholeGang) {
