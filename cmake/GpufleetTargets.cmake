@@ -73,3 +73,20 @@ function(gpufleet_cc_benchmark)
     set_tests_properties(${ARG_NAME}_smoke PROPERTIES LABELS bench)
   endif()
 endfunction()
+
+# A libFuzzer target (clang only; not a test: scripts/fuzz builds and runs it). SRCS are compiled
+# in with the fuzzer's coverage instrumentation and ASan/UBSan, each file alone (no unity batch);
+# DEPS are linked as they are, uninstrumented.
+function(gpufleet_fuzzer)
+  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS" ${ARGN})
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    return()
+  endif()
+  add_executable(${ARG_NAME} ${ARG_SRCS})
+  set_target_properties(${ARG_NAME} PROPERTIES UNITY_BUILD OFF)
+  target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR}/src)
+  target_compile_options(${ARG_NAME} PRIVATE ${GPUFLEET_WARNINGS}
+    -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined)
+  target_link_options(${ARG_NAME} PRIVATE -fsanitize=fuzzer,address,undefined)
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS})
+endfunction()

@@ -85,6 +85,23 @@ class ServerQueuesTest : public ::testing::Test {
     return Call("GET", "/v1/jobs/" + job)["placements"][0]["node"];
   }
 
+  // Teams team-a and team-b, and a member token of each.
+  struct Members {
+    std::string alice;  // of team-a
+    std::string bob;    // of team-b
+  };
+  Members TwoTeams() {
+    Call("POST", "/v1/teams", R"({"name": "team-a"})", 201);
+    Call("POST", "/v1/teams", R"({"name": "team-b"})", 201);
+    Result<std::string> alice =
+        server_->authenticator().CreateToken(control::Role::kMember, "team-a", "alice");
+    Result<std::string> bob =
+        server_->authenticator().CreateToken(control::Role::kMember, "team-b", "bob");
+    EXPECT_OK(alice);
+    EXPECT_OK(bob);
+    return {alice.ok() ? *alice : "", bob.ok() ? *bob : ""};
+  }
+
   Json QueueRow(const std::string& name, ApiServer* on = nullptr) {
     const Json queues = Call("GET", "/v1/queues", "", 200, on);
     for (const Json& item : queues["items"]) {
@@ -250,21 +267,14 @@ spec:
 
 // A member sees how its own team's queues and the shared ones fare, not another team's usage.
 TEST_F(ServerQueuesTest, AMemberSeesTheFiguresOfItsOwnAndTheSharedQueuesOnly) {
-  Call("POST", "/v1/teams", R"({"name": "team-a"})", 201);
-  Call("POST", "/v1/teams", R"({"name": "team-b"})", 201);
+  const Members members = TwoTeams();
   Call("POST", "/v1/queues", R"({"name": "qa", "team": "team-a"})", 201);
   Call("POST", "/v1/queues", R"({"name": "qb", "team": "team-b"})", 201);
-  Result<std::string> alice =
-      server_->authenticator().CreateToken(control::Role::kMember, "team-a", "alice");
-  Result<std::string> bob =
-      server_->authenticator().CreateToken(control::Role::kMember, "team-b", "bob");
-  ASSERT_OK(alice);
-  ASSERT_OK(bob);
-  Call("POST", "/v1/jobs", NodeJob("b-job", "qb"), 201, nullptr, *bob);
+  Call("POST", "/v1/jobs", NodeJob("b-job", "qb"), 201, nullptr, members.bob);
   Cycle();
   EXPECT_TRUE(QueueRow("qb").contains("borrowed")) << "an admin sees every queue's figures";
   EXPECT_TRUE(QueueRow("qb").contains("usage_gpu_hours"));
-  const Json seen_by_alice = Call("GET", "/v1/queues", "", 200, nullptr, *alice);
+  const Json seen_by_alice = Call("GET", "/v1/queues", "", 200, nullptr, members.alice);
   for (const Json& item : seen_by_alice["items"]) {
     SCOPED_TRACE(item.dump());
     const bool shown = item["name"] != "qb";
@@ -272,24 +282,18 @@ TEST_F(ServerQueuesTest, AMemberSeesTheFiguresOfItsOwnAndTheSharedQueuesOnly) {
       EXPECT_EQ(item.contains(figure), shown) << figure;
     }
   }
-  EXPECT_TRUE(Call("GET", "/v1/queues", "", 200, nullptr, *bob)["items"][2].contains("borrowed"));
+  const Json seen_by_bob = Call("GET", "/v1/queues", "", 200, nullptr, members.bob);
+  EXPECT_TRUE(seen_by_bob["items"][2].contains("borrowed"));
 }
 
 TEST_F(ServerQueuesTest, AVictimOfAnotherTeamIsNotToldThePreemptorsName) {
-  Call("POST", "/v1/teams", R"({"name": "team-a"})", 201);
-  Call("POST", "/v1/teams", R"({"name": "team-b"})", 201);
-  Result<std::string> alice =
-      server_->authenticator().CreateToken(control::Role::kMember, "team-a", "alice");
-  Result<std::string> bob =
-      server_->authenticator().CreateToken(control::Role::kMember, "team-b", "bob");
-  ASSERT_OK(alice);
-  ASSERT_OK(bob);
+  const Members members = TwoTeams();
   for (const std::string name : {"low-0", "low-1", "low-2", "low-3"}) {
-    Call("POST", "/v1/jobs", NodeJob(name, "default"), 201, nullptr, *bob);
+    Call("POST", "/v1/jobs", NodeJob(name, "default"), 201, nullptr, members.bob);
   }
   Cycle();
   clock_.Advance(std::chrono::seconds(61));
-  Call("POST", "/v1/jobs", NodeJob("secret-urgent", "default", 10), 201, nullptr, *alice);
+  Call("POST", "/v1/jobs", NodeJob("secret-urgent", "default", 10), 201, nullptr, members.alice);
   Cycle();
   std::string victim;
   for (const std::string name : {"low-0", "low-1", "low-2", "low-3"}) {
@@ -298,7 +302,7 @@ TEST_F(ServerQueuesTest, AVictimOfAnotherTeamIsNotToldThePreemptorsName) {
     }
   }
   ASSERT_FALSE(victim.empty());
-  const Json seen = Call("GET", "/v1/jobs/" + victim, "", 200, nullptr, *bob);
+  const Json seen = Call("GET", "/v1/jobs/" + victim, "", 200, nullptr, members.bob);
   EXPECT_EQ(seen["reason"], "preempted by a job of another team (priority 10 over 0)");
   EXPECT_FALSE(seen.contains("preempted_by"));
   // The admin still sees who it was.
@@ -307,10 +311,11 @@ TEST_F(ServerQueuesTest, AVictimOfAnotherTeamIsNotToldThePreemptorsName) {
   EXPECT_EQ(State(victim), "Pending");
   for (const std::string& path :
        {std::string("/v1/jobs"), "/v1/jobs/" + victim, "/v1/jobs/" + victim + "/events"}) {
-    EXPECT_THAT(Call("GET", path, "", 200, nullptr, *bob).dump(), Not(HasSubstr("secret-urgent")))
+    EXPECT_THAT(Call("GET", path, "", 200, nullptr, members.bob).dump(),
+                Not(HasSubstr("secret-urgent")))
         << path;
   }
-  Call("GET", "/v1/nodes/" + NodeOf("secret-urgent") + "/events", "", 403, nullptr, *bob);
+  Call("GET", "/v1/nodes/" + NodeOf("secret-urgent") + "/events", "", 403, nullptr, members.bob);
   Call("GET", "/v1/nodes/" + NodeOf("secret-urgent") + "/events", "", 200);
 }
 
