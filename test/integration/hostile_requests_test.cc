@@ -21,6 +21,7 @@
 #include "gpufleet/api/http.h"
 #include "gpufleet/api/testing/server_process.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet {
 namespace {
@@ -78,7 +79,7 @@ class HostileRequestsTest : public ::testing::Test {
   std::string CreateToken(const Json& request) {
     const httplib::Result created = Send("POST", "/v1/tokens", kHostileAdminToken, request.dump());
     EXPECT_TRUE(created && created->status == 201) << (created ? created->body : "no answer");
-    return created ? Json::parse(created->body).value("token", "") : "";
+    return created ? wire::ParseDocument(created->body).value("token", "") : "";
   }
 
   std::filesystem::path dir_;

@@ -25,6 +25,7 @@
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/wire/agent_protocol.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::api {
 namespace {
@@ -400,7 +401,7 @@ TEST_F(AgentProtocolTest, AJoinTokenIsExchangedForANodeCredentialThatActsForThat
 // that credential acts for it. Revoking it frees the node for a join token again.
 TEST_F(AgentProtocolTest, AJoinTokenCannotClaimANodeWhoseCredentialAnAdminMade) {
   Cycle();
-  const Json made = Json::parse(
+  const Json made = wire::ParseDocument(
       Call("POST", "/v1/tokens", admin_, R"({"role": "agent", "node": "node-c", "name": "ops"})")
           .body);
   ASSERT_TRUE(made.contains("token")) << made.dump();
@@ -412,10 +413,10 @@ TEST_F(AgentProtocolTest, AJoinTokenCannotClaimANodeWhoseCredentialAnAdminMade) 
   response = Call("POST", "/v1/agents/register", made["token"].get<std::string>(),
                   wire::RegisterRequestToJson(Inventory("node-c", "leaf-0")));
   ASSERT_EQ(response.status, 200) << response.body;
-  EXPECT_FALSE(Json::parse(response.body).contains("node_token"));
+  EXPECT_FALSE(wire::ParseDocument(response.body).contains("node_token"));
   const auto agent_tokens_of = [&](const std::string& node) {
     int count = 0;
-    const Json tokens = Json::parse(Call("GET", "/v1/tokens", admin_).body);
+    const Json tokens = wire::ParseDocument(Call("GET", "/v1/tokens", admin_).body);
     for (const Json& token : tokens["items"]) {
       count += token.value("node", "") == node ? 1 : 0;
     }
@@ -423,7 +424,8 @@ TEST_F(AgentProtocolTest, AJoinTokenCannotClaimANodeWhoseCredentialAnAdminMade) 
   };
   EXPECT_EQ(agent_tokens_of("node-c"), 1);
   // Its id is for admins, who revoke it; a member does not see it.
-  EXPECT_EQ(Json::parse(Call("GET", "/v1/nodes/node-c", admin_).body)["credential"], made["id"]);
+  EXPECT_EQ(wire::ParseDocument(Call("GET", "/v1/nodes/node-c", admin_).body)["credential"],
+            made["id"]);
   const std::string member =
       *server_->authenticator().CreateToken(control::Role::kMember, "team-x", "m");
   for (const std::string path : {"/v1/nodes/node-c", "/v1/nodes"}) {
@@ -434,7 +436,7 @@ TEST_F(AgentProtocolTest, AJoinTokenCannotClaimANodeWhoseCredentialAnAdminMade) 
 
   // Another node: its credential made and revoked before it registered. A join token may claim
   // it, and a node whose name extends it ("node-d1") is not taken for it.
-  const Json revoked = Json::parse(
+  const Json revoked = wire::ParseDocument(
       Call("POST", "/v1/tokens", admin_, R"({"role": "agent", "node": "node-d1", "name": "x"})")
           .body);
   ASSERT_EQ(

@@ -17,6 +17,7 @@
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/store/testing/fault_injecting_store.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::api {
 namespace {
@@ -242,7 +243,7 @@ spec:
   const Json refused = Call("POST", "/v1/jobs", job("on-host", "default"), 403, nullptr, *alice);
   EXPECT_THAT(refused["error"]["message"].get<std::string>(),
               HasSubstr("hostNetwork: true: queue \"default\" does not allow"));
-  const Json deployment = Json::parse(R"({"name": "svc",
+  const Json deployment = wire::ParseDocument(R"({"name": "svc",
     "template": {"apiVersion": "gpufleet.io/v1", "kind": "Job",
       "spec": {"kind": "inference", "tasks": [{"name": "server", "command": ["serve"],
         "image": "localhost/tiny:1", "hostNetwork": true}]}}})");
