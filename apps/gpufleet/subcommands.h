@@ -41,6 +41,8 @@ SimSubcommand AddSimInteractiveCommand(CLI::App& sim);
 SimSubcommand AddSimColdStartCommand(CLI::App& sim);
 // `gpufleet sim chaos` (sim_chaos_main.cc).
 SimSubcommand AddSimChaosCommand(CLI::App& sim);
+// `gpufleet sim fleet` (sim_fleet_main.cc).
+SimSubcommand AddSimFleetCommand(CLI::App& sim);
 
 // `gpufleet server`: the REST API and the scheduling loop (server_main.cc).
 Action AddServerCommand(CLI::App& app);

@@ -2,6 +2,7 @@
 #include "gpufleet/fleetsim/sim_fleet.h"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <utility>
 
@@ -170,6 +171,13 @@ Status SimFleet::StartAgent(Node& node) {
                                                  "in-process", join_token_);
   agent::NodeAgentOptions agent_options;
   agent_options.node_name = node.name;
+  if (options_.nodes_per_leaf > 0) {
+    constexpr int kLeavesPerBlock = 8;
+    const int leaf = node.index / options_.nodes_per_leaf;
+    agent_options.topology_levels = {"block", "leaf"};
+    agent_options.topology_values = {fmt::format("block-{}", leaf / kLeavesPerBlock),
+                                     fmt::format("leaf-{}", leaf)};
+  }
   agent_options.capacity = {.cpu_milli = 64'000, .memory_mib = 512 * 1024};
   agent_options.stop_grace = options_.agent_stop_grace;
   agent_options.node_token = node.node_token;
@@ -231,7 +239,12 @@ Status SimFleet::Advance(Duration step) {
 
   if (server_ != nullptr && now >= next_cycle_) {
     next_cycle_ = now + options_.cycle_interval;
+    const auto started = std::chrono::steady_clock::now();
     Result<int> scheduled = server_->RunSchedulingCycle();
+    if (options_.time_requests) {
+      request_seconds_["cycle"].push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    }
     if (!scheduled.ok()) {
       events_.Add(fmt::format("server: cycle failed: {}", scheduled.status().ToString()));
     } else if (*scheduled > 0) {
@@ -245,7 +258,13 @@ Result<cli::HttpResponse> SimFleet::Deliver(const api::ApiRequest& request) {
   if (server_ == nullptr) {
     return UnavailableError("in-process link: the server is down");
   }
+  const auto started = std::chrono::steady_clock::now();
   const api::ApiResponse response = server_->Handle(request);
+  if (options_.time_requests) {
+    const std::string_view path = request.path;
+    request_seconds_[std::string(path.substr(path.rfind('/') + 1))].push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
   return cli::HttpResponse{.status = response.status,
                            .body = response.body,
                            .content_type = response.content_type,

@@ -64,6 +64,12 @@ struct FleetOptions {
   Duration agent_stop_grace = std::chrono::seconds(30);
   // Each node's clock runs at a rate drawn from [1 - max_drift, 1 + max_drift].
   double max_drift = 0;
+  // Nodes sit in leaves of this many nodes, leaves in blocks of 8 (topology levels block and
+  // leaf); 0: no topology.
+  int nodes_per_leaf = 0;
+  // Time how long the server takes to answer each agent request, on the process's steady clock
+  // (request_seconds()).
+  bool time_requests = false;
   RunnerWrapper runner_wrapper;
   StoreWrapper store_wrapper;
 };
@@ -111,6 +117,11 @@ class SimFleet {
   bool server_up() const { return server_ != nullptr; }
   // Requests the link lost, delayed or duplicated, by kind, and requests delivered.
   const std::map<std::string, int>& link_counts() const { return link_counts_; }
+  // With time_requests: the real time of each scheduling cycle ("cycle") and of the server's
+  // answer to each agent request, by kind ("register", "heartbeat", "provenance"), in seconds.
+  const std::map<std::string, std::vector<double>>& request_seconds() const {
+    return request_seconds_;
+  }
   // The number of times a node's runner started a task.
   size_t task_runs() const { return ledger_.spans().size(); }
   // The tasks still running on any node.
@@ -152,6 +163,7 @@ class SimFleet {
   std::vector<DelayedRequest> delayed_;
   uint64_t delayed_order_ = 0;
   std::map<std::string, int> link_counts_;
+  std::map<std::string, std::vector<double>> request_seconds_;
 };
 
 // An api::ApiRequest for "METHOD PATH?QUERY" with a bearer `token` and `body`, as the HTTP server
