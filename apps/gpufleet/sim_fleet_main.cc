@@ -20,6 +20,7 @@ namespace {
 struct FleetFlags {
   fleetsim::FleetSimOptions options;
   double minutes = 5;
+  double warmup_minutes = 1;
   double mean_job_minutes = 30;
   std::string json;
 };
@@ -28,6 +29,8 @@ int RunFleetCommand(const FleetFlags& flags) {
   fleetsim::FleetSimOptions options = flags.options;
   options.duration = std::chrono::duration_cast<Duration>(
       std::chrono::duration<double, std::ratio<60>>(flags.minutes));
+  options.warmup = std::chrono::duration_cast<Duration>(
+      std::chrono::duration<double, std::ratio<60>>(flags.warmup_minutes));
   options.mean_job_duration = std::chrono::duration_cast<Duration>(
       std::chrono::duration<double, std::ratio<60>>(flags.mean_job_minutes));
   Result<fleetsim::FleetSimResult> result = fleetsim::RunFleetSim(options);
@@ -40,8 +43,8 @@ int RunFleetCommand(const FleetFlags& flags) {
              result->nodes, result->gpus, result->jobs_submitted, result->task_runs,
              result->allocated_pct, std::chrono::duration<double>(options.duration).count(),
              result->wall_seconds, result->speedup);
-  fmt::print("{:<16} {:>8} {:>10} {:>10} {:>10}\n", "wall time of", "count", "p50 ms", "p99 ms",
-             "max ms");
+  fmt::print("after the first {:.1f} simulated minutes:\n{:<16} {:>8} {:>10} {:>10} {:>10}\n",
+             flags.warmup_minutes, "wall time of", "count", "p50 ms", "p99 ms", "max ms");
   const auto row = [](const std::string& name, const fleetsim::Spread& spread) {
     fmt::print("{:<16} {:>8} {:>10.2f} {:>10.2f} {:>10.2f}\n", name, spread.count,
                spread.p50 * 1e3, spread.p99 * 1e3, spread.max * 1e3);
@@ -78,6 +81,9 @@ SimSubcommand AddSimFleetCommand(CLI::App& sim) {
   command->add_option("--seed", o.seed, "seed of the load");
   command->add_option("--minutes", flags->minutes, "simulated minutes")
       ->check(CLI::Range(0.1, 10000.0));
+  command->add_option("--warmup-minutes", flags->warmup_minutes,
+                      "simulated minutes left out of the figures (the first fill)")
+      ->check(CLI::Range(0.0, 10000.0));
   command->add_option("--load", o.load, "share of the GPUs the arriving jobs ask for")
       ->check(CLI::Range(0.01, 2.0));
   command->add_option("--mean-job-minutes", flags->mean_job_minutes, "mean job duration")

@@ -69,8 +69,10 @@ Result<FleetSimResult> RunFleetSim(const FleetSimOptions& options) {
   if (options.load <= 0 || options.load > 2) {
     return InvalidArgumentError(fmt::format("load: {} (must be in (0, 2])", options.load));
   }
-  if (options.mean_job_duration <= Duration(0) || options.duration <= Duration(0)) {
-    return InvalidArgumentError("duration and mean job duration must be positive");
+  if (options.mean_job_duration <= Duration(0) || options.duration <= options.warmup ||
+      options.warmup < Duration(0)) {
+    return InvalidArgumentError(
+        "the duration must be longer than the warm-up, the mean job duration positive");
   }
   const auto wall_start = std::chrono::steady_clock::now();
   FleetOptions fleet_options;
@@ -97,13 +99,22 @@ Result<FleetSimResult> RunFleetSim(const FleetSimOptions& options) {
   double arrivals_due = 0;
   // Fill the fleet to its load at the start, as if it had been running for a while.
   double backlog = options.load * fleet_gpus / mean_job_gpus;
+  // Submitted over the first half of the warm-up (at least 200 a second).
+  const double fill_per_second = std::max(
+      200.0, backlog / std::max(1.0, std::chrono::duration<double>(options.warmup).count() / 2));
+  const MonoTime measured_from = fleet->Now() + options.warmup;
   const MonoTime end = fleet->Now() + options.duration;
+  bool measuring = false;
   while (fleet->Now() < end) {
+    if (!measuring && fleet->Now() >= measured_from) {
+      measuring = true;
+      fleet->ClearRequestTimes();
+    }
     arrivals_due += jobs_per_second;
     int submit = static_cast<int>(arrivals_due);
     arrivals_due -= submit;
     if (backlog > 0) {
-      const int now_due = static_cast<int>(std::min(backlog, 200.0));
+      const int now_due = static_cast<int>(std::ceil(std::min(backlog, fill_per_second)));
       submit += now_due;
       backlog -= now_due;
     }
@@ -123,8 +134,10 @@ Result<FleetSimResult> RunFleetSim(const FleetSimOptions& options) {
     }
     const auto second_start = std::chrono::steady_clock::now();
     GPUFLEET_RETURN_IF_ERROR(fleet->Advance(std::chrono::seconds(1)));
-    seconds.push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - second_start).count());
+    if (measuring) {
+      seconds.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - second_start).count());
+    }
   }
   result.task_runs = static_cast<int64_t>(fleet->task_runs());
   fleet->LiveTasks();

@@ -22,8 +22,10 @@ struct FleetSimOptions {
   int gpus_per_node = 8;
   int nodes_per_leaf = 32;
   uint64_t seed = 42;
-  // Simulated time run; the load is offered from the start.
+  // Simulated time run; the load is offered from the start. The figures leave out the first
+  // `warmup` (the first fill of the fleet).
   Duration duration = std::chrono::minutes(5);
+  Duration warmup = std::chrono::minutes(1);
   // Jobs arrive so that, once running, they ask for this share of the fleet's GPUs.
   double load = 0.9;
   // Mean job duration (exponential).

@@ -122,6 +122,7 @@ class SimFleet {
   const std::map<std::string, std::vector<double>>& request_seconds() const {
     return request_seconds_;
   }
+  void ClearRequestTimes() { request_seconds_.clear(); }
   // The number of times a node's runner started a task.
   size_t task_runs() const { return ledger_.spans().size(); }
   // The tasks still running on any node.
