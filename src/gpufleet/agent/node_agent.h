@@ -153,7 +153,7 @@ class NodeAgent {
   std::optional<std::vector<CachedImage>> ImagesToReport();
   // How long before a lease runs out the agent fences, and the grace it then gives its tasks.
   Duration FenceMargin(Duration lease) const;
-  Duration FenceGrace(Duration lease, Duration server_stop_grace) const;
+  Duration FenceGrace(Duration server_stop_grace) const;
 
   NodeAgentOptions options_;
   TelemetrySampler& telemetry_;
