@@ -68,6 +68,10 @@ struct LoadedFabricSpec {
 };
 Result<LoadedFabricSpec> LoadFabricSpecFile(const std::string& path);
 
+// `gpufleet completion bash`: a completion script of every subcommand and flag
+// (completion_main.cc).
+Action AddCompletionCommand(CLI::App& app);
+
 // The client verbs (`submit`, `get`, `describe`, `cancel`, `create`, `revoke`, node operations),
 // all in the help group kCliGroup; the action runs whichever of them was chosen.
 inline constexpr char kCliGroup[] = "Client commands";
