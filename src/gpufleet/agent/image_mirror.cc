@@ -20,8 +20,8 @@
 #include <fmt/format.h>
 #include <openssl/evp.h>
 
-#include "gpufleet/agent/internal/http.h"
 #include "gpufleet/core/image_reference.h"
+#include "gpufleet/http/cpp_httplib.h"
 #include "gpufleet/http/server.h"
 
 namespace gpufleet::agent {

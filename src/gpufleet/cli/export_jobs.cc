@@ -144,7 +144,8 @@ NativeExport JobsToNativeCsv(const std::vector<std::pair<json, json>>& jobs) {
   return exported;
 }
 
-int RunExport(ApiClient& client, const ExportArgs& args, std::ostream& out, std::ostream& err) {
+int RunExport(http::ApiClient& client, const ExportArgs& args, std::ostream& out,
+              std::ostream& err) {
   if (args.kind != "jobs") {
     err << "error: export: unknown kind \"" << args.kind << "\" (known: jobs)\n";
     return 1;
@@ -158,9 +159,9 @@ int RunExport(ApiClient& client, const ExportArgs& args, std::ostream& out, std:
   for (const json& job : items.is_array() ? items : json::array()) {
     std::string path = "/v1/jobs/";
     if (const std::string team = StringOr(job, "team"); !team.empty()) {
-      path += UrlEncode(team) + "/";
+      path += http::UrlEncode(team) + "/";
     }
-    path += UrlEncode(StringOr(job, "name")) + "/events";
+    path += http::UrlEncode(StringOr(job, "name")) + "/events";
     Result<json> events = client.Get(path);
     if (!events.ok()) {
       return PrintError(client, events.status(), err);
