@@ -17,6 +17,7 @@
 
 #include "gpufleet/cli/format.h"
 #include "gpufleet/cli/provenance.h"
+#include "gpufleet/core/rfc3339.h"
 
 namespace gpufleet::cli {
 namespace {
@@ -230,7 +231,7 @@ std::vector<std::string> DeploymentRow(const json& deployment, int64_t now_unix_
           Text(Member(deployment, "ready_replicas")),
           utilization.is_number() ? Text(utilization) + "%" : "<unknown>",
           target.is_number() ? Text(target) + "%" : "<unknown>",
-          created.ok() ? FormatAge(now_unix_seconds - *created) : "<unknown>"};
+          created.ok() ? FormatAge(now_unix_seconds - *created / 1'000'000'000) : "<unknown>"};
 }
 
 // `get deployments [NAME]`: kept apart from the generic kinds, whose tables live in format.cc.

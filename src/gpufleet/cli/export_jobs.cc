@@ -11,6 +11,7 @@
 
 #include "gpufleet/cli/commands.h"
 #include "gpufleet/cli/format.h"
+#include "gpufleet/core/rfc3339.h"
 
 namespace gpufleet::cli {
 namespace {
@@ -37,8 +38,8 @@ std::optional<int64_t> SecondsOf(const json& object, std::string_view key) {
   if (text.empty()) {
     return std::nullopt;
   }
-  const Result<int64_t> seconds = ParseRfc3339(text);
-  return seconds.ok() ? std::optional<int64_t>(*seconds) : std::nullopt;
+  const Result<int64_t> nanos = ParseRfc3339(text);
+  return nanos.ok() ? std::optional<int64_t>(*nanos / 1'000'000'000) : std::nullopt;
 }
 
 // The row of one job, or why it has none.
