@@ -686,9 +686,11 @@ Action AddSimCommand(CLI::App& app) {
   const SimSubcommand backfill = AddSimBackfillCommand(*sim);
   const SimSubcommand interactive = AddSimInteractiveCommand(*sim);
   const SimSubcommand coldstart = AddSimColdStartCommand(*sim);
+  const SimSubcommand chaos = AddSimChaosCommand(*sim);
+  const SimSubcommand fleet = AddSimFleetCommand(*sim);
 
   return [fill, fill_flags, bound, bound_flags, replay, replay_flags, failures, autoscale, mig,
-          fairness, backfill, interactive, coldstart] {
+          fairness, backfill, interactive, coldstart, chaos, fleet] {
     if (fill->parsed()) {
       return RunFillCommand(*fill_flags);
     }
@@ -718,6 +720,12 @@ Action AddSimCommand(CLI::App& app) {
     }
     if (coldstart.command->parsed()) {
       return coldstart.run();
+    }
+    if (chaos.command->parsed()) {
+      return chaos.run();
+    }
+    if (fleet.command->parsed()) {
+      return fleet.run();
     }
     return 2;
   };

@@ -60,6 +60,11 @@ namespace gpufleet::api {
 // by its task id (JOB/TASK/ATTEMPT), created once and never updated.
 inline constexpr std::string_view kProvenanceKind = "provenance";
 
+// The member of a node document that says its credential was made by a join token's registration
+// and has not been used since: the agent may never have received it, so the join token may
+// register the node again, replacing it (docs/agent.md, "Credentials").
+inline constexpr std::string_view kCredentialUnclaimed = "credential_unclaimed";
+
 using wire::Json;
 
 // Request bodies above this are refused with 413.
@@ -454,6 +459,9 @@ class ApiServer {
   // An agent's credential acts for one node: a node credential for its node only, a join token
   // only for a node that has no credential yet. kPermissionDenied naming both otherwise.
   Status CheckNodeCredential(const control::Principal& who, const std::string& node);
+  // The first heartbeat with a node credential made at a join token's registration claims it
+  // (clears kCredentialUnclaimed): from then on the join token cannot register the node again.
+  Status ClaimNodeCredential(const control::Principal& who);
   // A GPU UUID belongs to one node: kAlreadyExists naming the other node; otherwise records the
   // node's UUIDs as its own.
   Status ClaimGpuUuids(const Node& node);
@@ -512,6 +520,8 @@ class ApiServer {
   // deleted costs its own GPUs, not a walk over the fleet's. Guarded by agents_mu_.
   std::map<std::string, std::vector<std::string>> gpus_of_node_;
   bool gpu_owners_loaded_ = false;                                    // guarded by agents_mu_
+  // Node credentials seen claimed (ClaimNodeCredential), by token id; guarded by agents_mu_.
+  std::set<std::string> claimed_credentials_;
   std::map<std::string, std::string> excluded_nodes_;                 // guarded by agents_mu_
   std::map<std::pair<std::string, int>, int> gpu_utilization_;        // guarded by agents_mu_
   std::map<std::string, std::set<std::string>> active_jobs_by_node_;  // guarded by agents_mu_

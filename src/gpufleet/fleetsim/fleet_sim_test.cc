@@ -1,0 +1,40 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/fleetsim/fleet_sim.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "gpufleet/core/testing/status_matchers.h"
+
+namespace gpufleet::fleetsim {
+namespace {
+
+using ::gpufleet::testing::StatusIs;
+
+TEST(FleetSimTest, ASmallFleetFillsToItsLoad) {
+  Result<FleetSimResult> result = RunFleetSim({.nodes = 16,
+                                               .gpus_per_node = 8,
+                                               .nodes_per_leaf = 4,
+                                               .duration = std::chrono::minutes(3),
+                                               .load = 0.8});
+  ASSERT_OK(result);
+  EXPECT_EQ(result->gpus, 128);
+  EXPECT_GT(result->jobs_submitted, 10);
+  EXPECT_GT(result->task_runs, 10);
+  // Whole jobs arrive at 80 % of the fleet from the start: most of it is held at the end.
+  EXPECT_GT(result->allocated_pct, 40);
+  EXPECT_LE(result->allocated_pct, 100);
+  EXPECT_EQ(result->requests.at("cycle").count, 180);
+  EXPECT_GT(result->requests.at("heartbeat").count, 16 * 10);
+  EXPECT_GE(result->requests.at("register").count, 16);
+  const nlohmann::json json = FleetSimResultJson(*result);
+  EXPECT_EQ(json["nodes"], 16);
+  EXPECT_TRUE(json["requests"]["heartbeat"].contains("p99_ms"));
+}
+
+TEST(FleetSimTest, RefusesABadLoad) {
+  EXPECT_THAT(RunFleetSim({.load = 0}), StatusIs(StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace gpufleet::fleetsim
