@@ -22,7 +22,7 @@ constexpr char kTaskEnv[] = "GPUFLEET_TASK";
 constexpr char kTaskIdEnv[] = "GPUFLEET_TASK_ID";
 
 // With the node's own credential once it has one, else the client's token.
-Result<wire::AgentReply> Send(cli::ApiClient& client, const std::string& node_token,
+Result<wire::AgentReply> Send(http::ApiClient& client, const std::string& node_token,
                               const std::string& path, const std::string& body) {
   GPUFLEET_ASSIGN_OR_RETURN(const nlohmann::json answer,
                             node_token.empty()
@@ -164,7 +164,7 @@ std::vector<MigDeviceInfo> WithPlacementStarts(const GpuModelInfo& model,
 }
 
 NodeAgent::NodeAgent(NodeAgentOptions options, TelemetrySampler& telemetry, GpuProbe& probe,
-                     runner::TaskRunner& runner, cli::ApiClient& client, const GpuCatalog& catalog,
+                     runner::TaskRunner& runner, http::ApiClient& client, const GpuCatalog& catalog,
                      const Clock& clock)
     : options_(std::move(options)),
       telemetry_(telemetry),
@@ -381,7 +381,7 @@ Status NodeAgent::Heartbeat() {
   request.images = ImagesToReport();
   request.sequence = clock_.Now().nanos;
   Result<wire::AgentReply> reply =
-      SendRenewing(fmt::format("/v1/agents/{}/heartbeat", cli::UrlEncode(options_.node_name)),
+      SendRenewing(fmt::format("/v1/agents/{}/heartbeat", http::UrlEncode(options_.node_name)),
                    HeartbeatRequestToJson(request));
   if (!reply.ok()) {
     FenceIfLeaseExpired();
@@ -455,7 +455,7 @@ wire::ProvenanceReport NodeAgent::ProvenanceOf(const runner::TaskLaunch& launch,
 
 void NodeAgent::SendProvenance() {
   const std::string path =
-      fmt::format("/v1/agents/{}/provenance", cli::UrlEncode(options_.node_name));
+      fmt::format("/v1/agents/{}/provenance", http::UrlEncode(options_.node_name));
   for (auto it = provenance_pending_.begin(); it != provenance_pending_.end();) {
     const std::string body = wire::ProvenanceReportToJson(it->second);
     const Result<nlohmann::json> answer =

@@ -28,13 +28,13 @@ using ::testing::Not;
 
 // Calls the server's request handler directly, as an HTTP round trip would.
 // Calls the server in process; while `cut` is set no request gets through (a partition).
-class InProcessTransport final : public cli::Transport {
+class InProcessTransport final : public http::Transport {
  public:
   InProcessTransport(api::ApiServer& server, const bool* cut = nullptr)
       : server_(server), cut_(cut) {}
-  Result<cli::HttpResponse> Send(std::string_view method, std::string_view path,
-                                 std::string_view body, std::string_view /*content_type*/,
-                                 std::string_view token) override {
+  Result<http::HttpResponse> Send(std::string_view method, std::string_view path,
+                                  std::string_view body, std::string_view /*content_type*/,
+                                  std::string_view token) override {
     if (cut_ != nullptr && *cut_) {
       return UnavailableError("in-process: cut off from the server");
     }
@@ -55,7 +55,7 @@ class InProcessTransport final : public cli::Transport {
     request.authorization = token.empty() ? "" : fmt::format("Bearer {}", token);
     request.body = std::string(body);
     const api::ApiResponse response = server_.Handle(request);
-    return cli::HttpResponse{response.status, response.body, response.content_type};
+    return http::HttpResponse{response.status, response.body, response.content_type};
   }
 
  private:
@@ -136,10 +136,10 @@ class NodeAgentTest : public ::testing::Test {
     admin_ = *server_->authenticator().CreateToken(control::Role::kAdmin, "", "root");
     const std::string agent_token =
         *server_->authenticator().CreateToken(control::Role::kAgent, "", "agent");
-    client_ = std::make_unique<cli::ApiClient>(
+    client_ = std::make_unique<http::ApiClient>(
         std::make_unique<InProcessTransport>(*server_, &partitioned_), "in-process", agent_token);
-    admin_client_ = std::make_unique<cli::ApiClient>(std::make_unique<InProcessTransport>(*server_),
-                                                     "in-process", admin_);
+    admin_client_ = std::make_unique<http::ApiClient>(
+        std::make_unique<InProcessTransport>(*server_), "in-process", admin_);
     Result<std::unique_ptr<SimulatedProbe>> probe =
         SimulatedProbe::Create(clock_, catalog_, {.model = "H100-80GB", .gpu_count = 8});
     ASSERT_OK(probe);
@@ -236,8 +236,8 @@ class NodeAgentTest : public ::testing::Test {
   std::unique_ptr<api::ApiServer> server_;
   std::string admin_;
   bool partitioned_ = false;  // the agent's requests do not get through
-  std::unique_ptr<cli::ApiClient> client_;
-  std::unique_ptr<cli::ApiClient> admin_client_;
+  std::unique_ptr<http::ApiClient> client_;
+  std::unique_ptr<http::ApiClient> admin_client_;
   std::unique_ptr<SimulatedProbe> probe_;
   std::unique_ptr<TelemetrySampler> sampler_;
   std::unique_ptr<runner::SimulatedRunner> runner_;

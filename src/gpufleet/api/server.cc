@@ -22,6 +22,7 @@
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/json_scan.h"
 #include "gpufleet/core/random.h"
+#include "gpufleet/core/rfc3339.h"
 #include "gpufleet/policy/never_fits.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/snapshot.h"
@@ -1445,8 +1446,7 @@ void ApiServer::AnnotateStopping(Json& job) const {
 }
 
 std::string ApiServer::NowText() const {
-  return options_.wall_clock != nullptr ? control::FormatRfc3339(options_.wall_clock->UnixNanos())
-                                        : "";
+  return options_.wall_clock != nullptr ? FormatRfc3339(options_.wall_clock->UnixNanos()) : "";
 }
 
 Result<Json> ApiServer::SubmitJob(const control::Principal& who, std::string_view body,
@@ -1481,7 +1481,7 @@ Result<Json> ApiServer::SubmitJob(const control::Principal& who, std::string_vie
               {"submit_seq", *revision + 1},
               {"submitted_by", Who(who)}};
   if (options_.wall_clock != nullptr) {
-    doc["created_at"] = control::FormatRfc3339(options_.wall_clock->UnixNanos());
+    doc["created_at"] = FormatRfc3339(options_.wall_clock->UnixNanos());
   }
   // Whether any node of the fleet, empty, could hold it: on the view's snapshot, once the loop
   // has built one. A submission does not wait behind a running cycle (a cycle of 10,000 nodes

@@ -16,11 +16,11 @@
 #include "gpufleet/agent/simulated_probe.h"
 #include "gpufleet/agent/telemetry.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/fleetsim/task_ledger.h"
+#include "gpufleet/http/client.h"
 #include "gpufleet/runner/simulated_runner.h"
 #include "gpufleet/store/memory_store.h"
 
@@ -129,8 +129,8 @@ class SimFleet {
   int LiveTasks();
 
   // Sends one agent request over the link (what each node's transport calls).
-  Result<cli::HttpResponse> SendFromNode(int node, std::string_view method, std::string_view path,
-                                         std::string_view body, std::string_view token);
+  Result<http::HttpResponse> SendFromNode(int node, std::string_view method, std::string_view path,
+                                          std::string_view body, std::string_view token);
 
  private:
   struct Node;
@@ -144,7 +144,7 @@ class SimFleet {
   explicit SimFleet(FleetOptions options);
   Status MakeServer();
   Status StartAgent(Node& node);
-  Result<cli::HttpResponse> Deliver(const api::ApiRequest& request);
+  Result<http::HttpResponse> Deliver(const api::ApiRequest& request);
 
   FleetOptions options_;
   FakeClock clock_;
