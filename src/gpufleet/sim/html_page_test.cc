@@ -9,7 +9,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/core/embedded_file.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/sim/internal/report_assets.h"
 #include "gpufleet/sim/testing/charts.h"
 #include "gpufleet/sim/testing/text.h"
 
@@ -74,9 +76,12 @@ TEST(HtmlPage, FigureDataOfBytesThatAreNotUtf8IsStillJson) {
 TEST(HtmlPage, PageWithChartsCarriesUplotAndDrawsEveryFigure) {
   const ChartSpec spec{.title = "c", .series = {Series{.name = "s", .x = {0, 1}, .y = {1, 2}}}};
   const std::string page = HtmlPage("t", FigureHtml(spec) + FigureHtml(spec));
-  // uPlot's own script and stylesheet, embedded: the page needs no network.
-  EXPECT_THAT(page, HasSubstr("uPlot"));
-  EXPECT_THAT(page, HasSubstr(".uplot"));
+  // uPlot's own script and stylesheet, embedded whole: the page needs no network.
+  ASSERT_EQ(internal::EmbeddedFiles().size(), 2U);
+  for (const EmbeddedFile& file : internal::EmbeddedFiles()) {
+    EXPECT_GT(file.bytes.size(), 1000U) << file.path;
+    EXPECT_THAT(page, HasSubstr(std::string(file.bytes))) << file.path;
+  }
   EXPECT_THAT(page, HasSubstr("new uPlot("));
   EXPECT_EQ(CountOf(page, "<style>"), 2);
   EXPECT_EQ(CountOf(page, "<script>"), 2);  // uPlot and the drawing script
