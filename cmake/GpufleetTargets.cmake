@@ -90,3 +90,22 @@ function(gpufleet_fuzzer)
   target_link_options(${ARG_NAME} PRIVATE -fsanitize=fuzzer,address,undefined)
   target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS})
 endfunction()
+
+# Embeds FILES ("name=path;...") in the binary: at build time cmake/EmbedFiles.cmake writes OUTPUT,
+# a source defining NAMESPACE::EmbeddedFiles() as HEADER declares it; add OUTPUT to a target's SRCS.
+function(gpufleet_embed_files)
+  cmake_parse_arguments(ARG "" "OUTPUT;HEADER;NAMESPACE;COMMENT" "FILES" ${ARGN})
+  set(deps "")
+  foreach(entry IN LISTS ARG_FILES)
+    string(REGEX REPLACE "^[^=]*=" "" file "${entry}")
+    list(APPEND deps "${file}")
+  endforeach()
+  add_custom_command(
+    OUTPUT ${ARG_OUTPUT}
+    COMMAND ${CMAKE_COMMAND} -DOUTPUT=${ARG_OUTPUT} -DHEADER=${ARG_HEADER}
+            -DNAMESPACE=${ARG_NAMESPACE} "-DFILES=${ARG_FILES}"
+            -P ${PROJECT_SOURCE_DIR}/cmake/EmbedFiles.cmake
+    DEPENDS ${deps} ${PROJECT_SOURCE_DIR}/cmake/EmbedFiles.cmake
+    COMMENT "${ARG_COMMENT}"
+    VERBATIM)
+endfunction()

@@ -53,7 +53,7 @@ std::optional<ApiResponse> ApiServer::ServeDashboard(const ApiRequest& request) 
   }
   const std::string_view path =
       request.path == "/" ? std::string_view("/index.html") : std::string_view(request.path);
-  for (const internal::EmbeddedFile& file : internal::EmbeddedFiles()) {
+  for (const EmbeddedFile& file : internal::EmbeddedFiles()) {
     if (file.path == path) {
       ApiResponse response;
       response.content_type = std::string(ContentTypeOf(path));

@@ -17,7 +17,7 @@
 #include "gpufleet/policy/autoscaler.h"
 #include "gpufleet/policy/format.h"
 #include "gpufleet/sim/html_page.h"
-#include "gpufleet/sim/svg_chart.h"
+#include "gpufleet/sim/chart.h"
 
 namespace gpufleet::sim {
 namespace {

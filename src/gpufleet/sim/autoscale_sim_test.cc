@@ -4,17 +4,21 @@
 #include <algorithm>
 #include <numeric>
 #include <sstream>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/sim/testing/charts.h"
 #include "gpufleet/sim/testing/text.h"
 
 namespace gpufleet::sim {
 namespace {
 
 using ::gpufleet::testing::StatusIs;
+using testing::ChartsIn;
+using testing::ChartsWithSeries;
 using testing::CountOf;
 using ::testing::HasSubstr;
 
@@ -264,11 +268,12 @@ TEST(AutoscaleSim, OutputsCarryTheFigures) {
 
   const std::string report = Report(result);
   EXPECT_THAT(report, HasSubstr("<title>autoscale &lt;test&gt;</title>"));
-  EXPECT_EQ(CountOf(report, "<svg"), 4);
-  EXPECT_THAT(report, HasSubstr("data-series=\"replicas (autoscaled)\""));
-  EXPECT_THAT(report, HasSubstr("data-series=\"static peak replicas\""));
-  EXPECT_THAT(report, HasSubstr("Replicas and load on day 1"));
-  EXPECT_EQ(CountOf(report, "<script"), 0);
+  const std::vector<nlohmann::json> charts = ChartsIn(report);
+  ASSERT_EQ(charts.size(), 4U);
+  EXPECT_GT(ChartsWithSeries(charts, "replicas (autoscaled)"), 0);
+  EXPECT_GT(ChartsWithSeries(charts, "static peak replicas"), 0);
+  EXPECT_EQ(charts[1].at("title"), "Replicas and load on day 1");
+  EXPECT_THAT(report, HasSubstr("new uPlot("));
 
   std::ostringstream broken;
   broken.setstate(std::ios::badbit);

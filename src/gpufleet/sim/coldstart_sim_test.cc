@@ -3,18 +3,19 @@
 
 #include <sstream>
 #include <utility>
+#include <vector>
 
-#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "gpufleet/core/testing/status_matchers.h"
-#include "gpufleet/sim/testing/text.h"
+#include "gpufleet/sim/testing/charts.h"
 
 namespace gpufleet::sim {
 namespace {
 
-using ::gpufleet::sim::testing::CountOf;
+using ::gpufleet::sim::testing::ChartsIn;
+using ::gpufleet::sim::testing::ChartsWithSeries;
 using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -129,17 +130,17 @@ TEST(ColdStartSimTest, TheReportChartsEveryStrategysStartTimesAndRegistryBytes) 
   ASSERT_OK(WriteColdStartReport(result, out));
   const std::string report = out.str();
   EXPECT_THAT(report, HasSubstr("<title>gpufleet sim coldstart</title>"));
-  EXPECT_EQ(CountOf(report, "<svg"), 2);
+  const std::vector<nlohmann::json> charts = ChartsIn(report);
+  EXPECT_EQ(charts.size(), 2U);
   for (const ColdStartStrategy strategy : kColdStartStrategies) {
     // One CDF and one cumulative series per strategy.
-    EXPECT_EQ(CountOf(report, fmt::format("data-series=\"{}\"", ColdStartStrategyName(strategy))),
-              2)
+    EXPECT_EQ(ChartsWithSeries(charts, ColdStartStrategyName(strategy)), 2)
         << ColdStartStrategyName(strategy);
   }
   EXPECT_THAT(report, HasSubstr("<td>registry</td>"));
   EXPECT_THAT(report, HasSubstr("<td class=\"num\">2.00</td></tr>"));
   EXPECT_THAT(report, HasSubstr("<td class=\"num\">0.50</td></tr>"));
-  EXPECT_EQ(CountOf(report, "<script"), 0);
+  EXPECT_THAT(report, HasSubstr("new uPlot("));
 
   std::ostringstream again;
   ASSERT_OK(WriteColdStartReport(MustRun(Small(2, 4, 4)), again));

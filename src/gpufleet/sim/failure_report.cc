@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/sim/html_page.h"
-#include "gpufleet/sim/svg_chart.h"
+#include "gpufleet/sim/chart.h"
 
 namespace gpufleet::sim {
 namespace {

@@ -2,17 +2,20 @@
 #include "gpufleet/sim/failure_report.h"
 
 #include <sstream>
+#include <vector>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/sim/testing/charts.h"
 #include "gpufleet/sim/testing/text.h"
 
 namespace gpufleet::sim {
 namespace {
 
 using ::gpufleet::testing::StatusIs;
+using testing::ChartsIn;
 using testing::CountOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
@@ -93,10 +96,12 @@ TEST(WriteFailureReport, WritesAStandalonePageWithTheSectionAndCharts) {
   EXPECT_THAT(html, HasSubstr("<title>failures &lt;test&gt;</title>"));
   EXPECT_THAT(html, HasSubstr("these 1 GPUs (1.00% of the fleet) were involved in 50.0% of "
                               "failed jobs; quarantining them would have avoided 3 failures"));
-  EXPECT_EQ(CountOf(html, "<svg"), 4);
-  EXPECT_THAT(html, HasSubstr("Failed runs by GPU rank"));
+  const std::vector<nlohmann::json> charts = ChartsIn(html);
+  ASSERT_EQ(charts.size(), 4U);
+  EXPECT_EQ(charts[0].at("title"), "Failed runs by GPU rank");
   EXPECT_THAT(html, HasSubstr("3 failures &lt;evidence&gt;"));
-  EXPECT_THAT(html, Not(HasSubstr("<script")));
+  EXPECT_THAT(html, Not(HasSubstr("3 failures <evidence>")));
+  EXPECT_THAT(html, HasSubstr("new uPlot("));
   std::ostringstream again;
   ASSERT_OK(WriteFailureReport(runs, "failures <test>", again));
   EXPECT_EQ(again.str(), html);

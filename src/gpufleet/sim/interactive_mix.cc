@@ -13,7 +13,7 @@
 #include "gpufleet/core/random.h"
 #include "gpufleet/sim/html_page.h"
 #include "gpufleet/sim/parallel.h"
-#include "gpufleet/sim/svg_chart.h"
+#include "gpufleet/sim/chart.h"
 
 namespace gpufleet::sim {
 namespace {
@@ -149,8 +149,8 @@ std::string ReclaimDescription(const InteractiveMixRunSpec& spec) {
                      policy::ReclaimActionName(reclaim.action));
 }
 
-// A grouped bar chart (GPUs allocated and busy per run) as a standalone <svg>; svg_chart.h draws
-// lines only.
+// A grouped bar chart (GPUs allocated and busy per run) as a standalone <svg>; chart.h's uPlot
+// charts are lines only.
 std::string RenderAllocatedBusyBars(const InteractiveMixResult& result) {
   constexpr int kHeight = 400;
   constexpr int kGroupWidth = 170;  // room for a run's name under its bars
@@ -158,7 +158,7 @@ std::string RenderAllocatedBusyBars(const InteractiveMixResult& result) {
   constexpr int kRight = 160;
   constexpr int kTop = 44;
   constexpr int kBottom = 72;
-  constexpr const char* kColours[2] = {"#0072B2", "#E69F00"};  // Okabe-Ito, as svg_chart.h
+  constexpr const char* kColours[2] = {"#0072B2", "#E69F00"};  // Okabe-Ito, as html_page.cc
   constexpr const char* kNames[2] = {"GPUs allocated", "GPUs busy"};
   const int width = kLeft + kRight + std::max<int>(560, kGroupWidth * result.runs.size());
   const int total_gpus = result.runs.front().replay.total_gpus;

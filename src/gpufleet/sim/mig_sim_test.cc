@@ -7,10 +7,13 @@
 #include <gtest/gtest.h>
 
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/sim/testing/charts.h"
 
 namespace gpufleet::sim {
 namespace {
 
+using ::gpufleet::sim::testing::ChartsIn;
+using ::gpufleet::sim::testing::ChartsWithSeries;
 using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -136,7 +139,7 @@ TEST_F(MigSimTest, TheReportHasTheRunsAndTheCharts) {
   EXPECT_THAT(page, HasSubstr("<title>MIG &lt;repartitioning&gt;</title>"));
   EXPECT_THAT(page, HasSubstr("<td>repartition</td>"));
   EXPECT_THAT(page, HasSubstr("<td>create-only</td>"));
-  EXPECT_THAT(page, HasSubstr("data-series=\"fixed\""));
+  EXPECT_GT(ChartsWithSeries(ChartsIn(page), "fixed"), 0);
   EXPECT_THAT(page, HasSubstr("GPU-slice utilization"));
   EXPECT_THAT(page, HasSubstr("Served share by instance size"));
   std::ostringstream summary;

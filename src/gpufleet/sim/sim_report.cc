@@ -14,7 +14,7 @@
 
 #include "gpufleet/sim/fill_report.h"
 #include "gpufleet/sim/html_page.h"
-#include "gpufleet/sim/svg_chart.h"
+#include "gpufleet/sim/chart.h"
 
 namespace gpufleet::sim {
 namespace {

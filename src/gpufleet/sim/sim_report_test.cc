@@ -15,6 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/sim/internal/report_assets.h"
+#include "gpufleet/sim/testing/charts.h"
 #include "gpufleet/sim/testing/text.h"
 
 namespace gpufleet::sim {
@@ -25,15 +27,29 @@ using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::Not;
 
+using ::gpufleet::sim::testing::ChartsIn;
+using ::gpufleet::sim::testing::ChartsWithSeries;
 using ::gpufleet::sim::testing::CountOf;
+using ::gpufleet::sim::testing::SeriesNamed;
 
-// Empty when every html, head, body, table, tr, td, th, svg, g, polyline, path, text and title
-// element opened in `html` is closed, in order; otherwise what went wrong.
-std::string CheckNesting(const std::string& html) {
-  static const std::set<std::string> kChecked = {"html", "head", "body", "table", "tr",
-                                                 "td",   "th",   "svg",  "g",     "polyline",
-                                                 "path", "text", "title"};
+// `html` with the text of every script left out (a script's code may hold "<" and tag names).
+std::string WithoutScriptText(std::string html) {
+  for (size_t open = html.find("<script"); open != std::string::npos;
+       open = html.find("<script", open + 1)) {
+    const size_t text = html.find('>', open) + 1;
+    html.erase(text, html.find("</script>", text) - text);
+  }
+  return html;
+}
+
+// Empty when every html, head, body, table, tr, td, th, figure, script, svg, g, polyline, path,
+// text and title element opened in `html` is closed, in order; otherwise what went wrong.
+std::string CheckNesting(const std::string& page) {
+  static const std::set<std::string> kChecked = {
+      "html", "head", "body",     "table", "tr",   "td",   "th",   "figure",
+      "script", "svg", "g", "polyline", "path", "text", "title"};
   static const std::regex kTag(R"(<(/?)([A-Za-z][A-Za-z0-9]*)([^>]*)>)");
+  const std::string html = WithoutScriptText(page);
   std::vector<std::string> open;
   for (auto it = std::sregex_iterator(html.begin(), html.end(), kTag); it != std::sregex_iterator();
        ++it) {
@@ -62,8 +78,15 @@ std::string CheckNesting(const std::string& html) {
   return "";
 }
 
-// `html` without the SVG namespace, which is the only URL a report may hold.
-std::string WithoutSvgNamespace(std::string html) {
+// `html` without the bytes of the embedded chart library (whose licence comment names its home
+// page) and the SVG namespace: what is left may reference nothing outside the page.
+std::string WithoutUplot(std::string html) {
+  for (const EmbeddedFile& file : internal::EmbeddedFiles()) {
+    for (size_t pos = html.find(file.bytes); pos != std::string::npos;
+         pos = html.find(file.bytes, pos)) {
+      html.erase(pos, file.bytes.size());
+    }
+  }
   const std::string xmlns = "xmlns=\"http://www.w3.org/2000/svg\"";
   for (size_t pos = html.find(xmlns); pos != std::string::npos; pos = html.find(xmlns, pos)) {
     html.erase(pos, xmlns.size());
@@ -71,29 +94,31 @@ std::string WithoutSvgNamespace(std::string html) {
   return html;
 }
 
+// No reference outside the page; the only scripts are the charts' data, uPlot and the script
+// that draws the charts.
 void ExpectSelfContained(const std::string& html) {
-  const std::string rest = WithoutSvgNamespace(html);
+  const std::string rest = WithoutUplot(html);
   EXPECT_THAT(rest, Not(HasSubstr("http://")));
   EXPECT_THAT(rest, Not(HasSubstr("https://")));
-  EXPECT_THAT(rest, Not(HasSubstr("<script")));
   EXPECT_THAT(rest, Not(HasSubstr("src=")));
   EXPECT_THAT(rest, Not(HasSubstr("href=")));
   EXPECT_THAT(rest, Not(HasSubstr("url(")));
+  const int charts = static_cast<int>(ChartsIn(html).size());
+  EXPECT_EQ(CountOf(html, "<script"), charts + (charts > 0 ? 2 : 0));
+  EXPECT_EQ(CountOf(html, "<script>"), charts > 0 ? 2 : 0);
 }
 
-// The vertices of the `index`-th polyline (0-based) for `escaped_name`; -1 when there is none.
-int PolylineVertices(const std::string& html, const std::string& escaped_name, int index = 0) {
-  size_t start = std::string::npos;
-  for (int i = 0; i <= index; ++i) {
-    start = html.find("<polyline data-series=\"" + escaped_name + "\"",
-                      start == std::string::npos ? 0 : start + 1);
-    if (start == std::string::npos) {
-      return -1;
+// The points of the `index`-th series (0-based, in page order) named `name`; -1 when there is
+// none.
+int SeriesPoints(const std::string& html, const std::string& name, int index = 0) {
+  int seen = 0;
+  for (const nlohmann::json& chart : ChartsIn(html)) {
+    const nlohmann::json series = SeriesNamed(chart, name);
+    if (!series.is_null() && seen++ == index) {
+      return static_cast<int>(series.at("x").size());
     }
   }
-  const size_t points = html.find("points=\"", start) + 8;
-  const std::string list = html.substr(points, html.find('"', points) - points);
-  return list.empty() ? 0 : CountOf(list, " ") + 1;
+  return -1;
 }
 
 FillResult MakeFill(const std::string& policy, uint64_t seed, int last_percent) {
@@ -142,6 +167,7 @@ std::vector<ReplayResult> ReplayRuns() {
 
 TEST(CheckNesting, FindsMisnestedAndUnclosedTags) {
   EXPECT_EQ(CheckNesting("<table><tr><td>a</td></tr></table><svg><line/></svg>"), "");
+  EXPECT_EQ(CheckNesting("<figure><script>if (i<g.length) {}</script></figure>"), "");
   EXPECT_NE(CheckNesting("<table><tr><td>a</tr></table>"), "");
   EXPECT_NE(CheckNesting("<svg><g></svg>"), "");
   EXPECT_NE(CheckNesting("<html><body>"), "");
@@ -257,9 +283,8 @@ TEST(FillHtmlReport, IsWellFormedAndSelfContained) {
   const std::string html = out.str();
   EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0U);
   EXPECT_EQ(CheckNesting(html), "");
-  EXPECT_EQ(CountOf(html, "<svg"), 2);
-  EXPECT_EQ(CountOf(html, "</svg>"), 2);
-  EXPECT_EQ(CountOf(html, "<figure>"), 2);
+  EXPECT_EQ(ChartsIn(html).size(), 2U);
+  EXPECT_EQ(CountOf(html, "<figure class=\"chart\">"), 2);
   ExpectSelfContained(html);
   EXPECT_THAT(html, HasSubstr("<title>fill on openb</title>"));
 }
@@ -289,12 +314,12 @@ TEST(FillHtmlReport, ChartsOneMeanSeriesPerPolicy) {
   ASSERT_OK(WriteFillReport(FillRuns(), "fill", out));
   const std::string html = out.str();
   // fgd's seeds reach 130 and 120 %: their mean has a point at each of 0 .. 130.
-  EXPECT_EQ(PolylineVertices(html, "fgd", 0), 131);
-  EXPECT_EQ(PolylineVertices(html, "random", 0), 131);
-  EXPECT_EQ(PolylineVertices(html, "fgd", 1), 131);
-  EXPECT_EQ(PolylineVertices(html, "fgd", 2), -1);
-  EXPECT_EQ(CountOf(html, "data-series=\"fgd\""), 2);
-  EXPECT_EQ(CountOf(html, "data-series=\"random\""), 2);
+  EXPECT_EQ(SeriesPoints(html, "fgd", 0), 131);
+  EXPECT_EQ(SeriesPoints(html, "random", 0), 131);
+  EXPECT_EQ(SeriesPoints(html, "fgd", 1), 131);
+  EXPECT_EQ(SeriesPoints(html, "fgd", 2), -1);
+  EXPECT_EQ(ChartsWithSeries(ChartsIn(html), "fgd"), 2);
+  EXPECT_EQ(ChartsWithSeries(ChartsIn(html), "random"), 2);
   // The summary table: the median unallocated GPUs of fgd (70 and 80) and random (80).
   EXPECT_THAT(html, HasSubstr("<td>fgd</td><td class=\"num\">2</td><td class=\"num\">75.0</td>"));
   EXPECT_THAT(html,
@@ -308,7 +333,7 @@ TEST(FillHtmlReport, EscapesPolicyNames) {
   ASSERT_OK(WriteFillReport(runs, "a <title> & more", html));
   EXPECT_THAT(html.str(), Not(HasSubstr("<&>")));
   EXPECT_THAT(html.str(), HasSubstr("<td>&lt;&amp;&gt;</td>"));
-  EXPECT_THAT(html.str(), HasSubstr("data-series=\"&lt;&amp;&gt;\""));
+  EXPECT_EQ(ChartsWithSeries(ChartsIn(html.str()), "<&>"), 2);
   EXPECT_THAT(html.str(), HasSubstr("<h1>a &lt;title&gt; &amp; more</h1>"));
   EXPECT_EQ(CheckNesting(html.str()), "");
 
@@ -344,10 +369,9 @@ TEST(ReplayHtmlReport, IsWellFormedAndSelfContained) {
   ASSERT_OK(WriteReplayReport(ReplayRuns(), "replay", out));
   const std::string html = out.str();
   EXPECT_EQ(CheckNesting(html), "");
-  EXPECT_EQ(CountOf(html, "<svg"), 4);
-  EXPECT_EQ(CountOf(html, "</svg>"), 4);
+  EXPECT_EQ(ChartsIn(html).size(), 4U);
   ExpectSelfContained(html);
-  EXPECT_THAT(html, HasSubstr("time (hours)"));
+  EXPECT_EQ(ChartsIn(html)[0].at("x_label"), "time (hours)");
 }
 
 TEST(ReplayHtmlReport, ChartsEveryRun) {
@@ -356,13 +380,13 @@ TEST(ReplayHtmlReport, ChartsEveryRun) {
   const std::string html = out.str();
   for (const char* label : {"fifo/best-fit", "tiresias/fgd"}) {
     SCOPED_TRACE(label);
-    EXPECT_EQ(CountOf(html, std::string("data-series=\"") + label + "\""), 4);
-    EXPECT_EQ(PolylineVertices(html, label, 0), 5);          // GPUs allocated: 5 samples
-    EXPECT_EQ(PolylineVertices(html, label, 1), 2 * 5 - 1);  // queue length, steps
-    // Queueing delay of the 3 jobs that started: (min, 0) and 3 ranks, as steps.
-    EXPECT_EQ(PolylineVertices(html, label, 2), 2 * 4 - 1);
+    EXPECT_EQ(ChartsWithSeries(ChartsIn(html), label), 4);
+    EXPECT_EQ(SeriesPoints(html, label, 0), 5);  // GPUs allocated: 5 samples
+    EXPECT_EQ(SeriesPoints(html, label, 1), 5);  // queue length
+    // Queueing delay of the 3 jobs that started: (min, 0) and 3 ranks.
+    EXPECT_EQ(SeriesPoints(html, label, 2), 4);
     // Completion time of the 3 jobs that finished.
-    EXPECT_EQ(PolylineVertices(html, label, 3), 2 * 4 - 1);
+    EXPECT_EQ(SeriesPoints(html, label, 3), 4);
   }
   EXPECT_THAT(html, HasSubstr("<td>fifo</td><td>best-fit</td>"));
   EXPECT_THAT(html, HasSubstr("<td class=\"num\">2.00 h</td>"));        // makespan
@@ -375,9 +399,10 @@ TEST(ReplayHtmlReport, SeedsTellRunsWithTheSamePoliciesApart) {
                                     MakeReplay("sjf", "fgd", 1)};
   std::ostringstream out;
   ASSERT_OK(WriteReplayReport(runs, "replay", out));
-  EXPECT_THAT(out.str(), HasSubstr("data-series=\"fifo/fgd s1\""));
-  EXPECT_THAT(out.str(), HasSubstr("data-series=\"fifo/fgd s2\""));
-  EXPECT_THAT(out.str(), HasSubstr("data-series=\"sjf/fgd\""));
+  const std::vector<nlohmann::json> charts = ChartsIn(out.str());
+  EXPECT_EQ(ChartsWithSeries(charts, "fifo/fgd s1"), 4);
+  EXPECT_EQ(ChartsWithSeries(charts, "fifo/fgd s2"), 4);
+  EXPECT_EQ(ChartsWithSeries(charts, "sjf/fgd"), 4);
 }
 
 TEST(ReplayHtmlReport, SameInputSameBytes) {

@@ -13,7 +13,7 @@
 #include "gpufleet/core/random.h"
 #include "gpufleet/sim/html_page.h"
 #include "gpufleet/sim/parallel.h"
-#include "gpufleet/sim/svg_chart.h"
+#include "gpufleet/sim/chart.h"
 
 namespace gpufleet::sim {
 namespace {

@@ -8,6 +8,7 @@
 
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/sim/testing/charts.h"
 #include "gpufleet/sim/testing/trace_jobs.h"
 
 namespace gpufleet::sim {
@@ -16,6 +17,8 @@ namespace {
 using ::gpufleet::sim::testing::MakeTraceJob;
 using ::gpufleet::sim::testing::SixteenGpus;
 
+using ::gpufleet::sim::testing::ChartsIn;
+using ::gpufleet::sim::testing::ChartsWithSeries;
 using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -109,8 +112,7 @@ TEST(FairnessScenario, FairShareShieldsTheVictimBetterThanFifo) {
   EXPECT_THAT(summary.str(), HasSubstr("preemptions"));
   std::ostringstream page;
   ASSERT_OK(WriteFairnessReport(*result, "fairness", page));
-  EXPECT_THAT(page.str(), HasSubstr("<svg"));
-  EXPECT_THAT(page.str(), HasSubstr("data-series=\"fair-share flooded\""));
+  EXPECT_GT(ChartsWithSeries(ChartsIn(page.str()), "fair-share flooded"), 0);
   EXPECT_THAT(WriteFairnessReport(FairnessResult{}, "x", page),
               StatusIs(StatusCode::kInvalidArgument));
 }
@@ -145,7 +147,7 @@ TEST(BackfillScenario, EasyBackfillWaitsLessThanStrictFifoAndKeepsEveryReservati
   EXPECT_THAT(summary.str(), HasSubstr("easy-backfill"));
   std::ostringstream page;
   ASSERT_OK(WriteBackfillReport(*result, "backfill", page));
-  EXPECT_THAT(page.str(), HasSubstr("data-series=\"easy-backfill\""));
+  EXPECT_GT(ChartsWithSeries(ChartsIn(page.str()), "easy-backfill"), 0);
   EXPECT_THAT(WriteBackfillReport(BackfillScenarioResult{}, "x", page),
               StatusIs(StatusCode::kInvalidArgument));
 }

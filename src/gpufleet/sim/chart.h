@@ -5,12 +5,14 @@
 #include <string_view>
 #include <vector>
 
-// A small writer of standalone SVG line charts for the simulator's reports: no scripts, no
-// external references, deterministic bytes for the same input.
+#include <nlohmann/json.hpp>
+
+// The line charts of the simulator's reports, as data: the page (html_page.h) embeds each chart's
+// data as JSON and draws it in the browser with uPlot, the dashboard's chart library.
 namespace gpufleet::sim {
 
-// One line of a chart. Points are (x[i], y[i]) for i < min(x.size(), y.size()), drawn in the
-// given order; points with a non-finite coordinate are left out.
+// One line of a chart. Points are (x[i], y[i]) for i < min(x.size(), y.size()); points with a
+// non-finite coordinate are left out. uPlot draws a line's points in the order of x.
 struct Series {
   std::string name;
   std::vector<double> x;
@@ -29,12 +31,10 @@ struct ChartSpec {
   bool include_zero = true;
 };
 
-// A standalone `<svg>` element (with the SVG xmlns) holding a title, axes with round tick values
-// and labels, a legend and one `<polyline data-series="NAME">` with a `<title>` per series, each
-// in a distinct colour of a fixed colour-blind-safe palette (Okabe-Ito; after eight series the
-// colours repeat with dashes). A polyline has one vertex per point, or 2n - 1 for n points when
-// `spec.step`. All text is XML-escaped.
-std::string RenderLineChart(const ChartSpec& spec);
+// The chart as the page's drawing script reads it: {"title", "x_label", "y_label", "step",
+// "include_zero", "series": [{"name", "x": [...], "y": [...]}]}, each series with its finite
+// points only, in their order.
+nlohmann::json ChartData(const ChartSpec& spec);
 
 // The empirical CDF of `values` (non-finite values left out): x the sorted values, y the share
 // of values <= x, starting at (smallest value, 0) and ending at (largest value, 1). Long inputs
@@ -43,8 +43,9 @@ std::string RenderLineChart(const ChartSpec& spec);
 inline constexpr int kMaxCdfPoints = 500;
 Series CdfSeries(std::string name, std::vector<double> values);
 
-// `text` with &, <, >, " and ' replaced by entities and the control characters XML 1.0 forbids
-// (all below 0x20 but tab, newline and carriage return) dropped; safe in text and attributes.
+// `text` with &, <, >, " and ' replaced by entities, the control characters XML 1.0 forbids
+// (all below 0x20 but tab, newline and carriage return) dropped and bytes that are not UTF-8
+// replaced by U+FFFD; safe in HTML text and attributes.
 std::string XmlEscape(std::string_view text);
 
 }  // namespace gpufleet::sim
