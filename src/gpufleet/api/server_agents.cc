@@ -766,14 +766,7 @@ Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const J
   // indexed before their placement commits) once the first cycle has built it, so that a
   // registration storm costs each node its own jobs rather than a scan of the whole job history;
   // before that, every stored job.
-  std::optional<std::set<std::string>> indexed;
-  {
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    if (active_index_built_) {
-      const auto found = active_jobs_by_node_.find(node);
-      indexed = found == active_jobs_by_node_.end() ? std::set<std::string>() : found->second;
-    }
-  }
+  const std::optional<std::set<std::string>> indexed = control_->ActiveJobsOn(node);
   std::vector<store::StoredObject> jobs;
   if (indexed) {
     for (const std::string& name : *indexed) {
@@ -800,10 +793,10 @@ Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const J
     Json renamed = job;
     const std::optional<std::string> why = RenameForReregistration(renamed, node, before, after);
     if (why && control::RunIsWanted(*control::ParseJobState(*state))) {
-      const std::string event = control::EndRunOnFailure(renamed, *why, NowText());
-      AddJobWrite(job, renamed, object.version, event, batch);
+      const std::string event = control::EndRunOnFailure(renamed, *why, control_->NowText());
+      control_->AddJobWrite(job, renamed, object.version, event, batch);
     } else if (renamed != job) {
-      AddJobWrite(job, renamed, object.version,
+      control_->AddJobWrite(job, renamed, object.version,
                   fmt::format("{} registered again; its tasks there keep their GPUs by UUID", node),
                   batch);
     }
@@ -825,19 +818,17 @@ Result<wire::AgentReply> ApiServer::AgentHeartbeat(const control::Principal& who
 Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
                                                      const wire::HeartbeatRequest& request,
                                                      bool gpus_applied) {
-  {
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    if (!active_index_built_) {
-      // Until the first cycle has indexed the running jobs, an empty answer would tell agents to
-      // stop everything; they retry instead.
-      return UnavailableError("the server is starting; retry the heartbeat");
-    }
+  // Until the first cycle has indexed the running jobs, an empty answer would tell agents to
+  // stop everything; they retry instead.
+  const std::optional<std::set<std::string>> indexed_first = control_->ActiveJobsOn(node);
+  if (!indexed_first) {
+    return UnavailableError("the server is starting; retry the heartbeat");
   }
   // A report older than one already applied (delivered late) renews nothing, and the absence of
   // a task from it says nothing.
   // Before the node document is read: a NotReady mark that has not yet seen this heartbeat
   // holds the leases until its write is in, and this heartbeat then undoes it.
-  const bool stale = !leases_.Renew(node, request.sequence, /*registering=*/gpus_applied);
+  const bool stale = !control_->leases().Renew(node, request.sequence, /*registering=*/gpus_applied);
   // The node: back to its state before NotReady, and the GPUs' health and MIG devices.
   Json node_doc;
   const Status node_written = store::CommitWithRetries(
@@ -888,29 +879,16 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
   }
   // Busy time: this report's utilization held since the node's previous report (not for a
   // report delivered late).
-  const int64_t busy_interval_ms = stale ? 0 : UsageHeartbeatInterval(node);
+  const int64_t busy_interval_ms = stale ? 0 : control_->UsageHeartbeatInterval(node);
   std::map<int64_t, int> reported_utilization;
   for (const wire::GpuReport& gpu : request.gpus) {
     if (gpu.utilization_pct) {
       reported_utilization[gpu.index] = *gpu.utilization_pct;
     }
   }
-  std::set<std::string> active_jobs;
-  {
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    // The report replaces the node's utilization: a GPU it no longer measures has none, rather
-    // than an old value that idle reclaim would act on.
-    for (auto it = gpu_utilization_.lower_bound({node, std::numeric_limits<int>::min()});
-         it != gpu_utilization_.end() && it->first.first == node;) {
-      it = gpu_utilization_.erase(it);
-    }
-    for (const wire::GpuReport& gpu : request.gpus) {
-      if (gpu.utilization_pct) {
-        gpu_utilization_[{node, gpu.index}] = *gpu.utilization_pct;
-      }
-    }
-    active_jobs = active_jobs_by_node_[node];
-  }
+  control_->RecordGpuUtilization(node, reported_utilization);
+  // Read again after the node's write: the jobs placed on it meanwhile are desired too.
+  std::set<std::string> active_jobs = control_->ActiveJobsOn(node).value_or(*indexed_first);
   // Task reports, per job. A job only the reports name (not placed on this node) is not kept
   // parsed.
   std::map<std::string, const wire::TaskReport*> reports;
@@ -962,7 +940,7 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
           bool progressed = false;
           std::vector<std::string> events = ApplyReports(
               doc, node, wire::ArrayOr(node_doc, "gpus"), reports, drain_now,
-              ReportTime{NowText(), UsageNowNanos()}, /*absent_means_gone=*/!stale, progressed);
+              ReportTime{control_->NowText(), control_->UsageNowNanos()}, /*absent_means_gone=*/!stale, progressed);
           if (events.empty() && !progressed) {
             return store::NoWrite();
           }
@@ -972,7 +950,7 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
           }
           pull_seconds = NewImagePulls(before, doc);
           store::WriteBatch batch;
-          AddJobWrite(before, doc, stored->version, events.front(), batch);
+          control_->AddJobWrite(before, doc, stored->version, events.front(), batch);
           for (size_t i = 1; i < events.size(); ++i) {
             batch.AppendEvent(std::string(control::kJobsKind), job_name, events[i]);
           }
@@ -987,7 +965,7 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     if (doc.is_null()) {
       continue;
     }
-    CreditBusy(doc, node, reported_utilization, busy_interval_ms);
+    control_->CreditBusy(doc, node, reported_utilization, busy_interval_ms);
     // A gang starts together: until the agents have made every MIG instance it was placed on
     // (on any of its nodes), none of a Scheduled job's tasks is sent, so no part of it runs
     // and is then killed when an instance does not come.
@@ -1012,51 +990,6 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
   }
   reply.mig_layouts = control::MigLayoutsToApply(node_doc, created_mig_instances);
   return reply;
-}
-
-void ApiServer::IndexActiveJobs() {
-  // The view keeps the index as jobs change; only the nodes whose entry changed are copied (a
-  // whole copy after a full load, or when the heartbeats' index was dropped).
-  std::optional<std::set<std::string>> changed = view_->TakeActiveJobChanges();
-  const std::map<std::string, std::set<std::string>>& index = view_->ActiveJobsByNode();
-  std::lock_guard<std::mutex> lock(agents_mu_);
-  if (!changed || !active_index_built_) {
-    active_jobs_by_node_ = index;
-    active_index_built_ = true;
-    indexed_before_commit_.clear();
-    return;
-  }
-  changed->merge(indexed_before_commit_);
-  indexed_before_commit_.clear();
-  for (const std::string& node : *changed) {
-    if (const auto entry = index.find(node); entry != index.end()) {
-      active_jobs_by_node_[node] = entry->second;
-    } else {
-      active_jobs_by_node_.erase(node);
-    }
-  }
-}
-
-void ApiServer::IndexScheduledJob(const std::string& job, const std::set<std::string>& nodes) {
-  std::lock_guard<std::mutex> lock(agents_mu_);
-  for (const std::string& node : nodes) {
-    active_jobs_by_node_[node].insert(job);
-    indexed_before_commit_.insert(node);
-  }
-}
-
-Result<bool> ApiServer::EndRunsOnNotReadyNodes() {
-  return CommitJobWrites(
-      control::EndRunsOnNotReadyNodes(view_->jobs(), view_->not_ready_nodes(), NowText()));
-}
-
-Result<bool> ApiServer::FinishStoppingRuns() {
-  // Most cycles have no run stopping: nothing to look at on any node.
-  if (view_->JobsInState(control::JobState::kStopping) == 0) {
-    return false;
-  }
-  const std::map<std::string, std::string> lost = leases_.LostNodes(view_->nodes());
-  return CommitJobWrites(control::EndGoneTasksOfStoppingRuns(view_->jobs(), view_->nodes(), lost));
 }
 
 }  // namespace gpufleet::api
@@ -1150,7 +1083,7 @@ Result<Json> ApiServer::RecordProvenance(const control::Principal& who, std::str
       wire::StringMapOr(spec.contains("spec") ? spec["spec"] : Json::object(), "provenance");
   record["labels"] =
       wire::StringMapOr(spec.contains("metadata") ? spec["metadata"] : Json::object(), "labels");
-  if (const std::string now = NowText(); !now.empty()) {
+  if (const std::string now = control_->NowText(); !now.empty()) {
     record["recorded_at"] = now;
   }
   store::WriteBatch batch;

@@ -92,27 +92,18 @@ void ApiServer::RecordHistoryIfDue() {
     }
     d.loaded = true;
   }
-  FleetSample sample{.unix_ms = options_.wall_clock->UnixNanos() / 1000000};
-  {
-    std::lock_guard<std::mutex> gauges_lock(gauges_mu_);
-    for (const auto& [model, gpus] : gauges_.gpus_by_model) {
-      sample.gpus += gpus;
-    }
-    for (const auto& [model, milli] : gauges_.allocated_milli_by_model) {
-      sample.allocated_milli += milli;
-    }
-    for (const auto& [queue, pending] : gauges_.pending_by_queue) {
-      sample.pending_jobs += pending;
-    }
+  FleetSample sample{.unix_ms = options_.wall_clock->UnixNanos() / 1000000,
+                     .busy_milli = control_->BusyMilli(),
+                     .running_jobs = control_->RunningJobs()};
+  const control::FleetGauges gauges = control_->Gauges();
+  for (const auto& [model, gpus] : gauges.gpus_by_model) {
+    sample.gpus += gpus;
   }
-  for (const auto& [name, job] : view_->jobs()) {
-    sample.running_jobs += job.applied && !job.placements.empty() ? 1 : 0;
+  for (const auto& [model, milli] : gauges.allocated_milli_by_model) {
+    sample.allocated_milli += milli;
   }
-  {
-    std::lock_guard<std::mutex> agents_lock(agents_mu_);
-    for (const auto& [gpu, percent] : gpu_utilization_) {
-      sample.busy_milli += std::clamp(percent, 0, 100) * 10;
-    }
+  for (const auto& [queue, pending] : gauges.pending_by_queue) {
+    sample.pending_jobs += pending;
   }
   d.history.Add(sample);
   store::WriteBatch batch;
@@ -176,11 +167,8 @@ ApiResponse ApiServer::WhoAmI(const control::Principal& who) {
 
 ApiResponse ApiServer::GetUtilization() {
   Json items = Json::array();
-  {
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    for (const auto& [gpu, percent] : gpu_utilization_) {
-      items.push_back({{"node", gpu.first}, {"gpu", gpu.second}, {"utilization_pct", percent}});
-    }
+  for (const auto& [gpu, percent] : control_->GpuUtilization()) {
+    items.push_back({{"node", gpu.first}, {"gpu", gpu.second}, {"utilization_pct", percent}});
   }
   return JsonResponse(200, Json{{"items", std::move(items)}});
 }

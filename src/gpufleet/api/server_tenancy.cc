@@ -512,7 +512,7 @@ std::optional<ApiResponse> ApiServer::RouteTenancy(const control::Principal& who
       return CreateQueue(who, request.body, store, options_.catalog);
     }
     if (n == 2 && get) {
-      return ListQueues(who, store, queues_.Statuses());
+      return ListQueues(who, store, control_->QueueStatuses());
     }
     // A queue name has slashes ("research/nlp"): its segments are joined back.
     std::vector<std::string_view> path(segments.begin() + 2, segments.end());
