@@ -33,7 +33,6 @@
 namespace gpufleet::api {
 namespace {
 
-constexpr std::string_view kTopologyName = "topology";
 // The largest `limit` of GET /v1/jobs.
 constexpr size_t kMaxJobsPerPage = 10000;
 
@@ -315,6 +314,24 @@ class ServerReplicaJobs final : public control::ReplicaJobs {
   Call cancel_;
 };
 
+// The server's bearer tokens as the control plane's node credentials.
+class TokenNodeCredentials final : public control::NodeCredentials {
+ public:
+  explicit TokenNodeCredentials(TokenAuthenticator& tokens) : tokens_(tokens) {}
+  Result<Issued> Issue(const std::string& node) override {
+    GPUFLEET_ASSIGN_OR_RETURN(
+        std::string token,
+        tokens_.CreateToken(control::Role::kAgent, "", fmt::format("node/{}", node), node));
+    std::string id = TokenId(token);
+    return Issued{.token = std::move(token), .id = std::move(id)};
+  }
+  Status Revoke(const std::string& token) override { return tokens_.RevokeToken(token); }
+  Result<bool> Exists(const std::string& node) override { return tokens_.NodeHasCredential(node); }
+
+ private:
+  TokenAuthenticator& tokens_;
+};
+
 }  // namespace
 
 Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
@@ -327,29 +344,36 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
       [s = server.get()](const control::Principal& owner, std::string_view key) {
         return s->CancelJob(owner, key);
       });
+  server->node_credentials_ = std::make_unique<TokenNodeCredentials>(server->authenticator_);
   GPUFLEET_ASSIGN_OR_RETURN(
       server->control_,
-      control::ControlPlane::Create({.store = o.store,
-                                     .catalog = o.catalog,
-                                     .clock = o.clock,
-                                     .wall_clock = o.wall_clock,
-                                     .policy = o.policy,
-                                     .workload_history = o.workload_history,
-                                     .target_workload_refresh = o.target_workload_refresh,
-                                     .fabric = o.fabric,
-                                     .seed = o.seed,
-                                     .node_timeout = o.node_timeout,
-                                     .stop_grace = o.stop_grace,
-                                     .usage_flush_interval = o.usage_flush_interval,
-                                     .usage_half_life = o.usage_half_life,
-                                     .min_runtime_before_preemption = o.min_runtime_before_preemption,
-                                     .reliability = o.reliability,
-                                     .idle_reclaim = o.idle_reclaim,
-                                     .mig_apply_timeout = o.mig_apply_timeout,
-                                     .gang_start_timeout = o.gang_start_timeout,
-                                     .mig_replan_delay = o.mig_replan_delay,
-                                     .retain_finished = o.retain_finished,
-                                     .replica_jobs = server->replica_jobs_.get()}));
+      control::ControlPlane::Create(
+          {.store = o.store,
+           .catalog = o.catalog,
+           .clock = o.clock,
+           .wall_clock = o.wall_clock,
+           .policy = o.policy,
+           .workload_history = o.workload_history,
+           .target_workload_refresh = o.target_workload_refresh,
+           .fabric = o.fabric,
+           .seed = o.seed,
+           .heartbeat_interval = o.heartbeat_interval,
+           .node_timeout = o.node_timeout,
+           .stop_grace = o.stop_grace,
+           .usage_flush_interval = o.usage_flush_interval,
+           .usage_half_life = o.usage_half_life,
+           .min_runtime_before_preemption = o.min_runtime_before_preemption,
+           .reliability = o.reliability,
+           .idle_reclaim = o.idle_reclaim,
+           .mig_apply_timeout = o.mig_apply_timeout,
+           .gang_start_timeout = o.gang_start_timeout,
+           .mig_replan_delay = o.mig_replan_delay,
+           .retain_finished = o.retain_finished,
+           .replica_jobs = server->replica_jobs_.get(),
+           .node_credentials = server->node_credentials_.get(),
+           .observe_image_pull = [metrics = server->metrics_.get()](double seconds) {
+             metrics->ObserveImagePull(seconds);
+           }}));
   // With an election, the leader makes these writes when it becomes the leader (BecomeLeader):
   // a follower's would be refused.
   if (o.election == nullptr) {
@@ -504,64 +528,7 @@ void ApiServer::LoopMain() {
 // ---- nodes and the cluster ------------------------------------------------------------------
 
 Result<int> ApiServer::RegisterNodes(const Cluster& cluster) {
-  GPUFLEET_RETURN_IF_ERROR(cluster.Validate(options_.catalog));
-  for (const Node& node : cluster.nodes) {
-    GPUFLEET_RETURN_IF_ERROR(wire::ValidateNodeName("node.name", node.id.value()));
-    if (const Status status = scheduler::ValidateNode(node, cluster.topology, options_.catalog);
-        !status.ok()) {
-      return InvalidArgumentError(fmt::format("node {}: {}", node.id.value(), status.message()));
-    }
-  }
-  const std::vector<std::string>& levels = cluster.topology.levels();
-  // Agents register at once when a fleet comes up: a racing registration may create the topology
-  // or the same node between this read and the commit (kAlreadyExists), so a second attempt reads
-  // again and finds it.
-  Status committed = Status::Ok();
-  int added = 0;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    store::WriteBatch batch;
-    Result<store::StoredObject> topology = options_.store.Get(control::kClusterKind, kTopologyName);
-    if (topology.ok()) {
-      const Json recorded = wire::ParseDocument(topology->data);
-      std::vector<std::string> recorded_levels;
-      for (const Json& level : wire::ArrayOr(recorded, "levels")) {
-        recorded_levels.push_back(level.is_string() ? level.get<std::string>() : "");
-      }
-      if (recorded_levels != levels) {
-        return InvalidArgumentError(
-            fmt::format("topology levels [{}] differ from the recorded [{}]",
-                        fmt::join(levels, ", "), fmt::join(recorded_levels, ", ")));
-      }
-    } else if (topology.status().code() == StatusCode::kNotFound) {
-      batch.Create(std::string(control::kClusterKind), std::string(kTopologyName),
-                   Json{{"levels", levels}}.dump());
-    } else {
-      return topology.status();
-    }
-    // One read per node registered, not a list of the fleet: an agent registering alone costs
-    // the same with 10 nodes stored as with 10,000.
-    added = 0;
-    for (const Node& node : cluster.nodes) {
-      const Result<store::StoredObject> existing =
-          options_.store.Get(control::kNodesKind, node.id.value());
-      if (existing.ok()) {
-        continue;
-      }
-      if (existing.status().code() != StatusCode::kNotFound) {
-        return existing.status();
-      }
-      batch.Create(std::string(control::kNodesKind), node.id.value(),
-                   wire::NodeToJson(node, levels).dump());
-      batch.AppendEvent(std::string(control::kNodesKind), node.id.value(), "registered");
-      ++added;
-    }
-    committed = options_.store.Commit(batch);
-    if (committed.code() != StatusCode::kAlreadyExists) {
-      break;
-    }
-  }
-  GPUFLEET_RETURN_IF_ERROR(committed);
-  return added;
+  return control_->RegisterNodes(cluster);
 }
 
 // ---- the scheduling cycle -------------------------------------------------------------------
@@ -809,11 +776,11 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     Result<wire::AgentReply> reply = Status(StatusCode::kNotFound, "");
     if (n == 3 && post && segments[2] == "register") {
       route = "/v1/agents/register";
-      reply = RegisterAgent(*who, request.body);
+      reply = control_->RegisterAgent(*who, request.body);
     } else if (n == 4 && post && segments[3] == "heartbeat") {
-      reply = AgentHeartbeat(*who, segments[2], request.body);
+      reply = control_->AgentHeartbeat(*who, segments[2], request.body);
     } else if (n == 4 && post && segments[3] == "provenance") {
-      const Result<Json> recorded = RecordProvenance(*who, segments[2], request.body);
+      const Result<Json> recorded = control_->RecordProvenance(*who, segments[2], request.body);
       return routed(
           ResultResponse(recorded,
                          recorded.ok() && wire::BoolOr(*recorded, "created", false) ? 201 : 200),
@@ -1253,11 +1220,7 @@ ApiResponse ApiServer::DeleteNode(const control::Principal& who, std::string_vie
   if (Status status = options_.store.Commit(batch); !status.ok()) {
     return ErrorResponse(status);
   }
-  {
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    ForgetGpuOwnersLocked(std::string(name));
-  }
-  control_->leases().Forget(std::string(name));
+  control_->ForgetNode(std::string(name));
   return JsonResponse(200, {{"name", name}, {"deleted", true}});
 }
 
@@ -1338,10 +1301,6 @@ ApiResponse ApiServer::NodeAction(const control::Principal& who, std::string_vie
 }
 
 // ---- metrics --------------------------------------------------------------------------------
-
-void ApiServer::ObserveImagePull(double seconds) {
-  metrics_->ObserveImagePull(seconds);
-}
 
 std::string ApiServer::RenderMetrics() {
   std::string out;

@@ -18,7 +18,6 @@
 
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/fleet_history.h"
-#include "gpufleet/api/parsed_documents.h"
 #include "gpufleet/control/control_plane.h"
 #include "gpufleet/control/reliability_controller.h"
 #include "gpufleet/control/store_keys.h"
@@ -43,18 +42,10 @@
 // only place where a Status becomes an HTTP status.
 namespace gpufleet::api {
 
-// The store kind of provenance records (docs/provenance.md), one object per run of a task, named
-// by its task id (JOB/TASK/ATTEMPT), created once and never updated.
-inline constexpr std::string_view kProvenanceKind = "provenance";
-
 using wire::Json;
 
 // Request bodies above this are refused with 413.
 inline constexpr size_t kMaxRequestBodyBytes = size_t{1} << 20;
-
-// The text of the job documents heartbeats keep parsed (ParsedDocuments; the parsed form takes a
-// few times more). Past it, the documents no heartbeat used lately are parsed again when needed.
-inline constexpr size_t kParsedJobsBudgetBytes = size_t{64} << 20;
 
 // One HTTP request as the HTTP server hands it over (the unit tests call Handle directly).
 using ApiRequest = http::Request;
@@ -274,8 +265,6 @@ class ApiServer {
 
   void StopThreads();  // Stop without the queue usage save: ends the HTTP server and the loop
   std::string RenderMetrics();
-  // Adds one image pull a task report gave to gpufleet_image_pull_seconds.
-  void ObserveImagePull(double seconds);
 
   // A stored node; NodeNotFound when there is none.
   Result<store::StoredObject> StoredNode(std::string_view name);
@@ -369,58 +358,21 @@ class ApiServer {
   ApiResponse UpdateDeployment(const control::Principal& who, std::string_view name,
                                std::string_view body);
 
-  // Agents (server_agents.cc). Register and heartbeat answer the node's desired tasks.
-  Result<wire::AgentReply> RegisterAgent(const control::Principal& who, std::string_view body);
-  Result<wire::AgentReply> AgentHeartbeat(const control::Principal& who, std::string_view node,
-                                          std::string_view body);
-  // POST /v1/agents/NODE/provenance (docs/provenance.md): stores the agent's record of a run it
-  // started, with the node and the job's provenance map and labels, under kProvenanceKind and
-  // the task id, once: an identical second report is answered with the stored record ("created"
-  // false), a different one is kAlreadyExists naming the fields that differ. kNotFound for a job
-  // or an attempt or task the job does not have, kPermissionDenied for a task placed on another
-  // node (or a credential of another node), kInvalidArgument for a bad report or an image that
-  // is not the task's.
-  Result<Json> RecordProvenance(const control::Principal& who, std::string_view node,
-                                std::string_view body);
-  // GET /v1/provenance?job=NAME[&attempt=N]: the job's records, by attempt and task.
+  // GET /v1/provenance?job=NAME[&attempt=N] (server_provenance.cc): the job's records, by
+  // attempt and task.
   ApiResponse ListProvenance(const control::Principal& who, const ApiRequest& request);
-  // An agent's credential acts for one node: a node credential for its node only, a join token
-  // only for a node that has no credential yet. kPermissionDenied naming both otherwise.
-  Status CheckNodeCredential(const control::Principal& who, const std::string& node);
-  // A GPU UUID belongs to one node: kAlreadyExists naming the other node; otherwise records the
-  // node's UUIDs as its own.
-  Status ClaimGpuUuids(const Node& node);
-  // Drops `node`'s GPUs from gpu_owners_. REQUIRES: agents_mu_ held.
-  void ForgetGpuOwnersLocked(const std::string& node);
-  // Adds to `batch` the end of every run on `node` that its re-registration breaks (a GPU of its
-  // placements gone or replaced, CPU or memory shrunk under it): requeued or failed as the job
-  // asks, through Stopping.
-  Status EndRunsBrokenByReregistration(const std::string& node, const Json& before,
-                                       const Json& after, store::WriteBatch& batch);
-  Result<wire::AgentReply> ProcessHeartbeat(const std::string& node,
-                                            const wire::HeartbeatRequest& request,
-                                            bool gpus_applied);
   // Usage ledger (server_usage.cc, docs/usage.md): GET /v1/usage (nullopt for a path it does not
   // serve).
   std::optional<ApiResponse> RouteUsage(const control::Principal& who, const ApiRequest& request,
                                         const std::vector<std::string_view>& segments);
+
   Options options_;
   TokenAuthenticator authenticator_;
-  // The cycle, the controllers and the job writer; replica_jobs_ is its way to this server's
-  // submit and cancel.
+  // The cycle, the controllers, the agent sessions and the job writer; replica_jobs_ and
+  // node_credentials_ are its ways to this server's submit and cancel and to its bearer tokens.
   std::unique_ptr<control::ReplicaJobs> replica_jobs_;
+  std::unique_ptr<control::NodeCredentials> node_credentials_;
   std::unique_ptr<control::ControlPlane> control_;
-
-  std::mutex agents_mu_;
-  std::map<std::string, std::string> gpu_owners_;  // GPU UUID -> node; guarded by agents_mu_
-  // The reverse of gpu_owners_ (node -> its GPU UUIDs), so that a node registering again or
-  // deleted costs its own GPUs, not a walk over the fleet's. Guarded by agents_mu_.
-  std::map<std::string, std::vector<std::string>> gpus_of_node_;
-  bool gpu_owners_loaded_ = false;  // guarded by agents_mu_
-  // The job documents heartbeats parsed, by job (thread-safe): a heartbeat parses again only
-  // those that changed. Only jobs placed on the reporting node are kept, so an agent naming other
-  // jobs' tasks cannot fill it.
-  ParsedDocuments parsed_jobs_{kParsedJobsBudgetBytes};
 
   std::unique_ptr<Metrics> metrics_;  // internally synchronised
   FleetHistoryState history_;         // internally synchronised

@@ -134,10 +134,6 @@ Status ApiServer::BecomeLeader() {
   // Until now the heartbeats went to the previous leader: every node gets a full lease from now,
   // and the view, the GPU owners and the active-job index are read from the store afresh.
   GPUFLEET_RETURN_IF_ERROR(control_->Restart());
-  {
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    gpu_owners_loaded_ = false;
-  }
   GPUFLEET_RETURN_IF_ERROR(EnsureDefaultQueue());
   return MigrateToTeamScopedNames();
 }

@@ -35,7 +35,6 @@ std::optional<policy::NeverFits> NeverFitsAgain(const std::string& reason, const
   return policy::CheckNeverFits(job, snapshot);
 }
 
-
 Json PlacementsToJson(const std::vector<scheduler::TaskPlacement>& placements, const Job& job,
                       const scheduler::ClusterSnapshot& snapshot) {
   Json out = Json::array();
@@ -72,7 +71,6 @@ Json PlacementsToJson(const std::vector<scheduler::TaskPlacement>& placements, c
   }
   return out;
 }
-
 
 // The scheduler of `options` scoring against `target`: a policy that needs a target workload and
 // has none yet places as best-fit does.
@@ -120,7 +118,8 @@ Result<std::unique_ptr<ControlPlane>> ControlPlane::Create(ControlPlaneOptions o
   }
   GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Scheduler> sched,
                             MakeScheduler(options, scheduler::TargetWorkload()));
-  auto control = std::unique_ptr<ControlPlane>(new ControlPlane(std::move(options), std::move(sched)));
+  auto control =
+      std::unique_ptr<ControlPlane>(new ControlPlane(std::move(options), std::move(sched)));
   if (policy::NeedsTargetWorkload(control->options_.policy)) {
     control->workload_history_.emplace(control->options_.workload_history);
   }
@@ -182,6 +181,7 @@ Status ControlPlane::Restart() {
   GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   {
     std::lock_guard<std::mutex> lock(agents_mu_);
+    gpu_owners_loaded_ = false;
     active_index_built_ = false;
   }
   last_full_retry_ = options_.clock.Now();
@@ -573,13 +573,13 @@ void ControlPlane::UndoCycleWrite(CycleWrite& write) {
 }
 
 void ControlPlane::FailUnstorableJob(const std::string& name, const ViewJob& job,
-                                  const Status& why) {
+                                     const Status& why) {
   const Json before = wire::ParseDocument(job.data);
   Json doc = before;
   // A Pending job holds nothing: it ends at once, as a cancel would, but Failed.
-  const Result<std::string> event = TransitionJob(
-      doc, JobState::kFailed,
-      fmt::format("its scheduled document cannot be stored: {}", why.message()));
+  const Result<std::string> event =
+      TransitionJob(doc, JobState::kFailed,
+                    fmt::format("its scheduled document cannot be stored: {}", why.message()));
   if (!event.ok()) {
     return;
   }
@@ -603,7 +603,7 @@ void ControlPlane::PublishExcludedNodes() {
 }
 
 Result<bool> ControlPlane::CommitCycleJobWrite(const std::string& name,
-                                            const store::WriteBatch& batch) {
+                                               const store::WriteBatch& batch) {
   const Status status = options_.store.Commit(batch);
   if (status.ok()) {
     return true;
@@ -689,10 +689,8 @@ std::string ControlPlane::AddJobWrite(const Json& before, Json& after, int64_t v
 }
 
 std::string ControlPlane::NowText() const {
-  return options_.wall_clock != nullptr ? FormatRfc3339(options_.wall_clock->UnixNanos())
-                                        : "";
+  return options_.wall_clock != nullptr ? FormatRfc3339(options_.wall_clock->UnixNanos()) : "";
 }
-
 
 void ControlPlane::PublishFleetGauges() {
   FleetGauges gauges;

@@ -79,9 +79,9 @@ void ControlPlane::UpdateQueues() {
 }
 
 Result<std::optional<std::string>> ControlPlane::TryPreemption(const std::string& name,
-                                                            const Job& preemptor,
-                                                            const std::string& queue,
-                                                            Random& random) {
+                                                               const Job& preemptor,
+                                                               const std::string& queue,
+                                                               Random& random) {
   GPUFLEET_ASSIGN_OR_RETURN(std::optional<PreemptionPlan> plan,
                             queues_.PlanPreemption(*view_, *scheduler_, name, preemptor, queue,
                                                    cycle_count_, NowText(), random));
@@ -192,8 +192,7 @@ void ControlPlane::NoteUsageChange(const Json& before, Json& after, store::Write
   }
   // A run ends once; a record already there (an earlier try of this write committed) stays.
   if (!options_.store.Get(kUsageKind, stamped->name).ok()) {
-    batch.Create(std::string(kUsageKind), stamped->name,
-                 RunUsageToJson(*ended).dump());
+    batch.Create(std::string(kUsageKind), stamped->name, RunUsageToJson(*ended).dump());
   }
   usage_meter_.Forget(stamped->name);
 }
@@ -211,7 +210,7 @@ int64_t ControlPlane::UsageHeartbeatInterval(const std::string& node) {
 }
 
 void ControlPlane::CreditBusy(const Json& job, const std::string& node,
-                           const std::map<int64_t, int>& utilization_pct, int64_t interval_ms) {
+                              const std::map<int64_t, int>& utilization_pct, int64_t interval_ms) {
   if (interval_ms <= 0 || utilization_pct.empty()) {
     return;
   }
@@ -275,9 +274,9 @@ Status ControlPlane::RunDeploymentsIfDue() {
   if (options_.replica_jobs == nullptr || !deployments_.Due(now)) {
     return Status::Ok();
   }
-  GPUFLEET_ASSIGN_OR_RETURN(const bool changed,
-                            deployments_.Step(view_->jobs(), view_->snapshot(),
-                                              ReportsForRunningJobs(), now, *options_.replica_jobs));
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const bool changed, deployments_.Step(view_->jobs(), view_->snapshot(),
+                                            ReportsForRunningJobs(), now, *options_.replica_jobs));
   return changed ? view_->Refresh() : Status::Ok();
 }
 
@@ -298,7 +297,6 @@ void ControlPlane::RunReliabilityIfDue() {
     fmt::print(stderr, "gpufleet server: {} released, its evidence starts again\n", device);
   }
 }
-
 
 std::optional<std::set<std::string>> ControlPlane::ActiveJobsOn(const std::string& node) {
   std::lock_guard<std::mutex> lock(agents_mu_);

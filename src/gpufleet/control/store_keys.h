@@ -14,6 +14,9 @@ inline constexpr std::string_view kNodesKind = "nodes";
 // (the API server writes it).
 inline constexpr std::string_view kClusterKind = "cluster";
 inline constexpr std::string_view kTopologyName = "topology";
+// Provenance records (docs/provenance.md), one object per run of a task, named by its task id
+// (JOB/TASK/ATTEMPT), created once and never updated.
+inline constexpr std::string_view kProvenanceKind = "provenance";
 // Compare-and-set retries of one request before it answers 409.
 inline constexpr int kCasAttempts = 5;
 
