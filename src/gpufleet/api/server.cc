@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/event_time_store.h"
+#include "gpufleet/api/routes.h"
 #include "gpufleet/api/tls.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/placement_gpus.h"
@@ -339,10 +340,10 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
   const Options& o = server->options_;
   server->replica_jobs_ = std::make_unique<ServerReplicaJobs>(
       [s = server.get()](const control::Principal& owner, std::string_view spec) {
-        return s->SubmitJob(owner, spec, {.check_fleet = false});
+        return s->routes_->SubmitJob(owner, spec, {.check_fleet = false});
       },
       [s = server.get()](const control::Principal& owner, std::string_view key) {
-        return s->CancelJob(owner, key);
+        return s->routes_->CancelJob(owner, key);
       });
   server->node_credentials_ = std::make_unique<TokenNodeCredentials>(server->authenticator_);
   GPUFLEET_ASSIGN_OR_RETURN(
@@ -374,11 +375,12 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
            .observe_image_pull = [metrics = server->metrics_.get()](double seconds) {
              metrics->ObserveImagePull(seconds);
            }}));
+  server->routes_ =
+      std::make_unique<ApiRoutes>(o, *server->control_, server->authenticator_, server->ready_);
   // With an election, the leader makes these writes when it becomes the leader (BecomeLeader):
   // a follower's would be refused.
   if (o.election == nullptr) {
-    GPUFLEET_RETURN_IF_ERROR(server->EnsureDefaultQueue());
-    GPUFLEET_RETURN_IF_ERROR(server->MigrateToTeamScopedNames());
+    GPUFLEET_RETURN_IF_ERROR(server->control_->PrepareStore());
   }
   return server;
 }
@@ -696,7 +698,7 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     response.body = RenderMetrics();
     return routed(std::move(response), "/metrics");
   }
-  if (std::optional<ApiResponse> page = ServeDashboard(request)) {
+  if (std::optional<ApiResponse> page = routes_->ServeDashboard(request)) {
     return *page;
   }
   if (n < 2 || segments[0] != "v1" ||
@@ -735,113 +737,153 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
                       "an agent token may only register, send heartbeats and provenance records")),
                   route);
   }
-  if (collection == "jobs") {
-    if (n == 2 && post) {
-      bool strict = false;
-      if (const auto it = request.query.find("strict"); it != request.query.end()) {
-        if (it->second != "true" && it->second != "false") {
-          return routed(ErrorResponse(InvalidArgumentError(
-                            fmt::format("strict: \"{}\" is not true or false", it->second))),
-                        route);
-        }
-        strict = it->second == "true";
-      }
-      return routed(ResultResponse(SubmitJob(*who, request.body, {.strict = strict}), 201), route);
+  if (collection == "history") {
+    return n == 2 && get ? routed(GetHistory(request), route) : no_route();
+  }
+  // The route table of the /v1 collections: each handler answers a request under its
+  // collection, or nullopt when it has no route for the method and path.
+  using Handler = std::optional<ApiResponse> (ApiRoutes::*)(
+      const control::Principal&, const ApiRequest&, const std::vector<std::string_view>&);
+  static const auto* const kRoutes = new std::map<std::string_view, Handler>{
+      {"jobs", &ApiRoutes::RouteJobs},
+      {"agents", &ApiRoutes::RouteAgents},
+      {"nodes", &ApiRoutes::RouteNodes},
+      {"provenance", &ApiRoutes::RouteProvenance},
+      {"utilization", &ApiRoutes::RouteDashboard},
+      {"whoami", &ApiRoutes::RouteDashboard},
+      {"deployments", &ApiRoutes::RouteDeployments},
+      {"outcomes", &ApiRoutes::RouteReliability},
+      {"reports", &ApiRoutes::RouteReliability},
+      {"usage", &ApiRoutes::RouteUsage},
+      {"teams", &ApiRoutes::RouteTenancy},
+      {"tokens", &ApiRoutes::RouteTenancy},
+      {"queues", &ApiRoutes::RouteTenancy},
+  };
+  if (const auto handler = kRoutes->find(collection); handler != kRoutes->end()) {
+    if (std::optional<ApiResponse> served =
+            (routes_.get()->*handler->second)(*who, request, segments)) {
+      // A handler may name a route of its own (POST /v1/agents/register).
+      std::string label = served->route.empty() ? route : served->route;
+      return routed(std::move(*served), std::move(label));
     }
-    if (n == 2 && get) {
-      return routed(ListJobs(*who, request), route);
-    }
-    const bool get_job = get && scoped && scoped->action.empty();
-    if (get_job || (scoped && !scoped->action.empty())) {
-      const Result<std::string> key = ResolveName(*who, control::kJobsKind, "job", scoped->name);
-      if (!key.ok()) {
-        return routed(ErrorResponse(key.status()), route);
-      }
-      if (get_job) {
-        return routed(GetJob(*who, *key), route);
-      }
-      if (scoped->action == "cancel") {
-        return routed(ResultResponse(CancelJob(*who, *key)), route);
-      }
-      if (scoped->action == "resume") {
-        return routed(ResumeJob(*who, *key), route);
-      }
-      if (scoped->action == "explain") {
-        return routed(ExplainJob(*who, *key), route);
-      }
-      return routed(JobEvents(*who, *key), route);
-    }
-  } else if (collection == "agents") {
-    // The agent protocol (docs/agent.md): POST /v1/agents/register, /v1/agents/NODE/heartbeat.
-    Result<wire::AgentReply> reply = Status(StatusCode::kNotFound, "");
-    if (n == 3 && post && segments[2] == "register") {
-      route = "/v1/agents/register";
-      reply = control_->RegisterAgent(*who, request.body);
-    } else if (n == 4 && post && segments[3] == "heartbeat") {
-      reply = control_->AgentHeartbeat(*who, segments[2], request.body);
-    } else if (n == 4 && post && segments[3] == "provenance") {
-      const Result<Json> recorded = control_->RecordProvenance(*who, segments[2], request.body);
-      return routed(
-          ResultResponse(recorded,
-                         recorded.ok() && wire::BoolOr(*recorded, "created", false) ? 201 : 200),
-          route);
-    } else {
-      return no_route();
-    }
-    if (!reply.ok()) {
-      return routed(ErrorResponse(reply.status()), route);
-    }
-    ApiResponse response;
-    response.body = wire::AgentReplyToJson(*reply) + "\n";
-    return routed(std::move(response), route);
-  } else if (collection == "nodes") {
-    if (n == 2 && get) {
-      return routed(ListNodes(*who), route);
-    }
-    if (n == 3 && get) {
-      return routed(GetNode(*who, segments[2]), route);
-    }
-    if (n == 3 && request.method == "DELETE") {
-      return routed(DeleteNode(*who, segments[2]), route);
-    }
-    if (n == 4 && get && segments[3] == "events") {
-      // A node's events name the jobs of every team on it (MIG layouts, fencing): operators'
-      // data, as node events are in Kubernetes.
-      if (!who->is_admin()) {
-        return routed(ErrorResponse(PermissionDenied("a node's events are for admins")), route);
-      }
-      ApiResponse node = GetNode(*who, segments[2]);
-      return routed(node.status == 200 ? ObjectEvents(control::kNodesKind, segments[2]) : node,
-                    route);
-    }
-    static const std::set<std::string_view> kActions = {"cordon", "uncordon", "drain", "quarantine",
-                                                        "release"};
-    if (n == 4 && post && kActions.count(segments[3]) > 0) {
-      return routed(NodeAction(*who, segments[2], segments[3], request.body), route);
-    }
-  } else if (collection == "provenance" && n == 2 && get) {
-    return routed(ListProvenance(*who, request), route);
-  } else if (collection == "history" && n == 2 && get) {
-    return routed(GetHistory(request), route);
-  } else if (collection == "utilization" && n == 2 && get) {
-    return routed(GetUtilization(), route);
-  } else if (collection == "whoami" && n == 2 && get) {
-    return routed(WhoAmI(*who), route);
-  } else if (std::optional<ApiResponse> served = RouteDeployments(*who, request, segments)) {
-    return routed(std::move(*served), route);
-  } else if (std::optional<ApiResponse> answer = RouteReliability(*who, request, segments)) {
-    return routed(std::move(*answer), route);
-  } else if (std::optional<ApiResponse> usage = RouteUsage(*who, request, segments)) {
-    return routed(std::move(*usage), route);
-  } else if (std::optional<ApiResponse> response = RouteTenancy(*who, request, segments)) {
-    return routed(std::move(*response), route);
   }
   return no_route();
 }
 
+// ---- the routes of jobs, nodes and agents -----------------------------------------------------
+
+std::optional<ApiResponse> ApiRoutes::RouteJobs(const control::Principal& who,
+                                                const ApiRequest& request,
+                                                const std::vector<std::string_view>& segments) {
+  const size_t n = segments.size();
+  const bool get = request.method == "GET";
+  if (n == 2 && request.method == "POST") {
+    bool strict = false;
+    if (const auto it = request.query.find("strict"); it != request.query.end()) {
+      if (it->second != "true" && it->second != "false") {
+        return ErrorResponse(
+            InvalidArgumentError(fmt::format("strict: \"{}\" is not true or false", it->second)));
+      }
+      strict = it->second == "true";
+    }
+    return ResultResponse(SubmitJob(who, request.body, {.strict = strict}), 201);
+  }
+  if (n == 2 && get) {
+    return ListJobs(who, request);
+  }
+  // Jobs are named NAME or TEAM/NAME (docs/api.md, "Names").
+  const std::optional<control::ScopedPath> scoped =
+      control::ParseScopedPath(segments, request.method);
+  const bool get_job = get && scoped && scoped->action.empty();
+  if (!get_job && !(scoped && !scoped->action.empty())) {
+    return std::nullopt;
+  }
+  const Result<std::string> key = ResolveName(who, control::kJobsKind, "job", scoped->name);
+  if (!key.ok()) {
+    return ErrorResponse(key.status());
+  }
+  if (get_job) {
+    return GetJob(who, *key);
+  }
+  if (scoped->action == "cancel") {
+    return ResultResponse(CancelJob(who, *key));
+  }
+  if (scoped->action == "resume") {
+    return ResumeJob(who, *key);
+  }
+  if (scoped->action == "explain") {
+    return ExplainJob(who, *key);
+  }
+  return JobEvents(who, *key);
+}
+
+std::optional<ApiResponse> ApiRoutes::RouteAgents(const control::Principal& who,
+                                                  const ApiRequest& request,
+                                                  const std::vector<std::string_view>& segments) {
+  // The agent protocol (docs/agent.md): POST /v1/agents/register, /v1/agents/NODE/heartbeat,
+  // /v1/agents/NODE/provenance.
+  const size_t n = segments.size();
+  if (request.method != "POST") {
+    return std::nullopt;
+  }
+  Result<wire::AgentReply> reply = Status(StatusCode::kNotFound, "");
+  std::string route;
+  if (n == 3 && segments[2] == "register") {
+    route = "/v1/agents/register";
+    reply = control_->RegisterAgent(who, request.body);
+  } else if (n == 4 && segments[3] == "heartbeat") {
+    reply = control_->AgentHeartbeat(who, segments[2], request.body);
+  } else if (n == 4 && segments[3] == "provenance") {
+    const Result<Json> recorded = control_->RecordProvenance(who, segments[2], request.body);
+    return ResultResponse(recorded,
+                          recorded.ok() && wire::BoolOr(*recorded, "created", false) ? 201 : 200);
+  } else {
+    return std::nullopt;
+  }
+  ApiResponse response;
+  if (reply.ok()) {
+    response.body = wire::AgentReplyToJson(*reply) + "\n";
+  } else {
+    response = ErrorResponse(reply.status());
+  }
+  response.route = std::move(route);
+  return response;
+}
+
+std::optional<ApiResponse> ApiRoutes::RouteNodes(const control::Principal& who,
+                                                 const ApiRequest& request,
+                                                 const std::vector<std::string_view>& segments) {
+  const size_t n = segments.size();
+  const bool get = request.method == "GET";
+  if (n == 2 && get) {
+    return ListNodes(who);
+  }
+  if (n == 3 && get) {
+    return GetNode(who, segments[2]);
+  }
+  if (n == 3 && request.method == "DELETE") {
+    return DeleteNode(who, segments[2]);
+  }
+  if (n == 4 && get && segments[3] == "events") {
+    // A node's events name the jobs of every team on it (MIG layouts, fencing): operators'
+    // data, as node events are in Kubernetes.
+    if (!who.is_admin()) {
+      return ErrorResponse(PermissionDenied("a node's events are for admins"));
+    }
+    ApiResponse node = GetNode(who, segments[2]);
+    return node.status == 200 ? ObjectEvents(control::kNodesKind, segments[2]) : node;
+  }
+  static const std::set<std::string_view> kActions = {"cordon", "uncordon", "drain", "quarantine",
+                                                      "release"};
+  if (n == 4 && request.method == "POST" && kActions.count(segments[3]) > 0) {
+    return NodeAction(who, segments[2], segments[3], request.body);
+  }
+  return std::nullopt;
+}
+
 // ---- job handlers ---------------------------------------------------------------------------
 
-void ApiServer::AnnotateStopping(Json& job) const {
+void ApiRoutes::AnnotateStopping(Json& job) const {
   if (control::StoredJobState(job) != control::JobState::kStopping || !job.contains("stopping")) {
     return;
   }
@@ -852,7 +894,7 @@ void ApiServer::AnnotateStopping(Json& job) const {
       std::chrono::duration_cast<std::chrono::seconds>(options_.stop_grace));
 }
 
-Result<Json> ApiServer::SubmitJob(const control::Principal& who, std::string_view body,
+Result<Json> ApiRoutes::SubmitJob(const control::Principal& who, std::string_view body,
                                   SubmitOptions options) {
   GPUFLEET_ASSIGN_OR_RETURN(const Job job, wire::ParseJobSpec(body, options_.catalog));
   const std::string& name = job.id.value();
@@ -933,7 +975,7 @@ Result<Json> ApiServer::SubmitJob(const control::Principal& who, std::string_vie
   return doc;
 }
 
-ApiResponse ApiServer::ListJobs(const control::Principal& who, const ApiRequest& request) {
+ApiResponse ApiRoutes::ListJobs(const control::Principal& who, const ApiRequest& request) {
   // The state filter is served by the store's state index, and so is the paging: a page costs
   // O(limit), not O(the jobs stored).
   store::ListFilter filter{.exclude_states = true};
@@ -1001,7 +1043,7 @@ ApiResponse ApiServer::ListJobs(const control::Principal& who, const ApiRequest&
   return JsonResponse(200, body);
 }
 
-ApiResponse ApiServer::GetJob(const control::Principal& who, std::string_view name) {
+ApiResponse ApiRoutes::GetJob(const control::Principal& who, std::string_view name) {
   const Result<store::StoredObject> object =
       ReadVisible(who, control::kJobsKind, name, JobNotFound(name));
   if (!object.ok()) {
@@ -1013,7 +1055,7 @@ ApiResponse ApiServer::GetJob(const control::Principal& who, std::string_view na
   return JsonResponse(200, job);
 }
 
-Result<Json> ApiServer::CancelJob(const control::Principal& who, std::string_view name) {
+Result<Json> ApiRoutes::CancelJob(const control::Principal& who, std::string_view name) {
   Result<Json> response = Json();
   const Status committed = store::CommitWithRetries(
       options_.store, control::kCasAttempts,
@@ -1063,7 +1105,7 @@ Result<Json> ApiServer::CancelJob(const control::Principal& who, std::string_vie
   return response;
 }
 
-ApiResponse ApiServer::JobEvents(const control::Principal& who, std::string_view name) {
+ApiResponse ApiRoutes::JobEvents(const control::Principal& who, std::string_view name) {
   ApiResponse visible = GetJob(who, name);
   if (visible.status != 200) {
     return visible;
@@ -1071,7 +1113,7 @@ ApiResponse ApiServer::JobEvents(const control::Principal& who, std::string_view
   return ObjectEvents(control::kJobsKind, name);
 }
 
-ApiResponse ApiServer::ObjectEvents(std::string_view kind, std::string_view name) {
+ApiResponse ApiRoutes::ObjectEvents(std::string_view kind, std::string_view name) {
   const Result<std::vector<store::StoredEvent>> events = options_.store.Events(kind, name);
   if (!events.ok()) {
     return ErrorResponse(events.status());
@@ -1128,7 +1170,7 @@ Status NodeNotFound(std::string_view name) {
 
 }  // namespace
 
-ApiResponse ApiServer::ListNodes(const control::Principal& who) {
+ApiResponse ApiRoutes::ListNodes(const control::Principal& who) {
   const Result<std::vector<store::StoredObject>> nodes = options_.store.List(control::kNodesKind);
   const Result<std::vector<store::StoredObject>> jobs =
       options_.store.ListWhere(control::kJobsKind, control::UnfinishedJobs());
@@ -1144,11 +1186,11 @@ ApiResponse ApiServer::ListNodes(const control::Principal& who) {
   return JsonResponse(200, {{"items", std::move(items)}});
 }
 
-Result<store::StoredObject> ApiServer::StoredNode(std::string_view name) {
+Result<store::StoredObject> ApiRoutes::StoredNode(std::string_view name) {
   return ReadObject(control::kNodesKind, name, NodeNotFound(name));
 }
 
-Result<store::StoredObject> ApiServer::ReadObject(std::string_view kind, std::string_view name,
+Result<store::StoredObject> ApiRoutes::ReadObject(std::string_view kind, std::string_view name,
                                                   const Status& absent) {
   Result<store::StoredObject> object = options_.store.Get(kind, name);
   if (!object.ok()) {
@@ -1159,7 +1201,7 @@ Result<store::StoredObject> ApiServer::ReadObject(std::string_view kind, std::st
   return object;
 }
 
-Result<store::StoredObject> ApiServer::ReadVisible(const control::Principal& who,
+Result<store::StoredObject> ApiRoutes::ReadVisible(const control::Principal& who,
                                                    std::string_view kind, std::string_view name,
                                                    const Status& absent) {
   Result<store::StoredObject> object = ReadObject(kind, name, absent);
@@ -1169,7 +1211,7 @@ Result<store::StoredObject> ApiServer::ReadVisible(const control::Principal& who
   return object;
 }
 
-ApiResponse ApiServer::GetNode(const control::Principal& who, std::string_view name) {
+ApiResponse ApiRoutes::GetNode(const control::Principal& who, std::string_view name) {
   const Result<store::StoredObject> object = StoredNode(name);
   if (!object.ok()) {
     return ErrorResponse(object.status());
@@ -1183,7 +1225,7 @@ ApiResponse ApiServer::GetNode(const control::Principal& who, std::string_view n
       200, NodeOutput(who, *object, AllocationByNode(*jobs, {*object}), control_->ExcludedNodes()));
 }
 
-ApiResponse ApiServer::DeleteNode(const control::Principal& who, std::string_view name) {
+ApiResponse ApiRoutes::DeleteNode(const control::Principal& who, std::string_view name) {
   if (!who.is_admin()) {
     return ErrorResponse(PermissionDenied("deleting a node needs an admin token"));
   }
@@ -1224,7 +1266,7 @@ ApiResponse ApiServer::DeleteNode(const control::Principal& who, std::string_vie
   return JsonResponse(200, {{"name", name}, {"deleted", true}});
 }
 
-ApiResponse ApiServer::NodeAction(const control::Principal& who, std::string_view name,
+ApiResponse ApiRoutes::NodeAction(const control::Principal& who, std::string_view name,
                                   std::string_view action, const std::string& body) {
   if (!who.is_admin()) {
     return ErrorResponse(

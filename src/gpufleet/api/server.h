@@ -85,6 +85,8 @@ ApiResponse ErrorResponse(const Status& status);
 // The document of `result` with `status`, or its error.
 ApiResponse ResultResponse(const Result<Json>& result, int status = 200);
 
+class ApiRoutes;
+
 // The API server. Thread-safe: HTTP handlers run on the HTTP library's thread pool, the
 // scheduling loop on its own thread, and every public method may be called from any thread.
 // Authorization: members see and cancel only their own team's jobs; another team's job is
@@ -213,7 +215,9 @@ class ApiServer {
   // as gpufleet_scheduling_cycle_step_seconds_total.
   std::vector<std::pair<std::string_view, Duration>> LastCycleSteps();
 
-  // Serves one request (routing, authentication, the handlers, metrics).
+  // Serves one request (routing, authentication, the handlers, metrics): the health, metrics
+  // and dashboard paths, then a follower's redirect, authentication and the route table of the
+  // /v1 collections, whose handlers are ApiRoutes'.
   ApiResponse Handle(const ApiRequest& request);
 
   // Whether this server leads now: runs the scheduling loop and accepts writes (always, without
@@ -231,15 +235,10 @@ class ApiServer {
   struct Metrics;
 
   ApiResponse Route(const ApiRequest& request);
-  // The dashboard (server_dashboard.cc, docs/dashboard.md): its embedded files at / and
-  // /assets/... (no token: they hold no data; nullopt for another path), GET /v1/history and
-  // GET /v1/utilization, GET /v1/whoami, and the loop's sample of the fleet every
-  // history_interval.
-  // RecordHistoryIfDue runs after each cycle that reached its publish step.
-  std::optional<ApiResponse> ServeDashboard(const ApiRequest& request) const;
+  // The fleet's history (server_dashboard.cc, docs/dashboard.md): GET /v1/history, and the
+  // loop's sample of the fleet every history_interval, taken after each cycle that reached its
+  // publish step.
   ApiResponse GetHistory(const ApiRequest& request);
-  ApiResponse GetUtilization();
-  ApiResponse WhoAmI(const control::Principal& who);
   void RecordHistoryIfDue();
   void LoopMain();
 
@@ -266,106 +265,6 @@ class ApiServer {
   void StopThreads();  // Stop without the queue usage save: ends the HTTP server and the loop
   std::string RenderMetrics();
 
-  // A stored node; NodeNotFound when there is none.
-  Result<store::StoredObject> StoredNode(std::string_view name);
-  // kind/name from the store: `absent` when it is not there or its name is no valid key, the
-  // store's other errors as they are.
-  Result<store::StoredObject> ReadObject(std::string_view kind, std::string_view name,
-                                         const Status& absent);
-  // The same for a team-owned object (job, deployment) as `who` may see it: one of a team `who`
-  // does not see (Principal::Sees) is `absent` too, so names do not leak.
-  Result<store::StoredObject> ReadVisible(const control::Principal& who, std::string_view kind,
-                                          std::string_view name, const Status& absent);
-  // Adds `stopping.waiting_for` (DescribeStopping) to a Stopping job as served.
-  void AnnotateStopping(Json& job) const;
-
-  // The handlers of one job take its store key (ResolveName), not the name a user wrote.
-  // Submit and cancel as `who` (the HTTP routes and the deployment controller's replicas): the
-  // stored job as served, or why not (kAlreadyExists: the name is taken in the team;
-  // kFailedPrecondition: the job has ended and cannot be cancelled).
-  //
-  // A job that no node of the fleet could ever hold (policy/never_fits.h) is accepted with a
-  // warning in the answer ("warnings") and the reason "never fits: ..." (the cycle checks it again
-  // whenever nodes change); with `strict` it is refused (kFailedPrecondition naming the field).
-  // Only a strict submission waits for a running cycle to check; another is checked by the cycle.
-  // `check_fleet` false skips the check: the deployment controller submits from inside the cycle,
-  // which holds the cycle mutex.
-  struct SubmitOptions {
-    bool strict = false;
-    bool check_fleet = true;
-  };
-  Result<Json> SubmitJob(const control::Principal& who, std::string_view body,
-                         SubmitOptions options);
-  Result<Json> SubmitJob(const control::Principal& who, std::string_view body) {
-    return SubmitJob(who, body, SubmitOptions{});
-  }
-  ApiResponse ListJobs(const control::Principal& who, const ApiRequest& request);
-  ApiResponse GetJob(const control::Principal& who, std::string_view name);
-  // GET /v1/jobs/NAME/explain (server_explain.cc, docs/explain.md): why the job waits, as `who`
-  // may see it. Takes the cycle mutex.
-  ApiResponse ExplainJob(const control::Principal& who, std::string_view name);
-  Result<Json> CancelJob(const control::Principal& who, std::string_view name);
-  ApiResponse JobEvents(const control::Principal& who, std::string_view name);
-  // {"items": [{"revision": ..., "message": ...}]} of a job or node.
-  ApiResponse ObjectEvents(std::string_view kind, std::string_view name);
-  ApiResponse ListNodes(const control::Principal& who);
-  ApiResponse GetNode(const control::Principal& who, std::string_view name);
-  // DELETE /v1/nodes/NAME (admin): removes a node that holds no runs (409 naming the jobs
-  // otherwise). An agent still running there registers it again at its next heartbeat.
-  ApiResponse DeleteNode(const control::Principal& who, std::string_view name);
-  ApiResponse NodeAction(const control::Principal& who, std::string_view name,
-                         std::string_view action, const std::string& body);
-
-  // Tenancy (server_tenancy.cc): the /v1/tokens, /v1/teams and /v1/queues routes (nullopt for a
-  // path or method they do not serve), the default queue, and the checks of a submission: the
-  // token's team and the queue exist (kInvalidArgument) and a member may use the queue
-  // (kPermissionDenied).
-  // Reliability (server_reliability.cc): the /v1/outcomes and /v1/reports routes (nullopt for a
-  // path they do not serve).
-  std::optional<ApiResponse> RouteReliability(const control::Principal& who,
-                                              const ApiRequest& request,
-                                              const std::vector<std::string_view>& segments);
-  std::optional<ApiResponse> RouteTenancy(const control::Principal& who, const ApiRequest& request,
-                                          const std::vector<std::string_view>& segments);
-  Status EnsureDefaultQueue();
-  Status CheckSubmission(const control::Principal& who, std::string_view queue_name,
-                         bool host_network);
-  // The store key of the job or deployment (`kind`; `noun` for messages) that `who` names `text`,
-  // NAME or TEAM/NAME (docs/api.md, "Names"). A member's names are its own team's: another
-  // team's TEAM/NAME is kNotFound, as for any hidden object. An admin's bare NAME is its own
-  // team's object if there is one, else the one team's object of that name: kNotFound when no
-  // team has one, kInvalidArgument naming `name` and the candidates when several do.
-  Result<std::string> ResolveName(const control::Principal& who, std::string_view kind,
-                                  std::string_view noun, std::string_view text);
-  // Moves jobs and deployments stored under a bare NAME by an older server, with their events,
-  // to their TEAM/NAME key (at Create, before any cycle or request).
-  Status MigrateToTeamScopedNames();
-
-  // POST /v1/jobs/NAME/resume (server_reclaim.cc): a Suspended job back to Pending (admin or the
-  // job's team).
-  ApiResponse ResumeJob(const control::Principal& who, std::string_view name);
-
-  // Deployments (server_deployments.cc): the /v1/deployments routes (nullopt for a path they do
-  // not serve). The cycle's DeploymentController step submits and cancels replicas through
-  // SubmitJob and CancelJob (replica_jobs_).
-  std::optional<ApiResponse> RouteDeployments(const control::Principal& who,
-                                              const ApiRequest& request,
-                                              const std::vector<std::string_view>& segments);
-  // DELETE /v1/deployments/NAME: cancels the live replicas, then removes the deployment.
-  // PATCH /v1/deployments/NAME {"autoscaling": {...}}: merges the options, checked as on creation,
-  // and rebuilds the autoscaler. Both take the control plane's cycle mutex.
-  ApiResponse DeleteDeployment(const control::Principal& who, std::string_view name);
-  ApiResponse UpdateDeployment(const control::Principal& who, std::string_view name,
-                               std::string_view body);
-
-  // GET /v1/provenance?job=NAME[&attempt=N] (server_provenance.cc): the job's records, by
-  // attempt and task.
-  ApiResponse ListProvenance(const control::Principal& who, const ApiRequest& request);
-  // Usage ledger (server_usage.cc, docs/usage.md): GET /v1/usage (nullopt for a path it does not
-  // serve).
-  std::optional<ApiResponse> RouteUsage(const control::Principal& who, const ApiRequest& request,
-                                        const std::vector<std::string_view>& segments);
-
   Options options_;
   TokenAuthenticator authenticator_;
   // The cycle, the controllers, the agent sessions and the job writer; replica_jobs_ and
@@ -373,6 +272,8 @@ class ApiServer {
   std::unique_ptr<control::ReplicaJobs> replica_jobs_;
   std::unique_ptr<control::NodeCredentials> node_credentials_;
   std::unique_ptr<control::ControlPlane> control_;
+  // The handlers the route table calls (routes.h).
+  std::unique_ptr<ApiRoutes> routes_;
 
   std::unique_ptr<Metrics> metrics_;  // internally synchronised
   FleetHistoryState history_;         // internally synchronised

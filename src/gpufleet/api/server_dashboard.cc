@@ -14,7 +14,7 @@
 
 #include "gpufleet/api/dashboard_assets.h"
 #include "gpufleet/api/fleet_history.h"
-#include "gpufleet/api/server.h"
+#include "gpufleet/api/routes.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/scheduling_view.h"
 
@@ -46,7 +46,7 @@ std::string_view ContentTypeOf(std::string_view path) {
 
 }  // namespace
 
-std::optional<ApiResponse> ApiServer::ServeDashboard(const ApiRequest& request) const {
+std::optional<ApiResponse> ApiRoutes::ServeDashboard(const ApiRequest& request) const {
   if (request.method != "GET") {
     return std::nullopt;
   }
@@ -159,13 +159,17 @@ ApiResponse ApiServer::GetHistory(const ApiRequest& request) {
                 {"items", FleetHistory::SamplesToJson(samples)}});
 }
 
-ApiResponse ApiServer::WhoAmI(const control::Principal& who) {
-  return JsonResponse(
-      200,
-      Json{{"role", who.is_admin() ? "admin" : "member"}, {"team", who.team}, {"name", who.name}});
-}
-
-ApiResponse ApiServer::GetUtilization() {
+std::optional<ApiResponse> ApiRoutes::RouteDashboard(
+    const control::Principal& who, const ApiRequest& request,
+    const std::vector<std::string_view>& segments) {
+  if (segments.size() != 2 || request.method != "GET") {
+    return std::nullopt;
+  }
+  if (segments[1] == "whoami") {
+    return JsonResponse(200, Json{{"role", who.is_admin() ? "admin" : "member"},
+                                  {"team", who.team},
+                                  {"name", who.name}});
+  }
   Json items = Json::array();
   for (const auto& [gpu, percent] : control_->GpuUtilization()) {
     items.push_back({{"node", gpu.first}, {"gpu", gpu.second}, {"utilization_pct", percent}});

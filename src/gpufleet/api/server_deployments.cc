@@ -11,7 +11,7 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
-#include "gpufleet/api/server.h"
+#include "gpufleet/api/routes.h"
 #include "gpufleet/control/deployment_controller.h"
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/control/tenancy.h"
@@ -33,7 +33,7 @@ Json DeploymentOutput(const store::StoredObject& object) {
 
 }  // namespace
 
-std::optional<ApiResponse> ApiServer::RouteDeployments(
+std::optional<ApiResponse> ApiRoutes::RouteDeployments(
     const control::Principal& who, const ApiRequest& request,
     const std::vector<std::string_view>& segments) {
   if (segments.size() < 2 || segments[1] != "deployments") {
@@ -130,7 +130,7 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
   return std::nullopt;
 }
 
-ApiResponse ApiServer::DeleteDeployment(const control::Principal& who, std::string_view name) {
+ApiResponse ApiRoutes::DeleteDeployment(const control::Principal& who, std::string_view name) {
   // Under the cycle's lock the controller cannot submit a replica between the cancels and the
   // removal, and the scheduling view and the autoscalers may be read and changed.
   std::lock_guard<std::mutex> lock(control_->cycle_mutex());
@@ -184,7 +184,7 @@ ApiResponse ApiServer::DeleteDeployment(const control::Principal& who, std::stri
                             {"cancelled_replicas", Json(cancelled)}});
 }
 
-ApiResponse ApiServer::UpdateDeployment(const control::Principal& who, std::string_view name,
+ApiResponse ApiRoutes::UpdateDeployment(const control::Principal& who, std::string_view name,
                                         std::string_view body) {
   const Result<Json> parsed = wire::ParseJson(body);
   if (!parsed.ok() || !parsed->is_object()) {

@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/server.h"
+#include "gpufleet/api/routes.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/control/store_keys.h"
@@ -35,7 +35,7 @@ Json GpusJson(int64_t milli) {
 
 }  // namespace
 
-ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_view name) {
+ApiResponse ApiRoutes::ExplainJob(const control::Principal& who, std::string_view name) {
   const Status absent = NotFoundError(fmt::format("job \"{}\" not found", name));
   const Result<store::StoredObject> object = ReadVisible(who, control::kJobsKind, name, absent);
   if (!object.ok()) {

@@ -134,8 +134,7 @@ Status ApiServer::BecomeLeader() {
   // Until now the heartbeats went to the previous leader: every node gets a full lease from now,
   // and the view, the GPU owners and the active-job index are read from the store afresh.
   GPUFLEET_RETURN_IF_ERROR(control_->Restart());
-  GPUFLEET_RETURN_IF_ERROR(EnsureDefaultQueue());
-  return MigrateToTeamScopedNames();
+  return control_->PrepareStore();
 }
 
 ApiResponse ApiServer::RedirectToLeader(const ApiRequest& request) const {

@@ -10,13 +10,18 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/server.h"
+#include "gpufleet/api/routes.h"
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::api {
 
-ApiResponse ApiServer::ListProvenance(const control::Principal& who, const ApiRequest& request) {
+std::optional<ApiResponse> ApiRoutes::RouteProvenance(
+    const control::Principal& who, const ApiRequest& request,
+    const std::vector<std::string_view>& segments) {
+  if (segments.size() != 2 || request.method != "GET") {
+    return std::nullopt;
+  }
   const auto job = request.query.find("job");
   if (job == request.query.end() || job->second.empty()) {
     return ErrorResponse(InvalidArgumentError("job: required (GET /v1/provenance?job=NAME)"));

@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/server.h"
+#include "gpufleet/api/routes.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/store/read_modify_write.h"
@@ -13,7 +13,7 @@
 
 namespace gpufleet::api {
 
-ApiResponse ApiServer::ResumeJob(const control::Principal& who, std::string_view name) {
+ApiResponse ApiRoutes::ResumeJob(const control::Principal& who, std::string_view name) {
   const Status not_found = NotFoundError(fmt::format("job \"{}\" not found", name));
   ApiResponse response;
   const Status committed = store::CommitWithRetries(

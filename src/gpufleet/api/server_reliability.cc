@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/server.h"
+#include "gpufleet/api/routes.h"
 
 namespace gpufleet::api {
 namespace {
@@ -18,7 +18,7 @@ ApiResponse Answer(const Result<Json>& result) {
 
 }  // namespace
 
-std::optional<ApiResponse> ApiServer::RouteReliability(
+std::optional<ApiResponse> ApiRoutes::RouteReliability(
     const control::Principal& who, const ApiRequest& request,
     const std::vector<std::string_view>& segments) {
   const size_t n = segments.size();

@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/server.h"
+#include "gpufleet/api/routes.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/json_scan.h"
@@ -29,7 +29,7 @@ std::optional<std::string_view> QueryValue(const ApiRequest& request, const std:
 
 }  // namespace
 
-std::optional<ApiResponse> ApiServer::RouteUsage(const control::Principal& who,
+std::optional<ApiResponse> ApiRoutes::RouteUsage(const control::Principal& who,
                                                  const ApiRequest& request,
                                                  const std::vector<std::string_view>& segments) {
   if (segments.size() != 2 || segments[1] != "usage" || request.method != "GET") {

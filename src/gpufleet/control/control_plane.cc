@@ -94,6 +94,79 @@ bool SameClasses(const scheduler::TargetWorkload& a, const scheduler::TargetWork
       [](const auto& x, const auto& y) { return x.shape == y.shape && x.weight == y.weight; });
 }
 
+// The queue "default", created at the first start.
+Status EnsureDefaultQueue(store::StateStore& store) {
+  const Result<store::StoredObject> existing = store.Get(kQueuesKind, kDefaultQueue);
+  if (existing.ok()) {
+    return Status::Ok();
+  }
+  if (existing.status().code() != StatusCode::kNotFound) {
+    return existing.status();
+  }
+  store::WriteBatch batch;
+  batch.Create(std::string(kQueuesKind), std::string(kDefaultQueue),
+               QueueToJson({.name = std::string(kDefaultQueue)}).dump());
+  batch.AppendEvent(std::string(kQueuesKind), std::string(kDefaultQueue), "created at first start");
+  const Status status = store.Commit(batch);
+  // Another server on the same store may have created it first.
+  return status.code() == StatusCode::kAlreadyExists ? Status::Ok() : status;
+}
+
+// Moves jobs and deployments stored under a bare NAME by an older server, with their events, to
+// their TEAM/NAME key.
+Status MigrateToTeamScopedNames(store::StateStore& store) {
+  // Done once per store: a complete pass leaves a marker, so that a restart with a million jobs
+  // stored does not list and parse every one of them again (that was 3/4 of the start-up time).
+  constexpr std::string_view kMigrationsKind = "migrations";
+  constexpr std::string_view kTeamScopedNames = "team-scoped-names";
+  if (const Result<store::StoredObject> done = store.Get(kMigrationsKind, kTeamScopedNames);
+      done.ok() || done.status().code() != StatusCode::kNotFound) {
+    return done.status();
+  }
+  bool all_moved = true;
+  for (const std::string_view kind : {kJobsKind, kDeploymentsKind}) {
+    GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> objects, store.List(kind));
+    for (const store::StoredObject& object : objects) {
+      Json doc = wire::ParseDocument(object.data);
+      const std::string key = TeamScopedKeyOf(doc);
+      if (key == object.name || wire::StrOr(doc, "name").empty()) {
+        continue;
+      }
+      // A preemptor named by an older server is of the team recorded beside it.
+      if (const std::string by = wire::StrOr(doc, "preempted_by");
+          !by.empty() && by.find(kTeamSeparator) == std::string::npos) {
+        doc["preempted_by"] = TeamScopedKey(wire::StrOr(doc, "preempted_by_team"), by);
+      }
+      GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredEvent> events,
+                                store.Events(kind, object.name));
+      store::WriteBatch batch;
+      batch.Create(std::string(kind), key, doc.dump());
+      for (const store::StoredEvent& event : events) {
+        batch.AppendEvent(std::string(kind), key, event.text);
+      }
+      batch.AppendEvent(std::string(kind), key,
+                        fmt::format("renamed from \"{}\": names are scoped by team", object.name));
+      batch.Delete(std::string(kind), object.name, object.version);
+      if (const Status moved = store.Commit(batch); !moved.ok()) {
+        if (moved.code() == StatusCode::kUnavailable) {
+          return moved;
+        }
+        // One object that cannot move (its new key taken, say) stays where it is, unlost, and
+        // the server starts: an administrator moves or deletes it.
+        fmt::print(stderr, "gpufleet server: {}/{} not moved to {}: {}\n", kind, object.name, key,
+                   moved.ToString());
+        all_moved = false;
+      }
+    }
+  }
+  if (!all_moved) {
+    return Status::Ok();  // tried again at the next start
+  }
+  const Status marked = store.Commit(store::WriteBatch().Create(
+      std::string(kMigrationsKind), std::string(kTeamScopedNames), R"({"done":true})"));
+  return marked.code() == StatusCode::kAlreadyExists ? Status::Ok() : marked;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ControlPlane>> ControlPlane::Create(ControlPlaneOptions options) {
@@ -187,6 +260,11 @@ Status ControlPlane::Restart() {
   last_full_retry_ = options_.clock.Now();
   last_full_reload_ = options_.clock.Now();
   return Status::Ok();
+}
+
+Status ControlPlane::PrepareStore() {
+  GPUFLEET_RETURN_IF_ERROR(EnsureDefaultQueue(options_.store));
+  return MigrateToTeamScopedNames(options_.store);
 }
 
 FleetGauges ControlPlane::Gauges() {

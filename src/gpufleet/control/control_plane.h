@@ -149,6 +149,10 @@ class ControlPlane {
   // Taking the lead (REQUIRES: cycle_mutex() held): every node gets a full lease from now, and
   // the view, the GPU owners and the agents' index are read from the store afresh.
   Status Restart();
+  // The writes a control plane makes before it first serves (at start, or when it takes the
+  // lead): the queue "default" if it is missing, and the move of jobs and deployments an older
+  // server stored under a bare NAME, with their events, to their TEAM/NAME key.
+  Status PrepareStore();
   // Saves the queues' usage now (REQUIRES: cycle_mutex() held).
   void SaveQueueUsage() { queues_.SaveUsageNow(); }
   // The gauges the last cycle published.
