@@ -17,6 +17,7 @@
 
 #include <fmt/format.h>
 
+#include "gpufleet/agent/agent_loop.h"
 #include "gpufleet/agent/image_mirror.h"
 #include "gpufleet/agent/node_agent.h"
 #include "gpufleet/agent/nvml_probe.h"
@@ -435,41 +436,31 @@ int RunAgent(const AgentFlags& flags) {
              server, metrics->first, *metrics_port);
   std::fflush(stdout);
 
-  bool registered = false;
-  std::chrono::milliseconds wait{0};
-  // Wakes every second to check the lease between heartbeats; heartbeats go at their interval.
-  constexpr std::chrono::milliseconds kLeaseCheck{1000};
-  MonoTime next_beat = clock.Now();
-  while (!WaitForStopSignal(std::min(wait, kLeaseCheck)).has_value()) {
-    if (const int fenced = node_agent.FenceIfLeaseExpired(); fenced > 0) {
-      fmt::print(stderr, "gpufleet agent: lease expired: stopped {} tasks\n", fenced);
+  agent::AgentLoop loop(node_agent, clock);
+  Duration wait{0};
+  while (!WaitForStopSignal(std::chrono::duration_cast<std::chrono::milliseconds>(wait))
+              .has_value()) {
+    const agent::AgentLoop::Step step = loop.RunOnce();
+    wait = step.wait;
+    if (step.fenced > 0) {
+      fmt::print(stderr, "gpufleet agent: lease expired: stopped {} tasks\n", step.fenced);
     }
-    if (clock.Now() < next_beat) {
-      wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_beat - clock.Now());
+    if (!step.called_server) {
       continue;
     }
-    const Status status = registered ? node_agent.Heartbeat() : node_agent.Register();
-    if (status.ok()) {
-      if (!registered) {
-        fmt::print("gpufleet agent: registered\n");
-        std::fflush(stdout);
-        if (!node_agent.node_token().empty()) {
-          if (Status saved = WriteSecretFile(node_token_file, node_agent.node_token());
-              !saved.ok()) {
-            fmt::print(stderr, "gpufleet agent: {}\n", saved.ToString());
-          }
+    if (step.registered_now) {
+      fmt::print("gpufleet agent: registered\n");
+      std::fflush(stdout);
+      if (!node_agent.node_token().empty()) {
+        if (Status saved = WriteSecretFile(node_token_file, node_agent.node_token());
+            !saved.ok()) {
+          fmt::print(stderr, "gpufleet agent: {}\n", saved.ToString());
         }
       }
-      registered = true;
-      wait = std::chrono::duration_cast<std::chrono::milliseconds>(node_agent.heartbeat_interval());
-    } else {
-      fmt::print(stderr, "gpufleet agent: {}\n", status.ToString());
-      // A server that lost the node (a new store) needs a new registration.
-      registered = registered && status.code() != StatusCode::kNotFound &&
-                   status.code() != StatusCode::kFailedPrecondition;
-      wait = std::chrono::seconds(5);
     }
-    next_beat = clock.Now() + wait;
+    if (!step.call.ok()) {
+      fmt::print(stderr, "gpufleet agent: {}\n", step.call.ToString());
+    }
     if (simulated_probe != nullptr) {
       if (Status loads = agent::ApplyTaskLoads(node_agent, *task_runner, *simulated_probe);
           !loads.ok()) {

@@ -686,9 +686,10 @@ Action AddSimCommand(CLI::App& app) {
   const SimSubcommand backfill = AddSimBackfillCommand(*sim);
   const SimSubcommand interactive = AddSimInteractiveCommand(*sim);
   const SimSubcommand coldstart = AddSimColdStartCommand(*sim);
+  const SimSubcommand chaos = AddSimChaosCommand(*sim);
 
   return [fill, fill_flags, bound, bound_flags, replay, replay_flags, failures, autoscale, mig,
-          fairness, backfill, interactive, coldstart] {
+          fairness, backfill, interactive, coldstart, chaos] {
     if (fill->parsed()) {
       return RunFillCommand(*fill_flags);
     }
@@ -718,6 +719,9 @@ Action AddSimCommand(CLI::App& app) {
     }
     if (coldstart.command->parsed()) {
       return coldstart.run();
+    }
+    if (chaos.command->parsed()) {
+      return chaos.run();
     }
     return 2;
   };

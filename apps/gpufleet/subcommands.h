@@ -39,6 +39,8 @@ SimSubcommand AddSimBackfillCommand(CLI::App& sim);
 SimSubcommand AddSimInteractiveCommand(CLI::App& sim);
 // `gpufleet sim coldstart` (sim_coldstart_main.cc).
 SimSubcommand AddSimColdStartCommand(CLI::App& sim);
+// `gpufleet sim chaos` (sim_chaos_main.cc).
+SimSubcommand AddSimChaosCommand(CLI::App& sim);
 
 // `gpufleet server`: the REST API and the scheduling loop (server_main.cc).
 Action AddServerCommand(CLI::App& app);

@@ -178,7 +178,15 @@ NodeAgent::NodeAgent(NodeAgentOptions options, TelemetrySampler& telemetry, GpuP
 
 Result<wire::AgentReply> NodeAgent::SendRenewing(const std::string& path, const std::string& body) {
   const MonoTime sent = clock_.Now();
-  GPUFLEET_ASSIGN_OR_RETURN(wire::AgentReply reply, Send(client_, node_token_, path, body));
+  Result<wire::AgentReply> answer = Send(client_, node_token_, path, body);
+  if (!answer.ok() && answer.status().code() == StatusCode::kUnauthenticated &&
+      !node_token_.empty()) {
+    // The node credential was revoked, or replaced by a registration whose answer reached us
+    // late or never: the next registration goes with the client's own token (a join token),
+    // which the server takes only while the node's credential is unclaimed.
+    node_token_.clear();
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(wire::AgentReply reply, std::move(answer));
   const Duration lease = std::chrono::milliseconds(reply.lease_ms);
   const Duration server_stop_grace = std::chrono::milliseconds(reply.stop_grace_ms);
   // The tasks enforce the lease themselves (they outlive a dead agent), so it counts as renewed

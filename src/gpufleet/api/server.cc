@@ -327,6 +327,7 @@ class TokenNodeCredentials final : public control::NodeCredentials {
     return Issued{.token = std::move(token), .id = std::move(id)};
   }
   Status Revoke(const std::string& token) override { return tokens_.RevokeToken(token); }
+  Status RevokeById(const std::string& id) override { return tokens_.RevokeTokenById(id).status(); }
   Result<bool> Exists(const std::string& node) override { return tokens_.NodeHasCredential(node); }
 
  private:

@@ -368,6 +368,9 @@ TEST_F(AgentProtocolTest, AJoinTokenIsExchangedForANodeCredentialThatActsForThat
   Cycle();
   const std::string placed = Get("/v1/jobs/train")["placements"][0]["node"];
   const std::string other = placed == "node-a" ? "node-b" : "node-a";
+  // Each agent uses its credential: the nodes' credentials are claimed.
+  Heartbeat(placed);
+  Heartbeat(other);
 
   // The join token can no longer act for a registered node: it cannot register as it (and so
   // receive its tasks with their command and env), nor heartbeat for it.
@@ -394,6 +397,83 @@ TEST_F(AgentProtocolTest, AJoinTokenIsExchangedForANodeCredentialThatActsForThat
   response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", placed), issued,
                   wire::HeartbeatRequestToJson({}));
   EXPECT_EQ(response.status, 200);
+}
+
+// Found by `gpufleet sim chaos`: a registration answered 503 while the server was starting left
+// a credential behind that the agent never received, and the join token was refused for the node
+// from then on. The same for a registration whose answer is lost on the way: until the agent has
+// used its credential, the join token may register the node again, and the new credential
+// replaces the old one.
+TEST_F(AgentProtocolTest, ARegistrationWhoseAnswerNeverArrivedCanBeRepeated) {
+  ApiResponse response = Call("POST", "/v1/agents/register", agent_,
+                              wire::RegisterRequestToJson(Inventory("node-a", "leaf-0")));
+  EXPECT_EQ(response.status, 503) << response.body;  // before the first cycle
+  Cycle();
+  response = Call("POST", "/v1/agents/register", agent_,
+                  wire::RegisterRequestToJson(Inventory("node-a", "leaf-0")));
+  ASSERT_EQ(response.status, 200) << response.body;
+  const std::string lost = wire::ParseAgentReply(response.body)->node_token;
+  // That answer is lost: the agent registers again with its join token and gets a new credential.
+  const wire::AgentReply again = Register(Inventory("node-a", "leaf-0"));
+  ASSERT_FALSE(again.node_token.empty());
+  EXPECT_NE(again.node_token, lost);
+  response = Call("POST", "/v1/agents/node-a/heartbeat", lost, wire::HeartbeatRequestToJson({}));
+  EXPECT_EQ(response.status, 401) << "the replaced credential is revoked";
+  Heartbeat("node-a");  // claims the new one
+  response = Call("POST", "/v1/agents/register", agent_,
+                  wire::RegisterRequestToJson(Inventory("node-a", "leaf-0")));
+  EXPECT_EQ(response.status, 403);
+  EXPECT_THAT(response.body, HasSubstr("has its own credential"));
+  Result<store::StoredObject> node = store_.Get(control::kNodesKind, "node-a");
+  ASSERT_OK(node);
+  EXPECT_FALSE(
+      wire::ParseDocument(node->data).contains(std::string(control::kCredentialUnclaimed)));
+}
+
+// Found by `gpufleet sim chaos`: a heartbeat sent while a task ran and delivered after the one
+// that reported its end put the task back to Running, and its agent started it again on GPUs the
+// next job had been given.
+TEST_F(AgentProtocolTest, AReportDeliveredLateDoesNotUndoATasksEnd) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(AgentsJobYaml("first", 1, 8));
+  Cycle();
+  wire::HeartbeatRequest running;
+  running.sequence = 10;
+  running.tasks = {Report("first/workers-0/1", wire::TaskPhase::kRunning)};
+  wire::HeartbeatRequest ended;
+  ended.sequence = 20;
+  ended.tasks = {Report("first/workers-0/1", wire::TaskPhase::kSucceeded)};
+  Heartbeat("node-a", ended);
+  EXPECT_EQ(Get("/v1/jobs/first")["state"], "Succeeded");
+  Submit(AgentsJobYaml("second", 1, 8));
+  Cycle();
+  // The earlier heartbeat arrives late: the finished task stays finished and is not wanted.
+  const wire::AgentReply reply = Heartbeat("node-a", running);
+  EXPECT_EQ(Get("/v1/jobs/first")["state"], "Succeeded");
+  ASSERT_EQ(reply.tasks.size(), 1u);
+  EXPECT_EQ(reply.tasks[0].job, "second");
+}
+
+// A gang's finished task stays finished while its other task still runs.
+TEST_F(AgentProtocolTest, AReportDeliveredLateDoesNotRestartAFinishedTaskOfARunningGang) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Submit(AgentsJobYaml("gang", 2, 4));
+  Cycle();
+  wire::HeartbeatRequest running;
+  running.sequence = 10;
+  running.tasks = {Report("gang/workers-0/1", wire::TaskPhase::kRunning),
+                   Report("gang/workers-1/1", wire::TaskPhase::kRunning)};
+  wire::HeartbeatRequest one_ended;
+  one_ended.sequence = 20;
+  one_ended.tasks = {Report("gang/workers-0/1", wire::TaskPhase::kSucceeded),
+                     Report("gang/workers-1/1", wire::TaskPhase::kRunning)};
+  Heartbeat("node-a", running);
+  Heartbeat("node-a", one_ended);
+  const wire::AgentReply reply = Heartbeat("node-a", running);
+  ASSERT_EQ(reply.tasks.size(), 1u) << "only the task still running is wanted";
+  EXPECT_EQ(reply.tasks[0].id, "gang/workers-1/1");
 }
 
 // An admin may make a node's credential before the node first registers (docs/agent.md,

@@ -63,6 +63,8 @@ class NodeCredentials {
   // A new credential that acts for `node` alone (an agent that joined with a join token).
   virtual Result<Issued> Issue(const std::string& node) = 0;
   virtual Status Revoke(const std::string& token) = 0;
+  // Revokes the credential `id` names (Issued::id); kNotFound when there is none.
+  virtual Status RevokeById(const std::string& id) = 0;
   // Whether `node` has a credential of its own (an admin may make one before it registers).
   virtual Result<bool> Exists(const std::string& node) = 0;
 };
@@ -228,6 +230,9 @@ class ControlPlane {
   // An agent's credential acts for one node: a node credential for its node only, a join token
   // only for a node that has no credential yet. kPermissionDenied naming both otherwise.
   Status CheckNodeCredential(const Principal& who, const std::string& node);
+  // The first heartbeat with a node credential made at a join token's registration claims it
+  // (clears kCredentialUnclaimed): from then on the join token cannot register the node again.
+  Status ClaimNodeCredential(const Principal& who);
   // A GPU UUID belongs to one node: kAlreadyExists naming the other node; otherwise records the
   // node's UUIDs as its own.
   Status ClaimGpuUuids(const Node& node);
@@ -339,6 +344,8 @@ class ControlPlane {
   // The reverse of gpu_owners_ (node -> its GPU UUIDs), so that a node registering again or
   // deleted costs its own GPUs, not a walk over the fleet's. Guarded by agents_mu_.
   std::map<std::string, std::vector<std::string>> gpus_of_node_;
+  // Node credentials seen claimed (ClaimNodeCredential), by token id; guarded by agents_mu_.
+  std::set<std::string> claimed_credentials_;
   bool gpu_owners_loaded_ = false;                                    // guarded by agents_mu_
   std::map<std::string, std::string> excluded_nodes_;                 // guarded by agents_mu_
   std::map<std::pair<std::string, int>, int> gpu_utilization_;        // guarded by agents_mu_

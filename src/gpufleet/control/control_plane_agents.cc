@@ -197,6 +197,11 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
     if (it == reports.end()) {
       continue;
     }
+    if (PlacementGone(placement)) {
+      // A task's end is final: a report that says otherwise was sent before it and delivered
+      // late (a heartbeat retried or held up on the way), and would start the task again.
+      continue;
+    }
     const wire::TaskReport& report = *it->second;
     if (std::optional<std::string> event =
             RecordImageReport(job, placement, node, report, now.nanos)) {
@@ -660,6 +665,14 @@ Result<wire::AgentReply> ControlPlane::RegisterAgent(const Principal& who, std::
           fmt::format("node.gpus[{}].uuid: empty (agents name GPUs by UUID)", gpu.index));
     }
   }
+  {
+    // Checked before anything is written: a registration refused for it leaves no credential
+    // behind that the agent never received.
+    std::lock_guard<std::mutex> lock(agents_mu_);
+    if (!active_index_built_) {
+      return UnavailableError("the server is starting; retry the registration");
+    }
+  }
   GPUFLEET_RETURN_IF_ERROR(CheckNodeCredential(who, request.node.id.value()));
   GPUFLEET_RETURN_IF_ERROR(ClaimGpuUuids(request.node));
   // A join token exchanges itself for a credential of this node alone, as kubeadm's bootstrap
@@ -691,6 +704,7 @@ Result<wire::AgentReply> ControlPlane::RegisterAgent(const Principal& who, std::
     return fail(added.status());
   }
   const std::string name = request.node.id.value();
+  std::string replaced_credential;
   const Status registered = store::CommitWithRetries(
       options_.store, kCasAttempts, fmt::format("node \"{}\" kept changing; register again", name),
       [&]() -> store::AttemptResult {
@@ -698,12 +712,19 @@ Result<wire::AgentReply> ControlPlane::RegisterAgent(const Principal& who, std::
                                   options_.store.Get(kNodesKind, name));
         const Json old_doc = wire::ParseDocument(stored.data);
         Json doc = MergeInventory(&old_doc, request.node, request.topology_levels);
+        replaced_credential = wire::StrOr(old_doc, "credential");
         if (!node_token.empty()) {
           doc["credential"] = issued.id;
+          // Until the agent uses it, the answer carrying it may have been lost: the join token
+          // may then register the node again (CheckNodeCredential).
+          doc[std::string(kCredentialUnclaimed)] = true;
         } else if (who.role == Role::kAgent) {
           doc["credential"] = who.token_id;
         } else if (old_doc.contains("credential")) {
           doc["credential"] = old_doc["credential"];
+          if (old_doc.contains(kCredentialUnclaimed)) {
+            doc[std::string(kCredentialUnclaimed)] = old_doc[std::string(kCredentialUnclaimed)];
+          }
         }
         std::vector<std::string> events = ApplyGpuReports(doc, request.gpus);
         store::WriteBatch batch;
@@ -724,6 +745,14 @@ Result<wire::AgentReply> ControlPlane::RegisterAgent(const Principal& who, std::
       });
   if (!registered.ok()) {
     return fail(registered);
+  }
+  if (!node_token.empty() && !replaced_credential.empty()) {
+    // The unclaimed credential an earlier registration made is replaced by this one.
+    if (const Status revoked = options_.node_credentials->RevokeById(replaced_credential);
+        !revoked.ok() && revoked.code() != StatusCode::kNotFound) {
+      fmt::print(stderr, "gpufleet server: node {}: revoking the replaced credential: {}\n", name,
+                 revoked.ToString());
+    }
   }
   wire::HeartbeatRequest heartbeat;
   heartbeat.gpus = std::move(request.gpus);
@@ -749,7 +778,11 @@ Status ControlPlane::CheckNodeCredential(const Principal& who, const std::string
   Result<store::StoredObject> stored = options_.store.Get(kNodesKind, node);
   bool has_credential = false;
   if (stored.ok()) {
-    has_credential = !wire::StrOr(wire::ParseDocument(stored->data), "credential").empty();
+    const Json doc = wire::ParseDocument(stored->data);
+    if (wire::BoolOr(doc, kCredentialUnclaimed, false)) {
+      return Status::Ok();  // the registration that made it may never have been answered
+    }
+    has_credential = !wire::StrOr(doc, "credential").empty();
   } else if (stored.status().code() != StatusCode::kNotFound) {
     return stored.status();
   }
@@ -765,6 +798,36 @@ Status ControlPlane::CheckNodeCredential(const Principal& who, const std::string
             "--role agent --node {} makes a new one)",
             node, node));
   }
+  return Status::Ok();
+}
+
+Status ControlPlane::ClaimNodeCredential(const Principal& who) {
+  {
+    std::lock_guard<std::mutex> lock(agents_mu_);
+    if (claimed_credentials_.count(who.token_id) > 0) {
+      return Status::Ok();
+    }
+  }
+  GPUFLEET_RETURN_IF_ERROR(store::CommitWithRetries(
+      options_.store, kCasAttempts,
+      fmt::format("node \"{}\" kept changing; heartbeat again", who.node),
+      [&]() -> store::AttemptResult {
+        GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject stored,
+                                  options_.store.Get(kNodesKind, who.node));
+        Json doc = wire::ParseDocument(stored.data);
+        if (!wire::BoolOr(doc, kCredentialUnclaimed, false) ||
+            wire::StrOr(doc, "credential") != who.token_id) {
+          return store::Write(store::WriteBatch());
+        }
+        doc.erase(std::string(kCredentialUnclaimed));
+        store::WriteBatch batch;
+        batch.Update(std::string(kNodesKind), who.node, doc.dump(), stored.version);
+        batch.AppendEvent(std::string(kNodesKind), who.node,
+                          fmt::format("agent claimed its credential {}", who.token_id));
+        return store::Write(std::move(batch));
+      }));
+  std::lock_guard<std::mutex> lock(agents_mu_);
+  claimed_credentials_.insert(who.token_id);
   return Status::Ok();
 }
 
@@ -876,6 +939,9 @@ Result<wire::AgentReply> ControlPlane::AgentHeartbeat(const Principal& who, std:
   GPUFLEET_ASSIGN_OR_RETURN(const wire::HeartbeatRequest request,
                             wire::ParseHeartbeatRequest(body));
   GPUFLEET_RETURN_IF_ERROR(CheckNodeCredential(who, std::string(node)));
+  if (who.role == Role::kAgent && !who.node.empty()) {
+    GPUFLEET_RETURN_IF_ERROR(ClaimNodeCredential(who));
+  }
   return ProcessHeartbeat(std::string(node), request, /*gpus_applied=*/false);
 }
 

@@ -1,0 +1,121 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "gpufleet/fleetsim/planted_bugs.h"
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gpufleet/control/store_keys.h"
+
+namespace gpufleet::fleetsim {
+namespace {
+
+// kEarlyRelease and kSkippedFence: a runner that lies to its agent.
+class FaultyRunner final : public runner::TaskRunner {
+ public:
+  FaultyRunner(runner::TaskRunner& inner, PlantedBug bug) : inner_(inner), bug_(bug) {}
+
+  Status Start(const runner::TaskLaunch& launch) override {
+    reported_gone_.erase(launch.task_id);
+    return inner_.Start(launch);
+  }
+  Status Stop(std::string_view task_id, Duration grace) override {
+    if (bug_ == PlantedBug::kEarlyRelease) {
+      reported_gone_.insert(std::string(task_id));
+    }
+    return inner_.Stop(task_id, grace);
+  }
+  std::vector<runner::TaskStatus> Poll() override {
+    std::vector<runner::TaskStatus> statuses = inner_.Poll();
+    for (runner::TaskStatus& status : statuses) {
+      if (status.state == runner::TaskState::kRunning && reported_gone_.count(status.task_id)) {
+        status.state = runner::TaskState::kKilled;
+        status.signal = 15;
+        status.end_time = status.start_time;
+      }
+    }
+    return statuses;
+  }
+  Status Forget(std::string_view task_id) override {
+    // The agent forgets what it was told is gone; the task itself runs on in the inner runner
+    // until its stop delay ends, and is forgotten there then.
+    if (reported_gone_.count(std::string(task_id))) {
+      return Status::Ok();
+    }
+    return inner_.Forget(task_id);
+  }
+  Status RenewLease(Duration fence_in, Duration grace) override {
+    if (bug_ == PlantedBug::kSkippedFence) {
+      return Status::Ok();
+    }
+    return inner_.RenewLease(fence_in, grace);
+  }
+  std::string ContainerRuntime() const override { return inner_.ContainerRuntime(); }
+
+ private:
+  runner::TaskRunner& inner_;
+  PlantedBug bug_;
+  std::set<std::string> reported_gone_;
+};
+
+// kLostWrite: the second commit that creates a job is acknowledged and not kept.
+class LosingStore final : public store::StateStore {
+ public:
+  explicit LosingStore(store::StateStore& inner) : inner_(inner) {}
+
+ protected:
+  Result<store::StoredObject> DoGet(std::string_view kind, std::string_view name) override {
+    return inner_.Get(kind, name);
+  }
+  Result<std::vector<store::StoredObject>> DoList(std::string_view kind,
+                                                  std::string_view name_prefix) override {
+    return inner_.List(kind, name_prefix);
+  }
+  Result<std::vector<store::StoredObject>> DoListWhere(std::string_view kind,
+                                                       const store::ListFilter& filter) override {
+    return inner_.ListWhere(kind, filter);
+  }
+  Status DoCommit(const store::WriteBatch& batch) override {
+    for (const store::WriteOp& op : batch.ops()) {
+      if (op.type == store::WriteOpType::kCreate && op.kind == control::kJobsKind &&
+          ++job_creations_ == 2) {
+        return Status::Ok();
+      }
+    }
+    return inner_.Commit(batch);
+  }
+  Result<int64_t> DoRevision() override { return inner_.Revision(); }
+  Result<std::vector<store::StoredEvent>> DoEvents(std::string_view kind,
+                                                   std::string_view name) override {
+    return inner_.Events(kind, name);
+  }
+
+ private:
+  store::StateStore& inner_;
+  int job_creations_ = 0;
+};
+
+}  // namespace
+
+void PlantBug(PlantedBug bug, FleetOptions& options) {
+  switch (bug) {
+    case PlantedBug::kNone:
+      return;
+    case PlantedBug::kEarlyRelease:
+    case PlantedBug::kSkippedFence:
+      options.runner_wrapper = [bug](runner::TaskRunner& inner) {
+        return std::make_unique<FaultyRunner>(inner, bug);
+      };
+      return;
+    case PlantedBug::kLostWrite:
+      options.store_wrapper = [](store::StateStore& inner) {
+        return std::make_unique<LosingStore>(inner);
+      };
+      return;
+  }
+}
+
+}  // namespace gpufleet::fleetsim

@@ -1,0 +1,162 @@
+// SPDX-License-Identifier: Apache-2.0
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpufleet/agent/agent_loop.h"
+#include "gpufleet/agent/node_agent.h"
+#include "gpufleet/agent/simulated_probe.h"
+#include "gpufleet/agent/telemetry.h"
+#include "gpufleet/api/server.h"
+#include "gpufleet/cli/http_client.h"
+#include "gpufleet/core/clock.h"
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/random.h"
+#include "gpufleet/fleetsim/task_ledger.h"
+#include "gpufleet/runner/simulated_runner.h"
+#include "gpufleet/store/memory_store.h"
+
+// A whole fleet in one process on simulated time (docs/simulation.md): the production server
+// (api::ApiServer on an in-memory store, its cycle run by the fleet), and per node the production
+// agent (NodeAgent on AgentLoop's schedule) with the simulated probe and task runner, all on one
+// FakeClock, exchanging the agent protocol's messages through an in-process link that can lose,
+// delay, duplicate and reorder them. One thread; the same seed gives the same run.
+namespace gpufleet::fleetsim {
+
+// What the link between the agents and the server does to a message, as probabilities per
+// request. A delayed request is answered as timed out and reaches the server later, after the
+// requests sent meanwhile (reordering).
+struct LinkFaults {
+  double lose_request = 0;
+  double lose_reply = 0;
+  double duplicate = 0;
+  double delay = 0;
+  Duration max_delay = std::chrono::seconds(20);
+};
+
+// A decorator the fleet puts between a node's agent and its runner (the planted bugs of the
+// chaos tests); null: none.
+using RunnerWrapper =
+    std::function<std::unique_ptr<runner::TaskRunner>(runner::TaskRunner& inner)>;
+// A decorator of the fleet's store as the server sees it; null: none.
+using StoreWrapper = std::function<std::unique_ptr<store::StateStore>(store::StateStore& inner)>;
+
+struct FleetOptions {
+  int nodes = 4;
+  int gpus_per_node = 4;
+  std::string gpu_model = "H100-80GB";
+  uint64_t seed = 1;
+  // The server's settings that matter under faults (api::ApiServer::Options).
+  std::chrono::milliseconds cycle_interval{1000};
+  std::chrono::milliseconds heartbeat_interval{10000};
+  std::chrono::milliseconds node_timeout{40000};
+  std::chrono::milliseconds stop_grace{30000};
+  std::chrono::seconds gang_start_timeout{120};
+  // The agents' stop grace (NodeAgentOptions::stop_grace); their fence margin is the default.
+  Duration agent_stop_grace = std::chrono::seconds(30);
+  // Each node's clock runs at a rate drawn from [1 - max_drift, 1 + max_drift].
+  double max_drift = 0;
+  RunnerWrapper runner_wrapper;
+  StoreWrapper store_wrapper;
+};
+
+class SimFleet {
+ public:
+  // kInvalidArgument for a bad option; the server's or a node's error if one cannot be made.
+  static Result<std::unique_ptr<SimFleet>> Create(FleetOptions options);
+  ~SimFleet();
+  SimFleet(const SimFleet&) = delete;
+  SimFleet& operator=(const SimFleet&) = delete;
+
+  // Advances the clock by `step` and runs what is due at the new time, in a fixed order: delayed
+  // messages, each live agent's loop (node order), the server's cycle.
+  Status Advance(Duration step);
+
+  // An admin's request to the server, straight (no link faults): the server's answer, or
+  // kUnavailable while it is down.
+  Result<api::ApiResponse> AdminRequest(std::string_view method, std::string_view path,
+                                        std::string_view body);
+
+  // Faults.
+  // The agent process of `node` ends; its tasks keep running (they hold their lease themselves).
+  void CrashAgent(int node);
+  // A new agent process on `node` (with the node credential the last one saved), on its probe of
+  // `gpus` GPUs (fewer than before: a GPU fell off the bus; its task, if any, dies with it).
+  Status RestartAgent(int node, std::optional<int> gpus = std::nullopt);
+  // No message between `node` and the server gets through until `until`.
+  void CutOff(int node, MonoTime until);
+  // The server process ends (without saving anything beyond what the store holds); while it is
+  // down every request fails.
+  void CrashServer();
+  // A new server process on the same store.
+  Status RestartServer();
+  void SetLinkFaults(LinkFaults faults) { link_faults_ = faults; }
+
+  const Clock& clock() const { return clock_; }
+  MonoTime Now() const { return clock_.Now(); }
+  api::ApiServer* server() { return server_.get(); }
+  store::StateStore& store() { return *served_store_; }
+  const TaskLedger& ledger() const { return ledger_; }
+  EventLog& events() { return events_; }
+  int node_count() const { return static_cast<int>(nodes_.size()); }
+  bool agent_up(int node) const;
+  bool server_up() const { return server_ != nullptr; }
+  // Requests the link lost, delayed or duplicated, by kind, and requests delivered.
+  const std::map<std::string, int>& link_counts() const { return link_counts_; }
+  // The number of times a node's runner started a task.
+  size_t task_runs() const { return ledger_.spans().size(); }
+  // The tasks still running on any node.
+  int LiveTasks();
+
+  // Sends one agent request over the link (what each node's transport calls).
+  Result<cli::HttpResponse> SendFromNode(int node, std::string_view method, std::string_view path,
+                                         std::string_view body, std::string_view token);
+
+ private:
+  struct Node;
+  struct DelayedRequest {
+    MonoTime due;
+    uint64_t order;
+    int node;
+    api::ApiRequest request;
+  };
+
+  explicit SimFleet(FleetOptions options);
+  Status MakeServer();
+  Status StartAgent(Node& node);
+  Result<cli::HttpResponse> Deliver(const api::ApiRequest& request);
+
+  FleetOptions options_;
+  FakeClock clock_;
+  Random random_;
+  GpuCatalog catalog_;
+  EventLog events_;
+  store::InMemoryStateStore store_;
+  std::unique_ptr<store::StateStore> wrapped_store_;
+  store::StateStore* served_store_ = &store_;
+  std::unique_ptr<api::ApiServer> server_;
+  MonoTime next_cycle_;
+  std::string admin_token_;
+  std::string join_token_;
+  TaskLedger ledger_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  LinkFaults link_faults_;
+  std::vector<DelayedRequest> delayed_;
+  uint64_t delayed_order_ = 0;
+  std::map<std::string, int> link_counts_;
+};
+
+// An api::ApiRequest for "METHOD PATH?QUERY" with a bearer `token` and `body`, as the HTTP server
+// would hand it over (query values percent-decoded).
+api::ApiRequest MakeApiRequest(std::string_view method, std::string_view target,
+                               std::string_view body, std::string_view token);
+
+}  // namespace gpufleet::fleetsim
