@@ -208,7 +208,9 @@ ControlPlane::ControlPlane(ControlPlaneOptions options, std::unique_ptr<schedule
                .lease = options_.node_timeout,
                .stop_grace = options_.stop_grace}),
       reliability_(std::make_unique<ReliabilityController>(
-          options_.store, options_.clock, options_.wall_clock, options_.reliability)),
+          options_.store, options_.clock, options_.wall_clock, options_.reliability,
+          [this](const Json& before, Json& after, int64_t version, const std::string& event,
+                 store::WriteBatch& batch) { AddJobWrite(before, after, version, event, batch); })),
       scheduler_(std::move(sched)),
       view_(std::make_unique<SchedulingView>(options_.store, options_.catalog)),
       last_full_retry_(started_at_),
