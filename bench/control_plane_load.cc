@@ -37,10 +37,10 @@
 #include <CLI/CLI.hpp>
 #include <fmt/core.h>
 
-#include "gpufleet/api/http.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/http/cpp_httplib.h"
 #include "gpufleet/store/postgres_store.h"
 #include "gpufleet/store/sqlite_store.h"
 #include "gpufleet/wire/agent_protocol.h"

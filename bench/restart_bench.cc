@@ -32,13 +32,13 @@
 #include <fmt/core.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/http.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/testing/server_process.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/json_scan.h"
 #include "gpufleet/core/synthetic_cluster.h"
+#include "gpufleet/http/cpp_httplib.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/store/sqlite_store.h"
 

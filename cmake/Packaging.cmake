@@ -10,6 +10,11 @@ install(FILES deploy/etc/server.yaml deploy/etc/agent.yaml
 install(FILES deploy/systemd/gpufleet-server.service deploy/systemd/gpufleet-agent.service
         DESTINATION /lib/systemd/system COMPONENT gpufleet)
 install(DIRECTORY DESTINATION /var/lib/gpufleet COMPONENT gpufleet)
+# The bash completion of every subcommand and flag (made after each build of the binary, in
+# apps/gpufleet/CMakeLists.txt).
+install(FILES ${CMAKE_BINARY_DIR}/gpufleet.bash
+        DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions RENAME gpufleet
+        COMPONENT gpufleet)
 install(FILES README.md docs/operations.md docs/api.md docs/agent.md docs/ha.md docs/telemetry.md
               docs/containers.md docs/reliability.md
         DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT gpufleet)

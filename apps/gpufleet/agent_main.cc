@@ -25,9 +25,9 @@
 #include "gpufleet/agent/simulated_probe.h"
 #include "gpufleet/agent/slurm_health.h"
 #include "gpufleet/agent/telemetry.h"
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/http/client.h"
 #include "gpufleet/runner/podman_runner.h"
 #include "gpufleet/runner/process_runner.h"
 #include "gpufleet/runner/simulated_runner.h"
@@ -430,7 +430,7 @@ int RunAgent(const AgentFlags& flags) {
     return FailAgent(metrics_port.status());
   }
   // Short timeouts bound how long a heartbeat can block the lease check (fence_margin).
-  cli::ApiClient client(server, token, flags.ca_cert, std::chrono::seconds(5));
+  http::ApiClient client(server, token, flags.ca_cert, std::chrono::seconds(5));
   agent::NodeAgent node_agent(options, **sampler, *probe, *task_runner, client, catalog, clock);
   fmt::print("gpufleet agent: node {} -> {}, metrics on http://{}:{}/metrics\n", options.node_name,
              server, metrics->first, *metrics_port);

@@ -19,13 +19,13 @@
 #include "gpufleet/cli/config.h"
 #include "gpufleet/cli/export_jobs.h"
 #include "gpufleet/cli/format.h"
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/cli/provenance.h"
 #include "gpufleet/cli/report.h"
 #include "gpufleet/cli/terminal.h"
 #include "gpufleet/cli/usage_report.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/http/client.h"
 #include "gpufleet/sim/slurm_failures.h"
 #include "gpufleet/sim/slurm_history.h"
 
@@ -129,11 +129,11 @@ struct CliState {
   CLI::App* report_verb = nullptr;
   SlurmReportFlags slurm_report;
   int gpu = 0;
-  std::vector<std::pair<CLI::App*, std::function<int(cli::ApiClient&)>>> verbs;
+  std::vector<std::pair<CLI::App*, std::function<int(http::ApiClient&)>>> verbs;
 };
 
 // A verb with the global flags; `run` is what it does once parsed.
-void AddVerb(CliState& state, CLI::App* verb, std::function<int(cli::ApiClient&)> run) {
+void AddVerb(CliState& state, CLI::App* verb, std::function<int(http::ApiClient&)> run) {
   verb->group(kCliGroup);
   verb->add_option("--server", state.server,
                    "server address, http(s)://host:port, or several comma-separated (the "
@@ -154,7 +154,7 @@ void AddNodeVerb(CLI::App& app, CliState& state, const std::string& name,
   CLI::Option* gpu =
       takes_gpu ? verb->add_option("--gpu", state.gpu, "one GPU index (default: every GPU)")
                 : nullptr;
-  AddVerb(state, verb, [&state, action, gpu](cli::ApiClient& client) {
+  AddVerb(state, verb, [&state, action, gpu](http::ApiClient& client) {
     if (gpu != nullptr && gpu->count() > 0) {
       state.node.gpu = state.gpu;
     }
@@ -172,7 +172,7 @@ Action AddCliCommands(CLI::App& app) {
   submit->add_option("-f,--filename", s.submit.file, "the job spec file")->required();
   submit->add_flag("--strict", s.submit.strict,
                    "refuse a job that no node of the fleet could ever hold (else a warning)");
-  AddVerb(s, submit, [&s](cli::ApiClient& client) {
+  AddVerb(s, submit, [&s](http::ApiClient& client) {
     return cli::RunSubmit(client, s.submit, std::cout, std::cerr);
   });
 
@@ -185,7 +185,7 @@ Action AddCliCommands(CLI::App& app) {
   get->add_option("-o,--output", s.get.output, "table (default), wide, json or yaml");
   get->add_option("--state", s.get.state, "jobs in this state only (Pending, Running, ...)");
   get->add_option("--queue", s.get.queue, "jobs of this queue only");
-  AddVerb(s, get, [&s](cli::ApiClient& client) {
+  AddVerb(s, get, [&s](http::ApiClient& client) {
     const SystemClock clock;
     return cli::RunGet(client, s.get, clock, std::cout, std::cerr);
   });
@@ -195,7 +195,7 @@ Action AddCliCommands(CLI::App& app) {
   describe->add_option("TYPE", s.describe.kind, "job, node or deployment")->required();
   describe->add_option("NAME", s.describe.name, "its name (a job or deployment: NAME or TEAM/NAME)")
       ->required();
-  AddVerb(s, describe, [&s](cli::ApiClient& client) {
+  AddVerb(s, describe, [&s](http::ApiClient& client) {
     return cli::RunDescribe(client, s.describe, std::cout, std::cerr);
   });
 
@@ -204,7 +204,7 @@ Action AddCliCommands(CLI::App& app) {
   explain->add_option("TYPE", s.explain.kind, "job")->required();
   explain->add_option("NAME", s.explain.name, "the job's name (NAME or TEAM/NAME)")->required();
   explain->add_option("-o,--output", s.explain.output, "text (default), json or yaml");
-  AddVerb(s, explain, [&s](cli::ApiClient& client) {
+  AddVerb(s, explain, [&s](http::ApiClient& client) {
     return cli::RunExplain(client, s.explain, std::cout, std::cerr);
   });
 
@@ -219,20 +219,20 @@ Action AddCliCommands(CLI::App& app) {
                    "same job's other)")
       ->expected(0, 2)
       ->check(CLI::PositiveNumber);
-  AddVerb(s, diff, [&s](cli::ApiClient& client) {
+  AddVerb(s, diff, [&s](http::ApiClient& client) {
     return cli::RunDiff(client, s.diff, std::cout, std::cerr);
   });
 
   CLI::App* cancel = app.add_subcommand("cancel", "cancel a job");
   cancel->add_option("NAME", s.cancel, "job name: NAME in your team, or TEAM/NAME")->required();
-  AddVerb(s, cancel, [&s](cli::ApiClient& client) {
+  AddVerb(s, cancel, [&s](http::ApiClient& client) {
     return cli::RunCancel(client, s.cancel, std::cout, std::cerr);
   });
 
   CLI::App* resume = app.add_subcommand(
       "resume", "resume a job that idle reclaim suspended (owner's team, admin)");
   resume->add_option("NAME", s.resume, "job name: NAME in your team, or TEAM/NAME")->required();
-  AddVerb(s, resume, [&s](cli::ApiClient& client) {
+  AddVerb(s, resume, [&s](http::ApiClient& client) {
     return cli::RunResume(client, s.resume, std::cout, std::cerr);
   });
 
@@ -255,7 +255,7 @@ Action AddCliCommands(CLI::App& app) {
   create->add_flag("--no-borrow", s.create.no_borrow, "queue: never hold more than its guarantee");
   create->add_flag("--allow-host-network", s.create.allow_host_network,
                    "queue: members' container tasks may share the node's network (hostNetwork)");
-  AddVerb(s, create, [&s](cli::ApiClient& client) {
+  AddVerb(s, create, [&s](http::ApiClient& client) {
     return cli::RunCreate(client, s.create, std::cout, std::cerr);
   });
 
@@ -277,7 +277,7 @@ Action AddCliCommands(CLI::App& app) {
   update->add_option("--min", s.update.min_replicas, "deployment: min_replicas");
   update->add_option("--max", s.update.max_replicas, "deployment: max_replicas");
   update->add_option("--target", s.update.target_pct, "deployment: target_utilization_pct");
-  AddVerb(s, update, [&s](cli::ApiClient& client) {
+  AddVerb(s, update, [&s](http::ApiClient& client) {
     return cli::RunUpdate(client, s.update, std::cout, std::cerr);
   });
 
@@ -285,14 +285,14 @@ Action AddCliCommands(CLI::App& app) {
       app.add_subcommand("delete", "delete a queue (admin) or a deployment and its replicas");
   remove->add_option("TYPE", s.delete_args.kind, "queue, node or deployment")->required();
   remove->add_option("NAME", s.delete_args.name, "the queue's or deployment's name")->required();
-  AddVerb(s, remove, [&s](cli::ApiClient& client) {
+  AddVerb(s, remove, [&s](http::ApiClient& client) {
     return cli::RunDelete(client, s.delete_args, std::cout, std::cerr);
   });
 
   CLI::App* revoke = app.add_subcommand("revoke", "revoke a token (admin)");
   revoke->add_option("TYPE", s.revoke.kind, "token")->required();
   revoke->add_option("ID", s.revoke.id, "the token's id (`gpufleet get tokens`)")->required();
-  AddVerb(s, revoke, [&s](cli::ApiClient& client) {
+  AddVerb(s, revoke, [&s](http::ApiClient& client) {
     return cli::RunRevoke(client, s.revoke, std::cout, std::cerr);
   });
 
@@ -324,7 +324,7 @@ Action AddCliCommands(CLI::App& app) {
                      "usage: a price table per GPU model (MODEL,PRICE lines or MODEL: PRICE)");
   report->add_option("--format", s.usage.format, "usage: table (default), csv or json");
   s.report_verb = report;
-  AddVerb(s, report, [&s](cli::ApiClient& client) {
+  AddVerb(s, report, [&s](http::ApiClient& client) {
     if (s.report.kind == "usage") {
       if (s.usage.format.empty()) {
         s.usage.format = s.report.output;  // -o json works too; -o yaml is refused
@@ -340,7 +340,7 @@ Action AddCliCommands(CLI::App& app) {
   export_verb->add_option("TYPE", s.export_args.kind, "jobs: every finished job that ran")
       ->required();
   export_verb->add_option("-o,--output", s.export_args.output, "the CSV file (default stdout)");
-  AddVerb(s, export_verb, [&s](cli::ApiClient& client) {
+  AddVerb(s, export_verb, [&s](http::ApiClient& client) {
     return cli::RunExport(client, s.export_args, std::cout, std::cerr);
   });
 
@@ -378,7 +378,7 @@ Action AddCliCommands(CLI::App& app) {
         std::cerr << "error: " << config.status().message() << "\n";
         return 1;
       }
-      cli::ApiClient client(config->address, config->token, config->ca_cert);
+      http::ApiClient client(config->address, config->token, config->ca_cert);
       // The server's answers hold other users' text: no control character reaches the terminal.
       const cli::EscapeControlCharacters escaped_out(std::cout);
       const cli::EscapeControlCharacters escaped_err(std::cerr);

@@ -21,11 +21,11 @@
 
 #include "gpufleet/agent/simulated_node.h"
 #include "gpufleet/api/event_time_store.h"
-#include "gpufleet/api/http.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/http/client.h"
+#include "gpufleet/http/cpp_httplib.h"
 #include "gpufleet/runner/simulated_runner.h"
 #include "gpufleet/sim/openb.h"
 #include "gpufleet/sim/trace_loaders.h"
@@ -105,7 +105,7 @@ Result<MigLayoutChoice> ChooseMigLayout(const DevFlags& flags, const GpuCatalog&
 // research's), prod over prod/serving (a quarter), interactive (a sixteenth). Guarantees are of
 // any model and add up within each parent and within the fleet. A data directory from an earlier
 // run has them already: those are kept as they are.
-Status CreateExampleQueues(cli::ApiClient& admin, int64_t fleet_gpus) {
+Status CreateExampleQueues(http::ApiClient& admin, int64_t fleet_gpus) {
   const int64_t research = fleet_gpus / 2;
   const int64_t nlp = fleet_gpus * 3 / 8;
   const int64_t prod = fleet_gpus / 4;
@@ -362,8 +362,8 @@ int RunDev(DevFlags flags) {
     return FailDev(port.status());
   }
   const std::string address = fmt::format("http://{}:{}", listen->first, *port);
-  cli::ApiClient agent_client(address, *agent_token);
-  cli::ApiClient admin_client(address, **admin);
+  http::ApiClient agent_client(address, *agent_token);
+  http::ApiClient admin_client(address, **admin);
 
   if (const Status made = CreateExampleQueues(
           admin_client, static_cast<int64_t>(flags.nodes) * flags.gpus_per_node);

@@ -1,13 +1,11 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "flags.h"
 
-#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
 #include <charconv>
 #include <cstring>
 #include <ctime>
@@ -16,6 +14,8 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include "gpufleet/os/files.h"
 
 namespace gpufleet::app {
 namespace {
@@ -95,19 +95,7 @@ Result<std::string> ReadSecretFile(const std::string& path, std::string_view fla
 }
 
 Status WriteSecretFile(const std::string& path, std::string_view secret) {
-  const std::string temporary = path + ".tmp";
-  const int fd = open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return UnavailableError(fmt::format("cannot write \"{}\": {}", temporary, strerror(errno)));
-  }
-  const std::string text = fmt::format("{}\n", secret);
-  const bool written =
-      write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && fsync(fd) == 0;
-  close(fd);
-  if (!written || rename(temporary.c_str(), path.c_str()) != 0) {
-    return UnavailableError(fmt::format("cannot write \"{}\": {}", path, strerror(errno)));
-  }
-  return Status::Ok();
+  return os::WriteFileAtomically(path, fmt::format("{}\n", secret), os::Durability::kMachineCrash);
 }
 
 void BlockStopSignals() {

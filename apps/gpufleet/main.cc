@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   gpufleet::app::Action probe = gpufleet::app::AddProbeCommand(app);
   gpufleet::app::Action fabric = gpufleet::app::AddFabricCommand(app);
   gpufleet::app::Action cli = gpufleet::app::AddCliCommands(app);
+  gpufleet::app::Action completion = gpufleet::app::AddCompletionCommand(app);
 
   CLI11_PARSE(app, argc, argv);
   if (sim && app.got_subcommand("sim")) {
@@ -41,6 +42,9 @@ int main(int argc, char** argv) {
   }
   if (fabric && app.got_subcommand("fabric")) {
     return fabric();
+  }
+  if (app.got_subcommand("completion")) {
+    return completion();
   }
   if (cli && !app.get_subcommands().empty() &&
       app.get_subcommands().front()->get_group() == gpufleet::app::kCliGroup) {

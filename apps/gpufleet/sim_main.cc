@@ -687,9 +687,10 @@ Action AddSimCommand(CLI::App& app) {
   const SimSubcommand interactive = AddSimInteractiveCommand(*sim);
   const SimSubcommand coldstart = AddSimColdStartCommand(*sim);
   const SimSubcommand chaos = AddSimChaosCommand(*sim);
+  const SimSubcommand fleet = AddSimFleetCommand(*sim);
 
   return [fill, fill_flags, bound, bound_flags, replay, replay_flags, failures, autoscale, mig,
-          fairness, backfill, interactive, coldstart, chaos] {
+          fairness, backfill, interactive, coldstart, chaos, fleet] {
     if (fill->parsed()) {
       return RunFillCommand(*fill_flags);
     }
@@ -722,6 +723,9 @@ Action AddSimCommand(CLI::App& app) {
     }
     if (chaos.command->parsed()) {
       return chaos.run();
+    }
+    if (fleet.command->parsed()) {
+      return fleet.run();
     }
     return 2;
   };

@@ -41,6 +41,8 @@ SimSubcommand AddSimInteractiveCommand(CLI::App& sim);
 SimSubcommand AddSimColdStartCommand(CLI::App& sim);
 // `gpufleet sim chaos` (sim_chaos_main.cc).
 SimSubcommand AddSimChaosCommand(CLI::App& sim);
+// `gpufleet sim fleet` (sim_fleet_main.cc).
+SimSubcommand AddSimFleetCommand(CLI::App& sim);
 
 // `gpufleet server`: the REST API and the scheduling loop (server_main.cc).
 Action AddServerCommand(CLI::App& app);
@@ -65,6 +67,10 @@ struct LoadedFabricSpec {
   bool from_slurm = false;
 };
 Result<LoadedFabricSpec> LoadFabricSpecFile(const std::string& path);
+
+// `gpufleet completion bash`: a completion script of every subcommand and flag
+// (completion_main.cc).
+Action AddCompletionCommand(CLI::App& app);
 
 // The client verbs (`submit`, `get`, `describe`, `cancel`, `create`, `revoke`, node operations),
 // all in the help group kCliGroup; the action runs whichever of them was chosen.

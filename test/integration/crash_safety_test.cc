@@ -25,11 +25,11 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/event_time_store.h"
-#include "gpufleet/api/http.h"
 #include "gpufleet/api/testing/server_process.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/cpp_httplib.h"
 #include "gpufleet/store/sqlite_store.h"
 #include "gpufleet/wire/json_fields.h"
 

@@ -18,9 +18,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/http.h"
 #include "gpufleet/api/testing/server_process.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/cpp_httplib.h"
 #include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet {

@@ -27,9 +27,9 @@
 #include <gtest/gtest.h>
 #include <openssl/evp.h>
 
-#include "gpufleet/agent/internal/http.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/cpp_httplib.h"
 #include "gpufleet/runner/podman_runner.h"
 #include "gpufleet/runner/process_runner.h"
 #include "gpufleet/runner/testing/podman_testing.h"

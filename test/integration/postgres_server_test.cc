@@ -25,11 +25,11 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/http.h"
 #include "gpufleet/api/testing/job_spec_json.h"
 #include "gpufleet/api/testing/server_process.h"
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/client.h"
+#include "gpufleet/http/cpp_httplib.h"
 
 namespace gpufleet {
 namespace {
@@ -345,7 +345,7 @@ TEST_F(LeaderElectionEndToEndTest, TheFollowerRedirectsWritesAndLeadsWithinTenSe
   }
   // The clients follow it to a server they were given: a submission through the follower lands
   // on the leader, and the follower serves the job from the store.
-  cli::ApiClient through_follower(Address(*follower_) + "," + Address(*leader_), kAdminToken);
+  http::ApiClient through_follower(Address(*follower_) + "," + Address(*leader_), kAdminToken);
   ASSERT_OK(
       through_follower.Post("/v1/jobs", api_testing::OneTaskJobJson("j1"), "application/json"));
   EXPECT_TRUE(WaitFor(std::chrono::seconds(5), [&] { return Placed(*follower_, "j1"); }))
@@ -356,7 +356,7 @@ TEST_F(LeaderElectionEndToEndTest, TheFollowerRedirectsWritesAndLeadsWithinTenSe
   const std::string dead = Address(*leader_);
   const Clock::time_point killed = Clock::now();
   leader_->KillAndWait(SIGKILL);
-  cli::ApiClient both(dead + "," + Address(*follower_), kAdminToken);
+  http::ApiClient both(dead + "," + Address(*follower_), kAdminToken);
   double led_after = -1;
   ASSERT_TRUE(WaitFor(kFailoverTarget + std::chrono::seconds(5), [&] {
     if (led_after < 0 && Leads(follower_->port())) {
@@ -385,7 +385,7 @@ TEST_F(LeaderElectionEndToEndTest, ALeaderPausedPastItsLeaseCommitsNothingAndExi
   ASSERT_EQ(kill(leader_->pid(), SIGSTOP), 0);
   ASSERT_TRUE(WaitFor(kFailoverTarget, [&] { return Leads(follower_->port()); }))
       << follower_->output();
-  cli::ApiClient through_follower(Address(*follower_), kAdminToken);
+  http::ApiClient through_follower(Address(*follower_), kAdminToken);
   ASSERT_OK(through_follower.Post("/v1/jobs", api_testing::OneTaskJobJson("during-pause"),
                                   "application/json"));
 

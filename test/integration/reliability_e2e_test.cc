@@ -17,11 +17,11 @@
 
 #include "gpufleet/agent/simulated_node.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/cli/report.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/client.h"
 #include "gpufleet/store/memory_store.h"
 
 namespace gpufleet {
@@ -39,12 +39,12 @@ constexpr int kBadGpu = 2;
 constexpr int kMaxRounds = 6;
 
 // Calls the server's request handler directly, as an HTTP round trip would.
-class InProcessTransport final : public cli::Transport {
+class InProcessTransport final : public http::Transport {
  public:
   explicit InProcessTransport(api::ApiServer& server) : server_(server) {}
-  Result<cli::HttpResponse> Send(std::string_view method, std::string_view path,
-                                 std::string_view body, std::string_view /*content_type*/,
-                                 std::string_view token) override {
+  Result<http::HttpResponse> Send(std::string_view method, std::string_view path,
+                                  std::string_view body, std::string_view /*content_type*/,
+                                  std::string_view token) override {
     api::ApiRequest request;
     request.method = std::string(method);
     const size_t query = path.find('?');
@@ -58,7 +58,7 @@ class InProcessTransport final : public cli::Transport {
     request.authorization = token.empty() ? "" : fmt::format("Bearer {}", token);
     request.body = std::string(body);
     const api::ApiResponse response = server_.Handle(request);
-    return cli::HttpResponse{response.status, response.body, response.content_type};
+    return http::HttpResponse{response.status, response.body, response.content_type};
   }
 
  private:
@@ -101,10 +101,10 @@ class ReliabilityEndToEndTest : public ::testing::Test {
         *server_->authenticator().CreateToken(control::Role::kAdmin, "", "root");
     const std::string agent =
         *server_->authenticator().CreateToken(control::Role::kAgent, "", "agent");
-    admin_ = std::make_unique<cli::ApiClient>(std::make_unique<InProcessTransport>(*server_),
-                                              "in-process", admin);
-    agent_client_ = std::make_unique<cli::ApiClient>(std::make_unique<InProcessTransport>(*server_),
-                                                     "in-process", agent);
+    admin_ = std::make_unique<http::ApiClient>(std::make_unique<InProcessTransport>(*server_),
+                                               "in-process", admin);
+    agent_client_ = std::make_unique<http::ApiClient>(
+        std::make_unique<InProcessTransport>(*server_), "in-process", agent);
     ASSERT_OK(server_->RunSchedulingCycle());
     for (int i = 0; i < kNodes; ++i) {
       agent::SimulatedNode::Options options;
@@ -154,8 +154,8 @@ class ReliabilityEndToEndTest : public ::testing::Test {
   FakeClock clock_{MonoTime{1'700'000'000'000'000'000}};
   store::InMemoryStateStore store_;
   std::unique_ptr<api::ApiServer> server_;
-  std::unique_ptr<cli::ApiClient> admin_;
-  std::unique_ptr<cli::ApiClient> agent_client_;
+  std::unique_ptr<http::ApiClient> admin_;
+  std::unique_ptr<http::ApiClient> agent_client_;
   std::vector<std::unique_ptr<agent::SimulatedNode>> nodes_;
 };
 

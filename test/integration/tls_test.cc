@@ -14,8 +14,8 @@
 
 #include "gpufleet/api/testing/self_signed_cert.h"
 #include "gpufleet/api/testing/server_process.h"
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/client.h"
 
 namespace gpufleet {
 namespace {
@@ -57,15 +57,15 @@ TEST_F(ServerTlsTest, TheCliReachesAnHttpsServerWithItsCaCertOnly) {
   EXPECT_THAT((*server)->output(), HasSubstr("listening on https://127.0.0.1:"));
   const std::string address = "https://127.0.0.1:" + std::to_string((*server)->port());
 
-  cli::ApiClient trusting(address, kTlsAdminToken, cert_);
+  http::ApiClient trusting(address, kTlsAdminToken, cert_);
   Result<nlohmann::json> queues = trusting.Get("/v1/queues");
   ASSERT_OK(queues);
   EXPECT_EQ((*queues)["items"][0]["name"], "default");
 
-  cli::ApiClient untrusting(address, kTlsAdminToken);
+  http::ApiClient untrusting(address, kTlsAdminToken);
   EXPECT_THAT(untrusting.Get("/v1/queues"),
               StatusIs(StatusCode::kUnavailable, HasSubstr("certificate verification failed")));
-  cli::ApiClient plain("http://127.0.0.1:" + std::to_string((*server)->port()), kTlsAdminToken);
+  http::ApiClient plain("http://127.0.0.1:" + std::to_string((*server)->port()), kTlsAdminToken);
   EXPECT_THAT(plain.Get("/v1/queues"), StatusIs(StatusCode::kUnavailable));
 }
 

@@ -20,9 +20,10 @@
 #include <fmt/format.h>
 #include <openssl/evp.h>
 
-#include "gpufleet/agent/internal/http.h"
 #include "gpufleet/core/image_reference.h"
+#include "gpufleet/http/cpp_httplib.h"
 #include "gpufleet/http/server.h"
+#include "gpufleet/os/files.h"
 
 namespace gpufleet::agent {
 namespace {
@@ -169,12 +170,12 @@ struct ImageMirror::Impl {
       std::lock_guard<std::mutex> lock(mu);
       tmp = fmt::format("{}/{}.{}", tmp_dir, hex, ++tmp_sequence);
     }
-    const int fd = open(tmp.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600);
-    if (fd < 0) {
+    const os::UniqueFd file(open(tmp.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600));
+    if (!file.valid()) {
       return Status(StatusCode::kUnavailable,
                     fmt::format("cannot create {}: {}", tmp, std::strerror(errno)));
     }
-    const http::OpenFile file(fd, 0);  // closes it
+    const int fd = file.get();
     httplib::Client client(base_url);
     client.set_connection_timeout(to_peer ? options.peer_connect_timeout
                                           : std::chrono::milliseconds(10'000));

@@ -15,8 +15,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpufleet/agent/internal/http.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/cpp_httplib.h"
 #include "gpufleet/http/testing/raw_connection.h"
 
 namespace gpufleet::agent {

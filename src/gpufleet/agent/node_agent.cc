@@ -22,7 +22,7 @@ constexpr char kTaskEnv[] = "GPUFLEET_TASK";
 constexpr char kTaskIdEnv[] = "GPUFLEET_TASK_ID";
 
 // With the node's own credential once it has one, else the client's token.
-Result<wire::AgentReply> Send(cli::ApiClient& client, const std::string& node_token,
+Result<wire::AgentReply> Send(http::ApiClient& client, const std::string& node_token,
                               const std::string& path, const std::string& body) {
   GPUFLEET_ASSIGN_OR_RETURN(const nlohmann::json answer,
                             node_token.empty()
@@ -164,7 +164,7 @@ std::vector<MigDeviceInfo> WithPlacementStarts(const GpuModelInfo& model,
 }
 
 NodeAgent::NodeAgent(NodeAgentOptions options, TelemetrySampler& telemetry, GpuProbe& probe,
-                     runner::TaskRunner& runner, cli::ApiClient& client, const GpuCatalog& catalog,
+                     runner::TaskRunner& runner, http::ApiClient& client, const GpuCatalog& catalog,
                      const Clock& clock)
     : options_(std::move(options)),
       telemetry_(telemetry),
@@ -193,7 +193,7 @@ Result<wire::AgentReply> NodeAgent::SendRenewing(const std::string& path, const 
   // only once the runner has it: otherwise they keep the old deadline, and so does the agent.
   const Duration fence_in =
       std::max<Duration>(sent + (lease - FenceMargin(lease)) - clock_.Now(), Duration(0));
-  GPUFLEET_RETURN_IF_ERROR(runner_.RenewLease(fence_in, FenceGrace(lease, server_stop_grace)));
+  GPUFLEET_RETURN_IF_ERROR(runner_.RenewLease(fence_in, FenceGrace(server_stop_grace)));
   renewed_at_ = sent;
   lease_ = lease;
   server_stop_grace_ = server_stop_grace;
@@ -205,9 +205,10 @@ Duration NodeAgent::FenceMargin(Duration lease) const {
   return std::min<Duration>(options_.fence_margin, lease / 2);
 }
 
-Duration NodeAgent::FenceGrace(Duration lease, Duration server_stop_grace) const {
-  return std::clamp<Duration>(server_stop_grace - FenceMargin(lease), Duration(0),
-                              options_.stop_grace);
+Duration NodeAgent::FenceGrace(Duration server_stop_grace) const {
+  // SIGTERM comes a margin before the lease runs out, so a grace up to the server's own ends the
+  // same margin before the server frees the GPUs (lease plus its stop grace).
+  return std::clamp<Duration>(server_stop_grace, Duration(0), options_.stop_grace);
 }
 
 int NodeAgent::FenceIfLeaseExpired() {
@@ -220,7 +221,7 @@ int NodeAgent::FenceIfLeaseExpired() {
   // here too would send a second SIGTERM, and a task's checkpoint handler would run twice. Only
   // a task an older runner started does not, and the agent stops it. These are the tasks the
   // lease stopped: those still running, or that ended since the deadline.
-  const Duration grace = FenceGrace(lease_, server_stop_grace_);
+  const Duration grace = FenceGrace(server_stop_grace_);
   int stopped = 0;
   for (const runner::TaskStatus& status : runner_.Poll()) {
     if (!runner::IsFinal(status.state) && !status.enforces_lease && !status.stop_requested) {
@@ -380,7 +381,7 @@ Status NodeAgent::Heartbeat() {
   request.images = ImagesToReport();
   request.sequence = clock_.Now().nanos;
   Result<wire::AgentReply> reply =
-      SendRenewing(fmt::format("/v1/agents/{}/heartbeat", cli::UrlEncode(options_.node_name)),
+      SendRenewing(fmt::format("/v1/agents/{}/heartbeat", http::UrlEncode(options_.node_name)),
                    HeartbeatRequestToJson(request));
   if (!reply.ok()) {
     FenceIfLeaseExpired();
@@ -454,7 +455,7 @@ wire::ProvenanceReport NodeAgent::ProvenanceOf(const runner::TaskLaunch& launch,
 
 void NodeAgent::SendProvenance() {
   const std::string path =
-      fmt::format("/v1/agents/{}/provenance", cli::UrlEncode(options_.node_name));
+      fmt::format("/v1/agents/{}/provenance", http::UrlEncode(options_.node_name));
   for (auto it = provenance_pending_.begin(); it != provenance_pending_.end();) {
     const std::string body = wire::ProvenanceReportToJson(it->second);
     const Result<nlohmann::json> answer =

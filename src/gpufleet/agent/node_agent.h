@@ -11,11 +11,11 @@
 #include "gpufleet/agent/gpu_probe.h"
 #include "gpufleet/agent/health.h"
 #include "gpufleet/agent/telemetry.h"
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/resources.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/http/client.h"
 #include "gpufleet/runner/task_runner.h"
 #include "gpufleet/wire/agent_protocol.h"
 
@@ -79,7 +79,7 @@ class NodeAgent {
   // utilization from its latest snapshot, and uses `probe` only to change MIG layouts (then
   // asks the sampler to read the inventory again).
   NodeAgent(NodeAgentOptions options, TelemetrySampler& telemetry, GpuProbe& probe,
-            runner::TaskRunner& runner, cli::ApiClient& client, const GpuCatalog& catalog,
+            runner::TaskRunner& runner, http::ApiClient& client, const GpuCatalog& catalog,
             const Clock& clock);
 
   // Registers the node (inventory from telemetry with the MIG instances, labels with the driver
@@ -153,13 +153,13 @@ class NodeAgent {
   std::optional<std::vector<CachedImage>> ImagesToReport();
   // How long before a lease runs out the agent fences, and the grace it then gives its tasks.
   Duration FenceMargin(Duration lease) const;
-  Duration FenceGrace(Duration lease, Duration server_stop_grace) const;
+  Duration FenceGrace(Duration server_stop_grace) const;
 
   NodeAgentOptions options_;
   TelemetrySampler& telemetry_;
   GpuProbe& probe_;
   runner::TaskRunner& runner_;
-  cli::ApiClient& client_;
+  http::ApiClient& client_;
   const GpuCatalog& catalog_;
   const Clock& clock_;
 

@@ -28,13 +28,13 @@ using ::testing::Not;
 
 // Calls the server's request handler directly, as an HTTP round trip would.
 // Calls the server in process; while `cut` is set no request gets through (a partition).
-class InProcessTransport final : public cli::Transport {
+class InProcessTransport final : public http::Transport {
  public:
   InProcessTransport(api::ApiServer& server, const bool* cut = nullptr)
       : server_(server), cut_(cut) {}
-  Result<cli::HttpResponse> Send(std::string_view method, std::string_view path,
-                                 std::string_view body, std::string_view /*content_type*/,
-                                 std::string_view token) override {
+  Result<http::HttpResponse> Send(std::string_view method, std::string_view path,
+                                  std::string_view body, std::string_view /*content_type*/,
+                                  std::string_view token) override {
     if (cut_ != nullptr && *cut_) {
       return UnavailableError("in-process: cut off from the server");
     }
@@ -55,7 +55,7 @@ class InProcessTransport final : public cli::Transport {
     request.authorization = token.empty() ? "" : fmt::format("Bearer {}", token);
     request.body = std::string(body);
     const api::ApiResponse response = server_.Handle(request);
-    return cli::HttpResponse{response.status, response.body, response.content_type};
+    return http::HttpResponse{response.status, response.body, response.content_type};
   }
 
  private:
@@ -136,10 +136,10 @@ class NodeAgentTest : public ::testing::Test {
     admin_ = *server_->authenticator().CreateToken(control::Role::kAdmin, "", "root");
     const std::string agent_token =
         *server_->authenticator().CreateToken(control::Role::kAgent, "", "agent");
-    client_ = std::make_unique<cli::ApiClient>(
+    client_ = std::make_unique<http::ApiClient>(
         std::make_unique<InProcessTransport>(*server_, &partitioned_), "in-process", agent_token);
-    admin_client_ = std::make_unique<cli::ApiClient>(std::make_unique<InProcessTransport>(*server_),
-                                                     "in-process", admin_);
+    admin_client_ = std::make_unique<http::ApiClient>(
+        std::make_unique<InProcessTransport>(*server_), "in-process", admin_);
     Result<std::unique_ptr<SimulatedProbe>> probe =
         SimulatedProbe::Create(clock_, catalog_, {.model = "H100-80GB", .gpu_count = 8});
     ASSERT_OK(probe);
@@ -156,7 +156,8 @@ class NodeAgentTest : public ::testing::Test {
 
   // `node_token`: the credential an earlier agent of the node was given (it keeps it on disk).
   std::unique_ptr<NodeAgent> MakeAgent(runner::TaskRunner& runner,
-                                       const std::string& node_token = "") {
+                                       const std::string& node_token = "",
+                                       Duration stop_grace = std::chrono::seconds(5)) {
     NodeAgentOptions options;
     options.node_token = node_token;
     options.node_name = "node-a";
@@ -164,7 +165,7 @@ class NodeAgentTest : public ::testing::Test {
     options.topology_values = {"leaf-0"};
     options.capacity = {64000, 512 * 1024};
     options.log_dir = "/nonexistent";  // the simulated runner writes no logs
-    options.stop_grace = std::chrono::seconds(5);
+    options.stop_grace = stop_grace;
     return std::make_unique<NodeAgent>(options, *sampler_, *probe_, runner, *client_, catalog_,
                                        clock_);
   }
@@ -235,8 +236,8 @@ class NodeAgentTest : public ::testing::Test {
   std::unique_ptr<api::ApiServer> server_;
   std::string admin_;
   bool partitioned_ = false;  // the agent's requests do not get through
-  std::unique_ptr<cli::ApiClient> client_;
-  std::unique_ptr<cli::ApiClient> admin_client_;
+  std::unique_ptr<http::ApiClient> client_;
+  std::unique_ptr<http::ApiClient> admin_client_;
   std::unique_ptr<SimulatedProbe> probe_;
   std::unique_ptr<TelemetrySampler> sampler_;
   std::unique_ptr<runner::SimulatedRunner> runner_;
@@ -515,6 +516,43 @@ TEST_F(NodeAgentTest, ADeadAgentsTasksStopAtTheLeaseItLastRenewed) {
   EXPECT_TRUE(tasks[0].stop_requested);
   ASSERT_TRUE(runner::IsFinal(tasks[0].state));
   EXPECT_EQ(tasks[0].end_time, last_renewal + std::chrono::seconds(24));
+}
+
+// Issue 37: a task cut off from the server gets SIGTERM at the fence deadline and the agent's
+// whole stop grace after it (30 s, no more than the server's), not the grace less the margin
+// again: its SIGKILL still comes 16 s before the server frees its GPUs.
+TEST_F(NodeAgentTest, ATaskFencedOnAPartitionGetsItsWholeStopGrace) {
+  agent_ = MakeAgent(*runner_, "", std::chrono::seconds(30));
+  ASSERT_OK(agent_->Register());
+  Submit(fmt::format(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {{name: checkpointing}}
+spec:
+  tasks:
+    - name: main
+      command: [python, train.py]
+      env: {{GPUFLEET_SIM_DURATION_MS: "3600000", GPUFLEET_SIM_STOP_MS: "{}"}}
+      resources:
+        gpus: {{count: 8}}
+)",
+                     29'000));
+  ASSERT_OK(agent_->Heartbeat());
+  const MonoTime last_renewal = clock_.Now();
+  ASSERT_OK(agent_->Heartbeat());
+  ASSERT_EQ(Job("checkpointing")["state"], "Running");
+
+  partitioned_ = true;
+  clock_.Advance(std::chrono::seconds(24));
+  agent_->FenceIfLeaseExpired();
+  clock_.Advance(std::chrono::seconds(29));
+  const std::vector<runner::TaskStatus> tasks = runner_->Poll();
+  ASSERT_EQ(tasks.size(), 1u);
+  ASSERT_TRUE(runner::IsFinal(tasks[0].state));
+  // SIGTERM at 24 s (the 40 s lease less the 16 s margin); the task needed 29 s and got them.
+  EXPECT_EQ(tasks[0].signal, 15) << "ended by its SIGTERM, not killed";
+  EXPECT_EQ(tasks[0].end_time, last_renewal + std::chrono::seconds(24 + 29));
+  // Before the server's deadline: the lease (40 s) plus its stop grace (30 s).
+  EXPECT_LT(*tasks[0].end_time, last_renewal + std::chrono::seconds(40 + 30));
 }
 
 TEST_F(NodeAgentTest, ARestartedAgentAdoptsTheTasksTheServerStillWants) {

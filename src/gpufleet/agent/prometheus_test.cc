@@ -26,10 +26,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/agent/internal/http.h"
 #include "gpufleet/agent/simulated_probe.h"
 #include "gpufleet/agent/telemetry.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/cpp_httplib.h"
 
 extern char** environ;
 

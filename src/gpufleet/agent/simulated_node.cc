@@ -61,7 +61,7 @@ std::string MergeMetricTexts(const std::vector<std::string>& texts) {
 
 Result<std::unique_ptr<SimulatedNode>> SimulatedNode::Create(Options options, const Clock& clock,
                                                              const GpuCatalog& catalog,
-                                                             cli::ApiClient& client) {
+                                                             http::ApiClient& client) {
   std::unique_ptr<SimulatedNode> node(new SimulatedNode());
   GPUFLEET_ASSIGN_OR_RETURN(node->probe_,
                             SimulatedProbe::Create(clock, catalog,

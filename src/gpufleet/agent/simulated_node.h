@@ -11,9 +11,9 @@
 #include "gpufleet/agent/node_agent.h"
 #include "gpufleet/agent/simulated_probe.h"
 #include "gpufleet/agent/telemetry.h"
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/http/client.h"
 #include "gpufleet/runner/simulated_runner.h"
 
 // One node of a simulated fleet, whole and in-process: a simulated probe, the simulated task
@@ -49,7 +49,7 @@ class SimulatedNode {
   // GPU count.
   static Result<std::unique_ptr<SimulatedNode>> Create(Options options, const Clock& clock,
                                                        const GpuCatalog& catalog,
-                                                       cli::ApiClient& client);
+                                                       http::ApiClient& client);
 
   // ApplyTaskLoads on this node.
   Status UpdateLoads() { return ApplyTaskLoads(*agent_, *runner_, *probe_); }

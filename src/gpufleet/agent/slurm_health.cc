@@ -8,7 +8,7 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/runner/internal/command.h"
+#include "gpufleet/os/command.h"
 
 extern char** environ;  // NOLINT: POSIX's
 
@@ -61,7 +61,7 @@ class Scontrol final : public SlurmControl {
 
  private:
   Result<std::string> Run(std::vector<std::string> args) {
-    runner::internal::CommandSpec spec;
+    os::CommandSpec spec;
     spec.argv.push_back(program_);
     for (std::string& arg : args) {
       spec.argv.push_back(std::move(arg));
@@ -71,10 +71,9 @@ class Scontrol final : public SlurmControl {
       spec.env.emplace_back(*entry);
     }
     spec.timeout = std::chrono::seconds(30);
-    GPUFLEET_ASSIGN_OR_RETURN(runner::internal::CommandOutcome outcome,
-                              runner::internal::RunCommand(spec, clock_));
+    GPUFLEET_ASSIGN_OR_RETURN(os::CommandOutcome outcome, os::RunCommand(spec, clock_));
     if (outcome.exit_code != 0) {
-      const std::string why = runner::internal::LastLine(outcome.errors);
+      const std::string why = os::LastLine(outcome.errors);
       const std::string command = fmt::format("{}", fmt::join(spec.argv, " "));
       if (why.find("Invalid node name") != std::string::npos) {
         return NotFoundError(fmt::format("{}: {}", command, why));

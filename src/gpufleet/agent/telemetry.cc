@@ -246,8 +246,7 @@ std::string TelemetrySampler::RenderMetrics() const {
 }
 
 Result<int> TelemetrySampler::Start(const std::string& host, int port) {
-  std::lock_guard<std::mutex> lock(loop_mu_);
-  if (started_) {
+  if (sampling_.running()) {
     return FailedPreconditionError("telemetry: already started");
   }
   http::ServerOptions http_options;
@@ -273,40 +272,18 @@ Result<int> TelemetrySampler::Start(const std::string& host, int port) {
     return UnavailableError(fmt::format("telemetry: {}", server.status().message()));
   }
   http_ = std::move(server).value();
-  const int bound = http_->port();
-  stopping_ = false;
-  started_ = true;
-  loop_thread_ = std::thread([this] { LoopMain(); });
-  return bound;
+  // A failed sample is counted in the metrics; the next one tries again.
+  sampling_.Start(options_.interval, [this] { static_cast<void>(SampleOnce()); });
+  return http_->port();
 }
 
 void TelemetrySampler::Stop() {
-  {
-    std::lock_guard<std::mutex> lock(loop_mu_);
-    if (!started_) {
-      return;
-    }
-    stopping_ = true;
-    started_ = false;
+  if (!sampling_.running()) {
+    return;
   }
-  loop_cv_.notify_all();
+  sampling_.Stop();
   http_->Stop();
-  if (loop_thread_.joinable()) {
-    loop_thread_.join();
-  }
   http_.reset();
-}
-
-void TelemetrySampler::LoopMain() {
-  std::unique_lock<std::mutex> lock(loop_mu_);
-  while (!stopping_) {
-    lock.unlock();
-    // A failed sample is counted in the metrics; the next one tries again.
-    const Status status = SampleOnce();
-    static_cast<void>(status);
-    lock.lock();
-    loop_cv_.wait_for(lock, options_.interval, [this] { return stopping_; });
-  }
 }
 
 }  // namespace gpufleet::agent

@@ -2,19 +2,18 @@
 #pragma once
 
 #include <chrono>
-#include <condition_variable>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "gpufleet/agent/dcgm_metrics.h"
 #include "gpufleet/agent/gpu_probe.h"
 #include "gpufleet/agent/health.h"
 #include "gpufleet/core/clock.h"
+#include "gpufleet/core/periodic_thread.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/http/server.h"
 
@@ -101,7 +100,6 @@ class TelemetrySampler {
 
  private:
   explicit TelemetrySampler(Options options, ProbeInventory inventory);
-  void LoopMain();
 
   Options options_;
 
@@ -128,12 +126,8 @@ class TelemetrySampler {
   int64_t sample_errors_ = 0;                          // guarded by snapshot_mu_
   std::vector<GpuTask> gpu_tasks_;                     // guarded by snapshot_mu_
 
-  std::mutex loop_mu_;
-  std::condition_variable loop_cv_;
-  bool stopping_ = false;  // guarded by loop_mu_
-  bool started_ = false;   // guarded by loop_mu_
   std::unique_ptr<http::Server> http_;
-  std::thread loop_thread_;
+  PeriodicThread sampling_;
 };
 
 }  // namespace gpufleet::agent

@@ -14,9 +14,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpufleet/agent/internal/http.h"
 #include "gpufleet/agent/simulated_probe.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/cpp_httplib.h"
 
 namespace gpufleet::agent {
 namespace {

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "gpufleet/control/job_lifecycle.h"
+#include "gpufleet/core/rfc3339.h"
 
 namespace gpufleet::api {
 namespace {
@@ -14,7 +15,7 @@ constexpr size_t kStampBytes = 22;
 }  // namespace
 
 std::string StampEventText(int64_t unix_nanos, std::string_view text) {
-  return fmt::format("@{} {}", control::FormatRfc3339(unix_nanos), text);
+  return fmt::format("@{} {}", FormatRfc3339(unix_nanos), text);
 }
 
 EventText ParseEventText(std::string_view stored) {
@@ -22,7 +23,7 @@ EventText ParseEventText(std::string_view stored) {
     return {.at = std::nullopt, .message = stored};
   }
   const std::string_view at = stored.substr(1, kStampBytes - 2);
-  if (!control::ParseRfc3339(at)) {
+  if (!ParseRfc3339(at).ok()) {
     return {.at = std::nullopt, .message = stored};
   }
   return {.at = std::string(at), .message = stored.substr(kStampBytes)};

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "gpufleet/control/job_lifecycle.h"
+#include "gpufleet/core/rfc3339.h"
 
 namespace gpufleet::api {
 
@@ -66,7 +67,7 @@ Result<FleetHistory> FleetHistory::FromDocument(std::string_view document, size_
 wire::Json FleetHistory::SamplesToJson(const std::vector<FleetSample>& samples) {
   wire::Json items = wire::Json::array();
   for (const FleetSample& s : samples) {
-    items.push_back({{"at", control::FormatRfc3339(s.unix_ms * 1000000)},
+    items.push_back({{"at", FormatRfc3339(s.unix_ms * 1000000)},
                      {"unix_ms", s.unix_ms},
                      {"gpus", s.gpus},
                      {"allocated_milli", s.allocated_milli},

@@ -23,6 +23,7 @@
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/json_scan.h"
 #include "gpufleet/core/random.h"
+#include "gpufleet/core/rfc3339.h"
 #include "gpufleet/policy/never_fits.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/snapshot.h"
@@ -927,7 +928,7 @@ Result<Json> ApiRoutes::SubmitJob(const control::Principal& who, std::string_vie
               {"submit_seq", *revision + 1},
               {"submitted_by", Who(who)}};
   if (options_.wall_clock != nullptr) {
-    doc["created_at"] = control::FormatRfc3339(options_.wall_clock->UnixNanos());
+    doc["created_at"] = FormatRfc3339(options_.wall_clock->UnixNanos());
   }
   // Whether any node of the fleet, empty, could hold it: on the view's snapshot, once the loop
   // has built one. A submission does not wait behind a running cycle (a cycle of 10,000 nodes

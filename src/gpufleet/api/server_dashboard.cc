@@ -17,6 +17,7 @@
 #include "gpufleet/api/routes.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/scheduling_view.h"
+#include "gpufleet/core/rfc3339.h"
 
 namespace gpufleet::api {
 namespace {
@@ -126,8 +127,8 @@ void ApiServer::RecordHistoryIfDue() {
 ApiResponse ApiServer::GetHistory(const ApiRequest& request) {
   int64_t since_ms = 0;
   if (const auto it = request.query.find("since"); it != request.query.end()) {
-    const std::optional<int64_t> since = control::ParseRfc3339(it->second);
-    if (!since) {
+    const Result<int64_t> since = ParseRfc3339(it->second);
+    if (!since.ok()) {
       return ErrorResponse(InvalidArgumentError(
           fmt::format("since: \"{}\" is not an RFC 3339 time (2026-12-01T10:00:00Z)", it->second)));
     }

@@ -15,6 +15,7 @@
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/control/tenancy.h"
+#include "gpufleet/core/rfc3339.h"
 #include "gpufleet/policy/backfill.h"
 #include "gpufleet/policy/explain.h"
 #include "gpufleet/wire/job_spec.h"
@@ -222,7 +223,7 @@ ApiResponse ApiRoutes::ExplainJob(const control::Principal& who, std::string_vie
     const int64_t in = *explained->eta_seconds - now;
     eta["inSeconds"] = in;
     if (options_.wall_clock != nullptr) {
-      eta["at"] = control::FormatRfc3339(options_.wall_clock->UnixNanos() + in * 1'000'000'000);
+      eta["at"] = FormatRfc3339(options_.wall_clock->UnixNanos() + in * 1'000'000'000);
     } else {
       eta["why"] =
           fmt::format("{} (in {} s; the server has no wall clock)", explained->eta_why, in);

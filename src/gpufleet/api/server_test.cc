@@ -21,7 +21,6 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/auth.h"
-#include "gpufleet/api/http.h"
 #include "gpufleet/api/testing/api_request.h"
 #include "gpufleet/api/testing/self_signed_cert.h"
 #include "gpufleet/control/tenancy.h"
@@ -29,6 +28,7 @@
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/cpp_httplib.h"
 #include "gpufleet/http/testing/raw_connection.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/store/sqlite_store.h"

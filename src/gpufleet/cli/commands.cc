@@ -17,6 +17,7 @@
 
 #include "gpufleet/cli/format.h"
 #include "gpufleet/cli/provenance.h"
+#include "gpufleet/core/rfc3339.h"
 
 namespace gpufleet::cli {
 namespace {
@@ -29,7 +30,7 @@ std::string ObjectPath(std::string_view collection, std::string_view name) {
   std::string path = fmt::format("/v1/{}", collection);
   for (size_t start = 0; start <= name.size();) {
     const size_t slash = std::min(name.find('/', start), name.size());
-    path += "/" + UrlEncode(name.substr(start, slash - start));
+    path += "/" + http::UrlEncode(name.substr(start, slash - start));
     start = slash + 1;
   }
   return path;
@@ -111,7 +112,7 @@ const char* NodeActionDone(NodeAction action) {
 }
 
 // Queues, teams and tokens have no GET route of their own: one is found in the list, by `key`.
-Result<json> FindInList(ApiClient& client, const std::string& path, std::string_view what,
+Result<json> FindInList(http::ApiClient& client, const std::string& path, std::string_view what,
                         std::string_view key, const std::string& name) {
   GPUFLEET_ASSIGN_OR_RETURN(const json answer, client.Get(path));
   if (answer.is_object() && answer.contains("items") && answer["items"].is_array()) {
@@ -204,7 +205,7 @@ Result<std::string> ReadTextFile(const std::string& path, std::string_view what)
   return text.str();
 }
 
-int PrintError(const ApiClient& client, const Status& status, std::ostream& err) {
+int PrintError(const http::ApiClient& client, const Status& status, std::ostream& err) {
   if (client.last_error_from_server()) {
     err << "Error from server (" << ReasonName(status.code()) << "): " << status.message() << "\n";
   } else {
@@ -230,11 +231,11 @@ std::vector<std::string> DeploymentRow(const json& deployment, int64_t now_unix_
           Text(Member(deployment, "ready_replicas")),
           utilization.is_number() ? Text(utilization) + "%" : "<unknown>",
           target.is_number() ? Text(target) + "%" : "<unknown>",
-          created.ok() ? FormatAge(now_unix_seconds - *created) : "<unknown>"};
+          created.ok() ? FormatAge(now_unix_seconds - *created / 1'000'000'000) : "<unknown>"};
 }
 
 // `get deployments [NAME]`: kept apart from the generic kinds, whose tables live in format.cc.
-int RunGetDeployments(ApiClient& client, const GetArgs& args, const WallClock& clock,
+int RunGetDeployments(http::ApiClient& client, const GetArgs& args, const WallClock& clock,
                       std::ostream& out, std::ostream& err) {
   Result<OutputFormat> format = ParseOutputFormat(args.output);
   if (!format.ok()) {
@@ -270,7 +271,7 @@ int RunGetDeployments(ApiClient& client, const GetArgs& args, const WallClock& c
   return 0;
 }
 
-int RunCreateDeployment(ApiClient& client, const CreateArgs& args, std::ostream& out,
+int RunCreateDeployment(http::ApiClient& client, const CreateArgs& args, std::ostream& out,
                         std::ostream& err) {
   if (args.file.empty() || !args.name.empty() || !args.team.empty() || !args.role.empty()) {
     return PrintUsageError("usage: create deployment -f FILE", err);
@@ -342,7 +343,7 @@ std::string DescribeDeployment(const json& deployment,
   return text + EventsSection(events);
 }
 
-int RunDescribeDeployment(ApiClient& client, const DescribeArgs& args, std::ostream& out,
+int RunDescribeDeployment(http::ApiClient& client, const DescribeArgs& args, std::ostream& out,
                           std::ostream& err) {
   const std::string path = ObjectPath("deployments", args.name);
   Result<json> deployment = client.Get(path);
@@ -370,7 +371,7 @@ int RunDescribeDeployment(ApiClient& client, const DescribeArgs& args, std::ostr
   return 0;
 }
 
-int RunUpdateDeployment(ApiClient& client, const UpdateArgs& args, std::ostream& out,
+int RunUpdateDeployment(http::ApiClient& client, const UpdateArgs& args, std::ostream& out,
                         std::ostream& err) {
   if (args.name.empty()) {
     return PrintUsageError("usage: update deployment NAME [--min N] [--max N] [--target PCT]", err);
@@ -403,7 +404,7 @@ int RunUpdateDeployment(ApiClient& client, const UpdateArgs& args, std::ostream&
   return 0;
 }
 
-int RunDeleteDeployment(ApiClient& client, const DeleteArgs& args, std::ostream& out,
+int RunDeleteDeployment(http::ApiClient& client, const DeleteArgs& args, std::ostream& out,
                         std::ostream& err) {
   if (args.name.empty()) {
     return PrintUsageError("usage: delete deployment NAME", err);
@@ -418,7 +419,8 @@ int RunDeleteDeployment(ApiClient& client, const DeleteArgs& args, std::ostream&
 
 }  // namespace
 
-int RunSubmit(ApiClient& client, const SubmitArgs& args, std::ostream& out, std::ostream& err) {
+int RunSubmit(http::ApiClient& client, const SubmitArgs& args, std::ostream& out,
+              std::ostream& err) {
   Result<std::string> text = ReadSpecFile(args.file);
   if (!text.ok()) {
     return PrintUsageError(text.status().message(), err);
@@ -437,7 +439,7 @@ int RunSubmit(ApiClient& client, const SubmitArgs& args, std::ostream& out, std:
   return 0;
 }
 
-int RunGet(ApiClient& client, const GetArgs& args, const WallClock& clock, std::ostream& out,
+int RunGet(http::ApiClient& client, const GetArgs& args, const WallClock& clock, std::ostream& out,
            std::ostream& err) {
   if (IsDeploymentKind(args.kind)) {
     return RunGetDeployments(client, args, clock, out, err);
@@ -460,7 +462,7 @@ int RunGet(ApiClient& client, const GetArgs& args, const WallClock& clock, std::
         object = client.Get(ObjectPath("jobs", args.name));
         break;
       case ResourceKind::kNode:
-        object = client.Get("/v1/nodes/" + UrlEncode(args.name));
+        object = client.Get("/v1/nodes/" + http::UrlEncode(args.name));
         break;
       case ResourceKind::kQueue:
         object = FindInList(client, ListPath(*kind), "queue", "name", args.name);
@@ -482,10 +484,10 @@ int RunGet(ApiClient& client, const GetArgs& args, const WallClock& clock, std::
   if (*kind == ResourceKind::kJob) {
     std::vector<std::string> query;
     if (!args.state.empty()) {
-      query.push_back("state=" + UrlEncode(args.state));
+      query.push_back("state=" + http::UrlEncode(args.state));
     }
     if (!args.queue.empty()) {
-      query.push_back("queue=" + UrlEncode(args.queue));
+      query.push_back("queue=" + http::UrlEncode(args.queue));
     }
     for (size_t i = 0; i < query.size(); ++i) {
       path += (i == 0 ? "?" : "&") + query[i];
@@ -504,7 +506,8 @@ int RunGet(ApiClient& client, const GetArgs& args, const WallClock& clock, std::
   return 0;
 }
 
-int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, std::ostream& err) {
+int RunDescribe(http::ApiClient& client, const DescribeArgs& args, std::ostream& out,
+                std::ostream& err) {
   if (IsDeploymentKind(args.kind)) {
     return args.name.empty() ? PrintUsageError("describe deployment needs a NAME", err)
                              : RunDescribeDeployment(client, args, out, err);
@@ -516,7 +519,7 @@ int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, 
   if (args.name.empty()) {
     return PrintUsageError(fmt::format("describe {} needs a NAME", args.kind), err);
   }
-  const std::string name = UrlEncode(args.name);
+  const std::string name = http::UrlEncode(args.name);
   switch (*kind) {
     case ResourceKind::kJob: {
       const std::string path = ObjectPath("jobs", args.name);
@@ -530,7 +533,7 @@ int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, 
       }
       out << DescribeJob(*job, *events);
       // A server before provenance records answers 404: the section is left out.
-      if (Result<json> records = client.Get("/v1/provenance?job=" + UrlEncode(args.name));
+      if (Result<json> records = client.Get("/v1/provenance?job=" + http::UrlEncode(args.name));
           records.ok()) {
         out << DescribeProvenance(Member(*records, "items"));
       }
@@ -621,7 +624,8 @@ std::string RenderExplanation(const json& answer) {
 
 }  // namespace
 
-int RunExplain(ApiClient& client, const ExplainArgs& args, std::ostream& out, std::ostream& err) {
+int RunExplain(http::ApiClient& client, const ExplainArgs& args, std::ostream& out,
+               std::ostream& err) {
   const Result<ResourceKind> kind = ParseResourceKind(args.kind);
   if (!kind.ok() || *kind != ResourceKind::kJob) {
     return PrintUsageError(fmt::format("explain takes job, not \"{}\"", args.kind), err);
@@ -652,7 +656,8 @@ int RunExplain(ApiClient& client, const ExplainArgs& args, std::ostream& out, st
   return 0;
 }
 
-int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std::ostream& err) {
+int RunCreate(http::ApiClient& client, const CreateArgs& args, std::ostream& out,
+              std::ostream& err) {
   if (IsDeploymentKind(args.kind)) {
     return RunCreateDeployment(client, args, out, err);
   }
@@ -741,7 +746,8 @@ int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std:
   return 0;
 }
 
-int RunUpdate(ApiClient& client, const UpdateArgs& args, std::ostream& out, std::ostream& err) {
+int RunUpdate(http::ApiClient& client, const UpdateArgs& args, std::ostream& out,
+              std::ostream& err) {
   if (IsDeploymentKind(args.kind)) {
     return RunUpdateDeployment(client, args, out, err);
   }
@@ -794,7 +800,8 @@ int RunUpdate(ApiClient& client, const UpdateArgs& args, std::ostream& out, std:
   return 0;
 }
 
-int RunDelete(ApiClient& client, const DeleteArgs& args, std::ostream& out, std::ostream& err) {
+int RunDelete(http::ApiClient& client, const DeleteArgs& args, std::ostream& out,
+              std::ostream& err) {
   if (IsDeploymentKind(args.kind)) {
     return RunDeleteDeployment(client, args, out, err);
   }
@@ -807,8 +814,8 @@ int RunDelete(ApiClient& client, const DeleteArgs& args, std::ostream& out, std:
   if (args.name.empty()) {
     return PrintUsageError(node ? "usage: delete node NAME" : "usage: delete queue NAME", err);
   }
-  Result<json> answer =
-      client.Delete(node ? "/v1/nodes/" + UrlEncode(args.name) : ObjectPath("queues", args.name));
+  Result<json> answer = client.Delete(node ? "/v1/nodes/" + http::UrlEncode(args.name)
+                                           : ObjectPath("queues", args.name));
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }
@@ -816,7 +823,8 @@ int RunDelete(ApiClient& client, const DeleteArgs& args, std::ostream& out, std:
   return 0;
 }
 
-int RunRevoke(ApiClient& client, const RevokeArgs& args, std::ostream& out, std::ostream& err) {
+int RunRevoke(http::ApiClient& client, const RevokeArgs& args, std::ostream& out,
+              std::ostream& err) {
   const Result<ResourceKind> kind = ParseResourceKind(args.kind);
   if (!kind.ok() || *kind != ResourceKind::kToken) {
     return PrintUsageError(fmt::format("revoke takes token, not \"{}\"", args.kind), err);
@@ -824,7 +832,7 @@ int RunRevoke(ApiClient& client, const RevokeArgs& args, std::ostream& out, std:
   if (args.id.empty()) {
     return PrintUsageError("usage: revoke token ID (the ID column of `get tokens`)", err);
   }
-  Result<json> answer = client.Post("/v1/tokens/" + UrlEncode(args.id) + "/revoke", "", "");
+  Result<json> answer = client.Post("/v1/tokens/" + http::UrlEncode(args.id) + "/revoke", "", "");
   if (!answer.ok()) {
     return PrintError(client, answer.status(), err);
   }
@@ -832,7 +840,8 @@ int RunRevoke(ApiClient& client, const RevokeArgs& args, std::ostream& out, std:
   return 0;
 }
 
-int RunCancel(ApiClient& client, const std::string& job, std::ostream& out, std::ostream& err) {
+int RunCancel(http::ApiClient& client, const std::string& job, std::ostream& out,
+              std::ostream& err) {
   if (job.empty()) {
     return PrintUsageError("cancel needs a job NAME", err);
   }
@@ -848,7 +857,8 @@ int RunCancel(ApiClient& client, const std::string& job, std::ostream& out, std:
   return 0;
 }
 
-int RunResume(ApiClient& client, const std::string& job, std::ostream& out, std::ostream& err) {
+int RunResume(http::ApiClient& client, const std::string& job, std::ostream& out,
+              std::ostream& err) {
   if (job.empty()) {
     return PrintUsageError("resume needs a job NAME", err);
   }
@@ -860,8 +870,8 @@ int RunResume(ApiClient& client, const std::string& job, std::ostream& out, std:
   return 0;
 }
 
-int RunNodeAction(ApiClient& client, NodeAction action, const NodeArgs& args, std::ostream& out,
-                  std::ostream& err) {
+int RunNodeAction(http::ApiClient& client, NodeAction action, const NodeArgs& args,
+                  std::ostream& out, std::ostream& err) {
   if (args.node.empty()) {
     return PrintUsageError(fmt::format("{} needs a NODE", NodeActionPath(action)), err);
   }
@@ -872,7 +882,7 @@ int RunNodeAction(ApiClient& client, NodeAction action, const NodeArgs& args, st
                            err);
   }
   const std::string path =
-      fmt::format("/v1/nodes/{}/{}", UrlEncode(args.node), NodeActionPath(action));
+      fmt::format("/v1/nodes/{}/{}", http::UrlEncode(args.node), NodeActionPath(action));
   std::string body;
   std::string content_type;
   if (args.gpu.has_value()) {

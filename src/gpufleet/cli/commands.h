@@ -12,9 +12,9 @@
 #include <string_view>
 #include <vector>
 
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/http/client.h"
 
 namespace gpufleet::cli {
 
@@ -26,7 +26,8 @@ struct SubmitArgs {
   std::string file;
   bool strict = false;
 };
-int RunSubmit(ApiClient& client, const SubmitArgs& args, std::ostream& out, std::ostream& err);
+int RunSubmit(http::ApiClient& client, const SubmitArgs& args, std::ostream& out,
+              std::ostream& err);
 
 // `get jobs|nodes|queues|teams|tokens|deployments [NAME] [-o table|wide|json|yaml] [--state S]
 // [--queue Q]`; deployments list as NAME, DESIRED, READY, UTIL, TARGET, AGE.
@@ -39,7 +40,7 @@ struct GetArgs {
   std::string state;
   std::string queue;
 };
-int RunGet(ApiClient& client, const GetArgs& args, const WallClock& clock, std::ostream& out,
+int RunGet(http::ApiClient& client, const GetArgs& args, const WallClock& clock, std::ostream& out,
            std::ostream& err);
 
 // `describe job NAME` (fields, reason, placements, events), `describe node NAME`, or `describe
@@ -49,7 +50,8 @@ struct DescribeArgs {
   std::string kind;
   std::string name;
 };
-int RunDescribe(ApiClient& client, const DescribeArgs& args, std::ostream& out, std::ostream& err);
+int RunDescribe(http::ApiClient& client, const DescribeArgs& args, std::ostream& out,
+                std::ostream& err);
 
 // `explain job NAME [-o json|yaml]`: why the job waits (GET /v1/jobs/NAME/explain,
 // docs/explain.md): the reason and its message, the evidence, the ETA, the jobs ahead of it
@@ -59,7 +61,8 @@ struct ExplainArgs {
   std::string name;
   std::string output;  // empty: text
 };
-int RunExplain(ApiClient& client, const ExplainArgs& args, std::ostream& out, std::ostream& err);
+int RunExplain(http::ApiClient& client, const ExplainArgs& args, std::ostream& out,
+               std::ostream& err);
 
 // `create team NAME` ("team/NAME created"), `create queue NAME [--team T]` ("queue/NAME
 // created"), `create token --role admin|member|agent [--team T] [--node NODE] --name N`
@@ -82,7 +85,8 @@ struct CreateArgs {
   bool no_borrow = false;
   bool allow_host_network = false;  // members' container tasks may use hostNetwork
 };
-int RunCreate(ApiClient& client, const CreateArgs& args, std::ostream& out, std::ostream& err);
+int RunCreate(http::ApiClient& client, const CreateArgs& args, std::ostream& out,
+              std::ostream& err);
 
 // `update queue NAME [--guarantee MODEL=GPUS|MODEL-]... [--limit ...]... [--weight W]
 // [--borrow|--no-borrow] [--allow-host-network|--no-host-network]`: changes only what it names (a
@@ -105,7 +109,8 @@ struct UpdateArgs {
   std::optional<int> max_replicas;
   std::optional<int> target_pct;
 };
-int RunUpdate(ApiClient& client, const UpdateArgs& args, std::ostream& out, std::ostream& err);
+int RunUpdate(http::ApiClient& client, const UpdateArgs& args, std::ostream& out,
+              std::ostream& err);
 
 // `delete queue NAME`: prints "queue/NAME deleted". Admin only; the server refuses a queue with
 // child queues, unfinished jobs or deployments, and the queue "default".
@@ -115,21 +120,25 @@ struct DeleteArgs {
   std::string kind;  // queue or deployment
   std::string name;
 };
-int RunDelete(ApiClient& client, const DeleteArgs& args, std::ostream& out, std::ostream& err);
+int RunDelete(http::ApiClient& client, const DeleteArgs& args, std::ostream& out,
+              std::ostream& err);
 
 // `revoke token ID`: prints "token/ID revoked"; the token stops working at once.
 struct RevokeArgs {
   std::string kind;  // token
   std::string id;
 };
-int RunRevoke(ApiClient& client, const RevokeArgs& args, std::ostream& out, std::ostream& err);
+int RunRevoke(http::ApiClient& client, const RevokeArgs& args, std::ostream& out,
+              std::ostream& err);
 
 // `cancel NAME`: prints "job/NAME cancelled".
-int RunCancel(ApiClient& client, const std::string& job, std::ostream& out, std::ostream& err);
+int RunCancel(http::ApiClient& client, const std::string& job, std::ostream& out,
+              std::ostream& err);
 
 // `resume NAME`: a job suspended by idle reclaim waits to be scheduled again; prints
 // "job/NAME resumed".
-int RunResume(ApiClient& client, const std::string& job, std::ostream& out, std::ostream& err);
+int RunResume(http::ApiClient& client, const std::string& job, std::ostream& out,
+              std::ostream& err);
 
 // `cordon|uncordon|drain NODE`: prints "node/NODE cordoned" (uncordoned, drained).
 enum class NodeAction { kCordon, kUncordon, kDrain, kQuarantine, kRelease };
@@ -138,15 +147,15 @@ struct NodeArgs {
   std::string node;
   std::optional<int> gpu;  // quarantine and release only
 };
-int RunNodeAction(ApiClient& client, NodeAction action, const NodeArgs& args, std::ostream& out,
-                  std::ostream& err);
+int RunNodeAction(http::ApiClient& client, NodeAction action, const NodeArgs& args,
+                  std::ostream& out, std::ostream& err);
 
 // The whole of the file at `path`; `what` names it in errors ("cannot read job spec \"x\": ...").
 // kInvalidArgument for a directory, kNotFound when it cannot be opened.
 Result<std::string> ReadTextFile(const std::string& path, std::string_view what);
 
 // Prints `status` as kubectl does; returns 1.
-int PrintError(const ApiClient& client, const Status& status, std::ostream& err);
+int PrintError(const http::ApiClient& client, const Status& status, std::ostream& err);
 
 // "NOT_FOUND" -> "NotFound", as in `Error from server (NotFound): ...`.
 std::string ReasonName(StatusCode code);

@@ -11,6 +11,7 @@
 
 #include "gpufleet/cli/commands.h"
 #include "gpufleet/cli/format.h"
+#include "gpufleet/core/rfc3339.h"
 
 namespace gpufleet::cli {
 namespace {
@@ -37,8 +38,8 @@ std::optional<int64_t> SecondsOf(const json& object, std::string_view key) {
   if (text.empty()) {
     return std::nullopt;
   }
-  const Result<int64_t> seconds = ParseRfc3339(text);
-  return seconds.ok() ? std::optional<int64_t>(*seconds) : std::nullopt;
+  const Result<int64_t> nanos = ParseRfc3339(text);
+  return nanos.ok() ? std::optional<int64_t>(*nanos / 1'000'000'000) : std::nullopt;
 }
 
 // The row of one job, or why it has none.
@@ -144,7 +145,8 @@ NativeExport JobsToNativeCsv(const std::vector<std::pair<json, json>>& jobs) {
   return exported;
 }
 
-int RunExport(ApiClient& client, const ExportArgs& args, std::ostream& out, std::ostream& err) {
+int RunExport(http::ApiClient& client, const ExportArgs& args, std::ostream& out,
+              std::ostream& err) {
   if (args.kind != "jobs") {
     err << "error: export: unknown kind \"" << args.kind << "\" (known: jobs)\n";
     return 1;
@@ -158,9 +160,9 @@ int RunExport(ApiClient& client, const ExportArgs& args, std::ostream& out, std:
   for (const json& job : items.is_array() ? items : json::array()) {
     std::string path = "/v1/jobs/";
     if (const std::string team = StringOr(job, "team"); !team.empty()) {
-      path += UrlEncode(team) + "/";
+      path += http::UrlEncode(team) + "/";
     }
-    path += UrlEncode(StringOr(job, "name")) + "/events";
+    path += http::UrlEncode(StringOr(job, "name")) + "/events";
     Result<json> events = client.Get(path);
     if (!events.ok()) {
       return PrintError(client, events.status(), err);

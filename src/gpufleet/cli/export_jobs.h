@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/http/client.h"
 
 namespace gpufleet::cli {
 
@@ -38,6 +38,7 @@ NativeExport JobsToNativeCsv(const std::vector<std::pair<nlohmann::json, nlohman
 
 // Fetches every job the token sees and writes the CSV to `args.output` (or `out`); a summary
 // line goes to `err`. Returns the exit code.
-int RunExport(ApiClient& client, const ExportArgs& args, std::ostream& out, std::ostream& err);
+int RunExport(http::ApiClient& client, const ExportArgs& args, std::ostream& out,
+              std::ostream& err);
 
 }  // namespace gpufleet::cli

@@ -9,6 +9,8 @@
 
 #include <fmt/core.h>
 
+#include "gpufleet/core/rfc3339.h"
+
 namespace gpufleet::cli {
 
 using nlohmann::json;
@@ -201,7 +203,7 @@ std::string FormatMemoryMib(int64_t mib) {
 // The time since `created_at`, or "<unknown>" for a job without one (stored before jobs had it).
 std::string JobAge(const json& job, int64_t now_unix_seconds) {
   const Result<int64_t> created = ParseRfc3339(Text(job, "created_at"));
-  return created.ok() ? FormatAge(now_unix_seconds - *created) : "<unknown>";
+  return created.ok() ? FormatAge(now_unix_seconds - *created / 1'000'000'000) : "<unknown>";
 }
 
 std::vector<std::string> JobHeader(OutputFormat format) {
@@ -763,49 +765,6 @@ std::string FormatAge(int64_t seconds) {
     return two(years, "y", days % 365, "d");
   }
   return fmt::format("{}y", years);
-}
-
-Result<int64_t> ParseRfc3339(std::string_view text) {
-  const auto bad = [text] {
-    return InvalidArgumentError(
-        fmt::format("\"{}\" is not an RFC 3339 UTC time like 2026-11-29T20:39:00Z", text));
-  };
-  // YYYY-MM-DDTHH:MM:SS, then an optional fraction, then Z.
-  constexpr std::string_view kShape = "dddd-dd-ddTdd:dd:dd";
-  if (text.size() < kShape.size() + 1 || text.back() != 'Z') {
-    return bad();
-  }
-  for (size_t i = 0; i < kShape.size(); ++i) {
-    const bool digit = std::isdigit(static_cast<unsigned char>(text[i])) != 0;
-    if (kShape[i] == 'd' ? !digit : text[i] != kShape[i]) {
-      return bad();
-    }
-  }
-  const std::string_view fraction = text.substr(kShape.size(), text.size() - kShape.size() - 1);
-  if (!fraction.empty() && (fraction.size() < 2 || fraction[0] != '.' ||
-                            !std::all_of(fraction.begin() + 1, fraction.end(), [](char c) {
-                              return std::isdigit(static_cast<unsigned char>(c)) != 0;
-                            }))) {
-    return bad();
-  }
-  const auto number = [text](size_t at, size_t digits) {
-    int value = 0;
-    for (size_t i = at; i < at + digits; ++i) {
-      value = value * 10 + (text[i] - '0');
-    }
-    return value;
-  };
-  const std::chrono::year_month_day date{std::chrono::year(number(0, 4)),
-                                         std::chrono::month(static_cast<unsigned>(number(5, 2))),
-                                         std::chrono::day(static_cast<unsigned>(number(8, 2)))};
-  const int hour = number(11, 2);
-  const int minute = number(14, 2);
-  const int second = number(17, 2);
-  if (!date.ok() || hour > 23 || minute > 59 || second > 60) {
-    return bad();
-  }
-  const int64_t days = std::chrono::sys_days(date).time_since_epoch().count();
-  return days * 86400 + hour * 3600 + minute * 60 + second;
 }
 
 std::string QuoteCsvField(const std::string& text) {

@@ -77,10 +77,6 @@ std::string FormatMilli(int64_t milli);
 // "20h", "2d5h", "40d", "1y20d"; a negative age (clock skew) is "0s".
 std::string FormatAge(int64_t seconds);
 
-// "2026-11-29T20:39:00Z" (RFC 3339, UTC, what the server writes; fractions of a second are
-// ignored) as Unix seconds. kInvalidArgument for anything else.
-Result<int64_t> ParseRfc3339(std::string_view text);
-
 // `text` as one CSV field (RFC 4180): quoted, with its quotes doubled, when it holds a comma, a
 // quote or a line break; as it is otherwise.
 std::string QuoteCsvField(const std::string& text);

@@ -221,7 +221,7 @@ std::string RenderProvenanceDiff(const json& a, const std::string& a_label, cons
   return RenderTable(rows);
 }
 
-int RunDiff(ApiClient& client, const DiffArgs& args, std::ostream& out, std::ostream& err) {
+int RunDiff(http::ApiClient& client, const DiffArgs& args, std::ostream& out, std::ostream& err) {
   constexpr char kUsage[] =
       "usage: diff job A B | diff job A --attempt N --attempt M | diff job A B --attempt N "
       "--attempt M";
@@ -240,7 +240,7 @@ int RunDiff(ApiClient& client, const DiffArgs& args, std::ostream& out, std::ost
   std::vector<std::string> labels;
   for (size_t i = 0; i < 2; ++i) {
     const std::string& name = args.names[two_jobs ? i : 0];
-    std::string path = "/v1/provenance?job=" + UrlEncode(name);
+    std::string path = "/v1/provenance?job=" + http::UrlEncode(name);
     int64_t attempt = 0;
     if (!args.attempts.empty()) {
       attempt = args.attempts[i];

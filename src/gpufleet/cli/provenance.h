@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/cli/http_client.h"
+#include "gpufleet/http/client.h"
 
 namespace gpufleet::cli {
 
@@ -27,7 +27,7 @@ struct DiffArgs {
   std::vector<std::string> names;
   std::vector<int64_t> attempts;
 };
-int RunDiff(ApiClient& client, const DiffArgs& args, std::ostream& out, std::ostream& err);
+int RunDiff(http::ApiClient& client, const DiffArgs& args, std::ostream& out, std::ostream& err);
 
 // What differs between two runs' records, field by field ("FIELD  A  B" rows; tasks are matched
 // by name, and a task only one side has is one row); "no differences" when nothing does. The

@@ -9,7 +9,7 @@
 #include <gtest/gtest.h>
 
 #include "gpufleet/cli/report.h"
-#include "gpufleet/cli/testing/fake_transport.h"
+#include "gpufleet/http/testing/fake_transport.h"
 
 namespace gpufleet::cli {
 namespace {
@@ -65,7 +65,7 @@ TEST(RenderProvenanceDiff, ShowsOnlyTheFieldsThatDiffer) {
 }
 
 TEST(RunDiff, ComparesTwoAttemptsOfOneJob) {
-  testing::FakeClient fake;
+  http_testing::FakeClient fake;
   fake.Answer("GET /v1/provenance?job=bert&attempt=1", 200,
               json{{"items", {Record("main-0", 1, "sha256:aaa", "550.54.15", "c")}}}.dump());
   fake.Answer("GET /v1/provenance?job=bert&attempt=2", 200,
@@ -106,7 +106,7 @@ TEST(RenderVersionReport, NamesTheNodesOffTheMajority) {
   EXPECT_THAT(text, HasSubstr("n3 (sha256:bbb)"));
   EXPECT_THAT(text, HasSubstr("12.4         3/3     -"));
 
-  testing::FakeClient fake;
+  http_testing::FakeClient fake;
   fake.Answer("GET /v1/nodes", 200, nodes.dump());
   std::ostringstream out;
   std::ostringstream err;

@@ -113,7 +113,8 @@ std::string RenderFailureReport(const json& report, bool wide) {
   return text;
 }
 
-int RunReport(ApiClient& client, const ReportArgs& args, std::ostream& out, std::ostream& err) {
+int RunReport(http::ApiClient& client, const ReportArgs& args, std::ostream& out,
+              std::ostream& err) {
   if (args.kind != "failures" && args.kind != "versions") {
     err << "error: unknown report \"" << args.kind << "\" (expected failures, versions or usage)\n";
     return 1;

@@ -8,7 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/cli/http_client.h"
+#include "gpufleet/http/client.h"
 
 namespace gpufleet::cli {
 
@@ -22,7 +22,8 @@ struct ReportArgs {
 // Prints the report; returns the exit code (0, or 1 after printing the error to `err`): an
 // unknown report kind or output format is the client's error, anything the server answers is
 // printed as `Error from server (...)`.
-int RunReport(ApiClient& client, const ReportArgs& args, std::ostream& out, std::ostream& err);
+int RunReport(http::ApiClient& client, const ReportArgs& args, std::ostream& out,
+              std::ostream& err);
 
 // The report as text: the fleet line, the concentration sentence, the ranked suspects with their
 // evidence (with `wide`, the runners-up too) and the quarantined devices. Pure function of the

@@ -6,12 +6,12 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpufleet/cli/testing/fake_transport.h"
+#include "gpufleet/http/testing/fake_transport.h"
 
 namespace gpufleet::cli {
 namespace {
 
-using ::gpufleet::cli::testing::FakeClient;
+using ::gpufleet::http_testing::FakeClient;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;

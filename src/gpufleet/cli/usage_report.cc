@@ -263,7 +263,7 @@ std::string RenderUsageCsv(const json& report, bool with_cost) {
   return out;
 }
 
-int RunUsageReport(ApiClient& client, const UsageReportArgs& args, std::ostream& out,
+int RunUsageReport(http::ApiClient& client, const UsageReportArgs& args, std::ostream& out,
                    std::ostream& err) {
   const std::string format = args.format.empty() ? "table" : args.format;
   if (format != "table" && format != "csv" && format != "json") {

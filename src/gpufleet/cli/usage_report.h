@@ -12,8 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/http/client.h"
 
 namespace gpufleet::cli {
 
@@ -63,7 +63,7 @@ struct UsageReportArgs {
 // Bad arguments and a bad price file are the client's errors (printed before any request);
 // anything the server answers is printed as `Error from server (...)`. Models without a price
 // are named on `err` (the report is still printed).
-int RunUsageReport(ApiClient& client, const UsageReportArgs& args, std::ostream& out,
+int RunUsageReport(http::ApiClient& client, const UsageReportArgs& args, std::ostream& out,
                    std::ostream& err);
 
 }  // namespace gpufleet::cli

@@ -10,13 +10,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpufleet/cli/testing/fake_transport.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/testing/fake_transport.h"
 
 namespace gpufleet::cli {
 namespace {
 
-using ::gpufleet::cli::testing::FakeClient;
+using ::gpufleet::http_testing::FakeClient;
 using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::Not;

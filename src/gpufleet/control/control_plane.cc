@@ -15,6 +15,7 @@
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/control/tenancy.h"
+#include "gpufleet/core/rfc3339.h"
 #include "gpufleet/policy/never_fits.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/snapshot.h"

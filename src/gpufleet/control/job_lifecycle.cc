@@ -229,49 +229,12 @@ std::string DescribeStopping(const Json& job, std::optional<int64_t> now_unix_na
   }
   std::string out = fmt::format("{} of {} tasks still running", live, total);
   const Json& stopping = job.contains(kStoppingField) ? job[kStoppingField] : Json::object();
-  const std::optional<int64_t> since = ParseRfc3339(wire::StrOr(stopping, "since"));
-  if (now_unix_nanos && since) {
+  const Result<int64_t> since = ParseRfc3339(wire::StrOr(stopping, "since"));
+  if (now_unix_nanos && since.ok()) {
     const int64_t ago = std::max<int64_t>(0, (*now_unix_nanos - *since) / 1'000'000'000);
     out += fmt::format("; SIGTERM sent {}s ago, SIGKILL at {}s", ago, grace.count());
   }
   return out;
-}
-
-std::optional<int64_t> ParseRfc3339(std::string_view text) {
-  int year = 0;
-  int month = 0;
-  int day = 0;
-  int hour = 0;
-  int minute = 0;
-  int second = 0;
-  char zone = 0;
-  const std::string copy(text);
-  if (std::sscanf(copy.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%c", &year, &month, &day, &hour, &minute,
-                  &second, &zone) != 7 ||
-      zone != 'Z') {
-    return std::nullopt;
-  }
-  const std::chrono::year_month_day date{std::chrono::year(year),
-                                         std::chrono::month(static_cast<unsigned>(month)),
-                                         std::chrono::day(static_cast<unsigned>(day))};
-  if (!date.ok()) {
-    return std::nullopt;
-  }
-  const auto time = std::chrono::sys_days(date) + std::chrono::hours(hour) +
-                    std::chrono::minutes(minute) + std::chrono::seconds(second);
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(time.time_since_epoch()).count();
-}
-
-std::string FormatRfc3339(int64_t unix_nanos) {
-  const auto time = std::chrono::floor<std::chrono::seconds>(
-      std::chrono::sys_time<std::chrono::nanoseconds>(std::chrono::nanoseconds(unix_nanos)));
-  const auto day = std::chrono::floor<std::chrono::days>(time);
-  const std::chrono::year_month_day date(day);
-  const std::chrono::hh_mm_ss clock_time(time - day);
-  return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}Z", static_cast<int>(date.year()),
-                     static_cast<unsigned>(date.month()), static_cast<unsigned>(date.day()),
-                     clock_time.hours().count(), clock_time.minutes().count(),
-                     clock_time.seconds().count());
 }
 
 bool TaskStarted(const Json& placement) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <string_view>
 
+#include "gpufleet/core/rfc3339.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/store/state_store.h"
 #include "gpufleet/wire/json_fields.h"
@@ -120,10 +121,5 @@ std::string EndRunOnFailure(Json& job, const std::string& why, const std::string
 // record has its `since`).
 std::string DescribeStopping(const Json& job, std::optional<int64_t> now_unix_nanos = std::nullopt,
                              std::chrono::seconds grace = std::chrono::seconds(30));
-
-// Unix nanoseconds as RFC 3339 in UTC to the second, e.g. "2026-11-29T20:39:00Z", and back
-// (nullopt for any other text).
-std::string FormatRfc3339(int64_t unix_nanos);
-std::optional<int64_t> ParseRfc3339(std::string_view text);
 
 }  // namespace gpufleet::control

@@ -128,14 +128,14 @@ TEST(DescribeStopping, SaysHowManyTasksRunAndWhenSigkillComes) {
   for (int i = 0; i < 5; ++i) {
     MarkPlacementGone(job["placements"][i], "gone");
   }
-  const std::optional<int64_t> since = ParseRfc3339("2026-12-01T10:00:00Z");
-  ASSERT_TRUE(since.has_value());
+  const Result<int64_t> since = ParseRfc3339("2026-12-01T10:00:00Z");
+  ASSERT_OK(since);
   EXPECT_EQ(FormatRfc3339(*since), "2026-12-01T10:00:00Z");
   EXPECT_EQ(DescribeStopping(job, *since + int64_t{12'000'000'000}, std::chrono::seconds(30)),
             "3 of 8 tasks still running; SIGTERM sent 12s ago, SIGKILL at 30s");
   EXPECT_EQ(DescribeStopping(job), "3 of 8 tasks still running");
-  EXPECT_EQ(ParseRfc3339("yesterday"), std::nullopt);
-  EXPECT_EQ(ParseRfc3339("2026-13-01T10:00:00Z"), std::nullopt);
+  EXPECT_FALSE(ParseRfc3339("yesterday").ok());
+  EXPECT_FALSE(ParseRfc3339("2026-13-01T10:00:00Z").ok());
 }
 
 TEST(PartlyStartedGang, OnlyAGangSomeOfWhoseTasksStartedAndNamesAFewOfTheOthers) {

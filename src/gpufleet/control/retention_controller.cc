@@ -112,8 +112,8 @@ Status RetentionController::Scan(int64_t now_unix_nanos) {
       continue;
     }
     const std::optional<std::string> finished_at = TopLevelString(job.data, kFinishedAtField);
-    const std::optional<int64_t> since = finished_at ? ParseRfc3339(*finished_at) : std::nullopt;
-    if (!since) {
+    const Result<int64_t> since = ParseRfc3339(finished_at.value_or(""));
+    if (!since.ok()) {
       unstamped_.push_back(job.name);
     } else if (now_unix_nanos - *since >= retain) {
       expired_.push_back(job.name);
@@ -147,8 +147,8 @@ Status RetentionController::RunBatch(std::deque<std::string>& names, bool remove
     const std::optional<std::string> finished_at = TopLevelString(job->data, kFinishedAtField);
     store::WriteBatch write;
     if (remove) {
-      const std::optional<int64_t> since = finished_at ? ParseRfc3339(*finished_at) : std::nullopt;
-      if (!since || now_unix_nanos - *since < options_.retain_finished.count()) {
+      const Result<int64_t> since = ParseRfc3339(finished_at.value_or(""));
+      if (!since.ok() || now_unix_nanos - *since < options_.retain_finished.count()) {
         ++result.skipped;
         continue;
       }

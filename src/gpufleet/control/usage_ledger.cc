@@ -78,9 +78,9 @@ Result<int64_t> ParseTime(std::string_view field, std::optional<std::string_view
     return InvalidArgumentError(
         fmt::format("{}: missing (an RFC 3339 time in UTC, e.g. 2026-12-01T00:00:00Z)", field));
   }
-  const std::optional<int64_t> nanos = ParseRfc3339(*text);
-  // Round-tripping refuses what the lenient scan would take: trailing text, hour 25.
-  if (!nanos || FormatRfc3339(*nanos) != *text) {
+  const Result<int64_t> nanos = ParseRfc3339(*text);
+  // The query is in UTC to the second: round-tripping refuses a fraction or an offset.
+  if (!nanos.ok() || FormatRfc3339(*nanos) != *text) {
     return InvalidArgumentError(fmt::format(
         "{}: \"{}\" is not an RFC 3339 time in UTC to the second (e.g. 2026-12-01T00:00:00Z)",
         field, *text));

@@ -97,6 +97,9 @@ class ChaosRun {
   Status Heal();
   // Every acknowledged job is stored, known and (at the end) finished without placements.
   void CheckJobs(bool at_end, std::vector<std::string>& violations);
+  // After each step: a finished job stays finished, attempts only grow, no stored job vanishes
+  // (retention is off). Reads only the jobs whose version changed.
+  void ObserveJobs();
 
   uint64_t seed_;
   ChaosOptions options_;
@@ -114,7 +117,56 @@ class ChaosRun {
   std::set<int> lost_gpu_on_;
   int storm_jobs_ = 0;
   std::vector<std::string> harness_errors_;
+  struct ObservedJob {
+    int64_t version = 0;
+    control::JobState state = control::JobState::kPending;
+    int64_t attempt = 0;
+  };
+  std::map<std::string, ObservedJob> observed_;
+  std::vector<std::string> step_violations_;
 };
+
+void ChaosRun::ObserveJobs() {
+  Result<std::vector<store::StoredObject>> stored = fleet_->store().List(control::kJobsKind);
+  if (!stored.ok()) {
+    return;  // CheckJobs reports a store that cannot list
+  }
+  std::set<std::string> present;
+  for (const store::StoredObject& object : *stored) {
+    present.insert(object.name);
+    auto seen = observed_.find(object.name);
+    if (seen != observed_.end() && seen->second.version == object.version) {
+      continue;
+    }
+    const wire::Json job = wire::ParseDocument(object.data);
+    const std::optional<control::JobState> state = control::StoredJobState(job);
+    if (!state.has_value()) {
+      continue;  // CheckJobs reports it
+    }
+    const ObservedJob now{object.version, *state, wire::IntOr(job, "attempt", 0)};
+    if (seen != observed_.end()) {
+      const ObservedJob& before = seen->second;
+      if (control::IsFinished(before.state) && before.state != now.state) {
+        step_violations_.push_back(fmt::format("job {} went from {} to {}", object.name,
+                                               control::JobStateName(before.state),
+                                               control::JobStateName(now.state)));
+      }
+      if (now.attempt < before.attempt) {
+        step_violations_.push_back(fmt::format("job {}: attempt went back from {} to {}",
+                                               object.name, before.attempt, now.attempt));
+      }
+    }
+    observed_[object.name] = now;
+  }
+  for (auto it = observed_.begin(); it != observed_.end();) {
+    if (!present.count(it->first)) {
+      step_violations_.push_back(fmt::format("job {} vanished from the store", it->first));
+      it = observed_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
 
 Status ChaosRun::Submit(const JobPlan& job) {
   Result<api::ApiResponse> answer = fleet_->AdminRequest("POST", "/v1/jobs", JobBody(job));
@@ -309,6 +361,7 @@ Result<SeedOutcome> ChaosRun::Run() {
   const MonoTime fault_end = start + options_.fault_phase;
   while (fleet_->Now() < fault_end) {
     GPUFLEET_RETURN_IF_ERROR(fleet_->Advance(kTick));
+    ObserveJobs();
     const MonoTime now = fleet_->Now();
     if (server_restart_at_.has_value() && *server_restart_at_ <= now) {
       server_restart_at_.reset();
@@ -339,6 +392,7 @@ Result<SeedOutcome> ChaosRun::Run() {
   std::vector<std::string> violations;
   while (fleet_->Now() < settle_end) {
     GPUFLEET_RETURN_IF_ERROR(fleet_->Advance(kTick));
+    ObserveJobs();
     if ((fleet_->Now() - start) % seconds(30) == Duration(0)) {
       std::vector<std::string> unfinished;
       CheckJobs(true, unfinished);
@@ -349,6 +403,7 @@ Result<SeedOutcome> ChaosRun::Run() {
   }
   fleet_->events().Add("end of run");
 
+  violations = std::move(step_violations_);
   CheckJobs(true, violations);
   const MonoTime now = fleet_->Now();
   std::vector<std::string> physical = CheckExclusiveUse(fleet_->ledger().spans(), now);

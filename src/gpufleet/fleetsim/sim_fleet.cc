@@ -2,6 +2,7 @@
 #include "gpufleet/fleetsim/sim_fleet.h"
 
 #include <algorithm>
+#include <chrono>
 #include <set>
 #include <utility>
 
@@ -14,12 +15,12 @@ namespace {
 constexpr MonoTime kSimulationStart{int64_t{1'000'000'000'000}};
 
 // One node's end of the link: every request goes through the fleet.
-class NodeTransport final : public cli::Transport {
+class NodeTransport final : public http::Transport {
  public:
   NodeTransport(SimFleet& fleet, int node) : fleet_(fleet), node_(node) {}
-  Result<cli::HttpResponse> Send(std::string_view method, std::string_view path,
-                                 std::string_view body, std::string_view /*content_type*/,
-                                 std::string_view token) override {
+  Result<http::HttpResponse> Send(std::string_view method, std::string_view path,
+                                  std::string_view body, std::string_view /*content_type*/,
+                                  std::string_view token) override {
     return fleet_.SendFromNode(node_, method, path, body, token);
   }
 
@@ -68,7 +69,7 @@ struct SimFleet::Node {
   std::unique_ptr<runner::TaskRunner> wrapped_runner;
   // The agent process.
   std::unique_ptr<agent::TelemetrySampler> sampler;
-  std::unique_ptr<cli::ApiClient> client;
+  std::unique_ptr<http::ApiClient> client;
   std::unique_ptr<agent::NodeAgent> agent;
   std::unique_ptr<agent::AgentLoop> loop;
   MonoTime next_wake;
@@ -166,10 +167,17 @@ Status SimFleet::StartAgent(Node& node) {
                                                              .interval = std::chrono::seconds(1),
                                                              .hostname = node.name}));
   GPUFLEET_RETURN_IF_ERROR(node.sampler->SampleOnce());
-  node.client = std::make_unique<cli::ApiClient>(std::make_unique<NodeTransport>(*this, node.index),
-                                                 "in-process", join_token_);
+  node.client = std::make_unique<http::ApiClient>(
+      std::make_unique<NodeTransport>(*this, node.index), "in-process", join_token_);
   agent::NodeAgentOptions agent_options;
   agent_options.node_name = node.name;
+  if (options_.nodes_per_leaf > 0) {
+    constexpr int kLeavesPerBlock = 8;
+    const int leaf = node.index / options_.nodes_per_leaf;
+    agent_options.topology_levels = {"block", "leaf"};
+    agent_options.topology_values = {fmt::format("block-{}", leaf / kLeavesPerBlock),
+                                     fmt::format("leaf-{}", leaf)};
+  }
   agent_options.capacity = {.cpu_milli = 64'000, .memory_mib = 512 * 1024};
   agent_options.stop_grace = options_.agent_stop_grace;
   agent_options.node_token = node.node_token;
@@ -231,7 +239,12 @@ Status SimFleet::Advance(Duration step) {
 
   if (server_ != nullptr && now >= next_cycle_) {
     next_cycle_ = now + options_.cycle_interval;
+    const auto started = std::chrono::steady_clock::now();
     Result<int> scheduled = server_->RunSchedulingCycle();
+    if (options_.time_requests) {
+      request_seconds_["cycle"].push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+    }
     if (!scheduled.ok()) {
       events_.Add(fmt::format("server: cycle failed: {}", scheduled.status().ToString()));
     } else if (*scheduled > 0) {
@@ -241,15 +254,21 @@ Status SimFleet::Advance(Duration step) {
   return Status::Ok();
 }
 
-Result<cli::HttpResponse> SimFleet::Deliver(const api::ApiRequest& request) {
+Result<http::HttpResponse> SimFleet::Deliver(const api::ApiRequest& request) {
   if (server_ == nullptr) {
     return UnavailableError("in-process link: the server is down");
   }
+  const auto started = std::chrono::steady_clock::now();
   const api::ApiResponse response = server_->Handle(request);
-  return cli::HttpResponse{.status = response.status,
-                           .body = response.body,
-                           .content_type = response.content_type,
-                           .location = response.location};
+  if (options_.time_requests) {
+    const std::string_view path = request.path;
+    request_seconds_[std::string(path.substr(path.rfind('/') + 1))].push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  }
+  return http::HttpResponse{.status = response.status,
+                            .body = response.body,
+                            .content_type = response.content_type,
+                            .location = response.location};
 }
 
 Result<api::ApiResponse> SimFleet::AdminRequest(std::string_view method, std::string_view path,
@@ -260,9 +279,9 @@ Result<api::ApiResponse> SimFleet::AdminRequest(std::string_view method, std::st
   return server_->Handle(MakeApiRequest(method, path, body, admin_token_));
 }
 
-Result<cli::HttpResponse> SimFleet::SendFromNode(int index, std::string_view method,
-                                                 std::string_view path, std::string_view body,
-                                                 std::string_view token) {
+Result<http::HttpResponse> SimFleet::SendFromNode(int index, std::string_view method,
+                                                  std::string_view path, std::string_view body,
+                                                  std::string_view token) {
   Node& node = *nodes_.at(index);
   const MonoTime now = clock_.Now();
   if (now < node.cut_until) {

@@ -16,11 +16,11 @@
 #include "gpufleet/agent/simulated_probe.h"
 #include "gpufleet/agent/telemetry.h"
 #include "gpufleet/api/server.h"
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/fleetsim/task_ledger.h"
+#include "gpufleet/http/client.h"
 #include "gpufleet/runner/simulated_runner.h"
 #include "gpufleet/store/memory_store.h"
 
@@ -64,6 +64,12 @@ struct FleetOptions {
   Duration agent_stop_grace = std::chrono::seconds(30);
   // Each node's clock runs at a rate drawn from [1 - max_drift, 1 + max_drift].
   double max_drift = 0;
+  // Nodes sit in leaves of this many nodes, leaves in blocks of 8 (topology levels block and
+  // leaf); 0: no topology.
+  int nodes_per_leaf = 0;
+  // Time how long the server takes to answer each agent request, on the process's steady clock
+  // (request_seconds()).
+  bool time_requests = false;
   RunnerWrapper runner_wrapper;
   StoreWrapper store_wrapper;
 };
@@ -111,14 +117,20 @@ class SimFleet {
   bool server_up() const { return server_ != nullptr; }
   // Requests the link lost, delayed or duplicated, by kind, and requests delivered.
   const std::map<std::string, int>& link_counts() const { return link_counts_; }
+  // With time_requests: the real time of each scheduling cycle ("cycle") and of the server's
+  // answer to each agent request, by kind ("register", "heartbeat", "provenance"), in seconds.
+  const std::map<std::string, std::vector<double>>& request_seconds() const {
+    return request_seconds_;
+  }
+  void ClearRequestTimes() { request_seconds_.clear(); }
   // The number of times a node's runner started a task.
   size_t task_runs() const { return ledger_.spans().size(); }
   // The tasks still running on any node.
   int LiveTasks();
 
   // Sends one agent request over the link (what each node's transport calls).
-  Result<cli::HttpResponse> SendFromNode(int node, std::string_view method, std::string_view path,
-                                         std::string_view body, std::string_view token);
+  Result<http::HttpResponse> SendFromNode(int node, std::string_view method, std::string_view path,
+                                          std::string_view body, std::string_view token);
 
  private:
   struct Node;
@@ -132,7 +144,7 @@ class SimFleet {
   explicit SimFleet(FleetOptions options);
   Status MakeServer();
   Status StartAgent(Node& node);
-  Result<cli::HttpResponse> Deliver(const api::ApiRequest& request);
+  Result<http::HttpResponse> Deliver(const api::ApiRequest& request);
 
   FleetOptions options_;
   FakeClock clock_;
@@ -152,6 +164,7 @@ class SimFleet {
   std::vector<DelayedRequest> delayed_;
   uint64_t delayed_order_ = 0;
   std::map<std::string, int> link_counts_;
+  std::map<std::string, std::vector<double>> request_seconds_;
 };
 
 // An api::ApiRequest for "METHOD PATH?QUERY" with a bearer `token` and `body`, as the HTTP server

@@ -583,12 +583,6 @@ std::string Request::header(std::string_view name) const {
   return values;
 }
 
-OpenFile::~OpenFile() {
-  if (fd_ >= 0) {
-    close(fd_);
-  }
-}
-
 Result<Request> ParseTarget(std::string_view target) {
   Request request;
   const size_t question = target.find('?');

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "gpufleet/core/status.h"
+#include "gpufleet/os/files.h"
 
 namespace gpufleet::http {
 
@@ -50,15 +51,12 @@ class OpenFile {
  public:
   // Takes `fd`; `size` is the number of bytes a body of it has, from offset 0.
   OpenFile(int fd, int64_t size) : fd_(fd), size_(size) {}
-  ~OpenFile();
-  OpenFile(const OpenFile&) = delete;
-  OpenFile& operator=(const OpenFile&) = delete;
 
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   int64_t size() const { return size_; }
 
  private:
-  int fd_;
+  os::UniqueFd fd_;
   int64_t size_;
 };
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "gpufleet/core/autoscaler_options.h"
 #include "gpufleet/core/status.h"
 
 // Inference autoscaling on MEASURED GPU utilization (not request counts), after the Kubernetes
@@ -24,24 +25,6 @@
 // on the first call counts as a recommendation made then, so a new autoscaler does not scale down
 // before a full scale-down window has passed.
 namespace gpufleet::policy {
-
-// Validated by Autoscaler::Create. Utilizations are milli (1000 = every GPU of every replica
-// busy all the time); times are integer seconds.
-struct AutoscalerOptions {
-  int min_replicas = 1;                    // >= 1: with no replica there is nothing to measure
-  int max_replicas = 10;                   // >= min_replicas
-  int64_t target_utilization_milli = 700;  // 1..1000
-  // No change while |measured / target - 1| <= tolerance (the HPA's default 10%). 0..999.
-  int64_t tolerance_milli = 100;
-  int64_t scale_up_stabilization_seconds = 0;
-  int64_t scale_down_stabilization_seconds = 300;
-  int64_t scale_up_cooldown_seconds = 0;
-  int64_t scale_down_cooldown_seconds = 0;
-
-  // kInvalidArgument naming the field and its value, e.g. "max_replicas: 2 (must be >=
-  // min_replicas 3)".
-  Status Validate() const;
-};
 
 // One measurement of the deployment.
 struct AutoscalerInput {

@@ -48,6 +48,26 @@ TEST(PoissonUpperTail, StaysAccurateDeepInTheTailAndForLargeCounts) {
   EXPECT_LT(half, 0.51);
 }
 
+TEST(PoissonUpperTail, MatchesFiftyDigitReferenceValues) {
+  // The regularized incomplete gamma function P(k, mean) from mpmath at 50 significant digits.
+  struct Reference {
+    int64_t k;
+    double mean;
+    double tail;
+  };
+  for (const Reference& r :
+       {Reference{1, 1e-6, 9.9999950000016662137e-7}, Reference{2, 0.05, 0.001209104274250290586},
+        Reference{5, 0.3, 0.00001578504054165996018}, Reference{7, 7.5, 0.62184530567653068486},
+        Reference{12, 3.0, 0.000071386628974206604869},
+        Reference{60, 0.001, 1.200598995791221471e-262},
+        Reference{1000, 900.0, 0.00054990226571178292301},
+        Reference{900, 1000.0, 0.99937740221572495274},
+        Reference{100000, 100000.0, 0.50042052211036517669}}) {
+    SCOPED_TRACE(::testing::Message() << "k=" << r.k << " mean=" << r.mean);
+    EXPECT_NEAR(PoissonUpperTail(r.k, r.mean) / r.tail, 1.0, 1e-12);
+  }
+}
+
 TEST(PoissonUpperTail, GrowsWithTheMeanAndFallsWithTheCount) {
   double previous = 0;
   for (double mean : {0.01, 0.1, 1.0, 5.0, 20.0}) {

@@ -15,12 +15,12 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/runner/internal/text.h"
+#include "gpufleet/os/files.h"
 
 namespace gpufleet::runner {
 namespace {
 
-using internal::ErrnoText;
+using os::ErrnoText;
 
 constexpr long kCgroup2Magic = 0x63677270;  // NOLINT(google-runtime-int): statfs's f_type
 // The v1 controllers a task's cgroup lives in; the last one lists the members.

@@ -20,7 +20,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/runner/internal/files.h"
+#include "gpufleet/os/files.h"
 #include "gpufleet/runner/internal/task_table.h"
 #include "gpufleet/runner/internal/text.h"
 #include "gpufleet/runner/process_runner.h"
@@ -28,8 +28,8 @@
 namespace gpufleet::runner {
 namespace {
 
-using internal::ErrnoText;
 using internal::SplitCommas;
+using os::ErrnoText;
 
 using Json = nlohmann::json;
 
@@ -66,11 +66,11 @@ std::string FormatCpus(int64_t cpu_milli) {
                                : fmt::format("{}.{:03}", cpu_milli / 1000, cpu_milli % 1000);
 }
 
-std::string Reason(std::string_view what, const internal::CommandOutcome& outcome) {
+std::string Reason(std::string_view what, const os::CommandOutcome& outcome) {
   if (outcome.timed_out) {
     return fmt::format("{}: podman did not finish in time", what);
   }
-  std::string line = internal::LastLine(outcome.errors);
+  std::string line = os::LastLine(outcome.errors);
   if (line.empty()) {
     line = fmt::format("podman exited with code {}", outcome.exit_code);
   }
@@ -79,7 +79,7 @@ std::string Reason(std::string_view what, const internal::CommandOutcome& outcom
 
 // What was appended to the file at `path` from `offset` on (at most kMaxReasonBytes of its end).
 std::string ReadFrom(const std::string& path, off_t offset) {
-  const internal::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  const os::UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   struct stat info = {};
   if (fd.get() < 0 || fstat(fd.get(), &info) != 0 || info.st_size <= offset) {
     return "";
@@ -111,7 +111,7 @@ Result<std::unique_ptr<PodmanRunner>> PodmanRunner::Open(PodmanRunnerOptions opt
   }
   std::unique_ptr<PodmanRunner> runner(
       new PodmanRunner(std::move(options), std::move(processes), clock));
-  GPUFLEET_ASSIGN_OR_RETURN(const internal::CommandOutcome version,
+  GPUFLEET_ASSIGN_OR_RETURN(const os::CommandOutcome version,
                             runner->Podman({"version", "--format", "{{.Client.Version}}"},
                                            runner->options_.command_timeout));
   if (version.exit_code != 0) {
@@ -200,7 +200,7 @@ void PodmanRunner::ListerLoop() {
       const QueuedSignal signal = std::move(signals_.front());
       signals_.pop_front();
       lock.unlock();
-      const Result<internal::CommandOutcome> killed =
+      const Result<os::CommandOutcome> killed =
           Podman({"kill", "--signal", signal.signal, signal.container}, options_.command_timeout);
       lock.lock();
       if ((!killed.ok() || killed->exit_code != 0) && signal.signal == "KILL") {
@@ -303,19 +303,19 @@ std::string PodmanRunner::ContainerName(std::string_view task_id) const {
   return MakeContainerName(options_.instance, task_id);
 }
 
-Result<internal::CommandOutcome> PodmanRunner::Podman(const std::vector<std::string>& args,
-                                                      Duration timeout) const {
-  internal::CommandSpec spec;
+Result<os::CommandOutcome> PodmanRunner::Podman(const std::vector<std::string>& args,
+                                                Duration timeout) const {
+  os::CommandSpec spec;
   spec.argv = PodmanCommand();
   spec.argv.insert(spec.argv.end(), args.begin(), args.end());
   spec.env = PodmanEnvironment();
   spec.timeout = timeout;
-  return internal::RunCommand(spec, clock_);
+  return os::RunCommand(spec, clock_);
 }
 
 Result<std::map<std::string, PodmanRunner::ContainerState>> PodmanRunner::ListContainers() const {
   GPUFLEET_ASSIGN_OR_RETURN(
-      const internal::CommandOutcome listed,
+      const os::CommandOutcome listed,
       Podman({"ps", "--all", "--filter",
               fmt::format("label={}={}", kRunnerLabel, options_.instance), "--format", "json"},
              options_.command_timeout));
@@ -388,7 +388,7 @@ Result<std::vector<CachedImage>> PodmanRunner::ListImages() {
 }
 
 Result<std::vector<CachedImage>> PodmanRunner::ListImagesNow() const {
-  GPUFLEET_ASSIGN_OR_RETURN(const internal::CommandOutcome listed,
+  GPUFLEET_ASSIGN_OR_RETURN(const os::CommandOutcome listed,
                             Podman({"images", "--format", "json"}, options_.command_timeout));
   if (listed.exit_code != 0) {
     return UnavailableError(Reason("cannot list the images", listed));
@@ -482,7 +482,7 @@ void PodmanRunner::TendPulls(MonoTime now) {
       if (now - pull->second.start_time >= options_.pull_timeout && !task.pull_timed_out) {
         task.pull_timed_out = pulls_->Stop(task_id, Duration(0)).ok();
       }
-      if (std::string line = internal::LastLine(ReadFrom(log, 0)); !line.empty()) {
+      if (std::string line = os::LastLine(ReadFrom(log, 0)); !line.empty()) {
         task.status.image_pull_progress = line.substr(0, kMaxReasonBytes);
       }
       continue;
@@ -496,7 +496,7 @@ void PodmanRunner::TendPulls(MonoTime now) {
       failure = fmt::format("the pull of image '{}' is gone", launch.image);
     } else {
       task.status.image_pull_time = pull->second.end_time.value_or(now) - pull->second.start_time;
-      internal::CommandOutcome outcome;
+      os::CommandOutcome outcome;
       outcome.exit_code = pull->second.state == TaskState::kExited ? pull->second.exit_code : -1;
       outcome.errors = ReadFrom(log, 0);
       if (task.status.stop_requested) {
@@ -598,8 +598,8 @@ Status PodmanRunner::Start(const TaskLaunch& launch) {
     processes.emplace(process.task_id, std::move(process));
   }
   GPUFLEET_RETURN_IF_ERROR(internal::CheckNewTask(processes, launch.task_id));
-  if (const internal::UniqueFd log(open(
-          launch.log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600));
+  if (const os::UniqueFd log(open(launch.log_path.c_str(),
+                                  O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC | O_NOCTTY, 0600));
       log.get() < 0) {
     return InvalidArgumentError(
         fmt::format("log_path '{}' of task '{}' cannot be opened for appending: {}",
@@ -660,7 +660,7 @@ std::string PodmanRunner::StartedPath(std::string_view task_id) const {
 }
 
 std::string PodmanRunner::StartedDigest(std::string_view task_id) const {
-  std::string digest = internal::LastLine(ReadFrom(StartedPath(task_id), 0));
+  std::string digest = os::LastLine(ReadFrom(StartedPath(task_id), 0));
   return digest.starts_with("sha256:") ? digest : "";
 }
 
@@ -732,7 +732,7 @@ void PodmanRunner::TendStarts(const std::map<std::string, TaskStatus, std::less<
             "image '{}' is not on this node and its imagePullPolicy is Never", launch->image);
         [[maybe_unused]] const int truncated = truncate(log.c_str(), task.log_offset);
       } else {
-        internal::CommandOutcome failure;
+        os::CommandOutcome failure;
         failure.exit_code = code;
         failure.errors = log.empty() ? "" : ReadFrom(log, task.log_offset);
         task.status.reason = Reason("podman run failed", failure);
@@ -747,7 +747,7 @@ void PodmanRunner::TendStarts(const std::map<std::string, TaskStatus, std::less<
 }
 
 std::string PodmanRunner::ImageDigestOf(const std::string& container) const {
-  const Result<internal::CommandOutcome> inspected =
+  const Result<os::CommandOutcome> inspected =
       Podman({"container", "inspect", "--format", "{{.ImageDigest}}", container},
              options_.command_timeout);
   if (!inspected.ok() || inspected->exit_code != 0) {

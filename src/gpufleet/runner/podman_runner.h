@@ -16,7 +16,7 @@
 
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/status.h"
-#include "gpufleet/runner/internal/command.h"
+#include "gpufleet/os/command.h"
 #include "gpufleet/runner/process_runner.h"
 #include "gpufleet/runner/run_as.h"
 #include "gpufleet/runner/task_runner.h"
@@ -221,8 +221,7 @@ class PodmanRunner final : public TaskRunner {
   std::vector<std::string> PodmanEnvironment() const;
   std::string ContainerName(std::string_view task_id) const;
   // Runs podman with `args` after the global flags, capturing its output.
-  Result<internal::CommandOutcome> Podman(const std::vector<std::string>& args,
-                                          Duration timeout) const;
+  Result<os::CommandOutcome> Podman(const std::vector<std::string>& args, Duration timeout) const;
   // This instance's containers, by name.
   Result<std::map<std::string, ContainerState>> ListContainers() const;
   // Starts pulling the launch's image (or takes over the pull an earlier runner started for the

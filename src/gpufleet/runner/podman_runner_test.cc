@@ -27,7 +27,7 @@
 
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/testing/status_matchers.h"
-#include "gpufleet/runner/internal/command.h"
+#include "gpufleet/os/command.h"
 #include "gpufleet/runner/process_runner.h"
 #include "gpufleet/runner/testing/podman_testing.h"
 
@@ -187,7 +187,7 @@ class PodmanRunnerTest : public ::testing::Test {
   // podman with the suite's storage and `args`, with no runner needed: its output and errors.
   std::string PodmanOutput(const std::vector<std::string>& args) {
     SystemClock clock;
-    internal::CommandSpec spec;
+    os::CommandSpec spec;
     spec.argv = {"podman",
                  "--root",
                  suite_dir_ + "/storage",
@@ -200,7 +200,7 @@ class PodmanRunnerTest : public ::testing::Test {
     spec.argv.insert(spec.argv.end(), args.begin(), args.end());
     spec.env = {"CONTAINERS_CONF=" + options_.containers_conf,
                 fmt::format("PATH={}", getenv("PATH"))};
-    const Result<internal::CommandOutcome> outcome = internal::RunCommand(spec, clock);
+    const Result<os::CommandOutcome> outcome = os::RunCommand(spec, clock);
     return outcome.ok() ? outcome->output + outcome->errors : outcome.status().ToString();
   }
 

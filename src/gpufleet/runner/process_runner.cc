@@ -27,7 +27,7 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/runner/internal/files.h"
+#include "gpufleet/os/files.h"
 #include "gpufleet/runner/internal/shim.h"
 #include "gpufleet/runner/internal/task_table.h"
 #include "gpufleet/runner/internal/text.h"
@@ -35,14 +35,14 @@
 namespace gpufleet::runner {
 namespace {
 
-using internal::ErrnoText;
-using internal::ReadSmallFile;
 using internal::SplitCommas;
-using internal::UniqueFd;
+using os::ErrnoText;
+using os::ReadSmallFile;
+using os::UniqueFd;
+using os::WriteFileAtomically;
 
 constexpr std::string_view kStateSuffix = ".task";
 constexpr std::string_view kExitSuffix = ".exit";
-constexpr std::string_view kTempSuffix = ".tmp";
 constexpr std::string_view kStateHeader = "gpufleet-task-state 1";
 constexpr std::string_view kLockFileName = "lock";
 // The agent's lease (RenewLease); like "lock", no task's file can have this name.
@@ -77,36 +77,6 @@ std::string TaskIdFromStem(std::string_view stem) {
 
 bool EndsWith(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
-}
-
-// Writes next to `path`, then renames: readers see the old file or the whole new one. No fsync:
-// state files only have to outlive the agent; a reboot ends the tasks anyway.
-Status WriteFileAtomically(const std::string& path, std::string_view content) {
-  const std::string temp_path = path + std::string(kTempSuffix);
-  UniqueFd fd(open(temp_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
-  if (!fd.valid()) {
-    return UnavailableError(fmt::format("cannot create '{}': {}", temp_path, ErrnoText(errno)));
-  }
-  while (!content.empty()) {
-    const ssize_t n = write(fd.get(), content.data(), content.size());
-    if (n < 0 && errno == EINTR) {
-      continue;
-    }
-    if (n < 0) {
-      const int error = errno;
-      unlink(temp_path.c_str());
-      return UnavailableError(fmt::format("cannot write '{}': {}", temp_path, ErrnoText(error)));
-    }
-    content.remove_prefix(static_cast<size_t>(n));
-  }
-  fd.Reset();
-  if (rename(temp_path.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    unlink(temp_path.c_str());
-    return UnavailableError(
-        fmt::format("cannot rename '{}' to '{}': {}", temp_path, path, ErrnoText(error)));
-  }
-  return Status::Ok();
 }
 
 Status RemoveIfPresent(const std::string& path) {
@@ -460,7 +430,7 @@ Status ProcessRunner::LoadStateDirectory() {
     }
     const std::string name = it->path().filename().string();
     const std::string path = it->path().string();
-    if (EndsWith(name, kTempSuffix)) {
+    if (EndsWith(name, os::kAtomicWriteSuffix)) {
       GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(path));  // a write the last agent did not finish
       continue;
     }
@@ -755,7 +725,7 @@ Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task,
     cgroup_members = options_.cgroups->MembersFile(CgroupName(launch.task_id));
   }
   const std::string exit_path = FilePath(launch.task_id, kExitSuffix);
-  const std::string exit_temp_path = exit_path + std::string(kTempSuffix);
+  const std::string exit_temp_path = exit_path + std::string(os::kAtomicWriteSuffix);
   const std::string state_path = FilePath(launch.task_id, kStateSuffix);
   GPUFLEET_RETURN_IF_ERROR(RemoveIfPresent(exit_path));  // from a forgotten task of that id
 

@@ -22,15 +22,14 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/runner/internal/files.h"
-#include "gpufleet/runner/internal/text.h"
+#include "gpufleet/os/files.h"
 
 namespace gpufleet::runner {
 namespace {
 
-using internal::ErrnoText;
-using internal::ReadSmallFile;
-using internal::UniqueFd;
+using os::ErrnoText;
+using os::ReadSmallFile;
+using os::UniqueFd;
 
 constexpr std::string_view kRangeFlag = "--task-uid-range";
 

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/core/random.h"
+#include "gpufleet/policy/autoscaler.h"
 #include "gpufleet/policy/format.h"
 #include "gpufleet/sim/html_page.h"
 #include "gpufleet/sim/svg_chart.h"
@@ -362,7 +363,7 @@ namespace {
 
 // The top of the tolerance band, target x (1 + tolerance), in milli (rounded down).
 int64_t BandMilli(const AutoscaleSimResult& result) {
-  const policy::AutoscalerOptions& autoscaler = result.options.autoscaler;
+  const AutoscalerOptions& autoscaler = result.options.autoscaler;
   return autoscaler.target_utilization_milli * (kMilli + autoscaler.tolerance_milli) / kMilli;
 }
 

@@ -7,9 +7,9 @@
 #include <string_view>
 #include <vector>
 
+#include "gpufleet/core/autoscaler_options.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/status.h"
-#include "gpufleet/policy/autoscaler.h"
 
 // `gpufleet sim autoscale`: one inference deployment under a diurnal load, its replicas scaled by
 // policy::Autoscaler on measured GPU utilization, against static provisioning for the peak.
@@ -52,7 +52,7 @@ struct AutoscaleSimOptions {
   ReplicaShape replica;
   int64_t startup_seconds = 180;    // >= 0
   int64_t max_queue_seconds = 120;  // >= 0
-  policy::AutoscalerOptions autoscaler{.min_replicas = 2, .max_replicas = 100};
+  AutoscalerOptions autoscaler{.min_replicas = 2, .max_replicas = 100};
 
   // kInvalidArgument naming the field and its value.
   Status Validate() const;

@@ -172,7 +172,7 @@ Result<int64_t> IntField(const Json& object, std::string_view prefix, std::strin
   return value;
 }
 
-Result<policy::AutoscalerOptions> ParseAutoscaling(const Json& j) {
+Result<AutoscalerOptions> ParseAutoscaling(const Json& j) {
   constexpr std::string_view kPrefix = "autoscaling.";
   if (!j.is_object()) {
     return InvalidArgumentError(fmt::format("autoscaling: {} (must be an object)", j.dump()));
@@ -183,7 +183,7 @@ Result<policy::AutoscalerOptions> ParseAutoscaling(const Json& j) {
                      "scale_up_stabilization_seconds", "scale_down_stabilization_seconds",
                      "scale_up_cooldown_seconds", "scale_down_cooldown_seconds"}));
   constexpr int64_t kDay = 24 * 3600;
-  policy::AutoscalerOptions options;
+  AutoscalerOptions options;
   GPUFLEET_ASSIGN_OR_RETURN(
       const int64_t min_replicas,
       IntField(j, kPrefix, "min_replicas", 1, kMaxDeploymentReplicas, options.min_replicas));
@@ -333,7 +333,7 @@ Result<DeploymentSpec> ParseDeploymentSpec(std::string_view text, const GpuCatal
 }
 
 Json DeploymentSpecToJson(const DeploymentSpec& spec) {
-  const policy::AutoscalerOptions& a = spec.autoscaling;
+  const AutoscalerOptions& a = spec.autoscaling;
   return {{"name", spec.name},
           {"queue", spec.queue},
           {"template", spec.job_template},

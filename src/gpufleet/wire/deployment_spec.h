@@ -7,10 +7,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/core/autoscaler_options.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/core/workload.h"
-#include "gpufleet/policy/autoscaler.h"
 
 // The deployment format of `POST /v1/deployments` (docs/api.md, "Deployments"): an inference
 // job template run as replica jobs NAME-r<k>, whose count an autoscaler moves between min and max
@@ -38,7 +38,7 @@ struct DeploymentSpec {
   // The template as given plus metadata.queue, for ReplicaJobSpec.
   nlohmann::json job_template;
   bool host_network = false;  // the template's task shares the node's network
-  policy::AutoscalerOptions autoscaling;
+  AutoscalerOptions autoscaling;
 };
 
 // Parses and checks a deployment. kInvalidArgument naming the field and the bad value: unknown

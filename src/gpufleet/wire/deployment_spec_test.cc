@@ -52,9 +52,9 @@ TEST_F(DeploymentSpecTest, ParsesAndMapsAutoscalingOntoTheAutoscalerOptions) {
   EXPECT_EQ(spec->autoscaling.scale_up_cooldown_seconds, 60);
   EXPECT_EQ(spec->autoscaling.scale_down_cooldown_seconds, 300);
   // Unset options keep the autoscaler's defaults.
-  EXPECT_EQ(spec->autoscaling.tolerance_milli, policy::AutoscalerOptions{}.tolerance_milli);
+  EXPECT_EQ(spec->autoscaling.tolerance_milli, AutoscalerOptions{}.tolerance_milli);
   EXPECT_EQ(spec->autoscaling.scale_down_stabilization_seconds,
-            policy::AutoscalerOptions{}.scale_down_stabilization_seconds);
+            AutoscalerOptions{}.scale_down_stabilization_seconds);
 }
 
 TEST_F(DeploymentSpecTest, StoredFormRoundTrips) {

@@ -2,19 +2,11 @@
 // Small text helpers the runners share. Private to the runner module.
 #pragma once
 
-#include <string.h>
-
 #include <string>
 #include <string_view>
 #include <vector>
 
 namespace gpufleet::runner::internal {
-
-// strerror_r's text for `error`.
-inline std::string ErrnoText(int error) {
-  char buffer[256];
-  return strerror_r(error, buffer, sizeof(buffer));  // the GNU variant returns the text
-}
 
 // "a,b" -> {"a", "b"}; "" -> {}.
 inline std::vector<std::string> SplitCommas(std::string_view text) {

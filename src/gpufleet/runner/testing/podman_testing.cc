@@ -14,7 +14,7 @@
 #include <fmt/format.h>
 
 #include "gpufleet/core/clock.h"
-#include "gpufleet/runner/internal/command.h"
+#include "gpufleet/os/command.h"
 
 namespace gpufleet::runner_testing {
 
@@ -32,12 +32,11 @@ void WriteFile(const std::string& path, const std::string& content) {
 
 std::string Shell(const std::string& command) {
   SystemClock clock;
-  runner::internal::CommandSpec spec;
+  os::CommandSpec spec;
   spec.argv = {"/bin/sh", "-c", command};
   spec.env = {fmt::format("PATH={}", getenv("PATH") != nullptr ? getenv("PATH") : "/usr/bin:/bin")};
   spec.timeout = std::chrono::minutes(2);
-  const Result<runner::internal::CommandOutcome> outcome =
-      runner::internal::RunCommand(spec, clock);
+  const Result<os::CommandOutcome> outcome = os::RunCommand(spec, clock);
   if (!outcome.ok()) {
     return outcome.status().ToString();
   }

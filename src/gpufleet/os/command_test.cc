@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/runner/internal/command.h"
+#include "gpufleet/os/command.h"
 
 #include <fcntl.h>
 #include <unistd.h>
@@ -16,7 +16,7 @@
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/testing/status_matchers.h"
 
-namespace gpufleet::runner::internal {
+namespace gpufleet::os {
 namespace {
 
 using ::testing::HasSubstr;
@@ -96,4 +96,4 @@ TEST(LastLine, SkipsBlankLinesAndTrims) {
 }
 
 }  // namespace
-}  // namespace gpufleet::runner::internal
+}  // namespace gpufleet::os

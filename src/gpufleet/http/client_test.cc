@@ -1,16 +1,17 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/cli/http_client.h"
+#include "gpufleet/http/client.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpufleet/cli/testing/fake_transport.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/testing/fake_transport.h"
+#include "gpufleet/wire/json_fields.h"
 
-namespace gpufleet::cli {
+namespace gpufleet::http {
 namespace {
 
-using ::gpufleet::cli::testing::FakeClient;
+using ::gpufleet::http_testing::FakeClient;
 using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
 
@@ -19,7 +20,7 @@ TEST(ApiClient, TwoHundredIsTheJsonBody) {
   fake.Answer("GET /v1/nodes", 200, R"({"items": []})");
   Result<nlohmann::json> answer = fake.client.Get("/v1/nodes");
   ASSERT_OK(answer);
-  EXPECT_EQ(*answer, nlohmann::json::parse(R"({"items": []})"));
+  EXPECT_EQ(*answer, wire::ParseDocument(R"({"items": []})"));
   ASSERT_EQ(fake.state->requests.size(), 1U);
   EXPECT_EQ(fake.state->requests[0].method, "GET");
   EXPECT_EQ(fake.state->requests[0].token, "secret");
@@ -89,4 +90,4 @@ TEST(UrlEncode, KeepsUnreservedCharacters) {
 }
 
 }  // namespace
-}  // namespace gpufleet::cli
+}  // namespace gpufleet::http

@@ -11,7 +11,7 @@
 
 #include "gpufleet/core/status.h"
 
-namespace gpufleet::cli {
+namespace gpufleet::http {
 
 // One HTTP answer, whatever its status.
 struct HttpResponse {
@@ -99,4 +99,4 @@ StatusCode StatusCodeFromHttp(int http_status);
 // Percent-encodes one path segment or query value (RFC 3986 unreserved characters stay).
 std::string UrlEncode(std::string_view text);
 
-}  // namespace gpufleet::cli
+}  // namespace gpufleet::http

@@ -3,8 +3,8 @@
 
 // The one include of cpp-httplib in gpufleet. Debian 12's libcpp-httplib-dev ships the split
 // header plus libcpp-httplib.so, compiled with OpenSSL, zlib and brotli; every translation unit
-// must see the same feature macros as that library or the class layouts differ (ODR). Link the
-// `cpp-httplib` library together with OpenSSL, zlib and brotli (src/gpufleet/api/CMakeLists.txt).
+// must see the same feature macros as that library or the class layouts differ (ODR). Link
+// `gpufleet::http`, which links the library together with OpenSSL, zlib and brotli.
 #ifndef CPPHTTPLIB_OPENSSL_SUPPORT
 #define CPPHTTPLIB_OPENSSL_SUPPORT
 #endif

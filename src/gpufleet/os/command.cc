@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/runner/internal/command.h"
+#include "gpufleet/os/command.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -18,9 +18,9 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/runner/internal/text.h"
+#include "gpufleet/os/files.h"
 
-namespace gpufleet::runner::internal {
+namespace gpufleet::os {
 namespace {
 
 void CloseIfOpen(int& fd) {
@@ -208,4 +208,4 @@ Result<CommandOutcome> RunCommand(const CommandSpec& spec, const Clock& clock) {
   return outcome;
 }
 
-}  // namespace gpufleet::runner::internal
+}  // namespace gpufleet::os

@@ -9,16 +9,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "gpufleet/cli/http_client.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/http/client.h"
+#include "gpufleet/http/cpp_httplib.h"
 
-// As http_client.cc includes it (the library's layouts depend on these).
-#define CPPHTTPLIB_OPENSSL_SUPPORT
-#define CPPHTTPLIB_ZLIB_SUPPORT
-#define CPPHTTPLIB_BROTLI_SUPPORT
-#include <httplib.h>
-
-namespace gpufleet::cli {
+namespace gpufleet::http {
 namespace {
 
 using ::gpufleet::testing::StatusIs;
@@ -131,4 +126,4 @@ TEST(LeaderFollowingTransport, AnEmptyAddressInTheListIsInvalid) {
 }
 
 }  // namespace
-}  // namespace gpufleet::cli
+}  // namespace gpufleet::http

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
-// Runs a helper program (podman) to its end and collects what it printed: the container runner's
-// one way of talking to podman. Private to the runner module.
+// Runs a helper program (podman, scontrol) to its end and collects what it printed: the one way
+// the runners and the agent run a command.
 #pragma once
 
 #include <string>
@@ -9,7 +9,7 @@
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/status.h"
 
-namespace gpufleet::runner::internal {
+namespace gpufleet::os {
 
 struct CommandOutcome {
   // The exit status; -1 when a signal ended the program (the timeout's SIGKILL among them).
@@ -40,4 +40,4 @@ Result<CommandOutcome> RunCommand(const CommandSpec& spec, const Clock& clock);
 // The last non-empty line of `text`, trimmed; "" when there is none. For error messages.
 std::string LastLine(std::string_view text);
 
-}  // namespace gpufleet::runner::internal
+}  // namespace gpufleet::os

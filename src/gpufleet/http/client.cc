@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/cli/http_client.h"
+#include "gpufleet/http/client.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -11,16 +11,10 @@
 
 #include <fmt/core.h>
 
-// Debian 12's libcpp-httplib.so is built with these; the header's class layouts depend on them,
-// so they must match the library's. This is the one file of the cli module that includes it.
-#define CPPHTTPLIB_OPENSSL_SUPPORT
-#define CPPHTTPLIB_ZLIB_SUPPORT
-#define CPPHTTPLIB_BROTLI_SUPPORT
-#include <httplib.h>
-
+#include "gpufleet/http/cpp_httplib.h"
 #include "gpufleet/wire/json_fields.h"
 
-namespace gpufleet::cli {
+namespace gpufleet::http {
 namespace {
 
 std::string Describe(httplib::Error error) {
@@ -400,4 +394,4 @@ std::string UrlEncode(std::string_view text) {
   return encoded;
 }
 
-}  // namespace gpufleet::cli
+}  // namespace gpufleet::http
