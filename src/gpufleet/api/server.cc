@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/api/event_time_store.h"
+#include "gpufleet/api/routes.h"
 #include "gpufleet/api/tls.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/placement_gpus.h"
@@ -34,18 +35,6 @@
 namespace gpufleet::api {
 namespace {
 
-// A job already told that it never fits is checked again when it comes up (the view's nodes
-// changed since), before the shortcut that quotes a smaller job's reason: nullopt when some node
-// could hold it now, and the cycle tries it as any other.
-std::optional<policy::NeverFits> NeverFitsAgain(const std::string& reason, const Job& job,
-                                                const scheduler::ClusterSnapshot& snapshot) {
-  if (!reason.starts_with("never fits: ")) {
-    return std::nullopt;
-  }
-  return policy::CheckNeverFits(job, snapshot);
-}
-
-constexpr std::string_view kTopologyName = "topology";
 // The largest `limit` of GET /v1/jobs.
 constexpr size_t kMaxJobsPerPage = 10000;
 
@@ -54,43 +43,6 @@ Status PermissionDenied(std::string message) {
 }
 
 // ---- jobs -------------------------------------------------------------------------------
-
-Json PlacementsToJson(const std::vector<scheduler::TaskPlacement>& placements, const Job& job,
-                      const scheduler::ClusterSnapshot& snapshot) {
-  Json out = Json::array();
-  for (const scheduler::TaskPlacement& placement : placements) {
-    const scheduler::NodeInfo& info = snapshot.nodes()[placement.node];
-    const std::string group_name =
-        placement.group >= 0 && placement.group < static_cast<int>(job.groups.size())
-            ? job.groups[placement.group].name
-            : fmt::format("group{}", placement.group);
-    // The GPUs by UUID; their position in the node's list means nothing once it registers again
-    // (placement_gpus.h).
-    Json gpus = Json::array();
-    Json uuids = Json::array();
-    Json assignments = Json::array();
-    for (const scheduler::GpuAssignment& a : placement.gpus) {
-      gpus.push_back(info.node->gpus[a.gpu].index);
-      uuids.push_back(info.node->gpus[a.gpu].uuid.value());
-      assignments.push_back({{"milli", a.milli},
-                             {"memory_mib", a.memory_mib},
-                             {"mig_profile", a.mig_profile},
-                             {"mig_start", a.mig_start},
-                             {"mig_created", a.mig_created},
-                             {"model", info.node->gpus[a.gpu].model}});
-    }
-    out.push_back({{"task", fmt::format("{}-{}", group_name, placement.replica)},
-                   {"node", info.node->id.value()},
-                   {"gpus", std::move(gpus)},
-                   {"gpu_uuids", std::move(uuids)},
-                   {"group", placement.group},
-                   {"replica", placement.replica},
-                   {"cpu_milli", placement.host.cpu_milli},
-                   {"memory_mib", placement.host.memory_mib},
-                   {"assignments", std::move(assignments)}});
-  }
-  return out;
-}
 
 Json JobOutput(const store::StoredObject& object) {
   Json j = wire::ParseDocument(object.data);
@@ -345,100 +297,100 @@ struct ApiServer::Metrics {
 
 namespace {
 
-// The scheduler of `options` scoring against `target`: a policy that needs a target workload and
-// has none yet places as best-fit does.
-Result<std::unique_ptr<scheduler::Scheduler>> MakeScheduler(
-    const ApiServer::Options& options, const scheduler::TargetWorkload& target) {
-  scheduler::SchedulerOptions scheduler_options;
-  // Agents report whether they run containers (kContainerRuntimeLabel).
-  scheduler_options.require_container_runtime = true;
-  scheduler_options.policy =
-      policy::NeedsTargetWorkload(options.policy) && target.empty() ? "best-fit" : options.policy;
-  scheduler_options.plugin_args.target_workload = target;
-  if (options.fabric != nullptr) {
-    scheduler_options.AddCollectiveCost(options.fabric);
+// The server's own submit and cancel, as a deployment's creator: how the control plane's
+// deployments step makes and removes replicas.
+class ServerReplicaJobs final : public control::ReplicaJobs {
+ public:
+  using Call = std::function<Result<Json>(const control::Principal&, std::string_view)>;
+  ServerReplicaJobs(Call submit, Call cancel)
+      : submit_(std::move(submit)), cancel_(std::move(cancel)) {}
+  Result<Json> Submit(const control::Principal& owner, std::string_view spec) override {
+    return submit_(owner, spec);
   }
-  return scheduler::Scheduler::Create(scheduler_options, scheduler::PluginRegistry::Default());
-}
+  Result<Json> Cancel(const control::Principal& owner, std::string_view key) override {
+    return cancel_(owner, key);
+  }
 
-bool SameClasses(const scheduler::TargetWorkload& a, const scheduler::TargetWorkload& b) {
-  return std::equal(
-      a.classes().begin(), a.classes().end(), b.classes().begin(), b.classes().end(),
-      [](const auto& x, const auto& y) { return x.shape == y.shape && x.weight == y.weight; });
-}
+ private:
+  Call submit_;
+  Call cancel_;
+};
+
+// The server's bearer tokens as the control plane's node credentials.
+class TokenNodeCredentials final : public control::NodeCredentials {
+ public:
+  explicit TokenNodeCredentials(TokenAuthenticator& tokens) : tokens_(tokens) {}
+  Result<Issued> Issue(const std::string& node) override {
+    GPUFLEET_ASSIGN_OR_RETURN(
+        std::string token,
+        tokens_.CreateToken(control::Role::kAgent, "", fmt::format("node/{}", node), node));
+    std::string id = TokenId(token);
+    return Issued{.token = std::move(token), .id = std::move(id)};
+  }
+  Status Revoke(const std::string& token) override { return tokens_.RevokeToken(token); }
+  Status RevokeById(const std::string& id) override { return tokens_.RevokeTokenById(id).status(); }
+  Result<bool> Exists(const std::string& node) override { return tokens_.NodeHasCredential(node); }
+
+ private:
+  TokenAuthenticator& tokens_;
+};
 
 }  // namespace
 
 Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
-  GPUFLEET_RETURN_IF_ERROR(options.workload_history.Validate());
-  if (options.target_workload_refresh < Duration::zero()) {
-    return InvalidArgumentError("target_workload_refresh must not be negative");
-  }
-  GPUFLEET_RETURN_IF_ERROR(options.reliability.Validate());
-  if (options.idle_reclaim) {
-    GPUFLEET_RETURN_IF_ERROR(options.idle_reclaim->Validate());
-  }
-  if (options.mig_apply_timeout.count() <= 0 || options.mig_replan_delay.count() < 0) {
-    return InvalidArgumentError(
-        fmt::format("mig_apply_timeout {}s must be positive and mig_replan_delay {}s not negative",
-                    options.mig_apply_timeout.count(), options.mig_replan_delay.count()));
-  }
-  if (policy::NeedsTargetWorkload(options.policy)) {
-    // Checks the policy with a target workload, as the cycles will make it.
-    scheduler::TargetWorkload one = scheduler::TargetWorkload::FromShapes(
-        {scheduler::TaskShape{.cpu_milli = 1000, .gpu_milli = kMilliPerUnit, .num_gpus = 1}});
-    GPUFLEET_RETURN_IF_ERROR(MakeScheduler(options, one).status());
-  }
-  GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Scheduler> sched,
-                            MakeScheduler(options, scheduler::TargetWorkload()));
-  auto server = std::unique_ptr<ApiServer>(new ApiServer(std::move(options), std::move(sched)));
-  if (policy::NeedsTargetWorkload(server->options_.policy)) {
-    server->workload_history_.emplace(server->options_.workload_history);
-  }
+  auto server = std::unique_ptr<ApiServer>(new ApiServer(std::move(options)));
+  const Options& o = server->options_;
+  server->replica_jobs_ = std::make_unique<ServerReplicaJobs>(
+      [s = server.get()](const control::Principal& owner, std::string_view spec) {
+        return s->routes_->SubmitJob(owner, spec, {.check_fleet = false});
+      },
+      [s = server.get()](const control::Principal& owner, std::string_view key) {
+        return s->routes_->CancelJob(owner, key);
+      });
+  server->node_credentials_ = std::make_unique<TokenNodeCredentials>(server->authenticator_);
+  GPUFLEET_ASSIGN_OR_RETURN(
+      server->control_,
+      control::ControlPlane::Create(
+          {.store = o.store,
+           .catalog = o.catalog,
+           .clock = o.clock,
+           .wall_clock = o.wall_clock,
+           .policy = o.policy,
+           .workload_history = o.workload_history,
+           .target_workload_refresh = o.target_workload_refresh,
+           .fabric = o.fabric,
+           .seed = o.seed,
+           .heartbeat_interval = o.heartbeat_interval,
+           .node_timeout = o.node_timeout,
+           .stop_grace = o.stop_grace,
+           .usage_flush_interval = o.usage_flush_interval,
+           .usage_half_life = o.usage_half_life,
+           .min_runtime_before_preemption = o.min_runtime_before_preemption,
+           .reliability = o.reliability,
+           .idle_reclaim = o.idle_reclaim,
+           .mig_apply_timeout = o.mig_apply_timeout,
+           .gang_start_timeout = o.gang_start_timeout,
+           .mig_replan_delay = o.mig_replan_delay,
+           .retain_finished = o.retain_finished,
+           .replica_jobs = server->replica_jobs_.get(),
+           .node_credentials = server->node_credentials_.get(),
+           .observe_image_pull = [metrics = server->metrics_.get()](double seconds) {
+             metrics->ObserveImagePull(seconds);
+           }}));
+  server->routes_ =
+      std::make_unique<ApiRoutes>(o, *server->control_, server->authenticator_, server->ready_);
   // With an election, the leader makes these writes when it becomes the leader (BecomeLeader):
   // a follower's would be refused.
-  if (server->options_.election == nullptr) {
-    GPUFLEET_RETURN_IF_ERROR(server->EnsureDefaultQueue());
-    GPUFLEET_RETURN_IF_ERROR(server->MigrateToTeamScopedNames());
+  if (o.election == nullptr) {
+    GPUFLEET_RETURN_IF_ERROR(server->control_->PrepareStore());
   }
   return server;
 }
 
-ApiServer::ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> sched)
+ApiServer::ApiServer(Options options)
     : options_(std::move(options)),
       authenticator_(options_.store, options_.clock),
-      started_at_(options_.clock.Now()),
-      leases_({.store = options_.store,
-               .clock = options_.clock,
-               .started_at = started_at_,
-               .lease = options_.node_timeout,
-               .stop_grace = options_.stop_grace}),
-      scheduler_(std::move(sched)),
-      view_(std::make_unique<control::SchedulingView>(options_.store, options_.catalog)),
-      last_full_retry_(started_at_),
-      last_full_reload_(started_at_),
-      queues_({.store = options_.store,
-               .catalog = options_.catalog,
-               .clock = options_.clock,
-               .wall_clock = options_.wall_clock,
-               .started_at = started_at_,
-               .usage_half_life = options_.usage_half_life,
-               .min_runtime_before_preemption = options_.min_runtime_before_preemption}),
-      mig_layouts_({.store = options_.store,
-                    .catalog = options_.catalog,
-                    .clock = options_.clock,
-                    .apply_timeout = options_.mig_apply_timeout,
-                    .replan_delay = options_.mig_replan_delay}),
-      gang_start_(options_.gang_start_timeout),
-      deployments_(options_.store, options_.catalog),
-      retention_({.store = options_.store,
-                  .clock = options_.clock,
-                  .wall_clock = options_.wall_clock,
-                  .retain_finished = options_.retain_finished}),
-      backfill_(options_.catalog),
-      metrics_(std::make_unique<Metrics>()),
-      reliability_(std::make_unique<control::ReliabilityController>(
-          options_.store, options_.clock, options_.wall_clock, options_.reliability)) {}
+      metrics_(std::make_unique<Metrics>()) {}
 
 ApiServer::~ApiServer() {
   Stop();
@@ -522,12 +474,15 @@ Result<int> ApiServer::Start(const std::string& host, int port,
 
 void ApiServer::Stop() {
   StopThreads();
-  std::lock_guard<std::mutex> lock(cycle_mu_);
+  if (control_ == nullptr) {
+    return;  // Create failed
+  }
+  std::lock_guard<std::mutex> lock(control_->cycle_mutex());
   // A follower's or a deposed leader's commits are refused: the leader keeps the usage.
   if (!leading()) {
     return;
   }
-  queues_.SaveUsageNow();
+  control_->SaveQueueUsage();
   if (options_.election != nullptr) {
     // Handing the lease over now spares the followers the wait for it to expire.
     leading_.store(false);
@@ -577,476 +532,28 @@ void ApiServer::LoopMain() {
 // ---- nodes and the cluster ------------------------------------------------------------------
 
 Result<int> ApiServer::RegisterNodes(const Cluster& cluster) {
-  GPUFLEET_RETURN_IF_ERROR(cluster.Validate(options_.catalog));
-  for (const Node& node : cluster.nodes) {
-    GPUFLEET_RETURN_IF_ERROR(wire::ValidateNodeName("node.name", node.id.value()));
-    if (const Status status = scheduler::ValidateNode(node, cluster.topology, options_.catalog);
-        !status.ok()) {
-      return InvalidArgumentError(fmt::format("node {}: {}", node.id.value(), status.message()));
-    }
-  }
-  const std::vector<std::string>& levels = cluster.topology.levels();
-  // Agents register at once when a fleet comes up: a racing registration may create the topology
-  // or the same node between this read and the commit (kAlreadyExists), so a second attempt reads
-  // again and finds it.
-  Status committed = Status::Ok();
-  int added = 0;
-  for (int attempt = 0; attempt < 2; ++attempt) {
-    store::WriteBatch batch;
-    Result<store::StoredObject> topology = options_.store.Get(control::kClusterKind, kTopologyName);
-    if (topology.ok()) {
-      const Json recorded = wire::ParseDocument(topology->data);
-      std::vector<std::string> recorded_levels;
-      for (const Json& level : wire::ArrayOr(recorded, "levels")) {
-        recorded_levels.push_back(level.is_string() ? level.get<std::string>() : "");
-      }
-      if (recorded_levels != levels) {
-        return InvalidArgumentError(
-            fmt::format("topology levels [{}] differ from the recorded [{}]",
-                        fmt::join(levels, ", "), fmt::join(recorded_levels, ", ")));
-      }
-    } else if (topology.status().code() == StatusCode::kNotFound) {
-      batch.Create(std::string(control::kClusterKind), std::string(kTopologyName),
-                   Json{{"levels", levels}}.dump());
-    } else {
-      return topology.status();
-    }
-    // One read per node registered, not a list of the fleet: an agent registering alone costs
-    // the same with 10 nodes stored as with 10,000.
-    added = 0;
-    for (const Node& node : cluster.nodes) {
-      const Result<store::StoredObject> existing =
-          options_.store.Get(control::kNodesKind, node.id.value());
-      if (existing.ok()) {
-        continue;
-      }
-      if (existing.status().code() != StatusCode::kNotFound) {
-        return existing.status();
-      }
-      batch.Create(std::string(control::kNodesKind), node.id.value(),
-                   wire::NodeToJson(node, levels).dump());
-      batch.AppendEvent(std::string(control::kNodesKind), node.id.value(), "registered");
-      ++added;
-    }
-    committed = options_.store.Commit(batch);
-    if (committed.code() != StatusCode::kAlreadyExists) {
-      break;
-    }
-  }
-  GPUFLEET_RETURN_IF_ERROR(committed);
-  return added;
+  return control_->RegisterNodes(cluster);
 }
 
 // ---- the scheduling cycle -------------------------------------------------------------------
 
 Result<int> ApiServer::RunSchedulingCycle() {
-  std::lock_guard<std::mutex> lock(cycle_mu_);
-  const MonoTime start = options_.clock.Now();
-  cycle_step_mark_ = start;
-  cycle_steps_.clear();
-  Result<int> result = RunCycleLocked();
-  const Duration elapsed = options_.clock.Now() - start;
-  metrics_->ObserveCycle(std::chrono::duration<double>(elapsed).count(), cycle_steps_);
-  RunReliabilityIfDue();
-  ++cycle_count_;
-  if (result.ok()) {
+  control::CycleReport cycle = control_->RunCycle();
+  metrics_->ObserveCycle(std::chrono::duration<double>(cycle.elapsed).count(), cycle.steps);
+  if (!cycle.steps.empty() && cycle.steps.back().first == "publish") {
+    RecordHistoryIfDue();
+  }
+  if (cycle.scheduled.ok()) {
     ready_.store(true);
     store_unavailable_.store(false);
-  } else if (result.status().code() == StatusCode::kUnavailable) {
+  } else if (cycle.scheduled.status().code() == StatusCode::kUnavailable) {
     store_unavailable_.store(true);  // until a cycle reads and writes the store again
   }
-  return result;
+  return cycle.scheduled;
 }
 
 std::vector<std::pair<std::string_view, Duration>> ApiServer::LastCycleSteps() {
-  std::lock_guard<std::mutex> lock(cycle_mu_);
-  return cycle_steps_;
-}
-
-void ApiServer::MarkCycleStep(std::string_view step) {
-  const MonoTime now = options_.clock.Now();
-  cycle_steps_.emplace_back(step, now - cycle_step_mark_);
-  cycle_step_mark_ = now;
-}
-
-Result<int> ApiServer::RunCycleLocked() {
-  // One cheap read every cycle, so that a store that cannot be reached (a database down) shows on
-  // /readyz even when nothing changed and the view reads nothing.
-  GPUFLEET_RETURN_IF_ERROR(options_.store.Revision().status());
-  // The view follows the store's commits; reading everything now and then bounds the life of
-  // any gap (a commit reported failed that was in fact written).
-  constexpr Duration kFullReloadInterval = std::chrono::minutes(10);
-  if (options_.clock.Now() - last_full_reload_ >= kFullReloadInterval) {
-    last_full_reload_ = options_.clock.Now();
-    view_->ReadAllAgain();
-  }
-  GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
-  PublishExcludedNodes();
-  MarkCycleStep("read");
-  GPUFLEET_ASSIGN_OR_RETURN(const bool marked, leases_.MarkSilentNodesNotReady(*view_));
-  if (marked) {
-    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
-  }
-  MarkCycleStep("node-leases");
-  GPUFLEET_ASSIGN_OR_RETURN(const bool ended, EndRunsOnNotReadyNodes());
-  if (ended) {
-    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
-  }
-  GPUFLEET_ASSIGN_OR_RETURN(const bool stopped, FinishStoppingRuns());
-  if (stopped) {
-    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
-  }
-  GPUFLEET_ASSIGN_OR_RETURN(const bool mig_requeued, RequeueJobsWaitingForMigInstances());
-  if (mig_requeued) {
-    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
-  }
-  GPUFLEET_ASSIGN_OR_RETURN(const bool gangs_requeued, RequeuePartlyStartedGangs());
-  if (gangs_requeued) {
-    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
-  }
-  IndexActiveJobs();
-  MarkCycleStep("run-ends");
-  // A job that did not fit is tried again when resources are freed, and at least this often
-  // (placement is greedy, so fit is not perfectly monotone in free resources).
-  constexpr Duration kFullRetryInterval = std::chrono::seconds(60);
-  if (options_.clock.Now() - last_full_retry_ >= kFullRetryInterval) {
-    last_full_retry_ = options_.clock.Now();
-    view_->BumpCapacityEpoch();
-  }
-
-  GPUFLEET_ASSIGN_OR_RETURN(const bool requeued, RequeuePreemptedJobs());
-  if (requeued) {
-    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
-  }
-  GPUFLEET_RETURN_IF_ERROR(PlanMigLayoutsForPendingJobs());
-  UpdateQueues();
-  MarkCycleStep("queues");
-  GPUFLEET_RETURN_IF_ERROR(ReclaimIdleJobs());
-  MarkCycleStep("idle-reclaim");
-  GPUFLEET_RETURN_IF_ERROR(RunDeploymentsIfDue());
-  MarkCycleStep("deployments");
-  // Finished jobs past the retention leave, a bounded batch per cycle; a failure here is
-  // retried by a later scan and does not hold up scheduling.
-  if (const Result<control::RetentionController::StepResult> collected = retention_.Step();
-      !collected.ok()) {
-    fmt::print(stderr, "gpufleet server: collecting finished jobs failed: {}\n",
-               collected.status().ToString());
-  }
-  MarkCycleStep("retention");
-  // Busy time into running jobs' documents now and then; a failure is retried by the next flush
-  // and does not hold up scheduling.
-  if (const Result<bool> flushed = FlushUsageIfDue(); !flushed.ok()) {
-    fmt::print(stderr, "gpufleet server: writing busy time failed: {}\n",
-               flushed.status().ToString());
-  } else if (*flushed) {
-    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
-  }
-  MarkCycleStep("usage");
-  std::vector<control::PendingEntry> pending = control::PendingEntries(*view_);
-  queues_.OrderPending(pending);
-  GPUFLEET_RETURN_IF_ERROR(RefreshTargetWorkload(pending));
-  MarkCycleStep("order");
-
-  scheduler::ClusterSnapshot& snapshot = view_->snapshot();
-  Random random(options_.seed + cycle_count_);
-  // Jobs that did not fit in this cycle, to skip larger jobs of the same shape. With thousands
-  // pending, most are such larger jobs: the reason they quote is made once per failed job.
-  struct FailedJob {
-    const std::string* name;
-    const control::ViewJob* job;
-    std::string quote_for_team;    // for jobs of its team, which may see its name
-    std::string quote_for_others;  // for other teams' jobs
-  };
-  std::vector<FailedJob> failed;
-  std::vector<CycleWrite> writes;
-  bool preemption_tried = false;
-  backfill_.BeginCycle(queues_.CycleSeconds());
-  // The first job in queue order that does not fit gets the backfill reservation (EASY).
-  const auto set_backfill_head = [&](const std::string& name, const Job& spec) {
-    if (const Status planned = backfill_.SetHead(name, spec, *view_, queues_, *scheduler_, random);
-        !planned.ok()) {
-      fmt::print(stderr, "gpufleet server: backfill reservation for {}: {}\n", name,
-                 planned.ToString());
-    }
-  };
-  for (const control::PendingEntry& entry : pending) {
-    const std::string& name = *entry.name;
-    control::ViewJob& job = *entry.job;
-    queues_.HoldReservedGpus(*view_, name);
-    if (job.unschedulable_epoch == view_->capacity_epoch()) {
-      // Unchanged since it last did not fit: still the head, it keeps its reservation.
-      if (backfill_.LookingForHead() && backfill_.DidNotFit(name) && job.spec && job.spec->ok()) {
-        set_backfill_head(name, **job.spec);
-      }
-      continue;
-    }
-    // Parsed when it is written: with thousands of jobs pending, most are only skipped.
-    Json doc;
-    if (!job.spec) {
-      job.spec = wire::JobSpecFromJson(wire::ParseDocument(job.data)["spec"], options_.catalog);
-    }
-    std::string reason;
-    std::vector<scheduler::TaskPlacement> placed;
-    std::set<std::string> node_names;
-    bool held_back = false;
-    if (!job.spec->ok()) {
-      reason = fmt::format("stored spec is invalid: {}", job.spec->status().message());
-    } else if (const std::optional<policy::NeverFits> again =
-                   NeverFitsAgain(job.reason, **job.spec, snapshot)) {
-      // Named at submit and nodes changed since: still nothing could hold it.
-      reason = fmt::format("never fits: {}", again->message);
-    } else if (const auto dominating = std::find_if(failed.begin(), failed.end(),
-                                                    [&](const FailedJob& smaller) {
-                                                      return scheduler::CannotFitWhereSmallerFailed(
-                                                          **job.spec, **smaller.job->spec);
-                                                    });
-               dominating != failed.end()) {
-      // Another team's job is not named to this one's team. Its reason is final by now: it was
-      // set in its own turn of this loop.
-      const std::string& other = *dominating->name;
-      const bool same_team = control::TeamOfKey(other) == control::TeamOfKey(name);
-      std::string& quote = same_team ? dominating->quote_for_team : dominating->quote_for_others;
-      if (quote.empty()) {
-        quote = fmt::format("{} (as for {}, which asks for no more)", dominating->job->reason,
-                            same_team ? fmt::format("job {}", control::NameOfKey(other))
-                                      : std::string("a job of another team"));
-      }
-      reason = quote;
-    } else {
-      scheduler::ScheduleResult result = scheduler_->Schedule(**job.spec, snapshot, random);
-      // Larger jobs of its shape need not be asked only when this one did not fit: a refusal by
-      // its queue's quota says nothing about jobs of other queues.
-      const bool did_not_fit = result.outcome == scheduler::ScheduleOutcome::kUnschedulable;
-      backfill_.NoteTried(name, did_not_fit);
-      if (result.scheduled()) {
-        // Backfill first: a job held back for the head is not charged to its queue.
-        Result<std::optional<std::string>> held =
-            backfill_.Refusal(name, **job.spec, result.placements, *view_, *scheduler_, random);
-        if (!held.ok()) {
-          fmt::print(stderr, "gpufleet server: backfill check for {}: {}\n", name,
-                     held.status().ToString());
-          held = std::optional<std::string>();
-        }
-        held_back = held->has_value();
-        if (std::optional<std::string> refused =
-                held_back ? std::move(*held)
-                          : queues_.Admit(name, job, result.placements, snapshot)) {
-          for (auto it = result.placements.rbegin(); it != result.placements.rend(); ++it) {
-            snapshot.Revert(*it);
-          }
-          result.outcome = scheduler::ScheduleOutcome::kUnschedulable;
-          result.reason = std::move(*refused);
-        }
-      } else if (result.outcome == scheduler::ScheduleOutcome::kUnschedulable &&
-                 !preemption_tried && !queues_.HasReservation(name)) {
-        // A preemptor with a reservation waits for the victims it has; it preempts no more.
-        // One victim search per cycle, for the first job in queue order that needs one.
-        preemption_tried = true;
-        Result<std::optional<std::string>> waiting =
-            TryPreemption(name, **job.spec, job.queue, random);
-        if (!waiting.ok()) {
-          // The store failed (busy, gone): nothing of this cycle is committed, so nothing of it
-          // may stay in the view, or its GPUs would look taken until the next full reload.
-          for (auto it = writes.rbegin(); it != writes.rend(); ++it) {
-            UndoCycleWrite(*it);
-          }
-          queues_.ReleaseReservedGpus(*view_);
-          return waiting.status();
-        }
-        if (*waiting) {
-          result.reason = std::move(**waiting);
-        }
-      }
-      if (result.scheduled()) {
-        backfill_.NoteStarted(name, **job.spec, result.placements);
-        placed = std::move(result.placements);
-        doc = wire::ParseDocument(job.data);
-        // The view holds only Pending jobs here, so the transition is legal.
-        (void)control::TransitionJob(doc, control::JobState::kScheduled, "");
-        doc["attempt"] = wire::IntOr(doc, "attempt", 0) + 1;
-        doc["placements"] = PlacementsToJson(placed, **job.spec, snapshot);
-        for (const scheduler::TaskPlacement& placement : placed) {
-          node_names.insert(snapshot.nodes()[placement.node].node->id.value());
-        }
-      } else {
-        reason = result.outcome == scheduler::ScheduleOutcome::kError ? result.error.message()
-                                                                      : result.reason;
-        if (did_not_fit) {
-          // Waiting cannot help a job no node could ever hold: say what is missing.
-          if (const std::optional<policy::NeverFits> never =
-                  policy::CheckNeverFits(**job.spec, snapshot)) {
-            reason = fmt::format("never fits: {}", never->message);
-          }
-          failed.push_back(FailedJob{&name, &job, "", ""});
-          if (backfill_.LookingForHead()) {
-            set_backfill_head(name, **job.spec);
-          }
-        }
-      }
-    }
-    CycleWrite write{&name, &job};
-    if (placed.empty()) {
-      // A job held back for the head may start once the head has: it is tried every cycle.
-      if (!held_back) {
-        job.unschedulable_epoch = view_->capacity_epoch();
-      }
-      if (reason == job.reason) {
-        continue;
-      }
-      // Later jobs quoting this one see the new reason now.
-      job.reason = reason;
-      doc = wire::ParseDocument(job.data);
-      doc["reason"] = reason;
-      write.data = doc.dump();
-      write.batch.Update(std::string(control::kJobsKind), name, write.data, job.version);
-      write.batch.AppendEvent(std::string(control::kJobsKind), name,
-                              fmt::format("unschedulable: {}", reason));
-    } else {
-      reliability_->NoteRunStarted(doc);
-      control::StampRunStart(doc, UsageNowNanos());
-      write.data = doc.dump();
-      write.batch.Update(std::string(control::kJobsKind), name, write.data, job.version);
-      write.batch.AppendEvent(std::string(control::kJobsKind), name,
-                              fmt::format("scheduled on {}", fmt::join(node_names, ", ")));
-      write.placed = std::move(placed);
-      write.nodes = std::move(node_names);
-    }
-    writes.push_back(std::move(write));
-  }
-  queues_.ReleaseReservedGpus(*view_);
-  MarkCycleStep("place");
-  Result<int> scheduled = CommitCycleWrites(writes);
-  MarkCycleStep("commit");
-  queues_.Publish();
-  PublishFleetGauges();
-  RecordHistoryIfDue();
-  MarkCycleStep("publish");
-  return scheduled;
-}
-
-Status ApiServer::RefreshTargetWorkload(const std::vector<control::PendingEntry>& pending) {
-  if (!workload_history_) {
-    return Status::Ok();
-  }
-  const MonoTime now = options_.clock.Now();
-  if (target_source_ == TargetSource::kHistory &&
-      now - target_built_at_ < options_.target_workload_refresh) {
-    return Status::Ok();
-  }
-  scheduler::TargetWorkload target;
-  TargetSource source = TargetSource::kNone;
-  if (!workload_history_->empty()) {
-    target = workload_history_->Target();
-    source = TargetSource::kHistory;
-  } else {
-    // Nothing started yet (a fresh server, or one restarted: the history lives in memory): the
-    // mix waiting is the best guess of the mix to come. The first jobs in queue order bound the
-    // cost with thousands pending; their specs are parsed once and kept, as the cycle does.
-    constexpr size_t kMaxPendingSampled = 1000;
-    policy::WorkloadHistory waiting(options_.workload_history);
-    for (size_t i = 0; i < pending.size() && i < kMaxPendingSampled; ++i) {
-      control::ViewJob& job = *pending[i].job;
-      if (!job.spec) {
-        job.spec = wire::JobSpecFromJson(wire::ParseDocument(job.data)["spec"], options_.catalog);
-      }
-      if (job.spec->ok()) {
-        waiting.Record(**job.spec, now);
-      }
-    }
-    target = waiting.Target();
-    source = target.empty() ? TargetSource::kNone : TargetSource::kPending;
-  }
-  target_built_at_ = now;
-  if (source == target_source_ && SameClasses(target, target_)) {
-    return Status::Ok();
-  }
-  GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<scheduler::Scheduler> remade,
-                            MakeScheduler(options_, target));
-  scheduler_ = std::move(remade);
-  target_ = std::move(target);
-  target_source_ = source;
-  return Status::Ok();
-}
-
-Result<int> ApiServer::CommitCycleWrites(std::vector<CycleWrite>& writes) {
-  // One durable commit for the whole cycle: a commit costs an fsync, which would otherwise be
-  // most of a busy cycle. If it fails (one job changed under us, or one job's write cannot be
-  // stored), the jobs are committed one by one, so that only the job at fault is left out.
-  store::WriteBatch all;
-  for (const CycleWrite& write : writes) {
-    all.Append(write.batch);
-    if (!write.placed.empty()) {
-      // Indexed before the commit, so that a node registering again meanwhile sees the job
-      // (EndRunsBrokenByReregistration); a write that then fails leaves a harmless extra entry
-      // until the next cycle rebuilds the index.
-      IndexScheduledJob(*write.name, write.nodes);
-    }
-  }
-  Status status = options_.store.Commit(all);
-  const bool one_by_one = !status.ok();
-  int scheduled = 0;
-  Status first_error = Status::Ok();
-  for (CycleWrite& write : writes) {
-    if (one_by_one) {
-      status = options_.store.Commit(write.batch);
-    }
-    control::ViewJob& job = *write.job;
-    if (!status.ok()) {
-      UndoCycleWrite(write);
-      if (status.code() == StatusCode::kInvalidArgument) {
-        // This job's own write cannot be stored (its document would be too large): it fails
-        // alone, with the reason, and the cycle goes on.
-        FailUnstorableJob(*write.name, job, status);
-      } else if (status.code() != StatusCode::kAborted && status.code() != StatusCode::kNotFound &&
-                 first_error.ok()) {
-        first_error = status;
-      }
-      continue;
-    }
-    if (!write.placed.empty()) {
-      if (workload_history_ && job.spec && job.spec->ok()) {
-        workload_history_->Record(**job.spec, options_.clock.Now());
-      }
-      view_->MarkScheduled(*write.name, job.version + 1, std::move(write.data),
-                           std::move(write.placed), std::move(write.nodes));
-      ++scheduled;
-    } else {
-      view_->MarkReasonWritten(*write.name, job.version + 1, std::move(write.data));
-    }
-  }
-  if (!first_error.ok()) {
-    return first_error;
-  }
-  return scheduled;
-}
-
-void ApiServer::UndoCycleWrite(CycleWrite& write) {
-  // The next cycle sees the job as stored; its resources go back now.
-  view_->ReadJobAgain(*write.name);
-  for (auto it = write.placed.rbegin(); it != write.placed.rend(); ++it) {
-    view_->snapshot().Revert(*it);
-  }
-  if (!write.placed.empty()) {
-    view_->BumpCapacityEpoch();
-  }
-}
-
-void ApiServer::FailUnstorableJob(const std::string& name, const control::ViewJob& job,
-                                  const Status& why) {
-  Json doc = wire::ParseDocument(job.data);
-  // A Pending job holds nothing: it ends at once, as a cancel would, but Failed.
-  const Result<std::string> event = control::TransitionJob(
-      doc, control::JobState::kFailed,
-      fmt::format("its scheduled document cannot be stored: {}", why.message()));
-  if (!event.ok()) {
-    return;
-  }
-  store::WriteBatch batch;
-  batch.Update(std::string(control::kJobsKind), name, doc.dump(), job.version);
-  batch.AppendEvent(std::string(control::kJobsKind), name, *event);
-  if (const Status status = options_.store.Commit(batch); !status.ok()) {
-    fmt::print(stderr, "gpufleet server: jobs/{}: {}\n", name, status.ToString());
-  }
+  return control_->LastCycleSteps();
 }
 
 // ---- routing ------------------------------------------------------------------------------
@@ -1193,7 +700,7 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
     response.body = RenderMetrics();
     return routed(std::move(response), "/metrics");
   }
-  if (std::optional<ApiResponse> page = ServeDashboard(request)) {
+  if (std::optional<ApiResponse> page = routes_->ServeDashboard(request)) {
     return *page;
   }
   if (n < 2 || segments[0] != "v1" ||
@@ -1232,209 +739,153 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
                       "an agent token may only register, send heartbeats and provenance records")),
                   route);
   }
-  if (collection == "jobs") {
-    if (n == 2 && post) {
-      bool strict = false;
-      if (const auto it = request.query.find("strict"); it != request.query.end()) {
-        if (it->second != "true" && it->second != "false") {
-          return routed(ErrorResponse(InvalidArgumentError(
-                            fmt::format("strict: \"{}\" is not true or false", it->second))),
-                        route);
-        }
-        strict = it->second == "true";
-      }
-      return routed(ResultResponse(SubmitJob(*who, request.body, {.strict = strict}), 201), route);
+  if (collection == "history") {
+    return n == 2 && get ? routed(GetHistory(request), route) : no_route();
+  }
+  // The route table of the /v1 collections: each handler answers a request under its
+  // collection, or nullopt when it has no route for the method and path.
+  using Handler = std::optional<ApiResponse> (ApiRoutes::*)(
+      const control::Principal&, const ApiRequest&, const std::vector<std::string_view>&);
+  static const auto* const kRoutes = new std::map<std::string_view, Handler>{
+      {"jobs", &ApiRoutes::RouteJobs},
+      {"agents", &ApiRoutes::RouteAgents},
+      {"nodes", &ApiRoutes::RouteNodes},
+      {"provenance", &ApiRoutes::RouteProvenance},
+      {"utilization", &ApiRoutes::RouteDashboard},
+      {"whoami", &ApiRoutes::RouteDashboard},
+      {"deployments", &ApiRoutes::RouteDeployments},
+      {"outcomes", &ApiRoutes::RouteReliability},
+      {"reports", &ApiRoutes::RouteReliability},
+      {"usage", &ApiRoutes::RouteUsage},
+      {"teams", &ApiRoutes::RouteTenancy},
+      {"tokens", &ApiRoutes::RouteTenancy},
+      {"queues", &ApiRoutes::RouteTenancy},
+  };
+  if (const auto handler = kRoutes->find(collection); handler != kRoutes->end()) {
+    if (std::optional<ApiResponse> served =
+            (routes_.get()->*handler->second)(*who, request, segments)) {
+      // A handler may name a route of its own (POST /v1/agents/register).
+      std::string label = served->route.empty() ? route : served->route;
+      return routed(std::move(*served), std::move(label));
     }
-    if (n == 2 && get) {
-      return routed(ListJobs(*who, request), route);
-    }
-    const bool get_job = get && scoped && scoped->action.empty();
-    if (get_job || (scoped && !scoped->action.empty())) {
-      const Result<std::string> key = ResolveName(*who, control::kJobsKind, "job", scoped->name);
-      if (!key.ok()) {
-        return routed(ErrorResponse(key.status()), route);
-      }
-      if (get_job) {
-        return routed(GetJob(*who, *key), route);
-      }
-      if (scoped->action == "cancel") {
-        return routed(ResultResponse(CancelJob(*who, *key)), route);
-      }
-      if (scoped->action == "resume") {
-        return routed(ResumeJob(*who, *key), route);
-      }
-      if (scoped->action == "explain") {
-        return routed(ExplainJob(*who, *key), route);
-      }
-      return routed(JobEvents(*who, *key), route);
-    }
-  } else if (collection == "agents") {
-    // The agent protocol (docs/agent.md): POST /v1/agents/register, /v1/agents/NODE/heartbeat.
-    Result<wire::AgentReply> reply = Status(StatusCode::kNotFound, "");
-    if (n == 3 && post && segments[2] == "register") {
-      route = "/v1/agents/register";
-      reply = RegisterAgent(*who, request.body);
-    } else if (n == 4 && post && segments[3] == "heartbeat") {
-      reply = AgentHeartbeat(*who, segments[2], request.body);
-    } else if (n == 4 && post && segments[3] == "provenance") {
-      const Result<Json> recorded = RecordProvenance(*who, segments[2], request.body);
-      return routed(
-          ResultResponse(recorded,
-                         recorded.ok() && wire::BoolOr(*recorded, "created", false) ? 201 : 200),
-          route);
-    } else {
-      return no_route();
-    }
-    if (!reply.ok()) {
-      return routed(ErrorResponse(reply.status()), route);
-    }
-    ApiResponse response;
-    response.body = wire::AgentReplyToJson(*reply) + "\n";
-    return routed(std::move(response), route);
-  } else if (collection == "nodes") {
-    if (n == 2 && get) {
-      return routed(ListNodes(*who), route);
-    }
-    if (n == 3 && get) {
-      return routed(GetNode(*who, segments[2]), route);
-    }
-    if (n == 3 && request.method == "DELETE") {
-      return routed(DeleteNode(*who, segments[2]), route);
-    }
-    if (n == 4 && get && segments[3] == "events") {
-      // A node's events name the jobs of every team on it (MIG layouts, fencing): operators'
-      // data, as node events are in Kubernetes.
-      if (!who->is_admin()) {
-        return routed(ErrorResponse(PermissionDenied("a node's events are for admins")), route);
-      }
-      ApiResponse node = GetNode(*who, segments[2]);
-      return routed(node.status == 200 ? ObjectEvents(control::kNodesKind, segments[2]) : node,
-                    route);
-    }
-    static const std::set<std::string_view> kActions = {"cordon", "uncordon", "drain", "quarantine",
-                                                        "release"};
-    if (n == 4 && post && kActions.count(segments[3]) > 0) {
-      return routed(NodeAction(*who, segments[2], segments[3], request.body), route);
-    }
-  } else if (collection == "provenance" && n == 2 && get) {
-    return routed(ListProvenance(*who, request), route);
-  } else if (collection == "history" && n == 2 && get) {
-    return routed(GetHistory(request), route);
-  } else if (collection == "utilization" && n == 2 && get) {
-    return routed(GetUtilization(), route);
-  } else if (collection == "whoami" && n == 2 && get) {
-    return routed(WhoAmI(*who), route);
-  } else if (std::optional<ApiResponse> served = RouteDeployments(*who, request, segments)) {
-    return routed(std::move(*served), route);
-  } else if (std::optional<ApiResponse> answer = RouteReliability(*who, request, segments)) {
-    return routed(std::move(*answer), route);
-  } else if (std::optional<ApiResponse> usage = RouteUsage(*who, request, segments)) {
-    return routed(std::move(*usage), route);
-  } else if (std::optional<ApiResponse> response = RouteTenancy(*who, request, segments)) {
-    return routed(std::move(*response), route);
   }
   return no_route();
 }
 
+// ---- the routes of jobs, nodes and agents -----------------------------------------------------
+
+std::optional<ApiResponse> ApiRoutes::RouteJobs(const control::Principal& who,
+                                                const ApiRequest& request,
+                                                const std::vector<std::string_view>& segments) {
+  const size_t n = segments.size();
+  const bool get = request.method == "GET";
+  if (n == 2 && request.method == "POST") {
+    bool strict = false;
+    if (const auto it = request.query.find("strict"); it != request.query.end()) {
+      if (it->second != "true" && it->second != "false") {
+        return ErrorResponse(
+            InvalidArgumentError(fmt::format("strict: \"{}\" is not true or false", it->second)));
+      }
+      strict = it->second == "true";
+    }
+    return ResultResponse(SubmitJob(who, request.body, {.strict = strict}), 201);
+  }
+  if (n == 2 && get) {
+    return ListJobs(who, request);
+  }
+  // Jobs are named NAME or TEAM/NAME (docs/api.md, "Names").
+  const std::optional<control::ScopedPath> scoped =
+      control::ParseScopedPath(segments, request.method);
+  const bool get_job = get && scoped && scoped->action.empty();
+  if (!get_job && !(scoped && !scoped->action.empty())) {
+    return std::nullopt;
+  }
+  const Result<std::string> key = ResolveName(who, control::kJobsKind, "job", scoped->name);
+  if (!key.ok()) {
+    return ErrorResponse(key.status());
+  }
+  if (get_job) {
+    return GetJob(who, *key);
+  }
+  if (scoped->action == "cancel") {
+    return ResultResponse(CancelJob(who, *key));
+  }
+  if (scoped->action == "resume") {
+    return ResumeJob(who, *key);
+  }
+  if (scoped->action == "explain") {
+    return ExplainJob(who, *key);
+  }
+  return JobEvents(who, *key);
+}
+
+std::optional<ApiResponse> ApiRoutes::RouteAgents(const control::Principal& who,
+                                                  const ApiRequest& request,
+                                                  const std::vector<std::string_view>& segments) {
+  // The agent protocol (docs/agent.md): POST /v1/agents/register, /v1/agents/NODE/heartbeat,
+  // /v1/agents/NODE/provenance.
+  const size_t n = segments.size();
+  if (request.method != "POST") {
+    return std::nullopt;
+  }
+  Result<wire::AgentReply> reply = Status(StatusCode::kNotFound, "");
+  std::string route;
+  if (n == 3 && segments[2] == "register") {
+    route = "/v1/agents/register";
+    reply = control_->RegisterAgent(who, request.body);
+  } else if (n == 4 && segments[3] == "heartbeat") {
+    reply = control_->AgentHeartbeat(who, segments[2], request.body);
+  } else if (n == 4 && segments[3] == "provenance") {
+    const Result<Json> recorded = control_->RecordProvenance(who, segments[2], request.body);
+    return ResultResponse(recorded,
+                          recorded.ok() && wire::BoolOr(*recorded, "created", false) ? 201 : 200);
+  } else {
+    return std::nullopt;
+  }
+  ApiResponse response;
+  if (reply.ok()) {
+    response.body = wire::AgentReplyToJson(*reply) + "\n";
+  } else {
+    response = ErrorResponse(reply.status());
+  }
+  response.route = std::move(route);
+  return response;
+}
+
+std::optional<ApiResponse> ApiRoutes::RouteNodes(const control::Principal& who,
+                                                 const ApiRequest& request,
+                                                 const std::vector<std::string_view>& segments) {
+  const size_t n = segments.size();
+  const bool get = request.method == "GET";
+  if (n == 2 && get) {
+    return ListNodes(who);
+  }
+  if (n == 3 && get) {
+    return GetNode(who, segments[2]);
+  }
+  if (n == 3 && request.method == "DELETE") {
+    return DeleteNode(who, segments[2]);
+  }
+  if (n == 4 && get && segments[3] == "events") {
+    // A node's events name the jobs of every team on it (MIG layouts, fencing): operators'
+    // data, as node events are in Kubernetes.
+    if (!who.is_admin()) {
+      return ErrorResponse(PermissionDenied("a node's events are for admins"));
+    }
+    ApiResponse node = GetNode(who, segments[2]);
+    return node.status == 200 ? ObjectEvents(control::kNodesKind, segments[2]) : node;
+  }
+  static const std::set<std::string_view> kActions = {"cordon", "uncordon", "drain", "quarantine",
+                                                      "release"};
+  if (n == 4 && request.method == "POST" && kActions.count(segments[3]) > 0) {
+    return NodeAction(who, segments[2], segments[3], request.body);
+  }
+  return std::nullopt;
+}
+
 // ---- job handlers ---------------------------------------------------------------------------
 
-void ApiServer::PublishExcludedNodes() {
-  store::WriteBatch events;
-  for (const auto& [name, reason] : view_->TakeNewlyExcludedNodes()) {
-    events.AppendEvent(std::string(control::kNodesKind), name, reason);
-  }
-  if (Status status = options_.store.Commit(events); !status.ok()) {
-    fmt::print(stderr, "gpufleet server: node events: {}\n", status.ToString());
-  }
-  std::lock_guard<std::mutex> lock(agents_mu_);
-  excluded_nodes_ = view_->excluded_nodes();
-}
-
-Result<bool> ApiServer::CommitCycleJobWrite(const std::string& name,
-                                            const store::WriteBatch& batch) {
-  const Status status = options_.store.Commit(batch);
-  if (status.ok()) {
-    return true;
-  }
-  view_->ReadJobAgain(name);
-  if (status.code() == StatusCode::kAborted || status.code() == StatusCode::kNotFound) {
-    return false;  // the job changed under us: the next cycle looks again
-  }
-  return status;
-}
-
-Result<bool> ApiServer::CommitJobWrites(std::vector<control::JobWrite> writes) {
-  bool wrote = false;
-  for (control::JobWrite& write : writes) {
-    store::WriteBatch batch;
-    AddJobWrite(write.before, write.after, write.version, write.events.front(), batch);
-    for (size_t i = 1; i < write.events.size(); ++i) {
-      batch.AppendEvent(std::string(control::kJobsKind), write.name, write.events[i]);
-    }
-    const Result<bool> written = CommitCycleJobWrite(write.name, batch);
-    if (!written.ok() && written.status().code() == StatusCode::kUnavailable) {
-      return written.status();
-    }
-    if (!written.ok()) {
-      fmt::print(stderr, "gpufleet server: jobs/{}: {}\n", write.name, written.status().ToString());
-      continue;
-    }
-    wrote = wrote || *written;
-  }
-  return wrote;
-}
-
-Status ApiServer::PlanMigLayoutsForPendingJobs() {
-  GPUFLEET_ASSIGN_OR_RETURN(const bool wrote, mig_layouts_.PlanForPendingJobs(*view_));
-  if (wrote) {
-    // The new instances are in the snapshot now, and the epoch has moved: the jobs are tried
-    // again in this cycle.
-    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
-  }
-  return Status::Ok();
-}
-
-Result<bool> ApiServer::RequeueJobsWaitingForMigInstances() {
-  GPUFLEET_ASSIGN_OR_RETURN(std::optional<control::MigRequeue> requeue,
-                            mig_layouts_.PlanRequeue(*view_, NowText()));
-  if (!requeue) {
-    return false;
-  }
-  store::WriteBatch batch = std::move(requeue->node_writes);
-  for (control::JobWrite& write : requeue->job_writes) {
-    AddJobWrite(write.before, write.after, write.version, write.events.front(), batch);
-  }
-  if (const Status status = options_.store.Commit(batch); !status.ok()) {
-    // A job or node changed under us (a task report, a heartbeat): the next cycle looks again.
-    for (const control::JobWrite& write : requeue->job_writes) {
-      view_->ReadJobAgain(write.name);
-    }
-    if (status.code() == StatusCode::kAborted || status.code() == StatusCode::kNotFound) {
-      return false;
-    }
-    return status;
-  }
-  mig_layouts_.Requeued();
-  return true;
-}
-
-Result<bool> ApiServer::RequeuePartlyStartedGangs() {
-  return CommitJobWrites(
-      gang_start_.Step(view_->JobsIn(control::JobState::kScheduled), UsageNowNanos(), NowText()));
-}
-
-void ApiServer::AddJobWrite(const Json& before, Json& after, int64_t version,
-                            const std::string& event, store::WriteBatch& batch) {
-  reliability_->NoteJobChange(before, after, batch);
-  NoteUsageChange(before, after, batch);
-  const std::string name = control::TeamScopedKeyOf(before);
-  batch.Update(std::string(control::kJobsKind), name, after.dump(), version);
-  if (!event.empty()) {
-    batch.AppendEvent(std::string(control::kJobsKind), name, event);
-  }
-}
-
-void ApiServer::AnnotateStopping(Json& job) const {
+void ApiRoutes::AnnotateStopping(Json& job) const {
   if (control::StoredJobState(job) != control::JobState::kStopping || !job.contains("stopping")) {
     return;
   }
@@ -1445,11 +896,7 @@ void ApiServer::AnnotateStopping(Json& job) const {
       std::chrono::duration_cast<std::chrono::seconds>(options_.stop_grace));
 }
 
-std::string ApiServer::NowText() const {
-  return options_.wall_clock != nullptr ? FormatRfc3339(options_.wall_clock->UnixNanos()) : "";
-}
-
-Result<Json> ApiServer::SubmitJob(const control::Principal& who, std::string_view body,
+Result<Json> ApiRoutes::SubmitJob(const control::Principal& who, std::string_view body,
                                   SubmitOptions options) {
   GPUFLEET_ASSIGN_OR_RETURN(const Job job, wire::ParseJobSpec(body, options_.catalog));
   const std::string& name = job.id.value();
@@ -1489,14 +936,14 @@ Result<Json> ApiServer::SubmitJob(const control::Principal& who, std::string_vie
   // cycle then names the job itself ("never fits: ..."). A strict submission waits, to refuse.
   std::optional<policy::NeverFits> never;
   if (options.check_fleet) {
-    std::unique_lock<std::mutex> lock(cycle_mu_, std::defer_lock);
+    std::unique_lock<std::mutex> lock(control_->cycle_mutex(), std::defer_lock);
     if (options.strict) {
       lock.lock();
     } else {
       static_cast<void>(lock.try_lock());
     }
-    if (lock.owns_lock() && ready_.load() && view_->Refresh().ok()) {
-      never = policy::CheckNeverFits(job, view_->snapshot());
+    if (lock.owns_lock() && ready_.load() && control_->view().Refresh().ok()) {
+      never = policy::CheckNeverFits(job, control_->view().snapshot());
     }
   }
   if (never) {
@@ -1530,7 +977,7 @@ Result<Json> ApiServer::SubmitJob(const control::Principal& who, std::string_vie
   return doc;
 }
 
-ApiResponse ApiServer::ListJobs(const control::Principal& who, const ApiRequest& request) {
+ApiResponse ApiRoutes::ListJobs(const control::Principal& who, const ApiRequest& request) {
   // The state filter is served by the store's state index, and so is the paging: a page costs
   // O(limit), not O(the jobs stored).
   store::ListFilter filter{.exclude_states = true};
@@ -1598,7 +1045,7 @@ ApiResponse ApiServer::ListJobs(const control::Principal& who, const ApiRequest&
   return JsonResponse(200, body);
 }
 
-ApiResponse ApiServer::GetJob(const control::Principal& who, std::string_view name) {
+ApiResponse ApiRoutes::GetJob(const control::Principal& who, std::string_view name) {
   const Result<store::StoredObject> object =
       ReadVisible(who, control::kJobsKind, name, JobNotFound(name));
   if (!object.ok()) {
@@ -1610,7 +1057,7 @@ ApiResponse ApiServer::GetJob(const control::Principal& who, std::string_view na
   return JsonResponse(200, job);
 }
 
-Result<Json> ApiServer::CancelJob(const control::Principal& who, std::string_view name) {
+Result<Json> ApiRoutes::CancelJob(const control::Principal& who, std::string_view name) {
   Result<Json> response = Json();
   const Status committed = store::CommitWithRetries(
       options_.store, control::kCasAttempts,
@@ -1637,7 +1084,7 @@ Result<Json> ApiServer::CancelJob(const control::Principal& who, std::string_vie
         // cancelled at once. A job already stopping for another reason ends Cancelled instead.
         Result<std::string> event = std::string();
         if (typed && control::HoldsResources(*typed)) {
-          event = control::EndRun(doc, control::JobState::kCancelled, why, NowText());
+          event = control::EndRun(doc, control::JobState::kCancelled, why, control_->NowText());
         } else {
           event = control::TransitionJob(doc, control::JobState::kCancelled, why,
                                          fmt::format("cancelled by {} (was {})", Who(who), state));
@@ -1648,7 +1095,8 @@ Result<Json> ApiServer::CancelJob(const control::Principal& who, std::string_vie
           return store::NoWrite();
         }
         store::WriteBatch batch;
-        AddJobWrite(wire::ParseDocument(object->data), doc, object->version, *event, batch);
+        control_->AddJobWrite(wire::ParseDocument(object->data), doc, object->version, *event,
+                              batch);
         doc["version"] = object->version + 1;
         response = doc;
         return store::Write(std::move(batch));
@@ -1659,7 +1107,7 @@ Result<Json> ApiServer::CancelJob(const control::Principal& who, std::string_vie
   return response;
 }
 
-ApiResponse ApiServer::JobEvents(const control::Principal& who, std::string_view name) {
+ApiResponse ApiRoutes::JobEvents(const control::Principal& who, std::string_view name) {
   ApiResponse visible = GetJob(who, name);
   if (visible.status != 200) {
     return visible;
@@ -1667,7 +1115,7 @@ ApiResponse ApiServer::JobEvents(const control::Principal& who, std::string_view
   return ObjectEvents(control::kJobsKind, name);
 }
 
-ApiResponse ApiServer::ObjectEvents(std::string_view kind, std::string_view name) {
+ApiResponse ApiRoutes::ObjectEvents(std::string_view kind, std::string_view name) {
   const Result<std::vector<store::StoredEvent>> events = options_.store.Events(kind, name);
   if (!events.ok()) {
     return ErrorResponse(events.status());
@@ -1724,7 +1172,7 @@ Status NodeNotFound(std::string_view name) {
 
 }  // namespace
 
-ApiResponse ApiServer::ListNodes(const control::Principal& who) {
+ApiResponse ApiRoutes::ListNodes(const control::Principal& who) {
   const Result<std::vector<store::StoredObject>> nodes = options_.store.List(control::kNodesKind);
   const Result<std::vector<store::StoredObject>> jobs =
       options_.store.ListWhere(control::kJobsKind, control::UnfinishedJobs());
@@ -1732,7 +1180,7 @@ ApiResponse ApiServer::ListNodes(const control::Principal& who) {
     return ErrorResponse(!nodes.ok() ? nodes.status() : jobs.status());
   }
   const auto allocation = AllocationByNode(*jobs, *nodes);
-  const std::map<std::string, std::string> excluded = ExcludedNodes();
+  const std::map<std::string, std::string> excluded = control_->ExcludedNodes();
   Json items = Json::array();
   for (const store::StoredObject& object : *nodes) {
     items.push_back(NodeOutput(who, object, allocation, excluded));
@@ -1740,11 +1188,11 @@ ApiResponse ApiServer::ListNodes(const control::Principal& who) {
   return JsonResponse(200, {{"items", std::move(items)}});
 }
 
-Result<store::StoredObject> ApiServer::StoredNode(std::string_view name) {
+Result<store::StoredObject> ApiRoutes::StoredNode(std::string_view name) {
   return ReadObject(control::kNodesKind, name, NodeNotFound(name));
 }
 
-Result<store::StoredObject> ApiServer::ReadObject(std::string_view kind, std::string_view name,
+Result<store::StoredObject> ApiRoutes::ReadObject(std::string_view kind, std::string_view name,
                                                   const Status& absent) {
   Result<store::StoredObject> object = options_.store.Get(kind, name);
   if (!object.ok()) {
@@ -1755,7 +1203,7 @@ Result<store::StoredObject> ApiServer::ReadObject(std::string_view kind, std::st
   return object;
 }
 
-Result<store::StoredObject> ApiServer::ReadVisible(const control::Principal& who,
+Result<store::StoredObject> ApiRoutes::ReadVisible(const control::Principal& who,
                                                    std::string_view kind, std::string_view name,
                                                    const Status& absent) {
   Result<store::StoredObject> object = ReadObject(kind, name, absent);
@@ -1765,7 +1213,7 @@ Result<store::StoredObject> ApiServer::ReadVisible(const control::Principal& who
   return object;
 }
 
-ApiResponse ApiServer::GetNode(const control::Principal& who, std::string_view name) {
+ApiResponse ApiRoutes::GetNode(const control::Principal& who, std::string_view name) {
   const Result<store::StoredObject> object = StoredNode(name);
   if (!object.ok()) {
     return ErrorResponse(object.status());
@@ -1776,15 +1224,10 @@ ApiResponse ApiServer::GetNode(const control::Principal& who, std::string_view n
     return ErrorResponse(jobs.status());
   }
   return JsonResponse(
-      200, NodeOutput(who, *object, AllocationByNode(*jobs, {*object}), ExcludedNodes()));
+      200, NodeOutput(who, *object, AllocationByNode(*jobs, {*object}), control_->ExcludedNodes()));
 }
 
-std::map<std::string, std::string> ApiServer::ExcludedNodes() {
-  std::lock_guard<std::mutex> lock(agents_mu_);
-  return excluded_nodes_;
-}
-
-ApiResponse ApiServer::DeleteNode(const control::Principal& who, std::string_view name) {
+ApiResponse ApiRoutes::DeleteNode(const control::Principal& who, std::string_view name) {
   if (!who.is_admin()) {
     return ErrorResponse(PermissionDenied("deleting a node needs an admin token"));
   }
@@ -1821,15 +1264,11 @@ ApiResponse ApiServer::DeleteNode(const control::Principal& who, std::string_vie
   if (Status status = options_.store.Commit(batch); !status.ok()) {
     return ErrorResponse(status);
   }
-  {
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    ForgetGpuOwnersLocked(std::string(name));
-  }
-  leases_.Forget(std::string(name));
+  control_->ForgetNode(std::string(name));
   return JsonResponse(200, {{"name", name}, {"deleted", true}});
 }
 
-ApiResponse ApiServer::NodeAction(const control::Principal& who, std::string_view name,
+ApiResponse ApiRoutes::NodeAction(const control::Principal& who, std::string_view name,
                                   std::string_view action, const std::string& body) {
   if (!who.is_admin()) {
     return ErrorResponse(
@@ -1907,64 +1346,15 @@ ApiResponse ApiServer::NodeAction(const control::Principal& who, std::string_vie
 
 // ---- metrics --------------------------------------------------------------------------------
 
-void ApiServer::PublishFleetGauges() {
-  FleetGauges gauges;
-  const scheduler::ClusterSnapshot& snapshot = view_->snapshot();
-  // By the catalog's model names, as queue quotas count them. The snapshot counts the GPUs per
-  // model and the view the pending jobs per queue as they change: no walk of the fleet here.
-  for (int id = 0; id < snapshot.ModelCount(); ++id) {
-    if (const int gpus = snapshot.GpuCount(id); gpus > 0) {
-      gauges.gpus_by_model[snapshot.Model(id).name] += gpus;
-      gauges.allocated_milli_by_model.emplace(snapshot.Model(id).name, 0);
-    }
-  }
-  for (const auto& [queue, count] : view_->PendingByQueue()) {
-    gauges.pending_by_queue[queue.empty() ? std::string("default") : queue] +=
-        static_cast<int64_t>(count);
-  }
-  for (const control::JobState state : control::kJobStates) {
-    if (!control::HoldsResources(state)) {
-      continue;
-    }
-    for (const control::ViewJobEntry* entry : view_->JobsIn(state)) {
-      const control::ViewJob& job = entry->second;
-      if (!job.applied) {
-        continue;
-      }
-      for (const scheduler::TaskPlacement& placement : job.placements) {
-        const scheduler::NodeInfo& node = snapshot.nodes()[placement.node];
-        for (const scheduler::GpuAssignment& assignment : placement.gpus) {
-          gauges
-              .allocated_milli_by_model[snapshot.Model(node.gpus[assignment.gpu].model_id).name] +=
-              assignment.milli;
-        }
-      }
-    }
-  }
-  if (workload_history_) {
-    gauges.target_shapes = target_.classes().size();
-    gauges.target_source = target_source_ == TargetSource::kHistory   ? "history"
-                           : target_source_ == TargetSource::kPending ? "pending"
-                                                                      : "none";
-  }
-  std::lock_guard<std::mutex> lock(gauges_mu_);
-  gauges_ = std::move(gauges);
-}
-
-void ApiServer::ObserveImagePull(double seconds) {
-  metrics_->ObserveImagePull(seconds);
-}
-
 std::string ApiServer::RenderMetrics() {
   std::string out;
   // The fleet gauges come from the leader's cycles. A server that does not lead exports none of
   // their series (not zeros, nor the store's figures): across the servers each fleet figure is
   // then one series, from the leader, which sum() and alerts read without counting it twice
   // (docs/ha.md, "Roles"). A leader whose lease lapsed keeps its last figures but omits them too.
-  FleetGauges gauges;
+  control::FleetGauges gauges;
   if (leading()) {
-    std::lock_guard<std::mutex> lock(gauges_mu_);
-    gauges = gauges_;
+    gauges = control_->Gauges();
   }
   out += "# HELP gpufleet_jobs_pending Jobs waiting to be scheduled, by queue.\n";
   out += "# TYPE gpufleet_jobs_pending gauge\n";

@@ -18,18 +18,9 @@
 
 #include "gpufleet/api/auth.h"
 #include "gpufleet/api/fleet_history.h"
-#include "gpufleet/api/parsed_documents.h"
-#include "gpufleet/control/backfill_step.h"
-#include "gpufleet/control/deployment_controller.h"
-#include "gpufleet/control/idle_reclaim_controller.h"
-#include "gpufleet/control/lifecycle_controller.h"
-#include "gpufleet/control/mig_layout_controller.h"
-#include "gpufleet/control/node_lease_controller.h"
-#include "gpufleet/control/queue_controller.h"
+#include "gpufleet/control/control_plane.h"
 #include "gpufleet/control/reliability_controller.h"
-#include "gpufleet/control/retention_controller.h"
 #include "gpufleet/control/store_keys.h"
-#include "gpufleet/control/usage_ledger.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/core/gpu_catalog.h"
@@ -47,32 +38,14 @@
 #include "gpufleet/wire/agent_protocol.h"
 #include "gpufleet/wire/json_fields.h"
 
-namespace gpufleet::control {
-class SchedulingView;
-struct ViewJob;
-}  // namespace gpufleet::control
-
 // The REST server of `gpufleet server` (docs/api.md) and its scheduling loop. This module is the
 // only place where a Status becomes an HTTP status.
 namespace gpufleet::api {
-
-// The store kind of provenance records (docs/provenance.md), one object per run of a task, named
-// by its task id (JOB/TASK/ATTEMPT), created once and never updated.
-inline constexpr std::string_view kProvenanceKind = "provenance";
-
-// The member of a node document that says its credential was made by a join token's registration
-// and has not been used since: the agent may never have received it, so the join token may
-// register the node again, replacing it (docs/agent.md, "Credentials").
-inline constexpr std::string_view kCredentialUnclaimed = "credential_unclaimed";
 
 using wire::Json;
 
 // Request bodies above this are refused with 413.
 inline constexpr size_t kMaxRequestBodyBytes = size_t{1} << 20;
-
-// The text of the job documents heartbeats keep parsed (ParsedDocuments; the parsed form takes a
-// few times more). Past it, the documents no heartbeat used lately are parsed again when needed.
-inline constexpr size_t kParsedJobsBudgetBytes = size_t{64} << 20;
 
 // One HTTP request as the HTTP server hands it over (the unit tests call Handle directly).
 using ApiRequest = http::Request;
@@ -111,6 +84,8 @@ ApiResponse JsonResponse(int status, const Json& body);
 ApiResponse ErrorResponse(const Status& status);
 // The document of `result` with `status`, or its error.
 ApiResponse ResultResponse(const Result<Json>& result, int status = 200);
+
+class ApiRoutes;
 
 // The API server. Thread-safe: HTTP handlers run on the HTTP library's thread pool, the
 // scheduling loop on its own thread, and every public method may be called from any thread.
@@ -205,7 +180,9 @@ class ApiServer {
   ApiServer& operator=(const ApiServer&) = delete;
 
   TokenAuthenticator& authenticator() { return authenticator_; }
-  control::ReliabilityController& reliability() { return *reliability_; }
+  control::ReliabilityController& reliability() { return control_->reliability(); }
+  // The control plane this server serves: the cycle, the controllers and the job writer.
+  control::ControlPlane& control_plane() { return *control_; }
 
   // Adds the nodes of `cluster` that the store does not hold yet (by name) and records the
   // cluster's topology levels on first use. kInvalidArgument if the cluster does not validate or
@@ -238,7 +215,9 @@ class ApiServer {
   // as gpufleet_scheduling_cycle_step_seconds_total.
   std::vector<std::pair<std::string_view, Duration>> LastCycleSteps();
 
-  // Serves one request (routing, authentication, the handlers, metrics).
+  // Serves one request (routing, authentication, the handlers, metrics): the health, metrics
+  // and dashboard paths, then a follower's redirect, authentication and the route table of the
+  // /v1 collections, whose handlers are ApiRoutes'.
   ApiResponse Handle(const ApiRequest& request);
 
   // Whether this server leads now: runs the scheduling loop and accepts writes (always, without
@@ -251,20 +230,15 @@ class ApiServer {
   bool deposed() const { return deposed_.load(); }
 
  private:
-  explicit ApiServer(Options options, std::unique_ptr<scheduler::Scheduler> scheduler);
+  explicit ApiServer(Options options);
 
   struct Metrics;
 
   ApiResponse Route(const ApiRequest& request);
-  // The dashboard (server_dashboard.cc, docs/dashboard.md): its embedded files at / and
-  // /assets/... (no token: they hold no data; nullopt for another path), GET /v1/history and
-  // GET /v1/utilization, GET /v1/whoami, and the loop's sample of the fleet every
-  // history_interval.
-  // RecordHistoryIfDue REQUIRES: cycle_mu_ held.
-  std::optional<ApiResponse> ServeDashboard(const ApiRequest& request) const;
+  // The fleet's history (server_dashboard.cc, docs/dashboard.md): GET /v1/history, and the
+  // loop's sample of the fleet every history_interval, taken after each cycle that reached its
+  // publish step.
   ApiResponse GetHistory(const ApiRequest& request);
-  ApiResponse GetUtilization();
-  ApiResponse WhoAmI(const control::Principal& who);
   void RecordHistoryIfDue();
   void LoopMain();
 
@@ -280,314 +254,29 @@ class ApiServer {
   bool ReadyToLead();
   // Rebuilds what the leader keeps in memory from the store (the view, the node leases from now,
   // the GPU owners) and makes the writes a single server makes at Create (the default queue,
-  // team-scoped names). REQUIRES: cycle_mu_ held.
+  // team-scoped names). REQUIRES: the control plane's cycle mutex held.
   Status BecomeLeader();
   // A follower's answer to a request other than GET: 307 to the leader's address with the same
   // target, or 503 when no leader is known.
   ApiResponse RedirectToLeader(const ApiRequest& request) const;
   // The gpufleet_server_leader and gpufleet_leader_* lines of /metrics.
   std::string RenderLeadership() const;
-  Result<int> RunCycleLocked();
-  // What one cycle writes for one job: its new reason, or its placements (applied to the view's
-  // snapshot, and given back if the write fails).
-  struct CycleWrite {
-    const std::string* name = nullptr;
-    control::ViewJob* job = nullptr;
-    store::WriteBatch batch;
-    std::string data;
-    std::vector<scheduler::TaskPlacement> placed;
-    std::set<std::string> nodes;
-  };
-  // Commits the cycle's writes; returns the number of jobs scheduled. A job whose own write the
-  // store refuses fails alone (FailUnstorableJob); the others are committed.
-  // Takes back what an uncommitted write applied to the view (its placements, the job's
-  // in-memory fields).
-  void UndoCycleWrite(CycleWrite& write);
-  Result<int> CommitCycleWrites(std::vector<CycleWrite>& writes);
-  void FailUnstorableJob(const std::string& name, const control::ViewJob& job, const Status& why);
 
-  // The cycle's queue part (QueueController): commits the events of ended reservations, and
-  // tries preemption for a job that does not fit: the victims' stop is committed in one batch
-  // with the preemptor's event; returns the preemptor's new pending reason, nullopt when
-  // preemption cannot help.
-  void UpdateQueues();
-  Result<std::optional<std::string>> TryPreemption(const std::string& name, const Job& preemptor,
-                                                   const std::string& queue, Random& random);
-  Result<bool> RequeuePreemptedJobs();
   void StopThreads();  // Stop without the queue usage save: ends the HTTP server and the loop
   std::string RenderMetrics();
-  // Adds one image pull a task report gave to gpufleet_image_pull_seconds.
-  void ObserveImagePull(double seconds);
-
-  // The one way a job document change is written: the outcome hook (ReliabilityController::
-  // NoteJobChange), the compare-and-set update at `version` and the event (none when empty).
-  void AddJobWrite(const Json& before, Json& after, int64_t version, const std::string& event,
-                   store::WriteBatch& batch);
-  // Commits one job's write in the cycle: true when written, false when the job changed under us
-  // (the view reads it again), the store's error otherwise.
-  Result<bool> CommitCycleJobWrite(const std::string& name, const store::WriteBatch& batch);
-  // Commits what a controller decided (lifecycle_controller.h), each job's write on its own
-  // (AddJobWrite): whether anything was written. A write the store refuses fails alone (logged;
-  // the next cycle decides again); a store that is down (kUnavailable) ends the cycle.
-  Result<bool> CommitJobWrites(std::vector<control::JobWrite> writes);
-  // A stored node; NodeNotFound when there is none.
-  Result<store::StoredObject> StoredNode(std::string_view name);
-  // kind/name from the store: `absent` when it is not there or its name is no valid key, the
-  // store's other errors as they are.
-  Result<store::StoredObject> ReadObject(std::string_view kind, std::string_view name,
-                                         const Status& absent);
-  // The same for a team-owned object (job, deployment) as `who` may see it: one of a team `who`
-  // does not see (Principal::Sees) is `absent` too, so names do not leak.
-  Result<store::StoredObject> ReadVisible(const control::Principal& who, std::string_view kind,
-                                          std::string_view name, const Status& absent);
-  // When a stop starts, RFC 3339 (empty without a wall clock).
-  std::string NowText() const;
-  // Adds `stopping.waiting_for` (DescribeStopping) to a Stopping job as served.
-  void AnnotateStopping(Json& job) const;
-  // The cycle's part of stopping runs: tasks on nodes that run no agent, and tasks on nodes whose
-  // lease expired more than stop_grace ago, are gone; a Stopping job whose every task is gone
-  // takes the state its ending asked for. Returns whether anything was written.
-  Result<bool> FinishStoppingRuns();
-
-  // The handlers of one job take its store key (ResolveName), not the name a user wrote.
-  // Submit and cancel as `who` (the HTTP routes and the deployment controller's replicas): the
-  // stored job as served, or why not (kAlreadyExists: the name is taken in the team;
-  // kFailedPrecondition: the job has ended and cannot be cancelled).
-  //
-  // A job that no node of the fleet could ever hold (policy/never_fits.h) is accepted with a
-  // warning in the answer ("warnings") and the reason "never fits: ..." (the cycle checks it again
-  // whenever nodes change); with `strict` it is refused (kFailedPrecondition naming the field).
-  // Only a strict submission waits for a running cycle to check; another is checked by the cycle.
-  // `check_fleet` false skips the check: the deployment controller submits from inside the cycle,
-  // which holds cycle_mu_.
-  struct SubmitOptions {
-    bool strict = false;
-    bool check_fleet = true;
-  };
-  Result<Json> SubmitJob(const control::Principal& who, std::string_view body,
-                         SubmitOptions options);
-  Result<Json> SubmitJob(const control::Principal& who, std::string_view body) {
-    return SubmitJob(who, body, SubmitOptions{});
-  }
-  ApiResponse ListJobs(const control::Principal& who, const ApiRequest& request);
-  ApiResponse GetJob(const control::Principal& who, std::string_view name);
-  // GET /v1/jobs/NAME/explain (server_explain.cc, docs/explain.md): why the job waits, as `who`
-  // may see it. Takes cycle_mu_.
-  ApiResponse ExplainJob(const control::Principal& who, std::string_view name);
-  Result<Json> CancelJob(const control::Principal& who, std::string_view name);
-  ApiResponse JobEvents(const control::Principal& who, std::string_view name);
-  // {"items": [{"revision": ..., "message": ...}]} of a job or node.
-  ApiResponse ObjectEvents(std::string_view kind, std::string_view name);
-  ApiResponse ListNodes(const control::Principal& who);
-  ApiResponse GetNode(const control::Principal& who, std::string_view name);
-  // DELETE /v1/nodes/NAME (admin): removes a node that holds no runs (409 naming the jobs
-  // otherwise). An agent still running there registers it again at its next heartbeat.
-  ApiResponse DeleteNode(const control::Principal& who, std::string_view name);
-  // The stored nodes the scheduling view leaves out, with why (published each cycle).
-  std::map<std::string, std::string> ExcludedNodes();
-  void PublishExcludedNodes();
-  ApiResponse NodeAction(const control::Principal& who, std::string_view name,
-                         std::string_view action, const std::string& body);
-
-  // Tenancy (server_tenancy.cc): the /v1/tokens, /v1/teams and /v1/queues routes (nullopt for a
-  // path or method they do not serve), the default queue, and the checks of a submission: the
-  // token's team and the queue exist (kInvalidArgument) and a member may use the queue
-  // (kPermissionDenied).
-  // Reliability (server_reliability.cc): the /v1/outcomes and /v1/reports routes (nullopt for a
-  // path they do not serve), and the cycle's rate-limited reliability step.
-  std::optional<ApiResponse> RouteReliability(const control::Principal& who,
-                                              const ApiRequest& request,
-                                              const std::vector<std::string_view>& segments);
-  void RunReliabilityIfDue();
-  std::optional<ApiResponse> RouteTenancy(const control::Principal& who, const ApiRequest& request,
-                                          const std::vector<std::string_view>& segments);
-  Status EnsureDefaultQueue();
-  Status CheckSubmission(const control::Principal& who, std::string_view queue_name,
-                         bool host_network);
-  // The store key of the job or deployment (`kind`; `noun` for messages) that `who` names `text`,
-  // NAME or TEAM/NAME (docs/api.md, "Names"). A member's names are its own team's: another
-  // team's TEAM/NAME is kNotFound, as for any hidden object. An admin's bare NAME is its own
-  // team's object if there is one, else the one team's object of that name: kNotFound when no
-  // team has one, kInvalidArgument naming `name` and the candidates when several do.
-  Result<std::string> ResolveName(const control::Principal& who, std::string_view kind,
-                                  std::string_view noun, std::string_view text);
-  // Moves jobs and deployments stored under a bare NAME by an older server, with their events,
-  // to their TEAM/NAME key (at Create, before any cycle or request).
-  Status MigrateToTeamScopedNames();
-
-  // Idle reclaim (server_reclaim.cc): the glue of IdleReclaimController. Each cycle hands it the
-  // view's jobs, the GPU utilization the agents reported for the nodes of running jobs, whether
-  // jobs are Pending (and the first in queue order) and the time, and commits the writes it
-  // returns: a warning is the job's "warning" field and an event; a reclaim ends the run as
-  // preempted and leaves the job Suspended (until POST .../resume) or Preempted (requeued by the
-  // next cycle), the view refreshed so that this cycle places the waiting jobs.
-  Status ReclaimIdleJobs();
-  // POST /v1/jobs/NAME/resume: a Suspended job back to Pending (admin or the job's team).
-  ApiResponse ResumeJob(const control::Principal& who, std::string_view name);
-  // The agents' latest reports for the nodes of the view's Running jobs (takes agents_mu_).
-  control::GpuUtilizationReports ReportsForRunningJobs();
-
-  // Deployments (server_deployments.cc): the /v1/deployments routes (nullopt for a path they do
-  // not serve), and the cycle's DeploymentController step when it is due, submitting and
-  // cancelling replicas through SubmitJob and CancelJob.
-  std::optional<ApiResponse> RouteDeployments(const control::Principal& who,
-                                              const ApiRequest& request,
-                                              const std::vector<std::string_view>& segments);
-  Status RunDeploymentsIfDue();
-  // DELETE /v1/deployments/NAME: cancels the live replicas, then removes the deployment.
-  // PATCH /v1/deployments/NAME {"autoscaling": {...}}: merges the options, checked as on creation,
-  // and rebuilds the autoscaler. Both take cycle_mu_.
-  ApiResponse DeleteDeployment(const control::Principal& who, std::string_view name);
-  ApiResponse UpdateDeployment(const control::Principal& who, std::string_view name,
-                               std::string_view body);
-
-  // Agents (server_agents.cc). Register and heartbeat answer the node's desired tasks.
-  Result<wire::AgentReply> RegisterAgent(const control::Principal& who, std::string_view body);
-  Result<wire::AgentReply> AgentHeartbeat(const control::Principal& who, std::string_view node,
-                                          std::string_view body);
-  // POST /v1/agents/NODE/provenance (docs/provenance.md): stores the agent's record of a run it
-  // started, with the node and the job's provenance map and labels, under kProvenanceKind and
-  // the task id, once: an identical second report is answered with the stored record ("created"
-  // false), a different one is kAlreadyExists naming the fields that differ. kNotFound for a job
-  // or an attempt or task the job does not have, kPermissionDenied for a task placed on another
-  // node (or a credential of another node), kInvalidArgument for a bad report or an image that
-  // is not the task's.
-  Result<Json> RecordProvenance(const control::Principal& who, std::string_view node,
-                                std::string_view body);
-  // GET /v1/provenance?job=NAME[&attempt=N]: the job's records, by attempt and task.
-  ApiResponse ListProvenance(const control::Principal& who, const ApiRequest& request);
-  // An agent's credential acts for one node: a node credential for its node only, a join token
-  // only for a node that has no credential yet. kPermissionDenied naming both otherwise.
-  Status CheckNodeCredential(const control::Principal& who, const std::string& node);
-  // The first heartbeat with a node credential made at a join token's registration claims it
-  // (clears kCredentialUnclaimed): from then on the join token cannot register the node again.
-  Status ClaimNodeCredential(const control::Principal& who);
-  // A GPU UUID belongs to one node: kAlreadyExists naming the other node; otherwise records the
-  // node's UUIDs as its own.
-  Status ClaimGpuUuids(const Node& node);
-  // Drops `node`'s GPUs from gpu_owners_. REQUIRES: agents_mu_ held.
-  void ForgetGpuOwnersLocked(const std::string& node);
-  // Adds to `batch` the end of every run on `node` that its re-registration breaks (a GPU of its
-  // placements gone or replaced, CPU or memory shrunk under it): requeued or failed as the job
-  // asks, through Stopping.
-  Status EndRunsBrokenByReregistration(const std::string& node, const Json& before,
-                                       const Json& after, store::WriteBatch& batch);
-  Result<wire::AgentReply> ProcessHeartbeat(const std::string& node,
-                                            const wire::HeartbeatRequest& request,
-                                            bool gpus_applied);
-  // The scheduling cycle's part: the runs of jobs on NotReady nodes end (requeued or failed).
-  // Returns whether anything was written.
-  Result<bool> EndRunsOnNotReadyNodes();
-  // MIG layouts (MigLayoutController): new layouts for pending MIG jobs (the view refreshed when
-  // one was written), and the requeue of jobs that waited too long for their instances, committed
-  // in one batch with the nodes' dropped layouts. Returns whether anything was written.
-  Status PlanMigLayoutsForPendingJobs();
-  Result<bool> RequeueJobsWaitingForMigInstances();
-  // Requeues (through Stopping) the Scheduled gangs partly started for gang_start_timeout
-  // (GangStartController). Returns whether anything was written.
-  Result<bool> RequeuePartlyStartedGangs();
-  // Usage ledger (server_usage.cc, docs/usage.md): GET /v1/usage (nullopt for a path it does not
-  // serve), the run records written with job changes, and busy time from heartbeats.
-  std::optional<ApiResponse> RouteUsage(const control::Principal& who, const ApiRequest& request,
-                                        const std::vector<std::string_view>& segments);
-  // The time usage records carry: wall-clock Unix nanoseconds (the monotonic clock without one).
-  int64_t UsageNowNanos() const;
-  // Called where a job document changes from `before` to `after` in `batch`: writes the run's
-  // busy time into `after`, and adds the run's usage record when the change ends it.
-  void NoteUsageChange(const Json& before, Json& after, store::WriteBatch& batch);
-  // The milliseconds since `node`'s previous heartbeat (at most node_timeout; 0 for the first
-  // this server sees), and the credit of one heartbeat's GPU utilization to `job`'s run.
-  int64_t UsageHeartbeatInterval(const std::string& node);
-  void CreditBusy(const Json& job, const std::string& node,
-                  const std::map<int64_t, int>& utilization_pct, int64_t interval_ms);
-  // Writes the busy time counted since into the documents of running jobs, when
-  // usage_flush_interval has passed. Returns whether anything was written. REQUIRES: cycle_mu_
-  // held.
-  Result<bool> FlushUsageIfDue();
-
-  // Publishes the view's active jobs per node to the heartbeat handlers.
-  void IndexActiveJobs();
-  void IndexScheduledJob(const std::string& job, const std::set<std::string>& nodes);
 
   Options options_;
   TokenAuthenticator authenticator_;
-  MonoTime started_at_;  // when this server object was made (NotReady grace after a restart)
+  // The cycle, the controllers, the agent sessions and the job writer; replica_jobs_ and
+  // node_credentials_ are its ways to this server's submit and cancel and to its bearer tokens.
+  std::unique_ptr<control::ReplicaJobs> replica_jobs_;
+  std::unique_ptr<control::NodeCredentials> node_credentials_;
+  std::unique_ptr<control::ControlPlane> control_;
+  // The handlers the route table calls (routes.h).
+  std::unique_ptr<ApiRoutes> routes_;
 
-  control::NodeLeaseController leases_;  // thread-safe
-  std::mutex agents_mu_;
-  std::map<std::string, std::string> gpu_owners_;  // GPU UUID -> node; guarded by agents_mu_
-  // The reverse of gpu_owners_ (node -> its GPU UUIDs), so that a node registering again or
-  // deleted costs its own GPUs, not a walk over the fleet's. Guarded by agents_mu_.
-  std::map<std::string, std::vector<std::string>> gpus_of_node_;
-  bool gpu_owners_loaded_ = false;                                    // guarded by agents_mu_
-  // Node credentials seen claimed (ClaimNodeCredential), by token id; guarded by agents_mu_.
-  std::set<std::string> claimed_credentials_;
-  std::map<std::string, std::string> excluded_nodes_;                 // guarded by agents_mu_
-  std::map<std::pair<std::string, int>, int> gpu_utilization_;        // guarded by agents_mu_
-  std::map<std::string, std::set<std::string>> active_jobs_by_node_;  // guarded by agents_mu_
-  bool active_index_built_ = false;                                   // guarded by agents_mu_
-  // Nodes IndexScheduledJob added to before their commit: the next IndexActiveJobs copies their
-  // entries from the view again (a write that failed leaves its job there). Guarded by
-  // agents_mu_.
-  std::set<std::string> indexed_before_commit_;
-  // The job documents heartbeats parsed, by job (thread-safe): a heartbeat parses again only
-  // those that changed. Only jobs placed on the reporting node are kept, so an agent naming other
-  // jobs' tasks cannot fill it.
-  ParsedDocuments parsed_jobs_{kParsedJobsBudgetBytes};
-
-  control::UsageMeter usage_meter_;  // thread-safe
-  std::mutex usage_mu_;
-  std::map<std::string, MonoTime> usage_last_heartbeat_;  // guarded by usage_mu_
-  std::optional<MonoTime> last_usage_flush_;              // guarded by cycle_mu_
-
-  std::mutex cycle_mu_;                              // serialises scheduling cycles
-  std::unique_ptr<scheduler::Scheduler> scheduler_;  // guarded by cycle_mu_
-  std::unique_ptr<control::SchedulingView> view_;    // guarded by cycle_mu_
-  MonoTime last_full_retry_;                         // guarded by cycle_mu_
-  MonoTime last_full_reload_;                        // guarded by cycle_mu_
-  control::QueueController queues_;                  // guarded by cycle_mu_, but Statuses
-  control::MigLayoutController mig_layouts_;         // guarded by cycle_mu_
-  control::GangStartController gang_start_;          // guarded by cycle_mu_
-
-  uint64_t cycle_count_ = 0;  // guarded by cycle_mu_
-  // Ends the cycle's current step, named `step` (a literal): its wall time since the last mark.
-  void MarkCycleStep(std::string_view step);
-  MonoTime cycle_step_mark_;                                        // guarded by cycle_mu_
-  std::vector<std::pair<std::string_view, Duration>> cycle_steps_;  // guarded by cycle_mu_
-  std::optional<control::IdleReclaimController>
-      idle_reclaim_;                           // made on first use; guarded by cycle_mu_
-  control::DeploymentController deployments_;  // guarded by cycle_mu_
-  control::RetentionController retention_;     // guarded by cycle_mu_
-  control::BackfillStep backfill_;             // guarded by cycle_mu_
-
-  // The target workload of a policy that needs one (policy::NeedsTargetWorkload), and where the
-  // scheduler's current one came from; guarded by cycle_mu_.
-  enum class TargetSource { kNone, kPending, kHistory };
-  std::optional<policy::WorkloadHistory> workload_history_;
-  TargetSource target_source_ = TargetSource::kNone;
-  scheduler::TargetWorkload target_;
-  MonoTime target_built_at_;
-  // Remakes the scheduler when the target workload is due for a rebuild and has changed: from
-  // the history, else from the first pending jobs in queue order. REQUIRES: cycle_mu_ held.
-  Status RefreshTargetWorkload(const std::vector<control::PendingEntry>& pending);
-
-  // Fleet gauges of /metrics, taken from the view at the end of each cycle, so that a scrape
-  // costs O(queues + models) and never waits for the store or a cycle.
-  struct FleetGauges {
-    std::map<std::string, int64_t> pending_by_queue;
-    std::map<std::string, int64_t> allocated_milli_by_model;
-    std::map<std::string, int64_t> gpus_by_model;
-    // The target workload's shapes and where they came from ("history", "pending", "none").
-    size_t target_shapes = 0;
-    std::string target_source;
-  };
-  // REQUIRES: cycle_mu_ held.
-  void PublishFleetGauges();
-  std::mutex gauges_mu_;
-  FleetGauges gauges_;                                           // guarded by gauges_mu_
-  std::unique_ptr<Metrics> metrics_;                             // internally synchronised
-  FleetHistoryState history_;                                    // internally synchronised
-  std::unique_ptr<control::ReliabilityController> reliability_;  // thread-safe
+  std::unique_ptr<Metrics> metrics_;  // internally synchronised
+  FleetHistoryState history_;         // internally synchronised
   std::atomic<bool> ready_{false};
   // The last cycle failed because the store could not be reached (kUnavailable): /readyz is 503.
   std::atomic<bool> store_unavailable_{false};

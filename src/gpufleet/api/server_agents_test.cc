@@ -426,7 +426,8 @@ TEST_F(AgentProtocolTest, ARegistrationWhoseAnswerNeverArrivedCanBeRepeated) {
   EXPECT_THAT(response.body, HasSubstr("has its own credential"));
   Result<store::StoredObject> node = store_.Get(control::kNodesKind, "node-a");
   ASSERT_OK(node);
-  EXPECT_FALSE(wire::ParseDocument(node->data).contains(std::string(kCredentialUnclaimed)));
+  EXPECT_FALSE(
+      wire::ParseDocument(node->data).contains(std::string(control::kCredentialUnclaimed)));
 }
 
 // Found by `gpufleet sim chaos`: a heartbeat sent while a task ran and delivered after the one

@@ -14,7 +14,7 @@
 
 #include "gpufleet/api/dashboard_assets.h"
 #include "gpufleet/api/fleet_history.h"
-#include "gpufleet/api/server.h"
+#include "gpufleet/api/routes.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/core/rfc3339.h"
@@ -47,7 +47,7 @@ std::string_view ContentTypeOf(std::string_view path) {
 
 }  // namespace
 
-std::optional<ApiResponse> ApiServer::ServeDashboard(const ApiRequest& request) const {
+std::optional<ApiResponse> ApiRoutes::ServeDashboard(const ApiRequest& request) const {
   if (request.method != "GET") {
     return std::nullopt;
   }
@@ -93,27 +93,18 @@ void ApiServer::RecordHistoryIfDue() {
     }
     d.loaded = true;
   }
-  FleetSample sample{.unix_ms = options_.wall_clock->UnixNanos() / 1000000};
-  {
-    std::lock_guard<std::mutex> gauges_lock(gauges_mu_);
-    for (const auto& [model, gpus] : gauges_.gpus_by_model) {
-      sample.gpus += gpus;
-    }
-    for (const auto& [model, milli] : gauges_.allocated_milli_by_model) {
-      sample.allocated_milli += milli;
-    }
-    for (const auto& [queue, pending] : gauges_.pending_by_queue) {
-      sample.pending_jobs += pending;
-    }
+  FleetSample sample{.unix_ms = options_.wall_clock->UnixNanos() / 1000000,
+                     .busy_milli = control_->BusyMilli(),
+                     .running_jobs = control_->RunningJobs()};
+  const control::FleetGauges gauges = control_->Gauges();
+  for (const auto& [model, gpus] : gauges.gpus_by_model) {
+    sample.gpus += gpus;
   }
-  for (const auto& [name, job] : view_->jobs()) {
-    sample.running_jobs += job.applied && !job.placements.empty() ? 1 : 0;
+  for (const auto& [model, milli] : gauges.allocated_milli_by_model) {
+    sample.allocated_milli += milli;
   }
-  {
-    std::lock_guard<std::mutex> agents_lock(agents_mu_);
-    for (const auto& [gpu, percent] : gpu_utilization_) {
-      sample.busy_milli += std::clamp(percent, 0, 100) * 10;
-    }
+  for (const auto& [queue, pending] : gauges.pending_by_queue) {
+    sample.pending_jobs += pending;
   }
   d.history.Add(sample);
   store::WriteBatch batch;
@@ -169,19 +160,20 @@ ApiResponse ApiServer::GetHistory(const ApiRequest& request) {
                 {"items", FleetHistory::SamplesToJson(samples)}});
 }
 
-ApiResponse ApiServer::WhoAmI(const control::Principal& who) {
-  return JsonResponse(
-      200,
-      Json{{"role", who.is_admin() ? "admin" : "member"}, {"team", who.team}, {"name", who.name}});
-}
-
-ApiResponse ApiServer::GetUtilization() {
+std::optional<ApiResponse> ApiRoutes::RouteDashboard(
+    const control::Principal& who, const ApiRequest& request,
+    const std::vector<std::string_view>& segments) {
+  if (segments.size() != 2 || request.method != "GET") {
+    return std::nullopt;
+  }
+  if (segments[1] == "whoami") {
+    return JsonResponse(200, Json{{"role", who.is_admin() ? "admin" : "member"},
+                                  {"team", who.team},
+                                  {"name", who.name}});
+  }
   Json items = Json::array();
-  {
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    for (const auto& [gpu, percent] : gpu_utilization_) {
-      items.push_back({{"node", gpu.first}, {"gpu", gpu.second}, {"utilization_pct", percent}});
-    }
+  for (const auto& [gpu, percent] : control_->GpuUtilization()) {
+    items.push_back({{"node", gpu.first}, {"gpu", gpu.second}, {"utilization_pct", percent}});
   }
   return JsonResponse(200, Json{{"items", std::move(items)}});
 }

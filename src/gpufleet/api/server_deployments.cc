@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// Deployments of inference replica jobs and their autoscaling in the scheduling cycle
-// (docs/api.md, "Deployments"; docs/utilization.md, "Inference autoscaling").
+// The routes of deployments of inference replica jobs (docs/api.md, "Deployments"); their
+// autoscaling is a step of the control plane's cycle (docs/utilization.md, "Inference
+// autoscaling").
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -10,7 +11,7 @@
 #include <fmt/chrono.h>
 #include <fmt/format.h>
 
-#include "gpufleet/api/server.h"
+#include "gpufleet/api/routes.h"
 #include "gpufleet/control/deployment_controller.h"
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/control/tenancy.h"
@@ -32,7 +33,7 @@ Json DeploymentOutput(const store::StoredObject& object) {
 
 }  // namespace
 
-std::optional<ApiResponse> ApiServer::RouteDeployments(
+std::optional<ApiResponse> ApiRoutes::RouteDeployments(
     const control::Principal& who, const ApiRequest& request,
     const std::vector<std::string_view>& segments) {
   if (segments.size() < 2 || segments[1] != "deployments") {
@@ -129,10 +130,10 @@ std::optional<ApiResponse> ApiServer::RouteDeployments(
   return std::nullopt;
 }
 
-ApiResponse ApiServer::DeleteDeployment(const control::Principal& who, std::string_view name) {
+ApiResponse ApiRoutes::DeleteDeployment(const control::Principal& who, std::string_view name) {
   // Under the cycle's lock the controller cannot submit a replica between the cancels and the
   // removal, and the scheduling view and the autoscalers may be read and changed.
-  std::lock_guard<std::mutex> lock(cycle_mu_);
+  std::lock_guard<std::mutex> lock(control_->cycle_mutex());
   const Result<store::StoredObject> object =
       ReadVisible(who, control::kDeploymentsKind, name, DeploymentNotFound(name));
   if (!object.ok()) {
@@ -146,7 +147,7 @@ ApiResponse ApiServer::DeleteDeployment(const control::Principal& who, std::stri
   const control::Principal owner = control::ReplicaOwner(doc);
   std::vector<std::string> cancelled;
   for (const std::string& replica :
-       control::LiveReplicasOf(std::string(name), doc, view_->jobs())) {
+       control::LiveReplicasOf(std::string(name), doc, control_->view().jobs())) {
     const Result<Json> response = CancelJob(owner, replica);
     const StatusCode code = response.status().code();
     if (response.ok()) {
@@ -171,9 +172,9 @@ ApiResponse ApiServer::DeleteDeployment(const control::Principal& who, std::stri
     return ErrorResponse(status.code() == StatusCode::kNotFound ? DeploymentNotFound(name)
                                                                 : status);
   }
-  deployments_.Forget(std::string(name));
+  control_->deployments().Forget(std::string(name));
   if (!cancelled.empty()) {
-    if (Status status = view_->Refresh(); !status.ok()) {
+    if (Status status = control_->view().Refresh(); !status.ok()) {
       return ErrorResponse(status);
     }
   }
@@ -183,7 +184,7 @@ ApiResponse ApiServer::DeleteDeployment(const control::Principal& who, std::stri
                             {"cancelled_replicas", Json(cancelled)}});
 }
 
-ApiResponse ApiServer::UpdateDeployment(const control::Principal& who, std::string_view name,
+ApiResponse ApiRoutes::UpdateDeployment(const control::Principal& who, std::string_view name,
                                         std::string_view body) {
   const Result<Json> parsed = wire::ParseJson(body);
   if (!parsed.ok() || !parsed->is_object()) {
@@ -206,7 +207,7 @@ ApiResponse ApiServer::UpdateDeployment(const control::Principal& who, std::stri
           InvalidArgumentError(fmt::format("autoscaling: {} (must be an object)", value.dump())));
     }
   }
-  std::lock_guard<std::mutex> lock(cycle_mu_);  // the autoscalers are the cycle's
+  std::lock_guard<std::mutex> lock(control_->cycle_mutex());  // the autoscalers are the cycle's
   ApiResponse response;
   std::optional<policy::Autoscaler> updated_autoscaler;
   const Status committed = store::CommitWithRetries(
@@ -275,35 +276,9 @@ ApiResponse ApiServer::UpdateDeployment(const control::Principal& who, std::stri
   if (updated_autoscaler) {
     // The next step decides from the stored desired count with the new options; the
     // stabilization history of the old options does not carry over.
-    deployments_.SetAutoscaler(std::string(name), std::move(*updated_autoscaler));
+    control_->deployments().SetAutoscaler(std::string(name), std::move(*updated_autoscaler));
   }
   return response;
-}
-
-Status ApiServer::RunDeploymentsIfDue() {
-  const MonoTime now = options_.clock.Now();
-  if (!deployments_.Due(now)) {
-    return Status::Ok();
-  }
-  // The server's own submit and cancel, as the deployment's creator.
-  class ServerReplicaJobs final : public control::ReplicaJobs {
-   public:
-    explicit ServerReplicaJobs(ApiServer& server) : server_(server) {}
-    Result<Json> Submit(const control::Principal& owner, std::string_view spec) override {
-      return server_.SubmitJob(owner, spec, {.check_fleet = false});
-    }
-    Result<Json> Cancel(const control::Principal& owner, std::string_view key) override {
-      return server_.CancelJob(owner, key);
-    }
-
-   private:
-    ApiServer& server_;
-  };
-  ServerReplicaJobs replica_jobs(*this);
-  GPUFLEET_ASSIGN_OR_RETURN(const bool changed,
-                            deployments_.Step(view_->jobs(), view_->snapshot(),
-                                              ReportsForRunningJobs(), now, replica_jobs));
-  return changed ? view_->Refresh() : Status::Ok();
 }
 
 }  // namespace gpufleet::api

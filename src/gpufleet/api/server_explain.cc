@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/server.h"
+#include "gpufleet/api/routes.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/control/store_keys.h"
@@ -36,7 +36,7 @@ Json GpusJson(int64_t milli) {
 
 }  // namespace
 
-ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_view name) {
+ApiResponse ApiRoutes::ExplainJob(const control::Principal& who, std::string_view name) {
   const Status absent = NotFoundError(fmt::format("job \"{}\" not found", name));
   const Result<store::StoredObject> object = ReadVisible(who, control::kJobsKind, name, absent);
   if (!object.ok()) {
@@ -60,16 +60,18 @@ ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_vie
     return JsonResponse(200, out);
   }
 
-  std::lock_guard<std::mutex> lock(cycle_mu_);
+  std::lock_guard<std::mutex> lock(control_->cycle_mutex());
+  control::SchedulingView& view = control_->view();
+  control::QueueController& queues = control_->queues();
   if (!ready_.load()) {
     return ErrorResponse(UnavailableError("the scheduling loop has not run yet"));
   }
-  if (const Status refreshed = view_->Refresh(); !refreshed.ok()) {
+  if (const Status refreshed = view.Refresh(); !refreshed.ok()) {
     return ErrorResponse(refreshed);
   }
   const std::string key(name);
-  const auto it = view_->jobs().find(key);
-  if (it == view_->jobs().end() || it->second.state != control::JobState::kPending) {
+  const auto it = view.jobs().find(key);
+  if (it == view.jobs().end() || it->second.state != control::JobState::kPending) {
     return ErrorResponse(UnavailableError("the job changed meanwhile; ask again"));
   }
   control::ViewJob& job = it->second;
@@ -84,8 +86,8 @@ ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_vie
   }
 
   // The queue order the cycle uses.
-  std::vector<control::PendingEntry> pending = control::PendingEntries(*view_);
-  queues_.OrderPending(pending);
+  std::vector<control::PendingEntry> pending = control::PendingEntries(view);
+  queues.OrderPending(pending);
   std::vector<const Job*> ahead;
   Json ahead_json = Json::array();
   int hidden = 0;
@@ -123,28 +125,28 @@ ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_vie
     ahead_json.push_back({{"hidden", hidden}});
   }
 
-  const int64_t now = queues_.CycleSeconds();
-  Random random(options_.seed + cycle_count_);
-  std::vector<policy::RunningJob> running = backfill_.RunningJobs(*view_, queues_, now);
+  const int64_t now = queues.CycleSeconds();
+  Random random(options_.seed + control_->cycle_count());
+  std::vector<policy::RunningJob> running = control_->backfill().RunningJobs(view, queues, now);
   policy::ExplainInput input{
       .job = &**job.spec, .ahead = ahead, .running = running, .now_seconds = now};
   const std::string queue = job.queue;
   input.quota = [&](const Job&, const std::vector<scheduler::TaskPlacement>& placed,
                     const scheduler::ClusterSnapshot& snapshot) {
-    return queues_.QuotaRefusal(queue, placed, snapshot);
+    return queues.QuotaRefusal(queue, placed, snapshot);
   };
   // The reservation the last cycle made for the head of the queue, planned again on this view.
-  const std::optional<std::string>& head = backfill_.head();
+  const std::optional<std::string>& head = control_->backfill().head();
   std::optional<policy::Reservation> reservation;
   const Job* head_spec = nullptr;
-  policy::BackfillPlanner planner(*scheduler_);
+  policy::BackfillPlanner planner(control_->scheduler());
   if (head && *head != key) {
-    const auto head_job = view_->jobs().find(*head);
-    if (head_job != view_->jobs().end() && head_job->second.state == control::JobState::kPending &&
+    const auto head_job = view.jobs().find(*head);
+    if (head_job != view.jobs().end() && head_job->second.state == control::JobState::kPending &&
         head_job->second.spec && head_job->second.spec->ok()) {
       head_spec = &**head_job->second.spec;
       Result<policy::Reservation> planned =
-          planner.Reserve(*head_spec, running, now, view_->snapshot(), random);
+          planner.Reserve(*head_spec, running, now, view.snapshot(), random);
       if (planned.ok() && planned->exists()) {
         reservation = std::move(*planned);
       }
@@ -165,7 +167,7 @@ ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_vie
           .estimate_seconds = control::EstimateSeconds(candidate_job),
           .placements = placed};
       // KeepsReservation asks with the candidate's placements applied.
-      scheduler::ClusterSnapshot& snapshot = view_->snapshot();
+      scheduler::ClusterSnapshot& snapshot = view.snapshot();
       std::vector<scheduler::TaskPlacement> applied;
       for (const scheduler::TaskPlacement& placement : placed) {
         if (snapshot.Apply(placement).ok()) {
@@ -186,7 +188,7 @@ ApiResponse ApiServer::ExplainJob(const control::Principal& who, std::string_vie
     };
   }
   const Result<policy::Explanation> explained =
-      policy::Explain(*scheduler_, view_->snapshot(), input, random);
+      policy::Explain(control_->scheduler(), view.snapshot(), input, random);
   if (!explained.ok()) {
     return ErrorResponse(explained.status());
   }

@@ -112,7 +112,7 @@ bool ApiServer::ReadyToLead() {
       return false;
     }
   }
-  std::lock_guard<std::mutex> lock(cycle_mu_);
+  std::lock_guard<std::mutex> lock(control_->cycle_mutex());
   const MonoTime start = options_.clock.Now();
   if (const Status status = BecomeLeader(); !status.ok()) {
     fmt::print(stderr, "gpufleet server: becoming the leader: {}\n", status.ToString());
@@ -133,18 +133,8 @@ bool ApiServer::ReadyToLead() {
 Status ApiServer::BecomeLeader() {
   // Until now the heartbeats went to the previous leader: every node gets a full lease from now,
   // and the view, the GPU owners and the active-job index are read from the store afresh.
-  leases_.Restart(options_.clock.Now());
-  view_->ReadAllAgain();
-  GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
-  {
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    gpu_owners_loaded_ = false;
-    active_index_built_ = false;
-  }
-  last_full_retry_ = options_.clock.Now();
-  last_full_reload_ = options_.clock.Now();
-  GPUFLEET_RETURN_IF_ERROR(EnsureDefaultQueue());
-  return MigrateToTeamScopedNames();
+  GPUFLEET_RETURN_IF_ERROR(control_->Restart());
+  return control_->PrepareStore();
 }
 
 ApiResponse ApiServer::RedirectToLeader(const ApiRequest& request) const {

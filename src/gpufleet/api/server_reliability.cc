@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/server.h"
+#include "gpufleet/api/routes.h"
 
 namespace gpufleet::api {
 namespace {
@@ -18,7 +18,7 @@ ApiResponse Answer(const Result<Json>& result) {
 
 }  // namespace
 
-std::optional<ApiResponse> ApiServer::RouteReliability(
+std::optional<ApiResponse> ApiRoutes::RouteReliability(
     const control::Principal& who, const ApiRequest& request,
     const std::vector<std::string_view>& segments) {
   const size_t n = segments.size();
@@ -35,15 +35,15 @@ std::optional<ApiResponse> ApiServer::RouteReliability(
                          fmt::format("{} {} needs an admin token", request.method, request.path)));
   }
   if (failures) {
-    return Answer(reliability_->FailureReport());
+    return Answer(control_->reliability().FailureReport());
   }
   if (post) {
-    return Answer(reliability_->ReportOutcome(
+    return Answer(control_->reliability().ReportOutcome(
         who.name.empty() ? control::RoleName(who.role) : who.name, request.body));
   }
   const auto job = request.query.find("job");
   if (job == request.query.end()) {
-    return Answer(reliability_->ListOutcomes(""));
+    return Answer(control_->reliability().ListOutcomes(""));
   }
   // Outcome records name jobs by key (TEAM/NAME); a job that no longer resolves (never existed)
   // simply has none.
@@ -51,25 +51,7 @@ std::optional<ApiResponse> ApiServer::RouteReliability(
   if (!key.ok() && key.status().code() != StatusCode::kNotFound) {
     return Answer(key.status());
   }
-  return Answer(reliability_->ListOutcomes(key.ok() ? *key : job->second));
-}
-
-void ApiServer::RunReliabilityIfDue() {
-  const std::optional<Result<control::ReliabilityStepResult>> step = reliability_->RunIfDue();
-  if (!step) {
-    return;
-  }
-  if (!step->ok()) {
-    fmt::print(stderr, "gpufleet server: reliability step failed: {}\n", step->status().ToString());
-    return;
-  }
-  // Rare decisions an operator wants to see; the audit events are on the nodes.
-  for (const std::string& device : (*step)->quarantined) {
-    fmt::print(stderr, "gpufleet server: quarantined {}\n", device);
-  }
-  for (const std::string& device : (*step)->released) {
-    fmt::print(stderr, "gpufleet server: {} released, its evidence starts again\n", device);
-  }
+  return Answer(control_->reliability().ListOutcomes(key.ok() ? *key : job->second));
 }
 
 }  // namespace gpufleet::api

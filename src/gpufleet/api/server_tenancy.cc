@@ -10,7 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/api/server.h"
+#include "gpufleet/api/routes.h"
 #include "gpufleet/control/deployment_controller.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/tenancy.h"
@@ -482,7 +482,7 @@ ApiResponse ListQueues(const control::Principal& who, store::StateStore& store,
 
 }  // namespace
 
-std::optional<ApiResponse> ApiServer::RouteTenancy(const control::Principal& who,
+std::optional<ApiResponse> ApiRoutes::RouteTenancy(const control::Principal& who,
                                                    const ApiRequest& request,
                                                    const std::vector<std::string_view>& segments) {
   const bool get = request.method == "GET";
@@ -512,7 +512,7 @@ std::optional<ApiResponse> ApiServer::RouteTenancy(const control::Principal& who
       return CreateQueue(who, request.body, store, options_.catalog);
     }
     if (n == 2 && get) {
-      return ListQueues(who, store, queues_.Statuses());
+      return ListQueues(who, store, control_->QueueStatuses());
     }
     // A queue name has slashes ("research/nlp"): its segments are joined back.
     std::vector<std::string_view> path(segments.begin() + 2, segments.end());
@@ -549,26 +549,7 @@ std::optional<ApiResponse> ApiServer::RouteTenancy(const control::Principal& who
   return std::nullopt;
 }
 
-Status ApiServer::EnsureDefaultQueue() {
-  const Result<store::StoredObject> existing =
-      options_.store.Get(control::kQueuesKind, control::kDefaultQueue);
-  if (existing.ok()) {
-    return Status::Ok();
-  }
-  if (existing.status().code() != StatusCode::kNotFound) {
-    return existing.status();
-  }
-  store::WriteBatch batch;
-  batch.Create(std::string(control::kQueuesKind), std::string(control::kDefaultQueue),
-               control::QueueToJson({.name = std::string(control::kDefaultQueue)}).dump());
-  batch.AppendEvent(std::string(control::kQueuesKind), std::string(control::kDefaultQueue),
-                    "created at first start");
-  const Status status = options_.store.Commit(batch);
-  // Another server on the same store may have created it first.
-  return status.code() == StatusCode::kAlreadyExists ? Status::Ok() : status;
-}
-
-Result<std::string> ApiServer::ResolveName(const control::Principal& who, std::string_view kind,
+Result<std::string> ApiRoutes::ResolveName(const control::Principal& who, std::string_view kind,
                                            std::string_view noun, std::string_view text) {
   const Status not_found = NotFoundError(fmt::format("{} \"{}\" not found", noun, text));
   if (const size_t separator = text.find(control::kTeamSeparator);
@@ -619,62 +600,7 @@ Result<std::string> ApiServer::ResolveName(const control::Principal& who, std::s
   return found.front();
 }
 
-Status ApiServer::MigrateToTeamScopedNames() {
-  // Done once per store: a complete pass leaves a marker, so that a restart with a million jobs
-  // stored does not list and parse every one of them again (that was 3/4 of the start-up time).
-  constexpr std::string_view kMigrationsKind = "migrations";
-  constexpr std::string_view kTeamScopedNames = "team-scoped-names";
-  if (const Result<store::StoredObject> done =
-          options_.store.Get(kMigrationsKind, kTeamScopedNames);
-      done.ok() || done.status().code() != StatusCode::kNotFound) {
-    return done.status();
-  }
-  bool all_moved = true;
-  for (const std::string_view kind : {control::kJobsKind, control::kDeploymentsKind}) {
-    GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> objects,
-                              options_.store.List(kind));
-    for (const store::StoredObject& object : objects) {
-      Json doc = wire::ParseDocument(object.data);
-      const std::string key = control::TeamScopedKeyOf(doc);
-      if (key == object.name || wire::StrOr(doc, "name").empty()) {
-        continue;
-      }
-      // A preemptor named by an older server is of the team recorded beside it.
-      if (const std::string by = wire::StrOr(doc, "preempted_by");
-          !by.empty() && by.find(control::kTeamSeparator) == std::string::npos) {
-        doc["preempted_by"] = control::TeamScopedKey(wire::StrOr(doc, "preempted_by_team"), by);
-      }
-      GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredEvent> events,
-                                options_.store.Events(kind, object.name));
-      store::WriteBatch batch;
-      batch.Create(std::string(kind), key, doc.dump());
-      for (const store::StoredEvent& event : events) {
-        batch.AppendEvent(std::string(kind), key, event.text);
-      }
-      batch.AppendEvent(std::string(kind), key,
-                        fmt::format("renamed from \"{}\": names are scoped by team", object.name));
-      batch.Delete(std::string(kind), object.name, object.version);
-      if (const Status moved = options_.store.Commit(batch); !moved.ok()) {
-        if (moved.code() == StatusCode::kUnavailable) {
-          return moved;
-        }
-        // One object that cannot move (its new key taken, say) stays where it is, unlost, and
-        // the server starts: an administrator moves or deletes it.
-        fmt::print(stderr, "gpufleet server: {}/{} not moved to {}: {}\n", kind, object.name, key,
-                   moved.ToString());
-        all_moved = false;
-      }
-    }
-  }
-  if (!all_moved) {
-    return Status::Ok();  // tried again at the next start
-  }
-  const Status marked = options_.store.Commit(store::WriteBatch().Create(
-      std::string(kMigrationsKind), std::string(kTeamScopedNames), R"({"done":true})"));
-  return marked.code() == StatusCode::kAlreadyExists ? Status::Ok() : marked;
-}
-
-Status ApiServer::CheckSubmission(const control::Principal& who, std::string_view queue_name,
+Status ApiRoutes::CheckSubmission(const control::Principal& who, std::string_view queue_name,
                                   bool host_network) {
   if (!who.team.empty()) {
     GPUFLEET_RETURN_IF_ERROR(TeamMustExist(options_.store, "team (of the token)", who.team));

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The usage ledger's part of ApiServer (docs/usage.md): GET /v1/usage, the run records written
-// with job changes, the busy time credited from heartbeats and its periodic write. The
-// computation is control::ComputeUsage (usage_ledger.h).
+// GET /v1/usage (docs/usage.md). The run records written with job changes, the busy time
+// credited from heartbeats and its periodic write are the control plane's
+// (control/control_plane_steps.cc); the computation is control::ComputeUsage (usage_ledger.h).
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -11,7 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/server.h"
+#include "gpufleet/api/routes.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/json_scan.h"
@@ -29,103 +29,7 @@ std::optional<std::string_view> QueryValue(const ApiRequest& request, const std:
 
 }  // namespace
 
-int64_t ApiServer::UsageNowNanos() const {
-  return options_.wall_clock != nullptr ? options_.wall_clock->UnixNanos()
-                                        : options_.clock.Now().nanos;
-}
-
-void ApiServer::NoteUsageChange(const Json& before, Json& after, store::WriteBatch& batch) {
-  const std::optional<control::StampedRun> stamped = control::StampedRunOf(before);
-  if (!stamped) {
-    return;
-  }
-  const int64_t busy = usage_meter_.Busy(stamped->name, stamped->busy);
-  const std::optional<control::RunUsage> ended =
-      control::NoteUsageChange(before, after, UsageNowNanos(), busy);
-  if (!ended) {
-    return;
-  }
-  // A run ends once; a record already there (an earlier try of this write committed) stays.
-  if (!options_.store.Get(control::kUsageKind, stamped->name).ok()) {
-    batch.Create(std::string(control::kUsageKind), stamped->name,
-                 control::RunUsageToJson(*ended).dump());
-  }
-  usage_meter_.Forget(stamped->name);
-}
-
-int64_t ApiServer::UsageHeartbeatInterval(const std::string& node) {
-  const MonoTime now = options_.clock.Now();
-  std::lock_guard<std::mutex> lock(usage_mu_);
-  auto [it, first] = usage_last_heartbeat_.try_emplace(node, now);
-  if (first) {
-    return 0;
-  }
-  const Duration since = std::min<Duration>(now - it->second, options_.node_timeout);
-  it->second = now;
-  return std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(since).count());
-}
-
-void ApiServer::CreditBusy(const Json& job, const std::string& node,
-                           const std::map<int64_t, int>& utilization_pct, int64_t interval_ms) {
-  if (interval_ms <= 0 || utilization_pct.empty()) {
-    return;
-  }
-  const std::optional<control::StampedRun> stamped = control::StampedRunOf(job);
-  if (!stamped || control::StoredJobState(job) == control::JobState::kScheduled) {
-    return;  // a run whose tasks have not started keeps nothing busy
-  }
-  const int64_t credit = control::BusyCredit(job, node, utilization_pct, interval_ms);
-  if (credit > 0) {
-    usage_meter_.Credit(stamped->name, stamped->busy, credit);
-  }
-}
-
-Result<bool> ApiServer::FlushUsageIfDue() {
-  const MonoTime now = options_.clock.Now();
-  if (last_usage_flush_ && now - *last_usage_flush_ < options_.usage_flush_interval) {
-    return false;
-  }
-  last_usage_flush_ = now;
-  std::vector<control::JobWrite> writes;
-  for (const auto& [run, busy] : usage_meter_.Snapshot()) {
-    // "TEAM/NAME/ATTEMPT": the job's key is all before the last '/'.
-    const size_t slash = run.rfind('/');
-    const auto job =
-        slash == std::string::npos ? view_->jobs().end() : view_->jobs().find(run.substr(0, slash));
-    if (job == view_->jobs().end() || !control::HoldsResources(job->second.state)) {
-      usage_meter_.Forget(run);  // ended without this server (or deleted): nothing to write to
-      continue;
-    }
-    Json doc = wire::ParseDocument(job->second.data);
-    const std::optional<control::StampedRun> stamped = control::StampedRunOf(doc);
-    if (!stamped || stamped->name != run) {
-      usage_meter_.Forget(run);
-      continue;
-    }
-    if (stamped->busy >= busy) {
-      continue;
-    }
-    // The same document: NoteUsageChange writes the busy time into it.
-    writes.push_back(control::JobWrite{job->first, job->second.version, doc, doc, {""}});
-  }
-  if (writes.empty()) {
-    return false;
-  }
-  // One commit for all of them; if one job changed under us, one by one (the rest still land).
-  store::WriteBatch batch;
-  for (control::JobWrite& write : writes) {
-    Json after = write.after;
-    AddJobWrite(write.before, after, write.version, "", batch);
-  }
-  if (const Status status = options_.store.Commit(batch); status.ok()) {
-    return true;
-  } else if (status.code() != StatusCode::kAborted && status.code() != StatusCode::kNotFound) {
-    return status;
-  }
-  return CommitJobWrites(std::move(writes));
-}
-
-std::optional<ApiResponse> ApiServer::RouteUsage(const control::Principal& who,
+std::optional<ApiResponse> ApiRoutes::RouteUsage(const control::Principal& who,
                                                  const ApiRequest& request,
                                                  const std::vector<std::string_view>& segments) {
   if (segments.size() != 2 || segments[1] != "usage" || request.method != "GET") {
@@ -143,7 +47,7 @@ std::optional<ApiResponse> ApiServer::RouteUsage(const control::Principal& who,
   if (!who.is_admin()) {
     query->team = who.team;
   }
-  const int64_t now = UsageNowNanos();
+  const int64_t now = control_->UsageNowNanos();
   // The runs going first, then the records: a run that ends between the two reads is found in
   // both, and its record wins.
   Result<std::vector<store::StoredObject>> jobs =
@@ -165,7 +69,7 @@ std::optional<ApiResponse> ApiServer::RouteUsage(const control::Principal& who,
       continue;
     }
     std::optional<control::RunUsage> run =
-        control::RunUsageOfJob(doc, now, usage_meter_.Busy(stamped->name, stamped->busy));
+        control::RunUsageOfJob(doc, now, control_->RunBusy(stamped->name, stamped->busy));
     if (run && run->start_ns < query->to_ns) {
       runs[stamped->name] = *std::move(run);
     }

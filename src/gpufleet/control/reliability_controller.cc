@@ -140,8 +140,12 @@ struct ReliabilityController::Analysis {
 
 ReliabilityController::ReliabilityController(store::StateStore& store, const Clock& clock,
                                              const WallClock* wall_clock,
-                                             ReliabilityOptions options)
-    : store_(store), clock_(clock), wall_clock_(wall_clock), options_(std::move(options)) {}
+                                             ReliabilityOptions options, JobWriter write_job)
+    : store_(store),
+      clock_(clock),
+      wall_clock_(wall_clock),
+      options_(std::move(options)),
+      write_job_(std::move(write_job)) {}
 
 int64_t ReliabilityController::NowNanos() const {
   return wall_clock_ != nullptr ? wall_clock_->UnixNanos() : clock_.Now().nanos;
@@ -681,9 +685,7 @@ Result<int> ReliabilityController::PreemptRunsOn(const Analysis& analysis, const
         break;
       }
       store::WriteBatch batch;
-      NoteJobChange(before, after, batch);
-      batch.Update(std::string(kJobsKind), listed.name, after.dump(), object->version);
-      batch.AppendEvent(std::string(kJobsKind), listed.name, *event);
+      write_job_(before, after, object->version, *event, batch);
       const Status status = store_.Commit(batch);
       if (status.ok()) {
         ++preempted;

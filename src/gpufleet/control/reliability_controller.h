@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -63,9 +64,15 @@ struct ReliabilityStepResult {
 // is a cache or a courtesy.
 class ReliabilityController {
  public:
+  // The one writer of job document changes (ControlPlane::AddJobWrite), through which the
+  // controller requeues the runs on a device it drains at once: it adds the change from `before`
+  // to `after` at `version`, with `event`, to the batch (calling NoteJobChange itself).
+  using JobWriter = std::function<void(const Json& before, Json& after, int64_t version,
+                                       const std::string& event, store::WriteBatch& batch)>;
+
   // REQUIRES: `options` validate; `store`, `clock` and `wall_clock` (nullable) outlive it.
   ReliabilityController(store::StateStore& store, const Clock& clock, const WallClock* wall_clock,
-                        ReliabilityOptions options);
+                        ReliabilityOptions options, JobWriter write_job);
 
   // Called wherever a job document changes from `before` to `after` in `batch`, before `after` is
   // written into the batch. When `before` is a run that is going (Scheduled or Running) and
@@ -132,6 +139,7 @@ class ReliabilityController {
   const Clock& clock_;
   const WallClock* wall_clock_;
   const ReliabilityOptions options_;
+  const JobWriter write_job_;
 
   struct CachedOutcome {
     int64_t version = 0;

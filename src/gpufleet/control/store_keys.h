@@ -14,6 +14,13 @@ inline constexpr std::string_view kNodesKind = "nodes";
 // (the API server writes it).
 inline constexpr std::string_view kClusterKind = "cluster";
 inline constexpr std::string_view kTopologyName = "topology";
+// Provenance records (docs/provenance.md), one object per run of a task, named by its task id
+// (JOB/TASK/ATTEMPT), created once and never updated.
+inline constexpr std::string_view kProvenanceKind = "provenance";
+// The member of a node document that says its credential was made by a join token's registration
+// and has not been used since: the agent may never have received it, so the join token may
+// register the node again, replacing it (docs/agent.md, "Credentials").
+inline constexpr std::string_view kCredentialUnclaimed = "credential_unclaimed";
 // Compare-and-set retries of one request before it answers 409.
 inline constexpr int kCasAttempts = 5;
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/api/parsed_documents.h"
+#include "gpufleet/control/parsed_documents.h"
 
 #include <string>
 #include <thread>
@@ -8,7 +8,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
-namespace gpufleet::api {
+namespace gpufleet::control {
 namespace {
 
 TEST(ParsedDocuments, ParsesAsParseDocumentDoes) {
@@ -74,4 +74,4 @@ TEST(ParsedDocuments, ThreadsParsingTheSameKeysGetTheirOwnTexts) {
 }
 
 }  // namespace
-}  // namespace gpufleet::api
+}  // namespace gpufleet::control

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
-#include "gpufleet/api/parsed_documents.h"
+#include "gpufleet/control/parsed_documents.h"
 
 #include <utility>
 
-namespace gpufleet::api {
+namespace gpufleet::control {
 
 Json ParsedDocuments::Parse(const std::string& key, const std::string& text) {
   std::shared_ptr<const Parsed> kept;
@@ -52,4 +52,4 @@ size_t ParsedDocuments::TextBytesForTest() const {
   return newer_bytes_ + older_bytes_;
 }
 
-}  // namespace gpufleet::api
+}  // namespace gpufleet::control

@@ -9,7 +9,7 @@
 
 #include "gpufleet/wire/json_fields.h"
 
-namespace gpufleet::api {
+namespace gpufleet::control {
 
 using wire::Json;
 
@@ -48,4 +48,4 @@ class ParsedDocuments {
   size_t older_bytes_ = 0;  // guarded by mu_
 };
 
-}  // namespace gpufleet::api
+}  // namespace gpufleet::control

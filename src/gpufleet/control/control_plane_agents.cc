@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
-// The agent side of ApiServer: registration, heartbeats, task states, NotReady nodes
-// (docs/agent.md).
+// The agent sessions of the control plane: registration, heartbeats and the task reports they
+// carry (lifecycle transitions), the desired tasks they answer, GPU UUID ownership and provenance
+// records (docs/agent.md).
 #include <charconv>
 #include <functional>
 #include <limits>
@@ -8,11 +9,13 @@
 
 #include <fmt/format.h>
 
-#include "gpufleet/api/server.h"
+#include "gpufleet/control/control_plane.h"
+#include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/lifecycle_controller.h"
 #include "gpufleet/control/mig_node_docs.h"
 #include "gpufleet/control/placement_gpus.h"
 #include "gpufleet/control/scheduling_view.h"
+#include "gpufleet/control/store_keys.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/image_reference.h"
 #include "gpufleet/core/json_scan.h"
@@ -22,7 +25,7 @@
 #include "gpufleet/wire/json_fields.h"
 #include "gpufleet/wire/node_json.h"
 
-namespace gpufleet::api {
+namespace gpufleet::control {
 namespace {
 
 // "JOB/TASK/ATTEMPT" -> its parts; nullopt when malformed. Split from the right: JOB, a job's
@@ -81,7 +84,7 @@ std::optional<std::string> RecordImageReport(const Json& job, Json& placement,
     return std::nullopt;
   }
   const std::string task = wire::StrOr(placement, "task");
-  const std::string image = control::PlacementImage(job, placement);
+  const std::string image = PlacementImage(job, placement);
   if (new_digest) {
     placement["image_digest"] = report.image_digest;
   }
@@ -89,7 +92,7 @@ std::optional<std::string> RecordImageReport(const Json& job, Json& placement,
     return fmt::format("task {} runs {} ({}) on {}", task, image, report.image_digest, node);
   }
   placement["image_pull_ms"] = *report.image_pull_ms;
-  control::StampImagePulled(placement, now_ns);
+  StampImagePulled(placement, now_ns);
   // The digest goes in the event too: a finished job's placements are gone, its events stay.
   const std::string digest = wire::StrOr(placement, "image_digest");
   return fmt::format("task {} pulled {}{} in {:.1f} s on {}", task, image,
@@ -104,10 +107,10 @@ std::vector<std::string> ApplyStoppingReports(
     Json& job, const std::string& node,
     const std::map<std::string, const wire::TaskReport*>& reports, bool absent_means_gone) {
   std::vector<std::string> events;
-  const std::string name = control::TeamScopedKeyOf(job);
+  const std::string name = TeamScopedKeyOf(job);
   const int64_t attempt = wire::IntOr(job, "attempt", 0);
   for (Json& placement : job["placements"]) {
-    if (wire::StrOr(placement, "node") != node || control::PlacementGone(placement)) {
+    if (wire::StrOr(placement, "node") != node || PlacementGone(placement)) {
       continue;
     }
     const std::string task = wire::StrOr(placement, "task");
@@ -125,10 +128,10 @@ std::vector<std::string> ApplyStoppingReports(
                           it->second->message.empty()
                               ? fmt::format("exit code {}", it->second->exit_code)
                               : it->second->message);
-    control::MarkPlacementGone(placement, why);
+    MarkPlacementGone(placement, why);
     events.push_back(fmt::format("task {} {}", task, why));
   }
-  if (std::optional<std::string> finished = control::FinishStoppingIfDone(job)) {
+  if (std::optional<std::string> finished = FinishStoppingIfDone(job)) {
     events.push_back(std::move(*finished));
   }
   return events;
@@ -151,38 +154,37 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
                                       const ReportTime& now, bool absent_means_gone,
                                       bool& progressed) {
   std::vector<std::string> events;
-  const std::optional<control::JobState> state = control::StoredJobState(job);
-  if (!state || !control::HoldsResources(*state) || !job.contains("placements") ||
+  const std::optional<JobState> state = StoredJobState(job);
+  if (!state || !HoldsResources(*state) || !job.contains("placements") ||
       !job["placements"].is_array()) {
     return events;
   }
-  if (*state == control::JobState::kStopping) {
+  if (*state == JobState::kStopping) {
     return ApplyStoppingReports(job, node, reports, absent_means_gone);
   }
-  const std::string name = control::TeamScopedKeyOf(job);
+  const std::string name = TeamScopedKeyOf(job);
   const int64_t attempt = wire::IntOr(job, "attempt", 0);
   for (Json& placement : job["placements"]) {
     if (wire::StrOr(placement, "node") != node) {
       continue;
     }
-    for (const control::PlacedGpu& placed : control::PlacedGpus(placement)) {
-      const Json* gpu = control::FindPlacedGpu(node_gpus, placed);
+    for (const PlacedGpu& placed : PlacedGpus(placement)) {
+      const Json* gpu = FindPlacedGpu(node_gpus, placed);
       std::string why;
-      if (gpu == nullptr && !control::PlacementGone(placement)) {
+      if (gpu == nullptr && !PlacementGone(placement)) {
         // Registration ends such runs; a placement committed against the node's inventory before
         // it registered again ends here, never on another GPU.
         why = fmt::format("{} of {} is no longer on the node (task {})", placed.Describe(), node,
                           wire::StrOr(placement, "task"));
       } else if (gpu != nullptr && drain_now_gpus.count(wire::IntOr(*gpu, "index", -1)) > 0) {
-        why =
-            fmt::format("{} of {} must be drained now (task {})",
-                        control::PlacedGpu{placed.uuid, wire::IntOr(*gpu, "index", -1)}.Describe(),
-                        node, wire::StrOr(placement, "task"));
+        why = fmt::format("{} of {} must be drained now (task {})",
+                          PlacedGpu{placed.uuid, wire::IntOr(*gpu, "index", -1)}.Describe(), node,
+                          wire::StrOr(placement, "task"));
       }
       if (why.empty()) {
         continue;
       }
-      events.push_back(control::EndRunOnFailure(job, why, now.text));
+      events.push_back(EndRunOnFailure(job, why, now.text));
       // The other tasks on this node may have ended too.
       for (std::string& event :
            ApplyReports(job, node, node_gpus, reports, {}, now, absent_means_gone, progressed)) {
@@ -195,7 +197,7 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
     if (it == reports.end()) {
       continue;
     }
-    if (control::PlacementGone(placement)) {
+    if (PlacementGone(placement)) {
       // A task's end is final: a report that says otherwise was sent before it and delivered
       // late (a heartbeat retried or held up on the way), and would start the task again.
       continue;
@@ -220,12 +222,12 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
       continue;
     }
     placement["phase"] = phase;
-    if (control::TaskStarted(placement)) {
-      control::StampTaskStarted(placement, now.nanos);
+    if (TaskStarted(placement)) {
+      StampTaskStarted(placement, now.nanos);
     }
     if (report.phase == wire::TaskPhase::kPulling) {
-      events.push_back(fmt::format("task {} pulling {} on {}", task,
-                                   control::PlacementImage(job, placement), node));
+      events.push_back(
+          fmt::format("task {} pulling {} on {}", task, PlacementImage(job, placement), node));
       continue;
     }
     if (report.phase == wire::TaskPhase::kRunning) {
@@ -242,7 +244,7 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
           "task {} on {} failed: {}", task, node,
           report.message.empty() ? fmt::format("exit code {}", report.exit_code) : report.message);
       // The gang fails; its other tasks are stopped before their GPUs are free.
-      Result<std::string> event = control::EndRun(job, control::JobState::kFailed, why, now.text);
+      Result<std::string> event = EndRun(job, JobState::kFailed, why, now.text);
       events.push_back(event.ok() ? *event : why);
       for (std::string& more :
            ApplyReports(job, node, node_gpus, reports, {}, now, absent_means_gone, progressed)) {
@@ -258,16 +260,16 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
   bool all_started = true;
   bool all_succeeded = true;
   for (const Json& placement : job["placements"]) {
-    all_started = all_started && control::TaskStarted(placement);
+    all_started = all_started && TaskStarted(placement);
     all_succeeded = all_succeeded && wire::StrOr(placement, "phase") == "Succeeded";
   }
   if (all_succeeded) {
-    Result<std::string> event = control::EndRun(job, control::JobState::kSucceeded,
-                                                "every task exited with code 0", now.text);
+    Result<std::string> event =
+        EndRun(job, JobState::kSucceeded, "every task exited with code 0", now.text);
     events.push_back(event.ok() ? *event : event.status().message());
-  } else if (all_started && control::StoredJobState(job) == control::JobState::kScheduled) {
-    if (Result<std::string> event = control::TransitionJob(job, control::JobState::kRunning, "",
-                                                           "running: every task has started");
+  } else if (all_started && StoredJobState(job) == JobState::kScheduled) {
+    if (Result<std::string> event =
+            TransitionJob(job, JobState::kRunning, "", "running: every task has started");
         event.ok()) {
       events.push_back(*event);
     }
@@ -305,13 +307,13 @@ std::optional<std::string> RenameForReregistration(Json& job, const std::string&
   int64_t memory = 0;
   std::optional<std::string> broken;
   for (Json& placement : job["placements"]) {
-    if (wire::StrOr(placement, "node") != node || control::PlacementGone(placement)) {
+    if (wire::StrOr(placement, "node") != node || PlacementGone(placement)) {
       continue;
     }
     cpu += wire::IntOr(placement, "cpu_milli", 0);
     memory += wire::IntOr(placement, "memory_mib", 0);
-    const std::optional<control::PlacedGpu> gone = control::RenamePlacedGpus(
-        placement, wire::ArrayOr(before, "gpus"), wire::ArrayOr(after, "gpus"));
+    const std::optional<PlacedGpu> gone =
+        RenamePlacedGpus(placement, wire::ArrayOr(before, "gpus"), wire::ArrayOr(after, "gpus"));
     if (gone && !broken) {
       broken = gone->uuid.empty()
                    ? fmt::format("{} registered again without its gpu {} (task {})", node,
@@ -353,9 +355,9 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
   }
   for (Json& gpu : doc["gpus"]) {
     // The same physical GPU (by UUID) keeps its quarantine and MIG state, whatever its index now.
-    const Json* old = control::FindPlacedGpu(
-        wire::ArrayOr(*stored, "gpus"),
-        control::PlacedGpu{wire::StrOr(gpu, "uuid"), wire::IntOr(gpu, "index", -1)});
+    const Json* old =
+        FindPlacedGpu(wire::ArrayOr(*stored, "gpus"),
+                      PlacedGpu{wire::StrOr(gpu, "uuid"), wire::IntOr(gpu, "index", -1)});
     if (old == nullptr) {
       continue;
     }
@@ -370,8 +372,7 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
     // is now becomes the wanted one (an operator may have changed it while the agent was down).
     const Json& wanted = wire::ArrayOr(*old, "mig_instances");
     const Json& reported = wire::ArrayOr(*old, "mig_devices");
-    if (!control::SameMigInstances(control::MigInstancesFromJson(wanted),
-                                   control::MigInstancesFromJson(reported))) {
+    if (!SameMigInstances(MigInstancesFromJson(wanted), MigInstancesFromJson(reported))) {
       gpu["mig_instances"] = wanted;
     }
     gpu["mig_devices"] = reported;
@@ -484,7 +485,7 @@ bool MigInstancesReported(const Json& job,
                           const std::function<const Json*(const std::string&)>& node_doc_of) {
   for (const Json& placement : wire::ArrayOr(job, "placements")) {
     const Json& assignments = wire::ArrayOr(placement, "assignments");
-    const std::vector<control::PlacedGpu> placed = control::PlacedGpus(placement);
+    const std::vector<PlacedGpu> placed = PlacedGpus(placement);
     for (size_t i = 0; i < placed.size(); ++i) {
       const std::string profile = wire::StrOr(assignments[i], "mig_profile");
       if (profile.empty()) {
@@ -494,9 +495,9 @@ bool MigInstancesReported(const Json& job,
       if (node_doc == nullptr) {
         return false;
       }
-      const Json* gpu = control::FindPlacedGpu(wire::ArrayOr(*node_doc, "gpus"), placed[i]);
+      const Json* gpu = FindPlacedGpu(wire::ArrayOr(*node_doc, "gpus"), placed[i]);
       const int start = static_cast<int>(wire::IntOr(assignments[i], "mig_start", -1));
-      if (gpu == nullptr || control::FindMigDevice(*gpu, profile, start) == nullptr) {
+      if (gpu == nullptr || FindMigDevice(*gpu, profile, start) == nullptr) {
         return false;
       }
     }
@@ -508,8 +509,7 @@ bool MigInstancesReported(const Json& job,
 // has reported each of its instances; it then names them and gets their MIG device UUIDs.
 void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& node,
                      wire::AgentReply* reply) {
-  if (const std::optional<control::JobState> state = control::StoredJobState(job);
-      !state || !control::RunIsWanted(*state)) {
+  if (const std::optional<JobState> state = StoredJobState(job); !state || !RunIsWanted(*state)) {
     return;
   }
   // The task groups' command and env, from the stored spec.
@@ -519,7 +519,7 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
   for (const Json& group : wire::ArrayOr(inner, "tasks")) {
     groups[wire::StrOr(group, "name")] = &group;
   }
-  const std::string name = control::TeamScopedKeyOf(job);
+  const std::string name = TeamScopedKeyOf(job);
   const int64_t attempt = wire::IntOr(job, "attempt", 0);
   std::vector<std::string> group_names;
   for (const Json& group : wire::ArrayOr(inner, "tasks")) {
@@ -551,12 +551,12 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
       task.host_network = wire::BoolOr(group, "hostNetwork", false);
     }
     const Json& assignments = wire::ArrayOr(placement, "assignments");
-    const std::vector<control::PlacedGpu> placed = control::PlacedGpus(placement);
+    const std::vector<PlacedGpu> placed = PlacedGpus(placement);
     bool gpus_found = true;
     for (size_t i = 0; i < placed.size() && gpus_found; ++i) {
       // By UUID, wherever the node lists it now; a GPU it no longer has is never replaced by
       // another (ApplyReports ends the run).
-      const Json* gpu = control::FindPlacedGpu(wire::ArrayOr(node_doc, "gpus"), placed[i]);
+      const Json* gpu = FindPlacedGpu(wire::ArrayOr(node_doc, "gpus"), placed[i]);
       const std::string profile = wire::StrOr(assignments[i], "mig_profile");
       if (gpu == nullptr || wire::StrOr(*gpu, "uuid").empty()) {
         gpus_found = false;
@@ -564,7 +564,7 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
         task.gpu_uuids.push_back(wire::StrOr(*gpu, "uuid"));
       } else {
         const int start = static_cast<int>(wire::IntOr(assignments[i], "mig_start", -1));
-        const Json* device = control::FindMigDevice(*gpu, profile, start);
+        const Json* device = FindMigDevice(*gpu, profile, start);
         // The agent creates the instance first; the task follows its report.
         gpus_found = device != nullptr;
         if (device != nullptr) {
@@ -588,9 +588,67 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
 
 }  // namespace
 
-Result<wire::AgentReply> ApiServer::RegisterAgent(const control::Principal& who,
-                                                  std::string_view body) {
-  if (!who.is_admin() && who.role != control::Role::kAgent) {
+Result<int> ControlPlane::RegisterNodes(const Cluster& cluster) {
+  GPUFLEET_RETURN_IF_ERROR(cluster.Validate(options_.catalog));
+  for (const Node& node : cluster.nodes) {
+    GPUFLEET_RETURN_IF_ERROR(wire::ValidateNodeName("node.name", node.id.value()));
+    if (const Status status = scheduler::ValidateNode(node, cluster.topology, options_.catalog);
+        !status.ok()) {
+      return InvalidArgumentError(fmt::format("node {}: {}", node.id.value(), status.message()));
+    }
+  }
+  const std::vector<std::string>& levels = cluster.topology.levels();
+  // Agents register at once when a fleet comes up: a racing registration may create the topology
+  // or the same node between this read and the commit (kAlreadyExists), so a second attempt reads
+  // again and finds it.
+  Status committed = Status::Ok();
+  int added = 0;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    store::WriteBatch batch;
+    Result<store::StoredObject> topology = options_.store.Get(kClusterKind, kTopologyName);
+    if (topology.ok()) {
+      const Json recorded = wire::ParseDocument(topology->data);
+      std::vector<std::string> recorded_levels;
+      for (const Json& level : wire::ArrayOr(recorded, "levels")) {
+        recorded_levels.push_back(level.is_string() ? level.get<std::string>() : "");
+      }
+      if (recorded_levels != levels) {
+        return InvalidArgumentError(
+            fmt::format("topology levels [{}] differ from the recorded [{}]",
+                        fmt::join(levels, ", "), fmt::join(recorded_levels, ", ")));
+      }
+    } else if (topology.status().code() == StatusCode::kNotFound) {
+      batch.Create(std::string(kClusterKind), std::string(kTopologyName),
+                   Json{{"levels", levels}}.dump());
+    } else {
+      return topology.status();
+    }
+    // One read per node registered, not a list of the fleet: an agent registering alone costs
+    // the same with 10 nodes stored as with 10,000.
+    added = 0;
+    for (const Node& node : cluster.nodes) {
+      const Result<store::StoredObject> existing = options_.store.Get(kNodesKind, node.id.value());
+      if (existing.ok()) {
+        continue;
+      }
+      if (existing.status().code() != StatusCode::kNotFound) {
+        return existing.status();
+      }
+      batch.Create(std::string(kNodesKind), node.id.value(), wire::NodeToJson(node, levels).dump());
+      batch.AppendEvent(std::string(kNodesKind), node.id.value(), "registered");
+      ++added;
+    }
+    committed = options_.store.Commit(batch);
+    if (committed.code() != StatusCode::kAlreadyExists) {
+      break;
+    }
+  }
+  GPUFLEET_RETURN_IF_ERROR(committed);
+  return added;
+}
+
+Result<wire::AgentReply> ControlPlane::RegisterAgent(const Principal& who, std::string_view body) {
+  if (!who.is_admin() && who.role != Role::kAgent) {
     return Status(StatusCode::kPermissionDenied,
                   "registering a node needs an agent or admin token");
   }
@@ -619,18 +677,19 @@ Result<wire::AgentReply> ApiServer::RegisterAgent(const control::Principal& who,
   GPUFLEET_RETURN_IF_ERROR(ClaimGpuUuids(request.node));
   // A join token exchanges itself for a credential of this node alone, as kubeadm's bootstrap
   // tokens do; the agent uses that one from now on.
-  std::string node_token;
-  if (who.role == control::Role::kAgent && who.node.empty()) {
-    GPUFLEET_ASSIGN_OR_RETURN(
-        node_token, authenticator_.CreateToken(control::Role::kAgent, "",
-                                               fmt::format("node/{}", request.node.id.value()),
-                                               request.node.id.value()));
+  NodeCredentials::Issued issued;
+  const std::string& node_token = issued.token;
+  if (who.role == Role::kAgent && who.node.empty()) {
+    if (options_.node_credentials == nullptr) {
+      return FailedPreconditionError("this control plane issues no node credentials");
+    }
+    GPUFLEET_ASSIGN_OR_RETURN(issued, options_.node_credentials->Issue(request.node.id.value()));
   }
   // A registration that fails takes back the credential it made, so that the agent may join
   // again with its join token (a node with a credential refuses join tokens).
   const auto fail = [&](Status status) {
     if (!node_token.empty()) {
-      if (const Status revoked = authenticator_.RevokeToken(node_token); !revoked.ok()) {
+      if (const Status revoked = options_.node_credentials->Revoke(node_token); !revoked.ok()) {
         fmt::print(stderr, "gpufleet server: node {}: taking back the unused credential: {}\n",
                    request.node.id.value(), revoked.ToString());
       }
@@ -647,20 +706,19 @@ Result<wire::AgentReply> ApiServer::RegisterAgent(const control::Principal& who,
   const std::string name = request.node.id.value();
   std::string replaced_credential;
   const Status registered = store::CommitWithRetries(
-      options_.store, control::kCasAttempts,
-      fmt::format("node \"{}\" kept changing; register again", name),
+      options_.store, kCasAttempts, fmt::format("node \"{}\" kept changing; register again", name),
       [&]() -> store::AttemptResult {
         GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject stored,
-                                  options_.store.Get(control::kNodesKind, name));
+                                  options_.store.Get(kNodesKind, name));
         const Json old_doc = wire::ParseDocument(stored.data);
         Json doc = MergeInventory(&old_doc, request.node, request.topology_levels);
         replaced_credential = wire::StrOr(old_doc, "credential");
         if (!node_token.empty()) {
-          doc["credential"] = TokenId(node_token);
+          doc["credential"] = issued.id;
           // Until the agent uses it, the answer carrying it may have been lost: the join token
           // may then register the node again (CheckNodeCredential).
           doc[std::string(kCredentialUnclaimed)] = true;
-        } else if (who.role == control::Role::kAgent) {
+        } else if (who.role == Role::kAgent) {
           doc["credential"] = who.token_id;
         } else if (old_doc.contains("credential")) {
           doc["credential"] = old_doc["credential"];
@@ -673,15 +731,15 @@ Result<wire::AgentReply> ApiServer::RegisterAgent(const control::Principal& who,
         // Runs whose GPUs or host resources the new inventory no longer has end here, in the same
         // commit, never silently kept on GPUs that are gone or freed.
         GPUFLEET_RETURN_IF_ERROR(EndRunsBrokenByReregistration(name, old_doc, doc, batch));
-        batch.Update(std::string(control::kNodesKind), name, doc.dump(), stored.version);
+        batch.Update(std::string(kNodesKind), name, doc.dump(), stored.version);
         batch.AppendEvent(
-            std::string(control::kNodesKind), name,
+            std::string(kNodesKind), name,
             fmt::format("agent registered ({} GPUs, driver {})", request.node.gpus.size(),
                         request.node.labels.count(std::string(kDriverVersionLabel)) > 0
                             ? request.node.labels.at(std::string(kDriverVersionLabel))
                             : "unknown"));
         for (const std::string& event : events) {
-          batch.AppendEvent(std::string(control::kNodesKind), name, event);
+          batch.AppendEvent(std::string(kNodesKind), name, event);
         }
         return store::Write(std::move(batch));
       });
@@ -690,10 +748,10 @@ Result<wire::AgentReply> ApiServer::RegisterAgent(const control::Principal& who,
   }
   if (!node_token.empty() && !replaced_credential.empty()) {
     // The unclaimed credential an earlier registration made is replaced by this one.
-    if (const Result<TokenInfo> revoked = authenticator_.RevokeTokenById(replaced_credential);
-        !revoked.ok() && revoked.status().code() != StatusCode::kNotFound) {
+    if (const Status revoked = options_.node_credentials->RevokeById(replaced_credential);
+        !revoked.ok() && revoked.code() != StatusCode::kNotFound) {
       fmt::print(stderr, "gpufleet server: node {}: revoking the replaced credential: {}\n", name,
-                 revoked.status().ToString());
+                 revoked.ToString());
     }
   }
   wire::HeartbeatRequest heartbeat;
@@ -702,12 +760,12 @@ Result<wire::AgentReply> ApiServer::RegisterAgent(const control::Principal& who,
   heartbeat.sequence = request.sequence;
   GPUFLEET_ASSIGN_OR_RETURN(wire::AgentReply reply,
                             ProcessHeartbeat(name, heartbeat, /*gpus_applied=*/true));
-  reply.node_token = std::move(node_token);
+  reply.node_token = std::move(issued.token);
   return reply;
 }
 
-Status ApiServer::CheckNodeCredential(const control::Principal& who, const std::string& node) {
-  if (who.role != control::Role::kAgent) {
+Status ControlPlane::CheckNodeCredential(const Principal& who, const std::string& node) {
+  if (who.role != Role::kAgent) {
     return Status::Ok();  // an admin acts for any node
   }
   if (!who.node.empty()) {
@@ -717,7 +775,7 @@ Status ApiServer::CheckNodeCredential(const control::Principal& who, const std::
     }
     return Status::Ok();
   }
-  Result<store::StoredObject> stored = options_.store.Get(control::kNodesKind, node);
+  Result<store::StoredObject> stored = options_.store.Get(kNodesKind, node);
   bool has_credential = false;
   if (stored.ok()) {
     const Json doc = wire::ParseDocument(stored->data);
@@ -728,9 +786,9 @@ Status ApiServer::CheckNodeCredential(const control::Principal& who, const std::
   } else if (stored.status().code() != StatusCode::kNotFound) {
     return stored.status();
   }
-  if (!has_credential) {
+  if (!has_credential && options_.node_credentials != nullptr) {
     // An admin may have made the node's credential before the node first registered.
-    GPUFLEET_ASSIGN_OR_RETURN(has_credential, authenticator_.NodeHasCredential(node));
+    GPUFLEET_ASSIGN_OR_RETURN(has_credential, options_.node_credentials->Exists(node));
   }
   if (has_credential) {
     return Status(
@@ -743,7 +801,7 @@ Status ApiServer::CheckNodeCredential(const control::Principal& who, const std::
   return Status::Ok();
 }
 
-Status ApiServer::ClaimNodeCredential(const control::Principal& who) {
+Status ControlPlane::ClaimNodeCredential(const Principal& who) {
   {
     std::lock_guard<std::mutex> lock(agents_mu_);
     if (claimed_credentials_.count(who.token_id) > 0) {
@@ -751,11 +809,11 @@ Status ApiServer::ClaimNodeCredential(const control::Principal& who) {
     }
   }
   GPUFLEET_RETURN_IF_ERROR(store::CommitWithRetries(
-      options_.store, control::kCasAttempts,
+      options_.store, kCasAttempts,
       fmt::format("node \"{}\" kept changing; heartbeat again", who.node),
       [&]() -> store::AttemptResult {
         GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject stored,
-                                  options_.store.Get(control::kNodesKind, who.node));
+                                  options_.store.Get(kNodesKind, who.node));
         Json doc = wire::ParseDocument(stored.data);
         if (!wire::BoolOr(doc, kCredentialUnclaimed, false) ||
             wire::StrOr(doc, "credential") != who.token_id) {
@@ -763,8 +821,8 @@ Status ApiServer::ClaimNodeCredential(const control::Principal& who) {
         }
         doc.erase(std::string(kCredentialUnclaimed));
         store::WriteBatch batch;
-        batch.Update(std::string(control::kNodesKind), who.node, doc.dump(), stored.version);
-        batch.AppendEvent(std::string(control::kNodesKind), who.node,
+        batch.Update(std::string(kNodesKind), who.node, doc.dump(), stored.version);
+        batch.AppendEvent(std::string(kNodesKind), who.node,
                           fmt::format("agent claimed its credential {}", who.token_id));
         return store::Write(std::move(batch));
       }));
@@ -773,13 +831,13 @@ Status ApiServer::ClaimNodeCredential(const control::Principal& who) {
   return Status::Ok();
 }
 
-Status ApiServer::ClaimGpuUuids(const Node& node) {
+Status ControlPlane::ClaimGpuUuids(const Node& node) {
   std::lock_guard<std::mutex> lock(agents_mu_);
   if (!gpu_owners_loaded_) {
     gpu_owners_.clear();
     gpus_of_node_.clear();
     GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> nodes,
-                              options_.store.List(control::kNodesKind));
+                              options_.store.List(kNodesKind));
     for (const store::StoredObject& object : nodes) {
       for (const Json& gpu : wire::ArrayOr(wire::ParseDocument(object.data), "gpus")) {
         if (const std::string uuid = wire::StrOr(gpu, "uuid"); !uuid.empty()) {
@@ -809,7 +867,7 @@ Status ApiServer::ClaimGpuUuids(const Node& node) {
   return Status::Ok();
 }
 
-void ApiServer::ForgetGpuOwnersLocked(const std::string& node) {
+void ControlPlane::ForgetGpuOwnersLocked(const std::string& node) {
   const auto uuids = gpus_of_node_.find(node);
   if (uuids == gpus_of_node_.end()) {
     return;
@@ -823,24 +881,25 @@ void ApiServer::ForgetGpuOwnersLocked(const std::string& node) {
   gpus_of_node_.erase(uuids);
 }
 
-Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const Json& before,
-                                                const Json& after, store::WriteBatch& batch) {
+void ControlPlane::ForgetNode(const std::string& node) {
+  {
+    std::lock_guard<std::mutex> lock(agents_mu_);
+    ForgetGpuOwnersLocked(node);
+  }
+  leases_.Forget(node);
+}
+
+Status ControlPlane::EndRunsBrokenByReregistration(const std::string& node, const Json& before,
+                                                   const Json& after, store::WriteBatch& batch) {
   // The jobs that may hold resources on `node`: the heartbeat index's (a superset: jobs are
   // indexed before their placement commits) once the first cycle has built it, so that a
   // registration storm costs each node its own jobs rather than a scan of the whole job history;
   // before that, every stored job.
-  std::optional<std::set<std::string>> indexed;
-  {
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    if (active_index_built_) {
-      const auto found = active_jobs_by_node_.find(node);
-      indexed = found == active_jobs_by_node_.end() ? std::set<std::string>() : found->second;
-    }
-  }
+  const std::optional<std::set<std::string>> indexed = ActiveJobsOn(node);
   std::vector<store::StoredObject> jobs;
   if (indexed) {
     for (const std::string& name : *indexed) {
-      Result<store::StoredObject> object = options_.store.Get(control::kJobsKind, name);
+      Result<store::StoredObject> object = options_.store.Get(kJobsKind, name);
       if (object.ok()) {
         jobs.push_back(*std::move(object));
       } else if (object.status().code() != StatusCode::kNotFound) {
@@ -848,13 +907,11 @@ Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const J
       }
     }
   } else {
-    GPUFLEET_ASSIGN_OR_RETURN(
-        jobs, options_.store.ListWhere(control::kJobsKind, control::UnfinishedJobs()));
+    GPUFLEET_ASSIGN_OR_RETURN(jobs, options_.store.ListWhere(kJobsKind, UnfinishedJobs()));
   }
   for (const store::StoredObject& object : jobs) {
     const std::optional<std::string> state = TopLevelString(object.data, "state");
-    if (!state || !control::ParseJobState(*state) ||
-        !control::HoldsResources(*control::ParseJobState(*state)) ||
+    if (!state || !ParseJobState(*state) || !HoldsResources(*ParseJobState(*state)) ||
         object.data.find(node) == std::string::npos) {
       continue;
     }
@@ -862,8 +919,8 @@ Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const J
     // A Stopping run is renamed too, so that it keeps holding the GPUs its tasks are on.
     Json renamed = job;
     const std::optional<std::string> why = RenameForReregistration(renamed, node, before, after);
-    if (why && control::RunIsWanted(*control::ParseJobState(*state))) {
-      const std::string event = control::EndRunOnFailure(renamed, *why, NowText());
+    if (why && RunIsWanted(*ParseJobState(*state))) {
+      const std::string event = EndRunOnFailure(renamed, *why, NowText());
       AddJobWrite(job, renamed, object.version, event, batch);
     } else if (renamed != job) {
       AddJobWrite(job, renamed, object.version,
@@ -874,30 +931,28 @@ Status ApiServer::EndRunsBrokenByReregistration(const std::string& node, const J
   return Status::Ok();
 }
 
-Result<wire::AgentReply> ApiServer::AgentHeartbeat(const control::Principal& who,
-                                                   std::string_view node, std::string_view body) {
-  if (!who.is_admin() && who.role != control::Role::kAgent) {
+Result<wire::AgentReply> ControlPlane::AgentHeartbeat(const Principal& who, std::string_view node,
+                                                      std::string_view body) {
+  if (!who.is_admin() && who.role != Role::kAgent) {
     return Status(StatusCode::kPermissionDenied, "heartbeats need an agent or admin token");
   }
   GPUFLEET_ASSIGN_OR_RETURN(const wire::HeartbeatRequest request,
                             wire::ParseHeartbeatRequest(body));
   GPUFLEET_RETURN_IF_ERROR(CheckNodeCredential(who, std::string(node)));
-  if (who.role == control::Role::kAgent && !who.node.empty()) {
+  if (who.role == Role::kAgent && !who.node.empty()) {
     GPUFLEET_RETURN_IF_ERROR(ClaimNodeCredential(who));
   }
   return ProcessHeartbeat(std::string(node), request, /*gpus_applied=*/false);
 }
 
-Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
-                                                     const wire::HeartbeatRequest& request,
-                                                     bool gpus_applied) {
-  {
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    if (!active_index_built_) {
-      // Until the first cycle has indexed the running jobs, an empty answer would tell agents to
-      // stop everything; they retry instead.
-      return UnavailableError("the server is starting; retry the heartbeat");
-    }
+Result<wire::AgentReply> ControlPlane::ProcessHeartbeat(const std::string& node,
+                                                        const wire::HeartbeatRequest& request,
+                                                        bool gpus_applied) {
+  // Until the first cycle has indexed the running jobs, an empty answer would tell agents to
+  // stop everything; they retry instead.
+  const std::optional<std::set<std::string>> indexed_first = ActiveJobsOn(node);
+  if (!indexed_first) {
+    return UnavailableError("the server is starting; retry the heartbeat");
   }
   // A report older than one already applied (delivered late) renews nothing, and the absence of
   // a task from it says nothing.
@@ -907,10 +962,10 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
   // The node: back to its state before NotReady, and the GPUs' health and MIG devices.
   Json node_doc;
   const Status node_written = store::CommitWithRetries(
-      options_.store, control::kCasAttempts,
+      options_.store, kCasAttempts,
       fmt::format("node \"{}\" kept changing; send the heartbeat again", node),
       [&]() -> store::AttemptResult {
-        Result<store::StoredObject> stored = options_.store.Get(control::kNodesKind, node);
+        Result<store::StoredObject> stored = options_.store.Get(kNodesKind, node);
         if (!stored.ok()) {
           if (stored.status().code() == StatusCode::kNotFound) {
             return NotFoundError(fmt::format("node \"{}\" is not registered", node));
@@ -943,9 +998,9 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
           return store::NoWrite();
         }
         store::WriteBatch batch;
-        batch.Update(std::string(control::kNodesKind), node, doc.dump(), stored->version);
+        batch.Update(std::string(kNodesKind), node, doc.dump(), stored->version);
         for (const std::string& event : events) {
-          batch.AppendEvent(std::string(control::kNodesKind), node, event);
+          batch.AppendEvent(std::string(kNodesKind), node, event);
         }
         return store::Write(std::move(batch));
       });
@@ -961,22 +1016,9 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
       reported_utilization[gpu.index] = *gpu.utilization_pct;
     }
   }
-  std::set<std::string> active_jobs;
-  {
-    std::lock_guard<std::mutex> lock(agents_mu_);
-    // The report replaces the node's utilization: a GPU it no longer measures has none, rather
-    // than an old value that idle reclaim would act on.
-    for (auto it = gpu_utilization_.lower_bound({node, std::numeric_limits<int>::min()});
-         it != gpu_utilization_.end() && it->first.first == node;) {
-      it = gpu_utilization_.erase(it);
-    }
-    for (const wire::GpuReport& gpu : request.gpus) {
-      if (gpu.utilization_pct) {
-        gpu_utilization_[{node, gpu.index}] = *gpu.utilization_pct;
-      }
-    }
-    active_jobs = active_jobs_by_node_[node];
-  }
+  RecordGpuUtilization(node, reported_utilization);
+  // Read again after the node's write: the jobs placed on it meanwhile are desired too.
+  std::set<std::string> active_jobs = ActiveJobsOn(node).value_or(*indexed_first);
   // Task reports, per job. A job only the reports name (not placed on this node) is not kept
   // parsed.
   std::map<std::string, const wire::TaskReport*> reports;
@@ -1011,12 +1053,12 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
                                                 : wire::ParseDocument(text);
     };
     const Status job_written = store::CommitWithRetries(
-        options_.store, control::kCasAttempts,
+        options_.store, kCasAttempts,
         fmt::format("job \"{}\" kept changing; send the heartbeat again", job_name),
         [&]() -> store::AttemptResult {
           doc = Json();
           pull_seconds.clear();
-          Result<store::StoredObject> stored = options_.store.Get(control::kJobsKind, job_name);
+          Result<store::StoredObject> stored = options_.store.Get(kJobsKind, job_name);
           if (!stored.ok()) {
             if (stored.status().code() != StatusCode::kNotFound &&
                 stored.status().code() != StatusCode::kInvalidArgument) {
@@ -1026,9 +1068,10 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
           }
           doc = parse_job(stored->data);
           bool progressed = false;
-          std::vector<std::string> events = ApplyReports(
-              doc, node, wire::ArrayOr(node_doc, "gpus"), reports, drain_now,
-              ReportTime{NowText(), UsageNowNanos()}, /*absent_means_gone=*/!stale, progressed);
+          std::vector<std::string> events =
+              ApplyReports(doc, node, wire::ArrayOr(node_doc, "gpus"), reports, drain_now,
+                           ReportTime{NowText(), UsageNowNanos()},
+                           /*absent_means_gone=*/!stale, progressed);
           if (events.empty() && !progressed) {
             return store::NoWrite();
           }
@@ -1040,7 +1083,7 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
           store::WriteBatch batch;
           AddJobWrite(before, doc, stored->version, events.front(), batch);
           for (size_t i = 1; i < events.size(); ++i) {
-            batch.AppendEvent(std::string(control::kJobsKind), job_name, events[i]);
+            batch.AppendEvent(std::string(kJobsKind), job_name, events[i]);
           }
           return store::Write(std::move(batch));
         });
@@ -1048,7 +1091,9 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
       return job_written;
     }
     for (const double seconds : pull_seconds) {
-      ObserveImagePull(seconds);
+      if (options_.observe_image_pull) {
+        options_.observe_image_pull(seconds);
+      }
     }
     if (doc.is_null()) {
       continue;
@@ -1057,77 +1102,31 @@ Result<wire::AgentReply> ApiServer::ProcessHeartbeat(const std::string& node,
     // A gang starts together: until the agents have made every MIG instance it was placed on
     // (on any of its nodes), none of a Scheduled job's tasks is sent, so no part of it runs
     // and is then killed when an instance does not come.
-    const bool gang_ready = control::StoredJobState(doc) != control::JobState::kScheduled ||
-                            MigInstancesReported(doc, [&](const std::string& other) -> const Json* {
-                              if (other == node) {
-                                return &node_doc;
-                              }
-                              auto [it, inserted] = other_node_docs.try_emplace(other);
-                              if (inserted) {
-                                const Result<store::StoredObject> object =
-                                    options_.store.Get(control::kNodesKind, other);
-                                it->second =
-                                    object.ok() ? wire::ParseDocument(object->data) : Json();
-                              }
-                              return it->second.is_object() ? &it->second : nullptr;
-                            });
+    const bool gang_ready =
+        StoredJobState(doc) != JobState::kScheduled ||
+        MigInstancesReported(doc, [&](const std::string& other) -> const Json* {
+          if (other == node) {
+            return &node_doc;
+          }
+          auto [it, inserted] = other_node_docs.try_emplace(other);
+          if (inserted) {
+            const Result<store::StoredObject> object = options_.store.Get(kNodesKind, other);
+            it->second = object.ok() ? wire::ParseDocument(object->data) : Json();
+          }
+          return it->second.is_object() ? &it->second : nullptr;
+        });
     if (gang_ready) {
       AddDesiredTasks(doc, node_doc, node, &reply);
     }
-    control::AddCreatedMigInstances(doc, node, node_doc, created_mig_instances);
+    AddCreatedMigInstances(doc, node, node_doc, created_mig_instances);
   }
-  reply.mig_layouts = control::MigLayoutsToApply(node_doc, created_mig_instances);
+  reply.mig_layouts = MigLayoutsToApply(node_doc, created_mig_instances);
   return reply;
 }
 
-void ApiServer::IndexActiveJobs() {
-  // The view keeps the index as jobs change; only the nodes whose entry changed are copied (a
-  // whole copy after a full load, or when the heartbeats' index was dropped).
-  std::optional<std::set<std::string>> changed = view_->TakeActiveJobChanges();
-  const std::map<std::string, std::set<std::string>>& index = view_->ActiveJobsByNode();
-  std::lock_guard<std::mutex> lock(agents_mu_);
-  if (!changed || !active_index_built_) {
-    active_jobs_by_node_ = index;
-    active_index_built_ = true;
-    indexed_before_commit_.clear();
-    return;
-  }
-  changed->merge(indexed_before_commit_);
-  indexed_before_commit_.clear();
-  for (const std::string& node : *changed) {
-    if (const auto entry = index.find(node); entry != index.end()) {
-      active_jobs_by_node_[node] = entry->second;
-    } else {
-      active_jobs_by_node_.erase(node);
-    }
-  }
-}
+}  // namespace gpufleet::control
 
-void ApiServer::IndexScheduledJob(const std::string& job, const std::set<std::string>& nodes) {
-  std::lock_guard<std::mutex> lock(agents_mu_);
-  for (const std::string& node : nodes) {
-    active_jobs_by_node_[node].insert(job);
-    indexed_before_commit_.insert(node);
-  }
-}
-
-Result<bool> ApiServer::EndRunsOnNotReadyNodes() {
-  return CommitJobWrites(
-      control::EndRunsOnNotReadyNodes(view_->jobs(), view_->not_ready_nodes(), NowText()));
-}
-
-Result<bool> ApiServer::FinishStoppingRuns() {
-  // Most cycles have no run stopping: nothing to look at on any node.
-  if (view_->JobsInState(control::JobState::kStopping) == 0) {
-    return false;
-  }
-  const std::map<std::string, std::string> lost = leases_.LostNodes(view_->nodes());
-  return CommitJobWrites(control::EndGoneTasksOfStoppingRuns(view_->jobs(), view_->nodes(), lost));
-}
-
-}  // namespace gpufleet::api
-
-namespace gpufleet::api {
+namespace gpufleet::control {
 namespace {
 
 // The top-level fields in which two provenance records differ, "recorded_at" aside.
@@ -1155,9 +1154,9 @@ std::vector<std::string> DifferingFields(const Json& stored, const Json& reporte
 
 }  // namespace
 
-Result<Json> ApiServer::RecordProvenance(const control::Principal& who, std::string_view node,
-                                         std::string_view body) {
-  if (!who.is_admin() && who.role != control::Role::kAgent) {
+Result<Json> ControlPlane::RecordProvenance(const Principal& who, std::string_view node,
+                                            std::string_view body) {
+  if (!who.is_admin() && who.role != Role::kAgent) {
     return Status(StatusCode::kPermissionDenied, "provenance records need an agent or admin token");
   }
   GPUFLEET_ASSIGN_OR_RETURN(const wire::ProvenanceReport report, wire::ParseProvenanceReport(body));
@@ -1167,7 +1166,7 @@ Result<Json> ApiServer::RecordProvenance(const control::Principal& who, std::str
     return InvalidArgumentError(
         fmt::format("task_id: \"{}\" is not JOB/TASK/ATTEMPT", report.task_id));
   }
-  Result<store::StoredObject> stored_job = options_.store.Get(control::kJobsKind, id->job);
+  Result<store::StoredObject> stored_job = options_.store.Get(kJobsKind, id->job);
   if (!stored_job.ok()) {
     return stored_job.status().code() == StatusCode::kNotFound
                ? NotFoundError(fmt::format("task_id: job \"{}\" not found", id->job))
@@ -1197,7 +1196,7 @@ Result<Json> ApiServer::RecordProvenance(const control::Principal& who, std::str
                               "node's runs",
                               report.task_id, placed_on, node));
   }
-  const std::string image = ImageToRun(job, control::PlacementImage(job, *placement));
+  const std::string image = ImageToRun(job, PlacementImage(job, *placement));
   if (report.image != image) {
     return InvalidArgumentError(
         fmt::format("image: \"{}\" is not the task's image \"{}\"", report.image, image));
@@ -1244,46 +1243,4 @@ Result<Json> ApiServer::RecordProvenance(const control::Principal& who, std::str
   return kept;
 }
 
-ApiResponse ApiServer::ListProvenance(const control::Principal& who, const ApiRequest& request) {
-  const auto job = request.query.find("job");
-  if (job == request.query.end() || job->second.empty()) {
-    return ErrorResponse(InvalidArgumentError("job: required (GET /v1/provenance?job=NAME)"));
-  }
-  std::optional<int64_t> attempt;
-  if (const auto it = request.query.find("attempt"); it != request.query.end()) {
-    int64_t value = 0;
-    const auto [end, error] =
-        std::from_chars(it->second.data(), it->second.data() + it->second.size(), value);
-    if (error != std::errc() || end != it->second.data() + it->second.size() || value < 1) {
-      return ErrorResponse(InvalidArgumentError(
-          fmt::format("attempt: \"{}\" is not a positive integer", it->second)));
-    }
-    attempt = value;
-  }
-  const Result<std::string> key = ResolveName(who, control::kJobsKind, "job", job->second);
-  if (!key.ok()) {
-    return ErrorResponse(key.status());
-  }
-  const Result<std::vector<store::StoredObject>> listed =
-      options_.store.List(kProvenanceKind, *key + "/");
-  if (!listed.ok()) {
-    return ErrorResponse(listed.status());
-  }
-  std::vector<Json> items;
-  for (const store::StoredObject& object : *listed) {
-    Json record = wire::ParseDocument(object.data);
-    if (wire::StrOr(record, "job") != *key ||
-        (attempt && wire::IntOr(record, "attempt", 0) != *attempt)) {
-      continue;
-    }
-    items.push_back(std::move(record));
-  }
-  std::sort(items.begin(), items.end(), [](const Json& a, const Json& b) {
-    return std::make_pair(wire::IntOr(a, "attempt", 0), wire::StrOr(a, "task")) <
-           std::make_pair(wire::IntOr(b, "attempt", 0), wire::StrOr(b, "task"));
-  });
-  Json answer = {{"job", *key}, {"items", items}};
-  return JsonResponse(200, answer);
-}
-
-}  // namespace gpufleet::api
+}  // namespace gpufleet::control
