@@ -438,8 +438,8 @@ int RunAgent(const AgentFlags& flags) {
 
   agent::AgentLoop loop(node_agent, clock);
   Duration wait{0};
-  while (!WaitForStopSignal(std::chrono::duration_cast<std::chrono::milliseconds>(wait))
-              .has_value()) {
+  while (
+      !WaitForStopSignal(std::chrono::duration_cast<std::chrono::milliseconds>(wait)).has_value()) {
     const agent::AgentLoop::Step step = loop.RunOnce();
     wait = step.wait;
     if (step.fenced > 0) {
@@ -452,8 +452,7 @@ int RunAgent(const AgentFlags& flags) {
       fmt::print("gpufleet agent: registered\n");
       std::fflush(stdout);
       if (!node_agent.node_token().empty()) {
-        if (Status saved = WriteSecretFile(node_token_file, node_agent.node_token());
-            !saved.ok()) {
+        if (Status saved = WriteSecretFile(node_token_file, node_agent.node_token()); !saved.ok()) {
           fmt::print(stderr, "gpufleet agent: {}\n", saved.ToString());
         }
       }

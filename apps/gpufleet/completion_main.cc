@@ -63,8 +63,7 @@ complete -o default -F _gpufleet gpufleet
 }  // namespace
 
 Action AddCompletionCommand(CLI::App& app) {
-  CLI::App* completion =
-      app.add_subcommand("completion", "print a shell completion script (bash)");
+  CLI::App* completion = app.add_subcommand("completion", "print a shell completion script (bash)");
   auto shell = std::make_shared<std::string>("bash");
   completion->add_option("shell", *shell, "the shell (bash)")->check(CLI::IsMember({"bash"}));
   const CLI::App* root = &app;

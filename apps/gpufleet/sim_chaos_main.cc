@@ -96,8 +96,8 @@ int RunChaosCommand(const ChaosFlags& flags) {
     faults += fmt::format("{}{} {}", faults.empty() ? "" : ", ", kind, count);
   }
   fmt::print("seeds {}-{}: {} violations in {} seeds; {} jobs, {} task runs; faults: {}\n",
-             seeds->first, seeds->second, report->violations, report->failing.size(),
-             report->jobs, report->task_runs, faults);
+             seeds->first, seeds->second, report->violations, report->failing.size(), report->jobs,
+             report->task_runs, faults);
   if (!flags.json.empty()) {
     std::ofstream out(flags.json);
     out << fleetsim::ChaosReportJson(*report).dump(2) << "\n";
@@ -124,8 +124,9 @@ SimSubcommand AddSimChaosCommand(CLI::App& sim) {
   command->add_option("--plant", flags->plant,
                       "run with a planted bug (none, early-release, skipped-fence, lost-write): "
                       "the harness must catch it");
-  command->add_option("--fault-minutes", flags->fault_minutes,
-                      "simulated minutes of faults and submissions per seed (then it heals)")
+  command
+      ->add_option("--fault-minutes", flags->fault_minutes,
+                   "simulated minutes of faults and submissions per seed (then it heals)")
       ->check(CLI::Range(0.5, 600.0));
   command->add_option("--threads", flags->threads, "seeds run on this many threads")
       ->check(CLI::Range(1, 256));

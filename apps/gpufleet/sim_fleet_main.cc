@@ -38,16 +38,17 @@ int RunFleetCommand(const FleetFlags& flags) {
     fmt::print(std::cerr, "gpufleet sim fleet: {}\n", result.status().ToString());
     return 1;
   }
-  fmt::print("{} nodes, {} GPUs: {} jobs submitted, {} task runs, {:.1f} % of GPUs held at the "
-             "end; {:.0f} simulated s in {:.1f} s ({:.2f}x)\n",
-             result->nodes, result->gpus, result->jobs_submitted, result->task_runs,
-             result->allocated_pct, std::chrono::duration<double>(options.duration).count(),
-             result->wall_seconds, result->speedup);
+  fmt::print(
+      "{} nodes, {} GPUs: {} jobs submitted, {} task runs, {:.1f} % of GPUs held at the "
+      "end; {:.0f} simulated s in {:.1f} s ({:.2f}x)\n",
+      result->nodes, result->gpus, result->jobs_submitted, result->task_runs, result->allocated_pct,
+      std::chrono::duration<double>(options.duration).count(), result->wall_seconds,
+      result->speedup);
   fmt::print("after the first {:.1f} simulated minutes:\n{:<16} {:>8} {:>10} {:>10} {:>10}\n",
              flags.warmup_minutes, "wall time of", "count", "p50 ms", "p99 ms", "max ms");
   const auto row = [](const std::string& name, const fleetsim::Spread& spread) {
-    fmt::print("{:<16} {:>8} {:>10.2f} {:>10.2f} {:>10.2f}\n", name, spread.count,
-               spread.p50 * 1e3, spread.p99 * 1e3, spread.max * 1e3);
+    fmt::print("{:<16} {:>8} {:>10.2f} {:>10.2f} {:>10.2f}\n", name, spread.count, spread.p50 * 1e3,
+               spread.p99 * 1e3, spread.max * 1e3);
   };
   row("simulated second", result->simulated_second);
   for (const auto& [kind, spread] : result->requests) {
@@ -81,8 +82,9 @@ SimSubcommand AddSimFleetCommand(CLI::App& sim) {
   command->add_option("--seed", o.seed, "seed of the load");
   command->add_option("--minutes", flags->minutes, "simulated minutes")
       ->check(CLI::Range(0.1, 10000.0));
-  command->add_option("--warmup-minutes", flags->warmup_minutes,
-                      "simulated minutes left out of the figures (the first fill)")
+  command
+      ->add_option("--warmup-minutes", flags->warmup_minutes,
+                   "simulated minutes left out of the figures (the first fill)")
       ->check(CLI::Range(0.0, 10000.0));
   command->add_option("--load", o.load, "share of the GPUs the arriving jobs ask for")
       ->check(CLI::Range(0.01, 2.0));

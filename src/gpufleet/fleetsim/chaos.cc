@@ -75,8 +75,8 @@ JobPlan DrawJob(Random& random, std::string name, MonoTime at, int max_gpus, int
   job.gpus_per_task = std::min(job.gpus_per_task, max_gpus);
   job.duration_ms = 20'000 + static_cast<int64_t>(random.Uniform(220'000));
   // Half the jobs take a while to exit after SIGTERM (a checkpoint written), some past the grace.
-  job.stop_delay_ms = random.UniformDouble() < 0.5 ? static_cast<int64_t>(random.Uniform(40'000))
-                                                   : 0;
+  job.stop_delay_ms =
+      random.UniformDouble() < 0.5 ? static_cast<int64_t>(random.Uniform(40'000)) : 0;
   job.exit_code = random.UniformDouble() < 0.1 ? 1 : 0;
   return job;
 }
@@ -85,7 +85,9 @@ JobPlan DrawJob(Random& random, std::string name, MonoTime at, int max_gpus, int
 class ChaosRun {
  public:
   ChaosRun(uint64_t seed, const ChaosOptions& options)
-      : seed_(seed), options_(options), random_(seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL) {}
+      : seed_(seed),
+        options_(options),
+        random_(seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL) {}
 
   Result<SeedOutcome> Run();
 
@@ -174,8 +176,8 @@ Status ChaosRun::Submit(const JobPlan& job) {
     fleet_->events().Add(fmt::format("submit {}: {}", job.name, answer.status().ToString()));
     return Status::Ok();
   }
-  fleet_->events().Add(fmt::format("submit {} ({} x {} GPUs, priority {}): {}", job.name,
-                                   job.tasks, job.gpus_per_task, job.priority, answer->status));
+  fleet_->events().Add(fmt::format("submit {} ({} x {} GPUs, priority {}): {}", job.name, job.tasks,
+                                   job.gpus_per_task, job.priority, answer->status));
   if (answer->status / 100 == 2) {
     acknowledged_.insert(job.name);
     gang_size_[job.name] = job.tasks;
@@ -218,7 +220,8 @@ Status ChaosRun::InjectFault(MonoTime now) {
   const int nodes = fleet_->node_count();
   const int node = static_cast<int>(random_.Uniform(static_cast<uint64_t>(nodes)));
   const auto within = [&](int low_s, int high_s) {
-    return seconds(low_s + static_cast<int>(random_.Uniform(static_cast<uint64_t>(high_s - low_s))));
+    return seconds(low_s +
+                   static_cast<int>(random_.Uniform(static_cast<uint64_t>(high_s - low_s))));
   };
   switch (random_.Uniform(7)) {
     case 0:
@@ -325,9 +328,9 @@ Result<SeedOutcome> ChaosRun::Run() {
     return random_.UniformDouble() < 0.5 ? random_.UniformDouble() * high : 0.0;
   };
   fleet_options_.seed = seed_;
-  fleet_options_.nodes = options_.min_nodes + static_cast<int>(random_.Uniform(
-                                                  static_cast<uint64_t>(options_.max_nodes -
-                                                                        options_.min_nodes + 1)));
+  fleet_options_.nodes =
+      options_.min_nodes + static_cast<int>(random_.Uniform(
+                               static_cast<uint64_t>(options_.max_nodes - options_.min_nodes + 1)));
   fleet_options_.gpus_per_node = options_.gpus_per_node;
   fleet_options_.max_drift = maybe(0.01);
   PlantBug(options_.planted, fleet_options_);
@@ -349,9 +352,9 @@ Result<SeedOutcome> ChaosRun::Run() {
   const int job_count = options_.min_jobs + static_cast<int>(random_.Uniform(static_cast<uint64_t>(
                                                 options_.max_jobs - options_.min_jobs + 1)));
   for (int i = 0; i < job_count; ++i) {
-    const auto at = start + Duration(static_cast<int64_t>(
-                                random_.UniformDouble() *
-                                static_cast<double>(options_.fault_phase.count())));
+    const auto at =
+        start + Duration(static_cast<int64_t>(random_.UniformDouble() *
+                                              static_cast<double>(options_.fault_phase.count())));
     plan_.push_back(DrawJob(random_, fmt::format("job-{}", i), at, options_.gpus_per_node - 1, 0));
   }
   std::sort(plan_.begin(), plan_.end(), [](const JobPlan& a, const JobPlan& b) {
@@ -475,7 +478,8 @@ Result<SeedOutcome> RunChaosSeed(uint64_t seed, const ChaosOptions& options) {
 Result<ChaosReport> RunChaos(uint64_t first, uint64_t last, const ChaosOptions& options,
                              int threads) {
   if (last < first) {
-    return InvalidArgumentError(fmt::format("seeds: {}-{} (the last is below the first)", first, last));
+    return InvalidArgumentError(
+        fmt::format("seeds: {}-{} (the last is below the first)", first, last));
   }
   const size_t count = static_cast<size_t>(last - first + 1);
   GPUFLEET_ASSIGN_OR_RETURN(

@@ -88,8 +88,8 @@ Result<FleetSimResult> RunFleetSim(const FleetSimOptions& options) {
   const double mean_seconds = std::chrono::duration<double>(options.mean_job_duration).count();
   // Little's law: GPUs in use = arrival rate (GPUs/s) x mean duration. A job asks for about
   // kMeanJobGpus on average (the shape mix above, with 8-GPU nodes).
-  const double mean_job_gpus = 0.4 * 1 + 0.3 * 3 + 0.2 * options.gpus_per_node +
-                               0.1 * options.gpus_per_node * (14.0 / 3.0);
+  const double mean_job_gpus =
+      0.4 * 1 + 0.3 * 3 + 0.2 * options.gpus_per_node + 0.1 * options.gpus_per_node * (14.0 / 3.0);
   const double jobs_per_second = options.load * fleet_gpus / mean_seconds / mean_job_gpus;
 
   FleetSimResult result;
@@ -119,8 +119,8 @@ Result<FleetSimResult> RunFleetSim(const FleetSimOptions& options) {
       backlog -= now_due;
     }
     for (int i = 0; i < submit; ++i) {
-      const int64_t duration_ms = static_cast<int64_t>(
-          -std::log(1 - random.UniformDouble()) * mean_seconds * 1000);
+      const int64_t duration_ms =
+          static_cast<int64_t>(-std::log(1 - random.UniformDouble()) * mean_seconds * 1000);
       int gpus = 0;
       const std::string body = DrawJob(random, result.jobs_submitted, options.gpus_per_node,
                                        std::max<int64_t>(duration_ms, 1000), gpus);

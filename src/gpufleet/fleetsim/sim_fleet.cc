@@ -8,6 +8,8 @@
 
 #include <fmt/core.h>
 
+#include "gpufleet/http/server.h"
+
 namespace gpufleet::fleetsim {
 namespace {
 
@@ -31,24 +33,11 @@ class NodeTransport final : public http::Transport {
 
 }  // namespace
 
-api::ApiRequest MakeApiRequest(std::string_view method, std::string_view target,
-                               std::string_view body, std::string_view token) {
-  api::ApiRequest request;
+Result<api::ApiRequest> MakeApiRequest(std::string_view method, std::string_view target,
+                                       std::string_view body, std::string_view token) {
+  GPUFLEET_ASSIGN_OR_RETURN(api::ApiRequest request, http::ParseTarget(target));
   request.method = std::string(method);
   request.target = std::string(target);
-  const size_t mark = target.find('?');
-  request.path = std::string(target.substr(0, mark));
-  if (mark != std::string_view::npos) {
-    // "k=v&k=v": the simulation's own requests carry no escapes.
-    std::string_view rest = target.substr(mark + 1);
-    while (!rest.empty()) {
-      const std::string_view pair = rest.substr(0, rest.find('&'));
-      const size_t eq = pair.find('=');
-      request.query.emplace(std::string(pair.substr(0, eq)),
-                            eq == std::string_view::npos ? "" : std::string(pair.substr(eq + 1)));
-      rest.remove_prefix(std::min(rest.size(), pair.size() + 1));
-    }
-  }
   if (!token.empty()) {
     request.authorization = fmt::format("Bearer {}", token);
     request.headers.emplace_back("authorization", request.authorization);
@@ -125,13 +114,13 @@ Result<std::unique_ptr<SimFleet>> SimFleet::Create(FleetOptions options) {
     const double drift = opts.max_drift * (2 * fleet->random_.UniformDouble() - 1);
     node->clock = std::make_unique<DriftingClock>(fleet->clock_, 1 + drift);
     GPUFLEET_ASSIGN_OR_RETURN(
-        node->probe, agent::SimulatedProbe::Create(*node->clock, fleet->catalog_,
-                                                   {.model = opts.gpu_model,
-                                                    .gpu_count = node->gpus,
-                                                    .seed = opts.seed * 1000 + i}));
+        node->probe,
+        agent::SimulatedProbe::Create(
+            *node->clock, fleet->catalog_,
+            {.model = opts.gpu_model, .gpu_count = node->gpus, .seed = opts.seed * 1000 + i}));
     node->runner = std::make_unique<runner::SimulatedRunner>(*node->clock);
-    node->ledger_runner = std::make_unique<LedgerRunner>(*node->runner, fleet->ledger_,
-                                                         node->name, *node->clock);
+    node->ledger_runner =
+        std::make_unique<LedgerRunner>(*node->runner, fleet->ledger_, node->name, *node->clock);
     if (opts.runner_wrapper) {
       node->wrapped_runner = opts.runner_wrapper(*node->ledger_runner);
     }
@@ -144,10 +133,8 @@ Result<std::unique_ptr<SimFleet>> SimFleet::Create(FleetOptions options) {
 }
 
 Status SimFleet::MakeServer() {
-  api::ApiServer::Options server_options{.store = *served_store_,
-                                         .catalog = catalog_,
-                                         .clock = clock_,
-                                         .wall_clock = &clock_};
+  api::ApiServer::Options server_options{
+      .store = *served_store_, .catalog = catalog_, .clock = clock_, .wall_clock = &clock_};
   server_options.cycle_interval = options_.cycle_interval;
   server_options.seed = options_.seed;
   server_options.heartbeat_interval = options_.heartbeat_interval;
@@ -181,9 +168,9 @@ Status SimFleet::StartAgent(Node& node) {
   agent_options.capacity = {.cpu_milli = 64'000, .memory_mib = 512 * 1024};
   agent_options.stop_grace = options_.agent_stop_grace;
   agent_options.node_token = node.node_token;
-  node.agent = std::make_unique<agent::NodeAgent>(std::move(agent_options), *node.sampler,
-                                                  *node.probe, node.agent_runner(), *node.client,
-                                                  catalog_, *node.clock);
+  node.agent =
+      std::make_unique<agent::NodeAgent>(std::move(agent_options), *node.sampler, *node.probe,
+                                         node.agent_runner(), *node.client, catalog_, *node.clock);
   node.loop = std::make_unique<agent::AgentLoop>(*node.agent, *node.clock);
   node.next_wake = clock_.Now();
   return Status::Ok();
@@ -227,8 +214,8 @@ Status SimFleet::Advance(Duration step) {
       events_.Add(fmt::format("{}: lease expired, {} tasks fenced", node->name, result.fenced));
     }
     if (result.registered_now) {
-      node->node_token = node->agent->node_token().empty() ? node->node_token
-                                                           : node->agent->node_token();
+      node->node_token =
+          node->agent->node_token().empty() ? node->node_token : node->agent->node_token();
       events_.Add(fmt::format("{}: registered", node->name));
     }
     if (result.called_server && !result.call.ok()) {
@@ -276,7 +263,9 @@ Result<api::ApiResponse> SimFleet::AdminRequest(std::string_view method, std::st
   if (server_ == nullptr) {
     return UnavailableError("in-process link: the server is down");
   }
-  return server_->Handle(MakeApiRequest(method, path, body, admin_token_));
+  GPUFLEET_ASSIGN_OR_RETURN(const api::ApiRequest request,
+                            MakeApiRequest(method, path, body, admin_token_));
+  return server_->Handle(request);
 }
 
 Result<http::HttpResponse> SimFleet::SendFromNode(int index, std::string_view method,
@@ -288,7 +277,7 @@ Result<http::HttpResponse> SimFleet::SendFromNode(int index, std::string_view me
     ++link_counts_["cut_off"];
     return UnavailableError("in-process link: cut off from the server");
   }
-  api::ApiRequest request = MakeApiRequest(method, path, body, token);
+  GPUFLEET_ASSIGN_OR_RETURN(api::ApiRequest request, MakeApiRequest(method, path, body, token));
   // One draw per request, whatever the faults, so that a seed's draws do not shift with them.
   const double fate = random_.UniformDouble();
   const double delay_draw = random_.UniformDouble();
@@ -301,8 +290,8 @@ Result<http::HttpResponse> SimFleet::SendFromNode(int index, std::string_view me
   threshold += link_faults_.delay;
   if (fate < threshold) {
     ++link_counts_["delayed"];
-    const auto delay = Duration(static_cast<int64_t>(
-        delay_draw * static_cast<double>(link_faults_.max_delay.count())));
+    const auto delay = Duration(
+        static_cast<int64_t>(delay_draw * static_cast<double>(link_faults_.max_delay.count())));
     events_.Add(fmt::format("{}: {} {} delayed {:.1f} s", node.name, method, path,
                             std::chrono::duration<double>(delay).count()));
     delayed_.push_back({.due = now + delay,
@@ -357,8 +346,9 @@ Status SimFleet::RestartAgent(int index, std::optional<int> gpus) {
     }
     // A task on a GPU that fell off the bus dies with it.
     for (const runner::TaskStatus& task : node.ledger_runner->Poll()) {
-      const bool lost_gpu = std::any_of(task.gpu_uuids.begin(), task.gpu_uuids.end(),
-                                        [&](const std::string& uuid) { return !present.count(uuid); });
+      const bool lost_gpu =
+          std::any_of(task.gpu_uuids.begin(), task.gpu_uuids.end(),
+                      [&](const std::string& uuid) { return !present.count(uuid); });
       if (task.state == runner::TaskState::kRunning && lost_gpu) {
         GPUFLEET_RETURN_IF_ERROR(node.runner->Stop(task.task_id, Duration(0)));
       }

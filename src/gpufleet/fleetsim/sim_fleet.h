@@ -44,8 +44,7 @@ struct LinkFaults {
 
 // A decorator the fleet puts between a node's agent and its runner (the planted bugs of the
 // chaos tests); null: none.
-using RunnerWrapper =
-    std::function<std::unique_ptr<runner::TaskRunner>(runner::TaskRunner& inner)>;
+using RunnerWrapper = std::function<std::unique_ptr<runner::TaskRunner>(runner::TaskRunner& inner)>;
 // A decorator of the fleet's store as the server sees it; null: none.
 using StoreWrapper = std::function<std::unique_ptr<store::StateStore>(store::StateStore& inner)>;
 
@@ -168,8 +167,8 @@ class SimFleet {
 };
 
 // An api::ApiRequest for "METHOD PATH?QUERY" with a bearer `token` and `body`, as the HTTP server
-// would hand it over (query values percent-decoded).
-api::ApiRequest MakeApiRequest(std::string_view method, std::string_view target,
-                               std::string_view body, std::string_view token);
+// hands it over (http::ParseTarget: kInvalidArgument for a target it refuses).
+Result<api::ApiRequest> MakeApiRequest(std::string_view method, std::string_view target,
+                                       std::string_view body, std::string_view token);
 
 }  // namespace gpufleet::fleetsim

@@ -58,8 +58,8 @@ MonoTime DriftingClock::ToBase(MonoTime local) const {
 void TaskLedger::Started(std::string task_id, std::string node, std::vector<std::string> gpu_uuids,
                          MonoTime start) {
   if (events_ != nullptr) {
-    events_->Add(fmt::format("{}: task {} started on [{}]", node, task_id,
-                             fmt::join(gpu_uuids, ",")));
+    events_->Add(
+        fmt::format("{}: task {} started on [{}]", node, task_id, fmt::join(gpu_uuids, ",")));
   }
   live_[{node, task_id}] = spans_.size();
   spans_.push_back({.task_id = std::move(task_id),
@@ -184,11 +184,12 @@ std::vector<std::string> CheckExclusiveUse(const std::vector<TaskSpan>& spans, M
   const auto never_same = [](const TaskSpan&, const TaskSpan&) { return false; };
   check(by_gpu, never_same, "GPU");
   check(by_task, never_same, "task");
-  check(by_job,
-        [](const TaskSpan& a, const TaskSpan& b) {
-          return SplitTaskId(a.task_id).attempt == SplitTaskId(b.task_id).attempt;
-        },
-        "job");
+  check(
+      by_job,
+      [](const TaskSpan& a, const TaskSpan& b) {
+        return SplitTaskId(a.task_id).attempt == SplitTaskId(b.task_id).attempt;
+      },
+      "job");
   return violations;
 }
 

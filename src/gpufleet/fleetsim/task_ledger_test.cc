@@ -85,8 +85,9 @@ TEST(CheckExclusiveUseTest, OneTaskInTwoPlaces) {
 
 TEST(CheckGangsWholeTest, PartlyStartedGangPastTheWindow) {
   const std::vector<TaskSpan> spans = {Span("g/main-0/1", "n0", {"GPU-1"}, 0, 200)};
-  EXPECT_THAT(CheckGangsWhole(spans, {{"g", 2}}, std::chrono::seconds(100), At(300)),
-              ElementsAre(HasSubstr("gang g attempt 1: 1 of 2 tasks ran partly started for 200.0 s")));
+  EXPECT_THAT(
+      CheckGangsWhole(spans, {{"g", 2}}, std::chrono::seconds(100), At(300)),
+      ElementsAre(HasSubstr("gang g attempt 1: 1 of 2 tasks ran partly started for 200.0 s")));
   EXPECT_THAT(CheckGangsWhole(spans, {{"g", 2}}, std::chrono::seconds(250), At(300)), IsEmpty());
 }
 

@@ -16,8 +16,8 @@
 #include "gpufleet/core/random.h"
 #include "gpufleet/policy/autoscaler.h"
 #include "gpufleet/policy/format.h"
-#include "gpufleet/sim/html_page.h"
 #include "gpufleet/sim/chart.h"
+#include "gpufleet/sim/html_page.h"
 
 namespace gpufleet::sim {
 namespace {

@@ -133,9 +133,9 @@ nlohmann::json ChartData(const ChartSpec& spec) {
     }
     series.push_back({{"name", line.name}, {"x", std::move(x)}, {"y", std::move(y)}});
   }
-  return {{"title", spec.title},   {"x_label", spec.x_label},
-          {"y_label", spec.y_label}, {"step", spec.step},
-          {"include_zero", spec.include_zero}, {"series", std::move(series)}};
+  return {
+      {"title", spec.title}, {"x_label", spec.x_label},           {"y_label", spec.y_label},
+      {"step", spec.step},   {"include_zero", spec.include_zero}, {"series", std::move(series)}};
 }
 
 }  // namespace gpufleet::sim

@@ -11,8 +11,8 @@
 #include <fmt/ostream.h>
 #include <nlohmann/json.hpp>
 
-#include "gpufleet/sim/html_page.h"
 #include "gpufleet/sim/chart.h"
+#include "gpufleet/sim/html_page.h"
 
 namespace gpufleet::sim {
 namespace {

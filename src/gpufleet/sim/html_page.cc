@@ -94,8 +94,7 @@ std::string HtmlPage(std::string_view title, std::string_view body) {
                  "<title>{0}</title>\n<style>{1}</style>\n",
                  XmlEscape(title), kStyle);
   if (has_charts) {
-    fmt::format_to(std::back_inserter(page), "<style>{}</style>\n",
-                   EmbeddedAsset("uPlot.min.css"));
+    fmt::format_to(std::back_inserter(page), "<style>{}</style>\n", EmbeddedAsset("uPlot.min.css"));
   }
   fmt::format_to(std::back_inserter(page), "</head>\n<body>\n<h1>{}</h1>\n", XmlEscape(title));
   page += body;

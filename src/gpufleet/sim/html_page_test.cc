@@ -56,7 +56,8 @@ TEST(HtmlPage, FigureHoldsTheChartsDataAsJson) {
 }
 
 TEST(HtmlPage, FigureTextCannotEndItsScript) {
-  const ChartSpec spec{.title = "</script><b>", .x_label = "x<",
+  const ChartSpec spec{.title = "</script><b>",
+                       .x_label = "x<",
                        .series = {Series{.name = "<&>", .x = {0}, .y = {1}}}};
   const std::string figure = FigureHtml(spec);
   EXPECT_EQ(CountOf(figure, "<"), CountOf("<figure><script></script></figure>", "<"));

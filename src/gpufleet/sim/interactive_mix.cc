@@ -11,9 +11,9 @@
 #include <fmt/ostream.h>
 
 #include "gpufleet/core/random.h"
+#include "gpufleet/sim/chart.h"
 #include "gpufleet/sim/html_page.h"
 #include "gpufleet/sim/parallel.h"
-#include "gpufleet/sim/chart.h"
 
 namespace gpufleet::sim {
 namespace {

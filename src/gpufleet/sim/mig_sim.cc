@@ -20,10 +20,10 @@
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/scheduler/snapshot.h"
+#include "gpufleet/sim/chart.h"
 #include "gpufleet/sim/event_queue.h"
 #include "gpufleet/sim/html_page.h"
 #include "gpufleet/sim/parallel.h"
-#include "gpufleet/sim/chart.h"
 
 namespace gpufleet::sim {
 namespace {

@@ -12,9 +12,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/sim/chart.h"
 #include "gpufleet/sim/fill_report.h"
 #include "gpufleet/sim/html_page.h"
-#include "gpufleet/sim/chart.h"
 
 namespace gpufleet::sim {
 namespace {

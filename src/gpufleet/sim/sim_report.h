@@ -12,8 +12,8 @@
 #include "gpufleet/sim/replay.h"
 
 // The simulator's outputs beyond the CSV series: JSON for programs, a self-contained HTML page
-// (inline CSS, the charts' data drawn by the embedded uPlot, no network references) for people, and a progress bar
-// for the command line. The same input always gives the same bytes.
+// (inline CSS, the charts' data drawn by the embedded uPlot, no network references) for people, and
+// a progress bar for the command line. The same input always gives the same bytes.
 namespace gpufleet::sim {
 
 // Writes

@@ -45,9 +45,9 @@ std::string WithoutScriptText(std::string html) {
 // Empty when every html, head, body, table, tr, td, th, figure, script, svg, g, polyline, path,
 // text and title element opened in `html` is closed, in order; otherwise what went wrong.
 std::string CheckNesting(const std::string& page) {
-  static const std::set<std::string> kChecked = {
-      "html", "head", "body",     "table", "tr",   "td",   "th",   "figure",
-      "script", "svg", "g", "polyline", "path", "text", "title"};
+  static const std::set<std::string> kChecked = {"html", "head",     "body",   "table",  "tr",
+                                                 "td",   "th",       "figure", "script", "svg",
+                                                 "g",    "polyline", "path",   "text",   "title"};
   static const std::regex kTag(R"(<(/?)([A-Za-z][A-Za-z0-9]*)([^>]*)>)");
   const std::string html = WithoutScriptText(page);
   std::vector<std::string> open;
