@@ -27,6 +27,8 @@ struct FleetFlags {
 
 int RunFleetCommand(const FleetFlags& flags) {
   fleetsim::FleetSimOptions options = flags.options;
+  const SystemClock timer;
+  options.timer = &timer;
   options.duration = std::chrono::duration_cast<Duration>(
       std::chrono::duration<double, std::ratio<60>>(flags.minutes));
   options.warmup = std::chrono::duration_cast<Duration>(

@@ -74,13 +74,17 @@ Result<FleetSimResult> RunFleetSim(const FleetSimOptions& options) {
     return InvalidArgumentError(
         "the duration must be longer than the warm-up, the mean job duration positive");
   }
-  const auto wall_start = std::chrono::steady_clock::now();
+  if (options.timer == nullptr) {
+    return InvalidArgumentError("timer: none (the real clock the figures are timed on)");
+  }
+  const Clock& timer = *options.timer;
+  const MonoTime wall_start = timer.Now();
   FleetOptions fleet_options;
   fleet_options.nodes = options.nodes;
   fleet_options.gpus_per_node = options.gpus_per_node;
   fleet_options.nodes_per_leaf = options.nodes_per_leaf;
   fleet_options.seed = options.seed;
-  fleet_options.time_requests = true;
+  fleet_options.request_timer = &timer;
   GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<SimFleet> fleet, SimFleet::Create(fleet_options));
   Random random(options.seed ^ 0x5DEECE66DULL);
 
@@ -132,11 +136,10 @@ Result<FleetSimResult> RunFleetSim(const FleetSimOptions& options) {
       }
       ++result.jobs_submitted;
     }
-    const auto second_start = std::chrono::steady_clock::now();
+    const MonoTime second_start = timer.Now();
     GPUFLEET_RETURN_IF_ERROR(fleet->Advance(std::chrono::seconds(1)));
     if (measuring) {
-      seconds.push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - second_start).count());
+      seconds.push_back(std::chrono::duration<double>(timer.Now() - second_start).count());
     }
   }
   result.task_runs = static_cast<int64_t>(fleet->task_runs());
@@ -152,8 +155,7 @@ Result<FleetSimResult> RunFleetSim(const FleetSimOptions& options) {
   for (const auto& [kind, times] : fleet->request_seconds()) {
     result.requests[kind] = SpreadOf(times);
   }
-  result.wall_seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - wall_start).count();
+  result.wall_seconds = std::chrono::duration<double>(timer.Now() - wall_start).count();
   result.speedup = std::chrono::duration<double>(options.duration).count() / result.wall_seconds;
   return result;
 }

@@ -30,6 +30,8 @@ struct FleetSimOptions {
   double load = 0.9;
   // Mean job duration (exponential).
   Duration mean_job_duration = std::chrono::minutes(30);
+  // The real clock the figures are timed on (SystemClock in `gpufleet sim fleet`). Required.
+  const Clock* timer = nullptr;
 };
 
 // p50, p99 and max of a sample, in seconds.

@@ -12,12 +12,14 @@ namespace {
 using ::gpufleet::testing::StatusIs;
 
 TEST(FleetSimTest, ASmallFleetFillsToItsLoad) {
+  const SystemClock timer;
   Result<FleetSimResult> result = RunFleetSim({.nodes = 16,
                                                .gpus_per_node = 8,
                                                .nodes_per_leaf = 4,
                                                .duration = std::chrono::minutes(3),
                                                .warmup = std::chrono::minutes(1),
-                                               .load = 0.8});
+                                               .load = 0.8,
+                                               .timer = &timer});
   ASSERT_OK(result);
   EXPECT_EQ(result->gpus, 128);
   EXPECT_GT(result->jobs_submitted, 10);
@@ -36,7 +38,9 @@ TEST(FleetSimTest, ASmallFleetFillsToItsLoad) {
 }
 
 TEST(FleetSimTest, RefusesABadLoad) {
-  EXPECT_THAT(RunFleetSim({.load = 0}), StatusIs(StatusCode::kInvalidArgument));
+  const SystemClock timer;
+  EXPECT_THAT(RunFleetSim({.load = 0, .timer = &timer}), StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(RunFleetSim({}), StatusIs(StatusCode::kInvalidArgument));
 }
 
 }  // namespace

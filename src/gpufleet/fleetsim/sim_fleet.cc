@@ -176,6 +176,17 @@ Status SimFleet::StartAgent(Node& node) {
   return Status::Ok();
 }
 
+MonoTime SimFleet::TimerNow() const {
+  return options_.request_timer != nullptr ? options_.request_timer->Now() : MonoTime{};
+}
+
+void SimFleet::RecordTime(std::string_view kind, MonoTime started) {
+  if (options_.request_timer != nullptr) {
+    request_seconds_[std::string(kind)].push_back(
+        std::chrono::duration<double>(options_.request_timer->Now() - started).count());
+  }
+}
+
 bool SimFleet::agent_up(int node) const {
   return nodes_.at(node)->agent != nullptr;
 }
@@ -226,12 +237,9 @@ Status SimFleet::Advance(Duration step) {
 
   if (server_ != nullptr && now >= next_cycle_) {
     next_cycle_ = now + options_.cycle_interval;
-    const auto started = std::chrono::steady_clock::now();
+    const MonoTime started = TimerNow();
     Result<int> scheduled = server_->RunSchedulingCycle();
-    if (options_.time_requests) {
-      request_seconds_["cycle"].push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-    }
+    RecordTime("cycle", started);
     if (!scheduled.ok()) {
       events_.Add(fmt::format("server: cycle failed: {}", scheduled.status().ToString()));
     } else if (*scheduled > 0) {
@@ -245,13 +253,10 @@ Result<http::HttpResponse> SimFleet::Deliver(const api::ApiRequest& request) {
   if (server_ == nullptr) {
     return UnavailableError("in-process link: the server is down");
   }
-  const auto started = std::chrono::steady_clock::now();
+  const MonoTime started = TimerNow();
   const api::ApiResponse response = server_->Handle(request);
-  if (options_.time_requests) {
-    const std::string_view path = request.path;
-    request_seconds_[std::string(path.substr(path.rfind('/') + 1))].push_back(
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  }
+  const std::string_view path = request.path;
+  RecordTime(path.substr(path.rfind('/') + 1), started);
   return http::HttpResponse{.status = response.status,
                             .body = response.body,
                             .content_type = response.content_type,

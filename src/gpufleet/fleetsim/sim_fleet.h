@@ -66,9 +66,9 @@ struct FleetOptions {
   // Nodes sit in leaves of this many nodes, leaves in blocks of 8 (topology levels block and
   // leaf); 0: no topology.
   int nodes_per_leaf = 0;
-  // Time how long the server takes to answer each agent request, on the process's steady clock
-  // (request_seconds()).
-  bool time_requests = false;
+  // Times the server's cycles and its answers to agent requests on this clock (request_seconds());
+  // null: not timed. A real clock (SystemClock) for `gpufleet sim fleet`; never the simulated one.
+  const Clock* request_timer = nullptr;
   RunnerWrapper runner_wrapper;
   StoreWrapper store_wrapper;
 };
@@ -116,7 +116,7 @@ class SimFleet {
   bool server_up() const { return server_ != nullptr; }
   // Requests the link lost, delayed or duplicated, by kind, and requests delivered.
   const std::map<std::string, int>& link_counts() const { return link_counts_; }
-  // With time_requests: the real time of each scheduling cycle ("cycle") and of the server's
+  // With a request_timer: the real time of each scheduling cycle ("cycle") and of the server's
   // answer to each agent request, by kind ("register", "heartbeat", "provenance"), in seconds.
   const std::map<std::string, std::vector<double>>& request_seconds() const {
     return request_seconds_;
@@ -144,6 +144,10 @@ class SimFleet {
   Status MakeServer();
   Status StartAgent(Node& node);
   Result<http::HttpResponse> Deliver(const api::ApiRequest& request);
+  // The request timer's reading (MonoTime{} without one), and the time since `started` added to
+  // request_seconds_[kind] when there is a timer.
+  MonoTime TimerNow() const;
+  void RecordTime(std::string_view kind, MonoTime started);
 
   FleetOptions options_;
   FakeClock clock_;
