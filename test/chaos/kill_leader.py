@@ -121,6 +121,8 @@ def fail(message):
             with open(os.path.join(work, name), errors="replace") as f:
                 tail = f.readlines()[-15:]
             print(f"--- {name}\n" + "".join(tail), file=sys.stderr)
+    sys.stderr.flush()
+    log(message)  # again, last, where a CI summary that shows only the end finds it
     cleanup()
     sys.exit(1)
 
@@ -248,12 +250,16 @@ def job_yaml(name, replicas, seconds, gpus=True, priority=0):
     return path
 
 
+last_submit_error = {}  # job name -> why its last submission failed (for a failed trial)
+
+
 def submit(name, replicas, seconds, gpus=True, priority=0):
     done = cli("submit", "-f", job_yaml(name, replicas, seconds, gpus, priority))
     if done.returncode == 0:
         with acked_lock:
             acked.append(name)
         return True
+    last_submit_error[name] = f"exit {done.returncode}: {done.stderr.decode(errors='replace')}"
     return False
 
 
@@ -320,8 +326,11 @@ for trial in range(trials):
                 led = placed
         time.sleep(0.05)
     if placed is None:
+        why = (f"the probe is {job_state(probe) or 'not readable'}" if submitted else
+               f"the probe was never acknowledged: {last_submit_error.get(probe, '?').strip()}")
         fail(f"trial {trial}: killed server {leader}; no new job placed within {GIVE_UP_S} s "
-             f"(leads after {led})")
+             f"(leads after {led}; {why}; leading now: "
+             f"{[i for i in survivors if leads(i)]})")
     results.append((trial, leader, before, led, placed))
     log(f"trial {trial}: killed server {leader} after {before:.2f} s; a follower leads after "
         f"{led:.2f} s, a new job is placed after {placed:.2f} s")
