@@ -122,7 +122,8 @@ SimSubcommand AddSimChaosCommand(CLI::App& sim) {
   command->add_flag("--events", flags->events,
                     "print the events of a single seed (with --seeds N-N), failing or not");
   command->add_option("--plant", flags->plant,
-                      "run with a planted bug (none, early-release, skipped-fence, lost-write): "
+                      "run with a planted bug (none, early-release, skipped-fence, lost-write, "
+                      "unfenced-commits): "
                       "the harness must catch it");
   command
       ->add_option("--fault-minutes", flags->fault_minutes,

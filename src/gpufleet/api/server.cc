@@ -401,7 +401,7 @@ Result<int> ApiServer::Start(const std::string& host, int port,
   if (options_.election != nullptr) {
     // One campaign before serving: the first request finds a follower knowing the leader, or a
     // leader that has rebuilt its view.
-    CampaignOnce();
+    Campaign();
     (void)ReadyToLead();
   }
   std::lock_guard<std::mutex> lock(loop_mu_);
@@ -517,16 +517,20 @@ void ApiServer::LoopMain() {
   while (!stopping_) {
     wake_ = false;
     lock.unlock();
-    if (ReadyToLead()) {
-      const Result<int> result = RunSchedulingCycle();
-      if (!result.ok()) {
-        fmt::print(stderr, "gpufleet server: scheduling cycle failed: {}\n",
-                   result.status().ToString());
-      }
+    if (const Result<int> result = RunLoopStep(); !result.ok()) {
+      fmt::print(stderr, "gpufleet server: scheduling cycle failed: {}\n",
+                 result.status().ToString());
     }
     lock.lock();
     loop_cv_.wait_for(lock, options_.cycle_interval, [this] { return stopping_ || wake_; });
   }
+}
+
+Result<int> ApiServer::RunLoopStep() {
+  if (!ReadyToLead()) {
+    return 0;
+  }
+  return RunSchedulingCycle();
 }
 
 // ---- nodes and the cluster ------------------------------------------------------------------

@@ -210,6 +210,15 @@ class ApiServer {
   // in (priority desc, submit order) and commits each placement with a compare-and-set update.
   // Returns the number of jobs scheduled. Cycles never overlap.
   Result<int> RunSchedulingCycle();
+  // What the loop thread runs every cycle_interval: a server granted the lease first becomes the
+  // leader, then, while it leads, one scheduling cycle (RunSchedulingCycle's count; 0 when not
+  // leading). With Campaign, what an owner calls that drives the server without Start (the
+  // simulator, on simulated time).
+  Result<int> RunLoopStep();
+  // What the election thread runs every election_interval (with an election only): one
+  // campaign, which records the lease, lets the next loop step lead when this server was granted
+  // it, and deposes this server when it lost it (or could not renew it for the lease's duration).
+  void Campaign();
   // The wall time of each step of the last scheduling cycle, in order (the steps it reached:
   // "read", "node-leases", "run-ends", "queues", ...). Their totals since the start are exported
   // as gpufleet_scheduling_cycle_step_seconds_total.
@@ -245,9 +254,6 @@ class ApiServer {
   // Leadership (server_leadership.cc, docs/ha.md).
   // The election thread: campaigns every election_interval until Stop.
   void ElectionMain();
-  // One campaign: records the lease, wakes the loop when this server was granted it, and
-  // deposes this server when it lost it (or could not renew it for the lease's duration).
-  void CampaignOnce();
   void Depose(const std::string& why);
   // On the loop thread, before each cycle: whether to run it. A server granted the lease first
   // becomes the leader (BecomeLeader), then leads.

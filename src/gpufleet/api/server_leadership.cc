@@ -14,13 +14,13 @@ void ApiServer::ElectionMain() {
   std::unique_lock<std::mutex> lock(loop_mu_);
   while (!stopping_) {
     lock.unlock();
-    CampaignOnce();
+    Campaign();
     lock.lock();
     loop_cv_.wait_for(lock, options_.election_interval, [this] { return stopping_; });
   }
 }
 
-void ApiServer::CampaignOnce() {
+void ApiServer::Campaign() {
   const MonoTime start = options_.clock.Now();
   const Result<store::LeaseState> lease = options_.election->Campaign();
   std::unique_lock<std::mutex> lock(lease_mu_);

@@ -113,9 +113,9 @@ class ChaosRun {
   std::set<std::string> acknowledged_;
   std::map<std::string, int> gang_size_;
   std::map<std::string, int> faults_;
-  // Restarts due: agents by node, and the server.
+  // Restarts due: agents by node, servers by index.
   std::map<int, MonoTime> agent_restart_at_;
-  std::optional<MonoTime> server_restart_at_;
+  std::map<int, MonoTime> server_restart_at_;
   std::set<int> lost_gpu_on_;
   int storm_jobs_ = 0;
   std::vector<std::string> harness_errors_;
@@ -208,7 +208,9 @@ Status ChaosRun::SendOversized() {
   Result<api::ApiResponse> answer = fleet_->AdminRequest("POST", "/v1/jobs", body);
   if (answer.ok()) {
     fleet_->events().Add(fmt::format("{} body: {}", deep ? "deep" : "oversized", answer->status));
-    if (answer->status / 100 != 4) {
+    // While no server leads (an election under way), every write is 503 before it is read.
+    const bool electing = answer->status == 503 && !fleet_->Leader().has_value();
+    if (answer->status / 100 != 4 && !electing) {
       harness_errors_.push_back(fmt::format("a {} body was answered {}, not 4xx",
                                             deep ? "deeply nested" : "oversized", answer->status));
     }
@@ -223,7 +225,7 @@ Status ChaosRun::InjectFault(MonoTime now) {
     return seconds(low_s +
                    static_cast<int>(random_.Uniform(static_cast<uint64_t>(high_s - low_s))));
   };
-  switch (random_.Uniform(7)) {
+  switch (random_.Uniform(8)) {
     case 0:
       if (fleet_->agent_up(node)) {
         ++faults_["agent_crash"];
@@ -235,13 +237,17 @@ Status ChaosRun::InjectFault(MonoTime now) {
       ++faults_["partition"];
       fleet_->CutOff(node, now + within(10, 150));
       break;
-    case 2:
-      if (fleet_->server_up()) {
+    case 2: {
+      // The leader if there is one (with two servers the other takes over), else any server up.
+      const std::optional<int> leader = fleet_->Leader();
+      const int server = leader.value_or(static_cast<int>(random_.Uniform(fleet_->server_count())));
+      if (fleet_->server_up(server)) {
         ++faults_["server_crash"];
-        fleet_->CrashServer();
-        server_restart_at_ = now + within(2, 60);
+        fleet_->CrashServer(server);
+        server_restart_at_[server] = now + within(2, 60);
       }
       break;
+    }
     case 3:
       if (fleet_->agent_up(node) && !lost_gpu_on_.count(node)) {
         ++faults_["gpu_lost"];
@@ -262,6 +268,14 @@ Status ChaosRun::InjectFault(MonoTime now) {
       }
       break;
     }
+    case 6:
+      // The leader stops (a long pause) past its lease: another server takes over, and what the
+      // old leader does on waking must be fenced off.
+      if (const std::optional<int> leader = fleet_->Leader(); leader.has_value()) {
+        ++faults_["server_pause"];
+        fleet_->PauseServer(*leader, now + within(3, 30));
+      }
+      break;
     default:
       ++faults_["oversized_input"];
       GPUFLEET_RETURN_IF_ERROR(SendOversized());
@@ -272,10 +286,12 @@ Status ChaosRun::InjectFault(MonoTime now) {
 
 Status ChaosRun::Heal() {
   fleet_->SetLinkFaults({});
-  if (!fleet_->server_up()) {
-    GPUFLEET_RETURN_IF_ERROR(fleet_->RestartServer());
+  for (int server = 0; server < fleet_->server_count(); ++server) {
+    if (!fleet_->server_up(server)) {
+      GPUFLEET_RETURN_IF_ERROR(fleet_->RestartServer(server));
+    }
   }
-  server_restart_at_.reset();
+  server_restart_at_.clear();
   for (int node = 0; node < fleet_->node_count(); ++node) {
     fleet_->CutOff(node, fleet_->Now());
     if (!fleet_->agent_up(node)) {
@@ -333,6 +349,7 @@ Result<SeedOutcome> ChaosRun::Run() {
                                static_cast<uint64_t>(options_.max_nodes - options_.min_nodes + 1)));
   fleet_options_.gpus_per_node = options_.gpus_per_node;
   fleet_options_.max_drift = maybe(0.01);
+  fleet_options_.servers = random_.UniformDouble() < 0.5 ? 2 : 1;
   PlantBug(options_.planted, fleet_options_);
   const LinkFaults link{.lose_request = maybe(0.1),
                         .lose_reply = maybe(0.1),
@@ -342,11 +359,11 @@ Result<SeedOutcome> ChaosRun::Run() {
   GPUFLEET_ASSIGN_OR_RETURN(fleet_, SimFleet::Create(fleet_options_));
   fleet_->SetLinkFaults(link);
   fleet_->events().Add(fmt::format(
-      "seed {}: {} nodes x {} GPUs, drift {:.4f}, link loss {:.3f}/{:.3f} dup {:.3f} delay "
-      "{:.3f}, {:.3f} faults/s, planted {}",
-      seed_, fleet_options_.nodes, fleet_options_.gpus_per_node, fleet_options_.max_drift,
-      link.lose_request, link.lose_reply, link.duplicate, link.delay, fault_rate_per_s,
-      PlantedBugName(options_.planted)));
+      "seed {}: {} servers, {} nodes x {} GPUs, drift {:.4f}, link loss {:.3f}/{:.3f} dup {:.3f} "
+      "delay {:.3f}, {:.3f} faults/s, planted {}",
+      seed_, fleet_options_.servers, fleet_options_.nodes, fleet_options_.gpus_per_node,
+      fleet_options_.max_drift, link.lose_request, link.lose_reply, link.duplicate, link.delay,
+      fault_rate_per_s, PlantedBugName(options_.planted)));
 
   const MonoTime start = fleet_->Now();
   const int job_count = options_.min_jobs + static_cast<int>(random_.Uniform(static_cast<uint64_t>(
@@ -366,9 +383,13 @@ Result<SeedOutcome> ChaosRun::Run() {
     GPUFLEET_RETURN_IF_ERROR(fleet_->Advance(kTick));
     ObserveJobs();
     const MonoTime now = fleet_->Now();
-    if (server_restart_at_.has_value() && *server_restart_at_ <= now) {
-      server_restart_at_.reset();
-      GPUFLEET_RETURN_IF_ERROR(fleet_->RestartServer());
+    for (auto it = server_restart_at_.begin(); it != server_restart_at_.end();) {
+      if (it->second <= now) {
+        GPUFLEET_RETURN_IF_ERROR(fleet_->RestartServer(it->first));
+        it = server_restart_at_.erase(it);
+      } else {
+        ++it;
+      }
     }
     for (auto it = agent_restart_at_.begin(); it != agent_restart_at_.end();) {
       if (it->second <= now) {
@@ -455,19 +476,24 @@ std::string_view PlantedBugName(PlantedBug bug) {
       return "skipped-fence";
     case PlantedBug::kLostWrite:
       return "lost-write";
+    case PlantedBug::kUnfencedCommits:
+      return "unfenced-commits";
   }
   return "none";
 }
 
 Result<PlantedBug> ParsePlantedBug(std::string_view name) {
-  for (const PlantedBug bug : {PlantedBug::kNone, PlantedBug::kEarlyRelease,
-                               PlantedBug::kSkippedFence, PlantedBug::kLostWrite}) {
+  for (const PlantedBug bug :
+       {PlantedBug::kNone, PlantedBug::kEarlyRelease, PlantedBug::kSkippedFence,
+        PlantedBug::kLostWrite, PlantedBug::kUnfencedCommits}) {
     if (PlantedBugName(bug) == name) {
       return bug;
     }
   }
-  return InvalidArgumentError(fmt::format(
-      "planted bug: \"{}\" (valid: none, early-release, skipped-fence, lost-write)", name));
+  return InvalidArgumentError(
+      fmt::format("planted bug: \"{}\" (valid: none, early-release, skipped-fence, lost-write, "
+                  "unfenced-commits)",
+                  name));
 }
 
 Result<SeedOutcome> RunChaosSeed(uint64_t seed, const ChaosOptions& options) {

@@ -30,9 +30,12 @@ enum class PlantedBug {
   kSkippedFence,
   // The store acknowledges one commit that creates a job without keeping it.
   kLostWrite,
+  // With two servers, the store takes the commits of a server that no longer holds the leader
+  // lease (no fencing): a leader waking from a pause writes over its successor's decisions.
+  kUnfencedCommits,
 };
 
-// "none", "early-release", "skipped-fence", "lost-write".
+// "none", "early-release", "skipped-fence", "lost-write", "unfenced-commits".
 std::string_view PlantedBugName(PlantedBug bug);
 // kInvalidArgument naming the valid names.
 Result<PlantedBug> ParsePlantedBug(std::string_view name);

@@ -77,7 +77,8 @@ INSTANTIATE_TEST_SUITE_P(
     Bugs, PlantedBugTest,
     ::testing::Values(std::make_pair(PlantedBug::kEarlyRelease, std::string("GPU ")),
                       std::make_pair(PlantedBug::kSkippedFence, std::string(" started on ")),
-                      std::make_pair(PlantedBug::kLostWrite, std::string("is lost"))));
+                      std::make_pair(PlantedBug::kLostWrite, std::string("is lost")),
+                      std::make_pair(PlantedBug::kUnfencedCommits, std::string("GPU "))));
 
 }  // namespace
 }  // namespace gpufleet::fleetsim

@@ -115,6 +115,9 @@ void PlantBug(PlantedBug bug, FleetOptions& options) {
         return std::make_unique<LosingStore>(inner);
       };
       return;
+    case PlantedBug::kUnfencedCommits:
+      options.fence_commits = false;
+      return;
   }
 }
 

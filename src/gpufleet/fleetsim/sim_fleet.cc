@@ -16,20 +16,35 @@ namespace {
 // Simulated time starts here rather than at 0, which some readers take for "never".
 constexpr MonoTime kSimulationStart{int64_t{1'000'000'000'000}};
 
-// One node's end of the link: every request goes through the fleet.
-class NodeTransport final : public http::Transport {
+// A node's (or, with node -1, the admin's) link to one server: every request goes through the
+// fleet. A server that is down refuses the connection (unreachable: the caller tries the next).
+class LinkTransport final : public http::Transport {
  public:
-  NodeTransport(SimFleet& fleet, int node) : fleet_(fleet), node_(node) {}
+  LinkTransport(SimFleet& fleet, int node, int server)
+      : fleet_(fleet), node_(node), server_(server) {}
   Result<http::HttpResponse> Send(std::string_view method, std::string_view path,
                                   std::string_view body, std::string_view /*content_type*/,
                                   std::string_view token) override {
-    return fleet_.SendFromNode(node_, method, path, body, token);
+    unreachable_ = !fleet_.server_up(server_);
+    if (unreachable_) {
+      return UnavailableError(
+          fmt::format("in-process link: server {} refuses the connection (down)", server_));
+    }
+    return node_ < 0 ? fleet_.SendFromAdmin(server_, method, path, body, token)
+                     : fleet_.SendFromNode(node_, server_, method, path, body, token);
   }
+  bool unreachable() const override { return unreachable_; }
 
  private:
   SimFleet& fleet_;
   int node_;
+  int server_;
+  bool unreachable_ = false;
 };
+
+std::string ServerAddress(int index) {
+  return fmt::format("http://sim-server-{}", index);
+}
 
 }  // namespace
 
@@ -45,6 +60,18 @@ Result<api::ApiRequest> MakeApiRequest(std::string_view method, std::string_view
   request.body = std::string(body);
   return request;
 }
+
+struct SimFleet::Server {
+  int index = 0;
+  // Each process of the server is a new campaigner.
+  int incarnation = 0;
+  std::unique_ptr<store::MemoryLeaderElection> election;
+  std::unique_ptr<store::FencedStore> fenced_store;
+  std::unique_ptr<api::ApiServer> api;  // null while down
+  MonoTime next_cycle;
+  MonoTime next_campaign;
+  MonoTime paused_until;
+};
 
 struct SimFleet::Node {
   int index = 0;
@@ -77,19 +104,25 @@ SimFleet::SimFleet(FleetOptions options)
       random_(options_.seed),
       catalog_(GpuCatalog::Default()),
       events_(clock_),
-      next_cycle_(clock_.Now()),
       ledger_(&events_) {}
 
 SimFleet::~SimFleet() {
-  // The agents hold clients into this fleet; they go before the server.
+  // The agents hold clients into this fleet; they go before the servers.
   nodes_.clear();
-  server_.reset();
+  admin_transport_.reset();
+  servers_.clear();
 }
 
 Result<std::unique_ptr<SimFleet>> SimFleet::Create(FleetOptions options) {
-  if (options.nodes < 1 || options.gpus_per_node < 1) {
-    return InvalidArgumentError(fmt::format("nodes {} and gpus_per_node {}: both must be >= 1",
-                                            options.nodes, options.gpus_per_node));
+  if (options.nodes < 1 || options.gpus_per_node < 1 || options.servers < 1) {
+    return InvalidArgumentError(
+        fmt::format("nodes {}, gpus_per_node {} and servers {}: each must be >= 1", options.nodes,
+                    options.gpus_per_node, options.servers));
+  }
+  if (options.servers > 1 && options.leader_renew * 2 > options.leader_lease) {
+    return InvalidArgumentError(
+        fmt::format("leader_renew {} ms must be at most half of leader_lease {} ms",
+                    options.leader_renew.count(), options.leader_lease.count()));
   }
   if (options.max_drift < 0 || options.max_drift >= 0.5) {
     return InvalidArgumentError(
@@ -100,12 +133,22 @@ Result<std::unique_ptr<SimFleet>> SimFleet::Create(FleetOptions options) {
     fleet->wrapped_store_ = fleet->options_.store_wrapper(fleet->store_);
     fleet->served_store_ = fleet->wrapped_store_.get();
   }
-  GPUFLEET_RETURN_IF_ERROR(fleet->MakeServer());
-  GPUFLEET_ASSIGN_OR_RETURN(fleet->admin_token_, fleet->server_->authenticator().CreateToken(
-                                                     control::Role::kAdmin, "", "chaos-admin"));
-  GPUFLEET_ASSIGN_OR_RETURN(fleet->join_token_, fleet->server_->authenticator().CreateToken(
-                                                    control::Role::kAgent, "", "chaos-agents"));
   const FleetOptions& opts = fleet->options_;
+  if (opts.servers > 1) {
+    fleet->lease_ = std::make_unique<store::MemoryLease>(fleet->clock_, opts.leader_lease);
+  }
+  for (int i = 0; i < opts.servers; ++i) {
+    fleet->servers_.push_back(std::make_unique<Server>());
+    fleet->servers_.back()->index = i;
+    GPUFLEET_RETURN_IF_ERROR(fleet->StartServer(i));
+  }
+  // The first server campaigned first: it leads.
+  api::ApiServer& first = *fleet->servers_.front()->api;
+  GPUFLEET_ASSIGN_OR_RETURN(fleet->admin_token_, first.authenticator().CreateToken(
+                                                     control::Role::kAdmin, "", "chaos-admin"));
+  GPUFLEET_ASSIGN_OR_RETURN(fleet->join_token_, first.authenticator().CreateToken(
+                                                    control::Role::kAgent, "", "chaos-agents"));
+  fleet->admin_transport_ = fleet->ServerTransports(-1);
   for (int i = 0; i < opts.nodes; ++i) {
     auto node = std::make_unique<Node>();
     node->index = i;
@@ -132,9 +175,28 @@ Result<std::unique_ptr<SimFleet>> SimFleet::Create(FleetOptions options) {
   return fleet;
 }
 
-Status SimFleet::MakeServer() {
+std::unique_ptr<http::Transport> SimFleet::ServerTransports(int node) {
+  std::vector<http::ServerTransport> servers;
+  for (int i = 0; i < server_count(); ++i) {
+    servers.push_back({ServerAddress(i), std::make_unique<LinkTransport>(*this, node, i)});
+  }
+  return http::NewLeaderFollowingTransport(std::move(servers));
+}
+
+Status SimFleet::StartServer(int index) {
+  Server& server = *servers_.at(index);
+  store::StateStore* store = served_store_;
+  if (lease_ != nullptr) {
+    server.election = std::make_unique<store::MemoryLeaderElection>(
+        *lease_, fmt::format("{}/{}", ServerAddress(index), ++server.incarnation),
+        ServerAddress(index));
+    if (options_.fence_commits) {
+      server.fenced_store = std::make_unique<store::FencedStore>(*served_store_, *server.election);
+      store = server.fenced_store.get();
+    }
+  }
   api::ApiServer::Options server_options{
-      .store = *served_store_, .catalog = catalog_, .clock = clock_, .wall_clock = &clock_};
+      .store = *store, .catalog = catalog_, .clock = clock_, .wall_clock = &clock_};
   server_options.cycle_interval = options_.cycle_interval;
   server_options.seed = options_.seed;
   server_options.heartbeat_interval = options_.heartbeat_interval;
@@ -142,8 +204,16 @@ Status SimFleet::MakeServer() {
   server_options.stop_grace = options_.stop_grace;
   server_options.gang_start_timeout = options_.gang_start_timeout;
   server_options.history_interval = std::chrono::milliseconds(0);
-  GPUFLEET_ASSIGN_OR_RETURN(server_, api::ApiServer::Create(std::move(server_options)));
-  next_cycle_ = clock_.Now();
+  server_options.election = server.election.get();
+  GPUFLEET_ASSIGN_OR_RETURN(server.api, api::ApiServer::Create(std::move(server_options)));
+  if (server.election != nullptr) {
+    // As Start does: one campaign before serving, and the leader rebuilds its view at once.
+    server.api->Campaign();
+    GPUFLEET_RETURN_IF_ERROR(server.api->RunLoopStep().status());
+    server.next_campaign = clock_.Now() + options_.leader_renew;
+  }
+  server.next_cycle = clock_.Now();
+  server.paused_until = clock_.Now();
   return Status::Ok();
 }
 
@@ -154,8 +224,8 @@ Status SimFleet::StartAgent(Node& node) {
                                                              .interval = std::chrono::seconds(1),
                                                              .hostname = node.name}));
   GPUFLEET_RETURN_IF_ERROR(node.sampler->SampleOnce());
-  node.client = std::make_unique<http::ApiClient>(
-      std::make_unique<NodeTransport>(*this, node.index), "in-process", join_token_);
+  node.client =
+      std::make_unique<http::ApiClient>(ServerTransports(node.index), "in-process", join_token_);
   agent::NodeAgentOptions agent_options;
   agent_options.node_name = node.name;
   if (options_.nodes_per_leaf > 0) {
@@ -191,6 +261,23 @@ bool SimFleet::agent_up(int node) const {
   return nodes_.at(node)->agent != nullptr;
 }
 
+bool SimFleet::server_up(int index) const {
+  return servers_.at(index)->api != nullptr;
+}
+
+bool SimFleet::server_paused(int index) const {
+  return server_up(index) && servers_.at(index)->paused_until > clock_.Now();
+}
+
+std::optional<int> SimFleet::Leader() const {
+  for (const auto& server : servers_) {
+    if (server->api != nullptr && server->paused_until <= clock_.Now() && server->api->leading()) {
+      return server->index;
+    }
+  }
+  return std::nullopt;
+}
+
 int SimFleet::LiveTasks() {
   for (auto& node : nodes_) {
     node->ledger_runner->Poll();
@@ -208,9 +295,11 @@ Status SimFleet::Advance(Duration step) {
   size_t due = 0;
   while (due < delayed_.size() && delayed_[due].due <= now) {
     const DelayedRequest& late = delayed_[due];
-    events_.Add(fmt::format("{}: delayed {} {} arrives", nodes_[late.node]->name,
-                            late.request.method, late.request.path));
-    (void)Deliver(late.request);
+    events_.Add(fmt::format("{}: delayed {} {} arrives at server {}", nodes_[late.node]->name,
+                            late.request.method, late.request.path, late.server));
+    if (server_up(late.server) && !server_paused(late.server)) {
+      (void)Deliver(late.server, late.request);
+    }
     ++due;
   }
   delayed_.erase(delayed_.begin(), delayed_.begin() + static_cast<std::ptrdiff_t>(due));
@@ -235,26 +324,55 @@ Status SimFleet::Advance(Duration step) {
     node->next_wake = now + std::max<Duration>(result.wait, std::chrono::milliseconds(1));
   }
 
-  if (server_ != nullptr && now >= next_cycle_) {
-    next_cycle_ = now + options_.cycle_interval;
+  for (int i = 0; i < server_count(); ++i) {
+    GPUFLEET_RETURN_IF_ERROR(RunServer(i, now));
+  }
+  return Status::Ok();
+}
+
+Status SimFleet::RunServer(int index, MonoTime now) {
+  Server& server = *servers_[index];
+  if (server.api == nullptr || server.paused_until > now) {
+    return Status::Ok();
+  }
+  const std::string name = server_count() > 1 ? fmt::format("server {}", index) : "server";
+  // The loop step before the campaign: a server waking from a pause acts on the lease it last
+  // saw, and fencing must refuse what it writes.
+  if (now >= server.next_cycle) {
+    server.next_cycle = now + options_.cycle_interval;
+    const bool led = server.api->leading();
     const MonoTime started = TimerNow();
-    Result<int> scheduled = server_->RunSchedulingCycle();
+    Result<int> scheduled = server.api->RunLoopStep();
     RecordTime("cycle", started);
+    if (!led && server.api->leading()) {
+      events_.Add(fmt::format("{}: leads", name));
+    }
     if (!scheduled.ok()) {
-      events_.Add(fmt::format("server: cycle failed: {}", scheduled.status().ToString()));
+      events_.Add(fmt::format("{}: cycle failed: {}", name, scheduled.status().ToString()));
     } else if (*scheduled > 0) {
-      events_.Add(fmt::format("server: cycle scheduled {} jobs", *scheduled));
+      events_.Add(fmt::format("{}: cycle scheduled {} jobs", name, *scheduled));
+    }
+  }
+  if (server.election != nullptr && now >= server.next_campaign) {
+    server.next_campaign = now + options_.leader_renew;
+    server.api->Campaign();
+    if (server.api->deposed()) {
+      // Its owner ends a deposed server; the service manager starts it again as a follower.
+      events_.Add(fmt::format("{}: deposed; started again", name));
+      server.api.reset();
+      return StartServer(index);
     }
   }
   return Status::Ok();
 }
 
-Result<http::HttpResponse> SimFleet::Deliver(const api::ApiRequest& request) {
-  if (server_ == nullptr) {
+Result<http::HttpResponse> SimFleet::Deliver(int index, const api::ApiRequest& request) {
+  api::ApiServer* server = servers_.at(index)->api.get();
+  if (server == nullptr) {
     return UnavailableError("in-process link: the server is down");
   }
   const MonoTime started = TimerNow();
-  const api::ApiResponse response = server_->Handle(request);
+  const api::ApiResponse response = server->Handle(request);
   const std::string_view path = request.path;
   RecordTime(path.substr(path.rfind('/') + 1), started);
   return http::HttpResponse{.status = response.status,
@@ -265,19 +383,33 @@ Result<http::HttpResponse> SimFleet::Deliver(const api::ApiRequest& request) {
 
 Result<api::ApiResponse> SimFleet::AdminRequest(std::string_view method, std::string_view path,
                                                 std::string_view body) {
-  if (server_ == nullptr) {
-    return UnavailableError("in-process link: the server is down");
-  }
-  GPUFLEET_ASSIGN_OR_RETURN(const api::ApiRequest request,
-                            MakeApiRequest(method, path, body, admin_token_));
-  return server_->Handle(request);
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const http::HttpResponse answer,
+      admin_transport_->Send(method, path, body, "application/json", admin_token_));
+  return api::ApiResponse{
+      .status = answer.status, .content_type = answer.content_type, .body = answer.body};
 }
 
-Result<http::HttpResponse> SimFleet::SendFromNode(int index, std::string_view method,
+Result<http::HttpResponse> SimFleet::SendFromAdmin(int server, std::string_view method,
+                                                   std::string_view path, std::string_view body,
+                                                   std::string_view token) {
+  if (server_paused(server)) {
+    return UnavailableError("in-process link: timed out (the server is paused)");
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const api::ApiRequest request,
+                            MakeApiRequest(method, path, body, token));
+  return Deliver(server, request);
+}
+
+Result<http::HttpResponse> SimFleet::SendFromNode(int index, int server, std::string_view method,
                                                   std::string_view path, std::string_view body,
                                                   std::string_view token) {
   Node& node = *nodes_.at(index);
   const MonoTime now = clock_.Now();
+  if (server_paused(server)) {
+    ++link_counts_["server_paused"];
+    return UnavailableError("in-process link: timed out (the server is paused)");
+  }
   if (now < node.cut_until) {
     ++link_counts_["cut_off"];
     return UnavailableError("in-process link: cut off from the server");
@@ -302,6 +434,7 @@ Result<http::HttpResponse> SimFleet::SendFromNode(int index, std::string_view me
     delayed_.push_back({.due = now + delay,
                         .order = delayed_order_++,
                         .node = index,
+                        .server = server,
                         .request = std::move(request)});
     return UnavailableError("in-process link: timed out");
   }
@@ -309,18 +442,18 @@ Result<http::HttpResponse> SimFleet::SendFromNode(int index, std::string_view me
   if (fate < threshold) {
     ++link_counts_["duplicated"];
     events_.Add(fmt::format("{}: {} {} duplicated", node.name, method, path));
-    (void)Deliver(request);
-    return Deliver(request);
+    (void)Deliver(server, request);
+    return Deliver(server, request);
   }
   threshold += link_faults_.lose_reply;
   if (fate < threshold) {
     ++link_counts_["lost_reply"];
     events_.Add(fmt::format("{}: reply to {} {} lost", node.name, method, path));
-    (void)Deliver(request);
+    (void)Deliver(server, request);
     return UnavailableError("in-process link: reply lost");
   }
   ++link_counts_["delivered"];
-  return Deliver(request);
+  return Deliver(server, request);
 }
 
 void SimFleet::CrashAgent(int index) {
@@ -373,14 +506,23 @@ void SimFleet::CutOff(int index, MonoTime until) {
                           std::chrono::duration<double>(until - clock_.Now()).count()));
 }
 
-void SimFleet::CrashServer() {
-  events_.Add("server: crashed");
-  server_.reset();
+void SimFleet::CrashServer(int index) {
+  events_.Add(server_count() > 1 ? fmt::format("server {}: crashed", index) : "server: crashed");
+  servers_.at(index)->api.reset();
 }
 
-Status SimFleet::RestartServer() {
-  events_.Add("server: restarted on the store");
-  return MakeServer();
+Status SimFleet::RestartServer(int index) {
+  events_.Add(server_count() > 1 ? fmt::format("server {}: restarted on the store", index)
+                                 : "server: restarted on the store");
+  servers_.at(index)->api.reset();
+  return StartServer(index);
+}
+
+void SimFleet::PauseServer(int index, MonoTime until) {
+  Server& server = *servers_.at(index);
+  server.paused_until = std::max(server.paused_until, until);
+  events_.Add(fmt::format("server {}: paused for {:.0f} s", index,
+                          std::chrono::duration<double>(until - clock_.Now()).count()));
 }
 
 }  // namespace gpufleet::fleetsim

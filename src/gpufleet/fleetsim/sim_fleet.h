@@ -22,13 +22,16 @@
 #include "gpufleet/fleetsim/task_ledger.h"
 #include "gpufleet/http/client.h"
 #include "gpufleet/runner/simulated_runner.h"
+#include "gpufleet/store/memory_election.h"
 #include "gpufleet/store/memory_store.h"
 
 // A whole fleet in one process on simulated time (docs/simulation.md): the production server
-// (api::ApiServer on an in-memory store, its cycle run by the fleet), and per node the production
+// (api::ApiServer on an in-memory store, its cycle run by the fleet; with several, the servers of
+// docs/ha.md electing a leader on the shared store, with fencing), and per node the production
 // agent (NodeAgent on AgentLoop's schedule) with the simulated probe and task runner, all on one
 // FakeClock, exchanging the agent protocol's messages through an in-process link that can lose,
-// delay, duplicate and reorder them. One thread; the same seed gives the same run.
+// delay, duplicate and reorder them, following the leader as the real agent does
+// (http::NewLeaderFollowingTransport). One thread; the same seed gives the same run.
 namespace gpufleet::fleetsim {
 
 // What the link between the agents and the server does to a message, as probabilities per
@@ -59,6 +62,14 @@ struct FleetOptions {
   std::chrono::milliseconds node_timeout{40000};
   std::chrono::milliseconds stop_grace{30000};
   std::chrono::seconds gang_start_timeout{120};
+  // Servers on the one store. With more than one they campaign for a leader lease
+  // (store::MemoryLease, `gpufleet server`'s --leader-lease-ms and --leader-renew-ms defaults)
+  // and only the leader's commits land.
+  int servers = 1;
+  std::chrono::milliseconds leader_lease{5000};
+  std::chrono::milliseconds leader_renew{1000};
+  // Whether the store refuses the commits of a server without the lease (false: a planted bug).
+  bool fence_commits = true;
   // The agents' stop grace (NodeAgentOptions::stop_grace); their fence margin is the default.
   Duration agent_stop_grace = std::chrono::seconds(30);
   // Each node's clock runs at a rate drawn from [1 - max_drift, 1 + max_drift].
@@ -82,11 +93,13 @@ class SimFleet {
   SimFleet& operator=(const SimFleet&) = delete;
 
   // Advances the clock by `step` and runs what is due at the new time, in a fixed order: delayed
-  // messages, each live agent's loop (node order), the server's cycle.
+  // messages, each live agent's loop (node order), each running server's loop step and campaign
+  // (server order). A server deposed by another is ended and started again, as its service
+  // manager would.
   Status Advance(Duration step);
 
-  // An admin's request to the server, straight (no link faults): the server's answer, or
-  // kUnavailable while it is down.
+  // An admin's request, as the CLI sends it to every server listed (no link faults), the leader
+  // followed: its answer, or kUnavailable when no server answers.
   Result<api::ApiResponse> AdminRequest(std::string_view method, std::string_view path,
                                         std::string_view body);
 
@@ -98,22 +111,30 @@ class SimFleet {
   Status RestartAgent(int node, std::optional<int> gpus = std::nullopt);
   // No message between `node` and the server gets through until `until`.
   void CutOff(int node, MonoTime until);
-  // The server process ends (without saving anything beyond what the store holds); while it is
-  // down every request fails.
-  void CrashServer();
-  // A new server process on the same store.
-  Status RestartServer();
+  // Server `index`'s process ends (without saving anything beyond what the store holds); while
+  // it is down its address refuses connections.
+  void CrashServer(int index);
+  // A new process of server `index` on the same store (a new campaigner: its old term is over).
+  Status RestartServer(int index);
+  // Server `index`'s process stops until `until` (SIGSTOP, a long pause): it campaigns, cycles
+  // and answers nothing meanwhile (requests to it time out), and on waking runs its loop step
+  // before its next campaign, as a thread that slept through the loss of its lease would.
+  void PauseServer(int index, MonoTime until);
   void SetLinkFaults(LinkFaults faults) { link_faults_ = faults; }
 
   const Clock& clock() const { return clock_; }
   MonoTime Now() const { return clock_.Now(); }
-  api::ApiServer* server() { return server_.get(); }
+  int server_count() const { return static_cast<int>(servers_.size()); }
+  bool server_up(int index) const;
+  bool server_paused(int index) const;
+  // The server that leads now, if any.
+  std::optional<int> Leader() const;
+  // The store as it is (no server's fencing).
   store::StateStore& store() { return *served_store_; }
   const TaskLedger& ledger() const { return ledger_; }
   EventLog& events() { return events_; }
   int node_count() const { return static_cast<int>(nodes_.size()); }
   bool agent_up(int node) const;
-  bool server_up() const { return server_ != nullptr; }
   // Requests the link lost, delayed or duplicated, by kind, and requests delivered.
   const std::map<std::string, int>& link_counts() const { return link_counts_; }
   // With a request_timer: the real time of each scheduling cycle ("cycle") and of the server's
@@ -127,23 +148,34 @@ class SimFleet {
   // The tasks still running on any node.
   int LiveTasks();
 
-  // Sends one agent request over the link (what each node's transport calls).
-  Result<http::HttpResponse> SendFromNode(int node, std::string_view method, std::string_view path,
-                                          std::string_view body, std::string_view token);
+  // Sends one agent request over the link to server `server` (what each node's transport calls).
+  Result<http::HttpResponse> SendFromNode(int node, int server, std::string_view method,
+                                          std::string_view path, std::string_view body,
+                                          std::string_view token);
+  // An admin's request to server `server`, straight.
+  Result<http::HttpResponse> SendFromAdmin(int server, std::string_view method,
+                                           std::string_view path, std::string_view body,
+                                           std::string_view token);
 
  private:
   struct Node;
+  struct Server;
   struct DelayedRequest {
     MonoTime due;
     uint64_t order;
     int node;
+    int server;
     api::ApiRequest request;
   };
 
   explicit SimFleet(FleetOptions options);
-  Status MakeServer();
+  Status StartServer(int index);
   Status StartAgent(Node& node);
-  Result<http::HttpResponse> Deliver(const api::ApiRequest& request);
+  // The agents' and the admin's way to the servers: one in-process transport per server, the
+  // leader followed.
+  std::unique_ptr<http::Transport> ServerTransports(int node);
+  Status RunServer(int index, MonoTime now);
+  Result<http::HttpResponse> Deliver(int server, const api::ApiRequest& request);
   // The request timer's reading (MonoTime{} without one), and the time since `started` added to
   // request_seconds_[kind] when there is a timer.
   MonoTime TimerNow() const;
@@ -157,8 +189,9 @@ class SimFleet {
   store::InMemoryStateStore store_;
   std::unique_ptr<store::StateStore> wrapped_store_;
   store::StateStore* served_store_ = &store_;
-  std::unique_ptr<api::ApiServer> server_;
-  MonoTime next_cycle_;
+  std::unique_ptr<store::MemoryLease> lease_;  // with several servers
+  std::vector<std::unique_ptr<Server>> servers_;
+  std::unique_ptr<http::Transport> admin_transport_;
   std::string admin_token_;
   std::string join_token_;
   TaskLedger ledger_;

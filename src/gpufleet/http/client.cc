@@ -41,8 +41,7 @@ class HttpTransport final : public Transport {
   HttpTransport(std::string address, std::unique_ptr<httplib::Client> client)
       : address_(std::move(address)), client_(std::move(client)) {}
 
-  // Whether the last Send failed before the request left: the server could not be reached.
-  bool unreachable() const { return unreachable_; }
+  bool unreachable() const override { return unreachable_; }
 
   Result<HttpResponse> Send(std::string_view method, std::string_view path, std::string_view body,
                             std::string_view content_type, std::string_view token) override {
@@ -157,18 +156,12 @@ std::string BaseOf(std::string_view url) {
   return std::string(url.substr(0, url.find('/', scheme + 3)));
 }
 
-// NewHttpTransport's transport: one HttpTransport per server, the leader followed.
+// NewHttpTransport's transport (one HttpTransport per server) and NewLeaderFollowingTransport's:
+// the leader followed.
 class LeaderFollowingTransport final : public Transport {
  public:
-  LeaderFollowingTransport(std::string ca_cert_file, std::chrono::seconds timeout)
-      : ca_cert_file_(std::move(ca_cert_file)), timeout_(timeout) {}
-
-  Status Add(const std::string& address) {
-    GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<HttpTransport> transport,
-                              NewServerTransport(address, ca_cert_file_, timeout_));
-    servers_.push_back({address, std::move(transport)});
-    return Status::Ok();
-  }
+  explicit LeaderFollowingTransport(std::vector<ServerTransport> servers)
+      : servers_(std::move(servers)) {}
 
   Result<HttpResponse> Send(std::string_view method, std::string_view path, std::string_view body,
                             std::string_view content_type, std::string_view token) override {
@@ -178,7 +171,7 @@ class LeaderFollowingTransport final : public Transport {
     int redirects = 0;
     size_t unreachable = 0;
     while (true) {
-      HttpTransport& server = *servers_[current_].transport;
+      Transport& server = *servers_[current_].transport;
       Result<HttpResponse> response = server.Send(method, path, body, content_type, token);
       if (!response.ok()) {
         const bool skip = server.unreachable() && ++unreachable < servers_.size();
@@ -198,8 +191,9 @@ class LeaderFollowingTransport final : public Transport {
       ++redirects;
       // The token goes to the configured servers only: a redirect elsewhere (a compromised or
       // misconfigured server, or a proxy in between) is not followed.
-      const auto known = std::find_if(servers_.begin(), servers_.end(),
-                                      [&](const Server& s) { return SameServer(s.address, base); });
+      const auto known =
+          std::find_if(servers_.begin(), servers_.end(),
+                       [&](const ServerTransport& s) { return SameServer(s.address, base); });
       if (known == servers_.end()) {
         return FailedPreconditionError(fmt::format(
             "{} redirected {} {} to {}, which is not one of the configured servers ({}); list "
@@ -211,15 +205,10 @@ class LeaderFollowingTransport final : public Transport {
   }
 
  private:
-  struct Server {
-    std::string address;
-    std::unique_ptr<HttpTransport> transport;
-  };
-
   const std::string& server_address(size_t index) const { return servers_[index].address; }
   std::string configured() const {
     std::string out;
-    for (const Server& server : servers_) {
+    for (const ServerTransport& server : servers_) {
       out += (out.empty() ? "" : ",") + server.address;
     }
     return out;
@@ -232,9 +221,7 @@ class LeaderFollowingTransport final : public Transport {
     return trim(a) == trim(b);
   }
 
-  const std::string ca_cert_file_;
-  const std::chrono::seconds timeout_;
-  std::vector<Server> servers_;
+  std::vector<ServerTransport> servers_;
   size_t current_ = 0;  // the server the next call goes to first
 };
 
@@ -243,7 +230,7 @@ class LeaderFollowingTransport final : public Transport {
 Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address,
                                                     const std::string& ca_cert_file,
                                                     std::chrono::seconds timeout) {
-  auto transport = std::make_unique<LeaderFollowingTransport>(ca_cert_file, timeout);
+  std::vector<ServerTransport> servers;
   size_t start = 0;
   while (true) {
     const size_t comma = address.find(',', start);
@@ -252,13 +239,19 @@ Result<std::unique_ptr<Transport>> NewHttpTransport(const std::string& address,
       return InvalidArgumentError(fmt::format(
           "server address \"{}\": an empty address in the comma-separated list", address));
     }
-    GPUFLEET_RETURN_IF_ERROR(transport->Add(one));
+    GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<HttpTransport> transport,
+                              NewServerTransport(one, ca_cert_file, timeout));
+    servers.push_back({one, std::move(transport)});
     if (comma == std::string::npos) {
       break;
     }
     start = comma + 1;
   }
-  return std::unique_ptr<Transport>(std::move(transport));
+  return NewLeaderFollowingTransport(std::move(servers));
+}
+
+std::unique_ptr<Transport> NewLeaderFollowingTransport(std::vector<ServerTransport> servers) {
+  return std::make_unique<LeaderFollowingTransport>(std::move(servers));
 }
 
 ApiClient::ApiClient(std::string address, std::string token, const std::string& ca_cert_file,

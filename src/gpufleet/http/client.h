@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -33,6 +34,9 @@ class Transport {
   virtual Result<HttpResponse> Send(std::string_view method, std::string_view path,
                                     std::string_view body, std::string_view content_type,
                                     std::string_view token) = 0;
+  // Whether the last Send failed before the request left (connection refused): nothing reached
+  // the server, so another server may be tried at once.
+  virtual bool unreachable() const { return false; }
 };
 
 // The cpp-httplib transport for "http://host:port" or "https://host:port", with `timeout` for
@@ -49,6 +53,17 @@ class Transport {
 Result<std::unique_ptr<Transport>> NewHttpTransport(
     const std::string& address, const std::string& ca_cert_file = "",
     std::chrono::seconds timeout = std::chrono::seconds(10));
+
+// One server of several and the transport that reaches it.
+struct ServerTransport {
+  std::string address;
+  std::unique_ptr<Transport> transport;
+};
+
+// NewHttpTransport's way with several servers over any transports (the simulator's in-process
+// links): `servers` in the order to try them; each address as the servers' redirects name it.
+// REQUIRES: `servers` is not empty.
+std::unique_ptr<Transport> NewLeaderFollowingTransport(std::vector<ServerTransport> servers);
 
 // A JSON client of `gpufleet server`. Thread-compatible.
 class ApiClient {
