@@ -123,7 +123,7 @@ SimSubcommand AddSimChaosCommand(CLI::App& sim) {
                     "print the events of a single seed (with --seeds N-N), failing or not");
   command->add_option("--plant", flags->plant,
                       "run with a planted bug (none, early-release, skipped-fence, lost-write, "
-                      "unfenced-commits): "
+                      "unfenced-commits, short-fence-grace): "
                       "the harness must catch it");
   command
       ->add_option("--fault-minutes", flags->fault_minutes,

@@ -437,6 +437,10 @@ Result<SeedOutcome> ChaosRun::Run() {
   std::vector<std::string> gangs =
       CheckGangsWhole(fleet_->ledger().spans(), gang_size_, gang_window, now);
   violations.insert(violations.end(), gangs.begin(), gangs.end());
+  std::vector<std::string> graces =
+      CheckGraces(fleet_->ledger().graces(),
+                  std::min<Duration>(fleet_options_.agent_stop_grace, fleet_options_.stop_grace));
+  violations.insert(violations.end(), graces.begin(), graces.end());
   if (fleet_->LiveTasks() > 0) {
     violations.push_back(
         fmt::format("{} tasks still run after the fleet healed and drained", fleet_->LiveTasks()));
@@ -478,6 +482,8 @@ std::string_view PlantedBugName(PlantedBug bug) {
       return "lost-write";
     case PlantedBug::kUnfencedCommits:
       return "unfenced-commits";
+    case PlantedBug::kShortFenceGrace:
+      return "short-fence-grace";
   }
   return "none";
 }
@@ -485,14 +491,14 @@ std::string_view PlantedBugName(PlantedBug bug) {
 Result<PlantedBug> ParsePlantedBug(std::string_view name) {
   for (const PlantedBug bug :
        {PlantedBug::kNone, PlantedBug::kEarlyRelease, PlantedBug::kSkippedFence,
-        PlantedBug::kLostWrite, PlantedBug::kUnfencedCommits}) {
+        PlantedBug::kLostWrite, PlantedBug::kUnfencedCommits, PlantedBug::kShortFenceGrace}) {
     if (PlantedBugName(bug) == name) {
       return bug;
     }
   }
   return InvalidArgumentError(
       fmt::format("planted bug: \"{}\" (valid: none, early-release, skipped-fence, lost-write, "
-                  "unfenced-commits)",
+                  "unfenced-commits, short-fence-grace)",
                   name));
 }
 

@@ -78,7 +78,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(std::make_pair(PlantedBug::kEarlyRelease, std::string("GPU ")),
                       std::make_pair(PlantedBug::kSkippedFence, std::string(" started on ")),
                       std::make_pair(PlantedBug::kLostWrite, std::string("is lost")),
-                      std::make_pair(PlantedBug::kUnfencedCommits, std::string("GPU "))));
+                      std::make_pair(PlantedBug::kUnfencedCommits, std::string("GPU ")),
+                      std::make_pair(PlantedBug::kShortFenceGrace,
+                                     std::string("less than the documented"))));
 
 }  // namespace
 }  // namespace gpufleet::fleetsim

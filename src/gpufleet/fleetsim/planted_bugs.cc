@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/fleetsim/planted_bugs.h"
 
+#include <algorithm>
+#include <chrono>
 #include <map>
 #include <memory>
 #include <set>
@@ -13,7 +15,8 @@
 namespace gpufleet::fleetsim {
 namespace {
 
-// kEarlyRelease and kSkippedFence: a runner that lies to its agent.
+// kEarlyRelease, kSkippedFence and kShortFenceGrace: a runner that lies to its agent or cuts
+// what it was given.
 class FaultyRunner final : public runner::TaskRunner {
  public:
   FaultyRunner(runner::TaskRunner& inner, PlantedBug bug) : inner_(inner), bug_(bug) {}
@@ -50,6 +53,10 @@ class FaultyRunner final : public runner::TaskRunner {
   Status RenewLease(Duration fence_in, Duration grace) override {
     if (bug_ == PlantedBug::kSkippedFence) {
       return Status::Ok();
+    }
+    if (bug_ == PlantedBug::kShortFenceGrace) {
+      constexpr Duration kFenceMargin = std::chrono::seconds(16);
+      return inner_.RenewLease(fence_in, grace - std::min(grace, kFenceMargin));
     }
     return inner_.RenewLease(fence_in, grace);
   }
@@ -106,6 +113,7 @@ void PlantBug(PlantedBug bug, FleetOptions& options) {
       return;
     case PlantedBug::kEarlyRelease:
     case PlantedBug::kSkippedFence:
+    case PlantedBug::kShortFenceGrace:
       options.runner_wrapper = [bug](runner::TaskRunner& inner) {
         return std::make_unique<FaultyRunner>(inner, bug);
       };

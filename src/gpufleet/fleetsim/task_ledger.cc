@@ -95,6 +95,17 @@ void TaskLedger::EndAllOn(std::string_view node, MonoTime end) {
   }
 }
 
+void TaskLedger::Grace(GraceGiven given) {
+  if (given.task_id.empty()) {
+    const auto last = fence_grace_.find(given.node);
+    if (last != fence_grace_.end() && last->second == given.grace) {
+      return;
+    }
+    fence_grace_[given.node] = given.grace;
+  }
+  graces_.push_back(std::move(given));
+}
+
 LedgerRunner::LedgerRunner(runner::TaskRunner& inner, TaskLedger& ledger, std::string node,
                            const DriftingClock& clock)
     : inner_(inner), ledger_(ledger), node_(std::move(node)), clock_(clock) {}
@@ -107,6 +118,10 @@ Status LedgerRunner::Start(const runner::TaskLaunch& launch) {
 }
 
 Status LedgerRunner::Stop(std::string_view task_id, Duration grace) {
+  ledger_.Grace({.node = node_,
+                 .task_id = std::string(task_id),
+                 .grace = grace,
+                 .at = clock_.ToBase(clock_.Now())});
   return inner_.Stop(task_id, grace);
 }
 
@@ -126,6 +141,7 @@ Status LedgerRunner::Forget(std::string_view task_id) {
 }
 
 Status LedgerRunner::RenewLease(Duration fence_in, Duration grace) {
+  ledger_.Grace({.node = node_, .grace = grace, .at = clock_.ToBase(clock_.Now())});
   return inner_.RenewLease(fence_in, grace);
 }
 
@@ -190,6 +206,21 @@ std::vector<std::string> CheckExclusiveUse(const std::vector<TaskSpan>& spans, M
         return SplitTaskId(a.task_id).attempt == SplitTaskId(b.task_id).attempt;
       },
       "job");
+  return violations;
+}
+
+std::vector<std::string> CheckGraces(const std::vector<GraceGiven>& graces, Duration documented) {
+  std::vector<std::string> violations;
+  for (const GraceGiven& given : graces) {
+    if (given.grace < documented) {
+      violations.push_back(fmt::format(
+          "{} at {:.3f} s: {} with a grace of {:.3f} s, less than the documented {:.3f} s",
+          given.node, Seconds(given.at),
+          given.task_id.empty() ? std::string("the lease's fence") : "stop " + given.task_id,
+          std::chrono::duration<double>(given.grace).count(),
+          std::chrono::duration<double>(documented).count()));
+    }
+  }
   return violations;
 }
 

@@ -54,6 +54,16 @@ struct TaskSpan {
   std::optional<MonoTime> end;
 };
 
+// A grace a node's agent gave its runner: to stop one task (Stop: cancel, preemption, reclaim,
+// drain, scale-down, any task the server no longer wants there), or to every task should the
+// lease run out (RenewLease: the partition's fence; `task_id` empty).
+struct GraceGiven {
+  std::string node;
+  std::string task_id;
+  Duration grace{0};
+  MonoTime at;
+};
+
 // Every task any runner of the fleet started. Thread-compatible (one simulation thread).
 class TaskLedger {
  public:
@@ -65,14 +75,20 @@ class TaskLedger {
   void Ended(std::string_view task_id, std::string_view node, MonoTime end);
   // Ends every live span on `node` (its machine went down: every process is gone).
   void EndAllOn(std::string_view node, MonoTime end);
+  // A stop's grace (every one), or the lease's fence grace (when it changes on the node).
+  void Grace(GraceGiven given);
 
   const std::vector<TaskSpan>& spans() const { return spans_; }
+  const std::vector<GraceGiven>& graces() const { return graces_; }
   // Tasks started and not seen to end.
   size_t live() const { return live_.size(); }
 
  private:
   EventLog* events_;
   std::vector<TaskSpan> spans_;
+  std::vector<GraceGiven> graces_;
+  // The fence grace last given on each node.
+  std::map<std::string, Duration, std::less<>> fence_grace_;
   // (node, task id) -> index of its live span in spans_.
   std::map<std::pair<std::string, std::string>, size_t, std::less<>> live_;
 };
@@ -103,6 +119,10 @@ class LedgerRunner final : public runner::TaskRunner {
 // two places at once, and two attempts of one job live at once (task ids are
 // JOB-KEY/TASK/ATTEMPT). Spans still live count as lasting until `now`.
 std::vector<std::string> CheckExclusiveUse(const std::vector<TaskSpan>& spans, MonoTime now);
+
+// Every stop path keeps the documented grace (docs/agent.md): each grace given is at least
+// `documented` (the agent's stop grace, cut to the server's).
+std::vector<std::string> CheckGraces(const std::vector<GraceGiven>& graces, Duration documented);
 
 // Gangs run whole: the tasks of one attempt of a job of `gang_size[job key]` >= 2 tasks all start
 // within `window` of the first, or whatever started ends within `window`.

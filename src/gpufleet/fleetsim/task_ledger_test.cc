@@ -120,5 +120,21 @@ TEST(DriftingClockTest, RunsAtItsRateAndMapsBack) {
   EXPECT_EQ(fast.ToBase(fast.Now()), base.Now());
 }
 
+TEST(CheckGracesTest, AShortStopOrFenceGraceIsNamedAndAnUnchangedFenceIsRecordedOnce) {
+  using std::chrono::seconds;
+  TaskLedger ledger;
+  ledger.Grace({.node = "node-0", .task_id = "", .grace = seconds(30), .at = At(1)});
+  ledger.Grace({.node = "node-0", .task_id = "", .grace = seconds(30), .at = At(2)});
+  ledger.Grace({.node = "node-0", .task_id = "a/main-0/1", .grace = seconds(30), .at = At(3)});
+  EXPECT_THAT(ledger.graces(), SizeIs(2));
+  EXPECT_THAT(CheckGraces(ledger.graces(), seconds(30)), IsEmpty());
+  ledger.Grace({.node = "node-1", .task_id = "", .grace = seconds(14), .at = At(4)});
+  ledger.Grace({.node = "node-1", .task_id = "b/main-0/1", .grace = seconds(5), .at = At(5)});
+  EXPECT_THAT(
+      CheckGraces(ledger.graces(), seconds(30)),
+      ElementsAre(HasSubstr("node-1 at 4.000 s: the lease's fence with a grace of 14.000 s"),
+                  HasSubstr("stop b/main-0/1 with a grace of 5.000 s")));
+}
+
 }  // namespace
 }  // namespace gpufleet::fleetsim
