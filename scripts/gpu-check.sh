@@ -18,7 +18,8 @@
 #   SM and memory clocks                   CLOCK_TOL_PCT         (default 10 %)
 # On MIG-enabled GPUs only identity, temperature, power and clocks are compared.
 #
-# Environment: BUILD_DIR (default build), GPUFLEET (a built binary: skips the build),
+# Environment: BUILD_DIR (default build), GPUFLEET (a built binary: skips the build), BUNDLE (a
+# directory scripts/gpu-bundle made, for a machine without Debian's packages: its gpufleet),
 # NVML_LIBRARY (passed to --nvml-library), NVIDIA_SMI (default nvidia-smi).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,6 +38,9 @@ if ! command -v "$NVIDIA_SMI" >/dev/null 2>&1; then
   exit 2
 fi
 
+if [ -n "${BUNDLE:-}" ]; then
+  GPUFLEET="$BUNDLE/gpufleet"  # a carried build (scripts/gpu-bundle): nothing to build there
+fi
 if [ -z "${GPUFLEET:-}" ]; then
   build_dir="${BUILD_DIR:-build}"
   cmake -S . -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
