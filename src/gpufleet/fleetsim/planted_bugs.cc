@@ -69,22 +69,11 @@ class FaultyRunner final : public runner::TaskRunner {
 };
 
 // kLostWrite: the second commit that creates a job is acknowledged and not kept.
-class LosingStore final : public store::StateStore {
+class LosingStore final : public store::ForwardingStateStore {
  public:
-  explicit LosingStore(store::StateStore& inner) : inner_(inner) {}
+  explicit LosingStore(store::StateStore& inner) : ForwardingStateStore(inner) {}
 
  protected:
-  Result<store::StoredObject> DoGet(std::string_view kind, std::string_view name) override {
-    return inner_.Get(kind, name);
-  }
-  Result<std::vector<store::StoredObject>> DoList(std::string_view kind,
-                                                  std::string_view name_prefix) override {
-    return inner_.List(kind, name_prefix);
-  }
-  Result<std::vector<store::StoredObject>> DoListWhere(std::string_view kind,
-                                                       const store::ListFilter& filter) override {
-    return inner_.ListWhere(kind, filter);
-  }
   Status DoCommit(const store::WriteBatch& batch) override {
     for (const store::WriteOp& op : batch.ops()) {
       if (op.type == store::WriteOpType::kCreate && op.kind == control::kJobsKind &&
@@ -92,16 +81,10 @@ class LosingStore final : public store::StateStore {
         return Status::Ok();
       }
     }
-    return inner_.Commit(batch);
-  }
-  Result<int64_t> DoRevision() override { return inner_.Revision(); }
-  Result<std::vector<store::StoredEvent>> DoEvents(std::string_view kind,
-                                                   std::string_view name) override {
-    return inner_.Events(kind, name);
+    return inner().Commit(batch);
   }
 
  private:
-  store::StateStore& inner_;
   int job_creations_ = 0;
 };
 

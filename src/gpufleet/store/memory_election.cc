@@ -70,37 +70,9 @@ int64_t MemoryLeaderElection::fence_token() const {
   return fence_token_;
 }
 
-Result<StoredObject> FencedStore::DoGet(std::string_view kind, std::string_view name) {
-  return inner_.Get(kind, name);
-}
-
-Result<std::vector<StoredObject>> FencedStore::DoGetMany(std::string_view kind,
-                                                         const std::vector<std::string>& names) {
-  return inner_.GetMany(kind, names);
-}
-
-Result<std::vector<StoredObject>> FencedStore::DoList(std::string_view kind,
-                                                      std::string_view name_prefix) {
-  return inner_.List(kind, name_prefix);
-}
-
-Result<std::vector<StoredObject>> FencedStore::DoListWhere(std::string_view kind,
-                                                           const ListFilter& filter) {
-  return inner_.ListWhere(kind, filter);
-}
-
 Status FencedStore::DoCommit(const WriteBatch& batch) {
   return election_.lease().CommitIfHolder(election_.identity(), election_.fence_token(),
-                                          [&] { return inner_.Commit(batch); });
-}
-
-Result<int64_t> FencedStore::DoRevision() {
-  return inner_.Revision();
-}
-
-Result<std::vector<StoredEvent>> FencedStore::DoEvents(std::string_view kind,
-                                                       std::string_view name) {
-  return inner_.Events(kind, name);
+                                          [&] { return inner().Commit(batch); });
 }
 
 }  // namespace gpufleet::store

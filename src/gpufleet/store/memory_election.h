@@ -73,26 +73,16 @@ class MemoryLeaderElection final : public LeaderElection {
 // server's election holds the lease with the token it was granted (fencing), so a deposed
 // leader's late writes are refused. Observers see this view's commits only, as a server sees its
 // own connection's. Thread-safe.
-class FencedStore final : public StateStore {
+class FencedStore final : public ForwardingStateStore {
  public:
   // `inner` and `election` must outlive the view.
   FencedStore(StateStore& inner, MemoryLeaderElection& election)
-      : inner_(inner), election_(election) {}
+      : ForwardingStateStore(inner), election_(election) {}
 
  protected:
-  Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
-  Result<std::vector<StoredObject>> DoGetMany(std::string_view kind,
-                                              const std::vector<std::string>& names) override;
-  Result<std::vector<StoredObject>> DoList(std::string_view kind,
-                                           std::string_view name_prefix) override;
-  Result<std::vector<StoredObject>> DoListWhere(std::string_view kind,
-                                                const ListFilter& filter) override;
   Status DoCommit(const WriteBatch& batch) override;
-  Result<int64_t> DoRevision() override;
-  Result<std::vector<StoredEvent>> DoEvents(std::string_view kind, std::string_view name) override;
 
  private:
-  StateStore& inner_;
   MemoryLeaderElection& election_;
 };
 

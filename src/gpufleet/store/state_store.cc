@@ -368,4 +368,36 @@ Status ObjectExistsError(std::string_view kind, std::string_view name) {
   return AlreadyExistsError(fmt::format("{}/{} already exists", kind, name));
 }
 
+Result<StoredObject> ForwardingStateStore::DoGet(std::string_view kind, std::string_view name) {
+  return inner_.Get(kind, name);
+}
+
+Result<std::vector<StoredObject>> ForwardingStateStore::DoGetMany(
+    std::string_view kind, const std::vector<std::string>& names) {
+  return inner_.GetMany(kind, names);
+}
+
+Result<std::vector<StoredObject>> ForwardingStateStore::DoList(std::string_view kind,
+                                                               std::string_view name_prefix) {
+  return inner_.List(kind, name_prefix);
+}
+
+Result<std::vector<StoredObject>> ForwardingStateStore::DoListWhere(std::string_view kind,
+                                                                    const ListFilter& filter) {
+  return inner_.ListWhere(kind, filter);
+}
+
+Status ForwardingStateStore::DoCommit(const WriteBatch& batch) {
+  return inner_.Commit(batch);
+}
+
+Result<int64_t> ForwardingStateStore::DoRevision() {
+  return inner_.Revision();
+}
+
+Result<std::vector<StoredEvent>> ForwardingStateStore::DoEvents(std::string_view kind,
+                                                                std::string_view name) {
+  return inner_.Events(kind, name);
+}
+
 }  // namespace gpufleet::store

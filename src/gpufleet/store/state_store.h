@@ -184,6 +184,30 @@ class StateStore {
   std::vector<CommitObserver*> observers_;  // guarded by observers_mu_
 };
 
+// A StateStore that passes every call to `inner` (which must outlive it): the base of decorators
+// that change one or two calls (a simulated server's fenced view, the tests' fault injectors).
+// Observers of the decorator see the commits made through it only.
+class ForwardingStateStore : public StateStore {
+ public:
+  explicit ForwardingStateStore(StateStore& inner) : inner_(inner) {}
+
+ protected:
+  StateStore& inner() { return inner_; }
+  Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
+  Result<std::vector<StoredObject>> DoGetMany(std::string_view kind,
+                                              const std::vector<std::string>& names) override;
+  Result<std::vector<StoredObject>> DoList(std::string_view kind,
+                                           std::string_view name_prefix) override;
+  Result<std::vector<StoredObject>> DoListWhere(std::string_view kind,
+                                                const ListFilter& filter) override;
+  Status DoCommit(const WriteBatch& batch) override;
+  Result<int64_t> DoRevision() override;
+  Result<std::vector<StoredEvent>> DoEvents(std::string_view kind, std::string_view name) override;
+
+ private:
+  StateStore& inner_;
+};
+
 // Validation and messages shared by the backends.
 
 // OK if `value` is a valid kind or name; otherwise kInvalidArgument naming `field` and `value`.

@@ -41,26 +41,21 @@ Result<StoredObject> FaultInjectingStateStore::DoGet(std::string_view kind, std:
     ++get_count_;
     hook = std::exchange(after_next_get_, nullptr);
   }
-  Result<StoredObject> read = inner_.Get(kind, name);
+  Result<StoredObject> read = inner().Get(kind, name);
   if (hook) {
     hook();
   }
   return read;
 }
 
+Result<std::vector<StoredObject>> FaultInjectingStateStore::DoGetMany(
+    std::string_view kind, const std::vector<std::string>& names) {
+  return StateStore::DoGetMany(kind, names);
+}
+
 void FaultInjectingStateStore::AfterNextGet(std::function<void()> hook) {
   std::lock_guard lock(mu_);
   after_next_get_ = std::move(hook);
-}
-
-Result<std::vector<StoredObject>> FaultInjectingStateStore::DoList(std::string_view kind,
-                                                                   std::string_view name_prefix) {
-  return inner_.List(kind, name_prefix);
-}
-
-Result<std::vector<StoredObject>> FaultInjectingStateStore::DoListWhere(std::string_view kind,
-                                                                        const ListFilter& filter) {
-  return inner_.ListWhere(kind, filter);
 }
 
 Status FaultInjectingStateStore::DoCommit(const WriteBatch& batch) {
@@ -80,10 +75,10 @@ Status FaultInjectingStateStore::DoCommit(const WriteBatch& batch) {
     }
   }
   if (!fail) {
-    return inner_.Commit(batch);
+    return inner().Commit(batch);
   }
   if (mode == FaultMode::kAfterCommit) {
-    GPUFLEET_RETURN_IF_ERROR(inner_.Commit(batch));
+    GPUFLEET_RETURN_IF_ERROR(inner().Commit(batch));
   }
   if (!error.ok()) {
     return error;
@@ -91,15 +86,6 @@ Status FaultInjectingStateStore::DoCommit(const WriteBatch& batch) {
   return UnavailableError(fmt::format(
       "injected fault: commit {} ({} operations) failed {}", commit, batch.size(),
       mode == FaultMode::kAfterCommit ? "after it was written" : "before it was written"));
-}
-
-Result<int64_t> FaultInjectingStateStore::DoRevision() {
-  return inner_.Revision();
-}
-
-Result<std::vector<StoredEvent>> FaultInjectingStateStore::DoEvents(std::string_view kind,
-                                                                    std::string_view name) {
-  return inner_.Events(kind, name);
 }
 
 }  // namespace gpufleet::store::testing

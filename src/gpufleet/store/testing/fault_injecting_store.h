@@ -20,7 +20,7 @@ namespace gpufleet::store::testing {
 //
 // Only commits that reach the backend count (empty and invalid batches are answered before).
 // Thread-safe if `inner` is; `inner` must outlive this object.
-class FaultInjectingStateStore final : public StateStore {
+class FaultInjectingStateStore final : public ForwardingStateStore {
  public:
   enum class FaultMode {
     // The batch is not passed on: nothing of it is written (a crash before the commit).
@@ -30,7 +30,7 @@ class FaultInjectingStateStore final : public StateStore {
     kAfterCommit,
   };
 
-  explicit FaultInjectingStateStore(StateStore& inner) : inner_(inner) {}
+  explicit FaultInjectingStateStore(StateStore& inner) : ForwardingStateStore(inner) {}
   FaultInjectingStateStore(const FaultInjectingStateStore&) = delete;
   FaultInjectingStateStore& operator=(const FaultInjectingStateStore&) = delete;
 
@@ -52,16 +52,12 @@ class FaultInjectingStateStore final : public StateStore {
 
  protected:
   Result<StoredObject> DoGet(std::string_view kind, std::string_view name) override;
-  Result<std::vector<StoredObject>> DoList(std::string_view kind,
-                                           std::string_view name_prefix) override;
-  Result<std::vector<StoredObject>> DoListWhere(std::string_view kind,
-                                                const ListFilter& filter) override;
+  // One Get per name, as the base StateStore does, so that each counts and meets the hook.
+  Result<std::vector<StoredObject>> DoGetMany(std::string_view kind,
+                                              const std::vector<std::string>& names) override;
   Status DoCommit(const WriteBatch& batch) override;
-  Result<int64_t> DoRevision() override;
-  Result<std::vector<StoredEvent>> DoEvents(std::string_view kind, std::string_view name) override;
 
  private:
-  StateStore& inner_;
   mutable std::mutex mu_;
   int64_t commit_count_ = 0;                   // guarded by mu_
   int64_t fail_at_commit_ = 0;                 // guarded by mu_; 0: no fault pending
