@@ -25,8 +25,11 @@ fleet=(--nodes 8 --leaves 2 --playback-minutes 1 --target-load 0.4 --run-seconds
 if [ -n "$shots" ]; then
   fleet=(--playback-minutes 10 --run-seconds 300)
 fi
+# Prices, so that the Usage page has its cost column (`--prices`, docs/usage.md).
+printf 'model,price_per_gpu_hour\nH100-80GB,2.49\n' >"$work/prices.csv"
 "$gpufleet" dev --listen 127.0.0.1:0 --metrics-listen 127.0.0.1:0 "${fleet[@]}" \
-  --heartbeat-ms 1000 --quiet --data-dir "$work/data" >"$work/log" 2>&1 &
+  --heartbeat-ms 1000 --quiet --data-dir "$work/data" --prices "$work/prices.csv" \
+  >"$work/log" 2>&1 &
 pid=$!
 
 for _ in $(seq 200); do

@@ -141,7 +141,7 @@
       `allocated ${fmtGpus(alloc)} GPU`,
       `utilization ${util === undefined ? 'not reported' : util + '%'}`,
       `temperature headroom ${gpu.thermal_headroom_c === undefined ? '–' : gpu.thermal_headroom_c + ' °C'}`,
-      `health ${gpu.health}`].join('\n');
+      `health ${gpu.health}${gpu.quarantine_reason ? ': ' + gpu.quarantine_reason : ''}`].join('\n');
     return h('div', {class: 'gpu' + (quarantined ? ' q' : '') +
         (gpu.health && gpu.health !== 'Healthy' && !quarantined ? ' bad' : ''),
       title, 'data-gpu': gpu.index},
@@ -161,13 +161,14 @@
   }
 
   function fleetPage() {
-    let root, cards, chartEl, chart, tree;
+    let root, cards, chartEl, chart, tree, quarantines;
     return page((el) => {
       root = el;
       cards = h('div', {class: 'cards'});
       chartEl = h('div', {class: 'chart'});
       tree = h('div', {});
-      append(root, h('h1', {}, 'Fleet'), cards,
+      quarantines = h('div', {id: 'fleet-quarantines'});
+      append(root, h('h1', {}, 'Fleet'), cards, quarantines,
         h('div', {class: 'panel'}, h('h2', {}, 'GPUs allocated and busy (last hour)'), chartEl),
         h('div', {class: 'panel'}, h('h2', {}, 'Topology'),
           h('div', {class: 'legend'}, 'each square is a GPU:',
@@ -217,6 +218,11 @@
       chart.setData([history.items.map((s) => s.unix_ms / 1000),
         history.items.map((s) => s.allocated_milli / 1000),
         history.items.map((s) => s.busy_milli / 1000), history.items.map((s) => s.gpus)]);
+      // The same reason the failure report shows: both come from one commit of the quarantine.
+      const out = items.flatMap((n) => (n.gpus || []).filter((g) => g.health === 'Quarantined')
+        .map((g) => [h('a', {href: nodeHref(n.name)}, `${n.name} GPU ${g.index}`), g.quarantine_reason || '']));
+      replace(quarantines, out.length ? h('div', {class: 'panel'}, h('h2', {}, 'Quarantined GPUs'),
+        table(['GPU', 'reason'], out, 'none')) : null);
       renderTree(tree, items, u);
     });
   }
@@ -296,7 +302,7 @@
               h('div', {class: 'bar'}, h('span', {style: `width:${Math.min(100, (g.allocated_milli || 0) / 10)}%`})),
               num(u[name + '/' + g.index] === undefined ? '–' : u[name + '/' + g.index] + '%'),
               num(g.thermal_headroom_c === undefined ? '–' : g.thermal_headroom_c + ' °C'),
-              badge(g.health || '–'), byGpu[g.index] || '']))),
+              [badge(g.health || '–'), g.quarantine_reason ? ' ' + g.quarantine_reason : ''], byGpu[g.index] || '']))),
         h('div', {class: 'panel'}, h('h2', {}, 'Jobs on this node'),
           table(['job', 'team', 'state', 'tasks here'], here.map((j) => [h('a', {href: jobHref(j)}, j.name), j.team || '–',
             badge(j.state), j.placements.filter((p) => p.node === name).map((p) => p.task).join(', ')]),
@@ -308,10 +314,13 @@
 
   function timeline(items) {
     if (!items || items.length === 0) return h('p', {class: 'muted'}, 'no events');
+    // A repeated event is one entry with its count and span, "(x97, 07:12-07:18)" (UTC).
+    const hhmm = (t) => (t || '').slice(11, 16);
     return h('ul', {class: 'timeline'}, items.map((e) =>
       h('li', {}, h('span', {class: 'rev'}, '#' + e.revision),
         e.at ? h('time', {datetime: e.at}, e.at.replace('T', ' ').replace('Z', ' UTC')) : null,
-        e.message)));
+        e.message,
+        e.count > 1 ? h('span', {class: 'repeats'}, ` (x${e.count}, ${hhmm(e.firstTime)}-${hhmm(e.lastTime)})`) : null)));
   }
 
   function queuesPage() {
@@ -522,7 +531,8 @@
       const hasCost = (u.rows || []).some((r) => r.cost !== undefined && r.cost !== null);
       const f2 = (x) => (Number.isFinite(x) ? x.toFixed(2) : '–');
       replace(body, table([u.by || bySel.value, ['allocated GPU-h', true], ['busy GPU-h', true], ['idle GPU-h', true]].concat(hasCost ? [['cost', true]] : []),
-        (u.rows || []).map((r) => [r.key, num(f2(r.allocatedGpuHours)), num(f2(r.busyGpuHours)), num(f2(r.idleGpuHours))]
+        // Jobs of no team (an admin's own) have an empty key, as `report usage` says it.
+        (u.rows || []).map((r) => [r.key || ((u.by || bySel.value) === 'team' ? '(no team)' : '(none)'), num(f2(r.allocatedGpuHours)), num(f2(r.busyGpuHours)), num(f2(r.idleGpuHours))]
           .concat(hasCost ? [num(r.cost === undefined || r.cost === null ? '–' : f2(r.cost))] : [])), 'no usage in this range'),
       h('p', {}, 'unallocated GPU-hours of the fleet: ', f2(u.unallocatedGpuHours)));
     });

@@ -150,10 +150,16 @@ void AddVerb(CliState& state, CLI::App* verb, std::function<int(http::ApiClient&
 void AddNodeVerb(CLI::App& app, CliState& state, const std::string& name,
                  const std::string& description, cli::NodeAction action, bool takes_gpu) {
   CLI::App* verb = app.add_subcommand(name, description);
-  verb->add_option("NODE", state.node.node, "node name")->required();
+  verb->add_option("NODE", state.node.node,
+                   takes_gpu ? "node name, or NODE/GPU for one GPU" : "node name")
+      ->required();
   CLI::Option* gpu =
       takes_gpu ? verb->add_option("--gpu", state.gpu, "one GPU index (default: every GPU)")
                 : nullptr;
+  if (action == cli::NodeAction::kQuarantine) {
+    verb->add_option("--reason", state.node.reason,
+                     "why, stored with the quarantine and shown on the node and failure report");
+  }
   AddVerb(state, verb, [&state, action, gpu](http::ApiClient& client) {
     if (gpu != nullptr && gpu->count() > 0) {
       state.node.gpu = state.gpu;
@@ -317,8 +323,9 @@ Action AddCliCommands(CLI::App& app) {
                      "with --sacct: TIMEOUT as a hang (default) or as the job's own (app)");
   report->add_option("--top", s.slurm_report.top, "with --sacct: nodes listed besides the flagged")
       ->check(CLI::Range(0, 100000));
-  report->add_option("--from", s.usage.from, "usage: the period's start (RFC 3339, UTC)");
-  report->add_option("--to", s.usage.to, "usage: the period's end (RFC 3339, UTC)");
+  report->add_option("--from", s.usage.from,
+                     "usage: the period's start (RFC 3339, UTC; default 7 days before its end)");
+  report->add_option("--to", s.usage.to, "usage: the period's end (RFC 3339, UTC; default now)");
   report->add_option("--by", s.usage.by, "usage: team (default), queue, user or model");
   report->add_option("--prices", s.usage.prices,
                      "usage: a price table per GPU model (MODEL,PRICE lines or MODEL: PRICE)");
@@ -329,7 +336,8 @@ Action AddCliCommands(CLI::App& app) {
       if (s.usage.format.empty()) {
         s.usage.format = s.report.output;  // -o json works too; -o yaml is refused
       }
-      return cli::RunUsageReport(client, s.usage, std::cout, std::cerr);
+      const SystemClock clock;
+      return cli::RunUsageReport(client, s.usage, clock, std::cout, std::cerr);
     }
     return cli::RunReport(client, s.report, std::cout, std::cerr);
   });

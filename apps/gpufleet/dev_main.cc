@@ -41,6 +41,7 @@ namespace {
 
 struct DevFlags {
   std::string data_dir;  // empty: a new temporary directory
+  std::string prices;    // a price table per GPU model; empty: no cost on the Usage page
   std::string listen = "127.0.0.1:8080";
   std::string metrics_listen = "127.0.0.1:9400";
   int nodes = 32;
@@ -318,6 +319,10 @@ int RunDev(DevFlags flags) {
   if (!store.ok()) {
     return FailDev(store.status());
   }
+  const Result<std::optional<wire::PriceTable>> prices = LoadPricesFlag(flags.prices);
+  if (!prices.ok()) {
+    return FailDev(prices.status());
+  }
   SystemClock clock;
   api::EventTimeStore timed_store(**store, clock);  // each event with its time
   Result<std::unique_ptr<api::ApiServer>> server =
@@ -333,7 +338,8 @@ int RunDev(DevFlags flags) {
                               // last 5 minutes' (a few thousand), not hours' worth.
                               .retain_finished = std::chrono::minutes(5),
                               // The dashboard's charts fill in seconds, not minutes.
-                              .history_interval = std::chrono::seconds(5)});
+                              .history_interval = std::chrono::seconds(5),
+                              .usage_prices = *prices});
   if (!server.ok()) {
     return FailDev(server.status());
   }
@@ -572,6 +578,9 @@ Action AddDevCommand(CLI::App& app) {
   CLI::App* dev = app.add_subcommand(
       "dev", "a simulated fleet on this machine: server, agents, metrics and a trace to watch");
   dev->add_option("--data-dir", flags->data_dir, "store directory (default: a new temporary one)");
+  dev->add_option("--prices", flags->prices,
+                  "a price per GPU-hour of each GPU model (as `server --prices`): the Usage page "
+                  "shows the cost");
   dev->add_option("--listen", flags->listen, "API HOST:PORT (port 0: any free port)")
       ->capture_default_str();
   dev->add_option("--metrics-listen", flags->metrics_listen,

@@ -15,6 +15,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "gpufleet/cli/commands.h"
+#include "gpufleet/cli/usage_report.h"
 #include "gpufleet/os/files.h"
 
 namespace gpufleet::app {
@@ -134,6 +136,19 @@ Status WriteOutputFile(const std::string& path, const std::function<Status(std::
   }
   fmt::print("wrote {}\n", path);
   return Status::Ok();
+}
+
+Result<std::optional<wire::PriceTable>> LoadPricesFlag(const std::string& path) {
+  if (path.empty()) {
+    return std::optional<wire::PriceTable>();
+  }
+  Result<std::string> text = cli::ReadTextFile(path, "prices");
+  Result<wire::PriceTable> parsed =
+      text.ok() ? cli::ParsePriceTable(*text, path) : Result<wire::PriceTable>(text.status());
+  if (!parsed.ok()) {
+    return Status(parsed.status().code(), "--prices: " + parsed.status().message());
+  }
+  return std::optional<wire::PriceTable>(*std::move(parsed));
 }
 
 }  // namespace gpufleet::app

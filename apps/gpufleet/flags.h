@@ -11,9 +11,14 @@
 #include <vector>
 
 #include "gpufleet/core/status.h"
+#include "gpufleet/wire/usage_cost.h"
 
 // Flag parsing and process plumbing shared by the subcommands.
 namespace gpufleet::app {
+
+// The price table of `--prices FILE` (`server`, `dev`) in the format `report usage --prices`
+// reads (cli::ParsePriceTable); nullopt for an empty path. Errors start with "--prices: ".
+Result<std::optional<wire::PriceTable>> LoadPricesFlag(const std::string& path);
 
 // The parts of a comma-separated list, empty ones included ("a,,b" has three).
 std::vector<std::string> SplitList(const std::string& text);

@@ -46,6 +46,7 @@ struct ServerFlags {
   std::string workload_half_life = "24h";
   int64_t workload_max_shapes = 64;
   std::string fabric;
+  std::string prices;  // a price table per GPU model; empty: no cost in GET /v1/usage
   int64_t cycle_interval_ms = 1000;
   int64_t mig_apply_timeout_s = 120;
   int64_t heartbeat_interval_ms = 10000;
@@ -219,6 +220,10 @@ int RunServer(const ServerFlags& flags) {
     return FailServer(InvalidArgumentError(
         fmt::format("--workload-max-shapes: {} (must be 1..100000)", flags.workload_max_shapes)));
   }
+  Result<std::optional<wire::PriceTable>> prices = LoadPricesFlag(flags.prices);
+  if (!prices.ok()) {
+    return FailServer(prices.status());
+  }
   const GpuCatalog catalog = GpuCatalog::Default();
   Result<OpenedStore> store = OpenStore(flags);
   if (!store.ok()) {
@@ -302,7 +307,8 @@ int RunServer(const ServerFlags& flags) {
                 .max_connections = flags.max_connections,
                 .max_connections_per_client = flags.max_connections_per_client},
        .election = election.get(),
-       .election_interval = std::chrono::milliseconds(flags.leader_renew_ms)});
+       .election_interval = std::chrono::milliseconds(flags.leader_renew_ms),
+       .usage_prices = *prices});
   if (!server.ok()) {
     return FailServer(server.status());
   }
@@ -424,6 +430,9 @@ Action AddServerCommand(CLI::App& app) {
   server->add_option("--fabric", flags->fabric,
                      "the network fabric (YAML, or Slurm topology.conf): multi-node jobs are "
                      "placed to keep their collectives off oversubscribed tiers (docs/fabric.md)");
+  server->add_option("--prices", flags->prices,
+                     "a price per GPU-hour of each GPU model (MODEL,PRICE lines or MODEL: PRICE, "
+                     "as `report usage --prices`): GET /v1/usage and the dashboard show the cost");
   server->add_option("--tls-cert", flags->tls_cert,
                      "serve HTTPS with this PEM certificate (chain); needs --tls-key");
   server->add_option("--tls-key", flags->tls_key, "the PEM private key of --tls-cert");

@@ -186,8 +186,21 @@ try {
   await page.click('nav a:has-text("Failures")');
   await page.waitForSelector('.card:has-text("runs (30 days)")', { timeout: STEP_MS });
   check(true, 'the failure report is shown to an admin');
+  // A quarantine with a reason: the Fleet and Failures pages say the same at once.
+  const reason = 'fans loud, ticket 42';
+  await must('POST', `/v1/nodes/${encodeURIComponent(placedOn)}/quarantine`, adminToken,
+    { gpu: 0, reason }, 200);
+  await page.click('nav a:has-text("Fleet")');
+  await page.waitForSelector(`#fleet-quarantines td:has-text("${reason}")`, { timeout: STEP_MS });
+  check(true, 'the Fleet page lists a quarantined GPU with its reason');
+  await page.click('nav a:has-text("Failures")');
+  await page.waitForSelector(`td:has-text("${reason}")`, { timeout: STEP_MS });
+  check(true, 'the Failures page shows the same quarantine and reason at once');
+  await must('POST', `/v1/nodes/${encodeURIComponent(placedOn)}/release`, adminToken, { gpu: 0 }, 200);
   await page.click('nav a:has-text("Usage")');
   await page.waitForSelector('main .panel', { timeout: STEP_MS });
+  await page.waitForSelector('main .panel th:has-text("cost")', { timeout: STEP_MS });
+  check(true, 'the Usage page has a cost column from the server\'s prices');
 
   // ---- a member ----------------------------------------------------------------------------
   const member = await (await browser.newContext({ viewport: { width: 1440, height: 1000 } })).newPage();

@@ -82,9 +82,12 @@ class ApiRoutes {
   // may see it. Takes the cycle mutex.
   ApiResponse ExplainJob(const control::Principal& who, std::string_view name);
   Result<Json> CancelJob(const control::Principal& who, std::string_view name);
+  // A job's events, repeats grouped: each with "count", "firstTime" and "lastTime".
   ApiResponse JobEvents(const control::Principal& who, std::string_view name);
   // {"items": [{"revision": ..., "message": ...}]} of a job or node.
   ApiResponse ObjectEvents(std::string_view kind, std::string_view name);
+  // The items of ObjectEvents ("at" where the event carries its time).
+  Result<Json> EventItems(std::string_view kind, std::string_view name);
   ApiResponse ListNodes(const control::Principal& who);
   ApiResponse GetNode(const control::Principal& who, std::string_view name);
   // DELETE /v1/nodes/NAME (admin): removes a node that holds no runs (409 naming the jobs

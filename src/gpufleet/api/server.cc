@@ -17,6 +17,7 @@
 #include "gpufleet/api/event_time_store.h"
 #include "gpufleet/api/routes.h"
 #include "gpufleet/api/tls.h"
+#include "gpufleet/control/event_groups.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/placement_gpus.h"
 #include "gpufleet/control/scheduling_view.h"
@@ -1116,16 +1117,26 @@ ApiResponse ApiRoutes::JobEvents(const control::Principal& who, std::string_view
   if (visible.status != 200) {
     return visible;
   }
-  return ObjectEvents(control::kJobsKind, name);
+  // Repeats of an event count in the job's document (control/event_groups.h).
+  const Result<store::StoredObject> job = options_.store.Get(control::kJobsKind, name);
+  if (!job.ok() && job.status().code() != StatusCode::kNotFound) {
+    return ErrorResponse(job.status());
+  }
+  Result<Json> items = EventItems(control::kJobsKind, name);
+  if (!items.ok()) {
+    return ErrorResponse(items.status());
+  }
+  return JsonResponse(
+      200, {{"items",
+             control::GroupEventItems(
+                 *std::move(items), job.ok() ? wire::ParseDocument(job->data) : Json::object())}});
 }
 
-ApiResponse ApiRoutes::ObjectEvents(std::string_view kind, std::string_view name) {
-  const Result<std::vector<store::StoredEvent>> events = options_.store.Events(kind, name);
-  if (!events.ok()) {
-    return ErrorResponse(events.status());
-  }
+Result<Json> ApiRoutes::EventItems(std::string_view kind, std::string_view name) {
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredEvent> events,
+                            options_.store.Events(kind, name));
   Json items = Json::array();
-  for (const store::StoredEvent& event : *events) {
+  for (const store::StoredEvent& event : events) {
     const EventText text = ParseEventText(event.text);
     Json item = {{"revision", event.revision}, {"message", std::string(text.message)}};
     if (text.at) {
@@ -1133,7 +1144,15 @@ ApiResponse ApiRoutes::ObjectEvents(std::string_view kind, std::string_view name
     }
     items.push_back(std::move(item));
   }
-  return JsonResponse(200, {{"items", std::move(items)}});
+  return items;
+}
+
+ApiResponse ApiRoutes::ObjectEvents(std::string_view kind, std::string_view name) {
+  Result<Json> items = EventItems(kind, name);
+  if (!items.ok()) {
+    return ErrorResponse(items.status());
+  }
+  return JsonResponse(200, {{"items", *std::move(items)}});
 }
 
 // ---- node handlers --------------------------------------------------------------------------
@@ -1280,6 +1299,7 @@ ApiResponse ApiRoutes::NodeAction(const control::Principal& who, std::string_vie
   }
   const bool gpu_action = action == "quarantine" || action == "release";
   std::optional<int64_t> gpu;
+  std::string reason;
   if (gpu_action && body.find_first_not_of(" \t\r\n") != std::string::npos) {
     const Result<Json> parsed = wire::ParseJson(body);
     if (!parsed.ok() || !parsed->is_object()) {
@@ -1295,6 +1315,17 @@ ApiResponse ApiRoutes::NodeAction(const control::Principal& who, std::string_vie
       }
       gpu = it->get<int64_t>();
     }
+    if (const auto it = j.find("reason"); it != j.end()) {
+      if (!it->is_string() || action != "quarantine") {
+        return ErrorResponse(InvalidArgumentError(fmt::format(
+            "reason: {} ({})", it->dump(),
+            action == "quarantine" ? "must be a string" : "only a quarantine has one")));
+      }
+      reason = it->get<std::string>();
+    }
+  }
+  if (reason.empty()) {
+    reason = "quarantined by an operator";
   }
   ApiResponse response;
   bool wrote = false;
@@ -1308,25 +1339,19 @@ ApiResponse ApiRoutes::NodeAction(const control::Principal& who, std::string_vie
         }
         Json doc = wire::ParseDocument(object->data);
         std::string event;
+        store::WriteBatch batch;
         if (gpu_action) {
-          const char* health = action == "quarantine" ? GpuHealthName(GpuHealth::kQuarantined)
-                                                      : GpuHealthName(GpuHealth::kHealthy);
-          bool found = false;
-          if (doc.contains("gpus") && doc["gpus"].is_array()) {
-            for (Json& g : doc["gpus"]) {
-              if (!gpu || wire::IntOr(g, "index", -1) == *gpu) {
-                g["health"] = health;
-                found = true;
-              }
-            }
-          }
-          if (gpu && !found) {
-            response = ErrorResponse(
-                InvalidArgumentError(fmt::format("gpu: no GPU {} on node \"{}\"", *gpu, name)));
+          if (const Status added = control_->reliability().AddOperatorQuarantine(
+                  doc, name, gpu, action == "release", Who(who), reason, batch);
+              !added.ok()) {
+            response = ErrorResponse(added);
             return store::NoWrite();
           }
           event = gpu ? fmt::format("gpu {} {}d by {}", *gpu, action, Who(who))
                       : fmt::format("every gpu {}d by {}", action, Who(who));
+          if (action == "quarantine") {
+            event += ": " + reason;
+          }
         } else {
           const NodeState state = action == "cordon"  ? NodeState::kCordoned
                                   : action == "drain" ? NodeState::kDraining
@@ -1335,7 +1360,6 @@ ApiResponse ApiRoutes::NodeAction(const control::Principal& who, std::string_vie
           event = fmt::format(
               "{} by {}", action == "drain" ? "drained" : fmt::format("{}ed", action), Who(who));
         }
-        store::WriteBatch batch;
         batch.Update(std::string(control::kNodesKind), std::string(name), doc.dump(),
                      object->version);
         batch.AppendEvent(std::string(control::kNodesKind), std::string(name), event);

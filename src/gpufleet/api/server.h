@@ -37,6 +37,7 @@
 #include "gpufleet/store/state_store.h"
 #include "gpufleet/wire/agent_protocol.h"
 #include "gpufleet/wire/json_fields.h"
+#include "gpufleet/wire/usage_cost.h"
 
 // The REST server of `gpufleet server` (docs/api.md) and its scheduling loop. This module is the
 // only place where a Status becomes an HTTP status.
@@ -170,6 +171,9 @@ class ApiServer {
     // history_capacity in the store (a day at one a minute); 0: none.
     std::chrono::milliseconds history_interval{60000};
     size_t history_capacity = 1440;
+    // Prices per GPU-hour by GPU model (`gpufleet server --prices FILE`): GET /v1/usage answers
+    // each row's cost with them (docs/usage.md); nullopt: no cost.
+    std::optional<wire::PriceTable> usage_prices;
   };
 
   // Creates the queue "default" in the store if it is missing. kNotFound / kInvalidArgument for

@@ -490,6 +490,54 @@ TEST_F(ReliabilityControllerTest, ReleaseLetsTheDeviceStartClean) {
   EXPECT_EQ(Json::parse(doc->data)["state"], "released");
 }
 
+TEST_F(ReliabilityControllerTest, AnOperatorQuarantineShowsItsReasonEverywhereAtOnce) {
+  ASSERT_EQ(Call("POST", "/v1/nodes/n2/quarantine", admin_,
+                 R"({"gpu": 1, "reason": "fans loud, ticket 42"})")
+                .status,
+            200);
+  // No cycle ran: the node, its events and the failure report come from the one commit.
+  const Json gpu = Get("/v1/nodes/n2")["gpus"][1];
+  EXPECT_EQ(gpu["health"], "Quarantined");
+  EXPECT_EQ(gpu["quarantine_reason"], "fans loud, ticket 42");
+  EXPECT_THAT(NodeEvents("n2"), HasSubstr("gpu 1 quarantined by root: fans loud, ticket 42"));
+  const Json report = Get("/v1/reports/failures");
+  ASSERT_EQ(report["quarantines"].size(), 1u);
+  EXPECT_EQ(report["quarantines"][0]["reason"], "fans loud, ticket 42");
+  EXPECT_EQ(report["quarantines"][0]["actor"], "root");
+  EXPECT_EQ(report["quarantines"][0]["source"], "operator");
+  EXPECT_EQ(report["quarantines"][0]["gpu"], 1);
+
+  // An agent's heartbeat keeps the reason with the quarantine; a cycle does not restate it.
+  wire::HeartbeatRequest beat;
+  beat.gpus = {wire::GpuReport{.index = 1}};
+  Heartbeat("n2", beat);
+  Cycle();
+  EXPECT_EQ(Get("/v1/nodes/n2")["gpus"][1]["quarantine_reason"], "fans loud, ticket 42");
+  EXPECT_EQ(Get("/v1/reports/failures")["quarantines"][0]["reason"], "fans loud, ticket 42");
+
+  ASSERT_EQ(Call("POST", "/v1/nodes/n2/release", admin_, R"({"gpu": 1})").status, 200);
+  EXPECT_FALSE(Get("/v1/nodes/n2")["gpus"][1].contains("quarantine_reason"));
+  EXPECT_TRUE(Get("/v1/reports/failures")["quarantines"].empty());
+  const Result<store::StoredObject> doc = store_.Get(control::kQuarantinesKind, "gpu:GPU-n2-1");
+  ASSERT_OK(doc);
+  EXPECT_EQ(wire::ParseDocument(doc->data)["state"], "released");
+  // Releasing a GPU in service again changes nothing of its record.
+  const int64_t released_version = doc->version;
+  ASSERT_EQ(Call("POST", "/v1/nodes/n2/release", admin_, R"({"gpu": 1})").status, 200);
+  EXPECT_EQ(store_.Get(control::kQuarantinesKind, "gpu:GPU-n2-1")->version, released_version);
+}
+
+TEST_F(ReliabilityControllerTest, AQuarantineWithoutAReasonSaysWhoTookItOut) {
+  ASSERT_EQ(Call("POST", "/v1/nodes/n2/quarantine", admin_, R"({"gpu": 0})").status, 200);
+  EXPECT_EQ(Get("/v1/reports/failures")["quarantines"][0]["reason"], "quarantined by an operator");
+  ApiResponse response = Call("POST", "/v1/nodes/n2/quarantine", admin_, R"({"reason": 7})");
+  EXPECT_EQ(response.status, 400);
+  EXPECT_THAT(response.body, HasSubstr("reason: 7 (must be a string)"));
+  response = Call("POST", "/v1/nodes/n2/release", admin_, R"({"gpu": 0, "reason": "x"})");
+  EXPECT_EQ(response.status, 400);
+  EXPECT_THAT(response.body, HasSubstr("only a quarantine has one"));
+}
+
 TEST_F(ReliabilityControllerTest, ReleasingAnUnknownDeviceIsAClearErrorAndChangesNothing) {
   RecordRepeatOffender("n1", 2);
   Cycle();

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include <fmt/core.h>
+#include <fmt/ranges.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -252,6 +253,54 @@ TEST_F(ApiServerTest, GangThatCannotFitStaysPendingWithReasonNamingBestLeaf) {
   EXPECT_EQ(Cycle(), 0);  // the same reason is not written again
   EXPECT_EQ(CallJson("GET", "/v1/jobs/big", alice_)["version"], version);
   EXPECT_EQ(CallJson("GET", "/v1/jobs/big/events", alice_)["items"].size(), 2u);
+}
+
+// A job whose reason is restated with other figures as the fleet fills: one grouped event whose
+// count is every restatement, not an event each (control/event_groups.h).
+TEST_F(ApiServerTest, ARestatedReasonIsOneEventWithACount) {
+  // Three nodes of four taken whole: a gang of four whole nodes fits in part, on fewer and fewer
+  // nodes short as the others end.
+  for (int node = 0; node < 3; ++node) {
+    CallJson("POST", "/v1/jobs", alice_, JobYaml(fmt::format("eight-{}", node), 1, 8), 201);
+  }
+  EXPECT_EQ(Cycle(), 3);
+  CallJson("POST", "/v1/jobs", alice_, JobYaml("gang", 4, 8), 201);
+  std::vector<std::string> reasons;
+  const auto note_reason = [&] {
+    const Json gang = CallJson("GET", "/v1/jobs/gang", alice_);
+    const std::string reason = gang["reason"];
+    if (gang["state"] == "Pending" && (reasons.empty() || reasons.back() != reason)) {
+      reasons.push_back(reason);
+    }
+  };
+  // Each cycle states the reason at most once: noted after each, they are every restatement.
+  Cycle();
+  note_reason();
+  for (int node = 0; node < 2; ++node) {
+    CallJson("POST", fmt::format("/v1/jobs/eight-{}/cancel", node), alice_, "", 200);
+    for (int cycle = 0; cycle < 2; ++cycle) {  // its tasks found gone: its node is free
+      Cycle();
+      note_reason();
+    }
+  }
+  ASSERT_GT(reasons.size(), 1u) << "the figures changed as nodes freed: "
+                                << fmt::format("{}", fmt::join(reasons, " | "));
+  const Json events = CallJson("GET", "/v1/jobs/gang/events", alice_);
+  int64_t restated = 0;
+  size_t entries = 0;
+  Json last;
+  for (const Json& event : events["items"]) {
+    EXPECT_GE(event["count"].get<int64_t>(), 1) << event.dump();
+    if (event["message"].get<std::string>().rfind("unschedulable: ", 0) == 0) {
+      restated += event["count"].get<int64_t>();
+      ++entries;
+      last = event;
+    }
+  }
+  EXPECT_EQ(restated, static_cast<int64_t>(reasons.size())) << events.dump();
+  EXPECT_LT(entries, reasons.size()) << events.dump();
+  // The grouped entry says the latest figures.
+  EXPECT_EQ(last["message"], "unschedulable: " + reasons.back()) << events.dump();
 }
 
 TEST_F(ApiServerTest, CancelFreesGpusForTheNextJob) {

@@ -15,6 +15,7 @@
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/json_scan.h"
+#include "gpufleet/wire/usage_cost.h"
 
 namespace gpufleet::api {
 namespace {
@@ -106,8 +107,12 @@ std::optional<ApiResponse> ApiRoutes::RouteUsage(const control::Principal& who,
     list.push_back(std::move(run));
   }
   const control::UsageReport report =
-      control::ComputeUsage(list, control::FleetShareUnits(node_docs), *query);
-  return JsonResponse(200, control::UsageReportToJson(report, /*with_fleet=*/who.is_admin()));
+      control::ComputeUsage(list, control::FleetCapacity(node_docs, *query, now), *query);
+  Json answer = control::UsageReportToJson(report, /*with_fleet=*/who.is_admin());
+  if (options_.usage_prices) {
+    (void)wire::AddCosts(answer, *options_.usage_prices);
+  }
+  return JsonResponse(200, answer);
 }
 
 }  // namespace gpufleet::api

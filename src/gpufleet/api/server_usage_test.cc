@@ -126,8 +126,9 @@ TEST_F(ServerUsageTest, ExactGpuHoursOfSharesAndStoppedRunsSurviveARestart) {
   // nb: 00:03 to 00:20, 18 heartbeats.
   EXPECT_NEAR((*b)["busyGpuHours"].get<double>(), 0.25 * 0.5 * 18 * kMinute, 1e-6);
   EXPECT_EQ((*a)["models"][0]["model"], "H100-80GB");
+  // The fleet's 8 GPUs exist from 00:00 until now (00:20), not for the hour asked about.
   EXPECT_NEAR(report["unallocatedGpuHours"].get<double>(),
-              8 * 60 * kMinute - 22 * kMinute - 0.25 * 19 * kMinute, 1e-6);
+              8 * 20 * kMinute - 22 * kMinute - 0.25 * 19 * kMinute, 1e-6);
 
   // The ended run is a stored record; the busy time of the run going was written by the flush
   // (every 5 minutes).
@@ -165,6 +166,31 @@ TEST_F(ServerUsageTest, AMemberSeesItsTeamOnlyAndNoFleetTotals) {
   EXPECT_EQ(all["rows"][0]["key"], "default");
   EXPECT_NEAR(all["rows"][0]["allocatedGpuHours"].get<double>(), 2 * 3 * kMinute, 1e-6);
   EXPECT_TRUE(all["unallocatedGpuHours"].is_number());
+}
+
+TEST_F(ServerUsageTest, AServerGivenPricesAnswersTheCostOfEachRow) {
+  StartServer();
+  Submit(alice_, UsageJobYaml("train", "{count: 2}"));
+  Minutes(10, 50);
+  EXPECT_FALSE(UsageJson(admin_, kFirstHour)["rows"][0].contains("cost")) << "no prices: no cost";
+  wire::PriceTable prices;
+  prices.micros_per_gpu_hour = {{"H100-80GB", 2'500'000}};
+  Result<std::unique_ptr<ApiServer>> priced =
+      ApiServer::Create({.store = store_,
+                         .catalog = catalog_,
+                         .clock = clock_,
+                         .wall_clock = &clock_,
+                         .node_timeout = std::chrono::minutes(10),
+                         .usage_prices = prices});
+  ASSERT_OK(priced);
+  const ApiResponse response = Usage(admin_, kFirstHour, priced->get());
+  ASSERT_EQ(response.status, 200) << response.body;
+  const Json report = Json::parse(response.body);
+  const Json* a = Row(report, "team-a");
+  ASSERT_NE(a, nullptr) << report.dump();
+  EXPECT_NEAR((*a)["cost"].get<double>(), 2.5 * (*a)["allocatedGpuHours"].get<double>(), 1e-9);
+  EXPECT_GT((*a)["cost"].get<double>(), 0);
+  EXPECT_NEAR((*a)["models"][0]["cost"].get<double>(), (*a)["cost"].get<double>(), 1e-9);
 }
 
 TEST_F(ServerUsageTest, BadQueriesAre400NamingTheFieldAndAgentsAreRefused) {

@@ -870,23 +870,47 @@ int RunResume(http::ApiClient& client, const std::string& job, std::ostream& out
   return 0;
 }
 
-int RunNodeAction(http::ApiClient& client, NodeAction action, const NodeArgs& args,
+int RunNodeAction(http::ApiClient& client, NodeAction action, const NodeArgs& given,
                   std::ostream& out, std::ostream& err) {
+  NodeArgs args = given;
+  const bool takes_gpu = action == NodeAction::kQuarantine || action == NodeAction::kRelease;
+  // NODE/GPU names one GPU as --gpu does.
+  if (const size_t slash = args.node.rfind('/'); takes_gpu && slash != std::string::npos) {
+    const std::string index = args.node.substr(slash + 1);
+    int parsed = -1;
+    const auto [end, error] = std::from_chars(index.data(), index.data() + index.size(), parsed);
+    if (error != std::errc() || end != index.data() + index.size() || parsed < 0 ||
+        (args.gpu.has_value() && *args.gpu != parsed)) {
+      return PrintUsageError(
+          fmt::format("NODE: \"{}\" (expected NODE or NODE/GPU, one GPU index)", args.node), err);
+    }
+    args.node.resize(slash);
+    args.gpu = parsed;
+  }
   if (args.node.empty()) {
     return PrintUsageError(fmt::format("{} needs a NODE", NodeActionPath(action)), err);
   }
-  const bool takes_gpu = action == NodeAction::kQuarantine || action == NodeAction::kRelease;
   if (args.gpu.has_value() && (!takes_gpu || *args.gpu < 0)) {
     return PrintUsageError(takes_gpu ? fmt::format("--gpu {} is not a GPU index", *args.gpu)
                                      : fmt::format("{} takes no --gpu", NodeActionPath(action)),
                            err);
   }
+  if (!args.reason.empty() && action != NodeAction::kQuarantine) {
+    return PrintUsageError(fmt::format("{} takes no --reason", NodeActionPath(action)), err);
+  }
   const std::string path =
       fmt::format("/v1/nodes/{}/{}", http::UrlEncode(args.node), NodeActionPath(action));
+  json request = json::object();
+  if (args.gpu.has_value()) {
+    request["gpu"] = *args.gpu;
+  }
+  if (!args.reason.empty()) {
+    request["reason"] = args.reason;
+  }
   std::string body;
   std::string content_type;
-  if (args.gpu.has_value()) {
-    body = json{{"gpu", *args.gpu}}.dump();
+  if (!request.empty()) {
+    body = request.dump();
     content_type = "application/json";
   }
   Result<json> answer = client.Post(path, body, content_type);

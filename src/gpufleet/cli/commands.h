@@ -142,10 +142,12 @@ int RunResume(http::ApiClient& client, const std::string& job, std::ostream& out
 
 // `cordon|uncordon|drain NODE`: prints "node/NODE cordoned" (uncordoned, drained).
 enum class NodeAction { kCordon, kUncordon, kDrain, kQuarantine, kRelease };
-// `quarantine|release NODE [--gpu N]`: without --gpu, every GPU of the node.
+// `quarantine|release NODE[/GPU] [--gpu N] [--reason TEXT]`: without a GPU, every GPU of the
+// node; the reason (quarantine only) is stored with the quarantine.
 struct NodeArgs {
   std::string node;
   std::optional<int> gpu;  // quarantine and release only
+  std::string reason;      // quarantine only
 };
 int RunNodeAction(http::ApiClient& client, NodeAction action, const NodeArgs& args,
                   std::ostream& out, std::ostream& err);

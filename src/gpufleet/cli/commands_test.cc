@@ -469,6 +469,32 @@ TEST_F(CommandsTest, QuarantineAndReleaseOneGpu) {
   EXPECT_EQ(fake_.state->requests[1].body, R"({"gpu":0})");
 }
 
+TEST_F(CommandsTest, QuarantineOfNodeSlashGpuSendsItsReason) {
+  fake_.Answer("POST /v1/nodes/node-0001/quarantine", 200, kNode);
+  EXPECT_EQ(RunNodeAction(fake_.client, NodeAction::kQuarantine,
+                          {.node = "node-0001/3", .reason = "fans loud"}, out_, err_),
+            0);
+  EXPECT_EQ(out_.str(), "node/node-0001 gpu 3 quarantined\n");
+  ASSERT_EQ(fake_.state->requests.size(), 1U);
+  EXPECT_EQ(fake_.state->requests[0].body, R"({"gpu":3,"reason":"fans loud"})");
+}
+
+TEST_F(CommandsTest, QuarantineArgumentErrorsNameTheValue) {
+  EXPECT_EQ(
+      RunNodeAction(fake_.client, NodeAction::kQuarantine, {.node = "node-0001/x"}, out_, err_), 1);
+  EXPECT_EQ(RunNodeAction(fake_.client, NodeAction::kQuarantine, {.node = "node-0001/2", .gpu = 3},
+                          out_, err_),
+            1);
+  EXPECT_EQ(RunNodeAction(fake_.client, NodeAction::kRelease,
+                          {.node = "node-0001", .reason = "done"}, out_, err_),
+            1);
+  EXPECT_EQ(err_.str(),
+            "error: NODE: \"node-0001/x\" (expected NODE or NODE/GPU, one GPU index)\n"
+            "error: NODE: \"node-0001/2\" (expected NODE or NODE/GPU, one GPU index)\n"
+            "error: release takes no --reason\n");
+  EXPECT_TRUE(fake_.state->requests.empty());
+}
+
 TEST_F(CommandsTest, NodeActionErrors) {
   fake_.Answer(
       "POST /v1/nodes/node-0001/drain", 403,

@@ -523,6 +523,24 @@ std::string RenderObject(ResourceKind kind, const json& object, OutputFormat for
   return RenderTable({Header(kind, format), Row(kind, object, format, now_unix_seconds)});
 }
 
+namespace {
+
+// " (x97, 07:12-07:18)" after an event that happened more than once (UTC hours and minutes of
+// its first and last time), "" otherwise.
+std::string Repeats(const json& event) {
+  const int64_t count = Int(event, "count", 1);
+  if (count <= 1) {
+    return "";
+  }
+  const auto hhmm = [](const std::string& time) {
+    return time.size() >= 16 ? time.substr(11, 5) : std::string(kNone);
+  };
+  return fmt::format(" (x{}, {}-{})", count, hhmm(Text(event, "firstTime")),
+                     hhmm(Text(event, "lastTime")));
+}
+
+}  // namespace
+
 std::string EventsSection(const json& events) {
   const json& items = Items(events);
   if (items.empty()) {
@@ -535,7 +553,7 @@ std::string EventsSection(const json& events) {
     rows[0].insert(rows[0].begin() + 1, "TIME");
   }
   for (const json& event : items) {
-    rows.push_back({TextOr(event, "revision", kNone), Text(event, "message")});
+    rows.push_back({TextOr(event, "revision", kNone), Text(event, "message") + Repeats(event)});
     if (timed) {
       rows.back().insert(rows.back().begin() + 1, TextOr(event, "at", kNone));
     }
@@ -645,10 +663,14 @@ std::string DescribeNode(const json& node, const json& events) {
   const GpuCounts counts = CountGpus(node);
   text += fmt::format("GPUs:        {} ({} free, {} not healthy)\n", counts.total, counts.free,
                       counts.unhealthy);
-  // Why a GPU is not healthy, as its agent's health rules said (only when some GPU has reasons).
+  // Why a GPU is not healthy, as its agent's health rules or its quarantine said (only when some
+  // GPU has reasons).
   bool any_reasons = false;
   const auto reasons_of = [](const json& gpu) {
     std::vector<std::string> reasons;
+    if (const std::string quarantine = Text(gpu, "quarantine_reason"); !quarantine.empty()) {
+      reasons.push_back("quarantined: " + quarantine);
+    }
     const json& list = Member(gpu, "reasons");
     for (const json& reason : list.is_array() ? list : json::array()) {
       reasons.push_back(reason.is_string() ? reason.get<std::string>() : reason.dump());

@@ -341,6 +341,26 @@ TEST(DescribeNode, GpuHealthReasonsAndEvents) {
   EXPECT_THAT(text, HasSubstr("Events:\n  REVISION   MESSAGE\n  4          gpu 1: Unhealthy\n"));
 }
 
+TEST(DescribeNode, AQuarantinedGpuSaysWhy) {
+  const json node = Parse(R"({"name": "n", "state": "Ready", "gpus": [
+      {"index": 0, "model": "H100-80GB", "health": "Quarantined",
+       "quarantine_reason": "fans loud"}]})");
+  EXPECT_THAT(
+      DescribeNode(node, json::object()),
+      HasSubstr("  0       H100-80GB   Quarantined   0           quarantined: fans loud\n"));
+}
+
+TEST(DescribeJob, ARepeatedEventShowsItsCountAndSpan) {
+  const json events = Parse(R"({"items": [
+      {"revision": 3, "at": "2026-12-07T07:12:01Z", "message": "unschedulable: 30 lack free resources",
+       "count": 97, "firstTime": "2026-12-07T07:12:01Z", "lastTime": "2026-12-07T07:18:40Z"},
+      {"revision": 9, "message": "cancelled by alice"}]})");
+  const std::string text = DescribeJob(json::object(), events);
+  EXPECT_THAT(text, HasSubstr("unschedulable: 30 lack free resources (x97, 07:12-07:18)\n"));
+  EXPECT_THAT(text, HasSubstr("cancelled by alice\n"));
+  EXPECT_THAT(text, Not(HasSubstr("cancelled by alice (x")));
+}
+
 TEST(Format, ToleratesMissingAndMistypedFields) {
   const json odd = Parse(R"({"items": [{"name": 7, "gpus": "many", "topology": []}, 5]})");
   EXPECT_NO_FATAL_FAILURE(RenderList(ResourceKind::kNode, odd, OutputFormat::kWide, kNow));

@@ -7,7 +7,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <sstream>
 #include <system_error>
 #include <vector>
@@ -19,6 +18,7 @@
 #include "gpufleet/cli/config.h"
 #include "gpufleet/cli/format.h"
 #include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/rfc3339.h"
 
 namespace gpufleet::cli {
 namespace {
@@ -104,6 +104,12 @@ std::string By(const json& report) {
                                                            : "team";
 }
 
+// The row of jobs without a key: "(no team)" for jobs of no team (an admin's own), as the
+// dashboard says it.
+std::string NoKey(std::string_view by) {
+  return by == "team" ? "(no team)" : "(none)";
+}
+
 const json& Rows(const json& report) {
   static const json kEmpty = json::array();
   return report.contains("rows") && report["rows"].is_array() ? report["rows"] : kEmpty;
@@ -111,9 +117,9 @@ const json& Rows(const json& report) {
 
 }  // namespace
 
-Result<PriceTable> ParsePriceTable(std::string_view text, std::string_view source) {
+Result<wire::PriceTable> ParsePriceTable(std::string_view text, std::string_view source) {
   const GpuCatalog catalog = GpuCatalog::Default();
-  PriceTable table;
+  wire::PriceTable table;
   std::map<std::string, int> defined_at;
   std::optional<bool> csv;
   int line_number = 0;
@@ -177,42 +183,6 @@ Result<PriceTable> ParsePriceTable(std::string_view text, std::string_view sourc
   return table;
 }
 
-double Cost(double hours, int64_t micros_per_gpu_hour) {
-  return hours * static_cast<double>(micros_per_gpu_hour) / static_cast<double>(kMicros);
-}
-
-std::vector<std::string> AddCosts(json& report, const PriceTable& prices) {
-  std::set<std::string> unpriced;
-  if (!report.contains("rows") || !report["rows"].is_array()) {
-    return {};
-  }
-  for (json& row : report["rows"]) {
-    double total = 0;
-    bool complete = row.contains("models") && row["models"].is_array();
-    if (!complete) {
-      row["cost"] = nullptr;
-      continue;
-    }
-    for (json& model : row["models"]) {
-      const std::string name = model.contains("model") && model["model"].is_string()
-                                   ? model["model"].get<std::string>()
-                                   : "";
-      const auto price = prices.micros_per_gpu_hour.find(name);
-      const json& hours = model.contains("allocatedGpuHours") ? model["allocatedGpuHours"] : json();
-      if (price == prices.micros_per_gpu_hour.end() || !hours.is_number()) {
-        unpriced.insert(name);
-        model["cost"] = nullptr;
-        complete = false;
-        continue;
-      }
-      model["cost"] = Cost(hours.get<double>(), price->second);
-      total += model["cost"].get<double>();
-    }
-    row["cost"] = complete ? json(total) : json();
-  }
-  return {unpriced.begin(), unpriced.end()};
-}
-
 std::string RenderUsageTable(const json& report, bool with_cost) {
   std::string by = By(report);
   std::transform(by.begin(), by.end(), by.begin(), [](unsigned char c) { return std::toupper(c); });
@@ -223,8 +193,8 @@ std::string RenderUsageTable(const json& report, bool with_cost) {
   }
   rows.push_back(std::move(header));
   for (const json& row : Rows(report)) {
-    const std::string key = Key(row);  // "" for jobs of no team (an admin's own)
-    std::vector<std::string> line = {key.empty() ? "<none>" : key,
+    const std::string key = Key(row);
+    std::vector<std::string> line = {key.empty() ? NoKey(By(report)) : key,
                                      Hours(row.value("allocatedGpuHours", json())),
                                      Hours(row.value("busyGpuHours", json())),
                                      Hours(row.value("idleGpuHours", json())), BusyPercent(row)};
@@ -263,22 +233,31 @@ std::string RenderUsageCsv(const json& report, bool with_cost) {
   return out;
 }
 
-int RunUsageReport(http::ApiClient& client, const UsageReportArgs& args, std::ostream& out,
-                   std::ostream& err) {
+int RunUsageReport(http::ApiClient& client, const UsageReportArgs& given, const WallClock& clock,
+                   std::ostream& out, std::ostream& err) {
+  UsageReportArgs args = given;
   const std::string format = args.format.empty() ? "table" : args.format;
   if (format != "table" && format != "csv" && format != "json") {
     err << "error: --format: \"" << format << "\" (expected table, csv or json)\n";
     return 1;
   }
-  if (args.from.empty() || args.to.empty()) {
-    err << "error: report usage needs --from and --to (RFC 3339, e.g. 2026-12-01T00:00:00Z)\n";
-    return 1;
+  if (args.to.empty()) {
+    args.to = FormatRfc3339(clock.UnixNanos());
   }
-  std::optional<PriceTable> prices;
+  if (args.from.empty()) {
+    const Result<int64_t> to = ParseRfc3339(args.to);
+    if (!to.ok()) {
+      err << "error: --to: \"" << args.to
+          << "\" is not an RFC 3339 time (e.g. 2026-12-01T00:00:00Z)\n";
+      return 1;
+    }
+    args.from = FormatRfc3339(*to - kDefaultUsageDays * 24 * 3600 * int64_t{1'000'000'000});
+  }
+  std::optional<wire::PriceTable> prices;
   if (!args.prices.empty()) {
     Result<std::string> text = ReadTextFile(args.prices, "prices");
-    Result<PriceTable> parsed =
-        text.ok() ? ParsePriceTable(*text, args.prices) : Result<PriceTable>(text.status());
+    Result<wire::PriceTable> parsed =
+        text.ok() ? ParsePriceTable(*text, args.prices) : Result<wire::PriceTable>(text.status());
     if (!parsed.ok()) {
       err << "error: " << parsed.status().message() << "\n";
       return 1;
@@ -303,18 +282,25 @@ int RunUsageReport(http::ApiClient& client, const UsageReportArgs& args, std::os
     return PrintError(client, report.status(), err);
   }
   if (prices) {
-    const std::vector<std::string> unpriced = AddCosts(*report, *prices);
+    const std::vector<std::string> unpriced = wire::AddCosts(*report, *prices);
     if (!unpriced.empty()) {
       err << "warning: no price in " << args.prices << " for "
           << fmt::format("{}", fmt::join(unpriced, ", ")) << "; their rows have no cost\n";
     }
   }
+  // A server given prices (`gpufleet server --prices`) answers with the cost; --prices here
+  // overrides it.
+  const json& rows = Rows(*report);
+  const bool with_cost =
+      prices.has_value() || std::any_of(rows.begin(), rows.end(), [](const json& row) {
+        return row.is_object() && row.contains("cost");
+      });
   if (format == "json") {
     out << report->dump(2, ' ', false, json::error_handler_t::replace) << "\n";
   } else if (format == "csv") {
-    out << RenderUsageCsv(*report, prices.has_value());
+    out << RenderUsageCsv(*report, with_cost);
   } else {
-    out << RenderUsageTable(*report, prices.has_value());
+    out << RenderUsageTable(*report, with_cost);
   }
   return 0;
 }

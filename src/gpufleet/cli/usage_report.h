@@ -12,16 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/core/clock.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/http/client.h"
+#include "gpufleet/wire/usage_cost.h"
 
 namespace gpufleet::cli {
-
-// Prices per GPU-hour by GPU model, in millionths of the currency unit (integers: no rounding
-// drift; "2.49" is 2490000).
-struct PriceTable {
-  std::map<std::string, int64_t> micros_per_gpu_hour;  // by canonical model name
-};
 
 // Reads a price table. Two forms, chosen by the first line that is not blank or a comment
 // ('#'):
@@ -31,15 +27,7 @@ struct PriceTable {
 // or alias of the catalog ("H100" is H100-80GB) or any other name (kept as written). `source`
 // names the file in errors, which are kInvalidArgument "SOURCE:LINE: FIELD ..." for a malformed
 // line, a bad price and a model given twice; an empty table is an error too.
-Result<PriceTable> ParsePriceTable(std::string_view text, std::string_view source);
-
-// The cost of `hours` GPU-hours at `micros_per_gpu_hour`, in the currency unit.
-double Cost(double hours, int64_t micros_per_gpu_hour);
-
-// Adds "cost" to each row of a /v1/usage answer and to each of its "models", from `prices`; a
-// row with a model that has no price gets "cost": null and the model is named in the returned
-// list (sorted, once each).
-std::vector<std::string> AddCosts(nlohmann::json& report, const PriceTable& prices);
+Result<wire::PriceTable> ParsePriceTable(std::string_view text, std::string_view source);
 
 // The report as text: one line per group (KEY ALLOCATED BUSY IDLE BUSY% [COST]) and the fleet's
 // unallocated GPU-hours as its own line (when the answer has them).
@@ -51,9 +39,12 @@ std::string RenderUsageTable(const nlohmann::json& report, bool with_cost);
 // (so that a spreadsheet does not run them as formulas).
 std::string RenderUsageCsv(const nlohmann::json& report, bool with_cost);
 
+// The period's default length: the last 7 days.
+inline constexpr int64_t kDefaultUsageDays = 7;
+
 struct UsageReportArgs {
-  std::string from;    // RFC 3339
-  std::string to;      // RFC 3339
+  std::string from;    // RFC 3339; empty: 7 days before `to`
+  std::string to;      // RFC 3339; empty: now
   std::string by;      // team (default), queue, user or model
   std::string prices;  // a price table file; empty: no cost
   std::string format;  // table (default), csv or json
@@ -63,7 +54,8 @@ struct UsageReportArgs {
 // Bad arguments and a bad price file are the client's errors (printed before any request);
 // anything the server answers is printed as `Error from server (...)`. Models without a price
 // are named on `err` (the report is still printed).
-int RunUsageReport(http::ApiClient& client, const UsageReportArgs& args, std::ostream& out,
-                   std::ostream& err);
+// Without --to the period ends at `clock`'s now; without --from it starts 7 days before its end.
+int RunUsageReport(http::ApiClient& client, const UsageReportArgs& args, const WallClock& clock,
+                   std::ostream& out, std::ostream& err);
 
 }  // namespace gpufleet::cli

@@ -39,19 +39,18 @@ constexpr char kAnswer[] = R"({
 })";
 
 TEST(ParsePriceTable, ReadsCsvAndYamlAndCanonicalisesModels) {
-  const Result<PriceTable> csv = ParsePriceTable(
+  const Result<wire::PriceTable> csv = ParsePriceTable(
       "# on-demand list prices\nmodel,price_per_gpu_hour\nH100,2.49\nA100-80GB, 1.5 \n\n",
       "prices.csv");
   ASSERT_OK(csv);
   EXPECT_EQ(csv->micros_per_gpu_hour.at("H100-80GB"), 2'490'000);
   EXPECT_EQ(csv->micros_per_gpu_hour.at("A100-80GB"), 1'500'000);
-  const Result<PriceTable> yaml =
+  const Result<wire::PriceTable> yaml =
       ParsePriceTable("H100-80GB: 2.49  # reserved\n\"G2\": 0.000001\nT4: 0\n", "prices.yaml");
   ASSERT_OK(yaml);
   EXPECT_EQ(yaml->micros_per_gpu_hour.at("H100-80GB"), 2'490'000);
   EXPECT_EQ(yaml->micros_per_gpu_hour.at("G2"), 1);  // a trace model, kept as written
   EXPECT_EQ(yaml->micros_per_gpu_hour.at("T4"), 0);
-  EXPECT_DOUBLE_EQ(Cost(10.0, 2'490'000), 24.9);
 }
 
 TEST(ParsePriceTable, ErrorsNameTheLineAndTheField) {
@@ -76,21 +75,11 @@ TEST(ParsePriceTable, ErrorsNameTheLineAndTheField) {
   }
 }
 
-TEST(AddCosts, PricesEachModelAndLeavesUnpricedRowsWithout) {
-  nlohmann::json report = nlohmann::json::parse(kAnswer);
-  PriceTable prices;
-  prices.micros_per_gpu_hour = {{"H100-80GB", 2'000'000}, {"A100-80GB", 1'000'000}};
-  EXPECT_EQ(AddCosts(report, prices), std::vector<std::string>{"T4"});
-  EXPECT_DOUBLE_EQ(report["rows"][0]["cost"].get<double>(), 20.5);
-  EXPECT_DOUBLE_EQ(report["rows"][0]["models"][1]["cost"].get<double>(), 0.5);
-  EXPECT_TRUE(report["rows"][1]["cost"].is_null());
-}
-
 TEST(RenderUsageCsv, OneLinePerGroupAndTheUnallocatedLineWithSafeKeys) {
   nlohmann::json report = nlohmann::json::parse(kAnswer);
-  PriceTable prices;
+  wire::PriceTable prices;
   prices.micros_per_gpu_hour = {{"H100-80GB", 2'000'000}, {"A100-80GB", 1'000'000}};
-  (void)AddCosts(report, prices);
+  (void)wire::AddCosts(report, prices);
   EXPECT_EQ(RenderUsageCsv(report, true),
             "team,allocated_gpu_hours,busy_gpu_hours,idle_gpu_hours,cost\n"
             "nlp,10.500000,7.000000,3.500000,20.50\n"
@@ -110,10 +99,11 @@ TEST(RenderUsageTable, ShowsBusyShareAndTheFleetLine) {
   EXPECT_THAT(text, HasSubstr("Unallocated (the fleet's GPUs no run held): 180.500 GPU-h\n"));
   nlohmann::json no_team = nlohmann::json::parse(kAnswer);
   no_team["rows"][0]["key"] = "";
-  EXPECT_THAT(RenderUsageTable(no_team, false), HasSubstr("\n<none>              10.500"));
+  EXPECT_THAT(RenderUsageTable(no_team, false), HasSubstr("\n(no team)           10.500"));
 }
 
 TEST(RunUsageReport, AsksTheServerAndPrintsJsonWithCosts) {
+  const FakeClock clock;
   const std::string prices_path =
       (std::filesystem::temp_directory_path() /
        ("gpufleet-prices-" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) +
@@ -130,7 +120,7 @@ TEST(RunUsageReport, AsksTheServerAndPrintsJsonWithCosts) {
                             .by = "team",
                             .prices = prices_path,
                             .format = "json"},
-                           out, err),
+                           clock, out, err),
             0)
       << err.str();
   std::remove(prices_path.c_str());
@@ -142,17 +132,19 @@ TEST(RunUsageReport, AsksTheServerAndPrintsJsonWithCosts) {
 }
 
 TEST(RunUsageReport, BadArgumentsAndServerErrorsAreReported) {
+  const FakeClock clock;
   FakeClient fake;
   std::ostringstream out;
   std::ostringstream err;
-  EXPECT_EQ(RunUsageReport(fake.client, {.from = "a", .to = "b", .format = "xlsx"}, out, err), 1);
+  EXPECT_EQ(
+      RunUsageReport(fake.client, {.from = "a", .to = "b", .format = "xlsx"}, clock, out, err), 1);
   EXPECT_THAT(err.str(), HasSubstr("--format: \"xlsx\" (expected table, csv or json)"));
   err.str("");
-  EXPECT_EQ(RunUsageReport(fake.client, {.to = "b"}, out, err), 1);
-  EXPECT_THAT(err.str(), HasSubstr("needs --from and --to"));
+  EXPECT_EQ(RunUsageReport(fake.client, {.to = "b"}, clock, out, err), 1);
+  EXPECT_THAT(err.str(), HasSubstr("--to: \"b\" is not an RFC 3339 time"));
   err.str("");
   EXPECT_EQ(RunUsageReport(fake.client, {.from = "a", .to = "b", .prices = "/nonexistent/p.csv"},
-                           out, err),
+                           clock, out, err),
             1);
   EXPECT_THAT(err.str(), HasSubstr("cannot read prices \"/nonexistent/p.csv\""));
   EXPECT_TRUE(fake.state->requests.empty());
@@ -160,9 +152,28 @@ TEST(RunUsageReport, BadArgumentsAndServerErrorsAreReported) {
   fake.Answer(
       "GET /v1/usage?from=monday&to=2026-12-02T00:00:00Z", 400,
       R"({"error": {"code": "INVALID_ARGUMENT", "message": "from: \"monday\" is not an RFC 3339 time"}})");
-  EXPECT_EQ(RunUsageReport(fake.client, {.from = "monday", .to = "2026-12-02T00:00:00Z"}, out, err),
+  EXPECT_EQ(RunUsageReport(fake.client, {.from = "monday", .to = "2026-12-02T00:00:00Z"}, clock,
+                           out, err),
             1);
   EXPECT_THAT(err.str(), HasSubstr("Error from server (InvalidArgument): from: \"monday\""));
+}
+
+TEST(RunUsageReport, DefaultsToTheLastSevenDays) {
+  // Now is 2026-12-08T12:00:00Z.
+  const FakeClock clock{MonoTime{int64_t{1796731200} * 1'000'000'000}};
+  FakeClient fake;
+  fake.Answer("GET /v1/usage?from=2026-12-01T12:00:00Z&to=2026-12-08T12:00:00Z", 200, kAnswer);
+  fake.Answer("GET /v1/usage?from=2026-11-24T00:00:00Z&to=2026-12-01T00:00:00Z", 200, kAnswer);
+  fake.Answer("GET /v1/usage?from=2026-12-05T00:00:00Z&to=2026-12-08T12:00:00Z", 200, kAnswer);
+  std::ostringstream out;
+  std::ostringstream err;
+  EXPECT_EQ(RunUsageReport(fake.client, {}, clock, out, err), 0) << err.str();
+  EXPECT_EQ(RunUsageReport(fake.client, {.to = "2026-12-01T00:00:00Z"}, clock, out, err), 0)
+      << err.str();
+  EXPECT_EQ(RunUsageReport(fake.client, {.from = "2026-12-05T00:00:00Z"}, clock, out, err), 0)
+      << err.str();
+  EXPECT_EQ(err.str(), "");
+  EXPECT_EQ(fake.state->requests.size(), 3u);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "gpufleet/control/event_groups.h"
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/placement_gpus.h"
 #include "gpufleet/control/scheduling_view.h"
@@ -526,7 +527,12 @@ Result<int> ControlPlane::RunCycleLocked() {
       doc = before;
       doc["reason"] = reason;
       event = fmt::format("unschedulable: {}", reason);
+      // A repeat of the same reason with other figures only counts (event_groups.h).
+      if (!CountGroupedEvent(doc, event, NowText())) {
+        event.clear();
+      }
     } else {
+      ForgetEventGroups(doc);
       reliability_->NoteRunStarted(doc);
       StampRunStart(doc, UsageNowNanos());
       event = fmt::format("scheduled on {}", fmt::join(node_names, ", "));

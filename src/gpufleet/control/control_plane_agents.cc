@@ -348,7 +348,8 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
     doc["state_before_not_ready"] = (*stored)["state_before_not_ready"];
   }
   // The images the node held stay until its next heartbeat lists them.
-  for (const char* key : {"images", "images_dropped"}) {
+  // Its registration stays the first one: the usage report counts its capacity from then.
+  for (const char* key : {"images", "images_dropped", "registered_ns"}) {
     if (stored->contains(key)) {
       doc[key] = (*stored)[key];
     }
@@ -363,6 +364,9 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
     }
     if (wire::StrOr(*old, "health") == GpuHealthName(GpuHealth::kQuarantined)) {
       gpu["health"] = GpuHealthName(GpuHealth::kQuarantined);
+      if (const auto reason = old->find("quarantine_reason"); reason != old->end()) {
+        gpu["quarantine_reason"] = *reason;
+      }
     }
     if (!wire::BoolOr(gpu, "mig_enabled", false) || !wire::BoolOr(*old, "mig_enabled", false)) {
       continue;
@@ -634,7 +638,10 @@ Result<int> ControlPlane::RegisterNodes(const Cluster& cluster) {
       if (existing.status().code() != StatusCode::kNotFound) {
         return existing.status();
       }
-      batch.Create(std::string(kNodesKind), node.id.value(), wire::NodeToJson(node, levels).dump());
+      Json doc = wire::NodeToJson(node, levels);
+      // The usage report counts the node's capacity from here (FleetCapacity).
+      doc["registered_ns"] = UsageNowNanos();
+      batch.Create(std::string(kNodesKind), node.id.value(), doc.dump());
       batch.AppendEvent(std::string(kNodesKind), node.id.value(), "registered");
       ++added;
     }

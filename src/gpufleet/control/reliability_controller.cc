@@ -62,6 +62,31 @@ std::optional<Device> DeviceOfDoc(const Json& doc) {
   return Device{kind == "gpu" ? DeviceKind::kGpu : DeviceKind::kNode, id};
 }
 
+// The document of an operator's quarantine of one GPU in force, over its earlier one (`record`,
+// an empty object for none): a released GPU's evidence start stays.
+Json OperatorQuarantineRecord(Json record, std::string_view key, std::string_view node,
+                              int64_t index, std::string_view actor, std::string_view reason,
+                              int64_t now) {
+  record.update({{"device", "gpu"},
+                 {"id", key},
+                 {"node", node},
+                 {"gpu", index},
+                 {"state", "quarantined"},
+                 {"source", reliability::QuarantineSourceName(QuarantineSource::kOperator)},
+                 {"actor", actor},
+                 {"reason", reason},
+                 {"mode", reliability::DrainModeName(DrainMode::kAfterJob)},
+                 {"since_ns", now}});
+  return record;
+}
+
+// A quarantine document once its device is back in service: it starts clean.
+void MarkReleased(Json& record, int64_t now) {
+  record["state"] = "released";
+  record["released_ns"] = now;
+  record["evidence_since_ns"] = now;
+}
+
 std::optional<QuarantineSource> ParseSource(std::string_view name) {
   for (const QuarantineSource source :
        {QuarantineSource::kAttribution, QuarantineSource::kHealthRule,
@@ -496,9 +521,7 @@ Status ReliabilityController::NoticeQuarantineChanges(const Fleet& fleet,
       continue;
     }
     // Released on the node (gpufleet release): it is back in service and starts clean.
-    doc["state"] = "released";
-    doc["released_ns"] = now;
-    doc["evidence_since_ns"] = now;
+    MarkReleased(doc, now);
     store::WriteBatch batch;
     batch.Update(std::string(kQuarantinesKind), object.name, doc.dump(), object.version);
     batch.AppendEvent(std::string(kQuarantinesKind), object.name,
@@ -525,17 +548,9 @@ Status ReliabilityController::NoticeQuarantineChanges(const Fleet& fleet,
     if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) {
       return existing.status();
     }
-    Json doc = existing.ok() ? wire::ParseDocument(existing->data) : Json::object();
-    doc.update({{"device", "gpu"},
-                {"id", gpu.key},
-                {"node", gpu.node},
-                {"gpu", gpu.index},
-                {"state", "quarantined"},
-                {"source", reliability::QuarantineSourceName(QuarantineSource::kOperator)},
-                {"actor", "operator"},
-                {"reason", "quarantined on the node"},
-                {"mode", reliability::DrainModeName(DrainMode::kAfterJob)},
-                {"since_ns", now}});
+    const Json doc = OperatorQuarantineRecord(
+        existing.ok() ? wire::ParseDocument(existing->data) : Json::object(), gpu.key, gpu.node,
+        gpu.index, "operator", "quarantined on the node", now);
     store::WriteBatch batch;
     if (existing.ok()) {
       batch.Update(std::string(kQuarantinesKind), name, doc.dump(), existing->version);
@@ -550,6 +565,64 @@ Status ReliabilityController::NoticeQuarantineChanges(const Fleet& fleet,
       return status;
     }
   }
+  return Status::Ok();
+}
+
+Status ReliabilityController::AddOperatorQuarantine(Json& node_doc, std::string_view node,
+                                                    std::optional<int64_t> gpu, bool release,
+                                                    std::string_view actor, std::string_view reason,
+                                                    store::WriteBatch& batch) {
+  const int64_t now = NowNanos();
+  store::WriteBatch added;
+  bool found = false;
+  if (node_doc.contains("gpus") && node_doc["gpus"].is_array()) {
+    for (Json& g : node_doc["gpus"]) {
+      const int64_t index = wire::IntOr(g, "index", -1);
+      if (gpu && index != *gpu) {
+        continue;
+      }
+      found = true;
+      const std::string name = QuarantineDocName(Device::OfGpu(GpuUuid(GpuKey(g, node, index))));
+      Result<store::StoredObject> stored = store_.Get(kQuarantinesKind, name);
+      if (!stored.ok() && stored.status().code() != StatusCode::kNotFound) {
+        return stored.status();
+      }
+      const std::optional<store::StoredObject> existing =
+          stored.ok() ? std::optional(*std::move(stored)) : std::nullopt;
+      if (release) {
+        g["health"] = GpuHealthName(GpuHealth::kHealthy);
+        g.erase("quarantine_reason");
+        Json record = existing ? wire::ParseDocument(existing->data) : Json();
+        // Only a quarantine in force is released: a GPU in service keeps its evidence.
+        if (wire::StrOr(record, "state") != "quarantined") {
+          continue;
+        }
+        MarkReleased(record, now);
+        added.Update(std::string(kQuarantinesKind), name, record.dump(), existing->version);
+        added.AppendEvent(
+            std::string(kQuarantinesKind), name,
+            fmt::format("released by {}: in service again; the evidence before now is forgotten",
+                        actor));
+        continue;
+      }
+      g["health"] = QuarantinedName();
+      g["quarantine_reason"] = reason;
+      const Json record =
+          OperatorQuarantineRecord(existing ? wire::ParseDocument(existing->data) : Json::object(),
+                                   GpuKey(g, node, index), node, index, actor, reason, now);
+      if (existing) {
+        added.Update(std::string(kQuarantinesKind), name, record.dump(), existing->version);
+      } else {
+        added.Create(std::string(kQuarantinesKind), name, record.dump());
+      }
+      added.AppendEvent(std::string(kQuarantinesKind), name,
+                        fmt::format("quarantined on node {} by {}: {}", node, actor, reason));
+    }
+  }
+  if (gpu && !found) {
+    return InvalidArgumentError(fmt::format("gpu: no GPU {} on node \"{}\"", *gpu, node));
+  }
+  batch.Append(added);
   return Status::Ok();
 }
 
@@ -577,6 +650,7 @@ Status ReliabilityController::ApplyQuarantine(const Analysis& analysis, const Au
       for (Json& g : doc["gpus"]) {
         if (gpu == nullptr || wire::IntOr(g, "index", -1) == gpu->index) {
           g["health"] = QuarantinedName();
+          g["quarantine_reason"] = entry.reason;
         }
       }
     }

@@ -118,6 +118,17 @@ class ReliabilityController {
   // the quarantined devices.
   Result<Json> FailureReport();
 
+  // An operator's quarantine (`release` false) or release of the GPUs of node `node` (every GPU,
+  // or the one at index `gpu`), added to `batch` beside the update of `node_doc`, which it
+  // changes too: each GPU's health and "quarantine_reason", and each GPU's document in kind
+  // "quarantines" (in force with `actor` and `reason`, or released). The failure report and the
+  // node's page then say the same from the same commit, not from the next step. kInvalidArgument
+  // for a GPU the node lacks (naming it); on error nothing is added to `batch` (drop
+  // `node_doc`).
+  Status AddOperatorQuarantine(Json& node_doc, std::string_view node, std::optional<int64_t> gpu,
+                               bool release, std::string_view actor, std::string_view reason,
+                               store::WriteBatch& batch);
+
   const ReliabilityOptions& options() const { return options_; }
 
  private:

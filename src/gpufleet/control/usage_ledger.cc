@@ -320,7 +320,7 @@ Result<UsageQuery> ParseUsageQuery(std::optional<std::string_view> from,
   return query;
 }
 
-UsageReport ComputeUsage(const std::vector<RunUsage>& runs, int64_t fleet_units,
+UsageReport ComputeUsage(const std::vector<RunUsage>& runs, int64_t fleet_capacity,
                          const UsageQuery& query) {
   UsageReport report;
   report.query = query;
@@ -372,8 +372,7 @@ UsageReport ComputeUsage(const std::vector<RunUsage>& runs, int64_t fleet_units,
   for (auto& [key, row] : rows) {
     report.rows.push_back(std::move(row));
   }
-  const int64_t period_ms = (query.to_ns - query.from_ns) / kNanosPerMilli;
-  report.unallocated = std::max<int64_t>(0, MulDiv(fleet_units, period_ms, 1) - fleet_allocated);
+  report.unallocated = std::max<int64_t>(0, fleet_capacity - fleet_allocated);
   return report;
 }
 
@@ -402,12 +401,18 @@ Json UsageReportToJson(const UsageReport& report, bool with_fleet) {
           {"unallocatedGpuHours", with_fleet ? Json(Hours(report.unallocated)) : Json()}};
 }
 
-int64_t FleetShareUnits(const std::vector<Json>& node_docs) {
-  int64_t gpus = 0;
+int64_t FleetCapacity(const std::vector<Json>& node_docs, const UsageQuery& query, int64_t now_ns) {
+  const int64_t end = std::min(query.to_ns, now_ns);
+  int64_t capacity = 0;
   for (const Json& doc : node_docs) {
-    gpus += static_cast<int64_t>(wire::ArrayOr(doc, "gpus").size());
+    const int64_t start = std::max(query.from_ns, wire::IntOr(doc, "registered_ns", query.from_ns));
+    if (start >= end) {
+      continue;
+    }
+    const auto gpus = static_cast<int64_t>(wire::ArrayOr(doc, "gpus").size());
+    capacity += gpus * kShareUnitsPerGpu * ((end - start) / kNanosPerMilli);
   }
-  return gpus * kShareUnitsPerGpu;
+  return capacity;
 }
 
 }  // namespace gpufleet::control

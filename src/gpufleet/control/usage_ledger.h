@@ -175,9 +175,9 @@ struct UsageReport {
 
 // The ledger over `runs` in [query.from_ns, query.to_ns): each run counts the part of it inside
 // the period; its busy time counts in the same proportion (busy time is known per run, not per
-// instant). `fleet_units` is the fleet's GPUs in share units (counted over the whole period).
-// Busy is capped at allocated per run. Pure.
-UsageReport ComputeUsage(const std::vector<RunUsage>& runs, int64_t fleet_units,
+// instant). `fleet_capacity` is the fleet's GPU-time over the period in share units x
+// milliseconds (FleetCapacity). Busy is capped at allocated per run. Pure.
+UsageReport ComputeUsage(const std::vector<RunUsage>& runs, int64_t fleet_capacity,
                          const UsageQuery& query);
 
 // GPU-hours of share units x milliseconds.
@@ -188,7 +188,10 @@ double GpuHours(int64_t unit_ms);
 // `unallocatedGpuHours` is null when `with_fleet` is false (members do not see the fleet).
 Json UsageReportToJson(const UsageReport& report, bool with_fleet);
 
-// The fleet's GPUs in share units: every GPU of `node_docs` (node documents) is a whole GPU.
-int64_t FleetShareUnits(const std::vector<Json>& node_docs);
+// The fleet's GPU-time in [query.from_ns, query.to_ns) in share units x milliseconds: every GPU
+// of `node_docs` (node documents) is a whole GPU from its node's registration ("registered_ns";
+// a node stored without one counts from the period's start) until `now_ns`, never before nor
+// after: a fleet 90 s old has 90 s of capacity in a day's report, a period in the future none.
+int64_t FleetCapacity(const std::vector<Json>& node_docs, const UsageQuery& query, int64_t now_ns);
 
 }  // namespace gpufleet::control

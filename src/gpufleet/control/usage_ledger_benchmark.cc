@@ -47,7 +47,8 @@ void BM_UsageReport(benchmark::State& state) {
         runs.push_back(*std::move(run));
       }
     }
-    UsageReport report = ComputeUsage(runs, 1024 * kShareUnitsPerGpu, query);
+    UsageReport report = ComputeUsage(
+        runs, 1024 * kShareUnitsPerGpu * ((query.to_ns - query.from_ns) / 1'000'000), query);
     benchmark::DoNotOptimize(report);
   }
   state.SetItemsProcessed(state.iterations() * state.range(0));

@@ -85,6 +85,11 @@ TEST(AssignmentShareUnits, SharesAndMigSlicesAreExactFractionsOfAGpu) {
 //   b/infer:   one 3g.40gb A100 slice, T0-1h .. T0+7h               -> 4 x 3/7 GPU-h inside
 //   b/sweep:   one H100, placed at T0+30m, preempted at T0+1h, its task gone at T0+1h30
 //              -> 1 GPU-h: it counts until the task is known gone, not until the preemption
+// `gpus` GPUs over the whole of `query`'s period, in unit-ms.
+int64_t WholePeriodCapacity(int64_t gpus, const UsageQuery& query) {
+  return gpus * kShareUnitsPerGpu * ((query.to_ns - query.from_ns) / 1'000'000);
+}
+
 TEST(ComputeUsage, ScriptedTimelineWithSharesMigAndPreemption) {
   std::vector<RunUsage> runs;
   // a/train ends at T0+2h through a job write that drops its placements.
@@ -129,7 +134,7 @@ TEST(ComputeUsage, ScriptedTimelineWithSharesMigAndPreemption) {
   UsageQuery query;
   query.from_ns = kT0;
   query.to_ns = kT0 + 4 * kHour;
-  const UsageReport report = ComputeUsage(runs, 4 * kShareUnitsPerGpu, query);
+  const UsageReport report = ComputeUsage(runs, WholePeriodCapacity(4, query), query);
   ASSERT_EQ(report.rows.size(), 2u);
   const UsageRow* a = FindRow(report, "a");
   const UsageRow* b = FindRow(report, "b");
@@ -157,7 +162,7 @@ TEST(ComputeUsage, ScriptedTimelineWithSharesMigAndPreemption) {
 
   // A member of team a: its rows only, the fleet's unallocated time left out of the JSON.
   query.team = "a";
-  const UsageReport member = ComputeUsage(runs, 4 * kShareUnitsPerGpu, query);
+  const UsageReport member = ComputeUsage(runs, WholePeriodCapacity(4, query), query);
   ASSERT_EQ(member.rows.size(), 1u);
   EXPECT_EQ(member.rows[0].key, "a");
   EXPECT_TRUE(UsageReportToJson(member, /*with_fleet=*/false)["unallocatedGpuHours"].is_null());
@@ -165,19 +170,19 @@ TEST(ComputeUsage, ScriptedTimelineWithSharesMigAndPreemption) {
   // By model and by user.
   query.team.reset();
   query.by = UsageGrouping::kModel;
-  const UsageReport models = ComputeUsage(runs, 4 * kShareUnitsPerGpu, query);
+  const UsageReport models = ComputeUsage(runs, WholePeriodCapacity(4, query), query);
   ASSERT_EQ(models.rows.size(), 2u);
   EXPECT_EQ(FindRow(models, "H100-80GB")->totals.allocated, 5 * kUnitHour + kUnitHour / 2);
   EXPECT_EQ(FindRow(models, "A100-80GB")->totals.allocated, 12 * kUnitHour / 7);
   query.by = UsageGrouping::kUser;
-  const UsageReport users = ComputeUsage(runs, 4 * kShareUnitsPerGpu, query);
+  const UsageReport users = ComputeUsage(runs, WholePeriodCapacity(4, query), query);
   EXPECT_EQ(FindRow(users, "bob")->totals.allocated, 12 * kUnitHour / 7 + kUnitHour);
 
   // A period inside a run: its part, and its busy time in proportion.
   query.by = UsageGrouping::kTeam;
   query.from_ns = kT0 + kHour;
   query.to_ns = kT0 + 3 * kHour / 2;
-  const UsageReport half = ComputeUsage(runs, 4 * kShareUnitsPerGpu, query);
+  const UsageReport half = ComputeUsage(runs, WholePeriodCapacity(4, query), query);
   EXPECT_EQ(FindRow(half, "a")->totals.allocated, kUnitHour + kUnitHour / 8);
   EXPECT_EQ(FindRow(half, "a")->totals.busy, kUnitHour / 2);
 }
@@ -188,13 +193,13 @@ TEST(ComputeUsage, BusyIsCappedAtAllocatedAndOutsideRunsCountNothing) {
   UsageQuery query;
   query.from_ns = kT0;
   query.to_ns = kT0 + kHour;
-  UsageReport report = ComputeUsage(runs, kShareUnitsPerGpu, query);
+  UsageReport report = ComputeUsage(runs, WholePeriodCapacity(1, query), query);
   ASSERT_EQ(report.rows.size(), 1u);
   EXPECT_EQ(report.rows[0].totals.busy, kUnitHour / 2);
   EXPECT_EQ(report.unallocated, kUnitHour / 2);
   query.from_ns = kT0 + 2 * kHour;
   query.to_ns = kT0 + 3 * kHour;
-  report = ComputeUsage(runs, kShareUnitsPerGpu, query);
+  report = ComputeUsage(runs, WholePeriodCapacity(1, query), query);
   EXPECT_TRUE(report.rows.empty());
   EXPECT_EQ(report.unallocated, kUnitHour);
 }
@@ -284,6 +289,28 @@ TEST(RunUsageFromJson, RefusesMalformedRecordsNamingTheField) {
   bad["end_ns"] = 0;
   EXPECT_THAT(RunUsageFromJson(bad), StatusIs(StatusCode::kInvalidArgument, HasSubstr("end_ns")));
   EXPECT_THAT(RunUsageFromJson(Json::array()), StatusIs(StatusCode::kInvalidArgument));
+}
+
+TEST(FleetCapacity, CountsEachNodeFromItsRegistrationUntilNow) {
+  UsageQuery query;
+  query.from_ns = kT0;
+  query.to_ns = kT0 + 24 * kHour;
+  const Json gpus2 = Json::array({Json::object(), Json::object()});
+  const std::vector<Json> nodes = {
+      Json{{"gpus", gpus2}, {"registered_ns", kT0 + 10 * kHour}},  // 2 GPUs, from 10:00
+      Json{{"gpus", gpus2}, {"registered_ns", kT0 - kHour}},       // from before the period
+      Json{{"gpus", gpus2}},                                       // stored without a stamp
+      Json{{"gpus", gpus2}, {"registered_ns", kT0 + 13 * kHour}},  // after now
+  };
+  // Now is 12:00: 2 GPUs x 2 h + 2 x 12 h + 2 x 12 h; nothing of the 12 h still to come.
+  EXPECT_EQ(FleetCapacity(nodes, query, kT0 + 12 * kHour), 52 * kUnitHour);
+  // A fleet 90 s old has 90 s of capacity in a day's report, not 24 h.
+  const std::vector<Json> young = {Json{{"gpus", gpus2}, {"registered_ns", kT0 + 12 * kHour}}};
+  EXPECT_EQ(FleetCapacity(young, query, kT0 + 12 * kHour + 90 * kSecond),
+            2 * 90 * kShareUnitsPerGpu * 1000);
+  // A period wholly in the future has none.
+  query.from_ns = kT0 + 20 * kHour;
+  EXPECT_EQ(FleetCapacity(nodes, query, kT0 + 12 * kHour), 0);
 }
 
 }  // namespace
