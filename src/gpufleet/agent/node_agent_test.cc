@@ -877,6 +877,12 @@ TEST_F(NodeAgentTest, AnAgentOutsideTheSkewPolicyIsRefusedNamingBothVersions) {
               StatusIs(StatusCode::kFailedPrecondition,
                        HasSubstr("agent protocol 1.2 (agent 0.3.0 (commit 0123abc)) is newer than "
                                  "this server's 1.1: upgrade the servers before the agents")));
+  // A field this server does not know, as a newer agent may add: still the version's refusal.
+  (*registration)["node_class"] = "gpu";
+  EXPECT_THAT(client_->Post("/v1/agents/register", registration->dump(), "application/json"),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("agent protocol 1.2 (agent 0.3.0 (commit 0123abc)) is newer")));
+  registration->erase("node_class");
   (*registration)["protocol"] = "0.9";
   EXPECT_THAT(client_->Post("/v1/agents/register", registration->dump(), "application/json"),
               StatusIs(StatusCode::kFailedPrecondition,

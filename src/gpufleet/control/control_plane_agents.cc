@@ -652,9 +652,15 @@ Result<wire::AgentReply> ControlPlane::RegisterAgent(const Principal& who, std::
     return Status(StatusCode::kPermissionDenied,
                   "registering a node needs an agent or admin token");
   }
-  GPUFLEET_ASSIGN_OR_RETURN(wire::RegisterRequest request, wire::ParseRegisterRequest(body));
   // Before anything else: an agent of a protocol this server does not serve is told so, naming
   // both versions, instead of an error about a field it sent differently.
+  Result<wire::RegisterRequest> parsed = wire::ParseRegisterRequest(body);
+  if (!parsed.ok()) {
+    GPUFLEET_RETURN_IF_ERROR(
+        wire::CheckProtocolOfRefusedRequest(body, wire::kAgentProtocolVersion));
+    return parsed.status();
+  }
+  wire::RegisterRequest request = std::move(parsed).value();
   GPUFLEET_RETURN_IF_ERROR(wire::CheckAgentProtocol(request.protocol, request.agent_version,
                                                     wire::kAgentProtocolVersion));
   GPUFLEET_RETURN_IF_ERROR(wire::ValidateNodeName("node.name", request.node.id.value()));
@@ -942,8 +948,13 @@ Result<wire::AgentReply> ControlPlane::AgentHeartbeat(const Principal& who, std:
   if (!who.is_admin() && who.role != Role::kAgent) {
     return Status(StatusCode::kPermissionDenied, "heartbeats need an agent or admin token");
   }
-  GPUFLEET_ASSIGN_OR_RETURN(const wire::HeartbeatRequest request,
-                            wire::ParseHeartbeatRequest(body));
+  Result<wire::HeartbeatRequest> parsed = wire::ParseHeartbeatRequest(body);
+  if (!parsed.ok()) {
+    GPUFLEET_RETURN_IF_ERROR(
+        wire::CheckProtocolOfRefusedRequest(body, wire::kAgentProtocolVersion));
+    return parsed.status();
+  }
+  const wire::HeartbeatRequest request = std::move(parsed).value();
   GPUFLEET_RETURN_IF_ERROR(wire::CheckAgentProtocol(request.protocol, request.agent_version,
                                                     wire::kAgentProtocolVersion));
   GPUFLEET_RETURN_IF_ERROR(CheckNodeCredential(who, std::string(node)));

@@ -633,6 +633,27 @@ Status CheckAgentProtocol(ProtocolVersion agent, std::string_view agent_version,
                   ProtocolVersionName(oldest), ProtocolVersionName(server)));
 }
 
+Status CheckProtocolOfRefusedRequest(std::string_view body, ProtocolVersion server) {
+  const Result<Json> j = ParseJson(body);
+  if (!j.ok() || !j->is_object()) {
+    return Status::Ok();
+  }
+  const auto protocol = j->find("protocol");
+  if (protocol == j->end() || !protocol->is_string()) {
+    return Status::Ok();
+  }
+  const Result<ProtocolVersion> version = ParseProtocolVersion(protocol->get<std::string>());
+  if (!version.ok()) {
+    return Status::Ok();
+  }
+  const auto agent_version = j->find("agent_version");
+  return CheckAgentProtocol(*version,
+                            agent_version != j->end() && agent_version->is_string()
+                                ? agent_version->get<std::string>()
+                                : "",
+                            server);
+}
+
 bool IsAgentProtocolRefusal(const Status& status) {
   return status.code() == StatusCode::kFailedPrecondition &&
          status.message().find(kRefusalPrefix) != std::string::npos;

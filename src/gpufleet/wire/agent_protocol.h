@@ -111,6 +111,11 @@ Result<ProtocolVersion> ParseProtocolVersion(std::string_view text);
 // which side to upgrade (IsAgentProtocolRefusal).
 Status CheckAgentProtocol(ProtocolVersion agent, std::string_view agent_version,
                           ProtocolVersion server);
+// For a request the strict readers below refused: CheckAgentProtocol of the "protocol" (and
+// "agent_version") `body` names. A newer agent's request may fail on a field this server does
+// not know, and the agent should hear that its version is not served, not about the field. OK
+// when `body` is not a JSON object or names no version outside the policy.
+Status CheckProtocolOfRefusedRequest(std::string_view body, ProtocolVersion server);
 // Whether `status` is a refusal by CheckAgentProtocol (also as the agent reads it back from the
 // server's answer): the agent backs off instead of retrying at its usual pace.
 bool IsAgentProtocolRefusal(const Status& status);

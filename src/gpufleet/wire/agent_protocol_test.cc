@@ -411,6 +411,20 @@ TEST(AgentProtocolVersion, AMissingVersionReadsAsTheUnversionedProtocol) {
   EXPECT_EQ(registered->protocol, kUnversionedAgentProtocol);
 }
 
+// A newer agent's request that the reader refuses (a field it added) is answered with the
+// version refusal; a request of a served version keeps the reader's error.
+TEST(AgentProtocolVersion, ARefusedRequestOfANewerAgentHearsAboutVersions) {
+  EXPECT_THAT(CheckProtocolOfRefusedRequest(
+                  R"({"protocol": "1.6", "agent_version": "0.6.0", "new_field": 1})", {1, 5}),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("agent protocol 1.6 (agent 0.6.0) is newer than this server's "
+                                 "1.5")));
+  EXPECT_OK(CheckProtocolOfRefusedRequest(R"({"protocol": "1.5", "new_field": 1})", {1, 5}));
+  EXPECT_OK(CheckProtocolOfRefusedRequest(R"({"new_field": 1})", {1, 5}));
+  EXPECT_OK(CheckProtocolOfRefusedRequest(R"({"protocol": "x"})", {1, 5}));
+  EXPECT_OK(CheckProtocolOfRefusedRequest("not json", {1, 5}));
+}
+
 TEST(AgentProtocolVersion, BadVersionsNameTheField) {
   for (const char* bad :
        {R"("1")", R"("1.1.0")", R"("a.b")", R"("1.-1")", R"("")", R"("12345.1")", R"(11)"}) {
