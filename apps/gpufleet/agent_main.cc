@@ -275,6 +275,7 @@ int RunAgent(const AgentFlags& flags) {
   }
   agent::NodeAgentOptions options;
   options.node_name = flags.node_name.empty() ? Hostname() : flags.node_name;
+  options.agent_version = fmt::format("{} (commit {})", BuildVersion(), BuildCommit());
   Result<std::vector<std::pair<std::string, std::string>>> topology =
       ParsePairs(flags.topology, "--topology");
   Result<std::vector<std::pair<std::string, std::string>>> labels =
@@ -458,7 +459,8 @@ int RunAgent(const AgentFlags& flags) {
       }
     }
     if (!step.call.ok()) {
-      fmt::print(stderr, "gpufleet agent: {}\n", step.call.ToString());
+      fmt::print(stderr, "gpufleet agent: {} (retrying in {} s)\n", step.call.ToString(),
+                 std::chrono::duration_cast<std::chrono::seconds>(step.retry_in).count());
     }
     if (simulated_probe != nullptr) {
       if (Status loads = agent::ApplyTaskLoads(node_agent, *task_runner, *simulated_probe);

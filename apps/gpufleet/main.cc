@@ -20,6 +20,7 @@ int main(int argc, char** argv) {
   gpufleet::app::Action agent = gpufleet::app::AddAgentCommand(app);
   gpufleet::app::Action dev = gpufleet::app::AddDevCommand(app);
   gpufleet::app::Action probe = gpufleet::app::AddProbeCommand(app);
+  gpufleet::app::Action admin = gpufleet::app::AddAdminCommand(app);
   gpufleet::app::Action fabric = gpufleet::app::AddFabricCommand(app);
   gpufleet::app::Action cli = gpufleet::app::AddCliCommands(app);
   gpufleet::app::Action completion = gpufleet::app::AddCompletionCommand(app);
@@ -39,6 +40,9 @@ int main(int argc, char** argv) {
   }
   if (probe && app.got_subcommand("probe")) {
     return probe();
+  }
+  if (admin && app.got_subcommand("admin")) {
+    return admin();
   }
   if (fabric && app.got_subcommand("fabric")) {
     return fabric();

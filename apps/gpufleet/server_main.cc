@@ -145,7 +145,15 @@ Result<OpenedStore> OpenStore(const ServerFlags& flags) {
   OpenedStore opened;
   opened.lock = std::move(lock).value();
   opened.description = (std::filesystem::path(flags.data_dir) / "gpufleet.db").string();
-  GPUFLEET_ASSIGN_OR_RETURN(opened.store, store::SqliteStateStore::Open(opened.description));
+  GPUFLEET_ASSIGN_OR_RETURN(std::unique_ptr<store::SqliteStateStore> sqlite,
+                            store::SqliteStateStore::Open(opened.description));
+  if (!sqlite->pre_migration_backup().empty()) {
+    fmt::print(
+        "gpufleet server: migrated the store's schema to version {}; the store as it was "
+        "is in {}\n",
+        store::SqliteStateStore::LatestSchemaVersion(), sqlite->pre_migration_backup());
+  }
+  opened.store = std::move(sqlite);
   return opened;
 }
 

@@ -52,6 +52,9 @@ Action AddServerCommand(CLI::App& app);
 Action AddAgentCommand(CLI::App& app);
 Action AddDevCommand(CLI::App& app);
 
+// `gpufleet admin backup|restore`: the SQLite store copied out and back (admin_main.cc).
+Action AddAdminCommand(CLI::App& app);
+
 // `gpufleet probe`: one reading of the GPUs, NVML or simulated (probe_main.cc).
 Action AddProbeCommand(CLI::App& app);
 

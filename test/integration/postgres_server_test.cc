@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -30,6 +31,7 @@
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/http/client.h"
 #include "gpufleet/http/cpp_httplib.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet {
 namespace {
@@ -238,6 +240,62 @@ TEST_F(PostgresServerEndToEndTest, SurvivesACrashAndALostDatabaseWithoutPrinting
   output += (*server)->output();
   EXPECT_THAT(output, HasSubstr("store postgresql://app:***@127.0.0.1"));
   EXPECT_THAT(output, Not(HasSubstr(kPassword)));
+}
+
+// The PostgreSQL backup path of docs/operations.md ("Back up and restore"): pg_dump of the store
+// while the server runs, pg_restore into a fresh database, and a server on that database serves
+// the jobs and nodes as they were at the dump (a job submitted after it is not there).
+TEST_F(PostgresServerEndToEndTest, PgDumpAndPgRestoreCarryTheStoreToAFreshDatabase) {
+  Result<std::unique_ptr<api_testing::ServerProcess>> server = StartServer();
+  ASSERT_OK(server);
+  {
+    httplib::Client client("127.0.0.1", (*server)->port());
+    client.set_bearer_token_auth(kAdminToken);
+    for (const char* name : {"dumped-0", "dumped-1", "dumped-2"}) {
+      ASSERT_EQ(Submit(client, name), 201);
+    }
+    const std::string dump = (dir_ / "gpufleet.dump").string();
+    // As docs/operations.md has it: the custom format, as the role the server uses.
+    ASSERT_EQ(std::system(fmt::format("PGPASSWORD='{}' '{}/pg_dump' --format=custom --file='{}' "
+                                      "'postgresql://app@127.0.0.1:{}/gpufleet'",
+                                      kPassword, postgres_->bin_dir(), dump, postgres_->port())
+                              .c_str()),
+              0);
+    ASSERT_EQ(Submit(client, "after-dump"), 201);
+    ASSERT_OK(postgres_->CreateDatabase("restored"));
+    ASSERT_OK(postgres_->Execute("restored", "GRANT CREATE ON DATABASE restored TO app"));
+    ASSERT_EQ(std::system(fmt::format("PGPASSWORD='{}' '{}/pg_restore' --no-owner --exit-on-error "
+                                      "--dbname='postgresql://app@127.0.0.1:{}/restored' '{}'",
+                                      kPassword, postgres_->bin_dir(), postgres_->port(), dump)
+                              .c_str()),
+              0);
+  }
+  (*server)->KillAndWait(SIGTERM);
+
+  const std::string restored =
+      fmt::format("postgresql://app:{}@127.0.0.1:{}/restored", kPassword, postgres_->port());
+  server = api_testing::ServerProcess::Start(
+      GPUFLEET_BINARY,
+      {"--store", restored, "--listen", "127.0.0.1:0", "--admin-token-file",
+       (dir_ / "admin-token").string(), "--cycle-interval-ms", "20"},
+      kStartTimeout);
+  ASSERT_OK(server);
+  httplib::Client client("127.0.0.1", (*server)->port());
+  client.set_bearer_token_auth(kAdminToken);
+  client.set_read_timeout(std::chrono::seconds(30));
+  for (const char* name : {"dumped-0", "dumped-1", "dumped-2"}) {
+    EXPECT_EQ(GetJob(client, name), 200) << name;
+  }
+  EXPECT_EQ(GetJob(client, "after-dump"), 404);
+  // The nodes of the first server (--simulated-nodes 2x8), which this one was not given.
+  httplib::Result nodes = client.Get("/v1/nodes");
+  ASSERT_TRUE(nodes);
+  ASSERT_EQ(nodes->status, 200);
+  Result<nlohmann::json> listed = wire::ParseJson(nodes->body);
+  ASSERT_OK(listed);
+  ASSERT_TRUE(listed->contains("items")) << nodes->body;
+  EXPECT_EQ((*listed)["items"].size(), 2u) << nodes->body;
+  (*server)->KillAndWait(SIGTERM);
 }
 
 // Clients keep submitting while the postmaster is SIGKILLed and started again: while it is down

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "gpufleet/wire/agent_protocol.h"
+
 namespace gpufleet::agent {
 
 AgentLoop::AgentLoop(NodeAgent& agent, const Clock& clock)
@@ -15,6 +17,14 @@ AgentLoop::Step AgentLoop::RunOnce() {
     step.called_server = true;
     step.call = registered_ ? agent_.Heartbeat() : agent_.Register();
     Duration wait = kRetryAfterFailure;
+    if (wire::IsAgentProtocolRefusal(step.call)) {
+      refusal_wait_ = refusal_wait_ == Duration(0)
+                          ? Duration(kRetryAfterFailure)
+                          : std::min<Duration>(refusal_wait_ * 2, kMaxRetryAfterRefusal);
+      wait = refusal_wait_;
+    } else {
+      refusal_wait_ = Duration(0);
+    }
     if (step.call.ok()) {
       step.registered_now = !registered_;
       registered_ = true;
@@ -23,6 +33,9 @@ AgentLoop::Step AgentLoop::RunOnce() {
       registered_ = registered_ && step.call.code() != StatusCode::kNotFound &&
                     step.call.code() != StatusCode::kFailedPrecondition &&
                     step.call.code() != StatusCode::kUnauthenticated;
+    }
+    if (!step.call.ok()) {
+      step.retry_in = wait;
     }
     next_call_ = clock_.Now() + wait;
   }

@@ -286,6 +286,7 @@ std::vector<wire::TaskReport> NodeAgent::TaskReports(
 Status NodeAgent::Register() {
   const std::shared_ptr<const TelemetrySnapshot> snapshot = telemetry_.LatestSnapshot();
   wire::RegisterRequest request;
+  request.agent_version = options_.agent_version;
   request.topology_levels = options_.topology_levels;
   Node& node = request.node;
   node.id = NodeId(options_.node_name);
@@ -365,6 +366,7 @@ Status NodeAgent::Heartbeat() {
   }
   FenceIfLeaseExpired();
   wire::HeartbeatRequest request;
+  request.agent_version = options_.agent_version;
   request.gpus = GpuReports();
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
   request.tasks = TaskReports(statuses);

@@ -39,6 +39,9 @@ std::vector<MigDeviceInfo> WithPlacementStarts(const GpuModelInfo& model,
 
 struct NodeAgentOptions {
   std::string node_name;
+  // This build's version, sent with every registration and heartbeat beside the protocol version
+  // ("0.1.0 (commit 89cf5fc393b8)"); empty: not sent.
+  std::string agent_version;
   // The node's place in the cluster: topology_values[i] is its domain at topology_levels[i]
   // (outermost first), e.g. {"block", "leaf"} and {"block-0", "leaf-3"}.
   std::vector<std::string> topology_levels;

@@ -3,7 +3,9 @@
 // runner on one fake clock.
 #include "gpufleet/agent/node_agent.h"
 
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include <fmt/core.h>
@@ -11,12 +13,15 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/agent/agent_loop.h"
 #include "gpufleet/agent/simulated_node.h"
 #include "gpufleet/agent/simulated_probe.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/runner/simulated_runner.h"
 #include "gpufleet/store/memory_store.h"
+#include "gpufleet/wire/agent_protocol.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::agent {
 namespace {
@@ -27,16 +32,25 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 // Calls the server's request handler directly, as an HTTP round trip would.
-// Calls the server in process; while `cut` is set no request gets through (a partition).
+// Calls the server in process; while `cut` is set no request gets through (a partition). While
+// `protocol` is set and not empty, the "protocol" of each agent request is that instead of the
+// agent's own (an agent of another protocol version).
 class InProcessTransport final : public http::Transport {
  public:
-  InProcessTransport(api::ApiServer& server, const bool* cut = nullptr)
-      : server_(server), cut_(cut) {}
+  InProcessTransport(api::ApiServer& server, const bool* cut = nullptr,
+                     const std::string* protocol = nullptr)
+      : server_(server), cut_(cut), protocol_(protocol) {}
   Result<http::HttpResponse> Send(std::string_view method, std::string_view path,
                                   std::string_view body, std::string_view /*content_type*/,
                                   std::string_view token) override {
     if (cut_ != nullptr && *cut_) {
       return UnavailableError("in-process: cut off from the server");
+    }
+    std::string sent(body);
+    if (protocol_ != nullptr && !protocol_->empty() && path.starts_with("/v1/agents/")) {
+      GPUFLEET_ASSIGN_OR_RETURN(Json j, wire::ParseJson(body));
+      j["protocol"] = *protocol_;
+      sent = j.dump();
     }
     api::ApiRequest request;
     request.method = std::string(method);
@@ -53,7 +67,7 @@ class InProcessTransport final : public http::Transport {
       }
     }
     request.authorization = token.empty() ? "" : fmt::format("Bearer {}", token);
-    request.body = std::string(body);
+    request.body = std::move(sent);
     const api::ApiResponse response = server_.Handle(request);
     return http::HttpResponse{response.status, response.body, response.content_type};
   }
@@ -61,6 +75,7 @@ class InProcessTransport final : public http::Transport {
  private:
   api::ApiServer& server_;
   const bool* cut_;
+  const std::string* protocol_;
 };
 
 std::string JobYaml(const std::string& name, int gpus, int64_t duration_ms, int exit_code = 0) {
@@ -137,7 +152,8 @@ class NodeAgentTest : public ::testing::Test {
     const std::string agent_token =
         *server_->authenticator().CreateToken(control::Role::kAgent, "", "agent");
     client_ = std::make_unique<http::ApiClient>(
-        std::make_unique<InProcessTransport>(*server_, &partitioned_), "in-process", agent_token);
+        std::make_unique<InProcessTransport>(*server_, &partitioned_, &agent_protocol_),
+        "in-process", agent_token);
     admin_client_ = std::make_unique<http::ApiClient>(
         std::make_unique<InProcessTransport>(*server_), "in-process", admin_);
     Result<std::unique_ptr<SimulatedProbe>> probe =
@@ -235,7 +251,8 @@ class NodeAgentTest : public ::testing::Test {
   store::InMemoryStateStore store_;
   std::unique_ptr<api::ApiServer> server_;
   std::string admin_;
-  bool partitioned_ = false;  // the agent's requests do not get through
+  bool partitioned_ = false;    // the agent's requests do not get through
+  std::string agent_protocol_;  // not empty: the protocol version the agent's requests claim
   std::unique_ptr<http::ApiClient> client_;
   std::unique_ptr<http::ApiClient> admin_client_;
   std::unique_ptr<SimulatedProbe> probe_;
@@ -801,6 +818,115 @@ TEST_F(NodeAgentTest, AStoppingJobKeepsItsInstanceUntilItsTaskHasEnded) {
 
 TEST_F(NodeAgentTest, HeartbeatBeforeRegisterIsAnError) {
   EXPECT_THAT(agent_->Heartbeat(), StatusIs(StatusCode::kFailedPrecondition));
+}
+
+// ---- version skew (docs/operations.md, "Upgrade") ----
+
+// The body an agent of protocol 1.0 sent, as captured (test/data/agent-protocol-1.0).
+std::string ProtocolFixture(const std::string& name) {
+  std::ifstream in(std::string(GPUFLEET_AGENT_PROTOCOL_FIXTURES) + "/" + name);
+  EXPECT_TRUE(in.good()) << name;
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// The previous release's agent against this server: the exact bodies an agent of protocol 1.0
+// sent (captured from `gpufleet agent` at commit 89cf5fc), replayed in order. The server
+// registers it, places a job on its GPUs and sends it the task in a heartbeat's answer, keeps
+// the node Ready, and counts the agent under protocol 1.0 in /metrics.
+TEST_F(NodeAgentTest, AnAgentOfTheLastReleaseIsServed) {
+  Result<Json> registered =
+      client_->Post("/v1/agents/register", ProtocolFixture("register.json"), "application/json");
+  ASSERT_OK(registered);
+  ASSERT_OK(wire::ParseAgentReply(registered->dump()));
+  Submit(JobYaml("skew", 1, 3600000));
+  EXPECT_EQ(wire::StrOr(Job("skew"), "state"), "Scheduled");
+
+  std::vector<std::string> sent_tasks;
+  for (const char* heartbeat : {"heartbeat-1.json", "heartbeat-2.json", "heartbeat-3.json"}) {
+    SCOPED_TRACE(heartbeat);
+    Result<Json> answer = client_->Post("/v1/agents/old-agent-0/heartbeat",
+                                        ProtocolFixture(heartbeat), "application/json");
+    ASSERT_OK(answer);
+    const Result<wire::AgentReply> reply = wire::ParseAgentReply(answer->dump());
+    ASSERT_OK(reply);
+    ASSERT_EQ(reply->tasks.size(), 1u);
+    sent_tasks.push_back(reply->tasks[0].id);
+    ASSERT_EQ(reply->tasks[0].gpu_uuids.size(), 1u);
+    EXPECT_THAT(ProtocolFixture("register.json"), HasSubstr(reply->tasks[0].gpu_uuids[0]));
+  }
+  EXPECT_EQ(sent_tasks, std::vector<std::string>(3, "skew/main-0/1"));
+  EXPECT_EQ(wire::StrOr(Node("old-agent-0"), "state"), "Ready");
+
+  api::ApiRequest metrics;
+  metrics.method = "GET";
+  metrics.path = "/metrics";
+  metrics.authorization = "Bearer " + admin_;
+  EXPECT_THAT(server_->Handle(metrics).body, HasSubstr("gpufleet_agents{protocol=\"1.0\"} 1\n"));
+}
+
+// An agent newer than the server (the agents upgraded first), or older than the one minor the
+// server still serves, is refused before anything is written, with both versions named.
+TEST_F(NodeAgentTest, AnAgentOutsideTheSkewPolicyIsRefusedNamingBothVersions) {
+  Result<Json> registration = wire::ParseJson(ProtocolFixture("register.json"));
+  ASSERT_OK(registration);
+  (*registration)["protocol"] = "1.2";
+  (*registration)["agent_version"] = "0.3.0 (commit 0123abc)";
+  EXPECT_THAT(client_->Post("/v1/agents/register", registration->dump(), "application/json"),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("agent protocol 1.2 (agent 0.3.0 (commit 0123abc)) is newer than "
+                                 "this server's 1.1: upgrade the servers before the agents")));
+  // A field this server does not know, as a newer agent may add: still the version's refusal.
+  (*registration)["node_class"] = "gpu";
+  EXPECT_THAT(client_->Post("/v1/agents/register", registration->dump(), "application/json"),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("agent protocol 1.2 (agent 0.3.0 (commit 0123abc)) is newer")));
+  registration->erase("node_class");
+  (*registration)["protocol"] = "0.9";
+  EXPECT_THAT(client_->Post("/v1/agents/register", registration->dump(), "application/json"),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("agent protocol 0.9 (agent 0.3.0 (commit 0123abc)) is too old for "
+                                 "this server's 1.1 (it serves 1.0 to 1.1): upgrade the agent")));
+  EXPECT_THAT(admin_client_->Get("/v1/nodes/old-agent-0"), StatusIs(StatusCode::kNotFound));
+
+  // This build's agent registers; then its heartbeats claiming 1.2 are refused too.
+  EXPECT_OK(agent_->Register());
+  agent_protocol_ = "1.2";
+  EXPECT_THAT(agent_->Heartbeat(),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("agent protocol 1.2 is newer than this server's 1.1")));
+}
+
+// A refused agent backs off, doubling its wait up to five minutes, instead of asking every five
+// seconds; once served, a later failure waits the usual five seconds again.
+TEST_F(NodeAgentTest, ARefusedAgentBacksOff) {
+  agent_protocol_ = "1.2";
+  AgentLoop loop(*agent_, clock_);
+  std::vector<int64_t> waits;
+  for (int call = 0; call < 8; ++call) {
+    AgentLoop::Step step = loop.RunOnce();
+    while (!step.called_server) {
+      clock_.Advance(step.wait);
+      step = loop.RunOnce();
+    }
+    ASSERT_TRUE(wire::IsAgentProtocolRefusal(step.call)) << step.call.ToString();
+    waits.push_back(std::chrono::duration_cast<std::chrono::seconds>(step.retry_in).count());
+    clock_.Advance(step.wait);
+  }
+  EXPECT_EQ(waits, (std::vector<int64_t>{5, 10, 20, 40, 80, 160, 300, 300}));
+
+  agent_protocol_.clear();
+  clock_.Advance(AgentLoop::kMaxRetryAfterRefusal);
+  AgentLoop::Step served = loop.RunOnce();
+  ASSERT_OK(served.call);
+  EXPECT_TRUE(served.registered_now);
+  partitioned_ = true;
+  clock_.Advance(agent_->heartbeat_interval());
+  AgentLoop::Step cut = loop.RunOnce();
+  ASSERT_TRUE(cut.called_server);
+  EXPECT_THAT(cut.call, StatusIs(StatusCode::kUnavailable));
+  EXPECT_EQ(cut.retry_in, AgentLoop::kRetryAfterFailure);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <tuple>
@@ -1381,8 +1382,10 @@ std::string ApiServer::RenderMetrics() {
   // then one series, from the leader, which sum() and alerts read without counting it twice
   // (docs/ha.md, "Roles"). A leader whose lease lapsed keeps its last figures but omits them too.
   control::FleetGauges gauges;
+  std::map<std::string, int64_t> agents_by_protocol;
   if (leading()) {
     gauges = control_->Gauges();
+    agents_by_protocol = control_->AgentsByProtocol();
   }
   out += "# HELP gpufleet_jobs_pending Jobs waiting to be scheduled, by queue.\n";
   out += "# TYPE gpufleet_jobs_pending gauge\n";
@@ -1408,6 +1411,13 @@ std::string ApiServer::RenderMetrics() {
     out += "# TYPE gpufleet_target_workload_shapes gauge\n";
     out += fmt::format("gpufleet_target_workload_shapes{{policy=\"{}\",source=\"{}\"}} {}\n",
                        EscapeLabel(options_.policy), gauges.target_source, gauges.target_shapes);
+  }
+  out +=
+      "# HELP gpufleet_agents Agents by the protocol version of their last registration or "
+      "heartbeat (a rolling upgrade is done when one version remains).\n";
+  out += "# TYPE gpufleet_agents gauge\n";
+  for (const auto& [protocol, count] : agents_by_protocol) {
+    out += fmt::format("gpufleet_agents{{protocol=\"{}\"}} {}\n", EscapeLabel(protocol), count);
   }
   out += RenderLeadership();
   std::lock_guard<std::mutex> lock(metrics_->mu);

@@ -223,6 +223,9 @@ class ControlPlane {
   std::map<std::pair<std::string, int>, int> GpuUtilization();
   // The stored nodes the scheduling view leaves out, with why (published each cycle).
   std::map<std::string, std::string> ExcludedNodes();
+  // How many agents speak each protocol version ("1.1" -> count), by the last registration or
+  // heartbeat each node's agent made to this control plane (/metrics, docs/operations.md).
+  std::map<std::string, int64_t> AgentsByProtocol();
 
  private:
   ControlPlane(ControlPlaneOptions options, std::unique_ptr<scheduler::Scheduler> scheduler);
@@ -236,6 +239,8 @@ class ControlPlane {
   // A GPU UUID belongs to one node: kAlreadyExists naming the other node; otherwise records the
   // node's UUIDs as its own.
   Status ClaimGpuUuids(const Node& node);
+  // Records the protocol `node`'s agent spoke in a request this control plane served.
+  void NoteAgentProtocol(const std::string& node, wire::ProtocolVersion protocol);
   // Drops `node`'s GPUs from gpu_owners_. REQUIRES: agents_mu_ held.
   void ForgetGpuOwnersLocked(const std::string& node);
   // Adds to `batch` the end of every run on `node` that its re-registration breaks (a GPU of its
@@ -351,6 +356,9 @@ class ControlPlane {
   std::map<std::pair<std::string, int>, int> gpu_utilization_;        // guarded by agents_mu_
   std::map<std::string, std::set<std::string>> active_jobs_by_node_;  // guarded by agents_mu_
   bool active_index_built_ = false;                                   // guarded by agents_mu_
+  // The protocol of each node's agent ("1.1"), recorded once a registration or heartbeat of it
+  // succeeded, so that only registered nodes are counted; guarded by agents_mu_.
+  std::map<std::string, std::string> agent_protocols_;
   // Nodes IndexScheduledJob added to before their commit: the next IndexActiveJobs copies their
   // entries from the view again (a write that failed leaves its job there). Guarded by
   // agents_mu_.

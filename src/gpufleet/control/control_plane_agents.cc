@@ -659,7 +659,17 @@ Result<wire::AgentReply> ControlPlane::RegisterAgent(const Principal& who, std::
     return Status(StatusCode::kPermissionDenied,
                   "registering a node needs an agent or admin token");
   }
-  GPUFLEET_ASSIGN_OR_RETURN(wire::RegisterRequest request, wire::ParseRegisterRequest(body));
+  // Before anything else: an agent of a protocol this server does not serve is told so, naming
+  // both versions, instead of an error about a field it sent differently.
+  Result<wire::RegisterRequest> parsed = wire::ParseRegisterRequest(body);
+  if (!parsed.ok()) {
+    GPUFLEET_RETURN_IF_ERROR(
+        wire::CheckProtocolOfRefusedRequest(body, wire::kAgentProtocolVersion));
+    return parsed.status();
+  }
+  wire::RegisterRequest request = std::move(parsed).value();
+  GPUFLEET_RETURN_IF_ERROR(wire::CheckAgentProtocol(request.protocol, request.agent_version,
+                                                    wire::kAgentProtocolVersion));
   GPUFLEET_RETURN_IF_ERROR(wire::ValidateNodeName("node.name", request.node.id.value()));
   if (const Status status = scheduler::ValidateNode(request.node, Topology(request.topology_levels),
                                                     options_.catalog);
@@ -767,6 +777,7 @@ Result<wire::AgentReply> ControlPlane::RegisterAgent(const Principal& who, std::
   heartbeat.sequence = request.sequence;
   GPUFLEET_ASSIGN_OR_RETURN(wire::AgentReply reply,
                             ProcessHeartbeat(name, heartbeat, /*gpus_applied=*/true));
+  NoteAgentProtocol(name, request.protocol);
   reply.node_token = std::move(issued.token);
   return reply;
 }
@@ -892,6 +903,7 @@ void ControlPlane::ForgetNode(const std::string& node) {
   {
     std::lock_guard<std::mutex> lock(agents_mu_);
     ForgetGpuOwnersLocked(node);
+    agent_protocols_.erase(node);
   }
   leases_.Forget(node);
 }
@@ -943,13 +955,39 @@ Result<wire::AgentReply> ControlPlane::AgentHeartbeat(const Principal& who, std:
   if (!who.is_admin() && who.role != Role::kAgent) {
     return Status(StatusCode::kPermissionDenied, "heartbeats need an agent or admin token");
   }
-  GPUFLEET_ASSIGN_OR_RETURN(const wire::HeartbeatRequest request,
-                            wire::ParseHeartbeatRequest(body));
+  Result<wire::HeartbeatRequest> parsed = wire::ParseHeartbeatRequest(body);
+  if (!parsed.ok()) {
+    GPUFLEET_RETURN_IF_ERROR(
+        wire::CheckProtocolOfRefusedRequest(body, wire::kAgentProtocolVersion));
+    return parsed.status();
+  }
+  const wire::HeartbeatRequest request = std::move(parsed).value();
+  GPUFLEET_RETURN_IF_ERROR(wire::CheckAgentProtocol(request.protocol, request.agent_version,
+                                                    wire::kAgentProtocolVersion));
   GPUFLEET_RETURN_IF_ERROR(CheckNodeCredential(who, std::string(node)));
   if (who.role == Role::kAgent && !who.node.empty()) {
     GPUFLEET_RETURN_IF_ERROR(ClaimNodeCredential(who));
   }
-  return ProcessHeartbeat(std::string(node), request, /*gpus_applied=*/false);
+  Result<wire::AgentReply> reply =
+      ProcessHeartbeat(std::string(node), request, /*gpus_applied=*/false);
+  if (reply.ok()) {
+    NoteAgentProtocol(std::string(node), request.protocol);
+  }
+  return reply;
+}
+
+void ControlPlane::NoteAgentProtocol(const std::string& node, wire::ProtocolVersion protocol) {
+  std::lock_guard<std::mutex> lock(agents_mu_);
+  agent_protocols_[node] = wire::ProtocolVersionName(protocol);
+}
+
+std::map<std::string, int64_t> ControlPlane::AgentsByProtocol() {
+  std::lock_guard<std::mutex> lock(agents_mu_);
+  std::map<std::string, int64_t> counts;
+  for (const auto& [node, protocol] : agent_protocols_) {
+    ++counts[protocol];
+  }
+  return counts;
 }
 
 Result<wire::AgentReply> ControlPlane::ProcessHeartbeat(const std::string& node,

@@ -8,15 +8,25 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <filesystem>
+#include <memory>
 #include <utility>
 
 #include <fmt/format.h>
+
+#include "gpufleet/store/directory_lock.h"
 
 namespace gpufleet::store {
 namespace {
 
 // How long a statement waits for another connection's lock before failing with SQLITE_BUSY.
 constexpr int kBusyTimeoutMillis = 5000;
+
+// The status of SQLite error `rc` on connection `db` (null: none opened) while doing `what` to
+// the database at `path`: a file that is not a database kFailedPrecondition, a corrupt one
+// kDataLoss, a wrong statement kInternal, anything else (IO, a full disk, a lock held past the
+// busy timeout) kUnavailable.
+Status SqliteError(std::string_view path, sqlite3* db, int rc, std::string_view what);
 
 // One schema change. Migrations run in order, each once, in its own transaction; a version is
 // never reused or edited once released: change the schema by appending a migration.
@@ -206,7 +216,168 @@ Status MakeOwnerOnly(const std::string& path) {
   return Status::Ok();
 }
 
+struct CloseConnection {
+  void operator()(sqlite3* db) const { sqlite3_close_v2(db); }
+};
+using Connection = std::unique_ptr<sqlite3, CloseConnection>;
+
+// Opens the database at `path` with `flags`, waiting for other processes' locks up to the busy
+// timeout.
+Result<Connection> OpenConnection(const std::string& path, int flags, std::string_view what) {
+  sqlite3* raw = nullptr;
+  const int rc = sqlite3_open_v2(path.c_str(), &raw, flags, nullptr);
+  Connection db(raw);
+  if (rc != SQLITE_OK) {
+    return SqliteError(path, db.get(), rc, what);
+  }
+  sqlite3_extended_result_codes(db.get(), 1);
+  if (const int busy = sqlite3_busy_timeout(db.get(), kBusyTimeoutMillis); busy != SQLITE_OK) {
+    return SqliteError(path, db.get(), busy, what);
+  }
+  return db;
+}
+
+// The schema version of the gpufleet store open on `db`, after SQLite's quick_check of the whole
+// file. kFailedPrecondition for a file that is not a gpufleet store, fails the check, or has a
+// schema newer than this code knows.
+Result<int64_t> CheckedSchemaVersion(sqlite3* db, const std::string& path, int64_t latest) {
+  sqlite3_stmt* raw = nullptr;
+  int rc = sqlite3_prepare_v2(db, "PRAGMA quick_check", -1, &raw, nullptr);
+  std::unique_ptr<sqlite3_stmt, decltype(&sqlite3_finalize)> check(raw, &sqlite3_finalize);
+  if (rc != SQLITE_OK) {
+    return SqliteError(path, db, rc, "checking the database");
+  }
+  rc = sqlite3_step(check.get());
+  if (rc != SQLITE_ROW) {
+    return SqliteError(path, db, rc, "checking the database");
+  }
+  if (const std::string verdict = ColumnText(check.get(), 0); verdict != "ok") {
+    return FailedPreconditionError(
+        fmt::format("{}: SQLite's quick_check finds it damaged: {}", path, verdict));
+  }
+  check.reset();
+  rc = sqlite3_prepare_v2(db, "SELECT MAX(version) FROM schema_migrations", -1, &raw, nullptr);
+  std::unique_ptr<sqlite3_stmt, decltype(&sqlite3_finalize)> newest(raw, &sqlite3_finalize);
+  if (rc != SQLITE_OK || sqlite3_step(newest.get()) != SQLITE_ROW ||
+      sqlite3_column_type(newest.get(), 0) == SQLITE_NULL) {
+    return FailedPreconditionError(
+        fmt::format("{}: not a gpufleet store (no schema_migrations)", path));
+  }
+  const int64_t version = sqlite3_column_int64(newest.get(), 0);
+  if (version > latest) {
+    return FailedPreconditionError(fmt::format(
+        "{}: schema version {} is newer than the {} this gpufleet knows; use a newer gpufleet",
+        path, version, latest));
+  }
+  return version;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st = {};
+  return stat(path.c_str(), &st) == 0;
+}
+
+enum class Replace { kNo, kYes };
+
+// Copies the database open on `from` (at `from_path`) into the file `to` with SQLite's online
+// backup API: one step over every page, in one read transaction of `from`, so the copy is the
+// state of one moment while writers in WAL mode go on. Written to `to`.partial and renamed into
+// place when complete and checked, so no partial copy is ever left under the name `to`.
+Result<int64_t> CopyDatabase(sqlite3* from, const std::string& from_path, const std::string& to,
+                             Replace replace, int64_t latest) {
+  if (replace == Replace::kNo && Exists(to)) {
+    return AlreadyExistsError(fmt::format("{}: exists; back up to a new file", to));
+  }
+  const std::string partial = to + ".partial";
+  if (unlink(partial.c_str()) != 0 && errno != ENOENT) {
+    char text[256];
+    return UnavailableError(fmt::format("{}: cannot remove an old partial copy: {}", partial,
+                                        strerror_r(errno, text, sizeof(text))));
+  }
+  GPUFLEET_RETURN_IF_ERROR(MakeOwnerOnly(partial));
+  Result<int64_t> version = [&]() -> Result<int64_t> {
+    GPUFLEET_ASSIGN_OR_RETURN(
+        Connection copy,
+        OpenConnection(partial, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, "opening the copy"));
+    sqlite3_backup* backup = sqlite3_backup_init(copy.get(), "main", from, "main");
+    if (backup == nullptr) {
+      return SqliteError(partial, copy.get(), sqlite3_errcode(copy.get()), "starting the copy");
+    }
+    const int stepped = sqlite3_backup_step(backup, -1);
+    const int finished = sqlite3_backup_finish(backup);
+    if (stepped != SQLITE_DONE) {
+      return SqliteError(from_path, from, stepped, fmt::format("copying to {}", partial));
+    }
+    if (finished != SQLITE_OK) {
+      return SqliteError(partial, copy.get(), finished, "finishing the copy");
+    }
+    return CheckedSchemaVersion(copy.get(), partial, latest);
+  }();
+  if (version.ok()) {
+    // link(2) refuses to replace a file that appeared meanwhile; rename(2) replaces atomically.
+    const int moved = replace == Replace::kNo ? link(partial.c_str(), to.c_str())
+                                              : rename(partial.c_str(), to.c_str());
+    if (moved != 0) {
+      char text[256];
+      version = UnavailableError(fmt::format("{}: cannot put the copy in place: {}", to,
+                                             strerror_r(errno, text, sizeof(text))));
+    }
+  }
+  unlink(partial.c_str());
+  return version;
+}
+
 }  // namespace
+
+Result<int64_t> SqliteStateStore::Backup(const std::string& db_path,
+                                         const std::string& backup_path) {
+  if (!Exists(db_path)) {
+    return NotFoundError(fmt::format("{}: no store there", db_path));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(Connection source,
+                            OpenConnection(db_path, SQLITE_OPEN_READONLY, "opening the store"));
+  return CopyDatabase(source.get(), db_path, backup_path, Replace::kNo, LatestSchemaVersion());
+}
+
+Result<int64_t> SqliteStateStore::Restore(const std::string& backup_path,
+                                          const std::string& db_path) {
+  std::string directory = std::filesystem::path(db_path).parent_path().string();
+  GPUFLEET_ASSIGN_OR_RETURN(const DirectoryLock lock,
+                            DirectoryLock::Acquire(directory.empty() ? "." : directory));
+  if (!Exists(backup_path)) {
+    return NotFoundError(fmt::format("{}: no backup there", backup_path));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(
+      Connection backup, OpenConnection(backup_path, SQLITE_OPEN_READONLY, "opening the backup"));
+  GPUFLEET_ASSIGN_OR_RETURN(const int64_t version,
+                            CheckedSchemaVersion(backup.get(), backup_path, LatestSchemaVersion()));
+  if (Exists(db_path)) {
+    GPUFLEET_ASSIGN_OR_RETURN(Connection current,
+                              OpenConnection(db_path, SQLITE_OPEN_READONLY, "opening the store"));
+    GPUFLEET_RETURN_IF_ERROR(CopyDatabase(current.get(), db_path, db_path + ".pre-restore.bak",
+                                          Replace::kYes, LatestSchemaVersion())
+                                 .status());
+  }
+  // Into the store's own file through SQLite, not by renaming the backup over it: SQLite writes
+  // the pages in one transaction of the store (its WAL included), so a crash leaves either store.
+  GPUFLEET_RETURN_IF_ERROR(MakeOwnerOnly(db_path));
+  GPUFLEET_ASSIGN_OR_RETURN(
+      Connection store,
+      OpenConnection(db_path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, "opening the store"));
+  sqlite3_backup* copy = sqlite3_backup_init(store.get(), "main", backup.get(), "main");
+  if (copy == nullptr) {
+    return SqliteError(db_path, store.get(), sqlite3_errcode(store.get()), "starting the restore");
+  }
+  const int stepped = sqlite3_backup_step(copy, -1);
+  const int finished = sqlite3_backup_finish(copy);
+  if (stepped != SQLITE_DONE) {
+    return SqliteError(db_path, store.get(), stepped, fmt::format("restoring {}", backup_path));
+  }
+  if (finished != SQLITE_OK) {
+    return SqliteError(db_path, store.get(), finished, "finishing the restore");
+  }
+  return version;
+}
 
 Result<std::unique_ptr<SqliteStateStore>> SqliteStateStore::Open(const std::string& path) {
   static_assert(std::size(kStatementSql) == kStatementCount);
@@ -317,6 +488,17 @@ Status SqliteStateStore::ApplyMigrations() {
         path_, newest_version, LatestSchemaVersion()));
   }
 
+  // A store that a migration will change is copied first, so that an upgrade can be undone by
+  // the older gpufleet with the copy (docs/operations.md, "Upgrade"). A new store has nothing to
+  // keep; ":memory:" and URIs have no file beside which to keep it.
+  const bool is_file = !path_.empty() && path_ != ":memory:" && !path_.starts_with("file:");
+  if (newest_version > 0 && newest_version < LatestSchemaVersion() && is_file) {
+    const std::string backup = fmt::format("{}.pre-migration-{}.bak", path_, newest_version);
+    GPUFLEET_RETURN_IF_ERROR(
+        CopyDatabase(db_.get(), path_, backup, Replace::kYes, LatestSchemaVersion()).status());
+    pre_migration_backup_ = backup;
+  }
+
   GPUFLEET_ASSIGN_OR_RETURN(
       StatementPtr applied,
       Prepare("SELECT COUNT(*) FROM schema_migrations WHERE version = ?1", "reading migrations"));
@@ -396,8 +578,14 @@ Status SqliteStateStore::Error(int rc, std::string_view what) const {
 }
 
 Status SqliteStateStore::ErrorOn(sqlite3* db, int rc, std::string_view what) const {
+  return SqliteError(path_, db, rc, what);
+}
+
+namespace {
+
+Status SqliteError(std::string_view path, sqlite3* db, int rc, std::string_view what) {
   const char* detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  std::string message = fmt::format("{}: {}: {}", path_, what, detail);
+  std::string message = fmt::format("{}: {}: {}", path, what, detail);
   switch (rc & 0xff) {
     case SQLITE_NOTADB:
       return FailedPreconditionError(std::move(message));
@@ -415,6 +603,8 @@ Status SqliteStateStore::ErrorOn(sqlite3* db, int rc, std::string_view what) con
       return UnavailableError(std::move(message));
   }
 }
+
+}  // namespace
 
 sqlite3_stmt* SqliteStateStore::statement(StatementId id) const {
   return statements_[static_cast<size_t>(id)].get();

@@ -54,6 +54,26 @@ class SqliteStateStore final : public StateStore {
   // The schema version this code writes (the version of its last migration).
   static int64_t LatestSchemaVersion();
 
+  // Copies the store at `db_path` to the new file `backup_path` (0600) with SQLite's online
+  // backup API, in one read transaction: safe while a server writes the store (in WAL mode the
+  // read holds no lock that a commit waits for), and the copy is the state of one moment. The
+  // copy is written beside `backup_path` and renamed into place once complete and checked, so a
+  // failed backup leaves no partial file under that name. kAlreadyExists if `backup_path`
+  // exists; kFailedPrecondition if `db_path` is not a gpufleet store. Returns the copy's schema
+  // version.
+  static Result<int64_t> Backup(const std::string& db_path, const std::string& backup_path);
+  // Replaces the store at `db_path` with the backup at `backup_path`, after copying the store
+  // it replaces to `db_path`.pre-restore.bak. Takes the DirectoryLock of db_path's directory
+  // first, the lock every server holds on its data directory: kFailedPrecondition naming the
+  // holder's pid while a server runs on the store. kFailedPrecondition for a backup that is not
+  // a gpufleet store, fails SQLite's quick_check, or has a schema newer than this code (an older
+  // one is migrated by the next server that opens it). Returns the backup's schema version.
+  static Result<int64_t> Restore(const std::string& backup_path, const std::string& db_path);
+
+  // The copy Open made before it migrated the store's schema ("DB.pre-migration-VERSION.bak",
+  // VERSION the schema it had); empty when no migration ran on an existing store.
+  const std::string& pre_migration_backup() const { return pre_migration_backup_; }
+
   ~SqliteStateStore() override;
   SqliteStateStore(const SqliteStateStore&) = delete;
   SqliteStateStore& operator=(const SqliteStateStore&) = delete;
@@ -141,6 +161,7 @@ class SqliteStateStore final : public StateStore {
   void CommitGroup(const std::vector<GroupCommitQueue::Pending*>& group);
 
   const std::string path_;
+  std::string pre_migration_backup_;  // set by ApplyMigrations
   std::mutex mu_;
   // The connection and its statements; after Open, used only under mu_. Declared in this order
   // so that the statements are finalized before the connection closes.

@@ -24,6 +24,7 @@
 #include <gtest/gtest.h>
 
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/store/directory_lock.h"
 #include "gpufleet/store/testing/fault_injecting_store.h"
 
 namespace gpufleet::store {
@@ -415,6 +416,111 @@ TEST_F(SqliteStateStoreTest, ACrashedWriterLeavesNoActiveJobOutOfTheIndex) {
   for (int i = 0; i < 20; i += 2) {
     EXPECT_THAT(active, Contains(fmt::format("job-{:02}", i)));
   }
+}
+
+// `gpufleet admin backup` while the server runs, then `restore` once it is stopped: jobs, nodes
+// and tokens come back as they were at the backup, and what was written after it is gone (kept
+// in the pre-restore copy).
+TEST_F(SqliteStateStoreTest, BackupWhileOpenAndRestoreRoundTrip) {
+  const std::string backup = dir_ + "/backup.db";
+  {
+    std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+    ASSERT_NE(store, nullptr);
+    ASSERT_OK(store->Commit(WriteBatch()
+                                .Create("jobs", "nlp/bert", R"({"state": "Running"})")
+                                .Create("nodes", "n1", R"({"state": "Ready"})")
+                                .Create("tokens", "ab12", R"({"role": "admin"})")
+                                .AppendEvent("jobs", "nlp/bert", "submitted")));
+    const Result<int64_t> version = SqliteStateStore::Backup(path_, backup);
+    ASSERT_OK(version);
+    EXPECT_EQ(*version, SqliteStateStore::LatestSchemaVersion());
+    ASSERT_OK(store->Commit(WriteBatch().Create("jobs", "nlp/after", R"({"state": "Pending"})")));
+    EXPECT_THAT(SqliteStateStore::Backup(path_, backup),
+                StatusIs(StatusCode::kAlreadyExists, HasSubstr("backup.db: exists")));
+  }
+  struct stat st = {};
+  ASSERT_EQ(stat(backup.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_FALSE(std::filesystem::exists(backup + ".partial"));
+
+  const Result<int64_t> restored = SqliteStateStore::Restore(backup, path_);
+  ASSERT_OK(restored);
+  EXPECT_EQ(*restored, SqliteStateStore::LatestSchemaVersion());
+  std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  EXPECT_OK(store->Get("jobs", "nlp/bert"));
+  EXPECT_OK(store->Get("nodes", "n1"));
+  EXPECT_OK(store->Get("tokens", "ab12"));
+  EXPECT_THAT(store->Get("jobs", "nlp/after").status(), StatusIs(StatusCode::kNotFound));
+  const Result<std::vector<StoredEvent>> events = store->Events("jobs", "nlp/bert");
+  ASSERT_OK(events);
+  ASSERT_EQ(events->size(), 1u);
+  EXPECT_EQ((*events)[0].text, "submitted");
+  // Writable after the restore, and the store it replaced kept beside it.
+  EXPECT_OK(store->Commit(WriteBatch().Create("jobs", "nlp/next", "{}")));
+  const std::string replaced = path_ + ".pre-restore.bak";
+  ASSERT_TRUE(std::filesystem::exists(replaced));
+  Result<std::unique_ptr<SqliteStateStore>> before = SqliteStateStore::Open(replaced);
+  ASSERT_OK(before);
+  EXPECT_OK((*before)->Get("jobs", "nlp/after"));
+}
+
+TEST_F(SqliteStateStoreTest, RestoreIsRefusedWhileAServerHoldsTheDataDirectory) {
+  ASSERT_NE(OpenOrDie(), nullptr);
+  const std::string backup = dir_ + "/backup.db";
+  ASSERT_OK(SqliteStateStore::Backup(path_, backup));
+  // The lock `gpufleet server` takes on its data directory. flock locks belong to open file
+  // descriptions, so Restore's own attempt is refused in this process as in another.
+  Result<DirectoryLock> server = DirectoryLock::Acquire(dir_);
+  ASSERT_OK(server);
+  EXPECT_THAT(SqliteStateStore::Restore(backup, path_),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr(fmt::format("in use by process {}", getpid()))));
+}
+
+TEST_F(SqliteStateStoreTest, BackupAndRestoreRefuseWhatIsNotAGpufleetStore) {
+  const std::string other = dir_ + "/other.db";
+  {
+    sqlite3* db = nullptr;
+    ASSERT_EQ(sqlite3_open(other.c_str(), &db), SQLITE_OK);
+    ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE t (x INTEGER)", nullptr, nullptr, nullptr), SQLITE_OK);
+    sqlite3_close(db);
+  }
+  EXPECT_THAT(SqliteStateStore::Restore(other, path_),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("not a gpufleet store")));
+  EXPECT_FALSE(std::filesystem::exists(path_));
+  EXPECT_THAT(SqliteStateStore::Backup(other, dir_ + "/copy.db"),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("not a gpufleet store")));
+  EXPECT_FALSE(std::filesystem::exists(dir_ + "/copy.db"));
+  EXPECT_THAT(SqliteStateStore::Backup(dir_ + "/missing.db", dir_ + "/copy.db"),
+              StatusIs(StatusCode::kNotFound, HasSubstr("missing.db: no store there")));
+}
+
+// An upgrade that migrates the schema copies the store first, at the version it had.
+TEST_F(SqliteStateStoreTest, AMigrationBacksTheStoreUpFirst) {
+  {
+    std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->pre_migration_backup(), "");  // a new store: nothing to keep
+    ASSERT_OK(store->Commit(WriteBatch().Create("jobs", "old", R"({"state": "Running"})")));
+  }
+  RawQuery("DROP INDEX objects_by_state");
+  RawQuery("ALTER TABLE objects DROP COLUMN state");
+  RawQuery("DELETE FROM schema_migrations WHERE version > 1");
+  {
+    std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->pre_migration_backup(), path_ + ".pre-migration-1.bak");
+  }
+  const std::string migrated = path_;
+  path_ += ".pre-migration-1.bak";
+  EXPECT_EQ(RawQuery("SELECT MAX(version) FROM schema_migrations"), std::vector<int64_t>{1});
+  EXPECT_EQ(RawQuery("SELECT COUNT(*) FROM objects WHERE name = 'old'"), std::vector<int64_t>{1});
+  path_ = migrated;
+  // Up to date now: the next open copies nothing.
+  std::unique_ptr<SqliteStateStore> store = OpenOrDie();
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->pre_migration_backup(), "");
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <limits>
 #include <set>
 
@@ -177,6 +178,30 @@ Status ReadEnum(const ObjectReader& r, std::string_view key, const Enum (&values
   }
   return FieldError(r.Path(key),
                     fmt::format("unknown \"{}\" (valid: {})", text, fmt::join(valid, ", ")));
+}
+
+// "protocol" and "agent_version" of a registration or heartbeat; no "protocol" is the protocol
+// of the agents that did not send one.
+Status ReadProtocol(const ObjectReader& r, ProtocolVersion* protocol, std::string* agent_version) {
+  std::string text;
+  GPUFLEET_RETURN_IF_ERROR(r.String("protocol", &text));
+  if (r.Find("protocol") == nullptr) {
+    *protocol = kUnversionedAgentProtocol;
+  } else {
+    Result<ProtocolVersion> parsed = ParseProtocolVersion(text);
+    if (!parsed.ok()) {
+      return FieldError(r.Path("protocol"), parsed.status().message());
+    }
+    *protocol = *parsed;
+  }
+  return r.String("agent_version", agent_version);
+}
+
+void WriteProtocol(ProtocolVersion protocol, const std::string& agent_version, Json& j) {
+  j["protocol"] = ProtocolVersionName(protocol);
+  if (!agent_version.empty()) {
+    j["agent_version"] = agent_version;
+  }
 }
 
 constexpr GpuHealth kReportableHealth[] = {GpuHealth::kHealthy, GpuHealth::kDegraded,
@@ -557,12 +582,90 @@ const char* TaskPhaseName(TaskPhase phase) {
   return "unknown";
 }
 
+std::string ProtocolVersionName(ProtocolVersion version) {
+  return fmt::format("{}.{}", version.major, version.minor);
+}
+
+Result<ProtocolVersion> ParseProtocolVersion(std::string_view text) {
+  // Each part a number of at most four digits: "1.1", never "1", "1.1.0", "+1.1" or "1.-1".
+  const auto part = [](std::string_view digits) -> std::optional<int> {
+    int value = 0;
+    if (digits.empty() || digits.size() > 4 ||
+        !std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return std::nullopt;
+    }
+    std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    return value;
+  };
+  const size_t dot = text.find('.');
+  const std::optional<int> major =
+      dot == std::string_view::npos ? std::nullopt : part(text.substr(0, dot));
+  const std::optional<int> minor =
+      dot == std::string_view::npos ? std::nullopt : part(text.substr(dot + 1));
+  if (!major || !minor) {
+    return InvalidArgumentError(
+        fmt::format("{} is not a protocol version MAJOR.MINOR", Shown(Json(std::string(text)))));
+  }
+  return ProtocolVersion{*major, *minor};
+}
+
+namespace {
+constexpr std::string_view kRefusalPrefix = "agent protocol ";
+}  // namespace
+
+Status CheckAgentProtocol(ProtocolVersion agent, std::string_view agent_version,
+                          ProtocolVersion server) {
+  const bool served = agent.major == server.major &&
+                      (agent.minor == server.minor || agent.minor + 1 == server.minor);
+  if (served) {
+    return Status::Ok();
+  }
+  const std::string build = agent_version.empty() ? "" : fmt::format(" (agent {})", agent_version);
+  if (agent > server) {
+    return FailedPreconditionError(fmt::format(
+        "{}{}{} is newer than this server's {}: upgrade the servers before the agents",
+        kRefusalPrefix, ProtocolVersionName(agent), build, ProtocolVersionName(server)));
+  }
+  const ProtocolVersion oldest{server.major, std::max(server.minor - 1, 0)};
+  return FailedPreconditionError(
+      fmt::format("{}{}{} is too old for this server's {} (it serves {} to {}): upgrade the agent",
+                  kRefusalPrefix, ProtocolVersionName(agent), build, ProtocolVersionName(server),
+                  ProtocolVersionName(oldest), ProtocolVersionName(server)));
+}
+
+Status CheckProtocolOfRefusedRequest(std::string_view body, ProtocolVersion server) {
+  const Result<Json> j = ParseJson(body);
+  if (!j.ok() || !j->is_object()) {
+    return Status::Ok();
+  }
+  const auto protocol = j->find("protocol");
+  if (protocol == j->end() || !protocol->is_string()) {
+    return Status::Ok();
+  }
+  const Result<ProtocolVersion> version = ParseProtocolVersion(protocol->get<std::string>());
+  if (!version.ok()) {
+    return Status::Ok();
+  }
+  const auto agent_version = j->find("agent_version");
+  return CheckAgentProtocol(*version,
+                            agent_version != j->end() && agent_version->is_string()
+                                ? agent_version->get<std::string>()
+                                : "",
+                            server);
+}
+
+bool IsAgentProtocolRefusal(const Status& status) {
+  return status.code() == StatusCode::kFailedPrecondition &&
+         status.message().find(kRefusalPrefix) != std::string::npos;
+}
+
 std::string RegisterRequestToJson(const RegisterRequest& request) {
-  const Json j = {{"node", NodeInventoryToJson(request.node, request.topology_levels)},
-                  {"topology_levels", request.topology_levels},
-                  {"gpus", GpuReportsToJson(request.gpus)},
-                  {"tasks", TaskReportsToJson(request.tasks)},
-                  {"sequence", request.sequence}};
+  Json j = {{"node", NodeInventoryToJson(request.node, request.topology_levels)},
+            {"topology_levels", request.topology_levels},
+            {"gpus", GpuReportsToJson(request.gpus)},
+            {"tasks", TaskReportsToJson(request.tasks)},
+            {"sequence", request.sequence}};
+  WriteProtocol(request.protocol, request.agent_version, j);
   return j.dump();
 }
 
@@ -570,6 +673,7 @@ std::string HeartbeatRequestToJson(const HeartbeatRequest& request) {
   Json j = {{"gpus", GpuReportsToJson(request.gpus)},
             {"tasks", TaskReportsToJson(request.tasks)},
             {"sequence", request.sequence}};
+  WriteProtocol(request.protocol, request.agent_version, j);
   if (!request.fenced.empty()) {
     j["fenced"] = request.fenced;
   }
@@ -641,10 +745,12 @@ std::string AgentReplyToJson(const AgentReply& reply) {
 
 Result<RegisterRequest> ParseRegisterRequest(std::string_view text) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
-  GPUFLEET_ASSIGN_OR_RETURN(
-      const ObjectReader r,
-      ObjectReader::Open(j, "", {"node", "topology_levels", "gpus", "tasks", "sequence"}));
+  GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader r,
+                            ObjectReader::Open(j, "",
+                                               {"node", "topology_levels", "gpus", "tasks",
+                                                "sequence", "protocol", "agent_version"}));
   RegisterRequest request;
+  GPUFLEET_RETURN_IF_ERROR(ReadProtocol(r, &request.protocol, &request.agent_version));
   GPUFLEET_RETURN_IF_ERROR(r.Strings("topology_levels", &request.topology_levels));
   const Json* node = r.Find("node");
   if (node == nullptr) {
@@ -662,8 +768,10 @@ Result<HeartbeatRequest> ParseHeartbeatRequest(std::string_view text) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
   GPUFLEET_ASSIGN_OR_RETURN(
       const ObjectReader r,
-      ObjectReader::Open(j, "", {"gpus", "tasks", "fenced", "sequence", "images"}));
+      ObjectReader::Open(
+          j, "", {"gpus", "tasks", "fenced", "sequence", "images", "protocol", "agent_version"}));
   HeartbeatRequest request;
+  GPUFLEET_RETURN_IF_ERROR(ReadProtocol(r, &request.protocol, &request.agent_version));
   GPUFLEET_RETURN_IF_ERROR(ReadGpuReports(r, &request.gpus));
   GPUFLEET_RETURN_IF_ERROR(ReadTaskReports(r, &request.tasks));
   GPUFLEET_RETURN_IF_ERROR(r.String("fenced", &request.fenced));

@@ -84,7 +84,48 @@ inline constexpr size_t kMaxReportedImages = 256;
 inline constexpr size_t kMaxReferencesPerImage = 8;
 inline constexpr size_t kMaxImageReferenceBytes = 64 * 1024;
 
+// The agent protocol's version (docs/operations.md, "Version skew"): the minor grows with each
+// change an older server or agent must know about, the major only with a change that no server
+// can bridge. An agent sends it in every registration and heartbeat.
+struct ProtocolVersion {
+  int major = 0;
+  int minor = 0;
+
+  friend auto operator<=>(const ProtocolVersion&, const ProtocolVersion&) = default;
+};
+
+// What this build speaks. 1.0 is the protocol of the agents released before versions were sent;
+// 1.1 added "protocol" and "agent_version".
+inline constexpr ProtocolVersion kAgentProtocolVersion{1, 1};
+// The version of a request without "protocol". Only agents released before 1.1 leave it out, and
+// they speak exactly 1.0, so reading its absence as 1.0 serves them through the upgrade that
+// brings 1.1 and refuses them, as too old, once a server no longer serves 1.0.
+inline constexpr ProtocolVersion kUnversionedAgentProtocol{1, 0};
+
+std::string ProtocolVersionName(ProtocolVersion version);  // "1.1"
+// "MAJOR.MINOR"; kInvalidArgument naming the text otherwise.
+Result<ProtocolVersion> ParseProtocolVersion(std::string_view text);
+
+// The skew policy: a server serves agents of its own major and of its own minor or the one
+// before; anything else is kFailedPrecondition naming both versions, the agent's build, and
+// which side to upgrade (IsAgentProtocolRefusal).
+Status CheckAgentProtocol(ProtocolVersion agent, std::string_view agent_version,
+                          ProtocolVersion server);
+// For a request the strict readers below refused: CheckAgentProtocol of the "protocol" (and
+// "agent_version") `body` names. A newer agent's request may fail on a field this server does
+// not know, and the agent should hear that its version is not served, not about the field. OK
+// when `body` is not a JSON object or names no version outside the policy.
+Status CheckProtocolOfRefusedRequest(std::string_view body, ProtocolVersion server);
+// Whether `status` is a refusal by CheckAgentProtocol (also as the agent reads it back from the
+// server's answer): the agent backs off instead of retrying at its usual pace.
+bool IsAgentProtocolRefusal(const Status& status);
+
 struct RegisterRequest {
+  // The protocol the agent speaks and its build ("0.1.0 (commit 89cf5fc)"); a request without
+  // "protocol" reads as kUnversionedAgentProtocol.
+  ProtocolVersion protocol = kAgentProtocolVersion;
+  std::string agent_version;
+
   // Inventory: name, capacity, labels (driver and CUDA versions under kDriverVersionLabel and
   // kCudaVersionLabel), fault domains, GPUs. node.topology[i] is the domain at topology_levels[i].
   Node node;
@@ -98,6 +139,8 @@ struct RegisterRequest {
 };
 
 struct HeartbeatRequest {
+  ProtocolVersion protocol = kAgentProtocolVersion;  // as RegisterRequest's
+  std::string agent_version;
   std::vector<GpuReport> gpus;
   std::vector<TaskReport> tasks;
   // Set on the first heartbeat after the agent fenced itself (it could not renew its lease and

@@ -7,8 +7,10 @@
 #include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::wire {
 namespace {
@@ -341,6 +343,101 @@ TEST(ProvenanceReportJson, RefusesHostileReports) {
     EXPECT_THAT(parsed.status().message(), HasSubstr(c.error));
     EXPECT_THAT(parsed.status().message(), ::testing::Not(HasSubstr("hunter2")));
   }
+}
+
+// The skew policy of docs/operations.md on a server of protocol 1.5: its own minor and the one
+// before are served; a newer minor, a minor two back and another major are refused with both
+// versions named.
+TEST(AgentProtocolVersion, ServerServesItsMinorAndTheOneBefore) {
+  const ProtocolVersion server{1, 5};
+  EXPECT_OK(CheckAgentProtocol({1, 5}, "0.5.0", server));
+  EXPECT_OK(CheckAgentProtocol({1, 4}, "0.4.0", server));
+  EXPECT_THAT(CheckAgentProtocol({1, 6}, "0.6.0", server),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("agent protocol 1.6 (agent 0.6.0) is newer than this server's "
+                                 "1.5: upgrade the servers before the agents")));
+  EXPECT_THAT(CheckAgentProtocol({1, 3}, "0.3.0", server),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("agent protocol 1.3 (agent 0.3.0) is too old for this server's "
+                                 "1.5 (it serves 1.4 to 1.5): upgrade the agent")));
+  EXPECT_THAT(CheckAgentProtocol({2, 5}, "", server),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("agent protocol 2.5 is newer")));
+  EXPECT_THAT(
+      CheckAgentProtocol({0, 5}, "", server),
+      StatusIs(StatusCode::kFailedPrecondition, HasSubstr("agent protocol 0.5 is too old")));
+}
+
+TEST(AgentProtocolVersion, ThisBuildServesTheAgentsThatSentNoVersion) {
+  EXPECT_OK(CheckAgentProtocol(kAgentProtocolVersion, "", kAgentProtocolVersion));
+  EXPECT_OK(CheckAgentProtocol(kUnversionedAgentProtocol, "", kAgentProtocolVersion));
+}
+
+TEST(AgentProtocolVersion, RefusalsAreKnownByTheAgent) {
+  EXPECT_TRUE(IsAgentProtocolRefusal(CheckAgentProtocol({1, 6}, "", {1, 5})));
+  EXPECT_TRUE(IsAgentProtocolRefusal(CheckAgentProtocol({1, 3}, "", {1, 5})));
+  EXPECT_FALSE(IsAgentProtocolRefusal(FailedPreconditionError("node \"n1\" is not registered")));
+  EXPECT_FALSE(IsAgentProtocolRefusal(Status::Ok()));
+}
+
+TEST(AgentProtocolVersion, RegistrationAndHeartbeatCarryTheVersion) {
+  RegisterRequest registration;
+  registration.node.id = NodeId("n1");
+  registration.agent_version = "0.2.0 (commit abc)";
+  const Result<RegisterRequest> registered =
+      ParseRegisterRequest(RegisterRequestToJson(registration));
+  ASSERT_OK(registered);
+  EXPECT_EQ(registered->protocol, kAgentProtocolVersion);
+  EXPECT_EQ(registered->agent_version, "0.2.0 (commit abc)");
+
+  HeartbeatRequest heartbeat;
+  heartbeat.protocol = {1, 7};
+  const Result<HeartbeatRequest> beat = ParseHeartbeatRequest(HeartbeatRequestToJson(heartbeat));
+  ASSERT_OK(beat);
+  EXPECT_EQ(beat->protocol, (ProtocolVersion{1, 7}));
+  EXPECT_EQ(beat->agent_version, "");
+}
+
+TEST(AgentProtocolVersion, AMissingVersionReadsAsTheUnversionedProtocol) {
+  const Result<HeartbeatRequest> beat = ParseHeartbeatRequest(R"({"gpus": [], "sequence": 3})");
+  ASSERT_OK(beat);
+  EXPECT_EQ(beat->protocol, kUnversionedAgentProtocol);
+  RegisterRequest registration;
+  registration.node.id = NodeId("n1");
+  Result<nlohmann::json> unversioned = ParseJson(RegisterRequestToJson(registration));
+  ASSERT_OK(unversioned);
+  ASSERT_EQ(unversioned->erase("protocol"), 1u);
+  const Result<RegisterRequest> registered = ParseRegisterRequest(unversioned->dump());
+  ASSERT_OK(registered);
+  EXPECT_EQ(registered->protocol, kUnversionedAgentProtocol);
+}
+
+// A newer agent's request that the reader refuses (a field it added) is answered with the
+// version refusal; a request of a served version keeps the reader's error.
+TEST(AgentProtocolVersion, ARefusedRequestOfANewerAgentHearsAboutVersions) {
+  EXPECT_THAT(CheckProtocolOfRefusedRequest(
+                  R"({"protocol": "1.6", "agent_version": "0.6.0", "new_field": 1})", {1, 5}),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("agent protocol 1.6 (agent 0.6.0) is newer than this server's "
+                                 "1.5")));
+  EXPECT_OK(CheckProtocolOfRefusedRequest(R"({"protocol": "1.5", "new_field": 1})", {1, 5}));
+  EXPECT_OK(CheckProtocolOfRefusedRequest(R"({"new_field": 1})", {1, 5}));
+  EXPECT_OK(CheckProtocolOfRefusedRequest(R"({"protocol": "x"})", {1, 5}));
+  EXPECT_OK(CheckProtocolOfRefusedRequest("not json", {1, 5}));
+}
+
+TEST(AgentProtocolVersion, BadVersionsNameTheField) {
+  for (const char* bad :
+       {R"("1")", R"("1.1.0")", R"("a.b")", R"("1.-1")", R"("")", R"("12345.1")", R"(11)"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_THAT(ParseHeartbeatRequest(fmt::format(R"({{"protocol": {}}})", bad)).status(),
+                StatusIs(StatusCode::kInvalidArgument, HasSubstr("protocol: ")));
+  }
+  EXPECT_THAT(ParseProtocolVersion("1.x"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("\"1.x\" is not a protocol version MAJOR.MINOR")));
+  const Result<ProtocolVersion> padded = ParseProtocolVersion("01.10");
+  ASSERT_OK(padded);
+  EXPECT_EQ(*padded, (ProtocolVersion{1, 10}));
 }
 
 }  // namespace

@@ -59,6 +59,8 @@ class PostgresServer {
   Status Promote();
 
   int port() const { return port_; }
+  // The directory of the PostgreSQL programs it runs (pg_dump and pg_restore are there too).
+  const std::string& bin_dir() const { return bin_dir_; }
   // The temporary directory (data, logs, unix socket).
   const std::string& dir() const { return dir_; }
   // "postgresql://gf@127.0.0.1:<port>/<database>".
