@@ -17,14 +17,14 @@ namespace {
 // naming its path and value.
 class MemberTaker {
  public:
-  MemberTaker(const Json& object, std::string path) : rest_(object), path_(std::move(path)) {}
+  MemberTaker(Json object, std::string path) : rest_(std::move(object)), path_(std::move(path)) {}
 
-  static Result<MemberTaker> Open(const Json& object, std::string path) {
+  static Result<MemberTaker> Open(Json object, std::string path) {
     if (!object.is_object()) {
       return InvalidArgumentError(fmt::format("{}: expected an object, got {}",
                                               path.empty() ? "job" : path, ShownValue(object)));
     }
-    return MemberTaker(object, std::move(path));
+    return MemberTaker(std::move(object), std::move(path));
   }
 
   std::string Path(std::string_view key) const {
@@ -178,8 +178,8 @@ Result<std::string> StringElement(const Json& value, const std::string& path) {
   return value.get<std::string>();
 }
 
-Result<PlacedAssignment> AssignmentFromJson(const Json& object, const std::string& path) {
-  GPUFLEET_ASSIGN_OR_RETURN(MemberTaker taker, MemberTaker::Open(object, path));
+Result<PlacedAssignment> AssignmentFromJson(Json object, const std::string& path) {
+  GPUFLEET_ASSIGN_OR_RETURN(MemberTaker taker, MemberTaker::Open(std::move(object), path));
   PlacedAssignment out;
   GPUFLEET_RETURN_IF_ERROR(taker.Integer("milli", out.milli));
   GPUFLEET_RETURN_IF_ERROR(taker.Integer("memory_mib", out.memory_mib));
@@ -202,8 +202,8 @@ Json AssignmentToJson(const PlacedAssignment& assignment) {
   return out;
 }
 
-Result<StopRecord> StopRecordFromJson(const Json& object, const std::string& path) {
-  GPUFLEET_ASSIGN_OR_RETURN(MemberTaker taker, MemberTaker::Open(object, path));
+Result<StopRecord> StopRecordFromJson(Json object, const std::string& path) {
+  GPUFLEET_ASSIGN_OR_RETURN(MemberTaker taker, MemberTaker::Open(std::move(object), path));
   StopRecord out;
   GPUFLEET_RETURN_IF_ERROR(taker.State("then", out.then));
   GPUFLEET_RETURN_IF_ERROR(taker.String("reason", out.reason));
@@ -212,8 +212,8 @@ Result<StopRecord> StopRecordFromJson(const Json& object, const std::string& pat
   return out;
 }
 
-Result<UsageRunStamp> UsageRunFromJson(const Json& object, const std::string& path) {
-  GPUFLEET_ASSIGN_OR_RETURN(MemberTaker taker, MemberTaker::Open(object, path));
+Result<UsageRunStamp> UsageRunFromJson(Json object, const std::string& path) {
+  GPUFLEET_ASSIGN_OR_RETURN(MemberTaker taker, MemberTaker::Open(std::move(object), path));
   UsageRunStamp out;
   GPUFLEET_RETURN_IF_ERROR(taker.Integer("attempt", out.attempt));
   GPUFLEET_RETURN_IF_ERROR(taker.Integer("start_ns", out.start_ns));
@@ -242,15 +242,8 @@ Result<Job> SpecFromMember(const Json* spec, const GpuCatalog& catalog) {
   return JobSpecFromJson(*spec, catalog);
 }
 
-}  // namespace
-
-Result<Job> StoredJobSpec(const Json& doc, const GpuCatalog& catalog) {
-  const auto it = doc.is_object() ? doc.find("spec") : doc.end();
-  return SpecFromMember(it == doc.end() || it->is_null() ? nullptr : &*it, catalog);
-}
-
-Result<PlacementRecord> PlacementRecordFromJson(const Json& placement, const std::string& path) {
-  GPUFLEET_ASSIGN_OR_RETURN(MemberTaker taker, MemberTaker::Open(placement, path));
+Result<PlacementRecord> PlacementFromJson(Json placement, const std::string& path) {
+  GPUFLEET_ASSIGN_OR_RETURN(MemberTaker taker, MemberTaker::Open(std::move(placement), path));
   PlacementRecord out;
   GPUFLEET_RETURN_IF_ERROR(taker.String("task", out.task));
   GPUFLEET_RETURN_IF_ERROR(taker.String("node", out.node));
@@ -272,6 +265,17 @@ Result<PlacementRecord> PlacementRecordFromJson(const Json& placement, const std
   GPUFLEET_RETURN_IF_ERROR(taker.String("image_digest", out.image_digest));
   out.extra = std::move(taker).TakeRest();
   return out;
+}
+
+}  // namespace
+
+Result<Job> StoredJobSpec(const Json& doc, const GpuCatalog& catalog) {
+  const auto it = doc.is_object() ? doc.find("spec") : doc.end();
+  return SpecFromMember(it == doc.end() || it->is_null() ? nullptr : &*it, catalog);
+}
+
+Result<PlacementRecord> PlacementRecordFromJson(const Json& placement, const std::string& path) {
+  return PlacementFromJson(placement, path);
 }
 
 Json PlacementRecordToJson(const PlacementRecord& placement) {
@@ -304,7 +308,11 @@ Json PlacementRecordToJson(const PlacementRecord& placement) {
 }
 
 Result<JobRecord> JobRecordFromJson(const Json& doc, const GpuCatalog* catalog) {
-  GPUFLEET_ASSIGN_OR_RETURN(MemberTaker taker, MemberTaker::Open(doc, ""));
+  return JobRecordFromJson(Json(doc), catalog);
+}
+
+Result<JobRecord> JobRecordFromJson(Json&& doc, const GpuCatalog* catalog) {
+  GPUFLEET_ASSIGN_OR_RETURN(MemberTaker taker, MemberTaker::Open(std::move(doc), ""));
   JobRecord out;
   GPUFLEET_RETURN_IF_ERROR(taker.String("name", out.name));
   GPUFLEET_RETURN_IF_ERROR(taker.String("team", out.team));
@@ -321,7 +329,7 @@ Result<JobRecord> JobRecordFromJson(const Json& doc, const GpuCatalog* catalog) 
   GPUFLEET_RETURN_IF_ERROR(taker.State("state", out.state));
   GPUFLEET_RETURN_IF_ERROR(taker.String("reason", out.reason));
   GPUFLEET_RETURN_IF_ERROR(taker.Integer("attempt", out.attempt));
-  GPUFLEET_RETURN_IF_ERROR(taker.Array("placements", out.placements, PlacementRecordFromJson));
+  GPUFLEET_RETURN_IF_ERROR(taker.Array("placements", out.placements, PlacementFromJson));
   if (const std::optional<Json> stopping = taker.Take("stopping")) {
     GPUFLEET_ASSIGN_OR_RETURN(out.stopping, StopRecordFromJson(*stopping, "stopping"));
   }

@@ -121,6 +121,8 @@ struct JobRecord {
 // of the wrong type or an unknown state, e.g. `placements[1].replica: expected an integer, got
 // "one"` or `state: unknown "Running2" (valid: Pending, ...)`.
 Result<JobRecord> JobRecordFromJson(const Json& doc, const GpuCatalog* catalog);
+// The same, taking the members out of `doc` instead of copying them (the view's hot path).
+Result<JobRecord> JobRecordFromJson(Json&& doc, const GpuCatalog* catalog);
 // The document back: a document the server wrote reads and writes back to the same JSON.
 Json JobRecordToJson(const JobRecord& record);
 
