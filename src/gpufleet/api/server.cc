@@ -30,6 +30,7 @@
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/store/read_modify_write.h"
+#include "gpufleet/wire/job_record.h"
 #include "gpufleet/wire/job_spec.h"
 #include "gpufleet/wire/json_fields.h"
 #include "gpufleet/wire/node_json.h"
@@ -78,25 +79,26 @@ std::map<std::string, std::map<int64_t, int64_t>> AllocationByNode(
   }
   std::map<std::string, std::map<int64_t, int64_t>> out;
   for (const store::StoredObject& object : jobs) {
-    const Json job = wire::ParseDocument(object.data);
-    if (const std::optional<control::JobState> state = control::StoredJobState(job);
-        !state || !control::HoldsResources(*state)) {
+    // A document the record cannot read (never expected) counts as holding nothing, as one of
+    // an unknown state always has here.
+    const Result<wire::JobRecord> job =
+        wire::JobRecordFromJson(wire::ParseDocumentWithout(object.data, "spec"), nullptr);
+    if (!job.ok() || !control::HoldsResources(job->state)) {
       continue;
     }
-    for (const Json& p : wire::ArrayOr(job, "placements")) {
+    for (const wire::PlacementRecord& p : job->placements) {
       if (control::PlacementGone(p)) {
         continue;
       }
-      const auto gpus = node_gpus.find(wire::StrOr(p, "node"));
+      const auto gpus = node_gpus.find(p.node);
       if (gpus == node_gpus.end()) {
         continue;
       }
-      const Json& assignments = wire::ArrayOr(p, "assignments");
       const std::vector<control::PlacedGpu> placed = control::PlacedGpus(p);
       for (size_t i = 0; i < placed.size(); ++i) {
         if (const int position = control::PlacedGpuPosition(gpus->second, placed[i]);
             position >= 0) {
-          out[gpus->first][position] += wire::IntOr(assignments[i], "milli", 0);
+          out[gpus->first][position] += p.assignments[i].milli;
         }
       }
     }
@@ -922,19 +924,16 @@ Result<Json> ApiRoutes::SubmitJob(const control::Principal& who, std::string_vie
       who, queue, std::any_of(job.groups.begin(), job.groups.end(), [](const TaskGroup& group) {
         return group.host_network;
       })));
-  Json doc = {{"name", name},
-              {"team", who.team},
-              {"queue", queue},
-              {"labels", job.labels},
-              {"state", "Pending"},
-              {"reason", ""},
-              {"spec", wire::JobSpecToJson(job)},
-              {"placements", Json::array()},
-              {"priority", job.priority},
-              {"submit_seq", *revision + 1},
-              {"submitted_by", Who(who)}};
+  wire::JobRecord record{.name = name,
+                         .team = who.team,
+                         .queue = queue,
+                         .submitted_by = Who(who),
+                         .labels = job.labels,
+                         .priority = job.priority,
+                         .submit_seq = *revision + 1,
+                         .spec = job};
   if (options_.wall_clock != nullptr) {
-    doc["created_at"] = FormatRfc3339(options_.wall_clock->UnixNanos());
+    record.created_at = FormatRfc3339(options_.wall_clock->UnixNanos());
   }
   // Whether any node of the fleet, empty, could hold it: on the view's snapshot, once the loop
   // has built one. A submission does not wait behind a running cycle (a cycle of 10,000 nodes
@@ -957,8 +956,9 @@ Result<Json> ApiRoutes::SubmitJob(const control::Principal& who, std::string_vie
       return FailedPreconditionError(
           fmt::format("{}: never fits: {} (submitted with strict)", never->field, never->message));
     }
-    doc["reason"] = fmt::format("never fits: {}", never->message);
+    record.reason = fmt::format("never fits: {}", never->message);
   }
+  Json doc = wire::JobRecordToJson(record);
   const std::string data = doc.dump();
   GPUFLEET_RETURN_IF_ERROR(wire::CheckSubmissionLimits(job, data.size(), store::kMaxDataBytes));
   store::WriteBatch batch;

@@ -75,10 +75,7 @@ ApiResponse ApiRoutes::ExplainJob(const control::Principal& who, std::string_vie
     return ErrorResponse(UnavailableError("the job changed meanwhile; ask again"));
   }
   control::ViewJob& job = it->second;
-  if (!job.spec) {
-    job.spec = wire::JobSpecFromJson(doc["spec"], options_.catalog);
-  }
-  if (!job.spec->ok()) {
+  if (!control::ViewJobSpec(job, options_.catalog).ok()) {
     out["reason"] = "constraints";
     out["message"] = fmt::format("its stored spec is invalid: {}", job.spec->status().message());
     out["eta"] = {{"at", nullptr}, {"why", "unknown: it can never start as stored"}};
@@ -99,11 +96,8 @@ ApiResponse ApiRoutes::ExplainJob(const control::Principal& who, std::string_vie
       break;
     }
     control::ViewJob& other = *entry.job;
-    if (!other.spec) {
-      other.spec = wire::JobSpecFromJson(wire::ParseDocument(other.data)["spec"], options_.catalog);
-    }
-    if (other.spec->ok()) {
-      ahead.push_back(&**other.spec);
+    if (const Result<Job>& spec = control::ViewJobSpec(other, options_.catalog); spec.ok()) {
+      ahead.push_back(&*spec);
     }
     // Other teams' jobs ahead are counted, not named.
     if (!who.Sees(control::TeamOfKey(*entry.name))) {

@@ -41,9 +41,7 @@ std::vector<policy::RunningJob> BackfillStep::RunningJobs(SchedulingView& view,
     if (!job.applied) {
       continue;
     }
-    if (!job.spec) {
-      job.spec = wire::JobSpecFromJson(wire::ParseDocument(job.data)["spec"], catalog_);
-    }
+    ViewJobSpec(job, catalog_);
     const std::optional<int64_t> since = queues.ChargedSince(name);
     running.push_back({.id = JobId(name),
                        .queue = QueueId(job.queue),
@@ -71,10 +69,8 @@ Status BackfillStep::SetHead(const std::string& name, const Job& job, Scheduling
     if (!other_job.applied) {
       continue;
     }
-    if (!other_job.spec) {
-      other_job.spec = wire::JobSpecFromJson(wire::ParseDocument(other_job.data)["spec"], catalog_);
-    }
-    any_estimate = other_job.spec->ok() && EstimateSeconds(**other_job.spec) > 0;
+    const Result<Job>& spec = ViewJobSpec(other_job, catalog_);
+    any_estimate = spec.ok() && EstimateSeconds(*spec) > 0;
   }
   if (!any_estimate) {
     reservation_ = {};

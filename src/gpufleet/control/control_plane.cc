@@ -20,6 +20,7 @@
 #include "gpufleet/policy/never_fits.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/snapshot.h"
+#include "gpufleet/wire/job_record.h"
 #include "gpufleet/wire/job_spec.h"
 #include "gpufleet/wire/json_fields.h"
 
@@ -46,30 +47,26 @@ Json PlacementsToJson(const std::vector<scheduler::TaskPlacement>& placements, c
         placement.group >= 0 && placement.group < static_cast<int>(job.groups.size())
             ? job.groups[placement.group].name
             : fmt::format("group{}", placement.group);
+    wire::PlacementRecord record{.task = fmt::format("{}-{}", group_name, placement.replica),
+                                 .node = info.node->id.value(),
+                                 .group = placement.group,
+                                 .replica = placement.replica,
+                                 .cpu_milli = placement.host.cpu_milli,
+                                 .memory_mib = placement.host.memory_mib};
     // The GPUs by UUID; their position in the node's list means nothing once it registers again
     // (placement_gpus.h).
-    Json gpus = Json::array();
-    Json uuids = Json::array();
-    Json assignments = Json::array();
     for (const scheduler::GpuAssignment& a : placement.gpus) {
-      gpus.push_back(info.node->gpus[a.gpu].index);
-      uuids.push_back(info.node->gpus[a.gpu].uuid.value());
-      assignments.push_back({{"milli", a.milli},
-                             {"memory_mib", a.memory_mib},
-                             {"mig_profile", a.mig_profile},
-                             {"mig_start", a.mig_start},
-                             {"mig_created", a.mig_created},
-                             {"model", info.node->gpus[a.gpu].model}});
+      const Gpu& gpu = info.node->gpus[a.gpu];
+      record.gpu_indices.push_back(gpu.index);
+      record.gpu_uuids.push_back(gpu.uuid.value());
+      record.assignments.push_back({.milli = a.milli,
+                                    .memory_mib = a.memory_mib,
+                                    .mig_profile = a.mig_profile,
+                                    .mig_start = a.mig_start,
+                                    .mig_created = a.mig_created,
+                                    .model = gpu.model});
     }
-    out.push_back({{"task", fmt::format("{}-{}", group_name, placement.replica)},
-                   {"node", info.node->id.value()},
-                   {"gpus", std::move(gpus)},
-                   {"gpu_uuids", std::move(uuids)},
-                   {"group", placement.group},
-                   {"replica", placement.replica},
-                   {"cpu_milli", placement.host.cpu_milli},
-                   {"memory_mib", placement.host.memory_mib},
-                   {"assignments", std::move(assignments)}});
+    out.push_back(wire::PlacementRecordToJson(record));
   }
   return out;
 }
@@ -409,9 +406,7 @@ Result<int> ControlPlane::RunCycleLocked() {
     }
     // Parsed when it is written: with thousands of jobs pending, most are only skipped.
     Json doc;
-    if (!job.spec) {
-      job.spec = wire::JobSpecFromJson(wire::ParseDocument(job.data)["spec"], options_.catalog);
-    }
+    ViewJobSpec(job, options_.catalog);
     std::string reason;
     std::vector<scheduler::TaskPlacement> placed;
     std::set<std::string> node_names;
@@ -574,11 +569,8 @@ Status ControlPlane::RefreshTargetWorkload(const std::vector<PendingEntry>& pend
     policy::WorkloadHistory waiting(options_.workload_history);
     for (size_t i = 0; i < pending.size() && i < kMaxPendingSampled; ++i) {
       ViewJob& job = *pending[i].job;
-      if (!job.spec) {
-        job.spec = wire::JobSpecFromJson(wire::ParseDocument(job.data)["spec"], options_.catalog);
-      }
-      if (job.spec->ok()) {
-        waiting.Record(**job.spec, now);
+      if (const Result<Job>& spec = ViewJobSpec(job, options_.catalog); spec.ok()) {
+        waiting.Record(*spec, now);
       }
     }
     target = waiting.Target();

@@ -366,7 +366,7 @@ class ControlPlane {
   // The job documents heartbeats parsed, by job (thread-safe): a heartbeat parses again only
   // those that changed. Only jobs placed on the reporting node are kept, so an agent naming other
   // jobs' tasks cannot fill it.
-  ParsedDocuments parsed_jobs_{kParsedJobsBudgetBytes};
+  ParsedDocuments parsed_jobs_{kParsedJobsBudgetBytes, &options_.catalog};
 
   std::mutex cycle_mu_;                                // serialises scheduling cycles
   std::unique_ptr<scheduler::Scheduler> scheduler_;    // guarded by cycle_mu_

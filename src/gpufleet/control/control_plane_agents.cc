@@ -3,8 +3,10 @@
 // carry (lifecycle transitions), the desired tasks they answer, GPU UUID ownership and provenance
 // records (docs/agent.md).
 #include <charconv>
+#include <cstdio>
 #include <functional>
 #include <limits>
+#include <memory>
 #include <set>
 
 #include <fmt/format.h>
@@ -21,6 +23,7 @@
 #include "gpufleet/core/json_scan.h"
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/store/read_modify_write.h"
+#include "gpufleet/wire/job_record.h"
 #include "gpufleet/wire/job_spec.h"
 #include "gpufleet/wire/json_fields.h"
 #include "gpufleet/wire/node_json.h"
@@ -53,14 +56,12 @@ std::optional<TaskId> ParseTaskId(std::string_view id) {
   return out;
 }
 
-// The image the agent runs for a task of `image` in `job`: with `identicalStack.imageDigest`
-// (docs/provenance.md) the repository at that digest, "name@sha256:...", so that every node pulls
-// exactly it whatever the tag points to now (podman takes no tag beside a digest); else `image`.
-std::string ImageToRun(const Json& job, const std::string& image) {
-  const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
-  const Json& inner = spec.contains("spec") ? spec["spec"] : Json::object();
-  const Json& stack = inner.contains("identicalStack") ? inner["identicalStack"] : Json();
-  const std::string digest = wire::StrOr(stack, "imageDigest");
+// The image the agent runs for a task of `image` in the job of `spec`: with
+// `identicalStack.imageDigest` (docs/provenance.md) the repository at that digest,
+// "name@sha256:...", so that every node pulls exactly it whatever the tag points to now (podman
+// takes no tag beside a digest); else `image`.
+std::string ImageToRun(const Job& spec, const std::string& image) {
+  const std::string& digest = spec.identical_image_digest;
   if (image.empty() || digest.empty() || !ImageReferenceDigest(image).empty()) {
     return image;
   }
@@ -485,23 +486,22 @@ std::vector<std::string> ApplyGpuReports(Json& doc, const std::vector<wire::GpuR
 
 // Whether every MIG instance the placements of `job` name has been reported by its node's agent.
 // `node_doc_of` gives a node's stored document (nullptr when it cannot be read).
-bool MigInstancesReported(const Json& job,
+bool MigInstancesReported(const wire::JobRecord& job,
                           const std::function<const Json*(const std::string&)>& node_doc_of) {
-  for (const Json& placement : wire::ArrayOr(job, "placements")) {
-    const Json& assignments = wire::ArrayOr(placement, "assignments");
+  for (const wire::PlacementRecord& placement : job.placements) {
     const std::vector<PlacedGpu> placed = PlacedGpus(placement);
     for (size_t i = 0; i < placed.size(); ++i) {
-      const std::string profile = wire::StrOr(assignments[i], "mig_profile");
-      if (profile.empty()) {
+      const wire::PlacedAssignment& assignment = placement.assignments[i];
+      if (assignment.mig_profile.empty()) {
         continue;
       }
-      const Json* node_doc = node_doc_of(wire::StrOr(placement, "node"));
+      const Json* node_doc = node_doc_of(placement.node);
       if (node_doc == nullptr) {
         return false;
       }
       const Json* gpu = FindPlacedGpu(wire::ArrayOr(*node_doc, "gpus"), placed[i]);
-      const int start = static_cast<int>(wire::IntOr(assignments[i], "mig_start", -1));
-      if (gpu == nullptr || FindMigDevice(*gpu, profile, start) == nullptr) {
+      if (gpu == nullptr ||
+          FindMigDevice(*gpu, assignment.mig_profile, assignment.mig_start) == nullptr) {
         return false;
       }
     }
@@ -509,71 +509,52 @@ bool MigInstancesReported(const Json& job,
   return true;
 }
 
-// Adds the tasks of `job` that `node` should run to `reply`. A MIG task is added once the agent
-// has reported each of its instances; it then names them and gets their MIG device UUIDs.
-void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& node,
-                     wire::AgentReply* reply) {
-  if (const std::optional<JobState> state = StoredJobState(job); !state || !RunIsWanted(*state)) {
+// Adds the tasks of `job` (whose spec is `spec`) that `node` should run to `reply`. A MIG task is
+// added once the agent has reported each of its instances; it then names them and gets their
+// MIG device UUIDs.
+void AddDesiredTasks(const wire::JobRecord& job, const Job& spec, const Json& node_doc,
+                     const std::string& node, wire::AgentReply* reply) {
+  if (!RunIsWanted(job.state)) {
     return;
   }
-  // The task groups' command and env, from the stored spec.
-  std::map<std::string, const Json*> groups;
-  const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
-  const Json& inner = spec.contains("spec") ? spec["spec"] : Json::object();
-  for (const Json& group : wire::ArrayOr(inner, "tasks")) {
-    groups[wire::StrOr(group, "name")] = &group;
-  }
-  const std::string name = TeamScopedKeyOf(job);
-  const int64_t attempt = wire::IntOr(job, "attempt", 0);
-  std::vector<std::string> group_names;
-  for (const Json& group : wire::ArrayOr(inner, "tasks")) {
-    group_names.push_back(wire::StrOr(group, "name"));
-  }
-  for (const Json& placement : wire::ArrayOr(job, "placements")) {
-    const std::string phase = wire::StrOr(placement, "phase");
-    if (wire::StrOr(placement, "node") != node || phase == "Succeeded" || phase == "Failed") {
+  const std::string name = TeamScopedKey(job.team, job.name);
+  for (const wire::PlacementRecord& placement : job.placements) {
+    if (placement.node != node || placement.phase == "Succeeded" || placement.phase == "Failed") {
       continue;
     }
     wire::DesiredTask task;
-    task.job = wire::StrOr(job, "name");
-    task.task = wire::StrOr(placement, "task");
-    task.team = wire::StrOr(job, "team");
-    task.queue = wire::StrOr(job, "queue");
-    task.id = wire::MakeTaskId(name, task.task, attempt);
-    const int64_t group_index = wire::IntOr(placement, "group", 0);
-    if (group_index >= 0 && group_index < static_cast<int64_t>(group_names.size())) {
-      const Json& group = *groups[group_names[group_index]];
-      if (group.contains("command") && group["command"].is_array()) {
-        for (const Json& arg : group["command"]) {
-          task.command.push_back(arg.is_string() ? arg.get<std::string>() : arg.dump());
-        }
-      }
-      task.env = wire::StringMapOr(group, "env");
-      task.image = ImageToRun(job, wire::StrOr(group, "image"));
-      task.image_pull_policy = ImagePullPolicyFromName(wire::StrOr(group, "imagePullPolicy"))
-                                   .value_or(ImagePullPolicy::kIfNotPresent);
-      task.host_network = wire::BoolOr(group, "hostNetwork", false);
+    task.job = job.name;
+    task.task = placement.task;
+    task.team = job.team;
+    task.queue = job.queue;
+    task.id = wire::MakeTaskId(name, task.task, job.attempt);
+    if (placement.group >= 0 && placement.group < static_cast<int>(spec.groups.size())) {
+      const TaskGroup& group = spec.groups[placement.group];
+      task.command = group.command;
+      task.env = group.env;
+      task.image = ImageToRun(spec, group.image);
+      task.image_pull_policy = group.image_pull_policy;
+      task.host_network = group.host_network;
     }
-    const Json& assignments = wire::ArrayOr(placement, "assignments");
     const std::vector<PlacedGpu> placed = PlacedGpus(placement);
     bool gpus_found = true;
     for (size_t i = 0; i < placed.size() && gpus_found; ++i) {
       // By UUID, wherever the node lists it now; a GPU it no longer has is never replaced by
       // another (ApplyReports ends the run).
       const Json* gpu = FindPlacedGpu(wire::ArrayOr(node_doc, "gpus"), placed[i]);
-      const std::string profile = wire::StrOr(assignments[i], "mig_profile");
+      const wire::PlacedAssignment& assignment = placement.assignments[i];
       if (gpu == nullptr || wire::StrOr(*gpu, "uuid").empty()) {
         gpus_found = false;
-      } else if (profile.empty()) {
+      } else if (assignment.mig_profile.empty()) {
         task.gpu_uuids.push_back(wire::StrOr(*gpu, "uuid"));
       } else {
-        const int start = static_cast<int>(wire::IntOr(assignments[i], "mig_start", -1));
-        const Json* device = FindMigDevice(*gpu, profile, start);
+        const Json* device = FindMigDevice(*gpu, assignment.mig_profile, assignment.mig_start);
         // The agent creates the instance first; the task follows its report.
         gpus_found = device != nullptr;
         if (device != nullptr) {
-          task.mig_instances.push_back({static_cast<int>(wire::IntOr(*gpu, "index", -1)), profile,
-                                        start, wire::StrOr(*device, "uuid")});
+          task.mig_instances.push_back({static_cast<int>(wire::IntOr(*gpu, "index", -1)),
+                                        assignment.mig_profile, assignment.mig_start,
+                                        wire::StrOr(*device, "uuid")});
           task.gpu_uuids.push_back(wire::StrOr(*device, "uuid"));
         }
       }
@@ -581,11 +562,11 @@ void AddDesiredTasks(const Json& job, const Json& node_doc, const std::string& n
     if (!gpus_found) {
       continue;
     }
-    for (const Json& assignment : assignments) {
-      task.gpu_milli += wire::IntOr(assignment, "milli", 0);
+    for (const wire::PlacedAssignment& assignment : placement.assignments) {
+      task.gpu_milli += assignment.milli;
     }
-    task.cpu_milli = wire::IntOr(placement, "cpu_milli", 0);
-    task.memory_mib = wire::IntOr(placement, "memory_mib", 0);
+    task.cpu_milli = placement.cpu_milli;
+    task.memory_mib = placement.memory_mib;
     reply->tasks.push_back(std::move(task));
   }
 }
@@ -1092,16 +1073,18 @@ Result<wire::AgentReply> ControlPlane::ProcessHeartbeat(const std::string& node,
     // The job with this heartbeat's reports applied; null for an unknown job, whose tasks are
     // not desired (the agent stops them).
     Json doc;
-    std::vector<double> pull_seconds;  // the pulls this heartbeat recorded, for /metrics
+    std::shared_ptr<const Result<Job>> spec;  // null until parsed
+    std::vector<double> pull_seconds;         // the pulls this heartbeat recorded, for /metrics
     const auto parse_job = [&](const std::string& text) {
-      return reported_only.count(job_name) == 0 ? parsed_jobs_.Parse(job_name, text)
-                                                : wire::ParseDocument(text);
+      return reported_only.count(job_name) == 0 ? parsed_jobs_.ParseJob(job_name, text)
+                                                : ParsedJob{wire::ParseDocument(text), nullptr};
     };
     const Status job_written = store::CommitWithRetries(
         options_.store, kCasAttempts,
         fmt::format("job \"{}\" kept changing; send the heartbeat again", job_name),
         [&]() -> store::AttemptResult {
           doc = Json();
+          spec.reset();
           pull_seconds.clear();
           Result<store::StoredObject> stored = options_.store.Get(kJobsKind, job_name);
           if (!stored.ok()) {
@@ -1111,7 +1094,9 @@ Result<wire::AgentReply> ControlPlane::ProcessHeartbeat(const std::string& node,
             }
             return store::NoWrite();
           }
-          doc = parse_job(stored->data);
+          ParsedJob parsed = parse_job(stored->data);
+          doc = std::move(parsed.doc);
+          spec = std::move(parsed.spec);
           bool progressed = false;
           std::vector<std::string> events =
               ApplyReports(doc, node, wire::ArrayOr(node_doc, "gpus"), reports, drain_now,
@@ -1120,7 +1105,7 @@ Result<wire::AgentReply> ControlPlane::ProcessHeartbeat(const std::string& node,
           if (events.empty() && !progressed) {
             return store::NoWrite();
           }
-          const Json before = parse_job(stored->data);
+          const Json before = parse_job(stored->data).doc;
           if (events.empty()) {
             events.emplace_back();  // a pull's progress: written without an event
           }
@@ -1144,12 +1129,18 @@ Result<wire::AgentReply> ControlPlane::ProcessHeartbeat(const std::string& node,
       continue;
     }
     CreditBusy(doc, node, reported_utilization, busy_interval_ms);
+    const Result<wire::JobRecord> record = wire::JobRecordFromJson(doc, nullptr);
+    if (!record.ok()) {
+      // Never expected (the server writes these documents). The heartbeat fails rather than
+      // answer without the job: no task of it is stopped and no MIG instance of it removed.
+      return InternalError(fmt::format("jobs/{}: {}", job_name, record.status().message()));
+    }
     // A gang starts together: until the agents have made every MIG instance it was placed on
     // (on any of its nodes), none of a Scheduled job's tasks is sent, so no part of it runs
     // and is then killed when an instance does not come.
     const bool gang_ready =
-        StoredJobState(doc) != JobState::kScheduled ||
-        MigInstancesReported(doc, [&](const std::string& other) -> const Json* {
+        record->state != JobState::kScheduled ||
+        MigInstancesReported(*record, [&](const std::string& other) -> const Json* {
           if (other == node) {
             return &node_doc;
           }
@@ -1160,10 +1151,19 @@ Result<wire::AgentReply> ControlPlane::ProcessHeartbeat(const std::string& node,
           }
           return it->second.is_object() ? &it->second : nullptr;
         });
-    if (gang_ready) {
-      AddDesiredTasks(doc, node_doc, node, &reply);
+    if (gang_ready && RunIsWanted(record->state)) {
+      if (spec == nullptr) {
+        spec = std::make_shared<const Result<Job>>(wire::StoredJobSpec(doc, options_.catalog));
+      }
+      if (spec->ok()) {
+        AddDesiredTasks(*record, **spec, node_doc, node, &reply);
+      } else {
+        // A spec this server's catalog no longer takes: what to run is unknown.
+        fmt::print(stderr, "gpufleet server: jobs/{}: stored spec is invalid: {}\n", job_name,
+                   spec->status().message());
+      }
     }
-    AddCreatedMigInstances(doc, node, node_doc, created_mig_instances);
+    AddCreatedMigInstances(*record, node, node_doc, created_mig_instances);
   }
   reply.mig_layouts = MigLayoutsToApply(node_doc, created_mig_instances);
   return reply;
@@ -1217,16 +1217,21 @@ Result<Json> ControlPlane::RecordProvenance(const Principal& who, std::string_vi
                ? NotFoundError(fmt::format("task_id: job \"{}\" not found", id->job))
                : stored_job.status();
   }
-  const Json job = wire::ParseDocument(stored_job->data);
-  const int64_t attempt = wire::IntOr(job, "attempt", 0);
+  const Result<wire::JobRecord> job =
+      wire::JobRecordFromJson(wire::ParseDocument(stored_job->data), &options_.catalog);
+  if (!job.ok()) {
+    return InternalError(fmt::format("jobs/{}: {}", id->job, job.status().message()));
+  }
+  const Job& spec = *job->spec;
+  const int64_t attempt = job->attempt;
   if (id->attempt != attempt) {
     return NotFoundError(
         fmt::format("task_id: job \"{}\" has no run of attempt {} to record (its attempt is {})",
                     id->job, id->attempt, attempt));
   }
-  const Json* placement = nullptr;
-  for (const Json& candidate : wire::ArrayOr(job, "placements")) {
-    if (wire::StrOr(candidate, "task") == id->task) {
+  const wire::PlacementRecord* placement = nullptr;
+  for (const wire::PlacementRecord& candidate : job->placements) {
+    if (candidate.task == id->task) {
       placement = &candidate;
     }
   }
@@ -1234,14 +1239,17 @@ Result<Json> ControlPlane::RecordProvenance(const Principal& who, std::string_vi
     return NotFoundError(fmt::format("task_id: job \"{}\" has no task \"{}\" placed in attempt {}",
                                      id->job, id->task, attempt));
   }
-  const std::string placed_on = wire::StrOr(*placement, "node");
+  const std::string& placed_on = placement->node;
   if (placed_on != node) {
     return Status(StatusCode::kPermissionDenied,
                   fmt::format("task {} runs on node {}, not {}: an agent records only its own "
                               "node's runs",
                               report.task_id, placed_on, node));
   }
-  const std::string image = ImageToRun(job, PlacementImage(job, *placement));
+  const int group = placement->group;
+  const std::string image = ImageToRun(
+      spec, group >= 0 && group < static_cast<int>(spec.groups.size()) ? spec.groups[group].image
+                                                                       : std::string());
   if (report.image != image) {
     return InvalidArgumentError(
         fmt::format("image: \"{}\" is not the task's image \"{}\"", report.image, image));
@@ -1250,16 +1258,13 @@ Result<Json> ControlPlane::RecordProvenance(const Principal& who, std::string_vi
   record.erase("task_id");
   record["task_id"] = report.task_id;
   record["job"] = id->job;
-  record["team"] = wire::StrOr(job, "team");
+  record["team"] = job->team;
   record["task"] = id->task;
   record["attempt"] = id->attempt;
   record["node"] = std::string(node);
   // The job's side, from its stored spec, not from the agent.
-  const Json& spec = job.contains("spec") ? job["spec"] : Json::object();
-  record["provenance"] =
-      wire::StringMapOr(spec.contains("spec") ? spec["spec"] : Json::object(), "provenance");
-  record["labels"] =
-      wire::StringMapOr(spec.contains("metadata") ? spec["metadata"] : Json::object(), "labels");
+  record["provenance"] = spec.provenance;
+  record["labels"] = spec.labels;
   if (const std::string now = NowText(); !now.empty()) {
     record["recorded_at"] = now;
   }

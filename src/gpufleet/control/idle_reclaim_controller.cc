@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "gpufleet/control/job_lifecycle.h"
+#include "gpufleet/wire/job_record.h"
 #include "gpufleet/wire/job_spec.h"
 
 namespace gpufleet::control {
@@ -84,16 +85,14 @@ const IdleReclaimController::RunningJob& IdleReclaimController::ReadRunningJob(
     return running.emplace(name, known->second).first->second;
   }
   RunningJob read{.version = job.version};
-  std::optional<Json> doc;
-  if (job.spec) {
-    read.interactive = job.spec->ok() && (*job.spec)->kind == JobKind::kInteractive;
-  } else {
-    doc = wire::ParseDocument(job.data);
-    const Result<Job> spec = wire::JobSpecFromJson((*doc)["spec"], *catalog_);
-    read.interactive = spec.ok() && spec->kind == JobKind::kInteractive;
-  }
-  if (read.interactive) {
-    read.attempt = wire::IntOr(doc ? *doc : wire::ParseDocument(job.data), "attempt", 0);
+  // The spec is read with the record unless the view has parsed it already.
+  const Result<wire::JobRecord> record =
+      wire::JobRecordFromJson(wire::ParseDocument(job.data), job.spec ? nullptr : catalog_);
+  const Job* spec = job.spec ? (job.spec->ok() ? &**job.spec : nullptr)
+                             : (record.ok() && record->spec ? &*record->spec : nullptr);
+  read.interactive = spec != nullptr && spec->kind == JobKind::kInteractive;
+  if (read.interactive && record.ok()) {
+    read.attempt = record->attempt;
   }
   return running[name] = read;
 }

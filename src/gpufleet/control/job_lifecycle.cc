@@ -55,48 +55,6 @@ void TakeEndState(Json& job, JobState then, std::string reason) {
 
 }  // namespace
 
-const char* JobStateName(JobState state) {
-  switch (state) {
-    case JobState::kPending:
-      return "Pending";
-    case JobState::kScheduled:
-      return "Scheduled";
-    case JobState::kRunning:
-      return "Running";
-    case JobState::kStopping:
-      return "Stopping";
-    case JobState::kSucceeded:
-      return "Succeeded";
-    case JobState::kFailed:
-      return "Failed";
-    case JobState::kCancelled:
-      return "Cancelled";
-    case JobState::kPreempted:
-      return "Preempted";
-    case JobState::kSuspended:
-      return "Suspended";
-  }
-  return "Unknown";
-}
-
-std::optional<JobState> ParseJobState(std::string_view name) {
-  for (const JobState state : kJobStates) {
-    if (name == JobStateName(state)) {
-      return state;
-    }
-  }
-  return std::nullopt;
-}
-
-std::string JobStateNames() {
-  std::string out;
-  for (const JobState state : kJobStates) {
-    out += out.empty() ? "" : ", ";
-    out += JobStateName(state);
-  }
-  return out;
-}
-
 std::optional<JobState> StoredJobState(const Json& job) {
   return ParseJobState(wire::StrOr(job, "state"));
 }
@@ -128,6 +86,10 @@ store::ListFilter UnfinishedJobs() {
 bool PlacementGone(const Json& placement) {
   const std::string phase = wire::StrOr(placement, "phase");
   return phase == "Succeeded" || phase == "Failed" || wire::BoolOr(placement, "gone", false);
+}
+
+bool PlacementGone(const wire::PlacementRecord& placement) {
+  return placement.phase == "Succeeded" || placement.phase == "Failed" || placement.gone;
 }
 
 void MarkPlacementGone(Json& placement, std::string_view why) {

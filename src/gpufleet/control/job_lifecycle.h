@@ -1,7 +1,6 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
-#include <array>
 #include <chrono>
 #include <cstdint>
 #include <optional>
@@ -11,6 +10,8 @@
 #include "gpufleet/core/rfc3339.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/store/state_store.h"
+#include "gpufleet/wire/job_record.h"
+#include "gpufleet/wire/job_state.h"
 #include "gpufleet/wire/json_fields.h"
 
 // A job's lifecycle (docs/architecture.md, "The job lifecycle"): its typed states and the one
@@ -28,26 +29,13 @@ namespace gpufleet::control {
 
 using wire::Json;
 
-enum class JobState {
-  kPending,
-  kScheduled,
-  kRunning,
-  kStopping,
-  kSucceeded,
-  kFailed,
-  kCancelled,
-  kPreempted,
-  kSuspended,
-};
-inline constexpr std::array<JobState, 9> kJobStates = {
-    JobState::kPending,   JobState::kScheduled, JobState::kRunning,
-    JobState::kStopping,  JobState::kSucceeded, JobState::kFailed,
-    JobState::kCancelled, JobState::kPreempted, JobState::kSuspended};
+// The states themselves live in wire/ (job_state.h), under the stored job record.
+using wire::JobState;
+using wire::JobStateName;
+using wire::JobStateNames;
+using wire::kJobStates;
+using wire::ParseJobState;
 
-const char* JobStateName(JobState state);  // "Pending", "Stopping", ...
-std::optional<JobState> ParseJobState(std::string_view name);
-// "Pending, Scheduled, ..." for error messages.
-std::string JobStateNames();
 // The state of a stored job document; nullopt when it has none or an unknown one.
 std::optional<JobState> StoredJobState(const Json& job);
 
@@ -66,6 +54,7 @@ store::ListFilter UnfinishedJobs();
 // Whether the task of a placement (an element of a job's "placements") is known to hold nothing:
 // it ended (phase Succeeded or Failed) or it was found gone while its job was Stopping.
 bool PlacementGone(const Json& placement);
+bool PlacementGone(const wire::PlacementRecord& placement);
 // Records that the task of `placement` is gone, with why ("exited with code 0", "not on node-3",
 // "node node-3 lost: ...").
 void MarkPlacementGone(Json& placement, std::string_view why);

@@ -11,6 +11,7 @@
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/wire/agent_protocol.h"
+#include "gpufleet/wire/job_record.h"
 
 namespace gpufleet::control {
 
@@ -84,10 +85,13 @@ std::vector<JobWrite> RequeuePreemptedJobs(const JobEntries& preempted) {
     }
     JobWrite write{.name = name, .version = job.version, .before = wire::ParseDocument(job.data)};
     write.after = write.before;
-    const Json& doc = write.before;
-    const std::string why = wire::StrOr(doc, "preempted_by_team") == wire::StrOr(doc, "team")
+    const Result<wire::JobRecord> record = wire::JobRecordFromJson(write.before, nullptr);
+    if (!record.ok()) {
+      continue;  // never expected: the view does not hold a job it cannot read
+    }
+    const std::string why = record->preempted_by_team.value_or("") == record->team
                                 ? fmt::format("requeued after preemption by job {}",
-                                              NameOfKey(wire::StrOr(doc, "preempted_by", "?")))
+                                              NameOfKey(record->preempted_by.value_or("?")))
                                 : std::string("requeued after preemption by a job of another team");
     Result<std::string> event = TransitionJob(write.after, JobState::kPending, why, why);
     if (!event.ok()) {

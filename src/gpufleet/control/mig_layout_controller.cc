@@ -305,10 +305,15 @@ Result<std::optional<MigRequeue>> MigLayoutController::PlanRequeue(const Schedul
   std::map<std::string, std::map<int, std::vector<MigInstance>>> created;
   for (const auto& [name, job] : view.jobs()) {
     if (requeued.count(name) == 0 && HoldsResources(job.state)) {
-      const Json doc = wire::ParseDocument(job.data);
+      const Result<wire::JobRecord> record =
+          wire::JobRecordFromJson(wire::ParseDocumentWithout(job.data, "spec"), nullptr);
+      if (!record.ok()) {
+        // Never expected: its instances are then taken for the layout's, so none is removed.
+        continue;
+      }
       for (const std::string& node : job.nodes) {
         if (const auto stored = node_docs.find(node); stored != node_docs.end()) {
-          AddCreatedMigInstances(doc, node, wire::ParseDocument(stored->second.data),
+          AddCreatedMigInstances(*record, node, wire::ParseDocument(stored->second.data),
                                  created[node]);
         }
       }

@@ -53,26 +53,23 @@ bool SameMigInstances(const std::vector<MigInstance>& a, const std::vector<MigIn
   return Keys(a) == Keys(b);
 }
 
-void AddCreatedMigInstances(const Json& job, const std::string& node, const Json& node_doc,
+void AddCreatedMigInstances(const wire::JobRecord& job, const std::string& node,
+                            const Json& node_doc,
                             std::map<int, std::vector<MigInstance>>& created) {
-  if (const std::optional<JobState> state = StoredJobState(job);
-      !state || !HoldsResources(*state)) {
+  if (!HoldsResources(job.state)) {
     return;
   }
-  for (const Json& placement : wire::ArrayOr(job, "placements")) {
-    const std::string phase = wire::StrOr(placement, "phase");
-    if (wire::StrOr(placement, "node") != node || phase == "Succeeded" || phase == "Failed") {
+  for (const wire::PlacementRecord& placement : job.placements) {
+    if (placement.node != node || placement.phase == "Succeeded" || placement.phase == "Failed") {
       continue;
     }
-    const Json& assignments = wire::ArrayOr(placement, "assignments");
     const std::vector<PlacedGpu> placed = PlacedGpus(placement);
     for (size_t i = 0; i < placed.size(); ++i) {
-      const Json& assignment = assignments[i];
+      const wire::PlacedAssignment& assignment = placement.assignments[i];
       const Json* gpu = FindPlacedGpu(wire::ArrayOr(node_doc, "gpus"), placed[i]);
-      if (wire::BoolOr(assignment, "mig_created", false) && gpu != nullptr) {
+      if (assignment.mig_created && gpu != nullptr) {
         created[static_cast<int>(wire::IntOr(*gpu, "index", -1))].push_back(
-            {wire::StrOr(assignment, "mig_profile"),
-             static_cast<int>(wire::IntOr(assignment, "mig_start", 0))});
+            {assignment.mig_profile, assignment.mig_start});
       }
     }
   }

@@ -7,6 +7,7 @@
 
 #include "gpufleet/core/mig.h"
 #include "gpufleet/wire/agent_protocol.h"
+#include "gpufleet/wire/job_record.h"
 #include "gpufleet/wire/json_fields.h"
 
 // The MIG part of the stored node documents (docs/agent.md, "MIG layouts"). Each MIG-enabled GPU
@@ -30,8 +31,8 @@ bool SameMigInstances(const std::vector<MigInstance>& a, const std::vector<MigIn
 
 // The instances the placements of an active `job` on `node` created, by the NVML index their GPU
 // has in `node_doc` now (found by UUID), added to `created`.
-void AddCreatedMigInstances(const Json& job, const std::string& node, const Json& node_doc,
-                            std::map<int, std::vector<MigInstance>>& created);
+void AddCreatedMigInstances(const wire::JobRecord& job, const std::string& node,
+                            const Json& node_doc, std::map<int, std::vector<MigInstance>>& created);
 
 // The layouts to send the agent of `node_doc`: for each MIG-enabled GPU whose reported devices
 // differ from the wanted instances (the stored layout plus `created`), the full wanted set.

@@ -3,9 +3,11 @@
 
 #include <utility>
 
+#include "gpufleet/wire/job_record.h"
+
 namespace gpufleet::control {
 
-Json ParsedDocuments::Parse(const std::string& key, const std::string& text) {
+ParsedJob ParsedDocuments::ParseJob(const std::string& key, const std::string& text) {
   std::shared_ptr<const Parsed> kept;
   bool in_older = false;
   {
@@ -22,10 +24,14 @@ Json ParsedDocuments::Parse(const std::string& key, const std::string& text) {
       std::lock_guard<std::mutex> lock(mu_);
       KeepLocked(key, kept);
     }
-    return kept->doc;  // a copy: the caller may change it
+    return ParsedJob{kept->doc, kept->spec};  // a copy: the caller may change it
   }
-  auto parsed = std::make_shared<const Parsed>(Parsed{text, wire::ParseDocument(text)});
-  Json copy = parsed->doc;
+  Parsed fresh{text, wire::ParseDocument(text), nullptr};
+  if (catalog_ != nullptr) {
+    fresh.spec = std::make_shared<const Result<Job>>(wire::StoredJobSpec(fresh.doc, *catalog_));
+  }
+  auto parsed = std::make_shared<const Parsed>(std::move(fresh));
+  ParsedJob copy{parsed->doc, parsed->spec};
   std::lock_guard<std::mutex> lock(mu_);
   KeepLocked(key, std::move(parsed));
   return copy;

@@ -7,11 +7,21 @@
 #include <mutex>
 #include <string>
 
+#include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/status.h"
+#include "gpufleet/core/workload.h"
 #include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::control {
 
 using wire::Json;
+
+// A stored job document and its spec, parsed together.
+struct ParsedJob {
+  Json doc;
+  // The record's spec (wire::StoredJobSpec) or the error it gave; null without a catalog.
+  std::shared_ptr<const Result<Job>> spec;
+};
 
 // Parsed stored documents kept between uses: a node's heartbeat reads every job document of its
 // node (up to ~100) every 10 s, and parsing them was most of its CPU. A document is found by its
@@ -22,10 +32,15 @@ using wire::Json;
 // outside the lock.
 class ParsedDocuments {
  public:
-  explicit ParsedDocuments(size_t budget_bytes) : budget_bytes_(budget_bytes) {}
+  // With `catalog` (which must outlive this), the spec of each document is parsed with it and
+  // kept too: a job's spec never changes, and its tasks are sent to its agents every heartbeat.
+  explicit ParsedDocuments(size_t budget_bytes, const GpuCatalog* catalog = nullptr)
+      : budget_bytes_(budget_bytes), catalog_(catalog) {}
 
   // wire::ParseDocument(text), from the parse kept for `key` when that was of the same text.
-  Json Parse(const std::string& key, const std::string& text);
+  Json Parse(const std::string& key, const std::string& text) { return ParseJob(key, text).doc; }
+  // The same with the document's spec.
+  ParsedJob ParseJob(const std::string& key, const std::string& text);
 
   // The text kept, over both generations (for tests).
   size_t TextBytesForTest() const;
@@ -34,6 +49,7 @@ class ParsedDocuments {
   struct Parsed {
     std::string text;
     Json doc;
+    std::shared_ptr<const Result<Job>> spec;
   };
   using Generation = std::map<std::string, std::shared_ptr<const Parsed>>;
   // Puts `parsed` in the newer generation, which becomes the older one when full.
@@ -41,6 +57,7 @@ class ParsedDocuments {
   void KeepLocked(const std::string& key, std::shared_ptr<const Parsed> parsed);
 
   const size_t budget_bytes_;
+  const GpuCatalog* const catalog_;
   mutable std::mutex mu_;
   Generation newer_;        // guarded by mu_
   Generation older_;        // guarded by mu_

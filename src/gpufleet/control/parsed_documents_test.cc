@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "gpufleet/wire/job_spec.h"
+
 namespace gpufleet::control {
 namespace {
 
@@ -25,6 +27,35 @@ TEST(ParsedDocuments, AChangedTextUnderTheSameKeyIsParsedAgain) {
   // A job deleted and submitted again under its name: same key, other text.
   EXPECT_EQ(documents.Parse("job", R"({"state":"Pending","v":1})")["state"], "Pending");
   EXPECT_EQ(documents.Parse("job", R"({"state":"Running","v":1})")["state"], "Running");
+}
+
+TEST(ParsedDocuments, KeepsTheSpecParsedWithItsDocument) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  ParsedDocuments documents(1 << 20, &catalog);
+  const Result<Job> job = wire::ParseJobSpec(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: keep}
+spec:
+  tasks:
+  - {name: main, image: busybox:1, command: [sleep, "1"], resources: {gpus: {count: 1}}}
+)",
+                                             catalog);
+  ASSERT_TRUE(job.ok()) << job.status().ToString();
+  const std::string text =
+      Json{{"name", "keep"}, {"state", "Running"}, {"spec", wire::JobSpecToJson(*job)}}.dump();
+  const ParsedJob first = documents.ParseJob("keep", text);
+  ASSERT_NE(first.spec, nullptr);
+  ASSERT_TRUE(first.spec->ok()) << first.spec->status().ToString();
+  EXPECT_EQ((*first.spec)->groups.at(0).image, "busybox:1");
+  // The same text again: the spec parsed the first time, not a new parse.
+  EXPECT_EQ(documents.ParseJob("keep", text).spec, first.spec);
+  // A document whose spec does not read keeps the error.
+  const ParsedJob broken = documents.ParseJob("broken", R"({"name":"broken","spec":{}})");
+  ASSERT_NE(broken.spec, nullptr);
+  EXPECT_FALSE(broken.spec->ok());
+  // Without a catalog no spec is parsed.
+  ParsedDocuments plain(1 << 20);
+  EXPECT_EQ(plain.ParseJob("keep", text).spec, nullptr);
 }
 
 TEST(ParsedDocuments, ACallerChangingItsCopyDoesNotChangeTheKeptDocument) {

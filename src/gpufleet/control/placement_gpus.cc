@@ -25,6 +25,19 @@ std::vector<PlacedGpu> PlacedGpus(const Json& placement) {
   return out;
 }
 
+std::vector<PlacedGpu> PlacedGpus(const wire::PlacementRecord& placement) {
+  std::vector<PlacedGpu> out(placement.assignments.size());
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (i < placement.gpu_uuids.size()) {
+      out[i].uuid = placement.gpu_uuids[i];
+    }
+    if (i < placement.gpu_indices.size()) {
+      out[i].index = placement.gpu_indices[i];
+    }
+  }
+  return out;
+}
+
 int PlacedGpuPosition(const Json& node_gpus, const PlacedGpu& gpu) {
   if (!node_gpus.is_array()) {
     return -1;

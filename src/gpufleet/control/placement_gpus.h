@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "gpufleet/wire/job_record.h"
 #include "gpufleet/wire/json_fields.h"
 
 // GPU identity in a stored placement (an element of a job document's "placements"): the GPUs its
@@ -36,6 +37,7 @@ struct PlacedGpu {
 
 // The GPUs of `placement`, one per element of its "assignments" (in that order).
 std::vector<PlacedGpu> PlacedGpus(const Json& placement);
+std::vector<PlacedGpu> PlacedGpus(const wire::PlacementRecord& placement);
 
 // The position in `node_gpus` (a node document's "gpus") of the GPU `gpu` names; -1 when the node
 // no longer has that GPU.

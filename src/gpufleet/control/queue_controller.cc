@@ -459,9 +459,7 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
     if (!job.applied || other == name || !RunIsWanted(job.state)) {
       continue;
     }
-    if (!job.spec) {
-      job.spec = wire::JobSpecFromJson(wire::ParseDocument(job.data)["spec"], options_.catalog);
-    }
+    ViewJobSpec(job, options_.catalog);
     const auto charged = charged_.find(other);
     running.push_back(
         {.id = JobId(other),

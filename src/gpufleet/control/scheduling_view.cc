@@ -24,31 +24,45 @@ bool StoredAsFinished(const std::string& data) {
   return state && IsFinished(*state);
 }
 
+// The stored job `data` as a record, without its spec (parsed apart, on first need: ViewJob::spec);
+// the error names the field the record cannot read.
+Result<wire::JobRecord> StoredRecord(const std::string& name, const std::string& data) {
+  Result<wire::JobRecord> record =
+      wire::JobRecordFromJson(wire::ParseDocumentWithout(data, "spec"), nullptr);
+  if (!record.ok()) {
+    return InvalidArgumentError(fmt::format("jobs/{}: {}", name, record.status().message()));
+  }
+  return record;
+}
+
+// The placements stored in a job the view holds (read when it was taken in).
+std::vector<wire::PlacementRecord> StoredPlacements(const std::string& name,
+                                                    const std::string& data) {
+  Result<wire::JobRecord> record = StoredRecord(name, data);
+  return record.ok() ? std::move(record)->placements : std::vector<wire::PlacementRecord>();
+}
+
 }  // namespace
 
-std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
-    const Json& placements, const std::map<std::string, int>& node_index,
-    const scheduler::ClusterSnapshot& snapshot) {
+std::optional<std::vector<scheduler::TaskPlacement>> SnapshotPlacements(
+    const std::vector<wire::PlacementRecord>& placements,
+    const std::map<std::string, int>& node_index, const scheduler::ClusterSnapshot& snapshot) {
   std::vector<scheduler::TaskPlacement> out;
-  if (!placements.is_array()) {
-    return out;
-  }
-  for (const Json& p : placements) {
+  for (const wire::PlacementRecord& p : placements) {
     if (PlacementGone(p)) {
       continue;
     }
-    const auto it = node_index.find(wire::StrOr(p, "node"));
+    const auto it = node_index.find(p.node);
     if (it == node_index.end()) {
       return std::nullopt;
     }
     scheduler::TaskPlacement placement;
-    placement.group = static_cast<int>(wire::IntOr(p, "group", 0));
-    placement.replica = static_cast<int>(wire::IntOr(p, "replica", 0));
+    placement.group = p.group;
+    placement.replica = p.replica;
     placement.node = it->second;
-    placement.host.cpu_milli = wire::IntOr(p, "cpu_milli", 0);
-    placement.host.memory_mib = wire::IntOr(p, "memory_mib", 0);
+    placement.host.cpu_milli = p.cpu_milli;
+    placement.host.memory_mib = p.memory_mib;
     const std::vector<Gpu>& node_gpus = snapshot.nodes()[it->second].node->gpus;
-    const Json& assignments = wire::ArrayOr(p, "assignments");
     const std::vector<PlacedGpu> placed = PlacedGpus(p);
     for (size_t i = 0; i < placed.size(); ++i) {
       const auto gpu = std::find_if(node_gpus.begin(), node_gpus.end(), [&](const Gpu& candidate) {
@@ -57,21 +71,26 @@ std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
       if (gpu == node_gpus.end()) {
         continue;
       }
-      const Json& a = assignments[i];
+      const wire::PlacedAssignment& a = p.assignments[i];
       scheduler::GpuAssignment assignment;
       assignment.gpu = static_cast<int>(gpu - node_gpus.begin());
-      assignment.milli = wire::IntOr(a, "milli", 0);
-      assignment.memory_mib = wire::IntOr(a, "memory_mib", 0);
-      assignment.mig_profile = wire::StrOr(a, "mig_profile");
-      assignment.mig_start = static_cast<int>(wire::IntOr(a, "mig_start", -1));
-      if (const auto created = a.find("mig_created"); created != a.end() && created->is_boolean()) {
-        assignment.mig_created = created->get<bool>();
-      }
+      assignment.milli = a.milli;
+      assignment.memory_mib = a.memory_mib;
+      assignment.mig_profile = a.mig_profile;
+      assignment.mig_start = a.mig_start;
+      assignment.mig_created = a.mig_created;
       placement.gpus.push_back(std::move(assignment));
     }
     out.push_back(std::move(placement));
   }
   return out;
+}
+
+const Result<Job>& ViewJobSpec(ViewJob& job, const GpuCatalog& catalog) {
+  if (!job.spec) {
+    job.spec = wire::StoredJobSpec(wire::ParseDocument(job.data), catalog);
+  }
+  return *job.spec;
 }
 
 SchedulingView::SchedulingView(store::StateStore& store, const GpuCatalog& catalog)
@@ -325,7 +344,7 @@ Status SchedulingView::RebuildSnapshot() {
     job.applied = false;
     job.placements.clear();
     if (HoldsResources(job.state)) {
-      ApplyJob(name, job, wire::ParseDocument(job.data));
+      ApplyJob(name, job, StoredPlacements(name, job.data));
     }
   }
   return Status::Ok();
@@ -363,9 +382,8 @@ Status SchedulingView::UpdateSnapshot(const std::set<std::string>& changed) {
     }
     // The job's placements on the replaced nodes went with them: read them again from its
     // document (its GPUs are found by UUID on the new node) and apply them; the others stay.
-    const Json doc = wire::ParseDocument(job.data);
-    std::optional<std::vector<scheduler::TaskPlacement>> stored = PlacementsFromJson(
-        doc.contains("placements") ? doc["placements"] : Json(), node_index_, *snapshot_);
+    std::optional<std::vector<scheduler::TaskPlacement>> stored =
+        SnapshotPlacements(StoredPlacements(name, job.data), node_index_, *snapshot_);
     std::vector<scheduler::TaskPlacement> kept = std::move(job.placements);
     job.placements.clear();
     for (scheduler::TaskPlacement& placement : stored.value_or(kept)) {
@@ -457,14 +475,20 @@ void SchedulingView::PutJobUnindexed(const store::StoredObject& object) {
     }
     return;
   }
-  // The spec is parsed apart, on first need (ViewJob::spec).
-  const Json doc = wire::ParseDocumentWithout(object.data, "spec");
-  // A state this server does not know is held as Failed would be: it holds nothing.
-  const JobState state = StoredJobState(doc).value_or(JobState::kFailed);
+  Result<wire::JobRecord> read = StoredRecord(object.name, object.data);
+  if (!read.ok()) {
+    // Never expected (the server writes these documents): the view keeps what it last read of
+    // the job, so GPUs it held stay taken rather than being handed to another.
+    fmt::print(stderr, "gpufleet server: {}\n", read.status().message());
+    return;
+  }
+  const wire::JobRecord& record = *read;
+  const JobState state = record.state;
   // A Pending job under a key other than its TEAM/NAME (one MigrateToTeamScopedNames could not
   // move, its key taken) holds nothing and is not placed: an administrator resolves it. One that
   // holds resources stays, so that its GPUs stay taken until its tasks are gone.
-  if (IsFinished(state) || (state == JobState::kPending && TeamScopedKeyOf(doc) != object.name)) {
+  if (IsFinished(state) ||
+      (state == JobState::kPending && TeamScopedKey(record.team, record.name) != object.name)) {
     if (it != jobs_.end()) {
       ReleaseJob(it->second);
       jobs_.erase(it);
@@ -480,17 +504,17 @@ void SchedulingView::PutJobUnindexed(const store::StoredObject& object) {
   job.data = object.data;
   job.state = state;
   job.stopping_then.reset();
-  if (state == JobState::kStopping && doc.contains("stopping")) {
-    job.stopping_then = ParseJobState(wire::StrOr(doc["stopping"], "then"));
+  if (state == JobState::kStopping && record.stopping) {
+    job.stopping_then = record.stopping->then;
   }
-  job.reason = wire::StrOr(doc, "reason");
-  job.queue = wire::StrOr(doc, "queue", std::string(kDefaultQueue));
-  job.priority = static_cast<int>(wire::IntOr(doc, "priority", 0));
-  job.submit_seq = wire::IntOr(doc, "submit_seq", 0);
-  job.preempted_by = wire::StrOr(doc, "preempted_by");
+  job.reason = record.reason;
+  job.queue = record.queue.empty() ? std::string(kDefaultQueue) : record.queue;
+  job.priority = record.priority;
+  job.submit_seq = record.submit_seq;
+  job.preempted_by = record.preempted_by.value_or("");
   job.nodes.clear();
-  for (const Json& placement : wire::ArrayOr(doc, "placements")) {
-    job.nodes.insert(wire::StrOr(placement, "node"));
+  for (const wire::PlacementRecord& placement : record.placements) {
+    job.nodes.insert(placement.node);
   }
   if (state != JobState::kPending || !was_pending) {
     job.unschedulable_epoch.reset();
@@ -499,13 +523,13 @@ void SchedulingView::PutJobUnindexed(const store::StoredObject& object) {
     ReleaseJob(job);
     return;
   }
-  const std::optional<std::vector<scheduler::TaskPlacement>> placements = PlacementsFromJson(
-      doc.contains("placements") ? doc["placements"] : Json(), node_index_, *snapshot_);
+  const std::optional<std::vector<scheduler::TaskPlacement>> placements =
+      SnapshotPlacements(record.placements, node_index_, *snapshot_);
   if (job.applied && placements && *placements == job.placements) {
     return;
   }
   ReleaseJob(job);
-  ApplyJob(object.name, job, doc);
+  ApplyJob(object.name, job, record.placements);
 }
 
 void SchedulingView::ReleaseJob(ViewJob& job) {
@@ -522,9 +546,10 @@ void SchedulingView::ReleaseJob(ViewJob& job) {
   ++capacity_epoch_;
 }
 
-void SchedulingView::ApplyJob(const std::string& name, ViewJob& job, const Json& doc) {
-  const std::optional<std::vector<scheduler::TaskPlacement>> placements = PlacementsFromJson(
-      doc.contains("placements") ? doc["placements"] : Json(), node_index_, *snapshot_);
+void SchedulingView::ApplyJob(const std::string& name, ViewJob& job,
+                              const std::vector<wire::PlacementRecord>& stored) {
+  const std::optional<std::vector<scheduler::TaskPlacement>> placements =
+      SnapshotPlacements(stored, node_index_, *snapshot_);
   if (!placements) {
     fmt::print(stderr, "gpufleet server: jobs/{}: a node of its placements is gone\n", name);
     return;

@@ -19,6 +19,7 @@
 #include "gpufleet/core/workload.h"
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/store/state_store.h"
+#include "gpufleet/wire/job_record.h"
 #include "gpufleet/wire/json_fields.h"
 
 // The scheduling loop's in-memory view of the store: every node, every active job and the
@@ -29,14 +30,14 @@ namespace gpufleet::control {
 
 using wire::Json;
 
-// The placements of a stored job (its "placements" array) that still hold resources (a task of
-// a Stopping job found gone holds none) against `snapshot`, whose nodes `node_index` indexes by
-// name; nullopt if a node is unknown. Each GPU is found on its node by UUID (placement_gpus.h);
-// one the node no longer has is left out, never taken for another (the run is ended when its
-// node registers or reports without it).
-std::optional<std::vector<scheduler::TaskPlacement>> PlacementsFromJson(
-    const Json& placements, const std::map<std::string, int>& node_index,
-    const scheduler::ClusterSnapshot& snapshot);
+// The placements of a stored job that still hold resources (a task of a Stopping job found gone
+// holds none) against `snapshot`, whose nodes `node_index` indexes by name; nullopt if a node is
+// unknown. Each GPU is found on its node by UUID (placement_gpus.h); one the node no longer has
+// is left out, never taken for another (the run is ended when its node registers or reports
+// without it).
+std::optional<std::vector<scheduler::TaskPlacement>> SnapshotPlacements(
+    const std::vector<wire::PlacementRecord>& placements,
+    const std::map<std::string, int>& node_index, const scheduler::ClusterSnapshot& snapshot);
 
 // One node as the view keeps it.
 struct ViewNode {
@@ -68,6 +69,10 @@ struct ViewJob {
   // have been freed since (kube-scheduler's unschedulable queue works the same way).
   std::optional<uint64_t> unschedulable_epoch;
 };
+
+// The spec of `job`, parsed from its stored document on first need and kept (the record's spec,
+// wire::StoredJobSpec), or the error it gave.
+const Result<Job>& ViewJobSpec(ViewJob& job, const GpuCatalog& catalog);
 
 // One entry of SchedulingView::jobs().
 using ViewJobEntry = std::map<std::string, ViewJob>::value_type;
@@ -210,7 +215,9 @@ class SchedulingView final : public store::CommitObserver {
   void UnindexJob(const std::string& name);
   void IndexJob(const std::string& name);
   void ReleaseJob(ViewJob& job);
-  void ApplyJob(const std::string& name, ViewJob& job, const Json& doc);
+  // Applies the stored `placements` of job `name` to the snapshot.
+  void ApplyJob(const std::string& name, ViewJob& job,
+                const std::vector<wire::PlacementRecord>& placements);
 
   store::StateStore& store_;
   const GpuCatalog& catalog_;

@@ -139,6 +139,26 @@ TEST_F(SchedulingViewTest, AJobWhoseStateTheIndexCannotReadIsStillLoaded) {
   EXPECT_EQ(TakenGpus("node-b"), (std::set<std::string>{"node-b-gpu0", "node-b-gpu1"}));
 }
 
+// The view reads job documents as wire::JobRecord: one it cannot read (a member of the wrong
+// type) leaves the job as last read, its GPUs still taken, and one never read is not taken in.
+TEST_F(SchedulingViewTest, AJobDocumentTheRecordCannotReadKeepsTheJobAsLastRead) {
+  ASSERT_TRUE(view_.Refresh().ok());
+  Json unreadable = wire::ParseDocument(JobDoc("running", "Stopping", "node-a", 3));
+  unreadable["placements"] = "none";
+  Update(std::string(kJobsKind), "running", unreadable.dump());
+  Json fresh = wire::ParseDocument(JobDoc("fresh", "Running", "node-b", 1));
+  fresh["attempt"] = "first";
+  ASSERT_TRUE(
+      store_.Commit(store::WriteBatch().Create(std::string(kJobsKind), "fresh", fresh.dump()))
+          .ok());
+  ASSERT_TRUE(view_.Refresh().ok());
+  EXPECT_EQ(view_.jobs().at("running").state, JobState::kRunning);
+  EXPECT_EQ(TakenGpus("node-a"),
+            (std::set<std::string>{"node-a-gpu0", "node-a-gpu1", "node-a-gpu2"}));
+  EXPECT_EQ(view_.jobs().count("fresh"), 0u);
+  EXPECT_TRUE(TakenGpus("node-b").empty());
+}
+
 TEST_F(SchedulingViewTest, AJobThatEndsGivesItsGpusBackAndMovesTheCapacityEpoch) {
   ASSERT_TRUE(view_.Refresh().ok());
   const uint64_t epoch = view_.capacity_epoch();

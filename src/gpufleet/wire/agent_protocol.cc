@@ -22,18 +22,13 @@ Status FieldError(const std::string& path, std::string_view message) {
   return InvalidArgumentError(fmt::format("{}: {}", path, message));
 }
 
-std::string Shown(const Json& value) {
-  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
-  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
-}
-
 // Reads the fields of one JSON object; unknown fields are refused so a typo is not ignored.
 class ObjectReader {
  public:
   static Result<ObjectReader> Open(const Json& j, std::string path,
                                    std::initializer_list<std::string_view> known) {
     if (!j.is_object()) {
-      return FieldError(path.empty() ? "body" : path, "expected an object, got " + Shown(j));
+      return FieldError(path.empty() ? "body" : path, "expected an object, got " + ShownValue(j));
     }
     for (const auto& [key, value] : j.items()) {
       if (std::find(known.begin(), known.end(), key) == known.end()) {
@@ -55,7 +50,7 @@ class ObjectReader {
       return required ? FieldError(Path(key), "required field missing") : Status::Ok();
     }
     if (!v->is_string()) {
-      return FieldError(Path(key), "expected a string, got " + Shown(*v));
+      return FieldError(Path(key), "expected a string, got " + ShownValue(*v));
     }
     *out = v->get<std::string>();
     return Status::Ok();
@@ -68,10 +63,11 @@ class ObjectReader {
       return Status::Ok();
     }
     if (!v->is_number_integer()) {
-      return FieldError(Path(key), "expected an integer, got " + Shown(*v));
+      return FieldError(Path(key), "expected an integer, got " + ShownValue(*v));
     }
     if (v->is_number_unsigned() && v->get<uint64_t>() > static_cast<uint64_t>(max)) {
-      return FieldError(Path(key), fmt::format("{} is out of range [{}, {}]", Shown(*v), min, max));
+      return FieldError(Path(key),
+                        fmt::format("{} is out of range [{}, {}]", ShownValue(*v), min, max));
     }
     const int64_t value = v->get<int64_t>();
     if (value < min || value > max) {
@@ -97,12 +93,12 @@ class ObjectReader {
       return Status::Ok();
     }
     if (!v->is_array()) {
-      return FieldError(Path(key), "expected a list of strings, got " + Shown(*v));
+      return FieldError(Path(key), "expected a list of strings, got " + ShownValue(*v));
     }
     for (size_t i = 0; i < v->size(); ++i) {
       if (!(*v)[i].is_string()) {
         return FieldError(fmt::format("{}[{}]", Path(key), i),
-                          "expected a string, got " + Shown((*v)[i]));
+                          "expected a string, got " + ShownValue((*v)[i]));
       }
       out->push_back((*v)[i].get<std::string>());
     }
@@ -115,11 +111,11 @@ class ObjectReader {
       return Status::Ok();
     }
     if (!v->is_object()) {
-      return FieldError(Path(key), "expected an object of strings, got " + Shown(*v));
+      return FieldError(Path(key), "expected an object of strings, got " + ShownValue(*v));
     }
     for (const auto& [k, value] : v->items()) {
       if (!value.is_string()) {
-        return FieldError(Join(Path(key), k), "expected a string, got " + Shown(value));
+        return FieldError(Join(Path(key), k), "expected a string, got " + ShownValue(value));
       }
       (*out)[k] = value.get<std::string>();
     }
@@ -134,7 +130,7 @@ class ObjectReader {
       return Status::Ok();
     }
     if (!v->is_array()) {
-      return FieldError(Path(key), "expected a list, got " + Shown(*v));
+      return FieldError(Path(key), "expected a list, got " + ShownValue(*v));
     }
     for (size_t i = 0; i < v->size(); ++i) {
       GPUFLEET_RETURN_IF_ERROR(read((*v)[i], fmt::format("{}[{}]", Path(key), i)));
@@ -492,7 +488,8 @@ Result<Node> ReadNode(const Json& j, const std::string& path,
     GPUFLEET_RETURN_IF_ERROR(gr.Integer("nvlink_domain", &gpu.nvlink_domain, 0, 1023));
     if (const Json* mig = gr.Find("mig_enabled")) {
       if (!mig->is_boolean()) {
-        return FieldError(gr.Path("mig_enabled"), "expected true or false, got " + Shown(*mig));
+        return FieldError(gr.Path("mig_enabled"),
+                          "expected true or false, got " + ShownValue(*mig));
       }
       gpu.mig_enabled = mig->get<bool>();
     }
@@ -831,7 +828,7 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
     if (const Json* host_network = tr.Find("host_network")) {
       if (!host_network->is_boolean()) {
         return FieldError(tr.Path("host_network"),
-                          "expected true or false, got " + Shown(*host_network));
+                          "expected true or false, got " + ShownValue(*host_network));
       }
       task.host_network = host_network->get<bool>();
     }

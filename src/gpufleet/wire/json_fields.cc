@@ -54,6 +54,11 @@ Result<Json> ParseJson(std::string_view text, const JsonLimits& limits) {
   return ParseWithin(text, limits, "");
 }
 
+std::string ShownValue(const Json& value) {
+  std::string text = value.dump(-1, ' ', false, Json::error_handler_t::replace);
+  return text.size() > 80 ? text.substr(0, 77) + "..." : text;
+}
+
 Json ParseDocument(std::string_view text) {
   return ObjectOrEmpty(ParseWithin(text, {}, ""));
 }

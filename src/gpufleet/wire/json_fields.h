@@ -67,6 +67,9 @@ inline std::map<std::string, std::string> StringMapOr(const Json& j, std::string
   return out;
 }
 
+// `value` as an error message quotes it: compact JSON, cut to 80 characters.
+std::string ShownValue(const Json& value);
+
 // The one JSON parse for what the server, the agent and the CLI read: request bodies, stored
 // documents and responses. nlohmann's parser is iterative, but copying, comparing and dump()
 // recurse, so a value nested 100,000 deep (200 KB) overflowed a worker's stack: a value nested
