@@ -600,8 +600,8 @@ Result<ProtocolVersion> ParseProtocolVersion(std::string_view text) {
   const std::optional<int> minor =
       dot == std::string_view::npos ? std::nullopt : part(text.substr(dot + 1));
   if (!major || !minor) {
-    return InvalidArgumentError(
-        fmt::format("{} is not a protocol version MAJOR.MINOR", Shown(Json(std::string(text)))));
+    return InvalidArgumentError(fmt::format("{} is not a protocol version MAJOR.MINOR",
+                                            ShownValue(Json(std::string(text)))));
   }
   return ProtocolVersion{*major, *minor};
 }
