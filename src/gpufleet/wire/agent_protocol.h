@@ -29,6 +29,10 @@ const char* DrainActionName(DrainAction action);  // "none", "after-job", "now"
 // server plans new MIG layouts only on such nodes (the NVML probe only reads them).
 inline constexpr std::string_view kMigLayoutsLabel = "gpufleet.io/mig-layouts";
 
+// The label the server sets on a node ("true") while its agent reports NIC or link problems
+// (HeartbeatRequest::link_problems), and removes when the agent reports none.
+inline constexpr std::string_view kLinkDegradedLabel = "gpufleet.io/link-degraded";
+
 // One MIG device of a MIG-enabled GPU as the agent sees it.
 struct MigDeviceReport {
   std::string uuid;     // "MIG-...", what CUDA_VISIBLE_DEVICES names
@@ -113,7 +117,14 @@ struct HeartbeatRequest {
   // and why.
   std::optional<std::vector<CachedImage>> images;
   std::string images_dropped;
+  // The node's NIC and link problems as the agent judged them ("mlx5_1/1: port DOWN ..."), the
+  // whole list; empty when its links are healthy or not watched. The parser keeps the first
+  // kMaxLinkProblems and cuts each at kMaxLinkProblemBytes, so a hostile list cannot grow the
+  // node document.
+  std::vector<std::string> link_problems;
 };
+inline constexpr size_t kMaxLinkProblems = 16;
+inline constexpr size_t kMaxLinkProblemBytes = 200;
 
 // The MIG instances one GPU must have: the full set, declarative like the tasks. The agent
 // destroys the instances not listed and creates the missing ones at their start slots.
