@@ -366,6 +366,9 @@ Status NodeAgent::Heartbeat() {
   FenceIfLeaseExpired();
   wire::HeartbeatRequest request;
   request.gpus = GpuReports();
+  for (const LinkFinding& finding : telemetry_.LatestSnapshot()->link_findings) {
+    request.link_problems.push_back(finding.reason);
+  }
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
   request.tasks = TaskReports(statuses);
   request.fenced = fenced_;

@@ -957,6 +957,29 @@ TEST_F(AgentProtocolTest, HeartbeatImagesAreKeptOnTheNodeAndBounded) {
   EXPECT_THAT(bad.body, HasSubstr("images[0].size_bytes"));
 }
 
+TEST_F(AgentProtocolTest, LinkProblemsLabelTheNodeUntilTheAgentReportsNone) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  const std::string label(wire::kLinkDegradedLabel);
+  EXPECT_FALSE(Get("/v1/nodes/node-a")["labels"].contains(label));
+  wire::HeartbeatRequest beat;
+  beat.link_problems = {"mlx5_1/1: rate 200 Gb/sec (2X NDR) below 400 Gb/sec"};
+  Heartbeat("node-a", beat);
+  Json node = Get("/v1/nodes/node-a");
+  EXPECT_EQ(node["labels"][label], "true");
+  EXPECT_EQ(node["link_problems"][0], beat.link_problems[0]);
+  EXPECT_THAT(Get("/v1/nodes/node-a/events").dump(),
+              HasSubstr("links degraded: mlx5_1/1: rate 200 Gb/sec (2X NDR) below 400 Gb/sec"));
+  // A restarted agent registers again: the problems and the label stay until it reports.
+  Register(Inventory("node-a", "leaf-0"));
+  EXPECT_EQ(Get("/v1/nodes/node-a")["labels"][label], "true");
+  Heartbeat("node-a");
+  node = Get("/v1/nodes/node-a");
+  EXPECT_FALSE(node["labels"].contains(label));
+  EXPECT_FALSE(node.contains("link_problems"));
+  EXPECT_THAT(Get("/v1/nodes/node-a/events").dump(), HasSubstr("links healthy again"));
+}
+
 // While its image is pulled a task is Pulling: one event, its progress kept on the placement (and
 // bounded) without an event per report, the run still wanted; a cancel waits for the pull to end.
 TEST_F(AgentProtocolTest, APullingTaskShowsItsProgressAndIsLiveUntilItsPullEnds) {
