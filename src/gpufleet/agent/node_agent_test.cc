@@ -17,6 +17,7 @@
 #include "gpufleet/api/server.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/runner/simulated_runner.h"
+#include "gpufleet/scheduler/plugins/filters.h"
 #include "gpufleet/store/memory_store.h"
 
 namespace gpufleet::agent {
@@ -270,10 +271,10 @@ TEST_F(NodeAgentTest, ALinkProblemLabelsTheNodeThroughTheHeartbeat) {
   ASSERT_OK(sampler_->SampleOnce());
   agent_ = MakeAgent(*runner_);
   ASSERT_OK(agent_->Register());
-  EXPECT_EQ(Node("node-a")["labels"].count(std::string(wire::kLinkDegradedLabel)), 0u);
+  EXPECT_EQ(Node("node-a")["labels"].count(std::string(scheduler::kLinkDegradedLabel)), 0u);
   ASSERT_OK(agent_->Heartbeat());
   const Json node = Node("node-a");
-  EXPECT_EQ(node["labels"][std::string(wire::kLinkDegradedLabel)], "true");
+  EXPECT_EQ(node["labels"][std::string(scheduler::kLinkDegradedLabel)], "true");
   EXPECT_EQ(node["link_problems"],
             Json::array({"mlx5_1/1: port DOWN (Disabled), not ACTIVE and LinkUp"}));
   agent_.reset();

@@ -20,6 +20,7 @@
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/image_reference.h"
 #include "gpufleet/core/json_scan.h"
+#include "gpufleet/scheduler/plugins/filters.h"
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/store/read_modify_write.h"
 #include "gpufleet/wire/job_spec.h"
@@ -357,7 +358,7 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
   // So do its link problems, and with them its label: a restarted agent does not clear them.
   if (stored->contains("link_problems")) {
     doc["link_problems"] = (*stored)["link_problems"];
-    doc["labels"][std::string(wire::kLinkDegradedLabel)] = "true";
+    doc["labels"][std::string(scheduler::kLinkDegradedLabel)] = "true";
   }
   for (Json& gpu : doc["gpus"]) {
     // The same physical GPU (by UUID) keeps its quarantine and MIG state, whatever its index now.
@@ -457,11 +458,11 @@ std::vector<std::string> ApplyLinkProblems(Json& doc, const wire::HeartbeatReque
   std::map<std::string, std::string> labels = wire::StringMapOr(doc, "labels");
   if (request.link_problems.empty()) {
     doc.erase("link_problems");
-    labels.erase(std::string(wire::kLinkDegradedLabel));
+    labels.erase(std::string(scheduler::kLinkDegradedLabel));
     events.push_back("links healthy again");
   } else {
     doc["link_problems"] = problems;
-    labels[std::string(wire::kLinkDegradedLabel)] = "true";
+    labels[std::string(scheduler::kLinkDegradedLabel)] = "true";
     events.push_back(fmt::format("links degraded: {}", fmt::join(request.link_problems, "; ")));
   }
   doc["labels"] = labels;

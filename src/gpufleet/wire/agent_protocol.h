@@ -29,10 +29,6 @@ const char* DrainActionName(DrainAction action);  // "none", "after-job", "now"
 // server plans new MIG layouts only on such nodes (the NVML probe only reads them).
 inline constexpr std::string_view kMigLayoutsLabel = "gpufleet.io/mig-layouts";
 
-// The label the server sets on a node ("true") while its agent reports NIC or link problems
-// (HeartbeatRequest::link_problems), and removes when the agent reports none.
-inline constexpr std::string_view kLinkDegradedLabel = "gpufleet.io/link-degraded";
-
 // One MIG device of a MIG-enabled GPU as the agent sees it.
 struct MigDeviceReport {
   std::string uuid;     // "MIG-...", what CUDA_VISIBLE_DEVICES names
@@ -118,7 +114,8 @@ struct HeartbeatRequest {
   std::optional<std::vector<CachedImage>> images;
   std::string images_dropped;
   // The node's NIC and link problems as the agent judged them ("mlx5_1/1: port DOWN ..."), the
-  // whole list; empty when its links are healthy or not watched. The parser keeps the first
+  // whole list; empty when its links are healthy or not watched. The server labels the node
+  // with kLinkDegradedLabel while there are any. The parser keeps the first
   // kMaxLinkProblems and cuts each at kMaxLinkProblemBytes, so a hostile list cannot grow the
   // node document.
   std::vector<std::string> link_problems;
