@@ -229,6 +229,19 @@ void AppendHelp(std::string& out, std::string_view name, std::string_view type,
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
 
+// One counter: its header, then a line per (labels, value); nothing when it has no series (a
+// metric without series is left out, as node_exporter does).
+void AppendCounter(std::string& out, std::string_view name, std::string_view help,
+                   const std::vector<std::pair<std::string, uint64_t>>& series) {
+  if (series.empty()) {
+    return;
+  }
+  AppendHelp(out, name, "counter", help);
+  for (const auto& [labels, value] : series) {
+    out += fmt::format("{}{{{}}} {}\n", name, labels, value);
+  }
+}
+
 std::string PortLabels(const IbPortReading& port) {
   return fmt::format("device=\"{}\",port=\"{}\"", EscapeLabelValue(port.device), port.port);
 }
@@ -408,38 +421,28 @@ std::string RenderLinkMetrics(const LinkReadings& readings) {
       out += fmt::format("node_infiniband_state_id{{{}}} {}\n", PortLabels(port), port.state_id);
     }
     for (const IbCounterMetric& counter : kIbCounters) {
-      const std::string name = fmt::format("node_infiniband_{}", counter.metric);
-      bool header = false;
+      std::vector<std::pair<std::string, uint64_t>> series;
       for (const IbPortReading& port : readings.ports) {
-        const auto value = port.counters.find(counter.file);
-        if (value == port.counters.end()) {
-          continue;
+        if (const auto value = port.counters.find(counter.file); value != port.counters.end()) {
+          series.emplace_back(PortLabels(port), value->second * counter.scale);
         }
-        if (!header) {
-          AppendHelp(out, name, "counter", counter.help);
-          header = true;
-        }
-        out += fmt::format("{}{{{}}} {}\n", name, PortLabels(port), value->second * counter.scale);
       }
+      AppendCounter(out, fmt::format("node_infiniband_{}", counter.metric), counter.help, series);
     }
   }
   if (readings.interfaces.empty()) {
     return out;
   }
   for (const NetCounterMetric& counter : kNetCounters) {
-    bool header = false;
+    std::vector<std::pair<std::string, uint64_t>> series;
     for (const NetInterfaceReading& interface : readings.interfaces) {
-      const auto value = interface.statistics.find(counter.file);
-      if (value == interface.statistics.end()) {
-        continue;
+      if (const auto value = interface.statistics.find(counter.file);
+          value != interface.statistics.end()) {
+        series.emplace_back(fmt::format("device=\"{}\"", EscapeLabelValue(interface.name)),
+                            value->second);
       }
-      if (!header) {
-        AppendHelp(out, counter.metric, "counter", counter.help);
-        header = true;
-      }
-      out += fmt::format("{}{{device=\"{}\"}} {}\n", counter.metric,
-                         EscapeLabelValue(interface.name), value->second);
     }
+    AppendCounter(out, counter.metric, counter.help, series);
   }
   AppendHelp(out, "node_network_speed_bytes", "gauge", "Network device property: speed_bytes");
   for (const NetInterfaceReading& interface : readings.interfaces) {
