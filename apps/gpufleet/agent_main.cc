@@ -19,6 +19,7 @@
 
 #include "gpufleet/agent/agent_loop.h"
 #include "gpufleet/agent/image_mirror.h"
+#include "gpufleet/agent/link_health.h"
 #include "gpufleet/agent/node_agent.h"
 #include "gpufleet/agent/nvml_probe.h"
 #include "gpufleet/agent/simulated_node.h"
@@ -64,6 +65,8 @@ struct AgentFlags {
   std::string metrics_listen = "0.0.0.0:9400";
   bool metrics_job_labels = false;
   int64_t sample_interval_ms = 1000;
+  std::string sysfs_root = "/sys";
+  double link_rate_gbps = 0;
   int gpus_per_nvlink_domain = 0;
   int64_t stop_grace_s = 30;
   std::string run_as;  // empty: a user per run when the agent is root, else the agent's own user
@@ -410,12 +413,20 @@ int RunAgent(const AgentFlags& flags) {
     return FailAgent(InvalidArgumentError(
         fmt::format("--runner: \"{}\" (valid: process, podman, simulated)", flags.runner)));
   }
+  std::unique_ptr<agent::LinkMonitor> links;
+  if (!flags.sysfs_root.empty()) {
+    links = std::make_unique<agent::LinkMonitor>(
+        agent::LinkMonitor::Options{.clock = clock,
+                                    .sysfs_root = flags.sysfs_root,
+                                    .health = {.expected_rate_gbps = flags.link_rate_gbps}});
+  }
   Result<std::unique_ptr<agent::TelemetrySampler>> sampler = agent::TelemetrySampler::Create(
       {.probe = *probe,
        .clock = clock,
        .interval = std::chrono::milliseconds(flags.sample_interval_ms),
        .hostname = options.node_name,
-       .job_labels = flags.metrics_job_labels});
+       .job_labels = flags.metrics_job_labels,
+       .links = links.get()});
   if (!sampler.ok()) {
     return FailAgent(sampler.status());
   }
@@ -541,6 +552,14 @@ Action AddAgentCommand(CLI::App& app) {
   cmd->add_option("--sample-interval-ms", flags->sample_interval_ms, "GPU sampling interval")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{10}, int64_t{3600000}));
+  cmd->add_option("--sysfs-root", flags->sysfs_root,
+                  "where the kernel's class/infiniband and class/net trees are read for NIC and "
+                  "link health (empty: links not watched)")
+      ->capture_default_str();
+  cmd->add_option("--link-rate-gbps", flags->link_rate_gbps,
+                  "the rate every active RDMA port should run at (0: the node's best port)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--gpus-per-nvlink-domain", flags->gpus_per_nvlink_domain,
                   "GPUs per NVLink domain (0: all GPUs of the node)")
       ->capture_default_str()

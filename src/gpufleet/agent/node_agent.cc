@@ -368,6 +368,9 @@ Status NodeAgent::Heartbeat() {
   wire::HeartbeatRequest request;
   request.agent_version = options_.agent_version;
   request.gpus = GpuReports();
+  for (const LinkFinding& finding : telemetry_.LatestSnapshot()->link_findings) {
+    request.link_problems.push_back(finding.reason);
+  }
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
   request.tasks = TaskReports(statuses);
   request.fenced = fenced_;

@@ -14,11 +14,13 @@
 #include <nlohmann/json.hpp>
 
 #include "gpufleet/agent/agent_loop.h"
+#include "gpufleet/agent/link_health.h"
 #include "gpufleet/agent/simulated_node.h"
 #include "gpufleet/agent/simulated_probe.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/runner/simulated_runner.h"
+#include "gpufleet/scheduler/plugins/filters.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/wire/agent_protocol.h"
 #include "gpufleet/wire/json_fields.h"
@@ -272,6 +274,28 @@ TEST_F(NodeAgentTest, RegistersTheProbeInventory) {
   EXPECT_EQ(node["labels"][std::string(kCudaVersionLabel)], "12.4");
   EXPECT_EQ(node["topology"]["leaf"], "leaf-0");
   EXPECT_EQ(agent_->gpu_index_by_uuid().size(), 8u);
+}
+
+// Issue 36: a link the agent finds down reaches the server with the heartbeat and labels the node.
+TEST_F(NodeAgentTest, ALinkProblemLabelsTheNodeThroughTheHeartbeat) {
+  LinkMonitor links(
+      {.clock = clock_, .sysfs_root = std::string(GPUFLEET_TEST_DATA_DIR) + "/sysfs/port_down"});
+  Result<std::unique_ptr<TelemetrySampler>> sampler = TelemetrySampler::Create(
+      {.probe = *probe_, .clock = clock_, .hostname = "node-a", .links = &links});
+  ASSERT_OK(sampler);
+  agent_.reset();  // it holds the fixture's sampler
+  sampler_ = std::move(sampler).value();
+  ASSERT_OK(sampler_->SampleOnce());
+  agent_ = MakeAgent(*runner_);
+  ASSERT_OK(agent_->Register());
+  EXPECT_EQ(Node("node-a")["labels"].count(std::string(scheduler::kLinkDegradedLabel)), 0u);
+  ASSERT_OK(agent_->Heartbeat());
+  const Json node = Node("node-a");
+  EXPECT_EQ(node["labels"][std::string(scheduler::kLinkDegradedLabel)], "true");
+  EXPECT_EQ(node["link_problems"],
+            Json::array({"mlx5_1/1: port DOWN (Disabled), not ACTIVE and LinkUp"}));
+  agent_.reset();
+  sampler_.reset();  // before `links`, which it reads
 }
 
 // Issue 33: the node says whether its agent runs containers, so that the server places container

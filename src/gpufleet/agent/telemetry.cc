@@ -97,6 +97,10 @@ void TelemetrySampler::Publish(std::shared_ptr<const TelemetrySnapshot> snapshot
 
 Status TelemetrySampler::SampleOnce() {
   std::lock_guard<std::mutex> lock(sample_mu_);
+  if (options_.links != nullptr) {
+    // A link read error is the monitor's to count; the GPUs are sampled all the same.
+    static_cast<void>(options_.links->SampleOnce());
+  }
   Status status;
   if (inventory_stale_) {
     status = ReadInventoryLocked();
@@ -120,6 +124,9 @@ Status TelemetrySampler::SampleOnce() {
   snapshot->driver_version = inventory_.driver_version;
   snapshot->cuda_version = inventory_.cuda_version;
   snapshot->nvml_version = inventory_.nvml_version;
+  if (options_.links != nullptr) {
+    snapshot->link_findings = options_.links->Findings();
+  }
   {
     std::lock_guard<std::mutex> snapshot_lock(snapshot_mu_);
     snapshot->sample_count = snapshot_->sample_count + 1;
@@ -242,6 +249,9 @@ std::string TelemetrySampler::RenderMetrics() const {
   AppendHeader(out, "gpufleet_agent_sample_errors_total", "counter",
                "GPU samples that failed because the probe could not be read.");
   out += fmt::format("gpufleet_agent_sample_errors_total {}\n", sample_errors);
+  if (options_.links != nullptr) {
+    out += options_.links->RenderMetrics();
+  }
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "gpufleet/agent/dcgm_metrics.h"
 #include "gpufleet/agent/gpu_probe.h"
 #include "gpufleet/agent/health.h"
+#include "gpufleet/agent/link_health.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/periodic_thread.h"
 #include "gpufleet/core/status.h"
@@ -38,6 +39,8 @@ struct TelemetrySnapshot {
   std::string cuda_version;
   std::string nvml_version;
   std::vector<GpuTelemetry> gpus;  // by index
+  // The node's NIC and link findings as of this sample; empty without a LinkMonitor.
+  std::vector<LinkFinding> link_findings;
 };
 
 // Samples a GpuProbe at a fixed interval on its own thread, keeps the latest readings, XID
@@ -59,6 +62,9 @@ class TelemetrySampler {
     // default, as in dcgm-exporter, whose job labels need its HPC or Kubernetes mapping
     // configured. /metrics has no authentication, and the labels name every team's jobs.
     bool job_labels = false;
+    // The node's NIC and link health, read at each sample and served after the GPUs' metrics;
+    // null leaves links out. Must outlive the sampler.
+    LinkMonitor* links = nullptr;
   };
 
   // Reads the probe's inventory. kInvalidArgument for an interval outside [10 ms, 1 h]; the
@@ -68,9 +74,9 @@ class TelemetrySampler {
   TelemetrySampler(const TelemetrySampler&) = delete;
   TelemetrySampler& operator=(const TelemetrySampler&) = delete;
 
-  // Takes one sample and publishes a new snapshot. On a probe error the previous snapshot stays
-  // and the error is counted (gpufleet_agent_sample_errors_total) and returned. Samples never
-  // overlap.
+  // Takes one sample (the links' too) and publishes a new snapshot. On a probe error the previous
+  // snapshot stays and the error is counted (gpufleet_agent_sample_errors_total) and returned.
+  // Samples never overlap.
   Status SampleOnce();
 
   // The latest snapshot; before the first sample, one with the inventory and no readings.
@@ -88,7 +94,7 @@ class TelemetrySampler {
   void SetGpuTasks(std::vector<GpuTask> tasks);
 
   // The /metrics body: dcgm-exporter's metrics, then gpufleet's own (per-XID counters, health,
-  // clock-event reasons, sampler counters).
+  // clock-event reasons, sampler counters), then the links' (LinkMonitor::RenderMetrics).
   std::string RenderMetrics() const;
 
   // Binds host:port (0: an ephemeral port), starts the HTTP server and the sampling thread (which

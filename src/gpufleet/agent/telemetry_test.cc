@@ -23,6 +23,7 @@ namespace {
 
 using ::gpufleet::testing::StatusIs;
 using ::testing::ElementsAre;
+using ::testing::Field;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::Pair;
@@ -193,6 +194,22 @@ TEST_F(TelemetryTest, JobLabelsAreRenderedOnlyWhenAskedFor) {
   EXPECT_THAT((*labelled)->RenderMetrics(),
               HasSubstr("hpc_job=\"nlp/secret-run\",queue=\"research\",task=\"main-0\","
                         "team=\"nlp\"}"));
+}
+
+TEST_F(TelemetryTest, EachSampleReadsTheLinksAndMetricsServeThem) {
+  LinkMonitor links(
+      {.clock = clock_, .sysfs_root = std::string(GPUFLEET_TEST_DATA_DIR) + "/sysfs/port_down"});
+  Result<std::unique_ptr<TelemetrySampler>> sampler =
+      TelemetrySampler::Create({.probe = *probe_, .clock = clock_, .links = &links});
+  ASSERT_OK(sampler);
+  EXPECT_THAT((*sampler)->RenderMetrics(), Not(HasSubstr("node_infiniband_state_id")));
+  ASSERT_OK((*sampler)->SampleOnce());
+  EXPECT_THAT((*sampler)->LatestSnapshot()->link_findings,
+              ElementsAre(Field(&LinkFinding::link, "mlx5_1/1")));
+  const std::string metrics = (*sampler)->RenderMetrics();
+  EXPECT_THAT(metrics, HasSubstr("DCGM_FI_DEV_GPU_TEMP{gpu=\"0\""));
+  EXPECT_THAT(metrics, HasSubstr("node_infiniband_state_id{device=\"mlx5_1\",port=\"1\"} 1\n"));
+  EXPECT_THAT(metrics, HasSubstr("gpufleet_node_link_health 1\n"));
 }
 
 TEST_F(TelemetryTest, BadArgumentsAreRejected) {

@@ -23,6 +23,7 @@
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/scheduler/plugins/filters.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/wire/agent_protocol.h"
 #include "gpufleet/wire/json_fields.h"
@@ -955,6 +956,49 @@ TEST_F(AgentProtocolTest, HeartbeatImagesAreKeptOnTheNodeAndBounded) {
                                R"({"images": [{"size_bytes": -1}]})");
   EXPECT_EQ(bad.status, 400);
   EXPECT_THAT(bad.body, HasSubstr("images[0].size_bytes"));
+}
+
+TEST_F(AgentProtocolTest, LinkProblemsLabelTheNodeUntilTheAgentReportsNone) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  const std::string label(scheduler::kLinkDegradedLabel);
+  EXPECT_FALSE(Get("/v1/nodes/node-a")["labels"].contains(label));
+  wire::HeartbeatRequest beat;
+  beat.link_problems = {"mlx5_1/1: rate 200 Gb/sec (2X NDR) below 400 Gb/sec"};
+  Heartbeat("node-a", beat);
+  Json node = Get("/v1/nodes/node-a");
+  EXPECT_EQ(node["labels"][label], "true");
+  EXPECT_EQ(node["link_problems"][0], beat.link_problems[0]);
+  EXPECT_THAT(Get("/v1/nodes/node-a/events").dump(),
+              HasSubstr("links degraded: mlx5_1/1: rate 200 Gb/sec (2X NDR) below 400 Gb/sec"));
+  // A restarted agent registers again: the problems and the label stay until it reports.
+  Register(Inventory("node-a", "leaf-0"));
+  EXPECT_EQ(Get("/v1/nodes/node-a")["labels"][label], "true");
+  Heartbeat("node-a");
+  node = Get("/v1/nodes/node-a");
+  EXPECT_FALSE(node["labels"].contains(label));
+  EXPECT_FALSE(node.contains("link_problems"));
+  EXPECT_THAT(Get("/v1/nodes/node-a/events").dump(), HasSubstr("links healthy again"));
+}
+
+// Issue 36: a node whose agent reports a degraded link takes no gang that spans nodes, but a
+// one-task job still goes there.
+TEST_F(AgentProtocolTest, ADegradedLinkKeepsAGangOffItsNode) {
+  Cycle();
+  Register(Inventory("node-a", "leaf-0"));
+  Register(Inventory("node-b", "leaf-0"));
+  wire::HeartbeatRequest degraded;
+  degraded.link_problems = {"mlx5_1/1: port DOWN (Disabled), not ACTIVE and LinkUp"};
+  Heartbeat("node-a", degraded);
+  Submit(AgentsJobYaml("gang", 2, 8));
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/gang")["state"], "Pending");
+  Submit(AgentsJobYaml("solo", 1, 8));
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/solo")["state"], "Scheduled");
+  Submit(AgentsJobYaml("solo-2", 1, 8));
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/solo-2")["state"], "Scheduled") << "the degraded node takes one task";
 }
 
 // While its image is pulled a task is Pulling: one event, its progress kept on the placement (and

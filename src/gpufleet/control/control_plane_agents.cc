@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <map>
 #include <memory>
 #include <set>
 
@@ -21,6 +22,7 @@
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/image_reference.h"
 #include "gpufleet/core/json_scan.h"
+#include "gpufleet/scheduler/plugins/filters.h"
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/store/read_modify_write.h"
 #include "gpufleet/wire/job_record.h"
@@ -355,6 +357,11 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
       doc[key] = (*stored)[key];
     }
   }
+  // So do its link problems, and with them its label: a restarted agent does not clear them.
+  if (stored->contains("link_problems")) {
+    doc["link_problems"] = (*stored)["link_problems"];
+    doc["labels"][std::string(scheduler::kLinkDegradedLabel)] = "true";
+  }
   for (Json& gpu : doc["gpus"]) {
     // The same physical GPU (by UUID) keeps its quarantine and MIG state, whatever its index now.
     const Json* old =
@@ -442,6 +449,28 @@ std::vector<std::string> ApplyImageReport(Json& doc, const wire::HeartbeatReques
       events.push_back(fmt::format("images not kept: {}", request.images_dropped));
     }
   }
+  return events;
+}
+
+// Applies a heartbeat's link problems to a node document ("link_problems" and the
+// kLinkDegradedLabel label); returns the events (empty: nothing changed).
+std::vector<std::string> ApplyLinkProblems(Json& doc, const wire::HeartbeatRequest& request) {
+  std::vector<std::string> events;
+  const Json problems = request.link_problems;
+  if (wire::ArrayOr(doc, "link_problems") == problems) {
+    return events;
+  }
+  std::map<std::string, std::string> labels = wire::StringMapOr(doc, "labels");
+  if (request.link_problems.empty()) {
+    doc.erase("link_problems");
+    labels.erase(std::string(scheduler::kLinkDegradedLabel));
+    events.push_back("links healthy again");
+  } else {
+    doc["link_problems"] = problems;
+    labels[std::string(scheduler::kLinkDegradedLabel)] = "true";
+    events.push_back(fmt::format("links degraded: {}", fmt::join(request.link_problems, "; ")));
+  }
+  doc["labels"] = labels;
   return events;
 }
 
@@ -1012,6 +1041,12 @@ Result<wire::AgentReply> ControlPlane::ProcessHeartbeat(const std::string& node,
         }
         for (std::string& event : ApplyImageReport(doc, request)) {
           events.push_back(std::move(event));
+        }
+        // A registration carries no link report: the problems stand until a heartbeat's.
+        if (!gpus_applied) {
+          for (std::string& event : ApplyLinkProblems(doc, request)) {
+            events.push_back(std::move(event));
+          }
         }
         if (wire::StrOr(doc, "state") == NodeStateName(NodeState::kNotReady)) {
           doc["state"] =

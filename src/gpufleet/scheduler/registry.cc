@@ -42,6 +42,7 @@ PluginRegistry PluginRegistry::Default() {
   add("node-selector", Simple<NodeSelectorFilter>());
   add("identical-stack", Simple<StackLabelsFilter>());
   add("container-runtime", Simple<ContainerRuntimeFilter>());
+  add("link-health", Simple<LinkHealthFilter>());
   add("host-resources", Simple<HostResourcesFit>());
   add("gpu-resources", Simple<GpuResourcesFit>());
   add("fault-domain-spread", Simple<FaultDomainSpread>());

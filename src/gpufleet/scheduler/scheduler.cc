@@ -923,8 +923,8 @@ Result<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& opt
   impl.tie_break = options.tie_break;
   std::vector<std::string> built_in = {"topology-levels", "fault-domain-spread", "gpu-model",
                                        "gpu-health",      "thermal-headroom",    "node-ready",
-                                       "node-selector",   "identical-stack",     "host-resources",
-                                       "gpu-resources"};
+                                       "node-selector",   "identical-stack",     "link-health",
+                                       "host-resources",  "gpu-resources"};
   if (options.require_container_runtime) {
     // Before the resource fits: a node that cannot run the task says so, not that it is full.
     built_in.insert(built_in.end() - 2, "container-runtime");

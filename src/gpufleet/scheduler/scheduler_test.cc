@@ -11,6 +11,7 @@
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/scheduler/fragmentation.h"
+#include "gpufleet/scheduler/plugins/filters.h"
 #include "gpufleet/scheduler/testing/cluster_builder.h"
 
 namespace gpufleet::scheduler {
@@ -100,6 +101,33 @@ TEST_F(SchedulerTest, ContainerJobsGoOnlyToNodesThatRunContainers) {
   result = (*filtered)->Schedule(job, *snapshot_, random);
   EXPECT_FALSE(result.scheduled());
   EXPECT_THAT(result.reason, HasSubstr("node runs no container runtime"));
+}
+
+// A node with a degraded link (kLinkDegradedLabel) takes no task of a gang that may span nodes;
+// a one-task job, or a gang held to one node, may use it.
+TEST_F(SchedulerTest, ADegradedLinkKeepsGangsThatMaySpanNodesOff) {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("degraded", 8));
+  cluster.nodes.push_back(MakeNode("healthy", 8));
+  cluster.nodes[0].labels[std::string(kLinkDegradedLabel)] = "true";
+  Use(cluster);
+  const ScheduleResult gang = Schedule(MakeJob("gang", 2, WholeGpus{4}));
+  ASSERT_TRUE(gang.scheduled()) << gang.reason;
+  for (const TaskPlacement& placement : gang.placements) {
+    EXPECT_EQ(placement.node, 1);
+  }
+  const ScheduleResult solo = Schedule(MakeJob("solo", 1, WholeGpus{8}));
+  ASSERT_TRUE(solo.scheduled()) << solo.reason;
+  EXPECT_EQ(solo.placements[0].node, 0);
+  Job one_node = MakeJob("one-node", 2, WholeGpus{4});
+  one_node.topology.required_level = std::string(kNodeLevel);
+  Use(cluster);
+  const ScheduleResult held = Schedule(one_node);
+  ASSERT_TRUE(held.scheduled()) << held.reason;
+  Use(cluster);
+  const ScheduleResult wide = Schedule(MakeJob("wide", 2, WholeGpus{8}));
+  EXPECT_FALSE(wide.scheduled());
+  EXPECT_THAT(wide.reason, HasSubstr("only part of the gang fits (1 nodes can take a task)"));
 }
 
 TEST_F(SchedulerTest, PlacesASingleTask) {

@@ -677,6 +677,9 @@ std::string HeartbeatRequestToJson(const HeartbeatRequest& request) {
   if (request.images) {
     j["images"] = CachedImagesToJson(*request.images);
   }
+  if (!request.link_problems.empty()) {
+    j["link_problems"] = request.link_problems;
+  }
   return j.dump();
 }
 
@@ -763,16 +766,25 @@ Result<RegisterRequest> ParseRegisterRequest(std::string_view text) {
 
 Result<HeartbeatRequest> ParseHeartbeatRequest(std::string_view text) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
-  GPUFLEET_ASSIGN_OR_RETURN(
-      const ObjectReader r,
-      ObjectReader::Open(
-          j, "", {"gpus", "tasks", "fenced", "sequence", "images", "protocol", "agent_version"}));
+  GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader r,
+                            ObjectReader::Open(j, "",
+                                               {"gpus", "tasks", "fenced", "sequence", "images",
+                                                "link_problems", "protocol", "agent_version"}));
   HeartbeatRequest request;
   GPUFLEET_RETURN_IF_ERROR(ReadProtocol(r, &request.protocol, &request.agent_version));
   GPUFLEET_RETURN_IF_ERROR(ReadGpuReports(r, &request.gpus));
   GPUFLEET_RETURN_IF_ERROR(ReadTaskReports(r, &request.tasks));
   GPUFLEET_RETURN_IF_ERROR(r.String("fenced", &request.fenced));
   GPUFLEET_RETURN_IF_ERROR(ReadImageReports(r, &request));
+  GPUFLEET_RETURN_IF_ERROR(r.Strings("link_problems", &request.link_problems));
+  if (request.link_problems.size() > kMaxLinkProblems) {
+    request.link_problems.resize(kMaxLinkProblems);
+  }
+  for (std::string& problem : request.link_problems) {
+    if (problem.size() > kMaxLinkProblemBytes) {
+      problem = problem.substr(0, kMaxLinkProblemBytes - 3) + "...";
+    }
+  }
   GPUFLEET_RETURN_IF_ERROR(
       r.Integer("sequence", &request.sequence, 0, std::numeric_limits<int64_t>::max()));
   return request;

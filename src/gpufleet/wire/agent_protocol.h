@@ -156,7 +156,15 @@ struct HeartbeatRequest {
   // and why.
   std::optional<std::vector<CachedImage>> images;
   std::string images_dropped;
+  // The node's NIC and link problems as the agent judged them ("mlx5_1/1: port DOWN ..."), the
+  // whole list; empty when its links are healthy or not watched. The server labels the node
+  // with kLinkDegradedLabel while there are any. The parser keeps the first
+  // kMaxLinkProblems and cuts each at kMaxLinkProblemBytes, so a hostile list cannot grow the
+  // node document.
+  std::vector<std::string> link_problems;
 };
+inline constexpr size_t kMaxLinkProblems = 16;
+inline constexpr size_t kMaxLinkProblemBytes = 200;
 
 // The MIG instances one GPU must have: the full set, declarative like the tasks. The agent
 // destroys the instances not listed and creates the missing ones at their start slots.

@@ -111,6 +111,24 @@ TEST(AgentProtocolJson, TaskReportCarriesTheImageDigest) {
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("tasks[0].image_digest")));
 }
 
+TEST(AgentProtocolJson, HeartbeatLinkProblemsRoundTripWithinBounds) {
+  HeartbeatRequest beat;
+  EXPECT_EQ(HeartbeatRequestToJson(beat).find("link_problems"), std::string::npos);
+  beat.link_problems = {"mlx5_1/1: port DOWN (Disabled), not ACTIVE and LinkUp"};
+  Result<HeartbeatRequest> parsed = ParseHeartbeatRequest(HeartbeatRequestToJson(beat));
+  ASSERT_OK(parsed);
+  EXPECT_EQ(parsed->link_problems, beat.link_problems);
+  // A hostile list is cut to the bounds, not refused: a refused heartbeat leaves the node
+  // NotReady.
+  beat.link_problems.assign(kMaxLinkProblems + 5, std::string(kMaxLinkProblemBytes + 50, 'x'));
+  parsed = ParseHeartbeatRequest(HeartbeatRequestToJson(beat));
+  ASSERT_OK(parsed);
+  ASSERT_EQ(parsed->link_problems.size(), kMaxLinkProblems);
+  EXPECT_EQ(parsed->link_problems[0].size(), kMaxLinkProblemBytes);
+  EXPECT_THAT(ParseHeartbeatRequest(R"({"link_problems": "eth0 down"})"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("link_problems")));
+}
+
 TEST(AgentProtocolJson, HeartbeatImagesRoundTripAndAbsentMeansUnchanged) {
   HeartbeatRequest beat;
   EXPECT_EQ(HeartbeatRequestToJson(beat).find("images"), std::string::npos);

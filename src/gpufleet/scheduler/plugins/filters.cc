@@ -67,6 +67,25 @@ PluginResult NodeSelectorFilter::Filter(const CycleState& state, const TaskConte
              : PluginResult::Unresolvable("node labels do not match the node selector");
 }
 
+PluginResult LinkHealthFilter::Filter(const CycleState& state, const TaskContext& /*task*/,
+                                      const NodeInfo& node, GpuMask /*gpus*/) const {
+  const auto degraded = node.node->labels.find(std::string(kLinkDegradedLabel));
+  if (degraded == node.node->labels.end() || degraded->second != "true") {
+    return PluginResult::Success();
+  }
+  const Job& job = state.job();
+  int tasks = 0;
+  for (const TaskGroup& group : job.groups) {
+    tasks += group.replicas;
+  }
+  const std::string& level = job.topology.required_level;
+  if (tasks <= 1 || level == kNodeLevel || level == kNvlinkDomainLevel) {
+    return PluginResult::Success();
+  }
+  return PluginResult::Unresolvable(
+      "node has a degraded link (gpufleet.io/link-degraded) and the gang may span nodes");
+}
+
 PluginResult ContainerRuntimeFilter::Filter(const CycleState& /*state*/, const TaskContext& task,
                                             const NodeInfo& node, GpuMask /*gpus*/) const {
   if (task.job->groups[static_cast<size_t>(task.group)].image.empty()) {

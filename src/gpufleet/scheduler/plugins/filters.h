@@ -69,6 +69,21 @@ class ContainerRuntimeFilter final : public FilterPlugin {
                       GpuMask gpus) const override;
 };
 
+// The label the server sets on a node ("true") while its agent reports NIC or link problems (a
+// port down, a rate below the node's best, link errors growing; wire::HeartbeatRequest::
+// link_problems). A gang across nodes runs at its slowest link's pace.
+inline constexpr std::string_view kLinkDegradedLabel = "gpufleet.io/link-degraded";
+
+// A node labelled kLinkDegradedLabel takes no task of a job that may span nodes: more than one
+// task, and no required level that keeps them on one node (kNodeLevel, kNvlinkDomainLevel).
+// A one-task job, or a gang held to one node, uses no inter-node link and may go there.
+class LinkHealthFilter final : public FilterPlugin {
+ public:
+  std::string_view Name() const override { return "link-health"; }
+  PluginResult Filter(const CycleState& state, const TaskContext& task, const NodeInfo& node,
+                      GpuMask gpus) const override;
+};
+
 // The value of one key of the job's identical-stack list on `node`: the label's value (nullopt
 // when the node lacks it) or, for kImageDigestStackKey, the digest the node holds each task image
 // at, from its agent's image reports, "-" for one it does not hold, joined with ','. With a
