@@ -17,6 +17,7 @@
 #include "gpufleet/api/testing/agent_node_fixture.h"
 #include "gpufleet/api/testing/job_spec_json.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::api {
 namespace {
@@ -184,7 +185,7 @@ TEST_F(DashboardTest, AJobsTimelineSaysWhenEachEventHappened) {
 
   const ApiResponse response = Call("GET", "/v1/jobs/train/events", alice_);
   ASSERT_EQ(response.status, 200) << response.body;
-  const Json events = Json::parse(response.body)["items"];
+  const Json events = wire::ParseDocument(response.body)["items"];
   ASSERT_GE(events.size(), 2u) << events.dump();
   EXPECT_EQ(events[0]["at"], "2026-12-03T08:56:17Z");
   EXPECT_EQ(events[0]["message"], "submitted by alice to queue default");

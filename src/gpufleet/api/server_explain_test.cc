@@ -18,6 +18,7 @@
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/store/memory_store.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::api {
 namespace {
@@ -239,7 +240,7 @@ TEST_F(ServerExplainTest, OtherTeamsJobsAheadAreCountedNotNamed) {
   const ApiResponse response = Call("GET", "/v1/jobs/alices/explain", alice_);
   ASSERT_EQ(response.status, 200) << response.body;
   EXPECT_THAT(response.body, Not(HasSubstr("bobs-wait")));
-  const Json explained = Json::parse(response.body);
+  const Json explained = wire::ParseDocument(response.body);
   EXPECT_EQ(explained["job"], "alices");
   EXPECT_EQ(explained["reason"], "capacity");
   EXPECT_EQ(explained["queuePosition"], 2);

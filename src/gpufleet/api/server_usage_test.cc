@@ -16,6 +16,7 @@
 #include "gpufleet/api/testing/api_request.h"
 #include "gpufleet/control/usage_ledger.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::api {
 namespace {
@@ -185,7 +186,7 @@ TEST_F(ServerUsageTest, AServerGivenPricesAnswersTheCostOfEachRow) {
   ASSERT_OK(priced);
   const ApiResponse response = Usage(admin_, kFirstHour, priced->get());
   ASSERT_EQ(response.status, 200) << response.body;
-  const Json report = Json::parse(response.body);
+  const Json report = wire::ParseDocument(response.body);
   const Json* a = Row(report, "team-a");
   ASSERT_NE(a, nullptr) << report.dump();
   EXPECT_NEAR((*a)["cost"].get<double>(), 2.5 * (*a)["allocatedGpuHours"].get<double>(), 1e-9);
