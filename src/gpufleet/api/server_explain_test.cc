@@ -14,6 +14,7 @@
 
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/testing/api_request.h"
+#include "gpufleet/control/store_keys.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
@@ -204,6 +205,22 @@ TEST_F(ServerExplainTest, ImpossibleJobsAreNamedAtSubmit) {
   // The others still never fit, their reasons kept.
   EXPECT_THAT(CallJson("GET", "/v1/jobs/wide", alice_)["reason"].get<std::string>(),
               HasSubstr("never fits: task workers: 16 GPUs per task"));
+
+  // Freed GPUs do not help a job that never fits; a node that gains the label it selects does,
+  // though no node joins or leaves (the node is changed in place).
+  End("a100", alice_);
+  EXPECT_EQ(State("selector", alice_), "Pending");
+  const Result<store::StoredObject> node =
+      store_.Get(std::string(control::kNodesKind), "node-0001");
+  ASSERT_OK(node);
+  Json labelled = wire::ParseDocument(node->data);
+  labelled["labels"]["zone"] = "east";
+  store::WriteBatch relabel;
+  relabel.Update(std::string(control::kNodesKind), "node-0001", labelled.dump(), node->version);
+  ASSERT_OK(store_.Commit(relabel));
+  Cycles();
+  EXPECT_EQ(State("selector", alice_), "Scheduled");
+  EXPECT_EQ(State("wide", alice_), "Pending");
 }
 
 TEST_F(ServerExplainTest, HostileNamesAndOtherTeamsJobsAre404) {

@@ -404,6 +404,12 @@ Result<int> ControlPlane::RunCycleLocked() {
       }
       continue;
     }
+    if (job.never_fits_epoch == view_->shape_epoch() && job.reason.starts_with("never fits: ")) {
+      // No node changed in what could hold it since it was found never to fit: what was freed
+      // meanwhile cannot help it, and the check walks every node.
+      job.unschedulable_epoch = view_->capacity_epoch();
+      continue;
+    }
     // Parsed when it is written: with thousands of jobs pending, most are only skipped.
     Json doc;
     ViewJobSpec(job, options_.catalog);
@@ -417,6 +423,7 @@ Result<int> ControlPlane::RunCycleLocked() {
                    NeverFitsAgain(job.reason, **job.spec, snapshot)) {
       // Named at submit and nodes changed since: still nothing could hold it.
       reason = fmt::format("never fits: {}", again->message);
+      job.never_fits_epoch = view_->shape_epoch();
     } else if (const auto dominating = std::find_if(failed.begin(), failed.end(),
                                                     [&](const FailedJob& smaller) {
                                                       return scheduler::CannotFitWhereSmallerFailed(
@@ -498,6 +505,7 @@ Result<int> ControlPlane::RunCycleLocked() {
           if (const std::optional<policy::NeverFits> never =
                   policy::CheckNeverFits(**job.spec, snapshot)) {
             reason = fmt::format("never fits: {}", never->message);
+            job.never_fits_epoch = view_->shape_epoch();
           }
           failed.push_back(FailedJob{&name, &job, "", ""});
           if (backfill_.LookingForHead()) {

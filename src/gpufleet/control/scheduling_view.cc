@@ -11,6 +11,7 @@
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/json_scan.h"
+#include "gpufleet/policy/never_fits.h"
 #include "gpufleet/wire/node_json.h"
 
 namespace gpufleet::control {
@@ -340,6 +341,7 @@ Status SchedulingView::RebuildSnapshot() {
     node_index_[info.node->id.value()] = info.index;
   }
   ++capacity_epoch_;
+  ++shape_epoch_;
   for (auto& [name, job] : jobs_) {
     job.applied = false;
     job.placements.clear();
@@ -369,6 +371,9 @@ Status SchedulingView::UpdateSnapshot(const std::set<std::string>& changed) {
     return Status::Ok();
   }
   for (const auto& [index, node] : replaced) {
+    if (!policy::SameShapeForNeverFits(*snapshot_->nodes()[index].node, *node)) {
+      ++shape_epoch_;
+    }
     if (Status status = snapshot_->ReplaceNode(index, *node); !status.ok()) {
       // A domain or model new to the snapshot (the nodes replaced so far are rebuilt too).
       return RebuildSnapshot();
@@ -518,6 +523,7 @@ void SchedulingView::PutJobUnindexed(const store::StoredObject& object) {
   }
   if (state != JobState::kPending || !was_pending) {
     job.unschedulable_epoch.reset();
+    job.never_fits_epoch.reset();
   }
   if (!HoldsResources(state)) {
     ReleaseJob(job);

@@ -68,6 +68,9 @@ struct ViewJob {
   // The view's capacity epoch when the job last failed to fit; it is tried again once resources
   // have been freed since (kube-scheduler's unschedulable queue works the same way).
   std::optional<uint64_t> unschedulable_epoch;
+  // The view's shape epoch when the job was last found never to fit (policy/never_fits.h): the
+  // answer holds until the fleet's shape moves on, whatever is freed meanwhile.
+  std::optional<uint64_t> never_fits_epoch;
 };
 
 // The spec of `job`, parsed from its stored document on first need and kept (the record's spec,
@@ -177,6 +180,9 @@ class SchedulingView final : public store::CommitObserver {
   // changed. A job that did not fit at epoch E cannot fit before the epoch moves on.
   uint64_t capacity_epoch() const { return capacity_epoch_; }
   void BumpCapacityEpoch() { ++capacity_epoch_; }
+  // Bumped when a node is added or removed or changes in what policy::CheckNeverFits reads
+  // (policy::SameShapeForNeverFits); free resources, node state and health leave it.
+  uint64_t shape_epoch() const { return shape_epoch_; }
 
   // Records that the cycle committed `placements` (already applied to the snapshot) for `name`:
   // the job is Scheduled at `version` with the new document `data`.
@@ -247,6 +253,7 @@ class SchedulingView final : public store::CommitObserver {
   std::optional<scheduler::ClusterSnapshot> snapshot_;
   std::map<std::string, int> node_index_;
   uint64_t capacity_epoch_ = 0;
+  uint64_t shape_epoch_ = 0;
 };
 
 }  // namespace gpufleet::control

@@ -283,4 +283,13 @@ std::optional<NeverFits> CheckNeverFits(const Job& job, const ClusterSnapshot& s
   return std::nullopt;
 }
 
+bool SameShapeForNeverFits(const Node& a, const Node& b) {
+  const auto same_gpu = [](const Gpu& x, const Gpu& y) {
+    return x.model == y.model && x.memory_mib == y.memory_mib && x.mig_enabled == y.mig_enabled;
+  };
+  return a.id == b.id && a.capacity.cpu_milli == b.capacity.cpu_milli &&
+         a.capacity.memory_mib == b.capacity.memory_mib && a.labels == b.labels &&
+         std::equal(a.gpus.begin(), a.gpus.end(), b.gpus.begin(), b.gpus.end(), same_gpu);
+}
+
 }  // namespace gpufleet::policy

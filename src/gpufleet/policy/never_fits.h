@@ -4,6 +4,7 @@
 #include <optional>
 #include <string>
 
+#include "gpufleet/core/cluster.h"
 #include "gpufleet/core/workload.h"
 #include "gpufleet/scheduler/snapshot.h"
 
@@ -28,5 +29,10 @@ struct NeverFits {
 // nullopt when some set of nodes of `snapshot` could hold `job` once empty (what is taken now,
 // GPU health and node state are not asked); otherwise the first thing missing, groups in order.
 std::optional<NeverFits> CheckNeverFits(const Job& job, const scheduler::ClusterSnapshot& snapshot);
+
+// True when CheckNeverFits reads the same from `a` as from `b`: capacity, labels and each GPU's
+// model, memory and MIG mode. A node that changes in nothing else (state, health, images, what is
+// free) cannot change an answer, so a fleet's never-fitting jobs need no check again.
+bool SameShapeForNeverFits(const Node& a, const Node& b);
 
 }  // namespace gpufleet::policy

@@ -4,6 +4,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <fmt/format.h>
@@ -166,6 +167,34 @@ TEST(CheckNeverFits, ANodeThatJoinsClearsIt) {
   Cluster grown = Fleet();
   grown.nodes.push_back(MakeNode("node-2", 8, "H200-141GB"));
   EXPECT_FALSE(Check(job, grown).has_value());
+}
+
+// What a node reports besides its shape leaves it the same; each field the check reads does not.
+TEST(SameShapeForNeverFits, OnlyWhatTheCheckReadsCounts) {
+  const Node node = Fleet().nodes[0];
+  Node busy = node;
+  busy.state = NodeState::kNotReady;
+  busy.gpus[3].health = GpuHealth::kUnhealthy;
+  busy.gpus[2].thermal_headroom_c = 5;
+  busy.cached_images.push_back({.references = {"pytorch:24.05"}, .digest = "sha256:1"});
+  EXPECT_TRUE(SameShapeForNeverFits(node, busy));
+
+  const std::vector<std::pair<std::string, std::function<void(Node&)>>> changes = {
+      {"cpu", [](Node& n) { n.capacity.cpu_milli += 1000; }},
+      {"memory", [](Node& n) { n.capacity.memory_mib -= 1024; }},
+      {"a label", [](Node& n) { n.labels["zone"] = "c"; }},
+      {"a GPU fewer", [](Node& n) { n.gpus.pop_back(); }},
+      {"a model", [](Node& n) { n.gpus[0].model = "A100-80GB"; }},
+      {"GPU memory", [](Node& n) { n.gpus[0].memory_mib = 40 * 1024; }},
+      {"MIG mode", [](Node& n) { n.gpus[0].mig_enabled = true; }},
+      {"the name", [](Node& n) { n.id = NodeId("node-9"); }},
+  };
+  for (const auto& [what, change] : changes) {
+    SCOPED_TRACE(what);
+    Node changed = node;
+    change(changed);
+    EXPECT_FALSE(SameShapeForNeverFits(node, changed));
+  }
 }
 
 }  // namespace
