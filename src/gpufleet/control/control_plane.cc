@@ -441,6 +441,12 @@ Result<int> ControlPlane::RunCycleLocked() {
                                       : std::string("a job of another team"));
       }
       reason = quote;
+      if (dominating->job->never_fits_epoch == view_->shape_epoch() &&
+          dominating->job->reason.starts_with("never fits: ")) {
+        // Asking for no less than a job no node could ever hold, it never fits either: its quote
+        // stands until the fleet's shape moves on.
+        job.never_fits_epoch = view_->shape_epoch();
+      }
     } else {
       scheduler::ScheduleResult result = scheduler_->Schedule(**job.spec, snapshot, random);
       // Larger jobs of its shape need not be asked only when this one did not fit: a refusal by
