@@ -20,6 +20,8 @@ install(FILES README.md docs/operations.md docs/api.md docs/agent.md docs/ha.md 
         DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT gpufleet)
 install(FILES deploy/prometheus/gpufleet-alerts.yaml deploy/prometheus/prometheus.yml
         DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples/prometheus COMPONENT gpufleet)
+install(FILES deploy/grafana/gpufleet-control-plane.json
+        DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples/grafana COMPONENT gpufleet)
 
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME gpufleet)

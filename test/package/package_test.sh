@@ -24,7 +24,8 @@ dpkg-deb -c "$deb" | awk '{print $6}' >"$work/files"
 for path in ./usr/bin/gpufleet ./lib/systemd/system/gpufleet-server.service \
   ./lib/systemd/system/gpufleet-agent.service ./etc/gpufleet/server.yaml \
   ./etc/gpufleet/agent.yaml ./var/lib/gpufleet/ ./usr/share/doc/gpufleet/operations.md \
-  ./usr/share/doc/gpufleet/examples/prometheus/gpufleet-alerts.yaml; do
+  ./usr/share/doc/gpufleet/examples/prometheus/gpufleet-alerts.yaml \
+  ./usr/share/doc/gpufleet/examples/grafana/gpufleet-control-plane.json; do
   grep -qx -- "$path" "$work/files" || fail "$path missing from the package"
 done
 
