@@ -288,10 +288,10 @@ TEST_F(NodeAgentTest, ALinkProblemLabelsTheNodeThroughTheHeartbeat) {
   ASSERT_OK(sampler_->SampleOnce());
   agent_ = MakeAgent(*runner_);
   ASSERT_OK(agent_->Register());
-  EXPECT_EQ(Node("node-a")["labels"].count(std::string(scheduler::kLinkDegradedLabel)), 0u);
+  EXPECT_EQ(Node("node-a")["labels"].count(std::string(kLinkDegradedLabel)), 0u);
   ASSERT_OK(agent_->Heartbeat());
   const Json node = Node("node-a");
-  EXPECT_EQ(node["labels"][std::string(scheduler::kLinkDegradedLabel)], "true");
+  EXPECT_EQ(node["labels"][std::string(kLinkDegradedLabel)], "true");
   EXPECT_EQ(node["link_problems"],
             Json::array({"mlx5_1/1: port DOWN (Disabled), not ACTIVE and LinkUp"}));
   agent_.reset();

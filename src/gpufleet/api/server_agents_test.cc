@@ -961,7 +961,7 @@ TEST_F(AgentProtocolTest, HeartbeatImagesAreKeptOnTheNodeAndBounded) {
 TEST_F(AgentProtocolTest, LinkProblemsLabelTheNodeUntilTheAgentReportsNone) {
   Cycle();
   Register(Inventory("node-a", "leaf-0"));
-  const std::string label(scheduler::kLinkDegradedLabel);
+  const std::string label(kLinkDegradedLabel);
   EXPECT_FALSE(Get("/v1/nodes/node-a")["labels"].contains(label));
   wire::HeartbeatRequest beat;
   beat.link_problems = {"mlx5_1/1: rate 200 Gb/sec (2X NDR) below 400 Gb/sec"};

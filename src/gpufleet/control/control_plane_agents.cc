@@ -360,7 +360,7 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
   // So do its link problems, and with them its label: a restarted agent does not clear them.
   if (stored->contains("link_problems")) {
     doc["link_problems"] = (*stored)["link_problems"];
-    doc["labels"][std::string(scheduler::kLinkDegradedLabel)] = "true";
+    doc["labels"][std::string(kLinkDegradedLabel)] = "true";
   }
   for (Json& gpu : doc["gpus"]) {
     // The same physical GPU (by UUID) keeps its quarantine and MIG state, whatever its index now.
@@ -463,11 +463,11 @@ std::vector<std::string> ApplyLinkProblems(Json& doc, const wire::HeartbeatReque
   std::map<std::string, std::string> labels = wire::StringMapOr(doc, "labels");
   if (request.link_problems.empty()) {
     doc.erase("link_problems");
-    labels.erase(std::string(scheduler::kLinkDegradedLabel));
+    labels.erase(std::string(kLinkDegradedLabel));
     events.push_back("links healthy again");
   } else {
     doc["link_problems"] = problems;
-    labels[std::string(scheduler::kLinkDegradedLabel)] = "true";
+    labels[std::string(kLinkDegradedLabel)] = "true";
     events.push_back(fmt::format("links degraded: {}", fmt::join(request.link_problems, "; ")));
   }
   doc["labels"] = labels;

@@ -35,6 +35,11 @@ inline constexpr std::string_view kCudaVersionLabel = "gpufleet.io/cuda-version"
 // before the label) runs processes only, and the server places no container task on it.
 inline constexpr std::string_view kContainerRuntimeLabel = "gpufleet.io/container-runtime";
 
+// The label the server sets on a node ("true") while its agent reports NIC or link problems (a
+// port down, a rate below the node's best, link errors growing; wire::HeartbeatRequest::
+// link_problems). A gang across nodes runs at its slowest link's pace.
+inline constexpr std::string_view kLinkDegradedLabel = "gpufleet.io/link-degraded";
+
 // One GPU of a node. Thread-compatible value type.
 struct Gpu {
   GpuUuid uuid;

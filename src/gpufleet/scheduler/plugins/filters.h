@@ -69,11 +69,6 @@ class ContainerRuntimeFilter final : public FilterPlugin {
                       GpuMask gpus) const override;
 };
 
-// The label the server sets on a node ("true") while its agent reports NIC or link problems (a
-// port down, a rate below the node's best, link errors growing; wire::HeartbeatRequest::
-// link_problems). A gang across nodes runs at its slowest link's pace.
-inline constexpr std::string_view kLinkDegradedLabel = "gpufleet.io/link-degraded";
-
 // A node labelled kLinkDegradedLabel takes no task of a job that may span nodes: more than one
 // task, and no required level that keeps them on one node (kNodeLevel, kNvlinkDomainLevel).
 // A one-task job, or a gang held to one node, uses no inter-node link and may go there.
