@@ -55,7 +55,7 @@ function oneGpuJob(name, labels) {
 // Console errors, but for the HTTP answers this test provokes on purpose (a wrong token, a
 // revoked one, hidden or absent routes): those the page handles and shows.
 const errors = [];
-let allowed = [/\/v1\/jobs\/[^?]*\/explain$/, /\/v1\/usage\?/];
+let allowed = [/\/v1\/jobs\/[^?]*\/explain$/, /\/v1\/jobs\/[^?]*\/logs$/, /\/v1\/usage\?/];
 function watch(page, who) {
   page.on('pageerror', (e) => errors.push(`${who}: page error: ${e.message}`));
   page.on('console', (m) => {
@@ -132,6 +132,22 @@ try {
   check(await page.locator('.node .gpu').count() === nodes.reduce((s, n) => s + n.gpus.length, 0),
     'every GPU is shown');
   await page.waitForSelector('.uplot', { timeout: STEP_MS });
+  // At a glance: idle GPUs, fragmentation, busy and allocated in %, nodes by idle whole GPUs.
+  const gpuCount = nodes.reduce((s, n) => s + n.gpus.length, 0);
+  const idleShown = Number(await page.locator('#gpus-idle').textContent());
+  check(Number.isInteger(idleShown) && idleShown >= 0 && idleShown <= gpuCount,
+    `the Fleet page shows the idle GPUs (${idleShown} of ${gpuCount})`);
+  const fragmentation = await page.locator('#fragmentation').textContent();
+  check(/^(\d+%|–)$/.test(fragmentation) &&
+    await page.locator('.card:has-text("fragmentation: idle GPUs outside blocks of")').count() === 1,
+    `and the fragmentation, with the block size it is counted for (${fragmentation})`);
+  await page.waitForFunction(() => /^\d+%$/.test(document.getElementById('busy-pct').textContent),
+    null, { timeout: STEP_MS });
+  check(await page.locator('.card:has-text("peak")').count() === 2,
+    `and GPUs busy and allocated in %, mean and peak (${await page.locator('#busy-pct').textContent()})`);
+  const perSize = (await page.locator('#fleet-blocks td.num').allTextContents()).map(Number);
+  check(perSize.length >= 1 && perSize.reduce((a, b) => a + b, 0) <= nodes.length,
+    `and how many nodes have 8+, 4-7, 2-3, 1 idle GPUs (${perSize.join(', ')})`);
   await shot(page, 'dashboard_fleet');
 
   await must('POST', '/v1/jobs', adminToken, oneGpuJob('browser-job'), 201);
@@ -151,6 +167,13 @@ try {
   check(times.length >= 2 && times.every((t) => /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/.test(t)),
     `the timeline shows when each event happened (${times[0]})`);
   check(await page.locator('#explain').count() === 1, 'the job page has its explain panel');
+  await page.waitForSelector('#job-elapsed', { timeout: STEP_MS });
+  check(/^\d+(s|m)/.test(await page.locator('#job-elapsed').textContent()) &&
+    await page.locator('#job-busy').count() === 1,
+    `a running job's page says how long it has run and how busy its GPUs were (${await page.locator('#job-elapsed').textContent()})`);
+  // The demo's simulated tasks write no log: the panel says so rather than failing.
+  await page.waitForSelector('#job-logs :is(pre, p)', { timeout: STEP_MS });
+  check(true, 'the job page has its logs panel');
   const nodeLink = page.locator('table a[href^="#/nodes/"]').first();
   await nodeLink.waitFor({ timeout: STEP_MS });
   const placedOn = await nodeLink.textContent();
