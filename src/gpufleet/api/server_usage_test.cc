@@ -158,7 +158,7 @@ TEST_F(ServerUsageTest, ARunningJobSaysHowLongItRanAndHowBusyItKeptItsGpus) {
   StartServer();
   Submit(alice_, UsageJobYaml("train", "{count: 2}"));
   EXPECT_FALSE(Job("team-a/train").contains("progress"));  // pending: no run yet
-  Minutes(10, 50);                                    // 00:10
+  Minutes(10, 50);                                         // 00:10
   const Json running = Job("team-a/train");
   ASSERT_EQ(running["state"], "Running");
   ASSERT_TRUE(running.contains("progress")) << running.dump();
