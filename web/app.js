@@ -344,11 +344,31 @@
     replace(el, render(nodes, 0));
   }
 
+  // An action of the CLI's (docs/dashboard.md, "Actions"): a button that POSTs `path`, says
+  // the server's answer beside it and refreshes the page. The server checks the role, as it does
+  // for the CLI; the page offers only what the token's role may do.
+  function actionButton(label, id, path) {
+    const status = h('span', {class: 'muted', id: id + '-status'});
+    const button = h('button', {type: 'button', id, onclick: async () => {
+      button.disabled = true;
+      try {
+        await api(path, {method: 'POST'});
+        status.textContent = ' done';
+        current.refresh(generation);
+      } catch (e) {
+        status.textContent = ' refused: ' + e.message;
+        button.disabled = false;
+      }
+    }}, label);
+    return h('span', {class: 'action'}, button, status);
+  }
+
   function nodePage(name) {
-    let body;
+    let body, actions;
     return page((el) => {
       body = h('div', {});
-      append(el, h('h1', {}, 'Node ', name), body);
+      actions = h('div', {class: 'actions', id: 'node-actions'});
+      append(el, h('h1', {}, 'Node ', name), actions, body);
     }, async (gen) => {
       let node;
       try { node = await api('/v1/nodes/' + encodeURIComponent(name)); } catch (e) {
@@ -360,6 +380,10 @@
         me.role === 'admin' ? optional(`/v1/nodes/${encodeURIComponent(name)}/events`) : null,
         ...['Scheduled', 'Running', 'Stopping'].map((st) => api('/v1/jobs?state=' + st))]);
       if (gen !== generation) return;
+      // Cordon and uncordon are an admin's, as `gpufleet cordon` is.
+      const cordoned = node.state === 'Cordoned';
+      replace(actions, me.role === 'admin' ? actionButton(cordoned ? 'Uncordon' : 'Cordon', 'node-cordon',
+        `/v1/nodes/${encodeURIComponent(name)}/${cordoned ? 'uncordon' : 'cordon'}`) : null);
       const jobs = {items: held.flatMap((x) => x.items)};
       const u = utilMap(util.items);
       const here = jobs.items.filter((j) => (j.placements || []).some((p) => p.node === name));
@@ -490,11 +514,12 @@
   }
 
   function jobPage(name) {
-    let body;
+    let body, actions;
     const path = '/v1/jobs/' + name.split('/').map(encodeURIComponent).join('/');
     return page((el) => {
       body = h('div', {});
-      append(el, h('h1', {}, 'Job ', h('span', {id: 'job-name'}, name)), body);
+      actions = h('div', {class: 'actions', id: 'job-actions'});
+      append(el, h('h1', {}, 'Job ', h('span', {id: 'job-name'}, name)), actions, body);
     }, async (gen) => {
       let job;
       try { job = await api(path); } catch (e) {
@@ -508,6 +533,10 @@
         optional(path + '/explain'), optional('/v1/provenance?job=' + encodeURIComponent(job.team ? job.team + '/' + job.name : job.name)),
         (job.placements || []).length ? api('/v1/nodes') : {items: []}, optional(path + '/logs')]);
       if (gen !== generation) return;
+      // A job the token sees it may cancel (its own team's, or any for an admin), as
+      // `gpufleet cancel` may.
+      replace(actions, ['Pending', 'Scheduled', 'Running', 'Suspended'].includes(job.state)
+        ? actionButton('Cancel job', 'job-cancel', path + '/cancel') : null);
       const levels = topologyLevels(nodes.items);
       const byName = Object.fromEntries(nodes.items.map((n) => [n.name, n]));
       const spec = (job.spec && job.spec.spec) || {};

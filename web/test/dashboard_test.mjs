@@ -183,6 +183,19 @@ try {
   await page.waitForSelector(`h1:has-text("Node ${placedOn}")`, { timeout: STEP_MS });
   await page.waitForSelector('a:has-text("browser-job")', { timeout: STEP_MS });
   check(true, 'the node page lists the job on its GPU');
+  // Actions behind the CLI's roles: an admin cordons the node from its page, and uncordons it.
+  async function nodeStateBecomes(state) {
+    for (let i = 0; i < 40; i++) {
+      if ((await must('GET', `/v1/nodes/${encodeURIComponent(placedOn)}`, adminToken, undefined, 200)).state === state) return true;
+      await page.waitForTimeout(250);
+    }
+    return false;
+  }
+  await page.click('#node-cordon:has-text("Cordon")');
+  check(await nodeStateBecomes('Cordoned'), 'an admin cordons a node from its page');
+  await page.waitForSelector('#node-cordon:has-text("Uncordon")', { timeout: STEP_MS });
+  await page.click('#node-cordon:has-text("Uncordon")');
+  check(await nodeStateBecomes('Ready'), 'and uncordons it');
   await shot(page, 'dashboard_node');
   // A gang larger than the fleet waits: its page says why (it never fits: the fleet has too few
   // GPUs in all), with the explain panel (the explain route's answer, or "not available" on a
@@ -197,7 +210,14 @@ try {
   check(await page.locator('.badge:has-text("Pending")').count() === 1,
     'a pending job\'s page shows why it waits and its explain panel');
   await shot(page, 'dashboard_pending_job');
-  await must('POST', '/v1/jobs/waiting-job/cancel', adminToken, undefined, 200);
+  // Cancelled from its page, as `gpufleet cancel` would.
+  await page.click('#job-cancel');
+  let cancelled = false;
+  for (let i = 0; i < 40 && !cancelled; i++) {
+    cancelled = (await must('GET', '/v1/jobs/waiting-job', adminToken, undefined, 200)).state === 'Cancelled';
+    if (!cancelled) await page.waitForTimeout(250);
+  }
+  check(cancelled, 'a job is cancelled from its page');
   await page.click('nav a:has-text("Queues")');
   await page.waitForSelector('td:has-text("default")', { timeout: STEP_MS });
   check(true, 'the queue tree shows the default queue');
@@ -251,12 +271,17 @@ try {
   await member.click('a.job-link:has-text("alice-job")');
   await member.waitForSelector('.timeline li:has-text("submitted by alice")', { timeout: STEP_MS });
   check(await member.locator('main img').count() === 0, 'the submitter\'s HTML name is text on the job page');
+  check(await member.locator('#job-cancel').count() === 1, 'a member is offered the cancel of its own team\'s job');
   allowed.push(/\/v1\/jobs\/team-b\/secret-b$/, /\/v1\/jobs\/secret-b$/, /\/v1\/jobs\/%3Cimg/);
   for (const hidden of ['team-b/secret-b', 'secret-b']) {
     await member.goto(`${address}/#/jobs/${hidden}`);
     await member.waitForSelector('#not-found', { timeout: STEP_MS });
     check(true, `a member opening another team's job ${hidden} sees "not found"`);
   }
+  // A member is offered no admin action: a node page has no cordon.
+  await member.goto(`${address}/#/nodes/${encodeURIComponent(placedOn)}`);
+  await member.waitForSelector('h2:has-text("GPUs")', { timeout: STEP_MS });
+  check(await member.locator('#node-cordon').count() === 0, 'a member is offered no cordon (an admin\'s action)');
   await member.goto(`${address}/#/jobs/${encodeURIComponent(HTML)}`);
   await member.waitForSelector('#not-found', { timeout: STEP_MS });
   check(await member.locator('main img').count() === 0 &&
