@@ -56,6 +56,19 @@
   const nodeHref = (name) => '#/nodes/' + encodeURIComponent(name);
   const fmtGpus = (milli) => (milli / 1000).toFixed(milli % 1000 === 0 ? 0 : 2);
   const pct = (x) => (Number.isFinite(x) ? Math.round(x) + '%' : '–');
+  // A span as the CLI's FormatAge writes it, two units at most where it matters: "45s",
+  // "2m30s", "17m", "3h12m", "2d5h".
+  function fmtAge(seconds) {
+    const s = Math.max(0, Math.floor(seconds));
+    const two = (big, bigUnit, small, smallUnit) => big + bigUnit + (small ? small + smallUnit : '');
+    if (s < 120) return s + 's';
+    const m = Math.floor(s / 60), hr = Math.floor(m / 60), d = Math.floor(hr / 24);
+    if (m < 10) return two(m, 'm', s % 60, 's');
+    if (m < 180) return m + 'm';
+    if (hr < 8) return two(hr, 'h', m % 60, 'm');
+    if (hr < 48) return hr + 'h';
+    return two(d, 'd', hr % 24, 'h');
+  }
 
   function table(headers, rows, empty) {
     if (rows.length === 0) return h('p', {class: 'muted'}, empty || 'none');
@@ -160,16 +173,76 @@
     return {mount, refresh};
   }
 
+  // ---- the fleet at a glance ---------------------------------------------------------------
+  // Idle: nothing allocated on it, Healthy, on a Ready node. A MIG-enabled GPU is no whole GPU,
+  // so it counts as idle but in no block.
+  const isIdle = (node, gpu) => node.state === 'Ready' && !(gpu.allocated_milli > 0) &&
+    (gpu.health || 'Healthy') === 'Healthy';
+  // The most whole GPUs one task of a pending job asks for (0: none pends).
+  function largestPendingTask(jobs) {
+    let most = 0;
+    for (const j of jobs) {
+      for (const t of ((j.spec && j.spec.spec) || {}).tasks || []) {
+        const g = (t.resources && t.resources.gpus) || {};
+        if (g.migProfile === undefined && Number.isInteger(g.count)) most = Math.max(most, g.count);
+      }
+    }
+    return most;
+  }
+  // Idle GPUs, nodes by their idle whole GPUs (8 or more, 4-7, 2-3, 1: the sizes of tasks that
+  // fit there), and fragmentation: the share of idle whole GPUs outside blocks of `block` GPUs
+  // on one node, `block` being the largest task that pends (the largest node's GPUs when none
+  // does): with 12 idle on one node and blocks of 8, 4 are stranded. 0 % when every idle GPU
+  // serves the largest waiting task; 100 % when none can.
+  function fleetGlance(nodes, pending) {
+    let idle = 0, whole = 0, stranded = 0, largestNode = 0;
+    const idleByNode = [];
+    for (const n of nodes) {
+      const gpus = n.gpus || [];
+      largestNode = Math.max(largestNode, gpus.length);
+      idle += gpus.filter((g) => isIdle(n, g)).length;
+      idleByNode.push(gpus.filter((g) => isIdle(n, g) && !g.mig_enabled).length);
+    }
+    const sizes = [];
+    for (let size = 1; size <= Math.max(1, largestNode); size *= 2) sizes.unshift(size);
+    const blocks = sizes.map((size, i) => ({size, top: i === 0,
+      nodes: idleByNode.filter((x) => x >= size && (i === 0 || x < sizes[i - 1])).length}));
+    const pendingTask = largestPendingTask(pending);
+    const block = Math.max(1, Math.min(pendingTask || largestNode, largestNode || 1));
+    for (const x of idleByNode) { whole += x; stranded += x % block; }
+    return {idle, blocks, block, blockFromPending: pendingTask > 0,
+      fragmentation: whole ? 100 * stranded / whole : null};
+  }
+  // The mean and peak (percent of the fleet's GPUs) of history rows, or null for none. A coarse
+  // row stands for `samples` samples (its mean weighs that much) and carries its own peak.
+  function meanPeak(items, milli, peakMilli) {
+    let sum = 0, weight = 0, peak = -Infinity;
+    for (const s of items) {
+      if (!s.gpus) continue;
+      const n = s.samples || 1;
+      sum += n * s[milli] / s.gpus / 10;
+      weight += n;
+      peak = Math.max(peak, (s[peakMilli] ?? s[milli]) / s.gpus / 10);
+    }
+    return weight ? {mean: sum / weight, peak} : null;
+  }
+  const busyMeanPeak = (items) => meanPeak(items, 'busy_milli', 'peak_busy_milli');
+  const allocatedMeanPeak = (items) => meanPeak(items, 'allocated_milli', 'peak_allocated_milli');
+  const allocatedPct = (s) => (s.gpus ? s.allocated_milli / s.gpus / 10 : null);
+  const busyPct = (s) => (s.gpus ? s.busy_milli / s.gpus / 10 : null);
+  const meanPeakText = (x) => (x ? `mean ${pct(x.mean)}, peak ${pct(x.peak)}` : '–');
+
   function fleetPage() {
-    let root, cards, chartEl, chart, tree, quarantines;
+    let root, cards, blocks, chartEl, chart, tree, quarantines;
     return page((el) => {
       root = el;
       cards = h('div', {class: 'cards'});
       chartEl = h('div', {class: 'chart'});
       tree = h('div', {});
       quarantines = h('div', {id: 'fleet-quarantines'});
-      append(root, h('h1', {}, 'Fleet'), cards, quarantines,
-        h('div', {class: 'panel'}, h('h2', {}, 'GPUs allocated and busy (last hour)'), chartEl),
+      blocks = h('div', {class: 'panel', id: 'fleet-blocks'});
+      append(root, h('h1', {}, 'Fleet'), cards, blocks, quarantines,
+        h('div', {class: 'panel'}, h('h2', {}, 'GPUs allocated and busy, % of the fleet (last hour)'), chartEl),
         h('div', {class: 'panel'}, h('h2', {}, 'Topology'),
           h('div', {class: 'legend'}, 'each square is a GPU:',
             h('i', {style: 'background:var(--alloc)'}), 'allocated share',
@@ -195,7 +268,19 @@
         }
       }
       const last = history.items[history.items.length - 1];
+      const glance = fleetGlance(items, jobs.items);
+      const busy = busyMeanPeak(history.items);
+      const allocated = allocatedMeanPeak(history.items);
       replace(cards,
+        h('div', {class: 'card'}, h('div', {class: 'v', id: 'gpus-idle'}, String(glance.idle)),
+          h('div', {class: 'l'}, 'GPUs idle (nothing allocated, healthy, node Ready)')),
+        h('div', {class: 'card'}, h('div', {class: 'v', id: 'fragmentation'}, glance.fragmentation === null ? '–' : pct(glance.fragmentation)),
+          h('div', {class: 'l'}, `fragmentation: idle GPUs outside blocks of ${glance.block} on one node ` +
+            (glance.blockFromPending ? '(the largest pending task)' : '(the largest node)'))),
+        h('div', {class: 'card'}, h('div', {class: 'v', id: 'busy-pct'}, busy ? pct(busy.mean) : '–'),
+          h('div', {class: 'l'}, `GPUs busy, mean (peak ${busy ? pct(busy.peak) : '–'}), last hour`)),
+        h('div', {class: 'card'}, h('div', {class: 'v', id: 'allocated-pct'}, allocated ? pct(allocated.mean) : '–'),
+          h('div', {class: 'l'}, `GPUs allocated, mean (peak ${allocated ? pct(allocated.peak) : '–'}), last hour`)),
         h('div', {class: 'card'}, h('div', {class: 'v', id: 'nodes-ready'}, `${ready}/${items.length}`),
           h('div', {class: 'l'}, 'nodes Ready')),
         h('div', {class: 'card'}, h('div', {class: 'v'}, `${fmtGpus(alloc)}/${gpus}`),
@@ -208,16 +293,14 @@
           h('div', {class: 'l'}, 'jobs placed (fleet)')),
         h('div', {class: 'card'}, h('div', {class: 'v'}, String(quarantined)),
           h('div', {class: 'l'}, 'GPUs quarantined')));
+      replace(blocks, h('h2', {}, 'Nodes by idle whole GPUs'),
+        table([''].concat(glance.blocks.map((b) => [(b.top ? `${b.size}+` : b.size > 1 ? `${b.size}-${b.size * 2 - 1}` : '1') + ' idle', true])),
+          [['nodes'].concat(glance.blocks.map((b) => num(String(b.nodes))))], 'no GPUs'));
       if (!chart) {
-        chart = lineChart(chartEl, '', [
-          {label: 'GPUs allocated', color: '#2563eb', digits: 1},
-          {label: 'GPUs busy (utilization)', color: '#16a34a', digits: 1},
-          {label: 'GPUs', color: '#9ca3af'}]);
+        chart = lineChart(chartEl, '', percentSeries());
         liveCharts.push(chart);
       }
-      chart.setData([history.items.map((s) => s.unix_ms / 1000),
-        history.items.map((s) => s.allocated_milli / 1000),
-        history.items.map((s) => s.busy_milli / 1000), history.items.map((s) => s.gpus)]);
+      chart.setData(percentData(history.items));
       // The same reason the failure report shows: both come from one commit of the quarantine.
       const out = items.flatMap((n) => (n.gpus || []).filter((g) => g.health === 'Quarantined')
         .map((g) => [h('a', {href: nodeHref(n.name)}, `${n.name} GPU ${g.index}`), g.quarantine_reason || '']));
@@ -227,6 +310,12 @@
     });
   }
   let liveCharts = [];
+  // The fleet's allocation and utilization in % of its GPUs then: a fleet that grew or shrank
+  // reads the same.
+  const percentSeries = () => [{label: 'allocated %', color: '#2563eb', digits: 1},
+    {label: 'busy %', color: '#16a34a', digits: 1}];
+  const percentData = (items) => [items.map((s) => s.unix_ms / 1000), items.map(allocatedPct),
+    items.map(busyPct)];
 
   function renderTree(el, nodes, u) {
     const levels = topologyLevels(nodes);
@@ -255,11 +344,31 @@
     replace(el, render(nodes, 0));
   }
 
+  // An action of the CLI's (docs/dashboard.md, "Actions"): a button that POSTs `path`, says
+  // the server's answer beside it and refreshes the page. The server checks the role, as it does
+  // for the CLI; the page offers only what the token's role may do.
+  function actionButton(label, id, path) {
+    const status = h('span', {class: 'muted', id: id + '-status'});
+    const button = h('button', {type: 'button', id, onclick: async () => {
+      button.disabled = true;
+      try {
+        await api(path, {method: 'POST'});
+        status.textContent = ' done';
+        current.refresh(generation);
+      } catch (e) {
+        status.textContent = ' refused: ' + e.message;
+        button.disabled = false;
+      }
+    }}, label);
+    return h('span', {class: 'action'}, button, status);
+  }
+
   function nodePage(name) {
-    let body;
+    let body, actions;
     return page((el) => {
       body = h('div', {});
-      append(el, h('h1', {}, 'Node ', name), body);
+      actions = h('div', {class: 'actions', id: 'node-actions'});
+      append(el, h('h1', {}, 'Node ', name), actions, body);
     }, async (gen) => {
       let node;
       try { node = await api('/v1/nodes/' + encodeURIComponent(name)); } catch (e) {
@@ -271,6 +380,10 @@
         me.role === 'admin' ? optional(`/v1/nodes/${encodeURIComponent(name)}/events`) : null,
         ...['Scheduled', 'Running', 'Stopping'].map((st) => api('/v1/jobs?state=' + st))]);
       if (gen !== generation) return;
+      // Cordon and uncordon are an admin's, as `gpufleet cordon` is.
+      const cordoned = node.state === 'Cordoned';
+      replace(actions, me.role === 'admin' ? actionButton(cordoned ? 'Uncordon' : 'Cordon', 'node-cordon',
+        `/v1/nodes/${encodeURIComponent(name)}/${cordoned ? 'uncordon' : 'cordon'}`) : null);
       const jobs = {items: held.flatMap((x) => x.items)};
       const u = utilMap(util.items);
       const here = jobs.items.filter((j) => (j.placements || []).some((p) => p.node === name));
@@ -401,11 +514,12 @@
   }
 
   function jobPage(name) {
-    let body;
+    let body, actions;
     const path = '/v1/jobs/' + name.split('/').map(encodeURIComponent).join('/');
     return page((el) => {
       body = h('div', {});
-      append(el, h('h1', {}, 'Job ', h('span', {id: 'job-name'}, name)), body);
+      actions = h('div', {class: 'actions', id: 'job-actions'});
+      append(el, h('h1', {}, 'Job ', h('span', {id: 'job-name'}, name)), actions, body);
     }, async (gen) => {
       let job;
       try { job = await api(path); } catch (e) {
@@ -415,10 +529,14 @@
         }
         throw e;
       }
-      const [events, explain, provenance, nodes] = await Promise.all([api(path + '/events'),
+      const [events, explain, provenance, nodes, logs] = await Promise.all([api(path + '/events'),
         optional(path + '/explain'), optional('/v1/provenance?job=' + encodeURIComponent(job.team ? job.team + '/' + job.name : job.name)),
-        (job.placements || []).length ? api('/v1/nodes') : {items: []}]);
+        (job.placements || []).length ? api('/v1/nodes') : {items: []}, optional(path + '/logs')]);
       if (gen !== generation) return;
+      // A job the token sees it may cancel (its own team's, or any for an admin), as
+      // `gpufleet cancel` may.
+      replace(actions, ['Pending', 'Scheduled', 'Running', 'Suspended'].includes(job.state)
+        ? actionButton('Cancel job', 'job-cancel', path + '/cancel') : null);
       const levels = topologyLevels(nodes.items);
       const byName = Object.fromEntries(nodes.items.map((n) => [n.name, n]));
       const spec = (job.spec && job.spec.spec) || {};
@@ -431,6 +549,8 @@
             h('dt', {}, 'priority'), h('dd', {}, String(job.priority ?? 0)),
             h('dt', {}, 'submitted'), h('dd', {}, (job.created_at || '–') + (job.submitted_by ? ' by ' + job.submitted_by : '')),
             h('dt', {}, 'attempt'), h('dd', {}, String(job.attempt ?? '–')),
+            job.progress ? [h('dt', {}, 'running for'), h('dd', {id: 'job-elapsed'}, fmtAge(job.progress.elapsed_s)),
+              h('dt', {}, 'GPUs busy'), h('dd', {id: 'job-busy'}, job.progress.busy_pct === undefined ? 'not measured yet' : pct(job.progress.busy_pct) + ' (measured, since it was placed)')] : null,
             h('dt', {}, 'tasks'), h('dd', {}, (spec.tasks || []).map((t) =>
               `${t.name} x${t.replicas || 1} (${(t.resources && t.resources.gpus && (t.resources.gpus.count ?? t.resources.gpus.fraction ?? t.resources.gpus.migProfile)) ?? 0} GPU)`).join(', ') || '–'),
             job.reason ? [h('dt', {}, 'reason'), h('dd', {id: 'job-reason'}, job.reason)] : null,
@@ -445,6 +565,7 @@
                   return 'GPU ' + g + (milli !== undefined && milli < 1000 ? ` (${fmtGpus(milli)})` : '');
                 }).join(', '), p.phase || '–'])))),
         h('div', {class: 'panel', id: 'explain'}, h('h2', {}, 'Why (explain)'), renderExplain(explain)),
+        h('div', {class: 'panel', id: 'job-logs'}, h('h2', {}, 'Logs (tail)'), renderLogs(logs)),
         h('div', {class: 'panel'}, h('h2', {}, 'Timeline'), timeline(events.items)),
         h('div', {class: 'panel'}, h('h2', {}, 'Provenance'), renderProvenance(provenance)));
     });
@@ -460,6 +581,15 @@
     return JSON.stringify(a);
   }
 
+  // "in 4m" beside the absolute time: the relative one reads at a glance, the absolute is exact.
+  function etaText(eta) {
+    if (!eta.at) return 'unknown' + (eta.why ? ` (${eta.why})` : '');
+    const relative = Number.isInteger(eta.inSeconds)
+      ? (eta.inSeconds <= 0 ? 'now' : 'in ' + fmtAge(eta.inSeconds)) : '';
+    const why = [relative, eta.why].filter((x) => x).join('; ');
+    return eta.at + (why ? ` (${why})` : '');
+  }
+
   function renderExplain(x) {
     if (x.missing) return na('explain');
     const eta = x.eta || {};
@@ -468,10 +598,20 @@
       h('dt', {}, 'message'), h('dd', {}, x.message || '–'),
       h('dt', {}, 'queue position'), h('dd', {}, x.queuePosition === undefined || x.queuePosition === null ? '–' : String(x.queuePosition)),
       h('dt', {}, 'ahead'), h('dd', {}, (x.ahead || []).map(aheadText).join(', ') || 'none'),
-      h('dt', {}, 'ETA'), h('dd', {}, eta.at ? eta.at : 'unknown', eta.why ? ` (${eta.why})` : ''),
+      h('dt', {}, 'ETA'), h('dd', {id: 'job-eta'}, etaText(eta)),
       h('dt', {}, 'evidence'), h('dd', {class: 'path'}, JSON.stringify(x.evidence || {}))),
     (x.whatIf || []).length ? [h('h2', {}, 'What if'), table(['change', 'would start now', 'detail'],
       x.whatIf.map((w) => [w.change, w.wouldStartNow ? 'yes' : 'no', w.detail || '']))] : null];
+  }
+
+  // The tail of each task's log its agent shipped (docs/agent.md, "Task logs"), as text.
+  function renderLogs(x) {
+    if (x.missing) return na('task logs');
+    if ((x.items || []).length === 0) return h('p', {class: 'muted'}, x.why || 'no runs yet');
+    return x.items.map((it) => [h('h3', {}, `${it.task} (attempt ${it.attempt}, node ${it.node})`),
+      it.text === null || it.text === undefined ? h('p', {class: 'muted'}, it.why || 'no log received yet')
+        : [it.from > 0 ? h('p', {class: 'muted'}, `the tail of a log of ${it.size} bytes: the ${it.from} before it are on the node only`) : null,
+          h('pre', {class: 'log'}, it.text)]]);
   }
 
   function renderProvenance(p) {
@@ -482,34 +622,44 @@
         h('span', {class: 'path'}, (r.command || []).join(' ').slice(0, 80))]), 'no runs recorded yet');
   }
 
+  const HISTORY_RANGES = [['1h', 3600], ['6h', 6 * 3600], ['24h', 24 * 3600], ['7d', 7 * 86400],
+    ['30d', 30 * 86400]];
+
   function historyPage() {
     let gpuEl, jobEl, gpuChart, jobChart, rangeSel;
     return page((el) => {
       gpuEl = h('div', {class: 'chart'});
       jobEl = h('div', {class: 'chart'});
       rangeSel = h('select', {onchange: () => current.refresh(generation)},
-        [['1h', 3600], ['6h', 6 * 3600], ['24h', 24 * 3600]].map(([l, s]) => h('option', {value: s}, l)));
+        HISTORY_RANGES.map(([l, s]) => h('option', {value: s}, l)));
       append(el, h('h1', {}, 'Allocation and utilization over time'),
         h('div', {class: 'filters'}, h('label', {}, 'range', rangeSel)),
-        h('div', {class: 'panel'}, h('h2', {}, 'GPUs'), gpuEl),
+        h('div', {class: 'panel'}, h('h2', {}, 'GPUs, % of the fleet'),
+          h('p', {id: 'history-summary'}), gpuEl),
         h('div', {class: 'panel'}, h('h2', {}, 'Jobs'), jobEl),
         h('p', {class: 'muted', id: 'history-note'}));
     }, async (gen) => {
       const since = new Date(Date.now() - Number(rangeSel.value) * 1000).toISOString().replace(/\.\d+Z$/, 'Z');
       const history = await api('/v1/history?since=' + since);
       if (gen !== generation) return;
+      // Ranges longer than what the server keeps are not offered.
+      const kept = history.kept_s ?? (history.capacity || 0) * (history.interval_s || 0);
+      for (const option of rangeSel.options) option.disabled = Number(option.value) > Math.max(kept, 3600);
       if (!gpuChart) {
-        gpuChart = lineChart(gpuEl, '', [{label: 'allocated', color: '#2563eb', digits: 1},
-          {label: 'busy', color: '#16a34a', digits: 1}, {label: 'GPUs', color: '#9ca3af'}]);
+        gpuChart = lineChart(gpuEl, '', percentSeries());
         jobChart = lineChart(jobEl, '', [{label: 'pending', color: '#d97706'}, {label: 'placed', color: '#2563eb'}]);
         liveCharts.push(gpuChart, jobChart);
       }
       const it = history.items;
       const t = it.map((s) => s.unix_ms / 1000);
-      gpuChart.setData([t, it.map((s) => s.allocated_milli / 1000), it.map((s) => s.busy_milli / 1000), it.map((s) => s.gpus)]);
+      gpuChart.setData(percentData(it));
       jobChart.setData([t, it.map((s) => s.pending_jobs), it.map((s) => s.running_jobs)]);
+      document.getElementById('history-summary').textContent =
+        `busy: ${meanPeakText(busyMeanPeak(it))}; allocated: ${meanPeakText(allocatedMeanPeak(it))}`;
       document.getElementById('history-note').textContent =
-        `${it.length} samples, one every ${history.interval_s} s; the server keeps the last ${history.capacity}.`;
+        `${it.length} samples, one every ${history.interval_s} s` +
+        (history.coarse_capacity ? `, and before the last ${history.capacity} the means and peaks of every 60` : '') +
+        `; the server keeps ${fmtAge(kept)}.`;
     });
   }
 

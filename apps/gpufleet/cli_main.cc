@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
-// The client verbs of `gpufleet` (`submit`, `get`, `describe`, `explain`, `cancel`, `resume`,
-// `create`, `update`, `delete`, `revoke`, `cordon`, `uncordon`, `drain`, `quarantine`, `release`,
-// `report`): flags here, the work in `gpufleet/cli/commands.h` and `gpufleet/cli/report.h`.
+// The client verbs of `gpufleet` (`submit`, `get`, `describe`, `explain`, `logs`, `cancel`,
+// `resume`, `create`, `update`, `delete`, `revoke`, `cordon`, `uncordon`, `drain`, `quarantine`,
+// `release`, `report`): flags here, the work in `gpufleet/cli/commands.h` and
+// `gpufleet/cli/report.h`.
 #include <algorithm>
 #include <fstream>
 #include <functional>
@@ -10,6 +11,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -115,6 +117,7 @@ struct CliState {
   cli::GetArgs get;
   cli::DescribeArgs describe;
   cli::ExplainArgs explain;
+  cli::LogsArgs logs;
   cli::DiffArgs diff;
   std::string cancel;
   std::string resume;
@@ -212,6 +215,18 @@ Action AddCliCommands(CLI::App& app) {
   explain->add_option("-o,--output", s.explain.output, "text (default), json or yaml");
   AddVerb(s, explain, [&s](http::ApiClient& client) {
     return cli::RunExplain(client, s.explain, std::cout, std::cerr);
+  });
+
+  CLI::App* logs = app.add_subcommand(
+      "logs", "print the tail of a job's task logs (docs/agent.md, \"Task logs\")");
+  logs->add_option("JOB", s.logs.name, "the job's name (NAME or TEAM/NAME)")->required();
+  logs->add_option("--task", s.logs.task, "one task, GROUP-REPLICA (e.g. main-0); default: all");
+  logs->add_flag("-f,--follow", s.logs.follow,
+                 "print what is new every 2 s until the job has ended and its last logs came");
+  AddVerb(s, logs, [&s](http::ApiClient& client) {
+    return cli::RunLogs(
+        client, s.logs, [](std::chrono::milliseconds pause) { std::this_thread::sleep_for(pause); },
+        std::cout, std::cerr);
   });
 
   CLI::App* diff = app.add_subcommand(

@@ -209,11 +209,13 @@ int64_t PlaybackDurationMs(const sim::TraceJob& job, const Playback& playback) {
 }
 
 // The job spec the submitter sends for one trace pod: the pod's resources on any GPU model,
-// with a command (what a real agent would run) and the simulated runner's duration.
-
+// with a command (what a real agent would run) and the simulated runner's duration. Its
+// runtimeEstimate is that duration, as played (the trace's own estimate is in trace seconds,
+// scaled neither by `duration_scale` nor by `speedup`), so that explain's ETAs hold on the demo.
 std::string PlaybackSpec(sim::TraceJob job, const Playback& playback) {
   const int64_t duration_ms = PlaybackDurationMs(job, playback);
   job.job.allowed_gpu_models.clear();
+  job.job.runtime_estimate = std::chrono::seconds((duration_ms + 999) / 1000);
   for (TaskGroup& group : job.job.groups) {
     group.command = {"sleep", fmt::format("{}", job.duration_seconds)};
     group.env[std::string(runner::kSimDurationEnv)] = fmt::format("{}", duration_ms);

@@ -55,7 +55,7 @@ function oneGpuJob(name, labels) {
 // Console errors, but for the HTTP answers this test provokes on purpose (a wrong token, a
 // revoked one, hidden or absent routes): those the page handles and shows.
 const errors = [];
-let allowed = [/\/v1\/jobs\/[^?]*\/explain$/, /\/v1\/usage\?/];
+let allowed = [/\/v1\/jobs\/[^?]*\/explain$/, /\/v1\/jobs\/[^?]*\/logs$/, /\/v1\/usage\?/];
 function watch(page, who) {
   page.on('pageerror', (e) => errors.push(`${who}: page error: ${e.message}`));
   page.on('console', (m) => {
@@ -132,6 +132,22 @@ try {
   check(await page.locator('.node .gpu').count() === nodes.reduce((s, n) => s + n.gpus.length, 0),
     'every GPU is shown');
   await page.waitForSelector('.uplot', { timeout: STEP_MS });
+  // At a glance: idle GPUs, fragmentation, busy and allocated in %, nodes by idle whole GPUs.
+  const gpuCount = nodes.reduce((s, n) => s + n.gpus.length, 0);
+  const idleShown = Number(await page.locator('#gpus-idle').textContent());
+  check(Number.isInteger(idleShown) && idleShown >= 0 && idleShown <= gpuCount,
+    `the Fleet page shows the idle GPUs (${idleShown} of ${gpuCount})`);
+  const fragmentation = await page.locator('#fragmentation').textContent();
+  check(/^(\d+%|–)$/.test(fragmentation) &&
+    await page.locator('.card:has-text("fragmentation: idle GPUs outside blocks of")').count() === 1,
+    `and the fragmentation, with the block size it is counted for (${fragmentation})`);
+  await page.waitForFunction(() => /^\d+%$/.test(document.getElementById('busy-pct').textContent),
+    null, { timeout: STEP_MS });
+  check(await page.locator('.card:has-text("peak")').count() === 2,
+    `and GPUs busy and allocated in %, mean and peak (${await page.locator('#busy-pct').textContent()})`);
+  const perSize = (await page.locator('#fleet-blocks td.num').allTextContents()).map(Number);
+  check(perSize.length >= 1 && perSize.reduce((a, b) => a + b, 0) <= nodes.length,
+    `and how many nodes have 8+, 4-7, 2-3, 1 idle GPUs (${perSize.join(', ')})`);
   await shot(page, 'dashboard_fleet');
 
   await must('POST', '/v1/jobs', adminToken, oneGpuJob('browser-job'), 201);
@@ -151,6 +167,13 @@ try {
   check(times.length >= 2 && times.every((t) => /^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC$/.test(t)),
     `the timeline shows when each event happened (${times[0]})`);
   check(await page.locator('#explain').count() === 1, 'the job page has its explain panel');
+  await page.waitForSelector('#job-elapsed', { timeout: STEP_MS });
+  check(/^\d+(s|m)/.test(await page.locator('#job-elapsed').textContent()) &&
+    await page.locator('#job-busy').count() === 1,
+    `a running job's page says how long it has run and how busy its GPUs were (${await page.locator('#job-elapsed').textContent()})`);
+  // The demo's simulated tasks write no log: the panel says so rather than failing.
+  await page.waitForSelector('#job-logs :is(pre, p)', { timeout: STEP_MS });
+  check(true, 'the job page has its logs panel');
   const nodeLink = page.locator('table a[href^="#/nodes/"]').first();
   await nodeLink.waitFor({ timeout: STEP_MS });
   const placedOn = await nodeLink.textContent();
@@ -160,6 +183,19 @@ try {
   await page.waitForSelector(`h1:has-text("Node ${placedOn}")`, { timeout: STEP_MS });
   await page.waitForSelector('a:has-text("browser-job")', { timeout: STEP_MS });
   check(true, 'the node page lists the job on its GPU');
+  // Actions behind the CLI's roles: an admin cordons the node from its page, and uncordons it.
+  async function nodeStateBecomes(state) {
+    for (let i = 0; i < 40; i++) {
+      if ((await must('GET', `/v1/nodes/${encodeURIComponent(placedOn)}`, adminToken, undefined, 200)).state === state) return true;
+      await page.waitForTimeout(250);
+    }
+    return false;
+  }
+  await page.click('#node-cordon:has-text("Cordon")');
+  check(await nodeStateBecomes('Cordoned'), 'an admin cordons a node from its page');
+  await page.waitForSelector('#node-cordon:has-text("Uncordon")', { timeout: STEP_MS });
+  await page.click('#node-cordon:has-text("Uncordon")');
+  check(await nodeStateBecomes('Ready'), 'and uncordons it');
   await shot(page, 'dashboard_node');
   // A gang larger than the fleet waits: its page says why (it never fits: the fleet has too few
   // GPUs in all), with the explain panel (the explain route's answer, or "not available" on a
@@ -174,7 +210,14 @@ try {
   check(await page.locator('.badge:has-text("Pending")').count() === 1,
     'a pending job\'s page shows why it waits and its explain panel');
   await shot(page, 'dashboard_pending_job');
-  await must('POST', '/v1/jobs/waiting-job/cancel', adminToken, undefined, 200);
+  // Cancelled from its page, as `gpufleet cancel` would.
+  await page.click('#job-cancel');
+  let cancelled = false;
+  for (let i = 0; i < 40 && !cancelled; i++) {
+    cancelled = (await must('GET', '/v1/jobs/waiting-job', adminToken, undefined, 200)).state === 'Cancelled';
+    if (!cancelled) await page.waitForTimeout(250);
+  }
+  check(cancelled, 'a job is cancelled from its page');
   await page.click('nav a:has-text("Queues")');
   await page.waitForSelector('td:has-text("default")', { timeout: STEP_MS });
   check(true, 'the queue tree shows the default queue');
@@ -228,12 +271,17 @@ try {
   await member.click('a.job-link:has-text("alice-job")');
   await member.waitForSelector('.timeline li:has-text("submitted by alice")', { timeout: STEP_MS });
   check(await member.locator('main img').count() === 0, 'the submitter\'s HTML name is text on the job page');
+  check(await member.locator('#job-cancel').count() === 1, 'a member is offered the cancel of its own team\'s job');
   allowed.push(/\/v1\/jobs\/team-b\/secret-b$/, /\/v1\/jobs\/secret-b$/, /\/v1\/jobs\/%3Cimg/);
   for (const hidden of ['team-b/secret-b', 'secret-b']) {
     await member.goto(`${address}/#/jobs/${hidden}`);
     await member.waitForSelector('#not-found', { timeout: STEP_MS });
     check(true, `a member opening another team's job ${hidden} sees "not found"`);
   }
+  // A member is offered no admin action: a node page has no cordon.
+  await member.goto(`${address}/#/nodes/${encodeURIComponent(placedOn)}`);
+  await member.waitForSelector('h2:has-text("GPUs")', { timeout: STEP_MS });
+  check(await member.locator('#node-cordon').count() === 0, 'a member is offered no cordon (an admin\'s action)');
   await member.goto(`${address}/#/jobs/${encodeURIComponent(HTML)}`);
   await member.waitForSelector('#not-found', { timeout: STEP_MS });
   check(await member.locator('main img').count() === 0 &&

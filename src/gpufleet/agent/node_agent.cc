@@ -3,6 +3,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <utility>
 
 #include <fmt/format.h>
@@ -400,7 +403,66 @@ Status NodeAgent::Heartbeat() {
   }
   const Status applied = Apply(*reply, statuses);
   SendProvenance();
+  ShipLogs(statuses);
   return applied;
+}
+
+void NodeAgent::ShipLogs(const std::vector<runner::TaskStatus>& statuses) {
+  if (options_.log_dir.empty()) {
+    return;  // a simulated node: its runner writes no logs
+  }
+  const MonoTime now = clock_.Now();
+  std::map<std::string, ShippedLog> still;
+  for (const runner::TaskStatus& status : statuses) {
+    ShippedLog shipped = shipped_logs_[status.task_id];
+    const bool ended = status.state != runner::TaskState::kRunning;
+    const std::string path = LogPath(status.task_id);
+    std::error_code error;
+    auto size = static_cast<int64_t>(std::filesystem::file_size(path, error));
+    if (error) {
+      still[status.task_id] = shipped;  // no log (yet): nothing to ship
+      continue;
+    }
+    if (size > options_.max_log_bytes) {
+      // The task's stdout is appended (O_APPEND): after the cut it writes on at the new end.
+      std::filesystem::resize_file(path, 0, error);
+      std::ofstream(path, std::ios::app) << fmt::format(
+          "[gpufleet agent: the log passed {} bytes and was cut here]\n", options_.max_log_bytes);
+      size = static_cast<int64_t>(std::filesystem::file_size(path, error));
+    }
+    const bool due =
+        ended ? !shipped.final
+              : size != shipped.size &&
+                    (!shipped.tried_at || now - *shipped.tried_at >= options_.log_ship_interval);
+    if (!due || error) {
+      still[status.task_id] = shipped;
+      continue;
+    }
+    wire::TaskLogReport report{.task_id = status.task_id, .size = size, .final = ended};
+    std::ifstream log(path, std::ios::binary);
+    const int64_t from = std::max<int64_t>(0, size - wire::kMaxTaskLogTailBytes);
+    log.seekg(from);
+    report.text.resize(static_cast<size_t>(size - from));
+    log.read(report.text.data(), static_cast<std::streamsize>(report.text.size()));
+    report.text.resize(static_cast<size_t>(std::max<std::streamsize>(0, log.gcount())));
+    report.size = from + static_cast<int64_t>(report.text.size());
+    const std::string logs_path =
+        fmt::format("/v1/agents/{}/logs", http::UrlEncode(options_.node_name));
+    const std::string body = wire::TaskLogReportToJson(report);
+    const Result<nlohmann::json> answer =
+        node_token_.empty() ? client_.Post(logs_path, body, kJsonType)
+                            : client_.PostWithToken(node_token_, logs_path, body, kJsonType);
+    shipped.tried_at = now;
+    if (answer.ok()) {
+      shipped.size = report.size;
+      shipped.final = ended;
+    }
+    // An ended task is reported once: its entry goes with it, shipped or not.
+    if (!ended) {
+      still[status.task_id] = shipped;
+    }
+  }
+  shipped_logs_ = std::move(still);
 }
 
 bool NodeAgent::RecordPulledProvenance(const std::vector<runner::TaskStatus>& statuses) {

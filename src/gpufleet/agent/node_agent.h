@@ -51,8 +51,13 @@ struct NodeAgentOptions {
   HostResources capacity;
   // GPUs of one node sharing NVLink: all of them unless told otherwise (one domain per node).
   int gpus_per_nvlink_domain = 0;
-  // Per-task log files go here as TASK-ID.log ('/' in the id becomes '_').
+  // Per-task log files go here as TASK-ID.log ('/' in the id becomes '_'). The agent ships
+  // each log's tail to the server (docs/agent.md, "Task logs"), at most every log_ship_interval
+  // while the task runs and once when it ends, and cuts a log that passes max_log_bytes back to
+  // nothing (with a line saying so) so that no task fills the node's disk.
   std::string log_dir;
+  Duration log_ship_interval = std::chrono::seconds(30);
+  int64_t max_log_bytes = int64_t{64} * 1024 * 1024;
   // SIGTERM to SIGKILL when the server no longer wants a task.
   Duration stop_grace = std::chrono::seconds(30);
   // Fencing: the agent stops its tasks once its lease (AgentReply::lease_ms, renewed by every
@@ -147,6 +152,10 @@ class NodeAgent {
   bool RecordPulledProvenance(const std::vector<runner::TaskStatus>& statuses);
   // Posts the pending records; keeps those the server could not take now (unavailable).
   void SendProvenance();
+  // Ships the tail of each reported task's log that grew since it was last shipped (at most
+  // every log_ship_interval while it runs; once more when it ended), cutting a log past
+  // max_log_bytes first. A refused or failed shipment is tried again at the next interval.
+  void ShipLogs(const std::vector<runner::TaskStatus>& statuses);
 
   // Sends a register or heartbeat request; a success renews the lease from the time of sending,
   // in the agent and in the runner (TaskRunner::RenewLease), whose error it returns.
@@ -195,6 +204,13 @@ class NodeAgent {
   bool images_stale_ = false;
   bool was_pulling_ = false;  // a task's image was being pulled at the last heartbeat
   std::map<std::string, wire::ProvenanceReport> provenance_pending_;
+  // Per task: the log size last shipped, whether the final tail was, and when it was last tried.
+  struct ShippedLog {
+    int64_t size = -1;
+    bool final = false;
+    std::optional<MonoTime> tried_at;
+  };
+  std::map<std::string, ShippedLog> shipped_logs_;
   // The launches of tasks whose image is being pulled or whose container is being made: their
   // record is made once the container has started (the runner knows the digest then).
   std::map<std::string, runner::TaskLaunch> awaiting_pull_;

@@ -3,6 +3,7 @@
 // runner on one fake clock.
 #include "gpufleet/agent/node_agent.h"
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -182,7 +183,8 @@ class NodeAgentTest : public ::testing::Test {
     options.topology_levels = {"leaf"};
     options.topology_values = {"leaf-0"};
     options.capacity = {64000, 512 * 1024};
-    options.log_dir = "/nonexistent";  // the simulated runner writes no logs
+    options.log_dir = log_dir_;
+    options.max_log_bytes = max_log_bytes_;
     options.stop_grace = stop_grace;
     return std::make_unique<NodeAgent>(options, *sampler_, *probe_, runner, *client_, catalog_,
                                        clock_);
@@ -261,6 +263,8 @@ class NodeAgentTest : public ::testing::Test {
   std::unique_ptr<TelemetrySampler> sampler_;
   std::unique_ptr<runner::SimulatedRunner> runner_;
   std::unique_ptr<NodeAgent> agent_;
+  std::string log_dir_ = "/nonexistent";  // the simulated runner writes no logs
+  int64_t max_log_bytes_ = int64_t{64} * 1024 * 1024;
 };
 
 TEST_F(NodeAgentTest, RegistersTheProbeInventory) {
@@ -371,6 +375,64 @@ TEST_F(NodeAgentTest, RunsATaskToSuccessWithItsGpus) {
   ASSERT_OK(agent_->Heartbeat());  // reports the exit
   EXPECT_EQ(Job("train")["state"], "Succeeded");
   EXPECT_TRUE(runner_->Poll().empty()) << "forgotten once reported";
+}
+
+// The agent ships the tail of each task's log after a heartbeat when it grew, at most every
+// log_ship_interval (30 s) while it runs and once when it ends; the server keeps the tail for
+// GET /v1/jobs/NAME/logs. A log past max_log_bytes is cut. (The simulated runner writes no log:
+// the test writes it as the task would.)
+TEST_F(NodeAgentTest, ShipsTheTailOfEachTasksLogAndCutsOneThatGrowsTooLarge) {
+  std::string pattern = ::testing::TempDir() + "/gpufleet_task_logs_XXXXXX";
+  ASSERT_NE(mkdtemp(pattern.data()), nullptr) << pattern;
+  log_dir_ = pattern;
+  max_log_bytes_ = 64 * 1024;
+  agent_ = MakeAgent(*runner_);
+  ASSERT_OK(agent_->Register());
+  Submit(JobYaml("logged", 1, 200000));
+  ASSERT_OK(agent_->Heartbeat());  // starts the task and records its run; no log yet
+  const std::string log = log_dir_ + "/logged_main-0_1.log";
+  const auto write = [&](const std::string& text) { std::ofstream(log, std::ios::app) << text; };
+  const auto shipped = [&] {
+    const Json logs = *admin_client_->Get("/v1/jobs/logged/logs");
+    return logs["items"].empty() ? Json() : logs["items"][0];
+  };
+  // 30 s of heartbeats every 10 s (the lease wants them that often).
+  const auto thirty_seconds = [&] {
+    for (int beat = 0; beat < 3; ++beat) {
+      clock_.Advance(std::chrono::seconds(10));
+      ASSERT_OK(agent_->Heartbeat());
+    }
+  };
+  EXPECT_TRUE(shipped()["text"].is_null());
+  write("epoch 1\n");
+  ASSERT_OK(agent_->Heartbeat());
+  EXPECT_EQ(shipped()["text"], "epoch 1\n");
+  write("epoch 2\n");
+  ASSERT_OK(agent_->Heartbeat());  // grew, but shipped less than 30 s ago
+  EXPECT_EQ(shipped()["text"], "epoch 1\n");
+  thirty_seconds();
+  EXPECT_EQ(shipped()["text"], "epoch 1\nepoch 2\n");
+  // Only the last 16 KiB travel; the size says how much came before.
+  write(std::string(20 * 1024, 'x'));
+  thirty_seconds();
+  EXPECT_EQ(shipped()["text"].get<std::string>().size(), wire::kMaxTaskLogTailBytes);
+  EXPECT_EQ(shipped()["size"], 16 + 20 * 1024);
+  EXPECT_EQ(shipped()["final"], false);
+  // Past 64 KiB the log is cut back to a line that says so.
+  write(std::string(50 * 1024, 'y'));
+  thirty_seconds();
+  EXPECT_LT(std::filesystem::file_size(log), 200u);
+  EXPECT_THAT(shipped()["text"].get<std::string>(), HasSubstr("was cut here"));
+  // The task ends (at 200 s): its final tail is shipped with the report of its end.
+  write("done\n");
+  for (int beat = 0; beat < 12; ++beat) {  // heartbeats renew the lease while it runs
+    clock_.Advance(std::chrono::seconds(10));
+    ASSERT_OK(agent_->Heartbeat());
+  }
+  EXPECT_EQ(Job("logged")["state"], "Succeeded");
+  EXPECT_EQ(shipped()["final"], true);
+  EXPECT_THAT(shipped()["text"].get<std::string>(), HasSubstr("done\n"));
+  std::filesystem::remove_all(log_dir_);
 }
 
 // As dcgm-exporter's hpc_job and pod labels: a GPU's series name the job on it, from the

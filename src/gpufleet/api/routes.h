@@ -78,12 +78,18 @@ class ApiRoutes {
   }
   ApiResponse ListJobs(const control::Principal& who, const ApiRequest& request);
   ApiResponse GetJob(const control::Principal& who, std::string_view name);
+  // The run going of a job that holds resources, as "progress": {"elapsed_s", "busy_pct"}
+  // (docs/api.md): since its placement, and its GPUs' measured utilization over that time.
+  void AddRunGoing(Json& job);
   // GET /v1/jobs/NAME/explain (server_explain.cc, docs/explain.md): why the job waits, as `who`
   // may see it. Takes the cycle mutex.
   ApiResponse ExplainJob(const control::Principal& who, std::string_view name);
   Result<Json> CancelJob(const control::Principal& who, std::string_view name);
   // A job's events, repeats grouped: each with "count", "firstTime" and "lastTime".
   ApiResponse JobEvents(const control::Principal& who, std::string_view name);
+  // GET /v1/jobs/NAME/logs?task=T (server_logs.cc).
+  ApiResponse JobLogs(const control::Principal& who, std::string_view name,
+                      const ApiRequest& request);
   // {"items": [{"revision": ..., "message": ...}]} of a job or node.
   ApiResponse ObjectEvents(std::string_view kind, std::string_view name);
   // The items of ObjectEvents ("at" where the event carries its time).

@@ -23,6 +23,7 @@
 #include "gpufleet/control/placement_gpus.h"
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/control/tenancy.h"
+#include "gpufleet/control/usage_ledger.h"
 #include "gpufleet/core/json_scan.h"
 #include "gpufleet/core/random.h"
 #include "gpufleet/core/rfc3339.h"
@@ -587,6 +588,7 @@ const std::set<std::string, std::less<>>& RouteLabels() {
                                                  "/v1/agents/register",
                                                  "/v1/agents/{name}/heartbeat",
                                                  "/v1/agents/{name}/provenance",
+                                                 "/v1/agents/{name}/logs",
                                                  "/v1/nodes",
                                                  "/v1/nodes/{name}",
                                                  "/v1/provenance",
@@ -604,7 +606,7 @@ const std::set<std::string, std::less<>>& RouteLabels() {
     for (const std::string_view scoped : {"jobs", "deployments"}) {
       labels.insert(fmt::format("/v1/{}", scoped));
       labels.insert(fmt::format("/v1/{}/{{name}}", scoped));
-      for (const std::string_view action : {"cancel", "resume", "explain", "events"}) {
+      for (const std::string_view action : {"cancel", "resume", "explain", "events", "logs"}) {
         labels.insert(fmt::format("/v1/{}/{{name}}/{}", scoped, action));
       }
     }
@@ -744,7 +746,8 @@ ApiResponse ApiServer::Route(const ApiRequest& request) {
   }
   if (who->role == control::Role::kAgent && collection != "agents") {
     return routed(ErrorResponse(PermissionDenied(
-                      "an agent token may only register, send heartbeats and provenance records")),
+                      "an agent token may only register and send heartbeats, provenance records "
+                      "and task logs")),
                   route);
   }
   if (collection == "history") {
@@ -824,6 +827,9 @@ std::optional<ApiResponse> ApiRoutes::RouteJobs(const control::Principal& who,
   if (scoped->action == "explain") {
     return ExplainJob(who, *key);
   }
+  if (scoped->action == "logs") {
+    return JobLogs(who, *key, request);
+  }
   return JobEvents(who, *key);
 }
 
@@ -831,7 +837,7 @@ std::optional<ApiResponse> ApiRoutes::RouteAgents(const control::Principal& who,
                                                   const ApiRequest& request,
                                                   const std::vector<std::string_view>& segments) {
   // The agent protocol (docs/agent.md): POST /v1/agents/register, /v1/agents/NODE/heartbeat,
-  // /v1/agents/NODE/provenance.
+  // /v1/agents/NODE/provenance, /v1/agents/NODE/logs.
   const size_t n = segments.size();
   if (request.method != "POST") {
     return std::nullopt;
@@ -843,6 +849,9 @@ std::optional<ApiResponse> ApiRoutes::RouteAgents(const control::Principal& who,
     reply = control_->RegisterAgent(who, request.body);
   } else if (n == 4 && segments[3] == "heartbeat") {
     reply = control_->AgentHeartbeat(who, segments[2], request.body);
+  } else if (n == 4 && segments[3] == "logs") {
+    const Status kept = control_->RecordTaskLog(who, segments[2], request.body);
+    return kept.ok() ? JsonResponse(200, Json{{"kept", true}}) : ErrorResponse(kept);
   } else if (n == 4 && segments[3] == "provenance") {
     const Result<Json> recorded = control_->RecordProvenance(who, segments[2], request.body);
     return ResultResponse(recorded,
@@ -1060,7 +1069,29 @@ ApiResponse ApiRoutes::GetJob(const control::Principal& who, std::string_view na
   Json job = JobOutput(*object);
   AnnotateStopping(job);
   HideOtherTeamsJobs(who, job);
+  AddRunGoing(job);
   return JsonResponse(200, job);
+}
+
+void ApiRoutes::AddRunGoing(Json& job) {
+  const std::optional<control::StampedRun> stamped = control::StampedRunOf(job);
+  if (!stamped) {
+    return;
+  }
+  const int64_t now = control_->UsageNowNanos();
+  const std::optional<control::RunUsage> run =
+      control::RunUsageOfJob(job, now, control_->RunBusy(stamped->name, stamped->busy));
+  if (!run) {
+    return;
+  }
+  const int64_t elapsed_ms = std::max<int64_t>(0, (now - run->start_ns) / 1'000'000);
+  Json going = {{"elapsed_s", elapsed_ms / 1000}};
+  // Busy as the agents measured it (share units x ms) over what the run held for as long.
+  if (run->units() > 0 && elapsed_ms > 0) {
+    going["busy_pct"] = 100.0 * static_cast<double>(run->busy_unit_ms) /
+                        (static_cast<double>(run->units()) * static_cast<double>(elapsed_ms));
+  }
+  job["progress"] = std::move(going);
 }
 
 Result<Json> ApiRoutes::CancelJob(const control::Principal& who, std::string_view name) {

@@ -168,7 +168,9 @@ class ApiServer {
     std::chrono::milliseconds election_interval{1000};
     // The fleet's history for the dashboard (GET /v1/history, docs/dashboard.md): the leader's
     // loop takes a sample every history_interval (needs a wall_clock) and keeps the last
-    // history_capacity in the store (a day at one a minute); 0: none.
+    // history_capacity in the store (a day at one a minute); 0: none. Before them it keeps hourly
+    // means and peaks (FleetHistory's coarse rows) back as far as retain_finished keeps jobs
+    // (kMaxHistoryRetention when it keeps them forever).
     std::chrono::milliseconds history_interval{60000};
     size_t history_capacity = 1440;
     // Prices per GPU-hour by GPU model (`gpufleet server --prices FILE`): GET /v1/usage answers

@@ -26,6 +26,24 @@ namespace {
 constexpr std::string_view kHistoryKind = "history";
 constexpr std::string_view kHistoryName = "fleet";
 
+// How far back the coarse history goes when finished jobs are kept forever: a bound on the
+// document the loop writes with each sample (90 days of hours are about 130 KB).
+constexpr Duration kMaxHistoryRetention = std::chrono::hours(24 * 90);
+
+// The coarse rows that, after the samples as taken, reach back as far as the store keeps
+// finished jobs.
+size_t CoarseHistoryCapacity(const ApiServer::Options& options) {
+  const Duration retention = options.retain_finished.count() > 0
+                                 ? std::min(options.retain_finished, kMaxHistoryRetention)
+                                 : kMaxHistoryRetention;
+  const Duration fine = options.history_interval * static_cast<int64_t>(options.history_capacity);
+  const Duration row = options.history_interval * static_cast<int64_t>(FleetHistory::kCoarseEvery);
+  if (retention <= fine || row.count() <= 0) {
+    return 0;
+  }
+  return static_cast<size_t>((retention - fine + row - Duration(1)) / row);
+}
+
 std::string_view ContentTypeOf(std::string_view path) {
   const auto ends_with = [&](std::string_view suffix) {
     return path.size() >= suffix.size() && path.substr(path.size() - suffix.size()) == suffix;
@@ -79,12 +97,12 @@ void ApiServer::RecordHistoryIfDue() {
   if (!d.loaded) {
     // What an earlier run (or an earlier leader) kept; a document that cannot be read starts a
     // new series rather than stopping the samples.
-    d.history = FleetHistory(options_.history_capacity);
+    d.history = FleetHistory(options_.history_capacity, CoarseHistoryCapacity(options_));
     if (Result<store::StoredObject> stored = options_.store.Get(kHistoryKind, kHistoryName);
         stored.ok()) {
       d.stored_version = stored->version;
-      if (Result<FleetHistory> kept =
-              FleetHistory::FromDocument(stored->data, options_.history_capacity);
+      if (Result<FleetHistory> kept = FleetHistory::FromDocument(
+              stored->data, options_.history_capacity, CoarseHistoryCapacity(options_));
           kept.ok()) {
         d.history = std::move(kept).value();
       } else {
@@ -148,15 +166,21 @@ ApiResponse ApiServer::GetHistory(const ApiRequest& request) {
     }
     if (stored.ok()) {
       Result<FleetHistory> kept =
-          FleetHistory::FromDocument(stored->data, std::max<size_t>(1, options_.history_capacity));
+          FleetHistory::FromDocument(stored->data, std::max<size_t>(1, options_.history_capacity),
+                                     CoarseHistoryCapacity(options_));
       if (kept.ok()) {
         samples = kept->Since(since_ms);
       }
     }
   }
+  const size_t coarse = CoarseHistoryCapacity(options_);
+  const double interval_s = std::chrono::duration<double>(options_.history_interval).count();
   return JsonResponse(
-      200, Json{{"interval_s", std::chrono::duration<double>(options_.history_interval).count()},
+      200, Json{{"interval_s", interval_s},
                 {"capacity", options_.history_capacity},
+                {"coarse_capacity", coarse},
+                {"kept_s", interval_s * static_cast<double>(options_.history_capacity +
+                                                            coarse * FleetHistory::kCoarseEvery)},
                 {"items", FleetHistory::SamplesToJson(samples)}});
 }
 

@@ -213,6 +213,9 @@ ApiResponse ApiRoutes::ExplainJob(const control::Principal& who, std::string_vie
   }
   out["evidence"] = std::move(evidence);
   Json eta = {{"at", nullptr}, {"why", explained->eta_why}};
+  if (explained->ahead_never_start > 0) {
+    eta["aheadCannotStart"] = explained->ahead_never_start;
+  }
   if (explained->eta_seconds) {
     const int64_t in = *explained->eta_seconds - now;
     eta["inSeconds"] = in;

@@ -152,6 +152,26 @@ TEST_F(ServerUsageTest, ExactGpuHoursOfSharesAndStoppedRunsSurviveARestart) {
   EXPECT_EQ(*a2, *a);
 }
 
+// The job page's elapsed time and measured busy %: GET /v1/jobs/NAME's "progress" while it holds
+// GPUs, from the same stamp and busy credits as the ledger; none once it ended.
+TEST_F(ServerUsageTest, ARunningJobSaysHowLongItRanAndHowBusyItKeptItsGpus) {
+  StartServer();
+  Submit(alice_, UsageJobYaml("train", "{count: 2}"));
+  EXPECT_FALSE(Job("team-a/train").contains("progress"));  // pending: no run yet
+  Minutes(10, 50);                                         // 00:10
+  const Json running = Job("team-a/train");
+  ASSERT_EQ(running["state"], "Running");
+  ASSERT_TRUE(running.contains("progress")) << running.dump();
+  // Placed at 00:01; busy at 50 % from the heartbeat of 00:03 (crediting the minute before)
+  // to 00:10: 8 of its 9 minutes.
+  EXPECT_EQ(running["progress"]["elapsed_s"], 9 * 60);
+  EXPECT_NEAR(running["progress"]["busy_pct"].get<double>(), 50.0 * 8 / 9, 0.01);
+  ASSERT_EQ(Call("POST", "/v1/jobs/team-a/train/cancel", alice_).status, 200);
+  Minutes(2, 50);
+  ASSERT_EQ(Job("team-a/train")["state"], "Cancelled");
+  EXPECT_FALSE(Job("team-a/train").contains("progress"));
+}
+
 TEST_F(ServerUsageTest, AMemberSeesItsTeamOnlyAndNoFleetTotals) {
   StartServer();
   Submit(alice_, UsageJobYaml("train", "{count: 1}"));

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <string_view>
 #include <vector>
@@ -595,8 +596,15 @@ std::string RenderExplanation(const json& answer) {
   }
   const json& eta = Member(answer, "eta");
   const std::string at = Text(Member(eta, "at"));
-  text += Field("ETA", at.empty() ? Text(Member(eta, "why"))
-                                  : fmt::format("{} ({})", at, Text(Member(eta, "why"))));
+  // Relative to now beside the absolute time: "in 4m" reads at a glance, the time stays exact.
+  const json& in = Member(eta, "inSeconds");
+  const std::string relative = !in.is_number_integer() ? std::string()
+                               : in.get<int64_t>() <= 0
+                                   ? std::string("now; ")
+                                   : fmt::format("in {}; ", FormatAge(in.get<int64_t>()));
+  text +=
+      Field("ETA", at.empty() ? Text(Member(eta, "why"))
+                              : fmt::format("{} ({}{})", at, relative, Text(Member(eta, "why"))));
   if (const json& ahead = Member(answer, "ahead"); ahead.is_array() && !ahead.empty()) {
     std::vector<std::vector<std::string>> rows = {{"JOB", "GPUS"}};
     for (const json& job : ahead) {
@@ -623,6 +631,109 @@ std::string RenderExplanation(const json& answer) {
 }
 
 }  // namespace
+
+namespace {
+
+// What `logs` has printed of one task run's log: the byte of the whole log it printed up to.
+struct PrintedLog {
+  int64_t upto = 0;
+  bool final = false;
+};
+
+// Prints the part of `item`'s tail that `printed` has not printed, each line with `prefix`;
+// says on `err`, naming the run by `label`, when bytes were skipped (before the tail, or the
+// log was cut on the node).
+void PrintLogTail(const json& item, const std::string& label, const std::string& prefix,
+                  PrintedLog& printed, std::ostream& out, std::ostream& err) {
+  const std::string text = Text(Member(item, "text"));
+  const int64_t size =
+      Member(item, "size").is_number_integer() ? Member(item, "size").get<int64_t>() : 0;
+  const int64_t from = size - static_cast<int64_t>(text.size());
+  if (size < printed.upto) {
+    err << fmt::format("[{}: the log was cut on the node; it starts again]\n", label);
+    printed.upto = 0;
+  }
+  if (from > printed.upto) {
+    err << fmt::format("[{}: {} bytes before this are on node {} only]\n", label,
+                       from - printed.upto, Text(Member(item, "node")));
+    printed.upto = from;
+  }
+  const std::string fresh = text.substr(static_cast<size_t>(printed.upto - from));
+  printed.upto = size;
+  printed.final = Member(item, "final").is_boolean() && Member(item, "final").get<bool>();
+  for (size_t start = 0; start < fresh.size();) {
+    const size_t end = std::min(fresh.find('\n', start), fresh.size());
+    out << prefix << (prefix.empty() ? "" : " ") << fresh.substr(start, end - start) << "\n";
+    start = end + 1;
+  }
+}
+
+bool JobHasEnded(std::string_view state) {
+  return state == "Succeeded" || state == "Failed" || state == "Cancelled";
+}
+
+}  // namespace
+
+int RunLogs(http::ApiClient& client, const LogsArgs& args,
+            const std::function<void(std::chrono::milliseconds)>& wait, std::ostream& out,
+            std::ostream& err) {
+  if (args.name.empty()) {
+    return PrintUsageError("logs needs a JOB", err);
+  }
+  std::string path = ObjectPath("jobs", args.name) + "/logs";
+  if (!args.task.empty()) {
+    path += "?task=" + http::UrlEncode(args.task);
+  }
+  std::map<std::string, PrintedLog> printed;  // by TASK#ATTEMPT
+  std::set<std::string> said;                 // what was said on err once
+  for (int polls_after_end = 0;;) {
+    const Result<json> answer = client.Get(path);
+    if (!answer.ok()) {
+      return PrintError(client, answer.status(), err);
+    }
+    const json& items = Member(*answer, "items");
+    std::set<std::string> tasks;
+    std::set<std::string> attempts;
+    for (const json& item : items.is_array() ? items : json::array()) {
+      tasks.insert(Text(Member(item, "task")));
+      attempts.insert(Text(Member(item, "attempt")));
+    }
+    bool all_final = true;
+    for (const json& item : items.is_array() ? items : json::array()) {
+      const std::string run =
+          fmt::format("{}#{}", Text(Member(item, "task")), Text(Member(item, "attempt")));
+      const std::string label = attempts.size() > 1 ? run : Text(Member(item, "task"));
+      const std::string prefix =
+          attempts.size() > 1 || tasks.size() > 1 ? fmt::format("[{}]", label) : std::string();
+      if (Member(item, "text").is_null()) {
+        all_final = false;
+        if (said.insert(run).second) {
+          err << fmt::format("[{} on node {}: {}]\n", run, Text(Member(item, "node")),
+                             Text(Member(item, "why")));
+        }
+        continue;
+      }
+      PrintedLog& log = printed[run];
+      PrintLogTail(item, label, prefix, log, out, err);
+      all_final = all_final && log.final;
+    }
+    if (const std::string why = Text(Member(*answer, "why"));
+        !why.empty() && said.insert(why).second) {
+      err << fmt::format("[job {} ({}): {}]\n", args.name, Text(Member(*answer, "state")), why);
+    }
+    if (!args.follow) {
+      return 0;
+    }
+    if (JobHasEnded(Text(Member(*answer, "state")))) {
+      // A job that ended without runs has nothing to wait for.
+      if (tasks.empty() || (all_final && !printed.empty()) ||
+          ++polls_after_end > kLogsFollowPollsAfterEnd) {
+        return 0;
+      }
+    }
+    wait(kLogsFollowInterval);
+  }
+}
 
 int RunExplain(http::ApiClient& client, const ExplainArgs& args, std::ostream& out,
                std::ostream& err) {

@@ -6,6 +6,8 @@
 // <message>` for an error the server answered, `error: <message>` for any other).
 #pragma once
 
+#include <chrono>
+#include <functional>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -63,6 +65,23 @@ struct ExplainArgs {
 };
 int RunExplain(http::ApiClient& client, const ExplainArgs& args, std::ostream& out,
                std::ostream& err);
+
+// `logs JOB [--task T] [-f]` (GET /v1/jobs/NAME/logs, docs/agent.md "Task logs"): the tail of
+// each task's log that its agent shipped, each line prefixed "[TASK] " when the job has several
+// tasks (or "[TASK#ATTEMPT] " over several attempts). What was not shipped is said on `err`
+// (no run yet, no log yet, bytes before the tail). With `follow`, asks again after
+// `wait(kLogsFollowInterval)` and prints what is new until the job has ended and each task's
+// final tail was printed, or kLogsFollowPollsAfterEnd answers after the end.
+struct LogsArgs {
+  std::string name;
+  std::string task;  // empty: every task
+  bool follow = false;
+};
+inline constexpr std::chrono::milliseconds kLogsFollowInterval{2000};
+inline constexpr int kLogsFollowPollsAfterEnd = 20;
+int RunLogs(http::ApiClient& client, const LogsArgs& args,
+            const std::function<void(std::chrono::milliseconds)>& wait, std::ostream& out,
+            std::ostream& err);
 
 // `create team NAME` ("team/NAME created"), `create queue NAME [--team T]` ("queue/NAME
 // created"), `create token --role admin|member|agent [--team T] [--node NODE] --name N`

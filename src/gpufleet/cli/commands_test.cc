@@ -251,7 +251,8 @@ TEST_F(CommandsTest, ExplainJobPrintsReasonEtaAheadAndWhatIfs) {
                                                "freeGpus": 8, "totalGpus": 16,
                                                "lacksGpus": 8}},
                    "ahead": [{"name": "a", "gpus": 8}, {"hidden": 1}],
-                   "eta": {"at": "2026-12-03T11:00:00Z", "why": "the backfill plan"},
+                   "eta": {"at": "2026-12-03T11:00:00Z", "inSeconds": 250,
+                           "why": "the backfill plan"},
                    "whatIf": [{"change": "topology.required=block", "wouldStartNow": true,
                                "detail": "it would start on 2 nodes"}]})");
   EXPECT_EQ(RunExplain(fake_.client, {.kind = "job", .name = "team-a/big"}, out_, err_), 0)
@@ -264,7 +265,7 @@ TEST_F(CommandsTest, ExplainJobPrintsReasonEtaAheadAndWhatIfs) {
             "constraints, 0 are unhealthy or not Ready\n"
             "GPUs:        needs 16, 16 free that it may use\n"
             "Best domain: leaf leaf-0: 8 GPUs free of 16, lacks 8\n"
-            "ETA:         2026-12-03T11:00:00Z (the backfill plan)\n"
+            "ETA:         2026-12-03T11:00:00Z (in 4m10s; the backfill plan)\n"
             "Ahead:\n"
             "  JOB                  GPUS\n"
             "  a                    8\n"
@@ -272,6 +273,77 @@ TEST_F(CommandsTest, ExplainJobPrintsReasonEtaAheadAndWhatIfs) {
             "What if:\n"
             "  WHAT IF                   STARTS NOW   DETAIL\n"
             "  topology.required=block   yes          it would start on 2 nodes\n");
+}
+
+TEST_F(CommandsTest, LogsPrintsEachTasksTailAndSaysWhatIsMissing) {
+  fake_.Answer("GET /v1/jobs/nlp/bert/logs", 200,
+               R"({"job": "bert", "state": "Running", "items": [
+                   {"task": "main-0", "attempt": 1, "node": "node-1", "text": "step 1\nstep 2\n",
+                    "size": 1014, "from": 1000, "final": false},
+                   {"task": "main-1", "attempt": 1, "node": "node-2", "text": null,
+                    "why": "no log received yet"}]})");
+  const auto no_wait = [](std::chrono::milliseconds) { FAIL() << "logs without -f waited"; };
+  EXPECT_EQ(RunLogs(fake_.client, {.name = "nlp/bert"}, no_wait, out_, err_), 0) << err_.str();
+  EXPECT_EQ(out_.str(), "[main-0] step 1\n[main-0] step 2\n");
+  EXPECT_THAT(err_.str(), HasSubstr("[main-0: 1000 bytes before this are on node node-1 only]"));
+  EXPECT_THAT(err_.str(), HasSubstr("main-1#1 on node node-2: no log received yet"));
+  // One task: its name goes in the query (encoded), lines as they are.
+  fake_.Answer("GET /v1/jobs/nlp/bert/logs?task=main-0", 200,
+               R"({"job": "bert", "state": "Running", "items": [
+                   {"task": "main-0", "attempt": 1, "node": "node-1", "text": "only\n",
+                    "size": 5, "final": false}]})");
+  out_.str("");
+  EXPECT_EQ(RunLogs(fake_.client, {.name = "nlp/bert", .task = "main-0"}, no_wait, out_, err_), 0);
+  EXPECT_EQ(out_.str(), "only\n");
+}
+
+TEST_F(CommandsTest, LogsOfAJobWithoutRunsOrNotFound) {
+  fake_.Answer("GET /v1/jobs/waiting/logs", 200,
+               R"({"job": "waiting", "state": "Pending", "items": [],
+                   "why": "the job has no runs yet: no task of it has started"})");
+  const auto no_wait = [](std::chrono::milliseconds) {};
+  EXPECT_EQ(RunLogs(fake_.client, {.name = "waiting"}, no_wait, out_, err_), 0);
+  EXPECT_EQ(out_.str(), "");
+  EXPECT_THAT(err_.str(), HasSubstr("job waiting (Pending): the job has no runs yet"));
+  err_.str("");
+  fake_.Answer("GET /v1/jobs/nope/logs", 404, kNotFound);
+  EXPECT_EQ(RunLogs(fake_.client, {.name = "nope"}, no_wait, out_, err_), 1);
+  EXPECT_THAT(err_.str(), HasSubstr("Error from server (NotFound)"));
+  EXPECT_EQ(RunLogs(fake_.client, {}, no_wait, out_, err_), 1);
+}
+
+// -f prints what is new at each answer, once, and stops once the job ended and each task's
+// final tail was printed.
+TEST_F(CommandsTest, LogsFollowPrintsWhatIsNewUntilTheFinalTail) {
+  const std::vector<std::string> answers = {
+      R"({"job": "j", "state": "Running", "items": [{"task": "main-0", "attempt": 1,
+          "node": "n", "text": "a\n", "size": 2, "final": false}]})",
+      R"({"job": "j", "state": "Running", "items": [{"task": "main-0", "attempt": 1,
+          "node": "n", "text": "a\nb\n", "size": 4, "final": false}]})",
+      R"({"job": "j", "state": "Succeeded", "items": [{"task": "main-0", "attempt": 1,
+          "node": "n", "text": "a\nb\nc\n", "size": 6, "final": true}]})"};
+  size_t next = 0;
+  fake_.Answer("GET /v1/jobs/j/logs", 200, answers[next++]);
+  std::vector<std::chrono::milliseconds> waits;
+  const auto wait = [&](std::chrono::milliseconds pause) {
+    waits.push_back(pause);
+    ASSERT_LT(next, answers.size()) << "asked again after the final tail";
+    fake_.Answer("GET /v1/jobs/j/logs", 200, answers[next++]);
+  };
+  EXPECT_EQ(RunLogs(fake_.client, {.name = "j", .follow = true}, wait, out_, err_), 0)
+      << err_.str();
+  EXPECT_EQ(out_.str(), "a\nb\nc\n");
+  EXPECT_EQ(waits, std::vector<std::chrono::milliseconds>(2, kLogsFollowInterval));
+  // A job that ended without a final tail is asked a bounded number of times.
+  fake_.Answer("GET /v1/jobs/k/logs", 200,
+               R"({"job": "k", "state": "Failed", "items": [{"task": "main-0", "attempt": 1,
+                   "node": "n", "text": null, "why": "no log received yet"}]})");
+  int asked = 0;
+  EXPECT_EQ(RunLogs(
+                fake_.client, {.name = "k", .follow = true},
+                [&](std::chrono::milliseconds) { ++asked; }, out_, err_),
+            0);
+  EXPECT_EQ(asked, kLogsFollowPollsAfterEnd);
 }
 
 TEST_F(CommandsTest, ExplainRefusesOtherKindsAndReportsNotFound) {

@@ -25,6 +25,7 @@
 #include "gpufleet/control/queue_controller.h"
 #include "gpufleet/control/reliability_controller.h"
 #include "gpufleet/control/retention_controller.h"
+#include "gpufleet/control/task_logs.h"
 #include "gpufleet/control/usage_ledger.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/cluster.h"
@@ -215,6 +216,21 @@ class ControlPlane {
   // node (or a credential of another node), kInvalidArgument for a bad report or an image that
   // is not the task's.
   Result<Json> RecordProvenance(const Principal& who, std::string_view node, std::string_view body);
+  // POST /v1/agents/NODE/logs (docs/agent.md, "Task logs"): keeps the tail of a task's log in
+  // memory (TaskLogCache). Only for a run the node itself recorded (its provenance record names
+  // the node): kNotFound before that record, kPermissionDenied for another node's run or
+  // credential, kInvalidArgument for a bad report.
+  Status RecordTaskLog(const Principal& who, std::string_view node, std::string_view body);
+  // The runs of job `job_key` (TEAM/NAME or NAME) by their provenance records, oldest attempt
+  // first, each with the log tail kept for it, if any.
+  struct TaskRunLog {
+    std::string task_id;
+    std::string task;
+    int64_t attempt = 0;
+    std::string node;
+    std::optional<TaskLogCache::Entry> log;
+  };
+  Result<std::vector<TaskRunLog>> TaskRunLogs(const std::string& job_key);
   // A deleted node: its GPUs belong to no node and its lease is forgotten.
   void ForgetNode(const std::string& node);
   // The sum over the fleet's reporting GPUs of their utilization, in milli-GPUs.
@@ -341,6 +357,7 @@ class ControlPlane {
   NodeLeaseController leases_;                          // thread-safe
   std::unique_ptr<ReliabilityController> reliability_;  // thread-safe
   UsageMeter usage_meter_;                              // thread-safe
+  TaskLogCache task_logs_{kTaskLogCacheBytes};          // thread-safe
   std::mutex usage_mu_;
   std::map<std::string, MonoTime> usage_last_heartbeat_;  // guarded by usage_mu_
 

@@ -2,6 +2,7 @@
 // The agent sessions of the control plane: registration, heartbeats and the task reports they
 // carry (lifecycle transitions), the desired tasks they answer, GPU UUID ownership and provenance
 // records (docs/agent.md).
+#include <algorithm>
 #include <charconv>
 #include <cstdio>
 #include <functional>
@@ -1326,6 +1327,58 @@ Result<Json> ControlPlane::RecordProvenance(const Principal& who, std::string_vi
   }
   kept["created"] = false;
   return kept;
+}
+
+Status ControlPlane::RecordTaskLog(const Principal& who, std::string_view node,
+                                   std::string_view body) {
+  if (!who.is_admin() && who.role != Role::kAgent) {
+    return Status(StatusCode::kPermissionDenied, "task logs need an agent or admin token");
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(wire::TaskLogReport report, wire::ParseTaskLogReport(body));
+  GPUFLEET_RETURN_IF_ERROR(CheckNodeCredential(who, std::string(node)));
+  // The run's provenance record says which node ran it, also once the job has ended and its
+  // placements are gone.
+  const Result<store::StoredObject> run = options_.store.Get(kProvenanceKind, report.task_id);
+  if (!run.ok()) {
+    return run.status().code() == StatusCode::kNotFound
+               ? NotFoundError(fmt::format("task_id: no run of task {} is recorded (its agent "
+                                           "records it when it starts it)",
+                                           report.task_id))
+               : run.status();
+  }
+  const std::string ran_on = wire::StrOr(wire::ParseDocument(run->data), "node");
+  if (ran_on != node) {
+    return Status(StatusCode::kPermissionDenied,
+                  fmt::format("task {} ran on node {}, not {}: an agent ships only its own "
+                              "node's logs",
+                              report.task_id, ran_on, node));
+  }
+  task_logs_.Put(
+      {.node = std::string(node), .report = std::move(report), .received_ns = UsageNowNanos()});
+  return Status::Ok();
+}
+
+Result<std::vector<ControlPlane::TaskRunLog>> ControlPlane::TaskRunLogs(
+    const std::string& job_key) {
+  // Task ids are JOB/TASK/ATTEMPT; another job's key may extend this one's ("a" and "a/b"), so
+  // each record's job is checked.
+  GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> records,
+                            options_.store.List(kProvenanceKind, job_key + "/"));
+  std::vector<TaskRunLog> runs;
+  for (const store::StoredObject& object : records) {
+    const Json record = wire::ParseDocument(object.data);
+    if (wire::StrOr(record, "job") != job_key) {
+      continue;
+    }
+    runs.push_back({.task_id = object.name,
+                    .task = wire::StrOr(record, "task"),
+                    .attempt = wire::IntOr(record, "attempt", 0),
+                    .node = wire::StrOr(record, "node"),
+                    .log = task_logs_.Get(object.name)});
+  }
+  std::stable_sort(runs.begin(), runs.end(),
+                   [](const TaskRunLog& a, const TaskRunLog& b) { return a.attempt < b.attempt; });
+  return runs;
 }
 
 }  // namespace gpufleet::control

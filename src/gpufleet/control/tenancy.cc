@@ -395,7 +395,7 @@ std::optional<ScopedPath> ParseScopedPath(const std::vector<std::string_view>& s
     return std::nullopt;
   }
   const std::vector<std::string_view> actions =
-      method == "GET"    ? std::vector<std::string_view>{"events", "explain"}
+      method == "GET"    ? std::vector<std::string_view>{"events", "explain", "logs"}
       : method == "POST" ? std::vector<std::string_view>{"cancel", "resume"}
                          : std::vector<std::string_view>{};
   ScopedPath out;
@@ -423,6 +423,10 @@ Status CheckScopedName(std::string_view field, std::string_view name) {
   if (name == "explain") {
     return InvalidArgumentError(fmt::format(
         "{}: \"explain\" is reserved (GET /v1/jobs/TEAM/explain explains job TEAM)", field));
+  }
+  if (name == "logs") {
+    return InvalidArgumentError(fmt::format(
+        "{}: \"logs\" is reserved (GET /v1/jobs/TEAM/logs reads the logs of job TEAM)", field));
   }
   return Status::Ok();
 }

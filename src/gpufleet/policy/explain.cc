@@ -295,13 +295,9 @@ void AddWhatIfs(scheduler::Scheduler& scheduler, ClusterSnapshot& snapshot,
   }
 }
 
-// The ETA: the backfill plan played forward on a scratch copy, as the scheduling cycle would run
-// it. At each planned end (PlannedEndSeconds) the jobs that ended leave; then the jobs ahead and
-// this one are tried in queue order, EASY-style: the first that does not fit gets a reservation
-// (BackfillPlanner::Reserve) and a later one starts only if it keeps it; each started job leaves
-// at its own estimate. The job's start in that plan is the ETA.
-void PlanEta(scheduler::Scheduler& scheduler, const ClusterSnapshot& snapshot,
-             const ExplainInput& input, Random& random, Explanation& out) {
+// The plan of PlanEta below, counting the never-fitting jobs ahead it leaves out.
+void PlanEtaOfFittingJobs(scheduler::Scheduler& scheduler, const ClusterSnapshot& snapshot,
+                          const ExplainInput& input, Random& random, Explanation& out) {
   BackfillPlanner planner(scheduler, input.backfill);
   std::vector<RunningJob> holding = input.running;
   const int unknown =
@@ -311,6 +307,7 @@ void PlanEta(scheduler::Scheduler& scheduler, const ClusterSnapshot& snapshot,
   ClusterSnapshot plan = snapshot.Clone();
   std::vector<const Job*> waiting = input.ahead;
   waiting.push_back(input.job);
+  std::set<const Job*> checked_never;
   int tries = 0;
   const auto give_up = [&] {
     out.eta_why = fmt::format("unknown: planning {} jobs ahead took more than {} placement tries",
@@ -330,6 +327,13 @@ void PlanEta(scheduler::Scheduler& scheduler, const ClusterSnapshot& snapshot,
         }
       };
       if (!placed.scheduled()) {
+        // Asked once per job, and only of those that do not fit: the check scans every node.
+        if (*it != input.job && checked_never.insert(*it).second &&
+            CheckNeverFits(**it, snapshot).has_value()) {
+          ++out.ahead_never_start;
+          it = waiting.erase(it);
+          continue;
+        }
         if (head == nullptr) {
           head = *it;
           Result<Reservation> reserved = planner.Reserve(*head, holding, now, plan, random);
@@ -405,6 +409,24 @@ void PlanEta(scheduler::Scheduler& scheduler, const ClusterSnapshot& snapshot,
         ++job;
       }
     }
+  }
+}
+
+// The ETA: the backfill plan played forward on a scratch copy, as the scheduling cycle would run
+// it. At each planned end (PlannedEndSeconds) the jobs that ended leave; then the jobs ahead and
+// this one are tried in queue order, EASY-style: the first that does not fit gets a reservation
+// (BackfillPlanner::Reserve) and a later one starts only if it keeps it; each started job leaves
+// at its own estimate. A job ahead that never fits is left out (it would never start, and its
+// reservation would hold back everything behind it); the answer says how many were. The job's
+// start in that plan is the ETA.
+void PlanEta(scheduler::Scheduler& scheduler, const ClusterSnapshot& snapshot,
+             const ExplainInput& input, Random& random, Explanation& out) {
+  PlanEtaOfFittingJobs(scheduler, snapshot, input, random, out);
+  if (out.ahead_never_start > 0) {
+    out.eta_why +=
+        fmt::format("; {} {} ahead cannot start (never fits) and {} left out of the plan",
+                    out.ahead_never_start, out.ahead_never_start == 1 ? "job" : "jobs",
+                    out.ahead_never_start == 1 ? "is" : "are");
   }
 }
 

@@ -71,6 +71,9 @@ struct Explanation {
   // When the backfill plan starts the job, on the caller's time line; nullopt: unknown.
   std::optional<int64_t> eta_seconds;
   std::string eta_why;
+  // Jobs ahead that no node could ever hold (never_fits.h), left out of the ETA plan: they would
+  // hold a reservation forever and start nothing behind them.
+  int ahead_never_start = 0;
   std::vector<WhatIf> what_ifs;
 };
 

@@ -275,6 +275,28 @@ TEST_F(ExplainTest, EtaFollowsTheJobsAheadAndTheirEstimates) {
   EXPECT_EQ(*alone.eta_seconds, 300);
 }
 
+// A job ahead that no node could ever hold is left out of the plan and counted: it would hold
+// the reservation forever and start nothing behind it.
+TEST_F(ExplainTest, EtaLeavesOutJobsAheadThatNeverFit) {
+  Use(TwoLeaves());
+  Hold("a", 0, 8, 0, 100);                 // ends at 100
+  Hold("b", 1, 8, 0, 300);                 // ends at 300
+  Job too_wide = Gang("too-wide", 1, 16);  // 16 GPUs per task on 8-GPU nodes
+  too_wide.runtime_estimate = std::chrono::seconds(60);
+  Job too_many = Gang("too-many", 3, 8);  // 24 GPUs on a fleet of 16
+  too_many.runtime_estimate = std::chrono::seconds(60);
+  const Job job = Gang("mine", 1, 8);
+  const Explanation explained = Ask(job, {}, {}, {&too_wide, &too_many});
+  ASSERT_TRUE(explained.eta_seconds.has_value()) << explained.eta_why;
+  EXPECT_EQ(*explained.eta_seconds, 100);
+  EXPECT_EQ(explained.ahead_never_start, 2);
+  EXPECT_THAT(explained.eta_why, HasSubstr("2 jobs ahead cannot start"));
+  // Without them nothing is said.
+  const Explanation alone = Ask(job);
+  EXPECT_EQ(alone.ahead_never_start, 0);
+  EXPECT_THAT(alone.eta_why, ::testing::Not(HasSubstr("cannot start")));
+}
+
 // EASY in the plan: a long job that fits now does not jump a reserved head it would delay; it
 // starts when the head has run.
 TEST_F(ExplainTest, EtaKeepsTheHeadsReservation) {

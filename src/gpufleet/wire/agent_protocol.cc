@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "gpufleet/wire/job_spec.h"
 #include "gpufleet/wire/json_fields.h"
 #include "gpufleet/wire/node_json.h"
 
@@ -1002,6 +1003,62 @@ Result<ProvenanceReport> ParseProvenanceReport(std::string_view text) {
     }
   }
   std::sort(report.env_names.begin(), report.env_names.end());
+  return report;
+}
+
+std::string TaskLogReportToJson(const TaskLogReport& report) {
+  // A log is any bytes: each byte that is not part of well-formed UTF-8 (a binary write, a
+  // character cut by the tail's start) is sent as '?', one byte for one, so that `size` and the
+  // text's length still line up.
+  std::string text = report.text;
+  for (size_t from = 0; from < text.size();) {
+    const size_t bad = InvalidUtf8Offset(std::string_view(text).substr(from));
+    if (bad == std::string_view::npos) {
+      break;
+    }
+    text[from + bad] = '?';
+    from += bad + 1;
+  }
+  return Json{{"task_id", report.task_id},
+              {"text", std::move(text)},
+              {"size", report.size},
+              {"final", report.final}}
+      .dump();
+}
+
+Result<TaskLogReport> ParseTaskLogReport(std::string_view text) {
+  // The tail, escaped at worst 6 bytes to 1 ("\u0001"), and the rest of the object.
+  constexpr size_t kMaxBody = 6 * kMaxTaskLogTailBytes + 1024;
+  if (text.size() > kMaxBody) {
+    return InvalidArgumentError(
+        fmt::format("body: {} bytes, more than the {} bytes a task log report may hold",
+                    text.size(), kMaxBody));
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
+  GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader r,
+                            ObjectReader::Open(j, "", {"task_id", "text", "size", "final"}));
+  TaskLogReport report;
+  GPUFLEET_RETURN_IF_ERROR(r.String("task_id", &report.task_id, /*required=*/true));
+  if (report.task_id.empty() || report.task_id.size() > kMaxTaskIdLength) {
+    return FieldError(r.Path("task_id"),
+                      fmt::format("must hold 1 to {} characters", kMaxTaskIdLength));
+  }
+  GPUFLEET_RETURN_IF_ERROR(r.String("text", &report.text));
+  if (report.text.size() > kMaxTaskLogTailBytes) {
+    return FieldError(r.Path("text"), fmt::format("{} bytes, more than the {} of a log's tail",
+                                                  report.text.size(), kMaxTaskLogTailBytes));
+  }
+  GPUFLEET_RETURN_IF_ERROR(r.Integer("size", &report.size, 0, std::numeric_limits<int64_t>::max()));
+  if (report.size < static_cast<int64_t>(report.text.size())) {
+    return FieldError(r.Path("size"), fmt::format("{} is less than the {} bytes of the text",
+                                                  report.size, report.text.size()));
+  }
+  if (const Json* final = r.Find("final")) {
+    if (!final->is_boolean()) {
+      return FieldError(r.Path("final"), "expected true or false, got " + ShownValue(*final));
+    }
+    report.final = final->get<bool>();
+  }
   return report;
 }
 

@@ -276,6 +276,21 @@ inline constexpr size_t kMaxProvenanceGpus = 64;
 inline constexpr size_t kMaxProvenanceEnvNames = 1024;
 inline constexpr size_t kMaxProvenanceFieldBytes = 256;
 
+// The tail of one task's log (its stdout and stderr), as the agent ships it (docs/agent.md,
+// "Task logs"): POST /v1/agents/NODE/logs after a heartbeat, when the log grew. `text` is the
+// last kMaxTaskLogTailBytes of the file at most (TaskLogReportToJson sends each byte that is not
+// well-formed UTF-8 as '?'); `size` the file's whole size, so the reader knows how much came
+// before; `final` once the task ended.
+struct TaskLogReport {
+  std::string task_id;  // MakeTaskId
+  std::string text;
+  int64_t size = 0;
+  bool final = false;
+
+  friend bool operator==(const TaskLogReport&, const TaskLogReport&) = default;
+};
+inline constexpr size_t kMaxTaskLogTailBytes = 16 * 1024;
+
 std::string RegisterRequestToJson(const RegisterRequest& request);
 std::string HeartbeatRequestToJson(const HeartbeatRequest& request);
 std::string AgentReplyToJson(const AgentReply& reply);
@@ -292,5 +307,9 @@ Result<AgentReply> ParseAgentReply(std::string_view text);
 // Also refuses a report over the bounds above, an env name that is not [A-Za-z_][A-Za-z0-9_]*
 // (so no "NAME=VALUE" passes), a duplicate name or GPU, and a bad image reference or digest.
 Result<ProvenanceReport> ParseProvenanceReport(std::string_view text);
+// Also refuses a text of more than kMaxTaskLogTailBytes, a negative size or one smaller than the
+// text, and a task id that is empty or longer than kMaxTaskIdLength.
+Result<TaskLogReport> ParseTaskLogReport(std::string_view text);
+std::string TaskLogReportToJson(const TaskLogReport& report);
 
 }  // namespace gpufleet::wire

@@ -308,6 +308,51 @@ TEST(AgentProtocolJson, DescribesMigInstances) {
   EXPECT_EQ(DescribeMigInstances({{"3g.40gb", 0}, {"1g.10gb", 6}}), "3g.40gb at 0, 1g.10gb at 6");
 }
 
+TEST(TaskLogReportJson, RoundTripsAndReplacesBytesThatAreNotUtf8) {
+  const TaskLogReport report{
+      .task_id = "nlp/bert/main-0/1", .text = "step 1\nloss 0.5\n", .size = 4096, .final = true};
+  Result<TaskLogReport> back = ParseTaskLogReport(TaskLogReportToJson(report));
+  ASSERT_OK(back);
+  EXPECT_EQ(*back, report);
+  // A log is any bytes: a stray 0xff, and a character cut by the tail's start, go as '?', one
+  // byte for one, so the size still lines up.
+  Result<TaskLogReport> binary = ParseTaskLogReport(TaskLogReportToJson({.task_id = "j/main-0/1",
+                                                                         .text = "\xa9"
+                                                                                 "a\xff"
+                                                                                 "b\xc3\xa9",
+                                                                         .size = 6}));
+  ASSERT_OK(binary);
+  EXPECT_EQ(binary->text, "?a?b\xc3\xa9");
+}
+
+TEST(TaskLogReportJson, RefusesHostileReportsNamingTheField) {
+  const auto body = [](const std::string& task_id, const std::string& text, int64_t size) {
+    return fmt::format(R"({{"task_id": "{}", "text": "{}", "size": {}}})", task_id, text, size);
+  };
+  EXPECT_THAT(ParseTaskLogReport(body("", "x", 1)).status().message(), HasSubstr("task_id"));
+  EXPECT_THAT(
+      ParseTaskLogReport(body(std::string(kMaxTaskIdLength + 1, 'a'), "x", 1)).status().message(),
+      HasSubstr("task_id: must hold 1 to"));
+  EXPECT_THAT(
+      ParseTaskLogReport(body("j/main-0/1", std::string(kMaxTaskLogTailBytes + 1, 'x'), 1 << 20))
+          .status()
+          .message(),
+      HasSubstr("text: 16385 bytes"));
+  EXPECT_THAT(ParseTaskLogReport(body("j/main-0/1", "xyz", 2)).status().message(),
+              HasSubstr("size: 2 is less than the 3 bytes"));
+  EXPECT_THAT(ParseTaskLogReport(body("j/main-0/1", "x", -1)),
+              StatusIs(StatusCode::kInvalidArgument));
+  EXPECT_THAT(ParseTaskLogReport(R"({"task_id": "j/main-0/1", "size": 1, "final": "yes"})")
+                  .status()
+                  .message(),
+              HasSubstr("final: expected true or false"));
+  EXPECT_THAT(
+      ParseTaskLogReport(R"({"task_id": "j/main-0/1", "size": 1, "extra": 1})").status().message(),
+      HasSubstr("extra: unknown field"));
+  EXPECT_THAT(ParseTaskLogReport(std::string(7 * kMaxTaskLogTailBytes, ' ')).status().message(),
+              HasSubstr("more than"));
+}
+
 TEST(ProvenanceReportJson, RoundTripsWithSortedEnvNames) {
   ProvenanceReport report;
   report.task_id = "ml/bert/main-0/2";
