@@ -55,6 +55,14 @@
     encodeURIComponent(job.name);
   const nodeHref = (name) => '#/nodes/' + encodeURIComponent(name);
   const fmtGpus = (milli) => (milli / 1000).toFixed(milli % 1000 === 0 ? 0 : 2);
+  // "45s", "2m", "3h 5m", "2d 4h": how long before now a Unix-nanosecond time was.
+  const fmtAgo = (ns) => {
+    const s = Math.max(0, Math.floor(Date.now() / 1000 - ns / 1e9));
+    if (s < 60) return s + 's';
+    if (s < 3600) return Math.floor(s / 60) + 'm';
+    if (s < 86400) return Math.floor(s / 3600) + 'h ' + Math.floor((s % 3600) / 60) + 'm';
+    return Math.floor(s / 86400) + 'd ' + Math.floor((s % 86400) / 3600) + 'h';
+  };
   const pct = (x) => (Number.isFinite(x) ? Math.round(x) + '%' : '–');
   // A span as the CLI's FormatAge writes it, two units at most where it matters: "45s",
   // "2m30s", "17m", "3h12m", "2d5h".
@@ -554,6 +562,8 @@
             h('dt', {}, 'tasks'), h('dd', {}, (spec.tasks || []).map((t) =>
               `${t.name} x${t.replicas || 1} (${(t.resources && t.resources.gpus && (t.resources.gpus.count ?? t.resources.gpus.fraction ?? t.resources.gpus.migProfile)) ?? 0} GPU)`).join(', ') || '–'),
             job.reason ? [h('dt', {}, 'reason'), h('dd', {id: 'job-reason'}, job.reason)] : null,
+            job.last_checkpoint_ns !== undefined ? [h('dt', {}, 'checkpoint'),
+              h('dd', {id: 'job-checkpoint'}, `last checkpoint ${fmtAgo(job.last_checkpoint_ns)} ago`)] : null,
             job.warning ? [h('dt', {}, 'warning'), h('dd', {}, job.warning)] : null)),
           h('div', {class: 'panel'}, h('h2', {}, 'Where it runs'),
             (job.placements || []).length === 0 ? h('p', {class: 'muted'}, 'not placed') :

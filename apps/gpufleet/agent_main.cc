@@ -318,6 +318,22 @@ int RunAgent(const AgentFlags& flags) {
     return FailAgent(UnavailableError(fmt::format("--state-dir: cannot create \"{}\" (0700): {}",
                                                   options.log_dir, error.message())));
   }
+  // The tasks' checkpoint files (docs/job-spec.md, "Checkpoints"), which the process runner
+  // makes: a task reaches its own by the name in its environment but lists nobody's, and only the
+  // agent adds or removes files.
+  if (flags.runner == "process" || flags.runner == "podman") {
+    options.checkpoint_dir = (std::filesystem::path(flags.state_dir) / "checkpoints").string();
+    std::filesystem::create_directories(options.checkpoint_dir, error);
+    std::filesystem::permissions(options.checkpoint_dir,
+                                 std::filesystem::perms::owner_all |
+                                     std::filesystem::perms::group_exec |
+                                     std::filesystem::perms::others_exec,
+                                 error);
+    if (error) {
+      return FailAgent(UnavailableError(fmt::format("--state-dir: cannot create \"{}\" (0711): {}",
+                                                    options.checkpoint_dir, error.message())));
+    }
+  }
 
   SystemClock clock;
   const GpuCatalog catalog = GpuCatalog::Default();

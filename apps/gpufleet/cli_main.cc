@@ -205,7 +205,8 @@ Action AddCliCommands(CLI::App& app) {
   describe->add_option("NAME", s.describe.name, "its name (a job or deployment: NAME or TEAM/NAME)")
       ->required();
   AddVerb(s, describe, [&s](http::ApiClient& client) {
-    return cli::RunDescribe(client, s.describe, std::cout, std::cerr);
+    const SystemClock clock;
+    return cli::RunDescribe(client, s.describe, clock, std::cout, std::cerr);
   });
 
   CLI::App* explain = app.add_subcommand(

@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/agent/node_agent.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
@@ -23,6 +25,13 @@ constexpr char kJsonType[] = "application/json";
 constexpr char kJobEnv[] = "GPUFLEET_JOB";
 constexpr char kTaskEnv[] = "GPUFLEET_TASK";
 constexpr char kTaskIdEnv[] = "GPUFLEET_TASK_ID";
+
+// A task id as the name of its files: '/' becomes '_'.
+std::string TaskFileName(const std::string& task_id) {
+  std::string file = task_id;
+  std::replace(file.begin(), file.end(), '/', '_');
+  return file;
+}
 
 // With the node's own credential once it has one, else the client's token.
 Result<wire::AgentReply> Send(http::ApiClient& client, const std::string& node_token,
@@ -283,7 +292,39 @@ std::vector<wire::TaskReport> NodeAgent::TaskReports(
     report.message = why;
     reports.push_back(std::move(report));
   }
+  for (wire::TaskReport& report : reports) {
+    if (const auto it = checkpoints_.find(report.id); it != checkpoints_.end()) {
+      report.last_checkpoint_unix_s = it->second.unix_seconds;
+    }
+  }
   return reports;
+}
+
+void NodeAgent::ReadCheckpoints(const std::vector<runner::TaskStatus>& statuses) {
+  if (options_.checkpoint_dir.empty()) {
+    return;
+  }
+  for (const runner::TaskStatus& status : statuses) {
+    // Missing (a task started without one) or unreadable now: the last time read stands.
+    const Result<CheckpointRead> read = ReadCheckpointFile(CheckpointPath(status.task_id));
+    if (!read.ok()) {
+      continue;
+    }
+    CheckpointRead& known = checkpoints_[status.task_id];
+    if (read->size == known.size && read->mtime_ns == known.mtime_ns &&
+        read->rejected == known.rejected) {
+      continue;
+    }
+    if (!read->rejected.empty()) {
+      ++checkpoint_rejections_[read->rejected];
+    }
+    known.size = read->size;
+    known.mtime_ns = read->mtime_ns;
+    known.rejected = read->rejected;
+    if (read->unix_seconds) {
+      known.unix_seconds = read->unix_seconds;
+    }
+  }
 }
 
 Status NodeAgent::Register() {
@@ -349,6 +390,7 @@ Status NodeAgent::Register() {
   mig_errors_.clear();
   request.gpus = GpuReports();
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
+  ReadCheckpoints(statuses);
   request.tasks = TaskReports(statuses);
   request.sequence = clock_.Now().nanos;
   GPUFLEET_ASSIGN_OR_RETURN(const wire::AgentReply reply,
@@ -375,6 +417,7 @@ Status NodeAgent::Heartbeat() {
     request.link_problems.push_back(finding.reason);
   }
   const std::vector<runner::TaskStatus> statuses = runner_.Poll();
+  ReadCheckpoints(statuses);
   request.tasks = TaskReports(statuses);
   request.fenced = fenced_;
   // A pull adds an image when it ends, which may be between two heartbeats.
@@ -610,9 +653,11 @@ std::optional<std::string> NodeAgent::ApplyMigLayout(const wire::WantedMigLayout
 }
 
 std::string NodeAgent::LogPath(const std::string& task_id) const {
-  std::string file = task_id;
-  std::replace(file.begin(), file.end(), '/', '_');
-  return fmt::format("{}/{}.log", options_.log_dir, file);
+  return fmt::format("{}/{}.log", options_.log_dir, TaskFileName(task_id));
+}
+
+std::string NodeAgent::CheckpointPath(const std::string& task_id) const {
+  return fmt::format("{}/{}.checkpoint", options_.checkpoint_dir, TaskFileName(task_id));
 }
 
 Status NodeAgent::Apply(const wire::AgentReply& reply,
@@ -624,6 +669,11 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
       if (Status forgotten = runner_.Forget(status.task_id);
           !forgotten.ok() && forgotten.code() != StatusCode::kNotFound) {
         return forgotten;
+      }
+      // The server has the task's last checkpoint; a missing file is already gone.
+      checkpoints_.erase(status.task_id);
+      if (!options_.checkpoint_dir.empty()) {
+        unlink(CheckpointPath(status.task_id).c_str());
       }
     }
   }
@@ -732,6 +782,9 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
     launch.env[kTaskIdEnv] = task.id;
     launch.gpu_uuids = task.gpu_uuids;
     launch.log_path = LogPath(task.id);
+    if (!options_.checkpoint_dir.empty()) {
+      launch.checkpoint_path = CheckpointPath(task.id);
+    }
     launch.cpu_milli = task.cpu_milli;
     launch.memory_mib = task.memory_mib;
     launch.image = task.image;

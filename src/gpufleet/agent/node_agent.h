@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gpufleet/agent/checkpoint_file.h"
 #include "gpufleet/agent/gpu_probe.h"
 #include "gpufleet/agent/health.h"
 #include "gpufleet/agent/telemetry.h"
@@ -58,6 +59,10 @@ struct NodeAgentOptions {
   std::string log_dir;
   Duration log_ship_interval = std::chrono::seconds(30);
   int64_t max_log_bytes = int64_t{64} * 1024 * 1024;
+  // Per-task checkpoint files (agent/checkpoint_file.h) go here as TASK-ID.checkpoint, read at
+  // each report; a directory that only the agent can write to and task users can search (0711).
+  // Empty: tasks get none.
+  std::string checkpoint_dir;
   // SIGTERM to SIGKILL when the server no longer wants a task.
   Duration stop_grace = std::chrono::seconds(30);
   // Fencing: the agent stops its tasks once its lease (AgentReply::lease_ms, renewed by every
@@ -127,6 +132,12 @@ class NodeAgent {
   // Why the server refused the last record it refused for good; empty if none was.
   const std::string& provenance_refused() const { return provenance_refused_; }
 
+  // Checkpoint lines ignored and checkpoint files refused, by reason ("not a number", "a
+  // symbolic link", ...): each counted once, when the file changes.
+  const std::map<std::string, int64_t>& checkpoint_rejections() const {
+    return checkpoint_rejections_;
+  }
+
   // What the server asked for at the last answer.
   Duration heartbeat_interval() const { return heartbeat_interval_; }
   const std::vector<wire::DesiredTask>& desired_tasks() const { return desired_; }
@@ -143,6 +154,9 @@ class NodeAgent {
   std::optional<std::string> ApplyMigLayout(const wire::WantedMigLayout& layout,
                                             const std::vector<runner::TaskStatus>& tasks);
   std::string LogPath(const std::string& task_id) const;
+  std::string CheckpointPath(const std::string& task_id) const;
+  // Reads the checkpoint files of the runner's tasks that changed since the last read.
+  void ReadCheckpoints(const std::vector<runner::TaskStatus>& statuses);
   // The provenance record of a task this agent just started (`status` is the runner's, for the
   // image digest), from the telemetry's inventory.
   wire::ProvenanceReport ProvenanceOf(const runner::TaskLaunch& launch,
@@ -211,6 +225,10 @@ class NodeAgent {
     std::optional<MonoTime> tried_at;
   };
   std::map<std::string, ShippedLog> shipped_logs_;
+  // Each task's checkpoint file as last read, by task id; `unix_seconds` keeps the last
+  // well-formed line's time when a later line is ignored.
+  std::map<std::string, CheckpointRead> checkpoints_;
+  std::map<std::string, int64_t> checkpoint_rejections_;
   // The launches of tasks whose image is being pulled or whose container is being made: their
   // record is made once the container has started (the runner knows the digest then).
   std::map<std::string, runner::TaskLaunch> awaiting_pull_;

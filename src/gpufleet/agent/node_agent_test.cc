@@ -3,8 +3,11 @@
 // runner on one fake clock.
 #include "gpufleet/agent/node_agent.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -185,6 +188,7 @@ class NodeAgentTest : public ::testing::Test {
     options.capacity = {64000, 512 * 1024};
     options.log_dir = log_dir_;
     options.max_log_bytes = max_log_bytes_;
+    options.checkpoint_dir = checkpoint_dir_;
     options.stop_grace = stop_grace;
     return std::make_unique<NodeAgent>(options, *sampler_, *probe_, runner, *client_, catalog_,
                                        clock_);
@@ -265,6 +269,7 @@ class NodeAgentTest : public ::testing::Test {
   std::unique_ptr<NodeAgent> agent_;
   std::string log_dir_ = "/nonexistent";  // the simulated runner writes no logs
   int64_t max_log_bytes_ = int64_t{64} * 1024 * 1024;
+  std::string checkpoint_dir_;  // NodeAgentOptions::checkpoint_dir of MakeAgent's agents
 };
 
 TEST_F(NodeAgentTest, RegistersTheProbeInventory) {
@@ -354,6 +359,57 @@ spec:
   EXPECT_THAT(listed.dump(), Not(HasSubstr("hunter2")));
   ASSERT_OK(agent_->Heartbeat());  // a running task is not recorded again
   EXPECT_TRUE(agent_->pending_provenance().empty());
+}
+
+// Issue 37: the line a task appends to its checkpoint file reaches its job through the
+// heartbeat. (The simulated runner makes no file: the test writes it as the task would.)
+TEST_F(NodeAgentTest, ATasksCheckpointReachesItsJob) {
+  std::string pattern = ::testing::TempDir() + "/gpufleet_agent_checkpoints_XXXXXX";
+  ASSERT_NE(mkdtemp(pattern.data()), nullptr) << pattern;
+  checkpoint_dir_ = pattern;
+  RecordingRunner recording(*runner_);
+  std::unique_ptr<NodeAgent> agent = MakeAgent(recording);
+  clock_.Advance(std::chrono::seconds(1000));
+  ASSERT_OK(agent->Register());
+  Submit(JobYaml("train", 2, 3600000));
+  ASSERT_OK(agent->Heartbeat());  // starts the task
+  ASSERT_EQ(recording.launches.size(), 1u);
+  const std::string path = recording.launches[0].checkpoint_path;
+  EXPECT_EQ(path, checkpoint_dir_ + "/train_main-0_1.checkpoint");
+  ASSERT_OK(agent->Heartbeat());  // reports it running
+  EXPECT_FALSE(Job("train").contains("last_checkpoint_ns"));
+
+  const auto append = [&](const std::string& line) { std::ofstream(path, std::ios::app) << line; };
+  append("990 step=10\n");
+  clock_.Advance(std::chrono::seconds(10));
+  ASSERT_OK(agent->Heartbeat());
+  EXPECT_EQ(Job("train")["last_checkpoint_ns"], int64_t{990} * 1'000'000'000);
+
+  // A malformed line is counted once and leaves the last good time.
+  append("saved!\n");
+  for (int beat = 0; beat < 2; ++beat) {
+    clock_.Advance(std::chrono::seconds(10));
+    ASSERT_OK(agent->Heartbeat());
+  }
+  EXPECT_EQ(Job("train")["last_checkpoint_ns"], int64_t{990} * 1'000'000'000);
+  EXPECT_EQ(agent->checkpoint_rejections(), (std::map<std::string, int64_t>{{"not a number", 1}}));
+
+  // A time past the server's clock is taken as the server's now.
+  append("5000\n");
+  clock_.Advance(std::chrono::seconds(10));
+  ASSERT_OK(agent->Heartbeat());
+  EXPECT_EQ(Job("train")["last_checkpoint_ns"], clock_.Now().nanos);
+  EXPECT_THAT(Events("jobs", "train"), Not(HasSubstr("checkpoint")));
+
+  // Once the server has the task's end, its file goes.
+  ASSERT_OK(admin_client_->Post("/v1/jobs/train/cancel", "", ""));
+  for (int beat = 0; beat < 4 && std::filesystem::exists(path); ++beat) {
+    clock_.Advance(std::chrono::seconds(10));
+    ASSERT_OK(agent->Heartbeat());
+    ASSERT_OK(server_->RunSchedulingCycle());
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+  std::filesystem::remove_all(checkpoint_dir_);
 }
 
 TEST_F(NodeAgentTest, RunsATaskToSuccessWithItsGpus) {

@@ -19,6 +19,7 @@
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/store/memory_store.h"
 #include "gpufleet/wire/job_spec.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::api {
 namespace {
@@ -169,6 +170,43 @@ TEST_F(QueueControllerTest, AReserveForAnotherJobThanThePlannedOneReservesNothin
   EXPECT_FALSE(controller_->HasReservation(Key("other")));
   controller_->Reserve(Key("urgent"));
   EXPECT_FALSE(controller_->HasReservation(Key("urgent"))) << "the plan was dropped";
+}
+
+// Issue 37: of two equal running jobs the victim is the one whose tasks reported a checkpoint
+// last (the time the heartbeats stored on the job, on the controller's wall clock).
+TEST_F(QueueControllerTest, TheVictimIsTheJobThatCheckpointedLast) {
+  controller_ = std::make_unique<control::QueueController>(
+      control::QueueController::Options{.store = store_,
+                                        .catalog = catalog_,
+                                        .clock = clock_,
+                                        .wall_clock = &clock_,
+                                        .started_at = MonoTime{}});
+  EXPECT_TRUE(controller_->Update(*view_, 0).empty());
+  clock_.Advance(std::chrono::seconds(3600));
+  const auto checkpoint = [&](const std::string& name, int64_t seconds_ago) {
+    const Result<store::StoredObject> stored = store_.Get("jobs", Key(name));
+    ASSERT_OK(stored);
+    nlohmann::json doc = wire::ParseDocument(stored->data);
+    doc["last_checkpoint_ns"] = clock_.Now().nanos - seconds_ago * 1'000'000'000;
+    store::WriteBatch batch;
+    batch.Update("jobs", Key(name), doc.dump(), stored->version);
+    ASSERT_OK(store_.Commit(batch));
+    ASSERT_OK(view_->Refresh());
+  };
+  const auto victim = [&]() -> std::string {
+    const Result<std::optional<control::PreemptionPlan>> plan = Plan("urgent");
+    EXPECT_OK(plan);
+    if (!plan.ok() || !plan->has_value() || (*plan)->victim_writes.size() != 1) {
+      ADD_FAILURE() << "no plan of one victim";
+      return "";
+    }
+    return std::string(control::NameOfKey((*plan)->victim_writes[0].name));
+  };
+  checkpoint("low-0", 50 * 60);
+  checkpoint("low-1", 10);
+  EXPECT_EQ(victim(), "low-1");
+  checkpoint("low-0", 5);
+  EXPECT_EQ(victim(), "low-0");
 }
 
 TEST_F(QueueControllerTest, AdmissionChargesTheQueueSoTheNextPlacementSeesIt) {

@@ -365,6 +365,51 @@ TEST_F(ServerQueuesTest, NonPreemptibleJobsAreNeverVictims) {
   }
 }
 
+// Issue 37: a job's spec.preemption.minRuntime, else its queue's min_runtime, replaces the
+// server's minimum runtime before preemption (60 s here).
+TEST_F(ServerQueuesTest, AJobsOrItsQueuesMinimumRuntimeReplacesTheServers) {
+  Call("POST", "/v1/queues", R"({"name": "patient", "min_runtime": "2h"})", 201);
+  EXPECT_EQ(QueueRow("patient")["min_runtime"], "2h");
+  EXPECT_THAT(Error("/v1/queues", R"({"name": "bad", "min_runtime": "soon"})"),
+              HasSubstr("min_runtime: \"soon\" is not a duration"));
+  EXPECT_THAT(Error("/v1/queues", R"({"name": "bad", "min_runtime": 60})"),
+              HasSubstr("min_runtime: 60 is not a duration"));
+  for (const std::string name : {"low-0", "low-1", "low-2"}) {
+    Call("POST", "/v1/jobs", NodeJob(name, "patient"), 201);
+  }
+  // Its own minimum runtime of 0 s lets this one go first, whatever the queue says.
+  std::string eager = NodeJob("eager", "patient");
+  eager.replace(eager.find("  tasks:"), 0, "  preemption: {minRuntime: 0s}\n");
+  Call("POST", "/v1/jobs", eager, 201);
+  Cycle();
+  Call("POST", "/v1/jobs", NodeJob("urgent", "patient", 10), 201);
+  clock_.Advance(std::chrono::seconds(61));
+  Cycle();
+  EXPECT_EQ(State("eager"), "Stopping");
+  EXPECT_EQ(Call("GET", "/v1/jobs/eager")["spec"]["spec"]["preemption"]["minRuntime"], "0s");
+  for (const std::string name : {"low-0", "low-1", "low-2"}) {
+    EXPECT_EQ(State(name), "Scheduled") << name;
+  }
+  // Within the queue's two hours nothing more is preempted; then the next one goes.
+  Call("POST", "/v1/jobs", NodeJob("urgent-2", "patient", 10), 201);
+  clock_.Advance(std::chrono::seconds(600));
+  Cycle();
+  Cycle();
+  EXPECT_EQ(State("urgent-2"), "Pending");
+  EXPECT_THAT(Reason("urgent-2"), Not(HasSubstr("preempting")));
+  Call("PATCH", "/v1/queues/patient", R"({"min_runtime": null})");
+  EXPECT_FALSE(QueueRow("patient").contains("min_runtime"));
+  EXPECT_THAT(Call("GET", "/v1/queues/patient/events").dump(),
+              HasSubstr(R"(min_runtime \"2h\" -> null)"));
+  Cycle();
+  Cycle();
+  int stopped = 0;
+  for (const std::string name : {"low-0", "low-1", "low-2"}) {
+    stopped += State(name) == "Scheduled" ? 0 : 1;
+  }
+  EXPECT_EQ(stopped, 1) << "back to the server's minimum runtime";
+}
+
 TEST_F(ServerQueuesTest, PatchChangesOnlyTheFieldsItNames) {
   Call("POST", "/v1/queues",
        R"({"name": "research", "guarantee": {"H100-80GB": 16, "*": 4}, "limit": {"*": 64}})", 201);

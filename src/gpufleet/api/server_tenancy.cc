@@ -195,10 +195,12 @@ ApiResponse CreateQueue(const control::Principal& who, const std::string& body,
 // "guarantee {"H100-80GB":16} -> {"H100-80GB":8}, weight 1 -> 2": the fields that differ.
 std::string QuotaChanges(const Json& before, const Json& after) {
   std::vector<std::string> changes;
-  for (const char* field : {"guarantee", "limit", "weight", "may_borrow"}) {
-    if (before[field] != after[field]) {
-      changes.push_back(
-          fmt::format("{} {} -> {}", field, before[field].dump(), after[field].dump()));
+  for (const char* field : {"guarantee", "limit", "weight", "may_borrow", "min_runtime"}) {
+    // A queue without a minimum runtime stores none: null.
+    const Json was = before.value(field, Json());
+    const Json now = after.value(field, Json());
+    if (was != now) {
+      changes.push_back(fmt::format("{} {} -> {}", field, was.dump(), now.dump()));
     }
   }
   return fmt::format("{}", fmt::join(changes, ", "));

@@ -507,8 +507,8 @@ int RunGet(http::ApiClient& client, const GetArgs& args, const WallClock& clock,
   return 0;
 }
 
-int RunDescribe(http::ApiClient& client, const DescribeArgs& args, std::ostream& out,
-                std::ostream& err) {
+int RunDescribe(http::ApiClient& client, const DescribeArgs& args, const WallClock& clock,
+                std::ostream& out, std::ostream& err) {
   if (IsDeploymentKind(args.kind)) {
     return args.name.empty() ? PrintUsageError("describe deployment needs a NAME", err)
                              : RunDescribeDeployment(client, args, out, err);
@@ -532,7 +532,7 @@ int RunDescribe(http::ApiClient& client, const DescribeArgs& args, std::ostream&
       if (!events.ok()) {
         return PrintError(client, events.status(), err);
       }
-      out << DescribeJob(*job, *events);
+      out << DescribeJob(*job, *events, UnixSeconds(clock));
       // A server before provenance records answers 404: the section is left out.
       if (Result<json> records = client.Get("/v1/provenance?job=" + http::UrlEncode(args.name));
           records.ok()) {

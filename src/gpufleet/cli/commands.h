@@ -52,8 +52,9 @@ struct DescribeArgs {
   std::string kind;
   std::string name;
 };
-int RunDescribe(http::ApiClient& client, const DescribeArgs& args, std::ostream& out,
-                std::ostream& err);
+// `clock`: the now of "last checkpoint 2m ago".
+int RunDescribe(http::ApiClient& client, const DescribeArgs& args, const WallClock& clock,
+                std::ostream& out, std::ostream& err);
 
 // `explain job NAME [-o json|yaml]`: why the job waits (GET /v1/jobs/NAME/explain,
 // docs/explain.md): the reason and its message, the evidence, the ETA, the jobs ahead of it

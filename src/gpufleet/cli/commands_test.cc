@@ -217,7 +217,8 @@ TEST_F(CommandsTest, DescribeDeploymentShowsSpecStatusReplicasAndEvents) {
   // name could be ambiguous).
   fake_.Answer("GET /v1/jobs/nlp/chat-r0", 200, R"({"name": "chat-r0", "state": "Running"})");
   fake_.Answer("GET /v1/jobs/nlp/chat-r1", 404, kNotFound);
-  EXPECT_EQ(RunDescribe(fake_.client, {.kind = "deployment", .name = "chat"}, out_, err_), 0)
+  EXPECT_EQ(RunDescribe(fake_.client, {.kind = "deployment", .name = "chat"}, clock_, out_, err_),
+            0)
       << err_.str();
   EXPECT_EQ(out_.str(),
             "Name:        chat\n"
@@ -359,7 +360,8 @@ TEST_F(CommandsTest, ExplainRefusesOtherKindsAndReportsNotFound) {
 TEST_F(CommandsTest, DescribeDeploymentNotFound) {
   fake_.Answer("GET /v1/deployments/nope", 404,
                R"({"error": {"code": "NOT_FOUND", "message": "deployment \"nope\" not found"}})");
-  EXPECT_EQ(RunDescribe(fake_.client, {.kind = "deployment", .name = "nope"}, out_, err_), 1);
+  EXPECT_EQ(RunDescribe(fake_.client, {.kind = "deployment", .name = "nope"}, clock_, out_, err_),
+            1);
   EXPECT_EQ(err_.str(), "Error from server (NotFound): deployment \"nope\" not found\n");
   EXPECT_TRUE(out_.str().empty());
 }
@@ -462,7 +464,8 @@ TEST_F(CommandsTest, TeamSlashNameKeepsItsSlashInThePath) {
   EXPECT_EQ(OnlyRequest().path, "/v1/jobs/team-b/train/cancel");
   fake_.Answer("GET /v1/jobs/team-b/train", 200, kJob);
   fake_.Answer("GET /v1/jobs/team-b/train/events", 200, R"({"items": []})");
-  EXPECT_EQ(RunDescribe(fake_.client, {.kind = "job", .name = "team-b/train"}, out_, err_), 0)
+  EXPECT_EQ(RunDescribe(fake_.client, {.kind = "job", .name = "team-b/train"}, clock_, out_, err_),
+            0)
       << err_.str();
   fake_.Answer("GET /v1/deployments/team-b/chat", 200, R"({"name": "chat", "team": "team-b"})");
   EXPECT_EQ(RunGet(fake_.client, {.kind = "deployment", .name = "team-b/chat"}, clock_, out_, err_),

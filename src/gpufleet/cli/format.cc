@@ -561,7 +561,7 @@ std::string EventsSection(const json& events) {
   return "Events:\n" + Indent(RenderTable(rows), "  ");
 }
 
-std::string DescribeJob(const json& job, const json& events) {
+std::string DescribeJob(const json& job, const json& events, int64_t now_unix_seconds) {
   std::string text;
   text += Field("Name", TextOr(job, "name", kNone));
   text += Field("Team", TextOr(job, "team", kNone));
@@ -572,6 +572,13 @@ std::string DescribeJob(const json& job, const json& events) {
   text += Field("GPUs", JobGpus(job));
   text += Field("Version", TextOr(job, "version", kNone));
   text += Field("Reason", TextOr(job, "reason", kNone));
+  // What a preemption would lose (docs/job-spec.md, "Checkpoints").
+  if (const json& checkpoint = Member(job, "last_checkpoint_ns"); checkpoint.is_number_integer()) {
+    text +=
+        Field("Checkpoint",
+              fmt::format("last checkpoint {} ago",
+                          FormatAge(now_unix_seconds - checkpoint.get<int64_t>() / 1'000'000'000)));
+  }
   // What a stopping run waits for before it becomes `then`, as kubectl shows Terminating.
   if (const json& stopping = Member(job, "stopping"); stopping.is_object()) {
     text += Field("Stopping", fmt::format("{}; then {}", TextOr(stopping, "waiting_for", kNone),

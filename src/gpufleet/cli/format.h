@@ -57,8 +57,10 @@ std::string Indent(const std::string& text, std::string_view prefix);
 std::string EventsSection(const nlohmann::json& events);
 
 // `describe job`: the job's fields and labels, its pending reason, placements and events (the
-// answer of `/v1/jobs/NAME/events`).
-std::string DescribeJob(const nlohmann::json& job, const nlohmann::json& events);
+// answer of `/v1/jobs/NAME/events`), and how long before `now_unix_seconds` it last reported a
+// checkpoint, when it has.
+std::string DescribeJob(const nlohmann::json& job, const nlohmann::json& events,
+                        int64_t now_unix_seconds);
 
 // `describe node`: the node's fields, labels, topology and its GPUs with their health.
 std::string DescribeNode(const nlohmann::json& node, const nlohmann::json& events);

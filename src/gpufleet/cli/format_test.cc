@@ -209,7 +209,7 @@ TEST(DescribeJob, FieldsReasonPlacementsAndEvents) {
   const json job = Jobs()["items"][1];
   const json events = Parse(R"({"items": [{"revision": 11, "message": "submitted"},
                                            {"revision": 12, "message": "scheduled on node-0001"}]})");
-  EXPECT_EQ(DescribeJob(job, events),
+  EXPECT_EQ(DescribeJob(job, events, kNow),
             "Name:        nb\n"
             "Team:        cv\n"
             "Queue:       research/cv\n"
@@ -234,7 +234,7 @@ TEST(DescribeJob, EventsWithTheirTimes) {
   const json events = Parse(R"({"items": [{"revision": 3, "message": "submitted"},
                                            {"revision": 11, "at": "2026-12-03T12:00:05Z",
                                             "message": "scheduled on node-0001"}]})");
-  EXPECT_THAT(DescribeJob(Jobs()["items"][1], events),
+  EXPECT_THAT(DescribeJob(Jobs()["items"][1], events, kNow),
               HasSubstr("Events:\n"
                         "  REVISION   TIME                   MESSAGE\n"
                         "  3          <none>                 submitted\n"
@@ -243,7 +243,7 @@ TEST(DescribeJob, EventsWithTheirTimes) {
 
 TEST(DescribeJob, PendingJobShowsItsReason) {
   const json job = Jobs()["items"][0];
-  EXPECT_EQ(DescribeJob(job, Parse(R"({"items": []})")),
+  EXPECT_EQ(DescribeJob(job, Parse(R"({"items": []})"), kNow),
             "Name:        bert-pretrain\n"
             "Team:        nlp\n"
             "Queue:       default\n"
@@ -262,14 +262,23 @@ TEST(DescribeJob, PendingJobShowsItsReason) {
 TEST(DescribeJob, RunningJobShowsItsIdleWarning) {
   json job = Parse(R"({"name": "nb", "state": "Running", "reason": "",
                        "warning": "GPUs under 10% for 30m while 2 jobs wait; will be suspended at 14:05 unless used"})");
-  EXPECT_THAT(DescribeJob(job, json()),
+  EXPECT_THAT(DescribeJob(job, json(), kNow),
               HasSubstr("Reason:      <none>\n"
                         "Warning:     GPUs under 10% for 30m while 2 jobs wait; will be suspended "
                         "at 14:05 unless used\n"
                         "Placements:  <none>\n"));
   // A warning left on a job that no longer runs is not shown.
   job["state"] = "Cancelled";
-  EXPECT_THAT(DescribeJob(job, json()), Not(HasSubstr("Warning:")));
+  EXPECT_THAT(DescribeJob(job, json(), kNow), Not(HasSubstr("Warning:")));
+}
+
+TEST(DescribeJob, ShowsHowLongAgoTheJobLastCheckpointed) {
+  json job = Parse(R"({"name": "train", "state": "Running", "reason": ""})");
+  EXPECT_THAT(DescribeJob(job, json(), kNow), Not(HasSubstr("Checkpoint:")));
+  job["last_checkpoint_ns"] = (kNow - 150) * 1'000'000'000;
+  EXPECT_THAT(DescribeJob(job, json(), kNow),
+              HasSubstr("Reason:      <none>\n"
+                        "Checkpoint:  last checkpoint 2m30s ago\n"));
 }
 
 TEST(DescribeJob, ImagePullsAndDigestsOfItsTasks) {
@@ -277,7 +286,7 @@ TEST(DescribeJob, ImagePullsAndDigestsOfItsTasks) {
       {"task": "main-0", "node": "n1", "gpus": [0], "image_pull_ms": 12345,
        "image_digest": "sha256:abc"},
       {"task": "main-1", "node": "n2", "gpus": [0]}]})");
-  EXPECT_THAT(DescribeJob(job, json()),
+  EXPECT_THAT(DescribeJob(job, json(), kNow),
               HasSubstr("Placements:\n"
                         "  TASK     NODE   GPUS   PHASE    IMAGE PULL   "
                         "IMAGE DIGEST\n"
@@ -291,7 +300,7 @@ TEST(DescribeJob, ATaskPullingItsImageShowsWhereThePullIs) {
       {"task": "main-0", "node": "n1", "gpus": [0], "phase": "Pulling",
        "image_pull_progress": "Copying blob sha256:abc"},
       {"task": "main-1", "node": "n2", "gpus": [0], "phase": "Running", "image_pull_ms": 900}]})");
-  EXPECT_THAT(DescribeJob(job, json()),
+  EXPECT_THAT(DescribeJob(job, json(), kNow),
               HasSubstr("  main-0   n1     0      Pulling   <none>       <none>\n"
                         "  main-1   n2     0      Running   0.9s         <none>\n"
                         "  main-0 pulling: Copying blob sha256:abc\n"));
@@ -355,7 +364,7 @@ TEST(DescribeJob, ARepeatedEventShowsItsCountAndSpan) {
       {"revision": 3, "at": "2026-12-07T07:12:01Z", "message": "unschedulable: 30 lack free resources",
        "count": 97, "firstTime": "2026-12-07T07:12:01Z", "lastTime": "2026-12-07T07:18:40Z"},
       {"revision": 9, "message": "cancelled by alice"}]})");
-  const std::string text = DescribeJob(json::object(), events);
+  const std::string text = DescribeJob(json::object(), events, kNow);
   EXPECT_THAT(text, HasSubstr("unschedulable: 30 lack free resources (x97, 07:12-07:18)\n"));
   EXPECT_THAT(text, HasSubstr("cancelled by alice\n"));
   EXPECT_THAT(text, Not(HasSubstr("cancelled by alice (x")));
@@ -366,7 +375,7 @@ TEST(Format, ToleratesMissingAndMistypedFields) {
   EXPECT_NO_FATAL_FAILURE(RenderList(ResourceKind::kNode, odd, OutputFormat::kWide, kNow));
   EXPECT_NO_FATAL_FAILURE(RenderList(ResourceKind::kJob, odd, OutputFormat::kWide, kNow));
   EXPECT_NO_FATAL_FAILURE(RenderList(ResourceKind::kToken, odd, OutputFormat::kTable, kNow));
-  EXPECT_NO_FATAL_FAILURE(DescribeJob(json(), json()));
+  EXPECT_NO_FATAL_FAILURE(DescribeJob(json(), json(), kNow));
   EXPECT_EQ(DescribeNode(json::object(), json()).substr(0, 19), "Name:        <none>");
 }
 

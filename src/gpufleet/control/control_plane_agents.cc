@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -148,10 +149,42 @@ struct ReportTime {
   int64_t nanos = 0;
 };
 
+// Keeps on the job the newest checkpoint its tasks on `node` report ("last_checkpoint_ns"), never
+// later than the server's `now_ns`: an agent whose clock runs ahead must not make a job look
+// saved in the future. A Stopping job's too: a task may save in its grace. Whether it changed;
+// written without an event, since a job may save every few minutes.
+bool RecordCheckpointReports(Json& job, const std::string& node,
+                             const std::map<std::string, const wire::TaskReport*>& reports,
+                             int64_t now_ns) {
+  const std::string name = TeamScopedKeyOf(job);
+  const int64_t attempt = wire::IntOr(job, "attempt", 0);
+  std::optional<int64_t> newest;
+  for (const Json& placement : job["placements"]) {
+    if (wire::StrOr(placement, "node") != node) {
+      continue;
+    }
+    const auto it = reports.find(wire::MakeTaskId(name, wire::StrOr(placement, "task"), attempt));
+    if (it != reports.end() && it->second->last_checkpoint_unix_s) {
+      newest = std::max(newest.value_or(0), *it->second->last_checkpoint_unix_s);
+    }
+  }
+  if (!newest) {
+    return false;
+  }
+  const int64_t checkpoint_ns = std::min(*newest * 1'000'000'000, now_ns);
+  if (job.contains("last_checkpoint_ns") &&
+      wire::IntOr(job, "last_checkpoint_ns", 0) >= checkpoint_ns) {
+    return false;
+  }
+  job["last_checkpoint_ns"] = checkpoint_ns;
+  return true;
+}
+
 // Applies one node's task reports and drain-now GPUs (by index) to an active job; `node_gpus` is
 // the node document's "gpus". A run one of whose GPUs (by UUID) the node no longer has ends too.
-// Returns the events to log; `progressed` is set when a pull's progress changed, which is written
-// without an event (no events and no progress: nothing changed).
+// Returns the events to log; `progressed` is set when a pull's progress or the job's last
+// checkpoint changed, which is written without an event (no events and no progress: nothing
+// changed).
 std::vector<std::string> ApplyReports(Json& job, const std::string& node, const Json& node_gpus,
                                       const std::map<std::string, const wire::TaskReport*>& reports,
                                       const std::set<int64_t>& drain_now_gpus,
@@ -162,6 +195,9 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
   if (!state || !HoldsResources(*state) || !job.contains("placements") ||
       !job["placements"].is_array()) {
     return events;
+  }
+  if (RecordCheckpointReports(job, node, reports, now.nanos)) {
+    progressed = true;
   }
   if (*state == JobState::kStopping) {
     return ApplyStoppingReports(job, node, reports, absent_means_gone);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <set>
 #include <string_view>
 #include <type_traits>
@@ -161,6 +162,12 @@ void QueueController::FollowStoredQueues(SchedulingView& view,
       }
     }
     tree_.emplace(std::move(*tree));
+    queue_min_runtime_.clear();
+    for (const Queue& queue : queues) {
+      if (queue.min_runtime_seconds) {
+        queue_min_runtime_[queue.name] = *queue.min_runtime_seconds;
+      }
+    }
     // Jobs refused by the old quota are tried again under the new one.
     view.BumpCapacityEpoch();
     for (const auto& [name, charged] : charged_) {
@@ -454,6 +461,17 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
   // job that did not fit, with thousands running, and most times none may be preempted for it.
   std::vector<policy::RunningJob> running;
   std::vector<const ViewJob*> running_jobs;
+  const int64_t now_seconds = CycleSeconds();
+  // A checkpoint (wall-clock time, as the agents report it) on the cycle's time line: as long
+  // before now. Without a wall clock none is known, and a victim loses its whole run.
+  const auto checkpoint_seconds = [&](const ViewJob& job) -> std::optional<int64_t> {
+    if (!job.last_checkpoint_ns || options_.wall_clock == nullptr) {
+      return std::nullopt;
+    }
+    const int64_t age_ns =
+        std::max<int64_t>(0, options_.wall_clock->UnixNanos() - *job.last_checkpoint_ns);
+    return now_seconds - age_ns / 1'000'000'000;
+  };
   for (auto& [other, job] : view.jobs()) {
     // A job already stopping is no victim: its GPUs come free without another preemption.
     if (!job.applied || other == name || !RunIsWanted(job.state)) {
@@ -461,14 +479,30 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
     }
     ViewJobSpec(job, options_.catalog);
     const auto charged = charged_.find(other);
-    running.push_back(
-        {.id = JobId(other),
-         .queue = QueueId(job.queue),
-         .priority = job.priority,
-         .preemptible = job.spec->ok() && (*job.spec)->preemptible,
-         .start_seconds = charged != charged_.end()
-                              ? std::min(charged->second.since_seconds, CycleSeconds())
-                              : CycleSeconds()});
+    // The job's own minimum runtime, else its queue's or the nearest parent's; else the
+    // search's, the server's.
+    std::optional<int64_t> min_runtime;
+    if (job.spec->ok() && (*job.spec)->min_runtime) {
+      min_runtime =
+          std::chrono::duration_cast<std::chrono::seconds>(*(*job.spec)->min_runtime).count();
+    }
+    std::string_view path = job.queue;
+    while (!min_runtime && !path.empty()) {
+      if (const auto it = queue_min_runtime_.find(path); it != queue_min_runtime_.end()) {
+        min_runtime = it->second;
+      }
+      const size_t slash = path.rfind('/');
+      path = slash == std::string_view::npos ? std::string_view() : path.substr(0, slash);
+    }
+    running.push_back({.id = JobId(other),
+                       .queue = QueueId(job.queue),
+                       .priority = job.priority,
+                       .preemptible = job.spec->ok() && (*job.spec)->preemptible,
+                       .start_seconds = charged != charged_.end()
+                                            ? std::min(charged->second.since_seconds, now_seconds)
+                                            : now_seconds,
+                       .last_checkpoint_seconds = checkpoint_seconds(job),
+                       .min_runtime_seconds = min_runtime});
     running_jobs.push_back(&job);
   }
   // Nothing to ask the search when no running job may be preempted by this one.
@@ -487,9 +521,8 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
           {.min_runtime_seconds = std::chrono::duration_cast<std::chrono::seconds>(
                                       options_.min_runtime_before_preemption)
                                       .count()}));
-  GPUFLEET_ASSIGN_OR_RETURN(
-      const policy::PreemptionDecision decision,
-      search.Find(view.snapshot(), preemptor, running, CycleSeconds(), random));
+  GPUFLEET_ASSIGN_OR_RETURN(const policy::PreemptionDecision decision,
+                            search.Find(view.snapshot(), preemptor, running, now_seconds, random));
   if (!decision.plan || decision.plan->victims.empty()) {
     return std::optional<PreemptionPlan>();
   }

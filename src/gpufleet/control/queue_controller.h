@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -140,6 +141,8 @@ class QueueController {
 
   Options options_;
   std::optional<policy::QueueTree> tree_;
+  // The queues that set a minimum runtime before preemption (Queue::min_runtime_seconds).
+  std::map<std::string, int64_t, std::less<>> queue_min_runtime_;
   std::map<std::string, ChargedJob> charged_;
   bool usage_loaded_ = false;
   std::optional<MonoTime> usage_saved_at_;

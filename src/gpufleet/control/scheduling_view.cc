@@ -517,6 +517,7 @@ void SchedulingView::PutJobUnindexed(const store::StoredObject& object) {
   job.priority = record.priority;
   job.submit_seq = record.submit_seq;
   job.preempted_by = record.preempted_by.value_or("");
+  job.last_checkpoint_ns = record.last_checkpoint_ns;
   job.nodes.clear();
   for (const wire::PlacementRecord& placement : record.placements) {
     job.nodes.insert(placement.node);

@@ -59,6 +59,8 @@ struct ViewJob {
   int64_t submit_seq = 0;
   // The job that its last stop (a preemption or an idle reclaim) was for, or empty.
   std::string preempted_by;
+  // wire::JobRecord::last_checkpoint_ns: what a preemption of the job would lose.
+  std::optional<int64_t> last_checkpoint_ns;
   std::set<std::string> nodes;  // of its placements
   // Applied to the snapshot; set only while the job holds resources and its nodes are known.
   std::vector<scheduler::TaskPlacement> placements;

@@ -2,6 +2,7 @@
 #include "gpufleet/control/tenancy.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <initializer_list>
 #include <map>
@@ -132,6 +133,25 @@ Result<std::optional<double>> ReadWeight(const Json& j) {
   return std::optional<double>(it->get<double>());
 }
 
+// The min_runtime field, a spec duration ("10m"), in seconds: nullopt when absent or null.
+Result<std::optional<int64_t>> ReadMinRuntime(const Json& j) {
+  const auto it = j.find("min_runtime");
+  if (it == j.end() || it->is_null()) {
+    return std::optional<int64_t>();
+  }
+  if (!it->is_string()) {
+    return InvalidArgumentError(
+        fmt::format("min_runtime: {} is not a duration (a string such as \"10m\")",
+                    it->dump(-1, ' ', false, Json::error_handler_t::replace)));
+  }
+  const Result<Duration> duration = wire::ParseSpecDuration(it->get<std::string>());
+  if (!duration.ok()) {
+    return InvalidArgumentError(fmt::format("min_runtime: {}", duration.status().message()));
+  }
+  return std::optional<int64_t>(
+      std::chrono::duration_cast<std::chrono::seconds>(*duration).count());
+}
+
 // The may_borrow field: nullopt when absent or null.
 Result<std::optional<bool>> OptionalBool(const Json& j, std::string_view key) {
   const auto it = j.find(key);
@@ -197,7 +217,7 @@ Result<Team> ParseTeamRequest(std::string_view body) {
 Result<Queue> ParseQueueRequest(std::string_view body, const GpuCatalog& catalog) {
   GPUFLEET_ASSIGN_OR_RETURN(
       const Json j, ReadObject(body, {"name", "team", "guarantee", "limit", "weight", "may_borrow",
-                                      "allow_host_network"}));
+                                      "allow_host_network", "min_runtime"}));
   Queue queue;
   GPUFLEET_ASSIGN_OR_RETURN(queue.name, RequiredString(j, "name"));
   GPUFLEET_RETURN_IF_ERROR(wire::ValidateQueueName("name", queue.name));
@@ -215,13 +235,14 @@ Result<Queue> ParseQueueRequest(std::string_view body, const GpuCatalog& catalog
   GPUFLEET_ASSIGN_OR_RETURN(const std::optional<bool> host_network,
                             OptionalBool(j, "allow_host_network"));
   queue.allow_host_network = host_network.value_or(queue.allow_host_network);
+  GPUFLEET_ASSIGN_OR_RETURN(queue.min_runtime_seconds, ReadMinRuntime(j));
   return queue;
 }
 
 Result<QueuePatch> ParseQueuePatch(std::string_view body, const GpuCatalog& catalog) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j,
                             ReadObject(body, {"guarantee", "limit", "weight", "may_borrow",
-                                              "allow_host_network", "version"}));
+                                              "allow_host_network", "min_runtime", "version"}));
   QueuePatch patch;
   GPUFLEET_ASSIGN_OR_RETURN(patch.guarantee, ReadQuotaPatch(j, "guarantee", catalog));
   GPUFLEET_ASSIGN_OR_RETURN(patch.limit, ReadQuotaPatch(j, "limit", catalog));
@@ -239,6 +260,10 @@ Result<QueuePatch> ParseQueuePatch(std::string_view body, const GpuCatalog& cata
     GPUFLEET_ASSIGN_OR_RETURN(const std::optional<bool> host_network,
                               OptionalBool(j, "allow_host_network"));
     patch.allow_host_network = host_network.value_or(defaults.allow_host_network);
+  }
+  if (j.contains("min_runtime")) {
+    GPUFLEET_ASSIGN_OR_RETURN(const std::optional<int64_t> min_runtime, ReadMinRuntime(j));
+    patch.min_runtime_seconds.emplace(min_runtime);
   }
   if (const auto it = j.find("version"); it != j.end() && !it->is_null()) {
     if (!it->is_number_integer() || it->get<int64_t>() < 1) {
@@ -272,6 +297,7 @@ Queue ApplyQueuePatch(Queue queue, const QueuePatch& patch) {
   queue.weight = patch.weight.value_or(queue.weight);
   queue.may_borrow = patch.may_borrow.value_or(queue.may_borrow);
   queue.allow_host_network = patch.allow_host_network.value_or(queue.allow_host_network);
+  queue.min_runtime_seconds = patch.min_runtime_seconds.value_or(queue.min_runtime_seconds);
   return queue;
 }
 
@@ -358,13 +384,17 @@ policy::GpuMilliByModel QuotaFromJson(const Json& document, std::string_view key
 }  // namespace
 
 Json QueueToJson(const Queue& queue) {
-  return {{"name", queue.name},
-          {"team", queue.team},
-          {"guarantee", QuotaToJson(queue.guarantee)},
-          {"limit", QuotaToJson(queue.limit)},
-          {"weight", queue.weight},
-          {"may_borrow", queue.may_borrow},
-          {"allow_host_network", queue.allow_host_network}};
+  Json out = {{"name", queue.name},
+              {"team", queue.team},
+              {"guarantee", QuotaToJson(queue.guarantee)},
+              {"limit", QuotaToJson(queue.limit)},
+              {"weight", queue.weight},
+              {"may_borrow", queue.may_borrow},
+              {"allow_host_network", queue.allow_host_network}};
+  if (queue.min_runtime_seconds) {
+    out["min_runtime"] = wire::FormatSpecDuration(std::chrono::seconds(*queue.min_runtime_seconds));
+  }
+  return out;
 }
 
 std::string TeamScopedKey(std::string_view team, std::string_view name) {
@@ -452,6 +482,11 @@ Queue QueueFromJson(const Json& document) {
     queue.may_borrow = it->get<bool>();
   }
   queue.allow_host_network = wire::BoolOr(document, "allow_host_network", false);
+  // Stored by QueueToJson, so valid; anything else reads as none.
+  if (const Result<std::optional<int64_t>> min_runtime = ReadMinRuntime(document);
+      min_runtime.ok()) {
+    queue.min_runtime_seconds = *min_runtime;
+  }
   return queue;
 }
 

@@ -52,6 +52,10 @@ struct Queue {
   // Whether members may submit container tasks with `hostNetwork: true` to it: such a task shares
   // the node's network (its interfaces, services on loopback). Admins always may.
   bool allow_host_network = false;
+  // How long its jobs and its sub-queues' run before they may be preempted, unless a job's
+  // `spec.preemption.minRuntime` says otherwise; nullopt: the parent queue's, else the server's
+  // (--min-runtime-before-preemption-s). Stored as "min_runtime", a spec duration ("10m").
+  std::optional<int64_t> min_runtime_seconds;
 };
 
 // The queue tree of `queues`: a parent that was not created is implied, with no quota and
@@ -75,6 +79,8 @@ struct QueuePatch {
   std::optional<double> weight;
   std::optional<bool> may_borrow;
   std::optional<bool> allow_host_network;
+  // Set: the new min_runtime_seconds (nullopt inside: none, the parent's or the server's).
+  std::optional<std::optional<int64_t>> min_runtime_seconds;
   // The version the queue must be at (optimistic concurrency, as Kubernetes' resourceVersion);
   // nullopt: whatever it is.
   std::optional<int64_t> version;
@@ -97,7 +103,8 @@ struct TokenRequest {
 // {"name": "nlp"}
 Result<Team> ParseTeamRequest(std::string_view body);
 // {"name": "research/nlp", "team": "nlp", "guarantee": {"H100-80GB": 16}, "limit": {"*": 64},
-// "weight": 2, "may_borrow": true, "allow_host_network": false}; all but "name" are optional. Quota
+// "weight": 2, "may_borrow": true, "allow_host_network": false, "min_runtime": "10m"}; all but
+// "name" are optional. Quota
 // values are GPUs (up to three decimals), keyed by a GPU model of `catalog` (aliases are stored by
 // canonical name) or "*".
 Result<Queue> ParseQueueRequest(std::string_view body, const GpuCatalog& catalog);

@@ -125,6 +125,9 @@ struct Job {
   bool preemptible = true;
   JobKind kind = JobKind::kBatch;
   Duration runtime_estimate{0};
+  // How long the job runs before it may be preempted (`spec.preemption.minRuntime`); nullopt: its
+  // queue's default, else the server's (docs/utilization.md, "Queues in the server").
+  std::optional<Duration> min_runtime;
   NodeFailurePolicy on_node_failure = NodeFailurePolicy::kRequeue;
 
   int TaskCount() const;

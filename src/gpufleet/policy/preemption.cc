@@ -155,6 +155,8 @@ struct JobFacts {
   int64_t gpu_milli = 0;  // all its GPUs
   int64_t lost_work_gpu_seconds = 0;
   Standing standing = Standing::kCandidate;
+  // kTooYoung by a minimum runtime of its own, not PreemptionOptions::min_runtime_seconds.
+  bool own_min_runtime = false;
 };
 
 // Checks the running jobs against each other and the snapshot and works out what preempting
@@ -188,6 +190,10 @@ Result<std::vector<JobFacts>> AssessRunningJobs(
     if (job.start_seconds > now_seconds) {
       return InvalidArgumentError(fmt::format("{}.start_seconds: {} is after now_seconds {}", label,
                                               job.start_seconds, now_seconds));
+    }
+    if (job.min_runtime_seconds && *job.min_runtime_seconds < 0) {
+      return InvalidArgumentError(fmt::format("{}.min_runtime_seconds: {} (must be >= 0)", label,
+                                              *job.min_runtime_seconds));
     }
     if (job.last_checkpoint_seconds && *job.last_checkpoint_seconds > now_seconds) {
       return InvalidArgumentError(
@@ -233,10 +239,12 @@ Result<std::vector<JobFacts>> AssessRunningJobs(
           std::max(job.start_seconds, job.last_checkpoint_seconds.value_or(job.start_seconds));
       fact.lost_work_gpu_seconds = fact.gpu_milli * (now_seconds - since) / kMilliPerUnit;
     }
+    const int64_t min_runtime = job.min_runtime_seconds.value_or(options.min_runtime_seconds);
     if (!job.preemptible) {
       fact.standing = Standing::kNotPreemptible;
-    } else if (now_seconds - job.start_seconds < options.min_runtime_seconds) {
+    } else if (now_seconds - job.start_seconds < min_runtime) {
       fact.standing = Standing::kTooYoung;
+      fact.own_min_runtime = job.min_runtime_seconds.has_value();
     } else if (!may_preempt(preemptor, job)) {
       fact.standing = Standing::kNotAllowed;
     }
@@ -264,14 +272,23 @@ Result<std::vector<JobFacts>> AssessRunningJobs(
   return facts;
 }
 
-// The order of plans: fewest GPUs preempted, least lost work, fewest victims.
+// The order of plans: fewest GPU-seconds wasted (lost work plus the restart cost of every GPU
+// preempted), fewest GPUs preempted, fewest victims.
 struct Cost {
+  int64_t wasted_gpu_seconds = 0;
   int64_t gpu_milli = 0;
   int64_t lost_work_gpu_seconds = 0;
   int victims = 0;
 
   friend auto operator<=>(const Cost&, const Cost&) = default;
 };
+
+// A plan's cost from its sums; also the bound of a plan that preempts `gpu_milli` or more.
+Cost MakeCost(int64_t gpu_milli, int64_t lost_work_gpu_seconds, int victims,
+              int64_t restart_cost_seconds) {
+  return {lost_work_gpu_seconds + gpu_milli * restart_cost_seconds / kMilliPerUnit, gpu_milli,
+          lost_work_gpu_seconds, victims};
+}
 
 // The best plan so far, over all domains.
 struct Incumbent {
@@ -296,6 +313,7 @@ struct Holdings {
   int64_t candidates = 0;
   int64_t not_preemptible = 0;
   int64_t too_young = 0;
+  bool too_young_by_own_min_runtime = false;
   int64_t not_allowed = 0;
   int64_t other = 0;  // allocations of jobs not in the running list
 };
@@ -416,6 +434,7 @@ class DomainSearch {
           break;
         case Standing::kTooYoung:
           holdings_.too_young += candidate.domain_milli;
+          holdings_.too_young_by_own_min_runtime |= facts[candidate.job].own_min_runtime;
           break;
         case Standing::kNotAllowed:
           holdings_.not_allowed += candidate.domain_milli;
@@ -457,7 +476,8 @@ class DomainSearch {
 
   // The lowest cost any plan in this domain can have.
   Cost LowerBound() const {
-    return {std::max<int64_t>(0, context_->need_milli - holdings_.free), 0, 1};
+    return MakeCost(std::max<int64_t>(0, context_->need_milli - holdings_.free), 0, 1,
+                    context_->options->restart_cost_seconds);
   }
 
   // True when a plan of `cost` here could still replace the best plan so far.
@@ -501,15 +521,11 @@ class DomainSearch {
     }
     // Reprieve the costliest victims first: each one the job fits without stays running.
     std::vector<int> by_cost = chosen;
-    const auto& facts = *context_->facts;
     std::sort(by_cost.begin(), by_cost.end(), [&](int a, int b) {
-      const JobFacts& fa = facts[candidates_[a].job];
-      const JobFacts& fb = facts[candidates_[b].job];
-      if (fa.gpu_milli != fb.gpu_milli) {
-        return fa.gpu_milli > fb.gpu_milli;
-      }
-      if (fa.lost_work_gpu_seconds != fb.lost_work_gpu_seconds) {
-        return fa.lost_work_gpu_seconds > fb.lost_work_gpu_seconds;
+      const Cost cost_a = Plus(Cost{}, a);
+      const Cost cost_b = Plus(Cost{}, b);
+      if (cost_a != cost_b) {
+        return cost_a > cost_b;
       }
       return a > b;
     });
@@ -567,12 +583,11 @@ class DomainSearch {
   void MarkNotExhaustive() { exhaustive_ = false; }
 
  private:
-  Cost Plus(Cost cost, int candidate) const {
+  Cost Plus(const Cost& cost, int candidate) const {
     const JobFacts& fact = (*context_->facts)[candidates_[candidate].job];
-    cost.gpu_milli += fact.gpu_milli;
-    cost.lost_work_gpu_seconds += fact.lost_work_gpu_seconds;
-    ++cost.victims;
-    return cost;
+    return MakeCost(cost.gpu_milli + fact.gpu_milli,
+                    cost.lost_work_gpu_seconds + fact.lost_work_gpu_seconds, cost.victims + 1,
+                    context_->options->restart_cost_seconds);
   }
 
   void AddFrees(std::vector<int64_t>& free, int candidate, int sign) const {
@@ -644,7 +659,8 @@ class DomainSearch {
     }
     // Any plan from here adds a victim, and at least the GPUs still missing.
     const int64_t missing = std::max<int64_t>(0, context_->need_milli - holdings_.free - freed);
-    if (!CanStillWin({cost.gpu_milli + missing, cost.lost_work_gpu_seconds, cost.victims + 1})) {
+    if (!CanStillWin(MakeCost(cost.gpu_milli + missing, cost.lost_work_gpu_seconds,
+                              cost.victims + 1, context_->options->restart_cost_seconds))) {
       return Status::Ok();
     }
     const int candidate = static_cast<int>(next);
@@ -762,8 +778,10 @@ std::string DescribeHoldings(const DomainSearch& search, const PreemptionOptions
   };
   add(held.candidates, "preemptible");
   add(held.not_preemptible, "of non-preemptible jobs");
-  add(held.too_young,
-      fmt::format("of jobs started less than {} ago", FormatSpan(options.min_runtime_seconds)));
+  add(held.too_young, held.too_young_by_own_min_runtime
+                          ? std::string("of jobs within their minimum runtime")
+                          : fmt::format("of jobs started less than {} ago",
+                                        FormatSpan(options.min_runtime_seconds)));
   add(held.not_allowed, "of jobs the preemption rule protects");
   add(held.other, "of other work");
   return line;
@@ -775,6 +793,10 @@ Status PreemptionOptions::Validate() const {
   if (min_runtime_seconds < 0) {
     return InvalidArgumentError(
         fmt::format("min_runtime_seconds: {} (must be >= 0)", min_runtime_seconds));
+  }
+  if (restart_cost_seconds < 0) {
+    return InvalidArgumentError(
+        fmt::format("restart_cost_seconds: {} (must be >= 0)", restart_cost_seconds));
   }
   if (max_exact_candidates < 0 || max_exact_candidates > kMaxExactCandidatesLimit) {
     return InvalidArgumentError(fmt::format("max_exact_candidates: {} (must be in 0..{})",
@@ -888,8 +910,10 @@ Result<PreemptionDecision> PreemptionSearch::Find(const ClusterSnapshot& snapsho
   const std::string job_label = fmt::format("job \"{}\" ({} GPUs)", preemptor.id.value(),
                                             FormatGpus(preemptor.RequestedGpuMilliTotal()));
   std::map<Standing, int> standings;
+  bool own_min_runtimes = false;
   for (const JobFacts& fact : facts) {
     ++standings[fact.standing];
+    own_min_runtimes |= fact.own_min_runtime;
   }
   if (standings[Standing::kCandidate] == 0) {
     std::vector<std::string> parts;
@@ -900,8 +924,9 @@ Result<PreemptionDecision> PreemptionSearch::Find(const ClusterSnapshot& snapsho
       parts.push_back(fmt::format("{} not preemptible", n));
     }
     if (int n = standings[Standing::kTooYoung]; n > 0) {
-      parts.push_back(
-          fmt::format("{} started less than {} ago", n, FormatSpan(options_.min_runtime_seconds)));
+      parts.push_back(own_min_runtimes ? fmt::format("{} within their minimum runtime", n)
+                                       : fmt::format("{} started less than {} ago", n,
+                                                     FormatSpan(options_.min_runtime_seconds)));
     }
     if (int n = standings[Standing::kNotAllowed]; n > 0) {
       parts.push_back(fmt::format("{} protected by the preemption rule", n));
@@ -966,6 +991,7 @@ Result<PreemptionDecision> PreemptionSearch::Find(const ClusterSnapshot& snapsho
     plan.victims = std::move(context.best->victims);
     plan.preempted_gpu_milli = context.best->cost.gpu_milli;
     plan.lost_work_gpu_seconds = context.best->cost.lost_work_gpu_seconds;
+    plan.wasted_gpu_seconds = context.best->cost.wasted_gpu_seconds;
     plan.placements = std::move(context.best->placements);
     for (const DomainSearch* search : feasible) {
       // A domain searched only in part proves nothing if its bound could still beat the plan.

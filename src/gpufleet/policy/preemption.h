@@ -48,8 +48,13 @@ Result<PreemptionRule> QueueTreeRule(const QueueTree& tree, const QueueId& queue
 // Validated by PreemptionSearch::Create.
 struct PreemptionOptions {
   // A job that started less than this long before `now` is not a victim: it keeps the progress
-  // it is making and cannot be stopped again and again. >= 0.
+  // it is making and cannot be stopped again and again. A running job's own
+  // RunningJob::min_runtime_seconds replaces it. >= 0.
   int64_t min_runtime_seconds = 0;
+  // What stopping a job costs beyond its lost work, per GPU: the time it takes to be placed
+  // again, start, load its checkpoint and warm up. It makes the search weigh a large job that
+  // has just checkpointed against a small one that has not (see PreemptionSearch). >= 0.
+  int64_t restart_cost_seconds = 300;
   // A domain with more candidate victims than this is searched greedily (see PreemptionSearch);
   // up to it, exactly. 0..64.
   int max_exact_candidates = 20;
@@ -75,6 +80,8 @@ struct PreemptionPlan {
   // leaf is stopped whole.
   int64_t preempted_gpu_milli = 0;
   int64_t lost_work_gpu_seconds = 0;
+  // Lost work plus the restart cost of every preempted GPU: what the search minimised.
+  int64_t wasted_gpu_seconds = 0;
   // The preemptor's placements, valid in the snapshot once the victims' placements are released.
   std::vector<scheduler::TaskPlacement> placements;
   // False when a domain that might have held a better plan was searched greedily or ran out of
@@ -96,9 +103,18 @@ struct PreemptionDecision {
 
 // The victim search. For each domain of the preemptor's required level (the whole cluster when it
 // has none), among the eligible running jobs with a task there, it finds the set whose release
-// lets the preemptor fit there with the fewest GPUs preempted, then the least lost work, then the
-// fewest victims, then the smallest list of job ids; the best domain wins, ties going to the
-// smaller domain name. A job that fits without preemption gets a plan with no victims.
+// lets the preemptor fit there wasting the fewest GPU-seconds, then with the fewest GPUs
+// preempted, then the fewest victims, then the smallest list of job ids; the best domain wins,
+// ties going to the smaller domain name. A job that fits without preemption gets a plan with no
+// victims.
+//
+// The GPU-seconds wasted by stopping a job are its lost work (its GPUs times the seconds since
+// its last checkpoint, or since its start when it never reported one) plus its GPUs times
+// restart_cost_seconds. Lost work and GPUs preempted are one sum, not an order: ranking GPUs
+// first would stop a 4-GPU job that has not saved for hours rather than an 8-GPU job that saved
+// a minute ago; ranking lost work first would stop a 64-GPU job ten minutes old rather than a
+// 4-GPU job three hours old, and pay its restart on 64 GPUs. Both terms are GPU time the fleet
+// spends again, so their sum is what preemption costs.
 //
 // "Fits" is the real scheduler, on a scratch copy of the snapshot with the victims' tasks in the
 // domain released, confined to the domain (scheduler::PlacementScope).
@@ -106,10 +122,11 @@ struct PreemptionDecision {
 // Per domain: first a greedy pass (add the most useful candidates, i.e. the largest share of their
 // GPUs inside the domain, until the job fits, then drop those it fits without), whose result bounds
 // the rest. Then, with at most max_exact_candidates candidates, a branch and bound over the
-// candidates in the same order, which prunes a branch when its cost plus the GPUs still missing
-// cannot beat the best plan so far (of any domain), or when even all remaining candidates cannot
-// free enough GPUs; it calls the scheduler only for sets that free enough GPUs. The result is
-// exact unless a domain was searched greedily or ran out of fit checks or search steps.
+// candidates in the same order, which prunes a branch when its cost plus the restart cost of the
+// GPUs still missing cannot beat the best plan so far (of any domain), or when even all remaining
+// candidates cannot free enough GPUs; it calls the scheduler only for sets that free enough GPUs.
+// The result is exact unless a domain was searched greedily or ran out of fit checks or search
+// steps.
 //
 // Not thread-safe (it drives the scheduler): one search per thread.
 class PreemptionSearch {

@@ -249,6 +249,97 @@ TEST_F(PreemptionTest, CheckpointLimitsLostWork) {
   EXPECT_EQ(decision->plan->lost_work_gpu_seconds, 40);
 }
 
+// Issue 37: of two equal jobs the one that saved most recently is stopped, and a job that never
+// reported a checkpoint counts its whole run.
+TEST_F(PreemptionTest, VictimIsTheJobThatCheckpointedLast) {
+  Use(Leaves(1, 1, 8));
+  Hold("saved-50m-ago", {{0, {0, 1, 2, 3}}}).last_checkpoint_seconds = kNow - 3000;
+  Hold("saved-10s-ago", {{0, {4, 5, 6, 7}}}).last_checkpoint_seconds = kNow - 10;
+  auto decision = Find(Preemptor(1, 4));
+  ASSERT_OK(decision);
+  ASSERT_TRUE(decision->plan.has_value()) << decision->reason;
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("saved-10s-ago"));
+  EXPECT_EQ(decision->plan->lost_work_gpu_seconds, 40);
+  EXPECT_EQ(decision->plan->wasted_gpu_seconds, 40 + 4 * PreemptionOptions{}.restart_cost_seconds);
+
+  // Both started at 0; the one without a checkpoint would lose all of its 10000 s.
+  running_[1].last_checkpoint_seconds.reset();
+  running_[0].last_checkpoint_seconds = kNow - 9000;
+  decision = Find(Preemptor(1, 4));
+  ASSERT_OK(decision);
+  ASSERT_TRUE(decision->plan.has_value()) << decision->reason;
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("saved-50m-ago"));
+  EXPECT_EQ(decision->plan->lost_work_gpu_seconds, 4 * 9000);
+}
+
+// Lost work and GPUs preempted are one sum: a large job that has just saved goes before a small
+// one that has not saved for hours, unless the restart of its GPUs costs more than the small one
+// would lose.
+TEST_F(PreemptionTest, LostWorkAndRestartCostAreWeighedTogether) {
+  Use(Leaves(1, 1, 12));
+  // The big job saved a minute ago; the small one never did in its 10000 s.
+  Hold("big", {{0, {0, 1, 2, 3, 4, 5, 6, 7}}}).last_checkpoint_seconds = kNow - 60;
+  Hold("small", {{0, {8, 9, 10, 11}}});
+  auto decision = Find(Preemptor(1, 4));
+  ASSERT_OK(decision);
+  ASSERT_TRUE(decision->plan.has_value()) << decision->reason;
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("big"));
+  EXPECT_EQ(decision->plan->preempted_gpu_milli, 8000);
+  EXPECT_EQ(decision->plan->wasted_gpu_seconds, 8 * 60 + 8 * 300);
+  EXPECT_TRUE(decision->plan->proven_optimal);
+
+  // The small job saved 200 s ago: 800 lost + 1200 restart is less than the big job's 0 + 2400.
+  running_[0].last_checkpoint_seconds = kNow;
+  running_[1].last_checkpoint_seconds = kNow - 200;
+  decision = Find(Preemptor(1, 4));
+  ASSERT_OK(decision);
+  ASSERT_TRUE(decision->plan.has_value()) << decision->reason;
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("small"));
+  EXPECT_EQ(decision->plan->wasted_gpu_seconds, 800 + 1200);
+
+  // Without a restart cost only the lost work counts.
+  PreemptionOptions options;
+  options.restart_cost_seconds = 0;
+  decision = Find(Preemptor(1, 4), options);
+  ASSERT_OK(decision);
+  ASSERT_TRUE(decision->plan.has_value()) << decision->reason;
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("big"));
+  EXPECT_EQ(decision->plan->wasted_gpu_seconds, 0);
+}
+
+// A job's own minimum runtime (spec.preemption.minRuntime) replaces the search's.
+TEST_F(PreemptionTest, JobsOwnMinimumRuntimeReplacesTheDefault) {
+  Use(Leaves(1, 1, 8));
+  RunningJob& patient = Hold("patient", {{0, {0, 1, 2, 3}}});
+  patient.min_runtime_seconds = kNow + 1;
+  RunningJob& eager = Hold("eager", {{0, {4, 5, 6, 7}}});
+  eager.start_seconds = kNow - 10;
+  eager.min_runtime_seconds = 0;
+  PreemptionOptions options;
+  options.min_runtime_seconds = 600;
+  auto decision = Find(Preemptor(1, 4), options);
+  ASSERT_OK(decision);
+  ASSERT_TRUE(decision->plan.has_value()) << decision->reason;
+  EXPECT_THAT(VictimIds(decision->plan->victims), ElementsAre("eager"));
+
+  decision = Find(Preemptor(1, 8, "leaf"), options);
+  ASSERT_OK(decision);
+  EXPECT_FALSE(decision->plan.has_value());
+  EXPECT_THAT(
+      decision->reason,
+      HasSubstr("leaf-a has 0 free, 4 preemptible, 4 of jobs within their minimum runtime"));
+
+  running_[0].min_runtime_seconds = -1;
+  EXPECT_THAT(
+      Find(Preemptor(1, 4), options),
+      StatusIs(StatusCode::kInvalidArgument,
+               HasSubstr("running[0] (\"patient\").min_runtime_seconds: -1 (must be >= 0)")));
+  options.restart_cost_seconds = -5;
+  EXPECT_THAT(
+      Find(Preemptor(1, 4), options),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("restart_cost_seconds: -5 (must be >= 0)")));
+}
+
 TEST_F(PreemptionTest, NonPreemptibleJobsAreNeverVictims) {
   Use(Leaves(1, 1, 8));
   Hold("pinned", {{0, {0, 1, 2, 3}}}).preemptible = false;
@@ -629,6 +720,7 @@ TEST_F(PreemptionTest, QueueTreeRuleReclaimsTheBorrowedGpusInOneSearch) {
 // Brute force: every subset of the eligible jobs, cheapest first, each checked by the scheduler on
 // a fresh snapshot of the whole cluster without the subset. Returns the cheapest that fits.
 struct BruteForceCost {
+  int64_t wasted = 0;
   int64_t gpu_milli = 0;
   int64_t lost_work = 0;
   int victims = 0;
@@ -658,6 +750,7 @@ std::optional<BruteForceCost> BruteForceOptimum(const Cluster& cluster, const Gp
         ++cost.victims;
       }
     }
+    cost.wasted = cost.lost_work + cost.gpu_milli * PreemptionOptions{}.restart_cost_seconds / 1000;
     subsets.emplace_back(cost, mask);
   }
   std::sort(subsets.begin(), subsets.end());
@@ -798,6 +891,7 @@ TEST(PreemptionRandomTest, MatchesTheBruteForceOptimumOnSmallClusters) {
     }
     const PreemptionPlan& plan = *decision->plan;
     EXPECT_TRUE(plan.proven_optimal);
+    EXPECT_EQ(plan.wasted_gpu_seconds, optimum->wasted);
     EXPECT_EQ(plan.preempted_gpu_milli, optimum->gpu_milli);
     EXPECT_EQ(plan.lost_work_gpu_seconds, optimum->lost_work);
     EXPECT_EQ(static_cast<int>(plan.victims.size()), optimum->victims);

@@ -28,6 +28,9 @@ struct RunningJob {
   // Work lost if the job is stopped now, in GPU-seconds, for callers that know it better than
   // the checkpoint time says; overrides GPUs x seconds since the checkpoint.
   std::optional<int64_t> lost_work_gpu_seconds;
+  // How long the job runs before it may be preempted (its spec.preemption.minRuntime or its
+  // queue's default); nullopt: PreemptionOptions::min_runtime_seconds.
+  std::optional<int64_t> min_runtime_seconds;
   // Every task of the gang, as applied to the snapshot. Preemption frees all of them.
   std::vector<scheduler::TaskPlacement> placements;
 };

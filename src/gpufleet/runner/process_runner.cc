@@ -698,12 +698,44 @@ Status ProcessRunner::Start(const TaskLaunch& launch) {
   return Status::Ok();
 }
 
+namespace {
+
+// Creates the task's checkpoint file, or takes over the one its earlier start left (a restarted
+// agent), owned by the task's user and writable by it alone. Never follows a symbolic link.
+Status CreateCheckpointFile(const TaskLaunch& launch, const std::optional<RunAs>& identity) {
+  const UniqueFd fd(open(launch.checkpoint_path.c_str(),
+                         O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY,
+                         0600));
+  if (!fd.valid()) {
+    return InvalidArgumentError(fmt::format("checkpoint_path '{}' of task '{}' cannot be made: {}",
+                                            launch.checkpoint_path, launch.task_id,
+                                            ErrnoText(errno)));
+  }
+  struct stat info = {};
+  if (fstat(fd.get(), &info) != 0 || !S_ISREG(info.st_mode)) {
+    return InvalidArgumentError(fmt::format("checkpoint_path '{}' of task '{}' is not a file",
+                                            launch.checkpoint_path, launch.task_id));
+  }
+  if (identity.has_value() && fchown(fd.get(), identity->uid, identity->gid) != 0) {
+    return UnavailableError(
+        fmt::format("checkpoint_path '{}' of task '{}': cannot give it to {}: {}",
+                    launch.checkpoint_path, launch.task_id, identity->user, ErrnoText(errno)));
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task,
                             const std::optional<RunAs>& identity) {
   // Everything the child needs is built here: after fork it may not allocate.
   std::vector<std::string> argv_storage = launch.argv;
   std::vector<char*> argv = NullTerminatedPointers(argv_storage);
   std::vector<std::string> env_storage = TaskEnvironment(launch, identity);
+  if (!launch.checkpoint_path.empty()) {
+    GPUFLEET_RETURN_IF_ERROR(CreateCheckpointFile(launch, identity));
+    env_storage.push_back(fmt::format("{}={}", kCheckpointFileEnv, launch.checkpoint_path));
+  }
   std::vector<char*> envp = NullTerminatedPointers(env_storage);
   std::vector<std::string> cgroup_join;
   std::vector<const char*> cgroup_join_pointers;

@@ -228,6 +228,32 @@ TEST_F(ProcessRunnerTest, RunsTaskWithItsGpusEnvironmentAndLog) {
             "oops\n");
 }
 
+// Issue 37: the task reports checkpoints to a file the runner made for it alone.
+TEST_F(ProcessRunnerTest, ATaskAppendsItsCheckpointsToTheFileItsEnvironmentNames) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  TaskLaunch launch = Shell("train/group-0",
+                            "echo \"file=$GPUFLEET_CHECKPOINT_FILE\"; "
+                            "echo '1765119600 step=100' >> \"$GPUFLEET_CHECKPOINT_FILE\"");
+  launch.checkpoint_path = dir_ + "/train.checkpoint";
+  StartOrFail(*runner, launch);
+  EXPECT_EQ(WaitForEnd(*runner, "train/group-0").exit_code, 0);
+  EXPECT_EQ(ReadFile(launch.log_path), "file=" + launch.checkpoint_path + "\n");
+  EXPECT_EQ(ReadFile(launch.checkpoint_path), "1765119600 step=100\n");
+  struct stat info = {};
+  ASSERT_EQ(stat(launch.checkpoint_path.c_str(), &info), 0);
+  EXPECT_EQ(info.st_mode & 07777, 0600U);
+
+  // A link in the file's place is not followed.
+  const std::string target = dir_ + "/elsewhere";
+  TaskLaunch linked = Shell("train/group-1", "true");
+  linked.checkpoint_path = dir_ + "/linked.checkpoint";
+  ASSERT_EQ(symlink(target.c_str(), linked.checkpoint_path.c_str()), 0);
+  EXPECT_THAT(runner->Start(linked),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("linked.checkpoint")));
+  EXPECT_FALSE(std::filesystem::exists(target));
+}
+
 TEST_F(ProcessRunnerTest, TaskWithoutGpusSeesNoDevice) {
   std::unique_ptr<ProcessRunner> runner = OpenRunner();
   ASSERT_NE(runner, nullptr);
@@ -967,6 +993,37 @@ try kill -0 "$OTHER_PID"
 try kill -STOP "$OTHER_PID"
 echo "uid=$(id -u) gid=$(id -g) groups=$(id -G | tr ' ' ,) home=$HOME user=$USER tmp=$TMPDIR pwd=$(pwd)"
 )sh";
+
+// Issue 37: a sandboxed task writes its own checkpoint file, owned by its run's user; a task of
+// another run can write neither that file nor a new one beside it.
+TEST_F(ProcessRunnerIntegrationSandboxTest, ATaskWritesItsOwnCheckpointFileOnly) {
+  std::unique_ptr<ProcessRunner> runner = OpenSandboxed(sandbox_.uids);
+  ASSERT_NE(runner, nullptr);
+  const std::string checkpoints = dir_ + "/checkpoints";
+  ASSERT_EQ(mkdir(checkpoints.c_str(), 0711), 0);
+  TaskLaunch saver = InRun("team-a/train/main-0/1", "team-a/train/1",
+                           "echo 1765119600 >> \"$GPUFLEET_CHECKPOINT_FILE\"");
+  saver.checkpoint_path = checkpoints + "/saver.checkpoint";
+  StartOrFail(*runner, saver);
+  EXPECT_EQ(WaitForEnd(*runner, saver.task_id).exit_code, 0);
+  EXPECT_EQ(ReadFile(saver.checkpoint_path), "1765119600\n");
+  struct stat info = {};
+  ASSERT_EQ(stat(saver.checkpoint_path.c_str(), &info), 0);
+  EXPECT_GE(info.st_uid, sandbox_.uids.first);
+  EXPECT_LE(info.st_uid, sandbox_.uids.last);
+  EXPECT_EQ(info.st_mode & 07777, 0600U);
+
+  TaskLaunch other = InRun("team-b/train/main-0/1", "team-b/train/1",
+                           fmt::format("echo 1 >> {0}/saver.checkpoint || echo file=refused; "
+                                       "echo 1 > {0}/forged.checkpoint || echo dir=refused",
+                                       checkpoints));
+  other.checkpoint_path = checkpoints + "/other.checkpoint";
+  StartOrFail(*runner, other);
+  WaitForEnd(*runner, other.task_id);
+  EXPECT_THAT(ReadFile(other.log_path), HasSubstr("file=refused"));
+  EXPECT_THAT(ReadFile(other.log_path), HasSubstr("dir=refused"));
+  EXPECT_EQ(ReadFile(saver.checkpoint_path), "1765119600\n");
+}
 
 TEST_F(ProcessRunnerIntegrationSandboxTest, TasksOfTwoRunsCannotReachEachOther) {
   std::unique_ptr<ProcessRunner> runner = OpenSandboxed(sandbox_.uids);

@@ -31,6 +31,9 @@ inline constexpr std::string_view kNoCudaDevices = "";
 inline constexpr std::string_view kNoNvidiaDevices = "void";
 
 // One task of a job, as the agent asks a runner to start it.
+// The variable that names a task's checkpoint file (TaskLaunch::checkpoint_path).
+inline constexpr std::string_view kCheckpointFileEnv = "GPUFLEET_CHECKPOINT_FILE";
+
 struct TaskLaunch {
   // Unique among the runner's tasks, e.g. "train-llm/group-0": 1 to kMaxTaskIdLength characters
   // from [A-Za-z0-9._:@+/-].
@@ -50,6 +53,11 @@ struct TaskLaunch {
   // The file that receives the task's stdout and stderr (appended; created if missing, its
   // directory must exist). ProcessRunner requires it; SimulatedRunner ignores it.
   std::string log_path;
+  // The file the task reports its checkpoints to (agent/checkpoint_file.h): ProcessRunner creates
+  // it, empty, writable by the user the task runs as alone, and names it in the task's
+  // environment as GPUFLEET_CHECKPOINT_FILE; its directory must exist and be one the task's user
+  // cannot write to. Empty: none. PodmanRunner and SimulatedRunner give their tasks none.
+  std::string checkpoint_path;
   // The directory the task starts in; empty: the runner's own working directory.
   std::string working_dir;
   // The task's CPU (milli-cores) and memory request, enforced as limits where the runner puts

@@ -305,7 +305,7 @@ Status ReadTaskReports(const ObjectReader& r, std::vector<TaskReport>* out) {
         const ObjectReader t,
         ObjectReader::Open(j, path,
                            {"id", "phase", "exit_code", "message", "gpu_utilization_pct",
-                            "image_pull_ms", "image_digest"}));
+                            "image_pull_ms", "image_digest", "last_checkpoint_unix_s"}));
     TaskReport report;
     GPUFLEET_RETURN_IF_ERROR(t.String("id", &report.id, /*required=*/true));
     if (!seen.insert(report.id).second) {
@@ -319,6 +319,12 @@ Status ReadTaskReports(const ObjectReader& r, std::vector<TaskReport>* out) {
       int64_t pull_ms = 0;
       GPUFLEET_RETURN_IF_ERROR(t.Integer("image_pull_ms", &pull_ms, 0, int64_t{1} << 40));
       report.image_pull_ms = pull_ms;
+    }
+    if (t.Find("last_checkpoint_unix_s") != nullptr) {
+      int64_t checkpoint = 0;
+      GPUFLEET_RETURN_IF_ERROR(
+          t.Integer("last_checkpoint_unix_s", &checkpoint, 0, kMaxCheckpointUnixSeconds));
+      report.last_checkpoint_unix_s = checkpoint;
     }
     GPUFLEET_RETURN_IF_ERROR(t.String("image_digest", &report.image_digest));
     if (!report.image_digest.empty()) {
@@ -373,6 +379,9 @@ Json TaskReportsToJson(const std::vector<TaskReport>& tasks) {
     }
     if (!t.image_digest.empty()) {
       j["image_digest"] = t.image_digest;
+    }
+    if (t.last_checkpoint_unix_s) {
+      j["last_checkpoint_unix_s"] = *t.last_checkpoint_unix_s;
     }
     out.push_back(std::move(j));
   }

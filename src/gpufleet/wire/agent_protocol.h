@@ -75,7 +75,15 @@ struct TaskReport {
   // The digest of the image the task's container runs ("sha256:<64 hex>"); empty for a process
   // or when the runner could not tell.
   std::string image_digest;
+  // When the task last reported a checkpoint (its GPUFLEET_CHECKPOINT_FILE), in Unix seconds;
+  // absent when it has not, or from an agent that does not read the file. Optional, so agents
+  // of protocol 1.1 without it keep working.
+  std::optional<int64_t> last_checkpoint_unix_s;
 };
+
+// The latest checkpoint time a task report may carry (in 2096): the server keeps it in Unix
+// nanoseconds, which this keeps far from overflowing.
+inline constexpr int64_t kMaxCheckpointUnixSeconds = 4'000'000'000;
 
 // Bounds on a heartbeat's images, so that no agent can make its node document grow without
 // limit: at most kMaxReportedImages images, kMaxReferencesPerImage references each, and

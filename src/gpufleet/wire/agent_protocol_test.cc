@@ -100,6 +100,27 @@ TEST(AgentProtocolJson, TaskReportCarriesTheImagePullTime) {
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("tasks[0].image_pull_ms")));
 }
 
+TEST(AgentProtocolJson, TaskReportCarriesTheLastCheckpoint) {
+  HeartbeatRequest beat;
+  beat.tasks.push_back({.id = "a/b/1", .last_checkpoint_unix_s = 1765119600});
+  beat.tasks.push_back({.id = "a/c/1"});
+  const Result<HeartbeatRequest> parsed = ParseHeartbeatRequest(HeartbeatRequestToJson(beat));
+  ASSERT_OK(parsed);
+  ASSERT_EQ(parsed->tasks.size(), 2u);
+  EXPECT_EQ(parsed->tasks[0].last_checkpoint_unix_s, 1765119600);
+  // An agent that does not read checkpoint files leaves the field out.
+  EXPECT_EQ(parsed->tasks[1].last_checkpoint_unix_s, std::nullopt);
+  EXPECT_EQ(HeartbeatRequestToJson(beat).find("last_checkpoint",
+                                              HeartbeatRequestToJson(beat).find("a/c/1")),
+            std::string::npos);
+  EXPECT_THAT(
+      ParseHeartbeatRequest(R"({"tasks": [{"id": "a/b/1", "last_checkpoint_unix_s": -1}]})"),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("tasks[0].last_checkpoint_unix_s")));
+  EXPECT_THAT(ParseHeartbeatRequest(
+                  R"({"tasks": [{"id": "a/b/1", "last_checkpoint_unix_s": 4000000001}]})"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("tasks[0].last_checkpoint_unix_s")));
+}
+
 TEST(AgentProtocolJson, TaskReportCarriesTheImageDigest) {
   const std::string digest = "sha256:" + std::string(64, 'a');
   HeartbeatRequest beat;

@@ -340,6 +340,7 @@ Result<JobRecord> JobRecordFromJson(Json&& doc, const GpuCatalog* catalog) {
   }
   GPUFLEET_RETURN_IF_ERROR(taker.Array("warnings", out.warnings, StringElement));
   GPUFLEET_RETURN_IF_ERROR(taker.String("warning", out.idle_warning));
+  GPUFLEET_RETURN_IF_ERROR(taker.Integer("last_checkpoint_ns", out.last_checkpoint_ns));
   out.extra = std::move(taker).TakeRest();
   return out;
 }
@@ -391,6 +392,7 @@ Json JobRecordToJson(const JobRecord& record) {
     out["warnings"] = record.warnings;
   }
   SetIfAny(out, "warning", record.idle_warning);
+  SetIfAny(out, "last_checkpoint_ns", record.last_checkpoint_ns);
   return out;
 }
 

@@ -110,6 +110,10 @@ struct JobRecord {
   std::vector<std::string> warnings;
   // The idle reclaim's warning to an idle interactive job ("warning"), empty without one.
   std::string idle_warning;
+  // The newest checkpoint any task of the job reported (docs/job-spec.md, "Checkpoints"), in
+  // Unix nanoseconds, never after the server's time when it took the report; kept across runs,
+  // since the next run resumes from it. nullopt: none reported.
+  std::optional<int64_t> last_checkpoint_ns;
   // Every stored member the record does not know, written back as it was.
   Json extra = Json::object();
 };

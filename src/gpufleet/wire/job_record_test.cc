@@ -54,7 +54,8 @@ Json RunningJobDocument() {
     ],
     "preempted_by": "", "preempted_by_team": "vision",
     "usage_run": {"attempt": 2, "start_ns": 3000, "busy": 77},
-    "warning": "idle for 2h: reclaimed at 16:00 unless it works"
+    "warning": "idle for 2h: reclaimed at 16:00 unless it works",
+    "last_checkpoint_ns": 1765119600000000000
   })");
   EXPECT_TRUE(doc.ok()) << doc.status().ToString();
   (*doc)["spec"] = JobSpecToJson(*job);
@@ -92,7 +93,18 @@ TEST(JobRecord, ReadsEveryFieldTyped) {
   ASSERT_TRUE(record->usage_run.has_value());
   EXPECT_EQ(record->usage_run->busy, 77);
   EXPECT_EQ(record->idle_warning, "idle for 2h: reclaimed at 16:00 unless it works");
+  EXPECT_EQ(record->last_checkpoint_ns, 1765119600000000000);
   EXPECT_TRUE(record->extra.empty()) << record->extra.dump();
+  // A job that never reported a checkpoint has none.
+  Json without = RunningJobDocument();
+  without.erase("last_checkpoint_ns");
+  const Result<JobRecord> unsaved = JobRecordFromJson(without, &catalog);
+  ASSERT_OK(unsaved.status());
+  EXPECT_FALSE(unsaved->last_checkpoint_ns.has_value());
+  EXPECT_FALSE(JobRecordToJson(*unsaved).contains("last_checkpoint_ns"));
+  without["last_checkpoint_ns"] = "yesterday";
+  EXPECT_THAT(JobRecordFromJson(without, &catalog).status(),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("last_checkpoint_ns")));
 }
 
 TEST(JobRecord, WritesBackTheDocumentItRead) {

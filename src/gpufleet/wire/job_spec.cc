@@ -983,6 +983,17 @@ Result<TopologyConstraint> ReadTopology(const SpecNode& node, const std::string&
   return topology;
 }
 
+// `preemption: {minRuntime: 10m}`: the job's minimum runtime, or none when left out.
+Result<std::optional<Duration>> ReadPreemption(const SpecNode& node, const std::string& path) {
+  GPUFLEET_ASSIGN_OR_RETURN(const Fields f, Fields::Read(node, path, {"minRuntime"}));
+  if (f.Find("minRuntime") == nullptr) {
+    return std::optional<Duration>();
+  }
+  Duration min_runtime{0};
+  GPUFLEET_RETURN_IF_ERROR(f.Get("minRuntime", &min_runtime, Formatted(&ParseSpecDuration)));
+  return std::optional<Duration>(min_runtime);
+}
+
 Result<SpreadConstraint> ReadSpread(const SpecNode& node, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(const Fields f, Fields::Read(node, path, {"faultDomain", "maxSkew"}));
   SpreadConstraint spread;
@@ -1030,10 +1041,11 @@ Result<IdenticalStack> ReadIdenticalStack(const SpecNode& node, const std::strin
 
 Result<Job> ReadSpec(const SpecNode& node) {
   GPUFLEET_ASSIGN_OR_RETURN(
-      const Fields f, Fields::Read(node, "spec",
-                                   {"kind", "priority", "preemptible", "runtimeEstimate", "tasks",
-                                    "gpuModels", "minGpuMemory", "nodeSelector", "topology",
-                                    "spread", "identicalStack", "onNodeFailure", "provenance"}));
+      const Fields f,
+      Fields::Read(node, "spec",
+                   {"kind", "priority", "preemptible", "runtimeEstimate", "tasks", "gpuModels",
+                    "minGpuMemory", "nodeSelector", "topology", "spread", "identicalStack",
+                    "onNodeFailure", "provenance", "preemption"}));
   Job job;
   GPUFLEET_RETURN_IF_ERROR(f.Get("kind", &job.kind, ReadJobKind));
   GPUFLEET_RETURN_IF_ERROR(f.Get("priority", &job.priority, Int(-kMaxInt - 1, kMaxInt)));
@@ -1053,6 +1065,7 @@ Result<Job> ReadSpec(const SpecNode& node) {
   job.identical_stack_labels = std::move(stack.labels);
   job.identical_image_digest = std::move(stack.image_digest);
   GPUFLEET_RETURN_IF_ERROR(f.Get("provenance", &job.provenance, ReadProvenance));
+  GPUFLEET_RETURN_IF_ERROR(f.Get("preemption", &job.min_runtime, ReadPreemption));
   return job;
 }
 
@@ -1140,6 +1153,9 @@ Json SpecToJson(const Job& job) {
   spec["preemptible"] = job.preemptible;
   put(spec, "runtimeEstimate", FormatSpecDuration(job.runtime_estimate),
       job.runtime_estimate.count() != 0);
+  if (job.min_runtime) {
+    spec["preemption"]["minRuntime"] = FormatSpecDuration(*job.min_runtime);
+  }
   put(spec, "onNodeFailure", std::string(NodeFailurePolicyName(job.on_node_failure)),
       job.on_node_failure != NodeFailurePolicy::kRequeue);
   spec["tasks"] = Json::array();

@@ -487,6 +487,26 @@ std::string WithSpec(const std::string& extra) {
   return out;
 }
 
+// Issue 37: the job's minimum runtime before preemption, absent unless given.
+TEST_F(JobSpecTest, PreemptionMinRuntimeRoundTrips) {
+  Result<Job> job = ParseJobSpec(WithSpec("preemption: {minRuntime: 1h30m}\n"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->min_runtime, std::optional<Duration>(std::chrono::minutes(90)));
+  const nlohmann::json json = JobSpecToJson(*job);
+  EXPECT_EQ(json["spec"]["preemption"]["minRuntime"], "1h30m");
+  const Result<Job> again = JobSpecFromJson(json, catalog_);
+  ASSERT_OK(again);
+  EXPECT_EQ(again->min_runtime, job->min_runtime);
+
+  job = ParseJobSpec(WithSpec("preemption: {minRuntime: 0s}\n"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->min_runtime, std::optional<Duration>(Duration{0}));
+  job = ParseJobSpec(WithSpec("priority: 1\n"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_FALSE(job->min_runtime.has_value());
+  EXPECT_FALSE(JobSpecToJson(*job)["spec"].contains("preemption"));
+}
+
 TEST_F(JobSpecTest, IdenticalStackTrueOrAPinnedImageDigest) {
   const std::vector<std::string> defaults = {
       "gpufleet.io/driver-version", "gpufleet.io/cuda-version", "gpufleet.io/image-digest"};
@@ -611,6 +631,12 @@ std::vector<BadSpec> BadSpecs() {
        "spec.runtimeEstimate: \"1.5h\" is not a duration"},
       {"NegativeDuration", WithSpec("runtimeEstimate: -5m\n"),
        "spec.runtimeEstimate: \"-5m\" must be zero or positive"},
+      {"BadMinRuntime", WithSpec("preemption: {minRuntime: ten}\n"),
+       "spec.preemption.minRuntime: \"ten\" is not a duration"},
+      {"NegativeMinRuntime", WithSpec("preemption: {minRuntime: -5m}\n"),
+       "spec.preemption.minRuntime: \"-5m\" must be zero or positive"},
+      {"UnknownPreemptionField", WithSpec("preemption: {minRuntme: 5m}\n"),
+       "spec.preemption.minRuntme"},
       {"NegativeMinGpuMemory", WithSpec("minGpuMemory: -1Gi\n"),
        "spec.minGpuMemory: \"-1Gi\" must be positive"},
       {"NodeSelectorValueList", WithSpec("nodeSelector: {zone: [a]}\n"),
