@@ -9,6 +9,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -24,6 +25,7 @@
 #include "gpufleet/agent/simulated_probe.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/os/files.h"
 #include "gpufleet/runner/simulated_runner.h"
 #include "gpufleet/scheduler/plugins/filters.h"
 #include "gpufleet/store/memory_store.h"
@@ -715,30 +717,36 @@ spec:
   EXPECT_EQ(short_share.mps, (runner::MpsClient{pipes, 0, 50}));
   EXPECT_FALSE(sliced.mps.has_value());
   const auto control_log = [&] {
-    std::ifstream in(dir + "/mps/" + gpu + "/log/control.log");
-    std::stringstream text;
-    text << in.rdbuf();
-    return text.str();
+    const Result<std::optional<std::string>> text =
+        os::ReadSmallFile(dir + "/mps/" + gpu + "/log/control.log");
+    return text.ok() && text->has_value() ? **text : std::string();
   };
   EXPECT_THAT(control_log(), HasSubstr("started CUDA_VISIBLE_DEVICES=" + gpu));
-  EXPECT_EQ(agent_->mps_daemons().size(), 1u);
+  EXPECT_EQ(agent_->mps_daemons().daemons().size(), 1u);
 
-  // The short share has ended, the long one still runs: the daemon stays.
-  clock_.Advance(std::chrono::seconds(30));
-  ASSERT_OK(agent_->Heartbeat());
+  // The short share has ended, the long one still runs: the daemon stays. (Heartbeats every
+  // 10 s renew the lease meanwhile.)
+  for (int beat = 0; beat < 3; ++beat) {
+    clock_.Advance(std::chrono::seconds(10));
+    ASSERT_OK(agent_->Heartbeat());
+  }
   ASSERT_OK(agent_->Heartbeat());
   agent_->TendMpsDaemons();
-  EXPECT_EQ(agent_->mps_daemons().size(), 1u);
+  EXPECT_EQ(agent_->mps_daemons().daemons().size(), 1u);
   EXPECT_THAT(control_log(), Not(HasSubstr("command quit")));
   // The last client has ended: the daemon is told to quit, and is forgotten once it has.
-  clock_.Advance(std::chrono::seconds(31));
+  // Beats until the long share has ended; then the fake clock stands still, so that the daemon,
+  // which runs in real time, is not killed for its quit grace before it has read the quit.
+  for (int beat = 0; beat < 4 && !runner_->Poll().empty(); ++beat) {
+    clock_.Advance(std::chrono::seconds(10));
+    ASSERT_OK(agent_->Heartbeat());
+  }
   ASSERT_OK(agent_->Heartbeat());
-  ASSERT_OK(agent_->Heartbeat());
-  for (int i = 0; i < 1000 && !agent_->mps_daemons().empty(); ++i) {
+  for (int i = 0; i < 1000 && !agent_->mps_daemons().daemons().empty(); ++i) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
     agent_->TendMpsDaemons();
   }
-  EXPECT_TRUE(agent_->mps_daemons().empty());
+  EXPECT_TRUE(agent_->mps_daemons().daemons().empty());
   EXPECT_THAT(control_log(), HasSubstr("command quit"));
   EXPECT_EQ(Job("shares")["state"], "Succeeded");
   std::error_code ignored;
