@@ -131,6 +131,11 @@ Result<std::string> MpsDaemons::EnsureRunning(const std::string& gpu_uuid) {
     }
     daemons_.erase(known);  // it died: start another
   }
+  // One that runs but is not known (Adopt not called yet) is taken, never started twice.
+  if (const int pid = LiveDaemonPid(gpu_uuid); pid > 0) {
+    daemons_[gpu_uuid] = Daemon{pid, State::kRunning, {}};
+    return pipes;
+  }
   const std::string logs = LogDirectory(gpu_uuid);
   std::error_code error;
   std::filesystem::remove_all(pipes, error);

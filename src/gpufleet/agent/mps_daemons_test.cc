@@ -203,6 +203,11 @@ TEST_F(MpsDaemonsTest, ARestartedAgentAdoptsTheRunningDaemonAndStartsNoSecond) {
   std::ofstream(options_.state_dir + "/" + kGpuB + "/pipe/" + std::string(kMpsPidFile))
       << "999999999\n";
 
+  // Even without Adopt, a daemon of the GPU that runs is taken rather than started again.
+  MpsDaemons unadopted(options_, clock_);
+  ASSERT_OK(unadopted.EnsureRunning(kGpuA));
+  EXPECT_EQ(CountOf(ControlLog(kGpuA), "started"), 1);
+
   MpsDaemons after(options_, clock_);
   ASSERT_OK(after.Adopt());
   EXPECT_EQ(after.daemons(),

@@ -93,9 +93,10 @@ TEST_F(DevicesTest, MpsSharesGoOnlyWhereNoTimeSlicedShareIs) {
   EXPECT_FALSE((*picked)[0].mps);
   EXPECT_EQ(GpuTaskCapacity(Context(sliced), snapshot_->nodes()[0], first_two, 100), 3);
   // A stale placement that would mix them is refused, with nothing changed.
-  EXPECT_THAT(snapshot_->Apply({0, 0, 0, {}, {{0, 100, 0, "", -1, false, true}}}),
-              StatusIs(StatusCode::kFailedPrecondition,
-                       ::testing::HasSubstr("a mps share cannot join the time-sliced shares")));
+  EXPECT_THAT(
+      snapshot_->Apply({0, 0, 0, {}, {{0, 100, 0, "", -1, false, true}}}),
+      StatusIs(StatusCode::kFailedPrecondition,
+               ::testing::HasSubstr("gpu 0: an MPS share cannot join the time-sliced shares")));
   EXPECT_EQ(snapshot_->nodes()[0].gpus[0].free_milli, 900);
 }
 

@@ -363,9 +363,9 @@ Status ClusterSnapshot::CheckFits(const TaskPlacement& placement) const {
     }
     if (IsShare(assignment) && !SharingFits(assignment.mps, gpu)) {
       return FailedPreconditionError(
-          fmt::format("node {} gpu {}: a {} share cannot join the {} shares there",
-                      node.node->id.value(), assignment.gpu, assignment.mps ? "mps" : "time-sliced",
-                      assignment.mps ? "time-sliced" : "mps"));
+          fmt::format("node {} gpu {}: {}", node.node->id.value(), assignment.gpu,
+                      assignment.mps ? "an MPS share cannot join the time-sliced shares there"
+                                     : "a time-sliced share cannot join the MPS shares there"));
     }
     gpu.free_milli -= assignment.milli;
     gpu.free_memory_mib -= assignment.memory_mib;

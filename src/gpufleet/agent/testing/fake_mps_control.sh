@@ -32,8 +32,9 @@ case "${1-}" in
       while read -r command; do
         echo "command $command" >>"$log"
         if [ "$command" = quit ] && [ ! -e "$logs/ignore-quit" ]; then
-          rm -f "$pid_file" "$pipes/control"
+          # Logged before the pid file goes: whoever sees it gone reads the whole log.
           echo "quit pid=$$" >>"$log"
+          rm -f "$pid_file" "$pipes/control"
           exit 0
         fi
       done <"$pipes/control"
