@@ -18,9 +18,21 @@
 #   SM and memory clocks                   CLOCK_TOL_PCT         (default 10 %)
 # On MIG-enabled GPUs only identity, temperature, power and clocks are compared.
 #
+# Then, where the driver's nvidia-cuda-mps-control and a python3 with PyTorch are found, the MPS
+# step (docs/sharing.md): one MPS control daemon for GPU 0, started as the agent starts it (pipe
+# and log directories of its own, CUDA_VISIBLE_DEVICES naming the GPU by UUID), and two clients
+# with the variables gpufleet's runner gives an MPS share (CUDA_MPS_PIPE_DIRECTORY,
+# CUDA_MPS_PINNED_DEVICE_MEM_LIMIT "0=<MiB>M", CUDA_MPS_ACTIVE_THREAD_PERCENTAGE). Each client
+# is limited to MPS_LIMIT_MIB (default 2048); one allocates twice its limit and must fail, the
+# other allocates half of it and must still run after the first has failed. The daemon is told to
+# quit at the end (and killed if it has not after 10 s). It changes no GPU setting either: MPS
+# runs in the GPU's current compute mode. Skipped, with a line saying why, where either program
+# is missing; MPS_CHECK=0 skips it too.
+#
 # Environment: BUILD_DIR (default build), GPUFLEET (a built binary: skips the build), BUNDLE (a
 # directory scripts/gpu-bundle made, for a machine without Debian's packages: its gpufleet),
-# NVML_LIBRARY (passed to --nvml-library), NVIDIA_SMI (default nvidia-smi).
+# NVML_LIBRARY (passed to --nvml-library), NVIDIA_SMI (default nvidia-smi), MPS_CONTROL (default
+# nvidia-cuda-mps-control), PYTHON (default python3), MPS_LIMIT_MIB, MPS_CHECK.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,7 +67,9 @@ fi
 metrics="$("$GPUFLEET" "${probe_args[@]}")"
 smi="$("$NVIDIA_SMI" --query-gpu=index,uuid,pci.bus_id,name,utilization.gpu,utilization.memory,memory.used,memory.free,temperature.gpu,power.draw,clocks.sm,clocks.mem --format=csv,noheader,nounits)"
 
-# Both outputs go to one awk program: the dcgm text first, then the CSV.
+# Both outputs go to one awk program: the dcgm text first, then the CSV. Its verdict is the
+# script's, after the MPS step.
+compared=0
 {
   printf '%s\n' "$metrics"
   echo "@@SMI@@"
@@ -144,4 +158,83 @@ END {
   if (gpus == 0) { print "gpu-check: nvidia-smi listed no GPU" > "/dev/stderr"; exit 1 }
   if (mismatches > 0) { printf "gpu-check: %d mismatch(es)\n", mismatches > "/dev/stderr"; exit 1 }
   printf "gpu-check: %d GPU(s) agree within tolerance\n", gpus
-}'
+}' || compared=$?
+
+mps_check() {
+  local control="${MPS_CONTROL:-nvidia-cuda-mps-control}" python="${PYTHON:-python3}"
+  local limit="${MPS_LIMIT_MIB:-2048}"
+  if [ "${MPS_CHECK:-1}" = 0 ]; then
+    echo "gpu-check: MPS step skipped (MPS_CHECK=0)"
+    return 0
+  fi
+  if ! command -v "$control" >/dev/null 2>&1; then
+    echo "gpu-check: MPS step skipped: $control not found"
+    return 0
+  fi
+  if ! "$python" -c 'import torch' >/dev/null 2>&1; then
+    echo "gpu-check: MPS step skipped: $python has no PyTorch"
+    return 0
+  fi
+  local uuid dir
+  uuid="$("$NVIDIA_SMI" --query-gpu=uuid --format=csv,noheader --id=0 | tr -d ' ')"
+  dir="$(mktemp -d /tmp/gpufleet-mps-check.XXXXXX)"
+  mkdir -p "$dir/pipe" "$dir/log"
+  local -a daemon_env=(env "CUDA_VISIBLE_DEVICES=$uuid" "CUDA_MPS_PIPE_DIRECTORY=$dir/pipe"
+    "CUDA_MPS_LOG_DIRECTORY=$dir/log")
+  "${daemon_env[@]}" "$control" -d
+  local waited=0
+  while [ ! -s "$dir/pipe/nvidia-cuda-mps-control.pid" ] && [ "$waited" -lt 50 ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  local daemon_pid
+  daemon_pid="$(cat "$dir/pipe/nvidia-cuda-mps-control.pid" 2>/dev/null || true)"
+  if [ -z "$daemon_pid" ]; then
+    echo "gpu-check: MPS step FAILED: the daemon wrote no pid file" >&2
+    return 1
+  fi
+  # A client allocates MIB MiB, says so, holds it for HOLD seconds and prints its end.
+  local client='
+import sys, time, torch
+mib, hold = int(sys.argv[1]), float(sys.argv[2])
+try:
+    block = torch.empty(mib * 1024 * 1024, dtype=torch.uint8, device="cuda")
+    torch.cuda.synchronize()
+except RuntimeError as error:
+    print(f"allocation of {mib} MiB refused: {str(error).splitlines()[0]}", flush=True)
+    sys.exit(3)
+print(f"allocated {mib} MiB", flush=True)
+time.sleep(hold)
+print("still running", flush=True)
+'
+  local -a client_env=(env "CUDA_VISIBLE_DEVICES=$uuid" "CUDA_MPS_PIPE_DIRECTORY=$dir/pipe"
+    "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=${limit}M" "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=50")
+  "${client_env[@]}" "$python" -c "$client" $((limit / 2)) 30 >"$dir/within.log" 2>&1 &
+  local within_pid=$!
+  local over=0
+  "${client_env[@]}" timeout 120 "$python" -c "$client" $((limit * 2)) 0 >"$dir/over.log" 2>&1 ||
+    over=$?
+  local within_alive=0
+  if kill -0 "$within_pid" 2>/dev/null; then within_alive=1; fi
+  local within=0
+  wait "$within_pid" || within=$?
+  echo quit | env "CUDA_MPS_PIPE_DIRECTORY=$dir/pipe" "$control" || true
+  waited=0
+  while kill -0 "$daemon_pid" 2>/dev/null && [ "$waited" -lt 100 ]; do
+    sleep 0.1
+    waited=$((waited + 1))
+  done
+  kill -9 "$daemon_pid" 2>/dev/null || true
+  echo "gpu-check: MPS client over its ${limit} MiB limit: exit $over: $(tail -n 1 "$dir/over.log")"
+  echo "gpu-check: MPS client within its limit: exit $within, running when the other ended:" \
+    "$within_alive: $(tail -n 1 "$dir/within.log")"
+  if [ "$over" -ne 0 ] && [ "$within" -eq 0 ] && [ "$within_alive" -eq 1 ] &&
+    grep -q "still running" "$dir/within.log"; then
+    echo "gpu-check: MPS limits hold (logs in $dir)"
+    return 0
+  fi
+  echo "gpu-check: MPS step FAILED (logs in $dir)" >&2
+  return 1
+}
+mps_check || compared=1
+exit "$compared"

@@ -27,7 +27,9 @@
 #include "gpufleet/agent/slurm_health.h"
 #include "gpufleet/agent/telemetry.h"
 #include "gpufleet/core/clock.h"
+#include "gpufleet/core/cluster.h"
 #include "gpufleet/core/gpu_catalog.h"
+#include "gpufleet/core/workload.h"
 #include "gpufleet/http/client.h"
 #include "gpufleet/runner/podman_runner.h"
 #include "gpufleet/runner/process_runner.h"
@@ -62,6 +64,8 @@ struct AgentFlags {
   std::vector<std::string> image_mirror_registries;
   int64_t image_mirror_cache_gib = 64;
   std::string state_dir = "gpufleet-agent";
+  std::string gpu_sharing;
+  std::string mps_control = "nvidia-cuda-mps-control";
   std::string metrics_listen = "0.0.0.0:9400";
   bool metrics_job_labels = false;
   int64_t sample_interval_ms = 1000;
@@ -295,6 +299,17 @@ int RunAgent(const AgentFlags& flags) {
     options.topology_values.push_back(value);
   }
   options.labels = {labels->begin(), labels->end()};
+  if (!flags.gpu_sharing.empty()) {
+    const Result<GpuSharing> sharing = ParseGpuSharing(flags.gpu_sharing);
+    if (!sharing.ok()) {
+      return FailAgent(InvalidArgumentError("--gpu-sharing: " + sharing.status().message()));
+    }
+    options.labels[std::string(kGpuSharingLabel)] = flags.gpu_sharing;
+  }
+  // Absolute: a container client mounts its GPU's pipe directory by this path.
+  options.mps.control_program = flags.mps_control;
+  options.mps.state_dir =
+      std::filesystem::absolute(std::filesystem::path(flags.state_dir) / "mps").string();
   options.fault_domains = {fault_domains->begin(), fault_domains->end()};
   options.capacity = HostCapacity();
   options.gpus_per_nvlink_domain = flags.gpus_per_nvlink_domain;
@@ -559,6 +574,12 @@ Action AddAgentCommand(CLI::App& app) {
                   "podman's default)")
       ->capture_default_str();
   cmd->add_option("--state-dir", flags->state_dir, "task state files and logs")
+      ->capture_default_str();
+  cmd->add_option("--gpu-sharing", flags->gpu_sharing,
+                  "how this node runs the fractional GPU shares that do not say: time-slicing "
+                  "(the default) or mps (docs/sharing.md)");
+  cmd->add_option("--mps-control", flags->mps_control,
+                  "the NVIDIA MPS control daemon's program, run once per GPU with MPS shares")
       ->capture_default_str();
   cmd->add_option("--metrics-listen", flags->metrics_listen, "HOST:PORT of /metrics")
       ->capture_default_str();

@@ -13,6 +13,7 @@ AgentLoop::AgentLoop(NodeAgent& agent, const Clock& clock)
 AgentLoop::Step AgentLoop::RunOnce() {
   Step step;
   step.fenced = agent_.FenceIfLeaseExpired();
+  agent_.TendMpsDaemons();
   if (clock_.Now() >= next_call_) {
     step.called_server = true;
     step.call = registered_ ? agent_.Heartbeat() : agent_.Register();

@@ -186,7 +186,8 @@ NodeAgent::NodeAgent(NodeAgentOptions options, TelemetrySampler& telemetry, GpuP
       catalog_(catalog),
       clock_(clock),
       renewed_at_(clock.Now()),
-      node_token_(options_.node_token) {}
+      node_token_(options_.node_token),
+      mps_(options_.mps, clock) {}
 
 Result<wire::AgentReply> NodeAgent::SendRenewing(const std::string& path, const std::string& body) {
   const MonoTime sent = clock_.Now();
@@ -221,6 +222,19 @@ Duration NodeAgent::FenceGrace(Duration server_stop_grace) const {
   // SIGTERM comes a margin before the lease runs out, so a grace up to the server's own ends the
   // same margin before the server frees the GPUs (lease plus its stop grace).
   return std::clamp<Duration>(server_stop_grace, Duration(0), options_.stop_grace);
+}
+
+void NodeAgent::TendMpsDaemons() {
+  if (mps_.daemons().empty()) {
+    return;
+  }
+  std::set<std::string> wanted;
+  for (const wire::DesiredTask& task : desired_) {
+    if (task.mps) {
+      wanted.insert(task.gpu_uuids.begin(), task.gpu_uuids.end());
+    }
+  }
+  mps_.StopUnused(runner_.Poll(), wanted);
 }
 
 int NodeAgent::FenceIfLeaseExpired() {
@@ -328,6 +342,8 @@ void NodeAgent::ReadCheckpoints(const std::vector<runner::TaskStatus>& statuses)
 }
 
 Status NodeAgent::Register() {
+  // The daemons an earlier agent started, before its tasks are adopted: never a second one.
+  GPUFLEET_RETURN_IF_ERROR(mps_.Adopt());
   const std::shared_ptr<const TelemetrySnapshot> snapshot = telemetry_.LatestSnapshot();
   wire::RegisterRequest request;
   request.agent_version = options_.agent_version;
@@ -790,6 +806,27 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
     launch.image = task.image;
     launch.image_pull_policy = task.image_pull_policy;
     launch.host_network = task.host_network;
+    if (task.mps) {
+      // The daemon runs before its first client: a CUDA client that finds none runs without MPS
+      // and without its limits.
+      if (task.gpu_uuids.size() != 1) {
+        refused_[task.id] =
+            fmt::format("not started: an MPS share has one GPU, not {}", task.gpu_uuids.size());
+        continue;
+      }
+      const Result<std::string> pipes = mps_.EnsureRunning(task.gpu_uuids[0]);
+      if (!pipes.ok()) {
+        if (pipes.status().code() == StatusCode::kUnavailable) {
+          waiting_[task.id] = pipes.status().message();
+        } else {
+          refused_[task.id] = fmt::format("not started: {}", pipes.status().message());
+        }
+        continue;
+      }
+      launch.mps =
+          runner::MpsClient{*pipes, task.gpu_memory_mib,
+                            static_cast<int>(std::clamp<int64_t>(task.gpu_milli / 10, 1, 100))};
+    }
     images_stale_ = images_stale_ || !launch.image.empty();
     if (Status started = runner_.Start(launch); !started.ok()) {
       if (started.code() == StatusCode::kAlreadyExists) {
@@ -801,6 +838,7 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
       started_launches.push_back(std::move(launch));
     }
   }
+  TendMpsDaemons();
   if (!started_launches.empty()) {
     std::map<std::string, runner::TaskStatus> statuses;
     for (runner::TaskStatus& status : runner_.Poll()) {

@@ -11,6 +11,7 @@
 #include "gpufleet/agent/checkpoint_file.h"
 #include "gpufleet/agent/gpu_probe.h"
 #include "gpufleet/agent/health.h"
+#include "gpufleet/agent/mps_daemons.h"
 #include "gpufleet/agent/telemetry.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
@@ -83,6 +84,9 @@ struct NodeAgentOptions {
   // pull may have added an image) it lists them at the next heartbeat. A heartbeat carries the
   // images only when they differ from what the server last took.
   Duration image_list_interval = std::chrono::minutes(5);
+  // The MPS control daemons of the GPUs with MPS shares (mps_daemons.h); an empty state_dir:
+  // the agent runs none, and an MPS share it is given fails with that reason.
+  MpsDaemonOptions mps;
 };
 
 class NodeAgent {
@@ -119,6 +123,13 @@ class NodeAgent {
   // call for a deadline). `gpufleet agent` calls it every second as well, so a server that stays
   // silent is noticed without a heartbeat.
   int FenceIfLeaseExpired();
+
+  // Stops the MPS daemons of GPUs that no task may still use (MpsDaemons::StopUnused: none of
+  // the runner's tasks holds the GPU unless it has ended, and no wanted MPS share is on it), and
+  // kills those that outlived their quit grace. Heartbeat calls it, and `gpufleet agent` every
+  // second, so a daemon is killed on time without a heartbeat.
+  void TendMpsDaemons();
+  const MpsDaemons& mps_daemons() const { return mps_; }
 
   // The node credential the server gave this agent for its join token at registration (it uses
   // it from then on); empty while it has none. `gpufleet agent` keeps it in its state directory.
@@ -232,6 +243,7 @@ class NodeAgent {
   // The launches of tasks whose image is being pulled or whose container is being made: their
   // record is made once the container has started (the runner knows the digest then).
   std::map<std::string, runner::TaskLaunch> awaiting_pull_;
+  MpsDaemons mps_;
   std::string provenance_refused_;
 };
 

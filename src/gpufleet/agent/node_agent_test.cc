@@ -3,14 +3,17 @@
 // runner on one fake clock.
 #include "gpufleet/agent/node_agent.h"
 
+#include <stdlib.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <thread>
 
 #include <fmt/core.h>
 #include <gmock/gmock.h>
@@ -23,6 +26,7 @@
 #include "gpufleet/agent/simulated_probe.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/os/files.h"
 #include "gpufleet/runner/simulated_runner.h"
 #include "gpufleet/scheduler/plugins/filters.h"
 #include "gpufleet/store/memory_store.h"
@@ -179,8 +183,10 @@ class NodeAgentTest : public ::testing::Test {
   // `node_token`: the credential an earlier agent of the node was given (it keeps it on disk).
   std::unique_ptr<NodeAgent> MakeAgent(runner::TaskRunner& runner,
                                        const std::string& node_token = "",
-                                       Duration stop_grace = std::chrono::seconds(5)) {
+                                       Duration stop_grace = std::chrono::seconds(5),
+                                       MpsDaemonOptions mps = {}) {
     NodeAgentOptions options;
+    options.mps = std::move(mps);
     options.node_token = node_token;
     options.node_name = "node-a";
     options.topology_levels = {"leaf"};
@@ -783,6 +789,83 @@ spec:
   EXPECT_EQ(plain.image, "");
   EXPECT_EQ(plain.image_pull_policy, ImagePullPolicy::kIfNotPresent);
   EXPECT_FALSE(plain.host_network);
+}
+
+// MPS shares end to end, with a stand-in for nvidia-cuda-mps-control (no GPU here;
+// docs/sharing.md): the server places both MPS shares on one GPU and the time-sliced one elsewhere,
+// the agent runs one daemon for that GPU before its clients, gives each client its limits, and
+// stops the daemon once the last client is known gone.
+TEST_F(NodeAgentTest, MpsSharesAreClientsOfOneDaemonThatStopsAfterTheLastOfThem) {
+  std::string dir = ::testing::TempDir() + "/gpufleet_agent_mps_XXXXXX";
+  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  RecordingRunner recording(*runner_);
+  agent_ = MakeAgent(recording, "", std::chrono::seconds(5),
+                     {.control_program = GPUFLEET_FAKE_MPS_CONTROL, .state_dir = dir + "/mps"});
+  ASSERT_OK(agent_->Register());
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: shares}
+spec:
+  tasks:
+    - {name: long, command: [sh], env: {GPUFLEET_SIM_DURATION_MS: "60000"},
+       resources: {gpus: {milli: 250, memory: 8Gi, sharing: mps}}}
+    - {name: short, command: [sh], env: {GPUFLEET_SIM_DURATION_MS: "20000"},
+       resources: {gpus: {milli: 500, sharing: mps}}}
+    - {name: sliced, command: [sh], env: {GPUFLEET_SIM_DURATION_MS: "20000"},
+       resources: {gpus: {milli: 100, sharing: time-slicing}}}
+)");
+  ASSERT_OK(agent_->Heartbeat());  // starts the daemon, then the three tasks
+  std::map<std::string, runner::TaskLaunch> launched;
+  for (const runner::TaskLaunch& launch : recording.launches) {
+    launched[launch.task_id] = launch;
+  }
+  ASSERT_EQ(launched.size(), 3u);
+  const runner::TaskLaunch& long_share = launched["shares/long-0/1"];
+  const runner::TaskLaunch& short_share = launched["shares/short-0/1"];
+  const runner::TaskLaunch& sliced = launched["shares/sliced-0/1"];
+  ASSERT_EQ(long_share.gpu_uuids.size(), 1u);
+  const std::string gpu = long_share.gpu_uuids[0];
+  EXPECT_EQ(short_share.gpu_uuids, long_share.gpu_uuids);
+  EXPECT_NE(sliced.gpu_uuids, long_share.gpu_uuids);
+  const std::string pipes = dir + "/mps/" + gpu + "/pipe";
+  EXPECT_EQ(long_share.mps, (runner::MpsClient{pipes, 8192, 25}));
+  EXPECT_EQ(short_share.mps, (runner::MpsClient{pipes, 0, 50}));
+  EXPECT_FALSE(sliced.mps.has_value());
+  const auto control_log = [&] {
+    const Result<std::optional<std::string>> text =
+        os::ReadSmallFile(dir + "/mps/" + gpu + "/log/control.log");
+    return text.ok() && text->has_value() ? **text : std::string();
+  };
+  EXPECT_THAT(control_log(), HasSubstr("started CUDA_VISIBLE_DEVICES=" + gpu));
+  EXPECT_EQ(agent_->mps_daemons().daemons().size(), 1u);
+
+  // The short share has ended, the long one still runs: the daemon stays. (Heartbeats every
+  // 10 s renew the lease meanwhile.)
+  for (int beat = 0; beat < 3; ++beat) {
+    clock_.Advance(std::chrono::seconds(10));
+    ASSERT_OK(agent_->Heartbeat());
+  }
+  ASSERT_OK(agent_->Heartbeat());
+  agent_->TendMpsDaemons();
+  EXPECT_EQ(agent_->mps_daemons().daemons().size(), 1u);
+  EXPECT_THAT(control_log(), Not(HasSubstr("command quit")));
+  // The last client has ended: the daemon is told to quit, and is forgotten once it has.
+  // Beats until the long share has ended; then the fake clock stands still, so that the daemon,
+  // which runs in real time, is not killed for its quit grace before it has read the quit.
+  for (int beat = 0; beat < 4 && !runner_->Poll().empty(); ++beat) {
+    clock_.Advance(std::chrono::seconds(10));
+    ASSERT_OK(agent_->Heartbeat());
+  }
+  ASSERT_OK(agent_->Heartbeat());
+  for (int i = 0; i < 1000 && !agent_->mps_daemons().daemons().empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    agent_->TendMpsDaemons();
+  }
+  EXPECT_TRUE(agent_->mps_daemons().daemons().empty());
+  EXPECT_THAT(control_log(), HasSubstr("command quit"));
+  EXPECT_EQ(Job("shares")["state"], "Succeeded");
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
 }
 
 TEST_F(NodeAgentTest, ImagesAreListedAtAModestRateAndSentWhenTheyChange) {

@@ -64,7 +64,8 @@ Json PlacementsToJson(const std::vector<scheduler::TaskPlacement>& placements, c
                                     .mig_profile = a.mig_profile,
                                     .mig_start = a.mig_start,
                                     .mig_created = a.mig_created,
-                                    .model = gpu.model});
+                                    .model = gpu.model,
+                                    .mps = a.mps});
     }
     out.push_back(wire::PlacementRecordToJson(record));
   }

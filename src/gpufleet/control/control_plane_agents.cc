@@ -630,6 +630,10 @@ void AddDesiredTasks(const wire::JobRecord& job, const Job& spec, const Json& no
     }
     for (const wire::PlacedAssignment& assignment : placement.assignments) {
       task.gpu_milli += assignment.milli;
+      if (assignment.mps) {
+        task.mps = true;
+        task.gpu_memory_mib += assignment.memory_mib;
+      }
     }
     task.cpu_milli = placement.cpu_milli;
     task.memory_mib = placement.memory_mib;

@@ -80,6 +80,7 @@ std::optional<std::vector<scheduler::TaskPlacement>> SnapshotPlacements(
       assignment.mig_profile = a.mig_profile;
       assignment.mig_start = a.mig_start;
       assignment.mig_created = a.mig_created;
+      assignment.mps = a.mps;
       placement.gpus.push_back(std::move(assignment));
     }
     out.push_back(std::move(placement));

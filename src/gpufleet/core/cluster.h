@@ -34,6 +34,9 @@ inline constexpr std::string_view kCudaVersionLabel = "gpufleet.io/cuda-version"
 // it at registration; a node without the label (an agent with the process runner, or one from
 // before the label) runs processes only, and the server places no container task on it.
 inline constexpr std::string_view kContainerRuntimeLabel = "gpufleet.io/container-runtime";
+// How a node runs the fractional shares that do not say (GpuSharing): "time-slicing" (also when
+// absent) or "mps". Set by `gpufleet agent --gpu-sharing`.
+inline constexpr std::string_view kGpuSharingLabel = "gpufleet.io/gpu-sharing";
 
 // The label the server sets on a node ("true") while its agent reports NIC or link problems (a
 // port down, a rate below the node's best, link errors growing; wire::HeartbeatRequest::

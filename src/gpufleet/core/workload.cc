@@ -65,6 +65,28 @@ Status ValidateGpuRequest(const GpuRequest& request, const std::string& path, co
 
 }  // namespace
 
+std::string_view GpuSharingName(GpuSharing sharing) {
+  switch (sharing) {
+    case GpuSharing::kTimeSlicing:
+      return "time-slicing";
+    case GpuSharing::kMps:
+      return "mps";
+    case GpuSharing::kNodeDefault:
+      break;
+  }
+  return "";
+}
+
+Result<GpuSharing> ParseGpuSharing(std::string_view text) {
+  for (const GpuSharing sharing : {GpuSharing::kTimeSlicing, GpuSharing::kMps}) {
+    if (text == GpuSharingName(sharing)) {
+      return sharing;
+    }
+  }
+  return InvalidArgumentError(
+      fmt::format("\"{}\" is not a GPU sharing mode (time-slicing or mps)", text));
+}
+
 const char* JobKindName(JobKind kind) {
   switch (kind) {
     case JobKind::kBatch:
@@ -108,9 +130,14 @@ std::string GpuRequestToString(const GpuRequest& request) {
           [](const NoGpu&) { return std::string("no GPU"); },
           [](const WholeGpus& whole) { return fmt::format("{} whole GPU(s)", whole.count); },
           [](const FractionalGpu& share) {
-            return share.gpu_memory_mib > 0 ? fmt::format("{} milli-GPU with {} MiB",
-                                                          share.gpu_milli, share.gpu_memory_mib)
-                                            : fmt::format("{} milli-GPU", share.gpu_milli);
+            std::string text = fmt::format("{} milli-GPU", share.gpu_milli);
+            if (share.gpu_memory_mib > 0) {
+              text += fmt::format(" with {} MiB", share.gpu_memory_mib);
+            }
+            if (share.sharing != GpuSharing::kNodeDefault) {
+              text += fmt::format(" ({})", GpuSharingName(share.sharing));
+            }
+            return text;
           },
           [](const MigGpus& mig) { return fmt::format("{} x MIG {}", mig.count, mig.profile); },
       },

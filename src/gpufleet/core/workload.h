@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -26,10 +27,22 @@ struct WholeGpus {
   int count = 1;
   friend bool operator==(const WholeGpus&, const WholeGpus&) = default;
 };
+// How the shares of one GPU run beside each other. Time-slicing: the driver switches between
+// them and nothing holds a share to its fraction. MPS: one NVIDIA MPS control daemon per GPU, and
+// each share's task is an MPS client limited to its memory and to its milli-GPU of the GPU's
+// threads (docs/sharing.md). The scheduler never puts shares of both kinds on one GPU.
+// kNodeDefault: the node's kGpuSharingLabel decides (time-slicing without one).
+enum class GpuSharing { kNodeDefault, kTimeSlicing, kMps };
+// "time-slicing", "mps"; "" for kNodeDefault.
+std::string_view GpuSharingName(GpuSharing sharing);
+// kInvalidArgument quoting `text` unless it is "time-slicing" or "mps".
+Result<GpuSharing> ParseGpuSharing(std::string_view text);
+
 // A share of one GPU: compute in milli-GPU (1..999) and, optionally, GPU memory in MiB.
 struct FractionalGpu {
   int64_t gpu_milli = 0;
   int64_t gpu_memory_mib = 0;
+  GpuSharing sharing = GpuSharing::kNodeDefault;
   friend bool operator==(const FractionalGpu&, const FractionalGpu&) = default;
 };
 // `count` MIG instances of one profile, e.g. {"3g.40gb", 2}.

@@ -559,6 +559,12 @@ Result<std::vector<std::string>> PodmanRunner::RunArguments(const TaskLaunch& la
   for (const std::string& uuid : launch.gpu_uuids) {
     args.insert(args.end(), {"--device", "nvidia.com/gpu=" + uuid});
   }
+  if (launch.mps.has_value()) {
+    // An MPS client reaches its daemon through the pipe directory and shares memory with the MPS
+    // server, which needs the host's IPC namespace (NVIDIA's MPS documentation, containers).
+    const std::string& pipes = launch.mps->pipe_directory;
+    args.insert(args.end(), {"--volume", fmt::format("{}:{}", pipes, pipes), "--ipc", "host"});
+  }
   if (launch.cpu_milli > 0) {
     args.insert(args.end(), {"--cpus", FormatCpus(launch.cpu_milli)});
   }

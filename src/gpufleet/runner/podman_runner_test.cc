@@ -555,7 +555,23 @@ devices:
   launch.gpu_uuids = {uuid};
   ASSERT_OK(runner_->Start(launch));
   const TaskStatus status = WaitForEnd(*runner_, "job/gpu/1");
+  // An MPS client of that GPU: its daemon's pipe directory mounted at the host's path, and the
+  // client's variables set.
+  const std::string pipes = dir_ + "/mps-pipe";
+  std::filesystem::create_directories(pipes);
+  WriteFile(pipes + "/control", "the daemon's pipe\n");
+  TaskLaunch client = Container("job/mps/1", "cat \"$CUDA_MPS_PIPE_DIRECTORY/control\"; env");
+  client.gpu_uuids = {uuid};
+  client.mps = MpsClient{pipes, 4096, 30};
+  ASSERT_OK(runner_->Start(client));
+  const TaskStatus client_status = WaitForEnd(*runner_, "job/mps/1");
   std::filesystem::remove(spec_path);
+  EXPECT_EQ(client_status.state, TaskState::kExited) << DescribeTaskStatus(client_status);
+  const std::string client_log = ReadFile(LogPath("job/mps/1"));
+  EXPECT_THAT(client_log, HasSubstr("the daemon's pipe\n"));
+  EXPECT_THAT(client_log, HasSubstr("CUDA_MPS_PIPE_DIRECTORY=" + pipes + "\n"));
+  EXPECT_THAT(client_log, HasSubstr("CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=4096M\n"));
+  EXPECT_THAT(client_log, HasSubstr("CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=30\n"));
   EXPECT_EQ(status.state, TaskState::kExited) << DescribeTaskStatus(status);
   const std::string log = ReadFile(LogPath("job/gpu/1"));
   EXPECT_THAT(log, HasSubstr("fake gpu\n"));

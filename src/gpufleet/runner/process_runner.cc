@@ -191,6 +191,11 @@ std::vector<std::string> TaskEnvironment(const TaskLaunch& launch,
   for (auto& [name, value] : GpuEnvironment(launch.gpu_uuids)) {
     overrides.insert_or_assign(name, value);
   }
+  if (launch.mps.has_value()) {
+    for (auto& [name, value] : MpsEnvironment(*launch.mps)) {
+      overrides.insert_or_assign(name, value);
+    }
+  }
   std::vector<std::string> entries;
   for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
     const std::string_view text(*entry);

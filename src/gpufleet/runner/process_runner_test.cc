@@ -350,6 +350,61 @@ TEST_F(ProcessRunnerTest, ProgramThatCannotBeExecutedFailsToStart) {
   EXPECT_THAT(ReadFile(missing.log_path), IsEmpty());
 }
 
+TEST_F(ProcessRunnerTest, AnMpsClientGetsItsPipeDirectoryAndLimits) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  TaskLaunch launch =
+      Shell("share",
+            "echo \"cuda=$CUDA_VISIBLE_DEVICES pipe=$CUDA_MPS_PIPE_DIRECTORY "
+            "mem=$CUDA_MPS_PINNED_DEVICE_MEM_LIMIT threads=$CUDA_MPS_ACTIVE_THREAD_PERCENTAGE\"");
+  launch.gpu_uuids = {"GPU-8932f937-d72c-4106-c12f-20bd9faed9f6"};
+  launch.mps = MpsClient{dir_ + "/mps/pipe", 20480, 25};
+  StartOrFail(*runner, launch);
+  EXPECT_EQ(WaitForEnd(*runner, "share").state, TaskState::kExited);
+  EXPECT_EQ(ReadFile(launch.log_path), "cuda=GPU-8932f937-d72c-4106-c12f-20bd9faed9f6 pipe=" +
+                                           dir_ + "/mps/pipe mem=0=20480M threads=25\n");
+
+  // Without a memory limit the variable is not set; a task that is no MPS client gets none.
+  TaskLaunch unlimited = Shell("unlimited", "echo \"[${CUDA_MPS_PINNED_DEVICE_MEM_LIMIT-unset}]\"");
+  unlimited.gpu_uuids = launch.gpu_uuids;
+  unlimited.mps = MpsClient{dir_ + "/mps/pipe", 0, 50};
+  StartOrFail(*runner, unlimited);
+  EXPECT_EQ(WaitForEnd(*runner, "unlimited").state, TaskState::kExited);
+  EXPECT_EQ(ReadFile(unlimited.log_path), "[unset]\n");
+  ASSERT_EQ(setenv("CUDA_MPS_PIPE_DIRECTORY", "/tmp/the-agents-own", 1), 0);
+  const TaskLaunch sliced = Shell("sliced", "echo \"[${CUDA_MPS_PIPE_DIRECTORY-unset}]\"");
+  StartOrFail(*runner, sliced);
+  EXPECT_EQ(WaitForEnd(*runner, "sliced").state, TaskState::kExited);
+  unsetenv("CUDA_MPS_PIPE_DIRECTORY");
+  EXPECT_EQ(ReadFile(sliced.log_path), "[unset]\n");
+}
+
+TEST_F(ProcessRunnerTest, RefusesBadMpsClients) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  TaskLaunch launch = Shell("share", "exit 0");
+  launch.gpu_uuids = {"GPU-a"};
+  launch.env = {{"CUDA_MPS_PINNED_DEVICE_MEM_LIMIT", "0=80G"}};
+  EXPECT_THAT(runner->Start(launch),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("env CUDA_MPS_PINNED_DEVICE_MEM_LIMIT of task 'share' is set by "
+                                 "the runner for MPS clients")));
+  launch.env.clear();
+  launch.mps = MpsClient{dir_ + "/pipe", 0, 0};
+  EXPECT_THAT(runner->Start(launch),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("mps.active_thread_percentage of task 'share' is 0: not 1..100")));
+  launch.mps = MpsClient{"relative/pipe", 0, 10};
+  EXPECT_THAT(runner->Start(launch),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("mps.pipe_directory of task 'share' is 'relative/pipe'")));
+  launch.mps = MpsClient{dir_ + "/pipe", 0, 10};
+  launch.gpu_uuids = {"GPU-a", "GPU-b"};
+  EXPECT_THAT(runner->Start(launch), StatusIs(StatusCode::kInvalidArgument,
+                                              HasSubstr("an MPS client has one GPU, not 2")));
+  EXPECT_THAT(runner->Poll(), IsEmpty());
+}
+
 TEST_F(ProcessRunnerTest, RefusesBadLaunches) {
   std::unique_ptr<ProcessRunner> runner = OpenRunner();
   ASSERT_NE(runner, nullptr);

@@ -79,6 +79,33 @@ Status CheckId(std::string_view field, std::string_view id) {
   return Status::Ok();
 }
 
+// An MPS client has one GPU (its limits name device 0), a pipe directory that a container can
+// mount (podman's --volume splits at ':' and ','), and limits in range.
+Status CheckMpsClient(const TaskLaunch& launch) {
+  const MpsClient& mps = *launch.mps;
+  if (launch.gpu_uuids.size() != 1) {
+    return InvalidArgumentError(fmt::format("mps of task '{}': an MPS client has one GPU, not {}",
+                                            launch.task_id, launch.gpu_uuids.size()));
+  }
+  GPUFLEET_RETURN_IF_ERROR(CheckPath("mps.pipe_directory", mps.pipe_directory));
+  if (!mps.pipe_directory.starts_with('/') ||
+      mps.pipe_directory.find_first_of(":,") != std::string::npos) {
+    return InvalidArgumentError(fmt::format(
+        "mps.pipe_directory of task '{}' is {}: not an absolute path without ':' or ','",
+        launch.task_id, Quote(mps.pipe_directory)));
+  }
+  if (mps.active_thread_percentage < 1 || mps.active_thread_percentage > 100) {
+    return InvalidArgumentError(
+        fmt::format("mps.active_thread_percentage of task '{}' is {}: not 1..100", launch.task_id,
+                    mps.active_thread_percentage));
+  }
+  if (mps.memory_limit_mib < 0) {
+    return InvalidArgumentError(fmt::format("mps.memory_limit_mib of task '{}' is {}: negative",
+                                            launch.task_id, mps.memory_limit_mib));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 std::string_view TaskStateName(TaskState state) {
@@ -158,6 +185,10 @@ Status ValidateLaunch(const TaskLaunch& launch) {
       return InvalidArgumentError(fmt::format(
           "env {} of task '{}' is set by the runner from gpu_uuids", name, launch.task_id));
     }
+    if (name.starts_with(kMpsEnvPrefix)) {
+      return InvalidArgumentError(fmt::format(
+          "env {} of task '{}' is set by the runner for MPS clients", name, launch.task_id));
+    }
     if (HasNul(value)) {
       return InvalidArgumentError(fmt::format("env {} of task '{}' contains a NUL byte: {}", name,
                                               launch.task_id, Quote(value)));
@@ -185,6 +216,9 @@ Status ValidateLaunch(const TaskLaunch& launch) {
   }
   GPUFLEET_RETURN_IF_ERROR(CheckPath("log_path", launch.log_path));
   GPUFLEET_RETURN_IF_ERROR(CheckPath("working_dir", launch.working_dir));
+  if (launch.mps.has_value()) {
+    GPUFLEET_RETURN_IF_ERROR(CheckMpsClient(launch));
+  }
   if (!launch.image.empty()) {
     if (const Status image = ValidateImageReference(launch.image); !image.ok()) {
       return InvalidArgumentError(
@@ -192,6 +226,16 @@ Status ValidateLaunch(const TaskLaunch& launch) {
     }
   }
   return Status::Ok();
+}
+
+std::map<std::string, std::string> MpsEnvironment(const MpsClient& client) {
+  std::map<std::string, std::string> env = {
+      {std::string(kMpsPipeDirectoryEnv), client.pipe_directory},
+      {std::string(kMpsActiveThreadsEnv), std::to_string(client.active_thread_percentage)}};
+  if (client.memory_limit_mib > 0) {
+    env[std::string(kMpsMemoryLimitEnv)] = fmt::format("0={}M", client.memory_limit_mib);
+  }
+  return env;
 }
 
 std::map<std::string, std::string> GpuEnvironment(const std::vector<std::string>& gpu_uuids) {

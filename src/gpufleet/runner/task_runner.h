@@ -30,6 +30,25 @@ inline constexpr std::string_view kNvidiaVisibleDevicesEnv = "NVIDIA_VISIBLE_DEV
 inline constexpr std::string_view kNoCudaDevices = "";
 inline constexpr std::string_view kNoNvidiaDevices = "void";
 
+// A task that runs as a client of a GPU's NVIDIA MPS control daemon (docs/sharing.md). The runner
+// sets the client's variables from it (MpsEnvironment) and gives a container the pipe directory;
+// a launch may not set CUDA_MPS_* variables itself, so that no task picks another GPU's daemon or
+// lifts its own limits.
+struct MpsClient {
+  // The daemon's CUDA_MPS_PIPE_DIRECTORY (an absolute path).
+  std::string pipe_directory;
+  // The most GPU memory the client may pin, in MiB; 0: no limit.
+  int64_t memory_limit_mib = 0;
+  // The share of the GPU's threads the client's kernels may use, 1..100.
+  int active_thread_percentage = 100;
+
+  friend bool operator==(const MpsClient&, const MpsClient&) = default;
+};
+inline constexpr std::string_view kMpsEnvPrefix = "CUDA_MPS_";
+inline constexpr std::string_view kMpsPipeDirectoryEnv = "CUDA_MPS_PIPE_DIRECTORY";
+inline constexpr std::string_view kMpsMemoryLimitEnv = "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT";
+inline constexpr std::string_view kMpsActiveThreadsEnv = "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE";
+
 // One task of a job, as the agent asks a runner to start it.
 // The variable that names a task's checkpoint file (TaskLaunch::checkpoint_path).
 inline constexpr std::string_view kCheckpointFileEnv = "GPUFLEET_CHECKPOINT_FILE";
@@ -72,6 +91,8 @@ struct TaskLaunch {
   std::string image;
   ImagePullPolicy image_pull_policy = ImagePullPolicy::kIfNotPresent;
   bool host_network = false;
+  // Set: the task is an MPS client of its one GPU's daemon.
+  std::optional<MpsClient> mps;
 };
 
 enum class TaskState {
@@ -130,13 +151,18 @@ std::string DescribeTaskStatus(const TaskStatus& status);
 
 // The checks every runner applies to a launch: the task and run ids, argv (not empty, no NUL
 // bytes), the environment names and values, the GPU UUIDs (no empty, duplicate, ',' or blank ones),
-// the paths (no NUL or newline) and the image (ValidateImageReference). kInvalidArgument naming the
-// field and the value.
+// the paths (no NUL or newline), the image (ValidateImageReference) and an MPS client's fields
+// (one GPU, an absolute pipe directory, a percentage of 1..100, a limit not negative).
+// kInvalidArgument naming the field and the value.
 Status ValidateLaunch(const TaskLaunch& launch);
 
 // The task's GPU variables for `gpu_uuids`: both joined with ',' or, without GPUs, the "no
 // device" values above.
 std::map<std::string, std::string> GpuEnvironment(const std::vector<std::string>& gpu_uuids);
+// An MPS client's variables: the pipe directory, the memory limit of its one visible device
+// ("0=2048M", device 0 being the one GPU CUDA_VISIBLE_DEVICES names; none without a limit) and
+// the active-thread percentage.
+std::map<std::string, std::string> MpsEnvironment(const MpsClient& client);
 
 // Starts, stops and watches tasks. Implementations read time only through an injected Clock.
 //

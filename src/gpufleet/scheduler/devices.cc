@@ -15,7 +15,8 @@ bool WholeGpuFree(const GpuSlot& gpu) {
 
 bool ShareFits(const FractionalGpu& share, const GpuSlot& gpu) {
   return !gpu.mig_enabled && gpu.free_milli >= share.gpu_milli &&
-         gpu.free_memory_mib >= share.gpu_memory_mib;
+         gpu.free_memory_mib >= share.gpu_memory_mib &&
+         SharingFits(RunsAsMps(share.sharing, gpu), gpu);
 }
 
 int FreeMigInstances(const GpuSlot& gpu, const std::string& profile) {
@@ -67,7 +68,7 @@ std::optional<std::vector<GpuAssignment>> PickWhole(const TaskContext& task, con
   }
   std::vector<GpuAssignment> picked;
   for (int i = 0; i < count; ++i) {
-    picked.push_back(ShareOf(task, (*chosen)[i]));
+    picked.push_back(ShareOf(task, node, (*chosen)[i]));
   }
   return picked;
 }
@@ -120,11 +121,17 @@ std::optional<std::vector<GpuAssignment>> PickMig(const TaskContext& task, const
 
 }  // namespace
 
-GpuAssignment ShareOf(const TaskContext& task, int gpu) {
+GpuAssignment ShareOf(const TaskContext& task, const NodeInfo& node, int gpu) {
   if (const auto* share = std::get_if<FractionalGpu>(&task.request->gpus)) {
-    return {gpu, share->gpu_milli, share->gpu_memory_mib, "", -1, false};
+    return {gpu,
+            share->gpu_milli,
+            share->gpu_memory_mib,
+            "",
+            -1,
+            false,
+            RunsAsMps(share->sharing, node.gpus[static_cast<size_t>(gpu)])};
   }
-  return {gpu, kMilliPerUnit, 0, "", -1, false};
+  return {gpu, kMilliPerUnit, 0, "", -1, false, false};
 }
 
 bool GpuCanServe(const TaskContext& task, const GpuSlot& gpu) {
@@ -159,7 +166,8 @@ int GpuTaskCapacity(const TaskContext& task, const NodeInfo& node, GpuMask gpus,
     tasks = 0;
     for (size_t g = 0; g < node.gpus.size() && tasks < cap; ++g) {
       const GpuSlot& gpu = node.gpus[g];
-      if (MaskHas(gpus, static_cast<int>(g)) && !gpu.mig_enabled) {
+      if (MaskHas(gpus, static_cast<int>(g)) && !gpu.mig_enabled &&
+          SharingFits(RunsAsMps(share->sharing, gpu), gpu)) {
         tasks += std::min(Ratio(gpu.free_milli, share->gpu_milli),
                           Ratio(gpu.free_memory_mib, share->gpu_memory_mib));
       }
@@ -207,7 +215,7 @@ std::optional<std::vector<GpuAssignment>> DefaultGpuPick(const TaskContext& task
     if (best < 0) {
       return std::nullopt;
     }
-    return std::vector<GpuAssignment>{ShareOf(task, best)};
+    return std::vector<GpuAssignment>{ShareOf(task, node, best)};
   }
   return PickMig(task, node, gpus, std::get<MigGpus>(request));
 }

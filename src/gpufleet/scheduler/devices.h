@@ -32,8 +32,9 @@ int MaxTasksOnNode(const TaskContext& task, const NodeInfo& node, GpuMask gpus, 
 std::optional<std::vector<GpuAssignment>> DefaultGpuPick(const TaskContext& task,
                                                          const NodeInfo& node, GpuMask gpus);
 
-// A fractional or whole-GPU assignment of GPU `gpu` for `task`.
-GpuAssignment ShareOf(const TaskContext& task, int gpu);
+// A fractional or whole-GPU assignment of GPU `gpu` (an index into node.gpus) for `task`; a
+// share runs as an MPS client when it asks for MPS or its node runs shares that way by default.
+GpuAssignment ShareOf(const TaskContext& task, const NodeInfo& node, int gpu);
 
 // Why a node cannot take a task's GPUs now.
 inline constexpr std::string_view kNoFreeGpusReason = "insufficient free GPUs";

@@ -9,6 +9,7 @@
 namespace gpufleet::scheduler {
 namespace {
 
+using ::gpufleet::testing::StatusIs;
 using testing::MakeNode;
 
 class DevicesTest : public ::testing::Test {
@@ -72,6 +73,31 @@ TEST_F(DevicesTest, SharesGoToTheFittingGpuWithLeastFreeCompute) {
   const TaskRequest big{{}, FractionalGpu{500, 0}};
   picked = DefaultGpuPick(Context(big), snapshot_->nodes()[0], ~GpuMask{0});
   EXPECT_EQ((*picked)[0].gpu, 2);  // 700 free
+}
+
+TEST_F(DevicesTest, MpsSharesGoOnlyWhereNoTimeSlicedShareIs) {
+  // GPU 0 holds a time-sliced share, GPU 1 an MPS client; the rest of node n is idle but masked.
+  ASSERT_OK(snapshot_->Apply({0, 0, 0, {}, {{0, 100, 0, "", -1, false, false}}}));
+  ASSERT_OK(snapshot_->Apply({0, 0, 0, {}, {{1, 200, 0, "", -1, false, true}}}));
+  const GpuMask first_two = 0b11;
+  const TaskRequest mps{{}, FractionalGpu{300, 0, GpuSharing::kMps}};
+  auto picked = DefaultGpuPick(Context(mps), snapshot_->nodes()[0], first_two);
+  ASSERT_TRUE(picked.has_value());
+  EXPECT_EQ((*picked)[0].gpu, 1);
+  EXPECT_TRUE((*picked)[0].mps);
+  EXPECT_EQ(GpuTaskCapacity(Context(mps), snapshot_->nodes()[0], first_two, 100), 2);
+  const TaskRequest sliced{{}, FractionalGpu{300, 0, GpuSharing::kTimeSlicing}};
+  picked = DefaultGpuPick(Context(sliced), snapshot_->nodes()[0], first_two);
+  ASSERT_TRUE(picked.has_value());
+  EXPECT_EQ((*picked)[0].gpu, 0);
+  EXPECT_FALSE((*picked)[0].mps);
+  EXPECT_EQ(GpuTaskCapacity(Context(sliced), snapshot_->nodes()[0], first_two, 100), 3);
+  // A stale placement that would mix them is refused, with nothing changed.
+  EXPECT_THAT(
+      snapshot_->Apply({0, 0, 0, {}, {{0, 100, 0, "", -1, false, true}}}),
+      StatusIs(StatusCode::kFailedPrecondition,
+               ::testing::HasSubstr("gpu 0: an MPS share cannot join the time-sliced shares")));
+  EXPECT_EQ(snapshot_->nodes()[0].gpus[0].free_milli, 900);
 }
 
 TEST_F(DevicesTest, ShareMemoryIsAccountedFor) {

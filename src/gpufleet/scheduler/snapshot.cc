@@ -75,6 +75,17 @@ void CountTaskKind(NodeInfo& node, const std::vector<GpuAssignment>& gpus, int d
   }
 }
 
+void CountShare(GpuSlot& gpu, const GpuAssignment& assignment, int delta) {
+  if (IsShare(assignment)) {
+    (assignment.mps ? gpu.mps_shares : gpu.time_sliced_shares) += delta;
+  }
+}
+
+bool NodeRunsMpsByDefault(const Node& node) {
+  const auto label = node.labels.find(std::string(kGpuSharingLabel));
+  return label != node.labels.end() && label->second == GpuSharingName(GpuSharing::kMps);
+}
+
 }  // namespace
 
 // A process-wide counter: identities only key caches, so the order in which threads draw them
@@ -181,6 +192,7 @@ NodeInfo ClusterSnapshot::MakeNodeInfo(const Node& node, int index,
     slot.thermal_headroom_c = gpu.thermal_headroom_c;
     slot.nvlink_domain = gpu.nvlink_domain;
     slot.mig_enabled = gpu.mig_enabled;
+    slot.mps_by_default = NodeRunsMpsByDefault(node);
     if (gpu.mig_enabled) {
       slot.mig = MigLayout::FromInstances(*model, gpu.mig_instances).value();
       slot.mig_instances = gpu.mig_instances;
@@ -349,8 +361,15 @@ Status ClusterSnapshot::CheckFits(const TaskPlacement& placement) const {
                       node.node->id.value(), assignment.gpu, assignment.milli,
                       assignment.memory_mib, gpu.free_milli, gpu.free_memory_mib));
     }
+    if (IsShare(assignment) && !SharingFits(assignment.mps, gpu)) {
+      return FailedPreconditionError(
+          fmt::format("node {} gpu {}: {}", node.node->id.value(), assignment.gpu,
+                      assignment.mps ? "an MPS share cannot join the time-sliced shares there"
+                                     : "a time-sliced share cannot join the MPS shares there"));
+    }
     gpu.free_milli -= assignment.milli;
     gpu.free_memory_mib -= assignment.memory_mib;
+    CountShare(gpu, assignment, +1);
   }
   return Status::Ok();
 }
@@ -365,6 +384,7 @@ Status ClusterSnapshot::Apply(const TaskPlacement& placement) {
       gpu.free_milli -= assignment.milli;
       gpu.free_memory_mib -= assignment.memory_mib;
       allocated_gpu_milli_ += assignment.milli;
+      CountShare(gpu, assignment, +1);
       continue;
     }
     const MigProfile& profile = *Model(gpu.model_id).FindMigProfile(assignment.mig_profile);
@@ -404,6 +424,7 @@ void ClusterSnapshot::GiveBack(const TaskPlacement& placement, bool remove_creat
       gpu.free_milli += assignment.milli;
       gpu.free_memory_mib += assignment.memory_mib;
       allocated_gpu_milli_ -= assignment.milli;
+      CountShare(gpu, assignment, -1);
       continue;
     }
     const MigProfile& profile = *Model(gpu.model_id).FindMigProfile(assignment.mig_profile);

@@ -18,6 +18,7 @@
 #include "gpufleet/core/mig.h"
 #include "gpufleet/core/resources.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/core/workload.h"
 
 namespace gpufleet::scheduler {
 
@@ -49,6 +50,11 @@ struct GpuSlot {
   bool mig_enabled = false;
   MigLayout mig;
   std::vector<MigInstance> mig_instances;
+  // The fractional shares on the GPU by how they run: never both kinds at once (GpuSharing).
+  int mps_shares = 0;
+  int time_sliced_shares = 0;
+  // The node's kGpuSharingLabel says "mps": shares that do not say run as MPS clients here.
+  bool mps_by_default = false;
 
   bool IsIdle() const { return free_milli == kMilliPerUnit && (!mig_enabled || mig.empty()); }
 };
@@ -80,9 +86,26 @@ struct GpuAssignment {
   std::string mig_profile;  // set for a MIG instance
   int mig_start = -1;
   bool mig_created = false;  // a new instance, rather than a free existing one
+  bool mps = false;          // a share run as an MPS client (GpuSharing::kMps, resolved)
 
   friend bool operator==(const GpuAssignment&, const GpuAssignment&) = default;
 };
+
+// A fractional share of a GPU rather than the whole GPU or a MIG instance.
+inline bool IsShare(const GpuAssignment& assignment) {
+  return assignment.mig_profile.empty() && assignment.milli < kMilliPerUnit;
+}
+// Whether a share asking for `sharing` runs as an MPS client on `gpu` (kNodeDefault: as the
+// GPU's node says).
+inline bool RunsAsMps(GpuSharing sharing, const GpuSlot& gpu) {
+  return sharing == GpuSharing::kMps || (sharing == GpuSharing::kNodeDefault && gpu.mps_by_default);
+}
+// Whether a share (MPS or time-sliced) may join the shares `gpu` has: MPS clients and
+// time-sliced tasks never share a GPU, since the time-sliced ones would escape MPS's limits and
+// slow the clients down unseen.
+inline bool SharingFits(bool mps, const GpuSlot& gpu) {
+  return mps ? gpu.time_sliced_shares == 0 : gpu.mps_shares == 0;
+}
 
 // Where one task of a job goes.
 struct TaskPlacement {

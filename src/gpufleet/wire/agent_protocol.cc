@@ -718,6 +718,11 @@ std::string AgentReplyToJson(const AgentReply& reply) {
                  {"gpu_milli", t.gpu_milli},
                  {"cpu_milli", t.cpu_milli},
                  {"memory_mib", t.memory_mib}};
+    // Only for MPS shares, so that an agent from before MPS reads every other task.
+    if (t.mps) {
+      task["mps"] = true;
+      task["gpu_memory_mib"] = t.gpu_memory_mib;
+    }
     if (!t.mig_instances.empty()) {
       Json instances = Json::array();
       for (const TaskMigInstance& m : t.mig_instances) {
@@ -819,7 +824,7 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
         ObjectReader::Open(t, path,
                            {"id", "job", "task", "team", "queue", "command", "env", "gpu_uuids",
                             "gpu_milli", "cpu_milli", "memory_mib", "mig_instances", "image",
-                            "image_pull_policy", "host_network"}));
+                            "image_pull_policy", "host_network", "mps", "gpu_memory_mib"}));
     DesiredTask task;
     GPUFLEET_RETURN_IF_ERROR(tr.String("id", &task.id, /*required=*/true));
     GPUFLEET_RETURN_IF_ERROR(tr.String("job", &task.job));
@@ -832,6 +837,8 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
     GPUFLEET_RETURN_IF_ERROR(tr.Integer("gpu_milli", &task.gpu_milli, 0, int64_t{1} << 40));
     GPUFLEET_RETURN_IF_ERROR(tr.Integer("cpu_milli", &task.cpu_milli, 0, int64_t{1} << 40));
     GPUFLEET_RETURN_IF_ERROR(tr.Integer("memory_mib", &task.memory_mib, 0, int64_t{1} << 40));
+    GPUFLEET_RETURN_IF_ERROR(
+        tr.Integer("gpu_memory_mib", &task.gpu_memory_mib, 0, int64_t{1} << 40));
     GPUFLEET_RETURN_IF_ERROR(tr.String("image", &task.image));
     if (!task.image.empty()) {
       if (const Status image = ValidateImageReference(task.image); !image.ok()) {
@@ -847,12 +854,14 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
           fmt::format("\"{}\" is not one of IfNotPresent, Always, Never", pull_policy));
     }
     task.image_pull_policy = *policy;
-    if (const Json* host_network = tr.Find("host_network")) {
-      if (!host_network->is_boolean()) {
-        return FieldError(tr.Path("host_network"),
-                          "expected true or false, got " + ShownValue(*host_network));
+    for (const auto& [key, flag] :
+         {std::pair{"host_network", &task.host_network}, std::pair{"mps", &task.mps}}) {
+      if (const Json* value = tr.Find(key)) {
+        if (!value->is_boolean()) {
+          return FieldError(tr.Path(key), "expected true or false, got " + ShownValue(*value));
+        }
+        *flag = value->get<bool>();
       }
-      task.host_network = host_network->get<bool>();
     }
     const auto read_instance = [&](const Json& m, const std::string& m_path) -> Status {
       GPUFLEET_ASSIGN_OR_RETURN(

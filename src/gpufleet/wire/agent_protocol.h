@@ -216,6 +216,11 @@ struct DesiredTask {
   // Whole GPUs, the GPU a share is on, or the MIG devices ("MIG-...") of a MIG task.
   std::vector<std::string> gpu_uuids;
   int64_t gpu_milli = 0;  // GPU share in milli-GPU (1000 per whole GPU)
+  // An MPS share (GpuSharing::kMps) of its one GPU: the agent starts it as a client of that GPU's
+  // MPS control daemon, limited to `gpu_memory_mib` of GPU memory (0: no limit) and to
+  // gpu_milli / 10 percent of the GPU's threads. Sent only for MPS shares.
+  bool mps = false;
+  int64_t gpu_memory_mib = 0;
   // The task's CPU and memory request: the limits of its cgroup on the node (0: none).
   int64_t cpu_milli = 0;
   int64_t memory_mib = 0;

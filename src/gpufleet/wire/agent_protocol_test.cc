@@ -45,11 +45,21 @@ TEST(AgentProtocolJson, ReplyWithMigLayoutsAndAMigTaskRoundTrips) {
   task.memory_mib = 4096;
   task.mig_instances = {{2, "3g.40gb", 4, "MIG-abc"}};
   reply.tasks.push_back(task);
+  DesiredTask share;
+  share.id = "infer/share-0/1";
+  share.gpu_uuids = {"GPU-abc"};
+  share.gpu_milli = 250;
+  share.mps = true;
+  share.gpu_memory_mib = 8192;
+  reply.tasks.push_back(share);
   reply.mig_layouts = {{2, {{"3g.40gb", 0}, {"3g.40gb", 4}}}, {3, {}}};
 
   const Result<AgentReply> parsed = ParseAgentReply(AgentReplyToJson(reply));
   ASSERT_OK(parsed);
-  ASSERT_EQ(parsed->tasks.size(), 1u);
+  ASSERT_EQ(parsed->tasks.size(), 2u);
+  EXPECT_FALSE(parsed->tasks[0].mps);
+  EXPECT_TRUE(parsed->tasks[1].mps);
+  EXPECT_EQ(parsed->tasks[1].gpu_memory_mib, 8192);
   EXPECT_EQ(parsed->tasks[0].gpu_uuids, task.gpu_uuids);
   EXPECT_EQ(parsed->tasks[0].team, "vision");
   EXPECT_EQ(parsed->tasks[0].queue, "research/vision");

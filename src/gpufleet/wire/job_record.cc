@@ -187,6 +187,7 @@ Result<PlacedAssignment> AssignmentFromJson(Json object, const std::string& path
   GPUFLEET_RETURN_IF_ERROR(taker.Integer("mig_start", out.mig_start));
   GPUFLEET_RETURN_IF_ERROR(taker.Bool("mig_created", out.mig_created));
   GPUFLEET_RETURN_IF_ERROR(taker.String("model", out.model));
+  GPUFLEET_RETURN_IF_ERROR(taker.Bool("mps", out.mps));
   out.extra = std::move(taker).TakeRest();
   return out;
 }
@@ -199,6 +200,9 @@ Json AssignmentToJson(const PlacedAssignment& assignment) {
   out["mig_start"] = assignment.mig_start;
   out["mig_created"] = assignment.mig_created;
   out["model"] = assignment.model;
+  if (assignment.mps) {
+    out["mps"] = true;
+  }
   return out;
 }
 

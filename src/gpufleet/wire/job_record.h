@@ -29,6 +29,9 @@ struct PlacedAssignment {
   int mig_start = -1;       // the MIG slice's first memory slice; -1 without one
   bool mig_created = false;
   std::string model;
+  // A share run as an MPS client (GpuSharing::kMps, the node's default resolved); stored only
+  // when true, so that documents of shares from before MPS read as time-sliced.
+  bool mps = false;
   Json extra = Json::object();
 
   friend bool operator==(const PlacedAssignment&, const PlacedAssignment&) = default;

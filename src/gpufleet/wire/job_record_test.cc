@@ -140,6 +140,22 @@ TEST(JobRecord, WritesTheChangesOfATypedEdit) {
   EXPECT_EQ(again->placements, record->placements);
 }
 
+TEST(JobRecord, AnMpsShareIsMarkedOnItsAssignmentOnly) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  Result<JobRecord> record = JobRecordFromJson(RunningJobDocument(), &catalog);
+  ASSERT_OK(record.status());
+  // Documents from before MPS have no "mps": time-sliced, and written back without one.
+  EXPECT_FALSE(record->placements[0].assignments[0].mps);
+  EXPECT_FALSE(JobRecordToJson(*record)["placements"][0]["assignments"][0].contains("mps"));
+  record->placements[0].assignments[0].milli = 250;
+  record->placements[0].assignments[0].mps = true;
+  const Json written = JobRecordToJson(*record);
+  EXPECT_EQ(written["placements"][0]["assignments"][0]["mps"], true);
+  const Result<JobRecord> again = JobRecordFromJson(written, &catalog);
+  ASSERT_OK(again.status());
+  EXPECT_TRUE(again->placements[0].assignments[0].mps);
+}
+
 TEST(JobRecord, LoadsAPendingDocumentOfAnOlderServer) {
   // Stored before placements named GPU UUIDs and before submitted_by, created_at and labels:
   // missing members take their defaults, and the document is written back as it was.

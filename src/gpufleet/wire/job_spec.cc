@@ -745,7 +745,7 @@ class Fields {
 Result<GpuRequest> ReadGpus(const SpecNode& node, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(
       const Fields f,
-      Fields::Read(node, path, {"count", "fraction", "milli", "memory", "migProfile"}));
+      Fields::Read(node, path, {"count", "fraction", "milli", "memory", "migProfile", "sharing"}));
   const SpecNode* count = f.Find("count");
   const SpecNode* memory = f.Find("memory");
   const bool share = f.Find("fraction") != nullptr || f.Find("milli") != nullptr;
@@ -753,6 +753,11 @@ Result<GpuRequest> ReadGpus(const SpecNode& node, const std::string& path) {
     return FieldError(f.Path("memory"), *memory,
                       "only a fractional GPU (fraction or milli) takes memory; whole GPUs and MIG "
                       "instances come with theirs (see spec.minGpuMemory)");
+  }
+  if (const SpecNode* sharing = f.Find("sharing"); sharing != nullptr && !share) {
+    return FieldError(f.Path("sharing"), *sharing,
+                      "only a fractional GPU (fraction or milli) is shared; whole GPUs and MIG "
+                      "instances are the task's alone");
   }
   if (f.Find("migProfile") != nullptr) {
     if (share) {
@@ -775,6 +780,7 @@ Result<GpuRequest> ReadGpus(const SpecNode& node, const std::string& path) {
     GPUFLEET_RETURN_IF_ERROR(f.Get("fraction", &gpu.gpu_milli, Formatted(&ParseGpuFraction)));
     GPUFLEET_RETURN_IF_ERROR(f.Get("milli", &gpu.gpu_milli, Int(1, kMilliPerUnit - 1)));
     GPUFLEET_RETURN_IF_ERROR(f.Get("memory", &gpu.gpu_memory_mib, Formatted(&ParseMemoryQuantity)));
+    GPUFLEET_RETURN_IF_ERROR(f.Get("sharing", &gpu.sharing, Formatted(&ParseGpuSharing)));
     return GpuRequest(gpu);
   }
   if (count == nullptr) {
@@ -1170,6 +1176,8 @@ Json SpecToJson(const Job& job) {
       resources["gpus"]["milli"] = share->gpu_milli;
       put(resources["gpus"], "memory", FormatMemoryQuantity(share->gpu_memory_mib),
           share->gpu_memory_mib != 0);
+      put(resources["gpus"], "sharing", std::string(GpuSharingName(share->sharing)),
+          share->sharing != GpuSharing::kNodeDefault);
     } else if (const auto* mig = std::get_if<MigGpus>(&group.request.gpus)) {
       resources["gpus"]["migProfile"] = mig->profile;
       resources["gpus"]["count"] = mig->count;

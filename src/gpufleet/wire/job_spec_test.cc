@@ -300,6 +300,30 @@ TEST_F(JobSpecTest, AcceptsJson) {
   EXPECT_TRUE(job->groups[0].request.gpus == GpuRequest(FractionalGpu{500, 0}));
 }
 
+TEST_F(JobSpecTest, SharingOfAShareIsReadAndWrittenBack) {
+  const Result<Job> job = ParseJobSpec(R"( {"apiVersion": "gpufleet.io/v1", "kind": "Job",
+      "metadata": {"name": "j"},
+      "spec": {"tasks": [
+        {"name": "a", "resources": {"gpus": {"milli": 250, "memory": "8Gi", "sharing": "mps"}}},
+        {"name": "b", "resources": {"gpus": {"fraction": 0.5, "sharing": "time-slicing"}}},
+        {"name": "c", "resources": {"gpus": {"fraction": 0.5}}}]}})",
+                                       catalog_);
+  ASSERT_OK(job);
+  EXPECT_TRUE(job->groups[0].request.gpus ==
+              GpuRequest(FractionalGpu{250, 8192, GpuSharing::kMps}));
+  EXPECT_TRUE(job->groups[1].request.gpus ==
+              GpuRequest(FractionalGpu{500, 0, GpuSharing::kTimeSlicing}));
+  EXPECT_TRUE(job->groups[2].request.gpus ==
+              GpuRequest(FractionalGpu{500, 0, GpuSharing::kNodeDefault}));
+  const std::string yaml = JobSpecToYaml(*job);
+  EXPECT_THAT(yaml, HasSubstr("sharing: mps"));
+  const Result<Job> again = ParseJobSpec(yaml, catalog_);
+  ASSERT_OK(again);
+  for (size_t i = 0; i < job->groups.size(); ++i) {
+    EXPECT_TRUE(again->groups[i].request.gpus == job->groups[i].request.gpus) << i;
+  }
+}
+
 TEST_F(JobSpecTest, YamlAnchorsAndAliasesAreExpanded) {
   const Result<Job> job = ParseJobSpec(R"(apiVersion: gpufleet.io/v1
 kind: Job
@@ -583,6 +607,12 @@ std::vector<BadSpec> BadSpecs() {
        "spec.tasks[0].resources.gpus.count: a fractional GPU is a share of one GPU"},
       {"MigWithMilli", WithResources("{gpus: {migProfile: 1g.10gb, milli: 5}}"),
        "spec.tasks[0].resources.gpus: migProfile cannot be combined with fraction or milli"},
+      {"UnknownSharing", WithResources("{gpus: {fraction: 0.5, sharing: mig}}"),
+       "spec.tasks[0].resources.gpus.sharing: \"mig\" is not a GPU sharing mode (time-slicing "
+       "or mps)"},
+      {"SharingOfWholeGpus", WithResources("{gpus: {count: 1, sharing: mps}}"),
+       "spec.tasks[0].resources.gpus.sharing: only a fractional GPU (fraction or milli) is "
+       "shared"},
       {"WholeGpusWithMemory", WithResources("{gpus: {count: 1, memory: 10Gi}}"),
        "spec.tasks[0].resources.gpus.memory: only a fractional GPU (fraction or milli) takes "
        "memory"},

@@ -149,6 +149,36 @@ TEST_F(FilterTest, ResourceFits) {
   EXPECT_EQ(host.Filter(state, Context(small), Node(0), ~GpuMask{0}).code, Code::kUnschedulable);
 }
 
+TEST_F(FilterTest, GpuResourcesFitNeverMixesMpsAndTimeSlicedShares) {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("n", 1, "H100-80GB"));
+  cluster.nodes.push_back(MakeNode("m", 1, "H100-80GB"));
+  cluster.nodes[1].labels[std::string(kGpuSharingLabel)] = "mps";
+  Build(cluster);
+  GpuResourcesFit gpus;
+  const Job mps = MakeJob("p", 1, FractionalGpu{250, 0, GpuSharing::kMps}, {0, 0});
+  const Job sliced = MakeJob("s", 1, FractionalGpu{250, 0, GpuSharing::kTimeSlicing}, {0, 0});
+  const Job by_node = MakeJob("d", 1, FractionalGpu{250, 0}, {0, 0});
+  CycleState state(mps);
+  // An idle GPU takes either kind.
+  EXPECT_TRUE(gpus.Filter(state, Context(mps), Node(0), ~GpuMask{0}).ok());
+  EXPECT_TRUE(gpus.Filter(state, Context(sliced), Node(0), ~GpuMask{0}).ok());
+  // Node n's GPU holds a time-sliced share: no MPS share joins it, with compute to spare.
+  ASSERT_OK(snapshot_->Apply({0, 0, 0, {}, {{0, 250, 0, "", -1, false, false}}}));
+  EXPECT_EQ(gpus.Filter(state, Context(mps), Node(0), ~GpuMask{0}).code, Code::kUnschedulable);
+  EXPECT_TRUE(gpus.Filter(state, Context(sliced), Node(0), ~GpuMask{0}).ok());
+  EXPECT_TRUE(gpus.Filter(state, Context(by_node), Node(0), ~GpuMask{0}).ok());
+  // Node m runs shares as MPS by default: one that does not say is an MPS client there, and a
+  // time-sliced share cannot join it.
+  ASSERT_OK(snapshot_->Apply({0, 0, 1, {}, {{0, 250, 0, "", -1, false, true}}}));
+  EXPECT_TRUE(gpus.Filter(state, Context(mps), Node(1), ~GpuMask{0}).ok());
+  EXPECT_TRUE(gpus.Filter(state, Context(by_node), Node(1), ~GpuMask{0}).ok());
+  EXPECT_EQ(gpus.Filter(state, Context(sliced), Node(1), ~GpuMask{0}).code, Code::kUnschedulable);
+  // Once the MPS share is gone the GPU takes a time-sliced one again.
+  snapshot_->Release({0, 0, 1, {}, {{0, 250, 0, "", -1, false, true}}});
+  EXPECT_TRUE(gpus.Filter(state, Context(sliced), Node(1), ~GpuMask{0}).ok());
+}
+
 TEST_F(FilterTest, FaultDomainSpreadCountsReservedTasks) {
   Cluster cluster;
   for (int i = 0; i < 3; ++i) {

@@ -34,6 +34,14 @@ bool IsShare(const TaskRequest& request) {
   return std::holds_alternative<FractionalGpu>(request.gpus);
 }
 
+// Whether a share's kind (MPS or time-sliced) keeps it off none of the node's GPUs, so that the
+// node's free milli-GPU alone says where it fits.
+bool SharingBarsNoGpu(const FractionalGpu& share, const NodeInfo& node) {
+  return std::all_of(node.gpus.begin(), node.gpus.end(), [&](const GpuSlot& gpu) {
+    return SharingFits(RunsAsMps(share.sharing, gpu), gpu);
+  });
+}
+
 }  // namespace
 
 // ---- Random ------------------------------------------------------------------------------------
@@ -67,7 +75,7 @@ std::optional<std::vector<GpuAssignment>> RandomPolicy::PickGpus(const TaskConte
   if (chosen < 0) {
     return std::nullopt;
   }
-  return std::vector<GpuAssignment>{ShareOf(task, chosen)};
+  return std::vector<GpuAssignment>{ShareOf(task, node, chosen)};
 }
 
 // ---- DotProd -----------------------------------------------------------------------------------
@@ -408,7 +416,9 @@ int64_t FgdPolicy::Score(const CycleState& /*state*/, const TaskContext& task, c
   const bool shareable_key =
       (gpus & entry.fgd_gpus) == entry.fgd_gpus &&
       entry.free_milli.size() <= static_cast<size_t>(kMaxKeyGpus) &&
-      (!IsShare(*task.request) || std::get<FractionalGpu>(task.request->gpus).gpu_memory_mib == 0);
+      (!IsShare(*task.request) ||
+       (std::get<FractionalGpu>(task.request->gpus).gpu_memory_mib == 0 &&
+        SharingBarsNoGpu(std::get<FractionalGpu>(task.request->gpus), node)));
   int pick = -1;
   if (!shareable_key) {
     memo.scratch = entry.free_milli;
@@ -451,7 +461,7 @@ std::optional<std::vector<GpuAssignment>> FgdPolicy::PickGpus(const TaskContext&
   if (pick < 0) {
     return std::nullopt;
   }
-  return std::vector<GpuAssignment>{ShareOf(task, entry.gpu_index[pick])};
+  return std::vector<GpuAssignment>{ShareOf(task, node, entry.gpu_index[pick])};
 }
 
 }  // namespace gpufleet::scheduler
