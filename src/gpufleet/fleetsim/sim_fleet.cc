@@ -247,6 +247,11 @@ Status SimFleet::StartServer(int index) {
   server_options.stop_grace = options_.stop_grace;
   server_options.gang_start_timeout = options_.gang_start_timeout;
   server_options.history_interval = std::chrono::milliseconds(0);
+  if (options_.event_driven) {
+    // No dashboard history: with an interval of 0 the server would store a sample every cycle
+    // (a tenth of a long replay's time, `perf record`); per-second runs keep theirs as it was.
+    server_options.history_capacity = 0;
+  }
   if (!options_.placement_policy.empty()) {
     server_options.policy = options_.placement_policy;
   }
