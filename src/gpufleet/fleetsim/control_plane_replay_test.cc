@@ -70,11 +70,14 @@ std::vector<std::pair<int64_t, int64_t>> Expected(
   return first_six;
 }
 
-TEST(ControlPlaneReplayTest, FifoSkipsTheGangAndLetsTheLaterJobsPass) {
+Result<sim::ReplayResult> ReplayHandTrace(const std::string& queue_policy) {
   sim::ReplayOptions options;
-  options.queue_policy = "fifo";
-  Result<sim::ReplayResult> result =
-      RunReplayThroughControlPlane(TwoNodesOfFour(), HandTrace(), options);
+  options.queue_policy = queue_policy;
+  return RunReplayThroughControlPlane(TwoNodesOfFour(), HandTrace(), options);
+}
+
+TEST(ControlPlaneReplayTest, FifoSkipsTheGangAndLetsTheLaterJobsPass) {
+  Result<sim::ReplayResult> result = ReplayHandTrace("fifo");
   ASSERT_OK(result);
   // At 80 j2 ends: j3 (8 GPUs) does not fit while j0 runs, j5 does and runs to 180; j3 then
   // waits for it.
@@ -88,10 +91,7 @@ TEST(ControlPlaneReplayTest, FifoSkipsTheGangAndLetsTheLaterJobsPass) {
 }
 
 TEST(ControlPlaneReplayTest, EasyBackfillKeepsTheGangsReservation) {
-  sim::ReplayOptions options;
-  options.queue_policy = "easy-backfill";
-  Result<sim::ReplayResult> result =
-      RunReplayThroughControlPlane(TwoNodesOfFour(), HandTrace(), options);
+  Result<sim::ReplayResult> result = ReplayHandTrace("easy-backfill");
   ASSERT_OK(result);
   // j3's reservation is at 100 (j0's estimate): j4 (60 to 70) keeps it, j5 (80 to 180) would
   // not, so j5 starts after j3.
