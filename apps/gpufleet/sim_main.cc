@@ -19,6 +19,7 @@
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/fabric/fabric.h"
 #include "gpufleet/fabric/hostlist.h"
+#include "gpufleet/fleetsim/control_plane_replay.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/sim/bound.h"
 #include "gpufleet/sim/fill.h"
@@ -80,6 +81,9 @@ struct ReplayFlags : CommonFlags {
   bool gpu_model_given = false;
   bool topology_aware = false;
   double communication_fraction = 0.3;
+  // "loops": the replay's own scheduling loops (sim/replay.h); "control-plane": the trace through
+  // the server and agents on simulated time (fleetsim/control_plane_replay.h).
+  std::string engine = "loops";
 };
 
 Result<uint64_t> ParseNumber(std::string_view text, std::string_view flag) {
@@ -488,6 +492,23 @@ Result<std::string> DetectTraceFormat(const std::string& path) {
       path));
 }
 
+// One replay per queue policy through the control plane, one after another (each runs a whole
+// simulated fleet on this thread).
+Result<std::vector<sim::ReplayResult>> ReplayThroughControlPlane(
+    const Cluster& cluster, const sim::Trace& trace, const std::vector<std::string>& policies,
+    const sim::ReplayOptions& options, sim::ProgressBar& progress) {
+  std::vector<sim::ReplayResult> results;
+  for (const std::string& policy : policies) {
+    sim::ReplayOptions run = options;
+    run.queue_policy = policy;
+    GPUFLEET_ASSIGN_OR_RETURN(sim::ReplayResult result,
+                              fleetsim::RunReplayThroughControlPlane(cluster, trace, run));
+    results.push_back(std::move(result));
+    progress.Advance();
+  }
+  return results;
+}
+
 int RunReplayCommand(ReplayFlags flags) {
   if (flags.format.empty()) {
     auto detected = DetectTraceFormat(flags.trace);
@@ -557,8 +578,11 @@ int RunReplayCommand(ReplayFlags flags) {
   options.topology_aware = flags.topology_aware;
   options.communication_fraction = flags.communication_fraction;
   auto progress = MakeProgress("replays", static_cast<int>(policies->size()));
-  auto results = sim::RunReplayMatrix(*cluster, *trace, catalog, *policies, options, flags.threads,
-                                      [&] { progress->Advance(); });
+  Result<std::vector<sim::ReplayResult>> results =
+      flags.engine == "control-plane"
+          ? ReplayThroughControlPlane(*cluster, *trace, *policies, options, *progress)
+          : sim::RunReplayMatrix(*cluster, *trace, catalog, *policies, options, flags.threads,
+                                 [&] { progress->Advance(); });
   progress->Finish();
   if (!results.ok()) {
     return FailSim(results.status());
@@ -667,6 +691,12 @@ Action AddSimCommand(CLI::App& app) {
                    "placed so far, as `gpufleet server` does, rebuilt at most this often")
       ->check(CLI::Range(int64_t{0}, int64_t{365} * 86400));
   replay->add_option("--seed", replay_flags->seed, "seed for tie-breaks");
+  replay
+      ->add_option("--engine", replay_flags->engine,
+                   "loops (default: the replay's own scheduling loops) or control-plane (the "
+                   "trace through the server and agents on simulated time; queue policies fifo "
+                   "and easy-backfill)")
+      ->check(CLI::IsMember({"loops", "control-plane"}));
   replay->add_option("--fabric", replay_flags->fabric,
                      "a fabric (YAML or topology.conf): its nodes are the cluster, and multi-node "
                      "jobs run longer on slow placements (docs/fabric.md)");

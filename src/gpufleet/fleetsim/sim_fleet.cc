@@ -8,7 +8,10 @@
 
 #include <fmt/core.h>
 
+#include "gpufleet/control/store_keys.h"
 #include "gpufleet/http/server.h"
+#include "gpufleet/wire/job_record.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::fleetsim {
 namespace {
@@ -44,6 +47,16 @@ class LinkTransport final : public http::Transport {
 
 std::string ServerAddress(int index) {
   return fmt::format("http://sim-server-{}", index);
+}
+
+// What a node's runner holds, task by task: a wake-up that changes it (a task started, stopped
+// or forgotten) has something to report.
+std::vector<std::pair<std::string, runner::TaskState>> RunnerTasks(runner::TaskRunner& runner) {
+  std::vector<std::pair<std::string, runner::TaskState>> tasks;
+  for (const runner::TaskStatus& task : runner.Poll()) {
+    tasks.emplace_back(task.task_id, task.state);
+  }
+  return tasks;
 }
 
 }  // namespace
@@ -89,6 +102,8 @@ struct SimFleet::Node {
   std::unique_ptr<agent::NodeAgent> agent;
   std::unique_ptr<agent::AgentLoop> loop;
   MonoTime next_wake;
+  // Event-driven: when the agent loop calls the server next (its heartbeat).
+  MonoTime next_call;
   MonoTime cut_until;
   // What the agent keeps in its state directory across restarts.
   std::string node_token;
@@ -106,7 +121,19 @@ SimFleet::SimFleet(FleetOptions options)
       events_(clock_),
       ledger_(&events_) {}
 
+class SimFleet::CommitWatcher final : public store::CommitObserver {
+ public:
+  explicit CommitWatcher(SimFleet& fleet) : fleet_(fleet) {}
+  void Committed(const store::WriteBatch& batch) override { fleet_.NoteCommit(batch); }
+
+ private:
+  SimFleet& fleet_;
+};
+
 SimFleet::~SimFleet() {
+  if (commit_watcher_ != nullptr) {
+    store_.RemoveObserver(commit_watcher_.get());
+  }
   // The agents hold clients into this fleet; they go before the servers.
   nodes_.clear();
   admin_transport_.reset();
@@ -128,12 +155,21 @@ Result<std::unique_ptr<SimFleet>> SimFleet::Create(FleetOptions options) {
     return InvalidArgumentError(
         fmt::format("max_drift: {} (must be in [0, 0.5))", options.max_drift));
   }
+  if (options.event_driven && (options.servers != 1 || options.max_drift != 0)) {
+    return InvalidArgumentError(
+        fmt::format("event_driven: needs one server and no drift (servers {}, max_drift {})",
+                    options.servers, options.max_drift));
+  }
   std::unique_ptr<SimFleet> fleet(new SimFleet(std::move(options)));
   if (fleet->options_.store_wrapper) {
     fleet->wrapped_store_ = fleet->options_.store_wrapper(fleet->store_);
     fleet->served_store_ = fleet->wrapped_store_.get();
   }
   const FleetOptions& opts = fleet->options_;
+  if (opts.event_driven) {
+    fleet->commit_watcher_ = std::make_unique<CommitWatcher>(*fleet);
+    fleet->store_.AddObserver(fleet->commit_watcher_.get());
+  }
   if (opts.servers > 1) {
     fleet->lease_ = std::make_unique<store::MemoryLease>(fleet->clock_, opts.leader_lease);
   }
@@ -149,6 +185,11 @@ Result<std::unique_ptr<SimFleet>> SimFleet::Create(FleetOptions options) {
   GPUFLEET_ASSIGN_OR_RETURN(fleet->join_token_, first.authenticator().CreateToken(
                                                     control::Role::kAgent, "", "chaos-agents"));
   fleet->admin_transport_ = fleet->ServerTransports(-1);
+  if (opts.event_driven) {
+    // The server's first cycle makes it ready before the agents first register, so that they
+    // are not told to come back in five seconds.
+    GPUFLEET_RETURN_IF_ERROR(fleet->RunServer(0, fleet->clock_.Now()));
+  }
   for (int i = 0; i < opts.nodes; ++i) {
     auto node = std::make_unique<Node>();
     node->index = i;
@@ -168,6 +209,8 @@ Result<std::unique_ptr<SimFleet>> SimFleet::Create(FleetOptions options) {
       node->wrapped_runner = opts.runner_wrapper(*node->ledger_runner);
     }
     node->next_wake = fleet->clock_.Now();
+    node->next_call = fleet->clock_.Now();
+    fleet->node_index_.emplace(node->name, i);
     node->cut_until = fleet->clock_.Now();
     GPUFLEET_RETURN_IF_ERROR(fleet->StartAgent(*node));
     fleet->nodes_.push_back(std::move(node));
@@ -204,6 +247,14 @@ Status SimFleet::StartServer(int index) {
   server_options.stop_grace = options_.stop_grace;
   server_options.gang_start_timeout = options_.gang_start_timeout;
   server_options.history_interval = std::chrono::milliseconds(0);
+  if (options_.event_driven) {
+    // No dashboard history: with an interval of 0 the server would store a sample every cycle
+    // (a tenth of a long replay's time, `perf record`); per-second runs keep theirs as it was.
+    server_options.history_capacity = 0;
+  }
+  if (!options_.placement_policy.empty()) {
+    server_options.policy = options_.placement_policy;
+  }
   server_options.election = server.election.get();
   GPUFLEET_ASSIGN_OR_RETURN(server.api, api::ApiServer::Create(std::move(server_options)));
   if (server.election != nullptr) {
@@ -235,7 +286,7 @@ Status SimFleet::StartAgent(Node& node) {
     agent_options.topology_values = {fmt::format("block-{}", leaf / kLeavesPerBlock),
                                      fmt::format("leaf-{}", leaf)};
   }
-  agent_options.capacity = {.cpu_milli = 64'000, .memory_mib = 512 * 1024};
+  agent_options.capacity = options_.node_capacity;
   agent_options.stop_grace = options_.agent_stop_grace;
   agent_options.node_token = node.node_token;
   node.agent =
@@ -243,6 +294,7 @@ Status SimFleet::StartAgent(Node& node) {
                                          node.agent_runner(), *node.client, catalog_, *node.clock);
   node.loop = std::make_unique<agent::AgentLoop>(*node.agent, *node.clock);
   node.next_wake = clock_.Now();
+  node.next_call = clock_.Now();
   return Status::Ok();
 }
 
@@ -305,6 +357,10 @@ Status SimFleet::Advance(Duration step) {
   delayed_.erase(delayed_.begin(), delayed_.begin() + static_cast<std::ptrdiff_t>(due));
 
   for (auto& node : nodes_) {
+    if (options_.event_driven) {
+      GPUFLEET_RETURN_IF_ERROR(WakeNodeOnEvent(*node, now));
+      continue;
+    }
     if (node->agent == nullptr || node->next_wake > now) {
       continue;
     }
@@ -338,11 +394,14 @@ Status SimFleet::RunServer(int index, MonoTime now) {
   const std::string name = server_count() > 1 ? fmt::format("server {}", index) : "server";
   // The loop step before the campaign: a server waking from a pause acts on the lease it last
   // saw, and fencing must refuse what it writes.
-  if (now >= server.next_cycle) {
+  if (now >= server.next_cycle || server_has_news_) {
     server.next_cycle = now + options_.cycle_interval;
     const bool led = server.api->leading();
     const MonoTime started = TimerNow();
+    server_has_news_ = false;
+    in_cycle_ = true;
     Result<int> scheduled = server.api->RunLoopStep();
+    in_cycle_ = false;
     RecordTime("cycle", started);
     if (!led && server.api->leading()) {
       events_.Add(fmt::format("{}: leads", name));
@@ -364,6 +423,115 @@ Status SimFleet::RunServer(int index, MonoTime now) {
     }
   }
   return Status::Ok();
+}
+
+Status SimFleet::WakeNodeOnEvent(Node& node, MonoTime now) {
+  // News for an agent that is down is lost with it; its next process registers afresh.
+  const bool job_news = nodes_with_news_.erase(node.index) > 0;
+  if (node.agent == nullptr) {
+    return Status::Ok();
+  }
+  const std::optional<MonoTime> task_end = node.runner->NextEndTime();
+  const bool loop_due = node.next_call <= now;
+  const bool news = job_news || (task_end.has_value() && *task_end <= now);
+  if (!loop_due && !(news && node.loop->registered())) {
+    return Status::Ok();
+  }
+  const auto tasks_before = RunnerTasks(node.agent_runner());
+  calling_node_ = node.index;
+  GPUFLEET_RETURN_IF_ERROR(node.sampler->SampleOnce());
+  Status call;
+  if (loop_due) {
+    const agent::AgentLoop::Step result = node.loop->RunOnce();
+    call = result.called_server ? result.call : Status::Ok();
+    if (result.fenced > 0) {
+      events_.Add(fmt::format("{}: lease expired, {} tasks fenced", node.name, result.fenced));
+    }
+    if (result.registered_now) {
+      node.node_token =
+          node.agent->node_token().empty() ? node.node_token : node.agent->node_token();
+      events_.Add(fmt::format("{}: registered", node.name));
+    }
+    // The loop's own schedule: its next call after this one.
+    node.next_call =
+        now + (result.call.ok() ? Duration(node.agent->heartbeat_interval()) : result.retry_in);
+  } else {
+    // Out of the loop's schedule: the report of a task end, or the fetch of new desired tasks.
+    call = node.agent->Heartbeat();
+  }
+  calling_node_ = -1;
+  if (!call.ok()) {
+    events_.Add(fmt::format("{}: {}", node.name, call.ToString()));
+  }
+  // What the call made the agent start or stop is reported at once, not at the next heartbeat.
+  if (call.ok() && RunnerTasks(node.agent_runner()) != tasks_before) {
+    nodes_with_news_.insert(node.index);
+  }
+  return Status::Ok();
+}
+
+void SimFleet::NoteCommit(const store::WriteBatch& batch) {
+  if (!in_cycle_) {
+    server_has_news_ = true;
+  }
+  for (const store::WriteOp& op : batch.ops()) {
+    if (op.kind != control::kJobsKind ||
+        (op.type != store::WriteOpType::kCreate && op.type != store::WriteOpType::kUpdate)) {
+      continue;
+    }
+    const Result<wire::JobRecord> job =
+        wire::JobRecordFromJson(wire::ParseDocument(op.data), nullptr);
+    if (!job.ok()) {
+      continue;
+    }
+    // What an agent acts on: the state and where each task runs and how it goes. A write that
+    // leaves it as it was (a usage stamp) is no news to any agent.
+    std::string what_agents_see = wire::JobStateName(job->state);
+    for (const wire::PlacementRecord& placement : job->placements) {
+      what_agents_see += fmt::format("|{}:{}:{}", placement.node, placement.phase, placement.gone);
+    }
+    std::string& seen = agents_view_of_jobs_[op.name];
+    if (seen == what_agents_see) {
+      continue;
+    }
+    seen = std::move(what_agents_see);
+    // The calling agent has its answer in the reply; the others learn of it now.
+    for (const wire::PlacementRecord& placement : job->placements) {
+      const auto node = node_index_.find(placement.node);
+      if (node != node_index_.end() && node->second != calling_node_) {
+        nodes_with_news_.insert(node->second);
+      }
+    }
+  }
+}
+
+MonoTime SimFleet::NextDue() const {
+  const MonoTime now = clock_.Now();
+  if (!options_.event_driven) {
+    return now + std::chrono::seconds(1);
+  }
+  if (server_has_news_ || !nodes_with_news_.empty()) {
+    return now;
+  }
+  MonoTime due = now + std::chrono::hours(24 * 365);
+  for (const DelayedRequest& late : delayed_) {
+    due = std::min(due, late.due);
+  }
+  for (const auto& node : nodes_) {
+    if (node->agent == nullptr) {
+      continue;
+    }
+    due = std::min(due, node->next_call);
+    if (const std::optional<MonoTime> end = node->runner->NextEndTime(); end.has_value()) {
+      due = std::min(due, *end);
+    }
+  }
+  for (const auto& server : servers_) {
+    if (server->api != nullptr) {
+      due = std::min(due, std::max(server->next_cycle, server->paused_until));
+    }
+  }
+  return std::max(due, now);
 }
 
 Result<http::HttpResponse> SimFleet::Deliver(int index, const api::ApiRequest& request) {

@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,7 @@
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/random.h"
+#include "gpufleet/core/resources.h"
 #include "gpufleet/fleetsim/task_ledger.h"
 #include "gpufleet/http/client.h"
 #include "gpufleet/runner/simulated_runner.h"
@@ -55,6 +57,8 @@ struct FleetOptions {
   int nodes = 4;
   int gpus_per_node = 4;
   std::string gpu_model = "H100-80GB";
+  // What each node's agent offers besides its GPUs.
+  HostResources node_capacity{.cpu_milli = 64'000, .memory_mib = 512 * 1024};
   uint64_t seed = 1;
   // The server's settings that matter under faults (api::ApiServer::Options).
   std::chrono::milliseconds cycle_interval{1000};
@@ -62,6 +66,17 @@ struct FleetOptions {
   std::chrono::milliseconds node_timeout{40000};
   std::chrono::milliseconds stop_grace{30000};
   std::chrono::seconds gang_start_timeout{120};
+  // The server's placement policy (scheduler::PlacementPolicyNames); empty: the server's default.
+  std::string placement_policy;
+  // Event-driven time (docs/simulator.md): Advance runs only what is due instead of every agent
+  // each second. An agent wakes at its heartbeat, when one of its tasks ends (it reports the end
+  // at once) and when a job write names its node (it fetches its new desired tasks at once, as
+  // if the server pushed them); the server cycles when something outside its cycle was committed
+  // (a submission, an agent's report) and every cycle_interval otherwise, for its deadlines.
+  // NextDue says when the next of these comes. For fault-free runs over long simulated spans
+  // (`gpufleet sim replay --engine control-plane`): one server, no clock drift, and no link
+  // faults, since an agent checks its lease only when it wakes.
+  bool event_driven = false;
   // Servers on the one store. With more than one they campaign for a leader lease
   // (store::MemoryLease, `gpufleet server`'s --leader-lease-ms and --leader-renew-ms defaults)
   // and only the leader's commits land.
@@ -97,6 +112,9 @@ class SimFleet {
   // (server order). A server deposed by another is ended and started again, as its service
   // manager would.
   Status Advance(Duration step);
+  // With event_driven: the earliest time at which Advance has something to run (now when a node
+  // or the server has news); otherwise now plus one second, the per-second step.
+  MonoTime NextDue() const;
 
   // An admin's request, as the CLI sends it to every server listed (no link faults), the leader
   // followed: its answer, or kUnavailable when no server answers.
@@ -175,6 +193,11 @@ class SimFleet {
   // leader followed.
   std::unique_ptr<http::Transport> ServerTransports(int node);
   Status RunServer(int index, MonoTime now);
+  // Event-driven: one node's wake-up, if anything is due for it at `now`.
+  Status WakeNodeOnEvent(Node& node, MonoTime now);
+  // Event-driven: what a commit means for the agents and the server (CommitObserver).
+  class CommitWatcher;
+  void NoteCommit(const store::WriteBatch& batch);
   Result<http::HttpResponse> Deliver(int server, const api::ApiRequest& request);
   // The request timer's reading (MonoTime{} without one), and the time since `started` added to
   // request_seconds_[kind] when there is a timer.
@@ -196,6 +219,16 @@ class SimFleet {
   std::string join_token_;
   TaskLedger ledger_;
   std::vector<std::unique_ptr<Node>> nodes_;
+  std::map<std::string, int, std::less<>> node_index_;
+  // Event-driven: the watcher of the store's commits, the nodes a job write named since their
+  // last wake-up, whether something was committed outside a cycle since the last one, and what
+  // runs now (the cycle, or the node whose agent is calling).
+  std::unique_ptr<CommitWatcher> commit_watcher_;
+  std::set<int> nodes_with_news_;
+  std::map<std::string, std::string> agents_view_of_jobs_;  // by job key, see NoteCommit
+  bool server_has_news_ = false;
+  bool in_cycle_ = false;
+  int calling_node_ = -1;
   LinkFaults link_faults_;
   std::vector<DelayedRequest> delayed_;
   uint64_t delayed_order_ = 0;
