@@ -522,7 +522,8 @@ Result<int> ControlPlane::RunCycleLocked() {
       }
     }
     CycleWrite write{&name, &job};
-    const Json before = wire::ParseDocument(job.data);
+    // Parsed only for a write: a long queue whose reasons stand costs no parse per job.
+    Json before;
     std::string event;
     if (placed.empty()) {
       // A job held back for the head may start once the head has: it is tried every cycle.
@@ -534,6 +535,7 @@ Result<int> ControlPlane::RunCycleLocked() {
       }
       // Later jobs quoting this one see the new reason now.
       job.reason = reason;
+      before = wire::ParseDocument(job.data);
       doc = before;
       doc["reason"] = reason;
       event = fmt::format("unschedulable: {}", reason);
@@ -542,6 +544,7 @@ Result<int> ControlPlane::RunCycleLocked() {
         event.clear();
       }
     } else {
+      before = wire::ParseDocument(job.data);
       ForgetEventGroups(doc);
       reliability_->NoteRunStarted(doc);
       StampRunStart(doc, UsageNowNanos());
