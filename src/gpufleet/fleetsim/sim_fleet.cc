@@ -246,10 +246,11 @@ Status SimFleet::StartServer(int index) {
   server_options.node_timeout = options_.node_timeout;
   server_options.stop_grace = options_.stop_grace;
   server_options.gang_start_timeout = options_.gang_start_timeout;
-  server_options.history_interval = std::chrono::milliseconds(0);
+  // The dashboard history at the production interval: a sample every cycle made its stored
+  // document, rewritten whole each time, 41 % of `sim chaos` (`perf record`).
+  server_options.history_interval = std::chrono::minutes(1);
   if (options_.event_driven) {
-    // No dashboard history: with an interval of 0 the server would store a sample every cycle
-    // (a tenth of a long replay's time, `perf record`); per-second runs keep theirs as it was.
+    // No dashboard history: a long replay's server would store a sample a minute for months.
     server_options.history_capacity = 0;
   }
   if (!options_.placement_policy.empty()) {
