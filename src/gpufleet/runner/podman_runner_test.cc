@@ -428,6 +428,9 @@ TEST_F(PodmanRunnerTest, ANewRunnerAdoptsRunningAndEndedContainers) {
   ASSERT_OK(runner_->Start(Container("team/job/side-0/1", "exit 7")));
   ASSERT_TRUE(WaitForLog("team/job/main-0/1", "up"));
   EXPECT_EQ(WaitForEnd(*runner_, "team/job/side-0/1").exit_code, 7);
+  // The task prints before `podman run` returns: its fence records the digest a moment later.
+  ASSERT_TRUE(
+      WaitUntil([&] { return !StatusOf(*runner_, "team/job/main-0/1").starting_container; }));
   const MonoTime started = StatusOf(*runner_, "team/job/main-0/1").start_time;
   const std::string digest = StatusOf(*runner_, "team/job/main-0/1").image_digest;
   EXPECT_THAT(digest, ::testing::StartsWith("sha256:"));
