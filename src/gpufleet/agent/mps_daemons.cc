@@ -10,7 +10,6 @@
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include <fmt/format.h>
@@ -20,8 +19,6 @@
 
 namespace gpufleet::agent {
 namespace {
-
-constexpr std::chrono::milliseconds kPidFilePoll{10};
 
 // A GPU UUID names a directory: letters, digits and '-' only ("GPU-8932f937-...").
 bool IsPlainUuid(const std::string& uuid) {
@@ -121,19 +118,37 @@ Result<std::string> MpsDaemons::EnsureRunning(const std::string& gpu_uuid) {
         fmt::format("GPU UUID \"{}\" cannot name an MPS directory", gpu_uuid));
   }
   const std::string pipes = PipeDirectory(gpu_uuid);
+  const MonoTime now = clock_.Now();
   if (const auto known = daemons_.find(gpu_uuid); known != daemons_.end()) {
-    if (known->second.state == State::kQuitting) {
+    Daemon& daemon = known->second;
+    if (daemon.state == State::kQuitting) {
       return UnavailableError(fmt::format(
           "the MPS daemon of {} is quitting; a new one starts once it is gone", gpu_uuid));
     }
-    if (LiveDaemonPid(gpu_uuid) == known->second.pid) {
+    if (daemon.state == State::kStarting) {
+      // -d returned once it had forked the daemon, which writes its pid file soon after: the
+      // agent's next pass looks again rather than this one waiting.
+      if (const int pid = LiveDaemonPid(gpu_uuid); pid > 0) {
+        daemon = Daemon{pid, State::kRunning, now};
+        return pipes;
+      }
+      if (now - daemon.since <= options_.start_wait) {
+        return UnavailableError(
+            fmt::format("the MPS daemon of {} is starting (no pid file yet)", gpu_uuid));
+      }
+      daemons_.erase(known);
+      return UnavailableError(fmt::format(
+          "the MPS daemon of {} wrote no pid file in {} ms", gpu_uuid,
+          std::chrono::duration_cast<std::chrono::milliseconds>(options_.start_wait).count()));
+    }
+    if (LiveDaemonPid(gpu_uuid) == daemon.pid) {
       return pipes;
     }
     daemons_.erase(known);  // it died: start another
   }
   // One that runs but is not known (Adopt not called yet) is taken, never started twice.
   if (const int pid = LiveDaemonPid(gpu_uuid); pid > 0) {
-    daemons_[gpu_uuid] = Daemon{pid, State::kRunning, {}};
+    daemons_[gpu_uuid] = Daemon{pid, State::kRunning, now};
     return pipes;
   }
   const std::string logs = LogDirectory(gpu_uuid);
@@ -167,17 +182,13 @@ Result<std::string> MpsDaemons::EnsureRunning(const std::string& gpu_uuid) {
         outcome.timed_out ? "timed out" : fmt::format("exited with {}", outcome.exit_code),
         said.ok() && said->has_value() ? os::LastLine(**said) : ""));
   }
-  // -d returns once it has forked the daemon, which writes its pid file soon after.
-  for (Duration waited{0}; waited <= options_.start_wait; waited += kPidFilePoll) {
-    if (const int pid = LiveDaemonPid(gpu_uuid); pid > 0) {
-      daemons_[gpu_uuid] = Daemon{pid, State::kRunning, {}};
-      return pipes;
-    }
-    std::this_thread::sleep_for(kPidFilePoll);
+  if (const int pid = LiveDaemonPid(gpu_uuid); pid > 0) {
+    daemons_[gpu_uuid] = Daemon{pid, State::kRunning, now};
+    return pipes;
   }
-  return UnavailableError(fmt::format(
-      "the MPS daemon of {} wrote no pid file in {} ms", gpu_uuid,
-      std::chrono::duration_cast<std::chrono::milliseconds>(options_.start_wait).count()));
+  daemons_[gpu_uuid] = Daemon{0, State::kStarting, now};
+  return UnavailableError(
+      fmt::format("the MPS daemon of {} is starting (no pid file yet)", gpu_uuid));
 }
 
 Status MpsDaemons::Quit(const std::string& gpu_uuid) {
@@ -208,6 +219,18 @@ std::vector<std::string> MpsDaemons::StopUnused(const std::vector<runner::TaskSt
   for (auto it = daemons_.begin(); it != daemons_.end();) {
     const std::string& uuid = it->first;
     Daemon& daemon = it->second;
+    if (daemon.state == State::kStarting) {
+      // Once it has written its pid file it is stopped like any other when no share wants it.
+      if (const int pid = LiveDaemonPid(uuid); pid > 0) {
+        daemon = Daemon{pid, State::kRunning, now};
+      } else if (now - daemon.since > options_.start_wait) {
+        it = daemons_.erase(it);
+        continue;
+      } else {
+        ++it;
+        continue;
+      }
+    }
     if (LiveDaemonPid(uuid) != daemon.pid) {
       std::error_code ignored;
       std::filesystem::remove_all(PipeDirectory(uuid), ignored);
@@ -218,9 +241,9 @@ std::vector<std::string> MpsDaemons::StopUnused(const std::vector<runner::TaskSt
       // A quit that failed still leads to SIGKILL after the grace.
       static_cast<void>(Quit(uuid));
       daemon.state = State::kQuitting;
-      daemon.quit_at = now;
+      daemon.since = now;
       told.push_back(uuid);
-    } else if (daemon.state == State::kQuitting && now - daemon.quit_at >= options_.quit_grace) {
+    } else if (daemon.state == State::kQuitting && now - daemon.since >= options_.quit_grace) {
       kill(daemon.pid, SIGKILL);
     }
     ++it;

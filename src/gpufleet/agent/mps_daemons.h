@@ -31,8 +31,9 @@ struct MpsDaemonOptions {
   Duration quit_grace = std::chrono::seconds(10);
   // The longest a control command (the start with -d, a quit) may run.
   Duration command_timeout = std::chrono::seconds(10);
-  // How long a start waits for the daemon's pid file before the share is left waiting (it is
-  // tried again at the next answer); clients never start before the daemon runs, since a CUDA
+  // How long after a start the daemon may take to write its pid file; the share waits meanwhile
+  // (EnsureRunning answers kUnavailable and is asked again at the agent's next pass), then the
+  // start is given up and tried anew. Clients never start before the daemon runs, since a CUDA
   // client that finds no daemon runs without MPS and without its limits.
   Duration start_wait = std::chrono::seconds(2);
 };
@@ -40,7 +41,7 @@ struct MpsDaemonOptions {
 // Thread-compatible. Reads time only through the injected Clock.
 class MpsDaemons {
  public:
-  enum class State { kRunning, kQuitting };
+  enum class State { kStarting, kRunning, kQuitting };
 
   MpsDaemons(MpsDaemonOptions options, const Clock& clock);
 
@@ -73,7 +74,7 @@ class MpsDaemons {
   struct Daemon {
     int pid = 0;
     State state = State::kRunning;
-    MonoTime quit_at;
+    MonoTime since;  // when it entered `state`
   };
 
   std::string LogDirectory(const std::string& gpu_uuid) const;

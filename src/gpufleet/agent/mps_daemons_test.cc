@@ -90,6 +90,20 @@ class MpsDaemonsTest : public ::testing::Test {
     return condition();
   }
 
+  // EnsureRunning asked again, as the agent's passes do, until the daemon it started has written
+  // its pid file (the first answers are kUnavailable "starting").
+  Result<std::string> StartedDaemon(MpsDaemons& daemons, const std::string& gpu) {
+    Result<std::string> pipes = daemons.EnsureRunning(gpu);
+    WaitUntil([&] {
+      if (pipes.ok() || pipes.status().message().find("starting") == std::string::npos) {
+        return true;
+      }
+      pipes = daemons.EnsureRunning(gpu);
+      return false;
+    });
+    return pipes;
+  }
+
   // Calls StopUnused until the daemons are all forgotten (they quit by themselves).
   bool WaitUntilForgotten(MpsDaemons& daemons, const std::vector<runner::TaskStatus>& tasks) {
     return WaitUntil([&] {
@@ -105,15 +119,15 @@ class MpsDaemonsTest : public ::testing::Test {
 
 TEST_F(MpsDaemonsTest, OneDaemonPerGpuWithItsOwnDirectoriesAndDevice) {
   MpsDaemons daemons(options_, clock_);
-  const Result<std::string> first = daemons.EnsureRunning(kGpuA);
+  const Result<std::string> first = StartedDaemon(daemons, kGpuA);
   ASSERT_OK(first);
   EXPECT_EQ(*first, options_.state_dir + "/" + kGpuA + "/pipe");
   EXPECT_TRUE(std::filesystem::exists(*first + "/" + std::string(kMpsPidFile)));
   // A second share of the GPU uses the same daemon.
-  const Result<std::string> second = daemons.EnsureRunning(kGpuA);
+  const Result<std::string> second = StartedDaemon(daemons, kGpuA);
   ASSERT_OK(second);
   EXPECT_EQ(*second, *first);
-  ASSERT_OK(daemons.EnsureRunning(kGpuB));
+  ASSERT_OK(StartedDaemon(daemons, kGpuB));
   EXPECT_EQ(CountOf(ControlLog(kGpuA), "started"), 1);
   EXPECT_THAT(ControlLog(kGpuA),
               HasSubstr(std::string("started CUDA_VISIBLE_DEVICES=") + kGpuA + " "));
@@ -129,7 +143,7 @@ TEST_F(MpsDaemonsTest, TheDaemonStaysUntilItsLastClientIsKnownGone) {
   ASSERT_OK(opened);
   runner::ProcessRunner& tasks = **opened;
   MpsDaemons daemons(options_, clock_);
-  const Result<std::string> pipes = daemons.EnsureRunning(kGpuA);
+  const Result<std::string> pipes = StartedDaemon(daemons, kGpuA);
   ASSERT_OK(pipes);
 
   // Each client prints what MPS reads from its environment, talks to the daemon through the pipe
@@ -188,7 +202,7 @@ TEST_F(MpsDaemonsTest, TheDaemonStaysUntilItsLastClientIsKnownGone) {
   EXPECT_THAT(ControlLog(kGpuA), HasSubstr("command quit\nquit pid="));
   EXPECT_FALSE(std::filesystem::exists(*pipes));
   // The next share starts a new daemon.
-  ASSERT_OK(daemons.EnsureRunning(kGpuA));
+  ASSERT_OK(StartedDaemon(daemons, kGpuA));
   EXPECT_EQ(CountOf(ControlLog(kGpuA), "started"), 2);
   EXPECT_TRUE(WaitUntilForgotten(daemons, {}));
 }
@@ -196,7 +210,7 @@ TEST_F(MpsDaemonsTest, TheDaemonStaysUntilItsLastClientIsKnownGone) {
 TEST_F(MpsDaemonsTest, ARestartedAgentAdoptsTheRunningDaemonAndStartsNoSecond) {
   {
     MpsDaemons before(options_, clock_);
-    ASSERT_OK(before.EnsureRunning(kGpuA));
+    ASSERT_OK(StartedDaemon(before, kGpuA));
   }
   // A directory whose daemon is gone is cleared, not adopted.
   std::filesystem::create_directories(options_.state_dir + "/" + kGpuB + "/pipe");
@@ -205,7 +219,7 @@ TEST_F(MpsDaemonsTest, ARestartedAgentAdoptsTheRunningDaemonAndStartsNoSecond) {
 
   // Even without Adopt, a daemon of the GPU that runs is taken rather than started again.
   MpsDaemons unadopted(options_, clock_);
-  ASSERT_OK(unadopted.EnsureRunning(kGpuA));
+  ASSERT_OK(StartedDaemon(unadopted, kGpuA));
   EXPECT_EQ(CountOf(ControlLog(kGpuA), "started"), 1);
 
   MpsDaemons after(options_, clock_);
@@ -213,7 +227,7 @@ TEST_F(MpsDaemonsTest, ARestartedAgentAdoptsTheRunningDaemonAndStartsNoSecond) {
   EXPECT_EQ(after.daemons(),
             (std::map<std::string, MpsDaemons::State>{{kGpuA, MpsDaemons::State::kRunning}}));
   EXPECT_FALSE(std::filesystem::exists(options_.state_dir + "/" + kGpuB + "/pipe"));
-  ASSERT_OK(after.EnsureRunning(kGpuA));
+  ASSERT_OK(StartedDaemon(after, kGpuA));
   EXPECT_EQ(CountOf(ControlLog(kGpuA), "started"), 1);
   // Adopted, it is stopped like one this agent started, once nothing holds its GPU.
   runner::TaskStatus client;
@@ -226,7 +240,7 @@ TEST_F(MpsDaemonsTest, ARestartedAgentAdoptsTheRunningDaemonAndStartsNoSecond) {
 
 TEST_F(MpsDaemonsTest, ADaemonThatIgnoresQuitIsKilledAfterTheGrace) {
   MpsDaemons daemons(options_, clock_);
-  ASSERT_OK(daemons.EnsureRunning(kGpuA));
+  ASSERT_OK(StartedDaemon(daemons, kGpuA));
   std::ofstream(options_.state_dir + "/" + kGpuA + "/log/ignore-quit").put('\n');
   EXPECT_THAT(daemons.StopUnused({}, {}), ElementsAre(kGpuA));
   ASSERT_TRUE(WaitUntil([&] { return CountOf(ControlLog(kGpuA), "command quit") == 1; }));
@@ -238,6 +252,42 @@ TEST_F(MpsDaemonsTest, ADaemonThatIgnoresQuitIsKilledAfterTheGrace) {
   daemons.StopUnused({}, {});  // SIGKILL
   EXPECT_TRUE(WaitUntilForgotten(daemons, {}));
   EXPECT_EQ(CountOf(ControlLog(kGpuA), "quit pid="), 0);  // killed, never quit by itself
+}
+
+// The agent's pass never waits for a daemon to come up: the share waits instead, and a start
+// that writes no pid file within start_wait (on the agent's clock) is given up and made anew.
+TEST_F(MpsDaemonsTest, AStartThatNeverComesUpIsGivenUpAfterTheStartWait) {
+  std::filesystem::create_directories(options_.state_dir + "/" + kGpuA + "/log");
+  std::ofstream(options_.state_dir + "/" + kGpuA + "/log/die-at-start").put('\n');
+  MpsDaemons daemons(options_, clock_);
+  EXPECT_THAT(daemons.EnsureRunning(kGpuA),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("is starting (no pid file yet)")));
+  ASSERT_TRUE(WaitUntil([&] { return CountOf(ControlLog(kGpuA), "died at start") == 1; }));
+  clock_.Advance(options_.start_wait);
+  EXPECT_THAT(daemons.EnsureRunning(kGpuA),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("is starting (no pid file yet)")));
+  EXPECT_EQ(daemons.daemons(),
+            (std::map<std::string, MpsDaemons::State>{{kGpuA, MpsDaemons::State::kStarting}}));
+  EXPECT_THAT(daemons.StopUnused({}, {}), IsEmpty()) << "a start under way is not told to quit";
+  clock_.Advance(std::chrono::milliseconds(1));
+  EXPECT_THAT(daemons.EnsureRunning(kGpuA),
+              StatusIs(StatusCode::kUnavailable, HasSubstr("wrote no pid file in 2000 ms")));
+  EXPECT_THAT(daemons.daemons(), IsEmpty());
+
+  std::filesystem::remove(options_.state_dir + "/" + kGpuA + "/log/die-at-start");
+  ASSERT_OK(StartedDaemon(daemons, kGpuA));
+  EXPECT_EQ(CountOf(ControlLog(kGpuA), "started"), 1);
+  EXPECT_TRUE(WaitUntilForgotten(daemons, {}));
+}
+
+// A daemon still starting when its share is no longer wanted is stopped once it is up.
+TEST_F(MpsDaemonsTest, ADaemonStartedForAShareNoLongerWantedQuitsOnceUp) {
+  MpsDaemons daemons(options_, clock_);
+  const Result<std::string> asked = daemons.EnsureRunning(kGpuA);
+  ASSERT_TRUE(asked.ok() || asked.status().code() == StatusCode::kUnavailable) << asked.status().message();
+  ASSERT_TRUE(WaitUntil([&] { return CountOf(ControlLog(kGpuA), "started") == 1; }));
+  EXPECT_TRUE(WaitUntilForgotten(daemons, {}));
+  EXPECT_THAT(ControlLog(kGpuA), HasSubstr("command quit\nquit pid="));
 }
 
 TEST_F(MpsDaemonsTest, StartErrorsNameTheGpuAndTheReason) {

@@ -814,10 +814,18 @@ spec:
     - {name: sliced, command: [sh], env: {GPUFLEET_SIM_DURATION_MS: "20000"},
        resources: {gpus: {milli: 100, sharing: time-slicing}}}
 )");
-  ASSERT_OK(agent_->Heartbeat());  // starts the daemon, then the three tasks
+  // The first pass starts the daemon and the time-sliced task; the shares wait, without the pass
+  // waiting, until a later pass finds the daemon's pid file.
+  ASSERT_OK(agent_->Heartbeat());
   std::map<std::string, runner::TaskLaunch> launched;
-  for (const runner::TaskLaunch& launch : recording.launches) {
-    launched[launch.task_id] = launch;
+  for (int pass = 0; pass < 500 && launched.size() < 3; ++pass) {
+    if (pass > 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      ASSERT_OK(agent_->Heartbeat());
+    }
+    for (const runner::TaskLaunch& launch : recording.launches) {
+      launched[launch.task_id] = launch;
+    }
   }
   ASSERT_EQ(launched.size(), 3u);
   const runner::TaskLaunch& long_share = launched["shares/long-0/1"];

@@ -9,7 +9,8 @@
 # Everything it does is logged to $CUDA_MPS_LOG_DIRECTORY/control.log, the real daemon's log
 # file, so tests can read which GPU a daemon was started for and which commands it got. A file
 # "ignore-quit" in the log directory makes the daemon log "quit" and keep running (a daemon that
-# hangs, for the kill after the grace).
+# hangs, for the kill after the grace); a file "die-at-start" there makes the daemon end before it
+# writes its pid file (a start that never comes up).
 set -eu
 pipes="${CUDA_MPS_PIPE_DIRECTORY:?}"
 logs="${CUDA_MPS_LOG_DIRECTORY:-$pipes}"
@@ -25,6 +26,10 @@ case "${1-}" in
     exit 0
     ;;
   --daemon)
+    if [ -e "$logs/die-at-start" ]; then
+      echo "died at start" >>"$log"
+      exit 1
+    fi
     echo "$$" >"$pid_file"
     echo "started CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset} pid=$$" >>"$log"
     # Every line until the last writer closes the pipe, then open it again.
