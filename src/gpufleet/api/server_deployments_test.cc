@@ -306,7 +306,7 @@ autoscaling:
   const ApiResponse broken =
       Call("POST", "/v1/deployments", alice_, "name: other\ntemplate: [unclosed\n");
   EXPECT_EQ(broken.status, 400);
-  EXPECT_THAT(broken.body, HasSubstr("invalid YAML (line"));
+  EXPECT_THAT(broken.body, HasSubstr("invalid YAML at line"));
   const ApiResponse duplicate =
       Call("POST", "/v1/deployments", alice_, "name: other\nname: again\n");
   EXPECT_EQ(duplicate.status, 400);

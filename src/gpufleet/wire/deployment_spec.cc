@@ -7,11 +7,10 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <yaml-cpp/depthguard.h>
-#include <yaml-cpp/yaml.h>
 
 #include "gpufleet/wire/job_spec.h"
 #include "gpufleet/wire/json_fields.h"
+#include "gpufleet/wire/spec_tree.h"
 
 namespace gpufleet::wire {
 namespace {
@@ -19,114 +18,14 @@ namespace {
 using Json = nlohmann::json;
 
 constexpr int64_t kMilliPerPercent = 10;
-// The job spec's limits on a YAML document (job_spec.h), so that aliases cannot expand a small
-// text into a huge tree.
-constexpr int kMaxYamlDepth = 32;
-constexpr int64_t kMaxYamlValues = 100000;
 
-std::string YamlWhere(const YAML::Mark& mark) {
-  return mark.is_null() ? "" : fmt::format(" (line {}, column {})", mark.line + 1, mark.column + 1);
-}
-
-// A plain (unquoted) scalar as JSON reads the same text: null, a bool, an integer, a number, or
-// else a string. Quoted scalars stay strings, so that "2" and 2 differ in both formats.
-Json PlainScalar(const std::string& text) {
-  if (text.empty() || text == "~" || text == "null" || text == "Null" || text == "NULL") {
-    return nullptr;
-  }
-  if (text == "true" || text == "True" || text == "TRUE") {
-    return true;
-  }
-  if (text == "false" || text == "False" || text == "FALSE") {
-    return false;
-  }
-  const char* begin = text.data() + (text.front() == '+' ? 1 : 0);
-  const char* end = text.data() + text.size();
-  int64_t integer = 0;
-  if (const auto [at, error] = std::from_chars(begin, end, integer);
-      error == std::errc() && at == end) {
-    return integer;
-  }
-  double number = 0;
-  if (const auto [at, error] = std::from_chars(begin, end, number);
-      error == std::errc() && at == end) {
-    return number;
-  }
-  return text;
-}
-
-// Converts a yaml-cpp tree to JSON, refusing duplicate keys, non-scalar keys, nesting deeper
-// than kMaxYamlDepth and more than kMaxYamlValues values (aliases counted each time they occur).
-Status YamlToJson(const YAML::Node& node, int depth, int64_t& values, Json& out) {
-  if (++values > kMaxYamlValues) {
-    return InvalidArgumentError(fmt::format("deployment: more than {} values (aliases expanded){}",
-                                            kMaxYamlValues, YamlWhere(node.Mark())));
-  }
-  if (depth > kMaxYamlDepth) {
-    return InvalidArgumentError(fmt::format("deployment: nesting deeper than {} levels{}",
-                                            kMaxYamlDepth, YamlWhere(node.Mark())));
-  }
-  switch (node.Type()) {
-    case YAML::NodeType::Undefined:
-    case YAML::NodeType::Null:
-      out = nullptr;
-      return Status::Ok();
-    case YAML::NodeType::Scalar:
-      out = node.Tag() == "?" ? PlainScalar(node.Scalar()) : Json(node.Scalar());
-      return Status::Ok();
-    case YAML::NodeType::Sequence:
-      out = Json::array();
-      for (const YAML::Node& item : node) {
-        Json value;
-        GPUFLEET_RETURN_IF_ERROR(YamlToJson(item, depth + 1, values, value));
-        out.push_back(std::move(value));
-      }
-      return Status::Ok();
-    case YAML::NodeType::Map:
-      out = Json::object();
-      for (const auto& entry : node) {
-        if (!entry.first.IsScalar()) {
-          return InvalidArgumentError(fmt::format("deployment: a map key must be a string{}",
-                                                  YamlWhere(entry.first.Mark())));
-        }
-        const std::string& key = entry.first.Scalar();
-        if (out.contains(key)) {
-          return InvalidArgumentError(
-              fmt::format("{}: duplicate key{}", key, YamlWhere(entry.first.Mark())));
-        }
-        GPUFLEET_RETURN_IF_ERROR(YamlToJson(entry.second, depth + 1, values, out[key]));
-      }
-      return Status::Ok();
-  }
-  return InvalidArgumentError("deployment: unreadable YAML node");
-}
-
-// JSON when the first non-blank character is '{' (as ParseJobSpec decides), YAML otherwise.
+// JSON or YAML through the job spec's reader (spec_tree.h), with its limits and positions.
 Result<Json> ParseDocumentText(std::string_view text) {
-  const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first != std::string_view::npos && text[first] == '{') {
-    Result<Json> parsed = ParseJson(text, {.max_depth = kMaxYamlDepth});
-    if (!parsed.ok()) {
-      return InvalidArgumentError(fmt::format("deployment: {}", parsed.status().message()));
-    }
-    return parsed;
+  Result<SpecNode> tree = ParseSpecTree(text);
+  if (!tree.ok()) {
+    return InvalidArgumentError(fmt::format("deployment: {}", tree.status().message()));
   }
-  try {
-    const YAML::Node root = YAML::Load(std::string(text));
-    if (!root.IsDefined() || root.IsNull()) {
-      return InvalidArgumentError("deployment: empty spec");
-    }
-    Json j;
-    int64_t values = 0;
-    GPUFLEET_RETURN_IF_ERROR(YamlToJson(root, 1, values, j));
-    return j;
-  } catch (const YAML::DeepRecursion&) {
-    return InvalidArgumentError(
-        fmt::format("deployment: nesting deeper than {} levels", kMaxYamlDepth));
-  } catch (const YAML::Exception& e) {
-    return InvalidArgumentError(
-        fmt::format("deployment: invalid YAML{}: {}", YamlWhere(e.mark), e.msg));
-  }
+  return SpecTreeToJson(*tree);
 }
 
 bool IsDeploymentLabel(std::string_view s) {

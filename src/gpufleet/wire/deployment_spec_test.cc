@@ -153,7 +153,7 @@ TEST_F(DeploymentSpecTest, BadSpecsNameTheFieldAndValue) {
   }
   const Result<DeploymentSpec> not_json = ParseDeploymentSpec(R"({"name": "chat",)", catalog_);
   ASSERT_FALSE(not_json.ok());
-  EXPECT_THAT(not_json.status().message(), HasSubstr("deployment: not valid JSON"));
+  EXPECT_THAT(not_json.status().message(), HasSubstr("deployment: invalid JSON: parse error at line 1, column 17"));
 }
 
 TEST_F(DeploymentSpecTest, YamlGivesTheSameSpecAsJson) {
@@ -184,10 +184,10 @@ autoscaling:
 
 TEST_F(DeploymentSpecTest, BadYamlIsRefusedNamingTheProblem) {
   const std::pair<std::string, std::string> cases[] = {
-      {"name: chat\ntemplate: {kind: [\n", "deployment: invalid YAML (line"},
+      {"name: chat\ntemplate: {kind: [\n", "deployment: invalid YAML at line 3"},
       {"name: chat\nname: chat2\n", "name: duplicate key (line 2, column 1)"},
       {"- name: chat\n", "deployment: must be an object"},
-      {"", "deployment: empty spec"},
+      {"", "deployment: spec is empty"},
       // A quoted number stays a string, as in JSON.
       {"name: chat\ntemplate: {apiVersion: gpufleet.io/v1, kind: Job, spec: {kind: inference, "
        "tasks: [{name: s, command: [serve], resources: {cpu: 2, memory: 8Gi, gpus: {count: 1}}}]}}"

@@ -8,18 +8,16 @@
 #include <map>
 #include <optional>
 #include <set>
-#include <sstream>
 #include <type_traits>
 #include <utility>
 #include <variant>
 #include <vector>
 
 #include <fmt/format.h>
-#include <yaml-cpp/depthguard.h>
-#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include "gpufleet/core/cluster.h"
+#include "gpufleet/wire/spec_tree.h"
 
 namespace gpufleet::wire {
 namespace {
@@ -32,8 +30,6 @@ using nlohmann::json;
 using nlohmann::ordered_json;
 using Unit = std::pair<std::string_view, int64_t>;
 
-constexpr size_t kMaxDepth = 32;       // a valid spec nests 6 deep
-constexpr int64_t kMaxNodes = 100000;  // values after alias expansion: bounds alias bombs
 constexpr size_t kMaxTaskGroups = 1000;
 constexpr int kMaxReplicas = 1000000;
 constexpr int kMaxGpusPerTask = 1024;
@@ -52,245 +48,6 @@ constexpr std::array<Unit, 12> kMemoryUnits = {{
     {"Ti", int64_t{1} << 40}, {"Pi", int64_t{1} << 50}, {"k", 1000}, {"K", 1000}, {"M", 1000000},
     {"G", 1000000000}, {"T", 1000000000000}, {"P", 1000000000000000}}};
 // clang-format on
-
-// ---------------------------------------------------------------------------------------------
-// A YAML or JSON document as a tree of text. Both parsers build one and one converter reads it,
-// so both formats get the same checks and the same messages.
-
-struct SpecNode {
-  enum class Kind { kNull, kScalar, kSequence, kMap };
-  struct Entry;
-
-  Kind kind = Kind::kNull;
-  std::string text;     // kScalar
-  bool quoted = false;  // quoted or !!str: text, never a number or a bool
-  int line = 0;         // 1-based
-  int column = 0;
-  size_t height = 1;            // levels of nesting, this one included
-  int64_t size = 1;             // nodes, this one included
-  std::vector<SpecNode> items;  // kSequence
-  std::vector<Entry> entries;   // kMap, in document order, duplicate keys kept
-};
-struct SpecNode::Entry {
-  SpecNode key;
-  SpecNode value;
-};
-
-std::string Where(const SpecNode& node) {
-  return node.line > 0 ? fmt::format(" (line {}, column {})", node.line, node.column) : "";
-}
-
-SpecNode At(SpecNode::Kind kind, const YAML::Mark& mark, std::string text = "",
-            bool quoted = false) {
-  return SpecNode{kind, std::move(text), quoted, mark.line + 1, mark.column + 1};
-}
-
-// Builds a SpecNode tree from yaml-cpp's events; ignores the events after the first error.
-class TreeBuilder final : public YAML::EventHandler {
- public:
-  const Status& status() const { return status_; }
-  std::optional<SpecNode>& root() { return root_; }
-
-  void OnDocumentStart(const YAML::Mark&) override {}
-  void OnDocumentEnd() override {}
-  void OnNull(const YAML::Mark& mark, YAML::anchor_t anchor) override {
-    Add(At(SpecNode::Kind::kNull, mark), anchor);
-  }
-  void OnScalar(const YAML::Mark& mark, const std::string& tag, YAML::anchor_t anchor,
-                const std::string& value) override {
-    const bool quoted = tag == "!" || tag == "tag:yaml.org,2002:str";  // plain scalars have "?"
-    Add(At(SpecNode::Kind::kScalar, mark, value, quoted), anchor);
-  }
-  void OnSequenceStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
-                       YAML::EmitterStyle::value) override {
-    Open(At(SpecNode::Kind::kSequence, mark), anchor);
-  }
-  void OnMapStart(const YAML::Mark& mark, const std::string&, YAML::anchor_t anchor,
-                  YAML::EmitterStyle::value) override {
-    Open(At(SpecNode::Kind::kMap, mark), anchor);
-  }
-  void OnSequenceEnd() override { Close(); }
-  void OnMapEnd() override { Close(); }
-  // A copy of the anchor's node, which must be complete. Copies count towards kMaxNodes.
-  void OnAlias(const YAML::Mark& mark, YAML::anchor_t anchor) override {
-    const SpecNode at = At(SpecNode::Kind::kNull, mark);
-    const auto found = anchors_.find(anchor);
-    if (found == anchors_.end()) {
-      Fail(at, "alias of an unknown or unfinished anchor");
-    } else if (stack_.size() + found->second.height > kMaxDepth) {
-      Fail(at, fmt::format("nesting deeper than {} levels", kMaxDepth));
-    } else if (Count(at, found->second.size)) {
-      Finish(found->second, 0);
-    }
-  }
-
- private:
-  struct Frame {
-    SpecNode node;
-    uint64_t anchor;
-    std::optional<SpecNode> key;  // a map's key waiting for its value
-  };
-
-  void Fail(const SpecNode& at, const std::string& message) {
-    if (status_.ok()) {
-      status_ = InvalidArgumentError(message + Where(at));
-    }
-  }
-  bool Count(const SpecNode& at, int64_t nodes) {
-    if (status_.ok() && (nodes_ += nodes) > kMaxNodes) {
-      Fail(at, fmt::format("spec too complex: more than {} values (aliases expanded)", kMaxNodes));
-    }
-    return status_.ok();
-  }
-  void Open(SpecNode node, uint64_t anchor) {
-    if (Count(node, 1) && stack_.size() >= kMaxDepth) {
-      Fail(node, fmt::format("nesting deeper than {} levels", kMaxDepth));
-    }
-    if (status_.ok()) {
-      stack_.push_back({std::move(node), anchor, std::nullopt});
-    }
-  }
-  void Close() {
-    if (status_.ok() && !stack_.empty()) {
-      Frame frame = std::move(stack_.back());
-      stack_.pop_back();
-      Finish(std::move(frame.node), frame.anchor);
-    }
-  }
-  void Add(SpecNode node, uint64_t anchor) {
-    if (Count(node, 1)) {
-      Finish(std::move(node), anchor);
-    }
-  }
-  void Finish(SpecNode node, uint64_t anchor) {
-    if (anchor != 0 && Count(node, node.size)) {
-      anchors_[anchor] = node;
-    }
-    if (stack_.empty()) {
-      root_ = std::move(node);
-      return;
-    }
-    Frame& top = stack_.back();
-    top.node.height = std::max(top.node.height, node.height + 1);
-    top.node.size += node.size;
-    if (top.node.kind == SpecNode::Kind::kSequence) {
-      top.node.items.push_back(std::move(node));
-    } else if (!top.key.has_value()) {
-      if (node.kind != SpecNode::Kind::kScalar) {
-        Fail(node, "a map key must be a string");
-      }
-      top.key = std::move(node);
-    } else {
-      top.node.entries.push_back({std::move(*top.key), std::move(node)});
-      top.key.reset();
-    }
-  }
-
-  Status status_;
-  std::vector<Frame> stack_;
-  std::optional<SpecNode> root_;
-  std::map<uint64_t, SpecNode> anchors_;
-  int64_t nodes_ = 0;
-};
-
-// A JSON value already parsed (a stored job's `spec`) as a tree without positions, under the same
-// depth and size limits as TreeBuilder. Numbers keep the text nlohmann writes for them, which is
-// what the tree of the dumped value would hold.
-Status JsonToTree(const json& value, size_t depth, int64_t& nodes, SpecNode& out) {
-  if (depth > kMaxDepth && value.is_structured()) {
-    return InvalidArgumentError(fmt::format("nesting deeper than {} levels", kMaxDepth));
-  }
-  if (++nodes > kMaxNodes) {
-    return InvalidArgumentError(
-        fmt::format("spec too complex: more than {} values (aliases expanded)", kMaxNodes));
-  }
-  switch (value.type()) {
-    case json::value_t::null:
-    case json::value_t::discarded:
-      out.kind = SpecNode::Kind::kNull;
-      return Status::Ok();
-    case json::value_t::string:
-      out.kind = SpecNode::Kind::kScalar;
-      out.text = value.get_ref<const std::string&>();
-      out.quoted = true;
-      return Status::Ok();
-    case json::value_t::array:
-      out.kind = SpecNode::Kind::kSequence;
-      out.items.resize(value.size());
-      for (size_t i = 0; i < value.size(); ++i) {
-        GPUFLEET_RETURN_IF_ERROR(JsonToTree(value[i], depth + 1, nodes, out.items[i]));
-      }
-      break;
-    case json::value_t::object:
-      out.kind = SpecNode::Kind::kMap;
-      out.entries.reserve(value.size());
-      for (const auto& [key, member] : value.items()) {
-        SpecNode::Entry& entry = out.entries.emplace_back();
-        entry.key = SpecNode{SpecNode::Kind::kScalar, key, true};
-        ++nodes;
-        GPUFLEET_RETURN_IF_ERROR(JsonToTree(member, depth + 1, nodes, entry.value));
-      }
-      break;
-    default:  // numbers and booleans: plain scalars, as written
-      out.kind = SpecNode::Kind::kScalar;
-      out.text = value.dump();
-      return Status::Ok();
-  }
-  for (const SpecNode& child : out.items) {
-    out.height = std::max(out.height, child.height + 1);
-    out.size += child.size;
-  }
-  for (const SpecNode::Entry& entry : out.entries) {
-    out.height = std::max(out.height, entry.value.height + 1);
-    out.size += entry.key.size + entry.value.size;
-  }
-  return Status::Ok();
-}
-
-// JSON is YAML 1.2, and yaml-cpp reads it keeping duplicate keys, positions and numbers as
-// written; nlohmann checks JSON first so that JSON syntax errors come in JSON's terms.
-Result<SpecNode> ParseTree(std::string_view text) {
-  const size_t first = text.find_first_not_of(" \t\r\n");
-  if (first != kNpos && text[first] == '{') {
-    try {
-      [[maybe_unused]] const json checked =
-          json::parse(text.begin(), text.end(), [](int, json::parse_event_t, json&) {
-            return false;  // keep nothing: a syntax check
-          });
-    } catch (const json::exception& e) {
-      std::string_view what = e.what();  // "[json.exception.parse_error.101] parse error at ..."
-      what.remove_prefix(what.find("] ") == kNpos ? 0 : what.find("] ") + 2);
-      return InvalidArgumentError(fmt::format("invalid JSON: {}", what));
-    }
-  }
-  std::istringstream in{std::string(text)};
-  try {
-    YAML::Parser parser(in);
-    TreeBuilder tree;
-    const bool any = parser.HandleNextDocument(tree);
-    GPUFLEET_RETURN_IF_ERROR(tree.status());
-    std::optional<SpecNode> root = std::move(tree.root());
-    if (!any || !root.has_value() || root->kind == SpecNode::Kind::kNull) {
-      return InvalidArgumentError("spec is empty" + (root.has_value() ? Where(*root) : ""));
-    }
-    // At most one empty document may follow (a trailing "---"). Look at two at most: on some bad
-    // input yaml-cpp 0.7 returns empty documents forever (jbeder/yaml-cpp#1040).
-    TreeBuilder extra;
-    for (int i = 0; i < 2 && parser.HandleNextDocument(extra); ++i) {
-      if (i == 1 || (extra.root().has_value() && extra.root()->kind != SpecNode::Kind::kNull)) {
-        return InvalidArgumentError("more than one YAML document: a spec is one document");
-      }
-    }
-    return std::move(*root);
-  } catch (const YAML::DeepRecursion& e) {  // its message is "bad file"
-    return InvalidArgumentError(fmt::format("nesting deeper than {} levels", kMaxDepth));
-  } catch (const YAML::Exception& e) {
-    const std::string at = e.mark.is_null() ? ""
-                                            : fmt::format(" at line {}, column {}", e.mark.line + 1,
-                                                          e.mark.column + 1);
-    return InvalidArgumentError(fmt::format("invalid YAML{}: {}", at, e.msg));
-  }
-}
 
 }  // namespace
 
@@ -540,7 +297,7 @@ std::string Index(const std::string& path, size_t i) {
   return fmt::format("{}[{}]", path, i);
 }
 Status FieldError(const std::string& path, const SpecNode& node, std::string_view message) {
-  return InvalidArgumentError(fmt::format("{}: {}{}", path, message, Where(node)));
+  return InvalidArgumentError(fmt::format("{}: {}{}", path, message, SpecNodePosition(node)));
 }
 
 Result<std::string> ReadString(const SpecNode& node, const std::string& path) {
@@ -1463,16 +1220,14 @@ Result<Job> ParseJobSpec(std::string_view text, const GpuCatalog& catalog) {
   if (const size_t bad = InvalidUtf8Offset(text); bad != kNpos) {
     return InvalidArgumentError(fmt::format("spec is not valid UTF-8 at byte offset {}", bad));
   }
-  GPUFLEET_ASSIGN_OR_RETURN(const SpecNode root, ParseTree(text));
+  GPUFLEET_ASSIGN_OR_RETURN(const SpecNode root, ParseSpecTree(text));
   GPUFLEET_ASSIGN_OR_RETURN(Job job, ReadJob(root));
   GPUFLEET_RETURN_IF_ERROR(ToSpecPaths(job.Validate(catalog)));
   return job;
 }
 
 Result<Job> JobSpecFromJson(const nlohmann::json& spec, const GpuCatalog& catalog) {
-  SpecNode root;
-  int64_t nodes = 0;
-  GPUFLEET_RETURN_IF_ERROR(JsonToTree(spec, 1, nodes, root));
+  GPUFLEET_ASSIGN_OR_RETURN(const SpecNode root, SpecTreeFromJson(spec));
   if (root.kind == SpecNode::Kind::kNull) {
     return InvalidArgumentError("spec is empty");
   }
