@@ -11,6 +11,7 @@
 namespace gpufleet::wire {
 namespace {
 
+using ::gpufleet::testing::StatusIs;
 using ::testing::HasSubstr;
 
 Result<nlohmann::json> TreeJson(const std::string& text) {
