@@ -957,7 +957,7 @@ Result<Json> ApiRoutes::SubmitJob(const control::Principal& who, std::string_vie
       static_cast<void>(lock.try_lock());
     }
     if (lock.owns_lock() && ready_.load() && control_->view().Refresh().ok()) {
-      never = policy::CheckNeverFits(job, control_->view().snapshot());
+      never = control_->CheckNeverFits(job);
     }
   }
   if (never) {

@@ -274,6 +274,10 @@ FleetGauges ControlPlane::Gauges() {
   return gauges_;
 }
 
+std::optional<policy::NeverFits> ControlPlane::CheckNeverFits(const Job& job) {
+  return never_fits_.Check(job, view_->snapshot(), view_->shape_epoch());
+}
+
 int64_t ControlPlane::RunningJobs() {
   std::lock_guard<std::mutex> lock(cycle_mu_);
   int64_t running = 0;
@@ -509,8 +513,7 @@ Result<int> ControlPlane::RunCycleLocked() {
                                                                       : result.reason;
         if (did_not_fit) {
           // Waiting cannot help a job no node could ever hold: say what is missing.
-          if (const std::optional<policy::NeverFits> never =
-                  policy::CheckNeverFits(**job.spec, snapshot)) {
+          if (const std::optional<policy::NeverFits> never = CheckNeverFits(**job.spec)) {
             reason = fmt::format("never fits: {}", never->message);
             job.never_fits_epoch = view_->shape_epoch();
           }

@@ -33,6 +33,7 @@
 #include "gpufleet/core/random.h"
 #include "gpufleet/core/status.h"
 #include "gpufleet/policy/idle_reclaim.h"
+#include "gpufleet/policy/never_fits.h"
 #include "gpufleet/policy/workload_history.h"
 #include "gpufleet/scheduler/scheduler.h"
 #include "gpufleet/store/state_store.h"
@@ -172,6 +173,10 @@ class ControlPlane {
   scheduler::Scheduler& scheduler() { return *scheduler_; }
   DeploymentController& deployments() { return deployments_; }
   uint64_t cycle_count() const { return cycle_count_; }
+  // Whether any node of the view's fleet, empty, could hold `job` (policy::CheckNeverFits), with
+  // the shapes found to fit remembered until the fleet's shape moves: submissions at 1,000 a
+  // second come in a few shapes. REQUIRES cycle_mutex() held and the view refreshed.
+  std::optional<policy::NeverFits> CheckNeverFits(const Job& job);
 
   // Thread-safe parts.
   NodeLeaseController& leases() { return leases_; }
@@ -398,6 +403,7 @@ class ControlPlane {
   DeploymentController deployments_;                   // guarded by cycle_mu_
   RetentionController retention_;                      // guarded by cycle_mu_
   BackfillStep backfill_;                              // guarded by cycle_mu_
+  policy::NeverFitsCheck never_fits_;                  // guarded by cycle_mu_
   uint64_t cycle_count_ = 0;                           // guarded by cycle_mu_
   MonoTime cycle_step_mark_;                           // guarded by cycle_mu_
   std::vector<std::pair<std::string_view, Duration>> cycle_steps_;  // guarded by cycle_mu_

@@ -283,6 +283,63 @@ std::optional<NeverFits> CheckNeverFits(const Job& job, const ClusterSnapshot& s
   return std::nullopt;
 }
 
+namespace {
+
+// Everything CheckNeverFits reads of `job` but the names its messages quote: two jobs with the
+// same key get the same answer on one fleet, names aside. Texts go in with their length, so no
+// name can pass for two.
+std::string NeverFitsShape(const Job& job) {
+  std::string key;
+  const auto add = [&key](std::string_view text) {
+    key += fmt::format("{}:{}", text.size(), text);
+  };
+  for (const std::string& model : job.allowed_gpu_models) {
+    add(model);
+  }
+  key += fmt::format("|{}|", job.min_gpu_memory_mib);
+  for (const auto& [label, value] : job.node_selector) {
+    add(label);
+    add(value);
+  }
+  key += '|';
+  for (const std::string& label : job.identical_stack_labels) {
+    add(label);
+  }
+  for (const TaskGroup& group : job.groups) {
+    const TaskRequest& request = group.request;
+    key +=
+        fmt::format("|{},{},{},", group.replicas, request.host.cpu_milli, request.host.memory_mib);
+    if (const auto* whole = std::get_if<WholeGpus>(&request.gpus)) {
+      key += fmt::format("w{}", whole->count);
+    } else if (const auto* fraction = std::get_if<FractionalGpu>(&request.gpus)) {
+      key += fmt::format("f{}", fraction->gpu_memory_mib);
+    } else if (const auto* mig = std::get_if<MigGpus>(&request.gpus)) {
+      key += 'm';
+      add(mig->profile);
+    }
+  }
+  return key;
+}
+
+}  // namespace
+
+std::optional<NeverFits> NeverFitsCheck::Check(const Job& job, const ClusterSnapshot& snapshot,
+                                               uint64_t shape_epoch) {
+  if (epoch_ != shape_epoch || fitting_shapes_.size() >= kMaxShapes) {
+    fitting_shapes_.clear();
+    epoch_ = shape_epoch;
+  }
+  std::string shape = NeverFitsShape(job);
+  if (fitting_shapes_.contains(shape)) {
+    return std::nullopt;
+  }
+  std::optional<NeverFits> never = CheckNeverFits(job, snapshot);
+  if (!never.has_value()) {
+    fitting_shapes_.insert(std::move(shape));
+  }
+  return never;
+}
+
 bool SameShapeForNeverFits(const Node& a, const Node& b) {
   const auto same_gpu = [](const Gpu& x, const Gpu& y) {
     return x.model == y.model && x.memory_mib == y.memory_mib && x.mig_enabled == y.mig_enabled;

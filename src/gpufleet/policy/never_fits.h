@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_set>
 
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/core/workload.h"
@@ -29,6 +31,26 @@ struct NeverFits {
 // nullopt when some set of nodes of `snapshot` could hold `job` once empty (what is taken now,
 // GPU health and node state are not asked); otherwise the first thing missing, groups in order.
 std::optional<NeverFits> CheckNeverFits(const Job& job, const scheduler::ClusterSnapshot& snapshot);
+
+// CheckNeverFits for a stream of jobs on one fleet. Jobs come in few shapes (what CheckNeverFits
+// reads of a job, its names aside): a job of a shape already found to fit is not walked over
+// every node again until the fleet's shape moves (`shape_epoch`, which must move whenever
+// SameShapeForNeverFits would say false for some node, or a node joins or leaves). Only "could
+// fit" is remembered: a job that never fits is checked in full, so its message names its own
+// tasks. Thread-compatible.
+class NeverFitsCheck {
+ public:
+  std::optional<NeverFits> Check(const Job& job, const scheduler::ClusterSnapshot& snapshot,
+                                 uint64_t shape_epoch);
+
+ private:
+  // Shapes beyond this are forgotten all at once: a stream of distinct shapes costs at most
+  // what it cost without the memory.
+  static constexpr size_t kMaxShapes = 4096;
+
+  std::optional<uint64_t> epoch_;
+  std::unordered_set<std::string> fitting_shapes_;
+};
 
 // True when CheckNeverFits reads the same from `a` as from `b`: capacity, labels and each GPU's
 // model, memory and MIG mode. A node that changes in nothing else (state, health, images, what is

@@ -47,15 +47,16 @@ std::optional<NeverFits> Check(const Job& job, Cluster cluster) {
   return snapshot.ok() ? CheckNeverFits(job, *snapshot) : std::nullopt;
 }
 
-TEST(CheckNeverFits, EachThingAFleetCanLack) {
-  struct Row {
-    std::string name;
-    std::function<void(Job&)> change;
-    std::function<Cluster()> fleet;
-    std::string want;  // "" when some node could hold it
-    std::string field;
-  };
-  const std::vector<Row> rows = {
+struct NeverFitsRow {
+  std::string name;
+  std::function<void(Job&)> change;
+  std::function<Cluster()> fleet;
+  std::string want;  // "" when some node could hold it
+  std::string field;
+};
+
+std::vector<NeverFitsRow> NeverFitsRows() {
+  return {
       {"fits an empty node", [](Job&) {}, Fleet, "", ""},
       {"the whole fleet, all of it", [](Job& job) { job.groups[0].replicas = 2; }, Fleet, "", ""},
       {"more GPUs per task than any node",
@@ -144,7 +145,10 @@ TEST(CheckNeverFits, EachThingAFleetCanLack) {
       {"no nodes yet", [](Job&) {}, [] { return Cluster{}; }, "the fleet has no nodes yet",
        "spec.tasks"},
   };
-  for (const Row& row : rows) {
+}
+
+TEST(CheckNeverFits, EachThingAFleetCanLack) {
+  for (const NeverFitsRow& row : NeverFitsRows()) {
     SCOPED_TRACE(row.name);
     Job job = MakeJob("j", 1, WholeGpus{8});
     row.change(job);
@@ -167,6 +171,55 @@ TEST(CheckNeverFits, ANodeThatJoinsClearsIt) {
   Cluster grown = Fleet();
   grown.nodes.push_back(MakeNode("node-2", 8, "H200-141GB"));
   EXPECT_FALSE(Check(job, grown).has_value());
+}
+
+// Remembering the shapes that fit never hides a job that cannot: every row, asked in turn of one
+// check (twice over, so that each fitting shape is remembered), gets the full check's answer.
+TEST(NeverFitsCheck, AnswersAsTheFullCheckDoes) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  const std::vector<std::function<Cluster()>> fleets = {Fleet, WithMig, [] { return Cluster{}; }};
+  std::vector<ClusterSnapshot> snapshots;
+  for (const std::function<Cluster()>& fleet : fleets) {
+    Result<ClusterSnapshot> snapshot = ClusterSnapshot::Build(fleet(), catalog);
+    ASSERT_OK(snapshot);
+    snapshots.push_back(std::move(*snapshot));
+  }
+  const std::vector<NeverFitsRow> rows = NeverFitsRows();
+  for (size_t f = 0; f < fleets.size(); ++f) {
+    NeverFitsCheck check;
+    for (int round = 0; round < 2; ++round) {
+      for (const NeverFitsRow& row : rows) {
+        SCOPED_TRACE(fmt::format("{} on fleet {}, round {}", row.name, f, round));
+        Job job = MakeJob(fmt::format("j{}", round), 1, WholeGpus{8});
+        row.change(job);
+        const std::optional<NeverFits> want = CheckNeverFits(job, snapshots[f]);
+        const std::optional<NeverFits> got = check.Check(job, snapshots[f], f);
+        ASSERT_EQ(got.has_value(), want.has_value());
+        if (want.has_value()) {
+          EXPECT_EQ(got->message, want->message);
+        }
+      }
+    }
+  }
+}
+
+// The shapes that fit are remembered for one shape epoch: when it moves, a job is checked anew.
+TEST(NeverFitsCheck, AMovedShapeEpochChecksAnew) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  Cluster small;
+  small.nodes.push_back(MakeNode("node-0", 4));
+  Result<ClusterSnapshot> before = ClusterSnapshot::Build(Fleet(), catalog);
+  Result<ClusterSnapshot> after = ClusterSnapshot::Build(std::move(small), catalog);
+  ASSERT_OK(before);
+  ASSERT_OK(after);
+  NeverFitsCheck check;
+  const Job job = MakeJob("j", 1, WholeGpus{8});
+  EXPECT_FALSE(check.Check(job, *before, 1).has_value());
+  // The same epoch on another fleet: the caller broke the contract, and the memory answers.
+  EXPECT_FALSE(check.Check(job, *after, 1).has_value());
+  const std::optional<NeverFits> never = check.Check(job, *after, 2);
+  ASSERT_TRUE(never.has_value());
+  EXPECT_THAT(never->message, ::testing::HasSubstr("8 GPUs per task"));
 }
 
 // What a node reports besides its shape leaves it the same; each field the check reads does not.
