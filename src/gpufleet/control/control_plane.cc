@@ -27,17 +27,6 @@
 namespace gpufleet::control {
 namespace {
 
-// A job already told that it never fits is checked again when it comes up (the view's nodes
-// changed since), before the shortcut that quotes a smaller job's reason: nullopt when some node
-// could hold it now, and the cycle tries it as any other.
-std::optional<policy::NeverFits> NeverFitsAgain(const std::string& reason, const Job& job,
-                                                const scheduler::ClusterSnapshot& snapshot) {
-  if (!reason.starts_with("never fits: ")) {
-    return std::nullopt;
-  }
-  return policy::CheckNeverFits(job, snapshot);
-}
-
 Json PlacementsToJson(const std::vector<scheduler::TaskPlacement>& placements, const Job& job,
                       const scheduler::ClusterSnapshot& snapshot) {
   Json out = Json::array();
@@ -424,9 +413,11 @@ Result<int> ControlPlane::RunCycleLocked() {
     bool held_back = false;
     if (!job.spec->ok()) {
       reason = fmt::format("stored spec is invalid: {}", job.spec->status().message());
-    } else if (const std::optional<policy::NeverFits> again =
-                   NeverFitsAgain(job.reason, **job.spec, snapshot)) {
-      // Named at submit and nodes changed since: still nothing could hold it.
+    } else if (const std::optional<policy::NeverFits> again = job.reason.starts_with("never fits: ")
+                                                                  ? CheckNeverFits(**job.spec)
+                                                                  : std::nullopt) {
+      // Named at submit and nodes changed since (it is checked again when it comes up, before the
+      // shortcut that quotes a smaller job's reason): still nothing could hold it.
       reason = fmt::format("never fits: {}", again->message);
       job.never_fits_epoch = view_->shape_epoch();
     } else if (const auto dominating = std::find_if(failed.begin(), failed.end(),

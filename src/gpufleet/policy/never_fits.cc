@@ -325,17 +325,26 @@ std::string NeverFitsShape(const Job& job) {
 
 std::optional<NeverFits> NeverFitsCheck::Check(const Job& job, const ClusterSnapshot& snapshot,
                                                uint64_t shape_epoch) {
-  if (epoch_ != shape_epoch || fitting_shapes_.size() >= kMaxShapes) {
+  if (epoch_ != shape_epoch || fitting_shapes_.size() + never_fitting_.size() >= kMaxShapes) {
     fitting_shapes_.clear();
+    never_fitting_.clear();
     epoch_ = shape_epoch;
   }
   std::string shape = NeverFitsShape(job);
   if (fitting_shapes_.contains(shape)) {
     return std::nullopt;
   }
+  for (const TaskGroup& group : job.groups) {
+    shape += fmt::format("|{}:{}", group.name.size(), group.name);
+  }
+  if (const auto known = never_fitting_.find(shape); known != never_fitting_.end()) {
+    return known->second;
+  }
   std::optional<NeverFits> never = CheckNeverFits(job, snapshot);
-  if (!never.has_value()) {
-    fitting_shapes_.insert(std::move(shape));
+  if (never.has_value()) {
+    never_fitting_.emplace(std::move(shape), *never);
+  } else {
+    fitting_shapes_.insert(NeverFitsShape(job));
   }
   return never;
 }

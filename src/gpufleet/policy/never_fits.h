@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
 
 #include "gpufleet/core/cluster.h"
@@ -33,11 +34,10 @@ struct NeverFits {
 std::optional<NeverFits> CheckNeverFits(const Job& job, const scheduler::ClusterSnapshot& snapshot);
 
 // CheckNeverFits for a stream of jobs on one fleet. Jobs come in few shapes (what CheckNeverFits
-// reads of a job, its names aside): a job of a shape already found to fit is not walked over
-// every node again until the fleet's shape moves (`shape_epoch`, which must move whenever
-// SameShapeForNeverFits would say false for some node, or a node joins or leaves). Only "could
-// fit" is remembered: a job that never fits is checked in full, so its message names its own
-// tasks. Thread-compatible.
+// reads of a job): a job of a shape already checked is not walked over every node again until
+// the fleet's shape moves (`shape_epoch`, which must move whenever SameShapeForNeverFits would
+// say false for some node, or a node joins or leaves). "Could fit" is remembered by shape alone;
+// "never fits" by shape and task names, which its message quotes. Thread-compatible.
 class NeverFitsCheck {
  public:
   std::optional<NeverFits> Check(const Job& job, const scheduler::ClusterSnapshot& snapshot,
@@ -50,6 +50,7 @@ class NeverFitsCheck {
 
   std::optional<uint64_t> epoch_;
   std::unordered_set<std::string> fitting_shapes_;
+  std::unordered_map<std::string, NeverFits> never_fitting_;  // by shape and task names
 };
 
 // True when CheckNeverFits reads the same from `a` as from `b`: capacity, labels and each GPU's

@@ -222,6 +222,24 @@ TEST(NeverFitsCheck, AMovedShapeEpochChecksAnew) {
   EXPECT_THAT(never->message, ::testing::HasSubstr("8 GPUs per task"));
 }
 
+// A job that never fits is remembered with its task names: another of its shape is told its own.
+TEST(NeverFitsCheck, TheMessageNamesEachJobsOwnTask) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  Result<ClusterSnapshot> fleet = ClusterSnapshot::Build(Fleet(), catalog);
+  ASSERT_OK(fleet);
+  NeverFitsCheck check;
+  Job first = MakeJob("first", 1, WholeGpus{16});
+  Job second = first;
+  second.groups[0].name = "trainer";
+  for (int round = 0; round < 2; ++round) {
+    const std::optional<NeverFits> a = check.Check(first, *fleet, 7);
+    const std::optional<NeverFits> b = check.Check(second, *fleet, 7);
+    ASSERT_TRUE(a.has_value() && b.has_value());
+    EXPECT_THAT(a->message, ::testing::StartsWith("task workers: 16 GPUs per task"));
+    EXPECT_THAT(b->message, ::testing::StartsWith("task trainer: 16 GPUs per task"));
+  }
+}
+
 // What a node reports besides its shape leaves it the same; each field the check reads does not.
 TEST(SameShapeForNeverFits, OnlyWhatTheCheckReadsCounts) {
   const Node node = Fleet().nodes[0];
