@@ -90,7 +90,8 @@ struct NodeAgentOptions {
   // the agent runs none, and an MPS share it is given fails with that reason.
   MpsDaemonOptions mps;
   // Runs the diagnostics the server asks for (AgentReply::diagnostics); null: none, and the node
-  // is not labelled wire::kDiagnosticsLabel, so the server asks for none. Must outlive the agent.
+  // is not labelled wire::kDiagnosticsLabel, so the server asks for none. Must outlive the agent,
+  // whose destruction waits for a diagnostic still running (a command, at most its timeout).
   DiagnosticRunner* diagnostics = nullptr;
   // Runs each diagnostic within the heartbeat that asks for it, instead of on a thread of its
   // own: for simulated nodes, whose exercise takes no time and whose runs must repeat exactly.
