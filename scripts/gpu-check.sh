@@ -29,10 +29,13 @@
 # runs in the GPU's current compute mode. Skipped, with a line saying why, where either program
 # is missing; MPS_CHECK=0 skips it too.
 #
+# Then the built-in diagnostic of every GPU (`gpufleet probe --diagnose`, below).
+#
 # Environment: BUILD_DIR (default build), GPUFLEET (a built binary: skips the build), BUNDLE (a
 # directory scripts/gpu-bundle made, for a machine without Debian's packages: its gpufleet),
 # NVML_LIBRARY (passed to --nvml-library), NVIDIA_SMI (default nvidia-smi), MPS_CONTROL (default
-# nvidia-cuda-mps-control), PYTHON (default python3), MPS_LIMIT_MIB, MPS_CHECK.
+# nvidia-cuda-mps-control), PYTHON (default python3), MPS_LIMIT_MIB, MPS_CHECK, CUDA_LIBRARY
+# (passed to --cuda-library), PATTERN_MIB, DIAGNOSE.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -237,4 +240,27 @@ print("still running", flush=True)
   return 1
 }
 mps_check || compared=1
+
+# The built-in diagnostic (docs/reliability.md, "Active diagnostics"), as the agent runs it when
+# the server asks: NVML sanity of each GPU, then the memory-pattern and compute check through the
+# CUDA driver (libcuda.so.1 opened at run time, its kernels PTX built into gpufleet). It changes
+# no GPU setting; the check writes and reads back PATTERN_MIB (default 256) of device memory it
+# allocates itself. Where libcuda.so.1 does not load the CUDA check says unavailable and the step
+# still passes on NVML's answers. DIAGNOSE=0 skips it (a GPU busy with others' work).
+diagnose_check() {
+  if [ "${DIAGNOSE:-1}" = 0 ]; then
+    echo "gpu-check: diagnostic step skipped (DIAGNOSE=0)"
+    return 0
+  fi
+  local -a args=(probe --diagnose --pattern-mib "${PATTERN_MIB:-256}")
+  if [ -n "${NVML_LIBRARY:-}" ]; then args+=(--nvml-library "$NVML_LIBRARY"); fi
+  if [ -n "${CUDA_LIBRARY:-}" ]; then args+=(--cuda-library "$CUDA_LIBRARY"); fi
+  if "$GPUFLEET" "${args[@]}"; then
+    echo "gpu-check: diagnostic passed"
+    return 0
+  fi
+  echo "gpu-check: diagnostic FAILED" >&2
+  return 1
+}
+diagnose_check || compared=1
 exit "$compared"

@@ -18,6 +18,8 @@
 #include <fmt/format.h>
 
 #include "gpufleet/agent/agent_loop.h"
+#include "gpufleet/agent/cuda_exercise.h"
+#include "gpufleet/agent/diagnostics.h"
 #include "gpufleet/agent/image_mirror.h"
 #include "gpufleet/agent/link_health.h"
 #include "gpufleet/agent/node_agent.h"
@@ -81,6 +83,12 @@ struct AgentFlags {
   bool slurm_health = false;
   std::string slurm_node;  // empty: SLURMD_NODENAME, else the short host name
   std::string scontrol = "scontrol";
+  // Active diagnostics (docs/reliability.md): the site's command, run by /bin/sh, with
+  // {gpu_index}, {gpu_uuid} and {pci_bus_id}; the CUDA driver of the built-in exercise.
+  std::string diagnostic_command;
+  int64_t diagnostic_timeout_s = 900;
+  std::string cuda_library = agent::CudaExercise::kDefaultLibrary;
+  bool no_diagnostics = false;
 };
 
 // The node's image mirror from the --image-mirror-* flags (docs/containers.md), its cache in
@@ -474,6 +482,24 @@ int RunAgent(const AgentFlags& flags) {
   }
   // Short timeouts bound how long a heartbeat can block the lease check (fence_margin).
   http::ApiClient client(server, token, flags.ca_cert, std::chrono::seconds(5));
+  agent::CudaExercise cuda_exercise({.library = flags.cuda_library});
+  agent::DiagnosticOptions diagnostic_options{
+      .command = flags.diagnostic_command.empty()
+                     ? std::vector<std::string>{}
+                     : std::vector<std::string>{"/bin/sh", "-c", flags.diagnostic_command},
+      .command_timeout = std::chrono::seconds(flags.diagnostic_timeout_s)};
+  if (Status valid = diagnostic_options.Validate(); !valid.ok()) {
+    return FailAgent(valid);
+  }
+  // A simulated probe's fault model stands in for the CUDA exercise.
+  agent::DiagnosticRunner diagnostics(std::move(diagnostic_options), **sampler,
+                                      simulated_probe != nullptr
+                                          ? static_cast<agent::DeviceExercise*>(simulated_probe)
+                                          : &cuda_exercise,
+                                      clock);
+  if (!flags.no_diagnostics) {
+    options.diagnostics = &diagnostics;
+  }
   agent::NodeAgent node_agent(options, **sampler, *probe, *task_runner, client, catalog, clock);
   fmt::print("gpufleet agent: node {} -> {}, metrics on http://{}:{}/metrics\n", options.node_name,
              server, metrics->first, *metrics_port);
@@ -601,6 +627,21 @@ Action AddAgentCommand(CLI::App& app) {
                   "GPUs per NVLink domain (0: all GPUs of the node)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--diagnostic-command", flags->diagnostic_command,
+                  "the site's GPU diagnostic, run by /bin/sh when the server asks for a command "
+                  "diagnostic, "
+                  "e.g. \"dcgmi diag -r 2 -i {gpu_index}\" (also {gpu_uuid}, {pci_bus_id}); its "
+                  "exit code is the verdict");
+  cmd->add_option("--diagnostic-timeout-s", flags->diagnostic_timeout_s,
+                  "seconds before the diagnostic command is killed (and fails)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--cuda-library", flags->cuda_library,
+                  "CUDA driver library the built-in diagnostic's memory and compute check "
+                  "opens (without it the check is unavailable)")
+      ->capture_default_str();
+  cmd->add_flag("--no-diagnostics", flags->no_diagnostics,
+                "run no diagnostics (the server then asks this node for none)");
   cmd->add_option("--stop-grace-s", flags->stop_grace_s, "seconds from SIGTERM to SIGKILL")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);

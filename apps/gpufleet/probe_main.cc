@@ -14,7 +14,9 @@
 #include <fmt/core.h>
 #include <fmt/format.h>
 
+#include "gpufleet/agent/cuda_exercise.h"
 #include "gpufleet/agent/dcgm_metrics.h"
+#include "gpufleet/agent/diagnostics.h"
 #include "gpufleet/agent/gpu_probe.h"
 #include "gpufleet/agent/gres_conf.h"
 #include "gpufleet/agent/health.h"
@@ -37,6 +39,9 @@ struct ProbeFlags {
   int gpus = 8;
   uint64_t seed = 1;
   bool gres_conf = false;
+  bool diagnose = false;
+  std::string cuda_library = agent::CudaExercise::kDefaultLibrary;
+  int64_t pattern_mib = 256;
 };
 
 // GPM ratios need two NVML samples at least 100 ms apart.
@@ -140,6 +145,33 @@ int PrintGresConf(agent::GpuProbe& probe, const std::string& hostname) {
   return 0;
 }
 
+// `--diagnose`: the built-in diagnostic of every GPU, as the agent runs it when the server asks
+// (NVML sanity, then the memory and compute check through the CUDA driver, or the simulated
+// probe's fault model). Read-only but for the check's own device memory. Exit 0 when none
+// failed, 1 when one did.
+int PrintDiagnostics(agent::TelemetrySampler& sampler, agent::DeviceExercise& exercise,
+                     const Clock& clock) {
+  agent::DiagnosticRunner runner({}, sampler, &exercise, clock);
+  const size_t gpus = sampler.LatestSnapshot()->gpus.size();
+  bool failed = false;
+  for (size_t index = 0; index < gpus; ++index) {
+    Result<agent::DiagnosticReport> report =
+        runner.Run(static_cast<int>(index), agent::DiagnosticKind::kBuiltIn);
+    if (!report.ok()) {
+      return FailProbe(report.status());
+    }
+    failed = failed || report->verdict == agent::DiagnosticVerdict::kFailed;
+    fmt::print("gpu {} {}: {} in {} ms\n", index, report->gpu_uuid,
+               agent::DiagnosticVerdictName(report->verdict),
+               std::chrono::duration_cast<std::chrono::milliseconds>(report->took).count());
+    for (const agent::DiagnosticCheck& check : report->checks) {
+      fmt::print("  {:<20} {:<11} {}\n", check.name, agent::DiagnosticVerdictName(check.verdict),
+                 check.detail);
+    }
+  }
+  return failed ? 1 : 0;
+}
+
 int RunProbe(const ProbeFlags& flags) {
   if (flags.format != "dcgm" && flags.format != "table") {
     return FailProbe(
@@ -148,6 +180,7 @@ int RunProbe(const ProbeFlags& flags) {
   SystemClock clock;
   const GpuCatalog catalog = GpuCatalog::Default();
   std::unique_ptr<agent::GpuProbe> probe;
+  agent::SimulatedProbe* simulated_probe = nullptr;
   std::vector<std::string> missing_functions;
   if (flags.backend == "nvml") {
     Result<std::unique_ptr<agent::NvmlProbe>> nvml =
@@ -166,6 +199,7 @@ int RunProbe(const ProbeFlags& flags) {
     if (!simulated.ok()) {
       return FailProbe(simulated.status());
     }
+    simulated_probe = simulated->get();
     probe = std::move(simulated).value();
   } else {
     return FailProbe(InvalidArgumentError(
@@ -180,6 +214,14 @@ int RunProbe(const ProbeFlags& flags) {
       agent::TelemetrySampler::Create({.probe = *probe, .clock = clock, .hostname = hostname});
   if (!sampler.ok()) {
     return FailProbe(sampler.status());
+  }
+  if (flags.diagnose) {
+    agent::CudaExercise cuda({.library = flags.cuda_library, .pattern_mib = flags.pattern_mib});
+    // A simulated probe's fault model stands in for the CUDA check.
+    return PrintDiagnostics(
+        **sampler,
+        simulated_probe != nullptr ? static_cast<agent::DeviceExercise&>(*simulated_probe) : cuda,
+        clock);
   }
   // Two samples: the first primes GPM; XIDs of both count.
   for (int i = 0; i < 2; ++i) {
@@ -222,6 +264,18 @@ Action AddProbeCommand(CLI::App& app) {
   probe->add_flag("--gres-conf", flags->gres_conf,
                   "print the node's Slurm gres.conf lines instead (Name=gpu Type= File= Cores= "
                   "Links=, from NVML; docs/slurm.md)");
+  probe->add_flag("--diagnose", flags->diagnose,
+                  "run the built-in diagnostic on each GPU instead: NVML sanity, then a memory "
+                  "pattern and compute check through the CUDA driver (exit 1 if a GPU fails)");
+  probe
+      ->add_option("--cuda-library", flags->cuda_library,
+                   "--diagnose: the CUDA driver library to dlopen")
+      ->capture_default_str();
+  probe
+      ->add_option("--pattern-mib", flags->pattern_mib,
+                   "--diagnose: device memory the pattern check writes and reads back")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 65536));
   probe->add_option("--model", flags->model, "simulated: GPU model")->capture_default_str();
   probe->add_option("--gpus", flags->gpus, "simulated: number of GPUs")
       ->capture_default_str()

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <future>
 #include <map>
+#include <set>
 #include <utility>
 
 #include <fmt/format.h>
@@ -364,6 +366,9 @@ Status NodeAgent::Register() {
   if (probe_.CanApplyMigLayouts()) {
     node.labels[std::string(wire::kMigLayoutsLabel)] = "true";
   }
+  if (options_.diagnostics != nullptr) {
+    node.labels[std::string(wire::kDiagnosticsLabel)] = "true";
+  }
   // The runner's word, whatever --label said.
   if (const std::string runtime = runner_.ContainerRuntime(); !runtime.empty()) {
     node.labels[std::string(kContainerRuntimeLabel)] = runtime;
@@ -436,6 +441,7 @@ Status NodeAgent::Heartbeat() {
   ReadCheckpoints(statuses);
   request.tasks = TaskReports(statuses);
   request.fenced = fenced_;
+  request.diagnostics = DiagnosticReports();
   // A pull adds an image when it ends, which may be between two heartbeats.
   const bool pulling = std::any_of(statuses.begin(), statuses.end(),
                                    [](const runner::TaskStatus& s) { return s.pulling_image; });
@@ -739,6 +745,9 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
   std::map<std::string, std::string> held;
   std::map<std::string, std::string> held_parents;
   std::map<std::string, std::string> parent_of;  // MIG device UUID -> its GPU's UUID
+  // The GPUs of every live task, desired or not (MIG devices count for their GPU): a diagnostic
+  // waits for them to end.
+  std::map<std::string, std::string> live;
   for (const auto& [uuid, index] : gpu_index_by_uuid_) {
     if (const auto devices = mig_devices_.find(index); devices != mig_devices_.end()) {
       for (const MigDeviceInfo& device : devices->second) {
@@ -748,6 +757,12 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
   }
   for (const runner::TaskStatus& status : runner_.Poll()) {
     known.insert(status.task_id);
+    if (!runner::IsFinal(status.state)) {
+      for (const std::string& uuid : status.gpu_uuids) {
+        const auto parent = parent_of.find(uuid);
+        live[parent != parent_of.end() ? parent->second : uuid] = status.task_id;
+      }
+    }
     if (runner::IsFinal(status.state) || desired_ids.count(status.task_id) > 0) {
       continue;
     }
@@ -772,6 +787,8 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
     }
     return std::nullopt;
   };
+  ApplyDiagnostics(reply.diagnostics, live);
+  const std::map<std::string, std::string> diagnosed = DiagnosedGpus();
   std::vector<runner::TaskLaunch> started_launches;
   for (const wire::DesiredTask& task : desired_) {
     if (known.count(task.id) > 0) {
@@ -781,6 +798,12 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
     for (const std::string& uuid : task.gpu_uuids) {
       if (const std::optional<std::string> by = holder(uuid)) {
         blocked = fmt::format("{} is still held by task {}, which is stopping", uuid, *by);
+        break;
+      }
+      const auto parent = parent_of.find(uuid);
+      if (const auto by = diagnosed.find(parent != parent_of.end() ? parent->second : uuid);
+          by != diagnosed.end()) {
+        blocked = fmt::format("{} is under diagnostic {}", uuid, by->second);
         break;
       }
     }
@@ -856,6 +879,97 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
     }
   }
   return Status::Ok();
+}
+
+std::vector<wire::DiagnosticResult> NodeAgent::DiagnosticReports() {
+  std::vector<wire::DiagnosticResult> reports;
+  for (auto& [id, run] : diagnostics_) {
+    if (run.running.valid() &&
+        run.running.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      run.result = run.running.get();
+    }
+    reports.push_back(run.result);
+  }
+  return reports;
+}
+
+std::map<std::string, std::string> NodeAgent::DiagnosedGpus() const {
+  std::map<std::string, std::string> diagnosed;
+  for (const auto& [id, run] : diagnostics_) {
+    if (run.running.valid() || run.result.phase == wire::DiagnosticPhase::kRunning) {
+      diagnosed[run.wanted.gpu_uuid] = id;
+    }
+  }
+  return diagnosed;
+}
+
+void NodeAgent::ApplyDiagnostics(const std::vector<wire::DesiredDiagnostic>& wanted,
+                                 const std::map<std::string, std::string>& live) {
+  std::set<std::string> wanted_ids;
+  for (const wire::DesiredDiagnostic& diagnostic : wanted) {
+    wanted_ids.insert(diagnostic.id);
+  }
+  std::erase_if(diagnostics_, [&](const auto& entry) {
+    return wanted_ids.count(entry.first) == 0 && !entry.second.running.valid();
+  });
+  for (const wire::DesiredDiagnostic& diagnostic : wanted) {
+    const std::map<std::string, std::string> diagnosed = DiagnosedGpus();
+    auto [it, added] = diagnostics_.try_emplace(diagnostic.id);
+    DiagnosticRun& run = it->second;
+    if (!added && run.result.phase != wire::DiagnosticPhase::kWaiting) {
+      continue;  // each id runs once
+    }
+    run.wanted = diagnostic;
+    run.result = wire::DiagnosticResult{.id = diagnostic.id};
+    const auto index = gpu_index_by_uuid_.find(diagnostic.gpu_uuid);
+    if (options_.diagnostics == nullptr) {
+      run.result.phase = wire::DiagnosticPhase::kUnavailable;
+      run.result.summary = "this agent runs no diagnostics";
+    } else if (index == gpu_index_by_uuid_.end() || index->second != diagnostic.gpu_index) {
+      run.result.phase = wire::DiagnosticPhase::kUnavailable;
+      run.result.summary = fmt::format("no GPU {} at index {} on this node", diagnostic.gpu_uuid,
+                                       diagnostic.gpu_index);
+    } else if (const auto task = live.find(diagnostic.gpu_uuid); task != live.end()) {
+      run.result.phase = wire::DiagnosticPhase::kWaiting;
+      run.result.summary = fmt::format("{} is held by task {}", diagnostic.gpu_uuid, task->second);
+    } else if (const auto other = diagnosed.find(diagnostic.gpu_uuid); other != diagnosed.end()) {
+      run.result.phase = wire::DiagnosticPhase::kWaiting;
+      run.result.summary =
+          fmt::format("{} is under diagnostic {}", diagnostic.gpu_uuid, other->second);
+    } else if (options_.diagnostics_inline) {
+      run.result = RunDiagnostic(diagnostic);
+    } else {
+      run.result.phase = wire::DiagnosticPhase::kRunning;
+      run.running =
+          std::async(std::launch::async, [this, diagnostic] { return RunDiagnostic(diagnostic); });
+    }
+  }
+}
+
+wire::DiagnosticResult NodeAgent::RunDiagnostic(const wire::DesiredDiagnostic& wanted) const {
+  wire::DiagnosticResult result{.id = wanted.id, .phase = wire::DiagnosticPhase::kUnavailable};
+  Result<DiagnosticKind> kind = ParseDiagnosticKind(wanted.kind, "kind");
+  Result<DiagnosticReport> report =
+      kind.ok() ? options_.diagnostics->Run(wanted.gpu_index, *kind) : kind.status();
+  if (!report.ok()) {
+    result.summary = report.status().message();
+    return result;
+  }
+  switch (report->verdict) {
+    case DiagnosticVerdict::kPassed:
+      result.phase = wire::DiagnosticPhase::kPassed;
+      break;
+    case DiagnosticVerdict::kFailed:
+      result.phase = wire::DiagnosticPhase::kFailed;
+      break;
+    case DiagnosticVerdict::kUnavailable:
+      break;
+  }
+  result.summary = report->Summary().substr(0, wire::kMaxDiagnosticSummaryBytes);
+  result.exit_code = report->exit_code;
+  result.output = report->output;
+  result.took_ms = std::chrono::duration_cast<std::chrono::milliseconds>(report->took).count();
+  return result;
 }
 
 }  // namespace gpufleet::agent

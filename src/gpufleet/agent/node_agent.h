@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <future>
 #include <map>
 #include <memory>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "gpufleet/agent/checkpoint_file.h"
+#include "gpufleet/agent/diagnostics.h"
 #include "gpufleet/agent/gpu_probe.h"
 #include "gpufleet/agent/health.h"
 #include "gpufleet/agent/mps_daemons.h"
@@ -87,6 +89,13 @@ struct NodeAgentOptions {
   // The MPS control daemons of the GPUs with MPS shares (mps_daemons.h); an empty state_dir:
   // the agent runs none, and an MPS share it is given fails with that reason.
   MpsDaemonOptions mps;
+  // Runs the diagnostics the server asks for (AgentReply::diagnostics); null: none, and the node
+  // is not labelled wire::kDiagnosticsLabel, so the server asks for none. Must outlive the agent,
+  // whose destruction waits for a diagnostic still running (a command, at most its timeout).
+  DiagnosticRunner* diagnostics = nullptr;
+  // Runs each diagnostic within the heartbeat that asks for it, instead of on a thread of its
+  // own: for simulated nodes, whose exercise takes no time and whose runs must repeat exactly.
+  bool diagnostics_inline = false;
 };
 
 class NodeAgent {
@@ -160,6 +169,17 @@ class NodeAgent {
  private:
   std::vector<wire::TaskReport> TaskReports(const std::vector<runner::TaskStatus>& statuses) const;
   std::vector<wire::GpuReport> GpuReports() const;
+  // Every diagnostic the agent still has, with the results of those that ended since the last
+  // call collected from their threads.
+  std::vector<wire::DiagnosticResult> DiagnosticReports();
+  // Starts the wanted diagnostics not started yet, unless a live task (`live`: GPU UUID -> task
+  // id) or another diagnostic holds the GPU (then Waiting), and forgets ended ones the server no
+  // longer asks for. One still running stays, reported Running, until it ends.
+  void ApplyDiagnostics(const std::vector<wire::DesiredDiagnostic>& wanted,
+                        const std::map<std::string, std::string>& live);
+  // The GPUs under a running diagnostic: UUID -> diagnostic id.
+  std::map<std::string, std::string> DiagnosedGpus() const;
+  wire::DiagnosticResult RunDiagnostic(const wire::DesiredDiagnostic& wanted) const;
   Status Apply(const wire::AgentReply& reply, const std::vector<runner::TaskStatus>& reported);
   // Applies one wanted layout through the probe; the error to report when it was not applied.
   std::optional<std::string> ApplyMigLayout(const wire::WantedMigLayout& layout,
@@ -245,6 +265,14 @@ class NodeAgent {
   std::map<std::string, runner::TaskLaunch> awaiting_pull_;
   MpsDaemons mps_;
   std::string provenance_refused_;
+  // The diagnostics the server asked for, by id: the result (Running or Waiting until it ends)
+  // and, while it runs on a thread of its own, that thread's answer to come.
+  struct DiagnosticRun {
+    wire::DesiredDiagnostic wanted;
+    wire::DiagnosticResult result;
+    std::future<wire::DiagnosticResult> running;
+  };
+  std::map<std::string, DiagnosticRun> diagnostics_;
 };
 
 }  // namespace gpufleet::agent

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -1160,6 +1161,172 @@ TEST_F(NodeAgentTest, ARefusedAgentBacksOff) {
   ASSERT_TRUE(cut.called_server);
   EXPECT_THAT(cut.call, StatusIs(StatusCode::kUnavailable));
   EXPECT_EQ(cut.retry_in, AgentLoop::kRetryAfterFailure);
+}
+
+// Hands requests to `inner` and adds `wanted` to each heartbeat's answer, as a server that asks
+// for diagnostics does; keeps the "diagnostics" of every heartbeat sent.
+class DiagnosticsAskingTransport final : public http::Transport {
+ public:
+  DiagnosticsAskingTransport(std::unique_ptr<http::Transport> inner, const Json& wanted,
+                             std::vector<Json>& reported)
+      : inner_(std::move(inner)), wanted_(wanted), reported_(reported) {}
+  Result<http::HttpResponse> Send(std::string_view method, std::string_view path,
+                                  std::string_view body, std::string_view content_type,
+                                  std::string_view token) override {
+    GPUFLEET_ASSIGN_OR_RETURN(http::HttpResponse response,
+                              inner_->Send(method, path, body, content_type, token));
+    if (path.ends_with("/heartbeat") && response.status == 200) {
+      GPUFLEET_ASSIGN_OR_RETURN(const Json sent, wire::ParseJson(body));
+      reported_.push_back(sent.value("diagnostics", Json::array()));
+      GPUFLEET_ASSIGN_OR_RETURN(Json reply, wire::ParseJson(response.body));
+      if (!wanted_.empty()) {
+        reply["diagnostics"] = wanted_;
+      }
+      response.body = reply.dump();
+    }
+    return response;
+  }
+
+ private:
+  std::unique_ptr<http::Transport> inner_;
+  const Json& wanted_;
+  std::vector<Json>& reported_;
+};
+
+// Issue 36: the agent's side of active diagnostics, on two simulated GPUs whose fault model's
+// diagnostic always finds a fault and never invents one.
+class NodeAgentDiagnosticsTest : public NodeAgentTest {
+ protected:
+  void SetUp() override {
+    NodeAgentTest::SetUp();
+    Result<std::unique_ptr<SimulatedProbe>> probe = SimulatedProbe::Create(
+        clock_, catalog_,
+        {.gpu_count = 2, .diagnostic_sensitivity = 1.0, .diagnostic_false_positive_rate = 0.0});
+    ASSERT_OK(probe);
+    diag_probe_ = std::move(probe).value();
+    Result<std::unique_ptr<TelemetrySampler>> sampler =
+        TelemetrySampler::Create({.probe = *diag_probe_, .clock = clock_});
+    ASSERT_OK(sampler);
+    diag_sampler_ = std::move(sampler).value();
+    ASSERT_OK(diag_sampler_->SampleOnce());
+    const std::string token =
+        *server_->authenticator().CreateToken(control::Role::kAgent, "", "agent");
+    diag_client_ = std::make_unique<http::ApiClient>(
+        std::make_unique<DiagnosticsAskingTransport>(std::make_unique<InProcessTransport>(*server_),
+                                                     wanted_, reported_),
+        "in-process", token);
+  }
+
+  // The agent of node-a over the two GPUs, running diagnostics with `diagnostics`.
+  std::unique_ptr<NodeAgent> DiagnosingAgent(DiagnosticRunner& diagnostics) {
+    NodeAgentOptions options;
+    options.node_name = "node-a";
+    options.topology_levels = {"leaf"};
+    options.topology_values = {"leaf-0"};
+    options.capacity = {64000, 512 * 1024};
+    options.log_dir = log_dir_;
+    options.diagnostics = &diagnostics;
+    return std::make_unique<NodeAgent>(options, *diag_sampler_, *diag_probe_, *runner_,
+                                       *diag_client_, catalog_, clock_);
+  }
+
+  Json Wanted(const std::string& id, int index, const std::string& uuid,
+              const std::string& kind = "builtin") {
+    return Json{{"id", id}, {"gpu_index", index}, {"gpu_uuid", uuid}, {"kind", kind}};
+  }
+  std::string Uuid(int index) {
+    return diag_sampler_->LatestSnapshot()->gpus[index].reading.info.uuid;
+  }
+
+  // Heartbeats (real time passing between them: diagnostics run on threads of their own) until
+  // the last one reported no diagnostic Running; that report.
+  Json BeatUntilDiagnosticsEnd(NodeAgent& agent) {
+    for (int beat = 0; beat < 500; ++beat) {
+      EXPECT_OK(agent.Heartbeat());
+      const bool running = std::any_of(reported_.back().begin(), reported_.back().end(),
+                                       [](const Json& d) { return d["phase"] == "Running"; });
+      if (!running && beat > 0) {
+        return reported_.back();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ADD_FAILURE() << "diagnostics still running";
+    return reported_.back();
+  }
+
+  std::unique_ptr<SimulatedProbe> diag_probe_;
+  std::unique_ptr<TelemetrySampler> diag_sampler_;
+  std::unique_ptr<http::ApiClient> diag_client_;
+  Json wanted_ = Json::array();
+  std::vector<Json> reported_;
+};
+
+TEST_F(NodeAgentDiagnosticsTest, RunsWhatTheServerAsksAndReportsEachVerdictUntilItIsTaken) {
+  ASSERT_OK(diag_probe_->SetLatentFault(1, true));
+  DiagnosticRunner diagnostics({}, *diag_sampler_, diag_probe_.get(), clock_);
+  std::unique_ptr<NodeAgent> agent = DiagnosingAgent(diagnostics);
+  ASSERT_OK(agent->Register());
+  EXPECT_EQ(Node("node-a")["labels"][std::string(wire::kDiagnosticsLabel)], "true");
+
+  wanted_ = {Wanted("d-0", 0, Uuid(0)), Wanted("d-1", 1, Uuid(1)),
+             Wanted("d-x", 1, "GPU-elsewhere")};
+  const Json report = BeatUntilDiagnosticsEnd(*agent);
+  ASSERT_EQ(report.size(), 3u) << report.dump();
+  EXPECT_EQ(report[0]["id"], "d-0");
+  EXPECT_EQ(report[0]["phase"], "Passed") << report.dump();
+  EXPECT_EQ(report[1]["phase"], "Failed");
+  EXPECT_THAT(report[1]["summary"].get<std::string>(), HasSubstr("simulated.exercise"));
+  EXPECT_EQ(report[2]["phase"], "Unavailable");
+  EXPECT_THAT(report[2]["summary"].get<std::string>(),
+              HasSubstr("no GPU GPU-elsewhere at index 1"));
+
+  // Each id runs once: still asked, it is reported, not run again.
+  ASSERT_OK(agent->Heartbeat());
+  EXPECT_EQ(reported_.back(), report);
+  // No longer asked: the server has the verdicts, the agent forgets them.
+  wanted_ = Json::array();
+  ASSERT_OK(agent->Heartbeat());
+  ASSERT_OK(agent->Heartbeat());
+  EXPECT_EQ(reported_.back(), Json::array());
+}
+
+TEST_F(NodeAgentDiagnosticsTest, ADiagnosticAndATaskNeverShareAGpu) {
+  SystemClock command_clock;  // the site command runs in real time
+  DiagnosticRunner diagnostics({.command = {"/bin/sh", "-c", "sleep 1; echo 'all tests pass'"}},
+                               *diag_sampler_, diag_probe_.get(), command_clock);
+  std::unique_ptr<NodeAgent> agent = DiagnosingAgent(diagnostics);
+  ASSERT_OK(agent->Register());
+  ASSERT_OK(server_->RunSchedulingCycle());
+
+  // A task holds both GPUs: the diagnostic waits for it.
+  Submit(JobYaml("train", 2, 2000));
+  ASSERT_OK(agent->Heartbeat());
+  wanted_ = {Wanted("d-0", 0, Uuid(0), "command")};
+  ASSERT_OK(agent->Heartbeat());
+  ASSERT_OK(agent->Heartbeat());
+  ASSERT_EQ(reported_.back().size(), 1u);
+  EXPECT_EQ(reported_.back()[0]["phase"], "Waiting");
+  EXPECT_THAT(reported_.back()[0]["summary"].get<std::string>(),
+              HasSubstr("is held by task train/main-0/1"));
+
+  // The task ends; the diagnostic starts, and a new task on its GPU waits for it.
+  clock_.Advance(std::chrono::seconds(3));
+  ASSERT_OK(agent->Heartbeat());
+  ASSERT_OK(agent->Heartbeat());
+  EXPECT_EQ(Job("train")["state"], "Succeeded");
+  ASSERT_EQ(reported_.back()[0]["phase"], "Running");
+  Submit(JobYaml("next", 2, 3600 * 1000));
+  ASSERT_OK(agent->Heartbeat());
+  EXPECT_EQ(Task(runner_->Poll(), "next/main-0/1"), nullptr) << "started beside a diagnostic";
+  ASSERT_OK(agent->Heartbeat());
+  EXPECT_THAT(Events("jobs", "next"), HasSubstr(" is under diagnostic d-0"));
+
+  const Json report = BeatUntilDiagnosticsEnd(*agent);
+  EXPECT_EQ(report[0]["phase"], "Passed") << report.dump();
+  EXPECT_EQ(report[0]["output"], "all tests pass\n");
+  EXPECT_EQ(report[0]["exit_code"], 0);
+  ASSERT_OK(agent->Heartbeat());
+  EXPECT_NE(Task(runner_->Poll(), "next/main-0/1"), nullptr);
 }
 
 }  // namespace

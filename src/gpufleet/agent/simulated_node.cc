@@ -75,6 +75,10 @@ Result<std::unique_ptr<SimulatedNode>> SimulatedNode::Create(Options options, co
                                                       .clock = clock,
                                                       .interval = options.sample_interval,
                                                       .hostname = options.agent.node_name}));
+  node->diagnostics_ = std::make_unique<DiagnosticRunner>(DiagnosticOptions{}, *node->sampler_,
+                                                          node->probe_.get(), clock);
+  options.agent.diagnostics = node->diagnostics_.get();
+  options.agent.diagnostics_inline = true;
   node->agent_ = std::make_unique<NodeAgent>(std::move(options.agent), *node->sampler_,
                                              *node->probe_, *node->runner_, client, catalog, clock);
   return node;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gpufleet/agent/diagnostics.h"
 #include "gpufleet/agent/node_agent.h"
 #include "gpufleet/agent/simulated_probe.h"
 #include "gpufleet/agent/telemetry.h"
@@ -18,7 +19,8 @@
 
 // One node of a simulated fleet, whole and in-process: a simulated probe, the simulated task
 // runner, a telemetry sampler and the agent, talking to a real server. `gpufleet dev` runs a
-// fleet of these; `gpufleet agent --backend simulated` runs one.
+// fleet of these; `gpufleet agent --backend simulated` runs one. Its agent runs the diagnostics
+// the server asks for at once, the built-in check with the probe's fault model as the exercise.
 namespace gpufleet::agent {
 
 // Several Prometheus text expositions as one: each metric family's HELP and TYPE once, followed
@@ -65,6 +67,7 @@ class SimulatedNode {
   std::unique_ptr<SimulatedProbe> probe_;
   std::unique_ptr<runner::SimulatedRunner> runner_;
   std::unique_ptr<TelemetrySampler> sampler_;
+  std::unique_ptr<DiagnosticRunner> diagnostics_;  // the probe's fault model as its exercise
   std::unique_ptr<NodeAgent> agent_;
 };
 

@@ -52,6 +52,7 @@ struct SimulatedProbe::SimGpu {
   std::optional<int64_t> thermal_excursion_c;
   bool power_brake = false;
   bool lost = false;
+  bool latent_fault = false;
   std::set<int> mig_in_use;  // GPU instance ids held by tasks
 };
 
@@ -120,6 +121,14 @@ Result<std::unique_ptr<SimulatedProbe>> SimulatedProbe::Create(const Clock& cloc
   if (options.gpu_count < 1 || options.gpu_count > kMaxGpus) {
     return InvalidArgumentError(
         fmt::format("simulated probe: gpu_count {} outside [1, {}]", options.gpu_count, kMaxGpus));
+  }
+  for (const auto& [name, rate] :
+       {std::pair<const char*, double>{"diagnostic_sensitivity", options.diagnostic_sensitivity},
+        {"diagnostic_false_positive_rate", options.diagnostic_false_positive_rate}}) {
+    if (!(rate >= 0 && rate <= 1)) {
+      return InvalidArgumentError(
+          fmt::format("simulated probe: {}: {} outside [0, 1]", name, rate));
+    }
   }
   const SimulatedModelParams* params = &kGenericModel;
   for (const SimulatedModelParams& candidate : kModels) {
@@ -198,7 +207,8 @@ SimulatedProbe::SimulatedProbe(const Clock& clock, GpuModelInfo model, Options o
       params_(params),
       inventory_(std::move(inventory)),
       gpus_(inventory_.gpus.size()),
-      uuid_random_(uuid_random) {}
+      uuid_random_(uuid_random),
+      diagnostic_random_(options_.seed ^ 0xd1a6'0a57'1c5e'ed00ULL) {}
 
 SimulatedProbe::~SimulatedProbe() = default;
 
@@ -264,6 +274,30 @@ Status SimulatedProbe::InjectRowRemapFailure(int gpu_index) {
   gpu.remap_failure = true;
   gpu.pending_xids.push_back(XidEvent{64, std::nullopt});
   return Status();
+}
+
+Status SimulatedProbe::SetLatentFault(int gpu_index, bool faulty) {
+  GPUFLEET_RETURN_IF_ERROR(CheckIndex(gpu_index));
+  std::lock_guard<std::mutex> lock(mu_);
+  gpus_[static_cast<size_t>(gpu_index)].latent_fault = faulty;
+  return Status();
+}
+
+std::vector<DiagnosticCheck> SimulatedProbe::Exercise(const GpuStaticInfo& info) {
+  if (Status valid = CheckIndex(info.index); !valid.ok()) {
+    return {{"simulated.exercise", DiagnosticVerdict::kUnavailable, valid.message()}};
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  const SimGpu& gpu = gpus_[static_cast<size_t>(info.index)];
+  const bool faulty = gpu.latent_fault || gpu.remap_failure || gpu.ecc_dbe_volatile > 0 || gpu.lost;
+  const double fails =
+      faulty ? options_.diagnostic_sensitivity : options_.diagnostic_false_positive_rate;
+  if (diagnostic_random_.UniformDouble() < fails) {
+    return {{"simulated.exercise", DiagnosticVerdict::kFailed,
+             "memory pattern and compute check found a fault"}};
+  }
+  return {{"simulated.exercise", DiagnosticVerdict::kPassed,
+           "memory pattern and compute check found no fault"}};
 }
 
 Status SimulatedProbe::InjectThermalExcursion(int gpu_index, int64_t temperature_c) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "gpufleet/agent/diagnostics.h"
 #include "gpufleet/agent/gpu_probe.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
@@ -50,8 +51,13 @@ struct GpuLoad {
 // are plausible values, not measurements. MIG-enabled GPUs report no GPU utilisation and no
 // GPM at the GPU level, as NVML does.
 //
+// It is also the built-in diagnostic's device exercise on such a node, answering per the fault
+// model: a faulty GPU (a latent fault, SetLatentFault, or an injected uncorrectable ECC error,
+// row-remap failure or loss) fails it with probability diagnostic_sensitivity, a healthy one
+// with probability diagnostic_false_positive_rate; the draws follow the seed.
+//
 // Thread-safe: the sampler and the task runner may call it from different threads.
-class SimulatedProbe final : public GpuProbe {
+class SimulatedProbe final : public GpuProbe, public DeviceExercise {
  public:
   struct Options {
     std::string model = "H100-80GB";  // a catalog name or alias
@@ -64,11 +70,16 @@ class SimulatedProbe final : public GpuProbe {
     // GPUs with MIG enabled and their instances in creation order, e.g. {{0, {"3g.40gb",
     // "3g.40gb"}}}; each goes at the lowest placement where it fits.
     std::map<int, std::vector<std::string>> mig_profiles;
+    // The diagnostic's chance to find a faulty GPU's fault, and to fail a healthy GPU. Assumed
+    // figures (docs/reliability.md, "Active diagnostics"): DCGM's level-2 diagnostic finds most
+    // but not all of what fails jobs, and a stress test sometimes trips on a good part.
+    double diagnostic_sensitivity = 0.9;
+    double diagnostic_false_positive_rate = 0.01;
   };
 
   // kInvalidArgument naming the option and its value: an unknown model, a GPU count outside
   // [1, 64], a MIG layout on a model without MIG, on a GPU that does not exist, or that does not
-  // fit. `clock` must outlive the probe.
+  // fit, a diagnostic rate outside [0, 1]. `clock` must outlive the probe.
   static Result<std::unique_ptr<SimulatedProbe>> Create(const Clock& clock,
                                                         const GpuCatalog& catalog, Options options);
   ~SimulatedProbe() override;
@@ -101,6 +112,12 @@ class SimulatedProbe final : public GpuProbe {
   Status InjectPowerBrake(int gpu_index);
   // The GPU falls off the bus: every later sample reports it lost, with XID 79 once.
   Status InjectGpuLost(int gpu_index);
+  // A fault that no reading shows (the fault model's bad GPU, which only fails jobs) but that a
+  // diagnostic may find; `faulty` false repairs it (a replaced part).
+  Status SetLatentFault(int gpu_index, bool faulty);
+  // One "simulated.exercise" check of the GPU at gpu.index, drawn per the fault model; an index
+  // outside the probe's GPUs is an unavailable check.
+  std::vector<DiagnosticCheck> Exercise(const GpuStaticInfo& gpu) override;
   // A GPU reset: clears the transient faults (thermal, power brake, lost, volatile ECC count,
   // pending remap); remapped rows and a remap failure stay, as in hardware. The load stays.
   Status ResetGpu(int gpu_index);
@@ -136,6 +153,7 @@ class SimulatedProbe final : public GpuProbe {
   ProbeInventory inventory_;  // guarded by mu_: MIG layouts change
   std::vector<SimGpu> gpus_;  // guarded by mu_
   Random uuid_random_;        // guarded by mu_
+  Random diagnostic_random_;  // guarded by mu_
 };
 
 }  // namespace gpufleet::agent

@@ -8,6 +8,7 @@
 
 #include <fmt/core.h>
 
+#include "gpufleet/agent/diagnostics.h"
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/http/server.h"
 #include "gpufleet/wire/job_record.h"
@@ -99,6 +100,9 @@ struct SimFleet::Node {
   // The agent process.
   std::unique_ptr<agent::TelemetrySampler> sampler;
   std::unique_ptr<http::ApiClient> client;
+  // The diagnostics the server asks for, answered by the probe's fault model within the
+  // heartbeat (docs/reliability.md, "Active diagnostics").
+  std::unique_ptr<agent::DiagnosticRunner> diagnostics;
   std::unique_ptr<agent::NodeAgent> agent;
   std::unique_ptr<agent::AgentLoop> loop;
   MonoTime next_wake;
@@ -290,6 +294,10 @@ Status SimFleet::StartAgent(Node& node) {
   agent_options.capacity = options_.node_capacity;
   agent_options.stop_grace = options_.agent_stop_grace;
   agent_options.node_token = node.node_token;
+  node.diagnostics = std::make_unique<agent::DiagnosticRunner>(
+      agent::DiagnosticOptions{}, *node.sampler, node.probe.get(), *node.clock);
+  agent_options.diagnostics = node.diagnostics.get();
+  agent_options.diagnostics_inline = true;
   node.agent =
       std::make_unique<agent::NodeAgent>(std::move(agent_options), *node.sampler, *node.probe,
                                          node.agent_runner(), *node.client, catalog_, *node.clock);
@@ -630,6 +638,7 @@ void SimFleet::CrashAgent(int index) {
   events_.Add(fmt::format("{}: agent crashed", node.name));
   node.loop.reset();
   node.agent.reset();
+  node.diagnostics.reset();
   node.client.reset();
   node.sampler.reset();
 }

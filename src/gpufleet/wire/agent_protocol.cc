@@ -205,6 +205,9 @@ constexpr GpuHealth kReportableHealth[] = {GpuHealth::kHealthy, GpuHealth::kDegr
                                            GpuHealth::kUnhealthy};
 constexpr DrainAction kDrainActions[] = {DrainAction::kNone, DrainAction::kAfterJob,
                                          DrainAction::kNow};
+constexpr DiagnosticPhase kDiagnosticPhases[] = {
+    DiagnosticPhase::kRunning, DiagnosticPhase::kWaiting, DiagnosticPhase::kPassed,
+    DiagnosticPhase::kFailed, DiagnosticPhase::kUnavailable};
 constexpr TaskPhase kTaskPhases[] = {TaskPhase::kRunning, TaskPhase::kSucceeded, TaskPhase::kFailed,
                                      TaskPhase::kWaiting, TaskPhase::kPulling};
 constexpr int64_t kIntMax = std::numeric_limits<int>::max();
@@ -335,6 +338,61 @@ Status ReadTaskReports(const ObjectReader& r, std::vector<TaskReport>* out) {
     out->push_back(std::move(report));
     return Status::Ok();
   });
+}
+
+// A hostile agent cannot grow the node document: results past the bound are dropped and long
+// texts cut, not refused (a refused heartbeat would leave the node NotReady).
+Status ReadDiagnosticResults(const ObjectReader& r, std::vector<DiagnosticResult>* out) {
+  std::set<std::string> seen;
+  const auto cut = [](std::string& text, size_t limit) {
+    if (text.size() > limit) {
+      text = text.substr(0, limit - 3) + "...";
+    }
+  };
+  return r.List("diagnostics", [&](const Json& j, const std::string& path) -> Status {
+    GPUFLEET_ASSIGN_OR_RETURN(
+        const ObjectReader d,
+        ObjectReader::Open(j, path, {"id", "phase", "summary", "exit_code", "output", "took_ms"}));
+    DiagnosticResult result;
+    GPUFLEET_RETURN_IF_ERROR(d.String("id", &result.id, /*required=*/true));
+    if (!seen.insert(result.id).second) {
+      return FieldError(d.Path("id"), fmt::format("duplicate diagnostic \"{}\"", result.id));
+    }
+    GPUFLEET_RETURN_IF_ERROR(
+        ReadEnum(d, "phase", kDiagnosticPhases, &DiagnosticPhaseName, &result.phase));
+    GPUFLEET_RETURN_IF_ERROR(d.String("summary", &result.summary));
+    GPUFLEET_RETURN_IF_ERROR(d.String("output", &result.output));
+    cut(result.summary, kMaxDiagnosticSummaryBytes);
+    cut(result.output, kMaxDiagnosticOutputBytes);
+    if (d.Find("exit_code") != nullptr) {
+      int exit_code = 0;
+      GPUFLEET_RETURN_IF_ERROR(d.Integer("exit_code", &exit_code, -kIntMax - 1, kIntMax));
+      result.exit_code = exit_code;
+    }
+    GPUFLEET_RETURN_IF_ERROR(d.Integer("took_ms", &result.took_ms, 0, int64_t{1} << 40));
+    if (out->size() < kMaxDiagnosticResults) {
+      out->push_back(std::move(result));
+    }
+    return Status::Ok();
+  });
+}
+
+Json DiagnosticResultsToJson(const std::vector<DiagnosticResult>& results) {
+  Json out = Json::array();
+  for (const DiagnosticResult& d : results) {
+    Json j = {{"id", d.id}, {"phase", DiagnosticPhaseName(d.phase)}, {"took_ms", d.took_ms}};
+    if (!d.summary.empty()) {
+      j["summary"] = d.summary;
+    }
+    if (d.exit_code.has_value()) {
+      j["exit_code"] = *d.exit_code;
+    }
+    if (!d.output.empty()) {
+      j["output"] = d.output;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
 }
 
 Json GpuReportsToJson(const std::vector<GpuReport>& gpus) {
@@ -573,6 +631,22 @@ const char* DrainActionName(DrainAction action) {
   return "unknown";
 }
 
+const char* DiagnosticPhaseName(DiagnosticPhase phase) {
+  switch (phase) {
+    case DiagnosticPhase::kRunning:
+      return "Running";
+    case DiagnosticPhase::kWaiting:
+      return "Waiting";
+    case DiagnosticPhase::kPassed:
+      return "Passed";
+    case DiagnosticPhase::kFailed:
+      return "Failed";
+    case DiagnosticPhase::kUnavailable:
+      return "Unavailable";
+  }
+  return "unknown";
+}
+
 const char* TaskPhaseName(TaskPhase phase) {
   switch (phase) {
     case TaskPhase::kRunning:
@@ -690,6 +764,11 @@ std::string HeartbeatRequestToJson(const HeartbeatRequest& request) {
   if (!request.link_problems.empty()) {
     j["link_problems"] = request.link_problems;
   }
+  if (!request.diagnostics.empty()) {
+    // Output is a tool's bytes: replaced where it is not UTF-8 rather than failing the dump.
+    j["diagnostics"] = DiagnosticResultsToJson(request.diagnostics);
+    return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+  }
   return j.dump();
 }
 
@@ -755,6 +834,14 @@ std::string AgentReplyToJson(const AgentReply& reply) {
     }
     j["mig_layouts"] = std::move(layouts);
   }
+  if (!reply.diagnostics.empty()) {
+    Json diagnostics = Json::array();
+    for (const DesiredDiagnostic& d : reply.diagnostics) {
+      diagnostics.push_back(
+          {{"id", d.id}, {"gpu_index", d.gpu_index}, {"gpu_uuid", d.gpu_uuid}, {"kind", d.kind}});
+    }
+    j["diagnostics"] = std::move(diagnostics);
+  }
   return j.dump();
 }
 
@@ -781,16 +868,18 @@ Result<RegisterRequest> ParseRegisterRequest(std::string_view text) {
 
 Result<HeartbeatRequest> ParseHeartbeatRequest(std::string_view text) {
   GPUFLEET_ASSIGN_OR_RETURN(const Json j, ParseBody(text));
-  GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader r,
-                            ObjectReader::Open(j, "",
-                                               {"gpus", "tasks", "fenced", "sequence", "images",
-                                                "link_problems", "protocol", "agent_version"}));
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const ObjectReader r,
+      ObjectReader::Open(j, "",
+                         {"gpus", "tasks", "fenced", "sequence", "images", "link_problems",
+                          "protocol", "agent_version", "diagnostics"}));
   HeartbeatRequest request;
   GPUFLEET_RETURN_IF_ERROR(ReadProtocol(r, &request.protocol, &request.agent_version));
   GPUFLEET_RETURN_IF_ERROR(ReadGpuReports(r, &request.gpus));
   GPUFLEET_RETURN_IF_ERROR(ReadTaskReports(r, &request.tasks));
   GPUFLEET_RETURN_IF_ERROR(r.String("fenced", &request.fenced));
   GPUFLEET_RETURN_IF_ERROR(ReadImageReports(r, &request));
+  GPUFLEET_RETURN_IF_ERROR(ReadDiagnosticResults(r, &request.diagnostics));
   GPUFLEET_RETURN_IF_ERROR(r.Strings("link_problems", &request.link_problems));
   if (request.link_problems.size() > kMaxLinkProblems) {
     request.link_problems.resize(kMaxLinkProblems);
@@ -811,7 +900,7 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
       const ObjectReader r,
       ObjectReader::Open(j, "",
                          {"heartbeat_interval_ms", "lease_ms", "stop_grace_ms", "tasks",
-                          "mig_layouts", "node_token"}));
+                          "mig_layouts", "node_token", "diagnostics"}));
   AgentReply reply;
   GPUFLEET_RETURN_IF_ERROR(
       r.Integer("heartbeat_interval_ms", &reply.heartbeat_interval_ms, 1, 3600 * 1000));
@@ -900,6 +989,28 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
     return Status::Ok();
   };
   GPUFLEET_RETURN_IF_ERROR(r.List("mig_layouts", read_layout));
+  std::set<std::string> diagnostic_ids;
+  const auto read_diagnostic = [&](const Json& d, const std::string& path) -> Status {
+    GPUFLEET_ASSIGN_OR_RETURN(const ObjectReader dr,
+                              ObjectReader::Open(d, path, {"id", "gpu_index", "gpu_uuid", "kind"}));
+    DesiredDiagnostic diagnostic;
+    GPUFLEET_RETURN_IF_ERROR(dr.String("id", &diagnostic.id, /*required=*/true));
+    if (diagnostic.id.empty() || !diagnostic_ids.insert(diagnostic.id).second) {
+      return FieldError(dr.Path("id"),
+                        fmt::format("\"{}\" is empty or a duplicate", diagnostic.id));
+    }
+    GPUFLEET_RETURN_IF_ERROR(RequireField(dr, "gpu_index"));
+    GPUFLEET_RETURN_IF_ERROR(dr.Integer("gpu_index", &diagnostic.gpu_index, 0, kMaxGpuIndex));
+    GPUFLEET_RETURN_IF_ERROR(dr.String("gpu_uuid", &diagnostic.gpu_uuid));
+    GPUFLEET_RETURN_IF_ERROR(dr.String("kind", &diagnostic.kind));
+    if (diagnostic.kind != "builtin" && diagnostic.kind != "command") {
+      return FieldError(dr.Path("kind"),
+                        fmt::format("unknown \"{}\" (valid: builtin, command)", diagnostic.kind));
+    }
+    reply.diagnostics.push_back(std::move(diagnostic));
+    return Status::Ok();
+  };
+  GPUFLEET_RETURN_IF_ERROR(r.List("diagnostics", read_diagnostic));
   return reply;
 }
 

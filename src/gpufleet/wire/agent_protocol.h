@@ -146,6 +146,46 @@ struct RegisterRequest {
   int64_t sequence = 0;
 };
 
+// The label an agent sets on its node ("true") when it runs diagnostics: the server asks for
+// them (AgentReply::diagnostics) only on such nodes, so an agent from before diagnostics never
+// gets a field it would refuse.
+inline constexpr std::string_view kDiagnosticsLabel = "gpufleet.io/diagnostics";
+
+// A diagnostic the server wants run on one of the node's GPUs (docs/reliability.md, "The
+// loop"). The server holds the GPU for it like for a task until the agent reports it ended.
+struct DesiredDiagnostic {
+  std::string id;  // unique: the agent runs each id once
+  int gpu_index = 0;
+  std::string gpu_uuid;  // the GPU the server means; a different GPU at the index is refused
+  std::string kind = "builtin";  // "builtin" (NVML sanity and the device exercise) or "command"
+
+  friend bool operator==(const DesiredDiagnostic&, const DesiredDiagnostic&) = default;
+};
+
+// kWaiting: not started, because a live task still holds the GPU; kUnavailable: it could not
+// tell (no command configured, no driver), which says nothing of the device.
+enum class DiagnosticPhase { kRunning, kWaiting, kPassed, kFailed, kUnavailable };
+// "Running", "Waiting", "Passed", "Failed", "Unavailable"
+const char* DiagnosticPhaseName(DiagnosticPhase phase);
+inline bool IsFinal(DiagnosticPhase phase) {
+  return phase != DiagnosticPhase::kRunning && phase != DiagnosticPhase::kWaiting;
+}
+
+struct DiagnosticResult {
+  std::string id;  // DesiredDiagnostic::id
+  DiagnosticPhase phase = DiagnosticPhase::kRunning;
+  // The checks that decided, e.g. "nvml.ecc: XID 48 ...; cuda.pattern: 12 words differ".
+  std::string summary;
+  std::optional<int> exit_code;  // the site command's
+  std::string output;            // the command's output, its last bytes
+  int64_t took_ms = 0;
+
+  friend bool operator==(const DiagnosticResult&, const DiagnosticResult&) = default;
+};
+inline constexpr size_t kMaxDiagnosticResults = 64;
+inline constexpr size_t kMaxDiagnosticSummaryBytes = 1024;
+inline constexpr size_t kMaxDiagnosticOutputBytes = 4096;
+
 struct HeartbeatRequest {
   ProtocolVersion protocol = kAgentProtocolVersion;  // as RegisterRequest's
   std::string agent_version;
@@ -170,6 +210,11 @@ struct HeartbeatRequest {
   // kMaxLinkProblems and cuts each at kMaxLinkProblemBytes, so a hostile list cannot grow the
   // node document.
   std::vector<std::string> link_problems;
+  // The diagnostics the server asked for (AgentReply::diagnostics) that the agent still has: each
+  // one running, waiting or with its result, until the server no longer asks for it. Sent only
+  // when there are any, so a server from before diagnostics never sees the field. The parser
+  // keeps the first kMaxDiagnosticResults and cuts summaries and outputs to their bounds.
+  std::vector<DiagnosticResult> diagnostics;
 };
 inline constexpr size_t kMaxLinkProblems = 16;
 inline constexpr size_t kMaxLinkProblemBytes = 200;
@@ -246,6 +291,9 @@ struct AgentReply {
   std::vector<DesiredTask> tasks;
   // The GPUs whose MIG instances must change, at most one entry per GPU.
   std::vector<WantedMigLayout> mig_layouts;
+  // The diagnostics to run, each once, for nodes labelled kDiagnosticsLabel only; absent from
+  // the JSON when empty.
+  std::vector<DesiredDiagnostic> diagnostics;
   // Only in the answer to a registration with a fleet-wide join token: this node's own
   // credential, for every request from now on (the join token no longer acts for the node).
   std::string node_token;

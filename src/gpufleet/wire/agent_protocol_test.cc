@@ -160,6 +160,42 @@ TEST(AgentProtocolJson, HeartbeatLinkProblemsRoundTripWithinBounds) {
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("link_problems")));
 }
 
+// Issue 36: the server asks for diagnostics in its answer, the agent reports them in heartbeats;
+// both fields are absent when empty, so agents and servers from before them never see one.
+TEST(AgentProtocolJson, DiagnosticsRoundTripWithinBounds) {
+  AgentReply reply;
+  EXPECT_EQ(AgentReplyToJson(reply).find("diagnostics"), std::string::npos);
+  reply.diagnostics = {{.id = "diag-7", .gpu_index = 3, .gpu_uuid = "GPU-3", .kind = "command"}};
+  Result<AgentReply> parsed_reply = ParseAgentReply(AgentReplyToJson(reply));
+  ASSERT_OK(parsed_reply);
+  EXPECT_EQ(parsed_reply->diagnostics, reply.diagnostics);
+  EXPECT_THAT(
+      ParseAgentReply(R"({"diagnostics": [{"id": "d", "gpu_index": 0, "kind": "x"}]})"),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("diagnostics[0].kind: unknown \"x\"")));
+  EXPECT_THAT(ParseAgentReply(R"({"diagnostics": [{"id": "d"}]})"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("diagnostics[0].gpu_index")));
+
+  HeartbeatRequest beat;
+  EXPECT_EQ(HeartbeatRequestToJson(beat).find("diagnostics"), std::string::npos);
+  beat.diagnostics = {{.id = "diag-7",
+                       .phase = DiagnosticPhase::kFailed,
+                       .summary = "failed: command: exit 3",
+                       .exit_code = 3,
+                       .output = std::string(kMaxDiagnosticOutputBytes + 10, 'o') + "\xff",
+                       .took_ms = 1200},
+                      {.id = "diag-8", .phase = DiagnosticPhase::kRunning}};
+  Result<HeartbeatRequest> parsed = ParseHeartbeatRequest(HeartbeatRequestToJson(beat));
+  ASSERT_OK(parsed);
+  ASSERT_EQ(parsed->diagnostics.size(), 2u);
+  EXPECT_EQ(parsed->diagnostics[0].phase, DiagnosticPhase::kFailed);
+  EXPECT_EQ(parsed->diagnostics[0].exit_code, 3);
+  EXPECT_EQ(parsed->diagnostics[0].took_ms, 1200);
+  EXPECT_EQ(parsed->diagnostics[0].output.size(), kMaxDiagnosticOutputBytes);
+  EXPECT_EQ(parsed->diagnostics[1], beat.diagnostics[1]);
+  EXPECT_THAT(ParseHeartbeatRequest(R"({"diagnostics": [{"id": "d", "phase": "Broken"}]})"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("diagnostics[0].phase: unknown")));
+}
+
 TEST(AgentProtocolJson, HeartbeatImagesRoundTripAndAbsentMeansUnchanged) {
   HeartbeatRequest beat;
   EXPECT_EQ(HeartbeatRequestToJson(beat).find("images"), std::string::npos);
