@@ -394,6 +394,16 @@ int RunDev(DevFlags flags) {
     options.agent.labels = {{"zone", (i / per_leaf) % 2 == 0 ? "east" : "west"}};
     options.agent.capacity = {192000, 2048 * 1024};
     options.agent.stop_grace = std::chrono::seconds(5);
+    // The simulated tasks write their lines here and `gpufleet logs` shows them; shipped every
+    // 2 s rather than 30 s, since the demo's tasks run for seconds.
+    options.agent.log_dir =
+        (std::filesystem::path(flags.data_dir) / "logs" / options.agent.node_name).string();
+    options.agent.log_ship_interval = std::chrono::seconds(2);
+    std::filesystem::create_directories(options.agent.log_dir, error);
+    if (error) {
+      return FailDev(UnavailableError(fmt::format("cannot create the task log directory {}: {}",
+                                                  options.agent.log_dir, error.message())));
+    }
     options.gpu_model = flags.gpu_model;
     options.gpu_count = flags.gpus_per_node;
     options.seed = static_cast<uint64_t>(i + 1);
