@@ -110,6 +110,7 @@ try {
   await repeats.waitFor({ timeout: STEP_MS });
   check(/^ \(x\d+, \d\d:\d\d-\d\d:\d\d\)$/.test(await repeats.textContent()),
     `its timeline shows it once: ${await repeats.locator('xpath=..').textContent()}`);
+  await repeats.scrollIntoViewIfNeeded();
   await shot(page, 'newcomer_grouped_events');
 
   // Logs: the simulated task's own lines, in the CLI and on the job page.
@@ -122,6 +123,7 @@ try {
   await page.goto(`${address}/#/jobs/single-gpu`);
   await page.waitForSelector('#job-logs pre:has-text("simulated task")', { timeout: STEP_MS });
   check(true, 'its page shows the same log');
+  await page.locator('#job-logs').scrollIntoViewIfNeeded();
   await shot(page, 'newcomer_job_logs');
 
   // The Usage page's cost column (`gpufleet dev --prices`).

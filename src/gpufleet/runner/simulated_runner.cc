@@ -133,12 +133,13 @@ Status SimulatedRunner::Stop(std::string_view task_id, Duration grace) {
   if (IsFinal(task.status.state)) {
     return Status::Ok();
   }
-  StopAt(task, now, grace);
+  StopAt(task, now, grace, "SIGTERM");
   Advance(task, now);
   return Status::Ok();
 }
 
-void SimulatedRunner::StopAt(SimulatedTask& task, MonoTime at, Duration grace) {
+void SimulatedRunner::StopAt(SimulatedTask& task, MonoTime at, Duration grace,
+                             std::string_view cause) {
   const bool first = !task.status.stop_requested;
   task.status.stop_requested = true;
   const bool killed = task.stop_delay > grace;
@@ -149,11 +150,11 @@ void SimulatedRunner::StopAt(SimulatedTask& task, MonoTime at, Duration grace) {
   }
   if (first) {
     Log(task, at,
-        killed ? fmt::format("SIGTERM: its checkpoint takes {:.1f}s, more than the {:.1f}s grace",
+        killed ? fmt::format("{}: its checkpoint takes {:.1f}s, more than the {:.1f}s grace", cause,
                              Seconds(task.stop_delay), Seconds(grace))
         : task.stop_delay > Duration::zero()
-            ? fmt::format("SIGTERM: writing its checkpoint ({:.1f}s)", Seconds(task.stop_delay))
-            : std::string("SIGTERM: stopping"));
+            ? fmt::format("{}: writing its checkpoint ({:.1f}s)", cause, Seconds(task.stop_delay))
+            : fmt::format("{}: stopping", cause));
   }
 }
 
@@ -211,7 +212,7 @@ void SimulatedRunner::Advance(SimulatedTask& task, MonoTime now) const {
   }
   if (fence_at_ && now >= *fence_at_ && !task.status.stop_requested &&
       !(task.scripted_end && *task.scripted_end <= *fence_at_)) {
-    StopAt(task, *fence_at_, fence_grace_);
+    StopAt(task, *fence_at_, fence_grace_, "SIGTERM: the agent's lease ran out");
   }
   const bool ends_first =
       task.scripted_end && (!task.stop_end || *task.scripted_end <= *task.stop_end);

@@ -79,8 +79,8 @@ class SimulatedRunner final : public TaskRunner {
   // Moves a running task whose scripted end has come to kExited, dated at that end, and stops
   // it at the lease's deadline once that has come. REQUIRES: mu_ held.
   void Advance(SimulatedTask& task, MonoTime now) const;
-  // Stop's effect from `at` on. REQUIRES: mu_ held.
-  static void StopAt(SimulatedTask& task, MonoTime at, Duration grace);
+  // Stop's effect from `at` on; `cause` starts the line the task's log gets. REQUIRES: mu_ held.
+  static void StopAt(SimulatedTask& task, MonoTime at, Duration grace, std::string_view cause);
   // Appends `line`, dated `at` from the task's start, to the task's log, if it has one.
   static void Log(const SimulatedTask& task, MonoTime at, std::string_view line);
 
