@@ -1,11 +1,18 @@
 #!/usr/bin/env bash
 # The dashboard in a real browser (docs/dashboard.md): starts `gpufleet dev` on loopback ports
 # and runs web/test/dashboard_test.mjs (playwright-core driving Debian's chromium, both installed
-# by scripts/setup) against it. Usage: dashboard_browser.sh PATH/TO/gpufleet [SCREENSHOT_DIR]
-# Bounded: about 35 s. With SCREENSHOT_DIR (docs/img to refresh the docs' pictures) the fleet is
-# the README's 32 nodes and the screenshots are written there.
+# by scripts/setup) against it. Usage: dashboard_browser.sh [--newcomer] PATH/TO/gpufleet
+# [SCREENSHOT_DIR]. Bounded: about 35 s. With SCREENSHOT_DIR (docs/img to refresh the docs'
+# pictures) the fleet is the README's 32 nodes and the screenshots are written there.
+# --newcomer runs web/test/newcomer_test.mjs instead, the README's walk (every example, the CLI
+# and the dashboard) on the README's fleet: about 60 s.
 set -euo pipefail
 
+newcomer=
+if [ "${1:-}" = --newcomer ]; then
+  newcomer=1
+  shift
+fi
 gpufleet=$1
 shots=${2:-}
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -22,7 +29,7 @@ fail() {
 [ -d "$repo/web/node_modules/playwright-core" ] || fail "no web/node_modules: run scripts/setup"
 
 fleet=(--nodes 8 --leaves 2 --playback-minutes 1 --target-load 0.4 --run-seconds 90)
-if [ -n "$shots" ]; then
+if [ -n "$shots" ] || [ -n "$newcomer" ]; then
   fleet=(--playback-minutes 10 --run-seconds 300)
 fi
 # Prices, so that the Usage page has its cost column (`--prices`, docs/usage.md).
@@ -40,12 +47,20 @@ done
 url=$(sed -n 's/^gpufleet dev: open the dashboard: \(http[^#]*\)\/#token=.*/\1/p' "$work/log")
 token=$(sed -n 's/^gpufleet dev: open the dashboard: .*#token=\(.*\)$/\1/p' "$work/log")
 [ -n "$url" ] && [ -n "$token" ] || fail "no dashboard address printed first"
-# Every node registered before the browser counts them.
+# Every node registered before the browser counts them (and before the newcomer's examples are
+# checked against the fleet).
+nodes=8
+[ ${#fleet[@]} -eq 4 ] && nodes=32  # the README's fleet
 for _ in $(seq 100); do
   ready=$(curl -sf -H "Authorization: Bearer $token" "$url/v1/nodes" | grep -o '"state":"Ready"' | wc -l || true)
-  [ "$ready" -ge 8 ] && break
+  [ "$ready" -ge "$nodes" ] && break
   sleep 0.1
 done
+if [ -n "$newcomer" ]; then
+  timeout 120 node "$repo/web/test/newcomer_test.mjs" "$url" "$token" "$gpufleet" "$repo/examples" \
+    $shots || fail "newcomer checks failed"
+  exit 0
+fi
 if [ -n "$shots" ]; then
   sleep 50  # the README's fleet a minute in: the warm start has reached its load
 fi

@@ -355,28 +355,53 @@
   // An action of the CLI's (docs/dashboard.md, "Actions"): a button that POSTs `path`, says
   // the server's answer beside it and refreshes the page. The server checks the role, as it does
   // for the CLI; the page offers only what the token's role may do.
-  function actionButton(label, id, path) {
+  // `body()`, when given, is the JSON the route takes (a quarantine's GPU and reason).
+  async function postAction(path, body, button, status) {
+    button.disabled = true;
+    try {
+      await api(path, body === undefined ? {method: 'POST'} : {method: 'POST', body: JSON.stringify(body)});
+      status.textContent = ' done';
+      current.refresh(generation);
+    } catch (e) {
+      status.textContent = ' refused: ' + e.message;
+    }
+    button.disabled = false;
+  }
+  function actionButton(label, id, path, body) {
     const status = h('span', {class: 'muted', id: id + '-status'});
-    const button = h('button', {type: 'button', id, onclick: async () => {
-      button.disabled = true;
-      try {
-        await api(path, {method: 'POST'});
-        status.textContent = ' done';
-        current.refresh(generation);
-      } catch (e) {
-        status.textContent = ' refused: ' + e.message;
-        button.disabled = false;
-      }
-    }}, label);
+    const button = h('button', {type: 'button', id, onclick: () => postAction(path, body, button, status)}, label);
     return h('span', {class: 'action'}, button, status);
+  }
+  // An admin's quarantine of one GPU or all of a node's, with the reason every page then shows
+  // (`gpufleet quarantine NODE --gpu N --reason TEXT`). Made once per page, so that the poll's
+  // redraws keep what is being typed.
+  function quarantineForm(name) {
+    const gpu = h('select', {id: 'quarantine-gpu', 'aria-label': 'GPU'}, h('option', {value: ''}, 'every GPU'));
+    const reason = h('input', {id: 'quarantine-reason', 'aria-label': 'reason', size: 36,
+      placeholder: 'reason, shown on every page'});
+    const status = h('span', {class: 'muted', id: 'node-quarantine-status'});
+    const button = h('button', {type: 'submit', id: 'node-quarantine'}, 'Quarantine');
+    const form = h('form', {class: 'actions', onsubmit: (e) => {
+      e.preventDefault();
+      const body = gpu.value === '' ? {} : {gpu: Number(gpu.value)};
+      if (reason.value.trim()) body.reason = reason.value.trim();
+      postAction(`/v1/nodes/${encodeURIComponent(name)}/quarantine`, body, button, status);
+    }}, gpu, ' ', reason, ' ', button, status);
+    // The node's GPUs, once its first answer came.
+    form.setGpus = (count) => {
+      if (gpu.options.length > 1) return;
+      for (let i = 0; i < count; i++) gpu.append(h('option', {value: String(i)}, `GPU ${i}`));
+    };
+    return form;
   }
 
   function nodePage(name) {
-    let body, actions;
+    let body, actions, quarantine;
     return page((el) => {
       body = h('div', {});
       actions = h('div', {class: 'actions', id: 'node-actions'});
-      append(el, h('h1', {}, 'Node ', name), actions, body);
+      quarantine = me.role === 'admin' ? quarantineForm(name) : null;
+      append(el, h('h1', {}, 'Node ', name), actions, quarantine, body);
     }, async (gen) => {
       let node;
       try { node = await api('/v1/nodes/' + encodeURIComponent(name)); } catch (e) {
@@ -388,10 +413,14 @@
         me.role === 'admin' ? optional(`/v1/nodes/${encodeURIComponent(name)}/events`) : null,
         ...['Scheduled', 'Running', 'Stopping'].map((st) => api('/v1/jobs?state=' + st))]);
       if (gen !== generation) return;
-      // Cordon and uncordon are an admin's, as `gpufleet cordon` is.
-      const cordoned = node.state === 'Cordoned';
-      replace(actions, me.role === 'admin' ? actionButton(cordoned ? 'Uncordon' : 'Cordon', 'node-cordon',
-        `/v1/nodes/${encodeURIComponent(name)}/${cordoned ? 'uncordon' : 'cordon'}`) : null);
+      // Cordon, drain, uncordon, quarantine and release are an admin's, as in the CLI.
+      const admin = me.role === 'admin';
+      const nodePath = `/v1/nodes/${encodeURIComponent(name)}`;
+      const unschedulable = node.state === 'Cordoned' || node.state === 'Draining';
+      replace(actions, admin ? [actionButton(unschedulable ? 'Uncordon' : 'Cordon', 'node-cordon',
+        `${nodePath}/${unschedulable ? 'uncordon' : 'cordon'}`),
+      node.state === 'Draining' ? null : actionButton('Drain', 'node-drain', `${nodePath}/drain`)] : null);
+      if (quarantine) quarantine.setGpus((node.gpus || []).length);
       const jobs = {items: held.flatMap((x) => x.items)};
       const u = utilMap(util.items);
       const here = jobs.items.filter((j) => (j.placements || []).some((p) => p.node === name));
@@ -423,7 +452,10 @@
               h('div', {class: 'bar'}, h('span', {style: `width:${Math.min(100, (g.allocated_milli || 0) / 10)}%`})),
               num(u[name + '/' + g.index] === undefined ? '–' : u[name + '/' + g.index] + '%'),
               num(g.thermal_headroom_c === undefined ? '–' : g.thermal_headroom_c + ' °C'),
-              [badge(g.health || '–'), g.quarantine_reason ? ' ' + g.quarantine_reason : ''], byGpu[g.index] || '']))),
+              [badge(g.health || '–'), g.quarantine_reason ? ' ' + g.quarantine_reason : '',
+                admin && g.health === 'Quarantined'
+                  ? [' ', actionButton('Release', `gpu-release-${g.index}`, `${nodePath}/release`, {gpu: g.index})] : null],
+              byGpu[g.index] || '']))),
         h('div', {class: 'panel'}, h('h2', {}, 'Jobs on this node'),
           table(['job', 'team', 'state', 'tasks here'], here.map((j) => [h('a', {href: jobHref(j)}, j.name), j.team || '–',
             badge(j.state), j.placements.filter((p) => p.node === name).map((p) => p.task).join(', ')]),

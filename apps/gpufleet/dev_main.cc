@@ -327,6 +327,12 @@ int RunDev(DevFlags flags) {
   }
   SystemClock clock;
   api::EventTimeStore timed_store(**store, clock);  // each event with its time
+  // One thread heartbeats every node in turn, so a loaded machine can hold a node's heartbeat
+  // back for seconds, and an agent fences its tasks half a lease after its last one: at 4
+  // heartbeats (8 s) a quarter of the demo's running tasks were killed so. The nodes live in this
+  // process, so a long lease hides no dead node.
+  const auto node_timeout = std::max<std::chrono::milliseconds>(
+      std::chrono::milliseconds(flags.heartbeat_ms * 4), std::chrono::seconds(60));
   Result<std::unique_ptr<api::ApiServer>> server =
       api::ApiServer::Create({.store = timed_store,
                               .catalog = catalog,
@@ -335,7 +341,7 @@ int RunDev(DevFlags flags) {
                               .policy = flags.policy,
                               .cycle_interval = std::chrono::milliseconds(500),
                               .heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_ms),
-                              .node_timeout = std::chrono::milliseconds(flags.heartbeat_ms * 4),
+                              .node_timeout = node_timeout,
                               // The load keeper finishes several jobs a second: keep the
                               // last 5 minutes' (a few thousand), not hours' worth.
                               .retain_finished = std::chrono::minutes(5),
@@ -394,6 +400,16 @@ int RunDev(DevFlags flags) {
     options.agent.labels = {{"zone", (i / per_leaf) % 2 == 0 ? "east" : "west"}};
     options.agent.capacity = {192000, 2048 * 1024};
     options.agent.stop_grace = std::chrono::seconds(5);
+    // The simulated tasks write their lines here and `gpufleet logs` shows them; shipped every
+    // 2 s rather than 30 s, since the demo's tasks run for seconds.
+    options.agent.log_dir =
+        (std::filesystem::path(flags.data_dir) / "logs" / options.agent.node_name).string();
+    options.agent.log_ship_interval = std::chrono::seconds(2);
+    std::filesystem::create_directories(options.agent.log_dir, error);
+    if (error) {
+      return FailDev(UnavailableError(fmt::format("cannot create the task log directory {}: {}",
+                                                  options.agent.log_dir, error.message())));
+    }
     options.gpu_model = flags.gpu_model;
     options.gpu_count = flags.gpus_per_node;
     options.seed = static_cast<uint64_t>(i + 1);

@@ -3,46 +3,24 @@
 // running `gpufleet dev` (test/dashboard_browser.sh starts it):
 //   node web/test/dashboard_test.mjs http://127.0.0.1:PORT ADMIN_TOKEN [SCREENSHOT_DIR]
 // Logs in (a wrong token first), sees every node, watches a job submitted through the API
-// appear and run, opens its page (its timeline with times) and its node; a member logs in with
+// appear and run, opens its page (its timeline with times and its task's log) and its node, where
+// it cordons, drains, quarantines a GPU with a reason and releases it; a member logs in with
 // the `#token=` link (which leaves the address bar, and no request carries a Referer) and sees
 // only its team's jobs, another team's job URL is "not found", names with HTML in them render as
 // text, a hidden tab stops polling, and a token revoked mid-session sends the page back to the
 // login. The Content-Security-Policy is served and enforced (an inline script is refused), and
 // no console error (a CSP violation is one) but the HTTP answers the test provokes. Exits 0 when
 // every check passed.
-import { chromium } from 'playwright-core';
+import { STEP_MS, harness, launchChromium } from './harness.mjs';
 
 const [address, adminToken, shotDir] = process.argv.slice(2);
 if (!address || !adminToken) {
   console.error('usage: dashboard_test.mjs ADDRESS ADMIN_TOKEN [SCREENSHOT_DIR]');
   process.exit(2);
 }
-const STEP_MS = 12000;  // the longest any one wait may take (the page polls every 3 s)
 const HTML = '<img src=x onerror="window.__injected=1">';
+const { check, api, must, watch, shot, until, logIn, errors, allowed, count } = harness(address, shotDir);
 
-let checks = 0;
-function check(ok, what) {
-  if (!ok) throw new Error('check failed: ' + what);
-  checks += 1;
-  console.log('ok', checks, what);
-}
-
-async function api(method, path, token, body) {
-  const res = await fetch(address + path, {
-    method,
-    headers: { Authorization: 'Bearer ' + token, 'Content-Type': 'application/json' },
-    body: body === undefined ? undefined : JSON.stringify(body),
-  });
-  const text = await res.text();
-  let json = null;
-  try { json = JSON.parse(text); } catch (e) { json = null; }
-  return { status: res.status, json, text };
-}
-async function must(method, path, token, body, want) {
-  const r = await api(method, path, token, body);
-  if (r.status !== want) throw new Error(`${method} ${path}: ${r.status} ${r.text}`);
-  return r.json;
-}
 function oneGpuJob(name, labels) {
   return {
     apiVersion: 'gpufleet.io/v1', kind: 'Job', metadata: { name, labels: labels || {} },
@@ -52,35 +30,7 @@ function oneGpuJob(name, labels) {
   };
 }
 
-// Console errors, but for the HTTP answers this test provokes on purpose (a wrong token, a
-// revoked one, hidden or absent routes): those the page handles and shows.
-const errors = [];
-let allowed = [/\/v1\/jobs\/[^?]*\/explain$/, /\/v1\/jobs\/[^?]*\/logs$/, /\/v1\/usage\?/];
-function watch(page, who) {
-  page.on('pageerror', (e) => errors.push(`${who}: page error: ${e.message}`));
-  page.on('console', (m) => {
-    if (m.type() !== 'error') return;
-    const url = (m.location() || {}).url || '';
-    if (m.text().startsWith('Failed to load resource') && allowed.some((re) => re.test(url))) return;
-    errors.push(`${who}: console: ${m.text()} ${url}`);
-  });
-}
-async function shot(page, name) {
-  if (!shotDir) return;
-  await page.waitForTimeout(300);
-  await page.screenshot({ path: `${shotDir}/${name}.png` });
-}
-async function logIn(page, token) {
-  await page.goto(address + '/');
-  await page.waitForSelector('#token', { timeout: STEP_MS });
-  await page.fill('#token', token);
-  await page.click('button[type=submit]');
-}
-
-const browser = await chromium.launch({
-  executablePath: process.env.GPUFLEET_CHROMIUM || '/usr/bin/chromium',
-  args: ['--no-sandbox', '--disable-gpu', '--disable-dev-shm-usage'],
-});
+const browser = await launchChromium();
 const deadline = setTimeout(() => { console.error('dashboard test: over its time bound'); process.exit(1); }, 120000);
 try {
   // The fleet and two teams, through the API.
@@ -171,9 +121,10 @@ try {
   check(/^\d+(s|m)/.test(await page.locator('#job-elapsed').textContent()) &&
     await page.locator('#job-busy').count() === 1,
     `a running job's page says how long it has run and how busy its GPUs were (${await page.locator('#job-elapsed').textContent()})`);
-  // The demo's simulated tasks write no log: the panel says so rather than failing.
-  await page.waitForSelector('#job-logs :is(pre, p)', { timeout: STEP_MS });
-  check(true, 'the job page has its logs panel');
+  // The demo's simulated tasks log their start as a program would (its GPUs and its script).
+  await page.waitForSelector('#job-logs pre:has-text("simulated task")', { timeout: STEP_MS });
+  check(/started on GPUs GPU-/.test(await page.locator('#job-logs pre').textContent()),
+    'the job page shows its task\'s log');
   const nodeLink = page.locator('table a[href^="#/nodes/"]').first();
   await nodeLink.waitFor({ timeout: STEP_MS });
   const placedOn = await nodeLink.textContent();
@@ -184,19 +135,39 @@ try {
   await page.waitForSelector('a:has-text("browser-job")', { timeout: STEP_MS });
   check(true, 'the node page lists the job on its GPU');
   // Actions behind the CLI's roles: an admin cordons the node from its page, and uncordons it.
-  async function nodeStateBecomes(state) {
-    for (let i = 0; i < 40; i++) {
-      if ((await must('GET', `/v1/nodes/${encodeURIComponent(placedOn)}`, adminToken, undefined, 200)).state === state) return true;
-      await page.waitForTimeout(250);
-    }
-    return false;
-  }
+  const nodeNow = () => must('GET', `/v1/nodes/${encodeURIComponent(placedOn)}`, adminToken, undefined, 200);
+  const nodeStateBecomes = (state) => until(async () => (await nodeNow()).state === state);
   await page.click('#node-cordon:has-text("Cordon")');
   check(await nodeStateBecomes('Cordoned'), 'an admin cordons a node from its page');
   await page.waitForSelector('#node-cordon:has-text("Uncordon")', { timeout: STEP_MS });
   await page.click('#node-cordon:has-text("Uncordon")');
   check(await nodeStateBecomes('Ready'), 'and uncordons it');
+  // Drained as `gpufleet drain` drains it: a draining node offers Uncordon and no second drain.
+  await page.click('#node-drain');
+  check(await nodeStateBecomes('Draining'), 'an admin drains a node from its page');
+  await page.waitForSelector('#node-cordon:has-text("Uncordon")', { timeout: STEP_MS });
+  check(await page.locator('#node-drain').count() === 0, 'a draining node offers Uncordon, not Drain');
+  await page.click('#node-cordon:has-text("Uncordon")');
+  check(await nodeStateBecomes('Ready'), 'and Uncordon puts it back in service');
+  // One GPU quarantined with a reason from the node's page, then released from its row.
+  const gpuBecomes = (index, health, reason) => until(async () => {
+    const gpu = (await nodeNow()).gpus.find((g) => g.index === index);
+    return gpu.health === health && (gpu.quarantine_reason || '') === reason;
+  });
+  const lastGpu = nodes.find((n) => n.name === placedOn).gpus.length - 1;
+  const uiReason = 'ECC errors <b>rising</b>, ticket 7';
+  await page.selectOption('#quarantine-gpu', String(lastGpu));
+  await page.fill('#quarantine-reason', uiReason);
+  await page.click('#node-quarantine');
+  check(await gpuBecomes(lastGpu, 'Quarantined', uiReason), `an admin quarantines GPU ${lastGpu} with a reason from its node's page`);
+  const release = page.locator(`#gpu-release-${lastGpu}`);
+  await release.waitFor({ timeout: STEP_MS });
+  check(await page.locator('main b').count() === 0 &&
+    await page.locator(`tr:has(#gpu-release-${lastGpu}) td:has-text("${uiReason}")`).count() === 1,
+    'its row shows the reason, as text, beside a Release button');
   await shot(page, 'dashboard_node');
+  await release.click();
+  check(await gpuBecomes(lastGpu, 'Healthy', ''), 'and Release puts the GPU back in service');
   // A gang larger than the fleet waits: its page says why (it never fits: the fleet has too few
   // GPUs in all), with the explain panel (the explain route's answer, or "not available" on a
   // server without it).
@@ -212,12 +183,8 @@ try {
   await shot(page, 'dashboard_pending_job');
   // Cancelled from its page, as `gpufleet cancel` would.
   await page.click('#job-cancel');
-  let cancelled = false;
-  for (let i = 0; i < 40 && !cancelled; i++) {
-    cancelled = (await must('GET', '/v1/jobs/waiting-job', adminToken, undefined, 200)).state === 'Cancelled';
-    if (!cancelled) await page.waitForTimeout(250);
-  }
-  check(cancelled, 'a job is cancelled from its page');
+  check(await until(async () => (await must('GET', '/v1/jobs/waiting-job', adminToken, undefined, 200)).state === 'Cancelled'),
+    'a job is cancelled from its page');
   await page.click('nav a:has-text("Queues")');
   await page.waitForSelector('td:has-text("default")', { timeout: STEP_MS });
   check(true, 'the queue tree shows the default queue');
@@ -281,7 +248,8 @@ try {
   // A member is offered no admin action: a node page has no cordon.
   await member.goto(`${address}/#/nodes/${encodeURIComponent(placedOn)}`);
   await member.waitForSelector('h2:has-text("GPUs")', { timeout: STEP_MS });
-  check(await member.locator('#node-cordon').count() === 0, 'a member is offered no cordon (an admin\'s action)');
+  check(await member.locator('#node-cordon, #node-drain, #node-quarantine, [id^="gpu-release-"]').count() === 0,
+    'a member is offered no cordon, drain, quarantine or release (an admin\'s actions)');
   await member.goto(`${address}/#/jobs/${encodeURIComponent(HTML)}`);
   await member.waitForSelector('#not-found', { timeout: STEP_MS });
   check(await member.locator('main img').count() === 0 &&
@@ -319,7 +287,7 @@ try {
     'a token revoked mid-session sends the page back to the login and forgets the token');
 
   check(errors.length === 0, 'no console errors' + (errors.length ? ':\n' + errors.join('\n') : ''));
-  console.log(`dashboard test: ${checks} checks passed`);
+  console.log(`dashboard test: ${count()} checks passed`);
 } catch (e) {
   console.error(e.message);
   const job = await api('GET', '/v1/jobs/browser-job', adminToken);

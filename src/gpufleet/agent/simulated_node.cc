@@ -69,7 +69,9 @@ Result<std::unique_ptr<SimulatedNode>> SimulatedNode::Create(Options options, co
                                                     .gpu_count = options.gpu_count,
                                                     .seed = options.seed,
                                                     .mig_profiles = options.mig_profiles}));
-  node->runner_ = std::make_unique<runner::SimulatedRunner>(clock);
+  // A node that keeps task logs gets its simulated tasks' lines there, shipped as real ones are.
+  node->runner_ = std::make_unique<runner::SimulatedRunner>(
+      clock, runner::SimulatedRunnerOptions{.write_logs = !options.agent.log_dir.empty()});
   GPUFLEET_ASSIGN_OR_RETURN(node->sampler_,
                             TelemetrySampler::Create({.probe = *node->probe_,
                                                       .clock = clock,

@@ -5,11 +5,13 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include <fmt/format.h>
 
 #include "gpufleet/policy/never_fits.h"
+#include "gpufleet/scheduler/devices.h"
 
 namespace gpufleet::policy {
 namespace {
@@ -23,6 +25,18 @@ std::string Gpus(int64_t milli) {
   return milli % kMilliPerUnit == 0 ? fmt::format("{}", milli / kMilliPerUnit)
                                     : fmt::format("{:.3g}", static_cast<double>(milli) /
                                                                 static_cast<double>(kMilliPerUnit));
+}
+
+// The conflict between MPS and time-sliced shares that the scheduler's reason names, if any:
+// the room the job needs is free on GPUs whose shares run the other way.
+std::optional<std::string_view> SharingConflict(std::string_view scheduler_reason) {
+  for (const std::string_view conflict :
+       {scheduler::kMpsMeetsTimeSlicedReason, scheduler::kTimeSlicedMeetsMpsReason}) {
+    if (scheduler_reason.find(conflict) != std::string_view::npos) {
+      return conflict;
+    }
+  }
+  return std::nullopt;
 }
 
 // The group that asks for the most GPU per task: the one hardest to place.
@@ -528,6 +542,14 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
             Gpus(census.free_milli), required, Gpus(out.needed_gpu_milli), out.best_domain->name,
             Gpus(out.best_domain->free_gpu_milli),
             Gpus(out.needed_gpu_milli - out.best_domain->free_gpu_milli));
+      } else if (const std::optional<std::string_view> conflict =
+                     SharingConflict(out.scheduler_reason)) {
+        // The free milli-GPU is there, on GPUs whose shares run the other way (issue 40).
+        out.reason = PendingReason::kCapacity;
+        out.message = fmt::format(
+            "it needs {} GPUs and {} of the GPUs it may use are free, but {}; it starts when "
+            "those shares end",
+            Gpus(out.needed_gpu_milli), Gpus(census.free_milli), *conflict);
       } else {
         out.reason = PendingReason::kCapacity;
         out.message = fmt::format(

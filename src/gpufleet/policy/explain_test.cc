@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/scheduler/devices.h"
 #include "gpufleet/scheduler/testing/cluster_builder.h"
 
 namespace gpufleet::policy {
@@ -178,6 +179,25 @@ TEST_F(ExplainTest, EachReasonWithItsEvidence) {
     EXPECT_THAT(explained.message, HasSubstr(row.message_has));
     ExpectWhatIfsHold(explained);
   }
+}
+
+// An MPS share that has the room only on a GPU of time-sliced shares is told that conflict, not
+// that GPUs are short (issue 40's rule: the two kinds never share a GPU).
+TEST_F(ExplainTest, CapacityNamesTheConflictOfMpsAndTimeSlicedShares) {
+  Cluster cluster;
+  cluster.nodes.push_back(MakeNode("node-0", 1, "H100-80GB"));
+  Use(std::move(cluster));
+  const TaskPlacement sliced{0, 0, 0, {}, {{0, 250, 0, "", -1, false, false}}};
+  ASSERT_OK(snapshot_->Apply(sliced));
+  running_.push_back(
+      {.id = JobId("sliced"), .start_seconds = 0, .estimate_seconds = 100, .placements = {sliced}});
+  const Explanation explained = Ask(MakeJob("mps", 1, FractionalGpu{250, 0, GpuSharing::kMps}));
+  EXPECT_EQ(explained.reason, PendingReason::kCapacity);
+  EXPECT_THAT(explained.scheduler_reason, HasSubstr(scheduler::kMpsMeetsTimeSlicedReason));
+  EXPECT_THAT(explained.message,
+              HasSubstr("0.75 of the GPUs it may use are free, but the GPUs with room hold "
+                        "time-sliced shares, which an MPS share cannot join"));
+  EXPECT_THAT(explained.scheduler_reason, ::testing::Not(HasSubstr("insufficient free GPUs")));
 }
 
 // A job no node could ever hold is told so, with no ETA, and only what-ifs that could help.

@@ -7,10 +7,12 @@
 #include <charconv>
 #include <chrono>
 #include <cstdint>
+#include <fstream>
 #include <string>
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "gpufleet/runner/internal/task_table.h"
 
@@ -33,9 +35,23 @@ const std::string* FindEnv(const TaskLaunch& launch, std::string_view name) {
   return it == launch.env.end() ? nullptr : &it->second;
 }
 
+double Seconds(Duration duration) {
+  return std::chrono::duration<double>(duration).count();
+}
+
 }  // namespace
 
-SimulatedRunner::SimulatedRunner(const Clock& clock) : clock_(clock) {}
+SimulatedRunner::SimulatedRunner(const Clock& clock, SimulatedRunnerOptions options)
+    : clock_(clock), options_(options) {}
+
+void SimulatedRunner::Log(const SimulatedTask& task, MonoTime at, std::string_view line) {
+  if (task.log_path.empty()) {
+    return;
+  }
+  // Appended as a program's stdout is (O_APPEND): the agent may cut the file between lines.
+  std::ofstream(task.log_path, std::ios::app)
+      << fmt::format("[+{:.1f}s] {}\n", Seconds(at - task.status.start_time), line);
+}
 
 Status SimulatedRunner::Start(const TaskLaunch& launch) {
   GPUFLEET_RETURN_IF_ERROR(ValidateLaunch(launch));
@@ -87,6 +103,22 @@ Status SimulatedRunner::Start(const TaskLaunch& launch) {
     task.status.reason = *error;
     task.status.end_time = now;
   }
+  if (options_.write_logs) {
+    task.log_path = launch.log_path;
+  }
+  if (task.status.state == TaskState::kFailedToStart) {
+    Log(task, now,
+        fmt::format("simulated task {} failed to start: {}", launch.task_id, task.status.reason));
+  } else {
+    Log(task, now,
+        fmt::format(
+            "simulated task {} started on {}; {}", launch.task_id,
+            launch.gpu_uuids.empty() ? std::string("no GPU")
+                                     : fmt::format("GPUs {}", fmt::join(launch.gpu_uuids, ", ")),
+            scripted_duration ? fmt::format("its script: run {:.1f}s, then exit with code {}",
+                                            Seconds(*scripted_duration), task.scripted_exit_code)
+                              : std::string("its script: run until stopped")));
+  }
   tasks_.emplace(launch.task_id, std::move(task));
   return Status::Ok();
 }
@@ -101,18 +133,28 @@ Status SimulatedRunner::Stop(std::string_view task_id, Duration grace) {
   if (IsFinal(task.status.state)) {
     return Status::Ok();
   }
-  StopAt(task, now, grace);
+  StopAt(task, now, grace, "SIGTERM");
   Advance(task, now);
   return Status::Ok();
 }
 
-void SimulatedRunner::StopAt(SimulatedTask& task, MonoTime at, Duration grace) {
+void SimulatedRunner::StopAt(SimulatedTask& task, MonoTime at, Duration grace,
+                             std::string_view cause) {
+  const bool first = !task.status.stop_requested;
   task.status.stop_requested = true;
   const bool killed = task.stop_delay > grace;
   const MonoTime end = at + (killed ? grace : task.stop_delay);
   if (!task.stop_end || end < *task.stop_end) {
     task.stop_end = end;
     task.stop_signal = killed ? SIGKILL : SIGTERM;
+  }
+  if (first) {
+    Log(task, at,
+        killed ? fmt::format("{}: its checkpoint takes {:.1f}s, more than the {:.1f}s grace", cause,
+                             Seconds(task.stop_delay), Seconds(grace))
+        : task.stop_delay > Duration::zero()
+            ? fmt::format("{}: writing its checkpoint ({:.1f}s)", cause, Seconds(task.stop_delay))
+            : fmt::format("{}: stopping", cause));
   }
 }
 
@@ -170,7 +212,7 @@ void SimulatedRunner::Advance(SimulatedTask& task, MonoTime now) const {
   }
   if (fence_at_ && now >= *fence_at_ && !task.status.stop_requested &&
       !(task.scripted_end && *task.scripted_end <= *fence_at_)) {
-    StopAt(task, *fence_at_, fence_grace_);
+    StopAt(task, *fence_at_, fence_grace_, "SIGTERM: the agent's lease ran out");
   }
   const bool ends_first =
       task.scripted_end && (!task.stop_end || *task.scripted_end <= *task.stop_end);
@@ -178,10 +220,22 @@ void SimulatedRunner::Advance(SimulatedTask& task, MonoTime now) const {
     task.status.state = TaskState::kExited;
     task.status.exit_code = task.scripted_exit_code;
     task.status.end_time = task.scripted_end;
+    Log(task, *task.scripted_end, fmt::format("done: exit code {}", task.scripted_exit_code));
   } else if (task.stop_end && now >= *task.stop_end) {
     task.status.state = TaskState::kKilled;
     task.status.signal = task.stop_signal;
     task.status.end_time = task.stop_end;
+    Log(task, *task.stop_end,
+        task.stop_signal == SIGKILL ? "killed by SIGKILL at the end of the grace"
+                                    : "ended by SIGTERM");
+  } else if (task.scripted_end && *task.scripted_end > task.status.start_time) {
+    const Duration scripted = *task.scripted_end - task.status.start_time;
+    const auto tenths = static_cast<int>((now - task.status.start_time) * 10 / scripted);
+    if (tenths > task.logged_tenths) {
+      task.logged_tenths = tenths;
+      Log(task, now,
+          fmt::format("{}% of its scripted {:.1f}s done", tenths * 10, Seconds(scripted)));
+    }
   }
 }
 

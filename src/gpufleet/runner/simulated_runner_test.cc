@@ -2,8 +2,12 @@
 #include "gpufleet/runner/simulated_runner.h"
 
 #include <signal.h>
+#include <stdlib.h>
 
 #include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <optional>
 #include <string>
 #include <vector>
@@ -211,6 +215,56 @@ TEST_F(SimulatedRunnerTest, TasksStopAtTheLeaseDeadlineUnlessItIsRenewed) {
   EXPECT_EQ(slow_status.state, TaskState::kKilled);
   EXPECT_EQ(slow_status.signal, SIGKILL);
   EXPECT_THAT(runner_.RenewLease(seconds(-1), seconds(1)), StatusIs(StatusCode::kInvalidArgument));
+}
+
+std::string ReadSimulatedLog(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+// With write_logs, each task's log says what the simulation did to it, dated from its start:
+// its script, its progress in tenths as the runner sees it, the stop and the end.
+TEST(SimulatedRunnerLogs, EachTaskLogsItsStartProgressStopAndEnd) {
+  std::string pattern = ::testing::TempDir() + "/gpufleet_simulated_logs_XXXXXX";
+  ASSERT_NE(mkdtemp(pattern.data()), nullptr) << pattern;
+  const std::filesystem::path dir = pattern;
+  FakeClock clock{MonoTime{1'000'000}};
+  SimulatedRunner runner(clock, {.write_logs = true});
+  TaskLaunch ends = SimTask("job/0", 10'000, 3);
+  ends.log_path = (dir / "ends.log").string();
+  TaskLaunch stopped = SimTask("job/1", std::nullopt);
+  stopped.log_path = (dir / "stopped.log").string();
+  stopped.env[std::string(kSimStopDelayEnv)] = "1500";
+  ASSERT_OK(runner.Start(ends));
+  ASSERT_OK(runner.Start(stopped));
+  clock.Advance(milliseconds(2500));
+  runner.Poll();
+  clock.Advance(milliseconds(500));
+  runner.Poll();
+  runner.Poll();  // each tenth is said once, when the runner sees it
+  ASSERT_OK(runner.Stop("job/1", seconds(5)));
+  clock.Advance(seconds(8));
+  runner.Poll();
+  EXPECT_EQ(ReadSimulatedLog(ends.log_path),
+            "[+0.0s] simulated task job/0 started on GPUs GPU-sim-0; its script: run 10.0s, then "
+            "exit with code 3\n"
+            "[+2.5s] 20% of its scripted 10.0s done\n"
+            "[+3.0s] 30% of its scripted 10.0s done\n"
+            "[+10.0s] done: exit code 3\n");
+  EXPECT_EQ(ReadSimulatedLog(stopped.log_path),
+            "[+0.0s] simulated task job/1 started on GPUs GPU-sim-0; its script: run until "
+            "stopped\n"
+            "[+3.0s] SIGTERM: writing its checkpoint (1.5s)\n"
+            "[+4.5s] ended by SIGTERM\n");
+  // Without write_logs a runner writes nothing, log_path or not.
+  SimulatedRunner silent(clock);
+  TaskLaunch quiet = SimTask("job/2", 100);
+  quiet.log_path = (dir / "quiet.log").string();
+  ASSERT_OK(silent.Start(quiet));
+  clock.Advance(seconds(1));
+  silent.Poll();
+  EXPECT_FALSE(std::filesystem::exists(quiet.log_path));
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

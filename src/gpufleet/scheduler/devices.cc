@@ -149,6 +149,25 @@ bool GpuCanServe(const TaskContext& task, const GpuSlot& gpu) {
   return true;
 }
 
+std::string_view NoFreeGpusReason(const TaskContext& task, const NodeInfo& node, GpuMask gpus) {
+  const GpuRequest& request = task.request->gpus;
+  if (std::holds_alternative<MigGpus>(request)) {
+    return kNoMigSlotReason;
+  }
+  if (const auto* share = std::get_if<FractionalGpu>(&request)) {
+    for (size_t g = 0; g < node.gpus.size(); ++g) {
+      const GpuSlot& gpu = node.gpus[g];
+      const bool mps = RunsAsMps(share->sharing, gpu);
+      if (MaskHas(gpus, static_cast<int>(g)) && !gpu.mig_enabled &&
+          gpu.free_milli >= share->gpu_milli && gpu.free_memory_mib >= share->gpu_memory_mib &&
+          !SharingFits(mps, gpu)) {
+        return mps ? kMpsMeetsTimeSlicedReason : kTimeSlicedMeetsMpsReason;
+      }
+    }
+  }
+  return kNoFreeGpusReason;
+}
+
 bool GpusFit(const TaskContext& task, const NodeInfo& node, GpuMask gpus) {
   return GpuTaskCapacity(task, node, gpus, 1) >= 1;
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <optional>
+#include <string_view>
 #include <vector>
 
 #include "gpufleet/scheduler/framework.h"
@@ -39,9 +40,14 @@ GpuAssignment ShareOf(const TaskContext& task, const NodeInfo& node, int gpu);
 // Why a node cannot take a task's GPUs now.
 inline constexpr std::string_view kNoFreeGpusReason = "insufficient free GPUs";
 inline constexpr std::string_view kNoMigSlotReason = "no free MIG instance or valid MIG start slot";
-inline std::string_view NoFreeGpusReason(const TaskContext& task) {
-  return std::holds_alternative<MigGpus>(task.request->gpus) ? kNoMigSlotReason : kNoFreeGpusReason;
-}
+// A share that has the room on a GPU but not the kind of sharing its shares run (SharingFits).
+inline constexpr std::string_view kMpsMeetsTimeSlicedReason =
+    "the GPUs with room hold time-sliced shares, which an MPS share cannot join";
+inline constexpr std::string_view kTimeSlicedMeetsMpsReason =
+    "the GPUs with room hold MPS shares, which a time-sliced share cannot join";
+// Why the GPUs in `gpus` of `node` cannot serve one task of `task` (REQUIRES: !GpusFit): the
+// sharing conflict when a GPU has the room a share needs but runs the other kind of shares.
+std::string_view NoFreeGpusReason(const TaskContext& task, const NodeInfo& node, GpuMask gpus);
 
 inline bool MaskHas(GpuMask mask, int gpu) {
   return (mask >> gpu) & 1U;

@@ -100,6 +100,24 @@ TEST_F(DevicesTest, MpsSharesGoOnlyWhereNoTimeSlicedShareIs) {
   EXPECT_EQ(snapshot_->nodes()[0].gpus[0].free_milli, 900);
 }
 
+TEST_F(DevicesTest, NoFreeGpusReasonNamesTheSharingConflict) {
+  // GPU 0 holds a time-sliced share, GPU 1 an MPS client, each with room for 300 more.
+  ASSERT_OK(snapshot_->Apply({0, 0, 0, {}, {{0, 100, 0, "", -1, false, false}}}));
+  ASSERT_OK(snapshot_->Apply({0, 0, 0, {}, {{1, 200, 0, "", -1, false, true}}}));
+  const NodeInfo& node = snapshot_->nodes()[0];
+  const TaskRequest mps{{}, FractionalGpu{300, 0, GpuSharing::kMps}};
+  const TaskRequest sliced{{}, FractionalGpu{300, 0, GpuSharing::kTimeSlicing}};
+  EXPECT_EQ(NoFreeGpusReason(Context(mps), node, GpuMask{0b01}), kMpsMeetsTimeSlicedReason);
+  EXPECT_EQ(NoFreeGpusReason(Context(sliced), node, GpuMask{0b10}), kTimeSlicedMeetsMpsReason);
+  // Without the room, the conflict is not what keeps the share off.
+  const TaskRequest big_mps{{}, FractionalGpu{950, 0, GpuSharing::kMps}};
+  EXPECT_EQ(NoFreeGpusReason(Context(big_mps), node, GpuMask{0b01}), kNoFreeGpusReason);
+  const TaskRequest whole{{}, WholeGpus{1}};
+  EXPECT_EQ(NoFreeGpusReason(Context(whole), node, GpuMask{0b11}), kNoFreeGpusReason);
+  const TaskRequest mig{{}, MigGpus{"1g.5gb", 1}};
+  EXPECT_EQ(NoFreeGpusReason(Context(mig), snapshot_->nodes()[1], ~GpuMask{0}), kNoMigSlotReason);
+}
+
 TEST_F(DevicesTest, ShareMemoryIsAccountedFor) {
   const TaskRequest share{{}, FractionalGpu{100, 70 * 1024}};
   const TaskContext task = Context(share);

@@ -239,7 +239,7 @@ struct Scheduler::Impl {
     }
     // Most nodes of a busy cluster lack the free GPUs outright: say so before any per-GPU filter.
     if (!GpusFit(task, node, restriction)) {
-      return PluginResult::Unschedulable(NoFreeGpusReason(task));
+      return PluginResult::Unschedulable(NoFreeGpusReason(task, node, restriction));
     }
     *mask = AdmittedGpus(task, node, restriction);
     for (const FilterPlugin* filter : mask_filters) {

@@ -175,7 +175,7 @@ PluginResult GpuResourcesFit::Filter(const CycleState& /*state*/, const TaskCont
     return PluginResult::Unresolvable("no admitted GPU (model, memory, health or temperature)");
   }
   if (!GpusFit(task, node, gpus)) {
-    return PluginResult::Unschedulable(NoFreeGpusReason(task));
+    return PluginResult::Unschedulable(NoFreeGpusReason(task, node, gpus));
   }
   return PluginResult::Success();
 }
