@@ -796,6 +796,98 @@ spec:
   EXPECT_GE(next->start_time - MonoTime{0}, std::chrono::seconds(5));
 }
 
+// Issue 37 item 3: each stop the server decides gives the task the agent's whole stop grace. A
+// task that needs 29 s of its 30 s after SIGTERM (it writes a checkpoint) ends by itself 29 s
+// after its SIGTERM, never killed sooner, whether it was cancelled, preempted (at once or after
+// its notice ran out) or stopped because one of its GPUs must drain now. (Lease expiry on a
+// partition: ATaskFencedOnAPartitionGetsItsWholeStopGrace.)
+TEST_F(NodeAgentTest, EveryStopPathGivesTheTaskItsWholeStopGrace) {
+  const auto job_yaml = [](const std::string& name, const std::string& preemption) {
+    return fmt::format(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {{name: {}}}
+spec:
+  preemption: {{minRuntime: 0s{}}}
+  tasks:
+    - name: main
+      command: [python, train.py]
+      env: {{GPUFLEET_SIM_STOP_MS: "29000"}}
+      resources:
+        gpus: {{count: 8}}
+)",
+                       name, preemption);
+  };
+  const auto preempt = [&](const std::string& job) {
+    Submit(NoticedJobYaml(job + "-urgent", 10, "[train]", "{}"));
+  };
+  struct StopPath {
+    std::string name;
+    std::string preemption;  // more of the victim's spec.preemption
+    std::function<void(const std::string& job)> stop;
+  };
+  const std::vector<StopPath> paths = {
+      {"cancel", "",
+       [&](const std::string& job) {
+         ASSERT_OK(admin_client_->Post("/v1/jobs/" + job + "/cancel", "", ""));
+       }},
+      {"preemption", "", preempt},
+      {"preemption-notice", ", checkpointGraceSeconds: 10", preempt},
+      {"drain-now", "",
+       [&](const std::string&) {
+         ASSERT_OK(probe_->InjectGpuLost(0));
+         ASSERT_OK(sampler_->SampleOnce());
+       }},
+  };
+  std::string node_token;  // the node's credential, from its first registration on
+  for (const StopPath& path : paths) {
+    SCOPED_TRACE(path.name);
+    runner::SimulatedRunner runner(clock_);
+    std::unique_ptr<NodeAgent> agent = MakeAgent(runner, node_token, std::chrono::seconds(30));
+    ASSERT_OK(agent->Register());
+    node_token = agent->node_token();
+    Submit(job_yaml(path.name, path.preemption));
+    ASSERT_OK(agent->Heartbeat());
+    ASSERT_OK(agent->Heartbeat());
+    ASSERT_EQ(Job(path.name)["state"], "Running");
+    ASSERT_EQ(runner.Poll().size(), 1u) << Events("jobs", path.name);
+    ASSERT_EQ(runner.Poll()[0].state, runner::TaskState::kRunning);
+    path.stop(path.name);
+    const std::string task_id = path.name + "/main-0/1";
+    std::optional<MonoTime> sigterm_at;
+    std::optional<runner::TaskStatus> ended;
+    for (int second = 0; second < 90; ++second) {
+      // Before the heartbeat, which reports a task's end and then forgets it.
+      const std::vector<runner::TaskStatus> before = runner.Poll();
+      if (const runner::TaskStatus* task = Task(before, task_id);
+          task != nullptr && runner::IsFinal(task->state)) {
+        ended = *task;
+        break;
+      }
+      ASSERT_OK(agent->Heartbeat());
+      const std::vector<runner::TaskStatus> after = runner.Poll();
+      if (const runner::TaskStatus* task = Task(after, task_id);
+          task != nullptr && task->stop_requested && !sigterm_at) {
+        sigterm_at = clock_.Now();  // Stop was called at this heartbeat
+      }
+      ASSERT_OK(server_->RunSchedulingCycle());
+      clock_.Advance(std::chrono::seconds(1));
+    }
+    ASSERT_TRUE(ended.has_value());
+    ASSERT_TRUE(sigterm_at.has_value());
+    EXPECT_EQ(ended->signal, 15) << "ended by its SIGTERM, not killed";
+    EXPECT_EQ(*ended->end_time - *sigterm_at, std::chrono::seconds(29));
+    // The fleet is one node: what this path placed leaves before the next.
+    for (const std::string& job : {path.name, path.name + "-urgent"}) {
+      static_cast<void>(admin_client_->Post("/v1/jobs/" + job + "/cancel", "", ""));
+    }
+    for (int beat = 0; beat < 3; ++beat) {
+      ASSERT_OK(agent->Heartbeat());
+      ASSERT_OK(server_->RunSchedulingCycle());
+      clock_.Advance(std::chrono::seconds(31));
+    }
+  }
+}
+
 TEST_F(NodeAgentTest, AnAgentCutOffFromTheServerStopsItsTasksBeforeTheLeaseRunsOut) {
   ASSERT_OK(agent_->Register());
   Submit(JobYaml("long", 8, 3600 * 1000));
