@@ -53,6 +53,7 @@ struct ServerFlags {
   int64_t node_timeout_s = 40;
   int64_t stop_grace_s = 30;
   int64_t min_runtime_before_preemption_s = 60;
+  int64_t max_checkpoint_grace_s = 300;
   int64_t gang_start_timeout_s = 300;
   std::string retain_finished = "30d";
   int64_t reliability_interval_s = 300;
@@ -306,6 +307,7 @@ int RunServer(const ServerFlags& flags) {
        .node_timeout = std::chrono::seconds(flags.node_timeout_s),
        .stop_grace = std::chrono::seconds(flags.stop_grace_s),
        .min_runtime_before_preemption = std::chrono::seconds(flags.min_runtime_before_preemption_s),
+       .max_checkpoint_grace = std::chrono::seconds(flags.max_checkpoint_grace_s),
        .reliability = reliability,
        .idle_reclaim = idle_reclaim,
        .mig_apply_timeout = std::chrono::seconds(flags.mig_apply_timeout_s),
@@ -483,6 +485,12 @@ Action AddServerCommand(CLI::App& app) {
                    "a job that has held its GPUs for less than this is not preempted")
       ->capture_default_str()
       ->check(CLI::Range(int64_t{0}, int64_t{7 * 24 * 3600}));
+  server
+      ->add_option("--max-checkpoint-grace-s", flags->max_checkpoint_grace_s,
+                   "the most time a preemption notice gives a victim to save a checkpoint "
+                   "(spec.preemption.checkpointGraceSeconds is cut to it); 0: no notices")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, kMaxCheckpointGraceSeconds));
   server
       ->add_option("--max-connections", flags->max_connections,
                    "open connections the API holds at most; more are answered 503 and closed")

@@ -682,6 +682,58 @@ std::string NodeAgent::CheckpointPath(const std::string& task_id) const {
   return fmt::format("{}/{}.checkpoint", options_.checkpoint_dir, TaskFileName(task_id));
 }
 
+std::string NodeAgent::NoticePath(const std::string& task_id) const {
+  return fmt::format("{}/{}.notice", options_.checkpoint_dir, TaskFileName(task_id));
+}
+
+void NodeAgent::DeliverNotices() {
+  if (std::none_of(desired_.begin(), desired_.end(),
+                   [](const wire::DesiredTask& task) { return task.notice.has_value(); })) {
+    noticed_.clear();
+    return;
+  }
+  std::set<std::string> known;
+  for (const runner::TaskStatus& status : runner_.Poll()) {
+    if (!runner::IsFinal(status.state)) {
+      known.insert(status.task_id);
+    }
+  }
+  std::map<std::string, int64_t> still;
+  for (const wire::DesiredTask& task : desired_) {
+    if (!task.notice || known.count(task.id) == 0) {
+      continue;
+    }
+    const int64_t deadline = task.notice->deadline_unix_s;
+    still[task.id] = deadline;
+    if (const auto it = noticed_.find(task.id); it != noticed_.end() && it->second == deadline) {
+      continue;
+    }
+    if (!options_.checkpoint_dir.empty()) {
+      // Written whole under another name and renamed, so that the task never reads half of it;
+      // readable by the task's user, who cannot write in the directory.
+      const std::string path = NoticePath(task.id);
+      const std::string temporary = path + ".new";
+      {
+        std::ofstream out(temporary, std::ios::trunc);
+        out << deadline << " " << task.notice->signal << "\n";
+      }
+      std::error_code error;
+      std::filesystem::permissions(temporary, std::filesystem::perms(0644), error);
+      if (!error) {
+        std::filesystem::rename(temporary, path, error);
+      }
+      if (error) {
+        notice_error_ = fmt::format("notice file of task {}: {}", task.id, error.message());
+      }
+    }
+    // Only kNotFound, for a task forgotten since the Poll: the stop at the deadline still comes.
+    if (const Status sent = runner_.SendNotice(task.id, task.notice->signal); !sent.ok()) {
+      notice_error_ = fmt::format("notice to task {}: {}", task.id, sent.message());
+    }
+  }
+  noticed_ = std::move(still);
+}
+
 Status NodeAgent::Apply(const wire::AgentReply& reply,
                         const std::vector<runner::TaskStatus>& reported) {
   heartbeat_interval_ = std::chrono::milliseconds(reply.heartbeat_interval_ms);
@@ -696,6 +748,7 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
       checkpoints_.erase(status.task_id);
       if (!options_.checkpoint_dir.empty()) {
         unlink(CheckpointPath(status.task_id).c_str());
+        unlink(NoticePath(status.task_id).c_str());
       }
     }
   }
@@ -823,6 +876,7 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
     launch.log_path = LogPath(task.id);
     if (!options_.checkpoint_dir.empty()) {
       launch.checkpoint_path = CheckpointPath(task.id);
+      launch.notice_path = NoticePath(task.id);
     }
     launch.cpu_milli = task.cpu_milli;
     launch.memory_mib = task.memory_mib;
@@ -862,6 +916,7 @@ Status NodeAgent::Apply(const wire::AgentReply& reply,
     }
   }
   TendMpsDaemons();
+  DeliverNotices();
   if (!started_launches.empty()) {
     std::map<std::string, runner::TaskStatus> statuses;
     for (runner::TaskStatus& status : runner_.Poll()) {

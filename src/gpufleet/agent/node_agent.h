@@ -63,8 +63,9 @@ struct NodeAgentOptions {
   Duration log_ship_interval = std::chrono::seconds(30);
   int64_t max_log_bytes = int64_t{64} * 1024 * 1024;
   // Per-task checkpoint files (agent/checkpoint_file.h) go here as TASK-ID.checkpoint, read at
-  // each report; a directory that only the agent can write to and task users can search (0711).
-  // Empty: tasks get none.
+  // each report, and the agent's preemption notices as TASK-ID.notice; a directory that only the
+  // agent can write to and task users can search (0711). Empty: tasks get neither file (a notice
+  // is then the signal alone).
   std::string checkpoint_dir;
   // SIGTERM to SIGKILL when the server no longer wants a task.
   Duration stop_grace = std::chrono::seconds(30);
@@ -158,6 +159,10 @@ class NodeAgent {
     return checkpoint_rejections_;
   }
 
+  // Why the last notice that failed was not delivered whole (its file or its signal); empty if
+  // none failed. The server stops the task at the notice's deadline all the same.
+  const std::string& notice_error() const { return notice_error_; }
+
   // What the server asked for at the last answer.
   Duration heartbeat_interval() const { return heartbeat_interval_; }
   const std::vector<wire::DesiredTask>& desired_tasks() const { return desired_; }
@@ -186,6 +191,11 @@ class NodeAgent {
                                             const std::vector<runner::TaskStatus>& tasks);
   std::string LogPath(const std::string& task_id) const;
   std::string CheckpointPath(const std::string& task_id) const;
+  // Where a task's preemption notice is written, beside its checkpoint file.
+  std::string NoticePath(const std::string& task_id) const;
+  // Delivers the notices of the desired tasks that have not had theirs: the notice file first
+  // (so that the task's handler finds it), then the signal, once per task and deadline.
+  void DeliverNotices();
   // Reads the checkpoint files of the runner's tasks that changed since the last read.
   void ReadCheckpoints(const std::vector<runner::TaskStatus>& statuses);
   // The provenance record of a task this agent just started (`status` is the runner's, for the
@@ -260,6 +270,9 @@ class NodeAgent {
   // well-formed line's time when a later line is ignored.
   std::map<std::string, CheckpointRead> checkpoints_;
   std::map<std::string, int64_t> checkpoint_rejections_;
+  // The deadline of the notice each task last got, by task id.
+  std::map<std::string, int64_t> noticed_;
+  std::string notice_error_;
   // The launches of tasks whose image is being pulled or whose container is being made: their
   // record is made once the container has started (the runner knows the digest then).
   std::map<std::string, runner::TaskLaunch> awaiting_pull_;

@@ -7,14 +7,17 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <fmt/core.h>
 #include <gmock/gmock.h>
@@ -28,6 +31,7 @@
 #include "gpufleet/api/server.h"
 #include "gpufleet/core/testing/status_matchers.h"
 #include "gpufleet/os/files.h"
+#include "gpufleet/runner/process_runner.h"
 #include "gpufleet/runner/simulated_runner.h"
 #include "gpufleet/scheduler/plugins/filters.h"
 #include "gpufleet/store/memory_store.h"
@@ -129,6 +133,9 @@ class RecordingRunner final : public runner::TaskRunner {
   }
   Status Stop(std::string_view task_id, Duration grace) override {
     return inner_.Stop(task_id, grace);
+  }
+  Status SendNotice(std::string_view task_id, std::string_view signal_name) override {
+    return inner_.SendNotice(task_id, signal_name);
   }
   std::vector<runner::TaskStatus> Poll() override { return inner_.Poll(); }
   Status Forget(std::string_view task_id) override { return inner_.Forget(task_id); }
@@ -419,6 +426,168 @@ TEST_F(NodeAgentTest, ATasksCheckpointReachesItsJob) {
   std::filesystem::remove_all(checkpoint_dir_);
 }
 
+// A job of the whole node that asks for a notice before its preemption (issue 37 item 4), with
+// no minimum runtime; `command` and `env` as YAML flow sequences and maps.
+std::string NoticedJobYaml(const std::string& name, int priority, const std::string& command,
+                           const std::string& env) {
+  return fmt::format(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {{name: {}}}
+spec:
+  priority: {}
+  preemption: {{checkpointGraceSeconds: 30, minRuntime: 0s}}
+  tasks:
+    - name: main
+      command: {}
+      env: {}
+      resources:
+        gpus: {{count: 8}}
+)",
+                     name, priority, command, env);
+}
+
+// Waits (real time, up to 10 s) until `done` holds.
+bool WaitFor(const std::function<bool()>& done) {
+  for (int i = 0; i < 200 && !done(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return done();
+}
+
+std::string FileText(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// Issue 37 item 4, end to end: a real process under the process runner catches its preemption
+// notice (SIGUSR1), reads the notice file, saves a checkpoint and reports it; the server then
+// stops it with the agent's whole stop grace (it exits on its SIGTERM), and only once it is gone
+// does the preemptor, which waited with its GPUs reserved, get them.
+TEST_F(NodeAgentTest, ARealTaskCatchesItsNoticeSavesACheckpointAndIsStoppedAfterIt) {
+  std::string base = ::testing::TempDir() + "/gpufleet_agent_notice_XXXXXX";
+  ASSERT_NE(mkdtemp(base.data()), nullptr) << base;
+  checkpoint_dir_ = base + "/checkpoints";
+  log_dir_ = base + "/logs";
+  ASSERT_TRUE(std::filesystem::create_directory(checkpoint_dir_));
+  ASSERT_TRUE(std::filesystem::create_directory(log_dir_));
+  Result<std::unique_ptr<runner::ProcessRunner>> processes =
+      runner::ProcessRunner::Open(base + "/runner", clock_);
+  ASSERT_OK(processes);
+  std::unique_ptr<NodeAgent> agent = MakeAgent(**processes);
+  ASSERT_OK(agent->Register());
+  const std::string script =
+      "trap 'echo \"notice: $(cat \"$GPUFLEET_PREEMPTION_NOTICE_FILE\")\"; "
+      "echo \"$(date +%s) step=7\" >> \"$GPUFLEET_CHECKPOINT_FILE\"' USR1; "
+      "trap 'echo stopping; exit 0' TERM; echo running; while true; do sleep 0.05; done";
+  // The command as a JSON flow sequence, which YAML reads with JSON's escapes.
+  Submit(NoticedJobYaml("victim", 0, Json({"/bin/bash", "-c", script}).dump(), "{}"));
+  ASSERT_OK(agent->Heartbeat());  // starts the task
+  const std::string log = log_dir_ + "/victim_main-0_1.log";
+  ASSERT_TRUE(WaitFor([&] { return FileText(log).find("running") != std::string::npos; }));
+  ASSERT_OK(agent->Heartbeat());
+  ASSERT_EQ(Job("victim")["state"], "Running");
+
+  Submit(NoticedJobYaml("urgent", 10, "[/bin/true]", "{}"));
+  const Json noticed = Job("victim");
+  EXPECT_EQ(noticed["state"], "Running") << "a notice first, no stop yet";
+  ASSERT_TRUE(noticed.contains("notice")) << noticed.dump();
+  EXPECT_EQ(noticed["notice"]["signal"], "SIGUSR1");
+  const int64_t deadline_ns = noticed["notice"]["deadline_ns"].get<int64_t>();
+  EXPECT_EQ(deadline_ns - noticed["notice"]["since_ns"].get<int64_t>(), 30'000'000'000);
+  EXPECT_THAT(Events("jobs", "victim"), HasSubstr("preemption notice (SIGUSR1)"));
+  EXPECT_EQ(Job("urgent")["state"], "Pending");
+
+  ASSERT_OK(agent->Heartbeat());  // the notice: its file, then SIGUSR1
+  const std::string checkpoint = checkpoint_dir_ + "/victim_main-0_1.checkpoint";
+  ASSERT_TRUE(WaitFor([&] { return FileText(checkpoint).find("step=7") != std::string::npos; }));
+  EXPECT_THAT(FileText(log), HasSubstr(fmt::format("notice: {} SIGUSR1",
+                                                   (deadline_ns + 999'999'999) / 1'000'000'000)));
+  EXPECT_EQ(agent->notice_error(), "");
+  clock_.Advance(std::chrono::seconds(2));
+  ASSERT_OK(agent->Heartbeat());  // reports the checkpoint
+  EXPECT_TRUE(Job("victim").contains("last_checkpoint_ns"));
+  ASSERT_OK(server_->RunSchedulingCycle());
+  EXPECT_EQ(Job("victim")["state"], "Stopping") << "stopped long before its notice's deadline";
+  EXPECT_THAT(Events("jobs", "victim"), HasSubstr("a checkpoint was reported after its notice"));
+  EXPECT_EQ(Job("urgent")["state"], "Pending") << "the victim's task still holds the GPUs";
+
+  ASSERT_OK(agent->Heartbeat());  // SIGTERM
+  ASSERT_TRUE(WaitFor([&] {
+    const std::vector<runner::TaskStatus> tasks = (*processes)->Poll();
+    return tasks.size() == 1 && runner::IsFinal(tasks[0].state);
+  }));
+  const runner::TaskStatus ended = (*processes)->Poll()[0];
+  EXPECT_EQ(ended.state, runner::TaskState::kExited) << "it ended on its SIGTERM, not killed";
+  EXPECT_EQ(ended.notices, std::vector<std::string>{"SIGUSR1"}) << "one notice, once";
+  EXPECT_THAT(FileText(log), HasSubstr("stopping"));
+  for (int step = 0; step < 3; ++step) {
+    ASSERT_OK(agent->Heartbeat());
+    ASSERT_OK(server_->RunSchedulingCycle());
+  }
+  EXPECT_EQ(Job("victim")["state"], "Pending");
+  EXPECT_NE(Job("urgent")["state"], "Pending") << "placed once the victim's task was gone";
+  EXPECT_FALSE(std::filesystem::exists(checkpoint_dir_ + "/victim_main-0_1.notice"));
+  ASSERT_OK(agent->Heartbeat());  // starts the preemptor's /bin/true
+  ASSERT_TRUE(WaitFor([&] {
+    const std::vector<runner::TaskStatus> tasks = (*processes)->Poll();
+    return std::all_of(tasks.begin(), tasks.end(),
+                       [](const runner::TaskStatus& task) { return runner::IsFinal(task.state); });
+  }));
+  std::filesystem::remove_all(base);
+}
+
+// A task that saves nothing is stopped at its notice's deadline; an agent of protocol 1.1, which
+// does not know notices, is sent none and its task gets the plain stop at the same deadline.
+TEST_F(NodeAgentTest, WithoutACheckpointTheStopComesAtTheNoticesDeadline) {
+  std::string node_token;  // the node's credential, from its first registration on
+  for (const std::string protocol : {"", "1.1"}) {
+    SCOPED_TRACE(protocol.empty() ? "this build's agent" : "an agent of protocol " + protocol);
+    agent_protocol_ = protocol;
+    runner::SimulatedRunner runner(clock_);
+    std::unique_ptr<NodeAgent> agent = MakeAgent(runner, node_token);
+    ASSERT_OK(agent->Register());
+    node_token = agent->node_token();
+    const std::string victim = "victim" + std::string(protocol.empty() ? "" : "-old");
+    const std::string urgent = "urgent" + std::string(protocol.empty() ? "" : "-old");
+    Submit(NoticedJobYaml(victim, 0, "[train]", "{GPUFLEET_SIM_DURATION_MS: \"3600000\"}"));
+    ASSERT_OK(agent->Heartbeat());
+    ASSERT_OK(agent->Heartbeat());
+    ASSERT_EQ(Job(victim)["state"], "Running");
+    Submit(NoticedJobYaml(urgent, 10, "[train]", "{GPUFLEET_SIM_DURATION_MS: \"3600000\"}"));
+    ASSERT_TRUE(Job(victim).contains("notice"));
+    ASSERT_OK(agent->Heartbeat());
+    const std::vector<std::string> want_notices =
+        protocol.empty() ? std::vector<std::string>{"SIGUSR1"} : std::vector<std::string>{};
+    ASSERT_EQ(runner.Poll().size(), 1u);
+    EXPECT_EQ(runner.Poll()[0].notices, want_notices);
+    for (int seconds = 10; seconds < 30; seconds += 10) {
+      clock_.Advance(std::chrono::seconds(10));
+      ASSERT_OK(agent->Heartbeat());
+      ASSERT_OK(server_->RunSchedulingCycle());
+      EXPECT_EQ(Job(victim)["state"], "Running") << seconds << " s into its 30 s notice";
+      EXPECT_EQ(Job(urgent)["state"], "Pending");
+    }
+    clock_.Advance(std::chrono::seconds(10));
+    ASSERT_OK(server_->RunSchedulingCycle());
+    EXPECT_EQ(Job(victim)["state"], "Stopping");
+    EXPECT_THAT(Events("jobs", victim), HasSubstr("its notice's checkpoint grace ran out"));
+    ASSERT_OK(agent->Heartbeat());  // the stop
+    ASSERT_OK(agent->Heartbeat());  // its end reported
+    ASSERT_OK(server_->RunSchedulingCycle());
+    ASSERT_OK(server_->RunSchedulingCycle());
+    EXPECT_NE(Job(urgent)["state"], "Pending");
+    // The fleet is one node: the preemptor makes room for the next round.
+    ASSERT_OK(admin_client_->Post("/v1/jobs/" + urgent + "/cancel", "", ""));
+    ASSERT_OK(admin_client_->Post("/v1/jobs/" + victim + "/cancel", "", ""));
+    for (int step = 0; step < 3; ++step) {
+      ASSERT_OK(agent->Heartbeat());
+      ASSERT_OK(server_->RunSchedulingCycle());
+    }
+  }
+}
+
 TEST_F(NodeAgentTest, RunsATaskToSuccessWithItsGpus) {
   ASSERT_OK(agent_->Register());
   Submit(JobYaml("train", 2, 60000));
@@ -625,6 +794,98 @@ spec:
   // Stopped at about 00:00 (+ the first beat), exited 15 s later (SIGKILL would be at the 5 s
   // grace of this agent, so the stop delay is cut there).
   EXPECT_GE(next->start_time - MonoTime{0}, std::chrono::seconds(5));
+}
+
+// Issue 37 item 3: each stop the server decides gives the task the agent's whole stop grace. A
+// task that needs 29 s of its 30 s after SIGTERM (it writes a checkpoint) ends by itself 29 s
+// after its SIGTERM, never killed sooner, whether it was cancelled, preempted (at once or after
+// its notice ran out) or stopped because one of its GPUs must drain now. (Lease expiry on a
+// partition: ATaskFencedOnAPartitionGetsItsWholeStopGrace.)
+TEST_F(NodeAgentTest, EveryStopPathGivesTheTaskItsWholeStopGrace) {
+  const auto job_yaml = [](const std::string& name, const std::string& preemption) {
+    return fmt::format(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {{name: {}}}
+spec:
+  preemption: {{minRuntime: 0s{}}}
+  tasks:
+    - name: main
+      command: [python, train.py]
+      env: {{GPUFLEET_SIM_STOP_MS: "29000"}}
+      resources:
+        gpus: {{count: 8}}
+)",
+                       name, preemption);
+  };
+  const auto preempt = [&](const std::string& job) {
+    Submit(NoticedJobYaml(job + "-urgent", 10, "[train]", "{}"));
+  };
+  struct StopPath {
+    std::string name;
+    std::string preemption;  // more of the victim's spec.preemption
+    std::function<void(const std::string& job)> stop;
+  };
+  const std::vector<StopPath> paths = {
+      {"cancel", "",
+       [&](const std::string& job) {
+         ASSERT_OK(admin_client_->Post("/v1/jobs/" + job + "/cancel", "", ""));
+       }},
+      {"preemption", "", preempt},
+      {"preemption-notice", ", checkpointGraceSeconds: 10", preempt},
+      {"drain-now", "",
+       [&](const std::string&) {
+         ASSERT_OK(probe_->InjectGpuLost(0));
+         ASSERT_OK(sampler_->SampleOnce());
+       }},
+  };
+  std::string node_token;  // the node's credential, from its first registration on
+  for (const StopPath& path : paths) {
+    SCOPED_TRACE(path.name);
+    runner::SimulatedRunner runner(clock_);
+    std::unique_ptr<NodeAgent> agent = MakeAgent(runner, node_token, std::chrono::seconds(30));
+    ASSERT_OK(agent->Register());
+    node_token = agent->node_token();
+    Submit(job_yaml(path.name, path.preemption));
+    ASSERT_OK(agent->Heartbeat());
+    ASSERT_OK(agent->Heartbeat());
+    ASSERT_EQ(Job(path.name)["state"], "Running");
+    ASSERT_EQ(runner.Poll().size(), 1u) << Events("jobs", path.name);
+    ASSERT_EQ(runner.Poll()[0].state, runner::TaskState::kRunning);
+    path.stop(path.name);
+    const std::string task_id = path.name + "/main-0/1";
+    std::optional<MonoTime> sigterm_at;
+    std::optional<runner::TaskStatus> ended;
+    for (int second = 0; second < 90; ++second) {
+      // Before the heartbeat, which reports a task's end and then forgets it.
+      const std::vector<runner::TaskStatus> before = runner.Poll();
+      if (const runner::TaskStatus* task = Task(before, task_id);
+          task != nullptr && runner::IsFinal(task->state)) {
+        ended = *task;
+        break;
+      }
+      ASSERT_OK(agent->Heartbeat());
+      const std::vector<runner::TaskStatus> after = runner.Poll();
+      if (const runner::TaskStatus* task = Task(after, task_id);
+          task != nullptr && task->stop_requested && !sigterm_at) {
+        sigterm_at = clock_.Now();  // Stop was called at this heartbeat
+      }
+      ASSERT_OK(server_->RunSchedulingCycle());
+      clock_.Advance(std::chrono::seconds(1));
+    }
+    ASSERT_TRUE(ended.has_value());
+    ASSERT_TRUE(sigterm_at.has_value());
+    EXPECT_EQ(ended->signal, 15) << "ended by its SIGTERM, not killed";
+    EXPECT_EQ(*ended->end_time - *sigterm_at, std::chrono::seconds(29));
+    // The fleet is one node: what this path placed leaves before the next.
+    for (const std::string& job : {path.name, path.name + "-urgent"}) {
+      static_cast<void>(admin_client_->Post("/v1/jobs/" + job + "/cancel", "", ""));
+    }
+    for (int beat = 0; beat < 3; ++beat) {
+      ASSERT_OK(agent->Heartbeat());
+      ASSERT_OK(server_->RunSchedulingCycle());
+      clock_.Advance(std::chrono::seconds(31));
+    }
+  }
 }
 
 TEST_F(NodeAgentTest, AnAgentCutOffFromTheServerStopsItsTasksBeforeTheLeaseRunsOut) {
@@ -1056,7 +1317,7 @@ TEST_F(NodeAgentTest, HeartbeatBeforeRegisterIsAnError) {
 
 // ---- version skew (docs/operations.md, "Upgrade") ----
 
-// The body an agent of protocol 1.0 sent, as captured (test/data/agent-protocol-1.0).
+// The body an agent of protocol 1.1 sent, as captured (test/data/agent-protocol-1.1).
 std::string ProtocolFixture(const std::string& name) {
   std::ifstream in(std::string(GPUFLEET_AGENT_PROTOCOL_FIXTURES) + "/" + name);
   EXPECT_TRUE(in.good()) << name;
@@ -1065,10 +1326,10 @@ std::string ProtocolFixture(const std::string& name) {
   return text.str();
 }
 
-// The previous release's agent against this server: the exact bodies an agent of protocol 1.0
-// sent (captured from `gpufleet agent` at commit 89cf5fc), replayed in order. The server
+// The previous release's agent against this server: the exact bodies an agent of protocol 1.1
+// sent (captured from `gpufleet agent` at commit 1490365), replayed in order. The server
 // registers it, places a job on its GPUs and sends it the task in a heartbeat's answer, keeps
-// the node Ready, and counts the agent under protocol 1.0 in /metrics.
+// the node Ready, and counts the agent under protocol 1.1 in /metrics.
 TEST_F(NodeAgentTest, AnAgentOfTheLastReleaseIsServed) {
   Result<Json> registered =
       client_->Post("/v1/agents/register", ProtocolFixture("register.json"), "application/json");
@@ -1097,7 +1358,7 @@ TEST_F(NodeAgentTest, AnAgentOfTheLastReleaseIsServed) {
   metrics.method = "GET";
   metrics.path = "/metrics";
   metrics.authorization = "Bearer " + admin_;
-  EXPECT_THAT(server_->Handle(metrics).body, HasSubstr("gpufleet_agents{protocol=\"1.0\"} 1\n"));
+  EXPECT_THAT(server_->Handle(metrics).body, HasSubstr("gpufleet_agents{protocol=\"1.1\"} 1\n"));
 }
 
 // An agent newer than the server (the agents upgraded first), or older than the one minor the
@@ -1105,37 +1366,37 @@ TEST_F(NodeAgentTest, AnAgentOfTheLastReleaseIsServed) {
 TEST_F(NodeAgentTest, AnAgentOutsideTheSkewPolicyIsRefusedNamingBothVersions) {
   Result<Json> registration = wire::ParseJson(ProtocolFixture("register.json"));
   ASSERT_OK(registration);
-  (*registration)["protocol"] = "1.2";
+  (*registration)["protocol"] = "1.3";
   (*registration)["agent_version"] = "0.3.0 (commit 0123abc)";
   EXPECT_THAT(client_->Post("/v1/agents/register", registration->dump(), "application/json"),
               StatusIs(StatusCode::kFailedPrecondition,
-                       HasSubstr("agent protocol 1.2 (agent 0.3.0 (commit 0123abc)) is newer than "
-                                 "this server's 1.1: upgrade the servers before the agents")));
+                       HasSubstr("agent protocol 1.3 (agent 0.3.0 (commit 0123abc)) is newer than "
+                                 "this server's 1.2: upgrade the servers before the agents")));
   // A field this server does not know, as a newer agent may add: still the version's refusal.
   (*registration)["node_class"] = "gpu";
   EXPECT_THAT(client_->Post("/v1/agents/register", registration->dump(), "application/json"),
               StatusIs(StatusCode::kFailedPrecondition,
-                       HasSubstr("agent protocol 1.2 (agent 0.3.0 (commit 0123abc)) is newer")));
+                       HasSubstr("agent protocol 1.3 (agent 0.3.0 (commit 0123abc)) is newer")));
   registration->erase("node_class");
   (*registration)["protocol"] = "0.9";
   EXPECT_THAT(client_->Post("/v1/agents/register", registration->dump(), "application/json"),
               StatusIs(StatusCode::kFailedPrecondition,
                        HasSubstr("agent protocol 0.9 (agent 0.3.0 (commit 0123abc)) is too old for "
-                                 "this server's 1.1 (it serves 1.0 to 1.1): upgrade the agent")));
+                                 "this server's 1.2 (it serves 1.1 to 1.2): upgrade the agent")));
   EXPECT_THAT(admin_client_->Get("/v1/nodes/old-agent-0"), StatusIs(StatusCode::kNotFound));
 
-  // This build's agent registers; then its heartbeats claiming 1.2 are refused too.
+  // This build's agent registers; then its heartbeats claiming 1.3 are refused too.
   EXPECT_OK(agent_->Register());
-  agent_protocol_ = "1.2";
+  agent_protocol_ = "1.3";
   EXPECT_THAT(agent_->Heartbeat(),
               StatusIs(StatusCode::kFailedPrecondition,
-                       HasSubstr("agent protocol 1.2 is newer than this server's 1.1")));
+                       HasSubstr("agent protocol 1.3 is newer than this server's 1.2")));
 }
 
 // A refused agent backs off, doubling its wait up to five minutes, instead of asking every five
 // seconds; once served, a later failure waits the usual five seconds again.
 TEST_F(NodeAgentTest, ARefusedAgentBacksOff) {
-  agent_protocol_ = "1.2";
+  agent_protocol_ = "1.3";
   AgentLoop loop(*agent_, clock_);
   std::vector<int64_t> waits;
   for (int call = 0; call < 8; ++call) {

@@ -371,6 +371,7 @@ Result<std::unique_ptr<ApiServer>> ApiServer::Create(Options options) {
            .usage_flush_interval = o.usage_flush_interval,
            .usage_half_life = o.usage_half_life,
            .min_runtime_before_preemption = o.min_runtime_before_preemption,
+           .max_checkpoint_grace = o.max_checkpoint_grace,
            .reliability = o.reliability,
            .idle_reclaim = o.idle_reclaim,
            .mig_apply_timeout = o.mig_apply_timeout,

@@ -135,6 +135,9 @@ class ApiServer {
     std::chrono::seconds usage_half_life{std::chrono::hours(24 * 7)};
     // A job that has held its GPUs for less than this is not preempted.
     std::chrono::seconds min_runtime_before_preemption{60};
+    // The most checkpoint grace a preemption notice gives (docs/job-spec.md, "Preemption
+    // notices"); a job that asks for more gets this; 0: no notices, victims stop at once.
+    std::chrono::seconds max_checkpoint_grace{300};
     // Outcome records, attribution and quarantine (docs/reliability.md, "The server").
     control::ReliabilityOptions reliability;
     // Idle reclaim of running interactive jobs (docs/utilization.md, "Idle reclaim in the

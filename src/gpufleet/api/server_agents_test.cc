@@ -1243,7 +1243,10 @@ TEST_F(AgentProtocolTest, BadReportsAreRefusedAndChangeNothing) {
   }
   EXPECT_EQ(Get("/v1/nodes/node-a")["gpus"][0]["health"], "Healthy");
 
-  EXPECT_EQ(Call("POST", "/v1/agents/ghost/heartbeat", agent_, "{}").status, 404);
+  EXPECT_EQ(Call("POST", "/v1/agents/ghost/heartbeat", agent_,
+                 wire::HeartbeatRequestToJson(wire::HeartbeatRequest{}))
+                .status,
+            404);
   wire::RegisterRequest bad_model = Inventory("node-c", "leaf-0");
   bad_model.node.gpus[5].model = "H900";
   const ApiResponse unknown_model =

@@ -107,7 +107,8 @@ class QueueControllerTest : public ::testing::Test {
   Result<std::optional<control::PreemptionPlan>> Plan(const std::string& name) {
     Random random(1);
     return controller_->PlanPreemption(*view_, *scheduler_, Key(name), Spec(name), "batch",
-                                       /*cycle=*/0, "2026-12-02T00:00:00Z", random);
+                                       /*cycle=*/0, "2026-12-02T00:00:00Z", clock_.Now().nanos,
+                                       random);
   }
 
   std::vector<std::string> Order() {

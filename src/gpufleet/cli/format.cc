@@ -579,6 +579,16 @@ std::string DescribeJob(const json& job, const json& events, int64_t now_unix_se
               fmt::format("last checkpoint {} ago",
                           FormatAge(now_unix_seconds - checkpoint.get<int64_t>() / 1'000'000'000)));
   }
+  // A preemption notice the run saves its work under (docs/job-spec.md, "Preemption notices").
+  if (const json& notice = Member(job, "notice");
+      notice.is_object() && Member(notice, "deadline_ns").is_number_integer()) {
+    const int64_t left =
+        Member(notice, "deadline_ns").get<int64_t>() / 1'000'000'000 - now_unix_seconds;
+    text += Field("Notice", fmt::format("{} sent; stopping once it reports a checkpoint, at the "
+                                        "latest in {}",
+                                        TextOr(notice, "signal", kNone),
+                                        FormatAge(std::max<int64_t>(left, 0))));
+  }
   // What a stopping run waits for before it becomes `then`, as kubectl shows Terminating.
   if (const json& stopping = Member(job, "stopping"); stopping.is_object()) {
     text += Field("Stopping", fmt::format("{}; then {}", TextOr(stopping, "waiting_for", kNone),

@@ -281,6 +281,18 @@ TEST(DescribeJob, ShowsHowLongAgoTheJobLastCheckpointed) {
                         "Checkpoint:  last checkpoint 2m30s ago\n"));
 }
 
+// Issue 37 item 4: a run under a preemption notice says so, and how long it may still save.
+TEST(DescribeJob, ShowsAPreemptionNoticeAndItsDeadline) {
+  json job = Parse(R"({"name": "train", "state": "Running", "reason": ""})");
+  EXPECT_THAT(DescribeJob(job, json(), kNow), Not(HasSubstr("Notice:")));
+  job["notice"] = {{"signal", "SIGUSR1"},
+                   {"since_ns", (kNow - 30) * 1'000'000'000},
+                   {"deadline_ns", (kNow + 150) * 1'000'000'000}};
+  EXPECT_THAT(DescribeJob(job, json(), kNow),
+              HasSubstr("Notice:      SIGUSR1 sent; stopping once it reports a checkpoint, at the "
+                        "latest in 2m30s\n"));
+}
+
 TEST(DescribeJob, ImagePullsAndDigestsOfItsTasks) {
   const json job = Parse(R"({"name": "boxed", "state": "Running", "placements": [
       {"task": "main-0", "node": "n1", "gpus": [0], "image_pull_ms": 12345,

@@ -210,7 +210,8 @@ ControlPlane::ControlPlane(ControlPlaneOptions options, std::unique_ptr<schedule
                .wall_clock = options_.wall_clock,
                .started_at = started_at_,
                .usage_half_life = options_.usage_half_life,
-               .min_runtime_before_preemption = options_.min_runtime_before_preemption}),
+               .min_runtime_before_preemption = options_.min_runtime_before_preemption,
+               .max_checkpoint_grace = options_.max_checkpoint_grace}),
       mig_layouts_({.store = options_.store,
                     .catalog = options_.catalog,
                     .clock = options_.clock,
@@ -308,6 +309,10 @@ Result<int> ControlPlane::RunCycleLocked() {
   MarkCycleStep("node-leases");
   GPUFLEET_ASSIGN_OR_RETURN(const bool ended, EndRunsOnNotReadyNodes());
   if (ended) {
+    GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const bool noticed_ended, EndNoticedRuns());
+  if (noticed_ended) {
     GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   }
   GPUFLEET_ASSIGN_OR_RETURN(const bool stopped, FinishStoppingRuns());

@@ -93,6 +93,7 @@ struct ControlPlaneOptions {
   Duration usage_flush_interval = std::chrono::minutes(5);
   std::chrono::seconds usage_half_life{std::chrono::hours(24 * 7)};
   std::chrono::seconds min_runtime_before_preemption{60};
+  std::chrono::seconds max_checkpoint_grace{300};  // QueueController::Options'
   ReliabilityOptions reliability;
   std::optional<policy::IdleReclaimOptions> idle_reclaim;
   std::chrono::seconds mig_apply_timeout{120};
@@ -331,6 +332,8 @@ class ControlPlane {
   Result<std::optional<std::string>> TryPreemption(const std::string& name, const Job& preemptor,
                                                    const std::string& queue, Random& random);
   Result<bool> RequeuePreemptedJobs();
+  // Ends the runs whose preemption notice is done waiting (control::EndNoticedRuns).
+  Result<bool> EndNoticedRuns();
   // Idle reclaim (IdleReclaimController): warnings and reclaims of idle interactive jobs, the
   // view refreshed so that this cycle places the waiting jobs.
   Status ReclaimIdleJobs();

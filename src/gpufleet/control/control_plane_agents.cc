@@ -577,9 +577,11 @@ bool MigInstancesReported(const wire::JobRecord& job,
 
 // Adds the tasks of `job` (whose spec is `spec`) that `node` should run to `reply`. A MIG task is
 // added once the agent has reported each of its instances; it then names them and gets their
-// MIG device UUIDs.
+// MIG device UUIDs. The job's preemption notice goes with its tasks when the agent speaks
+// `protocol` of wire::kNoticeAgentProtocol or later; an older agent's task gets the plain stop.
 void AddDesiredTasks(const wire::JobRecord& job, const Job& spec, const Json& node_doc,
-                     const std::string& node, wire::AgentReply* reply) {
+                     const std::string& node, wire::ProtocolVersion protocol,
+                     wire::AgentReply* reply) {
   if (!RunIsWanted(job.state)) {
     return;
   }
@@ -637,6 +639,11 @@ void AddDesiredTasks(const wire::JobRecord& job, const Job& spec, const Json& no
     }
     task.cpu_milli = placement.cpu_milli;
     task.memory_mib = placement.memory_mib;
+    if (job.notice && protocol >= wire::kNoticeAgentProtocol) {
+      task.notice = wire::TaskNotice{
+          .signal = job.notice->signal,
+          .deadline_unix_s = (job.notice->deadline_ns + 999'999'999) / 1'000'000'000};
+    }
     reply->tasks.push_back(std::move(task));
   }
 }
@@ -826,6 +833,7 @@ Result<wire::AgentReply> ControlPlane::RegisterAgent(const Principal& who, std::
   heartbeat.gpus = std::move(request.gpus);
   heartbeat.tasks = std::move(request.tasks);
   heartbeat.sequence = request.sequence;
+  heartbeat.protocol = request.protocol;
   GPUFLEET_ASSIGN_OR_RETURN(wire::AgentReply reply,
                             ProcessHeartbeat(name, heartbeat, /*gpus_applied=*/true));
   NoteAgentProtocol(name, request.protocol);
@@ -1232,7 +1240,7 @@ Result<wire::AgentReply> ControlPlane::ProcessHeartbeat(const std::string& node,
         spec = std::make_shared<const Result<Job>>(wire::StoredJobSpec(doc, options_.catalog));
       }
       if (spec->ok()) {
-        AddDesiredTasks(*record, **spec, node_doc, node, &reply);
+        AddDesiredTasks(*record, **spec, node_doc, node, request.protocol, &reply);
       } else {
         // A spec this server's catalog no longer takes: what to run is unknown.
         fmt::print(stderr, "gpufleet server: jobs/{}: stored spec is invalid: {}\n", job_name,

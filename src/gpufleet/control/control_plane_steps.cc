@@ -82,9 +82,10 @@ Result<std::optional<std::string>> ControlPlane::TryPreemption(const std::string
                                                                const Job& preemptor,
                                                                const std::string& queue,
                                                                Random& random) {
-  GPUFLEET_ASSIGN_OR_RETURN(std::optional<PreemptionPlan> plan,
-                            queues_.PlanPreemption(*view_, *scheduler_, name, preemptor, queue,
-                                                   cycle_count_, NowText(), random));
+  GPUFLEET_ASSIGN_OR_RETURN(
+      std::optional<PreemptionPlan> plan,
+      queues_.PlanPreemption(*view_, *scheduler_, name, preemptor, queue, cycle_count_, NowText(),
+                             UsageNowNanos(), random));
   if (!plan) {
     return std::optional<std::string>();
   }
@@ -105,6 +106,11 @@ Result<std::optional<std::string>> ControlPlane::TryPreemption(const std::string
   }
   queues_.Reserve(name);
   return std::optional<std::string>(std::move(plan->pending_reason));
+}
+
+Result<bool> ControlPlane::EndNoticedRuns() {
+  return CommitJobWrites(
+      control::EndNoticedRuns(view_->JobsIn(JobState::kRunning), UsageNowNanos(), NowText()));
 }
 
 Result<bool> ControlPlane::RequeuePreemptedJobs() {

@@ -18,6 +18,7 @@ namespace gpufleet::control {
 namespace {
 
 constexpr char kStoppingField[] = "stopping";
+constexpr char kNoticeField[] = "notice";
 
 bool IsPlainTransition(JobState from, JobState to) {
   switch (to) {
@@ -126,6 +127,8 @@ Result<std::string> EndRun(Json& job, JobState then, std::string reason, std::st
         fmt::format("job \"{}\" is {}; its run cannot end as {}", wire::StrOr(job, "name"),
                     wire::StrOr(job, "state", "unknown"), JobStateName(then)));
   }
+  // A preemption notice is over once the run ends, for whatever reason.
+  job.erase(kNoticeField);
   bool all_gone = true;
   for (const Json& placement : wire::ArrayOr(job, "placements")) {
     all_gone = all_gone && PlacementGone(placement);

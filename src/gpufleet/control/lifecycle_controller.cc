@@ -76,6 +76,56 @@ std::vector<JobWrite> EndRunsOnNotReadyNodes(const std::map<std::string, ViewJob
   return writes;
 }
 
+std::optional<wire::NoticeRecord> PreemptionNotice(const Job& spec, JobState state,
+                                                   std::chrono::seconds max_grace, int64_t now_ns,
+                                                   std::string reason) {
+  const int64_t grace_seconds = std::min<int64_t>(spec.checkpoint_grace_seconds, max_grace.count());
+  if (grace_seconds <= 0 || state != JobState::kRunning) {
+    return std::nullopt;
+  }
+  return wire::NoticeRecord{.signal = spec.notice_signal,
+                            .since_ns = now_ns,
+                            .deadline_ns = now_ns + grace_seconds * 1'000'000'000,
+                            .reason = std::move(reason)};
+}
+
+std::string NoticeEvent(const wire::NoticeRecord& notice) {
+  return fmt::format(
+      "preemption notice ({}): stopping once a task reports a checkpoint, at the latest in {}s; "
+      "{}",
+      notice.signal, (notice.deadline_ns - notice.since_ns) / 1'000'000'000, notice.reason);
+}
+
+std::vector<JobWrite> EndNoticedRuns(const JobEntries& running, int64_t now_ns,
+                                     const std::string& now_text) {
+  std::vector<JobWrite> writes;
+  for (const auto* entry : running) {
+    const auto& [name, job] = *entry;
+    if (job.state != JobState::kRunning || !job.notice) {
+      continue;
+    }
+    const int64_t notice_second = job.notice->since_ns / 1'000'000'000 * 1'000'000'000;
+    const bool saved = job.last_checkpoint_ns && *job.last_checkpoint_ns >= notice_second;
+    if (!saved && now_ns < job.notice->deadline_ns) {
+      continue;
+    }
+    JobWrite write{.name = name, .version = job.version, .before = wire::ParseDocument(job.data)};
+    write.after = write.before;
+    Result<std::string> event =
+        EndRun(write.after, JobState::kPreempted,
+               fmt::format("{} ({})", job.notice->reason,
+                           saved ? "a checkpoint was reported after its notice"
+                                 : "its notice's checkpoint grace ran out"),
+               now_text);
+    if (!event.ok()) {
+      continue;
+    }
+    write.events.push_back(std::move(*event));
+    writes.push_back(std::move(write));
+  }
+  return writes;
+}
+
 std::vector<JobWrite> RequeuePreemptedJobs(const JobEntries& preempted) {
   std::vector<JobWrite> writes;
   for (const auto* entry : preempted) {

@@ -1,13 +1,18 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <chrono>
+#include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/core/clock.h"
+#include "gpufleet/core/workload.h"
+#include "gpufleet/wire/job_record.h"
 #include "gpufleet/wire/json_fields.h"
 
 // The job lifecycle's controllers: steps of the scheduling cycle that read the view's jobs and
@@ -44,6 +49,23 @@ std::vector<JobWrite> EndRunsOnNotReadyNodes(const std::map<std::string, ViewJob
 // Preempted jobs (SchedulingView::JobsIn(kPreempted); others are left alone) back to Pending (a
 // member is not told the name of another team's preemptor).
 std::vector<JobWrite> RequeuePreemptedJobs(const JobEntries& preempted);
+
+// Preemption notices (docs/job-spec.md, "Preemption notices"). The notice a Running victim gets
+// instead of a stop now: its spec's checkpointGraceSeconds, cut to `max_grace`, from `now_ns`
+// (the server's UsageNowNanos), with the stop's `reason`; nullopt when the job asks for no grace,
+// the server allows none, or the run is not Running (no task of it has started to save anything).
+std::optional<wire::NoticeRecord> PreemptionNotice(const Job& spec, JobState state,
+                                                   std::chrono::seconds max_grace, int64_t now_ns,
+                                                   std::string reason);
+// The event of a notice given.
+std::string NoticeEvent(const wire::NoticeRecord& notice);
+
+// Runs under a notice (of `running`, SchedulingView::JobsIn(kRunning)) that are done waiting end
+// as preempted, through Stopping: once a task has reported a checkpoint from the notice's second
+// on (checkpoints are reported in whole seconds), or at the notice's deadline. `now_ns` on the
+// notice's clock; `now_text` the wall time the stop starts.
+std::vector<JobWrite> EndNoticedRuns(const JobEntries& running, int64_t now_ns,
+                                     const std::string& now_text);
 
 // A gang runs whole or not at all: a Scheduled gang whose tasks have started on some nodes but
 // not on others (an agent holds a task Waiting for a GPU a stopping task still has, or has not

@@ -210,4 +210,71 @@ TEST(RequeuePreemptedJobs, NamesTheSameTeamsPreemptorOnly) {
 }
 
 }  // namespace
+// Issue 37 item 4: a notice only for a Running victim that asks for a grace, cut to the
+// server's most.
+TEST(PreemptionNotice, GivesTheJobsGraceCutToTheServersMostToARunningVictim) {
+  Job spec;
+  spec.checkpoint_grace_seconds = 120;
+  spec.notice_signal = "SIGUSR2";
+  const std::optional<wire::NoticeRecord> notice = PreemptionNotice(
+      spec, JobState::kRunning, std::chrono::seconds(60), 1000 * kOneSecondNs, "preempted by x");
+  ASSERT_TRUE(notice.has_value());
+  EXPECT_EQ(notice->signal, "SIGUSR2");
+  EXPECT_EQ(notice->since_ns, 1000 * kOneSecondNs);
+  EXPECT_EQ(notice->deadline_ns, 1060 * kOneSecondNs);
+  EXPECT_EQ(notice->reason, "preempted by x");
+  EXPECT_THAT(NoticeEvent(*notice), HasSubstr("preemption notice (SIGUSR2)"));
+  EXPECT_THAT(NoticeEvent(*notice), HasSubstr("at the latest in 60s; preempted by x"));
+
+  EXPECT_FALSE(
+      PreemptionNotice(spec, JobState::kScheduled, std::chrono::seconds(60), 0, "").has_value())
+      << "no task of the run has started: nothing to save";
+  EXPECT_FALSE(
+      PreemptionNotice(spec, JobState::kRunning, std::chrono::seconds(0), 0, "").has_value())
+      << "the server gives no notices";
+  spec.checkpoint_grace_seconds = 0;
+  EXPECT_FALSE(
+      PreemptionNotice(spec, JobState::kRunning, std::chrono::seconds(60), 0, "").has_value())
+      << "the job asks for none";
+}
+
+// The run under a notice ends as preempted, through Stopping, at its deadline, or sooner once a
+// task reported a checkpoint from the notice's second on; an older checkpoint does not count.
+TEST(EndNoticedRuns, EndsTheRunAtItsDeadlineOrOnceACheckpointAfterTheNoticeIsReported) {
+  Json doc = Gang("Running", {"node-a"});
+  doc["placements"][0]["phase"] = "Running";
+  const wire::NoticeRecord notice{.signal = "SIGUSR1",
+                                  .since_ns = 1000 * kOneSecondNs + 400'000'000,
+                                  .deadline_ns = 1060 * kOneSecondNs,
+                                  .reason = "preempted by job urgent"};
+  doc["notice"] = wire::NoticeRecordToJson(notice);
+  ViewJob held = InView(doc, 3);
+  held.notice = notice;
+  held.last_checkpoint_ns = 999 * kOneSecondNs;  // before the notice
+  {
+    const IndexedJobs jobs({{"nlp/train", held}});
+    EXPECT_TRUE(EndNoticedRuns(jobs.entries, 1059 * kOneSecondNs, "t0").empty());
+    const std::vector<JobWrite> writes = EndNoticedRuns(jobs.entries, 1060 * kOneSecondNs, "t1");
+    ASSERT_EQ(writes.size(), 1u);
+    EXPECT_EQ(writes[0].version, 3);
+    EXPECT_EQ(writes[0].after["state"], "Stopping") << "its task must stop first, with its grace";
+    EXPECT_EQ(writes[0].after["stopping"]["then"], "Preempted");
+    EXPECT_FALSE(writes[0].after.contains("notice"));
+    ASSERT_EQ(writes[0].events.size(), 1u);
+    EXPECT_THAT(writes[0].events[0], HasSubstr("checkpoint grace ran out"));
+  }
+  held.last_checkpoint_ns = 1000 * kOneSecondNs;  // the notice's own second, reported in seconds
+  {
+    const IndexedJobs jobs({{"nlp/train", held}});
+    const std::vector<JobWrite> writes = EndNoticedRuns(jobs.entries, 1005 * kOneSecondNs, "t2");
+    ASSERT_EQ(writes.size(), 1u);
+    EXPECT_THAT(writes[0].events[0], HasSubstr("a checkpoint was reported after its notice"));
+    EXPECT_THAT(writes[0].events[0], HasSubstr("preempted by job urgent"));
+  }
+  held.notice.reset();
+  const IndexedJobs without({{"nlp/train", held}});
+  EXPECT_TRUE(EndNoticedRuns(without.entries, 2000 * kOneSecondNs, "t3").empty())
+      << "no notice: nothing to end";
+}
+
 }  // namespace gpufleet::control

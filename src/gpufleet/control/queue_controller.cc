@@ -446,7 +446,7 @@ std::optional<std::string> QueueController::AdmitByQuota(
 Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
     SchedulingView& view, scheduler::Scheduler& scheduler, const std::string& name,
     const Job& preemptor, const std::string& queue, uint64_t cycle, const std::string& now_text,
-    Random& random) {
+    int64_t now_ns, Random& random) {
   planned_.reset();
   // Within the queue a higher priority; across queues only reclaiming the queue's guarantee,
   // the same rule as the simulator's (policy::QueueTreeRule).
@@ -473,8 +473,9 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
     return now_seconds - age_ns / 1'000'000'000;
   };
   for (auto& [other, job] : view.jobs()) {
-    // A job already stopping is no victim: its GPUs come free without another preemption.
-    if (!job.applied || other == name || !RunIsWanted(job.state)) {
+    // A job already stopping, or under a notice, is no victim: its GPUs come free without
+    // another preemption.
+    if (!job.applied || other == name || !RunIsWanted(job.state) || job.notice) {
       continue;
     }
     ViewJobSpec(job, options_.catalog);
@@ -548,9 +549,18 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
             : fmt::format("preempted by {}: queue {} reclaims its guarantee from queue {}", by,
                           queue, job.queue);
     Json doc = before;
-    Result<std::string> event = EndRun(doc, JobState::kPreempted, why, now_text);
+    // A victim that asks for a checkpoint grace is told first; its run ends by EndNoticedRuns.
+    const std::optional<wire::NoticeRecord> notice =
+        job.spec && job.spec->ok()
+            ? PreemptionNotice(**job.spec, job.state, options_.max_checkpoint_grace, now_ns, why)
+            : std::nullopt;
+    Result<std::string> event = notice ? Result<std::string>(NoticeEvent(*notice))
+                                       : EndRun(doc, JobState::kPreempted, why, now_text);
     if (!event.ok()) {
       continue;
+    }
+    if (notice) {
+      doc["notice"] = wire::NoticeRecordToJson(*notice);
     }
     doc["preempted_by"] = name;
     doc["preempted_by_team"] = preemptor_team;
@@ -619,12 +629,14 @@ store::WriteBatch QueueController::DropEndedReservations(SchedulingView& view, u
     reservation.placed_this_cycle = false;
     const auto job = view.jobs().find(it->first);
     const bool pending = job != view.jobs().end() && job->second.state == JobState::kPending;
-    // The reservation lasts while its victims stop, however long their tasks take to exit.
+    // The reservation lasts while its victims save their work under a notice (bounded by the
+    // checkpoint grace) and stop, however long their tasks take to exit.
     if (std::any_of(reservation.victims.begin(), reservation.victims.end(),
                     [&](const std::string& victim) {
                       const auto it_victim = view.jobs().find(victim);
                       return it_victim != view.jobs().end() &&
-                             it_victim->second.state == JobState::kStopping;
+                             (it_victim->second.state == JobState::kStopping ||
+                              (it_victim->second.notice && RunIsWanted(it_victim->second.state)));
                     })) {
       reservation.until_seconds =
           std::max(reservation.until_seconds, CycleSeconds() + kReservationSeconds);

@@ -59,6 +59,9 @@ class QueueController {
     MonoTime started_at;                    // cycle seconds count from here
     std::chrono::seconds usage_half_life{std::chrono::hours(24 * 7)};
     std::chrono::seconds min_runtime_before_preemption{60};
+    // The most checkpoint grace a victim's notice gives (Job::checkpoint_grace_seconds is cut to
+    // it); 0: no notices.
+    std::chrono::seconds max_checkpoint_grace{300};
   };
   explicit QueueController(Options options);
 
@@ -94,14 +97,14 @@ class QueueController {
   void ReleaseReservedGpus(SchedulingView& view);
 
   // The victims whose stop makes room for `preemptor` (their stop starting at `now_text`), or
-  // nullopt when preemption cannot help. Once the plan's writes are committed, Reserve(name)
+  // nullopt when preemption cannot help. A Running victim whose spec asks for a checkpoint grace
+  // gets a notice instead (PreemptionNotice, from `now_ns`, the server's UsageNowNanos) and stops
+  // when EndNoticedRuns ends its run. Once the plan's writes are committed, Reserve(name)
   // keeps the GPUs they free for the preemptor.
-  Result<std::optional<PreemptionPlan>> PlanPreemption(SchedulingView& view,
-                                                       scheduler::Scheduler& scheduler,
-                                                       const std::string& name,
-                                                       const Job& preemptor,
-                                                       const std::string& queue, uint64_t cycle,
-                                                       const std::string& now_text, Random& random);
+  Result<std::optional<PreemptionPlan>> PlanPreemption(
+      SchedulingView& view, scheduler::Scheduler& scheduler, const std::string& name,
+      const Job& preemptor, const std::string& queue, uint64_t cycle, const std::string& now_text,
+      int64_t now_ns, Random& random);
   void Reserve(const std::string& name);
 
   // After the cycle: publishes the tree's figures (Statuses) and saves the usage at most once

@@ -519,6 +519,7 @@ void SchedulingView::PutJobUnindexed(const store::StoredObject& object) {
   job.submit_seq = record.submit_seq;
   job.preempted_by = record.preempted_by.value_or("");
   job.last_checkpoint_ns = record.last_checkpoint_ns;
+  job.notice = record.notice;
   job.nodes.clear();
   for (const wire::PlacementRecord& placement : record.placements) {
     job.nodes.insert(placement.node);

@@ -61,6 +61,9 @@ struct ViewJob {
   std::string preempted_by;
   // wire::JobRecord::last_checkpoint_ns: what a preemption of the job would lose.
   std::optional<int64_t> last_checkpoint_ns;
+  // wire::JobRecord::notice: a running job under a preemption notice (no victim again; its run
+  // ends by EndNoticedRuns).
+  std::optional<wire::NoticeRecord> notice;
   std::set<std::string> nodes;  // of its placements
   // Applied to the snapshot; set only while the job holds resources and its nodes are known.
   std::vector<scheduler::TaskPlacement> placements;

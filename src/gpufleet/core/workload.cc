@@ -1,6 +1,9 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/core/workload.h"
 
+#include <csignal>
+#include <utility>
+
 #include <fmt/format.h>
 
 namespace gpufleet {
@@ -107,6 +110,35 @@ const char* NodeFailurePolicyName(NodeFailurePolicy policy) {
       return "fail";
   }
   return "unknown";
+}
+
+namespace {
+
+// The signals a task may take as its notice: each one a task can catch and that leaves it
+// running when it does not.
+constexpr std::pair<std::string_view, int> kNoticeSignals[] = {
+    {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},    {"SIGQUIT", SIGQUIT}, {"SIGUSR1", SIGUSR1},
+    {"SIGUSR2", SIGUSR2}, {"SIGALRM", SIGALRM},  {"SIGTERM", SIGTERM}, {"SIGCONT", SIGCONT},
+    {"SIGURG", SIGURG},   {"SIGWINCH", SIGWINCH}};
+
+}  // namespace
+
+std::optional<int> NoticeSignalNumber(std::string_view name) {
+  for (const auto& [known, number] : kNoticeSignals) {
+    if (name == known || name == known.substr(3)) {
+      return number;
+    }
+  }
+  return std::nullopt;
+}
+
+std::string NoticeSignalNames() {
+  std::string names;
+  for (const auto& [known, number] : kNoticeSignals) {
+    names += names.empty() ? "" : ", ";
+    names += known;
+  }
+  return names;
 }
 
 int64_t RequestedGpuMilli(const GpuRequest& request) {

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -100,6 +101,19 @@ const char* JobKindName(JobKind kind);
 enum class NodeFailurePolicy { kRequeue, kFail };
 const char* NodeFailurePolicyName(NodeFailurePolicy policy);  // "requeue", "fail"
 
+// The signal a preemption victim gets as its notice (`spec.preemption.noticeSignal`), SIGUSR1
+// unless the job names another.
+inline constexpr std::string_view kDefaultNoticeSignal = "SIGUSR1";
+// The most checkpoint grace a job may ask for (`spec.preemption.checkpointGraceSeconds`); the
+// server may allow less (its --max-checkpoint-grace-s).
+inline constexpr int64_t kMaxCheckpointGraceSeconds = 3600;
+// The number of a signal a notice may be ("SIGUSR1" or "USR1": SIGHUP, SIGINT, SIGQUIT, SIGUSR1,
+// SIGUSR2, SIGALRM, SIGTERM, SIGCONT, SIGURG, SIGWINCH); nullopt for any other name, among them
+// the signals that stop a task or cannot be caught (SIGKILL, SIGSTOP, SIGTSTP, ...).
+std::optional<int> NoticeSignalNumber(std::string_view name);
+// The names NoticeSignalNumber takes, with the "SIG" prefix, for error messages.
+std::string NoticeSignalNames();
+
 inline constexpr size_t kMaxProvenanceEntries = 64;
 inline constexpr size_t kMaxProvenanceBytes = 16 * 1024;
 
@@ -141,6 +155,11 @@ struct Job {
   // How long the job runs before it may be preempted (`spec.preemption.minRuntime`); nullopt: its
   // queue's default, else the server's (docs/utilization.md, "Queues in the server").
   std::optional<Duration> min_runtime;
+  // A preemption's notice (`spec.preemption.checkpointGraceSeconds` and `noticeSignal`): with a
+  // grace above 0 a running victim first gets `notice_signal` (canonical "SIG..." name) and up to
+  // that long to save a checkpoint before its stop (docs/job-spec.md, "Preemption notices").
+  int64_t checkpoint_grace_seconds = 0;
+  std::string notice_signal = std::string(kDefaultNoticeSignal);
   NodeFailurePolicy on_node_failure = NodeFailurePolicy::kRequeue;
 
   int TaskCount() const;

@@ -31,6 +31,9 @@ class FaultyRunner final : public runner::TaskRunner {
     }
     return inner_.Stop(task_id, grace);
   }
+  Status SendNotice(std::string_view task_id, std::string_view signal_name) override {
+    return inner_.SendNotice(task_id, signal_name);
+  }
   std::vector<runner::TaskStatus> Poll() override {
     std::vector<runner::TaskStatus> statuses = inner_.Poll();
     for (runner::TaskStatus& status : statuses) {

@@ -103,6 +103,9 @@ class LedgerRunner final : public runner::TaskRunner {
 
   Status Start(const runner::TaskLaunch& launch) override;
   Status Stop(std::string_view task_id, Duration grace) override;
+  Status SendNotice(std::string_view task_id, std::string_view signal_name) override {
+    return inner_.SendNotice(task_id, signal_name);
+  }
   std::vector<runner::TaskStatus> Poll() override;
   Status Forget(std::string_view task_id) override;
   Status RenewLease(Duration fence_in, Duration grace) override;

@@ -787,11 +787,33 @@ void PodmanRunner::Finish(Task& task, const ContainerState* container, MonoTime 
 
 void PodmanRunner::Signal(Task& task, std::string_view signal_name) {
   (signal_name == "KILL" ? task.sigkill_sent : task.sigterm_sent) = true;
+  QueueSignal(task.container, signal_name);
+}
+
+void PodmanRunner::QueueSignal(const std::string& container, std::string_view signal_name) {
   {
     std::lock_guard<std::mutex> lock(list_mu_);
-    signals_.push_back({task.container, std::string(signal_name)});
+    signals_.push_back({container, std::string(signal_name)});
   }
   list_cv_.notify_all();
+}
+
+Status PodmanRunner::SendNotice(std::string_view task_id, std::string_view signal_name) {
+  if (!IsContainerTask(task_id)) {
+    return processes_->SendNotice(task_id, signal_name);
+  }
+  GPUFLEET_RETURN_IF_ERROR(internal::NoticeSignal(task_id, signal_name).status());
+  std::lock_guard<std::mutex> lock(mu_);
+  GPUFLEET_ASSIGN_OR_RETURN(const auto it, internal::FindTask(tasks_, task_id));
+  Task& task = it->second;
+  if (IsFinal(task.status.state) || task.awaiting_pull.has_value() ||
+      (task.status.starting_container && !NoteStarted(task, clock_.Now()))) {
+    return Status::Ok();  // no container runs to take it
+  }
+  // podman's names are the signal's without "SIG", as the stops' are.
+  QueueSignal(task.container, signal_name.starts_with("SIG") ? signal_name.substr(3) : signal_name);
+  task.status.notices.emplace_back(signal_name);
+  return Status::Ok();
 }
 
 bool PodmanRunner::IsContainerTask(std::string_view task_id) {

@@ -157,6 +157,9 @@ class PodmanRunner final : public TaskRunner {
   // not send is sent again at the next Poll); a container still being made gets it once it has
   // started.
   Status Stop(std::string_view task_id, Duration grace) override;
+  // A container task's signal goes through `podman kill --signal` (queued as a stop's are); a
+  // task whose container has not started yet gets none.
+  Status SendNotice(std::string_view task_id, std::string_view signal_name) override;
   std::vector<TaskStatus> Poll() override;
   // Also has the runner's podman thread remove the container (`podman rm --force`).
   Status Forget(std::string_view task_id) override;
@@ -272,6 +275,8 @@ class PodmanRunner final : public TaskRunner {
   // Has `signal_name` ("TERM", "KILL") sent to the task's container by the runner's podman
   // thread, and records it as sent. REQUIRES: mu_ held.
   void Signal(Task& task, std::string_view signal_name);
+  // Queues `podman kill --signal SIGNAL` of the container for the podman thread.
+  void QueueSignal(const std::string& container, std::string_view signal_name);
   bool IsContainerTask(std::string_view task_id);
   // Starts the fence of the task's container (under the task's id in fences_): with `launch`, one
   // that makes the container first; without, one that waits for the container there is.

@@ -242,6 +242,8 @@ struct StateRecord {
   std::string working_dir;
   // Its shim stops it when the lease runs out; records of older runners lack the line.
   bool enforces_lease = false;
+  // Its shim ignores the notice signals (SendNotice); records of older runners lack the line.
+  bool takes_notices = false;
   // The task sandbox: the run's directory name and uid; empty and none without one.
   std::string run_dir;
   std::optional<uid_t> uid;
@@ -251,11 +253,11 @@ std::string FormatStateRecord(const StateRecord& record) {
   return fmt::format(
       "{}\ntask_id={}\nshim_pid={}\nshim_start_ticks={}\nboot_id={}\nstart_time_ns={}\n"
       "command={}\ngpu_uuids={}\nlog_path={}\nworking_dir={}\nenforces_lease={}\nrun_dir={}\n"
-      "uid={}\n",
+      "uid={}\ntakes_notices={}\n",
       kStateHeader, record.task_id, record.shim_pid, record.shim_start_ticks, record.boot_id,
       record.start_time_nanos, record.command, fmt::join(record.gpu_uuids, ","), record.log_path,
       record.working_dir, record.enforces_lease ? 1 : 0, record.run_dir,
-      record.uid.has_value() ? std::to_string(*record.uid) : "");
+      record.uid.has_value() ? std::to_string(*record.uid) : "", record.takes_notices ? 1 : 0);
 }
 
 Result<StateRecord> ParseStateRecord(std::string_view text) {
@@ -310,6 +312,7 @@ Result<StateRecord> ParseStateRecord(std::string_view text) {
   record.log_path = values["log_path"];
   record.working_dir = values["working_dir"];
   record.enforces_lease = values["enforces_lease"] == "1";
+  record.takes_notices = values["takes_notices"] == "1";
   record.run_dir = values["run_dir"];
   if (!values["uid"].empty()) {
     uid_t uid = 0;
@@ -470,6 +473,7 @@ Status ProcessRunner::LoadStateDirectory() {
     }
     task.status.gpu_uuids = record->gpu_uuids;
     task.status.enforces_lease = record->enforces_lease;
+    task.takes_notices = record->takes_notices;
     task.status.start_time = MonoTime{record->start_time_nanos};
     task.status.process_group = record->shim_pid;
     task.command = record->command;
@@ -741,6 +745,9 @@ Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task,
     GPUFLEET_RETURN_IF_ERROR(CreateCheckpointFile(launch, identity));
     env_storage.push_back(fmt::format("{}={}", kCheckpointFileEnv, launch.checkpoint_path));
   }
+  if (!launch.notice_path.empty()) {
+    env_storage.push_back(fmt::format("{}={}", kNoticeFileEnv, launch.notice_path));
+  }
   std::vector<char*> envp = NullTerminatedPointers(env_storage);
   std::vector<std::string> cgroup_join;
   std::vector<const char*> cgroup_join_pointers;
@@ -865,9 +872,11 @@ Status ProcessRunner::Spawn(const TaskLaunch& launch, int log_fd, Task& task,
   record.log_path = launch.log_path;
   record.working_dir = launch.working_dir;
   record.enforces_lease = true;
+  record.takes_notices = true;
   record.run_dir = task.run_dir;
   record.uid = task.uid;
   task.status.enforces_lease = true;
+  task.takes_notices = true;
   const Status written = WriteFileAtomically(state_path, FormatStateRecord(record));
   if (!written.ok()) {
     return abandon(written);
@@ -1017,6 +1026,26 @@ Status ProcessRunner::Stop(std::string_view task_id, Duration grace) {
     case internal::DueSignal::kNone:
       break;
   }
+  return Status::Ok();
+}
+
+Status ProcessRunner::SendNotice(std::string_view task_id, std::string_view signal_name) {
+  GPUFLEET_ASSIGN_OR_RETURN(const int signal_number, internal::NoticeSignal(task_id, signal_name));
+  std::lock_guard<std::mutex> lock(mu_);
+  GPUFLEET_ASSIGN_OR_RETURN(const auto it, internal::FindTask(tasks_, task_id));
+  Task& task = it->second;
+  Refresh(task, clock_.Now());
+  if (IsFinal(task.status.state)) {
+    return Status::Ok();
+  }
+  if (!task.takes_notices) {
+    return FailedPreconditionError(fmt::format(
+        "task '{}' was started by an older runner whose shim a notice's signal would end; it "
+        "gets no notice",
+        task_id));
+  }
+  GPUFLEET_RETURN_IF_ERROR(SignalGroup(task, signal_number));
+  task.status.notices.emplace_back(signal_name);
   return Status::Ok();
 }
 

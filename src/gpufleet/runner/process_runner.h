@@ -37,16 +37,16 @@ std::vector<std::string> TaskEnvironment(const TaskLaunch& launch,
 // The real TaskRunner: each task is a process of this node.
 //
 // How a task runs. Start forks a shim (internal/shim.h) that leads a new process group, ignores
-// SIGTERM, forks the task's program with execve and waits for it; Start returns once the task's
-// process exists, so a Stop right after it reaches the task. The task gets an allow-listed part of
-// the runner's environment (kInheritedEnv and LC_*; never the agent's token or anything else the
-// agent was started with) plus TaskLaunch::env, CUDA_VISIBLE_DEVICES and NVIDIA_VISIBLE_DEVICES
-// set from its GPU UUIDs, stdin from /dev/null, stdout and stderr appended to its log file, and
-// default signal handling. When the task ends, the shim writes "<state_dir>/<id>.exit" and sends
-// SIGKILL to its process group, which ends anything the task left behind (a task is over when its
-// main process is; processes that leave the group with setsid escape, as only cgroups could
-// prevent). Stop signals the whole group, so the task's children get SIGTERM and, after the grace,
-// SIGKILL.
+// SIGTERM and the notice signals, forks the task's program with execve and waits for it; Start
+// returns once the task's process exists, so a Stop right after it reaches the task. The task gets
+// an allow-listed part of the runner's environment (kInheritedEnv and LC_*; never the agent's token
+// or anything else the agent was started with) plus TaskLaunch::env, CUDA_VISIBLE_DEVICES and
+// NVIDIA_VISIBLE_DEVICES set from its GPU UUIDs, stdin from /dev/null, stdout and stderr appended
+// to its log file, and default signal handling. When the task ends, the shim writes
+// "<state_dir>/<id>.exit" and sends SIGKILL to its process group, which ends anything the task left
+// behind (a task is over when its main process is; processes that leave the group with setsid
+// escape, as only cgroups could prevent). Stop signals the whole group, so the task's children get
+// SIGTERM and, after the grace, SIGKILL.
 //
 // Surviving an agent restart. The shim is not tied to the agent: it keeps running, and its
 // record of the exit outlives both. For each task the runner keeps "<state_dir>/<id>.task" (with
@@ -128,6 +128,9 @@ class ProcessRunner final : public TaskRunner {
   Status Start(const TaskLaunch& launch) override;
   // Adds kInternal when the process group cannot be signalled (e.g. EPERM).
   Status Stop(std::string_view task_id, Duration grace) override;
+  // The signal goes to the task's process group and cgroup, as a stop's SIGTERM does (the shim
+  // ignores it). kFailedPrecondition for a task an older runner started, whose shim would not.
+  Status SendNotice(std::string_view task_id, std::string_view signal_name) override;
   std::vector<TaskStatus> Poll() override;
   // Also deletes the task's files; kUnavailable if that fails (the task stays known).
   Status Forget(std::string_view task_id) override;
@@ -154,6 +157,8 @@ class ProcessRunner final : public TaskRunner {
     bool reaped = false;
     bool sigterm_sent = false;
     bool sigkill_sent = false;
+    // Its shim ignores the notice signals; false for a task an older runner started.
+    bool takes_notices = false;
     std::optional<MonoTime> kill_deadline;
     // Sandbox: the name of the run's directory under runs_dir and its uid (and gid); none for a
     // task that never ran or was not sandboxed.

@@ -254,6 +254,36 @@ TEST_F(ProcessRunnerTest, ATaskAppendsItsCheckpointsToTheFileItsEnvironmentNames
   EXPECT_FALSE(std::filesystem::exists(target));
 }
 
+// Issue 37 item 4: a notice is the signal alone, to the task's process group; the task runs on
+// until it ends by itself (or is stopped), and a signal that would stop it is refused.
+TEST_F(ProcessRunnerTest, ANoticeReachesTheTaskWhichRunsOn) {
+  std::unique_ptr<ProcessRunner> runner = OpenRunner();
+  ASSERT_NE(runner, nullptr);
+  TaskLaunch launch = Shell("train/group-0",
+                            "trap 'echo \"notice $GPUFLEET_PREEMPTION_NOTICE_FILE\"; done=1' USR2; "
+                            "done=0; echo ready; "
+                            // Builtins only: a child of the group without a handler (sleep)
+                            // would die of the signal.
+                            "while [ $done = 0 ]; do :; done; echo saved");
+  launch.notice_path = dir_ + "/train.notice";
+  StartOrFail(*runner, launch);
+  ASSERT_TRUE(WaitForLog(launch.log_path, "ready"));
+  EXPECT_THAT(runner->SendNotice("train/group-0", "SIGKILL"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("\"SIGKILL\" is not a notice")));
+  EXPECT_THAT(runner->SendNotice("train/other", "SIGUSR2"), StatusIs(StatusCode::kNotFound));
+  EXPECT_EQ(StatusOf(*runner, "train/group-0").state, TaskState::kRunning);
+  ASSERT_OK(runner->SendNotice("train/group-0", "SIGUSR2"));
+  const TaskStatus status = WaitForEnd(*runner, "train/group-0");
+  EXPECT_EQ(status.state, TaskState::kExited) << "the notice does not stop it";
+  EXPECT_EQ(status.exit_code, 0);
+  EXPECT_FALSE(status.stop_requested);
+  EXPECT_EQ(status.notices, std::vector<std::string>{"SIGUSR2"});
+  EXPECT_EQ(ReadFile(launch.log_path), "ready\nnotice " + launch.notice_path + "\nsaved\n");
+  // An ended task gets nothing.
+  ASSERT_OK(runner->SendNotice("train/group-0", "SIGUSR2"));
+  EXPECT_EQ(StatusOf(*runner, "train/group-0").notices, std::vector<std::string>{"SIGUSR2"});
+}
+
 TEST_F(ProcessRunnerTest, TaskWithoutGpusSeesNoDevice) {
   std::unique_ptr<ProcessRunner> runner = OpenRunner();
   ASSERT_NE(runner, nullptr);
@@ -629,11 +659,14 @@ TEST_F(ProcessRunnerIntegrationTest, ATaskAnOlderRunnerStartedDoesNotEnforceTheL
   EXPECT_TRUE(StatusOf(*first, "old").enforces_lease);
   const std::string path = first->StateFilePathForTest("old");
   first.reset();
-  // An older runner's state file has no enforces_lease line: its shim never reads the lease.
+  // An older runner's state file has no enforces_lease line (its shim never reads the lease) and
+  // no takes_notices line (its shim does not ignore a notice's signal).
   std::string record = ReadFile(path);
-  const size_t line = record.find("enforces_lease=1\n");
-  ASSERT_NE(line, std::string::npos) << record;
-  record.erase(line, std::string("enforces_lease=1\n").size());
+  for (const std::string newer : {"enforces_lease=1\n", "takes_notices=1\n"}) {
+    const size_t line = record.find(newer);
+    ASSERT_NE(line, std::string::npos) << record;
+    record.erase(line, newer.size());
+  }
   WriteFile(path, record);
 
   std::unique_ptr<ProcessRunner> second = OpenRunner();
@@ -641,6 +674,9 @@ TEST_F(ProcessRunnerIntegrationTest, ATaskAnOlderRunnerStartedDoesNotEnforceTheL
   const TaskStatus adopted = StatusOf(*second, "old");
   EXPECT_EQ(adopted.state, TaskState::kRunning);
   EXPECT_FALSE(adopted.enforces_lease);
+  EXPECT_THAT(second->SendNotice("old", "SIGUSR1"),
+              StatusIs(StatusCode::kFailedPrecondition, HasSubstr("older runner")));
+  EXPECT_EQ(StatusOf(*second, "old").state, TaskState::kRunning);
   ASSERT_OK(second->Stop("old", Duration::zero()));
   WaitForEnd(*second, "old");
 }

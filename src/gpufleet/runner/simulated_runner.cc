@@ -138,6 +138,18 @@ Status SimulatedRunner::Stop(std::string_view task_id, Duration grace) {
   return Status::Ok();
 }
 
+Status SimulatedRunner::SendNotice(std::string_view task_id, std::string_view signal_name) {
+  GPUFLEET_RETURN_IF_ERROR(internal::NoticeSignal(task_id, signal_name).status());
+  std::lock_guard<std::mutex> lock(mu_);
+  GPUFLEET_ASSIGN_OR_RETURN(const auto it, internal::FindTask(tasks_, task_id));
+  SimulatedTask& task = it->second;
+  Advance(task, clock_.Now());
+  if (!IsFinal(task.status.state)) {
+    task.status.notices.emplace_back(signal_name);
+  }
+  return Status::Ok();
+}
+
 void SimulatedRunner::StopAt(SimulatedTask& task, MonoTime at, Duration grace,
                              std::string_view cause) {
   const bool first = !task.status.stop_requested;

@@ -53,6 +53,9 @@ class SimulatedRunner final : public TaskRunner {
   Status Start(const TaskLaunch& launch) override;
   Status Stop(std::string_view task_id, Duration grace) override;
   std::vector<TaskStatus> Poll() override;
+  // Records the notice in the task's status (TaskStatus::notices): a simulated task has no
+  // process to signal.
+  Status SendNotice(std::string_view task_id, std::string_view signal_name) override;
   Status Forget(std::string_view task_id) override;
   // From the lease's deadline on, every running task not yet stopping is stopped as by
   // Stop(grace) at the deadline.

@@ -216,6 +216,8 @@ Status ValidateLaunch(const TaskLaunch& launch) {
   }
   GPUFLEET_RETURN_IF_ERROR(CheckPath("log_path", launch.log_path));
   GPUFLEET_RETURN_IF_ERROR(CheckPath("working_dir", launch.working_dir));
+  GPUFLEET_RETURN_IF_ERROR(CheckPath("checkpoint_path", launch.checkpoint_path));
+  GPUFLEET_RETURN_IF_ERROR(CheckPath("notice_path", launch.notice_path));
   if (launch.mps.has_value()) {
     GPUFLEET_RETURN_IF_ERROR(CheckMpsClient(launch));
   }

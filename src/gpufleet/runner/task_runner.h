@@ -52,6 +52,8 @@ inline constexpr std::string_view kMpsActiveThreadsEnv = "CUDA_MPS_ACTIVE_THREAD
 // One task of a job, as the agent asks a runner to start it.
 // The variable that names a task's checkpoint file (TaskLaunch::checkpoint_path).
 inline constexpr std::string_view kCheckpointFileEnv = "GPUFLEET_CHECKPOINT_FILE";
+// The variable that names a task's preemption notice file (TaskLaunch::notice_path).
+inline constexpr std::string_view kNoticeFileEnv = "GPUFLEET_PREEMPTION_NOTICE_FILE";
 
 struct TaskLaunch {
   // Unique among the runner's tasks, e.g. "train-llm/group-0": 1 to kMaxTaskIdLength characters
@@ -77,6 +79,11 @@ struct TaskLaunch {
   // environment as GPUFLEET_CHECKPOINT_FILE; its directory must exist and be one the task's user
   // cannot write to. Empty: none. PodmanRunner and SimulatedRunner give their tasks none.
   std::string checkpoint_path;
+  // The file the agent writes the task's preemption notice to (docs/agent.md, "Preemption
+  // notices"), named in the task's environment as GPUFLEET_PREEMPTION_NOTICE_FILE; the task only
+  // reads it. ProcessRunner names it (the agent makes it); empty: none. PodmanRunner and
+  // SimulatedRunner give their tasks none.
+  std::string notice_path;
   // The directory the task starts in; empty: the runner's own working directory.
   std::string working_dir;
   // The task's CPU (milli-cores) and memory request, enforced as limits where the runner puts
@@ -122,6 +129,8 @@ struct TaskStatus {
   std::optional<MonoTime> end_time;
   // Stop was called for this task.
   bool stop_requested = false;
+  // The preemption notices SendNotice delivered to the task, by signal name, in order.
+  std::vector<std::string> notices;
   // The task's process group; 0 when it has no process (SimulatedRunner, failed starts).
   int process_group = 0;
   // The task stops itself when the runner's lease runs out (RenewLease); false for a task an
@@ -190,6 +199,13 @@ class TaskRunner {
   // The status of every known task, sorted by task id. Also where the runner makes progress:
   // it notices ended tasks and sends the SIGKILLs that are due.
   virtual std::vector<TaskStatus> Poll() = 0;
+
+  // A preemption notice (docs/agent.md, "Preemption notices"): sends `signal_name` (one
+  // NoticeSignalNumber takes, "SIGUSR1") to the running task's process group or container, and
+  // nothing else; the task runs on. A task that has ended, or whose container has not started
+  // yet, gets nothing (OK). kNotFound for an unknown task id; kInvalidArgument for a signal name
+  // that is not a notice's.
+  virtual Status SendNotice(std::string_view task_id, std::string_view signal_name) = 0;
 
   // Drops a task that has ended, once the agent has reported its final state.
   // kFailedPrecondition while the task is still running.

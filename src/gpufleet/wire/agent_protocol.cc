@@ -817,6 +817,10 @@ std::string AgentReplyToJson(const AgentReply& reply) {
       task["image_pull_policy"] = ImagePullPolicyName(t.image_pull_policy);
       task["host_network"] = t.host_network;
     }
+    if (t.notice) {
+      task["notice"] = {{"signal", t.notice->signal},
+                        {"deadline_unix_s", t.notice->deadline_unix_s}};
+    }
     tasks.push_back(std::move(task));
   }
   Json j = {{"heartbeat_interval_ms", reply.heartbeat_interval_ms},
@@ -910,10 +914,11 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
   const auto read_task = [&](const Json& t, const std::string& path) -> Status {
     GPUFLEET_ASSIGN_OR_RETURN(
         const ObjectReader tr,
-        ObjectReader::Open(t, path,
-                           {"id", "job", "task", "team", "queue", "command", "env", "gpu_uuids",
-                            "gpu_milli", "cpu_milli", "memory_mib", "mig_instances", "image",
-                            "image_pull_policy", "host_network", "mps", "gpu_memory_mib"}));
+        ObjectReader::Open(
+            t, path,
+            {"id", "job", "task", "team", "queue", "command", "env", "gpu_uuids", "gpu_milli",
+             "cpu_milli", "memory_mib", "mig_instances", "image", "image_pull_policy",
+             "host_network", "mps", "gpu_memory_mib", "notice"}));
     DesiredTask task;
     GPUFLEET_RETURN_IF_ERROR(tr.String("id", &task.id, /*required=*/true));
     GPUFLEET_RETURN_IF_ERROR(tr.String("job", &task.job));
@@ -968,6 +973,22 @@ Result<AgentReply> ParseAgentReply(std::string_view text) {
       return Status::Ok();
     };
     GPUFLEET_RETURN_IF_ERROR(tr.List("mig_instances", read_instance));
+    if (const Json* notice = tr.Find("notice")) {
+      GPUFLEET_ASSIGN_OR_RETURN(
+          const ObjectReader nr,
+          ObjectReader::Open(*notice, tr.Path("notice"), {"signal", "deadline_unix_s"}));
+      TaskNotice parsed;
+      GPUFLEET_RETURN_IF_ERROR(nr.String("signal", &parsed.signal, /*required=*/true));
+      if (!NoticeSignalNumber(parsed.signal)) {
+        return FieldError(nr.Path("signal"),
+                          fmt::format("\"{}\" is not a notice signal (one of {})", parsed.signal,
+                                      NoticeSignalNames()));
+      }
+      GPUFLEET_RETURN_IF_ERROR(RequireField(nr, "deadline_unix_s"));
+      GPUFLEET_RETURN_IF_ERROR(
+          nr.Integer("deadline_unix_s", &parsed.deadline_unix_s, 0, kMaxCheckpointUnixSeconds));
+      task.notice = std::move(parsed);
+    }
     reply.tasks.push_back(std::move(task));
     return Status::Ok();
   };

@@ -103,8 +103,12 @@ struct ProtocolVersion {
 };
 
 // What this build speaks. 1.0 is the protocol of the agents released before versions were sent;
-// 1.1 added "protocol" and "agent_version".
-inline constexpr ProtocolVersion kAgentProtocolVersion{1, 1};
+// 1.1 added "protocol" and "agent_version"; 1.2 added the desired task's "notice", which the
+// server sends only to agents of 1.2 or later (kNoticeAgentProtocol).
+inline constexpr ProtocolVersion kAgentProtocolVersion{1, 2};
+// The first protocol whose agents take preemption notices (DesiredTask::notice): an older agent's
+// strict reader would refuse the field, so it gets none, and its task the plain stop.
+inline constexpr ProtocolVersion kNoticeAgentProtocol{1, 2};
 // The version of a request without "protocol". Only agents released before 1.1 leave it out, and
 // they speak exactly 1.0, so reading its absence as 1.0 serves them through the upgrade that
 // brings 1.1 and refuses them, as too old, once a server no longer serves 1.0.
@@ -250,6 +254,16 @@ std::string RunIdOfTask(std::string_view task_id);
 inline constexpr size_t kAttemptDigits = 6;
 Status CheckTaskIdLength(std::string_view key, const Job& job);
 
+// A preemption notice for a running task (docs/agent.md, "Preemption notices"): the agent sends
+// the task `signal` once and writes `deadline_unix_s` to its notice file; the server stops the
+// task at that deadline, or sooner once the task has reported a checkpoint.
+struct TaskNotice {
+  std::string signal;  // one NoticeSignalNumber takes, "SIGUSR1"
+  int64_t deadline_unix_s = 0;
+
+  friend bool operator==(const TaskNotice&, const TaskNotice&) = default;
+};
+
 struct DesiredTask {
   std::string id;    // MakeTaskId
   std::string job;   // the job's name, without its team
@@ -278,6 +292,9 @@ struct DesiredTask {
   std::string image;
   ImagePullPolicy image_pull_policy = ImagePullPolicy::kIfNotPresent;
   bool host_network = false;
+  // Set while the task's job is under a preemption notice; sent to agents of
+  // kNoticeAgentProtocol or later only.
+  std::optional<TaskNotice> notice;
 };
 
 struct AgentReply {

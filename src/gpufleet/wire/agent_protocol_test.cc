@@ -73,6 +73,27 @@ TEST(AgentProtocolJson, ReplyWithMigLayoutsAndAMigTaskRoundTrips) {
   EXPECT_TRUE(parsed->mig_layouts[1].instances.empty()) << "no instances: destroy them all";
 }
 
+// Issue 37 item 4: a task's preemption notice; a task without one has none.
+TEST(AgentProtocolJson, ANoticeRoundTripsAndItsSignalIsChecked) {
+  AgentReply reply;
+  reply.tasks.push_back({.id = "a/b/1", .notice = TaskNotice{"SIGUSR2", 1765119700}});
+  reply.tasks.push_back({.id = "a/c/1"});
+  const Result<AgentReply> parsed = ParseAgentReply(AgentReplyToJson(reply));
+  ASSERT_OK(parsed);
+  ASSERT_EQ(parsed->tasks.size(), 2u);
+  EXPECT_EQ(parsed->tasks[0].notice, (TaskNotice{"SIGUSR2", 1765119700}));
+  EXPECT_FALSE(parsed->tasks[1].notice.has_value());
+  EXPECT_EQ(AgentReplyToJson(AgentReply{.tasks = {{.id = "a/c/1"}}}).find("notice"),
+            std::string::npos);
+  EXPECT_THAT(
+      ParseAgentReply(
+          R"({"tasks": [{"id": "a/b/1", "notice": {"signal": "SIGKILL", "deadline_unix_s": 5}}]})"),
+      StatusIs(StatusCode::kInvalidArgument,
+               HasSubstr("tasks[0].notice.signal: \"SIGKILL\" is not a notice signal")));
+  EXPECT_THAT(ParseAgentReply(R"({"tasks": [{"id": "a/b/1", "notice": {"signal": "SIGUSR1"}}]})"),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("tasks[0].notice.deadline_unix_s")));
+}
+
 TEST(AgentProtocolJson, ContainerTaskRoundTrips) {
   AgentReply reply;
   DesiredTask task;
@@ -497,9 +518,14 @@ TEST(AgentProtocolVersion, ServerServesItsMinorAndTheOneBefore) {
       StatusIs(StatusCode::kFailedPrecondition, HasSubstr("agent protocol 0.5 is too old")));
 }
 
-TEST(AgentProtocolVersion, ThisBuildServesTheAgentsThatSentNoVersion) {
+// 1.2 (notices) serves 1.1, the last release; the agents that sent no version speak 1.0 and are
+// refused as too old, as docs/operations.md says they will be once 1.0 is no longer served.
+TEST(AgentProtocolVersion, ThisBuildServesTheLastReleaseAndRefusesUnversionedAgentsAsTooOld) {
   EXPECT_OK(CheckAgentProtocol(kAgentProtocolVersion, "", kAgentProtocolVersion));
-  EXPECT_OK(CheckAgentProtocol(kUnversionedAgentProtocol, "", kAgentProtocolVersion));
+  EXPECT_OK(CheckAgentProtocol({1, 1}, "", kAgentProtocolVersion));
+  EXPECT_THAT(CheckAgentProtocol(kUnversionedAgentProtocol, "", kAgentProtocolVersion),
+              StatusIs(StatusCode::kFailedPrecondition,
+                       HasSubstr("agent protocol 1.0 is too old for this server's 1.2")));
 }
 
 TEST(AgentProtocolVersion, RefusalsAreKnownByTheAgent) {

@@ -216,6 +216,17 @@ Result<StopRecord> StopRecordFromJson(Json object, const std::string& path) {
   return out;
 }
 
+Result<NoticeRecord> NoticeRecordFromJson(Json object, const std::string& path) {
+  GPUFLEET_ASSIGN_OR_RETURN(MemberTaker taker, MemberTaker::Open(std::move(object), path));
+  NoticeRecord out;
+  GPUFLEET_RETURN_IF_ERROR(taker.String("signal", out.signal));
+  GPUFLEET_RETURN_IF_ERROR(taker.Integer("since_ns", out.since_ns));
+  GPUFLEET_RETURN_IF_ERROR(taker.Integer("deadline_ns", out.deadline_ns));
+  GPUFLEET_RETURN_IF_ERROR(taker.String("reason", out.reason));
+  out.extra = std::move(taker).TakeRest();
+  return out;
+}
+
 Result<UsageRunStamp> UsageRunFromJson(Json object, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(MemberTaker taker, MemberTaker::Open(std::move(object), path));
   UsageRunStamp out;
@@ -282,6 +293,15 @@ Result<PlacementRecord> PlacementRecordFromJson(const Json& placement, const std
   return PlacementFromJson(placement, path);
 }
 
+Json NoticeRecordToJson(const NoticeRecord& notice) {
+  Json out = notice.extra;
+  out["signal"] = notice.signal;
+  out["since_ns"] = notice.since_ns;
+  out["deadline_ns"] = notice.deadline_ns;
+  out["reason"] = notice.reason;
+  return out;
+}
+
 Json PlacementRecordToJson(const PlacementRecord& placement) {
   Json out = placement.extra;
   out["task"] = placement.task;
@@ -345,6 +365,9 @@ Result<JobRecord> JobRecordFromJson(Json&& doc, const GpuCatalog* catalog) {
   GPUFLEET_RETURN_IF_ERROR(taker.Array("warnings", out.warnings, StringElement));
   GPUFLEET_RETURN_IF_ERROR(taker.String("warning", out.idle_warning));
   GPUFLEET_RETURN_IF_ERROR(taker.Integer("last_checkpoint_ns", out.last_checkpoint_ns));
+  if (const std::optional<Json> notice = taker.Take("notice")) {
+    GPUFLEET_ASSIGN_OR_RETURN(out.notice, NoticeRecordFromJson(*notice, "notice"));
+  }
   out.extra = std::move(taker).TakeRest();
   return out;
 }
@@ -397,6 +420,9 @@ Json JobRecordToJson(const JobRecord& record) {
   }
   SetIfAny(out, "warning", record.idle_warning);
   SetIfAny(out, "last_checkpoint_ns", record.last_checkpoint_ns);
+  if (record.notice) {
+    out["notice"] = NoticeRecordToJson(*record.notice);
+  }
   return out;
 }
 

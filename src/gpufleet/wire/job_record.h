@@ -77,6 +77,20 @@ struct StopRecord {
   friend bool operator==(const StopRecord&, const StopRecord&) = default;
 };
 
+// A running job's preemption notice ("notice"; docs/job-spec.md, "Preemption notices"): the
+// queue controller gave it, and its run ends as a preemption once a task reports a checkpoint
+// taken after `since_ns` or at `deadline_ns`, whichever comes first (control/preemption_notice.h).
+// Both times are the server's UsageNowNanos, as last_checkpoint_ns is.
+struct NoticeRecord {
+  std::string signal;  // "SIGUSR1"
+  int64_t since_ns = 0;
+  int64_t deadline_ns = 0;
+  std::string reason;  // the preemption's, for the stop that follows
+  Json extra = Json::object();
+
+  friend bool operator==(const NoticeRecord&, const NoticeRecord&) = default;
+};
+
 // The usage stamp of the job's current run ("usage_run"; control/usage_ledger.h).
 struct UsageRunStamp {
   int64_t attempt = 0;
@@ -117,6 +131,8 @@ struct JobRecord {
   // Unix nanoseconds, never after the server's time when it took the report; kept across runs,
   // since the next run resumes from it. nullopt: none reported.
   std::optional<int64_t> last_checkpoint_ns;
+  // Set while the running job is under a preemption notice; EndRun drops it.
+  std::optional<NoticeRecord> notice;
   // Every stored member the record does not know, written back as it was.
   Json extra = Json::object();
 };
@@ -139,6 +155,8 @@ Json JobRecordToJson(const JobRecord& record);
 Result<Job> StoredJobSpec(const Json& doc, const GpuCatalog& catalog);
 
 Json PlacementRecordToJson(const PlacementRecord& placement);
+// The "notice" member as JobRecordToJson writes it.
+Json NoticeRecordToJson(const NoticeRecord& notice);
 // `path` names the placement in errors ("placements[3]").
 Result<PlacementRecord> PlacementRecordFromJson(const Json& placement, const std::string& path);
 

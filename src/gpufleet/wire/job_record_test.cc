@@ -55,7 +55,9 @@ Json RunningJobDocument() {
     "preempted_by": "", "preempted_by_team": "vision",
     "usage_run": {"attempt": 2, "start_ns": 3000, "busy": 77},
     "warning": "idle for 2h: reclaimed at 16:00 unless it works",
-    "last_checkpoint_ns": 1765119600000000000
+    "last_checkpoint_ns": 1765119600000000000,
+    "notice": {"signal": "SIGUSR1", "since_ns": 1765119700000000000,
+               "deadline_ns": 1765119760000000000, "reason": "preempted by job urgent"}
   })");
   EXPECT_TRUE(doc.ok()) << doc.status().ToString();
   (*doc)["spec"] = JobSpecToJson(*job);
@@ -94,6 +96,11 @@ TEST(JobRecord, ReadsEveryFieldTyped) {
   EXPECT_EQ(record->usage_run->busy, 77);
   EXPECT_EQ(record->idle_warning, "idle for 2h: reclaimed at 16:00 unless it works");
   EXPECT_EQ(record->last_checkpoint_ns, 1765119600000000000);
+  ASSERT_TRUE(record->notice.has_value());
+  EXPECT_EQ(record->notice->signal, "SIGUSR1");
+  EXPECT_EQ(record->notice->since_ns, 1765119700000000000);
+  EXPECT_EQ(record->notice->deadline_ns, 1765119760000000000);
+  EXPECT_EQ(record->notice->reason, "preempted by job urgent");
   EXPECT_TRUE(record->extra.empty()) << record->extra.dump();
   // A job that never reported a checkpoint has none.
   Json without = RunningJobDocument();
@@ -102,6 +109,9 @@ TEST(JobRecord, ReadsEveryFieldTyped) {
   ASSERT_OK(unsaved.status());
   EXPECT_FALSE(unsaved->last_checkpoint_ns.has_value());
   EXPECT_FALSE(JobRecordToJson(*unsaved).contains("last_checkpoint_ns"));
+  without.erase("notice");
+  EXPECT_FALSE(JobRecordFromJson(without, &catalog)->notice.has_value());
+  EXPECT_FALSE(JobRecordToJson(*JobRecordFromJson(without, &catalog)).contains("notice"));
   without["last_checkpoint_ns"] = "yesterday";
   EXPECT_THAT(JobRecordFromJson(without, &catalog).status(),
               StatusIs(StatusCode::kInvalidArgument, HasSubstr("last_checkpoint_ns")));

@@ -746,15 +746,36 @@ Result<TopologyConstraint> ReadTopology(const SpecNode& node, const std::string&
   return topology;
 }
 
-// `preemption: {minRuntime: 10m}`: the job's minimum runtime, or none when left out.
-Result<std::optional<Duration>> ReadPreemption(const SpecNode& node, const std::string& path) {
-  GPUFLEET_ASSIGN_OR_RETURN(const Fields f, Fields::Read(node, path, {"minRuntime"}));
-  if (f.Find("minRuntime") == nullptr) {
-    return std::optional<Duration>();
+// `preemption: {minRuntime: 10m, checkpointGraceSeconds: 120, noticeSignal: SIGUSR2}`.
+struct PreemptionFields {
+  std::optional<Duration> min_runtime;
+  int64_t checkpoint_grace_seconds = 0;
+  std::string notice_signal = std::string(kDefaultNoticeSignal);
+};
+
+Result<PreemptionFields> ReadPreemption(const SpecNode& node, const std::string& path) {
+  GPUFLEET_ASSIGN_OR_RETURN(
+      const Fields f,
+      Fields::Read(node, path, {"minRuntime", "checkpointGraceSeconds", "noticeSignal"}));
+  PreemptionFields out;
+  if (f.Find("minRuntime") != nullptr) {
+    Duration min_runtime{0};
+    GPUFLEET_RETURN_IF_ERROR(f.Get("minRuntime", &min_runtime, Formatted(&ParseSpecDuration)));
+    out.min_runtime = min_runtime;
   }
-  Duration min_runtime{0};
-  GPUFLEET_RETURN_IF_ERROR(f.Get("minRuntime", &min_runtime, Formatted(&ParseSpecDuration)));
-  return std::optional<Duration>(min_runtime);
+  GPUFLEET_RETURN_IF_ERROR(f.Get("checkpointGraceSeconds", &out.checkpoint_grace_seconds,
+                                 Int(0, kMaxCheckpointGraceSeconds)));
+  if (const SpecNode* signal = f.Find("noticeSignal")) {
+    const std::string signal_path = path + ".noticeSignal";
+    GPUFLEET_ASSIGN_OR_RETURN(const std::string name, ReadString(*signal, signal_path));
+    if (!NoticeSignalNumber(name)) {
+      return FieldError(signal_path, *signal,
+                        fmt::format("{} is not a signal a task can take as its notice (one of {})",
+                                    Quote(name), NoticeSignalNames()));
+    }
+    out.notice_signal = name.starts_with("SIG") ? name : "SIG" + name;
+  }
+  return out;
 }
 
 Result<SpreadConstraint> ReadSpread(const SpecNode& node, const std::string& path) {
@@ -828,7 +849,11 @@ Result<Job> ReadSpec(const SpecNode& node) {
   job.identical_stack_labels = std::move(stack.labels);
   job.identical_image_digest = std::move(stack.image_digest);
   GPUFLEET_RETURN_IF_ERROR(f.Get("provenance", &job.provenance, ReadProvenance));
-  GPUFLEET_RETURN_IF_ERROR(f.Get("preemption", &job.min_runtime, ReadPreemption));
+  PreemptionFields preemption;
+  GPUFLEET_RETURN_IF_ERROR(f.Get("preemption", &preemption, ReadPreemption));
+  job.min_runtime = preemption.min_runtime;
+  job.checkpoint_grace_seconds = preemption.checkpoint_grace_seconds;
+  job.notice_signal = std::move(preemption.notice_signal);
   return job;
 }
 
@@ -918,6 +943,12 @@ Json SpecToJson(const Job& job) {
       job.runtime_estimate.count() != 0);
   if (job.min_runtime) {
     spec["preemption"]["minRuntime"] = FormatSpecDuration(*job.min_runtime);
+  }
+  if (job.checkpoint_grace_seconds != 0) {
+    spec["preemption"]["checkpointGraceSeconds"] = job.checkpoint_grace_seconds;
+  }
+  if (job.notice_signal != kDefaultNoticeSignal) {
+    spec["preemption"]["noticeSignal"] = job.notice_signal;
   }
   put(spec, "onNodeFailure", std::string(NodeFailurePolicyName(job.on_node_failure)),
       job.on_node_failure != NodeFailurePolicy::kRequeue);

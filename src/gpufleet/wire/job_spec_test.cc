@@ -531,6 +531,30 @@ TEST_F(JobSpecTest, PreemptionMinRuntimeRoundTrips) {
   EXPECT_FALSE(JobSpecToJson(*job)["spec"].contains("preemption"));
 }
 
+// Issue 37 item 4: a notice's grace and signal, the default signal written as nothing.
+TEST_F(JobSpecTest, PreemptionNoticeRoundTrips) {
+  Result<Job> job = ParseJobSpec(
+      WithSpec("preemption: {checkpointGraceSeconds: 120, noticeSignal: USR2}\n"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->checkpoint_grace_seconds, 120);
+  EXPECT_EQ(job->notice_signal, "SIGUSR2");
+  const nlohmann::json json = JobSpecToJson(*job);
+  EXPECT_EQ(json["spec"]["preemption"]["checkpointGraceSeconds"], 120);
+  EXPECT_EQ(json["spec"]["preemption"]["noticeSignal"], "SIGUSR2");
+  const Result<Job> again = JobSpecFromJson(json, catalog_);
+  ASSERT_OK(again);
+  EXPECT_EQ(again->checkpoint_grace_seconds, 120);
+  EXPECT_EQ(again->notice_signal, "SIGUSR2");
+
+  job = ParseJobSpec(WithSpec("preemption: {checkpointGraceSeconds: 30}\n"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->notice_signal, "SIGUSR1");
+  EXPECT_FALSE(JobSpecToJson(*job)["spec"]["preemption"].contains("noticeSignal"));
+  job = ParseJobSpec(WithSpec("priority: 1\n"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_EQ(job->checkpoint_grace_seconds, 0);
+}
+
 TEST_F(JobSpecTest, IdenticalStackTrueOrAPinnedImageDigest) {
   const std::vector<std::string> defaults = {
       "gpufleet.io/driver-version", "gpufleet.io/cuda-version", "gpufleet.io/image-digest"};
@@ -665,6 +689,16 @@ std::vector<BadSpec> BadSpecs() {
        "spec.preemption.minRuntime: \"ten\" is not a duration"},
       {"NegativeMinRuntime", WithSpec("preemption: {minRuntime: -5m}\n"),
        "spec.preemption.minRuntime: \"-5m\" must be zero or positive"},
+      {"NoticeSignalKill", WithSpec("preemption: {noticeSignal: SIGKILL}\n"),
+       "spec.preemption.noticeSignal: \"SIGKILL\" is not a signal a task can take as its notice"},
+      {"NoticeSignalStop", WithSpec("preemption: {noticeSignal: STOP}\n"),
+       "spec.preemption.noticeSignal: \"STOP\" is not a signal"},
+      {"NoticeSignalNumber", WithSpec("preemption: {noticeSignal: \"10\"}\n"),
+       "spec.preemption.noticeSignal: \"10\" is not a signal"},
+      {"CheckpointGraceTooLong", WithSpec("preemption: {checkpointGraceSeconds: 3601}\n"),
+       "spec.preemption.checkpointGraceSeconds: 3601"},
+      {"CheckpointGraceNegative", WithSpec("preemption: {checkpointGraceSeconds: -1}\n"),
+       "spec.preemption.checkpointGraceSeconds: -1"},
       {"UnknownPreemptionField", WithSpec("preemption: {minRuntme: 5m}\n"),
        "spec.preemption.minRuntme"},
       {"NegativeMinGpuMemory", WithSpec("minGpuMemory: -1Gi\n"),

@@ -352,11 +352,12 @@ void RunShim(const ShimPlan& plan) {
   // async-signal-safe child), and SIGCHLD must not be ignored, or the kernel would reap the task
   // before waitpid sees it.
   ResetAllSignalDispositions();
-  // The shim must outlive the task to record its end: a SIGTERM meant for the group (Stop) or a
-  // terminal's SIGINT/SIGHUP must not end it. SIGKILL still does.
+  // The shim must outlive the task to record its end: a SIGTERM meant for the group (Stop), a
+  // preemption notice's signal (SendNotice; core's NoticeSignalNumber lists them, the others
+  // are ignored by default) or a terminal's SIGINT/SIGHUP must not end it. SIGKILL still does.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
-  for (const int signal_number : {SIGTERM, SIGINT, SIGHUP}) {
+  for (const int signal_number : {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM}) {
     SetDisposition(signal_number, SIG_IGN);
     sigaddset(&stop_signals, signal_number);
   }

@@ -8,6 +8,7 @@
 
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -16,6 +17,7 @@
 
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/status.h"
+#include "gpufleet/core/workload.h"
 #include "gpufleet/runner/task_runner.h"
 
 namespace gpufleet::runner::internal {
@@ -40,6 +42,18 @@ inline Status CheckStopGrace(std::string_view task_id, Duration grace) {
         "grace period for stopping task '{}' is negative: {} ns", task_id, grace.count()));
   }
   return Status::Ok();
+}
+
+// SendNotice: the number of a notice's signal; kInvalidArgument naming the task and the name
+// for any other.
+inline Result<int> NoticeSignal(std::string_view task_id, std::string_view signal_name) {
+  const std::optional<int> number = NoticeSignalNumber(signal_name);
+  if (!number) {
+    return InvalidArgumentError(
+        fmt::format("notice to task '{}': \"{}\" is not a notice signal (one of {})", task_id,
+                    signal_name, NoticeSignalNames()));
+  }
+  return *number;
 }
 
 // RenewLease: both durations are non-negative.
