@@ -284,7 +284,8 @@ TEST_F(MpsDaemonsTest, AStartThatNeverComesUpIsGivenUpAfterTheStartWait) {
 TEST_F(MpsDaemonsTest, ADaemonStartedForAShareNoLongerWantedQuitsOnceUp) {
   MpsDaemons daemons(options_, clock_);
   const Result<std::string> asked = daemons.EnsureRunning(kGpuA);
-  ASSERT_TRUE(asked.ok() || asked.status().code() == StatusCode::kUnavailable) << asked.status().message();
+  ASSERT_TRUE(asked.ok() || asked.status().code() == StatusCode::kUnavailable)
+      << asked.status().message();
   ASSERT_TRUE(WaitUntil([&] { return CountOf(ControlLog(kGpuA), "started") == 1; }));
   EXPECT_TRUE(WaitUntilForgotten(daemons, {}));
   EXPECT_THAT(ControlLog(kGpuA), HasSubstr("command quit\nquit pid="));

@@ -153,7 +153,8 @@ TEST_F(DeploymentSpecTest, BadSpecsNameTheFieldAndValue) {
   }
   const Result<DeploymentSpec> not_json = ParseDeploymentSpec(R"({"name": "chat",)", catalog_);
   ASSERT_FALSE(not_json.ok());
-  EXPECT_THAT(not_json.status().message(), HasSubstr("deployment: invalid JSON: parse error at line 1, column 17"));
+  EXPECT_THAT(not_json.status().message(),
+              HasSubstr("deployment: invalid JSON: parse error at line 1, column 17"));
 }
 
 TEST_F(DeploymentSpecTest, YamlGivesTheSameSpecAsJson) {
