@@ -38,6 +38,22 @@ struct FailuresFlags {
   double bad_max = 100;
   double xid_share = 0.6;
   double app_rate = 0.005;
+  double slow_share = 0.005;
+  double slow_factor = 1.34;
+  double node_rate = 2e-4;
+  double nic_rate = 6e-4;
+  double node_repair_minutes = 10;
+  bool no_diagnostics = false;
+  double diag_minutes = 2;
+  double diag_bad_sensitivity = 0.9;
+  double diag_slow_sensitivity = 0.95;
+  double diag_false_positive = 0.01;
+  int suspect_min_failures = 2;
+  double suspect_p = 1e-3;
+  double straggler_accuracy = 0.99;
+  double straggler_false_rate = 1e-5;
+  int spare_nodes = 8;
+  bool checkpoint_auto = false;
   int large_gpus = 1024;
   double large_start_days = 0;
   double checkpoint_minutes = 30;
@@ -98,6 +114,22 @@ int RunFailuresCommand(const FailuresFlags& flags) {
   options.faults.bad_multiplier_max = flags.bad_max;
   options.faults.xid_share = flags.xid_share;
   options.faults.app_failure_rate_per_job_hour = flags.app_rate;
+  options.faults.slow_gpu_share = flags.slow_share;
+  options.faults.slow_factor = flags.slow_factor;
+  options.faults.node_rate_per_node_hour = flags.node_rate;
+  options.faults.nic_rate_per_node_hour = flags.nic_rate;
+  options.faults.node_repair_seconds = Seconds(flags.node_repair_minutes * 60);
+  options.diagnostics.enabled = !flags.no_diagnostics;
+  options.diagnostics.diagnostic_seconds = Seconds(flags.diag_minutes * 60);
+  options.diagnostics.bad_sensitivity = flags.diag_bad_sensitivity;
+  options.diagnostics.slow_sensitivity = flags.diag_slow_sensitivity;
+  options.diagnostics.false_positive_rate = flags.diag_false_positive;
+  options.diagnostics.suspect_min_failures = flags.suspect_min_failures;
+  options.diagnostics.suspect_max_p = flags.suspect_p;
+  options.diagnostics.straggler_accuracy = flags.straggler_accuracy;
+  options.diagnostics.straggler_false_per_gpu_hour = flags.straggler_false_rate;
+  options.large_job.spare_nodes = flags.spare_nodes;
+  options.large_job.checkpoint_from_failure_rate = flags.checkpoint_auto;
   options.large_job.gpus = flags.large_gpus;
   options.large_job.start_seconds = Seconds(flags.large_start_days * 86400);
   options.large_job.checkpoint_interval_seconds = Seconds(flags.checkpoint_minutes * 60);
@@ -112,10 +144,12 @@ int RunFailuresCommand(const FailuresFlags& flags) {
 
   fmt::print(
       "failures: {} GPUs ({} nodes x {}), {} days, seed {}; {} job shapes from {}; load {}; "
-      "{:.1f}% bad GPUs at {}-{}x a base rate of {} per GPU-hour; large job {} GPUs\n",
+      "{:.1f}% bad GPUs at {}-{}x a base rate of {} per GPU-hour; {:.1f}% fail-slow at {}x; "
+      "node / NIC faults {} / {} per node-hour; large job {} GPUs\n",
       flags.nodes * flags.gpus_per_node, flags.nodes, flags.gpus_per_node, flags.days, flags.seed,
       shapes.size(), trace_path, flags.load, 100 * flags.bad_share, flags.bad_min, flags.bad_max,
-      flags.base_rate, flags.large_gpus);
+      flags.base_rate, 100 * flags.slow_share, flags.slow_factor, flags.node_rate, flags.nic_rate,
+      flags.large_gpus);
   Result<std::vector<sim::FailureSimResult>> results = std::vector<sim::FailureSimResult>();
   if (flags.mode == "both") {
     results = sim::RunFailureSimPair(*cluster, shapes, catalog, options, flags.threads);
@@ -178,6 +212,37 @@ SimSubcommand AddSimFailuresCommand(CLI::App& sim) {
   command->add_option("--bad-max", flags->bad_max, "largest bad GPU rate multiplier");
   command->add_option("--xid-share", flags->xid_share, "GPU failures that report a blaming XID");
   command->add_option("--app-rate", flags->app_rate, "application failures per job-hour");
+  command->add_option("--slow-share", flags->slow_share, "share of GPUs that fail slow");
+  command->add_option("--slow-factor", flags->slow_factor,
+                      "how many times slower a gang with a fail-slow GPU runs");
+  command->add_option("--node-rate", flags->node_rate,
+                      "node faults per node-hour (every job on the node fails)");
+  command->add_option("--nic-rate", flags->nic_rate,
+                      "NIC or link faults per node-hour (multi-node jobs on the node fail)");
+  command->add_option("--node-repair-minutes", flags->node_repair_minutes,
+                      "a node is fenced this long after a node or NIC fault");
+  command->add_flag("--no-diagnostics", flags->no_diagnostics,
+                    "quarantine flagged devices at once instead of diagnosing suspects");
+  command->add_option("--diag-minutes", flags->diag_minutes,
+                      "how long a diagnostic holds a GPU (dcgmi diag -r 2: about 2)");
+  command->add_option("--diag-bad-sensitivity", flags->diag_bad_sensitivity,
+                      "chance a diagnostic fails a failure-prone GPU (assumed)");
+  command->add_option("--diag-slow-sensitivity", flags->diag_slow_sensitivity,
+                      "chance a diagnostic fails a fail-slow GPU (assumed)");
+  command->add_option("--diag-false-positive", flags->diag_false_positive,
+                      "chance a diagnostic fails a sound GPU (assumed)");
+  command->add_option("--suspect-min-failures", flags->suspect_min_failures,
+                      "failures that make a GPU a suspect, with --suspect-p");
+  command->add_option("--suspect-p", flags->suspect_p,
+                      "p-value under which a GPU with enough failures is a suspect");
+  command->add_option("--straggler-accuracy", flags->straggler_accuracy,
+                      "chance per analysis that the gang comparison names a fail-slow member");
+  command->add_option("--straggler-false-rate", flags->straggler_false_rate,
+                      "sound gang members wrongly named per GPU-hour");
+  command->add_option("--spare-nodes", flags->spare_nodes,
+                      "whole nodes held free for the large job's restarts");
+  command->add_flag("--checkpoint-auto", flags->checkpoint_auto,
+                    "large job checkpoints at Young/Daly's interval from its measured failures");
   command->add_option("--large-job-gpus", flags->large_gpus, "GPUs of the large job (0: none)");
   command->add_option("--large-job-start-days", flags->large_start_days,
                       "when the large job is submitted");

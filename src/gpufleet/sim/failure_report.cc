@@ -56,8 +56,10 @@ FailureRates WholeRun(const FailureSimResult& result) {
   return result.RatesBetween(0, static_cast<int64_t>(result.hours.size()));
 }
 
+// Neither bad nor fail-slow.
 int HealthyGpus(const FailureSimResult& result) {
-  return result.total_gpus - static_cast<int>(result.bad_gpus.size());
+  return result.total_gpus - static_cast<int>(result.bad_gpus.size()) -
+         static_cast<int>(result.slow_gpus.size());
 }
 
 // The rows of the summary table, one value per run.
@@ -89,6 +91,22 @@ std::vector<std::pair<std::string, std::vector<std::string>>> SummaryRows(
   });
   add("90% of bad GPUs found after",
       [](const FailureSimResult& r) { return Days(r.found_90_seconds); });
+  add("bad GPUs quarantined", [](const FailureSimResult& r) {
+    return fmt::format("{} ({:.1f}%)", r.bad_quarantined,
+                       Percent(r.bad_quarantined, static_cast<double>(r.bad_gpus.size())));
+  });
+  add("fail-slow GPUs found / quarantined", [](const FailureSimResult& r) {
+    return fmt::format("{} / {} of {} ({:.1f}%)", r.slow_found, r.slow_quarantined,
+                       r.slow_gpus.size(),
+                       Percent(r.slow_found, static_cast<double>(r.slow_gpus.size())));
+  });
+  add("node / NIC faults (runs failed)", [](const FailureSimResult& r) {
+    return fmt::format("{} ({}) / {} ({})", r.node_faults, r.node_failures, r.nic_faults,
+                       r.nic_failures);
+  });
+  add("diagnostics (failed)", [](const FailureSimResult& r) {
+    return fmt::format("{} ({})", r.diagnostics, r.diagnostics_failed);
+  });
   add("healthy GPUs flagged", [](const FailureSimResult& r) {
     return fmt::format("{} ({:.3f}%)", r.healthy_gpus_flagged,
                        Percent(r.healthy_gpus_flagged, HealthyGpus(r)));
@@ -115,6 +133,11 @@ std::vector<std::pair<std::string, std::vector<std::string>>> SummaryRows(
   add("large job failures / drains", [](const FailureSimResult& r) {
     return fmt::format("{} / {}", r.large_job.failures, r.large_job.drains);
   });
+  add("large job checkpoint (Young/Daly)", [](const FailureSimResult& r) {
+    return fmt::format("{:.1f} min ({:.1f} min)",
+                       static_cast<double>(r.large_job.checkpoint_interval_seconds) / 60,
+                       static_cast<double>(r.large_job.suggested_checkpoint_seconds) / 60);
+  });
   return rows;
 }
 
@@ -136,16 +159,23 @@ Json RunJson(const FailureSimResult& r) {
   run["seed"] = r.seed;
   run["total_gpus"] = r.total_gpus;
   run["duration_hours"] = RoundedNumber(ToHours(r.duration_seconds));
-  run["injected"] = {{"bad_gpus", r.bad_gpus.size()},
-                     {"hardware_failures", r.hardware_failures},
-                     {"bad_gpu_failures", r.bad_gpu_failures},
-                     {"app_failures", r.app_failures}};
+  run["injected"] = {
+      {"bad_gpus", r.bad_gpus.size()},          {"hardware_failures", r.hardware_failures},
+      {"bad_gpu_failures", r.bad_gpu_failures}, {"app_failures", r.app_failures},
+      {"slow_gpus", r.slow_gpus.size()},        {"node_faults", r.node_faults},
+      {"node_failures", r.node_failures},       {"nic_faults", r.nic_faults},
+      {"nic_failures", r.nic_failures}};
   run["detection"] = {
       {"bad_found", r.bad_found},
       {"healthy_gpus_flagged", r.healthy_gpus_flagged},
       {"healthy_gpus_quarantined", r.healthy_gpus_quarantined},
       {"found_90_hours",
-       r.found_90_seconds < 0 ? Json(nullptr) : RoundedNumber(ToHours(r.found_90_seconds))}};
+       r.found_90_seconds < 0 ? Json(nullptr) : RoundedNumber(ToHours(r.found_90_seconds))},
+      {"bad_quarantined", r.bad_quarantined},
+      {"slow_found", r.slow_found},
+      {"slow_quarantined", r.slow_quarantined},
+      {"diagnostics", r.diagnostics},
+      {"diagnostics_failed", r.diagnostics_failed}};
   run["stream"] = {{"jobs_arrived", r.jobs_arrived},
                    {"jobs_finished", r.jobs_finished},
                    {"runs_started", r.runs_started},
@@ -161,6 +191,11 @@ Json RunJson(const FailureSimResult& r) {
                       {"restart_hours", RoundedNumber(large.restart_hours)},
                       {"checkpoint_hours", RoundedNumber(large.checkpoint_hours)},
                       {"waiting_hours", RoundedNumber(large.waiting_hours)},
+                      {"slowed_hours", RoundedNumber(large.slowed_hours)},
+                      {"checkpoint_minutes",
+                       RoundedNumber(static_cast<double>(large.checkpoint_interval_seconds) / 60)},
+                      {"suggested_checkpoint_minutes",
+                       RoundedNumber(static_cast<double>(large.suggested_checkpoint_seconds) / 60)},
                       {"runs", large.runs},
                       {"failures", large.failures},
                       {"drains", large.drains}};
@@ -477,7 +512,7 @@ Status WriteFailureReport(const std::vector<FailureSimResult>& results, const st
   body +=
       "<h2>The large training job</h2>\n<table>\n<tr><th>run</th><th>GPUs</th><th>ETTR</th>"
       "<th>useful h</th><th>lost h</th><th>restart h</th><th>checkpoint h</th>"
-      "<th>waiting h</th><th>runs</th><th>failures</th><th>drains</th></tr>\n";
+      "<th>waiting h</th><th>slowed h</th><th>runs</th><th>failures</th><th>drains</th></tr>\n";
   for (const FailureSimResult& r : results) {
     const LargeJobStats& l = r.large_job;
     body += "<tr>" + HtmlCell(RunName(r)) + HtmlNumCell(std::to_string(l.gpus)) +
@@ -487,6 +522,7 @@ Status WriteFailureReport(const std::vector<FailureSimResult>& results, const st
             HtmlNumCell(fmt::format("{:.1f}", l.restart_hours)) +
             HtmlNumCell(fmt::format("{:.1f}", l.checkpoint_hours)) +
             HtmlNumCell(fmt::format("{:.1f}", l.waiting_hours)) +
+            HtmlNumCell(fmt::format("{:.1f}", l.slowed_hours)) +
             HtmlNumCell(std::to_string(l.runs)) + HtmlNumCell(std::to_string(l.failures)) +
             HtmlNumCell(std::to_string(l.drains)) + "</tr>\n";
   }

@@ -51,7 +51,21 @@ constexpr int kApplicationXids[] = {13, 31, 43};
 
 // Seeds for the independent random streams of a run, so that the job stream is the same with
 // and without quarantine whatever the failures do.
-enum class Stream : uint64_t { kFaults = 1, kArrivals = 2, kFailures = 3, kPlacement = 4 };
+enum class Stream : uint64_t {
+  kFaults = 1,
+  kArrivals = 2,
+  kFailures = 3,
+  kPlacement = 4,
+  kNodeFaults = 5,
+  kDiagnostics = 6,
+};
+
+// Why a GPU is kept out of the scheduler's snapshot; a GPU can be held for several at once.
+enum HoldReason : uint8_t {
+  kHoldQuarantine = 1,
+  kHoldDiagnostic = 2,
+  kHoldRepair = 4,
+};
 
 uint64_t StreamSeed(uint64_t seed, Stream stream) {
   return seed * 0x9E3779B97F4A7C15ULL + static_cast<uint64_t>(stream);
@@ -92,6 +106,8 @@ struct SimJob {
   std::vector<TaskPlacement> placements;
   std::vector<TaskPlacement> previous_placements;  // the large job's last run
   std::vector<int> gpus_held;                      // inventory indices of the current run
+  double speed = 1;                                // of the current run: its slowest GPU's
+  int64_t checkpoint_interval_seconds = 0;         // the large job's, for the current run
 };
 
 // One run of the failure simulator. Not thread-safe; not movable (the monitor holds references
@@ -110,7 +126,9 @@ class FailureSim {
         fault_random_(StreamSeed(options.seed, Stream::kFaults)),
         arrival_random_(StreamSeed(options.seed, Stream::kArrivals)),
         failure_random_(StreamSeed(options.seed, Stream::kFailures)),
-        placement_random_(StreamSeed(options.seed, Stream::kPlacement)) {}
+        placement_random_(StreamSeed(options.seed, Stream::kPlacement)),
+        node_fault_random_(StreamSeed(options.seed, Stream::kNodeFaults)),
+        diagnostic_random_(StreamSeed(options.seed, Stream::kDiagnostics)) {}
 
   FailureSim(const FailureSim&) = delete;
   FailureSim& operator=(const FailureSim&) = delete;
@@ -130,12 +148,40 @@ class FailureSim {
   void Fail(size_t job, uint64_t epoch);
   void Complete(size_t job, uint64_t epoch);
   // Ends the current run of `job` now.
-  void StopRun(size_t job, ExitReason reason, std::vector<reliability::XidEvent> xids);
+  void StopRun(size_t job, ExitReason reason, std::vector<reliability::XidEvent> xids,
+               std::vector<reliability::HealthEvent> health = {});
   void Requeue(size_t job);
   void AccountLargeRun(const SimJob& job, bool kept_in_progress);
   void Evaluate();
   void Quarantined(const reliability::QuarantineDecision& decision);
+  // Holds: AddHold blocks an idle GPU in the snapshot at once and a busy one when its job ends;
+  // DropHold gives it back when no reason is left.
+  void AddHold(int gpu, uint8_t reason);
+  void DropHold(int gpu, uint8_t reason);
   void Hold(int gpu);
+  void Unhold(int gpu);
+  TaskPlacement HoldOf(int gpu) const;
+  // Spare nodes for the large job: whole free nodes held back from the stream.
+  void ReserveSpare(int node);
+  void ReleaseSpare(int node);
+  void ReleaseSpares();
+  void TopUpSpares(const std::vector<int>& nodes);
+  bool WholeAndFree(int node) const;
+  // Node and NIC faults: a Poisson stream over the fleet.
+  void ScheduleNodeFault();
+  void NodeFault();
+  // The loop: suspect, diagnose, quarantine or readmit.
+  bool LoopEnabled() const;
+  void Suspect(int gpu, bool new_evidence);
+  void StartDiagnostic(int gpu);
+  void DiagnosticDone(int gpu);
+  void DrainLargeAtCheckpoint();
+  void CompareGangs();
+  void Found(int gpu);
+  int64_t SuggestedCheckpointSeconds() const;
+  int64_t LargeCheckpointInterval() const;
+  // Wall seconds one checkpoint interval of progress takes at the run's speed.
+  int64_t LargeComputeSeconds(const SimJob& job) const;
   void AccrueBusy();
   void Finish();
   // Keeps the first error of a monitor call that cannot fail unless the simulator has a bug.
@@ -155,14 +201,30 @@ class FailureSim {
   Random arrival_random_;
   Random failure_random_;
   Random placement_random_;
+  Random node_fault_random_;
+  Random diagnostic_random_;
 
   int gpus_per_node_ = 0;
   std::vector<std::vector<int>> node_gpus_;  // snapshot node -> inventory GPU index per slot
   std::vector<double> rate_per_hour_;        // per GPU
   std::vector<int> bad_index_;               // per GPU: index into result_.bad_gpus, or -1
+  std::vector<int> slow_index_;              // per GPU: index into result_.slow_gpus, or -1
+  std::vector<double> speed_;                // per GPU: 1, or 1 / slow_factor
   std::vector<int> owner_;                   // per GPU: job running on it, or -1
-  std::vector<bool> pending_hold_;           // quarantined while busy: hold once free
-  std::vector<bool> held_;                   // quarantined and idle: blocked in the snapshot
+  std::vector<uint8_t> hold_reasons_;        // per GPU: HoldReason bits
+  std::vector<bool> held_;                   // per GPU: blocked in the snapshot
+  std::vector<std::optional<TaskPlacement>> spare_;  // per node: its hold as a spare
+  int spares_held_ = 0;
+  std::vector<int64_t> repair_until_;  // per node
+  // Per GPU: a diagnostic is wanted (once the job ends) or running; when it last passed; the
+  // attribution's failure count at its last suspicion.
+  std::vector<bool> diagnostic_wanted_;
+  std::vector<bool> diagnosing_;
+  std::vector<int64_t> last_clean_;
+  std::vector<int> suspected_failures_;
+  uint64_t large_drain_epoch_ = std::numeric_limits<uint64_t>::max();
+  double large_run_hours_ = 0;  // the large job's runs so far, for its measured failure rate
+  reliability::FleetRates last_rates_;
 
   std::vector<SimJob> jobs_;
   std::vector<size_t> waiting_;
@@ -236,6 +298,18 @@ void FailureSim::InjectFaults() {
     rate_per_hour_[gpu] *= multiplier;
     bad_index_[gpu] = static_cast<int>(result_.bad_gpus.size());
     result_.bad_gpus.push_back(BadGpu{inventory_.gpu_uuid(gpu).value(), multiplier});
+  }
+  // Fail-slow GPUs come from the rest, so that a GPU is bad, slow or sound.
+  slow_index_.assign(gpus, -1);
+  speed_.assign(gpus, 1.0);
+  const int slow =
+      std::min(gpus - bad, static_cast<int>(std::llround(faults.slow_gpu_share * gpus)));
+  std::vector<int> slow_chosen(order.begin() + bad, order.begin() + bad + slow);
+  std::sort(slow_chosen.begin(), slow_chosen.end());
+  for (int gpu : slow_chosen) {
+    speed_[gpu] = 1.0 / faults.slow_factor;
+    slow_index_[gpu] = static_cast<int>(result_.slow_gpus.size());
+    result_.slow_gpus.push_back(SlowGpu{inventory_.gpu_uuid(gpu).value(), faults.slow_factor});
   }
 }
 
@@ -313,10 +387,23 @@ void FailureSim::RequestRound() {
 
 void FailureSim::Round() {
   if (large_waiting_) {
+    ReleaseSpares();
     if (!TryStart(*large_)) {
       return;  // nothing starts ahead of the large job
     }
     large_waiting_ = false;
+    // Spares near the job first: nodes of the leaves it runs in, then any.
+    std::set<int> leaves;
+    for (const TaskPlacement& placement : jobs_[*large_].placements) {
+      leaves.insert(inventory_.leaf_of_node(placement.node));
+    }
+    std::vector<int> near;
+    std::vector<int> far;
+    for (int node = 0; node < inventory_.node_count(); ++node) {
+      (leaves.count(inventory_.leaf_of_node(node)) > 0 ? near : far).push_back(node);
+    }
+    TopUpSpares(near);
+    TopUpSpares(far);
     // Waiting before the first start is queueing, not lost training time.
     if (large_first_start_ < 0) {
       large_first_start_ = events_.now();
@@ -394,6 +481,13 @@ bool FailureSim::TryStart(size_t index) {
     }
   }
   busy_gpus_ += static_cast<int>(job.gpus_held.size());
+  job.speed = 1;
+  for (int gpu : job.gpus_held) {
+    job.speed = std::min(job.speed, speed_[gpu]);
+  }
+  if (job.large) {
+    job.checkpoint_interval_seconds = LargeCheckpointInterval();
+  }
   job.running = true;
   job.started_at = events_.now();
   Check(monitor_->engine().JobStarted(JobId(job.id), job.runs, uuids));
@@ -418,8 +512,11 @@ void FailureSim::DrawEnd(size_t index) {
   const int64_t now = events_.now();
   const uint64_t epoch = job.epoch;
   const double horizon = static_cast<double>(options_.duration_seconds);
-  const double completion = job.large ? std::numeric_limits<double>::infinity()
-                                      : static_cast<double>(now + job.remaining_seconds);
+  // A gang runs at the speed of its slowest GPU.
+  const double completion =
+      job.large ? std::numeric_limits<double>::infinity()
+                : static_cast<double>(now) +
+                      std::ceil(static_cast<double>(job.remaining_seconds) / job.speed);
   const double failure = static_cast<double>(now) + std::max(1.0, std::ceil(until_failure));
   if (failure < completion && failure < horizon) {
     events_.ScheduleAt(static_cast<int64_t>(failure), [this, index, epoch] { Fail(index, epoch); });
@@ -482,7 +579,17 @@ void FailureSim::Fail(size_t index, uint64_t epoch) {
   if (job.large) {
     ++result_.large_job.failures;
   }
+  std::vector<int> named;
+  for (const reliability::XidEvent& xid : xids) {
+    if (reason == ExitReason::kInfraError) {
+      named.push_back(inventory_.GpuIndex(xid.gpu.value()));
+    }
+  }
   StopRun(index, reason, std::move(xids));
+  // A stop-time check of the GPU the failure names, before the job is placed again.
+  for (int gpu : named) {
+    Suspect(gpu, true);
+  }
   Requeue(index);
 }
 
@@ -502,28 +609,37 @@ void FailureSim::AccountLargeRun(const SimJob& job, bool kept_in_progress) {
   const int64_t elapsed = events_.now() - job.started_at;
   const int64_t restart = std::min(elapsed, spec.restart_seconds);
   const int64_t span = elapsed - restart;
-  const int64_t cycle = spec.checkpoint_interval_seconds + spec.checkpoint_write_seconds;
+  // Each cycle computes one interval of progress (slower with a fail-slow GPU) and writes it.
+  const int64_t compute = LargeComputeSeconds(job);
+  const int64_t cycle = compute + spec.checkpoint_write_seconds;
   const int64_t cycles = span / cycle;
   const int64_t rest = span - cycles * cycle;
-  const int64_t in_progress = std::min(rest, spec.checkpoint_interval_seconds);
+  const int64_t in_progress = std::min(rest, compute);
   const int64_t writing = cycles * spec.checkpoint_write_seconds + (rest - in_progress);
+  const double in_progress_work = static_cast<double>(in_progress) * job.speed;
   LargeJobStats& stats = result_.large_job;
   const double hour = kHourSeconds;
   stats.restart_hours += static_cast<double>(restart) / hour;
   stats.checkpoint_hours += static_cast<double>(writing) / hour;
-  stats.useful_hours += static_cast<double>(cycles * spec.checkpoint_interval_seconds +
-                                            (kept_in_progress ? in_progress : 0)) /
+  stats.useful_hours += (static_cast<double>(cycles * job.checkpoint_interval_seconds) +
+                         (kept_in_progress ? in_progress_work : 0)) /
+                        hour;
+  stats.slowed_hours += (static_cast<double>(cycles * (compute - job.checkpoint_interval_seconds)) +
+                         static_cast<double>(in_progress) - in_progress_work) /
                         hour;
   if (!kept_in_progress) {
-    stats.lost_hours += static_cast<double>(in_progress) / hour;
+    stats.lost_hours += in_progress_work / hour;
   }
 }
 
-void FailureSim::StopRun(size_t index, ExitReason reason, std::vector<reliability::XidEvent> xids) {
+void FailureSim::StopRun(size_t index, ExitReason reason, std::vector<reliability::XidEvent> xids,
+                         std::vector<reliability::HealthEvent> health) {
   SimJob& job = jobs_[index];
   AccrueBusy();
+  std::vector<int> nodes;
   for (const TaskPlacement& placement : job.placements) {
     snapshot_.Release(placement);
+    nodes.push_back(placement.node);
   }
   if (job.large) {
     job.previous_placements = std::move(job.placements);
@@ -536,13 +652,17 @@ void FailureSim::StopRun(size_t index, ExitReason reason, std::vector<reliabilit
       result_.bad_gpus[bad_index_[gpu]].busy_hours +=
           static_cast<double>(events_.now() - job.started_at) / kHourSeconds;
     }
-    if (pending_hold_[gpu]) {
+    if (hold_reasons_[gpu] != 0) {
       Hold(gpu);
+    }
+    if (diagnostic_wanted_[gpu]) {
+      StartDiagnostic(gpu);
     }
   }
   job.gpus_held.clear();
   job.running = false;
   ++job.epoch;
+  TopUpSpares(nodes);
   const bool hardware = reason == ExitReason::kInfraError || reason == ExitReason::kHang;
   HourStats& hour = HourOf(events_.now());
   ++hour.runs_ended;
@@ -551,14 +671,17 @@ void FailureSim::StopRun(size_t index, ExitReason reason, std::vector<reliabilit
   const int64_t ran = events_.now() - job.started_at;
   if (job.large) {
     AccountLargeRun(job, false);
+    large_run_hours_ += static_cast<double>(ran) / kHourSeconds;
   } else if (reason != ExitReason::kSucceeded) {
-    // Resume from the last checkpoint.
+    // Resume from the last checkpoint of the work done at the run's speed.
+    const auto done = static_cast<int64_t>(static_cast<double>(ran) * job.speed);
     job.remaining_seconds -=
-        ran / options_.stream_checkpoint_seconds * options_.stream_checkpoint_seconds;
+        done / options_.stream_checkpoint_seconds * options_.stream_checkpoint_seconds;
   }
-  Check(monitor_->engine()
-            .JobEnded(reliability::JobEnd{JobId(job.id), reason, std::move(xids), {}})
-            .status());
+  Check(
+      monitor_->engine()
+          .JobEnded(reliability::JobEnd{JobId(job.id), reason, std::move(xids), std::move(health)})
+          .status());
 }
 
 void FailureSim::Requeue(size_t index) {
@@ -573,24 +696,318 @@ void FailureSim::Requeue(size_t index) {
   RequestRound();
 }
 
-void FailureSim::Hold(int gpu) {
-  pending_hold_[gpu] = false;
-  if (held_[gpu]) {
-    return;
-  }
+// The placement that blocks `gpu`'s slot in the snapshot.
+TaskPlacement FailureSim::HoldOf(int gpu) const {
   const int node = inventory_.node_of_gpu(gpu);
   int slot = 0;
   while (node_gpus_[node][slot] != gpu) {
     ++slot;
   }
-  const scheduler::GpuSlot& free_slot = snapshot_.nodes()[node].gpus[slot];
   TaskPlacement hold;
   hold.node = node;
-  hold.gpus.push_back(scheduler::GpuAssignment{slot, kMilliPerUnit, free_slot.free_memory_mib});
-  // The GPU is idle (no owner), so the hold fits.
-  const Status applied = snapshot_.Apply(hold);
+  hold.gpus.push_back(
+      scheduler::GpuAssignment{slot, kMilliPerUnit, snapshot_.nodes()[node].gpus[slot].memory_mib});
+  return hold;
+}
+
+void FailureSim::AddHold(int gpu, uint8_t reason) {
+  hold_reasons_[gpu] |= reason;
+  if (owner_[gpu] < 0) {
+    Hold(gpu);
+  }
+}
+
+void FailureSim::DropHold(int gpu, uint8_t reason) {
+  hold_reasons_[gpu] &= static_cast<uint8_t>(~reason);
+  if (hold_reasons_[gpu] == 0 && held_[gpu]) {
+    Unhold(gpu);
+    TopUpSpares({inventory_.node_of_gpu(gpu)});
+    RequestRound();
+  }
+}
+
+void FailureSim::Hold(int gpu) {
+  if (held_[gpu]) {
+    return;
+  }
+  const int node = inventory_.node_of_gpu(gpu);
+  if (spare_[node]) {
+    ReleaseSpare(node);
+  }
+  // The GPU is idle (no owner, no spare), so the hold fits.
+  const Status applied = snapshot_.Apply(HoldOf(gpu));
   Check(applied);
   held_[gpu] = applied.ok();
+}
+
+void FailureSim::Unhold(int gpu) {
+  snapshot_.Release(HoldOf(gpu));
+  held_[gpu] = false;
+}
+
+bool FailureSim::WholeAndFree(int node) const {
+  if (spare_[node]) {
+    return false;
+  }
+  for (int gpu : node_gpus_[node]) {
+    if (owner_[gpu] >= 0 || hold_reasons_[gpu] != 0 || held_[gpu]) {
+      return false;
+    }
+  }
+  return true;
+}
+
+void FailureSim::ReserveSpare(int node) {
+  TaskPlacement hold;
+  hold.node = node;
+  const std::vector<scheduler::GpuSlot>& slots = snapshot_.nodes()[node].gpus;
+  for (size_t slot = 0; slot < slots.size(); ++slot) {
+    hold.gpus.push_back(
+        scheduler::GpuAssignment{static_cast<int>(slot), kMilliPerUnit, slots[slot].memory_mib});
+  }
+  const Status applied = snapshot_.Apply(hold);
+  Check(applied);
+  if (applied.ok()) {
+    spare_[node] = std::move(hold);
+    ++spares_held_;
+  }
+}
+
+void FailureSim::ReleaseSpare(int node) {
+  snapshot_.Release(*spare_[node]);
+  spare_[node].reset();
+  --spares_held_;
+}
+
+void FailureSim::ReleaseSpares() {
+  for (int node = 0; node < inventory_.node_count() && spares_held_ > 0; ++node) {
+    if (spare_[node]) {
+      ReleaseSpare(node);
+    }
+  }
+}
+
+void FailureSim::TopUpSpares(const std::vector<int>& nodes) {
+  if (!large_ || !jobs_[*large_].running) {
+    return;
+  }
+  for (int node : nodes) {
+    if (spares_held_ >= options_.large_job.spare_nodes) {
+      return;
+    }
+    if (WholeAndFree(node)) {
+      ReserveSpare(node);
+    }
+  }
+}
+
+void FailureSim::ScheduleNodeFault() {
+  const FaultModel& faults = options_.faults;
+  const double per_hour =
+      (faults.node_rate_per_node_hour + faults.nic_rate_per_node_hour) * inventory_.node_count();
+  const double at =
+      static_cast<double>(events_.now()) +
+      std::max(1.0, std::ceil(ExponentialSeconds(node_fault_random_, per_hour / kHourSeconds)));
+  if (at < static_cast<double>(options_.duration_seconds)) {
+    events_.ScheduleAt(static_cast<int64_t>(at), [this] { NodeFault(); });
+  }
+}
+
+void FailureSim::NodeFault() {
+  const FaultModel& faults = options_.faults;
+  const int node = static_cast<int>(node_fault_random_.Uniform(inventory_.node_count()));
+  const bool nic = node_fault_random_.UniformDouble() *
+                       (faults.node_rate_per_node_hour + faults.nic_rate_per_node_hour) <
+                   faults.nic_rate_per_node_hour;
+  ++(nic ? result_.nic_faults : result_.node_faults);
+  // A node fault fails every job on the node; a NIC fault only those that talk to other nodes.
+  std::set<size_t> hit;
+  for (int gpu : node_gpus_[node]) {
+    if (owner_[gpu] < 0) {
+      continue;
+    }
+    const SimJob& job = jobs_[owner_[gpu]];
+    std::set<int> job_nodes;
+    for (const TaskPlacement& placement : job.placements) {
+      job_nodes.insert(placement.node);
+    }
+    if (!nic || job_nodes.size() > 1) {
+      hit.insert(static_cast<size_t>(owner_[gpu]));
+    }
+  }
+  // Fenced while it reboots or its link resets, so that the failed jobs restart elsewhere.
+  if (faults.node_repair_seconds > 0) {
+    for (int gpu : node_gpus_[node]) {
+      AddHold(gpu, kHoldRepair);
+    }
+    repair_until_[node] = events_.now() + faults.node_repair_seconds;
+    events_.ScheduleAt(repair_until_[node], [this, node] {
+      if (events_.now() < repair_until_[node]) {
+        return;  // a later fault of the node extended the repair
+      }
+      for (int gpu : node_gpus_[node]) {
+        DropHold(gpu, kHoldRepair);
+      }
+    });
+  }
+  const reliability::HealthEvent event{inventory_.node_id(node), GpuUuid{},
+                                       nic ? "ib-link-down" : "node-fault",
+                                       reliability::HealthSeverity::kFail};
+  for (size_t job : hit) {
+    ++(nic ? result_.nic_failures : result_.node_failures);
+    if (jobs_[job].large) {
+      ++result_.large_job.failures;
+    }
+    StopRun(job, ExitReason::kInfraError, {}, {event});
+    Requeue(job);
+  }
+  ScheduleNodeFault();
+}
+
+bool FailureSim::LoopEnabled() const {
+  return options_.rules.enabled && options_.diagnostics.enabled;
+}
+
+void FailureSim::Suspect(int gpu, bool new_evidence) {
+  if (!LoopEnabled() || diagnosing_[gpu] || diagnostic_wanted_[gpu] ||
+      !monitor_->quarantine().AcceptsWork(inventory_.gpu_uuid(gpu))) {
+    return;
+  }
+  if (!new_evidence && last_clean_[gpu] >= 0 &&
+      events_.now() - last_clean_[gpu] < options_.diagnostics.resuspect_seconds) {
+    return;
+  }
+  diagnostic_wanted_[gpu] = true;
+  if (owner_[gpu] < 0) {
+    StartDiagnostic(gpu);
+  } else if (jobs_[owner_[gpu]].large) {
+    DrainLargeAtCheckpoint();
+  }
+}
+
+void FailureSim::StartDiagnostic(int gpu) {
+  diagnostic_wanted_[gpu] = false;
+  diagnosing_[gpu] = true;
+  ++result_.diagnostics;
+  AddHold(gpu, kHoldDiagnostic);
+  events_.ScheduleAfter(options_.diagnostics.diagnostic_seconds,
+                        [this, gpu] { DiagnosticDone(gpu); });
+}
+
+void FailureSim::DiagnosticDone(int gpu) {
+  diagnosing_[gpu] = false;
+  const DiagnosticsModel& model = options_.diagnostics;
+  const double fails = bad_index_[gpu] >= 0    ? model.bad_sensitivity
+                       : slow_index_[gpu] >= 0 ? model.slow_sensitivity
+                                               : model.false_positive_rate;
+  if (diagnostic_random_.UniformDouble() < fails) {
+    ++result_.diagnostics_failed;
+    const reliability::Device device = reliability::Device::OfGpu(inventory_.gpu_uuid(gpu));
+    const Status quarantined = monitor_->Quarantine(reliability::QuarantineRequest{
+        device, reliability::DrainMode::kAfterJob, reliability::QuarantineSource::kHealthRule,
+        "diagnostic", "active diagnostic failed"});
+    if (quarantined.ok()) {
+      AddHold(gpu, kHoldQuarantine);
+      Found(gpu);
+      if (bad_index_[gpu] >= 0) {
+        result_.bad_gpus[bad_index_[gpu]].quarantined_seconds = events_.now();
+      }
+      if (slow_index_[gpu] >= 0) {
+        result_.slow_gpus[slow_index_[gpu]].quarantined_seconds = events_.now();
+      }
+      const auto flagged = flagged_index_.find(device);
+      if (flagged != flagged_index_.end()) {
+        result_.flagged[flagged->second].quarantined = true;
+      }
+    } else if (quarantined.code() != StatusCode::kResourceExhausted) {
+      Check(quarantined);  // a denial by the budget readmits it; anything else is a bug
+    }
+  } else {
+    last_clean_[gpu] = events_.now();
+  }
+  DropHold(gpu, kHoldDiagnostic);
+}
+
+void FailureSim::Found(int gpu) {
+  if (bad_index_[gpu] >= 0 && result_.bad_gpus[bad_index_[gpu]].found_seconds < 0) {
+    result_.bad_gpus[bad_index_[gpu]].found_seconds = events_.now();
+  }
+  if (slow_index_[gpu] >= 0 && result_.slow_gpus[slow_index_[gpu]].found_seconds < 0) {
+    result_.slow_gpus[slow_index_[gpu]].found_seconds = events_.now();
+  }
+}
+
+// A suspect in the large job: the job writes its next checkpoint, stops (no work lost) and
+// restarts at the head without it.
+void FailureSim::DrainLargeAtCheckpoint() {
+  const SimJob& job = jobs_[*large_];
+  if (!job.running || large_drain_epoch_ == job.epoch) {
+    return;
+  }
+  large_drain_epoch_ = job.epoch;
+  const int64_t work_start = job.started_at + options_.large_job.restart_seconds;
+  const int64_t cycle = LargeComputeSeconds(job) + options_.large_job.checkpoint_write_seconds;
+  const int64_t since = std::max<int64_t>(events_.now() - work_start, 0);
+  const int64_t boundary = work_start + (since / cycle + 1) * cycle;
+  const uint64_t epoch = job.epoch;
+  events_.ScheduleAt(boundary, [this, epoch] {
+    const SimJob& large = jobs_[*large_];
+    if (!large.running || large.epoch != epoch) {
+      return;
+    }
+    ++result_.drains;
+    ++result_.large_job.drains;
+    StopRun(*large_, ExitReason::kPreempted, {});
+    Requeue(*large_);
+  });
+}
+
+// The telemetry comparison of each running gang's members (the simulator knows their speeds).
+void FailureSim::CompareGangs() {
+  const DiagnosticsModel& model = options_.diagnostics;
+  const double false_suspect = model.straggler_false_per_gpu_hour *
+                               static_cast<double>(options_.analysis_interval_seconds) /
+                               kHourSeconds;
+  for (int gpu = 0; gpu < inventory_.gpu_count(); ++gpu) {
+    if (owner_[gpu] < 0 || jobs_[owner_[gpu]].gpus_held.size() < 2) {
+      continue;
+    }
+    const bool named = slow_index_[gpu] >= 0
+                           ? diagnostic_random_.UniformDouble() < model.straggler_accuracy
+                           : diagnostic_random_.UniformDouble() < false_suspect;
+    if (named) {
+      if (slow_index_[gpu] >= 0 && result_.slow_gpus[slow_index_[gpu]].found_seconds < 0) {
+        result_.slow_gpus[slow_index_[gpu]].found_seconds = events_.now();
+      }
+      Suspect(gpu, false);
+    }
+  }
+}
+
+int64_t FailureSim::SuggestedCheckpointSeconds() const {
+  const LargeJobSpec& spec = options_.large_job;
+  const reliability::FleetRates& rates = last_rates_;
+  const double fleet_per_gpu_hour = rates.gpu_hours > 0
+                                        ? rates.gpu_rate + rates.node_rate + rates.unattributed_rate
+                                        : options_.attribution.prior_rate_per_gpu_hour;
+  // The job's own failures per hour, the fleet's rate counting as one failure of prior.
+  const double prior_hours = 1.0 / (fleet_per_gpu_hour * spec.gpus);
+  const double mtbf_seconds =
+      (large_run_hours_ + prior_hours) / (result_.large_job.failures + 1) * kHourSeconds;
+  const double young_daly =
+      std::sqrt(2.0 * static_cast<double>(spec.checkpoint_write_seconds) * mtbf_seconds);
+  return std::clamp<int64_t>(std::llround(young_daly), 60, 24 * kHourSeconds);
+}
+
+int64_t FailureSim::LargeCheckpointInterval() const {
+  return options_.large_job.checkpoint_from_failure_rate
+             ? SuggestedCheckpointSeconds()
+             : options_.large_job.checkpoint_interval_seconds;
+}
+
+int64_t FailureSim::LargeComputeSeconds(const SimJob& job) const {
+  return static_cast<int64_t>(
+      std::ceil(static_cast<double>(job.checkpoint_interval_seconds) / job.speed));
 }
 
 void FailureSim::Quarantined(const reliability::QuarantineDecision& decision) {
@@ -599,14 +1016,10 @@ void FailureSim::Quarantined(const reliability::QuarantineDecision& decision) {
     if (bad_index_[gpu] >= 0 && result_.bad_gpus[bad_index_[gpu]].quarantined_seconds < 0) {
       result_.bad_gpus[bad_index_[gpu]].quarantined_seconds = events_.now();
     }
-    if (owner_[gpu] < 0) {
-      Hold(gpu);
-      continue;
-    }
-    pending_hold_[gpu] = true;
-    if (decision.mode == reliability::DrainMode::kNow) {
+    if (owner_[gpu] >= 0 && decision.mode == reliability::DrainMode::kNow) {
       drained.insert(static_cast<size_t>(owner_[gpu]));
     }
+    AddHold(gpu, kHoldQuarantine);
   }
   for (size_t job : drained) {
     ++result_.drains;
@@ -645,6 +1058,32 @@ void FailureSim::Evaluate() {
       Quarantined(decision);
     }
   }
+  last_rates_ = evaluation.report.rates;
+  if (LoopEnabled()) {
+    // Flagged GPUs, and those past the looser suspect threshold, once per new failure.
+    const DiagnosticsModel& model = options_.diagnostics;
+    auto consider = [&](const reliability::DeviceEvidence& evidence, bool flagged) {
+      if (evidence.device.kind != DeviceKind::kGpu || evidence.singling_failures < 1) {
+        return;
+      }
+      if (!flagged && (evidence.failures < model.suspect_min_failures ||
+                       evidence.p_value > model.suspect_max_p)) {
+        return;
+      }
+      const int gpu = inventory_.IndexOf(evidence.device);
+      if (evidence.failures > suspected_failures_[gpu]) {
+        suspected_failures_[gpu] = evidence.failures;
+        Suspect(gpu, true);
+      }
+    };
+    for (const reliability::DeviceEvidence& suspect : evaluation.report.suspects) {
+      consider(suspect, true);
+    }
+    for (const reliability::DeviceEvidence& runner_up : evaluation.report.runners_up) {
+      consider(runner_up, false);
+    }
+  }
+  CompareGangs();
   const int64_t next = events_.now() + options_.analysis_interval_seconds;
   if (next < options_.duration_seconds) {
     events_.ScheduleAt(next, [this] { Evaluate(); });
@@ -698,12 +1137,25 @@ void FailureSim::Finish() {
   if (needed > 0 && found.size() >= needed) {
     result_.found_90_seconds = found[needed - 1];
   }
+  for (const BadGpu& bad : result_.bad_gpus) {
+    result_.bad_quarantined += bad.quarantined_seconds >= 0;
+  }
+  for (const SlowGpu& slow : result_.slow_gpus) {
+    result_.slow_found += slow.found_seconds >= 0;
+    result_.slow_quarantined += slow.quarantined_seconds >= 0;
+  }
+  if (large_) {
+    result_.large_job.checkpoint_interval_seconds = jobs_[*large_].checkpoint_interval_seconds;
+    result_.large_job.suggested_checkpoint_seconds = SuggestedCheckpointSeconds();
+  }
+  // Sound GPUs: neither bad nor slow.
+  auto sound = [this](int gpu) { return bad_index_[gpu] < 0 && slow_index_[gpu] < 0; };
   std::set<int> healthy_flagged;
   std::vector<Device> devices;
   for (const FlaggedDevice& flagged : result_.flagged) {
     devices.push_back(flagged.device);
     for (int gpu : GpusOf(flagged.device)) {
-      if (bad_index_[gpu] < 0) {
+      if (sound(gpu)) {
         healthy_flagged.insert(gpu);
       }
     }
@@ -711,7 +1163,7 @@ void FailureSim::Finish() {
   result_.healthy_gpus_flagged = static_cast<int>(healthy_flagged.size());
   for (int gpu = 0; gpu < inventory_.gpu_count(); ++gpu) {
     result_.healthy_gpus_quarantined +=
-        bad_index_[gpu] < 0 && !monitor_->quarantine().AcceptsWork(inventory_.gpu_uuid(gpu));
+        sound(gpu) && !monitor_->quarantine().AcceptsWork(inventory_.gpu_uuid(gpu));
   }
   result_.audit_log = monitor_->quarantine().audit_log();
 
@@ -738,10 +1190,17 @@ void FailureSim::Finish() {
 }
 
 Result<FailureSimResult> FailureSim::Run() {
-  GPUFLEET_ASSIGN_OR_RETURN(
-      reliability::ReliabilityMonitor monitor,
-      reliability::ReliabilityMonitor::Create(inventory_, clock_, options_.attribution,
-                                              options_.budget, options_.rules));
+  // With the diagnostics loop the attribution names suspects; only a failed diagnostic
+  // quarantines, and the looser threshold needs the runners-up.
+  reliability::AttributionOptions attribution = options_.attribution;
+  reliability::QuarantineRules rules = options_.rules;
+  if (LoopEnabled()) {
+    rules.enabled = false;
+    attribution.report_top = std::max(attribution.report_top, 200);
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(reliability::ReliabilityMonitor monitor,
+                            reliability::ReliabilityMonitor::Create(inventory_, clock_, attribution,
+                                                                    options_.budget, rules));
   monitor_.emplace(std::move(monitor));
   for (const scheduler::NodeInfo& node : snapshot_.nodes()) {
     gpus_per_node_ = std::max(gpus_per_node_, static_cast<int>(node.gpus.size()));
@@ -751,8 +1210,14 @@ Result<FailureSimResult> FailureSim::Run() {
   }
   const int gpus = inventory_.gpu_count();
   owner_.assign(gpus, -1);
-  pending_hold_.assign(gpus, false);
+  hold_reasons_.assign(gpus, 0);
   held_.assign(gpus, false);
+  diagnostic_wanted_.assign(gpus, false);
+  diagnosing_.assign(gpus, false);
+  last_clean_.assign(gpus, -1);
+  suspected_failures_.assign(gpus, 0);
+  spare_.assign(static_cast<size_t>(inventory_.node_count()), std::nullopt);
+  repair_until_.assign(static_cast<size_t>(inventory_.node_count()), 0);
   result_.quarantine = options_.rules.enabled;
   result_.seed = options_.seed;
   result_.total_gpus = gpus;
@@ -762,6 +1227,7 @@ Result<FailureSimResult> FailureSim::Run() {
       static_cast<size_t>((options_.duration_seconds + kHourSeconds - 1) / kHourSeconds));
   InjectFaults();
   GPUFLEET_RETURN_IF_ERROR(CreateJobs());
+  ScheduleNodeFault();
   events_.ScheduleAt(std::min(options_.analysis_interval_seconds, options_.duration_seconds - 1),
                      [this] { Evaluate(); });
   while (!events_.empty() && events_.next_time() < options_.duration_seconds) {
@@ -843,6 +1309,44 @@ Status FailureSimOptions::Validate() const {
   GPUFLEET_RETURN_IF_ERROR(share("faults.bad_gpu_share", faults.bad_gpu_share));
   GPUFLEET_RETURN_IF_ERROR(share("faults.xid_share", faults.xid_share));
   GPUFLEET_RETURN_IF_ERROR(share("faults.app_xid_share", faults.app_xid_share));
+  GPUFLEET_RETURN_IF_ERROR(share("faults.slow_gpu_share", faults.slow_gpu_share));
+  if (faults.bad_gpu_share + faults.slow_gpu_share > 1) {
+    return InvalidArgumentError(
+        fmt::format("faults.slow_gpu_share: {} (with bad_gpu_share {}, more than every GPU)",
+                    faults.slow_gpu_share, faults.bad_gpu_share));
+  }
+  if (!(faults.slow_factor >= 1 && faults.slow_factor <= 100)) {
+    return InvalidArgumentError(
+        fmt::format("faults.slow_factor: {} (must be in [1, 100])", faults.slow_factor));
+  }
+  for (const auto& [field, rate] :
+       {std::pair{"faults.node_rate_per_node_hour", faults.node_rate_per_node_hour},
+        std::pair{"faults.nic_rate_per_node_hour", faults.nic_rate_per_node_hour}}) {
+    if (!(rate >= 0 && rate < 1)) {
+      return InvalidArgumentError(fmt::format("{}: {} (must be in [0, 1))", field, rate));
+    }
+  }
+  if (faults.node_repair_seconds < 0) {
+    return InvalidArgumentError(
+        fmt::format("faults.node_repair_seconds: {} (must be >= 0)", faults.node_repair_seconds));
+  }
+  GPUFLEET_RETURN_IF_ERROR(
+      positive("diagnostics.diagnostic_seconds", diagnostics.diagnostic_seconds));
+  GPUFLEET_RETURN_IF_ERROR(share("diagnostics.bad_sensitivity", diagnostics.bad_sensitivity));
+  GPUFLEET_RETURN_IF_ERROR(share("diagnostics.slow_sensitivity", diagnostics.slow_sensitivity));
+  GPUFLEET_RETURN_IF_ERROR(
+      share("diagnostics.false_positive_rate", diagnostics.false_positive_rate));
+  GPUFLEET_RETURN_IF_ERROR(share("diagnostics.suspect_max_p", diagnostics.suspect_max_p));
+  GPUFLEET_RETURN_IF_ERROR(share("diagnostics.straggler_accuracy", diagnostics.straggler_accuracy));
+  GPUFLEET_RETURN_IF_ERROR(
+      share("diagnostics.straggler_false_per_gpu_hour", diagnostics.straggler_false_per_gpu_hour));
+  GPUFLEET_RETURN_IF_ERROR(
+      positive("diagnostics.suspect_min_failures", diagnostics.suspect_min_failures));
+  if (diagnostics.resuspect_seconds < 0 || large_job.spare_nodes < 0) {
+    return InvalidArgumentError(
+        fmt::format("diagnostics.resuspect_seconds {}, large_job.spare_nodes {} (must be >= 0)",
+                    diagnostics.resuspect_seconds, large_job.spare_nodes));
+  }
   GPUFLEET_RETURN_IF_ERROR(attribution.Validate());
   GPUFLEET_RETURN_IF_ERROR(budget.Validate());
   const std::vector<std::string>& policies = scheduler::PlacementPolicyNames();
