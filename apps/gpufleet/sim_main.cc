@@ -84,6 +84,7 @@ struct ReplayFlags : CommonFlags {
   // "loops": the replay's own scheduling loops (sim/replay.h); "control-plane": the trace through
   // the server and agents on simulated time (fleetsim/control_plane_replay.h).
   std::string engine = "loops";
+  size_t max_jobs = 0;  // > 0: only the first this many jobs by submit time
 };
 
 Result<uint64_t> ParseNumber(std::string_view text, std::string_view flag) {
@@ -562,6 +563,9 @@ int RunReplayCommand(ReplayFlags flags) {
   if (!trace.ok()) {
     return FailSim(trace.status());
   }
+  if (flags.max_jobs > 0 && trace->jobs.size() > flags.max_jobs) {
+    trace->jobs.resize(flags.max_jobs);
+  }
   int gpus = 0;
   for (const Node& node : cluster->nodes) {
     gpus += static_cast<int>(node.gpus.size());
@@ -694,8 +698,8 @@ Action AddSimCommand(CLI::App& app) {
   replay
       ->add_option("--engine", replay_flags->engine,
                    "loops (default: the replay's own scheduling loops) or control-plane (the "
-                   "trace through the server and agents on simulated time; queue policies fifo "
-                   "and easy-backfill)")
+                   "trace through the server and agents on simulated time; queue policies fifo, "
+                   "easy-backfill and fair-share)")
       ->check(CLI::IsMember({"loops", "control-plane"}));
   replay->add_option("--fabric", replay_flags->fabric,
                      "a fabric (YAML or topology.conf): its nodes are the cluster, and multi-node "
@@ -706,6 +710,10 @@ Action AddSimCommand(CLI::App& app) {
       ->add_option("--comm-fraction", replay_flags->communication_fraction,
                    "share of a job's run time in collectives on its best placement (0.3)")
       ->check(CLI::Range(0.0, 1.0));
+  replay
+      ->add_option("--max-jobs", replay_flags->max_jobs,
+                   "replay only the first N jobs by submit time (a quick look at a long trace)")
+      ->check(CLI::PositiveNumber);
   replay->add_option("--sample-seconds", replay_flags->sample_seconds, "spacing of the time series")
       ->check(CLI::Range(1, 86400 * 30));
 

@@ -203,7 +203,6 @@ ControlPlane::ControlPlane(ControlPlaneOptions options, std::unique_ptr<schedule
       scheduler_(std::move(sched)),
       view_(std::make_unique<SchedulingView>(options_.store, options_.catalog)),
       last_full_retry_(started_at_),
-      last_full_reload_(started_at_),
       queues_({.store = options_.store,
                .catalog = options_.catalog,
                .clock = options_.clock,
@@ -250,7 +249,6 @@ Status ControlPlane::Restart() {
     active_index_built_ = false;
   }
   last_full_retry_ = options_.clock.Now();
-  last_full_reload_ = options_.clock.Now();
   return Status::Ok();
 }
 
@@ -292,13 +290,10 @@ Result<int> ControlPlane::RunCycleLocked() {
   // One cheap read every cycle, so that a store that cannot be reached (a database down) shows on
   // /readyz even when nothing changed and the view reads nothing.
   GPUFLEET_RETURN_IF_ERROR(options_.store.Revision().status());
-  // The view follows the store's commits; reading everything now and then bounds the life of
-  // any gap (a commit reported failed that was in fact written).
-  constexpr Duration kFullReloadInterval = std::chrono::minutes(10);
-  if (options_.clock.Now() - last_full_reload_ >= kFullReloadInterval) {
-    last_full_reload_ = options_.clock.Now();
-    view_->ReadAllAgain();
-  }
+  // The view follows the store's commits, and reads again the objects of a commit that failed
+  // (it may have been written all the same): no periodic reload of every job, which with tens of
+  // thousands pending cost more than the cycles between (bench/RESULTS.md, "Philly through the
+  // control plane").
   GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   PublishExcludedNodes();
   MarkCycleStep("read");

@@ -397,7 +397,6 @@ class ControlPlane {
   std::unique_ptr<scheduler::Scheduler> scheduler_;    // guarded by cycle_mu_
   std::unique_ptr<SchedulingView> view_;               // guarded by cycle_mu_
   MonoTime last_full_retry_;                           // guarded by cycle_mu_
-  MonoTime last_full_reload_;                          // guarded by cycle_mu_
   std::optional<MonoTime> last_usage_flush_;           // guarded by cycle_mu_
   QueueController queues_;                             // guarded by cycle_mu_, but Statuses
   MigLayoutController mig_layouts_;                    // guarded by cycle_mu_

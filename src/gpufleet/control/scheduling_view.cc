@@ -105,6 +105,14 @@ SchedulingView::~SchedulingView() {
 }
 
 void SchedulingView::Committed(const store::WriteBatch& batch) {
+  NoteWrites(batch, /*outcome_known=*/true);
+}
+
+void SchedulingView::CommitFailed(const store::WriteBatch& batch) {
+  NoteWrites(batch, /*outcome_known=*/false);
+}
+
+void SchedulingView::NoteWrites(const store::WriteBatch& batch, bool outcome_known) {
   std::lock_guard<std::mutex> lock(changes_mu_);
   for (const store::WriteOp& op : batch.ops()) {
     if (op.type == store::WriteOpType::kAppendEvent ||
@@ -113,8 +121,9 @@ void SchedulingView::Committed(const store::WriteBatch& batch) {
     }
     if (op.kind == kJobsKind) {
       // Commits may be reported out of order: keep the highest version, and unknown for good.
-      const int64_t written =
-          op.type == store::WriteOpType::kUpdate ? op.expected_version + 1 : kVersionUnknown;
+      const int64_t written = outcome_known && op.type == store::WriteOpType::kUpdate
+                                  ? op.expected_version + 1
+                                  : kVersionUnknown;
       const auto [it, added] = changed_jobs_.try_emplace(op.name, written);
       if (!added && it->second != kVersionUnknown) {
         it->second = written == kVersionUnknown ? written : std::max(it->second, written);

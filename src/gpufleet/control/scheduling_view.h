@@ -118,8 +118,8 @@ class NameChanges {
   bool all_ = true;
 };
 
-// Thread-safe for Committed (any committing thread); every other method belongs to the one
-// thread that runs scheduling cycles.
+// Thread-safe for Committed and CommitFailed (any committing thread); every other method belongs to
+// the one thread that runs scheduling cycles.
 class SchedulingView final : public store::CommitObserver {
  public:
   // Starts watching `store`. REQUIRES: `store` and `catalog` outlive the view.
@@ -129,6 +129,8 @@ class SchedulingView final : public store::CommitObserver {
   SchedulingView& operator=(const SchedulingView&) = delete;
 
   void Committed(const store::WriteBatch& batch) override;
+  // A commit that failed may have been written all the same: its objects are read again.
+  void CommitFailed(const store::WriteBatch& batch) override;
 
   // Brings the view up to date: the first call (and a change of the recorded topology) loads
   // everything; later calls re-read only the objects committed since. The store's error if it
@@ -199,6 +201,9 @@ class SchedulingView final : public store::CommitObserver {
   void MarkReasonWritten(const std::string& name, int64_t version, std::string data);
 
  private:
+  // Notes the objects `batch` writes for the next Refresh; `outcome_known` false: a failed commit,
+  // whose jobs are read again whatever version the view holds.
+  void NoteWrites(const store::WriteBatch& batch, bool outcome_known);
   Status LoadAll();
   Status RefreshNode(const std::string& name);
   // Reads the jobs `names` (sorted, no repeats) again: each is taken in, or dropped when it is

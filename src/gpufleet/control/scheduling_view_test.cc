@@ -403,6 +403,44 @@ TEST(SchedulingViewOwnWrites, TheCyclesOwnWriteIsNotReadAgainButAnotherWritersIs
   EXPECT_EQ(store.get_count(), gets + 2);
 }
 
+// A commit that failed may have been written (an answer lost after the COMMIT): the view reads
+// its objects again at the next refresh, with no full reload, and so sees what was written.
+TEST(SchedulingViewFailedCommits, AWriteReportedFailedIsReadAgain) {
+  const GpuCatalog catalog = GpuCatalog::Default();
+  store::InMemoryStateStore backing;
+  store::testing::FaultInjectingStateStore store(backing);
+  store::WriteBatch setup;
+  setup.Create(std::string(kNodesKind), "node-a", wire::NodeToJson(MakeNode("node-a"), {}).dump());
+  setup.Create(std::string(kJobsKind), "waiting", JobDoc("waiting", "Pending", "", 0));
+  ASSERT_TRUE(store.Commit(setup).ok());
+  SchedulingView view(store, catalog);
+  ASSERT_TRUE(view.Refresh().ok());
+  const uint64_t epoch = view.capacity_epoch();
+
+  store.FailNthCommit(1, store::testing::FaultInjectingStateStore::FaultMode::kAfterCommit);
+  store::WriteBatch placed;
+  placed.Update(std::string(kJobsKind), "waiting", JobDoc("waiting", "Scheduled", "node-a", 2), 1);
+  ASSERT_FALSE(store.Commit(placed).ok());
+  const int64_t gets = store.get_count();
+  ASSERT_TRUE(view.Refresh().ok());
+  EXPECT_EQ(store.get_count(), gets + 1);
+  EXPECT_EQ(view.jobs().at("waiting").state, JobState::kScheduled);
+  EXPECT_EQ(view.jobs().at("waiting").version, 2);
+  EXPECT_TRUE(view.jobs().at("waiting").applied);
+  EXPECT_EQ(view.snapshot().AllocatedGpuMilli(), 2000);
+
+  // One that was not written leaves the job as stored, read once more.
+  store.FailNthCommit(1, store::testing::FaultInjectingStateStore::FaultMode::kBeforeCommit);
+  store::WriteBatch ended;
+  ended.Update(std::string(kJobsKind), "waiting", JobDoc("waiting", "Cancelled", "node-a", 2), 2);
+  ASSERT_FALSE(store.Commit(ended).ok());
+  ASSERT_TRUE(view.Refresh().ok());
+  EXPECT_EQ(store.get_count(), gets + 2);
+  EXPECT_EQ(view.jobs().at("waiting").state, JobState::kScheduled);
+  EXPECT_EQ(view.snapshot().AllocatedGpuMilli(), 2000);
+  EXPECT_EQ(view.capacity_epoch(), epoch);
+}
+
 // The view kept up to date commit by commit (nodes replaced in place, jobs re-read) equals a view
 // loaded from scratch after every step of a random sequence of node and job writes.
 TEST(SchedulingViewEquivalence, IncrementalRefreshEqualsAFullLoadAfterRandomWrites) {

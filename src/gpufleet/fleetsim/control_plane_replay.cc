@@ -15,6 +15,7 @@
 
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/store_keys.h"
+#include "gpufleet/control/tenancy.h"
 #include "gpufleet/fleetsim/sim_fleet.h"
 #include "gpufleet/runner/simulated_runner.h"
 #include "gpufleet/store/state_store.h"
@@ -151,12 +152,19 @@ class OutcomeTracker final : public store::CommitObserver {
   size_t ended_ = 0;
 };
 
-// What the CLI would submit for trace job `index`: its spec under the name t<index>, in the
-// server's queue "default", its tasks scripted to run for the trace's duration.
-std::string SubmissionBody(const sim::TraceJob& traced, size_t index, bool with_estimates) {
+// The server queue of a trace job: its own queue name under fair-share, else "default".
+std::string ServerQueue(const sim::TraceJob& traced, bool queue_per_name) {
+  return queue_per_name && !traced.job.queue.empty() ? traced.job.queue.value()
+                                                     : std::string(control::kDefaultQueue);
+}
+
+// What the CLI would submit for trace job `index`: its spec under the name t<index>, in its
+// server queue, its tasks scripted to run for the trace's duration.
+std::string SubmissionBody(const sim::TraceJob& traced, size_t index, bool with_estimates,
+                           bool queue_per_name) {
   Job job = traced.job;
   job.id = JobId(fmt::format("t{}", index));
-  job.queue = QueueId("default");
+  job.queue = QueueId(ServerQueue(traced, queue_per_name));
   if (!with_estimates) {
     job.runtime_estimate = Duration(0);
   }
@@ -229,7 +237,7 @@ std::vector<sim::ReplaySample> Sample(const std::vector<FleetLevel>& levels, int
 }  // namespace
 
 const std::vector<std::string>& ControlPlaneQueuePolicies() {
-  static const std::vector<std::string> kPolicies = {"fifo", "easy-backfill"};
+  static const std::vector<std::string> kPolicies = {"fifo", "easy-backfill", "fair-share"};
   return kPolicies;
 }
 
@@ -278,6 +286,28 @@ Result<sim::ReplayResult> RunReplayThroughControlPlane(const Cluster& cluster,
     serial_bound += std::chrono::seconds(job.duration_seconds);
   }
   const bool with_estimates = options.queue_policy == "easy-backfill";
+  // fair-share: as the replay loops build their tree (sim::BuildQueueTree), one top-level queue
+  // per queue name of the trace, equal weights, no guarantees or limits, made as an administrator
+  // makes them; the server's tree then orders, admits and preempts as it does for any queues.
+  const bool queue_per_name = options.queue_policy == "fair-share";
+  if (queue_per_name) {
+    std::set<std::string> names;
+    for (const sim::TraceJob& job : trace.jobs) {
+      names.insert(ServerQueue(job, true));
+    }
+    for (const std::string& name : names) {
+      if (name == std::string_view(control::kDefaultQueue)) {
+        continue;  // made at the server's first start
+      }
+      GPUFLEET_ASSIGN_OR_RETURN(
+          const api::ApiResponse made,
+          fleet->AdminRequest("POST", "/v1/queues", wire::Json{{"name", name}}.dump()));
+      if (made.status != 201) {
+        return InvalidArgumentError(fmt::format("queue \"{}\": the server refused it: {} {}", name,
+                                                made.status, made.body));
+      }
+    }
+  }
   size_t next = 0;
   while (true) {
     const MonoTime now = fleet->Now();
@@ -286,8 +316,9 @@ Result<sim::ReplayResult> RunReplayThroughControlPlane(const Cluster& cluster,
            start + std::chrono::seconds(trace.jobs[next].submit_seconds) <= now) {
       GPUFLEET_ASSIGN_OR_RETURN(
           const api::ApiResponse answer,
-          fleet->AdminRequest("POST", "/v1/jobs",
-                              SubmissionBody(trace.jobs[next], next, with_estimates)));
+          fleet->AdminRequest(
+              "POST", "/v1/jobs",
+              SubmissionBody(trace.jobs[next], next, with_estimates, queue_per_name)));
       if (answer.status != 201) {
         tracker.NoteRefused(next,
                             fmt::format("refused at submit: {} {}", answer.status, answer.body));

@@ -22,11 +22,14 @@ namespace gpufleet::fleetsim {
 //                  skipped and later ones may start (the server reserves nothing without them)
 //   easy-backfill  one queue in arrival order, the trace's runtime estimates in the specs: the
 //                  server's EASY backfill step (control::BackfillStep) reserves for the head
+//   fair-share     one server queue per queue name of the trace (equal weights, no guarantees
+//                  or limits, as the loops' default tree): the server's queue tree orders by
+//                  hierarchical fair share of decayed usage and preempts as its rules allow
 // The others cannot be mapped: strict-fifo (the server never blocks the queue behind a job that
 // does not fit), sjf and gpufleet (the server orders by priority, fair share and age, never by
 // runtime), tiresias (the server preempts by queue guarantees and priority, not by attained
-// service), fair-share and fair-share-no-preempt (not yet: the trace's queues would be made as
-// server queues; see docs/simulator.md).
+// service), fair-share-no-preempt (the server always lets a job preempt a lower-priority one of
+// its own queue; see docs/simulator.md).
 const std::vector<std::string>& ControlPlaneQueuePolicies();
 
 // The replay's outcome in sim::ReplayResult's shape. Fragmentation is not measured (the server

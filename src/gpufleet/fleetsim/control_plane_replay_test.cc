@@ -6,11 +6,13 @@
 #include <utility>
 #include <vector>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "gpufleet/core/synthetic_cluster.h"
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/sim/replay.h"
 #include "gpufleet/sim/sim_report.h"
 
 namespace gpufleet::fleetsim {
@@ -119,11 +121,60 @@ TEST(ControlPlaneReplayTest, TheSameSeedGivesTheSameReplay) {
   EXPECT_EQ(outputs[0], outputs[1]);
 }
 
+// On 8 GPUs: queue "a" fills them at 0 and queues 8 more at 10; queue "b" queues 8 at 20. All
+// run 100 s on one GPU. When the first 8 end, fair share starts b's (a has used the fleet), where
+// arrival order would start a's.
+sim::Trace TwoQueuesTrace() {
+  sim::Trace trace;
+  trace.source = "two queues";
+  for (const auto& [submit, queue] :
+       std::vector<std::pair<int64_t, std::string>>{{0, "a"}, {10, "a"}, {20, "b"}}) {
+    for (int i = 0; i < 8; ++i) {
+      sim::TraceJob job = ReplayTraceJob(submit, 100, 1, 1);
+      job.job.id = JobId(fmt::format("{}{}-{}", queue, submit, i));
+      job.job.queue = QueueId(queue);
+      trace.jobs.push_back(std::move(job));
+    }
+  }
+  return trace;
+}
+
+TEST(ControlPlaneReplayTest, FairShareMakesTheTracesQueuesAndServesTheLighterFirst) {
+  sim::ReplayOptions options;
+  options.queue_policy = "fair-share";
+  Result<sim::ReplayResult> fair =
+      RunReplayThroughControlPlane(TwoNodesOfFour(), TwoQueuesTrace(), options);
+  ASSERT_OK(fair);
+  std::vector<std::pair<int64_t, int64_t>> expected;
+  for (const int64_t start : {0, 200, 100}) {
+    expected.insert(expected.end(), 8, {start, start + 100});
+  }
+  EXPECT_EQ(StartsAndEnds(*fair), expected);
+  ASSERT_EQ(fair->queues.size(), 2u);
+  EXPECT_EQ(fair->preemptions, 0);
+  // The replay loops' fair-share gives the same times.
+  Result<sim::ReplayResult> loops =
+      sim::RunReplay(TwoNodesOfFour(), TwoQueuesTrace(), GpuCatalog::Default(), options);
+  ASSERT_OK(loops);
+  EXPECT_EQ(StartsAndEnds(*loops), expected);
+  // In arrival order a's second eight go first.
+  options.queue_policy = "fifo";
+  Result<sim::ReplayResult> fifo =
+      RunReplayThroughControlPlane(TwoNodesOfFour(), TwoQueuesTrace(), options);
+  ASSERT_OK(fifo);
+  EXPECT_EQ(fifo->jobs[8].first_start_seconds, 100);
+  EXPECT_EQ(fifo->jobs[16].first_start_seconds, 200);
+}
+
 TEST(ControlPlaneReplayTest, RefusesWhatTheServerHasNot) {
   sim::ReplayOptions options;
   options.queue_policy = "sjf";
   EXPECT_THAT(RunReplayThroughControlPlane(TwoNodesOfFour(), HandTrace(), options),
               StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("sjf")));
+  options.queue_policy = "fair-share-no-preempt";
+  EXPECT_THAT(
+      RunReplayThroughControlPlane(TwoNodesOfFour(), HandTrace(), options),
+      StatusIs(StatusCode::kInvalidArgument, ::testing::HasSubstr("fair-share-no-preempt")));
   options.queue_policy = "fifo";
   options.topology_aware = true;
   EXPECT_THAT(RunReplayThroughControlPlane(TwoNodesOfFour(), HandTrace(), options),

@@ -242,12 +242,16 @@ Status StateStore::Commit(const WriteBatch& batch) {
   if (batch.empty()) {
     return Status::Ok();
   }
-  GPUFLEET_RETURN_IF_ERROR(DoCommit(batch));
+  Status status = DoCommit(batch);
   std::lock_guard<std::mutex> lock(observers_mu_);
   for (CommitObserver* observer : observers_) {
-    observer->Committed(batch);
+    if (status.ok()) {
+      observer->Committed(batch);
+    } else {
+      observer->CommitFailed(batch);
+    }
   }
-  return Status::Ok();
+  return status;
 }
 
 void StateStore::AddObserver(CommitObserver* observer) {

@@ -119,6 +119,10 @@ class CommitObserver {
  public:
   virtual ~CommitObserver() = default;
   virtual void Committed(const WriteBatch& batch) = 0;
+  // Told, in the same way, of every valid batch the backend failed to commit: its outcome may be
+  // unknown (PostgreSQL's COMMIT sent and its answer lost), so an observer that mirrors the store
+  // reads the batch's objects again rather than trust either outcome.
+  virtual void CommitFailed(const WriteBatch&) {}
 };
 
 // The store interface. Implementations are thread-safe: any method may be called from any

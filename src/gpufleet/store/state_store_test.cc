@@ -38,7 +38,13 @@ class RecordingObserver : public CommitObserver {
       seen.push_back(op.kind + "/" + op.name);
     }
   }
+  void CommitFailed(const WriteBatch& batch) override {
+    for (const WriteOp& op : batch.ops()) {
+      failed.push_back(op.kind + "/" + op.name);
+    }
+  }
   std::vector<std::string> seen;
+  std::vector<std::string> failed;
 };
 
 TEST(CommitObserver, SeesSuccessfulCommitsOnlyUntilRemoved) {
@@ -57,6 +63,22 @@ TEST(CommitObserver, SeesSuccessfulCommitsOnlyUntilRemoved) {
   update.Update("jobs", "a", "{\"x\": 1}", 1);
   ASSERT_TRUE(store.Commit(update).ok());
   EXPECT_EQ(observer.seen.size(), 2u);
+}
+
+TEST(CommitObserver, IsToldOfCommitsTheBackendRefusedNotOfInvalidBatches) {
+  InMemoryStateStore store;
+  RecordingObserver observer;
+  store.AddObserver(&observer);
+  ASSERT_OK(store.Commit(WriteBatch().Create("jobs", "a", "{}")));
+  // The backend refuses a second create: the observer may read the object again.
+  EXPECT_EQ(store.Commit(WriteBatch().Create("jobs", "a", "{}")).code(),
+            StatusCode::kAlreadyExists);
+  // A batch that fails validation never reached the backend: nothing to read again.
+  EXPECT_EQ(store.Commit(WriteBatch().Create("jobs", "", "{}")).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(observer.seen, (std::vector<std::string>{"jobs/a"}));
+  EXPECT_EQ(observer.failed, (std::vector<std::string>{"jobs/a"}));
+  store.RemoveObserver(&observer);
 }
 
 TEST(WriteBatch, AppendKeepsBothBatchesInOrder) {
