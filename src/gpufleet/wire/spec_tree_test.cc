@@ -41,6 +41,10 @@ TEST(SpecTreeTest, HostileDocumentsFailAloneNamingTheProblem) {
       {"? [a]\n: 1\n", "a map key must be a string"},
       {"a: *nowhere\n", "the referenced anchor is not defined"},
       {std::string(40, '[') + std::string(40, ']'), "nesting deeper than 32 levels"},
+      // 100,000 deep, as JSON (the syntax check first) and as YAML: refused, never a crash.
+      {"{\"a\": " + std::string(100000, '[') + std::string(100000, ']') + "}",
+       "nesting deeper than 32 levels"},
+      {std::string(100000, '[') + std::string(100000, ']'), "nesting deeper than 32 levels"},
       // Aliases that expand a few lines into billions of values.
       {"a: &a [x, x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
        "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b, *b]\nd: &d [*c, *c, *c, *c, *c, *c, *c, *c]\n"
