@@ -25,6 +25,7 @@
 namespace gpufleet::api {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
@@ -607,6 +608,36 @@ TEST_F(ReliabilityControllerTest, TheStepRunsAtItsOwnInterval) {
   EXPECT_EQ(Get("/v1/nodes/n1")["gpus"][2]["health"], "Quarantined");
 }
 
+TEST_F(ReliabilityControllerTest, AQuietFleetSkipsTheStepUntilAnInputIsWrittenOrAnHourPasses) {
+  control::ReliabilityOptions options = EveryCycle();
+  options.interval = std::chrono::minutes(5);
+  Start(options);
+  control::ReliabilityController& reliability = server_->reliability();
+  clock_.Advance(std::chrono::minutes(5));
+  ASSERT_TRUE(reliability.RunIfDue().has_value()) << "the registrations wrote nodes";
+  clock_.Advance(std::chrono::minutes(5));
+  Heartbeat("n1");
+  Heartbeat("n2");
+  EXPECT_FALSE(reliability.RunIfDue().has_value()) << "heartbeats that change nothing";
+
+  RecordRepeatOffender("n1", 2);
+  EXPECT_FALSE(reliability.RunIfDue().has_value()) << "not due yet";
+  clock_.Advance(std::chrono::minutes(5));
+  const std::optional<Result<control::ReliabilityStepResult>> step = reliability.RunIfDue();
+  ASSERT_TRUE(step.has_value()) << "new outcomes";
+  ASSERT_OK(*step);
+  EXPECT_THAT((*step)->quarantined, ElementsAre("gpu GPU-n1-2"));
+  // The quarantine it wrote is an input of the next step; after that one the fleet is quiet.
+  clock_.Advance(std::chrono::minutes(5));
+  EXPECT_TRUE(reliability.RunIfDue().has_value());
+  for (int i = 0; i < 11; ++i) {
+    clock_.Advance(std::chrono::minutes(5));
+    EXPECT_FALSE(reliability.RunIfDue().has_value()) << "quiet, " << (i + 1) * 5 << " min";
+  }
+  clock_.Advance(std::chrono::minutes(5));
+  EXPECT_TRUE(reliability.RunIfDue().has_value()) << "an hour after the last step that ran";
+}
+
 TEST(ReliabilityOptions, BadOptionsAreNamed) {
   control::ReliabilityOptions options;
   options.budget.max_leaf_share = 2;
@@ -622,6 +653,11 @@ TEST(ReliabilityOptions, BadOptionsAreNamed) {
   options.interval = std::chrono::milliseconds(-1);
   EXPECT_THAT(options.Validate(), gpufleet::testing::StatusIs(StatusCode::kInvalidArgument,
                                                               HasSubstr("reliability.interval")));
+  options = control::ReliabilityOptions();
+  options.quiet_interval = std::chrono::milliseconds(-1);
+  EXPECT_THAT(options.Validate(),
+              gpufleet::testing::StatusIs(StatusCode::kInvalidArgument,
+                                          HasSubstr("reliability.quiet_interval: -1 ms")));
 }
 
 }  // namespace

@@ -242,6 +242,7 @@ CycleReport ControlPlane::RunCycle() {
 Status ControlPlane::Restart() {
   leases_.Restart(options_.clock.Now());
   view_->ReadAllAgain();
+  reliability_->ReadAllAgain();
   GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
   {
     std::lock_guard<std::mutex> lock(agents_mu_);

@@ -110,6 +110,10 @@ Status ReliabilityOptions::Validate() const {
     return InvalidArgumentError(
         fmt::format("reliability.interval: {} ms (must be >= 0)", interval.count()));
   }
+  if (quiet_interval.count() < 0) {
+    return InvalidArgumentError(
+        fmt::format("reliability.quiet_interval: {} ms (must be >= 0)", quiet_interval.count()));
+  }
   if (Status status = attribution.Validate(); !status.ok()) {
     return InvalidArgumentError(fmt::format("reliability.attribution.{}", status.message()));
   }
@@ -153,6 +157,16 @@ struct ReliabilityController::Fleet {
 
 // One analysis: the fleet, a monitor fed with the stored outcomes and holding the quarantines
 // in force, and the clock it reads (set to the release times while evidence is reset, then now).
+struct ReliabilityController::ParsedNodes {
+  struct Node {
+    int64_t revision = 0;
+    std::string leaf;
+    std::vector<Fleet::Gpu> gpus;
+  };
+  std::string leaf_level;
+  std::map<std::string, Node> by_name;
+};
+
 struct ReliabilityController::Analysis {
   Fleet fleet;
   FakeClock clock;
@@ -170,7 +184,34 @@ ReliabilityController::ReliabilityController(store::StateStore& store, const Clo
       clock_(clock),
       wall_clock_(wall_clock),
       options_(std::move(options)),
-      write_job_(std::move(write_job)) {}
+      write_job_(std::move(write_job)),
+      parsed_nodes_(std::make_unique<ParsedNodes>()) {
+  store_.AddObserver(this);
+}
+
+ReliabilityController::~ReliabilityController() {
+  store_.RemoveObserver(this);
+}
+
+void ReliabilityController::Committed(const store::WriteBatch& batch) {
+  const bool inputs =
+      std::any_of(batch.ops().begin(), batch.ops().end(), [](const store::WriteOp& op) {
+        const bool object = op.type == store::WriteOpType::kCreate ||
+                            op.type == store::WriteOpType::kUpdate ||
+                            op.type == store::WriteOpType::kDelete;
+        return object && (op.kind == kNodesKind || op.kind == kOutcomesKind ||
+                          op.kind == kQuarantinesKind || op.kind == kClusterKind);
+      });
+  if (inputs) {
+    std::lock_guard<std::mutex> lock(mu_);
+    inputs_changed_ = true;
+  }
+}
+
+void ReliabilityController::ReadAllAgain() {
+  std::lock_guard<std::mutex> lock(mu_);
+  inputs_changed_ = true;
+}
 
 int64_t ReliabilityController::NowNanos() const {
   return wall_clock_ != nullptr ? wall_clock_->UnixNanos() : clock_.Now().nanos;
@@ -346,35 +387,50 @@ Result<ReliabilityController::Fleet> ReliabilityController::LoadFleet() {
     return topology.status();
   }
   GPUFLEET_ASSIGN_OR_RETURN(const std::vector<store::StoredObject> nodes, store_.List(kNodesKind));
-  Fleet fleet;
-  for (const store::StoredObject& object : nodes) {
+  std::lock_guard<std::mutex> lock(fleet_mu_);
+  ParsedNodes& parsed = *parsed_nodes_;
+  if (parsed.leaf_level != leaf_level) {
+    parsed = ParsedNodes{.leaf_level = leaf_level};
+  }
+  auto parse = [&leaf_level](const store::StoredObject& object) {
     const Json doc = wire::ParseDocument(object.data);
-    const std::string leaf =
-        leaf_level.empty()
-            ? ""
-            : wire::StrOr(doc.contains("topology") ? doc["topology"] : Json(), leaf_level);
-    std::vector<GpuUuid> keys;
-    std::vector<Fleet::Gpu> gpus;
+    ParsedNodes::Node node{.revision = object.revision};
+    if (!leaf_level.empty()) {
+      node.leaf = wire::StrOr(doc.contains("topology") ? doc["topology"] : Json(), leaf_level);
+    }
     for (const Json& gpu : wire::ArrayOr(doc, "gpus")) {
       const int64_t index = wire::IntOr(gpu, "index", -1);
-      Fleet::Gpu entry{object.name,
-                       index,
-                       GpuKey(gpu, object.name, index),
-                       wire::StrOr(gpu, "health"),
-                       wire::StrOr(gpu, "drain", "none"),
-                       gpu.contains("reasons") ? gpu["reasons"] : Json::array()};
-      keys.push_back(GpuUuid(entry.key));
-      gpus.push_back(std::move(entry));
+      node.gpus.push_back({object.name, index, GpuKey(gpu, object.name, index),
+                           wire::StrOr(gpu, "health"), wire::StrOr(gpu, "drain", "none"),
+                           gpu.contains("reasons") ? gpu["reasons"] : Json::array()});
     }
-    if (Status status = fleet.inventory.AddNode(NodeId(object.name), leaf, keys); !status.ok()) {
+    return node;
+  };
+  std::map<std::string, ParsedNodes::Node> by_name;
+  Fleet fleet;
+  for (const store::StoredObject& object : nodes) {
+    ParsedNodes::Node node;
+    // The store revision tells every write apart, even a deleted and re-created node.
+    if (auto it = parsed.by_name.find(object.name);
+        it != parsed.by_name.end() && it->second.revision == object.revision) {
+      node = std::move(it->second);
+    } else {
+      node = parse(object);
+    }
+    std::vector<GpuUuid> keys;
+    for (const Fleet::Gpu& gpu : node.gpus) {
+      keys.push_back(GpuUuid(gpu.key));
+    }
+    if (Status status = fleet.inventory.AddNode(NodeId(object.name), node.leaf, keys);
+        !status.ok()) {
       fmt::print(stderr, "gpufleet server: reliability: node \"{}\" left out: {}\n", object.name,
                  status.ToString());
-      continue;
+    } else {
+      fleet.gpus.insert(fleet.gpus.end(), node.gpus.begin(), node.gpus.end());
     }
-    for (Fleet::Gpu& gpu : gpus) {
-      fleet.gpus.push_back(std::move(gpu));
-    }
+    by_name.emplace(object.name, std::move(node));
   }
+  parsed.by_name = std::move(by_name);
   return fleet;
 }
 
@@ -499,8 +555,24 @@ std::optional<Result<ReliabilityStepResult>> ReliabilityController::RunIfDue() {
       return std::nullopt;
     }
     last_step_ = now;
+    const bool quiet = !inputs_changed_ && !last_denied_ && last_run_ &&
+                       now - *last_run_ < options_.quiet_interval;
+    if (quiet) {
+      return std::nullopt;
+    }
+    // Cleared before the step: what it writes itself is an input of the next one.
+    inputs_changed_ = false;
+    last_run_ = now;
   }
-  return RunStep();
+  Result<ReliabilityStepResult> result = RunStep();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!result.ok()) {
+    inputs_changed_ = true;
+  } else {
+    // The budget's window moves with time: a denied quarantine is tried again when due.
+    last_denied_ = !result->denied.empty();
+  }
+  return result;
 }
 
 Status ReliabilityController::NoticeQuarantineChanges(const Fleet& fleet,

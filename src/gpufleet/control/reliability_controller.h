@@ -34,6 +34,11 @@ struct ReliabilityOptions {
   // How often the scheduling loop analyses the outcomes and applies the quarantine rules, on the
   // server's clock; zero: every cycle.
   std::chrono::milliseconds interval{std::chrono::minutes(5)};
+  // A due step is skipped while none of its inputs changed (no node, outcome, quarantine or
+  // topology written since the last one) and the budget denied nothing last time, but it runs at
+  // least this often: with nothing new, only the attribution window's drift moves the figures.
+  // Zero: never skipped.
+  std::chrono::milliseconds quiet_interval{std::chrono::hours(1)};
   reliability::AttributionOptions attribution;
   reliability::QuarantineBudget budget;
   // rules.enabled = false reports suspects and quarantines nothing.
@@ -62,7 +67,7 @@ struct ReliabilityStepResult {
 // loop, the route methods on the HTTP threads. The store is the only durable state; what the
 // controller keeps in memory (parsed outcomes, budget denials already logged, when it last ran)
 // is a cache or a courtesy.
-class ReliabilityController {
+class ReliabilityController final : public store::CommitObserver {
  public:
   // The one writer of job document changes (ControlPlane::AddJobWrite), through which the
   // controller requeues the runs on a device it drains at once: it adds the change from `before`
@@ -73,6 +78,17 @@ class ReliabilityController {
   // REQUIRES: `options` validate; `store`, `clock` and `wall_clock` (nullable) outlive it.
   ReliabilityController(store::StateStore& store, const Clock& clock, const WallClock* wall_clock,
                         ReliabilityOptions options, JobWriter write_job);
+  ~ReliabilityController() override;
+  ReliabilityController(const ReliabilityController&) = delete;
+  ReliabilityController& operator=(const ReliabilityController&) = delete;
+
+  // Notes whether a commit wrote one of the step's inputs (see ReliabilityOptions::quiet_interval).
+  // A failed commit may have been written all the same: it counts as a change.
+  void Committed(const store::WriteBatch& batch) override;
+  void CommitFailed(const store::WriteBatch& batch) override { Committed(batch); }
+  // The next due step runs whatever was noted: another server may have written the store
+  // meanwhile (a server that becomes the leader again calls it).
+  void ReadAllAgain();
 
   // Called wherever a job document changes from `before` to `after` in `batch`, before `after` is
   // written into the batch. When `before` is a run that is going (Scheduled or Running) and
@@ -88,8 +104,9 @@ class ReliabilityController {
   // its first task report still has its duration. No IO.
   void NoteRunStarted(Json& job) const;
 
-  // RunStep when `interval` has passed since the last one (or there was none). Returns nullopt
-  // when it was not due.
+  // RunStep when `interval` has passed since the last one (or there was none) and its inputs
+  // changed or `quiet_interval` passed since the last one that ran. Returns nullopt when it did
+  // not run.
   std::optional<Result<ReliabilityStepResult>> RunIfDue();
 
   // One step: notices releases of quarantined devices (their evidence starts again from then),
@@ -158,8 +175,17 @@ class ReliabilityController {
   };
   std::mutex mu_;
   std::optional<MonoTime> last_step_;              // guarded by mu_
+  std::optional<MonoTime> last_run_;               // a step that ran; guarded by mu_
+  bool inputs_changed_ = true;                     // guarded by mu_
+  bool last_denied_ = false;                       // guarded by mu_
   std::map<std::string, CachedOutcome> outcomes_;  // guarded by mu_
   std::set<reliability::Device> denials_logged_;   // guarded by mu_
+
+  // The nodes as LoadFleet last parsed them, by name, with their store revisions: a node
+  // document is parsed again only when it was written.
+  struct ParsedNodes;
+  std::mutex fleet_mu_;
+  std::unique_ptr<ParsedNodes> parsed_nodes_;  // guarded by fleet_mu_
 };
 
 }  // namespace gpufleet::control

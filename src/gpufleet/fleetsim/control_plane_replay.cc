@@ -26,12 +26,13 @@
 namespace gpufleet::fleetsim {
 namespace {
 
-// The fleet's timing for a replay. The agents heartbeat every quarter of an hour (a task end or
-// new work wakes them at once, so the heartbeat only renews the lease; an hour is the longest
-// lease the agent protocol allows) and the server cycles every five minutes when nothing
-// happened, for its deadlines: an idle node costs a heartbeat per quarter of an hour and an idle
-// fleet a cycle per five minutes, over months of simulated time.
-constexpr std::chrono::minutes kReplayHeartbeat{15};
+// The fleet's timing for a replay. The agents heartbeat every half hour (a task end or new work
+// wakes them at once, so the heartbeat only renews the lease; an hour is the longest lease the
+// agent protocol allows, and the replay's links neither lose nor delay a message, so two renewals
+// per lease are enough) and the server cycles every five minutes when nothing happened, for its
+// deadlines: an idle node costs a heartbeat per half hour and an idle fleet a cycle per five
+// minutes, over months of simulated time. The keepalives are most of a long replay's cost.
+constexpr std::chrono::minutes kReplayHeartbeat{30};
 constexpr std::chrono::minutes kReplayNodeTimeout{60};
 constexpr std::chrono::minutes kReplayIdleCycle{5};
 
