@@ -16,6 +16,7 @@
 #include "gpufleet/control/job_lifecycle.h"
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/control/tenancy.h"
+#include "gpufleet/core/json_scan.h"
 #include "gpufleet/fleetsim/sim_fleet.h"
 #include "gpufleet/runner/simulated_runner.h"
 #include "gpufleet/store/state_store.h"
@@ -91,6 +92,18 @@ class OutcomeTracker final : public store::CommitObserver {
 
  private:
   void Note(const std::string& data) {
+    // Most writes of a long backlog only change a waiting job's reason: read without parsing.
+    const std::optional<std::string> name = TopLevelString(data, "name");
+    const auto named = name ? by_name_.find(*name) : by_name_.end();
+    if (named != by_name_.end() && jobs_[named->second].state.has_value()) {
+      JobProgress& known = jobs_[named->second];
+      std::optional<std::string> reason;
+      if (TopLevelString(data, "state") == wire::JobStateName(*known.state) &&
+          (reason = TopLevelString(data, "reason")).has_value()) {
+        known.reason = std::move(*reason);
+        return;
+      }
+    }
     Result<wire::JobRecord> record = wire::JobRecordFromJson(wire::ParseDocument(data), nullptr);
     if (!record.ok()) {
       return;

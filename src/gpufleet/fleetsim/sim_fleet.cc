@@ -10,6 +10,7 @@
 
 #include "gpufleet/agent/diagnostics.h"
 #include "gpufleet/control/store_keys.h"
+#include "gpufleet/core/json_scan.h"
 #include "gpufleet/http/server.h"
 #include "gpufleet/wire/job_record.h"
 #include "gpufleet/wire/json_fields.h"
@@ -19,6 +20,9 @@ namespace {
 
 // Simulated time starts here rather than at 0, which some readers take for "never".
 constexpr MonoTime kSimulationStart{int64_t{1'000'000'000'000}};
+
+// wire::JobStateName(JobState::kPending), as NoteCommit compares it with text it scans.
+constexpr std::string_view kPendingName = "Pending";
 
 // A node's (or, with node -1, the admin's) link to one server: every request goes through the
 // fleet. A server that is down refuses the connection (unreachable: the caller tries the next).
@@ -486,6 +490,14 @@ void SimFleet::NoteCommit(const store::WriteBatch& batch) {
   for (const store::WriteOp& op : batch.ops()) {
     if (op.kind != control::kJobsKind ||
         (op.type != store::WriteOpType::kCreate && op.type != store::WriteOpType::kUpdate)) {
+      continue;
+    }
+    // A waiting job's reason, rewritten as capacity moves, is most writes with a long backlog:
+    // read without parsing the document, it is no news to any agent.
+    const auto seen_before = agents_view_of_jobs_.find(op.name);
+    if (seen_before != agents_view_of_jobs_.end() && seen_before->second == kPendingName &&
+        TopLevelString(op.data, "state") == kPendingName &&
+        op.data.find("\"placements\"") == std::string::npos) {
       continue;
     }
     const Result<wire::JobRecord> job =
