@@ -434,8 +434,7 @@ Result<int> ControlPlane::RunCycleLocked() {
     } else if (const auto dominating = std::find_if(
                    failed.begin(), failed.end(),
                    [&](const FailedJob& smaller) {
-                     // An elastic job fits at any of its sizes:
-                     // no shortcut either way.
+                     // An elastic job fits at any of its sizes: no shortcut either way.
                      return !(*job.spec)->IsElastic() && !(*smaller.job->spec)->IsElastic() &&
                             scheduler::CannotFitWhereSmallerFailed(**job.spec, **smaller.job->spec);
                    });

@@ -122,8 +122,12 @@ Status ControlPlane::GrowElasticJobs(Random& random) {
     return Status::Ok();
   }
   GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
+  // A job that never fits waits for nothing an elastic job holds.
   std::optional<int> waiting_priority;
   for (const ViewJobEntry* entry : view_->JobsIn(JobState::kPending)) {
+    if (entry->second.reason.starts_with("never fits: ")) {
+      continue;
+    }
     waiting_priority =
         std::max(waiting_priority.value_or(entry->second.priority), entry->second.priority);
   }
@@ -166,7 +170,13 @@ Status ControlPlane::GrowElasticJobs(Random& random) {
       for (scheduler::GpuAssignment& gpu : placement.gpus) {
         gpu.mig_created = false;
       }
-      GPUFLEET_RETURN_IF_ERROR(snapshot.Apply(placement));
+      if (const Status applied = snapshot.Apply(placement); !applied.ok()) {
+        // Never expected; the view reads every object again rather than let one job's state
+        // stop the cycle, and no job grows before it has.
+        fmt::print(stderr, "gpufleet server: growing {}: {}\n", name, applied.ToString());
+        view_->ReadAllAgain();
+        return Status::Ok();
+      }
     }
     if (larger.size <= job.world_size) {
       continue;
