@@ -122,20 +122,10 @@ Status ControlPlane::GrowElasticJobs(Random& random) {
     return Status::Ok();
   }
   GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
-  // A job that never fits waits for nothing an elastic job holds.
-  std::optional<int> waiting_priority;
-  for (const ViewJobEntry* entry : view_->JobsIn(JobState::kPending)) {
-    if (entry->second.reason.starts_with("never fits: ")) {
-      continue;
-    }
-    waiting_priority =
-        std::max(waiting_priority.value_or(entry->second.priority), entry->second.priority);
-  }
   std::vector<ViewJobEntry*> below_max;
   for (ViewJobEntry* entry : view_->JobsIn(JobState::kRunning)) {
     ViewJob& job = entry->second;
-    if (job.world_size <= 0 || job.notice || job.releasing > 0 || !job.applied ||
-        (waiting_priority && *waiting_priority >= job.priority)) {
+    if (job.world_size <= 0 || job.notice || job.releasing > 0 || !job.applied) {
       continue;
     }
     const Result<Job>& spec = ViewJobSpec(job, options_.catalog);
@@ -143,6 +133,20 @@ Status ControlPlane::GrowElasticJobs(Random& random) {
       below_max.push_back(entry);
     }
   }
+  if (below_max.empty()) {
+    return Status::Ok();  // most cycles: the pending jobs are not read
+  }
+  // A job that never fits waits for nothing an elastic job holds.
+  std::optional<int> waiting_priority;
+  for (const ViewJobEntry* entry : view_->JobsIn(JobState::kPending)) {
+    if (!entry->second.reason.starts_with("never fits: ")) {
+      waiting_priority =
+          std::max(waiting_priority.value_or(entry->second.priority), entry->second.priority);
+    }
+  }
+  std::erase_if(below_max, [&](const ViewJobEntry* entry) {
+    return waiting_priority && *waiting_priority >= entry->second.priority;
+  });
   // Each check places the job at up to 3 + log2(max - min) sizes: a few jobs a cycle, the
   // highest priority first, the others in later cycles.
   constexpr size_t kGrowChecksPerCycle = 2;
