@@ -796,6 +796,131 @@ spec:
   EXPECT_GE(next->start_time - MonoTime{0}, std::chrono::seconds(5));
 }
 
+// A simulated runner that keeps the environment each task was started with.
+class LaunchRecordingRunner final : public runner::TaskRunner {
+ public:
+  explicit LaunchRecordingRunner(runner::TaskRunner& runner) : runner_(runner) {}
+  Status Start(const runner::TaskLaunch& launch) override {
+    env_[launch.task_id] = launch.env;
+    return runner_.Start(launch);
+  }
+  Status Stop(std::string_view task_id, Duration grace) override {
+    return runner_.Stop(task_id, grace);
+  }
+  std::vector<runner::TaskStatus> Poll() override { return runner_.Poll(); }
+  Status SendNotice(std::string_view task_id, std::string_view signal_name) override {
+    return runner_.SendNotice(task_id, signal_name);
+  }
+  Status Forget(std::string_view task_id) override { return runner_.Forget(task_id); }
+  Status RenewLease(Duration fence_in, Duration grace) override {
+    return runner_.RenewLease(fence_in, grace);
+  }
+  const std::map<std::string, std::string>& EnvOf(const std::string& task_id) {
+    return env_[task_id];
+  }
+
+ private:
+  runner::TaskRunner& runner_;
+  std::map<std::string, std::map<std::string, std::string>> env_;
+};
+
+// Issue 37 item 6, the server with a simulated agent: an elastic job (min 2, max 8 one-GPU
+// tasks) runs at 8 on the empty 8-GPU node; a 4-GPU job of a higher priority makes it shrink to 4
+// (its ranks 4..7 get the notice, 0..3 run on) and starts within one cycle plus that notice's
+// grace, never on a GPU a released rank may still use; once it ends the elastic job grows back.
+TEST_F(NodeAgentTest, AnElasticJobShrinksForAHigherPriorityJobAndGrowsBackOnceItEnds) {
+  runner::SimulatedRunner simulated(clock_);
+  LaunchRecordingRunner runner(simulated);
+  std::unique_ptr<NodeAgent> agent = MakeAgent(runner);
+  ASSERT_OK(agent->Register());
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: elastic}
+spec:
+  preemption: {checkpointGraceSeconds: 10, minRuntime: 0s}
+  tasks:
+    - name: worker
+      replicas: {min: 2, max: 8}
+      command: [torchrun]
+      resources:
+        gpus: {count: 1}
+)");
+  ASSERT_OK(agent->Heartbeat());
+  ASSERT_OK(agent->Heartbeat());
+  Json elastic = Job("elastic");
+  ASSERT_EQ(elastic["state"], "Running") << Events("jobs", "elastic");
+  EXPECT_EQ(elastic["world_size"], 8);
+  ASSERT_EQ(simulated.Poll().size(), 8u);
+  const std::map<std::string, std::string> rank5 = runner.EnvOf("elastic/worker-5/1");
+  EXPECT_EQ(rank5.at("GPUFLEET_WORLD_SIZE"), "8");
+  EXPECT_EQ(rank5.at("GPUFLEET_RANK"), "5");
+  EXPECT_THAT(rank5.at("GPUFLEET_RENDEZVOUS"), ::testing::StartsWith("node-a:"));
+  EXPECT_EQ(runner.EnvOf("elastic/worker-0/1").at("GPUFLEET_RENDEZVOUS"),
+            rank5.at("GPUFLEET_RENDEZVOUS"));
+
+  const MonoTime submitted = clock_.Now();
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: urgent}
+spec:
+  priority: 10
+  tasks:
+    - name: main
+      command: [train]
+      env: {GPUFLEET_SIM_DURATION_MS: "20000"}
+      resources:
+        gpus: {count: 4}
+)");
+  elastic = Job("elastic");
+  EXPECT_EQ(elastic["state"], "Running") << "a shrink, not a stop";
+  EXPECT_EQ(elastic["world_size"], 4);
+  EXPECT_THAT(Events("jobs", "elastic"), HasSubstr("shrinking from 8 to 4 tasks"));
+  EXPECT_EQ(Job("urgent")["state"], "Pending");
+
+  std::optional<MonoTime> urgent_placed;
+  for (int second = 0; second < 30 && !urgent_placed; ++second) {
+    clock_.Advance(std::chrono::seconds(1));
+    ASSERT_OK(agent->Heartbeat());
+    ASSERT_OK(server_->RunSchedulingCycle());
+    if (Job("urgent")["state"] != "Pending") {
+      urgent_placed = clock_.Now();
+      for (const runner::TaskStatus& task : simulated.Poll()) {
+        if (task.task_id.starts_with("elastic/")) {
+          const bool released = task.task_id >= "elastic/worker-4";
+          EXPECT_EQ(runner::IsFinal(task.state), released)
+              << task.task_id << ": the urgent job is placed once the released ranks are gone";
+        }
+      }
+    }
+  }
+  ASSERT_TRUE(urgent_placed.has_value()) << Events("jobs", "urgent");
+  EXPECT_LE(*urgent_placed - submitted, std::chrono::seconds(10 + 3))
+      << "the notice's grace, the stop and one cycle";
+  for (const runner::TaskStatus& task : simulated.Poll()) {
+    if (task.task_id.starts_with("elastic/")) {
+      const bool released = task.task_id >= "elastic/worker-4";
+      EXPECT_EQ(task.notices,
+                released ? std::vector<std::string>{"SIGUSR1"} : std::vector<std::string>{})
+          << task.task_id;
+    }
+  }
+  elastic = Job("elastic");
+  EXPECT_EQ(elastic["state"], "Running");
+  EXPECT_EQ(elastic["placements"].size(), 4u);
+
+  // The urgent job runs 20 s; then the elastic job restarts at 8 after its notice.
+  for (int second = 0; second < 60 && Job("elastic")["world_size"] != 8; ++second) {
+    clock_.Advance(std::chrono::seconds(1));
+    ASSERT_OK(agent->Heartbeat());
+    ASSERT_OK(server_->RunSchedulingCycle());
+  }
+  elastic = Job("elastic");
+  EXPECT_EQ(elastic["world_size"], 8) << Events("jobs", "elastic");
+  EXPECT_EQ(elastic["attempt"], 2);
+  EXPECT_EQ(Job("urgent")["state"], "Succeeded");
+  EXPECT_THAT(Events("jobs", "elastic"), HasSubstr("growing from 4 to 8 tasks"));
+}
+
 // Issue 37 item 3: each stop the server decides gives the task the agent's whole stop grace. A
 // task that needs 29 s of its 30 s after SIGTERM (it writes a checkpoint) ends by itself 29 s
 // after its SIGTERM, never killed sooner, whether it was cancelled, preempted (at once or after

@@ -122,8 +122,15 @@ ApiResponse ApiRoutes::ExplainJob(const control::Principal& who, std::string_vie
   const int64_t now = queues.CycleSeconds();
   Random random(options_.seed + control_->cycle_count());
   std::vector<policy::RunningJob> running = control_->backfill().RunningJobs(view, queues, now);
-  policy::ExplainInput input{
-      .job = &**job.spec, .ahead = ahead, .running = running, .now_seconds = now};
+  // An elastic job waits because not even its minimum fits (docs/job-spec.md, "Elastic jobs").
+  const Job& waiting = **job.spec;
+  const std::optional<Job> minimum =
+      waiting.IsElastic() ? std::optional<Job>(waiting.AtSize(waiting.groups[0].min_replicas))
+                          : std::nullopt;
+  policy::ExplainInput input{.job = minimum ? &*minimum : &waiting,
+                             .ahead = ahead,
+                             .running = running,
+                             .now_seconds = now};
   const std::string queue = job.queue;
   input.quota = [&](const Job&, const std::vector<scheduler::TaskPlacement>& placed,
                     const scheduler::ClusterSnapshot& snapshot) {

@@ -272,6 +272,37 @@ TEST_F(ServerExplainTest, OtherTeamsJobsAheadAreCountedNotNamed) {
   EXPECT_EQ(explained["eta"]["inSeconds"], 3600);
 }
 
+// Issue 37 item 6: an elastic job is judged at its minimum: one larger than the fleet at its
+// maximum is no "never fits", waits for capacity while the fleet is full (explain says so, for
+// its minimum), then runs at the largest size that fits.
+TEST_F(ServerExplainTest, AnElasticJobIsJudgedAtItsMinimumAndRunsAtTheLargestSizeThatFits) {
+  Submit(Job("filler", 4, 8, "1h"), bob_);
+  Cycles();
+  const ApiResponse created = Call("POST", "/v1/jobs", alice_, R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata:
+  name: elastic
+spec:
+  tasks:
+    - name: workers
+      replicas: {min: 2, max: 64}
+      resources: {cpu: "1", memory: 8Gi, gpus: {count: 1}}
+)");
+  ASSERT_EQ(created.status, 201) << created.body;
+  EXPECT_THAT(created.body, Not(HasSubstr("never fits")));
+  Cycles(1);
+  const ApiResponse response = Call("GET", "/v1/jobs/elastic/explain", alice_);
+  ASSERT_EQ(response.status, 200) << response.body;
+  const Json explained = wire::ParseDocument(response.body);
+  EXPECT_EQ(explained["reason"], "capacity") << response.body;
+  EXPECT_EQ(explained["evidence"]["neededGpus"], 2) << response.body;
+
+  End("filler", bob_);
+  const Json job = wire::ParseDocument(Call("GET", "/v1/jobs/elastic", alice_).body);
+  EXPECT_NE(job["state"], "Pending") << job.dump();
+  EXPECT_EQ(job["world_size"], 32) << "the whole fleet; 64 never fits";
+}
+
 // The ETA shown is the backfill plan's, and a replay with exact runtimes starts the job then;
 // small jobs that would run past its reservation do not start before it (no starvation), while
 // one that ends in time is backfilled.

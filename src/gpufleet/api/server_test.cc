@@ -714,7 +714,7 @@ TEST_F(ApiServerTest, ServiceRoutesAndMetrics) {
   }
   EXPECT_THAT(steps, ::testing::ElementsAre("read", "node-leases", "run-ends", "queues",
                                             "idle-reclaim", "deployments", "retention", "usage",
-                                            "order", "place", "commit", "publish"));
+                                            "order", "place", "commit", "grow", "publish"));
   EXPECT_EQ(Call("GET", "/v2/nothing", admin_).status, 404);
   EXPECT_EQ(Call("DELETE", "/v1/jobs/m", admin_).status, 404);
 }

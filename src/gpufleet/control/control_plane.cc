@@ -18,6 +18,7 @@
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/rfc3339.h"
 #include "gpufleet/policy/never_fits.h"
+#include "gpufleet/scheduler/elastic.h"
 #include "gpufleet/scheduler/registry.h"
 #include "gpufleet/scheduler/snapshot.h"
 #include "gpufleet/wire/job_record.h"
@@ -156,6 +157,12 @@ Status MigrateToTeamScopedNames(store::StateStore& store) {
   return marked.code() == StatusCode::kAlreadyExists ? Status::Ok() : marked;
 }
 
+// The job at its smallest size: an elastic job's minimum (what preemption frees room for, and
+// what "never fits" is about), any other job itself (a copy: for the rare paths only).
+Job SmallestSize(const Job& spec) {
+  return spec.IsElastic() ? spec.AtSize(spec.groups[0].min_replicas) : spec;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<ControlPlane>> ControlPlane::Create(ControlPlaneOptions options) {
@@ -264,6 +271,10 @@ FleetGauges ControlPlane::Gauges() {
 }
 
 std::optional<policy::NeverFits> ControlPlane::CheckNeverFits(const Job& job) {
+  // An elastic job never fits only when its minimum does not.
+  if (job.IsElastic()) {
+    return never_fits_.Check(SmallestSize(job), view_->snapshot(), view_->shape_epoch());
+  }
   return never_fits_.Check(job, view_->snapshot(), view_->shape_epoch());
 }
 
@@ -421,11 +432,13 @@ Result<int> ControlPlane::RunCycleLocked() {
       // shortcut that quotes a smaller job's reason): still nothing could hold it.
       reason = fmt::format("never fits: {}", again->message);
       job.never_fits_epoch = view_->shape_epoch();
-    } else if (const auto dominating = std::find_if(failed.begin(), failed.end(),
-                                                    [&](const FailedJob& smaller) {
-                                                      return scheduler::CannotFitWhereSmallerFailed(
-                                                          **job.spec, **smaller.job->spec);
-                                                    });
+    } else if (const auto dominating = std::find_if(
+                   failed.begin(), failed.end(),
+                   [&](const FailedJob& smaller) {
+                     // An elastic job fits at any of its sizes: no shortcut either way.
+                     return !(*job.spec)->IsElastic() && !(*smaller.job->spec)->IsElastic() &&
+                            scheduler::CannotFitWhereSmallerFailed(**job.spec, **smaller.job->spec);
+                   });
                dominating != failed.end()) {
       // Another team's job is not named to this one's team. Its reason is final by now: it was
       // set in its own turn of this loop.
@@ -445,7 +458,20 @@ Result<int> ControlPlane::RunCycleLocked() {
         job.never_fits_epoch = view_->shape_epoch();
       }
     } else {
-      scheduler::ScheduleResult result = scheduler_->Schedule(**job.spec, snapshot, random);
+      // An elastic job at the largest size that fits, placed and charged as that size.
+      std::optional<Job> sized;
+      scheduler::ScheduleResult result;
+      if ((*job.spec)->IsElastic()) {
+        scheduler::SizedSchedule largest =
+            scheduler::ScheduleLargestSize(*scheduler_, **job.spec, snapshot, random);
+        result = std::move(largest.result);
+        if (largest.size > 0) {
+          sized = (*job.spec)->AtSize(largest.size);
+        }
+      } else {
+        result = scheduler_->Schedule(**job.spec, snapshot, random);
+      }
+      const Job& placed_spec = sized ? *sized : **job.spec;
       // Larger jobs of its shape need not be asked only when this one did not fit: a refusal by
       // its queue's quota says nothing about jobs of other queues.
       const bool did_not_fit = result.outcome == scheduler::ScheduleOutcome::kUnschedulable;
@@ -453,7 +479,7 @@ Result<int> ControlPlane::RunCycleLocked() {
       if (result.scheduled()) {
         // Backfill first: a job held back for the head is not charged to its queue.
         Result<std::optional<std::string>> held =
-            backfill_.Refusal(name, **job.spec, result.placements, *view_, *scheduler_, random);
+            backfill_.Refusal(name, placed_spec, result.placements, *view_, *scheduler_, random);
         if (!held.ok()) {
           fmt::print(stderr, "gpufleet server: backfill check for {}: {}\n", name,
                      held.status().ToString());
@@ -475,7 +501,7 @@ Result<int> ControlPlane::RunCycleLocked() {
         // One victim search per cycle, for the first job in queue order that needs one.
         preemption_tried = true;
         Result<std::optional<std::string>> waiting =
-            TryPreemption(name, **job.spec, job.queue, random);
+            TryPreemption(name, SmallestSize(**job.spec), job.queue, random);
         if (!waiting.ok()) {
           // The store failed (busy, gone): nothing of this cycle is committed, so nothing of it
           // may stay in the view, or its GPUs would look taken until the next full reload.
@@ -490,13 +516,18 @@ Result<int> ControlPlane::RunCycleLocked() {
         }
       }
       if (result.scheduled()) {
-        backfill_.NoteStarted(name, **job.spec, result.placements);
+        backfill_.NoteStarted(name, placed_spec, result.placements);
         placed = std::move(result.placements);
         doc = wire::ParseDocument(job.data);
         // The view holds only Pending jobs here, so the transition is legal.
         (void)TransitionJob(doc, JobState::kScheduled, "");
         doc["attempt"] = wire::IntOr(doc, "attempt", 0) + 1;
-        doc["placements"] = PlacementsToJson(placed, **job.spec, snapshot);
+        doc["placements"] = PlacementsToJson(placed, placed_spec, snapshot);
+        if (sized) {
+          doc["world_size"] = sized->groups[0].replicas;
+        } else {
+          doc.erase("world_size");
+        }
         for (const scheduler::TaskPlacement& placement : placed) {
           node_names.insert(snapshot.nodes()[placement.node].node->id.value());
         }
@@ -544,6 +575,9 @@ Result<int> ControlPlane::RunCycleLocked() {
       reliability_->NoteRunStarted(doc);
       StampRunStart(doc, UsageNowNanos());
       event = fmt::format("scheduled on {}", fmt::join(node_names, ", "));
+      if (doc.contains("world_size")) {
+        event += fmt::format(" at {} tasks", wire::IntOr(doc, "world_size", 0));
+      }
       write.placed = std::move(placed);
       write.nodes = std::move(node_names);
     }
@@ -554,6 +588,10 @@ Result<int> ControlPlane::RunCycleLocked() {
   MarkCycleStep("place");
   Result<int> scheduled = CommitCycleWrites(writes);
   MarkCycleStep("commit");
+  if (scheduled.ok()) {
+    GPUFLEET_RETURN_IF_ERROR(GrowElasticJobs(random));
+    MarkCycleStep("grow");
+  }
   queues_.Publish();
   PublishFleetGauges();
   MarkCycleStep("publish");

@@ -174,7 +174,8 @@ class ControlPlane {
   scheduler::Scheduler& scheduler() { return *scheduler_; }
   DeploymentController& deployments() { return deployments_; }
   uint64_t cycle_count() const { return cycle_count_; }
-  // Whether any node of the view's fleet, empty, could hold `job` (policy::CheckNeverFits), with
+  // Whether any node of the view's fleet, empty, could hold `job` (an elastic job at its minimum
+  // size; policy::CheckNeverFits), with
   // the shapes found to fit remembered until the fleet's shape moves: submissions at 1,000 a
   // second come in a few shapes. REQUIRES cycle_mutex() held and the view refreshed.
   std::optional<policy::NeverFits> CheckNeverFits(const Job& job);
@@ -334,6 +335,11 @@ class ControlPlane {
   Result<bool> RequeuePreemptedJobs();
   // Ends the runs whose preemption notice is done waiting (control::EndNoticedRuns).
   Result<bool> EndNoticedRuns();
+  // After the cycle's placements: a running elastic job below its maximum that would run larger
+  // on the GPUs idle now (its own counted free), with no job of its priority or higher waiting
+  // and no GPUs reserved for a preemptor, stops (after its notice) to be placed again at the
+  // larger size (docs/job-spec.md, "Elastic jobs").
+  Status GrowElasticJobs(Random& random);
   // Idle reclaim (IdleReclaimController): warnings and reclaims of idle interactive jobs, the
   // view refreshed so that this cycle places the waiting jobs.
   Status ReclaimIdleJobs();

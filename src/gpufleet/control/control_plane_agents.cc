@@ -108,6 +108,29 @@ std::optional<std::string> RecordImageReport(const Json& job, Json& placement,
 // Applies one node's task reports to a Stopping job: a task the agent reports ended, or does not
 // report at all, is gone (the agent reports every task it has until the server has taken its
 // end, and it never starts a task of a run that is stopping). Returns the events.
+// Why the task of a placement being stopped is gone, from its agent's `report` on `node` (nullptr:
+// not reported); nullopt while it may still run.
+std::optional<std::string> StoppedTaskGone(const std::string& node, const wire::TaskReport* report,
+                                           bool absent_means_gone) {
+  // A task whose image is being pulled is live too: its pull ends first, then it reports so.
+  if ((report != nullptr && (report->phase == wire::TaskPhase::kRunning ||
+                             report->phase == wire::TaskPhase::kPulling)) ||
+      (report == nullptr && !absent_means_gone)) {
+    return std::nullopt;
+  }
+  return report == nullptr || report->phase == wire::TaskPhase::kWaiting
+             ? fmt::format("not running on {}", node)
+             : fmt::format("ended on {}: {}", node,
+                           report->message.empty() ? fmt::format("exit code {}", report->exit_code)
+                                                   : report->message);
+}
+
+const wire::TaskReport* FindReport(const std::map<std::string, const wire::TaskReport*>& reports,
+                                   const std::string& id) {
+  const auto it = reports.find(id);
+  return it == reports.end() ? nullptr : it->second;
+}
+
 std::vector<std::string> ApplyStoppingReports(
     Json& job, const std::string& node,
     const std::map<std::string, const wire::TaskReport*>& reports, bool absent_means_gone) {
@@ -119,22 +142,13 @@ std::vector<std::string> ApplyStoppingReports(
       continue;
     }
     const std::string task = wire::StrOr(placement, "task");
-    const auto it = reports.find(wire::MakeTaskId(name, task, attempt));
-    // A task whose image is being pulled is live too: its pull ends first, then it reports so.
-    if ((it != reports.end() && (it->second->phase == wire::TaskPhase::kRunning ||
-                                 it->second->phase == wire::TaskPhase::kPulling)) ||
-        (it == reports.end() && !absent_means_gone)) {
+    const std::optional<std::string> why = StoppedTaskGone(
+        node, FindReport(reports, wire::MakeTaskId(name, task, attempt)), absent_means_gone);
+    if (!why) {
       continue;
     }
-    const std::string why =
-        it == reports.end() || it->second->phase == wire::TaskPhase::kWaiting
-            ? fmt::format("not running on {}", node)
-            : fmt::format("ended on {}: {}", node,
-                          it->second->message.empty()
-                              ? fmt::format("exit code {}", it->second->exit_code)
-                              : it->second->message);
-    MarkPlacementGone(placement, why);
-    events.push_back(fmt::format("task {} {}", task, why));
+    MarkPlacementGone(placement, *why);
+    events.push_back(fmt::format("task {} {}", task, *why));
   }
   if (std::optional<std::string> finished = FinishStoppingIfDone(job)) {
     events.push_back(std::move(*finished));
@@ -234,6 +248,19 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
     }
     const std::string task = wire::StrOr(placement, "task");
     const auto it = reports.find(wire::MakeTaskId(name, task, attempt));
+    if (placement.contains("release")) {
+      // A rank a shrink releases (docs/job-spec.md, "Elastic jobs"): its end, whatever its exit
+      // code (it was stopped), or its absence, leaves the job running on without it.
+      if (PlacementGone(placement)) {
+        continue;
+      }
+      if (const std::optional<std::string> why = StoppedTaskGone(
+              node, it == reports.end() ? nullptr : it->second, absent_means_gone)) {
+        MarkPlacementGone(placement, *why);
+        events.push_back(fmt::format("task {} {}", task, *why));
+      }
+      continue;
+    }
     if (it == reports.end()) {
       continue;
     }
@@ -293,6 +320,17 @@ std::vector<std::string> ApplyReports(Json& job, const std::string& node, const 
       return events;
     }
     events.push_back(fmt::format("task {} succeeded on {}", task, node));
+  }
+  // A released rank known gone leaves the job, and only then its GPUs are free.
+  Json& placements = job["placements"];
+  for (auto placement = placements.begin(); placement != placements.end();) {
+    if (placement->contains("release") && PlacementGone(*placement)) {
+      events.push_back(fmt::format("task {} released: the job runs on with {} tasks",
+                                   wire::StrOr(*placement, "task"), placements.size() - 1));
+      placement = placements.erase(placement);
+    } else {
+      ++placement;
+    }
   }
   if (events.empty()) {
     return events;
@@ -575,19 +613,51 @@ bool MigInstancesReported(const wire::JobRecord& job,
   return true;
 }
 
+// The environment of an elastic job's tasks (docs/job-spec.md, "Elastic jobs").
+constexpr std::string_view kWorldSizeEnv = "GPUFLEET_WORLD_SIZE";
+constexpr std::string_view kRankEnv = "GPUFLEET_RANK";
+constexpr std::string_view kRendezvousEnv = "GPUFLEET_RENDEZVOUS";
+// Rendezvous ports are taken from this range by a hash of the job and its run, so that the runs
+// of two jobs whose rank 0 shares a node seldom ask for the same port, and every rank computes
+// the same one without asking.
+constexpr uint64_t kRendezvousPortBase = 29400;
+constexpr uint64_t kRendezvousPorts = 1000;
+
+// "NODE:PORT" of the run's rank 0 (its replica 0, kept by every shrink); nullopt before it is
+// placed. FNV-1a over "TEAM/NAME/ATTEMPT": stable across servers and releases.
+std::optional<std::string> ElasticRendezvous(const wire::JobRecord& job) {
+  for (const wire::PlacementRecord& placement : job.placements) {
+    if (placement.replica != 0) {
+      continue;
+    }
+    uint64_t hash = 14695981039346656037ULL;
+    for (const char c : fmt::format("{}/{}", TeamScopedKey(job.team, job.name), job.attempt)) {
+      hash = (hash ^ static_cast<unsigned char>(c)) * 1099511628211ULL;
+    }
+    return fmt::format("{}:{}", placement.node, kRendezvousPortBase + hash % kRendezvousPorts);
+  }
+  return std::nullopt;
+}
+
 // Adds the tasks of `job` (whose spec is `spec`) that `node` should run to `reply`. A MIG task is
 // added once the agent has reported each of its instances; it then names them and gets their
 // MIG device UUIDs. The job's preemption notice goes with its tasks when the agent speaks
 // `protocol` of wire::kNoticeAgentProtocol or later; an older agent's task gets the plain stop.
 void AddDesiredTasks(const wire::JobRecord& job, const Job& spec, const Json& node_doc,
-                     const std::string& node, wire::ProtocolVersion protocol,
+                     const std::string& node, wire::ProtocolVersion protocol, int64_t now_ns,
                      wire::AgentReply* reply) {
   if (!RunIsWanted(job.state)) {
     return;
   }
   const std::string name = TeamScopedKey(job.team, job.name);
+  const std::optional<std::string> rendezvous =
+      spec.IsElastic() ? ElasticRendezvous(job) : std::nullopt;
   for (const wire::PlacementRecord& placement : job.placements) {
     if (placement.node != node || placement.phase == "Succeeded" || placement.phase == "Failed") {
+      continue;
+    }
+    // A released rank whose notice is over is no longer desired: its agent stops it.
+    if (placement.release && NoticeOver(*placement.release, job.last_checkpoint_ns, now_ns)) {
       continue;
     }
     wire::DesiredTask task;
@@ -603,6 +673,12 @@ void AddDesiredTasks(const wire::JobRecord& job, const Job& spec, const Json& no
       task.image = ImageToRun(spec, group.image);
       task.image_pull_policy = group.image_pull_policy;
       task.host_network = group.host_network;
+    }
+    if (rendezvous) {
+      task.env[std::string(kWorldSizeEnv)] =
+          std::to_string(job.world_size.value_or(static_cast<int64_t>(job.placements.size())));
+      task.env[std::string(kRankEnv)] = std::to_string(placement.replica);
+      task.env[std::string(kRendezvousEnv)] = *rendezvous;
     }
     const std::vector<PlacedGpu> placed = PlacedGpus(placement);
     bool gpus_found = true;
@@ -639,10 +715,12 @@ void AddDesiredTasks(const wire::JobRecord& job, const Job& spec, const Json& no
     }
     task.cpu_milli = placement.cpu_milli;
     task.memory_mib = placement.memory_mib;
-    if (job.notice && protocol >= wire::kNoticeAgentProtocol) {
-      task.notice = wire::TaskNotice{
-          .signal = job.notice->signal,
-          .deadline_unix_s = (job.notice->deadline_ns + 999'999'999) / 1'000'000'000};
+    const std::optional<wire::NoticeRecord>& notice =
+        placement.release ? placement.release : job.notice;
+    if (notice && protocol >= wire::kNoticeAgentProtocol) {
+      task.notice =
+          wire::TaskNotice{.signal = notice->signal,
+                           .deadline_unix_s = (notice->deadline_ns + 999'999'999) / 1'000'000'000};
     }
     reply->tasks.push_back(std::move(task));
   }
@@ -1240,7 +1318,7 @@ Result<wire::AgentReply> ControlPlane::ProcessHeartbeat(const std::string& node,
         spec = std::make_shared<const Result<Job>>(wire::StoredJobSpec(doc, options_.catalog));
       }
       if (spec->ok()) {
-        AddDesiredTasks(*record, **spec, node_doc, node, request.protocol, &reply);
+        AddDesiredTasks(*record, **spec, node_doc, node, request.protocol, UsageNowNanos(), &reply);
       } else {
         // A spec this server's catalog no longer takes: what to run is unknown.
         fmt::print(stderr, "gpufleet server: jobs/{}: stored spec is invalid: {}\n", job_name,

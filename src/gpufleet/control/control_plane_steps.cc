@@ -17,9 +17,12 @@
 
 #include "gpufleet/control/control_plane.h"
 #include "gpufleet/control/job_lifecycle.h"
+#include "gpufleet/control/lifecycle_controller.h"
 #include "gpufleet/control/scheduling_view.h"
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/control/tenancy.h"
+#include "gpufleet/scheduler/elastic.h"
+#include "gpufleet/wire/job_record.h"
 
 namespace gpufleet::control {
 
@@ -111,6 +114,100 @@ Result<std::optional<std::string>> ControlPlane::TryPreemption(const std::string
 Result<bool> ControlPlane::EndNoticedRuns() {
   return CommitJobWrites(
       control::EndNoticedRuns(view_->JobsIn(JobState::kRunning), UsageNowNanos(), NowText()));
+}
+
+Status ControlPlane::GrowElasticJobs(Random& random) {
+  // GPUs freed for a preemptor are not idle.
+  if (queues_.HasReservations()) {
+    return Status::Ok();
+  }
+  GPUFLEET_RETURN_IF_ERROR(view_->Refresh());
+  std::vector<ViewJobEntry*> below_max;
+  for (ViewJobEntry* entry : view_->JobsIn(JobState::kRunning)) {
+    ViewJob& job = entry->second;
+    if (job.world_size <= 0 || job.notice || job.releasing > 0 || !job.applied) {
+      continue;
+    }
+    const Result<Job>& spec = ViewJobSpec(job, options_.catalog);
+    if (spec.ok() && spec->IsElastic() && job.world_size < spec->groups[0].replicas) {
+      below_max.push_back(entry);
+    }
+  }
+  if (below_max.empty()) {
+    return Status::Ok();  // most cycles: the pending jobs are not read
+  }
+  // A job that never fits waits for nothing an elastic job holds.
+  std::optional<int> waiting_priority;
+  for (const ViewJobEntry* entry : view_->JobsIn(JobState::kPending)) {
+    if (!entry->second.reason.starts_with("never fits: ")) {
+      waiting_priority =
+          std::max(waiting_priority.value_or(entry->second.priority), entry->second.priority);
+    }
+  }
+  std::erase_if(below_max, [&](const ViewJobEntry* entry) {
+    return waiting_priority && *waiting_priority >= entry->second.priority;
+  });
+  // Each check places the job at up to 3 + log2(max - min) sizes: a few jobs a cycle, the
+  // highest priority first, the others in later cycles.
+  constexpr size_t kGrowChecksPerCycle = 2;
+  std::stable_sort(below_max.begin(), below_max.end(),
+                   [](const ViewJobEntry* a, const ViewJobEntry* b) {
+                     return a->second.priority > b->second.priority;
+                   });
+  below_max.resize(std::min(below_max.size(), kGrowChecksPerCycle));
+  scheduler::ClusterSnapshot& snapshot = view_->snapshot();
+  std::vector<JobWrite> writes;
+  for (ViewJobEntry* entry : below_max) {
+    const auto& [name, job] = *entry;
+    const Job& spec = **job.spec;
+    // The size it would run at now, its own GPUs counted free.
+    for (auto it = job.placements.rbegin(); it != job.placements.rend(); ++it) {
+      snapshot.Release(*it);
+    }
+    const scheduler::SizedSchedule larger =
+        scheduler::ScheduleLargestSize(*scheduler_, spec, snapshot, random);
+    for (auto it = larger.result.placements.rbegin(); it != larger.result.placements.rend(); ++it) {
+      snapshot.Revert(*it);
+    }
+    for (scheduler::TaskPlacement placement : job.placements) {
+      // Its MIG instances stay on their GPUs while released: taken back, not created.
+      for (scheduler::GpuAssignment& gpu : placement.gpus) {
+        gpu.mig_created = false;
+      }
+      if (const Status applied = snapshot.Apply(placement); !applied.ok()) {
+        // Never expected; the view reads every object again rather than let one job's state
+        // stop the cycle, and no job grows before it has.
+        fmt::print(stderr, "gpufleet server: growing {}: {}\n", name, applied.ToString());
+        view_->ReadAllAgain();
+        return Status::Ok();
+      }
+    }
+    if (larger.size <= job.world_size) {
+      continue;
+    }
+    // A run at the new size: torchrun's elastic agents restart the worker group on a change of
+    // members anyway, so the job stops (after its notice) and is placed again, larger.
+    JobWrite write{.name = name, .version = job.version, .before = wire::ParseDocument(job.data)};
+    write.after = write.before;
+    const std::string why =
+        fmt::format("growing from {} to {} tasks into idle GPUs", job.world_size, larger.size);
+    const std::optional<wire::NoticeRecord> notice =
+        PreemptionNotice(spec, job.state, options_.max_checkpoint_grace, UsageNowNanos(), why);
+    Result<std::string> event = notice ? Result<std::string>(NoticeEvent(*notice))
+                                       : EndRun(write.after, JobState::kPreempted, why, NowText());
+    if (!event.ok()) {
+      continue;
+    }
+    if (notice) {
+      write.after["notice"] = wire::NoticeRecordToJson(*notice);
+    }
+    // No preemptor: the job is requeued for itself (RequeuePreemptedJobs).
+    write.after.erase("preempted_by");
+    write.after.erase("preempted_by_team");
+    write.events.push_back(std::move(*event));
+    writes.push_back(std::move(write));
+  }
+  return CommitJobWrites(std::move(writes)).status();
 }
 
 Result<bool> ControlPlane::RequeuePreemptedJobs() {

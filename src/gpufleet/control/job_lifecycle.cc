@@ -52,6 +52,8 @@ void TakeEndState(Json& job, JobState then, std::string reason) {
   job["reason"] = std::move(reason);
   job["placements"] = Json::array();
   job.erase(kStoppingField);
+  // An elastic job's size is its run's; the next run chooses its own.
+  job.erase("world_size");
 }
 
 }  // namespace

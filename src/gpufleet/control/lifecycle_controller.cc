@@ -96,6 +96,16 @@ std::string NoticeEvent(const wire::NoticeRecord& notice) {
       notice.signal, (notice.deadline_ns - notice.since_ns) / 1'000'000'000, notice.reason);
 }
 
+bool SavedSinceNotice(const wire::NoticeRecord& notice, std::optional<int64_t> last_checkpoint_ns) {
+  const int64_t notice_second = notice.since_ns / 1'000'000'000 * 1'000'000'000;
+  return last_checkpoint_ns && *last_checkpoint_ns >= notice_second;
+}
+
+bool NoticeOver(const wire::NoticeRecord& notice, std::optional<int64_t> last_checkpoint_ns,
+                int64_t now_ns) {
+  return now_ns >= notice.deadline_ns || SavedSinceNotice(notice, last_checkpoint_ns);
+}
+
 std::vector<JobWrite> EndNoticedRuns(const JobEntries& running, int64_t now_ns,
                                      const std::string& now_text) {
   std::vector<JobWrite> writes;
@@ -104,9 +114,8 @@ std::vector<JobWrite> EndNoticedRuns(const JobEntries& running, int64_t now_ns,
     if (job.state != JobState::kRunning || !job.notice) {
       continue;
     }
-    const int64_t notice_second = job.notice->since_ns / 1'000'000'000 * 1'000'000'000;
-    const bool saved = job.last_checkpoint_ns && *job.last_checkpoint_ns >= notice_second;
-    if (!saved && now_ns < job.notice->deadline_ns) {
+    const bool saved = SavedSinceNotice(*job.notice, job.last_checkpoint_ns);
+    if (!NoticeOver(*job.notice, job.last_checkpoint_ns, now_ns)) {
       continue;
     }
     JobWrite write{.name = name, .version = job.version, .before = wire::ParseDocument(job.data)};
@@ -139,10 +148,12 @@ std::vector<JobWrite> RequeuePreemptedJobs(const JobEntries& preempted) {
     if (!record.ok()) {
       continue;  // never expected: the view does not hold a job it cannot read
     }
-    const std::string why = record->preempted_by_team.value_or("") == record->team
-                                ? fmt::format("requeued after preemption by job {}",
-                                              NameOfKey(record->preempted_by.value_or("?")))
-                                : std::string("requeued after preemption by a job of another team");
+    // An elastic job that stopped to grow (GrowElasticJobs) names no preemptor: its reason says.
+    const std::string why =
+        !record->preempted_by ? fmt::format("requeued: {}", record->reason)
+        : record->preempted_by_team.value_or("") == record->team
+            ? fmt::format("requeued after preemption by job {}", NameOfKey(*record->preempted_by))
+            : std::string("requeued after preemption by a job of another team");
     Result<std::string> event = TransitionJob(write.after, JobState::kPending, why, why);
     if (!event.ok()) {
       continue;

@@ -60,6 +60,14 @@ std::optional<wire::NoticeRecord> PreemptionNotice(const Job& spec, JobState sta
 // The event of a notice given.
 std::string NoticeEvent(const wire::NoticeRecord& notice);
 
+// Whether a task reported a checkpoint from the notice's second on (checkpoints are reported in
+// whole seconds).
+bool SavedSinceNotice(const wire::NoticeRecord& notice, std::optional<int64_t> last_checkpoint_ns);
+// Whether a notice (a run's, or a released rank's) is done waiting at `now_ns`: saved since it, or
+// at its deadline.
+bool NoticeOver(const wire::NoticeRecord& notice, std::optional<int64_t> last_checkpoint_ns,
+                int64_t now_ns);
+
 // Runs under a notice (of `running`, SchedulingView::JobsIn(kRunning)) that are done waiting end
 // as preempted, through Stopping: once a task has reported a checkpoint from the notice's second
 // on (checkpoints are reported in whole seconds), or at the notice's deadline. `now_ns` on the

@@ -475,7 +475,8 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
   for (auto& [other, job] : view.jobs()) {
     // A job already stopping, or under a notice, is no victim: its GPUs come free without
     // another preemption.
-    if (!job.applied || other == name || !RunIsWanted(job.state) || job.notice) {
+    if (!job.applied || other == name || !RunIsWanted(job.state) || job.notice ||
+        job.releasing > 0) {
       continue;
     }
     ViewJobSpec(job, options_.catalog);
@@ -503,7 +504,8 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
                                             ? std::min(charged->second.since_seconds, now_seconds)
                                             : now_seconds,
                        .last_checkpoint_seconds = checkpoint_seconds(job),
-                       .min_runtime_seconds = min_runtime});
+                       .min_runtime_seconds = min_runtime,
+                       .releasable_tasks = ReleasableTasks(job)});
     running_jobs.push_back(&job);
   }
   // Nothing to ask the search when no running job may be preempted by this one.
@@ -524,7 +526,7 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
                                       .count()}));
   GPUFLEET_ASSIGN_OR_RETURN(const policy::PreemptionDecision decision,
                             search.Find(view.snapshot(), preemptor, running, now_seconds, random));
-  if (!decision.plan || decision.plan->victims.empty()) {
+  if (!decision.plan || (decision.plan->victims.empty() && decision.plan->shrinks.empty())) {
     return std::optional<PreemptionPlan>();
   }
   // The victims stop now; the preemptor is placed by a later cycle, once their GPUs are free.
@@ -577,6 +579,31 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
       ++other_teams_victims;
     }
   }
+  for (const policy::Shrink& shrink : decision.plan->shrinks) {
+    const std::string& victim = shrink.job.value();
+    const ViewJob& job = view.jobs().at(victim);
+    const Json before = wire::ParseDocument(job.data);
+    const std::string by = wire::StrOr(before, "team") == preemptor_team
+                               ? fmt::format("job {}", NameOfKey(name))
+                               : std::string("a job of another team");
+    Json doc = before;
+    const std::string event = ShrinkRun(
+        doc, job, shrink.tasks,
+        fmt::format("shrunk for {} (priority {} over {})", by, preemptor.priority, job.priority),
+        now_ns);
+    plan.victim_writes.push_back({.name = victim,
+                                  .version = job.version,
+                                  .before = before,
+                                  .after = std::move(doc),
+                                  .events = {event}});
+    victims.push_back(victim);
+    const std::string shown = fmt::format("{} of the tasks of ", shrink.tasks);
+    if (wire::StrOr(before, "team") == preemptor_team) {
+      shown_victims.push_back(shown + std::string(NameOfKey(victim)));
+    } else {
+      shown_victims.push_back(shown + "a job of another team");
+    }
+  }
   if (other_teams_victims > 0) {
     shown_victims.push_back(fmt::format("{} job(s) of other teams", other_teams_victims));
   }
@@ -605,6 +632,47 @@ Result<std::optional<PreemptionPlan>> QueueController::PlanPreemption(
                   fmt::join(shown_victims, ", "));
   planned_.emplace(name, std::move(reservation));
   return std::optional<PreemptionPlan>(std::move(plan));
+}
+
+int QueueController::ReleasableTasks(const ViewJob& job) const {
+  if (job.world_size <= 0 || !job.spec || !job.spec->ok() || !(*job.spec)->IsElastic()) {
+    return 0;
+  }
+  const int64_t above_min = job.world_size - (*job.spec)->groups[0].min_replicas;
+  return static_cast<int>(std::clamp<int64_t>(
+      above_min, 0, std::max<int64_t>(0, static_cast<int64_t>(job.placements.size()) - 1)));
+}
+
+std::string QueueController::ShrinkRun(Json& doc, const ViewJob& job, int tasks,
+                                       const std::string& why, int64_t now_ns) const {
+  // The notice a whole victim would get, or a release at once for a job that asks for none.
+  const std::optional<wire::NoticeRecord> notice =
+      PreemptionNotice(**job.spec, job.state, options_.max_checkpoint_grace, now_ns, why);
+  const wire::NoticeRecord release =
+      notice.value_or(wire::NoticeRecord{.signal = (*job.spec)->notice_signal,
+                                         .since_ns = now_ns,
+                                         .deadline_ns = now_ns,
+                                         .reason = why});
+  std::vector<Json*> by_rank;
+  for (Json& placement : doc["placements"]) {
+    by_rank.push_back(&placement);
+  }
+  std::stable_sort(by_rank.begin(), by_rank.end(), [](const Json* a, const Json* b) {
+    return wire::IntOr(*a, "replica", 0) > wire::IntOr(*b, "replica", 0);
+  });
+  std::vector<std::string> released;
+  for (int i = 0; i < tasks && i < static_cast<int>(by_rank.size()); ++i) {
+    (*by_rank[i])["release"] = wire::NoticeRecordToJson(release);
+    released.push_back(wire::StrOr(*by_rank[i], "task"));
+  }
+  const int64_t size = job.world_size - static_cast<int64_t>(released.size());
+  doc["world_size"] = size;
+  return fmt::format("shrinking from {} to {} tasks: {}; {} stop{}", job.world_size, size, why,
+                     fmt::join(released, ", "),
+                     notice
+                         ? fmt::format(" after a notice ({}), at the latest in {}s", notice->signal,
+                                       (notice->deadline_ns - notice->since_ns) / 1'000'000'000)
+                         : " now");
 }
 
 void QueueController::Reserve(const std::string& name) {
@@ -636,6 +704,7 @@ store::WriteBatch QueueController::DropEndedReservations(SchedulingView& view, u
                       const auto it_victim = view.jobs().find(victim);
                       return it_victim != view.jobs().end() &&
                              (it_victim->second.state == JobState::kStopping ||
+                              it_victim->second.releasing > 0 ||
                               (it_victim->second.notice && RunIsWanted(it_victim->second.state)));
                     })) {
       reservation.until_seconds =

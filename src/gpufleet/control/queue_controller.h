@@ -106,6 +106,8 @@ class QueueController {
       const Job& preemptor, const std::string& queue, uint64_t cycle, const std::string& now_text,
       int64_t now_ns, Random& random);
   void Reserve(const std::string& name);
+  // Whether GPUs are reserved for any preemptor: an elastic job does not grow into them.
+  bool HasReservations() const { return !reservations_.empty(); }
 
   // After the cycle: publishes the tree's figures (Statuses) and saves the usage at most once
   // a minute.
@@ -117,6 +119,15 @@ class QueueController {
   std::map<std::string, policy::QueueStatus> Statuses();
 
  private:
+  // How many of an elastic job's tasks a shrink may release: those above its minimum, at least
+  // one task staying; 0 for any other job (policy::RunningJob::releasable_tasks).
+  int ReleasableTasks(const ViewJob& job) const;
+  // Marks the `tasks` highest ranks of the elastic job `job` (its document `doc`) for release,
+  // each with the notice a victim would get (or a release at once without one), and its
+  // world_size smaller by as many; returns the event.
+  std::string ShrinkRun(wire::Json& doc, const ViewJob& job, int tasks, const std::string& why,
+                        int64_t now_ns) const;
+
   struct Reservation {
     std::string domain;
     std::vector<std::string> victims;

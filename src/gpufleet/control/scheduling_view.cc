@@ -529,8 +529,11 @@ void SchedulingView::PutJobUnindexed(const store::StoredObject& object) {
   job.preempted_by = record.preempted_by.value_or("");
   job.last_checkpoint_ns = record.last_checkpoint_ns;
   job.notice = record.notice;
+  job.world_size = record.world_size.value_or(0);
+  job.releasing = 0;
   job.nodes.clear();
   for (const wire::PlacementRecord& placement : record.placements) {
+    job.releasing += placement.release ? 1 : 0;
     job.nodes.insert(placement.node);
   }
   if (state != JobState::kPending || !was_pending) {

@@ -64,6 +64,10 @@ struct ViewJob {
   // wire::JobRecord::notice: a running job under a preemption notice (no victim again; its run
   // ends by EndNoticedRuns).
   std::optional<wire::NoticeRecord> notice;
+  // wire::JobRecord::world_size (0 when unset) and the placements under a release (the ranks a
+  // shrink stops): a shrinking job is no victim again and does not grow.
+  int64_t world_size = 0;
+  int releasing = 0;
   std::set<std::string> nodes;  // of its placements
   // Applied to the snapshot; set only while the job holds resources and its nodes are known.
   std::vector<scheduler::TaskPlacement> placements;

@@ -184,6 +184,12 @@ int Job::TaskCount() const {
   return count;
 }
 
+Job Job::AtSize(int replicas) const {
+  Job sized = *this;
+  sized.groups[0].replicas = replicas;
+  return sized;
+}
+
 int64_t Job::RequestedGpuMilliTotal() const {
   int64_t total = 0;
   for (const TaskGroup& group : groups) {
@@ -223,6 +229,15 @@ Status Job::Validate(const GpuCatalog& catalog) const {
     if (group.replicas < 1) {
       return InvalidArgumentError(
           fmt::format("{}.replicas: {} (must be at least 1)", path, group.replicas));
+    }
+    if (group.min_replicas < 0 || group.min_replicas > group.replicas) {
+      return InvalidArgumentError(fmt::format("{}.min_replicas: {} (must be 0 or 1..replicas {})",
+                                              path, group.min_replicas, group.replicas));
+    }
+    if (group.min_replicas > 0 && groups.size() > 1) {
+      return InvalidArgumentError(
+          fmt::format("{}.min_replicas: {}: an elastic group must be the job's only task group",
+                      path, group.min_replicas));
     }
     if (group.request.host.cpu_milli < 0) {
       return InvalidArgumentError(fmt::format("{}.request.cpu_milli: negative value {}", path,

@@ -77,6 +77,10 @@ struct TaskGroup {
   ImagePullPolicy image_pull_policy = ImagePullPolicy::kIfNotPresent;
   // A container task shares the node's network namespace; otherwise it has no network at all.
   bool host_network = false;
+  // An elastic group (`replicas: {min: M, max: N}`, docs/job-spec.md "Elastic jobs") runs at any
+  // size from min_replicas to `replicas`; 0: always `replicas`. Last, so that positional
+  // initializers of the fields above still compile.
+  int min_replicas = 0;
 };
 
 // "All tasks inside one leaf, prefer one NVLink domain": required_level = "leaf",
@@ -164,6 +168,12 @@ struct Job {
 
   int TaskCount() const;
   int64_t RequestedGpuMilliTotal() const;
+
+  // An elastic job has one task group, whose size may range (TaskGroup::min_replicas).
+  bool IsElastic() const { return groups.size() == 1 && groups[0].min_replicas > 0; }
+  // The job at `replicas` tasks of its elastic group, what the scheduler places for one size.
+  // REQUIRES: IsElastic().
+  Job AtSize(int replicas) const;
 
   // Checks the spec on its own: counts, ranges, known GPU models and MIG profiles. The error
   // names the field path and the bad value, e.g.

@@ -48,16 +48,28 @@ struct JobPlan {
   int64_t stop_delay_ms = 0;
   int exit_code = 0;
   int priority = 0;
+  // An elastic job (`replicas: {min, max: tasks}`, issue 37 item 6); 0: `tasks` fixed.
+  int min_tasks = 0;
+  int64_t checkpoint_grace_seconds = 0;
 };
 
 std::string JobBody(const JobPlan& job) {
+  // An elastic job may be shrunk at once (no minimum runtime), with or without a notice.
+  const std::string replicas =
+      job.min_tasks > 0 ? fmt::format(R"({{"min": {}, "max": {}}})", job.min_tasks, job.tasks)
+                        : std::to_string(job.tasks);
+  const std::string preemption =
+      job.min_tasks > 0
+          ? fmt::format(R"("preemption": {{"minRuntime": "0s", "checkpointGraceSeconds": {}}}, )",
+                        job.checkpoint_grace_seconds)
+          : "";
   return fmt::format(
       R"({{"apiVersion": "gpufleet.io/v1", "kind": "Job", "metadata": {{"name": "{}"}},
-"spec": {{"priority": {}, "tasks": [{{"name": "main", "replicas": {}, "command": ["train"],
+"spec": {{"priority": {}, {}"tasks": [{{"name": "main", "replicas": {}, "command": ["train"],
 "env": {{"GPUFLEET_SIM_DURATION_MS": "{}", "GPUFLEET_SIM_EXIT_CODE": "{}",
 "GPUFLEET_SIM_STOP_MS": "{}"}}, "resources": {{"gpus": {{"count": {}}}}}}}]}}}})",
-      job.name, job.priority, job.tasks, job.duration_ms, job.exit_code, job.stop_delay_ms,
-      job.gpus_per_task);
+      job.name, job.priority, preemption, replicas, job.duration_ms, job.exit_code,
+      job.stop_delay_ms, job.gpus_per_task);
 }
 
 // A job of the workload: one GPU, a few GPUs in one task, or a gang of two tasks.
@@ -81,13 +93,25 @@ JobPlan DrawJob(Random& random, std::string name, MonoTime at, int max_gpus, int
   return job;
 }
 
+// An elastic job (issue 37 item 6) of 2 to 4 one-GPU tasks, at least 1 to all of them, with a
+// notice of 0 or 10 s, that may be shrunk at once (no minimum runtime).
+JobPlan DrawElasticJob(Random& random, std::string name, MonoTime at) {
+  JobPlan job{.name = std::move(name), .submit_at = at};
+  job.tasks = 2 + static_cast<int>(random.Uniform(3));
+  job.min_tasks = 1 + static_cast<int>(random.Uniform(static_cast<uint64_t>(job.tasks)));
+  job.checkpoint_grace_seconds = random.Uniform(2) == 0 ? 0 : 10;
+  job.duration_ms = 20'000 + static_cast<int64_t>(random.Uniform(220'000));
+  return job;
+}
+
 // One seed's run: the fleet, its schedule, and what it has seen.
 class ChaosRun {
  public:
   ChaosRun(uint64_t seed, const ChaosOptions& options)
       : seed_(seed),
         options_(options),
-        random_(seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL) {}
+        random_(seed * 0x9E3779B97F4A7C15ULL + 0x632BE59BD9B4E019ULL),
+        elastic_random_(seed * 0xD1B54A32D192ED03ULL + 0x8CB92BA72F3D8DD7ULL) {}
 
   Result<SeedOutcome> Run();
 
@@ -106,6 +130,7 @@ class ChaosRun {
   uint64_t seed_;
   ChaosOptions options_;
   Random random_;
+  Random elastic_random_;  // DrawElasticJob's
   std::unique_ptr<SimFleet> fleet_;
   FleetOptions fleet_options_;
   std::vector<JobPlan> plan_;
@@ -176,11 +201,13 @@ Status ChaosRun::Submit(const JobPlan& job) {
     fleet_->events().Add(fmt::format("submit {}: {}", job.name, answer.status().ToString()));
     return Status::Ok();
   }
-  fleet_->events().Add(fmt::format("submit {} ({} x {} GPUs, priority {}): {}", job.name, job.tasks,
-                                   job.gpus_per_task, job.priority, answer->status));
+  fleet_->events().Add(fmt::format("submit {} ({}{} x {} GPUs, priority {}): {}", job.name,
+                                   job.min_tasks > 0 ? fmt::format("{}..", job.min_tasks) : "",
+                                   job.tasks, job.gpus_per_task, job.priority, answer->status));
   if (answer->status / 100 == 2) {
     acknowledged_.insert(job.name);
-    gang_size_[job.name] = job.tasks;
+    // An elastic job's run may be smaller than its maximum: whole means at least its minimum.
+    gang_size_[job.name] = job.min_tasks > 0 ? job.min_tasks : job.tasks;
   }
   return Status::Ok();
 }
@@ -373,6 +400,15 @@ Result<SeedOutcome> ChaosRun::Run() {
         start + Duration(static_cast<int64_t>(random_.UniformDouble() *
                                               static_cast<double>(options_.fault_phase.count())));
     plan_.push_back(DrawJob(random_, fmt::format("job-{}", i), at, options_.gpus_per_node - 1, 0));
+  }
+  // Elastic jobs among them, drawn from their own stream so that the rest of a seed's workload
+  // and faults stay what they were before elastic jobs came.
+  const int elastic_jobs = 1 + static_cast<int>(elastic_random_.Uniform(3));
+  for (int i = 0; i < elastic_jobs; ++i) {
+    const auto at =
+        start + Duration(static_cast<int64_t>(elastic_random_.UniformDouble() *
+                                              static_cast<double>(options_.fault_phase.count())));
+    plan_.push_back(DrawElasticJob(elastic_random_, fmt::format("elastic-{}", i), at));
   }
   std::sort(plan_.begin(), plan_.end(), [](const JobPlan& a, const JobPlan& b) {
     return std::tie(a.submit_at.nanos, a.name) < std::tie(b.submit_at.nanos, b.name);

@@ -204,6 +204,12 @@ Result<std::vector<JobFacts>> AssessRunningJobs(
       return InvalidArgumentError(fmt::format("{}.lost_work_gpu_seconds: {} (must be >= 0)", label,
                                               *job.lost_work_gpu_seconds));
     }
+    const int placed = static_cast<int>(job.placements.size());
+    if (job.releasable_tasks < 0 || (job.releasable_tasks > 0 && job.releasable_tasks >= placed)) {
+      return InvalidArgumentError(
+          fmt::format("{}.releasable_tasks: {} (must be 0..{}, fewer than its placements)", label,
+                      job.releasable_tasks, std::max(0, placed - 1)));
+    }
     JobFacts& fact = facts[i];
     for (size_t p = 0; p < job.placements.size(); ++p) {
       const TaskPlacement& placement = job.placements[p];
@@ -271,6 +277,137 @@ Result<std::vector<JobFacts>> AssessRunningJobs(
   }
   return facts;
 }
+
+// Applies a released placement of `job` to the scratch snapshot again. A released MIG instance
+// stays on its GPU, free: it is taken back rather than created.
+Status ApplyAgain(ClusterSnapshot& scratch, const RunningJob& job, int placement) {
+  TaskPlacement again = job.placements[placement];
+  for (GpuAssignment& assignment : again.gpus) {
+    assignment.mig_created = false;
+  }
+  if (Status applied = scratch.Apply(again); !applied.ok()) {
+    return InternalError(fmt::format("preemption: restoring {} after a fit check failed: {}",
+                                     job.id.value(), applied.ToString()));
+  }
+  return Status::Ok();
+}
+
+// The placements of an elastic job in the order a shrink releases them: highest replica first.
+std::vector<int> ReleaseOrder(const RunningJob& job) {
+  std::vector<int> order(job.placements.size());
+  for (size_t p = 0; p < order.size(); ++p) {
+    order[p] = static_cast<int>(p);
+  }
+  std::stable_sort(order.begin(), order.end(), [&](int a, int b) {
+    return job.placements[a].replica > job.placements[b].replica;
+  });
+  return order;
+}
+
+// The shrink pass of PreemptionSearch::Find, on `scratch` (left as it was).
+class ShrinkSearch {
+ public:
+  ShrinkSearch(scheduler::Scheduler& scheduler, ClusterSnapshot& scratch, const Job& preemptor,
+               const std::vector<RunningJob>& running, Random& random)
+      : scheduler_(&scheduler),
+        scratch_(&scratch),
+        preemptor_(&preemptor),
+        running_(&running),
+        random_(&random) {}
+
+  // The fewest tasks, in the order `candidates` gives the jobs, whose release lets the preemptor
+  // fit; nullopt when releasing all of them is not enough.
+  Result<std::optional<PreemptionPlan>> Find(const std::vector<int>& candidates) {
+    std::optional<PreemptionPlan> plan;
+    for (const int job : candidates) {
+      released_.push_back({job, ReleaseOrder((*running_)[job]), 0});
+      const int most = (*running_)[job].releasable_tasks;
+      GPUFLEET_RETURN_IF_ERROR(SetReleased(most));
+      GPUFLEET_ASSIGN_OR_RETURN(std::optional<std::vector<TaskPlacement>> fit, Fits());
+      if (!fit) {
+        continue;
+      }
+      // The fewest of this job's tasks: none did not fit (the jobs before it were not enough).
+      int too_few = 0;
+      int enough = most;
+      while (enough - too_few > 1) {
+        const int tasks = too_few + (enough - too_few) / 2;
+        GPUFLEET_RETURN_IF_ERROR(SetReleased(tasks));
+        GPUFLEET_ASSIGN_OR_RETURN(std::optional<std::vector<TaskPlacement>> tried, Fits());
+        if (tried) {
+          enough = tasks;
+          fit = std::move(tried);
+        } else {
+          too_few = tasks;
+        }
+      }
+      GPUFLEET_RETURN_IF_ERROR(SetReleased(enough));
+      plan.emplace();
+      plan->placements = std::move(*fit);
+      for (const Released& released : released_) {
+        plan->shrinks.push_back({(*running_)[released.job].id, released.tasks});
+        for (int k = 0; k < released.tasks; ++k) {
+          for (const GpuAssignment& gpu :
+               (*running_)[released.job].placements[released.order[k]].gpus) {
+            plan->preempted_gpu_milli += gpu.milli;
+          }
+        }
+      }
+      break;
+    }
+    while (!released_.empty()) {
+      GPUFLEET_RETURN_IF_ERROR(SetReleased(0));
+      released_.pop_back();
+    }
+    return plan;
+  }
+
+  int64_t fit_checks() const { return fit_checks_; }
+
+ private:
+  struct Released {
+    int job;
+    std::vector<int> order;  // ReleaseOrder
+    int tasks;               // the first `tasks` of `order` are released in the scratch
+  };
+
+  // Releases exactly the first `tasks` placements of the last job in released_.
+  Status SetReleased(int tasks) {
+    Released& last = released_.back();
+    const RunningJob& job = (*running_)[last.job];
+    for (; last.tasks < tasks; ++last.tasks) {
+      scratch_->Release(job.placements[last.order[last.tasks]]);
+    }
+    for (; last.tasks > tasks; --last.tasks) {
+      GPUFLEET_RETURN_IF_ERROR(ApplyAgain(*scratch_, job, last.order[last.tasks - 1]));
+    }
+    return Status::Ok();
+  }
+
+  // The preemptor's placements when it fits in the scratch as it is now (taken back).
+  Result<std::optional<std::vector<TaskPlacement>>> Fits() {
+    ++fit_checks_;
+    ScheduleResult result = scheduler_->Schedule(*preemptor_, *scratch_, *random_);
+    if (result.outcome == ScheduleOutcome::kError) {
+      return result.error.ok() ? InternalError("scheduler: " + result.reason) : result.error;
+    }
+    if (!result.scheduled()) {
+      return std::optional<std::vector<TaskPlacement>>();
+    }
+    for (auto it = result.placements.rbegin(); it != result.placements.rend(); ++it) {
+      scratch_->Revert(*it);
+    }
+    return std::optional<std::vector<TaskPlacement>>(std::move(result.placements));
+  }
+
+  scheduler::Scheduler* scheduler_;
+  ClusterSnapshot* scratch_;
+  const Job* preemptor_;
+  const std::vector<RunningJob>* running_;
+  Random* random_;
+  std::vector<Released> released_;
+  int64_t fit_checks_ = 0;
+};
 
 // The order of plans: fewest GPU-seconds wasted (lost work plus the restart cost of every GPU
 // preempted), fewest GPUs preempted, fewest victims.
@@ -728,16 +865,7 @@ class DomainSearch {
     for (auto c = victims.rbegin(); c != victims.rend(); ++c) {
       const std::vector<int>& releases = candidates_[*c].releases;
       for (auto p = releases.rbegin(); p != releases.rend(); ++p) {
-        // A released MIG instance stays on its GPU, free: take it back rather than create it.
-        TaskPlacement again = running[candidates_[*c].job].placements[*p];
-        for (GpuAssignment& assignment : again.gpus) {
-          assignment.mig_created = false;
-        }
-        if (Status applied = scratch.Apply(again); !applied.ok()) {
-          return InternalError(fmt::format("preemption: restoring {} after a fit check failed: {}",
-                                           running[candidates_[*c].job].id.value(),
-                                           applied.ToString()));
-        }
+        GPUFLEET_RETURN_IF_ERROR(ApplyAgain(scratch, running[candidates_[*c].job], *p));
       }
     }
     if (result.outcome == ScheduleOutcome::kError) {
@@ -934,6 +1062,34 @@ Result<PreemptionDecision> PreemptionSearch::Find(const ClusterSnapshot& snapsho
     decision.reason = fmt::format("no running job may be preempted for {}: {}", job_label,
                                   fmt::join(parts, ", "));
     return decision;
+  }
+
+  // A shrink first: it stops no job, and an elastic job above its minimum gives up its highest
+  // ranks before any job of its priority or lower is preempted whole (issue 37 item 6). The
+  // elastic candidates shrink in order, lowest priority first, each to its minimum until the
+  // preemptor fits; the last one only by as many tasks as it must (a binary search): at most
+  // 1 + ceil(log2(releasable tasks)) fit checks per elastic candidate.
+  std::vector<int> elastic;
+  for (size_t i = 0; i < running.size(); ++i) {
+    if (facts[i].standing == Standing::kCandidate && running[i].releasable_tasks > 0) {
+      elastic.push_back(static_cast<int>(i));
+    }
+  }
+  if (!elastic.empty()) {
+    std::stable_sort(elastic.begin(), elastic.end(), [&](int a, int b) {
+      return std::tie(running[a].priority, running[a].id) <
+             std::tie(running[b].priority, running[b].id);
+    });
+    ShrinkSearch shrink(*scheduler_, scratch, preemptor, running, random);
+    GPUFLEET_ASSIGN_OR_RETURN(std::optional<PreemptionPlan> plan, shrink.Find(elastic));
+    decision.fit_checks += shrink.fit_checks();
+    if (plan) {
+      plan->domain = DomainNameOf(preemptor, snapshot, plan->placements.front());
+      plan->wasted_gpu_seconds =
+          plan->preempted_gpu_milli * options_.restart_cost_seconds / kMilliPerUnit;
+      decision.plan = std::move(plan);
+      return decision;
+    }
   }
 
   SearchContext context;

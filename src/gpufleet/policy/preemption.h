@@ -70,12 +70,23 @@ struct PreemptionOptions {
   Status Validate() const;
 };
 
+// A partial release: the `tasks` placements of `job` with the highest replica stop, and the job
+// runs on at its smaller size.
+struct Shrink {
+  JobId job;
+  int tasks = 0;
+
+  friend bool operator==(const Shrink&, const Shrink&) = default;
+};
+
 // What to preempt so that the preemptor fits, and where it then goes.
 struct PreemptionPlan {
   // The domain of the preemptor's required level that it gets: "leaf-3", "n7" (level "node"),
   // "n7/nvlink-1" (an NVLink domain inside a node), or "cluster" without a required level.
   std::string domain;
   std::vector<JobId> victims;  // ascending; empty when the job fits without preemption
+  // Elastic jobs that shrink instead; a plan has shrinks or victims, never both.
+  std::vector<Shrink> shrinks;
   // Every GPU of every victim, inside the domain or not: a gang victim with one task on another
   // leaf is stopped whole.
   int64_t preempted_gpu_milli = 0;

@@ -926,5 +926,51 @@ TEST(PreemptionRandomTest, MatchesTheBruteForceOptimumOnSmallClusters) {
   EXPECT_GE(spanning_victims, 5);
 }
 
+// Issue 37 item 6: an elastic job above its minimum gives up its highest ranks before a job of
+// its priority is preempted whole, even one whose stop would waste less (it saved just now).
+TEST_F(PreemptionTest, AnElasticJobShrinksBeforeAJobOfItsPriorityIsPreemptedWhole) {
+  Use(Leaves(1, 2, 8));
+  Hold("whole", {{1, {0, 1, 2, 3, 4, 5, 6, 7}}});
+  std::vector<std::pair<int, std::vector<int>>> ranks;
+  for (int gpu = 0; gpu < 8; ++gpu) {
+    ranks.push_back({0, {gpu}});
+  }
+  Hold("elastic", ranks);
+  running_[0].last_checkpoint_seconds = kNow;
+  running_[1].releasable_tasks = 6;  // min 2, runs at 8
+
+  auto decision = Find(Preemptor(4, 1));
+  ASSERT_OK(decision);
+  ASSERT_TRUE(decision->plan.has_value()) << decision->reason;
+  EXPECT_TRUE(decision->plan->victims.empty()) << "no job stops whole";
+  EXPECT_THAT(decision->plan->shrinks, ElementsAre(Shrink{JobId("elastic"), 4}))
+      << "as few tasks as the preemptor needs";
+  EXPECT_EQ(decision->plan->preempted_gpu_milli, 4000);
+  EXPECT_EQ(NodesOf(decision->plan->placements), std::set<std::string>{"a0"});
+  // The preemptor goes where ranks 4..7 were: the plan applies once they alone are released.
+  ClusterSnapshot copy = snapshot_->Clone();
+  for (const TaskPlacement& placement : running_[1].placements) {
+    if (placement.replica >= 4) {
+      copy.Release(placement);
+    }
+  }
+  for (const TaskPlacement& placement : decision->plan->placements) {
+    EXPECT_OK(copy.Apply(placement));
+  }
+
+  // Not elastic, the same job is no cheaper victim than the other.
+  running_[1].releasable_tasks = 0;
+  decision = Find(Preemptor(4, 1));
+  ASSERT_OK(decision);
+  ASSERT_TRUE(decision->plan.has_value()) << decision->reason;
+  EXPECT_TRUE(decision->plan->shrinks.empty());
+  EXPECT_EQ(decision->plan->victims.size(), 1u);
+
+  // A shrink leaves at least one task.
+  running_[1].releasable_tasks = 8;
+  EXPECT_THAT(Find(Preemptor(4, 1)),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("releasable_tasks: 8")));
+}
+
 }  // namespace
 }  // namespace gpufleet::policy

@@ -33,6 +33,10 @@ struct RunningJob {
   std::optional<int64_t> min_runtime_seconds;
   // Every task of the gang, as applied to the snapshot. Preemption frees all of them.
   std::vector<scheduler::TaskPlacement> placements;
+  // An elastic job above its minimum size (docs/job-spec.md, "Elastic jobs"): up to this many of
+  // its placements, those of the highest `replica`, may be released alone, a shrink that leaves
+  // the job running; 0: the job stops whole or not at all.
+  int releasable_tasks = 0;
 };
 
 }  // namespace gpufleet::policy

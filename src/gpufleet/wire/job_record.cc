@@ -278,6 +278,9 @@ Result<PlacementRecord> PlacementFromJson(Json placement, const std::string& pat
   GPUFLEET_RETURN_IF_ERROR(taker.Integer("image_pull_ms", out.image_pull_ms));
   GPUFLEET_RETURN_IF_ERROR(taker.String("image_pull_progress", out.image_pull_progress));
   GPUFLEET_RETURN_IF_ERROR(taker.String("image_digest", out.image_digest));
+  if (const std::optional<Json> release = taker.Take("release")) {
+    GPUFLEET_ASSIGN_OR_RETURN(out.release, NoticeRecordFromJson(*release, path + ".release"));
+  }
   out.extra = std::move(taker).TakeRest();
   return out;
 }
@@ -328,6 +331,9 @@ Json PlacementRecordToJson(const PlacementRecord& placement) {
   SetIfAny(out, "image_pull_ms", placement.image_pull_ms);
   SetIfAny(out, "image_pull_progress", placement.image_pull_progress);
   SetIfAny(out, "image_digest", placement.image_digest);
+  if (placement.release) {
+    out["release"] = NoticeRecordToJson(*placement.release);
+  }
   return out;
 }
 
@@ -368,6 +374,7 @@ Result<JobRecord> JobRecordFromJson(Json&& doc, const GpuCatalog* catalog) {
   if (const std::optional<Json> notice = taker.Take("notice")) {
     GPUFLEET_ASSIGN_OR_RETURN(out.notice, NoticeRecordFromJson(*notice, "notice"));
   }
+  GPUFLEET_RETURN_IF_ERROR(taker.Integer("world_size", out.world_size));
   out.extra = std::move(taker).TakeRest();
   return out;
 }
@@ -423,6 +430,7 @@ Json JobRecordToJson(const JobRecord& record) {
   if (record.notice) {
     out["notice"] = NoticeRecordToJson(*record.notice);
   }
+  SetIfAny(out, "world_size", record.world_size);
   return out;
 }
 

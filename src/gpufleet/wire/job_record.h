@@ -37,6 +37,20 @@ struct PlacedAssignment {
   friend bool operator==(const PlacedAssignment&, const PlacedAssignment&) = default;
 };
 
+// A running job's preemption notice ("notice"; docs/job-spec.md, "Preemption notices"): the
+// queue controller gave it, and its run ends as a preemption once a task reports a checkpoint
+// taken after `since_ns` or at `deadline_ns`, whichever comes first (control/preemption_notice.h).
+// Both times are the server's UsageNowNanos, as last_checkpoint_ns is.
+struct NoticeRecord {
+  std::string signal;  // "SIGUSR1"
+  int64_t since_ns = 0;
+  int64_t deadline_ns = 0;
+  std::string reason;  // the preemption's, for the stop that follows
+  Json extra = Json::object();
+
+  friend bool operator==(const NoticeRecord&, const NoticeRecord&) = default;
+};
+
 // Where one task of a run is placed and what its agent reported of it: an element of a job's
 // "placements". Its GPUs are named by UUID, with each one's NVML index beside it (old documents
 // have only the indices): `gpu_uuids[i]` and `gpu_indices[i]` name the GPU of `assignments[i]`
@@ -62,6 +76,10 @@ struct PlacementRecord {
   std::optional<int64_t> image_pull_ms;
   std::string image_pull_progress;
   std::string image_digest;
+  // Set on the highest ranks of an elastic job that shrinks ("release"; docs/job-spec.md,
+  // "Elastic jobs"): the task gets the notice and stops once it is over (ReleaseNoticeOver); the
+  // placement, and with it its GPUs, leaves the job once its task is known gone.
+  std::optional<NoticeRecord> release;
   Json extra = Json::object();
 
   friend bool operator==(const PlacementRecord&, const PlacementRecord&) = default;
@@ -75,20 +93,6 @@ struct StopRecord {
   Json extra = Json::object();
 
   friend bool operator==(const StopRecord&, const StopRecord&) = default;
-};
-
-// A running job's preemption notice ("notice"; docs/job-spec.md, "Preemption notices"): the
-// queue controller gave it, and its run ends as a preemption once a task reports a checkpoint
-// taken after `since_ns` or at `deadline_ns`, whichever comes first (control/preemption_notice.h).
-// Both times are the server's UsageNowNanos, as last_checkpoint_ns is.
-struct NoticeRecord {
-  std::string signal;  // "SIGUSR1"
-  int64_t since_ns = 0;
-  int64_t deadline_ns = 0;
-  std::string reason;  // the preemption's, for the stop that follows
-  Json extra = Json::object();
-
-  friend bool operator==(const NoticeRecord&, const NoticeRecord&) = default;
 };
 
 // The usage stamp of the job's current run ("usage_run"; control/usage_ledger.h).
@@ -133,6 +137,9 @@ struct JobRecord {
   std::optional<int64_t> last_checkpoint_ns;
   // Set while the running job is under a preemption notice; EndRun drops it.
   std::optional<NoticeRecord> notice;
+  // An elastic job's size, the tasks of its run less those released by a shrink ("world_size");
+  // nullopt for a job that is not elastic or not placed.
+  std::optional<int64_t> world_size;
   // Every stored member the record does not know, written back as it was.
   Json extra = Json::object();
 };

@@ -662,6 +662,29 @@ Result<std::map<std::string, std::string>> ReadProvenance(const SpecNode& node,
   return out;
 }
 
+// `replicas: 4`, or an elastic group's range `replicas: {min: 2, max: 8}` (docs/job-spec.md,
+// "Elastic jobs"); min 0 for a fixed count.
+struct ReplicaRange {
+  int64_t min = 0;
+  int64_t max = 1;
+};
+
+Result<ReplicaRange> ReadReplicas(const SpecNode& node, const std::string& path) {
+  if (node.kind != SpecNode::Kind::kMap) {
+    GPUFLEET_ASSIGN_OR_RETURN(const int64_t count, Int(1, kMaxReplicas)(node, path));
+    return ReplicaRange{.min = 0, .max = count};
+  }
+  GPUFLEET_ASSIGN_OR_RETURN(const Fields f, Fields::Read(node, path, {"min", "max"}));
+  ReplicaRange range;
+  GPUFLEET_RETURN_IF_ERROR(f.Need("min", &range.min, Int(1, kMaxReplicas)));
+  GPUFLEET_RETURN_IF_ERROR(f.Need("max", &range.max, Int(1, kMaxReplicas)));
+  if (range.min > range.max) {
+    return FieldError(f.Path("min"), *f.Find("min"),
+                      fmt::format("{} is above max {}", range.min, range.max));
+  }
+  return range;
+}
+
 Result<TaskGroup> ReadTask(const SpecNode& node, const std::string& path) {
   GPUFLEET_ASSIGN_OR_RETURN(
       const Fields f, Fields::Read(node, path,
@@ -669,7 +692,10 @@ Result<TaskGroup> ReadTask(const SpecNode& node, const std::string& path) {
                                     "imagePullPolicy", "hostNetwork"}));
   TaskGroup group;
   GPUFLEET_RETURN_IF_ERROR(f.Need("name", &group.name, Named(kDnsLabelRule)));
-  GPUFLEET_RETURN_IF_ERROR(f.Get("replicas", &group.replicas, Int(1, kMaxReplicas)));
+  ReplicaRange replicas{.min = 0, .max = group.replicas};
+  GPUFLEET_RETURN_IF_ERROR(f.Get("replicas", &replicas, ReadReplicas));
+  group.min_replicas = static_cast<int>(replicas.min);
+  group.replicas = static_cast<int>(replicas.max);
   GPUFLEET_RETURN_IF_ERROR(f.Get("command", &group.command, ReadCommand));
   GPUFLEET_RETURN_IF_ERROR(f.Get("env", &group.env, ReadEnv));
   GPUFLEET_RETURN_IF_ERROR(f.Get("image", &group.image, ReadImage));
@@ -709,6 +735,11 @@ Result<std::vector<TaskGroup>> ReadTasks(const SpecNode& node, const std::string
   std::set<std::string, std::less<>> names;
   for (size_t i = 0; i < node.items.size(); ++i) {
     GPUFLEET_ASSIGN_OR_RETURN(TaskGroup group, ReadTask(node.items[i], Index(path, i)));
+    if (group.min_replicas > 0 && node.items.size() > 1) {
+      return FieldError(Index(path, i) + ".replicas", node.items[i],
+                        "a range {min, max} needs a job of one task group (an elastic job has "
+                        "one)");
+    }
     if (!names.insert(group.name).second) {
       return FieldError(Index(path, i) + ".name", node.items[i],
                         "duplicate task group name " + Quote(group.name));
@@ -972,7 +1003,11 @@ Json SpecToJson(const Job& job) {
     }
     Json task = Json::object();
     task["name"] = group.name;
-    task["replicas"] = group.replicas;
+    if (group.min_replicas > 0) {
+      task["replicas"] = {{"min", group.min_replicas}, {"max", group.replicas}};
+    } else {
+      task["replicas"] = group.replicas;
+    }
     put(task, "resources", resources, !resources.empty());
     put(task, "command", group.command, !group.command.empty());
     put(task, "env", group.env, !group.env.empty());

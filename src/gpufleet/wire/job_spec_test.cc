@@ -44,6 +44,7 @@ void ExpectSameJob(const Job& actual, const Job& expected) {
     SCOPED_TRACE(expected.groups[i].name);
     EXPECT_EQ(actual.groups[i].name, expected.groups[i].name);
     EXPECT_EQ(actual.groups[i].replicas, expected.groups[i].replicas);
+    EXPECT_EQ(actual.groups[i].min_replicas, expected.groups[i].min_replicas);
     EXPECT_EQ(actual.groups[i].request.host, expected.groups[i].request.host);
     EXPECT_TRUE(actual.groups[i].request.gpus == expected.groups[i].request.gpus)
         << GpuRequestToString(actual.groups[i].request.gpus) << " vs "
@@ -553,6 +554,49 @@ TEST_F(JobSpecTest, PreemptionNoticeRoundTrips) {
   job = ParseJobSpec(WithSpec("priority: 1\n"), catalog_);
   ASSERT_OK(job);
   EXPECT_EQ(job->checkpoint_grace_seconds, 0);
+}
+
+// Issue 37 item 6: an elastic group's range, written back as a range; bad bounds name the field
+// and the value.
+TEST_F(JobSpecTest, ElasticReplicasRoundTripAndBadBoundsAreNamed) {
+  const auto with_replicas = [](const std::string& replicas, const std::string& more = "") {
+    return Header() + "spec:\n  tasks:\n    - {name: w, replicas: " + replicas + "}\n" + more;
+  };
+  Result<Job> job = ParseJobSpec(with_replicas("{min: 2, max: 8}"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_TRUE(job->IsElastic());
+  EXPECT_EQ(job->groups[0].min_replicas, 2);
+  EXPECT_EQ(job->groups[0].replicas, 8);
+  EXPECT_EQ(job->AtSize(5).groups[0].replicas, 5);
+  const nlohmann::json json = JobSpecToJson(*job);
+  EXPECT_EQ(json["spec"]["tasks"][0]["replicas"], nlohmann::json({{"min", 2}, {"max", 8}}));
+  const Result<Job> again = JobSpecFromJson(json, catalog_);
+  ASSERT_OK(again);
+  ExpectSameJob(*again, *job);
+  job = ParseJobSpec(with_replicas("4"), catalog_);
+  ASSERT_OK(job);
+  EXPECT_FALSE(job->IsElastic());
+  EXPECT_EQ(JobSpecToJson(*job)["spec"]["tasks"][0]["replicas"], 4);
+
+  EXPECT_THAT(ParseJobSpec(with_replicas("{min: 9, max: 8}"), catalog_),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("spec.tasks[0].replicas.min: 9 is above max 8")));
+  EXPECT_THAT(ParseJobSpec(with_replicas("{min: 0, max: 8}"), catalog_),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("spec.tasks[0].replicas.min: 0 (must be at least 1)")));
+  EXPECT_THAT(ParseJobSpec(with_replicas("{min: 2, max: 2000000}"), catalog_),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("spec.tasks[0].replicas.max: 2000000 is too large")));
+  EXPECT_THAT(ParseJobSpec(with_replicas("{max: 8}"), catalog_),
+              StatusIs(StatusCode::kInvalidArgument,
+                       HasSubstr("spec.tasks[0].replicas.min: required field missing")));
+  EXPECT_THAT(ParseJobSpec(with_replicas("{min: 2, max: 8, step: 2}"), catalog_),
+              StatusIs(StatusCode::kInvalidArgument, HasSubstr("spec.tasks[0].replicas.step")));
+  EXPECT_THAT(
+      ParseJobSpec(with_replicas("{min: 2, max: 8}", "    - {name: launcher}\n"), catalog_),
+      StatusIs(StatusCode::kInvalidArgument,
+               HasSubstr("spec.tasks[0].replicas: a range {min, max} needs a job of one task "
+                         "group")));
 }
 
 TEST_F(JobSpecTest, IdenticalStackTrueOrAPinnedImageDigest) {
