@@ -118,6 +118,29 @@ bool OneTaskFits(const NodeInfo& node, const TaskRequest& request, const Eligibi
   return std::holds_alternative<NoGpu>(request.gpus) || share;
 }
 
+// Whether one task of `request` would fit on `node` with every task gone, on GPUs its constraints
+// allow (healthy or not): when not, freeing GPUs there cannot help it.
+bool OneTaskFitsEmpty(const NodeInfo& node, const TaskRequest& request,
+                      const Eligibility& eligible) {
+  int whole_gpus = 0;
+  bool share = false;
+  for (const GpuSlot& gpu : node.gpus) {
+    if (!eligible.GpuAllowed(gpu)) {
+      continue;
+    }
+    whole_gpus += gpu.mig_enabled ? 0 : 1;
+    if (const auto* fraction = std::get_if<FractionalGpu>(&request.gpus)) {
+      share = share || (!gpu.mig_enabled && gpu.memory_mib >= fraction->gpu_memory_mib);
+    } else if (std::holds_alternative<MigGpus>(request.gpus)) {
+      share = true;
+    }
+  }
+  if (const auto* whole = std::get_if<WholeGpus>(&request.gpus)) {
+    return whole_gpus >= whole->count;
+  }
+  return std::holds_alternative<NoGpu>(request.gpus) || share;
+}
+
 // The `level` of Count for the required level "node".
 constexpr int kByNode = -2;
 
@@ -175,8 +198,10 @@ Census Count(const Job& job, const ClusterSnapshot& snapshot, int level) {
     }
     if (OneTaskFits(node, request, eligible)) {
       ++census.nodes.fits;
-    } else {
+    } else if (OneTaskFitsEmpty(node, request, eligible)) {
       ++census.nodes.capacity;
+    } else {
+      ++census.nodes.constraints;  // too small for one task: no job's end would make room
     }
   }
   return census;
@@ -522,6 +547,8 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
   } else if (std::optional<NeverFits> never = CheckNeverFits(job, snapshot)) {
     out.reason = PendingReason::kNever;
     out.message = fmt::format("never fits: {}", never->message);
+    // What a domain lacks is what running jobs would have to free: no help to this job.
+    out.best_domain.reset();
   } else {
     // With every running job gone, would it fit?
     ClusterSnapshot empty = snapshot.Clone();
