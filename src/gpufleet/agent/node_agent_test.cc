@@ -1012,9 +1012,11 @@ TEST_F(NodeAgentTest, ABadLaunchIsReportedAsAFailure) {
 kind: Job
 metadata: {name: no-command}
 spec:
-  tasks: [{name: main, resources: {gpus: {count: 1}}}]
+  tasks:
+    - {name: main, command: [python, train.py], env: {GPUFLEET_SIM_DURATION_MS: "soon"},
+       resources: {gpus: {count: 1}}}
 )");
-  ASSERT_OK(agent_->Heartbeat());  // the runner refuses an empty command
+  ASSERT_OK(agent_->Heartbeat());  // the runner refuses a malformed duration
   ASSERT_OK(agent_->Heartbeat());  // the refusal is reported
   const Json job = Job("no-command");
   EXPECT_EQ(job["state"], "Failed");
