@@ -252,6 +252,17 @@ std::pair<bool, std::string> WouldStart(scheduler::Scheduler& scheduler, const J
   return {true, fmt::format("it would start on {}", Where(result.placements, snapshot))};
 }
 
+// `snapshot` with every running job of `input` gone.
+ClusterSnapshot WithoutRunningJobs(const ClusterSnapshot& snapshot, const ExplainInput& input) {
+  ClusterSnapshot empty = snapshot.Clone();
+  for (const RunningJob& running : input.running) {
+    for (const TaskPlacement& placement : running.placements) {
+      empty.Release(placement);
+    }
+  }
+  return empty;
+}
+
 // The declared levels and the built-in ones, finest first: nvlink-domain, node, then the declared
 // levels from the innermost out.
 std::vector<std::string> LevelsFinestFirst(const Topology& topology) {
@@ -551,12 +562,7 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
     out.best_domain.reset();
   } else {
     // With every running job gone, would it fit?
-    ClusterSnapshot empty = snapshot.Clone();
-    for (const RunningJob& running : input.running) {
-      for (const TaskPlacement& placement : running.placements) {
-        empty.Release(placement);
-      }
-    }
+    ClusterSnapshot empty = WithoutRunningJobs(snapshot, input);
     // The quota is not asked here: it counts what the running jobs hold, and they are gone in
     // this copy. A job the quota holds back once GPUs are free is told so then.
     const scheduler::ScheduleResult alone = TrySchedule(scheduler, job, empty, random);
@@ -658,10 +664,14 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
       }
   }
   AddWhatIfs(scheduler, snapshot, input, random, out);
-  if (out.reason == PendingReason::kNever) {
-    // Only changes after which some node could hold it: the rest cannot help.
+  if (out.reason == PendingReason::kNever || topology_never) {
+    // Only changes after which the job could start once running jobs end: the rest cannot help
+    // (a gang halved to 128 GPUs still fits no leaf of 64).
+    ClusterSnapshot empty = WithoutRunningJobs(snapshot, input);
     std::erase_if(out.what_ifs, [&](const WhatIf& what_if) {
-      return CheckNeverFits(what_if.job, snapshot).has_value();
+      return !what_if.would_start_now &&
+             (CheckNeverFits(what_if.job, snapshot).has_value() ||
+              !TrySchedule(scheduler, what_if.job, empty, random).scheduled());
     });
   }
   return out;

@@ -237,6 +237,18 @@ TEST_F(ExplainTest, NeverSaysNothingThatFreedGpusWouldHelp) {
   }
   EXPECT_EQ(explained.what_ifs[0].change, "with 8 GPUs instead of 16");
   ExpectWhatIfsHold(explained);
+
+  // 32 GPUs in a leaf of 8 on a fleet of 16: halved to 16 the gang would fit the fleet but still
+  // no leaf, so that what-if is left out; halved again it fits a leaf once GPUs there are free,
+  // and once more it starts now.
+  const Explanation gang = Ask(Gang("gang", 4, 8, "leaf"));
+  ASSERT_EQ(gang.reason, PendingReason::kNever);
+  std::vector<std::string> changes;
+  for (const WhatIf& what_if : gang.what_ifs) {
+    changes.push_back(what_if.change);
+  }
+  EXPECT_EQ(changes,
+            (std::vector<std::string>{"with 8 GPUs instead of 32", "with 4 GPUs instead of 32"}));
 }
 
 TEST_F(ExplainTest, HealthWhenUnhealthyGpusAreWhatIsMissing) {
