@@ -57,7 +57,7 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 if [ -n "$newcomer" ]; then
-  timeout 120 node "$repo/web/test/newcomer_test.mjs" "$url" "$token" "$gpufleet" "$repo/examples" \
+  timeout 150 node "$repo/web/test/newcomer_test.mjs" "$url" "$token" "$gpufleet" "$repo/examples" \
     $shots || fail "newcomer checks failed"
   exit 0
 fi

@@ -45,7 +45,10 @@ struct DevFlags {
   std::string listen = "127.0.0.1:8080";
   std::string metrics_listen = "127.0.0.1:9400";
   int nodes = 32;
-  int mig_nodes = 0;  // the first ones have MIG on every GPU
+  // Nodes with MIG on every GPU, spread over the leaves (racks); -1: one per leaf when the GPU
+  // model has MIG and leaves have 2 nodes or more, none otherwise.
+  int mig_nodes = -1;
+  int faulty_gpus = 1;  // bad GPUs that fail the jobs they run (agent::FaultyGpu)
   int gpus_per_node = 8;
   std::string gpu_model = "H100-80GB";
   int leaves = 4;
@@ -67,12 +70,16 @@ int FailDev(const Status& status) {
   return 1;
 }
 
-// The layout a MIG node's GPUs start with is one instance of the model's largest profile, the
-// whole GPU, so that a job asking for its smallest slice fits no current layout and the server
-// repartitions.
+// The layouts a MIG node's GPUs start with: GPU 0 cut into as many of the model's smallest
+// profile as fit, ready for small inference replicas (examples/inference.yaml spreads four over
+// the racks: a replica per rack needs a free instance on a node of each, which the server's
+// repartitioning, one GPU per request, does not plan for), and the others one instance of its
+// largest profile, the whole GPU, so that a job asking for any other profile fits no current
+// layout and the server repartitions.
 struct MigLayoutChoice {
   std::string whole;     // e.g. "7g.80gb"
   std::string smallest;  // e.g. "1g.10gb"
+  int smallest_count = 0;
 };
 
 // kInvalidArgument naming the flag for a model without MIG.
@@ -98,7 +105,32 @@ Result<MigLayoutChoice> ChooseMigLayout(const DevFlags& flags, const GpuCatalog&
     return InvalidArgumentError(fmt::format("--simulated-mig-nodes {}: --gpu-model {} has no MIG",
                                             flags.mig_nodes, model->name));
   }
-  return MigLayoutChoice{largest->name, smallest->name};
+  return MigLayoutChoice{largest->name, smallest->name, smallest->max_instances};
+}
+
+// Which nodes have MIG: the k-th MIG node is the (k / leaves)-th node of leaf k % leaves, so that
+// they spread over the racks (examples/inference.yaml spreads its replicas over racks).
+std::vector<bool> MigNodes(int mig_nodes, int nodes, int leaves) {
+  std::vector<bool> mig(static_cast<size_t>(nodes), false);
+  const int per_leaf = nodes / leaves;
+  for (int k = 0; k < mig_nodes; ++k) {
+    mig[static_cast<size_t>((k % leaves) * per_leaf + k / leaves)] = true;
+  }
+  return mig;
+}
+
+// The nodes of the bad GPUs: the first nodes without MIG, one GPU each (the middle one), where
+// the placement policy packs work first, so that they fail jobs from the first seconds on. Empty
+// when there are fewer such nodes than `faulty_gpus`.
+std::vector<int> FaultyGpuNodes(int faulty_gpus, const std::vector<bool>& mig) {
+  std::vector<int> out;
+  for (int i = 0; i < static_cast<int>(mig.size()) && static_cast<int>(out.size()) < faulty_gpus;
+       ++i) {
+    if (!mig[static_cast<size_t>(i)]) {
+      out.push_back(i);
+    }
+  }
+  return static_cast<int>(out.size()) == faulty_gpus ? out : std::vector<int>();
 }
 
 // The teams and queues that examples/*.yaml name, so that every example submits on the demo:
@@ -285,6 +317,11 @@ int RunDev(DevFlags flags) {
     return FailDev(InvalidArgumentError(
         fmt::format("--gpu-model: \"{}\" is not in the GPU catalog", flags.gpu_model)));
   }
+  if (flags.mig_nodes == -1) {
+    // One per leaf, where leaves have other nodes for the trace.
+    flags.mig_nodes =
+        ChooseMigLayout(flags, catalog).ok() && flags.nodes / flags.leaves >= 2 ? flags.leaves : 0;
+  }
   if (flags.mig_nodes < 0 || flags.mig_nodes > flags.nodes) {
     return FailDev(InvalidArgumentError(fmt::format(
         "--simulated-mig-nodes {} is outside [0, --nodes {}]", flags.mig_nodes, flags.nodes)));
@@ -297,9 +334,18 @@ int RunDev(DevFlags flags) {
     }
     mig_layout = *choice;
   }
-  Result<Playback> playback = flags.no_trace
-                                  ? Result<Playback>(Playback{})
-                                  : LoadPlayback(flags, flags.nodes * flags.gpus_per_node);
+  const std::vector<bool> mig_nodes = MigNodes(flags.mig_nodes, flags.nodes, flags.leaves);
+  const std::vector<int> faulty_nodes = FaultyGpuNodes(flags.faulty_gpus, mig_nodes);
+  if (static_cast<int>(faulty_nodes.size()) != flags.faulty_gpus) {
+    return FailDev(InvalidArgumentError(
+        fmt::format("--simulated-faulty-gpus {}: there are {} nodes without MIG to hold them",
+                    flags.faulty_gpus, flags.nodes - flags.mig_nodes)));
+  }
+  // The trace's pods ask for whole GPUs and shares, which MIG-enabled GPUs do not take: its load
+  // is measured against the other GPUs.
+  const int trace_gpus = (flags.nodes - flags.mig_nodes) * flags.gpus_per_node;
+  Result<Playback> playback =
+      flags.no_trace ? Result<Playback>(Playback{}) : LoadPlayback(flags, trace_gpus);
   if (!playback.ok()) {
     return FailDev(playback.status());
   }
@@ -333,6 +379,10 @@ int RunDev(DevFlags flags) {
   // process, so a long lease hides no dead node.
   const auto node_timeout = std::max<std::chrono::milliseconds>(
       std::chrono::milliseconds(flags.heartbeat_ms * 4), std::chrono::seconds(60));
+  // The attribution runs every 30 s rather than 5 minutes: the bad GPU is flagged, diagnosed and
+  // quarantined within the first minutes.
+  control::ReliabilityOptions reliability;
+  reliability.interval = std::chrono::seconds(30);
   Result<std::unique_ptr<api::ApiServer>> server =
       api::ApiServer::Create({.store = timed_store,
                               .catalog = catalog,
@@ -342,6 +392,7 @@ int RunDev(DevFlags flags) {
                               .cycle_interval = std::chrono::milliseconds(500),
                               .heartbeat_interval = std::chrono::milliseconds(flags.heartbeat_ms),
                               .node_timeout = node_timeout,
+                              .reliability = reliability,
                               // The load keeper finishes several jobs a second: keep the
                               // last 5 minutes' (a few thousand), not hours' worth.
                               .retain_finished = std::chrono::minutes(5),
@@ -390,6 +441,8 @@ int RunDev(DevFlags flags) {
   // 2-tier Clos), so the leaf is the scheduler's one topology level.
   std::vector<std::unique_ptr<agent::SimulatedNode>> fleet;
   const int per_leaf = flags.nodes / flags.leaves;
+  std::vector<std::string> mig_names;
+  std::vector<std::string> faulty_names;
   for (int i = 0; i < flags.nodes; ++i) {
     agent::SimulatedNode::Options options;
     options.agent.node_name = fmt::format("dev-node-{:03}", i);
@@ -413,8 +466,23 @@ int RunDev(DevFlags flags) {
     options.gpu_model = flags.gpu_model;
     options.gpu_count = flags.gpus_per_node;
     options.seed = static_cast<uint64_t>(i + 1);
-    for (int gpu = 0; i < flags.mig_nodes && gpu < flags.gpus_per_node; ++gpu) {
-      options.mig_profiles[gpu] = {mig_layout.whole};
+    for (int gpu = 0; mig_nodes[static_cast<size_t>(i)] && gpu < flags.gpus_per_node; ++gpu) {
+      options.mig_profiles[gpu] =
+          gpu == 0 ? std::vector<std::string>(static_cast<size_t>(mig_layout.smallest_count),
+                                              mig_layout.smallest)
+                   : std::vector<std::string>{mig_layout.whole};
+    }
+    if (mig_nodes[static_cast<size_t>(i)]) {
+      mig_names.push_back(options.agent.node_name);
+    }
+    if (std::find(faulty_nodes.begin(), faulty_nodes.end(), i) != faulty_nodes.end()) {
+      // Reset once its XID has surely reached the server: a sample and a heartbeat later.
+      options.faulty_gpu = agent::FaultyGpu{
+          .index = flags.gpus_per_node / 2,
+          .recover_after = std::max<std::chrono::milliseconds>(
+              std::chrono::seconds(5), std::chrono::milliseconds(3 * flags.heartbeat_ms))};
+      faulty_names.push_back(
+          fmt::format("{} GPU {}", options.agent.node_name, options.faulty_gpu->index));
     }
     Result<std::unique_ptr<agent::SimulatedNode>> node =
         agent::SimulatedNode::Create(options, clock, catalog, agent_client);
@@ -460,19 +528,25 @@ int RunDev(DevFlags flags) {
       "{}/metrics\n"
       "  store     {}\n"
       "  trace     {} openb pods in {} min ({:.0f}x faster than real time, durations x{:.0f}), "
-      "played ahead to keep {:.0f}% of the GPUs asked for\n"
+      "played ahead to keep {:.0f}% of the GPUs without MIG asked for\n"
+      "{}"
       "{}"
       "try: GPUFLEET_ADDR={} GPUFLEET_TOKEN={} gpufleet get jobs\n",
       address, **admin, flags.nodes, flags.gpus_per_node, flags.gpu_model, flags.leaves, per_leaf,
       flags.spines, flags.policy, address, **admin, metrics_listen->first, metrics_port, address,
       db_path, playback->jobs.size(), flags.playback_minutes, playback->speedup,
       playback->duration_scale, flags.target_load * 100,
-      flags.mig_nodes == 0
+      mig_names.empty()
           ? ""
-          : fmt::format("  MIG       dev-node-000..{:03}: every GPU MIG-enabled with one {} "
-                        "(submit a job asking `gpus: {{migProfile: {}}}` to see the server "
-                        "repartition)\n",
-                        flags.mig_nodes - 1, mig_layout.whole, mig_layout.smallest),
+          : fmt::format("  MIG       {}: every GPU MIG-enabled, GPU 0 as {} {}, the others one {} "
+                        "each (a job asking another profile makes the server repartition one)\n",
+                        fmt::join(mig_names, ", "), mig_layout.smallest_count, mig_layout.smallest,
+                        mig_layout.whole),
+      faulty_names.empty()
+          ? ""
+          : fmt::format("  faults    {}: a bad GPU, XID {} under every job it runs (`gpufleet "
+                        "report failures` finds it)\n",
+                        fmt::join(faulty_names, ", "), agent::FaultyGpu{}.xid),
       address, **admin);
   std::fflush(stdout);
 
@@ -489,8 +563,7 @@ int RunDev(DevFlags flags) {
   // stays far below its target (most pods are short next to the few long ones). When the sample
   // is played out it starts over, its pods renamed openb-pod-NNNN-r1, -r2, ...
   constexpr int kTopUpJobsPerTick = 12;
-  const int64_t target_milli =
-      std::llround(flags.target_load * flags.nodes * flags.gpus_per_node * 1000);
+  const int64_t target_milli = std::llround(flags.target_load * trace_gpus * 1000);
   std::multimap<std::chrono::steady_clock::time_point, int64_t> running_until;  // end -> milli
   int64_t offered_milli = 0;
   double trace_skip = 0;  // trace seconds skipped to keep the load
@@ -607,10 +680,17 @@ Action AddDevCommand(CLI::App& app) {
   dev->add_option("--nodes", flags->nodes, "simulated nodes")
       ->capture_default_str()
       ->check(CLI::Range(1, 4096));
-  dev->add_option("--simulated-mig-nodes", flags->mig_nodes,
-                  "the first N nodes have MIG on every GPU, each GPU one whole-GPU instance "
-                  "(7g.80gb on H100-80GB) that the server repartitions for MIG jobs")
-      ->capture_default_str();
+  dev->add_option(
+      "--simulated-mig-nodes", flags->mig_nodes,
+      "N nodes, spread over the leaves (racks), have MIG on every GPU: GPU 0 cut into the "
+      "smallest profile (7 x 1g.10gb on H100-80GB), the others one whole-GPU instance (7g.80gb) "
+      "that the server repartitions for MIG jobs (default: one per leaf when --gpu-model has "
+      "MIG and a leaf has 2 nodes or more, else none)");
+  dev->add_option("--simulated-faulty-gpus", flags->faulty_gpus,
+                  "bad GPUs (one on each of the first nodes without MIG) that report an XID under "
+                  "every job they run, for the failure attribution to find")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   dev->add_option("--gpus-per-node", flags->gpus_per_node, "GPUs per node")
       ->capture_default_str()
       ->check(CLI::Range(1, 64));

@@ -285,6 +285,7 @@ metadata: {name: chaos-oversized}
 spec:
   tasks:
     - name: web
+      command: [serve]
       replicas: 20000
       resources: {cpu: 100m, memory: 64Mi}
 YAML

@@ -52,6 +52,7 @@ std::string JobSpec(const std::string& name, int replicas, int gpus) {
       {"spec",
        {{"tasks",
          {{{"name", "main"},
+           {"command", {"train"}},
            {"replicas", replicas},
            {"resources", {{"cpu", "1"}, {"memory", "1Gi"}, {"gpus", {{"count", gpus}}}}}}}}}}}
       .dump();

@@ -214,13 +214,19 @@ class NodeAgentTest : public ::testing::Test {
     return admin_client_->Get(fmt::format("/v1/{}/{}/events", kind, name))->dump();
   }
 
-  // A simulated node of one H100 with MIG enabled and these instances, registered.
-  std::unique_ptr<SimulatedNode> MigNode(const std::vector<std::string>& profiles) {
+  // A simulated node's options: its name, in leaf-1, 64 CPUs and 512 GiB.
+  static SimulatedNode::Options SimNodeOptions(const std::string& name) {
     SimulatedNode::Options options;
-    options.agent.node_name = "mig-0";
+    options.agent.node_name = name;
     options.agent.topology_levels = {"leaf"};
     options.agent.topology_values = {"leaf-1"};
     options.agent.capacity = {64000, 512 * 1024};
+    return options;
+  }
+
+  // A simulated node of one H100 with MIG enabled and these instances, registered.
+  std::unique_ptr<SimulatedNode> MigNode(const std::vector<std::string>& profiles) {
+    SimulatedNode::Options options = SimNodeOptions("mig-0");
     options.gpu_count = 1;
     options.mig_profiles = {{0, profiles}};
     Result<std::unique_ptr<SimulatedNode>> node =
@@ -1137,9 +1143,11 @@ TEST_F(NodeAgentTest, ABadLaunchIsReportedAsAFailure) {
 kind: Job
 metadata: {name: no-command}
 spec:
-  tasks: [{name: main, resources: {gpus: {count: 1}}}]
+  tasks:
+    - {name: main, command: [python, train.py], env: {GPUFLEET_SIM_DURATION_MS: "soon"},
+       resources: {gpus: {count: 1}}}
 )");
-  ASSERT_OK(agent_->Heartbeat());  // the runner refuses an empty command
+  ASSERT_OK(agent_->Heartbeat());  // the runner refuses a malformed duration
   ASSERT_OK(agent_->Heartbeat());  // the refusal is reported
   const Json job = Job("no-command");
   EXPECT_EQ(job["state"], "Failed");
@@ -1319,13 +1327,8 @@ TEST_F(NodeAgentTest, AFaultTheProbeSeesReachesTheNode) {
 }
 
 TEST_F(NodeAgentTest, SimulatedNodeShowsItsTasksInTelemetry) {
-  SimulatedNode::Options options;
-  options.agent.node_name = "sim-0";
-  options.agent.topology_levels = {"leaf"};
-  options.agent.topology_values = {"leaf-1"};
-  options.agent.capacity = {64000, 512 * 1024};
   Result<std::unique_ptr<SimulatedNode>> node =
-      SimulatedNode::Create(options, clock_, catalog_, *client_);
+      SimulatedNode::Create(SimNodeOptions("sim-0"), clock_, catalog_, *client_);
   ASSERT_OK(node);
   ASSERT_OK((*node)->sampler().SampleOnce());
   ASSERT_OK((*node)->agent().Register());
@@ -1343,6 +1346,66 @@ TEST_F(NodeAgentTest, SimulatedNodeShowsItsTasksInTelemetry) {
   const std::vector<wire::GpuReport> reports = GpuReportsFrom(*(*node)->sampler().LatestSnapshot());
   ASSERT_EQ(reports.size(), 8u);
   EXPECT_EQ(reports[0].health, GpuHealth::kHealthy);
+}
+
+// `gpufleet dev`'s bad GPU: an XID under the task it runs, which drains it and ends the run as an
+// infrastructure failure naming it; once the task is gone, a reset, and it takes work again.
+TEST_F(NodeAgentTest, SimulatedFaultyGpuFailsTheRunItHoldsAndComesBackAfterAReset) {
+  SimulatedNode::Options options = SimNodeOptions("bad-0");
+  options.gpu_count = 1;
+  options.faulty_gpu = FaultyGpu{.index = 0, .xid = 48, .recover_after = std::chrono::seconds(5)};
+  Result<std::unique_ptr<SimulatedNode>> made =
+      SimulatedNode::Create(options, clock_, catalog_, *client_);
+  ASSERT_OK(made);
+  SimulatedNode& node = **made;
+  const std::string uuid = node.probe().Inventory()->gpus[0].uuid;
+  ASSERT_OK(node.sampler().SampleOnce());
+  ASSERT_OK(node.agent().Register());
+  // Failed, not requeued: the job would only land on the same GPU again.
+  Submit(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: victim}
+spec:
+  onNodeFailure: fail
+  tasks:
+    - name: main
+      command: [python, train.py]
+      env: {GPUFLEET_SIM_DURATION_MS: "600000"}
+      resources: {gpus: {count: 1}}
+)");
+  Beat(node);  // the task starts on the bad GPU, which reports its XID in the next sample
+  clock_.Advance(std::chrono::seconds(1));
+  ASSERT_OK(node.sampler().SampleOnce());
+  Beat(node);
+  ASSERT_OK(server_->RunSchedulingCycle());
+  EXPECT_EQ(Node("bad-0")["gpus"][0]["health"], "Unhealthy");
+  EXPECT_THAT(Node("bad-0")["gpus"][0]["reasons"].dump(), HasSubstr("48"));
+  const Json outcomes = *admin_client_->Get("/v1/outcomes");
+  ASSERT_EQ(outcomes["items"].size(), 1u) << outcomes.dump();
+  EXPECT_EQ(outcomes["items"][0]["exit_reason"], "infra-error");
+  EXPECT_EQ(outcomes["items"][0]["xids"].dump(), fmt::format(R"([{{"gpu":"{}","xid":48}}])", uuid));
+
+  // The run stops; 5 s after the XID the GPU is reset and looks healthy again.
+  for (int i = 0; i < 4; ++i) {
+    clock_.Advance(std::chrono::seconds(2));
+    ASSERT_OK(node.sampler().SampleOnce());
+    Beat(node);
+    ASSERT_OK(server_->RunSchedulingCycle());
+  }
+  ASSERT_OK(node.sampler().SampleOnce());
+  ASSERT_OK(node.agent().Heartbeat());
+  EXPECT_EQ(Node("bad-0")["gpus"][0]["health"], "Healthy");
+  EXPECT_NE(Job("victim")["state"], "Running");
+}
+
+// A bad GPU the node does not have is refused, naming the option.
+TEST_F(NodeAgentTest, SimulatedFaultyGpuOutsideTheNodeIsRefused) {
+  SimulatedNode::Options options = SimNodeOptions("bad-1");
+  options.gpu_count = 2;
+  options.faulty_gpu = FaultyGpu{.index = 2};
+  EXPECT_THAT(
+      SimulatedNode::Create(options, clock_, catalog_, *client_),
+      StatusIs(StatusCode::kInvalidArgument, HasSubstr("faulty_gpu.index: 2 is outside [0, 2)")));
 }
 
 TEST_F(NodeAgentTest, RegistersTheMigInstancesOfItsGpus) {

@@ -6,6 +6,8 @@
 #include <map>
 #include <set>
 
+#include <fmt/format.h>
+
 namespace gpufleet::agent {
 
 std::string MergeMetricTexts(const std::vector<std::string>& texts) {
@@ -62,13 +64,25 @@ std::string MergeMetricTexts(const std::vector<std::string>& texts) {
 Result<std::unique_ptr<SimulatedNode>> SimulatedNode::Create(Options options, const Clock& clock,
                                                              const GpuCatalog& catalog,
                                                              http::ApiClient& client) {
-  std::unique_ptr<SimulatedNode> node(new SimulatedNode());
+  std::unique_ptr<SimulatedNode> node(new SimulatedNode(clock));
   GPUFLEET_ASSIGN_OR_RETURN(node->probe_,
                             SimulatedProbe::Create(clock, catalog,
                                                    {.model = options.gpu_model,
                                                     .gpu_count = options.gpu_count,
                                                     .seed = options.seed,
                                                     .mig_profiles = options.mig_profiles}));
+  if (options.faulty_gpu) {
+    if (options.faulty_gpu->index < 0 || options.faulty_gpu->index >= options.gpu_count) {
+      return InvalidArgumentError(fmt::format("faulty_gpu.index: {} is outside [0, {})",
+                                              options.faulty_gpu->index, options.gpu_count));
+    }
+    if (options.faulty_gpu->xid < 1 || options.faulty_gpu->xid > 999) {
+      return InvalidArgumentError(
+          fmt::format("faulty_gpu.xid: {} is outside [1, 999]", options.faulty_gpu->xid));
+    }
+    GPUFLEET_RETURN_IF_ERROR(node->probe_->SetLatentFault(options.faulty_gpu->index, true));
+    node->faulty_gpu_ = options.faulty_gpu;
+  }
   // A node that keeps task logs gets its simulated tasks' lines there, shipped as real ones are.
   node->runner_ = std::make_unique<runner::SimulatedRunner>(
       clock, runner::SimulatedRunnerOptions{.write_logs = !options.agent.log_dir.empty()});
@@ -84,6 +98,47 @@ Result<std::unique_ptr<SimulatedNode>> SimulatedNode::Create(Options options, co
   node->agent_ = std::make_unique<NodeAgent>(std::move(options.agent), *node->sampler_,
                                              *node->probe_, *node->runner_, client, catalog, clock);
   return node;
+}
+
+Status SimulatedNode::UpdateLoads() {
+  GPUFLEET_RETURN_IF_ERROR(ApplyTaskLoads(*agent_, *runner_, *probe_));
+  return PlayFault();
+}
+
+Status SimulatedNode::PlayFault() {
+  if (!faulty_gpu_) {
+    return Status::Ok();
+  }
+  std::optional<std::string> task_on_it;  // the running task that holds the faulty GPU
+  for (const runner::TaskStatus& task : runner_->Poll()) {
+    if (task.state != runner::TaskState::kRunning) {
+      continue;
+    }
+    for (const std::string& uuid : task.gpu_uuids) {
+      const auto index = agent_->gpu_index_by_uuid().find(uuid);
+      if (index != agent_->gpu_index_by_uuid().end() && index->second == faulty_gpu_->index) {
+        task_on_it = task.task_id;
+      }
+    }
+  }
+  if (!fault_reported_at_) {
+    if (task_on_it) {
+      GPUFLEET_RETURN_IF_ERROR(probe_->InjectXid(faulty_gpu_->index, faulty_gpu_->xid));
+      fault_reported_at_ = clock_.Now();
+      failed_task_ = *task_on_it;
+    }
+    return Status::Ok();
+  }
+  // The failed task must be gone first: the server learns of the XID before it stops the run.
+  if (clock_.Now() - *fault_reported_at_ < faulty_gpu_->recover_after ||
+      task_on_it == failed_task_) {
+    return Status::Ok();
+  }
+  GPUFLEET_RETURN_IF_ERROR(probe_->ResetGpu(faulty_gpu_->index));
+  GPUFLEET_RETURN_IF_ERROR(sampler_->ClearXidHistory(faulty_gpu_->index));
+  fault_reported_at_.reset();
+  failed_task_.clear();
+  return Status::Ok();
 }
 
 Status ApplyTaskLoads(const NodeAgent& agent, runner::TaskRunner& runner, SimulatedProbe& probe) {

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,18 @@ std::string MergeMetricTexts(const std::vector<std::string>& texts);
 // name are marked in use (so the probe refuses to destroy them), the others free.
 Status ApplyTaskLoads(const NodeAgent& agent, runner::TaskRunner& runner, SimulatedProbe& probe);
 
+// A GPU that fails the jobs it runs, as the fault model's bad GPU does (docs/reliability.md,
+// "Faults"): under each task that runs on it the GPU reports `xid`, one the catalog blames the GPU
+// for, so that its agent drains it at once and the server ends the run as an infrastructure
+// failure naming it. Once that task is gone and `recover_after` has passed, the GPU is reset (its
+// XIDs forgotten, as after an operator's `nvidia-smi -r`) and takes work again, until its next
+// task. Its latent fault stays, for a diagnostic to find.
+struct FaultyGpu {
+  int index = 0;
+  int xid = 48;  // double-bit ECC error: drain at once, "reset the GPU; RMA if it repeats"
+  std::chrono::milliseconds recover_after{5000};
+};
+
 class SimulatedNode {
  public:
   struct Options {
@@ -45,6 +58,7 @@ class SimulatedNode {
     std::chrono::milliseconds sample_interval{1000};
     // MIG-enabled GPUs and their first instances, as SimulatedProbe::Options::mig_profiles.
     std::map<int, std::vector<std::string>> mig_profiles;
+    std::optional<FaultyGpu> faulty_gpu;
   };
 
   // Everything passed by reference must outlive the node. kInvalidArgument for a bad model or
@@ -53,8 +67,10 @@ class SimulatedNode {
                                                        const GpuCatalog& catalog,
                                                        http::ApiClient& client);
 
-  // ApplyTaskLoads on this node.
-  Status UpdateLoads() { return ApplyTaskLoads(*agent_, *runner_, *probe_); }
+  // ApplyTaskLoads on this node, then the faulty GPU's part (Options::faulty_gpu): an XID under
+  // a task that has started on it, or its reset once that task is gone. Call it as `gpufleet dev`
+  // does, between heartbeats.
+  Status UpdateLoads();
 
   NodeAgent& agent() { return *agent_; }
   TelemetrySampler& sampler() { return *sampler_; }
@@ -62,7 +78,15 @@ class SimulatedNode {
   runner::SimulatedRunner& runner() { return *runner_; }
 
  private:
-  SimulatedNode() = default;
+  explicit SimulatedNode(const Clock& clock) : clock_(clock) {}
+
+  Status PlayFault();
+
+  const Clock& clock_;
+  std::optional<FaultyGpu> faulty_gpu_;
+  // While the faulty GPU's XID stands: when it was reported and under which task.
+  std::optional<MonoTime> fault_reported_at_;
+  std::string failed_task_;
 
   std::unique_ptr<SimulatedProbe> probe_;
   std::unique_ptr<runner::SimulatedRunner> runner_;

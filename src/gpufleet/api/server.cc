@@ -917,6 +917,7 @@ void ApiRoutes::AnnotateStopping(Json& job) const {
 Result<Json> ApiRoutes::SubmitJob(const control::Principal& who, std::string_view body,
                                   SubmitOptions options) {
   GPUFLEET_ASSIGN_OR_RETURN(const Job job, wire::ParseJobSpec(body, options_.catalog));
+  GPUFLEET_RETURN_IF_ERROR(wire::CheckTasksRunnable(job));
   const std::string& name = job.id.value();
   GPUFLEET_RETURN_IF_ERROR(control::CheckScopedName("metadata.name", name));
   // Task ids (JOB/TASK/ATTEMPT, JOB the key) must stay within the agent's limit.

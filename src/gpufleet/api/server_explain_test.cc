@@ -38,6 +38,7 @@ metadata:
 spec:
   tasks:
     - name: workers
+      command: [train]
       replicas: {}
       resources: {{cpu: "8", memory: 64Gi, gpus: {{count: {}}}}}
 )",
@@ -121,6 +122,7 @@ metadata:
 spec:
   tasks:
     - name: workers
+      command: [train]
       resources: {{cpu: "8", memory: 64Gi, gpus: {}}}
 {})",
                      name, gpus, spec);

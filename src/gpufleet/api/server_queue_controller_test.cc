@@ -35,6 +35,7 @@ spec:
   priority: {}
   tasks:
     - name: main
+      command: [train]
       resources: {{cpu: "8", memory: 64Gi, gpus: {{count: 8}}}}
 )",
                      name, queue, priority);

@@ -34,6 +34,7 @@ spec:
   priority: {}
   tasks:
     - name: main
+      command: [train]
       resources: {{cpu: "8", memory: 64Gi, gpus: {{count: 8}}}}
 )",
                      name, queue, priority);
@@ -668,6 +669,7 @@ spec:
   priority: {}
   tasks:
     - name: main
+      command: [train]
       resources: {{cpu: "1", memory: 1Gi, gpus: {{count: {}}}}}
 )",
                      name, priority, gpus);

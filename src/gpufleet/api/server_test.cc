@@ -53,6 +53,7 @@ spec:
   priority: {}
   tasks:
     - name: workers
+      command: [train]
       replicas: {}
       resources:
         cpu: "8"
@@ -75,6 +76,7 @@ std::string JobJson(const std::string& name, int replicas, int gpus) {
       {"spec",
        {{"tasks",
          {{{"name", "main"},
+           {"command", {"train"}},
            {"replicas", replicas},
            {"resources", {{"cpu", "4"}, {"memory", "16Gi"}, {"gpus", {{"count", gpus}}}}}}}}}}};
   return spec.dump();
@@ -332,6 +334,7 @@ metadata: {{name: {}}}
 spec:
   tasks:
     - name: web
+      command: [serve]
       replicas: {}
       resources: {{cpu: 100m, memory: 64Mi}}
 )",
@@ -346,6 +349,19 @@ TEST_F(ApiServerTest, AJobWithTooManyTasksIsRefusedAtSubmitNamingTheField) {
   EXPECT_EQ(Call("GET", "/v1/jobs/swarm", alice_).status, 404);
   CallJson("POST", "/v1/jobs", alice_, JobYaml("train", 1, 8), 201);
   EXPECT_EQ(Cycle(), 1);
+}
+
+// A task that would run nothing (no command, no image) is refused at submit, naming it; with
+// either it is accepted.
+TEST_F(ApiServerTest, ATaskWithNeitherCommandNorImageIsRefusedAtSubmitNamingIt) {
+  std::string idle = CpuReplicasYaml("idle", 1);
+  idle.erase(idle.find("      command: [serve]\n"), std::string("      command: [serve]\n").size());
+  const Json refused = CallJson("POST", "/v1/jobs", alice_, idle, 400);
+  EXPECT_EQ(refused["error"]["message"],
+            "spec.tasks[0].command: task \"web\" has neither a command nor an image; give it one "
+            "or both");
+  EXPECT_EQ(Call("GET", "/v1/jobs/idle", alice_).status, 404);
+  CallJson("POST", "/v1/jobs", alice_, CpuReplicasYaml("busy", 1), 201);
 }
 
 TEST_F(ApiServerTest, ASpecWhosePlacementsWouldOverflowTheStoreIsRefusedAtSubmit) {

@@ -731,6 +731,7 @@ int RunLogs(http::ApiClient& client, const LogsArgs& args,
         return 0;
       }
     }
+    out.flush();  // as `tail -f` does: a pipe (`logs -f | grep`) sees each line as it comes
     wait(kLogsFollowInterval);
   }
 }

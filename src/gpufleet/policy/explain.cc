@@ -118,6 +118,29 @@ bool OneTaskFits(const NodeInfo& node, const TaskRequest& request, const Eligibi
   return std::holds_alternative<NoGpu>(request.gpus) || share;
 }
 
+// Whether one task of `request` would fit on `node` with every task gone, on GPUs its constraints
+// allow (healthy or not): when not, freeing GPUs there cannot help it.
+bool OneTaskFitsEmpty(const NodeInfo& node, const TaskRequest& request,
+                      const Eligibility& eligible) {
+  int whole_gpus = 0;
+  bool share = false;
+  for (const GpuSlot& gpu : node.gpus) {
+    if (!eligible.GpuAllowed(gpu)) {
+      continue;
+    }
+    whole_gpus += gpu.mig_enabled ? 0 : 1;
+    if (const auto* fraction = std::get_if<FractionalGpu>(&request.gpus)) {
+      share = share || (!gpu.mig_enabled && gpu.memory_mib >= fraction->gpu_memory_mib);
+    } else if (std::holds_alternative<MigGpus>(request.gpus)) {
+      share = true;
+    }
+  }
+  if (const auto* whole = std::get_if<WholeGpus>(&request.gpus)) {
+    return whole_gpus >= whole->count;
+  }
+  return std::holds_alternative<NoGpu>(request.gpus) || share;
+}
+
 // The `level` of Count for the required level "node".
 constexpr int kByNode = -2;
 
@@ -175,8 +198,10 @@ Census Count(const Job& job, const ClusterSnapshot& snapshot, int level) {
     }
     if (OneTaskFits(node, request, eligible)) {
       ++census.nodes.fits;
-    } else {
+    } else if (OneTaskFitsEmpty(node, request, eligible)) {
       ++census.nodes.capacity;
+    } else {
+      ++census.nodes.constraints;  // too small for one task: no job's end would make room
     }
   }
   return census;
@@ -225,6 +250,17 @@ std::pair<bool, std::string> WouldStart(scheduler::Scheduler& scheduler, const J
     }
   }
   return {true, fmt::format("it would start on {}", Where(result.placements, snapshot))};
+}
+
+// `snapshot` with every running job of `input` gone.
+ClusterSnapshot WithoutRunningJobs(const ClusterSnapshot& snapshot, const ExplainInput& input) {
+  ClusterSnapshot empty = snapshot.Clone();
+  for (const RunningJob& running : input.running) {
+    for (const TaskPlacement& placement : running.placements) {
+      empty.Release(placement);
+    }
+  }
+  return empty;
 }
 
 // The declared levels and the built-in ones, finest first: nvlink-domain, node, then the declared
@@ -522,14 +558,11 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
   } else if (std::optional<NeverFits> never = CheckNeverFits(job, snapshot)) {
     out.reason = PendingReason::kNever;
     out.message = fmt::format("never fits: {}", never->message);
+    // What a domain lacks is what running jobs would have to free: no help to this job.
+    out.best_domain.reset();
   } else {
     // With every running job gone, would it fit?
-    ClusterSnapshot empty = snapshot.Clone();
-    for (const RunningJob& running : input.running) {
-      for (const TaskPlacement& placement : running.placements) {
-        empty.Release(placement);
-      }
-    }
+    ClusterSnapshot empty = WithoutRunningJobs(snapshot, input);
     // The quota is not asked here: it counts what the running jobs hold, and they are gone in
     // this copy. A job the quota holds back once GPUs are free is told so then.
     const scheduler::ScheduleResult alone = TrySchedule(scheduler, job, empty, random);
@@ -631,10 +664,14 @@ Result<Explanation> Explain(scheduler::Scheduler& scheduler, ClusterSnapshot& sn
       }
   }
   AddWhatIfs(scheduler, snapshot, input, random, out);
-  if (out.reason == PendingReason::kNever) {
-    // Only changes after which some node could hold it: the rest cannot help.
+  if (out.reason == PendingReason::kNever || topology_never) {
+    // Only changes after which the job could start once running jobs end: the rest cannot help
+    // (a gang halved to 128 GPUs still fits no leaf of 64).
+    ClusterSnapshot empty = WithoutRunningJobs(snapshot, input);
     std::erase_if(out.what_ifs, [&](const WhatIf& what_if) {
-      return CheckNeverFits(what_if.job, snapshot).has_value();
+      return !what_if.would_start_now &&
+             (CheckNeverFits(what_if.job, snapshot).has_value() ||
+              !TrySchedule(scheduler, what_if.job, empty, random).scheduled());
     });
   }
   return out;

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "gpufleet/core/testing/status_matchers.h"
+#include "gpufleet/policy/never_fits.h"
 #include "gpufleet/scheduler/devices.h"
 #include "gpufleet/scheduler/testing/cluster_builder.h"
 
@@ -214,6 +215,40 @@ TEST_F(ExplainTest, NeverOffersOnlyWhatIfsThatCanHelp) {
   EXPECT_EQ(explained.what_ifs[0].change, "on H100-80GB");
   EXPECT_TRUE(explained.what_ifs[0].would_start_now);
   ExpectWhatIfsHold(explained);
+}
+
+// A task of 16 GPUs on nodes of 8, with GPUs busy: no node "lacks free resources" (freeing them
+// would not help), no domain is said to lack GPUs, and the only what-if is one after which a
+// node could hold it.
+TEST_F(ExplainTest, NeverSaysNothingThatFreedGpusWouldHelp) {
+  Use(TwoLeaves());
+  Hold("a", 0, 4, 0, 100);
+  Hold("b", 1, 6, 0, 100);
+  const Explanation explained = Ask(Gang("wide", 1, 16, "leaf"));
+  ASSERT_EQ(explained.reason, PendingReason::kNever);
+  EXPECT_EQ(explained.nodes.capacity, 0);
+  EXPECT_EQ(explained.nodes.fits, 0);
+  EXPECT_EQ(explained.nodes.constraints, 2) << "both nodes are too small for one task";
+  EXPECT_FALSE(explained.best_domain.has_value());
+  ASSERT_FALSE(explained.what_ifs.empty());
+  for (const WhatIf& what_if : explained.what_ifs) {
+    SCOPED_TRACE(what_if.change);
+    EXPECT_FALSE(CheckNeverFits(what_if.job, *snapshot_).has_value());
+  }
+  EXPECT_EQ(explained.what_ifs[0].change, "with 8 GPUs instead of 16");
+  ExpectWhatIfsHold(explained);
+
+  // 32 GPUs in a leaf of 8 on a fleet of 16: halved to 16 the gang would fit the fleet but still
+  // no leaf, so that what-if is left out; halved again it fits a leaf once GPUs there are free,
+  // and once more it starts now.
+  const Explanation gang = Ask(Gang("gang", 4, 8, "leaf"));
+  ASSERT_EQ(gang.reason, PendingReason::kNever);
+  std::vector<std::string> changes;
+  for (const WhatIf& what_if : gang.what_ifs) {
+    changes.push_back(what_if.change);
+  }
+  EXPECT_EQ(changes,
+            (std::vector<std::string>{"with 8 GPUs instead of 32", "with 4 GPUs instead of 32"}));
 }
 
 TEST_F(ExplainTest, HealthWhenUnhealthyGpusAreWhatIsMissing) {

@@ -40,14 +40,18 @@ std::string GroupField(size_t g, std::string_view leaf) {
 std::string NodeGpus(const NodeInfo& node, const ClusterSnapshot& snapshot,
                      const std::vector<bool>& model_allowed, int64_t min_memory_mib) {
   std::map<std::string, int> by_model;
+  int in_mig_mode = 0;  // which whole GPUs do not use
   for (const GpuSlot& gpu : node.gpus) {
     if (gpu.model_id >= 0 && model_allowed[gpu.model_id] && gpu.memory_mib >= min_memory_mib) {
-      ++by_model[snapshot.Model(gpu.model_id).name];
+      ++(gpu.mig_enabled ? in_mig_mode : by_model[snapshot.Model(gpu.model_id).name]);
     }
   }
   std::vector<std::string> parts;
   for (const auto& [model, count] : by_model) {
     parts.push_back(fmt::format("{} {}", count, model));
+  }
+  if (in_mig_mode > 0) {
+    parts.push_back(fmt::format("{} in MIG mode", in_mig_mode));
   }
   return parts.empty() ? std::string("none") : fmt::format("{}", fmt::join(parts, ", "));
 }
@@ -178,8 +182,9 @@ std::optional<NeverFits> CheckNeverFits(const Job& job, const ClusterSnapshot& s
       bool mig = false;
       for (const GpuSlot& gpu : node->gpus) {
         if (gpu.model_id < 0 || !model_allowed[gpu.model_id] ||
-            gpu.memory_mib < job.min_gpu_memory_mib) {
-          continue;
+            gpu.memory_mib < job.min_gpu_memory_mib ||
+            (gpu.mig_enabled && !std::holds_alternative<MigGpus>(request.gpus))) {
+          continue;  // whole GPUs and shares never go on a GPU in MIG mode (scheduler/devices.cc)
         }
         ++usable;
         if (const auto* fraction = std::get_if<FractionalGpu>(&request.gpus)) {
@@ -266,18 +271,24 @@ std::optional<NeverFits> CheckNeverFits(const Job& job, const ClusterSnapshot& s
   // The gang as a whole: whole GPUs of every group against every GPU it may use.
   if (whole_gpus_needed > 0) {
     int64_t fleet = 0;
+    int64_t in_mig_mode = 0;
     for (const NodeInfo* node : selected) {
       for (const GpuSlot& gpu : node->gpus) {
-        fleet += gpu.model_id >= 0 && model_allowed[gpu.model_id] &&
-                         gpu.memory_mib >= job.min_gpu_memory_mib
-                     ? 1
-                     : 0;
+        if (gpu.model_id >= 0 && model_allowed[gpu.model_id] &&
+            gpu.memory_mib >= job.min_gpu_memory_mib) {
+          ++(gpu.mig_enabled ? in_mig_mode : fleet);
+        }
       }
     }
     if (fleet < whole_gpus_needed) {
-      return NeverFits{fmt::format("{} GPUs in all: the nodes it may use have {} GPUs together",
-                                   whole_gpus_needed, fleet),
-                       "spec.tasks"};
+      return NeverFits{
+          fmt::format("{} GPUs in all: the nodes it may use have {} GPUs together{}",
+                      whole_gpus_needed, fleet,
+                      in_mig_mode == 0 ? std::string()
+                                       : fmt::format(" (and {} in MIG mode, which whole GPUs do "
+                                                     "not use)",
+                                                     in_mig_mode)),
+          "spec.tasks"};
     }
   }
   return std::nullopt;

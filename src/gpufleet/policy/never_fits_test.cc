@@ -65,6 +65,19 @@ std::vector<NeverFitsRow> NeverFitsRows() {
        "spec.tasks[0].resources.gpus"},
       {"more GPUs in all than the fleet", [](Job& job) { job.groups[0].replicas = 3; }, Fleet,
        "24 GPUs in all: the nodes it may use have 16 GPUs together", "spec.tasks"},
+      {"the whole fleet, but for a GPU in MIG mode", [](Job& job) { job.groups[0].replicas = 2; },
+       WithMig,
+       "16 GPUs in all: the nodes it may use have 15 GPUs together (and 1 in MIG mode, which "
+       "whole GPUs do not use)",
+       "spec.tasks"},
+      {"more GPUs per task than a node has outside MIG mode",
+       [](Job& job) {
+         job.node_selector = {{"zone", "b"}};
+       },
+       WithMig,
+       "task workers: 8 GPUs per task: the largest node it may use, node-1, has 7 H100-80GB, 1 "
+       "in MIG mode",
+       "spec.tasks[0].resources.gpus"},
       {"a model the fleet lacks", [](Job& job) { job.allowed_gpu_models = {"A100-80GB"}; }, Fleet,
        "GPU model A100-80GB: the fleet has none (it has H100-80GB)", "spec.gpuModels"},
       {"one model of two the fleet has",

@@ -168,6 +168,9 @@ Result<Json> CheckTemplate(Json job_template, const std::string& name, std::stri
   if (!job.ok()) {
     return InTemplate(job.status());
   }
+  if (const Status runnable = CheckTasksRunnable(*job); !runnable.ok()) {
+    return InTemplate(runnable);
+  }
   if (job->kind != JobKind::kInference) {
     return InvalidArgumentError(fmt::format(
         "template.spec.kind: {} (a deployment runs inference jobs; set kind: inference)",

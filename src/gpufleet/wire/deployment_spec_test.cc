@@ -108,6 +108,8 @@ TEST_F(DeploymentSpecTest, BadSpecsNameTheFieldAndValue) {
   two_groups["template"]["spec"]["tasks"][1]["name"] = "sidecar";
   Json no_template = Deployment();
   no_template.erase("template");
+  Json nothing_to_run = Deployment();
+  nothing_to_run["template"]["spec"]["tasks"][0].erase("command");
   const Case cases[] = {
       {"min over max", with("/autoscaling/min_replicas", 5),
        "autoscaling.max_replicas: 4 (must be >= min_replicas 5)"},
@@ -138,6 +140,8 @@ TEST_F(DeploymentSpecTest, BadSpecsNameTheFieldAndValue) {
       {"bad name", with("/name", "Chat_1"), "name: \"Chat_1\" (must be lower-case"},
       {"long name", with("/name", std::string(53, 'a')), "at most 52 characters"},
       {"no template", no_template, "template: required"},
+      {"nothing to run", nothing_to_run,
+       "template.spec.tasks[0].command: task \"server\" has neither a command nor an image"},
       {"bad queue", with("/queue", "Bad Queue"), "queue"},
   };
   for (const Case& c : cases) {

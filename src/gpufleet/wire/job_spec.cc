@@ -1278,6 +1278,19 @@ Status CheckSubmissionLimits(const Job& job, size_t document_bytes, size_t max_d
   return Status::Ok();
 }
 
+Status CheckTasksRunnable(const Job& job) {
+  for (size_t i = 0; i < job.groups.size(); ++i) {
+    const TaskGroup& group = job.groups[i];
+    if (group.command.empty() && group.image.empty()) {
+      return InvalidArgumentError(
+          fmt::format("spec.tasks[{}].command: task {} has neither a command nor an image; give "
+                      "it one or both",
+                      i, Quote(group.name)));
+    }
+  }
+  return Status::Ok();
+}
+
 Result<Job> ParseJobSpec(std::string_view text, const GpuCatalog& catalog) {
   if (text.size() > kMaxJobSpecBytes) {
     return InvalidArgumentError(

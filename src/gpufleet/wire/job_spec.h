@@ -50,6 +50,11 @@ int64_t PlacementBytesBound(const TaskGroup& group);
 // record of its life within `max_document_bytes` (the store's limit). kInvalidArgument naming the
 // field and the figures, e.g. `spec.tasks: 20000 tasks in all, more than the limit of 4096`.
 Status CheckSubmissionLimits(const Job& job, size_t document_bytes, size_t max_document_bytes);
+// Whether the agent would have something to run for every task: a command, an image (whose
+// entrypoint runs), or both. A submit-time check, as CheckSubmissionLimits: a stored job is read
+// as it was. kInvalidArgument naming the task, e.g. `spec.tasks[1].command: task "eval" has
+// neither a command nor an image; give it one or both`.
+Status CheckTasksRunnable(const Job& job);
 
 // The same schema back: ParseJobSpec(JobSpecToYaml(job)) gives `job` again for every Job field of
 // a valid job whose queue is set (an empty queue parses back as "default"). Fields at their

@@ -101,8 +101,32 @@ TEST_F(JobSpecTest, EveryExampleParsesAndRoundTrips) {
         JobSpecFromJson(nlohmann::json::parse(stored.dump())["spec"], catalog_);
     ASSERT_OK(from_value);
     ExpectSameJob(*from_value, *job);
+    EXPECT_OK(CheckTasksRunnable(*job));  // every example has something to run
   }
   EXPECT_GE(count, 6);
+}
+
+// A task with neither a command nor an image would run nothing: refused at submit, naming it.
+// The parser itself reads it (a stored job is read as it was).
+TEST_F(JobSpecTest, ATaskWithNeitherCommandNorImageIsNotRunnable) {
+  const Result<Job> job = ParseJobSpec(R"(apiVersion: gpufleet.io/v1
+kind: Job
+metadata: {name: j}
+spec:
+  tasks:
+    - {name: prep, command: [python, prep.py]}
+    - {name: serve, image: "nvcr.io/nvidia/tritonserver:24.05-py3"}
+    - {name: eval}
+)",
+                                       catalog_);
+  ASSERT_OK(job);
+  EXPECT_THAT(CheckTasksRunnable(*job),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "spec.tasks[2].command: task \"eval\" has neither a command nor an "
+                       "image; give it one or both"));
+  Job runnable = *job;
+  runnable.groups[2].command = {"python", "eval.py"};
+  EXPECT_OK(CheckTasksRunnable(runnable));
 }
 
 TEST_F(JobSpecTest, SingleGpuExample) {

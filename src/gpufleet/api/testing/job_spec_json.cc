@@ -17,6 +17,7 @@ std::string GangJobJson(const std::string& name, int replicas, int gpus) {
       {"spec",
        {{"tasks",
          {{{"name", "main"},
+           {"command", {"train"}},
            {"replicas", replicas},
            {"resources", {{"cpu", "1"}, {"memory", "1Gi"}, {"gpus", {{"count", gpus}}}}}}}}}}}
       .dump();
