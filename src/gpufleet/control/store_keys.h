@@ -21,6 +21,10 @@ inline constexpr std::string_view kProvenanceKind = "provenance";
 // and has not been used since: the agent may never have received it, so the join token may
 // register the node again, replacing it (docs/agent.md, "Credentials").
 inline constexpr std::string_view kCredentialUnclaimed = "credential_unclaimed";
+// The member of a node document's GPU that holds it for the reliability loop's diagnostic
+// ({"id", "kind", "reason", "requested_ns", "drain"}, and "result" once the agent reported it):
+// the scheduler places nothing on the GPU while it is there (docs/reliability.md, "The loop").
+inline constexpr char kDiagnosticHoldField[] = "diagnostic";
 // Compare-and-set retries of one request before it answers 409.
 inline constexpr int kCasAttempts = 5;
 
