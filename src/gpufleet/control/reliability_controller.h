@@ -26,7 +26,8 @@
 // The server side of the reliability library (docs/reliability.md, "The server"): an outcome
 // record for every run of a job, written in the commit that ends the run; a periodic step that
 // runs the attribution over the stored outcomes and quarantines the flagged devices within the
-// budget; and the data of the /v1/outcomes and /v1/reports/failures routes.
+// budget, or on nodes that run diagnostics drives the loop ("The loop"); and the data of the
+// /v1/outcomes and /v1/reports/failures routes.
 namespace gpufleet::control {
 
 using wire::Json;
@@ -157,7 +158,9 @@ class ReliabilityController {
   // node document's GPUs become Quarantined and the node's event log gets the decision with its
   // evidence, in one commit with the device's document in kind "quarantines". A device drained
   // at once has its running jobs requeued (exit reason preempted). A denial by the budget is
-  // logged on the node once.
+  // logged on the node once. With the loop (HealthLoopOptions), the circuit breaker is updated
+  // first and the diagnostics' results are acted on; a flagged GPU of a node that runs
+  // diagnostics is diagnosed instead of quarantined, and so are the looser suspects.
   Result<ReliabilityStepResult> RunStep(const std::set<std::string>& lost_nodes = {});
 
   // Whether the loop's circuit breaker was open at the last step (for /metrics).

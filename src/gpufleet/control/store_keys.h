@@ -10,8 +10,9 @@ namespace gpufleet::control {
 
 inline constexpr std::string_view kJobsKind = "jobs";
 inline constexpr std::string_view kNodesKind = "nodes";
-// One object, name kTopologyName: {"levels": ["block", "leaf"]}, the cluster's declared levels
-// (the API server writes it).
+// Fleet-wide objects: kTopologyName, {"levels": ["block", "leaf"]}, the cluster's declared levels
+// (the API server writes it), and "reliability-breaker", the reliability loop's circuit breaker
+// (ReliabilityController).
 inline constexpr std::string_view kClusterKind = "cluster";
 inline constexpr std::string_view kTopologyName = "topology";
 // Provenance records (docs/provenance.md), one object per run of a task, named by its task id
