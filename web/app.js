@@ -759,7 +759,14 @@
               num((s.gpu_hours ?? 0).toFixed(2)), num((s.expected ?? 0).toPrecision(3)), s.flagged ? 'yes' : 'no']), 'no suspects')),
         h('div', {class: 'panel'}, h('h2', {}, 'Quarantines'),
           table(['device', 'since', 'by', 'reason'], (r.quarantines || []).map((q) => [dev(q),
-            q.since_ns ? new Date(q.since_ns / 1e6).toISOString() : '–', q.actor || q.source || '–', q.reason || '']), 'none')));
+            q.since_ns ? new Date(q.since_ns / 1e6).toISOString() : '–', q.actor || q.source || '–', q.reason || '']), 'none')),
+        // The loop (docs/reliability.md, "The loop"): its breaker and each GPU's steps, as audited.
+        h('div', {class: 'panel', id: 'failures-loop'}, h('h2', {}, 'Diagnostics loop'),
+          r.breaker && r.breaker.open
+            ? h('p', {class: 'error'}, `Circuit breaker open: ${r.breaker.out} of ${r.breaker.gpus} GPUs went out within ${r.breaker.window_s} s; no automatic drain or quarantine.`)
+            : null,
+          table(['device', 'phase', ['remediations', true], 'audit events'], (r.loop || []).map((l) => [dev(l), l.phase || '–',
+            num(String(l.remediations ?? 0)), h('div', {}, ...(l.events || []).map((e) => h('div', {}, e)))]), 'no GPU in the loop')));
     });
   }
 

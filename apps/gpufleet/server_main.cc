@@ -7,14 +7,17 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <fmt/core.h>
 
 #include "gpufleet/api/event_time_store.h"
+#include "gpufleet/api/remediation_hooks.h"
 #include "gpufleet/api/server.h"
 #include "gpufleet/api/tls.h"
 #include "gpufleet/control/retention_controller.h"
@@ -61,6 +64,15 @@ struct ServerFlags {
   double quarantine_leaf_share = 0.05;
   bool no_quarantine = false;
   bool quarantine_health_rule = false;
+  bool no_diagnostics_loop = false;
+  std::string diagnostic_kind = "builtin";
+  std::string loop_drain = "after-timeout";
+  int64_t loop_drain_timeout_s = 3600;
+  std::vector<std::string> remediation_hooks;
+  int64_t remediation_timeout_s = 300;
+  int max_remediations = 3;
+  double breaker_share = 0.5;
+  int64_t breaker_window_s = 300;
   bool idle_reclaim = false;
   int64_t idle_reclaim_threshold_pct = 10;
   int64_t idle_reclaim_after_s = 30 * 60;
@@ -275,6 +287,23 @@ int RunServer(const ServerFlags& flags) {
   reliability.budget = {flags.quarantine_fleet_share, flags.quarantine_leaf_share};
   reliability.rules.enabled = !flags.no_quarantine;
   reliability.quarantine_on_health_rule = flags.quarantine_health_rule;
+  reliability.loop.enabled = !flags.no_diagnostics_loop;
+  reliability.loop.diagnostic_kind = flags.diagnostic_kind;
+  const std::optional<control::LoopDrain> loop_drain = control::ParseLoopDrain(flags.loop_drain);
+  if (!loop_drain) {
+    return FailServer(InvalidArgumentError(fmt::format(
+        "--loop-drain: \"{}\" (must be now, after-job or after-timeout)", flags.loop_drain)));
+  }
+  reliability.loop.drain = *loop_drain;
+  reliability.loop.drain_timeout = std::chrono::seconds(flags.loop_drain_timeout_s);
+  reliability.loop.max_remediations = flags.max_remediations;
+  reliability.loop.breaker_share = flags.breaker_share;
+  reliability.loop.breaker_window = std::chrono::seconds(flags.breaker_window_s);
+  const Result<std::map<std::string, std::string>> hook_commands =
+      api::ParseRemediationHooks(flags.remediation_hooks);
+  if (!hook_commands.ok()) {
+    return FailServer(hook_commands.status());
+  }
   std::optional<policy::IdleReclaimOptions> idle_reclaim;
   if (flags.idle_reclaim) {
     Result<policy::ReclaimAction> action = policy::ParseReclaimAction(flags.idle_reclaim_action);
@@ -293,6 +322,12 @@ int RunServer(const ServerFlags& flags) {
     return FailServer(retain_finished.status());
   }
   api::EventTimeStore timed_store(*store->store, clock);  // each event with its time
+  // Made before the server and so gone after it: the loop may ask for a hook until its end.
+  api::RemediationHooks remediation_hooks(*hook_commands, timed_store, clock,
+                                          std::chrono::seconds(flags.remediation_timeout_s));
+  reliability.loop.remediate = [&remediation_hooks](const control::RemediationRequest& request) {
+    return remediation_hooks.Start(request);
+  };
   Result<std::unique_ptr<api::ApiServer>> server = api::ApiServer::Create(
       {.store = timed_store,
        .catalog = catalog,
@@ -531,6 +566,52 @@ Action AddServerCommand(CLI::App& app) {
                    "report failure suspects but quarantine none of them");
   server->add_flag("--quarantine-health-rule", flags->quarantine_health_rule,
                    "quarantine a GPU its agent drains for an XID that blames it");
+  server->add_flag("--no-diagnostics-loop", flags->no_diagnostics_loop,
+                   "quarantine suspects on statistics alone, without diagnosing them first, also "
+                   "on nodes whose agent runs diagnostics");
+  server
+      ->add_option("--diagnostic-kind", flags->diagnostic_kind,
+                   "the diagnostic the loop asks of a suspect: builtin or command (the agent's "
+                   "--diagnostic-command)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"builtin", "command"}));
+  server
+      ->add_option("--loop-drain", flags->loop_drain,
+                   "how the loop empties a suspect GPU before its diagnostic: now, after-job, or "
+                   "after-timeout (a checkpoint notice, then the stop)")
+      ->capture_default_str();
+  server
+      ->add_option("--loop-drain-timeout-s", flags->loop_drain_timeout_s,
+                   "seconds a run on a suspect GPU has to checkpoint (--loop-drain after-timeout)")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{0}, int64_t{86400}));
+  server
+      ->add_option("--remediation-hook", flags->remediation_hooks,
+                   "ACTION=COMMAND: the command run for a remediation (reset-gpu, reboot-node, "
+                   "ticket), with NODE GPU REASON as arguments and GPUFLEET_* in its environment; "
+                   "repeatable")
+      ->take_all();
+  server
+      ->add_option("--remediation-timeout-s", flags->remediation_timeout_s,
+                   "seconds a remediation hook may run before it is killed")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{3600}));
+  server
+      ->add_option("--max-remediations", flags->max_remediations,
+                   "remediations of one GPU within 7 days before it needs a person")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 100));
+  server
+      ->add_option("--breaker-share", flags->breaker_share,
+                   "the loop's circuit breaker: no automatic drain or quarantine while more than "
+                   "this share of the fleet's GPUs (0.5 = 50 %) went out within the window")
+      ->capture_default_str()
+      ->check(CLI::Range(0.01, 1.0));
+  server
+      ->add_option("--breaker-window-s", flags->breaker_window_s,
+                   "the circuit breaker's window in seconds")
+      ->capture_default_str()
+      ->check(CLI::Range(int64_t{1}, int64_t{86400}));
   CLI::Option* idle_reclaim = server->add_flag(
       "--idle-reclaim", flags->idle_reclaim,
       "warn, then suspend or preempt, running interactive jobs whose GPUs idle while jobs wait");

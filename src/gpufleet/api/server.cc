@@ -1452,6 +1452,14 @@ std::string ApiServer::RenderMetrics() {
   for (const auto& [protocol, count] : agents_by_protocol) {
     out += fmt::format("gpufleet_agents{{protocol=\"{}\"}} {}\n", EscapeLabel(protocol), count);
   }
+  if (leading()) {
+    out +=
+        "# HELP gpufleet_reliability_breaker_open 1 while the reliability loop's circuit breaker "
+        "holds off automatic drains and quarantines (docs/reliability.md, \"The loop\").\n";
+    out += "# TYPE gpufleet_reliability_breaker_open gauge\n";
+    out += fmt::format("gpufleet_reliability_breaker_open {}\n",
+                       control_->reliability().breaker_open() ? 1 : 0);
+  }
   out += RenderLeadership();
   std::lock_guard<std::mutex> lock(metrics_->mu);
   out += "# HELP gpufleet_scheduling_cycle_seconds Duration of one scheduling cycle.\n";

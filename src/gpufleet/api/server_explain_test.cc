@@ -287,6 +287,7 @@ metadata:
 spec:
   tasks:
     - name: workers
+      command: [torchrun, train.py]
       replicas: {min: 2, max: 64}
       resources: {cpu: "1", memory: 8Gi, gpus: {count: 1}}
 )");

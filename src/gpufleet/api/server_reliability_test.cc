@@ -3,9 +3,11 @@
 // clock: outcome records written with the job's change, outcomes reported from outside, the
 // attribution step's quarantines with their audit events, the budget, releases, the health-rule
 // path and the failure report.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <fmt/core.h>
 #include <gmock/gmock.h>
@@ -16,6 +18,7 @@
 #include "gpufleet/api/server.h"
 #include "gpufleet/control/outcome_json.h"
 #include "gpufleet/control/reliability_controller.h"
+#include "gpufleet/control/store_keys.h"
 #include "gpufleet/core/clock.h"
 #include "gpufleet/core/gpu_catalog.h"
 #include "gpufleet/core/testing/status_matchers.h"
@@ -37,12 +40,17 @@ std::string Uuid(const std::string& node, int index) {
   return fmt::format("GPU-{}-{}", node, index);
 }
 
-wire::RegisterRequest ReliabilityInventory(const std::string& name) {
+// With `diagnostics` the node's agent runs diagnostics (the reliability loop diagnoses it).
+wire::RegisterRequest ReliabilityInventory(const std::string& name, bool diagnostics = false) {
   wire::RegisterRequest request;
+  if (diagnostics) {
+    request.node.labels[std::string(wire::kDiagnosticsLabel)] = "true";
+  }
   request.topology_levels = {"leaf"};
   request.node.id = NodeId(name);
   request.node.capacity = {64000, 512 * 1024};
   request.node.topology = {"leaf-0"};
+  request.node.labels["pool"] = name;
   for (int i = 0; i < kGpusPerNode; ++i) {
     Gpu gpu;
     gpu.index = i;
@@ -54,18 +62,21 @@ wire::RegisterRequest ReliabilityInventory(const std::string& name) {
   return request;
 }
 
-std::string ReliabilityJobYaml(const std::string& name, int gpus) {
+// With `node` the job runs on that node only (every node is labelled pool=NAME).
+std::string ReliabilityJobYaml(const std::string& name, int gpus, const std::string& node = "") {
   return fmt::format(R"(apiVersion: gpufleet.io/v1
 kind: Job
 metadata: {{name: {}}}
 spec:
+  {}
   tasks:
     - name: main
       command: [python, train.py]
       resources:
         gpus: {{count: {}}}
 )",
-                     name, gpus);
+                     name, node.empty() ? "" : fmt::format("nodeSelector: {{pool: {}}}", node),
+                     gpus);
 }
 
 wire::TaskReport TaskReportFor(const std::string& id, wire::TaskPhase phase, int exit_code = 0) {
@@ -140,9 +151,9 @@ class ReliabilityControllerTest : public ::testing::Test {
 
   // With the join token, then the node's own credential that the server gives for it.
   void Register(const std::string& node) {
-    const ApiResponse response = Call("POST", "/v1/agents/register",
-                                      node_tokens_.count(node) > 0 ? node_tokens_[node] : agent_,
-                                      wire::RegisterRequestToJson(ReliabilityInventory(node)));
+    const ApiResponse response = Call(
+        "POST", "/v1/agents/register", node_tokens_.count(node) > 0 ? node_tokens_[node] : agent_,
+        wire::RegisterRequestToJson(ReliabilityInventory(node, diagnostics_)));
     ASSERT_EQ(response.status, 200) << response.body;
     const Result<wire::AgentReply> reply = wire::ParseAgentReply(response.body);
     ASSERT_OK(reply);
@@ -152,13 +163,21 @@ class ReliabilityControllerTest : public ::testing::Test {
   }
 
   void Heartbeat(const std::string& node, const wire::HeartbeatRequest& request = {}) {
+    (void)Beat(node, request);
+  }
+  // A heartbeat and the server's answer.
+  wire::AgentReply Beat(const std::string& node, const wire::HeartbeatRequest& request = {}) {
     const ApiResponse response = Call("POST", fmt::format("/v1/agents/{}/heartbeat", node),
                                       node_tokens_[node], wire::HeartbeatRequestToJson(request));
-    ASSERT_EQ(response.status, 200) << response.body;
+    EXPECT_EQ(response.status, 200) << response.body;
+    Result<wire::AgentReply> reply = wire::ParseAgentReply(response.body);
+    EXPECT_OK(reply);
+    return reply.ok() ? *std::move(reply) : wire::AgentReply();
   }
 
-  void Submit(const std::string& name, int gpus) {
-    const ApiResponse response = Call("POST", "/v1/jobs", admin_, ReliabilityJobYaml(name, gpus));
+  void Submit(const std::string& name, int gpus, const std::string& node = "") {
+    const ApiResponse response =
+        Call("POST", "/v1/jobs", admin_, ReliabilityJobYaml(name, gpus, node));
     ASSERT_EQ(response.status, 201) << response.body;
   }
 
@@ -233,6 +252,7 @@ class ReliabilityControllerTest : public ::testing::Test {
   std::string admin_;
   std::string agent_;
   std::map<std::string, std::string> node_tokens_;
+  bool diagnostics_ = false;  // nodes register as running diagnostics
 };
 
 // ---- outcome records ----------------------------------------------------------------------
@@ -638,6 +658,275 @@ TEST_F(ReliabilityControllerTest, AQuietFleetSkipsTheStepUntilAnInputIsWrittenOr
   EXPECT_TRUE(reliability.RunIfDue().has_value()) << "an hour after the last step that ran";
 }
 
+// ---- the loop: suspect, drain, diagnose, quarantine or readmit -------------------------------
+
+// Nodes whose agents run diagnostics; the remediations the loop asks for are recorded.
+class HealthLoopTest : public ReliabilityControllerTest {
+ protected:
+  void SetUp() override {
+    diagnostics_ = true;
+    StartLoop([](control::HealthLoopOptions&) {});
+  }
+  void StartLoop(const std::function<void(control::HealthLoopOptions&)>& adjust) {
+    control::ReliabilityOptions options = EveryCycle();
+    options.budget = {0.5, 0.5};
+    options.loop.drain = control::LoopDrain::kAfterJob;
+    options.loop.remediate = [this](const control::RemediationRequest& request) {
+      remediations_.push_back(request);
+      return std::string("hook started");
+    };
+    adjust(options.loop);
+    Start(options);
+  }
+
+  // The diagnostics node `node` is asked to run now.
+  std::vector<wire::DesiredDiagnostic> Asked(const std::string& node) {
+    return Beat(node).diagnostics;
+  }
+
+  // Node `node` reports its one asked diagnostic ended with `phase`, then a cycle runs.
+  void ReportDiagnostic(const std::string& node, wire::DiagnosticPhase phase,
+                        const std::string& summary) {
+    const std::vector<wire::DesiredDiagnostic> asked = Asked(node);
+    ASSERT_EQ(asked.size(), 1u);
+    wire::HeartbeatRequest beat;
+    beat.diagnostics = {{.id = asked[0].id, .phase = phase, .summary = summary, .took_ms = 95000}};
+    Heartbeat(node, beat);
+    Cycle();
+  }
+
+  Json LoopEntry(const std::string& uuid) {
+    const Json report = Get("/v1/reports/failures");
+    for (const Json& entry : report["loop"]) {
+      if (entry["id"] == uuid) {
+        return entry;
+      }
+    }
+    return Json();
+  }
+
+  std::vector<control::RemediationRequest> remediations_;
+};
+
+TEST_F(HealthLoopTest, AGpuFailingJobsIsDiagnosedThenQuarantinedWithARemediation) {
+  RecordRepeatOffender("n1", 2);
+  Cycle();
+  const Json held = Get("/v1/nodes/n1")["gpus"][2];
+  EXPECT_EQ(held["health"], "Healthy") << "diagnosed, not quarantined on statistics alone";
+  ASSERT_TRUE(held.contains("diagnostic")) << held.dump();
+  const std::vector<wire::DesiredDiagnostic> asked = Asked("n1");
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0].gpu_index, 2);
+  EXPECT_EQ(asked[0].gpu_uuid, Uuid("n1", 2));
+  EXPECT_TRUE(Asked("n2").empty());
+
+  // The diagnostic holds its GPU like a task: a job of 4 GPUs fits only on n2.
+  Submit("four", 4);
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/four")["placements"][0]["node"], "n2");
+  Submit("more", 4);
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/more")["state"], "Pending");
+
+  ReportDiagnostic("n1", wire::DiagnosticPhase::kFailed, "cuda.pattern: 12 words differ");
+  const Json gpu = Get("/v1/nodes/n1")["gpus"][2];
+  EXPECT_EQ(gpu["health"], "Quarantined");
+  EXPECT_FALSE(gpu.contains("diagnostic"));
+  EXPECT_THAT(gpu["quarantine_reason"].get<std::string>(), HasSubstr("12 words differ"));
+  ASSERT_EQ(remediations_.size(), 1u);
+  EXPECT_EQ(remediations_[0].action, "reset-gpu");
+  EXPECT_EQ(remediations_[0].node, "n1");
+  EXPECT_EQ(remediations_[0].gpu, 2);
+  EXPECT_TRUE(Asked("n1").empty());
+  const Json entry = LoopEntry(Uuid("n1", 2));
+  EXPECT_EQ(entry["phase"], "quarantined");
+  const std::string events = entry["events"].dump();
+  EXPECT_THAT(events, HasSubstr("suspect: 3 failures"));
+  EXPECT_THAT(events, HasSubstr("quarantined by health-rule (diagnostic)"));
+  EXPECT_THAT(events, HasSubstr("remediation reset-gpu (1 of 3 within 168h): hook started"));
+  EXPECT_THAT(NodeEvents("n1"), HasSubstr("cuda.pattern: 12 words differ"));
+}
+
+TEST_F(HealthLoopTest, AGpuWhoseDiagnosticIsCleanIsReadmittedAndNotAskedAgain) {
+  RecordRepeatOffender("n1", 2);
+  Cycle();
+  ReportDiagnostic("n1", wire::DiagnosticPhase::kPassed, "all checks passed");
+  const Json gpu = Get("/v1/nodes/n1")["gpus"][2];
+  EXPECT_EQ(gpu["health"], "Healthy");
+  EXPECT_FALSE(gpu.contains("diagnostic"));
+  EXPECT_TRUE(remediations_.empty());
+  EXPECT_EQ(LoopEntry(Uuid("n1", 2))["phase"], "readmitted");
+  Cycle();
+  EXPECT_TRUE(Asked("n1").empty()) << "no new evidence since the clean diagnostic";
+  Submit("eight", 4);
+  Submit("eight-b", 4);
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/eight-b")["state"], "Scheduled") << "the GPU takes work again";
+}
+
+TEST_F(HealthLoopTest, ADiagnosticOnALostNodeEndsWithItsLease) {
+  RecordRepeatOffender("n1", 2);
+  Cycle();
+  ASSERT_EQ(Asked("n1").size(), 1u);
+  clock_.Advance(std::chrono::seconds(75));  // past the lease (40 s) and the stop grace (30 s)
+  Heartbeat("n2");
+  Cycle();
+  EXPECT_FALSE(Get("/v1/nodes/n1")["gpus"][2].contains("diagnostic"));
+  EXPECT_THAT(LoopEntry(Uuid("n1", 2))["events"].dump(), HasSubstr("dropped: node n1 lost"));
+}
+
+TEST_F(HealthLoopTest, AfterMaxRemediationsTheGpuNeedsAPerson) {
+  StartLoop([](control::HealthLoopOptions& loop) { loop.max_remediations = 1; });
+  RecordRepeatOffender("n1", 2);
+  Cycle();
+  ReportDiagnostic("n1", wire::DiagnosticPhase::kFailed, "nvml.ecc: XID 48");
+  ASSERT_EQ(remediations_.size(), 1u);
+  clock_.Advance(std::chrono::minutes(10));  // the reset is done; an operator releases it
+  Heartbeat("n1");
+  Heartbeat("n2");
+  ASSERT_EQ(Call("POST", "/v1/nodes/n1/release", admin_, R"({"gpu": 2})").status, 200);
+  Cycle();
+  clock_.Advance(std::chrono::hours(1));
+  Heartbeat("n1");
+  Heartbeat("n2");
+  AddRun("bad-again", "n1", 2, 0.5, reliability::ExitReason::kInfraError, {79});
+  Cycle();
+  ReportDiagnostic("n1", wire::DiagnosticPhase::kFailed, "nvml.ecc: XID 48");
+  EXPECT_EQ(remediations_.size(), 1u) << "no further automatic action";
+  const Json entry = LoopEntry(Uuid("n1", 2));
+  EXPECT_EQ(entry["phase"], "needs-person");
+  EXPECT_THAT(entry["events"].dump(), HasSubstr("needs a person"));
+}
+
+TEST_F(HealthLoopTest, TheCircuitBreakerHoldsWhileTooMuchOfTheFleetWentOut) {
+  StartLoop([](control::HealthLoopOptions& loop) { loop.breaker_share = 0.2; });
+  for (const int gpu : {0, 1}) {
+    ASSERT_EQ(Call("POST", "/v1/nodes/n2/quarantine", admin_, fmt::format(R"({{"gpu": {}}})", gpu))
+                  .status,
+              200);
+  }
+  Cycle();  // 2 of 8 GPUs out within the window: more than 20 %
+  RecordRepeatOffender("n1", 2);
+  Cycle();
+  EXPECT_FALSE(Get("/v1/nodes/n1")["gpus"][2].contains("diagnostic"));
+  EXPECT_EQ(Get("/v1/nodes/n1")["gpus"][2]["health"], "Healthy");
+  const Json breaker = Get("/v1/reports/failures")["breaker"];
+  EXPECT_EQ(breaker["open"], true) << breaker.dump();
+  EXPECT_THAT(Call("GET", "/metrics", admin_).body,
+              HasSubstr("gpufleet_reliability_breaker_open 1"));
+
+  clock_.Advance(std::chrono::seconds(301));  // the quarantines leave the window
+  Heartbeat("n1");
+  Heartbeat("n2");
+  Cycle();
+  EXPECT_EQ(Get("/v1/reports/failures")["breaker"]["open"], false);
+  EXPECT_TRUE(Get("/v1/nodes/n1")["gpus"][2].contains("diagnostic"));
+  const Result<std::vector<store::StoredEvent>> events =
+      store_.Events(control::kClusterKind, "reliability-breaker");
+  ASSERT_OK(events);
+  ASSERT_EQ(events->size(), 2u);
+  EXPECT_THAT((*events)[0].text, HasSubstr("circuit breaker open: 2 of 8 GPUs"));
+  EXPECT_THAT((*events)[1].text, HasSubstr("circuit breaker closed"));
+}
+
+// Starts one-GPU jobs until one runs on n1's GPU 2; returns its name.
+class HealthLoopDrainTest : public HealthLoopTest {
+ protected:
+  std::string RunJobOnSuspect() {
+    for (int i = 0; i < 8; ++i) {
+      const std::string name = fmt::format("job-{}", i);
+      const auto [node, gpu] = StartJob(name);
+      if (node == "n1" && gpu == 2) {
+        return name;
+      }
+    }
+    ADD_FAILURE() << "no job on n1's GPU 2";
+    return "";
+  }
+};
+
+TEST_F(HealthLoopDrainTest, DrainNowRequeuesTheRunExpedited) {
+  StartLoop([](control::HealthLoopOptions& loop) { loop.drain = control::LoopDrain::kNow; });
+  const std::string job = RunJobOnSuspect();
+  RecordRepeatOffender("n1", 2);
+  Cycle();
+  const Json doc = Get("/v1/jobs/" + job);
+  EXPECT_EQ(doc["state"], "Stopping") << doc.dump();
+  EXPECT_THAT(doc["reason"].get<std::string>(), HasSubstr("drained for diagnostic"));
+  EXPECT_TRUE(doc.contains("expedited"));
+}
+
+TEST_F(HealthLoopDrainTest, DrainAfterTheJobLetsItRunAndTheAgentWaits) {
+  const std::string job = RunJobOnSuspect();
+  RecordRepeatOffender("n1", 2);
+  Cycle();
+  EXPECT_EQ(Get("/v1/jobs/" + job)["state"], "Running");
+  EXPECT_FALSE(Get("/v1/jobs/" + job).contains("notice"));
+  EXPECT_EQ(Asked("n1").size(), 1u) << "asked now; the agent starts it once the task ends";
+}
+
+TEST_F(HealthLoopDrainTest, DrainAfterATimeoutGivesACheckpointNoticeThenStops) {
+  StartLoop([](control::HealthLoopOptions& loop) {
+    loop.drain = control::LoopDrain::kAfterTimeout;
+    loop.drain_timeout = std::chrono::seconds(20);
+  });
+  const std::string job = RunJobOnSuspect();
+  RecordRepeatOffender("n1", 2);
+  Cycle();
+  Json doc = Get("/v1/jobs/" + job);
+  EXPECT_EQ(doc["state"], "Running");
+  ASSERT_TRUE(doc.contains("notice")) << doc.dump();
+  EXPECT_EQ(doc["notice"]["signal"], "SIGUSR1");
+  clock_.Advance(std::chrono::seconds(21));
+  Heartbeat("n1");
+  Heartbeat("n2");
+  Cycle();
+  doc = Get("/v1/jobs/" + job);
+  EXPECT_EQ(doc["state"], "Stopping") << doc.dump();
+  EXPECT_THAT(doc["reason"].get<std::string>(), HasSubstr("checkpoint grace ran out"));
+}
+
+// ---- expedited requeue ------------------------------------------------------------------------
+
+TEST_F(ReliabilityControllerTest, AGangANodeFailureEndedGoesBeforeOtherPendingWork) {
+  const auto run = [&](const std::string& name, const std::string& node) {
+    Cycle();
+    ASSERT_EQ(Get("/v1/jobs/" + name)["placements"][0]["node"], node);
+    wire::HeartbeatRequest beat;
+    beat.tasks = {TaskReportFor(fmt::format("{}/main-0/1", name), wire::TaskPhase::kRunning)};
+    Heartbeat(node, beat);
+  };
+  Submit("blocker", 4, "n2");
+  run("blocker", "n2");
+  Submit("waiting", 4, "n2");  // submitted before the gang, at its priority
+  Cycle();
+  ASSERT_EQ(Get("/v1/jobs/waiting")["state"], "Pending");
+  Submit("gang", 4);
+  run("gang", "n1");
+
+  // The gang's node goes silent: NotReady, then its lease and stop grace pass (old run fenced).
+  wire::HeartbeatRequest running;
+  running.tasks = {TaskReportFor("blocker/main-0/1", wire::TaskPhase::kRunning)};
+  for (int i = 0; i < 3; ++i) {
+    clock_.Advance(std::chrono::seconds(30));
+    Heartbeat("n2", running);
+    Cycle();
+  }
+  Json gang = Get("/v1/jobs/gang");
+  ASSERT_EQ(gang["state"], "Pending") << gang.dump();
+  EXPECT_THAT(gang["expedited"].get<std::string>(), HasSubstr("NotReady"));
+
+  wire::HeartbeatRequest done;
+  done.tasks = {TaskReportFor("blocker/main-0/1", wire::TaskPhase::kSucceeded)};
+  Heartbeat("n2", done);
+  Cycle();
+  gang = Get("/v1/jobs/gang");
+  EXPECT_EQ(gang["state"], "Scheduled") << gang.dump();
+  EXPECT_EQ(gang["placements"][0]["node"], "n2") << "onto the healthy node";
+  EXPECT_FALSE(gang.contains("expedited"));
+  EXPECT_EQ(Get("/v1/jobs/waiting")["state"], "Pending");
+}
+
 TEST(ReliabilityOptions, BadOptionsAreNamed) {
   control::ReliabilityOptions options;
   options.budget.max_leaf_share = 2;
@@ -658,6 +947,11 @@ TEST(ReliabilityOptions, BadOptionsAreNamed) {
   EXPECT_THAT(options.Validate(),
               gpufleet::testing::StatusIs(StatusCode::kInvalidArgument,
                                           HasSubstr("reliability.quiet_interval: -1 ms")));
+  options = control::ReliabilityOptions();
+  options.loop.breaker_share = 0;
+  EXPECT_THAT(options.Validate(),
+              gpufleet::testing::StatusIs(StatusCode::kInvalidArgument,
+                                          "reliability.loop.breaker_share: 0 (must be in (0, 1])"));
 }
 
 }  // namespace

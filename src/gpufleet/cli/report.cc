@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "gpufleet/cli/report.h"
 
+#include <algorithm>
 #include <string_view>
 #include <vector>
 
@@ -107,6 +108,41 @@ std::string RenderFailureReport(const json& report, bool wide) {
       out.push_back({fmt::format("{} {}", Shown(Member(q, "device")), Shown(Member(q, "id"))),
                      Where(q), Shown(Member(q, "source")), Shown(Member(q, "mode")),
                      Shown(Member(q, "actor")), wide ? reason : Shorten(reason)});
+    }
+    text += "\n" + RenderTable(out);
+  }
+  // The loop (docs/reliability.md, "The loop"): its breaker and each GPU it has looked at, with
+  // its latest audit event (all of them with -o wide).
+  const json& breaker = Member(report, "breaker");
+  if (Member(breaker, "open") == true) {
+    text += fmt::format(
+        "\nCircuit breaker OPEN: {} of {} GPUs went out within {} s; no automatic drain or "
+        "quarantine until the share falls\n",
+        Shown(Member(breaker, "out")), Shown(Member(breaker, "gpus")),
+        Shown(Member(breaker, "window_s")));
+  }
+  const json& loop = Member(report, "loop");
+  if (loop.is_array() && !loop.empty()) {
+    std::vector<std::vector<std::string>> out = {
+        {"LOOP", "WHERE", "PHASE", "REMEDIATIONS", "EVENT"}};
+    for (const json& entry : loop) {
+      const json& events = Member(entry, "events");
+      std::vector<std::string> shown;
+      if (events.is_array()) {
+        for (size_t i = wide ? 0 : (events.empty() ? 0 : events.size() - 1); i < events.size();
+             ++i) {
+          shown.push_back(Shown(events[i]));
+        }
+      }
+      for (size_t i = 0; i < std::max<size_t>(shown.size(), 1); ++i) {
+        const std::string event = i < shown.size() ? shown[i] : "";
+        out.push_back(
+            {i == 0
+                 ? fmt::format("{} {}", Shown(Member(entry, "device")), Shown(Member(entry, "id")))
+                 : "",
+             i == 0 ? Where(entry) : "", i == 0 ? Shown(Member(entry, "phase")) : "",
+             i == 0 ? Shown(Member(entry, "remediations")) : "", wide ? event : Shorten(event)});
+      }
     }
     text += "\n" + RenderTable(out);
   }

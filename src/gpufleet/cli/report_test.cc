@@ -65,6 +65,24 @@ TEST(RenderFailureReport, SaysSoWhenNothingStandsOut) {
   EXPECT_THAT(text, HasSubstr("in the last <none> h")) << "a missing field is shown, not fatal";
 }
 
+TEST(RenderFailureReport, ShowsTheLoopAndAnOpenBreaker) {
+  const nlohmann::json report = nlohmann::json::parse(R"json({
+    "fleet": {"gpus": 8, "nodes": 2}, "suspects": [], "quarantines": [],
+    "breaker": {"open": true, "out": 5, "gpus": 8, "window_s": 300},
+    "loop": [{"device": "gpu", "id": "GPU-n1-2", "node": "n1", "gpu": 2, "phase": "quarantined",
+              "remediations": 1,
+              "events": ["gpu 2 (GPU-n1-2) suspect: 3 failures", "remediation reset-gpu (1 of 3)"]}]
+})json");
+  std::string text = RenderFailureReport(report, false);
+  EXPECT_THAT(text, HasSubstr("Circuit breaker OPEN: 5 of 8 GPUs went out within 300 s"));
+  EXPECT_THAT(text, HasSubstr("LOOP           WHERE     PHASE         REMEDIATIONS   EVENT"));
+  EXPECT_THAT(text, HasSubstr("gpu GPU-n1-2   n1/gpu2   quarantined   1              "
+                              "remediation reset-gpu (1 of 3)"));
+  EXPECT_THAT(text, Not(HasSubstr("suspect: 3 failures"))) << "every event only with -o wide";
+  text = RenderFailureReport(report, true);
+  EXPECT_THAT(text, HasSubstr("suspect: 3 failures"));
+}
+
 TEST(RunReport, FetchesAndPrintsTableOrJson) {
   FakeClient fake;
   fake.Answer("GET /v1/reports/failures", 200, kReport);

@@ -451,6 +451,11 @@ Json MergeInventory(const Json* stored, const Node& node, const std::vector<std:
         gpu["quarantine_reason"] = *reason;
       }
     }
+    // So does the reliability loop's hold for a diagnostic: only its result or the node's lost
+    // lease frees the GPU.
+    if (const auto hold = old->find(kDiagnosticHoldField); hold != old->end()) {
+      gpu[kDiagnosticHoldField] = *hold;
+    }
     if (!wire::BoolOr(gpu, "mig_enabled", false) || !wire::BoolOr(*old, "mig_enabled", false)) {
       continue;
     }
@@ -547,6 +552,62 @@ std::vector<std::string> ApplyLinkProblems(Json& doc, const wire::HeartbeatReque
   }
   doc["labels"] = labels;
   return events;
+}
+
+// Records on the node document's GPUs the final results the agent reports of the diagnostics
+// they are held for ("diagnostic": {..., "result"}); the reliability step acts on them, and the
+// GPU stays held until then. Returns the events.
+std::vector<std::string> ApplyDiagnosticReports(
+    Json& doc, const std::vector<wire::DiagnosticResult>& reports) {
+  std::vector<std::string> events;
+  if (reports.empty() || !doc.contains("gpus") || !doc["gpus"].is_array()) {
+    return events;
+  }
+  for (Json& gpu : doc["gpus"]) {
+    if (!gpu.contains(kDiagnosticHoldField) || gpu[kDiagnosticHoldField].contains("result")) {
+      continue;
+    }
+    Json& hold = gpu[kDiagnosticHoldField];
+    const std::string id = wire::StrOr(hold, "id");
+    for (const wire::DiagnosticResult& report : reports) {
+      if (report.id != id || !wire::IsFinal(report.phase)) {
+        continue;
+      }
+      Json result = {{"phase", wire::DiagnosticPhaseName(report.phase)},
+                     {"summary", report.summary},
+                     {"output", report.output},
+                     {"took_ms", report.took_ms}};
+      if (report.exit_code) {
+        result["exit_code"] = *report.exit_code;
+      }
+      hold["result"] = std::move(result);
+      events.push_back(fmt::format("gpu {}: diagnostic {} {} in {} ms: {}",
+                                   wire::IntOr(gpu, "index", -1), id,
+                                   wire::DiagnosticPhaseName(report.phase), report.took_ms,
+                                   report.summary.empty() ? "-" : report.summary));
+    }
+  }
+  return events;
+}
+
+// The diagnostics a node whose agent runs them (wire::kDiagnosticsLabel) is asked for: those its
+// GPUs are held for that have no result yet.
+std::vector<wire::DesiredDiagnostic> WantedDiagnostics(const Json& doc) {
+  std::vector<wire::DesiredDiagnostic> wanted;
+  if (wire::StringMapOr(doc, "labels")[std::string(wire::kDiagnosticsLabel)] != "true") {
+    return wanted;
+  }
+  for (const Json& gpu : wire::ArrayOr(doc, "gpus")) {
+    if (!gpu.contains(kDiagnosticHoldField) || gpu[kDiagnosticHoldField].contains("result")) {
+      continue;
+    }
+    const Json& hold = gpu[kDiagnosticHoldField];
+    wanted.push_back({.id = wire::StrOr(hold, "id"),
+                      .gpu_index = static_cast<int>(wire::IntOr(gpu, "index", 0)),
+                      .gpu_uuid = wire::StrOr(gpu, "uuid"),
+                      .kind = wire::StrOr(hold, "kind", "builtin")});
+  }
+  return wanted;
 }
 
 // Applies GPU reports to a node document; returns the events (empty: nothing changed).
@@ -1166,6 +1227,9 @@ Result<wire::AgentReply> ControlPlane::ProcessHeartbeat(const std::string& node,
         if (!request.fenced.empty()) {
           events.push_back(fmt::format("agent fenced itself: {}", request.fenced));
         }
+        for (std::string& event : ApplyDiagnosticReports(doc, request.diagnostics)) {
+          events.push_back(std::move(event));
+        }
         for (std::string& event : ApplyImageReport(doc, request)) {
           events.push_back(std::move(event));
         }
@@ -1328,6 +1392,7 @@ Result<wire::AgentReply> ControlPlane::ProcessHeartbeat(const std::string& node,
     AddCreatedMigInstances(*record, node, node_doc, created_mig_instances);
   }
   reply.mig_layouts = MigLayoutsToApply(node_doc, created_mig_instances);
+  reply.diagnostics = WantedDiagnostics(node_doc);
   return reply;
 }
 

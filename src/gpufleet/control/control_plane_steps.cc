@@ -384,7 +384,11 @@ Status ControlPlane::RunDeploymentsIfDue() {
 }
 
 void ControlPlane::RunReliabilityIfDue() {
-  const std::optional<Result<ReliabilityStepResult>> step = reliability_->RunIfDue();
+  std::set<std::string> lost;
+  for (const auto& [node, why] : leases_.LostNodes(view_->nodes())) {
+    lost.insert(node);
+  }
+  const std::optional<Result<ReliabilityStepResult>> step = reliability_->RunIfDue(lost);
   if (!step) {
     return;
   }
@@ -395,6 +399,9 @@ void ControlPlane::RunReliabilityIfDue() {
   // Rare decisions an operator wants to see; the audit events are on the nodes.
   for (const std::string& device : (*step)->quarantined) {
     fmt::print(stderr, "gpufleet server: quarantined {}\n", device);
+  }
+  for (const std::string& device : (*step)->needs_person) {
+    fmt::print(stderr, "gpufleet server: {} needs a person\n", device);
   }
   for (const std::string& device : (*step)->released) {
     fmt::print(stderr, "gpufleet server: {} released, its evidence starts again\n", device);

@@ -19,6 +19,7 @@ namespace {
 
 constexpr char kStoppingField[] = "stopping";
 constexpr char kNoticeField[] = "notice";
+constexpr char kExpeditedField[] = "expedited";
 
 bool IsPlainTransition(JobState from, JobState to) {
   switch (to) {
@@ -112,6 +113,9 @@ Result<std::string> TransitionJob(Json& job, JobState to, std::string reason, st
   }
   job["state"] = JobStateName(to);
   job["reason"] = std::move(reason);
+  if (to == JobState::kScheduled) {
+    job.erase(kExpeditedField);  // placed again: its head start is used
+  }
   return event;
 }
 
@@ -160,8 +164,15 @@ bool RequeuesOnNodeFailure(const Json& job) {
 
 }  // namespace
 
+void MarkExpedited(Json& job, const std::string& why) {
+  job[kExpeditedField] = why;
+}
+
 std::string EndRunOnFailure(Json& job, const std::string& why, const std::string& since) {
   const bool requeue = RequeuesOnNodeFailure(job);
+  if (requeue) {
+    MarkExpedited(job, why);
+  }
   Result<std::string> event = EndRun(job, requeue ? JobState::kPending : JobState::kFailed,
                                      requeue ? fmt::format("requeued: {}", why) : why, since);
   return event.ok() ? *event : event.status().message();

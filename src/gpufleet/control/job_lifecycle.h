@@ -102,8 +102,15 @@ std::optional<int64_t> GangWindowStart(const Json& job);
 // not Stopping).
 std::optional<std::string> FinishStoppingIfDone(Json& job);
 // Ends the current run of an active job because a node or GPU it used failed: requeued or
-// Failed, as its spec's onNodeFailure asks, once its tasks are gone. Returns the event text.
+// Failed, as its spec's onNodeFailure asks, once its tasks are gone (its old run fenced first). A
+// requeued job is expedited ("expedited": `why`): it goes back ahead of the pending jobs of its
+// priority until it is placed again (Pending -> Scheduled drops the mark). Returns the event
+// text.
 std::string EndRunOnFailure(Json& job, const std::string& why, const std::string& since);
+
+// Marks a job whose run a device or node failure ended for an expedited requeue (see
+// EndRunOnFailure).
+void MarkExpedited(Json& job, const std::string& why);
 
 // What a Stopping job waits for, for `describe job` and GET: "3 of 8 tasks still running;
 // SIGTERM sent 12s ago, SIGKILL at 30s" (the times when `now_unix_nanos` is given and the stop

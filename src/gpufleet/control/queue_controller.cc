@@ -303,9 +303,10 @@ std::vector<PendingEntry> PendingEntries(SchedulingView& view) {
 void QueueController::OrderPending(std::vector<PendingEntry>& pending) const {
   // Sorted first even with a queue tree: the tree's stable sort leaves jobs whose queues tie on
   // fair share at a level in this order, so its result depends on where it starts.
+  // Within a priority, an expedited job (a gang a failure requeued) goes first.
   std::sort(pending.begin(), pending.end(), [](const PendingEntry& a, const PendingEntry& b) {
-    return std::tie(b.job->priority, a.job->submit_seq, *a.name) <
-           std::tie(a.job->priority, b.job->submit_seq, *b.name);
+    return std::tie(b.job->priority, b.job->expedited, a.job->submit_seq, *a.name) <
+           std::tie(a.job->priority, a.job->expedited, b.job->submit_seq, *b.name);
   });
   OrderByFairShare(pending);
   // A preemptor whose victims were stopped for it goes before every other job, whatever their
@@ -376,7 +377,8 @@ void QueueController::OrderByFairShare(std::vector<PendingEntry>& pending) const
       const QueueId named(entry.job->queue);
       queue->second = tree_->StatusOf(named).ok() ? named : QueueId(std::string(kDefaultQueue));
     }
-    jobs.push_back({JobId(*entry.name), queue->second, entry.job->priority, entry.job->submit_seq});
+    jobs.push_back({JobId(*entry.name), queue->second, entry.job->priority, entry.job->submit_seq,
+                    entry.job->expedited});
   }
   const Result<std::vector<size_t>> order = tree_->OrderedPositions(jobs);
   if (!order.ok()) {

@@ -8,14 +8,19 @@
 #include <fmt/format.h>
 
 #include "gpufleet/control/job_lifecycle.h"
+#include "gpufleet/control/lifecycle_controller.h"
 #include "gpufleet/control/placement_gpus.h"
 #include "gpufleet/control/store_keys.h"
 #include "gpufleet/control/tenancy.h"
 #include "gpufleet/core/cluster.h"
 #include "gpufleet/core/json_scan.h"
+#include "gpufleet/core/workload.h"
 #include "gpufleet/reliability/inventory.h"
 #include "gpufleet/reliability/outcome.h"
 #include "gpufleet/reliability/xid_catalog.h"
+#include "gpufleet/store/read_modify_write.h"
+#include "gpufleet/wire/agent_protocol.h"
+#include "gpufleet/wire/job_record.h"
 
 namespace gpufleet::control {
 namespace {
@@ -98,6 +103,28 @@ std::optional<QuarantineSource> ParseSource(std::string_view name) {
   return std::nullopt;
 }
 
+// The loop's circuit breaker: its document in kind "cluster".
+constexpr std::string_view kBreakerName = "reliability-breaker";
+// A loop step's state in the GPU's document in kind "quarantines".
+constexpr char kLoopField[] = "loop";
+
+// One audited step of a device: the update of its node's document at `node_version` and its own
+// document `name` in kind "quarantines" (created when it has no `version` yet), each with `event`.
+store::WriteBatch DeviceStepBatch(const std::string& node, const Json& node_doc,
+                                  int64_t node_version, const std::string& name, const Json& record,
+                                  std::optional<int64_t> version, const std::string& event) {
+  store::WriteBatch batch;
+  batch.Update(std::string(kNodesKind), node, node_doc.dump(), node_version);
+  batch.AppendEvent(std::string(kNodesKind), node, event);
+  if (version) {
+    batch.Update(std::string(kQuarantinesKind), name, record.dump(), *version);
+  } else {
+    batch.Create(std::string(kQuarantinesKind), name, record.dump());
+  }
+  batch.AppendEvent(std::string(kQuarantinesKind), name, event);
+  return batch;
+}
+
 // JSON has no infinity: a rate ratio with nothing expected is null.
 Json Number(double value) {
   return std::isfinite(value) ? Json(value) : Json(nullptr);
@@ -105,7 +132,57 @@ Json Number(double value) {
 
 }  // namespace
 
+const char* LoopDrainName(LoopDrain drain) {
+  switch (drain) {
+    case LoopDrain::kNow:
+      return "now";
+    case LoopDrain::kAfterJob:
+      return "after-job";
+    case LoopDrain::kAfterTimeout:
+      return "after-timeout";
+  }
+  return "after-job";
+}
+
+std::optional<LoopDrain> ParseLoopDrain(std::string_view name) {
+  for (const LoopDrain drain : {LoopDrain::kNow, LoopDrain::kAfterJob, LoopDrain::kAfterTimeout}) {
+    if (name == LoopDrainName(drain)) {
+      return drain;
+    }
+  }
+  return std::nullopt;
+}
+
+Status HealthLoopOptions::Validate() const {
+  if (diagnostic_kind != "builtin" && diagnostic_kind != "command") {
+    return InvalidArgumentError(
+        fmt::format("loop.diagnostic_kind: \"{}\" (must be builtin or command)", diagnostic_kind));
+  }
+  if (suspect_min_failures < 1 || !(suspect_max_p > 0 && suspect_max_p <= 1)) {
+    return InvalidArgumentError(
+        fmt::format("loop.suspect_min_failures {}, suspect_max_p {} (must be >= 1 and in (0, 1])",
+                    suspect_min_failures, suspect_max_p));
+  }
+  if (max_remediations < 0) {
+    return InvalidArgumentError(
+        fmt::format("loop.max_remediations: {} (must be >= 0)", max_remediations));
+  }
+  if (!(breaker_share > 0 && breaker_share <= 1)) {
+    return InvalidArgumentError(
+        fmt::format("loop.breaker_share: {} (must be in (0, 1])", breaker_share));
+  }
+  if (drain_timeout.count() < 0 || breaker_window.count() < 0 || remediation_window.count() < 0) {
+    return InvalidArgumentError(fmt::format(
+        "loop.drain_timeout {}s, breaker_window {}s, remediation_window {}s (must be >= 0)",
+        drain_timeout.count(), breaker_window.count(), remediation_window.count()));
+  }
+  return Status::Ok();
+}
+
 Status ReliabilityOptions::Validate() const {
+  if (Status status = loop.Validate(); !status.ok()) {
+    return InvalidArgumentError(fmt::format("reliability.{}", status.message()));
+  }
   if (interval.count() < 0) {
     return InvalidArgumentError(
         fmt::format("reliability.interval: {} ms (must be >= 0)", interval.count()));
@@ -132,6 +209,9 @@ struct ReliabilityController::Fleet {
     std::string health;
     std::string drain;  // what the agent's health rules ask: "none", "after-job", "now"
     Json reasons = Json::array();
+    // The loop's hold for a diagnostic ("diagnostic" of the node document's GPU), or null.
+    Json diagnostic;
+    bool diagnosable = false;  // its node's agent runs diagnostics
   };
   reliability::FleetInventory inventory;
   std::vector<Gpu> gpus;  // by inventory GPU index
@@ -175,6 +255,13 @@ struct ReliabilityController::Analysis {
   int outcomes = 0;
   int skipped = 0;
   std::map<std::string, Json> quarantine_docs;  // by name
+};
+
+// The loop's circuit breaker at one step.
+struct ReliabilityController::Breaker {
+  bool open = false;
+  int out = 0;  // GPUs gone out within the window
+  int gpus = 0;
 };
 
 ReliabilityController::ReliabilityController(store::StateStore& store, const Clock& clock,
@@ -398,11 +485,15 @@ Result<ReliabilityController::Fleet> ReliabilityController::LoadFleet() {
     if (!leaf_level.empty()) {
       node.leaf = wire::StrOr(doc.contains("topology") ? doc["topology"] : Json(), leaf_level);
     }
+    const bool diagnosable =
+        wire::StringMapOr(doc, "labels")[std::string(wire::kDiagnosticsLabel)] == "true";
     for (const Json& gpu : wire::ArrayOr(doc, "gpus")) {
       const int64_t index = wire::IntOr(gpu, "index", -1);
       node.gpus.push_back({object.name, index, GpuKey(gpu, object.name, index),
                            wire::StrOr(gpu, "health"), wire::StrOr(gpu, "drain", "none"),
-                           gpu.contains("reasons") ? gpu["reasons"] : Json::array()});
+                           gpu.contains("reasons") ? gpu["reasons"] : Json::array(),
+                           gpu.contains(kDiagnosticHoldField) ? gpu[kDiagnosticHoldField] : Json(),
+                           diagnosable});
     }
     return node;
   };
@@ -547,7 +638,8 @@ Result<std::unique_ptr<ReliabilityController::Analysis>> ReliabilityController::
 
 // ---- the step -----------------------------------------------------------------------------
 
-std::optional<Result<ReliabilityStepResult>> ReliabilityController::RunIfDue() {
+std::optional<Result<ReliabilityStepResult>> ReliabilityController::RunIfDue(
+    const std::set<std::string>& lost_nodes) {
   const MonoTime now = clock_.Now();
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -555,8 +647,8 @@ std::optional<Result<ReliabilityStepResult>> ReliabilityController::RunIfDue() {
       return std::nullopt;
     }
     last_step_ = now;
-    const bool quiet = !inputs_changed_ && !last_denied_ && last_run_ &&
-                       now - *last_run_ < options_.quiet_interval;
+    const bool quiet =
+        !inputs_changed_ && !last_busy_ && last_run_ && now - *last_run_ < options_.quiet_interval;
     if (quiet) {
       return std::nullopt;
     }
@@ -564,14 +656,19 @@ std::optional<Result<ReliabilityStepResult>> ReliabilityController::RunIfDue() {
     inputs_changed_ = false;
     last_run_ = now;
   }
-  Result<ReliabilityStepResult> result = RunStep();
-  std::lock_guard<std::mutex> lock(mu_);
-  if (!result.ok()) {
-    inputs_changed_ = true;
-  } else {
-    // The budget's window moves with time: a denied quarantine is tried again when due.
-    last_denied_ = !result->denied.empty();
+  Result<ReliabilityStepResult> result = RunStep(lost_nodes);
+  // What moves with time alone keeps the step running when due: the budget's window for a
+  // denied quarantine, the breaker's window, a diagnostic's drain timeout or a lost node's hold.
+  bool busy =
+      !result.ok() || !result->denied.empty() || result->breaker_open || !lost_nodes.empty();
+  if (!busy) {
+    const Result<Fleet> fleet = LoadFleet();
+    busy = !fleet.ok() ||
+           std::any_of(fleet->gpus.begin(), fleet->gpus.end(),
+                       [](const Fleet::Gpu& gpu) { return gpu.diagnostic.is_object(); });
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  last_busy_ = busy;
   return result;
 }
 
@@ -744,16 +841,9 @@ Status ReliabilityController::ApplyQuarantine(const Analysis& analysis, const Au
     if (gpu != nullptr) {
       record["gpu"] = gpu->index;
     }
-    store::WriteBatch batch;
-    batch.Update(std::string(kNodesKind), node, doc.dump(), object.version);
-    batch.AppendEvent(std::string(kNodesKind), node, event);
-    if (existing.ok()) {
-      batch.Update(std::string(kQuarantinesKind), name, record.dump(), existing->version);
-    } else {
-      batch.Create(std::string(kQuarantinesKind), name, record.dump());
-    }
-    batch.AppendEvent(std::string(kQuarantinesKind), name, event);
-    const Status status = store_.Commit(batch);
+    const Status status = store_.Commit(
+        DeviceStepBatch(node, doc, object.version, name, record,
+                        existing.ok() ? std::optional(existing->version) : std::nullopt, event));
     if (status.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
       denials_logged_.erase(device);
@@ -786,7 +876,9 @@ Status ReliabilityController::LogDenial(const Analysis& analysis, const AuditEnt
   return store_.Commit(batch);
 }
 
-Result<int> ReliabilityController::PreemptRunsOn(const Analysis& analysis, const Device& device) {
+Result<int> ReliabilityController::PreemptRunsOn(const Analysis& analysis, const Device& device,
+                                                 const std::string& reason,
+                                                 std::optional<int64_t> notice_deadline_ns) {
   const Fleet::Gpu* gpu =
       device.kind == DeviceKind::kGpu ? analysis.fleet.FindGpu(device.id) : nullptr;
   const std::string node = gpu != nullptr ? gpu->node : device.id;
@@ -823,10 +915,34 @@ Result<int> ReliabilityController::PreemptRunsOn(const Analysis& analysis, const
         break;
       }
       Json after = before;
-      const std::string reason = fmt::format("preempted: {} was quarantined and drains now", what);
-      const Result<std::string> event =
-          EndRun(after, JobState::kPending, reason,
-                 wall_clock_ != nullptr ? FormatRfc3339(wall_clock_->UnixNanos()) : "");
+      Result<std::string> event = std::string();
+      if (notice_deadline_ns) {
+        // A checkpoint notice instead of a stop: EndNoticedRuns ends the run once a task reports
+        // a checkpoint or at the deadline. Only a Running job has tasks that can save anything.
+        if (wire::StrOr(before, "state") != JobStateName(JobState::kRunning) ||
+            before.contains("notice")) {
+          break;
+        }
+        const Json spec = before.contains("spec") ? before["spec"] : Json::object();
+        std::string signal =
+            wire::StrOr(spec.contains("preemption") ? spec["preemption"] : Json::object(),
+                        "noticeSignal", std::string(kDefaultNoticeSignal));
+        if (!signal.starts_with("SIG")) {
+          signal = "SIG" + signal;
+        }
+        const wire::NoticeRecord notice{.signal = signal,
+                                        .since_ns = NowNanos(),
+                                        .deadline_ns = *notice_deadline_ns,
+                                        .reason = reason};
+        after["notice"] = wire::NoticeRecordToJson(notice);
+        event = NoticeEvent(notice);
+      } else {
+        event = EndRun(after, JobState::kPending, reason,
+                       wall_clock_ != nullptr ? FormatRfc3339(wall_clock_->UnixNanos()) : "");
+        if (event.ok()) {
+          MarkExpedited(after, fmt::format("{} went out of service", what));
+        }
+      }
       if (!event.ok()) {
         break;
       }
@@ -845,7 +961,8 @@ Result<int> ReliabilityController::PreemptRunsOn(const Analysis& analysis, const
   return preempted;
 }
 
-Result<ReliabilityStepResult> ReliabilityController::RunStep() {
+Result<ReliabilityStepResult> ReliabilityController::RunStep(
+    const std::set<std::string>& lost_nodes) {
   ReliabilityStepResult result;
   {
     GPUFLEET_ASSIGN_OR_RETURN(const Fleet fleet, LoadFleet());
@@ -855,6 +972,18 @@ Result<ReliabilityStepResult> ReliabilityController::RunStep() {
   reliability::ReliabilityMonitor& monitor = *analysis->monitor;
   result.outcomes = analysis->outcomes;
   result.skipped_outcomes = analysis->skipped;
+  const bool loop = options_.loop.enabled && options_.rules.enabled;
+  bool breaker_open = false;
+  Breaker breaker;
+  if (loop) {
+    GPUFLEET_ASSIGN_OR_RETURN(breaker, UpdateBreaker(*analysis));
+    breaker_open = breaker.open;
+    result.breaker_open = breaker_open;
+    // The diagnostics' results first: their quarantines count in the budget the attribution's
+    // decisions below see.
+    GPUFLEET_RETURN_IF_ERROR(ActOnDiagnostics(*analysis, lost_nodes, breaker_open, result));
+    analysis->seeded_audit = monitor.quarantine().audit_log().size();
+  }
 
   if (options_.quarantine_on_health_rule && options_.rules.enabled) {
     for (const Fleet::Gpu& gpu : analysis->fleet.gpus) {
@@ -892,14 +1021,378 @@ Result<ReliabilityStepResult> ReliabilityController::RunStep() {
     if (entry.action != AuditAction::kQuarantined) {
       continue;
     }
+    if (loop && entry.device.kind == DeviceKind::kGpu) {
+      const int gpu = analysis->fleet.inventory.GpuIndex(entry.device.id);
+      // A suspect the loop can diagnose is diagnosed (RequestDiagnostics), not quarantined on
+      // statistics alone; with the breaker open nothing is taken out automatically.
+      if (breaker_open || (gpu >= 0 && InLoop(*analysis, static_cast<size_t>(gpu)))) {
+        continue;
+      }
+    }
     GPUFLEET_RETURN_IF_ERROR(ApplyQuarantine(*analysis, entry));
     result.quarantined.push_back(entry.device.ToString());
     if (entry.mode == DrainMode::kNow) {
-      GPUFLEET_ASSIGN_OR_RETURN(const int preempted, PreemptRunsOn(*analysis, entry.device));
+      const Fleet::Gpu* gpu = entry.device.kind == DeviceKind::kGpu
+                                  ? analysis->fleet.FindGpu(entry.device.id)
+                                  : nullptr;
+      const std::string what =
+          gpu != nullptr ? fmt::format("gpu {} of {}", gpu->index, gpu->node) : entry.device.id;
+      GPUFLEET_ASSIGN_OR_RETURN(
+          const int preempted,
+          PreemptRunsOn(*analysis, entry.device,
+                        fmt::format("preempted: {} was quarantined and drains now", what)));
       result.preempted_runs += preempted;
     }
   }
+  if (loop && !breaker_open) {
+    // No more GPUs go out in this step than the breaker allows.
+    const int room = static_cast<int>(options_.loop.breaker_share * breaker.gpus) - breaker.out;
+    GPUFLEET_RETURN_IF_ERROR(RequestDiagnostics(*analysis, evaluation, room, result));
+  }
   return result;
+}
+
+// ---- the loop -----------------------------------------------------------------------------
+
+bool ReliabilityController::InLoop(const Analysis& analysis, size_t gpu) const {
+  return options_.loop.enabled && options_.rules.enabled && analysis.fleet.gpus[gpu].diagnosable;
+}
+
+Result<ReliabilityController::Breaker> ReliabilityController::UpdateBreaker(
+    const Analysis& analysis) {
+  const HealthLoopOptions& loop = options_.loop;
+  const int64_t now = NowNanos();
+  const int64_t since =
+      now - std::chrono::duration_cast<std::chrono::nanoseconds>(loop.breaker_window).count();
+  Breaker breaker;
+  const Fleet& fleet = analysis.fleet;
+  breaker.gpus = fleet.inventory.gpu_count();
+  for (const Fleet::Gpu& gpu : fleet.gpus) {
+    bool out = wire::IntOr(gpu.diagnostic, "requested_ns", 0) >= since;
+    if (!out && gpu.health == QuarantinedName()) {
+      const auto doc =
+          analysis.quarantine_docs.find(QuarantineDocName(Device::OfGpu(GpuUuid(gpu.key))));
+      const auto node_doc =
+          analysis.quarantine_docs.find(QuarantineDocName(Device::OfNode(NodeId(gpu.node))));
+      for (const auto& it : {doc, node_doc}) {
+        out = out || (it != analysis.quarantine_docs.end() &&
+                      wire::StrOr(it->second, "state") == "quarantined" &&
+                      wire::IntOr(it->second, "since_ns", 0) >= since);
+      }
+    }
+    breaker.out += out ? 1 : 0;
+  }
+  breaker.open = breaker.gpus > 0 && static_cast<double>(breaker.out) >
+                                         loop.breaker_share * static_cast<double>(breaker.gpus);
+  breaker_open_.store(breaker.open);
+  // Its state is a document with an event at each change: the audit of when the loop held off.
+  const std::string name(kBreakerName);
+  const Result<store::StoredObject> stored = store_.Get(kClusterKind, name);
+  if (!stored.ok() && stored.status().code() != StatusCode::kNotFound) {
+    return stored.status();
+  }
+  const Json before = stored.ok() ? wire::ParseDocument(stored->data) : Json::object();
+  if (wire::BoolOr(before, "open", false) == breaker.open) {
+    return breaker;
+  }
+  const Json doc = {{"open", breaker.open},        {"since_ns", now},
+                    {"out", breaker.out},          {"gpus", breaker.gpus},
+                    {"share", loop.breaker_share}, {"window_s", loop.breaker_window.count()}};
+  store::WriteBatch batch;
+  if (stored.ok()) {
+    batch.Update(std::string(kClusterKind), name, doc.dump(), stored->version);
+  } else {
+    batch.Create(std::string(kClusterKind), name, doc.dump());
+  }
+  batch.AppendEvent(
+      std::string(kClusterKind), name,
+      breaker.open
+          ? fmt::format("circuit breaker open: {} of {} GPUs went out within {}s (more than {:g} "
+                        "%); no automatic drain or quarantine until the share falls",
+                        breaker.out, breaker.gpus, loop.breaker_window.count(),
+                        loop.breaker_share * 100)
+          : fmt::format("circuit breaker closed: {} of {} GPUs went out within {}s", breaker.out,
+                        breaker.gpus, loop.breaker_window.count()));
+  const Status status = store_.Commit(batch);
+  if (!status.ok() && status.code() != StatusCode::kAborted &&
+      status.code() != StatusCode::kAlreadyExists) {
+    return status;
+  }
+  return breaker;
+}
+
+Status ReliabilityController::WriteLoopStep(const std::string& node, int64_t index,
+                                            const std::string& device_doc,
+                                            const std::function<bool(Json& gpu)>& change,
+                                            const std::function<void(Json& record)>& record,
+                                            const std::string& event) {
+  return store::CommitWithRetries(
+      store_, kWriteAttempts, fmt::format("node \"{}\" kept changing", node),
+      [&]() -> store::AttemptResult {
+        GPUFLEET_ASSIGN_OR_RETURN(const store::StoredObject object, store_.Get(kNodesKind, node));
+        Json doc = wire::ParseDocument(object.data);
+        Json* gpu = nullptr;
+        if (doc.contains("gpus") && doc["gpus"].is_array()) {
+          for (Json& g : doc["gpus"]) {
+            gpu = wire::IntOr(g, "index", -1) == index ? &g : gpu;
+          }
+        }
+        if (gpu == nullptr || !change(*gpu)) {
+          return store::NoWrite();
+        }
+        const Result<store::StoredObject> existing = store_.Get(kQuarantinesKind, device_doc);
+        if (!existing.ok() && existing.status().code() != StatusCode::kNotFound) {
+          return existing.status();
+        }
+        Json device = existing.ok() ? wire::ParseDocument(existing->data)
+                                    : Json{{"device", "gpu"},
+                                           {"id", wire::StrOr(*gpu, "uuid")},
+                                           {"node", node},
+                                           {"gpu", index},
+                                           {"state", "in-service"}};
+        record(device);
+        return store::Write(DeviceStepBatch(
+            node, doc, object.version, device_doc, device,
+            existing.ok() ? std::optional(existing->version) : std::nullopt, event));
+      });
+}
+
+Status ReliabilityController::ActOnDiagnostics(Analysis& analysis,
+                                               const std::set<std::string>& lost_nodes,
+                                               bool breaker_open, ReliabilityStepResult& result) {
+  reliability::ReliabilityMonitor& monitor = *analysis.monitor;
+  for (size_t i = 0; i < analysis.fleet.gpus.size(); ++i) {
+    const Fleet::Gpu gpu = analysis.fleet.gpus[i];
+    if (!gpu.diagnostic.is_object()) {
+      continue;
+    }
+    const std::string id = wire::StrOr(gpu.diagnostic, "id");
+    const Device device = Device::OfGpu(GpuUuid(gpu.key));
+    const std::string doc_name = QuarantineDocName(device);
+    const std::string what = fmt::format("gpu {} ({})", gpu.index, gpu.key);
+    const auto holds = [&](const Json& g) {
+      return g.contains(kDiagnosticHoldField) && wire::StrOr(g[kDiagnosticHoldField], "id") == id;
+    };
+    const auto drop_hold = [&](Json& g) {
+      if (!holds(g)) {
+        return false;
+      }
+      g.erase(kDiagnosticHoldField);
+      return true;
+    };
+    const auto set_phase = [&](std::string phase) {
+      return [this, phase = std::move(phase)](Json& record) {
+        record[kLoopField]["phase"] = phase;
+        record[kLoopField]["updated_ns"] = NowNanos();
+      };
+    };
+    if (!gpu.diagnostic.contains("result")) {
+      if (lost_nodes.count(gpu.node) == 0) {
+        continue;  // still running or waiting for the GPU's task to end
+      }
+      // The node's lease says its tasks, and so the diagnostic, are gone: it tells nothing.
+      GPUFLEET_RETURN_IF_ERROR(WriteLoopStep(
+          gpu.node, gpu.index, doc_name, drop_hold, set_phase("in-service"),
+          fmt::format("{}: diagnostic {} dropped: node {} lost", what, id, gpu.node)));
+      continue;
+    }
+    const Json& outcome = gpu.diagnostic["result"];
+    const std::string phase = wire::StrOr(outcome, "phase");
+    const std::string evidence =
+        fmt::format("diagnostic {} {}: {}", id, phase, wire::StrOr(outcome, "summary", "-"));
+    if (phase != wire::DiagnosticPhaseName(wire::DiagnosticPhase::kFailed)) {
+      // Passed, or Unavailable (it could not tell): the GPU is not shown bad; back to work.
+      GPUFLEET_RETURN_IF_ERROR(WriteLoopStep(
+          gpu.node, gpu.index, doc_name, drop_hold,
+          [&](Json& record) {
+            set_phase("readmitted")(record);
+            record[kLoopField]["last_clean_ns"] = NowNanos();
+          },
+          fmt::format("{} readmitted: {}", what, evidence)));
+      result.readmitted.push_back(device.ToString());
+      continue;
+    }
+    if (breaker_open) {
+      continue;  // held, not quarantined, until the breaker closes
+    }
+    const Status quarantined = monitor.Quarantine(reliability::QuarantineRequest{
+        device, DrainMode::kAfterJob, QuarantineSource::kHealthRule, "diagnostic", evidence});
+    if (!quarantined.ok()) {
+      // The budget is full (or it is already out): like the simulator, it goes back to work.
+      GPUFLEET_RETURN_IF_ERROR(WriteLoopStep(
+          gpu.node, gpu.index, doc_name, drop_hold, set_phase("readmitted"),
+          fmt::format("{} not quarantined ({}): {}", what, quarantined.message(), evidence)));
+      result.denied.push_back(device.ToString());
+      continue;
+    }
+    GPUFLEET_RETURN_IF_ERROR(ApplyQuarantine(analysis, monitor.quarantine().audit_log().back()));
+    result.quarantined.push_back(device.ToString());
+    analysis.fleet.gpus[i].health = QuarantinedName();
+    GPUFLEET_RETURN_IF_ERROR(Remediate(analysis, i, evidence, result));
+  }
+  return Status::Ok();
+}
+
+Status ReliabilityController::Remediate(const Analysis& analysis, size_t index,
+                                        const std::string& reason, ReliabilityStepResult& result) {
+  const HealthLoopOptions& loop = options_.loop;
+  const Fleet::Gpu& gpu = analysis.fleet.gpus[index];
+  const Device device = Device::OfGpu(GpuUuid(gpu.key));
+  const std::string doc_name = QuarantineDocName(device);
+  const std::string what = fmt::format("gpu {} ({})", gpu.index, gpu.key);
+  const int64_t now = NowNanos();
+  const int64_t window_start =
+      now - std::chrono::duration_cast<std::chrono::nanoseconds>(loop.remediation_window).count();
+  const Result<store::StoredObject> stored = store_.Get(kQuarantinesKind, doc_name);
+  const Json record = stored.ok() ? wire::ParseDocument(stored->data) : Json::object();
+  const Json loop_state = record.contains(kLoopField) ? record[kLoopField] : Json::object();
+  std::vector<int64_t> recent;
+  for (const Json& at : wire::ArrayOr(loop_state, "remediations")) {
+    if (at.is_number_integer() && at.get<int64_t>() >= window_start) {
+      recent.push_back(at.get<int64_t>());
+    }
+  }
+  std::string event;
+  std::string phase;
+  if (static_cast<int>(recent.size()) >= loop.max_remediations) {
+    phase = "needs-person";
+    event = fmt::format(
+        "{} needs a person: {} remediations within {}h did not hold; no further automatic "
+        "action: {}",
+        what, recent.size(), loop.remediation_window.count() / 3600, reason);
+    result.needs_person.push_back(device.ToString());
+  } else {
+    // First a GPU reset, then a reboot of the node, then a ticket for a replacement.
+    const std::string_view action =
+        kRemediationActions[std::min(recent.size(), std::size(kRemediationActions) - 1)];
+    recent.push_back(now);
+    phase = "quarantined";
+    const std::string done = loop.remediate
+                                 ? loop.remediate(RemediationRequest{std::string(action), gpu.node,
+                                                                     gpu.index, gpu.key, reason})
+                                 : "no hook configured";
+    event = fmt::format("{} remediation {} ({} of {} within {}h): {}", what, action, recent.size(),
+                        loop.max_remediations, loop.remediation_window.count() / 3600, done);
+  }
+  return WriteLoopStep(
+      gpu.node, gpu.index, doc_name,
+      [](Json& g) {
+        g.erase(kDiagnosticHoldField);
+        return true;
+      },
+      [&](Json& doc) {
+        doc[kLoopField]["phase"] = phase;
+        doc[kLoopField]["updated_ns"] = now;
+        doc[kLoopField]["remediations"] = recent;
+        if (phase == "needs-person") {
+          doc["reason"] = fmt::format("needs a person: {}", reason);
+        }
+      },
+      event);
+}
+
+Status ReliabilityController::RequestDiagnostics(Analysis& analysis,
+                                                 const reliability::Evaluation& evaluation,
+                                                 int room, ReliabilityStepResult& result) {
+  const HealthLoopOptions& loop = options_.loop;
+  const auto consider = [&](const DeviceEvidence& evidence) -> Status {
+    if (evidence.device.kind != DeviceKind::kGpu || evidence.failures < 1) {
+      return Status::Ok();
+    }
+    // Flagged, named by a failure's XID (a stop-time check), or past the looser threshold.
+    const bool suspect =
+        evidence.flagged || evidence.attributed_failures > 0 ||
+        (evidence.failures >= loop.suspect_min_failures && evidence.p_value <= loop.suspect_max_p);
+    const int gpu = analysis.fleet.inventory.GpuIndex(evidence.device.id);
+    if (!suspect || gpu < 0 || !InLoop(analysis, static_cast<size_t>(gpu)) || room <= 0) {
+      return Status::Ok();
+    }
+    const Fleet::Gpu& entry = analysis.fleet.gpus[static_cast<size_t>(gpu)];
+    if (entry.health == QuarantinedName() || entry.diagnostic.is_object()) {
+      return Status::Ok();
+    }
+    // Once per new failure: a GPU a diagnostic found clean waits for more evidence.
+    const auto doc = analysis.quarantine_docs.find(QuarantineDocName(evidence.device));
+    const Json loop_state =
+        doc != analysis.quarantine_docs.end() && doc->second.contains(kLoopField)
+            ? doc->second[kLoopField]
+            : Json::object();
+    // A release since (the evidence starts again then) forgets what was diagnosed.
+    const bool released_since =
+        doc != analysis.quarantine_docs.end() && wire::IntOr(doc->second, "evidence_since_ns", 0) >=
+                                                     wire::IntOr(loop_state, "updated_ns", 0);
+    if (!released_since && evidence.failures <= wire::IntOr(loop_state, "diagnosed_failures", 0)) {
+      return Status::Ok();
+    }
+    const std::string why =
+        fmt::format("{} failures in {} runs (p = {:.2g}{}{})", evidence.failures, evidence.runs,
+                    evidence.p_value, evidence.attributed_failures > 0 ? ", named by an XID" : "",
+                    evidence.flagged ? ", flagged by the attribution" : "");
+    --room;
+    return RequestDiagnostic(analysis, static_cast<size_t>(gpu), why, evidence.failures, result);
+  };
+  for (const DeviceEvidence& evidence : evaluation.report.suspects) {
+    GPUFLEET_RETURN_IF_ERROR(consider(evidence));
+  }
+  for (const DeviceEvidence& evidence : evaluation.report.runners_up) {
+    GPUFLEET_RETURN_IF_ERROR(consider(evidence));
+  }
+  return Status::Ok();
+}
+
+Status ReliabilityController::RequestDiagnostic(Analysis& analysis, size_t index,
+                                                const std::string& reason, int failures,
+                                                ReliabilityStepResult& result) {
+  const HealthLoopOptions& loop = options_.loop;
+  Fleet::Gpu& gpu = analysis.fleet.gpus[index];
+  const Device device = Device::OfGpu(GpuUuid(gpu.key));
+  const int64_t now = NowNanos();
+  const std::string id = fmt::format("{}-gpu{}-{}", gpu.node, gpu.index, now);
+  const Json hold = {{"id", id},
+                     {"kind", loop.diagnostic_kind},
+                     {"reason", reason},
+                     {"requested_ns", now},
+                     {"drain", LoopDrainName(loop.drain)}};
+  GPUFLEET_RETURN_IF_ERROR(WriteLoopStep(
+      gpu.node, gpu.index, QuarantineDocName(device),
+      [&](Json& g) {
+        if (g.contains(kDiagnosticHoldField) || wire::StrOr(g, "health") == QuarantinedName()) {
+          return false;
+        }
+        g[kDiagnosticHoldField] = hold;
+        return true;
+      },
+      [&](Json& record) {
+        record[kLoopField]["phase"] = "diagnosing";
+        record[kLoopField]["diagnostic"] = id;
+        record[kLoopField]["diagnosed_failures"] = failures;
+        record[kLoopField]["updated_ns"] = now;
+      },
+      fmt::format("gpu {} ({}) suspect: {}; diagnostic {} ({}) asked, drain {}", gpu.index, gpu.key,
+                  reason, id, loop.diagnostic_kind, LoopDrainName(loop.drain))));
+  gpu.diagnostic = hold;
+  result.diagnosed.push_back(device.ToString());
+  const std::string drain_reason =
+      fmt::format("gpu {} of {} drained for diagnostic {}", gpu.index, gpu.node, id);
+  switch (loop.drain) {
+    case LoopDrain::kNow: {
+      GPUFLEET_ASSIGN_OR_RETURN(const int preempted,
+                                PreemptRunsOn(analysis, device, "preempted: " + drain_reason));
+      result.preempted_runs += preempted;
+      break;
+    }
+    case LoopDrain::kAfterTimeout: {
+      const int64_t deadline =
+          now + std::chrono::duration_cast<std::chrono::nanoseconds>(loop.drain_timeout).count();
+      GPUFLEET_ASSIGN_OR_RETURN(const int noticed,
+                                PreemptRunsOn(analysis, device, drain_reason, deadline));
+      result.noticed_runs += noticed;
+      break;
+    }
+    case LoopDrain::kAfterJob:
+      break;  // the hold keeps new work off; the agent starts the diagnostic when the task ends
+  }
+  return Status::Ok();
 }
 
 // ---- routes -------------------------------------------------------------------------------
@@ -1054,8 +1547,43 @@ Result<Json> ReliabilityController::FailureReport() {
     entry.erase("released_ns");
     quarantines.push_back(std::move(entry));
   }
+  // The loop: each GPU it has looked at, with its phase and its latest audit events.
+  constexpr size_t kLoopEvents = 8;
+  Json loop = Json::array();
+  for (const auto& [name, doc] : analysis->quarantine_docs) {
+    if (!doc.contains(kLoopField)) {
+      continue;
+    }
+    Json entry = {{"device", wire::StrOr(doc, "device")},
+                  {"id", wire::StrOr(doc, "id")},
+                  {"node", wire::StrOr(doc, "node")},
+                  {"gpu", wire::IntOr(doc, "gpu", -1)},
+                  {"phase", wire::StrOr(doc[kLoopField], "phase")},
+                  {"updated_ns", wire::IntOr(doc[kLoopField], "updated_ns", 0)},
+                  {"remediations", wire::ArrayOr(doc[kLoopField], "remediations").size()}};
+    Json events = Json::array();
+    const Result<std::vector<store::StoredEvent>> stored = store_.Events(kQuarantinesKind, name);
+    if (stored.ok()) {
+      for (size_t i = stored->size() > kLoopEvents ? stored->size() - kLoopEvents : 0;
+           i < stored->size(); ++i) {
+        events.push_back((*stored)[i].text);
+      }
+    }
+    entry["events"] = std::move(events);
+    loop.push_back(std::move(entry));
+  }
+  Json breaker = {{"open", false},
+                  {"share", options_.loop.breaker_share},
+                  {"window_s", options_.loop.breaker_window.count()}};
+  if (const Result<store::StoredObject> stored =
+          store_.Get(kClusterKind, std::string(kBreakerName));
+      stored.ok()) {
+    breaker.update(wire::ParseDocument(stored->data));
+  }
   const reliability::FleetRates& rates = report.rates;
   return Json{
+      {"loop", std::move(loop)},
+      {"breaker", std::move(breaker)},
       {"window_hours",
        std::chrono::duration<double, std::ratio<3600>>(options_.attribution.window).count()},
       {"fleet", {{"gpus", fleet.inventory.gpu_count()}, {"nodes", fleet.inventory.node_count()}}},

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -25,17 +26,67 @@
 // The server side of the reliability library (docs/reliability.md, "The server"): an outcome
 // record for every run of a job, written in the commit that ends the run; a periodic step that
 // runs the attribution over the stored outcomes and quarantines the flagged devices within the
-// budget; and the data of the /v1/outcomes and /v1/reports/failures routes.
+// budget, or on nodes that run diagnostics drives the loop ("The loop"); and the data of the
+// /v1/outcomes and /v1/reports/failures routes.
 namespace gpufleet::control {
 
 using wire::Json;
+
+// How the loop empties a suspect GPU of its running work before the diagnostic (docs/
+// reliability.md, "The loop"): the run ends at once (requeued, expedited); the run goes on to its
+// end and nothing new starts on the GPU; or the run gets a checkpoint notice and ends once it
+// reports a checkpoint or the timeout passes.
+enum class LoopDrain { kNow, kAfterJob, kAfterTimeout };
+// "now", "after-job", "after-timeout"
+const char* LoopDrainName(LoopDrain drain);
+std::optional<LoopDrain> ParseLoopDrain(std::string_view name);
+
+// What the admin's hook for one remediation action gets (`gpufleet server --remediation-hook`).
+struct RemediationRequest {
+  std::string action;  // one of kRemediationActions
+  std::string node;
+  int64_t gpu = -1;  // its index on the node
+  std::string gpu_uuid;
+  std::string reason;  // the diagnostic's evidence
+};
+inline constexpr std::string_view kRemediationActions[] = {"reset-gpu", "reboot-node", "ticket"};
+// Starts the hook configured for the request's action and returns at once, with what it did
+// ("hook started", "no hook for reboot-node"): a hook never holds up the scheduling cycle.
+using RemediationHook = std::function<std::string(const RemediationRequest&)>;
+
+// The closed loop on nodes whose agent runs diagnostics (labelled wire::kDiagnosticsLabel):
+// suspect, drain, diagnose, then quarantine with a remediation or readmit. Nodes without the label
+// keep the attribution's direct quarantine. Mirrors sim/failure_sim.h's DiagnosticsModel.
+struct HealthLoopOptions {
+  bool enabled = true;
+  std::string diagnostic_kind = "builtin";  // or "command": the agent's site command
+  // The looser suspect threshold than the attribution's flag: a GPU with at least this many
+  // failures at p <= suspect_max_p is diagnosed; so is one a failure's XID names, and a flagged
+  // one. Each once per new failure.
+  int suspect_min_failures = 2;
+  double suspect_max_p = 1e-3;
+  LoopDrain drain = LoopDrain::kAfterTimeout;
+  std::chrono::seconds drain_timeout{std::chrono::minutes(60)};
+  // After this many remediations of one GPU within the window it needs a person: no further
+  // automatic action.
+  int max_remediations = 3;
+  std::chrono::seconds remediation_window{std::chrono::hours(24 * 7)};
+  // The circuit breaker: while more than this share of the fleet's GPUs went out (quarantined or
+  // held for a diagnostic) within the window, nothing is drained or quarantined automatically.
+  double breaker_share = 0.5;
+  std::chrono::seconds breaker_window{std::chrono::minutes(5)};
+  RemediationHook remediate;  // null: remediations are recorded, nothing is run
+
+  Status Validate() const;
+};
 
 struct ReliabilityOptions {
   // How often the scheduling loop analyses the outcomes and applies the quarantine rules, on the
   // server's clock; zero: every cycle.
   std::chrono::milliseconds interval{std::chrono::minutes(5)};
   // A due step is skipped while none of its inputs changed (no node, outcome, quarantine or
-  // topology written since the last one) and the budget denied nothing last time, but it runs at
+  // topology written since the last one) and the last one left nothing that time moves on (a
+  // budget denial, an open breaker, a diagnostic's hold, a lost node), but it runs at
   // least this often: with nothing new, only the attribution window's drift moves the figures.
   // Zero: never skipped.
   std::chrono::milliseconds quiet_interval{std::chrono::hours(1)};
@@ -47,6 +98,7 @@ struct ReliabilityOptions {
   // the same path as a suspect (budget, audit event on the node, manual release). Off, the GPU
   // takes no new work only while its agent reports it unhealthy, and its XIDs are evidence.
   bool quarantine_on_health_rule = false;
+  HealthLoopOptions loop;
 
   // kInvalidArgument naming the field, e.g. `reliability.budget: max_fleet_share: 2 ...`.
   Status Validate() const;
@@ -61,6 +113,12 @@ struct ReliabilityStepResult {
   std::vector<std::string> denied;       // by the budget
   std::vector<std::string> released;     // releases noticed since the last step
   int preempted_runs = 0;                // runs stopped on devices drained at once
+  // The loop's steps: diagnostics asked for, their results acted on, holds of lost nodes dropped.
+  std::vector<std::string> diagnosed;
+  std::vector<std::string> readmitted;
+  std::vector<std::string> needs_person;
+  int noticed_runs = 0;  // runs given a checkpoint notice for a diagnostic
+  bool breaker_open = false;
 };
 
 // Thread-safe: NoteJobChange runs on the HTTP threads and the scheduling loop, RunStep on the
@@ -105,9 +163,12 @@ class ReliabilityController final : public store::CommitObserver {
   void NoteRunStarted(Json& job) const;
 
   // RunStep when `interval` has passed since the last one (or there was none) and its inputs
-  // changed or `quiet_interval` passed since the last one that ran. Returns nullopt when it did
-  // not run.
-  std::optional<Result<ReliabilityStepResult>> RunIfDue();
+  // changed, the last step left work that time moves on, or `quiet_interval` passed since the
+  // last one that ran. Returns nullopt when it did not run.
+  // `lost_nodes`: the nodes whose tasks are surely gone (NodeLeaseController::LostNodes); a
+  // diagnostic on one of them is over.
+  std::optional<Result<ReliabilityStepResult>> RunIfDue(
+      const std::set<std::string>& lost_nodes = {});
 
   // One step: notices releases of quarantined devices (their evidence starts again from then),
   // records operators' quarantines, applies the health-rule path when enabled, runs the
@@ -115,8 +176,13 @@ class ReliabilityController final : public store::CommitObserver {
   // node document's GPUs become Quarantined and the node's event log gets the decision with its
   // evidence, in one commit with the device's document in kind "quarantines". A device drained
   // at once has its running jobs requeued (exit reason preempted). A denial by the budget is
-  // logged on the node once.
-  Result<ReliabilityStepResult> RunStep();
+  // logged on the node once. With the loop (HealthLoopOptions), the circuit breaker is updated
+  // first and the diagnostics' results are acted on; a flagged GPU of a node that runs
+  // diagnostics is diagnosed instead of quarantined, and so are the looser suspects.
+  Result<ReliabilityStepResult> RunStep(const std::set<std::string>& lost_nodes = {});
+
+  // Whether the loop's circuit breaker was open at the last step (for /metrics).
+  bool breaker_open() const { return breaker_open_.load(); }
 
   // POST /v1/outcomes by `actor`: sets the exit reason of a run that has ended and adds the
   // report's XIDs and health events to its record. kNotFound for an unknown job (`outcome for
@@ -161,7 +227,32 @@ class ReliabilityController final : public store::CommitObserver {
   Status NoticeQuarantineChanges(const Fleet& fleet, ReliabilityStepResult& result);
   Status ApplyQuarantine(const Analysis& analysis, const reliability::AuditEntry& entry);
   Status LogDenial(const Analysis& analysis, const reliability::AuditEntry& entry);
-  Result<int> PreemptRunsOn(const Analysis& analysis, const reliability::Device& device);
+  // Ends the runs on `device` (requeued, expedited) with `reason`, or with `notice` set gives
+  // each Running one a checkpoint notice instead (its deadline `notice_deadline_ns`).
+  Result<int> PreemptRunsOn(const Analysis& analysis, const reliability::Device& device,
+                            const std::string& reason,
+                            std::optional<int64_t> notice_deadline_ns = std::nullopt);
+
+  // ---- the loop (HealthLoopOptions) ----
+  struct Breaker;
+  Result<Breaker> UpdateBreaker(const Analysis& analysis);
+  Status ActOnDiagnostics(Analysis& analysis, const std::set<std::string>& lost_nodes,
+                          bool breaker_open, ReliabilityStepResult& result);
+  // Asks a diagnostic of each suspect in the loop, at most `room` of them.
+  Status RequestDiagnostics(Analysis& analysis, const reliability::Evaluation& evaluation, int room,
+                            ReliabilityStepResult& result);
+  Status RequestDiagnostic(Analysis& analysis, size_t gpu, const std::string& reason, int failures,
+                           ReliabilityStepResult& result);
+  Status Remediate(const Analysis& analysis, size_t gpu, const std::string& reason,
+                   ReliabilityStepResult& result);
+  // Changes the node document's entry of GPU `index` of `node` with `change` (false: nothing to
+  // write), and appends `event` to the node and to the GPU's document in kind "quarantines",
+  // which `record` changes (created when missing).
+  Status WriteLoopStep(const std::string& node, int64_t index, const std::string& device_doc,
+                       const std::function<bool(Json& gpu)>& change,
+                       const std::function<void(Json& record)>& record, const std::string& event);
+  // Whether the loop acts on this GPU of the fleet (its node runs diagnostics).
+  bool InLoop(const Analysis& analysis, size_t gpu) const;
 
   store::StateStore& store_;
   const Clock& clock_;
@@ -177,9 +268,10 @@ class ReliabilityController final : public store::CommitObserver {
   std::optional<MonoTime> last_step_;              // guarded by mu_
   std::optional<MonoTime> last_run_;               // a step that ran; guarded by mu_
   bool inputs_changed_ = true;                     // guarded by mu_
-  bool last_denied_ = false;                       // guarded by mu_
+  bool last_busy_ = false;                         // guarded by mu_
   std::map<std::string, CachedOutcome> outcomes_;  // guarded by mu_
   std::set<reliability::Device> denials_logged_;   // guarded by mu_
+  std::atomic<bool> breaker_open_{false};
 
   // The nodes as LoadFleet last parsed them, by name, with their store revisions: a node
   // document is parsed again only when it was written.

@@ -299,6 +299,14 @@ std::optional<ViewNode> SchedulingView::Accept(const store::StoredObject& object
   Result<Node> node = wire::NodeFromJson(doc, topology.levels());
   Status status = node.status();
   if (node.ok()) {
+    // A GPU held for a diagnostic takes no work, as an unhealthy one (its task, if any, ends
+    // first: the agent runs the diagnostic once the GPU is free).
+    const Json& gpus = wire::ArrayOr(doc, "gpus");
+    for (size_t i = 0; i < gpus.size() && i < node->gpus.size(); ++i) {
+      if (gpus[i].contains(kDiagnosticHoldField)) {
+        node->gpus[i].health = GpuHealth::kUnhealthy;
+      }
+    }
     status = scheduler::ValidateNode(*node, topology, catalog_);
   }
   if (!status.ok()) {
@@ -527,6 +535,7 @@ void SchedulingView::PutJobUnindexed(const store::StoredObject& object) {
   job.priority = record.priority;
   job.submit_seq = record.submit_seq;
   job.preempted_by = record.preempted_by.value_or("");
+  job.expedited = record.expedited.has_value();
   job.last_checkpoint_ns = record.last_checkpoint_ns;
   job.notice = record.notice;
   job.world_size = record.world_size.value_or(0);

@@ -59,6 +59,8 @@ struct ViewJob {
   int64_t submit_seq = 0;
   // The job that its last stop (a preemption or an idle reclaim) was for, or empty.
   std::string preempted_by;
+  // wire::JobRecord::expedited: a run a failure ended goes ahead of its priority's pending jobs.
+  bool expedited = false;
   // wire::JobRecord::last_checkpoint_ns: what a preemption of the job would lose.
   std::optional<int64_t> last_checkpoint_ns;
   // wire::JobRecord::notice: a running job under a preemption notice (no victim again; its run

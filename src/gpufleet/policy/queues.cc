@@ -456,6 +456,9 @@ Result<std::vector<size_t>> QueueTree::OrderedPositions(const std::vector<Pendin
         break;
       }
     }
+    if (job_a.expedited != job_b.expedited) {
+      return job_a.expedited;
+    }
     if (job_a.submit_seconds != job_b.submit_seconds) {
       return job_a.submit_seconds < job_b.submit_seconds;
     }

@@ -64,6 +64,8 @@ struct PendingJob {
   QueueId queue;
   int priority = 0;  // higher first
   int64_t submit_seconds = 0;
+  // A job a device or node failure requeued: first in its queue among jobs of its priority.
+  bool expedited = false;
 };
 
 enum class AdmissionOutcome {
@@ -146,8 +148,8 @@ class QueueTree {
   // Sorts `jobs` into start order: higher priority first; then fair share, level by level down
   // the tree (at the first level where two jobs' queue paths part, the sibling with the lower
   // dominant decayed usage per unit of weight goes first, as in hierarchical DRF and Slurm's fair
-  // tree); then earlier submit time; then job id. Stable and deterministic. kNotFound, with
-  // `jobs` unchanged, when a job names an unknown queue.
+  // tree); then expedited jobs; then earlier submit time; then job id. Stable and deterministic.
+  // kNotFound, with `jobs` unchanged, when a job names an unknown queue.
   Status Order(std::vector<PendingJob>& jobs) const;
   // The positions in `jobs` in the order Order sorts them into, for a caller that keeps more of
   // each job than PendingJob holds. kNotFound when a job names an unknown queue.

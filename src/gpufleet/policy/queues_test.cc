@@ -338,6 +338,20 @@ TEST(QueueTree, OrdersByPriorityThenFairShareThenAgeThenId) {
   EXPECT_THAT(Ids(jobs), ElementsAre("h-urgent", "l-old-a", "l-old-b", "l-new", "h-old"));
 }
 
+TEST(QueueTree, AnExpeditedJobLeadsItsQueueAtItsPriorityOnly) {
+  QueueTree tree = MustCreate({Queue("heavy"), Queue("light")});
+  ASSERT_OK(tree.Charge(JobId("h"), QueueId("heavy"), {{kH100, 4000}}));
+  ASSERT_OK(tree.Advance(100));
+  PendingJob requeued = Pending("h-requeued", "heavy", 60);
+  requeued.expedited = true;
+  std::vector<PendingJob> jobs = {Pending("h-old", "heavy", 1), requeued,
+                                  Pending("h-urgent", "heavy", 90, /*priority=*/5),
+                                  Pending("l-old", "light", 10)};
+  ASSERT_OK(tree.Order(jobs));
+  // Ahead of its own queue's older job, not of a higher priority nor of a queue below its share.
+  EXPECT_THAT(Ids(jobs), ElementsAre("h-urgent", "l-old", "h-requeued", "h-old"));
+}
+
 TEST(QueueTree, WeightScalesTheFairShare) {
   QueueTree tree = MustCreate({Queue("big", {}, {}, 4.0), Queue("small", {}, {}, 1.0)});
   ASSERT_OK(tree.Charge(JobId("b"), QueueId("big"), {{kH100, 3000}}));

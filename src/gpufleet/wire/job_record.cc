@@ -365,6 +365,7 @@ Result<JobRecord> JobRecordFromJson(Json&& doc, const GpuCatalog* catalog) {
   }
   GPUFLEET_RETURN_IF_ERROR(taker.String("preempted_by", out.preempted_by));
   GPUFLEET_RETURN_IF_ERROR(taker.String("preempted_by_team", out.preempted_by_team));
+  GPUFLEET_RETURN_IF_ERROR(taker.String("expedited", out.expedited));
   if (const std::optional<Json> usage_run = taker.Take("usage_run")) {
     GPUFLEET_ASSIGN_OR_RETURN(out.usage_run, UsageRunFromJson(*usage_run, "usage_run"));
   }
@@ -414,6 +415,9 @@ Json JobRecordToJson(const JobRecord& record) {
   }
   if (record.preempted_by_team) {
     out["preempted_by_team"] = *record.preempted_by_team;
+  }
+  if (record.expedited) {
+    out["expedited"] = *record.expedited;
   }
   if (record.usage_run) {
     Json stamp = record.usage_run->extra;

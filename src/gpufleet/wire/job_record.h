@@ -127,6 +127,9 @@ struct JobRecord {
   // The job (TEAM/NAME) and the team that its last stop was for, if any.
   std::optional<std::string> preempted_by;
   std::optional<std::string> preempted_by_team;
+  // Expedited requeue (docs/reliability.md, "The loop"): why a run a device or node failure ended
+  // goes back ahead of the pending work of its priority. Dropped when the job is placed again.
+  std::optional<std::string> expedited;
   std::optional<UsageRunStamp> usage_run;
   std::vector<std::string> warnings;
   // The idle reclaim's warning to an idle interactive job ("warning"), empty without one.
