@@ -1239,7 +1239,10 @@ spec:
         os::ReadSmallFile(dir + "/mps/" + gpu + "/log/control.log");
     return text.ok() && text->has_value() ? **text : std::string();
   };
-  EXPECT_THAT(control_log(), HasSubstr("started CUDA_VISIBLE_DEVICES=" + gpu));
+  // The control program writes its log as it starts, which a loaded machine can delay.
+  EXPECT_TRUE(WaitFor([&] {
+    return control_log().find("started CUDA_VISIBLE_DEVICES=" + gpu) != std::string::npos;
+  })) << control_log();
   EXPECT_EQ(agent_->mps_daemons().daemons().size(), 1u);
 
   // The short share has ended, the long one still runs: the daemon stays. (Heartbeats every
