@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include "gpufleet/http/testing/fake_transport.h"
+#include "gpufleet/wire/json_fields.h"
 
 namespace gpufleet::cli {
 namespace {
@@ -66,7 +67,7 @@ TEST(RenderFailureReport, SaysSoWhenNothingStandsOut) {
 }
 
 TEST(RenderFailureReport, ShowsTheLoopAndAnOpenBreaker) {
-  const nlohmann::json report = nlohmann::json::parse(R"json({
+  const nlohmann::json report = wire::ParseDocument(R"json({
     "fleet": {"gpus": 8, "nodes": 2}, "suspects": [], "quarantines": [],
     "breaker": {"open": true, "out": 5, "gpus": 8, "window_s": 300},
     "loop": [{"device": "gpu", "id": "GPU-n1-2", "node": "n1", "gpu": 2, "phase": "quarantined",
